@@ -1,0 +1,86 @@
+// Package store is Corral's key-value contract: every shared record lives
+// behind it and changes only by compare-and-swap on its revision.
+//
+// Implementations live in sub-packages: store/bolt (default, embedded, one
+// file), store/mem (tests) and, later, store/etcd. The shared contract test
+// suite in store/storetest is run against each of them.
+//
+// This package imports nothing of Corral's and no backend; callers that need
+// a backend get one from cmd wiring.
+package store
+
+import (
+	"context"
+	"errors"
+)
+
+// Sentinel errors. Implementations wrap them with %w; callers test them with
+// errors.Is.
+var (
+	// ErrNotFound: the key does not exist.
+	ErrNotFound = errors.New("store: key not found")
+	// ErrConflict: the compare-and-swap precondition failed; the caller
+	// should re-read and retry.
+	ErrConflict = errors.New("store: revision conflict")
+	// ErrClosed: the store has been closed.
+	ErrClosed = errors.New("store: closed")
+	// ErrCorrupt: stored data cannot be decoded.
+	ErrCorrupt = errors.New("store: corrupt data")
+)
+
+// KV is one stored record. Revision is the store-wide revision at which the
+// record was last written; it is never 0 for a stored record.
+type KV struct {
+	Key      string
+	Value    []byte
+	Revision int64
+}
+
+// EventType says what happened to a key.
+type EventType int
+
+const (
+	EventPut EventType = iota + 1
+	EventDelete
+)
+
+// Event is one change observed through Watch. For EventDelete, Value is nil
+// and Revision is the revision of the delete.
+type Event struct {
+	Type EventType
+	KV   KV
+}
+
+// Store is the contract. All methods are safe for concurrent use.
+//
+// Revisions are store-wide and strictly increasing: every successful Put or
+// Delete gets a revision greater than any before it, and that revision
+// survives a restart.
+type Store interface {
+	// Get returns the record at key, or ErrNotFound.
+	Get(ctx context.Context, key string) (KV, error)
+
+	// List returns every record whose key starts with prefix, in key order.
+	// An empty result is an empty slice and no error.
+	List(ctx context.Context, prefix string) ([]KV, error)
+
+	// Put writes value at key if the record's current revision equals rev.
+	// rev == 0 means "the key must not exist" (create). It returns the new
+	// revision, or ErrConflict when the precondition fails. The write is
+	// durable when Put returns nil.
+	Put(ctx context.Context, key string, value []byte, rev int64) (int64, error)
+
+	// Delete removes key if its current revision equals rev. It returns
+	// ErrNotFound when the key is absent and ErrConflict when the revision
+	// differs. The delete is durable when Delete returns nil.
+	Delete(ctx context.Context, key string, rev int64) error
+
+	// Watch streams every change to keys with the given prefix that commits
+	// after Watch returns, in revision order. The channel is closed when ctx
+	// ends or the store closes. A watcher that does not keep up is
+	// disconnected (its channel closed) rather than blocking writers.
+	Watch(ctx context.Context, prefix string) (<-chan Event, error)
+
+	// Close releases the store. Calls after Close return ErrClosed.
+	Close() error
+}
