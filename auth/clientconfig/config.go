@@ -1,0 +1,115 @@
+package clientconfig
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// FileMode is the permission Write gives the file: it contains a bearer
+// token, so only the owner may read it.
+const FileMode fs.FileMode = 0o600
+
+// Config is the client configuration file. It is serialised as YAML with
+// exactly the keys endpoint, ca_cert and token.
+type Config struct {
+	// Endpoint is the corrald gRPC address as host:port, or any target
+	// accepted by grpc.NewClient.
+	Endpoint string `json:"endpoint"`
+	// CACert is the PEM text of the CA certificate(s) to trust. When
+	// empty, the system trust store is used.
+	CACert string `json:"ca_cert"`
+	// Token is the bearer token sent with every RPC. When empty, no
+	// authorization metadata is sent.
+	Token string `json:"token"`
+}
+
+// Load reads and strictly parses the configuration file at path. It
+// returns an error naming path if the file cannot be read, is not valid
+// YAML, contains unknown or duplicate keys, has no endpoint, has a ca_cert
+// containing no PEM certificate, or has a token containing whitespace.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("clientconfig: %w", err)
+	}
+	var c Config
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return nil, fmt.Errorf("clientconfig: parse %s: %w", path, err)
+	}
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("clientconfig: %s: %w", path, err)
+	}
+	return &c, nil
+}
+
+// Write stores c at path as YAML with mode 0600, atomically: it writes a
+// temporary file in the same directory and renames it over path, so an
+// existing file (whatever its previous mode) is replaced by a 0600 one and
+// readers never see a partial file. The directory must already exist.
+// It returns an error naming path if c would not pass Load's checks or
+// if any filesystem step fails; on error path is left untouched.
+func (c *Config) Write(path string) (err error) {
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("clientconfig: %s: %w", path, err)
+	}
+	data, err := yaml.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("clientconfig: encode %s: %w", path, err)
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("clientconfig: write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if err = f.Chmod(FileMode); err != nil {
+		return fmt.Errorf("clientconfig: write %s: %w", path, err)
+	}
+	if _, err = f.Write(data); err != nil {
+		return fmt.Errorf("clientconfig: write %s: %w", path, err)
+	}
+	if err = f.Sync(); err != nil {
+		return fmt.Errorf("clientconfig: write %s: %w", path, err)
+	}
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("clientconfig: write %s: %w", path, err)
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("clientconfig: write %s: %w", path, err)
+	}
+	if d, derr := os.Open(dir); derr == nil {
+		_ = d.Sync() // best effort: not every filesystem syncs directories
+		_ = d.Close()
+	}
+	return nil
+}
+
+func (c *Config) validate() error {
+	if c == nil {
+		return errors.New("nil config")
+	}
+	if strings.TrimSpace(c.Endpoint) == "" {
+		return errors.New("endpoint is required")
+	}
+	if c.CACert != "" {
+		if _, err := c.certPool(); err != nil {
+			return err
+		}
+	}
+	if strings.ContainsFunc(c.Token, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return errors.New("token contains whitespace or control characters")
+	}
+	return nil
+}
