@@ -1,0 +1,135 @@
+// Package record encodes Corral's protobuf values for the store: each value
+// is wrapped in a corral.store.v1.Record carrying its schema version and
+// type, so a reader can tell a foreign or newer record from a corrupt one.
+//
+// It imports only the store contract and the generated API.
+package record
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	storev1 "github.com/corralhq/corral/api/store/v1"
+	"github.com/corralhq/corral/store"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// SchemaVersion is the version this build writes and the newest it reads.
+const SchemaVersion = 1
+
+// ErrSchema: the record was written by a newer schema than this build knows.
+var ErrSchema = errors.New("record: unsupported schema version")
+
+// Marshal wraps msg in a Record envelope.
+func Marshal(msg proto.Message) ([]byte, error) {
+	a, err := anypb.New(msg)
+	if err != nil {
+		return nil, fmt.Errorf("record: wrap %T: %w", msg, err)
+	}
+	return proto.MarshalOptions{Deterministic: true}.Marshal(&storev1.Record{SchemaVersion: SchemaVersion, Value: a})
+}
+
+// Unmarshal decodes a Record envelope into msg. It returns an error wrapping
+// store.ErrCorrupt when the bytes are not a Record of msg's type, and
+// ErrSchema when the schema version is newer than SchemaVersion.
+func Unmarshal(b []byte, msg proto.Message) error {
+	var r storev1.Record
+	if err := proto.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("record: %w: %v", store.ErrCorrupt, err)
+	}
+	if r.SchemaVersion == 0 || r.Value == nil {
+		return fmt.Errorf("record: %w: empty envelope", store.ErrCorrupt)
+	}
+	if r.SchemaVersion > SchemaVersion {
+		return fmt.Errorf("%w: %d (this build reads up to %d)", ErrSchema, r.SchemaVersion, SchemaVersion)
+	}
+	if err := r.Value.UnmarshalTo(msg); err != nil {
+		return fmt.Errorf("record: %w: %v", store.ErrCorrupt, err)
+	}
+	return nil
+}
+
+// Get reads key into msg and returns the record's revision.
+func Get(ctx context.Context, s store.Store, key string, msg proto.Message) (int64, error) {
+	kv, err := s.Get(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	if err := Unmarshal(kv.Value, msg); err != nil {
+		return 0, fmt.Errorf("%s: %w", key, err)
+	}
+	return kv.Revision, nil
+}
+
+// Put writes msg at key if its revision is rev (0 = create).
+func Put(ctx context.Context, s store.Store, key string, msg proto.Message, rev int64) (int64, error) {
+	b, err := Marshal(msg)
+	if err != nil {
+		return 0, err
+	}
+	return s.Put(ctx, key, b, rev)
+}
+
+// List decodes every record under prefix with newMsg making each value.
+func List[M proto.Message](ctx context.Context, s store.Store, prefix string, newMsg func() M) ([]M, error) {
+	kvs, err := s.List(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]M, 0, len(kvs))
+	for _, kv := range kvs {
+		m := newMsg()
+		if err := Unmarshal(kv.Value, m); err != nil {
+			return nil, fmt.Errorf("%s: %w", kv.Key, err)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// Update runs a compare-and-swap loop on key: it reads the current value
+// into a fresh message (exists=false when absent), lets mutate change it,
+// and writes it back at the read revision, retrying on store.ErrConflict
+// until ctx ends. mutate may return an error to abort without writing, or
+// set *del to delete the record instead. It returns the final message.
+func Update[M proto.Message](ctx context.Context, s store.Store, key string, newMsg func() M,
+	mutate func(m M, exists bool) (del bool, err error)) (M, error) {
+	for {
+		m := newMsg()
+		var rev int64
+		exists := true
+		kv, err := s.Get(ctx, key)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			exists = false
+		case err != nil:
+			return m, err
+		default:
+			rev = kv.Revision
+			if err := Unmarshal(kv.Value, m); err != nil {
+				return m, fmt.Errorf("%s: %w", key, err)
+			}
+		}
+		del, err := mutate(m, exists)
+		if err != nil {
+			return m, err
+		}
+		if del {
+			if !exists {
+				return m, store.ErrNotFound
+			}
+			err = s.Delete(ctx, key, rev)
+		} else {
+			_, err = Put(ctx, s, key, m, rev)
+		}
+		if errors.Is(err, store.ErrConflict) {
+			if ctx.Err() != nil {
+				return m, ctx.Err()
+			}
+			continue
+		}
+		return m, err
+	}
+}
