@@ -29,7 +29,8 @@ var (
 )
 
 // KV is one stored record. Revision is the store-wide revision at which the
-// record was last written; it is never 0 for a stored record.
+// record was last written; it is never 0 for a stored record. The Value of a
+// KV returned by Get, List or Watch is a copy the caller may keep and modify.
 type KV struct {
 	Key      string
 	Value    []byte
@@ -65,9 +66,10 @@ type Store interface {
 	List(ctx context.Context, prefix string) ([]KV, error)
 
 	// Put writes value at key if the record's current revision equals rev.
-	// rev == 0 means "the key must not exist" (create). It returns the new
+	// rev == 0 means "the key must not exist" (create); a non-zero rev for
+	// a key that does not exist is a conflict. It returns the new
 	// revision, or ErrConflict when the precondition fails. The write is
-	// durable when Put returns nil.
+	// durable when Put returns nil. Put does not retain value.
 	Put(ctx context.Context, key string, value []byte, rev int64) (int64, error)
 
 	// Delete removes key if its current revision equals rev. It returns

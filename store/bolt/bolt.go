@@ -1,0 +1,382 @@
+// Package bolt is the default implementation of the store contract: an
+// embedded, single-file store on go.etcd.io/bbolt. It owns the on-disk
+// format of that file (a records bucket whose values are an 8-byte
+// big-endian revision followed by the value bytes, and a meta bucket with
+// the format marker and the store-wide revision), the open-time integrity
+// check, the group-commit writer and the watcher fan-out.
+//
+// It imports nothing of Corral's except the store contract
+// (github.com/corralhq/corral/store).
+//
+// Writes are group-committed: concurrent Put and Delete calls queue to a
+// single committer goroutine, which applies everything already queued in one
+// bbolt transaction and one fsync. A lone writer is committed at once.
+//
+// Open never modifies a file it cannot fully validate: a truncated,
+// corrupt or foreign file yields an error that names the path and wraps
+// store.ErrCorrupt.
+package bolt
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bbolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/corralhq/corral/store"
+)
+
+// DefaultTimeout is how long Open waits for the file lock when
+// Options.Timeout is not set.
+const DefaultTimeout = 2 * time.Second
+
+const (
+	// maxBatch bounds how many queued writes one commit takes.
+	maxBatch = 256
+	// watchBuffer is how many events a watcher may have pending before it
+	// is disconnected.
+	watchBuffer = 256
+	// formatV1 marks a file written by this package.
+	formatV1 = "corral-store-v1"
+)
+
+var (
+	recordsBucket = []byte("records")
+	metaBucket    = []byte("meta")
+	formatKey     = []byte("format")
+	revKey        = []byte("rev")
+)
+
+// Options configures Open.
+type Options struct {
+	// Logger receives operational messages. Nil discards them.
+	Logger *slog.Logger
+	// Timeout is how long to wait for the exclusive file lock held by
+	// another process (or another Store in this one) before giving up.
+	// Zero or negative means DefaultTimeout.
+	Timeout time.Duration
+}
+
+// Store is a bbolt-backed store.Store. Create it with Open.
+type Store struct {
+	path string
+	db   *bbolt.DB
+	log  *slog.Logger
+	hub  *hub
+
+	// closeMu is held shared by every call for its whole duration and
+	// exclusively by Close, so Close waits for in-flight calls and no
+	// write is left queued when the committer stops.
+	closeMu sync.RWMutex
+	closed  bool
+
+	ops           chan *op
+	committerDone chan struct{}
+
+	// Counters for tests and diagnostics.
+	commits atomic.Int64 // successful commits that changed something
+	writes  atomic.Int64 // successful Put and Delete operations
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens or creates the store file at path. A missing file is created;
+// an existing file must be a valid store file (or a bbolt file with no
+// buckets at all, which is initialised). A zero-length, truncated, corrupt
+// or foreign file is refused, left untouched, and reported with an error
+// wrapping store.ErrCorrupt. If another process holds the file, Open fails
+// after opts.Timeout.
+func Open(path string, opts Options) (*Store, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	timeout := opts.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+
+	fresh := false
+	switch info, err := os.Stat(path); {
+	case errors.Is(err, os.ErrNotExist):
+		fresh = true
+	case err != nil:
+		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
+	case !info.Mode().IsRegular():
+		return nil, fmt.Errorf("bolt: open %s: not a regular file", path)
+	case info.Size() == 0:
+		// bbolt would silently initialise an empty file. A store file is
+		// never empty once created, so this is damage, not a new store.
+		return nil, fmt.Errorf("bolt: open %s: %w", path, corruptf("file is empty (0 bytes)"))
+	default:
+		if err := checkMetaPages(path, info.Size(), log); err != nil {
+			return nil, fmt.Errorf("bolt: open %s: %w", path, err)
+		}
+		var err error
+		fresh, err = validate(path, timeout)
+		if err != nil {
+			return nil, fmt.Errorf("bolt: open %s: %w", path, err)
+		}
+	}
+
+	db, err := openDB(path, &bbolt.Options{Timeout: timeout})
+	if err != nil {
+		return nil, fmt.Errorf("bolt: open %s: %w", path, lockErr(err, timeout))
+	}
+	if fresh {
+		err = db.Update(func(tx *bbolt.Tx) error {
+			if len(bucketNames(tx)) != 0 {
+				// Someone wrote to the file between validation and now.
+				return corruptf("file changed while opening")
+			}
+			meta, err := tx.CreateBucket(metaBucket)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.CreateBucket(recordsBucket); err != nil {
+				return err
+			}
+			if err := meta.Put(formatKey, []byte(formatV1)); err != nil {
+				return err
+			}
+			return meta.Put(revKey, encodeRev(0))
+		})
+		if err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("bolt: open %s: initialise: %w", path, err)
+		}
+	}
+
+	s := &Store{
+		path:          path,
+		db:            db,
+		log:           log,
+		hub:           newHub(watchBuffer, log),
+		ops:           make(chan *op, maxBatch),
+		committerDone: make(chan struct{}),
+	}
+	go s.commitLoop()
+	log.Info("store opened", "path", path, "fresh", fresh)
+	return s, nil
+}
+
+// openDB calls bbolt.Open, converting a panic inside it into an error and
+// making sure the file descriptor (and with it the file lock) is released
+// if bbolt gave up half-way.
+func openDB(path string, o *bbolt.Options) (db *bbolt.DB, err error) {
+	var f *os.File
+	o.OpenFile = func(name string, flag int, perm os.FileMode) (*os.File, error) {
+		file, err := os.OpenFile(name, flag, perm)
+		f = file
+		return file, err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			if f != nil {
+				_ = f.Close()
+			}
+			db, err = nil, corruptf("bbolt panicked while opening: %v", r)
+		}
+	}()
+	return bbolt.Open(path, 0o600, o)
+}
+
+func lockErr(err error, timeout time.Duration) error {
+	if errors.Is(err, berrors.ErrTimeout) {
+		return fmt.Errorf("file is locked by another process (waited %s): %w", timeout, err)
+	}
+	return err
+}
+
+// corruptf returns an error wrapping store.ErrCorrupt.
+func corruptf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", store.ErrCorrupt, fmt.Sprintf(format, args...))
+}
+
+func bucketNames(tx *bbolt.Tx) []string {
+	var names []string
+	_ = tx.ForEach(func(name []byte, _ *bbolt.Bucket) error {
+		names = append(names, string(name))
+		return nil
+	})
+	return names
+}
+
+// encodeRecord lays out a record value: 8-byte big-endian revision, then the
+// value bytes.
+func encodeRecord(rev int64, value []byte) []byte {
+	buf := make([]byte, 8+len(value))
+	binary.BigEndian.PutUint64(buf, uint64(rev))
+	copy(buf[8:], value)
+	return buf
+}
+
+// decodeRecord splits a stored record. The returned value aliases raw.
+func decodeRecord(raw []byte) (int64, []byte, error) {
+	if len(raw) < 8 {
+		return 0, nil, corruptf("record is %d bytes, shorter than its 8-byte revision", len(raw))
+	}
+	rev := int64(binary.BigEndian.Uint64(raw))
+	if rev <= 0 {
+		return 0, nil, corruptf("record has invalid revision %d", rev)
+	}
+	return rev, raw[8:], nil
+}
+
+func encodeRev(rev int64) []byte {
+	return binary.BigEndian.AppendUint64(nil, uint64(rev))
+}
+
+func decodeRev(raw []byte) (int64, error) {
+	if len(raw) != 8 {
+		return 0, corruptf("store revision is %d bytes, want 8", len(raw))
+	}
+	rev := int64(binary.BigEndian.Uint64(raw))
+	if rev < 0 {
+		return 0, corruptf("store revision %d is negative", rev)
+	}
+	return rev, nil
+}
+
+// enter takes the shared close lock; the caller must call s.closeMu.RUnlock
+// when it returns nil.
+func (s *Store) enter() error {
+	s.closeMu.RLock()
+	if s.closed {
+		s.closeMu.RUnlock()
+		return store.ErrClosed
+	}
+	return nil
+}
+
+// Get returns the record at key, or store.ErrNotFound.
+func (s *Store) Get(ctx context.Context, key string) (store.KV, error) {
+	if err := ctx.Err(); err != nil {
+		return store.KV{}, err
+	}
+	if err := s.enter(); err != nil {
+		return store.KV{}, err
+	}
+	defer s.closeMu.RUnlock()
+
+	var kv store.KV
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(recordsBucket)
+		if b == nil {
+			return corruptf("records bucket missing")
+		}
+		raw := b.Get([]byte(key))
+		if raw == nil {
+			return store.ErrNotFound
+		}
+		rev, val, err := decodeRecord(raw)
+		if err != nil {
+			return err
+		}
+		kv = store.KV{Key: key, Value: append([]byte{}, val...), Revision: rev}
+		return nil
+	})
+	if err != nil {
+		return store.KV{}, fmt.Errorf("bolt: get %q: %w", key, err)
+	}
+	return kv, nil
+}
+
+// List returns every record whose key starts with prefix, in key order.
+func (s *Store) List(ctx context.Context, prefix string) ([]store.KV, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.closeMu.RUnlock()
+
+	out := []store.KV{}
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(recordsBucket)
+		if b == nil {
+			return corruptf("records bucket missing")
+		}
+		c := b.Cursor()
+		for k, raw := c.Seek([]byte(prefix)); k != nil && strings.HasPrefix(string(k), prefix); k, raw = c.Next() {
+			rev, val, err := decodeRecord(raw)
+			if err != nil {
+				return fmt.Errorf("key %q: %w", k, err)
+			}
+			out = append(out, store.KV{Key: string(k), Value: append([]byte{}, val...), Revision: rev})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bolt: list %q: %w", prefix, err)
+	}
+	return out, nil
+}
+
+// Put writes value at key if the record's current revision equals rev
+// (rev 0: the key must not exist) and returns the new revision. The write
+// has been fsynced when Put returns nil.
+func (s *Store) Put(ctx context.Context, key string, value []byte, rev int64) (int64, error) {
+	if key == "" {
+		return 0, fmt.Errorf("bolt: put: empty key")
+	}
+	res, err := s.submit(ctx, &op{kind: opPut, key: key, value: value, rev: rev})
+	if err != nil {
+		return 0, fmt.Errorf("bolt: put %q: %w", key, err)
+	}
+	return res, nil
+}
+
+// Delete removes key if its current revision equals rev. The delete has
+// been fsynced when Delete returns nil.
+func (s *Store) Delete(ctx context.Context, key string, rev int64) error {
+	if _, err := s.submit(ctx, &op{kind: opDelete, key: key, rev: rev}); err != nil {
+		return fmt.Errorf("bolt: delete %q: %w", key, err)
+	}
+	return nil
+}
+
+// Watch streams changes to keys with the given prefix that commit after
+// Watch returns. Events are sent only after their commit reached disk. The
+// channel is closed when ctx ends, the store closes, or the watcher falls
+// more than a fixed number of events behind.
+func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.closeMu.RUnlock()
+	return s.hub.add(ctx, prefix), nil
+}
+
+// Close waits for in-flight calls, stops the committer, closes every watch
+// channel and closes the file. Calls after Close return store.ErrClosed.
+func (s *Store) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed {
+		return store.ErrClosed
+	}
+	s.closed = true
+	// No call holds the shared lock, so nothing is queued or in flight.
+	close(s.ops)
+	<-s.committerDone
+	s.hub.closeAll()
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("bolt: close %s: %w", s.path, err)
+	}
+	s.log.Info("store closed", "path", s.path)
+	return nil
+}

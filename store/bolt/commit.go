@@ -1,0 +1,194 @@
+package bolt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	bbolt "go.etcd.io/bbolt"
+
+	"github.com/corralhq/corral/store"
+)
+
+type opKind uint8
+
+const (
+	opPut opKind = iota + 1
+	opDelete
+)
+
+// op is one queued write. The committer answers on done exactly once.
+type op struct {
+	ctx   context.Context
+	kind  opKind
+	key   string
+	value []byte
+	rev   int64
+	done  chan result
+}
+
+type result struct {
+	rev int64
+	err error
+}
+
+// errNoChanges rolls back a batch in which every op failed its
+// precondition: there is nothing to write, so nothing to fsync.
+var errNoChanges = errors.New("bolt: batch has no changes")
+
+// submit queues o for the committer and waits for its result. Once queued,
+// it waits for the answer even if ctx ends, so the caller never has to guess
+// whether the write happened; an op whose ctx has ended before the
+// committer reaches it is skipped and answered with the ctx error.
+func (s *Store) submit(ctx context.Context, o *op) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.closeMu.RUnlock()
+
+	o.ctx = ctx
+	o.done = make(chan result, 1)
+	select {
+	case s.ops <- o:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	r := <-o.done
+	return r.rev, r.err
+}
+
+// commitLoop is the single writer. It blocks for one op, takes whatever
+// else is already queued (up to maxBatch) without waiting, and commits the
+// lot in one transaction. It returns when s.ops is closed.
+func (s *Store) commitLoop() {
+	defer close(s.committerDone)
+	batch := make([]*op, 0, maxBatch)
+	for {
+		first, ok := <-s.ops
+		if !ok {
+			return
+		}
+		batch = append(batch[:0], first)
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case o, ok := <-s.ops:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, o)
+			default:
+				break drain
+			}
+		}
+		s.commit(batch)
+		clear(batch) // drop references to values
+	}
+}
+
+// commit applies batch in order inside one read-write transaction. Each
+// op's precondition is checked against the state left by the ops before it;
+// an op that fails its precondition gets its own error and does not abort
+// the transaction. If the commit itself fails, every op gets that error and
+// no event is published. Events are published only after a successful
+// commit, then every op is answered.
+func (s *Store) commit(batch []*op) {
+	results := make([]result, len(batch))
+	var events []store.Event
+
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		recs := tx.Bucket(recordsBucket)
+		meta := tx.Bucket(metaBucket)
+		if recs == nil || meta == nil {
+			return corruptf("store buckets missing")
+		}
+		rev, err := decodeRev(meta.Get(revKey))
+		if err != nil {
+			return err
+		}
+		for i, o := range batch {
+			if err := o.ctx.Err(); err != nil {
+				results[i].err = err
+				continue
+			}
+			key := []byte(o.key)
+			cur, exists, err := currentRev(recs, key)
+			if err != nil {
+				results[i].err = err
+				continue
+			}
+			switch o.kind {
+			case opPut:
+				switch {
+				case o.rev == 0 && exists:
+					results[i].err = fmt.Errorf("exists at revision %d: %w", cur, store.ErrConflict)
+					continue
+				case o.rev != 0 && !exists:
+					results[i].err = fmt.Errorf("expected revision %d but key does not exist: %w", o.rev, store.ErrConflict)
+					continue
+				case exists && cur != o.rev:
+					results[i].err = fmt.Errorf("expected revision %d, current is %d: %w", o.rev, cur, store.ErrConflict)
+					continue
+				}
+				if err := recs.Put(key, encodeRecord(rev+1, o.value)); err != nil {
+					results[i].err = err
+					continue
+				}
+				rev++
+				events = append(events, store.Event{Type: store.EventPut, KV: store.KV{Key: o.key, Value: o.value, Revision: rev}})
+			case opDelete:
+				switch {
+				case !exists:
+					results[i].err = store.ErrNotFound
+					continue
+				case cur != o.rev:
+					results[i].err = fmt.Errorf("expected revision %d, current is %d: %w", o.rev, cur, store.ErrConflict)
+					continue
+				}
+				if err := recs.Delete(key); err != nil {
+					results[i].err = err
+					continue
+				}
+				rev++
+				events = append(events, store.Event{Type: store.EventDelete, KV: store.KV{Key: o.key, Revision: rev}})
+			}
+			results[i].rev = rev
+		}
+		if len(events) == 0 {
+			return errNoChanges
+		}
+		return meta.Put(revKey, encodeRev(rev))
+	})
+
+	switch {
+	case err == nil:
+		s.commits.Add(1)
+		s.writes.Add(int64(len(events)))
+		s.hub.publish(events)
+	case errors.Is(err, errNoChanges):
+	default:
+		s.log.Error("store commit failed", "path", s.path, "ops", len(batch), "err", err)
+		for i := range results {
+			results[i] = result{err: fmt.Errorf("commit: %w", err)}
+		}
+	}
+	for i, o := range batch {
+		o.done <- results[i]
+	}
+}
+
+// currentRev reports the revision of key in recs.
+func currentRev(recs *bbolt.Bucket, key []byte) (int64, bool, error) {
+	raw := recs.Get(key)
+	if raw == nil {
+		return 0, false, nil
+	}
+	rev, _, err := decodeRecord(raw)
+	if err != nil {
+		return 0, false, err
+	}
+	return rev, true, nil
+}
