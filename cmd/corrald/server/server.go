@@ -1,0 +1,259 @@
+// Package server composes the Corral appliance: it prepares a data
+// directory (store, CA, server certificate, first admin token and
+// admin.conf) and serves the gRPC API over TLS with role checks. It is the
+// wiring layer for cmd/corrald and for tests and benchmarks that need the
+// real server in-process; it holds no domain logic of its own.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	authv1 "github.com/corralhq/corral/api/auth/v1"
+	deploymentv1 "github.com/corralhq/corral/api/deployment/v1"
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	nodev1 "github.com/corralhq/corral/api/node/v1"
+	provisioningv1 "github.com/corralhq/corral/api/provisioning/v1"
+	"github.com/corralhq/corral/auth"
+	"github.com/corralhq/corral/auth/clientconfig"
+	"github.com/corralhq/corral/auth/pki"
+	"github.com/corralhq/corral/inventory/pool"
+	"github.com/corralhq/corral/store"
+	"github.com/corralhq/corral/store/bolt"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+)
+
+// Files inside the data directory.
+const (
+	StoreFile       = "corral.db"
+	PKIDir          = "pki"
+	AdminConfigFile = "admin.conf"
+)
+
+// Config configures the appliance. Zero values take the defaults below.
+type Config struct {
+	// DataDir holds everything corrald keeps (default /var/lib/corral).
+	DataDir string
+	// APIListen is the gRPC listen address (default ":20180").
+	APIListen string
+	// APISANs are extra names/addresses for the server certificate.
+	APISANs []string
+	// ShutdownGrace bounds graceful shutdown (default 10s).
+	ShutdownGrace time.Duration
+	Logger        *slog.Logger
+}
+
+// Server is a prepared appliance; Run serves it.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	store  store.Store
+	ca     *pki.CA
+	cert   tls.Certificate
+	tokens *auth.Tokens
+	grpc   *grpc.Server
+	lis    net.Listener
+}
+
+func (c *Config) setDefaults() error {
+	if c.DataDir == "" {
+		c.DataDir = "/var/lib/corral"
+	}
+	if c.APIListen == "" {
+		c.APIListen = ":20180"
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if _, _, err := net.SplitHostPort(c.APIListen); err != nil {
+		return fmt.Errorf("--api-listen %q: %w", c.APIListen, err)
+	}
+	return nil
+}
+
+// OpenStore opens the data directory's store, creating the directory.
+func OpenStore(dataDir string, log *slog.Logger) (store.Store, error) {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	s, err := bolt.Open(filepath.Join(dataDir, StoreFile), bolt.Options{Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// New prepares the data directory and binds the API listener. On first
+// start it creates the CA, the server certificate and an admin token, and
+// writes admin.conf (0600). It never re-initialises an existing store: a
+// corrupt store file is an error naming the file.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger}
+	st, err := OpenStore(cfg.DataDir, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	s.store = st
+	ok := false
+	defer func() {
+		if !ok {
+			st.Close()
+		}
+	}()
+	s.ca, err = pki.EnsureCA(filepath.Join(cfg.DataDir, PKIDir))
+	if err != nil {
+		return nil, err
+	}
+	hosts := append(pki.LocalHosts(), cfg.APISANs...)
+	if h, _, _ := net.SplitHostPort(cfg.APIListen); h != "" && !isUnspecified(h) {
+		hosts = append(hosts, h)
+	}
+	s.cert, err = s.ca.EnsureServerCert(filepath.Join(cfg.DataDir, PKIDir), hosts)
+	if err != nil {
+		return nil, err
+	}
+	s.tokens = &auth.Tokens{Store: st}
+
+	lis, err := net.Listen("tcp", cfg.APIListen)
+	if err != nil {
+		return nil, fmt.Errorf("api listen: %w", err)
+	}
+	s.lis = lis
+	if err := s.ensureAdminConfig(context.Background()); err != nil {
+		lis.Close()
+		return nil, err
+	}
+
+	p, err := pool.New(pool.Config{Store: st, Logger: cfg.Logger.With("component", "pool")})
+	if err != nil {
+		lis.Close()
+		return nil, err
+	}
+	ic := &auth.Interceptor{Tokens: s.tokens, Logger: cfg.Logger.With("component", "auth"), NodeCertificates: true}
+	tlsCfg := &tls.Config{
+		Certificates: []tls.Certificate{s.cert},
+		ClientCAs:    s.ca.Pool(),
+		ClientAuth:   tls.VerifyClientCertIfGiven,
+		MinVersion:   tls.VersionTLS12,
+	}
+	s.grpc = grpc.NewServer(
+		grpc.Creds(credentialsFromTLS(tlsCfg)),
+		grpc.ChainUnaryInterceptor(recoverUnary(s.log), logUnary(s.log), ic.Unary()),
+		grpc.ChainStreamInterceptor(recoverStream(s.log), ic.Stream()),
+	)
+	pool.Register(s.grpc, p)
+	// Services later steps implement; until then they answer Unimplemented.
+	provisioningv1.RegisterBlockStorageServiceServer(s.grpc, provisioningv1.UnimplementedBlockStorageServiceServer{})
+	provisioningv1.RegisterVirtualMachineServiceServer(s.grpc, provisioningv1.UnimplementedVirtualMachineServiceServer{})
+	deploymentv1.RegisterImageServiceServer(s.grpc, deploymentv1.UnimplementedImageServiceServer{})
+	inventoryv1.RegisterMachineServiceServer(s.grpc, inventoryv1.UnimplementedMachineServiceServer{})
+	nodev1.RegisterAgentServiceServer(s.grpc, nodev1.UnimplementedAgentServiceServer{})
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(s.grpc, hs)
+	reflection.Register(s.grpc)
+	ok = true
+	return s, nil
+}
+
+func isUnspecified(h string) bool {
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsUnspecified()
+}
+
+// Addr is the bound API address.
+func (s *Server) Addr() net.Addr { return s.lis.Addr() }
+
+// CA returns the appliance CA.
+func (s *Server) CA() *pki.CA { return s.ca }
+
+// Tokens returns the token store.
+func (s *Server) Tokens() *auth.Tokens { return s.tokens }
+
+// endpoint is the host:port written to admin.conf.
+func (s *Server) endpoint() string {
+	host, _, _ := net.SplitHostPort(s.cfg.APIListen)
+	_, port, _ := net.SplitHostPort(s.lis.Addr().String())
+	if host == "" || isUnspecified(host) {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// ensureAdminConfig creates the first admin token and admin.conf when the
+// store has no tokens yet (first start).
+func (s *Server) ensureAdminConfig(ctx context.Context) error {
+	path := filepath.Join(s.cfg.DataDir, AdminConfigFile)
+	existing, err := s.tokens.List(ctx)
+	if err != nil {
+		return err
+	}
+	if len(existing) > 0 {
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			s.log.Warn("admin.conf is missing but tokens exist; create one with `corrald token create --role admin`", "path", path)
+		}
+		return nil
+	}
+	tok, err := s.tokens.Create(ctx, authv1.Role_ROLE_ADMIN, "first admin (admin.conf)", 0)
+	if err != nil {
+		return err
+	}
+	cc := &clientconfig.Config{Endpoint: s.endpoint(), CACert: string(s.ca.CertPEM()), Token: tok}
+	if err := cc.Write(path); err != nil {
+		return err
+	}
+	s.log.Info("first start: wrote admin client config", "path", path, "endpoint", cc.Endpoint)
+	return nil
+}
+
+// Run serves until ctx ends, then stops gracefully (bounded by
+// ShutdownGrace) and closes the store. It returns nil on a clean shutdown.
+func (s *Server) Run(ctx context.Context) error {
+	s.log.Info("serving gRPC API", "addr", s.lis.Addr().String(), "data_dir", s.cfg.DataDir)
+	errc := make(chan error, 1)
+	go func() { errc <- s.grpc.Serve(s.lis) }()
+	var err error
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		s.log.Info("shutting down")
+		done := make(chan struct{})
+		go func() { s.grpc.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(s.cfg.ShutdownGrace):
+			s.log.Warn("graceful shutdown timed out; stopping", "grace", s.cfg.ShutdownGrace.String())
+			s.grpc.Stop()
+		}
+		err = <-errc
+		if errors.Is(err, grpc.ErrServerStopped) {
+			err = nil
+		}
+	}
+	if cerr := s.store.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Close releases a Server that will not Run.
+func (s *Server) Close() error {
+	s.lis.Close()
+	return s.store.Close()
+}
+
