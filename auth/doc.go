@@ -1,0 +1,18 @@
+// Package auth decides who is calling corrald and whether they may call the
+// method they asked for. It owns three things:
+//
+//   - bearer tokens (Tokens): created as crl_<id>_<secret>, stored under
+//     /auth/tokens/<id> as a corral.auth.v1.Token holding only the SHA-256
+//     of the whole token, its role and its timestamps;
+//   - the authorization rule (Allowed) that matches a Principal's role
+//     against a method's corral.auth.v1.access option;
+//   - the gRPC server interceptor (Interceptor) that authenticates every
+//     call (bearer token, or a verified node client certificate) and
+//     applies the rule, looking the option up in the protobuf registry.
+//
+// The certificate authority and the client configuration file live in the
+// sub-packages auth/pki and auth/clientconfig.
+//
+// This package may import the store contract, store/record and the
+// generated API; it must not import a store backend (bbolt), boot/ or ipmi/.
+package auth

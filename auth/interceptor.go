@@ -1,0 +1,296 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+
+	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
+)
+
+// NodeOrganization is the Subject.Organization entry that makes a verified
+// client certificate a NODE principal (see Interceptor.NodeCertificates).
+const NodeOrganization = "corral:node"
+
+// Method prefixes with their own rules.
+const (
+	healthPrefix = "/grpc.health.v1.Health/"
+)
+
+var reflectionPrefixes = []string{
+	"/grpc.reflection.v1.ServerReflection/",
+	"/grpc.reflection.v1alpha.ServerReflection/",
+}
+
+// Interceptor authenticates and authorizes every gRPC call to corrald.
+//
+// For each call it:
+//   - lets /grpc.health.v1.Health/ methods through without credentials;
+//   - authenticates the caller from the "authorization: Bearer <token>"
+//     metadata through Tokens or, when there is no such header and
+//     NodeCertificates is set, from a verified TLS client certificate whose
+//     Subject.Organization contains NodeOrganization (a NODE principal
+//     whose Subject is the certificate's CommonName). A missing, repeated
+//     or malformed header, or a token Tokens rejects, gives
+//     codes.Unauthenticated;
+//   - lets the gRPC reflection services through for any principal;
+//   - otherwise looks up the method's corral.auth.v1.access option in the
+//     protobuf registry and applies Allowed; a method without a descriptor
+//     is treated like one without the option (ADMIN only). A refusal gives
+//     codes.PermissionDenied naming the method and the role it needs.
+//
+// Allowed calls reach the handler with the Principal in their context
+// (FromContext). Every refusal is logged at info level with the method, the
+// role and the token id, never the token.
+//
+// Set the fields before the first call and do not change them afterwards;
+// the interceptors are then safe for concurrent use. The zero value refuses
+// every authenticated method. Use an *Interceptor: it must not be copied
+// after first use.
+type Interceptor struct {
+	// Tokens authenticates bearer tokens; nil refuses every token.
+	Tokens *Tokens
+	// Logger receives denials; nil discards them.
+	Logger *slog.Logger
+	// NodeCertificates enables the certificate rule for callers that send
+	// no authorization header. The server's TLS configuration must verify
+	// client certificates against the Corral CA (VerifyClientCertIfGiven);
+	// unverified certificates are ignored.
+	NodeCertificates bool
+
+	// files is where method descriptors are looked up; nil means
+	// protoregistry.GlobalFiles. Tests replace it.
+	files *protoregistry.Files
+	// access caches methodAccess by full method name, for methods that
+	// have a descriptor.
+	access sync.Map
+}
+
+// methodAccess is what the registry says about one method.
+type methodAccess struct {
+	known  bool           // the method has a descriptor
+	access *authv1.Access // its access option, nil if it has none
+}
+
+// Unary returns the unary server interceptor.
+func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx, err := i.authorize(ctx, info.FullMethod)
+		if err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// Stream returns the stream server interceptor.
+func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, err := i.authorize(ss.Context(), info.FullMethod)
+		if err != nil {
+			return err
+		}
+		return handler(srv, &serverStream{ServerStream: ss, ctx: ctx})
+	}
+}
+
+// serverStream replaces the context of a server stream.
+type serverStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *serverStream) Context() context.Context { return s.ctx }
+
+func (i *Interceptor) logger() *slog.Logger {
+	if i.Logger != nil {
+		return i.Logger
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// authorize returns ctx with the caller's principal, or a status error.
+func (i *Interceptor) authorize(ctx context.Context, method string) (context.Context, error) {
+	if strings.HasPrefix(method, healthPrefix) {
+		return ctx, nil
+	}
+	p, err := i.authenticate(ctx, method)
+	if err != nil {
+		return nil, err
+	}
+	ctx = NewContext(ctx, p)
+	for _, prefix := range reflectionPrefixes {
+		if strings.HasPrefix(method, prefix) {
+			return ctx, nil
+		}
+	}
+	ma := i.lookup(method)
+	if Allowed(p, ma.access) { // ADMIN passes even when !ma.known
+		return ctx, nil
+	}
+	need := needs(ma.access)
+	reason := "role too low"
+	if !ma.known {
+		reason = "unknown method"
+	}
+	i.logger().LogAttrs(ctx, slog.LevelInfo, "auth: permission denied",
+		slog.String("method", method),
+		slog.String("role", p.Role.String()),
+		slog.String("token_id", p.ID),
+		slog.String("subject", p.Subject),
+		slog.String("need", need),
+		slog.String("reason", reason))
+	return nil, status.Errorf(codes.PermissionDenied, "%s needs %s (caller has %s)", method, need, p.Role)
+}
+
+// needs describes who may call a method with access option a.
+func needs(a *authv1.Access) string {
+	if a == nil {
+		return authv1.Role_ROLE_ADMIN.String()
+	}
+	var who []string
+	switch r := a.GetRole(); r {
+	case authv1.Role_ROLE_VIEWER, authv1.Role_ROLE_OPERATOR:
+		who = append(who, r.String()+" or higher")
+	default:
+		who = append(who, authv1.Role_ROLE_ADMIN.String())
+	}
+	for _, r := range a.GetAlso() {
+		who = append(who, r.String())
+	}
+	return strings.Join(who, " or ")
+}
+
+// authenticate returns the caller's principal or a status error.
+func (i *Interceptor) authenticate(ctx context.Context, method string) (Principal, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get("authorization")
+	if len(vals) == 0 {
+		if p, ok := i.nodeCertificate(ctx); ok {
+			return p, nil
+		}
+		return Principal{}, i.unauthenticated(ctx, method, "", "missing authorization: Bearer <token> metadata")
+	}
+	if len(vals) > 1 {
+		return Principal{}, i.unauthenticated(ctx, method, "", "more than one authorization metadata value")
+	}
+	scheme, token, ok := strings.Cut(vals[0], " ")
+	token = strings.TrimSpace(token)
+	if !ok || !strings.EqualFold(scheme, "bearer") || token == "" {
+		return Principal{}, i.unauthenticated(ctx, method, "", "authorization metadata is not \"Bearer <token>\"")
+	}
+	id, _ := parseToken(token) // for the log only
+	if i.Tokens == nil {
+		return Principal{}, i.unauthenticated(ctx, method, id, "token authentication is not configured")
+	}
+	p, err := i.Tokens.Authenticate(ctx, token)
+	switch {
+	case errors.Is(err, ErrUnauthenticated):
+		// Authenticate's errors do not tell an unknown id from a wrong
+		// secret, so the text may go to the caller.
+		return Principal{}, i.unauthenticated(ctx, method, id, err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return Principal{}, status.FromContextError(err).Err()
+	case err != nil:
+		i.logger().LogAttrs(ctx, slog.LevelError, "auth: cannot authenticate token",
+			slog.String("method", method),
+			slog.String("token_id", id),
+			slog.Any("error", err))
+		return Principal{}, status.Error(codes.Internal, "auth: cannot check the token")
+	}
+	return p, nil
+}
+
+// unauthenticated logs a refused call and returns its status error.
+func (i *Interceptor) unauthenticated(ctx context.Context, method, tokenID, reason string) error {
+	i.logger().LogAttrs(ctx, slog.LevelInfo, "auth: unauthenticated",
+		slog.String("method", method),
+		slog.String("role", authv1.Role_ROLE_UNSPECIFIED.String()),
+		slog.String("token_id", tokenID),
+		slog.String("reason", reason))
+	return status.Error(codes.Unauthenticated, reason)
+}
+
+// nodeCertificate applies the certificate rule.
+func (i *Interceptor) nodeCertificate(ctx context.Context) (Principal, bool) {
+	if !i.NodeCertificates {
+		return Principal{}, false
+	}
+	pr, ok := peer.FromContext(ctx)
+	if !ok {
+		return Principal{}, false
+	}
+	info, ok := pr.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return Principal{}, false
+	}
+	leaf := info.State.VerifiedChains[0][0]
+	if !slices.Contains(leaf.Subject.Organization, NodeOrganization) || leaf.Subject.CommonName == "" {
+		return Principal{}, false
+	}
+	return Principal{Role: authv1.Role_ROLE_NODE, Subject: leaf.Subject.CommonName}, true
+}
+
+// lookup returns the access rule of a full method name ("/pkg.Service/Method"),
+// caching it when the method has a descriptor.
+func (i *Interceptor) lookup(method string) methodAccess {
+	if v, ok := i.access.Load(method); ok {
+		return v.(methodAccess)
+	}
+	files := i.files
+	if files == nil {
+		files = protoregistry.GlobalFiles
+	}
+	ma := lookupAccess(files, method)
+	if ma.known {
+		// Only methods with a descriptor are cached, so callers cannot
+		// grow the cache with made-up names.
+		i.access.Store(method, ma)
+	}
+	return ma
+}
+
+// lookupAccess finds the access option of method in files.
+func lookupAccess(files *protoregistry.Files, method string) methodAccess {
+	svc, name, ok := strings.Cut(strings.TrimPrefix(method, "/"), "/")
+	if !ok || !strings.HasPrefix(method, "/") || strings.Contains(name, "/") {
+		return methodAccess{}
+	}
+	if !protoreflect.FullName(svc).IsValid() || !protoreflect.Name(name).IsValid() {
+		return methodAccess{}
+	}
+	d, err := files.FindDescriptorByName(protoreflect.FullName(svc))
+	if err != nil {
+		return methodAccess{}
+	}
+	sd, ok := d.(protoreflect.ServiceDescriptor)
+	if !ok {
+		return methodAccess{}
+	}
+	md := sd.Methods().ByName(protoreflect.Name(name))
+	if md == nil {
+		return methodAccess{}
+	}
+	opts, ok := md.Options().(*descriptorpb.MethodOptions)
+	if !ok || opts == nil || !proto.HasExtension(opts, authv1.E_Access) {
+		return methodAccess{known: true}
+	}
+	a, ok := proto.GetExtension(opts, authv1.E_Access).(*authv1.Access)
+	if !ok {
+		return methodAccess{known: true}
+	}
+	return methodAccess{known: true, access: a}
+}
