@@ -9,6 +9,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"time"
 
 	storev1 "github.com/corralhq/corral/api/store/v1"
 	"github.com/corralhq/corral/store"
@@ -96,7 +98,7 @@ func List[M proto.Message](ctx context.Context, s store.Store, prefix string, ne
 // set *del to delete the record instead. It returns the final message.
 func Update[M proto.Message](ctx context.Context, s store.Store, key string, newMsg func() M,
 	mutate func(m M, exists bool) (del bool, err error)) (M, error) {
-	for {
+	for attempt := 0; ; attempt++ {
 		m := newMsg()
 		var rev int64
 		exists := true
@@ -125,11 +127,29 @@ func Update[M proto.Message](ctx context.Context, s store.Store, key string, new
 			_, err = Put(ctx, s, key, m, rev)
 		}
 		if errors.Is(err, store.ErrConflict) {
-			if ctx.Err() != nil {
-				return m, ctx.Err()
+			if err := backoff(ctx, attempt); err != nil {
+				return m, err
 			}
 			continue
 		}
 		return m, err
+	}
+}
+
+// backoff waits a random time that grows with the number of conflicts
+// (capped at 8 ms), so that many writers contending for one record spread
+// out instead of re-reading in lock step.
+func backoff(ctx context.Context, attempt int) error {
+	if attempt == 0 {
+		return ctx.Err()
+	}
+	limit := 50 * time.Microsecond << min(attempt, 8)
+	t := time.NewTimer(rand.N(limit))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }

@@ -204,8 +204,19 @@ func (s *Server) ensureAdminConfig(ctx context.Context) error {
 		return err
 	}
 	if len(existing) > 0 {
-		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		cc, err := clientconfig.Load(path)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
 			s.log.Warn("admin.conf is missing but tokens exist; create one with `corrald token create --role admin`", "path", path)
+		case err != nil:
+			s.log.Warn("admin.conf is unreadable; leaving it alone", "path", path, "err", err)
+		case cc.Endpoint != s.endpoint() || cc.CACert != string(s.ca.CertPEM()):
+			// Keep the token; follow the listen address and CA.
+			cc.Endpoint, cc.CACert = s.endpoint(), string(s.ca.CertPEM())
+			if err := cc.Write(path); err != nil {
+				return err
+			}
+			s.log.Info("updated admin client config endpoint", "path", path, "endpoint", cc.Endpoint)
 		}
 		return nil
 	}
@@ -256,4 +267,3 @@ func (s *Server) Close() error {
 	s.lis.Close()
 	return s.store.Close()
 }
-

@@ -1,0 +1,257 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	authv1 "github.com/corralhq/corral/api/auth/v1"
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	"github.com/corralhq/corral/store"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+const gib = 1 << 30
+
+func applyNode(t testing.TB, c poolv1.NodeServiceClient, name string, milli uint32, mem uint64) {
+	t.Helper()
+	_, err := c.ApplyNode(context.Background(), &poolv1.ApplyNodeRequest{Name: name, CpuMilliCores: milli, MemoryBytes: mem, StorageBytes: 100 * gib, Rack: "r1"})
+	if err != nil {
+		t.Fatalf("ApplyNode: %v", err)
+	}
+}
+
+func TestFirstStartWritesAdminConfig(t *testing.T) {
+	dir := t.TempDir()
+	_, cc := startServer(t, dir)
+	fi, err := os.Stat(filepath.Join(dir, AdminConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("admin.conf mode %v, want 0600", fi.Mode().Perm())
+	}
+	if cc.Token == "" || cc.CACert == "" || cc.Endpoint == "" {
+		t.Fatalf("admin.conf incomplete: %+v", cc)
+	}
+}
+
+func TestRoles(t *testing.T) {
+	srv, cc := startServer(t, t.TempDir())
+	ctx := context.Background()
+	tokens := map[string]string{
+		"none":     "",
+		"viewer":   newToken(t, srv, authv1.Role_ROLE_VIEWER),
+		"operator": newToken(t, srv, authv1.Role_ROLE_OPERATOR),
+		"admin":    cc.Token,
+		"node":     newToken(t, srv, authv1.Role_ROLE_NODE),
+		"bogus":    "crl_0000000000000000_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+	}
+	type call func(poolv1.NodeServiceClient, inventoryv1.MachineServiceClient) error
+	list := func(n poolv1.NodeServiceClient, _ inventoryv1.MachineServiceClient) error {
+		_, err := n.ListNodes(ctx, &poolv1.ListNodesRequest{})
+		return err
+	}
+	apply := func(n poolv1.NodeServiceClient, _ inventoryv1.MachineServiceClient) error {
+		_, err := n.ApplyNode(ctx, &poolv1.ApplyNodeRequest{Name: "n1", CpuMilliCores: 1000, MemoryBytes: gib})
+		return err
+	}
+	machines := func(_ poolv1.NodeServiceClient, m inventoryv1.MachineServiceClient) error {
+		_, err := m.ListMachines(ctx, &inventoryv1.ListMachinesRequest{})
+		return err
+	}
+	cases := map[string]struct {
+		token string
+		call  call
+		want  codes.Code
+	}{
+		"no token list":        {"none", list, codes.Unauthenticated},
+		"bogus token list":     {"bogus", list, codes.Unauthenticated},
+		"viewer list":          {"viewer", list, codes.OK},
+		"viewer apply":         {"viewer", apply, codes.PermissionDenied},
+		"operator apply":       {"operator", apply, codes.OK},
+		"admin apply":          {"admin", apply, codes.OK},
+		"node apply":           {"node", apply, codes.OK},
+		"node list":            {"node", list, codes.PermissionDenied},
+		"viewer unimplemented": {"viewer", machines, codes.Unimplemented},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := *cc
+			c.Token = tokens[tc.token]
+			conn := dial(t, &c, "")
+			if tc.token == "none" {
+				c.Token = ""
+				conn = dial(t, &c, "")
+			}
+			err := tc.call(poolv1.NewNodeServiceClient(conn), inventoryv1.NewMachineServiceClient(conn))
+			if got := status.Code(err); got != tc.want {
+				t.Fatalf("got %v (%v), want %v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestConcurrentReserveCompute: 64 concurrent ReserveCompute calls through
+// the real TLS gRPC server on bbolt against a node with room for exactly 10.
+func TestConcurrentReserveCompute(t *testing.T) {
+	_, cc := startServer(t, t.TempDir())
+	c := poolv1.NewNodeServiceClient(dial(t, cc, ""))
+	applyNode(t, c, "n1", 10_000, 10*gib)
+	var wg sync.WaitGroup
+	codesSeen := make([]codes.Code, 64)
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := c.ReserveCompute(context.Background(), &poolv1.ReserveComputeRequest{
+				NodeName: "n1", ComputeName: fmt.Sprintf("vm%02d", i),
+				RequestCpuMilliCore: 1000, LimitCpuMilliCore: 1000, RequestMemoryBytes: gib, LimitMemoryBytes: gib,
+			})
+			codesSeen[i] = status.Code(err)
+		}()
+	}
+	wg.Wait()
+	count := map[codes.Code]int{}
+	for _, c := range codesSeen {
+		count[c]++
+	}
+	if count[codes.OK] != 10 || count[codes.ResourceExhausted] != 54 {
+		t.Fatalf("outcomes %v, want 10 OK and 54 ResourceExhausted", count)
+	}
+	n, err := c.GetNode(context.Background(), &poolv1.GetNodeRequest{Name: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(n.GetReservedComputes()); got != 10 {
+		t.Fatalf("node has %d reservations, want 10", got)
+	}
+}
+
+// TestConcurrentReserveNetworkInterface: 300 concurrent reservations on a
+// /24 with a gateway: exactly 253 distinct addresses.
+func TestConcurrentReserveNetworkInterface(t *testing.T) {
+	_, cc := startServer(t, t.TempDir())
+	c := poolv1.NewNetworkServiceClient(dial(t, cc, ""))
+	if _, err := c.ApplyNetwork(context.Background(), &poolv1.ApplyNetworkRequest{
+		Name: "lan", Ipv4Cidr: "10.20.0.0/24", Ipv4Gateway: "10.20.0.1", DnsServers: []string{"10.20.0.1"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	outcomes := make([]codes.Code, 300)
+	for i := range 300 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := c.ReserveNetworkInterface(context.Background(), &poolv1.ReserveNetworkInterfaceRequest{
+				NetworkName: "lan", NetworkInterfaceName: fmt.Sprintf("if%03d", i),
+			})
+			outcomes[i] = status.Code(err)
+		}()
+	}
+	wg.Wait()
+	count := map[codes.Code]int{}
+	for _, c := range outcomes {
+		count[c]++
+	}
+	if count[codes.OK] != 253 || count[codes.ResourceExhausted] != 47 {
+		t.Fatalf("outcomes %v, want 253 OK and 47 ResourceExhausted", count)
+	}
+	n, err := c.GetNetwork(context.Background(), &poolv1.GetNetworkRequest{Name: "lan"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, macs := map[string]bool{}, map[string]bool{}
+	pfx := netip.MustParsePrefix("10.20.0.0/24")
+	for name, ni := range n.GetReservedNetworkInterfaces() {
+		a, err := netip.ParseAddr(ni.GetIpv4Address())
+		if err != nil || !pfx.Contains(a) || a.As4()[3] == 0 || a.As4()[3] == 1 || a.As4()[3] == 255 {
+			t.Errorf("%s: bad address %q", name, ni.GetIpv4Address())
+		}
+		addrs[ni.GetIpv4Address()] = true
+		macs[ni.GetHardwareAddress()] = true
+	}
+	if len(addrs) != 253 || len(macs) != 253 {
+		t.Fatalf("%d distinct addresses and %d distinct MACs, want 253 each", len(addrs), len(macs))
+	}
+}
+
+// TestRestartKeepsReservations closes and reopens the appliance on the same
+// data dir (the SIGKILL variant runs the real binary in cmd/corrald).
+func TestRestartKeepsReservations(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := New(Config{DataDir: dir, APIListen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	cc1, _ := loadAdmin(t, dir)
+	c := poolv1.NewNodeServiceClient(dial(t, cc1, ""))
+	applyNode(t, c, "n1", 4000, 4*gib)
+	for i := range 3 {
+		if _, err := c.ReserveCompute(context.Background(), &poolv1.ReserveComputeRequest{NodeName: "n1", ComputeName: fmt.Sprint("c", i),
+			RequestCpuMilliCore: 500, LimitCpuMilliCore: 1000, RequestMemoryBytes: gib / 2, LimitMemoryBytes: gib / 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	_, cc2 := startServer(t, dir)
+	if cc2.Token != cc1.Token {
+		t.Errorf("admin token changed across restart")
+	}
+	n, err := poolv1.NewNodeServiceClient(dial(t, cc2, "")).GetNode(context.Background(), &poolv1.GetNodeRequest{Name: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(n.GetReservedComputes()) != 3 {
+		t.Fatalf("after restart: %d reservations, want 3", len(n.GetReservedComputes()))
+	}
+}
+
+// TestCorruptStoreRefused: a truncated store file is a startup error naming
+// the file, and the file is left as it was.
+func TestCorruptStoreRefused(t *testing.T) {
+	dir := t.TempDir()
+	_, cc := startServer(t, dir)
+	applyNode(t, poolv1.NewNodeServiceClient(dial(t, cc, "")), "n1", 1000, gib)
+	// The server still holds the file; corrupt a copy of it.
+	src := filepath.Join(dir, StoreFile)
+	dir2 := t.TempDir()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := b[:len(b)/2]
+	if err := os.WriteFile(filepath.Join(dir2, StoreFile), bad, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(Config{DataDir: dir2, APIListen: "127.0.0.1:0"})
+	if err == nil {
+		t.Fatal("New on a truncated store succeeded")
+	}
+	if !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), filepath.Join(dir2, StoreFile)) {
+		t.Fatalf("error %q does not name the file / wrap ErrCorrupt", err)
+	}
+	after, _ := os.ReadFile(filepath.Join(dir2, StoreFile))
+	if string(after) != string(bad) {
+		t.Fatal("corrupt store file was modified")
+	}
+	if _, err := os.Stat(filepath.Join(dir2, AdminConfigFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("admin.conf written despite a corrupt store")
+	}
+}
+
