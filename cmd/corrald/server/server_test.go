@@ -254,4 +254,3 @@ func TestCorruptStoreRefused(t *testing.T) {
 		t.Fatal("admin.conf written despite a corrupt store")
 	}
 }
-
