@@ -186,11 +186,17 @@ func TestE2EGrpcurlTLSAndRoles(t *testing.T) {
 	needE2E(t)
 	dataDir := t.TempDir()
 	// A viewer token minted offline before the first start.
-	out, err := runCmd(t, filepath.Join(binDir, "corrald"), "token", "create", "--data-dir", dataDir, "--role", "viewer")
+	tc := exec.Command(filepath.Join(binDir, "corrald"), "token", "create", "--data-dir", dataDir, "--role", "viewer")
+	tc.Stderr = os.Stderr
+	stdout, err := tc.Output()
 	if err != nil {
-		t.Fatalf("token create: %v\n%s", err, out)
+		t.Fatalf("token create: %v", err)
 	}
-	viewer := strings.TrimSpace(lastLine(out))
+	viewer := strings.TrimSpace(string(stdout))
+	if !strings.HasPrefix(viewer, "crl_") || strings.Contains(viewer, "\n") {
+		t.Fatalf("token create printed %q, want one token", viewer)
+	}
+	var out string
 	addr := freePort(t)
 	startCorrald(t, dataDir, addr)
 	// No admin.conf was written because a token already existed.
@@ -245,11 +251,6 @@ func TestE2EGrpcurlTLSAndRoles(t *testing.T) {
 	if !strings.Contains(out, "InvalidArgument") || !strings.Contains(out, "10.0.0.0/24") {
 		t.Errorf("bad CIDR: %s", out)
 	}
-}
-
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
 }
 
 // TestE2EKillRestart: reservations made, corrald SIGKILLed, restarted:
