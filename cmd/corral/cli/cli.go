@@ -1,0 +1,213 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+
+	"github.com/corralhq/corral/auth/clientconfig"
+)
+
+// Exit codes returned by Run.
+const (
+	ExitOK    = 0
+	ExitError = 1 // API, connection, file or configuration failure
+	ExitUsage = 2 // bad verb, kind, argument or flag
+)
+
+// DefaultTimeout bounds each RPC unless --timeout says otherwise.
+const DefaultTimeout = 30 * time.Second
+
+// App is one configured command line. The zero value is not usable: Run
+// fills the defaults; tests build an App with their own Stdin, Getenv and
+// Dial.
+type App struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	// Getenv reads the environment (CORRAL_CONFIG, CORRAL_ENDPOINT,
+	// CORRAL_TOKEN, HOME). Nil means os.Getenv.
+	Getenv func(string) string
+	// Dial connects to cfg.Endpoint. It must not block on I/O. Nil means
+	// clientconfig.Dial (TLS trusting cfg.CACert, bearer cfg.Token).
+	Dial func(cfg *clientconfig.Config) (*grpc.ClientConn, error)
+}
+
+// Run executes the command line args (without the program name) with the
+// process's stdin, writing results to stdout and the single error line to
+// stderr, and returns the exit code. It stops waiting on RPCs when ctx is
+// cancelled.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return (&App{Stdin: os.Stdin, Stdout: stdout, Stderr: stderr}).Run(ctx, args)
+}
+
+// Run executes args like the package-level Run, using a's streams,
+// environment and dialer.
+func (a *App) Run(ctx context.Context, args []string) int {
+	inv := &invocation{app: a}
+	defer inv.close()
+
+	root := inv.rootCommand()
+	if args == nil {
+		args = []string{} // cobra would read os.Args otherwise
+	}
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		fmt.Fprintf(a.stderr(), "corral: %s\n", oneLine(ee.msg))
+		return ee.code
+	}
+	// Errors produced by cobra itself: unknown commands, missing required
+	// flags. They are all usage errors.
+	path := "corral"
+	if cmd != nil {
+		path = cmd.CommandPath()
+	}
+	fmt.Fprintf(a.stderr(), "corral: %s (see '%s --help')\n", oneLine(err.Error()), path)
+	return ExitUsage
+}
+
+func (a *App) stdout() io.Writer {
+	if a.Stdout == nil {
+		return io.Discard
+	}
+	return a.Stdout
+}
+
+func (a *App) stderr() io.Writer {
+	if a.Stderr == nil {
+		return io.Discard
+	}
+	return a.Stderr
+}
+
+func (a *App) stdin() io.Reader {
+	if a.Stdin == nil {
+		return strings.NewReader("")
+	}
+	return a.Stdin
+}
+
+func (a *App) getenv(key string) string {
+	if a.Getenv == nil {
+		return os.Getenv(key)
+	}
+	return a.Getenv(key)
+}
+
+// invocation is the state of one Run: global flag values and the
+// connection, dialled on first use and closed when Run returns.
+type invocation struct {
+	app *App
+
+	configPath string
+	endpoint   string
+	token      string
+	timeout    time.Duration
+
+	conn       *grpc.ClientConn
+	connTarget string // endpoint the connection was made to, for messages
+}
+
+func (inv *invocation) close() {
+	if inv.conn != nil {
+		_ = inv.conn.Close()
+	}
+}
+
+func (inv *invocation) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "corral VERB",
+		Short: "Command-line client of the corrald bare-metal appliance",
+		Long: `corral talks to corrald over gRPC (TLS and a bearer token).
+
+Kinds: ` + kindList() + `.
+
+The connection comes from the client configuration file (--config, else
+$CORRAL_CONFIG, else ~/.config/corral/config.yaml); --endpoint/$CORRAL_ENDPOINT
+and --token/$CORRAL_TOKEN override its endpoint and token.`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageErrorf("missing verb (see 'corral --help')")
+			}
+			return usageErrorf("unknown verb %q (valid: %s)", args[0], verbList(cmd))
+		},
+		SilenceErrors:      true,
+		SilenceUsage:       true,
+		DisableSuggestions: true,
+		CompletionOptions:  cobra.CompletionOptions{DisableDefaultCmd: true},
+	}
+	root.SetOut(inv.app.stdout())
+	root.SetErr(inv.app.stderr())
+	root.SetIn(inv.app.stdin())
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usageErrorf("%v (see '%s --help')", err, cmd.CommandPath())
+	})
+
+	pf := root.PersistentFlags()
+	pf.StringVar(&inv.configPath, "config", "", "client configuration file (env CORRAL_CONFIG, default ~/.config/corral/config.yaml)")
+	pf.StringVar(&inv.endpoint, "endpoint", "", "corrald address host:port, overriding the configuration file (env CORRAL_ENDPOINT)")
+	pf.StringVar(&inv.token, "token", "", "bearer token, overriding the configuration file (env CORRAL_TOKEN)")
+	pf.DurationVar(&inv.timeout, "timeout", DefaultTimeout, "deadline of each RPC")
+
+	root.AddCommand(
+		inv.getCommand(),
+		inv.describeCommand(),
+		inv.applyCommand(),
+		inv.deleteCommand(),
+		inv.nodeCommand(),
+		inv.networkCommand(),
+		inv.versionCommand(),
+	)
+	return root
+}
+
+// verbList names the subcommands of cmd for error messages.
+func verbList(cmd *cobra.Command) string {
+	var names []string
+	for _, c := range cmd.Commands() {
+		if c.IsAvailableCommand() {
+			names = append(names, c.Name())
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// groupRunE is the RunE of a command that only holds subcommands (node,
+// network): it turns a missing or unknown verb into a usage error instead
+// of cobra's silent help.
+func groupRunE(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return usageErrorf("missing %s verb (valid: %s)", cmd.Name(), verbList(cmd))
+	}
+	return usageErrorf("unknown %s verb %q (valid: %s)", cmd.Name(), args[0], verbList(cmd))
+}
+
+// argsBetween is a cobra.PositionalArgs that reports a wrong argument
+// count as a usage error quoting the command's usage line.
+func argsBetween(min, max int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < min || len(args) > max {
+			return usageErrorf("wrong number of arguments: usage: %s", cmd.UseLine())
+		}
+		return nil
+	}
+}
+
+// callContext returns the context of one RPC: the command's context
+// bounded by --timeout.
+func (inv *invocation) callContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(cmd.Context(), inv.timeout)
+}

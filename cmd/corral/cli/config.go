@@ -1,0 +1,131 @@
+package cli
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"google.golang.org/grpc"
+
+	"github.com/corralhq/corral/auth/clientconfig"
+)
+
+// DefaultPort is corrald's gRPC port, added to an endpoint given without
+// one.
+const DefaultPort = "20180"
+
+// Environment variables read by the global flags.
+const (
+	envConfig   = "CORRAL_CONFIG"
+	envEndpoint = "CORRAL_ENDPOINT"
+	envToken    = "CORRAL_TOKEN"
+)
+
+// clientConfig resolves the client configuration: the file named by
+// --config, else $CORRAL_CONFIG, else ~/.config/corral/config.yaml (which
+// may be absent), then --endpoint/$CORRAL_ENDPOINT and
+// --token/$CORRAL_TOKEN override its endpoint and token. A flag given
+// explicitly wins over its environment variable, even when empty.
+func (inv *invocation) clientConfig(flags interface{ Changed(string) bool }) (*clientconfig.Config, error) {
+	path, explicit := inv.configPath, flags.Changed("config")
+	if !explicit {
+		if env := inv.app.getenv(envConfig); env != "" {
+			path, explicit = env, true
+		}
+	}
+	if !explicit {
+		home := inv.app.getenv("HOME")
+		if home == "" {
+			home, _ = os.UserHomeDir()
+		}
+		if home != "" {
+			path = filepath.Join(home, ".config", "corral", "config.yaml")
+		}
+	}
+
+	cfg := &clientconfig.Config{}
+	switch {
+	case path == "":
+		// No home directory: rely on flags and environment only.
+	case explicit:
+		loaded, err := clientconfig.Load(path)
+		if err != nil {
+			return nil, failf("%v", err)
+		}
+		cfg = loaded
+	default:
+		if _, err := os.Stat(path); err == nil {
+			loaded, err := clientconfig.Load(path)
+			if err != nil {
+				return nil, failf("%v", err)
+			}
+			cfg = loaded
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, failf("config %s: %v", path, err)
+		}
+	}
+
+	if flags.Changed("endpoint") {
+		cfg.Endpoint = inv.endpoint
+	} else if env := inv.app.getenv(envEndpoint); env != "" {
+		cfg.Endpoint = env
+	}
+	if flags.Changed("token") {
+		cfg.Token = inv.token
+	} else if env := inv.app.getenv(envToken); env != "" {
+		cfg.Token = env
+	}
+
+	cfg.Endpoint = withDefaultPort(strings.TrimSpace(cfg.Endpoint))
+	if cfg.Endpoint == "" {
+		return nil, usageErrorf("no endpoint: pass --endpoint, set %s, or write %s", envEndpoint, displayPath(path))
+	}
+	if strings.ContainsFunc(cfg.Token, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return nil, usageErrorf("token contains whitespace or control characters")
+	}
+	return cfg, nil
+}
+
+// connect returns the connection to corrald, dialling it on first use.
+// grpc.NewClient does no I/O, so connection failures surface on the first
+// RPC and are reported by callError.
+func (inv *invocation) connect(flags interface{ Changed(string) bool }) (*grpc.ClientConn, error) {
+	if inv.conn != nil {
+		return inv.conn, nil
+	}
+	if inv.timeout <= 0 {
+		return nil, usageErrorf("--timeout must be positive, got %v", inv.timeout)
+	}
+	cfg, err := inv.clientConfig(flags)
+	if err != nil {
+		return nil, err
+	}
+	dial := inv.app.Dial
+	if dial == nil {
+		dial = func(cfg *clientconfig.Config) (*grpc.ClientConn, error) { return clientconfig.Dial(cfg) }
+	}
+	conn, err := dial(cfg)
+	if err != nil {
+		return nil, failf("cannot reach corrald at %s: %v", cfg.Endpoint, err)
+	}
+	inv.conn, inv.connTarget = conn, cfg.Endpoint
+	return conn, nil
+}
+
+// withDefaultPort appends DefaultPort to a bare host name or IPv4
+// address. Targets with a scheme, a port or an IPv6 literal are kept.
+func withDefaultPort(endpoint string) string {
+	if endpoint == "" || strings.ContainsAny(endpoint, ":/") {
+		return endpoint
+	}
+	return endpoint + ":" + DefaultPort
+}
+
+func displayPath(path string) string {
+	if path == "" {
+		return "~/.config/corral/config.yaml"
+	}
+	return path
+}

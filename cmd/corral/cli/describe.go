@@ -1,0 +1,35 @@
+package cli
+
+import (
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
+)
+
+func (inv *invocation) describeCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "describe KIND NAME",
+		Short: "Show the full record of one resource as YAML",
+		Long: `describe prints every populated field of one record as YAML, with proto
+field names (the same as 'get KIND NAME -o yaml').
+
+Kinds: ` + kindList() + `.`,
+		Args: argsBetween(2, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			k, err := kindArg(args[0])
+			if err != nil {
+				return err
+			}
+			cc, err := inv.connect(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := inv.callContext(cmd)
+			defer cancel()
+			m, err := k.get(ctx, cc, args[1])
+			if err != nil {
+				return inv.callError(k.subject(args[1]), err)
+			}
+			return printRecords(cmd.OutOrStdout(), k, []proto.Message{m}, false, formatYAML)
+		},
+	}
+}

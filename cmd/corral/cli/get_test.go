@@ -1,0 +1,262 @@
+package cli
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	deploymentv1 "github.com/corralhq/corral/api/deployment/v1"
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	provisioningv1 "github.com/corralhq/corral/api/provisioning/v1"
+)
+
+const n1JSON = `{
+  "name": "n1",
+  "labels": {
+    "tier": "gold"
+  },
+  "address": "10.0.0.11",
+  "cpu_milli_cores": 16000,
+  "memory_bytes": "68719476736",
+  "storage_bytes": "1099511627776",
+  "rack": "r1",
+  "state": "READY",
+  "reserved_computes": {
+    "vm1": {
+      "request_cpu_milli_core": 1500,
+      "limit_cpu_milli_core": 2000,
+      "request_memory_bytes": "1610612736",
+      "limit_memory_bytes": "2147483648"
+    }
+  },
+  "reserved_storages": {
+    "disk1": {
+      "request_bytes": "107374182400",
+      "limit_bytes": "214748364800"
+    }
+  },
+  "last_heartbeat": "2025-03-01T12:00:00Z"
+}
+`
+
+const n1YAML = `address: 10.0.0.11
+cpu_milli_cores: 16000
+labels:
+  tier: gold
+last_heartbeat: "2025-03-01T12:00:00Z"
+memory_bytes: "68719476736"
+name: n1
+rack: r1
+reserved_computes:
+  vm1:
+    limit_cpu_milli_core: 2000
+    limit_memory_bytes: "2147483648"
+    request_cpu_milli_core: 1500
+    request_memory_bytes: "1610612736"
+reserved_storages:
+  disk1:
+    limit_bytes: "214748364800"
+    request_bytes: "107374182400"
+state: READY
+storage_bytes: "1099511627776"
+`
+
+func TestGet(t *testing.T) {
+	tests := map[string]struct {
+		empty bool // run against a server with no records
+		args  []string
+		want  string
+	}{
+		"nodes table": {
+			args: []string{"get", "node"},
+			want: `NAME   STATE       ADDRESS     RACK   CPU           MEMORY         STORAGE       RESERVATIONS
+n1     READY       10.0.0.11   r1     1500/16000m   1.5GiB/64GiB   100GiB/1TiB   compute=1,storage=1
+n2     NOT_READY   -           -      0/8000m       0B/32GiB       0B/0B         compute=0,storage=0
+`,
+		},
+		"one node table": {
+			args: []string{"get", "nodes", "n2"},
+			want: `NAME   STATE       ADDRESS   RACK   CPU       MEMORY     STORAGE   RESERVATIONS
+n2     NOT_READY   -         -      0/8000m   0B/32GiB   0B/0B     compute=0,storage=0
+`,
+		},
+		"one node json": {
+			args: []string{"get", "node", "n1", "-o", "json"},
+			want: n1JSON,
+		},
+		"one node yaml": {
+			args: []string{"get", "node", "n1", "--output=yaml"},
+			want: n1YAML,
+		},
+		"describe node": {
+			args: []string{"describe", "node", "n1"},
+			want: n1YAML,
+		},
+		"nodes json": {
+			args: []string{"get", "node", "-o", "json"},
+			want: `[
+  {
+    "name": "n1",
+    "labels": {
+      "tier": "gold"
+    },
+    "address": "10.0.0.11",
+    "cpu_milli_cores": 16000,
+    "memory_bytes": "68719476736",
+    "storage_bytes": "1099511627776",
+    "rack": "r1",
+    "state": "READY",
+    "reserved_computes": {
+      "vm1": {
+        "request_cpu_milli_core": 1500,
+        "limit_cpu_milli_core": 2000,
+        "request_memory_bytes": "1610612736",
+        "limit_memory_bytes": "2147483648"
+      }
+    },
+    "reserved_storages": {
+      "disk1": {
+        "request_bytes": "107374182400",
+        "limit_bytes": "214748364800"
+      }
+    },
+    "last_heartbeat": "2025-03-01T12:00:00Z"
+  },
+  {
+    "name": "n2",
+    "cpu_milli_cores": 8000,
+    "memory_bytes": "34359738368",
+    "state": "NOT_READY"
+  }
+]
+`,
+		},
+		"no nodes table": {
+			empty: true,
+			args:  []string{"get", "nodes"},
+			want:  "NAME   STATE   ADDRESS   RACK   CPU   MEMORY   STORAGE   RESERVATIONS\n",
+		},
+		"no nodes json": {
+			empty: true,
+			args:  []string{"get", "nodes", "-o", "json"},
+			want:  "[]\n",
+		},
+		"no nodes yaml": {
+			empty: true,
+			args:  []string{"get", "nodes", "-o", "yaml"},
+			want:  "[]\n",
+		},
+		"networks table": {
+			args: []string{"get", "networks"},
+			want: `NAME   STATE         IPV4             IPV6        GATEWAY               VLAN   INTERFACES
+lan    AVAILABLE     192.168.0.0/24   fd00::/64   192.168.0.1,fd00::1   100    1
+wan    UNSPECIFIED   203.0.113.0/28   -           -                     -      0
+`,
+		},
+		"machines table": {
+			args: []string{"get", "machine"},
+			want: `NAME   STATE        SERIAL   POWER         BOOT-MAC            NODE
+m1     DEPLOYED     SN123    ON            aa:bb:cc:dd:ee:01   n1
+m2     DISCOVERED   -        UNSPECIFIED   aa:bb:cc:dd:ee:02   -
+`,
+		},
+		"virtual machines table": {
+			args: []string{"get", "vm"},
+			want: `NAME   STATE     NODE   CPU     MEMORY   BLOCK-STORAGES   ADDRESSES
+vm1    RUNNING   n1     2000m   4GiB     disk1            192.168.0.10
+`,
+		},
+		"block storages table": {
+			args: []string{"get", "bs"},
+			want: `NAME    STATE    NODE   REQUEST   LIMIT
+disk1   IN_USE   n1     10GiB     20GiB
+`,
+		},
+		"images table": {
+			args: []string{"get", "images"},
+			want: `NAME     BLOCK-STORAGES   TAGS
+debian   debian-12        latest=debian-12
+`,
+		},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := newTestServer(t)
+			if !tt.empty {
+				seed(s)
+			}
+			r := s.run(t, "", nil, tt.args...)
+			if r.code != ExitOK || r.stderr != "" {
+				t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+			}
+			if diff := cmp.Diff(tt.want, r.stdout); diff != "" {
+				t.Errorf("stdout (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestKindAliases(t *testing.T) {
+	tests := map[string]struct {
+		kind string
+		want proto.Message // the List request the alias must send
+	}{
+		"node":            {"node", &poolv1.ListNodesRequest{}},
+		"nodes":           {"nodes", &poolv1.ListNodesRequest{}},
+		"network":         {"network", &poolv1.ListNetworksRequest{}},
+		"networks":        {"networks", &poolv1.ListNetworksRequest{}},
+		"net":             {"net", &poolv1.ListNetworksRequest{}},
+		"virtual_machine": {"virtual_machine", &provisioningv1.ListVirtualMachinesRequest{}},
+		"vm":              {"vm", &provisioningv1.ListVirtualMachinesRequest{}},
+		"vms":             {"vms", &provisioningv1.ListVirtualMachinesRequest{}},
+		"VirtualMachine":  {"VirtualMachine", &provisioningv1.ListVirtualMachinesRequest{}},
+		"block_storage":   {"block_storage", &provisioningv1.ListBlockStoragesRequest{}},
+		"bs":              {"bs", &provisioningv1.ListBlockStoragesRequest{}},
+		"image":           {"image", &deploymentv1.ListImagesRequest{}},
+		"images":          {"images", &deploymentv1.ListImagesRequest{}},
+		"machine":         {"machine", &inventoryv1.ListMachinesRequest{}},
+		"machines":        {"machines", &inventoryv1.ListMachinesRequest{}},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := newTestServer(t)
+			r := s.run(t, "", nil, "get", tt.kind, "-o", "json")
+			if r.code != ExitOK {
+				t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+			}
+			if diff := cmp.Diff([]proto.Message{tt.want}, s.received(), protocmp.Transform()); diff != "" {
+				t.Errorf("requests (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestLookupKind(t *testing.T) {
+	tests := map[string]struct {
+		want string // canonical kind; "" when unknown
+	}{
+		"bs":              {"block_storage"},
+		"vm":              {"virtual_machine"},
+		"net":             {"network"},
+		"Virtual-Machine": {"virtual_machine"},
+		"BlockStorage":    {"block_storage"},
+		"nodes":           {"node"},
+		"":                {""},
+		"pod":             {""},
+		"n":               {""},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := ""
+			if k, ok := lookupKind(name); ok {
+				got = k.name
+			}
+			if got != tt.want {
+				t.Errorf("lookupKind(%q) = %q, want %q", name, got, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,380 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	deploymentv1 "github.com/corralhq/corral/api/deployment/v1"
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	provisioningv1 "github.com/corralhq/corral/api/provisioning/v1"
+)
+
+// kind is one resource type the CLI knows: how to list, get and delete it,
+// how to draw it as a table, and (when it can be applied) which request a
+// document of that kind decodes into.
+type kind struct {
+	name    string   // canonical name, as printed in "<kind>/<name>"
+	aliases []string // other names accepted on the command line and in files
+
+	columns []string
+	row     func(proto.Message) []string
+
+	list func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error)
+	get  func(ctx context.Context, cc grpc.ClientConnInterface, name string) (proto.Message, error)
+	del  func(ctx context.Context, cc grpc.ClientConnInterface, name string) error
+
+	// request returns an empty request message for an apply document with
+	// the given top-level fields; nil when the kind cannot be applied.
+	request func(fields map[string]any) proto.Message
+	// send sends a request built by request.
+	send func(ctx context.Context, cc grpc.ClientConnInterface, req proto.Message) error
+}
+
+// kinds is every kind, in the order they are listed in messages.
+var kinds = []*kind{nodeKind, networkKind, virtualMachineKind, blockStorageKind, imageKind, machineKind}
+
+// normalizeKind folds case, '-' and '_' so that "virtual_machine",
+// "VirtualMachine" and "virtual-machine" are the same name.
+func normalizeKind(s string) string {
+	s = strings.ToLower(strings.TrimSpace(s))
+	return strings.NewReplacer("_", "", "-", "").Replace(s)
+}
+
+// lookupKind resolves a kind name or alias.
+func lookupKind(name string) (*kind, bool) {
+	n := normalizeKind(name)
+	if n == "" {
+		return nil, false
+	}
+	for _, k := range kinds {
+		if normalizeKind(k.name) == n {
+			return k, true
+		}
+		for _, a := range k.aliases {
+			if normalizeKind(a) == n {
+				return k, true
+			}
+		}
+	}
+	return nil, false
+}
+
+// kindArg resolves a kind given on the command line, or returns a usage
+// error listing the valid kinds.
+func kindArg(name string) (*kind, error) {
+	k, ok := lookupKind(name)
+	if !ok {
+		return nil, usageErrorf("unknown kind %q (valid: %s)", name, kindList())
+	}
+	return k, nil
+}
+
+// kindList is "node|nodes, network|networks|net, ..." for messages.
+func kindList() string {
+	parts := make([]string, len(kinds))
+	for i, k := range kinds {
+		parts[i] = strings.Join(append([]string{k.name}, k.aliases...), "|")
+	}
+	return strings.Join(parts, ", ")
+}
+
+// subject names one record in messages: `node "n1"`.
+func (k *kind) subject(name string) string {
+	return fmt.Sprintf("%s %q", k.name, name)
+}
+
+// recordName returns the "name" field of any record or request.
+func recordName(m proto.Message) string {
+	r := m.ProtoReflect()
+	fd := r.Descriptor().Fields().ByName("name")
+	if fd == nil || fd.Kind() != protoreflect.StringKind {
+		return ""
+	}
+	return r.Get(fd).String()
+}
+
+func sortByName(ms []proto.Message) {
+	sort.SliceStable(ms, func(i, j int) bool { return recordName(ms[i]) < recordName(ms[j]) })
+}
+
+func messages[T proto.Message](items []T) []proto.Message {
+	out := make([]proto.Message, len(items))
+	for i, it := range items {
+		out[i] = it
+	}
+	return out
+}
+
+// cell renders an empty table value as "-".
+func cell(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// stateName shortens enum value names for tables: NODE_UNSPECIFIED and
+// POWER_STATE_UNSPECIFIED print as UNSPECIFIED, POWER_STATE_ON as ON.
+func stateName(s string, prefix string) string {
+	if strings.HasSuffix(s, "UNSPECIFIED") {
+		return "UNSPECIFIED"
+	}
+	return strings.TrimPrefix(s, prefix)
+}
+
+func joinSorted(ss []string) string {
+	ss = append([]string(nil), ss...)
+	sort.Strings(ss)
+	return cell(strings.Join(ss, ","))
+}
+
+var nodeKind = &kind{
+	name:    "node",
+	aliases: []string{"nodes"},
+	columns: []string{"NAME", "STATE", "ADDRESS", "RACK", "CPU", "MEMORY", "STORAGE", "RESERVATIONS"},
+	row: func(m proto.Message) []string {
+		n := m.(*poolv1.Node)
+		var cpu uint64
+		var mem, disk uint64
+		for _, c := range n.GetReservedComputes() {
+			cpu += uint64(c.GetRequestCpuMilliCore())
+			mem += c.GetRequestMemoryBytes()
+		}
+		for _, s := range n.GetReservedStorages() {
+			disk += s.GetRequestBytes()
+		}
+		return []string{
+			n.GetName(),
+			stateName(n.GetState().String(), ""),
+			cell(n.GetAddress()),
+			cell(n.GetRack()),
+			fmt.Sprintf("%d/%dm", cpu, n.GetCpuMilliCores()),
+			humanBytes(mem) + "/" + humanBytes(n.GetMemoryBytes()),
+			humanBytes(disk) + "/" + humanBytes(n.GetStorageBytes()),
+			fmt.Sprintf("compute=%d,storage=%d", len(n.GetReservedComputes()), len(n.GetReservedStorages())),
+		}
+	},
+	list: func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error) {
+		resp, err := poolv1.NewNodeServiceClient(cc).ListNodes(ctx, &poolv1.ListNodesRequest{})
+		return messages(resp.GetNodes()), err
+	},
+	get: func(ctx context.Context, cc grpc.ClientConnInterface, name string) (proto.Message, error) {
+		return poolv1.NewNodeServiceClient(cc).GetNode(ctx, &poolv1.GetNodeRequest{Name: name})
+	},
+	del: func(ctx context.Context, cc grpc.ClientConnInterface, name string) error {
+		_, err := poolv1.NewNodeServiceClient(cc).DeleteNode(ctx, &poolv1.DeleteNodeRequest{Name: name})
+		return err
+	},
+	request: func(map[string]any) proto.Message { return &poolv1.ApplyNodeRequest{} },
+	send: func(ctx context.Context, cc grpc.ClientConnInterface, req proto.Message) error {
+		_, err := poolv1.NewNodeServiceClient(cc).ApplyNode(ctx, req.(*poolv1.ApplyNodeRequest))
+		return err
+	},
+}
+
+var networkKind = &kind{
+	name:    "network",
+	aliases: []string{"networks", "net"},
+	columns: []string{"NAME", "STATE", "IPV4", "IPV6", "GATEWAY", "VLAN", "INTERFACES"},
+	row: func(m proto.Message) []string {
+		n := m.(*poolv1.Network)
+		var gw []string
+		for _, g := range []string{n.GetIpv4Gateway(), n.GetIpv6Gateway()} {
+			if g != "" {
+				gw = append(gw, g)
+			}
+		}
+		vlan := "-"
+		if n.GetVlanId() != 0 {
+			vlan = strconv.FormatUint(uint64(n.GetVlanId()), 10)
+		}
+		return []string{
+			n.GetName(),
+			stateName(n.GetState().String(), ""),
+			cell(n.GetIpv4Cidr()),
+			cell(n.GetIpv6Cidr()),
+			cell(strings.Join(gw, ",")),
+			vlan,
+			strconv.Itoa(len(n.GetReservedNetworkInterfaces())),
+		}
+	},
+	list: func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error) {
+		resp, err := poolv1.NewNetworkServiceClient(cc).ListNetworks(ctx, &poolv1.ListNetworksRequest{})
+		return messages(resp.GetNetworks()), err
+	},
+	get: func(ctx context.Context, cc grpc.ClientConnInterface, name string) (proto.Message, error) {
+		return poolv1.NewNetworkServiceClient(cc).GetNetwork(ctx, &poolv1.GetNetworkRequest{Name: name})
+	},
+	del: func(ctx context.Context, cc grpc.ClientConnInterface, name string) error {
+		_, err := poolv1.NewNetworkServiceClient(cc).DeleteNetwork(ctx, &poolv1.DeleteNetworkRequest{Name: name})
+		return err
+	},
+	request: func(map[string]any) proto.Message { return &poolv1.ApplyNetworkRequest{} },
+	send: func(ctx context.Context, cc grpc.ClientConnInterface, req proto.Message) error {
+		_, err := poolv1.NewNetworkServiceClient(cc).ApplyNetwork(ctx, req.(*poolv1.ApplyNetworkRequest))
+		return err
+	},
+}
+
+var virtualMachineKind = &kind{
+	name:    "virtual_machine",
+	aliases: []string{"vm", "vms", "virtual_machines"},
+	columns: []string{"NAME", "STATE", "NODE", "CPU", "MEMORY", "BLOCK-STORAGES", "ADDRESSES"},
+	row: func(m proto.Message) []string {
+		vm := m.(*provisioningv1.VirtualMachine)
+		var addrs []string
+		for _, nic := range vm.GetNics() {
+			for _, a := range []string{nic.GetIpv4Address(), nic.GetIpv6Address()} {
+				if a != "" {
+					addrs = append(addrs, a)
+				}
+			}
+		}
+		return []string{
+			vm.GetName(),
+			stateName(vm.GetState().String(), ""),
+			cell(vm.GetComputeNodeName()),
+			fmt.Sprintf("%dm", vm.GetLimitCpuMilliCore()),
+			humanBytes(vm.GetLimitMemoryBytes()),
+			cell(strings.Join(vm.GetBlockStorageNames(), ",")),
+			cell(strings.Join(addrs, ",")),
+		}
+	},
+	list: func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error) {
+		resp, err := provisioningv1.NewVirtualMachineServiceClient(cc).ListVirtualMachines(ctx, &provisioningv1.ListVirtualMachinesRequest{})
+		return messages(resp.GetVirtualMachines()), err
+	},
+	get: func(ctx context.Context, cc grpc.ClientConnInterface, name string) (proto.Message, error) {
+		return provisioningv1.NewVirtualMachineServiceClient(cc).GetVirtualMachine(ctx, &provisioningv1.GetVirtualMachineRequest{Name: name})
+	},
+	del: func(ctx context.Context, cc grpc.ClientConnInterface, name string) error {
+		_, err := provisioningv1.NewVirtualMachineServiceClient(cc).DeleteVirtualMachine(ctx, &provisioningv1.DeleteVirtualMachineRequest{Name: name})
+		return err
+	},
+	request: func(map[string]any) proto.Message { return &provisioningv1.CreateVirtualMachineRequest{} },
+	send: func(ctx context.Context, cc grpc.ClientConnInterface, req proto.Message) error {
+		_, err := provisioningv1.NewVirtualMachineServiceClient(cc).CreateVirtualMachine(ctx, req.(*provisioningv1.CreateVirtualMachineRequest))
+		return err
+	},
+}
+
+var blockStorageKind = &kind{
+	name:    "block_storage",
+	aliases: []string{"bs", "block_storages"},
+	columns: []string{"NAME", "STATE", "NODE", "REQUEST", "LIMIT"},
+	row: func(m proto.Message) []string {
+		bs := m.(*provisioningv1.BlockStorage)
+		return []string{
+			bs.GetName(),
+			stateName(bs.GetState().String(), ""),
+			cell(bs.GetNodeName()),
+			humanBytes(bs.GetRequestBytes()),
+			humanBytes(bs.GetLimitBytes()),
+		}
+	},
+	list: func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error) {
+		resp, err := provisioningv1.NewBlockStorageServiceClient(cc).ListBlockStorages(ctx, &provisioningv1.ListBlockStoragesRequest{})
+		return messages(resp.GetBlockStorages()), err
+	},
+	get: func(ctx context.Context, cc grpc.ClientConnInterface, name string) (proto.Message, error) {
+		return provisioningv1.NewBlockStorageServiceClient(cc).GetBlockStorage(ctx, &provisioningv1.GetBlockStorageRequest{Name: name})
+	},
+	del: func(ctx context.Context, cc grpc.ClientConnInterface, name string) error {
+		_, err := provisioningv1.NewBlockStorageServiceClient(cc).DeleteBlockStorage(ctx, &provisioningv1.DeleteBlockStorageRequest{Name: name})
+		return err
+	},
+	// A document with source_url downloads the volume (Fetch); without,
+	// it creates an empty one.
+	request: func(fields map[string]any) proto.Message {
+		if _, ok := fields["source_url"]; ok {
+			return &provisioningv1.FetchBlockStorageRequest{}
+		}
+		if _, ok := fields["sourceUrl"]; ok {
+			return &provisioningv1.FetchBlockStorageRequest{}
+		}
+		return &provisioningv1.CreateBlockStorageRequest{}
+	},
+	send: func(ctx context.Context, cc grpc.ClientConnInterface, req proto.Message) error {
+		c := provisioningv1.NewBlockStorageServiceClient(cc)
+		var err error
+		switch r := req.(type) {
+		case *provisioningv1.FetchBlockStorageRequest:
+			_, err = c.FetchBlockStorage(ctx, r)
+		case *provisioningv1.CreateBlockStorageRequest:
+			_, err = c.CreateBlockStorage(ctx, r)
+		default:
+			err = fmt.Errorf("unexpected request %T", req)
+		}
+		return err
+	},
+}
+
+var imageKind = &kind{
+	name:    "image",
+	aliases: []string{"images"},
+	columns: []string{"NAME", "BLOCK-STORAGES", "TAGS"},
+	row: func(m proto.Message) []string {
+		img := m.(*deploymentv1.Image)
+		var bss, tags []string
+		for _, r := range img.GetRegisteredBlockStorages() {
+			bss = append(bss, r.GetBlockStorageName())
+		}
+		for t, bs := range img.GetTags() {
+			tags = append(tags, t+"="+bs)
+		}
+		return []string{img.GetName(), joinSorted(bss), joinSorted(tags)}
+	},
+	list: func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error) {
+		resp, err := deploymentv1.NewImageServiceClient(cc).ListImages(ctx, &deploymentv1.ListImagesRequest{})
+		return messages(resp.GetImages()), err
+	},
+	get: func(ctx context.Context, cc grpc.ClientConnInterface, name string) (proto.Message, error) {
+		return deploymentv1.NewImageServiceClient(cc).GetImage(ctx, &deploymentv1.GetImageRequest{Name: name})
+	},
+	del: func(ctx context.Context, cc grpc.ClientConnInterface, name string) error {
+		_, err := deploymentv1.NewImageServiceClient(cc).DeleteImage(ctx, &deploymentv1.DeleteImageRequest{Name: name})
+		return err
+	},
+	request: func(map[string]any) proto.Message { return &deploymentv1.ApplyImageRequest{} },
+	send: func(ctx context.Context, cc grpc.ClientConnInterface, req proto.Message) error {
+		_, err := deploymentv1.NewImageServiceClient(cc).ApplyImage(ctx, req.(*deploymentv1.ApplyImageRequest))
+		return err
+	},
+}
+
+var machineKind = &kind{
+	name:    "machine",
+	aliases: []string{"machines"},
+	columns: []string{"NAME", "STATE", "SERIAL", "POWER", "BOOT-MAC", "NODE"},
+	row: func(m proto.Message) []string {
+		mc := m.(*inventoryv1.Machine)
+		return []string{
+			mc.GetName(),
+			stateName(mc.GetState().String(), ""),
+			cell(mc.GetSerial()),
+			stateName(mc.GetPowerState().String(), "POWER_STATE_"),
+			cell(mc.GetBootMac()),
+			cell(mc.GetNodeName()),
+		}
+	},
+	list: func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error) {
+		resp, err := inventoryv1.NewMachineServiceClient(cc).ListMachines(ctx, &inventoryv1.ListMachinesRequest{})
+		return messages(resp.GetMachines()), err
+	},
+	get: func(ctx context.Context, cc grpc.ClientConnInterface, name string) (proto.Message, error) {
+		return inventoryv1.NewMachineServiceClient(cc).GetMachine(ctx, &inventoryv1.GetMachineRequest{Name: name})
+	},
+	del: func(ctx context.Context, cc grpc.ClientConnInterface, name string) error {
+		_, err := inventoryv1.NewMachineServiceClient(cc).DeleteMachine(ctx, &inventoryv1.DeleteMachineRequest{Name: name})
+		return err
+	},
+	// Machines are discovered or enrolled, never applied.
+}

@@ -1,0 +1,131 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"sigs.k8s.io/yaml"
+)
+
+// Output formats of -o.
+const (
+	formatTable = "table"
+	formatJSON  = "json"
+	formatYAML  = "yaml"
+)
+
+// addOutputFlag registers -o/--output on cmd.
+func addOutputFlag(cmd *cobra.Command, p *string) {
+	cmd.Flags().StringVarP(p, "output", "o", formatTable, "output format: table, json or yaml")
+}
+
+func checkFormat(f string) error {
+	switch f {
+	case formatTable, formatJSON, formatYAML:
+		return nil
+	}
+	return usageErrorf("unknown output format %q (valid: table, json, yaml)", f)
+}
+
+// protoJSON renders m as protojson with proto field names, unpopulated
+// fields omitted, indented by two spaces. protojson's own multiline output
+// varies its whitespace between runs, so the compact form is re-indented.
+func protoJSON(m proto.Message) (json.RawMessage, error) {
+	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return json.RawMessage(b), nil
+}
+
+// encodeJSON returns the indented JSON of one record, or of a list of
+// records as a JSON array ("[]" when empty).
+func encodeJSON(ms []proto.Message, list bool) ([]byte, error) {
+	var v any
+	if list {
+		arr := make([]json.RawMessage, 0, len(ms))
+		for _, m := range ms {
+			b, err := protoJSON(m)
+			if err != nil {
+				return nil, err
+			}
+			arr = append(arr, b)
+		}
+		v = arr
+	} else {
+		b, err := protoJSON(ms[0])
+		if err != nil {
+			return nil, err
+		}
+		v = b
+	}
+	out, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(out, '\n'), nil
+}
+
+// printRecords writes records of kind k to w in format f. list selects
+// list output (a table with any number of rows, a JSON/YAML array) rather
+// than a single record (a one-row table, a JSON/YAML object).
+func printRecords(w io.Writer, k *kind, ms []proto.Message, list bool, f string) error {
+	switch f {
+	case formatJSON, formatYAML:
+		b, err := encodeJSON(ms, list)
+		if err != nil {
+			return failf("encode %s: %v", k.name, err)
+		}
+		if f == formatYAML {
+			if b, err = yaml.JSONToYAML(b); err != nil {
+				return failf("encode %s: %v", k.name, err)
+			}
+		}
+		_, err = w.Write(b)
+		return writeErr(err)
+	default:
+		return writeErr(writeTable(w, k.columns, rows(k, ms)))
+	}
+}
+
+func rows(k *kind, ms []proto.Message) [][]string {
+	out := make([][]string, len(ms))
+	for i, m := range ms {
+		out[i] = k.row(m)
+	}
+	return out
+}
+
+// writeTable aligns header and rows into columns separated by three
+// spaces. Cells never contain tabs or newlines.
+func writeTable(w io.Writer, header []string, rows [][]string) error {
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 8, 3, ' ', 0)
+	clean := strings.NewReplacer("\t", " ", "\n", " ", "\r", " ")
+	for _, r := range append([][]string{header}, rows...) {
+		cells := make([]string, len(r))
+		for i, c := range r {
+			cells[i] = clean.Replace(c)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+func writeErr(err error) error {
+	if err != nil {
+		return failf("write output: %v", err)
+	}
+	return nil
+}
