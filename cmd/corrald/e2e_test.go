@@ -243,9 +243,9 @@ func TestE2EGrpcurlTLSAndRoles(t *testing.T) {
 	if !strings.Contains(out, "Unauthenticated") {
 		t.Errorf("foreign token: %s", out)
 	}
-	out, _ = g.call(admin, "corral.inventory.v1.MachineService/ListMachines", "{}")
+	out, _ = g.call(admin, "corral.provisioning.v1.VirtualMachineService/ListVirtualMachines", "{}")
 	if !strings.Contains(out, "Unimplemented") {
-		t.Errorf("MachineService should be Unimplemented for now: %s", out)
+		t.Errorf("VirtualMachineService should be Unimplemented for now: %s", out)
 	}
 	out, _ = g.call(admin, "corral.pool.v1.NetworkService/ApplyNetwork", `{"name":"bad","ipv4_cidr":"10.0.0.5/24"}`)
 	if !strings.Contains(out, "InvalidArgument") || !strings.Contains(out, "10.0.0.0/24") {

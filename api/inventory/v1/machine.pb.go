@@ -1567,6 +1567,52 @@ func (x *TimelineResponse) GetEntries() []*TimelineEntry {
 	return nil
 }
 
+// MacBinding is the store's MAC index entry (internal): which machine owns
+// a MAC address.
+type MacBinding struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MachineName   string                 `protobuf:"bytes,1,opt,name=machine_name,json=machineName,proto3" json:"machine_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MacBinding) Reset() {
+	*x = MacBinding{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MacBinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MacBinding) ProtoMessage() {}
+
+func (x *MacBinding) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MacBinding.ProtoReflect.Descriptor instead.
+func (*MacBinding) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *MacBinding) GetMachineName() string {
+	if x != nil {
+		return x.MachineName
+	}
+	return ""
+}
+
 var File_api_inventory_v1_machine_proto protoreflect.FileDescriptor
 
 const file_api_inventory_v1_machine_proto_rawDesc = "" +
@@ -1691,7 +1737,10 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x03mac\x18\x02 \x01(\tR\x03mac\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\rR\x05limit\"P\n" +
 	"\x10TimelineResponse\x12<\n" +
-	"\aentries\x18\x01 \x03(\v2\".corral.inventory.v1.TimelineEntryR\aentries*k\n" +
+	"\aentries\x18\x01 \x03(\v2\".corral.inventory.v1.TimelineEntryR\aentries\"/\n" +
+	"\n" +
+	"MacBinding\x12!\n" +
+	"\fmachine_name\x18\x01 \x01(\tR\vmachineName*k\n" +
 	"\n" +
 	"PowerState\x12\x1b\n" +
 	"\x17POWER_STATE_UNSPECIFIED\x10\x00\x12\x12\n" +
@@ -1748,7 +1797,7 @@ func file_api_inventory_v1_machine_proto_rawDescGZIP() []byte {
 }
 
 var file_api_inventory_v1_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_inventory_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_api_inventory_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_api_inventory_v1_machine_proto_goTypes = []any{
 	(PowerState)(0),                   // 0: corral.inventory.v1.PowerState
 	(BootIntent)(0),                   // 1: corral.inventory.v1.BootIntent
@@ -1774,35 +1823,36 @@ var file_api_inventory_v1_machine_proto_goTypes = []any{
 	(*SetMaintenanceRequest)(nil),     // 21: corral.inventory.v1.SetMaintenanceRequest
 	(*TimelineRequest)(nil),           // 22: corral.inventory.v1.TimelineRequest
 	(*TimelineResponse)(nil),          // 23: corral.inventory.v1.TimelineResponse
-	nil,                               // 24: corral.inventory.v1.Machine.AnnotationsEntry
-	nil,                               // 25: corral.inventory.v1.Machine.LabelsEntry
-	nil,                               // 26: corral.inventory.v1.TimelineEntry.AttributesEntry
-	(*timestamppb.Timestamp)(nil),     // 27: google.protobuf.Timestamp
-	(*Facts)(nil),                     // 28: corral.inventory.v1.Facts
-	(*emptypb.Empty)(nil),             // 29: google.protobuf.Empty
+	(*MacBinding)(nil),                // 24: corral.inventory.v1.MacBinding
+	nil,                               // 25: corral.inventory.v1.Machine.AnnotationsEntry
+	nil,                               // 26: corral.inventory.v1.Machine.LabelsEntry
+	nil,                               // 27: corral.inventory.v1.TimelineEntry.AttributesEntry
+	(*timestamppb.Timestamp)(nil),     // 28: google.protobuf.Timestamp
+	(*Facts)(nil),                     // 29: corral.inventory.v1.Facts
+	(*emptypb.Empty)(nil),             // 30: google.protobuf.Empty
 }
 var file_api_inventory_v1_machine_proto_depIdxs = []int32{
 	2,  // 0: corral.inventory.v1.Bmc.protocol:type_name -> corral.inventory.v1.BmcProtocol
-	27, // 1: corral.inventory.v1.FactChange.at:type_name -> google.protobuf.Timestamp
-	24, // 2: corral.inventory.v1.Machine.annotations:type_name -> corral.inventory.v1.Machine.AnnotationsEntry
-	25, // 3: corral.inventory.v1.Machine.labels:type_name -> corral.inventory.v1.Machine.LabelsEntry
+	28, // 1: corral.inventory.v1.FactChange.at:type_name -> google.protobuf.Timestamp
+	25, // 2: corral.inventory.v1.Machine.annotations:type_name -> corral.inventory.v1.Machine.AnnotationsEntry
+	26, // 3: corral.inventory.v1.Machine.labels:type_name -> corral.inventory.v1.Machine.LabelsEntry
 	6,  // 4: corral.inventory.v1.Machine.bmc:type_name -> corral.inventory.v1.Bmc
 	1,  // 5: corral.inventory.v1.Machine.boot_intent:type_name -> corral.inventory.v1.BootIntent
-	28, // 6: corral.inventory.v1.Machine.facts:type_name -> corral.inventory.v1.Facts
+	29, // 6: corral.inventory.v1.Machine.facts:type_name -> corral.inventory.v1.Facts
 	5,  // 7: corral.inventory.v1.Machine.state:type_name -> corral.inventory.v1.Machine.MachineState
 	0,  // 8: corral.inventory.v1.Machine.power_state:type_name -> corral.inventory.v1.PowerState
-	27, // 9: corral.inventory.v1.Machine.power_read_at:type_name -> google.protobuf.Timestamp
-	27, // 10: corral.inventory.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
-	27, // 11: corral.inventory.v1.Machine.updated_at:type_name -> google.protobuf.Timestamp
+	28, // 9: corral.inventory.v1.Machine.power_read_at:type_name -> google.protobuf.Timestamp
+	28, // 10: corral.inventory.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
+	28, // 11: corral.inventory.v1.Machine.updated_at:type_name -> google.protobuf.Timestamp
 	7,  // 12: corral.inventory.v1.Machine.fact_history:type_name -> corral.inventory.v1.FactChange
-	27, // 13: corral.inventory.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
-	26, // 14: corral.inventory.v1.TimelineEntry.attributes:type_name -> corral.inventory.v1.TimelineEntry.AttributesEntry
+	28, // 13: corral.inventory.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
+	27, // 14: corral.inventory.v1.TimelineEntry.attributes:type_name -> corral.inventory.v1.TimelineEntry.AttributesEntry
 	5,  // 15: corral.inventory.v1.ListMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
 	8,  // 16: corral.inventory.v1.ListMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
 	2,  // 17: corral.inventory.v1.EnrollMachineRequest.bmc_protocol:type_name -> corral.inventory.v1.BmcProtocol
 	3,  // 18: corral.inventory.v1.SetPowerRequest.action:type_name -> corral.inventory.v1.PowerAction
 	0,  // 19: corral.inventory.v1.PowerStatus.state:type_name -> corral.inventory.v1.PowerState
-	27, // 20: corral.inventory.v1.PowerStatus.read_at:type_name -> google.protobuf.Timestamp
+	28, // 20: corral.inventory.v1.PowerStatus.read_at:type_name -> google.protobuf.Timestamp
 	4,  // 21: corral.inventory.v1.SetBootDeviceRequest.device:type_name -> corral.inventory.v1.BootDevice
 	9,  // 22: corral.inventory.v1.TimelineResponse.entries:type_name -> corral.inventory.v1.TimelineEntry
 	10, // 23: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
@@ -1820,10 +1870,10 @@ var file_api_inventory_v1_machine_proto_depIdxs = []int32{
 	8,  // 35: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
 	8,  // 36: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
 	8,  // 37: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
-	29, // 38: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
+	30, // 38: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
 	18, // 39: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
 	18, // 40: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
-	29, // 41: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
+	30, // 41: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
 	8,  // 42: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
 	8,  // 43: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
 	23, // 44: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
@@ -1846,7 +1896,7 @@ func file_api_inventory_v1_machine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_inventory_v1_machine_proto_rawDesc), len(file_api_inventory_v1_machine_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

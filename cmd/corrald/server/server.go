@@ -18,15 +18,16 @@ import (
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	deploymentv1 "github.com/corralhq/corral/api/deployment/v1"
-	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 	provisioningv1 "github.com/corralhq/corral/api/provisioning/v1"
 	"github.com/corralhq/corral/auth"
 	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/auth/pki"
+	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/inventory/pool"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/bolt"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -63,6 +64,7 @@ type Server struct {
 	tokens *auth.Tokens
 	grpc   *grpc.Server
 	lis    net.Listener
+	inv    *inventory.Inventory
 }
 
 func (c *Config) setDefaults() error {
@@ -145,6 +147,11 @@ func New(cfg Config) (*Server, error) {
 		lis.Close()
 		return nil, err
 	}
+	s.inv, err = inventory.New(inventory.Config{Store: st, Logger: cfg.Logger.With("component", "inventory")})
+	if err != nil {
+		lis.Close()
+		return nil, err
+	}
 	ic := &auth.Interceptor{Tokens: s.tokens, Logger: cfg.Logger.With("component", "auth"), NodeCertificates: true}
 	tlsCfg := &tls.Config{
 		Certificates: []tls.Certificate{s.cert},
@@ -158,11 +165,11 @@ func New(cfg Config) (*Server, error) {
 		grpc.ChainStreamInterceptor(recoverStream(s.log), ic.Stream()),
 	)
 	pool.Register(s.grpc, p)
+	inventory.Register(s.grpc, &inventory.MachineServer{Inv: s.inv})
 	// Services later steps implement; until then they answer Unimplemented.
 	provisioningv1.RegisterBlockStorageServiceServer(s.grpc, provisioningv1.UnimplementedBlockStorageServiceServer{})
 	provisioningv1.RegisterVirtualMachineServiceServer(s.grpc, provisioningv1.UnimplementedVirtualMachineServiceServer{})
 	deploymentv1.RegisterImageServiceServer(s.grpc, deploymentv1.UnimplementedImageServiceServer{})
-	inventoryv1.RegisterMachineServiceServer(s.grpc, inventoryv1.UnimplementedMachineServiceServer{})
 	nodev1.RegisterAgentServiceServer(s.grpc, nodev1.UnimplementedAgentServiceServer{})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, hs)
@@ -233,15 +240,21 @@ func (s *Server) ensureAdminConfig(ctx context.Context) error {
 }
 
 // Run serves until ctx ends, then stops gracefully (bounded by
-// ShutdownGrace) and closes the store. It returns nil on a clean shutdown.
+// ShutdownGrace), waits for every component, and closes the store. It
+// returns nil on a clean shutdown.
 func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("serving gRPC API", "addr", s.lis.Addr().String(), "data_dir", s.cfg.DataDir)
-	errc := make(chan error, 1)
-	go func() { errc <- s.grpc.Serve(s.lis) }()
-	var err error
-	select {
-	case err = <-errc:
-	case <-ctx.Done():
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.inv.Run(gctx) })
+	g.Go(func() error {
+		err := s.grpc.Serve(s.lis)
+		if errors.Is(err, grpc.ErrServerStopped) {
+			return nil
+		}
+		return err
+	})
+	g.Go(func() error {
+		<-gctx.Done()
 		s.log.Info("shutting down")
 		done := make(chan struct{})
 		go func() { s.grpc.GracefulStop(); close(done) }()
@@ -251,16 +264,17 @@ func (s *Server) Run(ctx context.Context) error {
 			s.log.Warn("graceful shutdown timed out; stopping", "grace", s.cfg.ShutdownGrace.String())
 			s.grpc.Stop()
 		}
-		err = <-errc
-		if errors.Is(err, grpc.ErrServerStopped) {
-			err = nil
-		}
-	}
+		return nil
+	})
+	err := g.Wait()
 	if cerr := s.store.Close(); cerr != nil && err == nil {
 		err = cerr
 	}
 	return err
 }
+
+// Inventory returns the machine inventory.
+func (s *Server) Inventory() *inventory.Inventory { return s.inv }
 
 // Close releases a Server that will not Run.
 func (s *Server) Close() error {

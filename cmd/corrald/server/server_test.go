@@ -73,15 +73,15 @@ func TestRoles(t *testing.T) {
 		call  call
 		want  codes.Code
 	}{
-		"no token list":        {"none", list, codes.Unauthenticated},
-		"bogus token list":     {"bogus", list, codes.Unauthenticated},
-		"viewer list":          {"viewer", list, codes.OK},
-		"viewer apply":         {"viewer", apply, codes.PermissionDenied},
-		"operator apply":       {"operator", apply, codes.OK},
-		"admin apply":          {"admin", apply, codes.OK},
-		"node apply":           {"node", apply, codes.OK},
-		"node list":            {"node", list, codes.PermissionDenied},
-		"viewer unimplemented": {"viewer", machines, codes.Unimplemented},
+		"no token list":    {"none", list, codes.Unauthenticated},
+		"bogus token list": {"bogus", list, codes.Unauthenticated},
+		"viewer list":      {"viewer", list, codes.OK},
+		"viewer apply":     {"viewer", apply, codes.PermissionDenied},
+		"operator apply":   {"operator", apply, codes.OK},
+		"admin apply":      {"admin", apply, codes.OK},
+		"node apply":       {"node", apply, codes.OK},
+		"node list":        {"node", list, codes.PermissionDenied},
+		"viewer machines":  {"viewer", machines, codes.OK},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -1,0 +1,89 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/store"
+	"github.com/corralhq/corral/store/record"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+)
+
+// MachineServer is the gRPC edge of the inventory. RPCs of later steps
+// (Enroll, power, Accept, ...) answer Unimplemented until wired.
+type MachineServer struct {
+	inventoryv1.UnimplementedMachineServiceServer
+	Inv *Inventory
+}
+
+// Register registers srv's MachineService on s.
+func Register(s grpc.ServiceRegistrar, srv *MachineServer) {
+	inventoryv1.RegisterMachineServiceServer(s, srv)
+}
+
+// toStatus is the one place inventory errors become gRPC status codes.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	code := codes.Internal
+	switch {
+	case errors.Is(err, ErrInvalid):
+		code = codes.InvalidArgument
+	case errors.Is(err, ErrNotFound), errors.Is(err, store.ErrNotFound):
+		code = codes.NotFound
+	case errors.Is(err, ErrAlreadyExists):
+		code = codes.AlreadyExists
+	case errors.Is(err, ErrPrecondition):
+		code = codes.FailedPrecondition
+	case errors.Is(err, ErrUnavailable):
+		code = codes.Unavailable
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	case errors.Is(err, store.ErrClosed):
+		code = codes.Unavailable
+	case errors.Is(err, store.ErrCorrupt), errors.Is(err, record.ErrSchema):
+		code = codes.DataLoss
+	}
+	return status.Error(code, err.Error())
+}
+
+func (s *MachineServer) ListMachines(ctx context.Context, req *inventoryv1.ListMachinesRequest) (*inventoryv1.ListMachinesResponse, error) {
+	ms, err := s.Inv.ListMachines(ctx, req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &inventoryv1.ListMachinesResponse{Machines: ms}, nil
+}
+
+func (s *MachineServer) GetMachine(ctx context.Context, req *inventoryv1.GetMachineRequest) (*inventoryv1.Machine, error) {
+	m, err := s.Inv.GetMachine(ctx, req.GetName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return m, nil
+}
+
+func (s *MachineServer) DeleteMachine(ctx context.Context, req *inventoryv1.DeleteMachineRequest) (*emptypb.Empty, error) {
+	if err := s.Inv.DeleteMachine(ctx, req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &emptypb.Empty{}, nil
+}
+
+func (s *MachineServer) Timeline(ctx context.Context, req *inventoryv1.TimelineRequest) (*inventoryv1.TimelineResponse, error) {
+	es, err := s.Inv.Timeline(ctx, req.GetName(), req.GetMac(), int(req.GetLimit()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &inventoryv1.TimelineResponse{Entries: es}, nil
+}

@@ -1,0 +1,403 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"regexp"
+	"strings"
+	"time"
+
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/store"
+	"github.com/corralhq/corral/store/record"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Store key prefixes.
+const (
+	machinePrefix  = "/inventory/machines/"
+	macPrefix      = "/inventory/macs/"
+	timelinePrefix = "/inventory/timeline/"
+)
+
+// Config configures an Inventory. Zero values take the defaults.
+type Config struct {
+	Store  store.Store
+	Logger *slog.Logger
+	// TimelineLimit is how many entries are kept per MAC (default 2000).
+	TimelineLimit int
+	// TimelineQueue is how many entries may wait to be written before
+	// Record starts dropping (default 16384); drops are counted and logged.
+	TimelineQueue int
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Inventory keeps machines and their timelines. Its methods are safe for
+// concurrent use; Run must be running for Record to persist entries.
+type Inventory struct {
+	cfg Config
+	log *slog.Logger
+	tl  *timeline
+}
+
+// New validates cfg and returns an Inventory.
+func New(cfg Config) (*Inventory, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("inventory: Config.Store is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.TimelineLimit <= 0 {
+		cfg.TimelineLimit = 2000
+	}
+	if cfg.TimelineQueue <= 0 {
+		cfg.TimelineQueue = 16384
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	inv := &Inventory{cfg: cfg, log: cfg.Logger}
+	inv.tl = newTimeline(inv)
+	return inv, nil
+}
+
+// Run writes timeline entries until ctx ends, then flushes what is queued.
+func (i *Inventory) Run(ctx context.Context) error { return i.tl.run(ctx) }
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$`)
+
+// CheckName validates a machine name (letters, digits, '.', '_', '-').
+func CheckName(name string) error {
+	if name == "" {
+		return invalidf("machine name is required")
+	}
+	if !nameRE.MatchString(name) {
+		return invalidf("machine name %q is malformed: use 1-128 letters, digits, '.', '_' or '-', starting and ending with a letter or digit", name)
+	}
+	return nil
+}
+
+// NormalizeMAC parses a 6-byte MAC in any common notation and returns it
+// lower-case and colon-separated.
+func NormalizeMAC(s string) (string, error) {
+	hw, err := net.ParseMAC(strings.TrimSpace(s))
+	if err != nil || len(hw) != 6 {
+		return "", invalidf("%q is not a 6-byte MAC address", s)
+	}
+	return hw.String(), nil
+}
+
+// MachineNameForMAC is the name given to a machine first seen by MAC.
+func MachineNameForMAC(mac string) string {
+	return "m-" + strings.ReplaceAll(mac, ":", "")
+}
+
+func newMachine() *inventoryv1.Machine { return &inventoryv1.Machine{} }
+
+// GetMachine returns one machine.
+func (i *Inventory) GetMachine(ctx context.Context, name string) (*inventoryv1.Machine, error) {
+	if err := CheckName(name); err != nil {
+		return nil, err
+	}
+	m := newMachine()
+	if _, err := record.Get(ctx, i.cfg.Store, machinePrefix+name, m); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, notFoundf("machine %q", name)
+		}
+		return nil, err
+	}
+	return m, nil
+}
+
+// ListMachines returns machines in name order matching the filter's state,
+// serial and MAC (unset fields match everything).
+func (i *Inventory) ListMachines(ctx context.Context, f *inventoryv1.ListMachinesRequest) ([]*inventoryv1.Machine, error) {
+	if len(f.GetSelectors()) > 0 {
+		return nil, invalidf("fact selectors are not supported by this version")
+	}
+	var mac string
+	if f.GetMac() != "" {
+		var err error
+		if mac, err = NormalizeMAC(f.GetMac()); err != nil {
+			return nil, err
+		}
+	}
+	all, err := record.List(ctx, i.cfg.Store, machinePrefix, newMachine)
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, m := range all {
+		if f.GetState() != inventoryv1.Machine_UNSPECIFIED && m.GetState() != f.GetState() {
+			continue
+		}
+		if f.GetSerial() != "" && m.GetSerial() != f.GetSerial() {
+			continue
+		}
+		if mac != "" && !hasMAC(m, mac) {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func hasMAC(m *inventoryv1.Machine, mac string) bool {
+	if m.GetBootMac() == mac {
+		return true
+	}
+	for _, x := range m.GetMacs() {
+		if x == mac {
+			return true
+		}
+	}
+	return false
+}
+
+// MachineByMAC returns the machine that owns mac, or ErrNotFound.
+func (i *Inventory) MachineByMAC(ctx context.Context, mac string) (*inventoryv1.Machine, error) {
+	mac, err := NormalizeMAC(mac)
+	if err != nil {
+		return nil, err
+	}
+	var b inventoryv1.MacBinding
+	if _, err := record.Get(ctx, i.cfg.Store, macPrefix+mac, &b); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, notFoundf("no machine has MAC %s", mac)
+		}
+		return nil, err
+	}
+	m, err := i.GetMachine(ctx, b.GetMachineName())
+	if errors.Is(err, ErrNotFound) {
+		return nil, notFoundf("no machine has MAC %s", mac)
+	}
+	return m, err
+}
+
+// CreateMachine stores a new machine and claims its MACs in the MAC index.
+// It fails with ErrAlreadyExists if the name or any MAC belongs to another
+// machine; nothing is left claimed on failure.
+func (i *Inventory) CreateMachine(ctx context.Context, m *inventoryv1.Machine) (*inventoryv1.Machine, error) {
+	if err := CheckName(m.GetName()); err != nil {
+		return nil, err
+	}
+	m = proto.CloneOf(m)
+	macs, err := machineMACs(m)
+	if err != nil {
+		return nil, err
+	}
+	now := timestamppb.New(i.cfg.Now())
+	m.CreatedAt, m.UpdatedAt = now, now
+	if m.State == inventoryv1.Machine_UNSPECIFIED {
+		m.State = inventoryv1.Machine_DISCOVERED
+	}
+	if m.BootIntent == inventoryv1.BootIntent_BOOT_INTENT_UNSPECIFIED {
+		m.BootIntent = inventoryv1.BootIntent_BOOT_INTENT_DISCOVER
+	}
+	var claimed []string
+	release := func() {
+		// A concurrent create of the same name may have won: its MACs are
+		// bound to the same name and must stay bound.
+		ctx := context.WithoutCancel(ctx)
+		winner, _ := i.GetMachine(ctx, m.GetName())
+		for _, mac := range claimed {
+			if winner != nil && hasMAC(winner, mac) {
+				continue
+			}
+			i.unclaimMAC(ctx, mac, m.GetName())
+		}
+	}
+	for _, mac := range macs {
+		if err := i.claimMAC(ctx, mac, m.GetName()); err != nil {
+			release()
+			return nil, err
+		}
+		claimed = append(claimed, mac)
+	}
+	if _, err := record.Put(ctx, i.cfg.Store, machinePrefix+m.GetName(), m, 0); err != nil {
+		release()
+		if errors.Is(err, store.ErrConflict) {
+			return nil, existsf("machine %q", m.GetName())
+		}
+		return nil, err
+	}
+	return m, nil
+}
+
+func machineMACs(m *inventoryv1.Machine) ([]string, error) {
+	seen := map[string]bool{}
+	var out []string
+	add := func(s string) (string, error) {
+		if s == "" {
+			return "", nil
+		}
+		mac, err := NormalizeMAC(s)
+		if err != nil {
+			return "", err
+		}
+		if !seen[mac] {
+			seen[mac] = true
+			out = append(out, mac)
+		}
+		return mac, nil
+	}
+	var err error
+	if m.BootMac, err = add(m.GetBootMac()); err != nil {
+		return nil, err
+	}
+	for k, s := range m.GetMacs() {
+		if m.Macs[k], err = add(s); err != nil {
+			return nil, err
+		}
+	}
+	if m.GetBootMac() != "" && !containsStr(m.Macs, m.GetBootMac()) {
+		m.Macs = append(m.Macs, m.GetBootMac())
+	}
+	return out, nil
+}
+
+func containsStr(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// claimMAC binds mac to machine; a binding to a machine that no longer
+// exists is taken over.
+func (i *Inventory) claimMAC(ctx context.Context, mac, machine string) error {
+	_, err := record.Update(ctx, i.cfg.Store, macPrefix+mac, func() *inventoryv1.MacBinding { return &inventoryv1.MacBinding{} },
+		func(b *inventoryv1.MacBinding, exists bool) (bool, error) {
+			if exists && b.GetMachineName() != machine {
+				if _, err := i.GetMachine(ctx, b.GetMachineName()); err == nil {
+					return false, existsf("MAC %s belongs to machine %q", mac, b.GetMachineName())
+				} else if !errors.Is(err, ErrNotFound) {
+					return false, err
+				}
+			}
+			b.MachineName = machine
+			return false, nil
+		})
+	return err
+}
+
+func (i *Inventory) unclaimMAC(ctx context.Context, mac, machine string) {
+	_, err := record.Update(ctx, i.cfg.Store, macPrefix+mac, func() *inventoryv1.MacBinding { return &inventoryv1.MacBinding{} },
+		func(b *inventoryv1.MacBinding, exists bool) (bool, error) {
+			if !exists || b.GetMachineName() != machine {
+				return false, errSkip
+			}
+			return true, nil
+		})
+	if err != nil && !errors.Is(err, errSkip) {
+		i.log.Warn("could not release MAC binding", "mac", mac, "machine", machine, "err", err)
+	}
+}
+
+var errSkip = errors.New("skip")
+
+// EnsureMachineForMAC returns the machine owning mac, creating a
+// DISCOVERED machine named after the MAC when none does. created says
+// whether it was made now. Safe against concurrent callers for one MAC.
+func (i *Inventory) EnsureMachineForMAC(ctx context.Context, mac string) (m *inventoryv1.Machine, created bool, err error) {
+	mac, err = NormalizeMAC(mac)
+	if err != nil {
+		return nil, false, err
+	}
+	for attempt := 0; attempt < 5; attempt++ {
+		m, err = i.MachineByMAC(ctx, mac)
+		if err == nil || !errors.Is(err, ErrNotFound) {
+			return m, false, err
+		}
+		m, err = i.CreateMachine(ctx, &inventoryv1.Machine{Name: MachineNameForMAC(mac), BootMac: mac})
+		if err == nil {
+			i.log.Info("new machine", "machine", m.GetName(), "mac", mac)
+			return m, true, nil
+		}
+		if !errors.Is(err, ErrAlreadyExists) {
+			return nil, false, err
+		}
+		// Lost a race with another creator: read theirs.
+	}
+	return nil, false, fmt.Errorf("inventory: machine for MAC %s: %w", mac, err)
+}
+
+// UpdateMachine changes a machine by compare-and-swap: mutate sees the
+// current record and may return an error to abort. MAC changes are not
+// allowed here (the index would go stale); use CreateMachine/Delete.
+func (i *Inventory) UpdateMachine(ctx context.Context, name string, mutate func(m *inventoryv1.Machine) error) (*inventoryv1.Machine, error) {
+	if err := CheckName(name); err != nil {
+		return nil, err
+	}
+	return record.Update(ctx, i.cfg.Store, machinePrefix+name, newMachine, func(m *inventoryv1.Machine, exists bool) (bool, error) {
+		if !exists {
+			return false, notFoundf("machine %q", name)
+		}
+		macs := append([]string{m.GetBootMac()}, m.GetMacs()...)
+		if err := mutate(m); err != nil {
+			return false, err
+		}
+		after := append([]string{m.GetBootMac()}, m.GetMacs()...)
+		if strings.Join(macs, ",") != strings.Join(after, ",") {
+			return false, invalidf("machine %q: MACs cannot be changed by an update", name)
+		}
+		m.Name = name
+		m.UpdatedAt = timestamppb.New(i.cfg.Now())
+		return false, nil
+	})
+}
+
+// DeleteMachine removes a machine and its MAC bindings. Its timeline is
+// kept (it is keyed by MAC and trimmed by age of entries).
+func (i *Inventory) DeleteMachine(ctx context.Context, name string) error {
+	if err := CheckName(name); err != nil {
+		return err
+	}
+	var macs []string
+	_, err := record.Update(ctx, i.cfg.Store, machinePrefix+name, newMachine, func(m *inventoryv1.Machine, exists bool) (bool, error) {
+		if !exists {
+			return false, notFoundf("machine %q", name)
+		}
+		if m.GetState() == inventoryv1.Machine_INSTALLING || m.GetState() == inventoryv1.Machine_DEPLOYED {
+			return false, preconditionf("machine %q is %s: reprovision it first", name, m.GetState())
+		}
+		macs = m.GetMacs()
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, mac := range macs {
+		i.unclaimMAC(ctx, mac, name)
+	}
+	return nil
+}
+
+// BootIntent says what mac should boot: the owning machine's intent, or
+// discovery for an unknown MAC (name is "" then). A machine in MAINTENANCE
+// boots its local disk.
+func (i *Inventory) BootIntent(ctx context.Context, mac string) (name string, intent inventoryv1.BootIntent, err error) {
+	m, err := i.MachineByMAC(ctx, mac)
+	if errors.Is(err, ErrNotFound) {
+		return "", inventoryv1.BootIntent_BOOT_INTENT_DISCOVER, nil
+	}
+	if err != nil {
+		return "", 0, err
+	}
+	intent = m.GetBootIntent()
+	if m.GetState() == inventoryv1.Machine_MAINTENANCE {
+		intent = inventoryv1.BootIntent_BOOT_INTENT_LOCAL
+	}
+	if intent == inventoryv1.BootIntent_BOOT_INTENT_UNSPECIFIED {
+		intent = inventoryv1.BootIntent_BOOT_INTENT_DISCOVER
+	}
+	return m.GetName(), intent, nil
+}
