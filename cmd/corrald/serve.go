@@ -18,7 +18,15 @@ func newServeCmd() *cobra.Command {
 			dataDir, _ := cmd.Flags().GetString("data-dir")
 			listen, _ := cmd.Flags().GetString("api-listen")
 			sans, _ := cmd.Flags().GetStringSlice("api-san")
-			srv, err := server.New(server.Config{DataDir: dataDir, APIListen: listen, APISANs: sans, Logger: log})
+			boot, err := bootConfig(cmd)
+			if err != nil {
+				return err
+			}
+			bmc, err := bmcConfig(cmd)
+			if err != nil {
+				return err
+			}
+			srv, err := server.New(server.Config{DataDir: dataDir, APIListen: listen, APISANs: sans, Logger: log, Boot: boot, BMC: bmc})
 			if err != nil {
 				return err
 			}
@@ -27,5 +35,7 @@ func newServeCmd() *cobra.Command {
 	}
 	cmd.Flags().String("api-listen", ":20180", "gRPC API listen address (env CORRAL_API_LISTEN)")
 	cmd.Flags().StringSlice("api-san", nil, "extra host name or address for the server certificate, repeatable (env CORRAL_API_SAN, comma-separated)")
+	addBootFlags(cmd)
+	addBMCFlags(cmd)
 	return cmd
 }

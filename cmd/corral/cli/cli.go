@@ -169,6 +169,7 @@ and --token/$CORRAL_TOKEN override its endpoint and token.`,
 		inv.deleteCommand(),
 		inv.nodeCommand(),
 		inv.networkCommand(),
+		inv.machineCommand(),
 		inv.versionCommand(),
 	)
 	return root

@@ -52,6 +52,10 @@ type Config struct {
 	// ShutdownGrace bounds graceful shutdown (default 10s).
 	ShutdownGrace time.Duration
 	Logger        *slog.Logger
+	// Boot configures network boot (boot.go); BMC configures BMC control
+	// (bmc.go).
+	Boot BootConfig
+	BMC  BMCConfig
 }
 
 // Server is a prepared appliance; Run serves it.
@@ -65,6 +69,19 @@ type Server struct {
 	grpc   *grpc.Server
 	lis    net.Listener
 	inv    *inventory.Inventory
+	// components run beside the gRPC server in Run (boot servers,
+	// pollers); each returns nil when its ctx ends.
+	components []component
+}
+
+type component struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+// addComponent registers a long-running part for Run.
+func (s *Server) addComponent(name string, run func(ctx context.Context) error) {
+	s.components = append(s.components, component{name: name, run: run})
 }
 
 func (c *Config) setDefaults() error {
@@ -171,6 +188,14 @@ func New(cfg Config) (*Server, error) {
 	provisioningv1.RegisterVirtualMachineServiceServer(s.grpc, provisioningv1.UnimplementedVirtualMachineServiceServer{})
 	deploymentv1.RegisterImageServiceServer(s.grpc, deploymentv1.UnimplementedImageServiceServer{})
 	nodev1.RegisterAgentServiceServer(s.grpc, nodev1.UnimplementedAgentServiceServer{})
+	if err := s.initBoot(); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("boot: %w", err)
+	}
+	if err := s.initBMC(); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("bmc: %w", err)
+	}
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, hs)
 	reflection.Register(s.grpc)
@@ -246,6 +271,14 @@ func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("serving gRPC API", "addr", s.lis.Addr().String(), "data_dir", s.cfg.DataDir)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.inv.Run(gctx) })
+	for _, c := range s.components {
+		g.Go(func() error {
+			if err := c.run(gctx); err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+			return nil
+		})
+	}
 	g.Go(func() error {
 		err := s.grpc.Serve(s.lis)
 		if errors.Is(err, grpc.ErrServerStopped) {
