@@ -105,16 +105,19 @@ func parseNetSpec(req *poolv1.ApplyNetworkRequest) (netSpec, error) {
 	}
 	for _, d := range req.GetDnsServers() {
 		a, err := netip.ParseAddr(d)
-		if err != nil {
-			return s, invalidf("network %q: dns server %q is not an IP address", name, d)
+		if err != nil || a.Zone() != "" {
+			return s, invalidf("network %q: dns server %q is not an IP address (without a zone)", name, d)
 		}
 		s.dns = append(s.dns, a.String())
 	}
 	s.vlan = req.GetVlanId()
-	if v, ok := req.GetAnnotations()[AnnotationVLANID]; ok && s.vlan == 0 {
+	if v, ok := req.GetAnnotations()[AnnotationVLANID]; ok {
 		id, err := strconv.ParseUint(v, 10, 32)
 		if err != nil {
 			return s, invalidf("network %q: annotation %s=%q is not a number", name, AnnotationVLANID, v)
+		}
+		if s.vlan != 0 && uint32(id) != s.vlan {
+			return s, invalidf("network %q: vlan_id %d and annotation %s=%q disagree", name, s.vlan, AnnotationVLANID, v)
 		}
 		s.vlan = uint32(id)
 	}
@@ -190,6 +193,16 @@ func (p *Pool) ApplyNetwork(ctx context.Context, req *poolv1.ApplyNetworkRequest
 	if err != nil {
 		return nil, err
 	}
+	// Refuse a change to an existing network before claiming anything, so
+	// that a refused call writes nothing; checkChange runs again under the
+	// CAS below in case the network changed meanwhile.
+	if cur, err := p.GetNetwork(ctx, name); err == nil {
+		if err := checkChange(cur, spec); err != nil {
+			return nil, err
+		}
+	} else if !errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
 	// Claim the CIDRs in the network index first: the index is the one
 	// record every network writer CASes on, which makes the overlap check
 	// safe against a concurrent ApplyNetwork of another name.
@@ -198,26 +211,20 @@ func (p *Pool) ApplyNetwork(ctx context.Context, req *poolv1.ApplyNetworkRequest
 	}
 	return record.Update(ctx, p.cfg.Store, networkPrefix+name, newNetwork, func(n *poolv1.Network, exists bool) (bool, error) {
 		if exists {
-			if n.GetIpv4Cidr() != "" && n.GetIpv4Cidr() != req.GetIpv4Cidr() {
-				return false, preconditionf("network %q: ipv4_cidr cannot change from %s to %q", name, n.GetIpv4Cidr(), req.GetIpv4Cidr())
-			}
-			if n.GetIpv6Cidr() != "" && n.GetIpv6Cidr() != req.GetIpv6Cidr() {
-				return false, preconditionf("network %q: ipv6_cidr cannot change from %s to %q", name, n.GetIpv6Cidr(), req.GetIpv6Cidr())
-			}
-			for iface, ni := range n.GetReservedNetworkInterfaces() {
-				if spec.gw4.IsValid() && ni.GetIpv4Address() == spec.gw4.String() {
-					return false, preconditionf("network %q: ipv4_gateway %s is reserved by interface %q", name, spec.gw4, iface)
-				}
-				if spec.gw6.IsValid() && ni.GetIpv6Address() == spec.gw6.String() {
-					return false, preconditionf("network %q: ipv6_gateway %s is reserved by interface %q", name, spec.gw6, iface)
-				}
+			if err := checkChange(n, spec); err != nil {
+				return false, err
 			}
 		}
 		n.Name = name
 		n.Annotations = cloneMap(req.GetAnnotations())
 		n.Labels = cloneMap(req.GetLabels())
-		n.Ipv4Cidr = req.GetIpv4Cidr()
-		n.Ipv6Cidr = req.GetIpv6Cidr()
+		n.Ipv4Cidr, n.Ipv6Cidr = "", ""
+		if spec.hasV4 {
+			n.Ipv4Cidr = spec.v4.String()
+		}
+		if spec.hasV6 {
+			n.Ipv6Cidr = spec.v6.String()
+		}
 		n.Domain = req.GetDomain()
 		n.Ipv4Gateway, n.Ipv6Gateway = "", ""
 		if spec.gw4.IsValid() {
@@ -231,6 +238,47 @@ func (p *Pool) ApplyNetwork(ctx context.Context, req *poolv1.ApplyNetworkRequest
 		n.State = poolv1.Network_AVAILABLE
 		return false, nil
 	})
+}
+
+// checkChange refuses applying spec to the existing network n: its CIDRs
+// cannot change (addresses were handed out from them; adding a family that
+// was empty is allowed), and a new gateway may not be an address an
+// interface already holds.
+func checkChange(n *poolv1.Network, spec netSpec) error {
+	name := n.GetName()
+	if !sameCIDR(n.GetIpv4Cidr(), spec.hasV4, spec.v4) {
+		return preconditionf("network %q: ipv4_cidr cannot change from %s to %q", name, n.GetIpv4Cidr(), prefixString(spec.hasV4, spec.v4))
+	}
+	if !sameCIDR(n.GetIpv6Cidr(), spec.hasV6, spec.v6) {
+		return preconditionf("network %q: ipv6_cidr cannot change from %s to %q", name, n.GetIpv6Cidr(), prefixString(spec.hasV6, spec.v6))
+	}
+	for iface, ni := range n.GetReservedNetworkInterfaces() {
+		if a, err := netip.ParseAddr(ni.GetIpv4Address()); err == nil && spec.gw4.IsValid() && a == spec.gw4 {
+			return preconditionf("network %q: ipv4_gateway %s is reserved by interface %q", name, spec.gw4, iface)
+		}
+		if a, err := netip.ParseAddr(ni.GetIpv6Address()); err == nil && spec.gw6.IsValid() && a == spec.gw6 {
+			return preconditionf("network %q: ipv6_gateway %s is reserved by interface %q", name, spec.gw6, iface)
+		}
+	}
+	return nil
+}
+
+// sameCIDR reports whether a stored CIDR (possibly written before CIDRs
+// were stored canonically) allows the requested one: an empty stored CIDR
+// allows anything, otherwise the prefixes must be equal.
+func sameCIDR(stored string, has bool, want netip.Prefix) bool {
+	if stored == "" {
+		return true
+	}
+	old, err := netip.ParsePrefix(stored)
+	return err == nil && has && old.Masked() == want
+}
+
+func prefixString(has bool, p netip.Prefix) string {
+	if !has {
+		return ""
+	}
+	return p.String()
 }
 
 // The network index is one record: name -> {ipv4, ipv6, claimed}. It is a
@@ -251,6 +299,17 @@ func (p *Pool) claimCIDRs(ctx context.Context, name string, spec netSpec) error 
 	for _, n := range others {
 		present[n.GetName()] = true
 	}
+	// Check the network records too, not only the index: an index entry
+	// can be lost (a DeleteNetwork racing a re-create of the same name
+	// removes the new claim), and the record still holds its range.
+	for _, o := range others {
+		if o.GetName() == name {
+			continue
+		}
+		if err := overlaps(name, spec, o.GetName(), o.GetIpv4Cidr(), o.GetIpv6Cidr()); err != nil {
+			return err
+		}
+	}
 	now := p.cfg.Now()
 	_, err = record.Update(ctx, p.cfg.Store, networkIndex, newIndex, func(idx *structpb.Struct, _ bool) (bool, error) {
 		if idx.Fields == nil {
@@ -268,15 +327,8 @@ func (p *Pool) claimCIDRs(ctx context.Context, name string, spec netSpec) error 
 					continue
 				}
 			}
-			if c := f["ipv4"].GetStringValue(); c != "" && spec.hasV4 {
-				if o, err := netip.ParsePrefix(c); err == nil && o.Overlaps(spec.v4) {
-					return false, preconditionf("network %q: ipv4_cidr %s overlaps network %q (%s)", name, spec.v4, other, o)
-				}
-			}
-			if c := f["ipv6"].GetStringValue(); c != "" && spec.hasV6 {
-				if o, err := netip.ParsePrefix(c); err == nil && o.Overlaps(spec.v6) {
-					return false, preconditionf("network %q: ipv6_cidr %s overlaps network %q (%s)", name, spec.v6, other, o)
-				}
+			if err := overlaps(name, spec, other, f["ipv4"].GetStringValue(), f["ipv6"].GetStringValue()); err != nil {
+				return false, err
 			}
 		}
 		entry := map[string]any{"claimed": now.UTC().Format(time.RFC3339Nano), "ipv4": "", "ipv6": ""}
@@ -307,6 +359,17 @@ func (p *Pool) claimCIDRs(ctx context.Context, name string, spec netSpec) error 
 		return false, nil
 	})
 	return err
+}
+
+// overlaps refuses spec when it overlaps another network's CIDRs.
+func overlaps(name string, spec netSpec, other, v4, v6 string) error {
+	if o, err := netip.ParsePrefix(v4); err == nil && spec.hasV4 && o.Overlaps(spec.v4) {
+		return preconditionf("network %q: ipv4_cidr %s overlaps network %q (%s)", name, spec.v4, other, o)
+	}
+	if o, err := netip.ParsePrefix(v6); err == nil && spec.hasV6 && o.Overlaps(spec.v6) {
+		return preconditionf("network %q: ipv6_cidr %s overlaps network %q (%s)", name, spec.v6, other, o)
+	}
+	return nil
 }
 
 func (p *Pool) unclaimCIDRs(ctx context.Context, name string) error {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
@@ -20,7 +22,10 @@ func newNode() *poolv1.Node { return &poolv1.Node{} }
 
 var hostRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
 
-// checkHost accepts an IP address or a DNS name, optionally with :port.
+// checkHost accepts an IP address or a DNS name, optionally with :port
+// (1-65535; IPv6 with a port in brackets). A name whose last label is all
+// digits is refused: it is a mistyped IPv4 address such as 300.1.1.1 or
+// 10.1.1, not a host name.
 func checkHost(what, s string) error {
 	if s == "" {
 		return nil
@@ -31,14 +36,22 @@ func checkHost(what, s string) error {
 	if _, err := netip.ParseAddrPort(s); err == nil {
 		return nil
 	}
+	bad := invalidf("%s %q is neither an IP address nor a host name (with an optional :port)", what, s)
 	host := s
-	if i := strings.LastIndexByte(s, ':'); i > 0 && !strings.Contains(s[:i], ":") {
+	if i := strings.LastIndexByte(s, ':'); i >= 0 && !strings.Contains(s[:i], ":") {
 		host = s[:i]
+		if port, err := strconv.ParseUint(s[i+1:], 10, 16); err != nil || port == 0 {
+			return bad
+		}
 	}
-	if len(host) <= 253 && hostRE.MatchString(host) {
-		return nil
+	if len(host) > 253 || !hostRE.MatchString(host) {
+		return bad
 	}
-	return invalidf("%s %q is neither an IP address nor a host name", what, s)
+	last := host[strings.LastIndexByte(host, '.')+1:]
+	if strings.Trim(last, "0123456789") == "" {
+		return bad
+	}
+	return nil
 }
 
 // ListNodes returns every node in name order (an empty slice when none).
@@ -92,10 +105,8 @@ func (p *Pool) ApplyNode(ctx context.Context, req *poolv1.ApplyNodeRequest) (*po
 	now := timestamppb.New(p.cfg.Now())
 	return record.Update(ctx, p.cfg.Store, nodePrefix+req.GetName(), newNode, func(n *poolv1.Node, exists bool) (bool, error) {
 		if exists {
-			u := usage(n)
-			if u.reqCPU > uint64(req.GetCpuMilliCores()) || u.reqMem > req.GetMemoryBytes() || u.reqStorage > req.GetStorageBytes() {
-				return false, preconditionf("node %q: new capacity (cpu %d, memory %d, storage %d) is below what is reserved (cpu %d, memory %d, storage %d)",
-					req.GetName(), req.GetCpuMilliCores(), req.GetMemoryBytes(), req.GetStorageBytes(), u.reqCPU, u.reqMem, u.reqStorage)
+			if err := p.checkShrink(req, n); err != nil {
+				return false, err
 			}
 		}
 		n.Name = req.GetName()
@@ -117,6 +128,38 @@ func (p *Pool) ApplyNode(ctx context.Context, req *poolv1.ApplyNodeRequest) (*po
 		n.LastHeartbeat = now
 		return false, nil
 	})
+}
+
+// checkShrink refuses a new capacity that is below the reserved requests,
+// or that shrinks a resource whose reserved limits then exceed ratio x
+// capacity: either would leave the node in a state no sequence of
+// reservations could reach. The limit check applies only to a resource
+// whose capacity shrinks, so that lowering a limit ratio in the Config does
+// not make every re-apply (heartbeat) of an unchanged node fail.
+func (p *Pool) checkShrink(req *poolv1.ApplyNodeRequest, old *poolv1.Node) error {
+	u := usage(old)
+	cpu, mem, st := uint64(req.GetCpuMilliCores()), req.GetMemoryBytes(), req.GetStorageBytes()
+	if u.reqCPU > cpu || u.reqMem > mem || u.reqStorage > st {
+		return preconditionf("node %q: new capacity (cpu %d, memory %d, storage %d) is below what is reserved (cpu %d, memory %d, storage %d)",
+			req.GetName(), cpu, mem, st, u.reqCPU, u.reqMem, u.reqStorage)
+	}
+	type dim struct {
+		what        string
+		newCap, old uint64
+		limits      uint64
+		ratio       float64
+	}
+	for _, d := range []dim{
+		{"cpu", cpu, uint64(old.GetCpuMilliCores()), u.limCPU, p.cfg.CPULimitRatio},
+		{"memory", mem, old.GetMemoryBytes(), u.limMem, p.cfg.MemoryLimitRatio},
+		{"storage", st, old.GetStorageBytes(), u.limStorage, p.cfg.StorageLimitRatio},
+	} {
+		if d.newCap < d.old && d.limits > scaled(d.newCap, d.ratio) {
+			return preconditionf("node %q: new %s capacity %d is below the reserved %s limits %d over the limit ratio %g",
+				req.GetName(), d.what, d.newCap, d.what, d.limits, d.ratio)
+		}
+	}
+	return nil
 }
 
 // DeleteNode removes a node. It is refused while the node holds
@@ -156,37 +199,59 @@ type nodeUsage struct {
 	reqStorage, limStorage uint64
 }
 
+// usage sums saturate at math.MaxUint64 instead of wrapping.
 func usage(n *poolv1.Node) nodeUsage {
 	var u nodeUsage
 	for _, c := range n.GetReservedComputes() {
-		u.reqCPU += uint64(c.GetRequestCpuMilliCore())
-		u.limCPU += uint64(c.GetLimitCpuMilliCore())
-		u.reqMem += c.GetRequestMemoryBytes()
-		u.limMem += c.GetLimitMemoryBytes()
+		u.reqCPU = addSat(u.reqCPU, uint64(c.GetRequestCpuMilliCore()))
+		u.limCPU = addSat(u.limCPU, uint64(c.GetLimitCpuMilliCore()))
+		u.reqMem = addSat(u.reqMem, c.GetRequestMemoryBytes())
+		u.limMem = addSat(u.limMem, c.GetLimitMemoryBytes())
 	}
 	for _, s := range n.GetReservedStorages() {
-		u.reqStorage += s.GetRequestBytes()
-		u.limStorage += s.GetLimitBytes()
+		u.reqStorage = addSat(u.reqStorage, s.GetRequestBytes())
+		u.limStorage = addSat(u.limStorage, s.GetLimitBytes())
 	}
 	return u
 }
 
-func scaled(capacity uint64, ratio float64) uint64 { return uint64(float64(capacity) * ratio) }
+func addSat(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxUint64
+}
+
+// over reports whether used+add exceeds capacity, without overflowing.
+func over(used, add, capacity uint64) bool { return used > capacity || add > capacity-used }
+
+// scaled is ratio x capacity, never below capacity (ratio >= 1 even when
+// float64 rounds) and saturating at math.MaxUint64 (ratio may be +Inf).
+func scaled(capacity uint64, ratio float64) uint64 {
+	if ratio == 1 {
+		return capacity
+	}
+	f := float64(capacity) * ratio
+	if f >= 0x1p64 {
+		return math.MaxUint64
+	}
+	return max(uint64(f), capacity)
+}
 
 // fitCompute reports why c does not fit on n, or nil.
 func (p *Pool) fitCompute(n *poolv1.Node, c *poolv1.Compute) error {
 	u := usage(n)
 	switch {
-	case u.reqCPU+uint64(c.GetRequestCpuMilliCore()) > uint64(n.GetCpuMilliCores()):
+	case over(u.reqCPU, uint64(c.GetRequestCpuMilliCore()), uint64(n.GetCpuMilliCores())):
 		return exhaustedf("node %q: cpu request %d + reserved %d > capacity %d milli-cores",
 			n.GetName(), c.GetRequestCpuMilliCore(), u.reqCPU, n.GetCpuMilliCores())
-	case u.reqMem+c.GetRequestMemoryBytes() > n.GetMemoryBytes():
+	case over(u.reqMem, c.GetRequestMemoryBytes(), n.GetMemoryBytes()):
 		return exhaustedf("node %q: memory request %d + reserved %d > capacity %d bytes",
 			n.GetName(), c.GetRequestMemoryBytes(), u.reqMem, n.GetMemoryBytes())
-	case u.limCPU+uint64(c.GetLimitCpuMilliCore()) > scaled(uint64(n.GetCpuMilliCores()), p.cfg.CPULimitRatio):
+	case over(u.limCPU, uint64(c.GetLimitCpuMilliCore()), scaled(uint64(n.GetCpuMilliCores()), p.cfg.CPULimitRatio)):
 		return exhaustedf("node %q: cpu limit %d + reserved limits %d > %g x capacity %d milli-cores",
 			n.GetName(), c.GetLimitCpuMilliCore(), u.limCPU, p.cfg.CPULimitRatio, n.GetCpuMilliCores())
-	case u.limMem+c.GetLimitMemoryBytes() > scaled(n.GetMemoryBytes(), p.cfg.MemoryLimitRatio):
+	case over(u.limMem, c.GetLimitMemoryBytes(), scaled(n.GetMemoryBytes(), p.cfg.MemoryLimitRatio)):
 		return exhaustedf("node %q: memory limit %d + reserved limits %d > %g x capacity %d bytes",
 			n.GetName(), c.GetLimitMemoryBytes(), u.limMem, p.cfg.MemoryLimitRatio, n.GetMemoryBytes())
 	}
@@ -196,10 +261,10 @@ func (p *Pool) fitCompute(n *poolv1.Node, c *poolv1.Compute) error {
 func (p *Pool) fitStorage(n *poolv1.Node, s *poolv1.Storage) error {
 	u := usage(n)
 	switch {
-	case u.reqStorage+s.GetRequestBytes() > n.GetStorageBytes():
+	case over(u.reqStorage, s.GetRequestBytes(), n.GetStorageBytes()):
 		return exhaustedf("node %q: storage request %d + reserved %d > capacity %d bytes",
 			n.GetName(), s.GetRequestBytes(), u.reqStorage, n.GetStorageBytes())
-	case u.limStorage+s.GetLimitBytes() > scaled(n.GetStorageBytes(), p.cfg.StorageLimitRatio):
+	case over(u.limStorage, s.GetLimitBytes(), scaled(n.GetStorageBytes(), p.cfg.StorageLimitRatio)):
 		return exhaustedf("node %q: storage limit %d + reserved limits %d > %g x capacity %d bytes",
 			n.GetName(), s.GetLimitBytes(), u.limStorage, p.cfg.StorageLimitRatio, n.GetStorageBytes())
 	}

@@ -56,7 +56,7 @@ func New(cfg Config) (*Pool, error) {
 		cfg.StorageLimitRatio = 1
 	}
 	for _, r := range []float64{cfg.CPULimitRatio, cfg.MemoryLimitRatio, cfg.StorageLimitRatio} {
-		if r < 1 {
+		if !(r >= 1) { // also refuses NaN
 			return nil, invalidf("pool: limit ratios must be >= 1")
 		}
 	}
