@@ -26,8 +26,8 @@ var ErrSchema = errors.New("record: unsupported schema version")
 
 // Marshal wraps msg in a Record envelope.
 func Marshal(msg proto.Message) ([]byte, error) {
-	a, err := anypb.New(msg)
-	if err != nil {
+	a := &anypb.Any{}
+	if err := anypb.MarshalFrom(a, msg, proto.MarshalOptions{Deterministic: true}); err != nil {
 		return nil, fmt.Errorf("record: wrap %T: %w", msg, err)
 	}
 	return proto.MarshalOptions{Deterministic: true}.Marshal(&storev1.Record{SchemaVersion: SchemaVersion, Value: a})
@@ -41,11 +41,11 @@ func Unmarshal(b []byte, msg proto.Message) error {
 	if err := proto.Unmarshal(b, &r); err != nil {
 		return fmt.Errorf("record: %w: %v", store.ErrCorrupt, err)
 	}
-	if r.SchemaVersion == 0 || r.Value == nil {
-		return fmt.Errorf("record: %w: empty envelope", store.ErrCorrupt)
-	}
 	if r.SchemaVersion > SchemaVersion {
 		return fmt.Errorf("%w: %d (this build reads up to %d)", ErrSchema, r.SchemaVersion, SchemaVersion)
+	}
+	if r.SchemaVersion == 0 || r.Value == nil {
+		return fmt.Errorf("record: %w: empty envelope", store.ErrCorrupt)
 	}
 	if err := r.Value.UnmarshalTo(msg); err != nil {
 		return fmt.Errorf("record: %w: %v", store.ErrCorrupt, err)
