@@ -194,3 +194,5 @@ func TestTimelineQueueFullDrops(t *testing.T) {
 		t.Fatalf("dropped %d, want 96", inv.tl.dropped.Load())
 	}
 }
+
+func memStore() *mem.Store { return mem.New() }

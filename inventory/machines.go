@@ -40,9 +40,10 @@ type Config struct {
 // Inventory keeps machines and their timelines. Its methods are safe for
 // concurrent use; Run must be running for Record to persist entries.
 type Inventory struct {
-	cfg Config
-	log *slog.Logger
-	tl  *timeline
+	cfg  Config
+	log  *slog.Logger
+	tl   *timeline
+	sess *sessions
 }
 
 // New validates cfg and returns an Inventory.
@@ -64,6 +65,7 @@ func New(cfg Config) (*Inventory, error) {
 	}
 	inv := &Inventory{cfg: cfg, log: cfg.Logger}
 	inv.tl = newTimeline(inv)
+	inv.sess = newSessions()
 	return inv, nil
 }
 
@@ -118,8 +120,13 @@ func (i *Inventory) GetMachine(ctx context.Context, name string) (*inventoryv1.M
 // ListMachines returns machines in name order matching the filter's state,
 // serial and MAC (unset fields match everything).
 func (i *Inventory) ListMachines(ctx context.Context, f *inventoryv1.ListMachinesRequest) ([]*inventoryv1.Machine, error) {
-	if len(f.GetSelectors()) > 0 {
-		return nil, invalidf("fact selectors are not supported by this version")
+	var sels []selector
+	for _, raw := range f.GetSelectors() {
+		sel, err := parseSelector(raw)
+		if err != nil {
+			return nil, err
+		}
+		sels = append(sels, sel)
 	}
 	var mac string
 	if f.GetMac() != "" {
@@ -141,6 +148,9 @@ func (i *Inventory) ListMachines(ctx context.Context, f *inventoryv1.ListMachine
 			continue
 		}
 		if mac != "" && !hasMAC(m, mac) {
+			continue
+		}
+		if !matchAll(sels, m) {
 			continue
 		}
 		out = append(out, m)
@@ -334,6 +344,12 @@ func (i *Inventory) EnsureMachineForMAC(ctx context.Context, mac string) (m *inv
 // current record and may return an error to abort. MAC changes are not
 // allowed here (the index would go stale); use CreateMachine/Delete.
 func (i *Inventory) UpdateMachine(ctx context.Context, name string, mutate func(m *inventoryv1.Machine) error) (*inventoryv1.Machine, error) {
+	return i.updateMachine(ctx, name, false, mutate)
+}
+
+// updateMachine is UpdateMachine; macsClaimed says the caller already
+// claimed any MACs it adds in the MAC index.
+func (i *Inventory) updateMachine(ctx context.Context, name string, macsClaimed bool, mutate func(m *inventoryv1.Machine) error) (*inventoryv1.Machine, error) {
 	if err := CheckName(name); err != nil {
 		return nil, err
 	}
@@ -346,7 +362,7 @@ func (i *Inventory) UpdateMachine(ctx context.Context, name string, mutate func(
 			return false, err
 		}
 		after := append([]string{m.GetBootMac()}, m.GetMacs()...)
-		if strings.Join(macs, ",") != strings.Join(after, ",") {
+		if !macsClaimed && strings.Join(macs, ",") != strings.Join(after, ",") {
 			return false, invalidf("machine %q: MACs cannot be changed by an update", name)
 		}
 		m.Name = name
@@ -400,4 +416,13 @@ func (i *Inventory) BootIntent(ctx context.Context, mac string) (name string, in
 		intent = inventoryv1.BootIntent_BOOT_INTENT_DISCOVER
 	}
 	return m.GetName(), intent, nil
+}
+
+func matchAll(sels []selector, m *inventoryv1.Machine) bool {
+	for _, s := range sels {
+		if !s.match(m) {
+			return false
+		}
+	}
+	return true
 }

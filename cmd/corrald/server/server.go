@@ -18,7 +18,6 @@ import (
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	deploymentv1 "github.com/corralhq/corral/api/deployment/v1"
-	nodev1 "github.com/corralhq/corral/api/node/v1"
 	provisioningv1 "github.com/corralhq/corral/api/provisioning/v1"
 	"github.com/corralhq/corral/auth"
 	"github.com/corralhq/corral/auth/clientconfig"
@@ -187,7 +186,7 @@ func New(cfg Config) (*Server, error) {
 	provisioningv1.RegisterBlockStorageServiceServer(s.grpc, provisioningv1.UnimplementedBlockStorageServiceServer{})
 	provisioningv1.RegisterVirtualMachineServiceServer(s.grpc, provisioningv1.UnimplementedVirtualMachineServiceServer{})
 	deploymentv1.RegisterImageServiceServer(s.grpc, deploymentv1.UnimplementedImageServiceServer{})
-	nodev1.RegisterAgentServiceServer(s.grpc, nodev1.UnimplementedAgentServiceServer{})
+	inventory.RegisterAgent(s.grpc, &inventory.AgentServer{Inv: s.inv})
 	if err := s.initBoot(); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("boot: %w", err)

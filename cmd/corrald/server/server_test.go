@@ -10,13 +10,16 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	nodev1 "github.com/corralhq/corral/api/node/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/store"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 const gib = 1 << 30
@@ -253,4 +256,67 @@ func TestCorruptStoreRefused(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir2, AdminConfigFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatal("admin.conf written despite a corrupt store")
 	}
+}
+
+// TestRegisterAuth: Register needs an agent (or admin) token; a wrong or
+// expired token is Unauthenticated and stores nothing.
+func TestRegisterAuth(t *testing.T) {
+	srv, cc := startServer(t, t.TempDir())
+	ctx := context.Background()
+	agentTok := newToken(t, srv, authv1.Role_ROLE_AGENT)
+	expired, err := srv.Tokens().Create(ctx, authv1.Role_ROLE_AGENT, "expired", time.Nanosecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	req := &nodev1.RegisterRequest{BootMac: "52:54:00:12:34:56", Facts: &inventoryv1.Facts{
+		System: &inventoryv1.Facts_System{Serial: "SN-REG-1", Uuid: "5b3c5a84-6c1c-4b0e-9d5b-5f1e0d3e7a11"},
+	}}
+	for name, tc := range map[string]struct {
+		token string
+		want  codes.Code
+	}{
+		"wrong token":   {"crl_0000000000000000_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", codes.Unauthenticated},
+		"expired token": {expired, codes.Unauthenticated},
+		"viewer token":  {newToken(t, srv, authv1.Role_ROLE_VIEWER), codes.PermissionDenied},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := nodev1.NewAgentServiceClient(dial(t, cc, tc.token)).Register(ctx, req)
+			if status.Code(err) != tc.want {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+	ms, err := inventoryv1.NewMachineServiceClient(dial(t, cc, "")).ListMachines(ctx, &inventoryv1.ListMachinesRequest{})
+	if err != nil || len(ms.GetMachines()) != 0 {
+		t.Fatalf("refused registrations stored machines: %v %v", ms, err)
+	}
+	resp, err := nodev1.NewAgentServiceClient(dial(t, cc, agentTok)).Register(ctx, req)
+	if err != nil || resp.GetSessionId() == "" {
+		t.Fatalf("agent Register: %v %v", resp, err)
+	}
+	m, err := inventoryv1.NewMachineServiceClient(dial(t, cc, "")).GetMachine(ctx, &inventoryv1.GetMachineRequest{Name: resp.GetMachineName()})
+	if err != nil || m.GetSerial() != "SN-REG-1" || m.GetState() != inventoryv1.Machine_INVENTORIED {
+		t.Fatalf("registered machine: %v %v", m, err)
+	}
+	// Oversized facts: InvalidArgument, nothing new stored.
+	bad := proto.CloneOf(req)
+	bad.BootMac = "52:54:00:12:34:57"
+	bad.Facts.System.Serial = strings.Repeat("S", 10000)
+	if _, err := nodev1.NewAgentServiceClient(dial(t, cc, agentTok)).Register(ctx, bad); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("oversized facts: %v", err)
+	}
+	// The session: first message must carry the session id; then `wait`.
+	stream, err := nodev1.NewAgentServiceClient(dial(t, cc, agentTok)).Session(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&nodev1.AgentMessage{Msg: &nodev1.AgentMessage_Heartbeat{Heartbeat: &nodev1.Heartbeat{SessionId: resp.GetSessionId()}}}); err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := stream.Recv()
+	if err != nil || cmd.GetWait() == nil {
+		t.Fatalf("session first command: %v %v", cmd, err)
+	}
+	stream.CloseSend()
 }

@@ -1,0 +1,246 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+func facts(serial, uuid string, nics ...string) *inventoryv1.Facts {
+	f := &inventoryv1.Facts{
+		System: &inventoryv1.Facts_System{Vendor: "QEMU", Product: "Standard PC", Serial: serial, Uuid: uuid},
+		Cpu:    &inventoryv1.Facts_Cpu{Model: "QEMU Virtual CPU", Sockets: 1, Cores: 2, Threads: 2},
+		Memory: &inventoryv1.Facts_Memory{TotalBytes: 2 << 30, Dimms: []*inventoryv1.Facts_Dimm{{Locator: "DIMM 0", SizeBytes: 2 << 30, Serial: "D0"}}},
+		Disks: []*inventoryv1.Facts_Disk{
+			{Name: "vda", SizeBytes: 10 << 30, Serial: "DISK-A"},
+			{Name: "vdb", SizeBytes: 20 << 30, Serial: "DISK-B"},
+		},
+	}
+	for _, n := range nics {
+		f.Nics = append(f.Nics, &inventoryv1.Facts_Nic{Name: "eth", Mac: n, Driver: "e1000", Link: true})
+	}
+	return f
+}
+
+func TestRegisterSerialFirstAndNICSwap(t *testing.T) {
+	inv := newInv(t, Config{})
+	ctx := context.Background()
+	// DHCP saw the MAC first: a placeholder machine exists.
+	stub, _, err := inv.EnsureMachineForMAC(ctx, "52:54:00:00:00:01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := inv.Register(ctx, "52:54:00:00:00:01", facts("SN-1", "6a1c0f3e-1111-4a5b-9c2d-000000000001", "52:54:00:00:00:01"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.GetName() != stub.GetName() || m.GetState() != inventoryv1.Machine_INVENTORIED || m.GetBootIntent() != inventoryv1.BootIntent_BOOT_INTENT_LOCAL {
+		t.Fatalf("after first register: %v %v %v", m.GetName(), m.GetState(), m.GetBootIntent())
+	}
+	if m.GetSerial() != "SN-1" || len(m.GetFactHistory()) != 0 {
+		t.Fatalf("serial %q history %d", m.GetSerial(), len(m.GetFactHistory()))
+	}
+	// Same machine boots from a swapped NIC (new MAC); DHCP made a new stub.
+	if _, _, err := inv.EnsureMachineForMAC(ctx, "52:54:00:00:00:99"); err != nil {
+		t.Fatal(err)
+	}
+	m2, err := inv.Register(ctx, "52:54:00:00:00:99", facts("SN-1", "6a1c0f3e-1111-4a5b-9c2d-000000000001", "52:54:00:00:00:99"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m2.GetName() != m.GetName() {
+		t.Fatalf("NIC swap made a new machine %s (want %s)", m2.GetName(), m.GetName())
+	}
+	all, _ := inv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{})
+	if len(all) != 1 {
+		t.Fatalf("%d machines after NIC swap, want 1 (stub merged)", len(all))
+	}
+	var nicChanges []string
+	for _, c := range m2.GetFactHistory() {
+		if strings.HasPrefix(c.GetPath(), "nic[") {
+			nicChanges = append(nicChanges, c.GetPath())
+		}
+	}
+	if len(nicChanges) != 2 {
+		t.Fatalf("history should note the NIC swap (one gone, one new): %v", m2.GetFactHistory())
+	}
+	if got, err := inv.MachineByMAC(ctx, "52:54:00:00:00:99"); err != nil || got.GetName() != m.GetName() {
+		t.Fatalf("new MAC not bound: %v %v", got, err)
+	}
+}
+
+func TestRegisterPlaceholderSerialUsesUUIDThenMAC(t *testing.T) {
+	inv := newInv(t, Config{})
+	ctx := context.Background()
+	a, err := inv.Register(ctx, "52:54:00:00:01:01", facts("To Be Filled By O.E.M.", "00000000-0000-0000-0000-000000000000", "52:54:00:00:01:01"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := inv.Register(ctx, "52:54:00:00:01:02", facts("Default string", "03000200-0400-0500-0006-000700080009", "52:54:00:00:01:02"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.GetName() == b.GetName() || a.GetSerial() != "" || b.GetSerial() != "" {
+		t.Fatalf("placeholder serials merged machines or were stored: %s %s %q %q", a.GetName(), b.GetName(), a.GetSerial(), b.GetSerial())
+	}
+	// A UUID identifies even when the serial is a placeholder.
+	c1, _ := inv.Register(ctx, "52:54:00:00:02:01", facts("0123456789", "11111111-2222-3333-4444-555555555555", "52:54:00:00:02:01"))
+	c2, _ := inv.Register(ctx, "52:54:00:00:02:02", facts("0123456789", "11111111-2222-3333-4444-555555555555", "52:54:00:00:02:02"))
+	if c1.GetName() != c2.GetName() {
+		t.Fatalf("same UUID, different machines: %s %s", c1.GetName(), c2.GetName())
+	}
+}
+
+func TestRegisterDuplicateSerialFlagged(t *testing.T) {
+	inv := newInv(t, Config{})
+	ctx := context.Background()
+	a, _ := inv.Register(ctx, "52:54:00:00:03:01", facts("SN-DUP", "aaaaaaaa-0000-4000-8000-000000000001", "52:54:00:00:03:01"))
+	b, err := inv.Register(ctx, "52:54:00:00:03:02", facts("SN-DUP", "bbbbbbbb-0000-4000-8000-000000000002", "52:54:00:00:03:02"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.GetName() == b.GetName() {
+		t.Fatal("different UUIDs with one serial were merged")
+	}
+	a, _ = inv.GetMachine(ctx, a.GetName())
+	for _, m := range []*inventoryv1.Machine{a, b} {
+		if len(m.GetFlags()) == 0 || !strings.HasPrefix(m.GetFlags()[0], FlagDuplicateSerial) {
+			t.Errorf("%s not flagged: %v", m.GetName(), m.GetFlags())
+		}
+	}
+}
+
+func TestRegisterFactHistory(t *testing.T) {
+	inv := newInv(t, Config{})
+	ctx := context.Background()
+	f := facts("SN-H", "", "52:54:00:00:04:01")
+	inv.Register(ctx, "52:54:00:00:04:01", f)
+	f2 := proto.CloneOf(f)
+	f2.Memory.Dimms = append(f2.Memory.Dimms, &inventoryv1.Facts_Dimm{Locator: "DIMM 1", SizeBytes: 2 << 30, Serial: "D1"})
+	f2.Memory.TotalBytes = 4 << 30
+	f2.Disks = f2.Disks[:1]
+	m, err := inv.Register(ctx, "52:54:00:00:04:01", f2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths := map[string]bool{}
+	for _, c := range m.GetFactHistory() {
+		paths[c.GetPath()] = true
+		if c.GetAt() == nil {
+			t.Error("change without a date")
+		}
+	}
+	for _, want := range []string{"memory.dimm_count", "memory.total_bytes", "disk[DISK-B]", "dimm[D1]"} {
+		if !paths[want] {
+			t.Errorf("history lacks %s: %v", want, paths)
+		}
+	}
+}
+
+func TestRegisterBadInputStoresNothing(t *testing.T) {
+	inv := newInv(t, Config{})
+	ctx := context.Background()
+	big := facts("SN", "", "52:54:00:00:05:01")
+	big.System.Vendor = strings.Repeat("x", MaxFactString+1)
+	manyDisks := facts("SN", "")
+	for range MaxDisks + 1 {
+		manyDisks.Disks = append(manyDisks.Disks, &inventoryv1.Facts_Disk{Name: "d"})
+	}
+	badUTF8 := facts("SN", "")
+	badUTF8.Cpu.Model = "\xff\xfe"
+	badNIC := facts("SN", "", "not-a-mac")
+	cases := map[string]struct {
+		mac string
+		f   *inventoryv1.Facts
+	}{
+		"bad boot mac":   {"zz", facts("SN", "")},
+		"nil facts":      {"52:54:00:00:05:01", nil},
+		"long string":    {"52:54:00:00:05:01", big},
+		"too many disks": {"52:54:00:00:05:01", manyDisks},
+		"bad utf8":       {"52:54:00:00:05:01", badUTF8},
+		"bad nic mac":    {"52:54:00:00:05:01", badNIC},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if _, err := inv.Register(ctx, tc.mac, tc.f); !errors.Is(err, ErrInvalid) {
+				t.Fatalf("want ErrInvalid, got %v", err)
+			}
+		})
+	}
+	if ms, _ := inv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{}); len(ms) != 0 {
+		t.Fatalf("bad input stored %d machines", len(ms))
+	}
+}
+
+func TestSelectors(t *testing.T) {
+	inv := newInv(t, Config{})
+	ctx := context.Background()
+	inv.Register(ctx, "52:54:00:00:06:01", facts("S1", "", "52:54:00:00:06:01"))
+	f := facts("S2", "", "52:54:00:00:06:02")
+	f.System.Vendor = "Dell Inc."
+	f.Memory.TotalBytes = 64 << 30
+	f.Disks = f.Disks[:1]
+	inv.Register(ctx, "52:54:00:00:06:02", f)
+	cases := map[string]struct {
+		sel  []string
+		want []string
+	}{
+		"memory":     {[]string{"memory_bytes>=64Gi"}, []string{"S2"}},
+		"disks":      {[]string{"disk.count>=2"}, []string{"S1"}},
+		"vendor":     {[]string{"vendor=dell inc."}, []string{"S2"}},
+		"vendor not": {[]string{"vendor!=Dell Inc."}, []string{"S1"}},
+		"combined":   {[]string{"disk.count<2", "memory_bytes>60G"}, []string{"S2"}},
+		"none":       {[]string{"cpu.threads>64"}, nil},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ms, err := inv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{Selectors: tc.sel})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, m := range ms {
+				got = append(got, m.GetSerial())
+			}
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("got %v want %v", got, tc.want)
+			}
+		})
+	}
+	for _, bad := range []string{"memory_bytes>=lots", "vendor>Dell", "nokey=1", "justtext", "memory_bytes>=-1"} {
+		if _, err := inv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{Selectors: []string{bad}}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("selector %q: want ErrInvalid, got %v", bad, err)
+		}
+	}
+}
+
+func FuzzRegister(f *testing.F) {
+	f.Add("52:54:00:00:07:01", "SN", "uuid", "vda", uint64(1<<30))
+	f.Add("zz", "", "", "", uint64(0))
+	f.Add("52:54:00:00:07:01", "To Be Filled By O.E.M.", "00000000-0000-0000-0000-000000000000", "\xff", uint64(1))
+	f.Fuzz(func(t *testing.T, mac, serial, uuid, disk string, size uint64) {
+		inv, err := New(Config{Store: memStore()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs := facts(serial, uuid, mac)
+		fs.Disks = append(fs.Disks, &inventoryv1.Facts_Disk{Name: disk, SizeBytes: size})
+		m, err := inv.Register(context.Background(), mac, fs)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("unexpected error class: %v", err)
+			}
+			if ms, _ := inv.ListMachines(context.Background(), &inventoryv1.ListMachinesRequest{}); len(ms) != 0 {
+				t.Fatal("invalid report stored a machine")
+			}
+			return
+		}
+		if m.GetState() != inventoryv1.Machine_INVENTORIED {
+			t.Fatalf("state %v", m.GetState())
+		}
+	})
+}

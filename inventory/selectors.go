@@ -1,0 +1,138 @@
+package inventory
+
+import (
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+)
+
+// A selector filters machines by a fact: KEY OP VALUE, e.g.
+// "memory_bytes>=64Gi", "disk.count>=2", "vendor=Dell". Numeric keys take
+// =, !=, <, <=, >, >= and sizes with K/M/G/T (powers of 1000) or
+// Ki/Mi/Gi/Ti (powers of 1024) suffixes; text keys take = and !=, compared
+// without regard to case.
+type selector struct {
+	key, op string
+	num     float64
+	text    string
+	numeric bool
+}
+
+var numericKeys = map[string]func(*inventoryv1.Machine) float64{
+	"memory_bytes": func(m *inventoryv1.Machine) float64 { return float64(m.GetFacts().GetMemory().GetTotalBytes()) },
+	"disk.count":   func(m *inventoryv1.Machine) float64 { return float64(len(m.GetFacts().GetDisks())) },
+	"disk.total_bytes": func(m *inventoryv1.Machine) float64 {
+		var t uint64
+		for _, d := range m.GetFacts().GetDisks() {
+			t += d.GetSizeBytes()
+		}
+		return float64(t)
+	},
+	"nic.count":   func(m *inventoryv1.Machine) float64 { return float64(len(m.GetFacts().GetNics())) },
+	"cpu.sockets": func(m *inventoryv1.Machine) float64 { return float64(m.GetFacts().GetCpu().GetSockets()) },
+	"cpu.cores":   func(m *inventoryv1.Machine) float64 { return float64(m.GetFacts().GetCpu().GetCores()) },
+	"cpu.threads": func(m *inventoryv1.Machine) float64 { return float64(m.GetFacts().GetCpu().GetThreads()) },
+	"missing_drivers.count": func(m *inventoryv1.Machine) float64 {
+		return float64(len(m.GetFacts().GetMissingDrivers()))
+	},
+}
+
+var textKeys = map[string]func(*inventoryv1.Machine) string{
+	"name":             func(m *inventoryv1.Machine) string { return m.GetName() },
+	"vendor":           func(m *inventoryv1.Machine) string { return m.GetFacts().GetSystem().GetVendor() },
+	"product":          func(m *inventoryv1.Machine) string { return m.GetFacts().GetSystem().GetProduct() },
+	"serial":           func(m *inventoryv1.Machine) string { return m.GetSerial() },
+	"uuid":             func(m *inventoryv1.Machine) string { return m.GetSystemUuid() },
+	"state":            func(m *inventoryv1.Machine) string { return m.GetState().String() },
+	"power":            func(m *inventoryv1.Machine) string { return m.GetPowerState().String() },
+	"cpu.model":        func(m *inventoryv1.Machine) string { return m.GetFacts().GetCpu().GetModel() },
+	"bios.version":     func(m *inventoryv1.Machine) string { return m.GetFacts().GetBios().GetVersion() },
+	"baseboard.serial": func(m *inventoryv1.Machine) string { return m.GetFacts().GetBaseboard().GetSerial() },
+	"chassis.serial":   func(m *inventoryv1.Machine) string { return m.GetFacts().GetChassis().GetSerial() },
+}
+
+func parseSelector(s string) (selector, error) {
+	s = strings.TrimSpace(s)
+	for _, op := range []string{">=", "<=", "!=", "=", ">", "<"} {
+		k, v, ok := strings.Cut(s, op)
+		if !ok {
+			continue
+		}
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		sel := selector{key: k, op: op}
+		if _, ok := numericKeys[k]; ok {
+			n, err := parseQuantity(v)
+			if err != nil {
+				return sel, invalidf("selector %q: %v", s, err)
+			}
+			sel.num, sel.numeric = n, true
+			return sel, nil
+		}
+		if _, ok := textKeys[k]; ok {
+			if op != "=" && op != "!=" {
+				return sel, invalidf("selector %q: %s is text; use = or !=", s, k)
+			}
+			sel.text = v
+			return sel, nil
+		}
+		return sel, invalidf("selector %q: unknown key %q (numeric: %s; text: %s)", s, k, keyList(numericKeys), keyList(textKeys))
+	}
+	return selector{}, invalidf("selector %q: want KEY OP VALUE with OP one of = != < <= > >=", s)
+}
+
+func keyList[V any](m map[string]V) string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return strings.Join(ks, ", ")
+}
+
+// parseQuantity parses a number with an optional size suffix.
+func parseQuantity(v string) (float64, error) {
+	mult := 1.0
+	num := strings.TrimSuffix(v, "B")
+	for _, u := range []struct {
+		suffix string
+		mult   float64
+	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}} {
+		if strings.HasSuffix(num, u.suffix) {
+			num, mult = strings.TrimSuffix(num, u.suffix), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseFloat(num, 64)
+	if err != nil || n < 0 || math.IsInf(n, 0) || math.IsNaN(n) {
+		return 0, invalidf("%q is not a non-negative number with an optional K/M/G/T or Ki/Mi/Gi/Ti suffix", v)
+	}
+	return n * mult, nil
+}
+
+func (s selector) match(m *inventoryv1.Machine) bool {
+	if s.numeric {
+		v := numericKeys[s.key](m)
+		switch s.op {
+		case "=":
+			return v == s.num
+		case "!=":
+			return v != s.num
+		case "<":
+			return v < s.num
+		case "<=":
+			return v <= s.num
+		case ">":
+			return v > s.num
+		default:
+			return v >= s.num
+		}
+	}
+	eq := strings.EqualFold(textKeys[s.key](m), s.text)
+	if s.op == "=" {
+		return eq
+	}
+	return !eq
+}
