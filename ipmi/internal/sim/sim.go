@@ -1,0 +1,338 @@
+// Package sim starts real IPMI peers for tests: OpenIPMI's ipmi_sim on a
+// loopback UDP port with a chassis_control program, optionally driving a
+// QEMU machine (TCG) connected over ipmi-bmc-extern. Everything it starts
+// is stopped in t.Cleanup. It is test support only: nothing in corrald
+// imports it.
+package sim
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Options configure one simulated BMC.
+type Options struct {
+	User, Password string
+	// VM starts a QEMU machine on power on when true; otherwise the
+	// chassis program only keeps the power state in a file.
+	VM bool
+	// MAC is the VM's NIC MAC (default 52:54:00:12:34:56).
+	MAC string
+	// NetDev is the QEMU -netdev value for the VM's NIC (default: user
+	// networking with restrict=on, which never leaves QEMU).
+	NetDev string
+}
+
+// BMC is a running ipmi_sim.
+type BMC struct {
+	Port int
+	Dir  string
+	User string
+	Pass string
+	cmd  *exec.Cmd
+}
+
+// Need skips t when a tool is missing.
+func Need(t testing.TB, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed (apt-get install %s)", tool, pkgOf(tool))
+		}
+	}
+}
+
+func pkgOf(tool string) string {
+	switch tool {
+	case "ipmi_sim":
+		return "openipmi"
+	case "qemu-system-x86_64":
+		return "qemu-system-x86"
+	}
+	return tool
+}
+
+// FreeUDPPort returns a loopback UDP port that was free a moment ago.
+func FreeUDPPort(t testing.TB) int {
+	t.Helper()
+	c, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).Port
+}
+
+// FreeTCPPort returns a loopback TCP port that was free a moment ago.
+func FreeTCPPort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Start runs ipmi_sim and waits until it answers on its UDP port.
+func Start(t testing.TB, o Options) *BMC {
+	t.Helper()
+	Need(t, "ipmi_sim")
+	if o.VM {
+		Need(t, "qemu-system-x86_64")
+	}
+	if o.User == "" {
+		o.User = "admin"
+	}
+	if o.Password == "" {
+		o.Password = "secret"
+	}
+	if o.MAC == "" {
+		o.MAC = "52:54:00:12:34:56"
+	}
+	if o.NetDev == "" {
+		o.NetDev = "user,id=n0,restrict=on"
+	}
+	dir, err := os.MkdirTemp("", "ipmisim-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &BMC{Dir: dir, User: o.User, Pass: o.Password}
+	vmPort := 0
+	if o.VM {
+		vmPort = FreeTCPPort(t)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "chassis"), []byte(chassisScript(dir, o, vmPort)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	emu := "mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02\nmc_enable 0x20\n"
+	if err := os.WriteFile(filepath.Join(dir, "sim.emu"), []byte(emu), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		b.Port = FreeUDPPort(t)
+		conf := lanConf(dir, b.Port, vmPort, o)
+		if err := os.WriteFile(filepath.Join(dir, "lan.conf"), []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("ipmi_sim", "-c", filepath.Join(dir, "lan.conf"), "-f", filepath.Join(dir, "sim.emu"),
+			"-s", filepath.Join(dir, "state"), "-n")
+		logf, err := os.Create(filepath.Join(dir, "ipmi_sim.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			logf.Close()
+			t.Fatalf("ipmi_sim: %v", err)
+		}
+		logf.Close()
+		if waitUDP(b.Port, 5*time.Second) {
+			b.cmd = cmd
+			break
+		}
+		lastErr = fmt.Errorf("ipmi_sim did not answer on udp/%d: %s", b.Port, readFile(filepath.Join(dir, "ipmi_sim.log")))
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	if b.cmd == nil {
+		t.Fatal(lastErr)
+	}
+	t.Cleanup(b.stop)
+	return b
+}
+
+// waitUDP sends an RMCP ASF presence ping until something answers.
+func waitUDP(port int, d time.Duration) bool {
+	ping := []byte{0x06, 0x00, 0xff, 0x06, 0x00, 0x00, 0x11, 0xbe, 0x80, 0x00, 0x00, 0x00}
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		c, err := net.Dial("udp4", "127.0.0.1:"+strconv.Itoa(port))
+		if err == nil {
+			_, _ = c.Write(ping)
+			_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+			buf := make([]byte, 64)
+			n, err := c.Read(buf)
+			c.Close()
+			if err == nil && n > 0 {
+				return true
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return false
+}
+
+func (b *BMC) stop() {
+	// Power the VM off first so no QEMU outlives the test.
+	_ = exec.Command(filepath.Join(b.Dir, "chassis"), "set", "power", "0").Run()
+	if b.cmd != nil && b.cmd.Process != nil {
+		_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
+		_ = b.cmd.Wait()
+	}
+	if os.Getenv("CORRAL_KEEP_SIM") == "" {
+		_ = os.RemoveAll(b.Dir)
+	}
+}
+
+// Addr is the BMC's host:port.
+func (b *BMC) Addr() string { return "127.0.0.1:" + strconv.Itoa(b.Port) }
+
+// Record returns the chassis program's record, one event a line:
+// "power 1", "boot pxe", "start boot=pxe", "stop", ...
+func (b *BMC) Record() []string {
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader([]byte(readFile(filepath.Join(b.Dir, "record")))))
+	for sc.Scan() {
+		if f := strings.SplitN(sc.Text(), " ", 2); len(f) == 2 {
+			out = append(out, f[1])
+		}
+	}
+	return out
+}
+
+// Running reports whether the VM's QEMU process is alive (VM mode).
+func (b *BMC) Running() bool {
+	pid, err := strconv.Atoi(strings.TrimSpace(readFile(filepath.Join(b.Dir, "qemu.pid"))))
+	if err != nil || pid <= 0 {
+		return false
+	}
+	// A zombie still answers kill -0; look at its state.
+	st := readFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if st == "" {
+		return false
+	}
+	if i := strings.LastIndexByte(st, ')'); i > 0 && i+2 < len(st) && st[i+2] == 'Z' {
+		return false
+	}
+	return true
+}
+
+// QEMUArgs returns the command line of the VM's current (or last) QEMU.
+func (b *BMC) QEMUArgs() string { return readFile(filepath.Join(b.Dir, "qemu.args")) }
+
+// Firmware returns SeaBIOS's debug log of the current (or last) boot.
+func (b *BMC) Firmware() string { return readFile(filepath.Join(b.Dir, "bios.log")) }
+
+// ChassisProgram is the path of the chassis_control program, which the
+// Redfish test server can drive too ("set power 1", "get power", ...).
+func (b *BMC) ChassisProgram() string { return filepath.Join(b.Dir, "chassis") }
+
+func readFile(p string) string {
+	b, _ := os.ReadFile(p)
+	return string(b)
+}
+
+func lanConf(dir string, port, vmPort int, o Options) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "name \"corral%d\"\nset_working_mc 0x20\n", port)
+	fmt.Fprintf(&b, "  startlan 1\n    addr 127.0.0.1 %d\n    priv_limit admin\n", port)
+	b.WriteString("    allowed_auths_callback none md2 md5 straight\n    allowed_auths_user none md2 md5 straight\n")
+	b.WriteString("    allowed_auths_operator none md2 md5 straight\n    allowed_auths_admin none md2 md5 straight\n")
+	b.WriteString("    guid a123456789abcdefa123456789abcdef\n  endlan\n")
+	if vmPort != 0 {
+		fmt.Fprintf(&b, "  serial 15 127.0.0.1 %d codec VM\n", vmPort)
+	}
+	fmt.Fprintf(&b, "  chassis_control \"%s\"\n", filepath.Join(dir, "chassis"))
+	fmt.Fprintf(&b, "  user 2 true \"%s\" \"%s\" admin 10 none md2 md5 straight\n", o.User, o.Password)
+	return b.String()
+}
+
+// chassisScript is the chassis_control program. ipmi_sim runs it as
+// "PROG get power|boot ..." (answering "name:value" lines) and
+// "PROG set power 0|1 | reset 1 | shutdown 1 | boot pxe|default|bios|...".
+// It must return at once, so QEMU is started daemonized. The boot device
+// is one-shot: a start consumes it.
+func chassisScript(dir string, o Options, vmPort int) string {
+	qemu := ""
+	if o.VM {
+		qemu = fmt.Sprintf(`qemu-system-x86_64 -name corral-sim -accel tcg,thread=multi -cpu max -m 128 -display none -no-user-config -nodefaults -chardev socket,id=ipmi0,host=127.0.0.1,port=%d,reconnect=10 -device ipmi-bmc-extern,chardev=ipmi0,id=bmc0 -device isa-ipmi-bt,bmc=bmc0 -netdev %s -device e1000,netdev=n0,mac=%s -chardev file,id=dbg,path=$D/bios.log -device isa-debugcon,iobase=0x402,chardev=dbg -serial file:$D/console.log`, vmPort, o.NetDev, o.MAC)
+	}
+	return fmt.Sprintf(`#!/bin/sh
+D=%q
+VM=%q
+rec() { echo "$(date +%%s.%%N) $*" >> $D/record; }
+running() {
+  [ -f $D/qemu.pid ] || return 1
+  pid=$(cat $D/qemu.pid)
+  [ -n "$pid" ] && [ -d /proc/$pid ] || return 1
+  st=$(sed 's/.*) //' /proc/$pid/stat | cut -c1)
+  [ "$st" != Z ]
+}
+power() {
+  if [ -n "$VM" ]; then if running; then echo 1; else echo 0; fi
+  else cat $D/power 2>/dev/null || echo 0; fi
+}
+start() {
+  boot=$(cat $D/boot 2>/dev/null || echo default)
+  rm -f $D/boot
+  case "$boot" in
+    pxe) order="-boot order=n" ;;
+    bios) order="-boot menu=on" ;;
+    *) order="-boot order=c" ;;
+  esac
+  rec "start boot=$boot"
+  if [ -n "$VM" ]; then
+    running && return 0
+    : > $D/bios.log
+    echo "$VM $order" > $D/qemu.args
+    $VM $order -daemonize -pidfile $D/qemu.pid >> $D/qemu.log 2>&1
+  else
+    echo 1 > $D/power
+  fi
+}
+stop() {
+  rec stop
+  if [ -n "$VM" ]; then
+    if running; then
+      pid=$(cat $D/qemu.pid)
+      kill $pid 2>/dev/null
+      i=0; while running && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+      running && kill -9 $pid 2>/dev/null
+    fi
+    rm -f $D/qemu.pid
+  else
+    echo 0 > $D/power
+  fi
+}
+op=$1; shift
+case "$op" in
+get)
+  for p in "$@"; do
+    case "$p" in
+      power) echo "power:$(power)" ;;
+      boot) echo "boot:$(cat $D/boot 2>/dev/null || echo default)" ;;
+      *) echo "$p:0" ;;
+    esac
+  done ;;
+set)
+  while [ $# -gt 1 ]; do
+    rec "$1 $2"
+    case "$1" in
+      power) if [ "$2" = 1 ]; then start; else stop; fi ;;
+      reset) if [ "$2" = 1 ]; then stop; start; fi ;;
+      shutdown) if [ "$2" = 1 ]; then stop; fi ;;
+      boot) echo "$2" > $D/boot ;;
+    esac
+    shift 2
+  done ;;
+check) exit 0 ;;
+esac
+exit 0
+`, dir, qemu)
+}
