@@ -33,6 +33,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/corralhq/corral/store"
+	"github.com/corralhq/corral/store/internal/watch"
 )
 
 // DefaultTimeout is how long Open waits for the file lock when
@@ -71,7 +72,7 @@ type Store struct {
 	path string
 	db   *bbolt.DB
 	log  *slog.Logger
-	hub  *hub
+	hub  *watch.Hub
 
 	// closeMu is held shared by every call for its whole duration and
 	// exclusively by Close, so Close waits for in-flight calls and no
@@ -160,7 +161,7 @@ func Open(path string, opts Options) (*Store, error) {
 		path:          path,
 		db:            db,
 		log:           log,
-		hub:           newHub(watchBuffer, log),
+		hub:           watch.NewHub(watchBuffer, log),
 		ops:           make(chan *op, maxBatch),
 		committerDone: make(chan struct{}),
 	}
@@ -358,7 +359,7 @@ func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, e
 		return nil, err
 	}
 	defer s.closeMu.RUnlock()
-	return s.hub.add(ctx, prefix), nil
+	return s.hub.Add(ctx, prefix), nil
 }
 
 // Close waits for in-flight calls, stops the committer, closes every watch
@@ -373,7 +374,7 @@ func (s *Store) Close() error {
 	// No call holds the shared lock, so nothing is queued or in flight.
 	close(s.ops)
 	<-s.committerDone
-	s.hub.closeAll()
+	s.hub.CloseAll()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("bolt: close %s: %w", s.path, err)
 	}

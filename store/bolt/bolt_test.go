@@ -253,7 +253,7 @@ func TestSlowWatcherDropped(t *testing.T) {
 	s, _ := openTemp(t)
 	defer s.Close()
 	ctx := t.Context()
-	s.hub.buf = 4
+	s.hub.SetBuffer(4)
 	ch, err := s.Watch(ctx, "")
 	if err != nil {
 		t.Fatal(err)

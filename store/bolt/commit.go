@@ -167,7 +167,7 @@ func (s *Store) commit(batch []*op) {
 	case err == nil:
 		s.commits.Add(1)
 		s.writes.Add(int64(len(events)))
-		s.hub.publish(events)
+		s.hub.Publish(events)
 	case errors.Is(err, errNoChanges):
 	default:
 		s.log.Error("store commit failed", "path", s.path, "ops", len(batch), "err", err)

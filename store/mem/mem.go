@@ -16,6 +16,7 @@ import (
 	"sync"
 
 	"github.com/corralhq/corral/store"
+	"github.com/corralhq/corral/store/internal/watch"
 )
 
 // watchBuffer is the number of events a watcher may have pending before it
@@ -34,7 +35,7 @@ type Store struct {
 	rev    int64             // last revision handed out
 	recs   map[string]record // key -> record
 	keys   []string          // sorted keys of recs
-	hub    *hub
+	hub    *watch.Hub
 }
 
 var _ store.Store = (*Store)(nil)
@@ -43,7 +44,7 @@ var _ store.Store = (*Store)(nil)
 func New() *Store {
 	return &Store{
 		recs: make(map[string]record),
-		hub:  newHub(watchBuffer),
+		hub:  watch.NewHub(watchBuffer, nil),
 	}
 }
 
@@ -115,7 +116,7 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, rev int64) (i
 		s.keys = slices.Insert(s.keys, i, key)
 	}
 	// Published under s.mu, so watchers see events in revision order.
-	s.hub.publish([]store.Event{{Type: store.EventPut, KV: store.KV{Key: key, Value: v, Revision: s.rev}}})
+	s.hub.Publish([]store.Event{{Type: store.EventPut, KV: store.KV{Key: key, Value: v, Revision: s.rev}}})
 	return s.rev, nil
 }
 
@@ -141,7 +142,7 @@ func (s *Store) Delete(ctx context.Context, key string, rev int64) error {
 	if i, ok := slices.BinarySearch(s.keys, key); ok {
 		s.keys = slices.Delete(s.keys, i, i+1)
 	}
-	s.hub.publish([]store.Event{{Type: store.EventDelete, KV: store.KV{Key: key, Revision: s.rev}}})
+	s.hub.Publish([]store.Event{{Type: store.EventDelete, KV: store.KV{Key: key, Revision: s.rev}}})
 	return nil
 }
 
@@ -159,7 +160,7 @@ func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, e
 	if s.closed {
 		return nil, store.ErrClosed
 	}
-	return s.hub.add(ctx, prefix), nil
+	return s.hub.Add(ctx, prefix), nil
 }
 
 // Close drops all records and closes every watch channel. Calls after Close
@@ -173,6 +174,6 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.recs = nil
 	s.keys = nil
-	s.hub.closeAll()
+	s.hub.CloseAll()
 	return nil
 }

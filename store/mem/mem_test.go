@@ -21,13 +21,13 @@ func TestSlowWatcherDropped(t *testing.T) {
 	defer s.Close()
 	ctx := t.Context()
 
-	s.hub.buf = buf
+	s.hub.SetBuffer(buf)
 	slow, err := s.Watch(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The other watcher has room for every event, so it is never dropped.
-	s.hub.buf = 3 * buf
+	s.hub.SetBuffer(3 * buf)
 	fast, err := s.Watch(ctx, "")
 	if err != nil {
 		t.Fatal(err)
