@@ -360,7 +360,12 @@ type Bmc struct {
 	Username    string                 `protobuf:"bytes,4,opt,name=username,proto3" json:"username,omitempty"`
 	CipherSuite uint32                 `protobuf:"varint,5,opt,name=cipher_suite,json=cipherSuite,proto3" json:"cipher_suite,omitempty"`
 	// provider is which provider last answered.
-	Provider      string `protobuf:"bytes,6,opt,name=provider,proto3" json:"provider,omitempty"`
+	Provider string `protobuf:"bytes,6,opt,name=provider,proto3" json:"provider,omitempty"`
+	// verified_at is when Enroll last checked the credentials against the BMC.
+	VerifiedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=verified_at,json=verifiedAt,proto3" json:"verified_at,omitempty"`
+	// inband_address is the BMC LAN address the machine's agent read in-band
+	// (empty until discovery reports one).
+	InbandAddress string `protobuf:"bytes,8,opt,name=inband_address,json=inbandAddress,proto3" json:"inband_address,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -433,6 +438,20 @@ func (x *Bmc) GetCipherSuite() uint32 {
 func (x *Bmc) GetProvider() string {
 	if x != nil {
 		return x.Provider
+	}
+	return ""
+}
+
+func (x *Bmc) GetVerifiedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.VerifiedAt
+	}
+	return nil
+}
+
+func (x *Bmc) GetInbandAddress() string {
+	if x != nil {
+		return x.InbandAddress
 	}
 	return ""
 }
@@ -946,8 +965,13 @@ type EnrollMachineRequest struct {
 	BmcUsername    string                 `protobuf:"bytes,5,opt,name=bmc_username,json=bmcUsername,proto3" json:"bmc_username,omitempty"`
 	BmcPassword    string                 `protobuf:"bytes,6,opt,name=bmc_password,json=bmcPassword,proto3" json:"bmc_password,omitempty"`
 	BmcCipherSuite uint32                 `protobuf:"varint,7,opt,name=bmc_cipher_suite,json=bmcCipherSuite,proto3" json:"bmc_cipher_suite,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// boot_mac binds the machine's boot NIC when it is not known yet, so its
+	// boot timeline (and power changes in it) are kept from the first PXE.
+	BootMac string `protobuf:"bytes,8,opt,name=boot_mac,json=bootMac,proto3" json:"boot_mac,omitempty"`
+	// timeout_ms bounds the credential check (default 10000).
+	TimeoutMs     uint32 `protobuf:"varint,9,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EnrollMachineRequest) Reset() {
@@ -1025,6 +1049,20 @@ func (x *EnrollMachineRequest) GetBmcPassword() string {
 func (x *EnrollMachineRequest) GetBmcCipherSuite() uint32 {
 	if x != nil {
 		return x.BmcCipherSuite
+	}
+	return 0
+}
+
+func (x *EnrollMachineRequest) GetBootMac() string {
+	if x != nil {
+		return x.BootMac
+	}
+	return ""
+}
+
+func (x *EnrollMachineRequest) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
 	}
 	return 0
 }
@@ -1231,10 +1269,15 @@ func (x *GetPowerRequest) GetName() string {
 }
 
 type PowerStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	State         PowerState             `protobuf:"varint,1,opt,name=state,proto3,enum=corral.inventory.v1.PowerState" json:"state,omitempty"`
-	ReadAt        *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=read_at,json=readAt,proto3" json:"read_at,omitempty"`
-	Provider      string                 `protobuf:"bytes,3,opt,name=provider,proto3" json:"provider,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	State    PowerState             `protobuf:"varint,1,opt,name=state,proto3,enum=corral.inventory.v1.PowerState" json:"state,omitempty"`
+	ReadAt   *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=read_at,json=readAt,proto3" json:"read_at,omitempty"`
+	Provider string                 `protobuf:"bytes,3,opt,name=provider,proto3" json:"provider,omitempty"`
+	// attempts lists every provider tried for this call, in order.
+	Attempts []*ProviderAttempt `protobuf:"bytes,4,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	// note says when uniform semantics changed the action ("already on",
+	// "was off: cycle became on").
+	Note          string `protobuf:"bytes,5,opt,name=note,proto3" json:"note,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1290,6 +1333,82 @@ func (x *PowerStatus) GetProvider() string {
 	return ""
 }
 
+func (x *PowerStatus) GetAttempts() []*ProviderAttempt {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
+func (x *PowerStatus) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+// ProviderAttempt is what one BMC provider answered to one call.
+type ProviderAttempt struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Provider string                 `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	// error is empty when the provider answered.
+	Error         string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	TookMs        uint32 `protobuf:"varint,3,opt,name=took_ms,json=tookMs,proto3" json:"took_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProviderAttempt) Reset() {
+	*x = ProviderAttempt{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProviderAttempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProviderAttempt) ProtoMessage() {}
+
+func (x *ProviderAttempt) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProviderAttempt.ProtoReflect.Descriptor instead.
+func (*ProviderAttempt) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ProviderAttempt) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *ProviderAttempt) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *ProviderAttempt) GetTookMs() uint32 {
+	if x != nil {
+		return x.TookMs
+	}
+	return 0
+}
+
 type SetBootDeviceRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1302,7 +1421,7 @@ type SetBootDeviceRequest struct {
 
 func (x *SetBootDeviceRequest) Reset() {
 	*x = SetBootDeviceRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1433,7 @@ func (x *SetBootDeviceRequest) String() string {
 func (*SetBootDeviceRequest) ProtoMessage() {}
 
 func (x *SetBootDeviceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1446,7 @@ func (x *SetBootDeviceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBootDeviceRequest.ProtoReflect.Descriptor instead.
 func (*SetBootDeviceRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{13}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetBootDeviceRequest) GetName() string {
@@ -1367,7 +1486,7 @@ type ReprovisionMachineRequest struct {
 
 func (x *ReprovisionMachineRequest) Reset() {
 	*x = ReprovisionMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1379,7 +1498,7 @@ func (x *ReprovisionMachineRequest) String() string {
 func (*ReprovisionMachineRequest) ProtoMessage() {}
 
 func (x *ReprovisionMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1392,7 +1511,7 @@ func (x *ReprovisionMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReprovisionMachineRequest.ProtoReflect.Descriptor instead.
 func (*ReprovisionMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{14}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReprovisionMachineRequest) GetName() string {
@@ -1413,7 +1532,7 @@ type SetMaintenanceRequest struct {
 
 func (x *SetMaintenanceRequest) Reset() {
 	*x = SetMaintenanceRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1425,7 +1544,7 @@ func (x *SetMaintenanceRequest) String() string {
 func (*SetMaintenanceRequest) ProtoMessage() {}
 
 func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1438,7 +1557,7 @@ func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*SetMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{15}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetMaintenanceRequest) GetName() string {
@@ -1474,7 +1593,7 @@ type TimelineRequest struct {
 
 func (x *TimelineRequest) Reset() {
 	*x = TimelineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1605,7 @@ func (x *TimelineRequest) String() string {
 func (*TimelineRequest) ProtoMessage() {}
 
 func (x *TimelineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1618,7 @@ func (x *TimelineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineRequest.ProtoReflect.Descriptor instead.
 func (*TimelineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{16}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TimelineRequest) GetName() string {
@@ -1532,7 +1651,7 @@ type TimelineResponse struct {
 
 func (x *TimelineResponse) Reset() {
 	*x = TimelineResponse{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1544,7 +1663,7 @@ func (x *TimelineResponse) String() string {
 func (*TimelineResponse) ProtoMessage() {}
 
 func (x *TimelineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1557,7 +1676,7 @@ func (x *TimelineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineResponse.ProtoReflect.Descriptor instead.
 func (*TimelineResponse) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{17}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TimelineResponse) GetEntries() []*TimelineEntry {
@@ -1578,7 +1697,7 @@ type MacBinding struct {
 
 func (x *MacBinding) Reset() {
 	*x = MacBinding{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1590,7 +1709,7 @@ func (x *MacBinding) String() string {
 func (*MacBinding) ProtoMessage() {}
 
 func (x *MacBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1603,7 +1722,7 @@ func (x *MacBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MacBinding.ProtoReflect.Descriptor instead.
 func (*MacBinding) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{18}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MacBinding) GetMachineName() string {
@@ -1613,18 +1732,113 @@ func (x *MacBinding) GetMachineName() string {
 	return ""
 }
 
+// BmcAddressBinding is the store's BMC address index entry (internal): which
+// machine a BMC host:port is enrolled on.
+type BmcAddressBinding struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MachineName   string                 `protobuf:"bytes,1,opt,name=machine_name,json=machineName,proto3" json:"machine_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BmcAddressBinding) Reset() {
+	*x = BmcAddressBinding{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BmcAddressBinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BmcAddressBinding) ProtoMessage() {}
+
+func (x *BmcAddressBinding) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BmcAddressBinding.ProtoReflect.Descriptor instead.
+func (*BmcAddressBinding) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *BmcAddressBinding) GetMachineName() string {
+	if x != nil {
+		return x.MachineName
+	}
+	return ""
+}
+
+// BmcSecret holds a machine's sealed BMC password (internal; never returned
+// by any API).
+type BmcSecret struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	SealedPassword []byte                 `protobuf:"bytes,1,opt,name=sealed_password,json=sealedPassword,proto3" json:"sealed_password,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *BmcSecret) Reset() {
+	*x = BmcSecret{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BmcSecret) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BmcSecret) ProtoMessage() {}
+
+func (x *BmcSecret) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BmcSecret.ProtoReflect.Descriptor instead.
+func (*BmcSecret) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *BmcSecret) GetSealedPassword() []byte {
+	if x != nil {
+		return x.SealedPassword
+	}
+	return nil
+}
+
 var File_api_inventory_v1_machine_proto protoreflect.FileDescriptor
 
 const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\n" +
-	"\x1eapi/inventory/v1/machine.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1capi/inventory/v1/facts.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcc\x01\n" +
+	"\x1eapi/inventory/v1/machine.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1capi/inventory/v1/facts.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb0\x02\n" +
 	"\x03Bmc\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\rR\x04port\x12<\n" +
 	"\bprotocol\x18\x03 \x01(\x0e2 .corral.inventory.v1.BmcProtocolR\bprotocol\x12\x1a\n" +
 	"\busername\x18\x04 \x01(\tR\busername\x12!\n" +
 	"\fcipher_suite\x18\x05 \x01(\rR\vcipherSuite\x12\x1a\n" +
-	"\bprovider\x18\x06 \x01(\tR\bprovider\"z\n" +
+	"\bprovider\x18\x06 \x01(\tR\bprovider\x12;\n" +
+	"\vverified_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"verifiedAt\x12%\n" +
+	"\x0einband_address\x18\b \x01(\tR\rinbandAddress\"z\n" +
 	"\n" +
 	"FactChange\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x12\n" +
@@ -1694,7 +1908,7 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x14ListMachinesResponse\x128\n" +
 	"\bmachines\x18\x01 \x03(\v2\x1c.corral.inventory.v1.MachineR\bmachines\"'\n" +
 	"\x11GetMachineRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x9b\x02\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xd5\x02\n" +
 	"\x14EnrollMachineRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vbmc_address\x18\x02 \x01(\tR\n" +
@@ -1703,7 +1917,10 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\fbmc_protocol\x18\x04 \x01(\x0e2 .corral.inventory.v1.BmcProtocolR\vbmcProtocol\x12!\n" +
 	"\fbmc_username\x18\x05 \x01(\tR\vbmcUsername\x12!\n" +
 	"\fbmc_password\x18\x06 \x01(\tR\vbmcPassword\x12(\n" +
-	"\x10bmc_cipher_suite\x18\a \x01(\rR\x0ebmcCipherSuite\"R\n" +
+	"\x10bmc_cipher_suite\x18\a \x01(\rR\x0ebmcCipherSuite\x12\x19\n" +
+	"\bboot_mac\x18\b \x01(\tR\abootMac\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\t \x01(\rR\ttimeoutMs\"R\n" +
 	"\x14AcceptMachineRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04disk\x18\x02 \x01(\tR\x04disk\x12\x12\n" +
@@ -1714,11 +1931,17 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x128\n" +
 	"\x06action\x18\x02 \x01(\x0e2 .corral.inventory.v1.PowerActionR\x06action\"%\n" +
 	"\x0fGetPowerRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x95\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xeb\x01\n" +
 	"\vPowerStatus\x125\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x1f.corral.inventory.v1.PowerStateR\x05state\x123\n" +
 	"\aread_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x06readAt\x12\x1a\n" +
-	"\bprovider\x18\x03 \x01(\tR\bprovider\"\x95\x01\n" +
+	"\bprovider\x18\x03 \x01(\tR\bprovider\x12@\n" +
+	"\battempts\x18\x04 \x03(\v2$.corral.inventory.v1.ProviderAttemptR\battempts\x12\x12\n" +
+	"\x04note\x18\x05 \x01(\tR\x04note\"\\\n" +
+	"\x0fProviderAttempt\x12\x1a\n" +
+	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x17\n" +
+	"\atook_ms\x18\x03 \x01(\rR\x06tookMs\"\x95\x01\n" +
 	"\x14SetBootDeviceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x127\n" +
 	"\x06device\x18\x02 \x01(\x0e2\x1f.corral.inventory.v1.BootDeviceR\x06device\x12\x1e\n" +
@@ -1740,7 +1963,11 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\aentries\x18\x01 \x03(\v2\".corral.inventory.v1.TimelineEntryR\aentries\"/\n" +
 	"\n" +
 	"MacBinding\x12!\n" +
-	"\fmachine_name\x18\x01 \x01(\tR\vmachineName*k\n" +
+	"\fmachine_name\x18\x01 \x01(\tR\vmachineName\"6\n" +
+	"\x11BmcAddressBinding\x12!\n" +
+	"\fmachine_name\x18\x01 \x01(\tR\vmachineName\"4\n" +
+	"\tBmcSecret\x12'\n" +
+	"\x0fsealed_password\x18\x01 \x01(\fR\x0esealedPassword*k\n" +
 	"\n" +
 	"PowerState\x12\x1b\n" +
 	"\x17POWER_STATE_UNSPECIFIED\x10\x00\x12\x12\n" +
@@ -1797,7 +2024,7 @@ func file_api_inventory_v1_machine_proto_rawDescGZIP() []byte {
 }
 
 var file_api_inventory_v1_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_inventory_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_api_inventory_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_api_inventory_v1_machine_proto_goTypes = []any{
 	(PowerState)(0),                   // 0: corral.inventory.v1.PowerState
 	(BootIntent)(0),                   // 1: corral.inventory.v1.BootIntent
@@ -1818,70 +2045,75 @@ var file_api_inventory_v1_machine_proto_goTypes = []any{
 	(*SetPowerRequest)(nil),           // 16: corral.inventory.v1.SetPowerRequest
 	(*GetPowerRequest)(nil),           // 17: corral.inventory.v1.GetPowerRequest
 	(*PowerStatus)(nil),               // 18: corral.inventory.v1.PowerStatus
-	(*SetBootDeviceRequest)(nil),      // 19: corral.inventory.v1.SetBootDeviceRequest
-	(*ReprovisionMachineRequest)(nil), // 20: corral.inventory.v1.ReprovisionMachineRequest
-	(*SetMaintenanceRequest)(nil),     // 21: corral.inventory.v1.SetMaintenanceRequest
-	(*TimelineRequest)(nil),           // 22: corral.inventory.v1.TimelineRequest
-	(*TimelineResponse)(nil),          // 23: corral.inventory.v1.TimelineResponse
-	(*MacBinding)(nil),                // 24: corral.inventory.v1.MacBinding
-	nil,                               // 25: corral.inventory.v1.Machine.AnnotationsEntry
-	nil,                               // 26: corral.inventory.v1.Machine.LabelsEntry
-	nil,                               // 27: corral.inventory.v1.TimelineEntry.AttributesEntry
-	(*timestamppb.Timestamp)(nil),     // 28: google.protobuf.Timestamp
-	(*Facts)(nil),                     // 29: corral.inventory.v1.Facts
-	(*emptypb.Empty)(nil),             // 30: google.protobuf.Empty
+	(*ProviderAttempt)(nil),           // 19: corral.inventory.v1.ProviderAttempt
+	(*SetBootDeviceRequest)(nil),      // 20: corral.inventory.v1.SetBootDeviceRequest
+	(*ReprovisionMachineRequest)(nil), // 21: corral.inventory.v1.ReprovisionMachineRequest
+	(*SetMaintenanceRequest)(nil),     // 22: corral.inventory.v1.SetMaintenanceRequest
+	(*TimelineRequest)(nil),           // 23: corral.inventory.v1.TimelineRequest
+	(*TimelineResponse)(nil),          // 24: corral.inventory.v1.TimelineResponse
+	(*MacBinding)(nil),                // 25: corral.inventory.v1.MacBinding
+	(*BmcAddressBinding)(nil),         // 26: corral.inventory.v1.BmcAddressBinding
+	(*BmcSecret)(nil),                 // 27: corral.inventory.v1.BmcSecret
+	nil,                               // 28: corral.inventory.v1.Machine.AnnotationsEntry
+	nil,                               // 29: corral.inventory.v1.Machine.LabelsEntry
+	nil,                               // 30: corral.inventory.v1.TimelineEntry.AttributesEntry
+	(*timestamppb.Timestamp)(nil),     // 31: google.protobuf.Timestamp
+	(*Facts)(nil),                     // 32: corral.inventory.v1.Facts
+	(*emptypb.Empty)(nil),             // 33: google.protobuf.Empty
 }
 var file_api_inventory_v1_machine_proto_depIdxs = []int32{
 	2,  // 0: corral.inventory.v1.Bmc.protocol:type_name -> corral.inventory.v1.BmcProtocol
-	28, // 1: corral.inventory.v1.FactChange.at:type_name -> google.protobuf.Timestamp
-	25, // 2: corral.inventory.v1.Machine.annotations:type_name -> corral.inventory.v1.Machine.AnnotationsEntry
-	26, // 3: corral.inventory.v1.Machine.labels:type_name -> corral.inventory.v1.Machine.LabelsEntry
-	6,  // 4: corral.inventory.v1.Machine.bmc:type_name -> corral.inventory.v1.Bmc
-	1,  // 5: corral.inventory.v1.Machine.boot_intent:type_name -> corral.inventory.v1.BootIntent
-	29, // 6: corral.inventory.v1.Machine.facts:type_name -> corral.inventory.v1.Facts
-	5,  // 7: corral.inventory.v1.Machine.state:type_name -> corral.inventory.v1.Machine.MachineState
-	0,  // 8: corral.inventory.v1.Machine.power_state:type_name -> corral.inventory.v1.PowerState
-	28, // 9: corral.inventory.v1.Machine.power_read_at:type_name -> google.protobuf.Timestamp
-	28, // 10: corral.inventory.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
-	28, // 11: corral.inventory.v1.Machine.updated_at:type_name -> google.protobuf.Timestamp
-	7,  // 12: corral.inventory.v1.Machine.fact_history:type_name -> corral.inventory.v1.FactChange
-	28, // 13: corral.inventory.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
-	27, // 14: corral.inventory.v1.TimelineEntry.attributes:type_name -> corral.inventory.v1.TimelineEntry.AttributesEntry
-	5,  // 15: corral.inventory.v1.ListMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
-	8,  // 16: corral.inventory.v1.ListMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
-	2,  // 17: corral.inventory.v1.EnrollMachineRequest.bmc_protocol:type_name -> corral.inventory.v1.BmcProtocol
-	3,  // 18: corral.inventory.v1.SetPowerRequest.action:type_name -> corral.inventory.v1.PowerAction
-	0,  // 19: corral.inventory.v1.PowerStatus.state:type_name -> corral.inventory.v1.PowerState
-	28, // 20: corral.inventory.v1.PowerStatus.read_at:type_name -> google.protobuf.Timestamp
-	4,  // 21: corral.inventory.v1.SetBootDeviceRequest.device:type_name -> corral.inventory.v1.BootDevice
-	9,  // 22: corral.inventory.v1.TimelineResponse.entries:type_name -> corral.inventory.v1.TimelineEntry
-	10, // 23: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
-	12, // 24: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
-	13, // 25: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
-	14, // 26: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
-	15, // 27: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
-	16, // 28: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
-	17, // 29: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
-	19, // 30: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
-	20, // 31: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
-	21, // 32: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
-	22, // 33: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
-	11, // 34: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
-	8,  // 35: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
-	8,  // 36: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
-	8,  // 37: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
-	30, // 38: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
-	18, // 39: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
-	18, // 40: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
-	30, // 41: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
-	8,  // 42: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
-	8,  // 43: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
-	23, // 44: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
-	34, // [34:45] is the sub-list for method output_type
-	23, // [23:34] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	31, // 1: corral.inventory.v1.Bmc.verified_at:type_name -> google.protobuf.Timestamp
+	31, // 2: corral.inventory.v1.FactChange.at:type_name -> google.protobuf.Timestamp
+	28, // 3: corral.inventory.v1.Machine.annotations:type_name -> corral.inventory.v1.Machine.AnnotationsEntry
+	29, // 4: corral.inventory.v1.Machine.labels:type_name -> corral.inventory.v1.Machine.LabelsEntry
+	6,  // 5: corral.inventory.v1.Machine.bmc:type_name -> corral.inventory.v1.Bmc
+	1,  // 6: corral.inventory.v1.Machine.boot_intent:type_name -> corral.inventory.v1.BootIntent
+	32, // 7: corral.inventory.v1.Machine.facts:type_name -> corral.inventory.v1.Facts
+	5,  // 8: corral.inventory.v1.Machine.state:type_name -> corral.inventory.v1.Machine.MachineState
+	0,  // 9: corral.inventory.v1.Machine.power_state:type_name -> corral.inventory.v1.PowerState
+	31, // 10: corral.inventory.v1.Machine.power_read_at:type_name -> google.protobuf.Timestamp
+	31, // 11: corral.inventory.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
+	31, // 12: corral.inventory.v1.Machine.updated_at:type_name -> google.protobuf.Timestamp
+	7,  // 13: corral.inventory.v1.Machine.fact_history:type_name -> corral.inventory.v1.FactChange
+	31, // 14: corral.inventory.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
+	30, // 15: corral.inventory.v1.TimelineEntry.attributes:type_name -> corral.inventory.v1.TimelineEntry.AttributesEntry
+	5,  // 16: corral.inventory.v1.ListMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
+	8,  // 17: corral.inventory.v1.ListMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
+	2,  // 18: corral.inventory.v1.EnrollMachineRequest.bmc_protocol:type_name -> corral.inventory.v1.BmcProtocol
+	3,  // 19: corral.inventory.v1.SetPowerRequest.action:type_name -> corral.inventory.v1.PowerAction
+	0,  // 20: corral.inventory.v1.PowerStatus.state:type_name -> corral.inventory.v1.PowerState
+	31, // 21: corral.inventory.v1.PowerStatus.read_at:type_name -> google.protobuf.Timestamp
+	19, // 22: corral.inventory.v1.PowerStatus.attempts:type_name -> corral.inventory.v1.ProviderAttempt
+	4,  // 23: corral.inventory.v1.SetBootDeviceRequest.device:type_name -> corral.inventory.v1.BootDevice
+	9,  // 24: corral.inventory.v1.TimelineResponse.entries:type_name -> corral.inventory.v1.TimelineEntry
+	10, // 25: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
+	12, // 26: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
+	13, // 27: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
+	14, // 28: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
+	15, // 29: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
+	16, // 30: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
+	17, // 31: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
+	20, // 32: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
+	21, // 33: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
+	22, // 34: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
+	23, // 35: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
+	11, // 36: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
+	8,  // 37: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
+	8,  // 38: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
+	8,  // 39: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
+	33, // 40: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
+	18, // 41: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
+	18, // 42: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
+	33, // 43: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
+	8,  // 44: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
+	8,  // 45: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
+	24, // 46: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
+	36, // [36:47] is the sub-list for method output_type
+	25, // [25:36] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_api_inventory_v1_machine_proto_init() }
@@ -1896,7 +2128,7 @@ func file_api_inventory_v1_machine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_inventory_v1_machine_proto_rawDesc), len(file_api_inventory_v1_machine_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   22,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
