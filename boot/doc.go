@@ -1,4 +1,5 @@
-// Package boot will own network boot: DHCP, TFTP, HTTP iPXE scripts and
-// artifacts, and the IPv6 router-advertisement responder, in sub-packages.
+// Package boot owns network boot, in sub-packages: dhcp (full, proxy and
+// relayed DHCPv4), tftp (first-stage iPXE binaries), http (iPXE scripts and
+// artifacts) and ra (IPv6 router-advertisement responder). See README.md.
 // It must not be imported from anything reachable by cmd/corral-node.
 package boot
