@@ -2,14 +2,9 @@ package pool
 
 import (
 	"context"
-	"errors"
 
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
-	"github.com/corralhq/corral/store"
-	"github.com/corralhq/corral/store/record"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
@@ -17,35 +12,6 @@ import (
 func Register(s grpc.ServiceRegistrar, p *Pool) {
 	poolv1.RegisterNodeServiceServer(s, &nodeServer{p: p})
 	poolv1.RegisterNetworkServiceServer(s, &networkServer{p: p})
-}
-
-// toStatus is the one place pool errors become gRPC status codes.
-func toStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	code := codes.Internal
-	switch {
-	case errors.Is(err, ErrInvalid):
-		code = codes.InvalidArgument
-	case errors.Is(err, ErrNotFound), errors.Is(err, store.ErrNotFound):
-		code = codes.NotFound
-	case errors.Is(err, ErrAlreadyExists):
-		code = codes.AlreadyExists
-	case errors.Is(err, ErrExhausted):
-		code = codes.ResourceExhausted
-	case errors.Is(err, ErrPrecondition):
-		code = codes.FailedPrecondition
-	case errors.Is(err, context.DeadlineExceeded):
-		code = codes.DeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		code = codes.Canceled
-	case errors.Is(err, store.ErrClosed):
-		code = codes.Unavailable
-	case errors.Is(err, store.ErrCorrupt), errors.Is(err, record.ErrSchema):
-		code = codes.DataLoss
-	}
-	return status.Error(code, err.Error())
 }
 
 type nodeServer struct {
