@@ -1,0 +1,397 @@
+// Package http serves the HTTP half of network boot: /boot.ipxe renders a
+// machine's iPXE script from its boot intent (with a short-lived per-boot
+// agent token, the appliance endpoint, the CA fingerprint and the boot MAC
+// on the kernel command line), and /images/<name> streams catalog
+// artifacts with Range support and sendfile. Every script and artifact is
+// recorded on the machine's boot timeline; anything else is refused with a
+// clear status and a log line.
+//
+// It must not be imported from anything reachable by cmd/corral-node.
+package http
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+
+	authv1 "github.com/corralhq/corral/api/auth/v1"
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/images"
+)
+
+// Inventory is what the server needs to know about machines.
+type Inventory interface {
+	// BootIntent says what mac boots; name is "" for an unknown MAC.
+	BootIntent(ctx context.Context, mac string) (name string, intent inventoryv1.BootIntent, err error)
+	// EnsureMachineForMAC creates a DISCOVERED machine for an unknown MAC.
+	EnsureMachineForMAC(ctx context.Context, mac string) (*inventoryv1.Machine, bool, error)
+}
+
+// TokenIssuer makes bearer tokens (auth.Tokens).
+type TokenIssuer interface {
+	Create(ctx context.Context, role authv1.Role, description string, ttl time.Duration) (string, error)
+}
+
+// Recorder appends to a MAC's boot timeline (inventory.Event).
+type Recorder interface {
+	Event(mac, source, event, detail string, attrs map[string]string)
+}
+
+// Catalog is what the server needs of images.Catalog.
+type Catalog interface {
+	Lookup(name string) (images.Artifact, bool)
+	Open(name string) (*os.File, images.Artifact, error)
+}
+
+// MaxCmdline is the kernel command-line limit the script must stay under.
+const MaxCmdline = 2048
+
+// Config configures a Server.
+type Config struct {
+	// Listen is the TCP address (default ":8080"). Listener, when set, is
+	// used instead.
+	Listen   string
+	Listener net.Listener
+	Catalog  Catalog
+	// Inventory, Tokens and Timeline are required.
+	Inventory Inventory
+	Tokens    TokenIssuer
+	Timeline  Recorder
+	// CreateUnknown makes /boot.ipxe create a DISCOVERED machine for a MAC
+	// it has never seen (used when corrald's DHCP is off and another DHCP
+	// server points iPXE here). Otherwise unknown MACs are refused: they
+	// must have been seen by boot/dhcp first.
+	CreateUnknown bool
+	// APIEndpoint is the gRPC endpoint put on the kernel command line,
+	// host:port. An empty host means the host iPXE used to reach us.
+	APIEndpoint string
+	// CAFingerprint is the SHA-256 of the appliance CA (pki.Fingerprint).
+	CAFingerprint string
+	// TokenTTL is the per-boot token lifetime (default 1h).
+	TokenTTL time.Duration
+	// KernelArgs are extra kernel arguments (default console=tty0
+	// console=ttyS0,115200n8).
+	KernelArgs string
+	Logger     *slog.Logger
+}
+
+// Server is the boot HTTP server.
+type Server struct {
+	cfg Config
+	log *slog.Logger
+	lis net.Listener
+	srv *http.Server
+}
+
+// New validates cfg and binds the listener.
+func New(cfg Config) (*Server, error) {
+	if cfg.Catalog == nil || cfg.Inventory == nil || cfg.Tokens == nil || cfg.Timeline == nil {
+		return nil, errors.New("boot/http: Catalog, Inventory, Tokens and Timeline are required")
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = ":8080"
+	}
+	if cfg.TokenTTL == 0 {
+		cfg.TokenTTL = time.Hour
+	}
+	if cfg.KernelArgs == "" {
+		cfg.KernelArgs = "console=tty0 console=ttyS0,115200n8"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger}
+	s.lis = cfg.Listener
+	if s.lis == nil {
+		l, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("boot/http: listen %s: %w", cfg.Listen, err)
+		}
+		s.lis = l
+	}
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second}
+	return s, nil
+}
+
+// Addr is the bound address.
+func (s *Server) Addr() net.Addr { return s.lis.Addr() }
+
+// Run serves until ctx ends, then shuts down gracefully (5 s at most for
+// transfers in flight) and returns nil.
+func (s *Server) Run(ctx context.Context) error {
+	s.log.Info("serving boot HTTP", "addr", s.lis.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(s.lis) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("boot/http: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := s.srv.Shutdown(sctx); err != nil {
+		s.srv.Close()
+	}
+	<-errc
+	return nil
+}
+
+// ServeHTTP routes /boot.ipxe and /images/<name>; everything else is 404.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.URL.Path == "/boot.ipxe":
+		s.script(w, r)
+	case strings.HasPrefix(r.URL.Path, "/images/"):
+		s.artifact(w, r, strings.TrimPrefix(r.URL.Path, "/images/"))
+	default:
+		s.refuse(w, r, "", http.StatusNotFound, "no such path: this server serves /boot.ipxe?mac=... and /images/<name>")
+	}
+}
+
+// refuse answers with status and a one-line reason, logs it and, when the
+// MAC is known, records it on the timeline.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, mac string, status int, reason string) {
+	s.log.Warn("boot http request refused", "peer", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "mac", mac, "status", status, "reason", reason)
+	if mac != "" {
+		s.cfg.Timeline.Event(mac, "http", "http-refused", reason, map[string]string{"path": r.URL.Path, "status": strconv.Itoa(status), "peer": peerIP(r)})
+	}
+	http.Error(w, "corral: "+reason, status)
+}
+
+func peerIP(r *http.Request) string {
+	h, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return h
+}
+
+// normalizeMAC parses a 6-byte MAC (any common notation) to lower-case
+// colon form.
+func normalizeMAC(s string) (string, error) {
+	hw, err := net.ParseMAC(strings.TrimSpace(s))
+	if err != nil || len(hw) != 6 {
+		return "", fmt.Errorf("%q is not a 6-byte MAC address", s)
+	}
+	return hw.String(), nil
+}
+
+//go:embed script.ipxe.tmpl
+var scriptText string
+
+var scriptTmpl = template.Must(template.New("script").Parse(scriptText))
+
+// ScriptData is what the script template sees.
+type ScriptData struct {
+	Intent  string // discover, local, hypervisor
+	Machine string
+	MAC     string
+	Base    string // http://host:port
+	Kernel  string // catalog name
+	Initrd  string // catalog name (and the initrd= name)
+	Cmdline string // everything after the kernel URL
+	Problem string // set when the intent cannot be served: echoed, then exit
+}
+
+// RenderScript renders the iPXE script for d. It fails when the kernel
+// command line would exceed MaxCmdline.
+func RenderScript(d ScriptData) ([]byte, error) {
+	if len(d.Cmdline) >= MaxCmdline {
+		return nil, fmt.Errorf("kernel command line is %d bytes, limit %d", len(d.Cmdline), MaxCmdline)
+	}
+	var b bytes.Buffer
+	if err := scriptTmpl.Execute(&b, d); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+func intentName(i inventoryv1.BootIntent) string {
+	switch i {
+	case inventoryv1.BootIntent_BOOT_INTENT_LOCAL:
+		return "local"
+	case inventoryv1.BootIntent_BOOT_INTENT_HYPERVISOR:
+		return "hypervisor"
+	default:
+		return "discover"
+	}
+}
+
+func (s *Server) script(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		s.refuse(w, r, "", http.StatusMethodNotAllowed, "method "+r.Method+" not allowed")
+		return
+	}
+	raw := r.URL.Query().Get("mac")
+	if raw == "" {
+		s.refuse(w, r, "", http.StatusBadRequest, "mac query parameter is required: /boot.ipxe?mac=${net0/mac}")
+		return
+	}
+	mac, err := normalizeMAC(raw)
+	if err != nil {
+		s.refuse(w, r, "", http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx := r.Context()
+	name, intent, err := s.cfg.Inventory.BootIntent(ctx, mac)
+	if err != nil {
+		s.log.Error("boot intent lookup failed", "mac", mac, "err", err)
+		s.refuse(w, r, mac, http.StatusServiceUnavailable, "inventory unavailable")
+		return
+	}
+	if name == "" {
+		if !s.cfg.CreateUnknown {
+			s.refuse(w, r, mac, http.StatusNotFound, "unknown MAC "+mac+": it has not been seen by corrald's DHCP")
+			return
+		}
+		m, _, err := s.cfg.Inventory.EnsureMachineForMAC(ctx, mac)
+		if err != nil {
+			s.log.Error("ensure machine failed", "mac", mac, "err", err)
+			s.refuse(w, r, mac, http.StatusServiceUnavailable, "inventory unavailable")
+			return
+		}
+		name, intent = m.GetName(), m.GetBootIntent()
+	}
+	d := ScriptData{Intent: intentName(intent), Machine: name, MAC: mac, Base: "http://" + r.Host}
+	switch intent {
+	case inventoryv1.BootIntent_BOOT_INTENT_LOCAL:
+	case inventoryv1.BootIntent_BOOT_INTENT_HYPERVISOR:
+		d.Problem = "the catalog has no hypervisor image yet; booting the local disk"
+	default:
+		d.Kernel, d.Initrd = images.DiscoverKernel, images.DiscoverInitrd
+		if _, ok := s.cfg.Catalog.Lookup(d.Kernel); !ok {
+			d.Problem = "the catalog has no discovery kernel"
+			break
+		}
+		tok, err := s.cfg.Tokens.Create(ctx, authv1.Role_ROLE_AGENT, "boot "+mac+" "+name, s.cfg.TokenTTL)
+		if err != nil {
+			s.log.Error("per-boot token", "mac", mac, "err", err)
+			s.refuse(w, r, mac, http.StatusServiceUnavailable, "cannot issue a boot token")
+			return
+		}
+		d.Cmdline = s.cmdline(r, d, tok)
+	}
+	body, err := RenderScript(d)
+	if err != nil {
+		s.refuse(w, r, mac, http.StatusInternalServerError, "render script: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.Write(body)
+	attrs := map[string]string{"intent": d.Intent, "machine": name, "bytes": strconv.Itoa(len(body)), "peer": peerIP(r)}
+	if d.Kernel != "" {
+		attrs["kernel"], attrs["initrd"], attrs["cmdline_bytes"] = d.Kernel, d.Initrd, strconv.Itoa(len(d.Cmdline))
+	}
+	detail := "rendered " + d.Intent + " script"
+	if d.Problem != "" {
+		detail += ": " + d.Problem
+		attrs["problem"] = d.Problem
+	}
+	s.log.Info("boot script rendered", "mac", mac, "machine", name, "intent", d.Intent, "problem", d.Problem)
+	s.cfg.Timeline.Event(mac, "http", "script", detail, attrs)
+}
+
+// cmdline is the kernel command line: initrd= name first (old UEFI iPXE
+// needs it to match the initrd image name), then Corral's parameters and
+// the configured extras.
+func (s *Server) cmdline(r *http.Request, d ScriptData, token string) string {
+	ep := s.cfg.APIEndpoint
+	if h, p, err := net.SplitHostPort(ep); err == nil && (h == "" || h == "0.0.0.0" || h == "::") {
+		host := r.Host
+		if hh, _, err := net.SplitHostPort(r.Host); err == nil {
+			host = hh
+		}
+		ep = net.JoinHostPort(host, p)
+	}
+	parts := []string{"initrd=" + d.Initrd, "corral.endpoint=" + ep, "corral.token=" + token,
+		"corral.ca=sha256:" + s.cfg.CAFingerprint, "corral.mac=" + d.MAC, s.cfg.KernelArgs}
+	return strings.Join(parts, " ")
+}
+
+func (s *Server) artifact(w http.ResponseWriter, r *http.Request, name string) {
+	mac := ""
+	if raw := r.URL.Query().Get("mac"); raw != "" {
+		m, err := normalizeMAC(raw)
+		if err != nil {
+			s.refuse(w, r, "", http.StatusBadRequest, err.Error())
+			return
+		}
+		mac = m
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		s.refuse(w, r, mac, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed")
+		return
+	}
+	if _, ok := s.cfg.Catalog.Lookup(name); !ok {
+		s.refuse(w, r, mac, http.StatusNotFound, fmt.Sprintf("%q is not in the image catalog", name))
+		return
+	}
+	f, a, err := s.cfg.Catalog.Open(name)
+	if err != nil {
+		s.log.Error("catalog file unreadable", "file", name, "err", err)
+		s.refuse(w, r, mac, http.StatusInternalServerError, "catalog file unreadable")
+		return
+	}
+	defer f.Close()
+	start := time.Now()
+	cw := &countingWriter{ResponseWriter: w}
+	w.Header().Set("ETag", `"`+a.SHA256+`"`)
+	w.Header().Set("Content-Type", "application/octet-stream")
+	// ServeContent answers Range and conditional requests; on an *os.File
+	// its copy reaches net.TCPConn.ReadFrom, which uses sendfile.
+	http.ServeContent(cw, r, "", time.Time{}, f)
+	dur := time.Since(start)
+	status := cw.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	attrs := map[string]string{"file": name, "kind": string(a.Kind), "bytes": strconv.FormatInt(cw.n, 10), "size": strconv.FormatInt(a.Size, 10),
+		"status": strconv.Itoa(status), "duration_ms": strconv.FormatInt(dur.Milliseconds(), 10), "peer": peerIP(r)}
+	if rg := r.Header.Get("Range"); rg != "" {
+		attrs["range"] = rg
+	}
+	s.log.Info("artifact served", "mac", mac, "file", name, "status", status, "bytes", cw.n, "duration", dur.String())
+	if mac != "" {
+		s.cfg.Timeline.Event(mac, "http", "artifact", fmt.Sprintf("served %s (%s, %d bytes in %s)", name, a.Kind, cw.n, dur.Round(time.Millisecond)), attrs)
+	}
+}
+
+// countingWriter counts body bytes and keeps ReadFrom so that sendfile
+// still applies.
+type countingWriter struct {
+	http.ResponseWriter
+	n      int64
+	status int
+}
+
+func (c *countingWriter) WriteHeader(code int) {
+	if c.status == 0 {
+		c.status = code
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(b)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countingWriter) ReadFrom(r io.Reader) (int64, error) {
+	n, err := c.ResponseWriter.(io.ReaderFrom).ReadFrom(r)
+	c.n += n
+	return n, err
+}

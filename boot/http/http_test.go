@@ -1,0 +1,261 @@
+package http
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authv1 "github.com/corralhq/corral/api/auth/v1"
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/images"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+type fakeInv struct {
+	mu       sync.Mutex
+	machines map[string]*inventoryv1.Machine // by MAC
+}
+
+func (f *fakeInv) BootIntent(_ context.Context, mac string) (string, inventoryv1.BootIntent, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m, ok := f.machines[mac]
+	if !ok {
+		return "", inventoryv1.BootIntent_BOOT_INTENT_DISCOVER, nil
+	}
+	return m.GetName(), m.GetBootIntent(), nil
+}
+
+func (f *fakeInv) EnsureMachineForMAC(_ context.Context, mac string) (*inventoryv1.Machine, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if m, ok := f.machines[mac]; ok {
+		return m, false, nil
+	}
+	m := &inventoryv1.Machine{Name: "m-" + strings.ReplaceAll(mac, ":", ""), BootIntent: inventoryv1.BootIntent_BOOT_INTENT_DISCOVER}
+	f.machines[mac] = m
+	return m, true, nil
+}
+
+type fakeTokens struct {
+	mu    sync.Mutex
+	roles []authv1.Role
+	fail  bool
+}
+
+func (f *fakeTokens) Create(_ context.Context, role authv1.Role, desc string, ttl time.Duration) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail {
+		return "", errors.New("store down")
+	}
+	f.roles = append(f.roles, role)
+	return "crl_0123456789abcdef_secretsecretsecretsecretsecretsecretsecretsecretsecre", nil
+}
+
+type recorder struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (r *recorder) Event(mac, source, event, detail string, attrs map[string]string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, fmt.Sprintf("%s %s %s file=%s bytes=%s status=%s", mac, source, event, attrs["file"], attrs["bytes"], attrs["status"]))
+}
+
+func (r *recorder) all() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.events, "\n")
+}
+
+type fixture struct {
+	srv    *httptest.Server
+	inv    *fakeInv
+	tokens *fakeTokens
+	rec    *recorder
+	initrd []byte
+}
+
+func newFixture(t *testing.T, mutate func(*Config)) *fixture {
+	t.Helper()
+	src := t.TempDir()
+	for _, n := range []string{images.UndionlyKPXE, images.IPXEEFI, "ipxe.lkrn"} {
+		os.WriteFile(filepath.Join(src, n), []byte("bin "+n), 0o644)
+	}
+	initrd := bytes.Repeat([]byte("initramfs!"), 100000)
+	ipath := filepath.Join(src, "initrd")
+	os.WriteFile(ipath, initrd, 0o644)
+	cat, err := images.Open(images.Config{Dir: t.TempDir(), IPXEDirs: []string{src}, Initrd: ipath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{inv: &fakeInv{machines: map[string]*inventoryv1.Machine{
+		"52:54:00:00:00:01": {Name: "m-525400000001", BootIntent: inventoryv1.BootIntent_BOOT_INTENT_DISCOVER},
+		"52:54:00:00:00:02": {Name: "rack1-u7", BootIntent: inventoryv1.BootIntent_BOOT_INTENT_LOCAL},
+		"52:54:00:00:00:03": {Name: "hv3", BootIntent: inventoryv1.BootIntent_BOOT_INTENT_HYPERVISOR},
+	}}, tokens: &fakeTokens{}, rec: &recorder{}, initrd: initrd}
+	cfg := Config{Listen: "127.0.0.1:0", Catalog: cat, Inventory: f.inv, Tokens: f.tokens, Timeline: f.rec,
+		APIEndpoint: ":20180", CAFingerprint: strings.Repeat("ab", 32)}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.lis.Close()
+	f.srv = httptest.NewUnstartedServer(s)
+	f.srv.Start()
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func get(t *testing.T, url string, hdr map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Host = "10.0.0.1:8080"
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
+}
+
+func TestScriptsGolden(t *testing.T) {
+	f := newFixture(t, nil)
+	for name, mac := range map[string]string{
+		"discover":   "52-54-00-00-00-01", // any MAC notation
+		"local":      "52:54:00:00:00:02",
+		"hypervisor": "52:54:00:00:00:03",
+	} {
+		t.Run(name, func(t *testing.T) {
+			resp, body := get(t, f.srv.URL+"/boot.ipxe?mac="+mac, nil)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			golden := filepath.Join("testdata", name+".ipxe")
+			if *update {
+				os.WriteFile(golden, body, 0o644)
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(body, want) {
+				t.Errorf("script differs from %s (run with -update):\n%s", golden, body)
+			}
+		})
+	}
+	if len(f.tokens.roles) != 1 || f.tokens.roles[0] != authv1.Role_ROLE_AGENT {
+		t.Errorf("tokens issued: %v, want one AGENT token (discover only)", f.tokens.roles)
+	}
+	if got := f.rec.all(); strings.Count(got, " http script ") != 3 {
+		t.Errorf("timeline:\n%s", got)
+	}
+}
+
+func TestCmdlineLimit(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.KernelArgs = strings.Repeat("x", 2100) })
+	resp, body := get(t, f.srv.URL+"/boot.ipxe?mac=52:54:00:00:00:01", nil)
+	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(string(body), "limit 2048") {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	f := newFixture(t, nil)
+	for name, tc := range map[string]struct {
+		path   string
+		status int
+		want   string
+	}{
+		"unknown mac":      {"/boot.ipxe?mac=52:54:00:99:99:99", 404, "unknown MAC 52:54:00:99:99:99"},
+		"malformed mac":    {"/boot.ipxe?mac=zz", 400, "not a 6-byte MAC"},
+		"missing mac":      {"/boot.ipxe", 400, "mac query parameter is required"},
+		"unknown path":     {"/etc/passwd", 404, "no such path"},
+		"traversal":        {"/images/../pki/ca.key", 404, ""},
+		"encoded dotdot":   {"/images/..%2fpki%2fca.key", 404, "not in the image catalog"},
+		"unknown image":    {"/images/nope.img", 404, "not in the image catalog"},
+		"directory":        {"/images/", 404, "not in the image catalog"},
+		"bad artifact mac": {"/images/vmlinuz?mac=1", 400, "not a 6-byte MAC"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			resp, body := get(t, f.srv.URL+tc.path, nil)
+			if resp.StatusCode != tc.status || !strings.Contains(string(body), tc.want) {
+				t.Fatalf("GET %s = %d %q, want %d containing %q", tc.path, resp.StatusCode, body, tc.status, tc.want)
+			}
+		})
+	}
+	if !strings.Contains(f.rec.all(), "52:54:00:99:99:99 http http-refused") {
+		t.Errorf("refusal of a well-formed MAC not on its timeline:\n%s", f.rec.all())
+	}
+	f.tokens.fail = true
+	resp, _ := get(t, f.srv.URL+"/boot.ipxe?mac=52:54:00:00:00:01", nil)
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("token store down: status %d, want 503", resp.StatusCode)
+	}
+}
+
+func TestCreateUnknown(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.CreateUnknown = true })
+	resp, body := get(t, f.srv.URL+"/boot.ipxe?mac=52:54:00:99:99:99", nil)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "m-525400999999") {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+}
+
+func TestArtifactsRangeAndTimeline(t *testing.T) {
+	f := newFixture(t, nil)
+	resp, body := get(t, f.srv.URL+"/images/initrd.img?mac=52:54:00:00:00:01", nil)
+	if resp.StatusCode != 200 || !bytes.Equal(body, f.initrd) {
+		t.Fatalf("full GET: %d, %d bytes", resp.StatusCode, len(body))
+	}
+	if resp.Header.Get("Accept-Ranges") != "bytes" || resp.Header.Get("ETag") == "" {
+		t.Errorf("headers: %v", resp.Header)
+	}
+	resp, body = get(t, f.srv.URL+"/images/initrd.img?mac=52:54:00:00:00:01", map[string]string{"Range": "bytes=10-19"})
+	if resp.StatusCode != http.StatusPartialContent || !bytes.Equal(body, f.initrd[10:20]) {
+		t.Fatalf("range GET: %d %q", resp.StatusCode, body)
+	}
+	resp, _ = get(t, f.srv.URL+"/images/initrd.img", map[string]string{"Range": "bytes=99999999-"})
+	if resp.StatusCode != http.StatusRequestedRangeNotSatisfiable {
+		t.Errorf("bad range: %d", resp.StatusCode)
+	}
+	tl := f.rec.all()
+	for _, want := range []string{
+		fmt.Sprintf("52:54:00:00:00:01 http artifact file=initrd.img bytes=%d status=200", len(f.initrd)),
+		"52:54:00:00:00:01 http artifact file=initrd.img bytes=10 status=206",
+	} {
+		if !strings.Contains(tl, want) {
+			t.Errorf("timeline lacks %q:\n%s", want, tl)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodPut, f.srv.URL+"/images/initrd.img", strings.NewReader("x"))
+	r2, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2.Body.Close()
+	if r2.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("PUT: %d", r2.StatusCode)
+	}
+}
