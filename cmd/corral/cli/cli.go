@@ -212,3 +212,19 @@ func argsBetween(min, max int) cobra.PositionalArgs {
 func (inv *invocation) callContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(cmd.Context(), inv.timeout)
 }
+
+// rpc connects, runs call under the per-RPC deadline, and turns its error
+// into the one-line message about subject. It is the envelope of every verb
+// that makes one call.
+func (inv *invocation) rpc(cmd *cobra.Command, subject string, call func(ctx context.Context, cc *grpc.ClientConn) error) error {
+	cc, err := inv.connect(cmd.Flags())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := inv.callContext(cmd)
+	defer cancel()
+	if err := call(ctx, cc); err != nil {
+		return inv.callError(subject, err)
+	}
+	return nil
+}

@@ -1,6 +1,10 @@
 package cli
 
 import (
+	"google.golang.org/grpc"
+
+	"context"
+
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -43,23 +47,20 @@ func (inv *invocation) reserveComputeCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cc, err := inv.connect(cmd.Flags())
-			if err != nil {
+			var node *poolv1.Node
+			if err := inv.rpc(cmd, fmt.Sprintf("node %q: reserve compute %q", args[0], args[1]), func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+				node, err = poolv1.NewNodeServiceClient(cc).ReserveCompute(ctx, &poolv1.ReserveComputeRequest{
+					NodeName:            args[0],
+					ComputeName:         args[1],
+					Annotations:         ann,
+					RequestCpuMilliCore: f.requestCPU,
+					LimitCpuMilliCore:   f.limitCPU,
+					RequestMemoryBytes:  f.requestMem,
+					LimitMemoryBytes:    f.limitMem,
+				})
 				return err
-			}
-			ctx, cancel := inv.callContext(cmd)
-			defer cancel()
-			node, err := poolv1.NewNodeServiceClient(cc).ReserveCompute(ctx, &poolv1.ReserveComputeRequest{
-				NodeName:            args[0],
-				ComputeName:         args[1],
-				Annotations:         ann,
-				RequestCpuMilliCore: f.requestCPU,
-				LimitCpuMilliCore:   f.limitCPU,
-				RequestMemoryBytes:  f.requestMem,
-				LimitMemoryBytes:    f.limitMem,
-			})
-			if err != nil {
-				return inv.callError(fmt.Sprintf("node %q: reserve compute %q", args[0], args[1]), err)
+			}); err != nil {
+				return err
 			}
 			return printRecord(cmd, nodeKind, node, f.output)
 		},
@@ -82,22 +83,19 @@ func (inv *invocation) scheduleComputeCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cc, err := inv.connect(cmd.Flags())
-			if err != nil {
+			var node *poolv1.Node
+			if err := inv.rpc(cmd, fmt.Sprintf("schedule compute %q", args[0]), func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+				node, err = poolv1.NewNodeServiceClient(cc).ScheduleCompute(ctx, &poolv1.ScheduleComputeRequest{
+					ComputeName:         args[0],
+					Annotations:         ann,
+					RequestCpuMilliCore: f.requestCPU,
+					LimitCpuMilliCore:   f.limitCPU,
+					RequestMemoryBytes:  f.requestMem,
+					LimitMemoryBytes:    f.limitMem,
+				})
 				return err
-			}
-			ctx, cancel := inv.callContext(cmd)
-			defer cancel()
-			node, err := poolv1.NewNodeServiceClient(cc).ScheduleCompute(ctx, &poolv1.ScheduleComputeRequest{
-				ComputeName:         args[0],
-				Annotations:         ann,
-				RequestCpuMilliCore: f.requestCPU,
-				LimitCpuMilliCore:   f.limitCPU,
-				RequestMemoryBytes:  f.requestMem,
-				LimitMemoryBytes:    f.limitMem,
-			})
-			if err != nil {
-				return inv.callError(fmt.Sprintf("schedule compute %q", args[0]), err)
+			}); err != nil {
+				return err
 			}
 			return printRecord(cmd, nodeKind, node, f.output)
 		},
@@ -112,17 +110,13 @@ func (inv *invocation) releaseComputeCommand() *cobra.Command {
 		Short: "Release the compute reservation COMPUTE on NODE",
 		Args:  argsBetween(2, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cc, err := inv.connect(cmd.Flags())
-			if err != nil {
+			if err := inv.rpc(cmd, fmt.Sprintf("node %q: release compute %q", args[0], args[1]), func(ctx context.Context, cc *grpc.ClientConn) error {
+				_, err := poolv1.NewNodeServiceClient(cc).ReleaseCompute(ctx, &poolv1.ReleaseComputeRequest{NodeName: args[0], ComputeName: args[1]})
+				return err
+			}); err != nil {
 				return err
 			}
-			ctx, cancel := inv.callContext(cmd)
-			defer cancel()
-			_, err = poolv1.NewNodeServiceClient(cc).ReleaseCompute(ctx, &poolv1.ReleaseComputeRequest{NodeName: args[0], ComputeName: args[1]})
-			if err != nil {
-				return inv.callError(fmt.Sprintf("node %q: release compute %q", args[0], args[1]), err)
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "node/%s: compute %s released\n", args[0], args[1])
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "node/%s: compute %s released\n", args[0], args[1])
 			return writeErr(err)
 		},
 	}

@@ -1,6 +1,10 @@
 package cli
 
 import (
+	"google.golang.org/grpc"
+
+	"context"
+
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 )
@@ -19,15 +23,12 @@ Kinds: ` + kindList() + `.`,
 			if err != nil {
 				return err
 			}
-			cc, err := inv.connect(cmd.Flags())
-			if err != nil {
+			var m proto.Message
+			if err := inv.rpc(cmd, k.subject(args[1]), func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+				m, err = k.get(ctx, cc, args[1])
 				return err
-			}
-			ctx, cancel := inv.callContext(cmd)
-			defer cancel()
-			m, err := k.get(ctx, cc, args[1])
-			if err != nil {
-				return inv.callError(k.subject(args[1]), err)
+			}); err != nil {
+				return err
 			}
 			return printRecords(cmd.OutOrStdout(), k, []proto.Message{m}, false, formatYAML)
 		},

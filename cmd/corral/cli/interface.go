@@ -1,6 +1,10 @@
 package cli
 
 import (
+	"google.golang.org/grpc"
+
+	"context"
+
 	"fmt"
 	"net"
 	"net/netip"
@@ -47,22 +51,19 @@ left out are allocated by corrald from the network's ranges.`,
 					return usageErrorf("--ipv6-address %q: not an IPv6 address", ipv6)
 				}
 			}
-			cc, err := inv.connect(cmd.Flags())
-			if err != nil {
+			var network *poolv1.Network
+			if err := inv.rpc(cmd, fmt.Sprintf("network %q: reserve interface %q", args[0], args[1]), func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+				network, err = poolv1.NewNetworkServiceClient(cc).ReserveNetworkInterface(ctx, &poolv1.ReserveNetworkInterfaceRequest{
+					NetworkName:          args[0],
+					NetworkInterfaceName: args[1],
+					Annotations:          ann,
+					HardwareAddress:      mac,
+					Ipv4Address:          ipv4,
+					Ipv6Address:          ipv6,
+				})
 				return err
-			}
-			ctx, cancel := inv.callContext(cmd)
-			defer cancel()
-			network, err := poolv1.NewNetworkServiceClient(cc).ReserveNetworkInterface(ctx, &poolv1.ReserveNetworkInterfaceRequest{
-				NetworkName:          args[0],
-				NetworkInterfaceName: args[1],
-				Annotations:          ann,
-				HardwareAddress:      mac,
-				Ipv4Address:          ipv4,
-				Ipv6Address:          ipv6,
-			})
-			if err != nil {
-				return inv.callError(fmt.Sprintf("network %q: reserve interface %q", args[0], args[1]), err)
+			}); err != nil {
+				return err
 			}
 			return printRecord(cmd, networkKind, network, output)
 		},
@@ -82,20 +83,16 @@ func (inv *invocation) releaseInterfaceCommand() *cobra.Command {
 		Short: "Release the addresses of interface IFACE on NETWORK",
 		Args:  argsBetween(2, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cc, err := inv.connect(cmd.Flags())
-			if err != nil {
+			if err := inv.rpc(cmd, fmt.Sprintf("network %q: release interface %q", args[0], args[1]), func(ctx context.Context, cc *grpc.ClientConn) error {
+				_, err := poolv1.NewNetworkServiceClient(cc).ReleaseNetworkInterface(ctx, &poolv1.ReleaseNetworkInterfaceRequest{
+					NetworkName:          args[0],
+					NetworkInterfaceName: args[1],
+				})
+				return err
+			}); err != nil {
 				return err
 			}
-			ctx, cancel := inv.callContext(cmd)
-			defer cancel()
-			_, err = poolv1.NewNetworkServiceClient(cc).ReleaseNetworkInterface(ctx, &poolv1.ReleaseNetworkInterfaceRequest{
-				NetworkName:          args[0],
-				NetworkInterfaceName: args[1],
-			})
-			if err != nil {
-				return inv.callError(fmt.Sprintf("network %q: release interface %q", args[0], args[1]), err)
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "network/%s: interface %s released\n", args[0], args[1])
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "network/%s: interface %s released\n", args[0], args[1])
 			return writeErr(err)
 		},
 	}

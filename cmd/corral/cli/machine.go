@@ -1,6 +1,10 @@
 package cli
 
 import (
+	"google.golang.org/grpc"
+
+	"context"
+
 	"sort"
 	"strings"
 
@@ -47,15 +51,12 @@ func (inv *invocation) timelineCommand() *cobra.Command {
 			} else {
 				req.Name = args[0]
 			}
-			cc, err := inv.connect(cmd.Flags())
-			if err != nil {
+			var resp *inventoryv1.TimelineResponse
+			if err := inv.rpc(cmd, "timeline of "+args[0], func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+				resp, err = inventoryv1.NewMachineServiceClient(cc).Timeline(ctx, req)
 				return err
-			}
-			ctx, cancel := inv.callContext(cmd)
-			defer cancel()
-			resp, err := inventoryv1.NewMachineServiceClient(cc).Timeline(ctx, req)
-			if err != nil {
-				return inv.callError("timeline of "+args[0], err)
+			}); err != nil {
+				return err
 			}
 			if output == formatJSON || output == formatYAML {
 				ms := make([]proto.Message, len(resp.GetEntries()))

@@ -1,6 +1,10 @@
 package cli
 
 import (
+	"google.golang.org/grpc"
+
+	"context"
+
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -39,21 +43,18 @@ func (inv *invocation) reserveStorageCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cc, err := inv.connect(cmd.Flags())
-			if err != nil {
+			var node *poolv1.Node
+			if err := inv.rpc(cmd, fmt.Sprintf("node %q: reserve storage %q", args[0], args[1]), func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+				node, err = poolv1.NewNodeServiceClient(cc).ReserveStorage(ctx, &poolv1.ReserveStorageRequest{
+					NodeName:     args[0],
+					StorageName:  args[1],
+					Annotations:  ann,
+					RequestBytes: f.request,
+					LimitBytes:   f.limit,
+				})
 				return err
-			}
-			ctx, cancel := inv.callContext(cmd)
-			defer cancel()
-			node, err := poolv1.NewNodeServiceClient(cc).ReserveStorage(ctx, &poolv1.ReserveStorageRequest{
-				NodeName:     args[0],
-				StorageName:  args[1],
-				Annotations:  ann,
-				RequestBytes: f.request,
-				LimitBytes:   f.limit,
-			})
-			if err != nil {
-				return inv.callError(fmt.Sprintf("node %q: reserve storage %q", args[0], args[1]), err)
+			}); err != nil {
+				return err
 			}
 			return printRecord(cmd, nodeKind, node, f.output)
 		},
@@ -76,20 +77,17 @@ func (inv *invocation) scheduleStorageCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cc, err := inv.connect(cmd.Flags())
-			if err != nil {
+			var node *poolv1.Node
+			if err := inv.rpc(cmd, fmt.Sprintf("schedule storage %q", args[0]), func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+				node, err = poolv1.NewNodeServiceClient(cc).ScheduleStorage(ctx, &poolv1.ScheduleStorageRequest{
+					StorageName:  args[0],
+					Annotations:  ann,
+					RequestBytes: f.request,
+					LimitBytes:   f.limit,
+				})
 				return err
-			}
-			ctx, cancel := inv.callContext(cmd)
-			defer cancel()
-			node, err := poolv1.NewNodeServiceClient(cc).ScheduleStorage(ctx, &poolv1.ScheduleStorageRequest{
-				StorageName:  args[0],
-				Annotations:  ann,
-				RequestBytes: f.request,
-				LimitBytes:   f.limit,
-			})
-			if err != nil {
-				return inv.callError(fmt.Sprintf("schedule storage %q", args[0]), err)
+			}); err != nil {
+				return err
 			}
 			return printRecord(cmd, nodeKind, node, f.output)
 		},
@@ -104,17 +102,13 @@ func (inv *invocation) releaseStorageCommand() *cobra.Command {
 		Short: "Release the storage reservation STORAGE on NODE",
 		Args:  argsBetween(2, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cc, err := inv.connect(cmd.Flags())
-			if err != nil {
+			if err := inv.rpc(cmd, fmt.Sprintf("node %q: release storage %q", args[0], args[1]), func(ctx context.Context, cc *grpc.ClientConn) error {
+				_, err := poolv1.NewNodeServiceClient(cc).ReleaseStorage(ctx, &poolv1.ReleaseStorageRequest{NodeName: args[0], StorageName: args[1]})
+				return err
+			}); err != nil {
 				return err
 			}
-			ctx, cancel := inv.callContext(cmd)
-			defer cancel()
-			_, err = poolv1.NewNodeServiceClient(cc).ReleaseStorage(ctx, &poolv1.ReleaseStorageRequest{NodeName: args[0], StorageName: args[1]})
-			if err != nil {
-				return inv.callError(fmt.Sprintf("node %q: release storage %q", args[0], args[1]), err)
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "node/%s: storage %s released\n", args[0], args[1])
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "node/%s: storage %s released\n", args[0], args[1])
 			return writeErr(err)
 		},
 	}
