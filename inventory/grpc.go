@@ -18,6 +18,10 @@ import (
 type MachineServer struct {
 	inventoryv1.UnimplementedMachineServiceServer
 	Inv *Inventory
+	// BMC serves Enroll, SetPower, GetPower and SetBootDevice; when nil,
+	// the control attached to Inv (Inventory.AttachBMC) is used, and
+	// without either those RPCs answer FailedPrecondition.
+	BMC *BMCControl
 }
 
 // Register registers srv's MachineService on s.
@@ -41,7 +45,7 @@ func toStatus(err error) error {
 		code = codes.NotFound
 	case errors.Is(err, ErrAlreadyExists):
 		code = codes.AlreadyExists
-	case errors.Is(err, ErrPrecondition):
+	case errors.Is(err, ErrPrecondition), errors.Is(err, ErrBMCAuth), errors.Is(err, ErrBMCFailed):
 		code = codes.FailedPrecondition
 	case errors.Is(err, ErrUnavailable):
 		code = codes.Unavailable
@@ -86,4 +90,61 @@ func (s *MachineServer) Timeline(ctx context.Context, req *inventoryv1.TimelineR
 		return nil, toStatus(err)
 	}
 	return &inventoryv1.TimelineResponse{Entries: es}, nil
+}
+
+func (s *MachineServer) bmc() (*BMCControl, error) {
+	if s.BMC != nil {
+		return s.BMC, nil
+	}
+	if c := s.Inv.attachedBMC(); c != nil {
+		return c, nil
+	}
+	return nil, preconditionf("BMC control is not configured on this appliance")
+}
+
+func (s *MachineServer) EnrollMachine(ctx context.Context, req *inventoryv1.EnrollMachineRequest) (*inventoryv1.Machine, error) {
+	c, err := s.bmc()
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	m, err := c.Enroll(ctx, req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return m, nil
+}
+
+func (s *MachineServer) SetPower(ctx context.Context, req *inventoryv1.SetPowerRequest) (*inventoryv1.PowerStatus, error) {
+	c, err := s.bmc()
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	ps, err := c.SetPower(ctx, req.GetName(), req.GetAction())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return ps, nil
+}
+
+func (s *MachineServer) GetPower(ctx context.Context, req *inventoryv1.GetPowerRequest) (*inventoryv1.PowerStatus, error) {
+	c, err := s.bmc()
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	ps, err := c.GetPower(ctx, req.GetName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return ps, nil
+}
+
+func (s *MachineServer) SetBootDevice(ctx context.Context, req *inventoryv1.SetBootDeviceRequest) (*emptypb.Empty, error) {
+	c, err := s.bmc()
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if err := c.SetBootDevice(ctx, req); err != nil {
+		return nil, toStatus(err)
+	}
+	return &emptypb.Empty{}, nil
 }

@@ -1,0 +1,624 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/store"
+	"github.com/corralhq/corral/store/record"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Store key prefixes of BMC records.
+const (
+	bmcAddrPrefix   = "/inventory/bmc-addrs/"
+	bmcSecretPrefix = "/inventory/bmc-secrets/"
+)
+
+// BMC sentinel errors; adapters wrap them so toStatus can map them.
+var (
+	// ErrBMCAuth: the BMC rejected the credentials.
+	ErrBMCAuth = errors.New("BMC authentication failed")
+	// ErrBMCFailed: the BMC understood the request and refused it.
+	ErrBMCFailed = errors.New("BMC operation failed")
+)
+
+// FlagBMCAddressMismatch starts a machine flag set when the agent reads a
+// BMC LAN address in-band that differs from the enrolled one.
+const FlagBMCAddressMismatch = "bmc-address-mismatch"
+
+// BMCTarget says how to reach one machine's BMC. Password is cleartext
+// only in memory, for the duration of one call.
+type BMCTarget struct {
+	Host        string
+	Port        uint32
+	Protocol    inventoryv1.BmcProtocol
+	Username    string
+	Password    string
+	CipherSuite uint32
+	Timeout     time.Duration
+}
+
+func (t BMCTarget) String() string { return net.JoinHostPort(t.Host, strconv.Itoa(int(t.Port))) }
+
+// BootRequest is a next-boot device request.
+type BootRequest struct {
+	Device     inventoryv1.BootDevice
+	Persistent bool
+	EFI        bool
+}
+
+// BMCResult records which provider answered a call, and every provider
+// tried.
+type BMCResult struct {
+	Provider string
+	Attempts []*inventoryv1.ProviderAttempt
+	Note     string
+}
+
+// BMC is what inventory needs from BMC control; cmd wires the ipmi
+// package to it. Errors should wrap ErrBMCAuth, ErrBMCFailed, ErrInvalid
+// or ErrUnavailable (and the context's error at a deadline). Each call
+// must honour ctx and t.Timeout.
+type BMC interface {
+	PowerState(ctx context.Context, t BMCTarget) (inventoryv1.PowerState, BMCResult, error)
+	SetPower(ctx context.Context, t BMCTarget, a inventoryv1.PowerAction) (BMCResult, error)
+	SetBootDevice(ctx context.Context, t BMCTarget, b BootRequest) (BMCResult, error)
+}
+
+// Sealer seals BMC passwords at rest, bound to associated data.
+type Sealer interface {
+	Seal(plaintext, ad []byte) ([]byte, error)
+	Open(sealed, ad []byte) ([]byte, error)
+}
+
+// BMCConfig configures BMC control.
+type BMCConfig struct {
+	BMC    BMC
+	Sealer Sealer
+	Logger *slog.Logger
+	// CallTimeout bounds each BMC call (default 10s).
+	CallTimeout time.Duration
+}
+
+// BMCControl enrolls BMCs and drives power and boot device for machines.
+// Its methods are safe for concurrent use; every machine change is a CAS
+// through UpdateMachine.
+type BMCControl struct {
+	inv *Inventory
+	cfg BMCConfig
+	log *slog.Logger
+}
+
+// NewBMCControl returns BMC control over i.
+func (i *Inventory) NewBMCControl(cfg BMCConfig) (*BMCControl, error) {
+	if cfg.BMC == nil || cfg.Sealer == nil {
+		return nil, errors.New("inventory: BMCConfig.BMC and Sealer are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = i.log
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = 10 * time.Second
+	}
+	return &BMCControl{inv: i, cfg: cfg, log: cfg.Logger}, nil
+}
+
+// attached holds the BMC control wired onto an Inventory for a
+// MachineServer built without one (see MachineServer.BMC).
+var attached sync.Map // *Inventory -> *BMCControl
+
+// AttachBMC makes c the BMC control MachineServers over i use when their
+// BMC field is nil.
+func (i *Inventory) AttachBMC(c *BMCControl) { attached.Store(i, c) }
+
+func (i *Inventory) attachedBMC() *BMCControl {
+	if v, ok := attached.Load(i); ok {
+		return v.(*BMCControl)
+	}
+	return nil
+}
+
+var bmcHostRE = regexp.MustCompile(`^(?i)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$`)
+
+// ParseBMCAddress splits "host", "host:port", "[v6]" or "[v6]:port" and
+// validates the host (an IP address or a DNS name). port is 0 when absent.
+func ParseBMCAddress(s string) (host string, port uint32, err error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return "", 0, invalidf("a BMC address is required")
+	}
+	if strings.ContainsAny(s, "/@ \t") {
+		return "", 0, invalidf("BMC address %q is malformed: give host[:port] (no scheme, path or user)", s)
+	}
+	host = s
+	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+		host = s[1 : len(s)-1]
+	} else if strings.HasPrefix(s, "[") || strings.Count(s, ":") == 1 {
+		h, p, e := net.SplitHostPort(s)
+		if e != nil {
+			return "", 0, invalidf("BMC address %q is malformed: %v", s, e)
+		}
+		n, e := strconv.Atoi(p)
+		if e != nil || n < 1 || n > 65535 {
+			return "", 0, invalidf("BMC address %q: port must be 1-65535", s)
+		}
+		host, port = h, uint32(n)
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		if ip.IsUnspecified() || ip.IsMulticast() {
+			return "", 0, invalidf("BMC address %q is not a unicast address", s)
+		}
+		return ip.String(), port, nil
+	}
+	if strings.Contains(host, ":") {
+		return "", 0, invalidf("BMC address %q is malformed: put an IPv6 address with a port in brackets", s)
+	}
+	if len(host) > 253 || !bmcHostRE.MatchString(host) || strings.Trim(host, "0123456789.") == "" {
+		return "", 0, invalidf("BMC address %q is neither an IP address nor a host name", s)
+	}
+	return strings.ToLower(host), port, nil
+}
+
+func defaultBMCPort(p inventoryv1.BmcProtocol) uint32 {
+	if p == inventoryv1.BmcProtocol_BMC_PROTOCOL_REDFISH {
+		return 443
+	}
+	return 623
+}
+
+func bmcKey(host string, port uint32) string {
+	return bmcAddrPrefix + net.JoinHostPort(host, strconv.Itoa(int(port)))
+}
+
+func (c *BMCControl) timeout(ms uint32) time.Duration {
+	if ms > 0 {
+		return time.Duration(ms) * time.Millisecond
+	}
+	return c.cfg.CallTimeout
+}
+
+// Enroll verifies a BMC's credentials against the BMC, then stores the
+// address and the sealed password: on a new machine (created DISCOVERED)
+// or on a known one. Nothing is stored when the check fails. A BMC
+// address already enrolled on another machine is refused with
+// ErrAlreadyExists. It blocks for at most the request's timeout plus
+// store time.
+func (c *BMCControl) Enroll(ctx context.Context, req *inventoryv1.EnrollMachineRequest) (*inventoryv1.Machine, error) {
+	name := req.GetName()
+	if err := CheckName(name); err != nil {
+		return nil, err
+	}
+	host, port, err := ParseBMCAddress(req.GetBmcAddress())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetBmcPort() != 0 {
+		if port != 0 && port != req.GetBmcPort() {
+			return nil, invalidf("BMC port given twice: %d in the address and %d as bmc_port", port, req.GetBmcPort())
+		}
+		if req.GetBmcPort() > 65535 {
+			return nil, invalidf("BMC port %d out of range", req.GetBmcPort())
+		}
+		port = req.GetBmcPort()
+	}
+	bproto := req.GetBmcProtocol()
+	if _, ok := inventoryv1.BmcProtocol_name[int32(bproto)]; !ok {
+		return nil, invalidf("BMC protocol %d is not supported: use auto, ipmi or redfish", int32(bproto))
+	}
+	if port == 0 {
+		port = defaultBMCPort(bproto)
+	}
+	if req.GetBmcUsername() == "" {
+		return nil, invalidf("a BMC user name is required")
+	}
+	if req.GetBmcPassword() == "" {
+		return nil, invalidf("a BMC password is required")
+	}
+	if req.GetBmcCipherSuite() > 17 {
+		return nil, invalidf("cipher suite %d: IPMI defines 0-17 (0 tries 17, then 3)", req.GetBmcCipherSuite())
+	}
+	var bootMAC string
+	if req.GetBootMac() != "" {
+		if bootMAC, err = NormalizeMAC(req.GetBootMac()); err != nil {
+			return nil, err
+		}
+	}
+	existing, err := c.inv.GetMachine(ctx, name)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
+	if bootMAC != "" {
+		if existing != nil && !hasMAC(existing, bootMAC) {
+			return nil, invalidf("machine %q exists without MAC %s: MACs cannot be changed by enroll", name, bootMAC)
+		}
+		if owner, err := c.inv.MachineByMAC(ctx, bootMAC); err == nil && owner.GetName() != name {
+			return nil, existsf("MAC %s belongs to machine %q: enroll that machine instead", bootMAC, owner.GetName())
+		}
+	}
+	key := bmcKey(host, port)
+	// Refuse a duplicate before contacting anything.
+	if err := c.checkAddressFree(ctx, key, name); err != nil {
+		return nil, err
+	}
+	t := BMCTarget{Host: host, Port: port, Protocol: bproto, Username: req.GetBmcUsername(), Password: req.GetBmcPassword(),
+		CipherSuite: req.GetBmcCipherSuite(), Timeout: c.timeout(req.GetTimeoutMs())}
+	cctx, cancel := context.WithTimeout(ctx, t.Timeout)
+	st, res, err := c.cfg.BMC.PowerState(cctx, t)
+	cancel()
+	if err != nil {
+		c.log.Info("BMC enrolment refused", "machine", name, "bmc", t.String(), "err", err)
+		return nil, fmt.Errorf("enroll %s: %w", name, err)
+	}
+	if err := c.claimAddress(ctx, key, name); err != nil {
+		return nil, err
+	}
+	sealed, err := c.cfg.Sealer.Seal([]byte(req.GetBmcPassword()), []byte(name))
+	if err != nil {
+		c.releaseAddress(ctx, key, name)
+		return nil, fmt.Errorf("seal BMC password: %w", err)
+	}
+	if _, err := record.Update(ctx, c.inv.cfg.Store, bmcSecretPrefix+name, func() *inventoryv1.BmcSecret { return &inventoryv1.BmcSecret{} },
+		func(s *inventoryv1.BmcSecret, _ bool) (bool, error) {
+			s.SealedPassword = sealed
+			return false, nil
+		}); err != nil {
+		c.releaseAddress(ctx, key, name)
+		return nil, err
+	}
+	now := timestamppb.New(c.inv.cfg.Now())
+	bmc := &inventoryv1.Bmc{Address: host, Port: port, Protocol: bproto, Username: req.GetBmcUsername(),
+		CipherSuite: req.GetBmcCipherSuite(), Provider: res.Provider, VerifiedAt: now}
+	var oldKey string
+	var m *inventoryv1.Machine
+	if existing == nil {
+		m, err = c.inv.CreateMachine(ctx, &inventoryv1.Machine{Name: name, BootMac: bootMAC, Bmc: bmc, PowerState: st, PowerReadAt: now})
+		if errors.Is(err, ErrAlreadyExists) {
+			// Created concurrently (by DHCP or another enroll): attach.
+			existing = &inventoryv1.Machine{}
+		}
+	}
+	if existing != nil {
+		m, err = c.inv.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
+			if old := m.GetBmc(); old.GetAddress() != "" && old.GetUsername() != "" {
+				if k := bmcKey(old.GetAddress(), old.GetPort()); k != key {
+					oldKey = k
+				}
+			}
+			bmc.InbandAddress = m.GetBmc().GetInbandAddress()
+			m.Bmc = proto.CloneOf(bmc)
+			m.PowerState, m.PowerReadAt = st, now
+			m.Flags = bmcMismatchFlags(m.GetFlags(), bmc)
+			return nil
+		})
+	}
+	if err != nil {
+		c.releaseAddress(ctx, key, name)
+		return nil, err
+	}
+	if oldKey != "" {
+		c.releaseAddress(ctx, oldKey, name)
+	}
+	c.event(m, "enrolled", fmt.Sprintf("BMC %s (%s) enrolled; power %s", t, protoName(bproto), powerName(st)), res)
+	c.log.Info("BMC enrolled", "machine", name, "bmc", t.String(), "provider", res.Provider, "state", powerName(st))
+	return m, nil
+}
+
+func protoName(p inventoryv1.BmcProtocol) string {
+	return strings.ToLower(strings.TrimPrefix(p.String(), "BMC_PROTOCOL_"))
+}
+
+func powerName(s inventoryv1.PowerState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "POWER_STATE_"))
+}
+
+// checkAddressFree fails when key is bound to another live machine that
+// still has that BMC.
+func (c *BMCControl) checkAddressFree(ctx context.Context, key, name string) error {
+	var b inventoryv1.BmcAddressBinding
+	if _, err := record.Get(ctx, c.inv.cfg.Store, key, &b); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		return err
+	}
+	return c.ownerConflict(ctx, key, b.GetMachineName(), name)
+}
+
+func (c *BMCControl) ownerConflict(ctx context.Context, key, owner, name string) error {
+	if owner == "" || owner == name {
+		return nil
+	}
+	m, err := c.inv.GetMachine(ctx, owner)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if b := m.GetBmc(); b.GetAddress() != "" && bmcKey(b.GetAddress(), b.GetPort()) == key {
+		return existsf("BMC %s is already enrolled on machine %q", strings.TrimPrefix(key, bmcAddrPrefix), owner)
+	}
+	return nil
+}
+
+func (c *BMCControl) claimAddress(ctx context.Context, key, name string) error {
+	_, err := record.Update(ctx, c.inv.cfg.Store, key, func() *inventoryv1.BmcAddressBinding { return &inventoryv1.BmcAddressBinding{} },
+		func(b *inventoryv1.BmcAddressBinding, exists bool) (bool, error) {
+			if exists {
+				if err := c.ownerConflict(ctx, key, b.GetMachineName(), name); err != nil {
+					return false, err
+				}
+			}
+			b.MachineName = name
+			return false, nil
+		})
+	return err
+}
+
+func (c *BMCControl) releaseAddress(ctx context.Context, key, name string) {
+	ctx = context.WithoutCancel(ctx)
+	_, err := record.Update(ctx, c.inv.cfg.Store, key, func() *inventoryv1.BmcAddressBinding { return &inventoryv1.BmcAddressBinding{} },
+		func(b *inventoryv1.BmcAddressBinding, exists bool) (bool, error) {
+			if !exists || b.GetMachineName() != name {
+				return false, errSkip
+			}
+			return true, nil
+		})
+	if err != nil && !errors.Is(err, errSkip) {
+		c.log.Warn("could not release BMC address binding", "machine", name, "key", key, "err", err)
+	}
+}
+
+// target loads a machine's BMC target with its opened password.
+func (c *BMCControl) target(ctx context.Context, name string) (*inventoryv1.Machine, BMCTarget, error) {
+	m, err := c.inv.GetMachine(ctx, name)
+	if err != nil {
+		return nil, BMCTarget{}, err
+	}
+	b := m.GetBmc()
+	if b.GetAddress() == "" || b.GetUsername() == "" {
+		return m, BMCTarget{}, preconditionf("machine %q has no enrolled BMC: run `corral machine enroll %s --bmc ...`", name, name)
+	}
+	var s inventoryv1.BmcSecret
+	if _, err := record.Get(ctx, c.inv.cfg.Store, bmcSecretPrefix+name, &s); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return m, BMCTarget{}, preconditionf("machine %q has no stored BMC password: enroll it again", name)
+		}
+		return m, BMCTarget{}, err
+	}
+	pw, err := c.cfg.Sealer.Open(s.GetSealedPassword(), []byte(name))
+	if err != nil {
+		return m, BMCTarget{}, preconditionf("machine %q: the stored BMC password cannot be opened (was the seal key replaced?): enroll it again", name)
+	}
+	port := b.GetPort()
+	if port == 0 {
+		port = defaultBMCPort(b.GetProtocol())
+	}
+	return m, BMCTarget{Host: b.GetAddress(), Port: port, Protocol: b.GetProtocol(), Username: b.GetUsername(), Password: string(pw),
+		CipherSuite: b.GetCipherSuite(), Timeout: c.cfg.CallTimeout}, nil
+}
+
+// event records a BMC event in the machine's boot timeline (keyed by MAC:
+// machines with no known MAC only get a log line).
+func (c *BMCControl) event(m *inventoryv1.Machine, event, detail string, res BMCResult) {
+	mac := m.GetBootMac()
+	if mac == "" && len(m.GetMacs()) > 0 {
+		mac = m.GetMacs()[0]
+	}
+	attrs := map[string]string{}
+	if res.Provider != "" {
+		attrs["provider"] = res.Provider
+	}
+	if res.Note != "" {
+		attrs["note"] = res.Note
+	}
+	if mac == "" {
+		c.log.Info("bmc "+event, "machine", m.GetName(), "detail", detail)
+		return
+	}
+	c.inv.Event(mac, "bmc", event, detail, attrs)
+}
+
+// GetPower reads a machine's power state from its BMC, stores it (with
+// the time read and the provider that answered) and records a change in
+// the timeline.
+func (c *BMCControl) GetPower(ctx context.Context, name string) (*inventoryv1.PowerStatus, error) {
+	m, t, err := c.target(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, t.Timeout)
+	st, res, err := c.cfg.BMC.PowerState(cctx, t)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("machine %s: %w", name, err)
+	}
+	return c.storePower(ctx, m, st, res)
+}
+
+func (c *BMCControl) storePower(ctx context.Context, m *inventoryv1.Machine, st inventoryv1.PowerState, res BMCResult) (*inventoryv1.PowerStatus, error) {
+	now := timestamppb.New(c.inv.cfg.Now())
+	var before inventoryv1.PowerState
+	nm, err := c.inv.UpdateMachine(ctx, m.GetName(), func(m *inventoryv1.Machine) error {
+		before = m.GetPowerState()
+		m.PowerState, m.PowerReadAt = st, now
+		if m.Bmc != nil && res.Provider != "" {
+			m.Bmc.Provider = res.Provider
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if before != st {
+		c.event(nm, "power-changed", fmt.Sprintf("power %s -> %s", powerName(before), powerName(st)), res)
+		c.log.Info("power changed", "machine", nm.GetName(), "state", powerName(st), "was", powerName(before), "provider", res.Provider)
+	}
+	return &inventoryv1.PowerStatus{State: st, ReadAt: now, Provider: res.Provider, Attempts: res.Attempts, Note: res.Note}, nil
+}
+
+// SetPower performs a power action through the machine's BMC, records it
+// in the timeline, and then reads and stores the state.
+func (c *BMCControl) SetPower(ctx context.Context, name string, a inventoryv1.PowerAction) (*inventoryv1.PowerStatus, error) {
+	if _, ok := inventoryv1.PowerAction_name[int32(a)]; !ok || a == inventoryv1.PowerAction_POWER_ACTION_UNSPECIFIED {
+		return nil, invalidf("power action %d: use on, off, soft, cycle or reset", int32(a))
+	}
+	m, t, err := c.target(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, t.Timeout)
+	res, err := c.cfg.BMC.SetPower(cctx, t, a)
+	cancel()
+	verb := strings.ToLower(strings.TrimPrefix(a.String(), "POWER_ACTION_"))
+	if err != nil {
+		c.event(m, "power-failed", fmt.Sprintf("power %s failed: %v", verb, err), res)
+		return nil, fmt.Errorf("machine %s: power %s: %w", name, verb, err)
+	}
+	c.event(m, "power-"+verb, fmt.Sprintf("power %s via %s", verb, res.Provider), res)
+	// Read back (one more BMC round trip); a cycle may still read off.
+	cctx, cancel = context.WithTimeout(ctx, t.Timeout)
+	st, rres, err := c.cfg.BMC.PowerState(cctx, t)
+	cancel()
+	if err != nil {
+		return &inventoryv1.PowerStatus{State: inventoryv1.PowerState_POWER_STATE_UNKNOWN, Provider: res.Provider, Attempts: res.Attempts, Note: res.Note}, nil
+	}
+	ps, err := c.storePower(ctx, m, st, rres)
+	if err != nil {
+		return nil, err
+	}
+	ps.Provider, ps.Attempts, ps.Note = res.Provider, res.Attempts, res.Note
+	return ps, nil
+}
+
+// SetBootDevice sets a machine's next boot device through its BMC and
+// records it in the timeline.
+func (c *BMCControl) SetBootDevice(ctx context.Context, req *inventoryv1.SetBootDeviceRequest) error {
+	name := req.GetName()
+	if _, ok := inventoryv1.BootDevice_name[int32(req.GetDevice())]; !ok || req.GetDevice() == inventoryv1.BootDevice_BOOT_DEVICE_UNSPECIFIED {
+		return invalidf("boot device %d: use pxe, disk or bios", int32(req.GetDevice()))
+	}
+	m, t, err := c.target(ctx, name)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, t.Timeout)
+	res, err := c.cfg.BMC.SetBootDevice(cctx, t, BootRequest{Device: req.GetDevice(), Persistent: req.GetPersistent(), EFI: req.GetEfi()})
+	cancel()
+	dev := strings.ToLower(strings.TrimPrefix(req.GetDevice().String(), "BOOT_DEVICE_"))
+	if err != nil {
+		c.event(m, "bootdev-failed", fmt.Sprintf("boot device %s failed: %v", dev, err), res)
+		return fmt.Errorf("machine %s: boot device %s: %w", name, dev, err)
+	}
+	c.event(m, "bootdev", fmt.Sprintf("next boot %s (persistent=%t efi=%t) via %s", dev, req.GetPersistent(), req.GetEfi(), res.Provider), res)
+	if _, err := c.inv.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
+		if m.Bmc != nil && res.Provider != "" {
+			m.Bmc.Provider = res.Provider
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return nil
+}
+
+// PowerTargets names the machines with an enrolled BMC (for the poller).
+func (c *BMCControl) PowerTargets(ctx context.Context) ([]string, error) {
+	ms, err := c.inv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, m := range ms {
+		if m.GetBmc().GetAddress() != "" && m.GetBmc().GetUsername() != "" {
+			out = append(out, m.GetName())
+		}
+	}
+	return out, nil
+}
+
+// RefreshPower reads and stores one machine's power state (for the
+// poller). A BMC that cannot be read leaves the state UNKNOWN (recorded
+// once as a change) and returns the error.
+func (c *BMCControl) RefreshPower(ctx context.Context, name string) error {
+	_, err := c.GetPower(ctx, name)
+	if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrPrecondition) {
+		return err
+	}
+	if m, gerr := c.inv.GetMachine(context.WithoutCancel(ctx), name); gerr == nil {
+		_, _ = c.storePower(context.WithoutCancel(ctx), m, inventoryv1.PowerState_POWER_STATE_UNKNOWN, BMCResult{Note: err.Error()})
+	}
+	return err
+}
+
+// ReconcileBMCAddress is the discovery hook: the agent read the BMC's LAN
+// address in-band. A machine without a BMC address gets it filled (to be
+// enrolled with credentials later); one enrolled at another address is
+// flagged (FlagBMCAddressMismatch) and the mismatch recorded in its
+// timeline; a match clears the flag.
+func (i *Inventory) ReconcileBMCAddress(ctx context.Context, name, reported string) (*inventoryv1.Machine, error) {
+	if strings.TrimSpace(reported) == "" {
+		return i.GetMachine(ctx, name)
+	}
+	host, _, err := ParseBMCAddress(reported)
+	if err != nil {
+		return nil, err
+	}
+	var filled, mismatch bool
+	m, err := i.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
+		filled, mismatch = false, false
+		if m.Bmc == nil {
+			m.Bmc = &inventoryv1.Bmc{}
+		}
+		m.Bmc.InbandAddress = host
+		if m.Bmc.GetAddress() == "" {
+			m.Bmc.Address = host
+			filled = true
+		}
+		m.Flags = bmcMismatchFlags(m.GetFlags(), m.Bmc)
+		mismatch = m.Bmc.GetAddress() != host
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	mac := m.GetBootMac()
+	switch {
+	case filled:
+		i.log.Info("BMC address filled from discovery", "machine", name, "bmc", host)
+		if mac != "" {
+			i.Event(mac, "bmc", "bmc-address-filled", "BMC LAN address "+host+" read in-band; enroll credentials to control it", nil)
+		}
+	case mismatch:
+		i.log.Warn("BMC address mismatch", "machine", name, "bmc", m.GetBmc().GetAddress(), "inband", host)
+		if mac != "" {
+			i.Event(mac, "bmc", FlagBMCAddressMismatch, fmt.Sprintf("enrolled %s, agent reads %s in-band", m.GetBmc().GetAddress(), host), nil)
+		}
+	}
+	return m, nil
+}
+
+// bmcMismatchFlags sets or clears the mismatch flag for b.
+func bmcMismatchFlags(flags []string, b *inventoryv1.Bmc) []string {
+	out := make([]string, 0, len(flags)+1)
+	for _, f := range flags {
+		if !strings.HasPrefix(f, FlagBMCAddressMismatch) {
+			out = append(out, f)
+		}
+	}
+	if b.GetInbandAddress() != "" && b.GetAddress() != "" && b.GetInbandAddress() != b.GetAddress() {
+		out = append(out, fmt.Sprintf("%s: enrolled %s, agent reads %s in-band", FlagBMCAddressMismatch, b.GetAddress(), b.GetInbandAddress()))
+	}
+	return out
+}
