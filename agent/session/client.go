@@ -1,0 +1,250 @@
+package session
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	nodev1 "github.com/corralhq/corral/api/node/v1"
+)
+
+// Power carries out the appliance's power commands. PowerOff and Reboot
+// normally do not return on success.
+type Power interface {
+	PowerOff() error
+	Reboot() error
+}
+
+// Config configures a Client. Endpoint, Token, CAFingerprint, BootMAC,
+// Facts and Power are required.
+type Config struct {
+	Endpoint      string // host:port of the appliance API
+	Token         string // per-boot bearer token
+	CAFingerprint string // lowercase hex SHA-256 of the CA certificate (DER)
+	// ExtraCAs are candidate CA certificates besides the chain the server
+	// sends; only one matching CAFingerprint is trusted.
+	ExtraCAs     []*x509.Certificate
+	BootMAC      string
+	AgentVersion string
+	// Facts returns the facts to register; it is called before each
+	// Register attempt.
+	Facts func(ctx context.Context) *inventoryv1.Facts
+	Power Power
+	// Console receives one human line per failed attempt and per command;
+	// nil discards.
+	Console io.Writer
+	Logger  *slog.Logger
+	// Heartbeat is the interval between heartbeats (default 10 s).
+	Heartbeat time.Duration
+	// RPCTimeout bounds Register and each send (default 30 s).
+	RPCTimeout time.Duration
+	Backoff    Backoff
+	// DialOptions are appended to the client's own (tests).
+	DialOptions []grpc.DialOption
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Endpoint == "":
+		return errors.New("session: endpoint is required")
+	case c.Token == "":
+		return errors.New("session: token is required")
+	case len(c.CAFingerprint) != 64:
+		return errors.New("session: CA fingerprint must be 64 hex digits")
+	case c.BootMAC == "":
+		return errors.New("session: boot MAC is required")
+	case c.Facts == nil:
+		return errors.New("session: Facts is required")
+	case c.Power == nil:
+		return errors.New("session: Power is required")
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = 10 * time.Second
+	}
+	if c.RPCTimeout <= 0 {
+		c.RPCTimeout = 30 * time.Second
+	}
+	if c.Console == nil {
+		c.Console = io.Discard
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// bearer sends the per-boot token; it refuses plaintext transports.
+type bearer string
+
+func (t bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(t)}, nil
+}
+
+func (bearer) RequireTransportSecurity() bool { return true }
+
+// Run registers and keeps a session open until ctx ends, and returns nil
+// then. Every failure (dial, TLS, Register, stream) is printed on the
+// console with the attempt number and retried after a backoff; Run never
+// gives up on its own. It returns an error only for an invalid Config.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	creds := credentials.NewTLS(PinnedTLS(cfg.CAFingerprint, cfg.ExtraCAs))
+	opts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithPerRPCCredentials(bearer(cfg.Token)),
+	}, cfg.DialOptions...)
+	conn, err := grpc.NewClient(cfg.Endpoint, opts...)
+	if err != nil {
+		return fmt.Errorf("session: %w", err)
+	}
+	defer conn.Close()
+	client := nodev1.NewAgentServiceClient(conn)
+
+	attempt := 0
+	for {
+		reg, err := register(ctx, &cfg, client)
+		if err == nil {
+			attempt = 0
+			fmt.Fprintf(cfg.Console, "corral: registered as %s with %s\n", reg.GetMachineName(), cfg.Endpoint)
+			cfg.Logger.Info("registered", "machine", reg.GetMachineName(), "session", reg.GetSessionId())
+			err = runSession(ctx, &cfg, client, reg)
+			if ctx.Err() != nil {
+				return nil
+			}
+			fmt.Fprintf(cfg.Console, "corral: session with %s ended: %v; registering again\n", cfg.Endpoint, reason(err))
+		} else {
+			if ctx.Err() != nil {
+				return nil
+			}
+			fmt.Fprintf(cfg.Console, "corral: register with %s failed (attempt %d): %s\n", cfg.Endpoint, attempt+1, reason(err))
+			cfg.Logger.Warn("register failed", "attempt", attempt+1, "err", err)
+		}
+		d := cfg.Backoff.Delay(attempt)
+		attempt++
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(d):
+		}
+	}
+}
+
+// reason renders an RPC error for a person at a console.
+func reason(err error) string {
+	if s, ok := status.FromError(err); ok {
+		return fmt.Sprintf("%s: %s", s.Code(), s.Message())
+	}
+	return err.Error()
+}
+
+func register(ctx context.Context, cfg *Config, client nodev1.AgentServiceClient) (*nodev1.RegisterResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.RPCTimeout)
+	defer cancel()
+	return client.Register(ctx, &nodev1.RegisterRequest{
+		BootMac:      cfg.BootMAC,
+		Facts:        cfg.Facts(ctx),
+		AgentVersion: cfg.AgentVersion,
+	})
+}
+
+// runSession keeps one Session stream: a heartbeat at once and every
+// cfg.Heartbeat, commands obeyed as they come. It returns when the stream
+// fails or ctx ends.
+func runSession(ctx context.Context, cfg *Config, client nodev1.AgentServiceClient, reg *nodev1.RegisterResponse) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := client.Session(ctx)
+	if err != nil {
+		return err
+	}
+	sendErr := make(chan error, 1)
+	out := make(chan *nodev1.AgentMessage, 4)
+	// The sender owns stream.Send; it stops when ctx ends.
+	go func() {
+		beat := &nodev1.AgentMessage{Msg: &nodev1.AgentMessage_Heartbeat{Heartbeat: &nodev1.Heartbeat{SessionId: reg.GetSessionId()}}}
+		t := time.NewTicker(cfg.Heartbeat)
+		defer t.Stop()
+		send := func(m *nodev1.AgentMessage) bool {
+			if err := stream.Send(m); err != nil {
+				sendErr <- err
+				cancel()
+				return false
+			}
+			return true
+		}
+		if !send(beat) {
+			return
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case m := <-out:
+				if !send(m) {
+					return
+				}
+			case <-t.C:
+				if !send(beat) {
+					return
+				}
+			}
+		}
+	}()
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			select {
+			case serr := <-sendErr:
+				return serr
+			default:
+			}
+			if err == io.EOF {
+				return errors.New("appliance closed the session")
+			}
+			return err
+		}
+		obey(ctx, cfg, msg, out)
+	}
+}
+
+// obey carries out one command.
+func obey(ctx context.Context, cfg *Config, msg *nodev1.ApplianceMessage, out chan<- *nodev1.AgentMessage) {
+	progress := func(p *nodev1.Progress) {
+		select {
+		case out <- &nodev1.AgentMessage{Msg: &nodev1.AgentMessage_Progress{Progress: p}}:
+		case <-ctx.Done():
+		}
+	}
+	switch cmd := msg.GetCmd().(type) {
+	case *nodev1.ApplianceMessage_Wait_:
+		cfg.Logger.Info("command", "cmd", "wait")
+	case *nodev1.ApplianceMessage_PowerOff_:
+		fmt.Fprintln(cfg.Console, "corral: appliance asked to power off")
+		progress(&nodev1.Progress{Step: "power_off", Detail: "powering off"})
+		if err := cfg.Power.PowerOff(); err != nil {
+			progress(&nodev1.Progress{Step: "power_off", Error: err.Error()})
+		}
+	case *nodev1.ApplianceMessage_Reboot_:
+		fmt.Fprintln(cfg.Console, "corral: appliance asked to reboot")
+		progress(&nodev1.Progress{Step: "reboot", Detail: "rebooting"})
+		if err := cfg.Power.Reboot(); err != nil {
+			progress(&nodev1.Progress{Step: "reboot", Error: err.Error()})
+		}
+	case *nodev1.ApplianceMessage_Install:
+		fmt.Fprintln(cfg.Console, "corral: appliance sent an install plan; not supported by this agent yet")
+		progress(&nodev1.Progress{Step: "install", Done: true, Error: "not supported by this agent yet"})
+	default:
+		cfg.Logger.Warn("unknown command", "cmd", fmt.Sprintf("%T", cmd))
+	}
+}

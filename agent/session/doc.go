@@ -1,0 +1,11 @@
+// Package session is the agent's client of the appliance's AgentService:
+// a TLS connection that trusts the appliance CA pinned by its SHA-256
+// fingerprint from the kernel command line, Register with retries
+// (exponential backoff with jitter, the reason printed on the console at
+// every attempt), then a Session stream that sends heartbeats and follows
+// the appliance's commands (wait, power off, reboot; install is reported
+// as unsupported).
+//
+// It imports only the API, grpc and the standard library; it must not
+// import store/, boot/, ipmi/ or anything of the appliance.
+package session
