@@ -1,0 +1,160 @@
+package dhcp
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/iana"
+
+	"github.com/corralhq/corral/images"
+)
+
+// optIPXEEncap is option 175, iPXE's encapsulated options: its presence
+// means the client is iPXE.
+var optIPXEEncap = dhcpv4.GenericOptionCode(175)
+
+// Client is what a request says about the client that sent it.
+type Client struct {
+	MAC string
+	// Arch is the first option 93 value; HasArch says whether it was sent.
+	Arch    iana.Arch
+	HasArch bool
+	// VendorClass is option 60 as sent.
+	VendorClass string
+	// PXE: option 60 starts with "PXEClient"; HTTP: with "HTTPClient".
+	PXE, HTTP bool
+	// IPXE: user class (77) "iPXE" or option 175 present.
+	IPXE bool
+	// UUID is option 97 (client machine identifier), echoed to PXE clients.
+	UUID []byte
+}
+
+// NetBoot reports whether the client asks to network-boot at all.
+func (c Client) NetBoot() bool { return c.PXE || c.HTTP || c.IPXE || c.HasArch }
+
+// Classify reads the client's identity and kind from a request. It never
+// fails: missing or malformed options just leave fields empty.
+func Classify(m *dhcpv4.DHCPv4) Client {
+	c := Client{MAC: m.ClientHWAddr.String()}
+	if archs := m.ClientArch(); len(archs) > 0 {
+		c.Arch, c.HasArch = archs[0], true
+	}
+	c.VendorClass = m.ClassIdentifier()
+	c.PXE = strings.HasPrefix(c.VendorClass, "PXEClient")
+	c.HTTP = strings.HasPrefix(c.VendorClass, "HTTPClient")
+	if raw := m.Options.Get(dhcpv4.OptionUserClassInformation); bytes.Contains(raw, []byte("iPXE")) {
+		c.IPXE = true
+	}
+	if m.Options.Has(optIPXEEncap) {
+		c.IPXE = true
+	}
+	if u := m.Options.Get(dhcpv4.OptionClientMachineIdentifier); len(u) > 0 && len(u) <= 17 {
+		c.UUID = append([]byte(nil), u...)
+	}
+	return c
+}
+
+// BootKind says how the boot file is fetched.
+type BootKind string
+
+const (
+	BootNone   BootKind = "none"   // no boot options in the answer
+	BootTFTP   BootKind = "tftp"   // File is a TFTP name, next-server is us
+	BootScript BootKind = "script" // File is the iPXE script URL
+	BootHTTP   BootKind = "http"   // File is an http:// URL (UEFI HTTP Boot)
+)
+
+// Boot is the boot part of an answer.
+type Boot struct {
+	Kind BootKind
+	File string
+	// Echo60 is the vendor class to send back ("" for none).
+	Echo60 string
+	// Reason explains the choice for the timeline.
+	Reason string
+}
+
+// Env is what ChooseBoot needs to know about the appliance.
+type Env struct {
+	// ScriptURL is the iPXE script URL for a MAC.
+	ScriptURL func(mac string) string
+	// HTTPBase is http://host:port for artifact URLs.
+	HTTPBase string
+	// Has reports whether the catalog holds a name.
+	Has func(name string) bool
+	// Proxy is true in proxy mode: firmware PXE clients then get option 60
+	// PXEClient (with option 43, added by the reply builder) so they
+	// accept an answer without an address.
+	Proxy bool
+}
+
+// Architecture numbers (option 93, RFC 4578 and IANA's registry).
+const (
+	archBIOS      iana.Arch = 0
+	archEFIx64    iana.Arch = 7
+	archEFIBC     iana.Arch = 9
+	archEFIarm64  iana.Arch = 11
+	archHTTPx64   iana.Arch = 16
+	archHTTParm64 iana.Arch = 19
+)
+
+// ChooseBoot decides what a client boots (DESIGN.md §5):
+//   - iPXE (user class 77 "iPXE" or option 175) gets the HTTP script URL,
+//     which breaks the DHCP→iPXE→DHCP loop; option 60 PXEClient is echoed
+//     when it sent it, so iPXE does not wait for proxy offers;
+//   - UEFI HTTP Boot (option 60 HTTPClient, arch 16/19) gets a full http://
+//     URL of the iPXE binary and option 60 HTTPClient echoed;
+//   - firmware PXE gets the TFTP iPXE binary for its arch (0 BIOS →
+//     undionly.kpxe, 7/9 → ipxe.efi, 11 → snp-arm64.efi when shipped) and
+//     no option 60 (in full mode; EDK2 would then look for a boot server);
+//   - anything else gets no boot options.
+//
+// It is a pure function of its inputs.
+func ChooseBoot(c Client, env Env) Boot {
+	switch {
+	case c.IPXE:
+		b := Boot{Kind: BootScript, File: env.ScriptURL(c.MAC), Reason: "iPXE client: HTTP script"}
+		if c.PXE {
+			b.Echo60 = "PXEClient"
+		}
+		return b
+	case c.HTTP || (c.HasArch && (c.Arch == archHTTPx64 || c.Arch == archHTTParm64)):
+		name := images.IPXEEFI
+		if c.HasArch && c.Arch == archHTTParm64 {
+			name = images.SNPArm64EFI
+		}
+		if !env.Has(name) {
+			return Boot{Kind: BootNone, Reason: fmt.Sprintf("UEFI HTTP client (arch %d): no %s in the catalog", uint16(c.Arch), name)}
+		}
+		return Boot{Kind: BootHTTP, File: env.HTTPBase + "/images/" + name, Echo60: "HTTPClient", Reason: "UEFI HTTP Boot client"}
+	case c.PXE || c.HasArch:
+		if !c.HasArch {
+			// PXE 2.1 makes option 93 mandatory; treat its absence as BIOS.
+			c.Arch = archBIOS
+		}
+		var names []string
+		switch c.Arch {
+		case archBIOS:
+			names = []string{images.UndionlyKPXE, images.IPXEPXE}
+		case archEFIx64, archEFIBC:
+			names = []string{images.IPXEEFI, images.SNPOnlyEFI}
+		case archEFIarm64:
+			names = []string{images.SNPArm64EFI}
+		default:
+			return Boot{Kind: BootNone, Reason: fmt.Sprintf("PXE client arch %d (%s) is not supported", uint16(c.Arch), c.Arch.String())}
+		}
+		for _, n := range names {
+			if env.Has(n) {
+				b := Boot{Kind: BootTFTP, File: n, Reason: fmt.Sprintf("firmware PXE, arch %d (%s)", uint16(c.Arch), c.Arch.String())}
+				if env.Proxy {
+					b.Echo60 = "PXEClient"
+				}
+				return b
+			}
+		}
+		return Boot{Kind: BootNone, Reason: fmt.Sprintf("PXE client arch %d: no iPXE binary for it in the catalog", uint16(c.Arch))}
+	}
+	return Boot{Kind: BootNone, Reason: "not a network-boot client"}
+}

@@ -1,0 +1,827 @@
+// Package dhcp is corrald's DHCPv4 server for network boot, built on
+// github.com/insomniacslk/dhcp server4 and bound to the boot interface.
+//
+// Modes: full (authoritative for configured ranges, leases durable in the
+// store and sticky per MAC, relayed requests answered from the relay's
+// subnet), proxy (boot options only, beside another DHCP server, on port 67
+// and the PXE boot-server port 4011) and off. The boot file is chosen by
+// ChooseBoot from options 93, 60, 77 and 175 (DESIGN.md §5). Every decision
+// is appended to the client MAC's boot timeline.
+//
+// It must not be imported from anything reachable by cmd/corral-node.
+package dhcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/dhcpv4/server4"
+	"golang.org/x/sys/unix"
+
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/store"
+)
+
+// Mode is the DHCP mode.
+type Mode string
+
+const (
+	ModeFull  Mode = "full"
+	ModeProxy Mode = "proxy"
+	ModeOff   Mode = "off"
+)
+
+// ParseMode parses --dhcp-mode.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case ModeFull, ModeProxy, ModeOff:
+		return m, nil
+	}
+	return "", fmt.Errorf("dhcp mode %q: want full, proxy or off", s)
+}
+
+// Inventory is what DHCP asks about machines.
+type Inventory interface {
+	EnsureMachineForMAC(ctx context.Context, mac string) (*inventoryv1.Machine, bool, error)
+	BootIntent(ctx context.Context, mac string) (string, inventoryv1.BootIntent, error)
+}
+
+// Recorder appends to a MAC's boot timeline (inventory.Event).
+type Recorder interface {
+	Event(mac, source, event, detail string, attrs map[string]string)
+}
+
+// Catalog says which artifacts exist (images.Catalog).
+type Catalog interface {
+	Has(name string) bool
+}
+
+// PXEPort is the PXE boot-server (proxyDHCP) port.
+const PXEPort = 4011
+
+// Config configures a Server.
+type Config struct {
+	Mode Mode
+	// Interface is the boot interface; sockets are bound to it, so
+	// requests arriving on other interfaces are never seen.
+	Interface string
+	// ServerIP is our address on Interface (default: its first IPv4).
+	ServerIP netip.Addr
+	// Ranges: the first non-relayed one serves the boot interface; relayed
+	// ones serve requests whose giaddr is inside their subnet. Full mode
+	// needs at least one.
+	Ranges []Range
+	// LeaseTime is option 51 (default 1h).
+	LeaseTime time.Duration
+	// HTTPBase is http://host:port of boot/http (default
+	// http://ServerIP:8080).
+	HTTPBase string
+	Catalog  Catalog
+	// Store keeps leases (full mode).
+	Store     store.Store
+	Inventory Inventory
+	Timeline  Recorder
+	Logger    *slog.Logger
+	// Conn and PXEConn replace the sockets bound to Interface on ports 67
+	// and 4011 (tests).
+	Conn, PXEConn net.PacketConn
+	// MaxInFlight bounds concurrently handled packets; more are dropped
+	// and counted, so a storm cannot pile up work (default 2048).
+	MaxInFlight int
+	// ReadBuffer is the socket receive buffer (default 8 MiB; set with
+	// SO_RCVBUFFORCE when running as root).
+	ReadBuffer int
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Server is the DHCP server.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	leases *leases
+	env    Env
+	sem    chan struct{}
+	conn   net.PacketConn
+	pxe    net.PacketConn
+
+	dropped  atomic.Uint64
+	bad      atomic.Uint64
+	seenMu   sync.Mutex
+	seen     map[netip.Addr]string // IP → MAC learned from packets (proxy mode, TFTP)
+	handlers sync.WaitGroup
+}
+
+// New validates cfg, loads the leases and binds the sockets.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Mode == ModeOff {
+		return nil, errors.New("dhcp: mode off has no server")
+	}
+	if _, err := ParseMode(string(cfg.Mode)); err != nil {
+		return nil, err
+	}
+	if cfg.Catalog == nil || cfg.Inventory == nil || cfg.Timeline == nil {
+		return nil, errors.New("dhcp: Catalog, Inventory and Timeline are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.LeaseTime == 0 {
+		cfg.LeaseTime = time.Hour
+	}
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = 2048
+	}
+	if cfg.ReadBuffer == 0 {
+		cfg.ReadBuffer = 8 << 20
+	}
+	if !cfg.ServerIP.IsValid() {
+		if cfg.Interface == "" {
+			return nil, errors.New("dhcp: Interface or ServerIP is required")
+		}
+		ip, err := InterfaceIPv4(cfg.Interface)
+		if err != nil {
+			return nil, err
+		}
+		cfg.ServerIP = ip
+	}
+	if cfg.HTTPBase == "" {
+		cfg.HTTPBase = "http://" + cfg.ServerIP.String() + ":8080"
+	}
+	cfg.HTTPBase = strings.TrimSuffix(cfg.HTTPBase, "/")
+	for _, r := range cfg.Ranges {
+		if err := r.Validate(); err != nil {
+			return nil, fmt.Errorf("dhcp: %w", err)
+		}
+	}
+	if cfg.Mode == ModeFull {
+		if cfg.Store == nil {
+			return nil, errors.New("dhcp: full mode needs a Store for leases")
+		}
+		if len(cfg.Ranges) == 0 {
+			return nil, errors.New("dhcp: full mode needs a range (--dhcp-range)")
+		}
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight), seen: map[netip.Addr]string{}}
+	s.env = Env{
+		ScriptURL: func(mac string) string { return cfg.HTTPBase + "/boot.ipxe?mac=" + mac },
+		HTTPBase:  cfg.HTTPBase,
+		Has:       cfg.Catalog.Has,
+		Proxy:     cfg.Mode == ModeProxy,
+	}
+	if cfg.Store != nil {
+		s.leases = newLeases(cfg.Store, cfg.Now)
+		n, bad, err := s.leases.load(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("dhcp: load leases: %w", err)
+		}
+		for _, k := range bad {
+			s.log.Warn("skipping undecodable lease record", "key", k)
+		}
+		s.log.Info("leases loaded", "count", n)
+	}
+	s.conn, s.pxe = cfg.Conn, cfg.PXEConn
+	var err error
+	if s.conn == nil {
+		if s.conn, err = s.listen(dhcpv4.ServerPort); err != nil {
+			return nil, err
+		}
+	}
+	if s.pxe == nil && cfg.Mode == ModeProxy {
+		if s.pxe, err = s.listen(PXEPort); err != nil {
+			s.conn.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// InterfaceIPv4 returns the first IPv4 address of an interface.
+func InterfaceIPv4(name string) (netip.Addr, error) {
+	ifi, err := net.InterfaceByName(name)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("dhcp: interface %q: %w", name, err)
+	}
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("dhcp: interface %q: %w", name, err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP.To4()); ok && n.IP.To4() != nil {
+				return ip, nil
+			}
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("dhcp: interface %q has no IPv4 address", name)
+}
+
+// InterfacePrefix returns the IPv4 prefix of name that contains ip.
+func InterfacePrefix(name string, ip netip.Addr) (netip.Prefix, error) {
+	ifi, err := net.InterfaceByName(name)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("interface %q: %w", name, err)
+	}
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
+			ones, _ := n.Mask.Size()
+			a4, _ := netip.AddrFromSlice(n.IP.To4())
+			p := netip.PrefixFrom(a4, ones).Masked()
+			if p.Contains(ip) {
+				return p, nil
+			}
+		}
+	}
+	return netip.Prefix{}, fmt.Errorf("interface %q has no IPv4 network containing %s", name, ip)
+}
+
+// listen binds an interface-bound UDP socket with a large receive buffer.
+func (s *Server) listen(port int) (net.PacketConn, error) {
+	c, err := server4.NewIPv4UDPConn(s.cfg.Interface, &net.UDPAddr{Port: port})
+	if err != nil {
+		return nil, fmt.Errorf("dhcp: listen on %s port %d: %w", s.cfg.Interface, port, err)
+	}
+	SetReadBuffer(c, s.cfg.ReadBuffer, s.log)
+	return c, nil
+}
+
+// SetReadBuffer raises a UDP socket's receive buffer to size: with
+// SO_RCVBUFFORCE (root, past net.core.rmem_max) or else as far as
+// rmem_max allows.
+func SetReadBuffer(c *net.UDPConn, size int, log *slog.Logger) {
+	rc, err := c.SyscallConn()
+	if err == nil {
+		var serr error
+		rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, size) })
+		if serr == nil {
+			return
+		}
+	}
+	if err := c.SetReadBuffer(size); err != nil {
+		log.Warn("cannot raise the DHCP receive buffer", "bytes", size, "err", err)
+	}
+}
+
+// Addr is the port-67 socket's address.
+func (s *Server) Addr() net.Addr { return s.conn.LocalAddr() }
+
+// Run serves until ctx ends, waits for handlers in flight and returns nil.
+func (s *Server) Run(ctx context.Context) error {
+	s.log.Info("serving DHCP", "mode", string(s.cfg.Mode), "interface", s.cfg.Interface, "server_ip", s.cfg.ServerIP.String(), "ranges", fmt.Sprint(s.cfg.Ranges))
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	serve := func(conn net.PacketConn, port int) {
+		defer wg.Done()
+		srv, err := server4.NewServer("", nil, func(c net.PacketConn, peer net.Addr, m *dhcpv4.DHCPv4) {
+			s.dispatch(ctx, c, peer, m, port)
+		}, server4.WithConn(conn), server4.WithLogger(srvLogger{s}))
+		if err != nil {
+			errc <- err
+			return
+		}
+		err = srv.Serve()
+		if ctx.Err() == nil {
+			errc <- fmt.Errorf("dhcp: port %d: %w", port, err)
+		}
+	}
+	wg.Add(1)
+	go serve(s.conn, dhcpv4.ServerPort)
+	if s.pxe != nil {
+		wg.Add(1)
+		go serve(s.pxe, PXEPort)
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	s.conn.Close()
+	if s.pxe != nil {
+		s.pxe.Close()
+	}
+	wg.Wait()
+	s.handlers.Wait()
+	return err
+}
+
+// srvLogger turns server4's messages into slog lines: unparsable packets
+// are warned about (rate-limited), everything else is debug.
+type srvLogger struct{ s *Server }
+
+func (l srvLogger) PrintMessage(prefix string, m *dhcpv4.DHCPv4) {}
+func (l srvLogger) Printf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	if strings.HasPrefix(msg, "Error parsing") {
+		if n := l.s.bad.Add(1); n%1000 == 1 {
+			l.s.log.Warn("ignoring malformed DHCP packet", "err", msg, "malformed_total", n)
+		}
+		return
+	}
+	l.s.log.Debug(msg)
+}
+
+// Dropped is how many packets were dropped because MaxInFlight handlers
+// were busy; Malformed how many did not parse.
+func (s *Server) Dropped() uint64   { return s.dropped.Load() }
+func (s *Server) Malformed() uint64 { return s.bad.Load() }
+
+func (s *Server) dispatch(ctx context.Context, conn net.PacketConn, peer net.Addr, m *dhcpv4.DHCPv4, port int) {
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		if n := s.dropped.Add(1); n%1000 == 1 {
+			s.log.Warn("DHCP overloaded: dropping packets", "in_flight", s.cfg.MaxInFlight, "dropped_total", n)
+		}
+		return
+	}
+	s.handlers.Add(1)
+	defer func() { <-s.sem; s.handlers.Done() }()
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	up, _ := peer.(*net.UDPAddr)
+	reply, dst := s.Respond(hctx, m, up, port)
+	if reply == nil {
+		return
+	}
+	if _, err := conn.WriteTo(reply.ToBytes(), dst); err != nil {
+		s.log.Warn("DHCP reply not sent", "mac", m.ClientHWAddr.String(), "dst", dst.String(), "err", err)
+	}
+}
+
+// Respond decides the answer to one request: the reply and where to send
+// it, or nil to stay silent. port is the port it arrived on (67 or 4011);
+// peer its source. Every decision is recorded on the MAC's timeline.
+// It is safe for concurrent use.
+func (s *Server) Respond(ctx context.Context, m *dhcpv4.DHCPv4, peer *net.UDPAddr, port int) (*dhcpv4.DHCPv4, *net.UDPAddr) {
+	if m.OpCode != dhcpv4.OpcodeBootRequest {
+		return nil, nil
+	}
+	if len(m.ClientHWAddr) != 6 || m.ClientHWAddr.String() == "00:00:00:00:00:00" {
+		s.log.Debug("ignoring DHCP request without an Ethernet MAC", "hwaddr", m.ClientHWAddr.String())
+		return nil, nil
+	}
+	mac := m.ClientHWAddr.String()
+	mt := m.MessageType()
+	if mt == dhcpv4.MessageTypeNone {
+		s.event(mac, "ignored", "BOOTP request without a DHCP message type", nil)
+		return nil, nil
+	}
+	s.learn(m, mac)
+	if port == PXEPort {
+		return s.respondPXE(ctx, m, mac, peer)
+	}
+	if s.cfg.Mode == ModeProxy {
+		return s.respondProxy(ctx, m, mac)
+	}
+	return s.respondFull(ctx, m, mac)
+}
+
+// learn keeps IP→MAC pairs a packet reveals (for TFTP's timeline).
+func (s *Server) learn(m *dhcpv4.DHCPv4, mac string) {
+	for _, ip := range []net.IP{m.ClientIPAddr, m.RequestedIPAddress()} {
+		if a, ok := netip.AddrFromSlice(ip.To4()); ok && ip.To4() != nil && !a.IsUnspecified() {
+			s.seenMu.Lock()
+			if len(s.seen) > 1<<16 {
+				clear(s.seen)
+			}
+			s.seen[a] = mac
+			s.seenMu.Unlock()
+		}
+	}
+}
+
+// MACForIP returns the MAC that holds or last asked for ip.
+func (s *Server) MACForIP(ip net.IP) (string, bool) {
+	a, ok := netip.AddrFromSlice(ip.To4())
+	if !ok || ip.To4() == nil {
+		return "", false
+	}
+	if s.leases != nil {
+		if mac, ok := s.leases.Owner(a); ok {
+			return mac, true
+		}
+	}
+	s.seenMu.Lock()
+	defer s.seenMu.Unlock()
+	mac, ok := s.seen[a]
+	return mac, ok
+}
+
+func (s *Server) event(mac, event, detail string, attrs map[string]string) {
+	s.cfg.Timeline.Event(mac, "dhcp", event, detail, attrs)
+}
+
+func ip4(a netip.Addr) net.IP {
+	if !a.IsValid() {
+		return net.IPv4zero.To4()
+	}
+	b := a.As4()
+	return net.IP(b[:])
+}
+
+func addrOf(ip net.IP) netip.Addr {
+	a, ok := netip.AddrFromSlice(ip.To4())
+	if !ok || ip.To4() == nil || a.IsUnspecified() {
+		return netip.Addr{}
+	}
+	return a
+}
+
+func ips(as []netip.Addr) []net.IP {
+	out := make([]net.IP, len(as))
+	for i, a := range as {
+		out[i] = ip4(a)
+	}
+	return out
+}
+
+// clientAttrs describes the client for the timeline.
+func clientAttrs(c Client, m *dhcpv4.DHCPv4) map[string]string {
+	a := map[string]string{"xid": m.TransactionID.String()}
+	if c.HasArch {
+		a["arch"] = strconv.Itoa(int(c.Arch))
+		a["arch_name"] = c.Arch.String()
+	}
+	if c.VendorClass != "" {
+		a["vendor_class"] = c.VendorClass
+	}
+	if c.IPXE {
+		a["ipxe"] = "true"
+	}
+	if uc := m.UserClass(); len(uc) > 0 {
+		a["user_class"] = strings.Join(uc, ",")
+	}
+	if g := addrOf(m.GatewayIPAddr); g.IsValid() {
+		a["relay"] = g.String()
+	}
+	return a
+}
+
+// identify makes sure a network-booting client has a machine and returns
+// its name and boot intent for the timeline.
+func (s *Server) identify(ctx context.Context, c Client, attrs map[string]string) {
+	if !c.NetBoot() {
+		return
+	}
+	m, created, err := s.cfg.Inventory.EnsureMachineForMAC(ctx, c.MAC)
+	if err != nil {
+		s.log.Warn("inventory: cannot ensure machine", "mac", c.MAC, "err", err)
+		attrs["inventory_error"] = err.Error()
+		return
+	}
+	attrs["machine"] = m.GetName()
+	if created {
+		attrs["new_machine"] = "true"
+	}
+	if _, intent, err := s.cfg.Inventory.BootIntent(ctx, c.MAC); err == nil {
+		attrs["intent"] = strings.ToLower(strings.TrimPrefix(intent.String(), "BOOT_INTENT_"))
+	}
+}
+
+// bootMods applies a boot choice to a reply.
+func (s *Server) bootMods(b Boot, c Client, proxy bool) []dhcpv4.Modifier {
+	var mods []dhcpv4.Modifier
+	if b.Kind == BootNone {
+		return nil
+	}
+	if b.Kind == BootTFTP {
+		mods = append(mods, dhcpv4.WithServerIP(ip4(s.cfg.ServerIP)))
+	}
+	mods = append(mods, func(d *dhcpv4.DHCPv4) { d.BootFileName = b.File })
+	if b.Echo60 != "" {
+		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptClassIdentifier(b.Echo60)))
+	}
+	if proxy && b.Echo60 == "PXEClient" {
+		// PXE_DISCOVERY_CONTROL = 8: take the boot file from this answer,
+		// no boot-server discovery.
+		mods = append(mods, dhcpv4.WithGeneric(dhcpv4.OptionVendorSpecificInformation, []byte{6, 1, 8, 255}))
+	}
+	if len(c.UUID) > 0 && (c.PXE || c.HTTP) {
+		mods = append(mods, dhcpv4.WithGeneric(dhcpv4.OptionClientMachineIdentifier, c.UUID))
+	}
+	return mods
+}
+
+func bootAttrs(attrs map[string]string, b Boot) map[string]string {
+	attrs["boot"] = string(b.Kind)
+	if b.File != "" {
+		attrs["file"] = b.File
+	}
+	if b.Echo60 != "" {
+		attrs["echo_vendor_class"] = b.Echo60
+	}
+	return attrs
+}
+
+// destination is where a reply goes: to the relay (giaddr:67), to the
+// client's address for renewals/informs (ciaddr:68), else broadcast.
+func destination(req *dhcpv4.DHCPv4) *net.UDPAddr {
+	if g := addrOf(req.GatewayIPAddr); g.IsValid() {
+		return &net.UDPAddr{IP: ip4(g), Port: dhcpv4.ServerPort}
+	}
+	if c := addrOf(req.ClientIPAddr); c.IsValid() {
+		return &net.UDPAddr{IP: ip4(c), Port: dhcpv4.ClientPort}
+	}
+	return &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
+}
+
+// rangeFor picks the range serving a request: the relay's subnet for
+// relayed requests, the local range otherwise.
+func (s *Server) rangeFor(req *dhcpv4.DHCPv4) (Range, bool) {
+	if g := addrOf(req.GatewayIPAddr); g.IsValid() {
+		for _, r := range s.cfg.Ranges {
+			if r.Subnet.Contains(g) {
+				return r, true
+			}
+		}
+		return Range{}, false
+	}
+	for _, r := range s.cfg.Ranges {
+		if !r.Relayed {
+			return r, true
+		}
+	}
+	return Range{}, false
+}
+
+func (s *Server) reply(req *dhcpv4.DHCPv4, mt dhcpv4.MessageType, mods ...dhcpv4.Modifier) (*dhcpv4.DHCPv4, error) {
+	base := []dhcpv4.Modifier{dhcpv4.WithMessageType(mt), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(ip4(s.cfg.ServerIP)))}
+	return dhcpv4.NewReplyFromRequest(req, append(base, mods...)...)
+}
+
+func (s *Server) leaseMods(r Range, ip netip.Addr) []dhcpv4.Modifier {
+	mods := []dhcpv4.Modifier{
+		dhcpv4.WithYourIP(ip4(ip)),
+		dhcpv4.WithNetmask(net.CIDRMask(r.Subnet.Bits(), 32)),
+		dhcpv4.WithLeaseTime(uint32(s.cfg.LeaseTime / time.Second)),
+	}
+	if len(r.Router) > 0 {
+		mods = append(mods, dhcpv4.WithRouter(ips(r.Router)...))
+	}
+	if len(r.DNS) > 0 {
+		mods = append(mods, dhcpv4.WithDNS(ips(r.DNS)...))
+	}
+	return mods
+}
+
+func (s *Server) respondFull(ctx context.Context, m *dhcpv4.DHCPv4, mac string) (*dhcpv4.DHCPv4, *net.UDPAddr) {
+	c := Classify(m)
+	attrs := clientAttrs(c, m)
+	r, ok := s.rangeFor(m)
+	if !ok {
+		detail := "no range serves this request"
+		if g := addrOf(m.GatewayIPAddr); g.IsValid() {
+			detail = "no range for relay " + g.String() + ": configure one with --dhcp-relay-range"
+		}
+		s.log.Info("DHCP request ignored", "mac", mac, "reason", detail)
+		s.event(mac, "ignored", detail, attrs)
+		return nil, nil
+	}
+	attrs["range"] = r.String()
+	dst := destination(m)
+	switch m.MessageType() {
+	case dhcpv4.MessageTypeDiscover:
+		s.identify(ctx, c, attrs)
+		s.event(mac, "discover", describe("DISCOVER", c), attrs)
+		ip, err := s.leases.Offer(mac, r, addrOf(m.RequestedIPAddress()))
+		if err != nil {
+			s.log.Warn("no address to offer", "mac", mac, "range", r.String(), "err", err)
+			s.event(mac, "no-offer", err.Error(), attrs)
+			return nil, nil
+		}
+		b := ChooseBoot(c, s.env)
+		rep, err := s.reply(m, dhcpv4.MessageTypeOffer, append(s.leaseMods(r, ip), s.bootMods(b, c, false)...)...)
+		if err != nil {
+			return nil, nil
+		}
+		a := bootAttrs(map[string]string{"ip": ip.String(), "range": r.String(), "reason": b.Reason}, b)
+		s.event(mac, "offer", fmt.Sprintf("OFFER %s, boot %s %s (%s)", ip, b.Kind, b.File, b.Reason), a)
+		return rep, dst
+	case dhcpv4.MessageTypeRequest:
+		return s.request(ctx, m, mac, c, r, attrs, dst)
+	case dhcpv4.MessageTypeDecline:
+		ip := addrOf(m.RequestedIPAddress())
+		if !ip.IsValid() || !r.Contains(ip) {
+			s.event(mac, "ignored", "DECLINE without an address of ours", attrs)
+			return nil, nil
+		}
+		if _, err := s.leases.Decline(ctx, mac, ip, r); err != nil {
+			s.event(mac, "ignored", "DECLINE "+ip.String()+": "+err.Error(), attrs)
+			return nil, nil
+		}
+		s.log.Warn("address declined by client: quarantined", "mac", mac, "ip", ip.String())
+		attrs["ip"] = ip.String()
+		s.event(mac, "decline", "DECLINE "+ip.String()+": address in use on the network, quarantined", attrs)
+		return nil, nil
+	case dhcpv4.MessageTypeRelease:
+		ip := addrOf(m.ClientIPAddr)
+		attrs["ip"] = ip.String()
+		if !ip.IsValid() {
+			s.event(mac, "ignored", "RELEASE without ciaddr", attrs)
+			return nil, nil
+		}
+		if _, err := s.leases.Release(ctx, mac, ip); err != nil {
+			s.event(mac, "ignored", "RELEASE "+ip.String()+": "+err.Error(), attrs)
+			return nil, nil
+		}
+		s.event(mac, "release", "RELEASE "+ip.String(), attrs)
+		return nil, nil
+	case dhcpv4.MessageTypeInform:
+		b := ChooseBoot(c, s.env)
+		mods := []dhcpv4.Modifier{dhcpv4.WithNetmask(net.CIDRMask(r.Subnet.Bits(), 32))}
+		if len(r.Router) > 0 {
+			mods = append(mods, dhcpv4.WithRouter(ips(r.Router)...))
+		}
+		if len(r.DNS) > 0 {
+			mods = append(mods, dhcpv4.WithDNS(ips(r.DNS)...))
+		}
+		rep, err := s.reply(m, dhcpv4.MessageTypeAck, append(mods, s.bootMods(b, c, false)...)...)
+		if err != nil {
+			return nil, nil
+		}
+		s.event(mac, "inform", "INFORM answered", bootAttrs(attrs, b))
+		return rep, dst
+	}
+	s.event(mac, "ignored", "message type "+m.MessageType().String()+" is not handled", attrs)
+	return nil, nil
+}
+
+func describe(what string, c Client) string {
+	var parts []string
+	if c.HasArch {
+		parts = append(parts, fmt.Sprintf("arch %d (%s)", uint16(c.Arch), c.Arch.String()))
+	}
+	if c.VendorClass != "" {
+		parts = append(parts, "vendor class "+strconv.Quote(c.VendorClass))
+	}
+	if c.IPXE {
+		parts = append(parts, "iPXE")
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "no PXE options")
+	}
+	return what + ": " + strings.Join(parts, ", ")
+}
+
+func (s *Server) nak(m *dhcpv4.DHCPv4, mac, why string, attrs map[string]string) (*dhcpv4.DHCPv4, *net.UDPAddr) {
+	rep, err := s.reply(m, dhcpv4.MessageTypeNak, dhcpv4.WithOption(dhcpv4.OptMessage(why)))
+	if err != nil {
+		return nil, nil
+	}
+	rep.YourIPAddr = net.IPv4zero.To4()
+	rep.ClientIPAddr = net.IPv4zero.To4()
+	if addrOf(m.GatewayIPAddr).IsValid() {
+		rep.SetBroadcast()
+	}
+	s.log.Info("DHCP NAK", "mac", mac, "reason", why)
+	s.event(mac, "nak", "NAK: "+why, attrs)
+	dst := destination(m)
+	if !addrOf(m.GatewayIPAddr).IsValid() {
+		dst = &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
+	}
+	return rep, dst
+}
+
+func (s *Server) request(ctx context.Context, m *dhcpv4.DHCPv4, mac string, c Client, r Range, attrs map[string]string, dst *net.UDPAddr) (*dhcpv4.DHCPv4, *net.UDPAddr) {
+	sid := addrOf(m.ServerIdentifier())
+	ip := addrOf(m.RequestedIPAddress())
+	state := "init-reboot"
+	switch {
+	case sid.IsValid():
+		state = "selecting"
+		if sid != s.cfg.ServerIP {
+			s.event(mac, "ignored", "REQUEST for server "+sid.String()+": the client chose another server", attrs)
+			return nil, nil
+		}
+	case addrOf(m.ClientIPAddr).IsValid():
+		state = "renewing"
+		ip = addrOf(m.ClientIPAddr)
+	}
+	attrs["state"] = state
+	if !ip.IsValid() {
+		s.event(mac, "ignored", "REQUEST ("+state+") without an address", attrs)
+		return nil, nil
+	}
+	attrs["ip"] = ip.String()
+	if !r.Contains(ip) {
+		if state == "selecting" || r.Subnet.Contains(ip) || !s.inAnyRange(ip) {
+			return s.nak(m, mac, fmt.Sprintf("%s is not in range %s", ip, r), attrs)
+		}
+		return s.nak(m, mac, fmt.Sprintf("%s belongs to another subnet than %s", ip, r.Subnet), attrs)
+	}
+	l, err := s.leases.Bind(ctx, mac, ip, r, s.cfg.LeaseTime, hostnameOK(m.HostName()), attrs["relay"])
+	if errors.Is(err, ErrTaken) {
+		return s.nak(m, mac, ip.String()+" is leased to another client", attrs)
+	}
+	if err != nil {
+		s.log.Error("lease not stored: no ACK", "mac", mac, "ip", ip.String(), "err", err)
+		s.event(mac, "ack-failed", "lease for "+ip.String()+" not stored: "+err.Error(), attrs)
+		return nil, nil
+	}
+	b := ChooseBoot(c, s.env)
+	rep, err := s.reply(m, dhcpv4.MessageTypeAck, append(s.leaseMods(r, ip), s.bootMods(b, c, false)...)...)
+	if err != nil {
+		return nil, nil
+	}
+	a := bootAttrs(attrs, b)
+	a["expires"] = time.Unix(l.GetExpiresUnix(), 0).UTC().Format(time.RFC3339)
+	s.event(mac, "ack", fmt.Sprintf("ACK %s (%s) until %s, boot %s %s", ip, state, a["expires"], b.Kind, b.File), a)
+	return rep, dst
+}
+
+func (s *Server) inAnyRange(ip netip.Addr) bool {
+	for _, r := range s.cfg.Ranges {
+		if r.Subnet.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// respondProxy answers PXE clients' DISCOVERs with boot options only.
+func (s *Server) respondProxy(ctx context.Context, m *dhcpv4.DHCPv4, mac string) (*dhcpv4.DHCPv4, *net.UDPAddr) {
+	c := Classify(m)
+	attrs := clientAttrs(c, m)
+	if m.MessageType() != dhcpv4.MessageTypeDiscover {
+		if m.MessageType() == dhcpv4.MessageTypeRequest && c.NetBoot() {
+			if ip := addrOf(m.RequestedIPAddress()); ip.IsValid() {
+				attrs["ip"] = ip.String()
+			}
+			s.event(mac, "request-seen", "REQUEST to the network's DHCP server (proxy mode: not ours to answer)", attrs)
+		}
+		return nil, nil
+	}
+	if !c.NetBoot() {
+		return nil, nil // not a PXE client: the other server's business
+	}
+	s.identify(ctx, c, attrs)
+	s.event(mac, "discover", describe("DISCOVER (proxy)", c), attrs)
+	b := ChooseBoot(c, s.env)
+	if b.Kind == BootNone {
+		s.event(mac, "no-offer", "proxy: "+b.Reason, attrs)
+		return nil, nil
+	}
+	if b.Echo60 == "" {
+		b.Echo60 = "PXEClient" // a proxy offer is only recognised with it
+	}
+	rep, err := s.reply(m, dhcpv4.MessageTypeOffer, s.bootMods(b, c, true)...)
+	if err != nil {
+		return nil, nil
+	}
+	rep.YourIPAddr = net.IPv4zero.To4()
+	rep.ServerIPAddr = ip4(s.cfg.ServerIP)
+	s.event(mac, "offer", fmt.Sprintf("proxy OFFER (no address), boot %s %s (%s)", b.Kind, b.File, b.Reason), bootAttrs(map[string]string{"reason": b.Reason, "proxy": "true"}, b))
+	return rep, destination(m)
+}
+
+// respondPXE answers the PXE boot-server request on port 4011 (proxy
+// mode): an ACK with the boot file, sent back to the asking port.
+func (s *Server) respondPXE(ctx context.Context, m *dhcpv4.DHCPv4, mac string, peer *net.UDPAddr) (*dhcpv4.DHCPv4, *net.UDPAddr) {
+	c := Classify(m)
+	attrs := clientAttrs(c, m)
+	if m.MessageType() != dhcpv4.MessageTypeRequest && m.MessageType() != dhcpv4.MessageTypeInform {
+		s.event(mac, "ignored", "port 4011: "+m.MessageType().String()+" is not a boot-server request", attrs)
+		return nil, nil
+	}
+	b := ChooseBoot(c, s.env)
+	if b.Kind == BootNone {
+		s.event(mac, "no-offer", "boot server: "+b.Reason, attrs)
+		return nil, nil
+	}
+	if b.Echo60 == "" {
+		b.Echo60 = "PXEClient"
+	}
+	rep, err := s.reply(m, dhcpv4.MessageTypeAck, s.bootMods(b, c, true)...)
+	if err != nil {
+		return nil, nil
+	}
+	rep.YourIPAddr = net.IPv4zero.To4()
+	rep.ServerIPAddr = ip4(s.cfg.ServerIP)
+	dst := peer
+	if dst == nil || dst.IP.Equal(net.IPv4bcast) || dst.IP.IsUnspecified() {
+		if ci := addrOf(m.ClientIPAddr); ci.IsValid() {
+			dst = &net.UDPAddr{IP: ip4(ci), Port: dhcpv4.ClientPort}
+		} else {
+			dst = &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
+		}
+	}
+	s.event(mac, "pxe-ack", fmt.Sprintf("boot-server ACK (port 4011), boot %s %s", b.Kind, b.File), bootAttrs(attrs, b))
+	return rep, dst
+}
