@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
@@ -360,7 +361,7 @@ var machineKind = &kind{
 			mc.GetName(),
 			stateName(mc.GetState().String(), ""),
 			cell(mc.GetSerial()),
-			stateName(mc.GetPowerState().String(), "POWER_STATE_"),
+			powerCell(mc.GetPowerState(), mc.GetPowerReadAt(), time.Now()),
 			cell(mc.GetBootMac()),
 			cell(mc.GetNodeName()),
 		}

@@ -1,0 +1,48 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// powerCell renders a machine's power state with how long ago it was read:
+// "ON 42s", "OFF 3m", "UNKNOWN 2h"; just the state when never read.
+func powerCell(st inventoryv1.PowerState, at *timestamppb.Timestamp, now time.Time) string {
+	s := stateName(st.String(), "POWER_STATE_")
+	if at == nil {
+		return s
+	}
+	return s + " " + shortAge(now.Sub(at.AsTime()))
+}
+
+// shortAge is a duration in its largest whole unit: 9s, 42m, 3h, 12d.
+func shortAge(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// powerStatusLine is the human answer of power verbs.
+func powerStatusLine(name string, ps *inventoryv1.PowerStatus) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: power %s", name, stateName(ps.GetState().String(), "POWER_STATE_"))
+	if ps.GetProvider() != "" {
+		fmt.Fprintf(&b, " (via %s)", ps.GetProvider())
+	}
+	if ps.GetNote() != "" {
+		fmt.Fprintf(&b, "; %s", ps.GetNote())
+	}
+	return b.String()
+}
