@@ -1,0 +1,186 @@
+// Package netup brings the discovery image onto the network: it sets the
+// physical NICs up, waits for carrier, and runs DHCPv4 (u-root's dhclient,
+// insomniacslk's nclient4 inside) on the boot NIC named by the kernel
+// command line first, then on the other NICs that have a link. It must not
+// import store/, boot/ or ipmi/.
+package netup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/u-root/u-root/pkg/dhclient"
+	"github.com/vishvananda/netlink"
+)
+
+// NIC is what ordering needs to know about a link.
+type NIC struct {
+	Name    string
+	MAC     string
+	Carrier bool
+}
+
+// Order returns the NICs to try: the one whose MAC is bootMAC first
+// (even without carrier: a slow switch port may still come up), then the
+// others that have carrier, in their given order.
+func Order(nics []NIC, bootMAC string) []NIC {
+	bootMAC = strings.ToLower(bootMAC)
+	var boot, rest []NIC
+	for _, n := range nics {
+		switch {
+		case strings.ToLower(n.MAC) == bootMAC:
+			boot = append(boot, n)
+		case n.Carrier:
+			rest = append(rest, n)
+		}
+	}
+	return append(boot, rest...)
+}
+
+// Config configures Up.
+type Config struct {
+	BootMAC     string
+	LinkTimeout time.Duration // wait for carrier (default 10 s)
+	DHCPTimeout time.Duration // per DHCP attempt (default 5 s)
+	Retries     int           // DHCP retries per NIC (default 3)
+	Console     io.Writer
+	Logger      *slog.Logger
+}
+
+// Lease is the configured address.
+type Lease struct {
+	Interface string
+	MAC       string
+	Address   string // CIDR
+}
+
+// Up configures the first NIC that gets a DHCPv4 lease (address, routes,
+// DNS into /etc/resolv.conf) and returns it. It blocks for at most about
+// LinkTimeout + NICs × Retries × DHCPTimeout, or until ctx ends. It needs
+// CAP_NET_ADMIN.
+func Up(ctx context.Context, cfg Config) (*Lease, error) {
+	if cfg.LinkTimeout <= 0 {
+		cfg.LinkTimeout = 10 * time.Second
+	}
+	if cfg.DHCPTimeout <= 0 {
+		cfg.DHCPTimeout = 5 * time.Second
+	}
+	if cfg.Retries <= 0 {
+		cfg.Retries = 3
+	}
+	if cfg.Console == nil {
+		cfg.Console = io.Discard
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	links, err := physical()
+	if err != nil {
+		return nil, err
+	}
+	if len(links) == 0 {
+		return nil, errors.New("netup: no physical network interface (missing driver?)")
+	}
+	for _, l := range links {
+		if err := netlink.LinkSetUp(l); err != nil {
+			log.Warn("link up failed", "iface", l.Attrs().Name, "err", err)
+		}
+	}
+	nics := waitCarrier(ctx, links, cfg.BootMAC, cfg.LinkTimeout)
+	order := Order(nics, cfg.BootMAC)
+	if len(order) == 0 {
+		return nil, fmt.Errorf("netup: boot NIC %s not found and no other NIC has a link", cfg.BootMAC)
+	}
+	var errs []error
+	for _, n := range order {
+		link, err := netlink.LinkByName(n.Name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		fmt.Fprintf(cfg.Console, "corral: DHCP on %s (%s, link %v)\n", n.Name, n.MAC, n.Carrier)
+		dctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Retries+1)*cfg.DHCPTimeout)
+		results := dhclient.SendRequests(dctx, []netlink.Link{link}, true, false,
+			dhclient.Config{Timeout: cfg.DHCPTimeout, Retries: cfg.Retries}, cfg.LinkTimeout)
+		var lease *Lease
+		for r := range results {
+			if r.Err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", n.Name, r.Err))
+				continue
+			}
+			if lease != nil {
+				continue
+			}
+			if err := r.Lease.Configure(); err != nil {
+				errs = append(errs, fmt.Errorf("%s: configure: %w", n.Name, err))
+				continue
+			}
+			lease = &Lease{Interface: n.Name, MAC: n.MAC}
+			if p, ok := r.Lease.(*dhclient.Packet4); ok && p.Lease() != nil {
+				lease.Address = p.Lease().String()
+			}
+		}
+		cancel()
+		if lease != nil {
+			log.Info("dhcp lease", "iface", lease.Interface, "mac", lease.MAC, "address", lease.Address)
+			return lease, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("netup: no DHCP lease: %w", errors.Join(errs...))
+}
+
+// physical lists links that are real devices with an Ethernet address.
+func physical() ([]netlink.Link, error) {
+	all, err := netlink.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("netup: list links: %w", err)
+	}
+	var out []netlink.Link
+	for _, l := range all {
+		a := l.Attrs()
+		if l.Type() != "device" || len(a.HardwareAddr) != 6 || a.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// waitCarrier polls until the boot NIC has carrier or timeout passes, and
+// returns every link's state.
+func waitCarrier(ctx context.Context, links []netlink.Link, bootMAC string, timeout time.Duration) []NIC {
+	deadline := time.Now().Add(timeout)
+	for {
+		var nics []NIC
+		bootUp := false
+		for _, l := range links {
+			fresh, err := netlink.LinkByIndex(l.Attrs().Index)
+			if err != nil {
+				continue
+			}
+			a := fresh.Attrs()
+			n := NIC{Name: a.Name, MAC: a.HardwareAddr.String(), Carrier: a.OperState == netlink.OperUp || a.RawFlags&0x10000 != 0} // IFF_LOWER_UP
+			if strings.EqualFold(n.MAC, bootMAC) && n.Carrier {
+				bootUp = true
+			}
+			nics = append(nics, n)
+		}
+		if bootUp || time.Now().After(deadline) || ctx.Err() != nil {
+			return nics
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
