@@ -336,3 +336,60 @@ esac
 exit 0
 `, dir, qemu)
 }
+
+// ChassisMachine drives a BMC's chassis program directly, so the Redfish
+// test server controls the same machine (and VM) ipmi_sim does. It
+// implements redfishtest.Machine.
+type ChassisMachine struct{ Prog string }
+
+// Machine returns the chassis program of b as a Redfish test machine.
+func (b *BMC) Machine() ChassisMachine { return ChassisMachine{Prog: b.ChassisProgram()} }
+
+func (c ChassisMachine) run(args ...string) (string, error) {
+	out, err := exec.Command(c.Prog, args...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%s %v: %v: %s", c.Prog, args, err, out)
+	}
+	return string(out), nil
+}
+
+// Power reports whether the machine is on.
+func (c ChassisMachine) Power() (bool, error) {
+	out, err := c.run("get", "power")
+	if err != nil {
+		return false, err
+	}
+	return strings.TrimSpace(out) == "power:1", nil
+}
+
+// Reset maps Redfish reset types onto the chassis program.
+func (c ChassisMachine) Reset(rt string) error {
+	var err error
+	switch rt {
+	case "On":
+		_, err = c.run("set", "power", "1")
+	case "ForceOff":
+		_, err = c.run("set", "power", "0")
+	case "GracefulShutdown":
+		_, err = c.run("set", "shutdown", "1")
+	case "ForceRestart", "GracefulRestart", "PowerCycle":
+		_, err = c.run("set", "reset", "1")
+	default:
+		err = fmt.Errorf("reset type %q", rt)
+	}
+	return err
+}
+
+// SetBoot maps a Redfish boot override onto the chassis program's boot
+// device (the program makes every override one-shot).
+func (c ChassisMachine) SetBoot(target, enabled, mode string) error {
+	dev := map[string]string{"Pxe": "pxe", "Hdd": "default", "BiosSetup": "bios", "None": "default"}[target]
+	if enabled == "Disabled" {
+		dev = "default"
+	}
+	if dev == "" {
+		return fmt.Errorf("boot target %q", target)
+	}
+	_, err := c.run("set", "boot", dev)
+	return err
+}
