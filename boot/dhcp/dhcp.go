@@ -825,3 +825,11 @@ func (s *Server) respondPXE(ctx context.Context, m *dhcpv4.DHCPv4, mac string, p
 	s.event(mac, "pxe-ack", fmt.Sprintf("boot-server ACK (port 4011), boot %s %s", b.Kind, b.File), bootAttrs(attrs, b))
 	return rep, dst
 }
+
+// Close releases a Server that will not Run.
+func (s *Server) Close() error {
+	if s.pxe != nil {
+		s.pxe.Close()
+	}
+	return s.conn.Close()
+}

@@ -395,3 +395,6 @@ func (c *countingWriter) ReadFrom(r io.Reader) (int64, error) {
 	c.n += n
 	return n, err
 }
+
+// Close releases a Server that will not Run.
+func (s *Server) Close() error { return s.lis.Close() }

@@ -233,3 +233,6 @@ func (s *Server) event(mac, event, detail string, attrs map[string]string) {
 	}
 	s.cfg.Timeline.Event(mac, "tftp", event, detail, attrs)
 }
+
+// Close releases a Server that will not Run.
+func (s *Server) Close() error { return s.conn.Close() }

@@ -5,8 +5,43 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// addBootFlags registers the network-boot flags of `corrald serve`.
-func addBootFlags(cmd *cobra.Command) {}
+// addBootFlags registers the network-boot flags of `corrald serve`. Each
+// has a CORRAL_<NAME> environment fallback (applyEnv).
+func addBootFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.String("boot-interface", "", "network boot interface: DHCP and RA bind to it; empty turns network boot off (env CORRAL_BOOT_INTERFACE)")
+	f.String("dhcp-mode", "proxy", "DHCP mode: full (hand out addresses), proxy (boot options beside another DHCP server) or off (env CORRAL_DHCP_MODE)")
+	f.String("dhcp-range", "", "full mode: local pool START-END[/BITS], e.g. 10.0.0.100-10.0.0.199 (env CORRAL_DHCP_RANGE)")
+	f.StringSlice("dhcp-router", nil, "full mode: router (option 3) for the local pool, repeatable (env CORRAL_DHCP_ROUTER)")
+	f.StringSlice("dhcp-dns", nil, "full mode: DNS server (option 6), repeatable (env CORRAL_DHCP_DNS)")
+	f.Duration("dhcp-lease-time", 0, "full mode: lease time (default 1h) (env CORRAL_DHCP_LEASE_TIME)")
+	f.StringArray("dhcp-relay-range", nil, "full mode: pool for a relayed segment SUBNET=START-END[@ROUTER], repeatable (env CORRAL_DHCP_RELAY_RANGE, comma-separated)")
+	f.String("http-listen", ":8080", "boot HTTP listen address: iPXE scripts and images (env CORRAL_HTTP_LISTEN)")
+	f.String("tftp-listen", ":69", `TFTP listen address for the iPXE binaries, or "off" (env CORRAL_TFTP_LISTEN)`)
+	f.Bool("no-ra", false, "do not answer IPv6 router solicitations on the boot interface (env CORRAL_NO_RA)")
+	f.String("boot-kernel", "", "discover profile kernel to copy into the catalog (default: a test stand-in) (env CORRAL_BOOT_KERNEL)")
+	f.String("boot-initrd", "", "discover profile initramfs to copy into the catalog (default: a test stand-in) (env CORRAL_BOOT_INITRD)")
+	f.String("boot-kernel-args", "", "extra kernel arguments (default console=tty0 console=ttyS0,115200n8) (env CORRAL_BOOT_KERNEL_ARGS)")
+	f.Duration("boot-token-ttl", 0, "lifetime of the per-boot agent token on the kernel command line (default 1h) (env CORRAL_BOOT_TOKEN_TTL)")
+}
 
 // bootConfig reads the network-boot flags.
-func bootConfig(cmd *cobra.Command) (server.BootConfig, error) { return server.BootConfig{}, nil }
+func bootConfig(cmd *cobra.Command) (server.BootConfig, error) {
+	f := cmd.Flags()
+	var c server.BootConfig
+	c.Interface, _ = f.GetString("boot-interface")
+	c.DHCPMode, _ = f.GetString("dhcp-mode")
+	c.DHCPRange, _ = f.GetString("dhcp-range")
+	c.DHCPRouter, _ = f.GetStringSlice("dhcp-router")
+	c.DHCPDNS, _ = f.GetStringSlice("dhcp-dns")
+	c.DHCPLeaseTime, _ = f.GetDuration("dhcp-lease-time")
+	c.DHCPRelayRanges, _ = f.GetStringArray("dhcp-relay-range")
+	c.HTTPListen, _ = f.GetString("http-listen")
+	c.TFTPListen, _ = f.GetString("tftp-listen")
+	c.NoRA, _ = f.GetBool("no-ra")
+	c.Kernel, _ = f.GetString("boot-kernel")
+	c.Initrd, _ = f.GetString("boot-initrd")
+	c.KernelArgs, _ = f.GetString("boot-kernel-args")
+	c.TokenTTL, _ = f.GetDuration("boot-token-ttl")
+	return c, nil
+}

@@ -1,9 +1,260 @@
 package server
 
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/corralhq/corral/auth/pki"
+	"github.com/corralhq/corral/boot/dhcp"
+	boothttp "github.com/corralhq/corral/boot/http"
+	"github.com/corralhq/corral/boot/ra"
+	"github.com/corralhq/corral/boot/tftp"
+	"github.com/corralhq/corral/images"
+)
+
+// ImagesDir is the catalog directory inside the data directory.
+const ImagesDir = "images"
+
 // BootConfig configures network boot: DHCP, TFTP, HTTP and RA (DESIGN.md
-// §1 steps 2-4, §5).
-type BootConfig struct{}
+// §1 steps 2-4, §5). Network boot runs only when Interface is set; the
+// zero value leaves it off (tests and API-only appliances).
+type BootConfig struct {
+	// Interface is the boot interface (--boot-interface). DHCP and RA bind
+	// to it; its first IPv4 address is the address clients are sent to.
+	Interface string
+	// DHCPMode is full, proxy or off (default proxy).
+	DHCPMode string
+	// DHCPRange is "START-END" of the local pool (full mode); the subnet is
+	// the boot interface's network containing it, or "START-END/BITS".
+	DHCPRange string
+	// DHCPRouter and DHCPDNS are options 3 and 6 for the local range
+	// (DNS also for relayed ranges).
+	DHCPRouter []string
+	DHCPDNS    []string
+	// DHCPLeaseTime is option 51 (default 1h).
+	DHCPLeaseTime time.Duration
+	// DHCPRelayRanges are pools for relayed segments,
+	// "SUBNET=START-END[@ROUTER]", e.g. 10.9.0.0/24=10.9.0.100-10.9.0.200@10.9.0.1.
+	DHCPRelayRanges []string
+	// HTTPListen is boot/http's address (default ":8080").
+	HTTPListen string
+	// TFTPListen is boot/tftp's address (default ":69"; "off" disables).
+	TFTPListen string
+	// RA answers IPv6 router solicitations with lifetime 0 (default on;
+	// set NoRA to disable).
+	NoRA bool
+	// Kernel and Initrd are the discover profile's files (default: the
+	// test stand-ins, see images.Config).
+	Kernel, Initrd string
+	// KernelArgs are extra kernel arguments for booted machines.
+	KernelArgs string
+	// TokenTTL is the per-boot agent token lifetime (default 1h).
+	TokenTTL time.Duration
+	// IPXEDirs are where iPXE binaries are copied from (default Debian's).
+	IPXEDirs []string
+}
 
 // initBoot wires the boot servers into s (s.addComponent) after the store,
 // CA and inventory exist.
-func (s *Server) initBoot() error { return nil }
+func (s *Server) initBoot() error {
+	bc := s.cfg.Boot
+	if bc.Interface == "" {
+		s.log.Info("network boot is off: set --boot-interface to serve DHCP/TFTP/HTTP")
+		return nil
+	}
+	mode, err := dhcp.ParseMode(orDefault(bc.DHCPMode, string(dhcp.ModeProxy)))
+	if err != nil {
+		return err
+	}
+	serverIP, err := dhcp.InterfaceIPv4(bc.Interface)
+	if err != nil {
+		return fmt.Errorf("--boot-interface: %w", err)
+	}
+	ranges, err := parseRanges(bc, mode, serverIP)
+	if err != nil {
+		return err
+	}
+	cat, err := images.Open(images.Config{Dir: filepath.Join(s.cfg.DataDir, ImagesDir), IPXEDirs: bc.IPXEDirs, Kernel: bc.Kernel, Initrd: bc.Initrd})
+	if err != nil {
+		return err
+	}
+	for _, a := range cat.List() {
+		s.log.Debug("catalog", "file", a.Name, "kind", string(a.Kind), "bytes", a.Size, "sha256", a.SHA256)
+	}
+	fp, err := pki.Fingerprint(s.ca.CertPEM())
+	if err != nil {
+		return err
+	}
+	_, apiPort, _ := net.SplitHostPort(s.lis.Addr().String())
+	hs, err := boothttp.New(boothttp.Config{
+		Listen: orDefault(bc.HTTPListen, ":8080"), Catalog: cat, Inventory: s.inv, Tokens: s.tokens, Timeline: s.inv,
+		CreateUnknown: mode == dhcp.ModeOff, APIEndpoint: ":" + apiPort, CAFingerprint: fp,
+		TokenTTL: bc.TokenTTL, KernelArgs: bc.KernelArgs, Logger: s.log.With("component", "boot-http"),
+	})
+	if err != nil {
+		return err
+	}
+	// Release what is bound if a later part fails.
+	var closers []func() error
+	ok := false
+	defer func() {
+		if !ok {
+			for _, c := range closers {
+				c()
+			}
+		}
+	}()
+	closers = append(closers, hs.Close)
+	_, httpPort, _ := net.SplitHostPort(hs.Addr().String())
+	httpBase := "http://" + net.JoinHostPort(serverIP.String(), httpPort)
+
+	var ds *dhcp.Server
+	if mode != dhcp.ModeOff {
+		ds, err = dhcp.New(context.Background(), dhcp.Config{
+			Mode: mode, Interface: bc.Interface, ServerIP: serverIP, Ranges: ranges, LeaseTime: bc.DHCPLeaseTime,
+			HTTPBase: httpBase, Catalog: cat, Store: s.store, Inventory: s.inv, Timeline: s.inv,
+			Logger: s.log.With("component", "dhcp"),
+		})
+		if err != nil {
+			return err
+		}
+		closers = append(closers, ds.Close)
+		s.addComponent("dhcp", ds.Run)
+	}
+	if l := orDefault(bc.TFTPListen, ":69"); l != "off" {
+		tc := tftp.Config{Listen: l, Catalog: cat, Timeline: s.inv, Logger: s.log.With("component", "tftp")}
+		if ds != nil {
+			tc.MACs = ds
+		}
+		ts, err := tftp.New(tc)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, ts.Close)
+		s.addComponent("tftp", ts.Run)
+	}
+	s.addComponent("boot-http", hs.Run)
+	if !bc.NoRA {
+		r, err := ra.New(ra.Config{Interface: bc.Interface, Timeline: s.inv, Logger: s.log.With("component", "ra")})
+		if err != nil {
+			// IPv6 may be disabled on the host: network boot still works,
+			// iPXE just waits for its IPv6 timeout.
+			s.log.Warn("router-advertisement responder not started", "err", err)
+		} else {
+			s.addComponent("ra", r.Run)
+		}
+	}
+	ok = true
+	s.log.Info("network boot on", "interface", bc.Interface, "server_ip", serverIP.String(), "dhcp_mode", string(mode),
+		"http", hs.Addr().String(), "catalog", cat.Dir())
+	return nil
+}
+
+func orDefault(v, d string) string {
+	if v == "" {
+		return d
+	}
+	return v
+}
+
+func parseAddrs(flag string, ss []string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for _, s := range ss {
+		a, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil || !a.Is4() {
+			return nil, fmt.Errorf("%s %q: want an IPv4 address", flag, s)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// parseStartEnd parses "A-B".
+func parseStartEnd(flag, s string) (netip.Addr, netip.Addr, error) {
+	a, b, ok := strings.Cut(s, "-")
+	start, err1 := netip.ParseAddr(strings.TrimSpace(a))
+	end, err2 := netip.ParseAddr(strings.TrimSpace(b))
+	if !ok || err1 != nil || err2 != nil || !start.Is4() || !end.Is4() {
+		return netip.Addr{}, netip.Addr{}, fmt.Errorf("%s %q: want START-END, e.g. 10.0.0.100-10.0.0.199", flag, s)
+	}
+	return start, end, nil
+}
+
+// parseRanges turns the flags into DHCP ranges.
+func parseRanges(bc BootConfig, mode dhcp.Mode, serverIP netip.Addr) ([]dhcp.Range, error) {
+	if mode != dhcp.ModeFull {
+		if bc.DHCPRange != "" || len(bc.DHCPRelayRanges) > 0 {
+			return nil, fmt.Errorf("--dhcp-range and --dhcp-relay-range need --dhcp-mode full (mode is %s)", mode)
+		}
+		return nil, nil
+	}
+	if bc.DHCPRange == "" {
+		return nil, errors.New("--dhcp-mode full needs --dhcp-range START-END (or use --dhcp-mode proxy beside another DHCP server)")
+	}
+	dns, err := parseAddrs("--dhcp-dns", bc.DHCPDNS)
+	if err != nil {
+		return nil, err
+	}
+	router, err := parseAddrs("--dhcp-router", bc.DHCPRouter)
+	if err != nil {
+		return nil, err
+	}
+	spec, bits, hasBits := strings.Cut(bc.DHCPRange, "/")
+	start, end, err := parseStartEnd("--dhcp-range", spec)
+	if err != nil {
+		return nil, err
+	}
+	var subnet netip.Prefix
+	if hasBits {
+		n, err := strconv.Atoi(bits)
+		if err != nil || n < 8 || n > 30 {
+			return nil, fmt.Errorf("--dhcp-range %q: prefix length must be 8-30", bc.DHCPRange)
+		}
+		subnet = netip.PrefixFrom(start, n).Masked()
+	} else if subnet, err = dhcp.InterfacePrefix(bc.Interface, start); err != nil {
+		return nil, fmt.Errorf("--dhcp-range %q: %w (give the prefix: START-END/BITS)", bc.DHCPRange, err)
+	}
+	local := dhcp.Range{Subnet: subnet, Start: start, End: end, Router: router, DNS: dns}
+	if err := local.Validate(); err != nil {
+		return nil, fmt.Errorf("--dhcp-range: %w", err)
+	}
+	if local.Contains(serverIP) {
+		return nil, fmt.Errorf("--dhcp-range %s contains the appliance's own address %s", bc.DHCPRange, serverIP)
+	}
+	out := []dhcp.Range{local}
+	for _, rr := range bc.DHCPRelayRanges {
+		sub, rest, ok := strings.Cut(rr, "=")
+		p, err := netip.ParsePrefix(strings.TrimSpace(sub))
+		if !ok || err != nil || !p.Addr().Is4() {
+			return nil, fmt.Errorf("--dhcp-relay-range %q: want SUBNET=START-END[@ROUTER], e.g. 10.9.0.0/24=10.9.0.100-10.9.0.200@10.9.0.1", rr)
+		}
+		se, gw, hasGW := strings.Cut(rest, "@")
+		s, e, err := parseStartEnd("--dhcp-relay-range", se)
+		if err != nil {
+			return nil, err
+		}
+		r := dhcp.Range{Subnet: p.Masked(), Start: s, End: e, DNS: dns, Relayed: true}
+		if hasGW {
+			if r.Router, err = parseAddrs("--dhcp-relay-range router", []string{gw}); err != nil {
+				return nil, err
+			}
+		}
+		if err := r.Validate(); err != nil {
+			return nil, fmt.Errorf("--dhcp-relay-range: %w", err)
+		}
+		for _, o := range out {
+			if o.Subnet.Overlaps(r.Subnet) {
+				return nil, fmt.Errorf("--dhcp-relay-range %q overlaps %s", rr, o.Subnet)
+			}
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
