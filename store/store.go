@@ -86,3 +86,19 @@ type Store interface {
 	// Close releases the store. Calls after Close return ErrClosed.
 	Close() error
 }
+
+// Updater is implemented by stores that can run a read-modify-write as one
+// atomic step inside their own commit, so that many writers of one hot
+// record never conflict (store/bolt: inside its single writer
+// transaction). Stores without it are used through a CAS retry loop.
+//
+// fn sees the current record (exists=false when the key is absent) and
+// returns the new value, or del=true to delete the key, or an error to
+// leave the record unchanged; that error is returned from Update as is.
+// fn may run on the store's writer goroutine: it must be quick, must not
+// block on other writers, and must not call the store's write methods
+// (reads are allowed). Update returns the record as written (for a
+// delete: Value nil and the delete's revision).
+type Updater interface {
+	Update(ctx context.Context, key string, fn func(cur KV, exists bool) (value []byte, del bool, err error)) (KV, error)
+}

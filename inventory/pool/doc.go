@@ -5,9 +5,11 @@
 // auto-allocation, generated MACs with a collision check, and
 // deletion refused while reservations exist.
 //
-// Every mutation is a compare-and-swap retry loop on the record's store
-// revision (store/record.Update); there is no in-process lock table, so two
-// appliances sharing one store cannot double-book.
+// Every mutation is an atomic read-modify-write of one record, checked
+// against its store revision (store/record.Mutate): inside the store's own
+// commit where the store supports it (bbolt), else a compare-and-swap retry
+// loop (etcd). There is no in-process lock table, so two appliances sharing
+// one store cannot double-book.
 //
 // It imports the store contract and the generated API only; gRPC status
 // codes are produced in one place, toStatus in grpc.go.

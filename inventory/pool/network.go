@@ -209,7 +209,7 @@ func (p *Pool) ApplyNetwork(ctx context.Context, req *poolv1.ApplyNetworkRequest
 	if err := p.claimCIDRs(ctx, name, spec); err != nil {
 		return nil, err
 	}
-	return record.Update(ctx, p.cfg.Store, networkPrefix+name, newNetwork, func(n *poolv1.Network, exists bool) (bool, error) {
+	return record.Mutate(ctx, p.cfg.Store, networkPrefix+name, newNetwork, func(n *poolv1.Network, exists bool) (bool, error) {
 		if exists {
 			if err := checkChange(n, spec); err != nil {
 				return false, err
@@ -311,7 +311,7 @@ func (p *Pool) claimCIDRs(ctx context.Context, name string, spec netSpec) error 
 		}
 	}
 	now := p.cfg.Now()
-	_, err = record.Update(ctx, p.cfg.Store, networkIndex, newIndex, func(idx *structpb.Struct, _ bool) (bool, error) {
+	_, err = record.Mutate(ctx, p.cfg.Store, networkIndex, newIndex, func(idx *structpb.Struct, _ bool) (bool, error) {
 		if idx.Fields == nil {
 			idx.Fields = map[string]*structpb.Value{}
 		}
@@ -373,7 +373,7 @@ func overlaps(name string, spec netSpec, other, v4, v6 string) error {
 }
 
 func (p *Pool) unclaimCIDRs(ctx context.Context, name string) error {
-	_, err := record.Update(ctx, p.cfg.Store, networkIndex, newIndex, func(idx *structpb.Struct, exists bool) (bool, error) {
+	_, err := record.Mutate(ctx, p.cfg.Store, networkIndex, newIndex, func(idx *structpb.Struct, exists bool) (bool, error) {
 		delete(idx.Fields, name)
 		return false, nil
 	})
@@ -386,7 +386,7 @@ func (p *Pool) DeleteNetwork(ctx context.Context, name string) error {
 	if err := checkName("network name", name); err != nil {
 		return err
 	}
-	_, err := record.Update(ctx, p.cfg.Store, networkPrefix+name, newNetwork, func(n *poolv1.Network, exists bool) (bool, error) {
+	_, err := record.Mutate(ctx, p.cfg.Store, networkPrefix+name, newNetwork, func(n *poolv1.Network, exists bool) (bool, error) {
 		if !exists {
 			return false, notFoundf("network %q", name)
 		}
@@ -438,7 +438,7 @@ func (p *Pool) ReserveNetworkInterface(ctx context.Context, req *poolv1.ReserveN
 		}
 		mac = m
 	}
-	return record.Update(ctx, p.cfg.Store, networkPrefix+netName, newNetwork, func(n *poolv1.Network, exists bool) (bool, error) {
+	return record.Mutate(ctx, p.cfg.Store, networkPrefix+netName, newNetwork, func(n *poolv1.Network, exists bool) (bool, error) {
 		if !exists {
 			return false, notFoundf("network %q", netName)
 		}
@@ -620,7 +620,7 @@ func (p *Pool) ReleaseNetworkInterface(ctx context.Context, netName, iface strin
 	if err := checkName("network_interface_name", iface); err != nil {
 		return err
 	}
-	_, err := record.Update(ctx, p.cfg.Store, networkPrefix+netName, newNetwork, func(n *poolv1.Network, exists bool) (bool, error) {
+	_, err := record.Mutate(ctx, p.cfg.Store, networkPrefix+netName, newNetwork, func(n *poolv1.Network, exists bool) (bool, error) {
 		if !exists {
 			return false, notFoundf("network %q", netName)
 		}

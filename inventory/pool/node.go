@@ -103,7 +103,7 @@ func (p *Pool) ApplyNode(ctx context.Context, req *poolv1.ApplyNodeRequest) (*po
 		return nil, invalidf("node %q: hypervisor_port %d out of range", req.GetName(), req.GetHypervisorPort())
 	}
 	now := timestamppb.New(p.cfg.Now())
-	return record.Update(ctx, p.cfg.Store, nodePrefix+req.GetName(), newNode, func(n *poolv1.Node, exists bool) (bool, error) {
+	return record.Mutate(ctx, p.cfg.Store, nodePrefix+req.GetName(), newNode, func(n *poolv1.Node, exists bool) (bool, error) {
 		if exists {
 			if err := p.checkShrink(req, n); err != nil {
 				return false, err
@@ -168,7 +168,7 @@ func (p *Pool) DeleteNode(ctx context.Context, name string) error {
 	if err := checkName("node name", name); err != nil {
 		return err
 	}
-	_, err := record.Update(ctx, p.cfg.Store, nodePrefix+name, newNode, func(n *poolv1.Node, exists bool) (bool, error) {
+	_, err := record.Mutate(ctx, p.cfg.Store, nodePrefix+name, newNode, func(n *poolv1.Node, exists bool) (bool, error) {
 		if !exists {
 			return false, notFoundf("node %q", name)
 		}
@@ -314,7 +314,7 @@ func (p *Pool) reserve(ctx context.Context, nodeName string, add func(n *poolv1.
 	if err := checkName("node_name", nodeName); err != nil {
 		return nil, err
 	}
-	return record.Update(ctx, p.cfg.Store, nodePrefix+nodeName, newNode, func(n *poolv1.Node, exists bool) (bool, error) {
+	return record.Mutate(ctx, p.cfg.Store, nodePrefix+nodeName, newNode, func(n *poolv1.Node, exists bool) (bool, error) {
 		if !exists {
 			return false, notFoundf("node %q", nodeName)
 		}
@@ -370,7 +370,7 @@ func (p *Pool) ReleaseCompute(ctx context.Context, nodeName, computeName string)
 	if err := checkName("compute_name", computeName); err != nil {
 		return err
 	}
-	_, err := record.Update(ctx, p.cfg.Store, nodePrefix+nodeName, newNode, func(n *poolv1.Node, exists bool) (bool, error) {
+	_, err := record.Mutate(ctx, p.cfg.Store, nodePrefix+nodeName, newNode, func(n *poolv1.Node, exists bool) (bool, error) {
 		if !exists {
 			return false, notFoundf("node %q", nodeName)
 		}
@@ -399,7 +399,7 @@ func (p *Pool) ReleaseStorage(ctx context.Context, nodeName, storageName string)
 	if err := checkName("storage_name", storageName); err != nil {
 		return err
 	}
-	_, err := record.Update(ctx, p.cfg.Store, nodePrefix+nodeName, newNode, func(n *poolv1.Node, exists bool) (bool, error) {
+	_, err := record.Mutate(ctx, p.cfg.Store, nodePrefix+nodeName, newNode, func(n *poolv1.Node, exists bool) (bool, error) {
 		if !exists {
 			return false, notFoundf("node %q", nodeName)
 		}

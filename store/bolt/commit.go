@@ -15,6 +15,7 @@ type opKind uint8
 const (
 	opPut opKind = iota + 1
 	opDelete
+	opUpdate
 )
 
 // op is one queued write. The committer answers on done exactly once.
@@ -24,12 +25,14 @@ type op struct {
 	key   string
 	value []byte
 	rev   int64
+	fn    func(cur store.KV, exists bool) ([]byte, bool, error) // opUpdate
 	done  chan result
 }
 
 type result struct {
-	rev int64
-	err error
+	rev   int64
+	value []byte // opUpdate: the value written (nil for a delete)
+	err   error
 }
 
 // errNoChanges rolls back a batch in which every op failed its
@@ -58,6 +61,44 @@ func (s *Store) submit(ctx context.Context, o *op) (int64, error) {
 	}
 	r := <-o.done
 	return r.rev, r.err
+}
+
+// Update implements store.Updater: fn runs inside the committer's
+// transaction, so concurrent updates of one key never conflict and share
+// fsyncs with the rest of the batch.
+func (s *Store) Update(ctx context.Context, key string, fn func(cur store.KV, exists bool) ([]byte, bool, error)) (store.KV, error) {
+	if key == "" {
+		return store.KV{}, fmt.Errorf("bolt: empty key")
+	}
+	if err := ctx.Err(); err != nil {
+		return store.KV{}, err
+	}
+	if err := s.enter(); err != nil {
+		return store.KV{}, err
+	}
+	defer s.closeMu.RUnlock()
+	o := &op{ctx: ctx, kind: opUpdate, key: key, fn: fn, done: make(chan result, 1)}
+	select {
+	case s.ops <- o:
+	case <-ctx.Done():
+		return store.KV{}, ctx.Err()
+	}
+	r := <-o.done
+	if r.err != nil {
+		return store.KV{}, r.err
+	}
+	return store.KV{Key: key, Value: r.value, Revision: r.rev}, nil
+}
+
+// callUpdate runs an update function, turning a panic into an error so a
+// bad caller cannot take the writer down.
+func callUpdate(fn func(store.KV, bool) ([]byte, bool, error), cur store.KV, exists bool) (v []byte, del bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("bolt: update function panicked: %v", r)
+		}
+	}()
+	return fn(cur, exists)
 }
 
 // commitLoop is the single writer. It blocks for one op, takes whatever
@@ -139,6 +180,42 @@ func (s *Store) commit(batch []*op) {
 				}
 				rev++
 				events = append(events, store.Event{Type: store.EventPut, KV: store.KV{Key: o.key, Value: o.value, Revision: rev}})
+			case opUpdate:
+				var curKV store.KV
+				if exists {
+					_, v, err := decodeRecord(recs.Get(key))
+					if err != nil {
+						results[i].err = err
+						continue
+					}
+					curKV = store.KV{Key: o.key, Value: append([]byte(nil), v...), Revision: cur}
+				}
+				val, del, ferr := callUpdate(o.fn, curKV, exists)
+				if ferr != nil {
+					results[i].err = ferr
+					continue
+				}
+				if del {
+					if !exists {
+						results[i].err = store.ErrNotFound
+						continue
+					}
+					if err := recs.Delete(key); err != nil {
+						results[i].err = err
+						continue
+					}
+					rev++
+					events = append(events, store.Event{Type: store.EventDelete, KV: store.KV{Key: o.key, Revision: rev}})
+					break
+				}
+				val = append([]byte(nil), val...)
+				if err := recs.Put(key, encodeRecord(rev+1, val)); err != nil {
+					results[i].err = err
+					continue
+				}
+				rev++
+				results[i].value = val
+				events = append(events, store.Event{Type: store.EventPut, KV: store.KV{Key: o.key, Value: val, Revision: rev}})
 			case opDelete:
 				switch {
 				case !exists:

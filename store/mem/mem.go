@@ -10,6 +10,7 @@ package mem
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -176,4 +177,41 @@ func (s *Store) Close() error {
 	s.keys = nil
 	s.hub.CloseAll()
 	return nil
+}
+
+// Update implements store.Updater with a compare-and-swap loop; fn runs
+// without the store's lock held, so it may read the store.
+func (s *Store) Update(ctx context.Context, key string, fn func(cur store.KV, exists bool) ([]byte, bool, error)) (store.KV, error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return store.KV{}, err
+		}
+		cur, err := s.Get(ctx, key)
+		exists := err == nil
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return store.KV{}, err
+		}
+		val, del, err := fn(cur, exists)
+		if err != nil {
+			return store.KV{}, err
+		}
+		if del {
+			if !exists {
+				return store.KV{}, store.ErrNotFound
+			}
+			err = s.Delete(ctx, key, cur.Revision)
+			if err == nil {
+				return store.KV{Key: key}, nil
+			}
+		} else {
+			var rev int64
+			rev, err = s.Put(ctx, key, val, cur.Revision)
+			if err == nil {
+				return store.KV{Key: key, Value: append([]byte(nil), val...), Revision: rev}, nil
+			}
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return store.KV{}, err
+		}
+	}
 }

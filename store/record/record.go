@@ -153,3 +153,40 @@ func backoff(ctx context.Context, attempt int) error {
 		return nil
 	}
 }
+
+// Mutate is Update for hot records: when the store implements
+// store.Updater, mutate runs inside the store's own commit, so concurrent
+// writers of one key never conflict (no retries, shared fsyncs); otherwise
+// it is exactly Update. mutate must be quick and must not write to the
+// store (it may read), since it can run on the store's writer goroutine.
+func Mutate[M proto.Message](ctx context.Context, s store.Store, key string, newMsg func() M,
+	mutate func(m M, exists bool) (del bool, err error)) (M, error) {
+	u, ok := s.(store.Updater)
+	if !ok {
+		return Update(ctx, s, key, newMsg, mutate)
+	}
+	var out M
+	_, err := u.Update(ctx, key, func(cur store.KV, exists bool) ([]byte, bool, error) {
+		m := newMsg()
+		if exists {
+			if err := Unmarshal(cur.Value, m); err != nil {
+				return nil, false, fmt.Errorf("%s: %w", key, err)
+			}
+		}
+		del, err := mutate(m, exists)
+		if err != nil {
+			return nil, false, err
+		}
+		out = m
+		if del {
+			return nil, true, nil
+		}
+		b, err := Marshal(m)
+		return b, false, err
+	})
+	if err != nil {
+		var zero M
+		return zero, err
+	}
+	return out, nil
+}

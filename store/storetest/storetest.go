@@ -49,6 +49,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"WatchCancel", testWatchCancel},
 		{"Closed", testClosed},
 		{"ConcurrentIncrements", testConcurrentIncrements},
+		{"Updater", testUpdater},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -558,5 +559,74 @@ func increment(ctx context.Context, s store.Store, key string) error {
 		default:
 			return fmt.Errorf("put: %w", err)
 		}
+	}
+}
+
+// testUpdater checks store.Updater, when the store implements it: create,
+// modify, delete, an aborting fn, reads inside fn, and 50x20 concurrent
+// increments of one key ending at exactly 1000.
+func testUpdater(t *testing.T, open func(t *testing.T) store.Store) {
+	s := open(t)
+	u, ok := s.(store.Updater)
+	if !ok {
+		t.Skip("store does not implement store.Updater")
+	}
+	ctx := ctxFor(t)
+	kv, err := u.Update(ctx, "u/a", func(cur store.KV, exists bool) ([]byte, bool, error) {
+		if exists {
+			t.Error("fn saw a missing key as existing")
+		}
+		return []byte("1"), false, nil
+	})
+	if err != nil || string(kv.Value) != "1" || kv.Revision == 0 {
+		t.Fatalf("create: %+v %v", kv, err)
+	}
+	got, _ := s.Get(ctx, "u/a")
+	if got.Revision != kv.Revision {
+		t.Fatalf("Update revision %d, Get revision %d", kv.Revision, got.Revision)
+	}
+	abort := errors.New("abort")
+	if _, err := u.Update(ctx, "u/a", func(cur store.KV, exists bool) ([]byte, bool, error) {
+		if _, err := s.Get(ctx, "u/a"); err != nil { // reads are allowed inside fn
+			t.Errorf("read inside fn: %v", err)
+		}
+		return nil, false, abort
+	}); !errors.Is(err, abort) {
+		t.Fatalf("aborting fn: %v", err)
+	}
+	if after, _ := s.Get(ctx, "u/a"); after.Revision != kv.Revision {
+		t.Fatal("aborting fn changed the record")
+	}
+	if _, err := u.Update(ctx, "u/a", func(cur store.KV, exists bool) ([]byte, bool, error) { return nil, true, nil }); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if _, err := s.Get(ctx, "u/a"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("after delete: %v", err)
+	}
+	if _, err := u.Update(ctx, "u/a", func(cur store.KV, exists bool) ([]byte, bool, error) { return nil, true, nil }); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("delete of a missing key: %v", err)
+	}
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				if _, err := u.Update(ctx, "u/counter", func(cur store.KV, exists bool) ([]byte, bool, error) {
+					n := 0
+					if exists {
+						n, _ = strconv.Atoi(string(cur.Value))
+					}
+					return []byte(strconv.Itoa(n + 1)), false, nil
+				}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got, _ := s.Get(ctx, "u/counter"); string(got.Value) != "1000" {
+		t.Fatalf("counter %q, want 1000", got.Value)
 	}
 }
