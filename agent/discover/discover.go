@@ -1,0 +1,237 @@
+// Package discover is `corral-node discover`, the u-root init program of
+// the discovery image: it reads the kernel command line (agent/cmdline),
+// loads drivers by modalias (agent/coldplug), DHCPs on the boot NIC
+// (agent/netup), collects facts (agent/facts) and the in-band BMC LAN
+// address (agent/bmc), then registers and keeps a session with the
+// appliance (agent/session). With DryRun it only collects facts under
+// Root and prints them as JSON. It must not import store/, boot/, ipmi/,
+// bbolt, etcd or bmclib.
+package discover
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/corralhq/corral/agent/bmc"
+	"github.com/corralhq/corral/agent/cmdline"
+	"github.com/corralhq/corral/agent/coldplug"
+	"github.com/corralhq/corral/agent/facts"
+	"github.com/corralhq/corral/agent/netup"
+	"github.com/corralhq/corral/agent/session"
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+)
+
+// Config configures Run.
+type Config struct {
+	Root        string // facts are read under it; "" means "/"
+	CmdlineFile string // default /proc/cmdline
+	// CAFile is an optional PEM bundle (e.g. from a second initrd) whose
+	// certificates are CA candidates besides the server's chain; only one
+	// matching the pinned fingerprint is trusted. Default
+	// /etc/corral/ca.crt; a missing file is fine.
+	CAFile  string
+	DryRun  bool
+	Version string
+	Stdout  io.Writer // JSON output of DryRun
+	Console io.Writer // human progress and every failure
+	Logger  *slog.Logger
+	Power   session.Power // default: the reboot(2) syscall
+	// Network and Session override netup.Up and session.Run (tests).
+	Network func(ctx context.Context, cfg netup.Config) (*netup.Lease, error)
+	Session func(ctx context.Context, cfg session.Config) error
+}
+
+func (c *Config) defaults() {
+	if c.Root == "" {
+		c.Root = "/"
+	}
+	if c.CmdlineFile == "" {
+		c.CmdlineFile = "/proc/cmdline"
+	}
+	if c.CAFile == "" {
+		c.CAFile = "/etc/corral/ca.crt"
+	}
+	if c.Stdout == nil {
+		c.Stdout = io.Discard
+	}
+	if c.Console == nil {
+		c.Console = io.Discard
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Power == nil {
+		c.Power = SyscallPower{}
+	}
+	if c.Network == nil {
+		c.Network = netup.Up
+	}
+	if c.Session == nil {
+		c.Session = session.Run
+	}
+}
+
+// Run performs discovery. In DryRun mode it returns after printing the
+// facts. Otherwise it returns only when ctx ends (nil) or the command line
+// is unusable (error, also printed on the console): network and
+// registration failures are printed and retried forever.
+func Run(ctx context.Context, cfg Config) error {
+	cfg.defaults()
+	if cfg.DryRun {
+		f, err := facts.Collect(ctx, facts.Options{Root: cfg.Root, Logger: cfg.Logger})
+		if err != nil {
+			fmt.Fprintf(cfg.Console, "corral: facts incomplete: %v\n", err)
+		}
+		b, merr := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(f)
+		if merr != nil {
+			return merr
+		}
+		_, werr := fmt.Fprintf(cfg.Stdout, "%s\n", b)
+		return werr
+	}
+
+	raw, err := os.ReadFile(cfg.CmdlineFile)
+	if err != nil {
+		return report(cfg.Console, fmt.Errorf("read kernel command line: %w", err))
+	}
+	params, err := cmdline.Parse(string(raw))
+	if err != nil {
+		return report(cfg.Console, fmt.Errorf("kernel command line %s: %w", cfg.CmdlineFile, err))
+	}
+	fmt.Fprintf(cfg.Console, "corral: discovery agent %s, appliance %s, boot MAC %s\n", cfg.Version, params.Endpoint, params.MAC)
+
+	// Drivers.
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	res, err := coldplug.Run(cctx, coldplug.Config{
+		Root: cfg.Root, ModulesDir: modulesDir(cfg.Root), Loader: coldplug.KernelLoader{}, Logger: cfg.Logger,
+	})
+	cancel()
+	if err != nil {
+		fmt.Fprintf(cfg.Console, "corral: coldplug: %v\n", err)
+	} else {
+		fmt.Fprintf(cfg.Console, "corral: coldplug loaded %d modules in %d rounds (%d failed)\n", len(res.Loaded), res.Rounds, len(res.Failed))
+	}
+
+	// Network, retried until it works.
+	for attempt := 0; ; attempt++ {
+		lease, err := cfg.Network(ctx, netup.Config{BootMAC: params.MAC, Console: cfg.Console, Logger: cfg.Logger})
+		if err == nil {
+			fmt.Fprintf(cfg.Console, "corral: %s has %s\n", lease.Interface, lease.Address)
+			break
+		}
+		fmt.Fprintf(cfg.Console, "corral: network (attempt %d): %v\n", attempt+1, err)
+		if missing := missingDrivers(cfg.Root); missing != "" {
+			fmt.Fprintf(cfg.Console, "corral: PCI devices without a driver: %s\n", missing)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(session.Backoff{Initial: 2 * time.Second, Max: 30 * time.Second}.Delay(attempt)):
+		}
+	}
+
+	// Facts, once: they describe the machine as booted.
+	f, err := facts.Collect(ctx, facts.Options{Root: cfg.Root, Logger: cfg.Logger})
+	if err != nil {
+		fmt.Fprintf(cfg.Console, "corral: facts incomplete: %v\n", err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Root, "dev/ipmi0")); err == nil {
+		if lan, err := readBMC(ctx); err == nil {
+			f.Bmc = lan
+		} else {
+			fmt.Fprintf(cfg.Console, "corral: BMC: %v\n", err)
+		}
+	}
+	facts.Cap(f)
+
+	return cfg.Session(ctx, session.Config{
+		Endpoint: params.Endpoint, Token: params.Token, CAFingerprint: params.CAFingerprint,
+		ExtraCAs: loadCAs(cfg.CAFile), BootMAC: params.MAC, AgentVersion: cfg.Version,
+		Facts:   func(context.Context) *inventoryv1.Facts { return f },
+		Power:   cfg.Power,
+		Console: cfg.Console,
+		Logger:  cfg.Logger,
+	})
+}
+
+func report(console io.Writer, err error) error {
+	fmt.Fprintf(console, "corral: cannot start discovery: %v\n", err)
+	return err
+}
+
+// readBMC reads the BMC LAN settings with a 30 s bound.
+func readBMC(ctx context.Context) (*inventoryv1.Facts_BmcLan, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	dev, err := bmc.Open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer dev.Close(ctx)
+	return bmc.Read(ctx, dev)
+}
+
+// modulesDir is Root/lib/modules/$(uname -r).
+func modulesDir(root string) string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return filepath.Join(root, "lib/modules")
+	}
+	return filepath.Join(root, "lib/modules", unix.ByteSliceToString(u.Release[:]))
+}
+
+// missingDrivers summarises PCI devices without a driver for the console.
+func missingDrivers(root string) string {
+	_, missing, _ := facts.PCIDevices(facts.Options{Root: root})
+	var parts []string
+	for _, d := range missing {
+		parts = append(parts, fmt.Sprintf("%s [%s:%s] %s", d.GetAddress(), d.GetVendorId(), d.GetProductId(), d.GetClass()))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// loadCAs parses the certificates in a PEM file; a missing or bad file
+// yields none.
+func loadCAs(path string) []*x509.Certificate {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var out []*x509.Certificate
+	for {
+		var block *pem.Block
+		block, b = pem.Decode(b)
+		if block == nil {
+			return out
+		}
+		if c, err := x509.ParseCertificate(block.Bytes); err == nil {
+			out = append(out, c)
+		}
+	}
+}
+
+// SyscallPower powers off or reboots with reboot(2) after syncing disks.
+type SyscallPower struct{}
+
+// PowerOff implements session.Power.
+func (SyscallPower) PowerOff() error {
+	unix.Sync()
+	return unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+}
+
+// Reboot implements session.Power.
+func (SyscallPower) Reboot() error {
+	unix.Sync()
+	return unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
+}
