@@ -1,0 +1,464 @@
+// Package volume owns the node's qcow2 volumes: one file per volume under a
+// directory, created with qemu-img (empty, or as a copy-on-write overlay of
+// another volume through an absolute backing-file path), fetched over
+// http(s) into a temporary file with a size limit, a timeout and a SHA-256
+// check before an atomic, no-clobber link into place, resized, inspected
+// with `qemu-img info --output=json` and deleted.
+//
+// Every volume is stored as qcow2, so QEMU is always told the format and
+// never probes it; fetched raw images are converted, fetched qcow2 images
+// with a backing file are refused. Nothing is ever half-created: work
+// happens on a hidden temporary file that is linked to the final name only
+// when complete, and stale temporary files are removed by New.
+//
+// It imports only the standard library and hypervisor/internal.
+package volume
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/corralhq/corral/hypervisor/internal/hverr"
+)
+
+// Error classes returned (wrapped) by Store.
+var (
+	ErrInvalid  = hverr.ErrInvalid
+	ErrNotFound = hverr.ErrNotFound
+	ErrExists   = hverr.ErrExists
+	ErrInUse    = hverr.ErrInUse
+)
+
+// Volume describes one volume file.
+type Volume struct {
+	Name        string
+	Path        string
+	SizeBytes   uint64 // virtual size
+	ActualBytes uint64 // bytes allocated on the host
+	Format      string
+	BackingFile string
+}
+
+// Config configures a Store.
+type Config struct {
+	// Dir holds the volume files; it is created with mode 0700.
+	Dir string
+	// QemuImg is the qemu-img binary (default "qemu-img" on PATH).
+	QemuImg string
+	// Logger receives one line per change; nil discards.
+	Logger *slog.Logger
+	// MaxFetchBytes caps a download when the request gives no lower cap
+	// (default 64 GiB).
+	MaxFetchBytes uint64
+	// FetchTimeout bounds a download when the request gives none
+	// (default 30 min).
+	FetchTimeout time.Duration
+	// CommandTimeout bounds each qemu-img call (default 2 min).
+	CommandTimeout time.Duration
+}
+
+// Store manages the volumes in one directory. It is safe for concurrent
+// use; operations on one name are serialised by an in-process lock (the
+// node agent is the only writer of its data directory).
+type Store struct {
+	cfg Config
+	log *slog.Logger
+
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex
+}
+
+const tmpPrefix = ".tmp-"
+
+// New validates cfg, creates the directory and removes temporary files a
+// previous process left behind.
+func New(cfg Config) (*Store, error) {
+	if cfg.Dir == "" {
+		return nil, hverr.Wrap(ErrInvalid, "volume: Dir is required")
+	}
+	if cfg.QemuImg == "" {
+		cfg.QemuImg = "qemu-img"
+	}
+	if cfg.MaxFetchBytes == 0 {
+		cfg.MaxFetchBytes = 64 << 30
+	}
+	if cfg.FetchTimeout <= 0 {
+		cfg.FetchTimeout = 30 * time.Minute
+	}
+	if cfg.CommandTimeout <= 0 {
+		cfg.CommandTimeout = 2 * time.Minute
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	abs, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("volume: %w", err)
+	}
+	cfg.Dir = abs
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("volume: create %s: %w", cfg.Dir, err)
+	}
+	entries, err := os.ReadDir(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("volume: %w", err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), tmpPrefix) {
+			log.Info("removing stale temporary volume file", "path", filepath.Join(cfg.Dir, e.Name()))
+			_ = os.Remove(filepath.Join(cfg.Dir, e.Name()))
+		}
+	}
+	return &Store{cfg: cfg, log: log, locks: map[string]*sync.Mutex{}}, nil
+}
+
+// Dir returns the absolute directory of the store.
+func (s *Store) Dir() string { return s.cfg.Dir }
+
+// Path returns the file path of volume name (which need not exist).
+func (s *Store) Path(name string) (string, error) {
+	if err := hverr.CheckName("volume", name); err != nil {
+		return "", err
+	}
+	return filepath.Join(s.cfg.Dir, name), nil
+}
+
+func (s *Store) lock(name string) func() {
+	s.mu.Lock()
+	l, ok := s.locks[name]
+	if !ok {
+		l = &sync.Mutex{}
+		s.locks[name] = l
+	}
+	s.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// Create makes an empty qcow2 volume of size bytes. It returns ErrExists
+// if the name is taken and ErrInvalid for a bad name or a zero size.
+func (s *Store) Create(ctx context.Context, name string, size uint64) (Volume, error) {
+	path, err := s.Path(name)
+	if err != nil {
+		return Volume{}, err
+	}
+	if size == 0 {
+		return Volume{}, hverr.Wrap(ErrInvalid, "volume %q: size must be > 0", name)
+	}
+	defer s.lock(name)()
+	if err := s.mustNotExist(name, path); err != nil {
+		return Volume{}, err
+	}
+	return s.build(ctx, name, path, func(tmp string) error {
+		return s.qemuImg(ctx, "create", "-q", "-f", "qcow2", tmp, strconv.FormatUint(size, 10))
+	})
+}
+
+// CreateFrom makes volume name as a copy-on-write qcow2 overlay of volume
+// backing (no data is copied, so the time does not depend on the backing
+// size). size 0 keeps the backing volume's virtual size; a smaller size
+// than the backing volume's is ErrInvalid. The backing volume must exist
+// (ErrNotFound) and is then in use until the overlay is deleted.
+func (s *Store) CreateFrom(ctx context.Context, name, backing string, size uint64) (Volume, error) {
+	path, err := s.Path(name)
+	if err != nil {
+		return Volume{}, err
+	}
+	if name == backing {
+		return Volume{}, hverr.Wrap(ErrInvalid, "volume %q cannot back itself", name)
+	}
+	base, err := s.Get(ctx, backing)
+	if err != nil {
+		return Volume{}, err
+	}
+	if size != 0 && size < base.SizeBytes {
+		return Volume{}, hverr.Wrap(ErrInvalid, "volume %q: size %d is below backing volume %q's %d bytes", name, size, backing, base.SizeBytes)
+	}
+	defer s.lock(name)()
+	if err := s.mustNotExist(name, path); err != nil {
+		return Volume{}, err
+	}
+	return s.build(ctx, name, path, func(tmp string) error {
+		args := []string{"create", "-q", "-f", "qcow2", "-b", base.Path, "-F", "qcow2", tmp}
+		if size != 0 {
+			args = append(args, strconv.FormatUint(size, 10))
+		}
+		return s.qemuImg(ctx, args...)
+	})
+}
+
+// Resize grows volume name to size bytes. Shrinking is ErrInvalid (it would
+// destroy data); a volume open in a running VM fails with qemu-img's lock
+// error.
+func (s *Store) Resize(ctx context.Context, name string, size uint64) (Volume, error) {
+	path, err := s.Path(name)
+	if err != nil {
+		return Volume{}, err
+	}
+	defer s.lock(name)()
+	v, err := s.Get(ctx, name)
+	if err != nil {
+		return Volume{}, err
+	}
+	if size < v.SizeBytes {
+		return Volume{}, hverr.Wrap(ErrInvalid, "volume %q: shrinking from %d to %d bytes is refused", name, v.SizeBytes, size)
+	}
+	if size == v.SizeBytes {
+		return v, nil
+	}
+	if err := s.qemuImg(ctx, "resize", "-q", "-f", "qcow2", path, strconv.FormatUint(size, 10)); err != nil {
+		return Volume{}, fmt.Errorf("volume %q: resize: %w", name, err)
+	}
+	s.log.Info("volume resized", "volume", name, "size_bytes", size)
+	return s.Get(ctx, name)
+}
+
+// Get inspects volume name with qemu-img info (shared lock, so it works on
+// volumes a running VM holds open).
+func (s *Store) Get(ctx context.Context, name string) (Volume, error) {
+	path, err := s.Path(name)
+	if err != nil {
+		return Volume{}, err
+	}
+	if _, err := os.Lstat(path); err != nil {
+		if os.IsNotExist(err) {
+			return Volume{}, hverr.Wrap(ErrNotFound, "volume %q", name)
+		}
+		return Volume{}, fmt.Errorf("volume %q: %w", name, err)
+	}
+	v, err := s.info(ctx, path)
+	if err != nil {
+		return Volume{}, fmt.Errorf("volume %q: %w", name, err)
+	}
+	v.Name = name
+	return v, nil
+}
+
+// List returns every volume, sorted by name.
+func (s *Store) List(ctx context.Context) ([]Volume, error) {
+	names, err := s.names()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Volume, 0, len(names))
+	for _, n := range names {
+		v, err := s.Get(ctx, n)
+		if err != nil {
+			if hverr.IsNotFound(err) { // deleted meanwhile
+				continue
+			}
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// Delete removes volume name. It returns ErrNotFound if it does not exist
+// and ErrInUse if another volume uses it as its backing file. Callers that
+// know about VMs must check those themselves.
+func (s *Store) Delete(ctx context.Context, name string) error {
+	path, err := s.Path(name)
+	if err != nil {
+		return err
+	}
+	defer s.lock(name)()
+	if _, err := os.Lstat(path); err != nil {
+		if os.IsNotExist(err) {
+			return hverr.Wrap(ErrNotFound, "volume %q", name)
+		}
+		return err
+	}
+	users, err := s.BackedBy(name)
+	if err != nil {
+		return err
+	}
+	if len(users) > 0 {
+		return hverr.Wrap(ErrInUse, "volume %q is the backing file of %s", name, strings.Join(users, ", "))
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("volume %q: %w", name, err)
+	}
+	s.log.Info("volume deleted", "volume", name)
+	return nil
+}
+
+// BackedBy returns the volumes whose qcow2 backing file is volume name,
+// read from the qcow2 headers (no qemu-img call per volume).
+func (s *Store) BackedBy(name string) ([]string, error) {
+	target := filepath.Join(s.cfg.Dir, name)
+	names, err := s.names()
+	if err != nil {
+		return nil, err
+	}
+	var users []string
+	for _, n := range names {
+		if n == name {
+			continue
+		}
+		b, err := backingFile(filepath.Join(s.cfg.Dir, n))
+		if err != nil || b == "" {
+			continue
+		}
+		if !filepath.IsAbs(b) {
+			b = filepath.Join(s.cfg.Dir, b)
+		}
+		if filepath.Clean(b) == target {
+			users = append(users, n)
+		}
+	}
+	return users, nil
+}
+
+func (s *Store) names() ([]string, error) {
+	entries, err := os.ReadDir(s.cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("volume: %w", err)
+	}
+	var names []string
+	for _, e := range entries {
+		if !e.Type().IsRegular() || hverr.CheckName("volume", e.Name()) != nil {
+			continue
+		}
+		names = append(names, e.Name())
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+func (s *Store) mustNotExist(name, path string) error {
+	if _, err := os.Lstat(path); err == nil {
+		return hverr.Wrap(ErrExists, "volume %q", name)
+	} else if !os.IsNotExist(err) {
+		return fmt.Errorf("volume %q: %w", name, err)
+	}
+	return nil
+}
+
+// build runs fill on a fresh temporary path and links the result to path
+// without clobbering; on any error the temporary file is removed.
+func (s *Store) build(ctx context.Context, name, path string, fill func(tmp string) error) (Volume, error) {
+	tmp, err := s.tempPath(name)
+	if err != nil {
+		return Volume{}, err
+	}
+	defer os.Remove(tmp)
+	if err := fill(tmp); err != nil {
+		return Volume{}, fmt.Errorf("volume %q: %w", name, err)
+	}
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		return Volume{}, fmt.Errorf("volume %q: %w", name, err)
+	}
+	if err := os.Link(tmp, path); err != nil {
+		if os.IsExist(err) {
+			return Volume{}, hverr.Wrap(ErrExists, "volume %q", name)
+		}
+		return Volume{}, fmt.Errorf("volume %q: %w", name, err)
+	}
+	v, err := s.Get(ctx, name)
+	if err != nil {
+		return Volume{}, err
+	}
+	s.log.Info("volume created", "volume", name, "size_bytes", v.SizeBytes, "backing_file", v.BackingFile)
+	return v, nil
+}
+
+// tempPath reserves a unique hidden name in the store directory (same
+// filesystem as the final file, so the link is atomic).
+func (s *Store) tempPath(name string) (string, error) {
+	f, err := os.CreateTemp(s.cfg.Dir, tmpPrefix+name+"-*")
+	if err != nil {
+		return "", fmt.Errorf("volume %q: %w", name, err)
+	}
+	p := f.Name()
+	f.Close()
+	// qemu-img create refuses nothing and overwrites: the reserved name is
+	// ours alone.
+	return p, nil
+}
+
+type imgInfo struct {
+	VirtualSize     uint64 `json:"virtual-size"`
+	ActualSize      uint64 `json:"actual-size"`
+	Format          string `json:"format"`
+	BackingFilename string `json:"backing-filename"`
+	FullBacking     string `json:"full-backing-filename"`
+}
+
+func (s *Store) info(ctx context.Context, path string) (Volume, error) {
+	out, err := s.qemuImgOut(ctx, "info", "-U", "--output=json", path)
+	if err != nil {
+		return Volume{}, err
+	}
+	var ii imgInfo
+	if err := json.Unmarshal(out, &ii); err != nil {
+		return Volume{}, fmt.Errorf("qemu-img info %s: %w", path, err)
+	}
+	b := ii.FullBacking
+	if b == "" {
+		b = ii.BackingFilename
+	}
+	return Volume{Path: path, SizeBytes: ii.VirtualSize, ActualBytes: ii.ActualSize, Format: ii.Format, BackingFile: b}, nil
+}
+
+func (s *Store) qemuImg(ctx context.Context, args ...string) error {
+	_, err := s.qemuImgOut(ctx, args...)
+	return err
+}
+
+func (s *Store) qemuImgOut(ctx context.Context, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.CommandTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, s.cfg.QemuImg, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("qemu-img %s: %w (%s)", args[0], ctx.Err(), msg)
+		}
+		return nil, fmt.Errorf("qemu-img %s: %w: %s", args[0], err, msg)
+	}
+	return stdout.Bytes(), nil
+}
+
+// backingFile reads the backing file name from a qcow2 header; "" for a
+// file that is not qcow2 or has no backing file.
+func backingFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	var hdr [20]byte
+	if _, err := io.ReadFull(f, hdr[:]); err != nil {
+		return "", nil
+	}
+	if string(hdr[:4]) != "QFI\xfb" {
+		return "", nil
+	}
+	off := binary.BigEndian.Uint64(hdr[8:16])
+	n := binary.BigEndian.Uint32(hdr[16:20])
+	if off == 0 || n == 0 || n > 1023 {
+		return "", nil
+	}
+	buf := make([]byte, n)
+	if _, err := f.ReadAt(buf, int64(off)); err != nil {
+		return "", nil
+	}
+	return string(buf), nil
+}
