@@ -1,3 +1,9 @@
-// Package agent will own code that runs on a machine: discovery, install and
-// the session client. It must not import store/, boot/, ipmi/ or bbolt.
+// Package agent holds the code that runs on a machine, in subpackages:
+// cmdline (the kernel command-line contract), coldplug (drivers by
+// modalias), netup (DHCP on the boot NIC), facts (hardware facts over a
+// root path), bmc (in-band BMC LAN settings), session (Register and the
+// command session with the appliance) and discover (`corral-node
+// discover`, which wires them). None of it may import store/, boot/,
+// ipmi/, bbolt, etcd or bmclib: the initramfs stays small and the trust
+// boundary clear.
 package agent

@@ -2,45 +2,68 @@ package bmc
 
 import (
 	"context"
+	"fmt"
 
-	"github.com/bougou/go-ipmi/pkg/client"
-	"github.com/bougou/go-ipmi/pkg/types"
+	"github.com/u-root/u-root/pkg/ipmi"
 )
 
-// OpenDevice is a Device on /dev/ipmi0.
+// OpenDevice is a Device on /dev/ipmi0 through u-root's OpenIPMI ioctl
+// client (chosen over go-ipmi's equivalent "open" interface because it
+// adds ~40 KB to the agent instead of several MB). Each request waits at
+// most 10 s for its answer (u-root's fixed receive deadline); ctx is
+// checked before every request.
 type OpenDevice struct {
-	c *client.Client
+	dev *ipmi.IPMI
 }
 
-// Open connects to /dev/ipmi0. The caller must Close the device.
+// Open opens /dev/ipmi0. The caller must Close the device.
 func Open(ctx context.Context) (*OpenDevice, error) {
-	c, err := client.NewOpenClient()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	d, err := ipmi.OpenPath("/dev/ipmi0")
 	if err != nil {
 		return nil, err
 	}
-	if err := c.Connect(ctx); err != nil {
-		return nil, err
-	}
-	return &OpenDevice{c: c}, nil
+	return &OpenDevice{dev: d}, nil
 }
 
-// ChannelMedium implements Device.
+const (
+	netFnApp          = 0x06
+	cmdGetChannelInfo = 0x42
+)
+
+// ChannelMedium implements Device (Get Channel Info: cc, channel, medium,
+// protocol, ...).
 func (d *OpenDevice) ChannelMedium(ctx context.Context, ch uint8) (uint8, error) {
-	r, err := d.c.GetChannelInfo(ctx, ch)
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	r, err := d.dev.RawCmd([]byte{netFnApp, cmdGetChannelInfo, ch})
 	if err != nil {
 		return 0, err
 	}
-	return uint8(r.ChannelMedium), nil
+	if len(r) < 3 {
+		return 0, fmt.Errorf("get channel info %d: short answer % x", ch, r)
+	}
+	return r[2], nil
 }
 
-// LanParam implements Device.
+// LanParam implements Device (Get LAN Configuration Parameters: cc,
+// revision, data).
 func (d *OpenDevice) LanParam(ctx context.Context, ch uint8, param uint8) ([]byte, error) {
-	r, err := d.c.GetLanConfigParam(ctx, ch, types.LanConfigParamSelector(param), 0, 0)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r, err := d.dev.GetLanConfig(ch, param)
 	if err != nil {
 		return nil, err
 	}
-	return r.ParamData, nil
+	if len(r) < 2 {
+		return nil, fmt.Errorf("get LAN parameter %d on channel %d: short answer % x", param, ch, r)
+	}
+	return r[2:], nil
 }
 
 // Close releases the device.
-func (d *OpenDevice) Close(ctx context.Context) error { return d.c.Close(ctx) }
+func (d *OpenDevice) Close(context.Context) error { return d.dev.Close() }

@@ -1,29 +1,89 @@
 // Command corral-node is the agent that runs on machines: `discover` in the
-// discovery initramfs and `hypervisor` on installed nodes. For now it only
-// prints its version. Nothing it imports may reach bbolt, etcd, bmclib or
+// discovery initramfs (as the u-root uinit) and, later, `hypervisor` on
+// installed nodes. Nothing it imports may reach bbolt, etcd, bmclib or
 // Corral's store/, ipmi/ or boot/ (see guards_test.go at the module root).
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/corralhq/corral/agent/discover"
 )
 
 // version is set at link time (-ldflags "-X main.version=...").
 var version = "dev"
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "corral-node: %v\n", err)
 		os.Exit(2)
 	}
 }
 
-func run(args []string, stdout io.Writer) error {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "version" || args[0] == "--version" {
 		fmt.Fprintln(stdout, "corral-node", version)
 		return nil
 	}
-	return fmt.Errorf("unknown command %q (this build only knows `version`)", args[0])
+	switch args[0] {
+	case "discover":
+		return runDiscover(ctx, args[1:], stdout, stderr)
+	}
+	return fmt.Errorf("unknown command %q (commands: discover, version)", args[0])
+}
+
+func runDiscover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("discover", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	root := fs.String("root", "/", "read sysfs, procfs and SMBIOS under this directory")
+	dryRun := fs.Bool("dry-run", false, "print the facts as JSON and exit; load nothing, touch no network")
+	cmdlineFile := fs.String("cmdline", "/proc/cmdline", "kernel command line carrying corral.* parameters")
+	caFile := fs.String("ca-file", "/etc/corral/ca.crt", "optional PEM with CA candidates (only one matching corral.ca is trusted)")
+	verbose := fs.Bool("v", false, "debug logging on stderr")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	console := consoleWriter(stdout)
+	return discover.Run(ctx, discover.Config{
+		Root: *root, CmdlineFile: *cmdlineFile, CAFile: *caFile, DryRun: *dryRun,
+		Version: version, Stdout: stdout, Console: console, Logger: logger,
+	})
+}
+
+// consoleWriter writes to stdout and, when it is a different file, to
+// /dev/console, so an operator at the machine's screen or serial line sees
+// why discovery is stuck.
+func consoleWriter(stdout io.Writer) io.Writer {
+	c, err := os.OpenFile("/dev/console", os.O_WRONLY|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return stdout
+	}
+	if f, ok := stdout.(*os.File); ok {
+		a, errA := f.Stat()
+		b, errB := c.Stat()
+		if errA == nil && errB == nil && os.SameFile(a, b) {
+			c.Close()
+			return stdout
+		}
+	}
+	return io.MultiWriter(stdout, c)
 }

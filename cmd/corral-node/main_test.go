@@ -1,0 +1,33 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestRun(t *testing.T) {
+	for name, tc := range map[string]struct {
+		args    []string
+		want    string
+		wantErr bool
+	}{
+		"version":         {args: []string{"version"}, want: "corral-node dev"},
+		"no args":         {args: nil, want: "corral-node dev"},
+		"unknown":         {args: []string{"frobnicate"}, wantErr: true},
+		"bad flag":        {args: []string{"discover", "--nope"}, wantErr: true},
+		"dry run on root": {args: []string{"discover", "--root", "/nonexistent-root", "--dry-run"}, want: "{"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			err := run(context.Background(), tc.args, &out, &errOut)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("run(%v) = %v, wantErr %v", tc.args, err, tc.wantErr)
+			}
+			if !strings.Contains(out.String(), tc.want) {
+				t.Errorf("stdout = %q, want it to contain %q", out.String(), tc.want)
+			}
+		})
+	}
+}
