@@ -170,8 +170,11 @@ func runSession(ctx context.Context, cfg *Config, client nodev1.AgentServiceClie
 	}
 	sendErr := make(chan error, 1)
 	out := make(chan *nodev1.AgentMessage, 4)
+	senderDone := make(chan struct{})
+	defer func() { cancel(); <-senderDone }()
 	// The sender owns stream.Send; it stops when ctx ends.
 	go func() {
+		defer close(senderDone)
 		beat := &nodev1.AgentMessage{Msg: &nodev1.AgentMessage_Heartbeat{Heartbeat: &nodev1.Heartbeat{SessionId: reg.GetSessionId()}}}
 		t := time.NewTicker(cfg.Heartbeat)
 		defer t.Stop()
