@@ -155,16 +155,17 @@ func (c *Controller) open(ctx context.Context, t Target) (*session, error) {
 	if d, ok := ctx.Deadline(); ok && d.Before(s.deadline) {
 		s.deadline = d
 	}
-	// Each provider gets an equal share of the call's time, so one that
-	// hangs cannot starve the ones after it.
-	s.perCall = time.Until(s.deadline) / time.Duration(len(names))
+	// Providers open concurrently, each until the deadline; the calls
+	// after Open run providers in order, each with an equal share of the
+	// time left (share), so one that hangs cannot starve the next.
 	s.cl = bmclib.NewClient(t.Host, t.Username, t.Password,
 		bmclib.WithRegistry(reg),
 		bmclib.WithLogger(bmclibLogger(c.log)),
-		bmclib.WithPerProviderTimeout(s.perCall),
+		bmclib.WithPerProviderTimeout(time.Until(s.deadline)),
 	)
 	start := time.Now()
 	err := s.cl.Open(ctx)
+	s.share()
 	md := s.cl.GetMetadata()
 	for _, name := range names {
 		if e, failed := md.FailedProviderDetail[name]; failed {
@@ -175,6 +176,14 @@ func (c *Controller) open(ctx context.Context, t Target) (*session, error) {
 		return s, s.classify(ctx, err)
 	}
 	return s, nil
+}
+
+// share sets each remaining provider's timeout to an equal part of the
+// time left.
+func (s *session) share() {
+	n := max(1, len(s.cl.Registry.Drivers))
+	s.perCall = max(time.Millisecond, time.Until(s.deadline)/time.Duration(n))
+	bmclib.WithPerProviderTimeout(s.perCall)(s.cl)
 }
 
 func (s *session) close() {
@@ -291,6 +300,7 @@ func (c *Controller) do(ctx context.Context, t Target, op string, f func(ctx con
 }
 
 func (s *session) powerState(ctx context.Context) (PowerState, error) {
+	s.share()
 	start := time.Now()
 	raw, err := s.cl.GetPowerState(ctx)
 	s.record(start)
@@ -341,6 +351,7 @@ func (c *Controller) SetPower(ctx context.Context, t Target, action PowerAction)
 			s.answer.Note = "was off: " + verb + " became on"
 			verb = "on"
 		}
+		s.share()
 		start := time.Now()
 		ok, err := s.cl.SetPowerState(ctx, verb)
 		s.record(start)
@@ -369,6 +380,7 @@ func (c *Controller) SetBootDevice(ctx context.Context, t Target, dev BootDevice
 		return Answer{}, fmt.Errorf("%w: boot device %d", ErrInvalid, int(dev))
 	}
 	return c.do(ctx, t, "bootdev-"+dev.String(), func(ctx context.Context, s *session) error {
+		s.share()
 		start := time.Now()
 		ok, err := s.cl.SetBootDevice(ctx, name, opts.Persistent, opts.EFI)
 		s.record(start)

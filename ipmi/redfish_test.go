@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/ipmi"
-	"github.com/corralhq/corral/ipmi/internal/redfishtest"
-	"github.com/corralhq/corral/ipmi/internal/sim"
+	"github.com/corralhq/corral/ipmi/ipmitest/redfishtest"
+	"github.com/corralhq/corral/ipmi/ipmitest/sim"
 )
 
 func redfishTarget(s *redfishtest.Server) ipmi.Target {

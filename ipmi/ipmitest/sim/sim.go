@@ -229,6 +229,40 @@ func (b *BMC) QEMUArgs() string { return readFile(filepath.Join(b.Dir, "qemu.arg
 // Firmware returns SeaBIOS's debug log of the current (or last) boot.
 func (b *BMC) Firmware() string { return readFile(filepath.Join(b.Dir, "bios.log")) }
 
+// DHCPDiscovers counts DHCP DISCOVER packets the VM's NIC sent during its
+// current (or last) boot, read from QEMU's filter-dump capture: proof that
+// the machine PXE-booted, whoever answers.
+func (b *BMC) DHCPDiscovers() int {
+	pcap := []byte(readFile(filepath.Join(b.Dir, "net.pcap")))
+	n := 0
+	cookie := []byte{0x63, 0x82, 0x53, 0x63}
+	for {
+		i := bytes.Index(pcap, cookie)
+		if i < 0 {
+			return n
+		}
+		opts := pcap[i+4:]
+		// Walk the options for 53 (message type) = 1 (DISCOVER).
+		for j := 0; j+2 < len(opts); {
+			code := opts[j]
+			if code == 0 {
+				j++
+				continue
+			}
+			if code == 255 {
+				break
+			}
+			l := int(opts[j+1])
+			if code == 53 && l == 1 && j+2 < len(opts) && opts[j+2] == 1 {
+				n++
+				break
+			}
+			j += 2 + l
+		}
+		pcap = opts
+	}
+}
+
 // ChassisProgram is the path of the chassis_control program, which the
 // Redfish test server can drive too ("set power 1", "get power", ...).
 func (b *BMC) ChassisProgram() string { return filepath.Join(b.Dir, "chassis") }
@@ -261,7 +295,7 @@ func lanConf(dir string, port, vmPort int, o Options) string {
 func chassisScript(dir string, o Options, vmPort int) string {
 	qemu := ""
 	if o.VM {
-		qemu = fmt.Sprintf(`qemu-system-x86_64 -name corral-sim -accel tcg,thread=multi -cpu max -m 128 -display none -no-user-config -nodefaults -chardev socket,id=ipmi0,host=127.0.0.1,port=%d,reconnect=10 -device ipmi-bmc-extern,chardev=ipmi0,id=bmc0 -device isa-ipmi-bt,bmc=bmc0 -netdev %s -device e1000,netdev=n0,mac=%s -chardev file,id=dbg,path=$D/bios.log -device isa-debugcon,iobase=0x402,chardev=dbg -serial file:$D/console.log`, vmPort, o.NetDev, o.MAC)
+		qemu = fmt.Sprintf(`qemu-system-x86_64 -name corral-sim -accel tcg,thread=multi -cpu max -m 128 -display none -no-user-config -nodefaults -chardev socket,id=ipmi0,host=127.0.0.1,port=%d,reconnect=10 -device ipmi-bmc-extern,chardev=ipmi0,id=bmc0 -device isa-ipmi-bt,bmc=bmc0 -netdev %s -device e1000,netdev=n0,mac=%s -object filter-dump,id=dump0,netdev=n0,file=$D/net.pcap -chardev file,id=dbg,path=$D/bios.log -device isa-debugcon,iobase=0x402,chardev=dbg -serial file:$D/console.log`, vmPort, o.NetDev, o.MAC)
 	}
 	return fmt.Sprintf(`#!/bin/sh
 D=%q
