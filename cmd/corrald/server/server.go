@@ -8,6 +8,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -145,6 +146,12 @@ func New(cfg Config) (*Server, error) {
 	s.cert, err = s.ca.EnsureServerCert(filepath.Join(cfg.DataDir, PKIDir), hosts)
 	if err != nil {
 		return nil, err
+	}
+	// Send the CA after the server certificate: discovery agents carry only
+	// the CA's SHA-256 fingerprint (the kernel command line has no room
+	// for a certificate) and pin it against the chain the server sends.
+	if block, _ := pem.Decode(s.ca.CertPEM()); block != nil {
+		s.cert.Certificate = append(s.cert.Certificate, block.Bytes)
 	}
 	s.tokens = &auth.Tokens{Store: st}
 

@@ -2,6 +2,9 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -16,6 +19,7 @@ import (
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	"github.com/corralhq/corral/auth/pki"
 	"github.com/corralhq/corral/store"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -319,4 +323,26 @@ func TestRegisterAuth(t *testing.T) {
 		t.Fatalf("session first command: %v %v", cmd, err)
 	}
 	stream.CloseSend()
+}
+
+// TestServerSendsCA: the TLS chain carries the CA, so an agent that knows
+// only the CA's fingerprint can verify the appliance.
+func TestServerSendsCA(t *testing.T) {
+	srv, cc := startServer(t, t.TempDir())
+	conn, err := tls.Dial("tcp", cc.Endpoint, &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	want, err := pki.Fingerprint(srv.CA().CertPEM())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range conn.ConnectionState().PeerCertificates {
+		sum := sha256.Sum256(c.Raw)
+		if hex.EncodeToString(sum[:]) == want {
+			return
+		}
+	}
+	t.Fatalf("the server's chain does not include the CA (fingerprint %s)", want)
 }
