@@ -3,10 +3,13 @@ package server
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -367,4 +370,69 @@ func poll50(t testing.TB, concurrency int) poller.Round {
 		t.Errorf("%d machines read on, want %d", on, n/2)
 	}
 	return round
+}
+
+// labBridge makes a Linux bridge with an address and a tap on it for a VM
+// NIC, named uniquely for this run, removed when the test ends.
+func labBridge(t *testing.T) (bridge, tap, serverIP string, subnet string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create a bridge and a tap")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("ip (iproute2) not installed")
+	}
+	var rb [4]byte
+	_, _ = crand.Read(rb[:])
+	id := hex.EncodeToString(rb[:3])
+	bridge, tap = "crb"+id, "crt"+id
+	subnet = fmt.Sprintf("10.%d.%d", 100+int(rb[0])%100, rb[1])
+	serverIP = subnet + ".1"
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	run("link", "add", bridge, "type", "bridge")
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", bridge).Run() })
+	run("tuntap", "add", "dev", tap, "mode", "tap")
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", tap).Run() })
+	run("link", "set", tap, "master", bridge)
+	run("addr", "add", serverIP+"/24", "dev", bridge)
+	run("link", "set", tap, "up")
+	run("link", "set", bridge, "up")
+	return bridge, tap, serverIP, subnet
+}
+
+// TestBMCPXEThroughCorrald: enroll, bootdev pxe and power on through
+// corrald make the VM PXE-boot from corrald's own DHCP server, seen in the
+// machine's boot timeline.
+func TestBMCPXEThroughCorrald(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts ipmi_sim and QEMU on a bridge")
+	}
+	sim.Need(t, "ipmi_sim", "qemu-system-x86_64")
+	bridge, tap, serverIP, subnet := labBridge(t)
+	const mac = "52:54:00:c0:ff:02"
+	b := sim.Start(t, sim.Options{VM: true, MAC: mac, NetDev: "tap,id=n0,ifname=" + tap + ",script=no,downscript=no"})
+	app := startBMCApp(t, Config{
+		BMC: BMCConfig{PollInterval: -1},
+		Boot: BootConfig{Interface: bridge, DHCPMode: "full", DHCPRange: subnet + ".100-" + subnet + ".150",
+			HTTPListen: fmt.Sprintf("%s:%d", serverIP, sim.FreeTCPPort(t)), TFTPListen: "off", NoRA: true},
+	})
+	pw := writePassword(t, b.Pass, 0o600)
+	app.ok(t, "machine", "enroll", "pxe1", "--bmc", b.Addr(), "--bmc-user", b.User, "--bmc-password-file", pw, "--bmc-protocol", "ipmi", "--mac", mac)
+	app.ok(t, "machine", "bootdev", "pxe", "pxe1")
+	app.ok(t, "machine", "power", "on", "pxe1")
+	eventually(t, 120*time.Second, "corrald's DHCP server saw the VM's DISCOVER (boot timeline)", func() bool {
+		tl := app.ok(t, "machine", "timeline", "pxe1")
+		return strings.Contains(tl, "dhcp") && strings.Contains(tl, "discover")
+	})
+	tl := app.ok(t, "machine", "timeline", "pxe1")
+	if !strings.Contains(tl, "offer") {
+		t.Logf("no OFFER yet in the timeline:\n%s", tl)
+	}
+	app.ok(t, "machine", "power", "off", "pxe1")
+	eventually(t, 10*time.Second, "QEMU stopped", func() bool { return !b.Running() })
 }
