@@ -304,14 +304,52 @@ func TestBMCPoll50(t *testing.T) {
 		t.Skip("starts 50 ipmi_sim")
 	}
 	sim.Need(t, "ipmi_sim")
-	round := poll50(t, 16)
+	p, inv := setup50(t, nil)
+	round := p.Poll(context.Background())
 	if round.Machines != 50 || round.Failed != 0 {
 		t.Fatalf("round: %+v", round)
+	}
+	ms, err := inv.ListMachines(context.Background(), &inventoryv1.ListMachinesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := 0
+	for _, m := range ms {
+		if m.GetPowerState() == inventoryv1.PowerState_POWER_STATE_ON {
+			on++
+		}
+	}
+	if on != 25 {
+		t.Errorf("%d machines read on, want 25", on)
 	}
 	t.Logf("polled 50 BMCs in %s", round.Took)
 }
 
-func poll50(t testing.TB, concurrency int) poller.Round {
+// BenchmarkBMCPoll50 prints the wall time of one poll round over 50
+// ipmi_sim BMCs (concurrency 16), native provider vs bmclib's ipmitool
+// provider.
+func BenchmarkBMCPoll50(b *testing.B) {
+	sim.Need(b, "ipmi_sim")
+	for _, prov := range []string{ipmi.NativeProviderName, ipmi.IpmitoolProviderName} {
+		b.Run(prov, func(b *testing.B) {
+			if prov == ipmi.IpmitoolProviderName {
+				sim.Need(b, "ipmitool")
+			}
+			p, _ := setup50(b, []string{prov})
+			b.ResetTimer()
+			for b.Loop() {
+				if r := p.Poll(context.Background()); r.Failed != 0 {
+					b.Fatalf("round: %+v", r)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/round")
+		})
+	}
+}
+
+// setup50 starts 50 ipmi_sim BMCs, enrolls them (half powered on behind
+// corrald's back) and returns a poller over them.
+func setup50(t testing.TB, providers []string) (*poller.Poller, *inventory.Inventory) {
 	const n = 50
 	bmcs := make([]*sim.BMC, n)
 	var wg sync.WaitGroup
@@ -335,7 +373,7 @@ func poll50(t testing.TB, concurrency int) poller.Round {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bc, err := inv.NewBMCControl(inventory.BMCConfig{BMC: bmcAdapter{ipmi.New(ipmi.Config{})}, Sealer: sealer})
+	bc, err := inv.NewBMCControl(inventory.BMCConfig{BMC: bmcAdapter{ipmi.New(ipmi.Config{Providers: providers})}, Sealer: sealer})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,31 +383,16 @@ func poll50(t testing.TB, concurrency int) poller.Round {
 			t.Fatal(err)
 		}
 	}
-	// Half of them power on behind our back: the round must see it.
 	for i := 0; i < n; i += 2 {
 		if err := bmcs[i].Machine().Reset("On"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	p, err := poller.New(poller.Config{Source: bc, Concurrency: concurrency, Interval: time.Second, Jitter: 0.01})
+	p, err := poller.New(poller.Config{Source: bc, Concurrency: 16, Interval: time.Second, Jitter: 0.01})
 	if err != nil {
 		t.Fatal(err)
 	}
-	round := p.Poll(ctx)
-	ms, err := inv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	on := 0
-	for _, m := range ms {
-		if m.GetPowerState() == inventoryv1.PowerState_POWER_STATE_ON {
-			on++
-		}
-	}
-	if on != n/2 {
-		t.Errorf("%d machines read on, want %d", on, n/2)
-	}
-	return round
+	return p, inv
 }
 
 // labBridge makes a Linux bridge with an address and a tap on it for a VM
