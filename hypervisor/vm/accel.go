@@ -1,0 +1,64 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+)
+
+// probeBootSector is a BIOS boot sector that writes 0x31 to the
+// isa-debug-exit port: QEMU then exits with status (0x31<<1)|1 = 99.
+func probeBootSector() []byte {
+	b := make([]byte, 512)
+	copy(b, []byte{0xb0, 0x31, 0xe6, 0xf4, 0xf4, 0xeb, 0xfd}) // mov al,0x31; out 0xf4,al; hlt; jmp $
+	b[510], b[511] = 0x55, 0xaa
+	return b
+}
+
+// DetectAccel decides between KVM and TCG. /dev/kvm existing is not
+// enough (nested or broken KVM hangs guests), so it boots a one-sector
+// guest under KVM and accepts KVM only if that guest exits within a few
+// seconds. It returns the accelerator and the reason for it. tmpDir holds
+// the probe image, which is removed afterwards.
+func DetectAccel(ctx context.Context, qemu string, wrapper []string, tmpDir string) (Accel, string) {
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return TCG, fmt.Sprintf("/dev/kvm not usable: %v", err)
+	}
+	f.Close()
+	img := filepath.Join(tmpDir, ".accel-probe.img")
+	if err := os.WriteFile(img, probeBootSector(), 0o600); err != nil {
+		return TCG, fmt.Sprintf("cannot write probe image: %v", err)
+	}
+	defer os.Remove(img)
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	args := append(append([]string{}, wrapper...), qemu,
+		"-accel", "kvm", "-nodefaults", "-no-user-config", "-display", "none", "-machine", "pc", "-m", "16",
+		"-device", "isa-debug-exit,iobase=0xf4,iosize=0x04",
+		"-drive", "file="+optEscape(img)+",format=raw,if=floppy", "-boot", "a")
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee) && ee.ExitCode() == 99:
+		return KVM, "probe guest ran under KVM"
+	case ctx.Err() != nil:
+		return TCG, "probe guest hung under KVM (nested or broken KVM)"
+	default:
+		return TCG, fmt.Sprintf("probe guest failed under KVM: %v %s", err, firstLine(out))
+	}
+}
+
+func firstLine(b []byte) string {
+	for i, c := range b {
+		if c == '\n' {
+			return string(b[:i])
+		}
+	}
+	return string(b)
+}

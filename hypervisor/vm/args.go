@@ -1,0 +1,144 @@
+package vm
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+)
+
+// Accel is the accelerator QEMU runs with.
+type Accel string
+
+// Accelerators.
+const (
+	KVM Accel = "kvm"
+	TCG Accel = "tcg"
+)
+
+// Paths are the per-VM files QEMU is pointed at (all absolute).
+type Paths struct {
+	Dir     string
+	PIDFile string
+	QMP     string
+	Serial  string
+	Console string // serial console log
+	VNC     string
+	Seed    string // "" without a seed
+}
+
+// PathsFor returns the file layout of a VM directory.
+func PathsFor(dir string) Paths {
+	return Paths{
+		Dir:     dir,
+		PIDFile: dir + "/qemu.pid",
+		QMP:     dir + "/qmp.sock",
+		Serial:  dir + "/serial.sock",
+		Console: dir + "/console.log",
+		VNC:     dir + "/vnc.sock",
+		Seed:    dir + "/seed.iso",
+	}
+}
+
+// guestMarker is the -name guest= value; it identifies the process of a VM
+// when its pid file is read back.
+func guestMarker(name string) string { return "corral:" + name }
+
+// Args returns the QEMU arguments (without the binary) for spec. It is a
+// pure function; spec must be valid and NIC taps filled in. The VM starts
+// stopped (-S) and daemonized; guest power-off leaves QEMU in the
+// "shutdown" state (-no-shutdown) instead of exiting.
+func Args(spec Spec, p Paths, accel Accel, vhost bool) []string {
+	a := []string{
+		"-name", "guest=" + guestMarker(spec.Name) + ",debug-threads=on",
+		"-msg", "timestamp=on",
+		"-nodefaults", "-no-user-config",
+		"-S", "-no-shutdown", "-daemonize",
+		"-pidfile", p.PIDFile,
+		"-machine", "q35",
+	}
+	if spec.UUID != "" {
+		a = append(a, "-uuid", spec.UUID)
+	}
+	switch accel {
+	case KVM:
+		a = append(a, "-accel", "kvm", "-cpu", "host")
+	default:
+		a = append(a, "-accel", "tcg,thread=multi", "-cpu", "max")
+	}
+	a = append(a,
+		"-smp", fmt.Sprintf("%d,sockets=1,cores=%d,threads=1", spec.VCPUs, spec.VCPUs),
+		"-m", strconv.FormatUint(spec.MemoryBytes>>20, 10)+"M",
+		"-rtc", "base=utc,driftfix=slew",
+		"-boot", "strict=on",
+		"-chardev", "socket,id=qmp,path="+optEscape(p.QMP)+",server=on,wait=off",
+		"-mon", "chardev=qmp,mode=control",
+		"-chardev", "socket,id=serial0,path="+optEscape(p.Serial)+",server=on,wait=off,logfile="+optEscape(p.Console)+",logappend=on",
+		"-serial", "chardev:serial0",
+		"-vnc", "unix:"+optEscape(p.VNC),
+		"-device", "VGA,id=video0",
+		"-object", "rng-random,id=rng0,filename=/dev/urandom",
+		"-device", "virtio-rng-pci,rng=rng0,id=rng0dev",
+		"-device", "virtio-scsi-pci,id=scsi0",
+	)
+	for i, d := range spec.Disks {
+		node := fmt.Sprintf("disk%d", i)
+		a = append(a, "-blockdev", blockdev(node, d.Path, d.CDROM))
+		if d.CDROM {
+			a = append(a, "-device", fmt.Sprintf("scsi-cd,bus=scsi0.0,drive=%s,id=cd%d,bootindex=%d", node, i, d.BootIndex))
+		} else {
+			a = append(a, "-device", fmt.Sprintf("virtio-blk-pci,drive=%s,id=vd%d,bootindex=%d", node, i, d.BootIndex))
+		}
+	}
+	if spec.Seed != nil {
+		a = append(a,
+			"-blockdev", rawBlockdev("seed", p.Seed),
+			"-device", "scsi-cd,bus=scsi0.0,drive=seed,id=seedcd")
+	}
+	for i, n := range spec.NICs {
+		hw, _ := net.ParseMAC(n.MAC)
+		vh := "off"
+		if vhost {
+			vh = "on"
+		}
+		a = append(a,
+			"-netdev", fmt.Sprintf("tap,id=net%d,ifname=%s,script=no,downscript=no,vhost=%s", i, n.Tap, vh),
+			"-device", fmt.Sprintf("virtio-net-pci,netdev=net%d,id=nic%d,mac=%s", i, i, hw))
+	}
+	if spec.Kernel != "" {
+		a = append(a, "-kernel", spec.Kernel)
+		if spec.Initrd != "" {
+			a = append(a, "-initrd", spec.Initrd)
+		}
+		if spec.Append != "" {
+			a = append(a, "-append", spec.Append)
+		}
+	}
+	return a
+}
+
+// blockdev is a qcow2 node over a file, in JSON syntax so paths need no
+// escaping. The format is always given: QEMU never probes.
+func blockdev(node, path string, readOnly bool) string {
+	b, _ := json.Marshal(map[string]any{
+		"driver":    "qcow2",
+		"node-name": node,
+		"read-only": readOnly,
+		"file":      map[string]any{"driver": "file", "filename": path, "read-only": readOnly},
+	})
+	return string(b)
+}
+
+func rawBlockdev(node, path string) string {
+	b, _ := json.Marshal(map[string]any{
+		"driver":    "raw",
+		"node-name": node,
+		"read-only": true,
+		"file":      map[string]any{"driver": "file", "filename": path, "read-only": true},
+	})
+	return string(b)
+}
+
+// optEscape doubles commas, QEMU's escape inside key=value options.
+func optEscape(s string) string { return strings.ReplaceAll(s, ",", ",,") }

@@ -1,0 +1,96 @@
+package vm
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/digitalocean/go-qemu/qmp"
+)
+
+// qmpSession runs fn on a fresh QMP connection to sock and disconnects.
+// Events are never subscribed, so none has to be drained (go-qemu drops
+// them when nobody listens). When ctx ends first the call returns ctx's
+// error; the connection is then closed as soon as the handshake is over
+// (go-qemu offers no way to interrupt the handshake itself).
+func qmpSession(ctx context.Context, sock string, fn func(mon *qmp.SocketMonitor) error) error {
+	dialTimeout := 2 * time.Second
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < dialTimeout {
+		dialTimeout = max(time.Until(dl), time.Millisecond)
+	}
+	mon, err := qmp.NewSocketMonitor("unix", sock, dialTimeout)
+	if err != nil {
+		return fmt.Errorf("qmp %s: %w", sock, err)
+	}
+	done := make(chan error, 1)
+	connected := make(chan struct{})
+	go func() {
+		if err := mon.Connect(); err != nil {
+			close(connected)
+			mon.Disconnect()
+			done <- fmt.Errorf("qmp handshake: %w", err)
+			return
+		}
+		close(connected)
+		err := fn(mon)
+		mon.Disconnect()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		go func() {
+			<-connected
+			mon.Disconnect() // unblocks a pending Run; safe once Connect returned
+		}()
+		return fmt.Errorf("qmp %s: %w", sock, ctx.Err())
+	}
+}
+
+func qmpCommand(mon *qmp.SocketMonitor, execute string, args any) (json.RawMessage, error) {
+	cmd := qmp.Command{Execute: execute, Args: args}
+	b, err := json.Marshal(cmd)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := mon.Run(b)
+	if err != nil {
+		return nil, fmt.Errorf("qmp %s: %w", execute, err)
+	}
+	var resp struct {
+		Return json.RawMessage `json:"return"`
+	}
+	if err := json.Unmarshal(raw, &resp); err != nil {
+		return nil, fmt.Errorf("qmp %s: %w", execute, err)
+	}
+	return resp.Return, nil
+}
+
+// qmpRun runs one command in its own session.
+func qmpRun(ctx context.Context, sock, execute string, args any) (json.RawMessage, error) {
+	var out json.RawMessage
+	err := qmpSession(ctx, sock, func(mon *qmp.SocketMonitor) error {
+		var err error
+		out, err = qmpCommand(mon, execute, args)
+		return err
+	})
+	return out, err
+}
+
+// queryStatus returns QEMU's run state ("running", "paused", "prelaunch",
+// "shutdown", "internal-error", ...).
+func queryStatus(ctx context.Context, sock string) (string, error) {
+	raw, err := qmpRun(ctx, sock, "query-status", nil)
+	if err != nil {
+		return "", err
+	}
+	var st struct {
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return "", err
+	}
+	return st.Status, nil
+}
