@@ -1,0 +1,319 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+)
+
+// DefaultParallel is how many tasks run at once when Runner.Parallel is 0.
+const DefaultParallel = 4
+
+// ErrTaskFailed is wrapped by Run's error when a task without
+// ignore_error failed.
+var ErrTaskFailed = errors.New("task failed")
+
+// Invoker makes one unary RPC. *grpc.ClientConn implements it.
+type Invoker interface {
+	Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error
+}
+
+// Outcome is how a task ended.
+type Outcome int
+
+const (
+	// NotRun is the zero value: the task has no result yet.
+	NotRun Outcome = iota
+	// Succeeded: the RPC returned without error.
+	Succeeded
+	// Failed: the RPC failed and the task has no ignore_error; the run
+	// stops starting tasks.
+	Failed
+	// IgnoredFailure: the RPC failed and the task has ignore_error: true;
+	// it counts as done, so its dependents run.
+	IgnoredFailure
+	// Skipped: the task was never started, because a dependency failed or
+	// the run stopped (fail-fast or interrupt) before its turn.
+	Skipped
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Succeeded:
+		return "succeeded"
+	case Failed:
+		return "failed"
+	case IgnoredFailure:
+		return "ignored failure"
+	case Skipped:
+		return "skipped"
+	}
+	return "not run"
+}
+
+// EventKind says what an Event reports.
+type EventKind int
+
+const (
+	// Started: the task's RPC is being sent.
+	Started EventKind = iota + 1
+	// Finished: the task ended; Event.Result says how.
+	Finished
+)
+
+// Event is one progress report of Run.
+type Event struct {
+	Kind EventKind
+	Task *Task
+	// Result is the task's result for Finished events.
+	Result *Result
+	// Done counts the tasks ended so far, this one included; Total is the
+	// number of tasks in the plan.
+	Done, Total int
+}
+
+// Result is how one task ended.
+type Result struct {
+	Task    *Task
+	Outcome Outcome
+	// Err is the RPC error of Failed and IgnoredFailure.
+	Err error
+	// Reason says why a task was Skipped.
+	Reason string
+	// Elapsed is the RPC's duration (zero when Skipped).
+	Elapsed time.Duration
+	// Response is the RPC's answer when Succeeded.
+	Response proto.Message
+}
+
+// Summary is the result of a Run.
+type Summary struct {
+	// Results has one entry per task, in plan order.
+	Results []*Result
+	// Counts by outcome.
+	Succeeded, Failed, Ignored, Skipped int
+	Elapsed                             time.Duration
+}
+
+// Runner executes Plans. Its fields must not change while Run runs; one
+// Runner may run several plans, concurrently too.
+type Runner struct {
+	// Conn sends the RPCs.
+	Conn Invoker
+	// Parallel bounds the tasks in flight; 0 means DefaultParallel.
+	Parallel int
+	// TaskTimeout is the deadline of each task's RPC; 0 means none
+	// beyond ctx.
+	TaskTimeout time.Duration
+	// Progress, when set, receives every event in order, from the
+	// goroutine that called Run (never concurrently). It must not block
+	// for long: no task is started while it runs.
+	Progress func(Event)
+}
+
+// done is what a task's goroutine hands back to Run.
+type done struct {
+	index   int
+	err     error
+	elapsed time.Duration
+	resp    proto.Message
+}
+
+// Run executes p and blocks until every started task has ended. A task
+// starts once all its depends_on ended as Succeeded or IgnoredFailure;
+// independent tasks run concurrently, at most Parallel at a time, taken in
+// plan order.
+//
+// Fail-fast: after the first Failed task no task is started; tasks already
+// in flight are not cancelled and are waited for (drained), and the rest
+// are Skipped. When ctx is cancelled no task is started either, and the
+// in-flight RPCs see the cancellation through their context.
+//
+// Run returns the summary, and an error wrapping ErrTaskFailed when a task
+// Failed, or ctx's error when the run was interrupted. A bad Runner
+// configuration is an error before anything is sent.
+func (r *Runner) Run(ctx context.Context, p *Plan) (*Summary, error) {
+	if r.Conn == nil {
+		return nil, errors.New("deploy: Runner.Conn is nil")
+	}
+	if p == nil {
+		return nil, errors.New("deploy: nil plan")
+	}
+	parallel := r.Parallel
+	if parallel == 0 {
+		parallel = DefaultParallel
+	}
+	if parallel < 0 {
+		return nil, fmt.Errorf("deploy: parallel must be positive, got %d", r.Parallel)
+	}
+	if r.TaskTimeout < 0 {
+		return nil, fmt.Errorf("deploy: task timeout must not be negative, got %v", r.TaskTimeout)
+	}
+	emit := r.Progress
+	if emit == nil {
+		emit = func(Event) {}
+	}
+
+	began := time.Now()
+	n := len(p.Tasks)
+	index := make(map[string]int, n)
+	for i, t := range p.Tasks {
+		index[t.Name] = i
+	}
+	waiting := make([]int, n)     // dependencies not yet ended well
+	children := make([][]int, n)  // dependents, by index
+	results := make([]*Result, n) // nil until the task ends
+	for i, t := range p.Tasks {
+		waiting[i] = len(t.DependsOn)
+		for _, d := range t.DependsOn {
+			children[index[d]] = append(children[index[d]], i)
+		}
+	}
+	var ready []int // indexes, kept sorted: plan order
+	for i := range p.Tasks {
+		if waiting[i] == 0 {
+			ready = append(ready, i)
+		}
+	}
+
+	// Every goroutine sends exactly one value, and the buffer holds one
+	// per task, so a send never blocks and the channel is never closed.
+	finished := make(chan done, n)
+	running, ended := 0, 0
+	var firstFailure string
+
+	for {
+		for firstFailure == "" && ctx.Err() == nil && running < parallel && len(ready) > 0 {
+			i := ready[0]
+			ready = ready[1:]
+			running++
+			emit(Event{Kind: Started, Task: p.Tasks[i], Done: ended, Total: n})
+			go func(i int, t *Task) {
+				finished <- r.call(ctx, i, t)
+			}(i, p.Tasks[i])
+		}
+		if running == 0 {
+			break
+		}
+		d := <-finished
+		running--
+		ended++
+		t := p.Tasks[d.index]
+		res := &Result{Task: t, Elapsed: d.elapsed}
+		switch {
+		case d.err == nil:
+			res.Outcome, res.Response = Succeeded, d.resp
+		case t.IgnoreError:
+			res.Outcome, res.Err = IgnoredFailure, d.err
+		default:
+			res.Outcome, res.Err = Failed, d.err
+			if firstFailure == "" {
+				firstFailure = t.Name
+			}
+		}
+		results[d.index] = res
+		if res.Outcome != Failed {
+			for _, c := range children[d.index] {
+				waiting[c]--
+				if waiting[c] == 0 {
+					ready = insertSorted(ready, c)
+				}
+			}
+		}
+		emit(Event{Kind: Finished, Task: t, Result: res, Done: ended, Total: n})
+	}
+
+	interrupted := ctx.Err() != nil
+	s := &Summary{Results: results}
+	for i, t := range p.Tasks {
+		if results[i] == nil {
+			ended++
+			results[i] = &Result{Task: t, Outcome: Skipped, Reason: skipReason(t, results, index, firstFailure, interrupted)}
+			emit(Event{Kind: Finished, Task: t, Result: results[i], Done: ended, Total: n})
+		}
+		switch results[i].Outcome {
+		case Succeeded:
+			s.Succeeded++
+		case Failed:
+			s.Failed++
+		case IgnoredFailure:
+			s.Ignored++
+		case Skipped:
+			s.Skipped++
+		}
+	}
+	s.Elapsed = time.Since(began)
+
+	var failed error
+	if s.Failed > 0 {
+		var names []string
+		for _, res := range results {
+			if res.Outcome == Failed {
+				names = append(names, fmt.Sprintf("%q", res.Task.Name))
+			}
+		}
+		failed = fmt.Errorf("%w: %s", ErrTaskFailed, strings.Join(names, ", "))
+	}
+	switch err := ctx.Err(); {
+	case err != nil && failed != nil:
+		return s, fmt.Errorf("%w; run interrupted: %w", failed, err)
+	case err != nil && s.Skipped > 0:
+		return s, fmt.Errorf("run interrupted: %w", err)
+	}
+	return s, failed
+}
+
+// call sends t's RPC under the task deadline.
+func (r *Runner) call(ctx context.Context, i int, t *Task) done {
+	if r.TaskTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.TaskTimeout)
+		defer cancel()
+	}
+	resp := t.Method.Output.New().Interface()
+	start := time.Now()
+	err := r.Conn.Invoke(ctx, t.Method.Path, t.Request, resp)
+	d := done{index: i, err: err, elapsed: time.Since(start)}
+	if err == nil {
+		d.resp = resp
+	}
+	return d
+}
+
+// skipReason explains why t never started. Dependencies come first in
+// plan order, so their results are already set.
+func skipReason(t *Task, results []*Result, index map[string]int, firstFailure string, interrupted bool) string {
+	for _, d := range t.DependsOn {
+		if res := results[index[d]]; res.Outcome == Failed {
+			return fmt.Sprintf("dependency %q failed", d)
+		}
+	}
+	for _, d := range t.DependsOn {
+		if res := results[index[d]]; res.Outcome == Skipped {
+			return fmt.Sprintf("dependency %q was skipped", d)
+		}
+	}
+	if interrupted {
+		return "run interrupted"
+	}
+	if firstFailure != "" {
+		return fmt.Sprintf("run stopped after %q failed", firstFailure)
+	}
+	return "not started"
+}
+
+func insertSorted(s []int, v int) []int {
+	i := 0
+	for i < len(s) && s[i] < v {
+		i++
+	}
+	s = append(s, 0)
+	copy(s[i+1:], s[i:])
+	s[i] = v
+	return s
+}
