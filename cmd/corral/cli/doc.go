@@ -1,6 +1,7 @@
 // Package cli implements the corral command line: global flags and client
-// configuration, the verbs (get, describe, apply, delete, the node and
-// network pool verbs, version) and their table, JSON and YAML output.
+// configuration, the verbs (get, describe, apply, delete, do, the node and
+// network pool verbs, the machine verbs, version) and their table, JSON
+// and YAML output. `do` runs n0cli DAG files through package deploy.
 //
 // Run is the only entry point; it never panics on bad input and maps
 // every failure to one line on stderr and an exit code: 0 success, 1 an
@@ -8,6 +9,6 @@
 // made through App.Dial so tests can substitute a bufconn dialer.
 //
 // The package talks to corrald only through the generated clients under
-// api/ and auth/clientconfig; it must not import the server-side packages
-// (inventory, store, boot, ipmi, hypervisor).
+// api/, auth/clientconfig and deploy; it must not import the server-side
+// packages (inventory, store, boot, ipmi, hypervisor).
 package cli
