@@ -277,3 +277,5 @@ func (e *env) setNodeState(t testing.TB, name string, st poolv1.Node_NodeState) 
 		t.Fatal(err)
 	}
 }
+
+var errBoot = status.Error(codes.Internal, "qemu exited: boot failed")

@@ -166,11 +166,18 @@ func TestCreateVirtualMachineBadInput(t *testing.T) {
 			r.Nics = append(r.Nics, &provisioningv1.VirtualMachineNIC{NetworkName: "net1", Ipv4Address: "10.0.0.2"})
 			r.Nics[0].Ipv4Address = "10.0.0.2"
 		}, codes.AlreadyExists, "already reserved"},
-		"unknown network":   {func(r *provisioningv1.CreateVirtualMachineRequest) { r.Nics[0].NetworkName = "nonet" }, codes.NotFound, "nonet"},
-		"too much memory":   {func(r *provisioningv1.CreateVirtualMachineRequest) { r.RequestMemoryBytes, r.LimitMemoryBytes = 64*gib, 64*gib }, codes.ResourceExhausted, "memory request"},
-		"unknown node":      {func(r *provisioningv1.CreateVirtualMachineRequest) { r.Annotations = map[string]string{AnnotationVMRequestNode: "n9"}; r.BlockStorageNames = nil }, codes.NotFound, "n9"},
-		"already exists":    {func(r *provisioningv1.CreateVirtualMachineRequest) { r.Name = "holder" }, codes.AlreadyExists, "already exists"},
-		"system annotation": {func(r *provisioningv1.CreateVirtualMachineRequest) { r.Annotations = map[string]string{AnnotationPendingOwner: "me"} }, codes.InvalidArgument, "set by the system"},
+		"unknown network": {func(r *provisioningv1.CreateVirtualMachineRequest) { r.Nics[0].NetworkName = "nonet" }, codes.NotFound, "nonet"},
+		"too much memory": {func(r *provisioningv1.CreateVirtualMachineRequest) {
+			r.RequestMemoryBytes, r.LimitMemoryBytes = 64*gib, 64*gib
+		}, codes.ResourceExhausted, "memory request"},
+		"unknown node": {func(r *provisioningv1.CreateVirtualMachineRequest) {
+			r.Annotations = map[string]string{AnnotationVMRequestNode: "n9"}
+			r.BlockStorageNames = nil
+		}, codes.NotFound, "n9"},
+		"already exists": {func(r *provisioningv1.CreateVirtualMachineRequest) { r.Name = "holder" }, codes.AlreadyExists, "already exists"},
+		"system annotation": {func(r *provisioningv1.CreateVirtualMachineRequest) {
+			r.Annotations = map[string]string{AnnotationPendingOwner: "me"}
+		}, codes.InvalidArgument, "set by the system"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -198,11 +205,17 @@ func TestCreateVirtualMachineNodeFailure(t *testing.T) {
 		code     codes.Code
 		contains string
 	}{
-		"boot fails":          {func(_ *testing.T, e *env) { e.nodes["n1"].FailOn("BootVM", status.Error(codes.Internal, "qemu: could not open disk")) }, codes.Internal, "could not open disk"},
-		"node vanishes":       {func(_ *testing.T, e *env) { e.nodes["n1"].SetDown(true) }, codes.Unavailable, `node "n1"`},
-		"network apply fails": {func(_ *testing.T, e *env) { e.nodes["n1"].FailOn("ApplyNetwork", status.Error(codes.FailedPrecondition, "no 802.1Q")) }, codes.FailedPrecondition, "802.1Q"},
-		"node NOT_READY":      {func(t *testing.T, e *env) { e.setNodeState(t, "n1", poolv1.Node_NOT_READY) }, codes.FailedPrecondition, "not READY"},
-		"boot lost answer":    {func(_ *testing.T, e *env) { e.nodes["n1"].FailOn("BootVM", status.Error(codes.DeadlineExceeded, "deadline")) }, codes.Unavailable, "boot vm"},
+		"boot fails": {func(_ *testing.T, e *env) {
+			e.nodes["n1"].FailOn("BootVM", status.Error(codes.Internal, "qemu: could not open disk"))
+		}, codes.Internal, "could not open disk"},
+		"node vanishes": {func(_ *testing.T, e *env) { e.nodes["n1"].SetDown(true) }, codes.Unavailable, `node "n1"`},
+		"network apply fails": {func(_ *testing.T, e *env) {
+			e.nodes["n1"].FailOn("ApplyNetwork", status.Error(codes.FailedPrecondition, "no 802.1Q"))
+		}, codes.FailedPrecondition, "802.1Q"},
+		"node NOT_READY": {func(t *testing.T, e *env) { e.setNodeState(t, "n1", poolv1.Node_NOT_READY) }, codes.FailedPrecondition, "not READY"},
+		"boot lost answer": {func(_ *testing.T, e *env) {
+			e.nodes["n1"].FailOn("BootVM", status.Error(codes.DeadlineExceeded, "deadline"))
+		}, codes.Unavailable, "boot vm"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
