@@ -19,14 +19,20 @@ func BenchmarkProviders(b *testing.B) {
 	sim.Need(b, "ipmi_sim")
 	bmc := sim.Start(b, sim.Options{})
 	power := func(a ipmi.PowerAction) func(c *ipmi.Controller, t ipmi.Target) error {
-		return func(c *ipmi.Controller, t ipmi.Target) error { _, err := c.SetPower(context.Background(), t, a); return err }
+		return func(c *ipmi.Controller, t ipmi.Target) error {
+			_, err := c.SetPower(context.Background(), t, a)
+			return err
+		}
 	}
 	ops := []struct {
 		name string
 		prep func(c *ipmi.Controller, t ipmi.Target) error // untimed, so each timed op changes state
 		do   func(c *ipmi.Controller, t ipmi.Target) error
 	}{
-		{"status", nil, func(c *ipmi.Controller, t ipmi.Target) error { _, _, err := c.PowerState(context.Background(), t); return err }},
+		{"status", nil, func(c *ipmi.Controller, t ipmi.Target) error {
+			_, _, err := c.PowerState(context.Background(), t)
+			return err
+		}},
 		{"on", power(ipmi.ActionOff), power(ipmi.ActionOn)},
 		{"off", power(ipmi.ActionOn), power(ipmi.ActionOff)},
 		{"bootdev", nil, func(c *ipmi.Controller, t ipmi.Target) error {
