@@ -222,6 +222,19 @@ func checkUserMeta(ann, labels map[string]string) error {
 	return nil
 }
 
+// userOnly drops system keys from an Update request: a client that read a
+// record and sends its annotations back must not fail; system keys are
+// kept from the stored record anyway.
+func userOnly(ann map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range ann {
+		if !systemKey(k) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // mergeUserAnnotations replaces the user part of cur with user, keeping the
 // system keys of cur.
 func mergeUserAnnotations(cur, user map[string]string) map[string]string {

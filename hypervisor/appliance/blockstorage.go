@@ -231,6 +231,14 @@ func (s *Services) createBS(ctx context.Context, c bsCreate) (*provisioningv1.Bl
 	tx.push("release storage on "+node, func(ctx context.Context) error {
 		return ignoreNotFound(s.cfg.Pool.ReleaseStorage(ctx, node, c.name))
 	})
+	// Journal the node before touching it, so that a rollback finished by
+	// the reconciler knows where a volume may exist.
+	if _, err := updateClaimed(ctx, s, bsKind, key, c.name, newBS, cl, func(bs *provisioningv1.BlockStorage) (bool, error) {
+		bs.NodeName = node
+		return false, nil
+	}); err != nil {
+		return fail(err)
+	}
 
 	client, err := s.nodeClient(ctx, node)
 	if err != nil {
@@ -339,7 +347,8 @@ func (s *Services) UpdateBlockStorage(ctx context.Context, req *provisioningv1.U
 	if err := checkName("name", name); err != nil {
 		return nil, err
 	}
-	if err := checkUserMeta(req.GetAnnotations(), req.GetLabels()); err != nil {
+	userAnn := userOnly(req.GetAnnotations())
+	if err := checkUserMeta(userAnn, req.GetLabels()); err != nil {
 		return nil, err
 	}
 	cur, err := s.GetBlockStorage(ctx, name)
@@ -372,7 +381,7 @@ func (s *Services) UpdateBlockStorage(ctx context.Context, req *provisioningv1.U
 			if bs.GetState() == bsPending {
 				return false, s.pendingErr(bsKind, name, bs.GetAnnotations())
 			}
-			bs.Annotations = mergeUserAnnotations(bs.GetAnnotations(), req.GetAnnotations())
+			bs.Annotations = mergeUserAnnotations(bs.GetAnnotations(), userAnn)
 			bs.Labels = cloneMap(req.GetLabels())
 			return false, nil
 		})
@@ -449,7 +458,7 @@ func (s *Services) UpdateBlockStorage(ctx context.Context, req *provisioningv1.U
 	}
 	bs, err := updateClaimed(ctx, s, bsKind, key, name, newBS, cl, func(bs *provisioningv1.BlockStorage) (bool, error) {
 		clearPending(bs.Annotations)
-		bs.Annotations = mergeUserAnnotations(bs.Annotations, req.GetAnnotations())
+		bs.Annotations = mergeUserAnnotations(bs.Annotations, userAnn)
 		bs.Labels = cloneMap(req.GetLabels())
 		bs.RequestBytes, bs.LimitBytes = request, limit
 		bs.State = bsAvailable

@@ -222,14 +222,17 @@ func (s *Services) recoverBS(ctx context.Context, name string) error {
 			}
 			for _, n := range nodes {
 				st, ok := n.GetReservedStorages()[name]
-				if !ok || st.GetAnnotations()[AnnotationBlockStorageReservedBy] != name {
+				holds := ok && st.GetAnnotations()[AnnotationBlockStorageReservedBy] == name
+				if !holds && n.GetName() != bs.GetNodeName() {
 					continue
 				}
 				if err := s.deleteVolume(ctx, n.GetName(), name); err != nil {
 					return err
 				}
-				if err := ignoreNotFound(s.cfg.Pool.ReleaseStorage(ctx, n.GetName(), name)); err != nil {
-					return err
+				if holds {
+					if err := ignoreNotFound(s.cfg.Pool.ReleaseStorage(ctx, n.GetName(), name)); err != nil {
+						return err
+					}
 				}
 			}
 			if src := bs.GetAnnotations()[AnnotationBackingStorage]; src != "" {
@@ -393,6 +396,9 @@ func (s *Services) recoverVM(ctx context.Context, name string) error {
 			if err != nil {
 				return err
 			}
+			if n := vm.GetComputeNodeName(); n != "" && !slices.Contains(nodes, n) {
+				nodes = append(nodes, n)
+			}
 			for _, node := range nodes {
 				if err := s.deleteVMOnNode(ctx, node, name); err != nil {
 					return err
@@ -434,17 +440,17 @@ func (s *Services) expireVM(ctx context.Context, r stored[*provisioningv1.Virtua
 	vm := r.msg
 	name := vm.GetName()
 	now := s.cfg.Now().UTC()
-	reason := fmt.Sprintf("expired at %s; deleted by the reconciler at %s", exp.Format(time.RFC3339), now.Format(time.RFC3339))
+	reason := fmt.Sprintf("expired at %s; deleted by the reconciler", exp.Format(time.RFC3339))
 	if err := setAnnotations(ctx, s, vmPrefix+name, vm, r.rev, map[string]string{AnnotationDecommissioned: reason}); err != nil {
 		return err
 	}
 	s.log.Info("decommissioning expired virtual machine", logAttrs(vmKind, name,
-		"reason", "expired", "expires_at", exp.Format(time.RFC3339), "node", vm.GetComputeNodeName(),
+		"reason", "expired", "expires_at", exp.Format(time.RFC3339), "decided_at", now.Format(time.RFC3339), "node", vm.GetComputeNodeName(),
 		"limit_cpu_milli_core", vm.GetLimitCpuMilliCore(), "limit_memory_bytes", vm.GetLimitMemoryBytes())...)
 	if err := s.DeleteVirtualMachine(ctx, name); err != nil {
 		cur, rev, gerr := getStored(ctx, s, vmPrefix+name, newVM)
 		if gerr == nil {
-			_ = setAnnotations(ctx, s, vmPrefix+name, cur, rev, map[string]string{AnnotationDecommissioned: fmt.Sprintf("expired at %s; delete failed at %s: %v", exp.Format(time.RFC3339), now.Format(time.RFC3339), err)})
+			_ = setAnnotations(ctx, s, vmPrefix+name, cur, rev, map[string]string{AnnotationDecommissioned: fmt.Sprintf("expired at %s; delete failed (retried every pass): %v", exp.Format(time.RFC3339), err)})
 		}
 		return fmt.Errorf("expire virtual machine %q: %w", name, err)
 	}

@@ -250,6 +250,14 @@ func (s *Services) CreateVirtualMachine(ctx context.Context, req *provisioningv1
 	tx.push("release compute on "+node, func(ctx context.Context) error {
 		return ignoreNotFound(s.cfg.Pool.ReleaseCompute(ctx, node, name))
 	})
+	// Journal the node before touching it, so that a rollback finished by
+	// the reconciler knows where QEMU may run.
+	if _, err := updateClaimed(ctx, s, vmKind, key, name, newVM, cl, func(m *provisioningv1.VirtualMachine) (bool, error) {
+		m.ComputeNodeName = node
+		return false, nil
+	}); err != nil {
+		return fail(err)
+	}
 
 	// Interfaces.
 	var ifaces []string
@@ -670,7 +678,8 @@ func (s *Services) UpdateVirtualMachine(ctx context.Context, req *provisioningv1
 	if err := checkName("name", name); err != nil {
 		return nil, err
 	}
-	if err := checkUserMeta(req.GetAnnotations(), req.GetLabels()); err != nil {
+	userAnn := userOnly(req.GetAnnotations())
+	if err := checkUserMeta(userAnn, req.GetLabels()); err != nil {
 		return nil, err
 	}
 	cur, err := s.GetVirtualMachine(ctx, name)
@@ -704,7 +713,7 @@ func (s *Services) UpdateVirtualMachine(ctx context.Context, req *provisioningv1
 			if vm.GetState() == vmPending {
 				return false, s.pendingErr(vmKind, name, vm.GetAnnotations())
 			}
-			vm.Annotations = mergeUserAnnotations(vm.GetAnnotations(), req.GetAnnotations())
+			vm.Annotations = mergeUserAnnotations(vm.GetAnnotations(), userAnn)
 			vm.Labels = cloneMap(req.GetLabels())
 			return false, nil
 		})
@@ -761,7 +770,7 @@ func (s *Services) UpdateVirtualMachine(ctx context.Context, req *provisioningv1
 	}
 	out, err := updateClaimed(ctx, s, vmKind, key, name, newVM, cl, func(vm *provisioningv1.VirtualMachine) (bool, error) {
 		restoreVMState(vm)
-		vm.Annotations = mergeUserAnnotations(vm.Annotations, req.GetAnnotations())
+		vm.Annotations = mergeUserAnnotations(vm.Annotations, userAnn)
 		vm.Labels = cloneMap(req.GetLabels())
 		vm.RequestCpuMilliCore, vm.LimitCpuMilliCore, vm.RequestMemoryBytes, vm.LimitMemoryBytes = reqCPU, limCPU, reqMem, limMem
 		return false, nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	hypervisorv1 "github.com/corralhq/corral/api/hypervisor/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
@@ -362,4 +363,46 @@ func TestUpdateVirtualMachineMetadata(t *testing.T) {
 	wantCode(t, err, codes.FailedPrecondition, "not supported yet")
 	_, err = e.vm.UpdateVirtualMachine(ctx, &provisioningv1.UpdateVirtualMachineRequest{Name: "nope"})
 	wantCode(t, err, codes.NotFound, "nope")
+}
+
+// A node that dies right after starting QEMU: the rollback releases
+// compute, interface and disk but cannot reach the node, so the record
+// stays PENDING (annotated, with the node journaled); when the node is
+// back the reconciler deletes the zombie VM and the record.
+func TestNodeVanishesAfterBoot(t *testing.T) {
+	old := compensationBackoff
+	compensationBackoff = 0
+	t.Cleanup(func() { compensationBackoff = old })
+	e := newEnv(t)
+	ctx := context.Background()
+	e.mkBS(t, "root", "n1")
+	e.nodes["n1"].VanishAfter("BootVM")
+	_, err := e.vm.CreateVirtualMachine(ctx, vmReq("vm1", "root"))
+	wantCode(t, err, codes.Unavailable, "vanished")
+	if e.nodes["n1"].VM("vm1") == nil {
+		t.Fatal("test setup: the fake did not start the VM")
+	}
+	vm, err := e.svc.GetVirtualMachine(ctx, "vm1")
+	if err != nil || vm.GetState() != vmPending || vm.GetComputeNodeName() != "n1" || vm.GetAnnotations()[AnnotationRollbackFailed] == "" {
+		t.Fatalf("record = %v, %v", vm, err)
+	}
+	n1, _ := e.pool.GetNode(ctx, "n1")
+	netw, _ := e.pool.GetNetwork(ctx, "net1")
+	if len(n1.GetReservedComputes()) != 0 || len(netw.GetReservedNetworkInterfaces()) != 0 || e.bsState(t, "root") != bsAvailable {
+		t.Fatalf("left: computes %v interfaces %v root %v", n1.GetReservedComputes(), netw.GetReservedNetworkInterfaces(), e.bsState(t, "root"))
+	}
+	// Still down: the reconciler keeps the record.
+	e.clock.Add(time.Second)
+	if err := e.svc.ReconcileOnce(ctx); err == nil {
+		t.Fatal("reconcile succeeded against a dead node")
+	}
+	if _, err := e.svc.GetVirtualMachine(ctx, "vm1"); err != nil {
+		t.Fatal("record dropped while the node may still run the VM")
+	}
+	e.nodes["n1"].SetDown(false)
+	e.clock.Add(time.Second)
+	if err := e.svc.ReconcileOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.assertVMGone(t, "vm1")
 }

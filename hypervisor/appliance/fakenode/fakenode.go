@@ -45,6 +45,7 @@ type Node struct {
 	networks map[string]*hypervisorv1.ApplyNetworkRequest
 	calls    []Call
 	fail     map[string]error
+	vanish   map[string]bool
 	down     bool
 	fetch    func(*hypervisorv1.FetchVolumeRequest) error
 
@@ -61,6 +62,7 @@ func Start(name string) (*Node, error) {
 		vms:      map[string]*hypervisorv1.VM{},
 		networks: map[string]*hypervisorv1.ApplyNetworkRequest{},
 		fail:     map[string]error{},
+		vanish:   map[string]bool{},
 		lis:      bufconn.Listen(1 << 20),
 	}
 	n.srv = grpc.NewServer(grpc.UnaryInterceptor(n.intercept))
@@ -92,7 +94,7 @@ func (n *Node) intercept(ctx context.Context, req any, info *grpc.UnaryServerInf
 	method := path.Base(info.FullMethod)
 	n.mu.Lock()
 	n.calls = append(n.calls, Call{Method: method, Request: proto.Clone(req.(proto.Message))})
-	down, err := n.down, n.fail[method]
+	down, err, vanish := n.down, n.fail[method], n.vanish[method]
 	n.mu.Unlock()
 	if down {
 		return nil, status.Errorf(codes.Unavailable, "connection refused (fake node %s is down)", n.Name)
@@ -100,7 +102,21 @@ func (n *Node) intercept(ctx context.Context, req any, info *grpc.UnaryServerInf
 	if err != nil {
 		return nil, err
 	}
-	return h(ctx, req)
+	resp, err := h(ctx, req)
+	if vanish {
+		n.SetDown(true)
+		return nil, status.Errorf(codes.Unavailable, "connection reset (fake node %s vanished during %s)", n.Name, method)
+	}
+	return resp, err
+}
+
+// VanishAfter makes the next call of method run and then take the node
+// down before answering (the caller sees Unavailable): a node that dies
+// mid-operation. SetDown(false) brings it back.
+func (n *Node) VanishAfter(method string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.vanish[method] = true
 }
 
 // FailOn makes every call of method (e.g. "BootVM") return err; a nil err
@@ -120,6 +136,9 @@ func (n *Node) SetDown(down bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.down = down
+	if !down {
+		clear(n.vanish)
+	}
 }
 
 // OnFetch sets a hook that may refuse a FetchVolume (return a status
