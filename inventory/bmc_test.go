@@ -397,3 +397,33 @@ func TestParseBMCAddress(t *testing.T) {
 		}
 	}
 }
+
+func FuzzParseBMCAddress(f *testing.F) {
+	for _, s := range []string{"10.0.0.1", "10.0.0.1:623", "[fe80::1]:623", "fe80::1", "bmc.example.org:443", "", ":", "[", "a:b:c", "http://x/", "999.1.1.1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		host, port, err := ParseBMCAddress(s)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("%q: error %v is not ErrInvalid", s, err)
+			}
+			return
+		}
+		if host == "" || port > 65535 {
+			t.Fatalf("%q: accepted as %q:%d", s, host, port)
+		}
+		// What was accepted parses again to the same thing.
+		again := host
+		if strings.Contains(host, ":") {
+			again = "[" + host + "]"
+		}
+		if port != 0 {
+			again += ":" + fmt.Sprint(port)
+		}
+		h2, p2, err := ParseBMCAddress(again)
+		if err != nil || h2 != host || p2 != port {
+			t.Fatalf("%q -> %q:%d -> %q:%d %v", s, host, port, h2, p2, err)
+		}
+	})
+}

@@ -195,3 +195,13 @@ func TestGarbage(t *testing.T) {
 	}
 	t.Logf("garbage: %v", err)
 }
+
+func TestSimInfo(t *testing.T) {
+	t.Parallel()
+	b := sim.Start(t, sim.Options{})
+	info, a, err := nativeOnly().Info(context.Background(), simTarget(b))
+	if err != nil || a.Provider != ipmi.NativeProviderName || info.Firmware == "" {
+		t.Fatalf("info %+v %s %v", info, a, err)
+	}
+	t.Logf("ipmi_sim: %+v", info)
+}
