@@ -62,6 +62,9 @@ const (
 	// AnnotationDecommissioned records why and when the reconciler
 	// removed (or tried to remove) the resource.
 	AnnotationDecommissioned = "corral/decommissioned"
+	// AnnotationDeletedAt (RFC 3339) is when a block storage was
+	// soft-deleted.
+	AnnotationDeletedAt = "corral/deleted_at"
 	// AnnotationStateReason explains a state the reconciler set.
 	AnnotationStateReason = "corral/state_reason"
 	// AnnotationNodeStatus is set while the VM's node is NOT_READY,
@@ -129,6 +132,10 @@ type Config struct {
 	// NodeCallTimeout bounds one short node call (boot, reboot, list...);
 	// volume fetches get the rest of OpTimeout (default 1 min).
 	NodeCallTimeout time.Duration
+	// DeletedRetention, when > 0, makes the reconciler purge block
+	// storages that have been DELETED for that long (default 0: a DELETED
+	// volume keeps its file and budget until PurgeBlockStorage).
+	DeletedRetention time.Duration
 	// Owner identifies this process in corral/pending_owner (default:
 	// hostname, pid and a random suffix).
 	Owner string

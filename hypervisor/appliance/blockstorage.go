@@ -176,6 +176,9 @@ func (s *Services) createBS(ctx context.Context, c bsCreate) (*provisioningv1.Bl
 	}
 	ctx, cancel := s.opContext(ctx)
 	defer cancel()
+	if err := s.purgeTombstone(ctx, c.name); err != nil {
+		return nil, err
+	}
 
 	ann := cloneMap(c.ann)
 	for k, v := range c.extraAnn {
@@ -265,6 +268,21 @@ func (s *Services) createBS(ctx context.Context, c bsCreate) (*provisioningv1.Bl
 	}
 	s.log.Info("block storage created", "block_storage", c.name, "node", node, "op", c.op, "path", vol.GetPath())
 	return bs, nil
+}
+
+// purgeTombstone purges a DELETED block storage of the same name before a
+// creation: a soft-deleted volume is a tombstone, and n0stack `do` files
+// delete and re-create volumes by name.
+func (s *Services) purgeTombstone(ctx context.Context, name string) error {
+	bs, err := s.GetBlockStorage(ctx, name)
+	if err != nil || bs.GetState() != bsDeleted {
+		return nil // absent, or the create reports AlreadyExists
+	}
+	s.log.Info("purging DELETED block storage before re-creating it", "block_storage", name)
+	if err := s.PurgeBlockStorage(ctx, name); ignoreNotFound(err) != nil {
+		return err
+	}
+	return nil
 }
 
 // deleteVolume removes a volume on a node (NotFound is success).
@@ -506,6 +524,14 @@ func (s *Services) changeBSState(ctx context.Context, name string, from []bsStat
 		for _, f := range from {
 			if bs.GetState() == f {
 				bs.State = to
+				if bs.Annotations == nil {
+					bs.Annotations = map[string]string{}
+				}
+				if to == bsDeleted {
+					bs.Annotations[AnnotationDeletedAt] = s.cfg.Now().UTC().Format(time.RFC3339)
+				} else {
+					delete(bs.Annotations, AnnotationDeletedAt)
+				}
 				return false, nil
 			}
 		}

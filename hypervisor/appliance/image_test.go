@@ -154,3 +154,59 @@ func TestOnBolt(t *testing.T) {
 	}
 	e.assertVMGone(t, "vm1")
 }
+
+// n0stack's idempotent usecase files soft-delete a volume and generate it
+// again under the same name: the DELETED tombstone is purged first.
+func TestRecreateOverDeletedTombstone(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.mkBS(t, "ubuntu-1804", "n1")
+	if _, err := e.image.ApplyImage(ctx, &deploymentv1.ApplyImageRequest{Name: "cloudimage-ubuntu"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.image.RegisterBlockStorage(ctx, &deploymentv1.RegisterBlockStorageRequest{ImageName: "cloudimage-ubuntu", BlockStorageName: "ubuntu-1804", Tags: []string{"18.04"}}); err != nil {
+		t.Fatal(err)
+	}
+	gen := &deploymentv1.GenerateBlockStorageRequest{ImageName: "cloudimage-ubuntu", Tag: "18.04", BlockStorageName: "test-blockstorage",
+		Annotations: map[string]string{AnnotationBlockStorageRequestNode: "n1"}, RequestBytes: gib, LimitBytes: 10 * gib}
+	for round := range 3 {
+		if _, err := e.image.GenerateBlockStorage(ctx, gen); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if _, err := e.bs.DeleteBlockStorage(ctx, &provisioningv1.DeleteBlockStorageRequest{Name: "test-blockstorage"}); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+	}
+	// An AVAILABLE one is not replaced.
+	if _, err := e.image.GenerateBlockStorage(ctx, gen); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.image.GenerateBlockStorage(ctx, gen)
+	wantCode(t, err, codes.AlreadyExists, "already exists")
+	n1, _ := e.pool.GetNode(ctx, "n1")
+	if len(n1.GetReservedStorages()) != 2 {
+		t.Fatalf("reservations %v, want the image and one overlay", n1.GetReservedStorages())
+	}
+}
+
+// With DeletedRetention the reconciler purges old tombstones.
+func TestDeletedRetention(t *testing.T) {
+	e := newEnv(t)
+	e.svc.cfg.DeletedRetention = time.Hour
+	ctx := context.Background()
+	e.mkBS(t, "old", "n1")
+	if _, err := e.bs.DeleteBlockStorage(ctx, &provisioningv1.DeleteBlockStorageRequest{Name: "old"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.ReconcileOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.bsState(t, "old") != bsDeleted {
+		t.Fatal("purged before the retention passed")
+	}
+	e.clock.Add(time.Hour)
+	if err := e.svc.ReconcileOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.assertBSGone(t, "old")
+}

@@ -159,6 +159,17 @@ func (s *Services) reconcileBlockStorages(ctx context.Context) error {
 		}
 		if _, ok := s.expiry(ann); ok && bs.GetState() != bsPending {
 			errs = append(errs, s.expireBS(ctx, r))
+			continue
+		}
+		if bs.GetState() == bsDeleted && s.cfg.DeletedRetention > 0 {
+			at, err := time.Parse(time.RFC3339, ann[AnnotationDeletedAt])
+			if err == nil && !s.cfg.Now().Before(at.Add(s.cfg.DeletedRetention)) {
+				s.log.Info("purging block storage past its DELETED retention", logAttrs(bsKind, bs.GetName(),
+					"reason", "deleted_retention", "deleted_at", ann[AnnotationDeletedAt], "node", bs.GetNodeName())...)
+				if err := s.PurgeBlockStorage(ctx, bs.GetName()); err != nil {
+					errs = append(errs, fmt.Errorf("purge DELETED block storage %q: %w", bs.GetName(), err))
+				}
+			}
 		}
 	}
 	return errors.Join(errs...)
