@@ -1,0 +1,414 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	hypervisorv1 "github.com/corralhq/corral/api/hypervisor/v1"
+	"github.com/corralhq/corral/hypervisor/cloudinit"
+	"github.com/corralhq/corral/hypervisor/internal/hverr"
+	"github.com/corralhq/corral/hypervisor/netdev"
+	"github.com/corralhq/corral/hypervisor/vm"
+	"github.com/corralhq/corral/hypervisor/volume"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/emptypb"
+)
+
+// toStatus is the one mapping from the node packages' errors to gRPC
+// codes.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	code := codes.Internal
+	switch {
+	case errors.Is(err, hverr.ErrInvalid):
+		code = codes.InvalidArgument
+	case errors.Is(err, hverr.ErrNotFound):
+		code = codes.NotFound
+	case errors.Is(err, hverr.ErrExists):
+		code = codes.AlreadyExists
+	case errors.Is(err, hverr.ErrInUse):
+		code = codes.FailedPrecondition
+	case errors.Is(err, hverr.ErrUnavailable):
+		code = codes.Unavailable
+	case errors.Is(err, volume.ErrTooLarge):
+		code = codes.ResourceExhausted
+	case errors.Is(err, volume.ErrChecksum), errors.Is(err, volume.ErrFetch):
+		code = codes.FailedPrecondition
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	}
+	return status.Error(code, err.Error())
+}
+
+func volumeProto(v volume.Volume) *hypervisorv1.Volume {
+	return &hypervisorv1.Volume{Name: v.Name, Path: v.Path, SizeBytes: v.SizeBytes, ActualBytes: v.ActualBytes,
+		Format: v.Format, BackingFile: v.BackingFile}
+}
+
+// CreateVolume creates an empty volume, or a copy-on-write overlay of
+// backing_volume.
+func (s *Server) CreateVolume(ctx context.Context, req *hypervisorv1.CreateVolumeRequest) (*hypervisorv1.Volume, error) {
+	var v volume.Volume
+	var err error
+	if req.GetBackingVolume() != "" {
+		v, err = s.volumes.CreateFrom(ctx, req.GetName(), req.GetBackingVolume(), req.GetSizeBytes())
+	} else {
+		v, err = s.volumes.Create(ctx, req.GetName(), req.GetSizeBytes())
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return volumeProto(v), nil
+}
+
+// FetchVolume downloads a volume (size cap, timeout, sha256).
+func (s *Server) FetchVolume(ctx context.Context, req *hypervisorv1.FetchVolumeRequest) (*hypervisorv1.Volume, error) {
+	v, err := s.volumes.Fetch(ctx, volume.FetchRequest{
+		Name: req.GetName(), URL: req.GetSourceUrl(), SHA256: req.GetSha256(), SizeBytes: req.GetSizeBytes(),
+		MaxBytes: req.GetMaxBytes(), Timeout: time.Duration(req.GetTimeoutSeconds()) * time.Second,
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return volumeProto(v), nil
+}
+
+// ResizeVolume grows a volume.
+func (s *Server) ResizeVolume(ctx context.Context, req *hypervisorv1.ResizeVolumeRequest) (*hypervisorv1.Volume, error) {
+	v, err := s.volumes.Resize(ctx, req.GetName(), req.GetSizeBytes())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return volumeProto(v), nil
+}
+
+// GetVolume inspects a volume.
+func (s *Server) GetVolume(ctx context.Context, req *hypervisorv1.VolumeRequest) (*hypervisorv1.Volume, error) {
+	v, err := s.volumes.Get(ctx, req.GetName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return volumeProto(v), nil
+}
+
+// ListVolumes lists every volume.
+func (s *Server) ListVolumes(ctx context.Context, _ *hypervisorv1.ListVolumesRequest) (*hypervisorv1.ListVolumesResponse, error) {
+	vs, err := s.volumes.List(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &hypervisorv1.ListVolumesResponse{}
+	for _, v := range vs {
+		out.Volumes = append(out.Volumes, volumeProto(v))
+	}
+	return out, nil
+}
+
+// DeleteVolume deletes a volume no VM uses and no overlay is based on.
+func (s *Server) DeleteVolume(ctx context.Context, req *hypervisorv1.VolumeRequest) (*emptypb.Empty, error) {
+	if err := s.withBootLock(ctx, func() error {
+		if users, err := s.volumeUsers(ctx, req.GetName(), ""); err != nil {
+			return err
+		} else if len(users) > 0 {
+			return hverr.Wrap(hverr.ErrInUse, "volume %q is attached to vm %s", req.GetName(), strings.Join(users, ", "))
+		}
+		return s.volumes.Delete(ctx, req.GetName())
+	}); err != nil {
+		return nil, toStatus(err)
+	}
+	return &emptypb.Empty{}, nil
+}
+
+func (s *Server) withBootLock(ctx context.Context, fn func() error) error {
+	select {
+	case s.bootLock <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.bootLock }()
+	return fn()
+}
+
+// volumeUsers lists the VMs (other than except) with volume attached
+// read-write.
+func (s *Server) volumeUsers(ctx context.Context, volumeName, except string) ([]string, error) {
+	vms, err := s.vms.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var users []string
+	for _, v := range vms {
+		if v.Spec.Name == except {
+			continue
+		}
+		for _, d := range v.Spec.Disks {
+			if d.Volume == volumeName && !d.CDROM {
+				users = append(users, v.Spec.Name)
+			}
+		}
+	}
+	return users, nil
+}
+
+// BootVM creates and starts a VM, or starts an existing one. Volumes must
+// exist on this node and not be attached read-write to another VM; the
+// Networks of its NICs must have been applied.
+func (s *Server) BootVM(ctx context.Context, req *hypervisorv1.BootVMRequest) (*hypervisorv1.VM, error) {
+	var out *hypervisorv1.VM
+	err := s.withBootLock(ctx, func() error {
+		spec, err := s.specFor(ctx, req.GetVm())
+		if err != nil {
+			return err
+		}
+		for _, d := range spec.Disks {
+			if d.CDROM {
+				continue
+			}
+			users, err := s.volumeUsers(ctx, d.Volume, spec.Name)
+			if err != nil {
+				return err
+			}
+			if len(users) > 0 {
+				return hverr.Wrap(hverr.ErrInUse, "volume %q is attached to vm %s", d.Volume, strings.Join(users, ", "))
+			}
+		}
+		v, err := s.vms.Boot(ctx, spec)
+		if err != nil {
+			return err
+		}
+		out = vmProto(v)
+		return nil
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return out, nil
+}
+
+// specFor turns the API's VM into a vm.Spec: volumes resolved to paths
+// (raw volumes, which are ISO images, become CD-ROMs), NICs to taps, the
+// cloud-init seed from the login user, keys and NIC addressing.
+func (s *Server) specFor(ctx context.Context, m *hypervisorv1.VM) (vm.Spec, error) {
+	if m == nil {
+		return vm.Spec{}, hverr.Wrap(hverr.ErrInvalid, "vm is required")
+	}
+	if err := hverr.CheckName("vm", m.GetName()); err != nil {
+		return vm.Spec{}, err
+	}
+	meta, err := protojson.Marshal(m)
+	if err != nil {
+		return vm.Spec{}, err
+	}
+	spec := vm.Spec{Name: m.GetName(), UUID: m.GetUuid(), VCPUs: m.GetVcpus(), MemoryBytes: m.GetMemoryBytes(), Meta: meta}
+	for i, d := range m.GetDisks() {
+		v, err := s.volumes.Get(ctx, d.GetVolume())
+		if err != nil {
+			return vm.Spec{}, fmt.Errorf("vm %q: disk %d: %w", m.GetName(), i, err)
+		}
+		spec.Disks = append(spec.Disks, vm.Disk{Volume: v.Name, Path: v.Path, BootIndex: d.GetBootIndex(), CDROM: v.Format == "raw"})
+	}
+	instance := m.GetUuid()
+	if instance == "" {
+		instance = m.GetName()
+	}
+	seed := &cloudinit.Seed{InstanceID: instance, Hostname: m.GetName(), User: m.GetLoginUsername(), SSHKeys: m.GetSshAuthorizedKeys()}
+	for i, n := range m.GetNics() {
+		spec.NICs = append(spec.NICs, vm.NIC{Network: n.GetNetworkName(), MAC: n.GetHardwareAddress()})
+		cn := cloudinit.NIC{MAC: n.GetHardwareAddress()}
+		for _, a := range []string{n.GetIpv4AddressCidr(), n.GetIpv6AddressCidr()} {
+			if a == "" {
+				continue
+			}
+			p, err := netip.ParsePrefix(a)
+			if err != nil {
+				return vm.Spec{}, hverr.Wrap(hverr.ErrInvalid, "vm %q: nic %d: address %q: %v", m.GetName(), i, a, err)
+			}
+			cn.Addresses = append(cn.Addresses, p)
+		}
+		for gw, dst := range map[string]*netip.Addr{n.GetIpv4Gateway(): &cn.Gateway4, n.GetIpv6Gateway(): &cn.Gateway6} {
+			if gw == "" {
+				continue
+			}
+			a, err := netip.ParseAddr(gw)
+			if err != nil {
+				return vm.Spec{}, hverr.Wrap(hverr.ErrInvalid, "vm %q: nic %d: gateway %q: %v", m.GetName(), i, gw, err)
+			}
+			*dst = a
+		}
+		for _, ns := range n.GetNameservers() {
+			a, err := netip.ParseAddr(ns)
+			if err != nil {
+				return vm.Spec{}, hverr.Wrap(hverr.ErrInvalid, "vm %q: nic %d: nameserver %q: %v", m.GetName(), i, ns, err)
+			}
+			cn.Nameservers = append(cn.Nameservers, a)
+		}
+		if n.GetDomain() != "" {
+			cn.Search = []string{n.GetDomain()}
+		}
+		seed.NICs = append(seed.NICs, cn)
+	}
+	spec.Seed = seed
+	return spec, nil
+}
+
+func vmProto(v vm.VM) *hypervisorv1.VM {
+	out := &hypervisorv1.VM{}
+	if len(v.Spec.Meta) > 0 {
+		_ = protojson.Unmarshal(v.Spec.Meta, out)
+	}
+	out.Name, out.Uuid, out.Vcpus, out.MemoryBytes = v.Spec.Name, v.Spec.UUID, v.Spec.VCPUs, v.Spec.MemoryBytes
+	switch v.State {
+	case vm.Running:
+		out.State = hypervisorv1.VMState_VM_STATE_RUNNING
+	case vm.Shutdown:
+		out.State = hypervisorv1.VMState_VM_STATE_SHUTDOWN
+	case vm.Paused:
+		out.State = hypervisorv1.VMState_VM_STATE_PAUSED
+	case vm.Failed:
+		out.State = hypervisorv1.VMState_VM_STATE_FAILED
+	}
+	out.Console = v.Console
+	return out
+}
+
+// RebootVM reboots a running VM (hard: reset; else Ctrl-Alt-Del).
+func (s *Server) RebootVM(ctx context.Context, req *hypervisorv1.VMRequest) (*hypervisorv1.VM, error) {
+	v, err := s.vms.Reboot(ctx, req.GetName(), req.GetHard())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return vmProto(v), nil
+}
+
+// ShutdownVM powers a VM off (ACPI then hard after the deadline; hard:
+// at once).
+func (s *Server) ShutdownVM(ctx context.Context, req *hypervisorv1.VMRequest) (*hypervisorv1.VM, error) {
+	v, err := s.vms.Shutdown(ctx, req.GetName(), req.GetHard())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return vmProto(v), nil
+}
+
+// DeleteVM stops a VM hard and removes it with its taps and seed (its
+// volumes stay).
+func (s *Server) DeleteVM(ctx context.Context, req *hypervisorv1.VMRequest) (*emptypb.Empty, error) {
+	if _, err := s.vms.Delete(ctx, req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &emptypb.Empty{}, nil
+}
+
+// GetVM reports one VM and its state.
+func (s *Server) GetVM(ctx context.Context, req *hypervisorv1.VMRequest) (*hypervisorv1.VM, error) {
+	v, err := s.vms.Get(ctx, req.GetName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return vmProto(v), nil
+}
+
+// ListVMs reports every VM on the node, running or not.
+func (s *Server) ListVMs(ctx context.Context, _ *hypervisorv1.ListVMsRequest) (*hypervisorv1.ListVMsResponse, error) {
+	vms, err := s.vms.List(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &hypervisorv1.ListVMsResponse{}
+	for _, v := range vms {
+		out.Vms = append(out.Vms, vmProto(v))
+	}
+	return out, nil
+}
+
+// ApplyNetwork creates or completes a Network's bridge (and VLAN
+// sub-interface) and records it so it is re-applied after a host reboot.
+func (s *Server) ApplyNetwork(ctx context.Context, req *hypervisorv1.ApplyNetworkRequest) (*emptypb.Empty, error) {
+	if req.GetVlanId() > 4094 {
+		return nil, toStatus(hverr.Wrap(hverr.ErrInvalid, "network %q: vlan %d out of range", req.GetName(), req.GetVlanId()))
+	}
+	n := netdev.Network{Name: req.GetName(), VLAN: uint16(req.GetVlanId()), GatewayCIDR: req.GetGatewayCidr()}
+	if _, err := s.nets.ApplyNetwork(n); err != nil {
+		return nil, toStatus(err)
+	}
+	b, _ := json.Marshal(n)
+	if err := writeFileAtomic(filepath.Join(s.netDir, n.Name+".json"), b); err != nil {
+		return nil, toStatus(err)
+	}
+	return &emptypb.Empty{}, nil
+}
+
+// DeleteNetwork removes a Network's bridge once no tap uses it.
+func (s *Server) DeleteNetwork(ctx context.Context, req *hypervisorv1.DeleteNetworkRequest) (*emptypb.Empty, error) {
+	err := s.nets.DeleteNetwork(req.GetName())
+	if err != nil && !(errors.Is(err, hverr.ErrNotFound) && s.networkRecorded(req.GetName())) {
+		return nil, toStatus(err)
+	}
+	os.Remove(filepath.Join(s.netDir, req.GetName()+".json"))
+	return &emptypb.Empty{}, nil
+}
+
+func (s *Server) networkRecorded(name string) bool {
+	if hverr.CheckName("network", name) != nil {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(s.netDir, name+".json"))
+	return err == nil
+}
+
+// Restore re-applies the recorded networks and starts the VMs whose
+// desired state is running but whose QEMU is gone. Failures are logged.
+func (s *Server) Restore(ctx context.Context) {
+	files, _ := filepath.Glob(filepath.Join(s.netDir, "*.json"))
+	for _, f := range files {
+		var n netdev.Network
+		b, err := os.ReadFile(f)
+		if err == nil {
+			err = json.Unmarshal(b, &n)
+		}
+		if err == nil {
+			_, err = s.nets.ApplyNetwork(n)
+		}
+		if err != nil {
+			s.log.Warn("restore network", "file", f, "err", err)
+		}
+	}
+	vms, err := s.vms.List(ctx)
+	if err != nil {
+		s.log.Warn("restore vms", "err", err)
+		return
+	}
+	for _, v := range vms {
+		if v.State != vm.Failed || v.PID != 0 {
+			continue
+		}
+		s.log.Info("restarting vm whose qemu is gone", "vm", v.Spec.Name, "reason", v.Reason)
+		if _, err := s.vms.Boot(ctx, v.Spec); err != nil {
+			s.log.Warn("restart vm", "vm", v.Spec.Name, "err", err)
+		}
+	}
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
