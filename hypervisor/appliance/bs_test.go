@@ -144,9 +144,11 @@ func TestFetchBlockStorage(t *testing.T) {
 	ctx := context.Background()
 	const sum = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 	nodeErrs := map[string]error{
-		"http://img/404.qcow2":   status.Error(codes.NotFound, "GET http://img/404.qcow2: 404 Not Found"),
+		// The codes hypervisor/node gives: ErrFetch and ErrChecksum are
+		// FailedPrecondition, ErrTooLarge ResourceExhausted.
+		"http://img/404.qcow2":   status.Error(codes.FailedPrecondition, "fetch failed: GET http://img/404.qcow2: 404 Not Found"),
 		"http://img/big.qcow2":   status.Error(codes.ResourceExhausted, "download exceeds max_bytes 2147483648"),
-		"http://img/sum.qcow2":   status.Error(codes.InvalidArgument, "sha256 mismatch: got 00ff, want "+sum),
+		"http://img/sum.qcow2":   status.Error(codes.FailedPrecondition, "checksum mismatch: http://img/sum.qcow2 has sha256 00ff, want "+sum),
 		"http://img/slow.qcow2":  status.Error(codes.DeadlineExceeded, "download timed out after 60s"),
 		"https://img/ok.qcow2":   nil,
 		"https://img/fine.qcow2": nil,
@@ -158,9 +160,9 @@ func TestFetchBlockStorage(t *testing.T) {
 		contains string
 	}{
 		"ok":             {"https://img/ok.qcow2", sum, codes.OK, ""},
-		"404":            {"http://img/404.qcow2", "", codes.NotFound, "404 Not Found"},
+		"404":            {"http://img/404.qcow2", "", codes.FailedPrecondition, `node "n1": fetch http://img/404.qcow2: fetch failed: GET http://img/404.qcow2: 404 Not Found`},
 		"too large":      {"http://img/big.qcow2", "", codes.ResourceExhausted, "exceeds max_bytes"},
-		"wrong checksum": {"http://img/sum.qcow2", sum, codes.InvalidArgument, "sha256 mismatch"},
+		"wrong checksum": {"http://img/sum.qcow2", sum, codes.FailedPrecondition, "has sha256 00ff, want " + sum},
 		"timeout":        {"http://img/slow.qcow2", "", codes.Unavailable, "timed out"},
 		"ftp refused":    {"ftp://img/x", "", codes.InvalidArgument, "http or https"},
 		"relative":       {"/x.qcow2", "", codes.InvalidArgument, "http or https"},
