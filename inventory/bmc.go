@@ -622,3 +622,27 @@ func bmcMismatchFlags(flags []string, b *inventoryv1.Bmc) []string {
 	}
 	return out
 }
+
+// ForgetBMC removes what enrolment stored beside a machine record: its
+// sealed BMC password and its BMC address binding. DeleteMachine should
+// call it once the machine record is gone (until then a deleted machine's
+// sealed blob stays in the store; its binding is already ignored).
+func (i *Inventory) ForgetBMC(ctx context.Context, name string, bmc *inventoryv1.Bmc) {
+	_, err := record.Update(ctx, i.cfg.Store, bmcSecretPrefix+name, func() *inventoryv1.BmcSecret { return &inventoryv1.BmcSecret{} },
+		func(_ *inventoryv1.BmcSecret, exists bool) (bool, error) {
+			if !exists {
+				return false, errSkip
+			}
+			return true, nil
+		})
+	if err != nil && !errors.Is(err, errSkip) {
+		i.log.Warn("could not remove sealed BMC password", "machine", name, "err", err)
+	}
+	if bmc.GetAddress() != "" {
+		port := bmc.GetPort()
+		if port == 0 {
+			port = defaultBMCPort(bmc.GetProtocol())
+		}
+		(&BMCControl{inv: i, log: i.log}).releaseAddress(ctx, bmcKey(bmc.GetAddress(), port), name)
+	}
+}

@@ -427,3 +427,23 @@ func FuzzParseBMCAddress(f *testing.F) {
 		}
 	})
 }
+
+func TestForgetBMC(t *testing.T) {
+	inv, c, f := newBMCControl(t)
+	ctx := context.Background()
+	f.password["10.0.2.1:623"] = "pw"
+	m, err := c.Enroll(ctx, enrollReq("g1", "10.0.2.1", "pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inv.DeleteMachine(ctx, "g1"); err != nil {
+		t.Fatal(err)
+	}
+	inv.ForgetBMC(ctx, "g1", m.GetBmc())
+	for _, k := range []string{bmcSecretPrefix + "g1", bmcKey("10.0.2.1", 623)} {
+		if _, err := inv.cfg.Store.Get(ctx, k); err == nil {
+			t.Errorf("%s left behind", k)
+		}
+	}
+	inv.ForgetBMC(ctx, "g1", m.GetBmc()) // idempotent
+}
