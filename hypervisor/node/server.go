@@ -221,7 +221,8 @@ func (s *Server) specFor(ctx context.Context, m *hypervisorv1.VM) (vm.Spec, erro
 		if err != nil {
 			return vm.Spec{}, fmt.Errorf("vm %q: disk %d: %w", m.GetName(), i, err)
 		}
-		spec.Disks = append(spec.Disks, vm.Disk{Volume: v.Name, Path: v.Path, BootIndex: d.GetBootIndex(), CDROM: v.Format == "raw"})
+		// Raw volumes are ISO images (volume keeps nothing else raw).
+		spec.Disks = append(spec.Disks, vm.Disk{Volume: v.Name, Path: v.Path, BootIndex: d.GetBootIndex(), Format: v.Format, CDROM: v.Format == "raw"})
 	}
 	instance := m.GetUuid()
 	if instance == "" {

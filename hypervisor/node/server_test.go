@@ -3,7 +3,11 @@ package node
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,9 +57,23 @@ func TestServerLifecycle(t *testing.T) {
 	if _, err := s.CreateVolume(ctx, &hypervisorv1.CreateVolumeRequest{Name: "root1", BackingVolume: "base"}); err != nil {
 		t.Fatal(err)
 	}
+	var iso bytes.Buffer
+	(cloudinit.Seed{InstanceID: "i", Hostname: "installer"}).WriteISO(&iso)
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(iso.Bytes()) }))
+	defer web.Close()
+	sum := sha256.Sum256(iso.Bytes())
+	if v, err := s.FetchVolume(ctx, &hypervisorv1.FetchVolumeRequest{Name: "installer", SourceUrl: web.URL + "/x.iso", Sha256: hex.EncodeToString(sum[:])}); err != nil || v.GetFormat() != "raw" {
+		t.Fatalf("fetch iso: %v %v", v, err)
+	}
+	if _, err := s.FetchVolume(ctx, &hypervisorv1.FetchVolumeRequest{Name: "bad", SourceUrl: web.URL + "/x.iso", Sha256: strings.Repeat("0", 64)}); code(err) != codes.FailedPrecondition {
+		t.Errorf("wrong checksum: %v", err)
+	}
+	if _, err := s.FetchVolume(ctx, &hypervisorv1.FetchVolumeRequest{Name: "bad", SourceUrl: web.URL + "/x.iso", MaxBytes: 1024}); code(err) != codes.ResourceExhausted {
+		t.Errorf("too large: %v", err)
+	}
 	vm1 := &hypervisorv1.VM{
 		Name: "vm1", Uuid: "3f2a6c1e-0000-4000-8000-0000000000bb", Vcpus: 1, MemoryBytes: 128 << 20,
-		Disks:             []*hypervisorv1.Disk{{Volume: "root1", BootIndex: 1}},
+		Disks:             []*hypervisorv1.Disk{{Volume: "root1", BootIndex: 1}, {Volume: "installer", BootIndex: 0}},
 		Nics:              []*hypervisorv1.Nic{{NetworkName: network, HardwareAddress: "52:54:00:aa:bb:01", Ipv4AddressCidr: "10.98.0.10/24", Ipv4Gateway: "10.98.0.1", Nameservers: []string{"10.98.0.1"}}},
 		LoginUsername:     "corral",
 		SshAuthorizedKeys: []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAITestKey test@corral"},
@@ -104,11 +122,11 @@ func TestServerLifecycle(t *testing.T) {
 		t.Fatalf("booted %v", got)
 	}
 	// The seed carries the user, key and static address.
-	iso, err := os.ReadFile(filepath.Join(vmsDir, "vm1", "seed.iso"))
+	seedISO, err := os.ReadFile(filepath.Join(vmsDir, "vm1", "seed.iso"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	label, files, err := cloudinit.ReadISO(bytes.NewReader(iso))
+	label, files, err := cloudinit.ReadISO(bytes.NewReader(seedISO))
 	if err != nil || label != "cidata" {
 		t.Fatalf("seed: %q %v", label, err)
 	}
@@ -116,6 +134,11 @@ func TestServerLifecycle(t *testing.T) {
 		if !strings.Contains(string(files[f]), want) {
 			t.Errorf("%s lacks %q:\n%s", f, want, files[f])
 		}
+	}
+	if v, _ := s.vms.Get(ctx, "vm1"); len(v.Spec.Disks) != 2 || !v.Spec.Disks[1].CDROM {
+		t.Errorf("ISO volume not attached as a CD-ROM: %+v", v.Spec.Disks)
+	} else if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", v.PID)); !bytes.Contains(cmdline, []byte("scsi-cd,bus=scsi0.0,drive=disk1")) {
+		t.Errorf("qemu command line lacks the CD-ROM")
 	}
 	// Volume in use.
 	vm2 := clone(vm1)
@@ -179,7 +202,7 @@ func TestServerLifecycle(t *testing.T) {
 	if _, err := s2.DeleteVM(ctx, &hypervisorv1.VMRequest{Name: "vm1"}); code(err) != codes.NotFound {
 		t.Errorf("second delete: %v", err)
 	}
-	for _, vol := range []string{"root1", "base"} {
+	for _, vol := range []string{"root1", "base", "installer"} {
 		if _, err := s2.DeleteVolume(ctx, &hypervisorv1.VolumeRequest{Name: vol}); err != nil {
 			t.Fatal(err)
 		}

@@ -84,7 +84,7 @@ func Args(spec Spec, p Paths, accel Accel, vhost bool) []string {
 	)
 	for i, d := range spec.Disks {
 		node := fmt.Sprintf("disk%d", i)
-		a = append(a, "-blockdev", blockdev(node, d.Path, d.CDROM))
+		a = append(a, "-blockdev", blockdev(node, d.Format, d.Path, d.CDROM))
 		if d.CDROM {
 			a = append(a, "-device", fmt.Sprintf("scsi-cd,bus=scsi0.0,drive=%s,id=cd%d,bootindex=%d", node, i, d.BootIndex))
 		} else {
@@ -118,11 +118,15 @@ func Args(spec Spec, p Paths, accel Accel, vhost bool) []string {
 	return a
 }
 
-// blockdev is a qcow2 node over a file, in JSON syntax so paths need no
-// escaping. The format is always given: QEMU never probes.
-func blockdev(node, path string, readOnly bool) string {
+// blockdev is a format node (qcow2 unless format says raw) over a file,
+// in JSON syntax so paths need no escaping. The format is always given:
+// QEMU never probes.
+func blockdev(node, format, path string, readOnly bool) string {
+	if format == "" {
+		format = "qcow2"
+	}
 	b, _ := json.Marshal(map[string]any{
-		"driver":    "qcow2",
+		"driver":    format,
 		"node-name": node,
 		"read-only": readOnly,
 		"file":      map[string]any{"driver": "file", "filename": path, "read-only": readOnly},
@@ -130,15 +134,7 @@ func blockdev(node, path string, readOnly bool) string {
 	return string(b)
 }
 
-func rawBlockdev(node, path string) string {
-	b, _ := json.Marshal(map[string]any{
-		"driver":    "raw",
-		"node-name": node,
-		"read-only": true,
-		"file":      map[string]any{"driver": "file", "filename": path, "read-only": true},
-	})
-	return string(b)
-}
+func rawBlockdev(node, path string) string { return blockdev(node, "raw", path, true) }
 
 // optEscape doubles commas, QEMU's escape inside key=value options.
 func optEscape(s string) string { return strings.ReplaceAll(s, ",", ",,") }

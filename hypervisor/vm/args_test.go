@@ -19,7 +19,7 @@ func goldenSpec() Spec {
 		Name: "vm1", UUID: "3f2a6c1e-0000-4000-8000-000000000001", VCPUs: 2, MemoryBytes: 1 << 30,
 		Disks: []Disk{
 			{Volume: "vm1-root", Path: "/var/lib/corral/volumes/vm1-root", BootIndex: 1},
-			{Volume: "installer", Path: "/var/lib/corral/volumes/installer", BootIndex: 0, CDROM: true},
+			{Volume: "installer", Path: "/var/lib/corral/volumes/installer", BootIndex: 0, Format: "raw", CDROM: true},
 			{Volume: "odd,name", Path: "/data/with,comma", BootIndex: 5},
 		},
 		NICs: []NIC{{Network: "lan", MAC: "52:54:00:12:34:56", Tap: "ctvm10a1b2c3d"}},

@@ -64,6 +64,8 @@ type Disk struct {
 	Path string
 	// BootIndex orders boot devices (lower first).
 	BootIndex uint32
+	// Format is the image format, "qcow2" (default) or "raw".
+	Format string `json:",omitempty"`
 	// CDROM attaches the volume read-only as a SCSI CD-ROM (ISO images).
 	CDROM bool `json:",omitempty"`
 }
@@ -99,6 +101,9 @@ func (s Spec) Validate() error {
 		}
 		if !strings.HasPrefix(d.Path, "/") {
 			return hverr.Wrap(ErrInvalid, "vm %q: disk %d: path %q is not absolute", s.Name, i, d.Path)
+		}
+		if d.Format != "" && d.Format != "qcow2" && d.Format != "raw" {
+			return hverr.Wrap(ErrInvalid, "vm %q: disk %d: format %q: want qcow2 or raw", s.Name, i, d.Format)
 		}
 		if seen[d.Volume] {
 			return hverr.Wrap(ErrInvalid, "vm %q: volume %q attached twice", s.Name, d.Volume)

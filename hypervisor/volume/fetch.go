@@ -49,8 +49,9 @@ type FetchRequest struct {
 
 // Fetch downloads req.URL into a temporary file in the store directory,
 // enforcing the size cap and the timeout while streaming, verifies the
-// SHA-256, checks the format with qemu-img (raw is converted to qcow2; a
-// qcow2 with a backing file is refused), grows it to req.SizeBytes and
+// SHA-256, checks the format with qemu-img (an ISO9660 image stays raw,
+// other raw images are converted to qcow2, a qcow2 with a backing file is
+// refused), grows it to req.SizeBytes and
 // links it into place. On any error no file is left behind. Errors:
 // ErrInvalid (name, URL, digest syntax), ErrExists, ErrFetch (status,
 // network, timeout), ErrTooLarge, ErrChecksum.
@@ -112,6 +113,18 @@ func (s *Store) Fetch(ctx context.Context, req FetchRequest) (Volume, error) {
 				return err
 			}
 		case "raw":
+			if isISO9660(raw) {
+				// ISO images stay raw: they are attached as read-only
+				// CD-ROMs, and "raw" is how a volume says it is one.
+				if err := os.Rename(raw, tmp); err != nil {
+					return err
+				}
+				ii.SizeBytes = uint64(n)
+				if req.SizeBytes > ii.SizeBytes {
+					s.log.Info("ISO image not resized", "volume", req.Name, "size_bytes", ii.SizeBytes, "requested_bytes", req.SizeBytes)
+				}
+				return nil
+			}
 			if err := s.qemuImg(ctx, "convert", "-q", "-f", "raw", "-O", "qcow2", raw, tmp); err != nil {
 				return err
 			}
@@ -131,6 +144,21 @@ func (s *Store) Fetch(ctx context.Context, req FetchRequest) (Volume, error) {
 		}
 		return nil
 	})
+}
+
+// isISO9660 reports whether the file carries an ISO9660 primary volume
+// descriptor signature ("CD001" at byte 32769).
+func isISO9660(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var sig [5]byte
+	if _, err := f.ReadAt(sig[:], 32769); err != nil {
+		return false
+	}
+	return string(sig[:]) == "CD001"
 }
 
 // download streams url into path and returns the byte count and hex

@@ -5,9 +5,10 @@
 // check before an atomic, no-clobber link into place, resized, inspected
 // with `qemu-img info --output=json` and deleted.
 //
-// Every volume is stored as qcow2, so QEMU is always told the format and
-// never probes it; fetched raw images are converted, fetched qcow2 images
-// with a backing file are refused. Nothing is ever half-created: work
+// Every volume is qcow2, except fetched ISO9660 images, which stay raw
+// (format "raw" means "attach me as a CD-ROM"); QEMU is always told the
+// format and never probes it. Other fetched raw images are converted,
+// fetched qcow2 images with a backing file are refused. Nothing is ever half-created: work
 // happens on a hidden temporary file that is linked to the final name only
 // when complete, and stale temporary files are removed by New.
 //
@@ -193,7 +194,7 @@ func (s *Store) CreateFrom(ctx context.Context, name, backing string, size uint6
 		return Volume{}, err
 	}
 	return s.build(ctx, name, path, func(tmp string) error {
-		args := []string{"create", "-q", "-f", "qcow2", "-b", base.Path, "-F", "qcow2", tmp}
+		args := []string{"create", "-q", "-f", "qcow2", "-b", base.Path, "-F", base.Format, tmp}
 		if size != 0 {
 			args = append(args, strconv.FormatUint(size, 10))
 		}
@@ -220,7 +221,7 @@ func (s *Store) Resize(ctx context.Context, name string, size uint64) (Volume, e
 	if size == v.SizeBytes {
 		return v, nil
 	}
-	if err := s.qemuImg(ctx, "resize", "-q", "-f", "qcow2", path, strconv.FormatUint(size, 10)); err != nil {
+	if err := s.qemuImg(ctx, "resize", "-q", "-f", v.Format, path, strconv.FormatUint(size, 10)); err != nil {
 		return Volume{}, fmt.Errorf("volume %q: resize: %w", name, err)
 	}
 	s.log.Info("volume resized", "volume", name, "size_bytes", size)

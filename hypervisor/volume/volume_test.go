@@ -14,6 +14,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/corralhq/corral/hypervisor/cloudinit"
 )
 
 func needQemuImg(t *testing.T) {
@@ -208,6 +210,11 @@ func TestFetch(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/img.qcow2", func(w http.ResponseWriter, r *http.Request) { w.Write(qcow) })
 	mux.HandleFunc("/img.raw", func(w http.ResponseWriter, r *http.Request) { w.Write(rawImg) })
+	var iso bytes.Buffer
+	if err := (cloudinit.Seed{InstanceID: "i", Hostname: "h"}).WriteISO(&iso); err != nil {
+		t.Fatal(err)
+	}
+	mux.HandleFunc("/boot.iso", func(w http.ResponseWriter, r *http.Request) { w.Write(iso.Bytes()) })
 	mux.HandleFunc("/chunked", func(w http.ResponseWriter, r *http.Request) {
 		for range 4 {
 			w.Write(rawImg)
@@ -239,6 +246,19 @@ func TestFetch(t *testing.T) {
 	if v.Format != "qcow2" || v.SizeBytes != uint64(len(rawImg)) {
 		t.Errorf("fetched raw (converted): %+v", v)
 	}
+
+	v, err = s.Fetch(ctx, FetchRequest{Name: "iso", URL: srv.URL + "/boot.iso", SHA256: sum(iso.Bytes()), SizeBytes: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Format != "raw" || v.SizeBytes != uint64(iso.Len()) {
+		t.Errorf("fetched ISO must stay raw and unresized: %+v", v)
+	}
+	if _, err := s.CreateFrom(ctx, "iso-overlay", "iso", 0); err != nil {
+		t.Errorf("overlay on a raw backing file: %v", err)
+	}
+	s.Delete(ctx, "iso-overlay")
+	s.Delete(ctx, "iso")
 
 	bad := map[string]struct {
 		req  FetchRequest
