@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
@@ -112,21 +111,6 @@ func (i *Inventory) NewBMCControl(cfg BMCConfig) (*BMCControl, error) {
 		cfg.CallTimeout = 10 * time.Second
 	}
 	return &BMCControl{inv: i, cfg: cfg, log: cfg.Logger}, nil
-}
-
-// attached holds the BMC control wired onto an Inventory for a
-// MachineServer built without one (see MachineServer.BMC).
-var attached sync.Map // *Inventory -> *BMCControl
-
-// AttachBMC makes c the BMC control MachineServers over i use when their
-// BMC field is nil.
-func (i *Inventory) AttachBMC(c *BMCControl) { attached.Store(i, c) }
-
-func (i *Inventory) attachedBMC() *BMCControl {
-	if v, ok := attached.Load(i); ok {
-		return v.(*BMCControl)
-	}
-	return nil
 }
 
 var bmcHostRE = regexp.MustCompile(`^(?i)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$`)

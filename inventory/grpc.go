@@ -14,13 +14,12 @@ import (
 )
 
 // MachineServer is the gRPC edge of the inventory. RPCs of later steps
-// (Enroll, power, Accept, ...) answer Unimplemented until wired.
+// (Accept, Reprovision, maintenance) answer Unimplemented until wired.
 type MachineServer struct {
 	inventoryv1.UnimplementedMachineServiceServer
 	Inv *Inventory
-	// BMC serves Enroll, SetPower, GetPower and SetBootDevice; when nil,
-	// the control attached to Inv (Inventory.AttachBMC) is used, and
-	// without either those RPCs answer FailedPrecondition.
+	// BMC serves Enroll, SetPower, GetPower and SetBootDevice; when nil
+	// those RPCs answer FailedPrecondition.
 	BMC *BMCControl
 }
 
@@ -95,9 +94,6 @@ func (s *MachineServer) Timeline(ctx context.Context, req *inventoryv1.TimelineR
 func (s *MachineServer) bmc() (*BMCControl, error) {
 	if s.BMC != nil {
 		return s.BMC, nil
-	}
-	if c := s.Inv.attachedBMC(); c != nil {
-		return c, nil
 	}
 	return nil, preconditionf("BMC control is not configured on this appliance")
 }

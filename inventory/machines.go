@@ -378,6 +378,7 @@ func (i *Inventory) DeleteMachine(ctx context.Context, name string) error {
 		return err
 	}
 	var macs []string
+	var bmc *inventoryv1.Bmc
 	_, err := record.Update(ctx, i.cfg.Store, machinePrefix+name, newMachine, func(m *inventoryv1.Machine, exists bool) (bool, error) {
 		if !exists {
 			return false, notFoundf("machine %q", name)
@@ -385,12 +386,13 @@ func (i *Inventory) DeleteMachine(ctx context.Context, name string) error {
 		if m.GetState() == inventoryv1.Machine_INSTALLING || m.GetState() == inventoryv1.Machine_DEPLOYED {
 			return false, preconditionf("machine %q is %s: reprovision it first", name, m.GetState())
 		}
-		macs = m.GetMacs()
+		macs, bmc = m.GetMacs(), m.GetBmc()
 		return true, nil
 	})
 	if err != nil {
 		return err
 	}
+	i.ForgetBMC(ctx, name, bmc)
 	for _, mac := range macs {
 		i.unclaimMAC(ctx, mac, name)
 	}

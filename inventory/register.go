@@ -57,7 +57,7 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 		uuid = ""
 	}
 
-	target, flags, err := i.identify(ctx, serial, uuid, macs)
+	target, flags, err := i.identify(ctx, serial, uuid, facts.GetBmc().GetIpv4Address(), macs)
 	if err != nil {
 		return nil, err
 	}
@@ -148,6 +148,15 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 	if err != nil {
 		return nil, err
 	}
+	if addr := facts.GetBmc().GetIpv4Address(); addr != "" {
+		// Fill the enrolled BMC address from what the machine reports
+		// in-band, or flag a mismatch.
+		if rm, err := i.ReconcileBMCAddress(ctx, name, addr); err != nil {
+			i.log.Warn("in-band BMC address not reconciled", "machine", name, "bmc", addr, "err", err)
+		} else {
+			m = rm
+		}
+	}
 	if serial != "" {
 		i.index(ctx, serialPrefix+url.PathEscape(serial), name)
 	}
@@ -173,7 +182,7 @@ func placeholder(m *inventoryv1.Machine) bool {
 // identify finds the machine a report belongs to: by serial, then UUID,
 // then MAC. A serial already held by a machine with a different real UUID
 // is a duplicate: both are flagged and the report is matched by UUID only.
-func (i *Inventory) identify(ctx context.Context, serial, uuid string, macs []string) (*inventoryv1.Machine, []string, error) {
+func (i *Inventory) identify(ctx context.Context, serial, uuid, bmcHost string, macs []string) (*inventoryv1.Machine, []string, error) {
 	var flags []string
 	if serial != "" {
 		m, err := i.lookupIndex(ctx, serialPrefix+url.PathEscape(serial))
@@ -199,6 +208,24 @@ func (i *Inventory) identify(ctx context.Context, serial, uuid string, macs []st
 		m, err := i.lookupIndex(ctx, uuidPrefix+uuid)
 		if err != nil || m != nil {
 			return m, flags, err
+		}
+	}
+	// A machine enrolled by its BMC before it ever booted is found by the
+	// BMC LAN address the agent reads in-band, as long as no other
+	// identity of its own contradicts the report.
+	if bmcHost != "" {
+		for _, port := range []uint32{623, 443} {
+			var b inventoryv1.BmcAddressBinding
+			if _, err := record.Get(ctx, i.cfg.Store, bmcKey(bmcHost, port), &b); err != nil {
+				continue
+			}
+			m, err := i.GetMachine(ctx, b.GetMachineName())
+			if err != nil {
+				continue
+			}
+			if m.GetSerial() == "" && m.GetSystemUuid() == "" {
+				return m, flags, nil
+			}
 		}
 	}
 	for _, mac := range macs {

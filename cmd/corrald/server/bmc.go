@@ -51,9 +51,7 @@ func (s *Server) initBMC() error {
 	if err != nil {
 		return err
 	}
-	// The MachineServer is built before initBMC runs; it finds the
-	// control attached to the inventory.
-	s.inv.AttachBMC(bc)
+	s.bmc = bc
 	if cfg.PollInterval < 0 {
 		return nil
 	}

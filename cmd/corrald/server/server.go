@@ -69,6 +69,7 @@ type Server struct {
 	grpc   *grpc.Server
 	lis    net.Listener
 	inv    *inventory.Inventory
+	bmc    *inventory.BMCControl
 	// components run beside the gRPC server in Run (boot servers,
 	// pollers); each returns nil when its ctx ends.
 	components []component
@@ -187,8 +188,12 @@ func New(cfg Config) (*Server, error) {
 		grpc.ChainUnaryInterceptor(recoverUnary(s.log), logUnary(s.log), ic.Unary()),
 		grpc.ChainStreamInterceptor(recoverStream(s.log), ic.Stream()),
 	)
+	if err := s.initBMC(); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("bmc: %w", err)
+	}
 	pool.Register(s.grpc, p)
-	inventory.Register(s.grpc, &inventory.MachineServer{Inv: s.inv})
+	inventory.Register(s.grpc, &inventory.MachineServer{Inv: s.inv, BMC: s.bmc})
 	// Services later steps implement; until then they answer Unimplemented.
 	provisioningv1.RegisterBlockStorageServiceServer(s.grpc, provisioningv1.UnimplementedBlockStorageServiceServer{})
 	provisioningv1.RegisterVirtualMachineServiceServer(s.grpc, provisioningv1.UnimplementedVirtualMachineServiceServer{})
@@ -197,10 +202,6 @@ func New(cfg Config) (*Server, error) {
 	if err := s.initBoot(); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("boot: %w", err)
-	}
-	if err := s.initBMC(); err != nil {
-		lis.Close()
-		return nil, fmt.Errorf("bmc: %w", err)
 	}
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, hs)
