@@ -18,8 +18,6 @@ import (
 	"time"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
-	deploymentv1 "github.com/corralhq/corral/api/deployment/v1"
-	provisioningv1 "github.com/corralhq/corral/api/provisioning/v1"
 	"github.com/corralhq/corral/auth"
 	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/auth/pki"
@@ -194,10 +192,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	pool.Register(s.grpc, p)
 	inventory.Register(s.grpc, &inventory.MachineServer{Inv: s.inv, BMC: s.bmc})
-	// Services later steps implement; until then they answer Unimplemented.
-	provisioningv1.RegisterBlockStorageServiceServer(s.grpc, provisioningv1.UnimplementedBlockStorageServiceServer{})
-	provisioningv1.RegisterVirtualMachineServiceServer(s.grpc, provisioningv1.UnimplementedVirtualMachineServiceServer{})
-	deploymentv1.RegisterImageServiceServer(s.grpc, deploymentv1.UnimplementedImageServiceServer{})
+	if err := s.initHypervisor(p); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("hypervisor services: %w", err)
+	}
 	inventory.RegisterAgent(s.grpc, &inventory.AgentServer{Inv: s.inv})
 	if err := s.initBoot(); err != nil {
 		lis.Close()
