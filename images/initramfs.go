@@ -39,10 +39,12 @@ func (c *cpioWriter) pad() {
 	}
 }
 
-func (c *cpioWriter) entry(name string, mode uint32, data []byte) {
+func (c *cpioWriter) entry(name string, mode uint32, data []byte) { c.node(name, mode, data, 0, 0) }
+
+func (c *cpioWriter) node(name string, mode uint32, data []byte, rmajor, rminor int) {
 	c.ino++
 	hdr := fmt.Sprintf("070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
-		c.ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(name)+1, 0)
+		c.ino, mode, 0, 0, 1, 0, len(data), 0, 0, rmajor, rminor, len(name)+1, 0)
 	c.write([]byte(hdr))
 	c.write(append([]byte(name), 0))
 	c.pad()
@@ -57,14 +59,18 @@ func (c *cpioWriter) dir(name string) { c.entry(name, 0o040755, nil) }
 
 func (c *cpioWriter) trailer() { c.entry("TRAILER!!!", 0, nil) }
 
-// WriteInitramfs writes a newc cpio archive with the given files (path →
-// content, all mode 0755 executables when exec is true for that path),
-// creating parent directories listed in dirs first. Tests use it to wrap a
-// static /init.
+// WriteInitramfs writes a newc cpio archive with /dev/console (the kernel
+// needs it to give init a console), the directories in dirs, and the
+// given files (path → content; mode 0755 when exec is true for the path).
+// Tests use it to wrap a static /init.
 func WriteInitramfs(w io.Writer, dirs []string, files map[string][]byte, exec map[string]bool) error {
 	cw := &cpioWriter{w: w}
+	cw.dir("dev")
+	cw.node("dev/console", 0o020600, nil, 5, 1)
 	for _, d := range dirs {
-		cw.dir(d)
+		if d != "dev" {
+			cw.dir(d)
+		}
 	}
 	names := make([]string, 0, len(files))
 	for n := range files {

@@ -197,8 +197,14 @@ func (s *Server) read(filename string, rf io.ReaderFrom) error {
 	dur := time.Since(start)
 	attrs := map[string]string{"file": name, "bytes": strconv.FormatInt(n, 10), "size": strconv.Itoa(len(b)),
 		"duration_ms": strconv.FormatInt(dur.Milliseconds(), 10), "peer": peer.IP.String()}
+	if err != nil && n == 0 && strings.Contains(err.Error(), "code=8") {
+		// EDK2 asks for tsize first, then aborts (error 8, RFC 2347) and
+		// asks again for the file: normal.
+		s.log.Debug("tftp size probe", "peer", peer.String(), "mac", mac, "file", name)
+		s.event(mac, "tftp-size-probe", fmt.Sprintf("%s: client read the size (%d bytes) and closed, as EDK2 does before the download", name, len(b)), attrs)
+		return nil
+	}
 	if err != nil {
-		// EDK2 asks for tsize, then aborts and asks again: that is normal.
 		s.log.Info("tftp transfer ended early", "peer", peer.String(), "mac", mac, "file", name, "bytes", n, "err", err)
 		s.event(mac, "tftp-aborted", fmt.Sprintf("%s: %d of %d bytes: %v", name, n, len(b), err), attrs)
 		return nil
