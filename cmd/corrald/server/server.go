@@ -191,6 +191,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("bmc: %w", err)
 	}
 	pool.Register(s.grpc, p)
+	s.addComponent("node-heartbeat-sweep", (&pool.Sweeper{Pool: p}).Run)
 	inventory.Register(s.grpc, &inventory.MachineServer{Inv: s.inv, BMC: s.bmc})
 	if err := s.initHypervisor(p); err != nil {
 		lis.Close()
