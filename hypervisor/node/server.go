@@ -89,9 +89,27 @@ func (s *Server) FetchVolume(ctx context.Context, req *hypervisorv1.FetchVolumeR
 	return volumeProto(v), nil
 }
 
-// ResizeVolume grows a volume.
+// ResizeVolume grows a volume that no running VM holds open.
 func (s *Server) ResizeVolume(ctx context.Context, req *hypervisorv1.ResizeVolumeRequest) (*hypervisorv1.Volume, error) {
-	v, err := s.volumes.Resize(ctx, req.GetName(), req.GetSizeBytes())
+	var v volume.Volume
+	err := s.withBootLock(ctx, func() error {
+		vms, err := s.vms.List(ctx)
+		if err != nil {
+			return err
+		}
+		for _, m := range vms {
+			if m.PID == 0 {
+				continue
+			}
+			for _, d := range m.Spec.Disks {
+				if d.Volume == req.GetName() {
+					return hverr.Wrap(hverr.ErrInUse, "volume %q is open in running vm %q: shut it down first", req.GetName(), m.Spec.Name)
+				}
+			}
+		}
+		v, err = s.volumes.Resize(ctx, req.GetName(), req.GetSizeBytes())
+		return err
+	})
 	if err != nil {
 		return nil, toStatus(err)
 	}

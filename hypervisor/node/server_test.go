@@ -150,6 +150,9 @@ func TestServerLifecycle(t *testing.T) {
 	if _, err := s.DeleteVolume(ctx, &hypervisorv1.VolumeRequest{Name: "root1"}); code(err) != codes.FailedPrecondition {
 		t.Errorf("delete attached volume: %v", err)
 	}
+	if _, err := s.ResizeVolume(ctx, &hypervisorv1.ResizeVolumeRequest{Name: "root1", SizeBytes: 64 << 20}); code(err) != codes.FailedPrecondition {
+		t.Errorf("resize volume of a running vm: %v", err)
+	}
 	if _, err := s.DeleteVolume(ctx, &hypervisorv1.VolumeRequest{Name: "base"}); code(err) != codes.FailedPrecondition {
 		t.Errorf("delete backing volume: %v", err)
 	}
@@ -190,6 +193,9 @@ func TestServerLifecycle(t *testing.T) {
 	}
 	if _, err := s2.RebootVM(ctx, &hypervisorv1.VMRequest{Name: "vm1"}); code(err) != codes.FailedPrecondition {
 		t.Errorf("reboot of a shut down vm: %v", err)
+	}
+	if v, err := s2.ResizeVolume(ctx, &hypervisorv1.ResizeVolumeRequest{Name: "root1", SizeBytes: 64 << 20}); err != nil || v.GetSizeBytes() != 64<<20 {
+		t.Errorf("resize volume of a shut down vm: %v %v", v, err)
 	}
 	if g, err := s2.BootVM(ctx, &hypervisorv1.BootVMRequest{Vm: vm1}); err != nil || g.GetState() != hypervisorv1.VMState_VM_STATE_RUNNING {
 		t.Fatalf("boot after shutdown: %v %v", g, err)

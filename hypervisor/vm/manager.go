@@ -385,7 +385,14 @@ func (m *Manager) acpiShutdown(ctx context.Context, name string, p Paths) {
 		case <-t.C:
 		}
 		st, err := queryStatus(ctx, p.QMP)
-		if err != nil || st == "shutdown" {
+		switch {
+		case ctx.Err() != nil:
+			m.log.Warn("guest did not power off in time; stopping hard", "vm", name, "timeout", m.cfg.ShutdownTimeout)
+			return
+		case err != nil:
+			m.log.Info("qemu stopped answering during shutdown", "vm", name, "err", err)
+			return
+		case st == "shutdown":
 			m.log.Info("guest powered off", "vm", name)
 			return
 		}

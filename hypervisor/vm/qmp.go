@@ -14,38 +14,45 @@ import (
 // them when nobody listens). When ctx ends first the call returns ctx's
 // error; the connection is then closed as soon as the handshake is over
 // (go-qemu offers no way to interrupt the handshake itself).
-func qmpSession(ctx context.Context, sock string, fn func(mon *qmp.SocketMonitor) error) error {
+//
+// fn's result travels back over a channel, never through captured
+// variables: after a ctx expiry fn may still be running.
+func qmpSession(ctx context.Context, sock string, fn func(mon *qmp.SocketMonitor) (json.RawMessage, error)) (json.RawMessage, error) {
 	dialTimeout := 2 * time.Second
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < dialTimeout {
 		dialTimeout = max(time.Until(dl), time.Millisecond)
 	}
 	mon, err := qmp.NewSocketMonitor("unix", sock, dialTimeout)
 	if err != nil {
-		return fmt.Errorf("qmp %s: %w", sock, err)
+		return nil, fmt.Errorf("qmp %s: %w", sock, err)
 	}
-	done := make(chan error, 1)
+	type result struct {
+		out json.RawMessage
+		err error
+	}
+	done := make(chan result, 1)
 	connected := make(chan struct{})
 	go func() {
 		if err := mon.Connect(); err != nil {
 			close(connected)
 			mon.Disconnect()
-			done <- fmt.Errorf("qmp handshake: %w", err)
+			done <- result{err: fmt.Errorf("qmp handshake: %w", err)}
 			return
 		}
 		close(connected)
-		err := fn(mon)
+		out, err := fn(mon)
 		mon.Disconnect()
-		done <- err
+		done <- result{out, err}
 	}()
 	select {
-	case err := <-done:
-		return err
+	case r := <-done:
+		return r.out, r.err
 	case <-ctx.Done():
 		go func() {
 			<-connected
 			mon.Disconnect() // unblocks a pending Run; safe once Connect returned
 		}()
-		return fmt.Errorf("qmp %s: %w", sock, ctx.Err())
+		return nil, fmt.Errorf("qmp %s: %w", sock, ctx.Err())
 	}
 }
 
@@ -70,13 +77,9 @@ func qmpCommand(mon *qmp.SocketMonitor, execute string, args any) (json.RawMessa
 
 // qmpRun runs one command in its own session.
 func qmpRun(ctx context.Context, sock, execute string, args any) (json.RawMessage, error) {
-	var out json.RawMessage
-	err := qmpSession(ctx, sock, func(mon *qmp.SocketMonitor) error {
-		var err error
-		out, err = qmpCommand(mon, execute, args)
-		return err
+	return qmpSession(ctx, sock, func(mon *qmp.SocketMonitor) (json.RawMessage, error) {
+		return qmpCommand(mon, execute, args)
 	})
-	return out, err
 }
 
 // queryStatus returns QEMU's run state ("running", "paused", "prelaunch",
