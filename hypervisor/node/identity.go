@@ -169,3 +169,13 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 	return map[string]string{"authorization": "Bearer " + string(b)}, nil
 }
 func (bearer) RequireTransportSecurity() bool { return true }
+
+// DialOptions returns the gRPC options for calling the appliance as this
+// node: TLS trusting only the appliance CA and presenting the node
+// certificate (the appliance's interceptor then sees a NODE principal).
+// With them, poolv1.NewNodeServiceClient(conn) is a Registry for Run.
+func (id Identity) DialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		RootCAs: id.CAPool, Certificates: []tls.Certificate{id.Certificate}, MinVersion: tls.VersionTLS12,
+	}))}
+}

@@ -222,6 +222,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return nil
 	})
 	if cfg.Registry != nil {
+		if host, _ := advertise(cfg.Advertise, lis.Addr()); host == "" {
+			log.Warn("no address to advertise: the appliance cannot dial this node; set Advertise", "listen", lis.Addr().String())
+		}
 		g.Go(func() error { heartbeat(gctx, cfg, lis.Addr(), log); return nil })
 	}
 	return g.Wait()

@@ -198,6 +198,15 @@ func TestEnrol(t *testing.T) {
 			t.Errorf("%s: %v mode %v, want %v", f, err, st.Mode().Perm(), want)
 		}
 	}
+	// The stored identity dials the appliance with its certificate.
+	conn, err := grpc.NewClient(lis.Addr().String(), id.DialOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := nodev1.NewAgentServiceClient(conn).Join(ctx, &nodev1.JoinRequest{}); code(err) != codes.Unauthenticated {
+		t.Errorf("call with the node identity (no token): %v, want the fake's Unauthenticated", err)
+	}
 	// Second start: stored identity, no token, no appliance needed.
 	calls := js.calls
 	id2, err := Enrol(ctx, EnrolConfig{DataDir: dir, CACertPEM: ca.pem})

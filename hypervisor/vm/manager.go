@@ -203,6 +203,9 @@ func (m *Manager) Boot(ctx context.Context, spec Spec) (VM, error) {
 	isNew := os.IsNotExist(statErr)
 	if !isNew {
 		if pid, ok := processAlive(p.PIDFile, spec.Name); ok {
+			if old, err := m.readSpec(spec.Name); err == nil && !sameSpec(old, spec) {
+				m.log.Info("vm already running: spec changes apply at its next start", "vm", spec.Name)
+			}
 			return m.resume(ctx, spec.Name, p, pid)
 		}
 	}
@@ -589,6 +592,18 @@ func killWait(pid int, name, pidFile string, wait time.Duration) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// sameSpec compares specs ignoring the taps the Manager fills in.
+func sameSpec(a, b Spec) bool {
+	a.NICs, b.NICs = slices.Clone(a.NICs), slices.Clone(b.NICs)
+	for i := range a.NICs {
+		a.NICs[i].Tap = ""
+	}
+	for i := range b.NICs {
+		b.NICs[i].Tap = ""
+	}
+	return bytes.Equal(mustJSON(a), mustJSON(b))
 }
 
 func mustJSON(v any) []byte {
