@@ -11,11 +11,25 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// AgentServer is the gRPC edge agents on machines dial: Register and the
-// command Session. Join (node enrolment) comes with the hypervisor step.
+// AgentServer is the gRPC edge agents on machines dial: Register, the
+// command Session, and Join (node enrolment), which cmd wires because it
+// needs the CA.
 type AgentServer struct {
 	nodev1.UnimplementedAgentServiceServer
 	Inv *Inventory
+	// JoinFunc serves Join; nil answers Unimplemented.
+	JoinFunc func(ctx context.Context, req *nodev1.JoinRequest) (*nodev1.JoinResponse, error)
+}
+
+func (s *AgentServer) Join(ctx context.Context, req *nodev1.JoinRequest) (*nodev1.JoinResponse, error) {
+	if s.JoinFunc == nil {
+		return s.UnimplementedAgentServiceServer.Join(ctx, req)
+	}
+	resp, err := s.JoinFunc(ctx, req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return resp, nil
 }
 
 // RegisterAgent registers srv's AgentService on s.

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -219,4 +220,66 @@ func splitHosts(hosts []string) ([]net.IP, []string, error) {
 		return nil, nil, errors.New("pki: server certificate needs at least one host")
 	}
 	return ips, names, nil
+}
+
+// NodeValidity is how long a node identity issued by SignNodeCSR lasts.
+const NodeValidity = 365 * 24 * time.Hour
+
+// SignNodeCSR issues a node identity for the PKCS#10 request csrPEM: the
+// CA, not the request, decides the subject (CN = name, O = organization),
+// the usages (server and client auth: a node serves the appliance and
+// calls it) and the validity; from the request it takes only the public
+// key, after checking the request's signature, and its IP address SANs.
+// SANs are those IPs, hosts, and the DNS name = name. It returns the
+// certificate in PEM.
+func (ca *CA) SignNodeCSR(csrPEM []byte, name, organization string, hosts []string) ([]byte, error) {
+	if strings.TrimSpace(name) == "" {
+		return nil, errors.New("pki: sign node request: empty node name")
+	}
+	block, _ := pem.Decode(csrPEM)
+	if block == nil || block.Type != "CERTIFICATE REQUEST" {
+		return nil, errors.New("pki: sign node request: no PEM CERTIFICATE REQUEST block")
+	}
+	csr, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("pki: sign node request: %w", err)
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, fmt.Errorf("pki: sign node request: bad signature: %w", err)
+	}
+	sans := append([]string{name}, hosts...)
+	for _, ip := range csr.IPAddresses {
+		sans = append(sans, ip.String())
+	}
+	ips, names, err := splitHosts(sans)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	if !now.Before(ca.cert.NotAfter) {
+		return nil, fmt.Errorf("pki: CA expired at %s", ca.cert.NotAfter.UTC().Format(time.RFC3339))
+	}
+	serial, err := randomSerial()
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: name, Organization: []string{organization}},
+		DNSNames:              names,
+		IPAddresses:           ips,
+		KeyUsage:              x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		NotBefore:             now.Add(-backdate),
+		NotAfter:              now.Add(NodeValidity),
+		BasicConstraintsValid: true,
+	}
+	if tmpl.NotAfter.After(ca.cert.NotAfter) {
+		tmpl.NotAfter = ca.cert.NotAfter
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, csr.PublicKey, ca.signer)
+	if err != nil {
+		return nil, fmt.Errorf("pki: sign node request: %w", err)
+	}
+	return encodeCertPEM(der), nil
 }

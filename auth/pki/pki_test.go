@@ -2,8 +2,13 @@ package pki
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"net"
 	"os"
 	"path/filepath"
@@ -386,5 +391,43 @@ func TestLocalHosts(t *testing.T) {
 	ca := mustCA(t, t.TempDir())
 	if _, err := ca.EnsureServerCert(filepath.Join(t.TempDir(), "not", "yet"), hosts); err != nil {
 		t.Errorf("EnsureServerCert(LocalHosts()): %v", err)
+	}
+}
+
+func TestSignNodeCSR(t *testing.T) {
+	ca, err := EnsureCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	// The request asks for a different CN and no usages: the CA decides.
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "evil", Organization: []string{"admins"}}}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+	certPEM, err := ca.SignNodeCSR(csr, "node-1", "corral:node", []string{"10.0.0.11"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := parseCertPEM(certPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cert.Subject.CommonName != "node-1" || len(cert.Subject.Organization) != 1 || cert.Subject.Organization[0] != "corral:node" {
+		t.Fatalf("subject %v", cert.Subject)
+	}
+	for _, name := range []string{"node-1", "10.0.0.11"} {
+		if _, err := cert.Verify(x509.VerifyOptions{DNSName: name, Roots: ca.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			t.Errorf("verify for %s: %v", name, err)
+		}
+	}
+	if _, err := ca.SignNodeCSR([]byte("garbage"), "node-1", "corral:node", nil); err == nil {
+		t.Fatal("garbage request signed")
+	}
+	tampered := append([]byte{}, der...)
+	tampered[len(tampered)-5] ^= 0xff
+	if _, err := ca.SignNodeCSR(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: tampered}), "node-1", "corral:node", nil); err == nil {
+		t.Fatal("request with a bad signature signed")
 	}
 }

@@ -1,6 +1,6 @@
 // Command corral-node is the agent that runs on machines: `discover` in the
-// discovery initramfs (as the u-root uinit) and, later, `hypervisor` on
-// installed nodes. Nothing it imports may reach bbolt, etcd, bmclib or
+// discovery initramfs (as the u-root uinit) and `hypervisor` on installed
+// nodes. Nothing it imports may reach bbolt, etcd, bmclib or
 // Corral's store/, ipmi/ or boot/ (see guards_test.go at the module root).
 package main
 
@@ -39,8 +39,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "discover":
 		return runDiscover(ctx, args[1:], stdout, stderr)
+	case "hypervisor":
+		return runHypervisor(ctx, args[1:], stderr)
 	}
-	return fmt.Errorf("unknown command %q (commands: discover, version)", args[0])
+	return fmt.Errorf("unknown command %q (commands: discover, hypervisor, version)", args[0])
 }
 
 func runDiscover(ctx context.Context, args []string, stdout, stderr io.Writer) error {

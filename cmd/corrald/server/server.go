@@ -183,7 +183,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.grpc = grpc.NewServer(
 		grpc.Creds(credentialsFromTLS(tlsCfg)),
-		grpc.ChainUnaryInterceptor(recoverUnary(s.log), logUnary(s.log), ic.Unary()),
+		grpc.ChainUnaryInterceptor(recoverUnary(s.log), logUnary(s.log), ic.Unary(), nodeIdentity()),
 		grpc.ChainStreamInterceptor(recoverStream(s.log), ic.Stream()),
 	)
 	if err := s.initBMC(); err != nil {
@@ -197,7 +197,7 @@ func New(cfg Config) (*Server, error) {
 		lis.Close()
 		return nil, fmt.Errorf("hypervisor services: %w", err)
 	}
-	inventory.RegisterAgent(s.grpc, &inventory.AgentServer{Inv: s.inv})
+	inventory.RegisterAgent(s.grpc, &inventory.AgentServer{Inv: s.inv, JoinFunc: s.join})
 	if err := s.initBoot(); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("boot: %w", err)
@@ -208,6 +208,8 @@ func New(cfg Config) (*Server, error) {
 	ok = true
 	return s, nil
 }
+
+const authRoleNode = authv1.Role_ROLE_NODE
 
 func isUnspecified(h string) bool {
 	ip := net.ParseIP(h)

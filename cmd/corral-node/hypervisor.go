@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+
+	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	"github.com/corralhq/corral/hypervisor/node"
+	"google.golang.org/grpc"
+)
+
+// runHypervisor is `corral-node hypervisor`: enrol with the appliance once
+// (token → node certificate, kept in the data dir), then serve the
+// HypervisorService over mTLS and register + heartbeat the Node.
+func runHypervisor(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hypervisor", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	name := fs.String("name", envOr("CORRAL_NODE_NAME", hostname()), "node name in the pool (env CORRAL_NODE_NAME)")
+	join := fs.String("join", os.Getenv("CORRAL_JOIN"), "appliance API host:port (env CORRAL_JOIN)")
+	token := fs.String("token", os.Getenv("CORRAL_TOKEN"), "node token from `corrald token create --role node`, needed only for the first start (env CORRAL_TOKEN)")
+	caCert := fs.String("ca-cert", os.Getenv("CORRAL_CA_CERT"), "appliance CA certificate file (env CORRAL_CA_CERT)")
+	dataDir := fs.String("data-dir", envOr("CORRAL_DATA_DIR", "/var/lib/corral-node"), "node data directory: identity, volumes, VMs (env CORRAL_DATA_DIR)")
+	listen := fs.String("listen", envOr("CORRAL_LISTEN", ":20181"), "HypervisorService listen address (env CORRAL_LISTEN)")
+	advertise := fs.String("advertise", os.Getenv("CORRAL_ADVERTISE"), "address the appliance dials this node on (default: the host of --listen) (env CORRAL_ADVERTISE)")
+	uplink := fs.String("uplink", os.Getenv("CORRAL_UPLINK"), "interface for VLAN sub-interfaces; empty = host-local networks only (env CORRAL_UPLINK)")
+	rack := fs.String("rack", os.Getenv("CORRAL_RACK"), "rack label (scheduling spreads across racks) (env CORRAL_RACK)")
+	datacenter := fs.String("datacenter", os.Getenv("CORRAL_DATACENTER"), "datacenter (env CORRAL_DATACENTER)")
+	accel := fs.String("accel", envOr("CORRAL_ACCEL", "auto"), "accelerator: auto (KVM when it works, else TCG), kvm or tcg (env CORRAL_ACCEL)")
+	var labels labelFlag
+	fs.Var(&labels, "label", "label KEY=VALUE on the Node (repeatable)")
+	verbose := fs.Bool("v", false, "debug logging")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if *join == "" || *caCert == "" {
+		return errors.New("hypervisor: --join and --ca-cert are required")
+	}
+	if _, _, err := net.SplitHostPort(*join); err != nil {
+		return fmt.Errorf("hypervisor: --join %q: want host:port", *join)
+	}
+	caPEM, err := os.ReadFile(*caCert)
+	if err != nil {
+		return fmt.Errorf("hypervisor: --ca-cert: %w", err)
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	adv := *advertise
+	if adv == "" {
+		if h, _, err := net.SplitHostPort(*listen); err == nil && h != "" && !net.ParseIP(h).IsUnspecified() {
+			adv = h
+		}
+	}
+	var hosts []string
+	if adv != "" {
+		hosts = append(hosts, adv)
+	}
+	id, err := node.Enrol(ctx, node.EnrolConfig{Name: *name, DataDir: *dataDir, Join: *join, Token: *token, CACertPEM: caPEM, Hosts: hosts})
+	if err != nil {
+		return fmt.Errorf("hypervisor: enrol with %s: %w", *join, err)
+	}
+	conn, err := grpc.NewClient(*join, id.DialOptions()...)
+	if err != nil {
+		return fmt.Errorf("hypervisor: dial %s: %w", *join, err)
+	}
+	defer conn.Close()
+	return node.Run(ctx, node.Config{
+		Name: *name, DataDir: *dataDir, Listen: *listen, Advertise: adv,
+		CAPool: id.CAPool, Certificate: id.Certificate,
+		Registry: poolv1.NewNodeServiceClient(conn),
+		Uplink:   *uplink, Rack: *rack, Datacenter: *datacenter, Labels: labels.m,
+		Accel: *accel, Logger: log.With("node", *name),
+	})
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}
+
+// labelFlag collects repeatable KEY=VALUE flags.
+type labelFlag struct{ m map[string]string }
+
+func (l *labelFlag) String() string { return fmt.Sprint(l.m) }
+
+func (l *labelFlag) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("label %q: want KEY=VALUE", v)
+	}
+	if l.m == nil {
+		l.m = map[string]string{}
+	}
+	l.m[k] = val
+	return nil
+}

@@ -1,0 +1,56 @@
+package server
+
+import (
+	"context"
+
+	nodev1 "github.com/corralhq/corral/api/node/v1"
+	"github.com/corralhq/corral/auth"
+	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/inventory"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// join serves AgentService.Join: a caller holding a node token (or admin)
+// exchanges a certificate request for a node identity signed by the CA
+// (CN = node name, O = corral:node, server and client usages).
+func (s *Server) join(ctx context.Context, req *nodev1.JoinRequest) (*nodev1.JoinResponse, error) {
+	if err := inventory.CheckName(req.GetName()); err != nil {
+		return nil, apierr.Invalidf("node name: %v", err)
+	}
+	p, _ := auth.FromContext(ctx)
+	certPEM, err := s.ca.SignNodeCSR([]byte(req.GetCsrPem()), req.GetName(), auth.NodeOrganization, nil)
+	if err != nil {
+		return nil, apierr.Invalidf("%v", err)
+	}
+	s.log.Info("node joined: certificate issued", "node", req.GetName(), "token_id", p.ID, "role", p.Role.String())
+	return &nodev1.JoinResponse{CertPem: string(certPEM), CaCertPem: string(s.ca.CertPEM())}, nil
+}
+
+// nodeIdentity is a unary interceptor: a NODE principal may apply only the
+// Node its certificate names, and never with a token (a node token is for
+// Join only).
+func nodeIdentity() grpc.UnaryServerInterceptor {
+	const applyNode = "/corral.pool.v1.NodeService/ApplyNode"
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if info.FullMethod != applyNode {
+			return h(ctx, req)
+		}
+		p, ok := auth.FromContext(ctx)
+		if !ok || p.Role != authRoleNode {
+			return h(ctx, req)
+		}
+		name := ""
+		if r, ok := req.(interface{ GetName() string }); ok {
+			name = r.GetName()
+		}
+		if p.ID != "" {
+			return nil, status.Error(codes.PermissionDenied, "a node token may only be used to Join; ApplyNode needs the node's certificate")
+		}
+		if p.Subject != name {
+			return nil, status.Errorf(codes.PermissionDenied, "node certificate %q may not apply node %q", p.Subject, name)
+		}
+		return h(ctx, req)
+	}
+}
