@@ -346,10 +346,16 @@ func TestRelay(t *testing.T) {
 	if ones, _ := offer.SubnetMask().Size(); ones != 24 {
 		t.Errorf("mask /%d", ones)
 	}
-	// Exhaust the 3-address relay range; the 4th client gets nothing.
-	for i := 10; i < 12; i++ {
-		if o, _ := f.do(t, discover(t, mac(i), plain, dhcpv4.WithGatewayIP(giaddr))); o == nil {
+	// Lease the whole 3-address relay range; the 4th client gets nothing.
+	for i := 8; i < 11; i++ {
+		o, _ := f.do(t, discover(t, mac(i), plain, dhcpv4.WithGatewayIP(giaddr)))
+		if o == nil {
 			t.Fatalf("client %d: no offer", i)
+		}
+		req, _ := dhcpv4.NewRequestFromOffer(o)
+		req.GatewayIPAddr = giaddr
+		if a, _ := f.do(t, req); a == nil || a.MessageType() != dhcpv4.MessageTypeAck {
+			t.Fatalf("client %d: no ACK: %v", i, a)
 		}
 	}
 	if o, _ := f.do(t, discover(t, mac(12), plain, dhcpv4.WithGatewayIP(giaddr))); o != nil {
@@ -500,4 +506,14 @@ func TestParseMode(t *testing.T) {
 	if _, err := ParseMode("auto"); err == nil {
 		t.Error("auto accepted")
 	}
+}
+
+func TestFloodDoesNotLockOut(t *testing.T) {
+	f := newFixture(t, ModeFull, func(c *Config) {
+		c.Ranges = []Range{{Subnet: netip.MustParsePrefix("10.0.0.0/24"), Start: netip.MustParseAddr("10.0.0.100"), End: netip.MustParseAddr("10.0.0.104")}}
+	})
+	for i := range 50 {
+		f.do(t, discover(t, mac(5000+i), plain))
+	}
+	f.dora(t, mac(1), biosPXE)
 }

@@ -153,7 +153,7 @@ func reclaimable(l *bootv1.Lease, now time.Time) bool {
 // Offer picks an address for mac in r and reserves it for 30 s: the
 // client's current or last address in r (sticky), else the requested one
 // when free, else the lowest never-used address, else the longest-expired
-// lease of another client.
+// lease of another client, else the oldest pending offer to another client.
 func (p *leases) Offer(mac string, r Range, requested netip.Addr) (netip.Addr, error) {
 	now := p.now()
 	p.mu.Lock()
@@ -196,6 +196,24 @@ func (p *leases) Offer(mac string, r Range, requested netip.Addr) (netip.Addr, e
 		}
 		if !best.IsValid() || e.l.GetExpiresUnix() < bestAt {
 			best, bestAt = a, e.l.GetExpiresUnix()
+		}
+	}
+	if best.IsValid() {
+		return pick(best), nil
+	}
+	// Last, take the oldest pending offer of another client: an offer is
+	// not a commitment, and a flood of DISCOVERs from random MACs that
+	// never REQUEST must not lock real clients out.
+	var oldest time.Time
+	for a, o := range p.offers {
+		if !r.Contains(a) || o.mac == mac {
+			continue
+		}
+		if e, used := p.byIP[a]; used && !reclaimable(e.l, now) && e.l.GetMac() != "" {
+			continue
+		}
+		if !best.IsValid() || o.until.Before(oldest) {
+			best, oldest = a, o.until
 		}
 	}
 	if best.IsValid() {
