@@ -353,7 +353,7 @@ func (s *Server) dispatch(ctx context.Context, conn net.PacketConn, peer net.Add
 	}
 	s.handlers.Add(1)
 	defer func() { <-s.sem; s.handlers.Done() }()
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 	defer cancel()
 	up, _ := peer.(*net.UDPAddr)
 	reply, dst := s.Respond(hctx, m, up, port)
@@ -599,7 +599,12 @@ func (s *Server) respondFull(ctx context.Context, m *dhcpv4.DHCPv4, mac string) 
 	switch m.MessageType() {
 	case dhcpv4.MessageTypeDiscover:
 		s.identify(ctx, c, attrs)
-		s.event(mac, "discover", describe("DISCOVER", c), attrs)
+		// Clients that do not network-boot get their lease events only
+		// (ack, nak, release, decline): the timeline is about booting, and
+		// it costs a store write per entry.
+		if c.NetBoot() {
+			s.event(mac, "discover", describe("DISCOVER", c), attrs)
+		}
 		ip, err := s.leases.Offer(mac, r, addrOf(m.RequestedIPAddress()))
 		if err != nil {
 			s.log.Warn("no address to offer", "mac", mac, "range", r.String(), "err", err)
@@ -611,8 +616,10 @@ func (s *Server) respondFull(ctx context.Context, m *dhcpv4.DHCPv4, mac string) 
 		if err != nil {
 			return nil, nil
 		}
-		a := bootAttrs(map[string]string{"ip": ip.String(), "range": r.String(), "reason": b.Reason}, b)
-		s.event(mac, "offer", fmt.Sprintf("OFFER %s, boot %s %s (%s)", ip, b.Kind, b.File, b.Reason), a)
+		if c.NetBoot() {
+			a := bootAttrs(map[string]string{"ip": ip.String(), "range": r.String(), "reason": b.Reason}, b)
+			s.event(mac, "offer", fmt.Sprintf("OFFER %s, boot %s %s (%s)", ip, b.Kind, b.File, b.Reason), a)
+		}
 		return rep, dst
 	case dhcpv4.MessageTypeRequest:
 		return s.request(ctx, m, mac, c, r, attrs, dst)
