@@ -171,6 +171,9 @@ and --token/$CORRAL_TOKEN override its endpoint and token.`,
 		inv.nodeCommand(),
 		inv.networkCommand(),
 		inv.machineCommand(),
+		inv.vmCommand(),
+		inv.bsCommand(),
+		inv.imageCommand(),
 		inv.versionCommand(),
 	)
 	return root

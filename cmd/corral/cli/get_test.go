@@ -165,20 +165,20 @@ m2     DISCOVERED   -        UNSPECIFIED   aa:bb:cc:dd:ee:02   -
 		},
 		"virtual machines table": {
 			args: []string{"get", "vm"},
-			want: `NAME   STATE     NODE   CPU     MEMORY   BLOCK-STORAGES   ADDRESSES
-vm1    RUNNING   n1     2000m   4GiB     disk1            192.168.0.10
+			want: `NAME   STATE     NODE   CPU       MEMORY    DISKS   ADDRESSES
+vm1    RUNNING   n1     0/2000m   0B/4GiB   disk1   lan=192.168.0.10
 `,
 		},
 		"block storages table": {
 			args: []string{"get", "bs"},
-			want: `NAME    STATE    NODE   REQUEST   LIMIT
-disk1   IN_USE   n1     10GiB     20GiB
+			want: `NAME    STATE    NODE   SIZE          USED-BY
+disk1   IN_USE   n1     10GiB/20GiB   -
 `,
 		},
 		"images table": {
 			args: []string{"get", "images"},
-			want: `NAME     BLOCK-STORAGES   TAGS
-debian   debian-12        latest=debian-12
+			want: `NAME     TAGS               REGISTERED
+debian   latest=debian-12   debian-12
 `,
 		},
 	}

@@ -228,23 +228,36 @@ var networkKind = &kind{
 var virtualMachineKind = &kind{
 	name:    "virtual_machine",
 	aliases: []string{"vm", "vms", "virtual_machines"},
-	columns: []string{"NAME", "STATE", "NODE", "CPU", "MEMORY", "BLOCK-STORAGES", "ADDRESSES"},
+	columns: []string{"NAME", "STATE", "NODE", "CPU", "MEMORY", "DISKS", "ADDRESSES"},
 	row: func(m proto.Message) []string {
 		vm := m.(*provisioningv1.VirtualMachine)
 		var addrs []string
 		for _, nic := range vm.GetNics() {
-			for _, a := range []string{nic.GetIpv4Address(), nic.GetIpv6Address()} {
-				if a != "" {
-					addrs = append(addrs, a)
+			var a []string
+			for _, ip := range []string{nic.GetIpv4Address(), nic.GetIpv6Address()} {
+				if ip != "" {
+					a = append(a, nic.GetNetworkName()+"="+ip)
 				}
 			}
+			if len(a) == 0 {
+				a = []string{nic.GetNetworkName()}
+			}
+			addrs = append(addrs, a...)
+		}
+		state := stateName(vm.GetState().String(), "")
+		if vm.GetAnnotations()[annVMNodeStatus] != "" {
+			state += "(unverified)"
+		}
+		cpu := fmt.Sprintf("%dm", vm.GetLimitCpuMilliCore())
+		if r := vm.GetRequestCpuMilliCore(); r != vm.GetLimitCpuMilliCore() {
+			cpu = fmt.Sprintf("%d/%dm", r, vm.GetLimitCpuMilliCore())
 		}
 		return []string{
 			vm.GetName(),
-			stateName(vm.GetState().String(), ""),
+			state,
 			cell(vm.GetComputeNodeName()),
-			fmt.Sprintf("%dm", vm.GetLimitCpuMilliCore()),
-			humanBytes(vm.GetLimitMemoryBytes()),
+			cpu,
+			sizePair(vm.GetRequestMemoryBytes(), vm.GetLimitMemoryBytes()),
 			cell(strings.Join(vm.GetBlockStorageNames(), ",")),
 			cell(strings.Join(addrs, ",")),
 		}
@@ -270,15 +283,15 @@ var virtualMachineKind = &kind{
 var blockStorageKind = &kind{
 	name:    "block_storage",
 	aliases: []string{"bs", "block_storages"},
-	columns: []string{"NAME", "STATE", "NODE", "REQUEST", "LIMIT"},
+	columns: []string{"NAME", "STATE", "NODE", "SIZE", "USED-BY"},
 	row: func(m proto.Message) []string {
 		bs := m.(*provisioningv1.BlockStorage)
 		return []string{
 			bs.GetName(),
 			stateName(bs.GetState().String(), ""),
 			cell(bs.GetNodeName()),
-			humanBytes(bs.GetRequestBytes()),
-			humanBytes(bs.GetLimitBytes()),
+			sizePair(bs.GetRequestBytes(), bs.GetLimitBytes()),
+			bsUsedBy(bs),
 		}
 	},
 	list: func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error) {
@@ -321,7 +334,7 @@ var blockStorageKind = &kind{
 var imageKind = &kind{
 	name:    "image",
 	aliases: []string{"images"},
-	columns: []string{"NAME", "BLOCK-STORAGES", "TAGS"},
+	columns: []string{"NAME", "TAGS", "REGISTERED"},
 	row: func(m proto.Message) []string {
 		img := m.(*deploymentv1.Image)
 		var bss, tags []string
@@ -331,7 +344,7 @@ var imageKind = &kind{
 		for t, bs := range img.GetTags() {
 			tags = append(tags, t+"="+bs)
 		}
-		return []string{img.GetName(), joinSorted(bss), joinSorted(tags)}
+		return []string{img.GetName(), joinSorted(tags), joinSorted(bss)}
 	},
 	list: func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error) {
 		resp, err := deploymentv1.NewImageServiceClient(cc).ListImages(ctx, &deploymentv1.ListImagesRequest{})
