@@ -9,6 +9,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
+	"io"
 	"log/slog"
 	"math/big"
 	"net"
@@ -162,7 +164,9 @@ var (
 		req := &reflectionpb.ServerReflectionRequest{
 			MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{},
 		}
-		if err := stream.Send(req); err != nil {
+		// On io.EOF from Send the stream has ended; its status comes from
+		// Recv (grpc.ClientStream contract).
+		if err := stream.Send(req); err != nil && !errors.Is(err, io.EOF) {
 			return err
 		}
 		_, err = stream.Recv()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/record"
 	"google.golang.org/protobuf/proto"
@@ -27,9 +28,9 @@ const (
 // BMC sentinel errors; adapters wrap them so toStatus can map them.
 var (
 	// ErrBMCAuth: the BMC rejected the credentials.
-	ErrBMCAuth = errors.New("BMC authentication failed")
+	ErrBMCAuth = fmt.Errorf("%w: BMC authentication failed", apierr.ErrPrecondition)
 	// ErrBMCFailed: the BMC understood the request and refused it.
-	ErrBMCFailed = errors.New("BMC operation failed")
+	ErrBMCFailed = fmt.Errorf("%w: BMC operation failed", apierr.ErrPrecondition)
 )
 
 // FlagBMCAddressMismatch starts a machine flag set when the agent reads a

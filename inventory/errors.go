@@ -1,32 +1,22 @@
 package inventory
 
-import (
-	"errors"
-	"fmt"
-)
+import "github.com/corralhq/corral/internal/apierr"
 
-// Sentinel errors; toStatus maps them to gRPC codes.
+// Sentinel errors (the shared classes of internal/apierr); toStatus maps
+// them to gRPC codes.
 var (
-	ErrInvalid       = errors.New("invalid argument")
-	ErrNotFound      = errors.New("not found")
-	ErrAlreadyExists = errors.New("already exists")
-	ErrPrecondition  = errors.New("failed precondition")
+	ErrInvalid       = apierr.ErrInvalid
+	ErrNotFound      = apierr.ErrNotFound
+	ErrAlreadyExists = apierr.ErrAlreadyExists
+	ErrPrecondition  = apierr.ErrPrecondition
 	// ErrUnavailable: a dependency (a BMC, an agent) could not be reached.
-	ErrUnavailable = errors.New("unavailable")
+	ErrUnavailable = apierr.ErrUnavailable
 )
 
-func invalidf(format string, a ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))
-}
-
-func notFoundf(format string, a ...any) error {
-	return fmt.Errorf("%w: %s", ErrNotFound, fmt.Sprintf(format, a...))
-}
-
-func existsf(format string, a ...any) error {
-	return fmt.Errorf("%w: %s", ErrAlreadyExists, fmt.Sprintf(format, a...))
-}
-
-func preconditionf(format string, a ...any) error {
-	return fmt.Errorf("%w: %s", ErrPrecondition, fmt.Sprintf(format, a...))
-}
+var (
+	invalidf      = apierr.Invalidf
+	notFoundf     = apierr.NotFoundf
+	existsf       = apierr.Existsf
+	preconditionf = apierr.Preconditionf
+	toStatus      = apierr.ToStatus
+)

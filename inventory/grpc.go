@@ -2,14 +2,9 @@ package inventory
 
 import (
 	"context"
-	"errors"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
-	"github.com/corralhq/corral/store"
-	"github.com/corralhq/corral/store/record"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
@@ -26,38 +21,6 @@ type MachineServer struct {
 // Register registers srv's MachineService on s.
 func Register(s grpc.ServiceRegistrar, srv *MachineServer) {
 	inventoryv1.RegisterMachineServiceServer(s, srv)
-}
-
-// toStatus is the one place inventory errors become gRPC status codes.
-func toStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	code := codes.Internal
-	switch {
-	case errors.Is(err, ErrInvalid):
-		code = codes.InvalidArgument
-	case errors.Is(err, ErrNotFound), errors.Is(err, store.ErrNotFound):
-		code = codes.NotFound
-	case errors.Is(err, ErrAlreadyExists):
-		code = codes.AlreadyExists
-	case errors.Is(err, ErrPrecondition), errors.Is(err, ErrBMCAuth), errors.Is(err, ErrBMCFailed):
-		code = codes.FailedPrecondition
-	case errors.Is(err, ErrUnavailable):
-		code = codes.Unavailable
-	case errors.Is(err, context.DeadlineExceeded):
-		code = codes.DeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		code = codes.Canceled
-	case errors.Is(err, store.ErrClosed):
-		code = codes.Unavailable
-	case errors.Is(err, store.ErrCorrupt), errors.Is(err, record.ErrSchema):
-		code = codes.DataLoss
-	}
-	return status.Error(code, err.Error())
 }
 
 func (s *MachineServer) ListMachines(ctx context.Context, req *inventoryv1.ListMachinesRequest) (*inventoryv1.ListMachinesResponse, error) {

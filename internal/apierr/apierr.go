@@ -28,8 +28,19 @@ var (
 	ErrUnavailable = errors.New("unavailable")
 )
 
+// classed is an error of a class whose text does not repeat the class
+// (the gRPC code already says it): "node \"n1\": cpu request ..." rather
+// than "resource exhausted: node \"n1\": ...".
+type classed struct {
+	class error
+	msg   string
+}
+
+func (e *classed) Error() string { return e.msg }
+func (e *classed) Unwrap() error { return e.class }
+
 func wrapf(class error, format string, a []any) error {
-	return fmt.Errorf("%w: %s", class, fmt.Sprintf(format, a...))
+	return &classed{class: class, msg: fmt.Sprintf(format, a...)}
 }
 
 // Invalidf returns an error of class ErrInvalid.

@@ -40,3 +40,13 @@ func TestToStatus(t *testing.T) {
 		t.Fatal("nil error mapped to a status")
 	}
 }
+
+func TestMessageDoesNotRepeatClass(t *testing.T) {
+	err := Invalidf("node %q: bad", "n1")
+	if err.Error() != `node "n1": bad` || !errors.Is(err, ErrInvalid) {
+		t.Fatalf("%q", err)
+	}
+	if st := status.Convert(ToStatus(fmt.Errorf("apply: %w", err))); st.Message() != `apply: node "n1": bad` {
+		t.Fatalf("status message %q", st.Message())
+	}
+}

@@ -2,11 +2,17 @@ package server
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -21,7 +27,9 @@ import (
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/auth/pki"
 	"github.com/corralhq/corral/store"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -86,7 +94,7 @@ func TestRoles(t *testing.T) {
 		"viewer apply":     {"viewer", apply, codes.PermissionDenied},
 		"operator apply":   {"operator", apply, codes.OK},
 		"admin apply":      {"admin", apply, codes.OK},
-		"node apply":       {"node", apply, codes.OK},
+		"node token apply": {"node", apply, codes.PermissionDenied},
 		"node list":        {"node", list, codes.PermissionDenied},
 		"viewer machines":  {"viewer", machines, codes.OK},
 	}
@@ -345,4 +353,45 @@ func TestServerSendsCA(t *testing.T) {
 		}
 	}
 	t.Fatalf("the server's chain does not include the CA (fingerprint %s)", want)
+}
+
+// TestJoinAndNodeIdentity: a node token buys a certificate through Join;
+// with it the node may apply its own Node and no other.
+func TestJoinAndNodeIdentity(t *testing.T) {
+	srv, cc := startServer(t, t.TempDir())
+	ctx := context.Background()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, _ := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{IPAddresses: []net.IP{net.ParseIP("10.0.0.11")}}, key)
+	csr := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
+
+	// A viewer token cannot join; a node token can.
+	if _, err := nodev1.NewAgentServiceClient(dial(t, cc, newToken(t, srv, authv1.Role_ROLE_VIEWER))).Join(ctx, &nodev1.JoinRequest{Name: "node-1", CsrPem: csr}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("viewer Join: %v", err)
+	}
+	resp, err := nodev1.NewAgentServiceClient(dial(t, cc, newToken(t, srv, authv1.Role_ROLE_NODE))).Join(ctx, &nodev1.JoinRequest{Name: "node-1", CsrPem: csr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodev1.NewAgentServiceClient(dial(t, cc, newToken(t, srv, authv1.Role_ROLE_NODE))).Join(ctx, &nodev1.JoinRequest{Name: "node-1", CsrPem: "garbage"}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("garbage CSR: %v", err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	cert, err := tls.X509KeyPair([]byte(resp.GetCertPem()), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(cc.Endpoint, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{cert}, RootCAs: srv.CA().Pool(), ServerName: "127.0.0.1",
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	nodes := poolv1.NewNodeServiceClient(conn)
+	if _, err := nodes.ApplyNode(ctx, &poolv1.ApplyNodeRequest{Name: "node-1", CpuMilliCores: 1000, MemoryBytes: gib}); err != nil {
+		t.Fatalf("node-1 applying itself: %v", err)
+	}
+	if _, err := nodes.ApplyNode(ctx, &poolv1.ApplyNodeRequest{Name: "node-2", CpuMilliCores: 1000, MemoryBytes: gib}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("node-1 applying node-2: %v", err)
+	}
 }
