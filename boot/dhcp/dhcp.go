@@ -599,9 +599,11 @@ func (s *Server) respondFull(ctx context.Context, m *dhcpv4.DHCPv4, mac string) 
 	switch m.MessageType() {
 	case dhcpv4.MessageTypeDiscover:
 		s.identify(ctx, c, attrs)
-		// Clients that do not network-boot get their lease events only
-		// (ack, nak, release, decline): the timeline is about booting, and
-		// it costs a store write per entry.
+		// Clients that do not network-boot (no option 60/77/93/175: BMCs,
+		// switches, load generators) get only their problems on the
+		// timeline (nak, decline, no-offer, ignored), not every DISCOVER,
+		// OFFER and ACK: the timeline is about booting, each entry is a
+		// store write, and their lease is in the store anyway.
 		if c.NetBoot() {
 			s.event(mac, "discover", describe("DISCOVER", c), attrs)
 		}
@@ -747,9 +749,11 @@ func (s *Server) request(ctx context.Context, m *dhcpv4.DHCPv4, mac string, c Cl
 	if err != nil {
 		return nil, nil
 	}
-	a := bootAttrs(attrs, b)
-	a["expires"] = time.Unix(l.GetExpiresUnix(), 0).UTC().Format(time.RFC3339)
-	s.event(mac, "ack", fmt.Sprintf("ACK %s (%s) until %s, boot %s %s", ip, state, a["expires"], b.Kind, b.File), a)
+	if c.NetBoot() {
+		a := bootAttrs(attrs, b)
+		a["expires"] = time.Unix(l.GetExpiresUnix(), 0).UTC().Format(time.RFC3339)
+		s.event(mac, "ack", fmt.Sprintf("ACK %s (%s) until %s, boot %s %s", ip, state, a["expires"], b.Kind, b.File), a)
+	}
 	return rep, dst
 }
 

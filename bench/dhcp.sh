@@ -1,0 +1,89 @@
+#!/bin/sh
+# DHCP benchmark: perfdhcp DORA sweep (new clients at each offered rate,
+# fresh server state per step) against corrald (full mode, leases durable
+# in bbolt on disk), Kea (kea-dhcp4-server, memfile on disk, single
+# thread) and dnsmasq (--no-ping, lease file on disk); then DORA latency
+# at half corrald's knee and a burst of new clients (bench/cmd/dora).
+# Server pinned to one core. Prints figures; asserts nothing.
+# Usage: bench/dhcp.sh [servers...]   (default: corrald kea dnsmasq)
+. "$(dirname "$0")/lib.sh"
+RATES=${RATES:-"1000 2000 3000 4000 5000 6000 8000 10000 12000 16000"}
+PERIOD=${PERIOD:-5}
+BURST=${BURST:-3000}
+SERVERS=${*:-corrald kea dnsmasq}
+for t in perfdhcp; do command -v $t >/dev/null || { log "missing $t (Debian package kea-admin)"; exit 1; }; done
+setup
+
+start_server() {
+	st=$OUT/state-$1
+	rm -rf "$st"
+	mkdir -p "$st"
+	case $1 in
+	corrald)
+		serve corrald "$BIN/corrald" serve --data-dir "$st" --api-listen 127.0.0.1:20180 --boot-interface $IF_S \
+			--dhcp-mode full --dhcp-range 10.65.0.0-10.79.255.254 --tftp-listen off --http-listen 127.0.0.1:0 --no-ra --log-level warn ;;
+	kea)
+		cat >"$st/kea.json" <<JSON
+{"Dhcp4": {
+  "interfaces-config": {"interfaces": ["$IF_S"], "dhcp-socket-type": "udp"},
+  "lease-database": {"type": "memfile", "persist": true, "name": "$st/leases4.csv", "lfc-interval": 0},
+  "multi-threading": {"enable-multi-threading": false},
+  "valid-lifetime": 3600,
+  "subnet4": [{"subnet": "10.64.0.0/12", "pools": [{"pool": "10.65.0.0 - 10.79.255.254"}]}],
+  "loggers": [{"name": "kea-dhcp4", "severity": "WARN", "output_options": [{"output": "$st/kea.log"}]}]
+}}
+JSON
+		KEA_PIDFILE_DIR=$st KEA_LOCKFILE_DIR=$st serve kea kea-dhcp4 -c "$st/kea.json" ;;
+	dnsmasq)
+		serve dnsmasq dnsmasq --no-daemon --conf-file=/dev/null --port=0 --interface=$IF_S --bind-interfaces \
+			--dhcp-range=10.65.0.0,10.79.255.254,255.240.0.0,1h --dhcp-lease-max=4000000 --no-ping \
+			--dhcp-leasefile="$st/dnsmasq.leases" --pid-file="$st/dnsmasq.pid" ;;
+	esac
+}
+
+echo "== DHCP: DORA sweep, new clients, ${PERIOD}s per step, server pinned to CPU $SERVER_CPU =="
+for srv in $SERVERS; do
+	knee=0
+	bad=0
+	for r in $RATES; do
+		start_server $srv
+		t0=$(ticks $SPID)
+		out=$(client perfdhcp -4 -r $r -p $PERIOD -R 4000000 -l $CLIENT $SERVER 2>&1 || true)
+		t1=$(ticks $SPID)
+		unserve
+		got=$(echo "$out" | awk '/^Rate:/{print $2}')
+		d1=$(echo "$out" | awk '/drops ratio/{print $3; exit}')
+		d2=$(echo "$out" | awk '/drops ratio/{n++; if (n==2) print $3}')
+		a2=$(echo "$out" | awk '/avg delay/{n++; if (n==2) print $3}')
+		drop=$(awk -v a="${d1:-100}" -v b="${d2:-100}" 'BEGIN{x=(a>b)?a:b; if (x!=x) x=100; print x}')
+		cpu=$(awk -v t=$((t1 - t0)) -v g="${got:-0}" -v p=$PERIOD 'BEGIN{ if (g>0) printf "%.0f", t*10000/(g*p); else print "-" }')
+		printf '%-8s offered %6d/s: %8.0f leases/s, drops DO %s%% RA %s%%, RA avg %s ms, server CPU %s us/lease\n' \
+			$srv $r "${got:-0}" "${d1:-?}" "${d2:-?}" "${a2:-?}" "$cpu"
+		if awk -v d="$drop" 'BEGIN{exit !(d<=2.5)}'; then
+			knee=$(awk -v g="${got:-0}" -v k=$knee 'BEGIN{print (g>k)?g:k}')
+			bad=0
+		else
+			bad=$((bad + 1))
+			[ $bad -ge 2 ] && break
+		fi
+	done
+	echo "$srv knee: $knee leases/s at <= 2.5% drop"
+	eval "knee_$srv=$knee"
+done
+half=$(awk -v k="${knee_corrald:-2000}" 'BEGIN{printf "%d", k/2}')
+echo
+echo "== DHCP: DORA latency at half corrald's knee ($half/s, 10s) and a burst of $BURST new clients =="
+for srv in $SERVERS; do
+	start_server $srv
+	printf '%-8s ' $srv
+	client "$BIN/dora" -local $CLIENT -server $SERVER -rate $half -duration 10s
+	unserve
+	start_server $srv
+	before=$(rcvbuf_errors)
+	printf '%-8s ' $srv
+	client "$BIN/dora" -local $CLIENT -server $SERVER -burst $BURST -timeout 4s
+	echo "$srv     kernel RcvbufErrors during the burst: $(($(rcvbuf_errors) - before))"
+	unserve
+done
+for k in $SERVERS; do eval "v=\${knee_$k:-0}"; echo "knee $k $v"; done | awk '
+	{k[$2]=$3} END { if (k["kea"]>0) printf "ratio corrald/kea %.2f\n", k["corrald"]/k["kea"]; if (k["dnsmasq"]>0) printf "ratio corrald/dnsmasq %.2f\n", k["corrald"]/k["dnsmasq"] }'
