@@ -594,6 +594,7 @@ func (s *Services) DeleteVirtualMachine(ctx context.Context, name string) error 
 			s.unpendVM(cctx, name, cl)
 			return err
 		}
+		s.deleteNodeNetworks(ctx, node, vm)
 	}
 	cctx, ccancel := s.cleanupContext(ctx)
 	defer ccancel()
@@ -603,6 +604,31 @@ func (s *Services) DeleteVirtualMachine(ctx context.Context, name string) error 
 		return err
 	}
 	return nil
+}
+
+// deleteNodeNetworks asks node to remove the bridges of vm's Networks;
+// the node refuses (FailedPrecondition) while other VMs' taps use one.
+// Best effort: a bridge left behind is harmless and the next delete of a
+// VM on that Network tries again.
+func (s *Services) deleteNodeNetworks(ctx context.Context, node string, vm *provisioningv1.VirtualMachine) {
+	seen := map[string]bool{}
+	for _, nic := range vm.GetNics() {
+		network := nic.GetNetworkName()
+		if network == "" || seen[network] {
+			continue
+		}
+		seen[network] = true
+		c, err := s.dial(ctx, node)
+		if err != nil {
+			return
+		}
+		cctx, cancel := s.callContext(ctx)
+		_, err = c.DeleteNetwork(cctx, &hypervisorv1.DeleteNetworkRequest{Name: network})
+		cancel()
+		if err = ignoreNotFound(nodeErr(node, "delete network "+network, err)); err != nil && !errors.Is(err, apierr.ErrPrecondition) {
+			s.log.Warn("network bridge left on node", "vm", vm.GetName(), "node", node, "network", network, "err", err.Error())
+		}
+	}
 }
 
 // finishDeleteVM is everything after the node deleted the VM; every step
