@@ -242,7 +242,7 @@ func TestBootVMFromImageUsecase(t *testing.T) {
 
 	// The Network's bridge exists on the node; give the namespace an
 	// address on it to reach the guests.
-	bridge := netdev.BridgeName("test-network")
+	bridge := bridgeOf("test-network")
 	if out, err := l.InNS(5*time.Second, "ip", "addr", "add", "192.168.0.254/24", "dev", bridge); err != nil {
 		t.Fatalf("address on bridge %s: %v %s", bridge, err, out)
 	}
@@ -317,3 +317,6 @@ func TestBootVMFromImageUsecase(t *testing.T) {
 		t.Errorf("QEMU processes left: %v", pids)
 	}
 }
+
+// bridgeOf is the node's bridge of a Network.
+func bridgeOf(network string) string { return netdev.BridgeName(network) }

@@ -226,6 +226,7 @@ func Tiny(ctx context.Context, cache string) (*Image, error) {
 	if err := runScript(ctx, tmp, syslinuxDiskScript, kernel, initrdPath, TinyAppend, out); err != nil {
 		return nil, err
 	}
+	prune(cache, "guest-tiny-", out)
 	return &Image{Path: out, Hash: sum}, nil
 }
 
@@ -257,7 +258,19 @@ func CloudInit(ctx context.Context, cache string) (*Image, error) {
 	if err := runScript(ctx, tmp, cloudImgScript, out); err != nil {
 		return nil, err
 	}
+	prune(cache, "guest-cloudinit-", out)
 	return &Image{Path: out, Hash: sum}, nil
+}
+
+// prune removes the cached images of one kind other than keep (built from
+// older inputs).
+func prune(cache, prefix, keep string) {
+	old, _ := filepath.Glob(filepath.Join(cache, prefix+"*.qcow2"))
+	for _, p := range old {
+		if p != keep {
+			os.Remove(p)
+		}
+	}
 }
 
 func runScript(ctx context.Context, dir string, script []byte, args ...string) error {
