@@ -14,7 +14,6 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -91,29 +90,42 @@ func Build(dir string, race bool) (Binaries, error) {
 	return Binaries{Dir: dir}, nil
 }
 
-// Lab is one appliance and one node.
+// Lab is one appliance and its nodes. The first node (NodeName) is
+// embedded: l.NS, l.NodeDir, l.StartNode() ... are its.
 type Lab struct {
+	*Node
 	t      T
 	Bin    Binaries
-	NS     string // network namespace name
-	Veth   string // host end
-	HostIP string // appliance side of the veth
-	NodeIP string // node side (in NS)
+	ID     string
+	Bridge string // host bridge joining the appliance and the nodes' veths
+	HostIP string // appliance address on Bridge
 	Dir    string // scratch directory
+	subnet int
 
 	Server    *server.Server
 	AdminConf string // admin.conf path (for the corral CLI)
 	Admin     *clientconfig.Config
 	Conn      *grpc.ClientConn // admin connection to corrald
-	NodeDir   string           // corral-node --data-dir
 	NodeToken string
 	CACert    string // CA certificate file
+	Nodes     []*Node
 
-	node    *exec.Cmd
+	web    *http.Server
+	WebURL string // http://HostIP:port/ serving Files
+	Files  map[string]string
+}
+
+// Node is one `corral-node hypervisor` in its own network namespace,
+// reached over a veth on the lab's host bridge.
+type Node struct {
+	lab     *Lab
+	Name    string
+	NS      string // network namespace
+	Veth    string // host end
+	NodeIP  string // node address (in NS, on uplink0)
+	NodeDir string // corral-node --data-dir
+	cmd     *exec.Cmd
 	nodeLog string
-	web     *http.Server
-	WebURL  string // http://HostIP:port/ serving Files
-	Files   map[string]string
 }
 
 func randHex(n int) string {
@@ -143,33 +155,21 @@ type Options struct {
 func New(t T, bin Binaries, opt Options) *Lab {
 	t.Helper()
 	id := randHex(3)
-	octet := 0
-	for _, c := range []byte(id[:2]) {
-		octet = octet*16 + int(hexVal(c))
-	}
-	l := &Lab{t: t, Bin: bin, NS: "crl-e2e-" + id, Veth: "crlh" + id, Dir: t.TempDir(),
-		HostIP: fmt.Sprintf("10.231.%d.1", octet), NodeIP: fmt.Sprintf("10.231.%d.2", octet), Files: opt.Files}
-	if err := run("ip", "netns", "add", l.NS); err != nil {
-		t.Fatalf("%v", err)
-	}
+	l := &Lab{t: t, Bin: bin, ID: id, Bridge: "crlb" + id, Dir: t.TempDir(), Files: opt.Files,
+		subnet: int(hexVal(id[0]))*16 + int(hexVal(id[1]))}
+	l.HostIP = fmt.Sprintf("10.231.%d.1", l.subnet)
 	t.Cleanup(l.cleanup)
-	peer := "crln" + id
 	for _, c := range [][]string{
-		{"link", "add", l.Veth, "type", "veth", "peer", "name", peer},
-		{"link", "set", peer, "netns", l.NS},
-		{"addr", "add", l.HostIP + "/24", "dev", l.Veth},
-		{"link", "set", l.Veth, "up"},
-		{"-n", l.NS, "link", "set", peer, "name", "uplink0"},
-		{"-n", l.NS, "addr", "add", l.NodeIP + "/24", "dev", "uplink0"},
-		{"-n", l.NS, "link", "set", "uplink0", "up"},
-		{"-n", l.NS, "link", "set", "lo", "up"},
+		{"link", "add", l.Bridge, "type", "bridge"},
+		{"addr", "add", l.HostIP + "/24", "dev", l.Bridge},
+		{"link", "set", l.Bridge, "up"},
 	} {
 		if err := run("ip", c...); err != nil {
 			t.Fatalf("%v", err)
 		}
 	}
 
-	// corrald in-process on the host end of the veth.
+	// corrald in-process on the host bridge.
 	log := opt.ServerLog
 	if log == nil {
 		f, err := os.Create(filepath.Join(l.Dir, "corrald.log"))
@@ -208,20 +208,51 @@ func New(t T, bin Binaries, opt Options) *Lab {
 	if err := os.WriteFile(l.CACert, srv.CA().CertPEM(), 0o644); err != nil {
 		t.Fatalf("%v", err)
 	}
-	l.NodeToken, err = srv.Tokens().Create(context.Background(), authv1.Role_ROLE_NODE, "e2e node "+id, 0)
+	l.NodeToken, err = srv.Tokens().Create(context.Background(), authv1.Role_ROLE_NODE, "e2e nodes "+id, 0)
 	if err != nil {
 		t.Fatalf("node token: %v", err)
 	}
 	if len(l.Files) > 0 {
 		l.serveFiles()
 	}
-	l.NodeDir = filepath.Join(l.Dir, "node")
-	l.nodeLog = filepath.Join(l.Dir, "corral-node.log")
-	l.StartNode()
-	if err := l.WaitNodeReady(time.Minute, time.Time{}); err != nil {
-		t.Fatalf("%v\n%s", err, l.NodeLogTail(3000))
-	}
+	l.Node = l.AddNode(NodeName)
 	return l
+}
+
+// AddNode creates a namespace with a veth on the host bridge, starts
+// `corral-node hypervisor --name name` in it and waits for READY.
+func (l *Lab) AddNode(name string) *Node {
+	t := l.t
+	t.Helper()
+	i := len(l.Nodes)
+	n := &Node{lab: l, Name: name, NS: fmt.Sprintf("crl-e2e-%s-%d", l.ID, i), Veth: fmt.Sprintf("crlh%s%d", l.ID, i),
+		NodeIP: fmt.Sprintf("10.231.%d.%d", l.subnet, 2+i)}
+	n.NodeDir = filepath.Join(l.Dir, "node-"+name)
+	n.nodeLog = filepath.Join(l.Dir, "corral-node-"+name+".log")
+	if err := run("ip", "netns", "add", n.NS); err != nil {
+		t.Fatalf("%v", err)
+	}
+	l.Nodes = append(l.Nodes, n)
+	peer := fmt.Sprintf("crln%s%d", l.ID, i)
+	for _, c := range [][]string{
+		{"link", "add", n.Veth, "type", "veth", "peer", "name", peer},
+		{"link", "set", peer, "netns", n.NS},
+		{"link", "set", n.Veth, "master", l.Bridge},
+		{"link", "set", n.Veth, "up"},
+		{"-n", n.NS, "link", "set", peer, "name", "uplink0"},
+		{"-n", n.NS, "addr", "add", n.NodeIP + "/24", "dev", "uplink0"},
+		{"-n", n.NS, "link", "set", "uplink0", "up"},
+		{"-n", n.NS, "link", "set", "lo", "up"},
+	} {
+		if err := run("ip", c...); err != nil {
+			t.Fatalf("%v", err)
+		}
+	}
+	n.StartNode()
+	if err := n.WaitNodeReady(time.Minute, time.Time{}); err != nil {
+		t.Fatalf("%v\n%s", err, n.NodeLogTail(3000))
+	}
+	return n
 }
 
 func hexVal(c byte) byte {
@@ -252,17 +283,18 @@ func (l *Lab) serveFiles() {
 
 // StartNode starts `corral-node hypervisor` in the namespace (enrolling
 // with the token on first start).
-func (l *Lab) StartNode() {
+func (n *Node) StartNode() {
+	l := n.lab
 	l.t.Helper()
-	f, err := os.OpenFile(l.nodeLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(n.nodeLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		l.t.Fatalf("%v", err)
 	}
 	fmt.Fprintf(f, "=== start %s\n", time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command("ip", "netns", "exec", l.NS, l.Bin.Node(), "hypervisor",
-		"--name", NodeName, "--join", net.JoinHostPort(l.HostIP, strconv.Itoa(addrPort(l.Server.Addr()))),
-		"--token", l.NodeToken, "--ca-cert", l.CACert, "--data-dir", l.NodeDir,
-		"--listen", net.JoinHostPort(l.NodeIP, strconv.Itoa(NodePort)), "--advertise", l.NodeIP, "--accel", "tcg", "-v")
+	cmd := exec.Command("ip", "netns", "exec", n.NS, l.Bin.Node(), "hypervisor",
+		"--name", n.Name, "--join", net.JoinHostPort(l.HostIP, strconv.Itoa(addrPort(l.Server.Addr()))),
+		"--token", l.NodeToken, "--ca-cert", l.CACert, "--data-dir", n.NodeDir,
+		"--listen", net.JoinHostPort(n.NodeIP, strconv.Itoa(NodePort)), "--advertise", n.NodeIP, "--accel", "tcg", "-v")
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -270,30 +302,30 @@ func (l *Lab) StartNode() {
 		l.t.Fatalf("start corral-node: %v", err)
 	}
 	go func() { cmd.Wait(); f.Close() }()
-	l.node = cmd
+	n.cmd = cmd
 }
 
 // NodePID is the running corral-node's pid (ip netns exec execs it).
-func (l *Lab) NodePID() int {
-	if l.node == nil || l.node.Process == nil {
+func (n *Node) NodePID() int {
+	if n.cmd == nil || n.cmd.Process == nil {
 		return 0
 	}
-	return l.node.Process.Pid
+	return n.cmd.Process.Pid
 }
 
 // KillNode SIGKILLs corral-node (QEMU, daemonized, keeps running).
-func (l *Lab) KillNode() {
-	if l.node == nil {
+func (n *Node) KillNode() {
+	if n.cmd == nil {
 		return
 	}
-	l.node.Process.Signal(syscall.SIGKILL)
+	n.cmd.Process.Signal(syscall.SIGKILL)
 	for i := 0; i < 100; i++ {
-		if l.node.ProcessState != nil || syscall.Kill(l.node.Process.Pid, 0) != nil {
+		if syscall.Kill(n.cmd.Process.Pid, 0) != nil {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	l.node = nil
+	n.cmd = nil
 }
 
 func addrPort(a net.Addr) int {
@@ -308,24 +340,25 @@ func (l *Lab) Pool() poolv1.NodeServiceClient { return poolv1.NewNodeServiceClie
 
 // WaitNodeReady waits for the Node to be READY with a heartbeat after
 // since.
-func (l *Lab) WaitNodeReady(timeout time.Duration, since time.Time) error {
+func (n *Node) WaitNodeReady(timeout time.Duration, since time.Time) error {
+	l := n.lab
 	deadline := time.Now().Add(timeout)
 	var last string
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		n, err := l.Pool().GetNode(ctx, &poolv1.GetNodeRequest{Name: NodeName})
+		got, err := l.Pool().GetNode(ctx, &poolv1.GetNodeRequest{Name: n.Name})
 		cancel()
-		if err == nil && n.GetState() == poolv1.Node_READY && !n.GetLastHeartbeat().AsTime().Before(since) {
+		if err == nil && got.GetState() == poolv1.Node_READY && !got.GetLastHeartbeat().AsTime().Before(since) {
 			return nil
 		}
-		last = fmt.Sprint(n.GetState(), err)
+		last = fmt.Sprint(got.GetState(), err)
 		time.Sleep(100 * time.Millisecond)
 	}
-	return fmt.Errorf("node %s not READY within %v (last: %s)", NodeName, timeout, last)
+	return fmt.Errorf("node %s not READY within %v (last: %s)", n.Name, timeout, last)
 }
 
 // NodeLogTail is the end of corral-node's log.
-func (l *Lab) NodeLogTail(n int) string { return tailFile(l.nodeLog, n) }
+func (n *Node) NodeLogTail(max int) string { return tailFile(n.nodeLog, max) }
 
 // ServerLogTail is the end of corrald's log (when New wrote it).
 func (l *Lab) ServerLogTail(n int) string { return tailFile(filepath.Join(l.Dir, "corrald.log"), n) }
@@ -363,7 +396,8 @@ func (l *Lab) MustDo(name, dag string, parallel int) (string, time.Duration) {
 
 // Hypervisor dials the node's HypervisorService directly, as the
 // appliance does (mTLS with a client certificate from the appliance CA).
-func (l *Lab) Hypervisor() hypervisorv1.HypervisorServiceClient {
+func (n *Node) Hypervisor() hypervisorv1.HypervisorServiceClient {
+	l := n.lab
 	l.t.Helper()
 	certPEM, keyPEM, err := l.Server.CA().IssueClientCert("e2e-test", time.Hour)
 	if err != nil {
@@ -373,7 +407,7 @@ func (l *Lab) Hypervisor() hypervisorv1.HypervisorServiceClient {
 	if err != nil {
 		l.t.Fatalf("%v", err)
 	}
-	conn, err := grpc.NewClient(net.JoinHostPort(l.NodeIP, strconv.Itoa(NodePort)),
+	conn, err := grpc.NewClient(net.JoinHostPort(n.NodeIP, strconv.Itoa(NodePort)),
 		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: l.Server.CA().Pool(), MinVersion: tls.VersionTLS12})))
 	if err != nil {
 		l.t.Fatalf("%v", err)
@@ -383,17 +417,17 @@ func (l *Lab) Hypervisor() hypervisorv1.HypervisorServiceClient {
 }
 
 // Console is the serial console log of a VM on the node.
-func (l *Lab) Console(vm string) string {
-	b, _ := os.ReadFile(filepath.Join(l.NodeDir, "vms", vm, "console.log"))
+func (n *Node) Console(vm string) string {
+	b, _ := os.ReadFile(filepath.Join(n.NodeDir, "vms", vm, "console.log"))
 	return string(b)
 }
 
 // WaitConsole waits until every want string is on vm's console and
 // returns how long it waited.
-func (l *Lab) WaitConsole(vm string, timeout time.Duration, want ...string) (time.Duration, error) {
+func (n *Node) WaitConsole(vm string, timeout time.Duration, want ...string) (time.Duration, error) {
 	start := time.Now()
 	for {
-		c := l.Console(vm)
+		c := n.Console(vm)
 		missing := ""
 		for _, w := range want {
 			if !strings.Contains(c, w) {
@@ -420,7 +454,7 @@ func tailString(s string, n int) string {
 
 // QEMUPids lists the pids of QEMU processes whose command line mentions
 // the node's data directory (optionally only VM vm's).
-func (l *Lab) QEMUPids(vm string) []int {
+func (n *Node) QEMUPids(vm string) []int {
 	var pids []int
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
@@ -429,7 +463,7 @@ func (l *Lab) QEMUPids(vm string) []int {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !bytes.Contains(b, []byte("qemu-system")) || !bytes.Contains(b, []byte(l.NodeDir+"/")) {
+		if err != nil || !bytes.Contains(b, []byte("qemu-system")) || !bytes.Contains(b, []byte(n.NodeDir+"/")) {
 			continue
 		}
 		if vm != "" && !bytes.Contains(b, []byte("guest=corral:"+vm+"\x00")) && !bytes.Contains(b, []byte("guest=corral:"+vm+",")) {
@@ -446,8 +480,8 @@ func (l *Lab) QEMUPids(vm string) []int {
 }
 
 // Links lists the link names in the namespace.
-func (l *Lab) Links() ([]string, error) {
-	out, err := exec.Command("ip", "-n", l.NS, "-o", "link", "show").Output()
+func (n *Node) Links() ([]string, error) {
+	out, err := exec.Command("ip", "-n", n.NS, "-o", "link", "show").Output()
 	if err != nil {
 		return nil, err
 	}
@@ -462,49 +496,51 @@ func (l *Lab) Links() ([]string, error) {
 }
 
 // InNS runs a command in the namespace.
-func (l *Lab) InNS(timeout time.Duration, name string, args ...string) (string, error) {
+func (n *Node) InNS(timeout time.Duration, name string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", l.NS, name}, args...)...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.NS, name}, args...)...).CombinedOutput()
 	return string(out), err
 }
 
 // WaitPing pings addr from the namespace until it answers.
-func (l *Lab) WaitPing(addr string, timeout time.Duration) (time.Duration, error) {
+func (n *Node) WaitPing(addr string, timeout time.Duration) (time.Duration, error) {
 	start := time.Now()
 	var out string
 	var err error
 	for time.Since(start) < timeout {
-		out, err = l.InNS(5*time.Second, "ping", "-c", "1", "-W", "1", addr)
+		out, err = n.InNS(5*time.Second, "ping", "-c", "1", "-W", "1", addr)
 		if err == nil {
 			return time.Since(start), nil
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	return time.Since(start), fmt.Errorf("ping %s from %s: %v: %s", addr, l.NS, err, out)
+	return time.Since(start), fmt.Errorf("ping %s from %s: %v: %s", addr, n.NS, err, out)
 }
 
 func (l *Lab) cleanup() {
-	l.KillNode()
+	for _, n := range l.Nodes {
+		n.KillNode()
+	}
 	if l.web != nil {
 		l.web.Close()
 	}
-	// QEMU is daemonized: kill what the node started.
-	for i := 0; i < 50; i++ {
-		pids := l.QEMUPids("")
-		if len(pids) == 0 {
-			break
+	for _, n := range l.Nodes {
+		// QEMU is daemonized: kill what the node started.
+		for i := 0; i < 50; i++ {
+			pids := n.QEMUPids("")
+			if len(pids) == 0 {
+				break
+			}
+			for _, p := range pids {
+				syscall.Kill(p, syscall.SIGKILL)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		for _, p := range pids {
-			syscall.Kill(p, syscall.SIGKILL)
+		run("ip", "link", "del", n.Veth)
+		if err := run("ip", "netns", "del", n.NS); err != nil {
+			l.t.Logf("cleanup: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
-	run("ip", "link", "del", l.Veth)
-	if err := run("ip", "netns", "del", l.NS); err != nil {
-		l.t.Logf("cleanup: %v", err)
-	}
+	run("ip", "link", "del", l.Bridge)
 }
-
-// ErrNotReady is returned by helpers when the node went away.
-var ErrNotReady = errors.New("node not ready")
