@@ -66,7 +66,8 @@ unserve() {
 # client CMD...: run in the client namespace, pinned.
 client() { ip netns exec $NS_C taskset -c $CLIENT_CPU "$@"; }
 
-# ticks PID: user+system CPU clock ticks used so far.
-ticks() { awk '{print $14+$15}' /proc/$1/stat; }
+# ticks PID: user+system CPU clock ticks used so far, reaped children
+# included (tftpd-hpa forks one per transfer).
+ticks() { awk '{print $14+$15+$16+$17}' /proc/$1/stat; }
 
 rcvbuf_errors() { ip netns exec $NS_S awk '/^Udp: [0-9]/{print $6}' /proc/net/snmp; }
