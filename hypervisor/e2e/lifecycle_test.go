@@ -205,8 +205,12 @@ Generate:
 		}
 		time.Sleep(time.Millisecond)
 	}
+	// Freeze it at once (BootVM still has QEMU to start and QMP to
+	// drive), then kill it.
+	syscall.Kill(l.NodePID(), syscall.SIGSTOP)
 	l.KillNode()
 	killed := time.Since(start)
+	t.Logf("QEMU of dvm when the node died: %v", l.QEMUPids("dvm"))
 	r := <-done
 	t.Logf("node killed %v after the call started; CreateVirtualMachine returned after %v: %v", killed.Round(time.Millisecond), r.d.Round(time.Millisecond), r.err)
 	if r.err == nil {

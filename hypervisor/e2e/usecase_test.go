@@ -105,8 +105,10 @@ Purge_%[1]s-disk:
 // the public key line.
 func sshKey(t *testing.T) (string, string) {
 	t.Helper()
-	if _, err := exec.LookPath("ssh-keygen"); err != nil {
-		t.Skip("ssh-keygen not installed (openssh-client)")
+	for _, b := range []string{"ssh-keygen", "ssh"} {
+		if _, err := exec.LookPath(b); err != nil {
+			t.Skipf("%s not installed (openssh-client)", b)
+		}
 	}
 	p := filepath.Join(t.TempDir(), "id_ed25519")
 	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "e2e@corral", "-f", p).CombinedOutput(); err != nil {

@@ -52,7 +52,7 @@ const NodeName = "vm-host1"
 const NodePort = 20181
 
 // Tools lists the host programs a lab needs.
-var Tools = []string{"ip", "qemu-system-x86_64", "qemu-img", "go"}
+var Tools = []string{"ip", "qemu-system-x86_64", "qemu-img", "go", "ping"}
 
 // Skip returns why a lab cannot run here ("" when it can).
 func Skip() string {
