@@ -71,3 +71,8 @@ client() { ip netns exec $NS_C taskset -c $CLIENT_CPU "$@"; }
 ticks() { awk '{print $14+$15+$16+$17}' /proc/$1/stat; }
 
 rcvbuf_errors() { ip netns exec $NS_S awk '/^Udp: [0-9]/{print $6}' /proc/net/snmp; }
+
+# cpu_busy CPU: busy clock ticks of one CPU so far (/proc/stat), for
+# servers that fork per request (their children's time is not always
+# reaped into the parent's counters by the end of a case).
+cpu_busy() { awk -v c="cpu$1" '$1==c {print $2+$3+$4+$7+$8}' /proc/stat; }

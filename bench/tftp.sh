@@ -3,7 +3,8 @@
 # 30 MiB file with blksize 512 and 1468, against corrald's boot/tftp (as
 # corrald runs it), pin/tftp with its defaults (file read per block), and
 # tftpd-hpa. Server pinned to one core; prints MB/s and server CPU per
-# block. Asserts nothing.
+# block (busy time of the server's CPU: tftpd-hpa forks per transfer).
+# Asserts nothing.
 # Usage: bench/tftp.sh [servers...]   (default: corrald pin-default tftpd-hpa)
 . "$(dirname "$0")/lib.sh"
 DURATION=${DURATION:-8s}
@@ -34,10 +35,9 @@ for file in ipxe.efi snponly.efi; do
 		for n in 1 16; do
 			for srv in $SERVERS; do
 				start $srv
-				t0=$(ticks $SPID)
+				t0=$(cpu_busy $SERVER_CPU)
 				out=$(client "$BIN/tftpload" -server $SERVER:69 -file $file -clients $n -blksize $blk -duration $DURATION 2>&1 || true)
-				sleep 0.3 # let tftpd-hpa reap its per-transfer children
-				t1=$(ticks $SPID)
+				t1=$(cpu_busy $SERVER_CPU)
 				unserve
 				mbs=$(echo "$out" | awk '{for (i=1;i<=NF;i++) if ($i=="MB/s,") print $(i-1)}')
 				blocks=$(echo "$out" | awk '{for (i=1;i<=NF;i++) if ($i=="blocks") print $(i-1)}')
