@@ -17,7 +17,7 @@ import (
 const (
 	KeyEndpoint = "corral.endpoint" // host:port of the appliance gRPC API
 	KeyToken    = "corral.token"    // per-boot ROLE_AGENT bearer token
-	KeyCA       = "corral.ca"       // lowercase hex SHA-256 of the CA certificate (DER)
+	KeyCA       = "corral.ca"       // SHA-256 of the CA certificate (DER), hex, optionally "sha256:"-prefixed
 	KeyMAC      = "corral.mac"      // boot MAC, aa:bb:cc:dd:ee:ff
 	KeyMode     = "corral.mode"     // agent mode: discover (default) or hypervisor
 	// KeyBOOTIF is pxelinux's boot interface parameter (01-aa-bb-...),
@@ -107,7 +107,8 @@ func Parse(line string) (Params, error) {
 		case KeyToken:
 			p.Token, found = v, true
 		case KeyCA:
-			p.CAFingerprint, found = strings.ToLower(v), true
+			// "sha256:" names the digest; the bare hex form is the same.
+			p.CAFingerprint, found = strings.TrimPrefix(strings.ToLower(v), "sha256:"), true
 		case KeyMAC:
 			p.MAC, found = strings.ToLower(v), true
 		case KeyMode:
