@@ -86,4 +86,4 @@ for srv in $SERVERS; do
 	unserve
 done
 for k in $SERVERS; do eval "v=\${knee_$k:-0}"; echo "knee $k $v"; done | awk '
-	{k[$2]=$3} END { if (k["kea"]>0) printf "ratio corrald/kea %.2f\n", k["corrald"]/k["kea"]; if (k["dnsmasq"]>0) printf "ratio corrald/dnsmasq %.2f\n", k["corrald"]/k["dnsmasq"] }'
+	{k[$2]=$3} END { if (!(k["corrald"]>0)) exit; if (k["kea"]>0) printf "ratio corrald/kea %.2f\n", k["corrald"]/k["kea"]; if (k["dnsmasq"]>0) printf "ratio corrald/dnsmasq %.2f\n", k["corrald"]/k["dnsmasq"] }'

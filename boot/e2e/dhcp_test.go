@@ -113,6 +113,7 @@ func TestRelayAndBadInput(t *testing.T) {
 	}
 	req, _ := dhcpv4.NewRequestFromOffer(offer)
 	req.GatewayIPAddr = net.IPv4(10, 9, 0, 1)
+	pxeOpts(req)
 	ack := exchange(t, relay, req, server, 5*time.Second)
 	if ack == nil || ack.MessageType() != dhcpv4.MessageTypeAck || !ack.YourIPAddr.Equal(offer.YourIPAddr) {
 		t.Fatalf("relay: no ACK for %s (got %v)", offer.YourIPAddr, ack)
