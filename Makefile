@@ -56,3 +56,7 @@ ci: check-generate vet test ## What .ci/run runs after installing packages
 
 clean: ## Remove build outputs
 	rm -rf $(BIN)
+
+.PHONY: images
+images: build ## Build (or take from the cache) the discovery image and register it in DATA_DIR's catalog (default ./data)
+	$(BIN)/corrald images build --data-dir $(or $(DATA_DIR),$(CURDIR)/data) --source $(CURDIR)

@@ -121,6 +121,7 @@ func Run(ctx context.Context, cfg Config) error {
 		fmt.Fprintf(cfg.Console, "corral: coldplug: %v\n", err)
 	} else {
 		fmt.Fprintf(cfg.Console, "corral: coldplug loaded %d modules in %d rounds (%d failed)\n", len(res.Loaded), res.Rounds, len(res.Failed))
+		ipmiDevice(ctx, cfg, res.Loaded)
 	}
 
 	// Network, retried until it works.
@@ -168,6 +169,31 @@ func Run(ctx context.Context, cfg Config) error {
 func report(console io.Writer, err error) error {
 	fmt.Fprintf(console, "corral: cannot start discovery: %v\n", err)
 	return err
+}
+
+// ipmiDevice loads ipmi_devintf when coldplug loaded a BMC interface
+// driver: ipmi_devintf has no modalias, so coldplug never loads it, and
+// without it /dev/ipmi0 never appears. It then waits up to 10 s for the
+// device node (devtmpfs creates it once the interface registers).
+func ipmiDevice(ctx context.Context, cfg Config, loaded []string) {
+	found := false
+	for _, m := range loaded {
+		found = found || m == "ipmi_si" || m == "ipmi_ssif"
+	}
+	if !found {
+		return
+	}
+	if err := (coldplug.KernelLoader{}).Load("ipmi_devintf"); err != nil {
+		fmt.Fprintf(cfg.Console, "corral: BMC: load ipmi_devintf: %v\n", err)
+		return
+	}
+	dev := filepath.Join(cfg.Root, "dev/ipmi0")
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(200 * time.Millisecond) {
+		if _, err := os.Stat(dev); err == nil {
+			return
+		}
+	}
+	fmt.Fprintf(cfg.Console, "corral: BMC: %s did not appear after loading ipmi_devintf\n", dev)
 }
 
 // readBMC reads the BMC LAN settings with a 30 s bound.

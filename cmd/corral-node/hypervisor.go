@@ -1,3 +1,5 @@
+//go:build !corral_discovery
+
 package main
 
 import (

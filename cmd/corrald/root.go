@@ -26,7 +26,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		return applyEnv(cmd.Flags())
 	}
-	root.AddCommand(newServeCmd(), newTokenCmd(), &cobra.Command{
+	root.AddCommand(newServeCmd(), newTokenCmd(), newImagesCmd(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), "corrald", version) },

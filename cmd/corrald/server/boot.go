@@ -81,7 +81,7 @@ func (s *Server) initBoot() error {
 	if err != nil {
 		return err
 	}
-	cat, err := images.Open(images.Config{Dir: filepath.Join(s.cfg.DataDir, ImagesDir), IPXEDirs: bc.IPXEDirs, Kernel: bc.Kernel, Initrd: bc.Initrd})
+	cat, err := images.Open(images.Config{Dir: filepath.Join(s.cfg.DataDir, ImagesDir), IPXEDirs: bc.IPXEDirs, Kernel: bc.Kernel, Initrd: bc.Initrd}.WithBuiltDiscover())
 	if err != nil {
 		return err
 	}

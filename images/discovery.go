@@ -1,0 +1,108 @@
+package images
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// DiscoverManifest is the file in a catalog directory that records the
+// discovery image `corrald images build` registered there.
+const DiscoverManifest = "discover.json"
+
+// builtDir holds the registered discovery kernel and initramfs inside the
+// catalog directory (the catalog copies them to vmlinuz and initrd.img).
+const builtDir = "discover"
+
+// BuiltDiscover describes the registered discovery image.
+type BuiltDiscover struct {
+	Kernel       string    `json:"kernel"` // paths inside the catalog directory
+	Initrd       string    `json:"initrd"`
+	KernelSize   int64     `json:"kernel_size"`
+	InitrdSize   int64     `json:"initrd_size"`
+	KernelSHA256 string    `json:"kernel_sha256"`
+	InitrdSHA256 string    `json:"initrd_sha256"`
+	Release      string    `json:"kernel_release,omitempty"`
+	Key          string    `json:"cache_key,omitempty"`
+	Registered   time.Time `json:"registered"`
+}
+
+// RegisterDiscover copies kernel and initrd into cfg.Dir's discovery
+// store, opens the catalog with them as the discover profile's files (so
+// their size and SHA-256 are in SHA256SUMS) and records them in
+// DiscoverManifest, which WithBuiltDiscover reads: `corrald serve` on the
+// same data directory then boots unknown machines into them.
+func RegisterDiscover(cfg Config, kernel, initrd, release, key string) (*Catalog, BuiltDiscover, error) {
+	if cfg.Dir == "" {
+		return nil, BuiltDiscover{}, fmt.Errorf("images: Config.Dir is required")
+	}
+	store := filepath.Join(cfg.Dir, builtDir)
+	if err := os.MkdirAll(store, 0o755); err != nil {
+		return nil, BuiltDiscover{}, fmt.Errorf("images: %w", err)
+	}
+	k, i := filepath.Join(store, DiscoverKernel), filepath.Join(store, DiscoverInitrd)
+	for _, c := range [][2]string{{kernel, k}, {initrd, i}} {
+		f, err := os.Open(c[0])
+		if err != nil {
+			return nil, BuiltDiscover{}, fmt.Errorf("images: %w", err)
+		}
+		err = writeAtomic(c[1], func(w io.Writer) error { _, err := io.Copy(w, f); return err })
+		f.Close()
+		if err != nil {
+			return nil, BuiltDiscover{}, err
+		}
+	}
+	cfg.Kernel, cfg.Initrd = k, i
+	cat, err := Open(cfg)
+	if err != nil {
+		return nil, BuiltDiscover{}, err
+	}
+	ka, _ := cat.Lookup(DiscoverKernel)
+	ia, _ := cat.Lookup(DiscoverInitrd)
+	b := BuiltDiscover{Kernel: filepath.Join(builtDir, DiscoverKernel), Initrd: filepath.Join(builtDir, DiscoverInitrd),
+		KernelSize: ka.Size, InitrdSize: ia.Size, KernelSHA256: ka.SHA256, InitrdSHA256: ia.SHA256,
+		Release: release, Key: key, Registered: time.Now().UTC()}
+	js, _ := json.MarshalIndent(b, "", "  ")
+	if err := writeAtomic(filepath.Join(cfg.Dir, DiscoverManifest), func(w io.Writer) error {
+		_, err := w.Write(append(js, '\n'))
+		return err
+	}); err != nil {
+		return nil, BuiltDiscover{}, err
+	}
+	return cat, b, nil
+}
+
+// ReadBuiltDiscover reads dir's DiscoverManifest; ok is false when there
+// is none or its files are gone.
+func ReadBuiltDiscover(dir string) (BuiltDiscover, bool) {
+	js, err := os.ReadFile(filepath.Join(dir, DiscoverManifest))
+	if err != nil {
+		return BuiltDiscover{}, false
+	}
+	var b BuiltDiscover
+	if json.Unmarshal(js, &b) != nil || b.Kernel == "" || b.Initrd == "" {
+		return BuiltDiscover{}, false
+	}
+	for _, p := range []string{b.Kernel, b.Initrd} {
+		if st, err := os.Stat(filepath.Join(dir, p)); err != nil || !st.Mode().IsRegular() {
+			return BuiltDiscover{}, false
+		}
+	}
+	return b, true
+}
+
+// WithBuiltDiscover returns c with Kernel and Initrd set to the discovery
+// image registered in c.Dir (RegisterDiscover) when neither is set
+// explicitly and one is registered; otherwise c unchanged.
+func (c Config) WithBuiltDiscover() Config {
+	if c.Kernel != "" || c.Initrd != "" || c.Dir == "" {
+		return c
+	}
+	if b, ok := ReadBuiltDiscover(c.Dir); ok {
+		c.Kernel, c.Initrd = filepath.Join(c.Dir, b.Kernel), filepath.Join(c.Dir, b.Initrd)
+	}
+	return c
+}

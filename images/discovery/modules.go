@@ -1,0 +1,239 @@
+package discovery
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// Modules is the curated driver set of the discovery image (issue 5,
+// DESIGN.md §5): virtio, the common server NICs, NVMe/SATA/SAS/RAID
+// storage, SCSI disks (sd_mod: without it no SATA/SAS disk gets a block
+// device) and in-band IPMI. Their dependency chains are added from
+// modules.dep. Names use underscores; Debian's file names may use dashes.
+var Modules = []string{
+	// virtio (QEMU, KVM and most clouds)
+	"virtio_pci", "virtio_blk", "virtio_net", "virtio_scsi", "virtio_console", "virtio_balloon", "virtio_rng",
+	// NICs
+	"e1000", "e1000e", "igb", "ixgbe", "i40e", "ice", "bnxt_en", "tg3", "mlx5_core",
+	// storage
+	"nvme", "ahci", "sd_mod", "megaraid_sas", "mpt3sas", "smartpqi", "hpsa",
+	// BMC
+	"ipmi_si", "ipmi_devintf",
+}
+
+// normName is a module's canonical name: the file name without .ko (and
+// without a compression suffix), dashes as underscores.
+func normName(file string) string {
+	b := filepath.Base(file)
+	for _, s := range []string{".xz", ".zst", ".gz"} {
+		b = strings.TrimSuffix(b, s)
+	}
+	return strings.ReplaceAll(strings.TrimSuffix(b, ".ko"), "-", "_")
+}
+
+// ModuleDeps is a parsed modules.dep: module name → its path (relative to
+// the modules directory) and its dependencies' names.
+type ModuleDeps map[string]moduleDep
+
+type moduleDep struct {
+	Path string
+	Deps []string
+}
+
+// ParseModulesDep reads modules.dep ("path: dep-path dep-path ...").
+func ParseModulesDep(r io.Reader) (ModuleDeps, error) {
+	md := ModuleDeps{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		path, deps, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		d := moduleDep{Path: strings.TrimSpace(path)}
+		for _, p := range strings.Fields(deps) {
+			d.Deps = append(d.Deps, normName(p))
+		}
+		md[normName(d.Path)] = d
+	}
+	return md, sc.Err()
+}
+
+// Closure returns the modules in want plus everything they depend on, as
+// sorted paths relative to the modules directory. It fails when a wanted
+// module is not in md.
+func (md ModuleDeps) Closure(want []string) ([]string, error) {
+	seen := map[string]bool{}
+	var missing []string
+	var visit func(n string) bool
+	visit = func(n string) bool {
+		n = strings.ReplaceAll(n, "-", "_")
+		if seen[n] {
+			return true
+		}
+		if _, ok := md[n]; !ok {
+			return false
+		}
+		seen[n] = true
+		for _, d := range md[n].Deps {
+			if !visit(d) {
+				missing = append(missing, d+" (needed by "+n+")")
+			}
+		}
+		return true
+	}
+	for _, w := range want {
+		if !visit(w) {
+			missing = append(missing, w)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("modules not in modules.dep: %s", strings.Join(missing, ", "))
+	}
+	out := make([]string, 0, len(seen))
+	for n := range seen {
+		out = append(out, md[n].Path)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// StageModules copies want and its dependency chain from the unpacked
+// kernel package's tree (root/lib/modules/kver) to stage/lib/modules/kver
+// and runs `depmod -b stage kver` there. modules.dep of the full tree is
+// made first with depmod -b root when the package lacks it (Debian ships
+// none). It returns the staged modules' paths.
+func StageModules(root, stage, kver string, want []string) ([]string, error) {
+	src := filepath.Join(root, "lib/modules", kver)
+	if _, err := os.Stat(filepath.Join(src, "modules.dep")); err != nil {
+		if err := depmod(root, kver); err != nil {
+			return nil, err
+		}
+	}
+	f, err := os.Open(filepath.Join(src, "modules.dep"))
+	if err != nil {
+		return nil, err
+	}
+	md, err := ParseModulesDep(f)
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	paths, err := md.Closure(want)
+	if err != nil {
+		return nil, err
+	}
+	dst := filepath.Join(stage, "lib/modules", kver)
+	// Modules are staged xz-compressed (u-root's kmodule decompresses
+	// .ko.xz before init_module; depmod indexes them): 30% smaller than
+	// the same modules inside the gzip'd initramfs. The appended signature
+	// is part of the compressed content, so signed modules stay signed.
+	var g errgroup.Group
+	g.SetLimit(runtime.NumCPU())
+	for i, p := range paths {
+		if !strings.HasSuffix(p, ".ko") {
+			if err := copyFile(filepath.Join(src, p), filepath.Join(dst, p), 0o644); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		paths[i] = p + ".xz"
+		g.Go(func() error { return xzFile(filepath.Join(src, p), filepath.Join(dst, p+".xz")) })
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	// depmod reads these to tell built-in from missing modules.
+	for _, n := range []string{"modules.builtin", "modules.builtin.modinfo", "modules.order"} {
+		if err := copyFile(filepath.Join(src, n), filepath.Join(dst, n), 0o644); err != nil && !os.IsNotExist(err) {
+			return nil, err
+		}
+	}
+	if err := depmod(stage, kver); err != nil {
+		return nil, err
+	}
+	// u-root's kmodule reads modules.dep and coldplug modules.alias; the
+	// binary indexes are for kmod's modprobe, which the image lacks.
+	bins, _ := filepath.Glob(filepath.Join(dst, "modules.*.bin"))
+	for _, b := range bins {
+		os.Remove(b)
+	}
+	return paths, nil
+}
+
+func depmod(base, kver string) error {
+	bin, err := exec.LookPath("depmod")
+	if err != nil {
+		for _, p := range []string{"/usr/sbin/depmod", "/sbin/depmod"} {
+			if _, e := os.Stat(p); e == nil {
+				bin, err = p, nil
+				break
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("depmod not found: install Debian's kmod package")
+	}
+	if out, err := exec.Command(bin, "-b", base, kver).CombinedOutput(); err != nil {
+		return fmt.Errorf("depmod -b %s %s: %v\n%s", base, kver, err, out)
+	}
+	return nil
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// xzFile compresses src to dst as xz -9 with a CRC32 check (what the
+// kernel's module compression uses) and a 4 MiB dictionary (no module
+// is larger; u-root's decompressor allocates the whole dictionary).
+func xzFile(src, dst string) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("xz", "--check=crc32", "--lzma2=preset=9,dict=4MiB", "--stdout", src)
+	cmd.Stdout = out
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		if errors.Is(err, exec.ErrNotFound) {
+			return fmt.Errorf("xz not found: install Debian's xz-utils package")
+		}
+		return fmt.Errorf("xz %s: %v %s", src, err, stderr.String())
+	}
+	return nil
+}

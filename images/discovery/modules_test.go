@@ -1,0 +1,136 @@
+package discovery
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+const depFixture = `kernel/drivers/net/ethernet/intel/igb/igb.ko: kernel/drivers/dca/dca.ko kernel/drivers/i2c/algos/i2c-algo-bit.ko
+kernel/drivers/dca/dca.ko:
+kernel/drivers/i2c/algos/i2c-algo-bit.ko:
+kernel/drivers/nvme/host/nvme.ko: kernel/drivers/nvme/host/nvme-core.ko
+kernel/drivers/nvme/host/nvme-core.ko:
+kernel/drivers/char/hw_random/virtio-rng.ko: kernel/drivers/virtio/virtio.ko
+kernel/drivers/virtio/virtio.ko:
+kernel/drivers/gpu/drm/drm.ko:
+`
+
+func TestClosure(t *testing.T) {
+	md, err := ParseModulesDep(strings.NewReader(depFixture))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := md.Closure([]string{"igb", "nvme", "virtio_rng"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"kernel/drivers/char/hw_random/virtio-rng.ko", "kernel/drivers/dca/dca.ko", "kernel/drivers/i2c/algos/i2c-algo-bit.ko",
+		"kernel/drivers/net/ethernet/intel/igb/igb.ko", "kernel/drivers/nvme/host/nvme-core.ko", "kernel/drivers/nvme/host/nvme.ko",
+		"kernel/drivers/virtio/virtio.ko",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("closure =\n%q\nwant\n%q", got, want)
+	}
+	if _, err := md.Closure([]string{"igb", "no_such_driver"}); err == nil || !strings.Contains(err.Error(), "no_such_driver") {
+		t.Errorf("missing module: err = %v", err)
+	}
+}
+
+func TestInputsKey(t *testing.T) {
+	a := Inputs{Format: FormatVersion, Package: KernelPackage{"linux-image-6.1.0-56-amd64", "6.1.192-2"}, Modules: []string{"e1000"}, URoot: "v0.16.0", AgentSource: "x"}
+	b := a
+	b.AgentSource = "y"
+	c := a
+	c.Package.Version = "6.1.192-3"
+	if a.Key() == b.Key() || a.Key() == c.Key() || a.Key() != a.Key() {
+		t.Error("the cache key must change with the agent source and the kernel version, and only then")
+	}
+	if got := a.Package.Release(); got != "6.1.0-56-amd64" {
+		t.Errorf("Release = %q", got)
+	}
+}
+
+func TestFindDeb(t *testing.T) {
+	d := t.TempDir()
+	for _, n := range []string{"linux-image-6.1.0-56-amd64_6.1.192-1_amd64.deb", "linux-image-6.1.0-56-amd64_6.1.192-2_amd64.deb", "linux-image-6.1.0-56-amd64_1%3a2.0_amd64.deb"} {
+		os.WriteFile(filepath.Join(d, n), nil, 0o644)
+	}
+	p := filepath.Join(d, "linux-image-6.1.0-56-amd64_*.deb")
+	if got := findDeb(p, "6.1.192-2"); filepath.Base(got) != "linux-image-6.1.0-56-amd64_6.1.192-2_amd64.deb" {
+		t.Errorf("findDeb = %q", got)
+	}
+	if got := findDeb(p, "1:2.0"); got == "" {
+		t.Error("epoch versions are escaped as %3a in file names")
+	}
+	if got := findDeb(p, "6.1.192-9"); got != "" {
+		t.Errorf("findDeb(absent) = %q", got)
+	}
+}
+
+// TestStageModules stages a fake module tree (depmod runs on it) and
+// checks the staged set is the closure, xz-compressed and indexed.
+func TestStageModules(t *testing.T) {
+	for _, tool := range []string{"xz"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+	if err := depmodAvailable(); err != nil {
+		t.Skip(err)
+	}
+	root, stage := t.TempDir(), t.TempDir()
+	const kver = "6.1.0-test"
+	src := filepath.Join(root, "lib/modules", kver)
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "modules.dep"), []byte(depFixture), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	md, _ := ParseModulesDep(strings.NewReader(depFixture))
+	for _, d := range md {
+		p := filepath.Join(src, d.Path)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		// Not ELF: depmod warns and skips, the staging itself is checked.
+		os.WriteFile(p, []byte("not a module "+d.Path), 0o644)
+	}
+	staged, err := StageModules(root, stage, kver, []string{"igb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(staged) != 3 {
+		t.Fatalf("staged = %q, want igb, dca, i2c-algo-bit", staged)
+	}
+	for _, p := range staged {
+		if !strings.HasSuffix(p, ".ko.xz") {
+			t.Errorf("%s is not xz-compressed", p)
+		}
+		out, err := exec.Command("xz", "-dc", filepath.Join(stage, "lib/modules", kver, p)).Output()
+		if err != nil || !strings.HasPrefix(string(out), "not a module ") {
+			t.Errorf("%s: %v %q", p, err, out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(stage, "lib/modules", kver, "kernel/drivers/gpu/drm/drm.ko.xz")); err == nil {
+		t.Error("a module outside the closure was staged")
+	}
+	if _, err := os.Stat(filepath.Join(stage, "lib/modules", kver, "modules.dep")); err != nil {
+		t.Errorf("depmod made no modules.dep: %v", err)
+	}
+}
+
+func depmodAvailable() error {
+	if _, err := exec.LookPath("depmod"); err == nil {
+		return nil
+	}
+	for _, p := range []string{"/usr/sbin/depmod", "/sbin/depmod"} {
+		if _, err := os.Stat(p); err == nil {
+			return nil
+		}
+	}
+	return os.ErrNotExist
+}

@@ -1,0 +1,23 @@
+// Package e2e holds the discovery end-to-end tests: the real discovery
+// image (images/discovery: Debian kernel, curated modules, u-root with
+// corral-node discover) boots in QEMU (TCG) and registers with a real
+// corrald.
+//
+//   - TestPXEDiscovery: corrald serves DHCP/TFTP/HTTP in a network namespace
+//     the test creates; a machine with SMBIOS identity, two virtio disks with
+//     serials and an e1000 NIC PXE-boots into the image registered by
+//     `corrald images build` and appears in `corral get machines -o json`;
+//     booted again with a virtio NIC (new MAC) it is the same machine.
+//   - TestFastLoop: the development loop: the same image booted with
+//     -kernel/-initrd and QEMU user networking reaching corrald on the host
+//     loopback through 10.0.2.2, with an OpenIPMI ipmi_sim BMC attached
+//     (ipmi-bmc-extern + isa-ipmi-bt) whose LAN address the agent reads
+//     in-band and reports.
+//
+// The image is built once per run into CORRAL_IMAGE_CACHE (default
+// /var/cache/corral/discovery) and reused while its inputs are unchanged.
+// Tests skip with a one-line reason when not root or when a tool (ip,
+// QEMU, apt, dpkg-deb, depmod, xz, ipmi_sim) is absent.
+//
+// Nothing here is imported by the product.
+package e2e
