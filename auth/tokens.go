@@ -231,3 +231,31 @@ func (t *Tokens) Revoke(ctx context.Context, id string) error {
 		return nil
 	}
 }
+
+// PurgeExpired deletes every token whose expiry has passed (tokens without
+// an expiry are kept) and returns how many it deleted. Per-boot agent
+// tokens are minted for every script render, so without this they would
+// pile up. A token rewritten concurrently is left for the next purge.
+func (t *Tokens) PurgeExpired(ctx context.Context) (int, error) {
+	kvs, err := t.Store.List(ctx, TokenKeyPrefix)
+	if err != nil {
+		return 0, fmt.Errorf("auth: purge tokens: %w", err)
+	}
+	now := t.now().Unix()
+	n := 0
+	for _, kv := range kvs {
+		var tok authv1.Token
+		if err := record.Unmarshal(kv.Value, &tok); err != nil {
+			continue
+		}
+		if tok.GetExpiresUnix() == 0 || tok.GetExpiresUnix() > now {
+			continue
+		}
+		if err := t.Store.Delete(ctx, kv.Key, kv.Revision); err == nil {
+			n++
+		} else if !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
+			return n, fmt.Errorf("auth: purge tokens: %w", err)
+		}
+	}
+	return n, nil
+}

@@ -278,3 +278,31 @@ func sha256Of(s string) []byte {
 	sum := sha256.Sum256([]byte(s))
 	return sum[:]
 }
+
+func TestPurgeExpired(t *testing.T) {
+	tk, _, clock := newTestTokens(t)
+	ctx := context.Background()
+	keep, err := tk.Create(ctx, authv1.Role_ROLE_ADMIN, "forever", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, _ := tk.Create(ctx, authv1.Role_ROLE_AGENT, "long", 10*time.Hour)
+	for range 3 {
+		if _, err := tk.Create(ctx, authv1.Role_ROLE_AGENT, "boot", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.t = clock.t.Add(2 * time.Minute)
+	n, err := tk.PurgeExpired(ctx)
+	if err != nil || n != 3 {
+		t.Fatalf("purged %d, %v; want 3", n, err)
+	}
+	for _, tok := range []string{keep, long} {
+		if _, err := tk.Authenticate(ctx, tok); err != nil {
+			t.Errorf("live token purged: %v", err)
+		}
+	}
+	if all, _ := tk.List(ctx); len(all) != 2 {
+		t.Fatalf("%d tokens left, want 2", len(all))
+	}
+}

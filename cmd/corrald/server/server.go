@@ -192,6 +192,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	pool.Register(s.grpc, p)
 	s.addComponent("node-heartbeat-sweep", (&pool.Sweeper{Pool: p}).Run)
+	s.addComponent("token-purge", s.purgeTokens)
 	inventory.Register(s.grpc, &inventory.MachineServer{Inv: s.inv, BMC: s.bmc})
 	if err := s.initHypervisor(p); err != nil {
 		lis.Close()
