@@ -45,7 +45,7 @@ them. A build with unchanged inputs is taken from the cache.`,
 				cache = filepath.Join(catDir, "cache")
 			}
 			start := time.Now()
-			r, err := discovery.Build(cmd.Context(), discovery.Options{SourceDir: src, CacheDir: cache, Logger: log})
+			r, err := discovery.Build(cmd.Context(), discovery.Options{SourceDir: src, CacheDir: cache, AgentVersion: version, Logger: log})
 			if err != nil {
 				return err
 			}

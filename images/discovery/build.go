@@ -56,6 +56,9 @@ type Options struct {
 	// Commands are the u-root commands (directories under cmds/ of the
 	// u-root module) to include (default Commands).
 	Commands []string
+	// AgentVersion is stamped into corral-node (its `version`, reported
+	// to the appliance at Register); default "dev".
+	AgentVersion string
 	// PCIIDs is the pci.ids to ship (default: the first of DefaultPCIIDs).
 	PCIIDs string
 	Logger *slog.Logger
@@ -87,6 +90,7 @@ type Inputs struct {
 	URoot       string        `json:"uroot_version"`
 	Commands    []string      `json:"uroot_commands"`
 	AgentSource string        `json:"agent_source_sha256"`
+	AgentVer    string        `json:"agent_version"`
 	PCIIDs      string        `json:"pci_ids_sha256"`
 }
 
@@ -106,6 +110,9 @@ func (o *Options) defaults() error {
 	}
 	if len(o.Modules) == 0 {
 		o.Modules = Modules
+	}
+	if o.AgentVersion == "" {
+		o.AgentVersion = "dev"
 	}
 	if len(o.Commands) == 0 {
 		o.Commands = Commands
@@ -196,7 +203,7 @@ func Build(ctx context.Context, o Options) (Result, error) {
 		filepath.Join(stage, "lib/modules") + ":lib/modules",
 		o.PCIIDs + ":usr/share/misc/pci.ids",
 	}
-	if err := buildUroot(ctx, log, o.SourceDir, urootDir, o.Commands, work, cpio, extra); err != nil {
+	if err := buildUroot(ctx, log, o.SourceDir, urootDir, o.Commands, o.AgentVersion, work, cpio, extra); err != nil {
 		return Result{}, fmt.Errorf("u-root: %w", err)
 	}
 	log.Info("u-root initramfs built", "took", time.Since(t).Round(time.Millisecond))
@@ -228,6 +235,7 @@ func Build(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 	r.Kernel, r.Initrd = filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initrd.img")
+	prune(o.CacheDir, key, in.Package, keepBuilds, log)
 	log.Info("discovery image built", "key", key[:12], "initrd_bytes", r.InitrdSize, "kernel_bytes", r.KernelSize, "took", r.BuildTime.Round(time.Second))
 	return r, nil
 }
@@ -254,7 +262,7 @@ func inputs(ctx context.Context, o Options) (Inputs, string, error) {
 	sort.Strings(mods)
 	cmds := append([]string(nil), o.Commands...)
 	sort.Strings(cmds)
-	return Inputs{Format: FormatVersion, Package: kp, Modules: mods, URoot: urootVersion, Commands: cmds, AgentSource: src, PCIIDs: pci}, urootDir, nil
+	return Inputs{Format: FormatVersion, Package: kp, Modules: mods, URoot: urootVersion, Commands: cmds, AgentVer: o.AgentVersion, AgentSource: src, PCIIDs: pci}, urootDir, nil
 }
 
 // AgentSourceHash hashes what corral-node is built from inside the
@@ -368,4 +376,43 @@ func lock(path string) (func(), error) {
 		return nil, err
 	}
 	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+}
+
+// keepBuilds is how many finished builds the cache keeps (the newest).
+const keepBuilds = 3
+
+// prune removes all but the keep newest builds (never current) and the
+// kernel packages of other versions than k.
+func prune(cacheDir, current string, k KernelPackage, keep int, log *slog.Logger) {
+	ents, err := os.ReadDir(cacheDir)
+	if err != nil {
+		return
+	}
+	type build struct {
+		name string
+		mod  time.Time
+	}
+	var builds []build
+	for _, e := range ents {
+		if !e.IsDir() || len(e.Name()) != 64 || e.Name() == current {
+			continue
+		}
+		if st, err := os.Stat(filepath.Join(cacheDir, e.Name(), "manifest.json")); err == nil {
+			builds = append(builds, build{e.Name(), st.ModTime()})
+		}
+	}
+	sort.Slice(builds, func(i, j int) bool { return builds[i].mod.After(builds[j].mod) })
+	for i, b := range builds {
+		if i >= keep-1 {
+			os.RemoveAll(filepath.Join(cacheDir, b.name))
+			log.Debug("pruned cached discovery image", "key", b.name[:12])
+		}
+	}
+	debs, _ := filepath.Glob(filepath.Join(cacheDir, "debs", "*.deb"))
+	want := findDeb(filepath.Join(cacheDir, "debs", k.Name+"_*.deb"), k.Version)
+	for _, d := range debs {
+		if d != want {
+			os.Remove(d)
+		}
+	}
 }

@@ -1,12 +1,14 @@
 package discovery
 
 import (
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 const depFixture = `kernel/drivers/net/ethernet/intel/igb/igb.ko: kernel/drivers/dca/dca.ko kernel/drivers/i2c/algos/i2c-algo-bit.ko
@@ -133,4 +135,33 @@ func depmodAvailable() error {
 		}
 	}
 	return os.ErrNotExist
+}
+
+func TestPrune(t *testing.T) {
+	d := t.TempDir()
+	k := KernelPackage{"linux-image-6.1.0-56-amd64", "6.1.192-2"}
+	os.MkdirAll(filepath.Join(d, "debs"), 0o755)
+	for _, n := range []string{"linux-image-6.1.0-56-amd64_6.1.192-2_amd64.deb", "linux-image-6.1.0-55-amd64_6.1.190-1_amd64.deb"} {
+		os.WriteFile(filepath.Join(d, "debs", n), nil, 0o644)
+	}
+	keys := []string{}
+	for i := 0; i < 5; i++ {
+		key := strings.Repeat(string(rune('a'+i)), 64)
+		keys = append(keys, key)
+		os.MkdirAll(filepath.Join(d, key), 0o755)
+		p := filepath.Join(d, key, "manifest.json")
+		os.WriteFile(p, []byte("{}"), 0o644)
+		when := time.Now().Add(time.Duration(i-10) * time.Minute)
+		os.Chtimes(p, when, when)
+	}
+	prune(d, keys[0], k, 3, slog.New(slog.DiscardHandler))
+	for i, key := range keys {
+		_, err := os.Stat(filepath.Join(d, key))
+		if kept := err == nil; kept != (i == 0 || i >= 3) {
+			t.Errorf("build %d kept = %v", i, kept)
+		}
+	}
+	if debs, _ := filepath.Glob(filepath.Join(d, "debs", "*.deb")); len(debs) != 1 || !strings.Contains(debs[0], "6.1.192-2") {
+		t.Errorf("debs left = %v", debs)
+	}
 }

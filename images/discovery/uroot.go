@@ -97,7 +97,7 @@ var envMu sync.Mutex
 // discover, /bin/sh → gosh, plus extra ("src:dst" as mkuimage's -files).
 // It builds offline apart from the module proxy: a Go workspace in work
 // holds a writable copy of the u-root module and srcDir's module.
-func buildUroot(ctx context.Context, log *slog.Logger, srcDir, urootDir string, commands []string, work, out string, extra []string) error {
+func buildUroot(ctx context.Context, log *slog.Logger, srcDir, urootDir string, commands []string, version, work, out string, extra []string) error {
 	ws := filepath.Join(work, "ws")
 	uroot := filepath.Join(ws, "u-root")
 	if err := copyTree(urootDir, uroot); err != nil {
@@ -143,6 +143,12 @@ func buildUroot(ctx context.Context, log *slog.Logger, srcDir, urootDir string, 
 		Commands: []uimage.Commands{{
 			Builder:  builder.Busybox,
 			Packages: pkgs,
+			// gobusybox keeps each command's import path, so main.version
+			// is github.com/corralhq/corral/cmd/corral-node.version. The
+			// flags repeat gobusybox's defaults: the last -ldflags wins.
+			BuildOpts: &golang.BuildOpts{ExtraArgs: []string{
+				"-ldflags=-s -w -buildid= -X github.com/corralhq/corral/" + AgentPackage + ".version=" + version,
+			}},
 		}},
 		TempDir:      tmp,
 		ExtraFiles:   extra,
