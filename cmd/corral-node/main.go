@@ -82,7 +82,10 @@ func consoleWriter(stdout io.Writer) io.Writer {
 	if f, ok := stdout.(*os.File); ok {
 		a, errA := f.Stat()
 		b, errB := c.Stat()
-		if errA == nil && errB == nil && os.SameFile(a, b) {
+		// The same file, or stdout already a terminal (under u-root the
+		// init's stdout is the console's tty, a different inode from
+		// /dev/console): writing both would print every line twice.
+		if errA == nil && errB == nil && (os.SameFile(a, b) || a.Mode()&os.ModeCharDevice != 0) {
 			c.Close()
 			return stdout
 		}

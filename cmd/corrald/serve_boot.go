@@ -21,8 +21,8 @@ func addBootFlags(cmd *cobra.Command) {
 	f.String("http-listen", ":8080", "boot HTTP listen address: iPXE scripts and images (env CORRAL_HTTP_LISTEN)")
 	f.String("tftp-listen", ":69", `TFTP listen address for the iPXE binaries, or "off" (env CORRAL_TFTP_LISTEN)`)
 	f.Bool("no-ra", false, "do not answer IPv6 router solicitations on the boot interface (env CORRAL_NO_RA)")
-	f.String("boot-kernel", "", "discover profile kernel to copy into the catalog (default: a test stand-in) (env CORRAL_BOOT_KERNEL)")
-	f.String("boot-initrd", "", "discover profile initramfs to copy into the catalog (default: a test stand-in) (env CORRAL_BOOT_INITRD)")
+	f.String("boot-kernel", "", "discover profile kernel to copy into the catalog (default: the image `corrald images build` registered, else a test stand-in) (env CORRAL_BOOT_KERNEL)")
+	f.String("boot-initrd", "", "discover profile initramfs to copy into the catalog (default: the image `corrald images build` registered, else a test stand-in) (env CORRAL_BOOT_INITRD)")
 	f.String("boot-kernel-args", "", "extra kernel arguments (default console=tty0 console=ttyS0,115200n8) (env CORRAL_BOOT_KERNEL_ARGS)")
 	f.Duration("boot-token-ttl", 0, "lifetime of the per-boot agent token on the kernel command line (default 1h) (env CORRAL_BOOT_TOKEN_TTL)")
 }

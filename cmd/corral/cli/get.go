@@ -1,12 +1,16 @@
 package cli
 
 import (
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"strings"
+
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 )
 
 func (inv *invocation) getCommand() *cobra.Command {
 	var output string
+	var mf machineFilter
 	cmd := &cobra.Command{
 		Use:   "get KIND [NAME]",
 		Short: "List records of a kind, or show one",
@@ -23,6 +27,10 @@ Kinds: ` + kindList() + `.`,
 			if err != nil {
 				return err
 			}
+			req, err := mf.request(k, len(args) == 2)
+			if err != nil {
+				return err
+			}
 			cc, err := inv.connect(cmd.Flags())
 			if err != nil {
 				return err
@@ -36,7 +44,14 @@ Kinds: ` + kindList() + `.`,
 				}
 				return printRecords(cmd.OutOrStdout(), k, []proto.Message{m}, false, output)
 			}
-			ms, err := k.list(ctx, cc)
+			var ms []proto.Message
+			if req != nil {
+				var resp *inventoryv1.ListMachinesResponse
+				resp, err = inventoryv1.NewMachineServiceClient(cc).ListMachines(ctx, req)
+				ms = messages(resp.GetMachines())
+			} else {
+				ms, err = k.list(ctx, cc)
+			}
 			if err != nil {
 				return inv.callError("list "+k.name+"s", err)
 			}
@@ -45,5 +60,40 @@ Kinds: ` + kindList() + `.`,
 		},
 	}
 	addOutputFlag(cmd, &output)
+	mf.register(cmd)
 	return cmd
+}
+
+// machineFilter holds the `get machines` filters.
+type machineFilter struct {
+	state, serial, mac string
+	selectors          []string
+}
+
+func (f *machineFilter) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.state, "state", "", "machines: only this state (discovered, inventoried, installing, deployed, failed, maintenance)")
+	fs.StringVar(&f.serial, "serial", "", "machines: only this serial number")
+	fs.StringVar(&f.mac, "mac", "", "machines: only the machine with this MAC")
+	fs.StringArrayVarP(&f.selectors, "selector", "l", nil, "machines: fact selector KEY OP VALUE, e.g. 'memory_bytes>=64Gi', 'disk.count>=2', 'vendor=Dell Inc.' (repeatable, all must match)")
+}
+
+// request returns the ListMachines request for the filters, nil when none
+// is set; filters on another kind or with a NAME are usage errors.
+func (f *machineFilter) request(k *kind, named bool) (*inventoryv1.ListMachinesRequest, error) {
+	if f.state == "" && f.serial == "" && f.mac == "" && len(f.selectors) == 0 {
+		return nil, nil
+	}
+	if k != machineKind || named {
+		return nil, usageErrorf("--state, --serial, --mac and --selector filter the machine list only")
+	}
+	req := &inventoryv1.ListMachinesRequest{Serial: f.serial, Mac: f.mac, Selectors: f.selectors}
+	if f.state != "" {
+		v, ok := inventoryv1.Machine_MachineState_value[strings.ToUpper(f.state)]
+		if !ok || v == 0 {
+			return nil, usageErrorf("--state %q: want discovered, inventoried, installing, deployed, failed or maintenance", f.state)
+		}
+		req.State = inventoryv1.Machine_MachineState(v)
+	}
+	return req, nil
 }

@@ -158,9 +158,9 @@ wan    UNSPECIFIED   203.0.113.0/28   -           -                     -      0
 		},
 		"machines table": {
 			args: []string{"get", "machine"},
-			want: `NAME   STATE        SERIAL   POWER         BOOT-MAC            NODE
-m1     DEPLOYED     SN123    ON            aa:bb:cc:dd:ee:01   n1
-m2     DISCOVERED   -        UNSPECIFIED   aa:bb:cc:dd:ee:02   -
+			want: `NAME   SERIAL   VENDOR/PRODUCT             CPUS   MEMORY   DISKS      STATE        POWER         LAST-SEEN
+m1     SN123    Dell Inc. PowerEdge R650   64     256GiB   2 (4TiB)   DEPLOYED!    ON            -
+m2     -        -                          -      -        -          DISCOVERED   UNSPECIFIED   -
 `,
 		},
 		"virtual machines table": {
@@ -256,6 +256,54 @@ func TestLookupKind(t *testing.T) {
 			}
 			if got != tt.want {
 				t.Errorf("lookupKind(%q) = %q, want %q", name, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestGetMachineFilters(t *testing.T) {
+	cases := map[string]struct {
+		args []string
+		want *inventoryv1.ListMachinesRequest
+		code int
+	}{
+		"state and selectors": {
+			args: []string{"get", "machines", "--state", "inventoried", "-l", "memory_bytes>=64Gi", "--selector", "disk.count>=2"},
+			want: &inventoryv1.ListMachinesRequest{State: inventoryv1.Machine_INVENTORIED, Selectors: []string{"memory_bytes>=64Gi", "disk.count>=2"}},
+		},
+		"serial and mac": {
+			args: []string{"get", "machine", "--serial", "SN123", "--mac", "aa:bb:cc:dd:ee:01"},
+			want: &inventoryv1.ListMachinesRequest{Serial: "SN123", Mac: "aa:bb:cc:dd:ee:01"},
+		},
+		"bad state":        {args: []string{"get", "machines", "--state", "sleeping"}, code: ExitUsage},
+		"filter on nodes":  {args: []string{"get", "nodes", "--state", "deployed"}, code: ExitUsage},
+		"filter with name": {args: []string{"get", "machine", "m1", "--serial", "x"}, code: ExitUsage},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := newTestServer(t)
+			seed(s)
+			r := s.run(t, "", nil, tc.args...)
+			if r.code != tc.code {
+				t.Fatalf("exit %d (%s), want %d", r.code, r.stderr, tc.code)
+			}
+			var got []proto.Message
+			for _, m := range s.received() {
+				if _, ok := m.(*inventoryv1.ListMachinesRequest); ok {
+					got = append(got, m)
+				}
+			}
+			if tc.want == nil {
+				if len(got) != 0 {
+					t.Fatalf("usage error sent %d requests", len(got))
+				}
+				return
+			}
+			if len(got) != 1 {
+				t.Fatalf("%d ListMachines requests", len(got))
+			}
+			if diff := cmp.Diff(tc.want, got[0], protocmp.Transform()); diff != "" {
+				t.Fatal(diff)
 			}
 		})
 	}

@@ -367,16 +367,33 @@ var imageKind = &kind{
 var machineKind = &kind{
 	name:    "machine",
 	aliases: []string{"machines"},
-	columns: []string{"NAME", "STATE", "SERIAL", "POWER", "BOOT-MAC", "NODE"},
+	columns: []string{"NAME", "SERIAL", "VENDOR/PRODUCT", "CPUS", "MEMORY", "DISKS", "STATE", "POWER", "LAST-SEEN"},
 	row: func(m proto.Message) []string {
 		mc := m.(*inventoryv1.Machine)
+		f := mc.GetFacts()
+		vp := strings.TrimSpace(f.GetSystem().GetVendor() + " " + f.GetSystem().GetProduct())
+		cpus, mem, disks := "-", "-", "-"
+		if f != nil {
+			cpus = strconv.Itoa(int(f.GetCpu().GetThreads()))
+			mem = humanBytes(f.GetMemory().GetTotalBytes())
+			var total uint64
+			for _, d := range f.GetDisks() {
+				total += d.GetSizeBytes()
+			}
+			disks = fmt.Sprintf("%d (%s)", len(f.GetDisks()), humanBytes(total))
+		}
+		state := stateName(mc.GetState().String(), "")
+		if len(mc.GetFlags()) > 0 {
+			state += "!" // flagged: describe shows why
+		}
 		return []string{
 			mc.GetName(),
-			stateName(mc.GetState().String(), ""),
 			cell(mc.GetSerial()),
+			cell(vp),
+			cpus, mem, disks,
+			state,
 			powerCell(mc.GetPowerState(), mc.GetPowerReadAt(), time.Now()),
-			cell(mc.GetBootMac()),
-			cell(mc.GetNodeName()),
+			lastSeen(mc.GetAnnotations()["corral/last_seen"], time.Now()),
 		}
 	},
 	list: func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error) {
@@ -391,4 +408,13 @@ var machineKind = &kind{
 		return err
 	},
 	// Machines are discovered or enrolled, never applied.
+}
+
+// lastSeen renders the agent's last report as an age ("-" when never).
+func lastSeen(rfc3339 string, now time.Time) string {
+	t, err := time.Parse(time.RFC3339, rfc3339)
+	if err != nil {
+		return "-"
+	}
+	return shortAge(now.Sub(t)) + " ago"
 }

@@ -56,6 +56,13 @@ func seed(s *testServer) {
 		State:      inventoryv1.Machine_DEPLOYED,
 		PowerState: inventoryv1.PowerState_POWER_STATE_ON,
 		NodeName:   "n1",
+		Facts: &inventoryv1.Facts{
+			System: &inventoryv1.Facts_System{Vendor: "Dell Inc.", Product: "PowerEdge R650"},
+			Cpu:    &inventoryv1.Facts_Cpu{Threads: 64},
+			Memory: &inventoryv1.Facts_Memory{TotalBytes: 256 << 30},
+			Disks:  []*inventoryv1.Facts_Disk{{Name: "nvme0n1", SizeBytes: 2 << 40}, {Name: "nvme1n1", SizeBytes: 2 << 40}},
+		},
+		Flags: []string{"duplicate-serial: test"},
 	}
 	s.machines["m2"] = &inventoryv1.Machine{Name: "m2", BootMac: "aa:bb:cc:dd:ee:02", State: inventoryv1.Machine_DISCOVERED}
 }
