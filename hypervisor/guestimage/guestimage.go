@@ -33,6 +33,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/corralhq/corral/internal/initramfs"
 )
 
 //go:embed scripts/syslinuxdisk.sh
@@ -311,17 +313,18 @@ func tinyInitramfs(ctx context.Context, modRoot string) ([]byte, error) {
 		return nil, fmt.Errorf("build tinyinit: %w: %s", err, out)
 	}
 
-	var w cpioWriter
+	var cpioBuf bytes.Buffer
+	w := initramfs.NewWriter(&cpioBuf)
 	for _, d := range []string{"bin", "sbin", "etc", "dev", "proc", "sys", "tmp", "run", "root", "home", "modules", "usr", "usr/bin", "usr/sbin", "lib", "lib64", "lib/x86_64-linux-gnu"} {
-		w.dir(d)
+		w.Dir(d)
 	}
-	w.node("dev/console", 0o020600, 5, 1)
+	w.CharDev("dev/console", 0o600, 5, 1)
 	add := func(dst, src string, mode uint32) error {
 		b, err := os.ReadFile(src)
 		if err != nil {
 			return err
 		}
-		w.file(dst, mode, b)
+		w.File(dst, mode, b)
 		return nil
 	}
 	if err := add("init", bin, 0o100755); err != nil {
@@ -366,7 +369,10 @@ func tinyInitramfs(ctx context.Context, modRoot string) ([]byte, error) {
 	}
 	var gz bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&gz, gzip.BestSpeed)
-	zw.Write(w.close())
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	zw.Write(cpioBuf.Bytes())
 	if err := zw.Close(); err != nil {
 		return nil, err
 	}
@@ -394,39 +400,4 @@ func sharedLibs(bin string) ([]string, error) {
 	}
 	sort.Strings(libs)
 	return libs, nil
-}
-
-// cpioWriter writes a newc archive with fixed inode numbers and times, so
-// equal inputs give equal bytes (the cache key).
-type cpioWriter struct {
-	buf bytes.Buffer
-	ino int
-}
-
-func (w *cpioWriter) entry(name string, mode uint32, data []byte, major, minor int) {
-	w.ino++
-	fmt.Fprintf(&w.buf, "070701%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x",
-		w.ino, mode, 0, 0, 1, 0, len(data), 0, 0, major, minor, len(name)+1, 0)
-	w.buf.WriteString(name)
-	w.buf.WriteByte(0)
-	w.pad()
-	w.buf.Write(data)
-	w.pad()
-}
-
-func (w *cpioWriter) pad() {
-	for w.buf.Len()%4 != 0 {
-		w.buf.WriteByte(0)
-	}
-}
-
-func (w *cpioWriter) dir(name string)                         { w.entry(name, 0o040755, nil, 0, 0) }
-func (w *cpioWriter) file(name string, mode uint32, b []byte) { w.entry(name, mode, b, 0, 0) }
-func (w *cpioWriter) node(name string, mode uint32, major, minor int) {
-	w.entry(name, mode, nil, major, minor)
-}
-
-func (w *cpioWriter) close() []byte {
-	w.entry("TRAILER!!!", 0, nil, 0, 0)
-	return w.buf.Bytes()
 }

@@ -2,13 +2,14 @@ package vm
 
 import (
 	"bytes"
-	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/corralhq/corral/internal/initramfs"
 )
 
 // Tiny test guest: Debian's cloud kernel (downloaded once with apt-get and
@@ -101,54 +102,25 @@ func buildInitramfs(t *testing.T, moduleRoot, dst string) {
 		}
 		return nil
 	})
-	var w cpioWriter
-	w.dir("dev")
-	w.node("dev/console", 0o020600, 5, 1)
-	w.dir("modules")
+	var cpioBuf bytes.Buffer
+	w := initramfs.NewWriter(&cpioBuf)
+	w.Dir("dev")
+	w.CharDev("dev/console", 0o600, 5, 1)
+	w.Dir("modules")
 	initBytes, _ := os.ReadFile(bin)
-	w.file("init", 0o100755, initBytes)
+	w.File("init", 0o100755, initBytes)
 	for _, m := range guestModules {
 		p, ok := found[m]
 		if !ok {
 			t.Fatalf("module %s not in %s (compressed modules are not supported here)", m, moduleRoot)
 		}
 		b, _ := os.ReadFile(p)
-		w.file("modules/"+m+".ko", 0o100644, b)
+		w.File("modules/"+m+".ko", 0o100644, b)
 	}
-	if err := os.WriteFile(dst, w.close(), 0o600); err != nil {
+	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-}
-
-type cpioWriter struct {
-	buf bytes.Buffer
-	ino int
-}
-
-func (w *cpioWriter) entry(name string, mode uint32, data []byte, major, minor int) {
-	w.ino++
-	fmt.Fprintf(&w.buf, "070701%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x",
-		w.ino, mode, 0, 0, 1, 0, len(data), 0, 0, major, minor, len(name)+1, 0)
-	w.buf.WriteString(name)
-	w.buf.WriteByte(0)
-	w.pad()
-	w.buf.Write(data)
-	w.pad()
-}
-
-func (w *cpioWriter) pad() {
-	for w.buf.Len()%4 != 0 {
-		w.buf.WriteByte(0)
+	if err := os.WriteFile(dst, cpioBuf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
 	}
-}
-
-func (w *cpioWriter) dir(name string)                         { w.entry(name, 0o040755, nil, 0, 0) }
-func (w *cpioWriter) file(name string, mode uint32, b []byte) { w.entry(name, mode, b, 0, 0) }
-func (w *cpioWriter) node(name string, mode uint32, major, minor int) {
-	w.entry(name, mode, nil, major, minor)
-}
-
-func (w *cpioWriter) close() []byte {
-	w.entry("TRAILER!!!", 0, nil, 0, 0)
-	return w.buf.Bytes()
 }
