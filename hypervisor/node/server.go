@@ -210,7 +210,7 @@ func (s *Server) BootVM(ctx context.Context, req *hypervisorv1.BootVMRequest) (*
 		if err != nil {
 			return err
 		}
-		out = vmProto(v)
+		out = s.vmProto(v)
 		return nil
 	})
 	if err != nil {
@@ -286,10 +286,16 @@ func (s *Server) specFor(ctx context.Context, m *hypervisorv1.VM) (vm.Spec, erro
 	return spec, nil
 }
 
-func vmProto(v vm.VM) *hypervisorv1.VM {
+// vmProto reports v. Its disks, NICs and login come from the request kept
+// with the VM (Spec.Meta); when that cannot be decoded the VM is still
+// reported (name, size, state) and the problem is logged.
+func (s *Server) vmProto(v vm.VM) *hypervisorv1.VM {
 	out := &hypervisorv1.VM{}
 	if len(v.Spec.Meta) > 0 {
-		_ = protojson.Unmarshal(v.Spec.Meta, out)
+		if err := protojson.Unmarshal(v.Spec.Meta, out); err != nil {
+			s.log.Warn("vm metadata unreadable: reporting it without disks and NICs", "vm", v.Spec.Name, "err", err)
+			out = &hypervisorv1.VM{}
+		}
 	}
 	out.Name, out.Uuid, out.Vcpus, out.MemoryBytes = v.Spec.Name, v.Spec.UUID, v.Spec.VCPUs, v.Spec.MemoryBytes
 	switch v.State {
@@ -312,7 +318,7 @@ func (s *Server) RebootVM(ctx context.Context, req *hypervisorv1.VMRequest) (*hy
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return vmProto(v), nil
+	return s.vmProto(v), nil
 }
 
 // ShutdownVM powers a VM off (ACPI then hard after the deadline; hard:
@@ -322,7 +328,7 @@ func (s *Server) ShutdownVM(ctx context.Context, req *hypervisorv1.VMRequest) (*
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return vmProto(v), nil
+	return s.vmProto(v), nil
 }
 
 // DeleteVM stops a VM hard and removes it with its taps and seed (its
@@ -340,7 +346,7 @@ func (s *Server) GetVM(ctx context.Context, req *hypervisorv1.VMRequest) (*hyper
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return vmProto(v), nil
+	return s.vmProto(v), nil
 }
 
 // ListVMs reports every VM on the node, running or not.
@@ -351,7 +357,7 @@ func (s *Server) ListVMs(ctx context.Context, _ *hypervisorv1.ListVMsRequest) (*
 	}
 	out := &hypervisorv1.ListVMsResponse{}
 	for _, v := range vms {
-		out.Vms = append(out.Vms, vmProto(v))
+		out.Vms = append(out.Vms, s.vmProto(v))
 	}
 	return out, nil
 }
