@@ -25,6 +25,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/corralhq/corral/agent/cmdline"
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/images"
@@ -280,7 +281,11 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 			s.refuse(w, r, mac, http.StatusServiceUnavailable, "cannot issue a boot token")
 			return
 		}
-		d.Cmdline = s.cmdline(r, d, tok)
+		if d.Cmdline, err = s.cmdline(r, d, tok); err != nil {
+			s.log.Error("kernel command line", "mac", mac, "err", err)
+			s.refuse(w, r, mac, http.StatusInternalServerError, "kernel command line: "+err.Error())
+			return
+		}
 	}
 	body, err := RenderScript(d)
 	if err != nil {
@@ -305,9 +310,9 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 }
 
 // cmdline is the kernel command line: initrd= name first (old UEFI iPXE
-// needs it to match the initrd image name), then Corral's parameters and
-// the configured extras.
-func (s *Server) cmdline(r *http.Request, d ScriptData, token string) string {
+// needs it to match the initrd image name), then Corral's parameters in
+// the agent/cmdline contract the agent parses, then the configured extras.
+func (s *Server) cmdline(r *http.Request, d ScriptData, token string) (string, error) {
 	ep := s.cfg.APIEndpoint
 	if h, p, err := net.SplitHostPort(ep); err == nil && (h == "" || h == "0.0.0.0" || h == "::") {
 		host := r.Host
@@ -316,9 +321,11 @@ func (s *Server) cmdline(r *http.Request, d ScriptData, token string) string {
 		}
 		ep = net.JoinHostPort(host, p)
 	}
-	parts := []string{"initrd=" + d.Initrd, "corral.endpoint=" + ep, "corral.token=" + token,
-		"corral.ca=sha256:" + s.cfg.CAFingerprint, "corral.mac=" + d.MAC, s.cfg.KernelArgs}
-	return strings.Join(parts, " ")
+	corral, err := cmdline.Params{Endpoint: ep, Token: token, CAFingerprint: s.cfg.CAFingerprint, MAC: d.MAC}.Format()
+	if err != nil {
+		return "", err
+	}
+	return strings.Join([]string{"initrd=" + d.Initrd, corral, s.cfg.KernelArgs}, " "), nil
 }
 
 func (s *Server) artifact(w http.ResponseWriter, r *http.Request, name string) {
