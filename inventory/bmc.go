@@ -317,12 +317,22 @@ func (c *BMCControl) checkAddressFree(ctx context.Context, key, name string) err
 		}
 		return err
 	}
-	return c.ownerConflict(ctx, key, b.GetMachineName(), name)
+	return c.ownerConflict(ctx, key, &b, name)
 }
 
-func (c *BMCControl) ownerConflict(ctx context.Context, key, owner, name string) error {
+// claimGrace is how long a fresh binding counts as an enrolment in flight
+// even though its machine does not show the BMC yet. Claims are followed
+// at once by store writes, so this only matters if corrald dies between
+// them.
+const claimGrace = time.Minute
+
+func (c *BMCControl) ownerConflict(ctx context.Context, key string, b *inventoryv1.BmcAddressBinding, name string) error {
+	owner := b.GetMachineName()
 	if owner == "" || owner == name {
 		return nil
+	}
+	if at := b.GetClaimedAt(); at != nil && c.inv.cfg.Now().Sub(at.AsTime()) < claimGrace {
+		return existsf("BMC %s is being enrolled on machine %q", strings.TrimPrefix(key, bmcAddrPrefix), owner)
 	}
 	m, err := c.inv.GetMachine(ctx, owner)
 	if errors.Is(err, ErrNotFound) {
@@ -341,11 +351,12 @@ func (c *BMCControl) claimAddress(ctx context.Context, key, name string) error {
 	_, err := record.Update(ctx, c.inv.cfg.Store, key, func() *inventoryv1.BmcAddressBinding { return &inventoryv1.BmcAddressBinding{} },
 		func(b *inventoryv1.BmcAddressBinding, exists bool) (bool, error) {
 			if exists {
-				if err := c.ownerConflict(ctx, key, b.GetMachineName(), name); err != nil {
+				if err := c.ownerConflict(ctx, key, b, name); err != nil {
 					return false, err
 				}
 			}
 			b.MachineName = name
+			b.ClaimedAt = timestamppb.New(c.inv.cfg.Now())
 			return false, nil
 		})
 	return err

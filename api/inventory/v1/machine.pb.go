@@ -1733,10 +1733,13 @@ func (x *MacBinding) GetMachineName() string {
 }
 
 // BmcAddressBinding is the store's BMC address index entry (internal): which
-// machine a BMC host:port is enrolled on.
+// machine a BMC host:port is enrolled on. A binding younger than the
+// claim grace protects an enrolment in flight (claimed, machine not yet
+// written) from a concurrent enrolment of the same address.
 type BmcAddressBinding struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	MachineName   string                 `protobuf:"bytes,1,opt,name=machine_name,json=machineName,proto3" json:"machine_name,omitempty"`
+	ClaimedAt     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=claimed_at,json=claimedAt,proto3" json:"claimed_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1776,6 +1779,13 @@ func (x *BmcAddressBinding) GetMachineName() string {
 		return x.MachineName
 	}
 	return ""
+}
+
+func (x *BmcAddressBinding) GetClaimedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ClaimedAt
+	}
+	return nil
 }
 
 // BmcSecret holds a machine's sealed BMC password (internal; never returned
@@ -1963,9 +1973,11 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\aentries\x18\x01 \x03(\v2\".corral.inventory.v1.TimelineEntryR\aentries\"/\n" +
 	"\n" +
 	"MacBinding\x12!\n" +
-	"\fmachine_name\x18\x01 \x01(\tR\vmachineName\"6\n" +
+	"\fmachine_name\x18\x01 \x01(\tR\vmachineName\"q\n" +
 	"\x11BmcAddressBinding\x12!\n" +
-	"\fmachine_name\x18\x01 \x01(\tR\vmachineName\"4\n" +
+	"\fmachine_name\x18\x01 \x01(\tR\vmachineName\x129\n" +
+	"\n" +
+	"claimed_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tclaimedAt\"4\n" +
 	"\tBmcSecret\x12'\n" +
 	"\x0fsealed_password\x18\x01 \x01(\fR\x0esealedPassword*k\n" +
 	"\n" +
@@ -2087,33 +2099,34 @@ var file_api_inventory_v1_machine_proto_depIdxs = []int32{
 	19, // 22: corral.inventory.v1.PowerStatus.attempts:type_name -> corral.inventory.v1.ProviderAttempt
 	4,  // 23: corral.inventory.v1.SetBootDeviceRequest.device:type_name -> corral.inventory.v1.BootDevice
 	9,  // 24: corral.inventory.v1.TimelineResponse.entries:type_name -> corral.inventory.v1.TimelineEntry
-	10, // 25: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
-	12, // 26: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
-	13, // 27: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
-	14, // 28: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
-	15, // 29: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
-	16, // 30: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
-	17, // 31: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
-	20, // 32: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
-	21, // 33: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
-	22, // 34: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
-	23, // 35: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
-	11, // 36: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
-	8,  // 37: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
-	8,  // 38: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
-	8,  // 39: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
-	33, // 40: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
-	18, // 41: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
-	18, // 42: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
-	33, // 43: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
-	8,  // 44: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
-	8,  // 45: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
-	24, // 46: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
-	36, // [36:47] is the sub-list for method output_type
-	25, // [25:36] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	31, // 25: corral.inventory.v1.BmcAddressBinding.claimed_at:type_name -> google.protobuf.Timestamp
+	10, // 26: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
+	12, // 27: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
+	13, // 28: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
+	14, // 29: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
+	15, // 30: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
+	16, // 31: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
+	17, // 32: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
+	20, // 33: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
+	21, // 34: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
+	22, // 35: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
+	23, // 36: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
+	11, // 37: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
+	8,  // 38: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
+	8,  // 39: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
+	8,  // 40: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
+	33, // 41: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
+	18, // 42: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
+	18, // 43: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
+	33, // 44: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
+	8,  // 45: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
+	8,  // 46: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
+	24, // 47: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
+	37, // [37:48] is the sub-list for method output_type
+	26, // [26:37] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_api_inventory_v1_machine_proto_init() }
