@@ -182,12 +182,21 @@ func (x *Heartbeat) GetSessionId() string {
 	return ""
 }
 
+// Progress reports one step of a command the appliance sent (install,
+// wipe, power). The last message of a command has done = true; error is
+// empty when it succeeded. install_id repeats the plan's, so progress of a
+// superseded plan is ignored.
+//
+// Install steps, in order: "disk" (target chosen; detail names it),
+// "partition" (GPT written), "format" (filesystem made), "identity"
+// (node identity written), "done" (done = true). Wipe: "wipe".
 type Progress struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Step          string                 `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
 	Detail        string                 `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
 	Done          bool                   `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
 	Error         string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	InstallId     string                 `protobuf:"bytes,5,opt,name=install_id,json=installId,proto3" json:"install_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -246,6 +255,13 @@ func (x *Progress) GetDone() bool {
 func (x *Progress) GetError() string {
 	if x != nil {
 		return x.Error
+	}
+	return ""
+}
+
+func (x *Progress) GetInstallId() string {
+	if x != nil {
+		return x.InstallId
 	}
 	return ""
 }
@@ -332,15 +348,25 @@ func (*AgentMessage_Heartbeat) isAgentMessage_Msg() {}
 
 func (*AgentMessage_Progress) isAgentMessage_Msg() {}
 
+// InstallPlan tells a discovery agent to make the machine a hypervisor
+// node: partition (GPT) and format the target disk and write the node
+// identity on it. The agent refuses a disk that already holds partitions
+// or a filesystem unless wipe is set.
 type InstallPlan struct {
-	state             protoimpl.MessageState `protogen:"open.v1"`
-	Disk              string                 `protobuf:"bytes,1,opt,name=disk,proto3" json:"disk,omitempty"`
-	Wipe              bool                   `protobuf:"varint,2,opt,name=wipe,proto3" json:"wipe,omitempty"`
-	Hostname          string                 `protobuf:"bytes,3,opt,name=hostname,proto3" json:"hostname,omitempty"`
-	NodeCertPem       string                 `protobuf:"bytes,4,opt,name=node_cert_pem,json=nodeCertPem,proto3" json:"node_cert_pem,omitempty"`
-	NodeKeyPem        string                 `protobuf:"bytes,5,opt,name=node_key_pem,json=nodeKeyPem,proto3" json:"node_key_pem,omitempty"`
-	CaCertPem         string                 `protobuf:"bytes,6,opt,name=ca_cert_pem,json=caCertPem,proto3" json:"ca_cert_pem,omitempty"`
-	ApplianceEndpoint string                 `protobuf:"bytes,7,opt,name=appliance_endpoint,json=applianceEndpoint,proto3" json:"appliance_endpoint,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// disk is "auto" (or empty: the largest non-removable disk not holding
+	// the boot media) or a device path such as /dev/vda.
+	Disk string `protobuf:"bytes,1,opt,name=disk,proto3" json:"disk,omitempty"`
+	Wipe bool   `protobuf:"varint,2,opt,name=wipe,proto3" json:"wipe,omitempty"`
+	// hostname is the node name (the certificate's CN and DNS SAN).
+	Hostname    string `protobuf:"bytes,3,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	NodeCertPem string `protobuf:"bytes,4,opt,name=node_cert_pem,json=nodeCertPem,proto3" json:"node_cert_pem,omitempty"`
+	NodeKeyPem  string `protobuf:"bytes,5,opt,name=node_key_pem,json=nodeKeyPem,proto3" json:"node_key_pem,omitempty"`
+	CaCertPem   string `protobuf:"bytes,6,opt,name=ca_cert_pem,json=caCertPem,proto3" json:"ca_cert_pem,omitempty"`
+	// appliance_endpoint is the API host:port the node dials.
+	ApplianceEndpoint string `protobuf:"bytes,7,opt,name=appliance_endpoint,json=applianceEndpoint,proto3" json:"appliance_endpoint,omitempty"`
+	InstallId         string `protobuf:"bytes,8,opt,name=install_id,json=installId,proto3" json:"install_id,omitempty"`
+	MachineName       string `protobuf:"bytes,9,opt,name=machine_name,json=machineName,proto3" json:"machine_name,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -424,6 +450,74 @@ func (x *InstallPlan) GetApplianceEndpoint() string {
 	return ""
 }
 
+func (x *InstallPlan) GetInstallId() string {
+	if x != nil {
+		return x.InstallId
+	}
+	return ""
+}
+
+func (x *InstallPlan) GetMachineName() string {
+	if x != nil {
+		return x.MachineName
+	}
+	return ""
+}
+
+// WipePlan tells a discovery agent to erase the partition table and
+// filesystem signatures of disk (reprovisioning).
+type WipePlan struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Disk          string                 `protobuf:"bytes,1,opt,name=disk,proto3" json:"disk,omitempty"`
+	InstallId     string                 `protobuf:"bytes,2,opt,name=install_id,json=installId,proto3" json:"install_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WipePlan) Reset() {
+	*x = WipePlan{}
+	mi := &file_api_node_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WipePlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WipePlan) ProtoMessage() {}
+
+func (x *WipePlan) ProtoReflect() protoreflect.Message {
+	mi := &file_api_node_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WipePlan.ProtoReflect.Descriptor instead.
+func (*WipePlan) Descriptor() ([]byte, []int) {
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *WipePlan) GetDisk() string {
+	if x != nil {
+		return x.Disk
+	}
+	return ""
+}
+
+func (x *WipePlan) GetInstallId() string {
+	if x != nil {
+		return x.InstallId
+	}
+	return ""
+}
+
 type ApplianceMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Cmd:
@@ -432,6 +526,7 @@ type ApplianceMessage struct {
 	//	*ApplianceMessage_PowerOff_
 	//	*ApplianceMessage_Reboot_
 	//	*ApplianceMessage_Install
+	//	*ApplianceMessage_Wipe
 	Cmd           isApplianceMessage_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -439,7 +534,7 @@ type ApplianceMessage struct {
 
 func (x *ApplianceMessage) Reset() {
 	*x = ApplianceMessage{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[6]
+	mi := &file_api_node_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -451,7 +546,7 @@ func (x *ApplianceMessage) String() string {
 func (*ApplianceMessage) ProtoMessage() {}
 
 func (x *ApplianceMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[6]
+	mi := &file_api_node_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -464,7 +559,7 @@ func (x *ApplianceMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ApplianceMessage) GetCmd() isApplianceMessage_Cmd {
@@ -510,6 +605,15 @@ func (x *ApplianceMessage) GetInstall() *InstallPlan {
 	return nil
 }
 
+func (x *ApplianceMessage) GetWipe() *WipePlan {
+	if x != nil {
+		if x, ok := x.Cmd.(*ApplianceMessage_Wipe); ok {
+			return x.Wipe
+		}
+	}
+	return nil
+}
+
 type isApplianceMessage_Cmd interface {
 	isApplianceMessage_Cmd()
 }
@@ -530,6 +634,10 @@ type ApplianceMessage_Install struct {
 	Install *InstallPlan `protobuf:"bytes,4,opt,name=install,proto3,oneof"`
 }
 
+type ApplianceMessage_Wipe struct {
+	Wipe *WipePlan `protobuf:"bytes,5,opt,name=wipe,proto3,oneof"`
+}
+
 func (*ApplianceMessage_Wait_) isApplianceMessage_Cmd() {}
 
 func (*ApplianceMessage_PowerOff_) isApplianceMessage_Cmd() {}
@@ -537,6 +645,8 @@ func (*ApplianceMessage_PowerOff_) isApplianceMessage_Cmd() {}
 func (*ApplianceMessage_Reboot_) isApplianceMessage_Cmd() {}
 
 func (*ApplianceMessage_Install) isApplianceMessage_Cmd() {}
+
+func (*ApplianceMessage_Wipe) isApplianceMessage_Cmd() {}
 
 type JoinRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -549,7 +659,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[7]
+	mi := &file_api_node_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -561,7 +671,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[7]
+	mi := &file_api_node_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -574,7 +684,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *JoinRequest) GetName() string {
@@ -601,7 +711,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[8]
+	mi := &file_api_node_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -613,7 +723,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[8]
+	mi := &file_api_node_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -626,7 +736,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *JoinResponse) GetCertPem() string {
@@ -651,7 +761,7 @@ type ApplianceMessage_Wait struct {
 
 func (x *ApplianceMessage_Wait) Reset() {
 	*x = ApplianceMessage_Wait{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[9]
+	mi := &file_api_node_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +773,7 @@ func (x *ApplianceMessage_Wait) String() string {
 func (*ApplianceMessage_Wait) ProtoMessage() {}
 
 func (x *ApplianceMessage_Wait) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[9]
+	mi := &file_api_node_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +786,7 @@ func (x *ApplianceMessage_Wait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage_Wait.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage_Wait) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{6, 0}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{7, 0}
 }
 
 type ApplianceMessage_PowerOff struct {
@@ -687,7 +797,7 @@ type ApplianceMessage_PowerOff struct {
 
 func (x *ApplianceMessage_PowerOff) Reset() {
 	*x = ApplianceMessage_PowerOff{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[10]
+	mi := &file_api_node_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +809,7 @@ func (x *ApplianceMessage_PowerOff) String() string {
 func (*ApplianceMessage_PowerOff) ProtoMessage() {}
 
 func (x *ApplianceMessage_PowerOff) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[10]
+	mi := &file_api_node_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +822,7 @@ func (x *ApplianceMessage_PowerOff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage_PowerOff.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage_PowerOff) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{6, 1}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{7, 1}
 }
 
 type ApplianceMessage_Reboot struct {
@@ -723,7 +833,7 @@ type ApplianceMessage_Reboot struct {
 
 func (x *ApplianceMessage_Reboot) Reset() {
 	*x = ApplianceMessage_Reboot{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[11]
+	mi := &file_api_node_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +845,7 @@ func (x *ApplianceMessage_Reboot) String() string {
 func (*ApplianceMessage_Reboot) ProtoMessage() {}
 
 func (x *ApplianceMessage_Reboot) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[11]
+	mi := &file_api_node_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +858,7 @@ func (x *ApplianceMessage_Reboot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage_Reboot.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage_Reboot) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{6, 2}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{7, 2}
 }
 
 var File_api_node_v1_agent_proto protoreflect.FileDescriptor
@@ -766,16 +876,18 @@ const file_api_node_v1_agent_proto_rawDesc = "" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\"*\n" +
 	"\tHeartbeat\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"`\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\x7f\n" +
 	"\bProgress\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\tR\x04step\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12\x12\n" +
 	"\x04done\x18\x03 \x01(\bR\x04done\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"\x88\x01\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12\x1d\n" +
+	"\n" +
+	"install_id\x18\x05 \x01(\tR\tinstallId\"\x88\x01\n" +
 	"\fAgentMessage\x129\n" +
 	"\theartbeat\x18\x01 \x01(\v2\x19.corral.node.v1.HeartbeatH\x00R\theartbeat\x126\n" +
 	"\bprogress\x18\x02 \x01(\v2\x18.corral.node.v1.ProgressH\x00R\bprogressB\x05\n" +
-	"\x03msg\"\xe6\x01\n" +
+	"\x03msg\"\xa8\x02\n" +
 	"\vInstallPlan\x12\x12\n" +
 	"\x04disk\x18\x01 \x01(\tR\x04disk\x12\x12\n" +
 	"\x04wipe\x18\x02 \x01(\bR\x04wipe\x12\x1a\n" +
@@ -784,12 +896,20 @@ const file_api_node_v1_agent_proto_rawDesc = "" +
 	"\fnode_key_pem\x18\x05 \x01(\tR\n" +
 	"nodeKeyPem\x12\x1e\n" +
 	"\vca_cert_pem\x18\x06 \x01(\tR\tcaCertPem\x12-\n" +
-	"\x12appliance_endpoint\x18\a \x01(\tR\x11applianceEndpoint\"\xba\x02\n" +
+	"\x12appliance_endpoint\x18\a \x01(\tR\x11applianceEndpoint\x12\x1d\n" +
+	"\n" +
+	"install_id\x18\b \x01(\tR\tinstallId\x12!\n" +
+	"\fmachine_name\x18\t \x01(\tR\vmachineName\"=\n" +
+	"\bWipePlan\x12\x12\n" +
+	"\x04disk\x18\x01 \x01(\tR\x04disk\x12\x1d\n" +
+	"\n" +
+	"install_id\x18\x02 \x01(\tR\tinstallId\"\xea\x02\n" +
 	"\x10ApplianceMessage\x12;\n" +
 	"\x04wait\x18\x01 \x01(\v2%.corral.node.v1.ApplianceMessage.WaitH\x00R\x04wait\x12H\n" +
 	"\tpower_off\x18\x02 \x01(\v2).corral.node.v1.ApplianceMessage.PowerOffH\x00R\bpowerOff\x12A\n" +
 	"\x06reboot\x18\x03 \x01(\v2'.corral.node.v1.ApplianceMessage.RebootH\x00R\x06reboot\x127\n" +
-	"\ainstall\x18\x04 \x01(\v2\x1b.corral.node.v1.InstallPlanH\x00R\ainstall\x1a\x06\n" +
+	"\ainstall\x18\x04 \x01(\v2\x1b.corral.node.v1.InstallPlanH\x00R\ainstall\x12.\n" +
+	"\x04wipe\x18\x05 \x01(\v2\x18.corral.node.v1.WipePlanH\x00R\x04wipe\x1a\x06\n" +
 	"\x04Wait\x1a\n" +
 	"\n" +
 	"\bPowerOff\x1a\b\n" +
@@ -819,7 +939,7 @@ func file_api_node_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_node_v1_agent_proto_rawDescData
 }
 
-var file_api_node_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_api_node_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_api_node_v1_agent_proto_goTypes = []any{
 	(*RegisterRequest)(nil),           // 0: corral.node.v1.RegisterRequest
 	(*RegisterResponse)(nil),          // 1: corral.node.v1.RegisterResponse
@@ -827,33 +947,35 @@ var file_api_node_v1_agent_proto_goTypes = []any{
 	(*Progress)(nil),                  // 3: corral.node.v1.Progress
 	(*AgentMessage)(nil),              // 4: corral.node.v1.AgentMessage
 	(*InstallPlan)(nil),               // 5: corral.node.v1.InstallPlan
-	(*ApplianceMessage)(nil),          // 6: corral.node.v1.ApplianceMessage
-	(*JoinRequest)(nil),               // 7: corral.node.v1.JoinRequest
-	(*JoinResponse)(nil),              // 8: corral.node.v1.JoinResponse
-	(*ApplianceMessage_Wait)(nil),     // 9: corral.node.v1.ApplianceMessage.Wait
-	(*ApplianceMessage_PowerOff)(nil), // 10: corral.node.v1.ApplianceMessage.PowerOff
-	(*ApplianceMessage_Reboot)(nil),   // 11: corral.node.v1.ApplianceMessage.Reboot
-	(*v1.Facts)(nil),                  // 12: corral.inventory.v1.Facts
+	(*WipePlan)(nil),                  // 6: corral.node.v1.WipePlan
+	(*ApplianceMessage)(nil),          // 7: corral.node.v1.ApplianceMessage
+	(*JoinRequest)(nil),               // 8: corral.node.v1.JoinRequest
+	(*JoinResponse)(nil),              // 9: corral.node.v1.JoinResponse
+	(*ApplianceMessage_Wait)(nil),     // 10: corral.node.v1.ApplianceMessage.Wait
+	(*ApplianceMessage_PowerOff)(nil), // 11: corral.node.v1.ApplianceMessage.PowerOff
+	(*ApplianceMessage_Reboot)(nil),   // 12: corral.node.v1.ApplianceMessage.Reboot
+	(*v1.Facts)(nil),                  // 13: corral.inventory.v1.Facts
 }
 var file_api_node_v1_agent_proto_depIdxs = []int32{
-	12, // 0: corral.node.v1.RegisterRequest.facts:type_name -> corral.inventory.v1.Facts
+	13, // 0: corral.node.v1.RegisterRequest.facts:type_name -> corral.inventory.v1.Facts
 	2,  // 1: corral.node.v1.AgentMessage.heartbeat:type_name -> corral.node.v1.Heartbeat
 	3,  // 2: corral.node.v1.AgentMessage.progress:type_name -> corral.node.v1.Progress
-	9,  // 3: corral.node.v1.ApplianceMessage.wait:type_name -> corral.node.v1.ApplianceMessage.Wait
-	10, // 4: corral.node.v1.ApplianceMessage.power_off:type_name -> corral.node.v1.ApplianceMessage.PowerOff
-	11, // 5: corral.node.v1.ApplianceMessage.reboot:type_name -> corral.node.v1.ApplianceMessage.Reboot
+	10, // 3: corral.node.v1.ApplianceMessage.wait:type_name -> corral.node.v1.ApplianceMessage.Wait
+	11, // 4: corral.node.v1.ApplianceMessage.power_off:type_name -> corral.node.v1.ApplianceMessage.PowerOff
+	12, // 5: corral.node.v1.ApplianceMessage.reboot:type_name -> corral.node.v1.ApplianceMessage.Reboot
 	5,  // 6: corral.node.v1.ApplianceMessage.install:type_name -> corral.node.v1.InstallPlan
-	0,  // 7: corral.node.v1.AgentService.Register:input_type -> corral.node.v1.RegisterRequest
-	4,  // 8: corral.node.v1.AgentService.Session:input_type -> corral.node.v1.AgentMessage
-	7,  // 9: corral.node.v1.AgentService.Join:input_type -> corral.node.v1.JoinRequest
-	1,  // 10: corral.node.v1.AgentService.Register:output_type -> corral.node.v1.RegisterResponse
-	6,  // 11: corral.node.v1.AgentService.Session:output_type -> corral.node.v1.ApplianceMessage
-	8,  // 12: corral.node.v1.AgentService.Join:output_type -> corral.node.v1.JoinResponse
-	10, // [10:13] is the sub-list for method output_type
-	7,  // [7:10] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	6,  // 7: corral.node.v1.ApplianceMessage.wipe:type_name -> corral.node.v1.WipePlan
+	0,  // 8: corral.node.v1.AgentService.Register:input_type -> corral.node.v1.RegisterRequest
+	4,  // 9: corral.node.v1.AgentService.Session:input_type -> corral.node.v1.AgentMessage
+	8,  // 10: corral.node.v1.AgentService.Join:input_type -> corral.node.v1.JoinRequest
+	1,  // 11: corral.node.v1.AgentService.Register:output_type -> corral.node.v1.RegisterResponse
+	7,  // 12: corral.node.v1.AgentService.Session:output_type -> corral.node.v1.ApplianceMessage
+	9,  // 13: corral.node.v1.AgentService.Join:output_type -> corral.node.v1.JoinResponse
+	11, // [11:14] is the sub-list for method output_type
+	8,  // [8:11] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_api_node_v1_agent_proto_init() }
@@ -865,11 +987,12 @@ func file_api_node_v1_agent_proto_init() {
 		(*AgentMessage_Heartbeat)(nil),
 		(*AgentMessage_Progress)(nil),
 	}
-	file_api_node_v1_agent_proto_msgTypes[6].OneofWrappers = []any{
+	file_api_node_v1_agent_proto_msgTypes[7].OneofWrappers = []any{
 		(*ApplianceMessage_Wait_)(nil),
 		(*ApplianceMessage_PowerOff_)(nil),
 		(*ApplianceMessage_Reboot_)(nil),
 		(*ApplianceMessage_Install)(nil),
+		(*ApplianceMessage_Wipe)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -877,7 +1000,7 @@ func file_api_node_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_node_v1_agent_proto_rawDesc), len(file_api_node_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
