@@ -283,3 +283,32 @@ func (ca *CA) SignNodeCSR(csrPEM []byte, name, organization string, hosts []stri
 	}
 	return encodeCertPEM(der), nil
 }
+
+// IssueNodeCert issues a node identity with a fresh ECDSA P-256 key, the
+// same certificate SignNodeCSR issues (CN = name, O = organization, DNS
+// SAN = name, server and client auth, NodeValidity but never beyond the
+// CA's expiry), for an install that carries the key to the machine. It
+// returns the certificate and its PKCS#8 key in PEM; nothing is written to
+// disk. It returns an error if name is empty, the CA has expired or
+// signing fails.
+func (ca *CA) IssueNodeCert(name, organization string) (certPEM, keyPEM []byte, err error) {
+	if strings.TrimSpace(name) == "" {
+		return nil, nil, errors.New("pki: issue node certificate: empty node name")
+	}
+	ips, names, err := splitHosts([]string{name})
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: name, Organization: []string{organization}},
+		DNSNames:    names,
+		IPAddresses: ips,
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	certPEM, keyPEM, err = ca.issue(tmpl, NodeValidity)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pki: issue node certificate for %q: %w", name, err)
+	}
+	return certPEM, keyPEM, nil
+}

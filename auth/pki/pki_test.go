@@ -431,3 +431,32 @@ func TestSignNodeCSR(t *testing.T) {
 		t.Fatal("request with a bad signature signed")
 	}
 }
+
+func TestIssueNodeCert(t *testing.T) {
+	ca := mustCA(t, t.TempDir())
+	certPEM, keyPEM, err := ca.IssueNodeCert("m-1", "corral:node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := tc.Leaf
+	if leaf.Subject.CommonName != "m-1" || !slices.Equal(leaf.Subject.Organization, []string{"corral:node"}) || !slices.Equal(leaf.DNSNames, []string{"m-1"}) {
+		t.Fatalf("subject %v SANs %v", leaf.Subject, leaf.DNSNames)
+	}
+	for _, u := range []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth} {
+		if _, err := leaf.Verify(x509.VerifyOptions{DNSName: "m-1", Roots: ca.Pool(), KeyUsages: []x509.ExtKeyUsage{u}}); err != nil {
+			t.Errorf("usage %v: %v", u, err)
+		}
+	}
+	// Another CA's pool refuses it.
+	other := mustCA(t, t.TempDir())
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: other.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
+		t.Error("node certificate verifies against another CA")
+	}
+	if _, _, err := ca.IssueNodeCert(" ", "corral:node"); err == nil {
+		t.Error("empty name accepted")
+	}
+}
