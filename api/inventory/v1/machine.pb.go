@@ -546,7 +546,19 @@ type Machine struct {
 	FactHistory []*FactChange          `protobuf:"bytes,56,rep,name=fact_history,json=factHistory,proto3" json:"fact_history,omitempty"`
 	NodeName    string                 `protobuf:"bytes,57,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
 	// flags are problems inventory noticed (e.g. duplicate serial).
-	Flags         []string `protobuf:"bytes,58,rep,name=flags,proto3" json:"flags,omitempty"`
+	Flags []string `protobuf:"bytes,58,rep,name=flags,proto3" json:"flags,omitempty"`
+	// install is the current (or last) install of an accepted machine.
+	Install *Install `protobuf:"bytes,59,opt,name=install,proto3" json:"install,omitempty"`
+	// watchdog is the boot watchdog, armed when the appliance powers the
+	// machine on, cycles or resets it.
+	Watchdog *BootWatchdog `protobuf:"bytes,60,opt,name=watchdog,proto3" json:"watchdog,omitempty"`
+	// maintenance_previous_state and maintenance_previous_reason are what
+	// MAINTENANCE off restores.
+	MaintenancePreviousState  Machine_MachineState `protobuf:"varint,61,opt,name=maintenance_previous_state,json=maintenancePreviousState,proto3,enum=corral.inventory.v1.Machine_MachineState" json:"maintenance_previous_state,omitempty"`
+	MaintenancePreviousReason string               `protobuf:"bytes,62,opt,name=maintenance_previous_reason,json=maintenancePreviousReason,proto3" json:"maintenance_previous_reason,omitempty"`
+	// wipe is a reprovision's pending disk wipe, sent to the discovery
+	// agent when its session comes up.
+	Wipe          *PendingWipe `protobuf:"bytes,63,opt,name=wipe,proto3" json:"wipe,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -714,6 +726,301 @@ func (x *Machine) GetFlags() []string {
 	return nil
 }
 
+func (x *Machine) GetInstall() *Install {
+	if x != nil {
+		return x.Install
+	}
+	return nil
+}
+
+func (x *Machine) GetWatchdog() *BootWatchdog {
+	if x != nil {
+		return x.Watchdog
+	}
+	return nil
+}
+
+func (x *Machine) GetMaintenancePreviousState() Machine_MachineState {
+	if x != nil {
+		return x.MaintenancePreviousState
+	}
+	return Machine_UNSPECIFIED
+}
+
+func (x *Machine) GetMaintenancePreviousReason() string {
+	if x != nil {
+		return x.MaintenancePreviousReason
+	}
+	return ""
+}
+
+func (x *Machine) GetWipe() *PendingWipe {
+	if x != nil {
+		return x.Wipe
+	}
+	return nil
+}
+
+// Install is an accepted machine's install. The node key is never stored:
+// the plan (with a freshly issued identity) is built each time it is sent.
+type Install struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// install_id names this install; progress of another id is ignored.
+	InstallId string `protobuf:"bytes,1,opt,name=install_id,json=installId,proto3" json:"install_id,omitempty"`
+	// disk is the device path the plan names (resolved from facts).
+	Disk string `protobuf:"bytes,2,opt,name=disk,proto3" json:"disk,omitempty"`
+	Wipe bool   `protobuf:"varint,3,opt,name=wipe,proto3" json:"wipe,omitempty"`
+	// step is the last step the agent reported (empty until the first).
+	Step      string                 `protobuf:"bytes,4,opt,name=step,proto3" json:"step,omitempty"`
+	Detail    string                 `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// updated_at is when progress last arrived (or the install started).
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// error is the failure the agent reported, or the timeout.
+	Error string `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
+	// sent_at is when the plan was last sent to the agent.
+	SentAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=sent_at,json=sentAt,proto3" json:"sent_at,omitempty"`
+	// done says the agent reported the install finished.
+	Done          bool `protobuf:"varint,10,opt,name=done,proto3" json:"done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Install) Reset() {
+	*x = Install{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Install) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Install) ProtoMessage() {}
+
+func (x *Install) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Install.ProtoReflect.Descriptor instead.
+func (*Install) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Install) GetInstallId() string {
+	if x != nil {
+		return x.InstallId
+	}
+	return ""
+}
+
+func (x *Install) GetDisk() string {
+	if x != nil {
+		return x.Disk
+	}
+	return ""
+}
+
+func (x *Install) GetWipe() bool {
+	if x != nil {
+		return x.Wipe
+	}
+	return false
+}
+
+func (x *Install) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *Install) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *Install) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *Install) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *Install) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Install) GetSentAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SentAt
+	}
+	return nil
+}
+
+func (x *Install) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+// BootWatchdog waits for a machine the appliance powered on to boot: the
+// discovery agent registering or its Node becoming READY disarms it.
+type BootWatchdog struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// armed_at is zero when the watchdog is disarmed.
+	ArmedAt *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=armed_at,json=armedAt,proto3" json:"armed_at,omitempty"`
+	// cycles counts the power cycles the watchdog made for this boot.
+	Cycles uint32 `protobuf:"varint,2,opt,name=cycles,proto3" json:"cycles,omitempty"`
+	// armed_by says what powered the machine (e.g. "power on", "install reboot").
+	ArmedBy       string `protobuf:"bytes,3,opt,name=armed_by,json=armedBy,proto3" json:"armed_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BootWatchdog) Reset() {
+	*x = BootWatchdog{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootWatchdog) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootWatchdog) ProtoMessage() {}
+
+func (x *BootWatchdog) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootWatchdog.ProtoReflect.Descriptor instead.
+func (*BootWatchdog) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *BootWatchdog) GetArmedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ArmedAt
+	}
+	return nil
+}
+
+func (x *BootWatchdog) GetCycles() uint32 {
+	if x != nil {
+		return x.Cycles
+	}
+	return 0
+}
+
+func (x *BootWatchdog) GetArmedBy() string {
+	if x != nil {
+		return x.ArmedBy
+	}
+	return ""
+}
+
+// PendingWipe is a disk a reprovisioned machine's discovery agent must
+// erase.
+type PendingWipe struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Disk          string                 `protobuf:"bytes,1,opt,name=disk,proto3" json:"disk,omitempty"`
+	WipeId        string                 `protobuf:"bytes,2,opt,name=wipe_id,json=wipeId,proto3" json:"wipe_id,omitempty"`
+	RequestedAt   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=requested_at,json=requestedAt,proto3" json:"requested_at,omitempty"`
+	SentAt        *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=sent_at,json=sentAt,proto3" json:"sent_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PendingWipe) Reset() {
+	*x = PendingWipe{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PendingWipe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PendingWipe) ProtoMessage() {}
+
+func (x *PendingWipe) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PendingWipe.ProtoReflect.Descriptor instead.
+func (*PendingWipe) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PendingWipe) GetDisk() string {
+	if x != nil {
+		return x.Disk
+	}
+	return ""
+}
+
+func (x *PendingWipe) GetWipeId() string {
+	if x != nil {
+		return x.WipeId
+	}
+	return ""
+}
+
+func (x *PendingWipe) GetRequestedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RequestedAt
+	}
+	return nil
+}
+
+func (x *PendingWipe) GetSentAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SentAt
+	}
+	return nil
+}
+
 // TimelineEntry is one boot decision or event for a machine.
 type TimelineEntry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -729,7 +1036,7 @@ type TimelineEntry struct {
 
 func (x *TimelineEntry) Reset() {
 	*x = TimelineEntry{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[3]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +1048,7 @@ func (x *TimelineEntry) String() string {
 func (*TimelineEntry) ProtoMessage() {}
 
 func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[3]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +1061,7 @@ func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineEntry.ProtoReflect.Descriptor instead.
 func (*TimelineEntry) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{3}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TimelineEntry) GetAt() *timestamppb.Timestamp {
@@ -812,7 +1119,7 @@ type ListMachinesRequest struct {
 
 func (x *ListMachinesRequest) Reset() {
 	*x = ListMachinesRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[4]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +1131,7 @@ func (x *ListMachinesRequest) String() string {
 func (*ListMachinesRequest) ProtoMessage() {}
 
 func (x *ListMachinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[4]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +1144,7 @@ func (x *ListMachinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMachinesRequest.ProtoReflect.Descriptor instead.
 func (*ListMachinesRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{4}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListMachinesRequest) GetState() Machine_MachineState {
@@ -877,7 +1184,7 @@ type ListMachinesResponse struct {
 
 func (x *ListMachinesResponse) Reset() {
 	*x = ListMachinesResponse{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[5]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -889,7 +1196,7 @@ func (x *ListMachinesResponse) String() string {
 func (*ListMachinesResponse) ProtoMessage() {}
 
 func (x *ListMachinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[5]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -902,7 +1209,7 @@ func (x *ListMachinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMachinesResponse.ProtoReflect.Descriptor instead.
 func (*ListMachinesResponse) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{5}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListMachinesResponse) GetMachines() []*Machine {
@@ -921,7 +1228,7 @@ type GetMachineRequest struct {
 
 func (x *GetMachineRequest) Reset() {
 	*x = GetMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[6]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +1240,7 @@ func (x *GetMachineRequest) String() string {
 func (*GetMachineRequest) ProtoMessage() {}
 
 func (x *GetMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[6]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1253,7 @@ func (x *GetMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMachineRequest.ProtoReflect.Descriptor instead.
 func (*GetMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{6}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetMachineRequest) GetName() string {
@@ -976,7 +1283,7 @@ type EnrollMachineRequest struct {
 
 func (x *EnrollMachineRequest) Reset() {
 	*x = EnrollMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[7]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1295,7 @@ func (x *EnrollMachineRequest) String() string {
 func (*EnrollMachineRequest) ProtoMessage() {}
 
 func (x *EnrollMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[7]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1308,7 @@ func (x *EnrollMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollMachineRequest.ProtoReflect.Descriptor instead.
 func (*EnrollMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{7}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *EnrollMachineRequest) GetName() string {
@@ -1079,7 +1386,7 @@ type AcceptMachineRequest struct {
 
 func (x *AcceptMachineRequest) Reset() {
 	*x = AcceptMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[8]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1398,7 @@ func (x *AcceptMachineRequest) String() string {
 func (*AcceptMachineRequest) ProtoMessage() {}
 
 func (x *AcceptMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[8]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1411,7 @@ func (x *AcceptMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptMachineRequest.ProtoReflect.Descriptor instead.
 func (*AcceptMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{8}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AcceptMachineRequest) GetName() string {
@@ -1137,7 +1444,7 @@ type DeleteMachineRequest struct {
 
 func (x *DeleteMachineRequest) Reset() {
 	*x = DeleteMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[9]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1149,7 +1456,7 @@ func (x *DeleteMachineRequest) String() string {
 func (*DeleteMachineRequest) ProtoMessage() {}
 
 func (x *DeleteMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[9]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1162,7 +1469,7 @@ func (x *DeleteMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteMachineRequest.ProtoReflect.Descriptor instead.
 func (*DeleteMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{9}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteMachineRequest) GetName() string {
@@ -1182,7 +1489,7 @@ type SetPowerRequest struct {
 
 func (x *SetPowerRequest) Reset() {
 	*x = SetPowerRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[10]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1501,7 @@ func (x *SetPowerRequest) String() string {
 func (*SetPowerRequest) ProtoMessage() {}
 
 func (x *SetPowerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[10]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1514,7 @@ func (x *SetPowerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPowerRequest.ProtoReflect.Descriptor instead.
 func (*SetPowerRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{10}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SetPowerRequest) GetName() string {
@@ -1233,7 +1540,7 @@ type GetPowerRequest struct {
 
 func (x *GetPowerRequest) Reset() {
 	*x = GetPowerRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[11]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1552,7 @@ func (x *GetPowerRequest) String() string {
 func (*GetPowerRequest) ProtoMessage() {}
 
 func (x *GetPowerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[11]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1565,7 @@ func (x *GetPowerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPowerRequest.ProtoReflect.Descriptor instead.
 func (*GetPowerRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{11}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetPowerRequest) GetName() string {
@@ -1284,7 +1591,7 @@ type PowerStatus struct {
 
 func (x *PowerStatus) Reset() {
 	*x = PowerStatus{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[12]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1603,7 @@ func (x *PowerStatus) String() string {
 func (*PowerStatus) ProtoMessage() {}
 
 func (x *PowerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[12]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1616,7 @@ func (x *PowerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerStatus.ProtoReflect.Descriptor instead.
 func (*PowerStatus) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{12}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PowerStatus) GetState() PowerState {
@@ -1360,7 +1667,7 @@ type ProviderAttempt struct {
 
 func (x *ProviderAttempt) Reset() {
 	*x = ProviderAttempt{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1372,7 +1679,7 @@ func (x *ProviderAttempt) String() string {
 func (*ProviderAttempt) ProtoMessage() {}
 
 func (x *ProviderAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1385,7 +1692,7 @@ func (x *ProviderAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderAttempt.ProtoReflect.Descriptor instead.
 func (*ProviderAttempt) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{13}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ProviderAttempt) GetProvider() string {
@@ -1421,7 +1728,7 @@ type SetBootDeviceRequest struct {
 
 func (x *SetBootDeviceRequest) Reset() {
 	*x = SetBootDeviceRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1740,7 @@ func (x *SetBootDeviceRequest) String() string {
 func (*SetBootDeviceRequest) ProtoMessage() {}
 
 func (x *SetBootDeviceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1753,7 @@ func (x *SetBootDeviceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBootDeviceRequest.ProtoReflect.Descriptor instead.
 func (*SetBootDeviceRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{14}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetBootDeviceRequest) GetName() string {
@@ -1486,7 +1793,7 @@ type ReprovisionMachineRequest struct {
 
 func (x *ReprovisionMachineRequest) Reset() {
 	*x = ReprovisionMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1805,7 @@ func (x *ReprovisionMachineRequest) String() string {
 func (*ReprovisionMachineRequest) ProtoMessage() {}
 
 func (x *ReprovisionMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1818,7 @@ func (x *ReprovisionMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReprovisionMachineRequest.ProtoReflect.Descriptor instead.
 func (*ReprovisionMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{15}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReprovisionMachineRequest) GetName() string {
@@ -1532,7 +1839,7 @@ type SetMaintenanceRequest struct {
 
 func (x *SetMaintenanceRequest) Reset() {
 	*x = SetMaintenanceRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1544,7 +1851,7 @@ func (x *SetMaintenanceRequest) String() string {
 func (*SetMaintenanceRequest) ProtoMessage() {}
 
 func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1557,7 +1864,7 @@ func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*SetMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{16}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetMaintenanceRequest) GetName() string {
@@ -1593,7 +1900,7 @@ type TimelineRequest struct {
 
 func (x *TimelineRequest) Reset() {
 	*x = TimelineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1605,7 +1912,7 @@ func (x *TimelineRequest) String() string {
 func (*TimelineRequest) ProtoMessage() {}
 
 func (x *TimelineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1618,7 +1925,7 @@ func (x *TimelineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineRequest.ProtoReflect.Descriptor instead.
 func (*TimelineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{17}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TimelineRequest) GetName() string {
@@ -1651,7 +1958,7 @@ type TimelineResponse struct {
 
 func (x *TimelineResponse) Reset() {
 	*x = TimelineResponse{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1970,7 @@ func (x *TimelineResponse) String() string {
 func (*TimelineResponse) ProtoMessage() {}
 
 func (x *TimelineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1983,7 @@ func (x *TimelineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineResponse.ProtoReflect.Descriptor instead.
 func (*TimelineResponse) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{18}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TimelineResponse) GetEntries() []*TimelineEntry {
@@ -1697,7 +2004,7 @@ type MacBinding struct {
 
 func (x *MacBinding) Reset() {
 	*x = MacBinding{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[19]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +2016,7 @@ func (x *MacBinding) String() string {
 func (*MacBinding) ProtoMessage() {}
 
 func (x *MacBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[19]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +2029,7 @@ func (x *MacBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MacBinding.ProtoReflect.Descriptor instead.
 func (*MacBinding) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{19}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MacBinding) GetMachineName() string {
@@ -1746,7 +2053,7 @@ type BmcAddressBinding struct {
 
 func (x *BmcAddressBinding) Reset() {
 	*x = BmcAddressBinding{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[20]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +2065,7 @@ func (x *BmcAddressBinding) String() string {
 func (*BmcAddressBinding) ProtoMessage() {}
 
 func (x *BmcAddressBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[20]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +2078,7 @@ func (x *BmcAddressBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcAddressBinding.ProtoReflect.Descriptor instead.
 func (*BmcAddressBinding) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{20}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BmcAddressBinding) GetMachineName() string {
@@ -1799,7 +2106,7 @@ type BmcSecret struct {
 
 func (x *BmcSecret) Reset() {
 	*x = BmcSecret{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[21]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +2118,7 @@ func (x *BmcSecret) String() string {
 func (*BmcSecret) ProtoMessage() {}
 
 func (x *BmcSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[21]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +2131,7 @@ func (x *BmcSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcSecret.ProtoReflect.Descriptor instead.
 func (*BmcSecret) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{21}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BmcSecret) GetSealedPassword() []byte {
@@ -1854,7 +2161,7 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
 	"\x06before\x18\x03 \x01(\tR\x06before\x12\x14\n" +
-	"\x05after\x18\x04 \x01(\tR\x05after\"\x83\t\n" +
+	"\x05after\x18\x04 \x01(\tR\x05after\"\xd9\v\n" +
 	"\aMachine\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12O\n" +
 	"\vannotations\x18\x03 \x03(\v2-.corral.inventory.v1.Machine.AnnotationsEntryR\vannotations\x12@\n" +
@@ -1880,7 +2187,12 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"updated_at\x187 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12B\n" +
 	"\ffact_history\x188 \x03(\v2\x1f.corral.inventory.v1.FactChangeR\vfactHistory\x12\x1b\n" +
 	"\tnode_name\x189 \x01(\tR\bnodeName\x12\x14\n" +
-	"\x05flags\x18: \x03(\tR\x05flags\x1a>\n" +
+	"\x05flags\x18: \x03(\tR\x05flags\x126\n" +
+	"\ainstall\x18; \x01(\v2\x1c.corral.inventory.v1.InstallR\ainstall\x12=\n" +
+	"\bwatchdog\x18< \x01(\v2!.corral.inventory.v1.BootWatchdogR\bwatchdog\x12g\n" +
+	"\x1amaintenance_previous_state\x18= \x01(\x0e2).corral.inventory.v1.Machine.MachineStateR\x18maintenancePreviousState\x12>\n" +
+	"\x1bmaintenance_previous_reason\x18> \x01(\tR\x19maintenancePreviousReason\x124\n" +
+	"\x04wipe\x18? \x01(\v2 .corral.inventory.v1.PendingWipeR\x04wipe\x1a>\n" +
 	"\x10AnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
@@ -1897,7 +2209,31 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\bDEPLOYED\x10\x04\x12\n" +
 	"\n" +
 	"\x06FAILED\x10\x05\x12\x0f\n" +
-	"\vMAINTENANCE\x10\x06\"\xa6\x02\n" +
+	"\vMAINTENANCE\x10\x06\"\xd1\x02\n" +
+	"\aInstall\x12\x1d\n" +
+	"\n" +
+	"install_id\x18\x01 \x01(\tR\tinstallId\x12\x12\n" +
+	"\x04disk\x18\x02 \x01(\tR\x04disk\x12\x12\n" +
+	"\x04wipe\x18\x03 \x01(\bR\x04wipe\x12\x12\n" +
+	"\x04step\x18\x04 \x01(\tR\x04step\x12\x16\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\x129\n" +
+	"\n" +
+	"started_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x129\n" +
+	"\n" +
+	"updated_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x14\n" +
+	"\x05error\x18\b \x01(\tR\x05error\x123\n" +
+	"\asent_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\x12\x12\n" +
+	"\x04done\x18\n" +
+	" \x01(\bR\x04done\"x\n" +
+	"\fBootWatchdog\x125\n" +
+	"\barmed_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\aarmedAt\x12\x16\n" +
+	"\x06cycles\x18\x02 \x01(\rR\x06cycles\x12\x19\n" +
+	"\barmed_by\x18\x03 \x01(\tR\aarmedBy\"\xae\x01\n" +
+	"\vPendingWipe\x12\x12\n" +
+	"\x04disk\x18\x01 \x01(\tR\x04disk\x12\x17\n" +
+	"\awipe_id\x18\x02 \x01(\tR\x06wipeId\x12=\n" +
+	"\frequested_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vrequestedAt\x123\n" +
+	"\asent_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\"\xa6\x02\n" +
 	"\rTimelineEntry\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x10\n" +
 	"\x03mac\x18\x02 \x01(\tR\x03mac\x12\x16\n" +
@@ -2036,7 +2372,7 @@ func file_api_inventory_v1_machine_proto_rawDescGZIP() []byte {
 }
 
 var file_api_inventory_v1_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_inventory_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_api_inventory_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_api_inventory_v1_machine_proto_goTypes = []any{
 	(PowerState)(0),                   // 0: corral.inventory.v1.PowerState
 	(BootIntent)(0),                   // 1: corral.inventory.v1.BootIntent
@@ -2047,86 +2383,99 @@ var file_api_inventory_v1_machine_proto_goTypes = []any{
 	(*Bmc)(nil),                       // 6: corral.inventory.v1.Bmc
 	(*FactChange)(nil),                // 7: corral.inventory.v1.FactChange
 	(*Machine)(nil),                   // 8: corral.inventory.v1.Machine
-	(*TimelineEntry)(nil),             // 9: corral.inventory.v1.TimelineEntry
-	(*ListMachinesRequest)(nil),       // 10: corral.inventory.v1.ListMachinesRequest
-	(*ListMachinesResponse)(nil),      // 11: corral.inventory.v1.ListMachinesResponse
-	(*GetMachineRequest)(nil),         // 12: corral.inventory.v1.GetMachineRequest
-	(*EnrollMachineRequest)(nil),      // 13: corral.inventory.v1.EnrollMachineRequest
-	(*AcceptMachineRequest)(nil),      // 14: corral.inventory.v1.AcceptMachineRequest
-	(*DeleteMachineRequest)(nil),      // 15: corral.inventory.v1.DeleteMachineRequest
-	(*SetPowerRequest)(nil),           // 16: corral.inventory.v1.SetPowerRequest
-	(*GetPowerRequest)(nil),           // 17: corral.inventory.v1.GetPowerRequest
-	(*PowerStatus)(nil),               // 18: corral.inventory.v1.PowerStatus
-	(*ProviderAttempt)(nil),           // 19: corral.inventory.v1.ProviderAttempt
-	(*SetBootDeviceRequest)(nil),      // 20: corral.inventory.v1.SetBootDeviceRequest
-	(*ReprovisionMachineRequest)(nil), // 21: corral.inventory.v1.ReprovisionMachineRequest
-	(*SetMaintenanceRequest)(nil),     // 22: corral.inventory.v1.SetMaintenanceRequest
-	(*TimelineRequest)(nil),           // 23: corral.inventory.v1.TimelineRequest
-	(*TimelineResponse)(nil),          // 24: corral.inventory.v1.TimelineResponse
-	(*MacBinding)(nil),                // 25: corral.inventory.v1.MacBinding
-	(*BmcAddressBinding)(nil),         // 26: corral.inventory.v1.BmcAddressBinding
-	(*BmcSecret)(nil),                 // 27: corral.inventory.v1.BmcSecret
-	nil,                               // 28: corral.inventory.v1.Machine.AnnotationsEntry
-	nil,                               // 29: corral.inventory.v1.Machine.LabelsEntry
-	nil,                               // 30: corral.inventory.v1.TimelineEntry.AttributesEntry
-	(*timestamppb.Timestamp)(nil),     // 31: google.protobuf.Timestamp
-	(*Facts)(nil),                     // 32: corral.inventory.v1.Facts
-	(*emptypb.Empty)(nil),             // 33: google.protobuf.Empty
+	(*Install)(nil),                   // 9: corral.inventory.v1.Install
+	(*BootWatchdog)(nil),              // 10: corral.inventory.v1.BootWatchdog
+	(*PendingWipe)(nil),               // 11: corral.inventory.v1.PendingWipe
+	(*TimelineEntry)(nil),             // 12: corral.inventory.v1.TimelineEntry
+	(*ListMachinesRequest)(nil),       // 13: corral.inventory.v1.ListMachinesRequest
+	(*ListMachinesResponse)(nil),      // 14: corral.inventory.v1.ListMachinesResponse
+	(*GetMachineRequest)(nil),         // 15: corral.inventory.v1.GetMachineRequest
+	(*EnrollMachineRequest)(nil),      // 16: corral.inventory.v1.EnrollMachineRequest
+	(*AcceptMachineRequest)(nil),      // 17: corral.inventory.v1.AcceptMachineRequest
+	(*DeleteMachineRequest)(nil),      // 18: corral.inventory.v1.DeleteMachineRequest
+	(*SetPowerRequest)(nil),           // 19: corral.inventory.v1.SetPowerRequest
+	(*GetPowerRequest)(nil),           // 20: corral.inventory.v1.GetPowerRequest
+	(*PowerStatus)(nil),               // 21: corral.inventory.v1.PowerStatus
+	(*ProviderAttempt)(nil),           // 22: corral.inventory.v1.ProviderAttempt
+	(*SetBootDeviceRequest)(nil),      // 23: corral.inventory.v1.SetBootDeviceRequest
+	(*ReprovisionMachineRequest)(nil), // 24: corral.inventory.v1.ReprovisionMachineRequest
+	(*SetMaintenanceRequest)(nil),     // 25: corral.inventory.v1.SetMaintenanceRequest
+	(*TimelineRequest)(nil),           // 26: corral.inventory.v1.TimelineRequest
+	(*TimelineResponse)(nil),          // 27: corral.inventory.v1.TimelineResponse
+	(*MacBinding)(nil),                // 28: corral.inventory.v1.MacBinding
+	(*BmcAddressBinding)(nil),         // 29: corral.inventory.v1.BmcAddressBinding
+	(*BmcSecret)(nil),                 // 30: corral.inventory.v1.BmcSecret
+	nil,                               // 31: corral.inventory.v1.Machine.AnnotationsEntry
+	nil,                               // 32: corral.inventory.v1.Machine.LabelsEntry
+	nil,                               // 33: corral.inventory.v1.TimelineEntry.AttributesEntry
+	(*timestamppb.Timestamp)(nil),     // 34: google.protobuf.Timestamp
+	(*Facts)(nil),                     // 35: corral.inventory.v1.Facts
+	(*emptypb.Empty)(nil),             // 36: google.protobuf.Empty
 }
 var file_api_inventory_v1_machine_proto_depIdxs = []int32{
 	2,  // 0: corral.inventory.v1.Bmc.protocol:type_name -> corral.inventory.v1.BmcProtocol
-	31, // 1: corral.inventory.v1.Bmc.verified_at:type_name -> google.protobuf.Timestamp
-	31, // 2: corral.inventory.v1.FactChange.at:type_name -> google.protobuf.Timestamp
-	28, // 3: corral.inventory.v1.Machine.annotations:type_name -> corral.inventory.v1.Machine.AnnotationsEntry
-	29, // 4: corral.inventory.v1.Machine.labels:type_name -> corral.inventory.v1.Machine.LabelsEntry
+	34, // 1: corral.inventory.v1.Bmc.verified_at:type_name -> google.protobuf.Timestamp
+	34, // 2: corral.inventory.v1.FactChange.at:type_name -> google.protobuf.Timestamp
+	31, // 3: corral.inventory.v1.Machine.annotations:type_name -> corral.inventory.v1.Machine.AnnotationsEntry
+	32, // 4: corral.inventory.v1.Machine.labels:type_name -> corral.inventory.v1.Machine.LabelsEntry
 	6,  // 5: corral.inventory.v1.Machine.bmc:type_name -> corral.inventory.v1.Bmc
 	1,  // 6: corral.inventory.v1.Machine.boot_intent:type_name -> corral.inventory.v1.BootIntent
-	32, // 7: corral.inventory.v1.Machine.facts:type_name -> corral.inventory.v1.Facts
+	35, // 7: corral.inventory.v1.Machine.facts:type_name -> corral.inventory.v1.Facts
 	5,  // 8: corral.inventory.v1.Machine.state:type_name -> corral.inventory.v1.Machine.MachineState
 	0,  // 9: corral.inventory.v1.Machine.power_state:type_name -> corral.inventory.v1.PowerState
-	31, // 10: corral.inventory.v1.Machine.power_read_at:type_name -> google.protobuf.Timestamp
-	31, // 11: corral.inventory.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
-	31, // 12: corral.inventory.v1.Machine.updated_at:type_name -> google.protobuf.Timestamp
+	34, // 10: corral.inventory.v1.Machine.power_read_at:type_name -> google.protobuf.Timestamp
+	34, // 11: corral.inventory.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
+	34, // 12: corral.inventory.v1.Machine.updated_at:type_name -> google.protobuf.Timestamp
 	7,  // 13: corral.inventory.v1.Machine.fact_history:type_name -> corral.inventory.v1.FactChange
-	31, // 14: corral.inventory.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
-	30, // 15: corral.inventory.v1.TimelineEntry.attributes:type_name -> corral.inventory.v1.TimelineEntry.AttributesEntry
-	5,  // 16: corral.inventory.v1.ListMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
-	8,  // 17: corral.inventory.v1.ListMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
-	2,  // 18: corral.inventory.v1.EnrollMachineRequest.bmc_protocol:type_name -> corral.inventory.v1.BmcProtocol
-	3,  // 19: corral.inventory.v1.SetPowerRequest.action:type_name -> corral.inventory.v1.PowerAction
-	0,  // 20: corral.inventory.v1.PowerStatus.state:type_name -> corral.inventory.v1.PowerState
-	31, // 21: corral.inventory.v1.PowerStatus.read_at:type_name -> google.protobuf.Timestamp
-	19, // 22: corral.inventory.v1.PowerStatus.attempts:type_name -> corral.inventory.v1.ProviderAttempt
-	4,  // 23: corral.inventory.v1.SetBootDeviceRequest.device:type_name -> corral.inventory.v1.BootDevice
-	9,  // 24: corral.inventory.v1.TimelineResponse.entries:type_name -> corral.inventory.v1.TimelineEntry
-	31, // 25: corral.inventory.v1.BmcAddressBinding.claimed_at:type_name -> google.protobuf.Timestamp
-	10, // 26: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
-	12, // 27: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
-	13, // 28: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
-	14, // 29: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
-	15, // 30: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
-	16, // 31: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
-	17, // 32: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
-	20, // 33: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
-	21, // 34: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
-	22, // 35: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
-	23, // 36: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
-	11, // 37: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
-	8,  // 38: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
-	8,  // 39: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
-	8,  // 40: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
-	33, // 41: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
-	18, // 42: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
-	18, // 43: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
-	33, // 44: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
-	8,  // 45: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
-	8,  // 46: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
-	24, // 47: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
-	37, // [37:48] is the sub-list for method output_type
-	26, // [26:37] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	9,  // 14: corral.inventory.v1.Machine.install:type_name -> corral.inventory.v1.Install
+	10, // 15: corral.inventory.v1.Machine.watchdog:type_name -> corral.inventory.v1.BootWatchdog
+	5,  // 16: corral.inventory.v1.Machine.maintenance_previous_state:type_name -> corral.inventory.v1.Machine.MachineState
+	11, // 17: corral.inventory.v1.Machine.wipe:type_name -> corral.inventory.v1.PendingWipe
+	34, // 18: corral.inventory.v1.Install.started_at:type_name -> google.protobuf.Timestamp
+	34, // 19: corral.inventory.v1.Install.updated_at:type_name -> google.protobuf.Timestamp
+	34, // 20: corral.inventory.v1.Install.sent_at:type_name -> google.protobuf.Timestamp
+	34, // 21: corral.inventory.v1.BootWatchdog.armed_at:type_name -> google.protobuf.Timestamp
+	34, // 22: corral.inventory.v1.PendingWipe.requested_at:type_name -> google.protobuf.Timestamp
+	34, // 23: corral.inventory.v1.PendingWipe.sent_at:type_name -> google.protobuf.Timestamp
+	34, // 24: corral.inventory.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
+	33, // 25: corral.inventory.v1.TimelineEntry.attributes:type_name -> corral.inventory.v1.TimelineEntry.AttributesEntry
+	5,  // 26: corral.inventory.v1.ListMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
+	8,  // 27: corral.inventory.v1.ListMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
+	2,  // 28: corral.inventory.v1.EnrollMachineRequest.bmc_protocol:type_name -> corral.inventory.v1.BmcProtocol
+	3,  // 29: corral.inventory.v1.SetPowerRequest.action:type_name -> corral.inventory.v1.PowerAction
+	0,  // 30: corral.inventory.v1.PowerStatus.state:type_name -> corral.inventory.v1.PowerState
+	34, // 31: corral.inventory.v1.PowerStatus.read_at:type_name -> google.protobuf.Timestamp
+	22, // 32: corral.inventory.v1.PowerStatus.attempts:type_name -> corral.inventory.v1.ProviderAttempt
+	4,  // 33: corral.inventory.v1.SetBootDeviceRequest.device:type_name -> corral.inventory.v1.BootDevice
+	12, // 34: corral.inventory.v1.TimelineResponse.entries:type_name -> corral.inventory.v1.TimelineEntry
+	34, // 35: corral.inventory.v1.BmcAddressBinding.claimed_at:type_name -> google.protobuf.Timestamp
+	13, // 36: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
+	15, // 37: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
+	16, // 38: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
+	17, // 39: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
+	18, // 40: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
+	19, // 41: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
+	20, // 42: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
+	23, // 43: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
+	24, // 44: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
+	25, // 45: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
+	26, // 46: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
+	14, // 47: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
+	8,  // 48: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
+	8,  // 49: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
+	8,  // 50: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
+	36, // 51: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
+	21, // 52: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
+	21, // 53: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
+	36, // 54: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
+	8,  // 55: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
+	8,  // 56: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
+	27, // 57: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
+	47, // [47:58] is the sub-list for method output_type
+	36, // [36:47] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_api_inventory_v1_machine_proto_init() }
@@ -2141,7 +2490,7 @@ func file_api_inventory_v1_machine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_inventory_v1_machine_proto_rawDesc), len(file_api_inventory_v1_machine_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   25,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
