@@ -8,6 +8,7 @@ import (
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -60,11 +61,20 @@ func (s *AgentServer) Session(stream nodev1.AgentService_SessionServer) error {
 		return status.Error(codes.FailedPrecondition, "session: first message must be a heartbeat with the session id from Register")
 	}
 	inv := s.Inv
-	ch := inv.sess.attach(machine)
+	local := ""
+	if p, ok := peer.FromContext(ctx); ok && p.LocalAddr != nil {
+		local = p.LocalAddr.String()
+	}
+	ch := inv.sess.attach(machine, inv.cfg.Now(), local)
 	defer inv.sess.detach(machine, ch)
 	inv.heartbeat(ctx, machine)
 	if err := stream.Send(&nodev1.ApplianceMessage{Cmd: &nodev1.ApplianceMessage_Wait_{Wait: &nodev1.ApplianceMessage_Wait{}}}); err != nil {
 		return err
+	}
+	// Commands the lifecycle queues now (a pending install plan or wipe)
+	// follow the wait.
+	if lc := inv.lc.Load(); lc != nil {
+		lc.onConnect(ctx, machine)
 	}
 	recvErr := make(chan error, 1)
 	go func() {
@@ -89,6 +99,9 @@ func (s *AgentServer) Session(stream nodev1.AgentService_SessionServer) error {
 					attrs["error"] = p.GetError()
 				}
 				inv.Event(mac, "agent", "progress: "+p.GetStep(), p.GetDetail(), attrs)
+				if lc := inv.lc.Load(); lc != nil {
+					lc.onProgress(ctx, machine, p)
+				}
 			}
 		}
 	}()

@@ -465,8 +465,22 @@ func (c *BMCControl) storePower(ctx context.Context, m *inventoryv1.Machine, st 
 }
 
 // SetPower performs a power action through the machine's BMC, records it
-// in the timeline, and then reads and stores the state.
+// in the timeline, and then reads and stores the state. On, cycle and
+// reset arm the machine's boot watchdog when it is to network-boot.
 func (c *BMCControl) SetPower(ctx context.Context, name string, a inventoryv1.PowerAction) (*inventoryv1.PowerStatus, error) {
+	ps, err := c.setPower(ctx, name, a)
+	if err != nil {
+		return nil, err
+	}
+	switch a {
+	case inventoryv1.PowerAction_POWER_ACTION_ON, inventoryv1.PowerAction_POWER_ACTION_CYCLE, inventoryv1.PowerAction_POWER_ACTION_RESET:
+		c.inv.armWatchdog(ctx, name, "power "+strings.ToLower(strings.TrimPrefix(a.String(), "POWER_ACTION_")))
+	}
+	return ps, nil
+}
+
+// setPower is SetPower without arming the watchdog.
+func (c *BMCControl) setPower(ctx context.Context, name string, a inventoryv1.PowerAction) (*inventoryv1.PowerStatus, error) {
 	if _, ok := inventoryv1.PowerAction_name[int32(a)]; !ok || a == inventoryv1.PowerAction_POWER_ACTION_UNSPECIFIED {
 		return nil, invalidf("power action %d: use on, off, soft, cycle or reset", int32(a))
 	}

@@ -8,14 +8,16 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
-// MachineServer is the gRPC edge of the inventory. RPCs of later steps
-// (Accept, Reprovision, maintenance) answer Unimplemented until wired.
+// MachineServer is the gRPC edge of the inventory.
 type MachineServer struct {
 	inventoryv1.UnimplementedMachineServiceServer
 	Inv *Inventory
 	// BMC serves Enroll, SetPower, GetPower and SetBootDevice; when nil
 	// those RPCs answer FailedPrecondition.
 	BMC *BMCControl
+	// Lifecycle serves Accept, Reprovision and SetMaintenance; when nil
+	// those RPCs answer FailedPrecondition.
+	Lifecycle *Lifecycle
 }
 
 // Register registers srv's MachineService on s.
@@ -106,4 +108,47 @@ func (s *MachineServer) SetBootDevice(ctx context.Context, req *inventoryv1.SetB
 		return nil, toStatus(err)
 	}
 	return &emptypb.Empty{}, nil
+}
+
+func (s *MachineServer) lifecycle() (*Lifecycle, error) {
+	if s.Lifecycle != nil {
+		return s.Lifecycle, nil
+	}
+	return nil, preconditionf("the machine lifecycle is not configured on this appliance")
+}
+
+func (s *MachineServer) AcceptMachine(ctx context.Context, req *inventoryv1.AcceptMachineRequest) (*inventoryv1.Machine, error) {
+	l, err := s.lifecycle()
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	m, err := l.Accept(ctx, req.GetName(), req.GetDisk(), req.GetWipe())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return m, nil
+}
+
+func (s *MachineServer) ReprovisionMachine(ctx context.Context, req *inventoryv1.ReprovisionMachineRequest) (*inventoryv1.Machine, error) {
+	l, err := s.lifecycle()
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	m, err := l.Reprovision(ctx, req.GetName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return m, nil
+}
+
+func (s *MachineServer) SetMaintenance(ctx context.Context, req *inventoryv1.SetMaintenanceRequest) (*inventoryv1.Machine, error) {
+	l, err := s.lifecycle()
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	m, err := l.SetMaintenance(ctx, req.GetName(), req.GetOn(), req.GetReason())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return m, nil
 }

@@ -95,7 +95,7 @@ func TestBadInput(t *testing.T) {
 		},
 		"bad mac ensure": func() error { _, _, err := inv.EnsureMachineForMAC(ctx, "01:02"); return err },
 		"selectors": func() error {
-			_, err := inv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{Selectors: []string{"disks>=2"}})
+			_, err := inv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{Selectors: []string{"diskz>=2"}})
 			return err
 		},
 		"timeline none": func() error { _, err := inv.Timeline(ctx, "", "", 0); return err },

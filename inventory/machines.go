@@ -8,6 +8,7 @@ import (
 	"net"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
@@ -44,6 +45,9 @@ type Inventory struct {
 	log  *slog.Logger
 	tl   *timeline
 	sess *sessions
+	// lc is the lifecycle controller, when one is made (NewLifecycle):
+	// session and registration hooks call it.
+	lc atomic.Pointer[Lifecycle]
 }
 
 // New validates cfg and returns an Inventory.

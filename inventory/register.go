@@ -106,6 +106,7 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 
 	now := timestamppb.New(i.cfg.Now())
 	var changes []*inventoryv1.FactChange
+	var became bool
 	m, err := i.updateMachine(ctx, name, true, func(m *inventoryv1.Machine) error {
 		changes = diffFacts(m.GetFacts(), facts, now)
 		m.FactHistory = append(m.FactHistory, changes...)
@@ -131,8 +132,13 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 			m.BootMac = m.GetMacs()[0]
 		}
 		m.Flags = mergeFlags(m.GetFlags(), flags)
+		// The discovery agent came up: whatever powered the machine on
+		// booted it.
+		m.Watchdog = nil
+		became = false
 		switch m.GetState() {
 		case inventoryv1.Machine_UNSPECIFIED, inventoryv1.Machine_DISCOVERED:
+			became = true
 			m.State = inventoryv1.Machine_INVENTORIED
 			m.StateReason = ""
 			if m.GetBootIntent() == inventoryv1.BootIntent_BOOT_INTENT_DISCOVER || m.GetBootIntent() == inventoryv1.BootIntent_BOOT_INTENT_UNSPECIFIED {
@@ -166,6 +172,11 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 	detail := fmt.Sprintf("machine %s serial=%q uuid=%q macs=%d", name, serial, uuid, len(macs))
 	i.Event(boot, "inventory", "registered", detail, map[string]string{"state": m.GetState().String(), "changes": fmt.Sprint(len(changes))})
 	i.log.Info("machine registered", "machine", name, "serial", serial, "mac", boot, "state", m.GetState().String(), "fact_changes", len(changes))
+	if lc := i.lc.Load(); lc != nil && became {
+		if am := lc.autoAccept(ctx, m); am != nil {
+			m = am
+		}
+	}
 	return m, nil
 }
 

@@ -31,7 +31,10 @@ var numericKeys = map[string]func(*inventoryv1.Machine) float64{
 		}
 		return float64(t)
 	},
-	"nic.count":   func(m *inventoryv1.Machine) float64 { return float64(len(m.GetFacts().GetNics())) },
+	"nic.count": func(m *inventoryv1.Machine) float64 { return float64(len(m.GetFacts().GetNics())) },
+	// disks and nics are short for disk.count and nic.count.
+	"disks":       func(m *inventoryv1.Machine) float64 { return float64(len(m.GetFacts().GetDisks())) },
+	"nics":        func(m *inventoryv1.Machine) float64 { return float64(len(m.GetFacts().GetNics())) },
 	"cpu.sockets": func(m *inventoryv1.Machine) float64 { return float64(m.GetFacts().GetCpu().GetSockets()) },
 	"cpu.cores":   func(m *inventoryv1.Machine) float64 { return float64(m.GetFacts().GetCpu().GetCores()) },
 	"cpu.threads": func(m *inventoryv1.Machine) float64 { return float64(m.GetFacts().GetCpu().GetThreads()) },

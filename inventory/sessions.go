@@ -20,10 +20,12 @@ type sessions struct {
 	byID    map[string]string // session id -> machine
 	streams map[string]chan *nodev1.ApplianceMessage
 	seen    map[string]time.Time // machine -> last persisted last_seen
+	since   map[string]time.Time // machine -> when its open stream attached
+	local   map[string]string    // machine -> appliance address its agent dialled
 }
 
 func newSessions() *sessions {
-	return &sessions{byID: map[string]string{}, streams: map[string]chan *nodev1.ApplianceMessage{}, seen: map[string]time.Time{}}
+	return &sessions{byID: map[string]string{}, streams: map[string]chan *nodev1.ApplianceMessage{}, seen: map[string]time.Time{}, since: map[string]time.Time{}, local: map[string]string{}}
 }
 
 func (s *sessions) open(machine string) string {
@@ -45,7 +47,7 @@ func (s *sessions) machine(id string) (string, bool) {
 
 // attach registers a stream's command channel for machine, replacing (and
 // closing) an older stream of the same machine.
-func (s *sessions) attach(machine string) chan *nodev1.ApplianceMessage {
+func (s *sessions) attach(machine string, now time.Time, localAddr string) chan *nodev1.ApplianceMessage {
 	ch := make(chan *nodev1.ApplianceMessage, 8)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -53,6 +55,10 @@ func (s *sessions) attach(machine string) chan *nodev1.ApplianceMessage {
 		close(old)
 	}
 	s.streams[machine] = ch
+	s.since[machine] = now
+	if localAddr != "" {
+		s.local[machine] = localAddr
+	}
 	return ch
 }
 
@@ -61,6 +67,7 @@ func (s *sessions) detach(machine string, ch chan *nodev1.ApplianceMessage) {
 	defer s.mu.Unlock()
 	if cur, ok := s.streams[machine]; ok && cur == ch {
 		delete(s.streams, machine)
+		delete(s.since, machine)
 		close(ch)
 	}
 }
@@ -89,6 +96,23 @@ func (i *Inventory) Connected(machine string) bool {
 	defer i.sess.mu.Unlock()
 	_, ok := i.sess.streams[machine]
 	return ok
+}
+
+// connectedSince says when the machine's open session attached.
+func (i *Inventory) connectedSince(machine string) (time.Time, bool) {
+	i.sess.mu.Lock()
+	defer i.sess.mu.Unlock()
+	t, ok := i.sess.since[machine]
+	return t, ok
+}
+
+// SessionEndpoint is the appliance address (host:port) the machine's agent
+// last dialled for its session, or "" when none is known. It is the
+// endpoint the boot script gave that agent.
+func (i *Inventory) SessionEndpoint(machine string) string {
+	i.sess.mu.Lock()
+	defer i.sess.mu.Unlock()
+	return i.sess.local[machine]
 }
 
 // heartbeat records that machine's agent is alive, persisting last_seen at

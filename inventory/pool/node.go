@@ -522,3 +522,25 @@ func (p *Pool) schedule(ctx context.Context, kind, name string,
 	}
 	return nil, fmt.Errorf("schedule %s %q: gave up after %d attempts: %w", kind, name, scheduleAttempts, lastErr)
 }
+
+// WatchNodes streams the names of nodes that change (applied, swept,
+// reserved, deleted) until ctx ends or the store drops the watcher; the
+// channel is closed then.
+func (p *Pool) WatchNodes(ctx context.Context) (<-chan string, error) {
+	evs, err := p.cfg.Store.Watch(ctx, nodePrefix)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan string, 64)
+	go func() {
+		defer close(out)
+		for ev := range evs {
+			select {
+			case out <- strings.TrimPrefix(ev.KV.Key, nodePrefix):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
