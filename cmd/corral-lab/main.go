@@ -1,0 +1,142 @@
+// Command corral-lab is the virtual rack: `corral-lab up` starts corrald
+// in a network namespace with QEMU machines (BIOS or UEFI, optionally each
+// behind an ipmi_sim BMC) that PXE-boot from it; status, report and down
+// show, measure and remove it. The work is in internal/lab.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/corralhq/corral/internal/lab"
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "corral-lab: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	root := &cobra.Command{
+		Use:           "corral-lab",
+		Short:         "A virtual rack: corrald plus QEMU machines with BMCs in a network namespace",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetArgs(args)
+	root.PersistentFlags().String("dir", envOr("CORRAL_LAB_DIR", lab.DefaultDir), "lab directory: state file, binaries, run files (env CORRAL_LAB_DIR)")
+	root.AddCommand(upCmd(), downCmd(), statusCmd(), reportCmd())
+	return root.ExecuteContext(ctx)
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func upCmd() *cobra.Command {
+	var c lab.Config
+	var uefi bool
+	var firmware, until string
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Build what is missing and start the lab; wait until the machines are inventoried (or ready with --accept)",
+		Long: `Builds corrald and corral (from the source tree) and the boot images
+(corrald images build, cached), creates a network namespace with a bridge
+and a veth pair to the host, starts corrald there with full DHCP, and starts
+the machines: each a QEMU under TCG with distinct SMBIOS and disk serials,
+optionally behind its own ipmi_sim BMC that corrald enrolls and powers on.
+Progress is printed as machines move through their states. A previous run's
+store and disks in --dir are replaced; the image cache stays.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c.Dir, _ = cmd.Flags().GetString("dir")
+			switch {
+			case firmware != "":
+				c.Firmware = strings.Split(firmware, ",")
+			case uefi:
+				c.Firmware = []string{"uefi"}
+			}
+			c.Until = lab.Target(until)
+			c.Out = cmd.OutOrStdout()
+			c.Log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			_, err := lab.Up(cmd.Context(), c)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&c.Machines, "machines", 1, "number of machines")
+	f.BoolVar(&uefi, "uefi", false, "all machines boot UEFI (OVMF firmware PXE → TFTP → iPXE)")
+	f.StringVar(&firmware, "firmware", "", "firmware per machine, cycled: e.g. bios,uefi (overrides --uefi)")
+	f.BoolVar(&c.WithBMC, "with-bmc", false, "put each machine behind its own ipmi_sim BMC, enrolled and powered on through corrald")
+	f.BoolVar(&c.Accept, "accept", true, "run corrald with --auto-accept (machines install and join the pool)")
+	f.StringVar(&until, "until", "", "wait until every machine is inventoried, deployed or ready (node READY), or none (default ready with --accept, else inventoried)")
+	f.DurationVar(&c.Wait, "wait", 20*time.Minute, "bound on the wait")
+	f.StringArrayVar(&c.CorraldArgs, "corrald-arg", nil, "extra `corrald serve` argument, repeatable (e.g. --corrald-arg=--boot-watchdog=90s)")
+	f.StringVar(&c.Source, "source", "", "Corral source tree to build from (default: the module containing the working directory)")
+	f.StringVar(&c.ImageCache, "image-cache", "", "image build cache (default $CORRAL_IMAGE_CACHE, else "+lab.DefaultImageCache+")")
+	f.IntVar(&c.MemoryMiB, "memory", 2560, "MiB of RAM per machine")
+	f.IntVar(&c.CPUs, "cpus", 2, "vCPUs per machine")
+	f.BoolVar(&c.InstallDeps, "install-deps", true, "apt-get install missing packages ("+strings.Join(lab.Packages, " ")+")")
+	return cmd
+}
+
+func downCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "down",
+		Short: "Stop the lab's processes and delete its namespace, bridge, taps and veth (images and files stay)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, _ := cmd.Flags().GetString("dir")
+			return lab.Down(cmd.Context(), dir, cmd.OutOrStdout())
+		},
+	}
+}
+
+func statusCmd() *cobra.Command {
+	var events int
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show each machine's state, power, node readiness and its last timeline entries",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, _ := cmd.Flags().GetString("dir")
+			s, rows, err := lab.Status(cmd.Context(), dir, events)
+			if err != nil {
+				return err
+			}
+			return lab.PrintStatus(cmd.OutOrStdout(), s, rows)
+		},
+	}
+	cmd.Flags().IntVar(&events, "events", 5, "timeline entries per machine")
+	return cmd
+}
+
+func reportCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "report",
+		Short: "Time per boot phase per machine from the timeline (DHCP → script → kernel/initrd → agent → install → READY)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, _ := cmd.Flags().GetString("dir")
+			return lab.Report(cmd.Context(), dir, cmd.OutOrStdout())
+		},
+	}
+}

@@ -1,0 +1,232 @@
+package lab
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// OVMF firmware (Debian's ovmf package).
+const (
+	ovmfCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	ovmfVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+)
+
+// shq quotes s for a POSIX shell.
+func shq(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=,+@", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// qemuArgs is the machine's QEMU command line without the boot order
+// (the chassis program adds bootindex per boot device) and without
+// -daemonize. nicBoot and diskBoot are the bootindex values.
+func (m Machine) qemuArgs(withBMC bool) []string {
+	a := []string{"qemu-system-x86_64", "-name", m.Name + ",debug-threads=on",
+		"-accel", "tcg,thread=multi", "-cpu", "max", "-smp", fmt.Sprint(m.CPUs), "-m", fmt.Sprint(m.MemoryMiB),
+		"-display", "none", "-no-user-config", "-nodefaults", "-vga", "none",
+		"-smbios", fmt.Sprintf("type=1,manufacturer=Corral Lab,product=Virtual Rack %s,serial=%s,uuid=%s", strings.ToUpper(m.Firmware), m.Serial, m.UUID),
+		"-smbios", fmt.Sprintf("type=2,manufacturer=Corral Lab,product=Lab Board,serial=%s", m.Board),
+		"-chardev", "file,id=con0,path=" + m.Console() + ",append=on", "-serial", "chardev:con0",
+		"-qmp", "unix:" + filepath.Join(m.Dir, "qmp.sock") + ",server=on,wait=off",
+		"-netdev", "tap,id=n0,ifname=" + m.Tap + ",script=no,downscript=no,vhost=off",
+	}
+	if m.Firmware == "uefi" {
+		a = append(a, "-machine", "q35",
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+ovmfCode,
+			"-drive", "if=pflash,format=raw,unit=1,file="+filepath.Join(m.Dir, "OVMF_VARS.fd"))
+	} else {
+		a = append(a, "-machine", "pc")
+	}
+	if withBMC {
+		a = append(a, "-chardev", fmt.Sprintf("socket,id=ipmi0,host=127.0.0.1,port=%d,reconnect=10", m.VMPort),
+			"-device", "ipmi-bmc-extern,chardev=ipmi0,id=bmc0", "-device", "isa-ipmi-bt,bmc=bmc0")
+	}
+	for i, d := range m.Disks {
+		a = append(a, "-drive", fmt.Sprintf("if=none,id=d%d,format=raw,file=%s", i, d.Path))
+	}
+	return a
+}
+
+// chassisScript is the chassis_control program of m: ipmi_sim runs it as
+// "PROG get power|boot" (answering "name:value" lines) and "PROG set power
+// 0|1 | reset 1 | shutdown 1 | boot DEV"; the lab runs it directly without a
+// BMC. It returns at once: QEMU is started with -daemonize. Lab machines
+// boot from the network first (as a rack configured for PXE); a one-shot
+// "disk" override puts the disks first for the next start.
+func (m Machine) chassisScript(withBMC bool) string {
+	var q strings.Builder
+	for i, a := range m.qemuArgs(withBMC) {
+		if i > 0 {
+			q.WriteByte(' ')
+		}
+		q.WriteString(shq(a))
+	}
+	nic := "virtio-net-pci,netdev=n0,mac=" + m.MAC
+	if m.Firmware == "uefi" {
+		// No iPXE option ROM: EDK2's own PXE client, then TFTP → iPXE.
+		nic += ",romfile="
+	}
+	var disks strings.Builder
+	for i, d := range m.Disks {
+		fmt.Fprintf(&disks, " -device virtio-blk-pci,drive=d%d,serial=%s,bootindex=$((DISK+%d))", i, d.Serial, i)
+	}
+	return fmt.Sprintf(`#!/bin/sh
+# chassis_control for lab machine %[1]s (written by corral-lab)
+D=%[2]s
+rec() { echo "$(date +%%s.%%N) $*" >> $D/record; }
+running() {
+  [ -f $D/qemu.pid ] || return 1
+  pid=$(cat $D/qemu.pid)
+  [ -n "$pid" ] && [ -d /proc/$pid ] || return 1
+  st=$(sed 's/.*) //' /proc/$pid/stat | cut -c1)
+  [ "$st" != Z ] && grep -q "$D" /proc/$pid/cmdline 2>/dev/null
+}
+start() {
+  boot=$(cat $D/boot 2>/dev/null || echo pxe)
+  rm -f $D/boot
+  case "$boot" in
+    disk|hdd) NIC=9; DISK=1 ;;
+    *) NIC=1; DISK=2 ;;
+  esac
+  rec "start boot=$boot"
+  running && return 0
+  %[3]s -device %[4]s,bootindex=$NIC%[5]s -daemonize -pidfile $D/qemu.pid >> $D/qemu.log 2>&1
+}
+stop() {
+  rec stop
+  if running; then
+    pid=$(cat $D/qemu.pid)
+    kill $pid 2>/dev/null
+    i=0; while running && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+    running && kill -9 $pid 2>/dev/null
+  fi
+  rm -f $D/qemu.pid
+}
+op=$1; shift
+case "$op" in
+get)
+  for p in "$@"; do
+    case "$p" in
+      power) if running; then echo power:1; else echo power:0; fi ;;
+      boot) echo "boot:$(cat $D/boot 2>/dev/null || echo default)" ;;
+      *) echo "$p:0" ;;
+    esac
+  done ;;
+set)
+  while [ $# -gt 1 ]; do
+    rec "$1 $2"
+    case "$1" in
+      power) if [ "$2" = 1 ]; then start; else stop; fi ;;
+      reset) if [ "$2" = 1 ]; then stop; start; fi ;;
+      shutdown) if [ "$2" = 1 ]; then stop; fi ;;
+      boot) echo "$2" > $D/boot ;;
+    esac
+    shift 2
+  done ;;
+check) exit 0 ;;
+esac
+exit 0
+`, m.Name, shq(m.Dir), q.String(), nic, disks.String())
+}
+
+// lanConfigScript serves the BMC's LAN configuration to ipmi_sim (and so,
+// in-band through QEMU's BT interface, to the discovery agent): the
+// loopback address corrald reaches the simulator on.
+const lanConfigScript = `#!/bin/sh
+[ "$1" = get ] || exit 0
+case "$2" in
+ip_addr_src) echo ip_addr_src:static ;;
+ip_addr) echo ip_addr:127.0.0.1 ;;
+mac_addr) echo mac_addr:%s ;;
+subnet_mask) echo subnet_mask:255.0.0.0 ;;
+default_gw_ip_addr) echo default_gw_ip_addr:0.0.0.0 ;;
+default_gw_mac_addr) echo default_gw_mac_addr:00:00:00:00:00:00 ;;
+backup_gw_ip_addr) echo backup_gw_ip_addr:0.0.0.0 ;;
+backup_gw_mac_addr) echo backup_gw_mac_addr:00:00:00:00:00:00 ;;
+esac
+`
+
+// lanConf is ipmi_sim's configuration for m.
+func (m Machine) lanConf(password string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "name \"%s\"\nset_working_mc 0x20\n", m.Name)
+	fmt.Fprintf(&b, "  startlan 1\n    addr 127.0.0.1 %d\n    priv_limit admin\n", m.BMCPort)
+	b.WriteString("    allowed_auths_callback none md2 md5 straight\n    allowed_auths_user none md2 md5 straight\n")
+	b.WriteString("    allowed_auths_operator none md2 md5 straight\n    allowed_auths_admin none md2 md5 straight\n")
+	b.WriteString("    guid " + strings.ReplaceAll(m.UUID, "-", "") + "\n")
+	fmt.Fprintf(&b, "    lan_config_program \"%s\"\n  endlan\n", filepath.Join(m.Dir, "lanconfig"))
+	fmt.Fprintf(&b, "  serial 15 127.0.0.1 %d codec VM\n", m.VMPort)
+	fmt.Fprintf(&b, "  chassis_control \"%s\"\n", m.Chassis())
+	fmt.Fprintf(&b, "  user 2 true \"%s\" \"%s\" admin 10 none md2 md5 straight\n", m.BMCUser, password)
+	return b.String()
+}
+
+// bmcMAC is the LAN MAC the simulated BMC reports: the machine's MAC
+// with the locally administered 0x02 bit and last byte flipped.
+func (m Machine) bmcMAC() string {
+	p := strings.Split(m.MAC, ":")
+	if len(p) != 6 {
+		return "02:00:00:00:00:01"
+	}
+	p[0] = "02"
+	return strings.Join(p, ":")
+}
+
+// prepare writes m's disks, firmware variables, chassis program and (with
+// a BMC) ipmi_sim's files.
+func (m Machine) prepare(withBMC bool, password string) error {
+	if err := os.MkdirAll(m.Dir, 0o755); err != nil {
+		return err
+	}
+	for _, d := range m.Disks {
+		if _, err := os.Stat(d.Path); err == nil {
+			continue
+		}
+		f, err := os.Create(d.Path)
+		if err != nil {
+			return err
+		}
+		err = f.Truncate(int64(d.GiB) << 30)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if m.Firmware == "uefi" {
+		b, err := os.ReadFile(ovmfVars)
+		if err != nil {
+			return fmt.Errorf("UEFI firmware variables: %w (apt-get install ovmf)", err)
+		}
+		if err := os.WriteFile(filepath.Join(m.Dir, "OVMF_VARS.fd"), b, 0o644); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(m.Chassis(), []byte(m.chassisScript(withBMC)), 0o755); err != nil {
+		return err
+	}
+	if !withBMC {
+		return nil
+	}
+	if err := os.WriteFile(filepath.Join(m.Dir, "lanconfig"), []byte(fmt.Sprintf(lanConfigScript, m.bmcMAC())), 0o755); err != nil {
+		return err
+	}
+	emu := "mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02\nmc_enable 0x20\n"
+	if err := os.WriteFile(filepath.Join(m.Dir, "sim.emu"), []byte(emu), 0o644); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(m.Dir, "sim-state"), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(m.Dir, "lan.conf"), []byte(m.lanConf(password)), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(m.BMCPwFile, []byte(password+"\n"), 0o600)
+}

@@ -1,0 +1,182 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+)
+
+// Boot is one network boot of a machine reconstructed from its timeline:
+// the times of its milestones (zero when the timeline lacks one).
+type Boot struct {
+	Intent     string    // the rendered script's intent: discover, hypervisor, ...
+	Power      time.Time // the BMC power action (or the lab's own power on) that started it
+	DHCP       time.Time // first DHCP DISCOVER
+	Script     time.Time // iPXE script rendered
+	Kernel     time.Time // kernel served
+	Initrd     time.Time // last initrd served
+	Agent      time.Time // first entry from the booted system (agent registered, node, install progress)
+	AgentEvent string
+	Last       time.Time // last entry of the boot
+	LastEvent  string
+	// Ready is when the node was reported READY in the timeline, if it was.
+	Ready time.Time
+}
+
+// bootSources are the sources of entries written while firmware and iPXE
+// boot; anything else comes from the booted system or the appliance.
+var bootSources = map[string]bool{"dhcp": true, "tftp": true, "http": true, "ra": true}
+
+// Boots splits a timeline (oldest first) into boots: a DHCP DISCOVER after
+// a boot got its script starts the next one. poweredAt, when not zero, is
+// the lab's own power on, used when no BMC entry precedes the first boot.
+func Boots(es []*inventoryv1.TimelineEntry, poweredAt time.Time) []Boot {
+	var boots []Boot
+	var cur *Boot
+	var pendingPower time.Time
+	for _, e := range es {
+		at := e.GetAt().AsTime()
+		src, ev := e.GetSource(), e.GetEvent()
+		if src == "bmc" && strings.Contains(strings.ToLower(ev+" "+e.GetDetail()), "power") {
+			pendingPower = at
+		}
+		if src == "dhcp" && ev == "discover" && (cur == nil || !cur.Script.IsZero()) {
+			boots = append(boots, Boot{DHCP: at, Power: pendingPower})
+			cur = &boots[len(boots)-1]
+			pendingPower = time.Time{}
+		}
+		if cur == nil {
+			continue
+		}
+		switch {
+		case src == "http" && ev == "script":
+			if cur.Script.IsZero() {
+				cur.Script = at
+				cur.Intent = e.GetAttributes()["intent"]
+			}
+		case src == "http" && ev == "artifact":
+			switch e.GetAttributes()["kind"] {
+			case "kernel":
+				cur.Kernel = at
+			case "initrd":
+				cur.Initrd = at
+			}
+		case !bootSources[src] && src != "bmc":
+			if cur.Agent.IsZero() && !cur.Script.IsZero() {
+				cur.Agent, cur.AgentEvent = at, src+" "+ev
+			}
+		}
+		if isReady(e) && cur.Ready.IsZero() {
+			cur.Ready = at
+		}
+		if !cur.Script.IsZero() {
+			cur.Last, cur.LastEvent = at, src+" "+ev
+		}
+	}
+	if len(boots) > 0 && boots[0].Power.IsZero() && !poweredAt.IsZero() && poweredAt.Before(boots[0].DHCP) {
+		boots[0].Power = poweredAt
+	}
+	return boots
+}
+
+// isReady reports an entry saying the node became READY.
+func isReady(e *inventoryv1.TimelineEntry) bool {
+	s := strings.ToUpper(e.GetEvent() + " " + e.GetDetail())
+	return strings.Contains(s, "READY") && !strings.Contains(s, "NOT_READY") && !strings.Contains(s, "NOT READY")
+}
+
+// span formats b-a, "-" when either is unknown.
+func span(a, b time.Time) string {
+	if a.IsZero() || b.IsZero() || b.Before(a) {
+		return "-"
+	}
+	return fmt.Sprintf("%.1fs", b.Sub(a).Seconds())
+}
+
+func firstNonZero(ts ...time.Time) time.Time {
+	for _, t := range ts {
+		if !t.IsZero() {
+			return t
+		}
+	}
+	return time.Time{}
+}
+
+// Report prints, per machine and boot, the time spent in each boot phase
+// from corrald's timeline, then power-on to INVENTORIED, install done and
+// hypervisor READY where the timeline shows them.
+func Report(ctx context.Context, dir string, w io.Writer) error {
+	s, err := LoadState(dir)
+	if err != nil {
+		return err
+	}
+	a, err := dialAPI(s)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	snap, err := a.snapshot(ctx, s)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "MACHINE\tFW\tBOOT\tINTENT\tPOWER→DHCP\tDHCP→SCRIPT\tSCRIPT→KERNEL+INITRD\tINITRD→AGENT\tAGENT→LAST\tTOTAL\tLAST EVENT\t")
+	type summary struct {
+		name                    string
+		power, inv, inst, ready time.Time
+		state, node             string
+	}
+	var sums []summary
+	for _, lm := range s.Machines {
+		v := snap[lm.Name]
+		es, err := a.timeline(ctx, lm, v, 2000)
+		if err != nil {
+			return err
+		}
+		boots := Boots(es, lm.PoweredAt)
+		sum := summary{name: lm.Name, state: v.State(), node: v.NodeState()}
+		for i, b := range boots {
+			start := firstNonZero(b.Power, b.DHCP)
+			if i == 0 {
+				sum.power = start
+			}
+			initrd := firstNonZero(b.Initrd, b.Kernel)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", lm.Name, strings.ToUpper(lm.Firmware), i+1, orDash(b.Intent),
+				span(b.Power, b.DHCP), span(b.DHCP, b.Script), span(b.Script, initrd), span(initrd, b.Agent), span(b.Agent, b.Last),
+				span(start, b.Last), short(orDash(b.LastEvent), 40))
+			if b.Intent == "discover" && sum.inv.IsZero() && strings.HasPrefix(b.AgentEvent, "inventory") {
+				sum.inv = b.Agent
+			}
+			if b.Intent == "discover" && i+1 < len(boots) && boots[i+1].Intent != "discover" && sum.inst.IsZero() {
+				sum.inst = b.Last // the install's last report before the reboot
+			}
+			if !b.Ready.IsZero() && sum.ready.IsZero() {
+				sum.ready = b.Ready
+			}
+		}
+		if len(boots) == 0 {
+			fmt.Fprintf(tw, "%s\t%s\t-\t(no boot in the timeline yet)\t\t\t\t\t\t\t\t\n", lm.Name, strings.ToUpper(lm.Firmware))
+		}
+		for _, e := range es {
+			if sum.inv.IsZero() && e.GetSource() == "inventory" && e.GetEvent() == "registered" {
+				sum.inv = e.GetAt().AsTime()
+			}
+		}
+		sums = append(sums, sum)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "MACHINE\tPOWER→INVENTORIED\tPOWER→INSTALL DONE\tPOWER→HYPERVISOR READY\tSTATE\tNODE\t")
+	for _, m := range sums {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", m.name, span(m.power, m.inv), span(m.power, m.inst), span(m.power, m.ready), orDash(m.state), orDash(m.node))
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,547 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/corralhq/corral/auth/clientconfig"
+)
+
+// Target is how far Up waits for every machine to get.
+type Target string
+
+const (
+	UntilNone        Target = "none"
+	UntilInventoried Target = "inventoried"
+	UntilDeployed    Target = "deployed"
+	UntilReady       Target = "ready"
+)
+
+// Config configures Up.
+type Config struct {
+	// Dir holds the state file, binaries and the run's files
+	// (default /var/lib/corral-lab).
+	Dir string
+	// Machines is how many machines to start (default 1).
+	Machines int
+	// Firmware is cycled over the machines: "bios" or "uefi" (default bios).
+	Firmware []string
+	// WithBMC puts each machine behind its own ipmi_sim, enrolled in
+	// corrald and powered on through it.
+	WithBMC bool
+	// Accept passes --auto-accept to corrald (when it knows the flag).
+	Accept bool
+	// Until is how far Up waits (default ready with Accept, else inventoried).
+	Until Target
+	// Wait bounds the wait (default 20m).
+	Wait time.Duration
+	// CorraldArgs are extra `corrald serve` arguments.
+	CorraldArgs []string
+	// Source is the Corral module root to build binaries from; "" finds
+	// it from the working directory, else binaries beside the executable
+	// or on PATH are used.
+	Source string
+	// ImageCache is the image build cache (default $CORRAL_IMAGE_CACHE,
+	// else /var/cache/corral/discovery).
+	ImageCache string
+	// MemoryMiB and CPUs size every machine (defaults 2560 and 2).
+	MemoryMiB, CPUs int
+	// InstallDeps installs missing Debian packages with apt-get.
+	InstallDeps bool
+	// Out receives progress for people; Log the details.
+	Out io.Writer
+	Log *slog.Logger
+}
+
+// DefaultDir is the default lab directory.
+const DefaultDir = "/var/lib/corral-lab"
+
+// DefaultImageCache is the default image build cache.
+const DefaultImageCache = "/var/cache/corral/discovery"
+
+// APIPort is corrald's API port in the lab.
+const APIPort = 20180
+
+func (c *Config) defaults() error {
+	if c.Dir == "" {
+		c.Dir = DefaultDir
+	}
+	abs, err := filepath.Abs(c.Dir)
+	if err != nil {
+		return err
+	}
+	c.Dir = abs
+	if c.Machines == 0 {
+		c.Machines = 1
+	}
+	if c.Machines < 0 || c.Machines > 32 {
+		return fmt.Errorf("--machines %d: want 1-32", c.Machines)
+	}
+	if len(c.Firmware) == 0 {
+		c.Firmware = []string{"bios"}
+	}
+	for _, f := range c.Firmware {
+		if f != "bios" && f != "uefi" {
+			return fmt.Errorf("firmware %q: want bios or uefi", f)
+		}
+	}
+	if c.Until == "" {
+		c.Until = UntilInventoried
+		if c.Accept {
+			c.Until = UntilReady
+		}
+	}
+	switch c.Until {
+	case UntilNone, UntilInventoried, UntilDeployed, UntilReady:
+	default:
+		return fmt.Errorf("--until %q: want none, inventoried, deployed or ready", c.Until)
+	}
+	if c.Wait == 0 {
+		c.Wait = 20 * time.Minute
+	}
+	if c.ImageCache == "" {
+		c.ImageCache = os.Getenv("CORRAL_IMAGE_CACHE")
+	}
+	if c.ImageCache == "" {
+		c.ImageCache = DefaultImageCache
+	}
+	if c.MemoryMiB == 0 {
+		c.MemoryMiB = 2560
+	}
+	if c.CPUs == 0 {
+		c.CPUs = 2
+	}
+	if c.Out == nil {
+		c.Out = io.Discard
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Up builds what is missing and starts the lab, then waits for the
+// machines to reach c.Until, printing their progress. The lab keeps
+// running when Up returns (with or without error); Down removes it. Up
+// refuses to start over a lab that is still up.
+func Up(ctx context.Context, c Config) (*State, error) {
+	if err := c.defaults(); err != nil {
+		return nil, err
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("corral-lab needs root (network namespaces, taps, bridges)")
+	}
+	if old, err := LoadState(c.Dir); err == nil {
+		return nil, fmt.Errorf("a lab (%s, namespace %s) is already set up in %s: corral-lab down first", old.ID, old.Namespace, c.Dir)
+	}
+	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	say := func(format string, args ...any) {
+		fmt.Fprintf(c.Out, "[%5s] %s\n", time.Since(t0).Round(time.Second), fmt.Sprintf(format, args...))
+	}
+	if err := ensurePackages(ctx, c.InstallDeps, c.Out); err != nil {
+		return nil, err
+	}
+	bin, src, err := binaries(ctx, c.Dir, c.Source)
+	if err != nil {
+		return nil, err
+	}
+	if src != "" {
+		say("built corrald and corral from %s into %s", src, filepath.Dir(bin.Corrald))
+	}
+
+	s, err := newState(ctx, c, bin)
+	if err != nil {
+		return nil, err
+	}
+	// A previous run's files (store, disks) go; binaries and the image
+	// cache stay.
+	if err := os.RemoveAll(s.RunDir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(s.RunDir, 0o755); err != nil {
+		return nil, err
+	}
+
+	imgArgs := []string{"images", "build", "--data-dir", s.DataDir, "--image-cache", c.ImageCache}
+	if src != "" {
+		imgArgs = append(imgArgs, "--source", src)
+	}
+	say("corrald %s", strings.Join(imgArgs, " "))
+	out, err := exec.CommandContext(ctx, bin.Corrald, imgArgs...).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("corrald images build: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if !strings.Contains(line, " level=") {
+			say("  %s", line)
+		}
+	}
+
+	if err := s.Save(); err != nil {
+		return nil, err
+	}
+	say("lab %s: namespace %s, bridge %s %s.0/24, host veth %s %s ↔ %s", s.ID, s.Namespace, s.Bridge, s.Subnet, s.VethHost, s.HostAddr, s.NSAddr)
+	if err := s.createNetwork(ctx); err != nil {
+		return s, err
+	}
+
+	if err := s.startCorrald(ctx, c); err != nil {
+		return s, err
+	}
+	say("corrald serving in %s (pid %d, log %s)", s.Namespace, s.Corrald.PID, filepath.Join(s.RunDir, "corrald.log"))
+	if !s.AutoAccept && c.Accept {
+		say("note: this corrald has no --auto-accept; machines stay INVENTORIED until accepted")
+		if c.Until == UntilReady || c.Until == UntilDeployed {
+			c.Until = UntilInventoried
+		}
+	}
+
+	a, err := dialAPI(s)
+	if err != nil {
+		return s, err
+	}
+	defer a.Close()
+
+	for i := range s.Machines {
+		m := &s.Machines[i]
+		pw := ""
+		if c.WithBMC {
+			pw = randHex(8)
+		}
+		if err := m.prepare(c.WithBMC, pw); err != nil {
+			return s, fmt.Errorf("%s: %w", m.Name, err)
+		}
+		if err := s.addTap(ctx, m.Tap); err != nil {
+			return s, err
+		}
+		if c.WithBMC {
+			if err := s.startSim(ctx, m); err != nil {
+				return s, err
+			}
+			if err := s.Save(); err != nil {
+				return s, err
+			}
+			say("%s: ipmi_sim BMC on 127.0.0.1:%d in %s (pid %d)", m.Name, m.BMCPort, s.Namespace, m.Sim.PID)
+		}
+	}
+	for i := range s.Machines {
+		m := &s.Machines[i]
+		if c.WithBMC {
+			args := []string{"machine", "enroll", m.Name, "--bmc", fmt.Sprintf("127.0.0.1:%d", m.BMCPort), "--bmc-user", m.BMCUser,
+				"--bmc-password-file", m.BMCPwFile, "--bmc-protocol", "ipmi", "--bmc-cipher", "3", "--mac", m.MAC}
+			if _, err := s.corral(ctx, args...); err != nil {
+				return s, err
+			}
+			if _, err := s.corral(ctx, "machine", "power", "on", m.Name); err != nil {
+				return s, err
+			}
+			say("%s: enrolled and powered on through corrald (corral machine power on %s)", m.Name, m.Name)
+		} else {
+			if err := s.chassis(ctx, *m, "set", "power", "1"); err != nil {
+				return s, err
+			}
+			say("%s: powered on (no BMC)", m.Name)
+		}
+		m.PoweredAt = time.Now()
+		if err := s.Save(); err != nil {
+			return s, err
+		}
+		say("%s: %s, serial %s, MAC %s, disks %s/%s, %d MiB", m.Name, strings.ToUpper(m.Firmware), m.Serial, m.MAC, m.Disks[0].Serial, m.Disks[1].Serial, m.MemoryMiB)
+	}
+
+	werr := s.watch(ctx, a, c.Until, c.Wait, say)
+	s.printUsage(c.Out)
+	return s, werr
+}
+
+// newState names everything for a new lab.
+func newState(ctx context.Context, c Config, bin Binaries) (*State, error) {
+	id := randHex(2) // 4 hex digits: interface names stay under 15 bytes
+	s := &State{ID: id, Dir: c.Dir, RunDir: filepath.Join(c.Dir, "run"), CreatedAt: time.Now().UTC(), Bin: bin,
+		Namespace: "corral-lab-" + id, Bridge: "clbr" + id, VethHost: "clvh" + id, VethNS: "clvn" + id,
+		WithBMC: c.WithBMC}
+	s.DataDir = filepath.Join(s.RunDir, "data")
+	s.ClientConfig = filepath.Join(c.Dir, "lab.conf")
+	if linkExists(ctx, s.VethHost) || nsExists(ctx, s.Namespace) {
+		return nil, fmt.Errorf("lab names for id %s are taken; run again", id)
+	}
+	used, err := hostPrefixes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var cands []netip.Prefix
+	b := randByte()
+	for i := 0; i < 64; i++ {
+		third := byte(int(b)+i*7) % 255
+		cands = append(cands, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 252, third, 0}), 30))
+	}
+	p, ok := freePrefix(cands, used)
+	if !ok {
+		return nil, errors.New("no free /30 in 10.252.0.0/16 for the host veth")
+	}
+	a := p.Addr().As4()
+	a[3] = 1
+	s.HostAddr = netip.AddrFrom4(a).String()
+	a[3] = 2
+	s.NSAddr = netip.AddrFrom4(a).String()
+	// The bridge subnet lives only inside the namespace.
+	s.Subnet = fmt.Sprintf("10.66.%d", randByte()%250+1)
+
+	idb, _ := hex.DecodeString(id)
+	for i := 0; i < c.Machines; i++ {
+		n := i + 1
+		fw := c.Firmware[i%len(c.Firmware)]
+		name := fmt.Sprintf("lab-%d", n)
+		dir := filepath.Join(s.RunDir, "machines", name)
+		m := Machine{Name: name, Dir: dir, Firmware: fw,
+			Serial: fmt.Sprintf("CLAB-%s-%02d", strings.ToUpper(id), n),
+			Board:  fmt.Sprintf("CLBB-%s-%02d", strings.ToUpper(id), n),
+			UUID:   uuid4(),
+			MAC:    fmt.Sprintf("52:54:00:%02x:%02x:%02x", idb[0], idb[1], n),
+			Tap:    fmt.Sprintf("clt%s%02d", id, n),
+			Disks: []Disk{
+				{Path: filepath.Join(dir, "disk-a.raw"), Serial: fmt.Sprintf("CLD%s%02dA", strings.ToUpper(id), n), GiB: 8},
+				{Path: filepath.Join(dir, "disk-b.raw"), Serial: fmt.Sprintf("CLD%s%02dB", strings.ToUpper(id), n), GiB: 20},
+			},
+			MemoryMiB: c.MemoryMiB, CPUs: c.CPUs}
+		if c.WithBMC {
+			m.BMCPort, m.VMPort = 6230+n, 9000+n
+			m.BMCUser, m.BMCPwFile = "admin", filepath.Join(dir, "bmc-password")
+		}
+		s.Machines = append(s.Machines, m)
+	}
+	return s, nil
+}
+
+// binaries builds corrald and corral into dir/bin when inside the
+// module (or src is given), else finds them beside the executable or on
+// PATH.
+func binaries(ctx context.Context, dir, src string) (Binaries, string, error) {
+	if src == "" {
+		src, _ = findSource()
+	}
+	if src != "" {
+		binDir := filepath.Join(dir, "bin")
+		if err := os.MkdirAll(binDir, 0o755); err != nil {
+			return Binaries{}, "", err
+		}
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", binDir+"/", "./cmd/corrald", "./cmd/corral")
+		cmd.Dir = src
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return Binaries{}, "", fmt.Errorf("go build: %v\n%s", err, out)
+		}
+		return Binaries{Corrald: filepath.Join(binDir, "corrald"), Corral: filepath.Join(binDir, "corral")}, src, nil
+	}
+	var b Binaries
+	for _, p := range []*string{&b.Corrald, &b.Corral} {
+		name := "corrald"
+		if p == &b.Corral {
+			name = "corral"
+		}
+		if exe, err := os.Executable(); err == nil {
+			if cand := filepath.Join(filepath.Dir(exe), name); fileExists(cand) {
+				*p = cand
+				continue
+			}
+		}
+		lp, err := exec.LookPath(name)
+		if err != nil {
+			return b, "", fmt.Errorf("%s not found beside corral-lab or on PATH, and not inside the Corral source tree (--source)", name)
+		}
+		*p, _ = filepath.Abs(lp)
+	}
+	return b, "", nil
+}
+
+// findSource walks up from the working directory to the Corral go.mod.
+func findSource() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if f, err := os.Open(filepath.Join(dir, "go.mod")); err == nil {
+			sc := bufio.NewScanner(f)
+			mod := ""
+			if sc.Scan() {
+				mod = strings.TrimSpace(strings.TrimPrefix(sc.Text(), "module"))
+			}
+			f.Close()
+			if mod == "github.com/corralhq/corral" {
+				if _, err := exec.LookPath("go"); err != nil {
+					return "", err
+				}
+				return dir, nil
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("not inside the Corral source tree")
+		}
+		dir = parent
+	}
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// corraldHas reports whether `corrald serve` knows a flag.
+func corraldHas(ctx context.Context, corrald, flag string) bool {
+	out, _ := exec.CommandContext(ctx, corrald, "serve", "--help").CombinedOutput()
+	return strings.Contains(string(out), "--"+flag+" ")
+}
+
+// startCorrald runs corrald in the namespace, detached, and waits until
+// its API answers through the host veth.
+func (s *State) startCorrald(ctx context.Context, c Config) error {
+	args := []string{"netns", "exec", s.Namespace, s.Bin.Corrald, "serve", "--data-dir", s.DataDir,
+		"--api-listen", fmt.Sprintf(":%d", APIPort), "--api-san", s.NSAddr,
+		"--boot-interface", s.Bridge, "--dhcp-mode", "full",
+		"--dhcp-range", s.Subnet + ".100-" + s.Subnet + ".199", "--dhcp-router", s.Subnet + ".1",
+		"--bmc-poll-interval", "15s"}
+	if c.Accept && corraldHas(ctx, s.Bin.Corrald, "auto-accept") {
+		args = append(args, "--auto-accept")
+		s.AutoAccept = true
+	}
+	args = append(args, c.CorraldArgs...)
+	s.CorraldArgs = args[3:]
+	pid, err := startDetached(filepath.Join(s.RunDir, "corrald.log"), "ip", args...)
+	if err != nil {
+		return err
+	}
+	// ip netns exec execs corrald: the pid is corrald's.
+	s.Corrald = Process{PID: pid, Marker: s.DataDir}
+	if err := s.Save(); err != nil {
+		return err
+	}
+	admin := filepath.Join(s.DataDir, "admin.conf")
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if !alive(pid, s.DataDir) {
+			b, _ := os.ReadFile(filepath.Join(s.RunDir, "corrald.log"))
+			return fmt.Errorf("corrald exited:\n%s", tail(string(b), 3000))
+		}
+		if cfg, err := clientconfig.Load(admin); err == nil {
+			cfg.Endpoint = fmt.Sprintf("%s:%d", s.NSAddr, APIPort)
+			if err := cfg.Write(s.ClientConfig); err != nil {
+				return err
+			}
+			if a, err := dialAPI(s); err == nil {
+				_, err := a.snapshot(ctx, s)
+				a.Close()
+				if err == nil {
+					return nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("corrald's API did not answer on %s:%d within 90s (log %s)", s.NSAddr, APIPort, filepath.Join(s.RunDir, "corrald.log"))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// startSim runs a machine's ipmi_sim in the namespace, detached, and
+// waits until it answers an RMCP presence ping.
+func (s *State) startSim(ctx context.Context, m *Machine) error {
+	pid, err := startDetached(filepath.Join(m.Dir, "ipmi_sim.log"), "ip", "netns", "exec", s.Namespace, "ipmi_sim",
+		"-c", filepath.Join(m.Dir, "lan.conf"), "-f", filepath.Join(m.Dir, "sim.emu"), "-s", filepath.Join(m.Dir, "sim-state"), "-n")
+	if err != nil {
+		return err
+	}
+	m.Sim = Process{PID: pid, Marker: filepath.Join(m.Dir, "lan.conf")}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// ipmitool's RMCP+ session proves the BMC, user and cipher work.
+		err := exec.CommandContext(ctx, "ip", "netns", "exec", s.Namespace, "ipmitool", "-I", "lanplus", "-C", "3",
+			"-H", "127.0.0.1", "-p", fmt.Sprint(m.BMCPort), "-U", m.BMCUser, "-f", m.BMCPwFile, "-R", "1", "-N", "1", "chassis", "power", "status").Run()
+		if err == nil {
+			return nil
+		}
+		if !alive(pid, m.Sim.Marker) {
+			b, _ := os.ReadFile(filepath.Join(m.Dir, "ipmi_sim.log"))
+			return fmt.Errorf("%s: ipmi_sim exited: %s", m.Name, tail(string(b), 2000))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: ipmi_sim did not answer on 127.0.0.1:%d in %s", m.Name, m.BMCPort, s.Namespace)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// chassis runs a machine's chassis program in the namespace.
+func (s *State) chassis(ctx context.Context, m Machine, args ...string) error {
+	out, err := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", s.Namespace, m.Chassis()}, args...)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s chassis %s: %v: %s", m.Name, strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// corral runs the corral CLI against the lab from the host.
+func (s *State) corral(ctx context.Context, args ...string) ([]byte, error) {
+	full := append([]string{"--config", s.ClientConfig}, args...)
+	out, err := exec.CommandContext(ctx, s.Bin.Corral, full...).CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("corral %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out, nil
+}
+
+// printUsage tells how to reach the lab.
+func (s *State) printUsage(w io.Writer) {
+	fmt.Fprintf(w, `
+The lab is up (id %s). Point corral at it from this host:
+
+  export CORRAL_CONFIG=%s
+  %s get machines
+  %s get nodes
+
+or pass --config %s to each call (corrald answers on %s:%d through veth %s).
+Inside the namespace (admin.conf talks to 127.0.0.1):
+
+  ip netns exec %s %s --config %s get machines
+
+corral-lab status | report | down (--dir %s)
+`, s.ID, s.ClientConfig, s.Bin.Corral, s.Bin.Corral, s.ClientConfig, s.NSAddr, APIPort, s.VethHost,
+		s.Namespace, s.Bin.Corral, filepath.Join(s.DataDir, "admin.conf"), s.Dir)
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func randByte() byte {
+	b := make([]byte, 1)
+	_, _ = rand.Read(b)
+	return b[0]
+}
+
+func uuid4() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b)
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
