@@ -36,6 +36,8 @@ func (s *Server) initHypervisor(p *pool.Pool) error {
 		Pool:   p,
 		Nodes:  dialer,
 		Logger: s.log.With("component", "appliance"),
+		// ReconcileInterval 0 takes appliance's default.
+		ReconcileInterval: s.cfg.Lifecycle.HypervisorReconcileInterval,
 	})
 	if err != nil {
 		return err

@@ -54,6 +54,9 @@ type Config struct {
 	// (bmc.go).
 	Boot BootConfig
 	BMC  BMCConfig
+	// Lifecycle configures accept/install, the lifecycle timers and the
+	// node heartbeat sweep (lifecycle.go).
+	Lifecycle LifecycleConfig
 }
 
 // Server is a prepared appliance; Run serves it.
@@ -68,6 +71,9 @@ type Server struct {
 	lis    net.Listener
 	inv    *inventory.Inventory
 	bmc    *inventory.BMCControl
+	// lifecycle drives accept/install, reprovision, maintenance and the
+	// lifecycle timers.
+	lifecycle *inventory.Lifecycle
 	// components run beside the gRPC server in Run (boot servers,
 	// pollers); each returns nil when its ctx ends.
 	components []component
@@ -191,9 +197,12 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("bmc: %w", err)
 	}
 	pool.Register(s.grpc, p)
-	s.addComponent("node-heartbeat-sweep", (&pool.Sweeper{Pool: p}).Run)
+	if err := s.initLifecycle(p); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("lifecycle: %w", err)
+	}
 	s.addComponent("token-purge", s.purgeTokens)
-	inventory.Register(s.grpc, &inventory.MachineServer{Inv: s.inv, BMC: s.bmc})
+	inventory.Register(s.grpc, &inventory.MachineServer{Inv: s.inv, BMC: s.bmc, Lifecycle: s.lifecycle})
 	if err := s.initHypervisor(p); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("hypervisor services: %w", err)
@@ -314,6 +323,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	return err
 }
+
+// Lifecycle returns the machine lifecycle controller.
+func (s *Server) Lifecycle() *inventory.Lifecycle { return s.lifecycle }
 
 // Inventory returns the machine inventory.
 func (s *Server) Inventory() *inventory.Inventory { return s.inv }

@@ -1,0 +1,93 @@
+package server
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/corralhq/corral/auth"
+	"github.com/corralhq/corral/inventory"
+	"github.com/corralhq/corral/inventory/pool"
+)
+
+// LifecycleConfig configures the machine lifecycle (DESIGN.md §1 steps
+// 6-7, §4): install workflow, timers and the node heartbeat sweep. Zero
+// values take the defaults.
+type LifecycleConfig struct {
+	// ReconcileInterval is the lifecycle reconciler period (default 10s).
+	ReconcileInterval time.Duration
+	// InstallTimeout fails an install without progress (default 15m).
+	InstallTimeout time.Duration
+	// BootWatchdog is how long a machine the appliance powered on has to
+	// boot (default 300s; negative disables), BootWatchdogCycles how many
+	// power cycles it gets before FAILED (default 3).
+	BootWatchdog       time.Duration
+	BootWatchdogCycles int
+	// AutoAccept accepts machines that become INVENTORIED and match every
+	// AutoAcceptSelectors selector (disk auto).
+	AutoAccept          bool
+	AutoAcceptSelectors []string
+	// APIAdvertise is the API endpoint (host:port) install plans name;
+	// empty uses the address the machine's discovery agent dialled (the
+	// one its boot script gave it).
+	APIAdvertise string
+	// NodeHeartbeatTimeout and NodeSweepInterval drive NOT_READY (default
+	// 30s and 15s).
+	NodeHeartbeatTimeout time.Duration
+	NodeSweepInterval    time.Duration
+	// HypervisorReconcileInterval is the VM/volume reconciler period
+	// (default 30s).
+	HypervisorReconcileInterval time.Duration
+}
+
+func (c LifecycleConfig) validate() error {
+	for name, d := range map[string]time.Duration{
+		"--reconcile-interval": c.ReconcileInterval, "--install-timeout": c.InstallTimeout,
+		"--node-heartbeat-timeout": c.NodeHeartbeatTimeout, "--node-sweep-interval": c.NodeSweepInterval,
+		"--hypervisor-reconcile-interval": c.HypervisorReconcileInterval,
+	} {
+		if d < 0 {
+			return fmt.Errorf("%s %s: must not be negative", name, d)
+		}
+	}
+	if c.BootWatchdogCycles < 0 {
+		return fmt.Errorf("--boot-watchdog-cycles %d: must not be negative", c.BootWatchdogCycles)
+	}
+	return nil
+}
+
+// caIdentity issues install identities from the appliance CA: the same
+// certificate Join issues (CN and DNS SAN = node name, O = corral:node).
+type caIdentity struct{ s *Server }
+
+func (c caIdentity) IssueNode(name string) ([]byte, []byte, error) {
+	return c.s.ca.IssueNodeCert(name, auth.NodeOrganization)
+}
+
+func (c caIdentity) CACertPEM() []byte { return c.s.ca.CertPEM() }
+
+// initLifecycle wires the lifecycle controller after inventory, pool and
+// BMC control exist, and the node heartbeat sweep.
+func (s *Server) initLifecycle(p *pool.Pool) error {
+	lc := s.cfg.Lifecycle
+	if err := lc.validate(); err != nil {
+		return err
+	}
+	var endpoint func(string) string
+	if lc.APIAdvertise != "" {
+		endpoint = func(string) string { return lc.APIAdvertise }
+	}
+	l, err := s.inv.NewLifecycle(inventory.LifecycleConfig{
+		Nodes: p, Identity: caIdentity{s}, BMC: s.bmc, Endpoint: endpoint,
+		Logger:   s.log.With("component", "lifecycle"),
+		Interval: lc.ReconcileInterval, InstallTimeout: lc.InstallTimeout,
+		BootWatchdog: lc.BootWatchdog, BootWatchdogCycles: lc.BootWatchdogCycles,
+		AutoAccept: lc.AutoAccept, AutoAcceptSelectors: lc.AutoAcceptSelectors,
+	})
+	if err != nil {
+		return err
+	}
+	s.lifecycle = l
+	s.addComponent("lifecycle", l.Run)
+	s.addComponent("node-heartbeat-sweep", (&pool.Sweeper{Pool: p, Timeout: lc.NodeHeartbeatTimeout, Interval: lc.NodeSweepInterval}).Run)
+	return nil
+}
