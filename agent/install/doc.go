@@ -1,0 +1,16 @@
+// Package install turns a discovery agent's install plan into a data disk
+// a hypervisor node can boot from: it chooses the target disk (sysfs under
+// Config.Root), refuses one that already holds a partition table or a
+// filesystem unless the plan says wipe, writes a GPT with one partition
+// named "corral-data", formats it ext4 (label "corral-data") with mke2fs,
+// and writes the node identity the hypervisor agent loads
+// (identity/node.key, node.crt, ca.crt) plus identity/appliance.json. Wipe
+// erases partition tables and filesystem signatures (reprovisioning).
+//
+// The on-disk contract (partition name, label, file names, appliance.json)
+// is shared with agent/hvboot, which finds and mounts the partition when
+// the machine boots the hypervisor image.
+//
+// It runs on the machine: it must not import store/, boot/, ipmi/, bbolt,
+// etcd or bmclib.
+package install
