@@ -35,6 +35,9 @@ const (
 	// and initramfs.
 	DiscoverKernel = "vmlinuz"
 	DiscoverInitrd = "initrd.img"
+	// HypervisorInitrd is the hypervisor profile's initramfs; its kernel
+	// is DiscoverKernel (both images are built from one kernel package).
+	HypervisorInitrd = "hypervisor-initrd.img"
 )
 
 // ErrNotFound: the name is not in the catalog.
@@ -73,6 +76,10 @@ type Config struct {
 	// built-in test stand-ins: Debian's ipxe.lkrn (a bzImage) as the
 	// kernel and a small generated initramfs.
 	Kernel, Initrd string
+	// HypervisorInitrd is the hypervisor profile's initramfs; empty means
+	// the catalog has none (machines with the hypervisor intent then boot
+	// their local disk).
+	HypervisorInitrd string
 }
 
 // Catalog is the read-only artifact set. It is immutable after Open and
@@ -118,7 +125,11 @@ func Open(cfg Config) (*Catalog, error) {
 	if cfg.Initrd != "" {
 		initrd = Source{Name: DiscoverInitrd, Kind: KindInitrd, Candidates: []string{cfg.Initrd}}
 	}
-	srcs = append(srcs, kernel, initrd)
+	hyp := Source{Name: HypervisorInitrd, Kind: KindInitrd}
+	if cfg.HypervisorInitrd != "" {
+		hyp.Candidates = []string{cfg.HypervisorInitrd}
+	}
+	srcs = append(srcs, kernel, initrd, hyp)
 	c := &Catalog{dir: cfg.Dir, arts: map[string]Artifact{}}
 	for _, s := range srcs {
 		a, ok, err := install(cfg.Dir, s)
@@ -131,6 +142,9 @@ func Open(cfg Config) (*Catalog, error) {
 	}
 	if cfg.Kernel != "" && c.arts[DiscoverKernel].Name == "" {
 		return nil, fmt.Errorf("images: kernel %s: %w", cfg.Kernel, os.ErrNotExist)
+	}
+	if cfg.HypervisorInitrd != "" && c.arts[HypervisorInitrd].Name == "" {
+		return nil, fmt.Errorf("images: hypervisor initramfs %s: %w", cfg.HypervisorInitrd, os.ErrNotExist)
 	}
 	if _, ok := c.arts[UndionlyKPXE]; !ok {
 		if _, ok := c.arts[IPXEEFI]; !ok {

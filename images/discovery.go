@@ -2,6 +2,7 @@ package images
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -56,6 +57,12 @@ func RegisterDiscover(cfg Config, kernel, initrd, release, key string) (*Catalog
 		}
 	}
 	cfg.Kernel, cfg.Initrd = k, i
+	if cfg.HypervisorInitrd == "" {
+		// Keep a registered hypervisor image of the same kernel.
+		if h, ok := ReadBuiltHypervisor(cfg.Dir); ok && h.Release == release {
+			cfg.HypervisorInitrd = filepath.Join(cfg.Dir, h.Initrd)
+		}
+	}
 	cat, err := Open(cfg)
 	if err != nil {
 		return nil, BuiltDiscover{}, err
@@ -96,13 +103,111 @@ func ReadBuiltDiscover(dir string) (BuiltDiscover, bool) {
 
 // WithBuiltDiscover returns c with Kernel and Initrd set to the discovery
 // image registered in c.Dir (RegisterDiscover) when neither is set
-// explicitly and one is registered; otherwise c unchanged.
+// explicitly and one is registered, and HypervisorInitrd set to the
+// hypervisor image registered there (RegisterHypervisor) when it is not
+// set explicitly and was built from the same kernel as the discovery
+// image in use (a registered one; with an explicit kernel, none, since
+// its modules could not match); otherwise c unchanged.
 func (c Config) WithBuiltDiscover() Config {
-	if c.Kernel != "" || c.Initrd != "" || c.Dir == "" {
+	if c.Dir == "" {
 		return c
 	}
-	if b, ok := ReadBuiltDiscover(c.Dir); ok {
+	explicit := c.Kernel != "" || c.Initrd != ""
+	b, ok := ReadBuiltDiscover(c.Dir)
+	if !explicit && ok {
 		c.Kernel, c.Initrd = filepath.Join(c.Dir, b.Kernel), filepath.Join(c.Dir, b.Initrd)
 	}
+	if c.HypervisorInitrd == "" && !explicit && ok {
+		if h, hok := ReadBuiltHypervisor(c.Dir); hok && h.Release == b.Release {
+			c.HypervisorInitrd = filepath.Join(c.Dir, h.Initrd)
+		}
+	}
 	return c
+}
+
+// HypervisorManifest is the file in a catalog directory that records the
+// hypervisor image `corrald images build` registered there.
+const HypervisorManifest = "hypervisor.json"
+
+// hypervisorDir holds the registered hypervisor initramfs inside the
+// catalog directory.
+const hypervisorDir = "hypervisor"
+
+// BuiltHypervisor describes the registered hypervisor image. Its kernel
+// is the registered discovery kernel (Release must match).
+type BuiltHypervisor struct {
+	Initrd       string    `json:"initrd"` // path inside the catalog directory
+	InitrdSize   int64     `json:"initrd_size"`
+	InitrdSHA256 string    `json:"initrd_sha256"`
+	Release      string    `json:"kernel_release"`
+	Key          string    `json:"cache_key,omitempty"`
+	Registered   time.Time `json:"registered"`
+}
+
+// ErrKernelMismatch: the hypervisor image was built for another kernel
+// than the registered discovery image's.
+var ErrKernelMismatch = errors.New("images: hypervisor image and discovery kernel differ")
+
+// RegisterHypervisor copies initrd into cfg.Dir's hypervisor store, opens
+// the catalog with it as the hypervisor profile's initramfs (size and
+// SHA-256 in SHA256SUMS) and records it in HypervisorManifest, which
+// WithBuiltDiscover reads. The hypervisor profile boots the discovery
+// kernel, so a discovery image of the same kernel release must be
+// registered first (RegisterDiscover); otherwise it fails with
+// ErrKernelMismatch.
+func RegisterHypervisor(cfg Config, initrd, release, key string) (*Catalog, BuiltHypervisor, error) {
+	if cfg.Dir == "" {
+		return nil, BuiltHypervisor{}, fmt.Errorf("images: Config.Dir is required")
+	}
+	d, ok := ReadBuiltDiscover(cfg.Dir)
+	if !ok || d.Release != release {
+		return nil, BuiltHypervisor{}, fmt.Errorf("%w: hypervisor initramfs is for kernel %s, registered discovery kernel is %q: register the discovery image built with it first", ErrKernelMismatch, release, d.Release)
+	}
+	store := filepath.Join(cfg.Dir, hypervisorDir)
+	if err := os.MkdirAll(store, 0o755); err != nil {
+		return nil, BuiltHypervisor{}, fmt.Errorf("images: %w", err)
+	}
+	dst := filepath.Join(store, HypervisorInitrd)
+	f, err := os.Open(initrd)
+	if err != nil {
+		return nil, BuiltHypervisor{}, fmt.Errorf("images: %w", err)
+	}
+	err = writeAtomic(dst, func(w io.Writer) error { _, err := io.Copy(w, f); return err })
+	f.Close()
+	if err != nil {
+		return nil, BuiltHypervisor{}, err
+	}
+	cfg.HypervisorInitrd = dst
+	cat, err := Open(cfg.WithBuiltDiscover())
+	if err != nil {
+		return nil, BuiltHypervisor{}, err
+	}
+	a, _ := cat.Lookup(HypervisorInitrd)
+	h := BuiltHypervisor{Initrd: filepath.Join(hypervisorDir, HypervisorInitrd), InitrdSize: a.Size, InitrdSHA256: a.SHA256,
+		Release: release, Key: key, Registered: time.Now().UTC()}
+	js, _ := json.MarshalIndent(h, "", "  ")
+	if err := writeAtomic(filepath.Join(cfg.Dir, HypervisorManifest), func(w io.Writer) error {
+		_, err := w.Write(append(js, '\n'))
+		return err
+	}); err != nil {
+		return nil, BuiltHypervisor{}, err
+	}
+	return cat, h, nil
+}
+
+// ReadBuiltHypervisor reads dir's HypervisorManifest; ok is false when
+// there is none or its initramfs is gone.
+func ReadBuiltHypervisor(dir string) (BuiltHypervisor, bool) {
+	js, err := os.ReadFile(filepath.Join(dir, HypervisorManifest))
+	if err != nil {
+		return BuiltHypervisor{}, false
+	}
+	var h BuiltHypervisor
+	if json.Unmarshal(js, &h) != nil || h.Initrd == "" {
+		return BuiltHypervisor{}, false
+	}
+	if st, err := os.Stat(filepath.Join(dir, h.Initrd)); err != nil || !st.Mode().IsRegular() {
+		return BuiltHypervisor{}, false
+	}
+	return h, true
 }
