@@ -382,7 +382,7 @@ var machineKind = &kind{
 			}
 			disks = fmt.Sprintf("%d (%s)", len(f.GetDisks()), humanBytes(total))
 		}
-		state := stateName(mc.GetState().String(), "")
+		state := machineStateCell(mc)
 		if len(mc.GetFlags()) > 0 {
 			state += "!" // flagged: describe shows why
 		}

@@ -22,7 +22,7 @@ func (inv *invocation) machineCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "machine VERB",
 		Aliases: []string{"machines"},
-		Short:   "Physical machines: boot timeline, BMC, power",
+		Short:   "Physical machines: accept, reprovision, maintenance, boot timeline, BMC, power",
 		Args:    cobra.ArbitraryArgs,
 		RunE:    groupRunE,
 	}
