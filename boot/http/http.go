@@ -51,6 +51,7 @@ type Recorder interface {
 
 // Catalog is what the server needs of images.Catalog.
 type Catalog interface {
+	Has(name string) bool
 	Lookup(name string) (images.Artifact, bool)
 	Open(name string) (*os.File, images.Artifact, error)
 }
@@ -265,23 +266,30 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 		name, intent = m.GetName(), m.GetBootIntent()
 	}
 	d := ScriptData{Intent: intentName(intent), Machine: name, MAC: mac, Base: "http://" + r.Host}
+	mode := ""
 	switch intent {
 	case inventoryv1.BootIntent_BOOT_INTENT_LOCAL:
 	case inventoryv1.BootIntent_BOOT_INTENT_HYPERVISOR:
-		d.Problem = "the catalog has no hypervisor image yet; booting the local disk"
+		d.Kernel, d.Initrd, mode = images.DiscoverKernel, images.HypervisorInitrd, "hypervisor"
+		if !s.cfg.Catalog.Has(d.Kernel) || !s.cfg.Catalog.Has(d.Initrd) {
+			d.Kernel, d.Initrd = "", ""
+			d.Problem = "the catalog has no hypervisor image (run corrald images build); booting the local disk"
+		}
 	default:
 		d.Kernel, d.Initrd = images.DiscoverKernel, images.DiscoverInitrd
-		if _, ok := s.cfg.Catalog.Lookup(d.Kernel); !ok {
+		if !s.cfg.Catalog.Has(d.Kernel) {
+			d.Kernel, d.Initrd = "", ""
 			d.Problem = "the catalog has no discovery kernel"
-			break
 		}
+	}
+	if d.Kernel != "" {
 		tok, err := s.cfg.Tokens.Create(ctx, authv1.Role_ROLE_AGENT, "boot "+mac+" "+name, s.cfg.TokenTTL)
 		if err != nil {
 			s.log.Error("per-boot token", "mac", mac, "err", err)
 			s.refuse(w, r, mac, http.StatusServiceUnavailable, "cannot issue a boot token")
 			return
 		}
-		if d.Cmdline, err = s.cmdline(r, d, tok); err != nil {
+		if d.Cmdline, err = s.cmdline(r, d, tok, mode); err != nil {
 			s.log.Error("kernel command line", "mac", mac, "err", err)
 			s.refuse(w, r, mac, http.StatusInternalServerError, "kernel command line: "+err.Error())
 			return
@@ -311,8 +319,9 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 
 // cmdline is the kernel command line: initrd= name first (old UEFI iPXE
 // needs it to match the initrd image name), then Corral's parameters in
-// the agent/cmdline contract the agent parses, then the configured extras.
-func (s *Server) cmdline(r *http.Request, d ScriptData, token string) (string, error) {
+// the agent/cmdline contract the agent parses (mode "" is the agent's
+// default, discover), then the configured extras.
+func (s *Server) cmdline(r *http.Request, d ScriptData, token, mode string) (string, error) {
 	ep := s.cfg.APIEndpoint
 	if h, p, err := net.SplitHostPort(ep); err == nil && (h == "" || h == "0.0.0.0" || h == "::") {
 		host := r.Host
@@ -321,7 +330,7 @@ func (s *Server) cmdline(r *http.Request, d ScriptData, token string) (string, e
 		}
 		ep = net.JoinHostPort(host, p)
 	}
-	corral, err := cmdline.Params{Endpoint: ep, Token: token, CAFingerprint: s.cfg.CAFingerprint, MAC: d.MAC}.Format()
+	corral, err := cmdline.Params{Endpoint: ep, Token: token, CAFingerprint: s.cfg.CAFingerprint, MAC: d.MAC, Mode: mode}.Format()
 	if err != nil {
 		return "", err
 	}

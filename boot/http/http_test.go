@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/agent/cmdline"
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/images"
@@ -68,12 +69,43 @@ func (f *fakeTokens) Create(_ context.Context, role authv1.Role, desc string, tt
 type recorder struct {
 	mu     sync.Mutex
 	events []string
+	full   []event
 }
 
-func (r *recorder) Event(mac, source, event, detail string, attrs map[string]string) {
+type event struct {
+	mac, event, detail string
+	attrs              map[string]string
+}
+
+func (r *recorder) Event(mac, source, ev, detail string, attrs map[string]string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.events = append(r.events, fmt.Sprintf("%s %s %s file=%s bytes=%s status=%s", mac, source, event, attrs["file"], attrs["bytes"], attrs["status"]))
+	r.events = append(r.events, fmt.Sprintf("%s %s %s file=%s bytes=%s status=%s", mac, source, ev, attrs["file"], attrs["bytes"], attrs["status"]))
+	r.full = append(r.full, event{mac, ev, detail, attrs})
+}
+
+// detail is the last ev event's detail for mac.
+func (r *recorder) detail(mac, ev string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.full) - 1; i >= 0; i-- {
+		if e := r.full[i]; e.mac == mac && e.event == ev {
+			return e.detail
+		}
+	}
+	return ""
+}
+
+// attr is the last ev event's attribute k for mac.
+func (r *recorder) attr(mac, ev, k string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.full) - 1; i >= 0; i-- {
+		if e := r.full[i]; e.mac == mac && e.event == ev {
+			return e.attrs[k]
+		}
+	}
+	return ""
 }
 
 func (r *recorder) all() string {
@@ -90,6 +122,10 @@ type fixture struct {
 	initrd []byte
 }
 
+// noHypervisorImage names the tests whose catalog lacks the hypervisor
+// image.
+var noHypervisorImage = map[string]bool{"TestHypervisorWithoutImage": true}
+
 func newFixture(t *testing.T, mutate func(*Config)) *fixture {
 	t.Helper()
 	src := t.TempDir()
@@ -99,7 +135,13 @@ func newFixture(t *testing.T, mutate func(*Config)) *fixture {
 	initrd := bytes.Repeat([]byte("initramfs!"), 100000)
 	ipath := filepath.Join(src, "initrd")
 	os.WriteFile(ipath, initrd, 0o644)
-	cat, err := images.Open(images.Config{Dir: t.TempDir(), IPXEDirs: []string{src}, Initrd: ipath})
+	hpath := filepath.Join(src, "hypervisor-initrd")
+	os.WriteFile(hpath, []byte("hypervisor initramfs"), 0o644)
+	icfg := images.Config{Dir: t.TempDir(), IPXEDirs: []string{src}, Initrd: ipath, HypervisorInitrd: hpath}
+	if noHypervisorImage[t.Name()] {
+		icfg.HypervisorInitrd = ""
+	}
+	cat, err := images.Open(icfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,8 +207,8 @@ func TestScriptsGolden(t *testing.T) {
 			}
 		})
 	}
-	if len(f.tokens.roles) != 1 || f.tokens.roles[0] != authv1.Role_ROLE_AGENT {
-		t.Errorf("tokens issued: %v, want one AGENT token (discover only)", f.tokens.roles)
+	if len(f.tokens.roles) != 2 || f.tokens.roles[0] != authv1.Role_ROLE_AGENT || f.tokens.roles[1] != authv1.Role_ROLE_AGENT {
+		t.Errorf("tokens issued: %v, want two AGENT tokens (discover and hypervisor, not local)", f.tokens.roles)
 	}
 	if got := f.rec.all(); strings.Count(got, " http script ") != 3 {
 		t.Errorf("timeline:\n%s", got)
@@ -257,5 +299,89 @@ func TestArtifactsRangeAndTimeline(t *testing.T) {
 	r2.Body.Close()
 	if r2.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("PUT: %d", r2.StatusCode)
+	}
+}
+
+// TestHypervisorScript: the hypervisor intent boots the discovery kernel
+// with the hypervisor initramfs and the same agent/cmdline parameters as
+// discover plus corral.mode=hypervisor; the script and both downloads are
+// on the machine's timeline under their names.
+func TestHypervisorScript(t *testing.T) {
+	f := newFixture(t, nil)
+	resp, body := get(t, f.srv.URL+"/boot.ipxe?mac=52:54:00:00:00:03", nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	var kernelLine string
+	for _, l := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(l, "kernel ") {
+			kernelLine = l
+		}
+	}
+	if !strings.Contains(kernelLine, "/images/"+images.DiscoverKernel+"?mac=52:54:00:00:00:03 initrd="+images.HypervisorInitrd+" ") {
+		t.Errorf("kernel line: %q", kernelLine)
+	}
+	p, err := cmdline.Parse(kernelLine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := cmdline.Params{Endpoint: "10.0.0.1:20180", Token: "crl_0123456789abcdef_secretsecretsecretsecretsecretsecretsecretsecretsecre",
+		CAFingerprint: strings.Repeat("ab", 32), MAC: "52:54:00:00:00:03", Mode: "hypervisor"}
+	if p != want {
+		t.Errorf("parsed cmdline = %+v, want %+v", p, want)
+	}
+	if !strings.Contains(string(body), "initrd --name "+images.HypervisorInitrd+" http://10.0.0.1:8080/images/"+images.HypervisorInitrd+"?mac=52:54:00:00:00:03") {
+		t.Errorf("no initrd line for the hypervisor image:\n%s", body)
+	}
+	for _, n := range []string{images.DiscoverKernel, images.HypervisorInitrd} {
+		if resp, _ := get(t, f.srv.URL+"/images/"+n+"?mac=52:54:00:00:00:03", nil); resp.StatusCode != 200 {
+			t.Errorf("GET %s: %d", n, resp.StatusCode)
+		}
+	}
+	get(t, f.srv.URL+"/images/nope.img?mac=52:54:00:00:00:03", nil)
+	tl := f.rec.all()
+	for _, want := range []string{
+		"52:54:00:00:00:03 http script file= bytes=",
+		"52:54:00:00:00:03 http artifact file=vmlinuz ",
+		"52:54:00:00:00:03 http artifact file=hypervisor-initrd.img bytes=20 status=200",
+		"52:54:00:00:00:03 http http-refused file= bytes= status=404",
+	} {
+		if !strings.Contains(tl, want) {
+			t.Errorf("timeline lacks %q:\n%s", want, tl)
+		}
+	}
+	if got := f.rec.detail("52:54:00:00:00:03", "script"); got != "rendered hypervisor script" {
+		t.Errorf("script event detail %q", got)
+	}
+	if got := f.rec.attr("52:54:00:00:00:03", "script", "initrd"); got != images.HypervisorInitrd {
+		t.Errorf("script event initrd attr %q", got)
+	}
+}
+
+// TestHypervisorWithoutImage: without a hypervisor image the machine is
+// told why on its console and in its timeline, and boots its local disk;
+// no token is issued.
+func TestHypervisorWithoutImage(t *testing.T) {
+	f := newFixture(t, nil)
+	resp, body := get(t, f.srv.URL+"/boot.ipxe?mac=52:54:00:00:00:03", nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	golden := filepath.Join("testdata", "hypervisor-no-image.ipxe")
+	if *update {
+		os.WriteFile(golden, body, 0o644)
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(body, want) {
+		t.Errorf("script differs from %s (run with -update):\n%s", golden, body)
+	}
+	if len(f.tokens.roles) != 0 {
+		t.Errorf("tokens issued without an image: %v", f.tokens.roles)
+	}
+	if got := f.rec.detail("52:54:00:00:00:03", "script"); !strings.Contains(got, "rendered hypervisor script: the catalog has no hypervisor image") {
+		t.Errorf("script event detail %q", got)
 	}
 }
