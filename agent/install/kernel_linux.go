@@ -59,7 +59,7 @@ func (kernel) partition(ctx context.Context, root string, disk Disk, n int) (str
 		}
 		if time.Now().After(deadline) {
 			if name == "" {
-				return "", fmt.Errorf("partition %d of /dev/%s did not appear in sysfs", n, disk.Name)
+				return "", fmt.Errorf("partition %d of /dev/%s did not appear in sysfs after re-reading the table (is the kernel built with CONFIG_EFI_PARTITION?)", n, disk.Name)
 			}
 			return "", fmt.Errorf("device node for %s did not appear", name)
 		}
