@@ -24,6 +24,15 @@ type Power interface {
 	Reboot() error
 }
 
+// Installer carries out the appliance's install and wipe plans
+// (agent/install). Each call blocks until the plan is finished; it reports
+// every step through progress, the last one with done = true (also on
+// failure, with the error), and returns the error.
+type Installer interface {
+	Install(ctx context.Context, plan *nodev1.InstallPlan, progress func(*nodev1.Progress)) error
+	Wipe(ctx context.Context, plan *nodev1.WipePlan, progress func(*nodev1.Progress)) error
+}
+
 // Config configures a Client. Endpoint, Token, CAFingerprint, BootMAC,
 // Facts and Power are required.
 type Config struct {
@@ -39,6 +48,9 @@ type Config struct {
 	// Register attempt.
 	Facts func(ctx context.Context) *inventoryv1.Facts
 	Power Power
+	// Installer carries out install and wipe plans, one at a time, while
+	// the session keeps heartbeating; nil answers them as unsupported.
+	Installer Installer
 	// Console receives one human line per failed attempt and per command;
 	// nil discards.
 	Console io.Writer
@@ -110,6 +122,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer conn.Close()
 	client := nodev1.NewAgentServiceClient(conn)
+	jobs := &jobs{cfg: &cfg}
+	defer jobs.wait()
 
 	attempt := 0
 	for {
@@ -118,7 +132,7 @@ func Run(ctx context.Context, cfg Config) error {
 			attempt = 0
 			fmt.Fprintf(cfg.Console, "corral: registered as %s with %s\n", reg.GetMachineName(), cfg.Endpoint)
 			cfg.Logger.Info("registered", "machine", reg.GetMachineName(), "session", reg.GetSessionId())
-			err = runSession(ctx, &cfg, client, reg)
+			err = runSession(ctx, &cfg, client, reg, jobs)
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -161,7 +175,8 @@ func register(ctx context.Context, cfg *Config, client nodev1.AgentServiceClient
 // runSession keeps one Session stream: a heartbeat at once and every
 // cfg.Heartbeat, commands obeyed as they come. It returns when the stream
 // fails or ctx ends.
-func runSession(ctx context.Context, cfg *Config, client nodev1.AgentServiceClient, reg *nodev1.RegisterResponse) error {
+func runSession(ctx context.Context, cfg *Config, client nodev1.AgentServiceClient, reg *nodev1.RegisterResponse, jobs *jobs) error {
+	runCtx := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := client.Session(ctx)
@@ -171,7 +186,7 @@ func runSession(ctx context.Context, cfg *Config, client nodev1.AgentServiceClie
 	sendErr := make(chan error, 1)
 	out := make(chan *nodev1.AgentMessage, 4)
 	senderDone := make(chan struct{})
-	defer func() { cancel(); <-senderDone }()
+	defer func() { cancel(); <-senderDone; jobs.detach() }()
 	// The sender owns stream.Send; it stops when ctx ends.
 	go func() {
 		defer close(senderDone)
@@ -204,6 +219,7 @@ func runSession(ctx context.Context, cfg *Config, client nodev1.AgentServiceClie
 			}
 		}
 	}()
+	jobs.attach(out, ctx.Done())
 	for {
 		msg, err := stream.Recv()
 		if err != nil {
@@ -217,12 +233,13 @@ func runSession(ctx context.Context, cfg *Config, client nodev1.AgentServiceClie
 			}
 			return err
 		}
-		obey(ctx, cfg, msg, out)
+		obey(ctx, runCtx, cfg, msg, out, jobs)
 	}
 }
 
-// obey carries out one command.
-func obey(ctx context.Context, cfg *Config, msg *nodev1.ApplianceMessage, out chan<- *nodev1.AgentMessage) {
+// obey carries out one command. Plans run as jobs under runCtx (Run's),
+// so they outlive this session's stream.
+func obey(ctx, runCtx context.Context, cfg *Config, msg *nodev1.ApplianceMessage, out chan<- *nodev1.AgentMessage, jobs *jobs) {
 	progress := func(p *nodev1.Progress) {
 		select {
 		case out <- &nodev1.AgentMessage{Msg: &nodev1.AgentMessage_Progress{Progress: p}}:
@@ -245,8 +262,31 @@ func obey(ctx context.Context, cfg *Config, msg *nodev1.ApplianceMessage, out ch
 			progress(&nodev1.Progress{Step: "reboot", Error: err.Error()})
 		}
 	case *nodev1.ApplianceMessage_Install:
-		fmt.Fprintln(cfg.Console, "corral: appliance sent an install plan; not supported by this agent yet")
-		progress(&nodev1.Progress{Step: "install", Done: true, Error: "not supported by this agent yet"})
+		plan := cmd.Install
+		if cfg.Installer == nil {
+			fmt.Fprintln(cfg.Console, "corral: appliance sent an install plan; not supported by this agent yet")
+			progress(&nodev1.Progress{Step: "install", Done: true, Error: "not supported by this agent yet", InstallId: plan.GetInstallId()})
+			return
+		}
+		disk := plan.GetDisk()
+		if disk == "" {
+			disk = "auto"
+		}
+		fmt.Fprintf(cfg.Console, "corral: appliance sent install plan %s: node %s, disk %s, wipe %v\n", plan.GetInstallId(), plan.GetHostname(), disk, plan.GetWipe())
+		jobs.start(runCtx, "install", plan.GetInstallId(), func(ctx context.Context, progress func(*nodev1.Progress)) error {
+			return cfg.Installer.Install(ctx, plan, progress)
+		})
+	case *nodev1.ApplianceMessage_Wipe:
+		plan := cmd.Wipe
+		if cfg.Installer == nil {
+			fmt.Fprintln(cfg.Console, "corral: appliance sent a wipe plan; not supported by this agent yet")
+			progress(&nodev1.Progress{Step: "wipe", Done: true, Error: "not supported by this agent yet", InstallId: plan.GetInstallId()})
+			return
+		}
+		fmt.Fprintf(cfg.Console, "corral: appliance sent wipe plan %s: disk %s\n", plan.GetInstallId(), plan.GetDisk())
+		jobs.start(runCtx, "wipe", plan.GetInstallId(), func(ctx context.Context, progress func(*nodev1.Progress)) error {
+			return cfg.Installer.Wipe(ctx, plan, progress)
+		})
 	default:
 		cfg.Logger.Warn("unknown command", "cmd", fmt.Sprintf("%T", cmd))
 	}

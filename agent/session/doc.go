@@ -3,8 +3,10 @@
 // fingerprint from the kernel command line, Register with retries
 // (exponential backoff with jitter, the reason printed on the console at
 // every attempt), then a Session stream that sends heartbeats and follows
-// the appliance's commands (wait, power off, reboot; install is reported
-// as unsupported).
+// the appliance's commands (wait, power off, reboot, and install and wipe
+// plans, which a Config.Installer carries out one at a time in the
+// background while the session keeps heartbeating; their progress is
+// delivered on whichever session is open).
 //
 // It imports only the API, grpc and the standard library; it must not
 // import store/, boot/, ipmi/ or anything of the appliance.

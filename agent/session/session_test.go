@@ -293,7 +293,8 @@ func TestUnauthenticatedRetried(t *testing.T) {
 	waitFor(t, "registration after 3 refusals", func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		return len(f.registers) == 1
+		// The console line follows the Register reply.
+		return len(f.registers) == 1 && strings.Contains(console.String(), "registered as")
 	})
 	out := console.String()
 	for _, want := range []string{"(attempt 1): Unauthenticated: per-boot token expired", "(attempt 3): Unauthenticated", "registered as m-0001"} {
