@@ -3,7 +3,8 @@
 // loads drivers by modalias (agent/coldplug), DHCPs on the boot NIC
 // (agent/netup), collects facts (agent/facts) and the in-band BMC LAN
 // address (agent/bmc), then registers and keeps a session with the
-// appliance (agent/session). With DryRun it only collects facts under
+// appliance (agent/session), which carries out install and wipe plans
+// with agent/install. With DryRun it only collects facts under
 // Root and prints them as JSON. It must not import store/, boot/, ipmi/,
 // bbolt, etcd or bmclib.
 package discover
@@ -27,6 +28,7 @@ import (
 	"github.com/corralhq/corral/agent/cmdline"
 	"github.com/corralhq/corral/agent/coldplug"
 	"github.com/corralhq/corral/agent/facts"
+	"github.com/corralhq/corral/agent/install"
 	"github.com/corralhq/corral/agent/netup"
 	"github.com/corralhq/corral/agent/session"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
@@ -47,6 +49,9 @@ type Config struct {
 	Console io.Writer // human progress and every failure
 	Logger  *slog.Logger
 	Power   session.Power // default: the reboot(2) syscall
+	// Installer carries out install and wipe plans; default agent/install
+	// on the disks under Root.
+	Installer session.Installer
 	// Network and Session override netup.Up and session.Run (tests).
 	Network func(ctx context.Context, cfg netup.Config) (*netup.Lease, error)
 	Session func(ctx context.Context, cfg session.Config) error
@@ -73,6 +78,9 @@ func (c *Config) defaults() {
 	}
 	if c.Power == nil {
 		c.Power = SyscallPower{}
+	}
+	if c.Installer == nil {
+		c.Installer = install.New(install.Config{Root: c.Root, Modules: coldplug.KernelLoader{}, Logger: c.Logger})
 	}
 	if c.Network == nil {
 		c.Network = netup.Up
@@ -112,15 +120,7 @@ func Run(ctx context.Context, cfg Config) error {
 	fmt.Fprintf(cfg.Console, "corral: discovery agent %s, appliance %s, boot MAC %s\n", cfg.Version, params.Endpoint, params.MAC)
 
 	// Drivers.
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	res, err := coldplug.Run(cctx, coldplug.Config{
-		Root: cfg.Root, ModulesDir: modulesDir(cfg.Root), Loader: coldplug.KernelLoader{}, Logger: cfg.Logger,
-	})
-	cancel()
-	if err != nil {
-		fmt.Fprintf(cfg.Console, "corral: coldplug: %v\n", err)
-	} else {
-		fmt.Fprintf(cfg.Console, "corral: coldplug loaded %d modules in %d rounds (%d failed)\n", len(res.Loaded), res.Rounds, len(res.Failed))
+	if res, err := Coldplug(ctx, cfg.Root, cfg.Console, cfg.Logger); err == nil {
 		ipmiDevice(ctx, cfg, res.Loaded)
 	}
 
@@ -159,16 +159,34 @@ func Run(ctx context.Context, cfg Config) error {
 	return cfg.Session(ctx, session.Config{
 		Endpoint: params.Endpoint, Token: params.Token, CAFingerprint: params.CAFingerprint,
 		ExtraCAs: loadCAs(cfg.CAFile), BootMAC: params.MAC, AgentVersion: cfg.Version,
-		Facts:   func(context.Context) *inventoryv1.Facts { return f },
-		Power:   cfg.Power,
-		Console: cfg.Console,
-		Logger:  cfg.Logger,
+		Facts:     func(context.Context) *inventoryv1.Facts { return f },
+		Power:     cfg.Power,
+		Installer: cfg.Installer,
+		Console:   cfg.Console,
+		Logger:    cfg.Logger,
 	})
 }
 
 func report(console io.Writer, err error) error {
 	fmt.Fprintf(console, "corral: cannot start discovery: %v\n", err)
 	return err
+}
+
+// Coldplug loads the drivers of the devices under root (agent/coldplug
+// with the kernel loader and root/lib/modules/$(uname -r)), bounded to two
+// minutes, and prints a summary or the error on console.
+func Coldplug(ctx context.Context, root string, console io.Writer, log *slog.Logger) (coldplug.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	res, err := coldplug.Run(ctx, coldplug.Config{
+		Root: root, ModulesDir: modulesDir(root), Loader: coldplug.KernelLoader{}, Logger: log,
+	})
+	if err != nil {
+		fmt.Fprintf(console, "corral: coldplug: %v\n", err)
+		return res, err
+	}
+	fmt.Fprintf(console, "corral: coldplug loaded %d modules in %d rounds (%d failed)\n", len(res.Loaded), res.Rounds, len(res.Failed))
+	return res, nil
 }
 
 // ipmiDevice loads ipmi_devintf when coldplug loaded a BMC interface

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/corralhq/corral/agent/install"
 	"github.com/corralhq/corral/agent/internal/fixture"
 	"github.com/corralhq/corral/agent/netup"
 	"github.com/corralhq/corral/agent/session"
@@ -66,6 +67,9 @@ func TestRunWiresCmdlineFactsAndSession(t *testing.T) {
 	}
 	if got.Endpoint != "10.0.0.1:20180" || got.Token != "tok-1" || got.CAFingerprint != fp || got.BootMAC != "70:85:c2:aa:bb:cc" || got.AgentVersion != "v-test" {
 		t.Errorf("session config = %+v", got)
+	}
+	if _, ok := got.Installer.(*install.Installer); !ok {
+		t.Errorf("session installer = %T, want the agent/install one", got.Installer)
 	}
 	f := got.Facts(context.Background())
 	if f.GetSystem().GetSerial() != "To Be Filled By O.E.M." || len(f.GetMissingDrivers()) != 1 {
