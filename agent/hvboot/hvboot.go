@@ -1,0 +1,327 @@
+// Package hvboot is `corral-node hypervisor --boot`, the u-root init
+// program of the hypervisor image: it reads the kernel command line
+// (agent/cmdline; corral.mode must be hypervisor), loads drivers
+// (coldplug, then the modules the hypervisor needs that have no modalias),
+// finds the data partition agent/install wrote (GPT partition name or ext4
+// label "corral-data"), mounts it on the data directory, checks that its
+// CA is the one the command line pins, brings up the boot NIC, sets the
+// hostname, and hands over to the hypervisor agent (Config.Hypervisor:
+// hypervisor/node Enrol + Run, wired by cmd/corral-node). Every failure is
+// printed on the console and retried with backoff; it never gives up.
+//
+// It must not import store/, boot/, ipmi/, bbolt, etcd or bmclib, nor
+// hypervisor/ (cmd/corral-node wires that in).
+package hvboot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/corralhq/corral/agent/cmdline"
+	"github.com/corralhq/corral/agent/coldplug"
+	"github.com/corralhq/corral/agent/discover"
+	"github.com/corralhq/corral/agent/install"
+	"github.com/corralhq/corral/agent/netup"
+	"github.com/corralhq/corral/agent/session"
+)
+
+// DefaultDataDir is where the data partition is mounted: the hypervisor
+// agent's data directory.
+const DefaultDataDir = "/var/lib/corral-node"
+
+// Modules are loaded after coldplug: the hypervisor needs them and no
+// device modalias names them. Failures are printed and ignored (the
+// module may be built in).
+var Modules = []string{"ext4", "tun", "bridge", "vhost_net", "8021q"}
+
+// Node is what the hypervisor agent is started with.
+type Node struct {
+	Name      string // node name (appliance.json node_name)
+	Join      string // appliance API host:port (corral.endpoint)
+	DataDir   string // the mounted data partition
+	Listen    string // HypervisorService address, ":20181"
+	Advertise string // the boot NIC's leased address
+	CACertPEM []byte // identity/ca.crt, verified against corral.ca
+	Appliance install.Appliance
+}
+
+// Config configures Run. Hypervisor is required.
+type Config struct {
+	Root        string // sys and dev are read under it; "" means "/"
+	CmdlineFile string // default /proc/cmdline
+	DataDir     string // default DefaultDataDir
+	Version     string
+	Console     io.Writer // human progress and every failure
+	Logger      *slog.Logger
+	// Hypervisor runs the hypervisor agent; it blocks until ctx ends. An
+	// error (or a return before ctx ends) is printed and retried.
+	Hypervisor func(ctx context.Context, n Node) error
+	Backoff    session.Backoff // default 2 s initial, 60 s cap
+
+	// Hooks for tests; defaults are the real system calls.
+	Coldplug func(ctx context.Context) error
+	Loader   coldplug.Loader
+	Network  func(ctx context.Context, cfg netup.Config) (*netup.Lease, error)
+	Mount    func(dev, dir string) error
+	Hostname func(name string) error
+}
+
+func (c *Config) defaults() error {
+	if c.Hypervisor == nil {
+		return errors.New("hvboot: Hypervisor is required")
+	}
+	if c.Root == "" {
+		c.Root = "/"
+	}
+	if c.CmdlineFile == "" {
+		c.CmdlineFile = "/proc/cmdline"
+	}
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir
+	}
+	if c.Console == nil {
+		c.Console = io.Discard
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Backoff == (session.Backoff{}) {
+		c.Backoff = session.Backoff{Initial: 2 * time.Second, Max: time.Minute}
+	}
+	if c.Coldplug == nil {
+		c.Coldplug = func(ctx context.Context) error {
+			_, err := discover.Coldplug(ctx, c.Root, c.Console, c.Logger)
+			return err
+		}
+	}
+	if c.Loader == nil {
+		c.Loader = coldplug.KernelLoader{}
+	}
+	if c.Network == nil {
+		c.Network = netup.Up
+	}
+	if c.Mount == nil {
+		c.Mount = mountExt4
+	}
+	if c.Hostname == nil {
+		c.Hostname = func(name string) error { return unix.Sethostname([]byte(name)) }
+	}
+	return nil
+}
+
+// ErrOtherAppliance: the data partition's CA is not the one the kernel
+// command line pins.
+var ErrOtherAppliance = errors.New("the disk was installed by another appliance; reprovision it")
+
+// Run boots the machine into hypervisor mode and runs the hypervisor
+// agent until ctx ends; then it returns nil. Each stage (command line,
+// data partition, network, hypervisor) is retried with backoff after a
+// failure, which is printed on the console. It returns an error only for
+// an invalid Config.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.defaults(); err != nil {
+		return err
+	}
+	EnsurePath()
+	fmt.Fprintf(cfg.Console, "corral: hypervisor boot %s\n", cfg.Version)
+
+	params, ok := retry(ctx, &cfg, "kernel command line", func() (cmdline.Params, error) { return readCmdline(cfg.CmdlineFile) })
+	if !ok {
+		return nil
+	}
+	fmt.Fprintf(cfg.Console, "corral: appliance %s, boot MAC %s\n", params.Endpoint, params.MAC)
+
+	_ = cfg.Coldplug(ctx) // prints its own summary or error
+	for _, m := range Modules {
+		if err := cfg.Loader.Load(m); err != nil {
+			fmt.Fprintf(cfg.Console, "corral: module %s: %v (ignored)\n", m, err)
+			cfg.Logger.Warn("module load failed", "module", m, "err", err)
+		}
+	}
+
+	type data struct {
+		app install.Appliance
+		ca  []byte
+	}
+	d, ok := retry(ctx, &cfg, "data disk", func() (data, error) {
+		app, ca, err := mountData(&cfg, params.CAFingerprint)
+		return data{app, ca}, err
+	})
+	if !ok {
+		return nil
+	}
+	fmt.Fprintf(cfg.Console, "corral: node %s (machine %s, install %s) from %s\n", d.app.NodeName, d.app.MachineName, d.app.InstallID, cfg.DataDir)
+	if d.app.Endpoint != params.Endpoint {
+		cfg.Logger.Info("appliance endpoint differs from install time", "installed", d.app.Endpoint, "cmdline", params.Endpoint)
+	}
+	if err := cfg.Hostname(d.app.NodeName); err != nil {
+		fmt.Fprintf(cfg.Console, "corral: set hostname %s: %v\n", d.app.NodeName, err)
+	}
+
+	lease, ok := retry(ctx, &cfg, "network", func() (*netup.Lease, error) {
+		l, err := cfg.Network(ctx, netup.Config{BootMAC: params.MAC, Console: cfg.Console, Logger: cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(cfg.Console, "corral: %s has %s\n", l.Interface, l.Address)
+		return l, nil
+	})
+	if !ok {
+		return nil
+	}
+	ip, _, err := net.ParseCIDR(lease.Address)
+	adv := ""
+	if err == nil {
+		adv = ip.String()
+	} else if p := net.ParseIP(lease.Address); p != nil {
+		adv = p.String()
+	}
+
+	n := Node{
+		Name: d.app.NodeName, Join: params.Endpoint, DataDir: cfg.DataDir, Listen: ":20181",
+		Advertise: adv, CACertPEM: d.ca, Appliance: d.app,
+	}
+	for attempt := 0; ; attempt++ {
+		fmt.Fprintf(cfg.Console, "corral: starting hypervisor agent %s on %s, appliance %s\n", n.Name, n.Advertise, n.Join)
+		err := cfg.Hypervisor(ctx, n)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			err = errors.New("stopped")
+		}
+		fmt.Fprintf(cfg.Console, "corral: hypervisor agent (attempt %d): %v\n", attempt+1, err)
+		cfg.Logger.Error("hypervisor agent failed", "attempt", attempt+1, "err", err)
+		if !sleep(ctx, cfg.Backoff.Delay(attempt)) {
+			return nil
+		}
+	}
+}
+
+// retry runs f until it succeeds (true) or ctx ends (false), printing
+// every failure.
+func retry[T any](ctx context.Context, cfg *Config, what string, f func() (T, error)) (T, bool) {
+	for attempt := 0; ; attempt++ {
+		v, err := f()
+		if err == nil {
+			return v, true
+		}
+		fmt.Fprintf(cfg.Console, "corral: %s (attempt %d): %v\n", what, attempt+1, err)
+		cfg.Logger.Error("hypervisor boot stage failed", "stage", what, "attempt", attempt+1, "err", err)
+		if !sleep(ctx, cfg.Backoff.Delay(attempt)) {
+			var zero T
+			return zero, false
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+func readCmdline(path string) (cmdline.Params, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return cmdline.Params{}, err
+	}
+	p, err := cmdline.Parse(string(raw))
+	if err != nil {
+		return p, fmt.Errorf("%s: %w", path, err)
+	}
+	if p.Mode != "hypervisor" {
+		return p, fmt.Errorf("%s=%q: this is the hypervisor image, booted without %s=hypervisor", cmdline.KeyMode, p.Mode, cmdline.KeyMode)
+	}
+	return p, nil
+}
+
+// mountData finds the data partition, mounts it on cfg.DataDir (unless
+// something is mounted there already), reads appliance.json and checks
+// that identity/ca.crt is the CA whose fingerprint the command line pins.
+func mountData(cfg *Config, fingerprint string) (install.Appliance, []byte, error) {
+	if !mounted(cfg.Root, cfg.DataDir) {
+		dev, err := FindDataPartition(cfg.Root)
+		if err != nil {
+			return install.Appliance{}, nil, err
+		}
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			return install.Appliance{}, nil, err
+		}
+		if err := cfg.Mount(dev, cfg.DataDir); err != nil {
+			return install.Appliance{}, nil, fmt.Errorf("mount %s on %s: %w", dev, cfg.DataDir, err)
+		}
+		fmt.Fprintf(cfg.Console, "corral: mounted %s on %s\n", dev, cfg.DataDir)
+	}
+	return CheckData(cfg.DataDir, fingerprint)
+}
+
+// CheckData reads dataDir/identity/appliance.json and ca.crt and checks
+// that the CA's SHA-256 (DER) is fingerprint; a mismatch wraps
+// ErrOtherAppliance.
+func CheckData(dataDir, fingerprint string) (install.Appliance, []byte, error) {
+	app, err := install.ReadAppliance(dataDir)
+	if err != nil {
+		return install.Appliance{}, nil, fmt.Errorf("data disk identity: %w", err)
+	}
+	ca, err := os.ReadFile(filepath.Join(dataDir, install.IdentityDir, install.CACertFile))
+	if err != nil {
+		return install.Appliance{}, nil, fmt.Errorf("data disk identity: %w", err)
+	}
+	got, err := install.CAFingerprint(ca)
+	if err != nil {
+		return install.Appliance{}, nil, fmt.Errorf("data disk identity: %s: %w", install.CACertFile, err)
+	}
+	if got != strings.ToLower(fingerprint) {
+		return install.Appliance{}, nil, fmt.Errorf("%w (its CA is sha256:%s, this appliance's is sha256:%s; installed by %s as %s)",
+			ErrOtherAppliance, got, fingerprint, app.Endpoint, app.NodeName)
+	}
+	return app, ca, nil
+}
+
+func mountExt4(dev, dir string) error {
+	return unix.Mount(dev, dir, "ext4", unix.MS_NOATIME, "")
+}
+
+// mounted reports whether root/proc/mounts lists dir as a mount point.
+func mounted(root, dir string) bool {
+	b, err := os.ReadFile(filepath.Join(root, "proc/mounts"))
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(line); len(f) > 1 && f[1] == dir {
+			return true
+		}
+	}
+	return false
+}
+
+// EnsurePath puts /usr/bin, /usr/sbin, /bin and /sbin on PATH (the image
+// keeps qemu-system-x86_64 and qemu-img there; u-root's init may not).
+func EnsurePath() {
+	have := filepath.SplitList(os.Getenv("PATH"))
+	for _, d := range []string{"/usr/bin", "/usr/sbin", "/bin", "/sbin"} {
+		found := false
+		for _, h := range have {
+			found = found || h == d
+		}
+		if !found {
+			have = append(have, d)
+		}
+	}
+	os.Setenv("PATH", strings.Join(have, string(os.PathListSeparator)))
+}
