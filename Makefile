@@ -62,3 +62,17 @@ clean: ## Remove build outputs
 .PHONY: images
 images: build ## Build (or take from the cache) the discovery image and register it in DATA_DIR's catalog (default ./data)
 	$(BIN)/corrald images build --data-dir $(or $(DATA_DIR),$(CURDIR)/data) --source $(CURDIR)
+
+# The virtual rack (corral-lab): corrald in a network namespace with QEMU
+# machines behind ipmi_sim BMCs. corral-lab apt-get installs the packages it
+# misses (qemu-system-x86 qemu-utils ovmf ipxe openipmi ipmitool ...), builds
+# corrald/corral into LAB_DIR/bin and the images into the image cache.
+LAB_DIR ?= /var/lib/corral-lab
+LAB_ARGS ?= --machines 2 --with-bmc --firmware bios,uefi
+
+.PHONY: lab lab-down
+lab: ## Start the virtual rack (root): corral-lab up $(LAB_ARGS) in LAB_DIR; then corral-lab status|report
+	$(GO) run ./cmd/corral-lab --dir $(LAB_DIR) up $(LAB_ARGS)
+
+lab-down: ## Stop the virtual rack: its processes, namespace, bridge, taps and veth (images stay)
+	$(GO) run ./cmd/corral-lab --dir $(LAB_DIR) down

@@ -42,7 +42,7 @@ func Boots(es []*inventoryv1.TimelineEntry, poweredAt time.Time) []Boot {
 	for _, e := range es {
 		at := e.GetAt().AsTime()
 		src, ev := e.GetSource(), e.GetEvent()
-		if src == "bmc" && strings.Contains(strings.ToLower(ev+" "+e.GetDetail()), "power") {
+		if isPowerAction(e) {
 			pendingPower = at
 		}
 		if src == "dhcp" && ev == "discover" && (cur == nil || !cur.Script.IsZero()) {
@@ -66,7 +66,7 @@ func Boots(es []*inventoryv1.TimelineEntry, poweredAt time.Time) []Boot {
 			case "initrd":
 				cur.Initrd = at
 			}
-		case !bootSources[src] && src != "bmc":
+		case !bootSources[src] && src != "bmc" && !isPowerAction(e):
 			if cur.Agent.IsZero() && !cur.Script.IsZero() {
 				cur.Agent, cur.AgentEvent = at, src+" "+ev
 			}
@@ -84,10 +84,24 @@ func Boots(es []*inventoryv1.TimelineEntry, poweredAt time.Time) []Boot {
 	return boots
 }
 
-// isReady reports an entry saying the node became READY.
+// isPowerAction reports an entry for a power action that starts a boot:
+// a BMC power on/cycle/reset, the lifecycle's or the watchdog's power
+// cycle, or a reboot command to the agent. The poller's power-changed
+// observations lag and are not actions.
+func isPowerAction(e *inventoryv1.TimelineEntry) bool {
+	ev := e.GetEvent()
+	switch e.GetSource() {
+	case "bmc":
+		return ev == "power-on" || ev == "power-cycle" || ev == "power-reset"
+	case "lifecycle", "watchdog":
+		return ev == "power-cycle" || ev == "reboot"
+	}
+	return false
+}
+
+// isReady reports the entry saying the machine's node is READY.
 func isReady(e *inventoryv1.TimelineEntry) bool {
-	s := strings.ToUpper(e.GetEvent() + " " + e.GetDetail())
-	return strings.Contains(s, "READY") && !strings.Contains(s, "NOT_READY") && !strings.Contains(s, "NOT READY")
+	return e.GetSource() == "lifecycle" && e.GetEvent() == "deployed"
 }
 
 // span formats b-a, "-" when either is unknown.
@@ -149,22 +163,19 @@ func Report(ctx context.Context, dir string, w io.Writer) error {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", lm.Name, strings.ToUpper(lm.Firmware), i+1, orDash(b.Intent),
 				span(b.Power, b.DHCP), span(b.DHCP, b.Script), span(b.Script, initrd), span(initrd, b.Agent), span(b.Agent, b.Last),
 				span(start, b.Last), short(orDash(b.LastEvent), 40))
-			if b.Intent == "discover" && sum.inv.IsZero() && strings.HasPrefix(b.AgentEvent, "inventory") {
-				sum.inv = b.Agent
-			}
-			if b.Intent == "discover" && i+1 < len(boots) && boots[i+1].Intent != "discover" && sum.inst.IsZero() {
-				sum.inst = b.Last // the install's last report before the reboot
-			}
-			if !b.Ready.IsZero() && sum.ready.IsZero() {
-				sum.ready = b.Ready
-			}
 		}
 		if len(boots) == 0 {
 			fmt.Fprintf(tw, "%s\t%s\t-\t(no boot in the timeline yet)\t\t\t\t\t\t\t\t\n", lm.Name, strings.ToUpper(lm.Firmware))
 		}
 		for _, e := range es {
-			if sum.inv.IsZero() && e.GetSource() == "inventory" && e.GetEvent() == "registered" {
-				sum.inv = e.GetAt().AsTime()
+			at := e.GetAt().AsTime()
+			switch {
+			case sum.inv.IsZero() && e.GetSource() == "inventory" && e.GetEvent() == "registered":
+				sum.inv = at
+			case sum.inst.IsZero() && e.GetSource() == "lifecycle" && e.GetEvent() == "installed":
+				sum.inst = at
+			case sum.ready.IsZero() && isReady(e):
+				sum.ready = at
 			}
 		}
 		sums = append(sums, sum)
