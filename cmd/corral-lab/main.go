@@ -53,7 +53,7 @@ func envOr(k, def string) string {
 
 func upCmd() *cobra.Command {
 	var c lab.Config
-	var uefi bool
+	var uefi, powerOn bool
 	var firmware, until string
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -75,6 +75,7 @@ store and disks in --dir are replaced; the image cache stays.`,
 				c.Firmware = []string{"uefi"}
 			}
 			c.Until = lab.Target(until)
+			c.NoPowerOn = !powerOn
 			c.Out = cmd.OutOrStdout()
 			c.Log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 			_, err := lab.Up(cmd.Context(), c)
@@ -87,6 +88,7 @@ store and disks in --dir are replaced; the image cache stays.`,
 	f.StringVar(&firmware, "firmware", "", "firmware per machine, cycled: e.g. bios,uefi (overrides --uefi)")
 	f.BoolVar(&c.WithBMC, "with-bmc", false, "put each machine behind its own ipmi_sim BMC, enrolled and powered on through corrald")
 	f.BoolVar(&c.Accept, "accept", true, "run corrald with --auto-accept (machines install and join the pool)")
+	f.BoolVar(&powerOn, "power-on", true, "power the machines on (false: enrolled and left off, e.g. to change the catalog first)")
 	f.StringVar(&until, "until", "", "wait until every machine is inventoried, deployed or ready (node READY), or none (default ready with --accept, else inventoried)")
 	f.DurationVar(&c.Wait, "wait", 20*time.Minute, "bound on the wait")
 	f.StringArrayVar(&c.CorraldArgs, "corrald-arg", nil, "extra `corrald serve` argument, repeatable (e.g. --corrald-arg=--boot-watchdog=90s)")

@@ -58,6 +58,9 @@ type Config struct {
 	ImageCache string
 	// MemoryMiB and CPUs size every machine (defaults 2560 and 2).
 	MemoryMiB, CPUs int
+	// NoPowerOn leaves the machines off (enrolled, with a BMC): the caller
+	// powers them on (corral machine power on NAME) when it is ready.
+	NoPowerOn bool
 	// InstallDeps installs missing Debian packages with apt-get.
 	InstallDeps bool
 	// Out receives progress for people; Log the details.
@@ -247,11 +250,19 @@ func Up(ctx context.Context, c Config) (*State, error) {
 			if _, err := s.corral(ctx, args...); err != nil {
 				return s, err
 			}
+			if c.NoPowerOn {
+				say("%s: enrolled, left off (corral machine power on %s)", m.Name, m.Name)
+				continue
+			}
 			if _, err := s.corral(ctx, "machine", "power", "on", m.Name); err != nil {
 				return s, err
 			}
 			say("%s: enrolled and powered on through corrald (corral machine power on %s)", m.Name, m.Name)
 		} else {
+			if c.NoPowerOn {
+				say("%s: left off (%s set power 1 in %s)", m.Name, m.Chassis(), s.Namespace)
+				continue
+			}
 			if err := s.chassis(ctx, *m, "set", "power", "1"); err != nil {
 				return s, err
 			}
@@ -264,6 +275,9 @@ func Up(ctx context.Context, c Config) (*State, error) {
 		say("%s: %s, serial %s, MAC %s, disks %s/%s, %d MiB", m.Name, strings.ToUpper(m.Firmware), m.Serial, m.MAC, m.Disks[0].Serial, m.Disks[1].Serial, m.MemoryMiB)
 	}
 
+	if c.NoPowerOn {
+		c.Until = UntilNone
+	}
 	werr := s.watch(ctx, a, c.Until, c.Wait, say)
 	s.printUsage(c.Out)
 	return s, werr
