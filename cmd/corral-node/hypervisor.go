@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/corralhq/corral/agent/hvboot"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/hypervisor/node"
 	"google.golang.org/grpc"
@@ -20,10 +21,14 @@ import (
 
 // runHypervisor is `corral-node hypervisor`: enrol with the appliance once
 // (token → node certificate, kept in the data dir), then serve the
-// HypervisorService over mTLS and register + heartbeat the Node.
-func runHypervisor(ctx context.Context, args []string, stderr io.Writer) error {
+// HypervisorService over mTLS and register + heartbeat the Node. With
+// --boot it is the hypervisor image's init (agent/hvboot): everything
+// comes from the kernel command line and the data partition.
+func runHypervisor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("hypervisor", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	boot := fs.Bool("boot", false, "run as the hypervisor image's init: read /proc/cmdline, mount the data partition, take the identity agent/install wrote")
+	cmdlineFile := fs.String("cmdline", "/proc/cmdline", "with --boot: kernel command line carrying corral.* parameters")
 	name := fs.String("name", envOr("CORRAL_NODE_NAME", hostname()), "node name in the pool (env CORRAL_NODE_NAME)")
 	join := fs.String("join", os.Getenv("CORRAL_JOIN"), "appliance API host:port (env CORRAL_JOIN)")
 	token := fs.String("token", os.Getenv("CORRAL_TOKEN"), "node token from `corrald token create --role node`, needed only for the first start (env CORRAL_TOKEN)")
@@ -44,6 +49,13 @@ func runHypervisor(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		return err
 	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	if *boot {
+		return runHypervisorBoot(ctx, *cmdlineFile, *dataDir, *accel, level, stdout, stderr)
+	}
 	if *join == "" || *caCert == "" {
 		return errors.New("hypervisor: --join and --ca-cert are required")
 	}
@@ -54,10 +66,6 @@ func runHypervisor(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("hypervisor: --ca-cert: %w", err)
 	}
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
-	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	adv := *advertise
 	if adv == "" {
@@ -65,25 +73,47 @@ func runHypervisor(ctx context.Context, args []string, stderr io.Writer) error {
 			adv = h
 		}
 	}
-	var hosts []string
-	if adv != "" {
-		hosts = append(hosts, adv)
+	return serveNode(ctx, node.EnrolConfig{Name: *name, DataDir: *dataDir, Join: *join, Token: *token, CACertPEM: caPEM}, node.Config{
+		Name: *name, DataDir: *dataDir, Listen: *listen, Advertise: adv,
+		Uplink: *uplink, Rack: *rack, Datacenter: *datacenter, Labels: labels.m,
+		Accel: *accel, Logger: log.With("node", *name),
+	})
+}
+
+// serveNode enrols (or loads the stored identity) and runs the node until
+// ctx ends. The advertised address becomes a SAN of a new certificate.
+func serveNode(ctx context.Context, ec node.EnrolConfig, nc node.Config) error {
+	if nc.Advertise != "" {
+		ec.Hosts = append(ec.Hosts, nc.Advertise)
 	}
-	id, err := node.Enrol(ctx, node.EnrolConfig{Name: *name, DataDir: *dataDir, Join: *join, Token: *token, CACertPEM: caPEM, Hosts: hosts})
+	id, err := node.Enrol(ctx, ec)
 	if err != nil {
-		return fmt.Errorf("hypervisor: enrol with %s: %w", *join, err)
+		return fmt.Errorf("hypervisor: enrol with %s: %w", ec.Join, err)
 	}
-	conn, err := grpc.NewClient(*join, id.DialOptions()...)
+	conn, err := grpc.NewClient(ec.Join, id.DialOptions()...)
 	if err != nil {
-		return fmt.Errorf("hypervisor: dial %s: %w", *join, err)
+		return fmt.Errorf("hypervisor: dial %s: %w", ec.Join, err)
 	}
 	defer conn.Close()
-	return node.Run(ctx, node.Config{
-		Name: *name, DataDir: *dataDir, Listen: *listen, Advertise: adv,
-		CAPool: id.CAPool, Certificate: id.Certificate,
-		Registry: poolv1.NewNodeServiceClient(conn),
-		Uplink:   *uplink, Rack: *rack, Datacenter: *datacenter, Labels: labels.m,
-		Accel: *accel, Logger: log.With("node", *name),
+	nc.CAPool, nc.Certificate = id.CAPool, id.Certificate
+	nc.Registry = poolv1.NewNodeServiceClient(conn)
+	return node.Run(ctx, nc)
+}
+
+// runHypervisorBoot is `corral-node hypervisor --boot`, the uinit of the
+// hypervisor image: agent/hvboot prepares the machine, then the node runs
+// on the identity agent/install stored on the data partition.
+func runHypervisorBoot(ctx context.Context, cmdlineFile, dataDir, accel string, level slog.Level, stdout, stderr io.Writer) error {
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	return hvboot.Run(ctx, hvboot.Config{
+		CmdlineFile: cmdlineFile, DataDir: dataDir, Version: version,
+		Console: consoleWriter(stdout), Logger: log,
+		Hypervisor: func(ctx context.Context, n hvboot.Node) error {
+			return serveNode(ctx, node.EnrolConfig{Name: n.Name, DataDir: n.DataDir, Join: n.Join, CACertPEM: n.CACertPEM}, node.Config{
+				Name: n.Name, DataDir: n.DataDir, Listen: n.Listen, Advertise: n.Advertise,
+				Accel: accel, Logger: log.With("node", n.Name),
+			})
+		},
 	})
 }
 

@@ -12,6 +12,6 @@ import (
 // corral_discovery tag by images/discovery): the hypervisor runs from its
 // own image, and its QEMU/volume code would cost ~0.5 MB of the discovery
 // initramfs's 10 MB budget.
-func runHypervisor(context.Context, []string, io.Writer) error {
+func runHypervisor(context.Context, []string, io.Writer, io.Writer) error {
 	return errors.New("this corral-node is the discovery image's build: hypervisor mode is not included")
 }

@@ -40,7 +40,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "discover":
 		return runDiscover(ctx, args[1:], stdout, stderr)
 	case "hypervisor":
-		return runHypervisor(ctx, args[1:], stderr)
+		return runHypervisor(ctx, args[1:], stdout, stderr)
 	}
 	return fmt.Errorf("unknown command %q (commands: discover, hypervisor, version)", args[0])
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestRun(t *testing.T) {
@@ -29,5 +30,22 @@ func TestRun(t *testing.T) {
 				t.Errorf("stdout = %q, want it to contain %q", out.String(), tc.want)
 			}
 		})
+	}
+}
+
+// TestHypervisorBootReportsAndRetries: --boot prints why it cannot start
+// and keeps retrying until the context ends.
+func TestHypervisorBootReportsAndRetries(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	err := run(ctx, []string{"hypervisor", "--boot", "--cmdline", "/nonexistent/cmdline", "--data-dir", t.TempDir()}, &out, &errOut)
+	if err != nil {
+		t.Fatalf("run = %v, want nil when the context ends", err)
+	}
+	for _, want := range []string{"kernel command line (attempt 1): open /nonexistent/cmdline", "kernel command line (attempt 2)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("console lacks %q:\n%s", want, out.String())
+		}
 	}
 }
