@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 )
@@ -74,8 +75,10 @@ func TestInstallRunsWhileHeartbeating(t *testing.T) {
 	endpoint, ca := serve(t, f, true)
 	console := &syncBuffer{}
 	inst := &fakeInstaller{release: make(chan struct{})}
-	cfg := config(endpoint, Fingerprint(ca), console, &fakePower{})
+	power := &fakePower{}
+	cfg := config(endpoint, Fingerprint(ca), console, power)
 	cfg.Installer = inst
+	cfg.InstallReboot = 50 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, cfg) }()
@@ -93,6 +96,11 @@ func TestInstallRunsWhileHeartbeating(t *testing.T) {
 	})
 	close(inst.release)
 	waitFor(t, "A done", func() bool { return len(f.progressOf("A")) == 2 })
+	waitFor(t, "the reboot after the install", func() bool {
+		power.mu.Lock()
+		defer power.mu.Unlock()
+		return power.rebooted == 1
+	})
 
 	for id, want := range map[string][]string{
 		"A":   {"disk", "done (done)"},
@@ -113,6 +121,7 @@ func TestInstallRunsWhileHeartbeating(t *testing.T) {
 		"install A: disk: /dev/vdb (1 GiB)",
 		"refused install plan B: busy",
 		"install plan A is already running",
+		"install A done; rebooting into the hypervisor in 50ms",
 	} {
 		if !strings.Contains(console.String(), want) {
 			t.Errorf("console lacks %q:\n%s", want, console)
@@ -129,8 +138,10 @@ func TestWipePlan(t *testing.T) {
 	f := &fakeAppliance{cmds: []*nodev1.ApplianceMessage{wipe}}
 	endpoint, ca := serve(t, f, true)
 	inst := &fakeInstaller{release: make(chan struct{})}
-	cfg := config(endpoint, Fingerprint(ca), &syncBuffer{}, &fakePower{})
+	power := &fakePower{}
+	cfg := config(endpoint, Fingerprint(ca), &syncBuffer{}, power)
 	cfg.Installer = inst
+	cfg.InstallReboot = time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go Run(ctx, cfg)
@@ -142,6 +153,11 @@ func TestWipePlan(t *testing.T) {
 	defer inst.mu.Unlock()
 	if len(inst.wipes) != 1 || inst.wipes[0] != "/dev/vdb" {
 		t.Errorf("wipes = %v", inst.wipes)
+	}
+	power.mu.Lock()
+	defer power.mu.Unlock()
+	if power.rebooted != 0 {
+		t.Error("a wipe rebooted the machine")
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 )
@@ -14,7 +15,8 @@ const maxPending = 64
 // jobs runs install and wipe plans one at a time, outside any one session:
 // a plan keeps running when the stream breaks, and its progress goes to
 // whichever session is open (kept, up to maxPending, while none is). Run
-// owns it and waits for the running plan before returning.
+// owns it and waits for the running plan before returning. After a
+// successful install it reboots the machine (Config.InstallReboot).
 type jobs struct {
 	cfg *Config
 
@@ -108,10 +110,30 @@ func (j *jobs) start(ctx context.Context, kind, id string, fn func(context.Conte
 		} else {
 			j.cfg.Logger.Info("plan done", "kind", kind, "install", id)
 		}
+		if err == nil && kind == "install" && j.cfg.InstallReboot >= 0 {
+			// Still busy: no other plan starts on a machine about to reboot.
+			j.reboot(ctx, id)
+		}
 		j.mu.Lock()
 		j.kind, j.id = "", ""
 		j.mu.Unlock()
 	}()
+}
+
+// reboot restarts the machine InstallReboot after install id finished,
+// unless ctx ends first. A failed reboot is printed and reported.
+func (j *jobs) reboot(ctx context.Context, id string) {
+	fmt.Fprintf(j.cfg.Console, "corral: install %s done; rebooting into the hypervisor in %v\n", id, j.cfg.InstallReboot)
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(j.cfg.InstallReboot):
+	}
+	j.cfg.Logger.Info("rebooting after install", "install", id)
+	if err := j.cfg.Power.Reboot(); err != nil {
+		fmt.Fprintf(j.cfg.Console, "corral: reboot after install %s: %v\n", id, err)
+		j.progress(&nodev1.Progress{Step: "reboot", Error: err.Error(), InstallId: id})
+	}
 }
 
 // wait blocks until the running plan (if any) returns.
