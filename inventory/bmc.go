@@ -331,18 +331,16 @@ func (c *BMCControl) ownerConflict(ctx context.Context, key string, b *inventory
 	if owner == "" || owner == name {
 		return nil
 	}
-	if at := b.GetClaimedAt(); at != nil && c.inv.cfg.Now().Sub(at.AsTime()) < claimGrace {
-		return existsf("BMC %s is being enrolled on machine %q", strings.TrimPrefix(key, bmcAddrPrefix), owner)
-	}
 	m, err := c.inv.GetMachine(ctx, owner)
-	if errors.Is(err, ErrNotFound) {
-		return nil
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
 	if b := m.GetBmc(); b.GetAddress() != "" && bmcKey(b.GetAddress(), b.GetPort()) == key {
 		return existsf("BMC %s is already enrolled on machine %q", strings.TrimPrefix(key, bmcAddrPrefix), owner)
+	}
+	// Claimed but not (yet) on its machine: an enrolment in flight.
+	if at := b.GetClaimedAt(); at != nil && c.inv.cfg.Now().Sub(at.AsTime()) < claimGrace {
+		return existsf("BMC %s is being enrolled on machine %q", strings.TrimPrefix(key, bmcAddrPrefix), owner)
 	}
 	return nil
 }

@@ -248,8 +248,8 @@ func TestE2EGrpcurlTLSAndRoles(t *testing.T) {
 		t.Errorf("ListVirtualMachines on an empty appliance: %v %s", err, out)
 	}
 	out, _ = g.call(admin, "corral.inventory.v1.MachineService/AcceptMachine", `{"name":"x"}`)
-	if !strings.Contains(out, "Unimplemented") {
-		t.Errorf("AcceptMachine should be Unimplemented until the install step: %s", out)
+	if !strings.Contains(out, "NotFound") {
+		t.Errorf("AcceptMachine of an unknown machine: %s", out)
 	}
 	out, _ = g.call(admin, "corral.pool.v1.NetworkService/ApplyNetwork", `{"name":"bad","ipv4_cidr":"10.0.0.5/24"}`)
 	if !strings.Contains(out, "InvalidArgument") || !strings.Contains(out, "10.0.0.0/24") {
