@@ -297,3 +297,23 @@ func TestRunRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestRunKeepsMountedDataDir: when the data directory is already a mount
+// point (the agent restarted), nothing is mounted again.
+func TestRunKeepsMountedDataDir(t *testing.T) {
+	caPEM, fp := newCA(t)
+	data := dataDir(t, caPEM)
+	console := &syncBuffer{}
+	cfg, calls := bootConfig(t, fp, "hypervisor", data, console)
+	write(t, filepath.Join(cfg.Root, "proc/mounts"), []byte("/dev/vdb1 "+data+" ext4 rw 0 0\n"))
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg.Hypervisor = func(context.Context, Node) error { cancel(); return nil }
+	if err := Run(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range *calls {
+		if strings.HasPrefix(c, "mount") {
+			t.Errorf("mounted again: %q", c)
+		}
+	}
+}

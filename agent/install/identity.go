@@ -116,6 +116,10 @@ func checkIdentity(plan *nodev1.InstallPlan) error {
 // dataDir/identity (directory 0700): key first (0600), each file written
 // to a temporary name, synced and renamed, then the directory synced.
 func writeIdentity(dataDir string, plan *nodev1.InstallPlan, now time.Time) error {
+	// The partition root is the hypervisor's data directory (0700).
+	if err := os.Chmod(dataDir, 0o700); err != nil {
+		return err
+	}
 	dir := filepath.Join(dataDir, IdentityDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err

@@ -324,8 +324,10 @@ func TestInstallBlankDisk(t *testing.T) {
 			t.Errorf("%s mode %v, want %v", name, st.Mode().Perm(), want.mode)
 		}
 	}
-	if st, err := os.Stat(filepath.Join(data, IdentityDir)); err != nil || st.Mode().Perm() != 0o700 {
-		t.Errorf("identity dir: %v %v", st, err)
+	for _, d := range []string{data, filepath.Join(data, IdentityDir)} {
+		if st, err := os.Stat(d); err != nil || st.Mode().Perm() != 0o700 {
+			t.Errorf("%s: mode %v, %v; want 0700", d, st.Mode().Perm(), err)
+		}
 	}
 	a, err := ReadAppliance(data)
 	if err != nil {
