@@ -246,6 +246,10 @@ func (l *Lifecycle) deployed(ctx context.Context, name string) {
 // installTimedOut fails an install without progress for InstallTimeout.
 func (l *Lifecycle) installTimedOut(ctx context.Context, m *inventoryv1.Machine) bool {
 	in := m.GetInstall()
+	if in.GetDone() && m.GetWatchdog().GetArmedAt() != nil && l.cfg.BootWatchdog >= 0 {
+		// Installed and rebooting: the boot watchdog owns it now.
+		return false
+	}
 	last := in.GetUpdatedAt()
 	if last == nil {
 		last = in.GetStartedAt()
@@ -334,6 +338,12 @@ func hasBMC(m *inventoryv1.Machine) bool {
 // is sent at once when its discovery agent is connected, otherwise when it
 // connects (with a BMC, the machine is power-cycled into discovery).
 func (l *Lifecycle) Accept(ctx context.Context, name, disk string, wipe bool) (*inventoryv1.Machine, error) {
+	return l.accept(ctx, name, disk, wipe, true)
+}
+
+// accept is Accept; power says whether a machine whose agent is away may
+// be power-cycled into discovery (not when its agent is about to connect).
+func (l *Lifecycle) accept(ctx context.Context, name, disk string, wipe, power bool) (*inventoryv1.Machine, error) {
 	m, err := l.inv.GetMachine(ctx, name)
 	if err != nil {
 		return nil, err
@@ -370,7 +380,7 @@ func (l *Lifecycle) Accept(ctx context.Context, name, disk string, wipe bool) (*
 				m = sm
 			}
 		}
-	case hasBMC(m) && l.cfg.BMC != nil:
+	case power && hasBMC(m) && l.cfg.BMC != nil:
 		if err := l.pxeCycle(ctx, m, "install: boot into discovery"); err == nil {
 			l.inv.armWatchdog(ctx, name, "accept")
 		}
@@ -440,7 +450,9 @@ func (l *Lifecycle) autoAccept(ctx context.Context, m *inventoryv1.Machine) *inv
 	if !l.cfg.AutoAccept || m.GetState() != inventoryv1.Machine_INVENTORIED || !matchAll(l.sels, m) {
 		return nil
 	}
-	am, err := l.Accept(ctx, m.GetName(), "auto", false)
+	// The agent that just registered opens its session next: the plan
+	// goes then.
+	am, err := l.accept(ctx, m.GetName(), "auto", false, false)
 	if err != nil {
 		l.event(m, "lifecycle", "auto-accept-failed", err.Error(), nil)
 		l.log.Warn("auto-accept failed", "machine", m.GetName(), "err", err)

@@ -742,3 +742,41 @@ func TestAutoAccept(t *testing.T) {
 		t.Fatalf("non-matching machine: %v", st)
 	}
 }
+
+// TestDeployedByNodeWatch: with Run running, a node becoming READY makes
+// its INSTALLING machine DEPLOYED without waiting for the interval.
+func TestDeployedByNodeWatch(t *testing.T) {
+	h := newHarness(t, nil, harnessOpt{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.lc.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	a := h.connect(mac1, facts("S1", "", mac1))
+	if _, err := h.lc.Accept(context.Background(), a.name, "", false); err != nil {
+		t.Fatal(err)
+	}
+	id := a.next().GetInstall().GetInstallId()
+	a.progress(id, "done", true, "")
+	a.next()
+	time.Sleep(50 * time.Millisecond) // the watch is up
+	h.applyNode(a.name)
+	h.eventually(a.name, "DEPLOYED", func(m *inventoryv1.Machine) bool { return m.GetState() == inventoryv1.Machine_DEPLOYED })
+}
+
+// TestAutoAcceptDoesNotPowerCycle: auto-accept at registration waits for
+// the agent's session instead of power-cycling the booting machine.
+func TestAutoAcceptDoesNotPowerCycle(t *testing.T) {
+	h := newHarness(t, nil, harnessOpt{auto: true})
+	ctx := context.Background()
+	if _, err := h.inv.CreateMachine(ctx, &inventoryv1.Machine{Name: "r1", BootMac: mac1}); err != nil {
+		t.Fatal(err)
+	}
+	enrollBMC(t, h, "r1")
+	a := h.connect(mac1, facts("S1", "", mac1))
+	if p := a.next().GetInstall(); p == nil {
+		t.Fatal("no plan")
+	}
+	if _, acts := h.bmc.log(); len(acts) != 0 {
+		t.Fatalf("BMC actions %v", acts)
+	}
+}
