@@ -51,9 +51,10 @@ type Config struct {
 	// Installer carries out install and wipe plans, one at a time, while
 	// the session keeps heartbeating; nil answers them as unsupported.
 	Installer Installer
-	// InstallReboot is how long after a successful install's "done" the
-	// agent reboots into the hypervisor image (default 10 s, so the
-	// appliance has switched the boot intent; negative: never).
+	// InstallReboot, when positive, makes the agent reboot itself that
+	// long after a successful install's "done". Zero: it does not (the
+	// appliance reboots the machine when it has recorded "done" and
+	// switched the boot intent: BMC power cycle or the Reboot command).
 	InstallReboot time.Duration
 	// Console receives one human line per failed attempt and per command;
 	// nil discards.
@@ -85,9 +86,6 @@ func (c *Config) validate() error {
 	}
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = 10 * time.Second
-	}
-	if c.InstallReboot == 0 {
-		c.InstallReboot = 10 * time.Second
 	}
 	if c.RPCTimeout <= 0 {
 		c.RPCTimeout = 30 * time.Second

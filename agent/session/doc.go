@@ -6,8 +6,8 @@
 // the appliance's commands (wait, power off, reboot, and install and wipe
 // plans, which a Config.Installer carries out one at a time in the
 // background while the session keeps heartbeating; their progress is
-// delivered on whichever session is open; after a successful install the
-// agent reboots into the hypervisor image, Config.InstallReboot later).
+// delivered on whichever session is open; the appliance reboots the
+// machine after "done", or the agent does with Config.InstallReboot).
 //
 // It imports only the API, grpc and the standard library; it must not
 // import store/, boot/, ipmi/ or anything of the appliance.

@@ -16,7 +16,8 @@ const maxPending = 64
 // a plan keeps running when the stream breaks, and its progress goes to
 // whichever session is open (kept, up to maxPending, while none is). Run
 // owns it and waits for the running plan before returning. After a
-// successful install it reboots the machine (Config.InstallReboot).
+// successful install it reboots the machine only when
+// Config.InstallReboot is set.
 type jobs struct {
 	cfg *Config
 
@@ -110,7 +111,7 @@ func (j *jobs) start(ctx context.Context, kind, id string, fn func(context.Conte
 		} else {
 			j.cfg.Logger.Info("plan done", "kind", kind, "install", id)
 		}
-		if err == nil && kind == "install" && j.cfg.InstallReboot >= 0 {
+		if err == nil && kind == "install" && j.cfg.InstallReboot > 0 {
 			// Still busy: no other plan starts on a machine about to reboot.
 			j.reboot(ctx, id)
 		}
