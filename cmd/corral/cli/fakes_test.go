@@ -333,6 +333,33 @@ func (f fakeMachines) ListMachines(_ context.Context, req *inventoryv1.ListMachi
 	return resp, nil
 }
 
+func (f fakeMachines) AcceptMachine(_ context.Context, req *inventoryv1.AcceptMachineRequest) (*inventoryv1.Machine, error) {
+	if err := f.r.record("AcceptMachine", req); err != nil {
+		return nil, err
+	}
+	return &inventoryv1.Machine{Name: req.GetName(), State: inventoryv1.Machine_INSTALLING,
+		Install: &inventoryv1.Install{InstallId: "i1", Disk: req.GetDisk(), Wipe: req.GetWipe()}}, nil
+}
+
+func (f fakeMachines) ReprovisionMachine(_ context.Context, req *inventoryv1.ReprovisionMachineRequest) (*inventoryv1.Machine, error) {
+	if err := f.r.record("ReprovisionMachine", req); err != nil {
+		return nil, err
+	}
+	return &inventoryv1.Machine{Name: req.GetName(), State: inventoryv1.Machine_DISCOVERED,
+		StateReason: "reprovisioning: no BMC enrolled: reboot the machine into network boot", Wipe: &inventoryv1.PendingWipe{Disk: "/dev/vdb"}}, nil
+}
+
+func (f fakeMachines) SetMaintenance(_ context.Context, req *inventoryv1.SetMaintenanceRequest) (*inventoryv1.Machine, error) {
+	if err := f.r.record("SetMaintenance", req); err != nil {
+		return nil, err
+	}
+	st := inventoryv1.Machine_INVENTORIED
+	if req.GetOn() {
+		st = inventoryv1.Machine_MAINTENANCE
+	}
+	return &inventoryv1.Machine{Name: req.GetName(), State: st, StateReason: req.GetReason()}, nil
+}
+
 // testServer is a bufconn gRPC server running every fake.
 type testServer struct {
 	*recorder
