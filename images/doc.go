@@ -1,8 +1,9 @@
 // Package images owns the artifact catalog: the fixed, read-only set of
 // files network boot may serve (iPXE binaries from Debian's ipxe package,
-// the kernel and initramfs of each boot profile), kept in one directory
-// with their SHA-256 checksums. Later steps add VM images and the
-// initramfs builders.
+// the kernel and initramfs of each boot profile: discover, and hypervisor,
+// which boots the discovery kernel with its own initramfs), kept in one
+// directory with their SHA-256 checksums. images/discovery builds both
+// initramfs images.
 //
 // It imports nothing of Corral's; boot/tftp and boot/http look artifacts up
 // by name here and serve nothing else.

@@ -19,12 +19,15 @@ func newImagesCmd() *cobra.Command {
 	img := &cobra.Command{Use: "images", Short: "Build and register boot images (offline, against the data dir)"}
 	build := &cobra.Command{
 		Use:   "build",
-		Short: "Build (or reuse from the cache) the discovery kernel and initramfs and register them in the catalog",
+		Short: "Build (or reuse from the cache) the discovery and hypervisor images and register them in the catalog",
 		Long: `Builds the discovery image from Debian's linux-image-amd64 (apt-get download,
 dpkg-deb -x), a curated module set (depmod -b), u-root's core commands with
-corral-node discover as the uinit, and pci.ids; registers vmlinuz and
-initrd.img in DATA_DIR/images so that corrald serve boots unknown machines into
-them. A build with unchanged inputs is taken from the cache.`,
+corral-node discover as the uinit, mke2fs and pci.ids, and the hypervisor image
+(the same plus QEMU, qemu-img, their firmware and the node's modules, with
+corral-node hypervisor --boot as the uinit). Registers vmlinuz, initrd.img and
+hypervisor-initrd.img in DATA_DIR/images so that corrald serve boots unknown
+machines into discovery and accepted ones into the hypervisor. A build with
+unchanged inputs is taken from the cache.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(cmd)
@@ -35,6 +38,7 @@ them. A build with unchanged inputs is taken from the cache.`,
 			src, _ := cmd.Flags().GetString("source")
 			cache, _ := cmd.Flags().GetString("image-cache")
 			ipxeDirs, _ := cmd.Flags().GetStringSlice("ipxe-dir")
+			noHyp, _ := cmd.Flags().GetBool("no-hypervisor")
 			if src == "" {
 				if src, err = findSource(); err != nil {
 					return err
@@ -44,33 +48,57 @@ them. A build with unchanged inputs is taken from the cache.`,
 			if cache == "" {
 				cache = filepath.Join(catDir, "cache")
 			}
+			profiles := []discovery.Profile{discovery.Discover, discovery.Hypervisor}
+			if noHyp {
+				profiles = profiles[:1]
+			}
 			start := time.Now()
-			r, err := discovery.Build(cmd.Context(), discovery.Options{SourceDir: src, CacheDir: cache, AgentVersion: version, Logger: log})
+			rs, err := discovery.BuildProfiles(cmd.Context(), discovery.Options{SourceDir: src, CacheDir: cache, AgentVersion: version, Logger: log}, profiles...)
 			if err != nil {
 				return err
 			}
-			_, b, err := images.RegisterDiscover(images.Config{Dir: catDir, IPXEDirs: ipxeDirs}, r.Kernel, r.Initrd, r.Release, r.Key)
+			took := time.Since(start).Round(100 * time.Millisecond)
+			cfg := images.Config{Dir: catDir, IPXEDirs: ipxeDirs}
+			r := rs[0]
+			_, b, err := images.RegisterDiscover(cfg, r.Kernel, r.Initrd, r.Release, r.Key)
 			if err != nil {
 				return err
-			}
-			how := "built"
-			if r.Cached {
-				how = "cached"
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "discovery image %s in %s (key %s, kernel %s %s, u-root %s, %d modules)\n",
-				how, time.Since(start).Round(100*time.Millisecond), r.Key[:12], r.Package.Name, r.Package.Version, r.URoot, len(r.Modules))
-			fmt.Fprintf(w, "  %-10s %9d bytes  sha256 %s\n", images.DiscoverKernel, b.KernelSize, b.KernelSHA256)
-			fmt.Fprintf(w, "  %-10s %9d bytes  sha256 %s\n", images.DiscoverInitrd, b.InitrdSize, b.InitrdSHA256)
-			fmt.Fprintf(w, "registered in %s (discover profile)\n", catDir)
+			fmt.Fprintf(w, "images ready in %s (kernel %s %s, u-root %s)\n", took, r.Package.Name, r.Package.Version, r.URoot)
+			fmt.Fprintf(w, "discovery image %s (key %s, %d modules, %s)\n", how(r), r.Key[:12], len(r.Modules), r.Compression)
+			fmt.Fprintf(w, "  %-21s %9d bytes  sha256 %s\n", images.DiscoverKernel, b.KernelSize, b.KernelSHA256)
+			fmt.Fprintf(w, "  %-21s %9d bytes  sha256 %s\n", images.DiscoverInitrd, b.InitrdSize, b.InitrdSHA256)
+			if len(rs) > 1 {
+				h := rs[1]
+				_, hb, err := images.RegisterHypervisor(cfg, h.Initrd, h.Release, h.Key)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(w, "hypervisor image %s (key %s, %d modules, %s, qemu %s)\n", how(h), h.Key[:12], len(h.Modules), h.Compression, h.Packages["qemu-system-x86"])
+				fmt.Fprintf(w, "  %-21s %9d bytes  sha256 %s\n", images.HypervisorInitrd, hb.InitrdSize, hb.InitrdSHA256)
+			}
+			fmt.Fprintf(w, "registered in %s (discover profile", catDir)
+			if len(rs) > 1 {
+				fmt.Fprint(w, " and hypervisor profile")
+			}
+			fmt.Fprintln(w, ")")
 			return nil
 		},
 	}
 	build.Flags().String("source", "", "Corral source tree (module root) to build corral-node from (default: the module containing the working directory)")
 	build.Flags().String("image-cache", "", "build cache directory (default DATA_DIR/images/cache) (env CORRAL_IMAGE_CACHE)")
 	build.Flags().StringSlice("ipxe-dir", nil, "directories holding the iPXE binaries (default Debian's)")
+	build.Flags().Bool("no-hypervisor", false, "build and register only the discovery image")
 	img.AddCommand(build)
 	return img
+}
+
+func how(r discovery.Result) string {
+	if r.Cached {
+		return "cached"
+	}
+	return "built in " + r.BuildTime.Round(100*time.Millisecond).String()
 }
 
 // findSource walks up from the working directory to the go.mod of the

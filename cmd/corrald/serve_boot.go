@@ -23,6 +23,7 @@ func addBootFlags(cmd *cobra.Command) {
 	f.Bool("no-ra", false, "do not answer IPv6 router solicitations on the boot interface (env CORRAL_NO_RA)")
 	f.String("boot-kernel", "", "discover profile kernel to copy into the catalog (default: the image `corrald images build` registered, else a test stand-in) (env CORRAL_BOOT_KERNEL)")
 	f.String("boot-initrd", "", "discover profile initramfs to copy into the catalog (default: the image `corrald images build` registered, else a test stand-in) (env CORRAL_BOOT_INITRD)")
+	f.String("boot-hypervisor-initrd", "", "hypervisor profile initramfs to copy into the catalog (default: the image `corrald images build` registered, else none: hypervisor machines boot their local disk) (env CORRAL_BOOT_HYPERVISOR_INITRD)")
 	f.String("boot-kernel-args", "", "extra kernel arguments (default console=tty0 console=ttyS0,115200n8) (env CORRAL_BOOT_KERNEL_ARGS)")
 	f.Duration("boot-token-ttl", 0, "lifetime of the per-boot agent token on the kernel command line (default 1h) (env CORRAL_BOOT_TOKEN_TTL)")
 }
@@ -43,6 +44,7 @@ func bootConfig(cmd *cobra.Command) (server.BootConfig, error) {
 	c.NoRA, _ = f.GetBool("no-ra")
 	c.Kernel, _ = f.GetString("boot-kernel")
 	c.Initrd, _ = f.GetString("boot-initrd")
+	c.HypervisorInitrd, _ = f.GetString("boot-hypervisor-initrd")
 	c.KernelArgs, _ = f.GetString("boot-kernel-args")
 	c.TokenTTL, _ = f.GetDuration("boot-token-ttl")
 	if c.Interface != "" {

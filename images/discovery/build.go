@@ -1,12 +1,19 @@
-// Package discovery builds the discovery image (DESIGN.md §1 step 5, §5):
-// Debian's linux-image-amd64 kernel (downloaded with apt, unpacked with
-// dpkg-deb, never installed), a curated set of its modules staged with
-// their dependency chains and indexed by `depmod -b`, and a u-root
-// initramfs holding u-root's core commands with `corral-node discover` as
-// the uinit and pci.ids, gzip-compressed. Builds are cached by a hash of
+// Package discovery builds the boot images (DESIGN.md §1 steps 5-7, §5)
+// from Debian's linux-image-amd64 kernel (downloaded with apt, unpacked
+// with dpkg-deb, never installed), a curated set of its modules staged
+// with their dependency chains and indexed by `depmod -b`, and a u-root
+// initramfs holding u-root's core commands, corral-node as the uinit,
+// pci.ids and Debian's mke2fs with its shared libraries.
+//
+// Two profiles: Discover (`corral-node discover`, corral-node built with
+// AgentBuildTag, xz, within MaxInitrdSize) and Hypervisor (the same plus
+// QEMU, qemu-img, their libraries and firmware and the node's modules;
+// `corral-node hypervisor --boot`; gzip). Builds are cached by a hash of
 // their inputs (kernel package and version, module list, u-root version,
-// the agent's source and pci.ids), so a rebuild with the same inputs is a
-// lookup. It needs apt-get, apt-cache, dpkg-deb, depmod and go.
+// the agent's source, pci.ids, the host files with their libraries and
+// their Debian package versions), so a rebuild with the same inputs is a
+// lookup. It needs apt-get, apt-cache, dpkg-deb, dpkg-query, depmod, xz
+// and go, and for the hypervisor image qemu-system-x86 and qemu-utils.
 package discovery
 
 import (
@@ -32,24 +39,79 @@ import (
 
 // FormatVersion changes whenever the build recipe changes in a way the
 // other inputs do not capture.
-const FormatVersion = "corral-discovery-4"
+const FormatVersion = "corral-discovery-5"
 
-// MaxInitrdSize is the budget of the compressed initramfs (issue 5).
+// MaxInitrdSize is the budget of the compressed discovery initramfs
+// (issue 5). The hypervisor image has none.
 const MaxInitrdSize = 10 << 20
 
 // DefaultPCIIDs are where Debian's pci.ids package (and hwdata) put the
 // PCI ID database.
 var DefaultPCIIDs = []string{"/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids"}
 
+// Profile names an image this package builds.
+type Profile string
+
+const (
+	// Discover is the discovery image: corral-node built with
+	// AgentBuildTag, `corral-node discover` as the uinit.
+	Discover Profile = "discover"
+	// Hypervisor is the discovery image's content plus QEMU, qemu-img,
+	// their firmware and the node's modules, with corral-node built
+	// without AgentBuildTag and `corral-node hypervisor --boot` as the
+	// uinit.
+	Hypervisor Profile = "hypervisor"
+)
+
+// HypervisorModules are the modules the hypervisor image adds to Modules:
+// taps, bridges, vhost-net, VLANs and KVM (with their dependency chains).
+var HypervisorModules = []string{"tun", "bridge", "vhost_net", "8021q", "kvm", "kvm_intel", "kvm_amd"}
+
+// recipe is what differs between the profiles.
+type recipe struct {
+	profile   Profile
+	subdir    string // of CacheDir holding the finished builds
+	modules   []string
+	tag       string // corral-node build tag
+	uinitArgs []string
+	paths     []string // host files at their own paths (ldd'd)
+	firmware  []string // QEMU firmware names
+	packages  []string
+	compress  string // xz or gzip
+	maxSize   int64  // 0: no budget
+}
+
+func (o Options) recipe(p Profile) (recipe, error) {
+	switch p {
+	case Discover:
+		// xz: the kernel unpacks xz initramfs (CONFIG_RD_XZ) and it is 18%
+		// smaller than gzip -9, which is what keeps mke2fs and its
+		// libraries inside the 10 MB budget.
+		return recipe{profile: p, modules: o.Modules, tag: AgentBuildTag, uinitArgs: []string{"discover"},
+			paths: DiscoverHostFiles, packages: DiscoverPackages, compress: "xz", maxSize: MaxInitrdSize}, nil
+	case Hypervisor:
+		// gzip: no budget, and ~100 MB of cpio unpack noticeably faster
+		// than xz on a TCG test machine and compress in a fraction of the
+		// time.
+		return recipe{profile: p, subdir: "hypervisor", modules: append(append([]string(nil), o.Modules...), HypervisorModules...),
+			uinitArgs: []string{"hypervisor", "--boot"},
+			paths:     append(append([]string(nil), DiscoverHostFiles...), HypervisorHostFiles...), firmware: QEMUFirmware,
+			packages: append(append([]string(nil), DiscoverPackages...), HypervisorPackages...), compress: "gzip"}, nil
+	}
+	return recipe{}, fmt.Errorf("discovery: unknown profile %q", p)
+}
+
 // Options configure Build.
 type Options struct {
 	// SourceDir is the root of the Corral module (holds go.mod and
 	// cmd/corral-node).
 	SourceDir string
-	// CacheDir holds finished builds (CacheDir/<key>/) and downloaded
+	// CacheDir holds finished discovery builds (CacheDir/<key>/),
+	// hypervisor builds (CacheDir/hypervisor/<key>/) and downloaded
 	// kernel packages (CacheDir/debs).
 	CacheDir string
-	// Modules are the kernel modules to stage (default Modules).
+	// Modules are the kernel modules to stage (default Modules); the
+	// hypervisor image adds HypervisorModules.
 	Modules []string
 	// KernelMeta is the Debian meta package (default MetaPackage).
 	KernelMeta string
@@ -66,32 +128,39 @@ type Options struct {
 
 // Result describes a built (or cached) image.
 type Result struct {
-	Key          string        `json:"key"`
-	Dir          string        `json:"dir"`
-	Kernel       string        `json:"kernel"`
-	Initrd       string        `json:"initrd"`
-	KernelSize   int64         `json:"kernel_size"`
-	InitrdSize   int64         `json:"initrd_size"`
-	KernelSHA256 string        `json:"kernel_sha256"`
-	InitrdSHA256 string        `json:"initrd_sha256"`
-	Package      KernelPackage `json:"kernel_package"`
-	Release      string        `json:"kernel_release"`
-	URoot        string        `json:"uroot_version"`
-	Modules      []string      `json:"modules"`
-	BuildTime    time.Duration `json:"build_time"`
-	Cached       bool          `json:"-"`
+	Profile      Profile           `json:"profile"`
+	Key          string            `json:"key"`
+	Dir          string            `json:"dir"`
+	Kernel       string            `json:"kernel"`
+	Initrd       string            `json:"initrd"`
+	KernelSize   int64             `json:"kernel_size"`
+	InitrdSize   int64             `json:"initrd_size"`
+	KernelSHA256 string            `json:"kernel_sha256"`
+	InitrdSHA256 string            `json:"initrd_sha256"`
+	Compression  string            `json:"initrd_compression"`
+	Package      KernelPackage     `json:"kernel_package"`
+	Release      string            `json:"kernel_release"`
+	URoot        string            `json:"uroot_version"`
+	Modules      []string          `json:"modules"`
+	Packages     map[string]string `json:"debian_packages,omitempty"`
+	BuildTime    time.Duration     `json:"build_time"`
+	Cached       bool              `json:"-"`
 }
 
 // Inputs are what the cache key covers.
 type Inputs struct {
-	Format      string        `json:"format"`
-	Package     KernelPackage `json:"kernel_package"`
-	Modules     []string      `json:"modules"`
-	URoot       string        `json:"uroot_version"`
-	Commands    []string      `json:"uroot_commands"`
-	AgentSource string        `json:"agent_source_sha256"`
-	AgentVer    string        `json:"agent_version"`
-	PCIIDs      string        `json:"pci_ids_sha256"`
+	Format      string            `json:"format"`
+	Profile     Profile           `json:"profile"`
+	Package     KernelPackage     `json:"kernel_package"`
+	Modules     []string          `json:"modules"`
+	URoot       string            `json:"uroot_version"`
+	Commands    []string          `json:"uroot_commands"`
+	AgentSource string            `json:"agent_source_sha256"`
+	AgentTag    string            `json:"agent_build_tag"`
+	AgentVer    string            `json:"agent_version"`
+	PCIIDs      string            `json:"pci_ids_sha256"`
+	HostFiles   string            `json:"host_files_sha256"`
+	Packages    map[string]string `json:"debian_packages"`
 }
 
 // Key is the cache key: the SHA-256 of the inputs' JSON.
@@ -137,92 +206,172 @@ func (o *Options) defaults() error {
 	return nil
 }
 
-// Build returns the cached image for the current inputs, building it when
-// the cache lacks it. Concurrent builds into one CacheDir are serialised
-// by a lock file.
+// Build returns the cached discovery image for the current inputs,
+// building it when the cache lacks it. Concurrent builds into one
+// CacheDir are serialised by a lock file.
 func Build(ctx context.Context, o Options) (Result, error) {
+	rs, err := BuildProfiles(ctx, o, Discover)
+	if err != nil {
+		return Result{}, err
+	}
+	return rs[0], nil
+}
+
+// BuildProfiles returns the images of profiles (in that order), each from
+// the cache when its inputs are unchanged. The profiles missing from the
+// cache share one kernel download and unpack. Concurrent builds into one
+// CacheDir are serialised by a lock file.
+func BuildProfiles(ctx context.Context, o Options, profiles ...Profile) ([]Result, error) {
 	start := time.Now()
 	if err := o.defaults(); err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	log := o.Logger
 	if err := os.MkdirAll(o.CacheDir, 0o755); err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	unlock, err := lock(filepath.Join(o.CacheDir, ".lock"))
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	defer unlock()
 
-	in, urootDir, err := inputs(ctx, o)
+	common, urootDir, err := commonInputs(ctx, o)
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
-	key := in.Key()
-	dir := filepath.Join(o.CacheDir, key)
-	if r, err := readResult(dir); err == nil {
-		r.Cached = true
-		log.Info("discovery image cached", "key", key[:12], "initrd_bytes", r.InitrdSize, "lookup", time.Since(start).Round(time.Millisecond))
-		return r, nil
+	type job struct {
+		rc    recipe
+		in    Inputs
+		files []hostFile
+		dir   string
 	}
-	log.Info("building discovery image", "key", key[:12], "kernel", in.Package.Name+"="+in.Package.Version, "uroot", in.URoot)
+	results := make([]Result, len(profiles))
+	var todo []int
+	jobs := make([]job, len(profiles))
+	for i, p := range profiles {
+		rc, err := o.recipe(p)
+		if err != nil {
+			return nil, err
+		}
+		in, files, err := profileInputs(ctx, o, common, rc)
+		if err != nil {
+			return nil, err
+		}
+		dir := filepath.Join(o.CacheDir, rc.subdir, in.Key())
+		jobs[i] = job{rc, in, files, dir}
+		if r, err := readResult(dir); err == nil {
+			r.Cached = true
+			results[i] = r
+			log.Info(string(p)+" image cached", "key", in.Key()[:12], "initrd_bytes", r.InitrdSize, "lookup", time.Since(start).Round(time.Millisecond))
+			continue
+		}
+		todo = append(todo, i)
+	}
+	if len(todo) == 0 {
+		return results, nil
+	}
 
 	work, err := os.MkdirTemp(o.CacheDir, ".build-")
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	defer os.RemoveAll(work)
-	out := filepath.Join(work, "out")
+
+	// Kernel and modules: one unpack for every profile built.
+	t := time.Now()
+	root := filepath.Join(work, "kernel")
+	if _, err := FetchKernel(ctx, common.Package, filepath.Join(o.CacheDir, "debs"), root); err != nil {
+		return nil, err
+	}
+	rel := common.Package.Release()
+	stages := map[int]string{}
+	staged := map[int][]string{}
+	for _, i := range todo {
+		stage := filepath.Join(work, "stage-"+string(jobs[i].rc.profile))
+		if staged[i], err = StageModules(root, stage, rel, jobs[i].rc.modules); err != nil {
+			return nil, err
+		}
+		stages[i] = stage
+	}
+	kernel := filepath.Join(work, "vmlinuz")
+	if err := copyFile(filepath.Join(root, "boot", "vmlinuz-"+rel), kernel, 0o644); err != nil {
+		return nil, fmt.Errorf("kernel image: %w", err)
+	}
+	os.RemoveAll(root) // ~400 MB unpacked
+	log.Info("kernel and modules staged", "release", rel, "profiles", len(todo), "took", time.Since(t).Round(time.Millisecond))
+
+	for _, i := range todo {
+		j := jobs[i]
+		r, err := buildOne(ctx, o, urootDir, work, kernel, stages[i], j.rc, j.in, j.files, j.dir, staged[i])
+		if err != nil {
+			return nil, err
+		}
+		results[i] = r
+	}
+	prune(o.CacheDir, common.Package, log)
+	return results, nil
+}
+
+// buildOne makes one profile's image from the staged kernel and modules
+// and moves it into dir.
+func buildOne(ctx context.Context, o Options, urootDir, work, kernel, stage string, rc recipe, in Inputs, files []hostFile, dir string, staged []string) (Result, error) {
+	start := time.Now()
+	log := o.Logger
+	key := in.Key()
+	log.Info("building "+string(rc.profile)+" image", "key", key[:12], "kernel", in.Package.Name+"="+in.Package.Version, "uroot", in.URoot)
+	pw := filepath.Join(work, string(rc.profile))
+	out := filepath.Join(pw, "out")
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return Result{}, err
 	}
-
-	// Kernel and modules.
-	t := time.Now()
-	root := filepath.Join(work, "kernel")
-	if _, err := FetchKernel(ctx, in.Package, filepath.Join(o.CacheDir, "debs"), root); err != nil {
+	if err := copyFile(kernel, filepath.Join(out, "vmlinuz"), 0o644); err != nil {
 		return Result{}, err
 	}
-	rel := in.Package.Release()
-	if err := copyFile(filepath.Join(root, "boot", "vmlinuz-"+rel), filepath.Join(out, "vmlinuz"), 0o644); err != nil {
-		return Result{}, fmt.Errorf("kernel image: %w", err)
-	}
-	stage := filepath.Join(work, "stage")
-	staged, err := StageModules(root, stage, rel, o.Modules)
-	if err != nil {
-		return Result{}, err
-	}
-	os.RemoveAll(root) // ~400 MB unpacked
-	log.Info("kernel and modules staged", "release", rel, "modules", len(staged), "took", time.Since(t).Round(time.Millisecond))
-
-	// Userland.
-	t = time.Now()
-	cpio := filepath.Join(work, "initramfs.cpio")
+	cpio := filepath.Join(pw, "initramfs.cpio")
 	extra := []string{
 		filepath.Join(stage, "lib/modules") + ":lib/modules",
 		o.PCIIDs + ":usr/share/misc/pci.ids",
 	}
-	if err := buildUroot(ctx, log, o.SourceDir, urootDir, o.Commands, o.AgentVersion, work, cpio, extra); err != nil {
-		return Result{}, fmt.Errorf("u-root: %w", err)
+	for _, f := range files {
+		extra = append(extra, f.extra())
 	}
-	log.Info("u-root initramfs built", "took", time.Since(t).Round(time.Millisecond))
-	if err := gzipFile(cpio, filepath.Join(out, "initrd.img")); err != nil {
+	t := time.Now()
+	if err := buildUroot(ctx, log, urootBuild{srcDir: o.SourceDir, urootDir: urootDir, commands: o.Commands, version: o.AgentVersion,
+		tag: rc.tag, uinitArgs: rc.uinitArgs, work: pw, out: cpio, extra: extra}); err != nil {
+		return Result{}, fmt.Errorf("u-root (%s): %w", rc.profile, err)
+	}
+	log.Info("u-root initramfs built", "profile", string(rc.profile), "took", time.Since(t).Round(time.Millisecond))
+	t = time.Now()
+	initrd := filepath.Join(out, "initrd.img")
+	var err error
+	if rc.compress == "xz" {
+		err = xzArchive(cpio, initrd)
+	} else {
+		err = gzipFile(cpio, initrd)
+	}
+	if err != nil {
 		return Result{}, err
 	}
+	log.Info("initramfs compressed", "profile", string(rc.profile), "with", rc.compress, "took", time.Since(t).Round(time.Millisecond))
+	os.Remove(cpio)
 
-	r := Result{Key: key, Dir: dir, Package: in.Package, Release: rel, URoot: in.URoot, Modules: staged, BuildTime: time.Since(start)}
+	r := Result{Profile: rc.profile, Key: key, Dir: dir, Package: in.Package, Release: in.Package.Release(), URoot: in.URoot,
+		Modules: staged, Packages: in.Packages, Compression: rc.compress}
 	if r.KernelSHA256, r.KernelSize, err = checksum(filepath.Join(out, "vmlinuz")); err != nil {
 		return Result{}, err
 	}
-	if r.InitrdSHA256, r.InitrdSize, err = checksum(filepath.Join(out, "initrd.img")); err != nil {
+	if r.InitrdSHA256, r.InitrdSize, err = checksum(initrd); err != nil {
 		return Result{}, err
 	}
-	if r.InitrdSize > MaxInitrdSize {
-		keep := filepath.Join(o.CacheDir, "rejected-initrd.img")
-		os.Rename(filepath.Join(out, "initrd.img"), keep)
-		return Result{}, fmt.Errorf("%s: "+"discovery initramfs is %d bytes, over the %d-byte budget", keep, r.InitrdSize, MaxInitrdSize)
+	if rc.maxSize > 0 && r.InitrdSize > rc.maxSize {
+		keep := filepath.Join(o.CacheDir, "rejected-"+string(rc.profile)+"-initrd.img")
+		os.Rename(initrd, keep)
+		return Result{}, fmt.Errorf("%s: %s initramfs is %d bytes, over the %d-byte budget", keep, rc.profile, r.InitrdSize, rc.maxSize)
 	}
+	// BuildTime is this profile's own time plus its share of the
+	// kernel unpack, which the caller reports separately.
+	r.BuildTime = time.Since(start)
 	b, _ := json.MarshalIndent(struct {
 		Result
 		Inputs Inputs `json:"inputs"`
@@ -230,18 +379,23 @@ func Build(ctx context.Context, o Options) (Result, error) {
 	if err := os.WriteFile(filepath.Join(out, "manifest.json"), b, 0o644); err != nil {
 		return Result{}, err
 	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return Result{}, err
+	}
 	os.RemoveAll(dir)
 	if err := os.Rename(out, dir); err != nil {
 		return Result{}, err
 	}
 	r.Kernel, r.Initrd = filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initrd.img")
-	prune(o.CacheDir, key, in.Package, keepBuilds, log)
-	log.Info("discovery image built", "key", key[:12], "initrd_bytes", r.InitrdSize, "kernel_bytes", r.KernelSize, "took", r.BuildTime.Round(time.Second))
+	pruneBuilds(filepath.Dir(dir), key, keepBuilds, log)
+	log.Info(string(rc.profile)+" image built", "key", key[:12], "initrd_bytes", r.InitrdSize, "kernel_bytes", r.KernelSize, "took", r.BuildTime.Round(time.Second))
 	return r, nil
 }
 
-// inputs resolves what the cache key covers without building anything.
-func inputs(ctx context.Context, o Options) (Inputs, string, error) {
+// commonInputs resolves the inputs every profile shares (Profile,
+// AgentSource, AgentTag, HostFiles and Packages are left empty) and the
+// u-root module's directory.
+func commonInputs(ctx context.Context, o Options) (Inputs, string, error) {
 	kp, err := ResolveKernel(ctx, o.KernelMeta)
 	if err != nil {
 		return Inputs{}, "", err
@@ -250,30 +404,53 @@ func inputs(ctx context.Context, o Options) (Inputs, string, error) {
 	if err != nil {
 		return Inputs{}, "", err
 	}
-	src, err := AgentSourceHash(ctx, o.SourceDir)
-	if err != nil {
-		return Inputs{}, "", err
-	}
 	pci, _, err := checksum(o.PCIIDs)
 	if err != nil {
 		return Inputs{}, "", err
 	}
-	mods := append([]string(nil), o.Modules...)
-	sort.Strings(mods)
 	cmds := append([]string(nil), o.Commands...)
 	sort.Strings(cmds)
-	return Inputs{Format: FormatVersion, Package: kp, Modules: mods, URoot: urootVersion, Commands: cmds, AgentVer: o.AgentVersion, AgentSource: src, PCIIDs: pci}, urootDir, nil
+	return Inputs{Format: FormatVersion, Package: kp, URoot: urootVersion, Commands: cmds, AgentVer: o.AgentVersion, PCIIDs: pci}, urootDir, nil
+}
+
+// profileInputs completes common for rc without building anything.
+func profileInputs(ctx context.Context, o Options, common Inputs, rc recipe) (Inputs, []hostFile, error) {
+	in := common
+	in.Profile, in.AgentTag = rc.profile, rc.tag
+	in.Modules = append([]string(nil), rc.modules...)
+	sort.Strings(in.Modules)
+	var err error
+	if in.AgentSource, err = agentSourceHash(ctx, o.SourceDir, rc.tag); err != nil {
+		return Inputs{}, nil, err
+	}
+	files, err := resolveHostFiles(ctx, rc.paths, rc.firmware)
+	if err != nil {
+		return Inputs{}, nil, fmt.Errorf("%s image: %w", rc.profile, err)
+	}
+	if in.HostFiles, err = hostFilesHash(files); err != nil {
+		return Inputs{}, nil, err
+	}
+	if in.Packages, err = packageVersions(ctx, rc.packages); err != nil {
+		return Inputs{}, nil, err
+	}
+	return in, files, nil
 }
 
 // AgentSourceHash hashes what corral-node is built from inside the
 // Corral module: go.mod, go.sum and the Go and embedded files of every
 // main-module package cmd/corral-node imports (paths and contents).
 func AgentSourceHash(ctx context.Context, srcDir string) (string, error) {
+	return agentSourceHash(ctx, srcDir, AgentBuildTag)
+}
+
+// agentSourceHash is AgentSourceHash for corral-node built with tag ("":
+// none).
+func agentSourceHash(ctx context.Context, srcDir, tag string) (string, error) {
 	cmd := exec.CommandContext(ctx, "go", "list", "-deps",
 		"-f", `{{if .Module}}{{if .Module.Main}}{{.Dir}}{{range .GoFiles}} {{.}}{{end}}{{range .EmbedFiles}} {{.}}{{end}}{{end}}{{end}}`,
 		"./"+AgentPackage)
 	cmd.Dir = srcDir
-	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH=amd64", "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-tags="+AgentBuildTag)
+	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH=amd64", "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-tags="+tag)
 	out, err := cmd.Output()
 	if err != nil {
 		return "", fmt.Errorf("go list %s: %v: %s", AgentPackage, err, stderrOf(err))
@@ -339,7 +516,7 @@ func gzipFile(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	zw, _ := gzip.NewWriterLevel(out, gzip.BestCompression)
+	zw, _ := gzip.NewWriterLevel(out, gzip.DefaultCompression)
 	if _, err := io.Copy(zw, in); err != nil {
 		out.Close()
 		return err
@@ -349,6 +526,31 @@ func gzipFile(src, dst string) error {
 		return err
 	}
 	return out.Close()
+}
+
+// xzArchive compresses a cpio archive for the kernel's initramfs
+// unpacker: CRC32 check (the kernel's XZ decoder has no CRC64/SHA-256)
+// and a 16 MiB dictionary.
+func xzArchive(src, dst string) error {
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("xz", "--check=crc32", "--lzma2=preset=9,dict=16MiB", "--stdout", src)
+	cmd.Stdout = out
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		if errors.Is(err, exec.ErrNotFound) {
+			return fmt.Errorf("xz not found: install Debian's xz-utils package")
+		}
+		return fmt.Errorf("xz %s: %v %s", src, err, stderr.String())
+	}
+	return nil
 }
 
 func checksum(path string) (string, int64, error) {
@@ -378,13 +580,14 @@ func lock(path string) (func(), error) {
 	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
 }
 
-// keepBuilds is how many finished builds the cache keeps (the newest).
+// keepBuilds is how many finished builds of a profile the cache keeps
+// (the newest).
 const keepBuilds = 3
 
-// prune removes all but the keep newest builds (never current) and the
-// kernel packages of other versions than k.
-func prune(cacheDir, current string, k KernelPackage, keep int, log *slog.Logger) {
-	ents, err := os.ReadDir(cacheDir)
+// pruneBuilds removes all but the keep newest builds in dir (never
+// current).
+func pruneBuilds(dir, current string, keep int, log *slog.Logger) {
+	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
@@ -397,21 +600,26 @@ func prune(cacheDir, current string, k KernelPackage, keep int, log *slog.Logger
 		if !e.IsDir() || len(e.Name()) != 64 || e.Name() == current {
 			continue
 		}
-		if st, err := os.Stat(filepath.Join(cacheDir, e.Name(), "manifest.json")); err == nil {
+		if st, err := os.Stat(filepath.Join(dir, e.Name(), "manifest.json")); err == nil {
 			builds = append(builds, build{e.Name(), st.ModTime()})
 		}
 	}
 	sort.Slice(builds, func(i, j int) bool { return builds[i].mod.After(builds[j].mod) })
 	for i, b := range builds {
 		if i >= keep-1 {
-			os.RemoveAll(filepath.Join(cacheDir, b.name))
-			log.Debug("pruned cached discovery image", "key", b.name[:12])
+			os.RemoveAll(filepath.Join(dir, b.name))
+			log.Debug("pruned cached image", "dir", dir, "key", b.name[:12])
 		}
 	}
+}
+
+// prune removes the kernel packages of other versions than k.
+func prune(cacheDir string, k KernelPackage, log *slog.Logger) {
 	debs, _ := filepath.Glob(filepath.Join(cacheDir, "debs", "*.deb"))
 	want := findDeb(filepath.Join(cacheDir, "debs", k.Name+"_*.deb"), k.Version)
 	for _, d := range debs {
 		if d != want {
+			log.Debug("pruned kernel package", "deb", filepath.Base(d))
 			os.Remove(d)
 		}
 	}

@@ -29,6 +29,11 @@ var Modules = []string{
 	"nvme", "ahci", "sd_mod", "megaraid_sas", "mpt3sas", "smartpqi", "hpsa",
 	// BMC
 	"ipmi_si", "ipmi_devintf",
+	// the data disk's file system (install formats it, the hypervisor
+	// mounts it): ext4 and its chain; crc32c is only a soft dependency
+	// (the crypto API asks for it at mount with metadata_csum), so it is
+	// named here
+	"ext4", "crc32c_generic", "crc32c_intel",
 }
 
 // normName is a module's canonical name: the file name without .ko (and

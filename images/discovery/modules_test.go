@@ -154,7 +154,8 @@ func TestPrune(t *testing.T) {
 		when := time.Now().Add(time.Duration(i-10) * time.Minute)
 		os.Chtimes(p, when, when)
 	}
-	prune(d, keys[0], k, 3, slog.New(slog.DiscardHandler))
+	pruneBuilds(d, keys[0], 3, slog.New(slog.DiscardHandler))
+	prune(d, k, slog.New(slog.DiscardHandler))
 	for i, key := range keys {
 		_, err := os.Stat(filepath.Join(d, key))
 		if kept := err == nil; kept != (i == 0 || i >= 3) {

@@ -91,13 +91,27 @@ const Shell = "rush"
 // the process environment, which mkuimage's go invocations inherit.
 var envMu sync.Mutex
 
-// buildUroot writes an uncompressed newc archive to out: u-root's core
-// commands and corral-node (srcDir/cmd/corral-node) in one gobusybox
-// binary, init → u-root init, /bin/uinit → corral-node with the argument
-// discover, /bin/sh → gosh, plus extra ("src:dst" as mkuimage's -files).
-// It builds offline apart from the module proxy: a Go workspace in work
-// holds a writable copy of the u-root module and srcDir's module.
-func buildUroot(ctx context.Context, log *slog.Logger, srcDir, urootDir string, commands []string, version, work, out string, extra []string) error {
+// urootBuild is one u-root initramfs build.
+type urootBuild struct {
+	srcDir, urootDir string
+	commands         []string
+	version          string   // stamped into corral-node
+	tag              string   // corral-node build tag ("": none)
+	uinitArgs        []string // corral-node's arguments as the uinit
+	work, out        string
+	// extra are mkuimage's extra files ("src:dst"); ELF files among them
+	// bring their shared libraries (ldd), at the libraries' own paths.
+	extra []string
+}
+
+// buildUroot writes an uncompressed newc archive to b.out: u-root's
+// commands and corral-node (srcDir/cmd/corral-node, built with b.tag) in
+// one gobusybox binary, init → u-root init, /bin/uinit → corral-node with
+// b.uinitArgs, /bin/sh → rush, plus b.extra. It builds offline apart from
+// the module proxy: a Go workspace in b.work holds a writable copy of the
+// u-root module and srcDir's module.
+func buildUroot(ctx context.Context, log *slog.Logger, b urootBuild) error {
+	srcDir, urootDir, commands, version, work, out, extra := b.srcDir, b.urootDir, b.commands, b.version, b.work, b.out, b.extra
 	ws := filepath.Join(work, "ws")
 	uroot := filepath.Join(ws, "u-root")
 	if err := copyTree(urootDir, uroot); err != nil {
@@ -134,7 +148,11 @@ func buildUroot(ctx context.Context, log *slog.Logger, srcDir, urootDir string, 
 		pkgs = append(pkgs, filepath.Join(uroot, "cmds", c))
 	}
 	pkgs = append(pkgs, filepath.Join(srcDir, AgentPackage))
-	env := golang.Default(golang.WithWorkingDir(ws), golang.DisableCGO(), golang.WithGOOS("linux"), golang.WithGOARCH("amd64"), golang.WithBuildTag(AgentBuildTag))
+	envOpts := []golang.Opt{golang.WithWorkingDir(ws), golang.DisableCGO(), golang.WithGOOS("linux"), golang.WithGOARCH("amd64")}
+	if b.tag != "" {
+		envOpts = append(envOpts, golang.WithBuildTag(b.tag))
+	}
+	env := golang.Default(envOpts...)
 	l := llog.New(slog.LevelInfo, func(format string, v ...any) {
 		log.Debug("u-root: " + strings.TrimSpace(fmt.Sprintf(format, v...)))
 	})
@@ -152,11 +170,11 @@ func buildUroot(ctx context.Context, log *slog.Logger, srcDir, urootDir string, 
 		}},
 		TempDir:      tmp,
 		ExtraFiles:   extra,
-		SkipLDD:      true,
+		SkipLDD:      false,
 		OutputFile:   &initramfs.CPIOFile{Path: out},
 		InitCmd:      "init",
 		UinitCmd:     "corral-node",
-		UinitArgs:    []string{"discover"},
+		UinitArgs:    b.uinitArgs,
 		DefaultShell: Shell,
 	}
 	done := make(chan error, 1)

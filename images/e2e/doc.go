@@ -13,8 +13,14 @@
 //     loopback through 10.0.2.2, with an OpenIPMI ipmi_sim BMC attached
 //     (ipmi-bmc-extern + isa-ipmi-bt) whose LAN address the agent reads
 //     in-band and reports.
+//   - TestDiscoveryImageMkfs and TestHypervisorImageRunsQEMU: both images
+//     unpacked and chrooted into (only /dev and /proc from the host): the
+//     discovery image's mke2fs formats ext4; the hypervisor image's qemu-img
+//     makes a qcow2 and its QEMU runs a VM with the node's own command line
+//     (hypervisor/vm.Args, TCG) plus a virtio-net NIC, proving the
+//     ldd-resolved libraries, the TCG module and the firmware complete.
 //
-// The image is built once per run into CORRAL_IMAGE_CACHE (default
+// The images are built once per run into CORRAL_IMAGE_CACHE (default
 // /var/cache/corral/discovery) and reused while its inputs are unchanged.
 // Tests skip with a one-line reason when not root or when a tool (ip,
 // QEMU, apt, dpkg-deb, depmod, xz, ipmi_sim) is absent.

@@ -53,6 +53,10 @@ type BootConfig struct {
 	// Kernel and Initrd are the discover profile's files (default: the
 	// test stand-ins, see images.Config).
 	Kernel, Initrd string
+	// HypervisorInitrd is the hypervisor profile's initramfs, booted with
+	// Kernel (default: the one `corrald images build` registered, if it
+	// matches the discovery kernel in use; else none).
+	HypervisorInitrd string
 	// KernelArgs are extra kernel arguments for booted machines.
 	KernelArgs string
 	// TokenTTL is the per-boot agent token lifetime (default 1h).
@@ -81,12 +85,15 @@ func (s *Server) initBoot() error {
 	if err != nil {
 		return err
 	}
-	cat, err := images.Open(images.Config{Dir: filepath.Join(s.cfg.DataDir, ImagesDir), IPXEDirs: bc.IPXEDirs, Kernel: bc.Kernel, Initrd: bc.Initrd}.WithBuiltDiscover())
+	cat, err := images.Open(images.Config{Dir: filepath.Join(s.cfg.DataDir, ImagesDir), IPXEDirs: bc.IPXEDirs, Kernel: bc.Kernel, Initrd: bc.Initrd, HypervisorInitrd: bc.HypervisorInitrd}.WithBuiltDiscover())
 	if err != nil {
 		return err
 	}
 	for _, a := range cat.List() {
 		s.log.Debug("catalog", "file", a.Name, "kind", string(a.Kind), "bytes", a.Size, "sha256", a.SHA256)
+	}
+	if !cat.Has(images.HypervisorInitrd) {
+		s.log.Warn("the catalog has no hypervisor image: machines with the hypervisor intent boot their local disk (run corrald images build)")
 	}
 	fp, err := pki.Fingerprint(s.ca.CertPEM())
 	if err != nil {
