@@ -106,6 +106,13 @@ func checkIdentity(plan *nodev1.InstallPlan) error {
 	if err != nil {
 		return fmt.Errorf("%w: node certificate and key: %w", ErrBadIdentity, err)
 	}
+	// Leaf is nil when the binary runs with GODEBUG x509keypairleaf=0
+	// (gobusybox builds in the images take an older go directive).
+	if kp.Leaf == nil {
+		if kp.Leaf, err = x509.ParseCertificate(kp.Certificate[0]); err != nil {
+			return fmt.Errorf("%w: node certificate: %w", ErrBadIdentity, err)
+		}
+	}
 	if _, err := kp.Leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
 		return fmt.Errorf("%w: node certificate %q does not chain to the plan's CA: %w", ErrBadIdentity, kp.Leaf.Subject.CommonName, err)
 	}

@@ -157,6 +157,13 @@ func makeIdentity(certPEM, keyPEM []byte, pool *x509.CertPool, caPEM []byte) (Id
 	if err != nil {
 		return Identity{}, err
 	}
+	// Leaf is nil when the binary runs with GODEBUG x509keypairleaf=0
+	// (gobusybox builds in the images take an older go directive).
+	if tc.Leaf == nil {
+		if tc.Leaf, err = x509.ParseCertificate(tc.Certificate[0]); err != nil {
+			return Identity{}, err
+		}
+	}
 	if _, err := tc.Leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
 		return Identity{}, fmt.Errorf("does not chain to the appliance CA: %w", err)
 	}
