@@ -41,8 +41,9 @@ const DefaultDataDir = "/var/lib/corral-node"
 
 // Modules are loaded after coldplug: the hypervisor needs them and no
 // device modalias names them. Failures are printed and ignored (the
-// module may be built in).
-var Modules = []string{"ext4", "tun", "bridge", "vhost_net", "8021q"}
+// module may be built in). crc32c_generic comes first: ext4 needs it for
+// metadata_csum as a soft dependency, which nothing else loads.
+var Modules = []string{"crc32c_generic", "ext4", "tun", "bridge", "vhost_net", "8021q"}
 
 // Node is what the hypervisor agent is started with.
 type Node struct {

@@ -251,6 +251,12 @@ func (in *Installer) ext4() error {
 	if in.cfg.Modules == nil {
 		return nil
 	}
+	// ext4 needs crc32c for metadata_csum but only as a soft dependency,
+	// and the images have no modprobe for the kernel to call: load it
+	// first (it may be built in, so a failure is not fatal).
+	if err := in.cfg.Modules.Load("crc32c_generic"); err != nil {
+		in.cfg.Logger.Debug("crc32c_generic not loaded", "err", err)
+	}
 	if err := in.cfg.Modules.Load("ext4"); err != nil {
 		return fmt.Errorf("load the ext4 module: %w", err)
 	}
