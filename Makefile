@@ -60,7 +60,7 @@ clean: ## Remove build outputs
 	rm -rf $(BIN)
 
 .PHONY: images
-images: build ## Build (or take from the cache) the discovery image and register it in DATA_DIR's catalog (default ./data)
+images: build ## Build (or take from the cache) the discovery and hypervisor images and register them in DATA_DIR's catalog (default ./data)
 	$(BIN)/corrald images build --data-dir $(or $(DATA_DIR),$(CURDIR)/data) --source $(CURDIR)
 
 # The virtual rack (corral-lab): corrald in a network namespace with QEMU
