@@ -105,6 +105,10 @@ func up(t *testing.T, args ...string) *rack {
 	return r
 }
 
+// in returns r reporting to t (a subtest): failing the parent from a
+// subtest is not allowed.
+func (r *rack) in(t *testing.T) *rack { c := *r; c.t = t; return &c }
+
 func (r *rack) lab(args ...string) string {
 	r.t.Helper()
 	out, err := exec.Command(labBin, append([]string{"--dir", r.dir}, args...)...).CombinedOutput()
@@ -253,6 +257,7 @@ func TestLab(t *testing.T) {
 	st := r.st
 
 	t.Run("inventoried", func(t *testing.T) {
+		r := r.in(t)
 		ms := r.machines()
 		for _, lm := range st.Machines {
 			m, ok := ms[lm.Name]
@@ -297,6 +302,7 @@ func TestLab(t *testing.T) {
 	})
 
 	ready := t.Run("ready", func(t *testing.T) {
+		r := r.in(t)
 		if !st.AutoAccept {
 			t.Skip("corrald has no --auto-accept: machines stay INVENTORIED")
 		}
@@ -318,6 +324,7 @@ func TestLab(t *testing.T) {
 	})
 
 	vmOK := ready && t.Run("vm", func(t *testing.T) {
+		r := r.in(t)
 		nodeName := r.nodes()["lab-1"].Name
 		dag := fmt.Sprintf(`ApplyNetwork:
   type: Network
@@ -367,6 +374,7 @@ CreateVirtualMachine:
 
 	if ready {
 		t.Run("node-loss", func(t *testing.T) {
+			r := r.in(t)
 			lm := labMachine(st, "lab-1")
 			pid := 0
 			if b, err := os.ReadFile(lm.QEMUPidFile()); err == nil {
@@ -395,7 +403,7 @@ CreateVirtualMachine:
 		})
 	}
 
-	t.Run("down", func(t *testing.T) { checkDown(t, r) })
+	t.Run("down", func(t *testing.T) { checkDown(t, r.in(t)) })
 }
 
 // checkDown runs corral-lab down and checks nothing of the lab is left.
@@ -450,5 +458,5 @@ func TestLabBootWatchdog(t *testing.T) {
 	if !strings.Contains(m.StateReason, "watchdog") || !strings.Contains(m.StateReason, "http-refused") {
 		t.Errorf("FAILED reason %q names neither the watchdog nor the failing step (the initrd fetch refused)", m.StateReason)
 	}
-	t.Run("down", func(t *testing.T) { checkDown(t, r) })
+	t.Run("down", func(t *testing.T) { checkDown(t, r.in(t)) })
 }
