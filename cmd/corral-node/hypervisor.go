@@ -76,7 +76,7 @@ func runHypervisor(ctx context.Context, args []string, stdout, stderr io.Writer)
 	return serveNode(ctx, node.EnrolConfig{Name: *name, DataDir: *dataDir, Join: *join, Token: *token, CACertPEM: caPEM}, node.Config{
 		Name: *name, DataDir: *dataDir, Listen: *listen, Advertise: adv,
 		Uplink: *uplink, Rack: *rack, Datacenter: *datacenter, Labels: labels.m,
-		Accel: *accel, Logger: log.With("node", *name),
+		Accel: *accel, Logger: log,
 	})
 }
 
@@ -111,7 +111,7 @@ func runHypervisorBoot(ctx context.Context, cmdlineFile, dataDir, accel string, 
 		Hypervisor: func(ctx context.Context, n hvboot.Node) error {
 			return serveNode(ctx, node.EnrolConfig{Name: n.Name, DataDir: n.DataDir, Join: n.Join, CACertPEM: n.CACertPEM}, node.Config{
 				Name: n.Name, DataDir: n.DataDir, Listen: n.Listen, Advertise: n.Advertise,
-				Accel: accel, Logger: log.With("node", n.Name),
+				Accel: accel, Logger: log,
 			})
 		},
 	})
