@@ -94,3 +94,18 @@ func checkProblems(t *testing.T, err error, want []string) {
 		t.Errorf("problems:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
 	}
 }
+
+// TestLabDAG: the README's virtual-rack example parses and keeps its order.
+func TestLabDAG(t *testing.T) {
+	data, err := os.ReadFile("testdata/lab-vm.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := Parse(data)
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if len(plan.Tasks) != 3 {
+		t.Fatalf("got %d tasks, want 3", len(plan.Tasks))
+	}
+}
