@@ -181,10 +181,11 @@ func (r *rack) nodes() map[string]node {
 	if err != nil || json.Unmarshal(out, &ns) != nil {
 		return nil
 	}
+	ms := r.machines()
 	res := map[string]node{}
 	for _, lm := range r.st.Machines {
 		for _, n := range ns {
-			if n.Serial == lm.Serial {
+			if (ms[lm.Name].NodeName != "" && n.Name == ms[lm.Name].NodeName) || (n.Serial != "" && n.Serial == lm.Serial) {
 				res[lm.Name] = n
 			}
 		}
