@@ -384,6 +384,11 @@ CreateVirtualMachine:
 			if pid <= 0 {
 				t.Fatalf("lab-1: no QEMU pid in %s", lm.QEMUPidFile())
 			}
+			before, nBefore := lastNodeLine(lm.Console())
+			if before == "" {
+				t.Fatalf("lab-1's console has no \"corral: node ...\" line from the hypervisor boot")
+			}
+			_, bsErr := r.corral("get", "bs", "lab-disk")
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 				t.Fatalf("kill lab-1 QEMU %d: %v", pid, err)
 			}
@@ -392,10 +397,22 @@ CreateVirtualMachine:
 			r.waitFor("lab-1 node NOT_READY", 75*time.Second, func() bool { return r.nodes()["lab-1"].State == "NOT_READY" })
 			t.Logf("corral machine power on lab-1:\n%s", r.mustCorral("machine", "power", "on", "lab-1"))
 			r.waitFor("lab-1 node READY again", 8*time.Minute, func() bool { return r.nodes()["lab-1"].State == "READY" })
-			if vmOK {
-				if out, err := r.corral("get", "bs", "lab-disk", "-o", "json"); err != nil {
+			// The data disk is mounted as it was: the node comes back with
+			// the identity of the same install (a reinstall would format it).
+			after, nAfter := lastNodeLine(lm.Console())
+			t.Logf("before: %s\nafter:  %s", before, after)
+			if nAfter <= nBefore {
+				t.Errorf("no new hypervisor boot line on lab-1's console (%d before, %d after)", nBefore, nAfter)
+			}
+			if after != before {
+				t.Errorf("lab-1 came back as %q, was %q: data disk not the same", after, before)
+			}
+			if bsErr == nil {
+				if out, err := r.corral("get", "bs", "lab-disk", "-o", "json"); err != nil || !strings.Contains(string(out), "AVAILABLE") && !strings.Contains(string(out), "IN_USE") {
 					t.Errorf("lab-disk after the reboot: %v\n%s", err, out)
 				}
+			}
+			if vmOK {
 				r.waitFor("lab-vm RUNNING after the node's reboot", 3*time.Minute, func() bool {
 					out, _ := r.corral("get", "vm", "lab-vm", "-o", "json")
 					return strings.Contains(string(out), `"RUNNING"`)
@@ -405,6 +422,22 @@ CreateVirtualMachine:
 	}
 
 	t.Run("down", func(t *testing.T) { checkDown(t, r.in(t)) })
+}
+
+// lastNodeLine returns the newest "corral: node NAME (machine M, install
+// ID) from DIR" line the hypervisor image printed on a console.
+// and how many such lines there are (one per hypervisor boot, or two
+// when the console doubles lines).
+func lastNodeLine(console string) (string, int) {
+	b, _ := os.ReadFile(console)
+	last, n := "", 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if i := strings.Index(line, "corral: node "); i >= 0 && strings.Contains(line, "install ") {
+			last = strings.TrimSpace(line[i:])
+			n++
+		}
+	}
+	return last, n
 }
 
 // checkDown runs corral-lab down and checks nothing of the lab is left.
