@@ -74,7 +74,8 @@ func Boots(es []*inventoryv1.TimelineEntry, poweredAt time.Time) []Boot {
 		if isReady(e) && cur.Ready.IsZero() {
 			cur.Ready = at
 		}
-		if !cur.Script.IsZero() {
+		// The power poller's observations lag the boot: not its last step.
+		if !cur.Script.IsZero() && !(src == "bmc" && ev == "power-changed") {
 			cur.Last, cur.LastEvent = at, src+" "+ev
 		}
 	}

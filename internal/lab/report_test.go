@@ -35,7 +35,7 @@ func TestBoots(t *testing.T) {
 				e(10, "http", "script", "intent", "discover"),
 				e(11, "http", "artifact", "kind", "kernel"), e(12, "http", "artifact", "kind", "initrd"),
 				e(30, "inventory", "registered"), e(31, "lifecycle", "auto-accepted"),
-				e(32, "lifecycle", "installed"), e(33, "lifecycle", "reboot"),
+				e(32, "lifecycle", "installed"), e(33, "lifecycle", "reboot"), e(38, "bmc", "power-changed"),
 				e(40, "dhcp", "discover"),
 				e(41, "http", "script", "intent", "hypervisor"),
 				e(42, "http", "artifact", "kind", "kernel"), e(43, "http", "artifact", "kind", "initrd"),
