@@ -3,6 +3,7 @@ package netdev
 import (
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"log/slog"
 	"net"
 	"os"
@@ -63,14 +64,17 @@ func VhostAvailable() bool {
 	return true
 }
 
-// do runs fn with a netlink handle in the configured namespace. Tap
+// do runs fn with a netlink handle in the configured namespace. The handle
+// is rtnetlink only: NewHandle() without families also opens XFRM and
+// netfilter sockets, which fail with "protocol not supported" on kernels
+// where xfrm_user is a module nobody loaded (the hypervisor image). Tap
 // creation opens /dev/net/tun, which lands in the calling thread's
 // namespace, so the thread itself is moved when a namespace is set.
 func (m *Manager) do(fn func(h *netlink.Handle) error) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.cfg.NetNSPath == "" {
-		h, err := netlink.NewHandle()
+		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 		if err != nil {
 			return fmt.Errorf("netdev: netlink: %w", err)
 		}
@@ -100,7 +104,7 @@ func (m *Manager) do(fn func(h *netlink.Handle) error) error {
 			errc <- fmt.Errorf("netdev: enter %s: %w", m.cfg.NetNSPath, err)
 			return // thread state unknown: stays locked, dies with the goroutine
 		}
-		h, err := netlink.NewHandle()
+		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 		if err == nil {
 			err = fn(h)
 			h.Close()
