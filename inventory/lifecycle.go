@@ -788,8 +788,14 @@ func (l *Lifecycle) lastEntry(ctx context.Context, name string) string {
 			continue
 		}
 		s := e.GetSource() + " " + e.GetEvent()
+		// Name what was fetched and how it ended (HTTP, TFTP entries).
+		for _, k := range []string{"status", "path", "file"} {
+			if v := e.GetAttributes()[k]; v != "" {
+				s += " " + k + "=" + v
+			}
+		}
 		if e.GetDetail() != "" {
-			s += " " + e.GetDetail()
+			s += ": " + e.GetDetail()
 		}
 		return s
 	}

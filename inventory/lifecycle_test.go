@@ -538,7 +538,7 @@ func TestBootWatchdog(t *testing.T) {
 		t.Fatal(err)
 	}
 	enrollBMC(t, h, "r1")
-	h.inv.Event(mac1, "http", "404", "/boot/hypervisor/initrd.img", nil)
+	h.inv.Event(mac1, "http", "http-refused", "catalog file unreadable", map[string]string{"path": "/images/hypervisor-initrd.img", "status": "404"})
 	if _, err := h.msrv.SetPower(ctx, &inventoryv1.SetPowerRequest{Name: "r1", Action: inventoryv1.PowerAction_POWER_ACTION_ON}); err != nil {
 		t.Fatal(err)
 	}
@@ -576,7 +576,7 @@ func TestBootWatchdog(t *testing.T) {
 	h.clk.Advance(DefaultBootWatchdog + time.Second)
 	h.reconcile()
 	m := h.machine("r1")
-	want := "boot watchdog: no agent after 5m0s ×3; last: http 404 /boot/hypervisor/initrd.img"
+	want := "boot watchdog: no agent after 5m0s ×3; last: http http-refused status=404 path=/images/hypervisor-initrd.img: catalog file unreadable"
 	if m.GetState() != inventoryv1.Machine_FAILED || m.GetStateReason() != want || m.GetWatchdog() != nil {
 		t.Fatalf("after cycles: %v %q, want %q", m.GetState(), m.GetStateReason(), want)
 	}

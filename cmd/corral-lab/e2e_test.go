@@ -413,6 +413,15 @@ CreateVirtualMachine:
 				}
 			}
 			if vmOK {
+				// The node itself starts the VM again from its data disk
+				// (spec, volume, network): the record alone could be stale.
+				r.waitFor("lab-1 restarts lab-vm from its data disk", 2*time.Minute, func() bool {
+					b, _ := os.ReadFile(lm.Console())
+					return strings.Contains(string(b), `msg="restarting vm whose qemu is gone" vm=lab-vm`)
+				})
+				if b, _ := os.ReadFile(lm.Console()); strings.Contains(string(b), `msg="restart vm" vm=lab-vm`) || strings.Contains(string(b), `msg="restore network"`) {
+					t.Errorf("lab-1 could not restore lab-vm or its network (console above in the failure dump)")
+				}
 				r.waitFor("lab-vm RUNNING after the node's reboot", 3*time.Minute, func() bool {
 					out, _ := r.corral("get", "vm", "lab-vm", "-o", "json")
 					return strings.Contains(string(out), `"RUNNING"`)
@@ -488,8 +497,9 @@ func TestLabBootWatchdog(t *testing.T) {
 	if !strings.Contains(tl, "watchdog") {
 		t.Errorf("no watchdog power cycle in the timeline:\n%s", tl)
 	}
-	// e.g. "boot watchdog: no agent after 40s ×1; last: http http-refused catalog file unreadable"
-	if !strings.Contains(m.StateReason, "watchdog") || !strings.Contains(m.StateReason, "http-refused") {
+	// e.g. "boot watchdog: no agent after 40s ×1; last: http http-refused
+	// status=404 path=/images/initrd.img: catalog file unreadable"
+	if !strings.Contains(m.StateReason, "watchdog") || !strings.Contains(m.StateReason, "http-refused") || !strings.Contains(m.StateReason, "initrd.img") {
 		t.Errorf("FAILED reason %q names neither the watchdog nor the failing step (the initrd fetch refused)", m.StateReason)
 	}
 	t.Run("down", func(t *testing.T) { checkDown(t, r.in(t)) })
