@@ -69,6 +69,22 @@ func TestNodeAgentImports(t *testing.T) {
 	}
 }
 
+// TestLabNotShipped: the virtual rack (internal/lab) drives corrald from
+// outside; nothing shipped may link it.
+func TestLabNotShipped(t *testing.T) {
+	for _, main := range []string{"./cmd/corrald", "./cmd/corral", "./cmd/corral-node"} {
+		out, err := exec.Command("go", "list", "-deps", main).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if dep == "github.com/corralhq/corral/internal/lab" {
+				t.Errorf("%s links internal/lab", main)
+			}
+		}
+	}
+}
+
 // TestOnePackageDoc: every package has exactly one file with a package doc
 // comment.
 func TestOnePackageDoc(t *testing.T) {
