@@ -13,6 +13,7 @@ import (
 
 	hypervisorv1 "github.com/corralhq/corral/api/hypervisor/v1"
 	"github.com/corralhq/corral/hypervisor/cloudinit"
+	"github.com/corralhq/corral/hypervisor/internal/durable"
 	"github.com/corralhq/corral/hypervisor/internal/hverr"
 	"github.com/corralhq/corral/hypervisor/netdev"
 	"github.com/corralhq/corral/hypervisor/vm"
@@ -431,9 +432,5 @@ func (s *Server) Restore(ctx context.Context) {
 }
 
 func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return durable.WriteFile(path, data, 0o600)
 }

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corralhq/corral/hypervisor/internal/durable"
 	"github.com/corralhq/corral/hypervisor/internal/hverr"
 	"github.com/corralhq/corral/hypervisor/netdev"
 )
@@ -223,6 +224,9 @@ func (m *Manager) Boot(ctx context.Context, spec Spec) (VM, error) {
 			return VM{}, fmt.Errorf("vm %q: %w", spec.Name, err)
 		}
 		undo = append(undo, func() { os.RemoveAll(dir) })
+		if err := durable.SyncDir(filepath.Dir(dir)); err != nil {
+			return VM{}, fmt.Errorf("vm %q: %w", spec.Name, err)
+		}
 	}
 	spec.NICs = slices.Clone(spec.NICs)
 	for i := range spec.NICs {
@@ -614,22 +618,8 @@ func mustJSON(v any) []byte {
 	return b
 }
 
+// writeFileAtomic writes VM state durably: a node may lose power right
+// after a call returns, and its VMs must come back after the reboot.
 func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return durable.WriteFile(path, data, perm)
 }

@@ -32,6 +32,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/corralhq/corral/hypervisor/internal/durable"
 	"github.com/corralhq/corral/hypervisor/internal/hverr"
 )
 
@@ -364,10 +365,18 @@ func (s *Store) build(ctx context.Context, name, path string, fill func(tmp stri
 	if err := os.Chmod(tmp, 0o600); err != nil {
 		return Volume{}, fmt.Errorf("volume %q: %w", name, err)
 	}
+	// Durable before it is published: the node may lose power right after.
+	if err := durable.SyncFile(tmp); err != nil {
+		return Volume{}, fmt.Errorf("volume %q: %w", name, err)
+	}
 	if err := os.Link(tmp, path); err != nil {
 		if os.IsExist(err) {
 			return Volume{}, hverr.Wrap(ErrExists, "volume %q", name)
 		}
+		return Volume{}, fmt.Errorf("volume %q: %w", name, err)
+	}
+	os.Remove(tmp)
+	if err := durable.SyncDir(s.cfg.Dir); err != nil {
 		return Volume{}, fmt.Errorf("volume %q: %w", name, err)
 	}
 	v, err := s.Get(ctx, name)
