@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -417,9 +418,9 @@ CreateVirtualMachine:
 				// (spec, volume, network): the record alone could be stale.
 				r.waitFor("lab-1 restarts lab-vm from its data disk", 2*time.Minute, func() bool {
 					b, _ := os.ReadFile(lm.Console())
-					return strings.Contains(string(b), `msg="restarting vm whose qemu is gone" vm=lab-vm`)
+					return restarted.Match(b)
 				})
-				if b, _ := os.ReadFile(lm.Console()); strings.Contains(string(b), `msg="restart vm" vm=lab-vm`) || strings.Contains(string(b), `msg="restore network"`) {
+				if b, _ := os.ReadFile(lm.Console()); restartFailed.Match(b) || strings.Contains(string(b), `msg="restore network"`) {
 					t.Errorf("lab-1 could not restore lab-vm or its network (console above in the failure dump)")
 				}
 				r.waitFor("lab-vm RUNNING after the node's reboot", 3*time.Minute, func() bool {
@@ -448,6 +449,13 @@ func lastNodeLine(console string) (string, int) {
 	}
 	return last, n
 }
+
+// The node agent's log lines on the console when it restarts a VM after a
+// reboot (slog text: msg, then node=, then vm=).
+var (
+	restarted     = regexp.MustCompile(`msg="restarting vm whose qemu is gone" .*\bvm=lab-vm\b`)
+	restartFailed = regexp.MustCompile(`msg="restart vm" .*\bvm=lab-vm\b`)
+)
 
 // checkDown runs corral-lab down and checks nothing of the lab is left.
 func checkDown(t *testing.T, r *rack) {
