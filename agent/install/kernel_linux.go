@@ -131,11 +131,20 @@ func (kernel) mount(dev, dir string) error {
 	return unix.Mount(dev, dir, "ext4", unix.MS_NOATIME, "")
 }
 
-// unmount syncs the filesystem and unmounts it.
+// unmount syncs the filesystem and unmounts it. A failed sync is an
+// error: the install must not report done with the identity unwritten.
 func (kernel) unmount(dir string) error {
-	if fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0); err == nil {
-		_ = unix.Syncfs(fd)
-		unix.Close(fd)
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
 	}
-	return unix.Unmount(dir, 0)
+	serr := unix.Syncfs(fd)
+	unix.Close(fd)
+	if err := unix.Unmount(dir, 0); err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("sync %s: %w", dir, serr)
+	}
+	return nil
 }
