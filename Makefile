@@ -52,7 +52,7 @@ test-short: ## Unit tests only (-short skips process and end-to-end tests)
 	$(GO) test -race -short -count=1 ./...
 
 bench: ## Print API benchmark figures (ReserveCompute/ReserveNetworkInterface over TLS gRPC on bbolt)
-	$(GO) test -run '^$$' -bench . -benchtime 3s ./cmd/corrald/server/
+	$(GO) test -run '^$$' -bench . -benchtime 3s ./internal/server/
 
 ci: check-generate vet test ## What .ci/run runs after installing packages
 

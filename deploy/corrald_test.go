@@ -15,7 +15,7 @@ import (
 
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/auth/clientconfig"
-	"github.com/corralhq/corral/cmd/corrald/server"
+	"github.com/corralhq/corral/internal/server"
 	"github.com/corralhq/corral/deploy"
 )
 

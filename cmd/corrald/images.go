@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/corralhq/corral/cmd/corrald/server"
+	"github.com/corralhq/corral/internal/server"
 	"github.com/corralhq/corral/images"
 	"github.com/corralhq/corral/images/discovery"
 	"github.com/spf13/cobra"

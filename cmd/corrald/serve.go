@@ -3,7 +3,7 @@ package main
 import (
 	"time"
 
-	"github.com/corralhq/corral/cmd/corrald/server"
+	"github.com/corralhq/corral/internal/server"
 	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/inventory/pool"
 	"github.com/spf13/cobra"

@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 
-	"github.com/corralhq/corral/cmd/corrald/server"
+	"github.com/corralhq/corral/internal/server"
 	"github.com/spf13/cobra"
 )
 

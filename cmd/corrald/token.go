@@ -6,7 +6,7 @@ import (
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	"github.com/corralhq/corral/auth"
-	"github.com/corralhq/corral/cmd/corrald/server"
+	"github.com/corralhq/corral/internal/server"
 	"github.com/spf13/cobra"
 )
 

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Reconcile timing of corrald as built: cmd/corrald/server does not expose
+// Reconcile timing of corrald as built: internal/server does not expose
 // appliance.Config.ReconcileInterval (default 30 s) nor a way to trigger a
 // pass, and the node heartbeats every 10 s. "Within one heartbeat +
 // reconcile" is therefore up to ~40 s here.

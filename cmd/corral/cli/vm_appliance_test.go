@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/corralhq/corral/cmd/corrald/server"
+	"github.com/corralhq/corral/internal/server"
 )
 
 // TestVerbsAgainstAppliance runs the vm, bs and image verbs against the

@@ -1,5 +1,5 @@
 // Package lab runs a real Corral appliance and one real hypervisor node
-// for end-to-end tests and benchmarks: corrald in-process (cmd/corrald/server:
+// for end-to-end tests and benchmarks: corrald in-process (internal/server:
 // bbolt, TLS, tokens, the BlockStorage/VirtualMachine/Image services and
 // their reconciler) on the host end of a veth pair, and the built
 // `corral-node hypervisor` binary inside a network namespace created for
@@ -30,7 +30,7 @@ import (
 	hypervisorv1 "github.com/corralhq/corral/api/hypervisor/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/auth/clientconfig"
-	"github.com/corralhq/corral/cmd/corrald/server"
+	"github.com/corralhq/corral/internal/server"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
