@@ -69,17 +69,20 @@ func TestNodeAgentImports(t *testing.T) {
 	}
 }
 
-// TestLabNotShipped: the virtual rack (internal/lab) drives corrald from
-// outside; nothing shipped may link it.
+// TestLabNotShipped: the test-support tree (testsupport/, home of the
+// virtual rack testsupport/lab behind corral-lab, the simulators and the
+// test images) drives the product from outside; nothing shipped may link
+// any of it.
 func TestLabNotShipped(t *testing.T) {
+	const testsupport = "github.com/corralhq/corral/testsupport"
 	for _, main := range []string{"./cmd/corrald", "./cmd/corral", "./cmd/corral-node"} {
 		out, err := exec.Command("go", "list", "-deps", main).Output()
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, dep := range strings.Fields(string(out)) {
-			if dep == "github.com/corralhq/corral/internal/lab" {
-				t.Errorf("%s links internal/lab", main)
+			if dep == testsupport || strings.HasPrefix(dep, testsupport+"/") {
+				t.Errorf("%s links %s", main, dep)
 			}
 		}
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corralhq/corral/internal/lab"
+	"github.com/corralhq/corral/testsupport/lab"
 )
 
 // The end-to-end tests run the real corral-lab binary: corrald in a

@@ -1,7 +1,7 @@
 // Command corral-lab is the virtual rack: `corral-lab up` starts corrald
 // in a network namespace with QEMU machines (BIOS or UEFI, optionally each
 // behind an ipmi_sim BMC) that PXE-boot from it; status, report and down
-// show, measure and remove it. The work is in internal/lab.
+// show, measure and remove it. The work is in testsupport/lab.
 package main
 
 import (
@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/corralhq/corral/internal/lab"
+	"github.com/corralhq/corral/testsupport/lab"
 	"github.com/spf13/cobra"
 )
 
