@@ -5,27 +5,30 @@
 // file), store/mem (tests) and, later, store/etcd. The shared contract test
 // suite in store/storetest is run against each of them.
 //
-// This package imports nothing of Corral's and no backend; callers that need
-// a backend get one from cmd wiring.
+// This package imports nothing of Corral's but the error vocabulary
+// (internal/apierr, itself a leaf) and no backend; callers that need a
+// backend get one from cmd wiring.
 package store
 
 import (
 	"context"
-	"errors"
+
+	"github.com/corralhq/corral/internal/apierr"
 )
 
 // Sentinel errors. Implementations wrap them with %w; callers test them with
-// errors.Is.
+// errors.Is. Each is a member of an apierr class, so gRPC edges map them
+// without knowing the store.
 var (
-	// ErrNotFound: the key does not exist.
-	ErrNotFound = errors.New("store: key not found")
+	// ErrNotFound: the key does not exist (class apierr.ErrNotFound).
+	ErrNotFound = apierr.New(apierr.ErrNotFound, "store: key not found")
 	// ErrConflict: the compare-and-swap precondition failed; the caller
-	// should re-read and retry.
-	ErrConflict = errors.New("store: revision conflict")
-	// ErrClosed: the store has been closed.
-	ErrClosed = errors.New("store: closed")
-	// ErrCorrupt: stored data cannot be decoded.
-	ErrCorrupt = errors.New("store: corrupt data")
+	// should re-read and retry (class apierr.ErrConflict).
+	ErrConflict = apierr.New(apierr.ErrConflict, "store: revision conflict")
+	// ErrClosed: the store has been closed (class apierr.ErrUnavailable).
+	ErrClosed = apierr.New(apierr.ErrUnavailable, "store: closed")
+	// ErrCorrupt: stored data cannot be decoded (class apierr.ErrDataLoss).
+	ErrCorrupt = apierr.New(apierr.ErrDataLoss, "store: corrupt data")
 )
 
 // KV is one stored record. Revision is the store-wide revision at which the

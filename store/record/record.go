@@ -2,7 +2,8 @@
 // is wrapped in a corral.store.v1.Record carrying its schema version and
 // type, so a reader can tell a foreign or newer record from a corrupt one.
 //
-// It imports only the store contract and the generated API.
+// It imports only the store contract, the error vocabulary (internal/apierr)
+// and the generated API.
 package record
 
 import (
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	storev1 "github.com/corralhq/corral/api/store/v1"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/store"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -21,8 +23,9 @@ import (
 // SchemaVersion is the version this build writes and the newest it reads.
 const SchemaVersion = 1
 
-// ErrSchema: the record was written by a newer schema than this build knows.
-var ErrSchema = errors.New("record: unsupported schema version")
+// ErrSchema: the record was written by a newer schema than this build knows
+// (class apierr.ErrDataLoss).
+var ErrSchema = apierr.New(apierr.ErrDataLoss, "record: unsupported schema version")
 
 // Marshal wraps msg in a Record envelope.
 func Marshal(msg proto.Message) ([]byte, error) {
