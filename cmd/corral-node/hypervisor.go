@@ -5,17 +5,18 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/corralhq/corral/agent/hvboot"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/hypervisor/node"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 )
 
@@ -25,26 +26,26 @@ import (
 // --boot it is the hypervisor image's init (agent/hvboot): everything
 // comes from the kernel command line and the data partition.
 func runHypervisor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("hypervisor", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("hypervisor", stderr)
 	boot := fs.Bool("boot", false, "run as the hypervisor image's init: read /proc/cmdline, mount the data partition, take the identity agent/install wrote")
 	cmdlineFile := fs.String("cmdline", "/proc/cmdline", "with --boot: kernel command line carrying corral.* parameters")
-	name := fs.String("name", envOr("CORRAL_NODE_NAME", hostname()), "node name in the pool (env CORRAL_NODE_NAME)")
-	join := fs.String("join", os.Getenv("CORRAL_JOIN"), "appliance API host:port (env CORRAL_JOIN)")
-	token := fs.String("token", os.Getenv("CORRAL_TOKEN"), "node token from `corrald token create --role node`, needed only for the first start (env CORRAL_TOKEN)")
-	caCert := fs.String("ca-cert", os.Getenv("CORRAL_CA_CERT"), "appliance CA certificate file (env CORRAL_CA_CERT)")
-	dataDir := fs.String("data-dir", envOr("CORRAL_DATA_DIR", "/var/lib/corral-node"), "node data directory: identity, volumes, VMs (env CORRAL_DATA_DIR)")
-	listen := fs.String("listen", envOr("CORRAL_LISTEN", ":20181"), "HypervisorService listen address (env CORRAL_LISTEN)")
-	advertise := fs.String("advertise", os.Getenv("CORRAL_ADVERTISE"), "address the appliance dials this node on (default: the host of --listen) (env CORRAL_ADVERTISE)")
-	uplink := fs.String("uplink", os.Getenv("CORRAL_UPLINK"), "interface for VLAN sub-interfaces; empty = host-local networks only (env CORRAL_UPLINK)")
-	rack := fs.String("rack", os.Getenv("CORRAL_RACK"), "rack label (scheduling spreads across racks) (env CORRAL_RACK)")
-	datacenter := fs.String("datacenter", os.Getenv("CORRAL_DATACENTER"), "datacenter (env CORRAL_DATACENTER)")
-	accel := fs.String("accel", envOr("CORRAL_ACCEL", "auto"), "accelerator: auto (KVM when it works, else TCG), kvm or tcg (env CORRAL_ACCEL)")
+	name := fs.String("name", hostname(), "node name in the pool (env CORRAL_NAME, or CORRAL_NODE_NAME)")
+	join := fs.String("join", "", "appliance API host:port (env CORRAL_JOIN)")
+	token := fs.String("token", "", "node token from 'corrald token create --role node', needed only for the first start (env CORRAL_TOKEN)")
+	caCert := fs.String("ca-cert", "", "appliance CA certificate file (env CORRAL_CA_CERT)")
+	dataDir := fs.String("data-dir", "/var/lib/corral-node", "node data directory: identity, volumes, VMs (env CORRAL_DATA_DIR)")
+	listen := fs.String("listen", ":20181", "HypervisorService listen address (env CORRAL_LISTEN)")
+	advertise := fs.String("advertise", "", "address the appliance dials this node on (default: the host of --listen) (env CORRAL_ADVERTISE)")
+	uplink := fs.String("uplink", "", "interface for VLAN sub-interfaces; empty = host-local networks only (env CORRAL_UPLINK)")
+	rack := fs.String("rack", "", "rack label (scheduling spreads across racks) (env CORRAL_RACK)")
+	datacenter := fs.String("datacenter", "", "datacenter (env CORRAL_DATACENTER)")
+	accel := fs.String("accel", "auto", "accelerator: auto (KVM when it works, else TCG), kvm or tcg (env CORRAL_ACCEL)")
 	var labels labelFlag
-	fs.Var(&labels, "label", "label KEY=VALUE on the Node (repeatable)")
-	verbose := fs.Bool("v", false, "debug logging")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+	fs.Var(&labels, "label", "label KEY=VALUE on the Node, repeatable (env CORRAL_LABEL, comma-separated)")
+	verbose := fs.BoolP("verbose", "v", false, "debug logging")
+	// CORRAL_NODE_NAME predates the CORRAL_<FLAG> rule.
+	if err := parse(fs, args, map[string][]string{"name": {"CORRAL_NODE_NAME"}}); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
 			return nil
 		}
 		return err
@@ -117,24 +118,23 @@ func runHypervisorBoot(ctx context.Context, cmdlineFile, dataDir, accel string, 
 	})
 }
 
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
-}
-
 func hostname() string {
 	h, _ := os.Hostname()
 	return h
 }
 
-// labelFlag collects repeatable KEY=VALUE flags.
+// labelFlag collects repeatable KEY=VALUE flags. It is a
+// pflag.SliceValue, so CORRAL_LABEL (comma-separated) sets several.
 type labelFlag struct{ m map[string]string }
 
-func (l *labelFlag) String() string { return fmt.Sprint(l.m) }
+func (l *labelFlag) String() string { return strings.Join(l.GetSlice(), ",") }
 
-func (l *labelFlag) Set(v string) error {
+func (l *labelFlag) Type() string { return "KEY=VALUE" }
+
+func (l *labelFlag) Set(v string) error { return l.Append(v) }
+
+// Append adds one KEY=VALUE.
+func (l *labelFlag) Append(v string) error {
 	k, val, ok := strings.Cut(v, "=")
 	if !ok || k == "" {
 		return fmt.Errorf("label %q: want KEY=VALUE", v)
@@ -144,4 +144,25 @@ func (l *labelFlag) Set(v string) error {
 	}
 	l.m[k] = val
 	return nil
+}
+
+// Replace sets the labels to vs.
+func (l *labelFlag) Replace(vs []string) error {
+	l.m = nil
+	for _, v := range vs {
+		if err := l.Append(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// GetSlice returns the labels as sorted KEY=VALUE items.
+func (l *labelFlag) GetSlice() []string {
+	out := make([]string, 0, len(l.m))
+	for k, v := range l.m {
+		out = append(out, k+"="+v)
+	}
+	slices.Sort(out)
+	return out
 }

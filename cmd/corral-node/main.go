@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +15,8 @@ import (
 	"syscall"
 
 	"github.com/corralhq/corral/agent/discover"
+	"github.com/corralhq/corral/internal/flagconf"
+	"github.com/spf13/pflag"
 )
 
 // version is set at link time (-ldflags "-X main.version=...").
@@ -46,15 +47,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func runDiscover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("discover", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("discover", stderr)
 	root := fs.String("root", "/", "read sysfs, procfs and SMBIOS under this directory")
 	dryRun := fs.Bool("dry-run", false, "print the facts as JSON and exit; load nothing, touch no network")
 	cmdlineFile := fs.String("cmdline", "/proc/cmdline", "kernel command line carrying corral.* parameters")
 	caFile := fs.String("ca-file", "/etc/corral/ca.crt", "optional PEM with CA candidates (only one matching corral.ca is trusted)")
-	verbose := fs.Bool("v", false, "debug logging on stderr")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+	verbose := fs.BoolP("verbose", "v", false, "debug logging on stderr")
+	if err := parse(fs, args, nil); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
 			return nil
 		}
 		return err
@@ -69,6 +69,27 @@ func runDiscover(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		Root: *root, CmdlineFile: *cmdlineFile, CAFile: *caFile, DryRun: *dryRun,
 		Version: version, Stdout: stdout, Console: console, Logger: logger,
 	})
+}
+
+// newFlagSet is a subcommand's flag set: POSIX long flags, usage and
+// errors on stderr.
+func newFlagSet(name string, stderr io.Writer) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage of corral-node %s (a flag not given is read from CORRAL_<NAME>, upper case, '-' as '_'):\n", name)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args, then fills the flags not given from the
+// environment (flagconf; aliases: older variable names).
+func parse(fs *pflag.FlagSet, args []string, aliases map[string][]string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return flagconf.Apply(fs, flagconf.Options{Aliases: aliases})
 }
 
 // consoleWriter writes to stdout and, when it is a different file, to
