@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
-	"github.com/corralhq/corral/internal/server"
 	"github.com/corralhq/corral/images"
 	"github.com/corralhq/corral/images/discovery"
+	"github.com/corralhq/corral/internal/server"
+	"github.com/corralhq/corral/internal/sourcetree"
 	"github.com/spf13/cobra"
 )
 
@@ -40,8 +37,8 @@ unchanged inputs is taken from the cache.`,
 			ipxeDirs, _ := cmd.Flags().GetStringSlice("ipxe-dir")
 			noHyp, _ := cmd.Flags().GetBool("no-hypervisor")
 			if src == "" {
-				if src, err = findSource(); err != nil {
-					return err
+				if src, err = sourcetree.FindFromWorkingDir(); err != nil {
+					return fmt.Errorf("%w: pass --source", err)
 				}
 			}
 			catDir := filepath.Join(dataDir, server.ImagesDir)
@@ -99,31 +96,4 @@ func how(r discovery.Result) string {
 		return "cached"
 	}
 	return "built in " + r.BuildTime.Round(100*time.Millisecond).String()
-}
-
-// findSource walks up from the working directory to the go.mod of the
-// Corral module.
-func findSource() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if f, err := os.Open(filepath.Join(dir, "go.mod")); err == nil {
-			sc := bufio.NewScanner(f)
-			mod := ""
-			if sc.Scan() {
-				mod = strings.TrimSpace(strings.TrimPrefix(sc.Text(), "module"))
-			}
-			f.Close()
-			if mod == "github.com/corralhq/corral" {
-				return dir, nil
-			}
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("not inside the Corral source tree: pass --source")
-		}
-		dir = parent
-	}
 }
