@@ -463,22 +463,9 @@ func (c *BMCControl) storePower(ctx context.Context, m *inventoryv1.Machine, st 
 }
 
 // SetPower performs a power action through the machine's BMC, records it
-// in the timeline, and then reads and stores the state. On, cycle and
-// reset arm the machine's boot watchdog when it is to network-boot.
+// in the timeline, and then reads and stores the state. (The lifecycle
+// arms the boot watchdog for actions that boot the machine.)
 func (c *BMCControl) SetPower(ctx context.Context, name string, a inventoryv1.PowerAction) (*inventoryv1.PowerStatus, error) {
-	ps, err := c.setPower(ctx, name, a)
-	if err != nil {
-		return nil, err
-	}
-	switch a {
-	case inventoryv1.PowerAction_POWER_ACTION_ON, inventoryv1.PowerAction_POWER_ACTION_CYCLE, inventoryv1.PowerAction_POWER_ACTION_RESET:
-		c.inv.armWatchdog(ctx, name, "power "+strings.ToLower(strings.TrimPrefix(a.String(), "POWER_ACTION_")))
-	}
-	return ps, nil
-}
-
-// setPower is SetPower without arming the watchdog.
-func (c *BMCControl) setPower(ctx context.Context, name string, a inventoryv1.PowerAction) (*inventoryv1.PowerStatus, error) {
 	if _, ok := inventoryv1.PowerAction_name[int32(a)]; !ok || a == inventoryv1.PowerAction_POWER_ACTION_UNSPECIFIED {
 		return nil, invalidf("power action %d: use on, off, soft, cycle or reset", int32(a))
 	}
@@ -512,30 +499,30 @@ func (c *BMCControl) setPower(ctx context.Context, name string, a inventoryv1.Po
 
 // SetBootDevice sets a machine's next boot device through its BMC and
 // records it in the timeline.
-func (c *BMCControl) SetBootDevice(ctx context.Context, req *inventoryv1.SetBootDeviceRequest) error {
-	name := req.GetName()
-	if _, ok := inventoryv1.BootDevice_name[int32(req.GetDevice())]; !ok || req.GetDevice() == inventoryv1.BootDevice_BOOT_DEVICE_UNSPECIFIED {
-		return invalidf("boot device %d: use pxe, disk or bios", int32(req.GetDevice()))
+func (c *BMCControl) SetBootDevice(ctx context.Context, name string, req BootRequest) error {
+	if _, ok := inventoryv1.BootDevice_name[int32(req.Device)]; !ok || req.Device == inventoryv1.BootDevice_BOOT_DEVICE_UNSPECIFIED {
+		return invalidf("boot device %d: use pxe, disk or bios", int32(req.Device))
 	}
 	m, t, err := c.target(ctx, name)
 	if err != nil {
 		return err
 	}
 	cctx, cancel := context.WithTimeout(ctx, t.Timeout)
-	res, err := c.cfg.BMC.SetBootDevice(cctx, t, BootRequest{Device: req.GetDevice(), Persistent: req.GetPersistent(), EFI: req.GetEfi()})
+	res, err := c.cfg.BMC.SetBootDevice(cctx, t, req)
 	cancel()
-	dev := strings.ToLower(strings.TrimPrefix(req.GetDevice().String(), "BOOT_DEVICE_"))
+	dev := strings.ToLower(strings.TrimPrefix(req.Device.String(), "BOOT_DEVICE_"))
 	if err != nil {
 		c.event(m, "bootdev-failed", fmt.Sprintf("boot device %s failed: %v", dev, err), res)
 		return fmt.Errorf("machine %s: boot device %s: %w", name, dev, err)
 	}
-	c.event(m, "bootdev", fmt.Sprintf("next boot %s (persistent=%t efi=%t) via %s", dev, req.GetPersistent(), req.GetEfi(), res.Provider), res)
+	c.event(m, "bootdev", fmt.Sprintf("next boot %s (persistent=%t efi=%t) via %s", dev, req.Persistent, req.EFI, res.Provider), res)
 	if _, err := c.inv.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
-		if m.Bmc != nil && res.Provider != "" {
-			m.Bmc.Provider = res.Provider
+		if m.Bmc == nil || res.Provider == "" || m.Bmc.GetProvider() == res.Provider {
+			return errSkip // nothing new to record
 		}
+		m.Bmc.Provider = res.Provider
 		return nil
-	}); err != nil {
+	}); err != nil && !errors.Is(err, errSkip) {
 		return err
 	}
 	return nil
@@ -585,23 +572,34 @@ func (i *Inventory) ReconcileBMCAddress(ctx context.Context, name, reported stri
 	}
 	var filled, mismatch bool
 	m, err := i.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
-		filled, mismatch = false, false
-		if m.Bmc == nil {
-			m.Bmc = &inventoryv1.Bmc{}
-		}
-		m.Bmc.InbandAddress = host
-		if m.Bmc.GetAddress() == "" {
-			m.Bmc.Address = host
-			filled = true
-		}
-		m.Flags = bmcMismatchFlags(m.GetFlags(), m.Bmc)
-		mismatch = m.Bmc.GetAddress() != host
+		filled, mismatch = applyInbandBMC(m, host)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	mac := m.GetBootMac()
+	i.inbandBMCEvents(m, host, filled, mismatch)
+	return m, nil
+}
+
+// applyInbandBMC records the in-band BMC address on m: it fills an empty
+// enrolled address, and sets or clears the mismatch flag.
+func applyInbandBMC(m *inventoryv1.Machine, host string) (filled, mismatch bool) {
+	if m.Bmc == nil {
+		m.Bmc = &inventoryv1.Bmc{}
+	}
+	m.Bmc.InbandAddress = host
+	if m.Bmc.GetAddress() == "" {
+		m.Bmc.Address = host
+		filled = true
+	}
+	m.Flags = bmcMismatchFlags(m.GetFlags(), m.Bmc)
+	return filled, m.Bmc.GetAddress() != host
+}
+
+// inbandBMCEvents logs and records what applyInbandBMC did.
+func (i *Inventory) inbandBMCEvents(m *inventoryv1.Machine, host string, filled, mismatch bool) {
+	name, mac := m.GetName(), m.GetBootMac()
 	switch {
 	case filled:
 		i.log.Info("BMC address filled from discovery", "machine", name, "bmc", host)
@@ -614,7 +612,6 @@ func (i *Inventory) ReconcileBMCAddress(ctx context.Context, name, reported stri
 			i.Event(mac, "bmc", FlagBMCAddressMismatch, fmt.Sprintf("enrolled %s, agent reads %s in-band", m.GetBmc().GetAddress(), host), nil)
 		}
 	}
-	return m, nil
 }
 
 // bmcMismatchFlags sets or clears the mismatch flag for b.

@@ -145,7 +145,7 @@ func TestEnrollCreatesAndSealsAndPowers(t *testing.T) {
 	if err != nil || ps.GetState() != inventoryv1.PowerState_POWER_STATE_ON || ps.GetProvider() != "fake" {
 		t.Fatalf("power on: %v %v", ps, err)
 	}
-	if err := c.SetBootDevice(ctx, &inventoryv1.SetBootDeviceRequest{Name: "m1", Device: inventoryv1.BootDevice_BOOT_DEVICE_PXE, Efi: true}); err != nil {
+	if err := c.SetBootDevice(ctx, "m1", BootRequest{Device: inventoryv1.BootDevice_BOOT_DEVICE_PXE, EFI: true}); err != nil {
 		t.Fatal(err)
 	}
 	if len(f.boots) != 1 || f.boots[0].Device != inventoryv1.BootDevice_BOOT_DEVICE_PXE || !f.boots[0].EFI || f.boots[0].Persistent {

@@ -15,9 +15,6 @@ type MachineServer struct {
 	// BMC serves Enroll, SetPower, GetPower and SetBootDevice; when nil
 	// those RPCs answer FailedPrecondition.
 	BMC *BMCControl
-	// Lifecycle serves Accept, Reprovision and SetMaintenance; when nil
-	// those RPCs answer FailedPrecondition.
-	Lifecycle *Lifecycle
 }
 
 // Register registers srv's MachineService on s.
@@ -104,51 +101,25 @@ func (s *MachineServer) SetBootDevice(ctx context.Context, req *inventoryv1.SetB
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if err := c.SetBootDevice(ctx, req); err != nil {
+	if err := c.SetBootDevice(ctx, req.GetName(), BootRequest{Device: req.GetDevice(), Persistent: req.GetPersistent(), EFI: req.GetEfi()}); err != nil {
 		return nil, toStatus(err)
 	}
 	return &emptypb.Empty{}, nil
 }
 
-func (s *MachineServer) lifecycle() (*Lifecycle, error) {
-	if s.Lifecycle != nil {
-		return s.Lifecycle, nil
-	}
-	return nil, preconditionf("the machine lifecycle is not configured on this appliance")
+// errNoLifecycle answers the lifecycle RPCs (Accept, Reprovision,
+// SetMaintenance) when this edge is served alone; the lifecycle package's
+// MachineServer overrides them.
+var errNoLifecycle = preconditionf("the machine lifecycle is not configured on this appliance")
+
+func (s *MachineServer) AcceptMachine(context.Context, *inventoryv1.AcceptMachineRequest) (*inventoryv1.Machine, error) {
+	return nil, toStatus(errNoLifecycle)
 }
 
-func (s *MachineServer) AcceptMachine(ctx context.Context, req *inventoryv1.AcceptMachineRequest) (*inventoryv1.Machine, error) {
-	l, err := s.lifecycle()
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	m, err := l.Accept(ctx, req.GetName(), req.GetDisk(), req.GetWipe())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return m, nil
+func (s *MachineServer) ReprovisionMachine(context.Context, *inventoryv1.ReprovisionMachineRequest) (*inventoryv1.Machine, error) {
+	return nil, toStatus(errNoLifecycle)
 }
 
-func (s *MachineServer) ReprovisionMachine(ctx context.Context, req *inventoryv1.ReprovisionMachineRequest) (*inventoryv1.Machine, error) {
-	l, err := s.lifecycle()
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	m, err := l.Reprovision(ctx, req.GetName())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return m, nil
-}
-
-func (s *MachineServer) SetMaintenance(ctx context.Context, req *inventoryv1.SetMaintenanceRequest) (*inventoryv1.Machine, error) {
-	l, err := s.lifecycle()
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	m, err := l.SetMaintenance(ctx, req.GetName(), req.GetOn(), req.GetReason())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return m, nil
+func (s *MachineServer) SetMaintenance(context.Context, *inventoryv1.SetMaintenanceRequest) (*inventoryv1.Machine, error) {
+	return nil, toStatus(errNoLifecycle)
 }

@@ -8,7 +8,6 @@ import (
 	"net"
 	"regexp"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
@@ -44,10 +43,6 @@ type Inventory struct {
 	cfg  Config
 	log  *slog.Logger
 	tl   *timeline
-	sess *sessions
-	// lc is the lifecycle controller, when one is made (NewLifecycle):
-	// session and registration hooks call it.
-	lc atomic.Pointer[Lifecycle]
 }
 
 // New validates cfg and returns an Inventory.
@@ -69,7 +64,6 @@ func New(cfg Config) (*Inventory, error) {
 	}
 	inv := &Inventory{cfg: cfg, log: cfg.Logger}
 	inv.tl = newTimeline(inv)
-	inv.sess = newSessions()
 	return inv, nil
 }
 
@@ -124,13 +118,9 @@ func (i *Inventory) GetMachine(ctx context.Context, name string) (*inventoryv1.M
 // ListMachines returns machines in name order matching the filter's state,
 // serial and MAC (unset fields match everything).
 func (i *Inventory) ListMachines(ctx context.Context, f *inventoryv1.ListMachinesRequest) ([]*inventoryv1.Machine, error) {
-	var sels []selector
-	for _, raw := range f.GetSelectors() {
-		sel, err := parseSelector(raw)
-		if err != nil {
-			return nil, err
-		}
-		sels = append(sels, sel)
+	sels, err := ParseSelectors(f.GetSelectors())
+	if err != nil {
+		return nil, err
 	}
 	var mac string
 	if f.GetMac() != "" {
@@ -154,7 +144,7 @@ func (i *Inventory) ListMachines(ctx context.Context, f *inventoryv1.ListMachine
 		if mac != "" && !hasMAC(m, mac) {
 			continue
 		}
-		if !matchAll(sels, m) {
+		if !sels.Match(m) {
 			continue
 		}
 		out = append(out, m)
@@ -422,13 +412,4 @@ func (i *Inventory) BootIntent(ctx context.Context, mac string) (name string, in
 		intent = inventoryv1.BootIntent_BOOT_INTENT_DISCOVER
 	}
 	return m.GetName(), intent, nil
-}
-
-func matchAll(sels []selector, m *inventoryv1.Machine) bool {
-	for _, s := range sels {
-		if !s.match(m) {
-			return false
-		}
-	}
-	return true
 }

@@ -32,8 +32,16 @@ const (
 // the same hardware, stores the facts with a dated history of what changed,
 // and moves a DISCOVERED machine to INVENTORIED with boot intent `local`.
 // Two machines reporting one serial with different UUIDs are kept apart and
-// flagged. An invalid report returns ErrInvalid and stores nothing.
-func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *inventoryv1.Facts) (*inventoryv1.Machine, error) {
+// flagged. The BMC LAN address the agent read in-band fills or checks the
+// enrolled one (see ReconcileBMCAddress). An invalid report returns
+// ErrInvalid and stores nothing.
+//
+// The machine record changes in one compare-and-swap. hook, when not nil,
+// runs inside it after the report is applied (became: the machine just
+// became INVENTORIED) and may change the record further; it may run more
+// than once when the swap is retried, so it must only set state derived
+// from its arguments.
+func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *inventoryv1.Facts, hook RegisterHook) (*inventoryv1.Machine, error) {
 	boot, err := NormalizeMAC(bootMAC)
 	if err != nil {
 		return nil, fmt.Errorf("boot_mac: %w", err)
@@ -55,6 +63,15 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 	uuid := normUUID(facts.GetSystem().GetUuid())
 	if !RealUUID(uuid) {
 		uuid = ""
+	}
+	bmcHost := ""
+	if addr := facts.GetBmc().GetIpv4Address(); strings.TrimSpace(addr) != "" {
+		h, _, err := ParseBMCAddress(addr)
+		if err != nil {
+			i.log.Warn("in-band BMC address not reconciled", "bmc", addr, "err", err)
+		} else {
+			bmcHost = h
+		}
 	}
 
 	target, flags, err := i.identify(ctx, serial, uuid, facts.GetBmc().GetIpv4Address(), macs)
@@ -106,7 +123,7 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 
 	now := timestamppb.New(i.cfg.Now())
 	var changes []*inventoryv1.FactChange
-	var became bool
+	var became, bmcFilled, bmcMismatch bool
 	m, err := i.updateMachine(ctx, name, true, func(m *inventoryv1.Machine) error {
 		changes = diffFacts(m.GetFacts(), facts, now)
 		m.FactHistory = append(m.FactHistory, changes...)
@@ -149,19 +166,22 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 			m.Annotations = map[string]string{}
 		}
 		m.Annotations[AnnotationLastSeen] = now.AsTime().UTC().Format("2006-01-02T15:04:05Z")
+		bmcFilled, bmcMismatch = false, false
+		if bmcHost != "" {
+			// Fill the enrolled BMC address from what the machine
+			// reports in-band, or flag a mismatch.
+			bmcFilled, bmcMismatch = applyInbandBMC(m, bmcHost)
+		}
+		if hook != nil {
+			hook(m, became)
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	if addr := facts.GetBmc().GetIpv4Address(); addr != "" {
-		// Fill the enrolled BMC address from what the machine reports
-		// in-band, or flag a mismatch.
-		if rm, err := i.ReconcileBMCAddress(ctx, name, addr); err != nil {
-			i.log.Warn("in-band BMC address not reconciled", "machine", name, "bmc", addr, "err", err)
-		} else {
-			m = rm
-		}
+	if bmcHost != "" {
+		i.inbandBMCEvents(m, bmcHost, bmcFilled, bmcMismatch)
 	}
 	if serial != "" {
 		i.index(ctx, serialPrefix+url.PathEscape(serial), name)
@@ -172,13 +192,11 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 	detail := fmt.Sprintf("machine %s serial=%q uuid=%q macs=%d", name, serial, uuid, len(macs))
 	i.Event(boot, "inventory", "registered", detail, map[string]string{"state": m.GetState().String(), "changes": fmt.Sprint(len(changes))})
 	i.log.Info("machine registered", "machine", name, "serial", serial, "mac", boot, "state", m.GetState().String(), "fact_changes", len(changes))
-	if lc := i.lc.Load(); lc != nil && became {
-		if am := lc.autoAccept(ctx, m); am != nil {
-			m = am
-		}
-	}
 	return m, nil
 }
+
+// RegisterHook is called inside Register's machine mutation; see Register.
+type RegisterHook func(m *inventoryv1.Machine, became bool)
 
 // AnnotationLastSeen is when the machine's agent last reported.
 const AnnotationLastSeen = "corral/last_seen"

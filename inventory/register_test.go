@@ -34,7 +34,7 @@ func TestRegisterSerialFirstAndNICSwap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := inv.Register(ctx, "52:54:00:00:00:01", facts("SN-1", "6a1c0f3e-1111-4a5b-9c2d-000000000001", "52:54:00:00:00:01"))
+	m, err := inv.Register(ctx, "52:54:00:00:00:01", facts("SN-1", "6a1c0f3e-1111-4a5b-9c2d-000000000001", "52:54:00:00:00:01"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestRegisterSerialFirstAndNICSwap(t *testing.T) {
 	if _, _, err := inv.EnsureMachineForMAC(ctx, "52:54:00:00:00:99"); err != nil {
 		t.Fatal(err)
 	}
-	m2, err := inv.Register(ctx, "52:54:00:00:00:99", facts("SN-1", "6a1c0f3e-1111-4a5b-9c2d-000000000001", "52:54:00:00:00:99"))
+	m2, err := inv.Register(ctx, "52:54:00:00:00:99", facts("SN-1", "6a1c0f3e-1111-4a5b-9c2d-000000000001", "52:54:00:00:00:99"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,11 +76,11 @@ func TestRegisterSerialFirstAndNICSwap(t *testing.T) {
 func TestRegisterPlaceholderSerialUsesUUIDThenMAC(t *testing.T) {
 	inv := newInv(t, Config{})
 	ctx := context.Background()
-	a, err := inv.Register(ctx, "52:54:00:00:01:01", facts("To Be Filled By O.E.M.", "00000000-0000-0000-0000-000000000000", "52:54:00:00:01:01"))
+	a, err := inv.Register(ctx, "52:54:00:00:01:01", facts("To Be Filled By O.E.M.", "00000000-0000-0000-0000-000000000000", "52:54:00:00:01:01"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := inv.Register(ctx, "52:54:00:00:01:02", facts("Default string", "03000200-0400-0500-0006-000700080009", "52:54:00:00:01:02"))
+	b, err := inv.Register(ctx, "52:54:00:00:01:02", facts("Default string", "03000200-0400-0500-0006-000700080009", "52:54:00:00:01:02"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,8 +88,8 @@ func TestRegisterPlaceholderSerialUsesUUIDThenMAC(t *testing.T) {
 		t.Fatalf("placeholder serials merged machines or were stored: %s %s %q %q", a.GetName(), b.GetName(), a.GetSerial(), b.GetSerial())
 	}
 	// A UUID identifies even when the serial is a placeholder.
-	c1, _ := inv.Register(ctx, "52:54:00:00:02:01", facts("0123456789", "11111111-2222-3333-4444-555555555555", "52:54:00:00:02:01"))
-	c2, _ := inv.Register(ctx, "52:54:00:00:02:02", facts("0123456789", "11111111-2222-3333-4444-555555555555", "52:54:00:00:02:02"))
+	c1, _ := inv.Register(ctx, "52:54:00:00:02:01", facts("0123456789", "11111111-2222-3333-4444-555555555555", "52:54:00:00:02:01"), nil)
+	c2, _ := inv.Register(ctx, "52:54:00:00:02:02", facts("0123456789", "11111111-2222-3333-4444-555555555555", "52:54:00:00:02:02"), nil)
 	if c1.GetName() != c2.GetName() {
 		t.Fatalf("same UUID, different machines: %s %s", c1.GetName(), c2.GetName())
 	}
@@ -98,8 +98,8 @@ func TestRegisterPlaceholderSerialUsesUUIDThenMAC(t *testing.T) {
 func TestRegisterDuplicateSerialFlagged(t *testing.T) {
 	inv := newInv(t, Config{})
 	ctx := context.Background()
-	a, _ := inv.Register(ctx, "52:54:00:00:03:01", facts("SN-DUP", "aaaaaaaa-0000-4000-8000-000000000001", "52:54:00:00:03:01"))
-	b, err := inv.Register(ctx, "52:54:00:00:03:02", facts("SN-DUP", "bbbbbbbb-0000-4000-8000-000000000002", "52:54:00:00:03:02"))
+	a, _ := inv.Register(ctx, "52:54:00:00:03:01", facts("SN-DUP", "aaaaaaaa-0000-4000-8000-000000000001", "52:54:00:00:03:01"), nil)
+	b, err := inv.Register(ctx, "52:54:00:00:03:02", facts("SN-DUP", "bbbbbbbb-0000-4000-8000-000000000002", "52:54:00:00:03:02"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,12 +118,12 @@ func TestRegisterFactHistory(t *testing.T) {
 	inv := newInv(t, Config{})
 	ctx := context.Background()
 	f := facts("SN-H", "", "52:54:00:00:04:01")
-	inv.Register(ctx, "52:54:00:00:04:01", f)
+	inv.Register(ctx, "52:54:00:00:04:01", f, nil)
 	f2 := proto.CloneOf(f)
 	f2.Memory.Dimms = append(f2.Memory.Dimms, &inventoryv1.Facts_Dimm{Locator: "DIMM 1", SizeBytes: 2 << 30, Serial: "D1"})
 	f2.Memory.TotalBytes = 4 << 30
 	f2.Disks = f2.Disks[:1]
-	m, err := inv.Register(ctx, "52:54:00:00:04:01", f2)
+	m, err := inv.Register(ctx, "52:54:00:00:04:01", f2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestRegisterBadInputStoresNothing(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if _, err := inv.Register(ctx, tc.mac, tc.f); !errors.Is(err, ErrInvalid) {
+			if _, err := inv.Register(ctx, tc.mac, tc.f, nil); !errors.Is(err, ErrInvalid) {
 				t.Fatalf("want ErrInvalid, got %v", err)
 			}
 		})
@@ -179,12 +179,12 @@ func TestRegisterBadInputStoresNothing(t *testing.T) {
 func TestSelectors(t *testing.T) {
 	inv := newInv(t, Config{})
 	ctx := context.Background()
-	inv.Register(ctx, "52:54:00:00:06:01", facts("S1", "", "52:54:00:00:06:01"))
+	inv.Register(ctx, "52:54:00:00:06:01", facts("S1", "", "52:54:00:00:06:01"), nil)
 	f := facts("S2", "", "52:54:00:00:06:02")
 	f.System.Vendor = "Dell Inc."
 	f.Memory.TotalBytes = 64 << 30
 	f.Disks = f.Disks[:1]
-	inv.Register(ctx, "52:54:00:00:06:02", f)
+	inv.Register(ctx, "52:54:00:00:06:02", f, nil)
 	cases := map[string]struct {
 		sel  []string
 		want []string
@@ -229,7 +229,7 @@ func FuzzRegister(f *testing.F) {
 		}
 		fs := facts(serial, uuid, mac)
 		fs.Disks = append(fs.Disks, &inventoryv1.Facts_Disk{Name: disk, SizeBytes: size})
-		m, err := inv.Register(context.Background(), mac, fs)
+		m, err := inv.Register(context.Background(), mac, fs, nil)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("unexpected error class: %v", err)
@@ -260,7 +260,7 @@ func TestRegisterFindsEnrolledMachineByInbandBMC(t *testing.T) {
 	}
 	fs := facts("SN-U12", "", "52:54:00:00:08:01")
 	fs.Bmc = &inventoryv1.Facts_BmcLan{Channel: 1, Ipv4Address: "10.0.0.21"}
-	m, err := inv.Register(ctx, "52:54:00:00:08:01", fs)
+	m, err := inv.Register(ctx, "52:54:00:00:08:01", fs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

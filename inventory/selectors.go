@@ -57,6 +57,34 @@ var textKeys = map[string]func(*inventoryv1.Machine) string{
 	"chassis.serial":   func(m *inventoryv1.Machine) string { return m.GetFacts().GetChassis().GetSerial() },
 }
 
+// Selectors is a parsed list of selectors; a machine matches when it
+// matches every one (an empty list matches every machine).
+type Selectors []selector
+
+// ParseSelectors parses KEY OP VALUE selectors; a malformed one is
+// ErrInvalid naming it.
+func ParseSelectors(raw []string) (Selectors, error) {
+	var out Selectors
+	for _, r := range raw {
+		sel, err := parseSelector(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sel)
+	}
+	return out, nil
+}
+
+// Match reports whether m matches every selector.
+func (ss Selectors) Match(m *inventoryv1.Machine) bool {
+	for _, s := range ss {
+		if !s.match(m) {
+			return false
+		}
+	}
+	return true
+}
+
 func parseSelector(s string) (selector, error) {
 	s = strings.TrimSpace(s)
 	for _, op := range []string{">=", "<=", "!=", "=", ">", "<"} {

@@ -4,8 +4,8 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/server"
-	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/inventory/pool"
+	"github.com/corralhq/corral/lifecycle"
 	"github.com/spf13/cobra"
 )
 
@@ -49,10 +49,10 @@ func newServeCmd() *cobra.Command {
 // addLifecycleFlags registers the machine lifecycle and timer flags.
 func addLifecycleFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.Duration("reconcile-interval", inventory.DefaultReconcileInterval, "machine lifecycle reconciler period: install plan delivery, DEPLOYED, timeouts, watchdog (env CORRAL_RECONCILE_INTERVAL)")
-	f.Duration("install-timeout", inventory.DefaultInstallTimeout, "an INSTALLING machine without progress for this long is FAILED (env CORRAL_INSTALL_TIMEOUT)")
-	f.Duration("boot-watchdog", inventory.DefaultBootWatchdog, "a machine the appliance powered on that has not booted (agent registered or node READY) within this is power-cycled; negative disables (env CORRAL_BOOT_WATCHDOG)")
-	f.Int("boot-watchdog-cycles", inventory.DefaultBootWatchdogCycles, "power cycles the boot watchdog makes before the machine is FAILED (env CORRAL_BOOT_WATCHDOG_CYCLES)")
+	f.Duration("reconcile-interval", lifecycle.DefaultReconcileInterval, "machine lifecycle reconciler period: install plan delivery, DEPLOYED, timeouts, watchdog (env CORRAL_RECONCILE_INTERVAL)")
+	f.Duration("install-timeout", lifecycle.DefaultInstallTimeout, "an INSTALLING machine without progress for this long is FAILED (env CORRAL_INSTALL_TIMEOUT)")
+	f.Duration("boot-watchdog", lifecycle.DefaultBootWatchdog, "a machine the appliance powered on that has not booted (agent registered or node READY) within this is power-cycled; negative disables (env CORRAL_BOOT_WATCHDOG)")
+	f.Int("boot-watchdog-cycles", lifecycle.DefaultBootWatchdogCycles, "power cycles the boot watchdog makes before the machine is FAILED (env CORRAL_BOOT_WATCHDOG_CYCLES)")
 	f.Bool("auto-accept", false, "accept machines that become INVENTORIED and match every --auto-accept-selector, disk auto (env CORRAL_AUTO_ACCEPT)")
 	f.StringArray("auto-accept-selector", nil, `fact selector an auto-accepted machine must match, e.g. "disk.count>=2", repeatable (env CORRAL_AUTO_ACCEPT_SELECTOR, comma-separated)`)
 	f.String("api-advertise", "", "API endpoint host:port install plans give nodes (default: the address the discovery agent dialled) (env CORRAL_API_ADVERTISE)")

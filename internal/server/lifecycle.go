@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/auth"
-	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/inventory/pool"
+	"github.com/corralhq/corral/lifecycle"
 )
 
 // LifecycleConfig configures the machine lifecycle (DESIGN.md §1 steps
@@ -76,13 +76,17 @@ func (s *Server) initLifecycle(p *pool.Pool) error {
 	if lc.APIAdvertise != "" {
 		endpoint = func(string) string { return lc.APIAdvertise }
 	}
-	l, err := s.inv.NewLifecycle(inventory.LifecycleConfig{
-		Nodes: p, Identity: caIdentity{s}, BMC: s.bmc, Endpoint: endpoint,
+	cfg := lifecycle.Config{
+		Machines: s.inv, Events: s.inv, Nodes: p, Identity: caIdentity{s}, Endpoint: endpoint,
 		Logger:   s.log.With("component", "lifecycle"),
 		Interval: lc.ReconcileInterval, InstallTimeout: lc.InstallTimeout,
 		BootWatchdog: lc.BootWatchdog, BootWatchdogCycles: lc.BootWatchdogCycles,
 		AutoAccept: lc.AutoAccept, AutoAcceptSelectors: lc.AutoAcceptSelectors,
-	})
+	}
+	if s.bmc != nil {
+		cfg.BMC = s.bmc
+	}
+	l, err := lifecycle.New(cfg)
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/corralhq/corral/auth/pki"
 	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/inventory/pool"
+	"github.com/corralhq/corral/lifecycle"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/bolt"
 	"golang.org/x/sync/errgroup"
@@ -73,7 +74,7 @@ type Server struct {
 	bmc    *inventory.BMCControl
 	// lifecycle drives accept/install, reprovision, maintenance and the
 	// lifecycle timers.
-	lifecycle *inventory.Lifecycle
+	lifecycle *lifecycle.Lifecycle
 	// components run beside the gRPC server in Run (boot servers,
 	// pollers); each returns nil when its ctx ends.
 	components []component
@@ -202,12 +203,12 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("lifecycle: %w", err)
 	}
 	s.addComponent("token-purge", s.purgeTokens)
-	inventory.Register(s.grpc, &inventory.MachineServer{Inv: s.inv, BMC: s.bmc, Lifecycle: s.lifecycle})
+	lifecycle.RegisterMachines(s.grpc, &lifecycle.MachineServer{MachineServer: &inventory.MachineServer{Inv: s.inv, BMC: s.bmc}, Lifecycle: s.lifecycle})
 	if err := s.initHypervisor(p); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("hypervisor services: %w", err)
 	}
-	inventory.RegisterAgent(s.grpc, &inventory.AgentServer{Inv: s.inv, JoinFunc: s.join})
+	lifecycle.RegisterAgent(s.grpc, &lifecycle.AgentServer{Lifecycle: s.lifecycle, JoinFunc: s.join})
 	if err := s.initBoot(); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("boot: %w", err)
@@ -325,7 +326,7 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 // Lifecycle returns the machine lifecycle controller.
-func (s *Server) Lifecycle() *inventory.Lifecycle { return s.lifecycle }
+func (s *Server) Lifecycle() *lifecycle.Lifecycle { return s.lifecycle }
 
 // Inventory returns the machine inventory.
 func (s *Server) Inventory() *inventory.Inventory { return s.inv }

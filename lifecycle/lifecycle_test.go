@@ -1,4 +1,4 @@
-package inventory
+package lifecycle
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/inventory/pool"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/bolt"
@@ -63,11 +65,10 @@ type harness struct {
 	t      *testing.T
 	st     store.Store
 	clk    *clock
-	inv    *Inventory
+	inv    *inventory.Inventory
 	pool   *pool.Pool
 	lc     *Lifecycle
-	bmc    *fakeBMC
-	ctl    *BMCControl
+	bmc    *fakePower
 	client nodev1.AgentServiceClient
 	msrv   *MachineServer
 	stop   func()
@@ -88,7 +89,7 @@ func newHarness(t *testing.T, st store.Store, o harnessOpt) *harness {
 	if clk == nil {
 		clk = &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	}
-	inv, err := New(Config{Store: st, Now: clk.Now})
+	inv, err := inventory.New(inventory.Config{Store: st, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,12 +97,8 @@ func newHarness(t *testing.T, st store.Store, o harnessOpt) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fb := newFakeBMC()
-	ctl, err := inv.NewBMCControl(BMCConfig{BMC: fb, Sealer: xorSealer{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lc, err := inv.NewLifecycle(LifecycleConfig{Nodes: p, Identity: &fakeIdentity{}, BMC: ctl,
+	fb := &fakePower{}
+	lc, err := New(Config{Machines: inv, Events: inv, Nodes: p, Identity: &fakeIdentity{}, BMC: fb, Now: clk.Now,
 		Endpoint: func(string) string { return "10.0.0.1:20180" }, Interval: time.Hour,
 		AutoAccept: o.auto, AutoAcceptSelectors: o.autoAccept})
 	if err != nil {
@@ -109,7 +106,7 @@ func newHarness(t *testing.T, st store.Store, o harnessOpt) *harness {
 	}
 	lis := bufconn.Listen(1 << 20)
 	gs := grpc.NewServer()
-	RegisterAgent(gs, &AgentServer{Inv: inv})
+	RegisterAgent(gs, &AgentServer{Lifecycle: lc})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -121,8 +118,8 @@ func newHarness(t *testing.T, st store.Store, o harnessOpt) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, st: st, clk: clk, inv: inv, pool: p, lc: lc, bmc: fb, ctl: ctl,
-		client: nodev1.NewAgentServiceClient(cc), msrv: &MachineServer{Inv: inv, BMC: ctl, Lifecycle: lc}}
+	h := &harness{t: t, st: st, clk: clk, inv: inv, pool: p, lc: lc, bmc: fb,
+		client: nodev1.NewAgentServiceClient(cc), msrv: &MachineServer{MachineServer: &inventory.MachineServer{Inv: inv}, Lifecycle: lc}}
 	var once sync.Once
 	h.stop = func() {
 		once.Do(func() {
@@ -269,22 +266,24 @@ func TestAcceptRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := h.connect(mac1, facts("S1", "", mac1))
-	for name, tc := range map[string]struct {
+	// In order: each case's setup builds on the ones before.
+	for _, tc := range []struct {
+		case_ string
 		setup func()
 		name  string
 		disk  string
 		want  codes.Code
 		text  string
 	}{
-		"unknown":      {name: "nope", want: codes.NotFound},
-		"no facts yet": {name: "bare", want: codes.FailedPrecondition, text: "no facts"},
-		"bad disk":     {name: a.name, disk: "/dev/sdz", want: codes.InvalidArgument, text: "/dev/vda, /dev/vdb"},
-		"maintenance": {name: a.name, want: codes.FailedPrecondition, text: "MAINTENANCE", setup: func() {
+		{case_: "unknown", name: "nope", want: codes.NotFound},
+		{case_: "no facts yet", name: "bare", want: codes.FailedPrecondition, text: "no facts"},
+		{case_: "bad disk", name: a.name, disk: "/dev/sdz", want: codes.InvalidArgument, text: "/dev/vda, /dev/vdb"},
+		{case_: "maintenance", name: a.name, want: codes.FailedPrecondition, text: "MAINTENANCE", setup: func() {
 			if _, err := h.lc.SetMaintenance(ctx, a.name, true, "fan"); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		"deployed": {name: a.name, want: codes.FailedPrecondition, text: "already deployed: reprovision it first", setup: func() {
+		{case_: "deployed", name: a.name, want: codes.FailedPrecondition, text: "already deployed: reprovision it first", setup: func() {
 			if _, err := h.lc.SetMaintenance(ctx, a.name, false, ""); err != nil {
 				t.Fatal(err)
 			}
@@ -293,13 +292,12 @@ func TestAcceptRefusals(t *testing.T) {
 			}
 		}},
 	} {
-		_ = name
 		if tc.setup != nil {
 			tc.setup()
 		}
 		_, err := h.msrv.AcceptMachine(ctx, &inventoryv1.AcceptMachineRequest{Name: tc.name, Disk: tc.disk})
 		if status.Code(err) != tc.want || !strings.Contains(status.Convert(err).Message(), tc.text) {
-			t.Errorf("%s: got %v, want %v containing %q", name, err, tc.want, tc.text)
+			t.Errorf("%s: got %v, want %v containing %q", tc.case_, err, tc.want, tc.text)
 		}
 	}
 	a.none()
@@ -315,7 +313,7 @@ func TestResolveDisk(t *testing.T) {
 			t.Errorf("resolveDisk(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	if _, err := resolveDisk(m, "/dev/sdc"); !errors.Is(err, ErrInvalid) {
+	if _, err := resolveDisk(m, "/dev/sdc"); !errors.Is(err, apierr.ErrInvalid) {
 		t.Errorf("unknown disk: %v", err)
 	}
 }
@@ -395,7 +393,7 @@ func TestPlanSentOnConnectAndReconnect(t *testing.T) {
 	h := newHarness(t, nil, harnessOpt{})
 	a := h.connect(mac1, facts("S1", "", mac1))
 	a.close()
-	h.eventually(a.name, "disconnected", func(*inventoryv1.Machine) bool { return !h.inv.Connected(a.name) })
+	h.eventually(a.name, "disconnected", func(*inventoryv1.Machine) bool { return !h.lc.sess.connected(a.name) })
 	m, err := h.lc.Accept(context.Background(), a.name, "", false)
 	if err != nil {
 		t.Fatal(err)
@@ -498,20 +496,58 @@ func TestRestartMidInstall(t *testing.T) {
 	}
 }
 
+// enrollBMC gives a machine a BMC record, as enrolment does; the fake
+// Power answers for it.
 func enrollBMC(t *testing.T, h *harness, name string) {
 	t.Helper()
-	h.bmc.mu.Lock()
-	h.bmc.password["10.9.0.1:623"] = "pw"
-	h.bmc.mu.Unlock()
-	if _, err := h.ctl.Enroll(context.Background(), enrollReq(name, "10.9.0.1", "pw")); err != nil {
+	if _, err := h.inv.UpdateMachine(context.Background(), name, func(m *inventoryv1.Machine) error {
+		m.Bmc = &inventoryv1.Bmc{Address: "10.9.0.1", Username: "admin"}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func (f *fakeBMC) log() ([]BootRequest, []inventoryv1.PowerAction) {
+// fakePower records the BMC actions the lifecycle asks for.
+type fakePower struct {
+	mu      sync.Mutex
+	boots   []inventory.BootRequest
+	actions []inventoryv1.PowerAction
+}
+
+func (f *fakePower) SetBootDevice(_ context.Context, _ string, req inventory.BootRequest) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]BootRequest(nil), f.boots...), append([]inventoryv1.PowerAction(nil), f.actions...)
+	f.boots = append(f.boots, req)
+	return nil
+}
+
+func (f *fakePower) SetPower(_ context.Context, _ string, a inventoryv1.PowerAction) (*inventoryv1.PowerStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.actions = append(f.actions, a)
+	return &inventoryv1.PowerStatus{State: inventoryv1.PowerState_POWER_STATE_ON, Provider: "fake"}, nil
+}
+
+func (f *fakePower) log() ([]inventory.BootRequest, []inventoryv1.PowerAction) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]inventory.BootRequest(nil), f.boots...), append([]inventoryv1.PowerAction(nil), f.actions...)
+}
+
+func facts(serial, uuid string, nics ...string) *inventoryv1.Facts {
+	f := &inventoryv1.Facts{
+		System: &inventoryv1.Facts_System{Vendor: "QEMU", Product: "Standard PC", Serial: serial, Uuid: uuid},
+		Cpu:    &inventoryv1.Facts_Cpu{Model: "QEMU Virtual CPU", Sockets: 1, Cores: 2, Threads: 2},
+		Disks: []*inventoryv1.Facts_Disk{
+			{Name: "vda", SizeBytes: 10 << 30, Serial: "DISK-A"},
+			{Name: "vdb", SizeBytes: 20 << 30, Serial: "DISK-B"},
+		},
+	}
+	for _, n := range nics {
+		f.Nics = append(f.Nics, &inventoryv1.Facts_Nic{Name: "eth", Mac: n, Driver: "e1000", Link: true})
+	}
+	return f
 }
 
 func TestInstallDoneRebootsThroughBMC(t *testing.T) {
@@ -524,7 +560,15 @@ func TestInstallDoneRebootsThroughBMC(t *testing.T) {
 	id := a.next().GetInstall().GetInstallId()
 	a.progress(id, "done", true, "")
 	h.eventually(a.name, "armed", func(m *inventoryv1.Machine) bool { return m.GetWatchdog().GetArmedAt() != nil })
-	boots, acts := h.bmc.log()
+	// The watchdog is armed in the same mutation that records done; the
+	// power cycle follows.
+	var boots []inventory.BootRequest
+	var acts []inventoryv1.PowerAction
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if boots, acts = h.bmc.log(); len(acts) > 0 {
+			break
+		}
+	}
 	if len(boots) != 1 || boots[0].Device != inventoryv1.BootDevice_BOOT_DEVICE_PXE || len(acts) != 1 || acts[0] != inventoryv1.PowerAction_POWER_ACTION_CYCLE {
 		t.Fatalf("BMC: boots %v actions %v", boots, acts)
 	}
@@ -602,7 +646,7 @@ func TestBootWatchdogDisarmedByRegisterAndWithoutBMCFails(t *testing.T) {
 	if _, err := h.lc.Accept(ctx, a.name, "", false); err != nil {
 		t.Fatal(err)
 	}
-	h.inv.armWatchdog(ctx, a.name, "test")
+	h.lc.armWatchdog(ctx, a.name, "test")
 	// The discovery agent registers again: disarmed.
 	b := h.connect(mac1, facts("S1", "", mac1))
 	if h.machine(a.name).GetWatchdog() != nil {
@@ -657,7 +701,7 @@ func TestReprovision(t *testing.T) {
 		m.GetWipe().GetDisk() != "/dev/vda" || !strings.Contains(m.GetStateReason(), "reboot the machine") {
 		t.Fatalf("reprovisioned: %v %v %v %q", m.GetState(), m.GetBootIntent(), m.GetWipe(), m.GetStateReason())
 	}
-	if _, err := h.pool.GetNode(ctx, a.name); !errors.Is(err, ErrNotFound) {
+	if _, err := h.pool.GetNode(ctx, a.name); !errors.Is(err, apierr.ErrNotFound) {
 		t.Fatalf("node kept: %v", err)
 	}
 	// The discovery agent comes back: INVENTORIED, wipe sent, cleared when done.
@@ -706,7 +750,7 @@ func TestMaintenance(t *testing.T) {
 		t.Fatalf("boot intent in maintenance %v", intent)
 	}
 	// No automation: neither the install timeout nor the watchdog act.
-	h.inv.armWatchdog(ctx, a.name, "test")
+	h.lc.armWatchdog(ctx, a.name, "test")
 	h.clk.Advance(DefaultInstallTimeout * 2)
 	h.reconcile()
 	if st := h.machine(a.name).GetState(); st != inventoryv1.Machine_MAINTENANCE {

@@ -1,0 +1,25 @@
+// Package lifecycle drives physical machines through the states of
+// DESIGN.md §4 once inventory knows them: accept (INVENTORIED or FAILED →
+// INSTALLING) sends an install plan over the discovery agent's session
+// (re-sent on reconnect and by the reconciler); progress of the current
+// install id moves the install step; done sets boot intent hypervisor and
+// reboots the machine (BMC next-boot PXE + power cycle, else the session's
+// Reboot command); the machine's Node READY makes it DEPLOYED; an error,
+// the install timeout or the boot watchdog make it FAILED. Reprovision
+// goes back to DISCOVERED with a pending disk wipe; MAINTENANCE holds a
+// machine away from all of this; auto-accept accepts matching machines as
+// they register.
+//
+// It owns the agent edge (AgentService: Register, the command Session,
+// Join wired by cmd) and the registry of connected agent sessions, and
+// extends inventory's MachineService edge with Accept, Reprovision,
+// SetMaintenance and the watchdog arming of SetPower.
+//
+// It reaches inventory, the node pool, the BMC and the CA only through the
+// small interfaces declared here (Machines, Events, Nodes, Power,
+// NodeIdentity); inventory holds no reference back. Every machine change
+// is one compare-and-swap through Machines.UpdateMachine whose mutation
+// re-checks the state it acts on, so two reconcilers never apply one
+// transition twice. It imports the api, the error classes and inventory's
+// types (selectors, the register hook, BootRequest); never the store.
+package lifecycle

@@ -1,0 +1,319 @@
+package lifecycle
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/inventory"
+)
+
+// Lifecycle defaults (DESIGN.md §4).
+const (
+	DefaultReconcileInterval  = 10 * time.Second
+	DefaultInstallTimeout     = 15 * time.Minute
+	DefaultBootWatchdog       = 300 * time.Second
+	DefaultBootWatchdogCycles = 3
+)
+
+// Config configures the install workflow and the lifecycle timers. Zero
+// durations take the defaults.
+type Config struct {
+	// Machines and Events are the inventory (required).
+	Machines Machines
+	Events   Events
+	Nodes    Nodes
+	Identity NodeIdentity
+	// BMC, when set, reboots and power-cycles machines with an enrolled
+	// BMC (PXE next).
+	BMC Power
+	// Endpoint is the appliance API endpoint (host:port) put in install
+	// plans; nil or "" uses the address the machine's agent dialled.
+	Endpoint func(machine string) string
+	Logger   *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Interval is how often the reconciler runs.
+	Interval time.Duration
+	// InstallTimeout fails an INSTALLING machine without progress.
+	InstallTimeout time.Duration
+	// BootWatchdog is how long a machine powered on by the appliance has
+	// to register; negative disables the watchdog.
+	BootWatchdog time.Duration
+	// BootWatchdogCycles is how many power cycles the watchdog makes
+	// before the machine is FAILED.
+	BootWatchdogCycles int
+	// AutoAccept accepts (disk auto, no wipe) machines that become
+	// INVENTORIED and match every AutoAcceptSelectors selector.
+	AutoAccept          bool
+	AutoAcceptSelectors []string
+}
+
+// Lifecycle drives machines from INVENTORIED to DEPLOYED (accept, install
+// plan delivery, progress, reboot into the hypervisor), back
+// (reprovision), in and out of MAINTENANCE, and runs the install timeout
+// and boot watchdog. Its methods are safe for concurrent use; every
+// machine change is a compare-and-swap that re-checks the state it acts on.
+type Lifecycle struct {
+	inv  Machines
+	ev   Events
+	cfg  Config
+	log  *slog.Logger
+	sels inventory.Selectors
+	sess *sessions
+}
+
+// New validates cfg and returns a Lifecycle. Run runs its reconciler; the
+// agent edge (AgentServer) and MachineServer serve through it.
+func New(cfg Config) (*Lifecycle, error) {
+	if cfg.Machines == nil || cfg.Events == nil || cfg.Nodes == nil || cfg.Identity == nil {
+		return nil, errors.New("lifecycle: Config.Machines, Events, Nodes and Identity are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultReconcileInterval
+	}
+	if cfg.InstallTimeout <= 0 {
+		cfg.InstallTimeout = DefaultInstallTimeout
+	}
+	if cfg.BootWatchdog == 0 {
+		cfg.BootWatchdog = DefaultBootWatchdog
+	}
+	if cfg.BootWatchdogCycles <= 0 {
+		cfg.BootWatchdogCycles = DefaultBootWatchdogCycles
+	}
+	sels, err := inventory.ParseSelectors(cfg.AutoAcceptSelectors)
+	if err != nil {
+		return nil, fmt.Errorf("auto-accept selector: %w", err)
+	}
+	return &Lifecycle{inv: cfg.Machines, ev: cfg.Events, cfg: cfg, log: cfg.Logger, sels: sels, sess: newSessions()}, nil
+}
+
+var errSkip = errors.New("skip")
+
+// Run reconciles every Interval (and whenever a node changes, when Nodes
+// is a NodeWatcher) until ctx ends; it returns nil then.
+func (l *Lifecycle) Run(ctx context.Context) error {
+	var changed <-chan string
+	if w, ok := l.cfg.Nodes.(NodeWatcher); ok {
+		ch, err := w.WatchNodes(ctx)
+		if err != nil {
+			l.log.Warn("node watch unavailable: DEPLOYED is noticed by the reconciler only", "err", err)
+		} else {
+			changed = ch
+		}
+	}
+	t := time.NewTicker(l.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case name, ok := <-changed:
+			if !ok {
+				changed = nil
+				continue
+			}
+			if m, err := l.inv.GetMachine(ctx, name); err == nil {
+				l.reconcileMachine(ctx, m)
+			}
+		case <-t.C:
+			if err := l.ReconcileOnce(ctx); err != nil && ctx.Err() == nil {
+				l.log.Warn("lifecycle reconcile failed", "err", err)
+			}
+		}
+	}
+}
+
+// ReconcileOnce runs one reconcile pass over every machine: INSTALLING
+// machines whose Node is READY become DEPLOYED, stalled installs fail,
+// plans and wipes are (re)sent to connected agents, and expired boot
+// watchdogs act. Machines in MAINTENANCE are left alone.
+func (l *Lifecycle) ReconcileOnce(ctx context.Context) error {
+	ms, err := l.inv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{})
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if ctx.Err() != nil {
+			return nil
+		}
+		l.reconcileMachine(ctx, m)
+	}
+	return nil
+}
+
+func (l *Lifecycle) now() time.Time { return l.cfg.Now() }
+
+func (l *Lifecycle) reconcileMachine(ctx context.Context, m *inventoryv1.Machine) {
+	if m.GetState() == inventoryv1.Machine_MAINTENANCE {
+		return
+	}
+	name := m.GetName()
+	node, err := l.cfg.Nodes.GetNode(ctx, name)
+	if err != nil && !errors.Is(err, apierr.ErrNotFound) {
+		l.log.Warn("node not read", "machine", name, "err", err)
+	}
+	ready := node != nil && node.GetState() == poolv1.Node_READY
+	if m.GetState() == inventoryv1.Machine_INSTALLING && ready &&
+		!node.GetLastHeartbeat().AsTime().Before(m.GetInstall().GetStartedAt().AsTime()) {
+		l.deployed(ctx, name)
+		return
+	}
+	if w := m.GetWatchdog(); w.GetArmedAt() != nil && ready && !node.GetLastHeartbeat().AsTime().Before(w.GetArmedAt().AsTime()) {
+		l.disarm(ctx, name, "node "+name+" is READY")
+		m.Watchdog = nil
+	}
+	if m.GetState() == inventoryv1.Machine_INSTALLING {
+		if l.installTimedOut(ctx, m) {
+			return
+		}
+	}
+	if l.watchdog(ctx, m) {
+		return
+	}
+	// Delivery to a connected agent that has not had the current plan or
+	// wipe since its session attached.
+	since, connected := l.sess.connectedSince(name)
+	if !connected {
+		return
+	}
+	if wp := m.GetWipe(); wp.GetDisk() != "" {
+		if wp.GetSentAt() == nil || wp.GetSentAt().AsTime().Before(since) {
+			l.sendWipe(ctx, m)
+		}
+		return
+	}
+	if in := m.GetInstall(); m.GetState() == inventoryv1.Machine_INSTALLING && !in.GetDone() &&
+		(in.GetSentAt() == nil || in.GetSentAt().AsTime().Before(since)) {
+		l.sendPlan(ctx, m)
+	}
+}
+
+// deployed moves an INSTALLING machine whose Node is READY to DEPLOYED.
+func (l *Lifecycle) deployed(ctx context.Context, name string) {
+	m, err := l.inv.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
+		if m.GetState() != inventoryv1.Machine_INSTALLING {
+			return errSkip
+		}
+		m.State = inventoryv1.Machine_DEPLOYED
+		m.StateReason = ""
+		m.NodeName = name
+		m.BootIntent = inventoryv1.BootIntent_BOOT_INTENT_HYPERVISOR
+		m.Watchdog = nil
+		return nil
+	})
+	if err != nil {
+		if !errors.Is(err, errSkip) {
+			l.log.Warn("machine not marked DEPLOYED", "machine", name, "err", err)
+		}
+		return
+	}
+	l.event(m, "lifecycle", "deployed", "node "+name+" is READY: machine DEPLOYED", nil)
+	l.log.Info("machine deployed", "machine", name, "node", name)
+}
+
+// installTimedOut fails an install without progress for InstallTimeout.
+func (l *Lifecycle) installTimedOut(ctx context.Context, m *inventoryv1.Machine) bool {
+	in := m.GetInstall()
+	if in.GetDone() && m.GetWatchdog().GetArmedAt() != nil && l.cfg.BootWatchdog >= 0 {
+		// Installed and rebooting: the boot watchdog owns it now.
+		return false
+	}
+	last := in.GetUpdatedAt()
+	if last == nil {
+		last = in.GetStartedAt()
+	}
+	if last != nil && l.now().Sub(last.AsTime()) <= l.cfg.InstallTimeout {
+		return false
+	}
+	id := in.GetInstallId()
+	var reason string
+	fm, err := l.inv.UpdateMachine(ctx, m.GetName(), func(m *inventoryv1.Machine) error {
+		cur := m.GetInstall()
+		if m.GetState() != inventoryv1.Machine_INSTALLING || cur.GetInstallId() != id {
+			return errSkip
+		}
+		if u := cur.GetUpdatedAt(); u != nil && l.now().Sub(u.AsTime()) <= l.cfg.InstallTimeout {
+			return errSkip
+		}
+		switch {
+		case cur.GetDone():
+			reason = fmt.Sprintf("install timeout: installed, but node %s did not become READY within %s (last step: done)", m.GetName(), l.cfg.InstallTimeout)
+		case cur.GetStep() == "":
+			reason = fmt.Sprintf("install timeout: no progress within %s (the plan was %s)", l.cfg.InstallTimeout, sentWord(cur))
+		default:
+			reason = fmt.Sprintf("install timeout: no progress within %s after step %s", l.cfg.InstallTimeout, cur.GetStep())
+		}
+		m.State = inventoryv1.Machine_FAILED
+		m.StateReason = reason
+		m.Install.Error = reason
+		return nil
+	})
+	if err != nil {
+		if !errors.Is(err, errSkip) {
+			l.log.Warn("install timeout not recorded", "machine", m.GetName(), "err", err)
+		}
+		return false
+	}
+	l.event(fm, "lifecycle", "install-failed", reason, map[string]string{"install_id": id})
+	l.log.Warn("install timed out", "machine", m.GetName(), "reason", reason)
+	return true
+}
+
+func sentWord(in *inventoryv1.Install) string {
+	if in.GetSentAt() == nil {
+		return "never delivered: no discovery agent connected"
+	}
+	return "delivered at " + in.GetSentAt().AsTime().UTC().Format(time.RFC3339)
+}
+
+// event records a lifecycle event in the machine's timeline (by its boot
+// MAC; a machine without a MAC only gets a log line).
+func (l *Lifecycle) event(m *inventoryv1.Machine, source, event, detail string, attrs map[string]string) {
+	mac := machineMAC(m)
+	if mac == "" {
+		l.log.Info(source+" "+event, "machine", m.GetName(), "detail", detail)
+		return
+	}
+	l.ev.Event(mac, source, event, detail, attrs)
+}
+
+func machineMAC(m *inventoryv1.Machine) string {
+	if m.GetBootMac() != "" {
+		return m.GetBootMac()
+	}
+	if len(m.GetMacs()) > 0 {
+		return m.GetMacs()[0]
+	}
+	return ""
+}
+
+func newID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func hasBMC(m *inventoryv1.Machine) bool {
+	return m.GetBmc().GetAddress() != "" && m.GetBmc().GetUsername() != ""
+}
+
+func orStr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

@@ -1,0 +1,145 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/apierr"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Reprovision takes a machine back to discovery: refused (ErrPrecondition
+// naming them) while its Node holds reservations; otherwise its Node is
+// removed, boot intent becomes discover, the state DISCOVERED (INVENTORIED
+// again when the agent registers) and the install disk is remembered to be
+// wiped when the discovery agent's session comes up. With a BMC the
+// machine is power-cycled into PXE; otherwise the state reason says the
+// operator must reboot it.
+func (l *Lifecycle) Reprovision(ctx context.Context, name string) (*inventoryv1.Machine, error) {
+	m, err := l.inv.GetMachine(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if m.GetState() == inventoryv1.Machine_MAINTENANCE {
+		return nil, apierr.Preconditionf("machine %q is in MAINTENANCE: take it out (corral machine maintenance off %s) first", name, name)
+	}
+	node, err := l.cfg.Nodes.GetNode(ctx, name)
+	switch {
+	case errors.Is(err, apierr.ErrNotFound):
+	case err != nil:
+		return nil, err
+	default:
+		var held []string
+		for k := range node.GetReservedComputes() {
+			held = append(held, "compute/"+k)
+		}
+		for k := range node.GetReservedStorages() {
+			held = append(held, "storage/"+k)
+		}
+		if len(held) > 0 {
+			sort.Strings(held)
+			return nil, apierr.Preconditionf("machine %q: node %s still holds %d reservation(s): %s; delete its VMs and volumes first", name, name, len(held), strings.Join(held, ", "))
+		}
+		if err := l.cfg.Nodes.DeleteNode(ctx, name); err != nil && !errors.Is(err, apierr.ErrNotFound) {
+			return nil, fmt.Errorf("machine %q: remove node: %w", name, err)
+		}
+	}
+	bmc := hasBMC(m) && l.cfg.BMC != nil
+	reason := "reprovisioning: waiting for the discovery agent"
+	if !bmc {
+		reason = "reprovisioning: no BMC enrolled: reboot the machine into network boot"
+	}
+	now := timestamppb.New(l.now())
+	m, err = l.inv.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
+		if m.GetState() == inventoryv1.Machine_MAINTENANCE {
+			return apierr.Preconditionf("machine %q is in MAINTENANCE", name)
+		}
+		m.State = inventoryv1.Machine_DISCOVERED
+		m.StateReason = reason
+		m.NodeName = ""
+		m.BootIntent = inventoryv1.BootIntent_BOOT_INTENT_DISCOVER
+		m.Watchdog = nil
+		if d := m.GetInstall().GetDisk(); d != "" {
+			m.Wipe = &inventoryv1.PendingWipe{Disk: d, WipeId: newID(), RequestedAt: now}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	detail := "node removed, boot intent discover"
+	if d := m.GetWipe().GetDisk(); d != "" {
+		detail += "; " + d + " is wiped when the discovery agent connects"
+	}
+	l.event(m, "lifecycle", "reprovision", detail, nil)
+	l.log.Info("machine reprovisioned", "machine", name, "wipe", m.GetWipe().GetDisk())
+	if bmc {
+		if err := l.pxeCycle(ctx, m, "reprovision"); err != nil {
+			_, _ = l.inv.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
+				m.StateReason = "reprovisioning: BMC power cycle failed (" + err.Error() + "): reboot the machine into network boot"
+				return nil
+			})
+		} else {
+			l.armWatchdog(ctx, name, "reprovision")
+		}
+	} else {
+		l.event(m, "lifecycle", "reboot-needed", reason, nil)
+		if l.sess.connected(name) {
+			l.sendWipe(ctx, m)
+		}
+	}
+	return l.inv.GetMachine(ctx, name)
+}
+
+// SetMaintenance puts a machine in MAINTENANCE (remembering its state and
+// reason; it boots its local disk and no automation touches it) or takes
+// it out, restoring them. Taking out a machine not in MAINTENANCE is
+// ErrPrecondition.
+func (l *Lifecycle) SetMaintenance(ctx context.Context, name string, on bool, reason string) (*inventoryv1.Machine, error) {
+	now := timestamppb.New(l.now())
+	m, err := l.inv.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
+		if on {
+			if m.GetState() != inventoryv1.Machine_MAINTENANCE {
+				m.MaintenancePreviousState = m.GetState()
+				m.MaintenancePreviousReason = m.GetStateReason()
+			}
+			m.State = inventoryv1.Machine_MAINTENANCE
+			m.StateReason = orStr(reason, "maintenance")
+			m.Watchdog = nil
+			return nil
+		}
+		if m.GetState() != inventoryv1.Machine_MAINTENANCE {
+			return apierr.Preconditionf("machine %q is %s, not in MAINTENANCE", name, m.GetState())
+		}
+		prev := m.GetMaintenancePreviousState()
+		if prev == inventoryv1.Machine_UNSPECIFIED || prev == inventoryv1.Machine_MAINTENANCE {
+			prev = inventoryv1.Machine_DISCOVERED
+			if m.GetFacts() != nil {
+				prev = inventoryv1.Machine_INVENTORIED
+			}
+		}
+		m.State = prev
+		m.StateReason = m.GetMaintenancePreviousReason()
+		m.MaintenancePreviousState = inventoryv1.Machine_UNSPECIFIED
+		m.MaintenancePreviousReason = ""
+		if prev == inventoryv1.Machine_INSTALLING && m.Install != nil {
+			// The install timeout starts afresh.
+			m.Install.UpdatedAt = now
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if on {
+		l.event(m, "lifecycle", "maintenance-on", m.GetStateReason(), nil)
+	} else {
+		l.event(m, "lifecycle", "maintenance-off", "state "+m.GetState().String()+" restored", nil)
+	}
+	l.log.Info("maintenance", "machine", name, "on", on, "state", m.GetState().String())
+	return m, nil
+}

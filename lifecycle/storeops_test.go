@@ -1,0 +1,149 @@
+package lifecycle
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	nodev1 "github.com/corralhq/corral/api/node/v1"
+	"github.com/corralhq/corral/store"
+	"github.com/corralhq/corral/store/mem"
+	"github.com/corralhq/corral/store/record"
+)
+
+// countingStore counts reads (Get, List) and writes (Put, Delete) of
+// machine records while counting is on.
+type countingStore struct {
+	store.Store
+	mu     sync.Mutex
+	on     bool
+	reads  int
+	writes int
+}
+
+const machineKeys = "/inventory/machines/"
+
+func (c *countingStore) Get(ctx context.Context, key string) (store.KV, error) {
+	c.count(key, false)
+	return c.Store.Get(ctx, key)
+}
+
+func (c *countingStore) List(ctx context.Context, prefix string) ([]store.KV, error) {
+	c.count(prefix, false)
+	return c.Store.List(ctx, prefix)
+}
+
+func (c *countingStore) Put(ctx context.Context, key string, v []byte, rev int64) (int64, error) {
+	c.count(key, true)
+	return c.Store.Put(ctx, key, v, rev)
+}
+
+func (c *countingStore) Delete(ctx context.Context, key string, rev int64) error {
+	c.count(key, true)
+	return c.Store.Delete(ctx, key, rev)
+}
+
+func (c *countingStore) count(key string, write bool) {
+	if !strings.HasPrefix(key, machineKeys) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case !c.on:
+	case write:
+		c.writes++
+	default:
+		c.reads++
+	}
+}
+
+// measure counts machine-record reads and writes during fn.
+func (c *countingStore) measure(fn func()) (reads, writes int) {
+	c.mu.Lock()
+	c.on, c.reads, c.writes = true, 0, 0
+	c.mu.Unlock()
+	fn()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.on = false
+	return c.reads, c.writes
+}
+
+// TestStoreOpsPerReport: a Register or a Progress message changes the
+// machine record in one store mutation. Figures before this package
+// existed (inventory held the lifecycle), measured with the same
+// scenario: Register of a DHCP-seen machine with an in-band BMC address
+// under auto-accept 6 reads / 3 writes; Progress (a step) 3 / 1;
+// Register again 3 / 2.
+func TestStoreOpsPerReport(t *testing.T) {
+	cs := &countingStore{Store: mem.New()}
+	h := newHarness(t, cs, harnessOpt{auto: true})
+	ctx := context.Background()
+	mac := "52:54:00:00:00:01"
+	if _, _, err := h.inv.EnsureMachineForMAC(ctx, mac); err != nil { // DHCP saw it
+		t.Fatal(err)
+	}
+	f := facts("SN123", "8c3f5b7e-0000-4000-8000-000000000001", mac, "52:54:00:00:01:01")
+	f.Bmc = &inventoryv1.Facts_BmcLan{Ipv4Address: "10.9.0.1"}
+	type row struct {
+		what                     string
+		reads, writes, maxReads int
+	}
+	var rows []row
+	check := func(what string, maxReads int, fn func()) {
+		t.Helper()
+		r, w := cs.measure(fn)
+		rows = append(rows, row{what, r, w, maxReads})
+		if w != 1 || r > maxReads {
+			t.Errorf("%s: %d machine reads, %d writes; want 1 write and at most %d reads", what, r, w, maxReads)
+		}
+	}
+	var name string
+	check("Register (first report, auto-accepted, in-band BMC)", 2, func() {
+		resp, err := h.client.Register(ctx, &nodev1.RegisterRequest{BootMac: mac, Facts: f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		name = resp.GetMachineName()
+	})
+	if m := h.machine(name); m.GetState() != inventoryv1.Machine_INSTALLING || m.GetBmc().GetAddress() != "10.9.0.1" {
+		t.Fatalf("after register: %v bmc %v", m.GetState(), m.GetBmc())
+	}
+	a := h.connect(mac, f)
+	id := a.next().GetInstall().GetInstallId()
+	// waitFor polls the store underneath the counter.
+	waitFor := func(ok func(m *inventoryv1.Machine) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			var m inventoryv1.Machine
+			if _, err := record.Get(ctx, cs.Store, machineKeys+name, &m); err == nil && ok(&m) {
+				time.Sleep(20 * time.Millisecond) // anything that follows the write
+				return
+			}
+		}
+		t.Fatal("machine never changed")
+	}
+	check("Progress (a step)", 1, func() {
+		a.progress(id, "partition", false, "")
+		waitFor(func(m *inventoryv1.Machine) bool { return m.GetInstall().GetStep() == "partition" })
+	})
+	check("Progress (done: reboot command over the session)", 1, func() {
+		a.progress(id, "done", true, "")
+		waitFor(func(m *inventoryv1.Machine) bool { return m.GetInstall().GetDone() })
+		if a.next().GetReboot() == nil {
+			t.Error("no reboot command")
+		}
+	})
+	check("Register again (agent restarted)", 2, func() {
+		if _, err := h.client.Register(ctx, &nodev1.RegisterRequest{BootMac: mac, Facts: f}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, r := range rows {
+		t.Logf("%-52s machine record: %d reads, %d writes", r.what, r.reads, r.writes)
+	}
+}
