@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 
 	"github.com/corralhq/corral/auth/clientconfig"
+	"github.com/corralhq/corral/internal/flagconf"
 )
 
 // Exit codes returned by Run.
@@ -32,8 +34,9 @@ type App struct {
 	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
-	// Getenv reads the environment (CORRAL_CONFIG, CORRAL_ENDPOINT,
-	// CORRAL_TOKEN, HOME). Nil means os.Getenv.
+	// Getenv reads the environment (the global flags' CORRAL_CONFIG,
+	// CORRAL_ENDPOINT, CORRAL_TOKEN, CORRAL_TIMEOUT, and HOME). Nil means
+	// the process's environment.
 	Getenv func(string) string
 	// Dial connects to cfg.Endpoint. It must not block on I/O. Nil means
 	// clientconfig.Dial (TLS trusting cfg.CACert, bearer cfg.Token).
@@ -106,6 +109,24 @@ func (a *App) getenv(key string) string {
 	return a.Getenv(key)
 }
 
+// environ is the environment the global flags read: the process's, or
+// with Getenv set the global flags' variables as Getenv answers them.
+func (a *App) environ(fs *pflag.FlagSet) func() []string {
+	if a.Getenv == nil {
+		return nil
+	}
+	return func() []string {
+		var env []string
+		fs.VisitAll(func(f *pflag.Flag) {
+			name := flagconf.EnvName(f.Name)
+			if v := a.Getenv(name); v != "" {
+				env = append(env, name+"="+v)
+			}
+		})
+		return env
+	}
+}
+
 // invocation is the state of one Run: global flag values and the
 // connection, dialled on first use and closed when Run returns.
 type invocation struct {
@@ -135,8 +156,9 @@ func (inv *invocation) rootCommand() *cobra.Command {
 Kinds: ` + kindList() + `.
 
 The connection comes from the client configuration file (--config, else
-$CORRAL_CONFIG, else ~/.config/corral/config.yaml); --endpoint/$CORRAL_ENDPOINT
-and --token/$CORRAL_TOKEN override its endpoint and token.`,
+~/.config/corral/config.yaml); --endpoint and --token override its endpoint
+and token. A global flag not given is read from CORRAL_<FLAG> (CORRAL_CONFIG,
+CORRAL_ENDPOINT, CORRAL_TOKEN, CORRAL_TIMEOUT); the command line wins.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
@@ -160,7 +182,15 @@ and --token/$CORRAL_TOKEN override its endpoint and token.`,
 	pf.StringVar(&inv.configPath, "config", "", "client configuration file (env CORRAL_CONFIG, default ~/.config/corral/config.yaml)")
 	pf.StringVar(&inv.endpoint, "endpoint", "", "corrald address host:port, overriding the configuration file (env CORRAL_ENDPOINT)")
 	pf.StringVar(&inv.token, "token", "", "bearer token, overriding the configuration file (env CORRAL_TOKEN)")
-	pf.DurationVar(&inv.timeout, "timeout", DefaultTimeout, "deadline of each RPC")
+	pf.DurationVar(&inv.timeout, "timeout", DefaultTimeout, "deadline of each RPC (env CORRAL_TIMEOUT)")
+	// Only the global flags read the environment: a verb's own flags
+	// (--name, --node, -o) are per call.
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if err := flagconf.Apply(pf, flagconf.Options{Environ: inv.app.environ(pf)}); err != nil {
+			return failf("%v", err)
+		}
+		return nil
+	}
 
 	root.AddCommand(
 		inv.getCommand(),

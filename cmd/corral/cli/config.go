@@ -10,31 +10,30 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/corralhq/corral/auth/clientconfig"
+	"github.com/corralhq/corral/internal/flagconf"
 )
 
 // DefaultPort is corrald's gRPC port, added to an endpoint given without
 // one.
 const DefaultPort = "20180"
 
-// Environment variables read by the global flags.
-const (
-	envConfig   = "CORRAL_CONFIG"
-	envEndpoint = "CORRAL_ENDPOINT"
-	envToken    = "CORRAL_TOKEN"
+// Environment variables of the global flags (flagconf's rule), named in
+// messages.
+var (
+	envConfig   = flagconf.EnvName("config")
+	envEndpoint = flagconf.EnvName("endpoint")
+	envToken    = flagconf.EnvName("token")
 )
 
 // clientConfig resolves the client configuration: the file named by
-// --config, else $CORRAL_CONFIG, else ~/.config/corral/config.yaml (which
-// may be absent), then --endpoint/$CORRAL_ENDPOINT and
-// --token/$CORRAL_TOKEN override its endpoint and token. A flag given
-// explicitly wins over its environment variable, even when empty.
+// --config ($CORRAL_CONFIG), else ~/.config/corral/config.yaml (which may
+// be absent), then --endpoint ($CORRAL_ENDPOINT) and --token
+// ($CORRAL_TOKEN) override its endpoint and token. The root command's
+// flagconf.Apply has already filled the flags from the environment and
+// marked them Changed; a flag given explicitly wins over its environment
+// variable, even when empty.
 func (inv *invocation) clientConfig(flags interface{ Changed(string) bool }) (*clientconfig.Config, error) {
 	path, explicit := inv.configPath, flags.Changed("config")
-	if !explicit {
-		if env := inv.app.getenv(envConfig); env != "" {
-			path, explicit = env, true
-		}
-	}
 	if !explicit {
 		home := inv.app.getenv("HOME")
 		if home == "" {
@@ -69,13 +68,9 @@ func (inv *invocation) clientConfig(flags interface{ Changed(string) bool }) (*c
 
 	if flags.Changed("endpoint") {
 		cfg.Endpoint = inv.endpoint
-	} else if env := inv.app.getenv(envEndpoint); env != "" {
-		cfg.Endpoint = env
 	}
 	if flags.Changed("token") {
 		cfg.Token = inv.token
-	} else if env := inv.app.getenv(envToken); env != "" {
-		cfg.Token = env
 	}
 
 	cfg.Endpoint = withDefaultPort(strings.TrimSpace(cfg.Endpoint))

@@ -228,6 +228,11 @@ func TestClientConfig(t *testing.T) {
 			wantCode: ExitError,
 			wantErr:  "nope.yaml",
 		},
+		"bad env timeout": {
+			env:      map[string]string{"HOME": home, "CORRAL_TIMEOUT": "soon"},
+			wantCode: ExitError,
+			wantErr:  `CORRAL_TIMEOUT="soon" (--timeout)`,
+		},
 		"token with space": {
 			env:      map[string]string{"HOME": home},
 			flags:    []string{"--token", "a b"},
