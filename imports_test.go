@@ -1,0 +1,213 @@
+package corral_test
+
+import (
+	"fmt"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/corralhq/corral"
+
+// importRule says what the Go files under one folder may import of
+// Corral's own packages. The longest matching folder wins. May lists
+// folder prefixes ("" = the module root package, "*" = anything).
+type importRule struct {
+	folder string
+	may    []string
+	why    string
+}
+
+// importRules is the house's import table (docs/architecture.md says it in
+// words). Floors, bottom up: leaves (api, internal leaves) → store →
+// auth, inventory, images, ipmi, agent, boot, deploy, hypervisor →
+// lifecycle → internal/server (composition) → cmd. Test support sits
+// beside cmd and is never imported by product code.
+var importRules = []importRule{
+	{"api", []string{"api"}, "generated API: protobuf and gRPC only"},
+	{"internal", nil, "internal/<leaf>: error classes, node identity layout, flag/config, source finder, initramfs writer: import nothing of ours"},
+	{"store", []string{"store", "api/store", "internal/apierr"}, "the store contract, its backends and the record codec"},
+	{"auth", []string{"auth", "api", "store", "internal/apierr", "internal/nodeid"}, "tokens in the store, the CA, the gRPC interceptor"},
+	{"inventory", []string{"inventory", "api", "store", "internal/apierr"}, "machines and the node pool"},
+	{"lifecycle", []string{"lifecycle", "api", "inventory", "internal/apierr"}, "the machine lifecycle consumes inventory through its own interfaces"},
+	{"ipmi", []string{"ipmi"}, "BMC drivers behind bmclib: nothing of ours"},
+	{"images", []string{"images", "internal/initramfs", "internal/sourcetree"}, "the artifact catalog and the initramfs builders"},
+	{"agent", []string{"agent", "api", "internal/apierr", "internal/nodeid"}, "code that runs on a machine: api and its own packages"},
+	{"boot", []string{"boot", "api", "images", "internal/apierr"}, "network boot serves the image catalog"},
+	{"deploy", []string{"deploy", "api"}, "the do DAG executor speaks the API"},
+	{"hypervisor", []string{"hypervisor", "api", "internal/apierr", "internal/nodeid"}, "node side and appliance side of VMs, volumes and networks"},
+	{"internal/server", []string{"*"}, "the composition root: wires every component (never cmd or testsupport)"},
+	{"cmd", []string{"*"}, "thin mains wire concrete types (never testsupport)"},
+	{"testsupport", []string{"*"}, "simulators, fakes, lab helpers: anything but cmd"},
+	{"bench", []string{"*"}, "benchmark programs: anything but cmd"},
+	{"", []string{"*"}, "module-wide guard tests"},
+}
+
+// importExceptions are arrows the floors above would refuse, each with its
+// reason. An exception that no file uses any more fails the test.
+var importExceptions = []struct{ from, to, why string }{
+	{"boot/dhcp", "store", "full-mode leases are records in the store (CAS per lease)"},
+	{"boot/http", "agent/cmdline", "the kernel command line the script writes is the one the agent parses: one contract"},
+	{"hypervisor/appliance", "inventory/pool", "VM and volume placement reserves node capacity in the pool"},
+	{"hypervisor/appliance", "store", "VM, volume and image records live in the store"},
+	{"cmd/corral-lab", "testsupport/lab", "the virtual rack is test support run as a command; nothing shipped links it"},
+}
+
+// Nothing imports cmd (tests included); only tests, bench and the
+// test-support tree itself import the test-support tree.
+var (
+	neverImported = []string{"cmd"}
+	testOnly      = "testsupport"
+)
+
+func within(path, folder string) bool {
+	return folder == "*" || path == folder || folder == "" || strings.HasPrefix(path, folder+"/")
+}
+
+func ruleFor(dir string) importRule {
+	best := importRule{folder: "-"}
+	for _, r := range importRules {
+		if within(dir, r.folder) && (best.folder == "-" || len(r.folder) > len(best.folder)) {
+			best = r
+		}
+	}
+	return best
+}
+
+// checkImports walks root and returns one line per refused arrow, naming
+// the importing file, and the exceptions no file used.
+func checkImports(root string) (refused []string, unused []string, err error) {
+	used := map[int]bool{}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "vendor" || name == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(name, ".go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		dir := filepath.ToSlash(filepath.Dir(rel))
+		if dir == "." {
+			dir = ""
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		isTest := strings.HasSuffix(name, "_test.go")
+		rule := ruleFor(dir)
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if p != module && !strings.HasPrefix(p, module+"/") {
+				continue
+			}
+			to := strings.TrimPrefix(strings.TrimPrefix(p, module), "/")
+			if within(to, dir) && dir != "" {
+				continue // its own folder
+			}
+			ok := false
+			for _, n := range neverImported {
+				if within(to, n) {
+					refused = append(refused, fmt.Sprintf("%s imports %s: nothing imports cmd/ (move what it needs out of cmd)", rel, to))
+					ok = true // reported
+				}
+			}
+			if ok {
+				continue
+			}
+			if isTest {
+				// A test may wire real parts from anywhere below the
+				// mains: real stores, the CA, the whole appliance
+				// in-process, the test-support tree.
+				continue
+			}
+			if within(to, testOnly) {
+				if within(dir, testOnly) || within(dir, "bench") {
+					continue
+				}
+			} else if slices.ContainsFunc(rule.may, func(m string) bool { return within(to, m) }) {
+				continue
+			}
+			excepted := false
+			for k, e := range importExceptions {
+				if within(dir, e.from) && within(to, e.to) {
+					used[k], excepted = true, true
+				}
+			}
+			if !excepted {
+				refused = append(refused, fmt.Sprintf("%s imports %s: %s/ may import %v (%s); add a reasoned exception or move the code", rel, to, rule.folder, rule.may, rule.why))
+			}
+		}
+		return nil
+	})
+	for k, e := range importExceptions {
+		if !used[k] {
+			unused = append(unused, fmt.Sprintf("%s → %s (%s)", e.from, e.to, e.why))
+		}
+	}
+	sort.Strings(refused)
+	return refused, unused, err
+}
+
+// TestImportTable: every Go file's imports of Corral's own packages follow
+// the table; a new arrow fails with the importing file named.
+func TestImportTable(t *testing.T) {
+	refused, unused, err := checkImports(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range refused {
+		t.Error(r)
+	}
+	for _, u := range unused {
+		t.Errorf("stale import exception, no file uses it: %s", u)
+	}
+}
+
+// TestImportTableRefuses proves the checker can fail: an upward and a
+// sideways arrow in a scratch tree are reported with their files.
+func TestImportTableRefuses(t *testing.T) {
+	root := t.TempDir()
+	write := func(rel, src string) {
+		t.Helper()
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("inventory/bad.go", "package inventory\nimport _ \""+module+"/boot/tftp\"\n")
+	write("store/up.go", "package store\nimport _ \""+module+"/cmd/corrald\"\n")
+	write("agent/ok_test.go", "package agent\nimport _ \""+module+"/testsupport/require\"\n")
+	write("agent/prod.go", "package agent\nimport _ \""+module+"/testsupport/require\"\n")
+	refused, _, err := checkImports(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"agent/prod.go imports testsupport/require", "inventory/bad.go imports boot/tftp", "store/up.go imports cmd/corrald"}
+	if len(refused) != len(want) {
+		t.Fatalf("refused %q, want %d lines", refused, len(want))
+	}
+	for k, w := range want {
+		if !strings.HasPrefix(refused[k], w) {
+			t.Errorf("line %d: %q, want prefix %q", k, refused[k], w)
+		}
+	}
+}
