@@ -25,7 +25,7 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	root := newRootCmd(stdout, stderr)
+	root := newRootCmd(stdout, stderr, runServer)
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)
 }

@@ -4,17 +4,21 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"strings"
 
+	"github.com/corralhq/corral/internal/flagconf"
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 )
 
-func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+// newRootCmd is corrald's command tree; serve runs `corrald serve`.
+func newRootCmd(stdout, stderr io.Writer, serve serveFunc) *cobra.Command {
 	root := &cobra.Command{
-		Use:           "corrald",
-		Short:         "Corral bare-metal provisioning appliance",
+		Use:   "corrald",
+		Short: "Corral bare-metal provisioning appliance",
+		Long: `Corral bare-metal provisioning appliance.
+
+A flag not given on the command line is read from CORRAL_<FLAG> (upper case,
+'-' as '_', e.g. --data-dir from CORRAL_DATA_DIR), then, for corrald serve,
+from the YAML file named by --config; see corrald serve --help.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -23,46 +27,17 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().String("data-dir", "/var/lib/corral", "data directory (env CORRAL_DATA_DIR)")
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error (env CORRAL_LOG_LEVEL)")
 	root.PersistentFlags().String("log-format", "text", "log format: text or json (env CORRAL_LOG_FORMAT)")
+	// Every command's flags (its own and the persistent ones) read the
+	// environment; serve's also read its --config file.
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
-		return applyEnv(cmd.Flags())
+		return flagconf.Apply(cmd.Flags(), flagconf.Options{FileFlag: "config"})
 	}
-	root.AddCommand(newServeCmd(), newTokenCmd(), newImagesCmd(), &cobra.Command{
+	root.AddCommand(newServeCmd(serve), newTokenCmd(), newImagesCmd(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), "corrald", version) },
 	})
 	return root
-}
-
-// applyEnv gives every flag a CORRAL_<FLAG_NAME> environment fallback: the
-// environment applies only when the flag was not set on the command line.
-func applyEnv(fs *pflag.FlagSet) error {
-	var err error
-	fs.VisitAll(func(f *pflag.Flag) {
-		if err != nil || f.Changed {
-			return
-		}
-		env := "CORRAL_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		v, ok := os.LookupEnv(env)
-		if !ok {
-			return
-		}
-		if f.Value.Type() == "stringSlice" || f.Value.Type() == "stringArray" {
-			for _, part := range strings.Split(v, ",") {
-				if part = strings.TrimSpace(part); part != "" {
-					if e := fs.Set(f.Name, part); e != nil {
-						err = fmt.Errorf("%s=%q: %w", env, v, e)
-						return
-					}
-				}
-			}
-			return
-		}
-		if e := fs.Set(f.Name, v); e != nil {
-			err = fmt.Errorf("%s=%q: %w", env, v, e)
-		}
-	})
-	return err
 }
 
 func newLogger(cmd *cobra.Command) (*slog.Logger, error) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"time"
 
 	"github.com/corralhq/corral/internal/server"
@@ -9,41 +10,80 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func newServeCmd() *cobra.Command {
+// serveFunc runs the appliance configured by c until ctx ends. corrald
+// passes runServer; tests pass one that records c.
+type serveFunc func(ctx context.Context, c server.Config) error
+
+// runServer prepares and runs the appliance.
+func runServer(ctx context.Context, c server.Config) error {
+	if c.Boot.Interface != "" {
+		ensureProcs()
+	}
+	srv, err := server.New(c)
+	if err != nil {
+		return err
+	}
+	return srv.Run(ctx)
+}
+
+func newServeCmd(serve serveFunc) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the Corral API (creates CA, certificate and admin.conf on first start)",
-		Args:  cobra.NoArgs,
+		Long: `Serve the Corral API (creates CA, certificate and admin.conf on first start).
+
+Every flag can also be set in the environment as CORRAL_<FLAG> (upper case,
+'-' as '_', e.g. CORRAL_DHCP_MODE=full) or in the YAML file named by --config
+(or CORRAL_CONFIG), whose keys are the flag names and whose list flags take
+YAML lists:
+
+  # /etc/corral/corrald.yaml
+  boot-interface: br0
+  dhcp-mode: full
+  dhcp-range: 10.0.0.100-10.0.0.199
+  dhcp-dns: [10.0.0.1]
+  auto-accept: true
+
+The command line wins over the environment, the environment over the file,
+the file over the defaults. A key that is no flag, or a value the flag cannot
+take, stops corrald with an error naming the key and the file.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(cmd)
+			c, err := serveConfig(cmd)
 			if err != nil {
 				return err
 			}
-			dataDir, _ := cmd.Flags().GetString("data-dir")
-			listen, _ := cmd.Flags().GetString("api-listen")
-			sans, _ := cmd.Flags().GetStringSlice("api-san")
-			boot, err := bootConfig(cmd)
-			if err != nil {
-				return err
-			}
-			bmc, err := bmcConfig(cmd)
-			if err != nil {
-				return err
-			}
-			lc := lifecycleConfig(cmd)
-			srv, err := server.New(server.Config{DataDir: dataDir, APIListen: listen, APISANs: sans, Logger: log, Boot: boot, BMC: bmc, Lifecycle: lc})
-			if err != nil {
-				return err
-			}
-			return srv.Run(cmd.Context())
+			return serve(cmd.Context(), c)
 		},
 	}
+	cmd.Flags().String("config", "", "YAML configuration file whose keys are these flags' names, e.g. /etc/corral/corrald.yaml (env CORRAL_CONFIG)")
 	cmd.Flags().String("api-listen", ":20180", "gRPC API listen address (env CORRAL_API_LISTEN)")
 	cmd.Flags().StringSlice("api-san", nil, "extra host name or address for the server certificate, repeatable (env CORRAL_API_SAN, comma-separated)")
 	addBootFlags(cmd)
 	addBMCFlags(cmd)
 	addLifecycleFlags(cmd)
 	return cmd
+}
+
+// serveConfig reads the flags of `corrald serve` (already filled from the
+// environment and --config by flagconf) into the appliance configuration.
+func serveConfig(cmd *cobra.Command) (server.Config, error) {
+	log, err := newLogger(cmd)
+	if err != nil {
+		return server.Config{}, err
+	}
+	c := server.Config{Logger: log}
+	c.DataDir, _ = cmd.Flags().GetString("data-dir")
+	c.APIListen, _ = cmd.Flags().GetString("api-listen")
+	c.APISANs, _ = cmd.Flags().GetStringSlice("api-san")
+	if c.Boot, err = bootConfig(cmd); err != nil {
+		return c, err
+	}
+	if c.BMC, err = bmcConfig(cmd); err != nil {
+		return c, err
+	}
+	c.Lifecycle = lifecycleConfig(cmd)
+	return c, nil
 }
 
 // addLifecycleFlags registers the machine lifecycle and timer flags.
