@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corralhq/corral/internal/flagconf"
 	"github.com/corralhq/corral/testsupport/lab"
 	"github.com/spf13/cobra"
 )
@@ -31,24 +32,26 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	root := &cobra.Command{
-		Use:           "corral-lab",
-		Short:         "A virtual rack: corrald plus QEMU machines with BMCs in a network namespace",
+		Use:   "corral-lab",
+		Short: "A virtual rack: corrald plus QEMU machines with BMCs in a network namespace",
+		Long: `A virtual rack: corrald plus QEMU machines with BMCs in a network namespace.
+
+A flag not given on the command line is read from CORRAL_<FLAG> (upper case,
+'-' as '_', e.g. --image-cache from CORRAL_IMAGE_CACHE; --dir also from
+CORRAL_LAB_DIR).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetArgs(args)
-	root.PersistentFlags().String("dir", envOr("CORRAL_LAB_DIR", lab.DefaultDir), "lab directory: state file, binaries, run files (env CORRAL_LAB_DIR)")
+	root.PersistentFlags().String("dir", lab.DefaultDir, "lab directory: state file, binaries, run files (env CORRAL_DIR, or CORRAL_LAB_DIR)")
+	// Every flag reads CORRAL_<FLAG>; CORRAL_LAB_DIR predates that rule.
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		return flagconf.Apply(cmd.Flags(), flagconf.Options{Aliases: map[string][]string{"dir": {"CORRAL_LAB_DIR"}}})
+	}
 	root.AddCommand(upCmd(), downCmd(), statusCmd(), reportCmd())
 	return root.ExecuteContext(ctx)
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
 }
 
 func upCmd() *cobra.Command {
@@ -93,7 +96,7 @@ store and disks in --dir are replaced; the image cache stays.`,
 	f.DurationVar(&c.Wait, "wait", 20*time.Minute, "bound on the wait")
 	f.StringArrayVar(&c.CorraldArgs, "corrald-arg", nil, "extra `corrald serve` argument, repeatable (e.g. --corrald-arg=--boot-watchdog=90s)")
 	f.StringVar(&c.Source, "source", "", "Corral source tree to build from (default: the module containing the working directory)")
-	f.StringVar(&c.ImageCache, "image-cache", "", "image build cache (default $CORRAL_IMAGE_CACHE, else "+lab.DefaultImageCache+")")
+	f.StringVar(&c.ImageCache, "image-cache", lab.DefaultImageCache, "image build cache (env CORRAL_IMAGE_CACHE)")
 	f.IntVar(&c.MemoryMiB, "memory", 2560, "MiB of RAM per machine")
 	f.IntVar(&c.CPUs, "cpus", 2, "vCPUs per machine")
 	f.BoolVar(&c.InstallDeps, "install-deps", true, "apt-get install missing packages ("+strings.Join(lab.Packages, " ")+")")

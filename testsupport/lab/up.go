@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/auth/clientconfig"
+	"github.com/corralhq/corral/internal/sourcetree"
 )
 
 // Target is how far Up waits for every machine to get.
@@ -53,8 +53,9 @@ type Config struct {
 	// it from the working directory, else binaries beside the executable
 	// or on PATH are used.
 	Source string
-	// ImageCache is the image build cache (default $CORRAL_IMAGE_CACHE,
-	// else /var/cache/corral/discovery).
+	// ImageCache is the image build cache (default
+	// /var/cache/corral/discovery; corral-lab's --image-cache reads
+	// CORRAL_IMAGE_CACHE).
 	ImageCache string
 	// MemoryMiB and CPUs size every machine (defaults 2560 and 2).
 	MemoryMiB, CPUs int
@@ -113,9 +114,6 @@ func (c *Config) defaults() error {
 	}
 	if c.Wait == 0 {
 		c.Wait = 20 * time.Minute
-	}
-	if c.ImageCache == "" {
-		c.ImageCache = os.Getenv("CORRAL_IMAGE_CACHE")
 	}
 	if c.ImageCache == "" {
 		c.ImageCache = DefaultImageCache
@@ -382,33 +380,17 @@ func binaries(ctx context.Context, dir, src string) (Binaries, string, error) {
 	return b, "", nil
 }
 
-// findSource walks up from the working directory to the Corral go.mod.
+// findSource is the Corral source tree around the working directory,
+// usable only with a Go toolchain to build it.
 func findSource() (string, error) {
-	dir, err := os.Getwd()
+	dir, err := sourcetree.FindFromWorkingDir()
 	if err != nil {
 		return "", err
 	}
-	for {
-		if f, err := os.Open(filepath.Join(dir, "go.mod")); err == nil {
-			sc := bufio.NewScanner(f)
-			mod := ""
-			if sc.Scan() {
-				mod = strings.TrimSpace(strings.TrimPrefix(sc.Text(), "module"))
-			}
-			f.Close()
-			if mod == "github.com/corralhq/corral" {
-				if _, err := exec.LookPath("go"); err != nil {
-					return "", err
-				}
-				return dir, nil
-			}
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("not inside the Corral source tree")
-		}
-		dir = parent
+	if _, err := exec.LookPath("go"); err != nil {
+		return "", err
 	}
+	return dir, nil
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
