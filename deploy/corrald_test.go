@@ -15,8 +15,8 @@ import (
 
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/auth/clientconfig"
-	"github.com/corralhq/corral/internal/server"
 	"github.com/corralhq/corral/deploy"
+	"github.com/corralhq/corral/internal/server"
 )
 
 // startCorrald runs a real appliance (bbolt, TLS, tokens) on a loopback

@@ -5,11 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"sigs.k8s.io/yaml"
@@ -66,8 +65,8 @@ func (p *Plan) Task(name string) *Task { return p.byName[name] }
 // list them.
 var taskKeys = []string{"type", "action", "args", "depends_on", "ignore_error"}
 
-// Parse decodes and validates a DAG file with DefaultCatalog.
-func Parse(data []byte) (*Plan, error) { return DefaultCatalog().Parse(data) }
+// Parse decodes and validates a DAG file with DefaultRegistry.
+func Parse(data []byte) (*Plan, error) { return DefaultRegistry().Parse(data) }
 
 // Parse decodes and validates a DAG file in n0cli's format: a YAML map of
 // task name to {type, action, args, depends_on, ignore_error}. Unknown
@@ -75,7 +74,7 @@ func Parse(data []byte) (*Plan, error) { return DefaultCatalog().Parse(data) }
 // converted YAML → JSON and decoded with protojson into the request of the
 // RPC, so field names are the proto (or JSON) names. Every problem is
 // reported in one *ParseError; nothing is returned half-valid.
-func (c *Catalog) Parse(data []byte) (*Plan, error) {
+func (r *Registry) Parse(data []byte) (*Plan, error) {
 	j, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		return nil, &ParseError{Problems: []string{"invalid YAML: " + strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")}}
@@ -110,7 +109,7 @@ func (c *Catalog) Parse(data []byte) (*Plan, error) {
 	var order []*Task
 	for _, name := range names {
 		t := &Task{Name: name, Line: lines[name]}
-		for _, p := range c.decodeTask(t, top[name]) {
+		for _, p := range r.decodeTask(t, top[name]) {
 			problems = append(problems, t.label()+": "+p)
 		}
 		plan.byName[name] = t
@@ -163,7 +162,7 @@ func taskLines(data []byte) map[string]int {
 }
 
 // decodeTask fills t from its JSON object and returns its problems.
-func (c *Catalog) decodeTask(t *Task, raw json.RawMessage) []string {
+func (r *Registry) decodeTask(t *Task, raw json.RawMessage) []string {
 	if t.Name == "" {
 		return []string{"task name is empty"}
 	}
@@ -173,7 +172,7 @@ func (c *Catalog) decodeTask(t *Task, raw json.RawMessage) []string {
 	}
 	var problems []string
 	for _, k := range sortedKeys(fields) {
-		if !contains(taskKeys, k) {
+		if !slices.Contains(taskKeys, k) {
 			problems = append(problems, fmt.Sprintf("unknown key %q (valid: %s)%s", k, strings.Join(taskKeys, ", "), suggest(k, taskKeys)))
 		}
 	}
@@ -201,7 +200,7 @@ func (c *Catalog) decodeTask(t *Task, raw json.RawMessage) []string {
 		}
 	}
 
-	m, err := c.Lookup(t.Type, t.Action)
+	m, err := r.Lookup(t.Type, t.Action)
 	if err != nil {
 		return append(problems, err.Error())
 	}
@@ -222,9 +221,8 @@ func isNull(v json.RawMessage) bool {
 // decodeArgs decodes a task's args into a new request of type mt. Absent
 // or null args are the empty request.
 func decodeArgs(raw json.RawMessage, mt protoreflect.MessageType) (proto.Message, error) {
-	msg := mt.New().Interface()
 	if isNull(raw) {
-		return msg, nil
+		return mt.New().Interface(), nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
@@ -236,96 +234,7 @@ func decodeArgs(raw json.RawMessage, mt protoreflect.MessageType) (proto.Message
 	if !ok {
 		return nil, fmt.Errorf("must be a mapping of %s fields", mt.Descriptor().Name())
 	}
-	if err := checkFields(obj, mt.Descriptor(), ""); err != nil {
-		return nil, err
-	}
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(raw, msg); err != nil {
-		return nil, fmt.Errorf("%s", explainProtoError(obj, mt, err))
-	}
-	return msg, nil
-}
-
-// checkFields reports the first unknown field of obj, at any depth, with
-// its path ("nics[0].network_nam") and the valid names at that level.
-// Proto and JSON field names are both accepted, like protojson.
-func checkFields(obj map[string]any, md protoreflect.MessageDescriptor, path string) error {
-	for _, key := range sortedKeys(obj) {
-		fd := md.Fields().ByName(protoreflect.Name(key))
-		if fd == nil {
-			fd = md.Fields().ByJSONName(key)
-		}
-		if fd == nil {
-			valid := fieldNames(md)
-			return fmt.Errorf("unknown field %q in %s (valid: %s)%s", path+key, md.Name(), strings.Join(valid, ", "), suggest(key, valid))
-		}
-		v := obj[key]
-		switch {
-		case fd.IsMap():
-			vd := fd.MapValue().Message()
-			m, ok := v.(map[string]any)
-			if vd == nil || wellKnown(vd) || !ok {
-				continue
-			}
-			for _, mk := range sortedKeys(m) {
-				if o, ok := m[mk].(map[string]any); ok {
-					if err := checkFields(o, vd, fmt.Sprintf("%s%s[%s].", path, key, mk)); err != nil {
-						return err
-					}
-				}
-			}
-		case fd.Message() != nil && !wellKnown(fd.Message()):
-			if fd.IsList() {
-				items, _ := v.([]any)
-				for i, it := range items {
-					if o, ok := it.(map[string]any); ok {
-						if err := checkFields(o, fd.Message(), fmt.Sprintf("%s%s[%d].", path, key, i)); err != nil {
-							return err
-						}
-					}
-				}
-			} else if o, ok := v.(map[string]any); ok {
-				if err := checkFields(o, fd.Message(), path+key+"."); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	return nil
-}
-
-func fieldNames(md protoreflect.MessageDescriptor) []string {
-	fs := md.Fields()
-	names := make([]string, 0, fs.Len())
-	for i := 0; i < fs.Len(); i++ {
-		names = append(names, string(fs.Get(i).Name()))
-	}
-	return names
-}
-
-// wellKnown reports google.protobuf types, which protojson encodes
-// specially (timestamps as strings and so on).
-func wellKnown(md protoreflect.MessageDescriptor) bool {
-	return md.ParentFile() != nil && md.ParentFile().Package() == "google.protobuf"
-}
-
-// protoErrorPrefix matches "proto: (line 1:23): ", whose position refers
-// to JSON the user never wrote. protobuf-go sometimes puts a non-breaking
-// space after "proto:".
-var protoErrorPrefix = regexp.MustCompile(`^proto:[\s\x{00a0}]*(\(line \d+:\d+\):[\s\x{00a0}]*)?`)
-
-// explainProtoError names the top-level field whose value protojson
-// refused, as written in the file.
-func explainProtoError(obj map[string]any, mt protoreflect.MessageType, err error) string {
-	for _, key := range sortedKeys(obj) {
-		b, merr := json.Marshal(map[string]any{key: obj[key]})
-		if merr != nil {
-			continue
-		}
-		if ferr := protojson.Unmarshal(b, mt.New().Interface()); ferr != nil {
-			return fmt.Sprintf("field %q: %s", key, protoErrorPrefix.ReplaceAllString(ferr.Error(), ""))
-		}
-	}
-	return protoErrorPrefix.ReplaceAllString(err.Error(), "")
+	return decodeRequest(obj, mt, DecodeOptions{})
 }
 
 // cycles finds dependency cycles by depth-first search in file order and
@@ -439,11 +348,8 @@ func topoSort(order []*Task, byName map[string]*Task) []*Task {
 // suggest returns ` (did you mean "x"?)` when one of valid is a near miss
 // of s (case, '_' and '-' folded, or one edit away), else "".
 func suggest(s string, valid []string) string {
-	fold := func(x string) string {
-		return strings.NewReplacer("_", "", "-", "").Replace(strings.ToLower(x))
-	}
 	for _, v := range valid {
-		if v != s && (fold(v) == fold(s) || oneEdit(s, v)) {
+		if v != s && (foldName(v) == foldName(s) || oneEdit(s, v)) {
 			return fmt.Sprintf(" (did you mean %q?)", v)
 		}
 	}
@@ -467,22 +373,4 @@ func oneEdit(a, b string) bool {
 		return a[i+1:] == b[i+1:]
 	}
 	return a[i:] == b[i+1:]
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -219,7 +219,7 @@ list:
 // every unary RPC of every corral.<area>.v1 service resolves, with the
 // right request and response types, and that streaming RPCs are refused.
 func TestEveryUnaryRPCReachable(t *testing.T) {
-	c := DefaultCatalog()
+	c := DefaultRegistry()
 	n := 0
 	protoregistry.GlobalFiles.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
 		if !strings.HasPrefix(string(fd.Package()), "corral.") {

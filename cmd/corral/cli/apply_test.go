@@ -15,6 +15,7 @@ import (
 	deploymentv1 "github.com/corralhq/corral/api/deployment/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	provisioningv1 "github.com/corralhq/corral/api/provisioning/v1"
+	"github.com/corralhq/corral/deploy"
 )
 
 // multiDoc is an n0stack-style file with every appliable kind.
@@ -185,7 +186,7 @@ func TestApplyRejects(t *testing.T) {
 		},
 		"wrong type": {
 			body: valid + "kind: network\nname: wan\nvlan_id: many\n",
-			want: []string{"document 3", "vlan_id", "in network (ApplyNetworkRequest)"},
+			want: []string{"document 3", "vlan_id", "network (ApplyNetworkRequest)"},
 		},
 		"bad size": {
 			body: "kind: bs\nname: d1\nrequest_bytes: 10XB\n",
@@ -305,12 +306,12 @@ func FuzzDecodeDocuments(f *testing.F) {
 	f.Add([]byte("---\n---\nkind: [\n"))
 	f.Add([]byte("kind: node\nname: n\nmemory_bytes: 1.5GiB\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		docs, err := decodeDocuments("fuzz", data)
+		docs, err := decodeDocuments(deploy.DefaultRegistry(), "fuzz", data)
 		if err != nil {
 			return
 		}
 		for _, d := range docs {
-			if d.kind == nil || d.kind.request == nil || d.name == "" || d.req == nil {
+			if d.Document == nil || d.Kind.Apply == "" || d.Method == nil || d.name == "" || d.Request == nil {
 				t.Fatalf("accepted incomplete document %+v", d)
 			}
 		}

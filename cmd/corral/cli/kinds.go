@@ -16,14 +16,14 @@ import (
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	provisioningv1 "github.com/corralhq/corral/api/provisioning/v1"
+	"github.com/corralhq/corral/deploy"
 )
 
-// kind is one resource type the CLI knows: how to list, get and delete it,
-// how to draw it as a table, and (when it can be applied) which request a
-// document of that kind decodes into.
+// kind is how the CLI lists, gets, deletes and draws the records of one
+// kind of deploy.DefaultRegistry, which owns the kind's names, aliases and
+// apply action (shared with `corral do`).
 type kind struct {
-	name    string   // canonical name, as printed in "<kind>/<name>"
-	aliases []string // other names accepted on the command line and in files
+	name string // the registry kind's canonical name, as printed in "<kind>/<name>"
 
 	columns []string
 	row     func(proto.Message) []string
@@ -31,41 +31,28 @@ type kind struct {
 	list func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error)
 	get  func(ctx context.Context, cc grpc.ClientConnInterface, name string) (proto.Message, error)
 	del  func(ctx context.Context, cc grpc.ClientConnInterface, name string) error
-
-	// request returns an empty request message for an apply document with
-	// the given top-level fields; nil when the kind cannot be applied.
-	request func(fields map[string]any) proto.Message
-	// send sends a request built by request.
-	send func(ctx context.Context, cc grpc.ClientConnInterface, req proto.Message) error
 }
 
-// kinds is every kind, in the order they are listed in messages.
+// kinds is every kind the CLI can list and get.
 var kinds = []*kind{nodeKind, networkKind, virtualMachineKind, blockStorageKind, imageKind, machineKind}
 
-// normalizeKind folds case, '-' and '_' so that "virtual_machine",
-// "VirtualMachine" and "virtual-machine" are the same name.
-func normalizeKind(s string) string {
-	s = strings.ToLower(strings.TrimSpace(s))
-	return strings.NewReplacer("_", "", "-", "").Replace(s)
-}
-
-// lookupKind resolves a kind name or alias.
-func lookupKind(name string) (*kind, bool) {
-	n := normalizeKind(name)
-	if n == "" {
-		return nil, false
-	}
+// tableOf returns the CLI's kind for a registry kind.
+func tableOf(rk *deploy.Kind) (*kind, bool) {
 	for _, k := range kinds {
-		if normalizeKind(k.name) == n {
+		if k.name == rk.Name {
 			return k, true
-		}
-		for _, a := range k.aliases {
-			if normalizeKind(a) == n {
-				return k, true
-			}
 		}
 	}
 	return nil, false
+}
+
+// lookupKind resolves a kind name or alias through the registry.
+func lookupKind(name string) (*kind, bool) {
+	rk, ok := deploy.DefaultRegistry().Kind(name)
+	if !ok {
+		return nil, false
+	}
+	return tableOf(rk)
 }
 
 // kindArg resolves a kind given on the command line, or returns a usage
@@ -78,11 +65,14 @@ func kindArg(name string) (*kind, error) {
 	return k, nil
 }
 
-// kindList is "node|nodes, network|networks|net, ..." for messages.
+// kindList is "node|nodes, network|networks|net, ..." for messages: the
+// registry's kinds the CLI has a table for, in registry order.
 func kindList() string {
-	parts := make([]string, len(kinds))
-	for i, k := range kinds {
-		parts[i] = strings.Join(append([]string{k.name}, k.aliases...), "|")
+	var parts []string
+	for _, rk := range deploy.DefaultRegistry().Kinds() {
+		if _, ok := tableOf(rk); ok {
+			parts = append(parts, strings.Join(append([]string{rk.Name}, rk.Aliases...), "|"))
+		}
 	}
 	return strings.Join(parts, ", ")
 }
@@ -139,7 +129,6 @@ func joinSorted(ss []string) string {
 
 var nodeKind = &kind{
 	name:    "node",
-	aliases: []string{"nodes"},
 	columns: []string{"NAME", "STATE", "ADDRESS", "RACK", "CPU", "MEMORY", "STORAGE", "RESERVATIONS"},
 	row: func(m proto.Message) []string {
 		n := m.(*poolv1.Node)
@@ -174,16 +163,10 @@ var nodeKind = &kind{
 		_, err := poolv1.NewNodeServiceClient(cc).DeleteNode(ctx, &poolv1.DeleteNodeRequest{Name: name})
 		return err
 	},
-	request: func(map[string]any) proto.Message { return &poolv1.ApplyNodeRequest{} },
-	send: func(ctx context.Context, cc grpc.ClientConnInterface, req proto.Message) error {
-		_, err := poolv1.NewNodeServiceClient(cc).ApplyNode(ctx, req.(*poolv1.ApplyNodeRequest))
-		return err
-	},
 }
 
 var networkKind = &kind{
 	name:    "network",
-	aliases: []string{"networks", "net"},
 	columns: []string{"NAME", "STATE", "IPV4", "IPV6", "GATEWAY", "VLAN", "INTERFACES"},
 	row: func(m proto.Message) []string {
 		n := m.(*poolv1.Network)
@@ -218,16 +201,10 @@ var networkKind = &kind{
 		_, err := poolv1.NewNetworkServiceClient(cc).DeleteNetwork(ctx, &poolv1.DeleteNetworkRequest{Name: name})
 		return err
 	},
-	request: func(map[string]any) proto.Message { return &poolv1.ApplyNetworkRequest{} },
-	send: func(ctx context.Context, cc grpc.ClientConnInterface, req proto.Message) error {
-		_, err := poolv1.NewNetworkServiceClient(cc).ApplyNetwork(ctx, req.(*poolv1.ApplyNetworkRequest))
-		return err
-	},
 }
 
 var virtualMachineKind = &kind{
 	name:    "virtual_machine",
-	aliases: []string{"vm", "vms", "virtual_machines"},
 	columns: []string{"NAME", "STATE", "NODE", "CPU", "MEMORY", "DISKS", "ADDRESSES"},
 	row: func(m proto.Message) []string {
 		vm := m.(*provisioningv1.VirtualMachine)
@@ -273,16 +250,10 @@ var virtualMachineKind = &kind{
 		_, err := provisioningv1.NewVirtualMachineServiceClient(cc).DeleteVirtualMachine(ctx, &provisioningv1.DeleteVirtualMachineRequest{Name: name})
 		return err
 	},
-	request: func(map[string]any) proto.Message { return &provisioningv1.CreateVirtualMachineRequest{} },
-	send: func(ctx context.Context, cc grpc.ClientConnInterface, req proto.Message) error {
-		_, err := provisioningv1.NewVirtualMachineServiceClient(cc).CreateVirtualMachine(ctx, req.(*provisioningv1.CreateVirtualMachineRequest))
-		return err
-	},
 }
 
 var blockStorageKind = &kind{
 	name:    "block_storage",
-	aliases: []string{"bs", "block_storages"},
 	columns: []string{"NAME", "STATE", "NODE", "SIZE", "USED-BY"},
 	row: func(m proto.Message) []string {
 		bs := m.(*provisioningv1.BlockStorage)
@@ -305,35 +276,10 @@ var blockStorageKind = &kind{
 		_, err := provisioningv1.NewBlockStorageServiceClient(cc).DeleteBlockStorage(ctx, &provisioningv1.DeleteBlockStorageRequest{Name: name})
 		return err
 	},
-	// A document with source_url downloads the volume (Fetch); without,
-	// it creates an empty one.
-	request: func(fields map[string]any) proto.Message {
-		if _, ok := fields["source_url"]; ok {
-			return &provisioningv1.FetchBlockStorageRequest{}
-		}
-		if _, ok := fields["sourceUrl"]; ok {
-			return &provisioningv1.FetchBlockStorageRequest{}
-		}
-		return &provisioningv1.CreateBlockStorageRequest{}
-	},
-	send: func(ctx context.Context, cc grpc.ClientConnInterface, req proto.Message) error {
-		c := provisioningv1.NewBlockStorageServiceClient(cc)
-		var err error
-		switch r := req.(type) {
-		case *provisioningv1.FetchBlockStorageRequest:
-			_, err = c.FetchBlockStorage(ctx, r)
-		case *provisioningv1.CreateBlockStorageRequest:
-			_, err = c.CreateBlockStorage(ctx, r)
-		default:
-			err = fmt.Errorf("unexpected request %T", req)
-		}
-		return err
-	},
 }
 
 var imageKind = &kind{
 	name:    "image",
-	aliases: []string{"images"},
 	columns: []string{"NAME", "TAGS", "REGISTERED"},
 	row: func(m proto.Message) []string {
 		img := m.(*deploymentv1.Image)
@@ -357,16 +303,10 @@ var imageKind = &kind{
 		_, err := deploymentv1.NewImageServiceClient(cc).DeleteImage(ctx, &deploymentv1.DeleteImageRequest{Name: name})
 		return err
 	},
-	request: func(map[string]any) proto.Message { return &deploymentv1.ApplyImageRequest{} },
-	send: func(ctx context.Context, cc grpc.ClientConnInterface, req proto.Message) error {
-		_, err := deploymentv1.NewImageServiceClient(cc).ApplyImage(ctx, req.(*deploymentv1.ApplyImageRequest))
-		return err
-	},
 }
 
 var machineKind = &kind{
 	name:    "machine",
-	aliases: []string{"machines"},
 	columns: []string{"NAME", "SERIAL", "VENDOR/PRODUCT", "CPUS", "MEMORY", "DISKS", "STATE", "POWER", "LAST-SEEN"},
 	row: func(m proto.Message) []string {
 		mc := m.(*inventoryv1.Machine)
@@ -407,7 +347,6 @@ var machineKind = &kind{
 		_, err := inventoryv1.NewMachineServiceClient(cc).DeleteMachine(ctx, &inventoryv1.DeleteMachineRequest{Name: name})
 		return err
 	},
-	// Machines are discovered or enrolled, never applied.
 }
 
 // lastSeen renders the agent's last report as an age ("-" when never).

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/corralhq/corral/deploy"
 	"github.com/corralhq/corral/internal/server"
 )
 
@@ -51,12 +52,15 @@ func TestVerbsAgainstAppliance(t *testing.T) {
 
 	t.Run("empty appliance prints headers only", func(t *testing.T) {
 		for _, k := range []*kind{virtualMachineKind, blockStorageKind, imageKind} {
-			for _, alias := range k.aliases[:1] {
-				r := corral("get", alias)
-				want := strings.Join(k.columns, "   ") + "\n"
-				if r.code != ExitOK || r.stderr != "" || r.stdout != want {
-					t.Errorf("get %s: exit %d stdout %q stderr %q; want headers only %q", alias, r.code, r.stdout, r.stderr, want)
-				}
+			rk, ok := deploy.DefaultRegistry().Kind(k.name)
+			if !ok || len(rk.Aliases) == 0 {
+				t.Fatalf("kind %s: not in the registry, or no alias", k.name)
+			}
+			alias := rk.Aliases[0]
+			r := corral("get", alias)
+			want := strings.Join(k.columns, "   ") + "\n"
+			if r.code != ExitOK || r.stderr != "" || r.stdout != want {
+				t.Errorf("get %s: exit %d stdout %q stderr %q; want headers only %q", alias, r.code, r.stdout, r.stderr, want)
 			}
 		}
 	})

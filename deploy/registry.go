@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	// The API packages register their descriptors and Go types in
-	// protoregistry.GlobalFiles and GlobalTypes; the catalog is built from
-	// those registries, so every service linked here is reachable.
+	// protoregistry.GlobalFiles and GlobalTypes; the registry is built
+	// from those, so every service linked here is reachable.
 	_ "github.com/corralhq/corral/api/deployment/v1"
 	_ "github.com/corralhq/corral/api/hypervisor/v1"
 	_ "github.com/corralhq/corral/api/inventory/v1"
@@ -22,22 +22,30 @@ import (
 	_ "github.com/corralhq/corral/api/provisioning/v1"
 )
 
-// Method is one unary RPC a task can call.
+// Method is one unary RPC a task or an apply document is sent to.
 type Method struct {
 	// Type is the task type that reaches it ("VirtualMachine").
 	Type string
+	// Action is the RPC's name ("CreateVirtualMachine").
+	Action string
 	// Path is the gRPC method path, "/corral.provisioning.v1.VirtualMachineService/CreateVirtualMachine".
 	Path string
 	// Input and Output are the request and response message types.
 	Input, Output protoreflect.MessageType
 }
 
-// Catalog resolves a task's type and action to a unary RPC. It is built
-// once from service descriptors and is safe for concurrent use.
-type Catalog struct {
+// Registry is the one table of what `corral do` and `corral apply` reach:
+// task types and their actions (the services and unary RPCs of the
+// corral.<area>.v1 packages, Lookup) and resource kinds (the names apply
+// documents and the command line use, each served by one type, Kind).
+// Both decode requests with the same strict field check. A Registry is
+// built once and is safe for concurrent use.
+type Registry struct {
 	types map[string]*service // by accepted type spelling
 	names []string            // canonical type names, sorted
 	err   map[string]string   // ambiguous spellings → explanation
+
+	kinds []*Kind // in the order given to NewRegistry
 }
 
 type service struct {
@@ -54,21 +62,30 @@ func corralPackage(pkg protoreflect.FullName) bool {
 	return len(parts) == 3 && parts[0] == "corral" && parts[2] == "v1"
 }
 
-var defaultCatalog = sync.OnceValue(func() *Catalog {
-	return NewCatalog(protoregistry.GlobalFiles)
+var defaultRegistry = sync.OnceValue(func() *Registry {
+	r, err := NewRegistry(protoregistry.GlobalFiles, DefaultKinds()...)
+	if err != nil {
+		// DefaultKinds is compiled in and checked by the tests.
+		panic(err)
+	}
+	return r
 })
 
-// DefaultCatalog is the catalog of every service in a corral.<area>.v1
-// package registered in protoregistry.GlobalFiles.
-func DefaultCatalog() *Catalog { return defaultCatalog() }
+// DefaultRegistry is the registry of every service in a corral.<area>.v1
+// package registered in protoregistry.GlobalFiles, with DefaultKinds.
+func DefaultRegistry() *Registry { return defaultRegistry() }
 
-// NewCatalog builds a catalog from the services in corral.<area>.v1
-// packages of files. A service named XService is reached with type X (or
-// its snake_case spelling x, as n0cli accepted) or with its full name
-// corral.area.v1.XService. When two packages define the same service name
-// the short type is ambiguous and only the full name works.
-func NewCatalog(files *protoregistry.Files) *Catalog {
-	c := &Catalog{types: map[string]*service{}, err: map[string]string{}}
+// NewRegistry builds a registry from the services in corral.<area>.v1
+// packages of files and the given kinds. A service named XService is
+// reached with type X (or its snake_case spelling x, as n0cli accepted) or
+// with its full name corral.area.v1.XService. When two packages define
+// the same service name the short type is ambiguous and only the full
+// name works.
+//
+// It returns an error when a kind names a type, action or field the
+// services do not have, or when two kinds share a name.
+func NewRegistry(files *protoregistry.Files, kinds ...Kind) (*Registry, error) {
+	r := &Registry{types: map[string]*service{}, err: map[string]string{}}
 	var all []*service
 	files.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
 		if !corralPackage(fd.Package()) {
@@ -101,21 +118,25 @@ func NewCatalog(files *protoregistry.Files) *Catalog {
 		count[s.typ] = append(count[s.typ], string(s.full))
 	}
 	for _, s := range all {
-		c.types[string(s.full)] = s
+		r.types[string(s.full)] = s
 		if len(count[s.typ]) > 1 {
 			sort.Strings(count[s.typ])
 			msg := fmt.Sprintf("type %q is ambiguous (%s): write the full service name", s.typ, strings.Join(count[s.typ], ", "))
-			c.err[s.typ] = msg
-			c.err[snake(s.typ)] = msg
-			c.names = append(c.names, string(s.full))
+			r.err[s.typ] = msg
+			r.err[snake(s.typ)] = msg
+			r.names = append(r.names, string(s.full))
 			continue
 		}
-		c.types[s.typ] = s
-		c.types[snake(s.typ)] = s
-		c.names = append(c.names, s.typ)
+		r.types[s.typ] = s
+		r.types[snake(s.typ)] = s
+		r.names = append(r.names, s.typ)
 	}
-	sort.Strings(c.names)
-	return c
+	sort.Strings(r.names)
+
+	if err := r.addKinds(kinds); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // snake turns "BlockStorage" into "block_storage".
@@ -134,12 +155,12 @@ func snake(s string) string {
 }
 
 // Types returns the canonical type names, sorted.
-func (c *Catalog) Types() []string { return append([]string(nil), c.names...) }
+func (r *Registry) Types() []string { return append([]string(nil), r.names...) }
 
 // Actions returns the unary RPC names reachable with typ, sorted, or nil
 // for an unknown type.
-func (c *Catalog) Actions(typ string) []string {
-	s, ok := c.types[typ]
+func (r *Registry) Actions(typ string) []string {
+	s, ok := r.types[typ]
 	if !ok {
 		return nil
 	}
@@ -148,16 +169,16 @@ func (c *Catalog) Actions(typ string) []string {
 
 // Lookup resolves typ and action. Its errors are phrased for the user and
 // list the valid choices.
-func (c *Catalog) Lookup(typ, action string) (*Method, error) {
+func (r *Registry) Lookup(typ, action string) (*Method, error) {
 	if typ == "" {
-		return nil, fmt.Errorf("missing type (valid: %s)", strings.Join(c.names, ", "))
+		return nil, fmt.Errorf("missing type (valid: %s)", strings.Join(r.names, ", "))
 	}
-	if msg, ok := c.err[typ]; ok {
+	if msg, ok := r.err[typ]; ok {
 		return nil, fmt.Errorf("%s", msg)
 	}
-	s, ok := c.types[typ]
+	s, ok := r.types[typ]
 	if !ok {
-		return nil, fmt.Errorf("unknown type %q (valid: %s)", typ, strings.Join(c.names, ", "))
+		return nil, fmt.Errorf("unknown type %q (valid: %s)", typ, strings.Join(r.names, ", "))
 	}
 	if action == "" {
 		return nil, fmt.Errorf("missing action for type %s (valid: %s)", s.typ, strings.Join(s.unary, ", "))
@@ -171,6 +192,7 @@ func (c *Catalog) Lookup(typ, action string) (*Method, error) {
 	}
 	return &Method{
 		Type:   s.typ,
+		Action: string(md.Name()),
 		Path:   "/" + string(s.full) + "/" + string(md.Name()),
 		Input:  messageType(md.Input()),
 		Output: messageType(md.Output()),
