@@ -346,7 +346,7 @@ func buildOne(ctx context.Context, o Options, urootDir, work, kernel, stage stri
 	initrd := filepath.Join(out, "initrd.img")
 	var err error
 	if rc.compress == "xz" {
-		err = xzArchive(cpio, initrd)
+		err = xzCompress(cpio, initrd, 16) // for the kernel's initramfs unpacker
 	} else {
 		err = gzipFile(cpio, initrd)
 	}
@@ -528,15 +528,19 @@ func gzipFile(src, dst string) error {
 	return out.Close()
 }
 
-// xzArchive compresses a cpio archive for the kernel's initramfs
-// unpacker: CRC32 check (the kernel's XZ decoder has no CRC64/SHA-256)
-// and a 16 MiB dictionary.
-func xzArchive(src, dst string) error {
+// xzCompress compresses src to dst, creating dst's directory, as xz -9
+// with a CRC32 check (the kernel's XZ decoder has no CRC64/SHA-256, and
+// kernel module compression uses CRC32 too) and a dictMiB MiB dictionary
+// (decompressors allocate the whole dictionary).
+func xzCompress(src, dst string, dictMiB int) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
 	out, err := os.Create(dst)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("xz", "--check=crc32", "--lzma2=preset=9,dict=16MiB", "--stdout", src)
+	cmd := exec.Command("xz", "--check=crc32", fmt.Sprintf("--lzma2=preset=9,dict=%dMiB", dictMiB), "--stdout", src)
 	cmd.Stdout = out
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

@@ -2,7 +2,6 @@ package discovery
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -143,6 +142,8 @@ func StageModules(root, stage, kver string, want []string) ([]string, error) {
 	// .ko.xz before init_module; depmod indexes them): 30% smaller than
 	// the same modules inside the gzip'd initramfs. The appended signature
 	// is part of the compressed content, so signed modules stay signed.
+	// A 4 MiB dictionary: no module is larger, and u-root's decompressor
+	// allocates the whole dictionary.
 	var g errgroup.Group
 	g.SetLimit(runtime.NumCPU())
 	for i, p := range paths {
@@ -153,7 +154,7 @@ func StageModules(root, stage, kver string, want []string) ([]string, error) {
 			continue
 		}
 		paths[i] = p + ".xz"
-		g.Go(func() error { return xzFile(filepath.Join(src, p), filepath.Join(dst, p+".xz")) })
+		g.Go(func() error { return xzCompress(filepath.Join(src, p), filepath.Join(dst, p+".xz"), 4) })
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
@@ -213,32 +214,4 @@ func copyFile(src, dst string, mode os.FileMode) error {
 		return err
 	}
 	return out.Close()
-}
-
-// xzFile compresses src to dst as xz -9 with a CRC32 check (what the
-// kernel's module compression uses) and a 4 MiB dictionary (no module
-// is larger; u-root's decompressor allocates the whole dictionary).
-func xzFile(src, dst string) error {
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	out, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command("xz", "--check=crc32", "--lzma2=preset=9,dict=4MiB", "--stdout", src)
-	cmd.Stdout = out
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	err = cmd.Run()
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		if errors.Is(err, exec.ErrNotFound) {
-			return fmt.Errorf("xz not found: install Debian's xz-utils package")
-		}
-		return fmt.Errorf("xz %s: %v %s", src, err, stderr.String())
-	}
-	return nil
 }
