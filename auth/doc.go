@@ -13,6 +13,7 @@
 // The certificate authority and the client configuration file live in the
 // sub-packages auth/pki and auth/clientconfig.
 //
-// This package may import the store contract, store/record and the
-// generated API; it must not import a store backend (bbolt), boot/ or ipmi/.
+// This package may import the store contract, store/record, the generated
+// API and the leaf internal/nodeid; it must not import a store backend
+// (bbolt), boot/ or ipmi/.
 package auth

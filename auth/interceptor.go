@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/internal/nodeid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -22,8 +23,9 @@ import (
 )
 
 // NodeOrganization is the Subject.Organization entry that makes a verified
-// client certificate a NODE principal (see Interceptor.NodeCertificates).
-const NodeOrganization = "corral:node"
+// client certificate a NODE principal (see Interceptor.NodeCertificates);
+// it is declared by internal/nodeid, which the node side shares.
+const NodeOrganization = nodeid.Organization
 
 // Method prefixes with their own rules.
 const (

@@ -4,8 +4,9 @@
 //
 // Node side (run by `corral-node hypervisor`, reachable from
 // cmd/corral-node, so they import only the standard library, gRPC/protobuf,
-// the generated api/ packages and their own kept libraries — never bbolt,
-// etcd, bmclib or Corral's store/, ipmi/, boot/):
+// the generated api/ packages, Corral's leaf packages (internal/apierr for
+// errors, internal/nodeid for the identity layout) and their own kept
+// libraries — never bbolt, etcd, bmclib or Corral's store/, ipmi/, boot/):
 //
 //   - hypervisor/volume: qcow2 volumes with qemu-img (empty, copy-on-write
 //     overlays by backing file, http(s) fetch with size cap, timeout and

@@ -1,8 +1,10 @@
 // Package cmdline is the contract between the appliance's iPXE scripts and
 // the agent on the machine: the kernel command-line parameters that carry
-// the appliance endpoint, the per-boot token, the CA fingerprint and the
-// boot MAC. boot/http formats them; corral-node parses them. It imports
-// only the standard library, so both sides may use it.
+// the appliance endpoint, the per-boot token, the CA fingerprint, the boot
+// MAC and the agent mode, and the length budget of the line. It is the one
+// place they are declared: boot/http formats them; corral-node parses them.
+// It imports nothing of Corral's (only the standard library), so both sides
+// may use it.
 package cmdline
 
 import (
@@ -19,10 +21,16 @@ const (
 	KeyToken    = "corral.token"    // per-boot ROLE_AGENT bearer token
 	KeyCA       = "corral.ca"       // SHA-256 of the CA certificate (DER), hex, optionally "sha256:"-prefixed
 	KeyMAC      = "corral.mac"      // boot MAC, aa:bb:cc:dd:ee:ff
-	KeyMode     = "corral.mode"     // agent mode: discover (default) or hypervisor
+	KeyMode     = "corral.mode"     // agent mode: ModeDiscover (default) or ModeHypervisor
 	// KeyBOOTIF is pxelinux's boot interface parameter (01-aa-bb-...),
 	// accepted as a fallback for the boot MAC.
 	KeyBOOTIF = "BOOTIF"
+)
+
+// Values of KeyMode. An absent corral.mode means ModeDiscover.
+const (
+	ModeDiscover   = "discover"
+	ModeHypervisor = "hypervisor"
 )
 
 // MaxLen is the kernel command-line budget Corral allows itself (Linux
@@ -58,9 +66,9 @@ func (p Params) Validate() error {
 		return fmt.Errorf("%s=%q: want a MAC address", KeyMAC, p.MAC)
 	}
 	switch p.Mode {
-	case "", "discover", "hypervisor":
+	case "", ModeDiscover, ModeHypervisor:
 	default:
-		return fmt.Errorf("%s=%q: want discover or hypervisor", KeyMode, p.Mode)
+		return fmt.Errorf("%s=%q: want %s or %s", KeyMode, p.Mode, ModeDiscover, ModeHypervisor)
 	}
 	return nil
 }

@@ -15,17 +15,19 @@ import (
 	"time"
 
 	nodev1 "github.com/corralhq/corral/api/node/v1"
+	"github.com/corralhq/corral/internal/nodeid"
 )
 
 // Files on the data partition, relative to its root (the hypervisor's
-// data directory, /var/lib/corral-node). The identity files are those
-// hypervisor/node.Enrol loads.
+// data directory, /var/lib/corral-node): the layout internal/nodeid
+// declares for both the installer and hypervisor/node.Enrol, which loads
+// them.
 const (
-	IdentityDir   = "identity"
-	NodeKeyFile   = "node.key" // PEM private key, mode 0600
-	NodeCertFile  = "node.crt" // PEM node certificate
-	CACertFile    = "ca.crt"   // PEM appliance CA certificate
-	ApplianceFile = "appliance.json"
+	IdentityDir   = nodeid.Dir
+	NodeKeyFile   = nodeid.KeyFile  // PEM private key, mode 0600
+	NodeCertFile  = nodeid.CertFile // PEM node certificate
+	CACertFile    = nodeid.CAFile   // PEM appliance CA certificate
+	ApplianceFile = nodeid.ApplianceFile
 )
 
 // Appliance is identity/appliance.json: which appliance installed the

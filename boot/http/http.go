@@ -56,9 +56,6 @@ type Catalog interface {
 	Open(name string) (*os.File, images.Artifact, error)
 }
 
-// MaxCmdline is the kernel command-line limit the script must stay under.
-const MaxCmdline = 2048
-
 // Config configures a Server.
 type Config struct {
 	// Listen is the TCP address (default ":8080"). Listener, when set, is
@@ -207,10 +204,10 @@ type ScriptData struct {
 }
 
 // RenderScript renders the iPXE script for d. It fails when the kernel
-// command line would exceed MaxCmdline.
+// command line would exceed the agent/cmdline budget (cmdline.MaxLen).
 func RenderScript(d ScriptData) ([]byte, error) {
-	if len(d.Cmdline) >= MaxCmdline {
-		return nil, fmt.Errorf("kernel command line is %d bytes, limit %d", len(d.Cmdline), MaxCmdline)
+	if len(d.Cmdline) >= cmdline.MaxLen {
+		return nil, fmt.Errorf("kernel command line is %d bytes, limit %d", len(d.Cmdline), cmdline.MaxLen)
 	}
 	var b bytes.Buffer
 	if err := scriptTmpl.Execute(&b, d); err != nil {
@@ -270,7 +267,7 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 	switch intent {
 	case inventoryv1.BootIntent_BOOT_INTENT_LOCAL:
 	case inventoryv1.BootIntent_BOOT_INTENT_HYPERVISOR:
-		d.Kernel, d.Initrd, mode = images.DiscoverKernel, images.HypervisorInitrd, "hypervisor"
+		d.Kernel, d.Initrd, mode = images.DiscoverKernel, images.HypervisorInitrd, cmdline.ModeHypervisor
 		if !s.cfg.Catalog.Has(d.Kernel) || !s.cfg.Catalog.Has(d.Initrd) {
 			d.Kernel, d.Initrd = "", ""
 			d.Problem = "the catalog has no hypervisor image (run corrald images build); booting the local disk"

@@ -6,7 +6,8 @@
 // read back by ReadISO.
 //
 // Rendering is a pure function of Seed, so seeds are golden-tested. It
-// imports only the standard library, sigs.k8s.io/yaml and the ISO library.
+// imports only the standard library, sigs.k8s.io/yaml, the ISO library and
+// internal/apierr.
 package cloudinit
 
 import (
@@ -19,13 +20,13 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/corralhq/corral/hypervisor/internal/hverr"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/kdomanski/iso9660"
 	"sigs.k8s.io/yaml"
 )
 
 // ErrInvalid is the class of every validation error.
-var ErrInvalid = hverr.ErrInvalid
+var ErrInvalid = apierr.ErrInvalid
 
 // Label is the ISO volume label NoCloud looks for.
 const Label = "cidata"
@@ -66,43 +67,43 @@ var userRE = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
 // Validate reports the first problem with s (ErrInvalid).
 func (s Seed) Validate() error {
 	if s.InstanceID == "" || strings.ContainsAny(s.InstanceID, "\n\r") {
-		return hverr.Wrap(ErrInvalid, "cloud-init: instance id %q", s.InstanceID)
+		return apierr.Invalidf("cloud-init: instance id %q", s.InstanceID)
 	}
 	if len(s.Hostname) > 253 || !hostnameRE.MatchString(s.Hostname) {
-		return hverr.Wrap(ErrInvalid, "cloud-init: hostname %q is not a valid host name", s.Hostname)
+		return apierr.Invalidf("cloud-init: hostname %q is not a valid host name", s.Hostname)
 	}
 	if s.User != "" && !userRE.MatchString(s.User) {
-		return hverr.Wrap(ErrInvalid, "cloud-init: login user %q: want [a-z_][a-z0-9_-]{0,31}", s.User)
+		return apierr.Invalidf("cloud-init: login user %q: want [a-z_][a-z0-9_-]{0,31}", s.User)
 	}
 	for _, k := range s.SSHKeys {
 		if strings.ContainsAny(k, "\n\r") || len(strings.Fields(k)) < 2 {
-			return hverr.Wrap(ErrInvalid, "cloud-init: ssh key %.30q... is not one authorized_keys line", k)
+			return apierr.Invalidf("cloud-init: ssh key %.30q... is not one authorized_keys line", k)
 		}
 	}
 	seen := map[string]bool{}
 	for i, n := range s.NICs {
 		hw, err := net.ParseMAC(n.MAC)
 		if err != nil || len(hw) != 6 {
-			return hverr.Wrap(ErrInvalid, "cloud-init: nic %d: MAC %q", i, n.MAC)
+			return apierr.Invalidf("cloud-init: nic %d: MAC %q", i, n.MAC)
 		}
 		if seen[hw.String()] {
-			return hverr.Wrap(ErrInvalid, "cloud-init: nic %d: duplicate MAC %s", i, hw)
+			return apierr.Invalidf("cloud-init: nic %d: duplicate MAC %s", i, hw)
 		}
 		seen[hw.String()] = true
 		for _, a := range n.Addresses {
 			if !a.IsValid() {
-				return hverr.Wrap(ErrInvalid, "cloud-init: nic %d: invalid address", i)
+				return apierr.Invalidf("cloud-init: nic %d: invalid address", i)
 			}
 		}
 		if n.Gateway4.IsValid() && !n.Gateway4.Is4() {
-			return hverr.Wrap(ErrInvalid, "cloud-init: nic %d: gateway4 %s is not IPv4", i, n.Gateway4)
+			return apierr.Invalidf("cloud-init: nic %d: gateway4 %s is not IPv4", i, n.Gateway4)
 		}
 		if n.Gateway6.IsValid() && !n.Gateway6.Is6() {
-			return hverr.Wrap(ErrInvalid, "cloud-init: nic %d: gateway6 %s is not IPv6", i, n.Gateway6)
+			return apierr.Invalidf("cloud-init: nic %d: gateway6 %s is not IPv6", i, n.Gateway6)
 		}
 		for _, d := range n.Search {
 			if !hostnameRE.MatchString(d) {
-				return hverr.Wrap(ErrInvalid, "cloud-init: nic %d: search domain %q", i, d)
+				return apierr.Invalidf("cloud-init: nic %d: search domain %q", i, d)
 			}
 		}
 	}

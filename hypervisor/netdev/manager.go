@@ -11,7 +11,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/corralhq/corral/hypervisor/internal/hverr"
+	"github.com/corralhq/corral/hypervisor/internal/safename"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
@@ -145,7 +146,7 @@ func (m *Manager) ApplyNetwork(n Network) (Plan, error) {
 	if n.GatewayCIDR != "" {
 		gw, err = netlink.ParseAddr(n.GatewayCIDR)
 		if err != nil {
-			return Plan{}, hverr.Wrap(ErrInvalid, "network %q: gateway %q: %v", n.Name, n.GatewayCIDR, err)
+			return Plan{}, apierr.Invalidf("network %q: gateway %q: %v", n.Name, n.GatewayCIDR, err)
 		}
 	}
 	if plan.Note != "" {
@@ -174,7 +175,7 @@ func (m *Manager) ApplyNetwork(n Network) (Plan, error) {
 		case err != nil:
 			return fmt.Errorf("netdev: bridge %s: %w", plan.Bridge, err)
 		case br.Attrs().Alias != aliasBridge+n.Name:
-			return hverr.Wrap(ErrInUse, "link %s exists and is not Corral's bridge for network %q", plan.Bridge, n.Name)
+			return apierr.Preconditionf("link %s exists and is not Corral's bridge for network %q", plan.Bridge, n.Name)
 		}
 		if plan.VLANLink != "" {
 			if err := m.ensureVLAN(h, plan, br, &created); err != nil {
@@ -202,7 +203,7 @@ func (m *Manager) ensureVLAN(h *netlink.Handle, plan Plan, br netlink.Link, crea
 	if isNotFound(err) {
 		parent, err := h.LinkByName(plan.VLANParent)
 		if err != nil {
-			return hverr.Wrap(ErrNotFound, "uplink %s: %v", plan.VLANParent, err)
+			return apierr.NotFoundf("uplink %s: %v", plan.VLANParent, err)
 		}
 		v = &netlink.Vlan{LinkAttrs: netlink.LinkAttrs{Name: plan.VLANLink, ParentIndex: parent.Attrs().Index}, VlanId: int(plan.VLANID)}
 		if err := h.LinkAdd(v); err != nil {
@@ -224,22 +225,22 @@ func (m *Manager) ensureVLAN(h *netlink.Handle, plan Plan, br netlink.Link, crea
 
 // DeleteNetwork removes the bridge of network (and its VLAN
 // sub-interface). It returns ErrNotFound if there is no such bridge and
-// ErrInUse while taps are still attached.
+// ErrPrecondition while taps are still attached.
 func (m *Manager) DeleteNetwork(network string) error {
-	if err := hverr.CheckName("network", network); err != nil {
+	if err := safename.Check("network", network); err != nil {
 		return err
 	}
 	name := BridgeName(network)
 	return m.do(func(h *netlink.Handle) error {
 		br, err := h.LinkByName(name)
 		if isNotFound(err) {
-			return hverr.Wrap(ErrNotFound, "network %q has no bridge on this node", network)
+			return apierr.NotFoundf("network %q has no bridge on this node", network)
 		}
 		if err != nil {
 			return err
 		}
 		if br.Attrs().Alias != aliasBridge+network {
-			return hverr.Wrap(ErrNotFound, "link %s is not Corral's bridge for network %q", name, network)
+			return apierr.NotFoundf("link %s is not Corral's bridge for network %q", name, network)
 		}
 		links, err := linkList(h)
 		if err != nil {
@@ -258,7 +259,7 @@ func (m *Manager) DeleteNetwork(network string) error {
 			}
 		}
 		if len(taps) > 0 {
-			return hverr.Wrap(ErrInUse, "network %q: bridge %s still has ports %s", network, name, strings.Join(taps, ", "))
+			return apierr.Preconditionf("network %q: bridge %s still has ports %s", network, name, strings.Join(taps, ", "))
 		}
 		for _, v := range vlans {
 			if err := h.LinkDel(v); err != nil && !isNotFound(err) {
@@ -287,20 +288,20 @@ type Tap struct {
 // by an earlier attempt is replaced. On error nothing is left.
 func (m *Manager) CreateTap(t Tap) error {
 	if len(t.Name) > MaxNameLen || t.Name == "" {
-		return hverr.Wrap(ErrInvalid, "tap name %q", t.Name)
+		return apierr.Invalidf("tap name %q", t.Name)
 	}
 	bridge := BridgeName(t.Network)
 	return m.do(func(h *netlink.Handle) error {
 		br, err := h.LinkByName(bridge)
 		if isNotFound(err) {
-			return hverr.Wrap(ErrNotFound, "network %q is not applied on this node (no bridge %s)", t.Network, bridge)
+			return apierr.NotFoundf("network %q is not applied on this node (no bridge %s)", t.Network, bridge)
 		}
 		if err != nil {
 			return err
 		}
 		if old, err := h.LinkByName(t.Name); err == nil {
 			if !strings.HasPrefix(old.Attrs().Alias, aliasTap) {
-				return hverr.Wrap(ErrInUse, "link %s exists and is not a Corral tap", t.Name)
+				return apierr.Preconditionf("link %s exists and is not a Corral tap", t.Name)
 			}
 			if err := h.LinkDel(old); err != nil {
 				return err
@@ -346,7 +347,7 @@ func (m *Manager) DeleteTap(name string) error {
 			return err
 		}
 		if !strings.HasPrefix(l.Attrs().Alias, aliasTap) {
-			return hverr.Wrap(ErrInUse, "link %s is not a Corral tap: not deleting it", name)
+			return apierr.Preconditionf("link %s is not a Corral tap: not deleting it", name)
 		}
 		if err := h.LinkDel(l); err != nil && !isNotFound(err) {
 			return fmt.Errorf("netdev: delete tap %s: %w", name, err)

@@ -12,7 +12,7 @@
 // alias. What to create is decided by pure functions (Plan, BridgeName,
 // TapName) that are unit-tested; the kernel calls are in Manager.
 //
-// It imports only the standard library, netlink/netns and
+// It imports only the standard library, netlink/netns, internal/apierr and
 // hypervisor/internal.
 package netdev
 
@@ -22,14 +22,17 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/corralhq/corral/hypervisor/internal/hverr"
+	"github.com/corralhq/corral/hypervisor/internal/safename"
+	"github.com/corralhq/corral/internal/apierr"
 )
 
-// Error classes.
+// Error classes (internal/apierr's).
 var (
-	ErrInvalid  = hverr.ErrInvalid
-	ErrNotFound = hverr.ErrNotFound
-	ErrInUse    = hverr.ErrInUse
+	ErrInvalid  = apierr.ErrInvalid
+	ErrNotFound = apierr.ErrNotFound
+	// ErrPrecondition: a link is in use (ports left on a bridge) or is
+	// not Corral's.
+	ErrPrecondition = apierr.ErrPrecondition
 )
 
 // MaxNameLen is the kernel's IFNAMSIZ-1.
@@ -98,14 +101,14 @@ type Plan struct {
 // of the uplink on its bridge and a Network without one stays host-local
 // (the uplink itself is never enslaved).
 func PlanNetwork(n Network, uplink string) (Plan, error) {
-	if err := hverr.CheckName("network", n.Name); err != nil {
+	if err := safename.Check("network", n.Name); err != nil {
 		return Plan{}, err
 	}
 	if n.VLAN > 4094 {
-		return Plan{}, hverr.Wrap(ErrInvalid, "network %q: vlan %d out of range 1-4094", n.Name, n.VLAN)
+		return Plan{}, apierr.Invalidf("network %q: vlan %d out of range 1-4094", n.Name, n.VLAN)
 	}
 	if uplink != "" && (len(uplink) > MaxNameLen || strings.ContainsAny(uplink, "/ \t\n")) {
-		return Plan{}, hverr.Wrap(ErrInvalid, "uplink %q is not an interface name", uplink)
+		return Plan{}, apierr.Invalidf("uplink %q is not an interface name", uplink)
 	}
 	p := Plan{Bridge: BridgeName(n.Name)}
 	switch {

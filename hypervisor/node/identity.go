@@ -17,6 +17,7 @@ import (
 	"time"
 
 	nodev1 "github.com/corralhq/corral/api/node/v1"
+	"github.com/corralhq/corral/internal/nodeid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
@@ -28,14 +29,6 @@ type Identity struct {
 	CAPool      *x509.CertPool
 	CAPEM       []byte
 }
-
-// Identity files under <DataDir>/identity (directory 0700, key 0600).
-const (
-	identityDir = "identity"
-	certFile    = "node.crt"
-	keyFile     = "node.key"
-	caFile      = "ca.crt"
-)
 
 // EnrolConfig configures Enrol.
 type EnrolConfig struct {
@@ -70,7 +63,7 @@ func Enrol(ctx context.Context, cfg EnrolConfig) (Identity, error) {
 	if !pool.AppendCertsFromPEM(cfg.CACertPEM) {
 		return Identity{}, errors.New("node: enrol: CA certificate: no PEM certificate found")
 	}
-	dir := filepath.Join(cfg.DataDir, identityDir)
+	dir := filepath.Join(cfg.DataDir, nodeid.Dir)
 	if id, err := loadIdentity(dir, pool, cfg.CACertPEM); err == nil {
 		return id, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
@@ -132,7 +125,7 @@ func Enrol(ctx context.Context, cfg EnrolConfig) (Identity, error) {
 	for _, f := range []struct {
 		name string
 		data []byte
-	}{{keyFile, keyPEM}, {certFile, certPEM}, {caFile, cfg.CACertPEM}} {
+	}{{nodeid.KeyFile, keyPEM}, {nodeid.CertFile, certPEM}, {nodeid.CAFile, cfg.CACertPEM}} {
 		if err := writeFileAtomic(filepath.Join(dir, f.name), f.data); err != nil {
 			return Identity{}, fmt.Errorf("node: enrol: store %s: %w", f.name, err)
 		}
@@ -141,11 +134,11 @@ func Enrol(ctx context.Context, cfg EnrolConfig) (Identity, error) {
 }
 
 func loadIdentity(dir string, pool *x509.CertPool, caPEM []byte) (Identity, error) {
-	certPEM, err := os.ReadFile(filepath.Join(dir, certFile))
+	certPEM, err := os.ReadFile(filepath.Join(dir, nodeid.CertFile))
 	if err != nil {
 		return Identity{}, err
 	}
-	keyPEM, err := os.ReadFile(filepath.Join(dir, keyFile))
+	keyPEM, err := os.ReadFile(filepath.Join(dir, nodeid.KeyFile))
 	if err != nil {
 		return Identity{}, err
 	}

@@ -16,8 +16,10 @@
 // in the data directory.
 //
 // Reachable from cmd/corral-node, so it must not import bbolt, etcd,
-// bmclib or Corral's store/, ipmi/, boot/ (nor internal/apierr, which
-// reaches store/): errors are mapped to gRPC codes by toStatus here.
+// bmclib or Corral's store/, ipmi/, boot/; it shares the leaf packages
+// internal/apierr (errors reach gRPC codes through apierr.ToStatus in one
+// place, server.go's answer) and internal/nodeid (the identity layout and
+// the node certificate Organization) with the appliance.
 package node
 
 import (
@@ -38,6 +40,7 @@ import (
 	"github.com/corralhq/corral/hypervisor/netdev"
 	"github.com/corralhq/corral/hypervisor/vm"
 	"github.com/corralhq/corral/hypervisor/volume"
+	"github.com/corralhq/corral/internal/nodeid"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -52,11 +55,6 @@ import (
 
 // DefaultPort is where HypervisorService listens (n0stack's agent port).
 const DefaultPort = 20181
-
-// NodeOrganization marks node certificates (auth.NodeOrganization; not
-// imported because package auth reaches the store contract). By default a
-// caller presenting one is refused: nodes must not drive each other.
-const NodeOrganization = "corral:node"
 
 // Registry is where the node registers itself; poolv1.NodeServiceClient
 // satisfies it.
@@ -83,7 +81,7 @@ type Config struct {
 	Certificate tls.Certificate
 	// AllowClient decides, after chain verification, whether a caller's
 	// leaf certificate may call the service; nil refuses node
-	// certificates (Organization NodeOrganization) and accepts the rest.
+	// certificates (Organization nodeid.Organization) and accepts the rest.
 	AllowClient func(*x509.Certificate) error
 
 	// Registry receives ApplyNode every Heartbeat; nil skips registration.
@@ -151,8 +149,10 @@ func (c *Config) fill() error {
 	return nil
 }
 
+// refuseNodeCerts refuses callers presenting a node certificate: nodes must
+// not drive each other.
 func refuseNodeCerts(leaf *x509.Certificate) error {
-	if slices.Contains(leaf.Subject.Organization, NodeOrganization) {
+	if slices.Contains(leaf.Subject.Organization, nodeid.Organization) {
 		return fmt.Errorf("certificate %q is a node certificate", leaf.Subject.CommonName)
 	}
 	return nil

@@ -14,48 +14,28 @@ import (
 	hypervisorv1 "github.com/corralhq/corral/api/hypervisor/v1"
 	"github.com/corralhq/corral/hypervisor/cloudinit"
 	"github.com/corralhq/corral/hypervisor/internal/durable"
-	"github.com/corralhq/corral/hypervisor/internal/hverr"
+	"github.com/corralhq/corral/hypervisor/internal/safename"
 	"github.com/corralhq/corral/hypervisor/netdev"
 	"github.com/corralhq/corral/hypervisor/vm"
 	"github.com/corralhq/corral/hypervisor/volume"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"github.com/corralhq/corral/internal/apierr"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
-// toStatus is the one mapping from the node packages' errors to gRPC
-// codes.
-func toStatus(err error) error {
-	if err == nil {
-		return nil
+// answer is the service's edge: every error a HypervisorService method
+// returns is mapped to a gRPC status here, by apierr.ToStatus, and nowhere
+// else in the package.
+func answer[T any](v T, err error) (T, error) {
+	if err != nil {
+		var zero T
+		return zero, apierr.ToStatus(err)
 	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	code := codes.Internal
-	switch {
-	case errors.Is(err, hverr.ErrInvalid):
-		code = codes.InvalidArgument
-	case errors.Is(err, hverr.ErrNotFound):
-		code = codes.NotFound
-	case errors.Is(err, hverr.ErrExists):
-		code = codes.AlreadyExists
-	case errors.Is(err, hverr.ErrInUse):
-		code = codes.FailedPrecondition
-	case errors.Is(err, hverr.ErrUnavailable):
-		code = codes.Unavailable
-	case errors.Is(err, volume.ErrTooLarge):
-		code = codes.ResourceExhausted
-	case errors.Is(err, volume.ErrChecksum), errors.Is(err, volume.ErrFetch):
-		code = codes.FailedPrecondition
-	case errors.Is(err, context.DeadlineExceeded):
-		code = codes.DeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		code = codes.Canceled
-	}
-	return status.Error(code, err.Error())
+	return v, nil
 }
+
+// empty is answer for the methods that return nothing.
+func empty(err error) (*emptypb.Empty, error) { return answer(&emptypb.Empty{}, err) }
 
 func volumeProto(v volume.Volume) *hypervisorv1.Volume {
 	return &hypervisorv1.Volume{Name: v.Name, Path: v.Path, SizeBytes: v.SizeBytes, ActualBytes: v.ActualBytes,
@@ -72,10 +52,7 @@ func (s *Server) CreateVolume(ctx context.Context, req *hypervisorv1.CreateVolum
 	} else {
 		v, err = s.volumes.Create(ctx, req.GetName(), req.GetSizeBytes())
 	}
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return volumeProto(v), nil
+	return answer(volumeProto(v), err)
 }
 
 // FetchVolume downloads a volume (size cap, timeout, sha256).
@@ -84,10 +61,7 @@ func (s *Server) FetchVolume(ctx context.Context, req *hypervisorv1.FetchVolumeR
 		Name: req.GetName(), URL: req.GetSourceUrl(), SHA256: req.GetSha256(), SizeBytes: req.GetSizeBytes(),
 		MaxBytes: req.GetMaxBytes(), Timeout: time.Duration(req.GetTimeoutSeconds()) * time.Second,
 	})
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return volumeProto(v), nil
+	return answer(volumeProto(v), err)
 }
 
 // ResizeVolume grows a volume that no running VM holds open.
@@ -104,54 +78,42 @@ func (s *Server) ResizeVolume(ctx context.Context, req *hypervisorv1.ResizeVolum
 			}
 			for _, d := range m.Spec.Disks {
 				if d.Volume == req.GetName() {
-					return hverr.Wrap(hverr.ErrInUse, "volume %q is open in running vm %q: shut it down first", req.GetName(), m.Spec.Name)
+					return apierr.Preconditionf("volume %q is open in running vm %q: shut it down first", req.GetName(), m.Spec.Name)
 				}
 			}
 		}
 		v, err = s.volumes.Resize(ctx, req.GetName(), req.GetSizeBytes())
 		return err
 	})
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return volumeProto(v), nil
+	return answer(volumeProto(v), err)
 }
 
 // GetVolume inspects a volume.
 func (s *Server) GetVolume(ctx context.Context, req *hypervisorv1.VolumeRequest) (*hypervisorv1.Volume, error) {
 	v, err := s.volumes.Get(ctx, req.GetName())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return volumeProto(v), nil
+	return answer(volumeProto(v), err)
 }
 
 // ListVolumes lists every volume.
 func (s *Server) ListVolumes(ctx context.Context, _ *hypervisorv1.ListVolumesRequest) (*hypervisorv1.ListVolumesResponse, error) {
 	vs, err := s.volumes.List(ctx)
-	if err != nil {
-		return nil, toStatus(err)
-	}
 	out := &hypervisorv1.ListVolumesResponse{}
 	for _, v := range vs {
 		out.Volumes = append(out.Volumes, volumeProto(v))
 	}
-	return out, nil
+	return answer(out, err)
 }
 
 // DeleteVolume deletes a volume no VM uses and no overlay is based on.
 func (s *Server) DeleteVolume(ctx context.Context, req *hypervisorv1.VolumeRequest) (*emptypb.Empty, error) {
-	if err := s.withBootLock(ctx, func() error {
+	return empty(s.withBootLock(ctx, func() error {
 		if users, err := s.volumeUsers(ctx, req.GetName(), ""); err != nil {
 			return err
 		} else if len(users) > 0 {
-			return hverr.Wrap(hverr.ErrInUse, "volume %q is attached to vm %s", req.GetName(), strings.Join(users, ", "))
+			return apierr.Preconditionf("volume %q is attached to vm %s", req.GetName(), strings.Join(users, ", "))
 		}
 		return s.volumes.Delete(ctx, req.GetName())
-	}); err != nil {
-		return nil, toStatus(err)
-	}
-	return &emptypb.Empty{}, nil
+	}))
 }
 
 func (s *Server) withBootLock(ctx context.Context, fn func() error) error {
@@ -204,7 +166,7 @@ func (s *Server) BootVM(ctx context.Context, req *hypervisorv1.BootVMRequest) (*
 				return err
 			}
 			if len(users) > 0 {
-				return hverr.Wrap(hverr.ErrInUse, "volume %q is attached to vm %s", d.Volume, strings.Join(users, ", "))
+				return apierr.Preconditionf("volume %q is attached to vm %s", d.Volume, strings.Join(users, ", "))
 			}
 		}
 		v, err := s.vms.Boot(ctx, spec)
@@ -214,10 +176,7 @@ func (s *Server) BootVM(ctx context.Context, req *hypervisorv1.BootVMRequest) (*
 		out = s.vmProto(v)
 		return nil
 	})
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return out, nil
+	return answer(out, err)
 }
 
 // specFor turns the API's VM into a vm.Spec: volumes resolved to paths
@@ -225,9 +184,9 @@ func (s *Server) BootVM(ctx context.Context, req *hypervisorv1.BootVMRequest) (*
 // cloud-init seed from the login user, keys and NIC addressing.
 func (s *Server) specFor(ctx context.Context, m *hypervisorv1.VM) (vm.Spec, error) {
 	if m == nil {
-		return vm.Spec{}, hverr.Wrap(hverr.ErrInvalid, "vm is required")
+		return vm.Spec{}, apierr.Invalidf("vm is required")
 	}
-	if err := hverr.CheckName("vm", m.GetName()); err != nil {
+	if err := safename.Check("vm", m.GetName()); err != nil {
 		return vm.Spec{}, err
 	}
 	meta, err := protojson.Marshal(m)
@@ -257,7 +216,7 @@ func (s *Server) specFor(ctx context.Context, m *hypervisorv1.VM) (vm.Spec, erro
 			}
 			p, err := netip.ParsePrefix(a)
 			if err != nil {
-				return vm.Spec{}, hverr.Wrap(hverr.ErrInvalid, "vm %q: nic %d: address %q: %v", m.GetName(), i, a, err)
+				return vm.Spec{}, apierr.Invalidf("vm %q: nic %d: address %q: %v", m.GetName(), i, a, err)
 			}
 			cn.Addresses = append(cn.Addresses, p)
 		}
@@ -267,14 +226,14 @@ func (s *Server) specFor(ctx context.Context, m *hypervisorv1.VM) (vm.Spec, erro
 			}
 			a, err := netip.ParseAddr(gw)
 			if err != nil {
-				return vm.Spec{}, hverr.Wrap(hverr.ErrInvalid, "vm %q: nic %d: gateway %q: %v", m.GetName(), i, gw, err)
+				return vm.Spec{}, apierr.Invalidf("vm %q: nic %d: gateway %q: %v", m.GetName(), i, gw, err)
 			}
 			*dst = a
 		}
 		for _, ns := range n.GetNameservers() {
 			a, err := netip.ParseAddr(ns)
 			if err != nil {
-				return vm.Spec{}, hverr.Wrap(hverr.ErrInvalid, "vm %q: nic %d: nameserver %q: %v", m.GetName(), i, ns, err)
+				return vm.Spec{}, apierr.Invalidf("vm %q: nic %d: nameserver %q: %v", m.GetName(), i, ns, err)
 			}
 			cn.Nameservers = append(cn.Nameservers, a)
 		}
@@ -316,82 +275,69 @@ func (s *Server) vmProto(v vm.VM) *hypervisorv1.VM {
 // RebootVM reboots a running VM (hard: reset; else Ctrl-Alt-Del).
 func (s *Server) RebootVM(ctx context.Context, req *hypervisorv1.VMRequest) (*hypervisorv1.VM, error) {
 	v, err := s.vms.Reboot(ctx, req.GetName(), req.GetHard())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return s.vmProto(v), nil
+	return answer(s.vmProto(v), err)
 }
 
 // ShutdownVM powers a VM off (ACPI then hard after the deadline; hard:
 // at once).
 func (s *Server) ShutdownVM(ctx context.Context, req *hypervisorv1.VMRequest) (*hypervisorv1.VM, error) {
 	v, err := s.vms.Shutdown(ctx, req.GetName(), req.GetHard())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return s.vmProto(v), nil
+	return answer(s.vmProto(v), err)
 }
 
 // DeleteVM stops a VM hard and removes it with its taps and seed (its
 // volumes stay).
 func (s *Server) DeleteVM(ctx context.Context, req *hypervisorv1.VMRequest) (*emptypb.Empty, error) {
-	if _, err := s.vms.Delete(ctx, req.GetName()); err != nil {
-		return nil, toStatus(err)
-	}
-	return &emptypb.Empty{}, nil
+	_, err := s.vms.Delete(ctx, req.GetName())
+	return empty(err)
 }
 
 // GetVM reports one VM and its state.
 func (s *Server) GetVM(ctx context.Context, req *hypervisorv1.VMRequest) (*hypervisorv1.VM, error) {
 	v, err := s.vms.Get(ctx, req.GetName())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return s.vmProto(v), nil
+	return answer(s.vmProto(v), err)
 }
 
 // ListVMs reports every VM on the node, running or not.
 func (s *Server) ListVMs(ctx context.Context, _ *hypervisorv1.ListVMsRequest) (*hypervisorv1.ListVMsResponse, error) {
 	vms, err := s.vms.List(ctx)
-	if err != nil {
-		return nil, toStatus(err)
-	}
 	out := &hypervisorv1.ListVMsResponse{}
 	for _, v := range vms {
 		out.Vms = append(out.Vms, s.vmProto(v))
 	}
-	return out, nil
+	return answer(out, err)
 }
 
 // ApplyNetwork creates or completes a Network's bridge (and VLAN
 // sub-interface) and records it so it is re-applied after a host reboot.
 func (s *Server) ApplyNetwork(ctx context.Context, req *hypervisorv1.ApplyNetworkRequest) (*emptypb.Empty, error) {
+	return empty(s.applyNetwork(req))
+}
+
+func (s *Server) applyNetwork(req *hypervisorv1.ApplyNetworkRequest) error {
 	if req.GetVlanId() > 4094 {
-		return nil, toStatus(hverr.Wrap(hverr.ErrInvalid, "network %q: vlan %d out of range", req.GetName(), req.GetVlanId()))
+		return apierr.Invalidf("network %q: vlan %d out of range", req.GetName(), req.GetVlanId())
 	}
 	n := netdev.Network{Name: req.GetName(), VLAN: uint16(req.GetVlanId()), GatewayCIDR: req.GetGatewayCidr()}
 	if _, err := s.nets.ApplyNetwork(n); err != nil {
-		return nil, toStatus(err)
+		return err
 	}
 	b, _ := json.Marshal(n)
-	if err := writeFileAtomic(filepath.Join(s.netDir, n.Name+".json"), b); err != nil {
-		return nil, toStatus(err)
-	}
-	return &emptypb.Empty{}, nil
+	return writeFileAtomic(filepath.Join(s.netDir, n.Name+".json"), b)
 }
 
 // DeleteNetwork removes a Network's bridge once no tap uses it.
 func (s *Server) DeleteNetwork(ctx context.Context, req *hypervisorv1.DeleteNetworkRequest) (*emptypb.Empty, error) {
 	err := s.nets.DeleteNetwork(req.GetName())
-	if err != nil && !(errors.Is(err, hverr.ErrNotFound) && s.networkRecorded(req.GetName())) {
-		return nil, toStatus(err)
+	if err != nil && !(errors.Is(err, apierr.ErrNotFound) && s.networkRecorded(req.GetName())) {
+		return empty(err)
 	}
 	os.Remove(filepath.Join(s.netDir, req.GetName()+".json"))
 	return &emptypb.Empty{}, nil
 }
 
 func (s *Server) networkRecorded(name string) bool {
-	if hverr.CheckName("network", name) != nil {
+	if safename.Check("network", name) != nil {
 		return false
 	}
 	_, err := os.Stat(filepath.Join(s.netDir, name+".json"))

@@ -13,13 +13,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/corralhq/corral/hypervisor/internal/durable"
-	"github.com/corralhq/corral/hypervisor/internal/hverr"
+	"github.com/corralhq/corral/hypervisor/internal/namelock"
+	"github.com/corralhq/corral/hypervisor/internal/safename"
 	"github.com/corralhq/corral/hypervisor/netdev"
+	"github.com/corralhq/corral/internal/apierr"
 )
 
 // Network creates and removes the taps of VM NICs (netdev.Manager
@@ -103,8 +104,7 @@ type Manager struct {
 	log   *slog.Logger
 	accel Accel
 
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex
+	locks namelock.Table
 }
 
 // New validates cfg, creates the directory and decides the accelerator
@@ -112,7 +112,7 @@ type Manager struct {
 // finds.
 func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if cfg.Dir == "" {
-		return nil, hverr.Wrap(ErrInvalid, "vm: Dir is required")
+		return nil, apierr.Invalidf("vm: Dir is required")
 	}
 	abs, err := filepath.Abs(cfg.Dir)
 	if err != nil {
@@ -135,7 +135,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("vm: create %s: %w", cfg.Dir, err)
 	}
-	m := &Manager{cfg: cfg, log: log, locks: map[string]*sync.Mutex{}}
+	m := &Manager{cfg: cfg, log: log}
 	switch cfg.Accel {
 	case "", "auto":
 		var why string
@@ -151,7 +151,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		m.accel = TCG
 		log.Info("TCG emulation forced by configuration", "accel", "tcg")
 	default:
-		return nil, hverr.Wrap(ErrInvalid, "vm: accel %q: want auto, kvm or tcg", cfg.Accel)
+		return nil, apierr.Invalidf("vm: accel %q: want auto, kvm or tcg", cfg.Accel)
 	}
 	vms, err := m.List(ctx)
 	if err != nil {
@@ -165,18 +165,6 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 
 // Accel returns the accelerator VMs are started with.
 func (m *Manager) Accel() Accel { return m.accel }
-
-func (m *Manager) lock(name string) func() {
-	m.mu.Lock()
-	l, ok := m.locks[name]
-	if !ok {
-		l = &sync.Mutex{}
-		m.locks[name] = l
-	}
-	m.mu.Unlock()
-	l.Lock()
-	return l.Unlock
-}
 
 func (m *Manager) dir(name string) string { return filepath.Join(m.cfg.Dir, name) }
 
@@ -195,9 +183,9 @@ func (m *Manager) Boot(ctx context.Context, spec Spec) (VM, error) {
 		return VM{}, err
 	}
 	if len(spec.NICs) > 0 && m.cfg.Net == nil {
-		return VM{}, hverr.Wrap(ErrInvalid, "vm %q: this node has no network manager for NICs", spec.Name)
+		return VM{}, apierr.Invalidf("vm %q: this node has no network manager for NICs", spec.Name)
 	}
-	defer m.lock(spec.Name)()
+	defer m.locks.Lock(spec.Name)()
 	dir := m.dir(spec.Name)
 	p := PathsFor(dir)
 	_, statErr := os.Stat(dir)
@@ -300,7 +288,7 @@ func (m *Manager) Boot(ctx context.Context, spec Spec) (VM, error) {
 func (m *Manager) resume(ctx context.Context, name string, p Paths, pid int) (VM, error) {
 	st, err := queryStatus(ctx, p.QMP)
 	if err != nil {
-		return VM{}, hverr.Wrap(ErrUnavailable, "vm %q: qemu pid %d does not answer QMP: %v", name, pid, err)
+		return VM{}, apierr.Unavailablef("vm %q: qemu pid %d does not answer QMP: %v", name, pid, err)
 	}
 	if st == "shutdown" || st == "guest-panicked" || st == "internal-error" {
 		if _, err := qmpRun(ctx, p.QMP, "system_reset", nil); err != nil {
@@ -322,16 +310,16 @@ func (m *Manager) resume(ctx context.Context, name string, p Paths, pid int) (VM
 // Reboot restarts the guest: hard is a reset, otherwise Ctrl-Alt-Del is
 // sent (Linux guests reboot cleanly). The VM's QEMU must be running.
 func (m *Manager) Reboot(ctx context.Context, name string, hard bool) (VM, error) {
-	if err := hverr.CheckName("vm", name); err != nil {
+	if err := safename.Check("vm", name); err != nil {
 		return VM{}, err
 	}
-	defer m.lock(name)()
+	defer m.locks.Lock(name)()
 	v, err := m.get(ctx, name)
 	if err != nil {
 		return VM{}, err
 	}
 	if v.State != Running {
-		return VM{}, hverr.Wrap(hverr.ErrInUse, "vm %q is %s, not running", name, v.State)
+		return VM{}, apierr.Preconditionf("vm %q is %s, not running", name, v.State)
 	}
 	p := PathsFor(m.dir(name))
 	if hard {
@@ -352,10 +340,10 @@ func (m *Manager) Reboot(ctx context.Context, name string, hard bool) (VM, error
 // (or until ctx ends) to power off before QEMU is stopped anyway. The VM
 // stays defined (state Shutdown) until Delete.
 func (m *Manager) Shutdown(ctx context.Context, name string, hard bool) (VM, error) {
-	if err := hverr.CheckName("vm", name); err != nil {
+	if err := safename.Check("vm", name); err != nil {
 		return VM{}, err
 	}
-	defer m.lock(name)()
+	defer m.locks.Lock(name)()
 	if _, err := m.readSpec(name); err != nil {
 		return VM{}, err
 	}
@@ -425,10 +413,10 @@ func (m *Manager) stop(ctx context.Context, name string, p Paths, pid int) {
 // returns its spec (the caller frees what it reserved). ErrNotFound if the
 // VM does not exist.
 func (m *Manager) Delete(ctx context.Context, name string) (Spec, error) {
-	if err := hverr.CheckName("vm", name); err != nil {
+	if err := safename.Check("vm", name); err != nil {
 		return Spec{}, err
 	}
-	defer m.lock(name)()
+	defer m.locks.Lock(name)()
 	dir := m.dir(name)
 	spec, err := m.readSpec(name)
 	if err != nil && !errors.Is(err, ErrNotFound) {
@@ -465,10 +453,10 @@ func (m *Manager) Delete(ctx context.Context, name string) (Spec, error) {
 
 // Get returns one VM (ErrNotFound if it does not exist).
 func (m *Manager) Get(ctx context.Context, name string) (VM, error) {
-	if err := hverr.CheckName("vm", name); err != nil {
+	if err := safename.Check("vm", name); err != nil {
 		return VM{}, err
 	}
-	defer m.lock(name)()
+	defer m.locks.Lock(name)()
 	return m.get(ctx, name)
 }
 
@@ -480,7 +468,7 @@ func (m *Manager) List(ctx context.Context) ([]VM, error) {
 	}
 	var out []VM
 	for _, e := range entries {
-		if !e.IsDir() || hverr.CheckName("vm", e.Name()) != nil {
+		if !e.IsDir() || safename.Check("vm", e.Name()) != nil {
 			continue
 		}
 		v, err := m.Get(ctx, e.Name())
@@ -498,7 +486,7 @@ func (m *Manager) List(ctx context.Context) ([]VM, error) {
 func (m *Manager) readSpec(name string) (Spec, error) {
 	b, err := os.ReadFile(filepath.Join(m.dir(name), specFile))
 	if os.IsNotExist(err) {
-		return Spec{}, hverr.Wrap(ErrNotFound, "vm %q", name)
+		return Spec{}, apierr.NotFoundf("vm %q", name)
 	}
 	if err != nil {
 		return Spec{}, err

@@ -16,7 +16,7 @@
 // under it, else TCG, with a log line saying why.
 //
 // The QEMU command line is a pure function (Args) with golden tests. It
-// imports the standard library, go-qemu's qmp package and
+// imports the standard library, go-qemu's qmp package, internal/apierr,
 // hypervisor/cloudinit and hypervisor/internal.
 package vm
 
@@ -27,15 +27,16 @@ import (
 	"strings"
 
 	"github.com/corralhq/corral/hypervisor/cloudinit"
-	"github.com/corralhq/corral/hypervisor/internal/hverr"
+	"github.com/corralhq/corral/hypervisor/internal/safename"
+	"github.com/corralhq/corral/internal/apierr"
 )
 
 // Error classes.
 var (
-	ErrInvalid     = hverr.ErrInvalid
-	ErrNotFound    = hverr.ErrNotFound
-	ErrExists      = hverr.ErrExists
-	ErrUnavailable = hverr.ErrUnavailable
+	ErrInvalid     = apierr.ErrInvalid
+	ErrNotFound    = apierr.ErrNotFound
+	ErrExists      = apierr.ErrAlreadyExists
+	ErrUnavailable = apierr.ErrUnavailable
 )
 
 // Spec is everything needed to (re)start one VM.
@@ -82,45 +83,45 @@ var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[
 
 // Validate reports the first problem with s (ErrInvalid).
 func (s Spec) Validate() error {
-	if err := hverr.CheckName("vm", s.Name); err != nil {
+	if err := safename.Check("vm", s.Name); err != nil {
 		return err
 	}
 	if s.UUID != "" && !uuidRE.MatchString(s.UUID) {
-		return hverr.Wrap(ErrInvalid, "vm %q: uuid %q", s.Name, s.UUID)
+		return apierr.Invalidf("vm %q: uuid %q", s.Name, s.UUID)
 	}
 	if s.VCPUs == 0 || s.VCPUs > 255 {
-		return hverr.Wrap(ErrInvalid, "vm %q: vcpus %d: want 1-255", s.Name, s.VCPUs)
+		return apierr.Invalidf("vm %q: vcpus %d: want 1-255", s.Name, s.VCPUs)
 	}
 	if s.MemoryBytes < 16<<20 || s.MemoryBytes%(1<<20) != 0 {
-		return hverr.Wrap(ErrInvalid, "vm %q: memory %d bytes: want a multiple of 1 MiB, at least 16 MiB", s.Name, s.MemoryBytes)
+		return apierr.Invalidf("vm %q: memory %d bytes: want a multiple of 1 MiB, at least 16 MiB", s.Name, s.MemoryBytes)
 	}
 	seen := map[string]bool{}
 	for i, d := range s.Disks {
-		if err := hverr.CheckName("volume", d.Volume); err != nil {
+		if err := safename.Check("volume", d.Volume); err != nil {
 			return fmt.Errorf("vm %q: disk %d: %w", s.Name, i, err)
 		}
 		if !strings.HasPrefix(d.Path, "/") {
-			return hverr.Wrap(ErrInvalid, "vm %q: disk %d: path %q is not absolute", s.Name, i, d.Path)
+			return apierr.Invalidf("vm %q: disk %d: path %q is not absolute", s.Name, i, d.Path)
 		}
 		if d.Format != "" && d.Format != "qcow2" && d.Format != "raw" {
-			return hverr.Wrap(ErrInvalid, "vm %q: disk %d: format %q: want qcow2 or raw", s.Name, i, d.Format)
+			return apierr.Invalidf("vm %q: disk %d: format %q: want qcow2 or raw", s.Name, i, d.Format)
 		}
 		if seen[d.Volume] {
-			return hverr.Wrap(ErrInvalid, "vm %q: volume %q attached twice", s.Name, d.Volume)
+			return apierr.Invalidf("vm %q: volume %q attached twice", s.Name, d.Volume)
 		}
 		seen[d.Volume] = true
 	}
 	macs := map[string]bool{}
 	for i, n := range s.NICs {
-		if err := hverr.CheckName("network", n.Network); err != nil {
+		if err := safename.Check("network", n.Network); err != nil {
 			return fmt.Errorf("vm %q: nic %d: %w", s.Name, i, err)
 		}
 		hw, err := net.ParseMAC(n.MAC)
 		if err != nil || len(hw) != 6 || hw[0]&1 == 1 {
-			return hverr.Wrap(ErrInvalid, "vm %q: nic %d: MAC %q is not a unicast EUI-48", s.Name, i, n.MAC)
+			return apierr.Invalidf("vm %q: nic %d: MAC %q is not a unicast EUI-48", s.Name, i, n.MAC)
 		}
 		if macs[hw.String()] {
-			return hverr.Wrap(ErrInvalid, "vm %q: MAC %s used twice", s.Name, hw)
+			return apierr.Invalidf("vm %q: MAC %s used twice", s.Name, hw)
 		}
 		macs[hw.String()] = true
 	}
@@ -131,11 +132,11 @@ func (s Spec) Validate() error {
 	}
 	for _, p := range []string{s.Kernel, s.Initrd} {
 		if p != "" && !strings.HasPrefix(p, "/") {
-			return hverr.Wrap(ErrInvalid, "vm %q: kernel/initrd path %q is not absolute", s.Name, p)
+			return apierr.Invalidf("vm %q: kernel/initrd path %q is not absolute", s.Name, p)
 		}
 	}
 	if s.Initrd != "" && s.Kernel == "" {
-		return hverr.Wrap(ErrInvalid, "vm %q: initrd without kernel", s.Name)
+		return apierr.Invalidf("vm %q: initrd without kernel", s.Name)
 	}
 	return nil
 }

@@ -14,19 +14,21 @@ import (
 	"strings"
 	"time"
 
-	"github.com/corralhq/corral/hypervisor/internal/hverr"
+	"github.com/corralhq/corral/internal/apierr"
 )
 
-// Fetch errors, wrapped together with their class (ErrInvalid for a bad
-// request, ErrUnavailable-like source failures are ErrFetch).
+// Fetch errors, each a member of an apierr class (a bad request is
+// ErrInvalid instead).
 var (
 	// ErrFetch: the source could not be downloaded (HTTP status, network,
-	// timeout).
-	ErrFetch = errors.New("fetch failed")
-	// ErrTooLarge: the source is larger than the allowed size.
-	ErrTooLarge = errors.New("source too large")
-	// ErrChecksum: the downloaded bytes do not have the expected SHA-256.
-	ErrChecksum = errors.New("checksum mismatch")
+	// timeout); class apierr.ErrPrecondition.
+	ErrFetch = apierr.New(apierr.ErrPrecondition, "fetch failed")
+	// ErrTooLarge: the source is larger than the allowed size; class
+	// apierr.ErrExhausted.
+	ErrTooLarge = apierr.New(apierr.ErrExhausted, "source too large")
+	// ErrChecksum: the downloaded bytes do not have the expected SHA-256;
+	// class apierr.ErrPrecondition.
+	ErrChecksum = apierr.New(apierr.ErrPrecondition, "checksum mismatch")
 )
 
 // FetchRequest describes a download into a new volume.
@@ -62,12 +64,12 @@ func (s *Store) Fetch(ctx context.Context, req FetchRequest) (Volume, error) {
 	}
 	u, err := url.Parse(req.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return Volume{}, hverr.Wrap(ErrInvalid, "volume %q: source URL %q: want http(s)://host/...", req.Name, req.URL)
+		return Volume{}, apierr.Invalidf("volume %q: source URL %q: want http(s)://host/...", req.Name, req.URL)
 	}
 	want := strings.ToLower(strings.TrimSpace(req.SHA256))
 	if want != "" {
 		if b, err := hex.DecodeString(want); err != nil || len(b) != sha256.Size {
-			return Volume{}, hverr.Wrap(ErrInvalid, "volume %q: sha256 %q is not 64 hex digits", req.Name, req.SHA256)
+			return Volume{}, apierr.Invalidf("volume %q: sha256 %q is not 64 hex digits", req.Name, req.SHA256)
 		}
 	}
 	limit := s.cfg.MaxFetchBytes
@@ -78,7 +80,7 @@ func (s *Store) Fetch(ctx context.Context, req FetchRequest) (Volume, error) {
 	if req.Timeout > 0 {
 		timeout = req.Timeout
 	}
-	defer s.lock(req.Name)()
+	defer s.locks.Lock(req.Name)()
 	if err := s.mustNotExist(req.Name, path); err != nil {
 		return Volume{}, err
 	}
@@ -107,7 +109,7 @@ func (s *Store) Fetch(ctx context.Context, req FetchRequest) (Volume, error) {
 		switch ii.Format {
 		case "qcow2":
 			if ii.BackingFile != "" {
-				return hverr.Wrap(ErrInvalid, "downloaded qcow2 has a backing file (%q): refused", ii.BackingFile)
+				return apierr.Invalidf("downloaded qcow2 has a backing file (%q): refused", ii.BackingFile)
 			}
 			if err := os.Rename(raw, tmp); err != nil {
 				return err
@@ -130,11 +132,11 @@ func (s *Store) Fetch(ctx context.Context, req FetchRequest) (Volume, error) {
 			}
 			ii.SizeBytes = uint64(n)
 		default:
-			return hverr.Wrap(ErrInvalid, "downloaded image has format %q; want raw or qcow2", ii.Format)
+			return apierr.Invalidf("downloaded image has format %q; want raw or qcow2", ii.Format)
 		}
 		if req.SizeBytes != 0 {
 			if req.SizeBytes < ii.SizeBytes {
-				return hverr.Wrap(ErrInvalid, "size %d is below the image's %d bytes", req.SizeBytes, ii.SizeBytes)
+				return apierr.Invalidf("size %d is below the image's %d bytes", req.SizeBytes, ii.SizeBytes)
 			}
 			if req.SizeBytes > ii.SizeBytes {
 				if err := s.qemuImg(ctx, "resize", "-q", "-f", "qcow2", tmp, strconv.FormatUint(req.SizeBytes, 10)); err != nil {
@@ -168,7 +170,7 @@ func (s *Store) download(ctx context.Context, rawURL, path string, limit uint64,
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
 	if err != nil {
-		return 0, "", hverr.Wrap(ErrInvalid, "%v", err)
+		return 0, "", apierr.Invalidf("%v", err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -12,7 +12,8 @@
 // happens on a hidden temporary file that is linked to the final name only
 // when complete, and stale temporary files are removed by New.
 //
-// It imports only the standard library and hypervisor/internal.
+// It imports only the standard library, internal/apierr and
+// hypervisor/internal.
 package volume
 
 import (
@@ -20,6 +21,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -29,19 +31,21 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/corralhq/corral/hypervisor/internal/durable"
-	"github.com/corralhq/corral/hypervisor/internal/hverr"
+	"github.com/corralhq/corral/hypervisor/internal/namelock"
+	"github.com/corralhq/corral/hypervisor/internal/safename"
+	"github.com/corralhq/corral/internal/apierr"
 )
 
-// Error classes returned (wrapped) by Store.
+// Error classes returned (wrapped) by Store (internal/apierr's).
 var (
-	ErrInvalid  = hverr.ErrInvalid
-	ErrNotFound = hverr.ErrNotFound
-	ErrExists   = hverr.ErrExists
-	ErrInUse    = hverr.ErrInUse
+	ErrInvalid  = apierr.ErrInvalid
+	ErrNotFound = apierr.ErrNotFound
+	ErrExists   = apierr.ErrAlreadyExists
+	// ErrPrecondition: the volume is in use (the backing file of another).
+	ErrPrecondition = apierr.ErrPrecondition
 )
 
 // Volume describes one volume file.
@@ -79,8 +83,7 @@ type Store struct {
 	cfg Config
 	log *slog.Logger
 
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex
+	locks namelock.Table
 }
 
 const tmpPrefix = ".tmp-"
@@ -89,7 +92,7 @@ const tmpPrefix = ".tmp-"
 // previous process left behind.
 func New(cfg Config) (*Store, error) {
 	if cfg.Dir == "" {
-		return nil, hverr.Wrap(ErrInvalid, "volume: Dir is required")
+		return nil, apierr.Invalidf("volume: Dir is required")
 	}
 	if cfg.QemuImg == "" {
 		cfg.QemuImg = "qemu-img"
@@ -125,7 +128,7 @@ func New(cfg Config) (*Store, error) {
 			_ = os.Remove(filepath.Join(cfg.Dir, e.Name()))
 		}
 	}
-	return &Store{cfg: cfg, log: log, locks: map[string]*sync.Mutex{}}, nil
+	return &Store{cfg: cfg, log: log}, nil
 }
 
 // Dir returns the absolute directory of the store.
@@ -133,22 +136,10 @@ func (s *Store) Dir() string { return s.cfg.Dir }
 
 // Path returns the file path of volume name (which need not exist).
 func (s *Store) Path(name string) (string, error) {
-	if err := hverr.CheckName("volume", name); err != nil {
+	if err := safename.Check("volume", name); err != nil {
 		return "", err
 	}
 	return filepath.Join(s.cfg.Dir, name), nil
-}
-
-func (s *Store) lock(name string) func() {
-	s.mu.Lock()
-	l, ok := s.locks[name]
-	if !ok {
-		l = &sync.Mutex{}
-		s.locks[name] = l
-	}
-	s.mu.Unlock()
-	l.Lock()
-	return l.Unlock
 }
 
 // Create makes an empty qcow2 volume of size bytes. It returns ErrExists
@@ -159,9 +150,9 @@ func (s *Store) Create(ctx context.Context, name string, size uint64) (Volume, e
 		return Volume{}, err
 	}
 	if size == 0 {
-		return Volume{}, hverr.Wrap(ErrInvalid, "volume %q: size must be > 0", name)
+		return Volume{}, apierr.Invalidf("volume %q: size must be > 0", name)
 	}
-	defer s.lock(name)()
+	defer s.locks.Lock(name)()
 	if err := s.mustNotExist(name, path); err != nil {
 		return Volume{}, err
 	}
@@ -181,16 +172,16 @@ func (s *Store) CreateFrom(ctx context.Context, name, backing string, size uint6
 		return Volume{}, err
 	}
 	if name == backing {
-		return Volume{}, hverr.Wrap(ErrInvalid, "volume %q cannot back itself", name)
+		return Volume{}, apierr.Invalidf("volume %q cannot back itself", name)
 	}
 	base, err := s.Get(ctx, backing)
 	if err != nil {
 		return Volume{}, err
 	}
 	if size != 0 && size < base.SizeBytes {
-		return Volume{}, hverr.Wrap(ErrInvalid, "volume %q: size %d is below backing volume %q's %d bytes", name, size, backing, base.SizeBytes)
+		return Volume{}, apierr.Invalidf("volume %q: size %d is below backing volume %q's %d bytes", name, size, backing, base.SizeBytes)
 	}
-	defer s.lock(name)()
+	defer s.locks.Lock(name)()
 	if err := s.mustNotExist(name, path); err != nil {
 		return Volume{}, err
 	}
@@ -211,13 +202,13 @@ func (s *Store) Resize(ctx context.Context, name string, size uint64) (Volume, e
 	if err != nil {
 		return Volume{}, err
 	}
-	defer s.lock(name)()
+	defer s.locks.Lock(name)()
 	v, err := s.Get(ctx, name)
 	if err != nil {
 		return Volume{}, err
 	}
 	if size < v.SizeBytes {
-		return Volume{}, hverr.Wrap(ErrInvalid, "volume %q: shrinking from %d to %d bytes is refused", name, v.SizeBytes, size)
+		return Volume{}, apierr.Invalidf("volume %q: shrinking from %d to %d bytes is refused", name, v.SizeBytes, size)
 	}
 	if size == v.SizeBytes {
 		return v, nil
@@ -238,7 +229,7 @@ func (s *Store) Get(ctx context.Context, name string) (Volume, error) {
 	}
 	if _, err := os.Lstat(path); err != nil {
 		if os.IsNotExist(err) {
-			return Volume{}, hverr.Wrap(ErrNotFound, "volume %q", name)
+			return Volume{}, apierr.NotFoundf("volume %q", name)
 		}
 		return Volume{}, fmt.Errorf("volume %q: %w", name, err)
 	}
@@ -260,7 +251,7 @@ func (s *Store) List(ctx context.Context) ([]Volume, error) {
 	for _, n := range names {
 		v, err := s.Get(ctx, n)
 		if err != nil {
-			if hverr.IsNotFound(err) { // deleted meanwhile
+			if errors.Is(err, ErrNotFound) { // deleted meanwhile
 				continue
 			}
 			return nil, err
@@ -271,17 +262,17 @@ func (s *Store) List(ctx context.Context) ([]Volume, error) {
 }
 
 // Delete removes volume name. It returns ErrNotFound if it does not exist
-// and ErrInUse if another volume uses it as its backing file. Callers that
+// and ErrPrecondition if another volume uses it as its backing file. Callers that
 // know about VMs must check those themselves.
 func (s *Store) Delete(ctx context.Context, name string) error {
 	path, err := s.Path(name)
 	if err != nil {
 		return err
 	}
-	defer s.lock(name)()
+	defer s.locks.Lock(name)()
 	if _, err := os.Lstat(path); err != nil {
 		if os.IsNotExist(err) {
-			return hverr.Wrap(ErrNotFound, "volume %q", name)
+			return apierr.NotFoundf("volume %q", name)
 		}
 		return err
 	}
@@ -290,7 +281,7 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 		return err
 	}
 	if len(users) > 0 {
-		return hverr.Wrap(ErrInUse, "volume %q is the backing file of %s", name, strings.Join(users, ", "))
+		return apierr.Preconditionf("volume %q is the backing file of %s", name, strings.Join(users, ", "))
 	}
 	if err := os.Remove(path); err != nil {
 		return fmt.Errorf("volume %q: %w", name, err)
@@ -333,7 +324,7 @@ func (s *Store) names() ([]string, error) {
 	}
 	var names []string
 	for _, e := range entries {
-		if !e.Type().IsRegular() || hverr.CheckName("volume", e.Name()) != nil {
+		if !e.Type().IsRegular() || safename.Check("volume", e.Name()) != nil {
 			continue
 		}
 		names = append(names, e.Name())
@@ -344,7 +335,7 @@ func (s *Store) names() ([]string, error) {
 
 func (s *Store) mustNotExist(name, path string) error {
 	if _, err := os.Lstat(path); err == nil {
-		return hverr.Wrap(ErrExists, "volume %q", name)
+		return apierr.Existsf("volume %q", name)
 	} else if !os.IsNotExist(err) {
 		return fmt.Errorf("volume %q: %w", name, err)
 	}
@@ -371,7 +362,7 @@ func (s *Store) build(ctx context.Context, name, path string, fill func(tmp stri
 	}
 	if err := os.Link(tmp, path); err != nil {
 		if os.IsExist(err) {
-			return Volume{}, hverr.Wrap(ErrExists, "volume %q", name)
+			return Volume{}, apierr.Existsf("volume %q", name)
 		}
 		return Volume{}, fmt.Errorf("volume %q: %w", name, err)
 	}

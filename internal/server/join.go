@@ -8,8 +8,6 @@ import (
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/inventory"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // join serves AgentService.Join: a caller holding a node token (or admin)
@@ -32,25 +30,34 @@ func (s *Server) join(ctx context.Context, req *nodev1.JoinRequest) (*nodev1.Joi
 // Node its certificate names, and never with a token (a node token is for
 // Join only).
 func nodeIdentity() grpc.UnaryServerInterceptor {
-	const applyNode = "/corral.pool.v1.NodeService/ApplyNode"
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		if info.FullMethod != applyNode {
-			return h(ctx, req)
-		}
-		p, ok := auth.FromContext(ctx)
-		if !ok || p.Role != authRoleNode {
-			return h(ctx, req)
-		}
-		name := ""
-		if r, ok := req.(interface{ GetName() string }); ok {
-			name = r.GetName()
-		}
-		if p.ID != "" {
-			return nil, status.Error(codes.PermissionDenied, "a node token may only be used to Join; ApplyNode needs the node's certificate")
-		}
-		if p.Subject != name {
-			return nil, status.Errorf(codes.PermissionDenied, "node certificate %q may not apply node %q", p.Subject, name)
+		if err := checkNodeApply(ctx, info.FullMethod, req); err != nil {
+			return nil, apierr.ToStatus(err)
 		}
 		return h(ctx, req)
 	}
+}
+
+// checkNodeApply refuses, with an apierr.ErrPermissionDenied error, an
+// ApplyNode by a NODE principal that used a token or names another node.
+func checkNodeApply(ctx context.Context, method string, req any) error {
+	const applyNode = "/corral.pool.v1.NodeService/ApplyNode"
+	if method != applyNode {
+		return nil
+	}
+	p, ok := auth.FromContext(ctx)
+	if !ok || p.Role != authRoleNode {
+		return nil
+	}
+	name := ""
+	if r, ok := req.(interface{ GetName() string }); ok {
+		name = r.GetName()
+	}
+	if p.ID != "" {
+		return apierr.PermissionDeniedf("a node token may only be used to Join; ApplyNode needs the node's certificate")
+	}
+	if p.Subject != name {
+		return apierr.PermissionDeniedf("node certificate %q may not apply node %q", p.Subject, name)
+	}
+	return nil
 }

@@ -1,0 +1,22 @@
+package nodeid
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestLeaf: both sides of the node/appliance boundary import this
+// package, so it must not pull anything of Corral's along.
+func TestLeaf(t *testing.T) {
+	const self = "github.com/corralhq/corral/internal/nodeid"
+	out, err := exec.Command("go", "list", "-deps", self).Output()
+	if err != nil {
+		t.Skipf("go list: %v", err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		if strings.HasPrefix(dep, "github.com/corralhq/corral/") && dep != self {
+			t.Errorf("%s imports %s", self, dep)
+		}
+	}
+}
