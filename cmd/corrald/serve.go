@@ -33,9 +33,8 @@ func newServeCmd(serve serveFunc) *cobra.Command {
 		Long: `Serve the Corral API (creates CA, certificate and admin.conf on first start).
 
 Every flag can also be set in the environment as CORRAL_<FLAG> (upper case,
-'-' as '_', e.g. CORRAL_DHCP_MODE=full) or in the YAML file named by --config
-(or CORRAL_CONFIG), whose keys are the flag names and whose list flags take
-YAML lists:
+'-' as '_', e.g. CORRAL_DHCP_MODE=full) or in the YAML file named by --config,
+whose keys are the flag names and whose list flags take YAML lists:
 
   # /etc/corral/corrald.yaml
   boot-interface: br0
@@ -46,7 +45,9 @@ YAML lists:
 
 The command line wins over the environment, the environment over the file,
 the file over the defaults. A key that is no flag, or a value the flag cannot
-take, stops corrald with an error naming the key and the file.`,
+take, stops corrald with an error naming the key and the file. --config
+itself has no environment variable: CORRAL_CONFIG names the corral CLI's
+client file.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := serveConfig(cmd)
@@ -56,7 +57,7 @@ take, stops corrald with an error naming the key and the file.`,
 			return serve(cmd.Context(), c)
 		},
 	}
-	cmd.Flags().String("config", "", "YAML configuration file whose keys are these flags' names, e.g. /etc/corral/corrald.yaml (env CORRAL_CONFIG)")
+	cmd.Flags().String("config", "", "YAML configuration file whose keys are these flags' names, e.g. /etc/corral/corrald.yaml (command line only)")
 	cmd.Flags().String("api-listen", ":20180", "gRPC API listen address (env CORRAL_API_LISTEN)")
 	cmd.Flags().StringSlice("api-san", nil, "extra host name or address for the server certificate, repeatable (env CORRAL_API_SAN, comma-separated)")
 	addBootFlags(cmd)

@@ -122,6 +122,16 @@ func TestServeConfigFileErrors(t *testing.T) {
 	}
 }
 
+// TestServeIgnoresClientConfig: CORRAL_CONFIG is the corral CLI's client
+// file (corral-lab tells people to export it, and starts corrald from the
+// same shell): corrald serve does not read it as its own file.
+func TestServeIgnoresClientConfig(t *testing.T) {
+	t.Setenv("CORRAL_CONFIG", writeConfig(t, "endpoint: 10.0.0.1:20180\ntoken: crl_x\n"))
+	if _, err := serveWith(t, "serve"); err != nil {
+		t.Fatalf("serve with CORRAL_CONFIG set: %v", err)
+	}
+}
+
 // TestServeValidation: a value the file sets is checked like the flag's.
 func TestServeValidation(t *testing.T) {
 	path := writeConfig(t, "bmc-poll-concurrency: 0\n")

@@ -10,7 +10,8 @@
 // as explicit aliases (Options.Aliases). Values from the environment and
 // the file go through the flag's own parser, so they mean what they mean
 // on the command line; list flags take a YAML list, or a comma-separated
-// environment value.
+// environment value. The flag naming the file is read from the command
+// line only.
 //
 // The file and the environment are read with koanf. The package imports
 // nothing of Corral's and must not: every binary links it, corral-node
@@ -50,9 +51,11 @@ func EnvName(flag string) string {
 
 // Options says where Apply looks besides the command line.
 type Options struct {
-	// FileFlag names the flag (e.g. "config") whose value, after the
-	// environment is applied to it, is the YAML file to read; "" or a
-	// flag the set lacks reads no file. The file cannot set that flag.
+	// FileFlag names the flag (e.g. "config") whose value is the YAML
+	// file to read; "" or a flag the set lacks reads no file. That flag
+	// is taken from the command line only: neither the environment
+	// (CORRAL_CONFIG is the corral CLI's client file, often exported in
+	// the shells corrald and corral-lab start from) nor the file sets it.
 	FileFlag string
 	// Aliases maps a flag name to further environment variables for it,
 	// read in order when EnvName(flag) is unset: names that predate the
@@ -65,10 +68,10 @@ type Options struct {
 
 // Apply sets each flag of fs that the command line did not set: from its
 // environment variable (an empty value counts as unset), else from the
-// file. Call it after fs is parsed. A flag Apply sets is marked Changed,
+// file named on the command line by the FileFlag. Call it after fs is parsed. A flag Apply sets is marked Changed,
 // as if it had been given. The "help" flag is left alone.
 //
-// Apply reads the file named by the FileFlag and the environment. Its
+// Apply reads that file and the environment. Its
 // errors name the environment variable, or the file and the key; a key
 // that is no flag wraps ErrUnknownKey, a value the flag rejects
 // ErrBadValue. It is not safe for concurrent use with other users of fs.
@@ -89,7 +92,7 @@ func Apply(fs *pflag.FlagSet, o Options) error {
 	}
 	fromEnv := map[string]bool{}
 	for _, f := range flags {
-		if fromCmdline[f.Name] {
+		if fromCmdline[f.Name] || f.Name == o.FileFlag {
 			continue
 		}
 		for _, name := range append([]string{EnvName(f.Name)}, o.Aliases[f.Name]...) {
@@ -141,6 +144,9 @@ func Apply(fs *pflag.FlagSet, o Options) error {
 func loadEnv(flags []*pflag.Flag, o Options) (*koanf.Koanf, error) {
 	known := map[string]bool{}
 	for _, f := range flags {
+		if f.Name == o.FileFlag {
+			continue
+		}
 		known[EnvName(f.Name)] = true
 		for _, a := range o.Aliases[f.Name] {
 			known[a] = true

@@ -134,9 +134,9 @@ name: from-file
 			env:  []string{"CORRAL_TEST_LOG=1", "CORRAL_KEEP_LAB=1", "PATH=/bin", "DHCP_MODE=full"},
 			want: def,
 		},
-		"file from env": {
+		"file flag not from env": {
 			env:  []string{"CORRAL_CONFIG=" + writeFile(t, "dhcp-mode: full\n")},
-			want: values{Mode: "full", Count: 16, Wait: time.Minute, Name: "host"},
+			want: def,
 		},
 		"empty file": {file: "# nothing set\n", want: def},
 	} {
@@ -303,7 +303,8 @@ func TestFileErrors(t *testing.T) {
 }
 
 // TestNoFileFlag: without FileFlag nothing is read, even with a --config
-// flag in the set (corral's --config is its client file, not ours).
+// flag in the set (corral's --config is its client file, not ours), and
+// that --config reads CORRAL_CONFIG like any flag.
 func TestNoFileFlag(t *testing.T) {
 	var v values
 	fs := testSet(&v)
@@ -315,5 +316,15 @@ func TestNoFileFlag(t *testing.T) {
 	}
 	if v.Mode != "full" {
 		t.Errorf("dhcp-mode = %q, want full", v.Mode)
+	}
+	fs = testSet(&v)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := Apply(fs, Options{Environ: func() []string { return []string{"CORRAL_CONFIG=/client.yaml"} }}); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	if got, _ := fs.GetString("config"); got != "/client.yaml" {
+		t.Errorf("config = %q, want /client.yaml from CORRAL_CONFIG", got)
 	}
 }
