@@ -19,6 +19,7 @@ func Register(s grpc.ServiceRegistrar, svc *Services) {
 	deploymentv1.RegisterImageServiceServer(s, &imageServer{s: svc})
 }
 
+// answer is the services' edge: the one call of apierr.ToStatus.
 func answer[T any](v T, err error) (T, error) {
 	if err != nil {
 		var zero T
@@ -27,12 +28,8 @@ func answer[T any](v T, err error) (T, error) {
 	return v, nil
 }
 
-func empty(err error) (*emptypb.Empty, error) {
-	if err != nil {
-		return nil, apierr.ToStatus(err)
-	}
-	return &emptypb.Empty{}, nil
-}
+// empty is answer for the methods that return nothing.
+func empty(err error) (*emptypb.Empty, error) { return answer(&emptypb.Empty{}, err) }
 
 type bsServer struct {
 	provisioningv1.UnimplementedBlockStorageServiceServer
