@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/corralhq/corral/internal/nodeid"
 )
 
 func mustCA(t *testing.T, dir string) *CA {
@@ -406,7 +408,7 @@ func TestSignNodeCSR(t *testing.T) {
 		t.Fatal(err)
 	}
 	csr := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
-	certPEM, err := ca.SignNodeCSR(csr, "node-1", "corral:node", []string{"10.0.0.11"})
+	certPEM, err := ca.SignNodeCSR(csr, "node-1", nodeid.Organization, []string{"10.0.0.11"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +416,7 @@ func TestSignNodeCSR(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cert.Subject.CommonName != "node-1" || len(cert.Subject.Organization) != 1 || cert.Subject.Organization[0] != "corral:node" {
+	if cert.Subject.CommonName != "node-1" || len(cert.Subject.Organization) != 1 || cert.Subject.Organization[0] != nodeid.Organization {
 		t.Fatalf("subject %v", cert.Subject)
 	}
 	for _, name := range []string{"node-1", "10.0.0.11"} {
@@ -422,19 +424,19 @@ func TestSignNodeCSR(t *testing.T) {
 			t.Errorf("verify for %s: %v", name, err)
 		}
 	}
-	if _, err := ca.SignNodeCSR([]byte("garbage"), "node-1", "corral:node", nil); err == nil {
+	if _, err := ca.SignNodeCSR([]byte("garbage"), "node-1", nodeid.Organization, nil); err == nil {
 		t.Fatal("garbage request signed")
 	}
 	tampered := append([]byte{}, der...)
 	tampered[len(tampered)-5] ^= 0xff
-	if _, err := ca.SignNodeCSR(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: tampered}), "node-1", "corral:node", nil); err == nil {
+	if _, err := ca.SignNodeCSR(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: tampered}), "node-1", nodeid.Organization, nil); err == nil {
 		t.Fatal("request with a bad signature signed")
 	}
 }
 
 func TestIssueNodeCert(t *testing.T) {
 	ca := mustCA(t, t.TempDir())
-	certPEM, keyPEM, err := ca.IssueNodeCert("m-1", "corral:node")
+	certPEM, keyPEM, err := ca.IssueNodeCert("m-1", nodeid.Organization)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +445,7 @@ func TestIssueNodeCert(t *testing.T) {
 		t.Fatal(err)
 	}
 	leaf := tc.Leaf
-	if leaf.Subject.CommonName != "m-1" || !slices.Equal(leaf.Subject.Organization, []string{"corral:node"}) || !slices.Equal(leaf.DNSNames, []string{"m-1"}) {
+	if leaf.Subject.CommonName != "m-1" || !slices.Equal(leaf.Subject.Organization, []string{nodeid.Organization}) || !slices.Equal(leaf.DNSNames, []string{"m-1"}) {
 		t.Fatalf("subject %v SANs %v", leaf.Subject, leaf.DNSNames)
 	}
 	for _, u := range []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth} {
@@ -456,7 +458,7 @@ func TestIssueNodeCert(t *testing.T) {
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: other.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
 		t.Error("node certificate verifies against another CA")
 	}
-	if _, _, err := ca.IssueNodeCert(" ", "corral:node"); err == nil {
+	if _, _, err := ca.IssueNodeCert(" ", nodeid.Organization); err == nil {
 		t.Error("empty name accepted")
 	}
 }
