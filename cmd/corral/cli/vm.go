@@ -67,7 +67,7 @@ func (m *metaFlags) parse(nodeKey string) (ann, labels map[string]string, err er
 	if ann, err = parseAnnotations(m.annotations); err != nil {
 		return nil, nil, err
 	}
-	if labels, err = parseLabels(m.labels); err != nil {
+	if labels, err = parseKeyValues("--label", m.labels); err != nil {
 		return nil, nil, err
 	}
 	if m.node != "" {
@@ -83,25 +83,6 @@ func (m *metaFlags) parse(nodeKey string) (ann, labels map[string]string, err er
 		ann[nodeKey] = m.node
 	}
 	return ann, labels, nil
-}
-
-// parseLabels turns --label KEY=VALUE flags into a map; nil when none.
-func parseLabels(kvs []string) (map[string]string, error) {
-	if len(kvs) == 0 {
-		return nil, nil
-	}
-	out := make(map[string]string, len(kvs))
-	for _, kv := range kvs {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || strings.TrimSpace(k) == "" {
-			return nil, usageErrorf("--label %q: want KEY=VALUE", kv)
-		}
-		if _, dup := out[k]; dup {
-			return nil, usageErrorf("--label %q: key %q given twice", kv, k)
-		}
-		out[k] = v
-	}
-	return out, nil
 }
 
 // requestOr returns the request flag's value, or limit when the request
