@@ -8,7 +8,8 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/ipmi"
-	"github.com/corralhq/corral/ipmi/ipmitest/sim"
+	"github.com/corralhq/corral/testsupport/ipmisim"
+	"github.com/corralhq/corral/testsupport/require"
 )
 
 // BenchmarkProviders prints per-operation p50/p99 of the native go-ipmi
@@ -16,8 +17,8 @@ import (
 // is what corrald does for one API call: open a session, run, close.
 // Run: go test -run '^$' -bench Providers -benchtime 50x ./ipmi/
 func BenchmarkProviders(b *testing.B) {
-	sim.Need(b, "ipmi_sim")
-	bmc := sim.Start(b, sim.Options{})
+	require.Tool(b, "ipmi_sim")
+	bmc := ipmisim.Start(b, ipmisim.Options{})
 	power := func(a ipmi.PowerAction) func(c *ipmi.Controller, t ipmi.Target) error {
 		return func(c *ipmi.Controller, t ipmi.Target) error {
 			_, err := c.SetPower(context.Background(), t, a)
@@ -44,7 +45,7 @@ func BenchmarkProviders(b *testing.B) {
 		for _, op := range ops {
 			b.Run(prov+"/"+op.name, func(b *testing.B) {
 				if prov == ipmi.IpmitoolProviderName {
-					sim.Need(b, "ipmitool")
+					require.Tool(b, "ipmitool")
 				}
 				c := ipmi.New(ipmi.Config{Providers: []string{prov}})
 				t := simTarget(bmc)

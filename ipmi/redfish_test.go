@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/ipmi"
-	"github.com/corralhq/corral/ipmi/ipmitest/redfishtest"
-	"github.com/corralhq/corral/ipmi/ipmitest/sim"
+	"github.com/corralhq/corral/testsupport/ipmisim"
+	"github.com/corralhq/corral/testsupport/redfishtest"
 )
 
 func redfishTarget(s *redfishtest.Server) ipmi.Target {
@@ -18,7 +18,7 @@ func redfishTarget(s *redfishtest.Server) ipmi.Target {
 
 func TestRedfishPowerSemantics(t *testing.T) {
 	t.Parallel()
-	b := sim.Start(t, sim.Options{})
+	b := ipmisim.Start(t, ipmisim.Options{})
 	rf := redfishtest.Start(t, "root", "calvin", b.Machine())
 	c := ipmi.New(ipmi.Config{})
 	tg := redfishTarget(rf)
@@ -66,7 +66,7 @@ func TestRedfishPowerSemantics(t *testing.T) {
 
 func TestRedfishWrongPasswordAndGarbage(t *testing.T) {
 	t.Parallel()
-	b := sim.Start(t, sim.Options{})
+	b := ipmisim.Start(t, ipmisim.Options{})
 	rf := redfishtest.Start(t, "root", "calvin", b.Machine())
 	c := ipmi.New(ipmi.Config{})
 	tg := redfishTarget(rf)

@@ -9,10 +9,11 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/ipmi"
-	"github.com/corralhq/corral/ipmi/ipmitest/sim"
+	"github.com/corralhq/corral/testsupport/ipmisim"
+	"github.com/corralhq/corral/testsupport/require"
 )
 
-func simTarget(b *sim.BMC) ipmi.Target {
+func simTarget(b *ipmisim.BMC) ipmi.Target {
 	return ipmi.Target{Host: "127.0.0.1", Port: b.Port, Protocol: ipmi.ProtocolIPMI, Username: b.User, Password: b.Pass, Timeout: 10 * time.Second}
 }
 
@@ -39,11 +40,11 @@ func waitPower(t *testing.T, c *ipmi.Controller, tg ipmi.Target, want ipmi.Power
 
 func TestSimPowerSemantics(t *testing.T) {
 	t.Parallel()
-	b := sim.Start(t, sim.Options{})
+	b := ipmisim.Start(t, ipmisim.Options{})
 	for _, providers := range [][]string{{ipmi.NativeProviderName}, {ipmi.IpmitoolProviderName}} {
 		t.Run(providers[0], func(t *testing.T) {
 			if providers[0] == ipmi.IpmitoolProviderName {
-				sim.Need(t, "ipmitool")
+				require.Tool(t, "ipmitool")
 			}
 			c := ipmi.New(ipmi.Config{Providers: providers})
 			tg := simTarget(b)
@@ -95,7 +96,7 @@ func TestSimPowerSemantics(t *testing.T) {
 
 func TestSimWrongPassword(t *testing.T) {
 	t.Parallel()
-	b := sim.Start(t, sim.Options{})
+	b := ipmisim.Start(t, ipmisim.Options{})
 	for _, providers := range [][]string{{ipmi.NativeProviderName}, ipmi.DefaultProviders} {
 		t.Run(strings.Join(providers, ","), func(t *testing.T) {
 			c := ipmi.New(ipmi.Config{Providers: providers})
@@ -198,7 +199,7 @@ func TestGarbage(t *testing.T) {
 
 func TestSimInfo(t *testing.T) {
 	t.Parallel()
-	b := sim.Start(t, sim.Options{})
+	b := ipmisim.Start(t, ipmisim.Options{})
 	info, a, err := nativeOnly().Info(context.Background(), simTarget(b))
 	if err != nil || a.Provider != ipmi.NativeProviderName || info.Firmware == "" {
 		t.Fatalf("info %+v %s %v", info, a, err)

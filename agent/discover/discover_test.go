@@ -11,10 +11,10 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/corralhq/corral/agent/install"
-	"github.com/corralhq/corral/agent/internal/fixture"
 	"github.com/corralhq/corral/agent/netup"
 	"github.com/corralhq/corral/agent/session"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/testsupport/fixture"
 )
 
 func root(t *testing.T, name string) string {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corralhq/corral/agent/internal/fixture"
+	"github.com/corralhq/corral/testsupport/fixture"
 )
 
 // TestCapture writes testdata/$CORRAL_CAPTURE.txtar from this machine's

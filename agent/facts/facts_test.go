@@ -13,8 +13,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
-	"github.com/corralhq/corral/agent/internal/fixture"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/testsupport/fixture"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden.json from the fixtures")

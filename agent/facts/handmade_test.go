@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/corralhq/corral/agent/internal/fixture"
+	"github.com/corralhq/corral/testsupport/fixture"
 )
 
 // TestGenerateHandmade rewrites the hand-made fixtures

@@ -12,23 +12,20 @@ import (
 	"testing"
 
 	nodev1 "github.com/corralhq/corral/api/node/v1"
+	"github.com/corralhq/corral/testsupport/require"
 	"golang.org/x/sys/unix"
 )
 
 // TestInstallLoopDevice runs the real installer (BLKRRPART, mke2fs,
 // mount) on a loop device. It needs root, losetup and mke2fs.
 func TestInstallLoopDevice(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (loop devices, mount)")
-	}
+	require.Root(t, "loop devices, mount")
 	if _, err := Mke2fs(""); err != nil {
-		t.Skip("mke2fs not installed")
+		require.Missing(t, "mke2fs not installed (apt-get install e2fsprogs)")
 	}
-	if _, err := exec.LookPath("losetup"); err != nil {
-		t.Skip("losetup not installed")
-	}
+	require.Tool(t, "losetup")
 	if kernelLacksGPT() {
-		t.Skip("this kernel does not parse GPTs (CONFIG_EFI_PARTITION is not set)")
+		require.Missing(t, "this kernel does not parse GPTs (CONFIG_EFI_PARTITION is not set)")
 	}
 	img := filepath.Join(t.TempDir(), "disk.img")
 	f, err := os.Create(img)
@@ -39,7 +36,7 @@ func TestInstallLoopDevice(t *testing.T) {
 	f.Close()
 	out, err := exec.Command("losetup", "-P", "-f", "--show", img).CombinedOutput()
 	if err != nil {
-		t.Skipf("no loop device available: losetup: %v: %s", err, out)
+		require.Missing(t, "no loop device available: losetup: %v: %s", err, out)
 	}
 	dev := strings.TrimSpace(string(out))
 	t.Cleanup(func() { exec.Command("losetup", "-d", dev).Run() })
@@ -120,15 +117,11 @@ func kernelLacksGPT() bool {
 // a loop device (no partition table: it works where the kernel cannot
 // parse GPTs). It needs root, losetup and mke2fs.
 func TestKernelFormatMount(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (loop devices, mount)")
-	}
+	require.Root(t, "loop devices, mount")
 	if _, err := Mke2fs(""); err != nil {
-		t.Skip("mke2fs not installed")
+		require.Missing(t, "mke2fs not installed (apt-get install e2fsprogs)")
 	}
-	if _, err := exec.LookPath("losetup"); err != nil {
-		t.Skip("losetup not installed")
-	}
+	require.Tool(t, "losetup")
 	img := filepath.Join(t.TempDir(), "part.img")
 	f, err := os.Create(img)
 	if err != nil {
@@ -138,7 +131,7 @@ func TestKernelFormatMount(t *testing.T) {
 	f.Close()
 	out, err := exec.Command("losetup", "-f", "--show", img).CombinedOutput()
 	if err != nil {
-		t.Skipf("no loop device available: losetup: %v: %s", err, out)
+		require.Missing(t, "no loop device available: losetup: %v: %s", err, out)
 	}
 	dev := strings.TrimSpace(string(out))
 	t.Cleanup(func() { exec.Command("losetup", "-d", dev).Run() })

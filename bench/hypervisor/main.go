@@ -1,7 +1,7 @@
 // Command hypervisor prints hypervisor-path figures on real things (it
 // asserts nothing): corrald in-process and built `corral-node hypervisor`
-// processes in network namespaces (hypervisor/e2e/lab), QEMU under TCG,
-// the tiny guest image of hypervisor/guestimage (and, with -cloudinit, the
+// processes in network namespaces (testsupport/hvlab), QEMU under TCG,
+// the tiny guest image of testsupport/guestimage (and, with -cloudinit, the
 // real cloud-init image).
 //
 //   - CreateVirtualMachine → QEMU running (the RPC returns once QEMU runs)
@@ -30,9 +30,9 @@ import (
 	deploymentv1 "github.com/corralhq/corral/api/deployment/v1"
 	provisioningv1 "github.com/corralhq/corral/api/provisioning/v1"
 	"github.com/corralhq/corral/hypervisor/appliance"
-	"github.com/corralhq/corral/hypervisor/e2e/lab"
-	"github.com/corralhq/corral/hypervisor/guestimage"
 	"github.com/corralhq/corral/hypervisor/netdev"
+	"github.com/corralhq/corral/testsupport/guestimage"
+	"github.com/corralhq/corral/testsupport/hvlab"
 )
 
 type benchT struct {
@@ -81,7 +81,7 @@ func main() {
 	mem := flag.Int("mem", 128, "memory of each VM of the -vms run, MiB")
 	cloudInit := flag.Bool("cloudinit", false, "also time the real cloud-init image (builds it once, ~2 min)")
 	flag.Parse()
-	if why := lab.Skip(); why != "" {
+	if why := hvlab.Skip(); why != "" {
 		fmt.Fprintln(os.Stderr, "hypervisor bench:", why)
 		os.Exit(2)
 	}
@@ -90,7 +90,7 @@ func main() {
 	defer t.done()
 
 	start := time.Now()
-	bins, err := lab.Build(t.TempDir(), false)
+	bins, err := hvlab.Build(t.TempDir(), false)
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
@@ -117,7 +117,7 @@ func main() {
 		figure("cloud-init guest image: %v (cached=%v)", time.Since(start).Round(time.Millisecond), ci.Cached)
 		files["cloudinit.qcow2"] = ci.Path
 	}
-	l := lab.New(t, bins, lab.Options{Files: files})
+	l := hvlab.New(t, bins, hvlab.Options{Files: files})
 	perNode := 4 * runtime.NumCPU()
 	for len(l.Nodes)*perNode < *vms {
 		l.AddNode(fmt.Sprintf("vm-host%d", len(l.Nodes)+1))
@@ -135,7 +135,7 @@ func main() {
 			t.Fatalf("%v", err)
 		}
 	}
-	register := func(node *lab.Node, image, file string, limit uint64) {
+	register := func(node *hvlab.Node, image, file string, limit uint64) {
 		bs := image + "-src"
 		_, err := bsc.FetchBlockStorage(ctx, &provisioningv1.FetchBlockStorageRequest{Name: bs, Annotations: onNode(node.Name),
 			RequestBytes: limit, LimitBytes: limit, SourceUrl: l.WebURL + file})

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/corralhq/corral/testsupport/require"
 )
 
 const ovmfCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
@@ -23,7 +25,7 @@ const vmTimeout = 4 * time.Minute
 func guestReached(t *testing.T, v *vm, mac string, uefi bool) {
 	t.Helper()
 	if testKernel == "" {
-		t.Logf("no Linux test kernel (set CORRAL_TEST_KERNEL or run images/testkernel/fetch.sh): asserting up to the kernel download")
+		require.Degraded(t, "no Linux test kernel (set CORRAL_TEST_KERNEL or run images/testkernel/fetch.sh): asserting up to the kernel download")
 		if uefi {
 			// EFI iPXE refuses ipxe.lkrn (no EFI stub) before the initrd.
 			v.waitConsole(t, `vmlinuz\.\.\. ok`, vmTimeout)

@@ -22,6 +22,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/corralhq/corral/images"
+	"github.com/corralhq/corral/testsupport/require"
 )
 
 var (
@@ -95,20 +96,8 @@ func need(t *testing.T, tools ...string) {
 	if testing.Short() {
 		t.Skip("network-boot end-to-end: skipped with -short")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("network-boot end-to-end: needs root (network namespaces)")
-	}
-	for _, tool := range append([]string{"ip"}, tools...) {
-		if strings.HasPrefix(tool, "/") {
-			if _, err := os.Stat(tool); err != nil {
-				t.Skipf("%s not installed", tool)
-			}
-			continue
-		}
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
+	require.Root(t, "network-boot end-to-end: network namespaces")
+	require.Tool(t, append([]string{"ip"}, tools...)...)
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}

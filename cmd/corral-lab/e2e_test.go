@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/testsupport/lab"
+	"github.com/corralhq/corral/testsupport/require"
 )
 
 // The end-to-end tests run the real corral-lab binary: corrald in a
@@ -55,14 +56,8 @@ func need(t *testing.T) {
 	if testing.Short() {
 		t.Skip("corral-lab end-to-end: minutes of QEMU under TCG; skipped with -short")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("corral-lab end-to-end: needs root (network namespaces, taps)")
-	}
-	for _, tool := range []string{"ip", "go"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
+	require.Root(t, "corral-lab end-to-end: network namespaces, taps")
+	require.Tool(t, "ip", "go")
 }
 
 // rack is one lab under test.
@@ -306,7 +301,7 @@ func TestLab(t *testing.T) {
 	ready := t.Run("ready", func(t *testing.T) {
 		r := r.in(t)
 		if !st.AutoAccept {
-			t.Skip("corrald has no --auto-accept: machines stay INVENTORIED")
+			require.Missing(t, "corrald has no --auto-accept: machines stay INVENTORIED")
 		}
 		r.waitFor("both nodes READY", 12*time.Minute, func() bool {
 			ns := r.nodes()
@@ -487,7 +482,7 @@ func TestLabBootWatchdog(t *testing.T) {
 	r := up(t, "--machines", "1", "--with-bmc", "--firmware", "bios", "--accept=false", "--power-on=false",
 		"--corrald-arg=--boot-watchdog=40s", "--corrald-arg=--boot-watchdog-cycles=1", "--corrald-arg=--reconcile-interval=5s")
 	if !corraldHas(t, r, "boot-watchdog") {
-		t.Skip("corrald has no --boot-watchdog")
+		require.Missing(t, "corrald has no --boot-watchdog")
 	}
 	// The catalog's initrd goes: iPXE's fetch 404s and the boot stops.
 	initrd := filepath.Join(r.st.DataDir, "images", "initrd.img")

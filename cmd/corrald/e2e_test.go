@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/auth/clientconfig"
+	"github.com/corralhq/corral/testsupport/require"
 )
 
 var binDir string
@@ -65,7 +66,7 @@ func grpcurlPath(t *testing.T) string {
 	if _, err := os.Stat(p); err == nil {
 		return p
 	}
-	t.Skip("grpcurl not installed (run `make tools`)")
+	require.Missing(t, "grpcurl not installed (run `make tools`)")
 	return ""
 }
 

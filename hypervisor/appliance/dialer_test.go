@@ -10,9 +10,9 @@ import (
 	hypervisorv1 "github.com/corralhq/corral/api/hypervisor/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/auth/pki"
-	"github.com/corralhq/corral/hypervisor/appliance/fakenode"
 	"github.com/corralhq/corral/inventory/pool"
 	"github.com/corralhq/corral/store/mem"
+	"github.com/corralhq/corral/testsupport/fakenode"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )

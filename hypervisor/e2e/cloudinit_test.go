@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corralhq/corral/hypervisor/e2e/lab"
-	"github.com/corralhq/corral/hypervisor/guestimage"
+	"github.com/corralhq/corral/testsupport/guestimage"
+	"github.com/corralhq/corral/testsupport/hvlab"
+	"github.com/corralhq/corral/testsupport/require"
 )
 
 // TestRealCloudInit boots the Debian image with the real cloud-init
@@ -25,13 +26,11 @@ func TestRealCloudInit(t *testing.T) {
 	if os.Getenv("CORRAL_E2E_CLOUDINIT") == "0" {
 		t.Skip("CORRAL_E2E_CLOUDINIT=0")
 	}
-	if m := guestimage.Missing(guestimage.CloudInitTools); m != "" {
-		t.Skipf("%s not installed (cloud-init guest image)", m)
-	}
+	require.Tool(t, guestimage.CloudInitTools...)
 	key, pub := sshKey(t)
 	cache, err := guestimage.CacheDir()
 	if err != nil {
-		t.Skip(err)
+		require.Missing(t, "no cache directory: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -43,7 +42,7 @@ func TestRealCloudInit(t *testing.T) {
 	st, _ := os.Stat(img.Path)
 	figure(t, "cloud-init image %s: %d MiB, cached=%v, %v", img.Path, st.Size()>>20, img.Cached, time.Since(start).Round(time.Millisecond))
 
-	l := lab.New(t, bins, lab.Options{Files: map[string]string{"guest-cloudinit.qcow2": img.Path}})
+	l := hvlab.New(t, bins, hvlab.Options{Files: map[string]string{"guest-cloudinit.qcow2": img.Path}})
 	out, d := l.MustDo("register-cloudinit.yaml", fmt.Sprintf(`
 Fetch:
   type: BlockStorage

@@ -16,7 +16,8 @@ import (
 	hypervisorv1 "github.com/corralhq/corral/api/hypervisor/v1"
 	provisioningv1 "github.com/corralhq/corral/api/provisioning/v1"
 	"github.com/corralhq/corral/hypervisor/appliance"
-	"github.com/corralhq/corral/hypervisor/e2e/lab"
+	"github.com/corralhq/corral/testsupport/hvlab"
+	"github.com/corralhq/corral/testsupport/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -181,7 +182,7 @@ Generate:
 		defer cancel()
 		_, err := vms.CreateVirtualMachine(ctx, &provisioningv1.CreateVirtualMachineRequest{
 			Name:                "dvm",
-			Annotations:         map[string]string{appliance.AnnotationVMRequestNode: lab.NodeName},
+			Annotations:         map[string]string{appliance.AnnotationVMRequestNode: hvlab.NodeName},
 			RequestCpuMilliCore: 10, LimitCpuMilliCore: 1000,
 			RequestMemoryBytes: 256 << 20, LimitMemoryBytes: 256 << 20,
 			BlockStorageNames: []string{"dvm-disk"},
@@ -216,8 +217,8 @@ Generate:
 	if r.err == nil {
 		t.Fatal("CreateVirtualMachine succeeded although the node died during BootVM")
 	}
-	if c := status.Code(r.err); c != codes.Unavailable || !strings.Contains(r.err.Error(), lab.NodeName) {
-		t.Errorf("error %v: want Unavailable naming node %s", r.err, lab.NodeName)
+	if c := status.Code(r.err); c != codes.Unavailable || !strings.Contains(r.err.Error(), hvlab.NodeName) {
+		t.Errorf("error %v: want Unavailable naming node %s", r.err, hvlab.NodeName)
 	}
 	vm, err := getVM(t, l, "dvm")
 	switch {
@@ -261,15 +262,13 @@ Generate:
 // are otherwise zero-mapped (qemu-io on the node's files).
 func TestVolumeFromImageSize(t *testing.T) {
 	need(t)
-	if _, err := exec.LookPath("qemu-io"); err != nil {
-		t.Skip("qemu-io not installed")
-	}
-	l := lab.New(t, bins, lab.Options{})
+	require.Tool(t, "qemu-io")
+	l := hvlab.New(t, bins, hvlab.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	bsc := provisioningv1.NewBlockStorageServiceClient(l.Conn)
 	imc := deploymentv1.NewImageServiceClient(l.Conn)
-	ann := map[string]string{appliance.AnnotationBlockStorageRequestNode: lab.NodeName}
+	ann := map[string]string{appliance.AnnotationBlockStorageRequestNode: hvlab.NodeName}
 	sizes := []struct {
 		name string
 		size uint64

@@ -1,8 +1,8 @@
 // Package e2e proves the hypervisor path end to end on real things: corrald
 // (in-process) and the built `corral-node hypervisor` in a network
 // namespace, QEMU under TCG booting the guest images of
-// hypervisor/guestimage, driven by the built `corral` CLI running n0stack's
-// usecase files (deploy/testdata/usecases). See hypervisor/e2e/lab.
+// testsupport/guestimage, driven by the built `corral` CLI running n0stack's
+// usecase files (deploy/testdata/usecases). See testsupport/hvlab.
 package e2e
 
 import (
@@ -15,19 +15,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corralhq/corral/hypervisor/e2e/lab"
-	"github.com/corralhq/corral/hypervisor/guestimage"
+	"github.com/corralhq/corral/testsupport/guestimage"
+	"github.com/corralhq/corral/testsupport/hvlab"
+	"github.com/corralhq/corral/testsupport/require"
 )
 
 var (
-	bins     lab.Binaries
+	bins     hvlab.Binaries
 	buildErr error
 )
 
 func TestMain(m *testing.M) {
 	flag.Parse()
 	code := func() int {
-		if testing.Short() || lab.Skip() != "" {
+		if testing.Short() || hvlab.Skip() != "" {
 			return m.Run()
 		}
 		dir, err := os.MkdirTemp("", "corral-hv-e2e-bin")
@@ -37,7 +38,7 @@ func TestMain(m *testing.M) {
 		}
 		defer os.RemoveAll(dir)
 		start := time.Now()
-		bins, buildErr = lab.Build(dir, true)
+		bins, buildErr = hvlab.Build(dir, true)
 		fmt.Fprintf(os.Stderr, "hypervisor/e2e: built corral-node and corral (-race) in %v\n", time.Since(start).Round(time.Millisecond))
 		return m.Run()
 	}()
@@ -50,9 +51,8 @@ func need(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: skipped with -short")
 	}
-	if why := lab.Skip(); why != "" {
-		t.Skip(why)
-	}
+	require.Root(t, "network namespaces, taps")
+	require.Tool(t, hvlab.Tools...)
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
@@ -68,9 +68,7 @@ var (
 // runs), skipping when a build tool is missing.
 func tiny(t *testing.T) string {
 	t.Helper()
-	if m := guestimage.Missing(guestimage.TinyTools); m != "" {
-		t.Skipf("%s not installed (tiny guest image)", m)
-	}
+	require.Tool(t, guestimage.TinyTools...)
 	tinyOnce.Do(func() {
 		cache, err := guestimage.CacheDir()
 		if err != nil {
@@ -93,7 +91,7 @@ func tiny(t *testing.T) string {
 
 // usecase reads one of n0stack's usecase files, pointing source_url at
 // the lab's web server.
-func usecase(t *testing.T, l *lab.Lab, name string) string {
+func usecase(t *testing.T, l *hvlab.Lab, name string) string {
 	t.Helper()
 	b, err := os.ReadFile("../../deploy/testdata/usecases/" + name)
 	if err != nil {

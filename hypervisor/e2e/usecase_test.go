@@ -14,8 +14,9 @@ import (
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	provisioningv1 "github.com/corralhq/corral/api/provisioning/v1"
 	"github.com/corralhq/corral/hypervisor/appliance"
-	"github.com/corralhq/corral/hypervisor/e2e/lab"
 	"github.com/corralhq/corral/hypervisor/netdev"
+	"github.com/corralhq/corral/testsupport/hvlab"
+	"github.com/corralhq/corral/testsupport/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -29,10 +30,10 @@ const usecaseKeyComment = "testkey" // the ecdsa key in n0stack's usecase file
 // with parallel tasks it meets the block storage still PENDING (the
 // appliance answers FailedPrecondition "retry later"); it runs with
 // --parallel 1, which runs the tasks in file order.
-func newTinyLab(t *testing.T) *lab.Lab {
+func newTinyLab(t *testing.T) *hvlab.Lab {
 	t.Helper()
 	img := tiny(t)
-	l := lab.New(t, bins, lab.Options{Files: map[string]string{"guest-tiny.qcow2": img}})
+	l := hvlab.New(t, bins, hvlab.Options{Files: map[string]string{"guest-tiny.qcow2": img}})
 	out, d := l.MustDo("register.yaml", usecase(t, l, "register-blockstorage-as-image.yaml"), 1)
 	t.Logf("register-blockstorage-as-image.yaml in %v:\n%s", d.Round(time.Millisecond), out)
 	return l
@@ -105,11 +106,7 @@ Purge_%[1]s-disk:
 // the public key line.
 func sshKey(t *testing.T) (string, string) {
 	t.Helper()
-	for _, b := range []string{"ssh-keygen", "ssh"} {
-		if _, err := exec.LookPath(b); err != nil {
-			t.Skipf("%s not installed (openssh-client)", b)
-		}
-	}
+	require.Tool(t, "ssh-keygen", "ssh")
 	p := filepath.Join(t.TempDir(), "id_ed25519")
 	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "e2e@corral", "-f", p).CombinedOutput(); err != nil {
 		t.Fatalf("ssh-keygen: %v %s", err, out)
@@ -123,7 +120,7 @@ func sshKey(t *testing.T) (string, string) {
 
 // sshRun runs cmd on user@addr from the namespace, retrying until the
 // server answers or timeout.
-func sshRun(l *lab.Lab, key, user, addr, cmd string, timeout time.Duration) (string, time.Duration, error) {
+func sshRun(l *hvlab.Lab, key, user, addr, cmd string, timeout time.Duration) (string, time.Duration, error) {
 	start := time.Now()
 	var out string
 	var err error
@@ -138,23 +135,23 @@ func sshRun(l *lab.Lab, key, user, addr, cmd string, timeout time.Duration) (str
 	return out, time.Since(start), err
 }
 
-func getVM(t *testing.T, l *lab.Lab, name string) (*provisioningv1.VirtualMachine, error) {
+func getVM(t *testing.T, l *hvlab.Lab, name string) (*provisioningv1.VirtualMachine, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return provisioningv1.NewVirtualMachineServiceClient(l.Conn).GetVirtualMachine(ctx, &provisioningv1.GetVirtualMachineRequest{Name: name})
 }
 
-func getBS(t *testing.T, l *lab.Lab, name string) (*provisioningv1.BlockStorage, error) {
+func getBS(t *testing.T, l *hvlab.Lab, name string) (*provisioningv1.BlockStorage, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return provisioningv1.NewBlockStorageServiceClient(l.Conn).GetBlockStorage(ctx, &provisioningv1.GetBlockStorageRequest{Name: name})
 }
 
-func getNode(t *testing.T, l *lab.Lab) *poolv1.Node {
+func getNode(t *testing.T, l *hvlab.Lab) *poolv1.Node {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	n, err := l.Pool().GetNode(ctx, &poolv1.GetNodeRequest{Name: lab.NodeName})
+	n, err := l.Pool().GetNode(ctx, &poolv1.GetNodeRequest{Name: hvlab.NodeName})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +159,7 @@ func getNode(t *testing.T, l *lab.Lab) *poolv1.Node {
 }
 
 // volumePath is the node file of a block storage (its url annotation).
-func volumePath(t *testing.T, l *lab.Lab, bs string) string {
+func volumePath(t *testing.T, l *hvlab.Lab, bs string) string {
 	t.Helper()
 	b, err := getBS(t, l, bs)
 	if err != nil {
@@ -178,7 +175,7 @@ func volumePath(t *testing.T, l *lab.Lab, bs string) string {
 
 // assertVMGone checks that nothing of vm is left: record, QEMU, tap,
 // compute budget, interface reservation on test-network.
-func assertVMGone(t *testing.T, l *lab.Lab, vm string) {
+func assertVMGone(t *testing.T, l *hvlab.Lab, vm string) {
 	t.Helper()
 	if _, err := getVM(t, l, vm); status.Code(err) != codes.NotFound {
 		t.Errorf("vm %s: %v, want NotFound", vm, err)
@@ -227,7 +224,7 @@ func TestBootVMFromImageUsecase(t *testing.T) {
 	out, d := l.MustDo("boot.yaml", usecase(t, l, "boot-vm-from-image.yaml"), 4)
 	t.Logf("boot-vm-from-image.yaml in %v:\n%s", d.Round(time.Millisecond), out)
 	figure(t, "corral do boot-vm-from-image.yaml (GenerateBlockStorage+ApplyNetwork+CreateVirtualMachine, QEMU running): %v", d.Round(time.Millisecond))
-	if vm, err := getVM(t, l, "test-vm"); err != nil || vm.GetState() != provisioningv1.VirtualMachine_RUNNING || vm.GetComputeNodeName() != lab.NodeName {
+	if vm, err := getVM(t, l, "test-vm"); err != nil || vm.GetState() != provisioningv1.VirtualMachine_RUNNING || vm.GetComputeNodeName() != hvlab.NodeName {
 		t.Fatalf("test-vm after create: %v %v", vm, err)
 	}
 	wait, err := l.WaitConsole("test-vm", 2*time.Minute,

@@ -11,18 +11,16 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/corralhq/corral/testsupport/require"
 )
 
 // newNetNS creates a network namespace unique to this test run and
 // removes it (with everything in it) at cleanup.
 func newNetNS(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for network namespaces")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("iproute2 (ip) not installed")
-	}
+	require.Root(t, "network namespaces")
+	require.Tool(t, "ip")
 	name := fmt.Sprintf("crl-nd-%d-%d", os.Getpid(), time.Now().UnixNano()%100000)
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v %s", err, out)
@@ -76,8 +74,8 @@ func TestBridgeAndTapsInNamespace(t *testing.T) {
 	if _, err := netlink.LinkByName(plan.Bridge); err == nil {
 		t.Errorf("bridge %s visible in the host namespace", plan.Bridge)
 	}
-	if err := m.DeleteNetwork(n.Name); !errors.Is(err, ErrPrecondition) {
-		t.Errorf("delete network with taps: %v, want ErrPrecondition", err)
+	if err := m.DeleteNetwork(n.Name); !errors.Is(err, ErrInUse) {
+		t.Errorf("delete network with taps: %v, want ErrInUse", err)
 	}
 	for _, tap := range []string{tap0, tap1, tap1} { // second delete of tap1 is a no-op
 		if err := m.DeleteTap(tap); err != nil {
@@ -112,7 +110,7 @@ func TestVLANOnUplink(t *testing.T) {
 		if links, _ := m.Links(); len(links) != 0 {
 			t.Fatalf("failed apply left %v", names(links))
 		}
-		t.Skipf("kernel lacks 802.1Q (%v); rollback verified, VLAN end to end not run", err)
+		require.Missing(t, "kernel lacks 802.1Q (%v); rollback verified, VLAN end to end not run", err)
 	}
 	links, _ := m.Links()
 	want := []string{"bridge:" + plan.Bridge + "@", "vlan:" + plan.VLANLink + "@" + plan.Bridge}

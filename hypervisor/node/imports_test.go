@@ -4,6 +4,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/corralhq/corral/testsupport/require"
 )
 
 // TestImports: this package is reachable from cmd/corral-node, so it must
@@ -12,11 +14,12 @@ import (
 func TestImports(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").Output()
 	if err != nil {
-		t.Skipf("go list: %v", err)
+		require.Missing(t, "go list: %v", err)
 	}
 	for _, dep := range strings.Fields(string(out)) {
 		for _, f := range []string{"go.etcd.io/bbolt", "go.etcd.io/etcd", "github.com/bmc-toolbox/bmclib",
-			"github.com/corralhq/corral/store", "github.com/corralhq/corral/ipmi", "github.com/corralhq/corral/boot"} {
+			"github.com/corralhq/corral/store", "github.com/corralhq/corral/ipmi", "github.com/corralhq/corral/boot",
+			"github.com/corralhq/corral/internal/apierr"} {
 			if dep == f || strings.HasPrefix(dep, f+"/") {
 				t.Errorf("hypervisor/node reaches %s", dep)
 			}

@@ -16,18 +16,13 @@ import (
 
 	"github.com/corralhq/corral/hypervisor/cloudinit"
 	"github.com/corralhq/corral/hypervisor/netdev"
+	"github.com/corralhq/corral/testsupport/require"
 )
 
 func needQEMU(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (taps, network namespaces)")
-	}
-	for _, b := range []string{"qemu-system-x86_64", "qemu-img", "ip"} {
-		if _, err := exec.LookPath(b); err != nil {
-			t.Skipf("%s not installed", b)
-		}
-	}
+	require.Root(t, "taps, network namespaces")
+	require.Tool(t, "qemu-system-x86_64", "qemu-img", "ip")
 }
 
 func testNetNS(t *testing.T) string {
@@ -98,11 +93,9 @@ func mustState(t *testing.T, m *Manager, name string, want State) VM {
 // nothing left behind.
 func TestRealVM(t *testing.T) {
 	needQEMU(t)
-	kernel, modules := guestKernel(t)
 	ctx := context.Background()
 	work := t.TempDir()
-	initrd := filepath.Join(work, "initrd.cpio")
-	buildInitramfs(t, modules, initrd)
+	kernel, initrd := tinyGuest(t, work)
 
 	ns := testNetNS(t)
 	nets, err := netdev.NewManager(netdev.Config{NetNSPath: "/var/run/netns/" + ns})
@@ -152,8 +145,9 @@ func TestRealVM(t *testing.T) {
 	if v.State != Running {
 		t.Fatalf("state %v %s", v.State, v.Reason)
 	}
-	waitConsole(t, v.SerialLog, "CORRAL-TINY seed=/dev/sr0 hostname="+host, 1, 180*time.Second)
-	waitConsole(t, v.SerialLog, "CORRAL-TINY ready", 1, 60*time.Second)
+	waitConsole(t, v.SerialLog, "CORRAL-TINY seed=/dev/sr0", 1, 180*time.Second)
+	waitConsole(t, v.SerialLog, "CORRAL-TINY hostname="+host+" ", 1, 60*time.Second)
+	waitConsole(t, v.SerialLog, "CORRAL-TINY cloud-init done", 1, 60*time.Second)
 	t.Logf("BENCH boot to guest read its seed: %v", time.Since(start).Round(time.Millisecond))
 	if b, _ := os.ReadFile(v.SerialLog); !strings.Contains(string(b), "mac=52:54:00:c0:ff:ee") {
 		t.Errorf("guest does not see its NIC; console:\n%s", tail(string(b), 2000))
@@ -168,12 +162,12 @@ func TestRealVM(t *testing.T) {
 	if _, err := m.Reboot(ctx, "tiny", false); err != nil {
 		t.Fatal(err)
 	}
-	waitConsole(t, v.SerialLog, "CORRAL-TINY ready", 2, 180*time.Second)
+	waitConsole(t, v.SerialLog, "CORRAL-TINY cloud-init done", 2, 180*time.Second)
 	// Hard reboot.
 	if _, err := m.Reboot(ctx, "tiny", true); err != nil {
 		t.Fatal(err)
 	}
-	waitConsole(t, v.SerialLog, "CORRAL-TINY ready", 3, 180*time.Second)
+	waitConsole(t, v.SerialLog, "CORRAL-TINY cloud-init done", 3, 180*time.Second)
 
 	// ACPI shutdown: the guest sees the power button and powers off.
 	start = time.Now()
@@ -196,7 +190,7 @@ func TestRealVM(t *testing.T) {
 	if v, err = m.Boot(ctx, spec); err != nil || v.State != Running {
 		t.Fatalf("boot after shutdown: %+v %v", v, err)
 	}
-	waitConsole(t, v.SerialLog, "CORRAL-TINY ready", 4, 180*time.Second)
+	waitConsole(t, v.SerialLog, "CORRAL-TINY cloud-init done", 4, 180*time.Second)
 
 	// Kill QEMU by hand: the VM shows as failed, not running.
 	if err := syscall.Kill(v.PID, syscall.SIGKILL); err != nil {

@@ -16,13 +16,12 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/hypervisor/cloudinit"
+	"github.com/corralhq/corral/testsupport/require"
 )
 
 func needQemuImg(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("qemu-img"); err != nil {
-		t.Skip("qemu-img not installed")
-	}
+	require.Tool(t, "qemu-img")
 }
 
 func newStore(t *testing.T) *Store {
@@ -171,8 +170,8 @@ func TestCreateFromIsCopyOnWrite(t *testing.T) {
 	if _, err := s.CreateFrom(ctx, "orphan", "missing", 0); !errors.Is(err, ErrNotFound) {
 		t.Errorf("unknown backing: %v, want ErrNotFound", err)
 	}
-	if err := s.Delete(ctx, "small"); !errors.Is(err, ErrPrecondition) {
-		t.Errorf("delete backing volume: %v, want ErrPrecondition", err)
+	if err := s.Delete(ctx, "small"); !errors.Is(err, ErrInUse) {
+		t.Errorf("delete backing volume: %v, want ErrInUse", err)
 	}
 	for _, n := range []string{"small-vm", "grown", "small"} {
 		if err := s.Delete(ctx, n); err != nil {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/corralhq/corral/testsupport/require"
 )
 
 const depFixture = `kernel/drivers/net/ethernet/intel/igb/igb.ko: kernel/drivers/dca/dca.ko kernel/drivers/i2c/algos/i2c-algo-bit.ko
@@ -77,13 +79,9 @@ func TestFindDeb(t *testing.T) {
 // TestStageModules stages a fake module tree (depmod runs on it) and
 // checks the staged set is the closure, xz-compressed and indexed.
 func TestStageModules(t *testing.T) {
-	for _, tool := range []string{"xz"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
+	require.Tool(t, "xz")
 	if err := depmodAvailable(); err != nil {
-		t.Skip(err)
+		require.Missing(t, "depmod not installed (apt-get install kmod)")
 	}
 	root, stage := t.TempDir(), t.TempDir()
 	const kver = "6.1.0-test"

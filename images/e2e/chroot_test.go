@@ -21,6 +21,7 @@ import (
 	"github.com/corralhq/corral/hypervisor/cloudinit"
 	"github.com/corralhq/corral/hypervisor/vm"
 	"github.com/corralhq/corral/images/discovery"
+	"github.com/corralhq/corral/testsupport/require"
 	"github.com/u-root/u-root/pkg/cpio"
 )
 
@@ -37,14 +38,8 @@ func bothImages(t *testing.T) (disc, hyp discovery.Result) {
 	if testing.Short() {
 		t.Skip("image chroot tests: skipped with -short (they build both images)")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("image chroot tests: need root (chroot, mounts, apt)")
-	}
-	for _, tool := range []string{"apt-get", "apt-cache", "dpkg-deb", "dpkg-query", "xz", "go", "qemu-system-x86_64", "qemu-img"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed: cannot build the images", tool)
-		}
-	}
+	require.Root(t, "image chroot tests: chroot, mounts, apt")
+	require.Tool(t, "apt-get", "apt-cache", "dpkg-deb", "dpkg-query", "xz", "go", "qemu-system-x86_64", "qemu-img")
 	bothOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 		defer cancel()

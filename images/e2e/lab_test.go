@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/images/discovery"
+	"github.com/corralhq/corral/testsupport/require"
 )
 
 var (
@@ -72,14 +73,8 @@ func need(t *testing.T, tools ...string) {
 	if testing.Short() {
 		t.Skip("discovery end-to-end: skipped with -short")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("discovery end-to-end: needs root (network namespaces, apt)")
-	}
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
+	require.Root(t, "discovery end-to-end: network namespaces, apt")
+	require.Tool(t, tools...)
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
@@ -116,7 +111,7 @@ func image(t *testing.T) discovery.Result {
 		}
 	})
 	if imgSkip != "" {
-		t.Skip(imgSkip)
+		require.Missing(t, "%s", imgSkip)
 	}
 	if imgErr != nil {
 		t.Fatalf("discovery image: %v", imgErr)

@@ -20,11 +20,12 @@ import (
 	"github.com/corralhq/corral/cmd/corral/cli"
 	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/ipmi"
-	"github.com/corralhq/corral/ipmi/ipmitest/redfishtest"
-	"github.com/corralhq/corral/ipmi/ipmitest/sim"
 	"github.com/corralhq/corral/ipmi/poller"
 	"github.com/corralhq/corral/ipmi/seal"
 	"github.com/corralhq/corral/store/mem"
+	"github.com/corralhq/corral/testsupport/ipmisim"
+	"github.com/corralhq/corral/testsupport/redfishtest"
+	"github.com/corralhq/corral/testsupport/require"
 )
 
 // syncBuffer is a log sink safe for concurrent writers.
@@ -141,9 +142,9 @@ func TestBMCRealVM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts ipmi_sim and QEMU")
 	}
-	sim.Need(t, "ipmi_sim", "qemu-system-x86_64")
+	require.Tool(t, "ipmi_sim", "qemu-system-x86_64")
 	const mac = "52:54:00:c0:ff:01"
-	b := sim.Start(t, sim.Options{VM: true, MAC: mac, Password: "s3cret-ipmi"})
+	b := ipmisim.Start(t, ipmisim.Options{VM: true, MAC: mac, Password: "s3cret-ipmi"})
 	app := startBMCApp(t, Config{BMC: BMCConfig{PollInterval: 500 * time.Millisecond}})
 	pw := writePassword(t, b.Pass, 0o600)
 
@@ -237,14 +238,14 @@ func TestBMCEnrollRefusals(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts ipmi_sim")
 	}
-	b := sim.Start(t, sim.Options{})
+	b := ipmisim.Start(t, ipmisim.Options{})
 	app := startBMCApp(t, Config{BMC: BMCConfig{PollInterval: -1}})
 	pw := writePassword(t, b.Pass, 0o600)
 	app.ok(t, "machine", "enroll", "m1", "--bmc", b.Addr(), "--bmc-user", b.User, "--bmc-password-file", pw)
 
 	// Wrong password: refused within 5 s, saying authentication failed.
 	bad := writePassword(t, "not-the-password", 0o600)
-	b2 := sim.Start(t, sim.Options{})
+	b2 := ipmisim.Start(t, ipmisim.Options{})
 	r := app.corral(t, "machine", "enroll", "m2", "--bmc", b2.Addr(), "--bmc-user", b2.User, "--bmc-password-file", bad)
 	if r.code != 1 || !strings.Contains(r.stderr, "authentication failed") || r.took > 5*time.Second {
 		t.Fatalf("wrong password: exit %d after %s: %s", r.code, r.took, r.stderr)
@@ -303,7 +304,7 @@ func TestBMCPoll50(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 50 ipmi_sim")
 	}
-	sim.Need(t, "ipmi_sim")
+	require.Tool(t, "ipmi_sim")
 	p, inv := setup50(t, nil)
 	round := p.Poll(context.Background())
 	if round.Machines != 50 || round.Failed != 0 {
@@ -329,11 +330,11 @@ func TestBMCPoll50(t *testing.T) {
 // ipmi_sim BMCs (concurrency 16), native provider vs bmclib's ipmitool
 // provider.
 func BenchmarkBMCPoll50(b *testing.B) {
-	sim.Need(b, "ipmi_sim")
+	require.Tool(b, "ipmi_sim")
 	for _, prov := range []string{ipmi.NativeProviderName, ipmi.IpmitoolProviderName} {
 		b.Run(prov, func(b *testing.B) {
 			if prov == ipmi.IpmitoolProviderName {
-				sim.Need(b, "ipmitool")
+				require.Tool(b, "ipmitool")
 			}
 			p, _ := setup50(b, []string{prov})
 			b.ResetTimer()
@@ -351,13 +352,13 @@ func BenchmarkBMCPoll50(b *testing.B) {
 // corrald's back) and returns a poller over them.
 func setup50(t testing.TB, providers []string) (*poller.Poller, *inventory.Inventory) {
 	const n = 50
-	bmcs := make([]*sim.BMC, n)
+	bmcs := make([]*ipmisim.BMC, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			bmcs[i] = sim.Start(t, sim.Options{})
+			bmcs[i] = ipmisim.Start(t, ipmisim.Options{})
 		}()
 	}
 	wg.Wait()
@@ -399,12 +400,8 @@ func setup50(t testing.TB, providers []string) (*poller.Poller, *inventory.Inven
 // NIC, named uniquely for this run, removed when the test ends.
 func labBridge(t *testing.T) (bridge, tap, serverIP string, subnet string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a bridge and a tap")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("ip (iproute2) not installed")
-	}
+	require.Root(t, "a bridge and a tap")
+	require.Tool(t, "ip")
 	var rb [4]byte
 	_, _ = crand.Read(rb[:])
 	id := hex.EncodeToString(rb[:3])
@@ -435,14 +432,14 @@ func TestBMCPXEThroughCorrald(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts ipmi_sim and QEMU on a bridge")
 	}
-	sim.Need(t, "ipmi_sim", "qemu-system-x86_64")
+	require.Tool(t, "ipmi_sim", "qemu-system-x86_64")
 	bridge, tap, serverIP, subnet := labBridge(t)
 	const mac = "52:54:00:c0:ff:02"
-	b := sim.Start(t, sim.Options{VM: true, MAC: mac, NetDev: "tap,id=n0,ifname=" + tap + ",script=no,downscript=no"})
+	b := ipmisim.Start(t, ipmisim.Options{VM: true, MAC: mac, NetDev: "tap,id=n0,ifname=" + tap + ",script=no,downscript=no"})
 	app := startBMCApp(t, Config{
 		BMC: BMCConfig{PollInterval: -1},
 		Boot: BootConfig{Interface: bridge, DHCPMode: "full", DHCPRange: subnet + ".100-" + subnet + ".150",
-			HTTPListen: fmt.Sprintf("%s:%d", serverIP, sim.FreeTCPPort(t)), TFTPListen: "off", NoRA: true},
+			HTTPListen: fmt.Sprintf("%s:%d", serverIP, ipmisim.FreeTCPPort(t)), TFTPListen: "off", NoRA: true},
 	})
 	pw := writePassword(t, b.Pass, 0o600)
 	app.ok(t, "machine", "enroll", "pxe1", "--bmc", b.Addr(), "--bmc-user", b.User, "--bmc-password-file", pw, "--bmc-protocol", "ipmi", "--mac", mac)

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/corralhq/corral/testsupport/ipmisim/simconf"
 )
 
 // OVMF firmware (Debian's ovmf package).
@@ -12,16 +14,6 @@ const (
 	ovmfCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
 	ovmfVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
 )
-
-// shq quotes s for a POSIX shell.
-func shq(s string) string {
-	if s != "" && strings.IndexFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=,+@", r))
-	}) < 0 {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
 
 // qemuArgs is the machine's QEMU command line without the boot order
 // (the chassis program adds bootindex per boot device) and without
@@ -65,74 +57,25 @@ func (m Machine) chassisScript(withBMC bool) string {
 		if i > 0 {
 			q.WriteByte(' ')
 		}
-		q.WriteString(shq(a))
+		q.WriteString(simconf.Quote(a))
 	}
 	nic := "virtio-net-pci,netdev=n0,mac=" + m.MAC
 	if m.Firmware == "uefi" {
 		// No iPXE option ROM: EDK2's own PXE client, then TFTP → iPXE.
 		nic += ",romfile="
 	}
-	var disks strings.Builder
+	fmt.Fprintf(&q, " -device %s,bootindex=$NIC", nic)
 	for i, d := range m.Disks {
-		fmt.Fprintf(&disks, " -device virtio-blk-pci,drive=d%d,serial=%s,bootindex=$((DISK+%d))", i, d.Serial, i)
+		fmt.Fprintf(&q, " -device virtio-blk-pci,drive=d%d,serial=%s,bootindex=$((DISK+%d))", i, d.Serial, i)
 	}
-	return fmt.Sprintf(`#!/bin/sh
-# chassis_control for lab machine %[1]s (written by corral-lab)
-D=%[2]s
-rec() { echo "$(date +%%s.%%N) $*" >> $D/record; }
-running() {
-  [ -f $D/qemu.pid ] || return 1
-  pid=$(cat $D/qemu.pid)
-  [ -n "$pid" ] && [ -d /proc/$pid ] || return 1
-  st=$(sed 's/.*) //' /proc/$pid/stat | cut -c1)
-  [ "$st" != Z ] && grep -q "$D" /proc/$pid/cmdline 2>/dev/null
-}
-start() {
-  boot=$(cat $D/boot 2>/dev/null || echo pxe)
-  rm -f $D/boot
-  case "$boot" in
-    disk|hdd) NIC=9; DISK=1 ;;
-    *) NIC=1; DISK=2 ;;
-  esac
-  rec "start boot=$boot"
-  running && return 0
-  %[3]s -device %[4]s,bootindex=$NIC%[5]s -daemonize -pidfile $D/qemu.pid >> $D/qemu.log 2>&1
-}
-stop() {
-  rec stop
-  if running; then
-    pid=$(cat $D/qemu.pid)
-    kill $pid 2>/dev/null
-    i=0; while running && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
-    running && kill -9 $pid 2>/dev/null
-  fi
-  rm -f $D/qemu.pid
-}
-op=$1; shift
-case "$op" in
-get)
-  for p in "$@"; do
-    case "$p" in
-      power) if running; then echo power:1; else echo power:0; fi ;;
-      boot) echo "boot:$(cat $D/boot 2>/dev/null || echo default)" ;;
-      *) echo "$p:0" ;;
-    esac
-  done ;;
-set)
-  while [ $# -gt 1 ]; do
-    rec "$1 $2"
-    case "$1" in
-      power) if [ "$2" = 1 ]; then start; else stop; fi ;;
-      reset) if [ "$2" = 1 ]; then stop; start; fi ;;
-      shutdown) if [ "$2" = 1 ]; then stop; fi ;;
-      boot) echo "$2" > $D/boot ;;
-    esac
-    shift 2
-  done ;;
-check) exit 0 ;;
-esac
-exit 0
-`, m.Name, shq(m.Dir), q.String(), nic, disks.String())
+	return simconf.Chassis{
+		Dir:         m.Dir,
+		Comment:     fmt.Sprintf("chassis_control for lab machine %s (written by corral-lab)", m.Name),
+		DefaultBoot: "pxe",
+		BootCase: `    disk|hdd) NIC=9; DISK=1 ;;
+    *) NIC=1; DISK=2 ;;`,
+		QEMU: q.String(),
+	}.Script()
 }
 
 // lanConfigScript serves the BMC's LAN configuration to ipmi_sim (and so,
@@ -154,17 +97,9 @@ esac
 
 // lanConf is ipmi_sim's configuration for m.
 func (m Machine) lanConf(password string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "name \"%s\"\nset_working_mc 0x20\n", m.Name)
-	fmt.Fprintf(&b, "  startlan 1\n    addr 127.0.0.1 %d\n    priv_limit admin\n", m.BMCPort)
-	b.WriteString("    allowed_auths_callback none md2 md5 straight\n    allowed_auths_user none md2 md5 straight\n")
-	b.WriteString("    allowed_auths_operator none md2 md5 straight\n    allowed_auths_admin none md2 md5 straight\n")
-	b.WriteString("    guid " + strings.ReplaceAll(m.UUID, "-", "") + "\n")
-	fmt.Fprintf(&b, "    lan_config_program \"%s\"\n  endlan\n", filepath.Join(m.Dir, "lanconfig"))
-	fmt.Fprintf(&b, "  serial 15 127.0.0.1 %d codec VM\n", m.VMPort)
-	fmt.Fprintf(&b, "  chassis_control \"%s\"\n", m.Chassis())
-	fmt.Fprintf(&b, "  user 2 true \"%s\" \"%s\" admin 10 none md2 md5 straight\n", m.BMCUser, password)
-	return b.String()
+	return simconf.LAN{Name: m.Name, Port: m.BMCPort, GUID: strings.ReplaceAll(m.UUID, "-", ""),
+		LANConfigProgram: filepath.Join(m.Dir, "lanconfig"), VMPort: m.VMPort, Chassis: m.Chassis(),
+		User: m.BMCUser, Password: password}.Conf()
 }
 
 // bmcMAC is the LAN MAC the simulated BMC reports: the machine's MAC
@@ -218,8 +153,7 @@ func (m Machine) prepare(withBMC bool, password string) error {
 	if err := os.WriteFile(filepath.Join(m.Dir, "lanconfig"), []byte(fmt.Sprintf(lanConfigScript, m.bmcMAC())), 0o755); err != nil {
 		return err
 	}
-	emu := "mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02\nmc_enable 0x20\n"
-	if err := os.WriteFile(filepath.Join(m.Dir, "sim.emu"), []byte(emu), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(m.Dir, "sim.emu"), []byte(simconf.Emu), 0o644); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Join(m.Dir, "sim-state"), 0o755); err != nil {

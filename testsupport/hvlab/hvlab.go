@@ -1,4 +1,4 @@
-// Package lab runs a real Corral appliance and one real hypervisor node
+// Package hvlab runs a real Corral appliance and one real hypervisor node
 // for end-to-end tests and benchmarks: corrald in-process (internal/server:
 // bbolt, TLS, tokens, the BlockStorage/VirtualMachine/Image services and
 // their reconciler) on the host end of a veth pair, and the built
@@ -6,7 +6,7 @@
 // the run, enrolled with a ROLE_NODE token from the appliance's token
 // store. QEMU runs under the node, in the namespace, with TCG. Everything
 // the lab creates (namespace, veth, processes) is removed by Cleanup.
-package lab
+package hvlab
 
 import (
 	"bytes"

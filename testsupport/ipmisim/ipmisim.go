@@ -1,9 +1,10 @@
-// Package sim starts real IPMI peers for tests: OpenIPMI's ipmi_sim on a
+// Package ipmisim starts real IPMI peers for tests: OpenIPMI's ipmi_sim on a
 // loopback UDP port with a chassis_control program, optionally driving a
 // QEMU machine (TCG) connected over ipmi-bmc-extern. Everything it starts
-// is stopped in t.Cleanup. It is test support only: nothing in corrald
-// imports it.
-package sim
+// is stopped in t.Cleanup. A missing ipmi_sim or QEMU skips the test, or
+// fails it under CI (package require). It is test support only: nothing in
+// corrald imports it.
+package ipmisim
 
 import (
 	"bufio"
@@ -18,6 +19,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/corralhq/corral/testsupport/ipmisim/simconf"
+	"github.com/corralhq/corral/testsupport/require"
 )
 
 // Options configure one simulated BMC.
@@ -40,26 +44,6 @@ type BMC struct {
 	User string
 	Pass string
 	cmd  *exec.Cmd
-}
-
-// Need skips t when a tool is missing.
-func Need(t testing.TB, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (apt-get install %s)", tool, pkgOf(tool))
-		}
-	}
-}
-
-func pkgOf(tool string) string {
-	switch tool {
-	case "ipmi_sim":
-		return "openipmi"
-	case "qemu-system-x86_64":
-		return "qemu-system-x86"
-	}
-	return tool
 }
 
 // FreeUDPPort returns a loopback UDP port that was free a moment ago.
@@ -87,9 +71,9 @@ func FreeTCPPort(t testing.TB) int {
 // Start runs ipmi_sim and waits until it answers on its UDP port.
 func Start(t testing.TB, o Options) *BMC {
 	t.Helper()
-	Need(t, "ipmi_sim")
+	require.Tool(t, "ipmi_sim")
 	if o.VM {
-		Need(t, "qemu-system-x86_64")
+		require.Tool(t, "qemu-system-x86_64")
 	}
 	if o.User == "" {
 		o.User = "admin"
@@ -115,8 +99,7 @@ func Start(t testing.TB, o Options) *BMC {
 	if err := os.WriteFile(filepath.Join(dir, "chassis"), []byte(chassisScript(dir, o, vmPort)), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	emu := "mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02\nmc_enable 0x20\n"
-	if err := os.WriteFile(filepath.Join(dir, "sim.emu"), []byte(emu), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "sim.emu"), []byte(simconf.Emu), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o755); err != nil {
@@ -273,102 +256,23 @@ func readFile(p string) string {
 }
 
 func lanConf(dir string, port, vmPort int, o Options) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "name \"corral%d\"\nset_working_mc 0x20\n", port)
-	fmt.Fprintf(&b, "  startlan 1\n    addr 127.0.0.1 %d\n    priv_limit admin\n", port)
-	b.WriteString("    allowed_auths_callback none md2 md5 straight\n    allowed_auths_user none md2 md5 straight\n")
-	b.WriteString("    allowed_auths_operator none md2 md5 straight\n    allowed_auths_admin none md2 md5 straight\n")
-	b.WriteString("    guid a123456789abcdefa123456789abcdef\n  endlan\n")
-	if vmPort != 0 {
-		fmt.Fprintf(&b, "  serial 15 127.0.0.1 %d codec VM\n", vmPort)
-	}
-	fmt.Fprintf(&b, "  chassis_control \"%s\"\n", filepath.Join(dir, "chassis"))
-	fmt.Fprintf(&b, "  user 2 true \"%s\" \"%s\" admin 10 none md2 md5 straight\n", o.User, o.Password)
-	return b.String()
+	return simconf.LAN{Name: fmt.Sprintf("corral%d", port), Port: port, GUID: "a123456789abcdefa123456789abcdef",
+		VMPort: vmPort, Chassis: filepath.Join(dir, "chassis"), User: o.User, Password: o.Password}.Conf()
 }
 
-// chassisScript is the chassis_control program. ipmi_sim runs it as
-// "PROG get power|boot ..." (answering "name:value" lines) and
-// "PROG set power 0|1 | reset 1 | shutdown 1 | boot pxe|default|bios|...".
-// It must return at once, so QEMU is started daemonized. The boot device
-// is one-shot: a start consumes it.
+// chassisScript is the chassis_control program (see simconf.Chassis). With
+// a VM the boot device maps onto QEMU's -boot option; the program keeps
+// SeaBIOS's debug log of the current boot and the QEMU command line.
 func chassisScript(dir string, o Options, vmPort int) string {
-	qemu := ""
-	if o.VM {
-		qemu = fmt.Sprintf(`qemu-system-x86_64 -name corral-sim -accel tcg,thread=multi -cpu max -m 128 -display none -no-user-config -nodefaults -chardev socket,id=ipmi0,host=127.0.0.1,port=%d,reconnect=10 -device ipmi-bmc-extern,chardev=ipmi0,id=bmc0 -device isa-ipmi-bt,bmc=bmc0 -netdev %s -device e1000,netdev=n0,mac=%s -object filter-dump,id=dump0,netdev=n0,file=$D/net.pcap -chardev file,id=dbg,path=$D/bios.log -device isa-debugcon,iobase=0x402,chardev=dbg -serial file:$D/console.log`, vmPort, o.NetDev, o.MAC)
-	}
-	return fmt.Sprintf(`#!/bin/sh
-D=%q
-VM=%q
-rec() { echo "$(date +%%s.%%N) $*" >> $D/record; }
-running() {
-  [ -f $D/qemu.pid ] || return 1
-  pid=$(cat $D/qemu.pid)
-  [ -n "$pid" ] && [ -d /proc/$pid ] || return 1
-  st=$(sed 's/.*) //' /proc/$pid/stat | cut -c1)
-  [ "$st" != Z ]
-}
-power() {
-  if [ -n "$VM" ]; then if running; then echo 1; else echo 0; fi
-  else cat $D/power 2>/dev/null || echo 0; fi
-}
-start() {
-  boot=$(cat $D/boot 2>/dev/null || echo default)
-  rm -f $D/boot
-  case "$boot" in
-    pxe) order="-boot order=n" ;;
+	c := simconf.Chassis{Dir: dir, DefaultBoot: "default", BootCase: `    pxe) order="-boot order=n" ;;
     bios) order="-boot menu=on" ;;
-    *) order="-boot order=c" ;;
-  esac
-  rec "start boot=$boot"
-  if [ -n "$VM" ]; then
-    running && return 0
-    : > $D/bios.log
-    echo "$VM $order" > $D/qemu.args
-    $VM $order -daemonize -pidfile $D/qemu.pid >> $D/qemu.log 2>&1
-  else
-    echo 1 > $D/power
-  fi
-}
-stop() {
-  rec stop
-  if [ -n "$VM" ]; then
-    if running; then
-      pid=$(cat $D/qemu.pid)
-      kill $pid 2>/dev/null
-      i=0; while running && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
-      running && kill -9 $pid 2>/dev/null
-    fi
-    rm -f $D/qemu.pid
-  else
-    echo 0 > $D/power
-  fi
-}
-op=$1; shift
-case "$op" in
-get)
-  for p in "$@"; do
-    case "$p" in
-      power) echo "power:$(power)" ;;
-      boot) echo "boot:$(cat $D/boot 2>/dev/null || echo default)" ;;
-      *) echo "$p:0" ;;
-    esac
-  done ;;
-set)
-  while [ $# -gt 1 ]; do
-    rec "$1 $2"
-    case "$1" in
-      power) if [ "$2" = 1 ]; then start; else stop; fi ;;
-      reset) if [ "$2" = 1 ]; then stop; start; fi ;;
-      shutdown) if [ "$2" = 1 ]; then stop; fi ;;
-      boot) echo "$2" > $D/boot ;;
-    esac
-    shift 2
-  done ;;
-check) exit 0 ;;
-esac
-exit 0
-`, dir, qemu)
+    *) order="-boot order=c" ;;`}
+	if o.VM {
+		qemu := fmt.Sprintf(`qemu-system-x86_64 -name corral-sim -accel tcg,thread=multi -cpu max -m 128 -display none -no-user-config -nodefaults -chardev socket,id=ipmi0,host=127.0.0.1,port=%d,reconnect=10 -device ipmi-bmc-extern,chardev=ipmi0,id=bmc0 -device isa-ipmi-bt,bmc=bmc0 -netdev %s -device e1000,netdev=n0,mac=%s -object filter-dump,id=dump0,netdev=n0,file=$D/net.pcap -chardev file,id=dbg,path=$D/bios.log -device isa-debugcon,iobase=0x402,chardev=dbg -serial file:$D/console.log $order`, vmPort, o.NetDev, o.MAC)
+		c.QEMU = qemu
+		c.BeforeStart = "  : > $D/bios.log\n  echo \"" + qemu + "\" > $D/qemu.args"
+	}
+	return c.Script()
 }
 
 // ChassisMachine drives a BMC's chassis program directly, so the Redfish

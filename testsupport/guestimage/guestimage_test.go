@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/hypervisor/cloudinit"
+	"github.com/corralhq/corral/testsupport/require"
 )
 
 // TestTinyBoots builds (or reuses) the tiny image and boots it under plain
@@ -21,12 +22,10 @@ func TestTinyBoots(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and boots a guest")
 	}
-	if m := Missing(append(TinyTools, "qemu-system-x86_64")); m != "" {
-		t.Skipf("%s not installed", m)
-	}
+	require.Tool(t, append(TinyTools, "qemu-system-x86_64")...)
 	cache, err := CacheDir()
 	if err != nil {
-		t.Skip(err)
+		require.Missing(t, "no cache directory: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -7,7 +7,8 @@
 //     and applies hostname, user, SSH keys and static addresses), Debian's
 //     busybox-static and dropbear, on a FAT partition booted by SYSLINUX
 //     (scripts/syslinuxdisk.sh). About 20 MiB; boots to SSH in seconds
-//     under TCG.
+//     under TCG. TinyBoot gives the same kernel and initramfs for a
+//     direct kernel boot (hypervisor/vm's tests).
 //   - CloudInit: a Debian bookworm rootfs with the real cloud-init,
 //     openssh-server and ifupdown from mmdebstrap on ext4, with a SYSLINUX
 //     FAT boot partition (scripts/cloudimg.sh). Builds in minutes; ~430 MiB.
@@ -46,17 +47,19 @@ var cloudImgScript []byte
 // TinyAppend is the tiny guest's kernel command line.
 const TinyAppend = "console=ttyS0,115200 loglevel=4"
 
-// TinyTools and CloudInitTools are the host programs each build needs.
-var (
-	TinyTools      = []string{"apt-get", "apt-cache", "dpkg-deb", "go", "ldd", "mkfs.vfat", "mcopy", "syslinux", "sfdisk", "qemu-img", "bash"}
-	CloudInitTools = []string{"mmdebstrap", "mkfs.vfat", "mcopy", "syslinux", "sfdisk", "mkfs.ext4", "qemu-img", "bash"}
-)
-
 // Files the tiny initramfs takes from the host's Debian packages.
 const (
 	busyboxPath  = "/bin/busybox"       // busybox-static
 	dropbearPath = "/usr/sbin/dropbear" // dropbear-bin
 	mbrPath      = "/usr/lib/syslinux/mbr/mbr.bin"
+)
+
+// TinyTools, TinyBootTools and CloudInitTools are the host programs (and,
+// named by absolute path, files) that Tiny, TinyBoot and CloudInit need.
+var (
+	TinyBootTools  = []string{"apt-get", "apt-cache", "dpkg-deb", "go", "ldd", busyboxPath, dropbearPath}
+	TinyTools      = []string{"apt-get", "apt-cache", "dpkg-deb", "go", "ldd", "mkfs.vfat", "mcopy", "syslinux", "sfdisk", "qemu-img", "bash", busyboxPath, dropbearPath, mbrPath}
+	CloudInitTools = []string{"mmdebstrap", "mkfs.vfat", "mcopy", "syslinux", "sfdisk", "mkfs.ext4", "qemu-img", "bash", mbrPath}
 )
 
 // Kernel modules the tiny init loads: virtio PCI, the virtio-scsi CD-ROM
@@ -67,33 +70,21 @@ var tinyModules = []string{
 	"button", "evdev", "failover", "net_failover", "virtio_net",
 }
 
-// Missing returns the first of tools (and, for the tiny image, of the
-// package files it copies) that this host lacks, or "".
+// Missing returns the first of tools (programs on PATH, or files named by
+// absolute path) that this host lacks, or "".
 func Missing(tools []string) string {
 	for _, t := range tools {
-		if _, err := exec.LookPath(t); err != nil {
+		var err error
+		if strings.HasPrefix(t, "/") {
+			_, err = os.Stat(t)
+		} else {
+			_, err = exec.LookPath(t)
+		}
+		if err != nil {
 			return t
 		}
 	}
-	need := []string{mbrPath}
-	if slicesContains(tools, "ldd") {
-		need = append(need, busyboxPath, dropbearPath)
-	}
-	for _, p := range need {
-		if _, err := os.Stat(p); err != nil {
-			return p
-		}
-	}
 	return ""
-}
-
-func slicesContains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // CacheDir is $CORRAL_TEST_CACHE, else ~/.cache/corral-test.
@@ -133,7 +124,7 @@ func lock(cache string) (func(), error) {
 
 // Kernel returns Debian's cloud kernel image and module tree, fetched with
 // apt-get download and unpacked into cache/<package> the first time (the
-// layout hypervisor/vm's tests share).
+// layout Tiny and TinyBoot share).
 func Kernel(ctx context.Context, cache string) (vmlinuz, modules string, err error) {
 	out, err := exec.CommandContext(ctx, "apt-cache", "depends", "linux-image-cloud-amd64").Output()
 	if err != nil {
@@ -232,6 +223,29 @@ func Tiny(ctx context.Context, cache string) (*Image, error) {
 	return &Image{Path: out, Hash: sum}, nil
 }
 
+// TinyBoot returns the tiny guest for a direct kernel boot (QEMU -kernel
+// and -initrd): Debian's cloud kernel and the gzip'd initramfs the Tiny
+// image boots (tinyinit, its modules, busybox and dropbear).
+func TinyBoot(ctx context.Context, cache string) (kernel string, initrd []byte, err error) {
+	if m := Missing(TinyBootTools); m != "" {
+		return "", nil, fmt.Errorf("guestimage: %s is not installed", m)
+	}
+	unlock, err := lock(cache)
+	if err != nil {
+		return "", nil, err
+	}
+	defer unlock()
+	kernel, modRoot, err := Kernel(ctx, cache)
+	if err != nil {
+		return "", nil, err
+	}
+	initrd, err = tinyInitramfs(ctx, modRoot)
+	if err != nil {
+		return "", nil, err
+	}
+	return kernel, initrd, nil
+}
+
 // CloudInit returns the real cloud-init image, building it with
 // mmdebstrap when the cache has none for the current build script and
 // mirror (the Debian archive moves; delete the cache file to rebuild).
@@ -302,7 +316,7 @@ func tinyInitramfs(ctx context.Context, modRoot string) ([]byte, error) {
 	}
 	defer os.RemoveAll(tmp)
 	bin := filepath.Join(tmp, "init")
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "github.com/corralhq/corral/hypervisor/guestimage/tinyinit")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "github.com/corralhq/corral/testsupport/guestimage/tinyinit")
 	if _, file, _, ok := runtime.Caller(0); ok {
 		if st, err := os.Stat(filepath.Dir(file)); err == nil && st.IsDir() {
 			cmd.Dir = filepath.Dir(file)

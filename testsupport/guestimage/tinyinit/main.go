@@ -4,10 +4,10 @@
 // the NoCloud seed from the CD-ROM labelled cidata, and applies what
 // cloud-init would: hostname (meta-data / user-data), the login user with
 // its SSH keys (user-data), and static addresses and routes on the NICs
-// matched by MAC (network-config v2). Then it starts Debian's dropbear SSH
-// server and reports on the console with lines starting "CORRAL-TINY",
-// ending with "CORRAL-TINY cloud-init done". The ACPI power button powers
-// the guest off.
+// matched by MAC (network-config v2), and lists the NICs. Then it starts
+// Debian's dropbear SSH server and reports on the console with lines
+// starting "CORRAL-TINY", ending with "CORRAL-TINY cloud-init done" (once
+// per boot). The ACPI power button powers the guest off.
 package main
 
 import (
@@ -98,6 +98,7 @@ func main() {
 	os.WriteFile("/etc/shells", []byte("/bin/sh\n"), 0o644)
 
 	configureNetwork(parse(files[cloudinit.NetworkConfig]))
+	listNICs()
 	pid := startDropbear()
 	say("cloud-init done after %.1fs", time.Since(start).Seconds())
 	reap(pid)
@@ -215,6 +216,15 @@ func configureNetwork(nc map[string]any) {
 			}
 			os.WriteFile("/etc/resolv.conf", []byte(b.String()), 0o644)
 		}
+	}
+}
+
+// listNICs prints every network interface with its MAC.
+func listNICs() {
+	nics, _ := filepath.Glob("/sys/class/net/*/address")
+	for _, n := range nics {
+		mac, _ := os.ReadFile(n)
+		say("nic %s mac=%s", filepath.Base(filepath.Dir(n)), strings.TrimSpace(string(mac)))
 	}
 }
 
