@@ -69,7 +69,7 @@ response follows its line as one line of JSON unless --quiet.`,
 			if err != nil {
 				return err
 			}
-			plan, err := deploy.Parse(data)
+			plan, err := deploy.DefaultRegistry().Parse(data)
 			if err != nil {
 				var pe *deploy.ParseError
 				if !errors.As(err, &pe) {
