@@ -74,8 +74,8 @@ func TestBridgeAndTapsInNamespace(t *testing.T) {
 	if _, err := netlink.LinkByName(plan.Bridge); err == nil {
 		t.Errorf("bridge %s visible in the host namespace", plan.Bridge)
 	}
-	if err := m.DeleteNetwork(n.Name); !errors.Is(err, ErrInUse) {
-		t.Errorf("delete network with taps: %v, want ErrInUse", err)
+	if err := m.DeleteNetwork(n.Name); !errors.Is(err, ErrPrecondition) {
+		t.Errorf("delete network with taps: %v, want ErrPrecondition", err)
 	}
 	for _, tap := range []string{tap0, tap1, tap1} { // second delete of tap1 is a no-op
 		if err := m.DeleteTap(tap); err != nil {

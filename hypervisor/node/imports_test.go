@@ -18,8 +18,7 @@ func TestImports(t *testing.T) {
 	}
 	for _, dep := range strings.Fields(string(out)) {
 		for _, f := range []string{"go.etcd.io/bbolt", "go.etcd.io/etcd", "github.com/bmc-toolbox/bmclib",
-			"github.com/corralhq/corral/store", "github.com/corralhq/corral/ipmi", "github.com/corralhq/corral/boot",
-			"github.com/corralhq/corral/internal/apierr"} {
+			"github.com/corralhq/corral/store", "github.com/corralhq/corral/ipmi", "github.com/corralhq/corral/boot"} {
 			if dep == f || strings.HasPrefix(dep, f+"/") {
 				t.Errorf("hypervisor/node reaches %s", dep)
 			}

@@ -16,6 +16,7 @@ import (
 	hypervisorv1 "github.com/corralhq/corral/api/hypervisor/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	"github.com/corralhq/corral/internal/nodeid"
 	"github.com/corralhq/corral/testsupport/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -61,9 +62,9 @@ func dialNode(t *testing.T, addr string, ca *testCA, cert *tls.Certificate) hype
 // stops cleanly.
 func TestRunMTLS(t *testing.T) {
 	ca := newTestCA(t)
-	nodeCert := ca.issue(t, pkix.Name{CommonName: "node-1", Organization: []string{NodeOrganization}})
+	nodeCert := ca.issue(t, pkix.Name{CommonName: "node-1", Organization: []string{nodeid.Organization}})
 	appliance := ca.issue(t, pkix.Name{CommonName: "corrald"})
-	otherNode := ca.issue(t, pkix.Name{CommonName: "node-2", Organization: []string{NodeOrganization}})
+	otherNode := ca.issue(t, pkix.Name{CommonName: "node-2", Organization: []string{nodeid.Organization}})
 	foreign := newTestCA(t).issue(t, pkix.Name{CommonName: "corrald"})
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -159,7 +160,7 @@ func (j *joinServer) Join(ctx context.Context, req *nodev1.JoinRequest) (*nodev1
 	if err != nil || csr.CheckSignature() != nil {
 		return nil, status.Error(codes.InvalidArgument, "bad csr")
 	}
-	cert := j.ca.sign(nil, pkix.Name{CommonName: req.GetName(), Organization: []string{NodeOrganization}}, csr.PublicKey, csr.DNSNames, csr.IPAddresses)
+	cert := j.ca.sign(nil, pkix.Name{CommonName: req.GetName(), Organization: []string{nodeid.Organization}}, csr.PublicKey, csr.DNSNames, csr.IPAddresses)
 	return &nodev1.JoinResponse{CertPem: string(cert), CaCertPem: string(j.ca.pem)}, nil
 }
 
@@ -181,7 +182,7 @@ func TestEnrol(t *testing.T) {
 	} else {
 		t.Logf("wrong token: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, identityDir, keyFile)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(dir, nodeid.Dir, nodeid.KeyFile)); !os.IsNotExist(err) {
 		t.Errorf("failed enrolment left a key: %v", err)
 	}
 	cfg.Token = js.token
@@ -192,8 +193,8 @@ func TestEnrol(t *testing.T) {
 	if id.Certificate.Leaf.Subject.CommonName != "node-1" || len(id.Certificate.Leaf.IPAddresses) != 1 {
 		t.Errorf("certificate %v %v", id.Certificate.Leaf.Subject, id.Certificate.Leaf.IPAddresses)
 	}
-	for f, want := range map[string]os.FileMode{"": 0o700, keyFile: 0o600, certFile: 0o600, caFile: 0o600} {
-		st, err := os.Stat(filepath.Join(dir, identityDir, f))
+	for f, want := range map[string]os.FileMode{"": 0o700, nodeid.KeyFile: 0o600, nodeid.CertFile: 0o600, nodeid.CAFile: 0o600} {
+		st, err := os.Stat(filepath.Join(dir, nodeid.Dir, f))
 		if err != nil || st.Mode().Perm() != want {
 			t.Errorf("%s: %v mode %v, want %v", f, err, st.Mode().Perm(), want)
 		}

@@ -170,8 +170,8 @@ func TestCreateFromIsCopyOnWrite(t *testing.T) {
 	if _, err := s.CreateFrom(ctx, "orphan", "missing", 0); !errors.Is(err, ErrNotFound) {
 		t.Errorf("unknown backing: %v, want ErrNotFound", err)
 	}
-	if err := s.Delete(ctx, "small"); !errors.Is(err, ErrInUse) {
-		t.Errorf("delete backing volume: %v, want ErrInUse", err)
+	if err := s.Delete(ctx, "small"); !errors.Is(err, ErrPrecondition) {
+		t.Errorf("delete backing volume: %v, want ErrPrecondition", err)
 	}
 	for _, n := range []string{"small-vm", "grown", "small"} {
 		if err := s.Delete(ctx, n); err != nil {
