@@ -12,6 +12,7 @@ BUF_VERSION := v1.50.0
 PROTOC_GEN_GO_VERSION := v1.36.6
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 GRPCURL_VERSION := v1.9.3
+GOTESTSUM_VERSION := v1.13.0
 
 .PHONY: help build test test-short bench generate check-generate tools vet fmt-check ci run clean
 
@@ -25,12 +26,13 @@ build: ## Build corrald, corral and corral-node into ./bin
 run: build ## Run corrald on its defaults with a local data dir (./data)
 	$(BIN)/corrald serve --data-dir $(CURDIR)/data
 
-tools: ## Install pinned buf, protoc plugins and grpcurl into ./.bin
+tools: ## Install pinned buf, protoc plugins, grpcurl and gotestsum into ./.bin
 	@mkdir -p $(TOOLS)
 	@test -x $(TOOLS)/buf || GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 	@test -x $(TOOLS)/protoc-gen-go || GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	@test -x $(TOOLS)/protoc-gen-go-grpc || GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	@test -x $(TOOLS)/grpcurl || GOBIN=$(TOOLS) $(GO) install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
+	@test -x $(TOOLS)/gotestsum || GOBIN=$(TOOLS) $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION)
 
 generate: tools ## Regenerate Go code from api/**/*.proto with buf
 	buf generate
@@ -45,8 +47,13 @@ vet: ## go vet and gofmt check
 
 # -p 1: packages run one at a time, so the QEMU end-to-end suites (boot,
 # images, hypervisor, BMC) never share the 2 CI cores with each other.
-test: tools ## Run every test with -race (end-to-end tests included)
-	$(GO) test -race -count=1 -p 1 -timeout 30m ./...
+# gotestsum runs go test -json: a line per package, the output of every
+# failing test, and at the end a summary counting the tests skipped and
+# listing each with its reason (a missing tool fails instead under CI=true,
+# see testsupport/require). PKGS narrows the run: make test PKGS=./ipmi/...
+PKGS ?= ./...
+test: tools ## Run every test with -race (end-to-end tests included); ends with the skipped tests and why
+	$(TOOLS)/gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg -- -race -count=1 -p 1 -timeout 30m $(PKGS)
 
 test-short: ## Unit tests only (-short skips process and end-to-end tests)
 	$(GO) test -race -short -count=1 ./...
