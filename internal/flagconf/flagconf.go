@@ -9,8 +9,8 @@
 // CORRAL_BOOT_INTERFACE (EnvName); names that predate that rule are kept
 // as explicit aliases (Options.Aliases). Values from the environment and
 // the file go through the flag's own parser, so they mean what they mean
-// on the command line; list flags take a YAML list, or a comma-separated
-// environment value. The flag naming the file is read from the command
+// on the command line; list flags take a YAML list, or comma-separated
+// text (the environment, a YAML string). The flag naming the file is read from the command
 // line only.
 //
 // The file and the environment are read with koanf. The package imports
@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/knadh/koanf/parsers/yaml"
 	"github.com/knadh/koanf/providers/env/v2"
@@ -68,13 +69,15 @@ type Options struct {
 
 // Apply sets each flag of fs that the command line did not set: from its
 // environment variable (an empty value counts as unset), else from the
-// file named on the command line by the FileFlag. Call it after fs is parsed. A flag Apply sets is marked Changed,
-// as if it had been given. The "help" flag is left alone.
+// file named on the command line by the FileFlag. Call it after fs is
+// parsed. A flag Apply sets is marked Changed, as if it had been given.
+// The "help" flag is left alone. Every key of the file is checked, also
+// one whose flag the command line or the environment sets.
 //
-// Apply reads that file and the environment. Its
-// errors name the environment variable, or the file and the key; a key
-// that is no flag wraps ErrUnknownKey, a value the flag rejects
-// ErrBadValue. It is not safe for concurrent use with other users of fs.
+// Apply reads that file and the environment. Its errors name the
+// environment variable, or the file and the key; a key that is no flag
+// wraps ErrUnknownKey, a value the flag cannot take ErrBadValue. It is
+// not safe for concurrent use with other users of fs.
 func Apply(fs *pflag.FlagSet, o Options) error {
 	var flags []*pflag.Flag
 	fromCmdline := map[string]bool{}
@@ -128,10 +131,15 @@ func Apply(fs *pflag.FlagSet, o Options) error {
 			}
 			return fmt.Errorf("config file %s: %w %q (keys are the flag names)", path, ErrUnknownKey, key)
 		}
-		if fromCmdline[f.Name] || fromEnv[f.Name] {
-			continue
+		v, items, err := fileValue(f, k.Get(key))
+		switch {
+		case err != nil:
+		case fromCmdline[f.Name] || fromEnv[f.Name]:
+			err = check(f, v)
+		default:
+			err = set(fs, f, v, items)
 		}
-		if err := setFromFile(fs, f, k.Get(key)); err != nil {
+		if err != nil {
 			return fmt.Errorf("config file %s: key %q: %w: want %s: %v", path, key, ErrBadValue, f.Value.Type(), err)
 		}
 	}
@@ -168,8 +176,8 @@ func loadEnv(flags []*pflag.Flag, o Options) (*koanf.Koanf, error) {
 	return k, nil
 }
 
-// splitList is an environment value as list items: comma-separated,
-// trimmed, empty items dropped.
+// splitList is a list flag's text (an environment value, a YAML scalar)
+// as items: comma-separated, trimmed, empty items dropped.
 func splitList(v string) []string {
 	var items []string
 	for _, part := range strings.Split(v, ",") {
@@ -194,36 +202,62 @@ func set(fs *pflag.FlagSet, f *pflag.Flag, v string, items []string) error {
 	return nil
 }
 
-// setFromFile gives f a value decoded from YAML: a scalar, or for a list
-// flag a list of scalars (a scalar there means what it means on the
-// command line).
-func setFromFile(fs *pflag.FlagSet, f *pflag.Flag, v any) error {
+// fileValue converts a value decoded from YAML for f: a scalar as
+// command-line text v, or for a list flag the items of a YAML list or of a
+// comma-separated scalar (null: no items).
+func fileValue(f *pflag.Flag, y any) (v string, items []string, err error) {
 	_, isList := f.Value.(pflag.SliceValue)
-	switch v := v.(type) {
+	switch y := y.(type) {
 	case []any:
 		if !isList {
-			return fmt.Errorf("got a list")
+			return "", nil, errors.New("got a list")
 		}
-		items := make([]string, 0, len(v))
-		for i, item := range v {
+		items = make([]string, 0, len(y))
+		for i, item := range y {
 			s, ok := scalar(item)
 			if !ok {
-				return fmt.Errorf("item %d: got %T", i, item)
+				return "", nil, fmt.Errorf("item %d: got %T", i, item)
 			}
 			items = append(items, s)
 		}
-		return set(fs, f, "", items)
+		return "", items, nil
 	case nil:
-		if isList {
-			return set(fs, f, "", nil)
-		}
-		return fs.Set(f.Name, "")
+		return "", nil, nil
 	}
-	s, ok := scalar(v)
+	v, ok := scalar(y)
 	if !ok {
-		return fmt.Errorf("got %T", v)
+		return "", nil, fmt.Errorf("got %T", y)
 	}
-	return fs.Set(f.Name, s)
+	if isList {
+		return v, splitList(v), nil
+	}
+	return v, nil, nil
+}
+
+// parsers check text for a flag type as pflag's own Set parses it,
+// without setting anything. Text for other types (string, the string
+// lists) is always taken.
+var parsers = map[string]func(string) error{
+	"bool":     func(s string) error { _, err := strconv.ParseBool(s); return err },
+	"int":      func(s string) error { _, err := strconv.ParseInt(s, 0, strconv.IntSize); return err },
+	"int64":    func(s string) error { _, err := strconv.ParseInt(s, 0, 64); return err },
+	"uint":     func(s string) error { _, err := strconv.ParseUint(s, 0, strconv.IntSize); return err },
+	"uint64":   func(s string) error { _, err := strconv.ParseUint(s, 0, 64); return err },
+	"float64":  func(s string) error { _, err := strconv.ParseFloat(s, 64); return err },
+	"duration": func(s string) error { _, err := time.ParseDuration(s); return err },
+}
+
+// check reports whether a file value that the command line or the
+// environment overrides could have been set: a file that would fail
+// without the override fails with it.
+func check(f *pflag.Flag, v string) error {
+	if _, isList := f.Value.(pflag.SliceValue); isList {
+		return nil
+	}
+	if parse, ok := parsers[f.Value.Type()]; ok {
+		return parse(v)
+	}
+	return nil
 }
 
 // scalar formats a YAML scalar as command-line text.

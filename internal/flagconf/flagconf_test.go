@@ -238,24 +238,27 @@ func TestUnknownKey(t *testing.T) {
 // and the file (or the environment variable), and the type wanted.
 func TestBadValue(t *testing.T) {
 	for name, tc := range map[string]struct {
+		args  []string
 		file  string
 		env   []string
 		names []string // what the error must name besides the file
 	}{
-		"string for int":      {file: "poll-concurrency: lots\n", names: []string{`"poll-concurrency"`, "want int"}},
-		"float for int":       {file: "poll-concurrency: 1.5\n", names: []string{`"poll-concurrency"`, "want int"}},
-		"word for bool":       {file: "no-ra: maybe\n", names: []string{`"no-ra"`, "want bool"}},
-		"bad duration":        {file: "boot-watchdog: 90\n", names: []string{`"boot-watchdog"`, "want duration"}},
-		"list for string":     {file: "dhcp-mode: [full, proxy]\n", names: []string{`"dhcp-mode"`, "want string", "got a list"}},
-		"map for string":      {file: "dhcp-mode:\n  kind: full\n", names: []string{`"dhcp-mode"`, "got a map"}},
-		"empty map":           {file: "dhcp-mode: {}\n", names: []string{`"dhcp-mode"`, "want string"}},
-		"map in list":         {file: "dhcp-dns:\n  - a: 1\n", names: []string{`"dhcp-dns"`, "item 0"}},
-		"null for int":        {file: "poll-concurrency:\n", names: []string{`"poll-concurrency"`}},
-		"env bad int":         {env: []string{"CORRAL_POLL_CONCURRENCY=lots"}, names: []string{"CORRAL_POLL_CONCURRENCY", "--poll-concurrency", "want int"}},
-		"env bad alias value": {env: []string{"CORRAL_NO_RA=maybe"}, names: []string{"CORRAL_NO_RA"}},
+		"overridden by the flag": {args: []string{"--poll-concurrency=3"}, file: "poll-concurrency: lots\n", names: []string{`"poll-concurrency"`, "want int"}},
+		"overridden by env":      {env: []string{"CORRAL_BOOT_WATCHDOG=1m"}, file: "boot-watchdog: soon\n", names: []string{`"boot-watchdog"`, "want duration"}},
+		"string for int":         {file: "poll-concurrency: lots\n", names: []string{`"poll-concurrency"`, "want int"}},
+		"float for int":          {file: "poll-concurrency: 1.5\n", names: []string{`"poll-concurrency"`, "want int"}},
+		"word for bool":          {file: "no-ra: maybe\n", names: []string{`"no-ra"`, "want bool"}},
+		"bad duration":           {file: "boot-watchdog: 90\n", names: []string{`"boot-watchdog"`, "want duration"}},
+		"list for string":        {file: "dhcp-mode: [full, proxy]\n", names: []string{`"dhcp-mode"`, "want string", "got a list"}},
+		"map for string":         {file: "dhcp-mode:\n  kind: full\n", names: []string{`"dhcp-mode"`, "got a map"}},
+		"empty map":              {file: "dhcp-mode: {}\n", names: []string{`"dhcp-mode"`, "want string"}},
+		"map in list":            {file: "dhcp-dns:\n  - a: 1\n", names: []string{`"dhcp-dns"`, "item 0"}},
+		"null for int":           {file: "poll-concurrency:\n", names: []string{`"poll-concurrency"`}},
+		"env bad int":            {env: []string{"CORRAL_POLL_CONCURRENCY=lots"}, names: []string{"CORRAL_POLL_CONCURRENCY", "--poll-concurrency", "want int"}},
+		"env bad alias value":    {env: []string{"CORRAL_NO_RA=maybe"}, names: []string{"CORRAL_NO_RA"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, fs, err := apply(t, nil, tc.env, tc.file)
+			_, fs, err := apply(t, tc.args, tc.env, tc.file)
 			if !errors.Is(err, ErrBadValue) {
 				t.Fatalf("Apply = %v, want ErrBadValue", err)
 			}
