@@ -10,8 +10,8 @@
 // as explicit aliases (Options.Aliases). Values from the environment and
 // the file go through the flag's own parser, so they mean what they mean
 // on the command line; list flags take a YAML list, or comma-separated
-// text (the environment, a YAML string). The flag naming the file is read from the command
-// line only.
+// text (the environment, a YAML string). The flag naming the file is read
+// from the command line only.
 //
 // The file and the environment are read with koanf. The package imports
 // nothing of Corral's and must not: every binary links it, corral-node
