@@ -40,9 +40,9 @@ type Config struct {
 // Inventory keeps machines and their timelines. Its methods are safe for
 // concurrent use; Run must be running for Record to persist entries.
 type Inventory struct {
-	cfg  Config
-	log  *slog.Logger
-	tl   *timeline
+	cfg Config
+	log *slog.Logger
+	tl  *timeline
 }
 
 // New validates cfg and returns an Inventory.

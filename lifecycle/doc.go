@@ -1,5 +1,5 @@
 // Package lifecycle drives physical machines through the states of
-// DESIGN.md §4 once inventory knows them: accept (INVENTORIED or FAILED →
+// docs/architecture.md once inventory knows them: accept (INVENTORIED or FAILED →
 // INSTALLING) sends an install plan over the discovery agent's session
 // (re-sent on reconnect and by the reconciler); progress of the current
 // install id moves the install step; done sets boot intent hypervisor and

@@ -15,7 +15,7 @@ import (
 	"github.com/corralhq/corral/inventory"
 )
 
-// Lifecycle defaults (DESIGN.md §4).
+// Lifecycle defaults (docs/architecture.md).
 const (
 	DefaultReconcileInterval  = 10 * time.Second
 	DefaultInstallTimeout     = 15 * time.Minute

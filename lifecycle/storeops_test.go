@@ -90,7 +90,7 @@ func TestStoreOpsPerReport(t *testing.T) {
 	f := facts("SN123", "8c3f5b7e-0000-4000-8000-000000000001", mac, "52:54:00:00:01:01")
 	f.Bmc = &inventoryv1.Facts_BmcLan{Ipv4Address: "10.9.0.1"}
 	type row struct {
-		what                     string
+		what                    string
 		reads, writes, maxReads int
 	}
 	var rows []row

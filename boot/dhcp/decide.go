@@ -100,7 +100,7 @@ const (
 	archHTTParm64 iana.Arch = 19
 )
 
-// ChooseBoot decides what a client boots (DESIGN.md §5):
+// ChooseBoot decides what a client boots (boot/README.md):
 //   - iPXE (user class 77 "iPXE" or option 175) gets the HTTP script URL,
 //     which breaks the DHCP→iPXE→DHCP loop; option 60 PXEClient is echoed
 //     when it sent it, so iPXE does not wait for proxy offers;

@@ -5,7 +5,7 @@
 // store and sticky per MAC, relayed requests answered from the relay's
 // subnet), proxy (boot options only, beside another DHCP server, on port 67
 // and the PXE boot-server port 4011) and off. The boot file is chosen by
-// ChooseBoot from options 93, 60, 77 and 175 (DESIGN.md §5). Every decision
+// ChooseBoot from options 93, 60, 77 and 175 (boot/README.md). Every decision
 // is appended to the client MAC's boot timeline.
 //
 // It must not be imported from anything reachable by cmd/corral-node.

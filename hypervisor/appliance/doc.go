@@ -1,6 +1,6 @@
 // Package appliance is the appliance side of the hypervisor: the
 // BlockStorageService, VirtualMachineService and ImageService (n0stack
-// semantics, DESIGN.md §3) and the reconciler that keeps their records
+// semantics) and the reconciler that keeps their records
 // honest against the nodes.
 //
 // Records live in the shared store (/provisioning/block_storages/,

@@ -1,4 +1,4 @@
-// Package discovery builds the boot images (DESIGN.md §1 steps 5-7, §5)
+// Package discovery builds the boot images (docs/architecture.md, steps 5-7)
 // from Debian's linux-image-amd64 kernel (downloaded with apt, unpacked
 // with dpkg-deb, never installed), a curated set of its modules staged
 // with their dependency chains and indexed by `depmod -b`, and a u-root

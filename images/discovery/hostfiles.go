@@ -19,7 +19,7 @@ import (
 
 // DiscoverHostFiles are the host's Debian files the discovery image
 // carries at the same paths: mke2fs formats the data disk at install
-// (DESIGN.md §1 step 6). ELF files bring their shared libraries (ldd).
+// (docs/architecture.md, step 6). ELF files bring their shared libraries (ldd).
 var DiscoverHostFiles = []string{"/usr/sbin/mke2fs", "/etc/mke2fs.conf"}
 
 // DiscoverPackages are the Debian packages DiscoverHostFiles come from;
@@ -27,7 +27,7 @@ var DiscoverHostFiles = []string{"/usr/sbin/mke2fs", "/etc/mke2fs.conf"}
 // files themselves).
 var DiscoverPackages = []string{"e2fsprogs", "libc6"}
 
-// HypervisorHostFiles are what the hypervisor image adds (DESIGN.md §1
+// HypervisorHostFiles are what the hypervisor image adds (docs/architecture.md,
 // step 7): QEMU and qemu-img from qemu-system-x86 and qemu-utils, and
 // QEMU's TCG accelerator, which Debian builds as a module QEMU dlopens
 // (ldd cannot see it): without it a node without usable KVM cannot start

@@ -15,7 +15,7 @@ import (
 )
 
 // BMCConfig configures BMC control: sealed credentials and the power
-// poller (DESIGN.md §1 step 1, §6). Zero values take the defaults.
+// poller (docs/architecture.md, step 1). Zero values take the defaults.
 type BMCConfig struct {
 	// PollInterval is how often every enrolled machine's power state is
 	// read (default 60s, jittered ±10%); negative disables the poller.

@@ -22,8 +22,8 @@ import (
 // ImagesDir is the catalog directory inside the data directory.
 const ImagesDir = "images"
 
-// BootConfig configures network boot: DHCP, TFTP, HTTP and RA (DESIGN.md
-// §1 steps 2-4, §5). Network boot runs only when Interface is set; the
+// BootConfig configures network boot: DHCP, TFTP, HTTP and RA (docs/architecture.md,
+// steps 2-4; boot/README.md). Network boot runs only when Interface is set; the
 // zero value leaves it off (tests and API-only appliances).
 type BootConfig struct {
 	// Interface is the boot interface (--boot-interface). DHCP and RA bind

@@ -9,8 +9,8 @@ import (
 	"github.com/corralhq/corral/lifecycle"
 )
 
-// LifecycleConfig configures the machine lifecycle (DESIGN.md §1 steps
-// 6-7, §4): install workflow, timers and the node heartbeat sweep. Zero
+// LifecycleConfig configures the machine lifecycle (docs/architecture.md: the
+// walk, steps 6-7, and the machine lifecycle): install workflow, timers and the node heartbeat sweep. Zero
 // values take the defaults.
 type LifecycleConfig struct {
 	// ReconcileInterval is the lifecycle reconciler period (default 10s).

@@ -8,7 +8,7 @@ import (
 	"github.com/corralhq/corral/store/record"
 )
 
-// Heartbeat timing (DESIGN.md §4): agents beat every 10 s by re-applying
+// Heartbeat timing (docs/architecture.md): agents beat every 10 s by re-applying
 // their Node; a node silent for HeartbeatTimeout is NOT_READY, checked
 // every SweepInterval.
 const (
