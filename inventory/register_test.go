@@ -7,24 +7,12 @@ import (
 	"testing"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/testsupport/machinefacts"
 	"google.golang.org/protobuf/proto"
 )
 
-func facts(serial, uuid string, nics ...string) *inventoryv1.Facts {
-	f := &inventoryv1.Facts{
-		System: &inventoryv1.Facts_System{Vendor: "QEMU", Product: "Standard PC", Serial: serial, Uuid: uuid},
-		Cpu:    &inventoryv1.Facts_Cpu{Model: "QEMU Virtual CPU", Sockets: 1, Cores: 2, Threads: 2},
-		Memory: &inventoryv1.Facts_Memory{TotalBytes: 2 << 30, Dimms: []*inventoryv1.Facts_Dimm{{Locator: "DIMM 0", SizeBytes: 2 << 30, Serial: "D0"}}},
-		Disks: []*inventoryv1.Facts_Disk{
-			{Name: "vda", SizeBytes: 10 << 30, Serial: "DISK-A"},
-			{Name: "vdb", SizeBytes: 20 << 30, Serial: "DISK-B"},
-		},
-	}
-	for _, n := range nics {
-		f.Nics = append(f.Nics, &inventoryv1.Facts_Nic{Name: "eth", Mac: n, Driver: "e1000", Link: true})
-	}
-	return f
-}
+// facts is the report of a small QEMU machine.
+var facts = machinefacts.QEMU
 
 func TestRegisterSerialFirstAndNICSwap(t *testing.T) {
 	inv := newInv(t, Config{})

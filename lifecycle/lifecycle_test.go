@@ -19,30 +19,14 @@ import (
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/bolt"
 	"github.com/corralhq/corral/store/mem"
+	"github.com/corralhq/corral/testsupport/fakeclock"
+	"github.com/corralhq/corral/testsupport/machinefacts"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 )
-
-// clock is a settable test clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // fakeIdentity issues recognisable fake PEM.
 type fakeIdentity struct {
@@ -64,7 +48,7 @@ func (f *fakeIdentity) CACertPEM() []byte { return []byte("CA") }
 type harness struct {
 	t      *testing.T
 	st     store.Store
-	clk    *clock
+	clk    *fakeclock.Clock
 	inv    *inventory.Inventory
 	pool   *pool.Pool
 	lc     *Lifecycle
@@ -75,7 +59,7 @@ type harness struct {
 }
 
 type harnessOpt struct {
-	clk        *clock
+	clk        *fakeclock.Clock
 	autoAccept []string
 	auto       bool
 }
@@ -87,7 +71,7 @@ func newHarness(t *testing.T, st store.Store, o harnessOpt) *harness {
 	}
 	clk := o.clk
 	if clk == nil {
-		clk = &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+		clk = fakeclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	}
 	inv, err := inventory.New(inventory.Config{Store: st, Now: clk.Now})
 	if err != nil {
@@ -459,7 +443,7 @@ func TestRestartMidInstall(t *testing.T) {
 		}
 		return st
 	}
-	clk := &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	clk := fakeclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	st1 := open()
 	h1 := newHarness(t, st1, harnessOpt{clk: clk})
 	a := h1.connect(mac1, facts("S1", "", mac1))
@@ -535,20 +519,8 @@ func (f *fakePower) log() ([]inventory.BootRequest, []inventoryv1.PowerAction) {
 	return append([]inventory.BootRequest(nil), f.boots...), append([]inventoryv1.PowerAction(nil), f.actions...)
 }
 
-func facts(serial, uuid string, nics ...string) *inventoryv1.Facts {
-	f := &inventoryv1.Facts{
-		System: &inventoryv1.Facts_System{Vendor: "QEMU", Product: "Standard PC", Serial: serial, Uuid: uuid},
-		Cpu:    &inventoryv1.Facts_Cpu{Model: "QEMU Virtual CPU", Sockets: 1, Cores: 2, Threads: 2},
-		Disks: []*inventoryv1.Facts_Disk{
-			{Name: "vda", SizeBytes: 10 << 30, Serial: "DISK-A"},
-			{Name: "vdb", SizeBytes: 20 << 30, Serial: "DISK-B"},
-		},
-	}
-	for _, n := range nics {
-		f.Nics = append(f.Nics, &inventoryv1.Facts_Nic{Name: "eth", Mac: n, Driver: "e1000", Link: true})
-	}
-	return f
-}
+// facts is the report of a small QEMU machine.
+var facts = machinefacts.QEMU
 
 func TestInstallDoneRebootsThroughBMC(t *testing.T) {
 	h := newHarness(t, nil, harnessOpt{})

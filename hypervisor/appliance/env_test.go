@@ -20,6 +20,7 @@ import (
 	"github.com/corralhq/corral/store/bolt"
 	"github.com/corralhq/corral/store/mem"
 	"github.com/corralhq/corral/store/record"
+	"github.com/corralhq/corral/testsupport/fakeclock"
 	"github.com/corralhq/corral/testsupport/fakenode"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -31,24 +32,6 @@ import (
 const gib = uint64(1) << 30
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-
-// clock is a settable Config.Now, safe for concurrent use.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // syncBuffer is a log sink safe for concurrent writers.
 type syncBuffer struct {
@@ -82,7 +65,7 @@ type env struct {
 	svc   *Services
 	pool  *pool.Pool
 	st    store.Store
-	clock *clock
+	clock *fakeclock.Clock
 	nodes map[string]*fakenode.Node
 	logs  *syncBuffer
 	bs    provisioningv1.BlockStorageServiceClient
@@ -110,7 +93,7 @@ func newBoltEnv(t testing.TB) *env {
 func newEnvOn(t testing.TB, st store.Store) *env {
 	t.Helper()
 	ctx := context.Background()
-	clk := &clock{now: t0}
+	clk := fakeclock.New(t0)
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	p, err := pool.New(pool.Config{Store: st, Now: clk.Now})

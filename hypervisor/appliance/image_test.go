@@ -117,7 +117,7 @@ func TestReconcileOrphanProtected(t *testing.T) {
 	if e.bsState(t, "orphan") != bsProtected {
 		t.Fatal("released within the grace period")
 	}
-	e.clock.Add(2 * time.Minute)
+	e.clock.Advance(2 * time.Minute)
 	if err := e.svc.ReconcileOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestDeletedRetention(t *testing.T) {
 	if e.bsState(t, "old") != bsDeleted {
 		t.Fatal("purged before the retention passed")
 	}
-	e.clock.Add(time.Hour)
+	e.clock.Advance(time.Hour)
 	if err := e.svc.ReconcileOnce(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -161,7 +161,7 @@ func TestReconcileResolvesExpiredPending(t *testing.T) {
 				wantCode(t, err, codes.FailedPrecondition, "PENDING")
 			}
 
-			e.clock.Add(2 * time.Minute)
+			e.clock.Advance(2 * time.Minute)
 			if err := e.svc.ReconcileOnce(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -276,7 +276,7 @@ func TestExpiry(t *testing.T) {
 		t.Fatal("decommissioned before expiry")
 	}
 
-	e.clock.Add(2 * time.Hour)
+	e.clock.Advance(2 * time.Hour)
 	if err := e.svc.ReconcileOnce(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -264,7 +264,7 @@ func TestCompensationFailureLeftToReconciler(t *testing.T) {
 
 	n1.FailOn("BootVM", nil)
 	n1.FailOn("DeleteVM", nil)
-	e.clock.Add(1)
+	e.clock.Advance(1)
 	if err := e.svc.ReconcileOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +392,7 @@ func TestNodeVanishesAfterBoot(t *testing.T) {
 		t.Fatalf("left: computes %v interfaces %v root %v", n1.GetReservedComputes(), netw.GetReservedNetworkInterfaces(), e.bsState(t, "root"))
 	}
 	// Still down: the reconciler keeps the record.
-	e.clock.Add(time.Second)
+	e.clock.Advance(time.Second)
 	if err := e.svc.ReconcileOnce(ctx); err == nil {
 		t.Fatal("reconcile succeeded against a dead node")
 	}
@@ -400,7 +400,7 @@ func TestNodeVanishesAfterBoot(t *testing.T) {
 		t.Fatal("record dropped while the node may still run the VM")
 	}
 	e.nodes["n1"].SetDown(false)
-	e.clock.Add(time.Second)
+	e.clock.Advance(time.Second)
 	if err := e.svc.ReconcileOnce(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"math"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/corralhq/corral/store/bolt"
 	"github.com/corralhq/corral/store/mem"
 	"github.com/corralhq/corral/store/record"
+	"github.com/corralhq/corral/testsupport/fakeclock"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
 )
@@ -26,29 +26,11 @@ const (
 
 var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// clock is a settable Config.Now that is safe for concurrent use.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
-
 // env is a Pool on a store with a fixed clock.
 type env struct {
 	p     *Pool
 	s     store.Store
-	clock *clock
+	clock *fakeclock.Clock
 }
 
 // newEnv returns a Pool on a fresh in-memory store; mods adjust its Config.
@@ -72,7 +54,7 @@ func newBoltEnv(t testing.TB, mods ...func(*Config)) *env {
 
 func newEnvOn(t testing.TB, s store.Store, mods ...func(*Config)) *env {
 	t.Helper()
-	c := &clock{now: t0}
+	c := fakeclock.New(t0)
 	cfg := Config{Store: s, Now: c.Now}
 	for _, m := range mods {
 		m(&cfg)
