@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -17,27 +16,15 @@ import (
 	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/deploy"
 	"github.com/corralhq/corral/internal/server"
+	"github.com/corralhq/corral/testsupport/appliance"
 )
 
 // startCorrald runs a real appliance (bbolt, TLS, tokens) on a loopback
 // port and returns an admin client configuration for it.
 func startCorrald(t *testing.T) *clientconfig.Config {
 	t.Helper()
-	dir := t.TempDir()
-	srv, err := server.New(server.Config{DataDir: dir, APIListen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatalf("server.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("corrald Run: %v", err)
-		}
-	})
-	cc, err := clientconfig.Load(filepath.Join(dir, server.AdminConfigFile))
+	a := appliance.Start(t, server.Config{Logger: slog.New(slog.DiscardHandler)})
+	cc, err := clientconfig.Load(a.AdminConf)
 	if err != nil {
 		t.Fatalf("admin.conf: %v", err)
 	}

@@ -31,6 +31,7 @@ import (
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/internal/server"
+	"github.com/corralhq/corral/testsupport/appliance"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
@@ -180,21 +181,10 @@ func New(t T, bin Binaries, opt Options) *Lab {
 		log = slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	dataDir := filepath.Join(l.Dir, "corrald")
-	srv, err := server.New(server.Config{DataDir: dataDir, APIListen: net.JoinHostPort(l.HostIP, "0"), Logger: log})
-	if err != nil {
-		t.Fatalf("server.New: %v", err)
-	}
-	l.Server = srv
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Logf("corrald Run: %v", err)
-		}
-	})
-	l.AdminConf = filepath.Join(dataDir, server.AdminConfigFile)
+	a := appliance.Start(t, server.Config{DataDir: dataDir, APIListen: net.JoinHostPort(l.HostIP, "0"), Logger: log}, appliance.RunErrorLogged())
+	l.Server = a.Server
+	l.AdminConf = a.AdminConf
+	var err error
 	l.Admin, err = clientconfig.Load(l.AdminConf)
 	if err != nil {
 		t.Fatalf("admin.conf: %v", err)
@@ -205,10 +195,10 @@ func New(t T, bin Binaries, opt Options) *Lab {
 	}
 	t.Cleanup(func() { l.Conn.Close() })
 	l.CACert = filepath.Join(l.Dir, "ca.pem")
-	if err := os.WriteFile(l.CACert, srv.CA().CertPEM(), 0o644); err != nil {
+	if err := os.WriteFile(l.CACert, a.Server.CA().CertPEM(), 0o644); err != nil {
 		t.Fatalf("%v", err)
 	}
-	l.NodeToken, err = srv.Tokens().Create(context.Background(), authv1.Role_ROLE_NODE, "e2e nodes "+id, 0)
+	l.NodeToken, err = a.Server.Tokens().Create(context.Background(), authv1.Role_ROLE_NODE, "e2e nodes "+id, 0)
 	if err != nil {
 		t.Fatalf("node token: %v", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/corralhq/corral/internal/server"
 
 	"github.com/corralhq/corral/ipmi/seal"
+	"github.com/corralhq/corral/testsupport/appliance"
 	"github.com/corralhq/corral/testsupport/ipmisim"
 	"github.com/corralhq/corral/testsupport/redfishtest"
 	"github.com/corralhq/corral/testsupport/require"
@@ -53,28 +54,14 @@ type bmcApp struct {
 func startBMCApp(t *testing.T, cfg server.Config) *bmcApp {
 	t.Helper()
 	logs := &syncBuffer{}
-	cfg.DataDir = t.TempDir()
-	if cfg.APIListen == "" {
-		cfg.APIListen = "127.0.0.1:0"
-	}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv, err := server.New(cfg)
-	if err != nil {
-		t.Fatalf("server.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
 		if t.Failed() {
 			t.Logf("corrald log:\n%s", logs.String())
 		}
 	})
-	return &bmcApp{srv: srv, dataDir: cfg.DataDir, conf: filepath.Join(cfg.DataDir, server.AdminConfigFile), log: logs}
+	a := appliance.Start(t, cfg)
+	return &bmcApp{srv: a.Server, dataDir: a.DataDir, conf: a.AdminConf, log: logs}
 }
 
 type cliResult struct {

@@ -3,33 +3,19 @@ package cli
 import (
 	"bytes"
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/corralhq/corral/deploy"
 	"github.com/corralhq/corral/internal/server"
+	"github.com/corralhq/corral/testsupport/appliance"
 )
 
 // TestVerbsAgainstAppliance runs the vm, bs and image verbs against the
 // real appliance services: an in-process corrald with a fresh data
 // directory, reached over TLS with the admin.conf it writes.
 func TestVerbsAgainstAppliance(t *testing.T) {
-	dir := t.TempDir()
-	srv, err := server.New(server.Config{DataDir: dir, APIListen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatalf("server.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("corrald Run: %v", err)
-		}
-	})
-	conf := filepath.Join(dir, server.AdminConfigFile)
+	conf := appliance.Start(t, server.Config{}).AdminConf
 	home := t.TempDir()
 	corral := func(args ...string) result {
 		t.Helper()
