@@ -1,7 +1,6 @@
 package auth
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -15,7 +14,6 @@ import (
 	"math/big"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +21,7 @@ import (
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/auth/pki"
+	"github.com/corralhq/corral/testsupport/syncbuf"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -58,23 +57,8 @@ func (nodeServer) GetNode(ctx context.Context, _ *poolv1.GetNodeRequest) (*poolv
 	return &poolv1.Node{Name: p.Role.String() + "/" + p.Subject}, nil
 }
 
-// syncBuffer is a bytes.Buffer safe to write from server goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a buffer safe for concurrent writers and the test.
+type syncBuffer = syncbuf.Buffer
 
 // testServer is corrald's gRPC stack in miniature, on a 127.0.0.1 listener
 // with a server certificate from auth/pki.

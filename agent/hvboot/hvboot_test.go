@@ -27,6 +27,7 @@ import (
 	"github.com/corralhq/corral/agent/install"
 	"github.com/corralhq/corral/agent/netup"
 	"github.com/corralhq/corral/agent/session"
+	"github.com/corralhq/corral/testsupport/syncbuf"
 )
 
 func write(t *testing.T, path string, content []byte) {
@@ -150,22 +151,8 @@ func TestCheckData(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a buffer safe for concurrent writers and the test.
+type syncBuffer = syncbuf.Buffer
 
 type loader struct {
 	mu     sync.Mutex

@@ -1,7 +1,6 @@
 package session
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -21,6 +20,7 @@ import (
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 	"github.com/corralhq/corral/auth/pki"
+	"github.com/corralhq/corral/testsupport/syncbuf"
 )
 
 const token = "per-boot-token"
@@ -131,23 +131,8 @@ func serve(t *testing.T, f *fakeAppliance, chain bool) (string, *x509.Certificat
 	return lis.Addr().String(), caCert
 }
 
-// syncBuffer is a console safe for the agent goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a buffer safe for concurrent writers and the test.
+type syncBuffer = syncbuf.Buffer
 
 type fakePower struct {
 	mu            sync.Mutex

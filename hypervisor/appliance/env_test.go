@@ -1,14 +1,12 @@
 package appliance
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"net"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +20,7 @@ import (
 	"github.com/corralhq/corral/store/record"
 	"github.com/corralhq/corral/testsupport/fakeclock"
 	"github.com/corralhq/corral/testsupport/fakenode"
+	"github.com/corralhq/corral/testsupport/syncbuf"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -34,23 +33,12 @@ const gib = uint64(1) << 30
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
+type syncBuffer struct{ syncbuf.Buffer }
 
 // records returns the JSON log records whose msg is msg.
 func (s *syncBuffer) records(msg string) []map[string]any {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []map[string]any
-	for _, line := range strings.Split(s.b.String(), "\n") {
+	for _, line := range strings.Split(s.String(), "\n") {
 		var m map[string]any
 		if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == msg {
 			out = append(out, m)

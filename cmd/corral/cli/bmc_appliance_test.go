@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,25 +22,11 @@ import (
 	"github.com/corralhq/corral/testsupport/ipmisim"
 	"github.com/corralhq/corral/testsupport/redfishtest"
 	"github.com/corralhq/corral/testsupport/require"
+	"github.com/corralhq/corral/testsupport/syncbuf"
 )
 
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a buffer safe for concurrent writers and the test.
+type syncBuffer = syncbuf.Buffer
 
 // bmcApp is a running appliance and a way to run the corral CLI at it.
 type bmcApp struct {
