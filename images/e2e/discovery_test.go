@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/testsupport/ipmisim/simconf"
 	"github.com/corralhq/corral/testsupport/require"
 )
 
@@ -276,40 +277,16 @@ func startSim(t *testing.T, dir string) (string, int) {
 	sim := filepath.Join(dir, "ipmisim")
 	os.MkdirAll(filepath.Join(sim, "state"), 0o755)
 	prog := filepath.Join(sim, "lanconfig")
-	// ipmi_sim runs "PROG get NAME" per parameter and reads "NAME:VALUE".
-	script := fmt.Sprintf(`#!/bin/sh
-[ "$1" = get ] || exit 0
-case "$2" in
-ip_addr_src) echo ip_addr_src:static ;;
-ip_addr) echo ip_addr:%s ;;
-mac_addr) echo mac_addr:%s ;;
-subnet_mask) echo subnet_mask:255.255.255.0 ;;
-default_gw_ip_addr) echo default_gw_ip_addr:10.99.0.1 ;;
-default_gw_mac_addr) echo default_gw_mac_addr:52:54:00:00:00:01 ;;
-backup_gw_ip_addr) echo backup_gw_ip_addr:0.0.0.0 ;;
-backup_gw_mac_addr) echo backup_gw_mac_addr:00:00:00:00:00:00 ;;
-esac
-`, simBMCAddr, simBMCMAC)
+	script := simconf.LANConfig{Addr: simBMCAddr, Netmask: "255.255.255.0", MAC: simBMCMAC, Gateway: "10.99.0.1", GatewayMAC: "52:54:00:00:00:01"}.Script()
 	if err := os.WriteFile(prog, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	emu := "mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02\nmc_enable 0x20\n"
-	if err := os.WriteFile(filepath.Join(sim, "sim.emu"), []byte(emu), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(sim, "sim.emu"), []byte(simconf.Emu), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	lanPort, vmPort := freePort(t, "udp"), freePort(t, "tcp")
-	conf := fmt.Sprintf(`name "corraldisc%d"
-set_working_mc 0x20
-  startlan 1
-    addr 127.0.0.1 %d
-    priv_limit admin
-    allowed_auths_admin none md2 md5 straight
-    guid a123456789abcdefa123456789abcdef
-    lan_config_program "%s"
-  endlan
-  serial 15 127.0.0.1 %d codec VM
-  user 2 true "admin" "secret" admin 10 none md2 md5 straight
-`, lanPort, lanPort, prog, vmPort)
+	conf := simconf.LAN{Name: fmt.Sprintf("corraldisc%d", lanPort), Port: lanPort, GUID: "a123456789abcdefa123456789abcdef",
+		LANConfigProgram: prog, VMPort: vmPort, User: "admin", Password: "secret"}.Conf()
 	if err := os.WriteFile(filepath.Join(sim, "lan.conf"), []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}

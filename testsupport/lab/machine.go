@@ -78,22 +78,12 @@ func (m Machine) chassisScript(withBMC bool) string {
 	}.Script()
 }
 
-// lanConfigScript serves the BMC's LAN configuration to ipmi_sim (and so,
-// in-band through QEMU's BT interface, to the discovery agent): the
-// loopback address corrald reaches the simulator on.
-const lanConfigScript = `#!/bin/sh
-[ "$1" = get ] || exit 0
-case "$2" in
-ip_addr_src) echo ip_addr_src:static ;;
-ip_addr) echo ip_addr:127.0.0.1 ;;
-mac_addr) echo mac_addr:%s ;;
-subnet_mask) echo subnet_mask:255.0.0.0 ;;
-default_gw_ip_addr) echo default_gw_ip_addr:0.0.0.0 ;;
-default_gw_mac_addr) echo default_gw_mac_addr:00:00:00:00:00:00 ;;
-backup_gw_ip_addr) echo backup_gw_ip_addr:0.0.0.0 ;;
-backup_gw_mac_addr) echo backup_gw_mac_addr:00:00:00:00:00:00 ;;
-esac
-`
+// lanConfig serves the BMC's LAN configuration to ipmi_sim (and so,
+// in-band, to the discovery agent): the loopback address corrald reaches
+// the simulator on.
+func (m Machine) lanConfig() string {
+	return simconf.LANConfig{Addr: "127.0.0.1", Netmask: "255.0.0.0", MAC: m.bmcMAC()}.Script()
+}
 
 // lanConf is ipmi_sim's configuration for m.
 func (m Machine) lanConf(password string) string {
@@ -150,7 +140,7 @@ func (m Machine) prepare(withBMC bool, password string) error {
 	if !withBMC {
 		return nil
 	}
-	if err := os.WriteFile(filepath.Join(m.Dir, "lanconfig"), []byte(fmt.Sprintf(lanConfigScript, m.bmcMAC())), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(m.Dir, "lanconfig"), []byte(m.lanConfig()), 0o755); err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(m.Dir, "sim.emu"), []byte(simconf.Emu), 0o644); err != nil {

@@ -35,7 +35,7 @@ type LAN struct {
 	// VMPort, when not 0, is the loopback TCP port QEMU's ipmi-bmc-extern
 	// connects to.
 	VMPort         int
-	Chassis        string // path of the chassis_control program
+	Chassis        string // path of the chassis_control program; "" for none
 	User, Password string // the administrator (user 2)
 }
 
@@ -54,9 +54,45 @@ func (l LAN) Conf() string {
 	if l.VMPort != 0 {
 		fmt.Fprintf(&b, "  serial 15 127.0.0.1 %d codec VM\n", l.VMPort)
 	}
-	fmt.Fprintf(&b, "  chassis_control \"%s\"\n", l.Chassis)
+	if l.Chassis != "" {
+		fmt.Fprintf(&b, "  chassis_control \"%s\"\n", l.Chassis)
+	}
 	fmt.Fprintf(&b, "  user 2 true \"%s\" \"%s\" admin 10 none md2 md5 straight\n", l.User, l.Password)
 	return b.String()
+}
+
+// LANConfig is a lan_config_program: ipmi_sim runs it as "PROG get NAME"
+// per LAN parameter and reads "NAME:VALUE"; what it answers is what the
+// BMC reports, in-band too (the discovery agent reads it through QEMU's BT
+// interface).
+type LANConfig struct {
+	Addr, Netmask string // the BMC's static IPv4 address and netmask
+	MAC           string // the BMC's LAN MAC
+	Gateway       string // default gateway IPv4 ("" = 0.0.0.0)
+	GatewayMAC    string // its MAC ("" = 00:00:00:00:00:00)
+}
+
+// Script returns the program's text.
+func (c LANConfig) Script() string {
+	or := func(v, def string) string {
+		if v == "" {
+			return def
+		}
+		return v
+	}
+	return fmt.Sprintf(`#!/bin/sh
+[ "$1" = get ] || exit 0
+case "$2" in
+ip_addr_src) echo ip_addr_src:static ;;
+ip_addr) echo ip_addr:%s ;;
+mac_addr) echo mac_addr:%s ;;
+subnet_mask) echo subnet_mask:%s ;;
+default_gw_ip_addr) echo default_gw_ip_addr:%s ;;
+default_gw_mac_addr) echo default_gw_mac_addr:%s ;;
+backup_gw_ip_addr) echo backup_gw_ip_addr:0.0.0.0 ;;
+backup_gw_mac_addr) echo backup_gw_mac_addr:00:00:00:00:00:00 ;;
+esac
+`, c.Addr, c.MAC, c.Netmask, or(c.Gateway, "0.0.0.0"), or(c.GatewayMAC, "00:00:00:00:00:00"))
 }
 
 // Chassis is a chassis_control program. ipmi_sim runs it as "PROG get
