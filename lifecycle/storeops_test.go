@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"strings"
 	"sync"
@@ -144,6 +145,6 @@ func TestStoreOpsPerReport(t *testing.T) {
 		}
 	})
 	for _, r := range rows {
-		t.Logf("%-52s machine record: %d reads, %d writes", r.what, r.reads, r.writes)
+		t.Logf("%-52s machine record: %d reads, %d writes (before: %s)", r.what, r.reads, r.writes, cmp.Or(before[r.what], "not measured"))
 	}
 }
