@@ -25,7 +25,7 @@ func TestInstallLoopDevice(t *testing.T) {
 	}
 	require.Tool(t, "losetup")
 	if kernelLacksGPT() {
-		require.Missing(t, "this kernel does not parse GPTs (CONFIG_EFI_PARTITION is not set)")
+		require.KernelLacks(t, "GPT parsing (CONFIG_EFI_PARTITION is not set)")
 	}
 	img := filepath.Join(t.TempDir(), "disk.img")
 	f, err := os.Create(img)

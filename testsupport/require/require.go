@@ -3,7 +3,9 @@
 // skipping: where a precondition is not met, the test skips with a
 // one-line reason, except when the environment says CI (CI=true, or any
 // value strconv.ParseBool reads as true), where the same reason fails the
-// test. `.ci/run` exports CI=true. Skips for -short (testing.Short) and
+// test. The one exception is a feature of the running kernel
+// (KernelLacks), which no CI script can install: it skips everywhere and
+// the run's summary names it. `.ci/run` exports CI=true. Skips for -short (testing.Short) and
 // for opt-in developer switches are not preconditions and do not go
 // through this package.
 //
@@ -27,7 +29,7 @@ func CI() bool {
 
 // Missing skips t with the reason format names, or fails it under CI. It
 // is for preconditions the other helpers do not cover (a loop device, a
-// kernel feature, a flag of the binary under test). Like t.Skip and
+// flag of the binary under test). Like t.Skip and
 // t.Fatal, it does not return.
 func Missing(t testing.TB, format string, args ...any) {
 	t.Helper()
@@ -36,6 +38,16 @@ func Missing(t testing.TB, format string, args ...any) {
 		t.Fatalf("%s (CI=true: a missing precondition fails instead of skipping)", reason)
 	}
 	t.Skip(reason)
+}
+
+// KernelLacks skips t, in CI too, because the running kernel lacks a
+// feature the test exercises (a partition-table parser, a module that is
+// not built): no package a CI script can install provides it, so failing
+// would only make the suite red on that kernel. The skip and its reason
+// are listed at the end of the run (make test), where CI shows them.
+func KernelLacks(t testing.TB, format string, args ...any) {
+	t.Helper()
+	t.Skipf("kernel lacks: "+format+" (not installable: skipped under CI too, listed in the run's summary)", args...)
 }
 
 // Degraded is for a test that can go on with less coverage when something

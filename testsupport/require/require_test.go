@@ -21,6 +21,8 @@ func TestChild(t *testing.T) {
 		File(t, "/nonexistent/corral-require", "the corral test file")
 	case "missing":
 		Missing(t, "no frobnicator in this kernel")
+	case "kernel":
+		KernelLacks(t, "802.1Q VLANs")
 	case "root":
 		Root(t, "network namespaces")
 	case "degraded":
@@ -53,6 +55,8 @@ func TestSkipOrFail(t *testing.T) {
 		"file fails in CI":     {child: "file", ci: true, wantFail: true, want: []string{"--- FAIL: TestChild", "the corral test file not found"}},
 		"missing skips":        {child: "missing", want: []string{"--- SKIP: TestChild", "no frobnicator in this kernel"}},
 		"missing fails in CI":  {child: "missing", ci: true, wantFail: true, want: []string{"--- FAIL: TestChild", "no frobnicator in this kernel"}},
+		"kernel skips":         {child: "kernel", want: []string{"--- SKIP: TestChild", "kernel lacks: 802.1Q VLANs"}},
+		"kernel skips in CI":   {child: "kernel", ci: true, want: []string{"--- SKIP: TestChild", "kernel lacks: 802.1Q VLANs", "listed in the run's summary"}},
 		"degraded goes on":     {child: "degraded", want: []string{"--- PASS: TestChild", "no test kernel: asserting less", "went on"}},
 		"degraded fails in CI": {child: "degraded", ci: true, wantFail: true, want: []string{"--- FAIL: TestChild", "no test kernel: asserting less"}},
 		"present passes in CI": {child: "present", ci: true, want: []string{"--- PASS: TestChild", "went on"}},
