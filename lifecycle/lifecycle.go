@@ -173,7 +173,7 @@ func (l *Lifecycle) reconcileMachine(ctx context.Context, m *inventoryv1.Machine
 		return
 	}
 	if w := m.GetWatchdog(); w.GetArmedAt() != nil && ready && !node.GetLastHeartbeat().AsTime().Before(w.GetArmedAt().AsTime()) {
-		l.disarm(ctx, name, "node "+name+" is READY")
+		l.disarm(ctx, name, nil, "node "+name+" is READY")
 		m.Watchdog = nil
 	}
 	if m.GetState() == inventoryv1.Machine_INSTALLING {

@@ -796,3 +796,30 @@ func TestAutoAcceptDoesNotPowerCycle(t *testing.T) {
 		t.Fatalf("BMC actions %v", acts)
 	}
 }
+
+// TestInstallDoneWithoutAnyWayToReboot: done arms the watchdog in the same
+// mutation; with no BMC and no session to send Reboot on, it is disarmed
+// again and the timeline says to reboot by hand.
+func TestInstallDoneWithoutAnyWayToReboot(t *testing.T) {
+	h := newHarness(t, nil, harnessOpt{})
+	ctx := context.Background()
+	a := h.connect(mac1, facts("S1", "", mac1))
+	if _, err := h.lc.Accept(ctx, a.name, "", false); err != nil {
+		t.Fatal(err)
+	}
+	id := a.next().GetInstall().GetInstallId()
+	a.close()
+	h.eventually(a.name, "disconnected", func(*inventoryv1.Machine) bool { return !h.lc.sess.connected(a.name) })
+	h.lc.onProgress(ctx, a.name, &nodev1.Progress{InstallId: id, Step: "done", Done: true})
+	m := h.machine(a.name)
+	if !m.GetInstall().GetDone() || m.GetWatchdog() != nil {
+		t.Fatalf("done %v watchdog %v", m.GetInstall().GetDone(), m.GetWatchdog())
+	}
+	if err := h.inv.FlushTimeline(ctx); err != nil {
+		t.Fatal(err)
+	}
+	es, _ := h.inv.Timeline(ctx, a.name, "", 0)
+	if last := es[len(es)-1]; last.GetEvent() != "reboot-failed" || !strings.Contains(last.GetDetail(), "reboot the machine by hand") {
+		t.Fatalf("last entry %s: %s", last.GetEvent(), last.GetDetail())
+	}
+}

@@ -141,7 +141,7 @@ func (l *Lifecycle) reboot(ctx context.Context, m *inventoryv1.Machine, why stri
 	}
 	if err := l.sess.send(m.GetName(), &nodev1.ApplianceMessage{Cmd: &nodev1.ApplianceMessage_Reboot_{Reboot: &nodev1.ApplianceMessage_Reboot{}}}); err != nil {
 		l.event(m, "lifecycle", "reboot-failed", why+": no BMC and no agent session: reboot the machine by hand", nil)
-		l.disarmArmed(ctx, m.GetName(), m.GetWatchdog().GetArmedAt())
+		l.disarm(ctx, m.GetName(), m.GetWatchdog().GetArmedAt(), why+": no way to reboot")
 		return
 	}
 	l.event(m, "lifecycle", "reboot", why+": reboot command sent to the agent", nil)

@@ -79,10 +79,12 @@ func (l *Lifecycle) Reprovision(ctx context.Context, name string) (*inventoryv1.
 	l.log.Info("machine reprovisioned", "machine", name, "wipe", m.GetWipe().GetDisk())
 	if bmc {
 		if err := l.pxeCycle(ctx, m, "reprovision"); err != nil {
-			_, _ = l.inv.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
+			if _, uerr := l.inv.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
 				m.StateReason = "reprovisioning: BMC power cycle failed (" + err.Error() + "): reboot the machine into network boot"
 				return nil
-			})
+			}); uerr != nil {
+				l.log.Warn("reprovision: state reason not recorded", "machine", name, "err", uerr)
+			}
 		} else {
 			l.armWatchdog(ctx, name, "reprovision")
 		}

@@ -30,31 +30,22 @@ func (l *Lifecycle) armWatchdog(ctx context.Context, name, by string) {
 	}
 }
 
-// disarmArmed disarms a watchdog still armed at armedAt (not re-armed
-// since).
-func (l *Lifecycle) disarmArmed(ctx context.Context, name string, armedAt *timestamppb.Timestamp) {
+// disarm disarms a machine's boot watchdog; with armedAt set, only one
+// still armed at that time (not re-armed since).
+func (l *Lifecycle) disarm(ctx context.Context, name string, armedAt *timestamppb.Timestamp, why string) {
 	_, err := l.inv.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
-		if armedAt == nil || m.GetWatchdog().GetArmedAt() == nil || !m.GetWatchdog().GetArmedAt().AsTime().Equal(armedAt.AsTime()) {
+		at := m.GetWatchdog().GetArmedAt()
+		if at == nil || (armedAt != nil && !at.AsTime().Equal(armedAt.AsTime())) {
 			return errSkip
 		}
 		m.Watchdog = nil
 		return nil
 	})
-	if err != nil && !errors.Is(err, errSkip) {
-		l.log.Warn("boot watchdog not disarmed", "machine", name, "err", err)
-	}
-}
-
-func (l *Lifecycle) disarm(ctx context.Context, name, why string) {
-	m, err := l.inv.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
-		if m.GetWatchdog().GetArmedAt() == nil {
-			return errSkip
-		}
-		m.Watchdog = nil
-		return nil
-	})
-	if err == nil {
-		l.log.Debug("boot watchdog disarmed", "machine", m.GetName(), "why", why)
+	switch {
+	case err == nil:
+		l.log.Debug("boot watchdog disarmed", "machine", name, "why", why)
+	case !errors.Is(err, errSkip):
+		l.log.Warn("boot watchdog not disarmed", "machine", name, "why", why, "err", err)
 	}
 }
 
