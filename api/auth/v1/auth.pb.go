@@ -144,13 +144,25 @@ func (x *Access) GetAlso() []Role {
 
 // Token is how a token is stored: never the token itself, only its hash.
 type Token struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Sha256        []byte                 `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
-	Role          Role                   `protobuf:"varint,3,opt,name=role,proto3,enum=corral.auth.v1.Role" json:"role,omitempty"`
-	Description   string                 `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
-	CreatedUnix   int64                  `protobuf:"varint,5,opt,name=created_unix,json=createdUnix,proto3" json:"created_unix,omitempty"`
-	ExpiresUnix   int64                  `protobuf:"varint,6,opt,name=expires_unix,json=expiresUnix,proto3" json:"expires_unix,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Sha256      []byte                 `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Role        Role                   `protobuf:"varint,3,opt,name=role,proto3,enum=corral.auth.v1.Role" json:"role,omitempty"`
+	Description string                 `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
+	CreatedUnix int64                  `protobuf:"varint,5,opt,name=created_unix,json=createdUnix,proto3" json:"created_unix,omitempty"`
+	ExpiresUnix int64                  `protobuf:"varint,6,opt,name=expires_unix,json=expiresUnix,proto3" json:"expires_unix,omitempty"`
+	// mac and machine bind a per-boot AGENT token: it authenticates only
+	// Register for this boot MAC and Session of this machine.
+	Mac     string `protobuf:"bytes,7,opt,name=mac,proto3" json:"mac,omitempty"`
+	Machine string `protobuf:"bytes,8,opt,name=machine,proto3" json:"machine,omitempty"`
+	// node binds a NODE token to the one node name it may Join as; empty
+	// means any name that is not already a node.
+	Node string `protobuf:"bytes,9,opt,name=node,proto3" json:"node,omitempty"`
+	// single_use tokens are deleted by their first successful use (Join).
+	SingleUse bool `protobuf:"varint,10,opt,name=single_use,json=singleUse,proto3" json:"single_use,omitempty"`
+	// last_used_unix is when the token last authenticated a call that
+	// consumed or renewed it (set for single-use and boot tokens).
+	LastUsedUnix  int64 `protobuf:"varint,11,opt,name=last_used_unix,json=lastUsedUnix,proto3" json:"last_used_unix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -227,6 +239,548 @@ func (x *Token) GetExpiresUnix() int64 {
 	return 0
 }
 
+func (x *Token) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *Token) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
+func (x *Token) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *Token) GetSingleUse() bool {
+	if x != nil {
+		return x.SingleUse
+	}
+	return false
+}
+
+func (x *Token) GetLastUsedUnix() int64 {
+	if x != nil {
+		return x.LastUsedUnix
+	}
+	return 0
+}
+
+type CreateTokenRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// role is VIEWER, OPERATOR, ADMIN or NODE (AGENT tokens are minted by
+	// the boot server only).
+	Role        Role   `protobuf:"varint,1,opt,name=role,proto3,enum=corral.auth.v1.Role" json:"role,omitempty"`
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// ttl_seconds is the lifetime; 0 means the token never expires.
+	TtlSeconds int64 `protobuf:"varint,3,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	// node binds a NODE token to one node name.
+	Node string `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	// single_use makes the token work once (NODE tokens always are).
+	SingleUse     bool `protobuf:"varint,5,opt,name=single_use,json=singleUse,proto3" json:"single_use,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTokenRequest) Reset() {
+	*x = CreateTokenRequest{}
+	mi := &file_api_auth_v1_auth_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTokenRequest) ProtoMessage() {}
+
+func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_auth_v1_auth_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
+func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
+	return file_api_auth_v1_auth_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CreateTokenRequest) GetRole() Role {
+	if x != nil {
+		return x.Role
+	}
+	return Role_ROLE_UNSPECIFIED
+}
+
+func (x *CreateTokenRequest) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *CreateTokenRequest) GetTtlSeconds() int64 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+func (x *CreateTokenRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *CreateTokenRequest) GetSingleUse() bool {
+	if x != nil {
+		return x.SingleUse
+	}
+	return false
+}
+
+type CreateTokenResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// token is shown once and cannot be recovered.
+	Token         string `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Info          *Token `protobuf:"bytes,2,opt,name=info,proto3" json:"info,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTokenResponse) Reset() {
+	*x = CreateTokenResponse{}
+	mi := &file_api_auth_v1_auth_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTokenResponse) ProtoMessage() {}
+
+func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_auth_v1_auth_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
+func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
+	return file_api_auth_v1_auth_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CreateTokenResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *CreateTokenResponse) GetInfo() *Token {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
+type ListTokensRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// role filters by role; UNSPECIFIED lists all but per-boot AGENT tokens
+	// unless include_agent is set.
+	Role          Role `protobuf:"varint,1,opt,name=role,proto3,enum=corral.auth.v1.Role" json:"role,omitempty"`
+	IncludeAgent  bool `protobuf:"varint,2,opt,name=include_agent,json=includeAgent,proto3" json:"include_agent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTokensRequest) Reset() {
+	*x = ListTokensRequest{}
+	mi := &file_api_auth_v1_auth_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTokensRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTokensRequest) ProtoMessage() {}
+
+func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_auth_v1_auth_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
+func (*ListTokensRequest) Descriptor() ([]byte, []int) {
+	return file_api_auth_v1_auth_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListTokensRequest) GetRole() Role {
+	if x != nil {
+		return x.Role
+	}
+	return Role_ROLE_UNSPECIFIED
+}
+
+func (x *ListTokensRequest) GetIncludeAgent() bool {
+	if x != nil {
+		return x.IncludeAgent
+	}
+	return false
+}
+
+type ListTokensResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tokens        []*Token               `protobuf:"bytes,1,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTokensResponse) Reset() {
+	*x = ListTokensResponse{}
+	mi := &file_api_auth_v1_auth_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTokensResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTokensResponse) ProtoMessage() {}
+
+func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_auth_v1_auth_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
+func (*ListTokensResponse) Descriptor() ([]byte, []int) {
+	return file_api_auth_v1_auth_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ListTokensResponse) GetTokens() []*Token {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+type RevokeTokenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeTokenRequest) Reset() {
+	*x = RevokeTokenRequest{}
+	mi := &file_api_auth_v1_auth_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeTokenRequest) ProtoMessage() {}
+
+func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_auth_v1_auth_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
+func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
+	return file_api_auth_v1_auth_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RevokeTokenRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type RevokeTokenResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeTokenResponse) Reset() {
+	*x = RevokeTokenResponse{}
+	mi := &file_api_auth_v1_auth_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeTokenResponse) ProtoMessage() {}
+
+func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_auth_v1_auth_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
+func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
+	return file_api_auth_v1_auth_proto_rawDescGZIP(), []int{7}
+}
+
+// RevokedCertificate is one entry of the node certificate revocation list,
+// kept until the certificate would have expired anyway.
+type RevokedCertificate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// serial is the certificate serial number in lowercase hex.
+	Serial string `protobuf:"bytes,1,opt,name=serial,proto3" json:"serial,omitempty"`
+	// name is the node (certificate common name) it was issued to.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	RevokedUnix   int64  `protobuf:"varint,4,opt,name=revoked_unix,json=revokedUnix,proto3" json:"revoked_unix,omitempty"`
+	NotAfterUnix  int64  `protobuf:"varint,5,opt,name=not_after_unix,json=notAfterUnix,proto3" json:"not_after_unix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokedCertificate) Reset() {
+	*x = RevokedCertificate{}
+	mi := &file_api_auth_v1_auth_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokedCertificate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokedCertificate) ProtoMessage() {}
+
+func (x *RevokedCertificate) ProtoReflect() protoreflect.Message {
+	mi := &file_api_auth_v1_auth_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokedCertificate.ProtoReflect.Descriptor instead.
+func (*RevokedCertificate) Descriptor() ([]byte, []int) {
+	return file_api_auth_v1_auth_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RevokedCertificate) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *RevokedCertificate) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RevokedCertificate) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RevokedCertificate) GetRevokedUnix() int64 {
+	if x != nil {
+		return x.RevokedUnix
+	}
+	return 0
+}
+
+func (x *RevokedCertificate) GetNotAfterUnix() int64 {
+	if x != nil {
+		return x.NotAfterUnix
+	}
+	return 0
+}
+
+// IssuedCertificates lists the live node certificates issued for one node
+// name, so reprovisioning or deleting the machine can revoke them all.
+type IssuedCertificates struct {
+	state         protoimpl.MessageState      `protogen:"open.v1"`
+	Name          string                      `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Certificates  []*IssuedCertificates_Entry `protobuf:"bytes,2,rep,name=certificates,proto3" json:"certificates,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssuedCertificates) Reset() {
+	*x = IssuedCertificates{}
+	mi := &file_api_auth_v1_auth_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssuedCertificates) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssuedCertificates) ProtoMessage() {}
+
+func (x *IssuedCertificates) ProtoReflect() protoreflect.Message {
+	mi := &file_api_auth_v1_auth_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssuedCertificates.ProtoReflect.Descriptor instead.
+func (*IssuedCertificates) Descriptor() ([]byte, []int) {
+	return file_api_auth_v1_auth_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *IssuedCertificates) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *IssuedCertificates) GetCertificates() []*IssuedCertificates_Entry {
+	if x != nil {
+		return x.Certificates
+	}
+	return nil
+}
+
+type IssuedCertificates_Entry struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Serial       string                 `protobuf:"bytes,1,opt,name=serial,proto3" json:"serial,omitempty"`
+	NotAfterUnix int64                  `protobuf:"varint,2,opt,name=not_after_unix,json=notAfterUnix,proto3" json:"not_after_unix,omitempty"`
+	// via is how it was issued: "install" or "join".
+	Via           string `protobuf:"bytes,3,opt,name=via,proto3" json:"via,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssuedCertificates_Entry) Reset() {
+	*x = IssuedCertificates_Entry{}
+	mi := &file_api_auth_v1_auth_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssuedCertificates_Entry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssuedCertificates_Entry) ProtoMessage() {}
+
+func (x *IssuedCertificates_Entry) ProtoReflect() protoreflect.Message {
+	mi := &file_api_auth_v1_auth_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssuedCertificates_Entry.ProtoReflect.Descriptor instead.
+func (*IssuedCertificates_Entry) Descriptor() ([]byte, []int) {
+	return file_api_auth_v1_auth_proto_rawDescGZIP(), []int{9, 0}
+}
+
+func (x *IssuedCertificates_Entry) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *IssuedCertificates_Entry) GetNotAfterUnix() int64 {
+	if x != nil {
+		return x.NotAfterUnix
+	}
+	return 0
+}
+
+func (x *IssuedCertificates_Entry) GetVia() string {
+	if x != nil {
+		return x.Via
+	}
+	return ""
+}
+
 var file_api_auth_v1_auth_proto_extTypes = []protoimpl.ExtensionInfo{
 	{
 		ExtendedType:  (*descriptorpb.MethodOptions)(nil),
@@ -251,14 +805,53 @@ const file_api_auth_v1_auth_proto_rawDesc = "" +
 	"\x16api/auth/v1/auth.proto\x12\x0ecorral.auth.v1\x1a google/protobuf/descriptor.proto\"\\\n" +
 	"\x06Access\x12(\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x14.corral.auth.v1.RoleR\x04role\x12(\n" +
-	"\x04also\x18\x02 \x03(\x0e2\x14.corral.auth.v1.RoleR\x04also\"\xc1\x01\n" +
+	"\x04also\x18\x02 \x03(\x0e2\x14.corral.auth.v1.RoleR\x04also\"\xc6\x02\n" +
 	"\x05Token\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\fR\x06sha256\x12(\n" +
 	"\x04role\x18\x03 \x01(\x0e2\x14.corral.auth.v1.RoleR\x04role\x12 \n" +
 	"\vdescription\x18\x04 \x01(\tR\vdescription\x12!\n" +
 	"\fcreated_unix\x18\x05 \x01(\x03R\vcreatedUnix\x12!\n" +
-	"\fexpires_unix\x18\x06 \x01(\x03R\vexpiresUnix*o\n" +
+	"\fexpires_unix\x18\x06 \x01(\x03R\vexpiresUnix\x12\x10\n" +
+	"\x03mac\x18\a \x01(\tR\x03mac\x12\x18\n" +
+	"\amachine\x18\b \x01(\tR\amachine\x12\x12\n" +
+	"\x04node\x18\t \x01(\tR\x04node\x12\x1d\n" +
+	"\n" +
+	"single_use\x18\n" +
+	" \x01(\bR\tsingleUse\x12$\n" +
+	"\x0elast_used_unix\x18\v \x01(\x03R\flastUsedUnix\"\xb4\x01\n" +
+	"\x12CreateTokenRequest\x12(\n" +
+	"\x04role\x18\x01 \x01(\x0e2\x14.corral.auth.v1.RoleR\x04role\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x1f\n" +
+	"\vttl_seconds\x18\x03 \x01(\x03R\n" +
+	"ttlSeconds\x12\x12\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node\x12\x1d\n" +
+	"\n" +
+	"single_use\x18\x05 \x01(\bR\tsingleUse\"V\n" +
+	"\x13CreateTokenResponse\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12)\n" +
+	"\x04info\x18\x02 \x01(\v2\x15.corral.auth.v1.TokenR\x04info\"b\n" +
+	"\x11ListTokensRequest\x12(\n" +
+	"\x04role\x18\x01 \x01(\x0e2\x14.corral.auth.v1.RoleR\x04role\x12#\n" +
+	"\rinclude_agent\x18\x02 \x01(\bR\fincludeAgent\"C\n" +
+	"\x12ListTokensResponse\x12-\n" +
+	"\x06tokens\x18\x01 \x03(\v2\x15.corral.auth.v1.TokenR\x06tokens\"$\n" +
+	"\x12RevokeTokenRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x15\n" +
+	"\x13RevokeTokenResponse\"\xa1\x01\n" +
+	"\x12RevokedCertificate\x12\x16\n" +
+	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12!\n" +
+	"\frevoked_unix\x18\x04 \x01(\x03R\vrevokedUnix\x12$\n" +
+	"\x0enot_after_unix\x18\x05 \x01(\x03R\fnotAfterUnix\"\xcf\x01\n" +
+	"\x12IssuedCertificates\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12L\n" +
+	"\fcertificates\x18\x02 \x03(\v2(.corral.auth.v1.IssuedCertificates.EntryR\fcertificates\x1aW\n" +
+	"\x05Entry\x12\x16\n" +
+	"\x06serial\x18\x01 \x01(\tR\x06serial\x12$\n" +
+	"\x0enot_after_unix\x18\x02 \x01(\x03R\fnotAfterUnix\x12\x10\n" +
+	"\x03via\x18\x03 \x01(\tR\x03via*o\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_VIEWER\x10\x01\x12\x11\n" +
@@ -267,7 +860,12 @@ const file_api_auth_v1_auth_proto_rawDesc = "" +
 	"ROLE_ADMIN\x10\x03\x12\r\n" +
 	"\tROLE_NODE\x10\x04\x12\x0e\n" +
 	"\n" +
-	"ROLE_AGENT\x10\x05:P\n" +
+	"ROLE_AGENT\x10\x052\xab\x02\n" +
+	"\fTokenService\x12^\n" +
+	"\vCreateToken\x12\".corral.auth.v1.CreateTokenRequest\x1a#.corral.auth.v1.CreateTokenResponse\"\x06\xe2\xa6\x19\x02\b\x03\x12[\n" +
+	"\n" +
+	"ListTokens\x12!.corral.auth.v1.ListTokensRequest\x1a\".corral.auth.v1.ListTokensResponse\"\x06\xe2\xa6\x19\x02\b\x03\x12^\n" +
+	"\vRevokeToken\x12\".corral.auth.v1.RevokeTokenRequest\x1a#.corral.auth.v1.RevokeTokenResponse\"\x06\xe2\xa6\x19\x02\b\x03:P\n" +
 	"\x06access\x12\x1e.google.protobuf.MethodOptions\x18\xec\x94\x03 \x01(\v2\x16.corral.auth.v1.AccessR\x06accessB/Z-github.com/corralhq/corral/api/auth/v1;authv1b\x06proto3"
 
 var (
@@ -283,24 +881,44 @@ func file_api_auth_v1_auth_proto_rawDescGZIP() []byte {
 }
 
 var file_api_auth_v1_auth_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_auth_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_api_auth_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_api_auth_v1_auth_proto_goTypes = []any{
 	(Role)(0),                          // 0: corral.auth.v1.Role
 	(*Access)(nil),                     // 1: corral.auth.v1.Access
 	(*Token)(nil),                      // 2: corral.auth.v1.Token
-	(*descriptorpb.MethodOptions)(nil), // 3: google.protobuf.MethodOptions
+	(*CreateTokenRequest)(nil),         // 3: corral.auth.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),        // 4: corral.auth.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),          // 5: corral.auth.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),         // 6: corral.auth.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),         // 7: corral.auth.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),        // 8: corral.auth.v1.RevokeTokenResponse
+	(*RevokedCertificate)(nil),         // 9: corral.auth.v1.RevokedCertificate
+	(*IssuedCertificates)(nil),         // 10: corral.auth.v1.IssuedCertificates
+	(*IssuedCertificates_Entry)(nil),   // 11: corral.auth.v1.IssuedCertificates.Entry
+	(*descriptorpb.MethodOptions)(nil), // 12: google.protobuf.MethodOptions
 }
 var file_api_auth_v1_auth_proto_depIdxs = []int32{
-	0, // 0: corral.auth.v1.Access.role:type_name -> corral.auth.v1.Role
-	0, // 1: corral.auth.v1.Access.also:type_name -> corral.auth.v1.Role
-	0, // 2: corral.auth.v1.Token.role:type_name -> corral.auth.v1.Role
-	3, // 3: corral.auth.v1.access:extendee -> google.protobuf.MethodOptions
-	1, // 4: corral.auth.v1.access:type_name -> corral.auth.v1.Access
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	4, // [4:5] is the sub-list for extension type_name
-	3, // [3:4] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	0,  // 0: corral.auth.v1.Access.role:type_name -> corral.auth.v1.Role
+	0,  // 1: corral.auth.v1.Access.also:type_name -> corral.auth.v1.Role
+	0,  // 2: corral.auth.v1.Token.role:type_name -> corral.auth.v1.Role
+	0,  // 3: corral.auth.v1.CreateTokenRequest.role:type_name -> corral.auth.v1.Role
+	2,  // 4: corral.auth.v1.CreateTokenResponse.info:type_name -> corral.auth.v1.Token
+	0,  // 5: corral.auth.v1.ListTokensRequest.role:type_name -> corral.auth.v1.Role
+	2,  // 6: corral.auth.v1.ListTokensResponse.tokens:type_name -> corral.auth.v1.Token
+	11, // 7: corral.auth.v1.IssuedCertificates.certificates:type_name -> corral.auth.v1.IssuedCertificates.Entry
+	12, // 8: corral.auth.v1.access:extendee -> google.protobuf.MethodOptions
+	1,  // 9: corral.auth.v1.access:type_name -> corral.auth.v1.Access
+	3,  // 10: corral.auth.v1.TokenService.CreateToken:input_type -> corral.auth.v1.CreateTokenRequest
+	5,  // 11: corral.auth.v1.TokenService.ListTokens:input_type -> corral.auth.v1.ListTokensRequest
+	7,  // 12: corral.auth.v1.TokenService.RevokeToken:input_type -> corral.auth.v1.RevokeTokenRequest
+	4,  // 13: corral.auth.v1.TokenService.CreateToken:output_type -> corral.auth.v1.CreateTokenResponse
+	6,  // 14: corral.auth.v1.TokenService.ListTokens:output_type -> corral.auth.v1.ListTokensResponse
+	8,  // 15: corral.auth.v1.TokenService.RevokeToken:output_type -> corral.auth.v1.RevokeTokenResponse
+	13, // [13:16] is the sub-list for method output_type
+	10, // [10:13] is the sub-list for method input_type
+	9,  // [9:10] is the sub-list for extension type_name
+	8,  // [8:9] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_api_auth_v1_auth_proto_init() }
@@ -314,9 +932,9 @@ func file_api_auth_v1_auth_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_auth_v1_auth_proto_rawDesc), len(file_api_auth_v1_auth_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   2,
+			NumMessages:   11,
 			NumExtensions: 1,
-			NumServices:   0,
+			NumServices:   1,
 		},
 		GoTypes:           file_api_auth_v1_auth_proto_goTypes,
 		DependencyIndexes: file_api_auth_v1_auth_proto_depIdxs,

@@ -366,6 +366,13 @@ type Bmc struct {
 	// inband_address is the BMC LAN address the machine's agent read in-band
 	// (empty until discovery reports one).
 	InbandAddress string `protobuf:"bytes,8,opt,name=inband_address,json=inbandAddress,proto3" json:"inband_address,omitempty"`
+	// tls_sha256 pins a Redfish BMC's certificate (trust on first use at
+	// enroll): lowercase hex SHA-256 of the leaf certificate's DER. A BMC
+	// presenting another certificate is refused.
+	TlsSha256 string `protobuf:"bytes,9,opt,name=tls_sha256,json=tlsSha256,proto3" json:"tls_sha256,omitempty"`
+	// tls_insecure skips certificate verification for this BMC (enrolled
+	// with --bmc-insecure); tls_sha256 is then empty.
+	TlsInsecure   bool `protobuf:"varint,10,opt,name=tls_insecure,json=tlsInsecure,proto3" json:"tls_insecure,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -454,6 +461,20 @@ func (x *Bmc) GetInbandAddress() string {
 		return x.InbandAddress
 	}
 	return ""
+}
+
+func (x *Bmc) GetTlsSha256() string {
+	if x != nil {
+		return x.TlsSha256
+	}
+	return ""
+}
+
+func (x *Bmc) GetTlsInsecure() bool {
+	if x != nil {
+		return x.TlsInsecure
+	}
+	return false
 }
 
 // FactChange is one dated difference between two fact reports.
@@ -1276,7 +1297,13 @@ type EnrollMachineRequest struct {
 	// boot timeline (and power changes in it) are kept from the first PXE.
 	BootMac string `protobuf:"bytes,8,opt,name=boot_mac,json=bootMac,proto3" json:"boot_mac,omitempty"`
 	// timeout_ms bounds the credential check (default 10000).
-	TimeoutMs     uint32 `protobuf:"varint,9,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	TimeoutMs uint32 `protobuf:"varint,9,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// bmc_insecure enrolls a Redfish BMC without verifying or pinning its
+	// certificate (an explicit opt-out).
+	BmcInsecure bool `protobuf:"varint,10,opt,name=bmc_insecure,json=bmcInsecure,proto3" json:"bmc_insecure,omitempty"`
+	// bmc_tls_sha256 pins the expected certificate instead of trusting the
+	// one the BMC presents at enroll.
+	BmcTlsSha256  string `protobuf:"bytes,11,opt,name=bmc_tls_sha256,json=bmcTlsSha256,proto3" json:"bmc_tls_sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1372,6 +1399,20 @@ func (x *EnrollMachineRequest) GetTimeoutMs() uint32 {
 		return x.TimeoutMs
 	}
 	return 0
+}
+
+func (x *EnrollMachineRequest) GetBmcInsecure() bool {
+	if x != nil {
+		return x.BmcInsecure
+	}
+	return false
+}
+
+func (x *EnrollMachineRequest) GetBmcTlsSha256() string {
+	if x != nil {
+		return x.BmcTlsSha256
+	}
+	return ""
 }
 
 type AcceptMachineRequest struct {
@@ -2145,7 +2186,7 @@ var File_api_inventory_v1_machine_proto protoreflect.FileDescriptor
 
 const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\n" +
-	"\x1eapi/inventory/v1/machine.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1capi/inventory/v1/facts.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb0\x02\n" +
+	"\x1eapi/inventory/v1/machine.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1capi/inventory/v1/facts.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf2\x02\n" +
 	"\x03Bmc\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\rR\x04port\x12<\n" +
@@ -2155,7 +2196,11 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\bprovider\x18\x06 \x01(\tR\bprovider\x12;\n" +
 	"\vverified_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"verifiedAt\x12%\n" +
-	"\x0einband_address\x18\b \x01(\tR\rinbandAddress\"z\n" +
+	"\x0einband_address\x18\b \x01(\tR\rinbandAddress\x12\x1d\n" +
+	"\n" +
+	"tls_sha256\x18\t \x01(\tR\ttlsSha256\x12!\n" +
+	"\ftls_insecure\x18\n" +
+	" \x01(\bR\vtlsInsecure\"z\n" +
 	"\n" +
 	"FactChange\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x12\n" +
@@ -2254,7 +2299,7 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x14ListMachinesResponse\x128\n" +
 	"\bmachines\x18\x01 \x03(\v2\x1c.corral.inventory.v1.MachineR\bmachines\"'\n" +
 	"\x11GetMachineRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xd5\x02\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x9e\x03\n" +
 	"\x14EnrollMachineRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vbmc_address\x18\x02 \x01(\tR\n" +
@@ -2266,7 +2311,10 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x10bmc_cipher_suite\x18\a \x01(\rR\x0ebmcCipherSuite\x12\x19\n" +
 	"\bboot_mac\x18\b \x01(\tR\abootMac\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\t \x01(\rR\ttimeoutMs\"R\n" +
+	"timeout_ms\x18\t \x01(\rR\ttimeoutMs\x12!\n" +
+	"\fbmc_insecure\x18\n" +
+	" \x01(\bR\vbmcInsecure\x12$\n" +
+	"\x0ebmc_tls_sha256\x18\v \x01(\tR\fbmcTlsSha256\"R\n" +
 	"\x14AcceptMachineRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04disk\x18\x02 \x01(\tR\x04disk\x12\x12\n" +

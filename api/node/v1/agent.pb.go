@@ -266,12 +266,70 @@ func (x *Progress) GetInstallId() string {
 	return ""
 }
 
+// CertificateRequest carries the PKCS#10 request for the node key the
+// agent generated on the machine for install install_id. The appliance
+// signs it for the accepted node name only while that install is running
+// and only on the session of the agent that registered the machine; the
+// request's subject and SANs are ignored.
+type CertificateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	InstallId     string                 `protobuf:"bytes,1,opt,name=install_id,json=installId,proto3" json:"install_id,omitempty"`
+	CsrPem        string                 `protobuf:"bytes,2,opt,name=csr_pem,json=csrPem,proto3" json:"csr_pem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CertificateRequest) Reset() {
+	*x = CertificateRequest{}
+	mi := &file_api_node_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CertificateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CertificateRequest) ProtoMessage() {}
+
+func (x *CertificateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_node_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CertificateRequest.ProtoReflect.Descriptor instead.
+func (*CertificateRequest) Descriptor() ([]byte, []int) {
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CertificateRequest) GetInstallId() string {
+	if x != nil {
+		return x.InstallId
+	}
+	return ""
+}
+
+func (x *CertificateRequest) GetCsrPem() string {
+	if x != nil {
+		return x.CsrPem
+	}
+	return ""
+}
+
 type AgentMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
 	//
 	//	*AgentMessage_Heartbeat
 	//	*AgentMessage_Progress
+	//	*AgentMessage_Csr
 	Msg           isAgentMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -279,7 +337,7 @@ type AgentMessage struct {
 
 func (x *AgentMessage) Reset() {
 	*x = AgentMessage{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[4]
+	mi := &file_api_node_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -291,7 +349,7 @@ func (x *AgentMessage) String() string {
 func (*AgentMessage) ProtoMessage() {}
 
 func (x *AgentMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[4]
+	mi := &file_api_node_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -304,7 +362,7 @@ func (x *AgentMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentMessage.ProtoReflect.Descriptor instead.
 func (*AgentMessage) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AgentMessage) GetMsg() isAgentMessage_Msg {
@@ -332,6 +390,15 @@ func (x *AgentMessage) GetProgress() *Progress {
 	return nil
 }
 
+func (x *AgentMessage) GetCsr() *CertificateRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*AgentMessage_Csr); ok {
+			return x.Csr
+		}
+	}
+	return nil
+}
+
 type isAgentMessage_Msg interface {
 	isAgentMessage_Msg()
 }
@@ -344,9 +411,15 @@ type AgentMessage_Progress struct {
 	Progress *Progress `protobuf:"bytes,2,opt,name=progress,proto3,oneof"`
 }
 
+type AgentMessage_Csr struct {
+	Csr *CertificateRequest `protobuf:"bytes,3,opt,name=csr,proto3,oneof"`
+}
+
 func (*AgentMessage_Heartbeat) isAgentMessage_Msg() {}
 
 func (*AgentMessage_Progress) isAgentMessage_Msg() {}
+
+func (*AgentMessage_Csr) isAgentMessage_Msg() {}
 
 // InstallPlan tells a discovery agent to make the machine a hypervisor
 // node: partition (GPT) and format the target disk and write the node
@@ -359,10 +432,13 @@ type InstallPlan struct {
 	Disk string `protobuf:"bytes,1,opt,name=disk,proto3" json:"disk,omitempty"`
 	Wipe bool   `protobuf:"varint,2,opt,name=wipe,proto3" json:"wipe,omitempty"`
 	// hostname is the node name (the certificate's CN and DNS SAN).
-	Hostname    string `protobuf:"bytes,3,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Hostname string `protobuf:"bytes,3,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	// TODO(#11, CSR flow): remove 4 and 5 (reserve them); the agent makes the
+	// key and sends a CertificateRequest.
 	NodeCertPem string `protobuf:"bytes,4,opt,name=node_cert_pem,json=nodeCertPem,proto3" json:"node_cert_pem,omitempty"`
 	NodeKeyPem  string `protobuf:"bytes,5,opt,name=node_key_pem,json=nodeKeyPem,proto3" json:"node_key_pem,omitempty"`
-	CaCertPem   string `protobuf:"bytes,6,opt,name=ca_cert_pem,json=caCertPem,proto3" json:"ca_cert_pem,omitempty"`
+	// ca_cert_pem is the CA the node trusts for the appliance.
+	CaCertPem string `protobuf:"bytes,6,opt,name=ca_cert_pem,json=caCertPem,proto3" json:"ca_cert_pem,omitempty"`
 	// appliance_endpoint is the API host:port the node dials.
 	ApplianceEndpoint string `protobuf:"bytes,7,opt,name=appliance_endpoint,json=applianceEndpoint,proto3" json:"appliance_endpoint,omitempty"`
 	InstallId         string `protobuf:"bytes,8,opt,name=install_id,json=installId,proto3" json:"install_id,omitempty"`
@@ -373,7 +449,7 @@ type InstallPlan struct {
 
 func (x *InstallPlan) Reset() {
 	*x = InstallPlan{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[5]
+	mi := &file_api_node_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -385,7 +461,7 @@ func (x *InstallPlan) String() string {
 func (*InstallPlan) ProtoMessage() {}
 
 func (x *InstallPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[5]
+	mi := &file_api_node_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -398,7 +474,7 @@ func (x *InstallPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallPlan.ProtoReflect.Descriptor instead.
 func (*InstallPlan) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *InstallPlan) GetDisk() string {
@@ -476,7 +552,7 @@ type WipePlan struct {
 
 func (x *WipePlan) Reset() {
 	*x = WipePlan{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[6]
+	mi := &file_api_node_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -488,7 +564,7 @@ func (x *WipePlan) String() string {
 func (*WipePlan) ProtoMessage() {}
 
 func (x *WipePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[6]
+	mi := &file_api_node_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -501,7 +577,7 @@ func (x *WipePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WipePlan.ProtoReflect.Descriptor instead.
 func (*WipePlan) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WipePlan) GetDisk() string {
@@ -518,6 +594,76 @@ func (x *WipePlan) GetInstallId() string {
 	return ""
 }
 
+// NodeCertificate answers a CertificateRequest: the certificate signed for
+// the request's key, or error saying why it was refused.
+type NodeCertificate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	InstallId     string                 `protobuf:"bytes,1,opt,name=install_id,json=installId,proto3" json:"install_id,omitempty"`
+	CertPem       string                 `protobuf:"bytes,2,opt,name=cert_pem,json=certPem,proto3" json:"cert_pem,omitempty"`
+	CaCertPem     string                 `protobuf:"bytes,3,opt,name=ca_cert_pem,json=caCertPem,proto3" json:"ca_cert_pem,omitempty"`
+	Error         string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeCertificate) Reset() {
+	*x = NodeCertificate{}
+	mi := &file_api_node_v1_agent_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeCertificate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeCertificate) ProtoMessage() {}
+
+func (x *NodeCertificate) ProtoReflect() protoreflect.Message {
+	mi := &file_api_node_v1_agent_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeCertificate.ProtoReflect.Descriptor instead.
+func (*NodeCertificate) Descriptor() ([]byte, []int) {
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *NodeCertificate) GetInstallId() string {
+	if x != nil {
+		return x.InstallId
+	}
+	return ""
+}
+
+func (x *NodeCertificate) GetCertPem() string {
+	if x != nil {
+		return x.CertPem
+	}
+	return ""
+}
+
+func (x *NodeCertificate) GetCaCertPem() string {
+	if x != nil {
+		return x.CaCertPem
+	}
+	return ""
+}
+
+func (x *NodeCertificate) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type ApplianceMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Cmd:
@@ -527,6 +673,7 @@ type ApplianceMessage struct {
 	//	*ApplianceMessage_Reboot_
 	//	*ApplianceMessage_Install
 	//	*ApplianceMessage_Wipe
+	//	*ApplianceMessage_Certificate
 	Cmd           isApplianceMessage_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -534,7 +681,7 @@ type ApplianceMessage struct {
 
 func (x *ApplianceMessage) Reset() {
 	*x = ApplianceMessage{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[7]
+	mi := &file_api_node_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -546,7 +693,7 @@ func (x *ApplianceMessage) String() string {
 func (*ApplianceMessage) ProtoMessage() {}
 
 func (x *ApplianceMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[7]
+	mi := &file_api_node_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -559,7 +706,7 @@ func (x *ApplianceMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ApplianceMessage) GetCmd() isApplianceMessage_Cmd {
@@ -614,6 +761,15 @@ func (x *ApplianceMessage) GetWipe() *WipePlan {
 	return nil
 }
 
+func (x *ApplianceMessage) GetCertificate() *NodeCertificate {
+	if x != nil {
+		if x, ok := x.Cmd.(*ApplianceMessage_Certificate); ok {
+			return x.Certificate
+		}
+	}
+	return nil
+}
+
 type isApplianceMessage_Cmd interface {
 	isApplianceMessage_Cmd()
 }
@@ -638,6 +794,10 @@ type ApplianceMessage_Wipe struct {
 	Wipe *WipePlan `protobuf:"bytes,5,opt,name=wipe,proto3,oneof"`
 }
 
+type ApplianceMessage_Certificate struct {
+	Certificate *NodeCertificate `protobuf:"bytes,6,opt,name=certificate,proto3,oneof"`
+}
+
 func (*ApplianceMessage_Wait_) isApplianceMessage_Cmd() {}
 
 func (*ApplianceMessage_PowerOff_) isApplianceMessage_Cmd() {}
@@ -647,6 +807,8 @@ func (*ApplianceMessage_Reboot_) isApplianceMessage_Cmd() {}
 func (*ApplianceMessage_Install) isApplianceMessage_Cmd() {}
 
 func (*ApplianceMessage_Wipe) isApplianceMessage_Cmd() {}
+
+func (*ApplianceMessage_Certificate) isApplianceMessage_Cmd() {}
 
 type JoinRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -659,7 +821,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[8]
+	mi := &file_api_node_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +833,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[8]
+	mi := &file_api_node_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +846,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *JoinRequest) GetName() string {
@@ -711,7 +873,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[9]
+	mi := &file_api_node_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +885,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[9]
+	mi := &file_api_node_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +898,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *JoinResponse) GetCertPem() string {
@@ -761,7 +923,7 @@ type ApplianceMessage_Wait struct {
 
 func (x *ApplianceMessage_Wait) Reset() {
 	*x = ApplianceMessage_Wait{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[10]
+	mi := &file_api_node_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +935,7 @@ func (x *ApplianceMessage_Wait) String() string {
 func (*ApplianceMessage_Wait) ProtoMessage() {}
 
 func (x *ApplianceMessage_Wait) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[10]
+	mi := &file_api_node_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +948,7 @@ func (x *ApplianceMessage_Wait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage_Wait.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage_Wait) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{7, 0}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{9, 0}
 }
 
 type ApplianceMessage_PowerOff struct {
@@ -797,7 +959,7 @@ type ApplianceMessage_PowerOff struct {
 
 func (x *ApplianceMessage_PowerOff) Reset() {
 	*x = ApplianceMessage_PowerOff{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[11]
+	mi := &file_api_node_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -809,7 +971,7 @@ func (x *ApplianceMessage_PowerOff) String() string {
 func (*ApplianceMessage_PowerOff) ProtoMessage() {}
 
 func (x *ApplianceMessage_PowerOff) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[11]
+	mi := &file_api_node_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -822,7 +984,7 @@ func (x *ApplianceMessage_PowerOff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage_PowerOff.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage_PowerOff) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{7, 1}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{9, 1}
 }
 
 type ApplianceMessage_Reboot struct {
@@ -833,7 +995,7 @@ type ApplianceMessage_Reboot struct {
 
 func (x *ApplianceMessage_Reboot) Reset() {
 	*x = ApplianceMessage_Reboot{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[12]
+	mi := &file_api_node_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +1007,7 @@ func (x *ApplianceMessage_Reboot) String() string {
 func (*ApplianceMessage_Reboot) ProtoMessage() {}
 
 func (x *ApplianceMessage_Reboot) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[12]
+	mi := &file_api_node_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +1020,7 @@ func (x *ApplianceMessage_Reboot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage_Reboot.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage_Reboot) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{7, 2}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{9, 2}
 }
 
 var File_api_node_v1_agent_proto protoreflect.FileDescriptor
@@ -883,10 +1045,15 @@ const file_api_node_v1_agent_proto_rawDesc = "" +
 	"\x04done\x18\x03 \x01(\bR\x04done\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x1d\n" +
 	"\n" +
-	"install_id\x18\x05 \x01(\tR\tinstallId\"\x88\x01\n" +
+	"install_id\x18\x05 \x01(\tR\tinstallId\"L\n" +
+	"\x12CertificateRequest\x12\x1d\n" +
+	"\n" +
+	"install_id\x18\x01 \x01(\tR\tinstallId\x12\x17\n" +
+	"\acsr_pem\x18\x02 \x01(\tR\x06csrPem\"\xc0\x01\n" +
 	"\fAgentMessage\x129\n" +
 	"\theartbeat\x18\x01 \x01(\v2\x19.corral.node.v1.HeartbeatH\x00R\theartbeat\x126\n" +
-	"\bprogress\x18\x02 \x01(\v2\x18.corral.node.v1.ProgressH\x00R\bprogressB\x05\n" +
+	"\bprogress\x18\x02 \x01(\v2\x18.corral.node.v1.ProgressH\x00R\bprogress\x126\n" +
+	"\x03csr\x18\x03 \x01(\v2\".corral.node.v1.CertificateRequestH\x00R\x03csrB\x05\n" +
 	"\x03msg\"\xa8\x02\n" +
 	"\vInstallPlan\x12\x12\n" +
 	"\x04disk\x18\x01 \x01(\tR\x04disk\x12\x12\n" +
@@ -903,13 +1070,20 @@ const file_api_node_v1_agent_proto_rawDesc = "" +
 	"\bWipePlan\x12\x12\n" +
 	"\x04disk\x18\x01 \x01(\tR\x04disk\x12\x1d\n" +
 	"\n" +
-	"install_id\x18\x02 \x01(\tR\tinstallId\"\xea\x02\n" +
+	"install_id\x18\x02 \x01(\tR\tinstallId\"\x81\x01\n" +
+	"\x0fNodeCertificate\x12\x1d\n" +
+	"\n" +
+	"install_id\x18\x01 \x01(\tR\tinstallId\x12\x19\n" +
+	"\bcert_pem\x18\x02 \x01(\tR\acertPem\x12\x1e\n" +
+	"\vca_cert_pem\x18\x03 \x01(\tR\tcaCertPem\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xaf\x03\n" +
 	"\x10ApplianceMessage\x12;\n" +
 	"\x04wait\x18\x01 \x01(\v2%.corral.node.v1.ApplianceMessage.WaitH\x00R\x04wait\x12H\n" +
 	"\tpower_off\x18\x02 \x01(\v2).corral.node.v1.ApplianceMessage.PowerOffH\x00R\bpowerOff\x12A\n" +
 	"\x06reboot\x18\x03 \x01(\v2'.corral.node.v1.ApplianceMessage.RebootH\x00R\x06reboot\x127\n" +
 	"\ainstall\x18\x04 \x01(\v2\x1b.corral.node.v1.InstallPlanH\x00R\ainstall\x12.\n" +
-	"\x04wipe\x18\x05 \x01(\v2\x18.corral.node.v1.WipePlanH\x00R\x04wipe\x1a\x06\n" +
+	"\x04wipe\x18\x05 \x01(\v2\x18.corral.node.v1.WipePlanH\x00R\x04wipe\x12C\n" +
+	"\vcertificate\x18\x06 \x01(\v2\x1f.corral.node.v1.NodeCertificateH\x00R\vcertificate\x1a\x06\n" +
 	"\x04Wait\x1a\n" +
 	"\n" +
 	"\bPowerOff\x1a\b\n" +
@@ -939,43 +1113,47 @@ func file_api_node_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_node_v1_agent_proto_rawDescData
 }
 
-var file_api_node_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_api_node_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_api_node_v1_agent_proto_goTypes = []any{
 	(*RegisterRequest)(nil),           // 0: corral.node.v1.RegisterRequest
 	(*RegisterResponse)(nil),          // 1: corral.node.v1.RegisterResponse
 	(*Heartbeat)(nil),                 // 2: corral.node.v1.Heartbeat
 	(*Progress)(nil),                  // 3: corral.node.v1.Progress
-	(*AgentMessage)(nil),              // 4: corral.node.v1.AgentMessage
-	(*InstallPlan)(nil),               // 5: corral.node.v1.InstallPlan
-	(*WipePlan)(nil),                  // 6: corral.node.v1.WipePlan
-	(*ApplianceMessage)(nil),          // 7: corral.node.v1.ApplianceMessage
-	(*JoinRequest)(nil),               // 8: corral.node.v1.JoinRequest
-	(*JoinResponse)(nil),              // 9: corral.node.v1.JoinResponse
-	(*ApplianceMessage_Wait)(nil),     // 10: corral.node.v1.ApplianceMessage.Wait
-	(*ApplianceMessage_PowerOff)(nil), // 11: corral.node.v1.ApplianceMessage.PowerOff
-	(*ApplianceMessage_Reboot)(nil),   // 12: corral.node.v1.ApplianceMessage.Reboot
-	(*v1.Facts)(nil),                  // 13: corral.inventory.v1.Facts
+	(*CertificateRequest)(nil),        // 4: corral.node.v1.CertificateRequest
+	(*AgentMessage)(nil),              // 5: corral.node.v1.AgentMessage
+	(*InstallPlan)(nil),               // 6: corral.node.v1.InstallPlan
+	(*WipePlan)(nil),                  // 7: corral.node.v1.WipePlan
+	(*NodeCertificate)(nil),           // 8: corral.node.v1.NodeCertificate
+	(*ApplianceMessage)(nil),          // 9: corral.node.v1.ApplianceMessage
+	(*JoinRequest)(nil),               // 10: corral.node.v1.JoinRequest
+	(*JoinResponse)(nil),              // 11: corral.node.v1.JoinResponse
+	(*ApplianceMessage_Wait)(nil),     // 12: corral.node.v1.ApplianceMessage.Wait
+	(*ApplianceMessage_PowerOff)(nil), // 13: corral.node.v1.ApplianceMessage.PowerOff
+	(*ApplianceMessage_Reboot)(nil),   // 14: corral.node.v1.ApplianceMessage.Reboot
+	(*v1.Facts)(nil),                  // 15: corral.inventory.v1.Facts
 }
 var file_api_node_v1_agent_proto_depIdxs = []int32{
-	13, // 0: corral.node.v1.RegisterRequest.facts:type_name -> corral.inventory.v1.Facts
+	15, // 0: corral.node.v1.RegisterRequest.facts:type_name -> corral.inventory.v1.Facts
 	2,  // 1: corral.node.v1.AgentMessage.heartbeat:type_name -> corral.node.v1.Heartbeat
 	3,  // 2: corral.node.v1.AgentMessage.progress:type_name -> corral.node.v1.Progress
-	10, // 3: corral.node.v1.ApplianceMessage.wait:type_name -> corral.node.v1.ApplianceMessage.Wait
-	11, // 4: corral.node.v1.ApplianceMessage.power_off:type_name -> corral.node.v1.ApplianceMessage.PowerOff
-	12, // 5: corral.node.v1.ApplianceMessage.reboot:type_name -> corral.node.v1.ApplianceMessage.Reboot
-	5,  // 6: corral.node.v1.ApplianceMessage.install:type_name -> corral.node.v1.InstallPlan
-	6,  // 7: corral.node.v1.ApplianceMessage.wipe:type_name -> corral.node.v1.WipePlan
-	0,  // 8: corral.node.v1.AgentService.Register:input_type -> corral.node.v1.RegisterRequest
-	4,  // 9: corral.node.v1.AgentService.Session:input_type -> corral.node.v1.AgentMessage
-	8,  // 10: corral.node.v1.AgentService.Join:input_type -> corral.node.v1.JoinRequest
-	1,  // 11: corral.node.v1.AgentService.Register:output_type -> corral.node.v1.RegisterResponse
-	7,  // 12: corral.node.v1.AgentService.Session:output_type -> corral.node.v1.ApplianceMessage
-	9,  // 13: corral.node.v1.AgentService.Join:output_type -> corral.node.v1.JoinResponse
-	11, // [11:14] is the sub-list for method output_type
-	8,  // [8:11] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	4,  // 3: corral.node.v1.AgentMessage.csr:type_name -> corral.node.v1.CertificateRequest
+	12, // 4: corral.node.v1.ApplianceMessage.wait:type_name -> corral.node.v1.ApplianceMessage.Wait
+	13, // 5: corral.node.v1.ApplianceMessage.power_off:type_name -> corral.node.v1.ApplianceMessage.PowerOff
+	14, // 6: corral.node.v1.ApplianceMessage.reboot:type_name -> corral.node.v1.ApplianceMessage.Reboot
+	6,  // 7: corral.node.v1.ApplianceMessage.install:type_name -> corral.node.v1.InstallPlan
+	7,  // 8: corral.node.v1.ApplianceMessage.wipe:type_name -> corral.node.v1.WipePlan
+	8,  // 9: corral.node.v1.ApplianceMessage.certificate:type_name -> corral.node.v1.NodeCertificate
+	0,  // 10: corral.node.v1.AgentService.Register:input_type -> corral.node.v1.RegisterRequest
+	5,  // 11: corral.node.v1.AgentService.Session:input_type -> corral.node.v1.AgentMessage
+	10, // 12: corral.node.v1.AgentService.Join:input_type -> corral.node.v1.JoinRequest
+	1,  // 13: corral.node.v1.AgentService.Register:output_type -> corral.node.v1.RegisterResponse
+	9,  // 14: corral.node.v1.AgentService.Session:output_type -> corral.node.v1.ApplianceMessage
+	11, // 15: corral.node.v1.AgentService.Join:output_type -> corral.node.v1.JoinResponse
+	13, // [13:16] is the sub-list for method output_type
+	10, // [10:13] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_api_node_v1_agent_proto_init() }
@@ -983,16 +1161,18 @@ func file_api_node_v1_agent_proto_init() {
 	if File_api_node_v1_agent_proto != nil {
 		return
 	}
-	file_api_node_v1_agent_proto_msgTypes[4].OneofWrappers = []any{
+	file_api_node_v1_agent_proto_msgTypes[5].OneofWrappers = []any{
 		(*AgentMessage_Heartbeat)(nil),
 		(*AgentMessage_Progress)(nil),
+		(*AgentMessage_Csr)(nil),
 	}
-	file_api_node_v1_agent_proto_msgTypes[7].OneofWrappers = []any{
+	file_api_node_v1_agent_proto_msgTypes[9].OneofWrappers = []any{
 		(*ApplianceMessage_Wait_)(nil),
 		(*ApplianceMessage_PowerOff_)(nil),
 		(*ApplianceMessage_Reboot_)(nil),
 		(*ApplianceMessage_Install)(nil),
 		(*ApplianceMessage_Wipe)(nil),
+		(*ApplianceMessage_Certificate)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1000,7 +1180,7 @@ func file_api_node_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_node_v1_agent_proto_rawDesc), len(file_api_node_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
