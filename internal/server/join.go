@@ -18,7 +18,7 @@ func (s *Server) join(ctx context.Context, req *nodev1.JoinRequest) (*nodev1.Joi
 		return nil, apierr.Invalidf("node name: %v", err)
 	}
 	p, _ := auth.FromContext(ctx)
-	certPEM, err := s.ca.SignNodeCSR([]byte(req.GetCsrPem()), req.GetName(), auth.NodeOrganization, nil)
+	certPEM, err := s.signNodeCert(ctx, req.GetName(), []byte(req.GetCsrPem()), "join")
 	if err != nil {
 		return nil, apierr.Invalidf("%v", err)
 	}
