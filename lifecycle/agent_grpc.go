@@ -117,6 +117,8 @@ func (s *AgentServer) Session(stream nodev1.AgentService_SessionServer) error {
 				}
 				l.ev.Event(id.mac, "agent", "progress: "+p.GetStep(), p.GetDetail(), attrs)
 				l.onProgress(ctx, machine, p)
+			case *nodev1.AgentMessage_Csr:
+				l.onCSR(ctx, machine, x.Csr)
 			}
 		}
 	}()
