@@ -18,6 +18,18 @@ type Principal struct {
 	// Subject names the caller for humans and logs: the token's
 	// description, or the certificate's common name.
 	Subject string
+	// MAC and Machine bind a per-boot AGENT token (IssueBoot) to the boot
+	// MAC (lower-case colon form) and the machine its script was rendered
+	// for: the agent edge lets it Register only that MAC and Session only
+	// that machine. Both are empty for any other principal, including an
+	// AGENT token an admin made by hand (corrald token create), which is
+	// bound to nothing.
+	MAC     string
+	Machine string
+	// Node is the one node name a NODE token may Join as (empty: any name
+	// that is not a node yet). For a certificate principal it is empty:
+	// Subject is the node's name.
+	Node string
 }
 
 type principalKey struct{}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
@@ -53,14 +54,19 @@ var secretLen = secretEncoding.EncodedLen(secretBytes)
 
 // Tokens keeps bearer tokens in a store.Store. A token is
 // crl_<id>_<secret> with a 16-hex-digit id and a 52-character base32
-// secret; the store holds only the SHA-256 of the whole token. Tokens
-// holds no state of its own: it is safe for concurrent use, and several
-// values over the same store agree.
+// secret; the store holds only the SHA-256 of the whole token. Per-boot
+// agent tokens (IssueBoot, boottokens.go) are derived from a key kept in
+// the store. Tokens caches nothing but that key: it is safe for concurrent
+// use, and several values over the same store agree. Use a *Tokens; it
+// must not be copied after first use.
 type Tokens struct {
 	// Store holds the records; required.
 	Store store.Store
 	// Now is the clock used for creation and expiry; nil means time.Now.
 	Now func() time.Time
+
+	mu  sync.Mutex
+	key []byte // the boot-token key, once read
 }
 
 func (t *Tokens) now() time.Time {
@@ -158,7 +164,11 @@ func validID(id string) bool {
 }
 
 // Authenticate checks token and returns the principal it stands for, with
-// Role and ID from the record and Subject set to its description.
+// Role and ID from the record, Subject set to its description and the
+// record's bindings (MAC and Machine of a per-boot agent token, Node of a
+// node token). A per-boot agent token's expiry slides forward when less
+// than half of its lifetime is left (one store write per half lifetime;
+// see IssueBoot).
 //
 // It returns an error wrapping ErrUnauthenticated when the token is
 // malformed, its id is unknown, its secret does not match (compared in
@@ -173,7 +183,7 @@ func (t *Tokens) Authenticate(ctx context.Context, token string) (Principal, err
 	}
 	sum := sha256.Sum256([]byte(token))
 	var rec authv1.Token
-	_, err := record.Get(ctx, t.Store, tokenKey(id), &rec)
+	rev, err := record.Get(ctx, t.Store, tokenKey(id), &rec)
 	if errors.Is(err, store.ErrNotFound) {
 		return Principal{}, fmt.Errorf("%w: invalid token", ErrUnauthenticated)
 	}
@@ -190,7 +200,11 @@ func (t *Tokens) Authenticate(ctx context.Context, token string) (Principal, err
 	if !ValidRole(rec.GetRole()) {
 		return Principal{}, fmt.Errorf("%w: token %s has no valid role", ErrUnauthenticated, id)
 	}
-	return Principal{Role: rec.GetRole(), ID: id, Subject: rec.GetDescription()}, nil
+	p := Principal{Role: rec.GetRole(), ID: id, Subject: rec.GetDescription(), MAC: rec.GetMac(), Machine: rec.GetMachine(), Node: rec.GetNode()}
+	if rec.GetRole() == authv1.Role_ROLE_AGENT && rec.GetMac() != "" {
+		t.slideBoot(ctx, &rec, rev)
+	}
+	return p, nil
 }
 
 // List returns every stored token in id order, expired ones included, with
@@ -208,10 +222,12 @@ func (t *Tokens) List(ctx context.Context) ([]*authv1.Token, error) {
 	return recs, nil
 }
 
-// Revoke deletes the token with id; it stops authenticating at once. It
-// returns an error wrapping store.ErrNotFound if there is no such token
-// (including an id that is not 16 lowercase hex digits), or the store's
-// error.
+// Revoke deletes the token with id; it stops authenticating at once. A
+// per-boot agent token (one bound to a MAC) is expired in place instead and
+// left for PurgeExpired, so that the next token minted for its MAC is
+// certain to differ from it (see IssueBoot). It returns an error wrapping
+// store.ErrNotFound if there is no such token (including an id that is not
+// 16 lowercase hex digits), or the store's error.
 func (t *Tokens) Revoke(ctx context.Context, id string) error {
 	if !validID(id) {
 		return fmt.Errorf("auth: revoke token %q: %w", id, store.ErrNotFound)
@@ -221,7 +237,17 @@ func (t *Tokens) Revoke(ctx context.Context, id string) error {
 		if err != nil {
 			return fmt.Errorf("auth: revoke token %s: %w", id, err)
 		}
-		err = t.Store.Delete(ctx, tokenKey(id), kv.Revision)
+		var rec authv1.Token
+		if record.Unmarshal(kv.Value, &rec) == nil && rec.GetRole() == authv1.Role_ROLE_AGENT && rec.GetMac() != "" {
+			now := t.now().Unix()
+			if rec.GetExpiresUnix() != 0 && rec.GetExpiresUnix() <= now {
+				return nil // already expired or revoked
+			}
+			rec.ExpiresUnix = now
+			_, err = record.Put(ctx, t.Store, tokenKey(id), &rec, kv.Revision)
+		} else {
+			err = t.Store.Delete(ctx, tokenKey(id), kv.Revision)
+		}
 		if errors.Is(err, store.ErrConflict) && ctx.Err() == nil {
 			continue // rewritten since we read it: read again
 		}
@@ -232,10 +258,11 @@ func (t *Tokens) Revoke(ctx context.Context, id string) error {
 	}
 }
 
-// PurgeExpired deletes every token whose expiry has passed (tokens without
-// an expiry are kept) and returns how many it deleted. Per-boot agent
-// tokens are minted for every script render, so without this they would
-// pile up. A token rewritten concurrently is left for the next purge.
+// PurgeExpired deletes every token that expired at least a second ago
+// (tokens without an expiry are kept) and returns how many it deleted. A
+// per-boot agent token stays until its MAC's next mint would replace it
+// anyway; purging keeps the tokens of machines that stopped booting from
+// piling up. A token rewritten concurrently is left for the next purge.
 func (t *Tokens) PurgeExpired(ctx context.Context) (int, error) {
 	kvs, err := t.Store.List(ctx, TokenKeyPrefix)
 	if err != nil {
@@ -248,7 +275,7 @@ func (t *Tokens) PurgeExpired(ctx context.Context) (int, error) {
 		if err := record.Unmarshal(kv.Value, &tok); err != nil {
 			continue
 		}
-		if tok.GetExpiresUnix() == 0 || tok.GetExpiresUnix() > now {
+		if tok.GetExpiresUnix() == 0 || tok.GetExpiresUnix() >= now {
 			continue
 		}
 		if err := t.Store.Delete(ctx, kv.Key, kv.Revision); err == nil {
