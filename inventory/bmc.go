@@ -1,12 +1,14 @@
 package inventory
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,11 +33,84 @@ var (
 	ErrBMCAuth = fmt.Errorf("%w: BMC authentication failed", apierr.ErrPrecondition)
 	// ErrBMCFailed: the BMC understood the request and refused it.
 	ErrBMCFailed = fmt.Errorf("%w: BMC operation failed", apierr.ErrPrecondition)
+	// ErrBMCCertificate: a Redfish BMC presented a certificate other than
+	// the pinned one, or has none pinned; nothing was sent to it. Errors
+	// of this class from BMC calls are *BMCCertificateError.
+	ErrBMCCertificate = apierr.New(apierr.ErrPrecondition, "BMC certificate not trusted")
 )
 
 // FlagBMCAddressMismatch starts a machine flag set when the agent reads a
 // BMC LAN address in-band that differs from the enrolled one.
 const FlagBMCAddressMismatch = "bmc-address-mismatch"
+
+// FlagBMCCertificateChanged starts a machine flag set when its Redfish BMC
+// presents a certificate other than the pinned one (the poller notices it
+// within an interval); it is cleared when the BMC presents the pinned one
+// again or the machine is enrolled again.
+const FlagBMCCertificateChanged = "bmc-certificate-changed"
+
+// RedfishProviderName is the name the BMC adapter's Redfish provider
+// answers as (ipmi.RedfishProviderName; inventory does not import ipmi).
+// A machine enrolled with protocol auto that was answered by it is a
+// Redfish BMC.
+const RedfishProviderName = "gofish"
+
+// BMCCertificateError is a refused Redfish BMC certificate.
+//
+// Pinning: the SHA-256 of the BMC's leaf certificate is stored at enroll
+// (Bmc.tls_sha256) — the one the request gives, or else the one the BMC
+// presents then (trust on first use) — and every later call accepts only
+// that certificate. A BMC enrolled before pinning existed (Redfish, no
+// pin, not insecure) is refused rather than pinned at its next call: a
+// pin taken silently by the poller at some later hour would trust whoever
+// answers then, with nobody watching, and send it the stored password.
+// Enrolling it again pins it with an operator at the keyboard.
+type BMCCertificateError struct {
+	// Pinned is the pinned SHA-256 (lowercase hex); empty when none is.
+	Pinned string
+	// Presented is the SHA-256 the BMC presented (empty when unknown).
+	Presented string
+}
+
+func (e *BMCCertificateError) Error() string {
+	if e.Pinned == "" {
+		return "its Redfish BMC has no pinned certificate (enrolled before BMC certificates were pinned): " +
+			"enroll the machine again to pin the certificate the BMC presents, or with --bmc-tls-sha256 HEX to pin a known one (--bmc-insecure opts out)"
+	}
+	presented := e.Presented
+	if presented == "" {
+		presented = "none"
+	}
+	return fmt.Sprintf("BMC certificate changed: pinned sha256 %s, presented %s; re-enroll with --bmc-tls-sha256 %s if this is expected",
+		e.Pinned, presented, presented)
+}
+
+// Unwrap makes errors.Is(err, ErrBMCCertificate) hold.
+func (e *BMCCertificateError) Unwrap() error { return ErrBMCCertificate }
+
+// ParseTLSFingerprint normalises a certificate pin as an operator copies
+// it: the SHA-256 of the certificate's DER as 64 hex digits, either case,
+// plain or colon-separated by byte (`openssl x509 -noout -fingerprint
+// -sha256` prints the latter). It returns lowercase hex without colons.
+func ParseTLSFingerprint(s string) (string, error) {
+	in := s
+	s = strings.ToLower(strings.TrimSpace(s))
+	if strings.Contains(s, ":") {
+		if len(s) != 95 {
+			return "", invalidf("certificate fingerprint %q: want the SHA-256 of the certificate as 64 hex digits (colons between bytes allowed)", in)
+		}
+		for i := 2; i < len(s); i += 3 {
+			if s[i] != ':' {
+				return "", invalidf("certificate fingerprint %q: want the SHA-256 of the certificate as 64 hex digits (colons between bytes allowed)", in)
+			}
+		}
+		s = strings.ReplaceAll(s, ":", "")
+	}
+	if len(s) != 64 || strings.Trim(s, "0123456789abcdef") != "" {
+		return "", invalidf("certificate fingerprint %q: want the SHA-256 of the certificate as 64 hex digits (colons between bytes allowed)", in)
+	}
+	return s, nil
+}
 
 // BMCTarget says how to reach one machine's BMC. Password is cleartext
 // only in memory, for the duration of one call.
@@ -47,6 +122,13 @@ type BMCTarget struct {
 	Password    string
 	CipherSuite uint32
 	Timeout     time.Duration
+	// How a Redfish BMC's certificate is checked (IPMI ignores it): at
+	// most one of TLSSHA256 (the pin: only that certificate), TLSInsecure
+	// (not checked) and TLSFirstUse (enrolment: trust the one presented;
+	// BMCResult.TLSSHA256 reports it). None of them: Redfish is refused.
+	TLSSHA256   string
+	TLSInsecure bool
+	TLSFirstUse bool
 }
 
 func (t BMCTarget) String() string { return net.JoinHostPort(t.Host, strconv.Itoa(int(t.Port))) }
@@ -64,12 +146,17 @@ type BMCResult struct {
 	Provider string
 	Attempts []*inventoryv1.ProviderAttempt
 	Note     string
+	// TLSSHA256 is the certificate a Redfish BMC presented during the
+	// call (lowercase hex SHA-256 of its DER), whatever the outcome;
+	// empty when no TLS handshake got that far.
+	TLSSHA256 string
 }
 
 // BMC is what inventory needs from BMC control; cmd wires the ipmi
 // package to it. Errors should wrap ErrBMCAuth, ErrBMCFailed, ErrInvalid
-// or ErrUnavailable (and the context's error at a deadline). Each call
-// must honour ctx and t.Timeout.
+// or ErrUnavailable (and the context's error at a deadline); a refused
+// certificate is a *BMCCertificateError. Each call must honour ctx and
+// t.Timeout, and check a Redfish BMC's certificate as t says.
 type BMC interface {
 	PowerState(ctx context.Context, t BMCTarget) (inventoryv1.PowerState, BMCResult, error)
 	SetPower(ctx context.Context, t BMCTarget, a inventoryv1.PowerAction) (BMCResult, error)
@@ -179,6 +266,15 @@ func (c *BMCControl) timeout(ms uint32) time.Duration {
 // address already enrolled on another machine is refused with
 // ErrAlreadyExists. It blocks for at most the request's timeout plus
 // store time.
+//
+// A Redfish BMC's certificate is pinned (see BMCCertificateError): the
+// request's bmc_tls_sha256 must match what the BMC presents, before any
+// credential is sent; without it, enrolling again at the same address
+// keeps the pin the machine has, and otherwise the certificate presented
+// now is trusted and pinned. bmc_insecure opts out (recorded as
+// tls_insecure). Under protocol auto a BMC answered over IPMI gets a pin
+// only if a Redfish handshake happened too; without one Redfish is never
+// tried for it. Both options are refused for protocol ipmi.
 func (c *BMCControl) Enroll(ctx context.Context, req *inventoryv1.EnrollMachineRequest) (*inventoryv1.Machine, error) {
 	name := req.GetName()
 	if err := CheckName(name); err != nil {
@@ -213,6 +309,18 @@ func (c *BMCControl) Enroll(ctx context.Context, req *inventoryv1.EnrollMachineR
 	if req.GetBmcCipherSuite() > 17 {
 		return nil, invalidf("cipher suite %d: IPMI defines 0-17 (0 tries 17, then 3)", req.GetBmcCipherSuite())
 	}
+	insecure, pin := req.GetBmcInsecure(), ""
+	if req.GetBmcTlsSha256() != "" {
+		if pin, err = ParseTLSFingerprint(req.GetBmcTlsSha256()); err != nil {
+			return nil, err
+		}
+	}
+	if insecure && pin != "" {
+		return nil, invalidf("--bmc-insecure and --bmc-tls-sha256 exclude each other: pin a certificate or opt out of checking it")
+	}
+	if bproto == inventoryv1.BmcProtocol_BMC_PROTOCOL_IPMI && (insecure || pin != "") {
+		return nil, invalidf("--bmc-insecure and --bmc-tls-sha256 are for Redfish BMCs (TLS); IPMI has no certificate")
+	}
 	var bootMAC string
 	if req.GetBootMac() != "" {
 		if bootMAC, err = NormalizeMAC(req.GetBootMac()); err != nil {
@@ -236,14 +344,33 @@ func (c *BMCControl) Enroll(ctx context.Context, req *inventoryv1.EnrollMachineR
 	if err := c.checkAddressFree(ctx, key, name); err != nil {
 		return nil, err
 	}
+	// Enrolling again at the same address (a new password, say) keeps
+	// the pin: a new certificate must be given, not slipped in.
+	pinGiven, pinKept := pin != "", false
+	if old := existing.GetBmc(); pin == "" && !insecure && old.GetTlsSha256() != "" &&
+		old.GetAddress() != "" && bmcKey(old.GetAddress(), old.GetPort()) == key {
+		pin, pinKept = old.GetTlsSha256(), true
+	}
 	t := BMCTarget{Host: host, Port: port, Protocol: bproto, Username: req.GetBmcUsername(), Password: req.GetBmcPassword(),
-		CipherSuite: req.GetBmcCipherSuite(), Timeout: c.timeout(req.GetTimeoutMs())}
+		CipherSuite: req.GetBmcCipherSuite(), Timeout: c.timeout(req.GetTimeoutMs()),
+		TLSSHA256: pin, TLSInsecure: insecure, TLSFirstUse: pin == "" && !insecure}
 	cctx, cancel := context.WithTimeout(ctx, t.Timeout)
 	st, res, err := c.cfg.BMC.PowerState(cctx, t)
 	cancel()
+	if err == nil {
+		err = checkEnrolledCertificate(t, res)
+	}
 	if err != nil {
+		var ce *BMCCertificateError
+		if errors.As(err, &ce) && pinGiven {
+			err = fmt.Errorf("BMC %s presents certificate sha256 %s, not the %s given with --bmc-tls-sha256: %w", t, ce.Presented, pin, ErrBMCCertificate)
+		}
 		c.log.Info("BMC enrolment refused", "machine", name, "bmc", t.String(), "err", err)
 		return nil, fmt.Errorf("enroll %s: %w", name, err)
+	}
+	tlsPin := ""
+	if !insecure {
+		tlsPin = res.TLSSHA256
 	}
 	if err := c.claimAddress(ctx, key, name); err != nil {
 		return nil, err
@@ -263,7 +390,7 @@ func (c *BMCControl) Enroll(ctx context.Context, req *inventoryv1.EnrollMachineR
 	}
 	now := timestamppb.New(c.inv.cfg.Now())
 	bmc := &inventoryv1.Bmc{Address: host, Port: port, Protocol: bproto, Username: req.GetBmcUsername(),
-		CipherSuite: req.GetBmcCipherSuite(), Provider: res.Provider, VerifiedAt: now}
+		CipherSuite: req.GetBmcCipherSuite(), Provider: res.Provider, VerifiedAt: now, TlsSha256: tlsPin, TlsInsecure: insecure}
 	var oldKey string
 	var m *inventoryv1.Machine
 	if existing == nil {
@@ -283,7 +410,7 @@ func (c *BMCControl) Enroll(ctx context.Context, req *inventoryv1.EnrollMachineR
 			bmc.InbandAddress = m.GetBmc().GetInbandAddress()
 			m.Bmc = proto.CloneOf(bmc)
 			m.PowerState, m.PowerReadAt = st, now
-			m.Flags = bmcMismatchFlags(m.GetFlags(), bmc)
+			m.Flags = withoutFlag(bmcMismatchFlags(m.GetFlags(), bmc), FlagBMCCertificateChanged)
 			return nil
 		})
 	}
@@ -294,9 +421,64 @@ func (c *BMCControl) Enroll(ctx context.Context, req *inventoryv1.EnrollMachineR
 	if oldKey != "" {
 		c.releaseAddress(ctx, oldKey, name)
 	}
-	c.event(m, "enrolled", fmt.Sprintf("BMC %s (%s) enrolled; power %s", t, protoName(bproto), powerName(st)), res)
-	c.log.Info("BMC enrolled", "machine", name, "bmc", t.String(), "provider", res.Provider, "state", powerName(st))
+	tlsNote := tlsDescription(bmc, pinGiven, pinKept)
+	detail := fmt.Sprintf("BMC %s (%s) enrolled; power %s", t, protoName(bproto), powerName(st))
+	if tlsNote != "" {
+		detail += "; " + tlsNote
+	}
+	c.event(m, "enrolled", detail, res)
+	c.log.Info("BMC enrolled", "machine", name, "bmc", t.String(), "provider", res.Provider, "state", powerName(st), "tls", tlsNote)
 	return m, nil
+}
+
+// checkEnrolledCertificate double-checks what an enrolment's BMC call
+// says about the certificate: a Redfish BMC must have presented one (to
+// pin), and the one given or kept (which the BMC adapter already
+// enforced; under protocol auto an IPMI answer does not, so it is checked
+// here).
+func checkEnrolledCertificate(t BMCTarget, res BMCResult) error {
+	switch {
+	case t.TLSInsecure:
+		return nil
+	case t.TLSSHA256 != "" && res.TLSSHA256 == "":
+		return preconditionf("BMC %s answered without TLS (%s), so the certificate given with --bmc-tls-sha256 cannot be checked: enroll it with --bmc-protocol ipmi and no pin", t, cmp.Or(res.Provider, "no provider"))
+	case t.TLSSHA256 != "" && res.TLSSHA256 != t.TLSSHA256:
+		return &BMCCertificateError{Pinned: t.TLSSHA256, Presented: res.TLSSHA256}
+	case t.Protocol == inventoryv1.BmcProtocol_BMC_PROTOCOL_REDFISH && res.TLSSHA256 == "":
+		return apierr.Unavailablef("BMC %s answered but presented no certificate to pin", t)
+	}
+	return nil
+}
+
+// tlsDescription says how the BMC's certificate is checked, for the
+// timeline and the log ("" for a BMC with no TLS).
+func tlsDescription(b *inventoryv1.Bmc, given, kept bool) string {
+	switch {
+	case b.GetTlsInsecure():
+		return "certificate not verified (--bmc-insecure)"
+	case b.GetTlsSha256() == "":
+		return ""
+	case given:
+		return "certificate sha256 " + b.GetTlsSha256() + " pinned as given"
+	case kept:
+		return "certificate sha256 " + b.GetTlsSha256() + " still pinned"
+	}
+	return "certificate sha256 " + b.GetTlsSha256() + " pinned (trust on first use)"
+}
+
+// withoutFlag drops the flags that start with prefix.
+func withoutFlag(flags []string, prefix string) []string {
+	return slices.DeleteFunc(slices.Clone(flags), func(f string) bool { return strings.HasPrefix(f, prefix) })
+}
+
+// flagWith returns the flag that starts with prefix ("" when none).
+func flagWith(flags []string, prefix string) string {
+	for _, f := range flags {
+		if strings.HasPrefix(f, prefix) {
+			return f
+		}
+	}
+	return ""
 }
 
 func protoName(p inventoryv1.BmcProtocol) string {
@@ -374,7 +556,10 @@ func (c *BMCControl) releaseAddress(ctx context.Context, key, name string) {
 	}
 }
 
-// target loads a machine's BMC target with its opened password.
+// target loads a machine's BMC target with its opened password and its
+// certificate pin. A Redfish BMC with neither a pin nor the insecure
+// opt-out (enrolled before pinning) is refused before anything is
+// opened or sent.
 func (c *BMCControl) target(ctx context.Context, name string) (*inventoryv1.Machine, BMCTarget, error) {
 	m, err := c.inv.GetMachine(ctx, name)
 	if err != nil {
@@ -383,6 +568,11 @@ func (c *BMCControl) target(ctx context.Context, name string) (*inventoryv1.Mach
 	b := m.GetBmc()
 	if b.GetAddress() == "" || b.GetUsername() == "" {
 		return m, BMCTarget{}, preconditionf("machine %q has no enrolled BMC: run `corral machine enroll %s --bmc ...`", name, name)
+	}
+	redfish := b.GetProtocol() == inventoryv1.BmcProtocol_BMC_PROTOCOL_REDFISH ||
+		(b.GetProtocol() == inventoryv1.BmcProtocol_BMC_PROTOCOL_AUTO && b.GetProvider() == RedfishProviderName)
+	if redfish && b.GetTlsSha256() == "" && !b.GetTlsInsecure() {
+		return m, BMCTarget{}, fmt.Errorf("machine %s: %w", name, &BMCCertificateError{})
 	}
 	var s inventoryv1.BmcSecret
 	if _, err := record.Get(ctx, c.inv.cfg.Store, bmcSecretPrefix+name, &s); err != nil {
@@ -400,7 +590,49 @@ func (c *BMCControl) target(ctx context.Context, name string) (*inventoryv1.Mach
 		port = defaultBMCPort(b.GetProtocol())
 	}
 	return m, BMCTarget{Host: b.GetAddress(), Port: port, Protocol: b.GetProtocol(), Username: b.GetUsername(), Password: string(pw),
-		CipherSuite: b.GetCipherSuite(), Timeout: c.cfg.CallTimeout}, nil
+		CipherSuite: b.GetCipherSuite(), Timeout: c.cfg.CallTimeout, TLSSHA256: b.GetTlsSha256(), TLSInsecure: b.GetTlsInsecure()}, nil
+}
+
+// noteCertificate keeps FlagBMCCertificateChanged in step with the
+// certificate a pinned Redfish BMC presented in a call: set when it
+// differs from the pin (with a timeline entry and a warning, once per
+// change, not once per poll), cleared when the pinned one is back. It
+// writes only on a change.
+func (c *BMCControl) noteCertificate(ctx context.Context, m *inventoryv1.Machine, res BMCResult) {
+	pin := m.GetBmc().GetTlsSha256()
+	if pin == "" || res.TLSSHA256 == "" {
+		return
+	}
+	flag := ""
+	if res.TLSSHA256 != pin {
+		flag = fmt.Sprintf("%s: pinned sha256 %s, presented %s", FlagBMCCertificateChanged, pin, res.TLSSHA256)
+	}
+	if flagWith(m.GetFlags(), FlagBMCCertificateChanged) == flag {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	nm, err := c.inv.UpdateMachine(ctx, m.GetName(), func(m *inventoryv1.Machine) error {
+		if m.GetBmc().GetTlsSha256() != pin || flagWith(m.GetFlags(), FlagBMCCertificateChanged) == flag {
+			return errSkip // enrolled again meanwhile, or already noted
+		}
+		m.Flags = withoutFlag(m.GetFlags(), FlagBMCCertificateChanged)
+		if flag != "" {
+			m.Flags = append(m.Flags, flag)
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errSkip):
+	case err != nil:
+		c.log.Warn("could not record the BMC certificate flag", "machine", m.GetName(), "err", err)
+	case flag != "":
+		ce := &BMCCertificateError{Pinned: pin, Presented: res.TLSSHA256}
+		c.event(nm, FlagBMCCertificateChanged, ce.Error(), res)
+		c.log.Warn("BMC certificate changed", "machine", m.GetName(), "bmc", m.GetBmc().GetAddress(), "pinned", pin, "presented", res.TLSSHA256)
+	default:
+		c.event(nm, "bmc-certificate-restored", "BMC presents the pinned certificate sha256 "+pin+" again", res)
+		c.log.Info("BMC certificate restored", "machine", m.GetName(), "bmc", m.GetBmc().GetAddress(), "pinned", pin)
+	}
 }
 
 // event records a BMC event in the machine's boot timeline (keyed by MAC:
@@ -416,6 +648,9 @@ func (c *BMCControl) event(m *inventoryv1.Machine, event, detail string, res BMC
 	}
 	if res.Note != "" {
 		attrs["note"] = res.Note
+	}
+	if res.TLSSHA256 != "" {
+		attrs["tls_sha256"] = res.TLSSHA256
 	}
 	if mac == "" {
 		c.log.Info("bmc "+event, "machine", m.GetName(), "detail", detail)
@@ -435,6 +670,7 @@ func (c *BMCControl) GetPower(ctx context.Context, name string) (*inventoryv1.Po
 	cctx, cancel := context.WithTimeout(ctx, t.Timeout)
 	st, res, err := c.cfg.BMC.PowerState(cctx, t)
 	cancel()
+	c.noteCertificate(ctx, m, res)
 	if err != nil {
 		return nil, fmt.Errorf("machine %s: %w", name, err)
 	}
@@ -476,6 +712,7 @@ func (c *BMCControl) SetPower(ctx context.Context, name string, a inventoryv1.Po
 	cctx, cancel := context.WithTimeout(ctx, t.Timeout)
 	res, err := c.cfg.BMC.SetPower(cctx, t, a)
 	cancel()
+	c.noteCertificate(ctx, m, res)
 	verb := strings.ToLower(strings.TrimPrefix(a.String(), "POWER_ACTION_"))
 	if err != nil {
 		c.event(m, "power-failed", fmt.Sprintf("power %s failed: %v", verb, err), res)
@@ -510,6 +747,7 @@ func (c *BMCControl) SetBootDevice(ctx context.Context, name string, req BootReq
 	cctx, cancel := context.WithTimeout(ctx, t.Timeout)
 	res, err := c.cfg.BMC.SetBootDevice(cctx, t, req)
 	cancel()
+	c.noteCertificate(ctx, m, res)
 	dev := strings.ToLower(strings.TrimPrefix(req.Device.String(), "BOOT_DEVICE_"))
 	if err != nil {
 		c.event(m, "bootdev-failed", fmt.Sprintf("boot device %s failed: %v", dev, err), res)

@@ -11,54 +11,74 @@ import (
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/store/record"
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
-// fakeBMC is one or more BMCs keyed by host:port.
+// fakeBMC is one or more BMCs keyed by host:port. A BMC with a cert is
+// a Redfish BMC and checks its certificate like the real adapter: before
+// the password.
 type fakeBMC struct {
 	mu       sync.Mutex
 	password map[string]string // host:port -> password
+	cert     map[string]string // host:port -> fingerprint presented (Redfish)
 	power    map[string]inventoryv1.PowerState
 	boots    []BootRequest
 	actions  []inventoryv1.PowerAction
 	calls    int
+	// passwords counts the calls that got as far as the password.
+	passwords int
 }
 
 func newFakeBMC() *fakeBMC {
-	return &fakeBMC{password: map[string]string{}, power: map[string]inventoryv1.PowerState{}}
+	return &fakeBMC{password: map[string]string{}, cert: map[string]string{}, power: map[string]inventoryv1.PowerState{}}
 }
 
-func (f *fakeBMC) check(t BMCTarget) error {
+func (f *fakeBMC) check(t BMCTarget) (BMCResult, error) {
 	f.calls++
 	pw, ok := f.password[t.String()]
 	if !ok {
-		return fmt.Errorf("%w: %s: no answer: %w", ErrUnavailable, t, context.DeadlineExceeded)
+		return BMCResult{}, fmt.Errorf("%w: %s: no answer: %w", ErrUnavailable, t, context.DeadlineExceeded)
 	}
+	res := BMCResult{Provider: "fake"}
+	if cert, redfish := f.cert[t.String()]; redfish && t.Protocol != inventoryv1.BmcProtocol_BMC_PROTOCOL_IPMI {
+		switch {
+		case t.TLSInsecure, t.TLSFirstUse, t.TLSSHA256 == cert:
+			res.Provider, res.TLSSHA256 = RedfishProviderName, cert
+		case t.TLSSHA256 == "":
+			return BMCResult{}, &BMCCertificateError{}
+		default:
+			return BMCResult{TLSSHA256: cert}, &BMCCertificateError{Pinned: t.TLSSHA256, Presented: cert}
+		}
+	}
+	f.passwords++
 	if pw != t.Password {
-		return fmt.Errorf("%w: %s", ErrBMCAuth, t)
+		return res, fmt.Errorf("%w: %s", ErrBMCAuth, t)
 	}
-	return nil
+	return res, nil
 }
 
 func (f *fakeBMC) PowerState(ctx context.Context, t BMCTarget) (inventoryv1.PowerState, BMCResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.check(t); err != nil {
-		return 0, BMCResult{}, err
+	res, err := f.check(t)
+	if err != nil {
+		return 0, res, err
 	}
 	st := f.power[t.String()]
 	if st == 0 {
 		st = inventoryv1.PowerState_POWER_STATE_OFF
 	}
-	return st, BMCResult{Provider: "fake"}, nil
+	return st, res, nil
 }
 
 func (f *fakeBMC) SetPower(ctx context.Context, t BMCTarget, a inventoryv1.PowerAction) (BMCResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.check(t); err != nil {
-		return BMCResult{}, err
+	res, err := f.check(t)
+	if err != nil {
+		return res, err
 	}
 	f.actions = append(f.actions, a)
 	switch a {
@@ -67,17 +87,18 @@ func (f *fakeBMC) SetPower(ctx context.Context, t BMCTarget, a inventoryv1.Power
 	default:
 		f.power[t.String()] = inventoryv1.PowerState_POWER_STATE_ON
 	}
-	return BMCResult{Provider: "fake"}, nil
+	return res, nil
 }
 
 func (f *fakeBMC) SetBootDevice(ctx context.Context, t BMCTarget, b BootRequest) (BMCResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.check(t); err != nil {
-		return BMCResult{}, err
+	res, err := f.check(t)
+	if err != nil {
+		return res, err
 	}
 	f.boots = append(f.boots, b)
-	return BMCResult{Provider: "fake"}, nil
+	return res, nil
 }
 
 // xorSealer is a test sealer: reversible, bound to ad, never plaintext.
@@ -446,4 +467,255 @@ func TestForgetBMC(t *testing.T) {
 		}
 	}
 	inv.ForgetBMC(ctx, "g1", m.GetBmc()) // idempotent
+}
+
+// Fingerprints the fake Redfish BMCs present.
+var (
+	certA = strings.Repeat("a1", 32)
+	certB = strings.Repeat("b2", 32)
+)
+
+func redfishReq(name, addr, pw string) *inventoryv1.EnrollMachineRequest {
+	r := enrollReq(name, addr, pw)
+	r.BmcProtocol = inventoryv1.BmcProtocol_BMC_PROTOCOL_REDFISH
+	return r
+}
+
+// storeKeys lists every key in the store (to prove a refusal wrote
+// nothing).
+func storeKeys(t *testing.T, inv *Inventory) []string {
+	t.Helper()
+	kvs, err := inv.cfg.Store.List(context.Background(), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, kv := range kvs {
+		keys = append(keys, kv.Key)
+	}
+	return keys
+}
+
+func TestEnrollRedfishCertificate(t *testing.T) {
+	ctx := context.Background()
+	const addr = "10.0.3.1:443"
+	for name, tc := range map[string]struct {
+		mutate     func(r *inventoryv1.EnrollMachineRequest)
+		want       error  // nil: enrolled
+		wantPin    string // the stored pin
+		insecure   bool
+		wantDetail string // in the enrolled timeline entry
+		passwords  int    // calls that reached the password
+	}{
+		"first use pins the presented certificate": {wantPin: certA, wantDetail: "pinned (trust on first use)", passwords: 1},
+		"given pin that matches": {mutate: func(r *inventoryv1.EnrollMachineRequest) { r.BmcTlsSha256 = certA },
+			wantPin: certA, wantDetail: "pinned as given", passwords: 1},
+		"given pin as openssl prints it": {mutate: func(r *inventoryv1.EnrollMachineRequest) {
+			r.BmcTlsSha256 = strings.ToUpper(strings.TrimSuffix(strings.Repeat("a1:", 32), ":"))
+		}, wantPin: certA, passwords: 1},
+		"given pin that differs is refused before the password": {mutate: func(r *inventoryv1.EnrollMachineRequest) { r.BmcTlsSha256 = certB },
+			want: ErrBMCCertificate},
+		"insecure": {mutate: func(r *inventoryv1.EnrollMachineRequest) { r.BmcInsecure = true },
+			insecure: true, wantDetail: "certificate not verified (--bmc-insecure)", passwords: 1},
+		"auto pins a Redfish answer": {mutate: func(r *inventoryv1.EnrollMachineRequest) { r.BmcProtocol = inventoryv1.BmcProtocol_BMC_PROTOCOL_AUTO },
+			wantPin: certA, passwords: 1},
+		"insecure and a pin": {mutate: func(r *inventoryv1.EnrollMachineRequest) { r.BmcInsecure, r.BmcTlsSha256 = true, certA },
+			want: ErrInvalid},
+		"pin for IPMI": {mutate: func(r *inventoryv1.EnrollMachineRequest) {
+			r.BmcProtocol, r.BmcTlsSha256 = inventoryv1.BmcProtocol_BMC_PROTOCOL_IPMI, certA
+		}, want: ErrInvalid},
+		"insecure for IPMI": {mutate: func(r *inventoryv1.EnrollMachineRequest) {
+			r.BmcProtocol, r.BmcInsecure = inventoryv1.BmcProtocol_BMC_PROTOCOL_IPMI, true
+		}, want: ErrInvalid},
+		"malformed pin": {mutate: func(r *inventoryv1.EnrollMachineRequest) { r.BmcTlsSha256 = "sha256:" + certA }, want: ErrInvalid},
+		"wrong password after a good certificate": {mutate: func(r *inventoryv1.EnrollMachineRequest) { r.BmcPassword = "nope" },
+			want: ErrBMCAuth, passwords: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			inv, c, f := newBMCControl(t)
+			f.password[addr], f.cert[addr] = "pw", certA
+			req := redfishReq("rf1", addr, "pw")
+			req.BootMac = "52:54:00:00:03:01"
+			if tc.mutate != nil {
+				tc.mutate(req)
+			}
+			before := storeKeys(t, inv)
+			m, err := c.Enroll(ctx, req)
+			if f.passwords != tc.passwords {
+				t.Errorf("%d calls reached the password, want %d", f.passwords, tc.passwords)
+			}
+			if tc.want != nil {
+				if !errors.Is(err, tc.want) {
+					t.Fatalf("want %v, got %v", tc.want, err)
+				}
+				if diff := cmp.Diff(before, storeKeys(t, inv)); diff != "" {
+					t.Fatalf("a refused enroll wrote to the store (-before +after):\n%s", diff)
+				}
+				if tc.want == ErrBMCCertificate {
+					st := toStatus(err)
+					if status.Code(st) != codes.FailedPrecondition || !strings.Contains(st.Error(), "presents certificate sha256 "+certA+", not the "+certB) {
+						t.Fatalf("status: %v", st)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := m.GetBmc(); got.GetTlsSha256() != tc.wantPin || got.GetTlsInsecure() != tc.insecure {
+				t.Fatalf("bmc: pin %q insecure %t, want %q %t", got.GetTlsSha256(), got.GetTlsInsecure(), tc.wantPin, tc.insecure)
+			}
+			if tc.wantDetail != "" {
+				inv.FlushTimeline(ctx)
+				es, _ := inv.Timeline(ctx, "rf1", "", 0)
+				if len(es) == 0 || !strings.Contains(es[len(es)-1].GetDetail(), tc.wantDetail) {
+					t.Fatalf("timeline: %v", es)
+				}
+			}
+		})
+	}
+}
+
+// TestBMCCertificateChanged: once pinned, a BMC presenting another
+// certificate is refused by every call with the clear error, flagged
+// once, and the pin survives enrolling again without a new one.
+func TestBMCCertificateChanged(t *testing.T) {
+	inv, c, f := newBMCControl(t)
+	ctx := context.Background()
+	const addr = "10.0.3.2:443"
+	f.password[addr], f.cert[addr] = "pw", certA
+	req := redfishReq("rf2", addr, "pw")
+	req.BootMac = "52:54:00:00:03:02"
+	if _, err := c.Enroll(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	f.cert[addr] = certB // replaced BMC, or someone in the middle
+	passwords := f.passwords
+	wantMsg := "BMC certificate changed: pinned sha256 " + certA + ", presented " + certB + "; re-enroll with --bmc-tls-sha256 " + certB + " if this is expected"
+	calls := map[string]func() error{
+		"power status": func() error { _, err := c.GetPower(ctx, "rf2"); return err },
+		"power on":     func() error { _, err := c.SetPower(ctx, "rf2", inventoryv1.PowerAction_POWER_ACTION_ON); return err },
+		"boot device": func() error {
+			return c.SetBootDevice(ctx, "rf2", BootRequest{Device: inventoryv1.BootDevice_BOOT_DEVICE_PXE})
+		},
+		"poller": func() error { return c.RefreshPower(ctx, "rf2") },
+	}
+	for name, call := range calls {
+		err := call()
+		if !errors.Is(err, ErrBMCCertificate) || !strings.Contains(err.Error(), wantMsg) || status.Code(toStatus(err)) != codes.FailedPrecondition {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if f.passwords != passwords || len(f.actions) != 0 || len(f.boots) != 0 {
+		t.Fatalf("a BMC with a changed certificate got the password (%d) or was acted on (%v %v)", f.passwords-passwords, f.actions, f.boots)
+	}
+	m, _ := inv.GetMachine(ctx, "rf2")
+	if diff := cmp.Diff([]string{FlagBMCCertificateChanged + ": pinned sha256 " + certA + ", presented " + certB}, m.GetFlags()); diff != "" {
+		t.Fatalf("flags (-want +got):\n%s", diff)
+	}
+	// Enrolling again without a pin keeps the old one: refused the same way.
+	if _, err := c.Enroll(ctx, req); !errors.Is(err, ErrBMCCertificate) || !strings.Contains(err.Error(), wantMsg) {
+		t.Fatalf("re-enroll without the new pin: %v", err)
+	}
+	// The certificate comes back: the flag goes.
+	f.cert[addr] = certA
+	if _, err := c.GetPower(ctx, "rf2"); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := inv.GetMachine(ctx, "rf2"); len(m.GetFlags()) != 0 {
+		t.Fatalf("flags after the pinned certificate is back: %v", m.GetFlags())
+	}
+	// A new certificate, accepted by enrolling with it.
+	f.cert[addr] = certB
+	_ = c.RefreshPower(ctx, "rf2")
+	r2 := redfishReq("rf2", addr, "pw")
+	r2.BmcTlsSha256 = certB
+	m, err := c.Enroll(ctx, r2)
+	if err != nil || m.GetBmc().GetTlsSha256() != certB || len(m.GetFlags()) != 0 {
+		t.Fatalf("re-enroll with the new pin: %v %v", m, err)
+	}
+	if _, err := c.GetPower(ctx, "rf2"); err != nil {
+		t.Fatal(err)
+	}
+	// The timeline has one entry per change, not one per refused call.
+	inv.FlushTimeline(ctx)
+	es, _ := inv.Timeline(ctx, "rf2", "", 0)
+	var got []string
+	for _, e := range es {
+		if strings.HasPrefix(e.GetEvent(), "bmc-certificate") {
+			got = append(got, e.GetEvent())
+		}
+	}
+	if diff := cmp.Diff([]string{FlagBMCCertificateChanged, "bmc-certificate-restored", FlagBMCCertificateChanged}, got); diff != "" {
+		t.Fatalf("certificate events (-want +got):\n%s", diff)
+	}
+}
+
+// TestBMCUnpinnedRedfishRefused: a Redfish BMC enrolled before pinning
+// (no pin, not insecure) is refused before the password is opened or
+// the BMC contacted, with the way out in the message; IPMI BMCs under
+// auto are not affected.
+func TestBMCUnpinnedRedfishRefused(t *testing.T) {
+	ctx := context.Background()
+	for name, tc := range map[string]struct {
+		protocol inventoryv1.BmcProtocol
+		provider string
+		refused  bool
+	}{
+		"redfish":                {inventoryv1.BmcProtocol_BMC_PROTOCOL_REDFISH, RedfishProviderName, true},
+		"auto, redfish answered": {inventoryv1.BmcProtocol_BMC_PROTOCOL_AUTO, RedfishProviderName, true},
+		"auto, ipmi answered":    {inventoryv1.BmcProtocol_BMC_PROTOCOL_AUTO, "native-ipmi", false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			inv, c, f := newBMCControl(t)
+			const addr = "10.0.3.3:443"
+			f.password[addr] = "pw"
+			if _, err := c.Enroll(ctx, enrollReq("old", addr, "pw")); err != nil {
+				t.Fatal(err)
+			}
+			// What a record written before pinning looks like.
+			if _, err := inv.UpdateMachine(ctx, "old", func(m *inventoryv1.Machine) error {
+				m.Bmc.Protocol, m.Bmc.Provider, m.Bmc.TlsSha256 = tc.protocol, tc.provider, ""
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			calls := f.calls
+			_, err := c.GetPower(ctx, "old")
+			if !tc.refused {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrBMCCertificate) || !strings.Contains(err.Error(), "no pinned certificate") || !strings.Contains(err.Error(), "enroll the machine again") {
+				t.Fatalf("unpinned: %v", err)
+			}
+			if f.calls != calls {
+				t.Fatal("the BMC was contacted")
+			}
+		})
+	}
+}
+
+func TestParseTLSFingerprint(t *testing.T) {
+	for name, tc := range map[string]struct{ in, want string }{
+		"lower":      {certA, certA},
+		"upper":      {strings.ToUpper(certA), certA},
+		"colons":     {strings.TrimSuffix(strings.Repeat("A1:", 32), ":"), certA},
+		"spaces":     {" " + certA + "\n", certA},
+		"short":      {certA[:62], ""},
+		"long":       {certA + "00", ""},
+		"not hex":    {strings.Repeat("zz", 32), ""},
+		"odd colons": {"a:1" + strings.Repeat(":a1", 31), ""},
+		"prefixed":   {"sha256:" + certA, ""},
+		"empty":      {"", ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := ParseTLSFingerprint(tc.in)
+			if got != tc.want || (tc.want == "") != errors.Is(err, ErrInvalid) {
+				t.Fatalf("ParseTLSFingerprint(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+			}
+		})
+	}
 }

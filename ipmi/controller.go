@@ -37,10 +37,6 @@ type Config struct {
 	// IpmitoolPath is the ipmitool binary for the ipmitool provider
 	// (default: looked up in PATH; the provider is skipped without it).
 	IpmitoolPath string
-	// RedfishHTTPClient overrides bmclib's HTTP client for Redfish (tests
-	// use it to trust their server's certificate). bmclib's default does
-	// not verify BMC certificates, as most BMCs ship self-signed ones.
-	RedfishHTTPClient *http.Client
 }
 
 // DefaultProviders: the native RMCP+ provider first, bmclib's ipmitool
@@ -92,6 +88,10 @@ type session struct {
 	answer   Answer
 	perCall  time.Duration
 	deadline time.Time
+	// certs checks the Redfish provider's TLS handshakes and tr is its
+	// transport (both nil when Redfish is not tried).
+	certs *certCheck
+	tr    *http.Transport
 }
 
 // open builds the provider registry for t and opens every provider
@@ -102,6 +102,9 @@ func (c *Controller) open(ctx context.Context, t Target) (*session, error) {
 	}
 	reg := registrar.NewRegistry()
 	var names []string
+	var skipped []Attempt
+	var certs *certCheck
+	var tr *http.Transport
 	for _, name := range c.cfg.Providers {
 		if !speaks(name, t.Protocol) {
 			continue
@@ -127,15 +130,21 @@ func (c *Controller) open(ctx context.Context, t Target) (*session, error) {
 			}
 			reg.Register(ipmitool.ProviderName, ipmitool.ProviderProtocol, ipmitool.Features, nil, drv)
 		case RedfishProviderName:
+			if t.TLSMode == TLSPinned && t.TLSSHA256 == "" {
+				// Fail closed: the password would go to whoever answers.
+				skipped = append(skipped, Attempt{Provider: name, Err: "not tried: " + (&CertificateError{}).Error()})
+				continue
+			}
 			port := t.Port
 			if port == 0 {
 				port = DefaultRedfishPort
 			}
-			opts := []redfish.Option{redfish.WithPort(strconv.Itoa(port))}
-			if c.cfg.RedfishHTTPClient != nil {
-				hc := *c.cfg.RedfishHTTPClient
-				opts = append(opts, redfish.WithHttpClient(&hc))
-			}
+			// Our own HTTP client, not bmclib's (which skips verification
+			// altogether): gofish uses a given client as it is.
+			certs = newCertCheck(t)
+			var hc *http.Client
+			hc, tr = certs.httpClient()
+			opts := []redfish.Option{redfish.WithPort(strconv.Itoa(port)), redfish.WithHttpClient(hc)}
 			reg.Register(redfish.ProviderName, redfish.ProviderProtocol, redfish.Features, nil,
 				redfish.New(t.Host, t.Username, t.Password, bmclibLogger(c.log), opts...))
 		default:
@@ -144,13 +153,16 @@ func (c *Controller) open(ctx context.Context, t Target) (*session, error) {
 		names = append(names, name)
 	}
 	if len(names) == 0 {
+		if len(skipped) > 0 {
+			return &session{ctl: c, t: t, answer: Answer{Attempts: skipped}}, fmt.Errorf("%s: %w", t, &CertificateError{})
+		}
 		return nil, fmt.Errorf("%w: no provider speaks %s", ErrInvalid, t.Protocol)
 	}
 	timeout := t.Timeout
 	if timeout <= 0 {
 		timeout = c.cfg.CallTimeout
 	}
-	s := &session{ctl: c, t: t}
+	s := &session{ctl: c, t: t, certs: certs, tr: tr, answer: Answer{Attempts: skipped}}
 	s.deadline = time.Now().Add(timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(s.deadline) {
 		s.deadline = d
@@ -187,12 +199,22 @@ func (s *session) share() {
 }
 
 func (s *session) close() {
+	if s.tr != nil {
+		defer s.tr.CloseIdleConnections()
+	}
 	if s.cl == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = s.cl.Close(ctx)
+}
+
+// tls records in the answer the certificate the Redfish BMC presented.
+func (s *session) tls() {
+	if s.certs != nil {
+		s.answer.TLSSHA256, _ = s.certs.result()
+	}
 }
 
 // record appends an operation's metadata to the answer.
@@ -217,6 +239,15 @@ func (s *session) record(start time.Time) {
 func (s *session) classify(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
+	}
+	// A refused certificate comes first: whatever else failed, the
+	// operator must hear that the BMC is not the one enrolled. The
+	// handshake check records it; the providers' error text would not
+	// carry it reliably.
+	if s.certs != nil {
+		if _, refused := s.certs.result(); refused != nil {
+			return fmt.Errorf("%s: %w", s.t, refused)
+		}
 	}
 	detail := s.answer.String()
 	switch {
@@ -285,6 +316,12 @@ func (c *Controller) do(ctx context.Context, t Target, op string, f func(ctx con
 	if err != nil {
 		var a Answer
 		if s != nil {
+			// Nothing opened, so nothing to log out of; only the
+			// Redfish transport may hold a connection.
+			if s.tr != nil {
+				s.tr.CloseIdleConnections()
+			}
+			s.tls()
 			a = s.answer
 		}
 		c.log.Debug("bmc call failed", "bmc", t.String(), "op", op, "err", err, "took", time.Since(start).String())
@@ -293,8 +330,11 @@ func (c *Controller) do(ctx context.Context, t Target, op string, f func(ctx con
 	defer s.close()
 	if err := f(ctx, s); err != nil {
 		c.log.Debug("bmc call failed", "bmc", t.String(), "op", op, "err", err, "took", time.Since(start).String())
-		return s.answer, s.classify(ctx, err)
+		err = s.classify(ctx, err)
+		s.tls()
+		return s.answer, err
 	}
+	s.tls()
 	c.log.Debug("bmc call", "bmc", t.String(), "op", op, "provider", s.answer.Provider, "took", time.Since(start).String())
 	return s.answer, nil
 }

@@ -12,8 +12,10 @@ import (
 	"github.com/corralhq/corral/testsupport/redfishtest"
 )
 
+// redfishTarget reaches s with its certificate pinned.
 func redfishTarget(s *redfishtest.Server) ipmi.Target {
-	return ipmi.Target{Host: s.Host, Port: s.Port, Protocol: ipmi.ProtocolRedfish, Username: s.User, Password: s.Pass, Timeout: 10 * time.Second}
+	return ipmi.Target{Host: s.Host, Port: s.Port, Protocol: ipmi.ProtocolRedfish, Username: s.User, Password: s.Pass, Timeout: 10 * time.Second,
+		TLSSHA256: s.Fingerprint()}
 }
 
 func TestRedfishPowerSemantics(t *testing.T) {

@@ -202,6 +202,12 @@ type Target struct {
 	CipherSuite int
 	// Timeout bounds each call (default Config.CallTimeout).
 	Timeout time.Duration
+	// TLSMode and TLSSHA256 say how a Redfish BMC's certificate is
+	// checked (see TLSMode); IPMI ignores them. TLSSHA256 is the pin
+	// (Fingerprint of the leaf certificate) and is only valid with
+	// TLSPinned. The zero value refuses Redfish: nothing is pinned.
+	TLSMode   TLSMode
+	TLSSHA256 string
 }
 
 // Addr is host:port with the protocol's default port filled in.
@@ -234,6 +240,18 @@ func (t Target) Validate() error {
 	}
 	if t.CipherSuite < 0 || t.CipherSuite > 17 {
 		return fmt.Errorf("%w: cipher suite %d: IPMI defines 0-17 (0 here means try 17, then 3)", ErrInvalid, t.CipherSuite)
+	}
+	switch t.TLSMode {
+	case TLSPinned:
+		if t.TLSSHA256 != "" {
+			return checkFingerprint(t.TLSSHA256)
+		}
+	case TLSFirstUse, TLSInsecure:
+		if t.TLSSHA256 != "" {
+			return fmt.Errorf("%w: a TLS pin is only used with TLS mode pinned, not %s", ErrInvalid, t.TLSMode)
+		}
+	default:
+		return fmt.Errorf("%w: TLS mode %d", ErrInvalid, int(t.TLSMode))
 	}
 	return nil
 }
@@ -330,6 +348,10 @@ type Answer struct {
 	// Note says when uniform semantics changed the operation (for example
 	// "already on" or "off: cycle became on").
 	Note string
+	// TLSSHA256 is the Fingerprint of the leaf certificate a Redfish BMC
+	// presented in this call, whatever the TLS mode (empty when no TLS
+	// handshake got that far). With TLSFirstUse it is the one to pin.
+	TLSSHA256 string
 }
 
 func (a Answer) String() string {

@@ -76,12 +76,23 @@ func toTarget(t inventory.BMCTarget) ipmi.Target {
 	case inventoryv1.BmcProtocol_BMC_PROTOCOL_REDFISH:
 		p = ipmi.ProtocolRedfish
 	}
-	return ipmi.Target{Host: t.Host, Port: int(t.Port), Protocol: p, Username: t.Username, Password: t.Password,
+	tg := ipmi.Target{Host: t.Host, Port: int(t.Port), Protocol: p, Username: t.Username, Password: t.Password,
 		CipherSuite: int(t.CipherSuite), Timeout: t.Timeout}
+	// A target with no pin and neither flag stays TLSPinned with nothing
+	// pinned: the Redfish provider is then not tried.
+	switch {
+	case t.TLSInsecure:
+		tg.TLSMode = ipmi.TLSInsecure
+	case t.TLSFirstUse:
+		tg.TLSMode = ipmi.TLSFirstUse
+	default:
+		tg.TLSMode, tg.TLSSHA256 = ipmi.TLSPinned, t.TLSSHA256
+	}
+	return tg
 }
 
 func toResult(a ipmi.Answer) inventory.BMCResult {
-	r := inventory.BMCResult{Provider: a.Provider, Note: a.Note}
+	r := inventory.BMCResult{Provider: a.Provider, Note: a.Note, TLSSHA256: a.TLSSHA256}
 	for _, at := range a.Attempts {
 		r.Attempts = append(r.Attempts, &inventoryv1.ProviderAttempt{Provider: at.Provider, Error: at.Err, TookMs: uint32(at.Took.Milliseconds())})
 	}
@@ -89,9 +100,13 @@ func toResult(a ipmi.Answer) inventory.BMCResult {
 }
 
 func toInventoryErr(err error) error {
+	var ce *ipmi.CertificateError
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &ce):
+		// Inventory says what the operator should do about it.
+		return &inventory.BMCCertificateError{Pinned: ce.Pinned, Presented: ce.Presented}
 	case errors.Is(err, ipmi.ErrAuth):
 		return fmt.Errorf("%w: %w", inventory.ErrBMCAuth, err)
 	case errors.Is(err, ipmi.ErrInvalid):

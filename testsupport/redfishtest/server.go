@@ -2,23 +2,37 @@
 // (X-Auth-Token, and Basic auth), one ComputerSystem with PowerState, the
 // Boot override PATCH, and the ComputerSystem.Reset action, backed by a
 // Machine the test provides (for example an ipmi_sim chassis program that
-// starts and stops a QEMU VM). It is enough for bmclib's gofish provider;
-// it is not a conformance model of any vendor's BMC, and nothing in corrald
-// imports it.
+// starts and stops a QEMU VM, or a MemMachine). It is enough for bmclib's
+// gofish provider; it is not a conformance model of any vendor's BMC, and
+// nothing in corrald imports it.
+//
+// Like a real BMC it serves HTTPS with a self-signed certificate of its
+// own, generated at Start (Fingerprint is its pin); RotateCertificate
+// replaces it, as a BMC reset to factory defaults or an impostor would.
 package redfishtest
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"log"
+	"math/big"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Machine is what the service controls.
@@ -41,13 +55,15 @@ type Server struct {
 	Pass string
 
 	m   Machine
-	srv *httptest.Server
+	srv *http.Server
 
-	mu       sync.Mutex
-	sessions map[string]string // token -> session id
-	nextID   int
-	boot     map[string]string
-	requests []string
+	mu         sync.Mutex
+	cert       *tls.Certificate
+	handshakes int
+	sessions   map[string]string // token -> session id
+	nextID     int
+	boot       map[string]string
+	requests   []string
 	// Garbage makes every authenticated answer unparseable.
 	garbage bool
 }
@@ -62,21 +78,109 @@ const (
 
 var resetTypes = []string{"On", "ForceOff", "GracefulShutdown", "ForceRestart", "GracefulRestart", "PowerCycle"}
 
-// Start serves until the test ends.
+// Start serves HTTPS on a loopback port until the test ends.
 func Start(t testing.TB, user, pass string, m Machine) *Server {
 	t.Helper()
 	s := &Server{User: user, Pass: pass, m: m, sessions: map[string]string{},
 		boot: map[string]string{"BootSourceOverrideEnabled": "Disabled", "BootSourceOverrideTarget": "None", "BootSourceOverrideMode": "Legacy"}}
-	s.srv = httptest.NewTLSServer(http.HandlerFunc(s.serve))
-	t.Cleanup(s.srv.Close)
-	host, port, _ := net.SplitHostPort(s.srv.Listener.Addr().String())
+	if err := s.RotateCertificate(); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.srv = &http.Server{
+		Handler:           http.HandlerFunc(s.serve),
+		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig:         &tls.Config{GetCertificate: s.certificate},
+		// Clients that refuse the certificate end the handshake with an
+		// alert; the server's complaint about it is expected noise.
+		ErrorLog: log.New(io.Discard, "", 0),
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := s.srv.ServeTLS(ln, "", ""); !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("redfishtest: %v", err)
+		}
+	}()
+	t.Cleanup(func() { _ = s.srv.Close(); <-done })
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
 	s.Host = host
 	s.Port, _ = strconv.Atoi(port)
 	return s
 }
 
+// certificate serves the current certificate (counted as a handshake).
+func (s *Server) certificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.handshakes++
+	return s.cert, nil
+}
+
+// RotateCertificate replaces the server's certificate with a new
+// self-signed one (a new key too); the next handshake presents it.
+func (s *Server) RotateCertificate() error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: "redfishtest BMC", Organization: []string{"Corral test BMC"}},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:     []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.cert = &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	s.mu.Unlock()
+	return nil
+}
+
+// Fingerprint is the pin of the current certificate: the lowercase hex
+// SHA-256 of its DER.
+func (s *Server) Fingerprint() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sum := sha256.Sum256(s.cert.Certificate[0])
+	return hex.EncodeToString(sum[:])
+}
+
+// Handshakes counts the TLS handshakes the server has started.
+func (s *Server) Handshakes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.handshakes
+}
+
 // Addr is host:port.
 func (s *Server) Addr() string { return net.JoinHostPort(s.Host, strconv.Itoa(s.Port)) }
+
+// Requested counts the requests so far whose "METHOD path" is req.
+func (s *Server) Requested(req string) int {
+	n := 0
+	for _, r := range s.Requests() {
+		if r == req {
+			n++
+		}
+	}
+	return n
+}
 
 // SetGarbage makes the service answer junk once a client is authenticated.
 func (s *Server) SetGarbage(on bool) {
@@ -276,4 +380,42 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	default:
 		redfishError(w, 404, "no such resource "+path)
 	}
+}
+
+// MemMachine is a Machine in memory: power and the last boot override,
+// nothing behind them. Safe for concurrent use.
+type MemMachine struct {
+	mu   sync.Mutex
+	on   bool
+	boot string
+}
+
+// Power reports whether the machine is on.
+func (m *MemMachine) Power() (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.on, nil
+}
+
+// Reset applies a ResetType.
+func (m *MemMachine) Reset(resetType string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch resetType {
+	case "On", "ForceRestart", "GracefulRestart", "PowerCycle":
+		m.on = true
+	case "ForceOff", "GracefulShutdown":
+		m.on = false
+	default:
+		return fmt.Errorf("reset type %q", resetType)
+	}
+	return nil
+}
+
+// SetBoot records a boot override.
+func (m *MemMachine) SetBoot(target, enabled, mode string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.boot = target + "/" + enabled + "/" + mode
+	return nil
 }
