@@ -8,6 +8,32 @@
 // ChooseBoot from options 93, 60, 77 and 175 (boot/README.md). Every decision
 // is appended to the client MAC's boot timeline.
 //
+// The boot LAN is hostile (clients spoof MACs and addresses), so full mode
+// follows RFC 2131 strictly where it matters for the pool:
+//   - a lease is written only for an address offered to the client
+//     (SELECTING) or for the client's own lease (INIT-REBOOT, RENEWING,
+//     REBINDING); a SELECTING REQUEST for an address never offered to the
+//     client is NAKed;
+//   - INIT-REBOOT (option 50, no server identifier, no ciaddr): a client
+//     with no lease here gets no answer (§4.3.2 "MUST remain silent"), one
+//     whose lease is another address a NAK, one asking for an address
+//     outside the serving subnet (the wrong network) a NAK;
+//   - RENEWING/REBINDING (ciaddr) of an address that is not the client's
+//     lease is NAKed, so the client restarts at DISCOVER;
+//   - DECLINE is honoured only from the client (MAC, and client identifier
+//     when both sides know one) that holds or was offered the address; the
+//     address is then quarantined for Config.DeclineQuarantine, and a
+//     quarantined address is still handed out when nothing else is left.
+//
+// Clients are identified by their MAC; the client identifier (option 61)
+// is compared where it is known (offers, and leases bound by this process:
+// the lease record has no field for it). A network-booting MAC becomes a
+// machine through Inventory.EnsureMachineForMAC; when inventory refuses
+// (its cap on discovered machines, an error of class
+// apierr.ErrExhausted), the client is answered like a plain DHCP client:
+// an address, no boot file. Warnings a packet can trigger are rate-limited
+// (one line per kind per Config.LogInterval, with the suppressed count).
+//
 // It must not be imported from anything reachable by cmd/corral-node.
 package dhcp
 
@@ -29,6 +55,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/store"
 )
 
@@ -50,7 +77,9 @@ func ParseMode(s string) (Mode, error) {
 	return "", fmt.Errorf("dhcp mode %q: want full, proxy or off", s)
 }
 
-// Inventory is what DHCP asks about machines.
+// Inventory is what DHCP asks about machines. EnsureMachineForMAC fails
+// with an error of class apierr.ErrExhausted when no new machine may be
+// recorded (the discovered-machine cap).
 type Inventory interface {
 	EnsureMachineForMAC(ctx context.Context, mac string) (*inventoryv1.Machine, bool, error)
 	BootIntent(ctx context.Context, mac string) (string, inventoryv1.BootIntent, error)
@@ -101,14 +130,26 @@ type Config struct {
 	// ReadBuffer is the socket receive buffer (default 8 MiB; set with
 	// SO_RCVBUFFORCE when running as root).
 	ReadBuffer int
+	// DeclineQuarantine is how long an address a client DECLINEd is kept
+	// out of offers (default 10 min); it is still offered when the range
+	// has nothing else left.
+	DeclineQuarantine time.Duration
+	// LogInterval is the least time between two log lines of one kind of
+	// per-packet warning (default 1 min); the lines in between are
+	// counted and the next one says how many.
+	LogInterval time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
+
+// DefaultDeclineQuarantine is Config.DeclineQuarantine's default.
+const DefaultDeclineQuarantine = 10 * time.Minute
 
 // Server is the DHCP server.
 type Server struct {
 	cfg    Config
 	log    *slog.Logger
+	warn   *logLimiter
 	leases *leases
 	env    Env
 	sem    chan struct{}
@@ -148,6 +189,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.ReadBuffer == 0 {
 		cfg.ReadBuffer = 8 << 20
 	}
+	if cfg.DeclineQuarantine == 0 {
+		cfg.DeclineQuarantine = DefaultDeclineQuarantine
+	}
+	if cfg.DeclineQuarantine < 0 {
+		return nil, fmt.Errorf("dhcp: decline quarantine %s is negative", cfg.DeclineQuarantine)
+	}
+	if cfg.LogInterval <= 0 {
+		cfg.LogInterval = time.Minute
+	}
 	if !cfg.ServerIP.IsValid() {
 		if cfg.Interface == "" {
 			return nil, errors.New("dhcp: Interface or ServerIP is required")
@@ -175,7 +225,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, errors.New("dhcp: full mode needs a range (--dhcp-range)")
 		}
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight), seen: map[netip.Addr]string{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight), seen: map[netip.Addr]string{},
+		warn: newLogLimiter(cfg.Logger, cfg.LogInterval, cfg.Now)}
 	s.env = Env{
 		ScriptURL: func(mac string) string { return cfg.HTTPBase + "/boot.ipxe?mac=" + mac },
 		HTTPBase:  cfg.HTTPBase,
@@ -183,7 +234,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Proxy:     cfg.Mode == ModeProxy,
 	}
 	if cfg.Store != nil {
-		s.leases = newLeases(cfg.Store, cfg.Now)
+		s.leases = newLeases(cfg.Store, cfg.Now, cfg.DeclineQuarantine)
 		n, bad, err := s.leases.load(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("dhcp: load leases: %w", err)
@@ -332,9 +383,8 @@ func (l srvLogger) PrintMessage(prefix string, m *dhcpv4.DHCPv4) {}
 func (l srvLogger) Printf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
 	if strings.HasPrefix(msg, "Error parsing") {
-		if n := l.s.bad.Add(1); n%1000 == 1 {
-			l.s.log.Warn("ignoring malformed DHCP packet", "err", msg, "malformed_total", n)
-		}
+		n := l.s.bad.Add(1)
+		l.s.warn.Warn(logMalformed, "ignoring malformed DHCP packet", "err", msg, "malformed_total", n)
 		return
 	}
 	l.s.log.Debug(msg)
@@ -349,9 +399,8 @@ func (s *Server) dispatch(ctx context.Context, conn net.PacketConn, peer net.Add
 	select {
 	case s.sem <- struct{}{}:
 	default:
-		if n := s.dropped.Add(1); n%1000 == 1 {
-			s.log.Warn("DHCP overloaded: dropping packets", "in_flight", s.cfg.MaxInFlight, "dropped_total", n)
-		}
+		n := s.dropped.Add(1)
+		s.warn.Warn(logOverloaded, "DHCP overloaded: dropping packets", "in_flight", s.cfg.MaxInFlight, "dropped_total", n)
 		return
 	}
 	s.handlers.Add(1)
@@ -364,7 +413,7 @@ func (s *Server) dispatch(ctx context.Context, conn net.PacketConn, peer net.Add
 		return
 	}
 	if _, err := conn.WriteTo(reply.ToBytes(), dst); err != nil {
-		s.log.Warn("DHCP reply not sent", "mac", m.ClientHWAddr.String(), "dst", dst.String(), "err", err)
+		s.warn.Warn(logNotSent, "DHCP reply not sent", "mac", m.ClientHWAddr.String(), "dst", dst.String(), "err", err)
 	}
 }
 
@@ -477,17 +526,24 @@ func clientAttrs(c Client, m *dhcpv4.DHCPv4) map[string]string {
 	return a
 }
 
-// identify makes sure a network-booting client has a machine and returns
-// its name and boot intent for the timeline.
-func (s *Server) identify(ctx context.Context, c Client, attrs map[string]string) {
+// identify makes sure a network-booting client has a machine and puts
+// its name and boot intent in attrs for the timeline. It returns false
+// when inventory refused to record a new machine (the discovered-machine
+// cap): the client then gets no boot file.
+func (s *Server) identify(ctx context.Context, c Client, attrs map[string]string) bool {
 	if !c.NetBoot() {
-		return
+		return true
 	}
 	m, created, err := s.cfg.Inventory.EnsureMachineForMAC(ctx, c.MAC)
-	if err != nil {
-		s.log.Warn("inventory: cannot ensure machine", "mac", c.MAC, "err", err)
+	if errors.Is(err, apierr.ErrExhausted) {
+		s.warn.Warn(logDiscoveredCap, "unknown network-booting MAC not recorded: no boot file for it", "mac", c.MAC, "err", err)
 		attrs["inventory_error"] = err.Error()
-		return
+		return false
+	}
+	if err != nil {
+		s.warn.Warn(logInventory, "inventory: cannot ensure machine", "mac", c.MAC, "err", err)
+		attrs["inventory_error"] = err.Error()
+		return true
 	}
 	attrs["machine"] = m.GetName()
 	if created {
@@ -496,6 +552,18 @@ func (s *Server) identify(ctx context.Context, c Client, attrs map[string]string
 	if _, intent, err := s.cfg.Inventory.BootIntent(ctx, c.MAC); err == nil {
 		attrs["intent"] = strings.ToLower(strings.TrimPrefix(intent.String(), "BOOT_INTENT_"))
 	}
+	return true
+}
+
+// unrecorded is the boot choice for a network-booting client inventory
+// would not record.
+func unrecorded(attrs map[string]string) Boot {
+	return Boot{Kind: BootNone, Reason: "not booted: " + attrs["inventory_error"]}
+}
+
+// clientID is the client identifier (option 61) as a string, "" if none.
+func clientID(m *dhcpv4.DHCPv4) string {
+	return string(m.Options.Get(dhcpv4.OptionClientIdentifier))
 }
 
 // bootMods applies a boot choice to a reply.
@@ -593,15 +661,16 @@ func (s *Server) respondFull(ctx context.Context, m *dhcpv4.DHCPv4, mac string) 
 		if g := addrOf(m.GatewayIPAddr); g.IsValid() {
 			detail = "no range for relay " + g.String() + ": configure one with --dhcp-relay-range"
 		}
-		s.log.Info("DHCP request ignored", "mac", mac, "reason", detail)
+		s.warn.Info(logIgnoredRelay, "DHCP request ignored", "mac", mac, "reason", detail)
 		s.event(mac, "ignored", detail, attrs)
 		return nil, nil
 	}
 	attrs["range"] = r.String()
+	cid := clientID(m)
 	dst := destination(m)
 	switch m.MessageType() {
 	case dhcpv4.MessageTypeDiscover:
-		s.identify(ctx, c, attrs)
+		recorded := s.identify(ctx, c, attrs)
 		// Clients that do not network-boot (no option 60/77/93/175: BMCs,
 		// switches, load generators) get only their problems on the
 		// timeline (nak, decline, no-offer, ignored), not every DISCOVER,
@@ -610,13 +679,16 @@ func (s *Server) respondFull(ctx context.Context, m *dhcpv4.DHCPv4, mac string) 
 		if c.NetBoot() {
 			s.event(mac, "discover", describe("DISCOVER", c), attrs)
 		}
-		ip, err := s.leases.Offer(mac, r, addrOf(m.RequestedIPAddress()))
+		ip, err := s.leases.Offer(mac, cid, r, addrOf(m.RequestedIPAddress()))
 		if err != nil {
-			s.log.Warn("no address to offer", "mac", mac, "range", r.String(), "err", err)
+			s.warn.Warn(logNoOffer, "no address to offer", "mac", mac, "range", r.String(), "err", err)
 			s.event(mac, "no-offer", err.Error(), attrs)
 			return nil, nil
 		}
 		b := ChooseBoot(c, s.env)
+		if !recorded {
+			b = unrecorded(attrs)
+		}
 		rep, err := s.reply(m, dhcpv4.MessageTypeOffer, append(s.leaseMods(r, ip), s.bootMods(b, c, false)...)...)
 		if err != nil {
 			return nil, nil
@@ -627,21 +699,9 @@ func (s *Server) respondFull(ctx context.Context, m *dhcpv4.DHCPv4, mac string) 
 		}
 		return rep, dst
 	case dhcpv4.MessageTypeRequest:
-		return s.request(ctx, m, mac, c, r, attrs, dst)
+		return s.request(ctx, m, mac, cid, c, r, attrs, dst)
 	case dhcpv4.MessageTypeDecline:
-		ip := addrOf(m.RequestedIPAddress())
-		if !ip.IsValid() || !r.Contains(ip) {
-			s.event(mac, "ignored", "DECLINE without an address of ours", attrs)
-			return nil, nil
-		}
-		if _, err := s.leases.Decline(ctx, mac, ip, r); err != nil {
-			s.event(mac, "ignored", "DECLINE "+ip.String()+": "+err.Error(), attrs)
-			return nil, nil
-		}
-		s.log.Warn("address declined by client: quarantined", "mac", mac, "ip", ip.String())
-		attrs["ip"] = ip.String()
-		s.event(mac, "decline", "DECLINE "+ip.String()+": address in use on the network, quarantined", attrs)
-		return nil, nil
+		return s.decline(ctx, m, mac, cid, r, attrs)
 	case dhcpv4.MessageTypeRelease:
 		ip := addrOf(m.ClientIPAddr)
 		attrs["ip"] = ip.String()
@@ -702,7 +762,7 @@ func (s *Server) nak(m *dhcpv4.DHCPv4, mac, why string, attrs map[string]string)
 	if addrOf(m.GatewayIPAddr).IsValid() {
 		rep.SetBroadcast()
 	}
-	s.log.Info("DHCP NAK", "mac", mac, "reason", why)
+	s.warn.Info(logNak, "DHCP NAK", "mac", mac, "reason", why)
 	s.event(mac, "nak", "NAK: "+why, attrs)
 	dst := destination(m)
 	if !addrOf(m.GatewayIPAddr).IsValid() {
@@ -711,13 +771,18 @@ func (s *Server) nak(m *dhcpv4.DHCPv4, mac, why string, attrs map[string]string)
 	return rep, dst
 }
 
-func (s *Server) request(ctx context.Context, m *dhcpv4.DHCPv4, mac string, c Client, r Range, attrs map[string]string, dst *net.UDPAddr) (*dhcpv4.DHCPv4, *net.UDPAddr) {
+// request answers a REQUEST in full mode. Its state (RFC 2131 §4.3.2)
+// decides what the client must have for an ACK: SELECTING (server
+// identifier) an offer of the address or its lease; INIT-REBOOT (option
+// 50, no ciaddr) and RENEWING/REBINDING (ciaddr) its lease. Nothing is
+// written for a client that has neither.
+func (s *Server) request(ctx context.Context, m *dhcpv4.DHCPv4, mac, cid string, c Client, r Range, attrs map[string]string, dst *net.UDPAddr) (*dhcpv4.DHCPv4, *net.UDPAddr) {
 	sid := addrOf(m.ServerIdentifier())
 	ip := addrOf(m.RequestedIPAddress())
-	state := "init-reboot"
+	state, need := "init-reboot", NeedLease
 	switch {
 	case sid.IsValid():
-		state = "selecting"
+		state, need = "selecting", NeedOffer
 		if sid != s.cfg.ServerIP {
 			s.event(mac, "ignored", "REQUEST for server "+sid.String()+": the client chose another server", attrs)
 			return nil, nil
@@ -733,21 +798,43 @@ func (s *Server) request(ctx context.Context, m *dhcpv4.DHCPv4, mac string, c Cl
 	}
 	attrs["ip"] = ip.String()
 	if !r.Contains(ip) {
+		if state == "init-reboot" && r.Subnet.Contains(ip) && !s.leases.hasLease(mac) {
+			// The right network, an address that is not ours, a client we
+			// have no record of: another server's client (§4.3.2).
+			s.warn.Info(logUnknownReboot, "INIT-REBOOT REQUEST from a client with no lease: not answered", "mac", mac, "ip", ip.String())
+			s.event(mac, "ignored", "REQUEST (init-reboot) for "+ip.String()+" (outside "+r.String()+") from a client with no lease here: not answered (RFC 2131 4.3.2)", attrs)
+			return nil, nil
+		}
 		if state == "selecting" || r.Subnet.Contains(ip) || !s.inAnyRange(ip) {
 			return s.nak(m, mac, fmt.Sprintf("%s is not in range %s", ip, r), attrs)
 		}
 		return s.nak(m, mac, fmt.Sprintf("%s belongs to another subnet than %s", ip, r.Subnet), attrs)
 	}
-	l, err := s.leases.Bind(ctx, mac, ip, r, s.cfg.LeaseTime, hostnameOK(m.HostName()), attrs["relay"])
-	if errors.Is(err, ErrTaken) {
+	l, err := s.leases.Bind(ctx, mac, cid, need, ip, r, s.cfg.LeaseTime, hostnameOK(m.HostName()), attrs["relay"])
+	switch {
+	case errors.Is(err, ErrNoLease) && state == "init-reboot":
+		// RFC 2131 §4.3.2: "If the DHCP server has no record of this
+		// client, then it MUST remain silent".
+		s.warn.Info(logUnknownReboot, "INIT-REBOOT REQUEST from a client with no lease: not answered", "mac", mac, "ip", ip.String())
+		s.event(mac, "ignored", "REQUEST (init-reboot) for "+ip.String()+" from a client with no lease here: not answered (RFC 2131 4.3.2)", attrs)
+		return nil, nil
+	case errors.Is(err, ErrNoLease):
+		return s.nak(m, mac, ip.String()+" is not leased to this client", attrs)
+	case errors.Is(err, ErrOtherAddress):
+		return s.nak(m, mac, fmt.Sprintf("%s is not this client's address (%v)", ip, err), attrs)
+	case errors.Is(err, ErrNotOffered):
+		return s.nak(m, mac, ip.String()+" was not offered to this client", attrs)
+	case errors.Is(err, ErrTaken):
 		return s.nak(m, mac, ip.String()+" is leased to another client", attrs)
-	}
-	if err != nil {
-		s.log.Error("lease not stored: no ACK", "mac", mac, "ip", ip.String(), "err", err)
+	case err != nil:
+		s.warn.Log(slog.LevelError, logLeaseNotStored, "lease not stored: no ACK", "mac", mac, "ip", ip.String(), "err", err)
 		s.event(mac, "ack-failed", "lease for "+ip.String()+" not stored: "+err.Error(), attrs)
 		return nil, nil
 	}
 	b := ChooseBoot(c, s.env)
+	if !s.identify(ctx, c, attrs) {
+		b = unrecorded(attrs)
+	}
 	rep, err := s.reply(m, dhcpv4.MessageTypeAck, append(s.leaseMods(r, ip), s.bootMods(b, c, false)...)...)
 	if err != nil {
 		return nil, nil
@@ -758,6 +845,37 @@ func (s *Server) request(ctx context.Context, m *dhcpv4.DHCPv4, mac string, c Cl
 		s.event(mac, "ack", fmt.Sprintf("ACK %s (%s) until %s, boot %s %s", ip, state, a["expires"], b.Kind, b.File), a)
 	}
 	return rep, dst
+}
+
+// decline handles a DECLINE in full mode: honoured (the address is
+// quarantined) only from the client that holds or was offered the
+// address; otherwise ignored, logged (rate-limited) and recorded on the
+// sender's timeline. A DECLINE naming another server is not ours.
+func (s *Server) decline(ctx context.Context, m *dhcpv4.DHCPv4, mac, cid string, r Range, attrs map[string]string) (*dhcpv4.DHCPv4, *net.UDPAddr) {
+	ip := addrOf(m.RequestedIPAddress())
+	if sid := addrOf(m.ServerIdentifier()); sid.IsValid() && sid != s.cfg.ServerIP {
+		s.event(mac, "ignored", "DECLINE for server "+sid.String()+": not ours", attrs)
+		return nil, nil
+	}
+	if !ip.IsValid() || !r.Contains(ip) {
+		s.event(mac, "ignored", "DECLINE without an address of ours", attrs)
+		return nil, nil
+	}
+	attrs["ip"] = ip.String()
+	_, err := s.leases.Decline(ctx, mac, cid, ip, r)
+	switch {
+	case errors.Is(err, ErrNotHolder), errors.Is(err, ErrTaken):
+		s.warn.Warn(logDeclineIgnored, "DECLINE from a client that neither holds nor was offered the address: ignored", "mac", mac, "ip", ip.String())
+		s.event(mac, "ignored", "DECLINE "+ip.String()+" ignored: this client neither holds nor was offered it", attrs)
+		return nil, nil
+	case err != nil:
+		s.warn.Log(slog.LevelError, logLeaseNotStored, "DECLINE not stored", "mac", mac, "ip", ip.String(), "err", err)
+		s.event(mac, "ignored", "DECLINE "+ip.String()+": "+err.Error(), attrs)
+		return nil, nil
+	}
+	s.warn.Warn(logDecline, "address declined by client: quarantined", "mac", mac, "ip", ip.String(), "quarantine", s.cfg.DeclineQuarantine.String())
+	s.event(mac, "decline", fmt.Sprintf("DECLINE %s: address in use on the network, quarantined for %s", ip, s.cfg.DeclineQuarantine), attrs)
+	return nil, nil
 }
 
 func (s *Server) inAnyRange(ip netip.Addr) bool {
@@ -785,9 +903,12 @@ func (s *Server) respondProxy(ctx context.Context, m *dhcpv4.DHCPv4, mac string)
 	if !c.NetBoot() {
 		return nil, nil // not a PXE client: the other server's business
 	}
-	s.identify(ctx, c, attrs)
+	recorded := s.identify(ctx, c, attrs)
 	s.event(mac, "discover", describe("DISCOVER (proxy)", c), attrs)
 	b := ChooseBoot(c, s.env)
+	if !recorded {
+		b = unrecorded(attrs)
+	}
 	if b.Kind == BootNone {
 		s.event(mac, "no-offer", "proxy: "+b.Reason, attrs)
 		return nil, nil

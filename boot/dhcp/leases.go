@@ -57,17 +57,45 @@ var (
 	ErrExhausted = errors.New("dhcp: range exhausted")
 	ErrTaken     = errors.New("dhcp: address belongs to another client")
 	ErrNoLease   = errors.New("dhcp: no lease for this client")
+	// ErrNotOffered: a REQUEST (SELECTING) for an address that was not
+	// offered to the client and is not its lease.
+	ErrNotOffered = errors.New("dhcp: address was not offered to this client")
+	// ErrOtherAddress: the client holds a lease on another address.
+	ErrOtherAddress = errors.New("dhcp: the client's lease is on another address")
+	// ErrNotHolder: a DECLINE from a client that neither holds nor was
+	// offered the address.
+	ErrNotHolder = errors.New("dhcp: the client neither holds nor was offered this address")
 )
 
 type leaseEntry struct {
 	l   *bootv1.Lease
 	rev int64
+	// cid is the client identifier (option 61) the lease was bound with
+	// by this process; "" when unknown (the lease record has no field for
+	// it, so leases loaded from the store have none).
+	cid string
 }
 
 type offer struct {
-	mac   string
-	until time.Time
+	mac, cid string
+	until    time.Time
 }
+
+// sameClient compares client identifiers leniently: an identifier that is
+// unknown on either side does not contradict the MAC.
+func sameClient(a, b string) bool { return a == "" || b == "" || a == b }
+
+// Need says what a Bind requires of the client.
+type Need int
+
+const (
+	// NeedOffer (SELECTING): the address was offered to the client, or is
+	// its lease.
+	NeedOffer Need = iota
+	// NeedLease (INIT-REBOOT, RENEWING, REBINDING): the address is the
+	// client's lease; nothing is allocated to a client that holds none.
+	NeedLease
+)
 
 // leases is the in-memory view of the stored leases plus short-lived
 // offer reservations. The store is the truth: every binding is written by
@@ -87,9 +115,13 @@ type leases struct {
 	quarantine time.Duration
 }
 
-func newLeases(st store.Store, now func() time.Time) *leases {
+// Every map of leases is bounded by the configured ranges: byIP, offers
+// and byMAC hold at most one entry per address of a range (byMAC one per
+// bound address), next one per range.
+
+func newLeases(st store.Store, now func() time.Time, quarantine time.Duration) *leases {
 	return &leases{st: st, now: now, byIP: map[netip.Addr]*leaseEntry{}, byMAC: map[string]netip.Addr{},
-		offers: map[netip.Addr]offer{}, next: map[netip.Prefix]netip.Addr{}, quarantine: 10 * time.Minute}
+		offers: map[netip.Addr]offer{}, next: map[netip.Prefix]netip.Addr{}, quarantine: quarantine}
 }
 
 func leaseKey(ip netip.Addr) string { return LeasePrefix + ip.String() }
@@ -150,16 +182,19 @@ func reclaimable(l *bootv1.Lease, now time.Time) bool {
 	return now.Unix() >= l.GetExpiresUnix()
 }
 
-// Offer picks an address for mac in r and reserves it for 30 s: the
-// client's current or last address in r (sticky), else the requested one
-// when free, else the lowest never-used address, else the longest-expired
-// lease of another client, else the oldest pending offer to another client.
-func (p *leases) Offer(mac string, r Range, requested netip.Addr) (netip.Addr, error) {
+// Offer picks an address for mac (client identifier cid, "" if none) in
+// r and reserves it for 30 s: the client's current or last address in r
+// (sticky), else the requested one when free, else the lowest never-used
+// address, else the longest-expired lease of another client, else the
+// oldest pending offer to another client, else the quarantined (declined)
+// address whose quarantine ends first: a quarantine delays reuse, it never
+// makes the range look exhausted.
+func (p *leases) Offer(mac, cid string, r Range, requested netip.Addr) (netip.Addr, error) {
 	now := p.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pick := func(ip netip.Addr) netip.Addr {
-		p.offers[ip] = offer{mac: mac, until: now.Add(30 * time.Second)}
+		p.offers[ip] = offer{mac: mac, cid: cid, until: now.Add(30 * time.Second)}
 		return ip
 	}
 	if ip, ok := p.byMAC[mac]; ok && r.Contains(ip) && p.freeFor(ip, mac, now) {
@@ -201,7 +236,7 @@ func (p *leases) Offer(mac string, r Range, requested netip.Addr) (netip.Addr, e
 	if best.IsValid() {
 		return pick(best), nil
 	}
-	// Last, take the oldest pending offer of another client: an offer is
+	// Then take the oldest pending offer of another client: an offer is
 	// not a commitment, and a flood of DISCOVERs from random MACs that
 	// never REQUEST must not lock real clients out.
 	var oldest time.Time
@@ -219,6 +254,18 @@ func (p *leases) Offer(mac string, r Range, requested netip.Addr) (netip.Addr, e
 	if best.IsValid() {
 		return pick(best), nil
 	}
+	// Last, the quarantined address released soonest.
+	for a, e := range p.byIP {
+		if !r.Contains(a) || e.l.GetState() != bootv1.Lease_STATE_DECLINED {
+			continue
+		}
+		if !best.IsValid() || e.l.GetExpiresUnix() < bestAt {
+			best, bestAt = a, e.l.GetExpiresUnix()
+		}
+	}
+	if best.IsValid() {
+		return pick(best), nil
+	}
 	return netip.Addr{}, fmt.Errorf("%w: %s", ErrExhausted, r)
 }
 
@@ -229,19 +276,85 @@ func (p *leases) freeForReclaim(a netip.Addr, e *leaseEntry, mac string, now tim
 	return reclaimable(e.l, now)
 }
 
-// Bind makes (or renews) mac's lease on ip durable and returns it. It
-// fails with ErrTaken when ip belongs to another client. Safe for
-// concurrent use; concurrent binds are group-committed by the store.
-func (p *leases) Bind(ctx context.Context, mac string, ip netip.Addr, r Range, ttl time.Duration, hostname, relay string) (*bootv1.Lease, error) {
+// offeredTo reports whether ip was last offered to the client (the offer
+// may have lapsed: it counts until another client is offered ip). Caller
+// holds mu.
+func (p *leases) offeredTo(ip netip.Addr, mac, cid string) bool {
+	o, ok := p.offers[ip]
+	return ok && o.mac == mac && sameClient(o.cid, cid)
+}
+
+// holds reports whether the client's lease (any state but DECLINED, also
+// expired or released: leases are sticky) is on ip. Caller holds mu.
+func (p *leases) holds(ip netip.Addr, mac, cid string) bool {
+	e, ok := p.byIP[ip]
+	return ok && e.l.GetMac() == mac && e.l.GetState() != bootv1.Lease_STATE_DECLINED && sameClient(e.cid, cid)
+}
+
+// hasLease reports whether mac holds a lease (in any state) here.
+func (p *leases) hasLease(mac string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.byMAC[mac]
+	return ok
+}
+
+// check decides whether ip may be bound to the client now (caller holds
+// mu); nil means yes.
+func (p *leases) check(ip netip.Addr, mac, cid string, need Need, now time.Time) error {
+	held := p.holds(ip, mac, cid)
+	switch {
+	case need == NeedLease && !held:
+		if other, ok := p.byMAC[mac]; ok && other != ip {
+			return fmt.Errorf("%w: %s", ErrOtherAddress, other)
+		}
+		return ErrNoLease
+	case need == NeedOffer && !held && !p.offeredTo(ip, mac, cid):
+		if e := p.byIP[ip]; e != nil && e.l.GetMac() != "" && e.l.GetMac() != mac && !reclaimable(e.l, now) {
+			return fmt.Errorf("%w: %s", ErrTaken, ip)
+		}
+		return fmt.Errorf("%w: %s", ErrNotOffered, ip)
+	}
+	if p.freeFor(ip, mac, now) {
+		return nil
+	}
+	// Not free, but offered to this client: an expired lease of another
+	// client or a quarantined address that Offer handed out because
+	// nothing else was left.
+	if e := p.byIP[ip]; e != nil && p.offeredTo(ip, mac, cid) &&
+		(reclaimable(e.l, now) || e.l.GetState() == bootv1.Lease_STATE_DECLINED) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrTaken, ip)
+}
+
+// Bind makes (or renews) the client's lease on ip durable and returns it.
+// need says what the client must have: an offer of ip (SELECTING) or its
+// lease on ip (INIT-REBOOT, RENEWING, REBINDING). It fails, writing
+// nothing, with ErrNoLease (the client holds no lease here),
+// ErrOtherAddress (its lease is on another address), ErrNotOffered or
+// ErrTaken (ip belongs to another client). When memory knows no lease of
+// the client on ip the address is re-read from the store once, so a lease
+// another writer made is found. Safe for concurrent use; concurrent binds
+// are group-committed by the store.
+func (p *leases) Bind(ctx context.Context, mac, cid string, need Need, ip netip.Addr, r Range, ttl time.Duration, hostname, relay string) (*bootv1.Lease, error) {
+	reloaded := false
 	for attempt := 0; attempt < 5; attempt++ {
 		now := p.now()
 		p.mu.Lock()
-		if !p.freeFor(ip, mac, now) {
-			e := p.byIP[ip]
-			if e == nil || !(reclaimable(e.l, now) && p.offers[ip].mac == mac) {
-				p.mu.Unlock()
-				return nil, fmt.Errorf("%w: %s", ErrTaken, ip)
+		err := p.check(ip, mac, cid, need, now)
+		if err != nil && !reloaded && (errors.Is(err, ErrNoLease) || errors.Is(err, ErrOtherAddress)) {
+			p.mu.Unlock()
+			reloaded = true
+			if err := p.reload(ctx, ip); err != nil {
+				return nil, err
 			}
+			attempt--
+			continue
+		}
+		if err != nil {
+			p.mu.Unlock()
+			return nil, err
 		}
 		var rev int64
 		if e := p.byIP[ip]; e != nil {
@@ -266,7 +379,7 @@ func (p *leases) Bind(ctx context.Context, mac string, ip netip.Addr, r Range, t
 			if e != nil && e.l.GetMac() != mac && p.byMAC[e.l.GetMac()] == ip {
 				delete(p.byMAC, e.l.GetMac())
 			}
-			p.byIP[ip] = &leaseEntry{l: l, rev: newRev}
+			p.byIP[ip] = &leaseEntry{l: l, rev: newRev, cid: cid}
 			p.byMAC[mac] = ip
 		}
 		delete(p.offers, ip)
@@ -289,7 +402,11 @@ func (p *leases) reload(ctx context.Context, ip netip.Addr) error {
 	case err != nil:
 		return err
 	}
-	p.byIP[ip] = &leaseEntry{l: l, rev: rev}
+	cid := ""
+	if e := p.byIP[ip]; e != nil && e.l.GetMac() == l.GetMac() {
+		cid = e.cid
+	}
+	p.byIP[ip] = &leaseEntry{l: l, rev: rev, cid: cid}
 	if l.GetMac() != "" {
 		p.byMAC[l.GetMac()] = ip
 	}
@@ -349,15 +466,26 @@ func (p *leases) Release(ctx context.Context, mac string, ip netip.Addr) (*bootv
 	})
 }
 
-// Decline quarantines ip (a client saw it in use) and unbinds mac from it.
-func (p *leases) Decline(ctx context.Context, mac string, ip netip.Addr, r Range) (*bootv1.Lease, error) {
+// Decline quarantines ip (the client found it in use on the network) and
+// unbinds the client from it. Only the client that holds ip or was offered
+// it may decline it: anyone else gets ErrNotHolder and nothing is written,
+// so a client that holds nothing cannot take addresses out of the pool.
+func (p *leases) Decline(ctx context.Context, mac, cid string, ip netip.Addr, r Range) (*bootv1.Lease, error) {
 	now := p.now()
+	p.mu.Lock()
+	ok := p.holds(ip, mac, cid) || p.offeredTo(ip, mac, cid)
+	p.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrNotHolder, ip)
+	}
 	l := &bootv1.Lease{Ip: ip.String(), State: bootv1.Lease_STATE_DECLINED, ExpiresUnix: now.Add(p.quarantine).Unix(),
 		UpdatedUnix: now.Unix(), Subnet: r.Subnet.String()}
 	_, err := record.Update(ctx, p.st, leaseKey(ip), func() *bootv1.Lease { return &bootv1.Lease{} },
 		func(cur *bootv1.Lease, exists bool) (bool, error) {
+			// The store is the truth: someone else's live lease (another
+			// writer bound it since) is not the decliner's to quarantine.
 			if exists && cur.GetMac() != "" && cur.GetMac() != mac && now.Unix() < cur.GetExpiresUnix() {
-				return false, ErrTaken // someone else's active lease: not the decliner's to quarantine
+				return false, fmt.Errorf("%w: %s", ErrTaken, ip)
 			}
 			proto.Reset(cur)
 			proto.Merge(cur, l)
