@@ -35,6 +35,11 @@ type Config struct {
 	TimelineQueue int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// MaxDiscovered caps the placeholder machines EnsureMachineForMAC
+	// creates for unknown MACs (placeholders.go): at the cap it creates
+	// none and fails with ErrDiscoveredCap. 0 means DefaultMaxDiscovered,
+	// negative no cap.
+	MaxDiscovered int
 }
 
 // Inventory keeps machines and their timelines. Its methods are safe for
@@ -43,6 +48,7 @@ type Inventory struct {
 	cfg Config
 	log *slog.Logger
 	tl  *timeline
+	ph  placeholders
 }
 
 // New validates cfg and returns an Inventory.
@@ -62,7 +68,11 @@ func New(cfg Config) (*Inventory, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.MaxDiscovered == 0 {
+		cfg.MaxDiscovered = DefaultMaxDiscovered
+	}
 	inv := &Inventory{cfg: cfg, log: cfg.Logger}
+	inv.ph.max = cfg.MaxDiscovered
 	inv.tl = newTimeline(inv)
 	return inv, nil
 }
@@ -231,6 +241,7 @@ func (i *Inventory) CreateMachine(ctx context.Context, m *inventoryv1.Machine) (
 		}
 		return nil, err
 	}
+	i.observe(m.GetName(), m)
 	return m, nil
 }
 
@@ -309,8 +320,12 @@ func (i *Inventory) unclaimMAC(ctx context.Context, mac, machine string) {
 var errSkip = errors.New("skip")
 
 // EnsureMachineForMAC returns the machine owning mac, creating a
-// DISCOVERED machine named after the MAC when none does. created says
-// whether it was made now. Safe against concurrent callers for one MAC.
+// DISCOVERED placeholder named after the MAC when none does. created says
+// whether it was made now. When Config.MaxDiscovered placeholders exist it
+// creates none and fails with ErrDiscoveredCap (class ErrExhausted; logged
+// at most once a minute with the count refused): a known MAC is still
+// returned. Safe against concurrent callers; concurrent creations never
+// take the count past the cap.
 func (i *Inventory) EnsureMachineForMAC(ctx context.Context, mac string) (m *inventoryv1.Machine, created bool, err error) {
 	mac, err = NormalizeMAC(mac)
 	if err != nil {
@@ -321,7 +336,12 @@ func (i *Inventory) EnsureMachineForMAC(ctx context.Context, mac string) (m *inv
 		if err == nil || !errors.Is(err, ErrNotFound) {
 			return m, false, err
 		}
+		release, err := i.reservePlaceholder(ctx, mac)
+		if err != nil {
+			return nil, false, err
+		}
 		m, err = i.CreateMachine(ctx, &inventoryv1.Machine{Name: MachineNameForMAC(mac), BootMac: mac})
+		release()
 		if err == nil {
 			i.log.Info("new machine", "machine", m.GetName(), "mac", mac)
 			return m, true, nil
@@ -347,7 +367,7 @@ func (i *Inventory) updateMachine(ctx context.Context, name string, macsClaimed 
 	if err := CheckName(name); err != nil {
 		return nil, err
 	}
-	return record.Update(ctx, i.cfg.Store, machinePrefix+name, newMachine, func(m *inventoryv1.Machine, exists bool) (bool, error) {
+	m, err := record.Update(ctx, i.cfg.Store, machinePrefix+name, newMachine, func(m *inventoryv1.Machine, exists bool) (bool, error) {
 		if !exists {
 			return false, notFoundf("machine %q", name)
 		}
@@ -363,6 +383,11 @@ func (i *Inventory) updateMachine(ctx context.Context, name string, macsClaimed 
 		m.UpdatedAt = timestamppb.New(i.cfg.Now())
 		return false, nil
 	})
+	if err != nil {
+		return m, err
+	}
+	i.observe(name, m)
+	return m, nil
 }
 
 // DeleteMachine removes a machine and its MAC bindings. Its timeline is
@@ -386,6 +411,7 @@ func (i *Inventory) DeleteMachine(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	i.observe(name, nil)
 	i.ForgetBMC(ctx, name, bmc)
 	for _, mac := range macs {
 		i.unclaimMAC(ctx, mac, name)
