@@ -1,16 +1,45 @@
 // Package volume owns the node's qcow2 volumes: one file per volume under a
 // directory, created with qemu-img (empty, or as a copy-on-write overlay of
 // another volume through an absolute backing-file path), fetched over
-// http(s) into a temporary file with a size limit, a timeout and a SHA-256
-// check before an atomic, no-clobber link into place, resized, inspected
-// with `qemu-img info --output=json` and deleted.
+// http(s) into a temporary file with a size limit, a timeout, a redirect
+// policy and a SHA-256 check before an atomic, no-clobber link into place,
+// resized, inspected with `qemu-img info --output=json` and deleted.
 //
 // Every volume is qcow2, except fetched ISO9660 images, which stay raw
-// (format "raw" means "attach me as a CD-ROM"); QEMU is always told the
-// format and never probes it. Other fetched raw images are converted,
-// fetched qcow2 images with a backing file are refused. Nothing is ever half-created: work
-// happens on a hidden temporary file that is linked to the final name only
-// when complete, and stale temporary files are removed by New.
+// (format "raw" means "attach me as a read-only CD-ROM").
+//
+// Formats are never guessed by QEMU. A fetched file is hostile until
+// proven otherwise (the source is an operator's URL, but the bytes come
+// from whoever answers it), and letting qemu-img or QEMU probe a format
+// lets a file choose to be read as a format that opens other files.
+// Corral decides between the only two formats it accepts by itself
+// (sniffFormat: the qcow2 magic, else raw) and passes that format
+// explicitly to every qemu-img call (-f, -F, -O) and every QEMU
+// -blockdev (hypervisor/vm). On a fetch:
+//
+//   - A declared format (FetchRequest.Format) must match the file: a raw
+//     file declared qcow2, or a file declared raw that starts with the
+//     qcow2 magic, is refused.
+//   - Undeclared (every FetchVolume through HypervisorService today: its
+//     request has no format field), the sniffed format is used and from
+//     then on declared: raw is accepted as raw — read with -f raw, so
+//     no header in it is ever interpreted — and a qcow2 is checked.
+//   - A qcow2 is accepted only self-contained: its header is parsed in Go
+//     before qemu-img opens it, and a backing file (any name, json:
+//     pseudo-protocols included), an external data file, encryption,
+//     unknown incompatible features or a malformed header is refused
+//     (ErrImageRefused, class InvalidArgument, naming the reason); the
+//     answer of `qemu-img info -f qcow2` is checked again for the same.
+//   - Redirects are followed only to http or https, never from https down
+//     to http, and at most Config.MaxRedirects times (ErrRedirect); a body
+//     shorter than its Content-Length is ErrFetch.
+//
+// A raw ISO is kept; any other raw image is converted to qcow2 with -f
+// raw. Nothing is ever half-created: work happens on a hidden temporary
+// file that is linked to the final name only when complete and synced
+// (file, then directory), a refused download removes its temporary file,
+// stale temporary files are removed by New, and a delete syncs the
+// directory before it returns.
 //
 // It imports only the standard library, internal/apierr and
 // hypervisor/internal.
@@ -19,12 +48,11 @@ package volume
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,14 +102,25 @@ type Config struct {
 	FetchTimeout time.Duration
 	// CommandTimeout bounds each qemu-img call (default 2 min).
 	CommandTimeout time.Duration
+	// MaxRedirects caps the HTTP redirects one fetch follows (default 5;
+	// negative: none). A refused redirect is logged and fails the fetch
+	// with ErrRedirect.
+	MaxRedirects int
+	// Transport, when set, replaces the download transport (a clone of
+	// net/http's default); tests use it to trust a test server.
+	Transport http.RoundTripper
 }
+
+// DefaultMaxRedirects is Config.MaxRedirects' default.
+const DefaultMaxRedirects = 5
 
 // Store manages the volumes in one directory. It is safe for concurrent
 // use; operations on one name are serialised by an in-process lock (the
 // node agent is the only writer of its data directory).
 type Store struct {
-	cfg Config
-	log *slog.Logger
+	cfg  Config
+	log  *slog.Logger
+	http *http.Client
 
 	locks namelock.Table
 }
@@ -106,6 +145,12 @@ func New(cfg Config) (*Store, error) {
 	if cfg.CommandTimeout <= 0 {
 		cfg.CommandTimeout = 2 * time.Minute
 	}
+	switch {
+	case cfg.MaxRedirects == 0:
+		cfg.MaxRedirects = DefaultMaxRedirects
+	case cfg.MaxRedirects < 0:
+		cfg.MaxRedirects = 0
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -128,7 +173,7 @@ func New(cfg Config) (*Store, error) {
 			_ = os.Remove(filepath.Join(cfg.Dir, e.Name()))
 		}
 	}
-	return &Store{cfg: cfg, log: log}, nil
+	return &Store{cfg: cfg, log: log, http: newHTTPClient(cfg.Transport, cfg.MaxRedirects, log)}, nil
 }
 
 // Dir returns the absolute directory of the store.
@@ -283,7 +328,9 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 	if len(users) > 0 {
 		return apierr.Preconditionf("volume %q is the backing file of %s", name, strings.Join(users, ", "))
 	}
-	if err := os.Remove(path); err != nil {
+	// Durable: a volume the appliance was told is gone must not come
+	// back after a power cut (its storage is counted as free).
+	if err := durable.Remove(path); err != nil {
 		return fmt.Errorf("volume %q: %w", name, err)
 	}
 	s.log.Info("volume deleted", "volume", name)
@@ -392,28 +439,62 @@ func (s *Store) tempPath(name string) (string, error) {
 	return p, nil
 }
 
+// imgInfo is the part of `qemu-img info --output=json` Store reads.
 type imgInfo struct {
 	VirtualSize     uint64 `json:"virtual-size"`
 	ActualSize      uint64 `json:"actual-size"`
 	Format          string `json:"format"`
 	BackingFilename string `json:"backing-filename"`
 	FullBacking     string `json:"full-backing-filename"`
+	Encrypted       bool   `json:"encrypted"`
+	FormatSpecific  struct {
+		Data struct {
+			DataFile string `json:"data-file"`
+		} `json:"data"`
+	} `json:"format-specific"`
 }
 
+// info inspects a volume file: its format decided by sniffFormat, then
+// qemu-img info with that format given.
 func (s *Store) info(ctx context.Context, path string) (Volume, error) {
-	out, err := s.qemuImgOut(ctx, "info", "-U", "--output=json", path)
+	format, err := sniffFormat(path)
 	if err != nil {
 		return Volume{}, err
 	}
+	ii, err := s.infoAs(ctx, path, format)
+	return ii.v, err
+}
+
+// inspected is what infoAs found: the Volume and what checkImage
+// double-checks.
+type inspected struct {
+	v         Volume
+	format    string
+	backing   string
+	dataFile  string
+	encrypted bool
+}
+
+// infoAs runs qemu-img info with the format given (-f): qemu-img never
+// probes, and with a shared lock (-U) it works on volumes a running VM
+// holds open. It does not open backing files.
+func (s *Store) infoAs(ctx context.Context, path, format string) (inspected, error) {
+	out, err := s.qemuImgOut(ctx, "info", "-U", "--output=json", "-f", format, path)
+	if err != nil {
+		return inspected{}, err
+	}
 	var ii imgInfo
 	if err := json.Unmarshal(out, &ii); err != nil {
-		return Volume{}, fmt.Errorf("qemu-img info %s: %w", path, err)
+		return inspected{}, fmt.Errorf("qemu-img info %s: %w", path, err)
 	}
 	b := ii.FullBacking
 	if b == "" {
 		b = ii.BackingFilename
 	}
-	return Volume{Path: path, SizeBytes: ii.VirtualSize, ActualBytes: ii.ActualSize, Format: ii.Format, BackingFile: b}, nil
+	return inspected{
+		v:      Volume{Path: path, SizeBytes: ii.VirtualSize, ActualBytes: ii.ActualSize, Format: ii.Format, BackingFile: b},
+		format: ii.Format, backing: b, dataFile: ii.FormatSpecific.Data.DataFile, encrypted: ii.Encrypted,
+	}, nil
 }
 
 func (s *Store) qemuImg(ctx context.Context, args ...string) error {
@@ -445,21 +526,12 @@ func backingFile(path string) (string, error) {
 		return "", err
 	}
 	defer f.Close()
-	var hdr [20]byte
-	if _, err := io.ReadFull(f, hdr[:]); err != nil {
+	// The backing file is read before the header extensions, so a
+	// malformed extension does not hide it (and the volume it names stays
+	// protected from deletion).
+	h, _ := parseQcow2Header(f)
+	if !h.HasBacking {
 		return "", nil
 	}
-	if string(hdr[:4]) != "QFI\xfb" {
-		return "", nil
-	}
-	off := binary.BigEndian.Uint64(hdr[8:16])
-	n := binary.BigEndian.Uint32(hdr[16:20])
-	if off == 0 || n == 0 || n > 1023 {
-		return "", nil
-	}
-	buf := make([]byte, n)
-	if _, err := f.ReadAt(buf, int64(off)); err != nil {
-		return "", nil
-	}
-	return string(buf), nil
+	return h.BackingFile, nil
 }
