@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/record"
 	"google.golang.org/protobuf/proto"
@@ -27,7 +28,8 @@ const (
 )
 
 // Register records a discovery report: it finds the machine serial-first
-// (system serial, else system UUID, else any reported MAC), creates it if
+// (system serial, else system UUID, else the in-band BMC address of a
+// machine enrolled before it booted, else any reported MAC), creates it if
 // none matches, absorbs MAC-only placeholder machines that DHCP created for
 // the same hardware, stores the facts with a dated history of what changed,
 // and moves a DISCOVERED machine to INVENTORIED with boot intent `local`.
@@ -36,12 +38,26 @@ const (
 // enrolled one (see ReconcileBMCAddress). An invalid report returns
 // ErrInvalid and stores nothing.
 //
-// The machine record changes in one compare-and-swap. hook, when not nil,
-// runs inside it after the report is applied (became: the machine just
-// became INVENTORIED) and may change the record further; it may run more
-// than once when the swap is retried, so it must only set state derived
-// from its arguments.
-func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *inventoryv1.Facts, hook RegisterHook) (*inventoryv1.Machine, error) {
+// A known machine is never taken over. A report is refused (an error of
+// class apierr.ErrPermissionDenied naming the machine and what mismatched,
+// recorded on that machine's timeline, nothing of it changed) when the
+// machine holding its boot MAC, or the one it would land on, has a real
+// serial or system UUID recorded and the report carries neither of them
+// or contradicts one (IdentityMismatch). A NIC MAC of the report held by
+// such a machine is not claimed: the report's own machine is flagged
+// mac-conflict instead (a separate, flagged record, never merged). DHCP
+// placeholders (no serial, no UUID, no facts) are absorbed. The residual
+// risk: a machine record with no real serial and no real UUID — a
+// placeholder, or a machine whose firmware reports none — is claimed by
+// any report from one of its MACs.
+//
+// opts.Admit, when set, sees the match before anything is written and may
+// refuse it. The machine record changes in one compare-and-swap; opts.Hook,
+// when set, runs inside it after the report is applied (became: the
+// machine just became INVENTORIED) and may change the record further; it
+// may run more than once when the swap is retried, so it must only set
+// state derived from its arguments.
+func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *inventoryv1.Facts, opts RegisterOptions) (*inventoryv1.Machine, error) {
 	boot, err := NormalizeMAC(bootMAC)
 	if err != nil {
 		return nil, fmt.Errorf("boot_mac: %w", err)
@@ -74,15 +90,68 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 		}
 	}
 
-	target, flags, err := i.identify(ctx, serial, uuid, facts.GetBmc().GetIpv4Address(), macs)
+	// The machine that holds the boot MAC must recognise the report.
+	holder, err := i.MachineByMAC(ctx, boot)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		holder = nil
+	case err != nil:
+		return nil, err
+	default:
+		if why := IdentityMismatch(holder, serial, uuid); why != "" {
+			return nil, i.refuseReport(holder, boot, serial, uuid, why)
+		}
+	}
+
+	target, by, flags, dups, err := i.identify(ctx, serial, uuid, bmcHost, macs)
 	if err != nil {
 		return nil, err
 	}
 	if target == nil {
-		m, err := i.CreateMachine(ctx, &inventoryv1.Machine{Name: MachineNameForMAC(boot), BootMac: boot})
+		// The name a new machine gets may be taken by a record that no
+		// longer holds the MAC (or one a concurrent registration just
+		// made): it must recognise the report like any other.
+		name := MachineNameForMAC(boot)
+		existing, err := i.GetMachine(ctx, name)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			by = "new"
+		case err != nil:
+			return nil, err
+		default:
+			if why := IdentityMismatch(existing, serial, uuid); why != "" {
+				return nil, i.refuseReport(existing, boot, serial, uuid, why)
+			}
+			target, by = existing, "name"
+		}
+	} else if why := IdentityMismatch(target, serial, uuid); why != "" {
+		return nil, i.refuseReport(target, boot, serial, uuid, why)
+	}
+	match := Match{Machine: target, By: by, Holder: holder, Identified: true}
+	if target == nil {
+		match.Name = MachineNameForMAC(boot)
+	} else {
+		match.Name = target.GetName()
+	}
+	if opts.Admit != nil {
+		if err := opts.Admit(match); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range dups {
+		if _, err := i.UpdateMachine(ctx, d.machine, func(o *inventoryv1.Machine) error {
+			o.Flags = mergeFlags(o.GetFlags(), []string{d.flag})
+			return nil
+		}); err != nil && !errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+	}
+	if target == nil {
+		m, err := i.CreateMachine(ctx, &inventoryv1.Machine{Name: match.Name, BootMac: boot})
 		if errors.Is(err, ErrAlreadyExists) {
-			// The MAC-named record exists (another registration raced us).
-			m, err = i.GetMachine(ctx, MachineNameForMAC(boot))
+			// Another registration created it between our read and
+			// now: the mutation below re-checks its identity.
+			m, err = i.GetMachine(ctx, match.Name)
 		}
 		if err != nil {
 			return nil, err
@@ -124,7 +193,15 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 	now := timestamppb.New(i.cfg.Now())
 	var changes []*inventoryv1.FactChange
 	var became, bmcFilled, bmcMismatch bool
+	var refused *inventoryv1.Machine
+	var refusedWhy string
 	m, err := i.updateMachine(ctx, name, true, func(m *inventoryv1.Machine) error {
+		// Re-checked on the record being written: another report may have
+		// recorded an identity since we matched.
+		if why := IdentityMismatch(m, serial, uuid); why != "" {
+			refused, refusedWhy = m, why
+			return errRefused
+		}
 		changes = diffFacts(m.GetFacts(), facts, now)
 		m.FactHistory = append(m.FactHistory, changes...)
 		if n := len(m.FactHistory); n > maxHistory {
@@ -172,11 +249,14 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 			// reports in-band, or flag a mismatch.
 			bmcFilled, bmcMismatch = applyInbandBMC(m, bmcHost)
 		}
-		if hook != nil {
-			hook(m, became)
+		if opts.Hook != nil {
+			opts.Hook(m, became)
 		}
 		return nil
 	})
+	if errors.Is(err, errRefused) {
+		return nil, i.refuseReport(refused, boot, serial, uuid, refusedWhy)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -190,9 +270,119 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 		i.index(ctx, uuidPrefix+uuid, name)
 	}
 	detail := fmt.Sprintf("machine %s serial=%q uuid=%q macs=%d", name, serial, uuid, len(macs))
-	i.Event(boot, "inventory", "registered", detail, map[string]string{"state": m.GetState().String(), "changes": fmt.Sprint(len(changes))})
-	i.log.Info("machine registered", "machine", name, "serial", serial, "mac", boot, "state", m.GetState().String(), "fact_changes", len(changes))
+	i.Event(boot, "inventory", "registered", detail, map[string]string{"state": m.GetState().String(), "changes": fmt.Sprint(len(changes)), "matched_by": by})
+	i.log.Info("machine registered", "machine", name, "serial", serial, "mac", boot, "state", m.GetState().String(), "fact_changes", len(changes), "matched_by", by)
 	return m, nil
+}
+
+// RegisterOptions are the optional parts of Register.
+type RegisterOptions struct {
+	// Admit, when set, is called once the report has been matched to a
+	// machine, before anything is written; an error refuses the report
+	// (Register returns it as is and changes nothing).
+	Admit func(Match) error
+	// Hook runs inside the machine mutation; see Register.
+	Hook RegisterHook
+}
+
+// Match is the machine a discovery report was matched to, as Admit sees it.
+type Match struct {
+	// Name is the machine the report lands on; Machine is its record as
+	// read (nil when a new machine of that name will be created).
+	Name    string
+	Machine *inventoryv1.Machine
+	// By says how it was found: "serial", "uuid", "bmc" (the in-band BMC
+	// address of a machine enrolled before it booted), "mac", "name" (the
+	// record named after the boot MAC) or "new".
+	By string
+	// Holder is the machine that held the boot MAC before the report (nil
+	// when none did); a DHCP placeholder holder is absorbed.
+	Holder *inventoryv1.Machine
+	// Identified is always true for a match Register admits: the machine
+	// either had no real serial or UUID recorded, or the report carries one
+	// it has and contradicts none (IdentityMismatch). It is spelled out so
+	// that callers gating on it (install plans) say so.
+	Identified bool
+}
+
+// Placeholder reports whether m is a record DHCP made for an unknown MAC
+// and nothing else has touched: it may be merged into a registered machine.
+func Placeholder(m *inventoryv1.Machine) bool { return placeholder(m) }
+
+// errRefused aborts Register's mutation on an identity mismatch.
+var errRefused = errors.New("report refused")
+
+// IdentityMismatch compares a report's identity — its real serial and
+// system UUID, "" where it has none (RealSerial, RealUUID; the UUID
+// lower-cased) — with what m has recorded. It returns "" when the report
+// may land on m: m has neither a serial nor a UUID recorded, or the report
+// carries at least one of those m has, equal, and contradicts neither.
+// Otherwise it says what mismatched, for an error and the timeline.
+func IdentityMismatch(m *inventoryv1.Machine, serial, uuid string) string {
+	ms, mu := m.GetSerial(), normUUID(m.GetSystemUuid())
+	if ms == "" && mu == "" {
+		return ""
+	}
+	var bad []string
+	if ms != "" && serial != "" && serial != ms {
+		bad = append(bad, fmt.Sprintf("serial %q is not the recorded %q", serial, ms))
+	}
+	if mu != "" && uuid != "" && uuid != mu {
+		bad = append(bad, fmt.Sprintf("system UUID %s is not the recorded %s", uuid, mu))
+	}
+	if len(bad) > 0 {
+		return strings.Join(bad, ", ")
+	}
+	if (ms != "" && serial == ms) || (mu != "" && uuid == mu) {
+		return ""
+	}
+	var have []string
+	if ms != "" {
+		have = append(have, fmt.Sprintf("serial %q", ms))
+	}
+	if mu != "" {
+		have = append(have, "system UUID "+mu)
+	}
+	return "the report carries no " + strings.Join(have, " or ") + " (it has " + describeIdentity(serial, uuid) + ")"
+}
+
+func describeIdentity(serial, uuid string) string {
+	switch {
+	case serial != "" && uuid != "":
+		return fmt.Sprintf("serial %q, system UUID %s", serial, uuid)
+	case serial != "":
+		return fmt.Sprintf("serial %q and no system UUID", serial)
+	case uuid != "":
+		return "no serial, system UUID " + uuid
+	}
+	return "no real serial and no real system UUID"
+}
+
+// refuseReport records a refused report on m's timeline (by the boot MAC
+// when m holds it, else by m's own MAC) and returns the PermissionDenied
+// error naming m and the mismatch.
+func (i *Inventory) refuseReport(m *inventoryv1.Machine, boot, serial, uuid, why string) error {
+	name := m.GetName()
+	mac := boot
+	if !hasMAC(m, boot) {
+		mac = firstMAC(m)
+	}
+	detail := fmt.Sprintf("report from %s refused: machine %s: %s", boot, name, why)
+	if mac != "" {
+		i.Event(mac, "inventory", "register-refused", detail, map[string]string{"boot_mac": boot, "serial": serial, "uuid": uuid})
+	}
+	i.log.Warn("discovery report refused: identity mismatch", "machine", name, "mac", boot, "serial", serial, "reason", why)
+	return apierr.PermissionDeniedf("machine %s does not match the report from %s: %s; if the hardware really changed, delete the machine first", name, boot, why)
+}
+
+func firstMAC(m *inventoryv1.Machine) string {
+	if m.GetBootMac() != "" {
+		return m.GetBootMac()
+	}
+	if len(m.GetMacs()) > 0 {
+		return m.GetMacs()[0]
+	}
+	return ""
 }
 
 // RegisterHook is called inside Register's machine mutation; see Register.
@@ -208,35 +398,40 @@ func placeholder(m *inventoryv1.Machine) bool {
 		m.GetBmc() == nil && m.GetState() == inventoryv1.Machine_DISCOVERED
 }
 
-// identify finds the machine a report belongs to: by serial, then UUID,
-// then MAC. A serial already held by a machine with a different real UUID
-// is a duplicate: both are flagged and the report is matched by UUID only.
-func (i *Inventory) identify(ctx context.Context, serial, uuid, bmcHost string, macs []string) (*inventoryv1.Machine, []string, error) {
+// dupFlag is a duplicate-serial flag identify wants set on another
+// machine once the report is admitted.
+type dupFlag struct{ machine, flag string }
+
+// identify finds the machine a report belongs to and says how: by serial,
+// then UUID, then the in-band BMC address, then MAC. A serial already held
+// by a machine with a different real UUID is a duplicate: both are flagged
+// (the other one through dups, written by the caller once the report is
+// admitted) and the report is matched by UUID only. A MAC match only
+// identifies a machine whose recorded identity the report does not lack or
+// contradict. It writes nothing.
+func (i *Inventory) identify(ctx context.Context, serial, uuid, bmcHost string, macs []string) (*inventoryv1.Machine, string, []string, []dupFlag, error) {
 	var flags []string
+	var dups []dupFlag
 	if serial != "" {
 		m, err := i.lookupIndex(ctx, serialPrefix+url.PathEscape(serial))
 		if err != nil {
-			return nil, nil, err
+			return nil, "", nil, nil, err
 		}
 		if m != nil {
 			if uuid == "" || m.GetSystemUuid() == "" || normUUID(m.GetSystemUuid()) == uuid {
-				return m, nil, nil
+				return m, "serial", nil, nil, nil
 			}
-			flag := fmt.Sprintf("%s: serial %q is also reported by machine %s (uuid %s)", FlagDuplicateSerial, serial, m.GetName(), m.GetSystemUuid())
-			flags = append(flags, flag)
-			other := m.GetName()
-			if _, err := i.UpdateMachine(ctx, other, func(o *inventoryv1.Machine) error {
-				o.Flags = mergeFlags(o.GetFlags(), []string{fmt.Sprintf("%s: serial %q is also reported by a machine with uuid %s", FlagDuplicateSerial, serial, uuid)})
-				return nil
-			}); err != nil && !errors.Is(err, ErrNotFound) {
-				return nil, nil, err
-			}
+			flags = append(flags, fmt.Sprintf("%s: serial %q is also reported by machine %s (uuid %s)", FlagDuplicateSerial, serial, m.GetName(), m.GetSystemUuid()))
+			dups = append(dups, dupFlag{machine: m.GetName(), flag: fmt.Sprintf("%s: serial %q is also reported by a machine with uuid %s", FlagDuplicateSerial, serial, uuid)})
 		}
 	}
 	if uuid != "" {
 		m, err := i.lookupIndex(ctx, uuidPrefix+uuid)
-		if err != nil || m != nil {
-			return m, flags, err
+		if err != nil {
+			return nil, "", nil, nil, err
+		}
+		if m != nil {
+			return m, "uuid", flags, dups, nil
 		}
 	}
 	// A machine enrolled by its BMC before it ever booted is found by the
@@ -253,7 +448,7 @@ func (i *Inventory) identify(ctx context.Context, serial, uuid, bmcHost string, 
 				continue
 			}
 			if m.GetSerial() == "" && m.GetSystemUuid() == "" {
-				return m, flags, nil
+				return m, "bmc", flags, dups, nil
 			}
 		}
 	}
@@ -263,15 +458,13 @@ func (i *Inventory) identify(ctx context.Context, serial, uuid, bmcHost string, 
 			continue
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, "", nil, nil, err
 		}
-		// A MAC match only identifies a machine that has no conflicting
-		// identity of its own.
-		if (serial == "" || m.GetSerial() == "" || m.GetSerial() == serial) && (uuid == "" || m.GetSystemUuid() == "" || normUUID(m.GetSystemUuid()) == uuid) {
-			return m, flags, nil
+		if IdentityMismatch(m, serial, uuid) == "" {
+			return m, "mac", flags, dups, nil
 		}
 	}
-	return nil, flags, nil
+	return nil, "", flags, dups, nil
 }
 
 func (i *Inventory) lookupIndex(ctx context.Context, key string) (*inventoryv1.Machine, error) {

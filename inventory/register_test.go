@@ -3,12 +3,18 @@ package inventory
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/store/mem"
 	"github.com/corralhq/corral/testsupport/machinefacts"
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
 )
 
 // facts is the report of a small QEMU machine.
@@ -22,7 +28,7 @@ func TestRegisterSerialFirstAndNICSwap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := inv.Register(ctx, "52:54:00:00:00:01", facts("SN-1", "6a1c0f3e-1111-4a5b-9c2d-000000000001", "52:54:00:00:00:01"), nil)
+	m, err := inv.Register(ctx, "52:54:00:00:00:01", facts("SN-1", "6a1c0f3e-1111-4a5b-9c2d-000000000001", "52:54:00:00:00:01"), RegisterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +42,7 @@ func TestRegisterSerialFirstAndNICSwap(t *testing.T) {
 	if _, _, err := inv.EnsureMachineForMAC(ctx, "52:54:00:00:00:99"); err != nil {
 		t.Fatal(err)
 	}
-	m2, err := inv.Register(ctx, "52:54:00:00:00:99", facts("SN-1", "6a1c0f3e-1111-4a5b-9c2d-000000000001", "52:54:00:00:00:99"), nil)
+	m2, err := inv.Register(ctx, "52:54:00:00:00:99", facts("SN-1", "6a1c0f3e-1111-4a5b-9c2d-000000000001", "52:54:00:00:00:99"), RegisterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,11 +70,11 @@ func TestRegisterSerialFirstAndNICSwap(t *testing.T) {
 func TestRegisterPlaceholderSerialUsesUUIDThenMAC(t *testing.T) {
 	inv := newInv(t, Config{})
 	ctx := context.Background()
-	a, err := inv.Register(ctx, "52:54:00:00:01:01", facts("To Be Filled By O.E.M.", "00000000-0000-0000-0000-000000000000", "52:54:00:00:01:01"), nil)
+	a, err := inv.Register(ctx, "52:54:00:00:01:01", facts("To Be Filled By O.E.M.", "00000000-0000-0000-0000-000000000000", "52:54:00:00:01:01"), RegisterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := inv.Register(ctx, "52:54:00:00:01:02", facts("Default string", "03000200-0400-0500-0006-000700080009", "52:54:00:00:01:02"), nil)
+	b, err := inv.Register(ctx, "52:54:00:00:01:02", facts("Default string", "03000200-0400-0500-0006-000700080009", "52:54:00:00:01:02"), RegisterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,8 +82,8 @@ func TestRegisterPlaceholderSerialUsesUUIDThenMAC(t *testing.T) {
 		t.Fatalf("placeholder serials merged machines or were stored: %s %s %q %q", a.GetName(), b.GetName(), a.GetSerial(), b.GetSerial())
 	}
 	// A UUID identifies even when the serial is a placeholder.
-	c1, _ := inv.Register(ctx, "52:54:00:00:02:01", facts("0123456789", "11111111-2222-3333-4444-555555555555", "52:54:00:00:02:01"), nil)
-	c2, _ := inv.Register(ctx, "52:54:00:00:02:02", facts("0123456789", "11111111-2222-3333-4444-555555555555", "52:54:00:00:02:02"), nil)
+	c1, _ := inv.Register(ctx, "52:54:00:00:02:01", facts("0123456789", "11111111-2222-3333-4444-555555555555", "52:54:00:00:02:01"), RegisterOptions{})
+	c2, _ := inv.Register(ctx, "52:54:00:00:02:02", facts("0123456789", "11111111-2222-3333-4444-555555555555", "52:54:00:00:02:02"), RegisterOptions{})
 	if c1.GetName() != c2.GetName() {
 		t.Fatalf("same UUID, different machines: %s %s", c1.GetName(), c2.GetName())
 	}
@@ -86,8 +92,8 @@ func TestRegisterPlaceholderSerialUsesUUIDThenMAC(t *testing.T) {
 func TestRegisterDuplicateSerialFlagged(t *testing.T) {
 	inv := newInv(t, Config{})
 	ctx := context.Background()
-	a, _ := inv.Register(ctx, "52:54:00:00:03:01", facts("SN-DUP", "aaaaaaaa-0000-4000-8000-000000000001", "52:54:00:00:03:01"), nil)
-	b, err := inv.Register(ctx, "52:54:00:00:03:02", facts("SN-DUP", "bbbbbbbb-0000-4000-8000-000000000002", "52:54:00:00:03:02"), nil)
+	a, _ := inv.Register(ctx, "52:54:00:00:03:01", facts("SN-DUP", "aaaaaaaa-0000-4000-8000-000000000001", "52:54:00:00:03:01"), RegisterOptions{})
+	b, err := inv.Register(ctx, "52:54:00:00:03:02", facts("SN-DUP", "bbbbbbbb-0000-4000-8000-000000000002", "52:54:00:00:03:02"), RegisterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,12 +112,12 @@ func TestRegisterFactHistory(t *testing.T) {
 	inv := newInv(t, Config{})
 	ctx := context.Background()
 	f := facts("SN-H", "", "52:54:00:00:04:01")
-	inv.Register(ctx, "52:54:00:00:04:01", f, nil)
+	inv.Register(ctx, "52:54:00:00:04:01", f, RegisterOptions{})
 	f2 := proto.CloneOf(f)
 	f2.Memory.Dimms = append(f2.Memory.Dimms, &inventoryv1.Facts_Dimm{Locator: "DIMM 1", SizeBytes: 2 << 30, Serial: "D1"})
 	f2.Memory.TotalBytes = 4 << 30
 	f2.Disks = f2.Disks[:1]
-	m, err := inv.Register(ctx, "52:54:00:00:04:01", f2, nil)
+	m, err := inv.Register(ctx, "52:54:00:00:04:01", f2, RegisterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +160,7 @@ func TestRegisterBadInputStoresNothing(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if _, err := inv.Register(ctx, tc.mac, tc.f, nil); !errors.Is(err, ErrInvalid) {
+			if _, err := inv.Register(ctx, tc.mac, tc.f, RegisterOptions{}); !errors.Is(err, ErrInvalid) {
 				t.Fatalf("want ErrInvalid, got %v", err)
 			}
 		})
@@ -167,12 +173,12 @@ func TestRegisterBadInputStoresNothing(t *testing.T) {
 func TestSelectors(t *testing.T) {
 	inv := newInv(t, Config{})
 	ctx := context.Background()
-	inv.Register(ctx, "52:54:00:00:06:01", facts("S1", "", "52:54:00:00:06:01"), nil)
+	inv.Register(ctx, "52:54:00:00:06:01", facts("S1", "", "52:54:00:00:06:01"), RegisterOptions{})
 	f := facts("S2", "", "52:54:00:00:06:02")
 	f.System.Vendor = "Dell Inc."
 	f.Memory.TotalBytes = 64 << 30
 	f.Disks = f.Disks[:1]
-	inv.Register(ctx, "52:54:00:00:06:02", f, nil)
+	inv.Register(ctx, "52:54:00:00:06:02", f, RegisterOptions{})
 	cases := map[string]struct {
 		sel  []string
 		want []string
@@ -217,7 +223,7 @@ func FuzzRegister(f *testing.F) {
 		}
 		fs := facts(serial, uuid, mac)
 		fs.Disks = append(fs.Disks, &inventoryv1.Facts_Disk{Name: disk, SizeBytes: size})
-		m, err := inv.Register(context.Background(), mac, fs, nil)
+		m, err := inv.Register(context.Background(), mac, fs, RegisterOptions{})
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("unexpected error class: %v", err)
@@ -248,7 +254,7 @@ func TestRegisterFindsEnrolledMachineByInbandBMC(t *testing.T) {
 	}
 	fs := facts("SN-U12", "", "52:54:00:00:08:01")
 	fs.Bmc = &inventoryv1.Facts_BmcLan{Channel: 1, Ipv4Address: "10.0.0.21"}
-	m, err := inv.Register(ctx, "52:54:00:00:08:01", fs, nil)
+	m, err := inv.Register(ctx, "52:54:00:00:08:01", fs, RegisterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,4 +271,169 @@ func TestRegisterFindsEnrolledMachineByInbandBMC(t *testing.T) {
 	if _, err := c.Enroll(ctx, enrollReq("rack1-u13", "10.0.0.21", "pw")); err != nil {
 		t.Fatalf("BMC address not freed by delete: %v", err)
 	}
+}
+
+// TestRegisterNeverTakesOverAKnownMachine: a report from a known machine's
+// MAC that lacks or contradicts its recorded serial or system UUID is
+// refused with PermissionDenied naming the machine, recorded on its
+// timeline, and the machine's record is left exactly as it was; a report
+// that only borrows its MAC as a NIC becomes a separate, flagged machine.
+func TestRegisterNeverTakesOverAKnownMachine(t *testing.T) {
+	const (
+		victimMAC  = "52:54:00:00:09:01"
+		victimSN   = "SN-VICTIM"
+		victimUUID = "6a1c0f3e-9999-4a5b-9c2d-000000000001"
+		otherMAC   = "52:54:00:00:09:02"
+	)
+	cases := map[string]struct {
+		boot    string
+		f       *inventoryv1.Facts
+		refused string // substring of the error; "" = admitted as another machine
+	}{
+		"no serial and no uuid":         {boot: victimMAC, f: facts("", "", victimMAC), refused: "carries no"},
+		"placeholder identity":          {boot: victimMAC, f: facts("To Be Filled By O.E.M.", "00000000-0000-0000-0000-000000000000", victimMAC), refused: "carries no"},
+		"another serial":                {boot: victimMAC, f: facts("SN-ATTACKER", "", victimMAC), refused: `serial "SN-ATTACKER" is not the recorded "SN-VICTIM"`},
+		"another serial and uuid":       {boot: victimMAC, f: facts("SN-ATTACKER", "11111111-2222-4333-8444-555555555555", victimMAC), refused: "is not the recorded"},
+		"right serial wrong uuid":       {boot: victimMAC, f: facts(victimSN, "11111111-2222-4333-8444-555555555555", victimMAC), refused: "system UUID 11111111-2222-4333-8444-555555555555 is not the recorded"},
+		"victim mac as a nic":           {boot: otherMAC, f: facts("", "", otherMAC, victimMAC)},
+		"victim mac as nic, own serial": {boot: otherMAC, f: facts("SN-OTHER", "", otherMAC, victimMAC)},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			inv := newInv(t, Config{})
+			ctx := context.Background()
+			victim, err := inv.Register(ctx, victimMAC, facts(victimSN, victimUUID, victimMAC), RegisterOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			before, _ := inv.GetMachine(ctx, victim.GetName())
+			admitted := false
+			m, err := inv.Register(ctx, tc.boot, tc.f, RegisterOptions{
+				Admit: func(Match) error { admitted = true; return nil },
+			})
+			after, _ := inv.GetMachine(ctx, victim.GetName())
+			if diff := cmp.Diff(before, after, protocmp.Transform()); diff != "" {
+				t.Errorf("victim record changed (-before +after):\n%s", diff)
+			}
+			if tc.refused != "" {
+				if !errors.Is(err, apierr.ErrPermissionDenied) || !strings.Contains(err.Error(), tc.refused) || !strings.Contains(err.Error(), victim.GetName()) {
+					t.Fatalf("Register = %v, %v; want PermissionDenied naming %s and %q", m.GetName(), err, victim.GetName(), tc.refused)
+				}
+				if admitted {
+					t.Error("a refused report reached Admit")
+				}
+				if err := inv.FlushTimeline(ctx); err != nil {
+					t.Fatal(err)
+				}
+				es, _ := inv.Timeline(ctx, victim.GetName(), "", 0)
+				if !hasEvent(es, "register-refused", tc.refused) {
+					t.Errorf("no register-refused entry on the victim's timeline: %v", es)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.GetName() == victim.GetName() || hasMAC(m, victimMAC) {
+				t.Fatalf("report landed on %s with MACs %v", m.GetName(), m.GetMacs())
+			}
+			if !slices.ContainsFunc(m.GetFlags(), func(f string) bool { return strings.HasPrefix(f, FlagMACConflict) }) {
+				t.Errorf("separate machine not flagged %s: %v", FlagMACConflict, m.GetFlags())
+			}
+		})
+	}
+}
+
+// TestRegisterAdmitRefusesBeforeWriting: an Admit error leaves the store as
+// it was (not even the duplicate-serial flag of the other machine).
+func TestRegisterAdmitRefusesBeforeWriting(t *testing.T) {
+	st := mem.New()
+	inv := newInv(t, Config{Store: st})
+	ctx := context.Background()
+	if _, err := inv.Register(ctx, "52:54:00:00:0a:01", facts("SN-DUP", "aaaaaaaa-0000-4000-8000-000000000001", "52:54:00:00:0a:01"), RegisterOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := inv.FlushTimeline(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := st.List(ctx, "/inventory/")
+	no := errors.New("no")
+	var got Match
+	_, err := inv.Register(ctx, "52:54:00:00:0a:02", facts("SN-DUP", "bbbbbbbb-0000-4000-8000-000000000002", "52:54:00:00:0a:02"), RegisterOptions{
+		Admit: func(m Match) error { got = m; return no },
+	})
+	if !errors.Is(err, no) {
+		t.Fatalf("Register = %v; want Admit's error", err)
+	}
+	if got.By != "new" || got.Machine != nil || got.Name != MachineNameForMAC("52:54:00:00:0a:02") || !got.Identified {
+		t.Errorf("Admit saw %+v", got)
+	}
+	after, _ := st.List(ctx, "/inventory/")
+	var b, a []string
+	for _, kv := range before {
+		b = append(b, fmt.Sprint(kv.Key, kv.Revision))
+	}
+	for _, kv := range after {
+		a = append(a, fmt.Sprint(kv.Key, kv.Revision))
+	}
+	if diff := cmp.Diff(b, a); diff != "" {
+		t.Errorf("store changed by a refused report (-before +after):\n%s", diff)
+	}
+}
+
+// TestRegisterIdentitylessMachineIsClaimed documents the residual risk: a
+// machine whose firmware reports no real serial and no real UUID is
+// claimed by any report from its MAC.
+func TestRegisterIdentitylessMachineIsClaimed(t *testing.T) {
+	inv := newInv(t, Config{})
+	ctx := context.Background()
+	const mac = "52:54:00:00:0b:01"
+	a, err := inv.Register(ctx, mac, facts("Default string", "", mac), RegisterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := inv.Register(ctx, mac, facts("SN-LATER", "", mac), RegisterOptions{})
+	if err != nil || b.GetName() != a.GetName() || b.GetSerial() != "SN-LATER" {
+		t.Fatalf("identity-less machine: %v %v", b, err)
+	}
+	// From now on it has an identity: a report without it is refused.
+	if _, err := inv.Register(ctx, mac, facts("", "", mac), RegisterOptions{}); !errors.Is(err, apierr.ErrPermissionDenied) {
+		t.Fatalf("report without the serial now recorded: %v", err)
+	}
+}
+
+func TestIdentityMismatch(t *testing.T) {
+	const u1, u2 = "aaaaaaaa-0000-4000-8000-000000000001", "bbbbbbbb-0000-4000-8000-000000000002"
+	cases := map[string]struct {
+		m            *inventoryv1.Machine
+		serial, uuid string
+		ok           bool
+	}{
+		"nothing recorded":            {m: &inventoryv1.Machine{}, ok: true},
+		"serial matches":              {m: &inventoryv1.Machine{Serial: "S"}, serial: "S", ok: true},
+		"uuid matches, upper case":    {m: &inventoryv1.Machine{SystemUuid: strings.ToUpper(u1)}, uuid: u1, ok: true},
+		"serial matches, no uuid":     {m: &inventoryv1.Machine{Serial: "S", SystemUuid: u1}, serial: "S", ok: true},
+		"uuid matches, no serial":     {m: &inventoryv1.Machine{Serial: "S", SystemUuid: u1}, uuid: u1, ok: true},
+		"serial only vs uuid only":    {m: &inventoryv1.Machine{Serial: "S"}, uuid: u1},
+		"nothing reported":            {m: &inventoryv1.Machine{Serial: "S"}},
+		"serial differs":              {m: &inventoryv1.Machine{Serial: "S"}, serial: "T"},
+		"serial matches uuid differs": {m: &inventoryv1.Machine{Serial: "S", SystemUuid: u1}, serial: "S", uuid: u2},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			why := IdentityMismatch(tc.m, tc.serial, tc.uuid)
+			if (why == "") != tc.ok {
+				t.Fatalf("IdentityMismatch = %q; want ok=%t", why, tc.ok)
+			}
+		})
+	}
+}
+
+func hasEvent(es []*inventoryv1.TimelineEntry, event, detail string) bool {
+	for _, e := range es {
+		if e.GetEvent() == event && strings.Contains(e.GetDetail(), detail) {
+			return true
+		}
+	}
+	return false
 }

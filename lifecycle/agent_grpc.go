@@ -59,9 +59,9 @@ func (s *AgentServer) Register(ctx context.Context, req *nodev1.RegisterRequest)
 // registering agent opens its session (at once if one is already open).
 func (l *Lifecycle) Register(ctx context.Context, bootMAC string, facts *inventoryv1.Facts) (*inventoryv1.Machine, error) {
 	var acc autoAccepted
-	m, err := l.inv.Register(ctx, bootMAC, facts, func(m *inventoryv1.Machine, became bool) {
+	m, err := l.inv.Register(ctx, bootMAC, facts, inventory.RegisterOptions{Hook: func(m *inventoryv1.Machine, became bool) {
 		acc = l.autoAccept(m, became)
-	})
+	}})
 	if err != nil {
 		return nil, err
 	}

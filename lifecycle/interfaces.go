@@ -20,9 +20,9 @@ type Machines interface {
 	// UpdateMachine changes one machine by compare-and-swap; mutate may
 	// run more than once and its error aborts without writing.
 	UpdateMachine(ctx context.Context, name string, mutate func(m *inventoryv1.Machine) error) (*inventoryv1.Machine, error)
-	// Register applies a discovery report in one mutation, running hook
-	// inside it.
-	Register(ctx context.Context, bootMAC string, facts *inventoryv1.Facts, hook inventory.RegisterHook) (*inventoryv1.Machine, error)
+	// Register applies a discovery report in one mutation, running
+	// opts.Hook inside it; opts.Admit may refuse the match first.
+	Register(ctx context.Context, bootMAC string, facts *inventoryv1.Facts, opts inventory.RegisterOptions) (*inventoryv1.Machine, error)
 }
 
 // Events is the machines' boot timeline: append (never blocks) and read.
