@@ -135,6 +135,12 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("vm: create %s: %w", cfg.Dir, err)
 	}
+	// VM directories a crash caught halfway through Delete.
+	if swept, err := durable.SweepTrash(cfg.Dir); err != nil {
+		log.Warn("removing deleted vm directories left by a crash", "dir", cfg.Dir, "err", err)
+	} else if len(swept) > 0 {
+		log.Info("removed deleted vm directories left by a crash", "dir", cfg.Dir, "count", len(swept))
+	}
 	m := &Manager{cfg: cfg, log: log}
 	switch cfg.Accel {
 	case "", "auto":
@@ -211,7 +217,11 @@ func (m *Manager) Boot(ctx context.Context, spec Spec) (VM, error) {
 		if err := os.Mkdir(dir, 0o700); err != nil {
 			return VM{}, fmt.Errorf("vm %q: %w", spec.Name, err)
 		}
-		undo = append(undo, func() { os.RemoveAll(dir) })
+		undo = append(undo, func() {
+			if err := durable.RemoveAll(dir); err != nil {
+				m.log.Warn("rollback: remove vm directory", "vm", spec.Name, "err", err)
+			}
+		})
 		if err := durable.SyncDir(filepath.Dir(dir)); err != nil {
 			return VM{}, fmt.Errorf("vm %q: %w", spec.Name, err)
 		}
@@ -441,7 +451,10 @@ func (m *Manager) Delete(ctx context.Context, name string) (Spec, error) {
 			errs = append(errs, err)
 		}
 	}
-	if err := os.RemoveAll(dir); err != nil {
+	// Durable and all-or-nothing: the directory is moved aside and that
+	// synced before it is removed, so a power cut can neither bring the
+	// VM back (Restore would start it again) nor leave half of it.
+	if err := durable.RemoveAll(dir); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
