@@ -1,7 +1,6 @@
 package dhcp
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/record"
+	"github.com/corralhq/corral/testsupport/syncbuf"
 )
 
 // Tests of full mode under spoofing: RFC 2131 §4.3.2 request states,
@@ -427,26 +427,8 @@ func TestDiscoveredCap(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the handler's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestLogLimiter(t *testing.T) {
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	now := time.Unix(1000, 0)
 	clock := func() time.Time { return now }
 	l := newLogLimiter(slog.New(slog.NewTextHandler(&buf, nil)), time.Minute, clock)
@@ -479,7 +461,7 @@ func TestLogLimiter(t *testing.T) {
 // TestSpoofedFloodLogsLittle: a flood of DECLINEs and INIT-REBOOTs from
 // spoofed MACs writes a few log lines, not one per packet.
 func TestSpoofedFloodLogsLittle(t *testing.T) {
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	f := newFixture(t, ModeFull, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&buf, nil)) })
 	for i := range 300 {
 		f.do(t, decline(mac(0x600+i), net.IPv4(10, 0, 0, byte(100+i%100))))
