@@ -115,6 +115,10 @@ type Config struct {
 	QEMUWrapper []string
 	// ShutdownTimeout is the ACPI grace before a hard stop (default 60 s).
 	ShutdownTimeout time.Duration
+	// FetchMaxRedirects caps the HTTP redirects one FetchVolume follows
+	// (0: volume.DefaultMaxRedirects; negative: none); see
+	// volume.Config.MaxRedirects.
+	FetchMaxRedirects int
 	// SkipRestart disables what Run does by default before serving:
 	// re-apply the recorded networks and start the VMs whose desired state
 	// is running but whose QEMU is gone (after a host reboot).
@@ -170,7 +174,8 @@ func Run(ctx context.Context, cfg Config) error {
 	log := cfg.Logger.With("node", cfg.Name)
 	srv, err := NewServer(ctx, ServerConfig{
 		DataDir: cfg.DataDir, Uplink: cfg.Uplink, QEMU: cfg.QEMU, QemuImg: cfg.QemuImg, Accel: cfg.Accel,
-		NetNSPath: cfg.NetNSPath, QEMUWrapper: cfg.QEMUWrapper, ShutdownTimeout: cfg.ShutdownTimeout, Logger: log,
+		NetNSPath: cfg.NetNSPath, QEMUWrapper: cfg.QEMUWrapper, ShutdownTimeout: cfg.ShutdownTimeout,
+		FetchMaxRedirects: cfg.FetchMaxRedirects, Logger: log,
 	})
 	if err != nil {
 		return err
@@ -334,12 +339,14 @@ func checkPeer(ctx context.Context, allow func(*x509.Certificate) error, method 
 
 func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 
-// ServerConfig configures NewServer (the service without transport).
+// ServerConfig configures NewServer (the service without transport); the
+// fields are Config's.
 type ServerConfig struct {
 	DataDir, Uplink, QEMU, QemuImg, Accel string
 	NetNSPath                             string
 	QEMUWrapper                           []string
 	ShutdownTimeout                       time.Duration
+	FetchMaxRedirects                     int
 	Logger                                *slog.Logger
 }
 
@@ -365,7 +372,8 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	vols, err := volume.New(volume.Config{Dir: filepath.Join(cfg.DataDir, "volumes"), QemuImg: cfg.QemuImg, Logger: log})
+	vols, err := volume.New(volume.Config{Dir: filepath.Join(cfg.DataDir, "volumes"), QemuImg: cfg.QemuImg,
+		MaxRedirects: cfg.FetchMaxRedirects, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -55,7 +55,11 @@ func (s *Server) CreateVolume(ctx context.Context, req *hypervisorv1.CreateVolum
 	return answer(volumeProto(v), err)
 }
 
-// FetchVolume downloads a volume (size cap, timeout, sha256).
+// FetchVolume downloads a volume (size cap, timeout, sha256, redirect
+// rules). The request carries no format, so the volume package's own
+// sniff decides between qcow2 and raw, and a qcow2 that names a backing
+// file, an external data file or a secret is refused (InvalidArgument);
+// see hypervisor/volume's package comment.
 func (s *Server) FetchVolume(ctx context.Context, req *hypervisorv1.FetchVolumeRequest) (*hypervisorv1.Volume, error) {
 	v, err := s.volumes.Fetch(ctx, volume.FetchRequest{
 		Name: req.GetName(), URL: req.GetSourceUrl(), SHA256: req.GetSha256(), SizeBytes: req.GetSizeBytes(),
@@ -332,7 +336,11 @@ func (s *Server) DeleteNetwork(ctx context.Context, req *hypervisorv1.DeleteNetw
 	if err != nil && !(errors.Is(err, apierr.ErrNotFound) && s.networkRecorded(req.GetName())) {
 		return empty(err)
 	}
-	os.Remove(filepath.Join(s.netDir, req.GetName()+".json"))
+	// Durable: a deleted network must not be re-applied by Restore after
+	// a power cut. A failure is returned; DeleteNetwork can be retried.
+	if err := durable.Remove(filepath.Join(s.netDir, req.GetName()+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return empty(fmt.Errorf("network %q: %w", req.GetName(), err))
+	}
 	return &emptypb.Empty{}, nil
 }
 
