@@ -83,6 +83,8 @@ type Config struct {
 	// console=ttyS0,115200n8).
 	KernelArgs string
 	Logger     *slog.Logger
+	// Limits bound clients' connections and timeouts (limits.go).
+	Limits Limits
 }
 
 // Server is the boot HTTP server.
@@ -119,7 +121,8 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.lis = l
 	}
-	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second}
+	s.lis = cfg.Limits.listener(s.lis, cfg.Logger)
+	s.srv = cfg.Limits.server(s, cfg.Logger)
 	return s, nil
 }
 
