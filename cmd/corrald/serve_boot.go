@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
 	"runtime"
 
+	"github.com/corralhq/corral/boot/dhcp"
 	"github.com/corralhq/corral/internal/server"
+	"github.com/corralhq/corral/inventory"
 	"github.com/spf13/cobra"
 )
 
@@ -26,6 +29,9 @@ func addBootFlags(cmd *cobra.Command) {
 	f.String("boot-hypervisor-initrd", "", "hypervisor profile initramfs to copy into the catalog (default: the image `corrald images build` registered, else none: hypervisor machines boot their local disk) (env CORRAL_BOOT_HYPERVISOR_INITRD)")
 	f.String("boot-kernel-args", "", "extra kernel arguments (default console=tty0 console=ttyS0,115200n8) (env CORRAL_BOOT_KERNEL_ARGS)")
 	f.Duration("boot-token-ttl", 0, "lifetime of the per-boot agent token on the kernel command line (default 1h) (env CORRAL_BOOT_TOKEN_TTL)")
+	f.Int("max-discovered", inventory.DefaultMaxDiscovered, "most machines network-boot discovery may create for unknown MACs and leave unregistered; past it unknown MACs get an address but no record and no boot file; negative: no cap (env CORRAL_MAX_DISCOVERED)")
+	f.Duration("discovered-gc-after", inventory.DefaultDiscoveredGCAfter, "delete a discovered machine that never registered, has no BMC, labels or other state, and has not booted for this long; negative: never (env CORRAL_DISCOVERED_GC_AFTER)")
+	f.Duration("dhcp-decline-quarantine", dhcp.DefaultDeclineQuarantine, "full mode: how long an address a client DECLINEd is kept out of offers (still offered when nothing else is left) (env CORRAL_DHCP_DECLINE_QUARANTINE)")
 }
 
 // bootConfig reads the network-boot flags.
@@ -47,6 +53,18 @@ func bootConfig(cmd *cobra.Command) (server.BootConfig, error) {
 	c.HypervisorInitrd, _ = f.GetString("boot-hypervisor-initrd")
 	c.KernelArgs, _ = f.GetString("boot-kernel-args")
 	c.TokenTTL, _ = f.GetDuration("boot-token-ttl")
+	c.MaxDiscovered, _ = f.GetInt("max-discovered")
+	c.DiscoveredGCAfter, _ = f.GetDuration("discovered-gc-after")
+	c.DHCPDeclineQuarantine, _ = f.GetDuration("dhcp-decline-quarantine")
+	if c.MaxDiscovered == 0 {
+		return c, errors.New("--max-discovered 0: give a positive cap, or a negative value for no cap")
+	}
+	if c.DiscoveredGCAfter == 0 {
+		return c, errors.New("--discovered-gc-after 0: give a positive age, or a negative value to keep discovered machines")
+	}
+	if c.DHCPDeclineQuarantine <= 0 {
+		return c, errors.New("--dhcp-decline-quarantine must be positive")
+	}
 	return c, nil
 }
 

@@ -63,12 +63,22 @@ type BootConfig struct {
 	TokenTTL time.Duration
 	// IPXEDirs are where iPXE binaries are copied from (default Debian's).
 	IPXEDirs []string
+	// MaxDiscovered caps the placeholder machines DHCP and HTTP discovery
+	// create for unknown MACs (inventory.Config.MaxDiscovered; 0: 10,000,
+	// negative: no cap); DiscoveredGCAfter is the age at which a
+	// never-registered one is deleted (0: 24h, negative: never;
+	// placeholders.go). DHCPDeclineQuarantine is how long a DECLINEd
+	// address is kept out of offers (0: 10 min).
+	MaxDiscovered         int
+	DiscoveredGCAfter     time.Duration
+	DHCPDeclineQuarantine time.Duration
 }
 
 // initBoot wires the boot servers into s (s.addComponent) after the store,
 // CA and inventory exist.
 func (s *Server) initBoot() error {
 	bc := s.cfg.Boot
+	s.initPlaceholderGC()
 	if bc.Interface == "" {
 		s.log.Info("network boot is off: set --boot-interface to serve DHCP/TFTP/HTTP")
 		return nil
@@ -125,7 +135,7 @@ func (s *Server) initBoot() error {
 	var ds *dhcp.Server
 	if mode != dhcp.ModeOff {
 		ds, err = dhcp.New(context.Background(), dhcp.Config{
-			Mode: mode, Interface: bc.Interface, ServerIP: serverIP, Ranges: ranges, LeaseTime: bc.DHCPLeaseTime,
+			Mode: mode, Interface: bc.Interface, ServerIP: serverIP, Ranges: ranges, LeaseTime: bc.DHCPLeaseTime, DeclineQuarantine: bc.DHCPDeclineQuarantine,
 			HTTPBase: httpBase, Catalog: cat, Store: s.store, Inventory: s.inv, Timeline: s.inv,
 			Logger: s.log.With("component", "dhcp"),
 		})

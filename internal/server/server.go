@@ -176,7 +176,7 @@ func New(cfg Config) (*Server, error) {
 		lis.Close()
 		return nil, err
 	}
-	s.inv, err = inventory.New(inventory.Config{Store: st, Logger: cfg.Logger.With("component", "inventory")})
+	s.inv, err = inventory.New(inventory.Config{Store: st, Logger: cfg.Logger.With("component", "inventory"), MaxDiscovered: cfg.Boot.MaxDiscovered})
 	if err != nil {
 		lis.Close()
 		return nil, err
