@@ -3,6 +3,13 @@
 // traversal or a write request is refused with a TFTP error and a log
 // line, and every transfer is recorded on the client's boot timeline.
 //
+// The boot LAN is hostile (docs/security.md), so what clients can hold is
+// bounded (Limits): transfers at once in total and per client address (a
+// request over a cap is answered with a TFTP error, never dropped
+// silently), each block's retransmissions (Timeout × Retries) and each
+// transfer's duration. pin/tftp sends every handler error with code 1
+// ("file not found"); the message says what happened.
+//
 // It must not be imported from anything reachable by cmd/corral-node.
 package tftp
 
@@ -14,14 +21,17 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/corralhq/corral/images"
 	"github.com/pin/tftp/v3"
+	"golang.org/x/time/rate"
 )
 
 // Catalog is what the server needs of images.Catalog.
@@ -51,13 +61,81 @@ type Config struct {
 	// Timeline and MACs are optional.
 	Timeline Recorder
 	MACs     MACResolver
-	// Timeout per block (default 2s) and Retries (default 5).
-	Timeout time.Duration
-	Retries int
+	// Limits bound transfers; zero fields take DefaultLimits.
+	Limits Limits
 	// MaxBlockSize caps the negotiated blksize (default 1468, the largest
 	// that fits an Ethernet frame without IP fragmentation).
 	MaxBlockSize int
 	Logger       *slog.Logger
+}
+
+// Limits bound what TFTP clients can hold.
+type Limits struct {
+	// Timeout is how long a block waits for its ACK before it is sent
+	// again, Retries how many times (a client gone silent is dropped after
+	// Timeout × (Retries+1)).
+	Timeout time.Duration
+	Retries int
+	// MaxTransfers caps the transfers running at once, MaxTransfersPerIP
+	// those for one client address.
+	MaxTransfers      int
+	MaxTransfersPerIP int
+	// TransferTimeout cuts a transfer still running after it (an iPXE
+	// binary takes well under a second on a LAN; a client that ACKs just
+	// before each timeout would otherwise hold its slot for an hour).
+	TransferTimeout time.Duration
+}
+
+// DefaultLimits are the limits of a zero Limits. A PXE client runs one
+// transfer at a time (EDK2: a size probe, then the file).
+func DefaultLimits() Limits {
+	return Limits{Timeout: 2 * time.Second, Retries: 5, MaxTransfers: 256, MaxTransfersPerIP: 8, TransferTimeout: 2 * time.Minute}
+}
+
+// WithDefaults fills zero or negative fields from DefaultLimits.
+func (l Limits) WithDefaults() Limits {
+	d := DefaultLimits()
+	if l.Timeout <= 0 {
+		l.Timeout = d.Timeout
+	}
+	if l.Retries <= 0 {
+		l.Retries = d.Retries
+	}
+	if l.MaxTransfers <= 0 {
+		l.MaxTransfers = d.MaxTransfers
+	}
+	if l.MaxTransfersPerIP <= 0 {
+		l.MaxTransfersPerIP = d.MaxTransfersPerIP
+	}
+	if l.TransferTimeout <= 0 {
+		l.TransferTimeout = d.TransferTimeout
+	}
+	return l
+}
+
+// Validate refuses negative limits and a per-address cap above the total,
+// naming corrald's flags.
+func (l Limits) Validate() error {
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--tftp-timeout", l.Timeout}, {"--tftp-transfer-timeout", l.TransferTimeout}} {
+		if d.v < 0 {
+			return fmt.Errorf("%s %s: want a positive duration", d.flag, d.v)
+		}
+	}
+	for _, n := range []struct {
+		flag string
+		v    int
+	}{{"--tftp-retries", l.Retries}, {"--tftp-max-transfers", l.MaxTransfers}, {"--tftp-max-transfers-per-ip", l.MaxTransfersPerIP}} {
+		if n.v < 0 {
+			return fmt.Errorf("%s %d: want a positive number", n.flag, n.v)
+		}
+	}
+	if l.MaxTransfers > 0 && l.MaxTransfersPerIP > l.MaxTransfers {
+		return fmt.Errorf("--tftp-max-transfers-per-ip %d is above --tftp-max-transfers %d", l.MaxTransfersPerIP, l.MaxTransfers)
+	}
+	return nil
 }
 
 // Server is a read-only TFTP server.
@@ -68,6 +146,14 @@ type Server struct {
 	srv   *tftp.Server
 	mu    sync.Mutex
 	cache map[string][]byte // file contents by name, read once
+
+	slotMu  sync.Mutex
+	running int
+	perIP   map[netip.Addr]int // only addresses with transfers running: at most MaxTransfers keys
+	refused struct {
+		n  atomic.Int64
+		rl rate.Sometimes
+	}
 }
 
 // New validates cfg and binds the socket.
@@ -78,19 +164,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Listen == "" {
 		cfg.Listen = ":69"
 	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 2 * time.Second
-	}
-	if cfg.Retries == 0 {
-		cfg.Retries = 5
-	}
+	cfg.Limits = cfg.Limits.WithDefaults()
 	if cfg.MaxBlockSize == 0 {
 		cfg.MaxBlockSize = 1468
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, cache: map[string][]byte{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, cache: map[string][]byte{}, perIP: map[netip.Addr]int{}}
+	s.refused.rl = rate.Sometimes{First: 1, Interval: 10 * time.Second}
 	s.conn = cfg.Conn
 	if s.conn == nil {
 		c, err := net.ListenPacket("udp4", cfg.Listen)
@@ -100,8 +182,8 @@ func New(cfg Config) (*Server, error) {
 		s.conn = c
 	}
 	s.srv = tftp.NewServer(s.read, s.write)
-	s.srv.SetTimeout(cfg.Timeout)
-	s.srv.SetRetries(cfg.Retries)
+	s.srv.SetTimeout(cfg.Limits.Timeout)
+	s.srv.SetRetries(cfg.Limits.Retries)
 	s.srv.SetBlockSize(cfg.MaxBlockSize)
 	// A fixed back-off instead of the library's random one: a lost ACK in
 	// a lock-step transfer should be retried after the timeout, not later.
@@ -113,7 +195,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Addr() net.Addr { return s.conn.LocalAddr() }
 
 // Run serves until ctx ends, then waits for transfers in flight (each
-// bounded by Timeout×Retries) and returns nil.
+// bounded by TransferTimeout) and returns nil.
 func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("serving TFTP", "addr", s.conn.LocalAddr().String())
 	errc := make(chan error, 1)
@@ -181,6 +263,14 @@ func (s *Server) read(filename string, rf io.ReaderFrom) error {
 	ot := rf.(tftp.OutgoingTransfer)
 	peer := ot.RemoteAddr()
 	mac := s.mac(peer.IP)
+	ip, _ := netip.AddrFromSlice(peer.IP)
+	ip = ip.Unmap()
+	if reason := s.acquire(ip); reason != "" {
+		s.refusedLog(peer.String(), mac, filename, reason)
+		s.event(mac, "tftp-refused", reason, map[string]string{"file": filename, "peer": peer.IP.String()})
+		return errors.New(reason) // sent as a TFTP error packet
+	}
+	defer s.release(ip)
 	name, err := CheckName(filename, s.cfg.Catalog)
 	if err != nil {
 		s.log.Warn("tftp request refused", "peer", peer.String(), "mac", mac, "file", filename, "err", err)
@@ -193,7 +283,7 @@ func (s *Server) read(filename string, rf io.ReaderFrom) error {
 		return fmt.Errorf("tftp: %s unreadable", name)
 	}
 	ot.SetSize(int64(len(b)))
-	n, err := rf.ReadFrom(bytes.NewReader(b))
+	n, err := rf.ReadFrom(&deadlineReader{r: bytes.NewReader(b), deadline: start.Add(s.cfg.Limits.TransferTimeout), timeout: s.cfg.Limits.TransferTimeout})
 	dur := time.Since(start)
 	attrs := map[string]string{"file": name, "bytes": strconv.FormatInt(n, 10), "size": strconv.Itoa(len(b)),
 		"duration_ms": strconv.FormatInt(dur.Milliseconds(), 10), "peer": peer.IP.String()}
@@ -204,6 +294,11 @@ func (s *Server) read(filename string, rf io.ReaderFrom) error {
 		s.event(mac, "tftp-size-probe", fmt.Sprintf("%s: client read the size (%d bytes) and closed, as EDK2 does before the download", name, len(b)), attrs)
 		return nil
 	}
+	if errors.Is(err, errTransferTimeout) {
+		s.log.Warn("tftp transfer cut: too slow", "peer", peer.String(), "mac", mac, "file", name, "bytes", n, "transfer_timeout", s.cfg.Limits.TransferTimeout.String())
+		s.event(mac, "tftp-aborted", fmt.Sprintf("%s: %d of %d bytes: %v", name, n, len(b), err), attrs)
+		return nil
+	}
 	if err != nil {
 		s.log.Info("tftp transfer ended early", "peer", peer.String(), "mac", mac, "file", name, "bytes", n, "err", err)
 		s.event(mac, "tftp-aborted", fmt.Sprintf("%s: %d of %d bytes: %v", name, n, len(b), err), attrs)
@@ -212,6 +307,59 @@ func (s *Server) read(filename string, rf io.ReaderFrom) error {
 	s.log.Info("tftp file served", "peer", peer.String(), "mac", mac, "file", name, "bytes", n, "duration", dur.String())
 	s.event(mac, "tftp-file", fmt.Sprintf("served %s (%d bytes in %s)", name, n, dur.Round(time.Millisecond)), attrs)
 	return nil
+}
+
+// acquire takes a transfer slot for ip, or says why not (the TFTP error
+// message the client gets).
+func (s *Server) acquire(ip netip.Addr) string {
+	s.slotMu.Lock()
+	defer s.slotMu.Unlock()
+	l := s.cfg.Limits
+	if s.running >= l.MaxTransfers {
+		return fmt.Sprintf("server busy: %d transfers running (limit %d), retry later", s.running, l.MaxTransfers)
+	}
+	if s.perIP[ip] >= l.MaxTransfersPerIP {
+		return fmt.Sprintf("too many transfers from %s (limit %d), retry later", ip, l.MaxTransfersPerIP)
+	}
+	s.running++
+	s.perIP[ip]++
+	return ""
+}
+
+func (s *Server) release(ip netip.Addr) {
+	s.slotMu.Lock()
+	defer s.slotMu.Unlock()
+	s.running--
+	if s.perIP[ip]--; s.perIP[ip] <= 0 {
+		delete(s.perIP, ip)
+	}
+}
+
+// refusedLog logs a refusal for a cap at most once per 10 s, with the
+// count since the previous line.
+func (s *Server) refusedLog(peer, mac, file, reason string) {
+	s.refused.n.Add(1)
+	s.refused.rl.Do(func() {
+		s.log.Warn("tftp transfer refused: limit reached", "peer", peer, "mac", mac, "file", file, "reason", reason, "refused_since_last_log", s.refused.n.Swap(0))
+	})
+}
+
+// errTransferTimeout ends a transfer that ran past TransferTimeout.
+var errTransferTimeout = errors.New("transfer took too long")
+
+// deadlineReader fails once deadline has passed; pin/tftp then aborts the
+// transfer with a TFTP error carrying the message.
+type deadlineReader struct {
+	r        io.Reader
+	deadline time.Time
+	timeout  time.Duration
+}
+
+func (d *deadlineReader) Read(p []byte) (int, error) {
+	if time.Now().After(d.deadline) {
+		return 0, fmt.Errorf("%w (limit %s)", errTransferTimeout, d.timeout)
+	}
+	return d.r.Read(p)
 }
 
 func (s *Server) write(filename string, wt io.WriterTo) error {

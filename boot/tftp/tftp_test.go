@@ -66,7 +66,7 @@ func startServer(t *testing.T) (string, []byte, *recorder) {
 	t.Helper()
 	cat, efi := testCatalog(t)
 	rec := &recorder{}
-	s, err := New(Config{Listen: "127.0.0.1:0", Catalog: cat, Timeline: rec, MACs: macs{}, Timeout: 500 * time.Millisecond, Retries: 2})
+	s, err := New(Config{Listen: "127.0.0.1:0", Catalog: cat, Timeline: rec, MACs: macs{}, Limits: Limits{Timeout: 500 * time.Millisecond, Retries: 2}})
 	if err != nil {
 		t.Fatal(err)
 	}
