@@ -54,6 +54,11 @@ type Config struct {
 	// INVENTORIED and match every AutoAcceptSelectors selector.
 	AutoAccept          bool
 	AutoAcceptSelectors []string
+	// AutoAcceptSerials, when not empty, is the allowlist of serials
+	// auto-accept is limited to (autoaccept.go).
+	AutoAcceptSerials []string
+	// Agents bounds the agent edge: sessions and progress (sessions.go).
+	Agents AgentLimits
 }
 
 // Lifecycle drives machines from INVENTORIED to DEPLOYED (accept, install
@@ -98,7 +103,7 @@ func New(cfg Config) (*Lifecycle, error) {
 	if err != nil {
 		return nil, fmt.Errorf("auto-accept selector: %w", err)
 	}
-	return &Lifecycle{inv: cfg.Machines, ev: cfg.Events, cfg: cfg, log: cfg.Logger, sels: sels, sess: newSessions()}, nil
+	return &Lifecycle{inv: cfg.Machines, ev: cfg.Events, cfg: cfg, log: cfg.Logger, sels: sels, sess: newSessions(cfg.Agents, cfg.Logger)}, nil
 }
 
 var errSkip = errors.New("skip")

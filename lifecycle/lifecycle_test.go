@@ -619,7 +619,10 @@ func TestBootWatchdogDisarmedByRegisterAndWithoutBMCFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.lc.armWatchdog(ctx, a.name, "test")
-	// The discovery agent registers again: disarmed.
+	// The discovery agent restarts (its old session ends) and registers
+	// again: disarmed. (A second session while the first is alive is
+	// refused: agent_test.go.)
+	a.close()
 	b := h.connect(mac1, facts("S1", "", mac1))
 	if h.machine(a.name).GetWatchdog() != nil {
 		t.Fatal("register did not disarm")
