@@ -649,9 +649,6 @@ func (c *BMCControl) event(m *inventoryv1.Machine, event, detail string, res BMC
 	if res.Note != "" {
 		attrs["note"] = res.Note
 	}
-	if res.TLSSHA256 != "" {
-		attrs["tls_sha256"] = res.TLSSHA256
-	}
 	if mac == "" {
 		c.log.Info("bmc "+event, "machine", m.GetName(), "detail", detail)
 		return

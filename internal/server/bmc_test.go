@@ -2,13 +2,16 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/ipmi"
 	"github.com/corralhq/corral/ipmi/poller"
@@ -16,6 +19,8 @@ import (
 	"github.com/corralhq/corral/store/mem"
 	"github.com/corralhq/corral/testsupport/ipmisim"
 	"github.com/corralhq/corral/testsupport/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // TestBMCPoll50 polls 50 ipmi_sim BMCs on loopback concurrently: no
@@ -114,4 +119,42 @@ func setup50(t testing.TB, providers []string) (*poller.Poller, *inventory.Inven
 		t.Fatal(err)
 	}
 	return p, inv
+}
+
+// TestBMCAdapterTLS: inventory's certificate policy reaches ipmi as the
+// matching TLS mode (nothing given stays "pinned, nothing pinned", which
+// ipmi refuses), and ipmi's certificate refusal comes back as inventory's
+// error with the operator's way out.
+func TestBMCAdapterTLS(t *testing.T) {
+	if inventory.RedfishProviderName != ipmi.RedfishProviderName {
+		t.Fatalf("inventory.RedfishProviderName %q != ipmi.RedfishProviderName %q", inventory.RedfishProviderName, ipmi.RedfishProviderName)
+	}
+	pin := strings.Repeat("cd", 32)
+	for name, tc := range map[string]struct {
+		in   inventory.BMCTarget
+		mode ipmi.TLSMode
+		pin  string
+	}{
+		"pinned":    {inventory.BMCTarget{TLSSHA256: pin}, ipmi.TLSPinned, pin},
+		"first use": {inventory.BMCTarget{TLSFirstUse: true}, ipmi.TLSFirstUse, ""},
+		"insecure":  {inventory.BMCTarget{TLSInsecure: true}, ipmi.TLSInsecure, ""},
+		"nothing":   {inventory.BMCTarget{}, ipmi.TLSPinned, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := toTarget(tc.in)
+			if got.TLSMode != tc.mode || got.TLSSHA256 != tc.pin {
+				t.Fatalf("got %s %q, want %s %q", got.TLSMode, got.TLSSHA256, tc.mode, tc.pin)
+			}
+		})
+	}
+	other := strings.Repeat("ef", 32)
+	err := toInventoryErr(fmt.Errorf("redfish://10.0.0.1:443: %w", &ipmi.CertificateError{Pinned: pin, Presented: other}))
+	var ce *inventory.BMCCertificateError
+	if !errors.As(err, &ce) || ce.Pinned != pin || ce.Presented != other || !errors.Is(err, inventory.ErrPrecondition) ||
+		!strings.Contains(err.Error(), "re-enroll with --bmc-tls-sha256 "+other+" if this is expected") {
+		t.Fatalf("certificate error: %v", err)
+	}
+	if st := apierr.ToStatus(err); status.Code(st) != codes.FailedPrecondition {
+		t.Fatalf("status %v", st)
+	}
 }

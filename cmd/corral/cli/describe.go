@@ -30,7 +30,10 @@ Kinds: ` + kindList() + `.`,
 			}); err != nil {
 				return err
 			}
-			return printRecords(cmd.OutOrStdout(), k, []proto.Message{m}, false, formatYAML)
+			if err := printRecords(cmd.OutOrStdout(), k, []proto.Message{m}, false, formatYAML); err != nil {
+				return err
+			}
+			return describeNotes(cmd.OutOrStdout(), m)
 		},
 	}
 }

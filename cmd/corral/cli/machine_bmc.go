@@ -2,10 +2,12 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -45,4 +47,38 @@ func powerStatusLine(name string, ps *inventoryv1.PowerStatus) string {
 		fmt.Fprintf(&b, "; %s", ps.GetNote())
 	}
 	return b.String()
+}
+
+// bmcCertificate says how a machine's BMC certificate is checked: "pinned
+// sha256 HEX", "insecure (not verified)", "not pinned ..." for a Redfish
+// BMC enrolled before pinning (its calls are refused), and "" when the
+// machine has no Redfish BMC (IPMI has no certificate).
+func bmcCertificate(m *inventoryv1.Machine) string {
+	b := m.GetBmc()
+	switch {
+	case b.GetTlsInsecure():
+		return "insecure (not verified)"
+	case b.GetTlsSha256() != "":
+		return "pinned sha256 " + b.GetTlsSha256()
+	// "gofish" is the provider the appliance records for Redfish
+	// (inventory.RedfishProviderName; the CLI does not link inventory).
+	case b.GetUsername() != "" && (b.GetProtocol() == inventoryv1.BmcProtocol_BMC_PROTOCOL_REDFISH || b.GetProvider() == "gofish"):
+		return "not pinned (enrolled before BMC certificates were pinned: enroll it again)"
+	}
+	return ""
+}
+
+// describeNotes follows a described record's YAML with what its fields do
+// not say plainly, as YAML comments (the output stays valid YAML): for a
+// machine, how its BMC certificate is checked.
+func describeNotes(w io.Writer, m proto.Message) error {
+	mm, ok := m.(*inventoryv1.Machine)
+	if !ok {
+		return nil
+	}
+	if c := bmcCertificate(mm); c != "" {
+		_, err := fmt.Fprintf(w, "# bmc certificate: %s\n", c)
+		return writeErr(err)
+	}
+	return nil
 }

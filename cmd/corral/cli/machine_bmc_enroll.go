@@ -67,13 +67,24 @@ func readPasswordFile(path string) (pw, warning string, err error) {
 
 // enrollCommand: corral machine enroll NAME --bmc ADDR[:PORT] ...
 func (inv *invocation) enrollCommand() *cobra.Command {
-	var bmc, user, pwFile, protocol, mac, output string
+	var bmc, user, pwFile, protocol, mac, output, tlsPin string
 	var cipher uint32
+	var insecure bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "enroll NAME --bmc ADDR[:PORT] --bmc-user USER --bmc-password-file FILE [--bmc-protocol ipmi|redfish]",
+		Use:   "enroll NAME --bmc ADDR[:PORT] --bmc-user USER --bmc-password-file FILE [--bmc-protocol ipmi|redfish] [--bmc-tls-sha256 HEX | --bmc-insecure]",
 		Short: "Attach a BMC to a machine (created DISCOVERED if unknown); the credentials are checked against the BMC first",
-		Args:  argsBetween(1, 1),
+		Long: `enroll checks the BMC credentials against the BMC, then stores them sealed.
+
+A Redfish BMC's TLS certificate is pinned: its SHA-256 is stored on the
+machine and every later call (power, boot device, the power poller) accepts
+that certificate only. --bmc-tls-sha256 gives the certificate to expect
+(checked before the password is sent; 'openssl x509 -noout -fingerprint
+-sha256' prints it); without it, enrolling a machine again at the same BMC
+address keeps its pin, and otherwise the certificate the BMC presents now is
+trusted and pinned (trust on first use). --bmc-insecure skips the check, and
+'corral describe machine NAME' says so. IPMI has no certificate.`,
+		Args: argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkFormat(output); err != nil {
 				return err
@@ -91,6 +102,9 @@ func (inv *invocation) enrollCommand() *cobra.Command {
 			if cipher > 17 {
 				return usageErrorf("--bmc-cipher %d: IPMI cipher suites are 0-17 (0: try 17, then 3)", cipher)
 			}
+			if insecure && tlsPin != "" {
+				return usageErrorf("--bmc-insecure and --bmc-tls-sha256 exclude each other: pin a certificate or opt out of checking it")
+			}
 			pw, warning, err := readPasswordFile(pwFile)
 			if warning != "" {
 				fmt.Fprintln(cmd.ErrOrStderr(), warning)
@@ -99,7 +113,8 @@ func (inv *invocation) enrollCommand() *cobra.Command {
 				return err
 			}
 			req := &inventoryv1.EnrollMachineRequest{Name: args[0], BmcAddress: bmc, BmcProtocol: proto_, BmcUsername: user,
-				BmcPassword: pw, BmcCipherSuite: cipher, BootMac: mac, TimeoutMs: uint32(timeout.Milliseconds())}
+				BmcPassword: pw, BmcCipherSuite: cipher, BootMac: mac, TimeoutMs: uint32(timeout.Milliseconds()),
+				BmcInsecure: insecure, BmcTlsSha256: tlsPin}
 			var m *inventoryv1.Machine
 			err = inv.rpc(cmd, fmt.Sprintf("enroll machine %q", args[0]), func(ctx context.Context, cc *grpc.ClientConn) error {
 				var err error
@@ -120,6 +135,8 @@ func (inv *invocation) enrollCommand() *cobra.Command {
 	f.Uint32Var(&cipher, "bmc-cipher", 0, "IPMI cipher suite (0: try 17, then 3)")
 	f.StringVar(&mac, "mac", "", "the machine's boot MAC, when known (binds its boot timeline)")
 	f.DurationVar(&timeout, "bmc-timeout", 10*time.Second, "bound on the credential check")
+	f.StringVar(&tlsPin, "bmc-tls-sha256", "", "Redfish: SHA-256 of the BMC's certificate to pin, 64 hex digits (colons allowed); default: keep the machine's pin, else pin the certificate presented now")
+	f.BoolVar(&insecure, "bmc-insecure", false, "Redfish: do not verify the BMC's certificate (explicit opt-out, shown by describe)")
 	addOutputFlag(cmd, &output)
 	return cmd
 }
