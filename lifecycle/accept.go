@@ -137,27 +137,23 @@ func (l *Lifecycle) endpoint(machine string) string {
 	return l.sess.endpoint(machine)
 }
 
-// sendPlan builds the install plan (with a freshly issued node identity)
-// and queues it on the machine's session, recording when it was sent. It
+// sendPlan builds the install plan (no key material: the agent makes the
+// node key and sends a certificate request, csr.go) and queues it on the
+// machine's session, recording when and on which stream it was sent. It
 // returns the updated machine, or nil when nothing was sent.
 func (l *Lifecycle) sendPlan(ctx context.Context, m *inventoryv1.Machine) *inventoryv1.Machine {
 	name := m.GetName()
 	in := m.GetInstall()
-	certPEM, keyPEM, err := l.cfg.Identity.IssueNode(name)
-	if err != nil {
-		l.log.Error("node identity not issued", "machine", name, "err", err)
-		l.event(m, "lifecycle", "plan-failed", "node identity not issued: "+err.Error(), nil)
-		return nil
-	}
 	plan := &nodev1.InstallPlan{
-		Disk: in.GetDisk(), Wipe: in.GetWipe(), Hostname: name,
-		NodeCertPem: string(certPEM), NodeKeyPem: string(keyPEM), CaCertPem: string(l.cfg.Identity.CACertPEM()),
+		Disk: in.GetDisk(), Wipe: in.GetWipe(), Hostname: name, CaCertPem: string(l.cfg.Identity.CACertPEM()),
 		ApplianceEndpoint: l.endpoint(name), InstallId: in.GetInstallId(), MachineName: name,
 	}
 	if err := l.sess.send(name, &nodev1.ApplianceMessage{Cmd: &nodev1.ApplianceMessage_Install{Install: plan}}); err != nil {
 		l.log.Info("install plan not sent: agent not connected", "machine", name, "install_id", in.GetInstallId())
 		return nil
 	}
+	// The install's certificate request is signed only on this stream.
+	l.streams.planSentNow(name, in.GetInstallId())
 	now := timestamppb.New(l.now())
 	sm, err := l.inv.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
 		if m.GetInstall().GetInstallId() != in.GetInstallId() {

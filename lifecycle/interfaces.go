@@ -53,11 +53,16 @@ type Power interface {
 	SetPower(ctx context.Context, name string, a inventoryv1.PowerAction) (*inventoryv1.PowerStatus, error)
 }
 
-// NodeIdentity issues node identities for install plans; cmd wires the
-// appliance CA to it.
+// NodeIdentity signs the node certificates of installs; internal/server
+// wires the appliance CA to it. The node key is made on the machine: only
+// its certificate request reaches the appliance.
 type NodeIdentity interface {
-	// IssueNode returns a fresh certificate and key for node name.
-	IssueNode(name string) (certPEM, keyPEM []byte, err error)
-	// CACertPEM is the CA the node trusts.
+	// SignNode signs the PKCS#10 request csrPEM (already parsed and its
+	// signature checked) as the certificate of node name, which the
+	// appliance decides: the request's subject and SANs are ignored. It
+	// returns the certificate PEM; it may write the issued serial to the
+	// store, so it blocks on it.
+	SignNode(ctx context.Context, name string, csrPEM []byte) (certPEM []byte, err error)
+	// CACertPEM is the CA the node trusts and its certificate chains to.
 	CACertPEM() []byte
 }

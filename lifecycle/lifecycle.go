@@ -73,6 +73,9 @@ type Lifecycle struct {
 	log  *slog.Logger
 	sels inventory.Selectors
 	sess *sessions
+	// streams ties install plans to the agent stream they went on
+	// (csr.go); its zero value is ready.
+	streams planStreams
 }
 
 // New validates cfg and returns a Lifecycle. Run runs its reconciler; the

@@ -2,7 +2,14 @@ package lifecycle
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
+	"math/big"
 	"net"
 	"path/filepath"
 	"strings"
@@ -21,27 +28,73 @@ import (
 	"github.com/corralhq/corral/store/mem"
 	"github.com/corralhq/corral/testsupport/fakeclock"
 	"github.com/corralhq/corral/testsupport/machinefacts"
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/testing/protocmp"
 )
 
-// fakeIdentity issues recognisable fake PEM.
+// fakeIdentity signs requests with a throwaway CA: CN and DNS SAN = the
+// name it is given, the request's public key; it records each name.
 type fakeIdentity struct {
 	mu     sync.Mutex
-	issued []string
+	signed []string
+	fail   error
+	ca     *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	caPEM  []byte
+	serial int64
 }
 
-func (f *fakeIdentity) IssueNode(name string) ([]byte, []byte, error) {
+func newFakeIdentity(t *testing.T) *fakeIdentity {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(der)
+	return &fakeIdentity{ca: ca, caKey: key, caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), serial: 0x100}
+}
+
+func (f *fakeIdentity) SignNode(_ context.Context, name string, csrPEM []byte) ([]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.issued = append(f.issued, name)
-	return []byte("CERT " + name), []byte("KEY " + name), nil
+	if f.fail != nil {
+		return nil, f.fail
+	}
+	block, _ := pem.Decode(csrPEM)
+	csr, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	f.serial++
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(f.serial), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, f.ca, csr.PublicKey, f.caKey)
+	if err != nil {
+		return nil, err
+	}
+	f.signed = append(f.signed, name)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
 }
 
-func (f *fakeIdentity) CACertPEM() []byte { return []byte("CA") }
+func (f *fakeIdentity) CACertPEM() []byte { return f.caPEM }
+
+func (f *fakeIdentity) names() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.signed...)
+}
 
 // harness is one appliance: inventory, pool, lifecycle and the agent
 // gRPC service on bufconn, over st.
@@ -49,6 +102,7 @@ type harness struct {
 	t      *testing.T
 	st     store.Store
 	clk    *fakeclock.Clock
+	id     *fakeIdentity
 	inv    *inventory.Inventory
 	pool   *pool.Pool
 	lc     *Lifecycle
@@ -82,7 +136,8 @@ func newHarness(t *testing.T, st store.Store, o harnessOpt) *harness {
 		t.Fatal(err)
 	}
 	fb := &fakePower{}
-	lc, err := New(Config{Machines: inv, Events: inv, Nodes: p, Identity: &fakeIdentity{}, BMC: fb, Now: clk.Now,
+	id := newFakeIdentity(t)
+	lc, err := New(Config{Machines: inv, Events: inv, Nodes: p, Identity: id, BMC: fb, Now: clk.Now,
 		Endpoint: func(string) string { return "10.0.0.1:20180" }, Interval: time.Hour,
 		AutoAccept: o.auto, AutoAcceptSelectors: o.autoAccept})
 	if err != nil {
@@ -102,7 +157,7 @@ func newHarness(t *testing.T, st store.Store, o harnessOpt) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, st: st, clk: clk, inv: inv, pool: p, lc: lc, bmc: fb,
+	h := &harness{t: t, st: st, clk: clk, id: id, inv: inv, pool: p, lc: lc, bmc: fb,
 		client: nodev1.NewAgentServiceClient(cc), msrv: &MachineServer{MachineServer: &inventory.MachineServer{Inv: inv}, Lifecycle: lc}}
 	var once sync.Once
 	h.stop = func() {
@@ -314,16 +369,23 @@ func TestInstallHappyPath(t *testing.T) {
 		t.Fatalf("accepted: %v %v", m.GetState(), m.GetInstall())
 	}
 	plan := a.next().GetInstall()
-	if plan == nil || plan.GetDisk() != "/dev/vdb" || plan.GetHostname() != a.name || plan.GetMachineName() != a.name ||
-		plan.GetInstallId() != m.GetInstall().GetInstallId() || plan.GetNodeCertPem() != "CERT "+a.name || plan.GetNodeKeyPem() == "" ||
-		plan.GetCaCertPem() != "CA" || plan.GetApplianceEndpoint() != "10.0.0.1:20180" {
-		t.Fatalf("plan %v", plan)
+	// Exactly these fields: no certificate, no key (the agent makes the
+	// key and sends a certificate request).
+	want := &nodev1.InstallPlan{Disk: "/dev/vdb", Hostname: a.name, MachineName: a.name, InstallId: m.GetInstall().GetInstallId(),
+		CaCertPem: string(h.id.CACertPEM()), ApplianceEndpoint: "10.0.0.1:20180"}
+	if diff := cmp.Diff(want, plan, protocmp.Transform()); diff != "" {
+		t.Fatalf("plan (-want +got):\n%s", diff)
 	}
-	// The key is not stored.
-	if strings.Contains(h.machine(a.name).String(), "KEY ") {
-		t.Fatal("node key stored on the machine")
+	if len(plan.ProtoReflect().GetUnknown()) != 0 {
+		t.Fatalf("plan carries unknown fields: %x", plan.ProtoReflect().GetUnknown())
 	}
 	id := plan.GetInstallId()
+	// The agent makes its key and has its certificate signed.
+	key := newKey(t)
+	a.csr(id, csrFor(t, key, "whatever"))
+	if c := a.next().GetCertificate(); c.GetError() != "" || certOf(t, c).Subject.CommonName != a.name {
+		t.Fatalf("certificate %v", c)
+	}
 	// A stale install id is ignored.
 	a.progress("other", "partition", false, "")
 	a.progress(id, "partition", false, "")

@@ -11,9 +11,12 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// onConnect is the session hook: a machine's agent attached. A pending
-// wipe goes first; an INSTALLING machine's plan is (re)sent.
+// onConnect is the session hook: a machine's agent attached (ctx is its
+// stream's context, the same onCSR gets). A pending wipe goes first; an
+// INSTALLING machine's plan is (re)sent, and its certificate request is
+// then taken on this stream only.
 func (l *Lifecycle) onConnect(ctx context.Context, machine string) {
+	l.streams.attached(machine, ctx)
 	m, err := l.inv.GetMachine(ctx, machine)
 	if err != nil || m.GetState() == inventoryv1.Machine_MAINTENANCE {
 		return

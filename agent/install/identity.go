@@ -1,9 +1,13 @@
 package install
 
 import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
-	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
@@ -13,6 +17,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
 
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 	"github.com/corralhq/corral/internal/nodeid"
@@ -84,13 +90,24 @@ func CAFingerprint(caPEM []byte) (string, error) {
 	}
 }
 
-// ErrBadIdentity: the plan's certificate, key or CA do not fit together.
+// ErrBadIdentity: the plan's identity fields are missing or malformed,
+// or the node certificate the appliance signed does not fit the plan (CA,
+// name) or the key made here.
 var ErrBadIdentity = errors.New("install plan identity")
 
-// checkIdentity verifies, before anything is written, that the plan's
-// certificate matches its key and chains to its CA, and that the names the
-// node needs are present.
-func checkIdentity(plan *nodev1.InstallPlan) error {
+// Field numbers of InstallPlan that carried an appliance-made node
+// certificate and private key before #11; reserved in api/node/v1.
+const (
+	oldNodeCertField = 4
+	oldNodeKeyField  = 5
+)
+
+// checkPlan verifies, before anything is written, that the plan names
+// what the node needs, that its CA parses, and that it carries no key
+// material: a plan with the old certificate or key fields (an appliance
+// older than this agent) is refused, since node keys are made on the
+// machine.
+func checkPlan(plan *nodev1.InstallPlan) error {
 	switch {
 	case plan.GetHostname() == "":
 		return fmt.Errorf("%w: hostname is empty", ErrBadIdentity)
@@ -100,31 +117,148 @@ func checkIdentity(plan *nodev1.InstallPlan) error {
 	if _, _, err := net.SplitHostPort(plan.GetApplianceEndpoint()); err != nil {
 		return fmt.Errorf("%w: appliance endpoint %q: want host:port", ErrBadIdentity, plan.GetApplianceEndpoint())
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM([]byte(plan.GetCaCertPem())) {
-		return fmt.Errorf("%w: CA certificate: no PEM certificate", ErrBadIdentity)
+	if _, err := caPool(plan.GetCaCertPem()); err != nil {
+		return err
 	}
-	kp, err := tls.X509KeyPair([]byte(plan.GetNodeCertPem()), []byte(plan.GetNodeKeyPem()))
-	if err != nil {
-		return fmt.Errorf("%w: node certificate and key: %w", ErrBadIdentity, err)
-	}
-	// Leaf is nil when the binary runs with GODEBUG x509keypairleaf=0
-	// (gobusybox builds in the images take an older go directive).
-	if kp.Leaf == nil {
-		if kp.Leaf, err = x509.ParseCertificate(kp.Certificate[0]); err != nil {
-			return fmt.Errorf("%w: node certificate: %w", ErrBadIdentity, err)
-		}
-	}
-	if _, err := kp.Leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
-		return fmt.Errorf("%w: node certificate %q does not chain to the plan's CA: %w", ErrBadIdentity, kp.Leaf.Subject.CommonName, err)
+	if f := keyMaterialField(plan); f != 0 {
+		return fmt.Errorf("%w: the plan carries a node certificate or private key (field %d, from an appliance older than this agent): refused; this agent makes the node key on the machine and sends a certificate request", ErrBadIdentity, f)
 	}
 	return nil
 }
 
-// writeIdentity writes the identity files and appliance.json under
-// dataDir/identity (directory 0700): key first (0600), each file written
-// to a temporary name, synced and renamed, then the directory synced.
-func writeIdentity(dataDir string, plan *nodev1.InstallPlan, now time.Time) error {
+// keyMaterialField returns the number of the old certificate or key field
+// when the plan carries one (as an unknown field), else 0.
+func keyMaterialField(plan *nodev1.InstallPlan) protowire.Number {
+	b := plan.ProtoReflect().GetUnknown()
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0
+		}
+		if num == oldNodeCertField || num == oldNodeKeyField {
+			return num
+		}
+		b = b[n:]
+		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			return 0
+		}
+		b = b[n:]
+	}
+	return 0
+}
+
+func caPool(caPEM string) (*x509.CertPool, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM([]byte(caPEM)) {
+		return nil, fmt.Errorf("%w: CA certificate: no PEM certificate", ErrBadIdentity)
+	}
+	return pool, nil
+}
+
+// nodeKey is the node's private key: made on the machine, written only to
+// the data partition, never sent.
+type nodeKey struct {
+	key *ecdsa.PrivateKey
+	pem []byte // PKCS#8 "PRIVATE KEY"
+}
+
+// newNodeKey makes an ECDSA P-256 key.
+func newNodeKey() (*nodeKey, error) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate the node key: %w", err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		return nil, err
+	}
+	return &nodeKey{key: k, pem: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})}, nil
+}
+
+// readNodeKey loads dataDir's identity/node.key when it is an ECDSA key
+// (one this installer made).
+func readNodeKey(dataDir string) (*nodeKey, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, IdentityDir, NodeKeyFile))
+	if err != nil {
+		return nil, err
+	}
+	block, _ := pem.Decode(b)
+	if block == nil || block.Type != "PRIVATE KEY" {
+		return nil, fmt.Errorf("%s: no PEM PRIVATE KEY block", NodeKeyFile)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", NodeKeyFile, err)
+	}
+	ek, ok := k.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("%s: %T, want an ECDSA key", NodeKeyFile, k)
+	}
+	return &nodeKey{key: ek, pem: b}, nil
+}
+
+// request is a PKCS#10 certificate request for the key, CN = hostname
+// (the appliance decides the name and SANs itself and ignores both).
+func (k *nodeKey) request(hostname string) ([]byte, error) {
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: hostname}}, k.key)
+	if err != nil {
+		return nil, fmt.Errorf("certificate request: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
+}
+
+// KeyFingerprint is "sha256:" and the lowercase hex SHA-256 of the
+// public key's DER SubjectPublicKeyInfo: how the agent's progress and the
+// appliance's timeline name a node key.
+func KeyFingerprint(pub crypto.PublicKey) (string, error) {
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(der)
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// checkNodeCert verifies the certificate the appliance signed: the first
+// PEM certificate of certPEM chains to the plan's CA, carries our public
+// key and is issued to the plan's hostname (CN). It returns the parsed
+// certificate.
+func checkNodeCert(plan *nodev1.InstallPlan, certPEM []byte, pub crypto.PublicKey) (*x509.Certificate, error) {
+	pool, err := caPool(plan.GetCaCertPem())
+	if err != nil {
+		return nil, err
+	}
+	var block *pem.Block
+	for rest := certPEM; ; {
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			return nil, fmt.Errorf("%w: node certificate from the appliance: no PEM certificate", ErrBadIdentity)
+		}
+		if block.Type == "CERTIFICATE" {
+			break
+		}
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%w: node certificate from the appliance: %w", ErrBadIdentity, err)
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		return nil, fmt.Errorf("%w: node certificate %q does not chain to the plan's CA: %w", ErrBadIdentity, cert.Subject.CommonName, err)
+	}
+	if k, ok := cert.PublicKey.(interface{ Equal(crypto.PublicKey) bool }); !ok || !k.Equal(pub) {
+		return nil, fmt.Errorf("%w: node certificate %q is for another key than the one made on this machine", ErrBadIdentity, cert.Subject.CommonName)
+	}
+	if cert.Subject.CommonName != plan.GetHostname() {
+		return nil, fmt.Errorf("%w: node certificate is for %q, want the plan's hostname %q", ErrBadIdentity, cert.Subject.CommonName, plan.GetHostname())
+	}
+	return cert, nil
+}
+
+// writeIdentity writes the node key made here, its certificate, the
+// plan's CA and appliance.json under dataDir/identity (directory 0700):
+// key first (0600), each file written to a temporary name, synced and
+// renamed, then the directory synced.
+func writeIdentity(dataDir string, plan *nodev1.InstallPlan, keyPEM, certPEM []byte, now time.Time) error {
 	// The partition root is the hypervisor's data directory (0700).
 	if err := os.Chmod(dataDir, 0o700); err != nil {
 		return err
@@ -148,8 +282,8 @@ func writeIdentity(dataDir string, plan *nodev1.InstallPlan, now time.Time) erro
 		data []byte
 		mode os.FileMode
 	}{
-		{NodeKeyFile, []byte(plan.GetNodeKeyPem()), 0o600},
-		{NodeCertFile, []byte(plan.GetNodeCertPem()), 0o644},
+		{NodeKeyFile, keyPEM, 0o600},
+		{NodeCertFile, certPEM, 0o644},
 		{CACertFile, []byte(plan.GetCaCertPem()), 0o644},
 		{ApplianceFile, append(app, '\n'), 0o644},
 	} {

@@ -17,13 +17,21 @@ import (
 
 // Install steps, as api/node/v1 Progress documents them.
 const (
-	StepDisk      = "disk"
-	StepPartition = "partition"
-	StepFormat    = "format"
-	StepIdentity  = "identity"
-	StepDone      = "done"
-	StepWipe      = "wipe"
+	StepDisk        = "disk"
+	StepPartition   = "partition"
+	StepFormat      = "format"
+	StepCertificate = "certificate"
+	StepIdentity    = "identity"
+	StepDone        = "done"
+	StepWipe        = "wipe"
 )
+
+// SignFunc asks the appliance to sign csrPEM, the certificate request for
+// the node key made on this machine, for the install in progress, and
+// returns the certificate PEM (agent/session sends it as a
+// CertificateRequest on the session and waits, bounded, for the
+// NodeCertificate). An error is the appliance's refusal or the wait's end.
+type SignFunc = func(ctx context.Context, csrPEM []byte) (certPEM []byte, err error)
 
 // ModuleLoader loads a kernel module by name (coldplug.KernelLoader).
 type ModuleLoader interface {
@@ -100,16 +108,20 @@ func (e *NotBlankError) Error() string {
 	return fmt.Sprintf("disk %s holds %s; accept with --wipe to erase it", e.Disk, e.Found)
 }
 
-// Install carries out plan: it checks the identity, chooses the disk,
+// Install carries out plan: it checks the plan, chooses the disk,
 // refuses a non-blank disk unless plan.wipe (or unless it already holds
-// this install's data partition: then partition and filesystem are kept
-// and only the identity is written again), writes the GPT, formats the
-// partition, and writes the identity. progress receives each step, then
-// "done" with done = true; on failure a single Progress with the failing
-// step, the error and done = true, and Install returns the error. All
-// progress carries plan.install_id. It blocks until finished; ctx bounds
-// the waits (device nodes, mke2fs).
-func (in *Installer) Install(ctx context.Context, plan *nodev1.InstallPlan, progress func(*nodev1.Progress)) error {
+// this install's data partition: then partition and filesystem are kept,
+// and so is the node key made here for this install), writes the GPT,
+// formats the partition, makes the node key (ECDSA P-256) on this
+// machine, has sign get its certificate from the appliance, checks it
+// (chains to the plan's CA, our public key, CN = the plan's hostname), and
+// writes key, certificate and CA as the node identity. The key never
+// leaves the machine: only its certificate request does. progress
+// receives each step, then "done" with done = true; on failure a single
+// Progress with the failing step, the error and done = true, and Install
+// returns the error. All progress carries plan.install_id. It blocks until
+// finished; ctx bounds the waits (device nodes, mke2fs, the certificate).
+func (in *Installer) Install(ctx context.Context, plan *nodev1.InstallPlan, sign SignFunc, progress func(*nodev1.Progress)) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	cfg := in.cfg
@@ -125,8 +137,11 @@ func (in *Installer) Install(ctx context.Context, plan *nodev1.InstallPlan, prog
 		return err
 	}
 
-	if err := checkIdentity(plan); err != nil {
+	if err := checkPlan(plan); err != nil {
 		return fail(StepIdentity, err)
+	}
+	if sign == nil {
+		return fail(StepCertificate, errors.New("install: no way to have the node certificate signed"))
 	}
 	disks, err := ListDisks(cfg.Root)
 	if err != nil {
@@ -145,12 +160,17 @@ func (in *Installer) Install(ctx context.Context, plan *nodev1.InstallPlan, prog
 		return fail(StepDisk, err)
 	}
 
+	// A data partition of this same install (the plan was resent) is kept
+	// unless the plan says wipe; its node key is kept either way, so the
+	// appliance is asked to sign the key it may already have signed.
 	reuse := false
-	if _, ok := contents.corralPartition(); ok && !plan.GetWipe() {
-		reuse, err = in.sameInstall(ctx, disk, id)
+	var key *nodeKey
+	if _, ok := contents.corralPartition(); ok {
+		same, k, err := in.sameInstall(ctx, disk, id)
 		if err != nil {
 			log.Warn("existing corral-data partition unreadable", "disk", disk.Name, "err", err)
 		}
+		reuse, key = same && !plan.GetWipe(), k
 	}
 	if !contents.Blank() && !reuse && !plan.GetWipe() {
 		return fail(StepDisk, &NotBlankError{Disk: "/dev/" + disk.Name, Found: contents.String()})
@@ -193,8 +213,38 @@ func (in *Installer) Install(ctx context.Context, plan *nodev1.InstallPlan, prog
 		send(StepFormat, fmt.Sprintf("ext4 labelled %q on %s", PartitionName, part))
 	}
 
+	// The node key: made here (or kept from this install's identity on
+	// the disk, so a resent plan asks to sign the same key again), and
+	// only its certificate request leaves the machine.
+	how := "kept from this install's identity on the disk"
+	if key == nil {
+		if key, err = newNodeKey(); err != nil {
+			return fail(StepCertificate, err)
+		}
+		how = "made on this machine"
+	}
+	fp, err := KeyFingerprint(key.key.Public())
+	if err != nil {
+		return fail(StepCertificate, err)
+	}
+	csr, err := key.request(plan.GetHostname())
+	if err != nil {
+		return fail(StepCertificate, err)
+	}
+	log.Info("node key ready: asking the appliance to sign it", "key", fp, "origin", how)
+	certPEM, err := sign(ctx, csr)
+	if err != nil {
+		return fail(StepCertificate, fmt.Errorf("node certificate: %w", err))
+	}
+	cert, err := checkNodeCert(plan, certPEM, key.key.Public())
+	if err != nil {
+		return fail(StepCertificate, err)
+	}
+	send(StepCertificate, fmt.Sprintf("node key %s (ECDSA P-256, %s); certificate serial %x for %s until %s signed by the appliance",
+		fp, how, cert.SerialNumber, cert.Subject.CommonName, cert.NotAfter.UTC().Format(time.RFC3339)))
+
 	if err := in.withMounted(part, func(dir string) error {
-		return writeIdentity(dir, plan, cfg.Now())
+		return writeIdentity(dir, plan, key.pem, certPEM, cfg.Now())
 	}); err != nil {
 		return fail(StepIdentity, fmt.Errorf("write identity on %s: %w", part, err))
 	}
@@ -205,22 +255,31 @@ func (in *Installer) Install(ctx context.Context, plan *nodev1.InstallPlan, prog
 }
 
 // sameInstall mounts disk's data partition and reports whether its
-// appliance.json names installID.
-func (in *Installer) sameInstall(ctx context.Context, disk Disk, installID string) (bool, error) {
+// appliance.json names installID, and then the node key written for it
+// (nil when there is none or it is unreadable: a new one is made).
+func (in *Installer) sameInstall(ctx context.Context, disk Disk, installID string) (bool, *nodeKey, error) {
 	part, err := in.cfg.sys.partition(ctx, in.cfg.Root, disk, 1)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	same := false
+	var key *nodeKey
 	err = in.withMounted(part, func(dir string) error {
 		a, err := ReadAppliance(dir)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
 		same = err == nil && a.InstallID == installID
+		if same {
+			if key, err = readNodeKey(dir); err != nil {
+				in.cfg.Logger.Warn("node key of this install unreadable: making a new one", "err", err)
+				key = nil
+			}
+			return nil
+		}
 		return err
 	})
-	return same, err
+	return same, key, err
 }
 
 // withMounted mounts the ext4 partition dev on a temporary directory, runs

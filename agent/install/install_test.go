@@ -2,6 +2,7 @@ package install
 
 import (
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 )
@@ -167,12 +169,26 @@ func (f *fakeSystem) unmount(dir string) error {
 	return os.Mkdir(dir, 0o700)
 }
 
-// pki is a CA and a node certificate it issued.
+// pki is a test CA standing in for the appliance: its sign answers the
+// installer's certificate requests (for node, or as the fields say) and
+// records each request's public key.
 type pki struct {
-	caPEM, certPEM, keyPEM string
+	t     *testing.T
+	node  string
+	caPEM string
+	ca    *x509.Certificate
+	caKey *ecdsa.PrivateKey
+
+	mu     sync.Mutex
+	keys   []crypto.PublicKey // of the requests, in order
+	refuse error              // answer with this error
+	cn     string             // sign for this name instead of node
+	swap   bool               // certify another key than the request's
+	other  *pki               // sign with this CA instead
+	raw    string             // answer with this instead of a certificate
 }
 
-func newPKI(t *testing.T, node string) pki {
+func newPKI(t *testing.T, node string) *pki {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -188,36 +204,96 @@ func newPKI(t *testing.T, node string) pki {
 		t.Fatal(err)
 	}
 	ca, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
+	return &pki{t: t, node: node, ca: ca, caKey: caKey, caPEM: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}))}
+}
+
+// sign is the installer's SignFunc.
+func (p *pki) sign(_ context.Context, csrPEM []byte) ([]byte, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	block, _ := pem.Decode(csrPEM)
+	if block == nil || block.Type != "CERTIFICATE REQUEST" {
+		p.t.Errorf("sign got %q, want a PEM CERTIFICATE REQUEST", csrPEM)
+		return nil, errors.New("not a request")
+	}
+	csr, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil || csr.CheckSignature() != nil {
+		p.t.Errorf("request: %v", err)
+		return nil, errors.New("bad request")
+	}
+	p.keys = append(p.keys, csr.PublicKey)
+	switch {
+	case p.refuse != nil:
+		return nil, p.refuse
+	case p.raw != "":
+		return []byte(p.raw), nil
+	}
+	pub := csr.PublicKey
+	if p.swap {
+		k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		pub = &k.PublicKey
+	}
+	ca, caKey := p.ca, p.caKey
+	if p.other != nil {
+		ca, caKey = p.other.ca, p.other.caKey
+	}
+	name := p.node
+	if p.cn != "" {
+		name = p.cn
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: node}, DNSNames: []string{node},
+		SerialNumber: big.NewInt(int64(len(p.keys)) + 1), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, pub, caKey)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pki{
-		caPEM:   string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})),
-		certPEM: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
-		keyPEM:  string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})),
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+}
+
+// requests returns the public keys of the requests signed so far.
+func (p *pki) requests() []crypto.PublicKey {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]crypto.PublicKey(nil), p.keys...)
+}
+
+func plan(p *pki, disk, id string, wipe bool) *nodev1.InstallPlan {
+	return &nodev1.InstallPlan{
+		Disk: disk, Wipe: wipe, Hostname: "node-1", InstallId: id, MachineName: "m-abc",
+		ApplianceEndpoint: "10.0.0.1:20180", CaCertPem: p.caPEM,
 	}
 }
 
-func plan(p pki, disk, id string, wipe bool) *nodev1.InstallPlan {
-	return &nodev1.InstallPlan{
-		Disk: disk, Wipe: wipe, Hostname: "node-1", InstallId: id, MachineName: "m-abc",
-		ApplianceEndpoint: "10.0.0.1:20180", NodeCertPem: p.certPEM, NodeKeyPem: p.keyPEM, CaCertPem: p.caPEM,
+// install runs in.Install of plan(p, ...) with p as the appliance.
+func install(in *Installer, p *pki, disk, id string, wipe bool, rec *recorder) error {
+	return in.Install(context.Background(), plan(p, disk, id, wipe), p.sign, rec.add)
+}
+
+// identityKey reads the node key written under data and checks it is
+// ECDSA P-256 in PKCS#8.
+func identityKey(t *testing.T, data string) *ecdsa.PrivateKey {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(data, IdentityDir, NodeKeyFile))
+	if err != nil {
+		t.Fatal(err)
 	}
+	block, _ := pem.Decode(b)
+	if block == nil || block.Type != "PRIVATE KEY" {
+		t.Fatalf("%s is not a PEM PRIVATE KEY", NodeKeyFile)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ek, ok := k.(*ecdsa.PrivateKey)
+	if !ok || ek.Curve != elliptic.P256() {
+		t.Fatalf("node key %T, want ECDSA P-256", k)
+	}
+	return ek
 }
 
 // recorder collects progress.
@@ -274,10 +350,10 @@ func TestInstallBlankDisk(t *testing.T) {
 	in, sys := newTestInstaller(t, root)
 	var rec recorder
 	p := newPKI(t, "node-1")
-	if err := in.Install(context.Background(), plan(p, "auto", "inst-1", false), rec.add); err != nil {
+	if err := install(in, p, "auto", "inst-1", false, &rec); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{StepDisk, StepPartition, StepFormat, StepIdentity, StepDone}, rec.steps()); diff != "" {
+	if diff := cmp.Diff([]string{StepDisk, StepPartition, StepFormat, StepCertificate, StepIdentity, StepDone}, rec.steps()); diff != "" {
 		t.Errorf("steps (-want +got):\n%s", diff)
 	}
 	for i, pr := range rec.ps {
@@ -304,12 +380,31 @@ func TestInstallBlankDisk(t *testing.T) {
 		t.Errorf("vda holds %s", c)
 	}
 	data := filepath.Join(root, "fs/vdb1")
+	// The key was made here: the one request the appliance saw is for
+	// the key on the disk, and the certificate written is for that key,
+	// chains to the plan's CA and names the plan's hostname.
+	key := identityKey(t, data)
+	if reqs := p.requests(); len(reqs) != 1 || !key.PublicKey.Equal(reqs[0]) {
+		t.Fatalf("certificate requests %v, want one for the node key", reqs)
+	}
+	certPEM, err := os.ReadFile(filepath.Join(data, IdentityDir, NodeCertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := checkNodeCert(plan(p, "auto", "inst-1", false), certPEM, key.Public())
+	if err != nil {
+		t.Fatalf("written certificate: %v", err)
+	}
+	fp, _ := KeyFingerprint(key.Public())
+	if d := rec.ps[3].GetDetail(); !strings.Contains(d, fp) || !strings.Contains(d, "made on this machine") || !strings.Contains(d, cert.SerialNumber.Text(16)) {
+		t.Errorf("certificate detail = %q, want the key's fingerprint %s, where it was made and the serial", d, fp)
+	}
 	for name, want := range map[string]struct {
-		content string
+		content string // "" for the key, checked above
 		mode    os.FileMode
 	}{
-		NodeKeyFile:  {p.keyPEM, 0o600},
-		NodeCertFile: {p.certPEM, 0o644},
+		NodeKeyFile:  {"", 0o600},
+		NodeCertFile: {string(certPEM), 0o644},
 		CACertFile:   {p.caPEM, 0o644},
 	} {
 		path := filepath.Join(data, IdentityDir, name)
@@ -317,8 +412,8 @@ func TestInstallBlankDisk(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if string(b) != want.content {
-			t.Errorf("%s differs from the plan", name)
+		if want.content != "" && string(b) != want.content {
+			t.Errorf("%s differs", name)
 		}
 		if st, _ := os.Stat(path); st.Mode().Perm() != want.mode {
 			t.Errorf("%s mode %v, want %v", name, st.Mode().Perm(), want.mode)
@@ -396,7 +491,8 @@ func TestInstallRefusesNonBlankDisk(t *testing.T) {
 			before := fileSum(t, dev)
 			in, sys := newTestInstaller(t, root)
 			var rec recorder
-			err := in.Install(context.Background(), plan(newPKI(t, "node-1"), "/dev/vdb", "inst-1", false), rec.add)
+			p := newPKI(t, "node-1")
+			err := install(in, p, "/dev/vdb", "inst-1", false, &rec)
 			var nb *NotBlankError
 			if !errors.As(err, &nb) {
 				t.Fatalf("Install = %v, want a NotBlankError", err)
@@ -413,7 +509,7 @@ func TestInstallRefusesNonBlankDisk(t *testing.T) {
 
 			// The same plan with wipe installs over it.
 			rec = recorder{}
-			if err := in.Install(context.Background(), plan(newPKI(t, "node-1"), "vdb", "inst-1", true), rec.add); err != nil {
+			if err := install(in, p, "vdb", "inst-1", true, &rec); err != nil {
 				t.Fatal(err)
 			}
 			if !strings.Contains(rec.ps[0].GetDetail(), "erasing") {
@@ -437,53 +533,78 @@ func TestInstallIdempotent(t *testing.T) {
 	in, sys := newTestInstaller(t, root)
 	p := newPKI(t, "node-1")
 	var rec recorder
-	if err := in.Install(context.Background(), plan(p, "auto", "inst-1", false), rec.add); err != nil {
+	if err := install(in, p, "auto", "inst-1", false, &rec); err != nil {
 		t.Fatal(err)
 	}
+	key := identityKey(t, filepath.Join(root, "fs/vdb1"))
 	// Same install again (the appliance restarted and resent the plan):
-	// allowed without wipe, nothing reformatted.
+	// allowed without wipe, nothing reformatted, and the key made for it
+	// is kept: the appliance is asked to sign the same key again.
 	rec = recorder{}
-	if err := in.Install(context.Background(), plan(p, "auto", "inst-1", false), rec.add); err != nil {
+	if err := install(in, p, "auto", "inst-1", false, &rec); err != nil {
 		t.Fatalf("re-run of the same install: %v", err)
 	}
-	if diff := cmp.Diff([]string{StepDisk, StepPartition, StepFormat, StepIdentity, StepDone}, rec.steps()); diff != "" {
+	if diff := cmp.Diff([]string{StepDisk, StepPartition, StepFormat, StepCertificate, StepIdentity, StepDone}, rec.steps()); diff != "" {
 		t.Errorf("steps (-want +got):\n%s", diff)
 	}
 	if len(sys.formatted) != 1 {
 		t.Errorf("mkfs ran %d times, want once", len(sys.formatted))
 	}
-	// Another install over it needs wipe.
+	if reqs := p.requests(); len(reqs) != 2 || !key.PublicKey.Equal(reqs[1]) {
+		t.Errorf("re-run asked for another key")
+	}
+	if d := rec.ps[3].GetDetail(); !strings.Contains(d, "kept from this install's identity") {
+		t.Errorf("certificate detail of the re-run = %q", d)
+	}
+	// The same install with wipe keeps the key too.
+	if err := install(in, p, "auto", "inst-1", true, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if reqs := p.requests(); len(reqs) != 3 || !key.PublicKey.Equal(reqs[2]) {
+		t.Errorf("wipe re-run asked for another key")
+	}
+	// Another install over it needs wipe, and gets a new key.
 	rec = recorder{}
-	err := in.Install(context.Background(), plan(p, "auto", "inst-2", false), rec.add)
+	err := install(in, p, "auto", "inst-2", false, &rec)
 	var nb *NotBlankError
 	if !errors.As(err, &nb) || !strings.Contains(err.Error(), `a GPT with 1 partition ("corral-data")`) {
 		t.Fatalf("other install without wipe = %v, want a NotBlankError", err)
 	}
-	if err := in.Install(context.Background(), plan(p, "auto", "inst-2", true), rec.add); err != nil {
+	if err := install(in, p, "auto", "inst-2", true, &rec); err != nil {
 		t.Fatal(err)
 	}
 	a, err := ReadAppliance(filepath.Join(root, "fs/vdb1"))
 	if err != nil || a.InstallID != "inst-2" {
 		t.Errorf("appliance.json after wiping install = %+v, %v", a, err)
 	}
-	if len(sys.formatted) != 2 {
-		t.Errorf("mkfs ran %d times, want twice", len(sys.formatted))
+	if len(sys.formatted) != 3 {
+		t.Errorf("mkfs ran %d times, want 3", len(sys.formatted))
+	}
+	if k2 := identityKey(t, filepath.Join(root, "fs/vdb1")); k2.PublicKey.Equal(&key.PublicKey) {
+		t.Error("another install kept the old install's key")
 	}
 }
 
-func TestInstallRefusesBadIdentity(t *testing.T) {
+// TestInstallRefusesBadPlan: a plan that lacks what the node needs, or
+// carries key material, is refused before anything is written.
+func TestInstallRefusesBadPlan(t *testing.T) {
 	good := newPKI(t, "node-1")
-	other := newPKI(t, "node-1")
+	withField := func(num protowire.Number, v string) func(*nodev1.InstallPlan) {
+		return func(p *nodev1.InstallPlan) {
+			p.ProtoReflect().SetUnknown(protowire.AppendString(protowire.AppendTag(nil, num, protowire.BytesType), v))
+		}
+	}
 	for name, tc := range map[string]struct {
 		edit func(*nodev1.InstallPlan)
 		want string
 	}{
-		"certificate from another CA": {func(p *nodev1.InstallPlan) { p.CaCertPem = other.caPEM }, "does not chain to the plan's CA"},
-		"key of another certificate":  {func(p *nodev1.InstallPlan) { p.NodeKeyPem = other.keyPEM }, "private key does not match public key"},
-		"no CA":                       {func(p *nodev1.InstallPlan) { p.CaCertPem = "" }, "CA certificate: no PEM certificate"},
-		"no hostname":                 {func(p *nodev1.InstallPlan) { p.Hostname = "" }, "hostname is empty"},
-		"no install id":               {func(p *nodev1.InstallPlan) { p.InstallId = "" }, "install_id is empty"},
-		"bad endpoint":                {func(p *nodev1.InstallPlan) { p.ApplianceEndpoint = "appliance" }, "want host:port"},
+		"no CA":                   {func(p *nodev1.InstallPlan) { p.CaCertPem = "" }, "CA certificate: no PEM certificate"},
+		"no hostname":             {func(p *nodev1.InstallPlan) { p.Hostname = "" }, "hostname is empty"},
+		"no install id":           {func(p *nodev1.InstallPlan) { p.InstallId = "" }, "install_id is empty"},
+		"bad endpoint":            {func(p *nodev1.InstallPlan) { p.ApplianceEndpoint = "appliance" }, "want host:port"},
+		"a private key":           {withField(5, "-----BEGIN PRIVATE KEY-----"), "carries a node certificate or private key (field 5"},
+		"a certificate":           {withField(4, "-----BEGIN CERTIFICATE-----"), "(field 4"},
+		"an unknown future field": {withField(99, "x"), ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			root := newRoot(t, []fakeDisk{{name: "vdb", size: 8 * mib}})
@@ -493,7 +614,13 @@ func TestInstallRefusesBadIdentity(t *testing.T) {
 			pl := plan(good, "auto", "inst-1", true)
 			tc.edit(pl)
 			var rec recorder
-			err := in.Install(context.Background(), pl, rec.add)
+			err := in.Install(context.Background(), pl, good.sign, rec.add)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Install = %v", err)
+				}
+				return
+			}
 			if !errors.Is(err, ErrBadIdentity) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Install = %v, want ErrBadIdentity containing %q", err, tc.want)
 			}
@@ -507,11 +634,54 @@ func TestInstallRefusesBadIdentity(t *testing.T) {
 	}
 }
 
+// TestInstallChecksTheCertificate: a refused request fails the install
+// with the appliance's reason; a certificate from another CA, for another
+// key or another name is refused; no identity is written either way.
+func TestInstallChecksTheCertificate(t *testing.T) {
+	other := newPKI(t, "node-1")
+	for name, tc := range map[string]struct {
+		edit func(*pki)
+		want string
+	}{
+		"refused":         {func(p *pki) { p.refuse = errors.New("the appliance refused the certificate request: not INSTALLING") }, "node certificate: the appliance refused the certificate request: not INSTALLING"},
+		"another CA":      {func(p *pki) { p.other = other }, "does not chain to the plan's CA"},
+		"another key":     {func(p *pki) { p.swap = true }, "is for another key than the one made on this machine"},
+		"another name":    {func(p *pki) { p.cn = "node-2" }, `node certificate is for "node-2", want the plan's hostname "node-1"`},
+		"not PEM":         {func(p *pki) { p.raw = "hello" }, "no PEM certificate"},
+		"not certificate": {func(p *pki) { p.raw = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n" }, "node certificate from the appliance"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			root := newRoot(t, []fakeDisk{{name: "vdb", size: 8 * mib}})
+			in, _ := newTestInstaller(t, root)
+			p := newPKI(t, "node-1")
+			tc.edit(p)
+			var rec recorder
+			err := install(in, p, "auto", "inst-1", false, &rec)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Install = %v, want an error containing %q", err, tc.want)
+			}
+			if last := rec.last(); last.GetStep() != StepCertificate || !last.GetDone() || last.GetError() != err.Error() {
+				t.Errorf("last progress = %v", last)
+			}
+			if _, err := os.Stat(filepath.Join(root, "fs/vdb1", IdentityDir)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("identity written: %v", err)
+			}
+		})
+	}
+	// No sign function: refused before anything is written.
+	root := newRoot(t, []fakeDisk{{name: "vdb", size: 8 * mib}})
+	in, sys := newTestInstaller(t, root)
+	var rec recorder
+	if err := in.Install(context.Background(), plan(other, "auto", "i", false), nil, rec.add); err == nil || len(sys.formatted) != 0 {
+		t.Errorf("Install without sign = %v, mkfs %v", err, sys.formatted)
+	}
+}
+
 func TestInstallNoDisk(t *testing.T) {
 	root := newRoot(t, []fakeDisk{{name: "vda", size: 64 * mib, model: "BOOT"}, {name: "sda", size: 8 * mib, removable: true}}, "vda1")
 	in, _ := newTestInstaller(t, root)
 	var rec recorder
-	err := in.Install(context.Background(), plan(newPKI(t, "n"), "", "i", false), rec.add)
+	err := install(in, newPKI(t, "node-1"), "", "i", false, &rec)
 	if !errors.Is(err, ErrNoDisk) {
 		t.Fatalf("Install = %v, want ErrNoDisk", err)
 	}
@@ -620,7 +790,7 @@ func TestWipe(t *testing.T) {
 	if err := in.Wipe(context.Background(), &nodev1.WipePlan{InstallId: "w0"}, rec.add); !errors.Is(err, ErrNoDisk) {
 		t.Fatalf("Wipe(auto) on blank disks = %v, want ErrNoDisk", err)
 	}
-	if err := in.Install(context.Background(), plan(newPKI(t, "n"), "vdb", "inst-1", false), rec.add); err != nil {
+	if err := install(in, newPKI(t, "node-1"), "vdb", "inst-1", false, &rec); err != nil {
 		t.Fatal(err)
 	}
 	writeForeign(t, filepath.Join(root, "dev/vda"), 64*mib, "ext4")

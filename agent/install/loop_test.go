@@ -45,7 +45,7 @@ func TestInstallLoopDevice(t *testing.T) {
 	in := New(Config{TempDir: t.TempDir()})
 	p := newPKI(t, "node-1")
 	var rec recorder
-	if err := in.Install(context.Background(), plan(p, dev, "inst-1", false), rec.add); err != nil {
+	if err := install(in, p, dev, "inst-1", false, &rec); err != nil {
 		t.Fatalf("Install: %v (progress %v)", err, rec.ps)
 	}
 	part, _ := findPartition("/", name, 1)
@@ -78,14 +78,14 @@ func TestInstallLoopDevice(t *testing.T) {
 
 	// Re-run of the same install: allowed, filesystem kept.
 	rec = recorder{}
-	if err := in.Install(context.Background(), plan(p, name, "inst-1", false), rec.add); err != nil {
+	if err := install(in, p, name, "inst-1", false, &rec); err != nil {
 		t.Fatalf("re-run: %v", err)
 	}
 	if d := rec.ps[2].GetDetail(); !strings.HasPrefix(d, "kept") {
 		t.Errorf("format step of the re-run = %q, want kept", d)
 	}
 	// Another install is refused without wipe.
-	if err := in.Install(context.Background(), plan(p, name, "inst-2", false), rec.add); err == nil {
+	if err := install(in, p, name, "inst-2", false, &rec); err == nil {
 		t.Fatal("another install over the data disk without wipe succeeded")
 	}
 	// Wipe: the partition goes away.
@@ -146,7 +146,21 @@ func TestKernelFormatMount(t *testing.T) {
 	}
 	in := New(Config{TempDir: t.TempDir()})
 	p := newPKI(t, "node-1")
-	if err := in.withMounted(dev, func(dir string) error { return writeIdentity(dir, plan(p, "", "inst-1", false), now) }); err != nil {
+	key, err := newNodeKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr, err := key.request("node-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, err := p.sign(context.Background(), csr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.withMounted(dev, func(dir string) error {
+		return writeIdentity(dir, plan(p, "", "inst-1", false), key.pem, certPEM, now)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command("blkid", "-p", "-o", "export", dev).CombinedOutput(); err == nil && !strings.Contains(string(out), "LABEL="+PartitionName) {

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
@@ -27,11 +29,23 @@ type Power interface {
 // Installer carries out the appliance's install and wipe plans
 // (agent/install). Each call blocks until the plan is finished; it reports
 // every step through progress, the last one with done = true (also on
-// failure, with the error), and returns the error.
+// failure, with the error), and returns the error. Install makes the node
+// key on the machine and calls sign with its certificate request: sign
+// sends it on the session for the plan's install id and returns the
+// certificate the appliance signed (or its refusal, or the end of the
+// wait: Config.CertificateTimeout, ctx).
 type Installer interface {
-	Install(ctx context.Context, plan *nodev1.InstallPlan, progress func(*nodev1.Progress)) error
+	Install(ctx context.Context, plan *nodev1.InstallPlan, sign func(ctx context.Context, csrPEM []byte) ([]byte, error), progress func(*nodev1.Progress)) error
 	Wipe(ctx context.Context, plan *nodev1.WipePlan, progress func(*nodev1.Progress)) error
 }
+
+// ErrCertificateRefused: the appliance answered the install's certificate
+// request with an error (its reason follows in the message).
+var ErrCertificateRefused = errors.New("the appliance refused the certificate request")
+
+// DefaultCertificateTimeout bounds the wait for the appliance's answer to
+// an install's certificate request.
+const DefaultCertificateTimeout = 60 * time.Second
 
 // Config configures a Client. Endpoint, Token, CAFingerprint, BootMAC,
 // Facts and Power are required.
@@ -64,7 +78,12 @@ type Config struct {
 	Heartbeat time.Duration
 	// RPCTimeout bounds Register and each send (default 30 s).
 	RPCTimeout time.Duration
-	Backoff    Backoff
+	// CertificateTimeout bounds an install's wait for the NodeCertificate
+	// answering its certificate request (default
+	// DefaultCertificateTimeout); the request is sent again on every
+	// session that opens meanwhile.
+	CertificateTimeout time.Duration
+	Backoff            Backoff
 	// DialOptions are appended to the client's own (tests).
 	DialOptions []grpc.DialOption
 }
@@ -89,6 +108,9 @@ func (c *Config) validate() error {
 	}
 	if c.RPCTimeout <= 0 {
 		c.RPCTimeout = 30 * time.Second
+	}
+	if c.CertificateTimeout <= 0 {
+		c.CertificateTimeout = DefaultCertificateTimeout
 	}
 	if c.Console == nil {
 		c.Console = io.Discard
@@ -277,10 +299,18 @@ func obey(ctx, runCtx context.Context, cfg *Config, msg *nodev1.ApplianceMessage
 		if disk == "" {
 			disk = "auto"
 		}
-		fmt.Fprintf(cfg.Console, "corral: appliance sent install plan %s: node %s, disk %s, wipe %v\n", plan.GetInstallId(), plan.GetHostname(), disk, plan.GetWipe())
-		jobs.start(runCtx, "install", plan.GetInstallId(), func(ctx context.Context, progress func(*nodev1.Progress)) error {
-			return cfg.Installer.Install(ctx, plan, progress)
+		fmt.Fprintf(cfg.Console, "corral: appliance sent install plan %s: node %s, disk %s, wipe %v (fields: %s)\n",
+			plan.GetInstallId(), plan.GetHostname(), disk, plan.GetWipe(), planFields(plan))
+		id := plan.GetInstallId()
+		jobs.start(runCtx, "install", id, func(ctx context.Context, progress func(*nodev1.Progress)) error {
+			sign := func(ctx context.Context, csrPEM []byte) ([]byte, error) { return jobs.certify(ctx, id, csrPEM) }
+			return cfg.Installer.Install(ctx, plan, sign, progress)
 		})
+	case *nodev1.ApplianceMessage_Certificate:
+		c := cmd.Certificate
+		if !jobs.answer(c) {
+			cfg.Logger.Warn("node certificate for no pending request ignored", "install", c.GetInstallId())
+		}
 	case *nodev1.ApplianceMessage_Wipe:
 		plan := cmd.Wipe
 		if cfg.Installer == nil {
@@ -295,4 +325,33 @@ func obey(ctx, runCtx context.Context, cfg *Config, msg *nodev1.ApplianceMessage
 	default:
 		cfg.Logger.Warn("unknown command", "cmd", fmt.Sprintf("%T", cmd))
 	}
+}
+
+// planFields names the fields an install plan arrived with, in field
+// order, and any field this agent does not know as "unknown field N": the
+// console shows what the appliance sent (no key material: the node key is
+// made here).
+func planFields(plan *nodev1.InstallPlan) string {
+	var names []string
+	m := plan.ProtoReflect()
+	fields := m.Descriptor().Fields()
+	for i := range fields.Len() {
+		if fd := fields.Get(i); m.Has(fd) {
+			names = append(names, string(fd.Name()))
+		}
+	}
+	for b := m.GetUnknown(); len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			names = append(names, "malformed unknown fields")
+			break
+		}
+		b = b[n:]
+		names = append(names, fmt.Sprintf("unknown field %d", num))
+		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			break
+		}
+		b = b[n:]
+	}
+	return strings.Join(names, " ")
 }

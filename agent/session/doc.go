@@ -8,6 +8,10 @@
 // background while the session keeps heartbeating; their progress is
 // delivered on whichever session is open; the appliance reboots the
 // machine after "done", or the agent does with Config.InstallReboot).
+// An install's certificate request (for the node key the installer made
+// on the machine) goes on the open session, again on each new session
+// while unanswered, and its NodeCertificate is awaited for at most
+// Config.CertificateTimeout.
 //
 // It imports only the API, grpc and the standard library; it must not
 // import store/, boot/, ipmi/ or anything of the appliance.

@@ -27,7 +27,15 @@ type jobs struct {
 	out     chan<- *nodev1.AgentMessage
 	done    <-chan struct{} // closed when out's session ends
 	pending []*nodev1.Progress
+	csr     *pendingCSR // the running install's unanswered certificate request
 	wg      sync.WaitGroup
+}
+
+// pendingCSR is a certificate request waiting for its NodeCertificate.
+type pendingCSR struct {
+	id     string
+	msg    *nodev1.AgentMessage
+	answer chan *nodev1.NodeCertificate // buffered 1
 }
 
 // attach routes progress to a session's send queue (drained until done
@@ -40,6 +48,11 @@ func (j *jobs) attach(out chan<- *nodev1.AgentMessage, done <-chan struct{}) {
 	j.pending = nil
 	for _, p := range pending {
 		j.sendLocked(p)
+	}
+	if j.csr != nil {
+		// Unanswered on the session that ended (or not yet sent): the
+		// appliance resends the plan on this one and answers here.
+		j.sendMsgLocked(j.csr.msg)
 	}
 }
 
@@ -69,6 +82,79 @@ func (j *jobs) sendLocked(p *nodev1.Progress) {
 		j.pending = j.pending[1:]
 	}
 	j.pending = append(j.pending, p)
+}
+
+// sendMsgLocked sends m on the open session, if any, and reports whether
+// it went; a message that did not is not kept.
+func (j *jobs) sendMsgLocked(m *nodev1.AgentMessage) bool {
+	if j.out == nil {
+		return false
+	}
+	select {
+	case j.out <- m:
+		return true
+	case <-j.done:
+		return false
+	}
+}
+
+// certify sends the certificate request csrPEM for install id on the open
+// session (and again on each session that opens while it waits) and waits
+// for the NodeCertificate of that install: at most
+// Config.CertificateTimeout, or until ctx ends. It returns the
+// certificate PEM, or the appliance's refusal (ErrCertificateRefused).
+// One request is outstanding at a time (plans run one at a time).
+func (j *jobs) certify(ctx context.Context, id string, csrPEM []byte) ([]byte, error) {
+	p := &pendingCSR{
+		id:     id,
+		msg:    &nodev1.AgentMessage{Msg: &nodev1.AgentMessage_Csr{Csr: &nodev1.CertificateRequest{InstallId: id, CsrPem: string(csrPEM)}}},
+		answer: make(chan *nodev1.NodeCertificate, 1),
+	}
+	j.mu.Lock()
+	j.csr = p
+	sent := j.sendMsgLocked(p.msg)
+	j.mu.Unlock()
+	defer func() {
+		j.mu.Lock()
+		if j.csr == p {
+			j.csr = nil
+		}
+		j.mu.Unlock()
+	}()
+	when := "sent"
+	if !sent {
+		when = "goes with the next session"
+	}
+	fmt.Fprintf(j.cfg.Console, "corral: install %s: node key made on this machine; its certificate request %s to the appliance\n", id, when)
+	j.cfg.Logger.Info("certificate request", "install", id, "sent", sent)
+	t := time.NewTimer(j.cfg.CertificateTimeout)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-t.C:
+		return nil, fmt.Errorf("no answer from the appliance to the certificate request within %s", j.cfg.CertificateTimeout)
+	case c := <-p.answer:
+		if c.GetError() != "" {
+			return nil, fmt.Errorf("%w: %s", ErrCertificateRefused, c.GetError())
+		}
+		return []byte(c.GetCertPem()), nil
+	}
+}
+
+// answer hands a NodeCertificate to the request of its install id; it
+// reports false when no such request waits (late, or another install's).
+func (j *jobs) answer(c *nodev1.NodeCertificate) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.csr == nil || j.csr.id != c.GetInstallId() {
+		return false
+	}
+	select {
+	case j.csr.answer <- c:
+	default: // already answered: the first answer counts
+	}
+	return true
 }
 
 // start runs fn in a goroutine unless a plan is running: then a plan

@@ -38,7 +38,10 @@ type fakeAppliance struct {
 	attempts   int
 	heartbeats int
 	progress   []*nodev1.Progress
+	csrs       []*nodev1.CertificateRequest
 	beats      chan struct{}
+	// onCSR answers a certificate request; an error ends the stream.
+	onCSR func(stream grpc.BidiStreamingServer[nodev1.AgentMessage, nodev1.ApplianceMessage], req *nodev1.CertificateRequest) error
 }
 
 func (f *fakeAppliance) checkToken(ctx context.Context) error {
@@ -84,7 +87,16 @@ func (f *fakeAppliance) Session(stream grpc.BidiStreamingServer[nodev1.AgentMess
 		if p := m.GetProgress(); p != nil {
 			f.progress = append(f.progress, p)
 		}
+		csr, onCSR := m.GetCsr(), f.onCSR
+		if csr != nil {
+			f.csrs = append(f.csrs, csr)
+		}
 		f.mu.Unlock()
+		if csr != nil && onCSR != nil {
+			if err := onCSR(stream, csr); err != nil {
+				return err
+			}
+		}
 		if first {
 			first = false
 			for _, c := range f.cmds {

@@ -1,10 +1,10 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"time"
 
-	"github.com/corralhq/corral/auth"
 	"github.com/corralhq/corral/inventory/pool"
 	"github.com/corralhq/corral/lifecycle"
 )
@@ -55,12 +55,14 @@ func (c LifecycleConfig) validate() error {
 	return nil
 }
 
-// caIdentity issues install identities from the appliance CA: the same
-// certificate Join issues (CN and DNS SAN = node name, O = corral:node).
+// caIdentity signs the certificate requests of installs (the node key is
+// made on the machine) with the appliance CA, through the one signing path
+// Join uses too (signNodeCert: CN and DNS SAN = node name, O =
+// corral:node, the issued serial recorded).
 type caIdentity struct{ s *Server }
 
-func (c caIdentity) IssueNode(name string) ([]byte, []byte, error) {
-	return c.s.ca.IssueNodeCert(name, auth.NodeOrganization)
+func (c caIdentity) SignNode(ctx context.Context, name string, csrPEM []byte) ([]byte, error) {
+	return c.s.signNodeCert(ctx, name, csrPEM, "install")
 }
 
 func (c caIdentity) CACertPEM() []byte { return c.s.ca.CertPEM() }
@@ -78,6 +80,7 @@ func (s *Server) initLifecycle(p *pool.Pool) error {
 	}
 	cfg := lifecycle.Config{
 		Machines: s.inv, Events: s.inv, Nodes: p, Identity: caIdentity{s}, Endpoint: endpoint,
+		Certs:    certRevoker{s},
 		Logger:   s.log.With("component", "lifecycle"),
 		Interval: lc.ReconcileInterval, InstallTimeout: lc.InstallTimeout,
 		BootWatchdog: lc.BootWatchdog, BootWatchdogCycles: lc.BootWatchdogCycles,

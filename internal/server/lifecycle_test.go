@@ -2,7 +2,13 @@ package server
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"testing"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
@@ -15,9 +21,9 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// TestInstallIdentityMTLS: the identity an install plan carries lets the
-// node apply its own Node over mTLS; the same identity from another CA is
-// refused and applies nothing.
+// TestInstallIdentityMTLS: the certificate an install's request gets
+// (the key made by the node) lets the node apply its own Node over mTLS;
+// the same identity from another CA is refused and applies nothing.
 func TestInstallIdentityMTLS(t *testing.T) {
 	srv, cc := startServer(t, t.TempDir())
 	ctx := context.Background()
@@ -36,10 +42,23 @@ func TestInstallIdentityMTLS(t *testing.T) {
 		return poolv1.NewNodeServiceClient(conn)
 	}
 	id := caIdentity{srv}
-	certPEM, keyPEM, err := id.IssueNode("m-1")
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
+	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "ignored"}}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, err := id.SignNode(ctx, "m-1", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csr}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
 	if string(id.CACertPEM()) != string(srv.CA().CertPEM()) {
 		t.Fatal("plan CA is not the appliance CA")
 	}

@@ -188,8 +188,10 @@ func (x *Heartbeat) GetSessionId() string {
 // superseded plan is ignored.
 //
 // Install steps, in order: "disk" (target chosen; detail names it),
-// "partition" (GPT written), "format" (filesystem made), "identity"
-// (node identity written), "done" (done = true). Wipe: "wipe".
+// "partition" (GPT written), "format" (filesystem made), "certificate"
+// (node key generated on the machine and its certificate received; detail
+// names the key's SHA-256 fingerprint), "identity" (node identity
+// written), "done" (done = true). Wipe: "wipe".
 type Progress struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Step          string                 `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
@@ -433,11 +435,8 @@ type InstallPlan struct {
 	Wipe bool   `protobuf:"varint,2,opt,name=wipe,proto3" json:"wipe,omitempty"`
 	// hostname is the node name (the certificate's CN and DNS SAN).
 	Hostname string `protobuf:"bytes,3,opt,name=hostname,proto3" json:"hostname,omitempty"`
-	// TODO(#11, CSR flow): remove 4 and 5 (reserve them); the agent makes the
-	// key and sends a CertificateRequest.
-	NodeCertPem string `protobuf:"bytes,4,opt,name=node_cert_pem,json=nodeCertPem,proto3" json:"node_cert_pem,omitempty"`
-	NodeKeyPem  string `protobuf:"bytes,5,opt,name=node_key_pem,json=nodeKeyPem,proto3" json:"node_key_pem,omitempty"`
-	// ca_cert_pem is the CA the node trusts for the appliance.
+	// ca_cert_pem is the CA the node trusts for the appliance; the node
+	// certificate must chain to it.
 	CaCertPem string `protobuf:"bytes,6,opt,name=ca_cert_pem,json=caCertPem,proto3" json:"ca_cert_pem,omitempty"`
 	// appliance_endpoint is the API host:port the node dials.
 	ApplianceEndpoint string `protobuf:"bytes,7,opt,name=appliance_endpoint,json=applianceEndpoint,proto3" json:"appliance_endpoint,omitempty"`
@@ -494,20 +493,6 @@ func (x *InstallPlan) GetWipe() bool {
 func (x *InstallPlan) GetHostname() string {
 	if x != nil {
 		return x.Hostname
-	}
-	return ""
-}
-
-func (x *InstallPlan) GetNodeCertPem() string {
-	if x != nil {
-		return x.NodeCertPem
-	}
-	return ""
-}
-
-func (x *InstallPlan) GetNodeKeyPem() string {
-	if x != nil {
-		return x.NodeKeyPem
 	}
 	return ""
 }
@@ -595,7 +580,10 @@ func (x *WipePlan) GetInstallId() string {
 }
 
 // NodeCertificate answers a CertificateRequest: the certificate signed for
-// the request's key, or error saying why it was refused.
+// the request's key (CN and DNS SAN = the accepted node name) and the CA
+// that signed it, or error saying why it was refused. The appliance signs
+// one key per install: the same key again is signed again (an answer lost
+// with its session), a different key is refused and the machine flagged.
 type NodeCertificate struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	InstallId     string                 `protobuf:"bytes,1,opt,name=install_id,json=installId,proto3" json:"install_id,omitempty"`
@@ -1054,19 +1042,16 @@ const file_api_node_v1_agent_proto_rawDesc = "" +
 	"\theartbeat\x18\x01 \x01(\v2\x19.corral.node.v1.HeartbeatH\x00R\theartbeat\x126\n" +
 	"\bprogress\x18\x02 \x01(\v2\x18.corral.node.v1.ProgressH\x00R\bprogress\x126\n" +
 	"\x03csr\x18\x03 \x01(\v2\".corral.node.v1.CertificateRequestH\x00R\x03csrB\x05\n" +
-	"\x03msg\"\xa8\x02\n" +
+	"\x03msg\"\x8b\x02\n" +
 	"\vInstallPlan\x12\x12\n" +
 	"\x04disk\x18\x01 \x01(\tR\x04disk\x12\x12\n" +
 	"\x04wipe\x18\x02 \x01(\bR\x04wipe\x12\x1a\n" +
-	"\bhostname\x18\x03 \x01(\tR\bhostname\x12\"\n" +
-	"\rnode_cert_pem\x18\x04 \x01(\tR\vnodeCertPem\x12 \n" +
-	"\fnode_key_pem\x18\x05 \x01(\tR\n" +
-	"nodeKeyPem\x12\x1e\n" +
+	"\bhostname\x18\x03 \x01(\tR\bhostname\x12\x1e\n" +
 	"\vca_cert_pem\x18\x06 \x01(\tR\tcaCertPem\x12-\n" +
 	"\x12appliance_endpoint\x18\a \x01(\tR\x11applianceEndpoint\x12\x1d\n" +
 	"\n" +
 	"install_id\x18\b \x01(\tR\tinstallId\x12!\n" +
-	"\fmachine_name\x18\t \x01(\tR\vmachineName\"=\n" +
+	"\fmachine_name\x18\t \x01(\tR\vmachineNameJ\x04\b\x04\x10\x05J\x04\b\x05\x10\x06R\rnode_cert_pemR\fnode_key_pem\"=\n" +
 	"\bWipePlan\x12\x12\n" +
 	"\x04disk\x18\x01 \x01(\tR\x04disk\x12\x1d\n" +
 	"\n" +
