@@ -10,6 +10,12 @@
 // already on succeeds, "cycle" or "reset" when off powers on, and power
 // state strings are normalised to the PowerState enum.
 //
+// Redfish certificates are pinned (TLSMode, Target.TLSSHA256): every
+// handshake's leaf certificate is checked against the pin before a request
+// is sent, and a mismatch is a *CertificateError (ErrCertificate); a
+// Redfish target with nothing pinned is not tried. Answer.TLSSHA256 says
+// what was presented, which enrolment pins (TLSFirstUse).
+//
 // Sealed credentials live in ipmi/seal and the power poller in ipmi/poller.
 // This package imports bmclib and go-ipmi, never store/ or inventory/ (cmd
 // wires them), and must not be imported from anything reachable by
