@@ -65,6 +65,25 @@ func Remove(path string) error {
 	return nil
 }
 
+// Rename renames oldpath to newpath (replacing newpath, like os.Rename)
+// and syncs the directory of each, so the new name survives a power cut
+// and the old one does not come back.
+func Rename(oldpath, newpath string) error {
+	if err := os.Rename(oldpath, newpath); err != nil {
+		return err
+	}
+	dirs := []string{filepath.Dir(newpath)}
+	if d := filepath.Dir(oldpath); d != dirs[0] {
+		dirs = append(dirs, d)
+	}
+	for _, d := range dirs {
+		if err := SyncDir(d); err != nil {
+			return fmt.Errorf("renamed %s to %s, but syncing %s failed: %w", oldpath, newpath, d, err)
+		}
+	}
+	return nil
+}
+
 // RemoveAll removes the tree at path so that a power cut leaves either all
 // of it under its name or none of it: the tree is first renamed to a
 // hidden sibling (TrashPrefix + base + random) and the directory synced —

@@ -93,6 +93,23 @@ func TestRemoveSyncsAfterUnlink(t *testing.T) {
 	}
 }
 
+func TestRenameSyncsBothDirectories(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	from, to := filepath.Join(a, "from"), filepath.Join(b, "to")
+	if err := os.WriteFile(from, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	spy := spyOn(t, from, to)
+	if err := Rename(from, to); err != nil {
+		t.Fatal(err)
+	}
+	after := map[string]bool{"from": false, "to": true}
+	want := []syncCall{{Dir: b, Exists: after}, {Dir: a, Exists: after}}
+	if diff := cmp.Diff(want, spy.calls); diff != "" {
+		t.Errorf("syncs (-want +got):\n%s", diff)
+	}
+}
+
 // TestRemoveAll: the tree is moved aside and the move synced before it is
 // removed; a missing path is fine; SweepTrash removes what a crash left.
 func TestRemoveAll(t *testing.T) {
