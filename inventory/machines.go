@@ -33,6 +33,12 @@ type Config struct {
 	// TimelineQueue is how many entries may wait to be written before
 	// Record starts dropping (default 16384); drops are counted and logged.
 	TimelineQueue int
+	// TimelineMaxEntries bounds the entries of all MACs together (default
+	// 1,000,000; at least TimelineLimit): past it the timelines of the MACs
+	// written to least recently are deleted. TimelineDetailBytes,
+	// TimelineAttrs and TimelineAttrBytes cap each entry (defaults 4096,
+	// 16, 256). See timeline.go.
+	TimelineMaxEntries, TimelineDetailBytes, TimelineAttrs, TimelineAttrBytes int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// MaxDiscovered caps the placeholder machines EnsureMachineForMAC

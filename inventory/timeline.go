@@ -1,29 +1,117 @@
 package inventory
 
 import (
+	"container/list"
 	"context"
+	"errors"
 	"fmt"
+	"hash/maphash"
+	"maps"
+	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/record"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/time/rate"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// timelineWriters is how many entries are written concurrently; the bolt
-// store group-commits them, so a burst of boot events costs a few fsyncs.
-const timelineWriters = 16
+// The boot timeline is bounded three ways, because anything on the boot
+// LAN can make entries (a DHCP packet from a spoofed MAC is one):
+//
+//   - per entry, at Record: source, event, detail and attributes are cut to
+//     fixed sizes (made valid UTF-8 first: protobuf strings must be);
+//   - per MAC: past Config.TimelineLimit a MAC's oldest entries are
+//     deleted (checked every TimelineLimit/10 writes of that MAC);
+//   - in total: past Config.TimelineMaxEntries the whole timelines of the
+//     MACs written to least recently are deleted first, so a flood of
+//     one-packet MACs displaces itself before the history of machines that
+//     keep booting.
+//
+// The total needs no scan per write: an in-memory index (MAC → entries,
+// last write) in least-recently-written order, loaded at Run from one
+// small record per MAC under timelineIndexPrefix (a TimelineEntry whose
+// "entries" attribute is the count), which is written when a MAC first
+// appears and at each per-MAC trim. The counts can run a little high
+// (entries another path deleted) or, after a crash, low by less than one
+// trim interval per MAC; every trim and eviction lists the MAC's entries
+// and corrects them. A store that has entries but no index yet (written
+// before the index existed) is indexed once at Run, in 256 slices.
+
+// Timeline limits' defaults (Config fields in machines.go).
+const (
+	DefaultTimelineLimit       = 2000
+	DefaultTimelineMaxEntries  = 1_000_000
+	DefaultTimelineQueue       = 16384
+	DefaultTimelineDetailBytes = 4 << 10
+	DefaultTimelineAttrs       = 16
+	DefaultTimelineAttrBytes   = 256
+)
+
+const (
+	timelineIndexPrefix = "/inventory/timeline-index/"
+	// timelineWriters is how many entries are written concurrently; the
+	// bolt store group-commits them, so a burst of boot events costs a few
+	// fsyncs.
+	timelineWriters = 16
+	// maxSourceBytes and maxEventBytes cut an entry's source and event
+	// names (short words in practice; an agent's progress step is one).
+	maxSourceBytes = 64
+	maxEventBytes  = 128
+	// maxAttrKeyBytes cuts attribute names.
+	maxAttrKeyBytes = 64
+	// logEvery is the shortest interval between two log lines of one kind.
+	logEvery = 10 * time.Second
+	// deleteParallel is how many deletes of one trim or eviction are in
+	// flight at once (the bolt store commits them together).
+	deleteParallel = 32
+)
 
 type timeline struct {
 	inv     *Inventory
 	queue   chan tlItem
 	seq     atomic.Uint64
-	dropped atomic.Uint64
-	mu      sync.Mutex
-	since   map[string]int // entries written per MAC since its last trim
+	dropped atomic.Uint64 // entries dropped on a full queue, ever
+
+	drops, clipped, evicted, failed logCounter
+
+	// stripes serialise the index work (trim, first sight, eviction) of
+	// one MAC; different MACs proceed in parallel.
+	stripes [64]sync.Mutex
+	seed    maphash.Seed
+
+	mu    sync.Mutex
+	macs  map[string]*list.Element // value *macState; one per MAC with entries
+	lru   *list.List               // front: written to most recently
+	total int                      // sum of the counts
+}
+
+// macState is the index entry of one MAC.
+type macState struct {
+	mac   string
+	count int       // entries believed stored
+	since int       // entries written since the last trim
+	last  time.Time // newest entry written
+}
+
+// logCounter counts events and logs them at most once per logEvery, with
+// the count since the previous line.
+type logCounter struct {
+	n  atomic.Int64
+	rl rate.Sometimes
+}
+
+func (c *logCounter) add(k int64, log func(since int64)) {
+	c.n.Add(k)
+	c.rl.Do(func() { log(c.n.Swap(0)) })
 }
 
 type tlItem struct {
@@ -32,14 +120,43 @@ type tlItem struct {
 	flush chan struct{} // a flush marker when non-nil
 }
 
+// newTimeline fills the timeline defaults of inv.cfg and returns the
+// timeline; Run loads its index.
 func newTimeline(inv *Inventory) *timeline {
-	return &timeline{inv: inv, queue: make(chan tlItem, inv.cfg.TimelineQueue), since: map[string]int{}}
+	c := &inv.cfg
+	if c.TimelineLimit <= 0 {
+		c.TimelineLimit = DefaultTimelineLimit
+	}
+	if c.TimelineMaxEntries <= 0 {
+		c.TimelineMaxEntries = DefaultTimelineMaxEntries
+	}
+	c.TimelineMaxEntries = max(c.TimelineMaxEntries, c.TimelineLimit)
+	if c.TimelineQueue <= 0 {
+		c.TimelineQueue = DefaultTimelineQueue
+	}
+	if c.TimelineDetailBytes <= 0 {
+		c.TimelineDetailBytes = DefaultTimelineDetailBytes
+	}
+	if c.TimelineAttrs <= 0 {
+		c.TimelineAttrs = DefaultTimelineAttrs
+	}
+	if c.TimelineAttrBytes <= 0 {
+		c.TimelineAttrBytes = DefaultTimelineAttrBytes
+	}
+	t := &timeline{inv: inv, queue: make(chan tlItem, c.TimelineQueue), seed: maphash.MakeSeed(),
+		macs: map[string]*list.Element{}, lru: list.New()}
+	for _, lc := range []*logCounter{&t.drops, &t.clipped, &t.evicted, &t.failed} {
+		lc.rl = rate.Sometimes{First: 1, Interval: logEvery}
+	}
+	return t
 }
 
 // Record appends an entry to a MAC's boot timeline. It never blocks: the
 // entry is queued for the writer started by Run, and dropped (counted, and
-// logged once per 1000) when the queue is full, so a packet storm cannot
-// stall the boot servers. Entries with a malformed MAC are dropped.
+// logged at most once per 10 s) when the queue is full, so a packet storm
+// cannot stall the boot servers. Entries with a malformed MAC are dropped.
+// Fields over their caps are cut (see the top of timeline.go); the entry
+// is modified in place, its attribute map is not.
 func (i *Inventory) Record(e *inventoryv1.TimelineEntry) {
 	mac, err := NormalizeMAC(e.GetMac())
 	if err != nil {
@@ -50,19 +167,91 @@ func (i *Inventory) Record(e *inventoryv1.TimelineEntry) {
 		e.At = timestamppb.New(i.cfg.Now())
 	}
 	t := i.tl
+	if cut := t.clip(e); cut > 0 {
+		t.clipped.add(1, func(n int64) {
+			i.log.Warn("timeline entry over its size limits: cut", "mac", mac, "source", e.GetSource(), "event", e.GetEvent(),
+				"bytes_cut", cut, "detail_limit", i.cfg.TimelineDetailBytes, "attrs_limit", i.cfg.TimelineAttrs,
+				"attr_bytes_limit", i.cfg.TimelineAttrBytes, "entries_cut_since_last_log", n)
+		})
+	}
 	key := fmt.Sprintf("%s%s/%020d-%010d", timelinePrefix, mac, e.GetAt().AsTime().UnixNano(), t.seq.Add(1))
 	select {
 	case t.queue <- tlItem{key: key, entry: e}:
 	default:
-		if n := t.dropped.Add(1); n%1000 == 1 {
-			i.log.Warn("timeline queue full: dropping entries", "dropped_total", n)
-		}
+		t.dropped.Add(1)
+		t.drops.add(1, func(n int64) {
+			i.log.Warn("timeline queue full: entries dropped", "queue", i.cfg.TimelineQueue, "dropped_since_last_log", n, "dropped_total", t.dropped.Load())
+		})
 	}
 }
 
 // Event is a convenience for Record.
 func (i *Inventory) Event(mac, source, event, detail string, attrs map[string]string) {
 	i.Record(&inventoryv1.TimelineEntry{Mac: mac, Source: source, Event: event, Detail: detail, Attributes: attrs})
+}
+
+// clip cuts e's strings to their caps and returns how many bytes it cut.
+func (t *timeline) clip(e *inventoryv1.TimelineEntry) int {
+	c := t.inv.cfg
+	cut := 0
+	clipTo := func(s string, n int) string {
+		v := clipString(s, n)
+		cut += max(0, len(s)-len(v))
+		return v
+	}
+	e.Source = clipTo(e.GetSource(), maxSourceBytes)
+	e.Event = clipTo(e.GetEvent(), maxEventBytes)
+	e.Detail = clipTo(e.GetDetail(), c.TimelineDetailBytes)
+	attrs := e.GetAttributes()
+	over := len(attrs) > c.TimelineAttrs
+	for k, v := range attrs {
+		if over || len(k) > maxAttrKeyBytes || len(v) > c.TimelineAttrBytes || !utf8.ValidString(k) || !utf8.ValidString(v) {
+			over = true
+			break
+		}
+	}
+	if !over {
+		return cut
+	}
+	// Keep the first keys in order, leaving room to say how many went.
+	keys := slices.Sorted(maps.Keys(attrs))
+	out := make(map[string]string, min(len(keys), c.TimelineAttrs))
+	keep := keys
+	if len(keys) > c.TimelineAttrs {
+		keep = keys[:c.TimelineAttrs-1]
+		for _, k := range keys[len(keep):] {
+			cut += len(k) + len(attrs[k])
+		}
+		out["attrs_cut"] = strconv.Itoa(len(keys) - len(keep))
+	}
+	for _, k := range keep {
+		out[clipTo(k, maxAttrKeyBytes)] = clipTo(attrs[k], c.TimelineAttrBytes)
+	}
+	e.Attributes = out
+	return cut
+}
+
+// clipMark ends a string that was cut.
+const clipMark = "…[cut]"
+
+// clipString makes s valid UTF-8 and cuts it to at most n bytes on a rune
+// boundary, ending with clipMark when it was cut.
+func clipString(s string, n int) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if len(s) <= n {
+		return s
+	}
+	mark := clipMark
+	if n < 2*len(mark) {
+		mark = ""
+	}
+	end := n - len(mark)
+	for end > 0 && !utf8.RuneStart(s[end]) {
+		end--
+	}
+	return s[:end] + mark
 }
 
 // FlushTimeline waits until every entry recorded before the call is
@@ -83,6 +272,7 @@ func (i *Inventory) FlushTimeline(ctx context.Context) error {
 }
 
 func (t *timeline) run(ctx context.Context) error {
+	t.load(ctx)
 	var wg sync.WaitGroup
 	// Writers stop on a closed channel, which is only closed after ctx
 	// ends and the queue is drained into it.
@@ -119,6 +309,7 @@ func (t *timeline) run(ctx context.Context) error {
 				default:
 					close(work)
 					wg.Wait()
+					t.saveAll(context.WithoutCancel(ctx))
 					return nil
 				}
 			}
@@ -126,36 +317,252 @@ func (t *timeline) run(ctx context.Context) error {
 	}
 }
 
+func (t *timeline) stripe(mac string) *sync.Mutex {
+	return &t.stripes[maphash.String(t.seed, mac)%uint64(len(t.stripes))]
+}
+
+// write stores one entry, keeps the MAC's index entry, trims the MAC when
+// it is due, and evicts least recently written MACs while over the total.
 func (t *timeline) write(ctx context.Context, it tlItem) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	mac := it.entry.GetMac()
 	if _, err := record.Put(ctx, t.inv.cfg.Store, it.key, it.entry, 0); err != nil {
-		t.inv.log.Warn("timeline write failed", "mac", it.entry.GetMac(), "err", err)
+		t.failed.add(1, func(n int64) {
+			t.inv.log.Warn("timeline write failed", "mac", mac, "err", err, "failed_since_last_log", n)
+		})
 		return
 	}
-	mac := it.entry.GetMac()
-	limit := t.inv.cfg.TimelineLimit
+	st := t.stripe(mac)
+	st.Lock()
 	t.mu.Lock()
-	t.since[mac]++
-	trim := t.since[mac] >= limit/10+1
-	if trim {
-		t.since[mac] = 0
+	el, known := t.macs[mac]
+	if !known {
+		el = t.lru.PushFront(&macState{mac: mac})
+		t.macs[mac] = el
+	} else {
+		t.lru.MoveToFront(el)
 	}
+	ms := el.Value.(*macState)
+	ms.count++
+	ms.since++
+	t.total++
+	if at := it.entry.GetAt().AsTime(); at.After(ms.last) {
+		ms.last = at
+	}
+	// A MAC seen for the first time is counted exactly (it may hold
+	// entries from before the index) and gets its index record.
+	resync := !known || ms.since >= t.inv.cfg.TimelineLimit/10+1
 	t.mu.Unlock()
-	if trim {
-		t.trim(ctx, mac, limit)
+	if resync {
+		t.resync(ctx, el)
+	}
+	st.Unlock()
+	t.evict(ctx)
+}
+
+// resync lists a MAC's entries, deletes the oldest beyond TimelineLimit,
+// sets its count to what is left and writes its index record. The MAC's
+// stripe must be held.
+func (t *timeline) resync(ctx context.Context, el *list.Element) {
+	ms := el.Value.(*macState)
+	kvs, err := t.inv.cfg.Store.List(ctx, timelinePrefix+ms.mac+"/")
+	if err != nil {
+		return // counted as written; the next trim tries again
+	}
+	over := max(0, len(kvs)-t.inv.cfg.TimelineLimit)
+	left := len(kvs) - t.deleteAll(ctx, kvs[:over])
+	t.mu.Lock()
+	ms.since = 0
+	if cur, ok := t.macs[ms.mac]; ok && cur == el {
+		t.total += left - ms.count
+		ms.count = left
+	}
+	snap := *ms
+	t.mu.Unlock()
+	t.save(ctx, snap)
+}
+
+// evict deletes the timelines of the least recently written MACs until
+// the total is within TimelineMaxEntries.
+func (t *timeline) evict(ctx context.Context) {
+	for {
+		t.mu.Lock()
+		if t.total <= t.inv.cfg.TimelineMaxEntries || t.lru.Len() <= 1 {
+			t.mu.Unlock()
+			return
+		}
+		el := t.lru.Back()
+		ms := el.Value.(*macState)
+		t.lru.Remove(el)
+		delete(t.macs, ms.mac)
+		t.total -= ms.count
+		total := t.total
+		t.mu.Unlock()
+
+		st := t.stripe(ms.mac)
+		st.Lock()
+		if kv, err := t.inv.cfg.Store.Get(ctx, timelineIndexPrefix+ms.mac); err == nil {
+			_ = t.inv.cfg.Store.Delete(ctx, kv.Key, kv.Revision)
+		}
+		kvs, err := t.inv.cfg.Store.List(ctx, timelinePrefix+ms.mac+"/")
+		deleted := 0
+		if err == nil {
+			deleted = t.deleteAll(ctx, kvs)
+		}
+		st.Unlock()
+		t.evicted.add(1, func(n int64) {
+			t.inv.log.Warn("timeline over its total limit: deleted the timelines of the MACs written to least recently",
+				"mac", ms.mac, "entries", deleted, "last_entry", ms.last.UTC().Format(time.RFC3339),
+				"total", total, "limit", t.inv.cfg.TimelineMaxEntries, "macs_deleted_since_last_log", n)
+		})
 	}
 }
 
-// trim deletes a MAC's oldest entries beyond limit.
-func (t *timeline) trim(ctx context.Context, mac string, limit int) {
-	kvs, err := t.inv.cfg.Store.List(ctx, timelinePrefix+mac+"/")
+// deleteAll deletes kvs, several at a time, and returns how many it
+// deleted (an entry already gone counts: it is gone).
+func (t *timeline) deleteAll(ctx context.Context, kvs []store.KV) int {
+	var n atomic.Int64
+	var g errgroup.Group
+	g.SetLimit(deleteParallel)
+	for _, kv := range kvs {
+		g.Go(func() error {
+			if err := t.inv.cfg.Store.Delete(ctx, kv.Key, kv.Revision); err == nil || errors.Is(err, store.ErrNotFound) {
+				n.Add(1)
+			}
+			return nil
+		})
+	}
+	g.Wait()
+	return int(n.Load())
+}
+
+// save writes a MAC's index record: a TimelineEntry whose At is the MAC's
+// newest entry and whose "entries" attribute is its count.
+func (t *timeline) save(ctx context.Context, ms macState) {
+	e := &inventoryv1.TimelineEntry{Mac: ms.mac, At: timestamppb.New(ms.last), Source: "inventory", Event: "timeline-index",
+		Attributes: map[string]string{"entries": strconv.Itoa(ms.count)}}
+	key := timelineIndexPrefix + ms.mac
+	// Writes of this key are serialised by the MAC's stripe (Run loads and
+	// saves without writers running): one retry covers the unexpected.
+	var err error
+	for range 2 {
+		var rev int64
+		kv, gerr := t.inv.cfg.Store.Get(ctx, key)
+		switch {
+		case gerr == nil:
+			rev = kv.Revision
+		case !errors.Is(gerr, store.ErrNotFound):
+			err = gerr
+		}
+		if err != nil {
+			break
+		}
+		if _, err = record.Put(ctx, t.inv.cfg.Store, key, e, rev); !errors.Is(err, store.ErrConflict) {
+			break
+		}
+	}
 	if err != nil {
+		t.failed.add(1, func(n int64) {
+			t.inv.log.Warn("timeline index write failed", "mac", ms.mac, "err", err, "failed_since_last_log", n)
+		})
+	}
+}
+
+// saveAll writes the index record of every MAC written to since its last
+// trim (at shutdown, so that counts survive a restart).
+func (t *timeline) saveAll(ctx context.Context) {
+	t.mu.Lock()
+	var dirty []macState
+	for _, el := range t.macs {
+		if ms := el.Value.(*macState); ms.since > 0 {
+			dirty = append(dirty, *ms)
+			ms.since = 0
+		}
+	}
+	t.mu.Unlock()
+	var g errgroup.Group
+	g.SetLimit(deleteParallel)
+	for _, ms := range dirty {
+		g.Go(func() error { t.save(ctx, ms); return nil })
+	}
+	g.Wait()
+}
+
+// load builds the index from the index records, or, when there are none,
+// from the entries themselves (once: it writes the records).
+func (t *timeline) load(ctx context.Context) {
+	start := time.Now()
+	kvs, err := t.inv.cfg.Store.List(ctx, timelineIndexPrefix)
+	if err != nil {
+		t.inv.log.Warn("timeline index unreadable: counting from new writes only", "err", err)
 		return
 	}
-	for _, kv := range kvs[:max(0, len(kvs)-limit)] {
-		_ = t.inv.cfg.Store.Delete(ctx, kv.Key, kv.Revision)
+	var states []macState
+	for _, kv := range kvs {
+		var e inventoryv1.TimelineEntry
+		mac := strings.TrimPrefix(kv.Key, timelineIndexPrefix)
+		if err := record.Unmarshal(kv.Value, &e); err != nil {
+			continue
+		}
+		n, err := strconv.Atoi(e.GetAttributes()["entries"])
+		if err != nil || n < 0 {
+			n = t.inv.cfg.TimelineLimit // unknown: assume full
+		}
+		states = append(states, macState{mac: mac, count: n, last: e.GetAt().AsTime()})
 	}
+	indexed := len(states) > 0
+	if !indexed {
+		states = t.scan(ctx)
+	}
+	sort.Slice(states, func(a, b int) bool { return states[a].last.Before(states[b].last) })
+	t.mu.Lock()
+	for _, ms := range states {
+		t.macs[ms.mac] = t.lru.PushFront(&ms)
+		t.total += ms.count
+	}
+	total, macs := t.total, len(t.macs)
+	t.mu.Unlock()
+	if !indexed && len(states) > 0 {
+		var g errgroup.Group
+		g.SetLimit(deleteParallel)
+		for _, ms := range states {
+			g.Go(func() error { t.save(ctx, ms); return nil })
+		}
+		g.Wait()
+	}
+	t.inv.log.Debug("timeline index loaded", "macs", macs, "entries", total, "from_entries", !indexed, "took", time.Since(start).String())
+	t.evict(ctx)
+}
+
+// scan counts the entries of every MAC, 1/256 of the key space at a time
+// (by the MAC's first octet).
+func (t *timeline) scan(ctx context.Context) []macState {
+	var out []macState
+	for b := range 256 {
+		kvs, err := t.inv.cfg.Store.List(ctx, fmt.Sprintf("%s%02x", timelinePrefix, b))
+		if err != nil {
+			t.inv.log.Warn("timeline scan failed", "err", err)
+			return out
+		}
+		for _, kv := range kvs {
+			mac, rest, ok := strings.Cut(strings.TrimPrefix(kv.Key, timelinePrefix), "/")
+			if !ok {
+				continue
+			}
+			if len(out) == 0 || out[len(out)-1].mac != mac {
+				out = append(out, macState{mac: mac})
+			}
+			ms := &out[len(out)-1]
+			ms.count++
+			if ns, _, ok := strings.Cut(rest, "-"); ok {
+				if v, err := strconv.ParseInt(ns, 10, 64); err == nil && time.Unix(0, v).After(ms.last) {
+					ms.last = time.Unix(0, v)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // Timeline returns the newest limit entries (oldest first) for a MAC, or
