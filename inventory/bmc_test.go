@@ -506,6 +506,7 @@ func TestEnrollRedfishCertificate(t *testing.T) {
 		insecure   bool
 		wantDetail string // in the enrolled timeline entry
 		passwords  int    // calls that reached the password
+		noTLS      bool   // the BMC answers IPMI only
 	}{
 		"first use pins the presented certificate": {wantPin: certA, wantDetail: "pinned (trust on first use)", passwords: 1},
 		"given pin that matches": {mutate: func(r *inventoryv1.EnrollMachineRequest) { r.BmcTlsSha256 = certA },
@@ -528,12 +529,20 @@ func TestEnrollRedfishCertificate(t *testing.T) {
 			r.BmcProtocol, r.BmcInsecure = inventoryv1.BmcProtocol_BMC_PROTOCOL_IPMI, true
 		}, want: ErrInvalid},
 		"malformed pin": {mutate: func(r *inventoryv1.EnrollMachineRequest) { r.BmcTlsSha256 = "sha256:" + certA }, want: ErrInvalid},
+		"auto pins nothing for an IPMI answer": {mutate: func(r *inventoryv1.EnrollMachineRequest) { r.BmcProtocol = inventoryv1.BmcProtocol_BMC_PROTOCOL_AUTO },
+			noTLS: true, passwords: 1},
+		"a pin for a BMC that answers IPMI under auto": {mutate: func(r *inventoryv1.EnrollMachineRequest) {
+			r.BmcProtocol, r.BmcTlsSha256 = inventoryv1.BmcProtocol_BMC_PROTOCOL_AUTO, certA
+		}, noTLS: true, want: ErrPrecondition, passwords: 1},
 		"wrong password after a good certificate": {mutate: func(r *inventoryv1.EnrollMachineRequest) { r.BmcPassword = "nope" },
 			want: ErrBMCAuth, passwords: 1},
 	} {
 		t.Run(name, func(t *testing.T) {
 			inv, c, f := newBMCControl(t)
 			f.password[addr], f.cert[addr] = "pw", certA
+			if tc.noTLS {
+				delete(f.cert, addr)
+			}
 			req := redfishReq("rf1", addr, "pw")
 			req.BootMac = "52:54:00:00:03:01"
 			if tc.mutate != nil {
