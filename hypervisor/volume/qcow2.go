@@ -62,8 +62,9 @@ const (
 	incompatKnown       uint64 = incompatDirty | incompatCorrupt | incompatDataFile | incompatCompression | incompatExtendedL2
 )
 
-// qcow2Header is what checkQcow2Header needs from a qcow2 header: every
-// field that makes QEMU open a file other than the image itself.
+// qcow2Header is what refuseQcow2 needs from a qcow2 header: every
+// field that makes QEMU open another file or need a secret, and what
+// marks a header QEMU would refuse.
 type qcow2Header struct {
 	Version     uint32
 	Size        uint64
