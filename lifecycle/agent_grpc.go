@@ -251,12 +251,12 @@ func (s *AgentServer) Session(stream nodev1.AgentService_SessionServer) error {
 	}
 	l := s.Lifecycle
 	pa := peerAddr(ctx)
-	id, ok := l.sess.take(first.GetHeartbeat().GetSessionId(), l.now())
-	if !ok {
+	id, found, mine := l.sess.take(first.GetHeartbeat().GetSessionId(), c.key(), l.now())
+	if !found {
 		return status.Error(codes.FailedPrecondition, "session: first message must be a heartbeat with an unused session id from Register (ids are used once and expire unused)")
 	}
 	machine := id.machine
-	if id.owner != c.key() || (c.Role == CallerNode && c.Node != machine) {
+	if !mine || (c.Role == CallerNode && c.Node != machine) {
 		why := fmt.Sprintf("session id of machine %s was not issued to %s", machine, c)
 		l.ev.Event(id.mac, "agent", "session-refused", why, map[string]string{"token_id": c.ID, "peer": pa, "node": c.Node})
 		l.warn("agent Session refused", "machine", machine, "mac", id.mac, "token_id", c.ID, "node", c.Node, "peer", pa, "reason", "session id of another caller")

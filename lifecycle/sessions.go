@@ -190,20 +190,26 @@ func (s *sessions) evictOldestLocked() {
 	}
 }
 
-// take consumes a session id: it returns what Register learned, or false
-// for an unknown, used or expired id.
-func (s *sessions) take(id string, now time.Time) (pendingSession, bool) {
+// take consumes a session id presented by owner: it returns what Register
+// learned, or found=false for an unknown, used or expired id. An id
+// presented by another caller than the one it was issued to is returned
+// with mine=false and stays pending (a stranger cannot burn it).
+func (s *sessions) take(id, owner string, now time.Time) (p pendingSession, found, mine bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p, ok := s.pending[id]
 	if !ok {
-		return pendingSession{}, false
+		return pendingSession{}, false, false
+	}
+	if now.Sub(p.created) > s.lim.SessionIDTTL {
+		s.dropLocked(id, p)
+		return pendingSession{}, false, false
+	}
+	if p.owner != owner {
+		return p, true, false
 	}
 	s.dropLocked(id, p)
-	if now.Sub(p.created) > s.lim.SessionIDTTL {
-		return pendingSession{}, false
-	}
-	return p, true
+	return p, true, true
 }
 
 // attach registers a stream's command channel for machine. When another
