@@ -2,11 +2,14 @@ package auth
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	"github.com/corralhq/corral/internal/nodeid"
@@ -41,6 +44,10 @@ var reflectionPrefixes = []string{
 //
 // For each call it:
 //   - lets /grpc.health.v1.Health/ methods through without credentials;
+//   - refuses, with codes.Unauthenticated, a call on a connection whose
+//     verified client certificate has expired or is revoked
+//     (Certificates): checked on every call, not only at the handshake,
+//     so a long-lived connection does not outlive its certificate;
 //   - authenticates the caller from the "authorization: Bearer <token>"
 //     metadata through Tokens or, when there is no such header and
 //     NodeCertificates is set, from a verified TLS client certificate whose
@@ -48,6 +55,9 @@ var reflectionPrefixes = []string{
 //     whose Subject is the certificate's CommonName). A missing, repeated
 //     or malformed header, or a token Tokens rejects, gives
 //     codes.Unauthenticated;
+//   - lets a NODE token (as opposed to a node certificate) call only
+//     AgentService.Join, which consumes it, and consumes any other
+//     single-use token on the first call it authenticates;
 //   - lets the gRPC reflection services through for any principal;
 //   - otherwise looks up the method's corral.auth.v1.access option in the
 //     protobuf registry and applies Allowed; a method without a descriptor
@@ -72,6 +82,13 @@ type Interceptor struct {
 	// client certificates against the Corral CA (VerifyClientCertIfGiven);
 	// unverified certificates are ignored.
 	NodeCertificates bool
+	// Certificates, when set, is asked on every call whether the caller's
+	// verified client certificate is revoked (Revocations.Check: one store
+	// read); an error wrapping ErrRevoked refuses the call. Nil skips the
+	// revocation check (expiry is still checked).
+	Certificates CertificateChecker
+	// Now is the clock for certificate expiry; nil means time.Now.
+	Now func() time.Time
 
 	// files is where method descriptors are looked up; nil means
 	// protoregistry.GlobalFiles. Tests replace it.
@@ -80,6 +97,17 @@ type Interceptor struct {
 	// have a descriptor.
 	access sync.Map
 }
+
+// CertificateChecker says whether a verified client certificate may still
+// be used; Revocations implements it. Check returns an error wrapping
+// ErrRevoked for a revoked certificate and any other error when it cannot
+// tell (the call then fails with codes.Internal).
+type CertificateChecker interface {
+	Check(ctx context.Context, cert *x509.Certificate) error
+}
+
+// joinMethod is the one method a NODE token may call.
+const joinMethod = "/corral.node.v1.AgentService/Join"
 
 // methodAccess is what the registry says about one method.
 type methodAccess struct {
@@ -178,6 +206,9 @@ func needs(a *authv1.Access) string {
 
 // authenticate returns the caller's principal or a status error.
 func (i *Interceptor) authenticate(ctx context.Context, method string) (Principal, error) {
+	if err := i.checkPeerCertificate(ctx, method); err != nil {
+		return Principal{}, err
+	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get("authorization")
 	if len(vals) == 0 {
@@ -213,7 +244,103 @@ func (i *Interceptor) authenticate(ctx context.Context, method string) (Principa
 			slog.Any("error", err))
 		return Principal{}, status.Error(codes.Internal, "auth: cannot check the token")
 	}
-	return p, nil
+	return i.tokenUse(ctx, method, p)
+}
+
+// tokenUse applies the rules of a token's use: a NODE token may only Join
+// (Join consumes it); any other single-use token is consumed now, by
+// compare-and-swap, so of two calls racing with it one is refused.
+func (i *Interceptor) tokenUse(ctx context.Context, method string, p Principal) (Principal, error) {
+	switch p.Role {
+	case authv1.Role_ROLE_NODE:
+		if method != joinMethod {
+			i.logger().LogAttrs(ctx, slog.LevelInfo, "auth: permission denied",
+				slog.String("method", method), slog.String("role", p.Role.String()),
+				slog.String("token_id", p.ID), slog.String("reason", "a node token may only Join"))
+			return Principal{}, status.Errorf(codes.PermissionDenied,
+				"%s: a node token may only be used to Join; after Join the node calls with its certificate", method)
+		}
+		return p, nil
+	case authv1.Role_ROLE_VIEWER, authv1.Role_ROLE_OPERATOR, authv1.Role_ROLE_ADMIN:
+	default:
+		return p, nil
+	}
+	claim, err := i.Tokens.ClaimToken(ctx, p.ID)
+	if err == nil && !claim.Token.GetSingleUse() {
+		return p, nil
+	}
+	if err == nil {
+		err = i.Tokens.Consume(ctx, claim)
+	}
+	switch {
+	case err == nil:
+		i.logger().LogAttrs(ctx, slog.LevelInfo, "auth: single-use token consumed",
+			slog.String("method", method), slog.String("role", p.Role.String()), slog.String("token_id", p.ID))
+		return p, nil
+	case errors.Is(err, ErrUnauthenticated):
+		return Principal{}, i.unauthenticated(ctx, method, p.ID, err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return Principal{}, status.FromContextError(err).Err()
+	default:
+		i.logger().LogAttrs(ctx, slog.LevelError, "auth: cannot check the token's use",
+			slog.String("method", method), slog.String("token_id", p.ID), slog.Any("error", err))
+		return Principal{}, status.Error(codes.Internal, "auth: cannot check the token")
+	}
+}
+
+// verifiedLeaf returns the caller's verified client certificate, if any.
+func verifiedLeaf(ctx context.Context) *x509.Certificate {
+	pr, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	info, ok := pr.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	return info.State.VerifiedChains[0][0]
+}
+
+// checkPeerCertificate refuses a call on a connection whose verified client
+// certificate has expired since the handshake or is revoked.
+func (i *Interceptor) checkPeerCertificate(ctx context.Context, method string) error {
+	leaf := verifiedLeaf(ctx)
+	if leaf == nil {
+		return nil
+	}
+	now := time.Now()
+	if i.Now != nil {
+		now = i.Now()
+	}
+	if now.After(leaf.NotAfter) {
+		return i.certUnauthenticated(ctx, method, leaf, fmt.Sprintf("client certificate %q expired at %s; renew it (Join) and reconnect",
+			leaf.Subject.CommonName, leaf.NotAfter.UTC().Format(time.RFC3339)))
+	}
+	if i.Certificates == nil {
+		return nil
+	}
+	err := i.Certificates.Check(ctx, leaf)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrRevoked):
+		return i.certUnauthenticated(ctx, method, leaf, err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	default:
+		i.logger().LogAttrs(ctx, slog.LevelError, "auth: cannot check the client certificate",
+			slog.String("method", method), slog.String("subject", leaf.Subject.CommonName), slog.Any("error", err))
+		return status.Error(codes.Internal, "auth: cannot check the client certificate")
+	}
+}
+
+func (i *Interceptor) certUnauthenticated(ctx context.Context, method string, leaf *x509.Certificate, reason string) error {
+	i.logger().LogAttrs(ctx, slog.LevelInfo, "auth: unauthenticated",
+		slog.String("method", method),
+		slog.String("subject", leaf.Subject.CommonName),
+		slog.String("serial", serialOf(leaf)),
+		slog.String("reason", reason))
+	return status.Error(codes.Unauthenticated, reason)
 }
 
 // unauthenticated logs a refused call and returns its status error.
@@ -231,15 +358,10 @@ func (i *Interceptor) nodeCertificate(ctx context.Context) (Principal, bool) {
 	if !i.NodeCertificates {
 		return Principal{}, false
 	}
-	pr, ok := peer.FromContext(ctx)
-	if !ok {
+	leaf := verifiedLeaf(ctx)
+	if leaf == nil {
 		return Principal{}, false
 	}
-	info, ok := pr.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
-		return Principal{}, false
-	}
-	leaf := info.State.VerifiedChains[0][0]
 	if !slices.Contains(leaf.Subject.Organization, NodeOrganization) || leaf.Subject.CommonName == "" {
 		return Principal{}, false
 	}

@@ -205,8 +205,8 @@ func TestInterceptorOverTLS(t *testing.T) {
 		"operator ListNodes":          {auth: bearer(operator), call: listNodes, want: codes.OK},
 		"operator DeleteNode":         {auth: bearer(operator), call: deleteNode, want: codes.Unimplemented},
 		"admin DeleteNode":            {auth: bearer(admin), call: deleteNode, want: codes.Unimplemented},
-		"node ListNodes":              {auth: bearer(node), call: listNodes, want: codes.PermissionDenied, wantMsg: []string{"/corral.pool.v1.NodeService/ListNodes", "ROLE_VIEWER"}},
-		"node GetNode":                {auth: bearer(node), call: getNode, want: codes.OK},
+		"node ListNodes":              {auth: bearer(node), call: listNodes, want: codes.PermissionDenied, wantMsg: []string{"/corral.pool.v1.NodeService/ListNodes", "only be used to Join"}},
+		"node token GetNode":          {auth: bearer(node), call: getNode, want: codes.PermissionDenied, wantMsg: []string{"only be used to Join"}},
 		"node DeleteNode":             {auth: bearer(node), call: deleteNode, want: codes.PermissionDenied},
 		"agent GetNode":               {auth: bearer(agent), call: getNode, want: codes.PermissionDenied},
 		"agent ListNodes":             {auth: bearer(agent), call: listNodes, want: codes.PermissionDenied},
@@ -406,7 +406,8 @@ func TestInterceptorNodeCertificate(t *testing.T) {
 // TestInterceptorUnverifiedCertificate: a certificate the TLS layer did not
 // verify (no verified chain) never makes a NODE principal.
 func TestInterceptorUnverifiedCertificate(t *testing.T) {
-	cert := &x509.Certificate{Subject: pkix.Name{CommonName: "node-17", Organization: []string{NodeOrganization}}}
+	cert := &x509.Certificate{Subject: pkix.Name{CommonName: "node-17", Organization: []string{NodeOrganization}},
+		SerialNumber: big.NewInt(17), NotAfter: time.Now().Add(time.Hour)}
 	tests := map[string]struct {
 		state tls.ConnectionState
 		want  codes.Code

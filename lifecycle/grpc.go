@@ -2,18 +2,22 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/inventory"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 )
 
 // MachineServer is the MachineService edge: inventory's (list, get,
-// delete, timeline, enroll, power, boot device) extended with the
-// lifecycle's Accept, Reprovision and SetMaintenance, and with SetPower
-// arming the boot watchdog.
+// timeline, enroll, power, boot device) extended with the lifecycle's
+// Accept, Reprovision and SetMaintenance, with SetPower arming the boot
+// watchdog, and with DeleteMachine revoking the node's certificates.
 type MachineServer struct {
 	*inventory.MachineServer
 	Lifecycle *Lifecycle
@@ -38,6 +42,33 @@ func (s *MachineServer) ReprovisionMachine(ctx context.Context, req *inventoryv1
 		return nil, toStatus(err)
 	}
 	return m, nil
+}
+
+// DeleteMachine deletes the machine (inventory's rules: refused while
+// INSTALLING or DEPLOYED) and then revokes every certificate issued for
+// its node. A machine already gone has its certificates revoked all the
+// same, so a delete whose revocation failed can be retried.
+func (s *MachineServer) DeleteMachine(ctx context.Context, req *inventoryv1.DeleteMachineRequest) (*emptypb.Empty, error) {
+	m, err := s.Lifecycle.inv.GetMachine(ctx, req.GetName())
+	switch {
+	case errors.Is(err, apierr.ErrNotFound):
+		m = &inventoryv1.Machine{Name: req.GetName()}
+	case err != nil:
+		return nil, toStatus(err)
+	}
+	_, derr := s.MachineServer.DeleteMachine(ctx, req)
+	if derr != nil && status.Code(derr) != codes.NotFound {
+		return nil, derr
+	}
+	if inventory.CheckName(req.GetName()) == nil {
+		if err := s.Lifecycle.revokeCerts(ctx, m, "machine deleted"); err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	if derr != nil {
+		return nil, derr
+	}
+	return &emptypb.Empty{}, nil
 }
 
 func (s *MachineServer) SetMaintenance(ctx context.Context, req *inventoryv1.SetMaintenanceRequest) (*inventoryv1.Machine, error) {

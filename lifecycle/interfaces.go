@@ -66,3 +66,9 @@ type NodeIdentity interface {
 	// CACertPEM is the CA the node trusts and its certificate chains to.
 	CACertPEM() []byte
 }
+
+// CertRevoker revokes every certificate issued for a node name (the
+// appliance's revocation list); reprovision and delete call it.
+type CertRevoker interface {
+	RevokeNode(ctx context.Context, name, reason string) error
+}

@@ -31,6 +31,9 @@ type Config struct {
 	Events   Events
 	Nodes    Nodes
 	Identity NodeIdentity
+	// Certs, when set, revokes a machine's node certificates when it is
+	// reprovisioned or deleted.
+	Certs CertRevoker
 	// BMC, when set, reboots and power-cycles machines with an enrolled
 	// BMC (PXE next).
 	BMC Power

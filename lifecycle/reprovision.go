@@ -13,7 +13,8 @@ import (
 )
 
 // Reprovision takes a machine back to discovery: refused (ErrPrecondition
-// naming them) while its Node holds reservations; otherwise its Node is
+// naming them) while its Node holds reservations; otherwise every
+// certificate issued for its node is revoked (Config.Certs), its Node is
 // removed, boot intent becomes discover, the state DISCOVERED (INVENTORIED
 // again when the agent registers) and the install disk is remembered to be
 // wiped when the discovery agent's session comes up. With a BMC the
@@ -28,6 +29,7 @@ func (l *Lifecycle) Reprovision(ctx context.Context, name string) (*inventoryv1.
 		return nil, apierr.Preconditionf("machine %q is in MAINTENANCE: take it out (corral machine maintenance off %s) first", name, name)
 	}
 	node, err := l.cfg.Nodes.GetNode(ctx, name)
+	hasNode := err == nil
 	switch {
 	case errors.Is(err, apierr.ErrNotFound):
 	case err != nil:
@@ -44,6 +46,13 @@ func (l *Lifecycle) Reprovision(ctx context.Context, name string) (*inventoryv1.
 			sort.Strings(held)
 			return nil, apierr.Preconditionf("machine %q: node %s still holds %d reservation(s): %s; delete its VMs and volumes first", name, name, len(held), strings.Join(held, ", "))
 		}
+	}
+	// The node's certificates go before anything else changes: a failure
+	// leaves the machine as it was, for a retry.
+	if err := l.revokeCerts(ctx, m, "machine reprovisioned"); err != nil {
+		return nil, err
+	}
+	if hasNode {
 		if err := l.cfg.Nodes.DeleteNode(ctx, name); err != nil && !errors.Is(err, apierr.ErrNotFound) {
 			return nil, fmt.Errorf("machine %q: remove node: %w", name, err)
 		}
@@ -95,6 +104,24 @@ func (l *Lifecycle) Reprovision(ctx context.Context, name string) (*inventoryv1.
 		}
 	}
 	return l.inv.GetMachine(ctx, name)
+}
+
+// revokeCerts revokes every certificate issued for the machine's node (its
+// name, and its node name when that differs), when Config.Certs is set.
+func (l *Lifecycle) revokeCerts(ctx context.Context, m *inventoryv1.Machine, reason string) error {
+	if l.cfg.Certs == nil {
+		return nil
+	}
+	names := []string{m.GetName()}
+	if n := m.GetNodeName(); n != "" && n != m.GetName() {
+		names = append(names, n)
+	}
+	for _, n := range names {
+		if err := l.cfg.Certs.RevokeNode(ctx, n, reason); err != nil {
+			return fmt.Errorf("machine %q: %w", m.GetName(), err)
+		}
+	}
+	return nil
 }
 
 // SetMaintenance puts a machine in MAINTENANCE (remembering its state and

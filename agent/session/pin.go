@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/corralhq/corral/internal/nodeid"
 )
 
 // ErrFingerprint: the appliance presented no certificate, and none of the
@@ -23,7 +25,9 @@ func Fingerprint(cert *x509.Certificate) string {
 
 // PinnedTLS returns a client TLS configuration that accepts the server
 // only if its chain verifies up to a CA certificate whose SHA-256 is
-// fingerprint. The CA is looked for in the chain the server sends (so the
+// fingerprint and its certificate is the appliance's
+// (nodeid.VerifyAppliance: a node certificate from the same CA is
+// refused). The CA is looked for in the chain the server sends (so the
 // server must send its CA after the leaf) and in extraCAs (for example a
 // PEM shipped in a second initrd); the leaf must be valid for the name
 // dialled. The full CA PEM does not fit on the kernel command line, hence
@@ -77,5 +81,7 @@ func verifyPinned(cs tls.ConnectionState, fingerprint string, extraCAs []*x509.C
 	if err != nil {
 		return fmt.Errorf("appliance certificate does not verify against the pinned CA: %w", err)
 	}
-	return nil
+	// The pinned CA also signs node certificates: only the appliance's
+	// own carries its identity.
+	return nodeid.VerifyAppliance(leaf)
 }

@@ -7,15 +7,18 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/corralhq/corral/internal/nodeid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
 
 // DialOptions returns the gRPC options that connect to c.Endpoint: TLS
-// transport credentials that trust only c.CACert (or the system trust store
-// when CACert is empty) and, when c.Token is set, per-RPC credentials that
-// send "authorization: Bearer <token>" and refuse to do so over an
-// insecure transport. It returns an error if c is nil, CACert contains no
+// transport credentials that trust only c.CACert (or the system trust
+// store when CACert is empty) and, with c.CACert, require the server's
+// certificate to be the appliance's (nodeid.VerifyAppliance: a node
+// certificate from the same CA is refused); and, when c.Token is set,
+// per-RPC credentials that send "authorization: Bearer <token>" and refuse
+// to do so over an insecure transport. It returns an error if c is nil, CACert contains no
 // parsable PEM certificate, or the system trust store cannot be loaded.
 func (c *Config) DialOptions() ([]grpc.DialOption, error) {
 	if c == nil {
@@ -28,6 +31,11 @@ func (c *Config) DialOptions() ([]grpc.DialOption, error) {
 	tlsConf := &tls.Config{
 		RootCAs:    pool,
 		MinVersion: tls.VersionTLS12,
+	}
+	if c.CACert != "" {
+		// The appliance CA also signs node certificates: only the
+		// appliance's own carries its identity.
+		tlsConf.VerifyConnection = nodeid.VerifyApplianceConnection
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsConf))}
 	if c.Token != "" {

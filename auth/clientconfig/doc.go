@@ -2,10 +2,13 @@
 // document that corrald writes as <data-dir>/admin.conf and that the corral
 // CLI (and later the node agent) reads to reach corrald. It holds the
 // endpoint, the PEM CA certificate to trust and the bearer token, and it
-// turns them into gRPC dial options: TLS trusting only that CA plus
-// per-RPC "authorization: Bearer <token>" metadata.
+// turns them into gRPC dial options: TLS trusting only that CA, accepting
+// only a server certificate that carries the appliance identity
+// (internal/nodeid: node certificates chain to the same CA but never
+// carry it), plus per-RPC "authorization: Bearer <token>" metadata.
 //
 // This package is shared with the node agent, so it must not import
 // Corral's store/, boot/ or ipmi/ packages or bbolt. Beyond the standard
-// library it depends only on gRPC and sigs.k8s.io/yaml.
+// library and the leaf internal/nodeid it depends only on gRPC and
+// sigs.k8s.io/yaml.
 package clientconfig

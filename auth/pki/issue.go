@@ -7,15 +7,17 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/corralhq/corral/internal/nodeid"
 )
 
 const (
@@ -29,16 +31,20 @@ const (
 
 // EnsureServerCert returns a TLS server certificate for hosts, stored in
 // dir as server.crt (mode 0644) and server.key (mode 0600) and signed by
-// ca; dir is created (mode 0700) if needed. Each host that parses as an IP address becomes an IP SAN; every
-// other host becomes a DNS SAN. The certificate is valid for two years
-// (never beyond the CA's own expiry) and carries the server-auth and
-// client-auth extended key usages.
+// ca; dir is created (mode 0700) if needed. Each host that parses as an IP
+// address becomes an IP SAN; every other host becomes a DNS SAN. The
+// certificate also carries the URI SAN nodeid.ApplianceURI, the appliance
+// identity every client checks (nodeid.VerifyAppliance) and the only URI
+// SAN this CA ever writes. It is valid for two years (never beyond the
+// CA's own expiry) and carries the server-auth and client-auth extended
+// key usages.
 //
 // An existing pair is reused only if it parses, the key matches, it was
-// signed by ca, it has the server-auth usage, it covers every requested
-// host and it does not expire within 30 days. Otherwise a new key and
-// certificate are issued and written atomically (temporary file plus
-// rename), key first. The server certificate is disposable, so a
+// signed by ca, it has the server-auth usage and the appliance identity,
+// it covers every requested host and it does not expire within 30 days (a
+// server.crt from before the appliance identity existed is reissued).
+// Otherwise a new key and certificate are issued and written atomically
+// (temporary file plus rename), key first. The server certificate is disposable, so a
 // half-present or unparsable pair is replaced rather than reported.
 //
 // It returns an error if hosts contains no non-empty entry, if an existing
@@ -71,6 +77,7 @@ func (ca *CA) EnsureServerCert(dir string, hosts []string) (tls.Certificate, err
 		Subject:     pkix.Name{CommonName: serverCommonName},
 		DNSNames:    names,
 		IPAddresses: ips,
+		URIs:        []*url.URL{applianceURI()},
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
@@ -108,6 +115,9 @@ func (ca *CA) serverCertFits(leaf *x509.Certificate, ips []net.IP, names []strin
 		return false
 	}
 	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) {
+		return false
+	}
+	if nodeid.VerifyAppliance(leaf) != nil {
 		return false
 	}
 	for _, ip := range ips {
@@ -186,6 +196,15 @@ func (ca *CA) issue(tmpl *x509.Certificate, validity time.Duration) (certPEM, ke
 	return encodeCertPEM(der), keyPEM, nil
 }
 
+// applianceURI is nodeid.ApplianceURI as a URL.
+func applianceURI() *url.URL {
+	u, err := url.Parse(nodeid.ApplianceURI)
+	if err != nil {
+		panic("pki: nodeid.ApplianceURI does not parse: " + err.Error()) // a constant
+	}
+	return u
+}
+
 // splitHosts normalises hosts into deduplicated IP and DNS SANs. Blank
 // entries are skipped and brackets around IPv6 literals are removed.
 func splitHosts(hosts []string) ([]net.IP, []string, error) {
@@ -220,95 +239,4 @@ func splitHosts(hosts []string) ([]net.IP, []string, error) {
 		return nil, nil, errors.New("pki: server certificate needs at least one host")
 	}
 	return ips, names, nil
-}
-
-// NodeValidity is how long a node identity issued by SignNodeCSR lasts.
-const NodeValidity = 365 * 24 * time.Hour
-
-// SignNodeCSR issues a node identity for the PKCS#10 request csrPEM: the
-// CA, not the request, decides the subject (CN = name, O = organization),
-// the usages (server and client auth: a node serves the appliance and
-// calls it) and the validity; from the request it takes only the public
-// key, after checking the request's signature, and its IP address SANs.
-// SANs are those IPs, hosts, and the DNS name = name. It returns the
-// certificate in PEM.
-func (ca *CA) SignNodeCSR(csrPEM []byte, name, organization string, hosts []string) ([]byte, error) {
-	if strings.TrimSpace(name) == "" {
-		return nil, errors.New("pki: sign node request: empty node name")
-	}
-	block, _ := pem.Decode(csrPEM)
-	if block == nil || block.Type != "CERTIFICATE REQUEST" {
-		return nil, errors.New("pki: sign node request: no PEM CERTIFICATE REQUEST block")
-	}
-	csr, err := x509.ParseCertificateRequest(block.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("pki: sign node request: %w", err)
-	}
-	if err := csr.CheckSignature(); err != nil {
-		return nil, fmt.Errorf("pki: sign node request: bad signature: %w", err)
-	}
-	sans := append([]string{name}, hosts...)
-	for _, ip := range csr.IPAddresses {
-		sans = append(sans, ip.String())
-	}
-	ips, names, err := splitHosts(sans)
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	if !now.Before(ca.cert.NotAfter) {
-		return nil, fmt.Errorf("pki: CA expired at %s", ca.cert.NotAfter.UTC().Format(time.RFC3339))
-	}
-	serial, err := randomSerial()
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: name, Organization: []string{organization}},
-		DNSNames:              names,
-		IPAddresses:           ips,
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		NotBefore:             now.Add(-backdate),
-		NotAfter:              now.Add(NodeValidity),
-		BasicConstraintsValid: true,
-	}
-	if tmpl.NotAfter.After(ca.cert.NotAfter) {
-		tmpl.NotAfter = ca.cert.NotAfter
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, csr.PublicKey, ca.signer)
-	if err != nil {
-		return nil, fmt.Errorf("pki: sign node request: %w", err)
-	}
-	return encodeCertPEM(der), nil
-}
-
-// IssueNodeCert issues a node identity with a fresh ECDSA P-256 key, the
-// same certificate SignNodeCSR issues (CN = name, O = organization, DNS
-// SAN = name, server and client auth, NodeValidity but never beyond the
-// CA's expiry), for an install that carries the key to the machine. It
-// returns the certificate and its PKCS#8 key in PEM; nothing is written to
-// disk. It returns an error if name is empty, the CA has expired or
-// signing fails.
-func (ca *CA) IssueNodeCert(name, organization string) (certPEM, keyPEM []byte, err error) {
-	if strings.TrimSpace(name) == "" {
-		return nil, nil, errors.New("pki: issue node certificate: empty node name")
-	}
-	ips, names, err := splitHosts([]string{name})
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		Subject:     pkix.Name{CommonName: name, Organization: []string{organization}},
-		DNSNames:    names,
-		IPAddresses: ips,
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	certPEM, keyPEM, err = ca.issue(tmpl, NodeValidity)
-	if err != nil {
-		return nil, nil, fmt.Errorf("pki: issue node certificate for %q: %w", name, err)
-	}
-	return certPEM, keyPEM, nil
 }

@@ -2,13 +2,8 @@ package pki
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/corralhq/corral/internal/nodeid"
 )
 
 func mustCA(t *testing.T, dir string) *CA {
@@ -393,72 +386,5 @@ func TestLocalHosts(t *testing.T) {
 	ca := mustCA(t, t.TempDir())
 	if _, err := ca.EnsureServerCert(filepath.Join(t.TempDir(), "not", "yet"), hosts); err != nil {
 		t.Errorf("EnsureServerCert(LocalHosts()): %v", err)
-	}
-}
-
-func TestSignNodeCSR(t *testing.T) {
-	ca, err := EnsureCA(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	// The request asks for a different CN and no usages: the CA decides.
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "evil", Organization: []string{"admins"}}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	csr := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
-	certPEM, err := ca.SignNodeCSR(csr, "node-1", nodeid.Organization, []string{"10.0.0.11"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := parseCertPEM(certPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cert.Subject.CommonName != "node-1" || len(cert.Subject.Organization) != 1 || cert.Subject.Organization[0] != nodeid.Organization {
-		t.Fatalf("subject %v", cert.Subject)
-	}
-	for _, name := range []string{"node-1", "10.0.0.11"} {
-		if _, err := cert.Verify(x509.VerifyOptions{DNSName: name, Roots: ca.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
-			t.Errorf("verify for %s: %v", name, err)
-		}
-	}
-	if _, err := ca.SignNodeCSR([]byte("garbage"), "node-1", nodeid.Organization, nil); err == nil {
-		t.Fatal("garbage request signed")
-	}
-	tampered := append([]byte{}, der...)
-	tampered[len(tampered)-5] ^= 0xff
-	if _, err := ca.SignNodeCSR(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: tampered}), "node-1", nodeid.Organization, nil); err == nil {
-		t.Fatal("request with a bad signature signed")
-	}
-}
-
-func TestIssueNodeCert(t *testing.T) {
-	ca := mustCA(t, t.TempDir())
-	certPEM, keyPEM, err := ca.IssueNodeCert("m-1", nodeid.Organization)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf := tc.Leaf
-	if leaf.Subject.CommonName != "m-1" || !slices.Equal(leaf.Subject.Organization, []string{nodeid.Organization}) || !slices.Equal(leaf.DNSNames, []string{"m-1"}) {
-		t.Fatalf("subject %v SANs %v", leaf.Subject, leaf.DNSNames)
-	}
-	for _, u := range []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth} {
-		if _, err := leaf.Verify(x509.VerifyOptions{DNSName: "m-1", Roots: ca.Pool(), KeyUsages: []x509.ExtKeyUsage{u}}); err != nil {
-			t.Errorf("usage %v: %v", u, err)
-		}
-	}
-	// Another CA's pool refuses it.
-	other := mustCA(t, t.TempDir())
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: other.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
-		t.Error("node certificate verifies against another CA")
-	}
-	if _, _, err := ca.IssueNodeCert(" ", nodeid.Organization); err == nil {
-		t.Error("empty name accepted")
 	}
 }

@@ -14,10 +14,8 @@ import (
 	"strings"
 
 	"github.com/corralhq/corral/agent/hvboot"
-	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/hypervisor/node"
 	"github.com/spf13/pflag"
-	"google.golang.org/grpc"
 )
 
 // runHypervisor is `corral-node hypervisor`: enrol with the appliance once
@@ -82,23 +80,28 @@ func runHypervisor(ctx context.Context, args []string, stdout, stderr io.Writer)
 }
 
 // serveNode enrols (or loads the stored identity) and runs the node until
-// ctx ends. The advertised address becomes a SAN of a new certificate.
+// ctx ends, renewing its certificate at two thirds of its lifetime (the
+// HypervisorService and the appliance connection then present the new
+// one). The appliance dials the node by name: its certificate carries the
+// name only.
 func serveNode(ctx context.Context, ec node.EnrolConfig, nc node.Config) error {
-	if nc.Advertise != "" {
-		ec.Hosts = append(ec.Hosts, nc.Advertise)
-	}
 	id, err := node.Enrol(ctx, ec)
 	if err != nil {
 		return fmt.Errorf("hypervisor: enrol with %s: %w", ec.Join, err)
 	}
-	conn, err := grpc.NewClient(ec.Join, id.DialOptions()...)
+	reg, err := id.Registry(ec.Join)
 	if err != nil {
 		return fmt.Errorf("hypervisor: dial %s: %w", ec.Join, err)
 	}
-	defer conn.Close()
-	nc.CAPool, nc.Certificate = id.CAPool, id.Certificate
-	nc.Registry = poolv1.NewNodeServiceClient(conn)
-	return node.Run(ctx, nc)
+	defer reg.Close()
+	nc.CAPool, nc.Certificate, nc.GetCertificate = id.CAPool, id.Certificate, id.GetCertificate
+	nc.Registry = reg
+	rctx, cancel := context.WithCancel(ctx)
+	renewed := make(chan error, 1)
+	go func() { renewed <- id.Renew(rctx, node.RenewConfig{Join: ec.Join, Logger: nc.Logger}) }()
+	err = node.Run(ctx, nc)
+	cancel()
+	return errors.Join(err, <-renewed)
 }
 
 // runHypervisorBoot is `corral-node hypervisor --boot`, the uinit of the

@@ -10,6 +10,7 @@ import (
 	hypervisorv1 "github.com/corralhq/corral/api/hypervisor/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/auth/pki"
+	"github.com/corralhq/corral/internal/nodeid"
 	"github.com/corralhq/corral/inventory/pool"
 	"github.com/corralhq/corral/store/mem"
 	"github.com/corralhq/corral/testsupport/fakenode"
@@ -27,7 +28,11 @@ func TestMTLSDialer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serverCert, err := ca.EnsureServerCert(dir, []string{"n1"})
+	nodePEM, nodeKey, err := ca.IssueNodeCert("n1", nodeid.Organization)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverCert, err := tls.X509KeyPair(nodePEM, nodeKey)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,8 @@
 //
 // Enrol obtains the node's certificate once (a CSR exchanged for a
 // certificate through AgentService.Join with a bearer token) and keeps it
-// in the data directory.
+// in the data directory; Identity.Renew renews it at two thirds of its
+// lifetime through Join with the current certificate (identity.go).
 //
 // Reachable from cmd/corral-node, so it must not import bbolt, etcd,
 // bmclib or Corral's store/, ipmi/, boot/; it shares the leaf packages
@@ -79,6 +80,9 @@ type Config struct {
 	// certificate (it needs the server-auth usage and the node's address
 	// among its SANs for the appliance to verify it).
 	Certificate tls.Certificate
+	// GetCertificate, when set, is asked for the certificate at every
+	// handshake instead (Identity.GetCertificate: the renewed one).
+	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	// AllowClient decides, after chain verification, whether a caller's
 	// leaf certificate may call the service; nil refuses node
 	// certificates (Organization nodeid.Organization) and accepts the rest.
@@ -135,7 +139,7 @@ func (c *Config) fill() error {
 		return errors.New("node: DataDir is required")
 	case c.CAPool == nil:
 		return errors.New("node: CAPool is required (mTLS)")
-	case len(c.Certificate.Certificate) == 0:
+	case len(c.Certificate.Certificate) == 0 && c.GetCertificate == nil:
 		return errors.New("node: Certificate is required (mTLS)")
 	}
 	if c.Listen == "" {
@@ -195,6 +199,9 @@ func Run(ctx context.Context, cfg Config) error {
 		Certificates: []tls.Certificate{cfg.Certificate},
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		ClientCAs:    cfg.CAPool,
+	}
+	if cfg.GetCertificate != nil {
+		tlsConf.Certificates, tlsConf.GetCertificate = nil, cfg.GetCertificate
 	}
 	gs := grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(tlsConf)),

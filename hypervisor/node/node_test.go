@@ -3,25 +3,19 @@ package node
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"net"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	hypervisorv1 "github.com/corralhq/corral/api/hypervisor/v1"
-	nodev1 "github.com/corralhq/corral/api/node/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/internal/nodeid"
 	"github.com/corralhq/corral/testsupport/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -136,87 +130,6 @@ func TestConfigRequired(t *testing.T) {
 		if err := Run(context.Background(), cfg); err == nil {
 			t.Errorf("%s: Run accepted %+v", name, cfg)
 		}
-	}
-}
-
-type joinServer struct {
-	nodev1.UnimplementedAgentServiceServer
-	ca    *testCA
-	token string
-	calls int
-}
-
-func (j *joinServer) Join(ctx context.Context, req *nodev1.JoinRequest) (*nodev1.JoinResponse, error) {
-	j.calls++
-	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get("authorization"); len(v) != 1 || v[0] != "Bearer "+j.token {
-		return nil, status.Error(codes.Unauthenticated, "bad token")
-	}
-	block, _ := pem.Decode([]byte(req.GetCsrPem()))
-	if block == nil {
-		return nil, status.Error(codes.InvalidArgument, "no csr")
-	}
-	csr, err := x509.ParseCertificateRequest(block.Bytes)
-	if err != nil || csr.CheckSignature() != nil {
-		return nil, status.Error(codes.InvalidArgument, "bad csr")
-	}
-	cert := j.ca.sign(nil, pkix.Name{CommonName: req.GetName(), Organization: []string{nodeid.Organization}}, csr.PublicKey, csr.DNSNames, csr.IPAddresses)
-	return &nodev1.JoinResponse{CertPem: string(cert), CaCertPem: string(j.ca.pem)}, nil
-}
-
-func TestEnrol(t *testing.T) {
-	ca := newTestCA(t)
-	serverCert := ca.issue(t, pkix.Name{CommonName: "corrald"})
-	lis, _ := net.Listen("tcp", "127.0.0.1:0")
-	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{serverCert}})))
-	js := &joinServer{ca: ca, token: "crl_node_secret"}
-	nodev1.RegisterAgentServiceServer(gs, js)
-	go gs.Serve(lis)
-	defer gs.Stop()
-	dir := t.TempDir()
-	ctx := context.Background()
-	cfg := EnrolConfig{Name: "node-1", DataDir: dir, Join: lis.Addr().String(), Token: "wrong", CACertPEM: ca.pem, Hosts: []string{"10.0.0.5"}}
-
-	if _, err := Enrol(ctx, cfg); err == nil {
-		t.Fatal("wrong token accepted")
-	} else {
-		t.Logf("wrong token: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, nodeid.Dir, nodeid.KeyFile)); !os.IsNotExist(err) {
-		t.Errorf("failed enrolment left a key: %v", err)
-	}
-	cfg.Token = js.token
-	id, err := Enrol(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if id.Certificate.Leaf.Subject.CommonName != "node-1" || len(id.Certificate.Leaf.IPAddresses) != 1 {
-		t.Errorf("certificate %v %v", id.Certificate.Leaf.Subject, id.Certificate.Leaf.IPAddresses)
-	}
-	for f, want := range map[string]os.FileMode{"": 0o700, nodeid.KeyFile: 0o600, nodeid.CertFile: 0o600, nodeid.CAFile: 0o600} {
-		st, err := os.Stat(filepath.Join(dir, nodeid.Dir, f))
-		if err != nil || st.Mode().Perm() != want {
-			t.Errorf("%s: %v mode %v, want %v", f, err, st.Mode().Perm(), want)
-		}
-	}
-	// The stored identity dials the appliance with its certificate.
-	conn, err := grpc.NewClient(lis.Addr().String(), id.DialOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := nodev1.NewAgentServiceClient(conn).Join(ctx, &nodev1.JoinRequest{}); code(err) != codes.Unauthenticated {
-		t.Errorf("call with the node identity (no token): %v, want the fake's Unauthenticated", err)
-	}
-	// Second start: stored identity, no token, no appliance needed.
-	calls := js.calls
-	id2, err := Enrol(ctx, EnrolConfig{DataDir: dir, CACertPEM: ca.pem})
-	if err != nil || js.calls != calls || !id2.Certificate.Leaf.Equal(id.Certificate.Leaf) {
-		t.Fatalf("reload: %v (calls %d -> %d)", err, calls, js.calls)
-	}
-	// A different CA: the stored identity is not silently replaced.
-	if _, err := Enrol(ctx, EnrolConfig{DataDir: dir, CACertPEM: newTestCA(t).pem, Name: "n", Join: "x:1", Token: "t"}); err == nil {
-		t.Error("identity from another CA accepted")
 	}
 }
 

@@ -58,6 +58,9 @@ type Config struct {
 	// Lifecycle configures accept/install, the lifecycle timers and the
 	// node heartbeat sweep (lifecycle.go).
 	Lifecycle LifecycleConfig
+	// PKI configures node certificates, their revocation list and the
+	// appliance's client certificate (pki.go).
+	PKI PKIConfig
 }
 
 // Server is a prepared appliance; Run serves it.
@@ -78,6 +81,12 @@ type Server struct {
 	// components run beside the gRPC server in Run (boot servers,
 	// pollers); each returns nil when its ctx ends.
 	components []component
+
+	// revocations records issued node certificates and the revocation
+	// list every mTLS verifier checks (pki.go).
+	revocations *auth.Revocations
+	// pool is the node pool; Join checks new names against it.
+	pool *pool.Pool
 }
 
 type component struct {
@@ -129,6 +138,9 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
+	if err := cfg.PKI.fill(); err != nil {
+		return nil, err
+	}
 	s := &Server{cfg: cfg, log: cfg.Logger}
 	st, err := OpenStore(cfg.DataDir, cfg.Logger)
 	if err != nil {
@@ -160,6 +172,7 @@ func New(cfg Config) (*Server, error) {
 		s.cert.Certificate = append(s.cert.Certificate, block.Bytes)
 	}
 	s.tokens = &auth.Tokens{Store: st}
+	s.revocations = &auth.Revocations{Store: st, MaxLiveCerts: cfg.PKI.MaxLiveNodeCerts, Logger: cfg.Logger.With("component", "pki")}
 
 	lis, err := net.Listen("tcp", cfg.APIListen)
 	if err != nil {
@@ -181,7 +194,8 @@ func New(cfg Config) (*Server, error) {
 		lis.Close()
 		return nil, err
 	}
-	ic := &auth.Interceptor{Tokens: s.tokens, Logger: cfg.Logger.With("component", "auth"), NodeCertificates: true}
+	s.pool = p
+	ic := &auth.Interceptor{Tokens: s.tokens, Logger: cfg.Logger.With("component", "auth"), NodeCertificates: true, Certificates: s.revocations}
 	tlsCfg := &tls.Config{
 		Certificates: []tls.Certificate{s.cert},
 		ClientCAs:    s.ca.Pool(),
@@ -198,6 +212,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("bmc: %w", err)
 	}
 	pool.Register(s.grpc, p)
+	s.initPKI()
 	if err := s.initLifecycle(p); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("lifecycle: %w", err)

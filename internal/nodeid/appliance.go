@@ -1,0 +1,54 @@
+package nodeid
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// ApplianceURI is the URI SAN that marks the appliance's own server
+// certificate. The appliance CA writes URI SANs into that certificate only:
+// node certificates (signed from a node's CSR) never carry one, because the
+// CA never copies anything but the public key from a request. Every client
+// of corrald checks it with VerifyAppliance, so a node certificate, which
+// chains to the same CA, is never accepted as the appliance.
+const ApplianceURI = "urn:corral:appliance"
+
+// ErrNotAppliance: the server's certificate chains to the appliance CA but
+// is not the appliance's (it lacks ApplianceURI, or it is a node
+// certificate).
+var ErrNotAppliance = errors.New("server certificate is not the appliance's")
+
+// VerifyAppliance returns nil if leaf, a server certificate that already
+// verified against the appliance CA, is the appliance's: it carries the
+// ApplianceURI URI SAN and is not a node certificate (Organization). It
+// returns an error wrapping ErrNotAppliance naming the certificate
+// otherwise. It does not check the chain: call it after verification.
+func VerifyAppliance(leaf *x509.Certificate) error {
+	if leaf == nil {
+		return fmt.Errorf("%w: no certificate", ErrNotAppliance)
+	}
+	if slices.Contains(leaf.Subject.Organization, Organization) {
+		return fmt.Errorf("%w: %q is a node certificate", ErrNotAppliance, leaf.Subject.CommonName)
+	}
+	for _, u := range leaf.URIs {
+		if u.String() == ApplianceURI {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %q lacks the %s identity", ErrNotAppliance, leaf.Subject.CommonName, ApplianceURI)
+}
+
+// VerifyApplianceConnection is a tls.Config.VerifyConnection for clients
+// that verify the server against the appliance CA (RootCAs): it runs after
+// the standard verification and applies VerifyAppliance to the verified
+// leaf. A connection without a verified chain (InsecureSkipVerify) is
+// refused.
+func VerifyApplianceConnection(cs tls.ConnectionState) error {
+	if len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
+		return fmt.Errorf("%w: the server's certificate was not verified", ErrNotAppliance)
+	}
+	return VerifyAppliance(cs.VerifiedChains[0][0])
+}
