@@ -398,7 +398,8 @@ func (n *Node) Hypervisor() hypervisorv1.HypervisorServiceClient {
 		l.t.Fatalf("%v", err)
 	}
 	conn, err := grpc.NewClient(net.JoinHostPort(n.NodeIP, strconv.Itoa(NodePort)),
-		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: l.Server.CA().Pool(), MinVersion: tls.VersionTLS12})))
+		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: l.Server.CA().Pool(),
+			ServerName: n.Name, MinVersion: tls.VersionTLS12}))) // node certificates name the node only
 	if err != nil {
 		l.t.Fatalf("%v", err)
 	}
