@@ -3,8 +3,8 @@
 // bbolt, TLS, tokens, the BlockStorage/VirtualMachine/Image services and
 // their reconciler) on the host end of a veth pair, and the built
 // `corral-node hypervisor` binary inside a network namespace created for
-// the run, enrolled with a ROLE_NODE token from the appliance's token
-// store. QEMU runs under the node, in the namespace, with TCG. Everything
+// the run, each node enrolled with its own single-use ROLE_NODE token from
+// the appliance's token store. QEMU runs under the node, in the namespace, with TCG. Everything
 // the lab creates (namespace, veth, processes) is removed by Cleanup.
 package hvlab
 
@@ -29,6 +29,7 @@ import (
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	hypervisorv1 "github.com/corralhq/corral/api/hypervisor/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	"github.com/corralhq/corral/auth"
 	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/internal/server"
 	"github.com/corralhq/corral/testsupport/appliance"
@@ -107,8 +108,7 @@ type Lab struct {
 	AdminConf string // admin.conf path (for the corral CLI)
 	Admin     *clientconfig.Config
 	Conn      *grpc.ClientConn // admin connection to corrald
-	NodeToken string
-	CACert    string // CA certificate file
+	CACert    string           // CA certificate file
 	Nodes     []*Node
 
 	web    *http.Server
@@ -127,6 +127,7 @@ type Node struct {
 	NodeDir string // corral-node --data-dir
 	cmd     *exec.Cmd
 	nodeLog string
+	token   string // its single-use node token, bound to Name
 }
 
 func randHex(n int) string {
@@ -197,10 +198,6 @@ func New(t T, bin Binaries, opt Options) *Lab {
 	l.CACert = filepath.Join(l.Dir, "ca.pem")
 	if err := os.WriteFile(l.CACert, a.Server.CA().CertPEM(), 0o644); err != nil {
 		t.Fatalf("%v", err)
-	}
-	l.NodeToken, err = a.Server.Tokens().Create(context.Background(), authv1.Role_ROLE_NODE, "e2e nodes "+id, 0)
-	if err != nil {
-		t.Fatalf("node token: %v", err)
 	}
 	if len(l.Files) > 0 {
 		l.serveFiles()
@@ -281,9 +278,18 @@ func (n *Node) StartNode() {
 		l.t.Fatalf("%v", err)
 	}
 	fmt.Fprintf(f, "=== start %s\n", time.Now().Format(time.RFC3339Nano))
+	if n.token == "" {
+		// Node tokens are single-use: one per node, bound to its name.
+		n.token, _, err = l.Server.Tokens().CreateBound(context.Background(), auth.TokenSpec{
+			Role: authv1.Role_ROLE_NODE, Description: "e2e node " + n.Name, Node: n.Name})
+		if err != nil {
+			f.Close()
+			l.t.Fatalf("node token: %v", err)
+		}
+	}
 	cmd := exec.Command("ip", "netns", "exec", n.NS, l.Bin.Node(), "hypervisor",
 		"--name", n.Name, "--join", net.JoinHostPort(l.HostIP, strconv.Itoa(addrPort(l.Server.Addr()))),
-		"--token", l.NodeToken, "--ca-cert", l.CACert, "--data-dir", n.NodeDir,
+		"--token", n.token, "--ca-cert", l.CACert, "--data-dir", n.NodeDir,
 		"--listen", net.JoinHostPort(n.NodeIP, strconv.Itoa(NodePort)), "--advertise", n.NodeIP, "--accel", "tcg", "-v")
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
