@@ -114,6 +114,7 @@ func (s *Server) initBoot() error {
 		Listen: orDefault(bc.HTTPListen, ":8080"), Catalog: cat, Inventory: s.inv, Tokens: s.tokens, Timeline: s.inv,
 		CreateUnknown: mode == dhcp.ModeOff, APIEndpoint: ":" + apiPort, CAFingerprint: fp,
 		TokenTTL: bc.TokenTTL, KernelArgs: bc.KernelArgs, Logger: s.log.With("component", "boot-http"),
+		Limits: s.cfg.Limits.HTTP,
 	})
 	if err != nil {
 		return err
@@ -146,7 +147,7 @@ func (s *Server) initBoot() error {
 		s.addComponent("dhcp", ds.Run)
 	}
 	if l := orDefault(bc.TFTPListen, ":69"); l != "off" {
-		tc := tftp.Config{Listen: l, Catalog: cat, Timeline: s.inv, Logger: s.log.With("component", "tftp")}
+		tc := tftp.Config{Listen: l, Catalog: cat, Timeline: s.inv, Logger: s.log.With("component", "tftp"), Limits: s.cfg.Limits.TFTP}
 		if ds != nil {
 			tc.MACs = ds
 		}

@@ -61,6 +61,9 @@ type Config struct {
 	// PKI configures node certificates, their revocation list and the
 	// appliance's client certificate (pki.go).
 	PKI PKIConfig
+	// Limits bound what clients can hold: boot HTTP and TFTP, the gRPC API,
+	// the boot timeline (limits.go).
+	Limits LimitsConfig
 }
 
 // Server is a prepared appliance; Run serves it.
@@ -115,7 +118,7 @@ func (c *Config) setDefaults() error {
 	if _, _, err := net.SplitHostPort(c.APIListen); err != nil {
 		return fmt.Errorf("--api-listen %q: %w", c.APIListen, err)
 	}
-	return nil
+	return c.Limits.setDefaults()
 }
 
 // OpenStore opens the data directory's store, creating the directory.
@@ -178,7 +181,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api listen: %w", err)
 	}
-	s.lis = lis
+	s.lis = cfg.Limits.GRPC.listener(lis, cfg.Logger.With("component", "grpc"))
 	if err := s.ensureAdminConfig(context.Background()); err != nil {
 		lis.Close()
 		return nil, err
@@ -189,7 +192,7 @@ func New(cfg Config) (*Server, error) {
 		lis.Close()
 		return nil, err
 	}
-	s.inv, err = inventory.New(inventory.Config{Store: st, Logger: cfg.Logger.With("component", "inventory"), MaxDiscovered: cfg.Boot.MaxDiscovered})
+	s.inv, err = inventory.New(cfg.Limits.Timeline.inventoryConfig(inventory.Config{Store: st, Logger: cfg.Logger.With("component", "inventory"), MaxDiscovered: cfg.Boot.MaxDiscovered}))
 	if err != nil {
 		lis.Close()
 		return nil, err
@@ -202,11 +205,11 @@ func New(cfg Config) (*Server, error) {
 		ClientAuth:   tls.VerifyClientCertIfGiven,
 		MinVersion:   tls.VersionTLS12,
 	}
-	s.grpc = grpc.NewServer(
+	s.grpc = grpc.NewServer(append(cfg.Limits.GRPC.serverOptions(cfg.Logger.With("component", "grpc")),
 		grpc.Creds(credentialsFromTLS(tlsCfg)),
 		grpc.ChainUnaryInterceptor(recoverUnary(s.log), logUnary(s.log), ic.Unary(), nodeIdentity()),
 		grpc.ChainStreamInterceptor(recoverStream(s.log), ic.Stream()),
-	)
+	)...)
 	if err := s.initBMC(); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("bmc: %w", err)
