@@ -63,6 +63,7 @@ client file.`,
 	addBootFlags(cmd)
 	addBMCFlags(cmd)
 	addLifecycleFlags(cmd)
+	addLimitFlags(cmd)
 	return cmd
 }
 
@@ -84,6 +85,7 @@ func serveConfig(cmd *cobra.Command) (server.Config, error) {
 		return c, err
 	}
 	c.Lifecycle = lifecycleConfig(cmd)
+	c.Limits = limitsConfig(cmd)
 	return c, nil
 }
 
