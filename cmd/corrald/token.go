@@ -6,7 +6,9 @@ import (
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	"github.com/corralhq/corral/auth"
+	"github.com/corralhq/corral/auth/pki"
 	"github.com/corralhq/corral/internal/server"
+	"github.com/corralhq/corral/inventory"
 	"github.com/spf13/cobra"
 )
 
@@ -18,12 +20,20 @@ var roleNames = map[string]authv1.Role{
 	"agent":    authv1.Role_ROLE_AGENT,
 }
 
+// newTokenCmd is `corrald token`: the offline bootstrap (the store is
+// opened directly, so corrald must be stopped). While corrald runs, use
+// `corral token create|list|revoke` (TokenService).
 func newTokenCmd() *cobra.Command {
-	tok := &cobra.Command{Use: "token", Short: "Manage API tokens (offline, against the data dir)"}
+	tok := &cobra.Command{Use: "token", Short: "Create API tokens offline, against the data dir (corrald stopped; while it runs use `corral token`)"}
 	create := &cobra.Command{
 		Use:   "create",
 		Short: "Create a token and print it (only its hash is stored)",
-		Args:  cobra.NoArgs,
+		Long: `Create a token and print it; only its hash is stored.
+
+Node tokens are single-use (Join consumes them); --node binds one to the
+only node name it may join as. --single-use makes any other token work
+for one call.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			roleName, _ := cmd.Flags().GetString("role")
 			role, ok := roleNames[strings.ToLower(roleName)]
@@ -35,6 +45,22 @@ func newTokenCmd() *cobra.Command {
 			if ttl < 0 {
 				return fmt.Errorf("--ttl must not be negative")
 			}
+			node, _ := cmd.Flags().GetString("node")
+			single, _ := cmd.Flags().GetBool("single-use")
+			if node != "" {
+				if role != authv1.Role_ROLE_NODE {
+					return fmt.Errorf("--node %q: only a node token (--role node) is bound to a node name", node)
+				}
+				if err := inventory.CheckName(node); err != nil {
+					return fmt.Errorf("--node: %w", err)
+				}
+				if err := pki.CheckNodeName(node); err != nil {
+					return fmt.Errorf("--node: %w", err)
+				}
+			}
+			if role == authv1.Role_ROLE_AGENT && single {
+				return fmt.Errorf("--single-use: agent tokens cannot be single-use")
+			}
 			log, err := newLogger(cmd)
 			if err != nil {
 				return err
@@ -42,10 +68,17 @@ func newTokenCmd() *cobra.Command {
 			dataDir, _ := cmd.Flags().GetString("data-dir")
 			st, err := server.OpenStore(dataDir, log)
 			if err != nil {
-				return fmt.Errorf("%w (is corrald running on this data dir? stop it first)", err)
+				return fmt.Errorf("%w (is corrald running on this data dir? stop it first, or use `corral token create`)", err)
 			}
 			defer st.Close()
-			t, err := (&auth.Tokens{Store: st}).Create(cmd.Context(), role, desc, ttl)
+			tokens := &auth.Tokens{Store: st}
+			var t string
+			if role == authv1.Role_ROLE_AGENT {
+				// An agent token made by hand is bound to no machine.
+				t, err = tokens.Create(cmd.Context(), role, desc, ttl)
+			} else {
+				t, _, err = tokens.CreateBound(cmd.Context(), auth.TokenSpec{Role: role, Description: desc, TTL: ttl, Node: node, SingleUse: single})
+			}
 			if err != nil {
 				return err
 			}
@@ -56,6 +89,8 @@ func newTokenCmd() *cobra.Command {
 	create.Flags().String("role", "", "role: viewer, operator, admin, node or agent (required)")
 	create.Flags().String("description", "", "what the token is for")
 	create.Flags().Duration("ttl", 0, "lifetime, e.g. 720h (0 = no expiry)")
+	create.Flags().String("node", "", "with --role node: the one node name the token may join as")
+	create.Flags().Bool("single-use", false, "the token works once (node tokens always do)")
 	_ = create.MarkFlagRequired("role")
 	tok.AddCommand(create)
 	return tok

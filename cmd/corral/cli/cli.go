@@ -204,6 +204,7 @@ CORRAL_ENDPOINT, CORRAL_TOKEN, CORRAL_TIMEOUT); the command line wins.`,
 		inv.vmCommand(),
 		inv.bsCommand(),
 		inv.imageCommand(),
+		inv.tokenCommand(),
 		inv.versionCommand(),
 	)
 	return root
