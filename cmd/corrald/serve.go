@@ -63,6 +63,7 @@ client file.`,
 	addBootFlags(cmd)
 	addBMCFlags(cmd)
 	addLifecycleFlags(cmd)
+	addLimitFlags(cmd)
 	addPKIFlags(cmd)
 	return cmd
 }
@@ -85,6 +86,7 @@ func serveConfig(cmd *cobra.Command) (server.Config, error) {
 		return c, err
 	}
 	c.Lifecycle = lifecycleConfig(cmd)
+	c.Limits = limitsConfig(cmd)
 	c.PKI = pkiConfig(cmd)
 	return c, nil
 }
