@@ -6,6 +6,23 @@
 // recorded on the machine's boot timeline; anything else is refused with a
 // clear status and a log line.
 //
+// The boot LAN is hostile and the script is plain HTTP: whoever asks for
+// a MAC's script reads its token. So:
+//   - the token is bound to the MAC and its machine and good for nothing
+//     else (auth.Tokens.IssueBoot; the agent edge enforces it), and
+//     asking again returns the same token while it lives: re-requesting a
+//     script never revokes a booting machine's token, and costs no store
+//     write;
+//   - the hypervisor script carries no token (the hypervisor boot never
+//     uses one: the node authenticates with its certificate);
+//   - scripts are rate-limited per source address and per MAC
+//     (ScriptLimits; 429 with Retry-After);
+//   - with corrald's DHCP in full mode (Config.Leases), a MAC's script goes
+//     only to the address leased to that MAC (403 otherwise); relayed
+//     clients are leased their real source address, so they pass. In proxy
+//     and off modes there is no lease to check: any address may fetch any
+//     known MAC's script, within the rate limits.
+//
 // It must not be imported from anything reachable by cmd/corral-node.
 package http
 
@@ -19,16 +36,18 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"text/template"
 	"time"
 
 	"github.com/corralhq/corral/agent/cmdline"
-	authv1 "github.com/corralhq/corral/api/auth/v1"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/images"
+	"golang.org/x/time/rate"
 )
 
 // Inventory is what the server needs to know about machines.
@@ -39,10 +58,25 @@ type Inventory interface {
 	EnsureMachineForMAC(ctx context.Context, mac string) (*inventoryv1.Machine, bool, error)
 }
 
-// TokenIssuer makes bearer tokens (auth.Tokens).
+// TokenIssuer issues per-boot agent tokens (auth.Tokens.IssueBoot): the
+// live token of mac bound to machine, the same one again while it lives
+// (minted says a new one was made).
 type TokenIssuer interface {
-	Create(ctx context.Context, role authv1.Role, description string, ttl time.Duration) (string, error)
+	IssueBoot(ctx context.Context, mac, machine string, ttl time.Duration) (token string, minted bool, err error)
 }
+
+// Leases says which MAC holds an address: corrald's DHCP leases in full
+// mode (internal/server reads them from the store).
+type Leases interface {
+	// LeaseHolder returns the MAC (lower-case colon form) holding a live
+	// lease on addr; ok is false when no client does.
+	LeaseHolder(ctx context.Context, addr netip.Addr) (mac string, ok bool, err error)
+}
+
+// NoToken is the corral.token value of scripts whose boot needs no token
+// (the hypervisor image): agent/cmdline requires the parameter, and the
+// hypervisor boot ignores it.
+const NoToken = "none"
 
 // Recorder appends to a MAC's boot timeline (inventory.Event).
 type Recorder interface {
@@ -77,8 +111,15 @@ type Config struct {
 	APIEndpoint string
 	// CAFingerprint is the SHA-256 of the appliance CA (pki.Fingerprint).
 	CAFingerprint string
-	// TokenTTL is the per-boot token lifetime (default 1h).
+	// TokenTTL is the per-boot token lifetime (default 1h, at least 1s).
 	TokenTTL time.Duration
+	// Leases, when set (full DHCP mode), restricts a MAC's script to the
+	// address leased to that MAC.
+	Leases Leases
+	// Scripts rate-limit /boot.ipxe per MAC and per source address.
+	Scripts ScriptLimits
+	// Now is the clock of the rate limits (default time.Now).
+	Now func() time.Time
 	// KernelArgs are extra kernel arguments (default console=tty0
 	// console=ttyS0,115200n8).
 	KernelArgs string
@@ -93,6 +134,9 @@ type Server struct {
 	log *slog.Logger
 	lis net.Listener
 	srv *http.Server
+
+	macs, addrs *budgets // script budgets
+	refusals    *logGate // refusal log lines
 }
 
 // New validates cfg and binds the listener.
@@ -106,13 +150,26 @@ func New(cfg Config) (*Server, error) {
 	if cfg.TokenTTL == 0 {
 		cfg.TokenTTL = time.Hour
 	}
+	if cfg.TokenTTL < time.Second {
+		return nil, fmt.Errorf("boot/http: token TTL %s: must be at least 1s", cfg.TokenTTL)
+	}
+	if err := cfg.Scripts.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Scripts = cfg.Scripts.WithDefaults()
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	if cfg.KernelArgs == "" {
 		cfg.KernelArgs = "console=tty0 console=ttyS0,115200n8"
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger}
+	s := &Server{cfg: cfg, log: cfg.Logger,
+		macs:     newBudgets(cfg.Scripts.MACBurst, cfg.Scripts.MACInterval, cfg.Scripts.MaxTracked),
+		addrs:    newBudgets(cfg.Scripts.AddrBurst, cfg.Scripts.AddrInterval, cfg.Scripts.MaxTracked),
+		refusals: newLogGate(time.Second, 10)}
 	s.lis = cfg.Listener
 	if s.lis == nil {
 		l, err := net.Listen("tcp", cfg.Listen)
@@ -161,11 +218,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// refuse answers with status and a one-line reason, logs it and, when the
-// MAC is known, records it on the timeline.
+// refuse answers with status and a one-line reason, logs it (at most ten
+// lines a second; the suppressed ones are counted in the next) and, when
+// the MAC is known, records it on the timeline.
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, mac string, status int, reason string) {
-	s.log.Warn("boot http request refused", "peer", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "mac", mac, "status", status, "reason", reason)
-	if mac != "" {
+	s.refuseNote(w, r, mac, status, reason, mac != "")
+}
+
+// refuseNote is refuse; note says whether to put it on the timeline.
+func (s *Server) refuseNote(w http.ResponseWriter, r *http.Request, mac string, status int, reason string, note bool) {
+	if n, ok := s.refusals.allow(); ok {
+		s.log.Warn("boot http request refused", "peer", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "mac", mac, "status", status, "reason", reason, "suppressed", n)
+	}
+	if note && mac != "" {
 		s.cfg.Timeline.Event(mac, "http", "http-refused", reason, map[string]string{"path": r.URL.Path, "status": strconv.Itoa(status), "peer": peerIP(r)})
 	}
 	http.Error(w, "corral: "+reason, status)
@@ -246,6 +311,9 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	if !s.admit(w, r, mac) {
+		return
+	}
 	name, intent, err := s.cfg.Inventory.BootIntent(ctx, mac)
 	if err != nil {
 		s.log.Error("boot intent lookup failed", "mac", mac, "err", err)
@@ -282,12 +350,22 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 			d.Problem = "the catalog has no discovery kernel"
 		}
 	}
+	tokenNote := ""
 	if d.Kernel != "" {
-		tok, err := s.cfg.Tokens.Create(ctx, authv1.Role_ROLE_AGENT, "boot "+mac+" "+name, s.cfg.TokenTTL)
-		if err != nil {
-			s.log.Error("per-boot token", "mac", mac, "err", err)
-			s.refuse(w, r, mac, http.StatusServiceUnavailable, "cannot issue a boot token")
-			return
+		tok := NoToken
+		if mode != cmdline.ModeHypervisor {
+			var minted bool
+			tok, minted, err = s.cfg.Tokens.IssueBoot(ctx, mac, name, s.cfg.TokenTTL)
+			if err != nil {
+				s.log.Error("per-boot token", "mac", mac, "err", err)
+				s.refuse(w, r, mac, http.StatusServiceUnavailable, "cannot issue a boot token")
+				return
+			}
+			tokenNote = "reused"
+			if minted {
+				tokenNote = "minted"
+			}
+			tokenNote += " " + tokenID(tok)
 		}
 		if d.Cmdline, err = s.cmdline(r, d, tok, mode); err != nil {
 			s.log.Error("kernel command line", "mac", mac, "err", err)
@@ -308,12 +386,15 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 	if d.Kernel != "" {
 		attrs["kernel"], attrs["initrd"], attrs["cmdline_bytes"] = d.Kernel, d.Initrd, strconv.Itoa(len(d.Cmdline))
 	}
+	if tokenNote != "" {
+		attrs["token"] = tokenNote
+	}
 	detail := "rendered " + d.Intent + " script"
 	if d.Problem != "" {
 		detail += ": " + d.Problem
 		attrs["problem"] = d.Problem
 	}
-	s.log.Info("boot script rendered", "mac", mac, "machine", name, "intent", d.Intent, "problem", d.Problem)
+	s.log.Info("boot script rendered", "mac", mac, "machine", name, "intent", d.Intent, "problem", d.Problem, "token", tokenNote)
 	s.cfg.Timeline.Event(mac, "http", "script", detail, attrs)
 }
 
@@ -414,3 +495,91 @@ func (c *countingWriter) ReadFrom(r io.Reader) (int64, error) {
 
 // Close releases a Server that will not Run.
 func (s *Server) Close() error { return s.lis.Close() }
+
+// admit applies the script rules that come before any lookup: the source
+// address's budget, in full mode the lease (the script of mac goes only
+// to the address leased to mac), then mac's budget — in that order, so
+// that a client refused by its address or lease spends no budget of the
+// MAC it asked for. It answers the refusal itself and returns false.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, mac string) bool {
+	now := s.cfg.Now()
+	src := sourceAddr(r)
+	if ok, retry, note := s.addrs.take(src.String(), now); !ok {
+		s.tooMany(w, r, mac, "source address "+src.String(), retry, note)
+		return false
+	}
+	if s.cfg.Leases != nil {
+		holder, ok, err := s.cfg.Leases.LeaseHolder(r.Context(), src)
+		switch {
+		case err != nil:
+			s.log.Error("lease lookup failed", "mac", mac, "peer", src.String(), "err", err)
+			s.refuse(w, r, mac, http.StatusServiceUnavailable, "lease store unavailable")
+			return false
+		case !ok:
+			s.refuse(w, r, mac, http.StatusForbidden, fmt.Sprintf("%s holds no DHCP lease: the script of %s is issued only to the address leased to it", src, mac))
+			return false
+		case holder != mac:
+			s.refuse(w, r, mac, http.StatusForbidden, fmt.Sprintf("%s is leased to %s, not %s: a MAC's script is issued only to the address leased to it", src, holder, mac))
+			return false
+		}
+	}
+	if ok, retry, note := s.macs.take(mac, now); !ok {
+		s.tooMany(w, r, mac, "MAC "+mac, retry, note)
+		return false
+	}
+	if n := s.macs.takeEvicted() + s.addrs.takeEvicted(); n > 0 {
+		s.log.Warn("boot script rate-limit tables full: least recently used budgets forgotten (raise --boot-script-max-tracked if this is not an attack)",
+			"forgotten", n, "max", s.cfg.Scripts.MaxTracked)
+	}
+	return true
+}
+
+// tooMany answers 429 with Retry-After; note puts it on mac's timeline.
+func (s *Server) tooMany(w http.ResponseWriter, r *http.Request, mac, who string, retry time.Duration, note bool) {
+	w.Header().Set("Retry-After", retryAfter(retry))
+	s.refuseNote(w, r, mac, http.StatusTooManyRequests,
+		fmt.Sprintf("too many boot script requests for %s: retry in %s", who, retryAfter(retry)+"s"), note)
+}
+
+// sourceAddr is the request's peer address (IPv4-mapped addresses
+// unmapped); the zero Addr when RemoteAddr does not parse.
+func sourceAddr(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		a, _ := netip.ParseAddr(r.RemoteAddr)
+		return a.Unmap()
+	}
+	return ap.Addr().Unmap()
+}
+
+// tokenID is the (public) id part of a token, for the timeline.
+func tokenID(tok string) string {
+	if len(tok) >= 20 && strings.HasPrefix(tok, "crl_") {
+		return tok[4:20]
+	}
+	return ""
+}
+
+// logGate rate-limits log lines: allow reports whether one may be written
+// now and how many were suppressed since the last one.
+type logGate struct {
+	mu      sync.Mutex
+	lim     *rate.Limiter
+	dropped int
+}
+
+func newLogGate(every time.Duration, burst int) *logGate {
+	return &logGate{lim: rate.NewLimiter(rate.Every(every), burst)}
+}
+
+func (g *logGate) allow() (int, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.lim.Allow() {
+		g.dropped++
+		return 0, false
+	}
+	d := g.dropped
+	g.dropped = 0
+	return d, true
+}

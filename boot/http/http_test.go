@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/agent/cmdline"
-	authv1 "github.com/corralhq/corral/api/auth/v1"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/images"
+	"github.com/google/go-cmp/cmp"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -51,19 +51,19 @@ func (f *fakeInv) EnsureMachineForMAC(_ context.Context, mac string) (*inventory
 }
 
 type fakeTokens struct {
-	mu    sync.Mutex
-	roles []authv1.Role
-	fail  bool
+	mu     sync.Mutex
+	issued []string // "mac machine"
+	fail   bool
 }
 
-func (f *fakeTokens) Create(_ context.Context, role authv1.Role, desc string, ttl time.Duration) (string, error) {
+func (f *fakeTokens) IssueBoot(_ context.Context, mac, machine string, ttl time.Duration) (string, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fail {
-		return "", errors.New("store down")
+		return "", false, errors.New("store down")
 	}
-	f.roles = append(f.roles, role)
-	return "crl_0123456789abcdef_secretsecretsecretsecretsecretsecretsecretsecretsecre", nil
+	f.issued = append(f.issued, mac+" "+machine)
+	return "crl_0123456789abcdef_secretsecretsecretsecretsecretsecretsecretsecretsecre", len(f.issued) == 1, nil
 }
 
 type recorder struct {
@@ -207,8 +207,8 @@ func TestScriptsGolden(t *testing.T) {
 			}
 		})
 	}
-	if len(f.tokens.roles) != 2 || f.tokens.roles[0] != authv1.Role_ROLE_AGENT || f.tokens.roles[1] != authv1.Role_ROLE_AGENT {
-		t.Errorf("tokens issued: %v, want two AGENT tokens (discover and hypervisor, not local)", f.tokens.roles)
+	if diff := cmp.Diff([]string{"52:54:00:00:00:01 m-525400000001"}, f.tokens.issued); diff != "" {
+		t.Errorf("boot tokens issued (-want +got), one for discover (not local, not hypervisor):\n%s", diff)
 	}
 	if got := f.rec.all(); strings.Count(got, " http script ") != 3 {
 		t.Errorf("timeline:\n%s", got)
@@ -304,8 +304,9 @@ func TestArtifactsRangeAndTimeline(t *testing.T) {
 
 // TestHypervisorScript: the hypervisor intent boots the discovery kernel
 // with the hypervisor initramfs and the same agent/cmdline parameters as
-// discover plus corral.mode=hypervisor; the script and both downloads are
-// on the machine's timeline under their names.
+// discover plus corral.mode=hypervisor, but no token (NoToken: the
+// hypervisor boot never uses one); the script and both downloads are on
+// the machine's timeline under their names.
 func TestHypervisorScript(t *testing.T) {
 	f := newFixture(t, nil)
 	resp, body := get(t, f.srv.URL+"/boot.ipxe?mac=52:54:00:00:00:03", nil)
@@ -325,7 +326,7 @@ func TestHypervisorScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := cmdline.Params{Endpoint: "10.0.0.1:20180", Token: "crl_0123456789abcdef_secretsecretsecretsecretsecretsecretsecretsecretsecre",
+	want := cmdline.Params{Endpoint: "10.0.0.1:20180", Token: NoToken,
 		CAFingerprint: strings.Repeat("ab", 32), MAC: "52:54:00:00:00:03", Mode: "hypervisor"}
 	if p != want {
 		t.Errorf("parsed cmdline = %+v, want %+v", p, want)
@@ -378,8 +379,8 @@ func TestHypervisorWithoutImage(t *testing.T) {
 	if !bytes.Equal(body, want) {
 		t.Errorf("script differs from %s (run with -update):\n%s", golden, body)
 	}
-	if len(f.tokens.roles) != 0 {
-		t.Errorf("tokens issued without an image: %v", f.tokens.roles)
+	if len(f.tokens.issued) != 0 {
+		t.Errorf("tokens issued without an image: %v", f.tokens.issued)
 	}
 	if got := f.rec.detail("52:54:00:00:00:03", "script"); !strings.Contains(got, "rendered hypervisor script: the catalog has no hypervisor image") {
 		t.Errorf("script event detail %q", got)
