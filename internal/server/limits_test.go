@@ -157,3 +157,78 @@ func TestLimitsConfigDefaultsAndErrors(t *testing.T) {
 func httpLimits(maxConns int) (l boothttp.Limits) { l.MaxConns = maxConns; return l }
 
 func tftpLimits(retries int) (l tftp.Limits) { l.Retries = retries; return l }
+
+// TestGRPCKeepaliveCutsDeadPeer: a client whose packets stop arriving (a
+// machine that died mid-session) is pinged after KeepaliveTime and cut
+// after KeepaliveTimeout more, freeing its session and its slots.
+func TestGRPCKeepaliveCutsDeadPeer(t *testing.T) {
+	srv, cc, _ := startLimited(t, LimitsConfig{GRPC: GRPCLimits{KeepaliveTime: time.Second, KeepaliveTimeout: time.Second, KeepaliveMinTime: time.Second}})
+	// A proxy in front of the server that can go silent.
+	front, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer front.Close()
+	dead := make(chan struct{})
+	upstreamClosed := make(chan time.Time, 1)
+	go func() {
+		down, err := front.Accept()
+		if err != nil {
+			return
+		}
+		defer down.Close()
+		up, err := net.Dial("tcp", srv.Addr().String())
+		if err != nil {
+			return
+		}
+		defer up.Close()
+		go func() {
+			// Client → server until the client "dies", then nothing.
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := down.Read(buf)
+				if err != nil {
+					return
+				}
+				select {
+				case <-dead:
+					continue
+				default:
+				}
+				up.Write(buf[:n])
+			}
+		}()
+		// Server → client until the server closes the connection.
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := up.Read(buf)
+			if err != nil {
+				upstreamClosed <- time.Now()
+				return
+			}
+			select {
+			case <-dead:
+			default:
+				down.Write(buf[:n])
+			}
+		}
+	}()
+	c := *cc
+	c.Endpoint = front.Addr().String()
+	conn, err := clientconfig.Dial(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := poolv1.NewNodeServiceClient(conn).ListNodes(context.Background(), &poolv1.ListNodesRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	died := time.Now()
+	close(dead)
+	select {
+	case at := <-upstreamClosed:
+		t.Logf("the server closed the dead peer's connection %s after it went silent", at.Sub(died).Round(100*time.Millisecond))
+	case <-time.After(20 * time.Second):
+		t.Fatal("the server kept a dead peer's connection for 20 s with keepalive 1 s + 1 s")
+	}
+}
