@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -352,4 +353,21 @@ func (s *sessions) pendingCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.pending)
+}
+
+// Validate refuses negative limits (corrald's flags); zero means default.
+func (a AgentLimits) Validate() error {
+	switch {
+	case a.HeartbeatTimeout < 0:
+		return fmt.Errorf("--agent-heartbeat-timeout %s: must not be negative", a.HeartbeatTimeout)
+	case a.SessionIDTTL < 0:
+		return fmt.Errorf("--agent-session-id-ttl %s: must not be negative", a.SessionIDTTL)
+	case a.MaxPendingSessions < 0:
+		return fmt.Errorf("--agent-max-pending-sessions %d: must not be negative", a.MaxPendingSessions)
+	case a.MaxProgressBytes < 0:
+		return fmt.Errorf("--agent-max-progress-bytes %d: must not be negative", a.MaxProgressBytes)
+	case a.MaxProgressBytes > 0 && a.MaxProgressBytes < 64:
+		return fmt.Errorf("--agent-max-progress-bytes %d: at least 64 (room for the truncation marker)", a.MaxProgressBytes)
+	}
+	return nil
 }

@@ -63,6 +63,7 @@ client file.`,
 	addBootFlags(cmd)
 	addBMCFlags(cmd)
 	addLifecycleFlags(cmd)
+	addAgentFlags(cmd)
 	addLimitFlags(cmd)
 	addPKIFlags(cmd)
 	return cmd
@@ -86,6 +87,9 @@ func serveConfig(cmd *cobra.Command) (server.Config, error) {
 		return c, err
 	}
 	c.Lifecycle = lifecycleConfig(cmd)
+	if err := agentConfig(cmd, &c); err != nil {
+		return c, err
+	}
 	c.Limits = limitsConfig(cmd)
 	c.PKI = pkiConfig(cmd)
 	return c, nil

@@ -61,6 +61,10 @@ type BootConfig struct {
 	KernelArgs string
 	// TokenTTL is the per-boot agent token lifetime (default 1h).
 	TokenTTL time.Duration
+	// Scripts rate-limit /boot.ipxe per MAC and per source address
+	// (--boot-script-*; zero fields take boot/http's defaults). In full
+	// DHCP mode a MAC's script also goes only to the address leased to it.
+	Scripts boothttp.ScriptLimits
 	// IPXEDirs are where iPXE binaries are copied from (default Debian's).
 	IPXEDirs []string
 	// MaxDiscovered caps the placeholder machines DHCP and HTTP discovery
@@ -110,11 +114,17 @@ func (s *Server) initBoot() error {
 		return err
 	}
 	_, apiPort, _ := net.SplitHostPort(s.lis.Addr().String())
+	var leases boothttp.Leases
+	if mode == dhcp.ModeFull {
+		// A MAC's script only to the address leased to that MAC.
+		leases = storeLeases{st: s.store, now: time.Now}
+	}
 	hs, err := boothttp.New(boothttp.Config{
+		Leases: leases,
 		Listen: orDefault(bc.HTTPListen, ":8080"), Catalog: cat, Inventory: s.inv, Tokens: s.tokens, Timeline: s.inv,
 		CreateUnknown: mode == dhcp.ModeOff, APIEndpoint: ":" + apiPort, CAFingerprint: fp,
 		TokenTTL: bc.TokenTTL, KernelArgs: bc.KernelArgs, Logger: s.log.With("component", "boot-http"),
-		Limits: s.cfg.Limits.HTTP,
+		Limits: s.cfg.Limits.HTTP, Scripts: bc.Scripts,
 	})
 	if err != nil {
 		return err

@@ -26,6 +26,12 @@ type LifecycleConfig struct {
 	// AutoAcceptSelectors selector (disk auto).
 	AutoAccept          bool
 	AutoAcceptSelectors []string
+	// AutoAcceptSerials, when not empty, limits auto-accept to machines
+	// whose serial is on it (--auto-accept-serials, --auto-accept-serials-file).
+	AutoAcceptSerials []string
+	// Agents bounds the agent edge: session liveness, session ids,
+	// progress sizes (--agent-*; zero fields take the defaults).
+	Agents lifecycle.AgentLimits
 	// APIAdvertise is the API endpoint (host:port) install plans name;
 	// empty uses the address the machine's discovery agent dialled (the
 	// one its boot script gave it).
@@ -51,6 +57,9 @@ func (c LifecycleConfig) validate() error {
 	}
 	if c.BootWatchdogCycles < 0 {
 		return fmt.Errorf("--boot-watchdog-cycles %d: must not be negative", c.BootWatchdogCycles)
+	}
+	if err := c.Agents.Validate(); err != nil {
+		return err
 	}
 	return nil
 }
@@ -85,6 +94,7 @@ func (s *Server) initLifecycle(p *pool.Pool) error {
 		Interval: lc.ReconcileInterval, InstallTimeout: lc.InstallTimeout,
 		BootWatchdog: lc.BootWatchdog, BootWatchdogCycles: lc.BootWatchdogCycles,
 		AutoAccept: lc.AutoAccept, AutoAcceptSelectors: lc.AutoAcceptSelectors,
+		AutoAcceptSerials: lc.AutoAcceptSerials, Agents: lc.Agents,
 	}
 	if s.bmc != nil {
 		cfg.BMC = s.bmc

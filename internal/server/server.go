@@ -226,7 +226,7 @@ func New(cfg Config) (*Server, error) {
 		lis.Close()
 		return nil, fmt.Errorf("hypervisor services: %w", err)
 	}
-	lifecycle.RegisterAgent(s.grpc, &lifecycle.AgentServer{Lifecycle: s.lifecycle, JoinFunc: s.join})
+	lifecycle.RegisterAgent(s.grpc, &lifecycle.AgentServer{Lifecycle: s.lifecycle, JoinFunc: s.join, Caller: agentCaller})
 	if err := s.initBoot(); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("boot: %w", err)
