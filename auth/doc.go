@@ -7,8 +7,14 @@
 //   - the authorization rule (Allowed) that matches a Principal's role
 //     against a method's corral.auth.v1.access option;
 //   - the gRPC server interceptor (Interceptor) that authenticates every
-//     call (bearer token, or a verified node client certificate) and
-//     applies the rule, looking the option up in the protobuf registry.
+//     call (bearer token, or a verified node client certificate, checked
+//     for expiry and revocation on every call) and applies the rule,
+//     looking the option up in the protobuf registry;
+//   - TokenService (tokenservice.go), the admin API over Tokens, with
+//     bound and single-use tokens (tokens_node.go);
+//   - the node certificate records and revocation list (Revocations:
+//     /pki/issued/<name>, /pki/revoked/<serial>) that the interceptor and
+//     the appliance's dialer check.
 //
 // The certificate authority and the client configuration file live in the
 // sub-packages auth/pki and auth/clientconfig.
