@@ -7,11 +7,13 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"time"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/record"
+	"golang.org/x/time/rate"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -90,22 +92,28 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 		}
 	}
 
-	// The machine that holds the boot MAC must recognise the report.
-	holder, err := i.MachineByMAC(ctx, boot)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		holder = nil
-	case err != nil:
-		return nil, err
-	default:
-		if why := IdentityMismatch(holder, serial, uuid); why != "" {
-			return nil, i.refuseReport(holder, boot, serial, uuid, why)
-		}
-	}
-
 	target, by, flags, dups, err := i.identify(ctx, serial, uuid, bmcHost, macs)
 	if err != nil {
 		return nil, err
+	}
+	// The machine that holds the boot MAC must recognise the report (read
+	// again only when it is not the one identify found).
+	var holder *inventoryv1.Machine
+	if target != nil && hasMAC(target, boot) {
+		holder = target
+	} else {
+		holder, err = i.MachineByMAC(ctx, boot)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			holder = nil
+		case err != nil:
+			return nil, err
+		}
+	}
+	if holder != nil {
+		if why := IdentityMismatch(holder, serial, uuid); why != "" {
+			return nil, i.refuseReport(holder, boot, serial, uuid, why)
+		}
 	}
 	if target == nil {
 		// The name a new machine gets may be taken by a record that no
@@ -371,9 +379,16 @@ func (i *Inventory) refuseReport(m *inventoryv1.Machine, boot, serial, uuid, why
 	if mac != "" {
 		i.Event(mac, "inventory", "register-refused", detail, map[string]string{"boot_mac": boot, "serial": serial, "uuid": uuid})
 	}
-	i.log.Warn("discovery report refused: identity mismatch", "machine", name, "mac", boot, "serial", serial, "reason", why)
+	if refusalLog.Allow() {
+		i.log.Warn("discovery report refused: identity mismatch", "machine", name, "mac", boot, "serial", serial, "reason", why)
+	}
 	return apierr.PermissionDeniedf("machine %s does not match the report from %s: %s; if the hardware really changed, delete the machine first", name, boot, why)
 }
+
+// refusalLog bounds the log lines of refused reports (a flood of forged
+// reports is not a flood of log lines); each refusal is on the machine's
+// timeline anyway, which inventory bounds.
+var refusalLog = rate.NewLimiter(rate.Every(time.Second), 10)
 
 func firstMAC(m *inventoryv1.Machine) string {
 	if m.GetBootMac() != "" {

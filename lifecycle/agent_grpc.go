@@ -228,7 +228,7 @@ func (l *Lifecycle) refuseRegister(c Caller, peer, claimed, other, why string) e
 	for _, mac := range []string{c.MAC, claimed, other} {
 		if mac != "" && !seen[mac] {
 			seen[mac] = true
-			l.ev.Event(mac, "agent", "register-refused", detail, attrs)
+			l.note(mac, "register-refused", detail, attrs)
 		}
 	}
 	l.warn("agent Register refused", "token_id", c.ID, "mac", claimed, "machine", c.Machine, "peer", peer, "reason", why)
@@ -258,7 +258,7 @@ func (s *AgentServer) Session(stream nodev1.AgentService_SessionServer) error {
 	machine := id.machine
 	if !mine || (c.Role == CallerNode && c.Node != machine) {
 		why := fmt.Sprintf("session id of machine %s was not issued to %s", machine, c)
-		l.ev.Event(id.mac, "agent", "session-refused", why, map[string]string{"token_id": c.ID, "peer": pa, "node": c.Node})
+		l.note(id.mac, "session-refused", why, map[string]string{"token_id": c.ID, "peer": pa, "node": c.Node})
 		l.warn("agent Session refused", "machine", machine, "mac", id.mac, "token_id", c.ID, "node", c.Node, "peer", pa, "reason", "session id of another caller")
 		return status.Error(codes.PermissionDenied, "session: "+why)
 	}
@@ -268,7 +268,7 @@ func (s *AgentServer) Session(stream nodev1.AgentService_SessionServer) error {
 	}
 	st, err := l.sess.attach(machine, id, l.now(), local, ctx.Done())
 	if err != nil {
-		l.ev.Event(id.mac, "agent", "session-refused", err.Error(), map[string]string{"token_id": c.ID, "peer": pa})
+		l.note(id.mac, "session-refused", err.Error(), map[string]string{"token_id": c.ID, "peer": pa})
 		l.warn("second agent session refused", "machine", machine, "mac", id.mac, "token_id", c.ID, "peer", pa)
 		return toStatus(err)
 	}
@@ -377,6 +377,16 @@ func (l *Lifecycle) warn(msg string, args ...any) {
 			args = append(args, "suppressed", dropped)
 		}
 		l.log.Warn(msg, args...)
+	}
+}
+
+// note puts a refusal of the agent edge on mac's timeline: at most 20 a
+// second (bursts of 100) across the edge, so that a flood of refused calls
+// cannot turn into a flood of store writes; the log line (warn) counts
+// what is dropped.
+func (l *Lifecycle) note(mac, event, detail string, attrs map[string]string) {
+	if _, ok := l.sess.noteGate.allow(); ok {
+		l.ev.Event(mac, "agent", event, detail, attrs)
 	}
 }
 

@@ -102,7 +102,8 @@ type sessions struct {
 	local     map[string]string         // machine -> appliance address its agent dialled
 
 	evictLog *logGate // pending ids evicted
-	warnGate *logGate // the agent edge's refusals (Lifecycle.warn)
+	warnGate *logGate // the agent edge's refusal log lines (Lifecycle.warn)
+	noteGate *logGate // the agent edge's refusal timeline entries (Lifecycle.note)
 }
 
 // pendingSession is what Register learned about the agent a session id
@@ -133,7 +134,7 @@ func newSessions(lim AgentLimits, log *slog.Logger) *sessions {
 	return &sessions{lim: lim, log: log,
 		pending: map[string]pendingSession{}, byMachine: map[string]string{}, streams: map[string]*stream{},
 		seen: map[string]time.Time{}, local: map[string]string{},
-		evictLog: newLogGate(time.Minute, 1), warnGate: newLogGate(time.Second, 10)}
+		evictLog: newLogGate(time.Minute, 1), warnGate: newLogGate(time.Second, 10), noteGate: newLogGate(50*time.Millisecond, 100)}
 }
 
 // open hands out a session id for machine's agent, registered by owner.
