@@ -88,6 +88,10 @@ type timeline struct {
 	stripes [64]sync.Mutex
 	seed    maphash.Seed
 
+	// complete says every MAC with entries is in the index (Run loaded
+	// it): a MAC not in it has none.
+	complete atomic.Bool
+
 	mu    sync.Mutex
 	macs  map[string]*list.Element // value *macState; one per MAC with entries
 	lru   *list.List               // front: written to most recently
@@ -100,6 +104,14 @@ type macState struct {
 	count int       // entries believed stored
 	since int       // entries written since the last trim
 	last  time.Time // newest entry written
+	// pending are the keys being stored, true once a trim counted them
+	// (at most one per writer).
+	pending map[string]bool
+}
+
+// snapshot copies ms without its pending map (for save).
+func (ms *macState) snapshot() macState {
+	return macState{mac: ms.mac, count: ms.count, since: ms.since, last: ms.last}
 }
 
 // logCounter counts events and logs them at most once per logEvery, with
@@ -323,42 +335,66 @@ func (t *timeline) stripe(mac string) *sync.Mutex {
 
 // write stores one entry, keeps the MAC's index entry, trims the MAC when
 // it is due, and evicts least recently written MACs while over the total.
+//
+// Writes of one MAC run in parallel; the entry is registered as pending
+// before it is stored, so that a trim listing the MAC meanwhile counts it
+// (and marks it counted) exactly once.
 func (t *timeline) write(ctx context.Context, it tlItem) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	mac := it.entry.GetMac()
-	if _, err := record.Put(ctx, t.inv.cfg.Store, it.key, it.entry, 0); err != nil {
+	t.mu.Lock()
+	el, known := t.macs[mac]
+	if !known {
+		el = t.lru.PushFront(&macState{mac: mac, pending: map[string]bool{}})
+		t.macs[mac] = el
+	}
+	el.Value.(*macState).pending[it.key] = false
+	t.mu.Unlock()
+
+	_, err := record.Put(ctx, t.inv.cfg.Store, it.key, it.entry, 0)
+	st := t.stripe(mac)
+	st.Lock()
+	t.mu.Lock()
+	ms := el.Value.(*macState)
+	counted := ms.pending[it.key]
+	delete(ms.pending, it.key)
+	if err != nil {
+		t.mu.Unlock()
+		st.Unlock()
 		t.failed.add(1, func(n int64) {
 			t.inv.log.Warn("timeline write failed", "mac", mac, "err", err, "failed_since_last_log", n)
 		})
 		return
 	}
-	st := t.stripe(mac)
-	st.Lock()
-	t.mu.Lock()
-	el, known := t.macs[mac]
-	if !known {
-		el = t.lru.PushFront(&macState{mac: mac})
+	if cur, ok := t.macs[mac]; !ok || cur != el {
+		// Evicted while the entry was stored: the MAC starts over.
+		el = t.lru.PushFront(&macState{mac: mac, pending: map[string]bool{}})
 		t.macs[mac] = el
-	} else {
-		t.lru.MoveToFront(el)
+		ms, known, counted = el.Value.(*macState), false, false
 	}
-	ms := el.Value.(*macState)
-	ms.count++
+	t.lru.MoveToFront(el)
+	if !counted {
+		ms.count++
+		t.total++
+	}
 	ms.since++
-	t.total++
 	if at := it.entry.GetAt().AsTime(); at.After(ms.last) {
 		ms.last = at
 	}
-	// A MAC seen for the first time is counted exactly (it may hold
-	// entries from before the index) and gets its index record.
-	resync := !known || ms.since >= t.inv.cfg.TimelineLimit/10+1
+	// A MAC seen for the first time gets its index record; it holds no
+	// other entry when the index is complete, else it is counted.
+	resync := !known && !t.complete.Load() || ms.since >= t.inv.cfg.TimelineLimit/10+1
+	snap := ms.snapshot()
 	t.mu.Unlock()
-	if resync {
+	switch {
+	case resync:
 		t.resync(ctx, el)
+	case !known:
+		t.save(ctx, snap, true)
 	}
 	st.Unlock()
-	t.evict(ctx)
+	t.evict(ctx, 4)
 }
 
 // resync lists a MAC's entries, deletes the oldest beyond TimelineLimit,
@@ -374,19 +410,27 @@ func (t *timeline) resync(ctx context.Context, el *list.Element) {
 	left := len(kvs) - t.deleteAll(ctx, kvs[:over])
 	t.mu.Lock()
 	ms.since = 0
+	// Entries stored but not yet counted by their writers are in left.
+	for k := range ms.pending {
+		if i := sort.Search(len(kvs), func(i int) bool { return kvs[i].Key >= k }); i < len(kvs) && kvs[i].Key == k {
+			ms.pending[k] = true
+		}
+	}
 	if cur, ok := t.macs[ms.mac]; ok && cur == el {
 		t.total += left - ms.count
 		ms.count = left
 	}
-	snap := *ms
+	snap := ms.snapshot()
 	t.mu.Unlock()
-	t.save(ctx, snap)
+	t.save(ctx, snap, false)
 }
 
 // evict deletes the timelines of the least recently written MACs until
-// the total is within TimelineMaxEntries.
-func (t *timeline) evict(ctx context.Context) {
-	for {
+// the total is within TimelineMaxEntries, looking at most at budget MACs
+// (negative: no limit; a write needs one eviction at most, as it adds one
+// entry).
+func (t *timeline) evict(ctx context.Context, budget int) {
+	for ; budget != 0; budget-- {
 		t.mu.Lock()
 		if t.total <= t.inv.cfg.TimelineMaxEntries || t.lru.Len() <= 1 {
 			t.mu.Unlock()
@@ -402,6 +446,17 @@ func (t *timeline) evict(ctx context.Context) {
 
 		st := t.stripe(ms.mac)
 		st.Lock()
+		t.mu.Lock()
+		if el, back := t.macs[ms.mac]; back {
+			// Written again meanwhile: no longer the least recent. Its
+			// entries stay, counted in its new index entry.
+			el.Value.(*macState).count += ms.count
+			t.total += ms.count
+			t.mu.Unlock()
+			st.Unlock()
+			continue
+		}
+		t.mu.Unlock()
 		if kv, err := t.inv.cfg.Store.Get(ctx, timelineIndexPrefix+ms.mac); err == nil {
 			_ = t.inv.cfg.Store.Delete(ctx, kv.Key, kv.Revision)
 		}
@@ -438,14 +493,21 @@ func (t *timeline) deleteAll(ctx context.Context, kvs []store.KV) int {
 }
 
 // save writes a MAC's index record: a TimelineEntry whose At is the MAC's
-// newest entry and whose "entries" attribute is its count.
-func (t *timeline) save(ctx context.Context, ms macState) {
+// newest entry and whose "entries" attribute is its count. create tries a
+// create-only write first (one store operation for a new MAC).
+func (t *timeline) save(ctx context.Context, ms macState, create bool) {
 	e := &inventoryv1.TimelineEntry{Mac: ms.mac, At: timestamppb.New(ms.last), Source: "inventory", Event: "timeline-index",
 		Attributes: map[string]string{"entries": strconv.Itoa(ms.count)}}
 	key := timelineIndexPrefix + ms.mac
 	// Writes of this key are serialised by the MAC's stripe (Run loads and
 	// saves without writers running): one retry covers the unexpected.
 	var err error
+	if create {
+		if _, err = record.Put(ctx, t.inv.cfg.Store, key, e, 0); !errors.Is(err, store.ErrConflict) {
+			t.saveFailed(ms.mac, err)
+			return
+		}
+	}
 	for range 2 {
 		var rev int64
 		kv, gerr := t.inv.cfg.Store.Get(ctx, key)
@@ -462,9 +524,13 @@ func (t *timeline) save(ctx context.Context, ms macState) {
 			break
 		}
 	}
+	t.saveFailed(ms.mac, err)
+}
+
+func (t *timeline) saveFailed(mac string, err error) {
 	if err != nil {
 		t.failed.add(1, func(n int64) {
-			t.inv.log.Warn("timeline index write failed", "mac", ms.mac, "err", err, "failed_since_last_log", n)
+			t.inv.log.Warn("timeline index write failed", "mac", mac, "err", err, "failed_since_last_log", n)
 		})
 	}
 }
@@ -476,7 +542,7 @@ func (t *timeline) saveAll(ctx context.Context) {
 	var dirty []macState
 	for _, el := range t.macs {
 		if ms := el.Value.(*macState); ms.since > 0 {
-			dirty = append(dirty, *ms)
+			dirty = append(dirty, ms.snapshot())
 			ms.since = 0
 		}
 	}
@@ -484,7 +550,7 @@ func (t *timeline) saveAll(ctx context.Context) {
 	var g errgroup.Group
 	g.SetLimit(deleteParallel)
 	for _, ms := range dirty {
-		g.Go(func() error { t.save(ctx, ms); return nil })
+		g.Go(func() error { t.save(ctx, ms, false); return nil })
 	}
 	g.Wait()
 }
@@ -511,13 +577,14 @@ func (t *timeline) load(ctx context.Context) {
 		}
 		states = append(states, macState{mac: mac, count: n, last: e.GetAt().AsTime()})
 	}
-	indexed := len(states) > 0
+	indexed, complete := len(states) > 0, true
 	if !indexed {
-		states = t.scan(ctx)
+		states, complete = t.scan(ctx)
 	}
 	sort.Slice(states, func(a, b int) bool { return states[a].last.Before(states[b].last) })
 	t.mu.Lock()
 	for _, ms := range states {
+		ms.pending = map[string]bool{}
 		t.macs[ms.mac] = t.lru.PushFront(&ms)
 		t.total += ms.count
 	}
@@ -527,23 +594,23 @@ func (t *timeline) load(ctx context.Context) {
 		var g errgroup.Group
 		g.SetLimit(deleteParallel)
 		for _, ms := range states {
-			g.Go(func() error { t.save(ctx, ms); return nil })
+			g.Go(func() error { t.save(ctx, ms, true); return nil })
 		}
 		g.Wait()
 	}
+	t.complete.Store(complete)
 	t.inv.log.Debug("timeline index loaded", "macs", macs, "entries", total, "from_entries", !indexed, "took", time.Since(start).String())
-	t.evict(ctx)
+	t.evict(ctx, -1)
 }
 
 // scan counts the entries of every MAC, 1/256 of the key space at a time
-// (by the MAC's first octet).
-func (t *timeline) scan(ctx context.Context) []macState {
-	var out []macState
+// (by the MAC's first octet); ok is false when a read failed.
+func (t *timeline) scan(ctx context.Context) (out []macState, ok bool) {
 	for b := range 256 {
 		kvs, err := t.inv.cfg.Store.List(ctx, fmt.Sprintf("%s%02x", timelinePrefix, b))
 		if err != nil {
-			t.inv.log.Warn("timeline scan failed", "err", err)
-			return out
+			t.inv.log.Warn("timeline scan failed: new MACs are counted as they appear", "err", err)
+			return out, false
 		}
 		for _, kv := range kvs {
 			mac, rest, ok := strings.Cut(strings.TrimPrefix(kv.Key, timelinePrefix), "/")
@@ -562,7 +629,7 @@ func (t *timeline) scan(ctx context.Context) []macState {
 			}
 		}
 	}
-	return out
+	return out, true
 }
 
 // Timeline returns the newest limit entries (oldest first) for a MAC, or
