@@ -4,6 +4,11 @@
 //   - bearer tokens (Tokens): created as crl_<id>_<secret>, stored under
 //     /auth/tokens/<id> as a corral.auth.v1.Token holding only the SHA-256
 //     of the whole token, its role and its timestamps;
+//   - per-boot agent tokens (IssueBoot, boottokens.go): bound to a boot
+//     MAC and machine, one live per MAC, derived by HMAC from a boot key
+//     kept in the store (BootKeyKey: every appliance on one store derives
+//     the same tokens), so that re-rendering a script returns the live
+//     token without a write;
 //   - the authorization rule (Allowed) that matches a Principal's role
 //     against a method's corral.auth.v1.access option;
 //   - the gRPC server interceptor (Interceptor) that authenticates every
