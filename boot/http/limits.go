@@ -140,7 +140,7 @@ func (l Limits) server(h http.Handler, log *slog.Logger) *http.Server {
 		MaxHeaderBytes:    l.MaxHeaderBytes,
 		ConnState:         w.track,
 		ConnContext:       func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) },
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 }
 
