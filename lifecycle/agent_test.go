@@ -296,7 +296,19 @@ func TestSecondSessionRefusedWhileAlive(t *testing.T) {
 	if err := first.Send(&nodev1.AgentMessage{Msg: &nodev1.AgentMessage_Heartbeat{Heartbeat: &nodev1.Heartbeat{}}}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond) // the heartbeat is handled
+	// Wait until the heartbeat is handled.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		a.lc.sess.mu.Lock()
+		st := a.lc.sess.streams["m-525400000a01"]
+		beat := st != nil && st.beat.Equal(a.clk.Now())
+		a.lc.sess.mu.Unlock()
+		if beat {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("heartbeat not handled")
+		}
+	}
 	a.clk.Advance(20 * time.Second)
 	if _, err := openSession(t, a.client(c), register()); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("second session 20 s after a heartbeat: %v; want FailedPrecondition", err)
