@@ -43,7 +43,8 @@ import (
 //
 // The name is the machine's: the request's subject and SANs are ignored
 // (NodeIdentity.SignNode decides them). Every refusal is a NodeCertificate
-// with the reason, a timeline entry and a log line.
+// with the reason, a timeline entry and a log line (those two
+// rate-limited across the agent edge, as its other refusals are).
 
 // MaxCSRBytes caps a CertificateRequest's PEM. A P-256 request is about
 // 400 bytes and an RSA-4096 one under 2 KiB: this is a bound on the
@@ -280,12 +281,16 @@ func (l *Lifecycle) onCSR(stream context.Context, machine string, req *nodev1.Ce
 	}
 }
 
-// refuseCSR records a refused certificate request (timeline, log) and
-// answers it with why.
+// refuseCSR records a refused certificate request and answers it with
+// why. The log line and the timeline entry go through the agent edge's
+// rate limits (warn, noteGate: a flood of requests cannot flood the log
+// or the store; the next log line counts what was dropped).
 func (l *Lifecycle) refuseCSR(ctx context.Context, machine, id, why string) {
-	l.log.Warn("certificate request refused", "machine", machine, "install_id", id, "reason", why)
-	if m, err := l.inv.GetMachine(ctx, machine); err == nil {
-		l.event(m, "lifecycle", "csr-refused", why, map[string]string{"install_id": id})
+	l.warn("certificate request refused", "machine", machine, "install_id", id, "reason", why)
+	if _, ok := l.sess.noteGate.allow(); ok {
+		if m, err := l.inv.GetMachine(ctx, machine); err == nil {
+			l.event(m, "lifecycle", "csr-refused", why, map[string]string{"install_id": id})
+		}
 	}
 	_ = l.sess.send(machine, &nodev1.ApplianceMessage{Cmd: &nodev1.ApplianceMessage_Certificate{Certificate: &nodev1.NodeCertificate{InstallId: id, Error: why}}})
 }
