@@ -38,8 +38,11 @@ import (
 //     with that id any more);
 //   - it is the install's first key, or the same key again (an answer
 //     lost with its session: signed again, once per session). A different
-//     key is refused and the machine flagged (FlagCSRKeyConflict): an
-//     install has one node key.
+//     key is refused, the machine flagged (FlagCSRKeyConflict) and every
+//     certificate issued for its name revoked (Config.Certs): an install
+//     has one node key, and whoever holds the other one must not keep a
+//     certificate for the name. The install then fails; accepting the
+//     machine again starts a new install with a new key.
 //
 // The name is the machine's: the request's subject and SANs are ignored
 // (NodeIdentity.SignNode decides them). Every refusal is a NodeCertificate
@@ -145,18 +148,16 @@ func (p *planStreams) planSentNow(machine, id string) {
 	}
 }
 
-// check says why a CSR for install id on stream may not be signed, or "".
-func (p *planStreams) check(machine, id string, stream context.Context) string {
+// check says why a CSR for install id on stream may not be signed, or "",
+// and whether a certificate was signed on stream for it already.
+func (p *planStreams) check(machine, id string, stream context.Context) (why string, signed bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s, ok := p.sent[machine]
-	switch {
-	case !ok || s.installID != id || s.stream != stream:
-		return fmt.Sprintf("install plan %s was not sent on this session", id)
-	case s.signed:
-		return fmt.Sprintf("a certificate for install %s was already signed on this session", id)
+	if !ok || s.installID != id || s.stream != stream {
+		return fmt.Sprintf("install plan %s was not sent on this session", id), false
 	}
-	return ""
+	return "", s.signed
 }
 
 // signedOn marks install id's certificate signed on stream.
@@ -196,13 +197,14 @@ func (l *Lifecycle) onCSR(stream context.Context, machine string, req *nodev1.Ce
 		l.refuseCSR(ctx, machine, id, err.Error())
 		return
 	}
-	if why := l.streams.check(machine, id, stream); why != "" {
+	why, signedHere := l.streams.check(machine, id, stream)
+	if why != "" {
 		l.refuseCSR(ctx, machine, id, why)
 		return
 	}
 	now := timestamppb.New(l.now())
 	var out csrOutcome
-	var why, prior string
+	var prior string
 	m, err := l.inv.UpdateMachine(ctx, machine, func(m *inventoryv1.Machine) error {
 		out, why, prior = csrRefused, "", ""
 		in := m.GetInstall()
@@ -215,6 +217,11 @@ func (l *Lifecycle) onCSR(stream context.Context, machine string, req *nodev1.Ce
 			return errSkip
 		case in.GetDone():
 			why = fmt.Sprintf("install %s is done: its identity is written", id)
+			return errSkip
+		}
+		conflictOf := FlagCSRKeyConflict + ": install " + id + ":"
+		if slices.ContainsFunc(m.GetFlags(), func(f string) bool { return strings.HasPrefix(f, conflictOf) }) {
+			why = fmt.Sprintf("install %s had a second node key asked for: nothing more is signed for it; accept the machine again to install anew", id)
 			return errSkip
 		}
 		recID, recKey, _ := strings.Cut(m.GetAnnotations()[AnnotationNodeKey], " ")
@@ -233,10 +240,7 @@ func (l *Lifecycle) onCSR(stream context.Context, machine string, req *nodev1.Ce
 			return errSkip // nothing to write
 		default:
 			out, prior = csrConflict, recKey
-			flag := fmt.Sprintf("%s: install %s: key %s was signed, then %s was asked for", FlagCSRKeyConflict, id, recKey, fp)
-			if slices.Contains(m.Flags, flag) {
-				return errSkip
-			}
+			flag := fmt.Sprintf("%s %s was signed, then %s was asked for", conflictOf, recKey, fp)
 			m.Flags = append(slices.DeleteFunc(m.Flags, func(f string) bool { return strings.HasPrefix(f, FlagCSRKeyConflict) }), flag)
 			return nil
 		}
@@ -251,8 +255,22 @@ func (l *Lifecycle) onCSR(stream context.Context, machine string, req *nodev1.Ce
 		l.refuseCSR(ctx, machine, id, why)
 		return
 	case csrConflict:
-		l.refuseCSR(ctx, machine, id, fmt.Sprintf("install %s already has a node key (%s); this request is for another (%s): one key per install; accept the machine again to install anew", id, prior, fp))
+		reason := fmt.Sprintf("install %s already has a node key (%s); this request is for another (%s): one key per install; accept the machine again to install anew", id, prior, fp)
+		if m != nil {
+			if err := l.revokeCerts(ctx, m, fmt.Sprintf("install %s: a second node key was asked for", id)); err != nil {
+				l.log.Error("node certificates not revoked after a key conflict", "machine", machine, "install_id", id, "err", err)
+				reason += "; revoking the certificates already issued for it failed: " + err.Error()
+			} else if l.cfg.Certs != nil {
+				reason += "; the certificates already issued for it are revoked"
+			}
+		}
+		l.refuseCSR(ctx, machine, id, reason)
 		return
+	case csrSameKey:
+		if signedHere {
+			l.refuseCSR(ctx, machine, id, fmt.Sprintf("a certificate for install %s was already signed on this session", id))
+			return
+		}
 	}
 	certPEM, err := l.cfg.Identity.SignNode(ctx, machine, csrPEM)
 	if err != nil {

@@ -96,6 +96,25 @@ func (f *fakeIdentity) names() []string {
 	return append([]string(nil), f.signed...)
 }
 
+// fakeRevoker records the node names whose certificates are revoked.
+type fakeRevoker struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (f *fakeRevoker) RevokeNode(_ context.Context, name, _ string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.names = append(f.names, name)
+	return nil
+}
+
+func (f *fakeRevoker) revoked() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.names...)
+}
+
 // harness is one appliance: inventory, pool, lifecycle and the agent
 // gRPC service on bufconn, over st.
 type harness struct {
@@ -103,6 +122,7 @@ type harness struct {
 	st     store.Store
 	clk    *fakeclock.Clock
 	id     *fakeIdentity
+	certs  *fakeRevoker
 	inv    *inventory.Inventory
 	pool   *pool.Pool
 	lc     *Lifecycle
@@ -137,7 +157,8 @@ func newHarness(t *testing.T, st store.Store, o harnessOpt) *harness {
 	}
 	fb := &fakePower{}
 	id := newFakeIdentity(t)
-	lc, err := New(Config{Machines: inv, Events: inv, Nodes: p, Identity: id, BMC: fb, Now: clk.Now,
+	certs := &fakeRevoker{}
+	lc, err := New(Config{Machines: inv, Events: inv, Nodes: p, Identity: id, Certs: certs, BMC: fb, Now: clk.Now,
 		Endpoint: func(string) string { return "10.0.0.1:20180" }, Interval: time.Hour,
 		AutoAccept: o.auto, AutoAcceptSelectors: o.autoAccept})
 	if err != nil {
@@ -157,7 +178,7 @@ func newHarness(t *testing.T, st store.Store, o harnessOpt) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, st: st, clk: clk, id: id, inv: inv, pool: p, lc: lc, bmc: fb,
+	h := &harness{t: t, st: st, clk: clk, id: id, certs: certs, inv: inv, pool: p, lc: lc, bmc: fb,
 		client: nodev1.NewAgentServiceClient(cc), msrv: &MachineServer{MachineServer: &inventory.MachineServer{Inv: inv}, Lifecycle: lc}}
 	var once sync.Once
 	h.stop = func() {
