@@ -26,7 +26,8 @@ http {
 CONF
 echo "== HTTP: $CLIENTS clients, 30 MiB initramfs, $DURATION, server pinned to CPU $SERVER_CPU =="
 serve corrald "$BIN/corrald" serve --data-dir "$OUT/state" --api-listen 127.0.0.1:20180 --boot-interface $IF_S \
-	--dhcp-mode off --tftp-listen off --no-ra --http-listen $SERVER:8080 --boot-initrd "$files/initrd.img" --log-level warn
+	--dhcp-mode off --tftp-listen off --no-ra --http-listen $SERVER:8080 --boot-initrd "$files/initrd.img" --log-level warn \
+	--http-max-conns-per-ip $((CLIENTS + 16)) --http-max-conns $((CLIENTS + 64))
 t0=$(ticks $SPID)
 c=$(client "$BIN/httpload" -url http://$SERVER:8080/images/initrd.img -clients $CLIENTS -duration $DURATION)
 t1=$(ticks $SPID)

@@ -43,7 +43,12 @@ func run(ctx context.Context, dir, listen, impl string) error {
 		if err != nil {
 			return err
 		}
-		s, err := boottftp.New(boottftp.Config{Listen: listen, Catalog: cat})
+		// All benchmark clients share one address: lift the per-client
+		// transfer cap (corrald's default is 8) so that it measures the
+		// server, not the cap.
+		lim := boottftp.DefaultLimits()
+		lim.MaxTransfersPerIP = lim.MaxTransfers
+		s, err := boottftp.New(boottftp.Config{Listen: listen, Catalog: cat, Limits: lim})
 		if err != nil {
 			return err
 		}
