@@ -23,6 +23,16 @@ func FuzzRespond(f *testing.F) {
 	}
 	relayed := discover(f, mac(9), biosPXE, dhcpv4.WithGatewayIP(net.IPv4(10, 9, 0, 1)))
 	f.Add(relayed.ToBytes(), false)
+	// The request states and DECLINE (spoof_test.go), local and relayed.
+	for _, m := range []*dhcpv4.DHCPv4{
+		initReboot(mac(10), net.IPv4(10, 0, 0, 120)),
+		renew(mac(11), net.IPv4(10, 0, 0, 121)),
+		selecting(mac(12), net.IPv4(10, 0, 0, 122)),
+		decline(mac(13), net.IPv4(10, 0, 0, 123)),
+		decline(mac(14), net.IPv4(10, 9, 0, 100), dhcpv4.WithGatewayIP(net.IPv4(10, 9, 0, 1))),
+	} {
+		f.Add(m.ToBytes(), false)
+	}
 	full := newFixture(f, ModeFull)
 	proxy := newFixture(f, ModeProxy, func(c *Config) { c.Ranges = nil; c.Store = nil })
 	f.Fuzz(func(t *testing.T, b []byte, isProxy bool) {
