@@ -47,7 +47,8 @@ var reflectionPrefixes = []string{
 //   - refuses, with codes.Unauthenticated, a call on a connection whose
 //     verified client certificate has expired or is revoked
 //     (Certificates): checked on every call, not only at the handshake,
-//     so a long-lived connection does not outlive its certificate;
+//     so a long-lived connection does not outlive its certificate, and
+//     again on a stream's receives every StreamRecheck;
 //   - authenticates the caller from the "authorization: Bearer <token>"
 //     metadata through Tokens or, when there is no such header and
 //     NodeCertificates is set, from a verified TLS client certificate whose
@@ -133,17 +134,50 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 		if err != nil {
 			return err
 		}
-		return handler(srv, &serverStream{ServerStream: ss, ctx: ctx})
+		st := &serverStream{ServerStream: ss, ctx: ctx}
+		if verifiedLeaf(ctx) != nil {
+			st.recheck = func() error { return i.checkPeerCertificate(ctx, info.FullMethod) }
+		}
+		return handler(srv, st)
 	}
 }
 
-// serverStream replaces the context of a server stream.
+// StreamRecheck is how often a stream opened with a client certificate
+// checks it again (expiry, revocation) as messages arrive, so a long
+// stream does not outlive its certificate by more than this.
+const StreamRecheck = 10 * time.Second
+
+// serverStream replaces the context of a server stream and, for a caller
+// with a client certificate, re-checks it on receive every StreamRecheck.
 type serverStream struct {
 	grpc.ServerStream
-	ctx context.Context
+	ctx     context.Context
+	recheck func() error
+
+	mu   sync.Mutex
+	last time.Time
 }
 
 func (s *serverStream) Context() context.Context { return s.ctx }
+
+func (s *serverStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if s.recheck == nil {
+		return nil
+	}
+	s.mu.Lock()
+	due := time.Since(s.last) >= StreamRecheck
+	if due {
+		s.last = time.Now()
+	}
+	s.mu.Unlock()
+	if due {
+		return s.recheck()
+	}
+	return nil
+}
 
 func (i *Interceptor) logger() *slog.Logger {
 	if i.Logger != nil {

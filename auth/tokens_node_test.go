@@ -149,3 +149,44 @@ func TestInterceptorClientCertificateEveryCall(t *testing.T) {
 		})
 	}
 }
+
+// recvStream is a server stream whose RecvMsg always has a message.
+type recvStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s recvStream) Context() context.Context { return s.ctx }
+func (recvStream) RecvMsg(any) error          { return nil }
+
+// TestInterceptorStreamRechecksCertificate: a stream opened with a valid
+// certificate fails its next receive once the certificate is revoked (the
+// first receive checks; later ones every StreamRecheck).
+func TestInterceptorStreamRechecksCertificate(t *testing.T) {
+	leaf := &x509.Certificate{Subject: pkix.Name{CommonName: "node-1", Organization: []string{NodeOrganization}},
+		SerialNumber: big.NewInt(42), NotAfter: time.Now().Add(time.Hour)}
+	revoked := checker{}
+	ic := &Interceptor{NodeCertificates: true, Certificates: revoked}
+	state := tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}, VerifiedChains: [][]*x509.Certificate{{leaf}}}
+	ctx := peer.NewContext(context.Background(), &peer.Peer{AuthInfo: credentials.TLSInfo{State: state}})
+	info := &grpc.StreamServerInfo{FullMethod: "/corral.node.v1.AgentService/Session"}
+
+	err := ic.Stream()(nil, recvStream{ctx: ctx}, info, func(_ any, ss grpc.ServerStream) error {
+		if err := ss.RecvMsg(nil); err != nil {
+			return err
+		}
+		revoked["2a"] = true
+		return ss.RecvMsg(nil) // within StreamRecheck of the last check
+	})
+	if err != nil {
+		t.Fatalf("receive within the recheck interval: %v", err)
+	}
+	delete(revoked, "2a")
+	err = ic.Stream()(nil, recvStream{ctx: ctx}, info, func(_ any, ss grpc.ServerStream) error {
+		revoked["2a"] = true // revoked after the stream opened
+		return ss.RecvMsg(nil)
+	})
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("receive after revocation = %v, want Unauthenticated", err)
+	}
+}
