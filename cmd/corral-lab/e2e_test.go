@@ -244,8 +244,10 @@ func corraldHas(t *testing.T, r *rack, flag string) bool {
 
 // TestLab: corral-lab up with one BIOS and one UEFI machine behind BMCs;
 // both PXE-boot and are inventoried with their serials; accepted, they
-// install, boot the hypervisor image and their nodes become READY; a
-// `corral do` DAG puts a VM on one; that machine's QEMU is killed (node
+// install (each node key made on its machine: the plans carry none, the
+// node serves the key whose request the appliance signed, and no private
+// key on the appliance is it), boot the hypervisor image and their nodes
+// become READY; a `corral do` DAG puts a VM on one; that machine's QEMU is killed (node
 // NOT_READY) and powered on through its BMC (READY again, disk intact);
 // corral-lab down leaves nothing behind.
 func TestLab(t *testing.T) {
@@ -319,6 +321,12 @@ func TestLab(t *testing.T) {
 		}
 		t.Logf("corral-lab report:\n%s", r.lab("report"))
 	})
+
+	if ready {
+		// The node keys were made on the machines: the plans carried
+		// none, and the appliance never had them (nodekey_test.go).
+		t.Run("node-keys", func(t *testing.T) { checkNodeKeys(t, r.in(t)) })
+	}
 
 	vmOK := ready && t.Run("vm", func(t *testing.T) {
 		r := r.in(t)
