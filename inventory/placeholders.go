@@ -101,7 +101,7 @@ func (p *placeholders) load(ctx context.Context, i *Inventory) error {
 	return nil
 }
 
-// reserve takes one slot for a placeholder about to be created, or fails
+// reservePlaceholder takes one slot for a placeholder about to be created, or fails
 // with ErrDiscoveredCap. release must be called once the create is over
 // (the record, if made, is counted by observe).
 func (i *Inventory) reservePlaceholder(ctx context.Context, mac string) (release func(), err error) {
