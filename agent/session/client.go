@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -301,6 +302,11 @@ func obey(ctx, runCtx context.Context, cfg *Config, msg *nodev1.ApplianceMessage
 		}
 		fmt.Fprintf(cfg.Console, "corral: appliance sent install plan %s: node %s, disk %s, wipe %v (fields: %s)\n",
 			plan.GetInstallId(), plan.GetHostname(), disk, plan.GetWipe(), planFields(plan))
+		if err := planCAPinned(plan, cfg.CAFingerprint); err != nil {
+			fmt.Fprintln(cfg.Console, "corral: install plan refused:", err)
+			progress(&nodev1.Progress{Step: "install", Done: true, Error: err.Error(), InstallId: plan.GetInstallId()})
+			return
+		}
 		id := plan.GetInstallId()
 		jobs.start(runCtx, "install", id, func(ctx context.Context, progress func(*nodev1.Progress)) error {
 			sign := func(ctx context.Context, csrPEM []byte) ([]byte, error) { return jobs.certify(ctx, id, csrPEM) }
@@ -354,4 +360,22 @@ func planFields(plan *nodev1.InstallPlan) string {
 		b = b[n:]
 	}
 	return strings.Join(names, " ")
+}
+
+// planCAPinned checks that the CA an install plan asks the node to trust is
+// the CA pinned on the kernel command line: the node's identity must chain
+// to the appliance this agent verified, not to whatever the plan names.
+func planCAPinned(plan *nodev1.InstallPlan, fingerprint string) error {
+	block, _ := pem.Decode([]byte(plan.GetCaCertPem()))
+	if block == nil || block.Type != "CERTIFICATE" {
+		return errors.New("install plan: ca_cert_pem holds no PEM certificate")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return fmt.Errorf("install plan: ca_cert_pem: %w", err)
+	}
+	if fp := Fingerprint(cert); fp != strings.ToLower(fingerprint) {
+		return fmt.Errorf("install plan: its CA (sha256 %s) is not the CA pinned on the kernel command line (sha256 %s)", fp, strings.ToLower(fingerprint))
+	}
+	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	nodev1 "github.com/corralhq/corral/api/node/v1"
+	"github.com/corralhq/corral/auth/pki"
 	"google.golang.org/grpc"
 )
 
@@ -321,7 +322,7 @@ func TestInstallCertificateRequest(t *testing.T) {
 		t.Error("the request carries a private key")
 	}
 	for _, want := range []string{
-		"install plan A: node node-1, disk auto, wipe false (fields: disk hostname install_id)",
+		"install plan A: node node-1, disk auto, wipe false (fields: disk hostname ca_cert_pem install_id)",
 		"install A: node key made on this machine; its certificate request sent to the appliance",
 	} {
 		if !strings.Contains(console.String(), want) {
@@ -400,6 +401,43 @@ func TestCertificateRequestAnswers(t *testing.T) {
 			}
 			cancel()
 			<-done
+		})
+	}
+}
+
+// TestInstallPlanCANotPinned: a plan naming a CA other than the one pinned
+// on the kernel command line is refused before the installer runs.
+func TestInstallPlanCANotPinned(t *testing.T) {
+	other, err := pki.EnsureCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, planCA := range map[string]string{
+		"another CA": string(other.CertPEM()),
+		"no CA":      "",
+		"garbage":    "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			cmd := installCmd("A")
+			cmd.GetInstall().CaCertPem = planCA
+			f := &fakeAppliance{cmds: []*nodev1.ApplianceMessage{cmd}, noPlanCA: true}
+			endpoint, caCert := serve(t, f, true)
+			inst := &keyInstaller{}
+			cfg := config(endpoint, Fingerprint(caCert), &syncBuffer{}, &fakePower{})
+			cfg.Installer = inst
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go Run(ctx, cfg)
+			waitFor(t, "install A answered", func() bool { return len(f.progressOf("A")) == 1 })
+			if got := f.progressOf("A")[0]; !strings.HasPrefix(got, "install error: install plan: ") || !strings.HasSuffix(got, "(done)") {
+				t.Fatalf("progress of A = %q, want an install error naming the plan's CA", got)
+			}
+			if key, _, _ := inst.result(); key != nil {
+				t.Error("the installer ran for a plan whose CA is not the pinned one")
+			}
+			if n := len(f.requests()); n != 0 {
+				t.Errorf("%d certificate requests sent, want none", n)
+			}
 		})
 	}
 }

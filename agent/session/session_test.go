@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
@@ -32,6 +33,10 @@ type fakeAppliance struct {
 	nodev1.UnimplementedAgentServiceServer
 	refuse int
 	cmds   []*nodev1.ApplianceMessage
+	// caPEM is the CA serve() made; install plans without one get it
+	// unless noPlanCA is set.
+	caPEM    string
+	noPlanCA bool
 
 	mu         sync.Mutex
 	registers  []*nodev1.RegisterRequest
@@ -100,6 +105,12 @@ func (f *fakeAppliance) Session(stream grpc.BidiStreamingServer[nodev1.AgentMess
 		if first {
 			first = false
 			for _, c := range f.cmds {
+				if in := c.GetInstall(); in != nil && in.GetCaCertPem() == "" && !f.noPlanCA {
+					// A plan names the CA the appliance serves with, as
+					// corrald's does.
+					c = proto.CloneOf(c)
+					c.GetInstall().CaCertPem = f.caPEM
+				}
 				if err := stream.Send(c); err != nil {
 					return err
 				}
@@ -129,6 +140,7 @@ func serve(t *testing.T, f *fakeAppliance, chain bool) (string, *x509.Certificat
 	if chain {
 		cert.Certificate = append(cert.Certificate, caCert.Raw)
 	}
+	f.caPEM = string(ca.CertPEM())
 	if f.beats == nil {
 		f.beats = make(chan struct{}, 1)
 	}
