@@ -276,4 +276,3 @@ func TestLimitsDefaultsAndValidate(t *testing.T) {
 		})
 	}
 }
-
