@@ -47,6 +47,7 @@ import (
 	"github.com/corralhq/corral/agent/cmdline"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/images"
+	"github.com/corralhq/corral/internal/apierr"
 	"golang.org/x/time/rate"
 )
 
@@ -326,6 +327,13 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		m, _, err := s.cfg.Inventory.EnsureMachineForMAC(ctx, mac)
+		if errors.Is(err, apierr.ErrExhausted) {
+			// No record, so no timeline either: a flood of spoofed MACs
+			// must not grow one per MAC.
+			s.refuseNote(w, r, mac, http.StatusServiceUnavailable,
+				"too many discovered machines: the appliance's cap (--max-discovered) is reached; accept or delete discovered machines", false)
+			return
+		}
 		if err != nil {
 			s.log.Error("ensure machine failed", "mac", mac, "err", err)
 			s.refuse(w, r, mac, http.StatusServiceUnavailable, "inventory unavailable")

@@ -19,6 +19,7 @@ import (
 	"github.com/corralhq/corral/agent/cmdline"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/images"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -27,6 +28,8 @@ var update = flag.Bool("update", false, "rewrite golden files")
 type fakeInv struct {
 	mu       sync.Mutex
 	machines map[string]*inventoryv1.Machine // by MAC
+	// ensureErr, when set, is what EnsureMachineForMAC returns.
+	ensureErr error
 }
 
 func (f *fakeInv) BootIntent(_ context.Context, mac string) (string, inventoryv1.BootIntent, error) {
@@ -44,6 +47,9 @@ func (f *fakeInv) EnsureMachineForMAC(_ context.Context, mac string) (*inventory
 	defer f.mu.Unlock()
 	if m, ok := f.machines[mac]; ok {
 		return m, false, nil
+	}
+	if f.ensureErr != nil {
+		return nil, false, f.ensureErr
 	}
 	m := &inventoryv1.Machine{Name: "m-" + strings.ReplaceAll(mac, ":", ""), BootIntent: inventoryv1.BootIntent_BOOT_INTENT_DISCOVER}
 	f.machines[mac] = m
@@ -262,6 +268,23 @@ func TestCreateUnknown(t *testing.T) {
 	resp, body := get(t, f.srv.URL+"/boot.ipxe?mac=52:54:00:99:99:99", nil)
 	if resp.StatusCode != 200 || !strings.Contains(string(body), "m-525400999999") {
 		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+}
+
+// TestCreateUnknownCapReached: past the discovered-machine cap an unknown
+// MAC's script is refused with the reason, and nothing goes on a timeline
+// (a flood of spoofed MACs must not grow one per MAC).
+func TestCreateUnknownCapReached(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.CreateUnknown = true })
+	f.inv.mu.Lock()
+	f.inv.ensureErr = apierr.New(apierr.ErrExhausted, "inventory: too many discovered machines")
+	f.inv.mu.Unlock()
+	resp, body := get(t, f.srv.URL+"/boot.ipxe?mac=52:54:00:99:99:98", nil)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "--max-discovered") {
+		t.Fatalf("%d %s, want 503 naming --max-discovered", resp.StatusCode, body)
+	}
+	if tl := f.rec.all(); strings.Contains(tl, "52:54:00:99:99:98") {
+		t.Errorf("timeline has the refused MAC:\n%s", tl)
 	}
 }
 
