@@ -11,6 +11,7 @@ import (
 	"time"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/lograte"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/record"
 	"google.golang.org/protobuf/proto"
@@ -55,6 +56,10 @@ type Inventory struct {
 	log *slog.Logger
 	tl  *timeline
 	ph  placeholders
+	// refusals bounds the log lines of refused reports (a flood of forged
+	// reports is not a flood of log lines); each refusal is on the
+	// machine's timeline anyway, which inventory bounds.
+	refusals *lograte.Gate
 }
 
 // New validates cfg and returns an Inventory.
@@ -77,7 +82,7 @@ func New(cfg Config) (*Inventory, error) {
 	if cfg.MaxDiscovered == 0 {
 		cfg.MaxDiscovered = DefaultMaxDiscovered
 	}
-	inv := &Inventory{cfg: cfg, log: cfg.Logger}
+	inv := &Inventory{cfg: cfg, log: cfg.Logger, refusals: lograte.NewGate(time.Second, 10)}
 	inv.ph.max = cfg.MaxDiscovered
 	inv.tl = newTimeline(inv)
 	return inv, nil

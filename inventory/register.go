@@ -7,13 +7,11 @@ import (
 	"net/url"
 	"sort"
 	"strings"
-	"time"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/record"
-	"golang.org/x/time/rate"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -379,16 +377,11 @@ func (i *Inventory) refuseReport(m *inventoryv1.Machine, boot, serial, uuid, why
 	if mac != "" {
 		i.Event(mac, "inventory", "register-refused", detail, map[string]string{"boot_mac": boot, "serial": serial, "uuid": uuid})
 	}
-	if refusalLog.Allow() {
-		i.log.Warn("discovery report refused: identity mismatch", "machine", name, "mac", boot, "serial", serial, "reason", why)
+	if n, ok := i.refusals.Allow(); ok {
+		i.log.Warn("discovery report refused: identity mismatch", "machine", name, "mac", boot, "serial", serial, "reason", why, "suppressed", n)
 	}
 	return apierr.PermissionDeniedf("machine %s does not match the report from %s: %s; if the hardware really changed, delete the machine first", name, boot, why)
 }
-
-// refusalLog bounds the log lines of refused reports (a flood of forged
-// reports is not a flood of log lines); each refusal is on the machine's
-// timeline anyway, which inventory bounds.
-var refusalLog = rate.NewLimiter(rate.Every(time.Second), 10)
 
 func firstMAC(m *inventoryv1.Machine) string {
 	if m.GetBootMac() != "" {

@@ -17,10 +17,10 @@ import (
 	"unicode/utf8"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/lograte"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/record"
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/time/rate"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -81,7 +81,7 @@ type timeline struct {
 	seq     atomic.Uint64
 	dropped atomic.Uint64 // entries dropped on a full queue, ever
 
-	drops, clipped, evicted, failed logCounter
+	drops, clipped, evicted, failed lograte.Counter
 
 	// stripes serialise the index work (trim, first sight, eviction) of
 	// one MAC; different MACs proceed in parallel.
@@ -112,18 +112,6 @@ type macState struct {
 // snapshot copies ms without its pending map (for save).
 func (ms *macState) snapshot() macState {
 	return macState{mac: ms.mac, count: ms.count, since: ms.since, last: ms.last}
-}
-
-// logCounter counts events and logs them at most once per logEvery, with
-// the count since the previous line.
-type logCounter struct {
-	n  atomic.Int64
-	rl rate.Sometimes
-}
-
-func (c *logCounter) add(k int64, log func(since int64)) {
-	c.n.Add(k)
-	c.rl.Do(func() { log(c.n.Swap(0)) })
 }
 
 type tlItem struct {
@@ -157,8 +145,8 @@ func newTimeline(inv *Inventory) *timeline {
 	}
 	t := &timeline{inv: inv, queue: make(chan tlItem, c.TimelineQueue), seed: maphash.MakeSeed(),
 		macs: map[string]*list.Element{}, lru: list.New()}
-	for _, lc := range []*logCounter{&t.drops, &t.clipped, &t.evicted, &t.failed} {
-		lc.rl = rate.Sometimes{First: 1, Interval: logEvery}
+	for _, lc := range []*lograte.Counter{&t.drops, &t.clipped, &t.evicted, &t.failed} {
+		lc.Interval = logEvery
 	}
 	return t
 }
@@ -180,7 +168,7 @@ func (i *Inventory) Record(e *inventoryv1.TimelineEntry) {
 	}
 	t := i.tl
 	if cut := t.clip(e); cut > 0 {
-		t.clipped.add(1, func(n int64) {
+		t.clipped.Add(1, func(n int64) {
 			i.log.Warn("timeline entry over its size limits: cut", "mac", mac, "source", e.GetSource(), "event", e.GetEvent(),
 				"bytes_cut", cut, "detail_limit", i.cfg.TimelineDetailBytes, "attrs_limit", i.cfg.TimelineAttrs,
 				"attr_bytes_limit", i.cfg.TimelineAttrBytes, "entries_cut_since_last_log", n)
@@ -191,7 +179,7 @@ func (i *Inventory) Record(e *inventoryv1.TimelineEntry) {
 	case t.queue <- tlItem{key: key, entry: e}:
 	default:
 		t.dropped.Add(1)
-		t.drops.add(1, func(n int64) {
+		t.drops.Add(1, func(n int64) {
 			i.log.Warn("timeline queue full: entries dropped", "queue", i.cfg.TimelineQueue, "dropped_since_last_log", n, "dropped_total", t.dropped.Load())
 		})
 	}
@@ -362,7 +350,7 @@ func (t *timeline) write(ctx context.Context, it tlItem) {
 	if err != nil {
 		t.mu.Unlock()
 		st.Unlock()
-		t.failed.add(1, func(n int64) {
+		t.failed.Add(1, func(n int64) {
 			t.inv.log.Warn("timeline write failed", "mac", mac, "err", err, "failed_since_last_log", n)
 		})
 		return
@@ -466,7 +454,7 @@ func (t *timeline) evict(ctx context.Context, budget int) {
 			deleted = t.deleteAll(ctx, kvs)
 		}
 		st.Unlock()
-		t.evicted.add(1, func(n int64) {
+		t.evicted.Add(1, func(n int64) {
 			t.inv.log.Warn("timeline over its total limit: deleted the timelines of the MACs written to least recently",
 				"mac", ms.mac, "entries", deleted, "last_entry", ms.last.UTC().Format(time.RFC3339),
 				"total", total, "limit", t.inv.cfg.TimelineMaxEntries, "macs_deleted_since_last_log", n)
@@ -529,7 +517,7 @@ func (t *timeline) save(ctx context.Context, ms macState, create bool) {
 
 func (t *timeline) saveFailed(mac string, err error) {
 	if err != nil {
-		t.failed.add(1, func(n int64) {
+		t.failed.Add(1, func(n int64) {
 			t.inv.log.Warn("timeline index write failed", "mac", mac, "err", err, "failed_since_last_log", n)
 		})
 	}

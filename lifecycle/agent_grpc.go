@@ -7,15 +7,12 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 	"unicode/utf8"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/inventory"
-	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
@@ -372,7 +369,7 @@ func truncate(s string, limit int) string {
 // across the agent edge (a flood of refused calls cannot flood the log);
 // lines dropped are counted in the next one.
 func (l *Lifecycle) warn(msg string, args ...any) {
-	if dropped, ok := l.sess.warnGate.allow(); ok {
+	if dropped, ok := l.sess.warnGate.Allow(); ok {
 		if dropped > 0 {
 			args = append(args, "suppressed", dropped)
 		}
@@ -385,33 +382,9 @@ func (l *Lifecycle) warn(msg string, args ...any) {
 // cannot turn into a flood of store writes; the log line (warn) counts
 // what is dropped.
 func (l *Lifecycle) note(mac, event, detail string, attrs map[string]string) {
-	if _, ok := l.sess.noteGate.allow(); ok {
+	if _, ok := l.sess.noteGate.Allow(); ok {
 		l.ev.Event(mac, "agent", event, detail, attrs)
 	}
-}
-
-// logGate rate-limits log lines: allow reports whether one may be written
-// now and how many were suppressed since the last one.
-type logGate struct {
-	mu      sync.Mutex
-	lim     *rate.Limiter
-	dropped int
-}
-
-func newLogGate(every time.Duration, burst int) *logGate {
-	return &logGate{lim: rate.NewLimiter(rate.Every(every), burst)}
-}
-
-func (g *logGate) allow() (int, bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !g.lim.Allow() {
-		g.dropped++
-		return 0, false
-	}
-	d := g.dropped
-	g.dropped = 0
-	return d, true
 }
 
 func peerAddr(ctx context.Context) string {

@@ -305,7 +305,7 @@ func (l *Lifecycle) onCSR(stream context.Context, machine string, req *nodev1.Ce
 // or the store; the next log line counts what was dropped).
 func (l *Lifecycle) refuseCSR(ctx context.Context, machine, id, why string) {
 	l.warn("certificate request refused", "machine", machine, "install_id", id, "reason", why)
-	if _, ok := l.sess.noteGate.allow(); ok {
+	if _, ok := l.sess.noteGate.Allow(); ok {
 		if m, err := l.inv.GetMachine(ctx, machine); err == nil {
 			l.event(m, "lifecycle", "csr-refused", why, map[string]string{"install_id": id})
 		}

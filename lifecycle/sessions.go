@@ -10,6 +10,7 @@ import (
 
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/internal/lograte"
 )
 
 // Agent session rules (#11; docs/security.md copies this).
@@ -101,9 +102,9 @@ type sessions struct {
 	seen      map[string]time.Time      // machine -> last persisted last_seen
 	local     map[string]string         // machine -> appliance address its agent dialled
 
-	evictLog *logGate // pending ids evicted
-	warnGate *logGate // the agent edge's refusal log lines (Lifecycle.warn)
-	noteGate *logGate // the agent edge's refusal timeline entries (Lifecycle.note)
+	evictLog *lograte.Gate // pending ids evicted
+	warnGate *lograte.Gate // the agent edge's refusal log lines (Lifecycle.warn)
+	noteGate *lograte.Gate // the agent edge's refusal timeline entries (Lifecycle.note)
 }
 
 // pendingSession is what Register learned about the agent a session id
@@ -134,7 +135,7 @@ func newSessions(lim AgentLimits, log *slog.Logger) *sessions {
 	return &sessions{lim: lim, log: log,
 		pending: map[string]pendingSession{}, byMachine: map[string]string{}, streams: map[string]*stream{},
 		seen: map[string]time.Time{}, local: map[string]string{},
-		evictLog: newLogGate(time.Minute, 1), warnGate: newLogGate(time.Second, 10), noteGate: newLogGate(50*time.Millisecond, 100)}
+		evictLog: lograte.NewGate(time.Minute, 1), warnGate: lograte.NewGate(time.Second, 10), noteGate: lograte.NewGate(50*time.Millisecond, 100)}
 }
 
 // open hands out a session id for machine's agent, registered by owner.
@@ -186,7 +187,7 @@ func (s *sessions) evictOldestLocked() {
 		}
 	}
 	s.dropLocked(oldID, old)
-	if dropped, ok := s.evictLog.allow(); ok {
+	if dropped, ok := s.evictLog.Allow(); ok {
 		s.log.Warn("agent session table full: the oldest unused session id evicted (raise --agent-max-pending-sessions if this is not an attack)",
 			"max", s.lim.MaxPendingSessions, "machine", old.machine, "suppressed", dropped)
 	}

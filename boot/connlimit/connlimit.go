@@ -27,7 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/time/rate"
+	"github.com/corralhq/corral/internal/lograte"
 )
 
 // LogEvery is the shortest interval between two log lines about the same
@@ -70,18 +70,7 @@ type Listener struct {
 	open  int
 	perIP map[netip.Addr]int // only addresses with open connections: at most MaxConns keys
 
-	refusedTotal, refusedPerIP, stalled counter
-}
-
-// counter counts events and logs them at most once per LogEvery.
-type counter struct {
-	n  atomic.Int64
-	rl rate.Sometimes
-}
-
-func (c *counter) hit(log func(since int64)) {
-	c.n.Add(1)
-	c.rl.Do(func() { log(c.n.Swap(0)) })
+	refusedTotal, refusedPerIP, stalled lograte.Counter
 }
 
 // New wraps l. Closing the Listener closes l; connections it handed out
@@ -91,8 +80,8 @@ func New(l net.Listener, cfg Config) *Listener {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	ln := &Listener{Listener: l, cfg: cfg, log: cfg.Logger, perIP: map[netip.Addr]int{}}
-	for _, c := range []*counter{&ln.refusedTotal, &ln.refusedPerIP, &ln.stalled} {
-		c.rl = rate.Sometimes{First: 1, Interval: LogEvery}
+	for _, c := range []*lograte.Counter{&ln.refusedTotal, &ln.refusedPerIP, &ln.stalled} {
+		c.Interval = LogEvery
 	}
 	return ln
 }
@@ -117,7 +106,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 
 // admit takes a slot for ip, or says which cap refuses it (its counter,
 // its name in logs and a reason for the client).
-func (l *Listener) admit(ip netip.Addr) (ctr *counter, limit, reason string) {
+func (l *Listener) admit(ip netip.Addr) (ctr *lograte.Counter, limit, reason string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.cfg.MaxConns > 0 && l.open >= l.cfg.MaxConns {
@@ -140,8 +129,8 @@ func (l *Listener) release(ip netip.Addr) {
 	}
 }
 
-func (l *Listener) refuse(c net.Conn, ip netip.Addr, ctr *counter, limit, reason string) {
-	ctr.hit(func(n int64) {
+func (l *Listener) refuse(c net.Conn, ip netip.Addr, ctr *lograte.Counter, limit, reason string) {
+	ctr.Add(1, func(n int64) {
 		l.log.Warn("connection refused: limit reached", "server", l.cfg.Name, "peer", ip.String(), "limit", limit, "reason", reason, "refused_since_last_log", n)
 	})
 	if l.cfg.Refuse != nil {
@@ -275,7 +264,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 // stallErr logs a write that hit its progress deadline and returns err.
 func (c *Conn) stallErr(err error) error {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		c.l.stalled.hit(func(n int64) {
+		c.l.stalled.Add(1, func(n int64) {
 			c.l.log.Warn("connection cut: client stopped reading", "server", c.l.cfg.Name, "peer", c.ip.String(),
 				"write_stall", c.l.cfg.WriteStall.String(), "cut_since_last_log", n)
 		})

@@ -40,7 +40,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"text/template"
 	"time"
 
@@ -48,7 +47,7 @@ import (
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/images"
 	"github.com/corralhq/corral/internal/apierr"
-	"golang.org/x/time/rate"
+	"github.com/corralhq/corral/internal/lograte"
 )
 
 // Inventory is what the server needs to know about machines.
@@ -136,8 +135,8 @@ type Server struct {
 	lis net.Listener
 	srv *http.Server
 
-	macs, addrs *budgets // script budgets
-	refusals    *logGate // refusal log lines
+	macs, addrs *budgets      // script budgets
+	refusals    *lograte.Gate // refusal log lines
 }
 
 // New validates cfg and binds the listener.
@@ -170,7 +169,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger,
 		macs:     newBudgets(cfg.Scripts.MACBurst, cfg.Scripts.MACInterval, cfg.Scripts.MaxTracked),
 		addrs:    newBudgets(cfg.Scripts.AddrBurst, cfg.Scripts.AddrInterval, cfg.Scripts.MaxTracked),
-		refusals: newLogGate(time.Second, 10)}
+		refusals: lograte.NewGate(time.Second, 10)}
 	s.lis = cfg.Listener
 	if s.lis == nil {
 		l, err := net.Listen("tcp", cfg.Listen)
@@ -228,7 +227,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, mac string, stat
 
 // refuseNote is refuse; note says whether to put it on the timeline.
 func (s *Server) refuseNote(w http.ResponseWriter, r *http.Request, mac string, status int, reason string, note bool) {
-	if n, ok := s.refusals.allow(); ok {
+	if n, ok := s.refusals.Allow(); ok {
 		s.log.Warn("boot http request refused", "peer", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "mac", mac, "status", status, "reason", reason, "suppressed", n)
 	}
 	if note && mac != "" {
@@ -566,28 +565,4 @@ func tokenID(tok string) string {
 		return tok[4:20]
 	}
 	return ""
-}
-
-// logGate rate-limits log lines: allow reports whether one may be written
-// now and how many were suppressed since the last one.
-type logGate struct {
-	mu      sync.Mutex
-	lim     *rate.Limiter
-	dropped int
-}
-
-func newLogGate(every time.Duration, burst int) *logGate {
-	return &logGate{lim: rate.NewLimiter(rate.Every(every), burst)}
-}
-
-func (g *logGate) allow() (int, bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !g.lim.Allow() {
-		g.dropped++
-		return 0, false
-	}
-	d := g.dropped
-	g.dropped = 0
-	return d, true
 }

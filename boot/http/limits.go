@@ -9,11 +9,10 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/corralhq/corral/boot/connlimit"
-	"golang.org/x/time/rate"
+	"github.com/corralhq/corral/internal/lograte"
 )
 
 // Limits bound what clients of the boot HTTP server can hold: the LAN it
@@ -129,8 +128,8 @@ func refuse503(c net.Conn, reason string) {
 func (l Limits) server(h http.Handler, log *slog.Logger) *http.Server {
 	l = l.WithDefaults()
 	w := &connWatch{timeout: l.ReadHeaderTimeout, log: log, waiting: map[net.Conn]waitingConn{}}
-	for _, c := range []*counter{&w.slow, &w.bad} {
-		c.rl = rate.Sometimes{First: 1, Interval: connlimit.LogEvery}
+	for _, c := range []*lograte.Counter{&w.slow, &w.bad} {
+		c.Interval = connlimit.LogEvery
 	}
 	return &http.Server{
 		Handler:           w.handler(h),
@@ -156,23 +155,13 @@ type connWatch struct {
 	log       *slog.Logger
 	mu        sync.Mutex
 	waiting   map[net.Conn]waitingConn
-	slow, bad counter
+	slow, bad lograte.Counter
 }
 
 type waitingConn struct {
 	since   time.Time // connected, or idle since
 	first   bool      // no request yet on this connection
 	partial bool      // bytes of a request arrived, the handler has not run
-}
-
-type counter struct {
-	n  atomic.Int64
-	rl rate.Sometimes
-}
-
-func (c *counter) hit(log func(since int64)) {
-	c.n.Add(1)
-	c.rl.Do(func() { log(c.n.Swap(0)) })
 }
 
 func (w *connWatch) track(c net.Conn, st http.ConnState) {
@@ -197,13 +186,13 @@ func (w *connWatch) track(c net.Conn, st http.ConnState) {
 	}
 	peer := c.RemoteAddr().String()
 	if took >= w.timeout {
-		w.slow.hit(func(n int64) {
+		w.slow.Add(1, func(n int64) {
 			w.log.Warn("connection cut: request headers not received within the read-header timeout", "peer", peer,
 				"read_header_timeout", w.timeout.String(), "cut_since_last_log", n)
 		})
 		return
 	}
-	w.bad.hit(func(n int64) {
+	w.bad.Add(1, func(n int64) {
 		w.log.Warn("connection closed: malformed request or headers over the size limit (answered 400 or 431)", "peer", peer, "closed_since_last_log", n)
 	})
 }

@@ -26,12 +26,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/corralhq/corral/images"
+	"github.com/corralhq/corral/internal/lograte"
 	"github.com/pin/tftp/v3"
-	"golang.org/x/time/rate"
 )
 
 // Catalog is what the server needs of images.Catalog.
@@ -150,10 +149,7 @@ type Server struct {
 	slotMu  sync.Mutex
 	running int
 	perIP   map[netip.Addr]int // only addresses with transfers running: at most MaxTransfers keys
-	refused struct {
-		n  atomic.Int64
-		rl rate.Sometimes
-	}
+	refused lograte.Counter
 }
 
 // New validates cfg and binds the socket.
@@ -172,7 +168,6 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, cache: map[string][]byte{}, perIP: map[netip.Addr]int{}}
-	s.refused.rl = rate.Sometimes{First: 1, Interval: 10 * time.Second}
 	s.conn = cfg.Conn
 	if s.conn == nil {
 		c, err := net.ListenPacket("udp4", cfg.Listen)
@@ -338,9 +333,8 @@ func (s *Server) release(ip netip.Addr) {
 // refusedLog logs a refusal for a cap at most once per 10 s, with the
 // count since the previous line.
 func (s *Server) refusedLog(peer, mac, file, reason string) {
-	s.refused.n.Add(1)
-	s.refused.rl.Do(func() {
-		s.log.Warn("tftp transfer refused: limit reached", "peer", peer, "mac", mac, "file", file, "reason", reason, "refused_since_last_log", s.refused.n.Swap(0))
+	s.refused.Add(1, func(n int64) {
+		s.log.Warn("tftp transfer refused: limit reached", "peer", peer, "mac", mac, "file", file, "reason", reason, "refused_since_last_log", n)
 	})
 }
 

@@ -6,14 +6,13 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"sync/atomic"
 	"time"
 
 	"github.com/corralhq/corral/boot/connlimit"
 	boothttp "github.com/corralhq/corral/boot/http"
 	"github.com/corralhq/corral/boot/tftp"
+	"github.com/corralhq/corral/internal/lograte"
 	"github.com/corralhq/corral/inventory"
-	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
@@ -200,7 +199,7 @@ func (g GRPCLimits) listener(l net.Listener, log *slog.Logger) net.Listener {
 // handler enforces.
 func (g GRPCLimits) serverOptions(log *slog.Logger) []grpc.ServerOption {
 	h := &exhaustedLog{log: log}
-	h.rl = rate.Sometimes{First: 1, Interval: connlimit.LogEvery}
+	h.n.Interval = connlimit.LogEvery
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(g.MaxRecvMsgBytes),
 		grpc.MaxHeaderListSize(uint32(g.MaxHeaderBytes)),
@@ -215,8 +214,7 @@ func (g GRPCLimits) serverOptions(log *slog.Logger) []grpc.ServerOption {
 // exhaustedLog is a stats.Handler that logs calls ended ResourceExhausted.
 type exhaustedLog struct {
 	log *slog.Logger
-	n   atomic.Int64
-	rl  rate.Sometimes
+	n   lograte.Counter
 }
 
 type methodKey struct{}
@@ -230,15 +228,14 @@ func (h *exhaustedLog) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	if !ok || status.Code(end.Error) != codes.ResourceExhausted {
 		return
 	}
-	h.n.Add(1)
-	h.rl.Do(func() {
+	h.n.Add(1, func(since int64) {
 		addr := ""
 		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 			addr = p.Addr.String()
 		}
 		method, _ := ctx.Value(methodKey{}).(string)
 		h.log.Warn("grpc call refused: limit reached", "method", method, "peer", addr, "err", status.Convert(end.Error).Message(),
-			"refused_since_last_log", h.n.Swap(0))
+			"refused_since_last_log", since)
 	})
 }
 
