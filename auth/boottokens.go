@@ -236,8 +236,9 @@ func (t *Tokens) bootKey(ctx context.Context) ([]byte, error) {
 // slideBoot extends a boot token's expiry on use when less than half of its
 // lifetime (the span from its last extension, or creation, to its expiry)
 // is left: an agent whose install or wait outlasts the script's TTL keeps
-// working, at one store write per half lifetime. A failed write is ignored
-// (the token is still valid; the next use tries again).
+// working, at one store write per half lifetime. A failed write does not
+// fail the call (the token is still valid; the next use tries again): a
+// conflict means another use extended it, anything else is logged.
 func (t *Tokens) slideBoot(ctx context.Context, rec *authv1.Token, rev int64) {
 	now := t.now()
 	from := max(rec.GetCreatedUnix(), rec.GetLastUsedUnix())
@@ -247,5 +248,7 @@ func (t *Tokens) slideBoot(ctx context.Context, rec *authv1.Token, rev int64) {
 	}
 	rec.ExpiresUnix = now.Unix() + ttl
 	rec.LastUsedUnix = now.Unix()
-	_, _ = record.Put(ctx, t.Store, tokenKey(rec.GetId()), rec, rev)
+	if _, err := record.Put(ctx, t.Store, tokenKey(rec.GetId()), rec, rev); err != nil && !errors.Is(err, store.ErrConflict) && t.Logger != nil {
+		t.Logger.Warn("boot token expiry not extended", "token_id", rec.GetId(), "mac", rec.GetMac(), "err", err)
+	}
 }

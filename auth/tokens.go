@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -64,6 +65,9 @@ type Tokens struct {
 	Store store.Store
 	// Now is the clock used for creation and expiry; nil means time.Now.
 	Now func() time.Time
+	// Logger receives writes that failed where the caller goes on (a boot
+	// token's expiry not extended); nil discards them.
+	Logger *slog.Logger
 
 	mu  sync.Mutex
 	key []byte // the boot-token key, once read

@@ -174,7 +174,7 @@ func New(cfg Config) (*Server, error) {
 	if block, _ := pem.Decode(s.ca.CertPEM()); block != nil {
 		s.cert.Certificate = append(s.cert.Certificate, block.Bytes)
 	}
-	s.tokens = &auth.Tokens{Store: st}
+	s.tokens = &auth.Tokens{Store: st, Logger: s.log.With("component", "tokens")}
 	s.revocations = &auth.Revocations{Store: st, MaxLiveCerts: cfg.PKI.MaxLiveNodeCerts, Logger: cfg.Logger.With("component", "pki")}
 
 	lis, err := net.Listen("tcp", cfg.APIListen)
