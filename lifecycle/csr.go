@@ -310,6 +310,8 @@ func (l *Lifecycle) refuseCSR(ctx context.Context, machine, id, why string) {
 			l.event(m, "lifecycle", "csr-refused", why, map[string]string{"install_id": id})
 		}
 	}
+	// The refusal is logged above; when the session is gone there is no one
+	// left to answer, and the agent's request dies with it.
 	_ = l.sess.send(machine, &nodev1.ApplianceMessage{Cmd: &nodev1.ApplianceMessage_Certificate{Certificate: &nodev1.NodeCertificate{InstallId: id, Error: why}}})
 }
 
