@@ -104,6 +104,8 @@ var debianPackages = map[string]string{
 	"qemu-img":                      "qemu-utils",
 	"qemu-io":                       "qemu-utils",
 	"ipmi_sim":                      "openipmi",
+	"etcd":                          "etcd-server",
+	"etcdctl":                       "etcd-client",
 	"ip":                            "iproute2",
 	"mke2fs":                        "e2fsprogs",
 	"mkfs.ext4":                     "e2fsprogs",

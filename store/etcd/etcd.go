@@ -1,0 +1,528 @@
+// Package etcd implements the store contract on an etcd cluster, for
+// several appliances sharing one fleet.
+//
+// Every key lives under a prefix (default "/corral"), so one etcd cluster can
+// hold several fleets or other tenants. A record's revision is etcd's mod
+// revision, which is cluster-wide and strictly increasing, so revisions keep
+// the contract's meaning across appliances. Compare-and-swap maps onto etcd
+// transactions: a create compares the key's create revision with 0, an update
+// or delete compares its mod revision with the caller's. Update (the
+// contract's Updater) is a read-compare-swap loop bounded in attempts: etcd
+// has no server-side functions, so writers of one hot key do conflict here,
+// and the loop retries them with a jittered back-off.
+//
+// Requests carry a deadline (Options.RequestTimeout): without quorum etcd
+// leaves linearizable requests waiting, and an API call must fail with a clear
+// Unavailable instead of hanging. Nothing is cached: every Get and List is a
+// linearizable read, so a record written through one appliance is read back
+// through any other.
+package etcd
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/store"
+)
+
+// Defaults for Options.
+const (
+	DefaultPrefix         = "/corral"
+	DefaultRequestTimeout = 5 * time.Second
+	DefaultDialTimeout    = 5 * time.Second
+	// DefaultUpdateAttempts bounds Update's read-compare-swap loop.
+	DefaultUpdateAttempts = 1000
+	// DefaultWatchBuffer is how many events a watcher may fall behind by
+	// before it is disconnected.
+	DefaultWatchBuffer = 1024
+	// listPage is how many keys one range request of List returns; List
+	// reads every page at the first page's revision, so the result is one
+	// consistent snapshot however long it is.
+	listPage = 2000
+)
+
+// Options configures a Store. Zero values take the defaults.
+type Options struct {
+	// Endpoints are the cluster members' client URLs (http:// or https://).
+	Endpoints []string
+	// Prefix is prepended to every key (default "/corral"); it must start
+	// with "/" and must not end with one.
+	Prefix string
+	// CAFile, CertFile and KeyFile configure TLS to etcd: CAFile verifies
+	// the members, CertFile+KeyFile authenticate this appliance. https://
+	// endpoints without CAFile verify against the system roots.
+	CAFile, CertFile, KeyFile string
+	// DialTimeout bounds the first connection (default 5s).
+	DialTimeout time.Duration
+	// RequestTimeout bounds every request (default 5s).
+	RequestTimeout time.Duration
+	// UpdateAttempts bounds Update's retries (default 1000).
+	UpdateAttempts int
+	// WatchBuffer is each watcher's buffer (default 1024).
+	WatchBuffer int
+	Logger      *slog.Logger
+}
+
+// Store is a store.Store and store.Updater on etcd.
+type Store struct {
+	cli    *clientv3.Client
+	prefix string
+	opts   Options
+	log    *slog.Logger
+
+	mu     sync.Mutex
+	closed bool
+	// stop ends every watcher when the store closes.
+	stop context.CancelFunc
+	base context.Context
+	wg   sync.WaitGroup
+}
+
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Updater = (*Store)(nil)
+)
+
+// ParseURL reads a store address of the form
+// etcd://host:port[,host:port...][/prefix] (members reached over http) or
+// etcd+https://... (over TLS) into endpoints and a prefix. It is the
+// notation of `corrald store copy`.
+func ParseURL(raw string) (endpoints []string, prefix string, err error) {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok || (scheme != "etcd" && scheme != "etcd+https" && scheme != "etcd+http") {
+		return nil, "", apierr.Invalidf("store address %q: want etcd://HOST:PORT[,HOST:PORT...][/PREFIX] or etcd+https://...", raw)
+	}
+	hosts, path, _ := strings.Cut(rest, "/")
+	member := "http"
+	if scheme == "etcd+https" {
+		member = "https"
+	}
+	for _, h := range strings.Split(hosts, ",") {
+		if h == "" {
+			return nil, "", apierr.Invalidf("store address %q: empty member address", raw)
+		}
+		endpoints = append(endpoints, member+"://"+h)
+	}
+	prefix = DefaultPrefix
+	if path != "" {
+		prefix = "/" + strings.TrimSuffix(path, "/")
+	}
+	return endpoints, prefix, nil
+}
+
+// Open connects to the cluster and checks that it answers (a read of the
+// prefix), so a wrong address fails at start with a clear error rather than
+// at the first request.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	tlsCfg, err := opts.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   opts.Endpoints,
+		DialTimeout: opts.DialTimeout,
+		TLS:         tlsCfg,
+		// The client's own zap logger stays quiet; failures surface as
+		// errors from the calls that hit them.
+		Logger:               zap.NewNop(),
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
+		AutoSyncInterval:     time.Minute,
+		RejectOldCluster:     false,
+		PermitWithoutStream:  true,
+	})
+	if err != nil {
+		return nil, apierr.Unavailablef("store/etcd: connect to %s: %v", strings.Join(opts.Endpoints, ","), err)
+	}
+	s := &Store{cli: cli, prefix: opts.Prefix, opts: opts, log: opts.Logger}
+	s.base, s.stop = context.WithCancel(context.Background())
+	cctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
+	defer cancel()
+	if _, err := cli.Get(cctx, opts.Prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+		cli.Close()
+		return nil, apierr.Unavailablef("store/etcd: cluster %s did not answer: %v", strings.Join(opts.Endpoints, ","), err)
+	}
+	return s, nil
+}
+
+func (o *Options) fill() error {
+	if len(o.Endpoints) == 0 {
+		return apierr.Invalidf("store/etcd: no endpoints (--etcd-endpoints)")
+	}
+	for _, e := range o.Endpoints {
+		u, err := url.Parse(e)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return apierr.Invalidf("store/etcd: endpoint %q: want http://HOST:PORT or https://HOST:PORT", e)
+		}
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if !strings.HasPrefix(o.Prefix, "/") || strings.HasSuffix(o.Prefix, "/") {
+		return apierr.Invalidf("store/etcd: prefix %q must start with / and not end with one", o.Prefix)
+	}
+	if (o.CertFile == "") != (o.KeyFile == "") {
+		return apierr.Invalidf("store/etcd: a client certificate needs both --etcd-cert and --etcd-key")
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = DefaultRequestTimeout
+	}
+	if o.UpdateAttempts <= 0 {
+		o.UpdateAttempts = DefaultUpdateAttempts
+	}
+	if o.WatchBuffer <= 0 {
+		o.WatchBuffer = DefaultWatchBuffer
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// tlsConfig is nil (plain) unless a file or an https:// endpoint asks for TLS.
+func (o *Options) tlsConfig() (*tls.Config, error) {
+	https := false
+	for _, e := range o.Endpoints {
+		https = https || strings.HasPrefix(e, "https://")
+	}
+	if o.CAFile == "" && o.CertFile == "" && !https {
+		return nil, nil
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if o.CAFile != "" {
+		pem, err := os.ReadFile(o.CAFile)
+		if err != nil {
+			return nil, apierr.Invalidf("store/etcd: --etcd-ca: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, apierr.Invalidf("store/etcd: --etcd-ca %s: no PEM certificate in it", o.CAFile)
+		}
+		c.RootCAs = pool
+	}
+	if o.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+		if err != nil {
+			return nil, apierr.Invalidf("store/etcd: --etcd-cert/--etcd-key: %v", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+// Client is the etcd client, for the cluster's leases and elections
+// (internal/cluster). Callers must not write below the store's prefix
+// except through the store.
+func (s *Store) Client() *clientv3.Client { return s.cli }
+
+// Prefix is the key prefix this store writes under.
+func (s *Store) Prefix() string { return s.prefix }
+
+// Endpoints are the members the store was opened with.
+func (s *Store) Endpoints() []string { return s.opts.Endpoints }
+
+func (s *Store) enter() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return store.ErrClosed
+	}
+	return nil
+}
+
+// reqCtx bounds one request.
+func (s *Store) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.opts.RequestTimeout)
+}
+
+// wrap turns an etcd error into the store's vocabulary. A request that ran
+// out of time while the caller's context is alive means the cluster did not
+// answer (no quorum, no member reachable).
+func (s *Store) wrap(ctx context.Context, op, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("store/etcd: %s %s: %w", op, key, ctx.Err())
+	}
+	if s.enter() != nil {
+		return store.ErrClosed
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return apierr.Unavailablef("store/etcd: %s %s: the etcd cluster did not answer within %s (quorum lost or no member reachable)", op, key, s.opts.RequestTimeout)
+	case errors.Is(err, rpctypes.ErrGRPCRequestTooLarge), errors.Is(err, rpctypes.ErrRequestTooLarge):
+		return apierr.Exhaustedf("store/etcd: %s %s: value too large for etcd's request limit: %v", op, key, err)
+	case errors.Is(err, rpctypes.ErrGRPCCompacted), errors.Is(err, rpctypes.ErrCompacted):
+		return apierr.Preconditionf("store/etcd: %s %s: %v", op, key, err)
+	}
+	return apierr.Unavailablef("store/etcd: %s %s: %v", op, key, err)
+}
+
+func kvOf(prefix string, kv *mvccpb.KeyValue) store.KV {
+	return store.KV{Key: strings.TrimPrefix(string(kv.Key), prefix), Value: kv.Value, Revision: kv.ModRevision}
+}
+
+// Get implements store.Store.
+func (s *Store) Get(ctx context.Context, key string) (store.KV, error) {
+	if err := s.enter(); err != nil {
+		return store.KV{}, err
+	}
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, s.prefix+key)
+	if err != nil {
+		return store.KV{}, s.wrap(ctx, "get", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return store.KV{}, fmt.Errorf("%s: %w", key, store.ErrNotFound)
+	}
+	return kvOf(s.prefix, resp.Kvs[0]), nil
+}
+
+// List implements store.Store. Long results are read in pages at one
+// revision, so they are one consistent snapshot.
+func (s *Store) List(ctx context.Context, prefix string) ([]store.KV, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	full := s.prefix + prefix
+	end := clientv3.GetPrefixRangeEnd(full)
+	out := []store.KV{}
+	from, rev := full, int64(0)
+	for {
+		rctx, cancel := s.reqCtx(ctx)
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPage)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := s.cli.Get(rctx, from, opts...)
+		cancel()
+		if err != nil {
+			return nil, s.wrap(ctx, "list", prefix, err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, kv := range resp.Kvs {
+			out = append(out, kvOf(s.prefix, kv))
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return out, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// cmp is the compare-and-swap precondition for rev.
+func cmpRev(key string, rev int64) clientv3.Cmp {
+	if rev == 0 {
+		return clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+	}
+	return clientv3.Compare(clientv3.ModRevision(key), "=", rev)
+}
+
+// Put implements store.Store.
+func (s *Store) Put(ctx context.Context, key string, value []byte, rev int64) (int64, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	if rev < 0 {
+		return 0, fmt.Errorf("%s: revision %d: %w", key, rev, store.ErrConflict)
+	}
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	k := s.prefix + key
+	resp, err := s.cli.Txn(rctx).If(cmpRev(k, rev)).Then(clientv3.OpPut(k, string(value))).Commit()
+	if err != nil {
+		return 0, s.wrap(ctx, "put", key, err)
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("%s: %w", key, store.ErrConflict)
+	}
+	return resp.Header.Revision, nil
+}
+
+// Delete implements store.Store.
+func (s *Store) Delete(ctx context.Context, key string, rev int64) error {
+	_, err := s.delete(ctx, key, rev)
+	return err
+}
+
+// delete is Delete returning the delete's revision.
+func (s *Store) delete(ctx context.Context, key string, rev int64) (int64, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	k := s.prefix + key
+	resp, err := s.cli.Txn(rctx).
+		If(clientv3.Compare(clientv3.ModRevision(k), "=", rev), clientv3.Compare(clientv3.CreateRevision(k), ">", 0)).
+		Then(clientv3.OpDelete(k)).
+		Else(clientv3.OpGet(k, clientv3.WithCountOnly())).
+		Commit()
+	if err != nil {
+		return 0, s.wrap(ctx, "delete", key, err)
+	}
+	if resp.Succeeded {
+		return resp.Header.Revision, nil
+	}
+	if r := resp.Responses[0].GetResponseRange(); r == nil || r.Count == 0 {
+		return 0, fmt.Errorf("%s: %w", key, store.ErrNotFound)
+	}
+	return 0, fmt.Errorf("%s: %w", key, store.ErrConflict)
+}
+
+// Update implements store.Updater as a bounded read-compare-swap loop.
+func (s *Store) Update(ctx context.Context, key string, fn func(cur store.KV, exists bool) ([]byte, bool, error)) (store.KV, error) {
+	for attempt := 0; attempt < s.opts.UpdateAttempts; attempt++ {
+		cur, err := s.Get(ctx, key)
+		exists := err == nil
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return store.KV{}, err
+		}
+		v, del, err := fn(cur, exists)
+		if err != nil {
+			return store.KV{}, err
+		}
+		switch {
+		case del && !exists:
+			return store.KV{}, fmt.Errorf("%s: %w", key, store.ErrNotFound)
+		case del:
+			var drev int64
+			drev, err = s.delete(ctx, key, cur.Revision)
+			if err == nil {
+				return store.KV{Key: key, Revision: drev}, nil
+			}
+			if errors.Is(err, store.ErrNotFound) {
+				err = store.ErrConflict
+			}
+		default:
+			rev := cur.Revision
+			if !exists {
+				rev = 0
+			}
+			var nrev int64
+			nrev, err = s.Put(ctx, key, v, rev)
+			if err == nil {
+				return store.KV{Key: key, Value: append([]byte(nil), v...), Revision: nrev}, nil
+			}
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return store.KV{}, err
+		}
+		if err := backoff(ctx, attempt); err != nil {
+			return store.KV{}, err
+		}
+	}
+	return store.KV{}, fmt.Errorf("%s: %d attempts lost to concurrent writers: %w", key, s.opts.UpdateAttempts, store.ErrConflict)
+}
+
+// backoff sleeps a jittered, growing pause (at most 20 ms) before retry n.
+func backoff(ctx context.Context, n int) error {
+	limit := time.Duration(1<<min(n, 5)) * 500 * time.Microsecond
+	limit = min(limit, 20*time.Millisecond)
+	t := time.NewTimer(rand.N(limit) + 50*time.Microsecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Watch implements store.Store. The watch starts just after the cluster's
+// current revision, read when Watch is called, so it sees every change that
+// commits after Watch returns. A watcher more than WatchBuffer events
+// behind, or whose start was compacted away, is disconnected.
+func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	rctx, cancel := s.reqCtx(ctx)
+	resp, err := s.cli.Get(rctx, s.prefix+prefix, clientv3.WithCountOnly())
+	cancel()
+	if err != nil {
+		return nil, s.wrap(ctx, "watch", prefix, err)
+	}
+	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	stop := context.AfterFunc(s.base, wcancel)
+	wch := s.cli.Watch(wctx, s.prefix+prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+	out := make(chan store.Event, s.opts.WatchBuffer)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		stop()
+		wcancel()
+		return nil, store.ErrClosed
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		defer close(out)
+		defer stop()
+		defer wcancel()
+		for wr := range wch {
+			if err := wr.Err(); err != nil {
+				if wctx.Err() == nil {
+					s.log.Warn("etcd watch ended; the watcher is disconnected", "prefix", prefix, "err", err)
+				}
+				return
+			}
+			for _, ev := range wr.Events {
+				e := store.Event{Type: store.EventPut, KV: kvOf(s.prefix, ev.Kv)}
+				if ev.Type == clientv3.EventTypeDelete {
+					e.Type = store.EventDelete
+					e.KV.Value = nil
+					e.KV.Revision = ev.Kv.ModRevision
+				}
+				select {
+				case out <- e:
+				default:
+					s.log.Warn("store watcher fell behind; disconnected", "prefix", prefix, "buffer", s.opts.WatchBuffer)
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}
+
+// Close implements store.Store: it ends every watcher and closes the client.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return store.ErrClosed
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.stop()
+	s.wg.Wait()
+	return s.cli.Close()
+}
