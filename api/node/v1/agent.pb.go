@@ -442,8 +442,12 @@ type InstallPlan struct {
 	ApplianceEndpoint string `protobuf:"bytes,7,opt,name=appliance_endpoint,json=applianceEndpoint,proto3" json:"appliance_endpoint,omitempty"`
 	InstallId         string `protobuf:"bytes,8,opt,name=install_id,json=installId,proto3" json:"install_id,omitempty"`
 	MachineName       string `protobuf:"bytes,9,opt,name=machine_name,json=machineName,proto3" json:"machine_name,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// appliance_endpoints are every API host:port the node may dial, in the
+	// order to try them (appliance_endpoint first); a node whose appliance
+	// is gone fails over to the next. Empty from appliances before #12.
+	ApplianceEndpoints []string `protobuf:"bytes,10,rep,name=appliance_endpoints,json=applianceEndpoints,proto3" json:"appliance_endpoints,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *InstallPlan) Reset() {
@@ -523,6 +527,13 @@ func (x *InstallPlan) GetMachineName() string {
 		return x.MachineName
 	}
 	return ""
+}
+
+func (x *InstallPlan) GetApplianceEndpoints() []string {
+	if x != nil {
+		return x.ApplianceEndpoints
+	}
+	return nil
 }
 
 // WipePlan tells a discovery agent to erase the partition table and
@@ -1042,7 +1053,7 @@ const file_api_node_v1_agent_proto_rawDesc = "" +
 	"\theartbeat\x18\x01 \x01(\v2\x19.corral.node.v1.HeartbeatH\x00R\theartbeat\x126\n" +
 	"\bprogress\x18\x02 \x01(\v2\x18.corral.node.v1.ProgressH\x00R\bprogress\x126\n" +
 	"\x03csr\x18\x03 \x01(\v2\".corral.node.v1.CertificateRequestH\x00R\x03csrB\x05\n" +
-	"\x03msg\"\x8b\x02\n" +
+	"\x03msg\"\xbc\x02\n" +
 	"\vInstallPlan\x12\x12\n" +
 	"\x04disk\x18\x01 \x01(\tR\x04disk\x12\x12\n" +
 	"\x04wipe\x18\x02 \x01(\bR\x04wipe\x12\x1a\n" +
@@ -1051,7 +1062,9 @@ const file_api_node_v1_agent_proto_rawDesc = "" +
 	"\x12appliance_endpoint\x18\a \x01(\tR\x11applianceEndpoint\x12\x1d\n" +
 	"\n" +
 	"install_id\x18\b \x01(\tR\tinstallId\x12!\n" +
-	"\fmachine_name\x18\t \x01(\tR\vmachineNameJ\x04\b\x04\x10\x05J\x04\b\x05\x10\x06R\rnode_cert_pemR\fnode_key_pem\"=\n" +
+	"\fmachine_name\x18\t \x01(\tR\vmachineName\x12/\n" +
+	"\x13appliance_endpoints\x18\n" +
+	" \x03(\tR\x12applianceEndpointsJ\x04\b\x04\x10\x05J\x04\b\x05\x10\x06R\rnode_cert_pemR\fnode_key_pem\"=\n" +
 	"\bWipePlan\x12\x12\n" +
 	"\x04disk\x18\x01 \x01(\tR\x04disk\x12\x1d\n" +
 	"\n" +
