@@ -90,6 +90,13 @@ type Server struct {
 	revocations *auth.Revocations
 	// pool is the node pool; Join checks new names against it.
 	pool *pool.Pool
+
+	// leadership says whether this appliance runs the singleton work
+	// (cluster.go); single holds that work.
+	leadership Leadership
+	single     singletons
+	// peers lists the other live appliances' API endpoints (nil alone).
+	peers func(ctx context.Context) []string
 }
 
 type component struct {
