@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -137,6 +138,27 @@ func (l *Lifecycle) endpoint(machine string) string {
 	return l.sess.endpoint(machine)
 }
 
+// maxPlanEndpoints bounds the endpoints an install plan names.
+const maxPlanEndpoints = 8
+
+// endpoints is own followed by the other appliances' endpoints (deduplicated,
+// at most maxPlanEndpoints): the order a node tries them in.
+func (l *Lifecycle) endpoints(ctx context.Context, own string) []string {
+	out := []string{own}
+	if l.cfg.PeerEndpoints == nil {
+		return out
+	}
+	for _, ep := range l.cfg.PeerEndpoints(ctx) {
+		if len(out) == maxPlanEndpoints {
+			break
+		}
+		if ep != "" && !slices.Contains(out, ep) {
+			out = append(out, ep)
+		}
+	}
+	return out
+}
+
 // sendPlan builds the install plan (no key material: the agent makes the
 // node key and sends a certificate request, csr.go) and queues it on the
 // machine's session, recording when and on which stream it was sent. It
@@ -148,6 +170,7 @@ func (l *Lifecycle) sendPlan(ctx context.Context, m *inventoryv1.Machine) *inven
 		Disk: in.GetDisk(), Wipe: in.GetWipe(), Hostname: name, CaCertPem: string(l.cfg.Identity.CACertPEM()),
 		ApplianceEndpoint: l.endpoint(name), InstallId: in.GetInstallId(), MachineName: name,
 	}
+	plan.ApplianceEndpoints = l.endpoints(ctx, plan.GetApplianceEndpoint())
 	if err := l.sess.send(name, &nodev1.ApplianceMessage{Cmd: &nodev1.ApplianceMessage_Install{Install: plan}}); err != nil {
 		l.log.Info("install plan not sent: agent not connected", "machine", name, "install_id", in.GetInstallId())
 		return nil

@@ -62,6 +62,16 @@ type Config struct {
 	AutoAcceptSerials []string
 	// Agents bounds the agent edge: sessions and progress (sessions.go).
 	Agents AgentLimits
+	// Owns reports whether this appliance runs machine's per-machine work
+	// (the boot watchdog); nil = every machine (an appliance alone).
+	Owns func(machine string) bool
+	// WatchMachines, when set, streams names of machines that change, so
+	// Deliver hands a plan written by another appliance to a local agent
+	// at once rather than on the next tick.
+	WatchMachines func(ctx context.Context) (<-chan string, error)
+	// PeerEndpoints lists the other appliances' API endpoints; install
+	// plans name them after this appliance's own so nodes fail over.
+	PeerEndpoints func(ctx context.Context) []string
 }
 
 // Lifecycle drives machines from INVENTORIED to DEPLOYED (accept, install
@@ -114,8 +124,11 @@ func New(cfg Config) (*Lifecycle, error) {
 
 var errSkip = errors.New("skip")
 
-// Run reconciles every Interval (and whenever a node changes, when Nodes
-// is a NodeWatcher) until ctx ends; it returns nil then.
+// Run is the leader's reconciler: every Interval (and whenever a node
+// changes, when Nodes is a NodeWatcher) it moves INSTALLING machines whose
+// Node is READY to DEPLOYED and fails stalled installs, until ctx ends; it
+// returns nil then. Several appliances sharing a store run it on the
+// elected leader only; Deliver runs on every appliance.
 func (l *Lifecycle) Run(ctx context.Context) error {
 	var changed <-chan string
 	if w, ok := l.cfg.Nodes.(NodeWatcher); ok {
@@ -126,6 +139,30 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 			changed = ch
 		}
 	}
+	return l.loop(ctx, changed, func(ctx context.Context, m *inventoryv1.Machine) { l.reconcileLeader(ctx, m) })
+}
+
+// Deliver is every appliance's share of the lifecycle: it delivers pending
+// install plans and wipes — records on the machine, written by whichever
+// appliance accepted or reprovisioned it — to agents whose session this
+// appliance holds, and runs the boot watchdog of the machines this
+// appliance owns (Config.Owns). It reacts to machine changes when
+// Config.WatchMachines is set and runs every Interval, until ctx ends.
+func (l *Lifecycle) Deliver(ctx context.Context) error {
+	var changed <-chan string
+	if l.cfg.WatchMachines != nil {
+		ch, err := l.cfg.WatchMachines(ctx)
+		if err != nil {
+			l.log.Warn("machine watch unavailable: plans reach agents on the reconciler's tick only", "err", err)
+		} else {
+			changed = ch
+		}
+	}
+	return l.loop(ctx, changed, func(ctx context.Context, m *inventoryv1.Machine) { l.reconcileLocal(ctx, m) })
+}
+
+// loop runs fn on a changed machine and on every machine each Interval.
+func (l *Lifecycle) loop(ctx context.Context, changed <-chan string, fn func(context.Context, *inventoryv1.Machine)) error {
 	t := time.NewTicker(l.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -138,10 +175,10 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 				continue
 			}
 			if m, err := l.inv.GetMachine(ctx, name); err == nil {
-				l.reconcileMachine(ctx, m)
+				fn(ctx, m)
 			}
 		case <-t.C:
-			if err := l.ReconcileOnce(ctx); err != nil && ctx.Err() == nil {
+			if err := l.each(ctx, fn); err != nil && ctx.Err() == nil {
 				l.log.Warn("lifecycle reconcile failed", "err", err)
 			}
 		}
@@ -153,6 +190,11 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 // plans and wipes are (re)sent to connected agents, and expired boot
 // watchdogs act. Machines in MAINTENANCE are left alone.
 func (l *Lifecycle) ReconcileOnce(ctx context.Context) error {
+	return l.each(ctx, l.reconcileMachine)
+}
+
+// each runs fn on every machine.
+func (l *Lifecycle) each(ctx context.Context, fn func(context.Context, *inventoryv1.Machine)) error {
 	ms, err := l.inv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{})
 	if err != nil {
 		return err
@@ -161,42 +203,72 @@ func (l *Lifecycle) ReconcileOnce(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		l.reconcileMachine(ctx, m)
+		fn(ctx, m)
 	}
 	return nil
 }
 
 func (l *Lifecycle) now() time.Time { return l.cfg.Now() }
 
+func (l *Lifecycle) owns(machine string) bool { return l.cfg.Owns == nil || l.cfg.Owns(machine) }
+
 func (l *Lifecycle) reconcileMachine(ctx context.Context, m *inventoryv1.Machine) {
-	if m.GetState() == inventoryv1.Machine_MAINTENANCE {
+	if l.reconcileLeader(ctx, m) {
 		return
 	}
-	name := m.GetName()
+	l.reconcileLocal(ctx, m)
+}
+
+// readyNode reads machine name's Node: whether it is READY, and the node.
+func (l *Lifecycle) readyNode(ctx context.Context, name string) (*poolv1.Node, bool) {
 	node, err := l.cfg.Nodes.GetNode(ctx, name)
 	if err != nil && !errors.Is(err, apierr.ErrNotFound) {
 		l.log.Warn("node not read", "machine", name, "err", err)
 	}
-	ready := node != nil && node.GetState() == poolv1.Node_READY
+	return node, node != nil && node.GetState() == poolv1.Node_READY
+}
+
+// reconcileLeader is the leader's part of a reconcile of m: DEPLOYED when
+// its node is READY, the install timeout. It reports whether it settled
+// the machine (nothing more to do for it in this pass).
+func (l *Lifecycle) reconcileLeader(ctx context.Context, m *inventoryv1.Machine) bool {
+	if m.GetState() == inventoryv1.Machine_MAINTENANCE {
+		return true
+	}
+	name := m.GetName()
+	node, ready := l.readyNode(ctx, name)
 	if m.GetState() == inventoryv1.Machine_INSTALLING && ready &&
 		!node.GetLastHeartbeat().AsTime().Before(m.GetInstall().GetStartedAt().AsTime()) {
 		l.deployed(ctx, name)
-		return
+		return true
 	}
 	if w := m.GetWatchdog(); w.GetArmedAt() != nil && ready && !node.GetLastHeartbeat().AsTime().Before(w.GetArmedAt().AsTime()) {
 		l.disarm(ctx, name, nil, "node "+name+" is READY")
 		m.Watchdog = nil
 	}
-	if m.GetState() == inventoryv1.Machine_INSTALLING {
-		if l.installTimedOut(ctx, m) {
+	return m.GetState() == inventoryv1.Machine_INSTALLING && l.installTimedOut(ctx, m)
+}
+
+// reconcileLocal is the part of a reconcile of m that belongs to this
+// appliance: the boot watchdog when this appliance owns the machine's
+// per-machine work, and delivery of a pending plan or wipe when the
+// machine's agent session is on this appliance.
+func (l *Lifecycle) reconcileLocal(ctx context.Context, m *inventoryv1.Machine) {
+	if m.GetState() == inventoryv1.Machine_MAINTENANCE {
+		return
+	}
+	name := m.GetName()
+	if l.owns(name) && m.GetWatchdog().GetArmedAt() != nil {
+		if node, ready := l.readyNode(ctx, name); ready && !node.GetLastHeartbeat().AsTime().Before(m.GetWatchdog().GetArmedAt().AsTime()) {
+			// The leader disarms too; whoever is first wins the CAS.
+			l.disarm(ctx, name, nil, "node "+name+" is READY")
+			m.Watchdog = nil
+		} else if l.watchdog(ctx, m) {
 			return
 		}
 	}
-	if l.watchdog(ctx, m) {
-		return
-	}
-	// Delivery to a connected agent that has not had the current plan or
-	// wipe since its session attached.
+	// Delivery to an agent connected here that has not had the current
+	// plan or wipe since its session attached.
 	since, connected := l.sess.connectedSince(name)
 	if !connected {
 		return

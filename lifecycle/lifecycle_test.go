@@ -393,7 +393,7 @@ func TestInstallHappyPath(t *testing.T) {
 	// Exactly these fields: no certificate, no key (the agent makes the
 	// key and sends a certificate request).
 	want := &nodev1.InstallPlan{Disk: "/dev/vdb", Hostname: a.name, MachineName: a.name, InstallId: m.GetInstall().GetInstallId(),
-		CaCertPem: string(h.id.CACertPEM()), ApplianceEndpoint: "10.0.0.1:20180"}
+		CaCertPem: string(h.id.CACertPEM()), ApplianceEndpoint: "10.0.0.1:20180", ApplianceEndpoints: []string{"10.0.0.1:20180"}}
 	if diff := cmp.Diff(want, plan, protocmp.Transform()); diff != "" {
 		t.Fatalf("plan (-want +got):\n%s", diff)
 	}

@@ -1,0 +1,103 @@
+package lifecycle
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/store"
+	"github.com/corralhq/corral/store/mem"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// watchMachines is what corrald gives Deliver: names of changed machine
+// records, from the store's watch.
+func watchMachines(st store.Store) func(ctx context.Context) (<-chan string, error) {
+	return func(ctx context.Context) (<-chan string, error) {
+		evs, err := st.Watch(ctx, "/inventory/machines/")
+		if err != nil {
+			return nil, err
+		}
+		out := make(chan string, 64)
+		go func() {
+			defer close(out)
+			for ev := range evs {
+				select {
+				case out <- strings.TrimPrefix(ev.KV.Key, "/inventory/machines/"):
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+		return out, nil
+	}
+}
+
+// TestPlanCrossesAppliances: two appliances on one store. The agent's
+// session is on B; the operator accepts on A, which holds no session. The
+// plan is a record on the machine, and B's Deliver hands it to the agent.
+func TestPlanCrossesAppliances(t *testing.T) {
+	st := mem.New()
+	a := newHarness(t, st, harnessOpt{})
+	b := newHarness(t, st, harnessOpt{})
+	b.lc.cfg.WatchMachines = watchMachines(st)
+	b.lc.cfg.PeerEndpoints = func(context.Context) []string { return []string{"10.0.0.2:20180", "10.0.0.1:20180", ""} }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- b.lc.Deliver(ctx) }()
+
+	ag := b.connect(mac1, facts("S1", "", mac1))
+	m, err := a.msrv.AcceptMachine(ctx, &inventoryv1.AcceptMachineRequest{Name: ag.name, Disk: "auto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.GetInstall().GetSentAt() != nil {
+		t.Fatal("A sent a plan without holding the session")
+	}
+	plan := ag.next().GetInstall()
+	if plan.GetInstallId() != m.GetInstall().GetInstallId() {
+		t.Fatalf("agent got %v, want the plan of install %s", plan, m.GetInstall().GetInstallId())
+	}
+	if got, want := strings.Join(plan.GetApplianceEndpoints(), ","), "10.0.0.1:20180,10.0.0.2:20180"; got != want {
+		t.Errorf("plan endpoints %s, want %s (own first, deduplicated)", got, want)
+	}
+	b.eventually(ag.name, "marked sent", func(m *inventoryv1.Machine) bool { return m.GetInstall().GetSentAt() != nil })
+	// A's reconciler never sends it (no session there), and the leader part
+	// of A's reconcile leaves the plan alone.
+	a.reconcile()
+	ag.none()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWatchdogOnlyOnOwner: the boot watchdog of a machine runs only on the
+// appliance its per-machine work is dispatched to.
+func TestWatchdogOnlyOnOwner(t *testing.T) {
+	st := mem.New()
+	a := newHarness(t, st, harnessOpt{})
+	a.lc.cfg.Owns = func(string) bool { return false }
+	ag := a.connect(mac1, facts("S1", "", mac1))
+	ag.close()
+	name := ag.name
+	armed := a.clk.Now()
+	if _, err := a.inv.UpdateMachine(context.Background(), name, func(m *inventoryv1.Machine) error {
+		m.Watchdog = &inventoryv1.BootWatchdog{ArmedAt: timestamppb.New(armed), ArmedBy: "test"}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	a.clk.Advance(DefaultBootWatchdog + 1)
+	a.reconcile()
+	if got := a.machine(name); got.GetState() == inventoryv1.Machine_FAILED {
+		t.Fatalf("a non-owner's watchdog acted: %v %q", got.GetState(), got.GetStateReason())
+	}
+	a.lc.cfg.Owns = func(string) bool { return true }
+	a.reconcile()
+	if got := a.machine(name); got.GetState() != inventoryv1.Machine_FAILED {
+		t.Fatalf("the owner's watchdog did not act: %v", got.GetState())
+	}
+}
