@@ -488,6 +488,97 @@ func (x *ArtifactChunk) GetData() []byte {
 	return nil
 }
 
+// ClusterSecrets is what the appliances of one fleet share through the
+// store: the CA and the BMC seal key, both sealed under the fleet's cluster
+// key — a file every appliance holds and the store never sees, so a copy of
+// the store (an etcd snapshot, a backup) opens neither. The first appliance
+// on an empty store writes it; the others read it.
+type ClusterSecrets struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	CaCertPem        string                 `protobuf:"bytes,1,opt,name=ca_cert_pem,json=caCertPem,proto3" json:"ca_cert_pem,omitempty"`
+	CaKeySealed      []byte                 `protobuf:"bytes,2,opt,name=ca_key_sealed,json=caKeySealed,proto3" json:"ca_key_sealed,omitempty"`
+	BmcSealKeySealed []byte                 `protobuf:"bytes,3,opt,name=bmc_seal_key_sealed,json=bmcSealKeySealed,proto3" json:"bmc_seal_key_sealed,omitempty"`
+	// cluster_key_sha256 names the cluster key (hex SHA-256 of it), so an
+	// appliance given another key is told which one the store wants.
+	ClusterKeySha256 string                 `protobuf:"bytes,4,opt,name=cluster_key_sha256,json=clusterKeySha256,proto3" json:"cluster_key_sha256,omitempty"`
+	InitialisedBy    string                 `protobuf:"bytes,5,opt,name=initialised_by,json=initialisedBy,proto3" json:"initialised_by,omitempty"`
+	InitialisedAt    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=initialised_at,json=initialisedAt,proto3" json:"initialised_at,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ClusterSecrets) Reset() {
+	*x = ClusterSecrets{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterSecrets) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterSecrets) ProtoMessage() {}
+
+func (x *ClusterSecrets) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterSecrets.ProtoReflect.Descriptor instead.
+func (*ClusterSecrets) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ClusterSecrets) GetCaCertPem() string {
+	if x != nil {
+		return x.CaCertPem
+	}
+	return ""
+}
+
+func (x *ClusterSecrets) GetCaKeySealed() []byte {
+	if x != nil {
+		return x.CaKeySealed
+	}
+	return nil
+}
+
+func (x *ClusterSecrets) GetBmcSealKeySealed() []byte {
+	if x != nil {
+		return x.BmcSealKeySealed
+	}
+	return nil
+}
+
+func (x *ClusterSecrets) GetClusterKeySha256() string {
+	if x != nil {
+		return x.ClusterKeySha256
+	}
+	return ""
+}
+
+func (x *ClusterSecrets) GetInitialisedBy() string {
+	if x != nil {
+		return x.InitialisedBy
+	}
+	return ""
+}
+
+func (x *ClusterSecrets) GetInitialisedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.InitialisedAt
+	}
+	return nil
+}
+
 var File_api_fleet_v1_fleet_proto protoreflect.FileDescriptor
 
 const file_api_fleet_v1_fleet_proto_rawDesc = "" +
@@ -531,7 +622,14 @@ const file_api_fleet_v1_fleet_proto_rawDesc = "" +
 	"\rArtifactChunk\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x12\n" +
-	"\x04data\x18\x03 \x01(\fR\x04data2\xe2\x01\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\"\x9b\x02\n" +
+	"\x0eClusterSecrets\x12\x1e\n" +
+	"\vca_cert_pem\x18\x01 \x01(\tR\tcaCertPem\x12\"\n" +
+	"\rca_key_sealed\x18\x02 \x01(\fR\vcaKeySealed\x12-\n" +
+	"\x13bmc_seal_key_sealed\x18\x03 \x01(\fR\x10bmcSealKeySealed\x12,\n" +
+	"\x12cluster_key_sha256\x18\x04 \x01(\tR\x10clusterKeySha256\x12%\n" +
+	"\x0einitialised_by\x18\x05 \x01(\tR\rinitialisedBy\x12A\n" +
+	"\x0einitialised_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\rinitialisedAt2\xe2\x01\n" +
 	"\x10ApplianceService\x12i\n" +
 	"\x0eListAppliances\x12&.corral.fleet.v1.ListAppliancesRequest\x1a'.corral.fleet.v1.ListAppliancesResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12c\n" +
 	"\rFetchArtifact\x12%.corral.fleet.v1.FetchArtifactRequest\x1a\x1e.corral.fleet.v1.ArtifactChunk\"\t\xe2\xa6\x19\x05\b\x03\x12\x01\x060\x01B1Z/github.com/corralhq/corral/api/fleet/v1;fleetv1b\x06proto3"
@@ -549,7 +647,7 @@ func file_api_fleet_v1_fleet_proto_rawDescGZIP() []byte {
 }
 
 var file_api_fleet_v1_fleet_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_fleet_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_api_fleet_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_api_fleet_v1_fleet_proto_goTypes = []any{
 	(Appliance_Role)(0),            // 0: corral.fleet.v1.Appliance.Role
 	(*Appliance)(nil),              // 1: corral.fleet.v1.Appliance
@@ -558,23 +656,25 @@ var file_api_fleet_v1_fleet_proto_goTypes = []any{
 	(*ListAppliancesResponse)(nil), // 4: corral.fleet.v1.ListAppliancesResponse
 	(*FetchArtifactRequest)(nil),   // 5: corral.fleet.v1.FetchArtifactRequest
 	(*ArtifactChunk)(nil),          // 6: corral.fleet.v1.ArtifactChunk
-	(*timestamppb.Timestamp)(nil),  // 7: google.protobuf.Timestamp
+	(*ClusterSecrets)(nil),         // 7: corral.fleet.v1.ClusterSecrets
+	(*timestamppb.Timestamp)(nil),  // 8: google.protobuf.Timestamp
 }
 var file_api_fleet_v1_fleet_proto_depIdxs = []int32{
-	7, // 0: corral.fleet.v1.Appliance.started_at:type_name -> google.protobuf.Timestamp
-	7, // 1: corral.fleet.v1.Appliance.last_heartbeat:type_name -> google.protobuf.Timestamp
+	8, // 0: corral.fleet.v1.Appliance.started_at:type_name -> google.protobuf.Timestamp
+	8, // 1: corral.fleet.v1.Appliance.last_heartbeat:type_name -> google.protobuf.Timestamp
 	0, // 2: corral.fleet.v1.Appliance.role:type_name -> corral.fleet.v1.Appliance.Role
-	7, // 3: corral.fleet.v1.Assignment.assigned_at:type_name -> google.protobuf.Timestamp
+	8, // 3: corral.fleet.v1.Assignment.assigned_at:type_name -> google.protobuf.Timestamp
 	1, // 4: corral.fleet.v1.ListAppliancesResponse.appliances:type_name -> corral.fleet.v1.Appliance
-	3, // 5: corral.fleet.v1.ApplianceService.ListAppliances:input_type -> corral.fleet.v1.ListAppliancesRequest
-	5, // 6: corral.fleet.v1.ApplianceService.FetchArtifact:input_type -> corral.fleet.v1.FetchArtifactRequest
-	4, // 7: corral.fleet.v1.ApplianceService.ListAppliances:output_type -> corral.fleet.v1.ListAppliancesResponse
-	6, // 8: corral.fleet.v1.ApplianceService.FetchArtifact:output_type -> corral.fleet.v1.ArtifactChunk
-	7, // [7:9] is the sub-list for method output_type
-	5, // [5:7] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	8, // 5: corral.fleet.v1.ClusterSecrets.initialised_at:type_name -> google.protobuf.Timestamp
+	3, // 6: corral.fleet.v1.ApplianceService.ListAppliances:input_type -> corral.fleet.v1.ListAppliancesRequest
+	5, // 7: corral.fleet.v1.ApplianceService.FetchArtifact:input_type -> corral.fleet.v1.FetchArtifactRequest
+	4, // 8: corral.fleet.v1.ApplianceService.ListAppliances:output_type -> corral.fleet.v1.ListAppliancesResponse
+	6, // 9: corral.fleet.v1.ApplianceService.FetchArtifact:output_type -> corral.fleet.v1.ArtifactChunk
+	8, // [8:10] is the sub-list for method output_type
+	6, // [6:8] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_api_fleet_v1_fleet_proto_init() }
@@ -588,7 +688,7 @@ func file_api_fleet_v1_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_fleet_v1_fleet_proto_rawDesc), len(file_api_fleet_v1_fleet_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
