@@ -450,3 +450,24 @@ func (i *Inventory) BootIntent(ctx context.Context, mac string) (name string, in
 	}
 	return m.GetName(), intent, nil
 }
+
+// WatchMachines streams the names of machines whose record changes until
+// ctx ends or the store drops the watcher; the channel is closed then.
+func (i *Inventory) WatchMachines(ctx context.Context) (<-chan string, error) {
+	evs, err := i.cfg.Store.Watch(ctx, machinePrefix)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan string, 64)
+	go func() {
+		defer close(out)
+		for ev := range evs {
+			select {
+			case out <- strings.TrimPrefix(ev.KV.Key, machinePrefix):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}

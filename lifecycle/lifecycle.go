@@ -130,16 +130,11 @@ var errSkip = errors.New("skip")
 // returns nil then. Several appliances sharing a store run it on the
 // elected leader only; Deliver runs on every appliance.
 func (l *Lifecycle) Run(ctx context.Context) error {
-	var changed <-chan string
+	var watch func(context.Context) (<-chan string, error)
 	if w, ok := l.cfg.Nodes.(NodeWatcher); ok {
-		ch, err := w.WatchNodes(ctx)
-		if err != nil {
-			l.log.Warn("node watch unavailable: DEPLOYED is noticed by the reconciler only", "err", err)
-		} else {
-			changed = ch
-		}
+		watch = w.WatchNodes
 	}
-	return l.loop(ctx, changed, func(ctx context.Context, m *inventoryv1.Machine) { l.reconcileLeader(ctx, m) })
+	return l.loop(ctx, "node", watch, func(ctx context.Context, m *inventoryv1.Machine) { l.reconcileLeader(ctx, m) })
 }
 
 // Deliver is every appliance's share of the lifecycle: it delivers pending
@@ -149,29 +144,43 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 // appliance owns (Config.Owns). It reacts to machine changes when
 // Config.WatchMachines is set and runs every Interval, until ctx ends.
 func (l *Lifecycle) Deliver(ctx context.Context) error {
-	var changed <-chan string
-	if l.cfg.WatchMachines != nil {
-		ch, err := l.cfg.WatchMachines(ctx)
-		if err != nil {
-			l.log.Warn("machine watch unavailable: plans reach agents on the reconciler's tick only", "err", err)
-		} else {
-			changed = ch
-		}
-	}
-	return l.loop(ctx, changed, func(ctx context.Context, m *inventoryv1.Machine) { l.reconcileLocal(ctx, m) })
+	return l.loop(ctx, "machine", l.cfg.WatchMachines, func(ctx context.Context, m *inventoryv1.Machine) { l.reconcileLocal(ctx, m) })
 }
 
-// loop runs fn on a changed machine and on every machine each Interval.
-func (l *Lifecycle) loop(ctx context.Context, changed <-chan string, fn func(context.Context, *inventoryv1.Machine)) error {
+// loop runs fn on every machine each Interval and, when watch is set, on
+// each machine named by the watch (a node's name is its machine's). A
+// watch the store drops is opened again after a pause.
+func (l *Lifecycle) loop(ctx context.Context, kind string, watch func(context.Context) (<-chan string, error), fn func(context.Context, *inventoryv1.Machine)) error {
+	var changed <-chan string
+	var retry <-chan time.Time
+	subscribe := func() {
+		ch, err := watch(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				l.log.Warn(kind+" watch unavailable: changes are noticed on the reconciler's tick until it returns", "err", err)
+			}
+			retry = time.After(time.Second)
+			return
+		}
+		changed, retry = ch, nil
+	}
+	if watch != nil {
+		subscribe()
+	}
 	t := time.NewTicker(l.cfg.Interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-retry:
+			subscribe()
 		case name, ok := <-changed:
 			if !ok {
 				changed = nil
+				if ctx.Err() == nil {
+					retry = time.After(time.Second)
+				}
 				continue
 			}
 			if m, err := l.inv.GetMachine(ctx, name); err == nil {

@@ -66,6 +66,7 @@ client file.`,
 	addAgentFlags(cmd)
 	addLimitFlags(cmd)
 	addPKIFlags(cmd)
+	addStoreFlags(cmd)
 	return cmd
 }
 
@@ -92,6 +93,7 @@ func serveConfig(cmd *cobra.Command) (server.Config, error) {
 	}
 	c.Limits = limitsConfig(cmd)
 	c.PKI = pkiConfig(cmd)
+	storeConfig(cmd, &c)
 	return c, nil
 }
 

@@ -122,7 +122,7 @@ func (s *Server) initBoot() error {
 	hs, err := boothttp.New(boothttp.Config{
 		Leases: leases,
 		Listen: orDefault(bc.HTTPListen, ":8080"), Catalog: cat, Inventory: s.inv, Tokens: s.tokens, Timeline: s.inv,
-		CreateUnknown: mode == dhcp.ModeOff, APIEndpoint: ":" + apiPort, CAFingerprint: fp,
+		CreateUnknown: mode == dhcp.ModeOff, APIEndpoint: ":" + apiPort, PeerEndpoints: s.peerEndpoints, CAFingerprint: fp,
 		TokenTTL: bc.TokenTTL, KernelArgs: bc.KernelArgs, Logger: s.log.With("component", "boot-http"),
 		Limits: s.cfg.Limits.HTTP, Scripts: bc.Scripts,
 	})

@@ -2,7 +2,15 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"os"
+	"slices"
 	"sync"
+
+	"github.com/corralhq/corral/inventory"
+	"github.com/corralhq/corral/store/etcd"
+	"golang.org/x/sync/errgroup"
 )
 
 // Leadership is this appliance's place in the fleet: whether it leads (runs
@@ -49,4 +57,103 @@ func (s *Server) peerEndpoints(ctx context.Context) []string {
 		return nil
 	}
 	return s.peers(ctx)
+}
+
+// owns reports whether this appliance runs machine's per-machine work (the
+// boot watchdog, power polling): always when alone; in a fleet, when the
+// leader's dispatch gave the machine to this appliance.
+func (s *Server) owns(machine string) bool {
+	if s.owner == nil {
+		return true
+	}
+	return s.owner(machine)
+}
+
+// FleetConfig names this appliance among several sharing a store.
+type FleetConfig struct {
+	// Name is this appliance's name in the fleet (default the host name).
+	Name string
+	// BMCNetworks are the networks (CIDR) from which this appliance
+	// reaches BMCs; empty = any. The leader prefers appliances whose
+	// networks hold a machine's BMC for its per-machine work.
+	BMCNetworks []string
+}
+
+func (c *FleetConfig) fill() error {
+	if c.Name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("appliance name: %w (set --appliance-name)", err)
+		}
+		c.Name = h
+	}
+	if err := inventory.CheckName(c.Name); err != nil {
+		return fmt.Errorf("--appliance-name: %w", err)
+	}
+	for _, n := range c.BMCNetworks {
+		if _, _, err := net.ParseCIDR(n); err != nil {
+			return fmt.Errorf("--bmc-network %q: want a CIDR such as 10.0.0.0/24", n)
+		}
+	}
+	return nil
+}
+
+// initLeadership picks how this appliance decides whether it leads: always
+// on its own bbolt file, through an etcd election on a shared store.
+func (s *Server) initLeadership() error {
+	es, ok := s.store.(*etcd.Store)
+	if !ok {
+		s.leadership = solo{name: s.cfg.Fleet.Name}
+		return nil
+	}
+	el, err := etcd.NewElector(es, s.cfg.Fleet.Name, s.cfg.Store.LeaseTTL, s.log.With("component", "election"))
+	if err != nil {
+		return err
+	}
+	s.leadership = el
+	return nil
+}
+
+// runSingletons runs the singleton work whenever this appliance leads,
+// until ctx ends: campaign, run every singleton under the lead's context,
+// and when the lead is lost wait for them all to stop before campaigning
+// again, so two appliances never run them at once for longer than the
+// lease allows. A singleton's error stops the appliance, as a component's
+// does.
+func (s *Server) runSingletons(ctx context.Context) error {
+	s.single.mu.Lock()
+	list := slices.Clone(s.single.list)
+	s.single.mu.Unlock()
+	if len(list) == 0 {
+		return nil
+	}
+	for {
+		lctx, err := s.leadership.Lead(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("leader election: %w", err)
+		}
+		if _, alone := s.leadership.(solo); !alone {
+			s.log.Info("leader: starting singleton work", "appliance", s.cfg.Fleet.Name, "count", len(list))
+		}
+		g, gctx := errgroup.WithContext(lctx)
+		for _, c := range list {
+			g.Go(func() error {
+				if err := c.run(gctx); err != nil {
+					return fmt.Errorf("%s: %w", c.name, err)
+				}
+				return nil
+			})
+		}
+		err = g.Wait()
+		if err != nil && ctx.Err() == nil && lctx.Err() == nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.log.Warn("no longer leader: singleton work stopped; campaigning again", "appliance", s.cfg.Fleet.Name)
+	}
 }

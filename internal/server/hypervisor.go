@@ -49,9 +49,10 @@ func (s *Server) initHypervisor(p *pool.Pool) error {
 		return err
 	}
 	appliance.Register(s.grpc, svc)
-	s.addComponent("reconciler", func(ctx context.Context) error {
-		defer dialer.Close()
-		return svc.Run(ctx)
+	s.addSingleton("reconciler", svc.Run)
+	s.addComponent("node-dialer", func(ctx context.Context) error {
+		<-ctx.Done()
+		return dialer.Close()
 	})
 	return nil
 }

@@ -95,6 +95,8 @@ func (s *Server) initLifecycle(p *pool.Pool) error {
 		BootWatchdog: lc.BootWatchdog, BootWatchdogCycles: lc.BootWatchdogCycles,
 		AutoAccept: lc.AutoAccept, AutoAcceptSelectors: lc.AutoAcceptSelectors,
 		AutoAcceptSerials: lc.AutoAcceptSerials, Agents: lc.Agents,
+		WatchMachines: s.inv.WatchMachines, PeerEndpoints: s.peerEndpoints,
+		Owns: s.owns,
 	}
 	if s.bmc != nil {
 		cfg.BMC = s.bmc
@@ -104,7 +106,8 @@ func (s *Server) initLifecycle(p *pool.Pool) error {
 		return err
 	}
 	s.lifecycle = l
-	s.addComponent("lifecycle", l.Run)
-	s.addComponent("node-heartbeat-sweep", (&pool.Sweeper{Pool: p, Timeout: lc.NodeHeartbeatTimeout, Interval: lc.NodeSweepInterval}).Run)
+	s.addSingleton("lifecycle", l.Run)
+	s.addComponent("lifecycle-delivery", l.Deliver)
+	s.addSingleton("node-heartbeat-sweep", (&pool.Sweeper{Pool: p, Timeout: lc.NodeHeartbeatTimeout, Interval: lc.NodeSweepInterval}).Run)
 	return nil
 }

@@ -71,7 +71,7 @@ func (s *Server) initPKI() {
 			return pki.CheckNodeName(name)
 		},
 	})
-	s.addComponent("revocation-purge", s.purgeRevocations)
+	s.addSingleton("revocation-purge", s.purgeRevocations)
 }
 
 // purgeRevocations deletes revocation records of expired certificates

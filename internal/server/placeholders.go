@@ -35,7 +35,7 @@ func (s *Server) initPlaceholderGC() {
 		s.log.Info("stale discovered machines are kept: --discovered-gc-after is negative")
 		return
 	}
-	s.addComponent("placeholder-gc", func(ctx context.Context) error {
+	s.addSingleton("placeholder-gc", func(ctx context.Context) error {
 		return runPlaceholderGC(ctx, s.inv, after, gcInterval(after), s.log.With("component", "placeholder-gc"))
 	})
 }

@@ -64,6 +64,10 @@ type Config struct {
 	// Limits bound what clients can hold: boot HTTP and TFTP, the gRPC API,
 	// the boot timeline (limits.go).
 	Limits LimitsConfig
+	// Store chooses bbolt (default) or a shared etcd cluster (store.go);
+	// Fleet names this appliance among those sharing it (cluster.go).
+	Store StoreConfig
+	Fleet FleetConfig
 }
 
 // Server is a prepared appliance; Run serves it.
@@ -97,6 +101,9 @@ type Server struct {
 	single     singletons
 	// peers lists the other live appliances' API endpoints (nil alone).
 	peers func(ctx context.Context) []string
+	// owner reports whether the fleet's dispatch gave a machine's
+	// per-machine work to this appliance (nil: alone, owns all).
+	owner func(machine string) bool
 }
 
 type component struct {
@@ -125,6 +132,12 @@ func (c *Config) setDefaults() error {
 	if _, _, err := net.SplitHostPort(c.APIListen); err != nil {
 		return fmt.Errorf("--api-listen %q: %w", c.APIListen, err)
 	}
+	if err := c.Store.fill(c.DataDir); err != nil {
+		return err
+	}
+	if err := c.Fleet.fill(); err != nil {
+		return err
+	}
 	return c.Limits.setDefaults()
 }
 
@@ -152,7 +165,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger}
-	st, err := OpenStore(cfg.DataDir, cfg.Logger)
+	st, err := openStore(context.Background(), cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -163,6 +176,14 @@ func New(cfg Config) (*Server, error) {
 			st.Close()
 		}
 	}()
+	if cfg.Store.Kind == StoreEtcd {
+		if err := shareSecrets(context.Background(), st, cfg, cfg.Logger); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.initLeadership(); err != nil {
+		return nil, err
+	}
 	s.ca, err = pki.EnsureCA(filepath.Join(cfg.DataDir, PKIDir))
 	if err != nil {
 		return nil, err
@@ -227,7 +248,7 @@ func New(cfg Config) (*Server, error) {
 		lis.Close()
 		return nil, fmt.Errorf("lifecycle: %w", err)
 	}
-	s.addComponent("token-purge", s.purgeTokens)
+	s.addSingleton("token-purge", s.purgeTokens)
 	lifecycle.RegisterMachines(s.grpc, &lifecycle.MachineServer{MachineServer: &inventory.MachineServer{Inv: s.inv, BMC: s.bmc}, Lifecycle: s.lifecycle})
 	if err := s.initHypervisor(p); err != nil {
 		lis.Close()
@@ -312,9 +333,10 @@ func (s *Server) ensureAdminConfig(ctx context.Context) error {
 // ShutdownGrace), waits for every component, and closes the store. It
 // returns nil on a clean shutdown.
 func (s *Server) Run(ctx context.Context) error {
-	s.log.Info("serving gRPC API", "addr", s.lis.Addr().String(), "data_dir", s.cfg.DataDir)
+	s.log.Info("serving gRPC API", "addr", s.lis.Addr().String(), "data_dir", s.cfg.DataDir, "store", storeName(s.cfg), "appliance", s.cfg.Fleet.Name)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.inv.Run(gctx) })
+	g.Go(func() error { return s.runSingletons(gctx) })
 	for _, c := range s.components {
 		g.Go(func() error {
 			if err := c.run(gctx); err != nil {
