@@ -1,6 +1,7 @@
 // Package cmdline is the contract between the appliance's iPXE scripts and
 // the agent on the machine: the kernel command-line parameters that carry
-// the appliance endpoint, the per-boot token, the CA fingerprint, the boot
+// the appliance endpoints (this appliance first, then its peers, so the
+// agent can fail over), the per-boot token, the CA fingerprint, the boot
 // MAC and the agent mode, and the length budget of the line. It is the one
 // place they are declared: boot/http formats them; corral-node parses them.
 // It imports nothing of Corral's (only the standard library), so both sides
@@ -11,13 +12,16 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 )
 
 // Parameter names on the kernel command line.
 const (
-	KeyEndpoint = "corral.endpoint" // host:port of the appliance gRPC API
+	KeyEndpoint = "corral.endpoint" // host:port[,host:port...] of the appliances' gRPC API, in the order to try them
 	KeyToken    = "corral.token"    // per-boot ROLE_AGENT bearer token
 	KeyCA       = "corral.ca"       // SHA-256 of the CA certificate (DER), hex, optionally "sha256:"-prefixed
 	KeyMAC      = "corral.mac"      // boot MAC, aa:bb:cc:dd:ee:ff
@@ -37,9 +41,15 @@ const (
 // accepts 2048 bytes on x86).
 const MaxLen = 2048
 
+// MaxEndpoints bounds the appliance endpoints corral.endpoint may list.
+const MaxEndpoints = 8
+
 // Params are the values the agent needs to reach the appliance.
 type Params struct {
-	Endpoint      string
+	// Endpoints are the appliances' API host:port, in the order the agent
+	// tries them (the appliance that rendered the line first): 1 to
+	// MaxEndpoints, each distinct.
+	Endpoints     []string
 	Token         string
 	CAFingerprint string
 	MAC           string
@@ -53,8 +63,8 @@ var (
 
 // Validate reports the first problem with p.
 func (p Params) Validate() error {
-	if _, _, err := net.SplitHostPort(p.Endpoint); err != nil || p.Endpoint == "" {
-		return fmt.Errorf("%s=%q: want host:port", KeyEndpoint, p.Endpoint)
+	if err := checkEndpoints(p.Endpoints); err != nil {
+		return err
 	}
 	if !tokenRE.MatchString(p.Token) {
 		return fmt.Errorf("%s: missing or malformed", KeyToken)
@@ -80,7 +90,7 @@ func (p Params) Format() (string, error) {
 		return "", err
 	}
 	parts := []string{
-		KeyEndpoint + "=" + p.Endpoint,
+		KeyEndpoint + "=" + strings.Join(p.Endpoints, ","),
 		KeyToken + "=" + p.Token,
 		KeyCA + "=" + p.CAFingerprint,
 		KeyMAC + "=" + strings.ToLower(p.MAC),
@@ -103,6 +113,7 @@ var ErrMissing = errors.New("cmdline: no corral.* parameters")
 // supplies the MAC when corral.mac is absent.
 func Parse(line string) (Params, error) {
 	var p Params
+	var epErr error
 	found := false
 	for _, f := range strings.Fields(line) {
 		k, v, ok := strings.Cut(f, "=")
@@ -111,7 +122,8 @@ func Parse(line string) (Params, error) {
 		}
 		switch k {
 		case KeyEndpoint:
-			p.Endpoint, found = v, true
+			found = true
+			p.Endpoints, epErr = ParseEndpoints(v)
 		case KeyToken:
 			p.Token, found = v, true
 		case KeyCA:
@@ -130,6 +142,9 @@ func Parse(line string) (Params, error) {
 	if !found {
 		return p, ErrMissing
 	}
+	if epErr != nil {
+		return p, epErr
+	}
 	return p, p.Validate()
 }
 
@@ -140,4 +155,104 @@ func bootifMAC(v string) string {
 		v = v[3:]
 	}
 	return strings.ReplaceAll(v, "-", ":")
+}
+
+// ParseEndpoints splits a corral.endpoint value (host:port, comma-separated)
+// and checks every element. A repeated endpoint is kept once, in its first
+// place. The error names each element refused: an empty one, one that is
+// not host:port, and the count when there are more than MaxEndpoints.
+func ParseEndpoints(v string) ([]string, error) {
+	if v == "" {
+		return nil, fmt.Errorf("%s is empty: want host:port[,host:port...]", KeyEndpoint)
+	}
+	parts := strings.Split(v, ",")
+	var out []string
+	var refused []string
+	for i, e := range parts {
+		if err := CheckEndpoint(e); err != nil {
+			refused = append(refused, fmt.Sprintf("element %d: %v", i+1, err))
+			continue
+		}
+		if !slices.Contains(out, e) {
+			out = append(out, e)
+		}
+	}
+	if len(parts) > MaxEndpoints {
+		refused = append([]string{fmt.Sprintf("%d endpoints, at most %d", len(parts), MaxEndpoints)}, refused...)
+	}
+	if len(refused) > 0 {
+		return nil, fmt.Errorf("%s=%q refused: %s", KeyEndpoint, clip(v), strings.Join(refused, "; "))
+	}
+	return out, nil
+}
+
+// checkEndpoints checks a list as Params carries it.
+func checkEndpoints(eps []string) error {
+	switch {
+	case len(eps) == 0:
+		return fmt.Errorf("%s: no endpoint: want host:port", KeyEndpoint)
+	case len(eps) > MaxEndpoints:
+		return fmt.Errorf("%s: %d endpoints, at most %d", KeyEndpoint, len(eps), MaxEndpoints)
+	}
+	for i, e := range eps {
+		if err := CheckEndpoint(e); err != nil {
+			return fmt.Errorf("%s element %d: %w", KeyEndpoint, i+1, err)
+		}
+		if slices.Contains(eps[:i], e) {
+			return fmt.Errorf("%s element %d: %q is listed twice", KeyEndpoint, i+1, e)
+		}
+	}
+	return nil
+}
+
+// maxHost is the longest DNS name (RFC 1035).
+const maxHost = 253
+
+var (
+	labelRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
+	zoneRE  = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,15}$`)
+)
+
+// CheckEndpoint reports whether e is one appliance endpoint: host:port with
+// an IP address (IPv6 in brackets) or a DNS name as host and a port
+// 1-65535. Nothing else may travel in the list: no spaces, commas or
+// quotes reach the kernel command line or the iPXE script.
+func CheckEndpoint(e string) error {
+	if e == "" {
+		return errors.New("empty: want host:port")
+	}
+	host, port, err := net.SplitHostPort(e)
+	if err != nil {
+		return fmt.Errorf("%q: want host:port", clip(e))
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
+		return fmt.Errorf("%q: port %q: want 1-65535", clip(e), clip(port))
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		if z := a.Zone(); z != "" && !zoneRE.MatchString(z) {
+			return fmt.Errorf("%q: IPv6 zone %q: want an interface name", clip(e), clip(z))
+		}
+		return nil
+	}
+	if strings.Contains(e, "[") {
+		return fmt.Errorf("%q: %q is not an IP address", clip(e), clip(host))
+	}
+	if host == "" || len(host) > maxHost {
+		return fmt.Errorf("%q: host: want an IP address or a DNS name of 1-%d bytes", clip(e), maxHost)
+	}
+	for _, l := range strings.Split(strings.TrimSuffix(host, "."), ".") {
+		if !labelRE.MatchString(l) {
+			return fmt.Errorf("%q: host %q: want an IP address or a DNS name (letters, digits, '-', '.')", clip(e), clip(host))
+		}
+	}
+	return nil
+}
+
+// clip shortens what an error quotes from the command line.
+func clip(s string) string {
+	const max = 80
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "…"
 }

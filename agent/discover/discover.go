@@ -117,7 +117,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return report(cfg.Console, fmt.Errorf("kernel command line %s: %w", cfg.CmdlineFile, err))
 	}
-	fmt.Fprintf(cfg.Console, "corral: discovery agent %s, appliance %s, boot MAC %s\n", cfg.Version, params.Endpoint, params.MAC)
+	fmt.Fprintf(cfg.Console, "corral: discovery agent %s, %s %s, boot MAC %s\n", cfg.Version,
+		plural(len(params.Endpoints), "appliance", "appliances"), strings.Join(params.Endpoints, ", "), params.MAC)
 
 	// Drivers.
 	if res, err := Coldplug(ctx, cfg.Root, cfg.Console, cfg.Logger); err == nil {
@@ -157,7 +158,7 @@ func Run(ctx context.Context, cfg Config) error {
 	facts.Cap(f)
 
 	return cfg.Session(ctx, session.Config{
-		Endpoint: params.Endpoint, Token: params.Token, CAFingerprint: params.CAFingerprint,
+		Endpoints: params.Endpoints, Token: params.Token, CAFingerprint: params.CAFingerprint,
 		ExtraCAs: loadCAs(cfg.CAFile), BootMAC: params.MAC, AgentVersion: cfg.Version,
 		Facts:     func(context.Context) *inventoryv1.Facts { return f },
 		Power:     cfg.Power,
@@ -165,6 +166,13 @@ func Run(ctx context.Context, cfg Config) error {
 		Console:   cfg.Console,
 		Logger:    cfg.Logger,
 	})
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func report(console io.Writer, err error) error {

@@ -8,12 +8,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/corralhq/corral/agent/install"
 	"github.com/corralhq/corral/agent/netup"
 	"github.com/corralhq/corral/agent/session"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	nodev1 "github.com/corralhq/corral/api/node/v1"
 	"github.com/corralhq/corral/testsupport/fixture"
 )
 
@@ -65,7 +67,7 @@ func TestRunWiresCmdlineFactsAndSession(t *testing.T) {
 	if netMAC != "70:85:c2:aa:bb:cc" {
 		t.Errorf("DHCP asked on %q, want the BOOTIF MAC", netMAC)
 	}
-	if got.Endpoint != "10.0.0.1:20180" || got.Token != "tok-1" || got.CAFingerprint != fp || got.BootMAC != "70:85:c2:aa:bb:cc" || got.AgentVersion != "v-test" {
+	if len(got.Endpoints) != 1 || got.Endpoints[0] != "10.0.0.1:20180" || got.Token != "tok-1" || got.CAFingerprint != fp || got.BootMAC != "70:85:c2:aa:bb:cc" || got.AgentVersion != "v-test" {
 		t.Errorf("session config = %+v", got)
 	}
 	if _, ok := got.Installer.(*install.Installer); !ok {
@@ -82,14 +84,88 @@ func TestRunWiresCmdlineFactsAndSession(t *testing.T) {
 	}
 }
 
-func TestRunBadCmdlineIsPrinted(t *testing.T) {
+// TestRunHandsEveryEndpointToTheSession: corral.endpoint's list reaches
+// the session in order, and the console names it.
+func TestRunHandsEveryEndpointToTheSession(t *testing.T) {
 	cmd := filepath.Join(t.TempDir(), "cmdline")
-	os.WriteFile(cmd, []byte("corral.endpoint=nope corral.token=t\n"), 0o644)
-	var console bytes.Buffer
-	if err := Run(context.Background(), Config{CmdlineFile: cmd, Console: &console}); err == nil {
-		t.Fatal("Run accepted a bad command line")
+	fp := strings.Repeat("0f", 32)
+	line := "corral.endpoint=10.0.0.1:20180,10.0.0.2:20180,[fd00::3]:20180 corral.token=tok-1 corral.ca=" + fp + " corral.mac=70:85:c2:aa:bb:cc"
+	if err := os.WriteFile(cmd, []byte(line+"\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	if !strings.Contains(console.String(), "cannot start discovery") || !strings.Contains(console.String(), "corral.endpoint") {
-		t.Errorf("console = %q", console.String())
+	var console bytes.Buffer
+	var got session.Config
+	err := Run(context.Background(), Config{
+		Root: root(t, "oem-placeholders"), CmdlineFile: cmd, CAFile: "/nonexistent", Console: &console,
+		Network: func(_ context.Context, c netup.Config) (*netup.Lease, error) {
+			return &netup.Lease{Interface: "eno1", MAC: c.BootMAC, Address: "10.0.0.50/24"}, nil
+		},
+		Session:   func(_ context.Context, c session.Config) error { got = c; return nil },
+		Installer: nopInstaller{},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"10.0.0.1:20180", "10.0.0.2:20180", "[fd00::3]:20180"}, got.Endpoints); diff != "" {
+		t.Errorf("session endpoints (-want +got):\n%s", diff)
+	}
+	if want := "appliances 10.0.0.1:20180, 10.0.0.2:20180, [fd00::3]:20180"; !strings.Contains(console.String(), want) {
+		t.Errorf("console lacks %q:\n%s", want, console.String())
+	}
+}
+
+type nopInstaller struct{}
+
+func (nopInstaller) Install(context.Context, *nodev1.InstallPlan, func(context.Context, []byte) ([]byte, error), func(*nodev1.Progress)) error {
+	return nil
+}
+func (nopInstaller) Wipe(context.Context, *nodev1.WipePlan, func(*nodev1.Progress)) error { return nil }
+
+// TestRunBadCmdlineIsPrinted: a command line the agent refuses is printed
+// on the console naming what was refused, and no network or session is
+// started.
+func TestRunBadCmdlineIsPrinted(t *testing.T) {
+	rest := " corral.token=t corral.ca=" + strings.Repeat("0f", 32) + " corral.mac=70:85:c2:aa:bb:cc"
+	for name, tc := range map[string]struct {
+		line string
+		want []string
+	}{
+		"no port":           {line: "corral.endpoint=nope corral.token=t", want: []string{`"nope": want host:port`}},
+		"9 endpoints":       {line: "corral.endpoint=a:1,b:1,c:1,d:1,e:1,f:1,g:1,h:1,i:1" + rest, want: []string{"9 endpoints, at most 8"}},
+		"empty element":     {line: "corral.endpoint=a:1,,b:1" + rest, want: []string{"element 2: empty"}},
+		"not host:port":     {line: "corral.endpoint=a:1,b:1,appliance-c" + rest, want: []string{`element 3: "appliance-c": want host:port`}},
+		"several refusals":  {line: "corral.endpoint=a:1,,b" + rest, want: []string{"element 2: empty", `element 3: "b": want host:port`}},
+		"bad host in list":  {line: "corral.endpoint=a:1,b_c:1" + rest, want: []string{"element 2", "b_c"}},
+		"bad port in list":  {line: "corral.endpoint=a:1,b:99999" + rest, want: []string{"element 2", `port "99999"`}},
+		"the last one wins": {line: "corral.endpoint=a:1 corral.endpoint=a:1,," + rest, want: []string{"element 2: empty"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cmd := filepath.Join(t.TempDir(), "cmdline")
+			os.WriteFile(cmd, []byte(tc.line+"\n"), 0o644)
+			var console bytes.Buffer
+			started := false
+			err := Run(context.Background(), Config{CmdlineFile: cmd, Console: &console,
+				Network: func(context.Context, netup.Config) (*netup.Lease, error) {
+					started = true
+					return nil, context.Canceled
+				},
+				Session: func(context.Context, session.Config) error { started = true; return nil },
+			})
+			if err == nil {
+				t.Fatal("Run accepted a bad command line")
+			}
+			out := console.String()
+			if !strings.Contains(out, "cannot start discovery") || !strings.Contains(out, "corral.endpoint") {
+				t.Errorf("console = %q", out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("console lacks %q: %q", w, out)
+				}
+			}
+			if started {
+				t.Error("network or session started on a refused command line")
+			}
+		})
 	}
 }

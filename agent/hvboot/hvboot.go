@@ -22,6 +22,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,8 +48,12 @@ var Modules = []string{"crc32c_generic", "ext4", "tun", "bridge", "vhost_net", "
 
 // Node is what the hypervisor agent is started with.
 type Node struct {
-	Name      string // node name (appliance.json node_name)
-	Join      string // appliance API host:port (corral.endpoint)
+	Name string // node name (appliance.json node_name)
+	// Join are the appliances' API host:port in the order to dial them:
+	// corral.endpoint's (the fleet as the appliance that served this boot
+	// sees it, itself first), then appliance.json's not already listed
+	// (the fleet at install time), at most cmdline.MaxEndpoints.
+	Join      []string
 	DataDir   string // the mounted data partition
 	Listen    string // HypervisorService address, ":20181"
 	Advertise string // the boot NIC's leased address
@@ -140,7 +145,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if !ok {
 		return nil
 	}
-	fmt.Fprintf(cfg.Console, "corral: appliance %s, boot MAC %s\n", params.Endpoint, params.MAC)
+	fmt.Fprintf(cfg.Console, "corral: appliance %s, boot MAC %s\n", strings.Join(params.Endpoints, ", "), params.MAC)
 
 	_ = cfg.Coldplug(ctx) // prints its own summary or error
 	for _, m := range Modules {
@@ -162,8 +167,13 @@ func Run(ctx context.Context, cfg Config) error {
 		return nil
 	}
 	fmt.Fprintf(cfg.Console, "corral: node %s (machine %s, install %s) from %s\n", d.app.NodeName, d.app.MachineName, d.app.InstallID, cfg.DataDir)
-	if d.app.Endpoint != params.Endpoint {
-		cfg.Logger.Info("appliance endpoint differs from install time", "installed", d.app.Endpoint, "cmdline", params.Endpoint)
+	join, dropped := joinList(params.Endpoints, d.app.Appliances())
+	if len(dropped) > 0 {
+		fmt.Fprintf(cfg.Console, "corral: %d appliances from install time left out (at most %d): %s\n", len(dropped), cmdline.MaxEndpoints, strings.Join(dropped, ", "))
+	}
+	if !slices.Equal(d.app.Appliances(), params.Endpoints) {
+		cfg.Logger.Info("appliance endpoints differ from install time", "installed", strings.Join(d.app.Appliances(), ","),
+			"cmdline", strings.Join(params.Endpoints, ","), "join", strings.Join(join, ","))
 	}
 	if err := cfg.Hostname(d.app.NodeName); err != nil {
 		fmt.Fprintf(cfg.Console, "corral: set hostname %s: %v\n", d.app.NodeName, err)
@@ -189,11 +199,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	n := Node{
-		Name: d.app.NodeName, Join: params.Endpoint, DataDir: cfg.DataDir, Listen: ":20181",
+		Name: d.app.NodeName, Join: join, DataDir: cfg.DataDir, Listen: ":20181",
 		Advertise: adv, CACertPEM: d.ca, Appliance: d.app,
 	}
 	for attempt := 0; ; attempt++ {
-		fmt.Fprintf(cfg.Console, "corral: starting hypervisor agent %s on %s, appliance %s\n", n.Name, n.Advertise, n.Join)
+		fmt.Fprintf(cfg.Console, "corral: starting hypervisor agent %s on %s, appliances %s\n", n.Name, n.Advertise, strings.Join(n.Join, ", "))
 		err := cfg.Hypervisor(ctx, n)
 		if ctx.Err() != nil {
 			return nil
@@ -207,6 +217,22 @@ func Run(ctx context.Context, cfg Config) error {
 			return nil
 		}
 	}
+}
+
+// joinList is the command line's endpoints, then the install-time ones not
+// among them, at most cmdline.MaxEndpoints; dropped are those left out.
+func joinList(cmdlineEPs, installed []string) (join, dropped []string) {
+	join = slices.Clone(cmdlineEPs)
+	for _, e := range installed {
+		switch {
+		case slices.Contains(join, e):
+		case len(join) == cmdline.MaxEndpoints:
+			dropped = append(dropped, e)
+		default:
+			join = append(join, e)
+		}
+	}
+	return join, dropped
 }
 
 // retry runs f until it succeeds (true) or ctx ends (false), printing

@@ -227,7 +227,7 @@ func TestRunStartsHypervisor(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("Run = %v", err)
 	}
-	want := Node{Name: "node-7", Join: "10.0.0.1:20180", DataDir: data, Listen: ":20181", Advertise: "10.0.0.57", CACertPEM: caPEM,
+	want := Node{Name: "node-7", Join: []string{"10.0.0.1:20180"}, DataDir: data, Listen: ":20181", Advertise: "10.0.0.57", CACertPEM: caPEM,
 		Appliance: install.Appliance{Endpoint: "10.0.0.1:20180", NodeName: "node-7", MachineName: "m-7", InstallID: "i-7"}}
 	if diff := cmp.Diff(want, n, cmpopts.IgnoreFields(install.Appliance{}, "InstalledAt")); diff != "" {
 		t.Errorf("node (-want +got):\n%s", diff)
@@ -246,6 +246,52 @@ func TestRunStartsHypervisor(t *testing.T) {
 	}
 	if p := os.Getenv("PATH"); p != "/nowhere:/usr/bin:/usr/sbin:/bin:/sbin" {
 		t.Errorf("PATH = %q", p)
+	}
+}
+
+// TestRunJoinsTheFleet: the node dials the command line's appliances
+// first (the fleet now), then those of its install not among them.
+func TestRunJoinsTheFleet(t *testing.T) {
+	caPEM, fp := newCA(t)
+	data := dataDir(t, caPEM)
+	write(t, filepath.Join(data, "identity/appliance.json"), []byte(`{"endpoint":"10.0.0.1:20180","endpoints":["10.0.0.1:20180","10.0.0.3:20180"],"node_name":"node-7"}`))
+	console := &syncBuffer{}
+	cfg, _ := bootConfig(t, fp, "hypervisor", data, console)
+	write(t, cfg.CmdlineFile, []byte("corral.endpoint=10.0.0.2:20180,10.0.0.1:20180 corral.token=none corral.ca="+fp+" corral.mac=52:54:00:aa:bb:cc corral.mode=hypervisor\n"))
+	ctx, cancel := context.WithCancel(context.Background())
+	var got []string
+	cfg.Hypervisor = func(_ context.Context, n Node) error { got = n.Join; cancel(); return nil }
+	if err := Run(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"10.0.0.2:20180", "10.0.0.1:20180", "10.0.0.3:20180"}, got); diff != "" {
+		t.Errorf("join (-want +got):\n%s", diff)
+	}
+	if want := "appliances 10.0.0.2:20180, 10.0.0.1:20180, 10.0.0.3:20180"; !strings.Contains(console.String(), want) {
+		t.Errorf("console lacks %q:\n%s", want, console)
+	}
+}
+
+func TestJoinList(t *testing.T) {
+	eight := []string{"a:1", "b:1", "c:1", "d:1", "e:1", "f:1", "g:1", "h:1"}
+	for name, tc := range map[string]struct {
+		cmdline, installed []string
+		want, dropped      []string
+	}{
+		"same":                 {cmdline: []string{"a:1"}, installed: []string{"a:1"}, want: []string{"a:1"}},
+		"moved appliance":      {cmdline: []string{"b:1"}, installed: []string{"a:1"}, want: []string{"b:1", "a:1"}},
+		"union, cmdline first": {cmdline: []string{"b:1", "a:1"}, installed: []string{"a:1", "c:1", "b:1"}, want: []string{"b:1", "a:1", "c:1"}},
+		"bounded":              {cmdline: eight, installed: []string{"a:1", "x:1", "y:1"}, want: eight, dropped: []string{"x:1", "y:1"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, dropped := joinList(tc.cmdline, tc.installed)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("join (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.dropped, dropped); diff != "" {
+				t.Errorf("dropped (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

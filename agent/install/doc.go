@@ -7,7 +7,9 @@
 // its certificate request (the caller's sign function: agent/session sends
 // it on the session), checks the certificate against the plan (CA, public
 // key, name), and writes the node identity the hypervisor agent loads
-// (identity/node.key, node.crt, ca.crt) plus identity/appliance.json. The
+// (identity/node.key, node.crt, ca.crt) plus identity/appliance.json, which
+// names every appliance of the fleet the node may fail over to (the plan's
+// appliance_endpoint first, then its appliance_endpoints). The
 // key never leaves the machine, and a plan that carries key material (an
 // appliance older than #11) is refused. Wipe erases partition tables and
 // filesystem signatures (reprovisioning).

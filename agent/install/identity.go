@@ -16,10 +16,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/corralhq/corral/agent/cmdline"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 	"github.com/corralhq/corral/internal/nodeid"
 )
@@ -37,9 +39,14 @@ const (
 )
 
 // Appliance is identity/appliance.json: which appliance installed the
-// node, under which names.
+// node, under which names, and the fleet's appliances the node may dial.
 type Appliance struct {
-	Endpoint    string    `json:"endpoint"`  // appliance API host:port
+	Endpoint string `json:"endpoint"` // API host:port of the appliance that installed the node
+	// Endpoints are every appliance API host:port the node may dial, in
+	// the order to try them, Endpoint first (at most
+	// cmdline.MaxEndpoints). Absent in files written before #12: then
+	// Endpoint alone (Appliances).
+	Endpoints   []string  `json:"endpoints,omitempty"`
 	NodeName    string    `json:"node_name"` // the Node's name (certificate CN)
 	MachineName string    `json:"machine_name"`
 	InstallID   string    `json:"install_id"`
@@ -51,10 +58,51 @@ func (a Appliance) Validate() error {
 	if _, _, err := net.SplitHostPort(a.Endpoint); err != nil || a.Endpoint == "" {
 		return fmt.Errorf("endpoint %q: want host:port", a.Endpoint)
 	}
+	if len(a.Endpoints) > cmdline.MaxEndpoints {
+		return fmt.Errorf("endpoints: %d, at most %d", len(a.Endpoints), cmdline.MaxEndpoints)
+	}
+	for i, e := range a.Endpoints {
+		if err := cmdline.CheckEndpoint(e); err != nil {
+			return fmt.Errorf("endpoints[%d]: %w", i, err)
+		}
+	}
 	if a.NodeName == "" {
 		return errors.New("node_name is empty")
 	}
 	return nil
+}
+
+// Appliances are the endpoints the node dials, in order: Endpoints, or
+// Endpoint alone when the file has none.
+func (a Appliance) Appliances() []string {
+	if len(a.Endpoints) > 0 {
+		return a.Endpoints
+	}
+	return []string{a.Endpoint}
+}
+
+// PlanEndpoints are the appliances an install plan names, in the order
+// the node tries them: appliance_endpoint first, then
+// appliance_endpoints (empty from appliances before #12), each once. It
+// refuses an invalid element and more than cmdline.MaxEndpoints in all.
+func PlanEndpoints(plan *nodev1.InstallPlan) ([]string, error) {
+	first := plan.GetApplianceEndpoint()
+	if err := cmdline.CheckEndpoint(first); err != nil {
+		return nil, fmt.Errorf("appliance endpoint: %w", err)
+	}
+	out := []string{first}
+	for i, e := range plan.GetApplianceEndpoints() {
+		if err := cmdline.CheckEndpoint(e); err != nil {
+			return nil, fmt.Errorf("appliance_endpoints[%d]: %w", i, err)
+		}
+		if !slices.Contains(out, e) {
+			out = append(out, e)
+		}
+	}
+	if len(out) > cmdline.MaxEndpoints {
+		return nil, fmt.Errorf("%d appliance endpoints, at most %d", len(out), cmdline.MaxEndpoints)
+	}
+	return out, nil
 }
 
 // ReadAppliance reads and validates dataDir/identity/appliance.json.
@@ -114,8 +162,8 @@ func checkPlan(plan *nodev1.InstallPlan) error {
 	case plan.GetInstallId() == "":
 		return fmt.Errorf("%w: install_id is empty", ErrBadIdentity)
 	}
-	if _, _, err := net.SplitHostPort(plan.GetApplianceEndpoint()); err != nil {
-		return fmt.Errorf("%w: appliance endpoint %q: want host:port", ErrBadIdentity, plan.GetApplianceEndpoint())
+	if _, err := PlanEndpoints(plan); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadIdentity, err)
 	}
 	if _, err := caPool(plan.GetCaCertPem()); err != nil {
 		return err
@@ -270,8 +318,12 @@ func writeIdentity(dataDir string, plan *nodev1.InstallPlan, keyPEM, certPEM []b
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return err
 	}
+	eps, err := PlanEndpoints(plan)
+	if err != nil {
+		return err
+	}
 	app, err := json.MarshalIndent(Appliance{
-		Endpoint: plan.GetApplianceEndpoint(), NodeName: plan.GetHostname(), MachineName: plan.GetMachineName(),
+		Endpoint: plan.GetApplianceEndpoint(), Endpoints: eps, NodeName: plan.GetHostname(), MachineName: plan.GetMachineName(),
 		InstallID: plan.GetInstallId(), InstalledAt: now.UTC(),
 	}, "", "  ")
 	if err != nil {

@@ -248,7 +248,8 @@ func (in *Installer) Install(ctx context.Context, plan *nodev1.InstallPlan, sign
 	}); err != nil {
 		return fail(StepIdentity, fmt.Errorf("write identity on %s: %w", part, err))
 	}
-	send(StepIdentity, fmt.Sprintf("node %s, install %s, appliance %s", plan.GetHostname(), id, plan.GetApplianceEndpoint()))
+	eps, _ := PlanEndpoints(plan) // checked before anything was written
+	send(StepIdentity, fmt.Sprintf("node %s, install %s, appliance %s", plan.GetHostname(), id, strings.Join(eps, ", ")))
 	log.Info("install step", "step", StepDone)
 	progress(&nodev1.Progress{Step: StepDone, Detail: "installed on /dev/" + disk.Name, Done: true, InstallId: id})
 	return nil

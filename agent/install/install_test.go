@@ -15,6 +15,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -428,7 +429,9 @@ func TestInstallBlankDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(Appliance{Endpoint: "10.0.0.1:20180", NodeName: "node-1", MachineName: "m-abc", InstallID: "inst-1", InstalledAt: now}, a); diff != "" {
+	// A plan without appliance_endpoints (an appliance before #12):
+	// the list is appliance_endpoint alone.
+	if diff := cmp.Diff(Appliance{Endpoint: "10.0.0.1:20180", Endpoints: []string{"10.0.0.1:20180"}, NodeName: "node-1", MachineName: "m-abc", InstallID: "inst-1", InstalledAt: now}, a); diff != "" {
 		t.Errorf("appliance.json (-want +got):\n%s", diff)
 	}
 	if len(sys.mounted) != 0 {
@@ -598,10 +601,16 @@ func TestInstallRefusesBadPlan(t *testing.T) {
 		edit func(*nodev1.InstallPlan)
 		want string
 	}{
-		"no CA":                   {func(p *nodev1.InstallPlan) { p.CaCertPem = "" }, "CA certificate: no PEM certificate"},
-		"no hostname":             {func(p *nodev1.InstallPlan) { p.Hostname = "" }, "hostname is empty"},
-		"no install id":           {func(p *nodev1.InstallPlan) { p.InstallId = "" }, "install_id is empty"},
-		"bad endpoint":            {func(p *nodev1.InstallPlan) { p.ApplianceEndpoint = "appliance" }, "want host:port"},
+		"no CA":         {func(p *nodev1.InstallPlan) { p.CaCertPem = "" }, "CA certificate: no PEM certificate"},
+		"no hostname":   {func(p *nodev1.InstallPlan) { p.Hostname = "" }, "hostname is empty"},
+		"no install id": {func(p *nodev1.InstallPlan) { p.InstallId = "" }, "install_id is empty"},
+		"bad endpoint":  {func(p *nodev1.InstallPlan) { p.ApplianceEndpoint = "appliance" }, "want host:port"},
+		"bad fleet endpoint": {func(p *nodev1.InstallPlan) { p.ApplianceEndpoints = []string{"10.0.0.1:20180", "b:20180", "c"} },
+			`appliance_endpoints[2]: "c": want host:port`},
+		"empty fleet endpoint": {func(p *nodev1.InstallPlan) { p.ApplianceEndpoints = []string{""} }, "appliance_endpoints[0]: empty"},
+		"9 fleet endpoints": {func(p *nodev1.InstallPlan) {
+			p.ApplianceEndpoints = []string{"b:1", "c:1", "d:1", "e:1", "f:1", "g:1", "h:1", "i:1"}
+		}, "9 appliance endpoints, at most 8"},
 		"a private key":           {withField(5, "-----BEGIN PRIVATE KEY-----"), "carries a node certificate or private key (field 5"},
 		"a certificate":           {withField(4, "-----BEGIN CERTIFICATE-----"), "(field 4"},
 		"an unknown future field": {withField(99, "x"), ""},
@@ -820,6 +829,74 @@ func TestWipe(t *testing.T) {
 	}
 }
 
+// TestInstallWritesFleetEndpoints: the identity names every appliance of
+// the plan, appliance_endpoint first, and the progress says so.
+func TestInstallWritesFleetEndpoints(t *testing.T) {
+	root := newRoot(t, []fakeDisk{{name: "vdb", size: 64 * mib}})
+	in, _ := newTestInstaller(t, root)
+	p := newPKI(t, "node-1")
+	pl := plan(p, "auto", "inst-1", false)
+	pl.ApplianceEndpoints = []string{"10.0.0.1:20180", "10.0.0.2:20180", "appliance-c.example:20180"}
+	var rec recorder
+	if err := in.Install(context.Background(), pl, p.sign, rec.add); err != nil {
+		t.Fatal(err)
+	}
+	a, err := ReadAppliance(filepath.Join(root, "fs/vdb1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(pl.ApplianceEndpoints, a.Endpoints); diff != "" {
+		t.Errorf("appliance.json endpoints (-want +got):\n%s", diff)
+	}
+	if a.Endpoint != "10.0.0.1:20180" {
+		t.Errorf("appliance.json endpoint %q", a.Endpoint)
+	}
+	var detail string
+	for _, pr := range rec.ps {
+		if pr.GetStep() == StepIdentity {
+			detail = pr.GetDetail()
+		}
+	}
+	if want := "appliance 10.0.0.1:20180, 10.0.0.2:20180, appliance-c.example:20180"; !strings.Contains(detail, want) {
+		t.Errorf("identity progress %q lacks %q", detail, want)
+	}
+}
+
+func TestPlanEndpoints(t *testing.T) {
+	for name, tc := range map[string]struct {
+		first   string
+		list    []string
+		want    []string
+		wantErr string
+	}{
+		"before #12":         {first: "a:1", want: []string{"a:1"}},
+		"first in list":      {first: "a:1", list: []string{"a:1", "b:1"}, want: []string{"a:1", "b:1"}},
+		"first not listed":   {first: "a:1", list: []string{"b:1", "c:1"}, want: []string{"a:1", "b:1", "c:1"}},
+		"first listed later": {first: "b:1", list: []string{"a:1", "b:1", "c:1"}, want: []string{"b:1", "a:1", "c:1"}},
+		"repeats once":       {first: "a:1", list: []string{"b:1", "b:1", "a:1"}, want: []string{"a:1", "b:1"}},
+		"eight":              {first: "a:1", list: []string{"b:1", "c:1", "d:1", "e:1", "f:1", "g:1", "h:1"}, want: []string{"a:1", "b:1", "c:1", "d:1", "e:1", "f:1", "g:1", "h:1"}},
+		"nine":               {first: "a:1", list: []string{"b:1", "c:1", "d:1", "e:1", "f:1", "g:1", "h:1", "i:1"}, wantErr: "9 appliance endpoints, at most 8"},
+		"no first":           {list: []string{"a:1"}, wantErr: "appliance endpoint: empty"},
+		"bad element":        {first: "a:1", list: []string{"b:1", "c d:1"}, wantErr: "appliance_endpoints[1]"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := PlanEndpoints(&nodev1.InstallPlan{ApplianceEndpoint: tc.first, ApplianceEndpoints: tc.list})
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("PlanEndpoints = %v, %v; want an error containing %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestReadAppliance(t *testing.T) {
 	for name, tc := range map[string]struct {
 		json    string
@@ -830,9 +907,14 @@ func TestReadAppliance(t *testing.T) {
 			want: Appliance{Endpoint: "10.0.0.1:20180", NodeName: "n1", MachineName: "m", InstallID: "i", InstalledAt: now}},
 		"unknown fields ignored": {json: `{"endpoint":"[fd00::1]:20180","node_name":"n1","extra":1}`, want: Appliance{Endpoint: "[fd00::1]:20180", NodeName: "n1"}},
 		"no endpoint":            {json: `{"node_name":"n1"}`, wantErr: "endpoint"},
-		"no port":                {json: `{"endpoint":"appliance","node_name":"n1"}`, wantErr: "want host:port"},
-		"no name":                {json: `{"endpoint":"a:1"}`, wantErr: "node_name is empty"},
-		"garbage":                {json: `{`, wantErr: "appliance.json"},
+		"fleet": {json: `{"endpoint":"a:1","endpoints":["a:1","b:2"],"node_name":"n1"}`,
+			want: Appliance{Endpoint: "a:1", Endpoints: []string{"a:1", "b:2"}, NodeName: "n1"}},
+		"bad fleet endpoint": {json: `{"endpoint":"a:1","endpoints":["a:1","b"],"node_name":"n1"}`, wantErr: `endpoints[1]: "b": want host:port`},
+		"9 fleet endpoints": {json: `{"endpoint":"a:1","endpoints":["a:1","b:1","c:1","d:1","e:1","f:1","g:1","h:1","i:1"],"node_name":"n1"}`,
+			wantErr: "endpoints: 9, at most 8"},
+		"no port": {json: `{"endpoint":"appliance","node_name":"n1"}`, wantErr: "want host:port"},
+		"no name": {json: `{"endpoint":"a:1"}`, wantErr: "node_name is empty"},
+		"garbage": {json: `{`, wantErr: "appliance.json"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -854,5 +936,12 @@ func TestReadAppliance(t *testing.T) {
 	}
 	if _, err := ReadAppliance(t.TempDir()); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v, want ErrNotExist", err)
+	}
+	// The node dials Endpoints, or Endpoint in a file from before #12.
+	if got := (Appliance{Endpoint: "a:1"}).Appliances(); !slices.Equal(got, []string{"a:1"}) {
+		t.Errorf("Appliances without a list = %v", got)
+	}
+	if got := (Appliance{Endpoint: "a:1", Endpoints: []string{"b:1", "a:1"}}).Appliances(); !slices.Equal(got, []string{"b:1", "a:1"}) {
+		t.Errorf("Appliances with a list = %v", got)
 	}
 }

@@ -13,9 +13,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/corralhq/corral/agent/cmdline"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 )
@@ -48,10 +50,14 @@ var ErrCertificateRefused = errors.New("the appliance refused the certificate re
 // an install's certificate request.
 const DefaultCertificateTimeout = 60 * time.Second
 
-// Config configures a Client. Endpoint, Token, CAFingerprint, BootMAC,
+// Config configures a Client. Endpoints, Token, CAFingerprint, BootMAC,
 // Facts and Power are required.
 type Config struct {
-	Endpoint      string // host:port of the appliance API
+	// Endpoints are the appliances' API host:port in the order to try
+	// them (corral.endpoint: the appliance that rendered the boot script
+	// first). The per-boot token and the CA are the fleet's, so any of
+	// them serves the agent.
+	Endpoints     []string
 	Token         string // per-boot bearer token
 	CAFingerprint string // lowercase hex SHA-256 of the CA certificate (DER)
 	// ExtraCAs are candidate CA certificates besides the chain the server
@@ -79,6 +85,14 @@ type Config struct {
 	Heartbeat time.Duration
 	// RPCTimeout bounds Register and each send (default 30 s).
 	RPCTimeout time.Duration
+	// Keepalive is the interval of the transport pings that find an
+	// appliance gone silent during a session (its host died, the network
+	// dropped it): unanswered for KeepaliveTimeout, the session ends and
+	// the agent registers with the next endpoint. Defaults 20 s and 10 s;
+	// gRPC pings no more often than every 10 s, and the appliance closes
+	// a connection pinging more often than its --grpc-keepalive-min-time.
+	Keepalive        time.Duration
+	KeepaliveTimeout time.Duration
 	// CertificateTimeout bounds an install's wait for the NodeCertificate
 	// answering its certificate request (default
 	// DefaultCertificateTimeout); the request is sent again on every
@@ -91,8 +105,10 @@ type Config struct {
 
 func (c *Config) validate() error {
 	switch {
-	case c.Endpoint == "":
-		return errors.New("session: endpoint is required")
+	case len(c.Endpoints) == 0:
+		return errors.New("session: an endpoint is required")
+	case len(c.Endpoints) > cmdline.MaxEndpoints:
+		return fmt.Errorf("session: %d endpoints, at most %d", len(c.Endpoints), cmdline.MaxEndpoints)
 	case c.Token == "":
 		return errors.New("session: token is required")
 	case len(c.CAFingerprint) != 64:
@@ -107,8 +123,19 @@ func (c *Config) validate() error {
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = 10 * time.Second
 	}
+	for i, e := range c.Endpoints {
+		if err := cmdline.CheckEndpoint(e); err != nil {
+			return fmt.Errorf("session: endpoint %d: %w", i+1, err)
+		}
+	}
 	if c.RPCTimeout <= 0 {
 		c.RPCTimeout = 30 * time.Second
+	}
+	if c.Keepalive <= 0 {
+		c.Keepalive = 20 * time.Second
+	}
+	if c.KeepaliveTimeout <= 0 {
+		c.KeepaliveTimeout = 10 * time.Second
 	}
 	if c.CertificateTimeout <= 0 {
 		c.CertificateTimeout = DefaultCertificateTimeout
@@ -132,9 +159,19 @@ func (t bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 func (bearer) RequireTransportSecurity() bool { return true }
 
 // Run registers and keeps a session open until ctx ends, and returns nil
-// then. Every failure (dial, TLS, Register, stream) is printed on the
-// console with the attempt number and retried after a backoff; Run never
-// gives up on its own. It returns an error only for an invalid Config.
+// then. It registers with Config.Endpoints in order; when Register fails
+// (dial, TLS, refusal, no answer within RPCTimeout) or the session ends
+// (the stream broke, the appliance closed it, or its transport went
+// silent past the keepalive), it moves to the next endpoint, wrapping
+// around. Failures follow each other without a pause while some endpoint
+// of the round is untried; after a whole round failed it waits
+// Config.Backoff (growing with each failed round, reset by a
+// registration), and after a session it waits Backoff's first delay.
+// Every failure is printed on the console with the endpoint and the
+// attempt number. Run never gives up on its own; it returns an error only
+// for an invalid Config. Install and wipe plans keep running across
+// sessions, and their progress goes to whichever appliance the agent is
+// on.
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
@@ -143,43 +180,69 @@ func Run(ctx context.Context, cfg Config) error {
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithPerRPCCredentials(bearer(cfg.Token)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: cfg.Keepalive, Timeout: cfg.KeepaliveTimeout}),
 	}, cfg.DialOptions...)
-	conn, err := grpc.NewClient(cfg.Endpoint, opts...)
-	if err != nil {
-		return fmt.Errorf("session: %w", err)
-	}
-	defer conn.Close()
-	client := nodev1.NewAgentServiceClient(conn)
 	jobs := &jobs{cfg: &cfg}
 	defer jobs.wait()
 
-	attempt := 0
+	n := len(cfg.Endpoints)
+	var (
+		i       int // the endpoint to try next
+		attempt int // failed Registers since the last registration
+		failed  int // endpoints failed in this round
+		round   int // whole rounds failed since the last registration
+	)
 	for {
-		reg, err := register(ctx, &cfg, client)
-		if err == nil {
-			attempt = 0
-			fmt.Fprintf(cfg.Console, "corral: registered as %s with %s\n", reg.GetMachineName(), cfg.Endpoint)
-			cfg.Logger.Info("registered", "machine", reg.GetMachineName(), "session", reg.GetSessionId())
-			err = runSession(ctx, &cfg, client, reg, jobs)
-			if ctx.Err() != nil {
-				return nil
-			}
-			fmt.Fprintf(cfg.Console, "corral: session with %s ended: %v; registering again\n", cfg.Endpoint, reason(err))
-		} else {
-			if ctx.Err() != nil {
-				return nil
-			}
-			fmt.Fprintf(cfg.Console, "corral: register with %s failed (attempt %d): %s\n", cfg.Endpoint, attempt+1, reason(err))
-			cfg.Logger.Warn("register failed", "attempt", attempt+1, "err", err)
+		ep := cfg.Endpoints[i]
+		next := cfg.Endpoints[(i+1)%n]
+		i = (i + 1) % n
+		reg, sessErr, err := visit(ctx, &cfg, ep, opts, jobs)
+		if ctx.Err() != nil {
+			return nil
 		}
-		d := cfg.Backoff.Delay(attempt)
-		attempt++
+		var d time.Duration
+		if err == nil {
+			attempt, failed, round = 0, 0, 0
+			fmt.Fprintf(cfg.Console, "corral: session with %s ended: %v; registering with %s\n", ep, reason(sessErr), next)
+			cfg.Logger.Warn("session ended", "appliance", ep, "machine", reg.GetMachineName(), "next", next, "err", sessErr)
+			d = cfg.Backoff.Delay(0)
+		} else {
+			attempt++
+			failed++
+			fmt.Fprintf(cfg.Console, "corral: register with %s failed (attempt %d): %s\n", ep, attempt, reason(err))
+			cfg.Logger.Warn("register failed", "appliance", ep, "attempt", attempt, "err", err)
+			if failed < n {
+				continue // another appliance of this round first
+			}
+			d = cfg.Backoff.Delay(round)
+			failed = 0
+			round++
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(d):
 		}
 	}
+}
+
+// visit dials ep, registers and, when that worked, keeps the session
+// until it ends. err is Register's failure; sessErr why the session
+// ended.
+func visit(ctx context.Context, cfg *Config, ep string, opts []grpc.DialOption, jobs *jobs) (reg *nodev1.RegisterResponse, sessErr, err error) {
+	conn, err := grpc.NewClient(ep, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer conn.Close()
+	client := nodev1.NewAgentServiceClient(conn)
+	reg, err = register(ctx, cfg, client)
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintf(cfg.Console, "corral: registered as %s with %s\n", reg.GetMachineName(), ep)
+	cfg.Logger.Info("registered", "machine", reg.GetMachineName(), "session", reg.GetSessionId(), "appliance", ep)
+	return reg, runSession(ctx, cfg, client, reg, jobs), nil
 }
 
 // reason renders an RPC error for a person at a console.

@@ -168,7 +168,7 @@ func (p *fakePower) Reboot() error   { p.mu.Lock(); p.rebooted++; p.mu.Unlock();
 
 func config(endpoint, fp string, console *syncBuffer, power Power) Config {
 	return Config{
-		Endpoint: endpoint, Token: token, CAFingerprint: fp, BootMAC: "52:54:00:12:34:56", AgentVersion: "test",
+		Endpoints: []string{endpoint}, Token: token, CAFingerprint: fp, BootMAC: "52:54:00:12:34:56", AgentVersion: "test",
 		Facts: func(context.Context) *inventoryv1.Facts {
 			return &inventoryv1.Facts{System: &inventoryv1.Facts_System{Serial: "S1"}}
 		},
@@ -334,12 +334,16 @@ func TestBackoff(t *testing.T) {
 func TestConfigRejects(t *testing.T) {
 	good := config("127.0.0.1:1", strings.Repeat("ab", 32), &syncBuffer{}, &fakePower{})
 	for name, mutate := range map[string]func(*Config){
-		"no endpoint": func(c *Config) { c.Endpoint = "" },
-		"no token":    func(c *Config) { c.Token = "" },
-		"bad pin":     func(c *Config) { c.CAFingerprint = "abc" },
-		"no mac":      func(c *Config) { c.BootMAC = "" },
-		"no facts":    func(c *Config) { c.Facts = nil },
-		"no power":    func(c *Config) { c.Power = nil },
+		"no endpoint":  func(c *Config) { c.Endpoints = nil },
+		"bad endpoint": func(c *Config) { c.Endpoints = []string{"127.0.0.1:1", ""} },
+		"9 endpoints": func(c *Config) {
+			c.Endpoints = []string{"a:1", "b:1", "c:1", "d:1", "e:1", "f:1", "g:1", "h:1", "i:1"}
+		},
+		"no token": func(c *Config) { c.Token = "" },
+		"bad pin":  func(c *Config) { c.CAFingerprint = "abc" },
+		"no mac":   func(c *Config) { c.BootMAC = "" },
+		"no facts": func(c *Config) { c.Facts = nil },
+		"no power": func(c *Config) { c.Power = nil },
 	} {
 		c := good
 		mutate(&c)

@@ -1,7 +1,8 @@
 // Package http serves the HTTP half of network boot: /boot.ipxe renders a
 // machine's iPXE script from its boot intent (with a short-lived per-boot
-// agent token, the appliance endpoint, the CA fingerprint and the boot MAC
-// on the kernel command line), and /images/<name> streams catalog
+// agent token, the appliance endpoints — this one first, then its peers in
+// a fleet —, the CA fingerprint and the boot MAC on the kernel command
+// line), and /images/<name> streams catalog
 // artifacts with Range support and sendfile. Every script and artifact is
 // recorded on the machine's boot timeline; anything else is refused with a
 // clear status and a log line.
@@ -38,6 +39,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/template"
@@ -109,6 +111,15 @@ type Config struct {
 	// APIEndpoint is the gRPC endpoint put on the kernel command line,
 	// host:port. An empty host means the host iPXE used to reach us.
 	APIEndpoint string
+	// PeerEndpoints, when set, returns the API endpoints (host:port) of
+	// the other live appliances of the fleet; corral.endpoint lists them
+	// after APIEndpoint, so the agent can fail over. It is called for every
+	// script and must not block long (the request's context bounds it).
+	// Repeats, APIEndpoint itself and invalid entries are left out, and the
+	// list is cut to agent/cmdline's MaxEndpoints and to what fits the
+	// kernel command-line budget (the script's timeline entry counts what
+	// was left out). Nil: no peers.
+	PeerEndpoints func(ctx context.Context) []string
 	// CAFingerprint is the SHA-256 of the appliance CA (pki.Fingerprint).
 	CAFingerprint string
 	// TokenTTL is the per-boot token lifetime (default 1h, at least 1s).
@@ -358,6 +369,8 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	tokenNote := ""
+	var listed []string // corral.endpoint
+	leftOut := 0        // peer endpoints left out of it
 	if d.Kernel != "" {
 		tok := NoToken
 		if mode != cmdline.ModeHypervisor {
@@ -374,7 +387,7 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 			}
 			tokenNote += " " + tokenID(tok)
 		}
-		if d.Cmdline, err = s.cmdline(r, d, tok, mode); err != nil {
+		if d.Cmdline, listed, leftOut, err = s.cmdline(r, d, tok, mode); err != nil {
 			s.log.Error("kernel command line", "mac", mac, "err", err)
 			s.refuse(w, r, mac, http.StatusInternalServerError, "kernel command line: "+err.Error())
 			return
@@ -396,20 +409,53 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 	if tokenNote != "" {
 		attrs["token"] = tokenNote
 	}
+	if len(listed) > 1 || leftOut > 0 {
+		// A fleet: how many appliances the agent may fail over to.
+		attrs["endpoints"] = strconv.Itoa(len(listed))
+	}
+	if leftOut > 0 {
+		attrs["endpoints_left_out"] = strconv.Itoa(leftOut)
+	}
 	detail := "rendered " + d.Intent + " script"
 	if d.Problem != "" {
 		detail += ": " + d.Problem
 		attrs["problem"] = d.Problem
 	}
-	s.log.Info("boot script rendered", "mac", mac, "machine", name, "intent", d.Intent, "problem", d.Problem, "token", tokenNote)
+	s.log.Info("boot script rendered", "mac", mac, "machine", name, "intent", d.Intent, "problem", d.Problem, "token", tokenNote,
+		"endpoints", len(listed), "endpoints_left_out", leftOut)
 	s.cfg.Timeline.Event(mac, "http", "script", detail, attrs)
 }
 
 // cmdline is the kernel command line: initrd= name first (old UEFI iPXE
 // needs it to match the initrd image name), then Corral's parameters in
 // the agent/cmdline contract the agent parses (mode "" is the agent's
-// default, discover), then the configured extras.
-func (s *Server) cmdline(r *http.Request, d ScriptData, token, mode string) (string, error) {
+// default, discover), then the configured extras. corral.endpoint lists
+// this appliance first, then its peers (endpoints); peers that do not fit
+// cmdline.MaxLen are left out from the end. It returns the endpoints
+// listed and how many peers were left out.
+func (s *Server) cmdline(r *http.Request, d ScriptData, token, mode string) (line string, eps []string, left int, err error) {
+	eps, left = s.endpoints(r)
+	for {
+		corral, err := cmdline.Params{Endpoints: eps, Token: token, CAFingerprint: s.cfg.CAFingerprint, MAC: d.MAC, Mode: mode}.Format()
+		if err == nil {
+			line = strings.Join([]string{"initrd=" + d.Initrd, corral, s.cfg.KernelArgs}, " ")
+			if len(line) < cmdline.MaxLen {
+				return line, eps, left, nil
+			}
+			err = fmt.Errorf("kernel command line would be %d bytes, limit %d", len(line), cmdline.MaxLen)
+		}
+		if len(eps) == 1 {
+			return "", eps, left, err
+		}
+		eps, left = eps[:len(eps)-1], left+1
+	}
+}
+
+// endpoints is corral.endpoint's list: this appliance's API endpoint (an
+// empty or unspecified host is the host iPXE used to reach us), then the
+// peers' (Config.PeerEndpoints) that are valid and new, at most
+// cmdline.MaxEndpoints in all. dropped counts the peers left out.
+func (s *Server) endpoints(r *http.Request) (eps []string, dropped int) {
 	ep := s.cfg.APIEndpoint
 	if h, p, err := net.SplitHostPort(ep); err == nil && (h == "" || h == "0.0.0.0" || h == "::") {
 		host := r.Host
@@ -418,11 +464,27 @@ func (s *Server) cmdline(r *http.Request, d ScriptData, token, mode string) (str
 		}
 		ep = net.JoinHostPort(host, p)
 	}
-	corral, err := cmdline.Params{Endpoint: ep, Token: token, CAFingerprint: s.cfg.CAFingerprint, MAC: d.MAC, Mode: mode}.Format()
-	if err != nil {
-		return "", err
+	eps = []string{ep}
+	if s.cfg.PeerEndpoints == nil {
+		return eps, 0
 	}
-	return strings.Join([]string{"initrd=" + d.Initrd, corral, s.cfg.KernelArgs}, " "), nil
+	for _, p := range s.cfg.PeerEndpoints(r.Context()) {
+		switch {
+		case slices.Contains(eps, p):
+		case len(eps) == cmdline.MaxEndpoints:
+			dropped++
+		default:
+			if err := cmdline.CheckEndpoint(p); err != nil {
+				if n, ok := s.refusals.Allow(); ok {
+					s.log.Warn("peer endpoint left out of the kernel command line", "endpoint", p, "err", err, "suppressed", n)
+				}
+				dropped++
+				continue
+			}
+			eps = append(eps, p)
+		}
+	}
+	return eps, dropped
 }
 
 func (s *Server) artifact(w http.ResponseWriter, r *http.Request, name string) {

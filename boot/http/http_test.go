@@ -349,10 +349,10 @@ func TestHypervisorScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := cmdline.Params{Endpoint: "10.0.0.1:20180", Token: NoToken,
+	want := cmdline.Params{Endpoints: []string{"10.0.0.1:20180"}, Token: NoToken,
 		CAFingerprint: strings.Repeat("ab", 32), MAC: "52:54:00:00:00:03", Mode: "hypervisor"}
-	if p != want {
-		t.Errorf("parsed cmdline = %+v, want %+v", p, want)
+	if diff := cmp.Diff(want, p); diff != "" {
+		t.Errorf("parsed cmdline (-want +got):\n%s", diff)
 	}
 	if !strings.Contains(string(body), "initrd --name "+images.HypervisorInitrd+" http://10.0.0.1:8080/images/"+images.HypervisorInitrd+"?mac=52:54:00:00:00:03") {
 		t.Errorf("no initrd line for the hypervisor image:\n%s", body)

@@ -113,7 +113,7 @@ func runHypervisorBoot(ctx context.Context, cmdlineFile, dataDir, accel string, 
 		CmdlineFile: cmdlineFile, DataDir: dataDir, Version: version,
 		Console: consoleWriter(stdout), Logger: log,
 		Hypervisor: func(ctx context.Context, n hvboot.Node) error {
-			return serveNode(ctx, node.EnrolConfig{Name: n.Name, DataDir: n.DataDir, Join: n.Join, CACertPEM: n.CACertPEM}, node.Config{
+			return serveNode(ctx, node.EnrolConfig{Name: n.Name, DataDir: n.DataDir, Join: n.Join[0], CACertPEM: n.CACertPEM}, node.Config{
 				Name: n.Name, DataDir: n.DataDir, Listen: n.Listen, Advertise: n.Advertise,
 				Accel: accel, Logger: log,
 			})
