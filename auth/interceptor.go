@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/corralhq/corral/internal/apierr"
 	"log/slog"
 	"slices"
 	"strings"
@@ -271,6 +272,8 @@ func (i *Interceptor) authenticate(ctx context.Context, method string) (Principa
 		return Principal{}, i.unauthenticated(ctx, method, id, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return Principal{}, status.FromContextError(err).Err()
+	case errors.Is(err, apierr.ErrUnavailable):
+		return Principal{}, storeUnavailable(err)
 	case err != nil:
 		i.logger().LogAttrs(ctx, slog.LevelError, "auth: cannot authenticate token",
 			slog.String("method", method),
@@ -315,11 +318,20 @@ func (i *Interceptor) tokenUse(ctx context.Context, method string, p Principal) 
 		return Principal{}, i.unauthenticated(ctx, method, p.ID, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return Principal{}, status.FromContextError(err).Err()
+	case errors.Is(err, apierr.ErrUnavailable):
+		return Principal{}, storeUnavailable(err)
 	default:
 		i.logger().LogAttrs(ctx, slog.LevelError, "auth: cannot check the token's use",
 			slog.String("method", method), slog.String("token_id", p.ID), slog.Any("error", err))
 		return Principal{}, status.Error(codes.Internal, "auth: cannot check the token")
 	}
+}
+
+// storeUnavailable answers a call whose token cannot be checked because
+// the store does not answer (a shared store without quorum): Unavailable,
+// so clients retry, with the store's reason.
+func storeUnavailable(err error) error {
+	return status.Errorf(codes.Unavailable, "auth: cannot check the token: %v", err)
 }
 
 // verifiedLeaf returns the caller's verified client certificate, if any.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/testsupport/require"
+	"github.com/corralhq/corral/testsupport/syncbuf"
 )
 
 var binDir string
@@ -83,14 +84,14 @@ func freePort(t *testing.T) string {
 type daemon struct {
 	cmd    *exec.Cmd
 	addr   string
-	logs   *bytes.Buffer
+	logs   *syncbuf.Buffer
 	exited chan error
 }
 
 // startCorrald runs `corrald serve` and waits until the API answers.
 func startCorrald(t *testing.T, dataDir, addr string, env ...string) *daemon {
 	t.Helper()
-	d := &daemon{addr: addr, logs: &bytes.Buffer{}, exited: make(chan error, 1)}
+	d := &daemon{addr: addr, logs: &syncbuf.Buffer{}, exited: make(chan error, 1)}
 	d.cmd = exec.Command(filepath.Join(binDir, "corrald"), "serve", "--data-dir", dataDir)
 	d.cmd.Env = append(append(os.Environ(), "CORRAL_API_LISTEN="+addr), env...)
 	pr, pw, _ := os.Pipe()
@@ -104,7 +105,7 @@ func startCorrald(t *testing.T, dataDir, addr string, env ...string) *daemon {
 		sc := bufio.NewScanner(pr)
 		once := false
 		for sc.Scan() {
-			d.logs.WriteString(sc.Text() + "\n")
+			d.logs.Write([]byte(sc.Text() + "\n"))
 			if !once && strings.Contains(sc.Text(), "serving gRPC API") {
 				once = true
 				close(ready)

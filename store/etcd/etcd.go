@@ -36,6 +36,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/store"
@@ -271,7 +273,7 @@ func (s *Store) wrap(ctx context.Context, op, key string, err error) error {
 		return store.ErrClosed
 	}
 	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	case timedOut(err):
 		return apierr.Unavailablef("store/etcd: %s %s: the etcd cluster did not answer within %s (quorum lost or no member reachable)", op, key, s.opts.RequestTimeout)
 	case errors.Is(err, rpctypes.ErrGRPCRequestTooLarge), errors.Is(err, rpctypes.ErrRequestTooLarge):
 		return apierr.Exhaustedf("store/etcd: %s %s: value too large for etcd's request limit: %v", op, key, err)
@@ -279,6 +281,20 @@ func (s *Store) wrap(ctx context.Context, op, key string, err error) error {
 		return apierr.Preconditionf("store/etcd: %s %s: %v", op, key, err)
 	}
 	return apierr.Unavailablef("store/etcd: %s %s: %v", op, key, err)
+}
+
+// timedOut reports whether err is a request that ran out of time. The etcd
+// client does not always wrap the context's error: a member that gave up
+// waiting for quorum answers a gRPC status carrying the text.
+func timedOut(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.DeadlineExceeded, codes.Canceled:
+		return true
+	}
+	return strings.Contains(err.Error(), context.DeadlineExceeded.Error())
 }
 
 func kvOf(prefix string, kv *mvccpb.KeyValue) store.KV {
