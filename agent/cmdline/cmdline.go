@@ -123,7 +123,9 @@ func Parse(line string) (Params, error) {
 		switch k {
 		case KeyEndpoint:
 			found = true
-			p.Endpoints, epErr = ParseEndpoints(v)
+			if p.Endpoints, epErr = ParseEndpoints(v); epErr != nil {
+				epErr = fmt.Errorf("%s: %w", KeyEndpoint, epErr)
+			}
 		case KeyToken:
 			p.Token, found = v, true
 		case KeyCA:
@@ -163,7 +165,7 @@ func bootifMAC(v string) string {
 // not host:port, and the count when there are more than MaxEndpoints.
 func ParseEndpoints(v string) ([]string, error) {
 	if v == "" {
-		return nil, fmt.Errorf("%s is empty: want host:port[,host:port...]", KeyEndpoint)
+		return nil, errors.New("empty: want host:port[,host:port...]")
 	}
 	parts := strings.Split(v, ",")
 	var out []string
@@ -181,7 +183,7 @@ func ParseEndpoints(v string) ([]string, error) {
 		refused = append([]string{fmt.Sprintf("%d endpoints, at most %d", len(parts), MaxEndpoints)}, refused...)
 	}
 	if len(refused) > 0 {
-		return nil, fmt.Errorf("%s=%q refused: %s", KeyEndpoint, clip(v), strings.Join(refused, "; "))
+		return nil, fmt.Errorf("%q refused: %s", clip(v), strings.Join(refused, "; "))
 	}
 	return out, nil
 }

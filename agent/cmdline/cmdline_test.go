@@ -157,7 +157,7 @@ func TestParseEndpoints(t *testing.T) {
 		"nine":          {v: nine, wantErr: []string{"9 endpoints, at most 8"}},
 		"empty element": {v: "a:1,,b:2", wantErr: []string{"element 2: empty"}},
 		"trailing ,":    {v: "a:1,", wantErr: []string{"element 2: empty"}},
-		"empty value":   {v: "", wantErr: []string{"corral.endpoint is empty"}},
+		"empty value":   {v: "", wantErr: []string{"empty: want host:port"}},
 		"no port":       {v: "a:1,appliance", wantErr: []string{`element 2: "appliance": want host:port`}},
 		"bad port":      {v: "a:0", wantErr: []string{`port "0"`}},
 		"port word":     {v: "a:http", wantErr: []string{`port "http"`}},

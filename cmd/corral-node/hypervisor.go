@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/corralhq/corral/agent/cmdline"
 	"github.com/corralhq/corral/agent/hvboot"
 	"github.com/corralhq/corral/hypervisor/node"
 	"github.com/spf13/pflag"
@@ -28,7 +29,7 @@ func runHypervisor(ctx context.Context, args []string, stdout, stderr io.Writer)
 	boot := fs.Bool("boot", false, "run as the hypervisor image's init: read /proc/cmdline, mount the data partition, take the identity agent/install wrote")
 	cmdlineFile := fs.String("cmdline", "/proc/cmdline", "with --boot: kernel command line carrying corral.* parameters")
 	name := fs.String("name", hostname(), "node name in the pool (env CORRAL_NAME, or CORRAL_NODE_NAME)")
-	join := fs.String("join", "", "appliance API host:port (env CORRAL_JOIN)")
+	join := fs.String("join", "", "appliance API host:port; in a fleet several, comma-separated, in the order to try them (env CORRAL_JOIN)")
 	token := fs.String("token", "", "node token from 'corrald token create --role node', needed only for the first start (env CORRAL_TOKEN)")
 	caCert := fs.String("ca-cert", "", "appliance CA certificate file (env CORRAL_CA_CERT)")
 	dataDir := fs.String("data-dir", "/var/lib/corral-node", "node data directory: identity, volumes, VMs (env CORRAL_DATA_DIR)")
@@ -58,8 +59,9 @@ func runHypervisor(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if *join == "" || *caCert == "" {
 		return errors.New("hypervisor: --join and --ca-cert are required")
 	}
-	if _, _, err := net.SplitHostPort(*join); err != nil {
-		return fmt.Errorf("hypervisor: --join %q: want host:port", *join)
+	appliances, err := cmdline.ParseEndpoints(*join)
+	if err != nil {
+		return fmt.Errorf("hypervisor: --join: %w", err)
 	}
 	caPEM, err := os.ReadFile(*caCert)
 	if err != nil {
@@ -72,7 +74,7 @@ func runHypervisor(ctx context.Context, args []string, stdout, stderr io.Writer)
 			adv = h
 		}
 	}
-	return serveNode(ctx, node.EnrolConfig{Name: *name, DataDir: *dataDir, Join: *join, Token: *token, CACertPEM: caPEM}, node.Config{
+	return serveNode(ctx, appliances, node.EnrolConfig{Name: *name, DataDir: *dataDir, Token: *token, CACertPEM: caPEM}, node.Config{
 		Name: *name, DataDir: *dataDir, Listen: *listen, Advertise: adv,
 		Uplink: *uplink, Rack: *rack, Datacenter: *datacenter, Labels: labels.m,
 		Accel: *accel, Logger: log,
@@ -83,22 +85,29 @@ func runHypervisor(ctx context.Context, args []string, stdout, stderr io.Writer)
 // ctx ends, renewing its certificate at two thirds of its lifetime (the
 // HypervisorService and the appliance connection then present the new
 // one). The appliance dials the node by name: its certificate carries the
-// name only.
-func serveNode(ctx context.Context, ec node.EnrolConfig, nc node.Config) error {
+// name only. Enrolment, heartbeats and renewals go to the first of
+// appliances that answers and fail over along the list (node.Appliances,
+// which logs the appliance the node is on).
+func serveNode(ctx context.Context, appliances []string, ec node.EnrolConfig, nc node.Config) error {
+	apps, err := node.NewAppliances(appliances, nc.Logger)
+	if err != nil {
+		return fmt.Errorf("hypervisor: %w", err)
+	}
+	ec.Appliances = apps
 	id, err := node.Enrol(ctx, ec)
 	if err != nil {
-		return fmt.Errorf("hypervisor: enrol with %s: %w", ec.Join, err)
+		return fmt.Errorf("hypervisor: enrol with %s: %w", strings.Join(apps.List(), ", "), err)
 	}
-	reg, err := id.Registry(ec.Join)
+	reg, err := id.RegistryOn(apps)
 	if err != nil {
-		return fmt.Errorf("hypervisor: dial %s: %w", ec.Join, err)
+		return fmt.Errorf("hypervisor: dial %s: %w", apps.Current(), err)
 	}
 	defer reg.Close()
 	nc.CAPool, nc.Certificate, nc.GetCertificate = id.CAPool, id.Certificate, id.GetCertificate
 	nc.Registry = reg
 	rctx, cancel := context.WithCancel(ctx)
 	renewed := make(chan error, 1)
-	go func() { renewed <- id.Renew(rctx, node.RenewConfig{Join: ec.Join, Logger: nc.Logger}) }()
+	go func() { renewed <- id.Renew(rctx, node.RenewConfig{Appliances: apps, Logger: nc.Logger}) }()
 	err = node.Run(ctx, nc)
 	cancel()
 	return errors.Join(err, <-renewed)
@@ -113,7 +122,7 @@ func runHypervisorBoot(ctx context.Context, cmdlineFile, dataDir, accel string, 
 		CmdlineFile: cmdlineFile, DataDir: dataDir, Version: version,
 		Console: consoleWriter(stdout), Logger: log,
 		Hypervisor: func(ctx context.Context, n hvboot.Node) error {
-			return serveNode(ctx, node.EnrolConfig{Name: n.Name, DataDir: n.DataDir, Join: n.Join[0], CACertPEM: n.CACertPEM}, node.Config{
+			return serveNode(ctx, n.Join, node.EnrolConfig{Name: n.Name, DataDir: n.DataDir, CACertPEM: n.CACertPEM}, node.Config{
 				Name: n.Name, DataDir: n.DataDir, Listen: n.Listen, Advertise: n.Advertise,
 				Accel: accel, Logger: log,
 			})

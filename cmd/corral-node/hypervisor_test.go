@@ -19,7 +19,9 @@ func TestHypervisorEnv(t *testing.T) {
 		env     map[string]string
 		wantErr string
 	}{
-		"env join":        {env: map[string]string{"CORRAL_JOIN": "no-port", "CORRAL_CA_CERT": "/nonexistent/ca.crt"}, wantErr: `--join "no-port": want host:port`},
+		"env join":        {env: map[string]string{"CORRAL_JOIN": "no-port", "CORRAL_CA_CERT": "/nonexistent/ca.crt"}, wantErr: `--join: "no-port" refused: element 1: "no-port": want host:port`},
+		"env join list":   {env: map[string]string{"CORRAL_JOIN": "a:1,,b:2", "CORRAL_CA_CERT": "/nonexistent/ca.crt"}, wantErr: `--join: "a:1,,b:2" refused: element 2: empty`},
+		"join list":       {args: []string{"--join", "a:1,b:2"}, env: map[string]string{"CORRAL_CA_CERT": "/nonexistent/ca.crt"}, wantErr: "--ca-cert: open /nonexistent/ca.crt"},
 		"flag over env":   {args: []string{"--join", "appliance:20180"}, env: map[string]string{"CORRAL_JOIN": "no-port", "CORRAL_CA_CERT": "/nonexistent/ca.crt"}, wantErr: "--ca-cert: open /nonexistent/ca.crt"},
 		"bad env label":   {env: map[string]string{"CORRAL_LABEL": "rack=r1,nokey"}, wantErr: "CORRAL_LABEL"},
 		"required flags":  {wantErr: "--join and --ca-cert are required"},

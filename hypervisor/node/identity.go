@@ -63,6 +63,9 @@ type EnrolConfig struct {
 	DataDir string
 	// Join is the appliance's host:port.
 	Join string
+	// Appliances, when set, are the fleet's appliances the Join call goes
+	// along (failing over as Appliances says), instead of Join.
+	Appliances *Appliances
 	// Token is a bearer token with the node role (corrald token create
 	// --role node); it is used only when no identity is stored yet, and
 	// the appliance consumes it.
@@ -95,20 +98,30 @@ func Enrol(ctx context.Context, cfg EnrolConfig) (Identity, error) {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return Identity{}, fmt.Errorf("node: stored identity in %s: %w", dir, err)
 	}
-	if cfg.Name == "" || cfg.Join == "" || cfg.Token == "" {
+	apps := cfg.Appliances
+	if apps == nil && cfg.Join != "" {
+		apps = single(cfg.Join)
+	}
+	if cfg.Name == "" || apps == nil || cfg.Token == "" {
 		return Identity{}, errors.New("node: enrol: name, join address and token are required for the first start")
 	}
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(credentials.NewTLS(applianceTLS(pool, nil))),
 		grpc.WithPerRPCCredentials(bearer(cfg.Token)),
 	}, cfg.DialOptions...)
-	certPEM, keyPEM, err := join(ctx, cfg.Join, cfg.Name, cfg.Timeout, opts)
+	var certPEM, keyPEM []byte
+	var from string
+	err := apps.do(ctx, "join", func(ep string) (err error) {
+		from = ep
+		certPEM, keyPEM, err = join(ctx, ep, cfg.Name, cfg.Timeout, opts)
+		return err
+	})
 	if err != nil {
 		return Identity{}, fmt.Errorf("node: enrol: %w", err)
 	}
 	id, err := makeIdentity(certPEM, keyPEM, pool, cfg.CACertPEM)
 	if err != nil {
-		return Identity{}, fmt.Errorf("node: enrol: certificate from %s: %w", cfg.Join, err)
+		return Identity{}, fmt.Errorf("node: enrol: certificate from %s: %w", from, err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Identity{}, err
@@ -273,6 +286,9 @@ func (id Identity) DialOptions() []grpc.DialOption {
 type RenewConfig struct {
 	// Join is the appliance's host:port.
 	Join string
+	// Appliances, when set, are the fleet's appliances renewals go along
+	// (failing over as Appliances says), instead of Join.
+	Appliances *Appliances
 	// Retry is the wait after a failed renewal (default 1 min, never past
 	// the certificate's expiry).
 	Retry time.Duration
@@ -300,6 +316,12 @@ func renewAt(c *x509.Certificate) time.Time {
 func (id Identity) Renew(ctx context.Context, cfg RenewConfig) error {
 	if id.state == nil || id.state.dir == "" {
 		return errors.New("node: renew: the identity was not loaded from a data directory")
+	}
+	if cfg.Appliances == nil {
+		if cfg.Join == "" {
+			return errors.New("node: renew: no appliance to join")
+		}
+		cfg.Appliances = single(cfg.Join)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -363,16 +385,22 @@ func (id Identity) renewOnce(ctx context.Context, cfg RenewConfig) error {
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(credentials.NewTLS(applianceTLS(id.CAPool, id.getClientCertificate))),
 	}, cfg.DialOptions...)
-	certPEM, keyPEM, err := join(ctx, cfg.Join, name, cfg.Timeout, opts)
+	var certPEM, keyPEM []byte
+	var from string
+	err := cfg.Appliances.do(ctx, "renew", func(ep string) (err error) {
+		from = ep
+		certPEM, keyPEM, err = join(ctx, ep, name, cfg.Timeout, opts)
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	next, err := makeIdentity(certPEM, keyPEM, id.CAPool, id.CAPEM)
 	if err != nil {
-		return fmt.Errorf("renewed certificate from %s: %w", cfg.Join, err)
+		return fmt.Errorf("renewed certificate from %s: %w", from, err)
 	}
 	if got := next.Certificate.Leaf.Subject.CommonName; got != name {
-		return fmt.Errorf("renewed certificate from %s is for %q, not %q", cfg.Join, got, name)
+		return fmt.Errorf("renewed certificate from %s is for %q, not %q", from, got, name)
 	}
 	dir := id.state.dir
 	for _, f := range []struct {
@@ -393,18 +421,20 @@ func (id Identity) renewOnce(ctx context.Context, cfg RenewConfig) error {
 	return nil
 }
 
-// ApplianceRegistry is a poolv1 NodeService client on the appliance (a
-// Registry for Config.Registry) that presents the identity's current
-// certificate: its connection is re-made after each renewal, so the
-// appliance never sees a certificate older than the latest. Safe for
-// concurrent use; Close it when done.
+// ApplianceRegistry is a poolv1 NodeService client on the fleet's
+// appliances (a Registry for Config.Registry) that presents the
+// identity's current certificate: its connection is re-made after each
+// renewal, so the appliance never sees a certificate older than the
+// latest, and when the appliance does not answer ApplyNode goes to the
+// next one (Appliances). Safe for concurrent use; Close it when done.
 type ApplianceRegistry struct {
-	id     Identity
-	target string
-	opts   []grpc.DialOption
+	id   Identity
+	apps *Appliances
+	opts []grpc.DialOption
 
 	mu     sync.Mutex
 	gen    uint64
+	target string // the appliance conn is to
 	conn   *grpc.ClientConn
 	client poolv1.NodeServiceClient
 }
@@ -413,42 +443,63 @@ type ApplianceRegistry struct {
 // (host:port); opts are appended to DialOptions (tests). It connects
 // lazily, so it fails only for a target grpc.NewClient refuses.
 func (id Identity) Registry(target string, opts ...grpc.DialOption) (*ApplianceRegistry, error) {
-	r := &ApplianceRegistry{id: id, target: target, opts: opts}
-	if _, err := r.current(); err != nil {
+	return id.RegistryOn(single(target), opts...)
+}
+
+// RegistryOn returns an ApplianceRegistry on apps: ApplyNode goes to the
+// current appliance and fails over along apps. opts are appended to
+// DialOptions (tests). It connects lazily, so it fails only for a target
+// grpc.NewClient refuses.
+func (id Identity) RegistryOn(apps *Appliances, opts ...grpc.DialOption) (*ApplianceRegistry, error) {
+	r := &ApplianceRegistry{id: id, apps: apps, opts: opts}
+	if _, err := r.current(apps.Current()); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
 
-func (r *ApplianceRegistry) current() (poolv1.NodeServiceClient, error) {
+// current returns a client on target presenting the current certificate,
+// re-dialling when the target or the certificate changed.
+func (r *ApplianceRegistry) current(target string) (poolv1.NodeServiceClient, error) {
 	gen := uint64(0)
 	if r.id.state != nil {
 		gen = r.id.state.gen.Load()
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.conn != nil && r.gen == gen {
+	if r.conn != nil && r.gen == gen && r.target == target {
 		return r.client, nil
 	}
-	conn, err := grpc.NewClient(r.target, append(r.id.DialOptions(), r.opts...)...)
+	conn, err := grpc.NewClient(target, append(r.id.DialOptions(), r.opts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("node: dial %s: %w", r.target, err)
+		return nil, fmt.Errorf("node: dial %s: %w", target, err)
 	}
 	if r.conn != nil {
-		_ = r.conn.Close() // renewed: handshake again with the new certificate
+		// Renewed (handshake again with the new certificate) or failed
+		// over (the old appliance's connection is not kept).
+		_ = r.conn.Close()
 	}
-	r.conn, r.gen, r.client = conn, gen, poolv1.NewNodeServiceClient(conn)
+	r.conn, r.gen, r.target, r.client = conn, gen, target, poolv1.NewNodeServiceClient(conn)
 	return r.client, nil
 }
 
-// ApplyNode calls NodeService.ApplyNode on the appliance.
+// ApplyNode calls NodeService.ApplyNode on the current appliance, and on
+// the next ones while they do not answer (within ctx).
 func (r *ApplianceRegistry) ApplyNode(ctx context.Context, in *poolv1.ApplyNodeRequest, opts ...grpc.CallOption) (*poolv1.Node, error) {
-	c, err := r.current()
-	if err != nil {
-		return nil, err
-	}
-	return c.ApplyNode(ctx, in, opts...)
+	var out *poolv1.Node
+	err := r.apps.do(ctx, "apply_node", func(ep string) error {
+		c, err := r.current(ep)
+		if err != nil {
+			return err
+		}
+		out, err = c.ApplyNode(ctx, in, opts...)
+		return err
+	})
+	return out, err
 }
+
+// Appliances are the appliances r dials.
+func (r *ApplianceRegistry) Appliances() *Appliances { return r.apps }
 
 // Close closes the connection.
 func (r *ApplianceRegistry) Close() error {

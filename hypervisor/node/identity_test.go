@@ -35,6 +35,9 @@ type fakeAppliance struct {
 	token    string
 	validity time.Duration
 
+	// applyErr, when set, is ApplyNode's answer (a refusal).
+	applyErr error
+
 	mu      sync.Mutex
 	joins   int
 	serials []string // client certificate serials seen by ApplyNode
@@ -76,12 +79,23 @@ func (f *fakeAppliance) ApplyNode(ctx context.Context, req *poolv1.ApplyNodeRequ
 	f.mu.Lock()
 	f.serials = append(f.serials, pki.Serial(leaf))
 	f.mu.Unlock()
+	if f.applyErr != nil {
+		return nil, f.applyErr
+	}
 	return &poolv1.Node{Name: req.GetName()}, nil
 }
 
 // startAppliance serves f on 127.0.0.1 presenting cert (nil: the CA's
 // appliance server certificate).
 func startAppliance(t *testing.T, f *fakeAppliance, cert *tls.Certificate) string {
+	t.Helper()
+	addr, _ := serveAppliance(t, f, cert)
+	return addr
+}
+
+// serveAppliance is startAppliance, also returning the server (to stop it
+// mid-test).
+func serveAppliance(t *testing.T, f *fakeAppliance, cert *tls.Certificate) (string, *grpc.Server) {
 	t.Helper()
 	if cert == nil {
 		c, err := f.ca.EnsureServerCert(t.TempDir(), []string{"127.0.0.1"})
@@ -101,7 +115,7 @@ func startAppliance(t *testing.T, f *fakeAppliance, cert *tls.Certificate) strin
 	}
 	go gs.Serve(lis)
 	t.Cleanup(gs.Stop)
-	return lis.Addr().String()
+	return lis.Addr().String(), gs
 }
 
 func newFakeAppliance(t *testing.T) *fakeAppliance {

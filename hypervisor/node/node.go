@@ -3,7 +3,9 @@
 // node-side packages (hypervisor/volume, hypervisor/vm, hypervisor/netdev,
 // hypervisor/cloudinit), registers the Node with the appliance's
 // pool.NodeService (ApplyNode with its capacity and labels) and re-applies
-// it every heartbeat interval.
+// it every heartbeat interval. In a fleet the node knows every appliance
+// (Appliances, appliances.go): its heartbeats, its enrolment and its
+// renewals go to one and fail over to the next when it stops answering.
 //
 // The agent is stateless across restarts: volumes, VMs and networks are
 // read back from the data directory (volumes/, vms/, networks/) and from
