@@ -37,6 +37,7 @@ var importRules = []importRule{
 	{"auth", []string{"auth", "api", "store", "internal/apierr", "internal/nodeid"}, "tokens in the store, the CA, the gRPC interceptor"},
 	{"inventory", []string{"inventory", "api", "store", "internal/apierr", "internal/lograte"}, "machines and the node pool"},
 	{"lifecycle", []string{"lifecycle", "api", "inventory", "internal/apierr", "internal/lograte"}, "the machine lifecycle consumes inventory through its own interfaces"},
+	{"fleet", []string{"fleet", "api", "store", "internal/apierr", "internal/lograte"}, "runners, the leader's dispatch of per-machine work and its owners: records in the store (inventory's machines and boot's leases read by prefix, not imported)"},
 	{"ipmi", []string{"ipmi"}, "BMC drivers behind bmclib: nothing of ours"},
 	{"images", []string{"images", "internal/initramfs", "internal/sourcetree"}, "the artifact catalog and the initramfs builders"},
 	{"agent", []string{"agent", "api", "internal/apierr", "internal/nodeid"}, "code that runs on a machine: api and its own packages"},

@@ -56,7 +56,10 @@ func (s *Server) initBMC() error {
 		return nil
 	}
 	p, err := poller.New(poller.Config{Source: bc, Logger: log.With("component", "power-poller"), Interval: cfg.PollInterval,
-		Concurrency: cfg.PollConcurrency, CallTimeout: cfg.CallTimeout + 5*time.Second})
+		Concurrency: cfg.PollConcurrency, CallTimeout: cfg.CallTimeout + 5*time.Second,
+		// In a fleet, only the machines the leader dispatched here
+		// (fleet.go sets s.owner); alone, every machine.
+		Filter: s.owns})
 	if err != nil {
 		return err
 	}

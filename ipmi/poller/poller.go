@@ -9,6 +9,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,11 @@ type Config struct {
 	Concurrency int
 	// CallTimeout bounds one machine's refresh (default 15s).
 	CallTimeout time.Duration
+	// Filter, when set, says which of the Source's machines this poller
+	// polls (in a fleet: the machines dispatched to this appliance); nil
+	// polls them all. It is asked once per machine per round and must not
+	// block.
+	Filter func(machine string) bool
 }
 
 // Poller polls. Run it once.
@@ -46,6 +52,7 @@ type Poller struct {
 
 // Round is the outcome of one pass over every machine.
 type Round struct {
+	// Machines counts the machines polled (those the Filter kept).
 	Machines int
 	Failed   int
 	Took     time.Duration
@@ -114,6 +121,10 @@ func (p *Poller) Poll(ctx context.Context) Round {
 	if err != nil {
 		p.log.Warn("power poll: listing machines failed", "err", err)
 		return Round{Took: time.Since(start)}
+	}
+	if f := p.cfg.Filter; f != nil {
+		// A new slice: names is the Source's.
+		names = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return !f(n) })
 	}
 	spread := min(time.Duration(float64(p.cfg.Interval)*p.cfg.Jitter), time.Second)
 	var failed atomic.Int64

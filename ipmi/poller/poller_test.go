@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 type fakeSource struct {
@@ -84,5 +86,35 @@ func TestConfigRejectsBadJitter(t *testing.T) {
 	}
 	if _, err := New(Config{}); err == nil {
 		t.Fatal("nil source accepted")
+	}
+}
+
+func TestPollFilter(t *testing.T) {
+	tests := map[string]struct {
+		filter func(string) bool
+		want   map[string]int
+	}{
+		"nil polls all": {nil, map[string]int{"a": 1, "b": 1, "c": 1}},
+		"only owned":    {func(n string) bool { return n != "b" }, map[string]int{"a": 1, "c": 1}},
+		"none owned":    {func(string) bool { return false }, map[string]int{}},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			f := &fakeSource{names: []string{"a", "b", "c"}, seen: map[string]int{}}
+			p, err := New(Config{Source: f, Interval: time.Second, Jitter: 0.01, Filter: tt.filter})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := p.Poll(context.Background())
+			if r.Machines != len(tt.want) {
+				t.Errorf("round counted %d machines, want %d", r.Machines, len(tt.want))
+			}
+			if diff := cmp.Diff(tt.want, f.seen); diff != "" {
+				t.Errorf("polled (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff([]string{"a", "b", "c"}, f.names); diff != "" {
+				t.Errorf("the Source's list was modified:\n%s", diff)
+			}
+		})
 	}
 }
