@@ -123,12 +123,25 @@ func (f *fakeAppliance) Session(stream grpc.BidiStreamingServer[nodev1.AgentMess
 // sends its CA after the leaf. It returns the endpoint and the CA.
 func serve(t *testing.T, f *fakeAppliance, chain bool) (string, *x509.Certificate) {
 	t.Helper()
-	dir := t.TempDir()
-	ca, err := pki.EnsureCA(dir)
+	ca, err := pki.EnsureCA(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, err := ca.EnsureServerCert(dir, []string{"127.0.0.1"})
+	endpoint, caCert, _ := serveCA(t, f, ca, chain)
+	return endpoint, caCert
+}
+
+// serveCA is serve with the appliance certificate from ca (appliances of
+// one fleet share their CA); it also returns the server, to stop it.
+func serveCA(t *testing.T, f *fakeAppliance, ca *pki.CA, chain bool) (string, *x509.Certificate, *grpc.Server) {
+	t.Helper()
+	return serveAt(t, f, ca, chain, "127.0.0.1:0")
+}
+
+// serveAt is serveCA listening on addr.
+func serveAt(t *testing.T, f *fakeAppliance, ca *pki.CA, chain bool, addr string) (string, *x509.Certificate, *grpc.Server) {
+	t.Helper()
+	cert, err := ca.EnsureServerCert(t.TempDir(), []string{"127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,13 +159,13 @@ func serve(t *testing.T, f *fakeAppliance, chain bool) (string, *x509.Certificat
 	}
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})))
 	nodev1.RegisterAgentServiceServer(srv, f)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
-	return lis.Addr().String(), caCert
+	return lis.Addr().String(), caCert, srv
 }
 
 // syncBuffer is a buffer safe for concurrent writers and the test.
