@@ -19,6 +19,7 @@ import (
 	// A new api/<name>/v1 package must be added here and to wantPackages.
 	_ "github.com/corralhq/corral/api/auth/v1"
 	_ "github.com/corralhq/corral/api/deployment/v1"
+	_ "github.com/corralhq/corral/api/fleet/v1"
 	_ "github.com/corralhq/corral/api/hypervisor/v1"
 	_ "github.com/corralhq/corral/api/inventory/v1"
 	_ "github.com/corralhq/corral/api/node/v1"
@@ -31,6 +32,7 @@ import (
 // below fails if one is missing, so a dropped import cannot make it pass.
 var wantPackages = []string{
 	"corral.deployment.v1",
+	"corral.fleet.v1",
 	"corral.hypervisor.v1",
 	"corral.inventory.v1",
 	"corral.node.v1",
@@ -73,7 +75,7 @@ func TestCheckAccessCatchesMissingOption(t *testing.T) {
 // services, and the number of methods.
 func checkAccess(files *protoregistry.Files, prefix string) (problems []string, seen map[string]bool, methods int) {
 	human := []authv1.Role{authv1.Role_ROLE_VIEWER, authv1.Role_ROLE_OPERATOR, authv1.Role_ROLE_ADMIN}
-	machine := []authv1.Role{authv1.Role_ROLE_NODE, authv1.Role_ROLE_AGENT}
+	machine := []authv1.Role{authv1.Role_ROLE_NODE, authv1.Role_ROLE_AGENT, authv1.Role_ROLE_APPLIANCE}
 	seen = map[string]bool{}
 	files.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
 		if !strings.HasPrefix(string(fd.Package()), prefix) {

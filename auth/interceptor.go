@@ -52,11 +52,12 @@ var reflectionPrefixes = []string{
 //     again on a stream's receives every StreamRecheck;
 //   - authenticates the caller from the "authorization: Bearer <token>"
 //     metadata through Tokens or, when there is no such header and
-//     NodeCertificates is set, from a verified TLS client certificate whose
-//     Subject.Organization contains NodeOrganization (a NODE principal
-//     whose Subject is the certificate's CommonName). A missing, repeated
-//     or malformed header, or a token Tokens rejects, gives
-//     codes.Unauthenticated;
+//     NodeCertificates is set, from a verified TLS client certificate: a
+//     peer appliance's (nodeid.VerifyAppliance) is an APPLIANCE principal,
+//     one whose Subject.Organization contains NodeOrganization a NODE
+//     principal, each with the certificate's CommonName as Subject. A
+//     missing, repeated or malformed header, or a token Tokens rejects,
+//     gives codes.Unauthenticated;
 //   - lets a NODE token (as opposed to a node certificate) call only
 //     AgentService.Join, which consumes it, and consumes any other
 //     single-use token on the first call it authenticates;
@@ -79,9 +80,12 @@ type Interceptor struct {
 	Tokens *Tokens
 	// Logger receives denials; nil discards them.
 	Logger *slog.Logger
-	// NodeCertificates enables the certificate rule for callers that send
-	// no authorization header. The server's TLS configuration must verify
-	// client certificates against the Corral CA (VerifyClientCertIfGiven);
+	// NodeCertificates enables the certificate rules for callers that send
+	// no authorization header: a node certificate makes a NODE principal,
+	// a peer appliance's certificate (the fleet CA's, carrying
+	// nodeid.ApplianceURI and not of the node organization) an APPLIANCE
+	// principal. The server's TLS configuration must verify client
+	// certificates against the Corral CA (VerifyClientCertIfGiven);
 	// unverified certificates are ignored.
 	NodeCertificates bool
 	// Certificates, when set, is asked on every call whether the caller's
@@ -399,7 +403,8 @@ func (i *Interceptor) unauthenticated(ctx context.Context, method, tokenID, reas
 	return status.Error(codes.Unauthenticated, reason)
 }
 
-// nodeCertificate applies the certificate rule.
+// nodeCertificate applies the certificate rules: a peer appliance's
+// certificate makes an APPLIANCE principal, a node certificate a NODE one.
 func (i *Interceptor) nodeCertificate(ctx context.Context) (Principal, bool) {
 	if !i.NodeCertificates {
 		return Principal{}, false
@@ -407,6 +412,14 @@ func (i *Interceptor) nodeCertificate(ctx context.Context) (Principal, bool) {
 	leaf := verifiedLeaf(ctx)
 	if leaf == nil {
 		return Principal{}, false
+	}
+	// The appliance identity is a URI SAN the CA writes into the
+	// appliances' own certificates only (a node certificate is signed from
+	// the node's public key alone), and VerifyAppliance refuses a
+	// certificate of the node organization even if it carried one: a
+	// node certificate never passes as an appliance.
+	if nodeid.VerifyAppliance(leaf) == nil {
+		return Principal{Role: authv1.Role_ROLE_APPLIANCE, Subject: leaf.Subject.CommonName}, true
 	}
 	if !slices.Contains(leaf.Subject.Organization, NodeOrganization) || leaf.Subject.CommonName == "" {
 		return Principal{}, false

@@ -76,7 +76,8 @@ func humanRank(r authv1.Role) int {
 // ADMIN may call everything, including methods with no option (a == nil),
 // which nobody else may call. VIEWER < OPERATOR < ADMIN is a hierarchy: a
 // method needing VIEWER admits OPERATOR and ADMIN, one needing OPERATOR
-// admits ADMIN. NODE and AGENT are admitted only where a.Also names them.
+// admits ADMIN. NODE, AGENT and APPLIANCE (a peer appliance's certificate,
+// never a token) are admitted only where a.Also names them.
 // A principal with an invalid role is never admitted.
 func Allowed(p Principal, a *authv1.Access) bool {
 	if p.Role == authv1.Role_ROLE_ADMIN {
@@ -89,7 +90,7 @@ func Allowed(p Principal, a *authv1.Access) bool {
 	case authv1.Role_ROLE_VIEWER, authv1.Role_ROLE_OPERATOR:
 		need := humanRank(a.GetRole())
 		return need > 0 && humanRank(p.Role) >= need
-	case authv1.Role_ROLE_NODE, authv1.Role_ROLE_AGENT:
+	case authv1.Role_ROLE_NODE, authv1.Role_ROLE_AGENT, authv1.Role_ROLE_APPLIANCE:
 		return slices.Contains(a.GetAlso(), p.Role)
 	}
 	return false
