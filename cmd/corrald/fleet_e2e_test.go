@@ -84,6 +84,26 @@ func TestE2EFleetEtcd(t *testing.T) {
 	if n, err := cb.GetNode(ctx, &poolv1.GetNodeRequest{Name: "n1"}); err != nil || n.GetCpuMilliCores() != 10000 {
 		t.Fatalf("node written through a, read through b: %v %v", n, err)
 	}
+	// A token made offline on the fleet's store works on every appliance.
+	out, err := runCmd(t, filepath.Join(binDir, "corrald"), "token", "create", "--role", "viewer", "--data-dir", t.TempDir(),
+		"--store", "etcd", "--etcd-endpoints", c.EndpointsFlag(), "--etcd-prefix", "/e2e")
+	if err != nil {
+		t.Fatalf("corrald token create on etcd: %v\n%s", err, out)
+	}
+	viewer := strings.TrimSpace(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:])
+	cc, err := clientconfig.Load(filepath.Join(dirA, "admin.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc.Endpoint, cc.Token = b.addr, viewer
+	vconn, err := clientconfig.Dial(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vconn.Close()
+	if _, err := poolv1.NewNodeServiceClient(vconn).ListNodes(ctx, &poolv1.ListNodesRequest{}); err != nil {
+		t.Fatalf("offline-made viewer token on b: %v", err)
+	}
 
 	// Contention through both appliances: room for 10 one-core computes.
 	var wg sync.WaitGroup
@@ -209,4 +229,3 @@ func TestE2EFleetEtcd(t *testing.T) {
 	}
 	t.Logf("leader takeover after SIGKILL: %s (lease TTL 3s)", time.Since(start).Round(time.Millisecond))
 }
-

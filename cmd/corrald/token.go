@@ -66,7 +66,7 @@ for one call.`,
 				return err
 			}
 			dataDir, _ := cmd.Flags().GetString("data-dir")
-			st, err := server.OpenStore(dataDir, log)
+			st, err := server.OpenConfiguredStore(cmd.Context(), dataDir, storeAccessConfig(cmd), log)
 			if err != nil {
 				return fmt.Errorf("%w (is corrald running on this data dir? stop it first, or use `corral token create`)", err)
 			}
@@ -91,6 +91,7 @@ for one call.`,
 	create.Flags().Duration("ttl", 0, "lifetime, e.g. 720h (0 = no expiry)")
 	create.Flags().String("node", "", "with --role node: the one node name the token may join as")
 	create.Flags().Bool("single-use", false, "the token works once (node tokens always do)")
+	addStoreAccessFlags(create)
 	_ = create.MarkFlagRequired("role")
 	tok.AddCommand(create)
 	return tok

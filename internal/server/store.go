@@ -80,14 +80,23 @@ func (c *StoreConfig) fill(dataDir string) error {
 // openStore opens the configured store: the data directory's bbolt file or
 // the etcd cluster.
 func openStore(ctx context.Context, cfg Config) (store.Store, error) {
-	if cfg.Store.Kind != StoreEtcd {
-		return OpenStore(cfg.DataDir, cfg.Logger)
+	return OpenConfiguredStore(ctx, cfg.DataDir, cfg.Store, cfg.Logger)
+}
+
+// OpenConfiguredStore opens the store sc names: dataDir's bbolt file, or
+// the etcd cluster (for offline commands such as `corrald token create`).
+func OpenConfiguredStore(ctx context.Context, dataDir string, sc StoreConfig, log *slog.Logger) (store.Store, error) {
+	if sc.Kind != StoreEtcd {
+		return OpenStore(dataDir, log)
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+	if len(sc.Etcd.Endpoints) == 0 {
+		return nil, errors.New("--store etcd needs --etcd-endpoints")
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	o := cfg.Store.Etcd
-	o.Logger = cfg.Logger.With("component", "store")
+	o := sc.Etcd
+	o.Logger = log.With("component", "store")
 	return etcd.Open(ctx, o)
 }
 
