@@ -17,13 +17,13 @@ func (inv *invocation) getCommand() *cobra.Command {
 		Long: `get lists every record of KIND, or only NAME, as a table (default), JSON
 or YAML. JSON and YAML use proto field names; a list is an array.
 
-Kinds: ` + kindList() + `.`,
+Kinds: ` + kindList() + `, and the fleet's ` + strings.Join(applianceNames, "|") + `.`,
 		Args: argsBetween(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkFormat(output); err != nil {
 				return err
 			}
-			k, err := kindArg(args[0])
+			k, err := getKindArg(args[0])
 			if err != nil {
 				return err
 			}
