@@ -25,6 +25,16 @@
 //     address is then quarantined for Config.DeclineQuarantine, and a
 //     quarantined address is still handed out when nothing else is left.
 //
+// Several appliances may serve one segment (or one relayed range) in full
+// mode over a shared store (etcd): an address is bound only by a
+// compare-and-swap at the revision the decision was made on, so no two
+// clients are ever ACKed one address; each appliance follows the others'
+// leases through a watch so its offers are good (a client is offered its
+// lease by every appliance); and a client that two appliances bound at
+// once keeps its newer binding, the older is released. Proxy mode hands
+// out no addresses and writes no leases, so appliances in proxy mode on
+// one segment need no coordination: each answers with boot options only.
+//
 // Clients are identified by their MAC; the client identifier (option 61)
 // is compared where it is known (offers, and leases bound by this process:
 // the lease record has no field for it). A network-booting MAC becomes a
@@ -234,7 +244,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Proxy:     cfg.Mode == ModeProxy,
 	}
 	if cfg.Store != nil {
-		s.leases = newLeases(cfg.Store, cfg.Now, cfg.DeclineQuarantine)
+		s.leases = newLeases(cfg.Store, cfg.Now, cfg.DeclineQuarantine, s.log)
 		n, bad, err := s.leases.load(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("dhcp: load leases: %w", err)
@@ -337,6 +347,8 @@ func SetReadBuffer(c *net.UDPConn, size int, log *slog.Logger) {
 func (s *Server) Addr() net.Addr { return s.conn.LocalAddr() }
 
 // Run serves until ctx ends, waits for handlers in flight and returns nil.
+// In full mode it also follows the leases other appliances sharing the
+// store write (see leases).
 func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("serving DHCP", "mode", string(s.cfg.Mode), "interface", s.cfg.Interface, "server_ip", s.cfg.ServerIP.String(), "ranges", fmt.Sprint(s.cfg.Ranges))
 	var wg sync.WaitGroup
@@ -357,6 +369,11 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	wg.Add(1)
 	go serve(s.conn, dhcpv4.ServerPort)
+	if s.cfg.Mode == ModeFull {
+		// Other appliances on the store may bind addresses of our ranges.
+		wg.Add(1)
+		go func() { defer wg.Done(); s.leases.follow(ctx) }()
+	}
 	if s.pxe != nil {
 		wg.Add(1)
 		go serve(s.pxe, PXEPort)
@@ -394,6 +411,16 @@ func (l srvLogger) Printf(format string, v ...any) {
 // were busy; Malformed how many did not parse.
 func (s *Server) Dropped() uint64   { return s.dropped.Load() }
 func (s *Server) Malformed() uint64 { return s.bad.Load() }
+
+// Superseded is how many older bindings were released because their
+// client was bound again in the same subnet (two appliances each bound it
+// before seeing the other's binding).
+func (s *Server) Superseded() uint64 {
+	if s.leases == nil {
+		return 0
+	}
+	return s.leases.superseded.Load()
+}
 
 func (s *Server) dispatch(ctx context.Context, conn net.PacketConn, peer net.Addr, m *dhcpv4.DHCPv4, port int) {
 	select {

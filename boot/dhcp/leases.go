@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bootv1 "github.com/corralhq/corral/api/boot/v1"
@@ -99,28 +101,42 @@ const (
 
 // leases is the in-memory view of the stored leases plus short-lived
 // offer reservations. The store is the truth: every binding is written by
-// compare-and-swap on the address's key before it is acknowledged, so two
-// appliances sharing a store cannot hand out one address twice. Writes
-// happen outside the mutex, so concurrent ACKs reach the store together
-// and are group-committed.
+// compare-and-swap on the address's key, at the revision the decision was
+// made on, before it is acknowledged, so two appliances sharing a store
+// cannot hand out one address twice. Memory is a hint that makes offers
+// good and spares store reads: follow keeps it current with the other
+// appliances' writes, and a stale entry costs a conflict and a re-read,
+// never a wrong binding. Writes happen outside the mutex, so concurrent
+// ACKs reach the store together and are group-committed.
+//
+// Several appliances may bind one MAC in one subnet at once (each offered
+// it an address before either saw the other's binding): whoever learns of
+// two active bindings of one MAC in one subnet releases the older one (by
+// store revision), re-checked by compare-and-swap, so a client holds one
+// address per subnet.
 type leases struct {
 	st     store.Store
 	now    func() time.Time
+	log    *slog.Logger
 	mu     sync.Mutex
 	byIP   map[netip.Addr]*leaseEntry
-	byMAC  map[string]netip.Addr
+	byMAC  map[string]netip.Addr // each MAC's live binding, else its newest (see setLocked)
 	offers map[netip.Addr]offer
 	next   map[netip.Prefix]netip.Addr // allocation cursor per range
 	// quarantine is how long a declined address is kept out.
 	quarantine time.Duration
+	// superseded counts older bindings released because the MAC was bound
+	// again in the same subnet (by another appliance, as a rule).
+	superseded atomic.Uint64
 }
 
-// Every map of leases is bounded by the configured ranges: byIP, offers
-// and byMAC hold at most one entry per address of a range (byMAC one per
-// bound address), next one per range.
+// Every map of leases is bounded by the leases in the store (written only
+// for addresses of the fleet's configured ranges) and this appliance's
+// ranges: byIP holds one entry per stored lease, byMAC one per MAC with a
+// lease, offers at most one per address of a range, next one per range.
 
-func newLeases(st store.Store, now func() time.Time, quarantine time.Duration) *leases {
-	return &leases{st: st, now: now, byIP: map[netip.Addr]*leaseEntry{}, byMAC: map[string]netip.Addr{},
+func newLeases(st store.Store, now func() time.Time, quarantine time.Duration, log *slog.Logger) *leases {
+	return &leases{st: st, now: now, log: log, byIP: map[netip.Addr]*leaseEntry{}, byMAC: map[string]netip.Addr{},
 		offers: map[netip.Addr]offer{}, next: map[netip.Prefix]netip.Addr{}, quarantine: quarantine}
 }
 
@@ -133,28 +149,157 @@ func (p *leases) load(ctx context.Context) (n int, bad []string, err error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	var older []stale
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	for _, kv := range kvs {
-		l := &bootv1.Lease{}
-		if err := record.Unmarshal(kv.Value, l); err != nil {
+		ip, l, err := decodeLease(kv)
+		if err != nil {
 			bad = append(bad, kv.Key)
 			continue
 		}
-		ip, err := netip.ParseAddr(l.GetIp())
-		if err != nil || leaseKey(ip) != kv.Key {
-			bad = append(bad, kv.Key)
-			continue
-		}
-		p.byIP[ip] = &leaseEntry{l: l, rev: kv.Revision}
-		if l.GetMac() != "" {
-			if old, ok := p.byMAC[l.GetMac()]; !ok || p.byIP[old].l.GetUpdatedUnix() < l.GetUpdatedUnix() {
-				p.byMAC[l.GetMac()] = ip
-			}
+		if o, ok := p.setLocked(ip, l, kv.Revision, "", p.now()); ok {
+			older = append(older, o)
 		}
 		n++
 	}
+	p.mu.Unlock()
+	p.supersede(ctx, older...)
 	return n, bad, nil
+}
+
+// decodeLease decodes a lease record and checks that it is stored under
+// its own address's key.
+func decodeLease(kv store.KV) (netip.Addr, *bootv1.Lease, error) {
+	l := &bootv1.Lease{}
+	if err := record.Unmarshal(kv.Value, l); err != nil {
+		return netip.Addr{}, nil, err
+	}
+	ip, err := netip.ParseAddr(l.GetIp())
+	if err != nil || leaseKey(ip) != kv.Key {
+		return netip.Addr{}, nil, fmt.Errorf("%s: %w: lease for %q stored under another key", kv.Key, store.ErrCorrupt, l.GetIp())
+	}
+	return ip, l, nil
+}
+
+// stale is an older active binding of a MAC that also holds a newer one
+// in the same subnet: it is to be released, if it is still at rev and
+// newer is still above it.
+type stale struct {
+	ip, newer netip.Addr
+	mac       string
+	rev       int64 // the older binding's revision
+	newerRev  int64
+}
+
+// live reports whether l is an active, unexpired binding.
+func live(l *bootv1.Lease, now time.Time) bool {
+	return l.GetState() == bootv1.Lease_STATE_ACTIVE && l.GetMac() != "" && now.Unix() < l.GetExpiresUnix()
+}
+
+// setLocked records l, stored at rev, as ip's lease unless memory already
+// holds that revision or a newer one (caller holds mu). It keeps byMAC on
+// each MAC's live binding (the newest by revision when it has several),
+// else on its newest binding; when the MAC now has two live bindings in
+// one subnet it returns the older one to release (ok true).
+func (p *leases) setLocked(ip netip.Addr, l *bootv1.Lease, rev int64, cid string, now time.Time) (older stale, ok bool) {
+	old := p.byIP[ip]
+	if old != nil && old.rev >= rev {
+		return stale{}, false
+	}
+	if old != nil {
+		if om := old.l.GetMac(); om != l.GetMac() {
+			if p.byMAC[om] == ip {
+				delete(p.byMAC, om)
+			}
+		} else if cid == "" {
+			cid = old.cid
+		}
+	}
+	p.byIP[ip] = &leaseEntry{l: l, rev: rev, cid: cid}
+	mac := l.GetMac()
+	if mac == "" {
+		return stale{}, false
+	}
+	prevIP, had := p.byMAC[mac]
+	prev := p.byIP[prevIP]
+	if !had || prevIP == ip || prev == nil || prev.l.GetMac() != mac {
+		p.byMAC[mac] = ip
+		return stale{}, false
+	}
+	curLive, prevLive := live(l, now), live(prev.l, now)
+	if curLive && prevLive && l.GetSubnet() == prev.l.GetSubnet() {
+		// Two live bindings of one client in one subnet: the newer
+		// stays, the older is to be released.
+		if rev > prev.rev {
+			p.byMAC[mac] = ip
+			return stale{ip: prevIP, newer: ip, mac: mac, rev: prev.rev, newerRev: rev}, true
+		}
+		return stale{ip: ip, newer: prevIP, mac: mac, rev: rev, newerRev: prev.rev}, true
+	}
+	// byMAC names the client's live binding if it has one, else its
+	// newest (leases are sticky).
+	if curLive && (!prevLive || rev > prev.rev) || !curLive && !prevLive && rev > prev.rev {
+		p.byMAC[mac] = ip
+	}
+	return stale{}, false
+}
+
+// supersede releases each older binding by compare-and-swap, re-checked
+// on the stored record: only while it is still the MAC's live binding at
+// a revision below the newer binding's (a renewal since then made it the
+// newest: it stays). Failures are logged; the binding then just runs out
+// at its expiry.
+func (p *leases) supersede(ctx context.Context, olds ...stale) {
+	for _, o := range olds {
+		released, err := p.releaseOlder(ctx, o)
+		if err != nil {
+			p.log.Warn("releasing a superseded lease failed; it runs out at its expiry", "mac", o.mac, "ip", o.ip.String(), "newer", o.newer.String(), "err", err)
+			continue
+		}
+		if released {
+			p.superseded.Add(1)
+			p.log.Info("lease superseded: the client was bound again in the same subnet", "mac", o.mac, "ip", o.ip.String(), "newer", o.newer.String())
+		}
+	}
+}
+
+func (p *leases) releaseOlder(ctx context.Context, o stale) (bool, error) {
+	for range 5 {
+		kv, err := p.st.Get(ctx, leaseKey(o.ip))
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		_, l, err := decodeLease(kv)
+		if err != nil {
+			return false, err
+		}
+		now := p.now()
+		if kv.Revision >= o.newerRev || !live(l, now) || l.GetMac() != o.mac {
+			// Renewed, released or rebound since: it is not the older
+			// binding any more. Memory learns the record as it is (and
+			// what it implies is decided when its own event arrives).
+			p.mu.Lock()
+			p.setLocked(o.ip, l, kv.Revision, "", now)
+			p.mu.Unlock()
+			return false, nil
+		}
+		l.State, l.ExpiresUnix, l.UpdatedUnix = bootv1.Lease_STATE_RELEASED, now.Unix(), now.Unix()
+		rev, err := record.Put(ctx, p.st, kv.Key, l, kv.Revision)
+		if errors.Is(err, store.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		p.mu.Lock()
+		p.setLocked(o.ip, l, rev, "", now)
+		p.mu.Unlock()
+		return true, nil
+	}
+	return false, fmt.Errorf("dhcp: release %s: too many conflicting writers", o.ip)
 }
 
 // free reports whether ip can go to mac now (caller holds mu).
@@ -375,42 +520,157 @@ func (p *leases) Bind(ctx context.Context, mac, cid string, need Need, ip netip.
 			return nil, err
 		}
 		p.mu.Lock()
-		if e := p.byIP[ip]; e == nil || e.rev < newRev {
-			if e != nil && e.l.GetMac() != mac && p.byMAC[e.l.GetMac()] == ip {
-				delete(p.byMAC, e.l.GetMac())
-			}
-			p.byIP[ip] = &leaseEntry{l: l, rev: newRev, cid: cid}
-			p.byMAC[mac] = ip
-		}
+		older, two := p.setLocked(ip, l, newRev, cid, now)
 		delete(p.offers, ip)
 		p.mu.Unlock()
+		if two {
+			p.supersede(ctx, older)
+		}
 		return l, nil
 	}
 	return nil, fmt.Errorf("dhcp: bind %s: too many conflicting writers", ip)
 }
 
-// reload refreshes one address from the store after a CAS conflict.
+// reload refreshes one address from the store (after a CAS conflict, or
+// when memory knows no lease of a client: another appliance may have
+// written it).
 func (p *leases) reload(ctx context.Context, ip netip.Addr) error {
-	l := &bootv1.Lease{}
-	rev, err := record.Get(ctx, p.st, leaseKey(ip), l)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		delete(p.byIP, ip)
+	kv, err := p.st.Get(ctx, leaseKey(ip))
+	if errors.Is(err, store.ErrNotFound) {
+		p.mu.Lock()
+		p.forgetLocked(ip)
+		p.mu.Unlock()
 		return nil
-	case err != nil:
+	}
+	if err != nil {
 		return err
 	}
-	cid := ""
-	if e := p.byIP[ip]; e != nil && e.l.GetMac() == l.GetMac() {
-		cid = e.cid
+	_, l, err := decodeLease(kv)
+	if err != nil {
+		return err
 	}
-	p.byIP[ip] = &leaseEntry{l: l, rev: rev, cid: cid}
-	if l.GetMac() != "" {
-		p.byMAC[l.GetMac()] = ip
+	p.mu.Lock()
+	older, two := p.setLocked(ip, l, kv.Revision, "", p.now())
+	p.mu.Unlock()
+	if two {
+		p.supersede(ctx, older)
 	}
 	return nil
+}
+
+// forgetLocked drops ip's lease from memory (caller holds mu).
+func (p *leases) forgetLocked(ip netip.Addr) {
+	if e := p.byIP[ip]; e != nil && p.byMAC[e.l.GetMac()] == ip {
+		delete(p.byMAC, e.l.GetMac())
+	}
+	delete(p.byIP, ip)
+}
+
+// follow keeps memory current with the lease records other appliances
+// sharing the store write: it watches LeasePrefix, then re-lists (so that
+// nothing written between the last look and the watch is missed), and
+// applies every record newer than memory's. When the watch ends (the
+// store disconnected a watcher that fell behind, or etcd lost its leader)
+// it starts over after a pause. It returns nil when ctx ends.
+func (p *leases) follow(ctx context.Context) error {
+	pause := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		wctx, cancel := context.WithCancel(ctx)
+		ch, err := p.st.Watch(wctx, LeasePrefix)
+		if err == nil {
+			err = p.resync(ctx)
+		}
+		if err != nil {
+			cancel()
+			if ctx.Err() != nil {
+				break
+			}
+			p.log.Warn("cannot follow other appliances' leases; retrying", "err", err, "retry_in", pause.String())
+			select {
+			case <-ctx.Done():
+			case <-time.After(pause):
+			}
+			pause = min(2*pause, 5*time.Second)
+			continue
+		}
+		pause = 100 * time.Millisecond
+		p.apply(ctx, ch)
+		cancel()
+		if ctx.Err() == nil {
+			p.log.Info("lease watch ended; re-reading the leases")
+		}
+	}
+	return nil
+}
+
+// resync applies every stored lease newer than memory's.
+func (p *leases) resync(ctx context.Context) error {
+	kvs, err := p.st.List(ctx, LeasePrefix)
+	if err != nil {
+		return err
+	}
+	var older []stale
+	p.mu.Lock()
+	now := p.now()
+	for _, kv := range kvs {
+		if ip, l, err := decodeLease(kv); err == nil {
+			if o, ok := p.setLocked(ip, l, kv.Revision, "", now); ok {
+				older = append(older, o)
+			}
+		}
+	}
+	p.mu.Unlock()
+	p.supersede(ctx, older...)
+	return nil
+}
+
+// apply applies watch events until the channel closes, a batch of the
+// events already queued under one lock.
+func (p *leases) apply(ctx context.Context, ch <-chan store.Event) {
+	const batch = 256
+	evs := make([]store.Event, 0, batch)
+	for ev := range ch {
+		evs = append(evs[:0], ev)
+	more:
+		for len(evs) < batch {
+			select {
+			case ev, ok := <-ch:
+				if !ok {
+					break more
+				}
+				evs = append(evs, ev)
+			default:
+				break more
+			}
+		}
+		var older []stale
+		p.mu.Lock()
+		now := p.now()
+		for _, ev := range evs {
+			ip, err := netip.ParseAddr(strings.TrimPrefix(ev.KV.Key, LeasePrefix))
+			if err != nil {
+				continue
+			}
+			e := p.byIP[ip]
+			if e != nil && e.rev >= ev.KV.Revision {
+				continue // our own write, or older than what we know
+			}
+			if ev.Type == store.EventDelete {
+				p.forgetLocked(ip)
+				continue
+			}
+			_, l, err := decodeLease(ev.KV)
+			if err != nil {
+				p.log.Warn("skipping undecodable lease record", "key", ev.KV.Key, "err", err)
+				continue
+			}
+			if o, ok := p.setLocked(ip, l, ev.KV.Revision, "", now); ok {
+				older = append(older, o)
+			}
+		}
+		p.mu.Unlock()
+		p.supersede(ctx, older...)
+	}
 }
 
 // Lookup returns mac's current lease if it holds ip (any state).
