@@ -256,10 +256,12 @@ type op struct {
 	rev     int64
 	del     bool
 	// from is the runner the machine leaves ("" for a new machine); left
-	// says that runner deleted its record.
-	from string
-	left bool
-	ok   bool
+	// says that runner deleted its record; moved says it is live but its
+	// networks exclude the machine.
+	from  string
+	left  bool
+	moved bool
+	ok    bool
 }
 
 // pass looks at runners, machines and assignments once, writes what
@@ -331,7 +333,7 @@ func (s *dispatch) pass(ctx context.Context) time.Duration {
 			waiting++
 			continue
 		}
-		o := &op{machine: m, from: from}
+		o := &op{machine: m, from: from, moved: why != ""}
 		if hadPrev {
 			o.rev = prev.rev
 		}
@@ -493,6 +495,10 @@ func (s *dispatch) report(ops []*op, now time.Time) {
 			continue
 		}
 		assigned++
+		if o.moved {
+			s.log.Info("machine moved to a runner whose networks contain it", "machine", o.machine, "runner", o.a.GetRunner(), "reason", o.a.GetReason())
+			continue
+		}
 		s.log.Debug("machine assigned", "machine", o.machine, "runner", o.a.GetRunner(), "reason", o.a.GetReason())
 		if o.from == "" {
 			continue

@@ -17,6 +17,7 @@ import (
 	"github.com/corralhq/corral/store/record"
 	"github.com/corralhq/corral/testsupport/fakeclock"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -154,6 +155,9 @@ func TestDispatchRules(t *testing.T) {
 	tests := map[string]struct {
 		setup func(t *testing.T, r *rig)
 		want  map[string]string
+		// redo is the runners whose machines were re-dispatched, with
+		// whether they left.
+		redo map[string]bool
 	}{
 		"least loaded, ties by name": {
 			setup: func(t *testing.T, r *rig) {
@@ -214,6 +218,7 @@ func TestDispatchRules(t *testing.T) {
 				"m0": "b: runner a expired at " + expiredAt + ": re-dispatched; least loaded of 1",
 				"m1": "b: least loaded of 2",
 			},
+			redo: map[string]bool{"a": false},
 		},
 		"graceful leave": {
 			setup: func(t *testing.T, r *rig) {
@@ -226,6 +231,7 @@ func TestDispatchRules(t *testing.T) {
 				}
 			},
 			want: map[string]string{"m0": "b: runner a left: re-dispatched; least loaded of 1"},
+			redo: map[string]bool{"a": true},
 		},
 		"deleted machine's assignment removed": {
 			setup: func(t *testing.T, r *rig) {
@@ -279,6 +285,13 @@ func TestDispatchRules(t *testing.T) {
 			r.pass(t)
 			if diff := cmp.Diff(tt.want, r.assigned(t)); diff != "" {
 				t.Errorf("assignments (-want +got):\n%s", diff)
+			}
+			redo := map[string]bool{}
+			for _, rd := range r.d.Redispatches() {
+				redo[rd.Runner] = rd.Left
+			}
+			if diff := cmp.Diff(tt.redo, redo, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("re-dispatches (-want +got):\n%s", diff)
 			}
 		})
 	}
