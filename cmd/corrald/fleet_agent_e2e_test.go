@@ -22,6 +22,7 @@ import (
 	"github.com/corralhq/corral/auth/pki"
 	"github.com/corralhq/corral/testsupport/etcdtest"
 	"github.com/corralhq/corral/testsupport/machinefacts"
+	"github.com/corralhq/corral/testsupport/syncbuf"
 )
 
 // heldInstaller takes a plan, reports it, and waits for proceed before it
@@ -94,6 +95,7 @@ func TestE2EFleetAgentFailover(t *testing.T) {
 	}
 	inst := &heldInstaller{plans: make(chan *nodev1.InstallPlan, 4), proceed: make(chan struct{}), signed: make(chan error, 4)}
 	const mac = "52:54:00:12:00:01"
+	console := &syncbuf.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	agentDone := make(chan error, 1)
@@ -101,7 +103,7 @@ func TestE2EFleetAgentFailover(t *testing.T) {
 		agentDone <- agentsession.Run(ctx, agentsession.Config{
 			Endpoints: []string{a.addr, b.addr}, Token: token, CAFingerprint: fp, BootMAC: mac, AgentVersion: "e2e",
 			Facts: func(context.Context) *inventoryv1.Facts { return machinefacts.QEMU("FLEET-1", "", mac) },
-			Power: noPower{}, Installer: inst, Heartbeat: time.Second, RPCTimeout: 5 * time.Second,
+			Power: noPower{}, Installer: inst, Heartbeat: time.Second, RPCTimeout: 5 * time.Second, Console: console,
 			Backoff: agentsession.Backoff{Initial: 100 * time.Millisecond, Max: time.Second},
 		})
 	}()
@@ -157,8 +159,14 @@ func TestE2EFleetAgentFailover(t *testing.T) {
 		return err == nil && m.GetInstall().GetDone()
 	})
 	t.Logf("install done on b %s after a was killed", time.Since(killed).Round(time.Millisecond))
-	if !strings.Contains(a.logs.String(), "install plan sent") {
-		t.Error("the plan accepted through b was not delivered by a, which held the session")
+	// The agent's console tells which appliance it was on when the plan
+	// came: a, before the failover.
+	con := console.String()
+	onA := strings.Index(con, "registered as "+name+" with "+a.addr)
+	plan1 := strings.Index(con, "appliance sent install plan")
+	moved := strings.Index(con, "registering with "+b.addr)
+	if onA < 0 || plan1 < onA || moved < plan1 {
+		t.Errorf("the plan accepted through b was not delivered by a, which held the session; agent console:\n%s", con)
 	}
 	if !strings.Contains(b.logs.String(), "node certificate signed") {
 		t.Error("the certificate request after the failover was not signed by b")
