@@ -67,7 +67,16 @@ and a veth pair to the host, starts corrald there with full DHCP, and starts
 the machines: each a QEMU under TCG with distinct SMBIOS and disk serials,
 optionally behind its own ipmi_sim BMC that corrald enrolls and powers on.
 Progress is printed as machines move through their states. A previous run's
-store and disks in --dir are replaced; the image cache stays.`,
+store and disks in --dir are replaced; the image cache stays.
+
+With --appliances N (2 or more) the lab is a fleet: a three-member etcd
+cluster (local processes in the namespace; etcd-server) and N corrald on
+--store etcd named lab-a1, lab-a2, ..., each with its own address on the
+boot segment (.11, .12, ...) and API port (20180, 20181, ...). The first
+initialises the fleet (CA, admin token, cluster key, copied to the others).
+Only lab-a1 serves DHCP and TFTP unless --appliance-dhcp all; every
+appliance serves HTTP boot and the whole API (lab.conf is lab-a1's,
+lab-a2.conf lab-a2's, ...).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c.Dir, _ = cmd.Flags().GetString("dir")
@@ -99,7 +108,9 @@ store and disks in --dir are replaced; the image cache stays.`,
 	f.StringVar(&c.ImageCache, "image-cache", lab.DefaultImageCache, "image build cache (env CORRAL_IMAGE_CACHE)")
 	f.IntVar(&c.MemoryMiB, "memory", 2560, "MiB of RAM per machine")
 	f.IntVar(&c.CPUs, "cpus", 2, "vCPUs per machine")
-	f.BoolVar(&c.InstallDeps, "install-deps", true, "apt-get install missing packages ("+strings.Join(lab.Packages, " ")+")")
+	f.BoolVar(&c.InstallDeps, "install-deps", true, "apt-get install missing packages ("+strings.Join(lab.Packages, " ")+"; with --appliances 2 or more also "+strings.Join(lab.FleetPackages, " ")+")")
+	f.IntVar(&c.Appliances, "appliances", 1, fmt.Sprintf("number of appliances: 1 runs corrald on its bbolt file; 2-%d run a fleet on a three-member etcd cluster the lab starts", lab.MaxAppliances))
+	f.StringVar(&c.ApplianceDHCP, "appliance-dhcp", lab.DHCPFirst, "in a fleet, which appliances serve DHCP (full, one shared range: leases are compare-and-swapped in etcd) and TFTP: first or all (all keeps DHCP when any one appliance dies)")
 	return cmd
 }
 
@@ -119,11 +130,18 @@ func statusCmd() *cobra.Command {
 	var events int
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show each machine's state, power, node readiness and its last timeline entries",
+		Short: "Show each machine's state, power, node readiness and its last timeline entries (and a fleet's appliances and etcd members)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, _ := cmd.Flags().GetString("dir")
 			s, rows, err := lab.Status(cmd.Context(), dir, events)
+			if s != nil && s.Fleet() {
+				// The processes show even when no appliance answers.
+				if ferr := lab.PrintFleet(cmd.OutOrStdout(), lab.Fleet(cmd.Context(), s)); ferr != nil {
+					return ferr
+				}
+				fmt.Fprintln(cmd.OutOrStdout())
+			}
 			if err != nil {
 				return err
 			}

@@ -19,8 +19,23 @@ type api struct {
 	nodes    poolv1.NodeServiceClient
 }
 
+// dialAPI connects to the lab's corrald; in a fleet, to the first
+// appliance whose process runs (any appliance serves the whole API).
 func dialAPI(s *State) (*api, error) {
-	cfg, err := clientconfig.Load(s.ClientConfig)
+	if !s.Fleet() {
+		return dialConfig(s.ClientConfig)
+	}
+	for _, a := range s.Appliances {
+		if alive(a.Process.PID, a.Process.Marker) {
+			return dialConfig(a.ClientConfig)
+		}
+	}
+	return nil, errNoAppliance
+}
+
+// dialConfig connects with a corral client file.
+func dialConfig(path string) (*api, error) {
+	cfg, err := clientconfig.Load(path)
 	if err != nil {
 		return nil, err
 	}

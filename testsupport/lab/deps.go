@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 )
 
@@ -31,11 +33,22 @@ var requiredFiles = map[string]string{
 	"/usr/share/misc/pci.ids": "pci.ids",
 }
 
+// FleetPackages are what a fleet lab (--appliances 2 or more) needs
+// beside Packages: etcd's server.
+var FleetPackages = []string{"etcd-server"}
+
+// fleetFiles maps what a fleet lab needs to its package.
+var fleetFiles = map[string]string{"etcd": "etcd-server"}
+
 // missingPackages returns the packages whose files are absent.
-func missingPackages() []string {
+func missingPackages(fleet bool) []string {
 	seen := map[string]bool{}
 	var out []string
-	for f, pkg := range requiredFiles {
+	need := maps.Clone(requiredFiles)
+	if fleet {
+		maps.Copy(need, fleetFiles)
+	}
+	for f, pkg := range need {
 		ok := false
 		if strings.HasPrefix(f, "/") {
 			_, err := os.Stat(f)
@@ -52,28 +65,33 @@ func missingPackages() []string {
 	return out
 }
 
-// ensurePackages installs missing packages with apt-get when allowed.
-func ensurePackages(ctx context.Context, install bool, w io.Writer) error {
-	miss := missingPackages()
+// ensurePackages installs missing packages with apt-get when allowed
+// (with fleet, etcd's too).
+func ensurePackages(ctx context.Context, install, fleet bool, w io.Writer) error {
+	miss := missingPackages(fleet)
 	if len(miss) == 0 {
 		return nil
 	}
+	pkgs := Packages
+	if fleet {
+		pkgs = append(slices.Clone(Packages), FleetPackages...)
+	}
 	if !install {
-		return fmt.Errorf("missing packages: %s (apt-get install -y %s, or run without --install-deps=false)", strings.Join(miss, " "), strings.Join(Packages, " "))
+		return fmt.Errorf("missing packages: %s (apt-get install -y %s, or run without --install-deps=false)", strings.Join(miss, " "), strings.Join(pkgs, " "))
 	}
 	if _, err := exec.LookPath("apt-get"); err != nil {
 		return fmt.Errorf("missing packages %s and no apt-get to install them", strings.Join(miss, " "))
 	}
-	fmt.Fprintf(w, "installing %s (apt-get)\n", strings.Join(Packages, " "))
+	fmt.Fprintf(w, "installing %s (apt-get)\n", strings.Join(pkgs, " "))
 	env := append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	for _, args := range [][]string{{"update"}, append([]string{"install", "-y", "--no-install-recommends"}, Packages...)} {
+	for _, args := range [][]string{{"update"}, append([]string{"install", "-y", "--no-install-recommends"}, pkgs...)} {
 		cmd := exec.CommandContext(ctx, "apt-get", args...)
 		cmd.Env = env
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("apt-get %s: %v\n%s", args[0], err, tail(string(out), 2000))
 		}
 	}
-	if miss := missingPackages(); len(miss) > 0 {
+	if miss := missingPackages(fleet); len(miss) > 0 {
 		return fmt.Errorf("still missing after apt-get install: %s", strings.Join(miss, " "))
 	}
 	return nil

@@ -11,8 +11,9 @@ import (
 )
 
 // Down stops every process the state file names (each checked against
-// /proc/PID/cmdline first), deletes the taps, the bridge, the veth pair
-// and the namespace, and removes the state file. Binaries, the run's
+// /proc/PID/cmdline first; in a fleet the appliances, then the etcd
+// members), deletes the taps, the appliances' links, the bridge, the veth
+// pair and the namespace, and removes the state file and the client files. Binaries, the run's
 // files and the image cache stay. Errors are collected: Down does as much
 // as it can.
 func Down(ctx context.Context, dir string, out io.Writer) error {
@@ -45,7 +46,9 @@ func Down(ctx context.Context, dir string, out io.Writer) error {
 			_ = stop(Process{PID: pid, Marker: m.Dir}, 5*time.Second)
 		}
 	}
-	if s.Corrald.PID > 0 {
+	if s.Fleet() {
+		errs = append(errs, s.stopFleet(out)...)
+	} else if s.Corrald.PID > 0 {
 		if err := stop(s.Corrald, 15*time.Second); err != nil {
 			errs = append(errs, fmt.Errorf("corrald: %w", err))
 		} else {
@@ -55,6 +58,9 @@ func Down(ctx context.Context, dir string, out io.Writer) error {
 	if nsExists(ctx, s.Namespace) {
 		for _, m := range s.Machines {
 			_ = s.ipn(ctx, "link", "del", m.Tap)
+		}
+		for _, a := range s.Appliances {
+			_ = s.ipn(ctx, "link", "del", a.Port)
 		}
 		_ = s.ipn(ctx, "link", "del", s.Bridge)
 	}
@@ -73,5 +79,8 @@ func Down(ctx context.Context, dir string, out io.Writer) error {
 		return errors.Join(errs...)
 	}
 	_ = os.Remove(s.ClientConfig)
+	for _, a := range s.Appliances {
+		_ = os.Remove(a.ClientConfig)
+	}
 	return os.Remove(filepath.Join(dir, StateFile))
 }

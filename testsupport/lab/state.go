@@ -40,6 +40,14 @@ type State struct {
 	WithBMC      bool     `json:"with_bmc"`
 
 	Machines []Machine `json:"machines"`
+
+	// Fleet mode (up --appliances N, N ≥ 2; fleet.go): the etcd members
+	// and the appliances. DataDir, ClientConfig and Corrald are then the
+	// first appliance's; a single-appliance lab leaves these empty.
+	Etcd          []EtcdMember `json:"etcd,omitempty"`
+	EtcdPrefix    string       `json:"etcd_prefix,omitempty"`
+	Appliances    []Appliance  `json:"appliances,omitempty"`
+	ApplianceDHCP string       `json:"appliance_dhcp,omitempty"`
 }
 
 // Binaries are the programs the lab runs.

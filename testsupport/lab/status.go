@@ -174,7 +174,11 @@ func Status(ctx context.Context, dir string, events int) (*State, []MachineStatu
 // newest timeline entries.
 func PrintStatus(w io.Writer, s *State, rows []MachineStatus) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
-	fmt.Fprintf(tw, "lab %s (namespace %s, corrald pid %d %s)\n", s.ID, s.Namespace, s.Corrald.PID, aliveWord(alive(s.Corrald.PID, s.Corrald.Marker)))
+	if s.Fleet() {
+		fmt.Fprintf(tw, "lab %s (namespace %s, %d appliances)\n", s.ID, s.Namespace, len(s.Appliances))
+	} else {
+		fmt.Fprintf(tw, "lab %s (namespace %s, corrald pid %d %s)\n", s.ID, s.Namespace, s.Corrald.PID, aliveWord(alive(s.Corrald.PID, s.Corrald.Marker)))
+	}
 	fmt.Fprintln(tw, "MACHINE\tFIRMWARE\tSERIAL\tMAC\tSTATE\tPOWER\tQEMU\tNODE")
 	for _, r := range rows {
 		node := "-"

@@ -64,6 +64,13 @@ type Config struct {
 	NoPowerOn bool
 	// InstallDeps installs missing Debian packages with apt-get.
 	InstallDeps bool
+	// Appliances is how many corrald run (default 1: one appliance on its
+	// bbolt file, the lab as it always was). Two or more run as a fleet on
+	// a three-member etcd cluster the lab starts (fleet.go).
+	Appliances int
+	// ApplianceDHCP says which appliances of a fleet serve DHCP and TFTP:
+	// DHCPFirst (default) or DHCPAll.
+	ApplianceDHCP string
 	// Out receives progress for people; Log the details.
 	Out io.Writer
 	Log *slog.Logger
@@ -92,6 +99,18 @@ func (c *Config) defaults() error {
 	}
 	if c.Machines < 0 || c.Machines > 32 {
 		return fmt.Errorf("--machines %d: want 1-32", c.Machines)
+	}
+	if c.Appliances == 0 {
+		c.Appliances = 1
+	}
+	if c.Appliances < 0 || c.Appliances > MaxAppliances {
+		return fmt.Errorf("--appliances %d: want 1-%d", c.Appliances, MaxAppliances)
+	}
+	if c.ApplianceDHCP == "" {
+		c.ApplianceDHCP = DHCPFirst
+	}
+	if c.ApplianceDHCP != DHCPFirst && c.ApplianceDHCP != DHCPAll {
+		return fmt.Errorf("--appliance-dhcp %q: want %s or %s", c.ApplianceDHCP, DHCPFirst, DHCPAll)
 	}
 	if len(c.Firmware) == 0 {
 		c.Firmware = []string{"bios"}
@@ -154,7 +173,7 @@ func Up(ctx context.Context, c Config) (*State, error) {
 	say := func(format string, args ...any) {
 		fmt.Fprintf(c.Out, "[%5s] %s\n", time.Since(t0).Round(time.Second), fmt.Sprintf(format, args...))
 	}
-	if err := ensurePackages(ctx, c.InstallDeps, c.Out); err != nil {
+	if err := ensurePackages(ctx, c.InstallDeps, c.Appliances > 1, c.Out); err != nil {
 		return nil, err
 	}
 	bin, src, err := binaries(ctx, c.Dir, c.Source)
@@ -178,18 +197,32 @@ func Up(ctx context.Context, c Config) (*State, error) {
 		return nil, err
 	}
 
-	imgArgs := []string{"images", "build", "--data-dir", s.DataDir, "--image-cache", c.ImageCache}
-	if src != "" {
-		imgArgs = append(imgArgs, "--source", src)
+	// Every appliance serves every boot from its own catalog (the image
+	// cache makes the second and later builds copies).
+	dataDirs := []string{s.DataDir}
+	if s.Fleet() {
+		dataDirs = dataDirs[:0]
+		for _, a := range s.Appliances {
+			dataDirs = append(dataDirs, a.DataDir)
+		}
 	}
-	say("corrald %s", strings.Join(imgArgs, " "))
-	out, err := exec.CommandContext(ctx, bin.Corrald, imgArgs...).CombinedOutput()
-	if err != nil {
-		return nil, fmt.Errorf("corrald images build: %v\n%s", err, out)
-	}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if !strings.Contains(line, " level=") {
-			say("  %s", line)
+	for i, dataDir := range dataDirs {
+		imgArgs := []string{"images", "build", "--data-dir", dataDir, "--image-cache", c.ImageCache}
+		if src != "" {
+			imgArgs = append(imgArgs, "--source", src)
+		}
+		say("corrald %s", strings.Join(imgArgs, " "))
+		out, err := exec.CommandContext(ctx, bin.Corrald, imgArgs...).CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("corrald images build: %v\n%s", err, out)
+		}
+		if i > 0 {
+			continue
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if !strings.Contains(line, " level=") {
+				say("  %s", line)
+			}
 		}
 	}
 
@@ -201,10 +234,23 @@ func Up(ctx context.Context, c Config) (*State, error) {
 		return s, err
 	}
 
-	if err := s.startCorrald(ctx, c); err != nil {
-		return s, err
+	if s.Fleet() {
+		if err := s.createFleetNetwork(ctx); err != nil {
+			return s, err
+		}
+		if err := s.startEtcd(ctx); err != nil {
+			return s, err
+		}
+		say("etcd: %d members in %s (from the host: %s), fleet prefix %s", len(s.Etcd), s.Namespace, s.etcdHostEndpoints(), s.EtcdPrefix)
+		if err := s.startAppliances(ctx, c, say); err != nil {
+			return s, err
+		}
+	} else {
+		if err := s.startCorrald(ctx, c); err != nil {
+			return s, err
+		}
+		say("corrald serving in %s (pid %d, log %s)", s.Namespace, s.Corrald.PID, filepath.Join(s.RunDir, "corrald.log"))
 	}
-	say("corrald serving in %s (pid %d, log %s)", s.Namespace, s.Corrald.PID, filepath.Join(s.RunDir, "corrald.log"))
 	if !s.AutoAccept && c.Accept {
 		say("note: this corrald has no --auto-accept; machines stay INVENTORIED until accepted")
 		if c.Until == UntilReady || c.Until == UntilDeployed {
@@ -337,6 +383,9 @@ func newState(ctx context.Context, c Config, bin Binaries) (*State, error) {
 		}
 		s.Machines = append(s.Machines, m)
 	}
+	if c.Appliances > 1 {
+		s.planFleet(c.Appliances, c.ApplianceDHCP)
+	}
 	return s, nil
 }
 
@@ -424,19 +473,26 @@ func (s *State) startCorrald(ctx context.Context, c Config) error {
 	if err := s.Save(); err != nil {
 		return err
 	}
-	admin := filepath.Join(s.DataDir, "admin.conf")
+	return s.waitAPI(ctx, s.Corrald, filepath.Join(s.RunDir, "corrald.log"), filepath.Join(s.DataDir, "admin.conf"),
+		s.ClientConfig, fmt.Sprintf("%s:%d", s.NSAddr, APIPort))
+}
+
+// waitAPI waits until the corrald p answers the API at endpoint (from the
+// host) with the credentials of admin (an appliance's admin.conf),
+// writing clientConf (admin with endpoint) on the way.
+func (s *State) waitAPI(ctx context.Context, p Process, logPath, admin, clientConf, endpoint string) error {
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		if !alive(pid, s.DataDir) {
-			b, _ := os.ReadFile(filepath.Join(s.RunDir, "corrald.log"))
+		if !alive(p.PID, p.Marker) {
+			b, _ := os.ReadFile(logPath)
 			return fmt.Errorf("corrald exited:\n%s", tail(string(b), 3000))
 		}
 		if cfg, err := clientconfig.Load(admin); err == nil {
-			cfg.Endpoint = fmt.Sprintf("%s:%d", s.NSAddr, APIPort)
-			if err := cfg.Write(s.ClientConfig); err != nil {
+			cfg.Endpoint = endpoint
+			if err := cfg.Write(clientConf); err != nil {
 				return err
 			}
-			if a, err := dialAPI(s); err == nil {
+			if a, err := dialConfig(clientConf); err == nil {
 				_, err := a.snapshot(ctx, s)
 				a.Close()
 				if err == nil {
@@ -445,7 +501,7 @@ func (s *State) startCorrald(ctx context.Context, c Config) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("corrald's API did not answer on %s:%d within 90s (log %s)", s.NSAddr, APIPort, filepath.Join(s.RunDir, "corrald.log"))
+			return fmt.Errorf("corrald's API did not answer on %s within 90s (log %s)", endpoint, logPath)
 		}
 		select {
 		case <-ctx.Done():
@@ -519,6 +575,27 @@ Inside the namespace (admin.conf talks to 127.0.0.1):
 corral-lab status | report | down (--dir %s)
 `, s.ID, s.ClientConfig, s.Bin.Corral, s.Bin.Corral, s.ClientConfig, s.NSAddr, APIPort, s.VethHost,
 		s.Namespace, s.Bin.Corral, filepath.Join(s.DataDir, "admin.conf"), s.Dir)
+	if !s.Fleet() {
+		return
+	}
+	fmt.Fprintf(w, "\nA fleet of %d appliances on etcd (prefix %s); each serves the whole API:\n\n", len(s.Appliances), s.EtcdPrefix)
+	for _, a := range s.Appliances {
+		what := "HTTP boot, API"
+		if a.DHCP {
+			what = "DHCP, TFTP, HTTP boot, API"
+		}
+		fmt.Fprintf(w, "  %-8s %s --config %s get machines    # %s on %s, log %s\n", a.Name, s.Bin.Corral, a.ClientConfig, what, a.Endpoint(), a.Log)
+	}
+	fmt.Fprintf(w, "\netcd from the host: etcdctl --endpoints %s get --prefix %s --keys-only\n", s.etcdHostEndpoints(), s.EtcdPrefix)
+}
+
+// etcdHostEndpoints are the members' client URLs from the host.
+func (s *State) etcdHostEndpoints() string {
+	var eps []string
+	for _, m := range s.Etcd {
+		eps = append(eps, m.HostURL)
+	}
+	return strings.Join(eps, ",")
 }
 
 func randHex(n int) string {
