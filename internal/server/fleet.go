@@ -9,9 +9,8 @@ import (
 	"google.golang.org/grpc"
 )
 
-// artifactServer is what serves a peer's FetchArtifact (artifacts.go, when
-// it exists, implements it on *Server); until then the RPC answers
-// Unimplemented.
+// artifactServer is what serves a peer's FetchArtifact: artifacts.go
+// implements it on *Server.
 type artifactServer interface {
 	fetchArtifact(*fleetv1.FetchArtifactRequest, grpc.ServerStreamingServer[fleetv1.ArtifactChunk]) error
 }
@@ -32,15 +31,12 @@ func (s *Server) initFleet(self *fleetv1.Appliance, solo bool) error {
 	owner := &fleet.Owner{Store: s.store, Self: name, Solo: solo, Logger: log}
 	runner := &fleet.Runner{Store: s.store, Self: self, Load: owner.Count, Logger: log}
 	dispatcher := &fleet.Dispatcher{Store: s.store, Self: name, Logger: log}
-	svc := &fleet.Service{Store: s.store, Leader: func(ctx context.Context) (string, error) {
+	svc := &fleet.Service{Store: s.store, FetchArtifact: s.fetchArtifact, Leader: func(ctx context.Context) (string, error) {
 		if s.leadership == nil {
 			return name, nil
 		}
 		return s.leadership.Leader(ctx)
 	}}
-	if a, ok := any(s).(artifactServer); ok {
-		svc.FetchArtifact = a.fetchArtifact
-	}
 	fleet.Register(s.grpc, svc)
 	s.addComponent("fleet-owner", owner.Run)
 	s.addComponent("fleet-runner", runner.Run)
