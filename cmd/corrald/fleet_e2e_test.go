@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	fleetv1 "github.com/corralhq/corral/api/fleet/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/testsupport/etcdtest"
@@ -84,6 +85,26 @@ func TestE2EFleetEtcd(t *testing.T) {
 	if n, err := cb.GetNode(ctx, &poolv1.GetNodeRequest{Name: "n1"}); err != nil || n.GetCpuMilliCores() != 10000 {
 		t.Fatalf("node written through a, read through b: %v %v", n, err)
 	}
+	// Both appliances are runners; one leads.
+	cc0, err := clientconfig.Load(filepath.Join(dirA, "admin.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc0.Endpoint = b.addr
+	fconn, err := clientconfig.Dial(cc0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fconn.Close()
+	apps := fleetv1.NewApplianceServiceClient(fconn)
+	waitUntil(t, "two live appliances, one leader", 20*time.Second, func() bool {
+		resp, err := apps.ListAppliances(ctx, &fleetv1.ListAppliancesRequest{})
+		roles := map[string]fleetv1.Appliance_Role{}
+		for _, ap := range resp.GetAppliances() {
+			roles[ap.GetName()] = ap.GetRole()
+		}
+		return err == nil && resp.GetLeader() == "a" && roles["a"] == fleetv1.Appliance_LEADER && roles["b"] == fleetv1.Appliance_RUNNER
+	})
 	// A token made offline on the fleet's store works on every appliance.
 	out, err := runCmd(t, filepath.Join(binDir, "corrald"), "token", "create", "--role", "viewer", "--data-dir", t.TempDir(),
 		"--store", "etcd", "--etcd-endpoints", c.EndpointsFlag(), "--etcd-prefix", "/e2e")
@@ -152,6 +173,9 @@ func TestE2EFleetEtcd(t *testing.T) {
 
 	// One member down: quorum holds, every write commits.
 	c.Kill(2)
+	if err := c.WaitHealthy(15 * time.Second); err != nil {
+		t.Fatal(err)
+	}
 	for i := range 6 {
 		cl := ca
 		if i%2 == 1 {
@@ -228,4 +252,10 @@ func TestE2EFleetEtcd(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("leader takeover after SIGKILL: %s (lease TTL 3s)", time.Since(start).Round(time.Millisecond))
+	if other == b {
+		resp, err := apps.ListAppliances(ctx, &fleetv1.ListAppliancesRequest{})
+		if err != nil || resp.GetLeader() != "b" {
+			t.Fatalf("ListAppliances after the takeover: leader %q, %v", resp.GetLeader(), err)
+		}
+	}
 }

@@ -155,7 +155,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, apierr.Unavailablef("store/etcd: connect to %s: %v", strings.Join(opts.Endpoints, ","), err)
 	}
-	s := &Store{cli: cli, prefix: opts.Prefix, opts: opts, log: opts.Logger}
+	// Every key is stored as Prefix + "/" + key: the separator keeps one
+	// fleet's keys apart from a fleet whose prefix extends this one's
+	// ("/corral" and "/corralx"), whatever the keys look like.
+	s := &Store{cli: cli, prefix: opts.Prefix + "/", opts: opts, log: opts.Logger}
 	s.base, s.stop = context.WithCancel(context.Background())
 	cctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
 	defer cancel()
@@ -240,7 +243,7 @@ func (o *Options) tlsConfig() (*tls.Config, error) {
 func (s *Store) Client() *clientv3.Client { return s.cli }
 
 // Prefix is the key prefix this store writes under.
-func (s *Store) Prefix() string { return s.prefix }
+func (s *Store) Prefix() string { return s.opts.Prefix }
 
 // Endpoints are the members the store was opened with.
 func (s *Store) Endpoints() []string { return s.opts.Endpoints }

@@ -156,6 +156,13 @@ func TestQuorum(t *testing.T) {
 		}
 	}
 	c.Kill(2)
+	// A write in flight while the members elect a new leader may time out
+	// (etcd answers "request timed out, possibly due to previous leader
+	// failure": not acknowledged, so not lost). Once a leader is elected,
+	// two of three members commit every write.
+	if err := c.WaitHealthy(15 * time.Second); err != nil {
+		t.Fatal(err)
+	}
 	for i := range 10 {
 		if err := put(fmt.Sprintf("/k/b%02d", i)); err != nil {
 			t.Fatalf("with one member down: %v", err)
@@ -231,5 +238,31 @@ func TestListPages(t *testing.T) {
 		if want := fmt.Sprintf("/p/%06d", i); kv.Key != want {
 			t.Fatalf("record %d = %s, want %s", i, kv.Key, want)
 		}
+	}
+}
+
+// TestPrefixesApart: a fleet under /corral never sees the records of a
+// fleet under /corralx, not even when listing everything.
+func TestPrefixesApart(t *testing.T) {
+	c := etcdtest.New(t, 1)
+	a := openOn(t, c, "/corral")
+	b := openOn(t, c, "/corralx")
+	defer a.Close()
+	defer b.Close()
+	ctx := context.Background()
+	if _, err := b.Put(ctx, "/k", []byte("x"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Put(ctx, "k", []byte("x"), 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"", "/", "k"} {
+		kvs, err := a.List(ctx, p)
+		if err != nil || len(kvs) != 0 {
+			t.Errorf("List(%q) under /corral = %v, %v; want nothing of /corralx", p, kvs, err)
+		}
+	}
+	if _, err := a.Get(ctx, "/k"); err == nil {
+		t.Error("Get under /corral found /corralx's record")
 	}
 }
