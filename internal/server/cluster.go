@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 
+	fleetv1 "github.com/corralhq/corral/api/fleet/v1"
+	"github.com/corralhq/corral/boot/dhcp"
 	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/store/etcd"
 	"golang.org/x/sync/errgroup"
@@ -156,4 +158,42 @@ func (s *Server) runSingletons(ctx context.Context) error {
 		}
 		s.log.Warn("no longer leader: singleton work stopped; campaigning again", "appliance", s.cfg.Fleet.Name)
 	}
+}
+
+// selfAppliance is this appliance's runner record spec: its name, the API
+// endpoint agents, nodes and peers dial, the boot segments it serves and
+// the BMC networks it reaches.
+func (s *Server) selfAppliance() *fleetv1.Appliance {
+	a := &fleetv1.Appliance{Name: s.cfg.Fleet.Name, ApiEndpoint: s.advertisedEndpoint(), BmcNetworks: s.cfg.Fleet.BMCNetworks}
+	if ifname := s.cfg.Boot.Interface; ifname != "" {
+		if ifi, err := net.InterfaceByName(ifname); err == nil {
+			addrs, _ := ifi.Addrs()
+			for _, ad := range addrs {
+				if n, ok := ad.(*net.IPNet); ok && n.IP.To4() != nil {
+					a.BootSegments = append(a.BootSegments, (&net.IPNet{IP: n.IP.Mask(n.Mask), Mask: n.Mask}).String())
+				}
+			}
+		}
+	}
+	return a
+}
+
+// advertisedEndpoint is the API host:port other machines reach this
+// appliance at: --api-advertise, else the listen address when it names a
+// host, else the boot interface's address, else loopback (an appliance
+// alone on a workstation).
+func (s *Server) advertisedEndpoint() string {
+	if ep := s.cfg.Lifecycle.APIAdvertise; ep != "" {
+		return ep
+	}
+	_, port, _ := net.SplitHostPort(s.lis.Addr().String())
+	if h, _, _ := net.SplitHostPort(s.cfg.APIListen); h != "" && !isUnspecified(h) {
+		return net.JoinHostPort(h, port)
+	}
+	if ifname := s.cfg.Boot.Interface; ifname != "" {
+		if ip, err := dhcp.InterfaceIPv4(ifname); err == nil {
+			return net.JoinHostPort(ip.String(), port)
+		}
+	}
+	return s.endpoint()
 }

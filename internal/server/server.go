@@ -255,6 +255,13 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("hypervisor services: %w", err)
 	}
 	lifecycle.RegisterAgent(s.grpc, &lifecycle.AgentServer{Lifecycle: s.lifecycle, JoinFunc: s.join, Caller: agentCaller})
+	if err := s.initFleet(s.selfAppliance(), cfg.Store.Kind != StoreEtcd); err != nil {
+		lis.Close()
+		return nil, err
+	}
+	if cfg.Store.Kind == StoreEtcd {
+		s.addComponent("artifact-sync", func(ctx context.Context) error { return s.runArtifactSync(ctx, artifactSyncInterval) })
+	}
 	if err := s.initBoot(); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("boot: %w", err)
@@ -267,6 +274,10 @@ func New(cfg Config) (*Server, error) {
 }
 
 const authRoleNode = authv1.Role_ROLE_NODE
+
+// artifactSyncInterval is how often an appliance of a fleet publishes its
+// boot artifacts to the fleet's manifest and fetches the ones it lacks.
+const artifactSyncInterval = time.Minute
 
 func isUnspecified(h string) bool {
 	ip := net.ParseIP(h)
