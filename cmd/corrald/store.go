@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	berrors "go.etcd.io/bbolt/errors"
 
+	"github.com/corralhq/corral/auth/pki"
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/internal/server"
 	"github.com/corralhq/corral/store"
@@ -256,12 +258,13 @@ func copyStore(ctx context.Context, o copyOptions, log *slog.Logger) (summary st
 	if err := verifyCopy(ctx, src, dst, recs, written); err != nil {
 		return "", err
 	}
-	if err := publishSecrets(ctx, src, dst); err != nil {
+	note, err := publishSecrets(ctx, src, dst)
+	if err != nil {
 		return "", err
 	}
 	n := len(recs)
 	return fmt.Sprintf("copied %d records (%d bytes) from %s to %s; verified %d of %d; destination revisions %d..%d",
-		n, bytesCopied, src.addr, dst.addr, n, n, written[0].Revision, written[n-1].Revision), nil
+		n, bytesCopied, src.addr, dst.addr, n, n, written[0].Revision, written[n-1].Revision) + note, nil
 }
 
 // verifyCopy re-reads both sides: the destination holds exactly recs (keys,
@@ -336,12 +339,33 @@ func rollback(dst *storeEnd, written []store.KV, cause error) error {
 
 // publishSecrets carries what an appliance keeps beside its store into the
 // destination: the CA and the seal key live in the data directory of a
-// bolt appliance and in the store (sealed) for an etcd fleet.
-//
-// TODO(lead): publish the data directory's CA and seal key into an etcd
-// destination (and write them out for an etcd → bolt copy) once the shared
-// CA and seal key records exist; until then this is a no-op and the files
-// are copied by hand.
-func publishSecrets(ctx context.Context, src, dst *storeEnd) error {
-	return nil
+// bolt appliance and in the store, sealed under the fleet's cluster key,
+// for an etcd fleet. bolt → etcd seals the source data directory's CA and
+// seal key under its cluster key (DATA_DIR/cluster.key, created when
+// missing: every appliance of the fleet needs a copy). etcd → bolt writes
+// the fleet's CA and seal key into the destination's data directory, with
+// the cluster key found there.
+func publishSecrets(ctx context.Context, src, dst *storeEnd) (note string, err error) {
+	switch {
+	case !src.isEtcd() && dst.isEtcd():
+		keyPath := filepath.Join(src.dataDir, server.ClusterKeyFile)
+		if _, err := os.Stat(filepath.Join(src.dataDir, server.PKIDir, pki.CACertFile)); errors.Is(err, fs.ErrNotExist) {
+			return fmt.Sprintf("\nno CA in %s: the first appliance on %s creates the fleet's", src.dataDir, dst.addr), nil
+		}
+		if _, err := server.PublishSecrets(ctx, dst.st, src.dataDir, keyPath, "store copy from "+src.addr, true); err != nil {
+			return "", fmt.Errorf("publish the CA and BMC seal key of %s to %s: %w", src.dataDir, dst.addr, err)
+		}
+		return fmt.Sprintf("\npublished the CA and BMC seal key of %s to %s, sealed under the cluster key %s: copy it to every appliance of the fleet (their DATA_DIR/%s, mode 0600)",
+			src.dataDir, dst.addr, keyPath, server.ClusterKeyFile), nil
+	case src.isEtcd() && !dst.isEtcd():
+		keyPath := filepath.Join(dst.dataDir, server.ClusterKeyFile)
+		ok, err := server.WriteSecrets(ctx, dst.st, dst.dataDir, keyPath, src.addr)
+		if err != nil {
+			return "", fmt.Errorf("write the fleet's CA and BMC seal key into %s: %w", dst.dataDir, err)
+		}
+		if ok {
+			return fmt.Sprintf("\nwrote the fleet's CA and BMC seal key into %s", dst.dataDir), nil
+		}
+	}
+	return "", nil
 }

@@ -20,10 +20,12 @@ import (
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	provisioningv1 "github.com/corralhq/corral/api/provisioning/v1"
 	"github.com/corralhq/corral/auth"
+	"github.com/corralhq/corral/auth/pki"
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/internal/server"
 	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/inventory/pool"
+	"github.com/corralhq/corral/ipmi/seal"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/bolt"
 	"github.com/corralhq/corral/store/etcd"
@@ -152,6 +154,11 @@ func snapshot(t *testing.T, addr string) []rec {
 	}
 	out := []rec{}
 	for _, kv := range kvs {
+		if kv.Key == "/fleet/secrets" {
+			// The sealed CA and seal key copy publishes beside the
+			// records (checked on its own).
+			continue
+		}
 		out = append(out, rec{kv.Key, kv.Value})
 	}
 	return out
@@ -171,6 +178,7 @@ var summaryRE = regexp.MustCompile(`^copied (\d+) records \((\d+) bytes\) from (
 // checkSummary parses the summary line and checks what it says.
 func checkSummary(t *testing.T, out, from, to string, n int) {
 	t.Helper()
+	out, _, _ = strings.Cut(out, "\n")
 	m := summaryRE.FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("summary %q does not have the documented form", out)
@@ -200,12 +208,41 @@ func TestStoreCopy(t *testing.T) {
 	back := "bolt:" + filepath.Join(backDir, server.StoreFile)
 	want := snapshot(t, src)
 
+	// The appliance's CA and BMC seal key, kept beside its store file.
+	if _, err := pki.EnsureCA(filepath.Join(srcDir, server.PKIDir)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := seal.Ensure(filepath.Join(srcDir, seal.KeyFile)); err != nil {
+		t.Fatal(err)
+	}
+
 	t.Run("round trip", func(t *testing.T) {
 		out, err := runCorrald(t, "store", "copy", "--from", src, "--to", mid)
 		if err != nil {
 			t.Fatalf("bolt → etcd: %v", err)
 		}
 		checkSummary(t, out, src, mid, n)
+		if !strings.Contains(out, "published the CA and BMC seal key") {
+			t.Errorf("bolt → etcd did not publish the CA and seal key: %s", out)
+		}
+		// The cluster key the copy made goes with the fleet's
+		// appliances; here, with the copy back.
+		key, err := os.ReadFile(filepath.Join(srcDir, server.ClusterKeyFile))
+		if err != nil {
+			t.Fatalf("cluster key: %v", err)
+		}
+		if err := os.WriteFile(filepath.Join(backDir, server.ClusterKeyFile), key, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			for _, f := range []string{filepath.Join(server.PKIDir, pki.CACertFile), filepath.Join(server.PKIDir, pki.CAKeyFile), seal.KeyFile} {
+				x, _ := os.ReadFile(filepath.Join(srcDir, f))
+				y, err := os.ReadFile(filepath.Join(backDir, f))
+				if err != nil || len(x) == 0 || string(x) != string(y) {
+					t.Errorf("%s did not round-trip through the fleet's sealed secrets: %v", f, err)
+				}
+			}
+		}()
 		if diff := cmp.Diff(want, snapshot(t, mid), bytesEqual); diff != "" {
 			t.Fatalf("etcd copy differs (-bolt +etcd):\n%s", diff)
 		}
@@ -214,7 +251,7 @@ func TestStoreCopy(t *testing.T) {
 		if err != nil {
 			t.Fatalf("etcd → bolt: %v", err)
 		}
-		checkSummary(t, out, mid, "bolt:"+backDir, n)
+		checkSummary(t, out, mid, "bolt:"+backDir, n+1)
 		if diff := cmp.Diff(want, snapshot(t, back), bytesEqual); diff != "" {
 			t.Fatalf("round trip differs (-original +copy):\n%s", diff)
 		}
@@ -274,7 +311,7 @@ func TestStoreCopy(t *testing.T) {
 		// exist (a bolt file) after the refusal.
 		same, empty []string
 	}{
-		"non-empty etcd destination": {from: back, to: mid, class: apierr.ErrPrecondition, says: []string{"already holds " + strconv.Itoa(n) + " records", "prefix /fleet", "neither merges nor overwrites"}, same: []string{back, mid}},
+		"non-empty etcd destination": {from: back, to: mid, class: apierr.ErrPrecondition, says: []string{"already holds " + strconv.Itoa(n+1) + " records", "prefix /fleet", "neither merges nor overwrites"}, same: []string{back, mid}}, // n records and the fleet's sealed secrets
 		"non-empty bolt destination": {from: mid, to: src, class: apierr.ErrPrecondition, says: []string{"already holds " + strconv.Itoa(n) + " records"}, same: []string{mid, src}},
 		"bad scheme":                 {from: "postgres://db/corral", to: mid, class: apierr.ErrInvalid, says: []string{"--from", "want bolt:PATH or etcd://"}, same: []string{mid}},
 		"plain path":                 {from: filepath.Join(srcDir, server.StoreFile), to: mid, class: apierr.ErrInvalid, says: []string{"want bolt:PATH"}, same: []string{src, mid}},

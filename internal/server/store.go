@@ -141,7 +141,25 @@ func shareSecrets(ctx context.Context, st store.Store, cfg Config, log *slog.Log
 	if err != nil {
 		return fmt.Errorf("fleet secrets: %w", err)
 	}
-	return adoptSecrets(&sec, cfg, log)
+	if err := adoptSecrets(&sec, cfg.DataDir, cfg.Store.ClusterKeyFile, storeName(cfg)); err != nil {
+		return err
+	}
+	log.Info("joined the fleet: CA and BMC seal key taken from the store", "store", storeName(cfg), "initialised_by", sec.GetInitialisedBy())
+	return nil
+}
+
+// WriteSecrets opens the fleet secrets in st with the cluster key at
+// keyPath and writes the CA and BMC seal key into dataDir (`corrald store
+// copy` from a fleet to one appliance's bbolt file). It reports false when
+// st holds no fleet secrets.
+func WriteSecrets(ctx context.Context, st store.Store, dataDir, keyPath, where string) (bool, error) {
+	var sec fleetv1.ClusterSecrets
+	if _, err := record.Get(ctx, st, clusterSecretsKey, &sec); errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	return true, adoptSecrets(&sec, dataDir, keyPath, where)
 }
 
 // PublishSecrets seals the data directory's CA key and BMC seal key under
@@ -198,18 +216,17 @@ func PublishSecrets(ctx context.Context, st store.Store, dataDir, keyPath, by st
 
 // adoptSecrets opens the fleet's secrets and writes them into the data
 // directory.
-func adoptSecrets(sec *fleetv1.ClusterSecrets, cfg Config, log *slog.Logger) error {
-	keyPath := cfg.Store.ClusterKeyFile
+func adoptSecrets(sec *fleetv1.ClusterSecrets, dataDir, keyPath, where string) error {
 	key, err := os.ReadFile(keyPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%s was initialised by appliance %q at %s and its CA and BMC seal key are sealed under that fleet's cluster key: copy %s from an appliance of the fleet to %s (mode 0600), or name it with --cluster-key",
-			storeName(cfg), sec.GetInitialisedBy(), sec.GetInitialisedAt().AsTime().UTC().Format(time.RFC3339), ClusterKeyFile, keyPath)
+			where, sec.GetInitialisedBy(), sec.GetInitialisedAt().AsTime().UTC().Format(time.RFC3339), ClusterKeyFile, keyPath)
 	}
 	if err != nil {
 		return fmt.Errorf("cluster key: %w", err)
 	}
 	if id := keyID(key); id != sec.GetClusterKeySha256() {
-		return fmt.Errorf("cluster key %s is sha256:%s but %s is sealed under sha256:%s: this is another fleet's key", keyPath, id[:16], storeName(cfg), sec.GetClusterKeySha256()[:min(16, len(sec.GetClusterKeySha256()))])
+		return fmt.Errorf("cluster key %s is sha256:%s but %s is sealed under sha256:%s: this is another fleet's key", keyPath, id[:16], where, sec.GetClusterKeySha256()[:min(16, len(sec.GetClusterKeySha256()))])
 	}
 	sl, err := seal.New(key)
 	if err != nil {
@@ -217,13 +234,13 @@ func adoptSecrets(sec *fleetv1.ClusterSecrets, cfg Config, log *slog.Logger) err
 	}
 	caKey, err := sl.Open(sec.GetCaKeySealed(), []byte("corral:fleet:ca-key"))
 	if err != nil {
-		return fmt.Errorf("fleet CA key in %s: %w", storeName(cfg), err)
+		return fmt.Errorf("fleet CA key in %s: %w", where, err)
 	}
 	sealKey, err := sl.Open(sec.GetBmcSealKeySealed(), []byte("corral:fleet:bmc-seal-key"))
 	if err != nil {
-		return fmt.Errorf("fleet BMC seal key in %s: %w", storeName(cfg), err)
+		return fmt.Errorf("fleet BMC seal key in %s: %w", where, err)
 	}
-	pkiDir := filepath.Join(cfg.DataDir, PKIDir)
+	pkiDir := filepath.Join(dataDir, PKIDir)
 	for _, f := range []struct {
 		path string
 		data []byte
@@ -232,13 +249,12 @@ func adoptSecrets(sec *fleetv1.ClusterSecrets, cfg Config, log *slog.Logger) err
 	}{
 		{filepath.Join(pkiDir, pki.CACertFile), []byte(sec.GetCaCertPem()), 0o644, "CA certificate"},
 		{filepath.Join(pkiDir, pki.CAKeyFile), caKey, 0o600, "CA key"},
-		{filepath.Join(cfg.DataDir, seal.KeyFile), sealKey, 0o600, "BMC seal key"},
+		{filepath.Join(dataDir, seal.KeyFile), sealKey, 0o600, "BMC seal key"},
 	} {
 		if err := writeOnce(f.path, f.data, f.mode); err != nil {
-			return fmt.Errorf("%s: the data directory holds another %s than the fleet's (%s): an appliance joins a fleet with an empty data directory, or is migrated into it with `corrald store copy`", f.path, f.what, storeName(cfg))
+			return fmt.Errorf("%s: the data directory holds another %s than the fleet's (%s): an appliance joins a fleet with an empty data directory, or is migrated into it with `corrald store copy`", f.path, f.what, where)
 		}
 	}
-	log.Info("joined the fleet: CA and BMC seal key taken from the store", "store", storeName(cfg), "initialised_by", sec.GetInitialisedBy())
 	return nil
 }
 
