@@ -99,7 +99,14 @@ func (s *Server) initBoot() error {
 	if err != nil {
 		return err
 	}
-	cat, err := images.Open(images.Config{Dir: filepath.Join(s.cfg.DataDir, ImagesDir), IPXEDirs: bc.IPXEDirs, Kernel: bc.Kernel, Initrd: bc.Initrd, HypervisorInitrd: bc.HypervisorInitrd}.WithBuiltDiscover())
+	icfg := images.Config{Dir: filepath.Join(s.cfg.DataDir, ImagesDir), IPXEDirs: bc.IPXEDirs, Kernel: bc.Kernel, Initrd: bc.Initrd, HypervisorInitrd: bc.HypervisorInitrd}
+	if s.cfg.Store.Kind == StoreEtcd {
+		// In a fleet every appliance serves every boot: publish what this
+		// one built, fetch what the fleet's manifest names and this one
+		// lacks from a peer, and boot the fleet's files.
+		icfg = icfg.WithFleet(s.fleetArtifacts())
+	}
+	cat, err := images.Open(icfg.WithBuiltDiscover())
 	if err != nil {
 		return err
 	}
@@ -285,4 +292,25 @@ func parseRanges(bc BootConfig, mode dhcp.Mode, serverIP netip.Addr) ([]dhcp.Ran
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// fleetArtifacts syncs the boot artifacts with the fleet once, before the
+// boot servers open the catalog, and returns the fleet's manifest. A sync
+// that fails is logged: the appliance serves what it holds and the
+// periodic sync (artifact-sync) tries again.
+func (s *Server) fleetArtifacts() []images.Artifact {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	log := s.log.With("component", "artifacts")
+	if got, err := s.syncArtifacts(ctx, nil); err != nil {
+		log.Warn("boot artifacts not in sync with the fleet at start", "err", err)
+	} else if len(got) > 0 {
+		log.Info("boot artifacts fetched from peers", "count", len(got))
+	}
+	manifest, err := readCatalog(ctx, s.store, log)
+	if err != nil {
+		log.Warn("fleet catalog manifest unreadable; booting this appliance's own files", "err", err)
+		return nil
+	}
+	return manifest
 }
