@@ -3,11 +3,14 @@ package lifecycle
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/mem"
+	"github.com/corralhq/corral/testsupport/fakeclock"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -99,5 +102,79 @@ func TestWatchdogOnlyOnOwner(t *testing.T) {
 	a.reconcile()
 	if got := a.machine(name); got.GetState() != inventoryv1.Machine_FAILED {
 		t.Fatalf("the owner's watchdog did not act: %v", got.GetState())
+	}
+}
+
+// TestLeaderHandOverAppliesOnce: during a leader change two appliances may
+// both run the leader's reconcile for a moment. Each transition is a
+// compare-and-swap that re-checks the state it acts on, so racing
+// reconcilers apply DEPLOYED and an install timeout exactly once.
+func TestLeaderHandOverAppliesOnce(t *testing.T) {
+	st := mem.New()
+	clk := fakeclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	a := newHarness(t, st, harnessOpt{clk: clk})
+	b := newHarness(t, st, harnessOpt{clk: clk})
+	ctx := context.Background()
+	const mac2 = "52:54:00:00:00:02"
+	ag1 := a.connect(mac1, facts("S1", "", mac1))
+	ag2 := a.connect(mac2, facts("S2", "", mac2))
+	for _, ag := range []*agent{ag1, ag2} {
+		if _, err := a.msrv.AcceptMachine(ctx, &inventoryv1.AcceptMachineRequest{Name: ag.name, Disk: "auto"}); err != nil {
+			t.Fatal(err)
+		}
+		ag.next()
+	}
+	clk.Advance(time.Second)
+	a.applyNode(ag1.name) // machine 1's node is READY: DEPLOYED is due
+	clk.Advance(DefaultInstallTimeout + time.Second)
+	a.applyNode(ag1.name) // keep it READY past the clock jump
+	// machine 2 made no progress: its install timeout is due.
+
+	race := func() {
+		var wg sync.WaitGroup
+		for range 8 {
+			for _, h := range []*harness{a, b} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := h.lc.ReconcileOnce(ctx); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+		}
+		wg.Wait()
+	}
+	race()
+	race()
+	if m := a.machine(ag1.name); m.GetState() != inventoryv1.Machine_DEPLOYED {
+		t.Fatalf("machine 1: %v, want DEPLOYED", m.GetState())
+	}
+	if m := a.machine(ag2.name); m.GetState() != inventoryv1.Machine_FAILED {
+		t.Fatalf("machine 2: %v, want FAILED by the install timeout", m.GetState())
+	}
+	for _, h := range []*harness{a, b} {
+		if err := h.inv.FlushTimeline(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(name, kind string) int {
+		es, err := a.inv.Timeline(ctx, name, "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range es {
+			if e.GetEvent() == kind {
+				n++
+			}
+		}
+		return n
+	}
+	if n := count(ag1.name, "deployed"); n != 1 {
+		t.Errorf("machine 1: %d deployed entries from 32 racing reconciles, want 1", n)
+	}
+	if n := count(ag2.name, "install-failed"); n != 1 {
+		t.Errorf("machine 2: %d install-failed entries from 32 racing reconciles, want 1", n)
 	}
 }
