@@ -579,6 +579,95 @@ func (x *ClusterSecrets) GetInitialisedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// SessionClaim says which appliance holds a machine's agent session, so that
+// a fleet keeps the one-live-session-per-machine rule across appliances: a
+// second stream on another appliance is refused while the claim is fresh
+// (its beat within the agent heartbeat timeout).
+type SessionClaim struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Machine   string                 `protobuf:"bytes,1,opt,name=machine,proto3" json:"machine,omitempty"`
+	Appliance string                 `protobuf:"bytes,2,opt,name=appliance,proto3" json:"appliance,omitempty"`
+	// stream is a random id of the claiming stream.
+	Stream        string                 `protobuf:"bytes,3,opt,name=stream,proto3" json:"stream,omitempty"`
+	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	BeatAt        *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=beat_at,json=beatAt,proto3" json:"beat_at,omitempty"`
+	Peer          string                 `protobuf:"bytes,6,opt,name=peer,proto3" json:"peer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionClaim) Reset() {
+	*x = SessionClaim{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionClaim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionClaim) ProtoMessage() {}
+
+func (x *SessionClaim) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionClaim.ProtoReflect.Descriptor instead.
+func (*SessionClaim) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SessionClaim) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
+func (x *SessionClaim) GetAppliance() string {
+	if x != nil {
+		return x.Appliance
+	}
+	return ""
+}
+
+func (x *SessionClaim) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *SessionClaim) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *SessionClaim) GetBeatAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.BeatAt
+	}
+	return nil
+}
+
+func (x *SessionClaim) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
 var File_api_fleet_v1_fleet_proto protoreflect.FileDescriptor
 
 const file_api_fleet_v1_fleet_proto_rawDesc = "" +
@@ -629,7 +718,15 @@ const file_api_fleet_v1_fleet_proto_rawDesc = "" +
 	"\x13bmc_seal_key_sealed\x18\x03 \x01(\fR\x10bmcSealKeySealed\x12,\n" +
 	"\x12cluster_key_sha256\x18\x04 \x01(\tR\x10clusterKeySha256\x12%\n" +
 	"\x0einitialised_by\x18\x05 \x01(\tR\rinitialisedBy\x12A\n" +
-	"\x0einitialised_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\rinitialisedAt2\xe2\x01\n" +
+	"\x0einitialised_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\rinitialisedAt\"\xe2\x01\n" +
+	"\fSessionClaim\x12\x18\n" +
+	"\amachine\x18\x01 \x01(\tR\amachine\x12\x1c\n" +
+	"\tappliance\x18\x02 \x01(\tR\tappliance\x12\x16\n" +
+	"\x06stream\x18\x03 \x01(\tR\x06stream\x129\n" +
+	"\n" +
+	"started_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x123\n" +
+	"\abeat_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06beatAt\x12\x12\n" +
+	"\x04peer\x18\x06 \x01(\tR\x04peer2\xe2\x01\n" +
 	"\x10ApplianceService\x12i\n" +
 	"\x0eListAppliances\x12&.corral.fleet.v1.ListAppliancesRequest\x1a'.corral.fleet.v1.ListAppliancesResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12c\n" +
 	"\rFetchArtifact\x12%.corral.fleet.v1.FetchArtifactRequest\x1a\x1e.corral.fleet.v1.ArtifactChunk\"\t\xe2\xa6\x19\x05\b\x03\x12\x01\x060\x01B1Z/github.com/corralhq/corral/api/fleet/v1;fleetv1b\x06proto3"
@@ -647,7 +744,7 @@ func file_api_fleet_v1_fleet_proto_rawDescGZIP() []byte {
 }
 
 var file_api_fleet_v1_fleet_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_fleet_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_api_fleet_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_api_fleet_v1_fleet_proto_goTypes = []any{
 	(Appliance_Role)(0),            // 0: corral.fleet.v1.Appliance.Role
 	(*Appliance)(nil),              // 1: corral.fleet.v1.Appliance
@@ -657,24 +754,27 @@ var file_api_fleet_v1_fleet_proto_goTypes = []any{
 	(*FetchArtifactRequest)(nil),   // 5: corral.fleet.v1.FetchArtifactRequest
 	(*ArtifactChunk)(nil),          // 6: corral.fleet.v1.ArtifactChunk
 	(*ClusterSecrets)(nil),         // 7: corral.fleet.v1.ClusterSecrets
-	(*timestamppb.Timestamp)(nil),  // 8: google.protobuf.Timestamp
+	(*SessionClaim)(nil),           // 8: corral.fleet.v1.SessionClaim
+	(*timestamppb.Timestamp)(nil),  // 9: google.protobuf.Timestamp
 }
 var file_api_fleet_v1_fleet_proto_depIdxs = []int32{
-	8, // 0: corral.fleet.v1.Appliance.started_at:type_name -> google.protobuf.Timestamp
-	8, // 1: corral.fleet.v1.Appliance.last_heartbeat:type_name -> google.protobuf.Timestamp
-	0, // 2: corral.fleet.v1.Appliance.role:type_name -> corral.fleet.v1.Appliance.Role
-	8, // 3: corral.fleet.v1.Assignment.assigned_at:type_name -> google.protobuf.Timestamp
-	1, // 4: corral.fleet.v1.ListAppliancesResponse.appliances:type_name -> corral.fleet.v1.Appliance
-	8, // 5: corral.fleet.v1.ClusterSecrets.initialised_at:type_name -> google.protobuf.Timestamp
-	3, // 6: corral.fleet.v1.ApplianceService.ListAppliances:input_type -> corral.fleet.v1.ListAppliancesRequest
-	5, // 7: corral.fleet.v1.ApplianceService.FetchArtifact:input_type -> corral.fleet.v1.FetchArtifactRequest
-	4, // 8: corral.fleet.v1.ApplianceService.ListAppliances:output_type -> corral.fleet.v1.ListAppliancesResponse
-	6, // 9: corral.fleet.v1.ApplianceService.FetchArtifact:output_type -> corral.fleet.v1.ArtifactChunk
-	8, // [8:10] is the sub-list for method output_type
-	6, // [6:8] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	9,  // 0: corral.fleet.v1.Appliance.started_at:type_name -> google.protobuf.Timestamp
+	9,  // 1: corral.fleet.v1.Appliance.last_heartbeat:type_name -> google.protobuf.Timestamp
+	0,  // 2: corral.fleet.v1.Appliance.role:type_name -> corral.fleet.v1.Appliance.Role
+	9,  // 3: corral.fleet.v1.Assignment.assigned_at:type_name -> google.protobuf.Timestamp
+	1,  // 4: corral.fleet.v1.ListAppliancesResponse.appliances:type_name -> corral.fleet.v1.Appliance
+	9,  // 5: corral.fleet.v1.ClusterSecrets.initialised_at:type_name -> google.protobuf.Timestamp
+	9,  // 6: corral.fleet.v1.SessionClaim.started_at:type_name -> google.protobuf.Timestamp
+	9,  // 7: corral.fleet.v1.SessionClaim.beat_at:type_name -> google.protobuf.Timestamp
+	3,  // 8: corral.fleet.v1.ApplianceService.ListAppliances:input_type -> corral.fleet.v1.ListAppliancesRequest
+	5,  // 9: corral.fleet.v1.ApplianceService.FetchArtifact:input_type -> corral.fleet.v1.FetchArtifactRequest
+	4,  // 10: corral.fleet.v1.ApplianceService.ListAppliances:output_type -> corral.fleet.v1.ListAppliancesResponse
+	6,  // 11: corral.fleet.v1.ApplianceService.FetchArtifact:output_type -> corral.fleet.v1.ArtifactChunk
+	10, // [10:12] is the sub-list for method output_type
+	8,  // [8:10] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_api_fleet_v1_fleet_proto_init() }
@@ -688,7 +788,7 @@ func file_api_fleet_v1_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_fleet_v1_fleet_proto_rawDesc), len(file_api_fleet_v1_fleet_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
