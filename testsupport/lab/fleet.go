@@ -466,25 +466,24 @@ func PrintFleet(w io.Writer, fs FleetStatus) error {
 // resign their lead and leave the fleet through etcd on the way out).
 func (s *State) stopFleet(out io.Writer) []error {
 	var errs []error
-	for _, a := range s.Appliances {
-		if a.Process.PID <= 0 {
-			continue
-		}
-		if err := stop(a.Process, 15*time.Second); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", a.Name, err))
-		} else {
-			fmt.Fprintf(out, "%s stopped (pid %d)\n", a.Name, a.Process.PID)
+	halt := func(name string, p Process, grace time.Duration) {
+		switch {
+		case p.PID <= 0:
+		case !alive(p.PID, p.Marker):
+			fmt.Fprintf(out, "%s was not running (pid %d)\n", name, p.PID)
+		default:
+			if err := stop(p, grace); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			} else {
+				fmt.Fprintf(out, "%s stopped (pid %d)\n", name, p.PID)
+			}
 		}
 	}
+	for _, a := range s.Appliances {
+		halt(a.Name, a.Process, 15*time.Second)
+	}
 	for _, m := range s.Etcd {
-		if m.Process.PID <= 0 {
-			continue
-		}
-		if err := stop(m.Process, 10*time.Second); err != nil {
-			errs = append(errs, fmt.Errorf("etcd %s: %w", m.Name, err))
-		} else {
-			fmt.Fprintf(out, "etcd %s stopped (pid %d)\n", m.Name, m.Process.PID)
-		}
+		halt("etcd "+m.Name, m.Process, 10*time.Second)
 	}
 	return errs
 }
