@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
@@ -270,6 +271,16 @@ func (s *AgentServer) Session(stream nodev1.AgentService_SessionServer) error {
 		return toStatus(err)
 	}
 	defer l.sess.detach(machine, st)
+	// In a fleet, the one-live-session rule spans the appliances (claims.go).
+	cl, err := l.claimSession(ctx, machine, pa)
+	if err != nil {
+		l.note(id.mac, "session-refused", err.Error(), map[string]string{"token_id": c.ID, "peer": pa})
+		l.warn("second agent session refused", "machine", machine, "mac", id.mac, "token_id", c.ID, "peer", pa, "reason", "live on another appliance")
+		return toStatus(err)
+	}
+	defer l.releaseClaim(cl)
+	lostClaim := make(chan struct{})
+	var lostOnce sync.Once
 	l.heartbeat(ctx, machine)
 	// Commands queued now (a pending install plan or wipe) wait in the
 	// stream's channel and follow the `wait` below; queuing them first
@@ -293,6 +304,9 @@ func (s *AgentServer) Session(stream nodev1.AgentService_SessionServer) error {
 			switch x := msg.GetMsg().(type) {
 			case *nodev1.AgentMessage_Heartbeat:
 				l.sess.beat(machine, st, l.now())
+				if !l.beatClaim(ctx, cl) {
+					lostOnce.Do(func() { close(lostClaim) })
+				}
 				l.heartbeat(ctx, machine)
 			case *nodev1.AgentMessage_Progress:
 				p := l.capProgress(machine, x.Progress)
@@ -316,6 +330,8 @@ func (s *AgentServer) Session(stream nodev1.AgentService_SessionServer) error {
 				return nil
 			}
 			return err
+		case <-lostClaim:
+			return status.Error(codes.Aborted, "session closed: another appliance took over this machine's session after it went stale")
 		case cmd, ok := <-st.ch:
 			if !ok {
 				return status.Error(codes.Aborted, "session closed: it was found dead (no heartbeat within the timeout) and replaced by a newer one of the same machine")

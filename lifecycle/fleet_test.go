@@ -8,9 +8,13 @@ import (
 	"time"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	nodev1 "github.com/corralhq/corral/api/node/v1"
+	"github.com/corralhq/corral/fleet"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/mem"
 	"github.com/corralhq/corral/testsupport/fakeclock"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -176,5 +180,98 @@ func TestLeaderHandOverAppliesOnce(t *testing.T) {
 	}
 	if n := count(ag2.name, "install-failed"); n != 1 {
 		t.Errorf("machine 2: %d install-failed entries from 32 racing reconciles, want 1", n)
+	}
+}
+
+// tryConnect registers mac with h and opens a session; it returns the
+// session's first answer: nil error and the agent when it was accepted.
+func (h *harness) tryConnect(mac string, f *inventoryv1.Facts) (*agent, error) {
+	h.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	h.t.Cleanup(cancel)
+	resp, err := h.client.Register(ctx, &nodev1.RegisterRequest{BootMac: mac, Facts: f})
+	if err != nil {
+		return nil, err
+	}
+	stream, err := h.client.Session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := stream.Send(&nodev1.AgentMessage{Msg: &nodev1.AgentMessage_Heartbeat{Heartbeat: &nodev1.Heartbeat{SessionId: resp.GetSessionId()}}}); err != nil {
+		return nil, err
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+	if first.GetWait() == nil {
+		h.t.Fatalf("first message %v, want wait", first)
+	}
+	a := &agent{t: h.t, name: resp.GetMachineName(), stream: stream, cancel: cancel, msgs: make(chan *nodev1.ApplianceMessage, 16)}
+	go func() {
+		defer close(a.msgs)
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			a.msgs <- m
+		}
+	}()
+	return a, nil
+}
+
+// TestOneSessionAcrossAppliances: the one-live-session rule holds across
+// a fleet. With the agent's session on a, a second session for the machine
+// on b is refused naming a; once a's stream ends, b takes the session; a
+// claim that went stale (no heartbeat within the timeout) is taken over.
+func TestOneSessionAcrossAppliances(t *testing.T) {
+	st := mem.New()
+	clk := fakeclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	a := newHarness(t, st, harnessOpt{clk: clk})
+	b := newHarness(t, st, harnessOpt{clk: clk})
+	a.lc.cfg.Claims = &fleet.SessionClaims{Store: st, Self: "a"}
+	b.lc.cfg.Claims = &fleet.SessionClaims{Store: st, Self: "b"}
+
+	first, err := a.tryConnect(mac1, facts("S1", "", mac1))
+	if err != nil {
+		t.Fatalf("first session on a: %v", err)
+	}
+	_, err = b.tryConnect(mac1, facts("S1", "", mac1))
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "on appliance a") {
+		t.Fatalf("second session on b while a's is alive: %v, want FailedPrecondition naming appliance a", err)
+	}
+	// a's stream ends: its claim goes with it, and b takes the session.
+	first.close()
+	var second *agent
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		second, err = b.tryConnect(mac1, facts("S1", "", mac1))
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("session on b after a's ended: %v", err)
+	}
+	// b's agent goes silent past the heartbeat timeout (its connection
+	// stays up): its claim is stale and a takes over.
+	clk.Advance(DefaultAgentHeartbeatTimeout + time.Second)
+	if _, err := a.tryConnect(mac1, facts("S1", "", mac1)); err != nil {
+		t.Fatalf("session on a after b's claim went stale: %v", err)
+	}
+	// b's stream learns at its next heartbeat that its claim is gone.
+	clk.Advance(DefaultAgentHeartbeatTimeout/2 + time.Second)
+	if err := second.stream.Send(&nodev1.AgentMessage{Msg: &nodev1.AgentMessage_Heartbeat{Heartbeat: &nodev1.Heartbeat{}}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case _, ok := <-second.msgs:
+		if ok {
+			t.Fatal("b's stale stream got a message instead of ending")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("b's stale stream did not end after its claim was taken over")
 	}
 }

@@ -72,6 +72,9 @@ type Config struct {
 	// PeerEndpoints lists the other appliances' API endpoints; install
 	// plans name them after this appliance's own so nodes fail over.
 	PeerEndpoints func(ctx context.Context) []string
+	// Claims, when set (a fleet), keeps one live agent session per
+	// machine across appliances (claims.go).
+	Claims SessionClaims
 }
 
 // Lifecycle drives machines from INVENTORIED to DEPLOYED (accept, install

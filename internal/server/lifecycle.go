@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/corralhq/corral/fleet"
 	"github.com/corralhq/corral/inventory/pool"
 	"github.com/corralhq/corral/lifecycle"
 )
@@ -97,6 +98,9 @@ func (s *Server) initLifecycle(p *pool.Pool) error {
 		AutoAcceptSerials: lc.AutoAcceptSerials, Agents: lc.Agents,
 		WatchMachines: s.inv.WatchMachines, PeerEndpoints: s.peerEndpoints,
 		Owns: s.owns,
+	}
+	if s.cfg.Store.Kind == StoreEtcd {
+		cfg.Claims = &fleet.SessionClaims{Store: s.store, Self: s.cfg.Fleet.Name}
 	}
 	if s.bmc != nil {
 		cfg.BMC = s.bmc
