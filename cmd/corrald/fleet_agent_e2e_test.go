@@ -23,6 +23,8 @@ import (
 	"github.com/corralhq/corral/testsupport/etcdtest"
 	"github.com/corralhq/corral/testsupport/machinefacts"
 	"github.com/corralhq/corral/testsupport/syncbuf"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // heldInstaller takes a plan, reports it, and waits for proceed before it
@@ -126,6 +128,30 @@ func TestE2EFleetAgentFailover(t *testing.T) {
 		}
 		return err == nil && name != ""
 	})
+	// An attacker with the (public) boot token opens a second session on
+	// b while the agent's is alive on a: refused, naming a.
+	atk := *cc
+	atk.Endpoint, atk.Token = b.addr, token
+	aconn, err := clientconfig.Dial(&atk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer aconn.Close()
+	ac := nodev1.NewAgentServiceClient(aconn)
+	reg, err := ac.Register(ctx, &nodev1.RegisterRequest{BootMac: mac, Facts: machinefacts.QEMU("FLEET-1", "", mac)})
+	if err != nil {
+		t.Fatalf("attacker's Register: %v", err)
+	}
+	as, err := ac.Session(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := as.Send(&nodev1.AgentMessage{Msg: &nodev1.AgentMessage_Heartbeat{Heartbeat: &nodev1.Heartbeat{SessionId: reg.GetSessionId()}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := as.Recv(); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "on appliance a") {
+		t.Fatalf("second session on b while the agent's is alive on a: %v, want FailedPrecondition naming appliance a", err)
+	}
 	if _, err := machines.AcceptMachine(ctx, &inventoryv1.AcceptMachineRequest{Name: name, Disk: "auto"}); err != nil {
 		t.Fatal(err)
 	}

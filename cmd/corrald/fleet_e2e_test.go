@@ -26,7 +26,10 @@ import (
 // fleetEnv is the environment of a corrald on the cluster c.
 func fleetEnv(c *etcdtest.Cluster, name string) []string {
 	return []string{"CORRAL_STORE=etcd", "CORRAL_ETCD_ENDPOINTS=" + c.EndpointsFlag(), "CORRAL_ETCD_PREFIX=/e2e",
-		"CORRAL_APPLIANCE_NAME=" + name, "CORRAL_LEADER_LEASE_TTL=3s"}
+		"CORRAL_APPLIANCE_NAME=" + name, "CORRAL_LEADER_LEASE_TTL=3s",
+		// The agent in these tests beats every second; a dead appliance's
+		// session claim goes stale after this.
+		"CORRAL_AGENT_HEARTBEAT_TIMEOUT=5s"}
 }
 
 // startFleet starts appliances a and b on c; b gets a's cluster key.
