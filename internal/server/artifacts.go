@@ -22,6 +22,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"google.golang.org/protobuf/types/known/timestamppb"
 	"io"
 	"log/slog"
 	"os"
@@ -38,7 +39,6 @@ import (
 	"github.com/corralhq/corral/store/record"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 const (
@@ -134,40 +134,29 @@ func serveArtifact(dir, sum string, send func(*fleetv1.ArtifactChunk) error) err
 	return nil
 }
 
-// catalogEntry is a manifest record: the envelope holds a
-// google.protobuf.Struct (name, kind, size, sha256, published_by,
-// published_at) until fleet.v1 has a message of its own for it.
+// encodeCatalogEntry makes a manifest record (fleetv1.CatalogArtifact).
 func encodeCatalogEntry(a images.Artifact, by string, at time.Time) ([]byte, error) {
-	st, err := structpb.NewStruct(map[string]any{
-		"name": a.Name, "kind": string(a.Kind), "size": float64(a.Size), "sha256": a.SHA256,
-		"published_by": by, "published_at": at.UTC().Format(time.RFC3339),
-	})
-	if err != nil {
-		return nil, err
-	}
-	return record.Marshal(st)
+	return record.Marshal(&fleetv1.CatalogArtifact{Name: a.Name, Kind: string(a.Kind), Size: uint64(a.Size), Sha256: a.SHA256,
+		PublishedBy: by, PublishedAt: timestamppb.New(at)})
 }
 
 // decodeCatalogEntry reads a manifest record; a record that does not name
 // a valid artifact is corrupt (store.ErrCorrupt).
 func decodeCatalogEntry(b []byte) (a images.Artifact, by string, err error) {
-	var st structpb.Struct
-	if err := record.Unmarshal(b, &st); err != nil {
+	var ca fleetv1.CatalogArtifact
+	if err := record.Unmarshal(b, &ca); err != nil {
 		return images.Artifact{}, "", err
 	}
-	f := st.GetFields()
-	a = images.Artifact{Name: f["name"].GetStringValue(), Kind: images.Kind(f["kind"].GetStringValue()),
-		Size: int64(f["size"].GetNumberValue()), SHA256: f["sha256"].GetStringValue()}
-	by = f["published_by"].GetStringValue()
+	a = images.Artifact{Name: ca.GetName(), Kind: images.Kind(ca.GetKind()), Size: int64(ca.GetSize()), SHA256: ca.GetSha256()}
 	switch {
 	case a.Name == "" || a.Name != filepath.Base(a.Name) || strings.ContainsAny(a.Name, `/\`):
 		return images.Artifact{}, "", fmt.Errorf("catalog entry: name %q: %w", a.Name, store.ErrCorrupt)
 	case images.CheckSHA256(a.SHA256) != nil:
 		return images.Artifact{}, "", fmt.Errorf("catalog entry %s: sha256 %q: %w", a.Name, a.SHA256, store.ErrCorrupt)
-	case a.Size < 0 || a.Size > images.MaxArtifactBytes || float64(a.Size) != f["size"].GetNumberValue():
-		return images.Artifact{}, "", fmt.Errorf("catalog entry %s: size %v: %w", a.Name, f["size"].GetNumberValue(), store.ErrCorrupt)
+	case ca.GetSize() > uint64(images.MaxArtifactBytes):
+		return images.Artifact{}, "", fmt.Errorf("catalog entry %s: size %d: %w", a.Name, ca.GetSize(), store.ErrCorrupt)
 	}
-	return a, by, nil
+	return a, ca.GetPublishedBy(), nil
 }
 
 // sharedKinds are the artifact kinds the manifest shares: the boot

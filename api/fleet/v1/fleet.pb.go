@@ -668,6 +668,95 @@ func (x *SessionClaim) GetPeer() string {
 	return ""
 }
 
+// CatalogArtifact is one entry of the fleet's boot artifact manifest
+// (/images/catalog/NAME): the file every appliance serves under that name,
+// named by content. The first appliance to publish a name wins; the others
+// fetch it from a peer by sha256.
+type CatalogArtifact struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// kind is the images package's kind (kernel, initrd).
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Size          uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Sha256        string                 `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	PublishedBy   string                 `protobuf:"bytes,5,opt,name=published_by,json=publishedBy,proto3" json:"published_by,omitempty"`
+	PublishedAt   *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=published_at,json=publishedAt,proto3" json:"published_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatalogArtifact) Reset() {
+	*x = CatalogArtifact{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatalogArtifact) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatalogArtifact) ProtoMessage() {}
+
+func (x *CatalogArtifact) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatalogArtifact.ProtoReflect.Descriptor instead.
+func (*CatalogArtifact) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CatalogArtifact) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CatalogArtifact) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *CatalogArtifact) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *CatalogArtifact) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *CatalogArtifact) GetPublishedBy() string {
+	if x != nil {
+		return x.PublishedBy
+	}
+	return ""
+}
+
+func (x *CatalogArtifact) GetPublishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PublishedAt
+	}
+	return nil
+}
+
 var File_api_fleet_v1_fleet_proto protoreflect.FileDescriptor
 
 const file_api_fleet_v1_fleet_proto_rawDesc = "" +
@@ -726,7 +815,14 @@ const file_api_fleet_v1_fleet_proto_rawDesc = "" +
 	"\n" +
 	"started_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x123\n" +
 	"\abeat_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06beatAt\x12\x12\n" +
-	"\x04peer\x18\x06 \x01(\tR\x04peer2\xe2\x01\n" +
+	"\x04peer\x18\x06 \x01(\tR\x04peer\"\xc7\x01\n" +
+	"\x0fCatalogArtifact\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12!\n" +
+	"\fpublished_by\x18\x05 \x01(\tR\vpublishedBy\x12=\n" +
+	"\fpublished_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\vpublishedAt2\xe2\x01\n" +
 	"\x10ApplianceService\x12i\n" +
 	"\x0eListAppliances\x12&.corral.fleet.v1.ListAppliancesRequest\x1a'.corral.fleet.v1.ListAppliancesResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12c\n" +
 	"\rFetchArtifact\x12%.corral.fleet.v1.FetchArtifactRequest\x1a\x1e.corral.fleet.v1.ArtifactChunk\"\t\xe2\xa6\x19\x05\b\x03\x12\x01\x060\x01B1Z/github.com/corralhq/corral/api/fleet/v1;fleetv1b\x06proto3"
@@ -744,7 +840,7 @@ func file_api_fleet_v1_fleet_proto_rawDescGZIP() []byte {
 }
 
 var file_api_fleet_v1_fleet_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_fleet_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_api_fleet_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_api_fleet_v1_fleet_proto_goTypes = []any{
 	(Appliance_Role)(0),            // 0: corral.fleet.v1.Appliance.Role
 	(*Appliance)(nil),              // 1: corral.fleet.v1.Appliance
@@ -755,26 +851,28 @@ var file_api_fleet_v1_fleet_proto_goTypes = []any{
 	(*ArtifactChunk)(nil),          // 6: corral.fleet.v1.ArtifactChunk
 	(*ClusterSecrets)(nil),         // 7: corral.fleet.v1.ClusterSecrets
 	(*SessionClaim)(nil),           // 8: corral.fleet.v1.SessionClaim
-	(*timestamppb.Timestamp)(nil),  // 9: google.protobuf.Timestamp
+	(*CatalogArtifact)(nil),        // 9: corral.fleet.v1.CatalogArtifact
+	(*timestamppb.Timestamp)(nil),  // 10: google.protobuf.Timestamp
 }
 var file_api_fleet_v1_fleet_proto_depIdxs = []int32{
-	9,  // 0: corral.fleet.v1.Appliance.started_at:type_name -> google.protobuf.Timestamp
-	9,  // 1: corral.fleet.v1.Appliance.last_heartbeat:type_name -> google.protobuf.Timestamp
+	10, // 0: corral.fleet.v1.Appliance.started_at:type_name -> google.protobuf.Timestamp
+	10, // 1: corral.fleet.v1.Appliance.last_heartbeat:type_name -> google.protobuf.Timestamp
 	0,  // 2: corral.fleet.v1.Appliance.role:type_name -> corral.fleet.v1.Appliance.Role
-	9,  // 3: corral.fleet.v1.Assignment.assigned_at:type_name -> google.protobuf.Timestamp
+	10, // 3: corral.fleet.v1.Assignment.assigned_at:type_name -> google.protobuf.Timestamp
 	1,  // 4: corral.fleet.v1.ListAppliancesResponse.appliances:type_name -> corral.fleet.v1.Appliance
-	9,  // 5: corral.fleet.v1.ClusterSecrets.initialised_at:type_name -> google.protobuf.Timestamp
-	9,  // 6: corral.fleet.v1.SessionClaim.started_at:type_name -> google.protobuf.Timestamp
-	9,  // 7: corral.fleet.v1.SessionClaim.beat_at:type_name -> google.protobuf.Timestamp
-	3,  // 8: corral.fleet.v1.ApplianceService.ListAppliances:input_type -> corral.fleet.v1.ListAppliancesRequest
-	5,  // 9: corral.fleet.v1.ApplianceService.FetchArtifact:input_type -> corral.fleet.v1.FetchArtifactRequest
-	4,  // 10: corral.fleet.v1.ApplianceService.ListAppliances:output_type -> corral.fleet.v1.ListAppliancesResponse
-	6,  // 11: corral.fleet.v1.ApplianceService.FetchArtifact:output_type -> corral.fleet.v1.ArtifactChunk
-	10, // [10:12] is the sub-list for method output_type
-	8,  // [8:10] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	10, // 5: corral.fleet.v1.ClusterSecrets.initialised_at:type_name -> google.protobuf.Timestamp
+	10, // 6: corral.fleet.v1.SessionClaim.started_at:type_name -> google.protobuf.Timestamp
+	10, // 7: corral.fleet.v1.SessionClaim.beat_at:type_name -> google.protobuf.Timestamp
+	10, // 8: corral.fleet.v1.CatalogArtifact.published_at:type_name -> google.protobuf.Timestamp
+	3,  // 9: corral.fleet.v1.ApplianceService.ListAppliances:input_type -> corral.fleet.v1.ListAppliancesRequest
+	5,  // 10: corral.fleet.v1.ApplianceService.FetchArtifact:input_type -> corral.fleet.v1.FetchArtifactRequest
+	4,  // 11: corral.fleet.v1.ApplianceService.ListAppliances:output_type -> corral.fleet.v1.ListAppliancesResponse
+	6,  // 12: corral.fleet.v1.ApplianceService.FetchArtifact:output_type -> corral.fleet.v1.ArtifactChunk
+	11, // [11:13] is the sub-list for method output_type
+	9,  // [9:11] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_api_fleet_v1_fleet_proto_init() }
@@ -788,7 +886,7 @@ func file_api_fleet_v1_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_fleet_v1_fleet_proto_rawDesc), len(file_api_fleet_v1_fleet_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
