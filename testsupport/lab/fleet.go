@@ -153,11 +153,13 @@ func (s *State) etcdEndpoints() string {
 // one end a bridge port, the other the appliance's address on the segment.
 // Several interfaces of one namespace share the subnet, so ARP is answered
 // only on the interface that holds the address (arp_ignore=1) and no
-// reverse-path filter drops a reply that took another of them; the
-// appliances' links send no IPv6 router solicitations (accept_ra=0), which
-// the other appliances' RA responders would answer and put on a timeline.
+// reverse-path filter drops a reply that took another of them; the bridge
+// and the appliances' links send no IPv6 router solicitations
+// (accept_ra=0), which every appliance's RA responder would answer and put
+// on a timeline.
 func (s *State) createFleetNetwork(ctx context.Context) error {
-	const sysctls = `for c in all default; do
+	// The bridge exists already: its own setting, not the default, counts.
+	sysctls := `for c in all default ` + s.Bridge + `; do
   echo 0 > /proc/sys/net/ipv4/conf/$c/rp_filter && echo 1 > /proc/sys/net/ipv4/conf/$c/arp_ignore || exit 1
   f=/proc/sys/net/ipv6/conf/$c/accept_ra; if [ -e $f ]; then echo 0 > $f || exit 1; fi
 done`
