@@ -487,8 +487,12 @@ func (t *timeline) save(ctx context.Context, ms macState, create bool) {
 	e := &inventoryv1.TimelineEntry{Mac: ms.mac, At: timestamppb.New(ms.last), Source: "inventory", Event: "timeline-index",
 		Attributes: map[string]string{"entries": strconv.Itoa(ms.count)}}
 	key := timelineIndexPrefix + ms.mac
-	// Writes of this key are serialised by the MAC's stripe (Run loads and
-	// saves without writers running): one retry covers the unexpected.
+	// Writes of this key are serialised by the MAC's stripe within this
+	// appliance (Run loads and saves without writers running). In a fleet
+	// the other appliances that record the MAC's events write it too: the
+	// record is then the last writer's view of the count, until the next
+	// trim re-counts the stored entries; a few retries ride out their
+	// concurrent writes.
 	var err error
 	if create {
 		if _, err = record.Put(ctx, t.inv.cfg.Store, key, e, 0); !errors.Is(err, store.ErrConflict) {
@@ -496,7 +500,7 @@ func (t *timeline) save(ctx context.Context, ms macState, create bool) {
 			return
 		}
 	}
-	for range 2 {
+	for range 8 {
 		var rev int64
 		kv, gerr := t.inv.cfg.Store.Get(ctx, key)
 		switch {
@@ -505,7 +509,7 @@ func (t *timeline) save(ctx context.Context, ms macState, create bool) {
 		case !errors.Is(gerr, store.ErrNotFound):
 			err = gerr
 		}
-		if err != nil {
+		if gerr != nil && !errors.Is(gerr, store.ErrNotFound) {
 			break
 		}
 		if _, err = record.Put(ctx, t.inv.cfg.Store, key, e, rev); !errors.Is(err, store.ErrConflict) {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -252,3 +254,48 @@ func TestTimelineDropsLogged(t *testing.T) {
 }
 
 func timestampAt(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }
+
+// TestTimelineIndexTwoAppliances: two appliances (two Inventories on one
+// store) record events of one MAC at once; both write its index record,
+// and their concurrent writes are retried, not lost with a warning.
+func TestTimelineIndexTwoAppliances(t *testing.T) {
+	st := mem.New()
+	logs := &syncbuf.Buffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var invs []*Inventory
+	for range 2 {
+		inv, err := New(Config{Store: st, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go inv.Run(ctx)
+		invs = append(invs, inv)
+	}
+	var wg sync.WaitGroup
+	for _, inv := range invs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				inv.Event(mac(1), "dhcp", "discover", strconv.Itoa(i), nil)
+				if i%20 == 0 {
+					if err := inv.FlushTimeline(ctx); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			if err := inv.FlushTimeline(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if strings.Contains(logs.String(), "timeline index write failed") {
+		t.Fatalf("index writes lost to the other appliance's:\n%s", logs)
+	}
+	if _, err := st.Get(ctx, timelineIndexPrefix+mac(1)); err != nil {
+		t.Fatalf("index record: %v", err)
+	}
+}
