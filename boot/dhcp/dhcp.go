@@ -811,7 +811,12 @@ func (s *Server) request(ctx context.Context, m *dhcpv4.DHCPv4, mac, cid string,
 	case sid.IsValid():
 		state, need = "selecting", NeedOffer
 		if sid != s.cfg.ServerIP {
-			s.event(mac, "ignored", "REQUEST for server "+sid.String()+": the client chose another server", attrs)
+			// Another server's (on a segment appliances share, for
+			// every client another appliance's): not a problem, so a
+			// client that does not network-boot gets no entry.
+			if c.NetBoot() {
+				s.event(mac, "ignored", "REQUEST for server "+sid.String()+": the client chose another server", attrs)
+			}
 			return nil, nil
 		}
 	case addrOf(m.ClientIPAddr).IsValid():

@@ -2,9 +2,11 @@ package dhcp
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"sync"
@@ -122,7 +124,12 @@ type leases struct {
 	byIP   map[netip.Addr]*leaseEntry
 	byMAC  map[string]netip.Addr // each MAC's live binding, else its newest (see setLocked)
 	offers map[netip.Addr]offer
-	next   map[netip.Prefix]netip.Addr // allocation cursor per range
+	// offerOf is each client's pending offer (the address of its entry
+	// in offers), so that a client DISCOVERing again is offered the same
+	// address, and an offer is withdrawn when another appliance binds the
+	// client elsewhere.
+	offerOf map[string]netip.Addr
+	next    map[netip.Prefix]netip.Addr // allocation cursor per range
 	// quarantine is how long a declined address is kept out.
 	quarantine time.Duration
 	// superseded counts older bindings released because the MAC was bound
@@ -133,11 +140,12 @@ type leases struct {
 // Every map of leases is bounded by the leases in the store (written only
 // for addresses of the fleet's configured ranges) and this appliance's
 // ranges: byIP holds one entry per stored lease, byMAC one per MAC with a
-// lease, offers at most one per address of a range, next one per range.
+// lease, offers at most one per address of a range, offerOf at most one
+// per entry of offers, next one per range.
 
 func newLeases(st store.Store, now func() time.Time, quarantine time.Duration, log *slog.Logger) *leases {
 	return &leases{st: st, now: now, log: log, byIP: map[netip.Addr]*leaseEntry{}, byMAC: map[string]netip.Addr{},
-		offers: map[netip.Addr]offer{}, next: map[netip.Prefix]netip.Addr{}, quarantine: quarantine}
+		offers: map[netip.Addr]offer{}, offerOf: map[string]netip.Addr{}, next: map[netip.Prefix]netip.Addr{}, quarantine: quarantine}
 }
 
 func leaseKey(ip netip.Addr) string { return LeasePrefix + ip.String() }
@@ -217,6 +225,16 @@ func (p *leases) setLocked(ip netip.Addr, l *bootv1.Lease, rev int64, cid string
 	}
 	p.byIP[ip] = &leaseEntry{l: l, rev: rev, cid: cid}
 	mac := l.GetMac()
+	if live(l, now) {
+		if o, ok := p.offers[ip]; ok && o.mac != mac {
+			// Our offer of ip lost: another appliance bound it.
+			p.dropOfferLocked(ip)
+		}
+		if oip, ok := p.offerOf[mac]; ok && oip != ip {
+			// The client took another appliance's offer.
+			p.dropOfferLocked(oip)
+		}
+	}
 	if mac == "" {
 		return stale{}, false
 	}
@@ -242,6 +260,27 @@ func (p *leases) setLocked(ip netip.Addr, l *bootv1.Lease, rev int64, cid string
 		p.byMAC[mac] = ip
 	}
 	return stale{}, false
+}
+
+// putOfferLocked reserves ip for the client (caller holds mu), replacing
+// the client's other pending offer and any other client's offer of ip.
+func (p *leases) putOfferLocked(ip netip.Addr, o offer) {
+	if prev, ok := p.offerOf[o.mac]; ok && prev != ip {
+		p.dropOfferLocked(prev)
+	}
+	p.dropOfferLocked(ip)
+	p.offers[ip] = o
+	p.offerOf[o.mac] = ip
+}
+
+// dropOfferLocked withdraws the offer of ip, if any (caller holds mu).
+func (p *leases) dropOfferLocked(ip netip.Addr) {
+	if o, ok := p.offers[ip]; ok {
+		if p.offerOf[o.mac] == ip {
+			delete(p.offerOf, o.mac)
+		}
+		delete(p.offers, ip)
+	}
 }
 
 // supersede releases each older binding by compare-and-swap, re-checked
@@ -339,7 +378,7 @@ func (p *leases) Offer(mac, cid string, r Range, requested netip.Addr) (netip.Ad
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pick := func(ip netip.Addr) netip.Addr {
-		p.offers[ip] = offer{mac: mac, cid: cid, until: now.Add(30 * time.Second)}
+		p.putOfferLocked(ip, offer{mac: mac, cid: cid, until: now.Add(30 * time.Second)})
 		return ip
 	}
 	if ip, ok := p.byMAC[mac]; ok && r.Contains(ip) && p.freeFor(ip, mac, now) {
@@ -347,6 +386,11 @@ func (p *leases) Offer(mac, cid string, r Range, requested netip.Addr) (netip.Ad
 	}
 	if requested.IsValid() && r.Contains(requested) && p.freeFor(requested, mac, now) {
 		return pick(requested), nil
+	}
+	// The client's pending offer: a client DISCOVERing again is offered
+	// the same address.
+	if ip, ok := p.offerOf[mac]; ok && r.Contains(ip) && p.offeredTo(ip, mac, cid) && p.freeFor(ip, mac, now) {
+		return pick(ip), nil
 	}
 	// Never-used addresses from the cursor on, wrapping once.
 	start := p.next[r.Subnet]
@@ -514,6 +558,9 @@ func (p *leases) Bind(ctx context.Context, mac, cid string, need Need, ip netip.
 			if err := p.reload(ctx, ip); err != nil {
 				return nil, err
 			}
+			if rev == 0 {
+				p.scatter(ip, mac, r)
+			}
 			continue
 		}
 		if err != nil {
@@ -521,7 +568,7 @@ func (p *leases) Bind(ctx context.Context, mac, cid string, need Need, ip netip.
 		}
 		p.mu.Lock()
 		older, two := p.setLocked(ip, l, newRev, cid, now)
-		delete(p.offers, ip)
+		p.dropOfferLocked(ip)
 		p.mu.Unlock()
 		if two {
 			p.supersede(ctx, older)
@@ -529,6 +576,31 @@ func (p *leases) Bind(ctx context.Context, mac, cid string, need Need, ip netip.
 		return l, nil
 	}
 	return nil, fmt.Errorf("dhcp: bind %s: too many conflicting writers", ip)
+}
+
+// scatter moves r's allocation cursor to a random address when another
+// writer bound ip, which memory thought never used, to another client:
+// another appliance is handing out r's never-used addresses in the same
+// order. After a collision or two the appliances allocate from different
+// parts of the range, and their offers stop colliding until the parts
+// meet. An appliance alone sees this only when its range is exhausted
+// (it then hands out other clients' pending offers), so its allocation
+// stays lowest-first.
+func (p *leases) scatter(ip netip.Addr, mac string, r Range) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e := p.byIP[ip]; e == nil || e.l.GetMac() == mac {
+		return
+	}
+	a, b := r.Start.As4(), r.End.As4()
+	lo, hi := binary.BigEndian.Uint32(a[:]), binary.BigEndian.Uint32(b[:])
+	off := rand.Uint32()
+	if n := hi - lo + 1; n != 0 { // n == 0: the range is all of IPv4
+		off = rand.Uint32N(n)
+	}
+	var out [4]byte
+	binary.BigEndian.PutUint32(out[:], lo+off)
+	p.next[r.Subnet] = netip.AddrFrom4(out)
 }
 
 // reload refreshes one address from the store (after a CAS conflict, or
@@ -758,7 +830,7 @@ func (p *leases) Decline(ctx context.Context, mac, cid string, ip netip.Addr, r 
 	if p.byMAC[mac] == ip {
 		delete(p.byMAC, mac)
 	}
-	delete(p.offers, ip)
+	p.dropOfferLocked(ip)
 	p.mu.Unlock()
 	return l, p.reload(ctx, ip)
 }
