@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -396,5 +397,56 @@ func TestProxyModeSharedSegment(t *testing.T) {
 	}
 	if n := aps[0].leaseCount(t); n != 0 {
 		t.Errorf("proxy mode wrote %d leases", n)
+	}
+}
+
+// TestSharedOffers: offers on a segment appliances share. A client
+// DISCOVERing again is offered its pending offer; an appliance whose
+// offer lost (the client took another appliance's) withdraws it as soon
+// as its watch shows the binding; the REQUEST another appliance won is on
+// a network-booting client's timeline, not on a plain client's.
+func TestSharedOffers(t *testing.T) {
+	st := mem.New()
+	a := newAppliance(t, st, "10.0.0.1", true)
+	b := newAppliance(t, st, "10.0.0.2", true)
+	m0, m1 := mac(0x401), mac(0x402)
+
+	// b's cursor moves past a's: the two offer m1 different addresses.
+	if o, _ := b.do(t, discover(t, m0, plain)); msgType(o) != "OFFER" {
+		t.Fatalf("b: %v", o)
+	}
+	oa, _ := a.do(t, discover(t, m1, plain))
+	ob, _ := b.do(t, discover(t, m1, plain))
+	if msgType(oa) != "OFFER" || msgType(ob) != "OFFER" || oa.YourIPAddr.Equal(ob.YourIPAddr) {
+		t.Fatalf("offers to m1: a %v, b %v", oa, ob)
+	}
+	if again, _ := b.do(t, discover(t, m1, plain)); !again.YourIPAddr.Equal(ob.YourIPAddr) {
+		t.Errorf("m1 DISCOVERing again: b offered %s, then %s", ob.YourIPAddr, again.YourIPAddr)
+	}
+	req, _ := dhcpv4.NewRequestFromOffer(oa)
+	if r, _ := b.do(t, req); r != nil {
+		t.Fatalf("b answered a REQUEST for a: %v", r)
+	}
+	if r, _ := a.do(t, req); msgType(r) != "ACK" {
+		t.Fatalf("a: %v", r)
+	}
+	learns(t, b, oa.YourIPAddr, m1)
+	b.s.leases.mu.Lock()
+	_, pending := b.s.leases.offers[addrOf(ob.YourIPAddr)]
+	_, of := b.s.leases.offerOf[m1.String()]
+	b.s.leases.mu.Unlock()
+	if pending || of {
+		t.Errorf("b still holds its offer of %s to m1, who took a's", ob.YourIPAddr)
+	}
+	if tl := b.timeline(t, m1); strings.Contains(tl, "another server") {
+		t.Errorf("a plain client's REQUEST for a is on b's timeline:\n%s", tl)
+	}
+	pxe := mac(0x403)
+	o, _ := a.do(t, discover(t, pxe, biosPXE))
+	req, _ = dhcpv4.NewRequestFromOffer(o)
+	biosPXE(req)
+	b.do(t, req)
+	if tl := b.timeline(t, pxe); !strings.Contains(tl, "the client chose another server") {
+		t.Errorf("a PXE client's REQUEST for a is not on b's timeline:\n%s", tl)
 	}
 }
