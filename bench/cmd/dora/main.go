@@ -3,8 +3,18 @@
 // REQUEST → ACK exchanges for new MACs and prints leases/s and DORA
 // latency percentiles. Two modes: -rate R -duration D (open loop, one new
 // client every 1/R s) and -burst N (N new clients at once, retransmitting
-// every second, until all are leased). It prints figures; it asserts
-// nothing. See bench/README.md.
+// every second, until all are leased). A NAKed client starts again at
+// DISCOVER at once, as a real client does.
+//
+// With several -server addresses (a relay with several helper addresses:
+// appliances sharing a segment) every DISCOVER and REQUEST goes to each;
+// a client takes the first OFFER and REQUESTs it from that server. Every
+// ACK is checked against what the other clients hold: an address ACKed to
+// a second MAC while the first holds it is a duplicate. -release D makes
+// each client RELEASE its lease D after its ACK (so a small range is
+// recycled); -etcd URLS -etcd-prefix P compares, after the run, the live
+// leases in the fleet's etcd store with what the clients hold. It prints
+// figures; it asserts nothing. See bench/README.md.
 package main
 
 import (
@@ -15,10 +25,16 @@ import (
 	"net"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+
+	bootv1 "github.com/corralhq/corral/api/boot/v1"
+	"github.com/corralhq/corral/boot/dhcp"
+	"github.com/corralhq/corral/store/etcd"
+	"github.com/corralhq/corral/store/record"
 )
 
 type client struct {
@@ -29,11 +45,16 @@ type client struct {
 	done    bool
 	latency time.Duration
 	sentAt  time.Time
+	ip      net.IP
+	server  *net.UDPAddr // the server that ACKed
 }
 
 func main() {
 	local := flag.String("local", "", "local address (giaddr), e.g. 10.66.0.2")
-	server := flag.String("server", "", "server address")
+	server := flag.String("server", "", "server address; several, comma-separated, for appliances sharing a segment (each gets every DISCOVER and REQUEST)")
+	release := flag.Duration("release", 0, "each client RELEASEs its lease this long after its ACK (0: never)")
+	etcdURLs := flag.String("etcd", "", "after the run, compare the live leases in this etcd cluster (client URLs, comma-separated) with what the clients hold")
+	etcdPrefix := flag.String("etcd-prefix", etcd.DefaultPrefix, "the fleet's key prefix in etcd (with -etcd)")
 	rate := flag.Float64("rate", 0, "new clients per second (open loop)")
 	dur := flag.Duration("duration", 10*time.Second, "test length in rate mode")
 	burst := flag.Int("burst", 0, "burst mode: this many new clients at once")
@@ -52,11 +73,51 @@ func main() {
 		uc.SetReadBuffer(8 << 20)
 		uc.SetWriteBuffer(8 << 20)
 	}
-	dst := &net.UDPAddr{IP: net.ParseIP(*server), Port: 67}
+	var dsts []*net.UDPAddr
+	for _, a := range strings.Split(*server, ",") {
+		ip := net.ParseIP(strings.TrimSpace(a)).To4()
+		if ip == nil {
+			fmt.Fprintf(os.Stderr, "-server %q: want IPv4 addresses\n", *server)
+			os.Exit(2)
+		}
+		dsts = append(dsts, &net.UDPAddr{IP: ip, Port: 67})
+	}
 	giaddr := net.ParseIP(*local).To4()
 	var mu sync.Mutex
 	byXID := map[dhcpv4.TransactionID]*client{}
-	send := func(m *dhcpv4.DHCPv4) { conn.WriteTo(m.ToBytes(), dst) }
+	send := func(m *dhcpv4.DHCPv4) {
+		b := m.ToBytes()
+		for _, d := range dsts {
+			conn.WriteTo(b, d)
+		}
+	}
+	// holders is address → MAC from each ACK until the client's RELEASE
+	// is sent; duplicates counts ACKs of a held address to another MAC.
+	holders := map[string]string{}
+	var duplicates int
+	var dupLines []string
+	type pending struct {
+		c  *client
+		at time.Time
+	}
+	var releases []pending // in ACK order, so in release-time order
+	releaseDue := func(now time.Time) {
+		n := 0
+		for _, p := range releases {
+			if now.Before(p.at) {
+				break
+			}
+			c := p.c
+			if holders[c.ip.String()] == c.hw.String() {
+				delete(holders, c.ip.String())
+			}
+			m, _ := dhcpv4.New(dhcpv4.WithMessageType(dhcpv4.MessageTypeRelease), dhcpv4.WithHwAddr(c.hw), dhcpv4.WithClientIP(c.ip),
+				dhcpv4.WithOption(dhcpv4.OptServerIdentifier(c.server.IP)))
+			conn.WriteTo(m.ToBytes(), c.server)
+			n++
+		}
+		releases = releases[n:]
+	}
 	discover := func(c *client) {
 		m, _ := dhcpv4.NewDiscovery(c.hw, dhcpv4.WithTransactionID(c.xid), dhcpv4.WithGatewayIP(giaddr))
 		c.sentAt = time.Now()
@@ -98,10 +159,25 @@ func main() {
 				}
 			case dhcpv4.MessageTypeAck:
 				c.done, c.latency = true, time.Since(c.start)
+				c.ip = m.YourIPAddr
+				c.server = &net.UDPAddr{IP: m.ServerIdentifier(), Port: 67}
 				acked++
+				ip := c.ip.String()
+				if h := holders[ip]; h != "" && h != c.hw.String() {
+					duplicates++
+					if len(dupLines) < 10 {
+						dupLines = append(dupLines, fmt.Sprintf("duplicate: %s ACKed to %s by %s while %s holds it", ip, c.hw, c.server.IP, h))
+					}
+				}
+				holders[ip] = c.hw.String()
+				if *release > 0 {
+					releases = append(releases, pending{c, time.Now().Add(*release)})
+				}
 			case dhcpv4.MessageTypeNak:
+				// A real client starts again at DISCOVER.
 				naks++
 				c.offer = nil
+				discover(c)
 			}
 			mu.Unlock()
 		}
@@ -126,6 +202,11 @@ func main() {
 		next := time.Now()
 		for time.Since(start) < *dur {
 			all = append(all, newClient())
+			if *release > 0 {
+				mu.Lock()
+				releaseDue(time.Now())
+				mu.Unlock()
+			}
 			next = next.Add(interval)
 			if d := time.Until(next); d > 0 {
 				time.Sleep(d)
@@ -140,6 +221,7 @@ func main() {
 		for time.Now().Before(deadline) {
 			time.Sleep(50 * time.Millisecond)
 			mu.Lock()
+			releaseDue(time.Now())
 			done := 0
 			for _, c := range all {
 				switch {
@@ -183,11 +265,69 @@ func main() {
 	}
 	lost := len(all) - len(lat)
 	if *rate > 0 {
-		fmt.Printf("offered %.0f/s for %s: clients %d leased %d (%.2f%% not leased within the run) leases/s %.0f  DORA p50 %s p99 %s max %s naks %d\n",
+		fmt.Printf("offered %.0f/s for %s: clients %d leased %d (%.2f%% not leased within the run) leases/s %.0f  DORA p50 %s p99 %s max %s naks %d duplicates %d\n",
 			*rate, *dur, len(all), len(lat), 100*float64(lost)/float64(max(1, len(all))), float64(len(lat))/elapsed.Seconds(),
-			pct(0.50).Round(10*time.Microsecond), pct(0.99).Round(10*time.Microsecond), pct(1).Round(10*time.Microsecond), naks)
+			pct(0.50).Round(10*time.Microsecond), pct(0.99).Round(10*time.Microsecond), pct(1).Round(10*time.Microsecond), naks, duplicates)
 	} else {
-		fmt.Printf("burst %d new clients: leased %d, all leased after %s (limit %s), DORA p50 %s p99 %s naks %d\n",
-			*burst, len(lat), last.Round(time.Millisecond), *timeout, pct(0.50).Round(time.Millisecond), pct(0.99).Round(time.Millisecond), naks)
+		fmt.Printf("burst %d new clients: leased %d, all leased after %s (limit %s), DORA p50 %s p99 %s naks %d duplicates %d\n",
+			*burst, len(lat), last.Round(time.Millisecond), *timeout, pct(0.50).Round(time.Millisecond), pct(0.99).Round(time.Millisecond), naks, duplicates)
 	}
+	for _, l := range dupLines {
+		fmt.Println(l)
+	}
+	if *etcdURLs != "" {
+		// RELEASEs sent last are in flight: let them land.
+		time.Sleep(500 * time.Millisecond)
+		if err := checkStore(strings.Split(*etcdURLs, ","), *etcdPrefix, holders); err != nil {
+			fmt.Fprintln(os.Stderr, "store check:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+// checkStore compares the live leases in the fleet's etcd store with what
+// the clients hold (address → MAC) and prints the differences' counts:
+// a held lease that is not live in the store, or a MAC with two live
+// leases, would be a bug; a live lease nobody holds is an ACK the client
+// did not see (lost under load) or a RELEASE still in flight.
+func checkStore(urls []string, prefix string, holders map[string]string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := etcd.Open(ctx, etcd.Options{Endpoints: urls, Prefix: prefix})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	ls, err := record.List(ctx, st, dhcp.LeasePrefix, func() *bootv1.Lease { return &bootv1.Lease{} })
+	if err != nil {
+		return err
+	}
+	now := time.Now().Unix()
+	live := map[string]string{}
+	perMAC := map[string]int{}
+	for _, l := range ls {
+		if l.GetState() == bootv1.Lease_STATE_ACTIVE && now < l.GetExpiresUnix() {
+			live[l.GetIp()] = l.GetMac()
+			perMAC[l.GetMac()]++
+		}
+	}
+	missing, extra, twice := 0, 0, 0
+	for ip, mac := range holders {
+		if live[ip] != mac {
+			missing++
+		}
+	}
+	for ip, mac := range live {
+		if holders[ip] != mac {
+			extra++
+		}
+	}
+	for _, n := range perMAC {
+		if n > 1 {
+			twice++
+		}
+	}
+	fmt.Printf("store: %d lease records, %d live, %d held by clients; held but not live in the store %d; MACs with two live leases %d; live but not held %d (ACK not seen, or RELEASE in flight)\n",
+		len(ls), len(live), len(holders), missing, twice, extra)
+	return nil
 }
