@@ -643,35 +643,52 @@ func (p *leases) forgetLocked(ip netip.Addr) {
 // nothing written between the last look and the watch is missed), and
 // applies every record newer than memory's. When the watch ends (the
 // store disconnected a watcher that fell behind, or etcd lost its leader)
-// it starts over after a pause. It returns nil when ctx ends.
+// it starts over after a pause that doubles while watches keep ending
+// soon (up to 30 s): bbolt, whose one appliance needs no watch, drops a
+// watcher that a group commit of more than its buffer overflows, and the
+// re-read is a List of every lease. Meanwhile memory is stale, which
+// costs NAKs, never a wrong binding. It returns nil when ctx ends.
 func (p *leases) follow(ctx context.Context) error {
-	pause := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		wctx, cancel := context.WithCancel(ctx)
-		ch, err := p.st.Watch(wctx, LeasePrefix)
-		if err == nil {
-			err = p.resync(ctx)
+	const first, most = 100 * time.Millisecond, 30 * time.Second
+	pause := first
+	for {
+		began := time.Now()
+		err := p.followOnce(ctx)
+		if ctx.Err() != nil {
+			return nil
 		}
-		if err != nil {
-			cancel()
-			if ctx.Err() != nil {
-				break
-			}
-			p.log.Warn("cannot follow other appliances' leases; retrying", "err", err, "retry_in", pause.String())
-			select {
-			case <-ctx.Done():
-			case <-time.After(pause):
-			}
-			pause = min(2*pause, 5*time.Second)
-			continue
+		if time.Since(began) > 2*time.Minute {
+			pause = first
 		}
-		pause = 100 * time.Millisecond
-		p.apply(ctx, ch)
-		cancel()
-		if ctx.Err() == nil {
-			p.log.Info("lease watch ended; re-reading the leases")
+		level := slog.LevelDebug
+		switch {
+		case err != nil:
+			level = slog.LevelWarn
+		case pause == first:
+			level = slog.LevelInfo
 		}
+		p.log.Log(ctx, level, "lease watch ended; re-reading the leases after a pause", "err", err, "pause", pause.String())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, most)
 	}
+}
+
+// followOnce watches, re-reads, and applies events until the watch ends.
+func (p *leases) followOnce(ctx context.Context) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, err := p.st.Watch(wctx, LeasePrefix)
+	if err != nil {
+		return err
+	}
+	if err := p.resync(ctx); err != nil {
+		return err
+	}
+	p.apply(ctx, ch)
 	return nil
 }
 
@@ -685,6 +702,10 @@ func (p *leases) resync(ctx context.Context) error {
 	p.mu.Lock()
 	now := p.now()
 	for _, kv := range kvs {
+		ip, err := netip.ParseAddr(strings.TrimPrefix(kv.Key, LeasePrefix))
+		if e := p.byIP[ip]; err == nil && e != nil && e.rev >= kv.Revision {
+			continue // known: no decoding
+		}
 		if ip, l, err := decodeLease(kv); err == nil {
 			if o, ok := p.setLocked(ip, l, kv.Revision, "", now); ok {
 				older = append(older, o)
