@@ -172,12 +172,15 @@ type apiConfig struct {
 // run and returns the summary table.
 func benchAPI(ctx context.Context, out io.Writer, bin, root string, cl *etcdtest.Cluster, cfg apiConfig) (string, error) {
 	maxClients := slices.Max(cfg.clients)
-	bolt, err := newCorrald(bin, root, "api-bolt")
+	// The nodes have no agent to heartbeat them: keep them READY (a
+	// NOT_READY node takes no reservation) for the whole run.
+	nodesStayReady := []string{"--node-heartbeat-timeout", "240h"}
+	bolt, err := newCorrald(bin, root, "api-bolt", nodesStayReady...)
 	if err != nil {
 		return "", err
 	}
 	etcdFlags := func(prefix string) []string {
-		return []string{"--store", "etcd", "--etcd-endpoints", cl.EndpointsFlag(), "--etcd-prefix", prefix}
+		return append([]string{"--store", "etcd", "--etcd-endpoints", cl.EndpointsFlag(), "--etcd-prefix", prefix}, nodesStayReady...)
 	}
 	one, err := newCorrald(bin, root, "api-etcd1", etcdFlags("/bench-api-one")...)
 	if err != nil {
