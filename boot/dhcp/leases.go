@@ -318,11 +318,8 @@ func (p *leases) releaseOlder(ctx context.Context, o stale) (bool, error) {
 		now := p.now()
 		if kv.Revision >= o.newerRev || !live(l, now) || l.GetMac() != o.mac {
 			// Renewed, released or rebound since: it is not the older
-			// binding any more. Memory learns the record as it is (and
-			// what it implies is decided when its own event arrives).
-			p.mu.Lock()
-			p.setLocked(o.ip, l, kv.Revision, "", now)
-			p.mu.Unlock()
+			// binding any more. Memory learns the record from its watch
+			// event, and decides then what it implies.
 			return false, nil
 		}
 		l.State, l.ExpiresUnix, l.UpdatedUnix = bootv1.Lease_STATE_RELEASED, now.Unix(), now.Unix()
