@@ -150,7 +150,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		DialKeepAliveTimeout: 5 * time.Second,
 		AutoSyncInterval:     time.Minute,
 		RejectOldCluster:     false,
-		PermitWithoutStream:  true,
+		// etcd refuses pings on a connection without streams ("too many
+		// pings"); watches keep a stream open where it matters.
+		PermitWithoutStream: false,
 	})
 	if err != nil {
 		return nil, apierr.Unavailablef("store/etcd: connect to %s: %v", strings.Join(opts.Endpoints, ","), err)
