@@ -212,6 +212,9 @@ func live(l *bootv1.Lease, now time.Time) bool {
 func (p *leases) setLocked(ip netip.Addr, l *bootv1.Lease, rev int64, cid string, now time.Time) (older stale, ok bool) {
 	old := p.byIP[ip]
 	if old != nil && old.rev >= rev {
+		if old.rev == rev && old.cid == "" && old.l.GetMac() == l.GetMac() {
+			old.cid = cid // our own write, whose watch event came first
+		}
 		return stale{}, false
 	}
 	if old != nil {
