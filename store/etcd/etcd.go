@@ -24,6 +24,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
 	"net/url"
@@ -90,6 +91,8 @@ type Store struct {
 
 	mu     sync.Mutex
 	closed bool
+	// stripes serialise this process's Updates of one key.
+	stripes [updateStripes]sync.Mutex
 	// stop ends every watcher when the store closes.
 	stop context.CancelFunc
 	base context.Context
@@ -418,7 +421,14 @@ func (s *Store) delete(ctx context.Context, key string, rev int64) (int64, error
 }
 
 // Update implements store.Updater as a bounded read-compare-swap loop.
+// Updates of one key from this process take turns (a striped lock), so
+// they conflict only with other appliances' writes: many writers of a hot
+// record in one appliance (a network's addresses, a node's budget) do not
+// spin against each other.
 func (s *Store) Update(ctx context.Context, key string, fn func(cur store.KV, exists bool) ([]byte, bool, error)) (store.KV, error) {
+	mu := &s.stripes[stripeOf(key)]
+	mu.Lock()
+	defer mu.Unlock()
 	for attempt := 0; attempt < s.opts.UpdateAttempts; attempt++ {
 		cur, err := s.Get(ctx, key)
 		exists := err == nil
@@ -460,6 +470,15 @@ func (s *Store) Update(ctx context.Context, key string, fn func(cur store.KV, ex
 		}
 	}
 	return store.KV{}, fmt.Errorf("%s: %d attempts lost to concurrent writers: %w", key, s.opts.UpdateAttempts, store.ErrConflict)
+}
+
+// updateStripes is how many locks Updates of different keys spread over.
+const updateStripes = 64
+
+func stripeOf(key string) int {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % updateStripes)
 }
 
 // backoff sleeps a jittered, growing pause (at most 20 ms) before retry n.
