@@ -60,9 +60,8 @@ func TestPlanCrossesAppliances(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.GetInstall().GetSentAt() != nil {
-		t.Fatal("A sent a plan without holding the session")
-	}
+	// The agent is connected to B only: the plan can reach it through B
+	// alone (B's Deliver may even have sent it before Accept returned).
 	plan := ag.next().GetInstall()
 	if plan.GetInstallId() != m.GetInstall().GetInstallId() {
 		t.Fatalf("agent got %v, want the plan of install %s", plan, m.GetInstall().GetInstallId())
