@@ -127,7 +127,10 @@ type Config struct {
 	HTTPBase string
 	Catalog  Catalog
 	// Store keeps leases (full mode).
-	Store     store.Store
+	Store store.Store
+	// Alone says no other appliance writes leases to Store (bbolt): full
+	// mode then does not follow the lease records through a watch.
+	Alone     bool
 	Inventory Inventory
 	Timeline  Recorder
 	Logger    *slog.Logger
@@ -369,7 +372,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	wg.Add(1)
 	go serve(s.conn, dhcpv4.ServerPort)
-	if s.cfg.Mode == ModeFull {
+	if s.cfg.Mode == ModeFull && !s.cfg.Alone {
 		// Other appliances on the store may bind addresses of our ranges.
 		wg.Add(1)
 		go func() { defer wg.Done(); s.leases.follow(ctx) }()

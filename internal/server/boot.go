@@ -153,7 +153,7 @@ func (s *Server) initBoot() error {
 	var ds *dhcp.Server
 	if mode != dhcp.ModeOff {
 		ds, err = dhcp.New(context.Background(), dhcp.Config{
-			Mode: mode, Interface: bc.Interface, ServerIP: serverIP, Ranges: ranges, LeaseTime: bc.DHCPLeaseTime, DeclineQuarantine: bc.DHCPDeclineQuarantine,
+			Mode: mode, Interface: bc.Interface, ServerIP: serverIP, Ranges: ranges, Alone: s.cfg.Store.Kind != StoreEtcd, LeaseTime: bc.DHCPLeaseTime, DeclineQuarantine: bc.DHCPDeclineQuarantine,
 			HTTPBase: httpBase, Catalog: cat, Store: s.store, Inventory: s.inv, Timeline: s.inv,
 			Logger: s.log.With("component", "dhcp"),
 		})
