@@ -42,7 +42,8 @@ func cmdline(pid int) string {
 }
 
 // alive reports whether pid runs (not a zombie) and its command line
-// contains marker.
+// contains marker (or is empty: mid-exec, or just gone — the next look
+// tells).
 func alive(pid int, marker string) bool {
 	if pid <= 0 {
 		return false
@@ -54,7 +55,10 @@ func alive(pid int, marker string) bool {
 	if i := bytes.LastIndexByte(st, ')'); i > 0 && i+2 < len(st) && st[i+2] == 'Z' {
 		return false
 	}
-	return strings.Contains(cmdline(pid), marker)
+	cl := cmdline(pid)
+	// A process in the middle of execve (ip netns exec becoming corrald)
+	// shows an empty command line for a moment: still ours.
+	return cl == "" || strings.Contains(cl, marker)
 }
 
 // errNotOurs is returned when a pid now belongs to another program.
