@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/testsupport/leaseholds"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
@@ -248,7 +250,7 @@ func TestSharedSegmentContention(t *testing.T) {
 			t.Run(name+"/"+wname, func(t *testing.T) {
 				st := open(t)
 				aps := []*appliance{newAppliance(t, st, "10.0.0.1", true, small), newAppliance(t, st, "10.0.0.2", true, small)}
-				held := newHolders()
+				held := leaseholds.New()
 				var naks sync.Map
 				sem := make(chan struct{}, w.parallel)
 				var wg sync.WaitGroup
@@ -265,14 +267,14 @@ func TestSharedSegmentContention(t *testing.T) {
 							t.Errorf("%s: no lease after 20 tries", hw)
 							return
 						}
-						if other := held.ack(ip, hw); other != "" {
+						if other := held.Ack(ip, hw); other != "" {
 							t.Errorf("DUPLICATE: %s ACKed to %s while %s holds it", ip, hw, other)
 						}
 						if !w.release {
 							return
 						}
 						time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond)
-						held.release(ip, hw)
+						held.Release(ip, hw)
 						rel, _ := dhcpv4.New(dhcpv4.WithMessageType(dhcpv4.MessageTypeRelease), dhcpv4.WithHwAddr(hw), dhcpv4.WithClientIP(ip),
 							dhcpv4.WithOption(dhcpv4.OptServerIdentifier(via.ip.AsSlice())))
 						via.do(t, rel)
@@ -284,7 +286,7 @@ func TestSharedSegmentContention(t *testing.T) {
 				t.Logf("%d clients, %d NAKs, superseded %d+%d", w.clients, total, aps[0].s.Superseded(), aps[1].s.Superseded())
 				// The store agrees with what the clients hold.
 				live := liveLeases(t, st)
-				if diff := cmp.Diff(held.snapshot(), live); diff != "" {
+				if diff := cmp.Diff(held.Snapshot(), live); diff != "" {
 					t.Errorf("store's live leases differ from the ACKs clients hold (-held +store):\n%s", diff)
 				}
 			})
@@ -340,44 +342,6 @@ func sharedDORA(t *testing.T, aps []*appliance, hw net.HardwareAddr) (net.IP, *a
 		naks++
 	}
 	return nil, nil, naks
-}
-
-// holders is what the clients hold: address → MAC, from each ACK until
-// the client sends its RELEASE.
-type holders struct {
-	mu sync.Mutex
-	m  map[string]string
-}
-
-func newHolders() *holders { return &holders{m: map[string]string{}} }
-
-// ack records ip as hw's and returns the other MAC that holds it, if any.
-func (h *holders) ack(ip net.IP, hw net.HardwareAddr) string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if o := h.m[ip.String()]; o != "" && o != hw.String() {
-		return o
-	}
-	h.m[ip.String()] = hw.String()
-	return ""
-}
-
-func (h *holders) release(ip net.IP, hw net.HardwareAddr) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.m[ip.String()] == hw.String() {
-		delete(h.m, ip.String())
-	}
-}
-
-func (h *holders) snapshot() map[string]string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := map[string]string{}
-	for k, v := range h.m {
-		out[k] = v
-	}
-	return out
 }
 
 // TestProxyModeSharedSegment: proxy mode hands out no addresses, so two

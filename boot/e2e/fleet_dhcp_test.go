@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/testsupport/leaseholds"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
@@ -62,7 +64,7 @@ func TestFleetDHCPSharedSegment(t *testing.T) {
 	seg := newSegment(t, clientNS)
 	servers := []string{l.subnet + ".1", l.subnet + ".2"}
 	seg.waitServers(servers, 60*time.Second)
-	held := newHolds()
+	held := leaseholds.New()
 
 	wave := func(name string, clients, parallel int, release bool) {
 		t.Helper()
@@ -91,11 +93,11 @@ func TestFleetDHCPSharedSegment(t *testing.T) {
 				if ip == nil {
 					return
 				}
-				if other := held.ack(ip, hw); other != "" {
+				if other := held.Ack(ip, hw); other != "" {
 					t.Errorf("DUPLICATE: %s ACKed to %s by %s while %s holds it", ip, hw, server, other)
 				}
 				if release {
-					held.release(ip, hw)
+					held.Release(ip, hw)
 					seg.release(hw, ip, server)
 				}
 			}()
@@ -113,7 +115,7 @@ func TestFleetDHCPSharedSegment(t *testing.T) {
 	// gets its own address back from whichever appliance answers first,
 	// so the one that did not bind it knows it too (through its watch).
 	var wg sync.WaitGroup
-	for ip, mac := range held.snapshot() {
+	for ip, mac := range held.Snapshot() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -151,7 +153,7 @@ func TestFleetDHCPSharedSegment(t *testing.T) {
 			live[le.GetIp()] = le.GetMac()
 		}
 	}
-	if diff := cmp.Diff(held.snapshot(), live); diff != "" {
+	if diff := cmp.Diff(held.Snapshot(), live); diff != "" {
 		t.Errorf("live leases in etcd differ from what the clients hold (-clients +etcd):\n%s", diff)
 	}
 	if len(ls) > 40 {
@@ -481,44 +483,6 @@ func keys(m map[string]bool) []string {
 		out = append(out, k)
 	}
 	sort.Strings(out)
-	return out
-}
-
-// holds is what the clients hold: address → MAC, from each ACK until the
-// client sends its RELEASE.
-type holds struct {
-	mu sync.Mutex
-	m  map[string]string
-}
-
-func newHolds() *holds { return &holds{m: map[string]string{}} }
-
-// ack records ip as hw's and returns the other MAC holding it, if any.
-func (h *holds) ack(ip net.IP, hw net.HardwareAddr) string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if o := h.m[ip.String()]; o != "" && o != hw.String() {
-		return o
-	}
-	h.m[ip.String()] = hw.String()
-	return ""
-}
-
-func (h *holds) release(ip net.IP, hw net.HardwareAddr) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.m[ip.String()] == hw.String() {
-		delete(h.m, ip.String())
-	}
-}
-
-func (h *holds) snapshot() map[string]string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := map[string]string{}
-	for k, v := range h.m {
-		out[k] = v
-	}
 	return out
 }
 

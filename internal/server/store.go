@@ -251,22 +251,27 @@ func adoptSecrets(sec *fleetv1.ClusterSecrets, dataDir, keyPath, where string) e
 		{filepath.Join(pkiDir, pki.CAKeyFile), caKey, 0o600, "CA key"},
 		{filepath.Join(dataDir, seal.KeyFile), sealKey, 0o600, "BMC seal key"},
 	} {
-		if err := writeOnce(f.path, f.data, f.mode); err != nil {
+		if err := writeOnce(f.path, f.data, f.mode); err != nil && !errors.Is(err, errDiffers) {
+			return fmt.Errorf("write the fleet's %s to %s: %w", f.what, f.path, err)
+		} else if err != nil {
 			return fmt.Errorf("%s: the data directory holds another %s than the fleet's (%s): an appliance joins a fleet with an empty data directory, or is migrated into it with `corrald store copy`", f.path, f.what, where)
 		}
 	}
 	return nil
 }
 
+// errDiffers: an existing file holds other bytes than writeOnce's.
+var errDiffers = errors.New("differs")
+
 // writeOnce writes data to path unless it exists; an existing file must
-// hold exactly data.
+// hold exactly data (else errDiffers).
 func writeOnce(path string, data []byte, mode fs.FileMode) error {
 	cur, err := os.ReadFile(path)
 	if err == nil {
 		if bytes.Equal(cur, data) {
 			return nil
 		}
-		return errors.New("differs")
+		return errDiffers
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
 		return err
