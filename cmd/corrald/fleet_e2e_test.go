@@ -19,6 +19,7 @@ import (
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/testsupport/etcdtest"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -127,6 +128,22 @@ func TestE2EFleetEtcd(t *testing.T) {
 	defer vconn.Close()
 	if _, err := poolv1.NewNodeServiceClient(vconn).ListNodes(ctx, &poolv1.ListNodesRequest{}); err != nil {
 		t.Fatalf("offline-made viewer token on b: %v", err)
+	}
+	// FetchArtifact is for peer appliances (and admins): a viewer and a
+	// caller without credentials get nothing.
+	sum := strings.Repeat("ab", 32)
+	for name, conn := range map[string]*grpc.ClientConn{"viewer": vconn, "no token": noTokenConn(t, dirA, b.addr)} {
+		st, err := fleetv1.NewApplianceServiceClient(conn).FetchArtifact(ctx, &fleetv1.FetchArtifactRequest{Sha256: sum})
+		if err == nil {
+			_, err = st.Recv()
+		}
+		want := codes.PermissionDenied
+		if name == "no token" {
+			want = codes.Unauthenticated
+		}
+		if status.Code(err) != want {
+			t.Errorf("FetchArtifact as %s: %v, want %v", name, err, want)
+		}
 	}
 
 	// Contention through both appliances: room for 10 one-core computes.
@@ -261,4 +278,20 @@ func TestE2EFleetEtcd(t *testing.T) {
 			t.Fatalf("ListAppliances after the takeover: leader %q, %v", resp.GetLeader(), err)
 		}
 	}
+}
+
+// noTokenConn dials addr over TLS with dataDir's CA and no token.
+func noTokenConn(t *testing.T, dataDir, addr string) *grpc.ClientConn {
+	t.Helper()
+	cc, err := clientconfig.Load(filepath.Join(dataDir, "admin.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc.Endpoint, cc.Token = addr, ""
+	conn, err := clientconfig.Dial(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }
