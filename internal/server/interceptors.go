@@ -58,3 +58,24 @@ func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 		return resp, err
 	}
 }
+
+// nonNil drops the nil interceptors of parts that are switched off.
+func nonNil[T any](in ...T) []T {
+	out := in[:0:0]
+	for _, i := range in {
+		if any(i) != nil && !isNilFunc(i) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func isNilFunc[T any](i T) bool {
+	switch f := any(i).(type) {
+	case grpc.UnaryServerInterceptor:
+		return f == nil
+	case grpc.StreamServerInterceptor:
+		return f == nil
+	}
+	return false
+}

@@ -68,6 +68,10 @@ type Config struct {
 	// Fleet names this appliance among those sharing it (cluster.go).
 	Store StoreConfig
 	Fleet FleetConfig
+	// Web serves the rack's web page (web.go); Metrics serves /metrics,
+	// /healthz and /readyz (metrics.go).
+	Web     WebConfig
+	Metrics MetricsConfig
 }
 
 // Server is a prepared appliance; Run serves it.
@@ -104,6 +108,14 @@ type Server struct {
 	// owner reports whether the fleet's dispatch gave a machine's
 	// per-machine work to this appliance (nil: alone, owns all).
 	owner func(machine string) bool
+
+	// health is the gRPC health service; metrics.go sets each service's
+	// status.
+	health *health.Server
+	// obs holds the Prometheus registry and collectors (metrics.go).
+	obs *observability
+	// audit records mutating calls (audit.go).
+	audit *auditor
 }
 
 type component struct {
@@ -233,10 +245,20 @@ func New(cfg Config) (*Server, error) {
 		ClientAuth:   tls.VerifyClientCertIfGiven,
 		MinVersion:   tls.VersionTLS12,
 	}
+	if err := s.initObservability(); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	if err := s.initAudit(); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	mu, ms := s.metricsInterceptors()
+	au, as := s.auditInterceptors(ic)
 	s.grpc = grpc.NewServer(append(cfg.Limits.GRPC.serverOptions(cfg.Logger.With("component", "grpc")),
 		grpc.Creds(credentialsFromTLS(tlsCfg)),
-		grpc.ChainUnaryInterceptor(recoverUnary(s.log), logUnary(s.log), ic.Unary(), nodeIdentity()),
-		grpc.ChainStreamInterceptor(recoverStream(s.log), ic.Stream()),
+		grpc.ChainUnaryInterceptor(nonNil(recoverUnary(s.log), mu, logUnary(s.log), au, ic.Unary(), nodeIdentity())...),
+		grpc.ChainStreamInterceptor(nonNil(recoverStream(s.log), ms, as, ic.Stream())...),
 	)...)
 	if err := s.initBMC(); err != nil {
 		lis.Close()
@@ -266,9 +288,21 @@ func New(cfg Config) (*Server, error) {
 		lis.Close()
 		return nil, fmt.Errorf("boot: %w", err)
 	}
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(s.grpc, hs)
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
+	if err := s.initBackup(); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("backup: %w", err)
+	}
+	if err := s.initWeb(); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("web: %w", err)
+	}
+	if err := s.initHealth(); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("health: %w", err)
+	}
 	ok = true
 	return s, nil
 }

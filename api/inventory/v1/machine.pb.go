@@ -11,6 +11,7 @@ package inventoryv1
 
 import (
 	_ "github.com/corralhq/corral/api/auth/v1"
+	v1 "github.com/corralhq/corral/api/watch/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	emptypb "google.golang.org/protobuf/types/known/emptypb"
@@ -2034,6 +2035,262 @@ func (x *TimelineResponse) GetEntries() []*TimelineEntry {
 	return nil
 }
 
+// MachineService is the inventory of physical machines.
+// WatchMachinesRequest: see corral.watch.v1 for the stream's contract.
+type WatchMachinesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// state filters when set (an object leaving the filter arrives as DELETED).
+	State Machine_MachineState `protobuf:"varint,1,opt,name=state,proto3,enum=corral.inventory.v1.Machine_MachineState" json:"state,omitempty"`
+	// name watches one machine when set.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	FromRevision  int64  `protobuf:"varint,3,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchMachinesRequest) Reset() {
+	*x = WatchMachinesRequest{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchMachinesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchMachinesRequest) ProtoMessage() {}
+
+func (x *WatchMachinesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchMachinesRequest.ProtoReflect.Descriptor instead.
+func (*WatchMachinesRequest) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *WatchMachinesRequest) GetState() Machine_MachineState {
+	if x != nil {
+		return x.State
+	}
+	return Machine_UNSPECIFIED
+}
+
+func (x *WatchMachinesRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WatchMachinesRequest) GetFromRevision() int64 {
+	if x != nil {
+		return x.FromRevision
+	}
+	return 0
+}
+
+type MachineEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          v1.EventType           `protobuf:"varint,1,opt,name=type,proto3,enum=corral.watch.v1.EventType" json:"type,omitempty"`
+	Revision      int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Machine       *Machine               `protobuf:"bytes,3,opt,name=machine,proto3" json:"machine,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MachineEvent) Reset() {
+	*x = MachineEvent{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MachineEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MachineEvent) ProtoMessage() {}
+
+func (x *MachineEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MachineEvent.ProtoReflect.Descriptor instead.
+func (*MachineEvent) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *MachineEvent) GetType() v1.EventType {
+	if x != nil {
+		return x.Type
+	}
+	return v1.EventType(0)
+}
+
+func (x *MachineEvent) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *MachineEvent) GetMachine() *Machine {
+	if x != nil {
+		return x.Machine
+	}
+	return nil
+}
+
+// WatchTimelineRequest follows a machine's boot timeline.
+type WatchTimelineRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name or mac selects the machine.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Mac  string `protobuf:"bytes,2,opt,name=mac,proto3" json:"mac,omitempty"`
+	// from_revision 0: the last `limit` entries (default 50) first, then
+	// SYNCED, then new entries.
+	FromRevision  int64  `protobuf:"varint,3,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	Limit         uint32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchTimelineRequest) Reset() {
+	*x = WatchTimelineRequest{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchTimelineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchTimelineRequest) ProtoMessage() {}
+
+func (x *WatchTimelineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchTimelineRequest.ProtoReflect.Descriptor instead.
+func (*WatchTimelineRequest) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *WatchTimelineRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WatchTimelineRequest) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *WatchTimelineRequest) GetFromRevision() int64 {
+	if x != nil {
+		return x.FromRevision
+	}
+	return 0
+}
+
+func (x *WatchTimelineRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type TimelineEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          v1.EventType           `protobuf:"varint,1,opt,name=type,proto3,enum=corral.watch.v1.EventType" json:"type,omitempty"`
+	Revision      int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Entry         *TimelineEntry         `protobuf:"bytes,3,opt,name=entry,proto3" json:"entry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TimelineEvent) Reset() {
+	*x = TimelineEvent{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TimelineEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TimelineEvent) ProtoMessage() {}
+
+func (x *TimelineEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TimelineEvent.ProtoReflect.Descriptor instead.
+func (*TimelineEvent) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *TimelineEvent) GetType() v1.EventType {
+	if x != nil {
+		return x.Type
+	}
+	return v1.EventType(0)
+}
+
+func (x *TimelineEvent) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *TimelineEvent) GetEntry() *TimelineEntry {
+	if x != nil {
+		return x.Entry
+	}
+	return nil
+}
+
 // MacBinding is the store's MAC index entry (internal): which machine owns
 // a MAC address.
 type MacBinding struct {
@@ -2045,7 +2302,7 @@ type MacBinding struct {
 
 func (x *MacBinding) Reset() {
 	*x = MacBinding{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[22]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2057,7 +2314,7 @@ func (x *MacBinding) String() string {
 func (*MacBinding) ProtoMessage() {}
 
 func (x *MacBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[22]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2070,7 +2327,7 @@ func (x *MacBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MacBinding.ProtoReflect.Descriptor instead.
 func (*MacBinding) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{22}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MacBinding) GetMachineName() string {
@@ -2094,7 +2351,7 @@ type BmcAddressBinding struct {
 
 func (x *BmcAddressBinding) Reset() {
 	*x = BmcAddressBinding{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[23]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2106,7 +2363,7 @@ func (x *BmcAddressBinding) String() string {
 func (*BmcAddressBinding) ProtoMessage() {}
 
 func (x *BmcAddressBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[23]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2119,7 +2376,7 @@ func (x *BmcAddressBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcAddressBinding.ProtoReflect.Descriptor instead.
 func (*BmcAddressBinding) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{23}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BmcAddressBinding) GetMachineName() string {
@@ -2147,7 +2404,7 @@ type BmcSecret struct {
 
 func (x *BmcSecret) Reset() {
 	*x = BmcSecret{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[24]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2159,7 +2416,7 @@ func (x *BmcSecret) String() string {
 func (*BmcSecret) ProtoMessage() {}
 
 func (x *BmcSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[24]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2172,7 +2429,7 @@ func (x *BmcSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcSecret.ProtoReflect.Descriptor instead.
 func (*BmcSecret) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{24}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BmcSecret) GetSealedPassword() []byte {
@@ -2186,7 +2443,7 @@ var File_api_inventory_v1_machine_proto protoreflect.FileDescriptor
 
 const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\n" +
-	"\x1eapi/inventory/v1/machine.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1capi/inventory/v1/facts.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf2\x02\n" +
+	"\x1eapi/inventory/v1/machine.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x1capi/inventory/v1/facts.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf2\x02\n" +
 	"\x03Bmc\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\rR\x04port\x12<\n" +
@@ -2354,7 +2611,24 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x03mac\x18\x02 \x01(\tR\x03mac\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\rR\x05limit\"P\n" +
 	"\x10TimelineResponse\x12<\n" +
-	"\aentries\x18\x01 \x03(\v2\".corral.inventory.v1.TimelineEntryR\aentries\"/\n" +
+	"\aentries\x18\x01 \x03(\v2\".corral.inventory.v1.TimelineEntryR\aentries\"\x90\x01\n" +
+	"\x14WatchMachinesRequest\x12?\n" +
+	"\x05state\x18\x01 \x01(\x0e2).corral.inventory.v1.Machine.MachineStateR\x05state\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12#\n" +
+	"\rfrom_revision\x18\x03 \x01(\x03R\ffromRevision\"\x92\x01\n" +
+	"\fMachineEvent\x12.\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x1a.corral.watch.v1.EventTypeR\x04type\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x126\n" +
+	"\amachine\x18\x03 \x01(\v2\x1c.corral.inventory.v1.MachineR\amachine\"w\n" +
+	"\x14WatchTimelineRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03mac\x18\x02 \x01(\tR\x03mac\x12#\n" +
+	"\rfrom_revision\x18\x03 \x01(\x03R\ffromRevision\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\"\x95\x01\n" +
+	"\rTimelineEvent\x12.\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x1a.corral.watch.v1.EventTypeR\x04type\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x128\n" +
+	"\x05entry\x18\x03 \x01(\v2\".corral.inventory.v1.TimelineEntryR\x05entry\"/\n" +
 	"\n" +
 	"MacBinding\x12!\n" +
 	"\fmachine_name\x18\x01 \x01(\tR\vmachineName\"q\n" +
@@ -2392,7 +2666,8 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x17BOOT_DEVICE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fBOOT_DEVICE_PXE\x10\x01\x12\x14\n" +
 	"\x10BOOT_DEVICE_DISK\x10\x02\x12\x14\n" +
-	"\x10BOOT_DEVICE_BIOS\x10\x032\xbe\b\n" +
+	"\x10BOOT_DEVICE_BIOS\x10\x032\x91\n" +
+	"\n" +
 	"\x0eMachineService\x12k\n" +
 	"\fListMachines\x12(.corral.inventory.v1.ListMachinesRequest\x1a).corral.inventory.v1.ListMachinesResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12Z\n" +
 	"\n" +
@@ -2405,7 +2680,9 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\rSetBootDevice\x12).corral.inventory.v1.SetBootDeviceRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02\x12j\n" +
 	"\x12ReprovisionMachine\x12..corral.inventory.v1.ReprovisionMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\x02\x12b\n" +
 	"\x0eSetMaintenance\x12*.corral.inventory.v1.SetMaintenanceRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\x02\x12_\n" +
-	"\bTimeline\x12$.corral.inventory.v1.TimelineRequest\x1a%.corral.inventory.v1.TimelineResponse\"\x06\xe2\xa6\x19\x02\b\x01B9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
+	"\bTimeline\x12$.corral.inventory.v1.TimelineRequest\x1a%.corral.inventory.v1.TimelineResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12g\n" +
+	"\rWatchMachines\x12).corral.inventory.v1.WatchMachinesRequest\x1a!.corral.inventory.v1.MachineEvent\"\x06\xe2\xa6\x19\x02\b\x010\x01\x12h\n" +
+	"\rWatchTimeline\x12).corral.inventory.v1.WatchTimelineRequest\x1a\".corral.inventory.v1.TimelineEvent\"\x06\xe2\xa6\x19\x02\b\x010\x01B9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
 
 var (
 	file_api_inventory_v1_machine_proto_rawDescOnce sync.Once
@@ -2420,7 +2697,7 @@ func file_api_inventory_v1_machine_proto_rawDescGZIP() []byte {
 }
 
 var file_api_inventory_v1_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_inventory_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_api_inventory_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_api_inventory_v1_machine_proto_goTypes = []any{
 	(PowerState)(0),                   // 0: corral.inventory.v1.PowerState
 	(BootIntent)(0),                   // 1: corral.inventory.v1.BootIntent
@@ -2450,80 +2727,94 @@ var file_api_inventory_v1_machine_proto_goTypes = []any{
 	(*SetMaintenanceRequest)(nil),     // 25: corral.inventory.v1.SetMaintenanceRequest
 	(*TimelineRequest)(nil),           // 26: corral.inventory.v1.TimelineRequest
 	(*TimelineResponse)(nil),          // 27: corral.inventory.v1.TimelineResponse
-	(*MacBinding)(nil),                // 28: corral.inventory.v1.MacBinding
-	(*BmcAddressBinding)(nil),         // 29: corral.inventory.v1.BmcAddressBinding
-	(*BmcSecret)(nil),                 // 30: corral.inventory.v1.BmcSecret
-	nil,                               // 31: corral.inventory.v1.Machine.AnnotationsEntry
-	nil,                               // 32: corral.inventory.v1.Machine.LabelsEntry
-	nil,                               // 33: corral.inventory.v1.TimelineEntry.AttributesEntry
-	(*timestamppb.Timestamp)(nil),     // 34: google.protobuf.Timestamp
-	(*Facts)(nil),                     // 35: corral.inventory.v1.Facts
-	(*emptypb.Empty)(nil),             // 36: google.protobuf.Empty
+	(*WatchMachinesRequest)(nil),      // 28: corral.inventory.v1.WatchMachinesRequest
+	(*MachineEvent)(nil),              // 29: corral.inventory.v1.MachineEvent
+	(*WatchTimelineRequest)(nil),      // 30: corral.inventory.v1.WatchTimelineRequest
+	(*TimelineEvent)(nil),             // 31: corral.inventory.v1.TimelineEvent
+	(*MacBinding)(nil),                // 32: corral.inventory.v1.MacBinding
+	(*BmcAddressBinding)(nil),         // 33: corral.inventory.v1.BmcAddressBinding
+	(*BmcSecret)(nil),                 // 34: corral.inventory.v1.BmcSecret
+	nil,                               // 35: corral.inventory.v1.Machine.AnnotationsEntry
+	nil,                               // 36: corral.inventory.v1.Machine.LabelsEntry
+	nil,                               // 37: corral.inventory.v1.TimelineEntry.AttributesEntry
+	(*timestamppb.Timestamp)(nil),     // 38: google.protobuf.Timestamp
+	(*Facts)(nil),                     // 39: corral.inventory.v1.Facts
+	(v1.EventType)(0),                 // 40: corral.watch.v1.EventType
+	(*emptypb.Empty)(nil),             // 41: google.protobuf.Empty
 }
 var file_api_inventory_v1_machine_proto_depIdxs = []int32{
 	2,  // 0: corral.inventory.v1.Bmc.protocol:type_name -> corral.inventory.v1.BmcProtocol
-	34, // 1: corral.inventory.v1.Bmc.verified_at:type_name -> google.protobuf.Timestamp
-	34, // 2: corral.inventory.v1.FactChange.at:type_name -> google.protobuf.Timestamp
-	31, // 3: corral.inventory.v1.Machine.annotations:type_name -> corral.inventory.v1.Machine.AnnotationsEntry
-	32, // 4: corral.inventory.v1.Machine.labels:type_name -> corral.inventory.v1.Machine.LabelsEntry
+	38, // 1: corral.inventory.v1.Bmc.verified_at:type_name -> google.protobuf.Timestamp
+	38, // 2: corral.inventory.v1.FactChange.at:type_name -> google.protobuf.Timestamp
+	35, // 3: corral.inventory.v1.Machine.annotations:type_name -> corral.inventory.v1.Machine.AnnotationsEntry
+	36, // 4: corral.inventory.v1.Machine.labels:type_name -> corral.inventory.v1.Machine.LabelsEntry
 	6,  // 5: corral.inventory.v1.Machine.bmc:type_name -> corral.inventory.v1.Bmc
 	1,  // 6: corral.inventory.v1.Machine.boot_intent:type_name -> corral.inventory.v1.BootIntent
-	35, // 7: corral.inventory.v1.Machine.facts:type_name -> corral.inventory.v1.Facts
+	39, // 7: corral.inventory.v1.Machine.facts:type_name -> corral.inventory.v1.Facts
 	5,  // 8: corral.inventory.v1.Machine.state:type_name -> corral.inventory.v1.Machine.MachineState
 	0,  // 9: corral.inventory.v1.Machine.power_state:type_name -> corral.inventory.v1.PowerState
-	34, // 10: corral.inventory.v1.Machine.power_read_at:type_name -> google.protobuf.Timestamp
-	34, // 11: corral.inventory.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
-	34, // 12: corral.inventory.v1.Machine.updated_at:type_name -> google.protobuf.Timestamp
+	38, // 10: corral.inventory.v1.Machine.power_read_at:type_name -> google.protobuf.Timestamp
+	38, // 11: corral.inventory.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
+	38, // 12: corral.inventory.v1.Machine.updated_at:type_name -> google.protobuf.Timestamp
 	7,  // 13: corral.inventory.v1.Machine.fact_history:type_name -> corral.inventory.v1.FactChange
 	9,  // 14: corral.inventory.v1.Machine.install:type_name -> corral.inventory.v1.Install
 	10, // 15: corral.inventory.v1.Machine.watchdog:type_name -> corral.inventory.v1.BootWatchdog
 	5,  // 16: corral.inventory.v1.Machine.maintenance_previous_state:type_name -> corral.inventory.v1.Machine.MachineState
 	11, // 17: corral.inventory.v1.Machine.wipe:type_name -> corral.inventory.v1.PendingWipe
-	34, // 18: corral.inventory.v1.Install.started_at:type_name -> google.protobuf.Timestamp
-	34, // 19: corral.inventory.v1.Install.updated_at:type_name -> google.protobuf.Timestamp
-	34, // 20: corral.inventory.v1.Install.sent_at:type_name -> google.protobuf.Timestamp
-	34, // 21: corral.inventory.v1.BootWatchdog.armed_at:type_name -> google.protobuf.Timestamp
-	34, // 22: corral.inventory.v1.PendingWipe.requested_at:type_name -> google.protobuf.Timestamp
-	34, // 23: corral.inventory.v1.PendingWipe.sent_at:type_name -> google.protobuf.Timestamp
-	34, // 24: corral.inventory.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
-	33, // 25: corral.inventory.v1.TimelineEntry.attributes:type_name -> corral.inventory.v1.TimelineEntry.AttributesEntry
+	38, // 18: corral.inventory.v1.Install.started_at:type_name -> google.protobuf.Timestamp
+	38, // 19: corral.inventory.v1.Install.updated_at:type_name -> google.protobuf.Timestamp
+	38, // 20: corral.inventory.v1.Install.sent_at:type_name -> google.protobuf.Timestamp
+	38, // 21: corral.inventory.v1.BootWatchdog.armed_at:type_name -> google.protobuf.Timestamp
+	38, // 22: corral.inventory.v1.PendingWipe.requested_at:type_name -> google.protobuf.Timestamp
+	38, // 23: corral.inventory.v1.PendingWipe.sent_at:type_name -> google.protobuf.Timestamp
+	38, // 24: corral.inventory.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
+	37, // 25: corral.inventory.v1.TimelineEntry.attributes:type_name -> corral.inventory.v1.TimelineEntry.AttributesEntry
 	5,  // 26: corral.inventory.v1.ListMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
 	8,  // 27: corral.inventory.v1.ListMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
 	2,  // 28: corral.inventory.v1.EnrollMachineRequest.bmc_protocol:type_name -> corral.inventory.v1.BmcProtocol
 	3,  // 29: corral.inventory.v1.SetPowerRequest.action:type_name -> corral.inventory.v1.PowerAction
 	0,  // 30: corral.inventory.v1.PowerStatus.state:type_name -> corral.inventory.v1.PowerState
-	34, // 31: corral.inventory.v1.PowerStatus.read_at:type_name -> google.protobuf.Timestamp
+	38, // 31: corral.inventory.v1.PowerStatus.read_at:type_name -> google.protobuf.Timestamp
 	22, // 32: corral.inventory.v1.PowerStatus.attempts:type_name -> corral.inventory.v1.ProviderAttempt
 	4,  // 33: corral.inventory.v1.SetBootDeviceRequest.device:type_name -> corral.inventory.v1.BootDevice
 	12, // 34: corral.inventory.v1.TimelineResponse.entries:type_name -> corral.inventory.v1.TimelineEntry
-	34, // 35: corral.inventory.v1.BmcAddressBinding.claimed_at:type_name -> google.protobuf.Timestamp
-	13, // 36: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
-	15, // 37: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
-	16, // 38: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
-	17, // 39: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
-	18, // 40: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
-	19, // 41: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
-	20, // 42: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
-	23, // 43: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
-	24, // 44: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
-	25, // 45: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
-	26, // 46: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
-	14, // 47: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
-	8,  // 48: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
-	8,  // 49: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
-	8,  // 50: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
-	36, // 51: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
-	21, // 52: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
-	21, // 53: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
-	36, // 54: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
-	8,  // 55: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
-	8,  // 56: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
-	27, // 57: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
-	47, // [47:58] is the sub-list for method output_type
-	36, // [36:47] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	5,  // 35: corral.inventory.v1.WatchMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
+	40, // 36: corral.inventory.v1.MachineEvent.type:type_name -> corral.watch.v1.EventType
+	8,  // 37: corral.inventory.v1.MachineEvent.machine:type_name -> corral.inventory.v1.Machine
+	40, // 38: corral.inventory.v1.TimelineEvent.type:type_name -> corral.watch.v1.EventType
+	12, // 39: corral.inventory.v1.TimelineEvent.entry:type_name -> corral.inventory.v1.TimelineEntry
+	38, // 40: corral.inventory.v1.BmcAddressBinding.claimed_at:type_name -> google.protobuf.Timestamp
+	13, // 41: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
+	15, // 42: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
+	16, // 43: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
+	17, // 44: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
+	18, // 45: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
+	19, // 46: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
+	20, // 47: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
+	23, // 48: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
+	24, // 49: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
+	25, // 50: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
+	26, // 51: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
+	28, // 52: corral.inventory.v1.MachineService.WatchMachines:input_type -> corral.inventory.v1.WatchMachinesRequest
+	30, // 53: corral.inventory.v1.MachineService.WatchTimeline:input_type -> corral.inventory.v1.WatchTimelineRequest
+	14, // 54: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
+	8,  // 55: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
+	8,  // 56: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
+	8,  // 57: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
+	41, // 58: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
+	21, // 59: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
+	21, // 60: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
+	41, // 61: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
+	8,  // 62: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
+	8,  // 63: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
+	27, // 64: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
+	29, // 65: corral.inventory.v1.MachineService.WatchMachines:output_type -> corral.inventory.v1.MachineEvent
+	31, // 66: corral.inventory.v1.MachineService.WatchTimeline:output_type -> corral.inventory.v1.TimelineEvent
+	54, // [54:67] is the sub-list for method output_type
+	41, // [41:54] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_api_inventory_v1_machine_proto_init() }
@@ -2538,7 +2829,7 @@ func file_api_inventory_v1_machine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_inventory_v1_machine_proto_rawDesc), len(file_api_inventory_v1_machine_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   28,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -34,13 +34,13 @@ const (
 	MachineService_ReprovisionMachine_FullMethodName = "/corral.inventory.v1.MachineService/ReprovisionMachine"
 	MachineService_SetMaintenance_FullMethodName     = "/corral.inventory.v1.MachineService/SetMaintenance"
 	MachineService_Timeline_FullMethodName           = "/corral.inventory.v1.MachineService/Timeline"
+	MachineService_WatchMachines_FullMethodName      = "/corral.inventory.v1.MachineService/WatchMachines"
+	MachineService_WatchTimeline_FullMethodName      = "/corral.inventory.v1.MachineService/WatchTimeline"
 )
 
 // MachineServiceClient is the client API for MachineService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
-//
-// MachineService is the inventory of physical machines.
 type MachineServiceClient interface {
 	ListMachines(ctx context.Context, in *ListMachinesRequest, opts ...grpc.CallOption) (*ListMachinesResponse, error)
 	GetMachine(ctx context.Context, in *GetMachineRequest, opts ...grpc.CallOption) (*Machine, error)
@@ -53,6 +53,8 @@ type MachineServiceClient interface {
 	ReprovisionMachine(ctx context.Context, in *ReprovisionMachineRequest, opts ...grpc.CallOption) (*Machine, error)
 	SetMaintenance(ctx context.Context, in *SetMaintenanceRequest, opts ...grpc.CallOption) (*Machine, error)
 	Timeline(ctx context.Context, in *TimelineRequest, opts ...grpc.CallOption) (*TimelineResponse, error)
+	WatchMachines(ctx context.Context, in *WatchMachinesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MachineEvent], error)
+	WatchTimeline(ctx context.Context, in *WatchTimelineRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TimelineEvent], error)
 }
 
 type machineServiceClient struct {
@@ -173,11 +175,47 @@ func (c *machineServiceClient) Timeline(ctx context.Context, in *TimelineRequest
 	return out, nil
 }
 
+func (c *machineServiceClient) WatchMachines(ctx context.Context, in *WatchMachinesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MachineEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &MachineService_ServiceDesc.Streams[0], MachineService_WatchMachines_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchMachinesRequest, MachineEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type MachineService_WatchMachinesClient = grpc.ServerStreamingClient[MachineEvent]
+
+func (c *machineServiceClient) WatchTimeline(ctx context.Context, in *WatchTimelineRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TimelineEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &MachineService_ServiceDesc.Streams[1], MachineService_WatchTimeline_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchTimelineRequest, TimelineEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type MachineService_WatchTimelineClient = grpc.ServerStreamingClient[TimelineEvent]
+
 // MachineServiceServer is the server API for MachineService service.
 // All implementations must embed UnimplementedMachineServiceServer
 // for forward compatibility.
-//
-// MachineService is the inventory of physical machines.
 type MachineServiceServer interface {
 	ListMachines(context.Context, *ListMachinesRequest) (*ListMachinesResponse, error)
 	GetMachine(context.Context, *GetMachineRequest) (*Machine, error)
@@ -190,6 +228,8 @@ type MachineServiceServer interface {
 	ReprovisionMachine(context.Context, *ReprovisionMachineRequest) (*Machine, error)
 	SetMaintenance(context.Context, *SetMaintenanceRequest) (*Machine, error)
 	Timeline(context.Context, *TimelineRequest) (*TimelineResponse, error)
+	WatchMachines(*WatchMachinesRequest, grpc.ServerStreamingServer[MachineEvent]) error
+	WatchTimeline(*WatchTimelineRequest, grpc.ServerStreamingServer[TimelineEvent]) error
 	mustEmbedUnimplementedMachineServiceServer()
 }
 
@@ -232,6 +272,12 @@ func (UnimplementedMachineServiceServer) SetMaintenance(context.Context, *SetMai
 }
 func (UnimplementedMachineServiceServer) Timeline(context.Context, *TimelineRequest) (*TimelineResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Timeline not implemented")
+}
+func (UnimplementedMachineServiceServer) WatchMachines(*WatchMachinesRequest, grpc.ServerStreamingServer[MachineEvent]) error {
+	return status.Errorf(codes.Unimplemented, "method WatchMachines not implemented")
+}
+func (UnimplementedMachineServiceServer) WatchTimeline(*WatchTimelineRequest, grpc.ServerStreamingServer[TimelineEvent]) error {
+	return status.Errorf(codes.Unimplemented, "method WatchTimeline not implemented")
 }
 func (UnimplementedMachineServiceServer) mustEmbedUnimplementedMachineServiceServer() {}
 func (UnimplementedMachineServiceServer) testEmbeddedByValue()                        {}
@@ -452,6 +498,28 @@ func _MachineService_Timeline_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MachineService_WatchMachines_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchMachinesRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(MachineServiceServer).WatchMachines(m, &grpc.GenericServerStream[WatchMachinesRequest, MachineEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type MachineService_WatchMachinesServer = grpc.ServerStreamingServer[MachineEvent]
+
+func _MachineService_WatchTimeline_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchTimelineRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(MachineServiceServer).WatchTimeline(m, &grpc.GenericServerStream[WatchTimelineRequest, TimelineEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type MachineService_WatchTimelineServer = grpc.ServerStreamingServer[TimelineEvent]
+
 // MachineService_ServiceDesc is the grpc.ServiceDesc for MachineService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -504,6 +572,17 @@ var MachineService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _MachineService_Timeline_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchMachines",
+			Handler:       _MachineService_WatchMachines_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchTimeline",
+			Handler:       _MachineService_WatchTimeline_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "api/inventory/v1/machine.proto",
 }

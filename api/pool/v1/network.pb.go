@@ -8,6 +8,7 @@ package poolv1
 
 import (
 	_ "github.com/corralhq/corral/api/auth/v1"
+	v1 "github.com/corralhq/corral/api/watch/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	emptypb "google.golang.org/protobuf/types/known/emptypb"
@@ -625,11 +626,125 @@ func (x *ReleaseNetworkInterfaceRequest) GetNetworkInterfaceName() string {
 	return ""
 }
 
+// NetworkService keeps networks and their address budgets (IPAM).
+// WatchNetworksRequest: see corral.watch.v1 for the stream's contract.
+type WatchNetworksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	FromRevision  int64                  `protobuf:"varint,2,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchNetworksRequest) Reset() {
+	*x = WatchNetworksRequest{}
+	mi := &file_api_pool_v1_network_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchNetworksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchNetworksRequest) ProtoMessage() {}
+
+func (x *WatchNetworksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_pool_v1_network_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchNetworksRequest.ProtoReflect.Descriptor instead.
+func (*WatchNetworksRequest) Descriptor() ([]byte, []int) {
+	return file_api_pool_v1_network_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *WatchNetworksRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WatchNetworksRequest) GetFromRevision() int64 {
+	if x != nil {
+		return x.FromRevision
+	}
+	return 0
+}
+
+type NetworkEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          v1.EventType           `protobuf:"varint,1,opt,name=type,proto3,enum=corral.watch.v1.EventType" json:"type,omitempty"`
+	Revision      int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Network       *Network               `protobuf:"bytes,3,opt,name=network,proto3" json:"network,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkEvent) Reset() {
+	*x = NetworkEvent{}
+	mi := &file_api_pool_v1_network_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkEvent) ProtoMessage() {}
+
+func (x *NetworkEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_api_pool_v1_network_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkEvent.ProtoReflect.Descriptor instead.
+func (*NetworkEvent) Descriptor() ([]byte, []int) {
+	return file_api_pool_v1_network_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *NetworkEvent) GetType() v1.EventType {
+	if x != nil {
+		return x.Type
+	}
+	return v1.EventType(0)
+}
+
+func (x *NetworkEvent) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *NetworkEvent) GetNetwork() *Network {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
 var File_api_pool_v1_network_proto protoreflect.FileDescriptor
 
 const file_api_pool_v1_network_proto_rawDesc = "" +
 	"\n" +
-	"\x19api/pool/v1/network.proto\x12\x0ecorral.pool.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/pool/v1/budget.proto\x1a\x1bgoogle/protobuf/empty.proto\"\xdc\x06\n" +
+	"\x19api/pool/v1/network.proto\x12\x0ecorral.pool.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x18api/pool/v1/budget.proto\x1a\x1bgoogle/protobuf/empty.proto\"\xdc\x06\n" +
 	"\aNetwork\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12J\n" +
 	"\vannotations\x18\x03 \x03(\v2(.corral.pool.v1.Network.AnnotationsEntryR\vannotations\x12;\n" +
@@ -697,7 +812,14 @@ const file_api_pool_v1_network_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"y\n" +
 	"\x1eReleaseNetworkInterfaceRequest\x12!\n" +
 	"\fnetwork_name\x18\x01 \x01(\tR\vnetworkName\x124\n" +
-	"\x16network_interface_name\x18\x02 \x01(\tR\x14networkInterfaceName2\xcf\x04\n" +
+	"\x16network_interface_name\x18\x02 \x01(\tR\x14networkInterfaceName\"O\n" +
+	"\x14WatchNetworksRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
+	"\rfrom_revision\x18\x02 \x01(\x03R\ffromRevision\"\x8d\x01\n" +
+	"\fNetworkEvent\x12.\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x1a.corral.watch.v1.EventTypeR\x04type\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x121\n" +
+	"\anetwork\x18\x03 \x01(\v2\x17.corral.pool.v1.NetworkR\anetwork2\xae\x05\n" +
 	"\x0eNetworkService\x12d\n" +
 	"\fListNetworks\x12#.corral.pool.v1.ListNetworksRequest\x1a$.corral.pool.v1.ListNetworksResponse\"\t\xe2\xa6\x19\x05\b\x01\x12\x01\x04\x12S\n" +
 	"\n" +
@@ -705,7 +827,8 @@ const file_api_pool_v1_network_proto_rawDesc = "" +
 	"\fApplyNetwork\x12#.corral.pool.v1.ApplyNetworkRequest\x1a\x17.corral.pool.v1.Network\"\x06\xe2\xa6\x19\x02\b\x02\x12U\n" +
 	"\rDeleteNetwork\x12$.corral.pool.v1.DeleteNetworkRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02\x12j\n" +
 	"\x17ReserveNetworkInterface\x12..corral.pool.v1.ReserveNetworkInterfaceRequest\x1a\x17.corral.pool.v1.Network\"\x06\xe2\xa6\x19\x02\b\x02\x12i\n" +
-	"\x17ReleaseNetworkInterface\x12..corral.pool.v1.ReleaseNetworkInterfaceRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02B/Z-github.com/corralhq/corral/api/pool/v1;poolv1b\x06proto3"
+	"\x17ReleaseNetworkInterface\x12..corral.pool.v1.ReleaseNetworkInterfaceRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02\x12]\n" +
+	"\rWatchNetworks\x12$.corral.pool.v1.WatchNetworksRequest\x1a\x1c.corral.pool.v1.NetworkEvent\"\x06\xe2\xa6\x19\x02\b\x010\x01B/Z-github.com/corralhq/corral/api/pool/v1;poolv1b\x06proto3"
 
 var (
 	file_api_pool_v1_network_proto_rawDescOnce sync.Once
@@ -720,7 +843,7 @@ func file_api_pool_v1_network_proto_rawDescGZIP() []byte {
 }
 
 var file_api_pool_v1_network_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_pool_v1_network_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_api_pool_v1_network_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_api_pool_v1_network_proto_goTypes = []any{
 	(Network_NetworkState)(0),              // 0: corral.pool.v1.Network.NetworkState
 	(*Network)(nil),                        // 1: corral.pool.v1.Network
@@ -731,42 +854,49 @@ var file_api_pool_v1_network_proto_goTypes = []any{
 	(*DeleteNetworkRequest)(nil),           // 6: corral.pool.v1.DeleteNetworkRequest
 	(*ReserveNetworkInterfaceRequest)(nil), // 7: corral.pool.v1.ReserveNetworkInterfaceRequest
 	(*ReleaseNetworkInterfaceRequest)(nil), // 8: corral.pool.v1.ReleaseNetworkInterfaceRequest
-	nil,                                    // 9: corral.pool.v1.Network.AnnotationsEntry
-	nil,                                    // 10: corral.pool.v1.Network.LabelsEntry
-	nil,                                    // 11: corral.pool.v1.Network.ReservedNetworkInterfacesEntry
-	nil,                                    // 12: corral.pool.v1.ApplyNetworkRequest.AnnotationsEntry
-	nil,                                    // 13: corral.pool.v1.ApplyNetworkRequest.LabelsEntry
-	nil,                                    // 14: corral.pool.v1.ReserveNetworkInterfaceRequest.AnnotationsEntry
-	(*NetworkInterface)(nil),               // 15: corral.pool.v1.NetworkInterface
-	(*emptypb.Empty)(nil),                  // 16: google.protobuf.Empty
+	(*WatchNetworksRequest)(nil),           // 9: corral.pool.v1.WatchNetworksRequest
+	(*NetworkEvent)(nil),                   // 10: corral.pool.v1.NetworkEvent
+	nil,                                    // 11: corral.pool.v1.Network.AnnotationsEntry
+	nil,                                    // 12: corral.pool.v1.Network.LabelsEntry
+	nil,                                    // 13: corral.pool.v1.Network.ReservedNetworkInterfacesEntry
+	nil,                                    // 14: corral.pool.v1.ApplyNetworkRequest.AnnotationsEntry
+	nil,                                    // 15: corral.pool.v1.ApplyNetworkRequest.LabelsEntry
+	nil,                                    // 16: corral.pool.v1.ReserveNetworkInterfaceRequest.AnnotationsEntry
+	(v1.EventType)(0),                      // 17: corral.watch.v1.EventType
+	(*NetworkInterface)(nil),               // 18: corral.pool.v1.NetworkInterface
+	(*emptypb.Empty)(nil),                  // 19: google.protobuf.Empty
 }
 var file_api_pool_v1_network_proto_depIdxs = []int32{
-	9,  // 0: corral.pool.v1.Network.annotations:type_name -> corral.pool.v1.Network.AnnotationsEntry
-	10, // 1: corral.pool.v1.Network.labels:type_name -> corral.pool.v1.Network.LabelsEntry
+	11, // 0: corral.pool.v1.Network.annotations:type_name -> corral.pool.v1.Network.AnnotationsEntry
+	12, // 1: corral.pool.v1.Network.labels:type_name -> corral.pool.v1.Network.LabelsEntry
 	0,  // 2: corral.pool.v1.Network.state:type_name -> corral.pool.v1.Network.NetworkState
-	11, // 3: corral.pool.v1.Network.reserved_network_interfaces:type_name -> corral.pool.v1.Network.ReservedNetworkInterfacesEntry
+	13, // 3: corral.pool.v1.Network.reserved_network_interfaces:type_name -> corral.pool.v1.Network.ReservedNetworkInterfacesEntry
 	1,  // 4: corral.pool.v1.ListNetworksResponse.networks:type_name -> corral.pool.v1.Network
-	12, // 5: corral.pool.v1.ApplyNetworkRequest.annotations:type_name -> corral.pool.v1.ApplyNetworkRequest.AnnotationsEntry
-	13, // 6: corral.pool.v1.ApplyNetworkRequest.labels:type_name -> corral.pool.v1.ApplyNetworkRequest.LabelsEntry
-	14, // 7: corral.pool.v1.ReserveNetworkInterfaceRequest.annotations:type_name -> corral.pool.v1.ReserveNetworkInterfaceRequest.AnnotationsEntry
-	15, // 8: corral.pool.v1.Network.ReservedNetworkInterfacesEntry.value:type_name -> corral.pool.v1.NetworkInterface
-	2,  // 9: corral.pool.v1.NetworkService.ListNetworks:input_type -> corral.pool.v1.ListNetworksRequest
-	4,  // 10: corral.pool.v1.NetworkService.GetNetwork:input_type -> corral.pool.v1.GetNetworkRequest
-	5,  // 11: corral.pool.v1.NetworkService.ApplyNetwork:input_type -> corral.pool.v1.ApplyNetworkRequest
-	6,  // 12: corral.pool.v1.NetworkService.DeleteNetwork:input_type -> corral.pool.v1.DeleteNetworkRequest
-	7,  // 13: corral.pool.v1.NetworkService.ReserveNetworkInterface:input_type -> corral.pool.v1.ReserveNetworkInterfaceRequest
-	8,  // 14: corral.pool.v1.NetworkService.ReleaseNetworkInterface:input_type -> corral.pool.v1.ReleaseNetworkInterfaceRequest
-	3,  // 15: corral.pool.v1.NetworkService.ListNetworks:output_type -> corral.pool.v1.ListNetworksResponse
-	1,  // 16: corral.pool.v1.NetworkService.GetNetwork:output_type -> corral.pool.v1.Network
-	1,  // 17: corral.pool.v1.NetworkService.ApplyNetwork:output_type -> corral.pool.v1.Network
-	16, // 18: corral.pool.v1.NetworkService.DeleteNetwork:output_type -> google.protobuf.Empty
-	1,  // 19: corral.pool.v1.NetworkService.ReserveNetworkInterface:output_type -> corral.pool.v1.Network
-	16, // 20: corral.pool.v1.NetworkService.ReleaseNetworkInterface:output_type -> google.protobuf.Empty
-	15, // [15:21] is the sub-list for method output_type
-	9,  // [9:15] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	14, // 5: corral.pool.v1.ApplyNetworkRequest.annotations:type_name -> corral.pool.v1.ApplyNetworkRequest.AnnotationsEntry
+	15, // 6: corral.pool.v1.ApplyNetworkRequest.labels:type_name -> corral.pool.v1.ApplyNetworkRequest.LabelsEntry
+	16, // 7: corral.pool.v1.ReserveNetworkInterfaceRequest.annotations:type_name -> corral.pool.v1.ReserveNetworkInterfaceRequest.AnnotationsEntry
+	17, // 8: corral.pool.v1.NetworkEvent.type:type_name -> corral.watch.v1.EventType
+	1,  // 9: corral.pool.v1.NetworkEvent.network:type_name -> corral.pool.v1.Network
+	18, // 10: corral.pool.v1.Network.ReservedNetworkInterfacesEntry.value:type_name -> corral.pool.v1.NetworkInterface
+	2,  // 11: corral.pool.v1.NetworkService.ListNetworks:input_type -> corral.pool.v1.ListNetworksRequest
+	4,  // 12: corral.pool.v1.NetworkService.GetNetwork:input_type -> corral.pool.v1.GetNetworkRequest
+	5,  // 13: corral.pool.v1.NetworkService.ApplyNetwork:input_type -> corral.pool.v1.ApplyNetworkRequest
+	6,  // 14: corral.pool.v1.NetworkService.DeleteNetwork:input_type -> corral.pool.v1.DeleteNetworkRequest
+	7,  // 15: corral.pool.v1.NetworkService.ReserveNetworkInterface:input_type -> corral.pool.v1.ReserveNetworkInterfaceRequest
+	8,  // 16: corral.pool.v1.NetworkService.ReleaseNetworkInterface:input_type -> corral.pool.v1.ReleaseNetworkInterfaceRequest
+	9,  // 17: corral.pool.v1.NetworkService.WatchNetworks:input_type -> corral.pool.v1.WatchNetworksRequest
+	3,  // 18: corral.pool.v1.NetworkService.ListNetworks:output_type -> corral.pool.v1.ListNetworksResponse
+	1,  // 19: corral.pool.v1.NetworkService.GetNetwork:output_type -> corral.pool.v1.Network
+	1,  // 20: corral.pool.v1.NetworkService.ApplyNetwork:output_type -> corral.pool.v1.Network
+	19, // 21: corral.pool.v1.NetworkService.DeleteNetwork:output_type -> google.protobuf.Empty
+	1,  // 22: corral.pool.v1.NetworkService.ReserveNetworkInterface:output_type -> corral.pool.v1.Network
+	19, // 23: corral.pool.v1.NetworkService.ReleaseNetworkInterface:output_type -> google.protobuf.Empty
+	10, // 24: corral.pool.v1.NetworkService.WatchNetworks:output_type -> corral.pool.v1.NetworkEvent
+	18, // [18:25] is the sub-list for method output_type
+	11, // [11:18] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_api_pool_v1_network_proto_init() }
@@ -781,7 +911,7 @@ func file_api_pool_v1_network_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_pool_v1_network_proto_rawDesc), len(file_api_pool_v1_network_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

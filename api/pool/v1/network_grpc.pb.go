@@ -26,13 +26,12 @@ const (
 	NetworkService_DeleteNetwork_FullMethodName           = "/corral.pool.v1.NetworkService/DeleteNetwork"
 	NetworkService_ReserveNetworkInterface_FullMethodName = "/corral.pool.v1.NetworkService/ReserveNetworkInterface"
 	NetworkService_ReleaseNetworkInterface_FullMethodName = "/corral.pool.v1.NetworkService/ReleaseNetworkInterface"
+	NetworkService_WatchNetworks_FullMethodName           = "/corral.pool.v1.NetworkService/WatchNetworks"
 )
 
 // NetworkServiceClient is the client API for NetworkService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
-//
-// NetworkService keeps networks and their address budgets (IPAM).
 type NetworkServiceClient interface {
 	ListNetworks(ctx context.Context, in *ListNetworksRequest, opts ...grpc.CallOption) (*ListNetworksResponse, error)
 	GetNetwork(ctx context.Context, in *GetNetworkRequest, opts ...grpc.CallOption) (*Network, error)
@@ -40,6 +39,7 @@ type NetworkServiceClient interface {
 	DeleteNetwork(ctx context.Context, in *DeleteNetworkRequest, opts ...grpc.CallOption) (*emptypb.Empty, error)
 	ReserveNetworkInterface(ctx context.Context, in *ReserveNetworkInterfaceRequest, opts ...grpc.CallOption) (*Network, error)
 	ReleaseNetworkInterface(ctx context.Context, in *ReleaseNetworkInterfaceRequest, opts ...grpc.CallOption) (*emptypb.Empty, error)
+	WatchNetworks(ctx context.Context, in *WatchNetworksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[NetworkEvent], error)
 }
 
 type networkServiceClient struct {
@@ -110,11 +110,28 @@ func (c *networkServiceClient) ReleaseNetworkInterface(ctx context.Context, in *
 	return out, nil
 }
 
+func (c *networkServiceClient) WatchNetworks(ctx context.Context, in *WatchNetworksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[NetworkEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &NetworkService_ServiceDesc.Streams[0], NetworkService_WatchNetworks_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchNetworksRequest, NetworkEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NetworkService_WatchNetworksClient = grpc.ServerStreamingClient[NetworkEvent]
+
 // NetworkServiceServer is the server API for NetworkService service.
 // All implementations must embed UnimplementedNetworkServiceServer
 // for forward compatibility.
-//
-// NetworkService keeps networks and their address budgets (IPAM).
 type NetworkServiceServer interface {
 	ListNetworks(context.Context, *ListNetworksRequest) (*ListNetworksResponse, error)
 	GetNetwork(context.Context, *GetNetworkRequest) (*Network, error)
@@ -122,6 +139,7 @@ type NetworkServiceServer interface {
 	DeleteNetwork(context.Context, *DeleteNetworkRequest) (*emptypb.Empty, error)
 	ReserveNetworkInterface(context.Context, *ReserveNetworkInterfaceRequest) (*Network, error)
 	ReleaseNetworkInterface(context.Context, *ReleaseNetworkInterfaceRequest) (*emptypb.Empty, error)
+	WatchNetworks(*WatchNetworksRequest, grpc.ServerStreamingServer[NetworkEvent]) error
 	mustEmbedUnimplementedNetworkServiceServer()
 }
 
@@ -149,6 +167,9 @@ func (UnimplementedNetworkServiceServer) ReserveNetworkInterface(context.Context
 }
 func (UnimplementedNetworkServiceServer) ReleaseNetworkInterface(context.Context, *ReleaseNetworkInterfaceRequest) (*emptypb.Empty, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ReleaseNetworkInterface not implemented")
+}
+func (UnimplementedNetworkServiceServer) WatchNetworks(*WatchNetworksRequest, grpc.ServerStreamingServer[NetworkEvent]) error {
+	return status.Errorf(codes.Unimplemented, "method WatchNetworks not implemented")
 }
 func (UnimplementedNetworkServiceServer) mustEmbedUnimplementedNetworkServiceServer() {}
 func (UnimplementedNetworkServiceServer) testEmbeddedByValue()                        {}
@@ -279,6 +300,17 @@ func _NetworkService_ReleaseNetworkInterface_Handler(srv interface{}, ctx contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _NetworkService_WatchNetworks_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchNetworksRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(NetworkServiceServer).WatchNetworks(m, &grpc.GenericServerStream[WatchNetworksRequest, NetworkEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NetworkService_WatchNetworksServer = grpc.ServerStreamingServer[NetworkEvent]
+
 // NetworkService_ServiceDesc is the grpc.ServiceDesc for NetworkService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -311,6 +343,12 @@ var NetworkService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _NetworkService_ReleaseNetworkInterface_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchNetworks",
+			Handler:       _NetworkService_WatchNetworks_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "api/pool/v1/network.proto",
 }

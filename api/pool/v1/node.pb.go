@@ -12,6 +12,7 @@ package poolv1
 
 import (
 	_ "github.com/corralhq/corral/api/auth/v1"
+	v1 "github.com/corralhq/corral/api/watch/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	emptypb "google.golang.org/protobuf/types/known/emptypb"
@@ -1014,11 +1015,126 @@ func (x *ReleaseStorageRequest) GetStorageName() string {
 	return ""
 }
 
+// NodeService keeps hypervisor nodes and their compute/storage budgets.
+// List of nothing is an empty list; Schedule* picks a READY node.
+// WatchNodesRequest: see corral.watch.v1 for the stream's contract.
+type WatchNodesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	FromRevision  int64                  `protobuf:"varint,2,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchNodesRequest) Reset() {
+	*x = WatchNodesRequest{}
+	mi := &file_api_pool_v1_node_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchNodesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchNodesRequest) ProtoMessage() {}
+
+func (x *WatchNodesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_pool_v1_node_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchNodesRequest.ProtoReflect.Descriptor instead.
+func (*WatchNodesRequest) Descriptor() ([]byte, []int) {
+	return file_api_pool_v1_node_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *WatchNodesRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WatchNodesRequest) GetFromRevision() int64 {
+	if x != nil {
+		return x.FromRevision
+	}
+	return 0
+}
+
+type NodeEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          v1.EventType           `protobuf:"varint,1,opt,name=type,proto3,enum=corral.watch.v1.EventType" json:"type,omitempty"`
+	Revision      int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Node          *Node                  `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeEvent) Reset() {
+	*x = NodeEvent{}
+	mi := &file_api_pool_v1_node_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeEvent) ProtoMessage() {}
+
+func (x *NodeEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_api_pool_v1_node_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeEvent.ProtoReflect.Descriptor instead.
+func (*NodeEvent) Descriptor() ([]byte, []int) {
+	return file_api_pool_v1_node_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *NodeEvent) GetType() v1.EventType {
+	if x != nil {
+		return x.Type
+	}
+	return v1.EventType(0)
+}
+
+func (x *NodeEvent) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *NodeEvent) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
 var File_api_pool_v1_node_proto protoreflect.FileDescriptor
 
 const file_api_pool_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x16api/pool/v1/node.proto\x12\x0ecorral.pool.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/pool/v1/budget.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb3\t\n" +
+	"\x16api/pool/v1/node.proto\x12\x0ecorral.pool.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x18api/pool/v1/budget.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb3\t\n" +
 	"\x04Node\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12G\n" +
 	"\vannotations\x18\x03 \x03(\v2%.corral.pool.v1.Node.AnnotationsEntryR\vannotations\x128\n" +
@@ -1139,7 +1255,14 @@ const file_api_pool_v1_node_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"W\n" +
 	"\x15ReleaseStorageRequest\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12!\n" +
-	"\fstorage_name\x18\x02 \x01(\tR\vstorageName2\xe6\x06\n" +
+	"\fstorage_name\x18\x02 \x01(\tR\vstorageName\"L\n" +
+	"\x11WatchNodesRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
+	"\rfrom_revision\x18\x02 \x01(\x03R\ffromRevision\"\x81\x01\n" +
+	"\tNodeEvent\x12.\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x1a.corral.watch.v1.EventTypeR\x04type\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12(\n" +
+	"\x04node\x18\x03 \x01(\v2\x14.corral.pool.v1.NodeR\x04node2\xbc\a\n" +
 	"\vNodeService\x12X\n" +
 	"\tListNodes\x12 .corral.pool.v1.ListNodesRequest\x1a!.corral.pool.v1.ListNodesResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12J\n" +
 	"\aGetNode\x12\x1e.corral.pool.v1.GetNodeRequest\x1a\x14.corral.pool.v1.Node\"\t\xe2\xa6\x19\x05\b\x01\x12\x01\x04\x12N\n" +
@@ -1151,7 +1274,9 @@ const file_api_pool_v1_node_proto_rawDesc = "" +
 	"\x0eReleaseCompute\x12%.corral.pool.v1.ReleaseComputeRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02\x12W\n" +
 	"\x0fScheduleStorage\x12&.corral.pool.v1.ScheduleStorageRequest\x1a\x14.corral.pool.v1.Node\"\x06\xe2\xa6\x19\x02\b\x02\x12U\n" +
 	"\x0eReserveStorage\x12%.corral.pool.v1.ReserveStorageRequest\x1a\x14.corral.pool.v1.Node\"\x06\xe2\xa6\x19\x02\b\x02\x12W\n" +
-	"\x0eReleaseStorage\x12%.corral.pool.v1.ReleaseStorageRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02B/Z-github.com/corralhq/corral/api/pool/v1;poolv1b\x06proto3"
+	"\x0eReleaseStorage\x12%.corral.pool.v1.ReleaseStorageRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02\x12T\n" +
+	"\n" +
+	"WatchNodes\x12!.corral.pool.v1.WatchNodesRequest\x1a\x19.corral.pool.v1.NodeEvent\"\x06\xe2\xa6\x19\x02\b\x010\x01B/Z-github.com/corralhq/corral/api/pool/v1;poolv1b\x06proto3"
 
 var (
 	file_api_pool_v1_node_proto_rawDescOnce sync.Once
@@ -1166,7 +1291,7 @@ func file_api_pool_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_api_pool_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_pool_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_api_pool_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_api_pool_v1_node_proto_goTypes = []any{
 	(Node_NodeState)(0),            // 0: corral.pool.v1.Node.NodeState
 	(*Node)(nil),                   // 1: corral.pool.v1.Node
@@ -1181,62 +1306,69 @@ var file_api_pool_v1_node_proto_goTypes = []any{
 	(*ScheduleStorageRequest)(nil), // 10: corral.pool.v1.ScheduleStorageRequest
 	(*ReserveStorageRequest)(nil),  // 11: corral.pool.v1.ReserveStorageRequest
 	(*ReleaseStorageRequest)(nil),  // 12: corral.pool.v1.ReleaseStorageRequest
-	nil,                            // 13: corral.pool.v1.Node.AnnotationsEntry
-	nil,                            // 14: corral.pool.v1.Node.LabelsEntry
-	nil,                            // 15: corral.pool.v1.Node.ReservedComputesEntry
-	nil,                            // 16: corral.pool.v1.Node.ReservedStoragesEntry
-	nil,                            // 17: corral.pool.v1.ApplyNodeRequest.AnnotationsEntry
-	nil,                            // 18: corral.pool.v1.ApplyNodeRequest.LabelsEntry
-	nil,                            // 19: corral.pool.v1.ScheduleComputeRequest.AnnotationsEntry
-	nil,                            // 20: corral.pool.v1.ReserveComputeRequest.AnnotationsEntry
-	nil,                            // 21: corral.pool.v1.ScheduleStorageRequest.AnnotationsEntry
-	nil,                            // 22: corral.pool.v1.ReserveStorageRequest.AnnotationsEntry
-	(*timestamppb.Timestamp)(nil),  // 23: google.protobuf.Timestamp
-	(*Compute)(nil),                // 24: corral.pool.v1.Compute
-	(*Storage)(nil),                // 25: corral.pool.v1.Storage
-	(*emptypb.Empty)(nil),          // 26: google.protobuf.Empty
+	(*WatchNodesRequest)(nil),      // 13: corral.pool.v1.WatchNodesRequest
+	(*NodeEvent)(nil),              // 14: corral.pool.v1.NodeEvent
+	nil,                            // 15: corral.pool.v1.Node.AnnotationsEntry
+	nil,                            // 16: corral.pool.v1.Node.LabelsEntry
+	nil,                            // 17: corral.pool.v1.Node.ReservedComputesEntry
+	nil,                            // 18: corral.pool.v1.Node.ReservedStoragesEntry
+	nil,                            // 19: corral.pool.v1.ApplyNodeRequest.AnnotationsEntry
+	nil,                            // 20: corral.pool.v1.ApplyNodeRequest.LabelsEntry
+	nil,                            // 21: corral.pool.v1.ScheduleComputeRequest.AnnotationsEntry
+	nil,                            // 22: corral.pool.v1.ReserveComputeRequest.AnnotationsEntry
+	nil,                            // 23: corral.pool.v1.ScheduleStorageRequest.AnnotationsEntry
+	nil,                            // 24: corral.pool.v1.ReserveStorageRequest.AnnotationsEntry
+	(*timestamppb.Timestamp)(nil),  // 25: google.protobuf.Timestamp
+	(v1.EventType)(0),              // 26: corral.watch.v1.EventType
+	(*Compute)(nil),                // 27: corral.pool.v1.Compute
+	(*Storage)(nil),                // 28: corral.pool.v1.Storage
+	(*emptypb.Empty)(nil),          // 29: google.protobuf.Empty
 }
 var file_api_pool_v1_node_proto_depIdxs = []int32{
-	13, // 0: corral.pool.v1.Node.annotations:type_name -> corral.pool.v1.Node.AnnotationsEntry
-	14, // 1: corral.pool.v1.Node.labels:type_name -> corral.pool.v1.Node.LabelsEntry
+	15, // 0: corral.pool.v1.Node.annotations:type_name -> corral.pool.v1.Node.AnnotationsEntry
+	16, // 1: corral.pool.v1.Node.labels:type_name -> corral.pool.v1.Node.LabelsEntry
 	0,  // 2: corral.pool.v1.Node.state:type_name -> corral.pool.v1.Node.NodeState
-	15, // 3: corral.pool.v1.Node.reserved_computes:type_name -> corral.pool.v1.Node.ReservedComputesEntry
-	16, // 4: corral.pool.v1.Node.reserved_storages:type_name -> corral.pool.v1.Node.ReservedStoragesEntry
-	23, // 5: corral.pool.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	17, // 3: corral.pool.v1.Node.reserved_computes:type_name -> corral.pool.v1.Node.ReservedComputesEntry
+	18, // 4: corral.pool.v1.Node.reserved_storages:type_name -> corral.pool.v1.Node.ReservedStoragesEntry
+	25, // 5: corral.pool.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
 	1,  // 6: corral.pool.v1.ListNodesResponse.nodes:type_name -> corral.pool.v1.Node
-	17, // 7: corral.pool.v1.ApplyNodeRequest.annotations:type_name -> corral.pool.v1.ApplyNodeRequest.AnnotationsEntry
-	18, // 8: corral.pool.v1.ApplyNodeRequest.labels:type_name -> corral.pool.v1.ApplyNodeRequest.LabelsEntry
-	19, // 9: corral.pool.v1.ScheduleComputeRequest.annotations:type_name -> corral.pool.v1.ScheduleComputeRequest.AnnotationsEntry
-	20, // 10: corral.pool.v1.ReserveComputeRequest.annotations:type_name -> corral.pool.v1.ReserveComputeRequest.AnnotationsEntry
-	21, // 11: corral.pool.v1.ScheduleStorageRequest.annotations:type_name -> corral.pool.v1.ScheduleStorageRequest.AnnotationsEntry
-	22, // 12: corral.pool.v1.ReserveStorageRequest.annotations:type_name -> corral.pool.v1.ReserveStorageRequest.AnnotationsEntry
-	24, // 13: corral.pool.v1.Node.ReservedComputesEntry.value:type_name -> corral.pool.v1.Compute
-	25, // 14: corral.pool.v1.Node.ReservedStoragesEntry.value:type_name -> corral.pool.v1.Storage
-	2,  // 15: corral.pool.v1.NodeService.ListNodes:input_type -> corral.pool.v1.ListNodesRequest
-	4,  // 16: corral.pool.v1.NodeService.GetNode:input_type -> corral.pool.v1.GetNodeRequest
-	5,  // 17: corral.pool.v1.NodeService.ApplyNode:input_type -> corral.pool.v1.ApplyNodeRequest
-	6,  // 18: corral.pool.v1.NodeService.DeleteNode:input_type -> corral.pool.v1.DeleteNodeRequest
-	7,  // 19: corral.pool.v1.NodeService.ScheduleCompute:input_type -> corral.pool.v1.ScheduleComputeRequest
-	8,  // 20: corral.pool.v1.NodeService.ReserveCompute:input_type -> corral.pool.v1.ReserveComputeRequest
-	9,  // 21: corral.pool.v1.NodeService.ReleaseCompute:input_type -> corral.pool.v1.ReleaseComputeRequest
-	10, // 22: corral.pool.v1.NodeService.ScheduleStorage:input_type -> corral.pool.v1.ScheduleStorageRequest
-	11, // 23: corral.pool.v1.NodeService.ReserveStorage:input_type -> corral.pool.v1.ReserveStorageRequest
-	12, // 24: corral.pool.v1.NodeService.ReleaseStorage:input_type -> corral.pool.v1.ReleaseStorageRequest
-	3,  // 25: corral.pool.v1.NodeService.ListNodes:output_type -> corral.pool.v1.ListNodesResponse
-	1,  // 26: corral.pool.v1.NodeService.GetNode:output_type -> corral.pool.v1.Node
-	1,  // 27: corral.pool.v1.NodeService.ApplyNode:output_type -> corral.pool.v1.Node
-	26, // 28: corral.pool.v1.NodeService.DeleteNode:output_type -> google.protobuf.Empty
-	1,  // 29: corral.pool.v1.NodeService.ScheduleCompute:output_type -> corral.pool.v1.Node
-	1,  // 30: corral.pool.v1.NodeService.ReserveCompute:output_type -> corral.pool.v1.Node
-	26, // 31: corral.pool.v1.NodeService.ReleaseCompute:output_type -> google.protobuf.Empty
-	1,  // 32: corral.pool.v1.NodeService.ScheduleStorage:output_type -> corral.pool.v1.Node
-	1,  // 33: corral.pool.v1.NodeService.ReserveStorage:output_type -> corral.pool.v1.Node
-	26, // 34: corral.pool.v1.NodeService.ReleaseStorage:output_type -> google.protobuf.Empty
-	25, // [25:35] is the sub-list for method output_type
-	15, // [15:25] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	19, // 7: corral.pool.v1.ApplyNodeRequest.annotations:type_name -> corral.pool.v1.ApplyNodeRequest.AnnotationsEntry
+	20, // 8: corral.pool.v1.ApplyNodeRequest.labels:type_name -> corral.pool.v1.ApplyNodeRequest.LabelsEntry
+	21, // 9: corral.pool.v1.ScheduleComputeRequest.annotations:type_name -> corral.pool.v1.ScheduleComputeRequest.AnnotationsEntry
+	22, // 10: corral.pool.v1.ReserveComputeRequest.annotations:type_name -> corral.pool.v1.ReserveComputeRequest.AnnotationsEntry
+	23, // 11: corral.pool.v1.ScheduleStorageRequest.annotations:type_name -> corral.pool.v1.ScheduleStorageRequest.AnnotationsEntry
+	24, // 12: corral.pool.v1.ReserveStorageRequest.annotations:type_name -> corral.pool.v1.ReserveStorageRequest.AnnotationsEntry
+	26, // 13: corral.pool.v1.NodeEvent.type:type_name -> corral.watch.v1.EventType
+	1,  // 14: corral.pool.v1.NodeEvent.node:type_name -> corral.pool.v1.Node
+	27, // 15: corral.pool.v1.Node.ReservedComputesEntry.value:type_name -> corral.pool.v1.Compute
+	28, // 16: corral.pool.v1.Node.ReservedStoragesEntry.value:type_name -> corral.pool.v1.Storage
+	2,  // 17: corral.pool.v1.NodeService.ListNodes:input_type -> corral.pool.v1.ListNodesRequest
+	4,  // 18: corral.pool.v1.NodeService.GetNode:input_type -> corral.pool.v1.GetNodeRequest
+	5,  // 19: corral.pool.v1.NodeService.ApplyNode:input_type -> corral.pool.v1.ApplyNodeRequest
+	6,  // 20: corral.pool.v1.NodeService.DeleteNode:input_type -> corral.pool.v1.DeleteNodeRequest
+	7,  // 21: corral.pool.v1.NodeService.ScheduleCompute:input_type -> corral.pool.v1.ScheduleComputeRequest
+	8,  // 22: corral.pool.v1.NodeService.ReserveCompute:input_type -> corral.pool.v1.ReserveComputeRequest
+	9,  // 23: corral.pool.v1.NodeService.ReleaseCompute:input_type -> corral.pool.v1.ReleaseComputeRequest
+	10, // 24: corral.pool.v1.NodeService.ScheduleStorage:input_type -> corral.pool.v1.ScheduleStorageRequest
+	11, // 25: corral.pool.v1.NodeService.ReserveStorage:input_type -> corral.pool.v1.ReserveStorageRequest
+	12, // 26: corral.pool.v1.NodeService.ReleaseStorage:input_type -> corral.pool.v1.ReleaseStorageRequest
+	13, // 27: corral.pool.v1.NodeService.WatchNodes:input_type -> corral.pool.v1.WatchNodesRequest
+	3,  // 28: corral.pool.v1.NodeService.ListNodes:output_type -> corral.pool.v1.ListNodesResponse
+	1,  // 29: corral.pool.v1.NodeService.GetNode:output_type -> corral.pool.v1.Node
+	1,  // 30: corral.pool.v1.NodeService.ApplyNode:output_type -> corral.pool.v1.Node
+	29, // 31: corral.pool.v1.NodeService.DeleteNode:output_type -> google.protobuf.Empty
+	1,  // 32: corral.pool.v1.NodeService.ScheduleCompute:output_type -> corral.pool.v1.Node
+	1,  // 33: corral.pool.v1.NodeService.ReserveCompute:output_type -> corral.pool.v1.Node
+	29, // 34: corral.pool.v1.NodeService.ReleaseCompute:output_type -> google.protobuf.Empty
+	1,  // 35: corral.pool.v1.NodeService.ScheduleStorage:output_type -> corral.pool.v1.Node
+	1,  // 36: corral.pool.v1.NodeService.ReserveStorage:output_type -> corral.pool.v1.Node
+	29, // 37: corral.pool.v1.NodeService.ReleaseStorage:output_type -> google.protobuf.Empty
+	14, // 38: corral.pool.v1.NodeService.WatchNodes:output_type -> corral.pool.v1.NodeEvent
+	28, // [28:39] is the sub-list for method output_type
+	17, // [17:28] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_api_pool_v1_node_proto_init() }
@@ -1251,7 +1383,7 @@ func file_api_pool_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_pool_v1_node_proto_rawDesc), len(file_api_pool_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -34,14 +34,12 @@ const (
 	NodeService_ScheduleStorage_FullMethodName = "/corral.pool.v1.NodeService/ScheduleStorage"
 	NodeService_ReserveStorage_FullMethodName  = "/corral.pool.v1.NodeService/ReserveStorage"
 	NodeService_ReleaseStorage_FullMethodName  = "/corral.pool.v1.NodeService/ReleaseStorage"
+	NodeService_WatchNodes_FullMethodName      = "/corral.pool.v1.NodeService/WatchNodes"
 )
 
 // NodeServiceClient is the client API for NodeService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
-//
-// NodeService keeps hypervisor nodes and their compute/storage budgets.
-// List of nothing is an empty list; Schedule* picks a READY node.
 type NodeServiceClient interface {
 	ListNodes(ctx context.Context, in *ListNodesRequest, opts ...grpc.CallOption) (*ListNodesResponse, error)
 	GetNode(ctx context.Context, in *GetNodeRequest, opts ...grpc.CallOption) (*Node, error)
@@ -53,6 +51,7 @@ type NodeServiceClient interface {
 	ScheduleStorage(ctx context.Context, in *ScheduleStorageRequest, opts ...grpc.CallOption) (*Node, error)
 	ReserveStorage(ctx context.Context, in *ReserveStorageRequest, opts ...grpc.CallOption) (*Node, error)
 	ReleaseStorage(ctx context.Context, in *ReleaseStorageRequest, opts ...grpc.CallOption) (*emptypb.Empty, error)
+	WatchNodes(ctx context.Context, in *WatchNodesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[NodeEvent], error)
 }
 
 type nodeServiceClient struct {
@@ -163,12 +162,28 @@ func (c *nodeServiceClient) ReleaseStorage(ctx context.Context, in *ReleaseStora
 	return out, nil
 }
 
+func (c *nodeServiceClient) WatchNodes(ctx context.Context, in *WatchNodesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[NodeEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &NodeService_ServiceDesc.Streams[0], NodeService_WatchNodes_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchNodesRequest, NodeEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NodeService_WatchNodesClient = grpc.ServerStreamingClient[NodeEvent]
+
 // NodeServiceServer is the server API for NodeService service.
 // All implementations must embed UnimplementedNodeServiceServer
 // for forward compatibility.
-//
-// NodeService keeps hypervisor nodes and their compute/storage budgets.
-// List of nothing is an empty list; Schedule* picks a READY node.
 type NodeServiceServer interface {
 	ListNodes(context.Context, *ListNodesRequest) (*ListNodesResponse, error)
 	GetNode(context.Context, *GetNodeRequest) (*Node, error)
@@ -180,6 +195,7 @@ type NodeServiceServer interface {
 	ScheduleStorage(context.Context, *ScheduleStorageRequest) (*Node, error)
 	ReserveStorage(context.Context, *ReserveStorageRequest) (*Node, error)
 	ReleaseStorage(context.Context, *ReleaseStorageRequest) (*emptypb.Empty, error)
+	WatchNodes(*WatchNodesRequest, grpc.ServerStreamingServer[NodeEvent]) error
 	mustEmbedUnimplementedNodeServiceServer()
 }
 
@@ -219,6 +235,9 @@ func (UnimplementedNodeServiceServer) ReserveStorage(context.Context, *ReserveSt
 }
 func (UnimplementedNodeServiceServer) ReleaseStorage(context.Context, *ReleaseStorageRequest) (*emptypb.Empty, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ReleaseStorage not implemented")
+}
+func (UnimplementedNodeServiceServer) WatchNodes(*WatchNodesRequest, grpc.ServerStreamingServer[NodeEvent]) error {
+	return status.Errorf(codes.Unimplemented, "method WatchNodes not implemented")
 }
 func (UnimplementedNodeServiceServer) mustEmbedUnimplementedNodeServiceServer() {}
 func (UnimplementedNodeServiceServer) testEmbeddedByValue()                     {}
@@ -421,6 +440,17 @@ func _NodeService_ReleaseStorage_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _NodeService_WatchNodes_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchNodesRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(NodeServiceServer).WatchNodes(m, &grpc.GenericServerStream[WatchNodesRequest, NodeEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NodeService_WatchNodesServer = grpc.ServerStreamingServer[NodeEvent]
+
 // NodeService_ServiceDesc is the grpc.ServiceDesc for NodeService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -469,6 +499,12 @@ var NodeService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _NodeService_ReleaseStorage_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchNodes",
+			Handler:       _NodeService_WatchNodes_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "api/pool/v1/node.proto",
 }

@@ -11,6 +11,7 @@ package provisioningv1
 
 import (
 	_ "github.com/corralhq/corral/api/auth/v1"
+	v1 "github.com/corralhq/corral/api/watch/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	emptypb "google.golang.org/protobuf/types/known/emptypb"
@@ -857,11 +858,125 @@ func (x *DownloadBlockStorageResponse) GetDownloadUrl() string {
 	return ""
 }
 
+// BlockStorageService keeps qcow2 volumes on nodes.
+// WatchBlockStoragesRequest: see corral.watch.v1 for the stream's contract.
+type WatchBlockStoragesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	FromRevision  int64                  `protobuf:"varint,2,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchBlockStoragesRequest) Reset() {
+	*x = WatchBlockStoragesRequest{}
+	mi := &file_api_provisioning_v1_block_storage_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchBlockStoragesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchBlockStoragesRequest) ProtoMessage() {}
+
+func (x *WatchBlockStoragesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_provisioning_v1_block_storage_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchBlockStoragesRequest.ProtoReflect.Descriptor instead.
+func (*WatchBlockStoragesRequest) Descriptor() ([]byte, []int) {
+	return file_api_provisioning_v1_block_storage_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *WatchBlockStoragesRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WatchBlockStoragesRequest) GetFromRevision() int64 {
+	if x != nil {
+		return x.FromRevision
+	}
+	return 0
+}
+
+type BlockStorageEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          v1.EventType           `protobuf:"varint,1,opt,name=type,proto3,enum=corral.watch.v1.EventType" json:"type,omitempty"`
+	Revision      int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	BlockStorage  *BlockStorage          `protobuf:"bytes,3,opt,name=block_storage,json=blockStorage,proto3" json:"block_storage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockStorageEvent) Reset() {
+	*x = BlockStorageEvent{}
+	mi := &file_api_provisioning_v1_block_storage_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockStorageEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockStorageEvent) ProtoMessage() {}
+
+func (x *BlockStorageEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_api_provisioning_v1_block_storage_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockStorageEvent.ProtoReflect.Descriptor instead.
+func (*BlockStorageEvent) Descriptor() ([]byte, []int) {
+	return file_api_provisioning_v1_block_storage_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *BlockStorageEvent) GetType() v1.EventType {
+	if x != nil {
+		return x.Type
+	}
+	return v1.EventType(0)
+}
+
+func (x *BlockStorageEvent) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *BlockStorageEvent) GetBlockStorage() *BlockStorage {
+	if x != nil {
+		return x.BlockStorage
+	}
+	return nil
+}
+
 var File_api_provisioning_v1_block_storage_proto protoreflect.FileDescriptor
 
 const file_api_provisioning_v1_block_storage_proto_rawDesc = "" +
 	"\n" +
-	"'api/provisioning/v1/block_storage.proto\x12\x16corral.provisioning.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1bgoogle/protobuf/empty.proto\"\xfe\x04\n" +
+	"'api/provisioning/v1/block_storage.proto\x12\x16corral.provisioning.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x1bgoogle/protobuf/empty.proto\"\xfe\x04\n" +
 	"\fBlockStorage\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12W\n" +
 	"\vannotations\x18\x03 \x03(\v25.corral.provisioning.v1.BlockStorage.AnnotationsEntryR\vannotations\x12H\n" +
@@ -961,7 +1076,15 @@ const file_api_provisioning_v1_block_storage_proto_rawDesc = "" +
 	"\x1bDownloadBlockStorageRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"A\n" +
 	"\x1cDownloadBlockStorageResponse\x12!\n" +
-	"\fdownload_url\x18\x01 \x01(\tR\vdownloadUrl2\xc4\t\n" +
+	"\fdownload_url\x18\x01 \x01(\tR\vdownloadUrl\"T\n" +
+	"\x19WatchBlockStoragesRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
+	"\rfrom_revision\x18\x02 \x01(\x03R\ffromRevision\"\xaa\x01\n" +
+	"\x11BlockStorageEvent\x12.\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x1a.corral.watch.v1.EventTypeR\x04type\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12I\n" +
+	"\rblock_storage\x18\x03 \x01(\v2$.corral.provisioning.v1.BlockStorageR\fblockStorage2\xc2\n" +
+	"\n" +
 	"\x13BlockStorageService\x12u\n" +
 	"\x12CreateBlockStorage\x121.corral.provisioning.v1.CreateBlockStorageRequest\x1a$.corral.provisioning.v1.BlockStorage\"\x06\xe2\xa6\x19\x02\b\x02\x12s\n" +
 	"\x11FetchBlockStorage\x120.corral.provisioning.v1.FetchBlockStorageRequest\x1a$.corral.provisioning.v1.BlockStorage\"\x06\xe2\xa6\x19\x02\b\x02\x12q\n" +
@@ -972,7 +1095,8 @@ const file_api_provisioning_v1_block_storage_proto_rawDesc = "" +
 	"\x12DeleteBlockStorage\x121.corral.provisioning.v1.DeleteBlockStorageRequest\x1a$.corral.provisioning.v1.BlockStorage\"\x06\xe2\xa6\x19\x02\b\x02\x12y\n" +
 	"\x14UndeleteBlockStorage\x123.corral.provisioning.v1.UndeleteBlockStorageRequest\x1a$.corral.provisioning.v1.BlockStorage\"\x06\xe2\xa6\x19\x02\b\x02\x12e\n" +
 	"\x11PurgeBlockStorage\x120.corral.provisioning.v1.PurgeBlockStorageRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02\x12\x89\x01\n" +
-	"\x14DownloadBlockStorage\x123.corral.provisioning.v1.DownloadBlockStorageRequest\x1a4.corral.provisioning.v1.DownloadBlockStorageResponse\"\x06\xe2\xa6\x19\x02\b\x01B?Z=github.com/corralhq/corral/api/provisioning/v1;provisioningv1b\x06proto3"
+	"\x14DownloadBlockStorage\x123.corral.provisioning.v1.DownloadBlockStorageRequest\x1a4.corral.provisioning.v1.DownloadBlockStorageResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12|\n" +
+	"\x12WatchBlockStorages\x121.corral.provisioning.v1.WatchBlockStoragesRequest\x1a).corral.provisioning.v1.BlockStorageEvent\"\x06\xe2\xa6\x19\x02\b\x010\x01B?Z=github.com/corralhq/corral/api/provisioning/v1;provisioningv1b\x06proto3"
 
 var (
 	file_api_provisioning_v1_block_storage_proto_rawDescOnce sync.Once
@@ -987,7 +1111,7 @@ func file_api_provisioning_v1_block_storage_proto_rawDescGZIP() []byte {
 }
 
 var file_api_provisioning_v1_block_storage_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_provisioning_v1_block_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_api_provisioning_v1_block_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_api_provisioning_v1_block_storage_proto_goTypes = []any{
 	(BlockStorage_BlockStorageState)(0),  // 0: corral.provisioning.v1.BlockStorage.BlockStorageState
 	(*BlockStorage)(nil),                 // 1: corral.provisioning.v1.BlockStorage
@@ -1003,56 +1127,63 @@ var file_api_provisioning_v1_block_storage_proto_goTypes = []any{
 	(*PurgeBlockStorageRequest)(nil),     // 11: corral.provisioning.v1.PurgeBlockStorageRequest
 	(*DownloadBlockStorageRequest)(nil),  // 12: corral.provisioning.v1.DownloadBlockStorageRequest
 	(*DownloadBlockStorageResponse)(nil), // 13: corral.provisioning.v1.DownloadBlockStorageResponse
-	nil,                                  // 14: corral.provisioning.v1.BlockStorage.AnnotationsEntry
-	nil,                                  // 15: corral.provisioning.v1.BlockStorage.LabelsEntry
-	nil,                                  // 16: corral.provisioning.v1.CreateBlockStorageRequest.AnnotationsEntry
-	nil,                                  // 17: corral.provisioning.v1.CreateBlockStorageRequest.LabelsEntry
-	nil,                                  // 18: corral.provisioning.v1.FetchBlockStorageRequest.AnnotationsEntry
-	nil,                                  // 19: corral.provisioning.v1.FetchBlockStorageRequest.LabelsEntry
-	nil,                                  // 20: corral.provisioning.v1.CopyBlockStorageRequest.AnnotationsEntry
-	nil,                                  // 21: corral.provisioning.v1.CopyBlockStorageRequest.LabelsEntry
-	nil,                                  // 22: corral.provisioning.v1.UpdateBlockStorageRequest.AnnotationsEntry
-	nil,                                  // 23: corral.provisioning.v1.UpdateBlockStorageRequest.LabelsEntry
-	(*emptypb.Empty)(nil),                // 24: google.protobuf.Empty
+	(*WatchBlockStoragesRequest)(nil),    // 14: corral.provisioning.v1.WatchBlockStoragesRequest
+	(*BlockStorageEvent)(nil),            // 15: corral.provisioning.v1.BlockStorageEvent
+	nil,                                  // 16: corral.provisioning.v1.BlockStorage.AnnotationsEntry
+	nil,                                  // 17: corral.provisioning.v1.BlockStorage.LabelsEntry
+	nil,                                  // 18: corral.provisioning.v1.CreateBlockStorageRequest.AnnotationsEntry
+	nil,                                  // 19: corral.provisioning.v1.CreateBlockStorageRequest.LabelsEntry
+	nil,                                  // 20: corral.provisioning.v1.FetchBlockStorageRequest.AnnotationsEntry
+	nil,                                  // 21: corral.provisioning.v1.FetchBlockStorageRequest.LabelsEntry
+	nil,                                  // 22: corral.provisioning.v1.CopyBlockStorageRequest.AnnotationsEntry
+	nil,                                  // 23: corral.provisioning.v1.CopyBlockStorageRequest.LabelsEntry
+	nil,                                  // 24: corral.provisioning.v1.UpdateBlockStorageRequest.AnnotationsEntry
+	nil,                                  // 25: corral.provisioning.v1.UpdateBlockStorageRequest.LabelsEntry
+	(v1.EventType)(0),                    // 26: corral.watch.v1.EventType
+	(*emptypb.Empty)(nil),                // 27: google.protobuf.Empty
 }
 var file_api_provisioning_v1_block_storage_proto_depIdxs = []int32{
-	14, // 0: corral.provisioning.v1.BlockStorage.annotations:type_name -> corral.provisioning.v1.BlockStorage.AnnotationsEntry
-	15, // 1: corral.provisioning.v1.BlockStorage.labels:type_name -> corral.provisioning.v1.BlockStorage.LabelsEntry
+	16, // 0: corral.provisioning.v1.BlockStorage.annotations:type_name -> corral.provisioning.v1.BlockStorage.AnnotationsEntry
+	17, // 1: corral.provisioning.v1.BlockStorage.labels:type_name -> corral.provisioning.v1.BlockStorage.LabelsEntry
 	0,  // 2: corral.provisioning.v1.BlockStorage.state:type_name -> corral.provisioning.v1.BlockStorage.BlockStorageState
-	16, // 3: corral.provisioning.v1.CreateBlockStorageRequest.annotations:type_name -> corral.provisioning.v1.CreateBlockStorageRequest.AnnotationsEntry
-	17, // 4: corral.provisioning.v1.CreateBlockStorageRequest.labels:type_name -> corral.provisioning.v1.CreateBlockStorageRequest.LabelsEntry
-	18, // 5: corral.provisioning.v1.FetchBlockStorageRequest.annotations:type_name -> corral.provisioning.v1.FetchBlockStorageRequest.AnnotationsEntry
-	19, // 6: corral.provisioning.v1.FetchBlockStorageRequest.labels:type_name -> corral.provisioning.v1.FetchBlockStorageRequest.LabelsEntry
-	20, // 7: corral.provisioning.v1.CopyBlockStorageRequest.annotations:type_name -> corral.provisioning.v1.CopyBlockStorageRequest.AnnotationsEntry
-	21, // 8: corral.provisioning.v1.CopyBlockStorageRequest.labels:type_name -> corral.provisioning.v1.CopyBlockStorageRequest.LabelsEntry
+	18, // 3: corral.provisioning.v1.CreateBlockStorageRequest.annotations:type_name -> corral.provisioning.v1.CreateBlockStorageRequest.AnnotationsEntry
+	19, // 4: corral.provisioning.v1.CreateBlockStorageRequest.labels:type_name -> corral.provisioning.v1.CreateBlockStorageRequest.LabelsEntry
+	20, // 5: corral.provisioning.v1.FetchBlockStorageRequest.annotations:type_name -> corral.provisioning.v1.FetchBlockStorageRequest.AnnotationsEntry
+	21, // 6: corral.provisioning.v1.FetchBlockStorageRequest.labels:type_name -> corral.provisioning.v1.FetchBlockStorageRequest.LabelsEntry
+	22, // 7: corral.provisioning.v1.CopyBlockStorageRequest.annotations:type_name -> corral.provisioning.v1.CopyBlockStorageRequest.AnnotationsEntry
+	23, // 8: corral.provisioning.v1.CopyBlockStorageRequest.labels:type_name -> corral.provisioning.v1.CopyBlockStorageRequest.LabelsEntry
 	1,  // 9: corral.provisioning.v1.ListBlockStoragesResponse.block_storages:type_name -> corral.provisioning.v1.BlockStorage
-	22, // 10: corral.provisioning.v1.UpdateBlockStorageRequest.annotations:type_name -> corral.provisioning.v1.UpdateBlockStorageRequest.AnnotationsEntry
-	23, // 11: corral.provisioning.v1.UpdateBlockStorageRequest.labels:type_name -> corral.provisioning.v1.UpdateBlockStorageRequest.LabelsEntry
-	2,  // 12: corral.provisioning.v1.BlockStorageService.CreateBlockStorage:input_type -> corral.provisioning.v1.CreateBlockStorageRequest
-	3,  // 13: corral.provisioning.v1.BlockStorageService.FetchBlockStorage:input_type -> corral.provisioning.v1.FetchBlockStorageRequest
-	4,  // 14: corral.provisioning.v1.BlockStorageService.CopyBlockStorage:input_type -> corral.provisioning.v1.CopyBlockStorageRequest
-	5,  // 15: corral.provisioning.v1.BlockStorageService.ListBlockStorages:input_type -> corral.provisioning.v1.ListBlockStoragesRequest
-	7,  // 16: corral.provisioning.v1.BlockStorageService.GetBlockStorage:input_type -> corral.provisioning.v1.GetBlockStorageRequest
-	8,  // 17: corral.provisioning.v1.BlockStorageService.UpdateBlockStorage:input_type -> corral.provisioning.v1.UpdateBlockStorageRequest
-	9,  // 18: corral.provisioning.v1.BlockStorageService.DeleteBlockStorage:input_type -> corral.provisioning.v1.DeleteBlockStorageRequest
-	10, // 19: corral.provisioning.v1.BlockStorageService.UndeleteBlockStorage:input_type -> corral.provisioning.v1.UndeleteBlockStorageRequest
-	11, // 20: corral.provisioning.v1.BlockStorageService.PurgeBlockStorage:input_type -> corral.provisioning.v1.PurgeBlockStorageRequest
-	12, // 21: corral.provisioning.v1.BlockStorageService.DownloadBlockStorage:input_type -> corral.provisioning.v1.DownloadBlockStorageRequest
-	1,  // 22: corral.provisioning.v1.BlockStorageService.CreateBlockStorage:output_type -> corral.provisioning.v1.BlockStorage
-	1,  // 23: corral.provisioning.v1.BlockStorageService.FetchBlockStorage:output_type -> corral.provisioning.v1.BlockStorage
-	1,  // 24: corral.provisioning.v1.BlockStorageService.CopyBlockStorage:output_type -> corral.provisioning.v1.BlockStorage
-	6,  // 25: corral.provisioning.v1.BlockStorageService.ListBlockStorages:output_type -> corral.provisioning.v1.ListBlockStoragesResponse
-	1,  // 26: corral.provisioning.v1.BlockStorageService.GetBlockStorage:output_type -> corral.provisioning.v1.BlockStorage
-	1,  // 27: corral.provisioning.v1.BlockStorageService.UpdateBlockStorage:output_type -> corral.provisioning.v1.BlockStorage
-	1,  // 28: corral.provisioning.v1.BlockStorageService.DeleteBlockStorage:output_type -> corral.provisioning.v1.BlockStorage
-	1,  // 29: corral.provisioning.v1.BlockStorageService.UndeleteBlockStorage:output_type -> corral.provisioning.v1.BlockStorage
-	24, // 30: corral.provisioning.v1.BlockStorageService.PurgeBlockStorage:output_type -> google.protobuf.Empty
-	13, // 31: corral.provisioning.v1.BlockStorageService.DownloadBlockStorage:output_type -> corral.provisioning.v1.DownloadBlockStorageResponse
-	22, // [22:32] is the sub-list for method output_type
-	12, // [12:22] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	24, // 10: corral.provisioning.v1.UpdateBlockStorageRequest.annotations:type_name -> corral.provisioning.v1.UpdateBlockStorageRequest.AnnotationsEntry
+	25, // 11: corral.provisioning.v1.UpdateBlockStorageRequest.labels:type_name -> corral.provisioning.v1.UpdateBlockStorageRequest.LabelsEntry
+	26, // 12: corral.provisioning.v1.BlockStorageEvent.type:type_name -> corral.watch.v1.EventType
+	1,  // 13: corral.provisioning.v1.BlockStorageEvent.block_storage:type_name -> corral.provisioning.v1.BlockStorage
+	2,  // 14: corral.provisioning.v1.BlockStorageService.CreateBlockStorage:input_type -> corral.provisioning.v1.CreateBlockStorageRequest
+	3,  // 15: corral.provisioning.v1.BlockStorageService.FetchBlockStorage:input_type -> corral.provisioning.v1.FetchBlockStorageRequest
+	4,  // 16: corral.provisioning.v1.BlockStorageService.CopyBlockStorage:input_type -> corral.provisioning.v1.CopyBlockStorageRequest
+	5,  // 17: corral.provisioning.v1.BlockStorageService.ListBlockStorages:input_type -> corral.provisioning.v1.ListBlockStoragesRequest
+	7,  // 18: corral.provisioning.v1.BlockStorageService.GetBlockStorage:input_type -> corral.provisioning.v1.GetBlockStorageRequest
+	8,  // 19: corral.provisioning.v1.BlockStorageService.UpdateBlockStorage:input_type -> corral.provisioning.v1.UpdateBlockStorageRequest
+	9,  // 20: corral.provisioning.v1.BlockStorageService.DeleteBlockStorage:input_type -> corral.provisioning.v1.DeleteBlockStorageRequest
+	10, // 21: corral.provisioning.v1.BlockStorageService.UndeleteBlockStorage:input_type -> corral.provisioning.v1.UndeleteBlockStorageRequest
+	11, // 22: corral.provisioning.v1.BlockStorageService.PurgeBlockStorage:input_type -> corral.provisioning.v1.PurgeBlockStorageRequest
+	12, // 23: corral.provisioning.v1.BlockStorageService.DownloadBlockStorage:input_type -> corral.provisioning.v1.DownloadBlockStorageRequest
+	14, // 24: corral.provisioning.v1.BlockStorageService.WatchBlockStorages:input_type -> corral.provisioning.v1.WatchBlockStoragesRequest
+	1,  // 25: corral.provisioning.v1.BlockStorageService.CreateBlockStorage:output_type -> corral.provisioning.v1.BlockStorage
+	1,  // 26: corral.provisioning.v1.BlockStorageService.FetchBlockStorage:output_type -> corral.provisioning.v1.BlockStorage
+	1,  // 27: corral.provisioning.v1.BlockStorageService.CopyBlockStorage:output_type -> corral.provisioning.v1.BlockStorage
+	6,  // 28: corral.provisioning.v1.BlockStorageService.ListBlockStorages:output_type -> corral.provisioning.v1.ListBlockStoragesResponse
+	1,  // 29: corral.provisioning.v1.BlockStorageService.GetBlockStorage:output_type -> corral.provisioning.v1.BlockStorage
+	1,  // 30: corral.provisioning.v1.BlockStorageService.UpdateBlockStorage:output_type -> corral.provisioning.v1.BlockStorage
+	1,  // 31: corral.provisioning.v1.BlockStorageService.DeleteBlockStorage:output_type -> corral.provisioning.v1.BlockStorage
+	1,  // 32: corral.provisioning.v1.BlockStorageService.UndeleteBlockStorage:output_type -> corral.provisioning.v1.BlockStorage
+	27, // 33: corral.provisioning.v1.BlockStorageService.PurgeBlockStorage:output_type -> google.protobuf.Empty
+	13, // 34: corral.provisioning.v1.BlockStorageService.DownloadBlockStorage:output_type -> corral.provisioning.v1.DownloadBlockStorageResponse
+	15, // 35: corral.provisioning.v1.BlockStorageService.WatchBlockStorages:output_type -> corral.provisioning.v1.BlockStorageEvent
+	25, // [25:36] is the sub-list for method output_type
+	14, // [14:25] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_api_provisioning_v1_block_storage_proto_init() }
@@ -1066,7 +1197,7 @@ func file_api_provisioning_v1_block_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_provisioning_v1_block_storage_proto_rawDesc), len(file_api_provisioning_v1_block_storage_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,13 +33,12 @@ const (
 	BlockStorageService_UndeleteBlockStorage_FullMethodName = "/corral.provisioning.v1.BlockStorageService/UndeleteBlockStorage"
 	BlockStorageService_PurgeBlockStorage_FullMethodName    = "/corral.provisioning.v1.BlockStorageService/PurgeBlockStorage"
 	BlockStorageService_DownloadBlockStorage_FullMethodName = "/corral.provisioning.v1.BlockStorageService/DownloadBlockStorage"
+	BlockStorageService_WatchBlockStorages_FullMethodName   = "/corral.provisioning.v1.BlockStorageService/WatchBlockStorages"
 )
 
 // BlockStorageServiceClient is the client API for BlockStorageService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
-//
-// BlockStorageService keeps qcow2 volumes on nodes.
 type BlockStorageServiceClient interface {
 	CreateBlockStorage(ctx context.Context, in *CreateBlockStorageRequest, opts ...grpc.CallOption) (*BlockStorage, error)
 	FetchBlockStorage(ctx context.Context, in *FetchBlockStorageRequest, opts ...grpc.CallOption) (*BlockStorage, error)
@@ -51,6 +50,7 @@ type BlockStorageServiceClient interface {
 	UndeleteBlockStorage(ctx context.Context, in *UndeleteBlockStorageRequest, opts ...grpc.CallOption) (*BlockStorage, error)
 	PurgeBlockStorage(ctx context.Context, in *PurgeBlockStorageRequest, opts ...grpc.CallOption) (*emptypb.Empty, error)
 	DownloadBlockStorage(ctx context.Context, in *DownloadBlockStorageRequest, opts ...grpc.CallOption) (*DownloadBlockStorageResponse, error)
+	WatchBlockStorages(ctx context.Context, in *WatchBlockStoragesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BlockStorageEvent], error)
 }
 
 type blockStorageServiceClient struct {
@@ -161,11 +161,28 @@ func (c *blockStorageServiceClient) DownloadBlockStorage(ctx context.Context, in
 	return out, nil
 }
 
+func (c *blockStorageServiceClient) WatchBlockStorages(ctx context.Context, in *WatchBlockStoragesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BlockStorageEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &BlockStorageService_ServiceDesc.Streams[0], BlockStorageService_WatchBlockStorages_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchBlockStoragesRequest, BlockStorageEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type BlockStorageService_WatchBlockStoragesClient = grpc.ServerStreamingClient[BlockStorageEvent]
+
 // BlockStorageServiceServer is the server API for BlockStorageService service.
 // All implementations must embed UnimplementedBlockStorageServiceServer
 // for forward compatibility.
-//
-// BlockStorageService keeps qcow2 volumes on nodes.
 type BlockStorageServiceServer interface {
 	CreateBlockStorage(context.Context, *CreateBlockStorageRequest) (*BlockStorage, error)
 	FetchBlockStorage(context.Context, *FetchBlockStorageRequest) (*BlockStorage, error)
@@ -177,6 +194,7 @@ type BlockStorageServiceServer interface {
 	UndeleteBlockStorage(context.Context, *UndeleteBlockStorageRequest) (*BlockStorage, error)
 	PurgeBlockStorage(context.Context, *PurgeBlockStorageRequest) (*emptypb.Empty, error)
 	DownloadBlockStorage(context.Context, *DownloadBlockStorageRequest) (*DownloadBlockStorageResponse, error)
+	WatchBlockStorages(*WatchBlockStoragesRequest, grpc.ServerStreamingServer[BlockStorageEvent]) error
 	mustEmbedUnimplementedBlockStorageServiceServer()
 }
 
@@ -216,6 +234,9 @@ func (UnimplementedBlockStorageServiceServer) PurgeBlockStorage(context.Context,
 }
 func (UnimplementedBlockStorageServiceServer) DownloadBlockStorage(context.Context, *DownloadBlockStorageRequest) (*DownloadBlockStorageResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DownloadBlockStorage not implemented")
+}
+func (UnimplementedBlockStorageServiceServer) WatchBlockStorages(*WatchBlockStoragesRequest, grpc.ServerStreamingServer[BlockStorageEvent]) error {
+	return status.Errorf(codes.Unimplemented, "method WatchBlockStorages not implemented")
 }
 func (UnimplementedBlockStorageServiceServer) mustEmbedUnimplementedBlockStorageServiceServer() {}
 func (UnimplementedBlockStorageServiceServer) testEmbeddedByValue()                             {}
@@ -418,6 +439,17 @@ func _BlockStorageService_DownloadBlockStorage_Handler(srv interface{}, ctx cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BlockStorageService_WatchBlockStorages_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchBlockStoragesRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(BlockStorageServiceServer).WatchBlockStorages(m, &grpc.GenericServerStream[WatchBlockStoragesRequest, BlockStorageEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type BlockStorageService_WatchBlockStoragesServer = grpc.ServerStreamingServer[BlockStorageEvent]
+
 // BlockStorageService_ServiceDesc is the grpc.ServiceDesc for BlockStorageService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -466,6 +498,12 @@ var BlockStorageService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _BlockStorageService_DownloadBlockStorage_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchBlockStorages",
+			Handler:       _BlockStorageService_WatchBlockStorages_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "api/provisioning/v1/block_storage.proto",
 }

@@ -8,6 +8,7 @@ package provisioningv1
 
 import (
 	_ "github.com/corralhq/corral/api/auth/v1"
+	v1 "github.com/corralhq/corral/api/watch/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	emptypb "google.golang.org/protobuf/types/known/emptypb"
@@ -954,11 +955,125 @@ func (x *OpenConsoleResponse) GetConsoleUrl() string {
 	return ""
 }
 
+// VirtualMachineService runs QEMU virtual machines on READY nodes.
+// WatchVirtualMachinesRequest: see corral.watch.v1 for the stream's contract.
+type WatchVirtualMachinesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	FromRevision  int64                  `protobuf:"varint,2,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchVirtualMachinesRequest) Reset() {
+	*x = WatchVirtualMachinesRequest{}
+	mi := &file_api_provisioning_v1_virtual_machine_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchVirtualMachinesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchVirtualMachinesRequest) ProtoMessage() {}
+
+func (x *WatchVirtualMachinesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_provisioning_v1_virtual_machine_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchVirtualMachinesRequest.ProtoReflect.Descriptor instead.
+func (*WatchVirtualMachinesRequest) Descriptor() ([]byte, []int) {
+	return file_api_provisioning_v1_virtual_machine_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *WatchVirtualMachinesRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WatchVirtualMachinesRequest) GetFromRevision() int64 {
+	if x != nil {
+		return x.FromRevision
+	}
+	return 0
+}
+
+type VirtualMachineEvent struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Type           v1.EventType           `protobuf:"varint,1,opt,name=type,proto3,enum=corral.watch.v1.EventType" json:"type,omitempty"`
+	Revision       int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	VirtualMachine *VirtualMachine        `protobuf:"bytes,3,opt,name=virtual_machine,json=virtualMachine,proto3" json:"virtual_machine,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *VirtualMachineEvent) Reset() {
+	*x = VirtualMachineEvent{}
+	mi := &file_api_provisioning_v1_virtual_machine_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VirtualMachineEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VirtualMachineEvent) ProtoMessage() {}
+
+func (x *VirtualMachineEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_api_provisioning_v1_virtual_machine_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VirtualMachineEvent.ProtoReflect.Descriptor instead.
+func (*VirtualMachineEvent) Descriptor() ([]byte, []int) {
+	return file_api_provisioning_v1_virtual_machine_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *VirtualMachineEvent) GetType() v1.EventType {
+	if x != nil {
+		return x.Type
+	}
+	return v1.EventType(0)
+}
+
+func (x *VirtualMachineEvent) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *VirtualMachineEvent) GetVirtualMachine() *VirtualMachine {
+	if x != nil {
+		return x.VirtualMachine
+	}
+	return nil
+}
+
 var File_api_provisioning_v1_virtual_machine_proto protoreflect.FileDescriptor
 
 const file_api_provisioning_v1_virtual_machine_proto_rawDesc = "" +
 	"\n" +
-	")api/provisioning/v1/virtual_machine.proto\x12\x16corral.provisioning.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1bgoogle/protobuf/empty.proto\"\xc5\x02\n" +
+	")api/provisioning/v1/virtual_machine.proto\x12\x16corral.provisioning.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x1bgoogle/protobuf/empty.proto\"\xc5\x02\n" +
 	"\x11VirtualMachineNIC\x12!\n" +
 	"\fnetwork_name\x18\x01 \x01(\tR\vnetworkName\x12\\\n" +
 	"\vannotations\x18\x03 \x03(\v2:.corral.provisioning.v1.VirtualMachineNIC.AnnotationsEntryR\vannotations\x12)\n" +
@@ -1055,7 +1170,14 @@ const file_api_provisioning_v1_virtual_machine_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"6\n" +
 	"\x13OpenConsoleResponse\x12\x1f\n" +
 	"\vconsole_url\x18\x01 \x01(\tR\n" +
-	"consoleUrl2\xe5\b\n" +
+	"consoleUrl\"V\n" +
+	"\x1bWatchVirtualMachinesRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
+	"\rfrom_revision\x18\x02 \x01(\x03R\ffromRevision\"\xb2\x01\n" +
+	"\x13VirtualMachineEvent\x12.\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x1a.corral.watch.v1.EventTypeR\x04type\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12O\n" +
+	"\x0fvirtual_machine\x18\x03 \x01(\v2&.corral.provisioning.v1.VirtualMachineR\x0evirtualMachine2\xea\t\n" +
 	"\x15VirtualMachineService\x12{\n" +
 	"\x14CreateVirtualMachine\x123.corral.provisioning.v1.CreateVirtualMachineRequest\x1a&.corral.provisioning.v1.VirtualMachine\"\x06\xe2\xa6\x19\x02\b\x02\x12\x86\x01\n" +
 	"\x13ListVirtualMachines\x122.corral.provisioning.v1.ListVirtualMachinesRequest\x1a3.corral.provisioning.v1.ListVirtualMachinesResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12u\n" +
@@ -1065,7 +1187,8 @@ const file_api_provisioning_v1_virtual_machine_proto_rawDesc = "" +
 	"\x12BootVirtualMachine\x121.corral.provisioning.v1.BootVirtualMachineRequest\x1a&.corral.provisioning.v1.VirtualMachine\"\x06\xe2\xa6\x19\x02\b\x02\x12{\n" +
 	"\x14RebootVirtualMachine\x123.corral.provisioning.v1.RebootVirtualMachineRequest\x1a&.corral.provisioning.v1.VirtualMachine\"\x06\xe2\xa6\x19\x02\b\x02\x12\x7f\n" +
 	"\x16ShutdownVirtualMachine\x125.corral.provisioning.v1.ShutdownVirtualMachineRequest\x1a&.corral.provisioning.v1.VirtualMachine\"\x06\xe2\xa6\x19\x02\b\x02\x12n\n" +
-	"\vOpenConsole\x12*.corral.provisioning.v1.OpenConsoleRequest\x1a+.corral.provisioning.v1.OpenConsoleResponse\"\x06\xe2\xa6\x19\x02\b\x02B?Z=github.com/corralhq/corral/api/provisioning/v1;provisioningv1b\x06proto3"
+	"\vOpenConsole\x12*.corral.provisioning.v1.OpenConsoleRequest\x1a+.corral.provisioning.v1.OpenConsoleResponse\"\x06\xe2\xa6\x19\x02\b\x02\x12\x82\x01\n" +
+	"\x14WatchVirtualMachines\x123.corral.provisioning.v1.WatchVirtualMachinesRequest\x1a+.corral.provisioning.v1.VirtualMachineEvent\"\x06\xe2\xa6\x19\x02\b\x010\x01B?Z=github.com/corralhq/corral/api/provisioning/v1;provisioningv1b\x06proto3"
 
 var (
 	file_api_provisioning_v1_virtual_machine_proto_rawDescOnce sync.Once
@@ -1080,7 +1203,7 @@ func file_api_provisioning_v1_virtual_machine_proto_rawDescGZIP() []byte {
 }
 
 var file_api_provisioning_v1_virtual_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_provisioning_v1_virtual_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_api_provisioning_v1_virtual_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_api_provisioning_v1_virtual_machine_proto_goTypes = []any{
 	(VirtualMachine_VirtualMachineState)(0), // 0: corral.provisioning.v1.VirtualMachine.VirtualMachineState
 	(*VirtualMachineNIC)(nil),               // 1: corral.provisioning.v1.VirtualMachineNIC
@@ -1096,50 +1219,57 @@ var file_api_provisioning_v1_virtual_machine_proto_goTypes = []any{
 	(*ShutdownVirtualMachineRequest)(nil),   // 11: corral.provisioning.v1.ShutdownVirtualMachineRequest
 	(*OpenConsoleRequest)(nil),              // 12: corral.provisioning.v1.OpenConsoleRequest
 	(*OpenConsoleResponse)(nil),             // 13: corral.provisioning.v1.OpenConsoleResponse
-	nil,                                     // 14: corral.provisioning.v1.VirtualMachineNIC.AnnotationsEntry
-	nil,                                     // 15: corral.provisioning.v1.VirtualMachine.AnnotationsEntry
-	nil,                                     // 16: corral.provisioning.v1.VirtualMachine.LabelsEntry
-	nil,                                     // 17: corral.provisioning.v1.CreateVirtualMachineRequest.AnnotationsEntry
-	nil,                                     // 18: corral.provisioning.v1.CreateVirtualMachineRequest.LabelsEntry
-	nil,                                     // 19: corral.provisioning.v1.UpdateVirtualMachineRequest.AnnotationsEntry
-	nil,                                     // 20: corral.provisioning.v1.UpdateVirtualMachineRequest.LabelsEntry
-	(*emptypb.Empty)(nil),                   // 21: google.protobuf.Empty
+	(*WatchVirtualMachinesRequest)(nil),     // 14: corral.provisioning.v1.WatchVirtualMachinesRequest
+	(*VirtualMachineEvent)(nil),             // 15: corral.provisioning.v1.VirtualMachineEvent
+	nil,                                     // 16: corral.provisioning.v1.VirtualMachineNIC.AnnotationsEntry
+	nil,                                     // 17: corral.provisioning.v1.VirtualMachine.AnnotationsEntry
+	nil,                                     // 18: corral.provisioning.v1.VirtualMachine.LabelsEntry
+	nil,                                     // 19: corral.provisioning.v1.CreateVirtualMachineRequest.AnnotationsEntry
+	nil,                                     // 20: corral.provisioning.v1.CreateVirtualMachineRequest.LabelsEntry
+	nil,                                     // 21: corral.provisioning.v1.UpdateVirtualMachineRequest.AnnotationsEntry
+	nil,                                     // 22: corral.provisioning.v1.UpdateVirtualMachineRequest.LabelsEntry
+	(v1.EventType)(0),                       // 23: corral.watch.v1.EventType
+	(*emptypb.Empty)(nil),                   // 24: google.protobuf.Empty
 }
 var file_api_provisioning_v1_virtual_machine_proto_depIdxs = []int32{
-	14, // 0: corral.provisioning.v1.VirtualMachineNIC.annotations:type_name -> corral.provisioning.v1.VirtualMachineNIC.AnnotationsEntry
-	15, // 1: corral.provisioning.v1.VirtualMachine.annotations:type_name -> corral.provisioning.v1.VirtualMachine.AnnotationsEntry
-	16, // 2: corral.provisioning.v1.VirtualMachine.labels:type_name -> corral.provisioning.v1.VirtualMachine.LabelsEntry
+	16, // 0: corral.provisioning.v1.VirtualMachineNIC.annotations:type_name -> corral.provisioning.v1.VirtualMachineNIC.AnnotationsEntry
+	17, // 1: corral.provisioning.v1.VirtualMachine.annotations:type_name -> corral.provisioning.v1.VirtualMachine.AnnotationsEntry
+	18, // 2: corral.provisioning.v1.VirtualMachine.labels:type_name -> corral.provisioning.v1.VirtualMachine.LabelsEntry
 	1,  // 3: corral.provisioning.v1.VirtualMachine.nics:type_name -> corral.provisioning.v1.VirtualMachineNIC
 	0,  // 4: corral.provisioning.v1.VirtualMachine.state:type_name -> corral.provisioning.v1.VirtualMachine.VirtualMachineState
-	17, // 5: corral.provisioning.v1.CreateVirtualMachineRequest.annotations:type_name -> corral.provisioning.v1.CreateVirtualMachineRequest.AnnotationsEntry
-	18, // 6: corral.provisioning.v1.CreateVirtualMachineRequest.labels:type_name -> corral.provisioning.v1.CreateVirtualMachineRequest.LabelsEntry
+	19, // 5: corral.provisioning.v1.CreateVirtualMachineRequest.annotations:type_name -> corral.provisioning.v1.CreateVirtualMachineRequest.AnnotationsEntry
+	20, // 6: corral.provisioning.v1.CreateVirtualMachineRequest.labels:type_name -> corral.provisioning.v1.CreateVirtualMachineRequest.LabelsEntry
 	1,  // 7: corral.provisioning.v1.CreateVirtualMachineRequest.nics:type_name -> corral.provisioning.v1.VirtualMachineNIC
 	2,  // 8: corral.provisioning.v1.ListVirtualMachinesResponse.virtual_machines:type_name -> corral.provisioning.v1.VirtualMachine
-	19, // 9: corral.provisioning.v1.UpdateVirtualMachineRequest.annotations:type_name -> corral.provisioning.v1.UpdateVirtualMachineRequest.AnnotationsEntry
-	20, // 10: corral.provisioning.v1.UpdateVirtualMachineRequest.labels:type_name -> corral.provisioning.v1.UpdateVirtualMachineRequest.LabelsEntry
-	3,  // 11: corral.provisioning.v1.VirtualMachineService.CreateVirtualMachine:input_type -> corral.provisioning.v1.CreateVirtualMachineRequest
-	4,  // 12: corral.provisioning.v1.VirtualMachineService.ListVirtualMachines:input_type -> corral.provisioning.v1.ListVirtualMachinesRequest
-	6,  // 13: corral.provisioning.v1.VirtualMachineService.GetVirtualMachine:input_type -> corral.provisioning.v1.GetVirtualMachineRequest
-	7,  // 14: corral.provisioning.v1.VirtualMachineService.UpdateVirtualMachine:input_type -> corral.provisioning.v1.UpdateVirtualMachineRequest
-	8,  // 15: corral.provisioning.v1.VirtualMachineService.DeleteVirtualMachine:input_type -> corral.provisioning.v1.DeleteVirtualMachineRequest
-	9,  // 16: corral.provisioning.v1.VirtualMachineService.BootVirtualMachine:input_type -> corral.provisioning.v1.BootVirtualMachineRequest
-	10, // 17: corral.provisioning.v1.VirtualMachineService.RebootVirtualMachine:input_type -> corral.provisioning.v1.RebootVirtualMachineRequest
-	11, // 18: corral.provisioning.v1.VirtualMachineService.ShutdownVirtualMachine:input_type -> corral.provisioning.v1.ShutdownVirtualMachineRequest
-	12, // 19: corral.provisioning.v1.VirtualMachineService.OpenConsole:input_type -> corral.provisioning.v1.OpenConsoleRequest
-	2,  // 20: corral.provisioning.v1.VirtualMachineService.CreateVirtualMachine:output_type -> corral.provisioning.v1.VirtualMachine
-	5,  // 21: corral.provisioning.v1.VirtualMachineService.ListVirtualMachines:output_type -> corral.provisioning.v1.ListVirtualMachinesResponse
-	2,  // 22: corral.provisioning.v1.VirtualMachineService.GetVirtualMachine:output_type -> corral.provisioning.v1.VirtualMachine
-	2,  // 23: corral.provisioning.v1.VirtualMachineService.UpdateVirtualMachine:output_type -> corral.provisioning.v1.VirtualMachine
-	21, // 24: corral.provisioning.v1.VirtualMachineService.DeleteVirtualMachine:output_type -> google.protobuf.Empty
-	2,  // 25: corral.provisioning.v1.VirtualMachineService.BootVirtualMachine:output_type -> corral.provisioning.v1.VirtualMachine
-	2,  // 26: corral.provisioning.v1.VirtualMachineService.RebootVirtualMachine:output_type -> corral.provisioning.v1.VirtualMachine
-	2,  // 27: corral.provisioning.v1.VirtualMachineService.ShutdownVirtualMachine:output_type -> corral.provisioning.v1.VirtualMachine
-	13, // 28: corral.provisioning.v1.VirtualMachineService.OpenConsole:output_type -> corral.provisioning.v1.OpenConsoleResponse
-	20, // [20:29] is the sub-list for method output_type
-	11, // [11:20] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	21, // 9: corral.provisioning.v1.UpdateVirtualMachineRequest.annotations:type_name -> corral.provisioning.v1.UpdateVirtualMachineRequest.AnnotationsEntry
+	22, // 10: corral.provisioning.v1.UpdateVirtualMachineRequest.labels:type_name -> corral.provisioning.v1.UpdateVirtualMachineRequest.LabelsEntry
+	23, // 11: corral.provisioning.v1.VirtualMachineEvent.type:type_name -> corral.watch.v1.EventType
+	2,  // 12: corral.provisioning.v1.VirtualMachineEvent.virtual_machine:type_name -> corral.provisioning.v1.VirtualMachine
+	3,  // 13: corral.provisioning.v1.VirtualMachineService.CreateVirtualMachine:input_type -> corral.provisioning.v1.CreateVirtualMachineRequest
+	4,  // 14: corral.provisioning.v1.VirtualMachineService.ListVirtualMachines:input_type -> corral.provisioning.v1.ListVirtualMachinesRequest
+	6,  // 15: corral.provisioning.v1.VirtualMachineService.GetVirtualMachine:input_type -> corral.provisioning.v1.GetVirtualMachineRequest
+	7,  // 16: corral.provisioning.v1.VirtualMachineService.UpdateVirtualMachine:input_type -> corral.provisioning.v1.UpdateVirtualMachineRequest
+	8,  // 17: corral.provisioning.v1.VirtualMachineService.DeleteVirtualMachine:input_type -> corral.provisioning.v1.DeleteVirtualMachineRequest
+	9,  // 18: corral.provisioning.v1.VirtualMachineService.BootVirtualMachine:input_type -> corral.provisioning.v1.BootVirtualMachineRequest
+	10, // 19: corral.provisioning.v1.VirtualMachineService.RebootVirtualMachine:input_type -> corral.provisioning.v1.RebootVirtualMachineRequest
+	11, // 20: corral.provisioning.v1.VirtualMachineService.ShutdownVirtualMachine:input_type -> corral.provisioning.v1.ShutdownVirtualMachineRequest
+	12, // 21: corral.provisioning.v1.VirtualMachineService.OpenConsole:input_type -> corral.provisioning.v1.OpenConsoleRequest
+	14, // 22: corral.provisioning.v1.VirtualMachineService.WatchVirtualMachines:input_type -> corral.provisioning.v1.WatchVirtualMachinesRequest
+	2,  // 23: corral.provisioning.v1.VirtualMachineService.CreateVirtualMachine:output_type -> corral.provisioning.v1.VirtualMachine
+	5,  // 24: corral.provisioning.v1.VirtualMachineService.ListVirtualMachines:output_type -> corral.provisioning.v1.ListVirtualMachinesResponse
+	2,  // 25: corral.provisioning.v1.VirtualMachineService.GetVirtualMachine:output_type -> corral.provisioning.v1.VirtualMachine
+	2,  // 26: corral.provisioning.v1.VirtualMachineService.UpdateVirtualMachine:output_type -> corral.provisioning.v1.VirtualMachine
+	24, // 27: corral.provisioning.v1.VirtualMachineService.DeleteVirtualMachine:output_type -> google.protobuf.Empty
+	2,  // 28: corral.provisioning.v1.VirtualMachineService.BootVirtualMachine:output_type -> corral.provisioning.v1.VirtualMachine
+	2,  // 29: corral.provisioning.v1.VirtualMachineService.RebootVirtualMachine:output_type -> corral.provisioning.v1.VirtualMachine
+	2,  // 30: corral.provisioning.v1.VirtualMachineService.ShutdownVirtualMachine:output_type -> corral.provisioning.v1.VirtualMachine
+	13, // 31: corral.provisioning.v1.VirtualMachineService.OpenConsole:output_type -> corral.provisioning.v1.OpenConsoleResponse
+	15, // 32: corral.provisioning.v1.VirtualMachineService.WatchVirtualMachines:output_type -> corral.provisioning.v1.VirtualMachineEvent
+	23, // [23:33] is the sub-list for method output_type
+	13, // [13:23] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_api_provisioning_v1_virtual_machine_proto_init() }
@@ -1153,7 +1283,7 @@ func file_api_provisioning_v1_virtual_machine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_provisioning_v1_virtual_machine_proto_rawDesc), len(file_api_provisioning_v1_virtual_machine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

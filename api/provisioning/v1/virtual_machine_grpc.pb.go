@@ -29,13 +29,12 @@ const (
 	VirtualMachineService_RebootVirtualMachine_FullMethodName   = "/corral.provisioning.v1.VirtualMachineService/RebootVirtualMachine"
 	VirtualMachineService_ShutdownVirtualMachine_FullMethodName = "/corral.provisioning.v1.VirtualMachineService/ShutdownVirtualMachine"
 	VirtualMachineService_OpenConsole_FullMethodName            = "/corral.provisioning.v1.VirtualMachineService/OpenConsole"
+	VirtualMachineService_WatchVirtualMachines_FullMethodName   = "/corral.provisioning.v1.VirtualMachineService/WatchVirtualMachines"
 )
 
 // VirtualMachineServiceClient is the client API for VirtualMachineService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
-//
-// VirtualMachineService runs QEMU virtual machines on READY nodes.
 type VirtualMachineServiceClient interface {
 	CreateVirtualMachine(ctx context.Context, in *CreateVirtualMachineRequest, opts ...grpc.CallOption) (*VirtualMachine, error)
 	ListVirtualMachines(ctx context.Context, in *ListVirtualMachinesRequest, opts ...grpc.CallOption) (*ListVirtualMachinesResponse, error)
@@ -46,6 +45,7 @@ type VirtualMachineServiceClient interface {
 	RebootVirtualMachine(ctx context.Context, in *RebootVirtualMachineRequest, opts ...grpc.CallOption) (*VirtualMachine, error)
 	ShutdownVirtualMachine(ctx context.Context, in *ShutdownVirtualMachineRequest, opts ...grpc.CallOption) (*VirtualMachine, error)
 	OpenConsole(ctx context.Context, in *OpenConsoleRequest, opts ...grpc.CallOption) (*OpenConsoleResponse, error)
+	WatchVirtualMachines(ctx context.Context, in *WatchVirtualMachinesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[VirtualMachineEvent], error)
 }
 
 type virtualMachineServiceClient struct {
@@ -146,11 +146,28 @@ func (c *virtualMachineServiceClient) OpenConsole(ctx context.Context, in *OpenC
 	return out, nil
 }
 
+func (c *virtualMachineServiceClient) WatchVirtualMachines(ctx context.Context, in *WatchVirtualMachinesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[VirtualMachineEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &VirtualMachineService_ServiceDesc.Streams[0], VirtualMachineService_WatchVirtualMachines_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchVirtualMachinesRequest, VirtualMachineEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type VirtualMachineService_WatchVirtualMachinesClient = grpc.ServerStreamingClient[VirtualMachineEvent]
+
 // VirtualMachineServiceServer is the server API for VirtualMachineService service.
 // All implementations must embed UnimplementedVirtualMachineServiceServer
 // for forward compatibility.
-//
-// VirtualMachineService runs QEMU virtual machines on READY nodes.
 type VirtualMachineServiceServer interface {
 	CreateVirtualMachine(context.Context, *CreateVirtualMachineRequest) (*VirtualMachine, error)
 	ListVirtualMachines(context.Context, *ListVirtualMachinesRequest) (*ListVirtualMachinesResponse, error)
@@ -161,6 +178,7 @@ type VirtualMachineServiceServer interface {
 	RebootVirtualMachine(context.Context, *RebootVirtualMachineRequest) (*VirtualMachine, error)
 	ShutdownVirtualMachine(context.Context, *ShutdownVirtualMachineRequest) (*VirtualMachine, error)
 	OpenConsole(context.Context, *OpenConsoleRequest) (*OpenConsoleResponse, error)
+	WatchVirtualMachines(*WatchVirtualMachinesRequest, grpc.ServerStreamingServer[VirtualMachineEvent]) error
 	mustEmbedUnimplementedVirtualMachineServiceServer()
 }
 
@@ -197,6 +215,9 @@ func (UnimplementedVirtualMachineServiceServer) ShutdownVirtualMachine(context.C
 }
 func (UnimplementedVirtualMachineServiceServer) OpenConsole(context.Context, *OpenConsoleRequest) (*OpenConsoleResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method OpenConsole not implemented")
+}
+func (UnimplementedVirtualMachineServiceServer) WatchVirtualMachines(*WatchVirtualMachinesRequest, grpc.ServerStreamingServer[VirtualMachineEvent]) error {
+	return status.Errorf(codes.Unimplemented, "method WatchVirtualMachines not implemented")
 }
 func (UnimplementedVirtualMachineServiceServer) mustEmbedUnimplementedVirtualMachineServiceServer() {}
 func (UnimplementedVirtualMachineServiceServer) testEmbeddedByValue()                               {}
@@ -381,6 +402,17 @@ func _VirtualMachineService_OpenConsole_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _VirtualMachineService_WatchVirtualMachines_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchVirtualMachinesRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(VirtualMachineServiceServer).WatchVirtualMachines(m, &grpc.GenericServerStream[WatchVirtualMachinesRequest, VirtualMachineEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type VirtualMachineService_WatchVirtualMachinesServer = grpc.ServerStreamingServer[VirtualMachineEvent]
+
 // VirtualMachineService_ServiceDesc is the grpc.ServiceDesc for VirtualMachineService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -425,6 +457,12 @@ var VirtualMachineService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _VirtualMachineService_OpenConsole_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchVirtualMachines",
+			Handler:       _VirtualMachineService_WatchVirtualMachines_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "api/provisioning/v1/virtual_machine.proto",
 }

