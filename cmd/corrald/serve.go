@@ -67,6 +67,8 @@ client file.`,
 	addLimitFlags(cmd)
 	addPKIFlags(cmd)
 	addStoreFlags(cmd)
+	addWebFlags(cmd)
+	addMetricsFlags(cmd)
 	return cmd
 }
 
@@ -94,6 +96,8 @@ func serveConfig(cmd *cobra.Command) (server.Config, error) {
 	c.Limits = limitsConfig(cmd)
 	c.PKI = pkiConfig(cmd)
 	storeConfig(cmd, &c)
+	c.Web = webConfig(cmd)
+	c.Metrics = metricsConfig(cmd)
 	return c, nil
 }
 
