@@ -15,8 +15,9 @@ import (
 // token, so only the owner may read it.
 const FileMode fs.FileMode = 0o600
 
-// Config is the client configuration file. It is serialised as YAML with
-// exactly the keys endpoint, ca_cert and token.
+// Config is one connection to corrald, and the file format corrald writes
+// (admin.conf): YAML with exactly the keys endpoint, ca_cert and token. A
+// File extends it with named contexts.
 type Config struct {
 	// Endpoint is the corrald gRPC address as host:port, or any target
 	// accepted by grpc.NewClient.
@@ -29,31 +30,34 @@ type Config struct {
 	Token string `json:"token"`
 }
 
-// Load reads and strictly parses the configuration file at path. It
-// returns an error naming path if the file cannot be read, is not valid
-// YAML, contains unknown or duplicate keys, has no endpoint, has a ca_cert
+// Load reads and strictly parses the configuration file at path and
+// returns the connection of its current context: the top-level endpoint,
+// ca_cert and token (the context named "default"), or the entry of
+// contexts that current_context names (see File). A file corrald wrote
+// (admin.conf) has only the top-level keys and loads as before. It returns
+// an error naming path if the file cannot be read, is not valid YAML,
+// contains unknown or duplicate keys, has no endpoint, has a ca_cert
 // containing no PEM certificate, or has a token containing whitespace.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	f, err := LoadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("clientconfig: %w", err)
+		return nil, err
 	}
-	var c Config
-	if err := yaml.UnmarshalStrict(data, &c); err != nil {
-		return nil, fmt.Errorf("clientconfig: parse %s: %w", path, err)
-	}
-	if err := c.validate(); err != nil {
+	c, err := f.Context("")
+	if err != nil {
 		return nil, fmt.Errorf("clientconfig: %s: %w", path, err)
 	}
-	return &c, nil
+	return c, nil
 }
 
-// Write stores c at path as YAML with mode 0600, atomically: it writes a
-// temporary file in the same directory and renames it over path, so an
-// existing file (whatever its previous mode) is replaced by a 0600 one and
-// readers never see a partial file. The directory must already exist.
-// It returns an error naming path if c would not pass Load's checks or
-// if any filesystem step fails; on error path is left untouched.
+// Write stores c at path as YAML with exactly the keys endpoint, ca_cert
+// and token, mode 0600, atomically: it writes a temporary file in the same
+// directory and renames it over path, so an existing file (whatever its
+// previous mode) is replaced by a 0600 one and readers never see a partial
+// file. The directory must already exist. It returns an error naming path
+// if c would not pass Load's checks or if any filesystem step fails; on
+// error path is left untouched. Write replaces a file holding several
+// contexts by this one connection: use File.Write to keep them.
 func (c *Config) Write(path string) (err error) {
 	if err := c.validate(); err != nil {
 		return fmt.Errorf("clientconfig: %s: %w", path, err)
@@ -62,6 +66,12 @@ func (c *Config) Write(path string) (err error) {
 	if err != nil {
 		return fmt.Errorf("clientconfig: encode %s: %w", path, err)
 	}
+	return writeAtomic(path, data)
+}
+
+// writeAtomic replaces path by data with mode FileMode through a
+// temporary file in the same directory; on error path is left untouched.
+func writeAtomic(path string, data []byte) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
