@@ -200,6 +200,7 @@ func (i *Interceptor) authorize(ctx context.Context, method string) (context.Con
 	if err != nil {
 		return nil, err
 	}
+	noteResolved(ctx, p)
 	ctx = NewContext(ctx, p)
 	for _, prefix := range reflectionPrefixes {
 		if strings.HasPrefix(method, prefix) {
@@ -269,6 +270,9 @@ func (i *Interceptor) authenticate(ctx context.Context, method string) (Principa
 		return Principal{}, i.unauthenticated(ctx, method, id, "token authentication is not configured")
 	}
 	p, err := i.Tokens.Authenticate(ctx, token)
+	if err == nil {
+		noteResolved(ctx, p) // a NODE token refused by tokenUse still has a caller
+	}
 	switch {
 	case errors.Is(err, ErrUnauthenticated):
 		// Authenticate's errors do not tell an unknown id from a wrong
@@ -395,6 +399,7 @@ func (i *Interceptor) certUnauthenticated(ctx context.Context, method string, le
 
 // unauthenticated logs a refused call and returns its status error.
 func (i *Interceptor) unauthenticated(ctx context.Context, method, tokenID, reason string) error {
+	noteClaimed(ctx, tokenID)
 	i.logger().LogAttrs(ctx, slog.LevelInfo, "auth: unauthenticated",
 		slog.String("method", method),
 		slog.String("role", authv1.Role_ROLE_UNSPECIFIED.String()),

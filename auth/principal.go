@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"slices"
+	"sync"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 )
@@ -94,4 +95,61 @@ func Allowed(p Principal, a *authv1.Access) bool {
 		return slices.Contains(a.GetAlso(), p.Role)
 	}
 	return false
+}
+
+// Resolution is where the Interceptor notes who a call's caller turned out
+// to be, for an interceptor that runs before it (the audit) and must also
+// see calls the Interceptor refuses. Put one in the context with
+// WithResolution; the Interceptor fills it as soon as it knows: the
+// principal once authenticated (before the role check, so a
+// PermissionDenied call has one), or, for an Unauthenticated call, the
+// token id the caller claimed when the header parsed (it is not secret).
+// It is safe for concurrent use.
+type Resolution struct {
+	mu      sync.Mutex
+	p       Principal
+	ok      bool
+	claimed string
+}
+
+type resolutionKey struct{}
+
+// WithResolution returns a copy of ctx carrying a new, empty Resolution.
+func WithResolution(ctx context.Context) (context.Context, *Resolution) {
+	r := &Resolution{}
+	return context.WithValue(ctx, resolutionKey{}, r), r
+}
+
+// Principal returns the authenticated caller, if the Interceptor got that
+// far.
+func (r *Resolution) Principal() (Principal, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.p, r.ok
+}
+
+// ClaimedTokenID returns the token id of an authorization header that was
+// well formed but did not authenticate ("" when there was none).
+func (r *Resolution) ClaimedTokenID() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.claimed
+}
+
+// noteResolved records p in ctx's Resolution, if it has one.
+func noteResolved(ctx context.Context, p Principal) {
+	if r, ok := ctx.Value(resolutionKey{}).(*Resolution); ok {
+		r.mu.Lock()
+		r.p, r.ok = p, true
+		r.mu.Unlock()
+	}
+}
+
+// noteClaimed records the token id a refused caller claimed.
+func noteClaimed(ctx context.Context, id string) {
+	if r, ok := ctx.Value(resolutionKey{}).(*Resolution); ok && id != "" {
+		r.mu.Lock()
+		r.claimed = id
+		r.mu.Unlock()
+	}
 }
