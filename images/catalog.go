@@ -70,7 +70,8 @@ var DebianIPXEDirs = []string{"/usr/lib/ipxe", "/boot"}
 type Config struct {
 	// Dir is the catalog directory (created; files are copied into it).
 	Dir string
-	// IPXEDirs are searched for the iPXE binaries (default DebianIPXEDirs).
+	// IPXEDirs are searched for the iPXE binaries (default: Dir's
+	// ImportedIPXEDir, then DebianIPXEDirs).
 	IPXEDirs []string
 	// Kernel and Initrd are the discover profile's files; empty means the
 	// built-in test stand-ins: Debian's ipxe.lkrn (a bzImage) as the
@@ -98,7 +99,9 @@ func Open(cfg Config) (*Catalog, error) {
 		return nil, errors.New("images: Config.Dir is required")
 	}
 	if len(cfg.IPXEDirs) == 0 {
-		cfg.IPXEDirs = DebianIPXEDirs
+		// The binaries an images archive brought (Import) first, then
+		// Debian's ipxe package.
+		cfg.IPXEDirs = append([]string{filepath.Join(cfg.Dir, ImportedIPXEDir)}, DebianIPXEDirs...)
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("images: %w", err)

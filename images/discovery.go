@@ -44,6 +44,11 @@ func RegisterDiscover(cfg Config, kernel, initrd, release, key string) (*Catalog
 	if err := os.MkdirAll(store, 0o755); err != nil {
 		return nil, BuiltDiscover{}, fmt.Errorf("images: %w", err)
 	}
+	// Whatever registers now replaces an imported image (Import writes
+	// the record again after this).
+	if err := os.Remove(filepath.Join(cfg.Dir, ImportRecord)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, BuiltDiscover{}, fmt.Errorf("images: %w", err)
+	}
 	k, i := filepath.Join(store, DiscoverKernel), filepath.Join(store, DiscoverInitrd)
 	for _, c := range [][2]string{{kernel, k}, {initrd, i}} {
 		f, err := os.Open(c[0])
