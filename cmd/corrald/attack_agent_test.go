@@ -463,7 +463,7 @@ func TestAttackAgentScriptFromWrongAddress(t *testing.T) {
 	data := t.TempDir()
 	logs := &syncbuf.Buffer{}
 	cmd := exec.Command("ip", "netns", "exec", srvNS, filepath.Join(binDir, "corrald"), "serve", "--data-dir", data,
-		"--api-listen", "127.0.0.1:20180", "--boot-interface", br, "--dhcp-mode", "full", "--dhcp-range", "10.78.1.100-10.78.1.150",
+		"--api-listen", ":20180", "--boot-interface", br, "--dhcp-mode", "full", "--dhcp-range", "10.78.1.100-10.78.1.150",
 		"--tftp-listen", "off", "--no-ra", "--http-listen", "10.78.1.1:8080")
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -121,6 +122,13 @@ func (s *Server) initBoot() error {
 		return err
 	}
 	_, apiPort, _ := net.SplitHostPort(s.lis.Addr().String())
+	apiEndpoint, warn, err := scriptEndpoint(s.cfg.APIListen, apiPort, s.cfg.Lifecycle.APIAdvertise, bc.Interface, interfaceAddrs(bc.Interface))
+	if err != nil {
+		return err
+	}
+	if warn != "" {
+		s.log.Warn(warn, "api_listen", s.cfg.APIListen, "interface", bc.Interface, "endpoint", apiEndpoint)
+	}
 	var leases boothttp.Leases
 	if mode == dhcp.ModeFull {
 		// A MAC's script only to the address leased to that MAC.
@@ -129,7 +137,7 @@ func (s *Server) initBoot() error {
 	hs, err := boothttp.New(boothttp.Config{
 		Leases: leases,
 		Listen: orDefault(bc.HTTPListen, ":8080"), Catalog: cat, Inventory: s.inv, Tokens: s.tokens, Timeline: s.inv,
-		CreateUnknown: mode == dhcp.ModeOff, APIEndpoint: ":" + apiPort, PeerEndpoints: s.peerEndpoints, CAFingerprint: fp,
+		CreateUnknown: mode == dhcp.ModeOff, APIEndpoint: apiEndpoint, PeerEndpoints: s.peerEndpoints, CAFingerprint: fp,
 		TokenTTL: bc.TokenTTL, KernelArgs: bc.KernelArgs, Logger: s.log.With("component", "boot-http"),
 		Limits: s.cfg.Limits.HTTP, Scripts: bc.Scripts,
 	})
@@ -190,6 +198,77 @@ func (s *Server) initBoot() error {
 	s.log.Info("network boot on", "interface", bc.Interface, "server_ip", serverIP.String(), "dhcp_mode", string(mode),
 		"http", hs.Addr().String(), "catalog", cat.Dir())
 	return nil
+}
+
+// scriptEndpoint is the API endpoint boot scripts give agents
+// (corral.endpoint): ":PORT" (the host iPXE reached boot/http on) when the
+// API listens on every address, or on loopback with a loopback boot
+// interface; the listen address when it is one of the boot interface's; the
+// listen address with a warning when it is another non-loopback address
+// (agents must be routed to it); --api-advertise when the listen address is
+// loopback-only. A loopback-only API with nothing advertised is refused:
+// every agent would retry "connection refused" forever on its console.
+func scriptEndpoint(listen, port, advertise, ifname string, ifAddrs []netip.Addr) (ep, warn string, err error) {
+	host, _, _ := net.SplitHostPort(listen)
+	if host == "" || isUnspecified(host) {
+		return ":" + port, "", nil
+	}
+	addr, perr := netip.ParseAddr(host)
+	loopback := strings.EqualFold(host, "localhost") || (perr == nil && addr.IsLoopback())
+	loopbackIf := len(ifAddrs) > 0
+	for _, a := range ifAddrs {
+		loopbackIf = loopbackIf && a.IsLoopback()
+	}
+	if loopback && loopbackIf {
+		return ":" + port, "", nil
+	}
+	if perr == nil && slices.Contains(ifAddrs, addr.WithZone("")) {
+		return net.JoinHostPort(host, port), "", nil
+	}
+	if advertise != "" {
+		ah, _, aerr := net.SplitHostPort(advertise)
+		aa, _ := netip.ParseAddr(ah)
+		if aerr != nil || ah == "" || isUnspecified(ah) || (!loopbackIf && (strings.EqualFold(ah, "localhost") || aa.IsLoopback())) {
+			return "", "", fmt.Errorf("--api-advertise %q: agents on --boot-interface %s cannot reach it: give a HOST:PORT on the boot LAN, e.g. %s",
+				advertise, ifname, net.JoinHostPort(firstOr(ifAddrs, "BOOT-ADDRESS"), port))
+		}
+		return advertise, "", nil
+	}
+	if loopback {
+		return "", "", fmt.Errorf("--api-listen %s accepts only local connections, but booting machines on --boot-interface %s would be told to reach the API at %s: "+
+			"listen on the boot interface's address or 0.0.0.0 (--api-listen %s or :%s), or set --api-advertise HOST:PORT to an address they reach",
+			listen, ifname, net.JoinHostPort(firstOr(ifAddrs, "the boot interface's address"), port), net.JoinHostPort(firstOr(ifAddrs, "BOOT-ADDRESS"), port), port)
+	}
+	return net.JoinHostPort(host, port), "--api-listen is not an address of the boot interface: booting machines must be routed to it (or set --api-advertise)", nil
+}
+
+// interfaceAddrs lists ifname's addresses (none if it has none or does
+// not exist: initBoot has already refused a missing interface).
+func interfaceAddrs(ifname string) []netip.Addr {
+	ifi, err := net.InterfaceByName(ifname)
+	if err != nil {
+		return nil
+	}
+	as, _ := ifi.Addrs()
+	var out []netip.Addr
+	for _, a := range as {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out
+}
+
+// firstOr is the first IPv4 address of as as a string, else def.
+func firstOr(as []netip.Addr, def string) string {
+	for _, a := range as {
+		if a.Is4() {
+			return a.String()
+		}
+	}
+	return def
 }
 
 func orDefault(v, d string) string {
