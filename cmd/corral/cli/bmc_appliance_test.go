@@ -308,7 +308,10 @@ func TestBMCPXEThroughCorrald(t *testing.T) {
 	const mac = "52:54:00:c0:ff:02"
 	b := ipmisim.Start(t, ipmisim.Options{VM: true, MAC: mac, NetDev: "tap,id=n0,ifname=" + tap + ",script=no,downscript=no"})
 	app := startBMCApp(t, server.Config{
-		BMC: server.BMCConfig{PollInterval: -1},
+		// On the boot interface's address: corrald refuses a loopback-only
+		// API that booting machines could not reach.
+		APIListen: serverIP + ":0",
+		BMC:       server.BMCConfig{PollInterval: -1},
 		Boot: server.BootConfig{Interface: bridge, DHCPMode: "full", DHCPRange: subnet + ".100-" + subnet + ".150",
 			HTTPListen: fmt.Sprintf("%s:%d", serverIP, ipmisim.FreeTCPPort(t)), TFTPListen: "off", NoRA: true},
 	})

@@ -132,10 +132,11 @@ func (a *App) environ(fs *pflag.FlagSet) func() []string {
 type invocation struct {
 	app *App
 
-	configPath string
-	endpoint   string
-	token      string
-	timeout    time.Duration
+	configPath  string
+	contextName string
+	endpoint    string
+	token       string
+	timeout     time.Duration
 
 	conn       *grpc.ClientConn
 	connTarget string // endpoint the connection was made to, for messages
@@ -156,9 +157,11 @@ func (inv *invocation) rootCommand() *cobra.Command {
 Kinds: ` + kindList() + `.
 
 The connection comes from the client configuration file (--config, else
-~/.config/corral/config.yaml); --endpoint and --token override its endpoint
+~/.config/corral/config.yaml): its current context, or the one --context
+names (see 'corral config'); --endpoint and --token override its endpoint
 and token. A global flag not given is read from CORRAL_<FLAG> (CORRAL_CONFIG,
-CORRAL_ENDPOINT, CORRAL_TOKEN, CORRAL_TIMEOUT); the command line wins.`,
+CORRAL_CONTEXT, CORRAL_ENDPOINT, CORRAL_TOKEN, CORRAL_TIMEOUT); the command
+line wins.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
@@ -180,6 +183,7 @@ CORRAL_ENDPOINT, CORRAL_TOKEN, CORRAL_TIMEOUT); the command line wins.`,
 
 	pf := root.PersistentFlags()
 	pf.StringVar(&inv.configPath, "config", "", "client configuration file (env CORRAL_CONFIG, default ~/.config/corral/config.yaml)")
+	pf.StringVar(&inv.contextName, "context", "", "context of the configuration file to use instead of its current one (env CORRAL_CONTEXT)")
 	pf.StringVar(&inv.endpoint, "endpoint", "", "corrald address host:port, overriding the configuration file (env CORRAL_ENDPOINT)")
 	pf.StringVar(&inv.token, "token", "", "bearer token, overriding the configuration file (env CORRAL_TOKEN)")
 	pf.DurationVar(&inv.timeout, "timeout", DefaultTimeout, "deadline of each RPC (env CORRAL_TIMEOUT)")
@@ -206,6 +210,7 @@ CORRAL_ENDPOINT, CORRAL_TOKEN, CORRAL_TIMEOUT); the command line wins.`,
 		inv.imageCommand(),
 		inv.tokenCommand(),
 		inv.versionCommand(),
+		inv.configCommand(),
 	)
 	return root
 }

@@ -25,45 +25,69 @@ var (
 	envToken    = flagconf.EnvName("token")
 )
 
-// clientConfig resolves the client configuration: the file named by
-// --config ($CORRAL_CONFIG), else ~/.config/corral/config.yaml (which may
-// be absent), then --endpoint ($CORRAL_ENDPOINT) and --token
+// configPathFor returns the client configuration file: the one named by
+// --config ($CORRAL_CONFIG), else ~/.config/corral/config.yaml ("" when
+// there is no home directory), and whether it was named explicitly.
+func (inv *invocation) configPathFor(flags interface{ Changed(string) bool }) (string, bool) {
+	if flags.Changed("config") {
+		return inv.configPath, true
+	}
+	home := inv.app.getenv("HOME")
+	if home == "" {
+		home, _ = os.UserHomeDir()
+	}
+	if home == "" {
+		return "", false
+	}
+	return filepath.Join(home, ".config", "corral", "config.yaml"), false
+}
+
+// clientConfig resolves the client configuration: the context named by
+// --context ($CORRAL_CONTEXT), else the current one, of the file named by
+// --config ($CORRAL_CONFIG), else of ~/.config/corral/config.yaml (which
+// may be absent); then --endpoint ($CORRAL_ENDPOINT) and --token
 // ($CORRAL_TOKEN) override its endpoint and token. The root command's
 // flagconf.Apply has already filled the flags from the environment and
 // marked them Changed; a flag given explicitly wins over its environment
 // variable, even when empty.
 func (inv *invocation) clientConfig(flags interface{ Changed(string) bool }) (*clientconfig.Config, error) {
-	path, explicit := inv.configPath, flags.Changed("config")
-	if !explicit {
-		home := inv.app.getenv("HOME")
-		if home == "" {
-			home, _ = os.UserHomeDir()
+	path, explicit := inv.configPathFor(flags)
+
+	var file *clientconfig.File
+	switch {
+	case path == "":
+		// No home directory: rely on flags and environment only.
+	case explicit:
+		loaded, err := clientconfig.LoadFile(path)
+		if err != nil {
+			return nil, failf("%v", err)
 		}
-		if home != "" {
-			path = filepath.Join(home, ".config", "corral", "config.yaml")
+		file = loaded
+	default:
+		if _, err := os.Stat(path); err == nil {
+			loaded, err := clientconfig.LoadFile(path)
+			if err != nil {
+				return nil, failf("%v", err)
+			}
+			file = loaded
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, failf("config %s: %v", path, err)
 		}
 	}
 
 	cfg := &clientconfig.Config{}
 	switch {
-	case path == "":
-		// No home directory: rely on flags and environment only.
-	case explicit:
-		loaded, err := clientconfig.Load(path)
+	case file != nil:
+		c, err := file.Context(inv.contextName)
 		if err != nil {
-			return nil, failf("%v", err)
-		}
-		cfg = loaded
-	default:
-		if _, err := os.Stat(path); err == nil {
-			loaded, err := clientconfig.Load(path)
-			if err != nil {
-				return nil, failf("%v", err)
+			if inv.contextName != "" {
+				return nil, usageErrorf("--context: %s: %v", displayPath(path), err)
 			}
-			cfg = loaded
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return nil, failf("config %s: %v", path, err)
+			return nil, failf("config %s: %v", displayPath(path), err)
 		}
+		cfg = c
+	case inv.contextName != "":
+		return nil, usageErrorf("--context %q: no configuration file %s (create one with 'corral config set-context')", inv.contextName, displayPath(path))
 	}
 
 	if flags.Changed("endpoint") {
