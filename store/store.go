@@ -29,6 +29,11 @@ var (
 	ErrClosed = apierr.New(apierr.ErrUnavailable, "store: closed")
 	// ErrCorrupt: stored data cannot be decoded (class apierr.ErrDataLoss).
 	ErrCorrupt = apierr.New(apierr.ErrDataLoss, "store: corrupt data")
+	// ErrCompacted: WatchFrom was asked for changes after a revision the
+	// store no longer keeps the history of, or after a revision it has not
+	// reached (class apierr.ErrOutOfRange). The error's text names the
+	// oldest revision still kept; the caller must re-list.
+	ErrCompacted = apierr.New(apierr.ErrOutOfRange, "store: revision compacted")
 )
 
 // KV is one stored record. Revision is the store-wide revision at which the
@@ -104,4 +109,55 @@ type Store interface {
 // delete: Value nil and the delete's revision).
 type Updater interface {
 	Update(ctx context.Context, key string, fn func(cur KV, exists bool) (value []byte, del bool, err error)) (KV, error)
+}
+
+// HistoryWatcher is implemented by stores that keep a bounded history of
+// recent changes, so a watch can resume where an earlier one stopped
+// (store/bolt and store/mem: an in-memory ring of the latest events, empty
+// after a restart; store/etcd: etcd's own history up to its compaction).
+// Every backend in this repository implements it.
+//
+// The pair ListRevision + WatchFrom gives a gap-free view: list at R, then
+// watch every change after R.
+type HistoryWatcher interface {
+	// ListRevision is List that also returns the store-wide revision the
+	// list was read at: the result reflects every change with a revision
+	// <= rev and none after it. rev is the store's current revision, not
+	// the newest revision among the listed keys.
+	ListRevision(ctx context.Context, prefix string) (kvs []KV, rev int64, err error)
+
+	// WatchFrom is Watch starting after afterRev instead of after the
+	// call: the channel receives every change to keys with the given
+	// prefix whose revision is > afterRev, in revision order, the history
+	// first and then live changes, with no gap and no duplicate. When the
+	// store no longer keeps every change after afterRev, or afterRev is
+	// beyond the store's current revision, WatchFrom returns an error
+	// wrapping ErrCompacted whose text names the oldest revision it can
+	// resume from. The channel is closed, like Watch's, when ctx ends, the
+	// store closes, or the watcher falls behind; the caller may then call
+	// WatchFrom again from the last revision it received.
+	WatchFrom(ctx context.Context, prefix string, afterRev int64) (<-chan Event, error)
+}
+
+// Unwrapper is implemented by a Store that wraps another one (to count or
+// time its calls, say), so that optional interfaces such as HistoryWatcher
+// and Updater can be found on the store underneath with As.
+type Unwrapper interface {
+	Unwrap() Store
+}
+
+// AsHistoryWatcher returns s, or the first store s wraps (through
+// Unwrapper), that implements HistoryWatcher.
+func AsHistoryWatcher(s Store) (HistoryWatcher, bool) {
+	for i := 0; s != nil && i < 16; i++ {
+		if h, ok := s.(HistoryWatcher); ok {
+			return h, true
+		}
+		u, ok := s.(Unwrapper)
+		if !ok {
+			return nil, false
+		}
+		s = u.Unwrap()
+	}
+	return nil, false
 }

@@ -41,6 +41,10 @@ var (
 	ErrPermissionDenied = errors.New("permission denied")
 	// ErrDataLoss: stored data is corrupt or cannot be decoded.
 	ErrDataLoss = errors.New("data loss")
+	// ErrOutOfRange: the request names a position (a store revision) past
+	// what is kept or not yet reached; the client must start over (a watch
+	// re-lists with from_revision 0).
+	ErrOutOfRange = errors.New("out of range")
 )
 
 // classCodes maps the classes (and the context errors) to gRPC codes, first
@@ -61,6 +65,7 @@ var classCodes = []struct {
 	{context.Canceled, codes.Canceled},
 	{ErrDataLoss, codes.DataLoss},
 	{ErrPermissionDenied, codes.PermissionDenied},
+	{ErrOutOfRange, codes.OutOfRange},
 	{ErrConflict, codes.Internal},
 }
 
@@ -110,6 +115,9 @@ func Unavailablef(format string, a ...any) error { return wrapf(ErrUnavailable, 
 func PermissionDeniedf(format string, a ...any) error {
 	return wrapf(ErrPermissionDenied, format, a)
 }
+
+// OutOfRangef returns an error of class ErrOutOfRange.
+func OutOfRangef(format string, a ...any) error { return wrapf(ErrOutOfRange, format, a) }
 
 // DataLossf returns an error of class ErrDataLoss.
 func DataLossf(format string, a ...any) error { return wrapf(ErrDataLoss, format, a) }

@@ -32,6 +32,7 @@ func TestToStatus(t *testing.T) {
 		"unavailable":       {apierr.Unavailablef("x"), apierr.ErrUnavailable, codes.Unavailable},
 		"permission denied": {apierr.PermissionDeniedf("x"), apierr.ErrPermissionDenied, codes.PermissionDenied},
 		"data loss":         {apierr.DataLossf("x"), apierr.ErrDataLoss, codes.DataLoss},
+		"out of range":      {apierr.OutOfRangef("x"), apierr.ErrOutOfRange, codes.OutOfRange},
 		"wrapped":           {fmt.Errorf("schedule: %w", apierr.Exhaustedf("x")), apierr.ErrExhausted, codes.ResourceExhausted},
 		"bare class":        {apierr.ErrInvalid, apierr.ErrInvalid, codes.InvalidArgument},
 		"new sentinel":      {fmt.Errorf("op: %w", apierr.New(apierr.ErrPrecondition, "in use")), apierr.ErrPrecondition, codes.FailedPrecondition},
@@ -40,6 +41,7 @@ func TestToStatus(t *testing.T) {
 		"store conflict":  {fmt.Errorf("put: %w", store.ErrConflict), apierr.ErrConflict, codes.Internal},
 		"store closed":    {store.ErrClosed, apierr.ErrUnavailable, codes.Unavailable},
 		"store corrupt":   {fmt.Errorf("x: %w", store.ErrCorrupt), apierr.ErrDataLoss, codes.DataLoss},
+		"store compacted": {fmt.Errorf("x: %w", store.ErrCompacted), apierr.ErrOutOfRange, codes.OutOfRange},
 		"record schema":   {fmt.Errorf("x: %w", record.ErrSchema), apierr.ErrDataLoss, codes.DataLoss},
 
 		"deadline": {context.DeadlineExceeded, nil, codes.DeadlineExceeded},
@@ -78,6 +80,7 @@ func TestStoreSentinels(t *testing.T) {
 		"conflict":  {store.ErrConflict, "store: revision conflict"},
 		"closed":    {store.ErrClosed, "store: closed"},
 		"corrupt":   {store.ErrCorrupt, "store: corrupt data"},
+		"compacted": {store.ErrCompacted, "store: revision compacted"},
 		"schema":    {record.ErrSchema, "record: unsupported schema version"},
 	}
 	for name, tc := range cases {

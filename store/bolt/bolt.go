@@ -65,6 +65,12 @@ type Options struct {
 	// another process (or another Store in this one) before giving up.
 	// Zero or negative means DefaultTimeout.
 	Timeout time.Duration
+	// HistoryEvents and HistoryBytes bound the in-memory history of recent
+	// changes that WatchFrom resumes from (defaults 16384 events and 64
+	// MiB of keys and values). bbolt keeps no history of its own: the ring
+	// starts empty at Open, so a resume from before Open is refused with
+	// store.ErrCompacted.
+	HistoryEvents, HistoryBytes int
 }
 
 // Store is a bbolt-backed store.Store. Create it with Open.
@@ -88,7 +94,10 @@ type Store struct {
 	writes  atomic.Int64 // successful Put and Delete operations
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store          = (*Store)(nil)
+	_ store.HistoryWatcher = (*Store)(nil)
+)
 
 // Open opens or creates the store file at path. A missing file is created;
 // an existing file must be a valid store file (or a bbolt file with no
@@ -157,6 +166,19 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 	}
 
+	var openRev int64
+	err = db.View(func(tx *bbolt.Tx) error {
+		meta := tx.Bucket(metaBucket)
+		if meta == nil {
+			return corruptf("meta bucket missing")
+		}
+		openRev, err = decodeRev(meta.Get(revKey))
+		return err
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
+	}
 	s := &Store{
 		path:          path,
 		db:            db,
@@ -165,6 +187,7 @@ func Open(path string, opts Options) (*Store, error) {
 		ops:           make(chan *op, maxBatch),
 		committerDone: make(chan struct{}),
 	}
+	s.hub.SetHistory(opts.HistoryEvents, opts.HistoryBytes, openRev)
 	go s.commitLoop()
 	log.Info("store opened", "path", path, "fresh", fresh)
 	return s, nil
@@ -294,19 +317,32 @@ func (s *Store) Get(ctx context.Context, key string) (store.KV, error) {
 
 // List returns every record whose key starts with prefix, in key order.
 func (s *Store) List(ctx context.Context, prefix string) ([]store.KV, error) {
+	kvs, _, err := s.ListRevision(ctx, prefix)
+	return kvs, err
+}
+
+// ListRevision implements store.HistoryWatcher: List, and the store
+// revision read in the same transaction.
+func (s *Store) ListRevision(ctx context.Context, prefix string) ([]store.KV, int64, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := s.enter(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer s.closeMu.RUnlock()
 
 	out := []store.KV{}
+	var cur int64
 	err := s.db.View(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(recordsBucket)
-		if b == nil {
-			return corruptf("records bucket missing")
+		meta := tx.Bucket(metaBucket)
+		if b == nil || meta == nil {
+			return corruptf("store buckets missing")
+		}
+		var err error
+		if cur, err = decodeRev(meta.Get(revKey)); err != nil {
+			return err
 		}
 		c := b.Cursor()
 		for k, raw := c.Seek([]byte(prefix)); k != nil && strings.HasPrefix(string(k), prefix); k, raw = c.Next() {
@@ -319,9 +355,50 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.KV, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("bolt: list %q: %w", prefix, err)
+		return nil, 0, fmt.Errorf("bolt: list %q: %w", prefix, err)
 	}
-	return out, nil
+	return out, cur, nil
+}
+
+// revision reads the committed store revision.
+func (s *Store) revision() (int64, error) {
+	var cur int64
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		meta := tx.Bucket(metaBucket)
+		if meta == nil {
+			return corruptf("meta bucket missing")
+		}
+		var err error
+		cur, err = decodeRev(meta.Get(revKey))
+		return err
+	})
+	return cur, err
+}
+
+// WatchFrom implements store.HistoryWatcher from the in-memory ring of
+// recent events (Options.HistoryEvents, HistoryBytes). The ring starts
+// empty at Open: only revisions at or after the store's revision at Open,
+// and not yet pushed out of the ring, can be resumed from.
+func (s *Store) WatchFrom(ctx context.Context, prefix string, afterRev int64) (<-chan store.Event, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.closeMu.RUnlock()
+	cur, err := s.revision()
+	if err != nil {
+		return nil, fmt.Errorf("bolt: watch %q: %w", prefix, err)
+	}
+	if afterRev > cur || afterRev < 0 {
+		return nil, fmt.Errorf("bolt: watch %q: revision %d is beyond the store's current revision %d (a different or restored store?); re-list with from_revision 0: %w", prefix, afterRev, cur, store.ErrCompacted)
+	}
+	ch, err := s.hub.AddFrom(ctx, prefix, afterRev)
+	if err != nil {
+		return nil, fmt.Errorf("bolt: watch %q: %w", prefix, err)
+	}
+	return ch, nil
 }
 
 // Put writes value at key if the record's current revision equals rev

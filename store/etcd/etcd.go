@@ -100,8 +100,9 @@ type Store struct {
 }
 
 var (
-	_ store.Store   = (*Store)(nil)
-	_ store.Updater = (*Store)(nil)
+	_ store.Store          = (*Store)(nil)
+	_ store.Updater        = (*Store)(nil)
+	_ store.HistoryWatcher = (*Store)(nil)
 )
 
 // ParseURL reads a store address of the form
@@ -329,8 +330,16 @@ func (s *Store) Get(ctx context.Context, key string) (store.KV, error) {
 // List implements store.Store. Long results are read in pages at one
 // revision, so they are one consistent snapshot.
 func (s *Store) List(ctx context.Context, prefix string) ([]store.KV, error) {
+	kvs, _, err := s.ListRevision(ctx, prefix)
+	return kvs, err
+}
+
+// ListRevision implements store.HistoryWatcher: the revision is the
+// cluster's revision the first page was read at (every page is read at
+// it).
+func (s *Store) ListRevision(ctx context.Context, prefix string) ([]store.KV, int64, error) {
 	if err := s.enter(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	full := s.prefix + prefix
 	end := clientv3.GetPrefixRangeEnd(full)
@@ -345,7 +354,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.KV, error) {
 		resp, err := s.cli.Get(rctx, from, opts...)
 		cancel()
 		if err != nil {
-			return nil, s.wrap(ctx, "list", prefix, err)
+			return nil, 0, s.wrap(ctx, "list", prefix, err)
 		}
 		if rev == 0 {
 			rev = resp.Header.Revision
@@ -354,7 +363,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.KV, error) {
 			out = append(out, kvOf(s.prefix, kv))
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
-			return out, nil
+			return out, rev, nil
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
@@ -509,9 +518,64 @@ func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, e
 	if err != nil {
 		return nil, s.wrap(ctx, "watch", prefix, err)
 	}
+	return s.watchAfter(ctx, prefix, resp.Header.Revision)
+}
+
+// WatchFrom implements store.HistoryWatcher on etcd's own history: a
+// revision etcd has compacted away, or one beyond the cluster's current
+// revision, is refused with store.ErrCompacted naming etcd's compaction
+// point. A watch that etcd cancels later (compacted while it lagged) is
+// closed; resuming it then reports the compaction.
+func (s *Store) WatchFrom(ctx context.Context, prefix string, afterRev int64) (<-chan store.Event, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, s.prefix+prefix, clientv3.WithCountOnly())
+	if err != nil {
+		return nil, s.wrap(ctx, "watch", prefix, err)
+	}
+	cur := resp.Header.Revision
+	if afterRev > cur || afterRev < 0 {
+		return nil, fmt.Errorf("store/etcd: watch %s: revision %d is beyond the cluster's current revision %d; re-list with from_revision 0: %w", prefix, afterRev, cur, store.ErrCompacted)
+	}
+	if afterRev < cur {
+		// A read at afterRev+1 fails exactly when a watch from there would.
+		_, err := s.cli.Get(rctx, s.prefix+prefix, clientv3.WithCountOnly(), clientv3.WithRev(afterRev+1))
+		if errors.Is(err, rpctypes.ErrGRPCCompacted) || errors.Is(err, rpctypes.ErrCompacted) {
+			return nil, fmt.Errorf("store/etcd: watch %s: revision %d is compacted: %s; re-list with from_revision 0: %w", prefix, afterRev, s.compactedAt(ctx, prefix, afterRev), store.ErrCompacted)
+		}
+		if err != nil {
+			return nil, s.wrap(ctx, "watch", prefix, err)
+		}
+	}
+	return s.watchAfter(ctx, prefix, afterRev)
+}
+
+// compactedAt asks etcd for its compaction revision (a watch from a
+// compacted revision is answered with it) and describes it.
+func (s *Store) compactedAt(ctx context.Context, prefix string, afterRev int64) string {
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	for wr := range s.cli.Watch(pctx, s.prefix+prefix, clientv3.WithPrefix(), clientv3.WithRev(afterRev+1)) {
+		if wr.CompactRevision != 0 {
+			// etcd keeps revisions >= its compaction point: a watch may
+			// resume after the revision before it.
+			return fmt.Sprintf("the oldest revision this store can resume from is %d", wr.CompactRevision-1)
+		}
+		if wr.Err() != nil {
+			break
+		}
+	}
+	return "etcd no longer keeps the history after it"
+}
+
+// watchAfter starts a watch of every change after rev.
+func (s *Store) watchAfter(ctx context.Context, prefix string, rev int64) (<-chan store.Event, error) {
 	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	stop := context.AfterFunc(s.base, wcancel)
-	wch := s.cli.Watch(wctx, s.prefix+prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+	wch := s.cli.Watch(wctx, s.prefix+prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	out := make(chan store.Event, s.opts.WatchBuffer)
 	s.mu.Lock()
 	if s.closed {

@@ -39,14 +39,24 @@ type Store struct {
 	hub    *watch.Hub
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store          = (*Store)(nil)
+	_ store.HistoryWatcher = (*Store)(nil)
+)
 
-// New returns an empty store at revision 0.
-func New() *Store {
-	return &Store{
+// New returns an empty store at revision 0. It remembers the latest 16384
+// events (at most 64 MiB) for WatchFrom.
+func New() *Store { return NewWithHistory(0, 0) }
+
+// NewWithHistory is New with the history's bounds (zero: the defaults),
+// for tests of what happens when it overflows.
+func NewWithHistory(events, bytes int) *Store {
+	s := &Store{
 		recs: make(map[string]record),
 		hub:  watch.NewHub(watchBuffer, nil),
 	}
+	s.hub.SetHistory(events, bytes, 0)
+	return s
 }
 
 // Get returns the record at key, or store.ErrNotFound.
@@ -68,13 +78,19 @@ func (s *Store) Get(ctx context.Context, key string) (store.KV, error) {
 
 // List returns every record whose key starts with prefix, in key order.
 func (s *Store) List(ctx context.Context, prefix string) ([]store.KV, error) {
+	kvs, _, err := s.ListRevision(ctx, prefix)
+	return kvs, err
+}
+
+// ListRevision implements store.HistoryWatcher.
+func (s *Store) ListRevision(ctx context.Context, prefix string) ([]store.KV, int64, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return nil, store.ErrClosed
+		return nil, 0, store.ErrClosed
 	}
 	out := []store.KV{}
 	i, _ := slices.BinarySearch(s.keys, prefix)
@@ -83,7 +99,28 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.KV, error) {
 		r := s.recs[k]
 		out = append(out, store.KV{Key: k, Value: slices.Clone(r.value), Revision: r.rev})
 	}
-	return out, nil
+	return out, s.rev, nil
+}
+
+// WatchFrom implements store.HistoryWatcher from the in-memory ring of
+// the latest events.
+func (s *Store) WatchFrom(ctx context.Context, prefix string, afterRev int64) (<-chan store.Event, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, store.ErrClosed
+	}
+	if afterRev > s.rev || afterRev < 0 {
+		return nil, fmt.Errorf("mem: watch %q: revision %d is beyond the store's current revision %d; re-list with from_revision 0: %w", prefix, afterRev, s.rev, store.ErrCompacted)
+	}
+	ch, err := s.hub.AddFrom(ctx, prefix, afterRev)
+	if err != nil {
+		return nil, fmt.Errorf("mem: watch %q: %w", prefix, err)
+	}
+	return ch, nil
 }
 
 // Put writes value at key if the record's current revision equals rev
