@@ -34,7 +34,7 @@ func runHypervisor(ctx context.Context, args []string, stdout, stderr io.Writer)
 	caCert := fs.String("ca-cert", "", "appliance CA certificate file (env CORRAL_CA_CERT)")
 	dataDir := fs.String("data-dir", "/var/lib/corral-node", "node data directory: identity, volumes, VMs (env CORRAL_DATA_DIR)")
 	listen := fs.String("listen", ":20181", "HypervisorService listen address (env CORRAL_LISTEN)")
-	advertise := fs.String("advertise", "", "address the appliance dials this node on (default: the host of --listen) (env CORRAL_ADVERTISE)")
+	advertise := fs.String("advertise", "", "address the appliance dials this node on (default: the host of --listen, or when that is every address the one this node reaches the appliance from) (env CORRAL_ADVERTISE)")
 	uplink := fs.String("uplink", "", "interface for VLAN sub-interfaces; empty = host-local networks only (env CORRAL_UPLINK)")
 	rack := fs.String("rack", "", "rack label (scheduling spreads across racks) (env CORRAL_RACK)")
 	datacenter := fs.String("datacenter", "", "datacenter (env CORRAL_DATACENTER)")
@@ -105,6 +105,7 @@ func serveNode(ctx context.Context, appliances []string, ec node.EnrolConfig, nc
 	defer reg.Close()
 	nc.CAPool, nc.Certificate, nc.GetCertificate = id.CAPool, id.Certificate, id.GetCertificate
 	nc.Registry = reg
+	withAddress(ctx, &nc, apps.Current)
 	rctx, cancel := context.WithCancel(ctx)
 	renewed := make(chan error, 1)
 	go func() { renewed <- id.Renew(rctx, node.RenewConfig{Appliances: apps, Logger: nc.Logger}) }()
