@@ -265,6 +265,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("bmc: %w", err)
 	}
 	pool.Register(s.grpc, p)
+	s.registerAudit()
 	s.initPKI()
 	if err := s.initLifecycle(p); err != nil {
 		lis.Close()
