@@ -34,8 +34,9 @@ var importRules = []importRule{
 	{"api", []string{"api"}, "generated API: protobuf and gRPC only"},
 	{"internal", nil, "internal/<leaf>: error classes, node identity layout, flag/config, source finder, initramfs writer, rate-limited log lines: import nothing of ours"},
 	{"store", []string{"store", "api/store", "internal/apierr"}, "the store contract, its backends and the record codec"},
+	{"internal/watchstream", []string{"store", "api/watch", "internal/apierr", "internal/lograte"}, "the corral.watch.v1 contract every Watch RPC follows, on the store's resumable watch"},
 	{"auth", []string{"auth", "api", "store", "internal/apierr", "internal/nodeid"}, "tokens in the store, the CA, the gRPC interceptor"},
-	{"inventory", []string{"inventory", "api", "store", "internal/apierr", "internal/lograte"}, "machines and the node pool"},
+	{"inventory", []string{"inventory", "api", "store", "internal/apierr", "internal/lograte", "internal/watchstream"}, "machines and the node pool"},
 	{"lifecycle", []string{"lifecycle", "api", "inventory", "internal/apierr", "internal/lograte"}, "the machine lifecycle consumes inventory through its own interfaces"},
 	{"fleet", []string{"fleet", "api", "store", "internal/apierr", "internal/lograte"}, "runners, the leader's dispatch of per-machine work and its owners: records in the store (inventory's machines and boot's leases read by prefix, not imported)"},
 	{"ipmi", []string{"ipmi"}, "BMC drivers behind bmclib: nothing of ours"},
@@ -43,6 +44,7 @@ var importRules = []importRule{
 	{"agent", []string{"agent", "api", "internal/apierr", "internal/nodeid"}, "code that runs on a machine: api and its own packages"},
 	{"boot", []string{"boot", "api", "images", "internal/apierr", "internal/lograte"}, "network boot serves the image catalog"},
 	{"deploy", []string{"deploy", "api"}, "the do DAG executor speaks the API"},
+	{"web", []string{"web", "api"}, "the rack's web page: embedded assets and a JSON gateway that calls the appliance's own gRPC API with the caller's token"},
 	{"hypervisor", []string{"hypervisor", "api", "internal/apierr", "internal/nodeid"}, "node side and appliance side of VMs, volumes and networks"},
 	{"internal/server", []string{"*"}, "the composition root: wires every component (never cmd or testsupport)"},
 	{"cmd", []string{"*"}, "thin mains wire concrete types (never testsupport)"},
@@ -58,6 +60,7 @@ var importExceptions = []struct{ from, to, why string }{
 	{"boot/http", "agent/cmdline", "the kernel command line the script writes is the one the agent parses: one contract"},
 	{"hypervisor/appliance", "inventory/pool", "VM and volume placement reserves node capacity in the pool"},
 	{"hypervisor/appliance", "store", "VM, volume and image records live in the store"},
+	{"hypervisor/appliance", "internal/watchstream", "WatchBlockStorages and WatchVirtualMachines stream those records"},
 	{"cmd/corral-lab", "testsupport/lab", "the virtual rack is test support run as a command; nothing shipped links it"},
 }
 

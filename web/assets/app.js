@@ -1,0 +1,663 @@
+// Corral's rack page. Plain JavaScript, no build step, no external
+// resources. The bearer token lives in sessionStorage (never a cookie)
+// and goes out as "Authorization: Bearer" on every fetch; lists are kept
+// live by the /api/watch/... streams (newline-delimited JSON), or by
+// polling the list when the appliance has no Watch (HTTP 501).
+'use strict';
+
+const TOKEN_KEY = 'corral.token';
+const POLL_MS = 3000;
+const RETRY_MS = 3000;
+const MAX_LINE = 8 << 20; // a stream line longer than this ends the stream
+const MAX_TIMELINE = 1000;
+
+const $ = (id) => document.getElementById(id);
+
+// ---- DOM helpers (text only: data never becomes markup) ----
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  setAttrs(el, attrs);
+  append(el, children);
+  return el;
+}
+
+const SVGNS = 'http://www.w3.org/2000/svg';
+function s(tag, attrs, ...children) {
+  const el = document.createElementNS(SVGNS, tag);
+  setAttrs(el, attrs);
+  append(el, children);
+  return el;
+}
+
+function setAttrs(el, attrs) {
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+}
+
+function append(el, children) {
+  for (const c of children.flat(Infinity)) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+}
+
+// ---- formatting ----
+
+function num(v) { return v === undefined || v === null || v === '' ? 0 : Number(v); }
+
+function bytes(v) {
+  let n = num(v);
+  if (!n) return '—';
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return (n >= 100 || i === 0 ? n.toFixed(0) : n.toFixed(1)) + ' ' + units[i];
+}
+
+function when(ts) {
+  if (!ts) return '—';
+  const d = new Date(ts);
+  if (isNaN(d)) return '—';
+  return d.toLocaleString();
+}
+
+function ago(ts) {
+  if (!ts) return '—';
+  const sec = Math.round((Date.now() - new Date(ts).getTime()) / 1000);
+  if (isNaN(sec)) return '—';
+  if (sec < 5) return 'just now';
+  if (sec < 60) return sec + ' s ago';
+  if (sec < 3600) return Math.round(sec / 60) + ' min ago';
+  if (sec < 86400) return Math.round(sec / 3600) + ' h ago';
+  return Math.round(sec / 86400) + ' d ago';
+}
+
+function power(p) {
+  return ({ POWER_STATE_ON: 'on', POWER_STATE_OFF: 'off', POWER_STATE_UNKNOWN: 'unknown' })[p] || '—';
+}
+
+function badge(state, kind) {
+  const st = state || 'UNSPECIFIED';
+  return h('span', { class: 'badge ' + (kind || 'state') + '-' + st }, st.replace(/^NODE_/, ''));
+}
+
+function cpuSummary(f) {
+  const c = f && f.cpu;
+  if (!c) return '—';
+  const shape = [c.sockets && c.sockets + ' socket' + (c.sockets > 1 ? 's' : ''), c.cores && c.cores + ' cores', c.threads && c.threads + ' threads'].filter(Boolean).join(', ');
+  return [c.model, shape].filter(Boolean).join(' · ') || '—';
+}
+
+function disksSummary(f) {
+  const ds = (f && f.disks) || [];
+  if (!ds.length) return '—';
+  const total = ds.reduce((a, d) => a + num(d.size_bytes), 0);
+  return ds.length + ' × (' + bytes(total) + ' total)';
+}
+
+function nicsSummary(f) {
+  const ns = (f && f.nics) || [];
+  if (!ns.length) return '—';
+  const up = ns.filter((n) => n.link).length;
+  return ns.length + ' (' + up + ' up)';
+}
+
+// ---- notices and confirmation ----
+
+function notice(text, kind) {
+  const n = $('notice');
+  $('notice-text').textContent = text;
+  n.className = 'notice ' + (kind || 'error');
+  n.hidden = false;
+}
+
+function clearNotice() { $('notice').hidden = true; }
+
+function confirmAction(text) {
+  const d = $('confirm');
+  $('confirm-text').textContent = text;
+  return new Promise((resolve) => {
+    const done = (v) => {
+      $('confirm-ok').removeEventListener('click', ok);
+      $('confirm-cancel').removeEventListener('click', cancel);
+      d.removeEventListener('cancel', cancel);
+      if (d.open) d.close();
+      resolve(v);
+    };
+    const ok = () => done(true);
+    const cancel = () => done(false);
+    $('confirm-ok').addEventListener('click', ok);
+    $('confirm-cancel').addEventListener('click', cancel);
+    d.addEventListener('cancel', cancel);
+    d.showModal();
+    $('confirm-ok').focus();
+  });
+}
+
+function setLive(mode, detail) {
+  const l = $('live');
+  l.hidden = false;
+  l.className = 'live live-' + mode;
+  l.textContent = ({ live: 'Live', polling: 'Polling every ' + POLL_MS / 1000 + ' s', connecting: 'Connecting…', error: 'Disconnected' })[mode] || mode;
+  l.title = detail || (mode === 'polling' ? 'This appliance has no Watch API: the page re-reads the list.' : '');
+}
+
+// ---- API ----
+
+class APIError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+function token() { return sessionStorage.getItem(TOKEN_KEY) || ''; }
+function authHeaders() { return { Authorization: 'Bearer ' + token() }; }
+
+async function api(path, opts) {
+  opts = opts || {};
+  const headers = authHeaders();
+  let body;
+  if (opts.body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    body = JSON.stringify(opts.body);
+  }
+  const res = await fetch(path, { method: opts.method || 'GET', headers, body, cache: 'no-store', signal: opts.signal });
+  const text = await res.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
+  if (!res.ok) {
+    const e = (data && data.error) || { code: 'HTTP ' + res.status, message: text.trim() || res.statusText };
+    if (res.status === 401 && !opts.login) signOut('Signed out: ' + e.message);
+    throw new APIError(res.status, e.code, e.message);
+  }
+  return data;
+}
+
+// live keeps a collection current: it opens the watch stream and, when
+// the appliance answers 501 (no Watch) or 503 (too many streams), polls
+// load() instead. keyOf(obj) keys objects (DELETED removes); without
+// keyOf, events are appended (a timeline). onChange gets an array.
+function live(opt) {
+  const ctl = new AbortController();
+  let stopped = false;
+  let timer = null;
+  let items = new Map();
+  let seq = 0;
+  const emit = () => opt.onChange([...items.values()]);
+  const put = (m, obj) => {
+    if (opt.keyOf) { m.set(opt.keyOf(obj), obj); return; }
+    m.set(seq++, obj);
+    if (m.size > MAX_TIMELINE) m.delete(m.keys().next().value);
+  };
+  const later = (fn, ms) => { if (!stopped) timer = setTimeout(fn, ms); };
+
+  async function poll() {
+    if (stopped) return;
+    try {
+      const list = await opt.load(ctl.signal);
+      items = new Map();
+      for (const it of list) put(items, it);
+      if (!stopped) { setLive('polling'); emit(); }
+    } catch (e) {
+      if (stopped) return;
+      setLive('error', e.message);
+    }
+    later(poll, POLL_MS);
+  }
+
+  async function watch(rev) {
+    if (stopped) return;
+    let res;
+    try {
+      res = await fetch(opt.watch + (rev ? (opt.watch.includes('?') ? '&' : '?') + 'from_revision=' + rev : ''),
+        { headers: authHeaders(), cache: 'no-store', signal: ctl.signal });
+    } catch (e) {
+      if (!stopped) { setLive('error', e.message); later(() => watch(rev), RETRY_MS); }
+      return;
+    }
+    if (res.status === 501 || res.status === 503) { poll(); return; }
+    if (!res.ok) {
+      let e = {};
+      try { e = (await res.json()).error || {}; } catch (x) { e = {}; }
+      if (res.status === 401) { signOut('Signed out: ' + (e.message || 'token refused')); return; }
+      setLive('error', (e.code || res.status) + ': ' + (e.message || ''));
+      later(() => watch(0), RETRY_MS * 2);
+      return;
+    }
+    let synced = rev > 0;
+    let last = rev;
+    let pending = new Map();
+    if (synced) setLive('live');
+    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buf = '';
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value;
+        if (buf.length > MAX_LINE) throw new Error('stream line too long');
+        let i;
+        let changed = false;
+        while ((i = buf.indexOf('\n')) >= 0) {
+          const line = buf.slice(0, i).trim();
+          buf = buf.slice(i + 1);
+          if (!line) continue;
+          const ev = JSON.parse(line);
+          if (ev.error) {
+            // OUT_OF_RANGE: the revision is compacted, re-list from 0.
+            if (ev.error.code === 'OutOfRange') last = 0;
+            setLive('error', ev.error.code + ': ' + ev.error.message);
+            throw new Error(ev.error.message);
+          }
+          if (ev.revision) last = Number(ev.revision);
+          const obj = ev[opt.field];
+          switch (ev.type) {
+            case 'ADDED':
+            case 'MODIFIED':
+              put(synced ? items : pending, obj);
+              changed = synced;
+              break;
+            case 'DELETED':
+              if (opt.keyOf && obj) { items.delete(opt.keyOf(obj)); changed = true; }
+              break;
+            case 'SYNCED':
+              items = pending;
+              pending = new Map();
+              synced = true;
+              changed = true;
+              setLive('live');
+              break;
+          }
+        }
+        if (changed) emit();
+      }
+    } catch (e) {
+      if (stopped) return;
+    }
+    later(() => watch(last), 1000);
+  }
+
+  setLive('connecting');
+  watch(0);
+  return {
+    stop() { stopped = true; ctl.abort(); clearTimeout(timer); },
+  };
+}
+
+// ---- session ----
+
+function signOut(message) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  if (message) notice(message, 'error');
+  location.hash = '#/login';
+  route();
+}
+
+function showLogin() {
+  $('nav').hidden = true;
+  $('signout').hidden = true;
+  $('live').hidden = true;
+  const input = h('input', { id: 'token', type: 'password', autocomplete: 'off', spellcheck: 'false', required: true, placeholder: 'token' });
+  const err = h('p', { id: 'login-error', class: 'error', role: 'alert' });
+  const form = h('form', {
+    id: 'login', class: 'card login',
+    onsubmit: async (ev) => {
+      ev.preventDefault();
+      const t = input.value.trim();
+      if (!t) return;
+      sessionStorage.setItem(TOKEN_KEY, t);
+      try {
+        await api('/api/machines', { login: true });
+        clearNotice();
+        location.hash = '#/machines';
+        route();
+      } catch (e) {
+        sessionStorage.removeItem(TOKEN_KEY);
+        err.textContent = e.code + ': ' + e.message;
+      }
+    },
+  },
+  h('h1', null, 'Sign in to Corral'),
+  h('p', { class: 'muted' }, 'Paste a token: ', h('code', null, 'corrald token create --role viewer'), ' makes one, or use the token in admin.conf. It is kept in this tab only (sessionStorage) and sent as a bearer token; viewers see, operators may accept, power and set maintenance.'),
+  h('label', { for: 'token' }, 'Token'),
+  input,
+  h('button', { type: 'submit', class: 'primary', id: 'login-submit' }, 'Sign in'),
+  err);
+  $('main').replaceChildren(form);
+  input.focus();
+}
+
+// ---- actions ----
+
+async function act(name, what, path, body, done) {
+  clearNotice();
+  if (!(await confirmAction(what + ' ' + name + '?'))) return;
+  try {
+    await api('/api/machines/' + encodeURIComponent(name) + '/' + path, { method: 'POST', body });
+    notice(what + ' ' + name + ': done', 'ok');
+    if (done) done();
+  } catch (e) {
+    notice(what + ' ' + name + ' refused — ' + e.code + ': ' + e.message, 'error');
+  }
+}
+
+function machineActions(m, done) {
+  const name = m.name;
+  const st = m.state || 'UNSPECIFIED';
+  const out = [];
+  if (st === 'INVENTORIED' || st === 'FAILED') {
+    out.push(h('button', { type: 'button', 'data-action': 'accept', onclick: () => act(name, 'Accept', 'accept', { disk: 'auto' }, done) }, 'Accept'));
+  }
+  const sel = h('select', { 'data-action': 'power', 'aria-label': 'Power action' },
+    h('option', { value: '' }, 'Power…'),
+    h('option', { value: 'on' }, 'On'),
+    h('option', { value: 'off' }, 'Off'),
+    h('option', { value: 'soft-off' }, 'Soft off'),
+    h('option', { value: 'cycle' }, 'Cycle'),
+    h('option', { value: 'reset' }, 'Reset'));
+  sel.addEventListener('change', () => {
+    const a = sel.value;
+    sel.value = '';
+    if (a) act(name, 'Power ' + a, 'power', { action: a }, done);
+  });
+  out.push(sel);
+  if (st === 'MAINTENANCE') {
+    out.push(h('button', { type: 'button', 'data-action': 'maintenance-off', onclick: () => act(name, 'End maintenance of', 'maintenance', { on: false }, done) }, 'End maintenance'));
+  } else {
+    out.push(h('button', { type: 'button', 'data-action': 'maintenance-on', onclick: () => act(name, 'Put into maintenance', 'maintenance', { on: true, reason: 'set from the web page' }, done) }, 'Maintenance'));
+  }
+  return h('div', { class: 'actions' }, out);
+}
+
+// ---- pages ----
+
+let current = null; // the page's live subscriptions
+
+function table(cls, head, rows, empty) {
+  return h('table', { class: cls },
+    h('thead', null, h('tr', null, head.map((c) => h('th', null, c)))),
+    h('tbody', null, rows.length ? rows : h('tr', { class: 'empty' }, h('td', { colspan: head.length }, empty))));
+}
+
+function pageMachines(main) {
+  const count = h('span', { class: 'count' });
+  const body = h('div', { class: 'card' }, h('p', { class: 'muted' }, 'Loading…'));
+  main.replaceChildren(h('div', { class: 'page-head' }, h('h1', null, 'Machines'), count), body);
+  const render = (ms) => {
+    ms.sort((a, b) => a.name.localeCompare(b.name));
+    count.textContent = ms.length + (ms.length === 1 ? ' machine' : ' machines');
+    body.replaceChildren(table('list machines', ['Name', 'State', 'Power', 'Serial', 'CPU', 'Memory', 'Disks', 'NICs', 'Node', 'Actions'],
+      ms.map((m) => h('tr', { 'data-name': m.name },
+        h('td', null, h('a', { href: '#/machines/' + encodeURIComponent(m.name) }, m.name),
+          (m.flags || []).length ? h('span', { class: 'flag', title: m.flags.join(', ') }, '!') : null),
+        h('td', { class: 'state', title: m.state_reason || '' }, badge(m.state)),
+        h('td', { class: 'power' }, h('span', { class: 'power-' + power(m.power_state) }, power(m.power_state))),
+        h('td', { class: 'mono' }, m.serial || '—'),
+        h('td', { class: 'cpu' }, cpuSummary(m.facts)),
+        h('td', null, bytes(m.facts && m.facts.memory && m.facts.memory.total_bytes)),
+        h('td', null, disksSummary(m.facts)),
+        h('td', null, nicsSummary(m.facts)),
+        h('td', null, m.node_name || '—'),
+        h('td', null, machineActions(m)))),
+      'No machines yet: they appear when they PXE-boot on the provisioning network.'));
+  };
+  return [live({
+    load: async (signal) => ((await api('/api/machines', { signal })).machines || []),
+    watch: '/api/watch/machines', field: 'machine', keyOf: (m) => m.name, onChange: render,
+  })];
+}
+
+function kv(pairs) {
+  return h('dl', { class: 'kv' }, pairs.filter((p) => p[1] !== undefined && p[1] !== null && p[1] !== '').map(([k, v]) => [h('dt', null, k), h('dd', null, v)]));
+}
+
+// Boot phases, in the order a boot goes through them.
+const PHASES = ['power', 'dhcp', 'tftp', 'script', 'kernel+initrd', 'agent', 'install', 'other'];
+
+function phaseOf(e) {
+  const src = e.source || '';
+  const ev = e.event || '';
+  if (src === 'bmc' || /power/.test(ev)) return 'power';
+  if (src === 'dhcp' || src === 'ra') return 'dhcp';
+  if (src === 'tftp') return 'tftp';
+  if (src === 'http' && ev === 'script') return 'script';
+  if (src === 'http') return 'kernel+initrd';
+  if (src === 'agent' && ev.startsWith('progress')) return 'install';
+  if (src === 'inventory' || src === 'agent') return 'agent';
+  if (src === 'lifecycle' || src === 'install') return 'install';
+  return 'other';
+}
+
+// timelineSVG draws the entries as phases on a time axis: one lane per
+// phase, a bar from a phase's first entry until the next phase starts
+// (or its own last entry), a dot per entry.
+function timelineSVG(entries) {
+  const es = entries.filter((e) => e.at).map((e) => ({ e, t: new Date(e.at).getTime(), p: phaseOf(e) })).filter((x) => !isNaN(x.t));
+  es.sort((a, b) => a.t - b.t);
+  const W = 1160, left = 110, right = 20, lane = 24, top = 10;
+  const lanes = PHASES.filter((p) => es.some((x) => x.p === p));
+  const H = top + lanes.length * lane + 34;
+  const svg = s('svg', { class: 'timeline', viewBox: '0 0 ' + W + ' ' + H, width: W, height: H, role: 'img', 'aria-label': 'Boot timeline' });
+  if (!es.length) {
+    svg.setAttribute('viewBox', '0 0 ' + W + ' 40');
+    svg.setAttribute('height', 40);
+    svg.append(s('text', { x: 10, y: 25, class: 'axis-label' }, 'No timeline entries yet.'));
+    return svg;
+  }
+  const t0 = es[0].t;
+  const t1 = Math.max(es[es.length - 1].t, t0 + 1000);
+  const x = (t) => left + ((t - t0) / (t1 - t0)) * (W - left - right);
+  const y = (p) => top + lanes.indexOf(p) * lane;
+  lanes.forEach((p, i) => {
+    svg.append(s('rect', { x: 0, y: y(p), width: W, height: lane, class: i % 2 ? 'lane odd' : 'lane' }));
+    svg.append(s('text', { x: 8, y: y(p) + 16, class: 'lane-label' }, p));
+  });
+  // Segments: consecutive entries of one phase.
+  const segs = [];
+  for (const x0 of es) {
+    const last = segs[segs.length - 1];
+    if (last && last.p === x0.p) { last.end = x0.t; last.n++; } else segs.push({ p: x0.p, start: x0.t, end: x0.t, n: 1 });
+  }
+  segs.forEach((g, i) => {
+    const next = segs[i + 1];
+    const end = next ? Math.max(next.start, g.end) : g.end;
+    const x1 = x(g.start);
+    const w = Math.max(x(end) - x1, 4);
+    svg.append(s('rect', { x: x1, y: y(g.p) + 5, width: w, height: lane - 10, rx: 3, class: 'phase phase-' + g.p.replace('+', '-'), 'data-phase': g.p },
+      s('title', null, g.p + ': ' + g.n + ' entr' + (g.n === 1 ? 'y' : 'ies') + ', ' + ((end - g.start) / 1000).toFixed(1) + ' s from ' + new Date(g.start).toLocaleTimeString())));
+  });
+  for (const x0 of es) {
+    svg.append(s('circle', { cx: x(x0.t), cy: y(x0.p) + lane / 2, r: 3, class: 'entry' },
+      s('title', null, new Date(x0.t).toLocaleTimeString() + ' ' + x0.e.source + '/' + x0.e.event + (x0.e.detail ? ': ' + x0.e.detail : ''))));
+  }
+  // Axis: five ticks, seconds from the first entry.
+  const axisY = top + lanes.length * lane + 6;
+  svg.append(s('line', { x1: left, x2: W - right, y1: axisY, y2: axisY, class: 'axis' }));
+  for (let i = 0; i <= 5; i++) {
+    const t = t0 + ((t1 - t0) * i) / 5;
+    svg.append(s('line', { x1: x(t), x2: x(t), y1: axisY, y2: axisY + 5, class: 'axis' }));
+    svg.append(s('text', { x: x(t), y: axisY + 18, class: 'axis-label', 'text-anchor': i === 0 ? 'start' : i === 5 ? 'end' : 'middle' },
+      i === 0 ? new Date(t0).toLocaleTimeString() : '+' + fmtDur(t - t0)));
+  }
+  return svg;
+}
+
+function fmtDur(ms) {
+  const sec = ms / 1000;
+  if (sec < 120) return sec.toFixed(sec < 10 ? 1 : 0) + ' s';
+  if (sec < 7200) return (sec / 60).toFixed(1) + ' min';
+  return (sec / 3600).toFixed(1) + ' h';
+}
+
+function pageMachine(main, name) {
+  const head = h('div', { class: 'page-head' }, h('h1', null, name));
+  const summary = h('div', { class: 'card' }, h('p', { class: 'muted' }, 'Loading…'));
+  const facts = h('div', { class: 'facts' });
+  const tl = h('div', { class: 'card' }, h('h2', null, 'Boot timeline'), h('p', { class: 'muted' }, 'Loading…'));
+  const hist = h('div', { class: 'card' });
+  main.replaceChildren(h('p', null, h('a', { href: '#/machines' }, '← Machines')), head, summary, tl, facts, hist);
+  const renderMachine = (ms) => {
+    const m = ms[0];
+    if (!m) {
+      summary.replaceChildren(h('p', { class: 'error' }, 'Machine ' + name + ' is not in the inventory (deleted?).'));
+      return;
+    }
+    const f = m.facts || {};
+    const sys = f.system || {};
+    head.replaceChildren(h('h1', null, m.name), h('span', { class: 'state', 'data-name': m.name }, badge(m.state)), machineActions(m));
+    summary.replaceChildren(kv([
+      ['State', [badge(m.state), m.state_reason ? ' ' + m.state_reason : '']],
+      ['Power', power(m.power_state) + (m.power_read_at ? ' (read ' + ago(m.power_read_at) + ')' : '')],
+      ['Serial', m.serial], ['System UUID', m.system_uuid], ['Boot MAC', m.boot_mac],
+      ['System', [sys.vendor, sys.product].filter(Boolean).join(' ')],
+      ['CPU', cpuSummary(f)], ['Memory', bytes(f.memory && f.memory.total_bytes)],
+      ['BMC', m.bmc && m.bmc.address ? m.bmc.address + (m.bmc.provider ? ' (' + m.bmc.provider + ')' : '') : 'not enrolled'],
+      ['Node', m.node_name], ['Flags', (m.flags || []).join(', ')],
+      ['Install', m.install && m.install.install_id ? (m.install.step || 'planned') + (m.install.disk ? ' on ' + m.install.disk : '') + (m.install.error ? ' — ' + m.install.error : '') : ''],
+      ['Created', when(m.created_at)], ['Updated', when(m.updated_at)],
+    ]));
+    facts.replaceChildren(
+      h('div', { class: 'card' }, h('h2', null, 'Disks'), table('list', ['Name', 'Size', 'Model', 'Serial', 'Bus', 'Kind'],
+        (f.disks || []).map((d) => h('tr', null, h('td', { class: 'mono' }, d.name), h('td', null, bytes(d.size_bytes)), h('td', null, d.model || '—'),
+          h('td', { class: 'mono' }, d.serial || '—'), h('td', null, d.bus || '—'), h('td', null, d.rotational ? 'HDD' : 'SSD', d.removable ? ', removable' : ''))),
+        'No disks reported.')),
+      h('div', { class: 'card' }, h('h2', null, 'NICs'), table('list', ['Name', 'MAC', 'Driver', 'Link', 'Speed'],
+        (f.nics || []).map((n) => h('tr', null, h('td', { class: 'mono' }, n.name), h('td', { class: 'mono' }, n.mac), h('td', null, n.driver || '—'),
+          h('td', null, n.link ? 'up' : 'down'), h('td', null, n.speed_mbps ? n.speed_mbps + ' Mb/s' : '—'))),
+        'No NICs reported.')));
+    const changes = (m.fact_history || []).slice().reverse();
+    hist.replaceChildren(h('h2', null, 'Fact history'), table('list history', ['When', 'Fact', 'Before', 'After'],
+      changes.map((c) => h('tr', null, h('td', null, when(c.at)), h('td', { class: 'mono' }, c.path), h('td', null, c.before || '—'), h('td', null, c.after || '—'))),
+      'No fact changed since the first report.'));
+  };
+  const renderTimeline = (entries) => {
+    const rows = entries.slice().sort((a, b) => new Date(b.at) - new Date(a.at));
+    tl.replaceChildren(h('h2', null, 'Boot timeline'), timelineSVG(entries),
+      table('list entries', ['When', 'Source', 'Event', 'Detail', 'MAC'],
+        rows.map((e) => h('tr', null, h('td', null, when(e.at)), h('td', null, e.source), h('td', null, e.event), h('td', { class: 'detail' }, e.detail || ''), h('td', { class: 'mono' }, e.mac || ''))),
+        'Nothing on the timeline yet.'));
+  };
+  const enc = encodeURIComponent(name);
+  return [
+    live({
+      load: async (signal) => [await api('/api/machines/' + enc, { signal })],
+      watch: '/api/watch/machines/' + enc, field: 'machine', keyOf: (m) => m.name, onChange: renderMachine,
+    }),
+    live({
+      load: async (signal) => ((await api('/api/machines/' + enc + '/timeline?limit=500', { signal })).entries || []),
+      watch: '/api/watch/machines/' + enc + '/timeline?limit=500', field: 'entry', onChange: renderTimeline,
+    }),
+  ];
+}
+
+function meter(used, total, fmt) {
+  const u = num(used), t = num(total);
+  return h('div', { class: 'capacity' }, h('meter', { min: 0, max: t || 1, value: Math.min(u, t || 1), high: (t || 1) * 0.85 }),
+    h('span', null, fmt(u) + ' / ' + fmt(t)));
+}
+
+function pageNodes(main) {
+  const body = h('div', { class: 'card' }, h('p', { class: 'muted' }, 'Loading…'));
+  const count = h('span', { class: 'count' });
+  main.replaceChildren(h('div', { class: 'page-head' }, h('h1', null, 'Nodes'), count), body);
+  const cpu = (v) => (v / 1000).toFixed(v % 1000 ? 1 : 0) + ' CPU';
+  const render = (ns) => {
+    ns.sort((a, b) => a.name.localeCompare(b.name));
+    count.textContent = ns.length + (ns.length === 1 ? ' node' : ' nodes');
+    body.replaceChildren(table('list nodes', ['Name', 'State', 'Address', 'Rack', 'CPU reserved', 'Memory reserved', 'Storage reserved', 'Reservations', 'Heartbeat'],
+      ns.map((n) => {
+        const comps = Object.values(n.reserved_computes || {});
+        const stors = Object.values(n.reserved_storages || {});
+        const rc = comps.reduce((a, c) => a + num(c.request_cpu_milli_core), 0);
+        const rm = comps.reduce((a, c) => a + num(c.request_memory_bytes), 0);
+        const rs = stors.reduce((a, c) => a + num(c.request_bytes), 0);
+        return h('tr', { 'data-name': n.name },
+          h('td', null, n.name), h('td', { class: 'state' }, badge(n.state, 'node')), h('td', { class: 'mono' }, n.address || '—'),
+          h('td', null, [n.rack, n.unit ? 'U' + n.unit : ''].filter(Boolean).join(' ') || '—'),
+          h('td', null, meter(rc, n.cpu_milli_cores, cpu)), h('td', null, meter(rm, n.memory_bytes, bytes)), h('td', null, meter(rs, n.storage_bytes, bytes)),
+          h('td', null, comps.length + ' compute, ' + stors.length + ' storage'),
+          h('td', { title: when(n.last_heartbeat) }, ago(n.last_heartbeat)));
+      }),
+      'No nodes: accepted machines join the pool when their hypervisor agent starts.'));
+  };
+  return [live({
+    load: async (signal) => ((await api('/api/nodes', { signal })).nodes || []),
+    watch: '/api/watch/nodes', field: 'node', keyOf: (n) => n.name, onChange: render,
+  })];
+}
+
+function pageVMs(main) {
+  const body = h('div', { class: 'card' }, h('p', { class: 'muted' }, 'Loading…'));
+  const count = h('span', { class: 'count' });
+  main.replaceChildren(h('div', { class: 'page-head' }, h('h1', null, 'Virtual machines'), count), body);
+  const render = (vs) => {
+    vs.sort((a, b) => a.name.localeCompare(b.name));
+    count.textContent = vs.length + (vs.length === 1 ? ' VM' : ' VMs');
+    body.replaceChildren(table('list vms', ['Name', 'State', 'Node', 'vCPUs', 'Memory', 'Disks', 'NICs'],
+      vs.map((v) => h('tr', { 'data-name': v.name },
+        h('td', null, v.name), h('td', { class: 'state' }, badge(v.state, 'vm')), h('td', null, v.compute_node_name || '—'),
+        h('td', null, String(Math.max(1, Math.floor(num(v.limit_cpu_milli_core) / 1000)))), h('td', null, bytes(v.limit_memory_bytes)),
+        h('td', null, (v.block_storage_names || []).join(', ') || '—'),
+        h('td', { class: 'mono' }, (v.nics || []).map((n) => n.network_name + (n.ipv4_address ? ' ' + n.ipv4_address : '')).join(', ') || '—'))),
+      'No virtual machines.'));
+  };
+  return [live({
+    load: async (signal) => ((await api('/api/vms', { signal })).virtual_machines || []),
+    watch: '/api/watch/vms', field: 'virtual_machine', keyOf: (v) => v.name, onChange: render,
+  })];
+}
+
+function pageVolumes(main) {
+  const body = h('div', { class: 'card' }, h('p', { class: 'muted' }, 'Loading…'));
+  const count = h('span', { class: 'count' });
+  main.replaceChildren(h('div', { class: 'page-head' }, h('h1', null, 'Volumes'), count), body);
+  const render = (vs) => {
+    vs.sort((a, b) => a.name.localeCompare(b.name));
+    count.textContent = vs.length + (vs.length === 1 ? ' volume' : ' volumes');
+    body.replaceChildren(table('list volumes', ['Name', 'State', 'Node', 'Requested', 'Limit'],
+      vs.map((v) => h('tr', { 'data-name': v.name },
+        h('td', null, v.name), h('td', { class: 'state' }, badge(v.state, 'vol')), h('td', null, v.node_name || '—'),
+        h('td', null, bytes(v.request_bytes)), h('td', null, bytes(v.limit_bytes)))),
+      'No volumes.'));
+  };
+  return [live({
+    load: async (signal) => ((await api('/api/volumes', { signal })).block_storages || []),
+    watch: '/api/watch/volumes', field: 'block_storage', keyOf: (v) => v.name, onChange: render,
+  })];
+}
+
+// ---- routing ----
+
+function route() {
+  if (current) current.forEach((l) => l.stop());
+  current = null;
+  if (!token()) { showLogin(); return; }
+  $('nav').hidden = false;
+  $('signout').hidden = false;
+  const parts = location.hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);
+  const page = parts[0] || 'machines';
+  for (const a of document.querySelectorAll('#nav a')) a.classList.toggle('active', a.dataset.page === page);
+  const main = $('main');
+  switch (page) {
+    case 'machines':
+      current = parts[1] ? pageMachine(main, parts[1]) : pageMachines(main);
+      break;
+    case 'nodes': current = pageNodes(main); break;
+    case 'vms': current = pageVMs(main); break;
+    case 'volumes': current = pageVolumes(main); break;
+    default: location.hash = '#/machines';
+  }
+}
+
+document.addEventListener('DOMContentLoaded', () => {
+  $('signout').addEventListener('click', () => signOut());
+  $('notice-close').addEventListener('click', clearNotice);
+  window.addEventListener('hashchange', route);
+  route();
+});

@@ -1,0 +1,24 @@
+// Package web is the rack's web page: plain HTML, CSS and JavaScript
+// embedded with go:embed (no build toolchain, no CDN: it works on an
+// isolated provisioning network) and a small JSON gateway under /api/ that
+// calls the appliance's own gRPC API as the caller, forwarding the
+// caller's bearer token per call. The same authentication, roles, limits
+// and audit therefore apply to the page as to the CLI: a viewer's accept
+// is refused by the same interceptor with the same PermissionDenied.
+//
+// The page keeps the token in sessionStorage and sends it as
+// "Authorization: Bearer"; the gateway sets no cookies, so there is no
+// ambient credential for another site to ride (no CSRF surface). Every
+// response carries a strict Content-Security-Policy (scripts and styles
+// only from this origin, nothing inline), X-Frame-Options DENY and, for
+// /api/, Cache-Control no-store.
+//
+// Streams (/api/watch/...) are newline-delimited JSON read with fetch and a
+// ReadableStream (EventSource cannot send a header). A Watch RPC the
+// appliance does not implement answers 501 before any line, and the page
+// falls back to polling the List call.
+//
+// It imports only the generated API (and gRPC, protobuf, the standard
+// library); internal/server serves it over TLS with the appliance's
+// certificate and bounds the HTTP server.
+package web
