@@ -126,6 +126,10 @@ type HistoryWatcher interface {
 	// the newest revision among the listed keys.
 	ListRevision(ctx context.Context, prefix string) (kvs []KV, rev int64, err error)
 
+	// Revision returns the store's current revision: every change at or
+	// below it has committed.
+	Revision(ctx context.Context) (int64, error)
+
 	// WatchFrom is Watch starting after afterRev instead of after the
 	// call: the channel receives every change to keys with the given
 	// prefix whose revision is > afterRev, in revision order, the history

@@ -360,6 +360,22 @@ func (s *Store) ListRevision(ctx context.Context, prefix string) ([]store.KV, in
 	return out, cur, nil
 }
 
+// Revision implements store.HistoryWatcher.
+func (s *Store) Revision(ctx context.Context) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.closeMu.RUnlock()
+	rev, err := s.revision()
+	if err != nil {
+		return 0, fmt.Errorf("bolt: revision: %w", err)
+	}
+	return rev, nil
+}
+
 // revision reads the committed store revision.
 func (s *Store) revision() (int64, error) {
 	var cur int64

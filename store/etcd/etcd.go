@@ -521,6 +521,21 @@ func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, e
 	return s.watchAfter(ctx, prefix, resp.Header.Revision)
 }
 
+// Revision implements store.HistoryWatcher: the cluster's revision (shared
+// with anything else stored on the cluster).
+func (s *Store) Revision(ctx context.Context) (int64, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, s.prefix, clientv3.WithCountOnly())
+	if err != nil {
+		return 0, s.wrap(ctx, "revision", "", err)
+	}
+	return resp.Header.Revision, nil
+}
+
 // WatchFrom implements store.HistoryWatcher on etcd's own history: a
 // revision etcd has compacted away, or one beyond the cluster's current
 // revision, is refused with store.ErrCompacted naming etcd's compaction

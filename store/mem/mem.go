@@ -102,6 +102,19 @@ func (s *Store) ListRevision(ctx context.Context, prefix string) ([]store.KV, in
 	return out, s.rev, nil
 }
 
+// Revision implements store.HistoryWatcher.
+func (s *Store) Revision(ctx context.Context) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return 0, store.ErrClosed
+	}
+	return s.rev, nil
+}
+
 // WatchFrom implements store.HistoryWatcher from the in-memory ring of
 // the latest events.
 func (s *Store) WatchFrom(ctx context.Context, prefix string, afterRev int64) (<-chan store.Event, error) {

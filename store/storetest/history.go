@@ -82,6 +82,10 @@ func testListRevision(t *testing.T, s hstore, _ func(*testing.T, store.Store)) {
 	if diff := cmp.Diff(want, kvs); diff != "" {
 		t.Fatalf("ListRevision (-want +got):\n%s", diff)
 	}
+	cur, err := s.Revision(ctx)
+	if err != nil || cur < rev {
+		t.Fatalf("Revision = %d, %v; want at least the list's %d", cur, err, rev)
+	}
 	// On a store shared with others (etcd) the revision may have moved on.
 	if rev < other {
 		t.Fatalf("ListRevision revision %d, want at least the store's current revision %d", rev, other)
