@@ -21,7 +21,11 @@ import (
 )
 
 // SchemaVersion is the version this build writes and the newest it reads.
-const SchemaVersion = 1
+// Older records are still read as they are; Migrate (migrate.go) rewrites
+// them at this version, with the steps internal/server keeps:
+//
+//	1 → 2: network records' CIDRs stored canonically (host bits cleared).
+const SchemaVersion = 2
 
 // ErrSchema: the record was written by a newer schema than this build knows
 // (class apierr.ErrDataLoss).
