@@ -13,6 +13,7 @@ PROTOC_GEN_GO_VERSION := v1.36.6
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 GRPCURL_VERSION := v1.9.3
 GOTESTSUM_VERSION := v1.13.0
+NFPM_VERSION := v2.41.3
 
 .PHONY: help build test test-short bench generate check-generate tools vet fmt-check ci run clean
 
@@ -26,13 +27,14 @@ build: ## Build corrald, corral and corral-node into ./bin
 run: build ## Run corrald on its defaults with a local data dir (./data)
 	$(BIN)/corrald serve --data-dir $(CURDIR)/data
 
-tools: ## Install pinned buf, protoc plugins, grpcurl and gotestsum into ./.bin
+tools: ## Install pinned buf, protoc plugins, grpcurl, gotestsum and nfpm into ./.bin
 	@mkdir -p $(TOOLS)
 	@test -x $(TOOLS)/buf || GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 	@test -x $(TOOLS)/protoc-gen-go || GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	@test -x $(TOOLS)/protoc-gen-go-grpc || GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	@test -x $(TOOLS)/grpcurl || GOBIN=$(TOOLS) $(GO) install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 	@test -x $(TOOLS)/gotestsum || GOBIN=$(TOOLS) $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION)
+	@test -x $(TOOLS)/nfpm || GOBIN=$(TOOLS) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
 
 generate: tools ## Regenerate Go code from api/**/*.proto with buf
 	buf generate
@@ -64,7 +66,7 @@ bench: ## Print API benchmark figures (ReserveCompute/ReserveNetworkInterface ov
 ci: check-generate vet test ## What .ci/run runs after installing packages
 
 clean: ## Remove build outputs
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(DIST)
 
 .PHONY: images
 images: build ## Build (or take from the cache) the discovery and hypervisor images and register them in DATA_DIR's catalog (default ./data)
@@ -83,3 +85,40 @@ lab: ## Start the virtual rack (root): corral-lab up $(LAB_ARGS) in LAB_DIR; the
 
 lab-down: ## Stop the virtual rack: its processes, namespace, bridge, taps and veth (images stay)
 	$(GO) run ./cmd/corral-lab --dir $(LAB_DIR) down
+
+# Release: what an operator installs. dist/ gets the four static binaries
+# (CGO_ENABLED=0, -trimpath, the version stamped), the images archive
+# (corrald images build, then corrald images export: kernel, initramfs
+# images, iPXE binaries, MANIFEST.json and SHA256SUMS), the .deb made by
+# nfpm from packaging/nfpm.yaml, and SHA256SUMS over all of them. The images
+# are built with the host's apt and Go (IMAGE_CACHE: the build cache, default
+# corrald's); the appliance installing the .deb needs neither.
+DIST := $(CURDIR)/dist
+RELEASE_CMDS := corrald corral corral-node corral-lab
+IMAGE_CACHE ?=
+# The Debian version: a v1.2.3 tag is 1.2.3, commits past it 1.2.3+4.gHASH;
+# with no tag 0.0.0+gHASH (dpkg wants a leading digit).
+DEB_VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null) && echo "$$v" | sed -e 's/^v//' -e 's/-\([0-9]*\)-g/+\1.g/' -e 's/-dirty$$/.dirty/' || echo "0.0.0+g$$(git describe --always --dirty 2>/dev/null | tr - .)")
+
+.PHONY: release release-bin release-images deb
+release: ## Static binaries, images archive, .deb and SHA256SUMS into ./dist
+	$(MAKE) release-images
+	$(MAKE) deb
+	cd $(DIST) && rm -f SHA256SUMS && sha256sum $(RELEASE_CMDS) corral-images.tar corral_*_amd64.deb > SHA256SUMS.tmp && mv SHA256SUMS.tmp SHA256SUMS
+	@cat $(DIST)/SHA256SUMS
+
+release-bin: ## Static binaries of corrald, corral, corral-node and corral-lab into ./dist
+	@mkdir -p $(DIST)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS) -s -w' -o $(DIST)/ $(addprefix ./cmd/,$(RELEASE_CMDS))
+
+release-images: release-bin ## The images archive dist/corral-images.tar (built, or taken from the image cache)
+	rm -rf $(DIST)/.catalog
+	$(DIST)/corrald images build --data-dir $(DIST)/.catalog --source $(CURDIR) $(if $(IMAGE_CACHE),--image-cache $(IMAGE_CACHE))
+	$(DIST)/corrald images export --data-dir $(DIST)/.catalog -o $(DIST)/corral-images.tar
+	rm -rf $(DIST)/.catalog
+
+deb: ## The .deb (nfpm, packaging/nfpm.yaml) from what release-bin and release-images put in ./dist
+	@test -x $(TOOLS)/nfpm || { mkdir -p $(TOOLS) && GOBIN=$(TOOLS) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION); }
+	@test -f $(DIST)/corrald -a -f $(DIST)/corral -a -f $(DIST)/corral-images.tar || { echo "dist/ lacks corrald, corral or corral-images.tar: make release-bin release-images" >&2; exit 1; }
+	rm -f $(DIST)/corral_*_amd64.deb
+	CORRAL_DEB_VERSION='$(DEB_VERSION)' $(TOOLS)/nfpm pkg -f packaging/nfpm.yaml -p deb -t $(DIST)/

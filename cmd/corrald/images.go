@@ -2,11 +2,13 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/corralhq/corral/images"
 	"github.com/corralhq/corral/images/discovery"
+	"github.com/corralhq/corral/internal/progress"
 	"github.com/corralhq/corral/internal/server"
 	"github.com/corralhq/corral/internal/sourcetree"
 	"github.com/spf13/cobra"
@@ -50,17 +52,24 @@ unchanged inputs is taken from the cache.`,
 				profiles = profiles[:1]
 			}
 			start := time.Now()
-			rs, err := discovery.BuildProfiles(cmd.Context(), discovery.Options{SourceDir: src, CacheDir: cache, AgentVersion: version, Logger: log}, profiles...)
+			rep := progress.New(cmd.ErrOrStderr())
+			rs, err := discovery.BuildProfiles(cmd.Context(), discovery.Options{SourceDir: src, CacheDir: cache, AgentVersion: version, Logger: log,
+				Progress: func(stage string) { rep.Stage(stage, 0) }}, profiles...)
 			if err != nil {
 				return err
 			}
 			took := time.Since(start).Round(100 * time.Millisecond)
 			cfg := images.Config{Dir: catDir, IPXEDirs: ipxeDirs}
 			r := rs[0]
+			if err := os.MkdirAll(dataDir, 0o700); err != nil {
+				return err
+			}
+			rep.Stage("register the discovery image in "+catDir, 0)
 			_, b, err := images.RegisterDiscover(cfg, r.Kernel, r.Initrd, r.Release, r.Key)
 			if err != nil {
 				return err
 			}
+			rep.Done()
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "images ready in %s (kernel %s %s, u-root %s)\n", took, r.Package.Name, r.Package.Version, r.URoot)
 			fmt.Fprintf(w, "discovery image %s (key %s, %d modules, %s)\n", how(r), r.Key[:12], len(r.Modules), r.Compression)
@@ -68,10 +77,12 @@ unchanged inputs is taken from the cache.`,
 			fmt.Fprintf(w, "  %-21s %9d bytes  sha256 %s\n", images.DiscoverInitrd, b.InitrdSize, b.InitrdSHA256)
 			if len(rs) > 1 {
 				h := rs[1]
+				rep.Stage("register the hypervisor image in "+catDir, 0)
 				_, hb, err := images.RegisterHypervisor(cfg, h.Initrd, h.Release, h.Key)
 				if err != nil {
 					return err
 				}
+				rep.Done()
 				fmt.Fprintf(w, "hypervisor image %s (key %s, %d modules, %s, qemu %s)\n", how(h), h.Key[:12], len(h.Modules), h.Compression, h.Packages["qemu-system-x86"])
 				fmt.Fprintf(w, "  %-21s %9d bytes  sha256 %s\n", images.HypervisorInitrd, hb.InitrdSize, hb.InitrdSHA256)
 			}
@@ -87,7 +98,7 @@ unchanged inputs is taken from the cache.`,
 	build.Flags().String("image-cache", "", "build cache directory (default DATA_DIR/images/cache) (env CORRAL_IMAGE_CACHE)")
 	build.Flags().StringSlice("ipxe-dir", nil, "directories holding the iPXE binaries (default Debian's)")
 	build.Flags().Bool("no-hypervisor", false, "build and register only the discovery image")
-	img.AddCommand(build)
+	img.AddCommand(build, newImagesExportCmd(), newImagesImportCmd())
 	return img
 }
 

@@ -124,6 +124,15 @@ type Options struct {
 	// PCIIDs is the pci.ids to ship (default: the first of DefaultPCIIDs).
 	PCIIDs string
 	Logger *slog.Logger
+	// Progress, when set, is told each stage of a build as it starts
+	// (corrald images build shows them); nil says nothing.
+	Progress func(stage string)
+}
+
+func (o Options) stage(s string) {
+	if o.Progress != nil {
+		o.Progress(s)
+	}
 }
 
 // Result describes a built (or cached) image.
@@ -236,6 +245,7 @@ func BuildProfiles(ctx context.Context, o Options, profiles ...Profile) ([]Resul
 	}
 	defer unlock()
 
+	o.stage("resolve inputs (kernel package, u-root, agent source)")
 	common, urootDir, err := commonInputs(ctx, o)
 	if err != nil {
 		return nil, err
@@ -281,12 +291,14 @@ func BuildProfiles(ctx context.Context, o Options, profiles ...Profile) ([]Resul
 	// Kernel and modules: one unpack for every profile built.
 	t := time.Now()
 	root := filepath.Join(work, "kernel")
+	o.stage("fetch and unpack " + common.Package.Name + " " + common.Package.Version)
 	if _, err := FetchKernel(ctx, common.Package, filepath.Join(o.CacheDir, "debs"), root); err != nil {
 		return nil, err
 	}
 	rel := common.Package.Release()
 	stages := map[int]string{}
 	staged := map[int][]string{}
+	o.stage("stage kernel modules")
 	for _, i := range todo {
 		stage := filepath.Join(work, "stage-"+string(jobs[i].rc.profile))
 		if staged[i], err = StageModules(root, stage, rel, jobs[i].rc.modules); err != nil {
@@ -337,6 +349,7 @@ func buildOne(ctx context.Context, o Options, urootDir, work, kernel, stage stri
 		extra = append(extra, f.extra())
 	}
 	t := time.Now()
+	o.stage("build " + string(rc.profile) + " initramfs (u-root, corral-node)")
 	if err := buildUroot(ctx, log, urootBuild{srcDir: o.SourceDir, urootDir: urootDir, commands: o.Commands, version: o.AgentVersion,
 		tag: rc.tag, uinitArgs: rc.uinitArgs, work: pw, out: cpio, extra: extra}); err != nil {
 		return Result{}, fmt.Errorf("u-root (%s): %w", rc.profile, err)
@@ -344,6 +357,7 @@ func buildOne(ctx context.Context, o Options, urootDir, work, kernel, stage stri
 	log.Info("u-root initramfs built", "profile", string(rc.profile), "took", time.Since(t).Round(time.Millisecond))
 	t = time.Now()
 	initrd := filepath.Join(out, "initrd.img")
+	o.stage("compress " + string(rc.profile) + " initramfs (" + rc.compress + ")")
 	var err error
 	if rc.compress == "xz" {
 		err = xzCompress(cpio, initrd, 16) // for the kernel's initramfs unpacker
