@@ -64,6 +64,11 @@ const (
 	Started EventKind = iota + 1
 	// Finished: the task ended; Event.Result says how.
 	Finished
+	// Retrying: the task's RPC found a record PENDING under another
+	// operation (a retryable FailedPrecondition); it is sent again after
+	// Event.Wait. Event.Err is the answer, Event.Attempt the attempts
+	// made so far, Event.GiveUp when the task stops retrying.
+	Retrying
 )
 
 // Event is one progress report of Run.
@@ -75,6 +80,11 @@ type Event struct {
 	// Done counts the tasks ended so far, this one included; Total is the
 	// number of tasks in the plan.
 	Done, Total int
+	// Err, Wait, Attempt and GiveUp describe a Retrying event.
+	Err     error
+	Wait    time.Duration
+	Attempt int
+	GiveUp  time.Time
 }
 
 // Result is how one task ended.
@@ -85,8 +95,12 @@ type Result struct {
 	Err error
 	// Reason says why a task was Skipped.
 	Reason string
-	// Elapsed is the RPC's duration (zero when Skipped).
+	// Elapsed is the RPC's duration, retries included (zero when
+	// Skipped).
 	Elapsed time.Duration
+	// Attempts counts the RPCs sent (more than one when PENDING answers
+	// were retried; zero when Skipped).
+	Attempts int
 	// Response is the RPC's answer when Succeeded.
 	Response proto.Message
 }
@@ -110,18 +124,30 @@ type Runner struct {
 	// TaskTimeout is the deadline of each task's RPC; 0 means none
 	// beyond ctx.
 	TaskTimeout time.Duration
+	// PendingWait bounds how long one task keeps sending its RPC again
+	// while the answer is that a record it needs is PENDING under another
+	// operation (FailedPrecondition "... is PENDING (... until DEADLINE):
+	// retry later", or past that deadline until the reconciler resolves
+	// it); 0 means DefaultPendingWait, negative never retries. Retries
+	// back off from 200 ms to 5 s and are sent again right after the
+	// record's deadline. Other FailedPreconditions are not retried.
+	PendingWait time.Duration
 	// Progress, when set, receives every event in order, from the
 	// goroutine that called Run (never concurrently). It must not block
 	// for long: no task is started while it runs.
 	Progress func(Event)
 }
 
+// DefaultPendingWait is Runner.PendingWait's default.
+const DefaultPendingWait = 5 * time.Minute
+
 // done is what a task's goroutine hands back to Run.
 type done struct {
-	index   int
-	err     error
-	elapsed time.Duration
-	resp    proto.Message
+	index    int
+	err      error
+	elapsed  time.Duration
+	attempts int
+	resp     proto.Message
 }
 
 // Run executes p and blocks until every started task has ended. A task
@@ -184,6 +210,10 @@ func (r *Runner) Run(ctx context.Context, p *Plan) (*Summary, error) {
 	// Every goroutine sends exactly one value, and the buffer holds one
 	// per task, so a send never blocks and the channel is never closed.
 	finished := make(chan done, n)
+	// Retrying events come from the task goroutines through notes, so
+	// that Progress is still called from this goroutine only; a task waits
+	// for its note to be taken, so at most Parallel are pending.
+	notes := make(chan Event)
 	running, ended := 0, 0
 	var firstFailure string
 
@@ -194,17 +224,24 @@ func (r *Runner) Run(ctx context.Context, p *Plan) (*Summary, error) {
 			running++
 			emit(Event{Kind: Started, Task: p.Tasks[i], Done: ended, Total: n})
 			go func(i int, t *Task) {
-				finished <- r.call(ctx, i, t)
+				finished <- r.call(ctx, i, t, notes)
 			}(i, p.Tasks[i])
 		}
 		if running == 0 {
 			break
 		}
-		d := <-finished
+		var d done
+		select {
+		case d = <-finished:
+		case e := <-notes:
+			e.Done, e.Total = ended, n
+			emit(e)
+			continue
+		}
 		running--
 		ended++
 		t := p.Tasks[d.index]
-		res := &Result{Task: t, Elapsed: d.elapsed}
+		res := &Result{Task: t, Elapsed: d.elapsed, Attempts: d.attempts}
 		switch {
 		case d.err == nil:
 			res.Outcome, res.Response = Succeeded, d.resp
@@ -268,21 +305,57 @@ func (r *Runner) Run(ctx context.Context, p *Plan) (*Summary, error) {
 	return s, failed
 }
 
-// call sends t's RPC under the task deadline.
-func (r *Runner) call(ctx context.Context, i int, t *Task) done {
+// call sends t's RPC, each attempt under the task deadline, again while
+// the answer is a PENDING record (retryPending), within PendingWait.
+func (r *Runner) call(ctx context.Context, i int, t *Task, notes chan<- Event) done {
+	pendingWait := r.PendingWait
+	if pendingWait == 0 {
+		pendingWait = DefaultPendingWait
+	}
+	start := time.Now()
+	giveUp := start.Add(pendingWait)
+	for attempt := 1; ; attempt++ {
+		resp, err := r.invoke(ctx, t)
+		d := done{index: i, err: err, elapsed: time.Since(start), attempts: attempt, resp: resp}
+		if err == nil || pendingWait < 0 || ctx.Err() != nil {
+			return d
+		}
+		deadline, ok := retryPending(err)
+		if !ok {
+			return d
+		}
+		wait := pendingBackoff(attempt)
+		if left := time.Until(deadline); left > 0 && left < wait {
+			wait = left + 50*time.Millisecond // just after the deadline
+		}
+		if time.Now().Add(wait).After(giveUp) {
+			return d
+		}
+		select {
+		case notes <- Event{Kind: Retrying, Task: t, Err: err, Wait: wait, Attempt: attempt, GiveUp: giveUp}:
+		case <-ctx.Done():
+			return d
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return d
+		}
+	}
+}
+
+// invoke sends t's RPC once under the task deadline.
+func (r *Runner) invoke(ctx context.Context, t *Task) (proto.Message, error) {
 	if r.TaskTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, r.TaskTimeout)
 		defer cancel()
 	}
 	resp := t.Method.Output.New().Interface()
-	start := time.Now()
-	err := r.Conn.Invoke(ctx, t.Method.Path, t.Request, resp)
-	d := done{index: i, err: err, elapsed: time.Since(start)}
-	if err == nil {
-		d.resp = resp
+	if err := r.Conn.Invoke(ctx, t.Method.Path, t.Request, resp); err != nil {
+		return nil, err
 	}
-	return d
+	return resp, nil
 }
 
 // skipReason explains why t never started. Dependencies come first in

@@ -28,6 +28,8 @@ type behaviour struct {
 	after string
 	// block: wait for the call's context to end.
 	block bool
+	// times: answer err to the first times calls only (0: to every call).
+	times int
 }
 
 // fakePool answers every method of every service (gRPC unknown-service
@@ -41,10 +43,11 @@ type fakePool struct {
 	inflight    int
 	maxInflight int
 	started     map[string]chan struct{}
+	calls       map[string]int
 }
 
 func newFakePool(behave map[string]behaviour) *fakePool {
-	return &fakePool{behave: behave, started: map[string]chan struct{}{}}
+	return &fakePool{behave: behave, started: map[string]chan struct{}{}, calls: map[string]int{}}
 }
 
 func (f *fakePool) startedCh(name string) chan struct{} {
@@ -71,8 +74,12 @@ func (f *fakePool) handle(_ any, stream grpc.ServerStream) error {
 	f.inflight++
 	f.maxInflight = max(f.maxInflight, f.inflight)
 	b := f.behave[name]
+	f.calls[name]++
+	call := f.calls[name]
 	f.mu.Unlock()
-	close(f.startedCh(name))
+	if call == 1 { // a retry's task has started already
+		close(f.startedCh(name))
+	}
 	defer func() {
 		f.mu.Lock()
 		f.inflight--
@@ -97,7 +104,11 @@ func (f *fakePool) handle(_ any, stream grpc.ServerStream) error {
 	case <-ctx.Done():
 		return status.FromContextError(ctx.Err()).Err()
 	}
-	if b.err != nil {
+	return f.answer(stream, name, b, call)
+}
+
+func (f *fakePool) answer(stream grpc.ServerStream, name string, b behaviour, call int) error {
+	if b.err != nil && (b.times == 0 || call <= b.times) {
 		return b.err
 	}
 	return stream.SendMsg(&poolv1.Node{Name: name})

@@ -127,6 +127,10 @@ func printEvent(w io.Writer, e deploy.Event, quiet bool) error {
 		_, err := fmt.Fprintf(w, "%s %s started (%s %s)\n", prefix, t.Name, t.Method.Type, t.Action)
 		return err
 	}
+	if e.Kind == deploy.Retrying {
+		_, err := fmt.Fprintf(w, "%s %s: %s; again in %s (attempt %d; gives up at %s)\n", prefix, t.Name, rpcMessage(e.Err), seconds(e.Wait), e.Attempt+1, e.GiveUp.Format(time.TimeOnly))
+		return err
+	}
 	res := e.Result
 	var err error
 	switch res.Outcome {

@@ -1,0 +1,62 @@
+package deploy
+
+import (
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Corral's services answer a call that meets a record PENDING under
+// another operation with FailedPrecondition and one of these message
+// shapes (hypervisor/appliance pendingErr); there is no structured detail
+// on the wire, so the message is the contract:
+//
+//	<kind> "<name>" is PENDING (<op> by <owner> until <RFC 3339>): retry later
+//	<kind> "<name>" is PENDING (<op> by <owner>) past its deadline <RFC 3339>: the reconciler will resolve it
+//
+// Any other FailedPrecondition (wrong state, node not READY, ...) is a
+// real failure.
+const (
+	pendingMark      = " is PENDING ("
+	retryLaterSuffix = "): retry later"
+	reconcilerSuffix = ": the reconciler will resolve it"
+	untilMark        = " until "
+)
+
+// retryPending reports whether err is worth sending again because a
+// record the call needs is PENDING, and until when the record is PENDING
+// when the answer says (zero otherwise).
+func retryPending(err error) (deadline time.Time, ok bool) {
+	st, isStatus := status.FromError(err)
+	if !isStatus || st.Code() != codes.FailedPrecondition {
+		return time.Time{}, false
+	}
+	msg := st.Message()
+	if !strings.Contains(msg, pendingMark) {
+		return time.Time{}, false
+	}
+	switch {
+	case strings.HasSuffix(msg, retryLaterSuffix):
+		body := strings.TrimSuffix(msg, retryLaterSuffix)
+		if i := strings.LastIndex(body, untilMark); i >= 0 {
+			if t, err := time.Parse(time.RFC3339Nano, body[i+len(untilMark):]); err == nil {
+				return t, true
+			}
+		}
+		return time.Time{}, true
+	case strings.HasSuffix(msg, reconcilerSuffix):
+		return time.Time{}, true
+	}
+	return time.Time{}, false
+}
+
+// pendingBackoff is the pause before attempt+1: 200 ms doubling to 5 s.
+func pendingBackoff(attempt int) time.Duration {
+	d := 200 * time.Millisecond
+	for i := 1; i < attempt && d < 5*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 5*time.Second)
+}
