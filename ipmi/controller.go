@@ -1,6 +1,7 @@
 package ipmi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,6 +38,34 @@ type Config struct {
 	// IpmitoolPath is the ipmitool binary for the ipmitool provider
 	// (default: looked up in PATH; the provider is skipped without it).
 	IpmitoolPath string
+	// Observe, when set, is told every call's operation (e.g.
+	// "power-state", "power-on"), the provider that answered ("none" when
+	// none did), its outcome (Outcome) and how long it took, for corrald's
+	// metrics. It must be quick and safe for concurrent use.
+	Observe func(op, provider, outcome string, took time.Duration)
+}
+
+// Outcome names an error's class for metrics: "ok", "auth",
+// "unreachable", "protocol", "failed", "invalid", "certificate" or
+// "other".
+func Outcome(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, ErrCertificate):
+		return "certificate"
+	case errors.Is(err, ErrAuth):
+		return "auth"
+	case errors.Is(err, ErrUnreachable):
+		return "unreachable"
+	case errors.Is(err, ErrProtocol):
+		return "protocol"
+	case errors.Is(err, ErrFailed):
+		return "failed"
+	case errors.Is(err, ErrInvalid):
+		return "invalid"
+	}
+	return "other"
 }
 
 // DefaultProviders: the native RMCP+ provider first, bmclib's ipmitool
@@ -303,8 +332,18 @@ func isUnreachableText(s string) bool {
 	return false
 }
 
-// do opens a session, runs f, closes the session, and classifies errors.
+// do opens a session, runs f, closes the session, and classifies errors;
+// Config.Observe hears of every call.
 func (c *Controller) do(ctx context.Context, t Target, op string, f func(ctx context.Context, s *session) error) (Answer, error) {
+	start := time.Now()
+	a, err := c.call(ctx, t, op, f)
+	if c.cfg.Observe != nil {
+		c.cfg.Observe(op, cmp.Or(a.Provider, "none"), Outcome(err), time.Since(start))
+	}
+	return a, err
+}
+
+func (c *Controller) call(ctx context.Context, t Target, op string, f func(ctx context.Context, s *session) error) (Answer, error) {
 	timeout := t.Timeout
 	if timeout <= 0 {
 		timeout = c.cfg.CallTimeout

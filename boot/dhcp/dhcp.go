@@ -153,6 +153,55 @@ type Config struct {
 	LogInterval time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Observer, when set, is told every packet's outcome (corrald's
+	// metrics).
+	Observer Observer
+}
+
+// Observer is told the outcome of every packet received (corrald counts
+// them for /metrics). Its labels come from fixed sets — the request's
+// message type (MessageTypeName) and one of the Outcome* values — never
+// from a client's MAC or address. Packet must be quick and safe for
+// concurrent use.
+type Observer interface {
+	Packet(msgType, outcome string)
+}
+
+// Packet outcomes given to Observer.
+const (
+	OutcomeOffer     = "offer"            // an OFFER was sent
+	OutcomeAck       = "ack"              // an ACK was sent
+	OutcomeNak       = "nak"              // a NAK was sent
+	OutcomeIgnored   = "ignored"          // no answer (not ours, RFC 2131 silence, not handled; the timeline says why)
+	OutcomeNotSent   = "not_sent"         // the answer could not be sent
+	OutcomeOverload  = "dropped_overload" // dropped: MaxInFlight handlers busy
+	OutcomeMalformed = "malformed"        // did not parse
+	OutcomeOther     = "other"            // an answer of another type
+)
+
+// MessageTypeName is the Observer label of a DHCP message type: its
+// lower-case name, "none" for BOOTP, "other" for values RFC 2132 and its
+// successors do not name.
+func MessageTypeName(t dhcpv4.MessageType) string {
+	switch t {
+	case dhcpv4.MessageTypeNone:
+		return "none"
+	case dhcpv4.MessageTypeDiscover, dhcpv4.MessageTypeOffer, dhcpv4.MessageTypeRequest, dhcpv4.MessageTypeDecline,
+		dhcpv4.MessageTypeAck, dhcpv4.MessageTypeNak, dhcpv4.MessageTypeRelease, dhcpv4.MessageTypeInform:
+		return strings.ToLower(t.String())
+	}
+	return "other"
+}
+
+func (s *Server) observe(m *dhcpv4.DHCPv4, outcome string) {
+	if s.cfg.Observer == nil {
+		return
+	}
+	t := "unknown"
+	if m != nil {
+		t = MessageTypeName(m.MessageType())
+	}
+	s.cfg.Observer.Packet(t, outcome)
 }
 
 // DefaultDeclineQuarantine is Config.DeclineQuarantine's default.
@@ -404,6 +453,7 @@ func (l srvLogger) Printf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
 	if strings.HasPrefix(msg, "Error parsing") {
 		n := l.s.bad.Add(1)
+		l.s.observe(nil, OutcomeMalformed)
 		l.s.warn.Warn(logMalformed, "ignoring malformed DHCP packet", "err", msg, "malformed_total", n)
 		return
 	}
@@ -430,6 +480,7 @@ func (s *Server) dispatch(ctx context.Context, conn net.PacketConn, peer net.Add
 	case s.sem <- struct{}{}:
 	default:
 		n := s.dropped.Add(1)
+		s.observe(m, OutcomeOverload)
 		s.warn.Warn(logOverloaded, "DHCP overloaded: dropping packets", "in_flight", s.cfg.MaxInFlight, "dropped_total", n)
 		return
 	}
@@ -440,10 +491,23 @@ func (s *Server) dispatch(ctx context.Context, conn net.PacketConn, peer net.Add
 	up, _ := peer.(*net.UDPAddr)
 	reply, dst := s.Respond(hctx, m, up, port)
 	if reply == nil {
+		s.observe(m, OutcomeIgnored)
 		return
 	}
 	if _, err := conn.WriteTo(reply.ToBytes(), dst); err != nil {
+		s.observe(m, OutcomeNotSent)
 		s.warn.Warn(logNotSent, "DHCP reply not sent", "mac", m.ClientHWAddr.String(), "dst", dst.String(), "err", err)
+		return
+	}
+	switch reply.MessageType() {
+	case dhcpv4.MessageTypeOffer:
+		s.observe(m, OutcomeOffer)
+	case dhcpv4.MessageTypeAck:
+		s.observe(m, OutcomeAck)
+	case dhcpv4.MessageTypeNak:
+		s.observe(m, OutcomeNak)
+	default:
+		s.observe(m, OutcomeOther)
 	}
 }
 

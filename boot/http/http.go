@@ -29,6 +29,7 @@ package http
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -137,7 +138,25 @@ type Config struct {
 	Logger     *slog.Logger
 	// Limits bound clients' connections and timeouts (limits.go).
 	Limits Limits
+	// Observer, when set, is told every request's outcome (corrald's
+	// metrics).
+	Observer Observer
 }
+
+// Observer is told every request's route class (RouteScript, RouteImage,
+// RouteOther), status code and body bytes once it is answered (corrald
+// counts them for /metrics): never a MAC, an address or a raw path.
+// Request must be quick and safe for concurrent use.
+type Observer interface {
+	Request(route string, code int, bytes int64, took time.Duration)
+}
+
+// Route classes given to Observer.
+const (
+	RouteScript = "script" // /boot.ipxe
+	RouteImage  = "image"  // /images/<name>
+	RouteOther  = "other"  // anything else (404)
+)
 
 // Server is the boot HTTP server.
 type Server struct {
@@ -219,10 +238,22 @@ func (s *Server) Run(ctx context.Context) error {
 
 // ServeHTTP routes /boot.ipxe and /images/<name>; everything else is 404.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	route := RouteOther
+	if s.cfg.Observer != nil {
+		start := time.Now()
+		cw := &countingWriter{ResponseWriter: w}
+		w = cw
+		defer func() {
+			code := cmp.Or(cw.status, http.StatusOK)
+			s.cfg.Observer.Request(route, code, cw.n, time.Since(start))
+		}()
+	}
 	switch {
 	case r.URL.Path == "/boot.ipxe":
+		route = RouteScript
 		s.script(w, r)
 	case strings.HasPrefix(r.URL.Path, "/images/"):
+		route = RouteImage
 		s.artifact(w, r, strings.TrimPrefix(r.URL.Path, "/images/"))
 	default:
 		s.refuse(w, r, "", http.StatusNotFound, "no such path: this server serves /boot.ipxe?mac=... and /images/<name>")
@@ -551,12 +582,18 @@ func (c *countingWriter) WriteHeader(code int) {
 }
 
 func (c *countingWriter) Write(b []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
 	n, err := c.ResponseWriter.Write(b)
 	c.n += int64(n)
 	return n, err
 }
 
 func (c *countingWriter) ReadFrom(r io.Reader) (int64, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
 	n, err := c.ResponseWriter.(io.ReaderFrom).ReadFrom(r)
 	c.n += n
 	return n, err

@@ -66,7 +66,30 @@ type Config struct {
 	// that fits an Ethernet frame without IP fragmentation).
 	MaxBlockSize int
 	Logger       *slog.Logger
+	// Observer, when set, is told every request's outcome (corrald's
+	// metrics).
+	Observer Observer
 }
+
+// Observer is told the outcome of every read or write request (corrald
+// counts them for /metrics). file is the catalog name when the request
+// named a servable file, else "other": never a client's raw file name, MAC
+// or address. outcome is one of the Outcome* values; bytes is what was
+// sent. Transfer must be quick and safe for concurrent use.
+type Observer interface {
+	Transfer(file, outcome string, bytes int64)
+}
+
+// Transfer outcomes given to Observer.
+const (
+	OutcomeServed    = "served"     // the whole file was sent
+	OutcomeSizeProbe = "size_probe" // the client read the size and closed (EDK2, normal)
+	OutcomeAborted   = "aborted"    // the client stopped mid-transfer
+	OutcomeTimeout   = "timeout"    // cut by TransferTimeout
+	OutcomeBusy      = "busy"       // refused: a transfer cap
+	OutcomeRefused   = "refused"    // refused: not a servable name, or a write
+	OutcomeError     = "error"      // the catalog file could not be read
+)
 
 // Limits bound what TFTP clients can hold.
 type Limits struct {
@@ -261,6 +284,7 @@ func (s *Server) read(filename string, rf io.ReaderFrom) error {
 	ip, _ := netip.AddrFromSlice(peer.IP)
 	ip = ip.Unmap()
 	if reason := s.acquire(ip); reason != "" {
+		s.observe("other", OutcomeBusy, 0)
 		s.refusedLog(peer.String(), mac, filename, reason)
 		s.event(mac, "tftp-refused", reason, map[string]string{"file": filename, "peer": peer.IP.String()})
 		return errors.New(reason) // sent as a TFTP error packet
@@ -268,12 +292,14 @@ func (s *Server) read(filename string, rf io.ReaderFrom) error {
 	defer s.release(ip)
 	name, err := CheckName(filename, s.cfg.Catalog)
 	if err != nil {
+		s.observe("other", OutcomeRefused, 0)
 		s.log.Warn("tftp request refused", "peer", peer.String(), "mac", mac, "file", filename, "err", err)
 		s.event(mac, "tftp-refused", err.Error(), map[string]string{"file": filename, "peer": peer.IP.String()})
 		return err // pin/tftp sends it as a TFTP error packet
 	}
 	b, err := s.content(name)
 	if err != nil {
+		s.observe(name, OutcomeError, 0)
 		s.log.Error("tftp: catalog file unreadable", "file", name, "err", err)
 		return fmt.Errorf("tftp: %s unreadable", name)
 	}
@@ -285,20 +311,24 @@ func (s *Server) read(filename string, rf io.ReaderFrom) error {
 	if err != nil && n == 0 && strings.Contains(err.Error(), "code=8") {
 		// EDK2 asks for tsize first, then aborts (error 8, RFC 2347) and
 		// asks again for the file: normal.
+		s.observe(name, OutcomeSizeProbe, n)
 		s.log.Debug("tftp size probe", "peer", peer.String(), "mac", mac, "file", name)
 		s.event(mac, "tftp-size-probe", fmt.Sprintf("%s: client read the size (%d bytes) and closed, as EDK2 does before the download", name, len(b)), attrs)
 		return nil
 	}
 	if errors.Is(err, errTransferTimeout) {
+		s.observe(name, OutcomeTimeout, n)
 		s.log.Warn("tftp transfer cut: too slow", "peer", peer.String(), "mac", mac, "file", name, "bytes", n, "transfer_timeout", s.cfg.Limits.TransferTimeout.String())
 		s.event(mac, "tftp-aborted", fmt.Sprintf("%s: %d of %d bytes: %v", name, n, len(b), err), attrs)
 		return nil
 	}
 	if err != nil {
+		s.observe(name, OutcomeAborted, n)
 		s.log.Info("tftp transfer ended early", "peer", peer.String(), "mac", mac, "file", name, "bytes", n, "err", err)
 		s.event(mac, "tftp-aborted", fmt.Sprintf("%s: %d of %d bytes: %v", name, n, len(b), err), attrs)
 		return nil
 	}
+	s.observe(name, OutcomeServed, n)
 	s.log.Info("tftp file served", "peer", peer.String(), "mac", mac, "file", name, "bytes", n, "duration", dur.String())
 	s.event(mac, "tftp-file", fmt.Sprintf("served %s (%d bytes in %s)", name, n, dur.Round(time.Millisecond)), attrs)
 	return nil
@@ -363,6 +393,7 @@ func (s *Server) write(filename string, wt io.WriterTo) error {
 		peer = a.String()
 		s.event(s.mac(a.IP), "tftp-refused", "write request", map[string]string{"file": filename, "peer": a.IP.String()})
 	}
+	s.observe("other", OutcomeRefused, 0)
 	s.log.Warn("tftp write request refused", "peer", peer, "file", filename)
 	return fmt.Errorf("%w: the server is read-only", ErrRefused)
 }
@@ -380,6 +411,12 @@ func (s *Server) event(mac, event, detail string, attrs map[string]string) {
 		return
 	}
 	s.cfg.Timeline.Event(mac, "tftp", event, detail, attrs)
+}
+
+func (s *Server) observe(file, outcome string, n int64) {
+	if s.cfg.Observer != nil {
+		s.cfg.Observer.Transfer(file, outcome, n)
+	}
 }
 
 // Close releases a Server that will not Run.
