@@ -148,7 +148,15 @@ func buildUroot(ctx context.Context, log *slog.Logger, b urootBuild) error {
 		pkgs = append(pkgs, filepath.Join(uroot, "cmds", c))
 	}
 	pkgs = append(pkgs, filepath.Join(srcDir, AgentPackage))
-	envOpts := []golang.Opt{golang.WithWorkingDir(ws), golang.DisableCGO(), golang.WithGOOS("linux"), golang.WithGOARCH("amd64")}
+	// The GOROOT of the go on PATH (the one that made the workspace):
+	// gobusybox otherwise takes runtime.GOROOT(), which is empty in a
+	// binary built with -trimpath (make release's corrald).
+	gr, err := exec.CommandContext(ctx, "go", "env", "GOROOT").Output()
+	if err != nil {
+		return fmt.Errorf("go env GOROOT: %w", err)
+	}
+	envOpts := []golang.Opt{golang.WithWorkingDir(ws), golang.DisableCGO(), golang.WithGOOS("linux"), golang.WithGOARCH("amd64"),
+		golang.WithGOROOT(strings.TrimSpace(string(gr)))}
 	if b.tag != "" {
 		envOpts = append(envOpts, golang.WithBuildTag(b.tag))
 	}
