@@ -32,7 +32,7 @@ from the YAML file named by --config; see corrald serve --help.`,
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		return flagconf.Apply(cmd.Flags(), flagconf.Options{FileFlag: "config"})
 	}
-	root.AddCommand(newServeCmd(serve), newTokenCmd(), newImagesCmd(), newStoreCmd(), &cobra.Command{
+	root.AddCommand(newServeCmd(serve), newTokenCmd(), newImagesCmd(), newStoreCmd(), newRestoreCmd(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), "corrald", version) },
