@@ -105,7 +105,7 @@ lab-a2.conf lab-a2's, ...).`,
 	f.DurationVar(&c.Wait, "wait", 20*time.Minute, "bound on the wait")
 	f.StringArrayVar(&c.CorraldArgs, "corrald-arg", nil, "extra `corrald serve` argument, repeatable (e.g. --corrald-arg=--boot-watchdog=90s)")
 	f.StringVar(&c.Source, "source", "", "Corral source tree to build from (default: the module containing the working directory)")
-	f.StringVar(&c.ImageCache, "image-cache", lab.DefaultImageCache, "image build cache (env CORRAL_IMAGE_CACHE)")
+	f.StringVar(&c.ImageCache, "image-cache", lab.DefaultImageCache(), "image build cache, shared with corrald images build (env CORRAL_IMAGE_CACHE)")
 	f.IntVar(&c.MemoryMiB, "memory", 2560, "MiB of RAM per machine")
 	f.IntVar(&c.CPUs, "cpus", 2, "vCPUs per machine")
 	f.BoolVar(&c.InstallDeps, "install-deps", true, "apt-get install missing packages ("+strings.Join(lab.Packages, " ")+"; with --appliances 2 or more also "+strings.Join(lab.FleetPackages, " ")+")")

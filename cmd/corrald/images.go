@@ -8,6 +8,7 @@ import (
 
 	"github.com/corralhq/corral/images"
 	"github.com/corralhq/corral/images/discovery"
+	"github.com/corralhq/corral/internal/imagecache"
 	"github.com/corralhq/corral/internal/progress"
 	"github.com/corralhq/corral/internal/server"
 	"github.com/corralhq/corral/internal/sourcetree"
@@ -95,7 +96,7 @@ unchanged inputs is taken from the cache.`,
 		},
 	}
 	build.Flags().String("source", "", "Corral source tree (module root) to build corral-node from (default: the module containing the working directory)")
-	build.Flags().String("image-cache", "", "build cache directory (default DATA_DIR/images/cache) (env CORRAL_IMAGE_CACHE)")
+	build.Flags().String("image-cache", imagecache.Default(), "build cache directory, shared with corral-lab (machine-wide, or under $XDG_CACHE_HOME when that is not writable) (env CORRAL_IMAGE_CACHE)")
 	build.Flags().StringSlice("ipxe-dir", nil, "directories holding the iPXE binaries (default Debian's)")
 	build.Flags().Bool("no-hypervisor", false, "build and register only the discovery image")
 	img.AddCommand(build, newImagesExportCmd(), newImagesImportCmd())

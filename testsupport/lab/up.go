@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/auth/clientconfig"
+	"github.com/corralhq/corral/internal/imagecache"
 	"github.com/corralhq/corral/internal/sourcetree"
 )
 
@@ -53,8 +54,8 @@ type Config struct {
 	// it from the working directory, else binaries beside the executable
 	// or on PATH are used.
 	Source string
-	// ImageCache is the image build cache (default
-	// /var/cache/corral/discovery; corral-lab's --image-cache reads
+	// ImageCache is the image build cache (default DefaultImageCache(),
+	// shared with corrald images build; corral-lab's --image-cache reads
 	// CORRAL_IMAGE_CACHE).
 	ImageCache string
 	// MemoryMiB and CPUs size every machine (defaults 2560 and 2).
@@ -79,8 +80,9 @@ type Config struct {
 // DefaultDir is the default lab directory.
 const DefaultDir = "/var/lib/corral-lab"
 
-// DefaultImageCache is the default image build cache.
-const DefaultImageCache = "/var/cache/corral/discovery"
+// DefaultImageCache is the default image build cache: the machine-wide
+// one `corrald images build` uses too (imagecache.Default).
+func DefaultImageCache() string { return imagecache.Default() }
 
 // APIPort is corrald's API port in the lab.
 const APIPort = 20180
@@ -135,7 +137,7 @@ func (c *Config) defaults() error {
 		c.Wait = 20 * time.Minute
 	}
 	if c.ImageCache == "" {
-		c.ImageCache = DefaultImageCache
+		c.ImageCache = DefaultImageCache()
 	}
 	if c.MemoryMiB == 0 {
 		c.MemoryMiB = 2560
