@@ -4,6 +4,7 @@ import (
 	"context"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/watchstream"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
@@ -15,6 +16,9 @@ type MachineServer struct {
 	// BMC serves Enroll, SetPower, GetPower and SetBootDevice; when nil
 	// those RPCs answer FailedPrecondition.
 	BMC *BMCControl
+	// Watchers caps the Watch streams (nil: the appliance-wide
+	// watchstream.Default).
+	Watchers *watchstream.Limiter
 }
 
 // Register registers srv's MachineService on s.

@@ -145,6 +145,10 @@ type Config[T any] struct {
 	// matching is sent as DELETED (with its new state), one that starts
 	// matching as ADDED.
 	Match func(obj T) bool
+	// WriteOnce says records are created once and never rewritten (a
+	// timeline's entries): every put is ADDED and no key is remembered.
+	// Match must be nil.
+	WriteOnce bool
 	// Initial, when set, trims the initial list (in key order, matching
 	// objects only) before it is sent, e.g. to the newest N entries.
 	Initial func(objs []T) []T
@@ -180,8 +184,8 @@ func Run[T any](ctx context.Context, cfg Config[T], send func(Event[T]) error) e
 	if cfg.FromRevision < 0 {
 		return apierr.Invalidf("watch %s: from_revision %d is negative", cfg.Name, cfg.FromRevision)
 	}
-	if cfg.Store == nil || cfg.Decode == nil {
-		return fmt.Errorf("watchstream: watch %s: Config.Store and Config.Decode are required", cfg.Name)
+	if cfg.Store == nil || cfg.Decode == nil || (cfg.WriteOnce && cfg.Match != nil) {
+		return fmt.Errorf("watchstream: watch %s: Config.Store and Config.Decode are required, and WriteOnce takes no Match", cfg.Name)
 	}
 	hw, ok := store.AsHistoryWatcher(cfg.Store)
 	if !ok {
@@ -223,7 +227,9 @@ func Run[T any](ctx context.Context, cfg Config[T], send func(Event[T]) error) e
 				continue
 			}
 			in := cfg.Match == nil || cfg.Match(obj)
-			w.track(kv.Key, in)
+			if !cfg.WriteOnce {
+				w.track(kv.Key, in)
+			}
 			if in {
 				objs = append(objs, obj)
 				revs = append(revs, kv.Revision)
@@ -454,6 +460,9 @@ func (w *watcher[T]) convert(sev store.Event) (Event[T], bool) {
 	obj, ok := w.decode(sev.KV)
 	if !ok {
 		return Event[T]{}, false
+	}
+	if w.cfg.WriteOnce {
+		return Event[T]{Type: watchv1.EventType_ADDED, Revision: sev.KV.Revision, Object: obj}, true
 	}
 	in := w.cfg.Match == nil || w.cfg.Match(obj)
 	w.track(key, in)

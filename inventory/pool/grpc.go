@@ -4,6 +4,7 @@ import (
 	"context"
 
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	"github.com/corralhq/corral/internal/watchstream"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
@@ -16,7 +17,8 @@ func Register(s grpc.ServiceRegistrar, p *Pool) {
 
 type nodeServer struct {
 	poolv1.UnimplementedNodeServiceServer
-	p *Pool
+	p        *Pool
+	watchers *watchstream.Limiter // nil: watchstream.Default
 }
 
 func (s *nodeServer) ListNodes(ctx context.Context, _ *poolv1.ListNodesRequest) (*poolv1.ListNodesResponse, error) {
@@ -118,7 +120,8 @@ func (s *nodeServer) ReleaseStorage(ctx context.Context, req *poolv1.ReleaseStor
 
 type networkServer struct {
 	poolv1.UnimplementedNetworkServiceServer
-	p *Pool
+	p        *Pool
+	watchers *watchstream.Limiter // nil: watchstream.Default
 }
 
 func (s *networkServer) ListNetworks(ctx context.Context, _ *poolv1.ListNetworksRequest) (*poolv1.ListNetworksResponse, error) {

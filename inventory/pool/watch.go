@@ -1,0 +1,74 @@
+package pool
+
+import (
+	"strings"
+
+	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	"github.com/corralhq/corral/internal/watchstream"
+	"github.com/corralhq/corral/store"
+	"github.com/corralhq/corral/store/record"
+	"google.golang.org/protobuf/proto"
+)
+
+// named is the watch of protobuf records stored as prefix+name: all of
+// them, or the one called name. deleted makes the object sent for a
+// deleted record from its name.
+func named[T proto.Message](p *Pool, what, prefix, name string, from int64, lim *watchstream.Limiter, newT func() T, deleted func(string) T) watchstream.Config[T] {
+	key := prefix + name
+	return watchstream.Config[T]{
+		Name:         what,
+		Store:        p.cfg.Store,
+		Prefix:       key,
+		FromRevision: from,
+		Limiter:      lim,
+		Logger:       p.log,
+		Decode: func(kv store.KV) (T, bool, error) {
+			var zero T
+			if name != "" && kv.Key != key {
+				return zero, false, nil // a name extending the one watched
+			}
+			v := newT()
+			if err := record.Unmarshal(kv.Value, v); err != nil {
+				return zero, false, err
+			}
+			return v, true, nil
+		},
+		Deleted: func(k string) (T, bool) {
+			if name != "" && k != key {
+				var zero T
+				return zero, false
+			}
+			return deleted(strings.TrimPrefix(k, prefix)), true
+		},
+	}
+}
+
+// WatchNodes streams nodes (the records ListNodes returns) as the
+// corral.watch.v1 contract says.
+func (s *nodeServer) WatchNodes(req *poolv1.WatchNodesRequest, stream poolv1.NodeService_WatchNodesServer) error {
+	if req.GetName() != "" {
+		if err := checkName("node name", req.GetName()); err != nil {
+			return toStatus(err)
+		}
+	}
+	cfg := named(s.p, "nodes", nodePrefix, req.GetName(), req.GetFromRevision(), s.watchers, newNode,
+		func(n string) *poolv1.Node { return &poolv1.Node{Name: n} })
+	return toStatus(watchstream.Run(stream.Context(), cfg, func(ev watchstream.Event[*poolv1.Node]) error {
+		return stream.Send(&poolv1.NodeEvent{Type: ev.Type, Revision: ev.Revision, Node: ev.Object})
+	}))
+}
+
+// WatchNetworks streams networks (the records ListNetworks returns) as the
+// corral.watch.v1 contract says.
+func (s *networkServer) WatchNetworks(req *poolv1.WatchNetworksRequest, stream poolv1.NetworkService_WatchNetworksServer) error {
+	if req.GetName() != "" {
+		if err := checkName("network name", req.GetName()); err != nil {
+			return toStatus(err)
+		}
+	}
+	cfg := named(s.p, "networks", networkPrefix, req.GetName(), req.GetFromRevision(), s.watchers, newNetwork,
+		func(n string) *poolv1.Network { return &poolv1.Network{Name: n} })
+	return toStatus(watchstream.Run(stream.Context(), cfg, func(ev watchstream.Event[*poolv1.Network]) error {
+		return stream.Send(&poolv1.NetworkEvent{Type: ev.Type, Revision: ev.Revision, Network: ev.Object})
+	}))
+}
