@@ -155,7 +155,7 @@ func TestWatchMachines(t *testing.T) {
 		t.Fatalf("one-machine initial: %v", got)
 	}
 
-	e.put(t, "m1", inventoryv1.Machine_INSTALLING) // leaves the state filter
+	e.put(t, "m1", inventoryv1.Machine_INSTALLING)  // leaves the state filter
 	e.put(t, "m2", inventoryv1.Machine_INVENTORIED) // enters it
 	e.put(t, "m3", inventoryv1.Machine_DISCOVERED)
 	e.del(t, "m10")
