@@ -172,7 +172,8 @@ line wins.`,
 		SilenceErrors:      true,
 		SilenceUsage:       true,
 		DisableSuggestions: true,
-		CompletionOptions:  cobra.CompletionOptions{DisableDefaultCmd: true},
+		// cobra adds `corral completion bash|zsh|fish|powershell`; resource
+		// names come from the verbs' ValidArgsFunction (completion.go).
 	}
 	root.SetOut(inv.app.stdout())
 	root.SetErr(inv.app.stderr())
@@ -209,9 +210,19 @@ line wins.`,
 		inv.bsCommand(),
 		inv.imageCommand(),
 		inv.tokenCommand(),
+		inv.backupCommand(),
 		inv.versionCommand(),
 		inv.configCommand(),
 	)
+	groups := map[string]*kind{
+		"machine": machineKind, "vm": virtualMachineKind, "bs": blockStorageKind,
+		"image": imageKind, "node": nodeKind, "network": networkKind,
+	}
+	for _, c := range root.Commands() {
+		if k, ok := groups[c.Name()]; ok {
+			inv.addCompletions(c, k)
+		}
+	}
 	return root
 }
 

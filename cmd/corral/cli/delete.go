@@ -14,7 +14,8 @@ func (inv *invocation) deleteCommand() *cobra.Command {
 Block storages are soft-deleted, as in n0stack (undelete or purge them later).
 
 Kinds: ` + kindList() + `.`,
-		Args: argsBetween(2, 2),
+		Args:              argsBetween(2, 2),
+		ValidArgsFunction: inv.completeKindAndName(false),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			k, err := kindArg(args[0])
 			if err != nil {

@@ -17,7 +17,8 @@ func (inv *invocation) describeCommand() *cobra.Command {
 field names (the same as 'get KIND NAME -o yaml').
 
 Kinds: ` + kindList() + `.`,
-		Args: argsBetween(2, 2),
+		Args:              argsBetween(2, 2),
+		ValidArgsFunction: inv.completeKindAndName(false),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			k, err := kindArg(args[0])
 			if err != nil {

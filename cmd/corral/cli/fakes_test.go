@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	auditv1 "github.com/corralhq/corral/api/audit/v1"
 	deploymentv1 "github.com/corralhq/corral/api/deployment/v1"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
@@ -35,6 +37,104 @@ type recorder struct {
 	// fail, when set for an RPC method name (e.g. "ApplyNetwork"), is
 	// returned by that method instead of its normal answer.
 	fail map[string]error
+
+	// streams scripts the Watch calls of a method (e.g. "WatchMachines"):
+	// each call takes the next step; past the last, a call waits for the
+	// client to go away.
+	streams map[string][]streamStep
+	// opened receives the method name of every Watch call (buffered).
+	opened chan string
+
+	events []*auditv1.AuditEvent // ListEvents answer
+}
+
+// streamStep is one scripted Watch call: the events it sends, then the
+// status it ends with (nil: it waits for the client to go away).
+type streamStep struct {
+	events []proto.Message
+	end    error
+}
+
+// serveStream plays the next scripted step of method on a server stream.
+func serveStream[E any](r *recorder, method string, req proto.Message, ss grpc.ServerStreamingServer[E]) error {
+	if err := r.record(method, req); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	var st *streamStep
+	if steps := r.streams[method]; len(steps) > 0 {
+		st = &steps[0]
+		r.streams[method] = steps[1:]
+	}
+	r.mu.Unlock()
+	select {
+	case r.opened <- method:
+	default:
+	}
+	if st != nil {
+		for _, e := range st.events {
+			if err := ss.Send(any(e).(*E)); err != nil {
+				return err
+			}
+		}
+		if st.end != nil {
+			return st.end
+		}
+	}
+	<-ss.Context().Done()
+	return nil
+}
+
+func (f fakeMachines) WatchMachines(req *inventoryv1.WatchMachinesRequest, ss grpc.ServerStreamingServer[inventoryv1.MachineEvent]) error {
+	return serveStream(f.r, "WatchMachines", req, ss)
+}
+
+func (f fakeMachines) WatchTimeline(req *inventoryv1.WatchTimelineRequest, ss grpc.ServerStreamingServer[inventoryv1.TimelineEvent]) error {
+	return serveStream(f.r, "WatchTimeline", req, ss)
+}
+
+func (f fakeNodes) WatchNodes(req *poolv1.WatchNodesRequest, ss grpc.ServerStreamingServer[poolv1.NodeEvent]) error {
+	return serveStream(f.r, "WatchNodes", req, ss)
+}
+
+func (f fakeNetworks) WatchNetworks(req *poolv1.WatchNetworksRequest, ss grpc.ServerStreamingServer[poolv1.NetworkEvent]) error {
+	return serveStream(f.r, "WatchNetworks", req, ss)
+}
+
+func (f fakeBlockStorages) WatchBlockStorages(req *provisioningv1.WatchBlockStoragesRequest, ss grpc.ServerStreamingServer[provisioningv1.BlockStorageEvent]) error {
+	return serveStream(f.r, "WatchBlockStorages", req, ss)
+}
+
+func (f fakeVMs) WatchVirtualMachines(req *provisioningv1.WatchVirtualMachinesRequest, ss grpc.ServerStreamingServer[provisioningv1.VirtualMachineEvent]) error {
+	return serveStream(f.r, "WatchVirtualMachines", req, ss)
+}
+
+type fakeAudit struct {
+	auditv1.UnimplementedAuditServiceServer
+	r *recorder
+}
+
+func (f fakeAudit) ListEvents(_ context.Context, req *auditv1.ListEventsRequest) (*auditv1.ListEventsResponse, error) {
+	if err := f.r.record("ListEvents", req); err != nil {
+		return nil, err
+	}
+	f.r.mu.Lock()
+	defer f.r.mu.Unlock()
+	resp := &auditv1.ListEventsResponse{}
+	for _, e := range f.r.events {
+		if req.GetMachine() != "" && e.GetMachine() != req.GetMachine() {
+			continue
+		}
+		if req.GetSince() != nil && e.GetAt().AsTime().Before(req.GetSince().AsTime()) {
+			continue
+		}
+		resp.Events = append(resp.Events, e)
+	}
+	return resp, nil
+}
+
+func (f fakeAudit) WatchEvents(req *auditv1.WatchEventsRequest, ss grpc.ServerStreamingServer[auditv1.AuditStreamEvent]) error {
+	return serveStream(f.r, "WatchEvents", req, ss)
 }
 
 func (r *recorder) record(method string, req proto.Message) error {
@@ -376,6 +476,8 @@ func newTestServer(t *testing.T) *testServer {
 		networks: map[string]*poolv1.Network{},
 		machines: map[string]*inventoryv1.Machine{},
 		fail:     map[string]error{},
+		streams:  map[string][]streamStep{},
+		opened:   make(chan string, 64),
 	}
 	srv := grpc.NewServer()
 	poolv1.RegisterNodeServiceServer(srv, fakeNodes{r: r})
@@ -384,6 +486,7 @@ func newTestServer(t *testing.T) *testServer {
 	provisioningv1.RegisterVirtualMachineServiceServer(srv, fakeVMs{r: r})
 	deploymentv1.RegisterImageServiceServer(srv, fakeImages{r: r})
 	inventoryv1.RegisterMachineServiceServer(srv, fakeMachines{r: r})
+	auditv1.RegisterAuditServiceServer(srv, fakeAudit{r: r})
 	lis := bufconn.Listen(1 << 20)
 	done := make(chan struct{})
 	go func() {
@@ -439,4 +542,20 @@ func (s *testServer) run(t *testing.T, stdin string, env map[string]string, args
 	}
 	code := app.Run(context.Background(), args)
 	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
+}
+
+// start runs the CLI against s in the background until ctx ends (a watch),
+// writing into stdout and stderr; wait returns its exit code.
+func (s *testServer) start(t *testing.T, ctx context.Context, stdout, stderr io.Writer, args ...string) (wait func() int) {
+	t.Helper()
+	env := map[string]string{"HOME": t.TempDir(), envEndpoint: "bufnet:1"}
+	app := &App{
+		Stdout: stdout,
+		Stderr: stderr,
+		Getenv: func(k string) string { return env[k] },
+		Dial:   s.dial,
+	}
+	done := make(chan int, 1)
+	go func() { done <- app.Run(ctx, args) }()
+	return func() int { return <-done }
 }

@@ -1,8 +1,10 @@
 package cli
 
 import (
-	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"context"
 	"strings"
+
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
@@ -10,18 +12,41 @@ import (
 
 func (inv *invocation) getCommand() *cobra.Command {
 	var output string
+	var watch bool
 	var mf machineFilter
+	var ef eventFilter
 	cmd := &cobra.Command{
 		Use:   "get KIND [NAME]",
-		Short: "List records of a kind, or show one",
-		Long: `get lists every record of KIND, or only NAME, as a table (default), JSON
-or YAML. JSON and YAML use proto field names; a list is an array.
+		Short: "List records of a kind, or show one; -w follows changes",
+		Long: `get lists every record of KIND, or only NAME, as a table (default), a
+wider table (-o wide), KIND/NAME lines (-o name), JSON or YAML. JSON and YAML
+use proto field names; a list is an array.
 
-Kinds: ` + kindList() + `, and the fleet's ` + strings.Join(applianceNames, "|") + `.`,
-		Args: argsBetween(1, 2),
+-w (--watch) prints the list, then a row for every change until Ctrl-C
+(kinds machine, node, network, vm, bs, and events); with -o json each change
+is one JSON event per line: {"type":"MODIFIED","revision":"42",<kind>:{...}}.
+A watch the appliance cuts resumes from the last revision seen.
+
+Kinds: ` + kindList() + `, the fleet's ` + strings.Join(applianceNames, "|") + `,
+and the audit stream's ` + strings.Join(eventNames, "|") + ` (who called which mutating RPC, on what,
+and how it ended: --since, --machine).`,
+		Args:              argsBetween(1, 2),
+		ValidArgsFunction: inv.completeKindAndName(true),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(output); err != nil {
+			if err := checkGetFormat(output); err != nil {
 				return err
+			}
+			if isEventsKind(args[0]) {
+				if len(args) == 2 {
+					return usageErrorf("get events takes no NAME (filter with --machine)")
+				}
+				if mf.set() {
+					return usageErrorf("--state, --serial, --mac and --selector filter the machine list only")
+				}
+				return inv.getEvents(cmd, &ef, output, watch)
+			}
+			if ef.set() {
+				return usageErrorf("--since and --machine filter the events only")
 			}
 			k, err := getKindArg(args[0])
 			if err != nil {
@@ -30,6 +55,9 @@ Kinds: ` + kindList() + `, and the fleet's ` + strings.Join(applianceNames, "|")
 			req, err := mf.request(k, len(args) == 2)
 			if err != nil {
 				return err
+			}
+			if watch {
+				return inv.watchKind(cmd, k, args[1:], req, output)
 			}
 			cc, err := inv.connect(cmd.Flags())
 			if err != nil {
@@ -59,15 +87,56 @@ Kinds: ` + kindList() + `, and the fleet's ` + strings.Join(applianceNames, "|")
 			return printRecords(cmd.OutOrStdout(), k, ms, true, output)
 		},
 	}
-	addOutputFlag(cmd, &output)
+	addGetOutputFlag(cmd, &output)
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "after the list, print every change until interrupted")
 	mf.register(cmd)
+	ef.register(cmd)
 	return cmd
+}
+
+// watchKind runs `get KIND [NAME] -w`.
+func (inv *invocation) watchKind(cmd *cobra.Command, k *kind, name []string, req *inventoryv1.ListMachinesRequest, output string) error {
+	if k.watch == nil {
+		return usageErrorf("%ss cannot be watched (watchable: machine, node, network, virtual_machine, block_storage, events)", k.name)
+	}
+	q := watchQuery{}
+	if len(name) == 1 {
+		q.name = name[0]
+	}
+	if req != nil {
+		if req.GetSerial() != "" || req.GetMac() != "" || len(req.GetSelectors()) > 0 {
+			return usageErrorf("--watch filters machines by --state only")
+		}
+		q.state = req.GetState()
+	}
+	cc, err := inv.connect(cmd.Flags())
+	if err != nil {
+		return err
+	}
+	subject := "watch " + k.name + "s"
+	if q.name != "" {
+		subject = "watch " + k.subject(q.name)
+	}
+	header, _ := k.table(nil, output)
+	p := &eventPrinter{
+		w: cmd.OutOrStdout(), format: output, kindName: k.name, header: header,
+		row: func(m proto.Message) []string { return k.cells(m, output) },
+	}
+	return inv.runWatch(cmd.Context(), subject, func(ctx context.Context, from int64) (recvFunc, error) {
+		q := q
+		q.from = from
+		return k.watch(ctx, cc, q)
+	}, p)
 }
 
 // machineFilter holds the `get machines` filters.
 type machineFilter struct {
 	state, serial, mac string
 	selectors          []string
+}
+
+func (f *machineFilter) set() bool {
+	return f.state != "" || f.serial != "" || f.mac != "" || len(f.selectors) > 0
 }
 
 func (f *machineFilter) register(cmd *cobra.Command) {

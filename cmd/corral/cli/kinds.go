@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,10 +29,16 @@ type kind struct {
 
 	columns []string
 	row     func(proto.Message) []string
+	// wide and wideRow are the extra columns of -o wide (none when nil).
+	wide    []string
+	wideRow func(proto.Message) []string
 
 	list func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error)
 	get  func(ctx context.Context, cc grpc.ClientConnInterface, name string) (proto.Message, error)
 	del  func(ctx context.Context, cc grpc.ClientConnInterface, name string) error
+	// watch opens the kind's Watch stream (nil: the kind cannot be
+	// watched); see watch.go.
+	watch func(ctx context.Context, cc grpc.ClientConnInterface, q watchQuery) (recvFunc, error)
 }
 
 // kinds is every kind the CLI can list and get.
@@ -82,10 +90,14 @@ func (k *kind) subject(name string) string {
 	return fmt.Sprintf("%s %q", k.name, name)
 }
 
-// recordName returns the "name" field of any record or request.
+// recordName returns the "name" field of any record or request (the "id"
+// of records without a name, such as audit events).
 func recordName(m proto.Message) string {
 	r := m.ProtoReflect()
 	fd := r.Descriptor().Fields().ByName("name")
+	if fd == nil {
+		fd = r.Descriptor().Fields().ByName("id")
+	}
 	if fd == nil || fd.Kind() != protoreflect.StringKind {
 		return ""
 	}
@@ -152,6 +164,32 @@ var nodeKind = &kind{
 			fmt.Sprintf("compute=%d,storage=%d", len(n.GetReservedComputes()), len(n.GetReservedStorages())),
 		}
 	},
+	wide: []string{"SERIAL", "BMC", "LOCATION", "HYPERVISOR", "LAST-HEARTBEAT", "LABELS"},
+	wideRow: func(m proto.Message) []string {
+		n := m.(*poolv1.Node)
+		var loc []string
+		for _, p := range []string{n.GetDatacenter(), n.GetAvailabilityZone(), n.GetCell(), n.GetRack()} {
+			if p != "" {
+				loc = append(loc, p)
+			}
+		}
+		if n.GetUnit() != 0 {
+			loc = append(loc, "u"+strconv.FormatUint(uint64(n.GetUnit()), 10))
+		}
+		hv := "-"
+		if n.GetAddress() != "" {
+			port := n.GetHypervisorPort()
+			if port == 0 {
+				port = 20181
+			}
+			hv = net.JoinHostPort(n.GetAddress(), strconv.FormatUint(uint64(port), 10))
+		}
+		beat := "-"
+		if hb := n.GetLastHeartbeat(); hb != nil {
+			beat = shortAge(time.Since(hb.AsTime())) + " ago"
+		}
+		return []string{cell(n.GetSerial()), cell(n.GetIpmiAddress()), cell(strings.Join(loc, "/")), hv, beat, labelsCell(n.GetLabels())}
+	},
 	list: func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error) {
 		resp, err := poolv1.NewNodeServiceClient(cc).ListNodes(ctx, &poolv1.ListNodesRequest{})
 		return messages(resp.GetNodes()), err
@@ -189,6 +227,11 @@ var networkKind = &kind{
 			vlan,
 			strconv.Itoa(len(n.GetReservedNetworkInterfaces())),
 		}
+	},
+	wide: []string{"DOMAIN", "DNS", "LABELS"},
+	wideRow: func(m proto.Message) []string {
+		n := m.(*poolv1.Network)
+		return []string{cell(n.GetDomain()), cell(strings.Join(n.GetDnsServers(), ",")), labelsCell(n.GetLabels())}
 	},
 	list: func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error) {
 		resp, err := poolv1.NewNetworkServiceClient(cc).ListNetworks(ctx, &poolv1.ListNetworksRequest{})
@@ -239,6 +282,17 @@ var virtualMachineKind = &kind{
 			cell(strings.Join(addrs, ",")),
 		}
 	},
+	wide: []string{"MACS", "UUID", "LOGIN", "LABELS"},
+	wideRow: func(m proto.Message) []string {
+		vm := m.(*provisioningv1.VirtualMachine)
+		var macs []string
+		for _, nic := range vm.GetNics() {
+			if a := nic.GetHardwareAddress(); a != "" {
+				macs = append(macs, a)
+			}
+		}
+		return []string{cell(strings.Join(macs, ",")), cell(vm.GetUuid()), cell(vm.GetLoginUsername()), labelsCell(vm.GetLabels())}
+	},
 	list: func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error) {
 		resp, err := provisioningv1.NewVirtualMachineServiceClient(cc).ListVirtualMachines(ctx, &provisioningv1.ListVirtualMachinesRequest{})
 		return messages(resp.GetVirtualMachines()), err
@@ -264,6 +318,11 @@ var blockStorageKind = &kind{
 			sizePair(bs.GetRequestBytes(), bs.GetLimitBytes()),
 			bsUsedBy(bs),
 		}
+	},
+	wide: []string{"STORAGE", "REQUESTED-NODE", "LABELS"},
+	wideRow: func(m proto.Message) []string {
+		bs := m.(*provisioningv1.BlockStorage)
+		return []string{cell(bs.GetStorageName()), cell(bs.GetAnnotations()[annBSRequestNode]), labelsCell(bs.GetLabels())}
 	},
 	list: func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error) {
 		resp, err := provisioningv1.NewBlockStorageServiceClient(cc).ListBlockStorages(ctx, &provisioningv1.ListBlockStoragesRequest{})
@@ -336,6 +395,45 @@ var machineKind = &kind{
 			lastSeen(mc.GetAnnotations()["corral/last_seen"], time.Now()),
 		}
 	},
+	wide: []string{"MACS", "BMC", "CPU-MODEL", "INTENT", "NODE", "REASON"},
+	wideRow: func(m proto.Message) []string {
+		mc := m.(*inventoryv1.Machine)
+		macs := append([]string(nil), mc.GetMacs()...)
+		if b := mc.GetBootMac(); b != "" && !slices.Contains(macs, b) {
+			macs = append(macs, b)
+		}
+		// The boot MAC first, the others sorted.
+		sort.Slice(macs, func(i, j int) bool {
+			if (macs[i] == mc.GetBootMac()) != (macs[j] == mc.GetBootMac()) {
+				return macs[i] == mc.GetBootMac()
+			}
+			return macs[i] < macs[j]
+		})
+		bmc := "-"
+		if b := mc.GetBmc(); b.GetAddress() != "" {
+			bmc = b.GetAddress()
+			if p := b.GetProvider(); p != "" {
+				bmc += "(" + p + ")"
+			}
+		} else if a := b.GetInbandAddress(); a != "" {
+			bmc = a + "(in-band, not enrolled)"
+		}
+		model := "-"
+		if c := mc.GetFacts().GetCpu(); c.GetModel() != "" {
+			model = c.GetModel()
+			if c.GetSockets() > 1 {
+				model = fmt.Sprintf("%dx %s", c.GetSockets(), model)
+			}
+		}
+		return []string{
+			cell(strings.Join(macs, ",")),
+			bmc,
+			model,
+			stateName(mc.GetBootIntent().String(), "BOOT_INTENT_"),
+			cell(mc.GetNodeName()),
+			cell(mc.GetStateReason()),
+		}
+	},
 	list: func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error) {
 		resp, err := inventoryv1.NewMachineServiceClient(cc).ListMachines(ctx, &inventoryv1.ListMachinesRequest{})
 		return messages(resp.GetMachines()), err
@@ -347,6 +445,15 @@ var machineKind = &kind{
 		_, err := inventoryv1.NewMachineServiceClient(cc).DeleteMachine(ctx, &inventoryv1.DeleteMachineRequest{Name: name})
 		return err
 	},
+}
+
+// labelsCell renders labels as sorted k=v pairs.
+func labelsCell(l map[string]string) string {
+	var kv []string
+	for k, v := range l {
+		kv = append(kv, k+"="+v)
+	}
+	return joinSorted(kv)
 }
 
 // lastSeen renders the agent's last report as an age ("-" when never).

@@ -33,17 +33,27 @@ func (inv *invocation) machineCommand() *cobra.Command {
 	return cmd
 }
 
-// timelineCommand prints a machine's (or a MAC's) boot timeline.
+// timelineCommand prints a machine's (or a MAC's) boot timeline, and with
+// -f follows it.
 func (inv *invocation) timelineCommand() *cobra.Command {
 	var limit uint32
 	var output string
+	var follow bool
 	cmd := &cobra.Command{
 		Use:   "timeline NAME|MAC",
-		Short: "Show the boot timeline of a machine or MAC: every DHCP, TFTP and HTTP decision",
-		Args:  argsBetween(1, 1),
+		Short: "Show the boot timeline of a machine or MAC: every DHCP, TFTP and HTTP decision (-f follows it)",
+		Long: `timeline prints the newest --limit entries of a machine's (or a MAC's) boot
+timeline. -f (--follow) then prints each new entry as it is recorded, until
+Ctrl-C; with -o json each entry is one JSON event per line. A follow the
+appliance cuts resumes where it stopped.`,
+		Args:              argsBetween(1, 1),
+		ValidArgsFunction: inv.completeNames(machineKind),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkFormat(output); err != nil {
 				return err
+			}
+			if follow {
+				return inv.followTimeline(cmd, args[0], limit, output)
 			}
 			req := &inventoryv1.TimelineRequest{Limit: limit}
 			if looksLikeMAC(args[0]) {
@@ -65,12 +75,44 @@ func (inv *invocation) timelineCommand() *cobra.Command {
 				}
 				return printRecords(cmd.OutOrStdout(), &kind{name: "timeline entry"}, ms, true, output)
 			}
-			return writeErr(writeTable(cmd.OutOrStdout(), []string{"TIME", "MAC", "SOURCE", "EVENT", "DETAIL"}, timelineRows(resp.GetEntries())))
+			return writeErr(writeTable(cmd.OutOrStdout(), timelineHeader, timelineRows(resp.GetEntries())))
 		},
 	}
 	cmd.Flags().Uint32Var(&limit, "limit", 200, "newest entries to show")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "after the newest entries, print new ones until interrupted")
 	addOutputFlag(cmd, &output)
 	return cmd
+}
+
+var timelineHeader = []string{"TIME", "MAC", "SOURCE", "EVENT", "DETAIL"}
+
+// followTimeline runs `machine timeline NAME -f` over WatchTimeline.
+func (inv *invocation) followTimeline(cmd *cobra.Command, target string, limit uint32, output string) error {
+	req := &inventoryv1.WatchTimelineRequest{Limit: limit}
+	if looksLikeMAC(target) {
+		req.Mac = target
+	} else {
+		req.Name = target
+	}
+	cc, err := inv.connect(cmd.Flags())
+	if err != nil {
+		return err
+	}
+	p := &eventPrinter{
+		w: cmd.OutOrStdout(), format: output, kindName: "timeline", header: timelineHeader,
+		row: func(m proto.Message) []string {
+			return timelineRows([]*inventoryv1.TimelineEntry{m.(*inventoryv1.TimelineEntry)})[0]
+		},
+	}
+	return inv.runWatch(cmd.Context(), "timeline of "+target, func(ctx context.Context, from int64) (recvFunc, error) {
+		r := proto.Clone(req).(*inventoryv1.WatchTimelineRequest)
+		r.FromRevision = from
+		s, err := inventoryv1.NewMachineServiceClient(cc).WatchTimeline(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		return streamRecv(s, func(e *inventoryv1.TimelineEvent) proto.Message { return nonNil(e.GetEntry()) }), nil
+	}, p)
 }
 
 func looksLikeMAC(s string) bool {

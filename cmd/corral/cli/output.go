@@ -14,9 +14,11 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Output formats of -o.
+// Output formats of -o. wide and name are get's only.
 const (
 	formatTable = "table"
+	formatWide  = "wide"
+	formatName  = "name"
 	formatJSON  = "json"
 	formatYAML  = "yaml"
 )
@@ -32,6 +34,43 @@ func checkFormat(f string) error {
 		return nil
 	}
 	return usageErrorf("unknown output format %q (valid: table, json, yaml)", f)
+}
+
+// addGetOutputFlag registers get's -o/--output, which also knows wide and
+// name.
+func addGetOutputFlag(cmd *cobra.Command, p *string) {
+	cmd.Flags().StringVarP(p, "output", "o", formatTable, "output format: table, wide (more columns), name (KIND/NAME per line), json or yaml")
+}
+
+func checkGetFormat(f string) error {
+	switch f {
+	case formatTable, formatWide, formatName, formatJSON, formatYAML:
+		return nil
+	}
+	return usageErrorf("unknown output format %q (valid: table, wide, name, json, yaml)", f)
+}
+
+// tableOf returns the header and rows of records of kind k in format f
+// (wide appends the kind's extra columns).
+func (k *kind) table(ms []proto.Message, f string) ([]string, [][]string) {
+	header := k.columns
+	if f == formatWide && len(k.wide) > 0 {
+		header = append(append([]string(nil), k.columns...), k.wide...)
+	}
+	out := make([][]string, len(ms))
+	for i, m := range ms {
+		out[i] = k.cells(m, f)
+	}
+	return header, out
+}
+
+// cells is the row of one record in format f (table or wide).
+func (k *kind) cells(m proto.Message, f string) []string {
+	r := k.row(m)
+	if f == formatWide && k.wideRow != nil {
+		r = append(r, k.wideRow(m)...)
+	}
+	return r
 }
 
 // protoJSON renders m as protojson with proto field names, unpopulated
@@ -90,17 +129,17 @@ func printRecords(w io.Writer, k *kind, ms []proto.Message, list bool, f string)
 		}
 		_, err = w.Write(b)
 		return writeErr(err)
+	case formatName:
+		var b strings.Builder
+		for _, m := range ms {
+			fmt.Fprintf(&b, "%s/%s\n", k.name, recordName(m))
+		}
+		_, err := io.WriteString(w, b.String())
+		return writeErr(err)
 	default:
-		return writeErr(writeTable(w, k.columns, rows(k, ms)))
+		header, rows := k.table(ms, f)
+		return writeErr(writeTable(w, header, rows))
 	}
-}
-
-func rows(k *kind, ms []proto.Message) [][]string {
-	out := make([][]string, len(ms))
-	for i, m := range ms {
-		out[i] = k.row(m)
-	}
-	return out
 }
 
 // writeTable aligns header and rows into columns separated by three
