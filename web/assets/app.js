@@ -55,7 +55,7 @@ function bytes(v) {
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
   let i = 0;
   while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
-  return (n >= 100 || i === 0 ? n.toFixed(0) : n.toFixed(1)) + ' ' + units[i];
+  return (n >= 100 || i === 0 ? n.toFixed(0) : n.toFixed(1).replace(/\.0$/, '')) + ' ' + units[i];
 }
 
 function when(ts) {
@@ -92,18 +92,26 @@ function cpuSummary(f) {
   return [c.model, shape].filter(Boolean).join(' · ') || '—';
 }
 
+// cpuShort is the list's CPU column: model, cores and threads.
+function cpuShort(f) {
+  const c = f && f.cpu;
+  if (!c) return '—';
+  const shape = (c.cores ? c.cores + 'C' : '') + (c.threads ? '/' + c.threads + 'T' : '');
+  return [c.model, shape].filter(Boolean).join(' · ') || '—';
+}
+
 function disksSummary(f) {
   const ds = (f && f.disks) || [];
   if (!ds.length) return '—';
   const total = ds.reduce((a, d) => a + num(d.size_bytes), 0);
-  return ds.length + ' × (' + bytes(total) + ' total)';
+  return ds.length + ' · ' + bytes(total);
 }
 
 function nicsSummary(f) {
   const ns = (f && f.nics) || [];
   if (!ns.length) return '—';
   const up = ns.filter((n) => n.link).length;
-  return ns.length + ' (' + up + ' up)';
+  return ns.length + ' · ' + up + ' up';
 }
 
 // ---- notices and confirmation ----
@@ -399,7 +407,7 @@ function pageMachines(main) {
         h('td', { class: 'state', title: m.state_reason || '' }, badge(m.state)),
         h('td', { class: 'power' }, h('span', { class: 'power-' + power(m.power_state) }, power(m.power_state))),
         h('td', { class: 'mono' }, m.serial || '—'),
-        h('td', { class: 'cpu' }, cpuSummary(m.facts)),
+        h('td', { class: 'cpu', title: cpuSummary(m.facts) }, cpuShort(m.facts)),
         h('td', null, bytes(m.facts && m.facts.memory && m.facts.memory.total_bytes)),
         h('td', null, disksSummary(m.facts)),
         h('td', null, nicsSummary(m.facts)),
@@ -418,11 +426,12 @@ function kv(pairs) {
 }
 
 // Boot phases, in the order a boot goes through them.
-const PHASES = ['power', 'dhcp', 'tftp', 'script', 'kernel+initrd', 'agent', 'install', 'other'];
+const PHASES = ['power', 'dhcp', 'tftp', 'script', 'kernel+initrd', 'agent', 'install', 'operator', 'other'];
 
 function phaseOf(e) {
   const src = e.source || '';
   const ev = e.event || '';
+  if (src === 'api' || ev.startsWith('maintenance')) return 'operator';
   if (src === 'bmc' || /power/.test(ev)) return 'power';
   if (src === 'dhcp' || src === 'ra') return 'dhcp';
   if (src === 'tftp') return 'tftp';
