@@ -407,4 +407,3 @@ func TestReadinessNamesWhatIsMissing(t *testing.T) {
 		t.Errorf("store closed: %q", got)
 	}
 }
-
