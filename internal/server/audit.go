@@ -40,7 +40,7 @@ const (
 	// auditBatch is the most events one writer round stores; auditWriters
 	// how many of them are in flight at once.
 	auditBatch   = 256
-	auditWriters = 32
+	auditWriters = 256
 	// auditWriteTimeout bounds one Put (a slow store delays the audit, never
 	// the RPC).
 	auditWriteTimeout = 10 * time.Second
