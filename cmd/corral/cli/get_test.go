@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"encoding/json"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -11,6 +14,7 @@ import (
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	provisioningv1 "github.com/corralhq/corral/api/provisioning/v1"
+	"sigs.k8s.io/yaml"
 )
 
 const n1JSON = `{
@@ -308,3 +312,122 @@ func TestGetMachineFilters(t *testing.T) {
 		})
 	}
 }
+
+// TestGetFormatsEveryKind: -o name, wide, json and yaml for each kind.
+func TestGetFormatsEveryKind(t *testing.T) {
+	kinds := map[string]struct {
+		kind  *kind
+		names []string // the seeded records, sorted
+	}{
+		"node":    {nodeKind, []string{"n1", "n2"}},
+		"network": {networkKind, []string{"lan", "wan"}},
+		"vm":      {virtualMachineKind, []string{"vm1"}},
+		"bs":      {blockStorageKind, []string{"disk1"}},
+		"image":   {imageKind, []string{"debian"}},
+		"machine": {machineKind, []string{"m1", "m2"}},
+	}
+	for arg, tk := range kinds {
+		for _, format := range []string{"name", "wide", "json", "yaml"} {
+			t.Run(arg+" "+format, func(t *testing.T) {
+				s := newTestServer(t)
+				seed(s)
+				r := s.run(t, "", nil, "get", arg, "-o", format)
+				if r.code != ExitOK || r.stderr != "" {
+					t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+				}
+				var got []string
+				switch format {
+				case "name":
+					for _, l := range strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n") {
+						got = append(got, l)
+					}
+					var want []string
+					for _, n := range tk.names {
+						want = append(want, tk.kind.name+"/"+n)
+					}
+					if diff := cmp.Diff(want, got); diff != "" {
+						t.Errorf("names (-want +got):\n%s", diff)
+					}
+					return
+				case "wide":
+					lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+					header := strings.Fields(lines[0])
+					if diff := cmp.Diff(append(append([]string(nil), tk.kind.columns...), tk.kind.wide...), header); diff != "" {
+						t.Errorf("wide header (-want +got):\n%s", diff)
+					}
+					for _, l := range lines[1:] {
+						got = append(got, strings.Fields(l)[0])
+					}
+				case "json", "yaml":
+					b := []byte(r.stdout)
+					if format == "yaml" {
+						var err error
+						if b, err = yaml.YAMLToJSON(b); err != nil {
+							t.Fatal(err)
+						}
+					}
+					var items []map[string]any
+					if err := json.Unmarshal(b, &items); err != nil {
+						t.Fatalf("%v:\n%s", err, r.stdout)
+					}
+					for _, it := range items {
+						got = append(got, it["name"].(string))
+					}
+				}
+				if diff := cmp.Diff(tk.names, got); diff != "" {
+					t.Errorf("records (-want +got):\n%s", diff)
+				}
+			})
+		}
+	}
+}
+
+func TestGetWide(t *testing.T) {
+	tests := map[string]struct {
+		args []string
+		want string
+	}{
+		"machines": {
+			args: []string{"get", "machines", "-o", "wide"},
+			want: `NAME   SERIAL   VENDOR/PRODUCT             CPUS   MEMORY   DISKS      STATE        POWER         LAST-SEEN   MACS                                  BMC                  CPU-MODEL   INTENT        NODE   REASON
+m1     SN123    Dell Inc. PowerEdge R650   64     256GiB   2 (4TiB)   DEPLOYED!    ON            -           aa:bb:cc:dd:ee:01,aa:bb:cc:dd:ee:09   10.0.0.21(ipmitool)  -           HYPERVISOR    n1     -
+m2     -        -                          -      -        -          DISCOVERED   UNSPECIFIED   -           aa:bb:cc:dd:ee:02                     -                    -           UNSPECIFIED   -      -
+`,
+		},
+		"one node": {
+			args: []string{"get", "node", "n1", "-o", "wide"},
+			want: `NAME   STATE   ADDRESS     RACK   CPU           MEMORY         STORAGE       RESERVATIONS          SERIAL   BMC   LOCATION   HYPERVISOR        LAST-HEARTBEAT   LABELS
+n1     READY   10.0.0.11   r1     1500/16000m   1.5GiB/64GiB   100GiB/1TiB   compute=1,storage=1   -        -     r1         10.0.0.11:20181   AGE              tier=gold
+`,
+		},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := newTestServer(t)
+			seed(s)
+			s.mu.Lock()
+			m1 := s.machines["m1"]
+			m1.Macs = []string{"aa:bb:cc:dd:ee:09"}
+			m1.Bmc = &inventoryv1.Bmc{Address: "10.0.0.21", Provider: "ipmitool"}
+			m1.BootIntent = inventoryv1.BootIntent_BOOT_INTENT_HYPERVISOR
+			s.mu.Unlock()
+			r := s.run(t, "", nil, tt.args...)
+			if r.code != ExitOK {
+				t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+			}
+			got := lastHeartbeatAge.ReplaceAllString(r.stdout, "AGE")
+			// Compare cells: the heartbeat's age changes the alignment.
+			gl, wl := strings.Split(got, "\n"), strings.Split(tt.want, "\n")
+			if len(gl) != len(wl) {
+				t.Fatalf("got:\n%s\nwant:\n%s", got, tt.want)
+			}
+			for i := range wl {
+				if diff := cmp.Diff(strings.Fields(wl[i]), strings.Fields(gl[i])); diff != "" {
+					t.Errorf("line %d (-want +got):\n%s", i, diff)
+				}
+			}
+		})
+	}
+}
+
+var lastHeartbeatAge = regexp.MustCompile(`\S+ ago`)
