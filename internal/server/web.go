@@ -28,9 +28,6 @@ type WebConfig struct {
 	// a cap is closed at accept.
 	MaxConns      int
 	MaxConnsPerIP int
-
-	// lis is the bound listener (set by initWeb on the Server's own copy).
-	lis net.Listener
 }
 
 // Web server bounds: a browser's requests are small; the longest unary
@@ -49,10 +46,14 @@ const (
 
 // WebAddr is the web page's bound address, nil when it is off.
 func (s *Server) WebAddr() net.Addr {
-	if s.cfg.Web.lis == nil {
+	if s.cfg.Web.Listen == "" {
 		return nil
 	}
-	return s.cfg.Web.lis.Addr()
+	a, err := net.ResolveTCPAddr("tcp", s.cfg.Web.Listen)
+	if err != nil {
+		return nil
+	}
+	return a
 }
 
 // initWeb binds the web page's HTTPS listener when configured and adds the
@@ -99,7 +100,10 @@ func (s *Server) initWeb() error {
 		conn.Close()
 		return fmt.Errorf("--web-listen %s: %w", c.Listen, err)
 	}
-	c.lis = lis
+	// The Server's own copy now names the bound address (port 0
+	// resolved) for WebAddr.
+	url := "https://" + webURLHost(c.Listen, lis.Addr())
+	c.Listen = lis.Addr().String()
 	limited := connlimit.New(lis, connlimit.Config{MaxConns: c.MaxConns, MaxConnsPerIP: c.MaxConnsPerIP, Name: "web", Logger: log})
 	srv := &http.Server{
 		Handler: h,
@@ -120,7 +124,7 @@ func (s *Server) initWeb() error {
 		// Requests (and so watch streams) end with ctx, which lets
 		// Shutdown finish.
 		srv.BaseContext = func(net.Listener) context.Context { return ctx }
-		log.Info("serving web page", "url", "https://"+s.webURLHost())
+		log.Info("serving web page", "url", url)
 		errc := make(chan error, 1)
 		go func() { errc <- srv.ServeTLS(limited, "", "") }()
 		select {
@@ -143,9 +147,9 @@ func (s *Server) initWeb() error {
 }
 
 // webURLHost is host:port for the log line (127.0.0.1 for a wildcard).
-func (s *Server) webURLHost() string {
-	host, _, _ := net.SplitHostPort(s.cfg.Web.Listen)
-	_, port, _ := net.SplitHostPort(s.cfg.Web.lis.Addr().String())
+func webURLHost(listen string, bound net.Addr) string {
+	host, _, _ := net.SplitHostPort(listen)
+	_, port, _ := net.SplitHostPort(bound.String())
 	if host == "" || isUnspecified(host) {
 		host = "127.0.0.1"
 	}
