@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -62,6 +63,19 @@ type AuditConfig struct {
 	// none older (defaults 100,000 and 90 days).
 	MaxEvents int
 	MaxAge    time.Duration
+}
+
+// check refuses negative bounds (zero takes the default).
+func (c *AuditConfig) check() error {
+	switch {
+	case c.Queue < 0:
+		return fmt.Errorf("--audit-queue %d: must be positive (default %d)", c.Queue, DefaultAuditQueue)
+	case c.MaxEvents < 0:
+		return fmt.Errorf("--audit-max-events %d: must be positive (default %d)", c.MaxEvents, DefaultAuditMaxEvents)
+	case c.MaxAge < 0:
+		return fmt.Errorf("--audit-max-age %s: must be positive (default %s)", c.MaxAge, DefaultAuditMaxAge)
+	}
+	return nil
 }
 
 func (c *AuditConfig) fill() {
@@ -125,7 +139,11 @@ func newAuditor(cfg AuditConfig, st store.Store, appliance string, log *slog.Log
 
 // initAudit prepares the audit stream, before the gRPC server exists.
 func (s *Server) initAudit() error {
-	s.audit = newAuditor(AuditConfig{}, s.store, s.cfg.Fleet.Name, s.log.With("component", "audit"))
+	cfg := AuditConfig{} // the lead: s.cfg.Audit once Config has it
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	s.audit = newAuditor(cfg, s.store, s.cfg.Fleet.Name, s.log.With("component", "audit"))
 	s.audit.timeline = &inventoryTimeline{inv: s.inv}
 	s.addComponent("audit-writer", s.audit.Run)
 	s.addSingleton("audit-purge", s.audit.runPurge)

@@ -625,3 +625,24 @@ func BenchmarkAuditCall(b *testing.B) {
 		b.ReportMetric(float64(a.dropped.Load()-d0), "dropped")
 	})
 }
+
+func TestAuditConfigCheck(t *testing.T) {
+	tests := map[string]struct {
+		cfg  AuditConfig
+		want string // "" = accepted
+	}{
+		"defaults":           {},
+		"set":                {cfg: AuditConfig{Queue: 16, MaxEvents: 10, MaxAge: time.Hour}},
+		"negative queue":     {cfg: AuditConfig{Queue: -1}, want: "--audit-queue -1: must be positive"},
+		"negative max":       {cfg: AuditConfig{MaxEvents: -5}, want: "--audit-max-events -5: must be positive"},
+		"negative retention": {cfg: AuditConfig{MaxAge: -time.Hour}, want: "--audit-max-age -1h0m0s: must be positive"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			err := tc.cfg.check()
+			if (err == nil) != (tc.want == "") || err != nil && !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("check: %v; want %q", err, tc.want)
+			}
+		})
+	}
+}
