@@ -1,8 +1,11 @@
 // Package cli implements the corral command line: global flags and client
 // configuration, the verbs (get, describe, apply, delete, do, the node and
 // network pool verbs, the machine verbs, the hypervisor verbs vm, bs and
-// image, version) and their table, JSON and YAML output. `do` runs n0cli
-// DAG files through package deploy.
+// image, version, config, completion) and their table, wide, name, JSON and
+// YAML output. `do` runs n0cli DAG files through package deploy. `get -w`
+// and `machine timeline -f` follow the Watch RPCs and resume a cut stream
+// (watch.go); `get events` reads the audit stream; `config` edits the
+// client file's named contexts.
 //
 // The hypervisor verbs drive the appliance's VirtualMachineService (vm
 // create, boot, reboot, shutdown, delete, console), BlockStorageService
