@@ -232,6 +232,25 @@ func TestAuditRecordsCalls(t *testing.T) {
 		}
 	}
 
+	// A deleted machine's call goes on the timeline of its MAC (read
+	// before the delete).
+	if _, err := mc.DeleteMachine(ctx, &inventoryv1.DeleteMachineRequest{Name: "m-01"}); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	wantDelete := "delete by token:" + ids["op"] + " (ops-team)"
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		tl, err := inventoryv1.NewMachineServiceClient(viewer).Timeline(ctx, &inventoryv1.TimelineRequest{Mac: "52:54:00:aa:bb:01"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slicesContainsFunc(tl.GetEntries(), func(e *inventoryv1.TimelineEntry) bool { return e.GetEvent() == wantDelete }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the MAC's timeline has no %q: %v", wantDelete, tl.GetEntries())
+		}
+	}
+
 	// Secrets: the BMC password, the new token and the tokens used are
 	// nowhere in the store nor in the list.
 	secrets := map[string]string{"bmc password": bmcPass, "created token": created.GetToken(), "operator token": opTok, "admin token": cc.Token}
