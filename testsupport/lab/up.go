@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -171,13 +172,15 @@ func Up(ctx context.Context, c Config) (*State, error) {
 	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	t0 := time.Now()
-	say := func(format string, args ...any) {
-		fmt.Fprintf(c.Out, "[%5s] %s\n", time.Since(t0).Round(time.Second), fmt.Sprintf(format, args...))
-	}
 	if err := ensurePackages(ctx, c.InstallDeps, c.Appliances > 1, c.Out); err != nil {
 		return nil, err
 	}
+	// Stages from here on (progress.go): one line each, with the time
+	// since up began.
+	prog := newUpProgress(c.Out)
+	defer prog.Close()
+	say := prog.Stagef
+	say("building corrald and corral (when inside the source tree)")
 	bin, src, err := binaries(ctx, c.Dir, c.Source)
 	if err != nil {
 		return nil, err
@@ -213,17 +216,24 @@ func Up(ctx context.Context, c Config) (*State, error) {
 		if src != "" {
 			imgArgs = append(imgArgs, "--source", src)
 		}
-		say("corrald %s", strings.Join(imgArgs, " "))
-		out, err := exec.CommandContext(ctx, bin.Corrald, imgArgs...).CombinedOutput()
-		if err != nil {
-			return nil, fmt.Errorf("corrald images build: %v\n%s", err, out)
+		say("building images: corrald %s", strings.Join(imgArgs, " "))
+		// Its stages (written to stderr) become ours as they happen.
+		var out bytes.Buffer
+		stages := &stageWriter{prefix: "building images: ", p: prog}
+		cmd := exec.CommandContext(ctx, bin.Corrald, imgArgs...)
+		cmd.Stdout, cmd.Stderr = &out, stages
+		if i > 0 {
+			stages.prefix = fmt.Sprintf("building images for %s: ", dataDir)
+		}
+		if err := cmd.Run(); err != nil {
+			return nil, fmt.Errorf("corrald images build: %v\n%s%s", err, stages.Tail(), out.String())
 		}
 		if i > 0 {
 			continue
 		}
-		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 			if !strings.Contains(line, " level=") {
-				say("  %s", line)
+				say("images: %s", strings.TrimSpace(line))
 			}
 		}
 	}
@@ -240,6 +250,7 @@ func Up(ctx context.Context, c Config) (*State, error) {
 		if err := s.createFleetNetwork(ctx); err != nil {
 			return s, err
 		}
+		say("starting etcd (3 members) in %s", s.Namespace)
 		if err := s.startEtcd(ctx); err != nil {
 			return s, err
 		}
@@ -248,6 +259,7 @@ func Up(ctx context.Context, c Config) (*State, error) {
 			return s, err
 		}
 	} else {
+		say("starting corrald in %s", s.Namespace)
 		if err := s.startCorrald(ctx, c); err != nil {
 			return s, err
 		}
@@ -303,7 +315,7 @@ func Up(ctx context.Context, c Config) (*State, error) {
 			if _, err := s.corral(ctx, "machine", "power", "on", m.Name); err != nil {
 				return s, err
 			}
-			say("%s: enrolled and powered on through corrald (corral machine power on %s)", m.Name, m.Name)
+			say("booting %s (%s): enrolled and powered on through corrald (corral machine power on %s)", m.Name, strings.ToUpper(m.Firmware), m.Name)
 		} else {
 			if c.NoPowerOn {
 				say("%s: left off (%s set power 1 in %s)", m.Name, m.Chassis(), s.Namespace)
@@ -312,7 +324,7 @@ func Up(ctx context.Context, c Config) (*State, error) {
 			if err := s.chassis(ctx, *m, "set", "power", "1"); err != nil {
 				return s, err
 			}
-			say("%s: powered on (no BMC)", m.Name)
+			say("booting %s (%s): powered on (no BMC)", m.Name, strings.ToUpper(m.Firmware))
 		}
 		m.PoweredAt = time.Now()
 		if err := s.Save(); err != nil {
@@ -325,6 +337,7 @@ func Up(ctx context.Context, c Config) (*State, error) {
 		c.Until = UntilNone
 	}
 	werr := s.watch(ctx, a, c.Until, c.Wait, say)
+	prog.Close()
 	s.printUsage(c.Out)
 	return s, werr
 }
