@@ -131,7 +131,10 @@ type frameReader struct {
 func newFrameReader(r io.Reader) (*frameReader, error) {
 	br := bufio.NewReaderSize(r, 256<<10)
 	magic := make([]byte, len(backupMagic))
-	if _, err := io.ReadFull(br, magic); err != nil || string(magic) != backupMagic {
+	if _, err := io.ReadFull(br, magic); err != nil {
+		return nil, unexpected(err)
+	}
+	if string(magic) != backupMagic {
 		return nil, apierr.Invalidf("not a Corral backup (the decrypted file does not start with %q)", backupMagic[:len(backupMagic)-1])
 	}
 	return &frameReader{r: br}, nil
