@@ -69,6 +69,7 @@ client file.`,
 	addStoreFlags(cmd)
 	addWebFlags(cmd)
 	addMetricsFlags(cmd)
+	addAuditFlags(cmd)
 	return cmd
 }
 
@@ -98,6 +99,7 @@ func serveConfig(cmd *cobra.Command) (server.Config, error) {
 	storeConfig(cmd, &c)
 	c.Web = webConfig(cmd)
 	c.Metrics = metricsConfig(cmd)
+	c.Audit = auditConfig(cmd)
 	return c, nil
 }
 

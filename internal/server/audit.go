@@ -139,7 +139,7 @@ func newAuditor(cfg AuditConfig, st store.Store, appliance string, log *slog.Log
 
 // initAudit prepares the audit stream, before the gRPC server exists.
 func (s *Server) initAudit() error {
-	cfg := AuditConfig{} // the lead: s.cfg.Audit once Config has it
+	cfg := s.cfg.Audit
 	if err := cfg.check(); err != nil {
 		return err
 	}

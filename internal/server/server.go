@@ -72,6 +72,8 @@ type Config struct {
 	// /healthz and /readyz (metrics.go).
 	Web     WebConfig
 	Metrics MetricsConfig
+	// Audit bounds the audit stream: its queue and retention (audit.go).
+	Audit AuditConfig
 }
 
 // Server is a prepared appliance; Run serves it.
