@@ -28,11 +28,12 @@ const (
 const maxCounted = 1 << 20
 
 // stateCounts keeps the number of machines by state and nodes by
-// readiness, following the store: a List of each prefix, then its Watch
-// (started first, so nothing is missed; an event older than the record
-// already seen is ignored). A watch the store cuts (a slow watcher) is
-// started again with a fresh List. A scrape reads the counts from memory:
-// its cost does not grow with the fleet.
+// readiness, following the store: a List of each prefix at a revision,
+// then every change after it (store.HistoryWatcher; a store without
+// history: Watch started before the List, an event older than the record
+// listed ignored). A watch the store cuts (a slow watcher) resumes after
+// the last change applied. A scrape reads the counts from memory: its cost
+// does not grow with the fleet.
 type stateCounts struct {
 	log      *slog.Logger
 	machines *stateTable
@@ -124,6 +125,9 @@ type stateTable struct {
 	counts   map[string]int
 	overflow bool
 	synced   bool
+	// lastRev is the newest revision applied (follow's goroutine only):
+	// a cut watch resumes after it when the store keeps history.
+	lastRev int64
 }
 
 type counted struct {
@@ -198,9 +202,11 @@ func (t *stateTable) reset(synced bool) {
 	t.overflow = false
 }
 
-// follow lists and watches the prefix until ctx ends, starting over
-// (after a pause that doubles up to a minute while starts keep failing)
-// whenever the watch ends early.
+// follow lists and watches the prefix until ctx ends. When the watch ends
+// early (the store cuts a watcher that falls behind) it resumes after the
+// last revision applied (store.HistoryWatcher), or lists again when the
+// store no longer has that history, after a pause that doubles up to a
+// minute while restarts keep failing.
 func (t *stateTable) follow(ctx context.Context, st store.Store, log *slog.Logger) {
 	pause := time.Second
 	for ctx.Err() == nil {
@@ -226,6 +232,37 @@ func (t *stateTable) follow(ctx context.Context, st store.Store, log *slog.Logge
 func (t *stateTable) once(ctx context.Context, st store.Store) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	hw, ok := store.AsHistoryWatcher(st)
+	if !ok {
+		return t.relist(ctx, wctx, st)
+	}
+	var ch <-chan store.Event
+	if t.lastRev > 0 {
+		// Resume after the last change seen: no List, nothing missed.
+		var err error
+		ch, err = hw.WatchFrom(wctx, t.prefix, t.lastRev)
+		if err != nil && !errors.Is(err, store.ErrCompacted) {
+			return err
+		}
+	}
+	if ch == nil {
+		kvs, rev, err := hw.ListRevision(ctx, t.prefix)
+		if err != nil {
+			return err
+		}
+		t.load(kvs)
+		t.lastRev = rev
+		if ch, err = hw.WatchFrom(wctx, t.prefix, rev); err != nil {
+			return err
+		}
+	}
+	t.setSynced()
+	return t.drain(ctx, ch)
+}
+
+// relist is once for a store without history: Watch first, then List, so
+// nothing is missed (an event older than the record listed is ignored).
+func (t *stateTable) relist(ctx, wctx context.Context, st store.Store) error {
 	ch, err := st.Watch(wctx, t.prefix)
 	if err != nil {
 		return err
@@ -234,13 +271,27 @@ func (t *stateTable) once(ctx context.Context, st store.Store) error {
 	if err != nil {
 		return err
 	}
+	t.load(kvs)
+	t.setSynced()
+	return t.drain(ctx, ch)
+}
+
+// load replaces the table's records with kvs.
+func (t *stateTable) load(kvs []store.KV) {
 	t.reset(true)
 	for _, kv := range kvs {
 		t.apply(kv.Key, kv.Value, kv.Revision)
 	}
+}
+
+func (t *stateTable) setSynced() {
 	t.mu.Lock()
 	t.synced = true
 	t.mu.Unlock()
+}
+
+// drain applies ch's events until it closes.
+func (t *stateTable) drain(ctx context.Context, ch <-chan store.Event) error {
 	for ev := range ch {
 		v := ev.KV.Value
 		if ev.Type == store.EventDelete {
@@ -249,6 +300,7 @@ func (t *stateTable) once(ctx context.Context, st store.Store) error {
 			v = []byte{}
 		}
 		t.apply(ev.KV.Key, v, ev.KV.Revision)
+		t.lastRev = max(t.lastRev, ev.KV.Revision)
 	}
 	if ctx.Err() != nil {
 		return nil

@@ -3,6 +3,7 @@ package server
 import (
 	"container/list"
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -44,6 +45,9 @@ const maxPhase = 24 * time.Hour
 type phaseTracker struct {
 	log  *slog.Logger
 	hist *prometheus.HistogramVec
+
+	// lastRev is the newest timeline revision seen (run's goroutine only).
+	lastRev int64
 
 	mu   sync.Mutex
 	macs map[string]*list.Element // value *macPhases
@@ -168,9 +172,10 @@ func (p *phaseTracker) entry(e *inventoryv1.TimelineEntry) {
 	}
 }
 
-// run follows the timeline until ctx ends. Entries written while the
-// watch is down (cut for falling behind) are not seen: a phase they end
-// is simply not observed.
+// run follows the timeline until ctx ends. A watch cut for falling behind
+// resumes after the last entry seen (store.HistoryWatcher); entries the
+// store no longer keeps are not seen, and a phase they end is simply not
+// observed.
 func (p *phaseTracker) run(ctx context.Context, st store.Store) error {
 	pause := time.Second
 	for ctx.Err() == nil {
@@ -196,11 +201,22 @@ func (p *phaseTracker) run(ctx context.Context, st store.Store) error {
 func (p *phaseTracker) follow(ctx context.Context, st store.Store) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ch, err := st.Watch(wctx, timelineEntriesPrefix)
-	if err != nil {
-		return err
+	var ch <-chan store.Event
+	var err error
+	if hw, ok := store.AsHistoryWatcher(st); ok && p.lastRev > 0 {
+		// Resume after the last entry seen; history gone: from now.
+		ch, err = hw.WatchFrom(wctx, timelineEntriesPrefix, p.lastRev)
+		if err != nil && !errors.Is(err, store.ErrCompacted) {
+			return err
+		}
+	}
+	if ch == nil {
+		if ch, err = st.Watch(wctx, timelineEntriesPrefix); err != nil {
+			return err
+		}
 	}
 	for ev := range ch {
+		p.lastRev = max(p.lastRev, ev.KV.Revision)
 		if ev.Type != store.EventPut {
 			continue
 		}

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -405,5 +407,74 @@ func TestReadinessNamesWhatIsMissing(t *testing.T) {
 	r.at = time.Time{} // no reuse of the last check
 	if got := r.check(context.Background()); !strings.HasPrefix(got, "store does not answer within 1s") {
 		t.Errorf("store closed: %q", got)
+	}
+}
+
+// cuttingStore is a mem store whose watches the test can cut (as a store
+// cuts a watcher that falls behind); it counts Lists.
+type cuttingStore struct {
+	*mem.Store
+	mu    sync.Mutex
+	cut   chan struct{} // closed to cut the watches started before
+	lists atomic.Int32
+}
+
+// cutAll ends every watch running now; later ones run on.
+func (c *cuttingStore) cutAll() {
+	c.mu.Lock()
+	close(c.cut)
+	c.cut = make(chan struct{})
+	c.mu.Unlock()
+}
+
+func (c *cuttingStore) ListRevision(ctx context.Context, prefix string) ([]store.KV, int64, error) {
+	c.lists.Add(1)
+	return c.Store.ListRevision(ctx, prefix)
+}
+
+func (c *cuttingStore) WatchFrom(ctx context.Context, prefix string, after int64) (<-chan store.Event, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	in, err := c.Store.WatchFrom(ctx, prefix, after)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	out := make(chan store.Event)
+	c.mu.Lock()
+	cut := c.cut
+	c.mu.Unlock()
+	go func() {
+		defer close(out)
+		defer cancel()
+		for {
+			select {
+			case ev, ok := <-in:
+				if !ok {
+					return
+				}
+				out <- ev
+			case <-cut:
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+func TestStateCountsResumeACutWatch(t *testing.T) {
+	st := &cuttingStore{Store: mem.NewWithHistory(1024, 1<<20), cut: make(chan struct{})}
+	rev := putMachine(t, st, "a", inventoryv1.Machine_DISCOVERED, 0)
+	c := newStateCounts(slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.run(ctx, st) }()
+	defer func() { cancel(); <-done }()
+	waitCounts(t, c, map[string]float64{"machines/DISCOVERED": 1})
+
+	st.cutAll()
+	putMachine(t, st, "a", inventoryv1.Machine_INVENTORIED, rev)
+	waitCounts(t, c, map[string]float64{"machines/INVENTORIED": 1})
+	if n := st.lists.Load(); n != 2 { // one per prefix, at start
+		t.Errorf("%d Lists, want 2: a cut watch resumes from its revision without listing again", n)
 	}
 }
