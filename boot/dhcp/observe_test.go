@@ -1,0 +1,74 @@
+package dhcp
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/insomniacslk/dhcp/dhcpv4"
+)
+
+type fakeObserver struct {
+	mu   sync.Mutex
+	seen map[[2]string]int
+}
+
+func (o *fakeObserver) Packet(msgType, outcome string) {
+	o.mu.Lock()
+	o.seen[[2]string{msgType, outcome}]++
+	o.mu.Unlock()
+}
+
+// TestObserver: every packet the running server receives is reported once
+// by message type and outcome: a PXE DISCOVER answered, a RELEASE without
+// an address ignored, and bytes that are no DHCP packet malformed.
+func TestObserver(t *testing.T) {
+	o := &fakeObserver{seen: map[[2]string]int{}}
+	f := newFixture(t, ModeFull, func(c *Config) { c.Observer = o })
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() { done <- f.s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	cl, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	d := discover(t, mac(1), biosPXE)
+	rel, err := dhcpv4.New(dhcpv4.WithMessageType(dhcpv4.MessageTypeRelease), dhcpv4.WithHwAddr(mac(2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range [][]byte{d.ToBytes(), rel.ToBytes(), []byte("not a DHCP packet")} {
+		if _, err := cl.WriteTo(b, f.s.Addr()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[[2]string]int{{"discover", OutcomeOffer}: 1, {"release", OutcomeIgnored}: 1, {"unknown", OutcomeMalformed}: 1}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		o.mu.Lock()
+		ok := cmp.Equal(want, o.seen)
+		o.mu.Unlock()
+		if ok {
+			return
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t.Errorf("observed (-want +got):\n%s", cmp.Diff(want, o.seen))
+}
+
+func TestMessageTypeName(t *testing.T) {
+	for mt, want := range map[dhcpv4.MessageType]string{
+		dhcpv4.MessageTypeNone: "none", dhcpv4.MessageTypeDiscover: "discover", dhcpv4.MessageTypeInform: "inform",
+		dhcpv4.MessageTypeAck: "ack", dhcpv4.MessageType(200): "other",
+	} {
+		if got := MessageTypeName(mt); got != want {
+			t.Errorf("MessageTypeName(%d) = %q, want %q", mt, got, want)
+		}
+	}
+}
