@@ -1,0 +1,12 @@
+package mem
+
+import (
+	"testing"
+
+	"github.com/corralhq/corral/store"
+	"github.com/corralhq/corral/store/storetest"
+)
+
+func TestSnapshot(t *testing.T) {
+	storetest.RunSnapshot(t, func(t *testing.T) store.Store { return New() })
+}
