@@ -142,36 +142,44 @@ func TestE2EBackupRestore(t *testing.T) {
 	os.WriteFile(flipped, bad, 0o600)
 	wrong := filepath.Join(root, "wrong")
 	os.WriteFile(wrong, []byte("not the passphrase at all\n"), 0o600)
-	// The refusals run side by side, and wait for each other here.
-	t.Run("refused", func(t *testing.T) {
+	// The restore and the refusals run side by side (each costs a scrypt
+	// of a -race binary), and wait for each other here.
+	dirB := filepath.Join(root, "b")
+	t.Run("restore", func(t *testing.T) {
+		t.Run("good", func(t *testing.T) {
+			t.Parallel()
+			out, err := runCmd(t, filepath.Join(binDir, "corrald"), "restore", file, "--data-dir", dirB, "--passphrase-file", pass)
+			if err != nil || !strings.Contains(out, "restored backup of appliance") {
+				t.Fatalf("corrald restore: %v\n%s", err, out)
+			}
+			t.Logf("corrald restore:\n%s", out)
+		})
 		for name, tc := range map[string]struct{ file, pass, want string }{
 			"wrong passphrase": {file, wrong, "wrong passphrase"},
 			"truncated":        {truncated, pass, "truncated or altered"},
 			"byte flipped":     {flipped, pass, "truncated or altered"},
 		} {
 			t.Run(name, func(t *testing.T) {
-				t.Parallel() // each costs a scrypt of a -race binary
+				t.Parallel()
 				dir := filepath.Join(root, "refused-"+strings.ReplaceAll(name, " ", "-"))
 				out, err := runCmd(t, filepath.Join(binDir, "corrald"), "restore", tc.file, "--data-dir", dir, "--passphrase-file", tc.pass)
 				if err == nil || !strings.Contains(out, tc.want) || !strings.Contains(out, "nothing was written") {
 					t.Fatalf("restore: %v, want a refusal saying %q and that nothing was written:\n%s", err, tc.want, out)
 				}
+				t.Logf("refused: %s", out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:])
 				if _, err := os.Stat(dir); !os.IsNotExist(err) {
 					t.Errorf("%s exists after a refused restore", dir)
 				}
 			})
 		}
 	})
+	if t.Failed() {
+		t.FailNow()
+	}
 	if left, _ := filepath.Glob(filepath.Join(root, ".*restore-*")); len(left) > 0 {
 		t.Errorf("temporary directories left: %v", left)
 	}
 
-	dirB := filepath.Join(root, "b")
-	out, err = runCmd(t, filepath.Join(binDir, "corrald"), "restore", file, "--data-dir", dirB, "--passphrase-file", pass)
-	if err != nil || !strings.Contains(out, "restored backup of appliance") {
-		t.Fatalf("corrald restore: %v\n%s", err, out)
-	}
-	t.Logf("corrald restore:\n%s", out)
 	if out, err := runCmd(t, filepath.Join(binDir, "corrald"), "restore", file, "--data-dir", dirB, "--passphrase-file", pass); err == nil || !strings.Contains(out, "already holds a store") {
 		t.Errorf("restore over the restored directory: %v\n%s", err, out)
 	}

@@ -87,6 +87,10 @@ func TestBackupRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	viewer := newToken(t, srv, authv1.Role_ROLE_VIEWER)
+	// A catalog of one artifact: the backup lists it, without its bytes.
+	os.MkdirAll(srv.catalogDir(), 0o755)
+	os.WriteFile(filepath.Join(srv.catalogDir(), "vmlinuz"), []byte("kernel bytes"), 0o644)
+	os.WriteFile(filepath.Join(srv.catalogDir(), "SHA256SUMS"), []byte(strings.Repeat("ab", 32)+"  vmlinuz\n"), 0o644)
 
 	admin := adminv1.NewBackupServiceClient(dial(t, cc, ""))
 	if _, _, _, err := fetchBackup(t, adminv1.NewBackupServiceClient(dial(t, cc, viewer)), testPassphrase); status.Code(err) != codes.PermissionDenied {
@@ -174,6 +178,9 @@ func TestBackupRestore(t *testing.T) {
 	res, err := Restore(ctx, RestoreOptions{File: file, DataDir: restored, Passphrase: []byte(testPassphrase)})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if d := cmp.Diff([]ImageManifestEntry{{Name: "vmlinuz", Size: 12, SHA256: strings.Repeat("ab", 32)}}, res.Images); d != "" {
+		t.Errorf("image manifest (-want +got):\n%s", d)
 	}
 	if res.Records != int64(len(want)) || res.Header.StoreRevision != sum.GetStoreRevision() {
 		t.Errorf("restored %d records at revision %d, want %d at %d", res.Records, res.Header.StoreRevision, len(want), sum.GetStoreRevision())
