@@ -35,9 +35,12 @@ passphrase or a truncated or altered file writes nothing.
 
 The boot images are not in the backup: it lists them (names, sizes,
 SHA-256); import them with 'corrald images import' or rebuild them with
-'corrald images build'. To restore into etcd, restore to a directory, then
-'corrald store copy --from bolt:D --to etcd://...'. Then start
-'corrald serve --data-dir D'.`,
+'corrald images build'. Then start 'corrald serve --data-dir D'.
+
+With --store etcd the records go to the etcd cluster instead (its prefix
+must hold none), once the whole file has been checked; the data directory
+gets the CA, the seal key and the cluster key, as an appliance of that
+fleet needs. A failure removes the records it wrote.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return apierr.Invalidf("restore takes one backup file: usage: %s", cmd.UseLine())
@@ -60,25 +63,37 @@ SHA-256); import them with 'corrald images import' or rebuild them with
 			if err != nil {
 				return err
 			}
+			sc := storeAccessConfig(cmd)
+			if sc.Kind != server.StoreBolt && sc.Kind != server.StoreEtcd {
+				return apierr.Invalidf("--store %q: use %s or %s", sc.Kind, server.StoreBolt, server.StoreEtcd)
+			}
+			if sc.Kind == server.StoreEtcd && len(sc.Etcd.Endpoints) == 0 {
+				return apierr.Invalidf("--store etcd needs --etcd-endpoints")
+			}
 			res, err := server.Restore(cmd.Context(), server.RestoreOptions{
-				File: args[0], DataDir: dataDir, Passphrase: pass,
+				File: args[0], DataDir: dataDir, Passphrase: pass, Store: sc,
 				Progress: progress.New(cmd.ErrOrStderr()), Logger: log,
 			})
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "restored %s\ninto %s: %d records, %s\n", res.Header.String(), res.DataDir, res.Records, strings.Join(res.Files, ", "))
+			fmt.Fprintf(out, "restored %s\n%d records into %s; into %s: %s\n", res.Header.String(), res.Records, res.Store, res.DataDir, strings.Join(res.Files, ", "))
 			if len(res.Images) > 0 {
 				fmt.Fprintf(out, "boot images to import or rebuild (not in the backup):\n")
 				for _, im := range res.Images {
 					fmt.Fprintf(out, "  %s  %s  %s\n", im.SHA256, progress.Bytes(im.Size), im.Name)
 				}
 			}
-			fmt.Fprintf(out, "start it with: corrald serve --data-dir %s\n", res.DataDir)
+			start := "corrald serve --data-dir " + res.DataDir
+			if sc.Kind == server.StoreEtcd {
+				start += " --store etcd --etcd-endpoints " + strings.Join(sc.Etcd.Endpoints, ",") + " --etcd-prefix " + sc.Etcd.Prefix
+			}
+			fmt.Fprintf(out, "start it with: %s\n", start)
 			return nil
 		},
 	}
 	cmd.Flags().String("passphrase-file", "", "file whose first line is the backup's passphrase (env CORRAL_PASSPHRASE_FILE)")
+	addStoreAccessFlags(cmd)
 	return cmd
 }

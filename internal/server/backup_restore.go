@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"filippo.io/age"
 
@@ -37,12 +38,17 @@ type RestoreOptions struct {
 	// Progress reports decryption (nil: silent).
 	Progress *progress.Reporter
 	Logger   *slog.Logger
+	// Store is where the records go: the data directory's bbolt file
+	// (default), or an etcd cluster whose prefix must hold no records.
+	Store StoreConfig
 }
 
 // RestoreResult is what Restore wrote.
 type RestoreResult struct {
 	Header  BackupHeader
 	DataDir string
+	// Store names where the records were written.
+	Store   string
 	Records int64
 	Files   []string
 	// Images is the catalog the backed-up appliance had; the artifacts
@@ -113,6 +119,19 @@ func Restore(ctx context.Context, o RestoreOptions) (res *RestoreResult, err err
 			return nil, apierr.DataLossf("%s is truncated or altered: %v", o.File, err)
 		}
 		return nil, err
+	}
+	if o.Store.Kind == StoreEtcd {
+		// The whole file has been checked into the temporary bbolt
+		// file; only now does anything reach the cluster.
+		if err := copyToEtcd(ctx, filepath.Join(tmp, StoreFile), o.Store, o.Logger); err != nil {
+			return nil, err
+		}
+		if err := os.Remove(filepath.Join(tmp, StoreFile)); err != nil {
+			return nil, err
+		}
+		res.Store = storeName(Config{DataDir: dir, Store: o.Store})
+	} else {
+		res.Store = filepath.Join(dir, StoreFile)
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		return nil, fmt.Errorf("move the restored data directory into place: %w", err)
@@ -407,4 +426,56 @@ func (w *recordWriter) close() error {
 		w.wg.Wait()
 	}
 	return w.failed()
+}
+
+// copyToEtcd writes every record of the verified bbolt file at path into
+// the etcd cluster sc names, whose prefix must hold no records. A failure
+// deletes what it wrote (compare-and-swap on the revisions it got, so
+// nothing anyone else wrote is touched) and says so if it cannot.
+func copyToEtcd(ctx context.Context, path string, sc StoreConfig, log *slog.Logger) (err error) {
+	src, err := OpenStore(filepath.Dir(path), log)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	recs, err := src.List(ctx, "")
+	if err != nil {
+		return err
+	}
+	dst, err := OpenConfiguredStore(ctx, filepath.Dir(path), sc, log)
+	if err != nil {
+		return err
+	}
+	defer dst.Close()
+	where := storeName(Config{Store: sc})
+	if existing, err := dst.List(ctx, ""); err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	} else if len(existing) > 0 {
+		return apierr.Preconditionf("%s already holds %d records (first %q): restore never merges or overwrites; use an empty prefix", where, len(existing), existing[0].Key)
+	}
+	var written []store.KV
+	defer func() {
+		if err == nil {
+			return
+		}
+		left := 0
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, kv := range written {
+			if derr := dst.Delete(cctx, kv.Key, kv.Revision); derr != nil && !errors.Is(derr, store.ErrNotFound) {
+				left++
+			}
+		}
+		if left > 0 {
+			err = fmt.Errorf("%w; %d of the %d records written to %s could not be removed: remove them before restoring again", err, left, len(written), where)
+		}
+	}()
+	for _, kv := range recs {
+		rev, err := dst.Put(ctx, kv.Key, kv.Value, 0)
+		if err != nil {
+			return fmt.Errorf("%s: write %s: %w", where, kv.Key, err)
+		}
+		written = append(written, store.KV{Key: kv.Key, Revision: rev})
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,6 +27,7 @@ import (
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/bolt"
 	"github.com/corralhq/corral/store/record"
+	"github.com/corralhq/corral/testsupport/etcdtest"
 )
 
 const testPassphrase = "correct horse battery staple"
@@ -213,5 +215,57 @@ func TestBackupRestore(t *testing.T) {
 	}
 	if fi, err := os.Stat(filepath.Join(restored, PKIDir, pki.CAKeyFile)); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("restored CA key: %v, mode %v", err, fi.Mode())
+	}
+}
+
+// TestRestoreEtcd: a backup restored into an empty etcd prefix holds the
+// same records; a prefix that holds records is refused and nothing is
+// written anywhere.
+func TestRestoreEtcd(t *testing.T) {
+	fastScrypt(t)
+	c := etcdtest.New(t, 1)
+	dir := t.TempDir()
+	srv, _ := startServer(t, filepath.Join(dir, "a"))
+	ctx := context.Background()
+	var buf bytes.Buffer
+	sum, err := srv.writeBackup(ctx, []byte(testPassphrase), func(c *adminv1.BackupChunk) error { buf.Write(c.GetData()); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "backup")
+	os.WriteFile(file, buf.Bytes(), 0o600)
+	sc := StoreConfig{Kind: StoreEtcd}
+	sc.Etcd.Endpoints, sc.Etcd.Prefix = c.Endpoints(), "/restored"
+	res, err := Restore(ctx, RestoreOptions{File: file, DataDir: filepath.Join(dir, "b"), Passphrase: []byte(testPassphrase), Store: sc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "b", StoreFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("an etcd restore left a bbolt file in the data directory (%v)", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "b", PKIDir, pki.CAKeyFile)); err != nil {
+		t.Errorf("CA key: %v", err)
+	}
+	st, err := OpenConfiguredStore(ctx, dir, sc, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	got, err := st.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(got)) != sum.GetRecords() || res.Records != sum.GetRecords() {
+		t.Errorf("etcd holds %d records, restore wrote %d, the backup had %d", len(got), res.Records, sum.GetRecords())
+	}
+	_, err = Restore(ctx, RestoreOptions{File: file, DataDir: filepath.Join(dir, "c"), Passphrase: []byte(testPassphrase), Store: sc})
+	if !errors.Is(err, apierr.ErrPrecondition) || !strings.Contains(err.Error(), "already holds") {
+		t.Fatalf("restore into a prefix with records: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "c")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused restore created its data directory")
+	}
+	if again, _ := st.List(ctx, ""); len(again) != len(got) {
+		t.Errorf("the refused restore changed etcd: %d records, had %d", len(again), len(got))
 	}
 }
