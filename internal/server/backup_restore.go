@@ -94,7 +94,7 @@ func Restore(ctx context.Context, o RestoreOptions) (res *RestoreResult, err err
 	if err != nil {
 		var nomatch *age.NoIdentityMatchError
 		if errors.As(err, &nomatch) || errors.Is(err, age.ErrIncorrectIdentity) {
-			return nil, apierr.Invalidf("%s: wrong passphrase (nothing was written)", o.File)
+			return nil, apierr.Invalidf("%s: wrong passphrase, or its header is damaged (nothing was written)", o.File)
 		}
 		return nil, apierr.DataLossf("%s is not a Corral backup or its header is damaged (%v): nothing was written", o.File, err)
 	}

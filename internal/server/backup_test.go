@@ -177,6 +177,7 @@ func TestBackupRestore(t *testing.T) {
 	}
 
 	restored := filepath.Join(dir, "b")
+	os.Mkdir(restored, 0o700) // an empty directory is fresh too
 	res, err := Restore(ctx, RestoreOptions{File: file, DataDir: restored, Passphrase: []byte(testPassphrase)})
 	if err != nil {
 		t.Fatal(err)
