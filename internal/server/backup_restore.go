@@ -133,6 +133,11 @@ func Restore(ctx context.Context, o RestoreOptions) (res *RestoreResult, err err
 	} else {
 		res.Store = filepath.Join(dir, StoreFile)
 	}
+	// An empty directory checked above gives way (os.Rename never
+	// replaces a directory); a non-empty one makes Remove fail.
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("data directory %s: %w", dir, err)
+	}
 	if err := os.Rename(tmp, dir); err != nil {
 		return nil, fmt.Errorf("move the restored data directory into place: %w", err)
 	}
