@@ -205,7 +205,7 @@ func TestE2EReadyzStoreGone(t *testing.T) {
 	dataDir := t.TempDir()
 	metrics := freePort(t)
 	api := freePort(t)
-	startCorrald(t, dataDir, api, "CORRAL_STORE=etcd", "CORRAL_ETCD_ENDPOINTS="+cl.EndpointsFlag(),
+	d := startCorrald(t, dataDir, api, "CORRAL_STORE=etcd", "CORRAL_ETCD_ENDPOINTS="+cl.EndpointsFlag(),
 		"CORRAL_METRICS_LISTEN="+metrics, "CORRAL_HEALTH_INTERVAL=300ms", "CORRAL_APPLIANCE_NAME=m1")
 	cc, err := clientconfig.Load(filepath.Join(dataDir, "admin.conf"))
 	if err != nil {
@@ -245,6 +245,9 @@ func TestE2EReadyzStoreGone(t *testing.T) {
 		return r.GetStatus()
 	}
 	waitFor("ready", func() bool { code, _ := get("/readyz"); return code == 200 })
+	// The fleet runner stops the appliance when its first record write
+	// fails: kill etcd only after it is written.
+	waitFor("runner registered", func() bool { return strings.Contains(d.logs.String(), "runner registered") })
 	if st := health(); st != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health before: %v", st)
 	}

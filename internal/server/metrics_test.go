@@ -326,8 +326,12 @@ func TestMetricsHealthAndNotify(t *testing.T) {
 			t.Errorf("GET %s: %d %q, want %d", path, code, body, want)
 		}
 	}
+	// A write through the appliance's store is timed.
+	if _, err := srv.store.Put(context.Background(), "/test/metrics", []byte("x"), 0); err != nil {
+		t.Fatal(err)
+	}
 	_, body := httpGet(t, base+"/metrics")
-	for _, family := range []string{"corral_machines{", "corral_nodes{", "corral_store_commit_seconds_bucket{", "go_goroutines", "process_cpu_seconds_total"} {
+	for _, family := range []string{"corral_machines{", "corral_nodes{", `corral_store_commit_seconds_bucket{op="put",outcome="ok"`, "go_goroutines", "process_cpu_seconds_total"} {
 		if !strings.Contains(body, family) {
 			t.Errorf("/metrics lacks %s", family)
 		}
