@@ -36,6 +36,8 @@ type MigrateSummary struct {
 	// rewritten, by the schema version they were found at.
 	Records  int
 	Migrated map[uint32]int
+	// Corrupt counts records that are not envelopes (left as they are).
+	Corrupt int
 }
 
 // maxMigrateAttempts bounds the re-reads of one record that keeps changing
@@ -96,13 +98,15 @@ func Upgrade(b []byte, steps []Step) (out []byte, from uint32, err error) {
 // appliances of a fleet write, and running it twice changes nothing the
 // second time. A record newer than SchemaVersion stops it with ErrSchema
 // naming the key, before anything is written; a record that is not an
-// envelope is store.ErrCorrupt naming the key. Each migrated version is
-// logged.
+// envelope is logged and left to its readers. Each migrated version is
+// logged. It reads the store through store.Snapshotter when it has one
+// (every record at one revision, and nothing that is not a record, such as
+// etcd's election keys), else List.
 func Migrate(ctx context.Context, st store.Store, steps []Step, log *slog.Logger) (MigrateSummary, error) {
 	if err := CheckSteps(steps); err != nil {
 		return MigrateSummary{}, err
 	}
-	kvs, err := st.List(ctx, "")
+	kvs, err := allRecords(ctx, st)
 	if err != nil {
 		return MigrateSummary{}, fmt.Errorf("record: migrate: list: %w", err)
 	}
@@ -110,8 +114,12 @@ func Migrate(ctx context.Context, st store.Store, steps []Step, log *slog.Logger
 	var old []store.KV
 	for _, kv := range kvs {
 		v, err := EnvelopeVersion(kv.Value)
-		if err != nil {
-			return sum, fmt.Errorf("record: migrate %s: %w", kv.Key, err)
+		if err != nil || v == 0 {
+			// Left to its reader, which reports it where it matters;
+			// one damaged record does not keep the appliance down.
+			sum.Corrupt++
+			log.Warn("store record is not an envelope: not migrated", "key", kv.Key, "err", err)
+			continue
 		}
 		if v > SchemaVersion {
 			return sum, fmt.Errorf("%w: %s is at schema version %d, this corrald reads up to %d: it was written by a newer corrald; run that version (or newer) on this store", ErrSchema, kv.Key, v, SchemaVersion)
@@ -133,6 +141,15 @@ func Migrate(ctx context.Context, st store.Store, steps []Step, log *slog.Logger
 		log.Info("store records migrated", "from_schema", v, "to_schema", SchemaVersion, "records", sum.Migrated[v], "steps", stepNames(steps[v-1:]))
 	}
 	return sum, nil
+}
+
+// allRecords reads every record of st.
+func allRecords(ctx context.Context, st store.Store) ([]store.KV, error) {
+	if sn, ok := store.AsSnapshotter(st); ok {
+		_, kvs, err := sn.Snapshot(ctx)
+		return kvs, err
+	}
+	return st.List(ctx, "")
 }
 
 // migrateOne rewrites kv at SchemaVersion by compare-and-swap, re-reading

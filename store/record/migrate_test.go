@@ -48,12 +48,13 @@ func TestMigrate(t *testing.T) {
 	st.Put(ctx, "/a", envelope(t, 1, wrapperspb.String("old")), 0)
 	st.Put(ctx, "/b", envelope(t, 1, wrapperspb.Int64(7)), 0)
 	st.Put(ctx, "/c", envelope(t, SchemaVersion, wrapperspb.String("new")), 0)
+	st.Put(ctx, "/d", []byte{0xff, 0xff, 0xff}, 0) // not an envelope: left alone
 
 	sum, err := Migrate(ctx, st, upperStep, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff(MigrateSummary{Records: 3, Migrated: map[uint32]int{1: 2}}, sum); d != "" {
+	if d := cmp.Diff(MigrateSummary{Records: 4, Migrated: map[uint32]int{1: 2}, Corrupt: 1}, sum); d != "" {
 		t.Errorf("summary (-want +got):\n%s", d)
 	}
 	type rec struct {
