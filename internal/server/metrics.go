@@ -14,6 +14,7 @@ import (
 	"github.com/corralhq/corral/boot/dhcp"
 	boothttp "github.com/corralhq/corral/boot/http"
 	"github.com/corralhq/corral/boot/tftp"
+	"github.com/corralhq/corral/store"
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -73,7 +74,11 @@ type observability struct {
 // initObservability creates the registry and collectors, before the gRPC
 // server exists, and instruments the store.
 func (s *Server) initObservability() error {
-	o := &observability{reg: prometheus.NewRegistry()}
+	o := s.obs
+	if o == nil {
+		o = &observability{}
+	}
+	o.reg = prometheus.NewRegistry()
 	o.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	o.grpc = grpcprom.NewServerMetrics(
 		grpcprom.WithServerCounterOptions(grpcprom.WithNamespace("corral_api")),
@@ -96,7 +101,9 @@ func (s *Server) initObservability() error {
 	o.bmc = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "corral_bmc_request_duration_seconds",
 		Help:    "BMC calls, by operation, the provider that answered (none: none did) and outcome (ok, auth, unreachable, protocol, failed, invalid, certificate).",
 		Buckets: []float64{.05, .1, .25, .5, 1, 2, 5, 10, 30}}, []string{"op", "provider", "outcome"})
-	o.store = newStoreMetrics()
+	if o.store == nil {
+		o.store = newStoreMetrics()
+	}
 	o.phases = newPhaseTracker(s.log.With("component", "boot-phases"))
 	o.counts = newStateCounts(s.log.With("component", "state-counts"))
 	o.ready = &readiness{}
@@ -105,6 +112,21 @@ func (s *Server) initObservability() error {
 	s.obs = o
 	s.store = o.store.wrap(s.store)
 	return nil
+}
+
+// instrumentStore returns st with its writes timed
+// (corral_store_commit_seconds). initObservability times s.store, which
+// covers what is built after it; New calling this on the store right after
+// initLeadership (which needs the backend's own type) would time every
+// write, inventory's and the tokens' included. Wrapping twice is harmless.
+func (s *Server) instrumentStore(st store.Store) store.Store {
+	if s.obs == nil {
+		s.obs = &observability{}
+	}
+	if s.obs.store == nil {
+		s.obs.store = newStoreMetrics()
+	}
+	return s.obs.store.wrap(st)
 }
 
 // metricsInterceptors are the gRPC server metrics middleware (nil = off):

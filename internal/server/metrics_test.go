@@ -482,3 +482,27 @@ func TestStateCountsResumeACutWatch(t *testing.T) {
 		t.Errorf("%d Lists, want 2: a cut watch resumes from its revision without listing again", n)
 	}
 }
+
+// TestInstrumentStoreBeforeObservability: a store timed before
+// initObservability (New's early wrap) is timed by the same histogram the
+// registry then exports, and is not wrapped a second time.
+func TestInstrumentStoreBeforeObservability(t *testing.T) {
+	s := &Server{log: slog.New(slog.DiscardHandler)}
+	st := s.instrumentStore(mem.New())
+	s.store = st
+	if err := s.initObservability(); err != nil {
+		t.Fatal(err)
+	}
+	if s.store != st {
+		t.Error("initObservability wrapped the timed store again")
+	}
+	if _, err := s.store.Put(context.Background(), "/k", []byte("v"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if n := histCount(t, s.obs.store.commit, "put", "ok"); n != 1 {
+		t.Errorf("%d puts timed, want 1", n)
+	}
+	if n := seriesCount(t, s.obs.reg, "corral_store_commit_seconds"); n != 1 {
+		t.Errorf("the registry exports %d store commit series, want 1", n)
+	}
+}
