@@ -19,6 +19,13 @@
 //     makes a qcow2 and its QEMU runs a VM with the node's own command line
 //     (hypervisor/vm.Args, TCG) plus a virtio-net NIC, proving the
 //     ldd-resolved libraries, the TCG module and the firmware complete.
+//   - TestDebInstall: the operator's install: the .deb built with nfpm from
+//     packaging/nfpm.yaml, dpkg -i'd into a clean minbase Debian root
+//     (mmdebstrap, cached in /var/cache/corral/debian-root), its files,
+//     modes, conffile and unit (systemd-analyze verify) checked; the
+//     installed corrald, as the corral user with only the unit's
+//     capabilities, refuses a tampered images archive, imports the packaged
+//     one and PXE-boots a QEMU machine to INVENTORIED.
 //
 // The images are built once per run into CORRAL_IMAGE_CACHE (default
 // /var/cache/corral/discovery) and reused while its inputs are unchanged.
