@@ -198,6 +198,11 @@ func New(cfg Config) (*Server, error) {
 	if err := s.initLeadership(); err != nil {
 		return nil, err
 	}
+	// Time every write from here on (corral_store_commit_seconds); the
+	// elector above needs the backend's own type, everything below takes
+	// the timed store.
+	st = s.instrumentStore(st)
+	s.store = st
 	s.ca, err = pki.EnsureCA(filepath.Join(cfg.DataDir, PKIDir))
 	if err != nil {
 		return nil, err
