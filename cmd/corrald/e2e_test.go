@@ -86,12 +86,15 @@ type daemon struct {
 	addr   string
 	logs   *syncbuf.Buffer
 	exited chan error
+	// waited is closed once Wait has returned (ProcessState is then set;
+	// reading it before would race with Wait).
+	waited chan struct{}
 }
 
 // startCorrald runs `corrald serve` and waits until the API answers.
 func startCorrald(t *testing.T, dataDir, addr string, env ...string) *daemon {
 	t.Helper()
-	d := &daemon{addr: addr, logs: &syncbuf.Buffer{}, exited: make(chan error, 1)}
+	d := &daemon{addr: addr, logs: &syncbuf.Buffer{}, exited: make(chan error, 1), waited: make(chan struct{})}
 	d.cmd = exec.Command(filepath.Join(binDir, "corrald"), "serve", "--data-dir", dataDir)
 	d.cmd.Env = append(append(os.Environ(), "CORRAL_API_LISTEN="+addr), env...)
 	pr, pw, _ := os.Pipe()
@@ -112,11 +115,17 @@ func startCorrald(t *testing.T, dataDir, addr string, env ...string) *daemon {
 			}
 		}
 	}()
-	go func() { d.exited <- d.cmd.Wait() }()
+	go func() {
+		err := d.cmd.Wait()
+		close(d.waited)
+		d.exited <- err
+	}()
 	t.Cleanup(func() {
-		if d.cmd.ProcessState == nil {
+		select {
+		case <-d.waited:
+		default:
 			d.cmd.Process.Kill()
-			<-d.exited
+			<-d.waited
 		}
 		if t.Failed() {
 			t.Logf("corrald logs:\n%s", d.logs.String())
