@@ -112,7 +112,7 @@ func addLifecycleFlags(cmd *cobra.Command) {
 	f.Int("boot-watchdog-cycles", lifecycle.DefaultBootWatchdogCycles, "power cycles the boot watchdog makes before the machine is FAILED (env CORRAL_BOOT_WATCHDOG_CYCLES)")
 	f.Bool("auto-accept", false, "accept machines that become INVENTORIED and match every --auto-accept-selector, disk auto (env CORRAL_AUTO_ACCEPT)")
 	f.StringArray("auto-accept-selector", nil, `fact selector an auto-accepted machine must match, e.g. "disk.count>=2", repeatable (env CORRAL_AUTO_ACCEPT_SELECTOR, comma-separated)`)
-	f.String("api-advertise", "", "API endpoint host:port install plans give nodes (default: the address the discovery agent dialled) (env CORRAL_API_ADVERTISE)")
+	f.String("api-advertise", "", "API endpoint host:port install plans give nodes, and iPXE scripts give agents when --api-listen is loopback (default: the address the discovery agent dialled) (env CORRAL_API_ADVERTISE)")
 	f.Duration("node-heartbeat-timeout", pool.DefaultHeartbeatTimeout, "a node silent for this long is NOT_READY (env CORRAL_NODE_HEARTBEAT_TIMEOUT)")
 	f.Duration("node-sweep-interval", pool.DefaultSweepInterval, "how often node heartbeats are checked (env CORRAL_NODE_SWEEP_INTERVAL)")
 	f.Duration("hypervisor-reconcile-interval", 30*time.Second, "VM and volume reconciler period (env CORRAL_HYPERVISOR_RECONCILE_INTERVAL)")

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"github.com/corralhq/corral/deploy"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,16 +26,16 @@ const usecaseKeyComment = "testkey" // the ecdsa key in n0stack's usecase file
 
 // newTinyLab starts a lab serving the tiny guest as guest-tiny.qcow2 and
 // registers it as image cloudimage-ubuntu (tags latest, 18.04) with
-// n0stack's register-blockstorage-as-image usecase. That file races:
-// RegisterBlockStorage depends only on ApplyImage, not on FetchISO, so
-// with parallel tasks it meets the block storage still PENDING (the
-// appliance answers FailedPrecondition "retry later"); it runs with
-// --parallel 1, which runs the tasks in file order.
+// n0stack's register-blockstorage-as-image usecase, with corral do's
+// default parallelism. That file races: RegisterBlockStorage depends only
+// on ApplyImage, not on FetchISO, so it can meet the block storage still
+// PENDING (the appliance answers FailedPrecondition "retry later"); corral
+// do sends such a task again until the record's deadline.
 func newTinyLab(t *testing.T) *hvlab.Lab {
 	t.Helper()
 	img := tiny(t)
 	l := hvlab.New(t, bins, hvlab.Options{Files: map[string]string{"guest-tiny.qcow2": img}})
-	out, d := l.MustDo("register.yaml", usecase(t, l, "register-blockstorage-as-image.yaml"), 1)
+	out, d := l.MustDo("register.yaml", usecase(t, l, "register-blockstorage-as-image.yaml"), deploy.DefaultParallel)
 	t.Logf("register-blockstorage-as-image.yaml in %v:\n%s", d.Round(time.Millisecond), out)
 	return l
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/corralhq/corral/internal/imagecache"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -33,14 +34,13 @@ var (
 	imgSkip string
 )
 
-// DefaultImageCache is where the discovery image is cached between runs.
-const DefaultImageCache = "/var/cache/corral/discovery"
-
+// imageCache is where the discovery image is cached between runs: the
+// machine-wide cache corrald images build and corral-lab use too.
 func imageCache() string {
 	if d := os.Getenv("CORRAL_IMAGE_CACHE"); d != "" {
 		return d
 	}
-	return DefaultImageCache
+	return imagecache.Default()
 }
 
 func TestMain(m *testing.M) {
