@@ -27,6 +27,7 @@ type Reporter struct {
 	total    int64
 	last     time.Time
 	drawn    int
+	printed  string
 	now      func() time.Time
 	interval time.Duration
 }
@@ -127,6 +128,10 @@ func (r *Reporter) print(force bool) {
 	}
 	r.last = now
 	line := r.line(now)
+	if line == r.printed {
+		return
+	}
+	r.printed = line
 	if r.tty {
 		pad := ""
 		if n := r.drawn - len(line); n > 0 {

@@ -61,9 +61,6 @@ type backupService struct {
 // initBackup carries the store's records to the current schema version
 // (refusing a store written by a newer corrald) and serves the backup.
 func (s *Server) initBackup() error {
-	if err := s.migrateStore(context.Background()); err != nil {
-		return err
-	}
 	adminv1.RegisterBackupServiceServer(s.grpc, &backupService{s: s})
 	return nil
 }

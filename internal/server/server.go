@@ -190,6 +190,11 @@ func New(cfg Config) (*Server, error) {
 			st.Close()
 		}
 	}()
+	// Bring records written by an older corrald to this schema before
+	// anything reads them (backup_migrate.go); a newer record stops here.
+	if err := s.migrateStore(context.Background()); err != nil {
+		return nil, err
+	}
 	if cfg.Store.Kind == StoreEtcd {
 		if err := shareSecrets(context.Background(), st, cfg, cfg.Logger); err != nil {
 			return nil, err
