@@ -37,7 +37,9 @@ type State struct {
 	Corrald      Process  `json:"corrald"`
 	CorraldArgs  []string `json:"corrald_args"`
 	AutoAccept   bool     `json:"auto_accept"`
-	WithBMC      bool     `json:"with_bmc"`
+	// Web: corrald serves the web page on WebPort.
+	Web     bool `json:"web,omitempty"`
+	WithBMC bool `json:"with_bmc"`
 
 	Machines []Machine `json:"machines"`
 

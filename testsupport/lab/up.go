@@ -88,6 +88,9 @@ func DefaultImageCache() string { return imagecache.Default() }
 // APIPort is corrald's API port in the lab.
 const APIPort = 20180
 
+// WebPort is where the lab's corrald serves the rack's web page (HTTPS).
+const WebPort = 8443
+
 func (c *Config) defaults() error {
 	if c.Dir == "" {
 		c.Dir = DefaultDir
@@ -473,6 +476,10 @@ func (s *State) startCorrald(ctx context.Context, c Config) error {
 		"--boot-interface", s.Bridge, "--dhcp-mode", "full",
 		"--dhcp-range", s.Subnet + ".100-" + s.Subnet + ".199", "--dhcp-router", s.Subnet + ".1",
 		"--bmc-poll-interval", "15s"}
+	if corraldHas(ctx, s.Bin.Corrald, "web-listen") {
+		args = append(args, "--web-listen", fmt.Sprintf(":%d", WebPort))
+		s.Web = true
+	}
 	if c.Accept && corraldHas(ctx, s.Bin.Corrald, "auto-accept") {
 		args = append(args, "--auto-accept")
 		s.AutoAccept = true
@@ -590,6 +597,9 @@ Inside the namespace (admin.conf talks to 127.0.0.1):
 corral-lab status | report | down (--dir %s)
 `, s.ID, s.ClientConfig, s.Bin.Corral, s.Bin.Corral, s.ClientConfig, s.NSAddr, APIPort, s.VethHost,
 		s.Namespace, s.Bin.Corral, filepath.Join(s.DataDir, "admin.conf"), s.Dir)
+	if s.Web {
+		fmt.Fprintf(w, "\nThe rack's web page: https://%s:%d/ (the certificate is signed by the CA in %s;\nsign in with its token). Metrics: http://%s:9180/metrics\n", s.NSAddr, WebPort, s.ClientConfig, s.NSAddr)
+	}
 	if !s.Fleet() {
 		return
 	}
