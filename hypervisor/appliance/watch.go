@@ -1,13 +1,9 @@
 package appliance
 
 import (
-	"strings"
-
 	provisioningv1 "github.com/corralhq/corral/api/provisioning/v1"
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/internal/watchstream"
-	"github.com/corralhq/corral/store"
-	"github.com/corralhq/corral/store/record"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -20,32 +16,9 @@ func watchNamed[T proto.Message](s *Services, what, prefix, name string, from in
 			return watchstream.Config[T]{}, err
 		}
 	}
-	key := prefix + name
-	return watchstream.Config[T]{
-		Name:         what,
-		Store:        s.cfg.Store,
-		Prefix:       key,
-		FromRevision: from,
-		Logger:       s.log,
-		Decode: func(kv store.KV) (T, bool, error) {
-			var zero T
-			if name != "" && kv.Key != key {
-				return zero, false, nil // a name extending the one watched
-			}
-			v := newT()
-			if err := record.Unmarshal(kv.Value, v); err != nil {
-				return zero, false, err
-			}
-			return v, true, nil
-		},
-		Deleted: func(k string) (T, bool) {
-			if name != "" && k != key {
-				var zero T
-				return zero, false
-			}
-			return deleted(strings.TrimPrefix(k, prefix)), true
-		},
-	}, nil
+	cfg := watchstream.Named(s.cfg.Store, what, prefix, name, newT, deleted)
+	cfg.FromRevision, cfg.Logger = from, s.log
+	return cfg, nil
 }
 
 // WatchBlockStorages streams block storages (the records

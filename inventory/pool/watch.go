@@ -1,46 +1,17 @@
 package pool
 
 import (
-	"strings"
-
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/internal/watchstream"
-	"github.com/corralhq/corral/store"
-	"github.com/corralhq/corral/store/record"
 	"google.golang.org/protobuf/proto"
 )
 
-// named is the watch of protobuf records stored as prefix+name: all of
-// them, or the one called name. deleted makes the object sent for a
-// deleted record from its name.
+// named is the watch of the pool's records stored as prefix+name (see
+// watchstream.Named).
 func named[T proto.Message](p *Pool, what, prefix, name string, from int64, lim *watchstream.Limiter, newT func() T, deleted func(string) T) watchstream.Config[T] {
-	key := prefix + name
-	return watchstream.Config[T]{
-		Name:         what,
-		Store:        p.cfg.Store,
-		Prefix:       key,
-		FromRevision: from,
-		Limiter:      lim,
-		Logger:       p.log,
-		Decode: func(kv store.KV) (T, bool, error) {
-			var zero T
-			if name != "" && kv.Key != key {
-				return zero, false, nil // a name extending the one watched
-			}
-			v := newT()
-			if err := record.Unmarshal(kv.Value, v); err != nil {
-				return zero, false, err
-			}
-			return v, true, nil
-		},
-		Deleted: func(k string) (T, bool) {
-			if name != "" && k != key {
-				var zero T
-				return zero, false
-			}
-			return deleted(strings.TrimPrefix(k, prefix)), true
-		},
-	}
+	cfg := watchstream.Named(p.cfg.Store, what, prefix, name, newT, deleted)
+	cfg.FromRevision, cfg.Limiter, cfg.Logger = from, lim, p.log
+	return cfg
 }
 
 // WatchNodes streams nodes (the records ListNodes returns) as the
