@@ -60,3 +60,45 @@ func pendingBackoff(attempt int) time.Duration {
 	}
 	return min(d, 5*time.Second)
 }
+
+// maxNotFoundRetries bounds how often one task answered NotFound is sent
+// again after its in-flight siblings ended.
+const maxNotFoundRetries = 3
+
+// parkedTask is a task answered NotFound, waiting for the tasks that were
+// in flight then (one of them may create what it needs).
+type parkedTask struct {
+	d       done
+	waitFor map[int]bool
+}
+
+// park returns the parked form of d when its task should be sent again
+// after its in-flight siblings: its answer was NotFound, others are in
+// flight, it may still fail for real (not IgnoreError) and has retries
+// left; nil otherwise. stopping means nothing more will start.
+func park(d done, t *Task, inFlight map[int]bool, tries []int, stopping bool) *parkedTask {
+	if d.err == nil || status.Code(d.err) != codes.NotFound || t.IgnoreError || stopping ||
+		len(inFlight) == 0 || tries[d.index] >= maxNotFoundRetries {
+		return nil
+	}
+	tries[d.index]++
+	w := make(map[int]bool, len(inFlight))
+	for j := range inFlight {
+		w[j] = true
+	}
+	return &parkedTask{d: d, waitFor: w}
+}
+
+// unpark drops ended from every parked task's wait and returns those left
+// waiting and the ones now free to be sent again.
+func unpark(parked []*parkedTask, ended int) (waiting []*parkedTask, free []done) {
+	for _, p := range parked {
+		delete(p.waitFor, ended)
+		if len(p.waitFor) == 0 {
+			free = append(free, p.d)
+			continue
+		}
+		waiting = append(waiting, p)
+	}
+	return waiting, free
+}

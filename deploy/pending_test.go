@@ -110,3 +110,67 @@ func TestRunRetriesPending(t *testing.T) {
 		})
 	}
 }
+
+// TestRunRetriesNotFoundAfterSiblings: n0stack's register-image file
+// leaves out RegisterBlockStorage's dependency on FetchBlockStorage. A task
+// answered NotFound while siblings are in flight is sent again once they
+// have ended (the Retrying event names them); with nothing in flight, or
+// past maxNotFoundRetries, or when ignored, NotFound is the task's end.
+func TestRunRetriesNotFoundAfterSiblings(t *testing.T) {
+	notFound := status.Error(codes.NotFound, `block storage "cloudimage-ubuntu-1804"`)
+	for name, tc := range map[string]struct {
+		behave   map[string]behaviour
+		tasks    []string
+		want     map[string]string
+		attempts int
+		after    []string
+	}{
+		"created by a sibling in flight": {
+			behave:   map[string]behaviour{"fetch": {delay: 300 * time.Millisecond}, "reg": {err: notFound, times: 1}},
+			tasks:    []string{"fetch", "reg"},
+			want:     map[string]string{"fetch": "succeeded", "reg": "succeeded"},
+			attempts: 2, after: []string{"fetch"},
+		},
+		"nothing in flight": {
+			behave:   map[string]behaviour{"reg": {err: notFound}},
+			tasks:    []string{"reg"},
+			want:     map[string]string{"reg": "failed"},
+			attempts: 1,
+		},
+		"still missing after the siblings": {
+			behave:   map[string]behaviour{"fetch": {delay: 200 * time.Millisecond}, "reg": {err: notFound}},
+			tasks:    []string{"fetch", "reg"},
+			want:     map[string]string{"fetch": "succeeded", "reg": "failed"},
+			attempts: 2, after: []string{"fetch"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFakePool(tc.behave)
+			p := dag(t, tc.tasks, nil)
+			var after [][]string
+			r := &Runner{Conn: serve(t, f), Progress: func(e Event) {
+				if e.Kind == Retrying {
+					after = append(after, e.After)
+				}
+			}}
+			s, err := r.Run(context.Background(), p)
+			if failed := tc.want["reg"] == "failed"; failed != errors.Is(err, ErrTaskFailed) {
+				t.Errorf("Run: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, outcomes(s)); diff != "" {
+				t.Errorf("outcomes (-want +got):\n%s", diff)
+			}
+			reg := s.Results[len(tc.tasks)-1]
+			if reg.Attempts != tc.attempts {
+				t.Errorf("reg: %d attempts, want %d", reg.Attempts, tc.attempts)
+			}
+			var wantAfter [][]string
+			if tc.after != nil {
+				wantAfter = [][]string{tc.after}
+			}
+			if diff := cmp.Diff(wantAfter, after); diff != "" {
+				t.Errorf("retry events' After (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -67,7 +68,10 @@ const (
 	// Retrying: the task's RPC found a record PENDING under another
 	// operation (a retryable FailedPrecondition); it is sent again after
 	// Event.Wait. Event.Err is the answer, Event.Attempt the attempts
-	// made so far, Event.GiveUp when the task stops retrying.
+	// made so far, Event.GiveUp when the task stops retrying. Or: the
+	// task's RPC found an object NotFound while other tasks of the run
+	// were in flight, one of which may be creating it; it is sent again
+	// once those (Event.After) have ended.
 	Retrying
 )
 
@@ -85,6 +89,8 @@ type Event struct {
 	Wait    time.Duration
 	Attempt int
 	GiveUp  time.Time
+	// After names the in-flight tasks a NotFound retry waits for.
+	After []string
 }
 
 // Result is how one task ended.
@@ -216,32 +222,23 @@ func (r *Runner) Run(ctx context.Context, p *Plan) (*Summary, error) {
 	notes := make(chan Event)
 	running, ended := 0, 0
 	var firstFailure string
+	// A task answered NotFound while siblings were in flight is parked
+	// until they end, then sent again (at most maxNotFoundRetries times):
+	// n0stack's files leave out dependencies on the task creating an
+	// object (RegisterBlockStorage on FetchBlockStorage), which work only
+	// when tasks run in file order.
+	inFlight := make(map[int]bool, parallel)
+	var parked []*parkedTask
+	notFoundTries := make([]int, n)
+	// priorAttempts and priorElapsed carry a re-sent task's earlier sends.
+	priorAttempts := make([]int, n)
+	priorElapsed := make([]time.Duration, n)
 
-	for {
-		for firstFailure == "" && ctx.Err() == nil && running < parallel && len(ready) > 0 {
-			i := ready[0]
-			ready = ready[1:]
-			running++
-			emit(Event{Kind: Started, Task: p.Tasks[i], Done: ended, Total: n})
-			go func(i int, t *Task) {
-				finished <- r.call(ctx, i, t, notes)
-			}(i, p.Tasks[i])
-		}
-		if running == 0 {
-			break
-		}
-		var d done
-		select {
-		case d = <-finished:
-		case e := <-notes:
-			e.Done, e.Total = ended, n
-			emit(e)
-			continue
-		}
-		running--
+	// finish records how the task of d ended and readies its dependents.
+	finish := func(d done) {
 		ended++
 		t := p.Tasks[d.index]
-		res := &Result{Task: t, Elapsed: d.elapsed, Attempts: d.attempts}
+		res := &Result{Task: t, Elapsed: d.elapsed + priorElapsed[d.index], Attempts: d.attempts + priorAttempts[d.index]}
 		switch {
 		case d.err == nil:
 			res.Outcome, res.Response = Succeeded, d.resp
@@ -263,6 +260,57 @@ func (r *Runner) Run(ctx context.Context, p *Plan) (*Summary, error) {
 			}
 		}
 		emit(Event{Kind: Finished, Task: t, Result: res, Done: ended, Total: n})
+	}
+
+	for {
+		for firstFailure == "" && ctx.Err() == nil && running < parallel && len(ready) > 0 {
+			i := ready[0]
+			ready = ready[1:]
+			running++
+			inFlight[i] = true
+			emit(Event{Kind: Started, Task: p.Tasks[i], Done: ended, Total: n})
+			go func(i int, t *Task) {
+				finished <- r.call(ctx, i, t, notes)
+			}(i, p.Tasks[i])
+		}
+		if running == 0 {
+			break
+		}
+		var d done
+		select {
+		case d = <-finished:
+		case e := <-notes:
+			e.Done, e.Total = ended, n
+			emit(e)
+			continue
+		}
+		running--
+		delete(inFlight, d.index)
+		var unparked []done
+		parked, unparked = unpark(parked, d.index)
+		for _, u := range unparked {
+			if firstFailure != "" || ctx.Err() != nil {
+				// Nothing more starts: the NotFound stands.
+				priorAttempts[u.index] -= u.attempts
+				priorElapsed[u.index] -= u.elapsed
+				finish(u)
+				continue
+			}
+			ready = insertSorted(ready, u.index)
+		}
+		if pk := park(d, p.Tasks[d.index], inFlight, notFoundTries, ctx.Err() != nil || firstFailure != ""); pk != nil {
+			parked = append(parked, pk)
+			priorAttempts[d.index] += d.attempts
+			priorElapsed[d.index] += d.elapsed
+			var after []string
+			for j := range pk.waitFor {
+				after = append(after, p.Tasks[j].Name)
+			}
+			slices.Sort(after)
+			emit(Event{Kind: Retrying, Task: p.Tasks[d.index], Err: d.err, Attempt: d.attempts, After: after, Done: ended, Total: n})
+			continue
+		}
+		finish(d)
 	}
 
 	interrupted := ctx.Err() != nil

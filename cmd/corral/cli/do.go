@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -125,6 +126,10 @@ func printEvent(w io.Writer, e deploy.Event, quiet bool) error {
 	prefix := fmt.Sprintf("[%d/%d]", e.Done, e.Total)
 	if e.Kind == deploy.Started {
 		_, err := fmt.Fprintf(w, "%s %s started (%s %s)\n", prefix, t.Name, t.Method.Type, t.Action)
+		return err
+	}
+	if e.Kind == deploy.Retrying && len(e.After) > 0 {
+		_, err := fmt.Fprintf(w, "%s %s: %s; again once %s ended (attempt %d)\n", prefix, t.Name, rpcMessage(e.Err), strings.Join(e.After, ", "), e.Attempt+1)
 		return err
 	}
 	if e.Kind == deploy.Retrying {
