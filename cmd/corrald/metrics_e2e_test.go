@@ -6,12 +6,15 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -181,6 +184,42 @@ scrape_configs:
 	if t.Failed() {
 		_, _, metrics := httpOn(t, dialIn(t, ns, "127.0.0.1:9180"), "127.0.0.1:9180", "/metrics")
 		t.Logf("/metrics:\n%s", metrics)
+	}
+
+	// The listener is on whatever network --metrics-listen names, the boot
+	// LAN included: what a machine there can send must not become a
+	// series (no MAC, no path it asked for), and it cannot hold the
+	// listener with idle connections.
+	_, _, metrics := httpOn(t, dialIn(t, ns, "127.0.0.1:9180"), "127.0.0.1:9180", "/metrics")
+	for _, leak := range []string{mac, strings.ToUpper(mac), "mac=", "boot.ipxe", "52:54:00"} {
+		if strings.Contains(metrics, leak) {
+			t.Errorf("/metrics carries %q, which a machine on the LAN chose", leak)
+		}
+	}
+	idle := make([]net.Conn, 0, 12)
+	for range 12 { // the per-address cap is 8 (Prometheus holds one more)
+		idle = append(idle, dialIn(t, ns, "127.0.0.1:9180"))
+	}
+	// All read at once, within a second of dialling: the server's own
+	// header timeout (5 s) must not be what closes them here.
+	var refused atomic.Int32
+	var wg sync.WaitGroup
+	for _, c := range idle {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.SetReadDeadline(time.Now().Add(time.Second))
+			if _, err := c.Read(make([]byte, 1)); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+				refused.Add(1) // closed by the appliance at once
+			}
+		}()
+	}
+	wg.Wait()
+	if n := refused.Load(); n < 4 || n > 5 {
+		t.Errorf("%d of 12 idle connections from one address closed at once, want 4 or 5 (per-address cap 8; Prometheus may hold one)", n)
+	}
+	for _, c := range idle {
+		c.Close()
 	}
 
 	cmd.Process.Signal(syscall.SIGTERM)
