@@ -2,7 +2,10 @@
 // directory (store, CA, server certificate, first admin token and
 // admin.conf) and serves the gRPC API over TLS with role checks. It is the
 // wiring layer for cmd/corrald and for tests and benchmarks that need the
-// real server in-process; it holds no domain logic of its own.
+// real server in-process. Three parts of step 4 live here for now because
+// each touches every other part: the audit stream (audit*.go), the backup
+// file format and restore (backup*.go) and the Prometheus collectors
+// (metrics*.go). They are the first candidates for packages of their own.
 package server
 
 import (
