@@ -27,10 +27,14 @@ const (
 )
 
 type RegisterRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BootMac       string                 `protobuf:"bytes,1,opt,name=boot_mac,json=bootMac,proto3" json:"boot_mac,omitempty"`
-	Facts         *v1.Facts              `protobuf:"bytes,2,opt,name=facts,proto3" json:"facts,omitempty"`
-	AgentVersion  string                 `protobuf:"bytes,3,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	BootMac      string                 `protobuf:"bytes,1,opt,name=boot_mac,json=bootMac,proto3" json:"boot_mac,omitempty"`
+	Facts        *v1.Facts              `protobuf:"bytes,2,opt,name=facts,proto3" json:"facts,omitempty"`
+	AgentVersion string                 `protobuf:"bytes,3,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
+	// capabilities name the optional commands this agent carries out
+	// (CapabilityKexec); an agent that names none gets none of them (agents
+	// before #14 send nothing here).
+	Capabilities  []string `protobuf:"bytes,4,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -84,6 +88,13 @@ func (x *RegisterRequest) GetAgentVersion() string {
 		return x.AgentVersion
 	}
 	return ""
+}
+
+func (x *RegisterRequest) GetCapabilities() []string {
+	if x != nil {
+		return x.Capabilities
+	}
+	return nil
 }
 
 type RegisterResponse struct {
@@ -663,6 +674,117 @@ func (x *NodeCertificate) GetError() string {
 	return ""
 }
 
+// KexecPlan tells a discovery agent whose install install_id has just
+// succeeded to boot the hypervisor image at once with kexec instead of a
+// firmware reboot and a second network boot: fetch kernel_url and
+// initrd_url (plain HTTP from the appliance's boot server), refuse either
+// unless it is exactly *_size bytes with SHA-256 *_sha256 (the hashes come
+// over this TLS session, the files over the hostile boot LAN), then
+// kexec_file_load them with cmdline (the kernel command line the
+// hypervisor iPXE script would give) and reboot into them. A failure is
+// reported as Progress{step: "kexec", done: true, error, install_id}; the
+// appliance then reboots the machine the old way. Sent only to agents that
+// registered with the "kexec" capability.
+type KexecPlan struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	InstallId     string                 `protobuf:"bytes,1,opt,name=install_id,json=installId,proto3" json:"install_id,omitempty"`
+	KernelUrl     string                 `protobuf:"bytes,2,opt,name=kernel_url,json=kernelUrl,proto3" json:"kernel_url,omitempty"`
+	KernelSha256  string                 `protobuf:"bytes,3,opt,name=kernel_sha256,json=kernelSha256,proto3" json:"kernel_sha256,omitempty"`
+	KernelSize    int64                  `protobuf:"varint,4,opt,name=kernel_size,json=kernelSize,proto3" json:"kernel_size,omitempty"`
+	InitrdUrl     string                 `protobuf:"bytes,5,opt,name=initrd_url,json=initrdUrl,proto3" json:"initrd_url,omitempty"`
+	InitrdSha256  string                 `protobuf:"bytes,6,opt,name=initrd_sha256,json=initrdSha256,proto3" json:"initrd_sha256,omitempty"`
+	InitrdSize    int64                  `protobuf:"varint,7,opt,name=initrd_size,json=initrdSize,proto3" json:"initrd_size,omitempty"`
+	Cmdline       string                 `protobuf:"bytes,8,opt,name=cmdline,proto3" json:"cmdline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KexecPlan) Reset() {
+	*x = KexecPlan{}
+	mi := &file_api_node_v1_agent_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KexecPlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KexecPlan) ProtoMessage() {}
+
+func (x *KexecPlan) ProtoReflect() protoreflect.Message {
+	mi := &file_api_node_v1_agent_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KexecPlan.ProtoReflect.Descriptor instead.
+func (*KexecPlan) Descriptor() ([]byte, []int) {
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *KexecPlan) GetInstallId() string {
+	if x != nil {
+		return x.InstallId
+	}
+	return ""
+}
+
+func (x *KexecPlan) GetKernelUrl() string {
+	if x != nil {
+		return x.KernelUrl
+	}
+	return ""
+}
+
+func (x *KexecPlan) GetKernelSha256() string {
+	if x != nil {
+		return x.KernelSha256
+	}
+	return ""
+}
+
+func (x *KexecPlan) GetKernelSize() int64 {
+	if x != nil {
+		return x.KernelSize
+	}
+	return 0
+}
+
+func (x *KexecPlan) GetInitrdUrl() string {
+	if x != nil {
+		return x.InitrdUrl
+	}
+	return ""
+}
+
+func (x *KexecPlan) GetInitrdSha256() string {
+	if x != nil {
+		return x.InitrdSha256
+	}
+	return ""
+}
+
+func (x *KexecPlan) GetInitrdSize() int64 {
+	if x != nil {
+		return x.InitrdSize
+	}
+	return 0
+}
+
+func (x *KexecPlan) GetCmdline() string {
+	if x != nil {
+		return x.Cmdline
+	}
+	return ""
+}
+
 type ApplianceMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Cmd:
@@ -673,6 +795,7 @@ type ApplianceMessage struct {
 	//	*ApplianceMessage_Install
 	//	*ApplianceMessage_Wipe
 	//	*ApplianceMessage_Certificate
+	//	*ApplianceMessage_Kexec
 	Cmd           isApplianceMessage_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -680,7 +803,7 @@ type ApplianceMessage struct {
 
 func (x *ApplianceMessage) Reset() {
 	*x = ApplianceMessage{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[9]
+	mi := &file_api_node_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -692,7 +815,7 @@ func (x *ApplianceMessage) String() string {
 func (*ApplianceMessage) ProtoMessage() {}
 
 func (x *ApplianceMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[9]
+	mi := &file_api_node_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -705,7 +828,7 @@ func (x *ApplianceMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ApplianceMessage) GetCmd() isApplianceMessage_Cmd {
@@ -769,6 +892,15 @@ func (x *ApplianceMessage) GetCertificate() *NodeCertificate {
 	return nil
 }
 
+func (x *ApplianceMessage) GetKexec() *KexecPlan {
+	if x != nil {
+		if x, ok := x.Cmd.(*ApplianceMessage_Kexec); ok {
+			return x.Kexec
+		}
+	}
+	return nil
+}
+
 type isApplianceMessage_Cmd interface {
 	isApplianceMessage_Cmd()
 }
@@ -797,6 +929,10 @@ type ApplianceMessage_Certificate struct {
 	Certificate *NodeCertificate `protobuf:"bytes,6,opt,name=certificate,proto3,oneof"`
 }
 
+type ApplianceMessage_Kexec struct {
+	Kexec *KexecPlan `protobuf:"bytes,7,opt,name=kexec,proto3,oneof"`
+}
+
 func (*ApplianceMessage_Wait_) isApplianceMessage_Cmd() {}
 
 func (*ApplianceMessage_PowerOff_) isApplianceMessage_Cmd() {}
@@ -809,6 +945,8 @@ func (*ApplianceMessage_Wipe) isApplianceMessage_Cmd() {}
 
 func (*ApplianceMessage_Certificate) isApplianceMessage_Cmd() {}
 
+func (*ApplianceMessage_Kexec) isApplianceMessage_Cmd() {}
+
 type JoinRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -820,7 +958,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[10]
+	mi := &file_api_node_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +970,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[10]
+	mi := &file_api_node_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +983,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *JoinRequest) GetName() string {
@@ -872,7 +1010,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[11]
+	mi := &file_api_node_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +1022,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[11]
+	mi := &file_api_node_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +1035,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *JoinResponse) GetCertPem() string {
@@ -922,7 +1060,7 @@ type ApplianceMessage_Wait struct {
 
 func (x *ApplianceMessage_Wait) Reset() {
 	*x = ApplianceMessage_Wait{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[12]
+	mi := &file_api_node_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1072,7 @@ func (x *ApplianceMessage_Wait) String() string {
 func (*ApplianceMessage_Wait) ProtoMessage() {}
 
 func (x *ApplianceMessage_Wait) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[12]
+	mi := &file_api_node_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1085,7 @@ func (x *ApplianceMessage_Wait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage_Wait.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage_Wait) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{9, 0}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{10, 0}
 }
 
 type ApplianceMessage_PowerOff struct {
@@ -958,7 +1096,7 @@ type ApplianceMessage_PowerOff struct {
 
 func (x *ApplianceMessage_PowerOff) Reset() {
 	*x = ApplianceMessage_PowerOff{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[13]
+	mi := &file_api_node_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1108,7 @@ func (x *ApplianceMessage_PowerOff) String() string {
 func (*ApplianceMessage_PowerOff) ProtoMessage() {}
 
 func (x *ApplianceMessage_PowerOff) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[13]
+	mi := &file_api_node_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1121,7 @@ func (x *ApplianceMessage_PowerOff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage_PowerOff.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage_PowerOff) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{9, 1}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{10, 1}
 }
 
 type ApplianceMessage_Reboot struct {
@@ -994,7 +1132,7 @@ type ApplianceMessage_Reboot struct {
 
 func (x *ApplianceMessage_Reboot) Reset() {
 	*x = ApplianceMessage_Reboot{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[14]
+	mi := &file_api_node_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +1144,7 @@ func (x *ApplianceMessage_Reboot) String() string {
 func (*ApplianceMessage_Reboot) ProtoMessage() {}
 
 func (x *ApplianceMessage_Reboot) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[14]
+	mi := &file_api_node_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,18 +1157,19 @@ func (x *ApplianceMessage_Reboot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage_Reboot.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage_Reboot) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{9, 2}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{10, 2}
 }
 
 var File_api_node_v1_agent_proto protoreflect.FileDescriptor
 
 const file_api_node_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x17api/node/v1/agent.proto\x12\x0ecorral.node.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1capi/inventory/v1/facts.proto\"\x83\x01\n" +
+	"\x17api/node/v1/agent.proto\x12\x0ecorral.node.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1capi/inventory/v1/facts.proto\"\xa7\x01\n" +
 	"\x0fRegisterRequest\x12\x19\n" +
 	"\bboot_mac\x18\x01 \x01(\tR\abootMac\x120\n" +
 	"\x05facts\x18\x02 \x01(\v2\x1a.corral.inventory.v1.FactsR\x05facts\x12#\n" +
-	"\ragent_version\x18\x03 \x01(\tR\fagentVersion\"T\n" +
+	"\ragent_version\x18\x03 \x01(\tR\fagentVersion\x12\"\n" +
+	"\fcapabilities\x18\x04 \x03(\tR\fcapabilities\"T\n" +
 	"\x10RegisterResponse\x12!\n" +
 	"\fmachine_name\x18\x01 \x01(\tR\vmachineName\x12\x1d\n" +
 	"\n" +
@@ -1074,14 +1213,29 @@ const file_api_node_v1_agent_proto_rawDesc = "" +
 	"install_id\x18\x01 \x01(\tR\tinstallId\x12\x19\n" +
 	"\bcert_pem\x18\x02 \x01(\tR\acertPem\x12\x1e\n" +
 	"\vca_cert_pem\x18\x03 \x01(\tR\tcaCertPem\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"\xaf\x03\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\x8e\x02\n" +
+	"\tKexecPlan\x12\x1d\n" +
+	"\n" +
+	"install_id\x18\x01 \x01(\tR\tinstallId\x12\x1d\n" +
+	"\n" +
+	"kernel_url\x18\x02 \x01(\tR\tkernelUrl\x12#\n" +
+	"\rkernel_sha256\x18\x03 \x01(\tR\fkernelSha256\x12\x1f\n" +
+	"\vkernel_size\x18\x04 \x01(\x03R\n" +
+	"kernelSize\x12\x1d\n" +
+	"\n" +
+	"initrd_url\x18\x05 \x01(\tR\tinitrdUrl\x12#\n" +
+	"\rinitrd_sha256\x18\x06 \x01(\tR\finitrdSha256\x12\x1f\n" +
+	"\vinitrd_size\x18\a \x01(\x03R\n" +
+	"initrdSize\x12\x18\n" +
+	"\acmdline\x18\b \x01(\tR\acmdline\"\xe2\x03\n" +
 	"\x10ApplianceMessage\x12;\n" +
 	"\x04wait\x18\x01 \x01(\v2%.corral.node.v1.ApplianceMessage.WaitH\x00R\x04wait\x12H\n" +
 	"\tpower_off\x18\x02 \x01(\v2).corral.node.v1.ApplianceMessage.PowerOffH\x00R\bpowerOff\x12A\n" +
 	"\x06reboot\x18\x03 \x01(\v2'.corral.node.v1.ApplianceMessage.RebootH\x00R\x06reboot\x127\n" +
 	"\ainstall\x18\x04 \x01(\v2\x1b.corral.node.v1.InstallPlanH\x00R\ainstall\x12.\n" +
 	"\x04wipe\x18\x05 \x01(\v2\x18.corral.node.v1.WipePlanH\x00R\x04wipe\x12C\n" +
-	"\vcertificate\x18\x06 \x01(\v2\x1f.corral.node.v1.NodeCertificateH\x00R\vcertificate\x1a\x06\n" +
+	"\vcertificate\x18\x06 \x01(\v2\x1f.corral.node.v1.NodeCertificateH\x00R\vcertificate\x121\n" +
+	"\x05kexec\x18\a \x01(\v2\x19.corral.node.v1.KexecPlanH\x00R\x05kexec\x1a\x06\n" +
 	"\x04Wait\x1a\n" +
 	"\n" +
 	"\bPowerOff\x1a\b\n" +
@@ -1111,7 +1265,7 @@ func file_api_node_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_node_v1_agent_proto_rawDescData
 }
 
-var file_api_node_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_api_node_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_api_node_v1_agent_proto_goTypes = []any{
 	(*RegisterRequest)(nil),           // 0: corral.node.v1.RegisterRequest
 	(*RegisterResponse)(nil),          // 1: corral.node.v1.RegisterResponse
@@ -1122,36 +1276,38 @@ var file_api_node_v1_agent_proto_goTypes = []any{
 	(*InstallPlan)(nil),               // 6: corral.node.v1.InstallPlan
 	(*WipePlan)(nil),                  // 7: corral.node.v1.WipePlan
 	(*NodeCertificate)(nil),           // 8: corral.node.v1.NodeCertificate
-	(*ApplianceMessage)(nil),          // 9: corral.node.v1.ApplianceMessage
-	(*JoinRequest)(nil),               // 10: corral.node.v1.JoinRequest
-	(*JoinResponse)(nil),              // 11: corral.node.v1.JoinResponse
-	(*ApplianceMessage_Wait)(nil),     // 12: corral.node.v1.ApplianceMessage.Wait
-	(*ApplianceMessage_PowerOff)(nil), // 13: corral.node.v1.ApplianceMessage.PowerOff
-	(*ApplianceMessage_Reboot)(nil),   // 14: corral.node.v1.ApplianceMessage.Reboot
-	(*v1.Facts)(nil),                  // 15: corral.inventory.v1.Facts
+	(*KexecPlan)(nil),                 // 9: corral.node.v1.KexecPlan
+	(*ApplianceMessage)(nil),          // 10: corral.node.v1.ApplianceMessage
+	(*JoinRequest)(nil),               // 11: corral.node.v1.JoinRequest
+	(*JoinResponse)(nil),              // 12: corral.node.v1.JoinResponse
+	(*ApplianceMessage_Wait)(nil),     // 13: corral.node.v1.ApplianceMessage.Wait
+	(*ApplianceMessage_PowerOff)(nil), // 14: corral.node.v1.ApplianceMessage.PowerOff
+	(*ApplianceMessage_Reboot)(nil),   // 15: corral.node.v1.ApplianceMessage.Reboot
+	(*v1.Facts)(nil),                  // 16: corral.inventory.v1.Facts
 }
 var file_api_node_v1_agent_proto_depIdxs = []int32{
-	15, // 0: corral.node.v1.RegisterRequest.facts:type_name -> corral.inventory.v1.Facts
+	16, // 0: corral.node.v1.RegisterRequest.facts:type_name -> corral.inventory.v1.Facts
 	2,  // 1: corral.node.v1.AgentMessage.heartbeat:type_name -> corral.node.v1.Heartbeat
 	3,  // 2: corral.node.v1.AgentMessage.progress:type_name -> corral.node.v1.Progress
 	4,  // 3: corral.node.v1.AgentMessage.csr:type_name -> corral.node.v1.CertificateRequest
-	12, // 4: corral.node.v1.ApplianceMessage.wait:type_name -> corral.node.v1.ApplianceMessage.Wait
-	13, // 5: corral.node.v1.ApplianceMessage.power_off:type_name -> corral.node.v1.ApplianceMessage.PowerOff
-	14, // 6: corral.node.v1.ApplianceMessage.reboot:type_name -> corral.node.v1.ApplianceMessage.Reboot
+	13, // 4: corral.node.v1.ApplianceMessage.wait:type_name -> corral.node.v1.ApplianceMessage.Wait
+	14, // 5: corral.node.v1.ApplianceMessage.power_off:type_name -> corral.node.v1.ApplianceMessage.PowerOff
+	15, // 6: corral.node.v1.ApplianceMessage.reboot:type_name -> corral.node.v1.ApplianceMessage.Reboot
 	6,  // 7: corral.node.v1.ApplianceMessage.install:type_name -> corral.node.v1.InstallPlan
 	7,  // 8: corral.node.v1.ApplianceMessage.wipe:type_name -> corral.node.v1.WipePlan
 	8,  // 9: corral.node.v1.ApplianceMessage.certificate:type_name -> corral.node.v1.NodeCertificate
-	0,  // 10: corral.node.v1.AgentService.Register:input_type -> corral.node.v1.RegisterRequest
-	5,  // 11: corral.node.v1.AgentService.Session:input_type -> corral.node.v1.AgentMessage
-	10, // 12: corral.node.v1.AgentService.Join:input_type -> corral.node.v1.JoinRequest
-	1,  // 13: corral.node.v1.AgentService.Register:output_type -> corral.node.v1.RegisterResponse
-	9,  // 14: corral.node.v1.AgentService.Session:output_type -> corral.node.v1.ApplianceMessage
-	11, // 15: corral.node.v1.AgentService.Join:output_type -> corral.node.v1.JoinResponse
-	13, // [13:16] is the sub-list for method output_type
-	10, // [10:13] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	9,  // 10: corral.node.v1.ApplianceMessage.kexec:type_name -> corral.node.v1.KexecPlan
+	0,  // 11: corral.node.v1.AgentService.Register:input_type -> corral.node.v1.RegisterRequest
+	5,  // 12: corral.node.v1.AgentService.Session:input_type -> corral.node.v1.AgentMessage
+	11, // 13: corral.node.v1.AgentService.Join:input_type -> corral.node.v1.JoinRequest
+	1,  // 14: corral.node.v1.AgentService.Register:output_type -> corral.node.v1.RegisterResponse
+	10, // 15: corral.node.v1.AgentService.Session:output_type -> corral.node.v1.ApplianceMessage
+	12, // 16: corral.node.v1.AgentService.Join:output_type -> corral.node.v1.JoinResponse
+	14, // [14:17] is the sub-list for method output_type
+	11, // [11:14] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_api_node_v1_agent_proto_init() }
@@ -1164,13 +1320,14 @@ func file_api_node_v1_agent_proto_init() {
 		(*AgentMessage_Progress)(nil),
 		(*AgentMessage_Csr)(nil),
 	}
-	file_api_node_v1_agent_proto_msgTypes[9].OneofWrappers = []any{
+	file_api_node_v1_agent_proto_msgTypes[10].OneofWrappers = []any{
 		(*ApplianceMessage_Wait_)(nil),
 		(*ApplianceMessage_PowerOff_)(nil),
 		(*ApplianceMessage_Reboot_)(nil),
 		(*ApplianceMessage_Install)(nil),
 		(*ApplianceMessage_Wipe)(nil),
 		(*ApplianceMessage_Certificate)(nil),
+		(*ApplianceMessage_Kexec)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1178,7 +1335,7 @@ func file_api_node_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_node_v1_agent_proto_rawDesc), len(file_api_node_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
