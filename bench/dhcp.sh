@@ -14,33 +14,6 @@ SERVERS=${*:-corrald kea dnsmasq}
 for t in perfdhcp; do command -v $t >/dev/null || { log "missing $t (Debian package kea-admin)"; exit 1; }; done
 setup
 
-start_server() {
-	st=$OUT/state-$1
-	rm -rf "$st"
-	mkdir -p "$st"
-	case $1 in
-	corrald)
-		serve corrald "$BIN/corrald" serve --data-dir "$st" --api-listen 127.0.0.1:20180 --boot-interface $IF_S \
-			--dhcp-mode full --dhcp-range 10.65.0.0-10.79.255.254 --tftp-listen off --http-listen 127.0.0.1:0 --no-ra --log-level warn ;;
-	kea)
-		cat >"$st/kea.json" <<JSON
-{"Dhcp4": {
-  "interfaces-config": {"interfaces": ["$IF_S"], "dhcp-socket-type": "udp"},
-  "lease-database": {"type": "memfile", "persist": true, "name": "$st/leases4.csv", "lfc-interval": 0},
-  "multi-threading": {"enable-multi-threading": false},
-  "valid-lifetime": 3600,
-  "subnet4": [{"subnet": "10.64.0.0/12", "pools": [{"pool": "10.65.0.0 - 10.79.255.254"}]}],
-  "loggers": [{"name": "kea-dhcp4", "severity": "WARN", "output_options": [{"output": "$st/kea.log"}]}]
-}}
-JSON
-		KEA_PIDFILE_DIR=$st KEA_LOCKFILE_DIR=$st serve kea kea-dhcp4 -c "$st/kea.json" ;;
-	dnsmasq)
-		serve dnsmasq dnsmasq --no-daemon --conf-file=/dev/null --port=0 --interface=$IF_S --bind-interfaces \
-			--dhcp-range=10.65.0.0,10.79.255.254,255.240.0.0,1h --dhcp-lease-max=4000000 --no-ping \
-			--dhcp-leasefile="$st/dnsmasq.leases" --pid-file="$st/dnsmasq.pid" ;;
-	esac
-}
-
 echo "== DHCP: DORA sweep, new clients, ${PERIOD}s per step, server pinned to CPU $SERVER_CPU =="
 for srv in $SERVERS; do
 	knee=0

@@ -19,17 +19,7 @@ setup
 RES=$OUT/results
 : >"$RES"
 
-start_corrald() {
-	rm -rf "$OUT/st"
-	serve corrald "$1" serve --data-dir "$OUT/st" --api-listen 127.0.0.1:20180 --boot-interface $IF_S \
-		--dhcp-mode full --dhcp-range 10.65.0.0-10.79.255.254 --tftp-listen off --http-listen 127.0.0.1:0 --no-ra --log-level warn
-}
-
-# ms DURATION: a Go duration (850µs, 1.15ms, 1.2s) in milliseconds.
-ms() { echo "$1" | awk '{ v=$1; if (sub(/µs$/,"",v)) print v/1000; else if (sub(/ms$/,"",v)) print v; else if (sub(/s$/,"",v)) print v*1000; else print "nan" }'; }
-
-# field LINE WORD: the token after WORD in LINE.
-field() { echo "$1" | awk -v w="$2" '{ for (i=1; i<NF; i++) if ($i==w) { print $(i+1); exit } }'; }
+start_corrald() { start_server "corrald=$1"; }
 
 echo "== DHCP A/B, interleaved, $REPEATS repeats: A=$A B=$B"
 for i in $(seq $REPEATS); do

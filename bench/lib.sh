@@ -76,3 +76,54 @@ rcvbuf_errors() { ip netns exec $NS_S awk '/^Udp: [0-9]/{print $6}' /proc/net/sn
 # servers that fork per request (their children's time is not always
 # reaped into the parent's counters by the end of a case).
 cpu_busy() { awk -v c="cpu$1" '$1==c {print $2+$3+$4+$7+$8}' /proc/stat; }
+
+# start_server SERVER: start one DHCP server in the server namespace on a
+# fresh state directory, leases on disk. SERVER is kea, dnsmasq, corrald
+# (the binary built from this tree) or LABEL=PATH (a corrald binary, e.g.
+# built at another commit: before=/tmp/corrald-old). Sets SPID.
+start_server() {
+	label=${1%%=*}
+	bin="$BIN/corrald"
+	case $1 in *=*) bin=${1#*=} ;; esac
+	st=$OUT/state-$label
+	rm -rf "$st"
+	mkdir -p "$st"
+	case $label in
+	kea)
+		cat >"$st/kea.json" <<JSON
+{"Dhcp4": {
+  "interfaces-config": {"interfaces": ["$IF_S"], "dhcp-socket-type": "udp"},
+  "lease-database": {"type": "memfile", "persist": true, "name": "$st/leases4.csv", "lfc-interval": 0},
+  "multi-threading": {"enable-multi-threading": false},
+  "valid-lifetime": 3600,
+  "subnet4": [{"subnet": "10.64.0.0/12", "pools": [{"pool": "10.65.0.0 - 10.79.255.254"}]}],
+  "loggers": [{"name": "kea-dhcp4", "severity": "WARN", "output_options": [{"output": "$st/kea.log"}]}]
+}}
+JSON
+		KEA_PIDFILE_DIR=$st KEA_LOCKFILE_DIR=$st serve kea kea-dhcp4 -c "$st/kea.json" ;;
+	dnsmasq)
+		serve dnsmasq dnsmasq --no-daemon --conf-file=/dev/null --port=0 --interface=$IF_S --bind-interfaces \
+			--dhcp-range=10.65.0.0,10.79.255.254,255.240.0.0,1h --dhcp-lease-max=4000000 --no-ping \
+			--dhcp-leasefile="$st/dnsmasq.leases" --pid-file="$st/dnsmasq.pid" ;;
+	*)
+		serve "$label" "$bin" serve --data-dir "$st" --api-listen $SERVER:20180 --boot-interface $IF_S \
+			--dhcp-mode full --dhcp-range 10.65.0.0-10.79.255.254 --tftp-listen off --http-listen 127.0.0.1:0 --no-ra --log-level warn ;;
+	esac
+}
+
+# perfdhcp_fields OUTPUT: "leases/s drop% avg_ms" from perfdhcp's report:
+# REQUEST-ACK exchanges per second, the worse of the two exchanges' drop
+# ratios, and the REQUEST-ACK average delay.
+perfdhcp_fields() {
+	echo "$1" | awk '
+		/^Rate:/ { rate=$2 }
+		/drops ratio/ { n++; d[n]=$3 }
+		/avg delay/ { m++; if (m==2) avg=$3 }
+		END { x=(d[1]>d[2])?d[1]:d[2]; if (n<2) x=100; printf "%s %s %s\n", (rate==""?0:rate), x, (avg==""?"-":avg) }'
+}
+
+# ms DURATION: a Go duration (850µs, 1.15ms, 1.2s) in milliseconds.
+ms() { echo "$1" | awk '{ v=$1; if (sub(/µs$/,"",v)) print v/1000; else if (sub(/ms$/,"",v)) print v; else if (sub(/s$/,"",v)) print v*1000; else print "nan" }'; }
+
+# field LINE WORD: the token after WORD in LINE.
+field() { echo "$1" | awk -v w="$2" '{ for (i=1; i<NF; i++) if ($i==w) { print $(i+1); exit } }'; }
