@@ -1,0 +1,239 @@
+// Package kexec boots the hypervisor image straight from the discovery
+// image once an install is done (#14): it fetches the kernel and initrd a
+// KexecPlan names over plain HTTP from the appliance, refuses either
+// unless it has exactly the size and SHA-256 the plan carries (the plan
+// comes over the agent's TLS session, the files over the hostile boot
+// LAN), loads them with kexec_file_load(2) and the plan's kernel command
+// line, syncs the disks and reboots into them (reboot(2) with
+// LINUX_REBOOT_CMD_KEXEC, through u-root's pkg/boot/kexec).
+//
+// Nothing is loaded before both files are verified, and a kernel loaded
+// whose reboot then fails is unloaded again, so a failure leaves the
+// machine as it was: the caller reports it and the appliance reboots the
+// machine the old way (BMC power cycle or the Reboot command).
+//
+// The files are held in memory (memfd), never on a disk. It imports only
+// the API and u-root's kexec package; it must not import store/, boot/,
+// ipmi/ or anything of the appliance.
+package kexec
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	ukexec "github.com/u-root/u-root/pkg/boot/kexec"
+	"golang.org/x/sys/unix"
+
+	nodev1 "github.com/corralhq/corral/api/node/v1"
+)
+
+// MaxFileSize bounds each file a plan may name: a plan asking for more is
+// refused before anything is fetched (the files are held in memory).
+const MaxFileSize = 1 << 30
+
+// MaxCmdline bounds the plan's kernel command line (Linux's x86 limit).
+const MaxCmdline = 2048
+
+// DefaultFetchTimeout bounds the fetch of both files.
+const DefaultFetchTimeout = 5 * time.Minute
+
+// ErrHash: a fetched file is not the one the plan names (size or SHA-256).
+var ErrHash = errors.New("fetched file does not match the plan")
+
+// Config configures Boot. The zero value is the real thing: the default
+// HTTP client, kexec_file_load(2) and reboot(2).
+type Config struct {
+	// Client fetches the files (default: a client with FetchTimeout).
+	Client *http.Client
+	// FetchTimeout bounds the fetch of both files (default
+	// DefaultFetchTimeout).
+	FetchTimeout time.Duration
+	// Load loads kernel and initrd for the next kexec reboot (default
+	// kexec_file_load(2)); Unload drops what Load loaded (default
+	// kexec_file_load with KEXEC_FILE_UNLOAD).
+	Load   func(kernel, initrd *os.File, cmdline string) error
+	Unload func() error
+	// Reboot jumps into the loaded kernel (default: sync, then reboot(2)
+	// with LINUX_REBOOT_CMD_KEXEC); it does not return on success.
+	Reboot func() error
+	// Console receives one human line per step; nil discards.
+	Console io.Writer
+	Logger  *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.FetchTimeout <= 0 {
+		c.FetchTimeout = DefaultFetchTimeout
+	}
+	if c.Client == nil {
+		c.Client = &http.Client{Timeout: c.FetchTimeout}
+	}
+	if c.Load == nil {
+		c.Load = ukexec.FileLoad
+	}
+	if c.Unload == nil {
+		c.Unload = unload
+	}
+	if c.Reboot == nil {
+		c.Reboot = reboot
+	}
+	if c.Console == nil {
+		c.Console = io.Discard
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Booter carries out KexecPlans with a Config (agent/session's Kexec).
+type Booter struct{ Config }
+
+// Kexec implements session.Kexec: Boot with b's Config.
+func (b Booter) Kexec(ctx context.Context, plan *nodev1.KexecPlan) error {
+	return Boot(ctx, b.Config, plan)
+}
+
+// Boot carries out plan: check it, fetch and verify both files, load
+// them, reboot into them. It does not return when the reboot happens; it
+// returns the error of the first step that failed, with nothing left
+// loaded.
+func Boot(ctx context.Context, cfg Config, plan *nodev1.KexecPlan) error {
+	cfg.defaults()
+	if err := Check(plan); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.FetchTimeout)
+	defer cancel()
+	start := time.Now()
+	kernel, err := Fetch(ctx, cfg.Client, "kernel", plan.GetKernelUrl(), plan.GetKernelSize(), plan.GetKernelSha256())
+	if err != nil {
+		return err
+	}
+	defer kernel.Close()
+	initrd, err := Fetch(ctx, cfg.Client, "initrd", plan.GetInitrdUrl(), plan.GetInitrdSize(), plan.GetInitrdSha256())
+	if err != nil {
+		return err
+	}
+	defer initrd.Close()
+	took := time.Since(start)
+	fmt.Fprintf(cfg.Console, "corral: kexec: kernel (%d bytes) and initrd (%d bytes) fetched and verified in %s\n",
+		plan.GetKernelSize(), plan.GetInitrdSize(), took.Round(time.Millisecond))
+	cfg.Logger.Info("kexec files verified", "install", plan.GetInstallId(), "kernel_bytes", plan.GetKernelSize(),
+		"initrd_bytes", plan.GetInitrdSize(), "duration", took.String())
+	if err := cfg.Load(kernel, initrd, plan.GetCmdline()); err != nil {
+		return fmt.Errorf("kexec load: %w", err)
+	}
+	fmt.Fprintln(cfg.Console, "corral: kexec: booting the hypervisor image")
+	if err := cfg.Reboot(); err != nil {
+		if uerr := cfg.Unload(); uerr != nil {
+			cfg.Logger.Warn("kexec unload after a failed reboot", "err", uerr)
+		}
+		return fmt.Errorf("kexec reboot: %w", err)
+	}
+	return nil
+}
+
+// Check refuses a plan that names no install, a URL that is not http or
+// https, a hash that is not 64 hex digits, a size out of (0,
+// MaxFileSize], or a command line over MaxCmdline or holding a control
+// character.
+func Check(plan *nodev1.KexecPlan) error {
+	if plan.GetInstallId() == "" {
+		return errors.New("kexec plan: no install id")
+	}
+	for _, f := range []struct {
+		what, url, sum string
+		size           int64
+	}{
+		{"kernel", plan.GetKernelUrl(), plan.GetKernelSha256(), plan.GetKernelSize()},
+		{"initrd", plan.GetInitrdUrl(), plan.GetInitrdSha256(), plan.GetInitrdSize()},
+	} {
+		u, err := url.Parse(f.url)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("kexec plan: %s url %q: want an http(s) URL", f.what, f.url)
+		}
+		if b, err := hex.DecodeString(f.sum); err != nil || len(b) != sha256.Size {
+			return fmt.Errorf("kexec plan: %s sha256 %q: want 64 hex digits", f.what, f.sum)
+		}
+		if f.size <= 0 || f.size > MaxFileSize {
+			return fmt.Errorf("kexec plan: %s size %d: want 1 to %d bytes", f.what, f.size, MaxFileSize)
+		}
+	}
+	if c := plan.GetCmdline(); len(c) >= MaxCmdline || strings.ContainsFunc(c, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return fmt.Errorf("kexec plan: kernel command line of %d bytes: want under %d printable bytes", len(c), MaxCmdline)
+	}
+	return nil
+}
+
+// Fetch downloads url into an in-memory file and returns it positioned at
+// its start. It reads at most size+1 bytes and refuses (ErrHash) a body
+// that is shorter or longer than size or whose SHA-256 is not sum: a
+// truncated or replaced file is never returned.
+func Fetch(ctx context.Context, c *http.Client, what, url string, size int64, sum string) (*os.File, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("kexec: %s: %w", what, err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("kexec: fetch %s: %w", what, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("kexec: fetch %s %s: %s", what, url, resp.Status)
+	}
+	f, err := memFile(what)
+	if err != nil {
+		return nil, fmt.Errorf("kexec: %s: %w", what, err)
+	}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(resp.Body, size+1))
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("kexec: fetch %s: after %d of %d bytes: %w", what, n, size, err)
+	}
+	if n != size {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s %s: got %d bytes, the plan says %d", ErrHash, what, url, n, size)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != strings.ToLower(sum) {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s %s: sha256 %s, the plan says %s", ErrHash, what, url, got, strings.ToLower(sum))
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("kexec: %s: %w", what, err)
+	}
+	return f, nil
+}
+
+// memFile is an anonymous in-memory file (memfd_create(2)).
+func memFile(name string) (*os.File, error) {
+	fd, err := unix.MemfdCreate("corral-kexec-"+name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "memfd:corral-kexec-"+name), nil
+}
+
+// unload drops a kernel loaded with kexec_file_load.
+func unload() error {
+	return unix.KexecFileLoad(-1, -1, "", unix.KEXEC_FILE_UNLOAD)
+}
+
+// reboot syncs the disks (the install just wrote one) and jumps into the
+// loaded kernel.
+func reboot() error {
+	unix.Sync()
+	return ukexec.Reboot()
+}
