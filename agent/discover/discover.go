@@ -4,7 +4,8 @@
 // (agent/netup), collects facts (agent/facts) and the in-band BMC LAN
 // address (agent/bmc), then registers and keeps a session with the
 // appliance (agent/session), which carries out install and wipe plans
-// with agent/install. With DryRun it only collects facts under
+// with agent/install and, after an install, boots the hypervisor image
+// with agent/kexec when the appliance sends a KexecPlan. With DryRun it only collects facts under
 // Root and prints them as JSON. It must not import store/, boot/, ipmi/,
 // bbolt, etcd or bmclib.
 package discover
@@ -29,6 +30,7 @@ import (
 	"github.com/corralhq/corral/agent/coldplug"
 	"github.com/corralhq/corral/agent/facts"
 	"github.com/corralhq/corral/agent/install"
+	"github.com/corralhq/corral/agent/kexec"
 	"github.com/corralhq/corral/agent/netup"
 	"github.com/corralhq/corral/agent/session"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
@@ -52,6 +54,12 @@ type Config struct {
 	// Installer carries out install and wipe plans; default agent/install
 	// on the disks under Root.
 	Installer session.Installer
+	// Kexec boots the hypervisor image after a successful install when
+	// the appliance sends a KexecPlan; default agent/kexec (the real
+	// syscalls). NoKexec leaves it out: the agent does not advertise the
+	// capability and the appliance reboots the machine the old way.
+	Kexec   session.Kexec
+	NoKexec bool
 	// Network and Session override netup.Up and session.Run (tests).
 	Network func(ctx context.Context, cfg netup.Config) (*netup.Lease, error)
 	Session func(ctx context.Context, cfg session.Config) error
@@ -81,6 +89,12 @@ func (c *Config) defaults() {
 	}
 	if c.Installer == nil {
 		c.Installer = install.New(install.Config{Root: c.Root, Modules: coldplug.KernelLoader{}, Logger: c.Logger})
+	}
+	if c.Kexec == nil && !c.NoKexec {
+		c.Kexec = kexec.Booter{Config: kexec.Config{Console: c.Console, Logger: c.Logger}}
+	}
+	if c.NoKexec {
+		c.Kexec = nil
 	}
 	if c.Network == nil {
 		c.Network = netup.Up
@@ -163,6 +177,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Facts:     func(context.Context) *inventoryv1.Facts { return f },
 		Power:     cfg.Power,
 		Installer: cfg.Installer,
+		Kexec:     cfg.Kexec,
 		Console:   cfg.Console,
 		Logger:    cfg.Logger,
 	})

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/corralhq/corral/agent/install"
+	"github.com/corralhq/corral/agent/kexec"
 	"github.com/corralhq/corral/agent/netup"
 	"github.com/corralhq/corral/agent/session"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
@@ -72,6 +73,9 @@ func TestRunWiresCmdlineFactsAndSession(t *testing.T) {
 	}
 	if _, ok := got.Installer.(*install.Installer); !ok {
 		t.Errorf("session installer = %T, want the agent/install one", got.Installer)
+	}
+	if _, ok := got.Kexec.(kexec.Booter); !ok {
+		t.Errorf("session kexec = %T, want the agent/kexec one", got.Kexec)
 	}
 	f := got.Facts(context.Background())
 	if f.GetSystem().GetSerial() != "To Be Filled By O.E.M." || len(f.GetMissingDrivers()) != 1 {

@@ -42,6 +42,14 @@ type Installer interface {
 	Wipe(ctx context.Context, plan *nodev1.WipePlan, progress func(*nodev1.Progress)) error
 }
 
+// Kexec boots the hypervisor image straight from the discovery image
+// after a successful install (agent/kexec). Kexec blocks; it does not
+// return when the machine reboots into the image, and returns the error
+// of the step that failed otherwise, with nothing left loaded.
+type Kexec interface {
+	Kexec(ctx context.Context, plan *nodev1.KexecPlan) error
+}
+
 // ErrCertificateRefused: the appliance answered the install's certificate
 // request with an error (its reason follows in the message).
 var ErrCertificateRefused = errors.New("the appliance refused the certificate request")
@@ -77,6 +85,12 @@ type Config struct {
 	// appliance reboots the machine when it has recorded "done" and
 	// switched the boot intent: BMC power cycle or the Reboot command).
 	InstallReboot time.Duration
+	// Kexec, when set (and InstallReboot is not), is advertised to the
+	// appliance (the "kexec" capability) and carries out its KexecPlan
+	// after a successful install: the hypervisor image without a firmware
+	// reboot. A plan for any other install than the last one that
+	// succeeded here is refused.
+	Kexec Kexec
 	// Console receives one human line per failed attempt and per command;
 	// nil discards.
 	Console io.Writer
@@ -260,7 +274,17 @@ func register(ctx context.Context, cfg *Config, client nodev1.AgentServiceClient
 		BootMac:      cfg.BootMAC,
 		Facts:        cfg.Facts(ctx),
 		AgentVersion: cfg.AgentVersion,
+		Capabilities: cfg.capabilities(),
 	})
+}
+
+// capabilities are the optional commands this agent carries out: kexec
+// when it has a Kexec and does not reboot by itself after an install.
+func (c *Config) capabilities() []string {
+	if c.Kexec != nil && c.InstallReboot <= 0 {
+		return []string{nodev1.CapabilityKexec}
+	}
+	return nil
 }
 
 // runSession keeps one Session stream: a heartbeat at once and every
@@ -375,6 +399,15 @@ func obey(ctx, runCtx context.Context, cfg *Config, msg *nodev1.ApplianceMessage
 			sign := func(ctx context.Context, csrPEM []byte) ([]byte, error) { return jobs.certify(ctx, id, csrPEM) }
 			return cfg.Installer.Install(ctx, plan, sign, progress)
 		})
+	case *nodev1.ApplianceMessage_Kexec:
+		plan := cmd.Kexec
+		if cfg.capabilities() == nil {
+			fmt.Fprintln(cfg.Console, "corral: appliance sent a kexec plan; this agent does not kexec")
+			progress(&nodev1.Progress{Step: "kexec", Done: true, Error: "kexec not supported by this agent", InstallId: plan.GetInstallId()})
+			return
+		}
+		fmt.Fprintf(cfg.Console, "corral: appliance sent kexec plan for install %s: %s + %s\n", plan.GetInstallId(), plan.GetKernelUrl(), plan.GetInitrdUrl())
+		jobs.kexec(runCtx, plan, cfg.Kexec)
 	case *nodev1.ApplianceMessage_Certificate:
 		c := cmd.Certificate
 		if !jobs.answer(c) {

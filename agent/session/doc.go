@@ -12,6 +12,10 @@
 // session keeps heartbeating; their progress is delivered on whichever
 // session is open, on whichever appliance; the appliance reboots the
 // machine after "done", or the agent does with Config.InstallReboot).
+// An agent with a Config.Kexec names the "kexec" capability at Register
+// and carries out the KexecPlan that follows an install it finished
+// (refusing one for any other install), reporting a failure as a "kexec"
+// progress error so the appliance reboots the machine the old way.
 // An install's certificate request (for the node key the installer made
 // on the machine) goes on the open session, again on each new session
 // while unanswered, and its NodeCertificate is awaited for at most

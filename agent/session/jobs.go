@@ -28,7 +28,11 @@ type jobs struct {
 	done    <-chan struct{} // closed when out's session ends
 	pending []*nodev1.Progress
 	csr     *pendingCSR // the running install's unanswered certificate request
-	wg      sync.WaitGroup
+	// ended is closed when the running plan returns (nil while none runs);
+	// installed is the install_id of the last install that succeeded.
+	ended     chan struct{}
+	installed string
+	wg        sync.WaitGroup
 }
 
 // pendingCSR is a certificate request waiting for its NodeCertificate.
@@ -176,6 +180,8 @@ func (j *jobs) start(ctx context.Context, kind, id string, fn func(context.Conte
 		return
 	}
 	j.kind, j.id = kind, id
+	ended := make(chan struct{})
+	j.ended = ended
 	j.wg.Add(1)
 	j.mu.Unlock()
 	go func() {
@@ -197,13 +203,86 @@ func (j *jobs) start(ctx context.Context, kind, id string, fn func(context.Conte
 		} else {
 			j.cfg.Logger.Info("plan done", "kind", kind, "install", id)
 		}
-		if err == nil && kind == "install" && j.cfg.InstallReboot > 0 {
-			// Still busy: no other plan starts on a machine about to reboot.
-			j.reboot(ctx, id)
+		if err == nil && kind == "install" {
+			j.mu.Lock()
+			j.installed = id
+			j.mu.Unlock()
+			if j.cfg.InstallReboot > 0 {
+				// Still busy: no other plan starts on a machine about to reboot.
+				j.reboot(ctx, id)
+			}
 		}
 		j.mu.Lock()
-		j.kind, j.id = "", ""
+		j.kind, j.id, j.ended = "", "", nil
 		j.mu.Unlock()
+		close(ended)
+	}()
+}
+
+// kexecWait bounds how long a KexecPlan waits for the install it follows
+// to return (its "done" is sent just before).
+const kexecWait = 30 * time.Second
+
+// kexec carries out plan with k in the background, as a plan of its own
+// (no other plan starts meanwhile): after plan's install, when it is still
+// running (its "done" is sent just before it returns), has returned, and
+// only when
+// plan's install is the last install that succeeded on this machine. A
+// refusal or a failure is reported as Progress{step: "kexec", done: true,
+// error}; success does not return (the machine reboots into the
+// hypervisor image).
+func (j *jobs) kexec(ctx context.Context, plan *nodev1.KexecPlan, k Kexec) {
+	id := plan.GetInstallId()
+	fail := func(err error) {
+		fmt.Fprintf(j.cfg.Console, "corral: kexec after install %s refused or failed: %v\n", id, err)
+		j.cfg.Logger.Warn("kexec failed", "install", id, "err", err)
+		j.progress(&nodev1.Progress{Step: "kexec", Error: err.Error(), Done: true, InstallId: id})
+	}
+	j.wg.Add(1)
+	go func() {
+		defer j.wg.Done()
+		j.mu.Lock()
+		var ended chan struct{}
+		if j.kind == "install" && j.id == id {
+			ended = j.ended // the install's return follows its "done"
+		}
+		j.mu.Unlock()
+		if ended != nil {
+			t := time.NewTimer(kexecWait)
+			defer t.Stop()
+			select {
+			case <-ended:
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				fail(fmt.Errorf("busy: a plan is still running after %s", kexecWait))
+				return
+			}
+		}
+		j.mu.Lock()
+		switch {
+		case j.kind != "":
+			runningKind, runningID := j.kind, j.id
+			j.mu.Unlock()
+			fail(fmt.Errorf("busy: %s plan %s is running", runningKind, runningID))
+			return
+		case id == "" || j.installed != id:
+			last := j.installed
+			j.mu.Unlock()
+			fail(fmt.Errorf("install %s did not succeed on this machine (last successful install: %q)", id, last))
+			return
+		}
+		j.kind, j.id = "kexec", id
+		j.mu.Unlock()
+		defer func() {
+			j.mu.Lock()
+			j.kind, j.id = "", ""
+			j.mu.Unlock()
+		}()
+		fmt.Fprintf(j.cfg.Console, "corral: install %s done; booting the hypervisor image with kexec\n", id)
+		if err := k.Kexec(ctx, plan); err != nil {
+			fail(err)
+		}
 	}()
 }
 
