@@ -1,0 +1,216 @@
+package fleetsim
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// appliance is the corrald process under test, in the server namespace.
+type appliance struct {
+	cmd     *exec.Cmd
+	pid     int
+	dataDir string
+	logPath string
+	exited  chan struct{}
+	waitErr error
+	start   procStat
+}
+
+// procStat is what /proc says about a process's CPU and memory.
+type procStat struct {
+	ticks   uint64 // utime + stime, clock ticks
+	hwmKB   uint64 // VmHWM: peak RSS
+	rssKB   uint64 // VmRSS
+	threads int
+}
+
+const clockTicks = 100 // USER_HZ on Linux
+
+func readProc(pid int) (procStat, error) {
+	var s procStat
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return s, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return s, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	f := strings.Fields(string(b[i+2:]))
+	if len(f) < 15 {
+		return s, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	// Fields after ")": state(0) ... utime(11) stime(12).
+	ut, _ := strconv.ParseUint(f[11], 10, 64)
+	st, _ := strconv.ParseUint(f[12], 10, 64)
+	s.ticks = ut + st
+	st2, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return s, err
+	}
+	defer st2.Close()
+	sc := bufio.NewScanner(st2)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		switch k {
+		case "VmHWM":
+			s.hwmKB = n
+		case "VmRSS":
+			s.rssKB = n
+		case "Threads":
+			s.threads = int(n)
+		}
+	}
+	return s, nil
+}
+
+// writeArtifacts writes the stand-in kernel and initramfs files of the
+// given sizes (random bytes: nothing compresses them on the wire).
+func writeArtifacts(dir string, kernel, initrd, hvInitrd int64) (k, i, h string, err error) {
+	write := func(name string, n int64) (string, error) {
+		p := filepath.Join(dir, name)
+		f, err := os.Create(p)
+		if err != nil {
+			return "", err
+		}
+		defer f.Close()
+		if _, err := io.CopyN(f, rand.Reader, n); err != nil {
+			return "", err
+		}
+		return p, f.Close()
+	}
+	if k, err = write("vmlinuz", kernel); err != nil {
+		return
+	}
+	if i, err = write("initrd.img", initrd); err != nil {
+		return
+	}
+	h, err = write("hypervisor.img", hvInitrd)
+	return
+}
+
+// startAppliance starts corrald serve in the server namespace with the
+// run's flags and waits until /readyz answers.
+func startAppliance(ctx context.Context, cfg *Config, topo *topology, workDir string) (*appliance, error) {
+	a := &appliance{dataDir: filepath.Join(workDir, "data"), logPath: filepath.Join(workDir, "corrald.log"), exited: make(chan struct{})}
+	if err := os.MkdirAll(a.dataDir, 0o700); err != nil {
+		return nil, err
+	}
+	k, i, h, err := writeArtifacts(workDir, cfg.KernelBytes, cfg.InitrdBytes, cfg.InitrdBytes)
+	if err != nil {
+		return nil, fmt.Errorf("boot artifacts: %w", err)
+	}
+	maxDisc := 2*cfg.Machines + 100
+	args := []string{"netns", "exec", topo.serverNS, cfg.Corrald, "serve",
+		"--data-dir", a.dataDir,
+		"--api-listen", fmt.Sprintf("%s:%d", serverAddr, apiPort),
+		"--metrics-listen", fmt.Sprintf("%s:%d", serverAddr, metricsPort),
+		"--http-listen", fmt.Sprintf("%s:%d", serverAddr, httpPort),
+		"--tftp-listen", "off", "--no-ra",
+		"--boot-interface", topo.serverIf,
+		"--dhcp-mode", "full",
+		"--dhcp-range", fmt.Sprintf("%s-%s", poolStart, poolEnd),
+		"--dhcp-relay-range", fmt.Sprintf("%s=%s-%s@%s", relayNet, relayStart, relayEnd, giaddr),
+		"--max-discovered", strconv.Itoa(maxDisc),
+		"--auto-accept",
+		"--boot-kernel", k, "--boot-initrd", i, "--boot-hypervisor-initrd", h,
+		"--log-level", "warn",
+	}
+	if cfg.NodeHeartbeatTimeout > 0 {
+		args = append(args, "--node-heartbeat-timeout", cfg.NodeHeartbeatTimeout.String())
+	}
+	if cfg.NodeSweepInterval > 0 {
+		args = append(args, "--node-sweep-interval", cfg.NodeSweepInterval.String())
+	}
+	args = append(args, cfg.CorraldArgs...)
+	logf, err := os.Create(a.logPath)
+	if err != nil {
+		return nil, err
+	}
+	a.cmd = exec.Command("ip", args...)
+	a.cmd.Stdout, a.cmd.Stderr = logf, logf
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := a.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start corrald: %w", err)
+	}
+	// ip netns exec execs corrald in place: same pid.
+	a.pid = a.cmd.Process.Pid
+	go func() {
+		a.waitErr = a.cmd.Wait()
+		logf.Close()
+		close(a.exited)
+	}()
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+		return topo.client.dial(ctx, relayAddr, addr)
+	}}}
+	deadline := time.Now().Add(cfg.StartTimeout)
+	for {
+		select {
+		case <-a.exited:
+			return nil, fmt.Errorf("corrald exited at start (%v): %s", a.waitErr, tail(a.logPath, 20))
+		case <-ctx.Done():
+			a.stop()
+			return nil, ctx.Err()
+		default:
+		}
+		resp, err := hc.Get(fmt.Sprintf("http://%s:%d/readyz", serverAddr, metricsPort))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				if _, err := os.Stat(filepath.Join(a.dataDir, "admin.conf")); err == nil {
+					break
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			a.stop()
+			return nil, fmt.Errorf("corrald not ready within %s: %s", cfg.StartTimeout, tail(a.logPath, 20))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	a.start, _ = readProc(a.pid)
+	return a, nil
+}
+
+// stop ends corrald (SIGTERM, then SIGKILL after 20 s) and waits for it.
+func (a *appliance) stop() {
+	select {
+	case <-a.exited:
+		return
+	default:
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.exited:
+	case <-time.After(20 * time.Second):
+		_ = a.cmd.Process.Kill()
+		<-a.exited
+	}
+}
+
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

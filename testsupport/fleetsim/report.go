@@ -1,0 +1,269 @@
+package fleetsim
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc"
+
+	nodev1 "github.com/corralhq/corral/api/node/v1"
+)
+
+// joinNode makes a node key and has the appliance sign its CSR through
+// AgentService.Join on the admin connection.
+func joinNode(ctx context.Context, admin *grpc.ClientConn, name string) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: name}}, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	jctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	resp, err := nodev1.NewAgentServiceClient(admin).Join(jctx, &nodev1.JoinRequest{
+		Name: name, CsrPem: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csr})),
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return []byte(resp.GetCertPem()), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), nil
+}
+
+// Report is what a storm measured.
+type Report struct {
+	Machines, Nodes          int
+	Stagger                  time.Duration
+	FullFetchShare           float64
+	KernelBytes, InitrdBytes int64
+
+	// The appliance's view at the end (ListMachines, ListNodes).
+	Inventoried, Lost, NodesReady int
+	States                        map[string]int
+	// Registered is what the machines saw: successful Registers.
+	Registered int
+	// Duplicates: an address ACKed to a second MAC while the first held
+	// it. The lease cross-check (the appliance's bbolt file after the
+	// run): MACs with two live leases, held addresses whose live lease
+	// names another MAC, held addresses without a live lease.
+	Duplicates                                  int
+	DupLines                                    []string
+	LeasesLive                                  int
+	LeaseMACsTwice, LeaseMismatch, LeaseMissing int
+	Flaps                                       int
+	FlapLines                                   []string
+	Seconds, WallSeconds, AllInventoriedAfter   float64
+	CPUSeconds                                  float64
+	StartRSSBytes, PeakRSSBytes, EndRSSBytes    int64
+	StoreBytes                                  int64
+	Threads                                     int
+	Phases                                      []PhaseFigures
+	Failures                                    map[string]int
+	Counters                                    map[string]int64
+	Load                                        string
+	Notes                                       []string
+}
+
+// OK reports the correctness the CI storm asserts: every machine
+// inventoried, none lost, no duplicate address (seen by the clients or
+// in the appliance's leases), no NOT_READY flap.
+func (r *Report) OK() bool {
+	return r.Inventoried == r.Machines && r.Lost == 0 && r.Duplicates == 0 && r.LeaseMACsTwice == 0 && r.LeaseMismatch == 0 && r.Flaps == 0
+}
+
+// Summary is the last line of the output, for scripts.
+func (r *Report) Summary() string {
+	return fmt.Sprintf("fleet: %d/%d inventoried, %d lost, %d duplicate addresses, %d NOT_READY flaps, %.0f s",
+		r.Inventoried, r.Machines, r.Lost, r.Duplicates+r.LeaseMACsTwice+r.LeaseMismatch, r.Flaps, r.Seconds)
+}
+
+// Figures are the report's numbers by name, as the baseline file keeps
+// them (smaller is better for all but "inventoried").
+func (r *Report) Figures() map[string]float64 {
+	f := map[string]float64{
+		"seconds":               r.Seconds,
+		"all_inventoried_s":     r.AllInventoriedAfter,
+		"cpu_s":                 r.CPUSeconds,
+		"peak_rss_mib":          float64(r.PeakRSSBytes) / (1 << 20),
+		"end_rss_mib":           float64(r.EndRSSBytes) / (1 << 20),
+		"store_mib":             float64(r.StoreBytes) / (1 << 20),
+		"rss_kib_per_machine":   float64(r.EndRSSBytes-r.StartRSSBytes) / 1024 / float64(r.Machines),
+		"store_kib_per_machine": float64(r.StoreBytes) / 1024 / float64(r.Machines),
+		"cpu_ms_per_machine":    1000 * r.CPUSeconds / float64(r.Machines),
+		"lost":                  float64(r.Lost),
+		"flaps":                 float64(r.Flaps),
+		"dhcp_retries":          float64(r.Counters["dhcp retries"]),
+		"failures":              float64(sum(r.Failures)),
+	}
+	for _, p := range r.Phases {
+		k := phaseKey(p.Phase)
+		f[k+"_p50_ms"] = ms(p.P50)
+		f[k+"_p99_ms"] = ms(p.P99)
+	}
+	return f
+}
+
+func phaseKey(p string) string {
+	return strings.NewReplacer(" ", "_", "→", "_to_", "+", "_").Replace(p)
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// Baseline is the recorded figures of an earlier storm (bench/fleet-baseline.json).
+type Baseline struct {
+	Machines int                `json:"machines"`
+	Nodes    int                `json:"nodes"`
+	Recorded string             `json:"recorded"`
+	Load     string             `json:"load"`
+	Figures  map[string]float64 `json:"figures"`
+}
+
+// Baselines are keyed by "MACHINESxNODES" (e.g. "5000x5000").
+type Baselines map[string]Baseline
+
+// BaselineKey names r's storm size in a Baselines file.
+func (r *Report) BaselineKey() string { return fmt.Sprintf("%dx%d", r.Machines, r.Nodes) }
+
+// LoadBaselines reads the baseline file; a missing file is no baselines.
+func LoadBaselines(path string) (Baselines, error) {
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return Baselines{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var bs Baselines
+	if err := json.Unmarshal(b, &bs); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return bs, nil
+}
+
+// Record puts r into bs under its key.
+func (bs Baselines) Record(r *Report) {
+	bs[r.BaselineKey()] = Baseline{Machines: r.Machines, Nodes: r.Nodes, Recorded: time.Now().UTC().Format(time.RFC3339), Load: r.Load, Figures: r.Figures()}
+}
+
+// Write saves bs as indented JSON.
+func (bs Baselines) Write(path string) error {
+	b, err := json.MarshalIndent(bs, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// Print writes the compact table, the failures, the before→now
+// comparison against base (nil: none recorded) and, last, the summary.
+func (r *Report) Print(w io.Writer, base *Baseline) {
+	fetch := "ranged (first 64 KiB of kernel and initramfs, 206 + Content-Range checked)"
+	if r.FullFetchShare > 0 {
+		fetch = fmt.Sprintf("full for %.0f%% of the machines, ranged for the rest", 100*r.FullFetchShare)
+	}
+	fmt.Fprintf(w, "fleet storm: %d machines powered on over %s, %d nodes; fetches %s; load %s\n", r.Machines, r.Stagger, r.Nodes, fetch, r.Load)
+	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "phase\tn\tp50\tp99\tmax\t")
+	for _, p := range r.Phases {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t\n", p.Phase, p.N, round(p.P50), round(p.P99), round(p.Max))
+	}
+	tw.Flush()
+	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
+	fmt.Fprintf(w, "all INVENTORIED (appliance's watch) after %.1f s; storm %.1f s; states %v; nodes READY %d/%d\n",
+		r.AllInventoriedAfter, r.Seconds, r.States, r.NodesReady, r.Nodes)
+	fmt.Fprintf(w, "corrald: cpu %.1f s over %.0f s (%.0f%% of a core, %.1f ms a machine), rss start %.0f MiB peak %.0f MiB end %.0f MiB (%.1f KiB a machine), threads %d\n",
+		r.CPUSeconds, r.WallSeconds, 100*r.CPUSeconds/max(r.WallSeconds, 1), 1000*r.CPUSeconds/float64(r.Machines),
+		mib(r.StartRSSBytes), mib(r.PeakRSSBytes), mib(r.EndRSSBytes), float64(r.EndRSSBytes-r.StartRSSBytes)/1024/float64(r.Machines), r.Threads)
+	fmt.Fprintf(w, "store: corral.db %.1f MiB (%.1f KiB a machine); leases live %d, MACs with two live leases %d, held addresses leased to another MAC %d, held without a live lease %d\n",
+		mib(r.StoreBytes), float64(r.StoreBytes)/1024/float64(r.Machines), r.LeasesLive, r.LeaseMACsTwice, r.LeaseMismatch, r.LeaseMissing)
+	if n := r.Counters["bytes fetched"]; n > 0 {
+		full := float64(r.Machines) * float64(r.KernelBytes+r.InitrdBytes)
+		fmt.Fprintf(w, "fetched %.1f MiB; a full fetch for every machine would be %.1f GB: %.0f s at 10 Gb/s, %.0f s at 25 Gb/s\n",
+			float64(n)/(1<<20), full/1e9, full*8/10e9, full*8/25e9)
+	}
+	for _, k := range sortedKeys(r.Counters) {
+		if k != "bytes fetched" && r.Counters[k] != 0 {
+			fmt.Fprintf(w, "  %s: %d\n", k, r.Counters[k])
+		}
+	}
+	if len(r.Failures) > 0 {
+		fmt.Fprintln(w, "failures by cause:")
+		for _, k := range sortedKeys(r.Failures) {
+			fmt.Fprintf(w, "  %6d  %s\n", r.Failures[k], k)
+		}
+	}
+	for _, l := range r.DupLines {
+		fmt.Fprintln(w, "duplicate:", l)
+	}
+	for _, l := range r.FlapLines {
+		fmt.Fprintln(w, "flap:", l)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+	if base != nil {
+		fmt.Fprintf(w, "against the baseline of %s (load %s): before → now (now/before)\n", base.Recorded, base.Load)
+		now := r.Figures()
+		tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', 0)
+		for _, k := range sortedKeys(now) {
+			b, ok := base.Figures[k]
+			if !ok {
+				continue
+			}
+			ratio := "-"
+			if b != 0 {
+				ratio = fmt.Sprintf("%.2f×", now[k]/b)
+			}
+			mark := ""
+			if b > 0 && now[k]/b > 1.25 && now[k]-b > 1 {
+				mark = "  <- worse"
+			}
+			fmt.Fprintf(tw, "  %s\t%s → %s\t%s%s\t\n", k, num(b), num(now[k]), ratio, mark)
+		}
+		tw.Flush()
+	}
+	fmt.Fprintln(w, r.Summary())
+}
+
+func num(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1e9 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func round(d time.Duration) time.Duration {
+	switch {
+	case d > 10*time.Second:
+		return d.Round(100 * time.Millisecond)
+	case d > 10*time.Millisecond:
+		return d.Round(100 * time.Microsecond)
+	}
+	return d.Round(time.Microsecond)
+}

@@ -1,0 +1,770 @@
+package fleetsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	bootv1 "github.com/corralhq/corral/api/boot/v1"
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	watchv1 "github.com/corralhq/corral/api/watch/v1"
+	"github.com/corralhq/corral/auth/clientconfig"
+	"github.com/corralhq/corral/boot/dhcp"
+	"github.com/corralhq/corral/store/bolt"
+	"github.com/corralhq/corral/store/record"
+)
+
+// Config configures a storm. Machines and Corrald are required; every
+// zero field takes the default named beside it.
+type Config struct {
+	// Machines is N, the simulated servers powered on; Nodes is M, the
+	// hypervisor nodes heartbeating: the first installed machines become
+	// nodes (up to M), and nodes beyond N join with the admin token.
+	Machines, Nodes int
+	// Stagger spreads the power-on times uniformly (default 60 s).
+	Stagger time.Duration
+	// RelayShare of the machines sit behind a DHCP relay (giaddr), the
+	// others on the appliance's own segment (default 0.5; negative: 0).
+	RelayShare float64
+	// UEFIShare boot as x86-64 UEFI (option 93 = 7), the others BIOS
+	// (default 0.3; negative: 0).
+	UEFIShare float64
+	// LargeShare are large machines (2 sockets, 24 DIMMs, 12 disks, 4
+	// NICs) (default 0.25; negative: 0).
+	LargeShare float64
+	// FullFetchShare fetch kernel and initramfs whole; the others fetch
+	// the first 64 KiB of each (Range) (default 0).
+	FullFetchShare float64
+	// KernelBytes and InitrdBytes are the stand-in artifacts' sizes
+	// (default 8 MiB and 40 MiB: the real ~48 MB a machine).
+	KernelBytes, InitrdBytes int64
+	// AgentHeartbeat and NodeHeartbeat are the agents' and nodes' beat
+	// intervals (default 10 s, as the real ones).
+	AgentHeartbeat, NodeHeartbeat time.Duration
+	// NodeHeartbeatTimeout and NodeSweepInterval, when set, are passed
+	// to corrald (--node-heartbeat-timeout, --node-sweep-interval); keep
+	// them in proportion to NodeHeartbeat.
+	NodeHeartbeatTimeout, NodeSweepInterval time.Duration
+	// DHCPTimeoutScale scales the firmware retransmission schedule (4, 8,
+	// 16, 32 s) (default 1); DHCPGiveUp ends a boot's DHCP (default 5 min).
+	DHCPTimeoutScale float64
+	DHCPGiveUp       time.Duration
+	// InstallStep is the pause after each install step (default 200 ms);
+	// InstallGiveUp bounds registration to reboot (default 10 min).
+	InstallStep, InstallGiveUp time.Duration
+	// HTTPTimeout bounds one HTTP request (default 5 min).
+	HTTPTimeout time.Duration
+	// Soak keeps the nodes beating after the last machine is done, to
+	// see NOT_READY flaps (default 3 node heartbeats plus the timeout).
+	Soak time.Duration
+	// Timeout bounds the whole storm (default 30 min).
+	Timeout time.Duration
+	// StartTimeout bounds corrald's start (default 2 min).
+	StartTimeout time.Duration
+	// Corrald is the corrald binary; CorraldArgs are extra serve flags.
+	Corrald     string
+	CorraldArgs []string
+	// WorkDir holds corrald's data dir, log and artifacts (default a new
+	// temporary directory, removed unless Keep).
+	WorkDir string
+	Keep    bool
+	// ID makes the namespace and interface names unique (default from
+	// the pid).
+	ID string
+	// Log receives progress lines (nil discards).
+	Log io.Writer
+	// DropRegistration, when positive, makes the simulator forget the
+	// registration of one machine in that many (tests: the check must
+	// see a lost machine).
+	DropRegistration int
+}
+
+func (c *Config) defaults() error {
+	if c.Machines <= 0 {
+		return errors.New("fleetsim: Machines must be positive")
+	}
+	if c.Nodes < 0 {
+		return errors.New("fleetsim: Nodes must not be negative")
+	}
+	if c.Corrald == "" {
+		return errors.New("fleetsim: the corrald binary is required")
+	}
+	share := func(v *float64, d float64) {
+		switch {
+		case *v == 0:
+			*v = d
+		case *v < 0:
+			*v = 0
+		}
+	}
+	share(&c.RelayShare, 0.5)
+	share(&c.UEFIShare, 0.3)
+	share(&c.LargeShare, 0.25)
+	dur := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	dur(&c.Stagger, 60*time.Second)
+	dur(&c.AgentHeartbeat, 10*time.Second)
+	dur(&c.NodeHeartbeat, 10*time.Second)
+	dur(&c.DHCPGiveUp, 5*time.Minute)
+	dur(&c.InstallStep, 200*time.Millisecond)
+	dur(&c.InstallGiveUp, 10*time.Minute)
+	dur(&c.HTTPTimeout, 5*time.Minute)
+	timeout := c.NodeHeartbeatTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	dur(&c.Soak, 3*c.NodeHeartbeat+timeout)
+	dur(&c.Timeout, 30*time.Minute)
+	dur(&c.StartTimeout, 2*time.Minute)
+	if c.DHCPTimeoutScale <= 0 {
+		c.DHCPTimeoutScale = 1
+	}
+	if c.KernelBytes <= 0 {
+		c.KernelBytes = 8 << 20
+	}
+	if c.InitrdBytes <= 0 {
+		c.InitrdBytes = 40 << 20
+	}
+	if c.ID == "" {
+		c.ID = fmt.Sprintf("%d", os.Getpid()%100000)
+	}
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+	return nil
+}
+
+// sim is one storm in progress.
+type sim struct {
+	cfg  Config
+	topo *topology
+	app  *appliance
+	dhcp *dhcpNet
+	st   *stats
+	logf func(format string, args ...any)
+
+	leaseMu  sync.Mutex
+	holders  map[netip.Addr]string // address → MAC, from the ACKs
+	dups     int
+	dupLines []string
+
+	registered atomic.Int64
+	done       atomic.Int64 // machines finished (either way)
+
+	viewMu   sync.Mutex
+	view     map[string]*seen // machine name → what the watch saw
+	serials  map[string]bool  // the run's serials
+	allInvAt time.Time
+	inv      int
+	nodes    map[string]poolv1.Node_NodeState
+	flaps    int
+	flapList []string
+}
+
+// seen is one machine as the appliance's watch showed it.
+type seen struct {
+	serial string
+	state  inventoryv1.Machine_MachineState
+	invAt  time.Time
+}
+
+// Run makes the namespaces, starts corrald, powers on the row, waits
+// until every machine is done (or Timeout), keeps the nodes beating for
+// Soak, stops corrald and returns the figures. The namespaces, corrald
+// and (unless Keep) the work directory are gone when it returns. It needs
+// root.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("fleetsim: needs root (network namespaces)")
+	}
+	if cfg.WorkDir == "" {
+		d, err := os.MkdirTemp("", "corral-sim-")
+		if err != nil {
+			return nil, err
+		}
+		cfg.WorkDir = d
+		if !cfg.Keep {
+			defer os.RemoveAll(d)
+		}
+	}
+	s := &sim{cfg: cfg, st: newStats(), holders: map[netip.Addr]string{}, view: map[string]*seen{}, serials: map[string]bool{},
+		nodes: map[string]poolv1.Node_NodeState{}}
+	s.logf = func(format string, args ...any) {
+		fmt.Fprintf(cfg.Log, "%s "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05")}, args...)...)
+	}
+	var err error
+	s.topo, err = newTopology(ctx, cfg.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer s.topo.Close()
+	s.logf("namespaces %s (corrald) and %s (machines) up; starting corrald", s.topo.serverNS, s.topo.clientNS)
+	s.app, err = startAppliance(ctx, &s.cfg, s.topo, cfg.WorkDir)
+	if err != nil {
+		return nil, err
+	}
+	defer s.app.stop()
+	s.logf("corrald pid %d ready; %d machines over %s, %d nodes", s.app.pid, cfg.Machines, cfg.Stagger, cfg.Nodes)
+	return s.storm(ctx)
+}
+
+func (s *sim) storm(ctx context.Context) (*Report, error) {
+	cfg := s.cfg
+	var err error
+	s.dhcp, err = newDHCPNet(s.topo)
+	if err != nil {
+		return nil, err
+	}
+	bg, stopBG := context.WithCancel(context.Background())
+	var bgWG sync.WaitGroup
+	bgWG.Add(1)
+	go func() { defer bgWG.Done(); s.dhcp.run(bg) }()
+	defer func() { stopBG(); bgWG.Wait() }()
+
+	adminCfg, err := clientconfig.Load(filepath.Join(s.app.dataDir, "admin.conf"))
+	if err != nil {
+		return nil, err
+	}
+	admin, err := clientconfig.Dial(adminCfg, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		return s.topo.client.dial(ctx, relayAddr, addr)
+	}), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)))
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close()
+
+	// The machines: identities and power-on offsets.
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 14))
+	run := uint16(rng.IntN(1 << 16))
+	ms := make([]*machine, cfg.Machines)
+	for i := range ms {
+		id := newMachineID(run, i, rng.Float64() < cfg.LargeShare)
+		ms[i] = &machine{s: s, id: id, rebootCh: make(chan struct{}),
+			dhcp:    dhcpClient{mac: id.macs[0], uuid: id.uuid, arch: archOf(rng.Float64() < cfg.UEFIShare), relayed: rng.Float64() < cfg.RelayShare},
+			fullGet: rng.Float64() < cfg.FullFetchShare, node: i < cfg.Nodes}
+		s.serials[id.serial] = true
+	}
+	offsets := make([]time.Duration, cfg.Machines+max(0, cfg.Nodes-cfg.Machines))
+	for i := range offsets {
+		offsets[i] = time.Duration(rng.Int64N(int64(cfg.Stagger)))
+	}
+
+	wctx, stopWatch := context.WithCancel(bg)
+	var watchWG sync.WaitGroup
+	watchWG.Add(2)
+	go func() { defer watchWG.Done(); s.watchMachines(wctx, inventoryv1.NewMachineServiceClient(admin)) }()
+	go func() { defer watchWG.Done(); s.watchNodes(wctx, poolv1.NewNodeServiceClient(admin)) }()
+	defer func() { stopWatch(); watchWG.Wait() }()
+
+	// Nodes heartbeat under nctx until the soak is over; machines run
+	// under mctx.
+	nctx, stopNodes := context.WithCancel(bg)
+	var nodeWG sync.WaitGroup
+	defer func() { stopNodes(); nodeWG.Wait() }()
+	mctx, stopMachines := context.WithTimeout(ctx, cfg.Timeout)
+	defer stopMachines()
+
+	start := time.Now()
+	cpu0 := s.app.start
+	var mWG sync.WaitGroup
+	for i, m := range ms {
+		mWG.Add(1)
+		go func() {
+			defer mWG.Done()
+			defer s.done.Add(1)
+			if !sleepCtx(mctx, offsets[i]) {
+				s.st.fail("not powered on: run ended")
+				return
+			}
+			m.powerOn = time.Now()
+			if err := s.machineRun(mctx, nctx, m, &nodeWG); err != nil {
+				s.st.fail(cause(err))
+			}
+		}()
+	}
+	for j := cfg.Machines; j < cfg.Nodes; j++ {
+		nodeWG.Add(1)
+		go func() {
+			defer nodeWG.Done()
+			if !sleepCtx(nctx, offsets[j]) {
+				return
+			}
+			if err := s.extraNode(nctx, admin, adminCfg, j); err != nil {
+				s.st.fail(cause(err))
+			}
+		}()
+	}
+	// Progress every 10 s.
+	tick := time.NewTicker(10 * time.Second)
+	finished := make(chan struct{})
+	go func() { mWG.Wait(); close(finished) }()
+loop:
+	for {
+		select {
+		case <-finished:
+			break loop
+		case <-tick.C:
+			s.viewMu.Lock()
+			inv, ready := s.inv, countReady(s.nodes)
+			s.viewMu.Unlock()
+			s.logf("t=%3.0fs registered %d/%d, appliance: %d inventoried, %d nodes READY, done %d; corrald %s",
+				time.Since(start).Seconds(), s.registered.Load(), cfg.Machines, inv, ready, s.done.Load(), procLine(s.app.pid, cpu0, time.Since(start)))
+		}
+	}
+	tick.Stop()
+	stormEnd := time.Now()
+	// Machines still to become DEPLOYED in the appliance's view (the
+	// lifecycle reconciler's pass): wait a while for them.
+	s.waitDeployed(ctx, cfg.Machines, min(cfg.Nodes, cfg.Machines), 2*time.Minute)
+	s.saveMetrics(filepath.Join(cfg.WorkDir, "metrics-storm.txt"))
+	s.logf("storm over after %.0fs; soaking %s with the nodes beating", stormEnd.Sub(start).Seconds(), cfg.Soak)
+	sleepCtx(ctx, cfg.Soak)
+	end := time.Now()
+
+	// The appliance's own view, before anything stops.
+	r := &Report{Machines: cfg.Machines, Nodes: cfg.Nodes, Stagger: cfg.Stagger, FullFetchShare: cfg.FullFetchShare,
+		KernelBytes: cfg.KernelBytes, InitrdBytes: cfg.InitrdBytes}
+	r.Seconds = stormEnd.Sub(start).Seconds()
+	if err := s.applianceView(ctx, admin, r); err != nil {
+		return nil, fmt.Errorf("appliance view: %w", err)
+	}
+	stopWatch()
+	watchWG.Wait()
+	pe, _ := readProc(s.app.pid)
+	r.CPUSeconds = float64(pe.ticks-cpu0.ticks) / clockTicks
+	r.WallSeconds = end.Sub(start).Seconds()
+	r.PeakRSSBytes, r.EndRSSBytes, r.StartRSSBytes = int64(pe.hwmKB)<<10, int64(pe.rssKB)<<10, int64(cpu0.rssKB)<<10
+	r.Threads = pe.threads
+	stopNodes()
+	nodeWG.Wait()
+	s.app.stop()
+	if fi, err := os.Stat(filepath.Join(s.app.dataDir, "corral.db")); err == nil {
+		r.StoreBytes = fi.Size()
+	}
+	s.viewMu.Lock()
+	if s.allInvAt.IsZero() {
+		r.AllInventoriedAfter = -1
+	} else {
+		r.AllInventoriedAfter = s.allInvAt.Sub(start).Seconds()
+	}
+	r.Flaps, r.FlapLines = s.flaps, slices.Clone(s.flapList)
+	s.viewMu.Unlock()
+	s.leaseMu.Lock()
+	r.Duplicates, r.DupLines = s.dups, slices.Clone(s.dupLines)
+	holders := maps(s.holders)
+	s.leaseMu.Unlock()
+	if err := s.checkLeases(ctx, holders, r); err != nil {
+		r.Notes = append(r.Notes, "lease cross-check: "+err.Error())
+	}
+	r.Phases = s.st.figures()
+	s.st.mu.Lock()
+	r.Failures = maps(s.st.failures)
+	r.Counters = maps(s.st.counts)
+	s.st.mu.Unlock()
+	s.dhcp.mu.Lock()
+	r.Counters["dhcp answers for no waiting exchange"] = int64(s.dhcp.unmatched)
+	s.dhcp.mu.Unlock()
+	r.Registered = int(s.registered.Load())
+	r.Load = loadavg()
+	return r, nil
+}
+
+// machineRun is one machine from power-on: the discovery boot, the agent
+// until the appliance reboots it after the install, then (for the first
+// M) the hypervisor boot and the node's heartbeats under nctx.
+func (s *sim) machineRun(ctx, nctx context.Context, m *machine, nodeWG *sync.WaitGroup) error {
+	bs, err := m.boot(ctx)
+	if err != nil {
+		return err
+	}
+	if bs.intent != "discover" {
+		return fmt.Errorf("first boot: intent %s, want discover", bs.intent)
+	}
+	if n := s.cfg.DropRegistration; n > 0 && m.id.index%n == n-1 {
+		// Test hook: this machine's agent never runs.
+		return errors.New("registration dropped (test)")
+	}
+	if err := m.discover(ctx, bs); err != nil {
+		return err
+	}
+	if !m.node {
+		return nil
+	}
+	// The hypervisor boot.
+	bs, err = m.boot(ctx)
+	if err != nil {
+		return fmt.Errorf("hypervisor boot: %w", err)
+	}
+	if bs.intent != "hypervisor" && bs.intent != "local" {
+		return fmt.Errorf("second boot: intent %s, want hypervisor", bs.intent)
+	}
+	m.mu.Lock()
+	certPEM, keyPEM, caPEM, name, rebootAt := m.certPEM, m.keyPEM, m.caPEM, m.name, m.rebootAt
+	m.mu.Unlock()
+	creds, err := nodeCreds(certPEM, keyPEM, caPEM)
+	if err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient(fmt.Sprintf("%s:%d", serverAddr, apiPort), grpc.WithTransportCredentials(creds),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return s.topo.client.dial(ctx, m.ip, addr) }))
+	if err != nil {
+		return err
+	}
+	req := &poolv1.ApplyNodeRequest{Name: name, Address: m.ip.String(), Serial: m.id.serial, HypervisorPort: 20181,
+		CpuMilliCores: 64000, MemoryBytes: 256 << 30, StorageBytes: 3 << 40, Rack: fmt.Sprintf("r%02d", m.id.index/40), Unit: uint32(m.id.index%40 + 1)}
+	ready := make(chan struct{})
+	nodeWG.Add(1)
+	go func() {
+		defer nodeWG.Done()
+		defer conn.Close()
+		s.heartbeat(nctx, conn, req, func() {
+			s.st.observe(PhaseReboot, time.Since(rebootAt))
+			close(ready)
+		})
+	}()
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		return errors.New("node never applied: run ended")
+	}
+}
+
+// extraNode is node j beyond the machines: it joins with the admin token
+// and a CSR, then heartbeats.
+func (s *sim) extraNode(ctx context.Context, admin *grpc.ClientConn, adminCfg *clientconfig.Config, j int) error {
+	ip := extraNodes.Addr().Next()
+	for range j - s.cfg.Machines {
+		ip = ip.Next()
+	}
+	if err := s.topo.addAddr(ip); err != nil {
+		return failure("address", err)
+	}
+	name := fmt.Sprintf("simnode-%05d", j)
+	t := time.Now()
+	certPEM, keyPEM, err := joinNode(ctx, admin, name)
+	if err != nil {
+		return failure("join", err)
+	}
+	s.st.observe(PhaseNodeJoin, time.Since(t))
+	creds, err := nodeCreds(certPEM, keyPEM, []byte(adminCfg.CACert))
+	if err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient(fmt.Sprintf("%s:%d", serverAddr, apiPort), grpc.WithTransportCredentials(creds),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return s.topo.client.dial(ctx, ip, addr) }))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	s.heartbeat(ctx, conn, &poolv1.ApplyNodeRequest{Name: name, Address: ip.String(), HypervisorPort: 20181, Serial: "X" + name,
+		CpuMilliCores: 64000, MemoryBytes: 256 << 30, StorageBytes: 3 << 40}, func() {})
+	return nil
+}
+
+// watchMachines follows the appliance's machines, resuming after a
+// broken stream; it records when each of the run's machines was first
+// INVENTORIED or later.
+func (s *sim) watchMachines(ctx context.Context, c inventoryv1.MachineServiceClient) {
+	var rev int64
+	for ctx.Err() == nil {
+		st, err := c.WatchMachines(ctx, &inventoryv1.WatchMachinesRequest{FromRevision: rev})
+		if err == nil {
+			for {
+				ev, err := st.Recv()
+				if err != nil {
+					break
+				}
+				if ev.GetRevision() > rev {
+					rev = ev.GetRevision()
+				}
+				if m := ev.GetMachine(); m != nil && ev.GetType() != watchv1.EventType_DELETED {
+					s.saw(m)
+				}
+			}
+		}
+		if ctx.Err() == nil {
+			s.st.add("machine watch restarts", 1)
+			if !sleepCtx(ctx, time.Second) {
+				return
+			}
+			rev = 0 // start over: a resume may be refused; states only grow
+		}
+	}
+}
+
+func inventoried(st inventoryv1.Machine_MachineState) bool {
+	switch st {
+	case inventoryv1.Machine_INVENTORIED, inventoryv1.Machine_INSTALLING, inventoryv1.Machine_DEPLOYED:
+		return true
+	}
+	return false
+}
+
+func (s *sim) saw(m *inventoryv1.Machine) {
+	s.viewMu.Lock()
+	defer s.viewMu.Unlock()
+	serial := m.GetSerial()
+	if !s.serials[serial] {
+		return
+	}
+	v := s.view[m.GetName()]
+	if v == nil {
+		v = &seen{serial: serial}
+		s.view[m.GetName()] = v
+	}
+	v.state = m.GetState()
+	if inventoried(v.state) && v.invAt.IsZero() {
+		v.invAt = time.Now()
+		s.inv++
+		if s.inv == s.cfg.Machines {
+			s.allInvAt = v.invAt
+		}
+	}
+}
+
+// watchNodes follows the pool and counts READY → NOT_READY.
+func (s *sim) watchNodes(ctx context.Context, c poolv1.NodeServiceClient) {
+	for ctx.Err() == nil {
+		st, err := c.WatchNodes(ctx, &poolv1.WatchNodesRequest{})
+		if err == nil {
+			for {
+				ev, err := st.Recv()
+				if err != nil {
+					break
+				}
+				n := ev.GetNode()
+				if n == nil || ev.GetType() == watchv1.EventType_DELETED {
+					continue
+				}
+				s.viewMu.Lock()
+				prev, had := s.nodes[n.GetName()]
+				if had && prev == poolv1.Node_READY && n.GetState() == poolv1.Node_NOT_READY {
+					s.flaps++
+					if len(s.flapList) < 10 {
+						s.flapList = append(s.flapList, fmt.Sprintf("%s READY→NOT_READY at %s (last heartbeat %s)", n.GetName(),
+							time.Now().UTC().Format("15:04:05"), n.GetLastHeartbeat().AsTime().UTC().Format("15:04:05")))
+					}
+				}
+				s.nodes[n.GetName()] = n.GetState()
+				s.viewMu.Unlock()
+			}
+		}
+		if ctx.Err() == nil {
+			s.st.add("node watch restarts", 1)
+			sleepCtx(ctx, time.Second)
+		}
+	}
+}
+
+func countReady(nodes map[string]poolv1.Node_NodeState) int {
+	n := 0
+	for _, st := range nodes {
+		if st == poolv1.Node_READY {
+			n++
+		}
+	}
+	return n
+}
+
+// waitDeployed waits (up to d) until the appliance shows want machines
+// DEPLOYED.
+func (s *sim) waitDeployed(ctx context.Context, machines, want int, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		s.viewMu.Lock()
+		n := 0
+		for _, v := range s.view {
+			if v.state == inventoryv1.Machine_DEPLOYED {
+				n++
+			}
+		}
+		s.viewMu.Unlock()
+		if n >= want {
+			return
+		}
+		sleepCtx(ctx, time.Second)
+	}
+}
+
+// applianceView lists machines and nodes through the API: inventoried,
+// lost, deployed, failed, READY nodes.
+func (s *sim) applianceView(ctx context.Context, admin *grpc.ClientConn, r *Report) error {
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	ms, err := inventoryv1.NewMachineServiceClient(admin).ListMachines(lctx, &inventoryv1.ListMachinesRequest{})
+	if err != nil {
+		return err
+	}
+	found := map[string]bool{}
+	r.States = map[string]int{}
+	for _, m := range ms.GetMachines() {
+		if !s.serials[m.GetSerial()] {
+			continue
+		}
+		found[m.GetSerial()] = true
+		r.States[m.GetState().String()]++
+		if inventoried(m.GetState()) {
+			r.Inventoried++
+		}
+		if m.GetState() == inventoryv1.Machine_FAILED {
+			s.st.fail("appliance FAILED: " + clip(m.GetStateReason(), 60))
+		}
+	}
+	r.Lost = s.cfg.Machines - r.Inventoried
+	ns, err := poolv1.NewNodeServiceClient(admin).ListNodes(lctx, &poolv1.ListNodesRequest{})
+	if err != nil {
+		return err
+	}
+	for _, n := range ns.GetNodes() {
+		if n.GetState() == poolv1.Node_READY {
+			r.NodesReady++
+		}
+	}
+	return nil
+}
+
+// checkLeases compares the appliance's leases (its bbolt file, read once
+// corrald has stopped) with what the machines hold: a MAC with two live
+// leases, or a held address whose live lease names another MAC, is a
+// duplicate the clients could not see.
+func (s *sim) checkLeases(ctx context.Context, holders map[netip.Addr]string, r *Report) error {
+	st, err := bolt.Open(filepath.Join(s.app.dataDir, "corral.db"), bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	ls, err := record.List(ctx, st, dhcp.LeasePrefix, func() *bootv1.Lease { return &bootv1.Lease{} })
+	if err != nil {
+		return err
+	}
+	now := time.Now().Unix()
+	perMAC := map[string]int{}
+	live := map[string]string{}
+	for _, l := range ls {
+		if l.GetState() == bootv1.Lease_STATE_ACTIVE && now < l.GetExpiresUnix() {
+			perMAC[l.GetMac()]++
+			live[l.GetIp()] = l.GetMac()
+		}
+	}
+	for _, n := range perMAC {
+		if n > 1 {
+			r.LeaseMACsTwice++
+		}
+	}
+	for ip, mac := range holders {
+		if l, ok := live[ip.String()]; ok && l != mac {
+			r.LeaseMismatch++
+		} else if !ok {
+			r.LeaseMissing++
+		}
+	}
+	r.LeasesLive = len(live)
+	return nil
+}
+
+// saveMetrics keeps corrald's /metrics text for the write-up.
+func (s *sim) saveMetrics(path string) {
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+		return s.topo.client.dial(ctx, relayAddr, addr)
+	}}}
+	resp, err := hc.Get(fmt.Sprintf("http://%s:%d/metrics", serverAddr, metricsPort))
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	io.Copy(f, io.LimitReader(resp.Body, 64<<20))
+}
+
+func procLine(pid int, start procStat, since time.Duration) string {
+	p, err := readProc(pid)
+	if err != nil {
+		return "gone"
+	}
+	return fmt.Sprintf("cpu %.0f%% rss %d MiB threads %d", 100*float64(p.ticks-start.ticks)/clockTicks/max(since.Seconds(), 0.001),
+		p.rssKB>>10, p.threads)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func maps[K comparable, V any](m map[K]V) map[K]V {
+	out := make(map[K]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// cause shortens an error to its failure-table key: the step and the
+// kind, without addresses.
+func cause(err error) string {
+	s := err.Error()
+	if i := strings.Index(s, ": dial tcp"); i > 0 {
+		s = s[:i] + ": dial"
+	}
+	return clip(s, 80)
+}
+
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
