@@ -60,8 +60,13 @@ const (
 	timelineIndexPrefix = "/inventory/timeline-index/"
 	// timelineWriters is how many entries are written concurrently; the
 	// bolt store group-commits them, so a burst of boot events costs a few
-	// fsyncs.
-	timelineWriters = 16
+	// fsyncs. A writer waits a whole commit for its one entry, so this
+	// bounds entries/s to writers / commit latency: 16 drained 1,500-2,800
+	// entries/s on the lab machine, under the ~1,100/s (and the index
+	// records) of a 5,000-machine storm once commits slow; 128 (one
+	// goroutine each, idle otherwise) drain 4,700-7,700/s
+	// (BenchmarkTimelineRecord, bench/README.md "Storm").
+	timelineWriters = 128
 	// maxSourceBytes and maxEventBytes cut an entry's source and event
 	// names (short words in practice; an agent's progress step is one).
 	maxSourceBytes = 64

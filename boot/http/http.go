@@ -594,7 +594,15 @@ func (c *countingWriter) ReadFrom(r io.Reader) (int64, error) {
 	if c.status == 0 {
 		c.status = http.StatusOK
 	}
-	n, err := c.ResponseWriter.(io.ReaderFrom).ReadFrom(r)
+	var n int64
+	var err error
+	if rf, ok := c.ResponseWriter.(io.ReaderFrom); ok {
+		n, err = rf.ReadFrom(r)
+	} else {
+		// A writer without ReadFrom (an httptest recorder, a wrapper):
+		// copy through Write, hiding c's own ReadFrom from io.Copy.
+		n, err = io.Copy(struct{ io.Writer }{c.ResponseWriter}, r)
+	}
 	c.n += n
 	return n, err
 }
