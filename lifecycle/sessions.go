@@ -157,6 +157,10 @@ func (s *sessions) open(machine, mac, owner string, identified bool, now time.Ti
 	}
 	s.pending[id] = pendingSession{machine: machine, mac: mac, owner: owner, identified: identified, created: now}
 	s.byMachine[machine] = id
+	// Register (the only caller) has just written last_seen in its own
+	// machine mutation: the session's first heartbeat need not write it
+	// again (one CAS of the machine record, facts and all, per boot).
+	s.seen[machine] = now
 	return id
 }
 
