@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -143,7 +144,8 @@ func (s *AgentServer) Register(ctx context.Context, req *nodev1.RegisterRequest)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	id := l.sess.open(m.GetName(), m.GetBootMac(), c.key(), match.Identified, l.now())
+	kexec := c.Role != CallerNode && slices.Contains(req.GetCapabilities(), nodev1.CapabilityKexec)
+	id := l.sess.open(m.GetName(), m.GetBootMac(), c.key(), match.Identified, kexec, l.now())
 	return &nodev1.RegisterResponse{MachineName: m.GetName(), SessionId: id}, nil
 }
 

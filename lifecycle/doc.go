@@ -3,8 +3,10 @@
 // INSTALLING) sends an install plan over the discovery agent's session
 // (re-sent on reconnect and by the reconciler); progress of the current
 // install id moves the install step; done sets boot intent hypervisor and
-// reboots the machine (BMC next-boot PXE + power cycle, else the session's
-// Reboot command); the machine's Node READY makes it DEPLOYED; an error,
+// has the agent kexec into the hypervisor image when it can (kexec.go),
+// else reboots the machine (BMC next-boot PXE + power cycle, else the
+// session's Reboot command) — as it does when the kexec fails or its node
+// is not READY in time; the machine's Node READY makes it DEPLOYED; an error,
 // the install timeout or the boot watchdog make it FAILED. Reprovision
 // goes back to DISCOVERED with a pending disk wipe; MAINTENANCE holds a
 // machine away from all of this; auto-accept accepts matching machines as

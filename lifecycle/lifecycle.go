@@ -75,6 +75,13 @@ type Config struct {
 	// Claims, when set (a fleet), keeps one live agent session per
 	// machine across appliances (claims.go).
 	Claims SessionClaims
+	// Kexec, when set, renders the hypervisor boot that an agent naming
+	// the kexec capability boots with kexec after its install, instead of
+	// a reboot (kexec.go). KexecTimeout is how long its node then has to
+	// become READY before the machine is rebooted the old way (default
+	// DefaultKexecTimeout; negative: no kexec).
+	Kexec        HypervisorBoot
+	KexecTimeout time.Duration
 }
 
 // Lifecycle drives machines from INVENTORIED to DEPLOYED (accept, install
@@ -117,6 +124,9 @@ func New(cfg Config) (*Lifecycle, error) {
 	}
 	if cfg.BootWatchdogCycles <= 0 {
 		cfg.BootWatchdogCycles = DefaultBootWatchdogCycles
+	}
+	if cfg.KexecTimeout == 0 {
+		cfg.KexecTimeout = DefaultKexecTimeout
 	}
 	sels, err := inventory.ParseSelectors(cfg.AutoAcceptSelectors)
 	if err != nil {

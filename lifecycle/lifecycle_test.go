@@ -136,6 +136,9 @@ type harnessOpt struct {
 	clk        *fakeclock.Clock
 	autoAccept []string
 	auto       bool
+	// kexec and kexecTimeout are Config.Kexec and KexecTimeout.
+	kexec        HypervisorBoot
+	kexecTimeout time.Duration
 }
 
 func newHarness(t *testing.T, st store.Store, o harnessOpt) *harness {
@@ -160,7 +163,7 @@ func newHarness(t *testing.T, st store.Store, o harnessOpt) *harness {
 	certs := &fakeRevoker{}
 	lc, err := New(Config{Machines: inv, Events: inv, Nodes: p, Identity: id, Certs: certs, BMC: fb, Now: clk.Now,
 		Endpoint: func(string) string { return "10.0.0.1:20180" }, Interval: time.Hour,
-		AutoAccept: o.auto, AutoAcceptSelectors: o.autoAccept})
+		AutoAccept: o.auto, AutoAcceptSelectors: o.autoAccept, Kexec: o.kexec, KexecTimeout: o.kexecTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,10 +207,10 @@ type agent struct {
 
 // connect registers mac with facts and opens a session; it returns after
 // the appliance's first `wait`.
-func (h *harness) connect(mac string, f *inventoryv1.Facts) *agent {
+func (h *harness) connect(mac string, f *inventoryv1.Facts, capabilities ...string) *agent {
 	h.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	resp, err := h.client.Register(ctx, &nodev1.RegisterRequest{BootMac: mac, Facts: f})
+	resp, err := h.client.Register(ctx, &nodev1.RegisterRequest{BootMac: mac, Facts: f, Capabilities: capabilities})
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -45,10 +45,16 @@ const (
 // onProgress is the session hook for a progress message. It changes the
 // machine in one mutation: a message of the current install moves its
 // step (or fails it, or marks it done, sets boot intent hypervisor and
-// arms the boot watchdog for the reboot that follows); one of the pending
+// arms the boot watchdog for the reboot or kexec that follows: kexec.go);
+// a "kexec" step reports the agent's kexec (kexec.go); one of the pending
 // reprovision wipe clears it; any other is ignored.
 func (l *Lifecycle) onProgress(ctx context.Context, machine string, p *nodev1.Progress) {
 	ctx = context.WithoutCancel(ctx)
+	if p.GetStep() == kexecStep {
+		l.onKexecProgress(ctx, machine, p)
+		return
+	}
+	kexec := l.kexecPossible(machine)
 	id := p.GetInstallId()
 	now := timestamppb.New(l.now())
 	var out progressOutcome
@@ -100,9 +106,13 @@ func (l *Lifecycle) onProgress(ctx context.Context, machine string, p *nodev1.Pr
 			in.Done = true
 			m.BootIntent = inventoryv1.BootIntent_BOOT_INTENT_HYPERVISOR
 			m.StateReason = "installed: rebooting into the hypervisor"
-			// The reboot follows at once; disarmed again if it cannot
-			// be made.
-			m.Watchdog = &inventoryv1.BootWatchdog{ArmedAt: now, ArmedBy: "install reboot"}
+			// The reboot (or kexec) follows at once; disarmed again if
+			// it cannot be made.
+			m.Watchdog = &inventoryv1.BootWatchdog{ArmedAt: now, ArmedBy: armedByInstall}
+			if kexec {
+				m.StateReason = "installed: booting the hypervisor image with kexec"
+				m.Watchdog.ArmedBy = ArmedByKexec
+			}
 		}
 		return nil
 	})
@@ -127,8 +137,8 @@ func (l *Lifecycle) onProgress(ctx context.Context, machine string, p *nodev1.Pr
 		l.log.Warn("install failed", "machine", machine, "install_id", id, "reason", reason)
 	case progressDone:
 		l.event(um, "lifecycle", "installed", "install "+id+" done: boot intent hypervisor", map[string]string{"install_id": id})
-		l.log.Info("install done: rebooting into the hypervisor", "machine", machine, "install_id", id)
-		l.reboot(ctx, um, "install reboot")
+		l.log.Info("install done: rebooting into the hypervisor", "machine", machine, "install_id", id, "kexec", kexec)
+		l.installReboot(ctx, um, id)
 	}
 }
 

@@ -114,6 +114,7 @@ type pendingSession struct {
 	mac        string // the machine's boot MAC: its timeline key
 	owner      string // the caller that registered (callerKey)
 	identified bool
+	kexec      bool // the agent named the kexec capability
 	created    time.Time
 }
 
@@ -123,6 +124,7 @@ type stream struct {
 	since      time.Time
 	beat       time.Time // last heartbeat
 	identified bool
+	kexec      bool // its agent carries out KexecPlans
 	owner      string
 	done       <-chan struct{} // closed when its RPC ends
 }
@@ -138,9 +140,10 @@ func newSessions(lim AgentLimits, log *slog.Logger) *sessions {
 		evictLog: lograte.NewGate(time.Minute, 1), warnGate: lograte.NewGate(time.Second, 10), noteGate: lograte.NewGate(50*time.Millisecond, 100)}
 }
 
-// open hands out a session id for machine's agent, registered by owner.
-// An older id of the machine that was never used expires now.
-func (s *sessions) open(machine, mac, owner string, identified bool, now time.Time) string {
+// open hands out a session id for machine's agent, registered by owner
+// (kexec: it named the kexec capability). An older id of the machine that
+// was never used expires now.
+func (s *sessions) open(machine, mac, owner string, identified, kexec bool, now time.Time) string {
 	b := make([]byte, 16)
 	rand.Read(b)
 	id := hex.EncodeToString(b)
@@ -155,7 +158,7 @@ func (s *sessions) open(machine, mac, owner string, identified bool, now time.Ti
 	for len(s.pending) >= s.lim.MaxPendingSessions {
 		s.evictOldestLocked()
 	}
-	s.pending[id] = pendingSession{machine: machine, mac: mac, owner: owner, identified: identified, created: now}
+	s.pending[id] = pendingSession{machine: machine, mac: mac, owner: owner, identified: identified, kexec: kexec, created: now}
 	s.byMachine[machine] = id
 	// Register (the only caller) has just written last_seen in its own
 	// machine mutation: the session's first heartbeat need not write it
@@ -234,7 +237,7 @@ func (s *sessions) attach(machine string, p pendingSession, now time.Time, local
 		close(old.ch)
 		delete(s.streams, machine)
 	}
-	st := &stream{ch: make(chan *nodev1.ApplianceMessage, 8), since: now, beat: now, identified: p.identified, owner: p.owner, done: done}
+	st := &stream{ch: make(chan *nodev1.ApplianceMessage, 8), since: now, beat: now, identified: p.identified, kexec: p.kexec, owner: p.owner, done: done}
 	s.streams[machine] = st
 	if localAddr != "" {
 		s.local[machine] = localAddr
@@ -291,6 +294,10 @@ func (s *sessions) send(machine string, msg *nodev1.ApplianceMessage) error {
 		return apierr.ErrUnavailable
 	}
 	switch msg.GetCmd().(type) {
+	case *nodev1.ApplianceMessage_Kexec:
+		if !st.identified || !st.kexec {
+			return apierr.PermissionDeniedf("machine %s: the connected agent did not register with the machine's identity and the kexec capability", machine)
+		}
 	case *nodev1.ApplianceMessage_Install, *nodev1.ApplianceMessage_Wipe:
 		if !st.identified {
 			s.log.Warn("plan not sent: the connected agent did not register with the machine's identity", "machine", machine)
@@ -320,6 +327,15 @@ func (s *sessions) identified(machine string) bool {
 	defer s.mu.Unlock()
 	st, ok := s.streams[machine]
 	return ok && st.identified
+}
+
+// canKexec reports whether machine's open session registered with the
+// machine's identity and the kexec capability.
+func (s *sessions) canKexec(machine string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.streams[machine]
+	return ok && st.identified && st.kexec
 }
 
 // connectedSince says when the machine's open session attached.

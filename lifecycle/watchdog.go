@@ -55,6 +55,10 @@ func (l *Lifecycle) disarm(ctx context.Context, name string, armedAt *timestampp
 // It reports whether it acted.
 func (l *Lifecycle) watchdog(ctx context.Context, m *inventoryv1.Machine) bool {
 	w := m.GetWatchdog()
+	if w.GetArmedBy() == ArmedByKexec && w.GetArmedAt() != nil {
+		// Its own bound and its own fallback (kexec.go).
+		return l.kexecExpired(ctx, m)
+	}
 	if l.cfg.BootWatchdog < 0 || w.GetArmedAt() == nil || l.now().Sub(w.GetArmedAt().AsTime()) < l.cfg.BootWatchdog {
 		return false
 	}
