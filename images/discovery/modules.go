@@ -138,23 +138,17 @@ func StageModules(root, stage, kver string, want []string) ([]string, error) {
 		return nil, err
 	}
 	dst := filepath.Join(stage, "lib/modules", kver)
-	// Modules are staged xz-compressed (u-root's kmodule decompresses
-	// .ko.xz before init_module; depmod indexes them): 30% smaller than
-	// the same modules inside the gzip'd initramfs. The appended signature
-	// is part of the compressed content, so signed modules stay signed.
-	// A 4 MiB dictionary: no module is larger, and u-root's decompressor
-	// allocates the whole dictionary.
+	// Modules are staged uncompressed, as Debian ships them: the agent
+	// then hands each file to finit_module(2) as it is. They used to be
+	// staged as .ko.xz, which u-root's kmodule decompresses in Go before
+	// init_module: under TCG that was about 1 s per module and 7 s for
+	// kvm, most of coldplug (bench/README.md, "Virtual rack"). The
+	// initramfs is compressed as a whole, so the image grows less than the
+	// modules do (the discovery image still has to fit MaxInitrdSize).
 	var g errgroup.Group
 	g.SetLimit(runtime.NumCPU())
-	for i, p := range paths {
-		if !strings.HasSuffix(p, ".ko") {
-			if err := copyFile(filepath.Join(src, p), filepath.Join(dst, p), 0o644); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		paths[i] = p + ".xz"
-		g.Go(func() error { return xzCompress(filepath.Join(src, p), filepath.Join(dst, p+".xz"), 4) })
+	for _, p := range paths {
+		g.Go(func() error { return copyFile(filepath.Join(src, p), filepath.Join(dst, p), 0o644) })
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
