@@ -4,8 +4,8 @@
 // (coldplug, then the modules the hypervisor needs that have no modalias),
 // finds the data partition agent/install wrote (GPT partition name or ext4
 // label "corral-data"), mounts it on the data directory, checks that its
-// CA is the one the command line pins, brings up the boot NIC, sets the
-// hostname, and hands over to the hypervisor agent (Config.Hypervisor:
+// CA is the one the command line pins and sets the hostname while the boot
+// NIC is brought up (DHCP runs beside them), and hands over to the hypervisor agent (Config.Hypervisor:
 // hypervisor/node Enrol + Run, wired by cmd/corral-node). Every failure is
 // printed on the console and retried with backoff; it never gives up.
 //
@@ -148,6 +148,27 @@ func Run(ctx context.Context, cfg Config) error {
 	fmt.Fprintf(cfg.Console, "corral: appliance %s, boot MAC %s\n", strings.Join(params.Endpoints, ", "), params.MAC)
 
 	_ = cfg.Coldplug(ctx) // prints its own summary or error
+
+	// The boot NIC's driver is loaded: DHCP runs while the modules
+	// without a modalias load and the data partition mounts (under
+	// emulation each is a second or more; nothing here needs the other).
+	type netResult struct {
+		lease *netup.Lease
+		ok    bool
+	}
+	netDone := make(chan netResult, 1)
+	go func() {
+		lease, ok := retry(ctx, &cfg, "network", func() (*netup.Lease, error) {
+			l, err := cfg.Network(ctx, netup.Config{BootMAC: params.MAC, Console: cfg.Console, Logger: cfg.Logger})
+			if err != nil {
+				return nil, err
+			}
+			fmt.Fprintf(cfg.Console, "corral: %s has %s\n", l.Interface, l.Address)
+			return l, nil
+		})
+		netDone <- netResult{lease, ok}
+	}()
+
 	for _, m := range Modules {
 		if err := cfg.Loader.Load(m); err != nil {
 			fmt.Fprintf(cfg.Console, "corral: module %s: %v (ignored)\n", m, err)
@@ -164,6 +185,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return data{app, ca}, err
 	})
 	if !ok {
+		<-netDone // ctx ended: the network retry ends too
 		return nil
 	}
 	fmt.Fprintf(cfg.Console, "corral: node %s (machine %s, install %s) from %s\n", d.app.NodeName, d.app.MachineName, d.app.InstallID, cfg.DataDir)
@@ -179,17 +201,11 @@ func Run(ctx context.Context, cfg Config) error {
 		fmt.Fprintf(cfg.Console, "corral: set hostname %s: %v\n", d.app.NodeName, err)
 	}
 
-	lease, ok := retry(ctx, &cfg, "network", func() (*netup.Lease, error) {
-		l, err := cfg.Network(ctx, netup.Config{BootMAC: params.MAC, Console: cfg.Console, Logger: cfg.Logger})
-		if err != nil {
-			return nil, err
-		}
-		fmt.Fprintf(cfg.Console, "corral: %s has %s\n", l.Interface, l.Address)
-		return l, nil
-	})
-	if !ok {
+	nr := <-netDone
+	if !nr.ok {
 		return nil
 	}
+	lease := nr.lease
 	ip, _, err := net.ParseCIDR(lease.Address)
 	adv := ""
 	if err == nil {

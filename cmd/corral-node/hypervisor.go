@@ -12,10 +12,13 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/corralhq/corral/agent/cmdline"
+	"github.com/corralhq/corral/agent/discover"
 	"github.com/corralhq/corral/agent/hvboot"
 	"github.com/corralhq/corral/hypervisor/node"
+	"github.com/corralhq/corral/hypervisor/vm"
 	"github.com/spf13/pflag"
 )
 
@@ -116,19 +119,70 @@ func serveNode(ctx context.Context, appliances []string, ec node.EnrolConfig, nc
 
 // runHypervisorBoot is `corral-node hypervisor --boot`, the uinit of the
 // hypervisor image: agent/hvboot prepares the machine, then the node runs
-// on the identity agent/install stored on the data partition.
+// on the identity agent/install stored on the data partition. With accel
+// auto the KVM probe (a few seconds: it boots a one-sector guest) starts
+// as soon as coldplug has loaded the kvm modules and runs beside DHCP and
+// the data partition's mount, so the node starts serving and heartbeating
+// without waiting for it.
 func runHypervisorBoot(ctx context.Context, cmdlineFile, dataDir, accel string, level slog.Level, stdout, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	return hvboot.Run(ctx, hvboot.Config{
+	console := consoleWriter(stdout)
+	probe := &accelProbe{done: make(chan struct{})}
+	if accel != "auto" {
+		probe.accel = accel
+		close(probe.done)
+	}
+	probing := false // set by Coldplug, which hvboot.Run calls on its own goroutine
+	err := hvboot.Run(ctx, hvboot.Config{
 		CmdlineFile: cmdlineFile, DataDir: dataDir, Version: version,
-		Console: consoleWriter(stdout), Logger: log,
+		Console: console, Logger: log,
+		Coldplug: func(ctx context.Context) error {
+			_, err := discover.Coldplug(ctx, "/", console, log)
+			if accel == "auto" && !probing {
+				probing = true
+				go probe.run(ctx, log)
+			}
+			return err
+		},
 		Hypervisor: func(ctx context.Context, n hvboot.Node) error {
+			a, err := probe.wait(ctx)
+			if err != nil {
+				return err
+			}
 			return serveNode(ctx, n.Join, node.EnrolConfig{Name: n.Name, DataDir: n.DataDir, CACertPEM: n.CACertPEM}, node.Config{
 				Name: n.Name, DataDir: n.DataDir, Listen: n.Listen, Advertise: n.Advertise,
-				Accel: accel, Logger: log,
+				Accel: a, Logger: log,
 			})
 		},
 	})
+	if probing {
+		<-probe.done
+	}
+	return err
+}
+
+// accelProbe is vm.DetectAccel run once in the background; accel is its
+// answer ("kvm" or "tcg") once done is closed.
+type accelProbe struct {
+	done  chan struct{}
+	accel string
+}
+
+func (p *accelProbe) run(ctx context.Context, log *slog.Logger) {
+	defer close(p.done)
+	start := time.Now()
+	a, why := vm.DetectAccel(ctx, "qemu-system-x86_64", nil, os.TempDir())
+	p.accel = string(a)
+	log.Info("accelerator probed", "accel", p.accel, "reason", why, "took", time.Since(start).Round(time.Millisecond))
+}
+
+func (p *accelProbe) wait(ctx context.Context) (string, error) {
+	select {
+	case <-p.done:
+		return p.accel, nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
 }
 
 func hostname() string {
