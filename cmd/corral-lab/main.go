@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -50,7 +51,7 @@ CORRAL_LAB_DIR).`,
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		return flagconf.Apply(cmd.Flags(), flagconf.Options{Aliases: map[string][]string{"dir": {"CORRAL_LAB_DIR"}}})
 	}
-	root.AddCommand(upCmd(), downCmd(), statusCmd(), reportCmd())
+	root.AddCommand(upCmd(), downCmd(), statusCmd(), reportCmd(), benchCmd())
 	return root.ExecuteContext(ctx)
 }
 
@@ -153,13 +154,104 @@ func statusCmd() *cobra.Command {
 }
 
 func reportCmd() *cobra.Command {
-	return &cobra.Command{
+	var baseline string
+	cmd := &cobra.Command{
 		Use:   "report",
 		Short: "Time per boot phase per machine from the timeline (DHCP → script → kernel/initrd → agent → install → READY)",
-		Args:  cobra.NoArgs,
+		Long: `Time per boot phase per machine from the timeline (DHCP → script →
+kernel/initrd → agent → install → READY), then per firmware the figures
+beside the last recorded ones (--baseline, default bench/lab-baseline.json
+in the source tree) as before → now.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, _ := cmd.Flags().GetString("dir")
-			return lab.Report(cmd.Context(), dir, cmd.OutOrStdout())
+			ms, err := lab.Measure(cmd.Context(), dir)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if err := lab.PrintReport(w, ms); err != nil {
+				return err
+			}
+			if baseline == "" {
+				return nil
+			}
+			base, err := lab.ReadBaseline(baseline)
+			if err != nil {
+				// The report stands without it.
+				fmt.Fprintf(w, "\n(no baseline: %v)\n", err)
+				return nil
+			}
+			now := &lab.Baseline{Firmware: map[string]map[string]float64{}}
+			samples := map[string]map[string][]float64{}
+			for _, m := range ms {
+				if now.Firmware[m.Firmware] != nil {
+					continue // the first machine of each firmware
+				}
+				now.Firmware[m.Firmware] = m.Figures()
+				samples[m.Firmware] = map[string][]float64{}
+				for k, v := range now.Firmware[m.Firmware] {
+					samples[m.Firmware][k] = []float64{v}
+				}
+			}
+			fmt.Fprintln(w)
+			return lab.PrintComparison(w, base, now, samples)
 		},
 	}
+	cmd.Flags().StringVar(&baseline, "baseline", defaultBaseline(), "last recorded figures to compare with (\"\": none)")
+	return cmd
+}
+
+func benchCmd() *cobra.Command {
+	var c lab.BenchConfig
+	var firmware string
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Rounds of up → READY → report → down; prints each figure's median per firmware beside the baseline",
+		Long: `Runs --runs rounds of: corral-lab up (auto-accept, wait until every node
+is READY), report, down. Then prints per firmware the median of every figure
+(the phases of the discovery and the hypervisor boot, power-on →
+INVENTORIED, install done, READY) beside the last recorded figures
+(--baseline) as before → now with the ratio, and the load average of each
+round. It asserts nothing; --record writes the medians as a new baseline.
+The image cache is reused, so rounds measure cached images.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c.Up.Dir, _ = cmd.Flags().GetString("dir")
+			c.Up.Firmware = strings.Split(firmware, ",")
+			c.Up.Log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			c.Out = cmd.OutOrStdout()
+			return lab.Bench(cmd.Context(), c)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&c.Runs, "runs", 5, "rounds")
+	f.IntVar(&c.Up.Machines, "machines", 2, "machines per round")
+	f.StringVar(&firmware, "firmware", "bios,uefi", "firmware per machine, cycled")
+	f.BoolVar(&c.Up.WithBMC, "with-bmc", true, "each machine behind its own ipmi_sim BMC")
+	f.DurationVar(&c.Up.Wait, "wait", 20*time.Minute, "bound on each round's wait for READY")
+	f.StringArrayVar(&c.Up.CorraldArgs, "corrald-arg", nil, "extra `corrald serve` argument, repeatable")
+	f.StringVar(&c.Up.Source, "source", "", "Corral source tree to build from (default: the module containing the working directory)")
+	f.StringVar(&c.Up.ImageCache, "image-cache", lab.DefaultImageCache(), "image build cache (env CORRAL_IMAGE_CACHE)")
+	f.BoolVar(&c.Up.InstallDeps, "install-deps", true, "apt-get install missing packages")
+	f.StringVar(&c.Baseline, "baseline", defaultBaseline(), "last recorded figures to compare with (\"\": none)")
+	f.StringVar(&c.Record, "record", "", "write the medians to this file as a new baseline")
+	return cmd
+}
+
+// defaultBaseline is bench/lab-baseline.json in the source tree holding
+// the working directory, "" outside one.
+func defaultBaseline() string {
+	dir, err := os.Getwd()
+	for err == nil {
+		if _, serr := os.Stat(filepath.Join(dir, "go.mod")); serr == nil {
+			return filepath.Join(dir, "bench", "lab-baseline.json")
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			break
+		}
+		dir = parent
+	}
+	return ""
 }

@@ -122,64 +122,93 @@ func firstNonZero(ts ...time.Time) time.Time {
 	return time.Time{}
 }
 
-// Report prints, per machine and boot, the time spent in each boot phase
-// from corrald's timeline, then power-on to INVENTORIED, install done and
-// hypervisor READY where the timeline shows them.
-func Report(ctx context.Context, dir string, w io.Writer) error {
+// MachineFigures are one machine's boots and milestones, read from
+// corrald's timeline.
+type MachineFigures struct {
+	Name, Firmware string
+	Boots          []Boot
+	// Power is the start of the first boot (its power action, else its
+	// first DHCP DISCOVER); Inventoried, Installed and Ready are the first
+	// `inventory registered`, `lifecycle installed` and `lifecycle
+	// deployed` entries (zero when the timeline lacks them).
+	Power, Inventoried, Installed, Ready time.Time
+	State, Node                          string
+}
+
+// Measure reads every lab machine's timeline and returns its figures, in
+// the state file's order.
+func Measure(ctx context.Context, dir string) ([]MachineFigures, error) {
 	s, err := LoadState(dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	a, err := dialAPI(s)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer a.Close()
 	snap, err := a.snapshot(ctx, s)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "MACHINE\tFW\tBOOT\tINTENT\tPOWER→DHCP\tDHCP→SCRIPT\tSCRIPT→KERNEL+INITRD\tINITRD→AGENT\tAGENT→LAST\tTOTAL\tLAST EVENT\t")
-	type summary struct {
-		name                    string
-		power, inv, inst, ready time.Time
-		state, node             string
-	}
-	var sums []summary
+	var out []MachineFigures
 	for _, lm := range s.Machines {
 		v := snap[lm.Name]
 		es, err := a.timeline(ctx, lm, v, 2000)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		boots := Boots(es, lm.PoweredAt)
-		sum := summary{name: lm.Name, state: v.State(), node: v.NodeState()}
-		for i, b := range boots {
+		out = append(out, figures(lm, v, es))
+	}
+	return out, nil
+}
+
+// figures makes lm's figures from its timeline es (oldest first).
+func figures(lm Machine, v view, es []*inventoryv1.TimelineEntry) MachineFigures {
+	m := MachineFigures{Name: lm.Name, Firmware: lm.Firmware, Boots: Boots(es, lm.PoweredAt), State: v.State(), Node: v.NodeState()}
+	if len(m.Boots) > 0 {
+		m.Power = firstNonZero(m.Boots[0].Power, m.Boots[0].DHCP)
+	}
+	for _, e := range es {
+		at := e.GetAt().AsTime()
+		switch {
+		case m.Inventoried.IsZero() && e.GetSource() == "inventory" && e.GetEvent() == "registered":
+			m.Inventoried = at
+		case m.Installed.IsZero() && e.GetSource() == "lifecycle" && e.GetEvent() == "installed":
+			m.Installed = at
+		case m.Ready.IsZero() && isReady(e):
+			m.Ready = at
+		}
+	}
+	return m
+}
+
+// Report prints, per machine and boot, the time spent in each boot phase
+// from corrald's timeline, then power-on to INVENTORIED, install done and
+// hypervisor READY where the timeline shows them.
+func Report(ctx context.Context, dir string, w io.Writer) error {
+	ms, err := Measure(ctx, dir)
+	if err != nil {
+		return err
+	}
+	return PrintReport(w, ms)
+}
+
+// PrintReport prints ms as Report does.
+func PrintReport(w io.Writer, ms []MachineFigures) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "MACHINE\tFW\tBOOT\tINTENT\tPOWER→DHCP\tDHCP→SCRIPT\tSCRIPT→KERNEL+INITRD\tINITRD→AGENT\tAGENT→LAST\tTOTAL\tLAST EVENT\t")
+	for _, m := range ms {
+		for i, b := range m.Boots {
 			start := firstNonZero(b.Power, b.DHCP)
-			if i == 0 {
-				sum.power = start
-			}
 			initrd := firstNonZero(b.Initrd, b.Kernel)
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", lm.Name, strings.ToUpper(lm.Firmware), i+1, orDash(b.Intent),
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", m.Name, strings.ToUpper(m.Firmware), i+1, orDash(b.Intent),
 				span(b.Power, b.DHCP), span(b.DHCP, b.Script), span(b.Script, initrd), span(initrd, b.Agent), span(b.Agent, b.Last),
 				span(start, b.Last), short(orDash(b.LastEvent), 40))
 		}
-		if len(boots) == 0 {
-			fmt.Fprintf(tw, "%s\t%s\t-\t(no boot in the timeline yet)\t\t\t\t\t\t\t\t\n", lm.Name, strings.ToUpper(lm.Firmware))
+		if len(m.Boots) == 0 {
+			fmt.Fprintf(tw, "%s\t%s\t-\t(no boot in the timeline yet)\t\t\t\t\t\t\t\t\n", m.Name, strings.ToUpper(m.Firmware))
 		}
-		for _, e := range es {
-			at := e.GetAt().AsTime()
-			switch {
-			case sum.inv.IsZero() && e.GetSource() == "inventory" && e.GetEvent() == "registered":
-				sum.inv = at
-			case sum.inst.IsZero() && e.GetSource() == "lifecycle" && e.GetEvent() == "installed":
-				sum.inst = at
-			case sum.ready.IsZero() && isReady(e):
-				sum.ready = at
-			}
-		}
-		sums = append(sums, sum)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -187,8 +216,8 @@ func Report(ctx context.Context, dir string, w io.Writer) error {
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "MACHINE\tPOWER→INVENTORIED\tPOWER→INSTALL DONE\tPOWER→HYPERVISOR READY\tSTATE\tNODE\t")
-	for _, m := range sums {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", m.name, span(m.power, m.inv), span(m.power, m.inst), span(m.power, m.ready), orDash(m.state), orDash(m.node))
+	for _, m := range ms {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", m.Name, span(m.Power, m.Inventoried), span(m.Power, m.Installed), span(m.Power, m.Ready), orDash(m.State), orDash(m.Node))
 	}
 	return tw.Flush()
 }
