@@ -44,6 +44,11 @@ type LifecycleConfig struct {
 	// HypervisorReconcileInterval is the VM/volume reconciler period
 	// (default 30s).
 	HypervisorReconcileInterval time.Duration
+	// KexecTimeout is how long a machine that kexecs from its install
+	// into the hypervisor image has to bring its node READY before it is
+	// rebooted the old way (default 120s; negative: no kexec, installs
+	// reboot through the BMC or the Reboot command).
+	KexecTimeout time.Duration
 }
 
 func (c LifecycleConfig) validate() error {
@@ -98,6 +103,9 @@ func (s *Server) initLifecycle(p *pool.Pool) error {
 		AutoAcceptSerials: lc.AutoAcceptSerials, Agents: lc.Agents,
 		WatchMachines: s.inv.WatchMachines, PeerEndpoints: s.peerEndpoints,
 		Owns: s.owns,
+		// The hypervisor boot agents kexec after an install (initBoot
+		// gives it the boot HTTP server).
+		Kexec: &s.kexec, KexecTimeout: lc.KexecTimeout,
 	}
 	if s.cfg.Store.Kind == StoreEtcd {
 		cfg.Claims = &fleet.SessionClaims{Store: s.store, Self: s.cfg.Fleet.Name}
