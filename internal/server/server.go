@@ -9,7 +9,6 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/pem"
@@ -245,7 +244,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 
-	p, err := pool.New(pool.Config{Store: st, Logger: cfg.Logger.With("component", "pool"), HeartbeatWriteAfter: heartbeatWriteAfter(cfg)})
+	p, err := pool.New(pool.Config{Store: st, Logger: cfg.Logger.With("component", "pool")})
 	if err != nil {
 		lis.Close()
 		return nil, err
@@ -327,20 +326,6 @@ func New(cfg Config) (*Server, error) {
 }
 
 const authRoleNode = authv1.Role_ROLE_NODE
-
-// heartbeatWriteAfter is how old a node's stored heartbeat may grow while
-// its unchanged ApplyNode beats are kept in memory only (inventory/pool,
-// beats.go): alone on bbolt this appliance's sweep sees every beat, so the
-// record is refreshed only every 5 minutes (for backups and restarts); in
-// a fleet the leader's sweep may see only the stored heartbeat, so it is
-// written once half the heartbeat timeout has passed (a node beating every
-// 10 s then never looks silent for 30 s).
-func heartbeatWriteAfter(cfg Config) time.Duration {
-	if cfg.Store.Kind == StoreEtcd {
-		return cmp.Or(cfg.Lifecycle.NodeHeartbeatTimeout, pool.DefaultHeartbeatTimeout) / 2
-	}
-	return 5 * time.Minute
-}
 
 // artifactSyncInterval is how often an appliance of a fleet publishes its
 // boot artifacts to the fleet's manifest and fetches the ones it lacks.
