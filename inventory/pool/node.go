@@ -56,7 +56,11 @@ func checkHost(what, s string) error {
 
 // ListNodes returns every node in name order (an empty slice when none).
 func (p *Pool) ListNodes(ctx context.Context) ([]*poolv1.Node, error) {
-	return record.List(ctx, p.cfg.Store, nodePrefix, newNode)
+	ns, err := record.List(ctx, p.cfg.Store, nodePrefix, newNode)
+	for _, n := range ns {
+		p.overlay(n)
+	}
+	return ns, err
 }
 
 // GetNode returns one node.
@@ -71,6 +75,7 @@ func (p *Pool) GetNode(ctx context.Context, name string) (*poolv1.Node, error) {
 		}
 		return nil, err
 	}
+	p.overlay(n)
 	return n, nil
 }
 
@@ -102,32 +107,42 @@ func (p *Pool) ApplyNode(ctx context.Context, req *poolv1.ApplyNodeRequest) (*po
 	if req.GetHypervisorPort() > 65535 {
 		return nil, invalidf("node %q: hypervisor_port %d out of range", req.GetName(), req.GetHypervisorPort())
 	}
-	now := timestamppb.New(p.cfg.Now())
+	now := p.cfg.Now()
+	if n, ok := p.beatOnly(ctx, req, now); ok {
+		return n, nil
+	}
+	ts := timestamppb.New(now)
 	return record.Mutate(ctx, p.cfg.Store, nodePrefix+req.GetName(), newNode, func(n *poolv1.Node, exists bool) (bool, error) {
 		if exists {
 			if err := p.checkShrink(req, n); err != nil {
 				return false, err
 			}
 		}
-		n.Name = req.GetName()
-		n.Annotations = cloneMap(req.GetAnnotations())
-		n.Labels = cloneMap(req.GetLabels())
-		n.Address = req.GetAddress()
-		n.IpmiAddress = req.GetIpmiAddress()
-		n.Serial = req.GetSerial()
-		n.CpuMilliCores = req.GetCpuMilliCores()
-		n.MemoryBytes = req.GetMemoryBytes()
-		n.StorageBytes = req.GetStorageBytes()
-		n.Datacenter = req.GetDatacenter()
-		n.AvailabilityZone = req.GetAvailabilityZone()
-		n.Cell = req.GetCell()
-		n.Rack = req.GetRack()
-		n.Unit = req.GetUnit()
-		n.HypervisorPort = req.GetHypervisorPort()
-		n.State = poolv1.Node_READY
-		n.LastHeartbeat = now
+		applySpec(n, req, ts)
 		return false, nil
 	})
+}
+
+// applySpec sets n from req, READY with heartbeat at hb; reservations are
+// kept.
+func applySpec(n *poolv1.Node, req *poolv1.ApplyNodeRequest, hb *timestamppb.Timestamp) {
+	n.Name = req.GetName()
+	n.Annotations = cloneMap(req.GetAnnotations())
+	n.Labels = cloneMap(req.GetLabels())
+	n.Address = req.GetAddress()
+	n.IpmiAddress = req.GetIpmiAddress()
+	n.Serial = req.GetSerial()
+	n.CpuMilliCores = req.GetCpuMilliCores()
+	n.MemoryBytes = req.GetMemoryBytes()
+	n.StorageBytes = req.GetStorageBytes()
+	n.Datacenter = req.GetDatacenter()
+	n.AvailabilityZone = req.GetAvailabilityZone()
+	n.Cell = req.GetCell()
+	n.Rack = req.GetRack()
+	n.Unit = req.GetUnit()
+	n.HypervisorPort = req.GetHypervisorPort()
+	n.State = poolv1.Node_READY
+	n.LastHeartbeat = hb
 }
 
 // checkShrink refuses a new capacity that is below the reserved requests,
@@ -189,6 +204,9 @@ func (p *Pool) DeleteNode(ctx context.Context, name string) error {
 		}
 		return true, nil
 	})
+	if err == nil {
+		p.beats.forget(name)
+	}
 	return err
 }
 

@@ -29,13 +29,21 @@ type Config struct {
 	StorageLimitRatio float64
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// HeartbeatWriteAfter, when positive, leaves unwritten an ApplyNode
+	// that changes nothing but the heartbeat of a READY node whose stored
+	// heartbeat is younger than this; the beat is kept in memory for the
+	// sweep and reads (beats.go). Zero writes every beat. In a fleet it
+	// must stay below HeartbeatTimeout minus the nodes' beat interval.
+	HeartbeatWriteAfter time.Duration
 }
 
 // Pool implements the node pool on a store. It is safe for concurrent use
 // by any number of goroutines and processes sharing the store.
 type Pool struct {
-	cfg Config
-	log *slog.Logger
+	cfg   Config
+	log   *slog.Logger
+	beats beatTable // heartbeats received here (beats.go)
+	start time.Time // when this Pool was made
 }
 
 // New validates cfg, fills defaults and returns a Pool.
@@ -63,5 +71,8 @@ func New(cfg Config) (*Pool, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Pool{cfg: cfg, log: cfg.Logger}, nil
+	if cfg.HeartbeatWriteAfter < 0 {
+		return nil, invalidf("pool: HeartbeatWriteAfter must not be negative")
+	}
+	return &Pool{cfg: cfg, log: cfg.Logger, start: cfg.Now()}, nil
 }

@@ -58,13 +58,14 @@ func (s *Sweeper) SweepOnce(ctx context.Context) error {
 	}
 	now := p.cfg.Now()
 	for _, n := range nodes {
-		if n.GetState() != poolv1.Node_READY || now.Sub(n.GetLastHeartbeat().AsTime()) <= timeout {
+		// ListNodes has overlaid this process's beats (beats.go).
+		if n.GetState() != poolv1.Node_READY || now.Sub(p.lastBeat(n)) <= timeout {
 			continue
 		}
 		var changed bool
 		_, err := record.Mutate(ctx, p.cfg.Store, nodePrefix+n.GetName(), newNode, func(cur *poolv1.Node, exists bool) (bool, error) {
 			changed = false
-			if !exists || cur.GetState() != poolv1.Node_READY || now.Sub(cur.GetLastHeartbeat().AsTime()) <= timeout {
+			if !exists || cur.GetState() != poolv1.Node_READY || now.Sub(p.lastBeat(cur)) <= timeout {
 				return false, errNoChange
 			}
 			cur.State = poolv1.Node_NOT_READY
