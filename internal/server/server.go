@@ -9,6 +9,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/pem"
@@ -94,8 +95,6 @@ type Server struct {
 	// lifecycle drives accept/install, reprovision, maintenance and the
 	// lifecycle timers.
 	lifecycle *lifecycle.Lifecycle
-	// kexec renders the hypervisor boot of the lifecycle's kexec (kexec.go).
-	kexec kexecBoot
 	// components run beside the gRPC server in Run (boot servers,
 	// pollers); each returns nil when its ctx ends.
 	components []component
@@ -244,7 +243,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 
-	p, err := pool.New(pool.Config{Store: st, Logger: cfg.Logger.With("component", "pool")})
+	p, err := pool.New(pool.Config{Store: st, Logger: cfg.Logger.With("component", "pool"), HeartbeatWriteAfter: heartbeatWriteAfter(cfg)})
 	if err != nil {
 		lis.Close()
 		return nil, err
@@ -326,6 +325,20 @@ func New(cfg Config) (*Server, error) {
 }
 
 const authRoleNode = authv1.Role_ROLE_NODE
+
+// heartbeatWriteAfter is how old a node's stored heartbeat may grow while
+// its unchanged ApplyNode beats are kept in memory only (inventory/pool,
+// beats.go): alone on bbolt this appliance's sweep sees every beat, so the
+// record is refreshed only every 5 minutes (for backups and restarts); in
+// a fleet the leader's sweep may see only the stored heartbeat, so it is
+// written once half the heartbeat timeout has passed (a node beating every
+// 10 s then never looks silent for 30 s).
+func heartbeatWriteAfter(cfg Config) time.Duration {
+	if cfg.Store.Kind == StoreEtcd {
+		return cmp.Or(cfg.Lifecycle.NodeHeartbeatTimeout, pool.DefaultHeartbeatTimeout) / 2
+	}
+	return 5 * time.Minute
+}
 
 // artifactSyncInterval is how often an appliance of a fleet publishes its
 // boot artifacts to the fleet's manifest and fetches the ones it lacks.

@@ -405,7 +405,11 @@ func BenchmarkStormNodeBeats(b *testing.B) {
 		e.beat(ctx, b, c, i)
 	}
 	rounds := envInt("STORM_ROUNDS", 4)
-	for _, op := range []string{"ApplyNode", "GetNode", "ApplyNode", "GetNode"} {
+	ops := []string{"ApplyNode", "GetNode", "ApplyNode", "GetNode"}
+	if v := os.Getenv("STORM_OPS"); v != "" {
+		ops = strings.Split(v, ",")
+	}
+	for _, op := range ops {
 		var lat []time.Duration
 		var mu sync.Mutex
 		sem := make(chan struct{}, 64)
@@ -435,4 +439,104 @@ func BenchmarkStormNodeBeats(b *testing.B) {
 		fmt.Printf("STORM %-9s %d nodes: %6.0f calls/s, %5.0f µs CPU per call (client and server in one process), p50 %v p99 %v\n",
 			op, nodes, float64(calls)/el.Seconds(), float64(cpu.Microseconds())/float64(calls), pctl(lat, .5).Round(time.Microsecond), pctl(lat, .99).Round(time.Microsecond))
 	}
+}
+
+// BenchmarkStorm is the storm itself, in-process: STORM_MACHINES machines
+// (default 1,000) power on at STORM_RATE a second (default 83, i.e.
+// 5,000 in 60 s) and each does its discovery boot (stormEnv.boot) while
+// STORM_NODES nodes (default 1,000) beat every 10 s, spread evenly. It
+// prints per-phase p50/p99, the time until every machine is INVENTORIED,
+// failures, CPU (simulated clients included: they share the process),
+// heap, the store file's size and the node beats' p50/p99.
+func BenchmarkStorm(b *testing.B) {
+	e := startStorm(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	machines, rate, nodes := envInt("STORM_MACHINES", 1000), envInt("STORM_RATE", 83), envInt("STORM_NODES", 1000)
+	ncs := e.nodeClients(b, nodes, nodes)
+	for i, c := range ncs {
+		e.beat(ctx, b, c, i)
+	}
+	var beatMu sync.Mutex
+	var beatLat []time.Duration
+	var beatErr atomic.Int64
+	beatCtx, stopBeats := context.WithCancel(ctx)
+	var beaters sync.WaitGroup
+	for i, c := range ncs {
+		beaters.Add(1)
+		go func() {
+			defer beaters.Done()
+			t := time.NewTimer(time.Duration(i) * 10 * time.Second / time.Duration(nodes))
+			for {
+				select {
+				case <-beatCtx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+				t.Reset(10 * time.Second)
+				s := time.Now()
+				_, err := c.ApplyNode(beatCtx, &poolv1.ApplyNodeRequest{Name: stormNode(i), CpuMilliCores: 80_000, MemoryBytes: 768 << 30,
+					StorageBytes: 12 * 3840 << 30, Rack: fmt.Sprintf("r%02d", i/40), Address: fmt.Sprintf("10.1.%d.%d", i/250, i%250+1), HypervisorPort: 20181,
+					Labels: map[string]string{"corral/serial": fmt.Sprintf("S%09d", i)}})
+				if err != nil {
+					if beatCtx.Err() == nil {
+						beatErr.Add(1)
+					}
+					continue
+				}
+				d := time.Since(s)
+				beatMu.Lock()
+				beatLat = append(beatLat, d)
+				beatMu.Unlock()
+			}
+		}()
+	}
+	var mu sync.Mutex
+	var phases [5][]time.Duration
+	var failed atomic.Int64
+	var g sync.WaitGroup
+	sem := make(chan struct{}, 1024)
+	cpu0, t0 := cpuTime(), time.Now()
+	for i := range machines {
+		if d := time.Until(t0.Add(time.Duration(i) * time.Second / time.Duration(rate))); d > 0 {
+			time.Sleep(d)
+		}
+		g.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; g.Done() }()
+			pt, err := e.boot(ctx, b, 1_000_000+i, 1)
+			if err != nil {
+				failed.Add(1)
+				b.Log(err)
+				return
+			}
+			mu.Lock()
+			for k, d := range []time.Duration{pt.dhcp, pt.script, pt.artifacts, pt.register, pt.session} {
+				phases[k] = append(phases[k], d)
+			}
+			mu.Unlock()
+		}()
+	}
+	g.Wait()
+	all := time.Since(t0)
+	cpu := cpuTime() - cpu0
+	stopBeats()
+	beaters.Wait()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	fi, _ := os.Stat(filepath.Join(filepath.Dir(e.conf), StoreFile))
+	var size int64
+	if fi != nil {
+		size = fi.Size()
+	}
+	fmt.Printf("STORM %d machines at %d/s with %d nodes beating every 10 s: all registered after %.1f s (arrivals end at %.1f s), %d failed\n",
+		machines, rate, nodes, all.Seconds(), float64(machines)/float64(rate), failed.Load())
+	for k, name := range []string{"dhcp inventory (3 DORAs)", "iPXE script", "kernel+initrd (timeline)", "Register", "Session open"} {
+		fmt.Printf("STORM   %-26s p50 %8v  p99 %8v\n", name, pctl(phases[k], .5).Round(time.Microsecond), pctl(phases[k], .99).Round(time.Microsecond))
+	}
+	fmt.Printf("STORM   node beats: %d, p50 %v p99 %v, %d failed\n", len(beatLat), pctl(beatLat, .5).Round(time.Microsecond), pctl(beatLat, .99).Round(time.Microsecond), beatErr.Load())
+	fmt.Printf("STORM   CPU %.1f s over %.1f s (%.0f%% of the 2 cores; simulated clients included), heap in use %d MB, store file %d MB\n",
+		cpu.Seconds(), all.Seconds(), 100*cpu.Seconds()/all.Seconds()/float64(runtime.NumCPU()), ms.HeapInuse>>20, size>>20)
 }
