@@ -33,7 +33,8 @@ type Boot struct {
 var bootSources = map[string]bool{"dhcp": true, "tftp": true, "http": true, "ra": true}
 
 // Boots splits a timeline (oldest first) into boots: a DHCP DISCOVER after
-// a boot got its script starts the next one. poweredAt, when not zero, is
+// a boot got its script starts the next one, and so does the lifecycle's
+// kexec into the hypervisor image. poweredAt, when not zero, is
 // the lab's own power on, used when no BMC entry precedes the first boot.
 func Boots(es []*inventoryv1.TimelineEntry, poweredAt time.Time) []Boot {
 	var boots []Boot
@@ -44,6 +45,15 @@ func Boots(es []*inventoryv1.TimelineEntry, poweredAt time.Time) []Boot {
 		src, ev := e.GetSource(), e.GetEvent()
 		if isPowerAction(e) {
 			pendingPower = at
+		}
+		if src == "lifecycle" && ev == "kexec" {
+			// The install's kexec into the hypervisor image: a boot
+			// without firmware, DHCP or script; the kexec command stands
+			// for its power-on and its script (lifecycle/kexec.go).
+			boots = append(boots, Boot{Intent: "hypervisor/kexec", Power: at, Script: at, Last: at, LastEvent: src + " " + ev})
+			cur = &boots[len(boots)-1]
+			pendingPower = time.Time{}
+			continue
 		}
 		if src == "dhcp" && ev == "discover" && (cur == nil || !cur.Script.IsZero()) {
 			boots = append(boots, Boot{DHCP: at, Power: pendingPower})

@@ -48,6 +48,20 @@ func TestBoots(t *testing.T) {
 					Agent: at(60), AgentEvent: "node registered", Last: at(61), LastEvent: "lifecycle deployed", Ready: at(61)},
 			},
 		},
+		"discover then install then kexec": {
+			entries: []*inventoryv1.TimelineEntry{
+				e(3, "dhcp", "discover"), e(10, "http", "script", "intent", "discover"),
+				e(30, "inventory", "registered"), e(32, "lifecycle", "installed"),
+				e(32.1, "lifecycle", "kexec"),
+				e(32.5, "http", "artifact", "kind", "kernel"), e(33, "http", "artifact", "kind", "initrd"),
+				e(50, "node", "registered"), e(51, "lifecycle", "deployed"),
+			},
+			want: []Boot{
+				{Intent: "discover", DHCP: at(3), Script: at(10), Agent: at(30), AgentEvent: "inventory registered", Last: at(32), LastEvent: "lifecycle installed"},
+				{Intent: "hypervisor/kexec", Power: at(32.1), Script: at(32.1), Kernel: at(32.5), Initrd: at(33),
+					Agent: at(50), AgentEvent: "node registered", Last: at(51), LastEvent: "lifecycle deployed", Ready: at(51)},
+			},
+		},
 		"lab power on without BMC": {
 			entries:   []*inventoryv1.TimelineEntry{e(5, "dhcp", "discover"), e(6, "http", "script", "intent", "discover")},
 			poweredAt: at(1),
