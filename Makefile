@@ -63,6 +63,21 @@ test-short: ## Unit tests only (-short skips process and end-to-end tests)
 bench: ## Print API benchmark figures (ReserveCompute/ReserveNetworkInterface over TLS gRPC on bbolt)
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./internal/server/
 
+# The fleet storm (testsupport/fleetsim): corrald and corral-sim built
+# without -race, run as root (two network namespaces, removed at the end).
+# Prints per-phase p50/p99, corrald's CPU/RSS/store beside the figures
+# recorded in bench/fleet-baseline.json; RECORD=1 records this run's.
+# FLEET_ARGS passes more corral-sim flags (corral-sim -h).
+MACHINES ?= 1000
+NODES ?= 1000
+FLEET_DIR ?= /var/tmp/corral-fleet
+.PHONY: bench-fleet
+bench-fleet: ## Power on MACHINES simulated machines and NODES nodes against the built corrald (root); last line: fleet: ... summary
+	@mkdir -p $(FLEET_DIR)/bin
+	$(GO) build -o $(FLEET_DIR)/bin/ ./cmd/corrald ./testsupport/fleetsim/cmd/corral-sim
+	$(FLEET_DIR)/bin/corral-sim -corrald $(FLEET_DIR)/bin/corrald -machines $(MACHINES) -nodes $(NODES) \
+		-work-dir $(FLEET_DIR)/run -baseline $(CURDIR)/bench/fleet-baseline.json $(if $(RECORD),-record) $(FLEET_ARGS)
+
 ci: check-generate vet test ## What .ci/run runs after installing packages
 
 clean: ## Remove build outputs

@@ -109,7 +109,12 @@ func writeArtifacts(dir string, kernel, initrd, hvInitrd int64) (k, i, h string,
 // startAppliance starts corrald serve in the server namespace with the
 // run's flags and waits until /readyz answers.
 func startAppliance(ctx context.Context, cfg *Config, topo *topology, workDir string) (*appliance, error) {
-	a := &appliance{dataDir: filepath.Join(workDir, "data"), logPath: filepath.Join(workDir, "corrald.log"), exited: make(chan struct{})}
+	a := &appliance{dataDir: filepath.Join(workDir, "corrald-data"), logPath: filepath.Join(workDir, "corrald.log"), exited: make(chan struct{})}
+	// Every storm starts on an empty store: a kept work directory's
+	// data from an earlier run goes.
+	if err := os.RemoveAll(a.dataDir); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(a.dataDir, 0o700); err != nil {
 		return nil, err
 	}

@@ -78,8 +78,13 @@ type Report struct {
 	Phases                                      []PhaseFigures
 	Failures                                    map[string]int
 	Counters                                    map[string]int64
-	Load                                        string
-	Notes                                       []string
+	// Queues are corrald's own histograms at the end of the storm (API
+	// handling by method, store commits, boot HTTP, boot phases);
+	// MetricCounters its DHCP and boot HTTP outcomes.
+	Queues         []QueueLine
+	MetricCounters map[string]float64
+	Load           string
+	Notes          []string
 }
 
 // OK reports the correctness the CI storm asserts: every machine
@@ -218,6 +223,18 @@ func (r *Report) Print(w io.Writer, base *Baseline) {
 			fmt.Fprintf(w, "  %6d  %s\n", r.Failures[k], k)
 		}
 	}
+	if len(r.Queues) > 0 {
+		fmt.Fprintln(w, "where it queues (corrald's /metrics at the end of the storm; p50/p99 estimated from buckets):")
+		tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  series\tcount\tmean\tp50\tp99\ttotal\t")
+		for _, q := range r.Queues {
+			fmt.Fprintf(tw, "  %s\t%.0f\t%s\t%s\t%s\t%s\t\n", shortSeries(q.Series), q.Count, fmtSeconds(q.Mean), fmtSeconds(q.P50), fmtSeconds(q.P99), fmtSeconds(q.Sum))
+		}
+		tw.Flush()
+		for _, k := range sortedKeys(r.MetricCounters) {
+			fmt.Fprintf(w, "  %s %.0f\n", shortSeries(k), r.MetricCounters[k])
+		}
+	}
 	for _, l := range r.DupLines {
 		fmt.Fprintln(w, "duplicate:", l)
 	}
@@ -266,4 +283,27 @@ func round(d time.Duration) time.Duration {
 		return d.Round(100 * time.Microsecond)
 	}
 	return d.Round(time.Microsecond)
+}
+
+// shortSeries drops the labels that repeat on every API series.
+func shortSeries(s string) string {
+	for _, l := range []string{`grpc_service="`, `grpc_type="`} {
+		for {
+			i := strings.Index(s, l)
+			if i < 0 {
+				break
+			}
+			j := strings.IndexByte(s[i+len(l):], '"')
+			if j < 0 {
+				break
+			}
+			end := i + len(l) + j + 1
+			if end < len(s) && s[end] == ',' {
+				end++
+			}
+			s = s[:i] + s[end:]
+		}
+	}
+	s = strings.ReplaceAll(s, `"`, "")
+	return strings.TrimSuffix(strings.ReplaceAll(s, ",}", "}"), "{}")
 }

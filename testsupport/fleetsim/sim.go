@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -169,6 +170,7 @@ type sim struct {
 
 	registered atomic.Int64
 	done       atomic.Int64 // machines finished (either way)
+	nodesUp    atomic.Int64 // machines whose node applied
 
 	viewMu   sync.Mutex
 	view     map[string]*seen // machine name → what the watch saw
@@ -199,6 +201,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("fleetsim: needs root (network namespaces)")
 	}
+	// Each machine and node holds a connection on both sides: raise the
+	// open-file limit of the simulator and of the corrald it starts
+	// (setting it explicitly makes Go pass it on to children).
+	nofile, err := raiseNoFile(1 << 18)
+	if err != nil {
+		return nil, err
+	}
+	if need := uint64(2*(cfg.Machines+cfg.Nodes) + 1024); nofile < need {
+		fmt.Fprintf(cfg.Log, "warning: open-file limit %d, the storm may need %d (each machine and node holds connections)\n", nofile, need)
+	}
 	if cfg.WorkDir == "" {
 		d, err := os.MkdirTemp("", "corral-sim-")
 		if err != nil {
@@ -214,7 +226,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	s.logf = func(format string, args ...any) {
 		fmt.Fprintf(cfg.Log, "%s "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05")}, args...)...)
 	}
-	var err error
 	s.topo, err = newTopology(ctx, cfg.ID)
 	if err != nil {
 		return nil, err
@@ -337,8 +348,9 @@ loop:
 	stormEnd := time.Now()
 	// Machines still to become DEPLOYED in the appliance's view (the
 	// lifecycle reconciler's pass): wait a while for them.
-	s.waitDeployed(ctx, cfg.Machines, min(cfg.Nodes, cfg.Machines), 2*time.Minute)
-	s.saveMetrics(filepath.Join(cfg.WorkDir, "metrics-storm.txt"))
+	s.waitDeployed(ctx, int(s.nodesUp.Load()), 2*time.Minute)
+	metricsPath := filepath.Join(cfg.WorkDir, "metrics-storm.txt")
+	s.saveMetrics(metricsPath)
 	s.logf("storm over after %.0fs; soaking %s with the nodes beating", stormEnd.Sub(start).Seconds(), cfg.Soak)
 	sleepCtx(ctx, cfg.Soak)
 	end := time.Now()
@@ -347,6 +359,11 @@ loop:
 	r := &Report{Machines: cfg.Machines, Nodes: cfg.Nodes, Stagger: cfg.Stagger, FullFetchShare: cfg.FullFetchShare,
 		KernelBytes: cfg.KernelBytes, InitrdBytes: cfg.InitrdBytes}
 	r.Seconds = stormEnd.Sub(start).Seconds()
+	if q, c, err := queueFigures(metricsPath); err == nil {
+		r.Queues, r.MetricCounters = q, c
+	} else {
+		r.Notes = append(r.Notes, "corrald /metrics: "+err.Error())
+	}
 	if err := s.applianceView(ctx, admin, r); err != nil {
 		return nil, fmt.Errorf("appliance view: %w", err)
 	}
@@ -441,6 +458,7 @@ func (s *sim) machineRun(ctx, nctx context.Context, m *machine, nodeWG *sync.Wai
 		defer conn.Close()
 		s.heartbeat(nctx, conn, req, func() {
 			s.st.observe(PhaseReboot, time.Since(rebootAt))
+			s.nodesUp.Add(1)
 			close(ready)
 		})
 	}()
@@ -490,6 +508,7 @@ func (s *sim) extraNode(ctx context.Context, admin *grpc.ClientConn, adminCfg *c
 func (s *sim) watchMachines(ctx context.Context, c inventoryv1.MachineServiceClient) {
 	var rev int64
 	for ctx.Err() == nil {
+		got := 0
 		st, err := c.WatchMachines(ctx, &inventoryv1.WatchMachinesRequest{FromRevision: rev})
 		if err == nil {
 			for {
@@ -497,6 +516,7 @@ func (s *sim) watchMachines(ctx context.Context, c inventoryv1.MachineServiceCli
 				if err != nil {
 					break
 				}
+				got++
 				if ev.GetRevision() > rev {
 					rev = ev.GetRevision()
 				}
@@ -510,7 +530,9 @@ func (s *sim) watchMachines(ctx context.Context, c inventoryv1.MachineServiceCli
 			if !sleepCtx(ctx, time.Second) {
 				return
 			}
-			rev = 0 // start over: a resume may be refused; states only grow
+			if got == 0 {
+				rev = 0 // the resume was refused: start over (states only grow)
+			}
 		}
 	}
 }
@@ -590,8 +612,8 @@ func countReady(nodes map[string]poolv1.Node_NodeState) int {
 }
 
 // waitDeployed waits (up to d) until the appliance shows want machines
-// DEPLOYED.
-func (s *sim) waitDeployed(ctx context.Context, machines, want int, d time.Duration) {
+// DEPLOYED (the machines whose node applied).
+func (s *sim) waitDeployed(ctx context.Context, want int, d time.Duration) {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		s.viewMu.Lock()
@@ -767,4 +789,26 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// raiseNoFile raises RLIMIT_NOFILE to n, or as far as the hard limit
+// allows when n cannot be had (no CAP_SYS_RESOURCE in a container); it
+// returns the soft limit in force.
+func raiseNoFile(n uint64) (uint64, error) {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return 0, err
+	}
+	if l.Cur >= n {
+		return l.Cur, nil
+	}
+	want := syscall.Rlimit{Cur: n, Max: max(l.Max, n)}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err == nil {
+		return n, nil
+	}
+	l.Cur = l.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return 0, fmt.Errorf("open-file limit: %w", err)
+	}
+	return l.Cur, nil
 }

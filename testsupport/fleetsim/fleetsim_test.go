@@ -1,0 +1,169 @@
+package fleetsim
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/corralhq/corral/agent/cmdline"
+	"github.com/corralhq/corral/testsupport/require"
+)
+
+// TestSmallStorm: 200 machines and 200 nodes against the built corrald
+// (with -race), powered on over 10 s. Node heartbeats (3 s), the
+// appliance's NOT_READY timeout (9 s) and sweep (4.5 s) are the real
+// 10/30/15 s scaled by 0.3, in proportion. It asserts correctness only:
+// every machine INVENTORIED in the appliance's own view, none lost, no
+// duplicate address (as the clients saw the ACKs, and in the appliance's
+// leases), every node READY, no NOT_READY flap. Never timings.
+func TestSmallStorm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end storm: skipped with -short")
+	}
+	require.Root(t, "the storm makes network namespaces")
+	require.Tool(t, "ip", "go")
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-race", "-o", bin+"/", "github.com/corralhq/corral/cmd/corrald")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build corrald: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	work := t.TempDir()
+	r, err := Run(ctx, Config{
+		Machines: 200, Nodes: 200, Stagger: 10 * time.Second,
+		KernelBytes: 256 << 10, InitrdBytes: 1 << 20,
+		AgentHeartbeat: 3 * time.Second, NodeHeartbeat: 3 * time.Second,
+		NodeHeartbeatTimeout: 9 * time.Second, NodeSweepInterval: 4500 * time.Millisecond,
+		Soak: 10 * time.Second, InstallStep: 20 * time.Millisecond, Timeout: 3 * time.Minute,
+		CorraldArgs: []string{"--reconcile-interval", "2s"},
+		Corrald:     filepath.Join(bin, "corrald"), WorkDir: work, ID: fmt.Sprintf("t%d", os.Getpid()%10000),
+		Log: testLog{t},
+	})
+	if err != nil {
+		t.Fatalf("storm: %v\ncorrald log:\n%s", err, tail(filepath.Join(work, "corrald.log"), 30))
+	}
+	var b strings.Builder
+	r.Print(&b, nil)
+	t.Log("\n" + b.String())
+	got := map[string]int{"inventoried": r.Inventoried, "lost": r.Lost, "duplicates": r.Duplicates,
+		"lease MACs twice": r.LeaseMACsTwice, "lease mismatch": r.LeaseMismatch, "nodes READY": r.NodesReady, "flaps": r.Flaps}
+	want := map[string]int{"inventoried": 200, "lost": 0, "duplicates": 0,
+		"lease MACs twice": 0, "lease mismatch": 0, "nodes READY": 200, "flaps": 0}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("storm correctness (-want +got):\n%s\ncorrald log:\n%s", d, tail(filepath.Join(work, "corrald.log"), 30))
+	}
+	if !r.OK() {
+		t.Errorf("report not OK: %s", r.Summary())
+	}
+}
+
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func TestParseScript(t *testing.T) {
+	golden, err := os.ReadFile("../../boot/http/testdata/discover.ipxe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := map[string]struct {
+		body    string
+		want    bootScript
+		wantErr string
+	}{
+		"discover golden": {body: string(golden), want: bootScript{
+			intent: "discover", kernel: "http://10.0.0.1:8080/images/vmlinuz?mac=52:54:00:00:00:01",
+			initrd: "http://10.0.0.1:8080/images/initrd.img?mac=52:54:00:00:00:01", hasKernelParams: true,
+			params: cmdline.Params{Endpoints: []string{"10.0.0.1:20180"}, Token: "crl_0123456789abcdef_secretsecretsecretsecretsecretsecretsecretsecretsecre",
+				CAFingerprint: strings.Repeat("ab", 32), MAC: "52:54:00:00:00:01"},
+		}},
+		"local":       {body: "#!ipxe\n# Corral local boot for m-1 (52:54:00:00:00:01)\necho Corral: m-1 boots from its local disk\nexit\n", want: bootScript{intent: "local"}},
+		"not ipxe":    {body: "<html>", wantErr: "not an iPXE script"},
+		"no intent":   {body: "#!ipxe\nexit\n", wantErr: "no Corral intent"},
+		"no initrd":   {body: "#!ipxe\n# Corral discover boot for m\nkernel http://x/k corral.endpoint=1.2.3.4:1 corral.token=t corral.ca=" + strings.Repeat("ab", 32) + " corral.mac=52:54:00:00:00:01\nboot\n", wantErr: "kernel without initrd"},
+		"bad cmdline": {body: "#!ipxe\n# Corral discover boot for m\nkernel http://x/k corral.mac=zz\n", wantErr: "kernel command line"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := parseScript([]byte(tc.body))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tc.want, got, cmp.AllowUnexported(bootScript{})); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// TestMachineIdentity: MACs, serials and UUIDs are unique across a row,
+// and a large machine reports 2 sockets, 24 DIMMs, 12 disks, 4 NICs.
+func TestMachineIdentity(t *testing.T) {
+	seen := map[string]bool{}
+	for i := range 70000 {
+		id := newMachineID(0xbeef, i, i%4 == 0)
+		for _, k := range []string{id.serial, id.uuidString(), id.macs[0].String(), id.macs[3].String()} {
+			if seen[k] {
+				t.Fatalf("machine %d: %s twice", i, k)
+			}
+			seen[k] = true
+		}
+	}
+	f := newMachineID(1, 7, true).facts()
+	got := map[string]int{"sockets": int(f.GetCpu().GetSockets()), "dimms": len(f.GetMemory().GetDimms()), "disks": len(f.GetDisks()), "nics": len(f.GetNics())}
+	if d := cmp.Diff(map[string]int{"sockets": 2, "dimms": 24, "disks": 12, "nics": 4}, got); d != "" {
+		t.Errorf("large machine (-want +got):\n%s", d)
+	}
+	for _, d := range f.GetDisks() {
+		if d.GetSerial() == "" || d.GetWwn() == "" {
+			t.Errorf("disk %s without serial or WWN", d.GetName())
+		}
+	}
+}
+
+// TestReportOK: each correctness failure makes the report not OK, and
+// the summary line has the shape scripts read.
+func TestReportOK(t *testing.T) {
+	good := func() *Report { return &Report{Machines: 10, Inventoried: 10, Seconds: 12.4} }
+	tests := map[string]struct {
+		mut  func(*Report)
+		want bool
+	}{
+		"all good":          {mut: func(*Report) {}, want: true},
+		"one lost":          {mut: func(r *Report) { r.Inventoried, r.Lost = 9, 1 }},
+		"duplicate":         {mut: func(r *Report) { r.Duplicates = 1 }},
+		"lease twice":       {mut: func(r *Report) { r.LeaseMACsTwice = 1 }},
+		"lease to another":  {mut: func(r *Report) { r.LeaseMismatch = 1 }},
+		"not ready flap":    {mut: func(r *Report) { r.Flaps = 1 }},
+		"inventoried short": {mut: func(r *Report) { r.Inventoried = 9 }},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			r := good()
+			tc.mut(r)
+			if got := r.OK(); got != tc.want {
+				t.Errorf("OK() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if got, want := good().Summary(), "fleet: 10/10 inventoried, 0 lost, 0 duplicate addresses, 0 NOT_READY flaps, 12 s"; got != want {
+		t.Errorf("summary %q, want %q", got, want)
+	}
+}
