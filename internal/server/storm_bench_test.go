@@ -24,6 +24,8 @@ import (
 	"github.com/corralhq/corral/auth/clientconfig"
 	boothttp "github.com/corralhq/corral/boot/http"
 	"github.com/corralhq/corral/images"
+	"github.com/corralhq/corral/inventory"
+	"github.com/corralhq/corral/inventory/pool"
 	"github.com/corralhq/corral/store"
 )
 
@@ -539,4 +541,104 @@ func BenchmarkStorm(b *testing.B) {
 	fmt.Printf("STORM   node beats: %d, p50 %v p99 %v, %d failed\n", len(beatLat), pctl(beatLat, .5).Round(time.Microsecond), pctl(beatLat, .99).Round(time.Microsecond), beatErr.Load())
 	fmt.Printf("STORM   CPU %.1f s over %.1f s (%.0f%% of the 2 cores; simulated clients included), heap in use %d MB, store file %d MB\n",
 		cpu.Seconds(), all.Seconds(), 100*cpu.Seconds()/all.Seconds()/float64(runtime.NumCPU()), ms.HeapInuse>>20, size>>20)
+}
+
+// rssBytes is this process's resident set (VmRSS).
+func rssBytes() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// BenchmarkStormFootprint writes STORM_MACHINES machines (default 5,000)
+// with large facts through the real inventory code (placeholder, Register,
+// 13 timeline entries each as in BenchmarkStormWrites) and STORM_NODES
+// nodes (default 5,000) into a fresh bbolt store, and prints the store
+// file's size and the heap and RSS growth per machine.
+func BenchmarkStormFootprint(b *testing.B) {
+	dir := b.TempDir()
+	st, err := OpenStore(dir, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	inv, err := inventory.New(inventory.Config{Store: st, MaxDiscovered: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := pool.New(pool.Config{Store: st})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- inv.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	machines, nodes := envInt("STORM_MACHINES", 5000), envInt("STORM_NODES", 5000)
+	var ms0, ms1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms0)
+	rss0 := rssBytes()
+	var g sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for i := range machines {
+		g.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; g.Done() }()
+			mac := stormMAC(i)
+			if _, _, err := inv.EnsureMachineForMAC(ctx, mac); err != nil {
+				b.Error(err)
+				return
+			}
+			for _, ev := range []string{"discover", "offer", "ack", "discover", "offer", "ack", "discover", "offer", "ack", "script", "artifact", "artifact"} {
+				inv.Event(mac, "dhcp", ev, strings.ToUpper(ev)+" storm footprint, a detail of typical length for a boot event", map[string]string{"xid": strconv.Itoa(i), "peer": "10.0.0.1"})
+			}
+			if _, err := inv.Register(ctx, mac, stormFacts(i), inventory.RegisterOptions{}); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	for i := range nodes {
+		g.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; g.Done() }()
+			if _, err := p.ApplyNode(ctx, &poolv1.ApplyNodeRequest{Name: stormNode(i), CpuMilliCores: 80_000, MemoryBytes: 768 << 30,
+				StorageBytes: 12 * 3840 << 30, Rack: fmt.Sprintf("r%02d", i/40), Address: fmt.Sprintf("10.1.%d.%d", i/250, i%250+1), HypervisorPort: 20181,
+				Labels: map[string]string{"corral/serial": fmt.Sprintf("S%09d", i)}}); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	g.Wait()
+	if err := inv.FlushTimeline(ctx); err != nil {
+		b.Fatal(err)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&ms1)
+	rss1 := rssBytes()
+	fi, err := os.Stat(filepath.Join(dir, StoreFile))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var mrec int
+	if kvs, err := st.List(ctx, "/inventory/machines/"); err == nil {
+		for _, kv := range kvs {
+			mrec += len(kv.Value)
+		}
+		mrec /= max(1, len(kvs))
+	}
+	fmt.Printf("STORM footprint: %d machines (large facts, 13 timeline entries each) + %d nodes: store file %.1f MB (%.1f KB per machine+node), machine record %.1f KB; heap in use +%.1f MB (%.1f KB per machine), RSS +%.1f MB (%.1f KB per machine)\n",
+		machines, nodes, float64(fi.Size())/1e6, float64(fi.Size())/1e3/float64(machines), float64(mrec)/1e3,
+		float64(int64(ms1.HeapInuse)-int64(ms0.HeapInuse))/1e6, float64(int64(ms1.HeapInuse)-int64(ms0.HeapInuse))/1e3/float64(machines),
+		float64(rss1-rss0)/1e6, float64(rss1-rss0)/1e3/float64(machines))
 }
