@@ -56,9 +56,25 @@ type HypervisorBoot interface {
 	KexecPlan(ctx context.Context, machine, mac, host string) (*nodev1.KexecPlan, error)
 }
 
+// SetKexec sets Config.Kexec after New: internal/server makes the boot
+// servers, which render the hypervisor boot, after the lifecycle. Safe
+// for concurrent use.
+func (l *Lifecycle) SetKexec(hb HypervisorBoot) {
+	l.kexecMu.Lock()
+	defer l.kexecMu.Unlock()
+	l.cfg.Kexec = hb
+}
+
+// hypervisorBoot is Config.Kexec (nil: no kexec).
+func (l *Lifecycle) hypervisorBoot() HypervisorBoot {
+	l.kexecMu.Lock()
+	defer l.kexecMu.Unlock()
+	return l.cfg.Kexec
+}
+
 // kexecTimeout is Config.KexecTimeout's bound; 0 when kexec is off.
 func (l *Lifecycle) kexecTimeout() time.Duration {
-	if l.cfg.Kexec == nil || l.cfg.KexecTimeout < 0 {
+	if l.hypervisorBoot() == nil || l.cfg.KexecTimeout < 0 {
 		return 0
 	}
 	return l.cfg.KexecTimeout
@@ -110,7 +126,11 @@ func (l *Lifecycle) kexecPlan(ctx context.Context, m *inventoryv1.Machine) (*nod
 	if mac == "" {
 		return nil, errors.New("the machine has no boot MAC")
 	}
-	return l.cfg.Kexec.KexecPlan(ctx, m.GetName(), mac, host)
+	hb := l.hypervisorBoot()
+	if hb == nil {
+		return nil, errors.New("kexec is turned off on this appliance")
+	}
+	return hb.KexecPlan(ctx, m.GetName(), mac, host)
 }
 
 // onKexecProgress handles the agent's "kexec" progress of install id: an

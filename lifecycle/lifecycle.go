@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
@@ -99,6 +100,8 @@ type Lifecycle struct {
 	// streams ties install plans to the agent stream they went on
 	// (csr.go); its zero value is ready.
 	streams planStreams
+	// kexecMu guards cfg.Kexec (SetKexec).
+	kexecMu sync.Mutex
 }
 
 // New validates cfg and returns a Lifecycle. Run runs its reconciler; the

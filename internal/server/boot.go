@@ -155,7 +155,7 @@ func (s *Server) initBoot() error {
 		}
 	}()
 	closers = append(closers, hs.Close)
-	s.kexec.set(hs, serverIP.String())
+	s.lifecycle.SetKexec(kexecBoot{http: hs, ip: serverIP.String()})
 	_, httpPort, _ := net.SplitHostPort(hs.Addr().String())
 	httpBase := "http://" + net.JoinHostPort(serverIP.String(), httpPort)
 

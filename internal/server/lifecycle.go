@@ -103,9 +103,9 @@ func (s *Server) initLifecycle(p *pool.Pool) error {
 		AutoAcceptSerials: lc.AutoAcceptSerials, Agents: lc.Agents,
 		WatchMachines: s.inv.WatchMachines, PeerEndpoints: s.peerEndpoints,
 		Owns: s.owns,
-		// The hypervisor boot agents kexec after an install (initBoot
-		// gives it the boot HTTP server).
-		Kexec: &s.kexec, KexecTimeout: lc.KexecTimeout,
+		// initBoot sets the hypervisor boot agents kexec after an
+		// install (SetKexec).
+		KexecTimeout: lc.KexecTimeout,
 	}
 	if s.cfg.Store.Kind == StoreEtcd {
 		cfg.Claims = &fleet.SessionClaims{Store: s.store, Self: s.cfg.Fleet.Name}
