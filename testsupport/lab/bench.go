@@ -34,17 +34,21 @@ func (m MachineFigures) Figures() map[string]float64 {
 	}
 	seen := map[string]bool{}
 	for _, b := range m.Boots {
-		if b.Intent != "discover" && b.Intent != "hypervisor" || seen[b.Intent] {
+		// A kexec'd hypervisor boot (intent hypervisor/kexec) has no
+		// DHCP: its SCRIPT→KERNEL+INITRD is the kexec to the agent's
+		// fetches.
+		intent, _, _ := strings.Cut(b.Intent, "/")
+		if intent != "discover" && intent != "hypervisor" || seen[intent] {
 			continue
 		}
-		seen[b.Intent] = true
+		seen[intent] = true
 		initrd := firstNonZero(b.Initrd, b.Kernel)
-		put(b.Intent+" POWER→DHCP", b.Power, b.DHCP)
-		put(b.Intent+" DHCP→SCRIPT", b.DHCP, b.Script)
-		put(b.Intent+" SCRIPT→KERNEL+INITRD", b.Script, initrd)
-		put(b.Intent+" INITRD→AGENT", initrd, b.Agent)
-		if b.Intent == "discover" {
-			put(b.Intent+" AGENT→LAST", b.Agent, b.Last)
+		put(intent+" POWER→DHCP", b.Power, b.DHCP)
+		put(intent+" DHCP→SCRIPT", b.DHCP, b.Script)
+		put(intent+" SCRIPT→KERNEL+INITRD", b.Script, initrd)
+		put(intent+" INITRD→AGENT", initrd, b.Agent)
+		if intent == "discover" {
+			put(intent+" AGENT→LAST", b.Agent, b.Last)
 		}
 	}
 	put("POWER→INVENTORIED", m.Power, m.Inventoried)

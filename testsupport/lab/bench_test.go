@@ -37,6 +37,20 @@ func TestFigures(t *testing.T) {
 			},
 			want: map[string]float64{"discover DHCP→SCRIPT": 1, "discover SCRIPT→KERNEL+INITRD": 1, "discover INITRD→AGENT": 10, "discover AGENT→LAST": 1, "POWER→INVENTORIED": 12},
 		},
+		"kexec into the hypervisor image": {
+			m: MachineFigures{
+				Boots: []Boot{
+					{Intent: "discover", Power: at(0), DHCP: at(2), Script: at(3), Kernel: at(3.5), Initrd: at(4), Agent: at(14), Last: at(20)},
+					{Intent: "hypervisor/kexec", Power: at(20), Script: at(20), Kernel: at(21), Initrd: at(22), Agent: at(30), Last: at(30)},
+				},
+				Power: at(0), Inventoried: at(14), Installed: at(20), Ready: at(30),
+			},
+			want: map[string]float64{
+				"discover POWER→DHCP": 2, "discover DHCP→SCRIPT": 1, "discover SCRIPT→KERNEL+INITRD": 1, "discover INITRD→AGENT": 10, "discover AGENT→LAST": 6,
+				"hypervisor SCRIPT→KERNEL+INITRD": 2, "hypervisor INITRD→AGENT": 8,
+				"POWER→INVENTORIED": 14, "POWER→INSTALL DONE": 20, "POWER→READY": 30,
+			},
+		},
 		"a second discovery boot is not counted": {
 			m: MachineFigures{Boots: []Boot{
 				{Intent: "discover", DHCP: at(1), Script: at(2)},
