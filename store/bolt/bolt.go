@@ -9,8 +9,10 @@
 // (github.com/corralhq/corral/store).
 //
 // Writes are group-committed: concurrent Put and Delete calls queue to a
-// single committer goroutine, which applies everything already queued in one
-// bbolt transaction and one fsync. A lone writer is committed at once.
+// single committer goroutine, which applies everything already queued as
+// one batch, made durable by one journal append and one fdatasync
+// (journal.go) before any of it is answered; the journal is folded into
+// bbolt in large transactions. A lone writer is committed at once.
 //
 // Open never modifies a file it cannot fully validate: a truncated,
 // corrupt or foreign file yields an error that names the path and wraps
@@ -24,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,6 +74,10 @@ type Options struct {
 	// starts empty at Open, so a resume from before Open is refused with
 	// store.ErrCompacted.
 	HistoryEvents, HistoryBytes int
+	// NoJournal commits every batch as its own bbolt transaction (two
+	// fdatasyncs) instead of through the journal (one append and one
+	// fdatasync, folded into bbolt in large transactions).
+	NoJournal bool
 }
 
 // Store is a bbolt-backed store.Store. Create it with Open.
@@ -89,9 +96,22 @@ type Store struct {
 	ops           chan *op
 	committerDone chan struct{}
 
+	// The journal (nil with Options.NoJournal) and the overlay: changes
+	// journaled and not yet folded into bbolt. Only the committer writes
+	// ov and ovRev (under ovMu); readers read them under ovMu.RLock, held
+	// across their bbolt read so a fold cannot slip between the two.
+	jr     *journal
+	ovMu   sync.RWMutex
+	ov     map[string]ovEntry
+	ovRev  int64 // the store revision: the last one journaled or committed
+	failed error // a journal append failed: writes are refused (committer only)
+	// foldBytes is the journal's size bound (foldBytes; tests lower it).
+	foldBytes int64
+
 	// Counters for tests and diagnostics.
 	commits atomic.Int64 // successful commits that changed something
 	writes  atomic.Int64 // successful Put and Delete operations
+	folds   atomic.Int64 // overlay folds into bbolt
 }
 
 var (
@@ -186,7 +206,27 @@ func Open(path string, opts Options) (*Store, error) {
 		hub:           watch.NewHub(watchBuffer, log),
 		ops:           make(chan *op, maxBatch),
 		committerDone: make(chan struct{}),
+		ov:            map[string]ovEntry{},
+		foldBytes:     foldBytes,
 	}
+	// A journal left by a crash is replayed even with NoJournal.
+	if _, serr := os.Stat(journalPath(path)); !opts.NoJournal || serr == nil {
+		if s.jr, err = openJournal(path); err == nil {
+			openRev, err = s.replay(openRev)
+		}
+		if err != nil {
+			if s.jr != nil {
+				s.jr.f.Close()
+			}
+			_ = db.Close()
+			return nil, fmt.Errorf("bolt: open %s: %w", path, err)
+		}
+		if opts.NoJournal {
+			s.jr.f.Close()
+			s.jr = nil
+		}
+	}
+	s.ovRev = openRev
 	s.hub.SetHistory(opts.HistoryEvents, opts.HistoryBytes, openRev)
 	go s.commitLoop()
 	log.Info("store opened", "path", path, "fresh", fresh)
@@ -292,6 +332,14 @@ func (s *Store) Get(ctx context.Context, key string) (store.KV, error) {
 	}
 	defer s.closeMu.RUnlock()
 
+	s.ovMu.RLock()
+	defer s.ovMu.RUnlock()
+	if e, ok := s.ov[key]; ok {
+		if e.deleted {
+			return store.KV{}, fmt.Errorf("bolt: get %q: %w", key, store.ErrNotFound)
+		}
+		return store.KV{Key: key, Value: append([]byte{}, e.value...), Revision: e.rev}, nil
+	}
 	var kv store.KV
 	err := s.db.View(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(recordsBucket)
@@ -334,6 +382,8 @@ func (s *Store) ListRevision(ctx context.Context, prefix string) ([]store.KV, in
 
 	out := []store.KV{}
 	var cur int64
+	s.ovMu.RLock()
+	defer s.ovMu.RUnlock()
 	err := s.db.View(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(recordsBucket)
 		meta := tx.Bucket(metaBucket)
@@ -357,6 +407,7 @@ func (s *Store) ListRevision(ctx context.Context, prefix string) ([]store.KV, in
 	if err != nil {
 		return nil, 0, fmt.Errorf("bolt: list %q: %w", prefix, err)
 	}
+	out, cur = s.overlayLocked(out, cur, prefix)
 	return out, cur, nil
 }
 
@@ -376,8 +427,52 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 	return rev, nil
 }
 
-// revision reads the committed store revision.
+// revision is the store revision: the last one committed, journaled
+// included.
 func (s *Store) revision() (int64, error) {
+	s.ovMu.RLock()
+	defer s.ovMu.RUnlock()
+	rev, err := s.boltRevision()
+	return max(rev, s.ovRev), err
+}
+
+// overlayLocked merges the overlay's records under prefix into out (in
+// key order, as read from bbolt at revision cur) and returns the merged
+// records and revision. Caller holds ovMu (shared).
+func (s *Store) overlayLocked(out []store.KV, cur int64, prefix string) ([]store.KV, int64) {
+	if len(s.ov) == 0 {
+		return out, cur
+	}
+	var keys []string
+	for k := range s.ov {
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return out, max(cur, s.ovRev)
+	}
+	slices.Sort(keys)
+	merged := make([]store.KV, 0, len(out)+len(keys))
+	i := 0
+	for _, k := range keys {
+		for i < len(out) && out[i].Key < k {
+			merged = append(merged, out[i])
+			i++
+		}
+		if i < len(out) && out[i].Key == k {
+			i++ // replaced (or deleted) by the overlay
+		}
+		if e := s.ov[k]; !e.deleted {
+			merged = append(merged, store.KV{Key: k, Value: append([]byte{}, e.value...), Revision: e.rev})
+		}
+	}
+	merged = append(merged, out[i:]...)
+	return merged, max(cur, s.ovRev)
+}
+
+// boltRevision reads the revision committed to bbolt.
+func (s *Store) boltRevision() (int64, error) {
 	var cur int64
 	err := s.db.View(func(tx *bbolt.Tx) error {
 		meta := tx.Bucket(metaBucket)
@@ -468,6 +563,16 @@ func (s *Store) Close() error {
 	close(s.ops)
 	<-s.committerDone
 	s.hub.CloseAll()
+	if s.jr != nil {
+		if s.failed == nil {
+			if err := s.fold(); err != nil {
+				// The journal keeps what was not folded: the next Open
+				// replays it.
+				s.log.Error("store fold at close failed", "path", s.path, "err", err)
+			}
+		}
+		s.jr.f.Close()
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("bolt: close %s: %w", s.path, err)
 	}

@@ -130,13 +130,45 @@ func (s *Store) commitLoop() {
 	}
 }
 
-// commit applies batch in order inside one read-write transaction. Each
+// commit applies batch in order: through the journal (journal.go) unless
+// Options.NoJournal, else inside one read-write transaction. Each
 // op's precondition is checked against the state left by the ops before it;
 // an op that fails its precondition gets its own error and does not abort
 // the transaction. If the commit itself fails, every op gets that error and
 // no event is published. Events are published only after a successful
 // commit, then every op is answered.
 func (s *Store) commit(batch []*op) {
+	if s.failed != nil {
+		for _, o := range batch {
+			o.done <- result{err: fmt.Errorf("commit: the store journal failed earlier, writes are refused until restart: %w", s.failed)}
+		}
+		return
+	}
+	if s.jr == nil {
+		s.commitBolt(batch)
+		return
+	}
+	if s.commitJournal(batch) {
+		return
+	}
+	// Too big for the journal: fold, then commit to bbolt directly.
+	if err := s.fold(); err != nil {
+		s.log.Error("store commit failed", "path", s.path, "ops", len(batch), "err", err)
+		for _, o := range batch {
+			o.done <- result{err: fmt.Errorf("commit: %w", err)}
+		}
+		return
+	}
+	s.commitBolt(batch)
+	if rev, err := s.boltRevision(); err == nil {
+		s.ovMu.Lock()
+		s.ovRev = rev
+		s.ovMu.Unlock()
+	}
+}
+
+// commitBolt commits batch in one bbolt transaction (two fdatasyncs).
+func (s *Store) commitBolt(batch []*op) {
 	results := make([]result, len(batch))
 	var events []store.Event
 

@@ -27,6 +27,8 @@ func (s *Store) Snapshot(ctx context.Context) (int64, []store.KV, error) {
 
 	var rev int64
 	out := []store.KV{}
+	s.ovMu.RLock()
+	defer s.ovMu.RUnlock()
 	err := s.db.View(func(tx *bbolt.Tx) error {
 		meta, b := tx.Bucket(metaBucket), tx.Bucket(recordsBucket)
 		if meta == nil || b == nil {
@@ -57,5 +59,6 @@ func (s *Store) Snapshot(ctx context.Context) (int64, []store.KV, error) {
 	if err != nil {
 		return 0, nil, fmt.Errorf("bolt: snapshot: %w", err)
 	}
+	out, rev = s.overlayLocked(out, rev, "")
 	return rev, out, nil
 }
