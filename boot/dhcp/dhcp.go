@@ -407,14 +407,7 @@ func (s *Server) Run(ctx context.Context) error {
 	errc := make(chan error, 2)
 	serve := func(conn net.PacketConn, port int) {
 		defer wg.Done()
-		srv, err := server4.NewServer("", nil, func(c net.PacketConn, peer net.Addr, m *dhcpv4.DHCPv4) {
-			s.dispatch(ctx, c, peer, m, port)
-		}, server4.WithConn(conn), server4.WithLogger(srvLogger{s}))
-		if err != nil {
-			errc <- err
-			return
-		}
-		err = srv.Serve()
+		err := s.serve(ctx, conn, port)
 		if ctx.Err() == nil {
 			errc <- fmt.Errorf("dhcp: port %d: %w", port, err)
 		}
@@ -444,20 +437,46 @@ func (s *Server) Run(ctx context.Context) error {
 	return err
 }
 
-// srvLogger turns server4's messages into slog lines: unparsable packets
-// are warned about (rate-limited), everything else is debug.
-type srvLogger struct{ s *Server }
-
-func (l srvLogger) PrintMessage(prefix string, m *dhcpv4.DHCPv4) {}
-func (l srvLogger) Printf(format string, v ...any) {
-	msg := fmt.Sprintf(format, v...)
-	if strings.HasPrefix(msg, "Error parsing") {
-		n := l.s.bad.Add(1)
-		l.s.observe(nil, OutcomeMalformed)
-		l.s.warn.Warn(logMalformed, "ignoring malformed DHCP packet", "err", msg, "malformed_total", n)
-		return
+// serve reads packets from conn until it fails (closed by Run) and hands
+// each to a handler goroutine (dispatch bounds them). It replaces
+// server4.Server.Serve, which allocated a 4 KiB buffer and formatted a
+// debug line per packet: the buffer here is reused (dhcpv4.FromBytes
+// copies what it keeps) and nothing is formatted for a good packet.
+func (s *Server) serve(ctx context.Context, conn net.PacketConn, port int) error {
+	buf := make([]byte, 4096)
+	for {
+		n, peer, err := conn.ReadFrom(buf)
+		if err != nil {
+			return err
+		}
+		m, err := dhcpv4.FromBytes(buf[:n])
+		if err != nil {
+			bad := s.bad.Add(1)
+			s.observe(nil, OutcomeMalformed)
+			s.warn.Warn(logMalformed, "ignoring malformed DHCP packet", "err", "Error parsing DHCPv4 request: "+err.Error(), "malformed_total", bad)
+			continue
+		}
+		up, ok := peer.(*net.UDPAddr)
+		if !ok {
+			continue
+		}
+		if up.IP == nil || up.IP.To4().Equal(net.IPv4zero) {
+			// A client without an address: answer by broadcast.
+			up = &net.UDPAddr{IP: net.IPv4bcast, Port: up.Port}
+		}
+		// The in-flight bound is taken before the goroutine starts, so an
+		// overload costs no goroutine per dropped packet.
+		select {
+		case s.sem <- struct{}{}:
+		default:
+			n := s.dropped.Add(1)
+			s.observe(m, OutcomeOverload)
+			s.warn.Warn(logOverloaded, "DHCP overloaded: dropping packets", "in_flight", s.cfg.MaxInFlight, "dropped_total", n)
+			continue
+		}
+		s.handlers.Add(1)
+		go s.dispatch(ctx, conn, up, m, port)
 	}
-	l.s.log.Debug(msg)
 }
 
 // Dropped is how many packets were dropped because MaxInFlight handlers
@@ -475,20 +494,12 @@ func (s *Server) Superseded() uint64 {
 	return s.leases.superseded.Load()
 }
 
-func (s *Server) dispatch(ctx context.Context, conn net.PacketConn, peer net.Addr, m *dhcpv4.DHCPv4, port int) {
-	select {
-	case s.sem <- struct{}{}:
-	default:
-		n := s.dropped.Add(1)
-		s.observe(m, OutcomeOverload)
-		s.warn.Warn(logOverloaded, "DHCP overloaded: dropping packets", "in_flight", s.cfg.MaxInFlight, "dropped_total", n)
-		return
-	}
-	s.handlers.Add(1)
+// dispatch handles one packet: serve took its slot in s.sem and counted it
+// in s.handlers; dispatch gives both back.
+func (s *Server) dispatch(ctx context.Context, conn net.PacketConn, up *net.UDPAddr, m *dhcpv4.DHCPv4, port int) {
 	defer func() { <-s.sem; s.handlers.Done() }()
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 	defer cancel()
-	up, _ := peer.(*net.UDPAddr)
 	reply, dst := s.Respond(hctx, m, up, port)
 	if reply == nil {
 		s.observe(m, OutcomeIgnored)
