@@ -14,7 +14,7 @@ PREFIX=12
 SERVER_CPU=${SERVER_CPU:-1}
 CLIENT_CPU=${CLIENT_CPU:-0}
 OUT=${BENCH_DIR:-/var/tmp/corral-bench-$ID}
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=${REPO:-$(cd "$(dirname "$0")/.." && pwd)}
 BIN=$OUT/bin
 PIDS=""
 
