@@ -39,6 +39,31 @@ type procStat struct {
 
 const clockTicks = 100 // USER_HZ on Linux
 
+// runQueueWait sums, over pid's threads, the time they were runnable but
+// waiting for a CPU (/proc/PID/task/TID/schedstat, second field, ns): on
+// a loaded machine that, not the appliance's own work, can be where a
+// request waits.
+func runQueueWait(pid int) time.Duration {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var total int64
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "schedstat"))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b))
+		if len(f) >= 2 {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			total += n
+		}
+	}
+	return time.Duration(total)
+}
+
 func readProc(pid int) (procStat, error) {
 	var s procStat
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")

@@ -14,9 +14,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -131,6 +133,27 @@ func (m *machine) boot(ctx context.Context) (bootScript, error) {
 	}
 	s.st.observe(PhaseFetch, time.Since(t))
 	return bs, nil
+}
+
+// bootAttempts is how many times a machine network-boots before it
+// gives up: a failed script or fetch makes iPXE exit, and the firmware
+// tries the next boot (PXE again) after a few seconds, as real servers
+// loop over their boot order.
+const bootAttempts = 4
+
+// bootRetry boots until one attempt gets through or bootAttempts failed;
+// each retry is counted under its cause.
+func (m *machine) bootRetry(ctx context.Context) (bootScript, error) {
+	for attempt := 1; ; attempt++ {
+		bs, err := m.boot(ctx)
+		if err == nil || attempt == bootAttempts || ctx.Err() != nil {
+			return bs, err
+		}
+		m.s.st.add("boot retried after: "+cause(err), 1)
+		if !sleepCtx(ctx, time.Duration(float64(3*time.Second+time.Duration(mrand.Int64N(int64(4*time.Second))))*m.s.cfg.DHCPTimeoutScale)) {
+			return bs, ctx.Err()
+		}
+	}
 }
 
 // hold puts the leased address on the client end and records it; a
@@ -332,6 +355,7 @@ func (m *machine) registerTimer(ctx context.Context, method string, req, reply a
 			m.registered, m.regAt = true, time.Now()
 			m.s.st.observe(PhasePowerToInv, m.regAt.Sub(m.powerOn))
 			m.s.registered.Add(1)
+			m.s.lastReg.Store(m.regAt.UnixNano())
 		}
 		m.mu.Unlock()
 	}
@@ -505,7 +529,11 @@ func archOf(uefi bool) iana.Arch {
 // failure wraps err under a short cause for the failure table.
 func failure(step string, err error) error {
 	var ne net.Error
+	var ue *url.Error
 	switch {
+	case errors.As(err, &ue) && !ue.Timeout():
+		// Without the URL: it names the MAC.
+		return fmt.Errorf("%s: %s: %s", step, ue.Op, cause(ue.Err))
 	case errors.Is(err, errDHCPTimeout):
 		return fmt.Errorf("%s: timeout", step)
 	case errors.Is(err, context.Canceled):

@@ -69,15 +69,29 @@ type Report struct {
 	LeasesLive                                  int
 	LeaseMACsTwice, LeaseMismatch, LeaseMissing int
 	Flaps                                       int
-	FlapLines                                   []string
-	Seconds, WallSeconds, AllInventoriedAfter   float64
-	CPUSeconds                                  float64
-	StartRSSBytes, PeakRSSBytes, EndRSSBytes    int64
-	StoreBytes                                  int64
-	Threads                                     int
-	Phases                                      []PhaseFigures
-	Failures                                    map[string]int
-	Counters                                    map[string]int64
+	// MaxNotReady is the most nodes corrald's gauge counted NOT_READY at
+	// once (sampled every second).
+	MaxNotReady                               int
+	FlapLines                                 []string
+	Seconds, WallSeconds, AllInventoriedAfter float64
+	// AllRegisteredAfter: the last machine's first Register answered OK
+	// (the appliance has stored it INVENTORIED when it answers).
+	AllRegisteredAfter                       float64
+	CPUSeconds                               float64
+	StartRSSBytes, PeakRSSBytes, EndRSSBytes int64
+	StoreBytes                               int64
+	Threads                                  int
+	// The soak: nodes heartbeating, nothing booting. SoakCPUSeconds is
+	// corrald's CPU over SoakSeconds, for SoakHeartbeats ApplyNode calls.
+	SoakSeconds, SoakCPUSeconds float64
+	SoakHeartbeats              int64
+	// RunQueueSeconds is how long corrald's threads were runnable but
+	// waiting for a CPU; SimCPUSeconds the simulator's own CPU (it shares
+	// the machine).
+	RunQueueSeconds, SimCPUSeconds float64
+	Phases                         []PhaseFigures
+	Failures                       map[string]int
+	Counters                       map[string]int64
 	// Queues are corrald's own histograms at the end of the storm (API
 	// handling by method, store commits, boot HTTP, boot phases);
 	// MetricCounters its DHCP and boot HTTP outcomes.
@@ -200,11 +214,17 @@ func (r *Report) Print(w io.Writer, base *Baseline) {
 	}
 	tw.Flush()
 	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
-	fmt.Fprintf(w, "all INVENTORIED (appliance's watch) after %.1f s; storm %.1f s; states %v; nodes READY %d/%d\n",
-		r.AllInventoriedAfter, r.Seconds, r.States, r.NodesReady, r.Nodes)
+	fmt.Fprintf(w, "all registered (Register answered) after %.1f s; all INVENTORIED (corrald's corral_machines gauges) after %.1f s; storm %.1f s; at the end (ListMachines, ListNodes) states %v, nodes READY %d/%d; most nodes NOT_READY at once %d\n",
+		r.AllRegisteredAfter, r.AllInventoriedAfter, r.Seconds, r.States, r.NodesReady, r.Nodes, r.MaxNotReady)
 	fmt.Fprintf(w, "corrald: cpu %.1f s over %.0f s (%.0f%% of a core, %.1f ms a machine), rss start %.0f MiB peak %.0f MiB end %.0f MiB (%.1f KiB a machine), threads %d\n",
 		r.CPUSeconds, r.WallSeconds, 100*r.CPUSeconds/max(r.WallSeconds, 1), 1000*r.CPUSeconds/float64(r.Machines),
 		mib(r.StartRSSBytes), mib(r.PeakRSSBytes), mib(r.EndRSSBytes), float64(r.EndRSSBytes-r.StartRSSBytes)/1024/float64(r.Machines), r.Threads)
+	if r.SoakHeartbeats > 0 {
+		fmt.Fprintf(w, "steady state (soak, %d nodes heartbeating, nothing booting): corrald cpu %.1f s over %.0f s = %.0f%% of a core, %.2f ms per heartbeat (%d heartbeats, %.0f/s)\n",
+			r.NodesReady, r.SoakCPUSeconds, r.SoakSeconds, 100*r.SoakCPUSeconds/max(r.SoakSeconds, 1), 1000*r.SoakCPUSeconds/float64(r.SoakHeartbeats),
+			r.SoakHeartbeats, float64(r.SoakHeartbeats)/max(r.SoakSeconds, 1))
+	}
+	fmt.Fprintf(w, "corrald threads waited %.1f s for a CPU (runnable, not running); the simulator used %.1f s of CPU\n", r.RunQueueSeconds, r.SimCPUSeconds)
 	fmt.Fprintf(w, "store: corral.db %.1f MiB (%.1f KiB a machine); leases live %d, MACs with two live leases %d, held addresses leased to another MAC %d, held without a live lease %d\n",
 		mib(r.StoreBytes), float64(r.StoreBytes)/1024/float64(r.Machines), r.LeasesLive, r.LeaseMACsTwice, r.LeaseMismatch, r.LeaseMissing)
 	if n := r.Counters["bytes fetched"]; n > 0 {

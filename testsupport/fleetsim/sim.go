@@ -171,22 +171,18 @@ type sim struct {
 	registered atomic.Int64
 	done       atomic.Int64 // machines finished (either way)
 	nodesUp    atomic.Int64 // machines whose node applied
+	lastReg    atomic.Int64 // unix ns of the latest first Register
 
-	viewMu   sync.Mutex
-	view     map[string]*seen // machine name → what the watch saw
-	serials  map[string]bool  // the run's serials
-	allInvAt time.Time
-	inv      int
+	serials map[string]bool // the run's machines
+
+	viewMu sync.Mutex
+	// From corrald's /metrics gauges (pollGauges).
+	gInv, gDeployed, gReady, gNotReady, maxNotReady int
+	allInvAt                                        time.Time
+	// From the node watch.
 	nodes    map[string]poolv1.Node_NodeState
 	flaps    int
 	flapList []string
-}
-
-// seen is one machine as the appliance's watch showed it.
-type seen struct {
-	serial string
-	state  inventoryv1.Machine_MachineState
-	invAt  time.Time
 }
 
 // Run makes the namespaces, starts corrald, powers on the row, waits
@@ -221,7 +217,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			defer os.RemoveAll(d)
 		}
 	}
-	s := &sim{cfg: cfg, st: newStats(), holders: map[netip.Addr]string{}, view: map[string]*seen{}, serials: map[string]bool{},
+	s := &sim{cfg: cfg, st: newStats(), holders: map[netip.Addr]string{}, serials: map[string]bool{},
 		nodes: map[string]poolv1.Node_NodeState{}}
 	s.logf = func(format string, args ...any) {
 		fmt.Fprintf(cfg.Log, "%s "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05")}, args...)...)
@@ -285,7 +281,7 @@ func (s *sim) storm(ctx context.Context) (*Report, error) {
 	wctx, stopWatch := context.WithCancel(bg)
 	var watchWG sync.WaitGroup
 	watchWG.Add(2)
-	go func() { defer watchWG.Done(); s.watchMachines(wctx, inventoryv1.NewMachineServiceClient(admin)) }()
+	go func() { defer watchWG.Done(); s.pollGauges(wctx) }()
 	go func() { defer watchWG.Done(); s.watchNodes(wctx, poolv1.NewNodeServiceClient(admin)) }()
 	defer func() { stopWatch(); watchWG.Wait() }()
 
@@ -299,6 +295,8 @@ func (s *sim) storm(ctx context.Context) (*Report, error) {
 
 	start := time.Now()
 	cpu0 := s.app.start
+	wait0 := runQueueWait(s.app.pid)
+	self0, _ := readProc(os.Getpid())
 	var mWG sync.WaitGroup
 	for i, m := range ms {
 		mWG.Add(1)
@@ -338,10 +336,10 @@ loop:
 			break loop
 		case <-tick.C:
 			s.viewMu.Lock()
-			inv, ready := s.inv, countReady(s.nodes)
+			inv, dep, ready, nr := s.gInv, s.gDeployed, s.gReady, s.gNotReady
 			s.viewMu.Unlock()
-			s.logf("t=%3.0fs registered %d/%d, appliance: %d inventoried, %d nodes READY, done %d; corrald %s",
-				time.Since(start).Seconds(), s.registered.Load(), cfg.Machines, inv, ready, s.done.Load(), procLine(s.app.pid, cpu0, time.Since(start)))
+			s.logf("t=%3.0fs registered %d/%d; appliance: %d inventoried or later, %d deployed, nodes %d READY %d NOT_READY; machines done %d; corrald %s",
+				time.Since(start).Seconds(), s.registered.Load(), cfg.Machines, inv, dep, ready, nr, s.done.Load(), procLine(s.app.pid, cpu0, time.Since(start)))
 		}
 	}
 	tick.Stop()
@@ -352,13 +350,22 @@ loop:
 	metricsPath := filepath.Join(cfg.WorkDir, "metrics-storm.txt")
 	s.saveMetrics(metricsPath)
 	s.logf("storm over after %.0fs; soaking %s with the nodes beating", stormEnd.Sub(start).Seconds(), cfg.Soak)
+	// The soak is the steady state: nodes heartbeating, nothing booting.
+	soak0, _ := readProc(s.app.pid)
+	beats0 := s.st.n(PhaseHeartbeat)
+	soakStart := time.Now()
 	sleepCtx(ctx, cfg.Soak)
 	end := time.Now()
+	soak1, _ := readProc(s.app.pid)
+	soakBeats := s.st.n(PhaseHeartbeat) - beats0
 
 	// The appliance's own view, before anything stops.
 	r := &Report{Machines: cfg.Machines, Nodes: cfg.Nodes, Stagger: cfg.Stagger, FullFetchShare: cfg.FullFetchShare,
 		KernelBytes: cfg.KernelBytes, InitrdBytes: cfg.InitrdBytes}
 	r.Seconds = stormEnd.Sub(start).Seconds()
+	r.SoakSeconds = end.Sub(soakStart).Seconds()
+	r.SoakCPUSeconds = float64(soak1.ticks-soak0.ticks) / clockTicks
+	r.SoakHeartbeats = soakBeats
 	if q, c, err := queueFigures(metricsPath); err == nil {
 		r.Queues, r.MetricCounters = q, c
 	} else {
@@ -374,6 +381,11 @@ loop:
 	r.WallSeconds = end.Sub(start).Seconds()
 	r.PeakRSSBytes, r.EndRSSBytes, r.StartRSSBytes = int64(pe.hwmKB)<<10, int64(pe.rssKB)<<10, int64(cpu0.rssKB)<<10
 	r.Threads = pe.threads
+	// Threads that ended are not in task/: a lower bound.
+	r.RunQueueSeconds = (runQueueWait(s.app.pid) - wait0).Seconds()
+	if self, err := readProc(os.Getpid()); err == nil {
+		r.SimCPUSeconds = float64(self.ticks-self0.ticks) / clockTicks
+	}
 	stopNodes()
 	nodeWG.Wait()
 	s.app.stop()
@@ -386,7 +398,8 @@ loop:
 	} else {
 		r.AllInventoriedAfter = s.allInvAt.Sub(start).Seconds()
 	}
-	r.Flaps, r.FlapLines = s.flaps, slices.Clone(s.flapList)
+	r.Flaps, r.FlapLines = max(s.flaps, s.maxNotReady), slices.Clone(s.flapList)
+	r.MaxNotReady = s.maxNotReady
 	s.viewMu.Unlock()
 	s.leaseMu.Lock()
 	r.Duplicates, r.DupLines = s.dups, slices.Clone(s.dupLines)
@@ -404,6 +417,9 @@ loop:
 	r.Counters["dhcp answers for no waiting exchange"] = int64(s.dhcp.unmatched)
 	s.dhcp.mu.Unlock()
 	r.Registered = int(s.registered.Load())
+	if n := s.lastReg.Load(); n > 0 && r.Registered == cfg.Machines {
+		r.AllRegisteredAfter = time.Unix(0, n).Sub(start).Seconds()
+	}
 	r.Load = loadavg()
 	return r, nil
 }
@@ -412,7 +428,7 @@ loop:
 // until the appliance reboots it after the install, then (for the first
 // M) the hypervisor boot and the node's heartbeats under nctx.
 func (s *sim) machineRun(ctx, nctx context.Context, m *machine, nodeWG *sync.WaitGroup) error {
-	bs, err := m.boot(ctx)
+	bs, err := m.bootRetry(ctx)
 	if err != nil {
 		return err
 	}
@@ -430,7 +446,7 @@ func (s *sim) machineRun(ctx, nctx context.Context, m *machine, nodeWG *sync.Wai
 		return nil
 	}
 	// The hypervisor boot.
-	bs, err = m.boot(ctx)
+	bs, err = m.bootRetry(ctx)
 	if err != nil {
 		return fmt.Errorf("hypervisor boot: %w", err)
 	}
@@ -502,68 +518,38 @@ func (s *sim) extraNode(ctx context.Context, admin *grpc.ClientConn, adminCfg *c
 	return nil
 }
 
-// watchMachines follows the appliance's machines, resuming after a
-// broken stream; it records when each of the run's machines was first
-// INVENTORIED or later.
-func (s *sim) watchMachines(ctx context.Context, c inventoryv1.MachineServiceClient) {
-	var rev int64
-	for ctx.Err() == nil {
-		got := 0
-		st, err := c.WatchMachines(ctx, &inventoryv1.WatchMachinesRequest{FromRevision: rev})
-		if err == nil {
-			for {
-				ev, err := st.Recv()
-				if err != nil {
-					break
-				}
-				got++
-				if ev.GetRevision() > rev {
-					rev = ev.GetRevision()
-				}
-				if m := ev.GetMachine(); m != nil && ev.GetType() != watchv1.EventType_DELETED {
-					s.saw(m)
-				}
-			}
+// pollGauges reads corrald's own counts every second from /metrics
+// (corral_machines and corral_nodes by state: kept in memory by the
+// appliance, a scrape costs it about a millisecond): the machines at
+// INVENTORIED or later, DEPLOYED, nodes READY and NOT_READY. A NOT_READY
+// count above zero is a flap even when the node watch missed it.
+func (s *sim) pollGauges(ctx context.Context) {
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+		return s.topo.client.dial(ctx, relayAddr, addr)
+	}}}
+	defer hc.CloseIdleConnections()
+	url := fmt.Sprintf("http://%s:%d/metrics", serverAddr, metricsPort)
+	for sleepCtx(ctx, time.Second) {
+		resp, err := hc.Get(url)
+		if err != nil {
+			s.st.add("metrics scrapes failed", 1)
+			continue
 		}
-		if ctx.Err() == nil {
-			s.st.add("machine watch restarts", 1)
-			if !sleepCtx(ctx, time.Second) {
-				return
-			}
-			if got == 0 {
-				rev = 0 // the resume was refused: start over (states only grow)
-			}
+		m, err := parseMetrics(io.LimitReader(resp.Body, 16<<20))
+		resp.Body.Close()
+		if err != nil {
+			continue
 		}
-	}
-}
-
-func inventoried(st inventoryv1.Machine_MachineState) bool {
-	switch st {
-	case inventoryv1.Machine_INVENTORIED, inventoryv1.Machine_INSTALLING, inventoryv1.Machine_DEPLOYED:
-		return true
-	}
-	return false
-}
-
-func (s *sim) saw(m *inventoryv1.Machine) {
-	s.viewMu.Lock()
-	defer s.viewMu.Unlock()
-	serial := m.GetSerial()
-	if !s.serials[serial] {
-		return
-	}
-	v := s.view[m.GetName()]
-	if v == nil {
-		v = &seen{serial: serial}
-		s.view[m.GetName()] = v
-	}
-	v.state = m.GetState()
-	if inventoried(v.state) && v.invAt.IsZero() {
-		v.invAt = time.Now()
-		s.inv++
-		if s.inv == s.cfg.Machines {
-			s.allInvAt = v.invAt
+		g := func(k string) int { return int(m.samples[k]) }
+		inv := g(`corral_machines{state="INVENTORIED"}`) + g(`corral_machines{state="INSTALLING"}`) + g(`corral_machines{state="DEPLOYED"}`)
+		s.viewMu.Lock()
+		s.gInv, s.gDeployed = inv, g(`corral_machines{state="DEPLOYED"}`)
+		s.gReady, s.gNotReady = g(`corral_nodes{state="READY"}`), g(`corral_nodes{state="NOT_READY"}`)
+		s.maxNotReady = max(s.maxNotReady, s.gNotReady)
+		if inv >= s.cfg.Machines && s.allInvAt.IsZero() {
+			s.allInvAt = time.Now()
 		}
+		s.viewMu.Unlock()
 	}
 }
 
@@ -611,18 +597,21 @@ func countReady(nodes map[string]poolv1.Node_NodeState) int {
 	return n
 }
 
-// waitDeployed waits (up to d) until the appliance shows want machines
+func inventoried(st inventoryv1.Machine_MachineState) bool {
+	switch st {
+	case inventoryv1.Machine_INVENTORIED, inventoryv1.Machine_INSTALLING, inventoryv1.Machine_DEPLOYED:
+		return true
+	}
+	return false
+}
+
+// waitDeployed waits (up to d) until the appliance counts want machines
 // DEPLOYED (the machines whose node applied).
 func (s *sim) waitDeployed(ctx context.Context, want int, d time.Duration) {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		s.viewMu.Lock()
-		n := 0
-		for _, v := range s.view {
-			if v.state == inventoryv1.Machine_DEPLOYED {
-				n++
-			}
-		}
+		n := s.gDeployed
 		s.viewMu.Unlock()
 		if n >= want {
 			return
@@ -757,8 +746,18 @@ func maps[K comparable, V any](m map[K]V) map[K]V {
 // kind, without addresses.
 func cause(err error) string {
 	s := err.Error()
-	if i := strings.Index(s, ": dial tcp"); i > 0 {
-		s = s[:i] + ": dial"
+	for _, k := range []string{"dial tcp", "read tcp", "write tcp"} {
+		if i := strings.Index(s, k); i >= 0 {
+			// "dial tcp A->B: connect: connection refused": keep the
+			// operation and the reason, not the addresses.
+			rest := s[i+len(k):]
+			if j := strings.LastIndex(rest, ": "); j >= 0 {
+				rest = rest[j:]
+			} else {
+				rest = ""
+			}
+			s = s[:i] + k + rest
+		}
 	}
 	return clip(s, 80)
 }

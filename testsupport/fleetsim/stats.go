@@ -82,6 +82,9 @@ func (s *stats) fail(cause string) {
 
 func (s *stats) add(counter string, n int64) {
 	s.mu.Lock()
+	if _, ok := s.counts[counter]; !ok && len(s.counts) >= maxCauses {
+		counter = "other"
+	}
 	s.counts[counter] += n
 	s.mu.Unlock()
 }
@@ -118,3 +121,13 @@ func (s *stats) figures() []PhaseFigures {
 }
 
 func randN(n int64) int64 { return rand.Int64N(n) }
+
+// n is how many samples a phase has had.
+func (s *stats) n(phase string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.phases[phase]; r != nil {
+		return r.n
+	}
+	return 0
+}
