@@ -29,6 +29,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	ukexec "github.com/u-root/u-root/pkg/boot/kexec"
@@ -115,15 +116,11 @@ func Boot(ctx context.Context, cfg Config, plan *nodev1.KexecPlan) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.FetchTimeout)
 	defer cancel()
 	start := time.Now()
-	kernel, err := Fetch(ctx, cfg.Client, "kernel", plan.GetKernelUrl(), plan.GetKernelSize(), plan.GetKernelSha256())
+	kernel, initrd, err := fetchBoth(ctx, cfg.Client, plan)
 	if err != nil {
 		return err
 	}
 	defer kernel.Close()
-	initrd, err := Fetch(ctx, cfg.Client, "initrd", plan.GetInitrdUrl(), plan.GetInitrdSize(), plan.GetInitrdSha256())
-	if err != nil {
-		return err
-	}
 	defer initrd.Close()
 	took := time.Since(start)
 	fmt.Fprintf(cfg.Console, "corral: kexec: kernel (%d bytes) and initrd (%d bytes) fetched and verified in %s\n",
@@ -141,6 +138,44 @@ func Boot(ctx context.Context, cfg Config, plan *nodev1.KexecPlan) error {
 		return fmt.Errorf("kexec reboot: %w", err)
 	}
 	return nil
+}
+
+// fetchBoth fetches and verifies the plan's kernel and initrd at the same
+// time (hashing costs CPU: a machine has several), and returns both or the
+// first error, with neither left open.
+func fetchBoth(ctx context.Context, c *http.Client, plan *nodev1.KexecPlan) (kernel, initrd *os.File, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var once sync.Once
+	var first error
+	fail := func(err error) {
+		once.Do(func() {
+			first = err
+			cancel() // the other file is of no use without this one
+		})
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var err error
+		if kernel, err = Fetch(ctx, c, "kernel", plan.GetKernelUrl(), plan.GetKernelSize(), plan.GetKernelSha256()); err != nil {
+			fail(err)
+		}
+	}()
+	initrd, ierr := Fetch(ctx, c, "initrd", plan.GetInitrdUrl(), plan.GetInitrdSize(), plan.GetInitrdSha256())
+	if ierr != nil {
+		fail(ierr)
+	}
+	<-done
+	if first != nil {
+		for _, f := range []*os.File{kernel, initrd} {
+			if f != nil {
+				f.Close()
+			}
+		}
+		return nil, nil, first
+	}
+	return kernel, initrd, nil
 }
 
 // Check refuses a plan that names no install, a URL that is not http or
@@ -197,7 +232,7 @@ func Fetch(ctx context.Context, c *http.Client, what, url string, size int64, su
 		return nil, fmt.Errorf("kexec: %s: %w", what, err)
 	}
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(resp.Body, size+1))
+	n, err := io.CopyBuffer(io.MultiWriter(f, h), io.LimitReader(resp.Body, size+1), make([]byte, 1<<20))
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("kexec: fetch %s: after %d of %d bytes: %w", what, n, size, err)

@@ -15,8 +15,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 )
 
@@ -142,8 +140,8 @@ func TestBoot(t *testing.T) {
 				t.Errorf("errors.Is(%v, ErrHash) = %v, want %v", err, got, tc.wantHash)
 			}
 			if tc.loaded {
-				if diff := cmp.Diff([][]byte{kernelBytes, initrdBytes}, r.loaded); diff != "" {
-					t.Errorf("loaded files (-want +got) differ: %d bytes", len(diff))
+				if len(r.loaded) != 2 || !bytes.Equal(r.loaded[0], kernelBytes) || !bytes.Equal(r.loaded[1], initrdBytes) {
+					t.Errorf("loaded files are not the served kernel and initrd")
 				}
 				if r.cmdline != p.GetCmdline() {
 					t.Errorf("cmdline %q, want %q", r.cmdline, p.GetCmdline())
