@@ -215,6 +215,7 @@ type Server struct {
 	leases *leases
 	env    Env
 	sem    chan struct{}
+	work   chan job // to the workers (unbuffered: a send succeeds only to an idle worker)
 	conn   net.PacketConn
 	pxe    net.PacketConn
 
@@ -287,7 +288,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, errors.New("dhcp: full mode needs a range (--dhcp-range)")
 		}
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight), seen: map[netip.Addr]string{},
+	s := &Server{cfg: cfg, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight), work: make(chan job), seen: map[netip.Addr]string{},
 		warn: newLogLimiter(cfg.Logger, cfg.LogInterval, cfg.Now)}
 	s.env = Env{
 		ScriptURL: func(mac string) string { return cfg.HTTPBase + "/boot.ipxe?mac=" + mac },
@@ -412,6 +413,12 @@ func (s *Server) Run(ctx context.Context) error {
 			errc <- fmt.Errorf("dhcp: port %d: %w", port, err)
 		}
 	}
+	wctx, stopWorkers := context.WithCancel(ctx) // also when a socket fails
+	defer stopWorkers()
+	for range min(workers, s.cfg.MaxInFlight) {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.worker(wctx) }()
+	}
 	wg.Add(1)
 	go serve(s.conn, dhcpv4.ServerPort)
 	if s.cfg.Mode == ModeFull && !s.cfg.Alone {
@@ -432,6 +439,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.pxe != nil {
 		s.pxe.Close()
 	}
+	stopWorkers()
 	wg.Wait()
 	s.handlers.Wait()
 	return err
@@ -464,6 +472,10 @@ func (s *Server) serve(ctx context.Context, conn net.PacketConn, port int) error
 			// A client without an address: answer by broadcast.
 			up = &net.UDPAddr{IP: net.IPv4bcast, Port: up.Port}
 		}
+		if s.quick(m, port) {
+			s.handle(ctx, conn, up, m, port)
+			continue
+		}
 		// The in-flight bound is taken before the goroutine starts, so an
 		// overload costs no goroutine per dropped packet.
 		select {
@@ -475,7 +487,11 @@ func (s *Server) serve(ctx context.Context, conn net.PacketConn, port int) error
 			continue
 		}
 		s.handlers.Add(1)
-		go s.dispatch(ctx, conn, up, m, port)
+		select {
+		case s.work <- job{conn: conn, up: up, m: m, port: port}:
+		default: // every worker busy: a goroutine of its own
+			go s.dispatch(ctx, conn, up, m, port)
+		}
 	}
 }
 
@@ -494,10 +510,51 @@ func (s *Server) Superseded() uint64 {
 	return s.leases.superseded.Load()
 }
 
+// job is one packet for a worker.
+type job struct {
+	conn net.PacketConn
+	up   *net.UDPAddr
+	m    *dhcpv4.DHCPv4
+	port int
+}
+
+// workers is how many handler goroutines live as long as Run: they keep
+// their grown stacks, where a goroutine per packet grew a new one for
+// every REQUEST (runtime.morestack was ~5 % of the CPU under load).
+// Packets beyond them get a goroutine each, up to MaxInFlight.
+const workers = 64
+
+func (s *Server) worker(ctx context.Context) {
+	for {
+		select {
+		case j := <-s.work:
+			s.dispatch(ctx, j.conn, j.up, j.m, j.port)
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// quick reports whether m is answered from memory alone, without a store
+// or inventory call that could block: a full-mode DISCOVER from a client
+// that does not network-boot (the offer is an in-memory reservation and
+// such clients get no timeline entry but for a problem, which is queued).
+// serve answers those on its own goroutine: half of a plain client's
+// packets then cost no goroutine hand-off.
+func (s *Server) quick(m *dhcpv4.DHCPv4, port int) bool {
+	return port == dhcpv4.ServerPort && s.cfg.Mode == ModeFull && m.OpCode == dhcpv4.OpcodeBootRequest &&
+		m.MessageType() == dhcpv4.MessageTypeDiscover && !Classify(m).NetBoot()
+}
+
 // dispatch handles one packet: serve took its slot in s.sem and counted it
 // in s.handlers; dispatch gives both back.
 func (s *Server) dispatch(ctx context.Context, conn net.PacketConn, up *net.UDPAddr, m *dhcpv4.DHCPv4, port int) {
 	defer func() { <-s.sem; s.handlers.Done() }()
+	s.handle(ctx, conn, up, m, port)
+}
+
+// handle answers one packet and reports its outcome.
+func (s *Server) handle(ctx context.Context, conn net.PacketConn, up *net.UDPAddr, m *dhcpv4.DHCPv4, port int) {
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 	defer cancel()
 	reply, dst := s.Respond(hctx, m, up, port)
