@@ -126,6 +126,12 @@ func (p *phaseTracker) entry(e *inventoryv1.TimelineEntry) {
 			// firmware's, belongs to the same boot).
 			st.discover, st.script, st.kernel, st.initrd, st.images = t, time.Time{}, false, false, time.Time{}
 		}
+	case src == "lifecycle" && ev == "kexec":
+		// The install's kexec into the hypervisor image (lifecycle/kexec.go):
+		// a boot without power action, DISCOVER or script; the agent's
+		// fetch of kernel and initrd follows, then the node's READY.
+		st := p.state(mac, true)
+		st.power, st.discover, st.script, st.kernel, st.initrd, st.images = time.Time{}, time.Time{}, t, false, false, time.Time{}
 	case src == "http" && ev == "script":
 		st := p.state(mac, false)
 		if st == nil || !st.script.IsZero() {

@@ -220,6 +220,13 @@ func TestPhaseTracker(t *testing.T) {
 		"install and hypervisor boot": {append(append([]ev{}, boot...), install...), map[string]float64{
 			phasePowerToDHCP: 30, phaseDHCPToScript: 15 + 5, phaseScriptToImage: 5 + 5, phaseImageToAgent: 20 + 20,
 			phaseInstall: 60, phaseToReady: 40}},
+		"install and hypervisor boot by kexec": {append(append([]ev{}, boot...),
+			ev{100 * time.Second, "lifecycle", "plan-sent", ""}, ev{160 * time.Second, "lifecycle", "installed", ""},
+			ev{161 * time.Second, "lifecycle", "kexec", ""},
+			ev{162 * time.Second, "http", "artifact", "kernel"}, ev{164 * time.Second, "http", "artifact", "initrd"},
+			ev{200 * time.Second, "lifecycle", "deployed", ""}), map[string]float64{
+			phasePowerToDHCP: 30, phaseDHCPToScript: 15, phaseScriptToImage: 5 + 3, phaseImageToAgent: 20 + 36,
+			phaseInstall: 60, phaseToReady: 40}},
 		"script without a DISCOVER seen": {[]ev{{0, "http", "script", ""}, {1, "http", "artifact", "kernel"}}, map[string]float64{}},
 		"initrd alone is not the images": {[]ev{{0, "dhcp", "discover", ""}, {time.Second, "http", "script", ""},
 			{2 * time.Second, "http", "artifact", "initrd"}, {3 * time.Second, "http", "artifact", "initrd"}},
