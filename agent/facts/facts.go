@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/jaypipes/ghw"
 
@@ -73,15 +74,22 @@ func Collect(ctx context.Context, opts Options) (*inventoryv1.Facts, error) {
 			return err
 		}},
 	}
+	// Each section's time is logged: under emulation facts are a visible
+	// part of power-on → INVENTORIED (bench/README.md, "Virtual rack").
+	start := time.Now()
+	took := make([]any, 0, 2*len(sections)+2)
 	for _, s := range sections {
 		if err := ctx.Err(); err != nil {
 			return Cap(f), err
 		}
+		t := time.Now()
 		if err := s.fn(); err != nil {
 			log.Warn("facts section incomplete", "section", s.name, "err", err)
 			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
 		}
+		took = append(took, s.name+"_ms", time.Since(t).Milliseconds())
 	}
+	log.Info("facts collected", append(took, "took_ms", time.Since(start).Milliseconds())...)
 	return Cap(f), errors.Join(errs...)
 }
 

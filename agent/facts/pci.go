@@ -6,8 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/jaypipes/pcidb"
-
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 )
 
@@ -33,9 +31,14 @@ func PCIDevices(opts Options) (all, missing []*inventoryv1.Facts_PciDevice, err 
 		}
 		return nil, nil, err
 	}
-	db := loadPCIDB(opts)
+	type dev struct {
+		d     *inventoryv1.Facts_PciDevice
+		class string // "020000"
+	}
+	var devs []dev
+	vendors, products, subclasses := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, e := range entries {
-		if len(all) >= MaxPCIDevices {
+		if len(devs) >= MaxPCIDevices {
 			break
 		}
 		dir := filepath.Join(base, e.Name())
@@ -45,27 +48,29 @@ func PCIDevices(opts Options) (all, missing []*inventoryv1.Facts_PciDevice, err 
 			ProductId: hexID(readAttr(filepath.Join(dir, "device"))),
 			Driver:    linkBase(filepath.Join(dir, "driver")),
 		}
-		class := hexID(readAttr(filepath.Join(dir, "class"))) // "020000"
-		code := class
+		class := hexID(readAttr(filepath.Join(dir, "class")))
+		d.Class = class
 		if len(class) >= 4 {
-			code = class[:4]
+			d.Class = class[:4]
+			subclasses[class[:4]] = true
 		}
-		d.Class = code
-		if db != nil {
-			if v := db.Vendors[d.VendorId]; v != nil {
-				d.Vendor = v.Name
+		vendors[d.VendorId] = true
+		products[d.VendorId+d.ProductId] = true
+		devs = append(devs, dev{d, class})
+	}
+	names := loadPCINames(opts, vendors, products, subclasses)
+	for _, v := range devs {
+		d := v.d
+		code := d.Class
+		if names != nil {
+			if s, ok := names.vendors[d.VendorId]; ok {
+				d.Vendor = s
 			}
-			if p := db.Products[d.VendorId+d.ProductId]; p != nil {
-				d.Product = p.Name
+			if s, ok := names.products[d.VendorId+d.ProductId]; ok {
+				d.Product = s
 			}
-			if len(class) >= 4 {
-				if c := db.Classes[class[:2]]; c != nil {
-					for _, sc := range c.Subclasses {
-						if sc.ID == class[2:4] {
-							d.Class = sc.Name
-						}
-					}
-				}
+			if s, ok := names.subclasses[code]; ok && len(v.class) >= 4 {
+				d.Class = s
 			}
 		}
 		all = append(all, d)
@@ -85,18 +90,17 @@ func hexID(s string) string {
 	return strings.ToLower(strings.TrimPrefix(s, "0x"))
 }
 
-// loadPCIDB opens pci.ids, or returns nil when there is none.
-func loadPCIDB(opts Options) *pcidb.PCIDB {
+// loadPCINames reads the wanted names from pci.ids (Options.PCIIDs, else
+// the first of usr/share/misc/pci.ids and usr/share/hwdata/pci.ids under
+// Root), or returns nil when there is none.
+func loadPCINames(opts Options, vendors, products, subclasses map[string]bool) *pciNames {
 	candidates := []string{opts.PCIIDs}
 	if opts.PCIIDs == "" {
 		candidates = []string{opts.path("usr/share/misc/pci.ids"), opts.path("usr/share/hwdata/pci.ids")}
 	}
 	for _, p := range candidates {
-		if _, err := os.Stat(p); err != nil {
-			continue
-		}
-		if db, err := pcidb.New(pcidb.WithPath(p)); err == nil {
-			return db
+		if n := readPCINames(p, vendors, products, subclasses); n != nil {
+			return n
 		}
 	}
 	return nil
