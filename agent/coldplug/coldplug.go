@@ -20,11 +20,14 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
 // Loader loads one module by name, with its dependencies. Loading a
 // module that is already loaded must succeed.
+//
+// Run calls Load from several goroutines at once.
 type Loader interface {
 	Load(name string) error
 }
@@ -35,10 +38,13 @@ type Config struct {
 	ModulesDir string // holds modules.alias; "" means Root/lib/modules/$(uname -r)
 	Loader     Loader // required
 	// Settle is how long to wait after a round that loaded modules for
-	// new devices to appear (default 500 ms).
+	// new devices to appear (default 500 ms); the next round starts as
+	// soon as one does.
 	Settle    time.Duration
 	MaxRounds int // default 10
-	Logger    *slog.Logger
+	// Parallel bounds the modules loaded at once (default 4).
+	Parallel int
+	Logger   *slog.Logger
 }
 
 // Result reports what Run did.
@@ -65,6 +71,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.MaxRounds <= 0 {
 		cfg.MaxRounds = 10
 	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 4
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -80,13 +89,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	seenAlias := map[string]bool{}
 	tried := map[string]bool{}
-	for res.Rounds < cfg.MaxRounds {
-		if err := ctx.Err(); err != nil {
-			return res, err
-		}
+	// scan returns the modaliases not seen before.
+	scan := func() ([]string, error) {
 		mods, err := Modaliases(filepath.Join(cfg.Root, "sys/devices"))
 		if err != nil {
-			return res, fmt.Errorf("coldplug: %w", err)
+			return nil, fmt.Errorf("coldplug: %w", err)
 		}
 		var fresh []string
 		for _, m := range mods {
@@ -95,34 +102,78 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				fresh = append(fresh, m)
 			}
 		}
-		if len(fresh) == 0 {
-			break
+		return fresh, nil
+	}
+	fresh, err := scan()
+	if err != nil {
+		return res, err
+	}
+	for len(fresh) > 0 && res.Rounds < cfg.MaxRounds {
+		if err := ctx.Err(); err != nil {
+			return res, err
 		}
 		res.Rounds++
-		loaded := 0
+		// A round's modules load in parallel (as udev does): each
+		// driver's init (probing its devices) is most of the time, and
+		// the kernel makes a second load of a shared dependency wait for
+		// the first. Results are recorded in modalias order.
+		type job struct{ mod, alias string }
+		var jobs []job
 		for _, m := range fresh {
 			for _, mod := range aliases.Match(m) {
-				if tried[mod] {
-					continue
+				if !tried[mod] {
+					tried[mod] = true
+					jobs = append(jobs, job{mod, m})
 				}
-				tried[mod] = true
-				if err := cfg.Loader.Load(mod); err != nil {
-					res.Failed[mod] = err.Error()
-					log.Warn("module load failed", "module", mod, "modalias", m, "err", err)
-					continue
-				}
-				loaded++
-				res.Loaded = append(res.Loaded, mod)
-				log.Info("module loaded", "module", mod, "modalias", m)
 			}
+		}
+		errs := make([]error, len(jobs))
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, cfg.Parallel)
+		for i, j := range jobs {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				errs[i] = cfg.Loader.Load(j.mod)
+			}()
+		}
+		wg.Wait()
+		loaded := 0
+		for i, j := range jobs {
+			if errs[i] != nil {
+				res.Failed[j.mod] = errs[i].Error()
+				log.Warn("module load failed", "module", j.mod, "modalias", j.alias, "err", errs[i])
+				continue
+			}
+			loaded++
+			res.Loaded = append(res.Loaded, j.mod)
+			log.Info("module loaded", "module", j.mod, "modalias", j.alias)
 		}
 		if loaded == 0 {
 			break
 		}
-		select {
-		case <-ctx.Done():
-			return res, ctx.Err()
-		case <-time.After(cfg.Settle):
+		// New devices (a bus driver's children) mostly exist when
+		// init_module returns: look at once, then every Settle/5 until
+		// Settle has passed without any.
+		deadline := time.Now().Add(cfg.Settle)
+		for {
+			if fresh, err = scan(); err != nil || len(fresh) > 0 {
+				break
+			}
+			left := time.Until(deadline)
+			if left <= 0 {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return res, ctx.Err()
+			case <-time.After(min(left, cfg.Settle/5)):
+			}
+		}
+		if err != nil {
+			return res, err
 		}
 	}
 	return res, nil

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ alias acpi*:PNP0A03:* pci_root
 // appear, as the real bus driver does.
 type fakeLoader struct {
 	root   string
+	mu     sync.Mutex
 	loaded []string
 }
 
@@ -33,6 +35,8 @@ func (f *fakeLoader) Load(name string) error {
 	if name == "broken" {
 		return errors.New("exec format error")
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.loaded = append(f.loaded, name)
 	if name == "virtio_pci" {
 		write(f.root, "sys/devices/pci0000:00/0000:00:03.0/virtio0/modalias", "virtio:d00000001v00001AF4\n")

@@ -40,11 +40,19 @@ import (
 // agent's data directory.
 const DefaultDataDir = "/var/lib/corral-node"
 
-// Modules are loaded after coldplug: the hypervisor needs them and no
-// device modalias names them. Failures are printed and ignored (the
-// module may be built in). crc32c_generic comes first: ext4 needs it for
+// MountModules and NodeModules are loaded after coldplug: the hypervisor
+// needs them and no device modalias names them. Failures are printed and
+// ignored (the module may be built in). MountModules load before the data
+// partition is mounted; crc32c_generic comes first: ext4 needs it for
 // metadata_csum as a soft dependency, which nothing else loads.
-var Modules = []string{"crc32c_generic", "ext4", "tun", "bridge", "vhost_net", "8021q"}
+// NodeModules (taps, bridges, vhost-net, VLANs) load beside the mount and
+// DHCP and are in before the hypervisor agent starts.
+var (
+	MountModules = []string{"crc32c_generic", "ext4"}
+	NodeModules  = []string{"tun", "bridge", "vhost_net", "8021q"}
+	// Modules are all of them, in load order.
+	Modules = slices.Concat(MountModules, NodeModules)
+)
 
 // Node is what the hypervisor agent is started with.
 type Node struct {
@@ -169,12 +177,17 @@ func Run(ctx context.Context, cfg Config) error {
 		netDone <- netResult{lease, ok}
 	}()
 
-	for _, m := range Modules {
-		if err := cfg.Loader.Load(m); err != nil {
-			fmt.Fprintf(cfg.Console, "corral: module %s: %v (ignored)\n", m, err)
-			cfg.Logger.Warn("module load failed", "module", m, "err", err)
+	load := func(mods []string) {
+		for _, m := range mods {
+			if err := cfg.Loader.Load(m); err != nil {
+				fmt.Fprintf(cfg.Console, "corral: module %s: %v (ignored)\n", m, err)
+				cfg.Logger.Warn("module load failed", "module", m, "err", err)
+			}
 		}
 	}
+	load(MountModules)
+	nodeMods := make(chan struct{})
+	go func() { defer close(nodeMods); load(NodeModules) }()
 
 	type data struct {
 		app install.Appliance
@@ -186,6 +199,7 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	if !ok {
 		<-netDone // ctx ended: the network retry ends too
+		<-nodeMods
 		return nil
 	}
 	fmt.Fprintf(cfg.Console, "corral: node %s (machine %s, install %s) from %s\n", d.app.NodeName, d.app.MachineName, d.app.InstallID, cfg.DataDir)
@@ -202,6 +216,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	nr := <-netDone
+	<-nodeMods
 	if !nr.ok {
 		return nil
 	}
