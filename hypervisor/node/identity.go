@@ -474,6 +474,10 @@ func (r *ApplianceRegistry) current(target string) (poolv1.NodeServiceClient, er
 	if err != nil {
 		return nil, fmt.Errorf("node: dial %s: %w", target, err)
 	}
+	// Connect now: the TCP and TLS handshakes (a second or more under
+	// emulation) then run while the node starts its server, and the first
+	// heartbeat, which makes the node READY, does not wait for them.
+	conn.Connect()
 	if r.conn != nil {
 		// Renewed (handshake again with the new certificate) or failed
 		// over (the old appliance's connection is not kept).
