@@ -227,6 +227,17 @@ func TestChooseBootArchitectures(t *testing.T) {
 	}
 }
 
+// TestChooseBootUEFIPrefersSNPOnly: with both in the catalog, UEFI
+// firmware PXE gets snponly.efi (it starts seconds sooner than ipxe.efi).
+func TestChooseBootUEFIPrefersSNPOnly(t *testing.T) {
+	env := Env{HTTPBase: "H", Has: catalog{images.IPXEEFI: true, images.SNPOnlyEFI: true}.Has}
+	for name, arch := range map[string]iana.Arch{"arch 7": 7, "arch 9": 9} {
+		if b := ChooseBoot(Client{HasArch: true, Arch: arch, PXE: true}, env); b.Kind != BootTFTP || b.File != images.SNPOnlyEFI {
+			t.Errorf("%s: got %+v, want TFTP %s", name, b, images.SNPOnlyEFI)
+		}
+	}
+}
+
 func TestLeasesStickyDurableAndExclusive(t *testing.T) {
 	f := newFixture(t, ModeFull)
 	a, b := mac(1), mac(2)
