@@ -283,15 +283,16 @@ func TestLab(t *testing.T) {
 			default:
 				t.Errorf("%s: state %s (%s), want INVENTORIED or later", lm.Name, m.State, m.StateReason)
 			}
-			// The UEFI machine went through firmware PXE → TFTP ipxe.efi;
-			// the BIOS one through QEMU's iPXE ROM straight to HTTP.
+			// The UEFI machine went through firmware PXE → TFTP iPXE
+			// (snponly.efi, or ipxe.efi where the catalog lacks it); the
+			// BIOS one through QEMU's iPXE ROM straight to HTTP.
 			tl := string(r.mustCorral("machine", "timeline", m.Name, "-o", "json"))
-			tftp := strings.Contains(tl, "ipxe.efi")
+			tftp := strings.Contains(tl, "snponly.efi") || strings.Contains(tl, "ipxe.efi")
 			if lm.Firmware == "uefi" && !tftp {
-				t.Errorf("%s (UEFI): no TFTP ipxe.efi in the timeline", lm.Name)
+				t.Errorf("%s (UEFI): no TFTP snponly.efi or ipxe.efi in the timeline", lm.Name)
 			}
 			if lm.Firmware == "bios" && tftp {
-				t.Errorf("%s (BIOS): fetched ipxe.efi", lm.Name)
+				t.Errorf("%s (BIOS): fetched an EFI iPXE", lm.Name)
 			}
 		}
 		if ms[st.Machines[0].Name].Serial == ms[st.Machines[1].Name].Serial {
