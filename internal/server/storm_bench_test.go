@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strconv"
@@ -325,6 +326,7 @@ func BenchmarkStormWrites(b *testing.B) {
 	wc := countWrites(b, ctx, e.srv.store)
 	n := envInt("STORM_MACHINES", 200)
 	before := wc.snapshot()
+	cpu0, t0 := cpuTime(), time.Now()
 	var g sync.WaitGroup
 	sem := make(chan struct{}, 8)
 	var failed atomic.Int64
@@ -343,8 +345,11 @@ func BenchmarkStormWrites(b *testing.B) {
 	if err := e.srv.inv.FlushTimeline(ctx); err != nil {
 		b.Fatal(err)
 	}
+	cpu, el := cpuTime()-cpu0, time.Since(t0)
 	time.Sleep(200 * time.Millisecond) // session ends
 	printWrites(b, "machine (discovery boot)", before, wc.snapshot(), n)
+	fmt.Printf("STORM CPU per machine (discovery boot, client side included): %.2f ms; %d machines in %.1f s\n",
+		float64(cpu.Microseconds())/1e3/float64(n), n, el.Seconds())
 
 	nodes := envInt("STORM_NODES", 200)
 	ncs := e.nodeClients(b, nodes, 8)
@@ -520,6 +525,13 @@ func BenchmarkStorm(b *testing.B) {
 			}
 			mu.Unlock()
 		}()
+	}
+	if path := os.Getenv("STORM_GOROUTINES"); path != "" {
+		// Where everything waits, as the arrivals end.
+		if f, err := os.Create(path); err == nil {
+			pprof.Lookup("goroutine").WriteTo(f, 1)
+			f.Close()
+		}
 	}
 	g.Wait()
 	all := time.Since(t0)
