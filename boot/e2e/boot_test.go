@@ -95,9 +95,13 @@ func TestBIOSiPXE(t *testing.T) {
 	}
 }
 
+// uefiIPXE is the iPXE UEFI firmware PXE gets over TFTP: snponly.efi, or
+// ipxe.efi where the catalog lacks it (boot/dhcp ChooseBoot).
+const uefiIPXE = `(snponly|ipxe)\.efi`
+
 // TestUEFIFirmwarePXE: q35 + OVMF with the NIC option ROM removed, so
-// EDK2's own PXE client boots: DHCP → TFTP ipxe.efi → iPXE → DHCP again →
-// HTTP script → kernel and initramfs.
+// EDK2's own PXE client boots: DHCP → TFTP snponly.efi → iPXE → DHCP
+// again → HTTP script → kernel and initramfs.
 func TestUEFIFirmwarePXE(t *testing.T) {
 	need(t, "qemu-system-x86_64", ovmfCode, "/usr/share/OVMF/OVMF_VARS_4M.fd")
 	l := newLab(t)
@@ -108,9 +112,9 @@ func TestUEFIFirmwarePXE(t *testing.T) {
 	guestReached(t, v, mac, true)
 	es := c.waitTimeline(mac, append([]want{
 		{"dhcp", "discover", map[string]string{"arch": "7", "ipxe": ""}},
-		{"dhcp", "offer", map[string]string{"boot": "tftp", "file": "ipxe.efi", "echo_vendor_class": ""}},
-		{"dhcp", "ack", map[string]string{"file": "ipxe.efi"}},
-		{"tftp", "tftp-file", map[string]string{"file": "ipxe.efi", "bytes": `[1-9]\d+`}},
+		{"dhcp", "offer", map[string]string{"boot": "tftp", "file": uefiIPXE, "echo_vendor_class": ""}},
+		{"dhcp", "ack", map[string]string{"file": uefiIPXE}},
+		{"tftp", "tftp-file", map[string]string{"file": uefiIPXE, "bytes": `[1-9]\d+`}},
 		{"dhcp", "discover", map[string]string{"arch": "7", "ipxe": "true"}},
 		{"dhcp", "offer", map[string]string{"boot": "script"}},
 	}, httpChain(true)...), 30*time.Second)
@@ -140,8 +144,8 @@ func TestProxyBesideDnsmasq(t *testing.T) {
 		}},
 		{"uefi-firmware", true, []want{
 			{"dhcp", "discover", map[string]string{"arch": "7", "ipxe": ""}},
-			{"dhcp", "offer", map[string]string{"proxy": "true", "boot": "tftp", "file": "ipxe.efi", "echo_vendor_class": "PXEClient"}},
-			{"tftp", "tftp-file", map[string]string{"file": "ipxe.efi"}},
+			{"dhcp", "offer", map[string]string{"proxy": "true", "boot": "tftp", "file": uefiIPXE, "echo_vendor_class": "PXEClient"}},
+			{"tftp", "tftp-file", map[string]string{"file": uefiIPXE}},
 			{"dhcp", "offer", map[string]string{"proxy": "true", "boot": "script"}},
 		}},
 	} {
