@@ -233,7 +233,7 @@ func (r *Report) Print(w io.Writer, base *Baseline) {
 			float64(n)/(1<<20), full/1e9, full*8/10e9, full*8/25e9)
 	}
 	for _, k := range sortedKeys(r.Counters) {
-		if k != "bytes fetched" && r.Counters[k] != 0 {
+		if k != "bytes fetched" && (r.Counters[k] != 0 || strings.HasPrefix(k, "udp")) {
 			fmt.Fprintf(w, "  %s: %d\n", k, r.Counters[k])
 		}
 	}

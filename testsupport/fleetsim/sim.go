@@ -10,9 +10,11 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -347,6 +349,7 @@ loop:
 	// Machines still to become DEPLOYED in the appliance's view (the
 	// lifecycle reconciler's pass): wait a while for them.
 	s.waitDeployed(ctx, int(s.nodesUp.Load()), 2*time.Minute)
+	udpS, udpC := udpDrops(ctx, s.topo.serverNS), udpDrops(ctx, s.topo.clientNS)
 	metricsPath := filepath.Join(cfg.WorkDir, "metrics-storm.txt")
 	s.saveMetrics(metricsPath)
 	s.logf("storm over after %.0fs; soaking %s with the nodes beating", stormEnd.Sub(start).Seconds(), cfg.Soak)
@@ -416,6 +419,8 @@ loop:
 	s.dhcp.mu.Lock()
 	r.Counters["dhcp answers for no waiting exchange"] = int64(s.dhcp.unmatched)
 	s.dhcp.mu.Unlock()
+	r.Counters["udp receive-buffer drops, corrald's namespace"] = udpS
+	r.Counters["udp receive-buffer drops, machines' namespace"] = udpC
 	r.Registered = int(s.registered.Load())
 	if n := s.lastReg.Load(); n > 0 && r.Registered == cfg.Machines {
 		r.AllRegisteredAfter = time.Unix(0, n).Sub(start).Seconds()
@@ -810,4 +815,31 @@ func raiseNoFile(n uint64) (uint64, error) {
 		return 0, fmt.Errorf("open-file limit: %w", err)
 	}
 	return l.Cur, nil
+}
+
+// udpDrops is the namespace's UDP RcvbufErrors (/proc/net/snmp): DHCP
+// packets the kernel dropped because a socket's buffer was full.
+func udpDrops(ctx context.Context, ns string) int64 {
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "cat", "/proc/net/snmp").Output()
+	if err != nil {
+		return -1
+	}
+	var head []string
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 || f[0] != "Udp:" {
+			continue
+		}
+		if head == nil {
+			head = f
+			continue
+		}
+		for i, h := range head {
+			if h == "RcvbufErrors" && i < len(f) {
+				n, _ := strconv.ParseInt(f[i], 10, 64)
+				return n
+			}
+		}
+	}
+	return -1
 }
