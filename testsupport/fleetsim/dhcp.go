@@ -97,7 +97,7 @@ func (d *dhcpNet) run(ctx context.Context) {
 	wg.Wait()
 }
 
-// client is one machine's DHCP identity.
+// dhcpClient is one machine's DHCP identity.
 type dhcpClient struct {
 	mac     net.HardwareAddr
 	uuid    [16]byte

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/corralhq/corral/agent/cmdline"
 	"github.com/corralhq/corral/testsupport/require"
@@ -165,5 +166,51 @@ func TestReportOK(t *testing.T) {
 	}
 	if got, want := good().Summary(), "fleet: 10/10 inventoried, 0 lost, 0 duplicate addresses, 0 NOT_READY flaps, 12 s"; got != want {
 		t.Errorf("summary %q, want %q", got, want)
+	}
+}
+
+// TestQueueFigures: corrald's histogram text becomes count, mean and
+// bucket-estimated quantiles; label values with commas survive.
+func TestQueueFigures(t *testing.T) {
+	text := `# HELP corral_store_commit_seconds x
+corral_store_commit_seconds_bucket{op="put",outcome="ok",le="0.001"} 50
+corral_store_commit_seconds_bucket{op="put",outcome="ok",le="0.01"} 90
+corral_store_commit_seconds_bucket{op="put",outcome="ok",le="0.1"} 100
+corral_store_commit_seconds_bucket{op="put",outcome="ok",le="+Inf"} 100
+corral_store_commit_seconds_sum{op="put",outcome="ok"} 0.5
+corral_store_commit_seconds_count{op="put",outcome="ok"} 100
+corral_dhcp_packets_total{outcome="ack",type="request"} 7
+corral_machines{state="DEPLOYED"} 3
+go_threads 9
+`
+	path := filepath.Join(t.TempDir(), "m.txt")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	q, c, err := queueFigures(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []QueueLine{{Series: `store_commit_seconds{op="put",outcome="ok"}`, Count: 100, Mean: 0.005, P50: 0.001, P99: 0.091, Sum: 0.5}}
+	if d := cmp.Diff(want, q, cmpopts.EquateApprox(0, 1e-9)); d != "" {
+		t.Errorf("queue lines (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(map[string]float64{`dhcp_packets_total{outcome="ack",type="request"}`: 7}, c); d != "" {
+		t.Errorf("counters (-want +got):\n%s", d)
+	}
+	tests := map[string]struct{ in, want string }{
+		"api":      {`api_grpc_server_handling_seconds{grpc_method="Register",grpc_service="corral.node.v1.AgentService",grpc_type="unary"}`, "api_grpc_server_handling_seconds{grpc_method=Register}"},
+		"store":    {`store_commit_seconds{op="put",outcome="ok"}`, "store_commit_seconds{op=put,outcome=ok}"},
+		"no label": {`x{}`, "x"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := shortSeries(tc.in); got != tc.want {
+				t.Errorf("shortSeries = %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if got := splitLabels(`a="x,y",b="z"`); !cmp.Equal(got, []string{`a="x,y"`, `b="z"`}) {
+		t.Errorf("splitLabels = %q", got)
 	}
 }

@@ -55,8 +55,7 @@ type topology struct {
 	link           netlink.Link
 	nl             *netlink.Handle
 	mu             sync.Mutex // serialises netlink requests on nl
-	addrsAdded     int
-	created        []string // namespaces to delete
+	created        []string   // namespaces to delete
 	rootNS, nsFile *os.File
 }
 
@@ -136,9 +135,6 @@ func (t *topology) addAddr(a netip.Addr) error {
 	err := t.nl.AddrAdd(t.link, &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(32, 32)}})
 	if errors.Is(err, unix.EEXIST) {
 		return nil
-	}
-	if err == nil {
-		t.addrsAdded++
 	}
 	return err
 }
