@@ -76,7 +76,11 @@ build() { # variant
 	[ -s "$f" ] && return 0
 	src=$OUT/img/${v%%-*}.cpio
 	case $v in
-	hyp-gzip) cp "$HYP_INITRD" "$f" ;;
+	hyp-gzip) # the built image was gzip before #14 (lz4 since): recompress then
+		case $(head -c 2 "$HYP_INITRD" | od -An -tx1 | tr -d ' \n') in
+		1f8b) cp "$HYP_INITRD" "$f" ;;
+		*) gzip -6 -n -c "$src" >"$f" ;;
+		esac ;;
 	disc-xz) cp "$DISC_INITRD" "$f" ;;
 	*-gzip) gzip -6 -n -c "$src" >"$f" ;;
 	*-gzip1) gzip -1 -n -c "$src" >"$f" ;;
