@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"os"
 	"runtime"
 
 	"github.com/corralhq/corral/boot/dhcp"
@@ -68,17 +69,27 @@ func bootConfig(cmd *cobra.Command) (server.BootConfig, error) {
 	return c, nil
 }
 
-// minProcs is the fewest Ps corrald runs with when it serves network boot.
-// bbolt reads its file through mmap, and a page fault blocks the thread
-// without releasing its P: with GOMAXPROCS=1 (a one-CPU cgroup or taskset)
-// the DHCP socket reader then waits behind the store, the kernel receive
-// buffer overflows and DHCP collapses under load (bench/README.md: 0
-// leases/s at 4,000 offered vs 3,990 with 4 Ps on the same single core).
+// minProcs is the fewest Ps corrald runs with when it serves network boot,
+// unless GOMAXPROCS is set in the environment. Measured on the shared
+// 2-core lab machine (bench/README.md, issue #14): with GOMAXPROCS=1 and
+// corrald pinned to one core that other processes also run on, DHCP
+// collapses (DORA p50 0.5-1.2 s at 2,000-3,000 offered/s), because one
+// thread gets 1/N of a core shared with N runnable threads: its
+// /proc/PID/task/*/schedstat showed 9.2 s of run-queue wait in a 10 s run
+// and 2.4 s on the CPU (the earlier explanation, bbolt page faults holding
+// the P, was not what the measurement showed). With 4 Ps it keeps up, at
+// the price of the Go scheduler's spinning threads on one core: about
+// 1.4-2× the CPU per lease of GOMAXPROCS=1 when that one runs at all.
+// On a core of its own, GOMAXPROCS=1 is the cheaper setting: set it in
+// the environment (the systemd unit's Environment=) and it is kept.
 const minProcs = 4
 
 // ensureProcs raises GOMAXPROCS to minProcs (runServer, when network
-// boot is on).
+// boot is on), unless the GOMAXPROCS environment variable chose a value.
 func ensureProcs() {
+	if os.Getenv("GOMAXPROCS") != "" {
+		return // the operator's (or a benchmark's) explicit choice
+	}
 	if runtime.GOMAXPROCS(0) < minProcs {
 		runtime.GOMAXPROCS(minProcs)
 	}
