@@ -28,6 +28,7 @@ import (
 	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/inventory/pool"
 	"github.com/corralhq/corral/store"
+	"github.com/corralhq/corral/store/record"
 )
 
 // The storm benchmarks drive the real appliance in-process (bbolt, TLS
@@ -499,6 +500,20 @@ func BenchmarkStorm(b *testing.B) {
 			}
 		}()
 	}
+	// NOT_READY flaps: every node record written NOT_READY during the storm.
+	var flaps atomic.Int64
+	nodeEvents, err := e.srv.store.Watch(ctx, "/pool/nodes/")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() {
+		for ev := range nodeEvents {
+			var n poolv1.Node
+			if ev.Type == store.EventPut && record.Unmarshal(ev.KV.Value, &n) == nil && n.GetState() == poolv1.Node_NOT_READY {
+				flaps.Add(1)
+			}
+		}
+	}()
 	var mu sync.Mutex
 	var phases [5][]time.Duration
 	var failed atomic.Int64
@@ -550,7 +565,7 @@ func BenchmarkStorm(b *testing.B) {
 	for k, name := range []string{"dhcp inventory (3 DORAs)", "iPXE script", "kernel+initrd (timeline)", "Register", "Session open"} {
 		fmt.Printf("STORM   %-26s p50 %8v  p99 %8v\n", name, pctl(phases[k], .5).Round(time.Microsecond), pctl(phases[k], .99).Round(time.Microsecond))
 	}
-	fmt.Printf("STORM   node beats: %d, p50 %v p99 %v, %d failed\n", len(beatLat), pctl(beatLat, .5).Round(time.Microsecond), pctl(beatLat, .99).Round(time.Microsecond), beatErr.Load())
+	fmt.Printf("STORM   node beats: %d, p50 %v p99 %v, %d failed, %d NOT_READY flaps\n", len(beatLat), pctl(beatLat, .5).Round(time.Microsecond), pctl(beatLat, .99).Round(time.Microsecond), beatErr.Load(), flaps.Load())
 	fmt.Printf("STORM   CPU %.1f s over %.1f s (%.0f%% of the 2 cores; simulated clients included), heap in use %d MB, store file %d MB\n",
 		cpu.Seconds(), all.Seconds(), 100*cpu.Seconds()/all.Seconds()/float64(runtime.NumCPU()), ms.HeapInuse>>20, size>>20)
 }
