@@ -12,6 +12,10 @@ SERVER=10.64.0.1
 CLIENT=10.64.0.2
 PREFIX=12
 SERVER_CPU=${SERVER_CPU:-1}
+# NICE (e.g. -5, root) raises the server's and the load generator's
+# priority on a machine others load: a one-thread server (Kea, corrald
+# with GOMAXPROCS=1) otherwise gets 1/N of a core shared with N other
+# runnable threads, and a many-thread one more. Default 0.
 CLIENT_CPU=${CLIENT_CPU:-0}
 OUT=${BENCH_DIR:-/var/tmp/corral-bench-$ID}
 REPO=${REPO:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -50,7 +54,7 @@ teardown() {
 serve() {
 	name=$1
 	shift
-	ip netns exec $NS_S taskset -c $SERVER_CPU "$@" >"$OUT/$name.log" 2>&1 &
+	ip netns exec $NS_S nice -n "${NICE:-0}" taskset -c $SERVER_CPU "$@" >"$OUT/$name.log" 2>&1 &
 	SPID=$!
 	PIDS="$PIDS $SPID"
 	sleep "${READY_WAIT:-1.5}"
@@ -64,7 +68,7 @@ unserve() {
 }
 
 # client CMD...: run in the client namespace, pinned.
-client() { ip netns exec $NS_C taskset -c $CLIENT_CPU "$@"; }
+client() { ip netns exec $NS_C nice -n "${NICE:-0}" taskset -c $CLIENT_CPU "$@"; }
 
 # ticks PID: user+system CPU clock ticks used so far, reaped children
 # included (tftpd-hpa forks one per transfer).
