@@ -7,9 +7,11 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -51,9 +53,11 @@ type machine struct {
 	regAt    time.Time // first successful Register
 	planAt   time.Time
 	name     string
+	kexec    bool // the agent offers kexec (as corral-node's does)
 	rebootCh chan struct{}
 	rebootMu sync.Once
 	rebootAt time.Time
+	kexecd   bool // the appliance had it kexec into the hypervisor image
 
 	// mu guards what the session's goroutines write: registration,
 	// plan, and the node identity the install made.
@@ -245,6 +249,12 @@ func parseScript(body []byte) (bootScript, error) {
 // fetch GETs an artifact: the first 64 KiB (checking 206 and the total
 // Content-Range names), or all of it for the full-fetch share.
 func (m *machine) fetch(ctx context.Context, hc *http.Client, url string, size int64) error {
+	return m.fetchChecked(ctx, hc, url, size, "")
+}
+
+// fetchChecked is fetch that also checks a whole file's SHA-256 (hex)
+// when sum is set.
+func (m *machine) fetchChecked(ctx context.Context, hc *http.Client, url string, size int64, sum string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
@@ -260,7 +270,8 @@ func (m *machine) fetch(ctx context.Context, hc *http.Client, url string, size i
 		return failure("fetch", err)
 	}
 	defer resp.Body.Close()
-	n, err := io.Copy(io.Discard, resp.Body)
+	h := sha256.New()
+	n, err := io.Copy(h, resp.Body)
 	m.s.st.add("bytes fetched", n)
 	if err != nil {
 		return failure("fetch", err)
@@ -272,6 +283,9 @@ func (m *machine) fetch(ctx context.Context, hc *http.Client, url string, size i
 		return fmt.Errorf("fetch ranged: HTTP %d", resp.StatusCode)
 	case n != want:
 		return fmt.Errorf("fetch: %d bytes, want %d", n, want)
+	}
+	if m.fullGet && sum != "" && hex.EncodeToString(h.Sum(nil)) != strings.ToLower(sum) {
+		return errors.New("fetch: SHA-256 differs from the plan's")
 	}
 	if !m.fullGet {
 		cr := resp.Header.Get("Content-Range")
@@ -306,6 +320,9 @@ func (m *machine) discover(ctx context.Context, bs bootScript) error {
 			grpc.WithUnaryInterceptor(m.registerTimer),
 			grpc.WithStreamInterceptor(m.sessionTimer),
 		},
+	}
+	if m.kexec {
+		cfg.Kexec = &simKexec{m: m}
 	}
 	if bs.params.MAC != m.dhcp.mac.String() {
 		return fmt.Errorf("discover: corral.mac %s is not the boot MAC %s", bs.params.MAC, m.dhcp.mac)
@@ -398,15 +415,59 @@ func (simPower) PowerOff() error { return errors.New("the simulator does not pow
 // Reboot ends the discovery boot: the machine goroutine stops the
 // session and boots again.
 func (p simPower) Reboot() error {
-	p.m.rebootMu.Do(func() {
-		p.m.mu.Lock()
-		p.m.rebootAt = time.Now()
-		if !p.m.planAt.IsZero() {
-			p.m.s.st.observe(PhaseInstall, p.m.rebootAt.Sub(p.m.planAt))
+	p.m.leave(false)
+	return nil
+}
+
+// leave ends the discovery image: a reboot, or a kexec into the
+// hypervisor image.
+func (m *machine) leave(kexec bool) {
+	m.rebootMu.Do(func() {
+		m.mu.Lock()
+		m.rebootAt, m.kexecd = time.Now(), kexec
+		if !kexec && !m.planAt.IsZero() { // (Kexec observed it at the plan)
+			m.s.st.observe(PhaseInstall, m.rebootAt.Sub(m.planAt))
 		}
-		p.m.mu.Unlock()
-		close(p.m.rebootCh)
+		m.mu.Unlock()
+		close(m.rebootCh)
 	})
+}
+
+// simKexec fetches the hypervisor kernel and initramfs the plan names
+// (ranged or whole, as the machine's boot fetches; sizes and, whole, the
+// SHA-256 checked) from the machine's address, then "kexecs": the
+// machine becomes a node without a firmware reboot. Like the real one it
+// does not return once it has booted the image.
+type simKexec struct{ m *machine }
+
+func (k *simKexec) Kexec(ctx context.Context, plan *nodev1.KexecPlan) error {
+	m := k.m
+	m.mu.Lock()
+	planAt := m.planAt
+	m.mu.Unlock()
+	if !planAt.IsZero() {
+		m.s.st.observe(PhaseInstall, time.Since(planAt))
+	}
+	hc := &http.Client{Timeout: m.s.cfg.HTTPTimeout, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return m.s.topo.client.dial(ctx, m.ip, addr)
+		},
+		MaxIdleConnsPerHost: 1, DisableCompression: true,
+	}}
+	defer hc.CloseIdleConnections()
+	t := time.Now()
+	for _, f := range []struct {
+		url, sum string
+		size     int64
+	}{{plan.GetKernelUrl(), plan.GetKernelSha256(), plan.GetKernelSize()}, {plan.GetInitrdUrl(), plan.GetInitrdSha256(), plan.GetInitrdSize()}} {
+		if err := m.fetchChecked(ctx, hc, f.url, f.size, f.sum); err != nil {
+			m.s.st.fail(cause(fmt.Errorf("kexec %w", err)))
+			return err
+		}
+	}
+	m.s.st.observe(PhaseKexecFetch, time.Since(t))
+	m.leave(true)
+	<-ctx.Done()
 	return nil
 }
 

@@ -54,6 +54,12 @@ type Config struct {
 	// FullFetchShare fetch kernel and initramfs whole; the others fetch
 	// the first 64 KiB of each (Range) (default 0).
 	FullFetchShare float64
+	// KexecShare of the machines run an agent that offers kexec (as
+	// corral-node's discovery agent does): the appliance then sends a
+	// KexecPlan after the install instead of rebooting them, and they
+	// fetch the hypervisor image and become nodes without a second
+	// firmware boot (default 0.5; negative: 0).
+	KexecShare float64
 	// KernelBytes and InitrdBytes are the stand-in artifacts' sizes
 	// (default 8 MiB and 40 MiB: the real ~48 MB a machine).
 	KernelBytes, InitrdBytes int64
@@ -119,6 +125,7 @@ func (c *Config) defaults() error {
 	share(&c.RelayShare, 0.5)
 	share(&c.UEFIShare, 0.3)
 	share(&c.LargeShare, 0.25)
+	share(&c.KexecShare, 0.5)
 	dur := func(v *time.Duration, d time.Duration) {
 		if *v <= 0 {
 			*v = d
@@ -272,7 +279,7 @@ func (s *sim) storm(ctx context.Context) (*Report, error) {
 		id := newMachineID(run, i, rng.Float64() < cfg.LargeShare)
 		ms[i] = &machine{s: s, id: id, rebootCh: make(chan struct{}),
 			dhcp:    dhcpClient{mac: id.macs[0], uuid: id.uuid, arch: archOf(rng.Float64() < cfg.UEFIShare), relayed: rng.Float64() < cfg.RelayShare},
-			fullGet: rng.Float64() < cfg.FullFetchShare, node: i < cfg.Nodes}
+			fullGet: rng.Float64() < cfg.FullFetchShare, node: i < cfg.Nodes, kexec: rng.Float64() < cfg.KexecShare}
 		s.serials[id.serial] = true
 	}
 	offsets := make([]time.Duration, cfg.Machines+max(0, cfg.Nodes-cfg.Machines))
@@ -450,17 +457,21 @@ func (s *sim) machineRun(ctx, nctx context.Context, m *machine, nodeWG *sync.Wai
 	if !m.node {
 		return nil
 	}
-	// The hypervisor boot.
-	bs, err = m.bootRetry(ctx)
-	if err != nil {
-		return fmt.Errorf("hypervisor boot: %w", err)
-	}
-	if bs.intent != "hypervisor" && bs.intent != "local" {
-		return fmt.Errorf("second boot: intent %s, want hypervisor", bs.intent)
-	}
 	m.mu.Lock()
-	certPEM, keyPEM, caPEM, name, rebootAt := m.certPEM, m.keyPEM, m.caPEM, m.name, m.rebootAt
+	certPEM, keyPEM, caPEM, name, rebootAt, kexecd := m.certPEM, m.keyPEM, m.caPEM, m.name, m.rebootAt, m.kexecd
 	m.mu.Unlock()
+	readyPhase := PhaseKexecReady
+	if !kexecd {
+		// The hypervisor boot through the firmware.
+		readyPhase = PhaseReboot
+		bs, err = m.bootRetry(ctx)
+		if err != nil {
+			return fmt.Errorf("hypervisor boot: %w", err)
+		}
+		if !strings.HasPrefix(bs.intent, "hypervisor") && bs.intent != "local" {
+			return fmt.Errorf("second boot: intent %s, want hypervisor", bs.intent)
+		}
+	}
 	creds, err := nodeCreds(certPEM, keyPEM, caPEM)
 	if err != nil {
 		return err
@@ -478,7 +489,7 @@ func (s *sim) machineRun(ctx, nctx context.Context, m *machine, nodeWG *sync.Wai
 		defer nodeWG.Done()
 		defer conn.Close()
 		s.heartbeat(nctx, conn, req, func() {
-			s.st.observe(PhaseReboot, time.Since(rebootAt))
+			s.st.observe(readyPhase, time.Since(rebootAt))
 			s.nodesUp.Add(1)
 			close(ready)
 		})

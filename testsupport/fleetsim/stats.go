@@ -18,6 +18,8 @@ const (
 	PhaseAccept     = "register→plan"
 	PhaseInstall    = "install plan→done"
 	PhaseReboot     = "reboot→node ready"
+	PhaseKexecFetch = "kexec fetch"
+	PhaseKexecReady = "kexec→node ready"
 	PhaseNodeJoin   = "node join"
 	PhaseHeartbeat  = "node heartbeat"
 	PhaseAgentBeat  = "agent heartbeat"
@@ -25,7 +27,7 @@ const (
 )
 
 var phaseOrder = []string{PhaseDHCP, PhaseIPXEDHCP, PhaseScript, PhaseFetch, PhaseRegister, PhaseSession, PhaseAccept,
-	PhaseInstall, PhaseReboot, PhaseNodeJoin, PhaseHeartbeat, PhaseAgentBeat, PhasePowerToInv}
+	PhaseInstall, PhaseReboot, PhaseKexecFetch, PhaseKexecReady, PhaseNodeJoin, PhaseHeartbeat, PhaseAgentBeat, PhasePowerToInv}
 
 // maxSamples bounds each phase's samples (heartbeats run all along):
 // past it, samples replace random earlier ones (reservoir).
