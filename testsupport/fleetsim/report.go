@@ -225,7 +225,7 @@ func (r *Report) Print(w io.Writer, base *Baseline) {
 			r.SoakHeartbeats, float64(r.SoakHeartbeats)/max(r.SoakSeconds, 1))
 	}
 	fmt.Fprintf(w, "corrald threads waited %.1f s for a CPU (runnable, not running); the simulator used %.1f s of CPU\n", r.RunQueueSeconds, r.SimCPUSeconds)
-	fmt.Fprintf(w, "store: corral.db %.1f MiB (%.1f KiB a machine); leases live %d, MACs with two live leases %d, held addresses leased to another MAC %d, held without a live lease %d\n",
+	fmt.Fprintf(w, "store: corral.db (+ journal) %.1f MiB (%.1f KiB a machine); leases live %d, MACs with two live leases %d, held addresses leased to another MAC %d, held without a live lease %d\n",
 		mib(r.StoreBytes), float64(r.StoreBytes)/1024/float64(r.Machines), r.LeasesLive, r.LeaseMACsTwice, r.LeaseMismatch, r.LeaseMissing)
 	if n := r.Counters["bytes fetched"]; n > 0 {
 		full := float64(r.Machines) * float64(r.KernelBytes+r.InitrdBytes)

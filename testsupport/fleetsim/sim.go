@@ -399,8 +399,11 @@ loop:
 	stopNodes()
 	nodeWG.Wait()
 	s.app.stop()
-	if fi, err := os.Stat(filepath.Join(s.app.dataDir, "corral.db")); err == nil {
-		r.StoreBytes = fi.Size()
+	// The bbolt file and what its journal still holds after Close.
+	for _, f := range []string{"corral.db", "corral.db.journal"} {
+		if fi, err := os.Stat(filepath.Join(s.app.dataDir, f)); err == nil {
+			r.StoreBytes += fi.Size()
+		}
 	}
 	s.viewMu.Lock()
 	if s.allInvAt.IsZero() {
