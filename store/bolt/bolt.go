@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -208,6 +209,13 @@ func Open(path string, opts Options) (*Store, error) {
 		committerDone: make(chan struct{}),
 		ov:            map[string]ovEntry{},
 		foldBytes:     foldBytes,
+	}
+	if fresh {
+		// A journal beside a new store file is another store's (the file
+		// was deleted, or is being restored): never replay it here.
+		if err := os.Remove(journalPath(path)); err == nil {
+			syncDir(filepath.Dir(path))
+		}
 	}
 	// A journal left by a crash is replayed even with NoJournal.
 	if _, serr := os.Stat(journalPath(path)); !opts.NoJournal || serr == nil {

@@ -87,16 +87,22 @@ func openJournal(path string) (*journal, error) {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
 	if errors.Is(statErr, os.ErrNotExist) {
-		if d, err := os.Open(filepath.Dir(jp)); err == nil {
-			err = d.Sync()
-			d.Close()
-			if err != nil {
-				f.Close()
-				return nil, fmt.Errorf("journal: sync directory: %w", err)
-			}
+		if err := syncDir(filepath.Dir(jp)); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("journal: sync directory: %w", err)
 		}
 	}
 	return &journal{f: f}, nil
+}
+
+// syncDir makes a directory's entries durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // jChange is one entry of a record.

@@ -265,3 +265,25 @@ func TestNoJournalReplays(t *testing.T) {
 		t.Fatalf("Get = %q, %v; want 1", kv.Value, err)
 	}
 }
+
+// TestJournalOfAnotherStore: a new store file never replays a journal it
+// finds beside it (the old store file was deleted).
+func TestJournalOfAnotherStore(t *testing.T) {
+	s, path := openTemp(t)
+	if _, err := s.Put(t.Context(), "old", []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	cp := crashCopy(t, path)
+	s.Close()
+	if err := os.Remove(cp); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(cp, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if kvs := listAll(t, s2); len(kvs) != 0 {
+		t.Fatalf("a new store holds %v from another store's journal", kvs)
+	}
+}
