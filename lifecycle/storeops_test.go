@@ -154,3 +154,24 @@ func TestStoreOpsPerReport(t *testing.T) {
 		t.Logf("%-52s machine record: %d reads, %d writes (before: %s)", r.what, r.reads, r.writes, cmp.Or(before[r.what], "not measured"))
 	}
 }
+
+// TestSessionOpenNoSecondWrite: Register writes last_seen in its one
+// machine mutation, so the session's first heartbeat right after it
+// writes nothing more (it rewrote the machine record, facts and all,
+// before step 5's storm work: 2 writes for Register + session open).
+func TestSessionOpenNoSecondWrite(t *testing.T) {
+	cs := &countingStore{Store: mem.New()}
+	h := newHarness(t, cs, harnessOpt{})
+	mac := "52:54:00:00:00:02"
+	f := facts("SN124", "8c3f5b7e-0000-4000-8000-000000000002", mac)
+	if _, _, err := h.inv.EnsureMachineForMAC(context.Background(), mac); err != nil {
+		t.Fatal(err)
+	}
+	_, w := cs.measure(func() {
+		h.connect(mac, f)
+		time.Sleep(50 * time.Millisecond) // anything that follows the first heartbeat
+	})
+	if w != 1 {
+		t.Errorf("Register + session open: %d machine writes, want 1 (Register's)", w)
+	}
+}
