@@ -214,3 +214,17 @@ go_threads 9
 		t.Errorf("splitLabels = %q", got)
 	}
 }
+
+func TestHotFunctions(t *testing.T) {
+	out := []byte(`# Children      Self  Symbol
+    10.30%     0.02%  [.] github.com/corralhq/corral/store/record.Unmarshal   -   -
+     9.26%     0.02%  [.] github.com/corralhq/corral/boot/dhcp.(*Server).serve.gowrap1   -   -
+     8.89%     0.05%  [.] crypto/tls.(*Conn).serverHandshake   -   -
+     7.00%     7.00%  [.] runtime.memmove   -   -
+     6.78%     0.00%  [.] runtime.gcBgMarkWorker   -   -
+`)
+	want := []string{" 10.30%  store/record.Unmarshal", "  8.89%  crypto/tls.(*Conn).serverHandshake", "  6.78%  runtime.gcBgMarkWorker"}
+	if d := cmp.Diff(want, hotFunctions(out, 10)); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+}

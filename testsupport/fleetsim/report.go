@@ -97,8 +97,11 @@ type Report struct {
 	// MetricCounters its DHCP and boot HTTP outcomes.
 	Queues         []QueueLine
 	MetricCounters map[string]float64
-	Load           string
-	Notes          []string
+	// Profile is corrald's hottest functions (Config.ProfileSeconds).
+	Profile     []string
+	ProfileNote string
+	Load        string
+	Notes       []string
 }
 
 // OK reports the correctness the CI storm asserts: every machine
@@ -253,6 +256,12 @@ func (r *Report) Print(w io.Writer, base *Baseline) {
 		tw.Flush()
 		for _, k := range sortedKeys(r.MetricCounters) {
 			fmt.Fprintf(w, "  %s %.0f\n", shortSeries(k), r.MetricCounters[k])
+		}
+	}
+	if r.ProfileNote != "" {
+		fmt.Fprintln(w, r.ProfileNote)
+		for _, l := range r.Profile {
+			fmt.Fprintln(w, "  "+l)
 		}
 	}
 	for _, l := range r.DupLines {

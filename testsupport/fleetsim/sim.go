@@ -89,6 +89,9 @@ type Config struct {
 	// Corrald is the corrald binary; CorraldArgs are extra serve flags.
 	Corrald     string
 	CorraldArgs []string
+	// ProfileSeconds, when positive, records corrald with perf for that
+	// long from the middle of the power-on (needs perf).
+	ProfileSeconds int
 	// WorkDir holds corrald's data dir, log and artifacts (default a new
 	// temporary directory, removed unless Keep).
 	WorkDir string
@@ -306,6 +309,10 @@ func (s *sim) storm(ctx context.Context) (*Report, error) {
 	cpu0 := s.app.start
 	wait0 := runQueueWait(s.app.pid)
 	self0, _ := readProc(os.Getpid())
+	var prof *profile
+	if cfg.ProfileSeconds > 0 {
+		prof = startProfile(bg, s.app.pid, cfg.WorkDir, cfg.Stagger/2, time.Duration(cfg.ProfileSeconds)*time.Second)
+	}
 	var mWG sync.WaitGroup
 	for i, m := range ms {
 		mWG.Add(1)
@@ -380,6 +387,9 @@ loop:
 		r.Queues, r.MetricCounters = q, c
 	} else {
 		r.Notes = append(r.Notes, "corrald /metrics: "+err.Error())
+	}
+	if prof != nil {
+		r.Profile, r.ProfileNote = prof.wait()
 	}
 	if err := s.applianceView(ctx, admin, r); err != nil {
 		return nil, fmt.Errorf("appliance view: %w", err)

@@ -72,6 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&c.NodeSweepInterval, "node-sweep-interval", 0, "passed to corrald when set")
 	fs.DurationVar(&c.Soak, "soak", 0, "keep the nodes beating this long after the last machine is done (default 3 heartbeats + the timeout)")
 	fs.DurationVar(&c.Timeout, "timeout", 30*time.Minute, "give up on machines not done after this")
+	fs.IntVar(&c.ProfileSeconds, "profile", 0, "record corrald with perf for this many `seconds` from the middle of the power-on and print its hottest functions (needs perf)")
 	fs.StringVar(&c.WorkDir, "work-dir", "", "keep corrald's data dir, log and metrics here (default a temporary directory, removed)")
 	baseline := fs.String("baseline", "", "JSON file of recorded figures to print this run beside")
 	record := fs.Bool("record", false, "write this run's figures into -baseline")
