@@ -315,9 +315,24 @@ func TestLab(t *testing.T) {
 			}
 			return true
 		})
+		kexec := corraldHas(t, r, "kexec-timeout")
 		for name, m := range r.machines() {
 			if m.State != "DEPLOYED" {
 				t.Errorf("%s: state %s, want DEPLOYED", name, m.State)
+			}
+			// The install booted the hypervisor image with kexec (#14),
+			// and the agent's kexec did not fail. A node slower than
+			// --kexec-timeout (a loaded machine) is rebooted the old way:
+			// logged, not failed.
+			if tl := string(r.mustCorral("machine", "timeline", name)); kexec {
+				switch f := kexecFallback.FindString(tl); {
+				case !kexecEntry.MatchString(tl):
+					t.Errorf("%s: the timeline shows no kexec into the hypervisor image:\n%s", name, tl)
+				case strings.Contains(f, "failed"):
+					t.Errorf("%s: the kexec into the hypervisor image failed:\n%s", name, tl)
+				case f != "":
+					t.Logf("%s: the kexec'd node was not READY within --kexec-timeout: rebooted the old way", name)
+				}
 			}
 		}
 		t.Logf("corral-lab report:\n%s", r.lab("report"))
@@ -453,6 +468,13 @@ func lastNodeLine(console string) (string, int) {
 	}
 	return last, n
 }
+
+// The lifecycle's kexec timeline entries (corral machine timeline: source,
+// then event).
+var (
+	kexecEntry    = regexp.MustCompile(`\blifecycle\s+kexec\s`)
+	kexecFallback = regexp.MustCompile(`\blifecycle\s+kexec-(failed|timeout)\b`)
+)
 
 // The node agent's log lines on the console when it restarts a VM after a
 // reboot (slog text: msg, then node=, then vm=).
