@@ -51,6 +51,7 @@ func joinNode(ctx context.Context, admin *grpc.ClientConn, name string) (certPEM
 // Report is what a storm measured.
 type Report struct {
 	Machines, Nodes          int
+	Setup                    string // Config's shape (shares, stagger, heartbeats, sizes)
 	Stagger                  time.Duration
 	FullFetchShare           float64
 	KernelBytes, InitrdBytes int64
@@ -102,6 +103,13 @@ type Report struct {
 	ProfileNote string
 	Load        string
 	Notes       []string
+}
+
+// Setup is the storm's shape beside N and M (shares, stagger, heartbeats,
+// artifact sizes): figures compare only between equal setups.
+func (c *Config) setup() string {
+	return fmt.Sprintf("stagger=%s relay=%.2f uefi=%.2f large=%.2f kexec=%.2f full-fetch=%.2f artifacts=%d+%d agent-hb=%s node-hb=%s",
+		c.Stagger, c.RelayShare, c.UEFIShare, c.LargeShare, c.KexecShare, c.FullFetchShare, c.KernelBytes, c.InitrdBytes, c.AgentHeartbeat, c.NodeHeartbeat)
 }
 
 // OK reports the correctness the CI storm asserts: every machine
@@ -161,6 +169,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 type Baseline struct {
 	Machines int                `json:"machines"`
 	Nodes    int                `json:"nodes"`
+	Setup    string             `json:"setup,omitempty"`
 	Recorded string             `json:"recorded"`
 	Load     string             `json:"load"`
 	Figures  map[string]float64 `json:"figures"`
@@ -190,7 +199,7 @@ func LoadBaselines(path string) (Baselines, error) {
 
 // Record puts r into bs under its key.
 func (bs Baselines) Record(r *Report) {
-	bs[r.BaselineKey()] = Baseline{Machines: r.Machines, Nodes: r.Nodes, Recorded: time.Now().UTC().Format(time.RFC3339), Load: r.Load, Figures: r.Figures()}
+	bs[r.BaselineKey()] = Baseline{Machines: r.Machines, Nodes: r.Nodes, Setup: r.Setup, Recorded: time.Now().UTC().Format(time.RFC3339), Load: r.Load, Figures: r.Figures()}
 }
 
 // Write saves bs as indented JSON.
@@ -275,6 +284,9 @@ func (r *Report) Print(w io.Writer, base *Baseline) {
 	}
 	if base != nil {
 		fmt.Fprintf(w, "against the baseline of %s (load %s): before → now (now/before)\n", base.Recorded, base.Load)
+		if base.Setup != r.Setup {
+			fmt.Fprintf(w, "  note: a different setup: baseline %q, now %q\n", base.Setup, r.Setup)
+		}
 		now := r.Figures()
 		tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', 0)
 		for _, k := range sortedKeys(now) {

@@ -377,7 +377,7 @@ loop:
 	soakBeats := s.st.n(PhaseHeartbeat) - beats0
 
 	// The appliance's own view, before anything stops.
-	r := &Report{Machines: cfg.Machines, Nodes: cfg.Nodes, Stagger: cfg.Stagger, FullFetchShare: cfg.FullFetchShare,
+	r := &Report{Machines: cfg.Machines, Nodes: cfg.Nodes, Setup: cfg.setup(), Stagger: cfg.Stagger, FullFetchShare: cfg.FullFetchShare,
 		KernelBytes: cfg.KernelBytes, InitrdBytes: cfg.InitrdBytes}
 	r.Seconds = stormEnd.Sub(start).Seconds()
 	r.SoakSeconds = end.Sub(soakStart).Seconds()
