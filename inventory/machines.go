@@ -32,7 +32,8 @@ type Config struct {
 	// TimelineLimit is how many entries are kept per MAC (default 2000).
 	TimelineLimit int
 	// TimelineQueue is how many entries may wait to be written before
-	// Record starts dropping (default 16384); drops are counted and logged.
+	// Record starts dropping (default DefaultTimelineQueue, 65,536, and
+	// never more than 64 MB of them); drops are counted and logged.
 	TimelineQueue int
 	// TimelineMaxEntries bounds the entries of all MACs together (default
 	// 1,000,000; at least TimelineLimit): past it the timelines of the MACs
@@ -74,7 +75,7 @@ func New(cfg Config) (*Inventory, error) {
 		cfg.TimelineLimit = 2000
 	}
 	if cfg.TimelineQueue <= 0 {
-		cfg.TimelineQueue = 16384
+		cfg.TimelineQueue = DefaultTimelineQueue
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

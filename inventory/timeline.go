@@ -50,13 +50,19 @@ import (
 const (
 	DefaultTimelineLimit       = 2000
 	DefaultTimelineMaxEntries  = 1_000_000
-	DefaultTimelineQueue       = 16384
+	DefaultTimelineQueue       = 65536
 	DefaultTimelineDetailBytes = 4 << 10
 	DefaultTimelineAttrs       = 16
 	DefaultTimelineAttrBytes   = 256
 )
 
 const (
+	// timelineQueueBytes bounds what the queued entries hold (their
+	// strings, counted by entryBytes) whatever TimelineQueue is: 65,536
+	// entries are ~30 MB at a storm's typical ~450 bytes, and a flood of
+	// entries cut to their caps (4 KiB of detail, 16 attributes) stops
+	// here instead of at ~700 MB.
+	timelineQueueBytes  = 64 << 20
 	timelineIndexPrefix = "/inventory/timeline-index/"
 	// timelineWriters is how many entries are written concurrently; the
 	// bolt store group-commits them, so a burst of boot events costs a few
@@ -85,6 +91,7 @@ type timeline struct {
 	queue   chan tlItem
 	seq     atomic.Uint64
 	dropped atomic.Uint64 // entries dropped on a full queue, ever
+	queued  atomic.Int64  // entryBytes of the entries in queue
 
 	drops, clipped, evicted, failed lograte.Counter
 
@@ -122,7 +129,18 @@ func (ms *macState) snapshot() macState {
 type tlItem struct {
 	key   string
 	entry *inventoryv1.TimelineEntry
+	size  int64         // entryBytes, counted in timeline.queued
 	flush chan struct{} // a flush marker when non-nil
+}
+
+// entryBytes is roughly what a queued entry holds: its strings and a
+// fixed overhead for the structures.
+func entryBytes(key string, e *inventoryv1.TimelineEntry) int64 {
+	n := 256 + len(key) + len(e.GetMac()) + len(e.GetSource()) + len(e.GetEvent()) + len(e.GetDetail())
+	for k, v := range e.GetAttributes() {
+		n += 64 + len(k) + len(v)
+	}
+	return int64(n)
 }
 
 // newTimeline fills the timeline defaults of inv.cfg and returns the
@@ -180,9 +198,17 @@ func (i *Inventory) Record(e *inventoryv1.TimelineEntry) {
 		})
 	}
 	key := fmt.Sprintf("%s%s/%020d-%010d", timelinePrefix, mac, e.GetAt().AsTime().UnixNano(), t.seq.Add(1))
-	select {
-	case t.queue <- tlItem{key: key, entry: e}:
-	default:
+	size := entryBytes(key, e)
+	queued := false
+	if t.queued.Add(size) <= timelineQueueBytes {
+		select {
+		case t.queue <- tlItem{key: key, entry: e, size: size}:
+			queued = true
+		default:
+		}
+	}
+	if !queued {
+		t.queued.Add(-size)
 		t.dropped.Add(1)
 		t.drops.Add(1, func(n int64) {
 			i.log.Warn("timeline queue full: entries dropped", "queue", i.cfg.TimelineQueue, "dropped_since_last_log", n, "dropped_total", t.dropped.Load())
@@ -294,6 +320,7 @@ func (t *timeline) run(ctx context.Context) error {
 		}()
 	}
 	dispatch := func(it tlItem) {
+		t.queued.Add(-it.size)
 		if it.flush != nil {
 			inflight.Wait()
 			close(it.flush)

@@ -253,6 +253,39 @@ func TestTimelineDropsLogged(t *testing.T) {
 	}
 }
 
+// TestTimelineQueueBytes: whatever the entry count allows, the queue holds
+// at most timelineQueueBytes of entries; the rest are dropped, and what a
+// writer takes off the queue is free again.
+func TestTimelineQueueBytes(t *testing.T) {
+	inv, err := New(Config{Store: mem.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	attrs := map[string]string{}
+	for i := range DefaultTimelineAttrs {
+		attrs[fmt.Sprintf("attr%02d", i)] = strings.Repeat("v", DefaultTimelineAttrBytes)
+	}
+	detail := strings.Repeat("d", DefaultTimelineDetailBytes)
+	const n = 20000 // fits TimelineQueue, not the bytes
+	for range n {
+		inv.Event(mac(1), "agent", "progress", detail, attrs)
+	}
+	queued, dropped := inv.tl.queued.Load(), inv.tl.dropped.Load()
+	if queued > timelineQueueBytes || dropped == 0 || int(dropped)+len(inv.tl.queue) != n {
+		t.Fatalf("queued %d bytes (limit %d) in %d entries, dropped %d of %d", queued, timelineQueueBytes, len(inv.tl.queue), dropped, n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- inv.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if err := inv.FlushTimeline(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if q := inv.tl.queued.Load(); q != 0 {
+		t.Errorf("%d bytes still counted as queued after the flush", q)
+	}
+}
+
 func timestampAt(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }
 
 // TestTimelineIndexTwoAppliances: two appliances (two Inventories on one
