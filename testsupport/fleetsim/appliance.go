@@ -153,7 +153,7 @@ func startAppliance(ctx context.Context, cfg *Config, topo *topology, workDir st
 		"--api-listen", fmt.Sprintf("%s:%d", serverAddr, apiPort),
 		"--metrics-listen", fmt.Sprintf("%s:%d", serverAddr, metricsPort),
 		"--http-listen", fmt.Sprintf("%s:%d", serverAddr, httpPort),
-		"--tftp-listen", "off", "--no-ra",
+		"--no-ra",
 		"--boot-interface", topo.serverIf,
 		"--dhcp-mode", "full",
 		"--dhcp-range", fmt.Sprintf("%s-%s", poolStart, poolEnd),
@@ -162,6 +162,11 @@ func startAppliance(ctx context.Context, cfg *Config, topo *topology, workDir st
 		"--auto-accept",
 		"--boot-kernel", k, "--boot-initrd", i, "--boot-hypervisor-initrd", h,
 		"--log-level", "warn",
+	}
+	if cfg.NoTFTP {
+		args = append(args, "--tftp-listen", "off")
+	} else {
+		args = append(args, "--tftp-listen", fmt.Sprintf("%s:69", serverAddr))
 	}
 	if cfg.NodeHeartbeatTimeout > 0 {
 		args = append(args, "--node-heartbeat-timeout", cfg.NodeHeartbeatTimeout.String())

@@ -109,6 +109,7 @@ type dhcpClient struct {
 type lease struct {
 	ip       netip.Addr
 	server   net.IP
+	next     netip.Addr // siaddr: the TFTP server
 	bootFile string
 	retries  int
 }
@@ -237,6 +238,7 @@ func (d *dhcpNet) dora(ctx context.Context, c *dhcpClient, ipxe bool, scale floa
 			return l, errors.New("ACK without an address")
 		}
 		l.ip, l.server = ip, ack.ServerIdentifier()
+		l.next, _ = netip.AddrFromSlice(ack.ServerIPAddr.To4())
 		l.bootFile = ack.BootFileName
 		if l.bootFile == "" {
 			l.bootFile = dhcpv4.GetString(dhcpv4.OptionBootfileName, ack.Options)

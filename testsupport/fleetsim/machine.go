@@ -90,8 +90,22 @@ func (m *machine) boot(ctx context.Context) (bootScript, error) {
 	if err := m.hold(l.ip); err != nil {
 		return bs, err
 	}
-	if l.bootFile == "" {
+	switch {
+	case l.bootFile == "":
 		s.st.add("firmware answers without an iPXE binary", 1)
+	case !s.cfg.NoTFTP && !strings.Contains(l.bootFile, "://"):
+		// The firmware fetches iPXE over TFTP from next-server.
+		next := l.next
+		if !next.IsValid() || next.IsUnspecified() {
+			next = serverAddr
+		}
+		t = time.Now()
+		n, err := s.topo.client.tftpGet(ctx, m.ip, next, l.bootFile, time.Duration(float64(2*time.Second)*s.cfg.DHCPTimeoutScale))
+		s.st.add("bytes fetched", n)
+		if err != nil {
+			return bs, failure("tftp", err)
+		}
+		s.st.observe(PhaseTFTP, time.Since(t))
 	}
 	// iPXE's own DHCP: the script URL.
 	t = time.Now()

@@ -54,6 +54,9 @@ type Config struct {
 	// FullFetchShare fetch kernel and initramfs whole; the others fetch
 	// the first 64 KiB of each (Range) (default 0).
 	FullFetchShare float64
+	// NoTFTP leaves out the firmware's TFTP fetch of the iPXE binary
+	// (corrald then serves no TFTP).
+	NoTFTP bool
 	// KexecShare of the machines run an agent that offers kexec (as
 	// corral-node's discovery agent does): the appliance then sends a
 	// KexecPlan after the install instead of rebooting them, and they

@@ -10,6 +10,7 @@ import (
 // Phases, in the order a machine goes through them.
 const (
 	PhaseDHCP       = "dhcp discover→ack"
+	PhaseTFTP       = "tftp ipxe binary"
 	PhaseIPXEDHCP   = "ipxe dhcp"
 	PhaseScript     = "script"
 	PhaseFetch      = "kernel+initrd"
@@ -26,7 +27,7 @@ const (
 	PhasePowerToInv = "power-on→registered"
 )
 
-var phaseOrder = []string{PhaseDHCP, PhaseIPXEDHCP, PhaseScript, PhaseFetch, PhaseRegister, PhaseSession, PhaseAccept,
+var phaseOrder = []string{PhaseDHCP, PhaseTFTP, PhaseIPXEDHCP, PhaseScript, PhaseFetch, PhaseRegister, PhaseSession, PhaseAccept,
 	PhaseInstall, PhaseReboot, PhaseKexecFetch, PhaseKexecReady, PhaseNodeJoin, PhaseHeartbeat, PhaseAgentBeat, PhasePowerToInv}
 
 // maxSamples bounds each phase's samples (heartbeats run all along):
