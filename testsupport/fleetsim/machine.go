@@ -153,18 +153,16 @@ func (m *machine) boot(ctx context.Context) (bootScript, error) {
 	return bs, nil
 }
 
-// bootAttempts is how many times a machine network-boots before it
-// gives up: a failed script or fetch makes iPXE exit, and the firmware
-// tries the next boot (PXE again) after a few seconds, as real servers
-// loop over their boot order.
-const bootAttempts = 4
-
-// bootRetry boots until one attempt gets through or bootAttempts failed;
-// each retry is counted under its cause.
+// bootRetry boots until one attempt gets through or Config.BootGiveUp
+// has passed: a failed TFTP, script or fetch makes the firmware (or iPXE)
+// give up that boot, and the server tries PXE again after a few seconds,
+// as real servers loop over their boot order. Each retry is counted
+// under its cause.
 func (m *machine) bootRetry(ctx context.Context) (bootScript, error) {
-	for attempt := 1; ; attempt++ {
+	deadline := time.Now().Add(m.s.cfg.BootGiveUp)
+	for {
 		bs, err := m.boot(ctx)
-		if err == nil || attempt == bootAttempts || ctx.Err() != nil {
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
 			return bs, err
 		}
 		m.s.st.add("boot retried after: "+cause(err), 1)

@@ -77,6 +77,9 @@ type Config struct {
 	// 16, 32 s) (default 1); DHCPGiveUp ends a boot's DHCP (default 5 min).
 	DHCPTimeoutScale float64
 	DHCPGiveUp       time.Duration
+	// BootGiveUp ends a machine's retries of failed network boots
+	// (default 10 min).
+	BootGiveUp time.Duration
 	// InstallStep is the pause after each install step (default 200 ms);
 	// InstallGiveUp bounds registration to reboot (default 10 min).
 	InstallStep, InstallGiveUp time.Duration
@@ -141,6 +144,7 @@ func (c *Config) defaults() error {
 	dur(&c.AgentHeartbeat, 10*time.Second)
 	dur(&c.NodeHeartbeat, 10*time.Second)
 	dur(&c.DHCPGiveUp, 5*time.Minute)
+	dur(&c.BootGiveUp, 10*time.Minute)
 	dur(&c.InstallStep, 200*time.Millisecond)
 	dur(&c.InstallGiveUp, 10*time.Minute)
 	dur(&c.HTTPTimeout, 5*time.Minute)
@@ -363,9 +367,19 @@ loop:
 	}
 	tick.Stop()
 	stormEnd := time.Now()
+	// Interrupted (or out of time): still read the appliance's view and
+	// report what happened, without the wait and the soak.
+	interrupted := ctx.Err() != nil
+	if interrupted {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+	}
 	// Machines still to become DEPLOYED in the appliance's view (the
 	// lifecycle reconciler's pass): wait a while for them.
-	s.waitDeployed(ctx, int(s.nodesUp.Load()), 2*time.Minute)
+	if !interrupted {
+		s.waitDeployed(ctx, int(s.nodesUp.Load()), 2*time.Minute)
+	}
 	udpS, udpC := udpDrops(ctx, s.topo.serverNS), udpDrops(ctx, s.topo.clientNS)
 	metricsPath := filepath.Join(cfg.WorkDir, "metrics-storm.txt")
 	s.saveMetrics(metricsPath)
@@ -374,7 +388,9 @@ loop:
 	soak0, _ := readProc(s.app.pid)
 	beats0 := s.st.n(PhaseHeartbeat)
 	soakStart := time.Now()
-	sleepCtx(ctx, cfg.Soak)
+	if !interrupted {
+		sleepCtx(ctx, cfg.Soak)
+	}
 	end := time.Now()
 	soak1, _ := readProc(s.app.pid)
 	soakBeats := s.st.n(PhaseHeartbeat) - beats0
@@ -383,6 +399,9 @@ loop:
 	r := &Report{Machines: cfg.Machines, Nodes: cfg.Nodes, Setup: cfg.setup(), Stagger: cfg.Stagger, FullFetchShare: cfg.FullFetchShare,
 		KernelBytes: cfg.KernelBytes, InitrdBytes: cfg.InitrdBytes}
 	r.Seconds = stormEnd.Sub(start).Seconds()
+	if interrupted {
+		r.Notes = append(r.Notes, "interrupted: machines not done were stopped; no soak")
+	}
 	r.SoakSeconds = end.Sub(soakStart).Seconds()
 	r.SoakCPUSeconds = float64(soak1.ticks-soak0.ticks) / clockTicks
 	r.SoakHeartbeats = soakBeats

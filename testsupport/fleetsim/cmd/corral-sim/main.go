@@ -110,7 +110,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if b, ok := bs[r.BaselineKey()]; ok {
 		base = &b
 	}
-	if *record && *baseline != "" {
+	if *record && *baseline != "" && ctx.Err() == nil {
 		bs.Record(r)
 		if err := bs.Write(*baseline); err != nil {
 			return err
