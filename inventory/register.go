@@ -233,8 +233,13 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 		}
 		m.Flags = mergeFlags(m.GetFlags(), flags)
 		// The discovery agent came up: whatever powered the machine on
-		// booted it.
-		m.Watchdog = nil
+		// booted it — unless its install is done: then it is the agent
+		// that installed, registering again because its session broke
+		// before the reboot or kexec into the hypervisor image, and the
+		// watchdog keeps waiting for the node (lifecycle/kexec.go).
+		if m.GetState() != inventoryv1.Machine_INSTALLING || !m.GetInstall().GetDone() {
+			m.Watchdog = nil
+		}
 		became = false
 		switch m.GetState() {
 		case inventoryv1.Machine_UNSPECIFIED, inventoryv1.Machine_DISCOVERED:

@@ -290,3 +290,22 @@ func TestKexecOnlyToItsAgent(t *testing.T) {
 		t.Errorf("send kexec to an unidentified session: %v, want PermissionDenied", err)
 	}
 }
+
+// TestKexecSurvivesReRegister: the installing agent registering again
+// (its session broke while it fetched or loaded the image) leaves the
+// kexec's watchdog armed, so a kexec that never comes back still falls
+// back to the old reboot.
+func TestKexecSurvivesReRegister(t *testing.T) {
+	h, a, _ := kexecing(t, true)
+	armed := h.machine(a.name).GetWatchdog()
+	if _, err := h.client.Register(context.Background(), &nodev1.RegisterRequest{BootMac: mac1, Facts: facts("S1", "", mac1),
+		Capabilities: []string{nodev1.CapabilityKexec}}); err != nil {
+		t.Fatal(err)
+	}
+	if w := h.machine(a.name).GetWatchdog(); w.GetArmedBy() != ArmedByKexec || !w.GetArmedAt().AsTime().Equal(armed.GetArmedAt().AsTime()) {
+		t.Fatalf("watchdog after a second Register: %v, want the kexec's %v", w, armed)
+	}
+	h.clk.Advance(DefaultKexecTimeout + time.Second)
+	h.reconcile()
+	h.eventually(a.name, "cycled", func(*inventoryv1.Machine) bool { return h.bmcCycles() == 1 })
+}
