@@ -21,12 +21,13 @@ package bolt
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -59,6 +60,7 @@ var (
 	metaBucket    = []byte("meta")
 	formatKey     = []byte("format")
 	revKey        = []byte("rev")
+	idKey         = []byte("id")
 )
 
 // Options configures Open.
@@ -210,16 +212,14 @@ func Open(path string, opts Options) (*Store, error) {
 		ov:            map[string]ovEntry{},
 		foldBytes:     foldBytes,
 	}
-	if fresh {
-		// A journal beside a new store file is another store's (the file
-		// was deleted, or is being restored): never replay it here.
-		if err := os.Remove(journalPath(path)); err == nil {
-			syncDir(filepath.Dir(path))
-		}
+	id, err := storeID(db)
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
 	}
 	// A journal left by a crash is replayed even with NoJournal.
 	if _, serr := os.Stat(journalPath(path)); !opts.NoJournal || serr == nil {
-		if s.jr, err = openJournal(path); err == nil {
+		if s.jr, err = openJournal(path, id); err == nil {
 			openRev, err = s.replay(openRev)
 		}
 		if err != nil {
@@ -239,6 +239,31 @@ func Open(path string, opts Options) (*Store, error) {
 	go s.commitLoop()
 	log.Info("store opened", "path", path, "fresh", fresh)
 	return s, nil
+}
+
+// storeID returns the store file's id (meta "id", 16 random bytes),
+// creating it in a store that has none yet. The journal names it, so a
+// journal is never applied to another store file.
+func storeID(db *bbolt.DB) ([]byte, error) {
+	var id []byte
+	err := db.View(func(tx *bbolt.Tx) error {
+		if v := tx.Bucket(metaBucket).Get(idKey); len(v) == storeIDLen {
+			id = append([]byte(nil), v...)
+		}
+		return nil
+	})
+	if err != nil || id != nil {
+		return id, err
+	}
+	id = make([]byte, storeIDLen)
+	if _, err := rand.Read(id); err != nil {
+		return nil, err
+	}
+	err = db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(metaBucket).Put(idKey, id) })
+	if err != nil {
+		return nil, fmt.Errorf("store id: %w", err)
+	}
+	return id, nil
 }
 
 // openDB calls bbolt.Open, converting a panic inside it into an error and
@@ -340,16 +365,26 @@ func (s *Store) Get(ctx context.Context, key string) (store.KV, error) {
 	}
 	defer s.closeMu.RUnlock()
 
+	// The overlay is consulted and the bbolt read begun under ovMu, then
+	// the lock is let go: a fold commits bbolt before it clears the
+	// overlay, so the pair is one consistent picture, and a slow read
+	// never holds up the committer (which takes ovMu after each append).
 	s.ovMu.RLock()
-	defer s.ovMu.RUnlock()
 	if e, ok := s.ov[key]; ok {
+		s.ovMu.RUnlock()
 		if e.deleted {
 			return store.KV{}, fmt.Errorf("bolt: get %q: %w", key, store.ErrNotFound)
 		}
 		return store.KV{Key: key, Value: append([]byte{}, e.value...), Revision: e.rev}, nil
 	}
+	tx, err := s.db.Begin(false)
+	s.ovMu.RUnlock()
+	if err != nil {
+		return store.KV{}, fmt.Errorf("bolt: get %q: %w", key, err)
+	}
+	defer func() { _ = tx.Rollback() }()
 	var kv store.KV
-	err := s.db.View(func(tx *bbolt.Tx) error {
+	err = func() error {
 		b := tx.Bucket(recordsBucket)
 		if b == nil {
 			return corruptf("records bucket missing")
@@ -364,7 +399,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.KV, error) {
 		}
 		kv = store.KV{Key: key, Value: append([]byte{}, val...), Revision: rev}
 		return nil
-	})
+	}()
 	if err != nil {
 		return store.KV{}, fmt.Errorf("bolt: get %q: %w", key, err)
 	}
@@ -390,9 +425,12 @@ func (s *Store) ListRevision(ctx context.Context, prefix string) ([]store.KV, in
 
 	out := []store.KV{}
 	var cur int64
-	s.ovMu.RLock()
-	defer s.ovMu.RUnlock()
-	err := s.db.View(func(tx *bbolt.Tx) error {
+	tx, ov, ovRev, err := s.beginRead(prefix)
+	if err != nil {
+		return nil, 0, fmt.Errorf("bolt: list %q: %w", prefix, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	err = func() error {
 		b := tx.Bucket(recordsBucket)
 		meta := tx.Bucket(metaBucket)
 		if b == nil || meta == nil {
@@ -411,11 +449,11 @@ func (s *Store) ListRevision(ctx context.Context, prefix string) ([]store.KV, in
 			out = append(out, store.KV{Key: string(k), Value: append([]byte{}, val...), Revision: rev})
 		}
 		return nil
-	})
+	}()
 	if err != nil {
 		return nil, 0, fmt.Errorf("bolt: list %q: %w", prefix, err)
 	}
-	out, cur = s.overlayLocked(out, cur, prefix)
+	out, cur = mergeOverlay(ov, ovRev, out, cur)
 	return out, cur, nil
 }
 
@@ -444,23 +482,39 @@ func (s *Store) revision() (int64, error) {
 	return max(rev, s.ovRev), err
 }
 
-// overlayLocked merges the overlay's records under prefix into out (in
-// key order, as read from bbolt at revision cur) and returns the merged
-// records and revision. Caller holds ovMu (shared).
-func (s *Store) overlayLocked(out []store.KV, cur int64, prefix string) ([]store.KV, int64) {
-	if len(s.ov) == 0 {
-		return out, cur
+// beginRead begins a bbolt read transaction and copies the overlay's
+// entries under prefix, both under ovMu, and lets the lock go: a fold
+// commits bbolt before it clears the overlay, so the two are one
+// consistent picture, and a long scan of the transaction never holds up
+// the committer. The caller rolls tx back.
+func (s *Store) beginRead(prefix string) (*bbolt.Tx, map[string]ovEntry, int64, error) {
+	s.ovMu.RLock()
+	defer s.ovMu.RUnlock()
+	tx, err := s.db.Begin(false)
+	if err != nil {
+		return nil, nil, 0, err
 	}
-	var keys []string
-	for k := range s.ov {
+	var ov map[string]ovEntry
+	for k, e := range s.ov {
 		if strings.HasPrefix(k, prefix) {
-			keys = append(keys, k)
+			if ov == nil {
+				ov = make(map[string]ovEntry)
+			}
+			ov[k] = e // values in the overlay are never changed in place
 		}
 	}
-	if len(keys) == 0 {
-		return out, max(cur, s.ovRev)
+	return tx, ov, s.ovRev, nil
+}
+
+// mergeOverlay merges overlay entries ov (already limited to a prefix)
+// into out (in key order, as read from bbolt at revision cur) and returns
+// the merged records and revision.
+func mergeOverlay(ov map[string]ovEntry, ovRev int64, out []store.KV, cur int64) ([]store.KV, int64) {
+	cur = max(cur, ovRev)
+	if len(ov) == 0 {
+		return out, cur
 	}
-	slices.Sort(keys)
+	keys := slices.Sorted(maps.Keys(ov))
 	merged := make([]store.KV, 0, len(out)+len(keys))
 	i := 0
 	for _, k := range keys {
@@ -471,12 +525,12 @@ func (s *Store) overlayLocked(out []store.KV, cur int64, prefix string) ([]store
 		if i < len(out) && out[i].Key == k {
 			i++ // replaced (or deleted) by the overlay
 		}
-		if e := s.ov[k]; !e.deleted {
+		if e := ov[k]; !e.deleted {
 			merged = append(merged, store.KV{Key: k, Value: append([]byte{}, e.value...), Revision: e.rev})
 		}
 	}
 	merged = append(merged, out[i:]...)
-	return merged, max(cur, s.ovRev)
+	return merged, cur
 }
 
 // boltRevision reads the revision committed to bbolt.
@@ -571,18 +625,23 @@ func (s *Store) Close() error {
 	close(s.ops)
 	<-s.committerDone
 	s.hub.CloseAll()
+	var foldErr error
 	if s.jr != nil {
 		if s.failed == nil {
-			if err := s.fold(); err != nil {
+			if foldErr = s.fold(); foldErr != nil {
 				// The journal keeps what was not folded: the next Open
 				// replays it.
-				s.log.Error("store fold at close failed", "path", s.path, "err", err)
+				s.log.Error("store fold at close failed", "path", s.path, "err", foldErr)
+				foldErr = fmt.Errorf("bolt: close %s: the journal was not folded (the next open replays it): %w", s.path, foldErr)
 			}
 		}
 		s.jr.f.Close()
 	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("bolt: close %s: %w", s.path, err)
+	}
+	if foldErr != nil {
+		return foldErr
 	}
 	s.log.Info("store closed", "path", s.path)
 	return nil

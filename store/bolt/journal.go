@@ -40,6 +40,13 @@ import (
 // the store refuses every later write (the page cache may hold the record
 // half-written or not written, and a later fsync cannot say which).
 //
+// The file starts with a header naming the store it belongs to: magic
+// u32 and the store file's id (16 random bytes kept in its meta bucket).
+// A journal holding records of another store file (corral.db deleted or
+// replaced while the journal stayed) refuses Open rather than be applied
+// to the wrong records or silently dropped; a journal without records is
+// simply taken over.
+//
 // Record layout: magic u32, payload length u32, CRC-32C of the payload
 // u32; payload: first revision u64, entry count u32, then per entry: kind
 // u8 (1 put, 2 delete), key length u32, key, value length u32, value.
@@ -48,6 +55,10 @@ import (
 const (
 	journalMagic  = 0x434a524e // "CJRN"
 	journalHeader = 12
+	// fileMagic and fileHeader: the journal file's own header.
+	fileMagic  = 0x434a5246 // "CJRF"
+	storeIDLen = 16
+	fileHeader = 4 + storeIDLen
 	// foldEntries bounds the overlay: at this many keys it is folded.
 	foldEntries = 1024
 	// foldBytes bounds the journal file: past it the overlay is folded and
@@ -78,21 +89,62 @@ type journal struct {
 
 func journalPath(path string) string { return path + ".journal" }
 
-// openJournal opens (or creates, syncing its directory) the journal file.
-func openJournal(path string) (*journal, error) {
+// openJournal opens (or creates, syncing its directory) the journal file
+// of the store whose id is id. A journal of another store that holds
+// records is refused with store.ErrCorrupt; one without records is
+// (re)written with id.
+func openJournal(path string, id []byte) (*journal, error) {
 	jp := journalPath(path)
 	_, statErr := os.Stat(jp)
 	f, err := os.OpenFile(jp, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
+	j := &journal{f: f, off: fileHeader}
 	if errors.Is(statErr, os.ErrNotExist) {
 		if err := syncDir(filepath.Dir(jp)); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("journal: sync directory: %w", err)
 		}
 	}
-	return &journal{f: f}, nil
+	info, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	hdr := make([]byte, fileHeader)
+	if info.Size() >= fileHeader {
+		if _, err := f.ReadAt(hdr, 0); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("journal: %w", err)
+		}
+		switch {
+		case binary.BigEndian.Uint32(hdr) != fileMagic:
+			f.Close()
+			return nil, corruptf("%s is not a Corral store journal: move it aside", jp)
+		case string(hdr[4:]) == string(id):
+			return j, nil
+		case info.Size() > fileHeader:
+			f.Close()
+			return nil, corruptf("journal %s holds records of another store file (id %x), not of %s (id %x): "+
+				"put back the store file it belongs to, or move the journal aside to discard them", jp, hdr[4:], path, id)
+		}
+	}
+	// New, torn at creation (records follow only a synced header), or
+	// empty and another store's: write this store's header.
+	binary.BigEndian.PutUint32(hdr, fileMagic)
+	copy(hdr[4:], id)
+	if err := f.Truncate(0); err == nil {
+		_, err = f.WriteAt(hdr, 0)
+	}
+	if err == nil {
+		err = unix.Fdatasync(int(f.Fd()))
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("journal: write header: %w", err)
+	}
+	return j, nil
 }
 
 // syncDir makes a directory's entries durable.
@@ -155,8 +207,8 @@ func (j *journal) append(rec []byte) error {
 // in bbolt. Whether the truncation reaches the disk does not matter:
 // records left behind are at or below bbolt's revision.
 func (j *journal) restart() error {
-	j.off = 0
-	if err := j.f.Truncate(0); err != nil {
+	j.off = fileHeader
+	if err := j.f.Truncate(fileHeader); err != nil {
 		return fmt.Errorf("journal truncate: %w", err)
 	}
 	return nil
@@ -171,7 +223,7 @@ type replayRecord struct {
 // readJournal decodes the journal's records from the start while each is
 // whole and checksummed and its revisions follow the previous record's.
 func readJournal(f *os.File) ([]replayRecord, error) {
-	data, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<62))
+	data, err := io.ReadAll(io.NewSectionReader(f, fileHeader, 1<<62))
 	if err != nil {
 		return nil, fmt.Errorf("journal read: %w", err)
 	}
@@ -292,7 +344,7 @@ func (s *Store) replay(boltRev int64) (int64, error) {
 // next fold, or Open's replay, tries again). Committer only.
 func (s *Store) fold() error {
 	if len(s.ov) == 0 {
-		if s.jr.off > 0 {
+		if s.jr.off > fileHeader {
 			return s.jr.restart()
 		}
 		return nil
@@ -406,7 +458,7 @@ func (s *Store) commitJournal(batch []*op) bool {
 				}
 				val = append([]byte(nil), val...)
 				rev++
-				results[i].value = val
+				results[i].value = append([]byte(nil), val...) // the caller's own copy: val stays in the overlay
 				local[o.key] = ovEntry{rev: rev, value: val}
 				changes = append(changes, jChange{key: o.key, value: val})
 				events = append(events, store.Event{Type: store.EventPut, KV: store.KV{Key: o.key, Value: val, Revision: rev}})

@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -204,9 +205,9 @@ func TestJournalGapIsCorrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Rewrite the record's first revision to 5 (the store file is at 0).
-	p := j[journalHeader:]
+	p := j[fileHeader+journalHeader:]
 	binary.BigEndian.PutUint64(p, 5)
-	binary.BigEndian.PutUint32(j[8:], crc32.Checksum(p, castagnoli))
+	binary.BigEndian.PutUint32(j[fileHeader+8:], crc32.Checksum(p, castagnoli))
 	if err := os.WriteFile(journalPath(cp), j, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -266,24 +267,95 @@ func TestNoJournalReplays(t *testing.T) {
 	}
 }
 
-// TestJournalOfAnotherStore: a new store file never replays a journal it
-// finds beside it (the old store file was deleted).
+// TestJournalOfAnotherStore: a journal holding records of another store
+// file (corral.db deleted, or replaced by another store's file, while the
+// journal stayed) is neither applied nor dropped: Open refuses it and
+// names both files, and the journal is left as it was. A journal without
+// records is taken over.
 func TestJournalOfAnotherStore(t *testing.T) {
-	s, path := openTemp(t)
-	if _, err := s.Put(t.Context(), "old", []byte("1"), 0); err != nil {
-		t.Fatal(err)
+	withRecord := func(t *testing.T) string {
+		s, path := openTemp(t)
+		if _, err := s.Put(t.Context(), "old", []byte("1"), 0); err != nil {
+			t.Fatal(err)
+		}
+		cp := crashCopy(t, path)
+		s.Close()
+		return cp
 	}
-	cp := crashCopy(t, path)
-	s.Close()
-	if err := os.Remove(cp); err != nil {
-		t.Fatal(err)
+	other := func(t *testing.T) string { // another store's file, at revision 1
+		s, path := openTemp(t)
+		if _, err := s.Put(t.Context(), "b", []byte("2"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return path
 	}
-	s2, err := Open(cp, Options{})
-	if err != nil {
-		t.Fatal(err)
+	tests := map[string]struct {
+		setup   func(t *testing.T) string // returns the store path to open
+		refused bool
+	}{
+		"store file deleted": {setup: func(t *testing.T) string {
+			cp := withRecord(t)
+			if err := os.Remove(cp); err != nil {
+				t.Fatal(err)
+			}
+			return cp
+		}, refused: true},
+		"store file replaced by another store's": {setup: func(t *testing.T) string {
+			cp := withRecord(t)
+			b, err := os.ReadFile(other(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(cp, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return cp
+		}},
+		"empty journal beside a new store file": {setup: func(t *testing.T) string {
+			s, path := openTemp(t)
+			if _, err := s.Put(t.Context(), "old", []byte("1"), 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(); err != nil { // folds: the journal keeps its header only
+				t.Fatal(err)
+			}
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			return path
+		}},
 	}
-	defer s2.Close()
-	if kvs := listAll(t, s2); len(kvs) != 0 {
-		t.Fatalf("a new store holds %v from another store's journal", kvs)
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			path := tc.setup(t)
+			refused := tc.refused || name == "store file replaced by another store's"
+			before, _ := os.ReadFile(journalPath(path))
+			s, err := Open(path, Options{})
+			if !refused {
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				if kv, err := s.Get(t.Context(), "old"); err == nil {
+					t.Fatalf("a new store holds %q from another store's journal", kv.Value)
+				}
+				return
+			}
+			if err == nil {
+				kvs := listAll(t, s)
+				s.Close()
+				t.Fatalf("Open = nil with another store's journal; records %v", kvs)
+			}
+			if !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), "another store file") {
+				t.Fatalf("Open = %v, want ErrCorrupt naming another store file", err)
+			}
+			after, _ := os.ReadFile(journalPath(path))
+			if diff := cmp.Diff(before, after); diff != "" {
+				t.Fatalf("the refused journal changed:\n%s", diff)
+			}
+		})
 	}
 }

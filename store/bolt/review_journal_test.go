@@ -283,7 +283,7 @@ func TestReviewJournalFile(t *testing.T) {
 	}
 	fi, _ = os.Stat(journalPath(path))
 	db, _ = os.ReadFile(path)
-	if fi.Size() != 0 || !strings.Contains(string(db), "secret-ish") {
+	if fi.Size() != fileHeader || !strings.Contains(string(db), "secret-ish") {
 		t.Fatalf("after Close: journal %d bytes, value in corral.db %v", fi.Size(), strings.Contains(string(db), "secret-ish"))
 	}
 }

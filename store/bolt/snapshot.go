@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	bbolt "go.etcd.io/bbolt"
-
 	"github.com/corralhq/corral/store"
 )
 
@@ -27,9 +25,12 @@ func (s *Store) Snapshot(ctx context.Context) (int64, []store.KV, error) {
 
 	var rev int64
 	out := []store.KV{}
-	s.ovMu.RLock()
-	defer s.ovMu.RUnlock()
-	err := s.db.View(func(tx *bbolt.Tx) error {
+	tx, ov, ovRev, err := s.beginRead("")
+	if err != nil {
+		return 0, nil, fmt.Errorf("bolt: snapshot: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	err = func() error {
 		meta, b := tx.Bucket(metaBucket), tx.Bucket(recordsBucket)
 		if meta == nil || b == nil {
 			return corruptf("meta or records bucket missing")
@@ -55,10 +56,10 @@ func (s *Store) Snapshot(ctx context.Context) (int64, []store.KV, error) {
 			out = append(out, store.KV{Key: string(k), Value: append([]byte{}, val...), Revision: r})
 		}
 		return nil
-	})
+	}()
 	if err != nil {
 		return 0, nil, fmt.Errorf("bolt: snapshot: %w", err)
 	}
-	out, rev = s.overlayLocked(out, rev, "")
+	out, rev = mergeOverlay(ov, ovRev, out, rev)
 	return rev, out, nil
 }
