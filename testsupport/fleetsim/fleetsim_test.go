@@ -54,9 +54,9 @@ func TestSmallStorm(t *testing.T) {
 	var b strings.Builder
 	r.Print(&b, nil)
 	t.Log("\n" + b.String())
-	got := map[string]int{"inventoried": r.Inventoried, "lost": r.Lost, "duplicates": r.Duplicates,
+	got := map[string]int{"inventoried": r.Inventoried, "lost": r.Lost, "failed": r.Failed, "duplicates": r.Duplicates,
 		"lease MACs twice": r.LeaseMACsTwice, "lease mismatch": r.LeaseMismatch, "nodes READY": r.NodesReady, "flaps": r.Flaps}
-	want := map[string]int{"inventoried": 200, "lost": 0, "duplicates": 0,
+	want := map[string]int{"inventoried": 200, "lost": 0, "failed": 0, "duplicates": 0,
 		"lease MACs twice": 0, "lease mismatch": 0, "nodes READY": 200, "flaps": 0}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("storm correctness (-want +got):\n%s\ncorrald log:\n%s", d, tail(filepath.Join(work, "corrald.log"), 30))
@@ -149,6 +149,7 @@ func TestReportOK(t *testing.T) {
 	}{
 		"all good":          {mut: func(*Report) {}, want: true},
 		"one lost":          {mut: func(r *Report) { r.Inventoried, r.Lost = 9, 1 }},
+		"one failed":        {mut: func(r *Report) { r.Failed = 1 }},
 		"duplicate":         {mut: func(r *Report) { r.Duplicates = 1 }},
 		"lease twice":       {mut: func(r *Report) { r.LeaseMACsTwice = 1 }},
 		"lease to another":  {mut: func(r *Report) { r.LeaseMismatch = 1 }},

@@ -58,7 +58,10 @@ type Report struct {
 
 	// The appliance's view at the end (ListMachines, ListNodes).
 	Inventoried, Lost, NodesReady int
-	States                        map[string]int
+	// Failed machines are FAILED in the appliance's view at the end
+	// (counted in Inventoried when they had registered).
+	Failed int
+	States map[string]int
 	// Registered is what the machines saw: successful Registers.
 	Registered int
 	// Duplicates: an address ACKed to a second MAC while the first held
@@ -113,10 +116,10 @@ func (c *Config) setup() string {
 }
 
 // OK reports the correctness the CI storm asserts: every machine
-// inventoried, none lost, no duplicate address (seen by the clients or
-// in the appliance's leases), no NOT_READY flap.
+// inventoried, none lost or FAILED, no duplicate address (seen by the
+// clients or in the appliance's leases), no NOT_READY flap.
 func (r *Report) OK() bool {
-	return r.Inventoried == r.Machines && r.Lost == 0 && r.Duplicates == 0 && r.LeaseMACsTwice == 0 && r.LeaseMismatch == 0 && r.Flaps == 0
+	return r.Inventoried == r.Machines && r.Lost == 0 && r.Failed == 0 && r.Duplicates == 0 && r.LeaseMACsTwice == 0 && r.LeaseMismatch == 0 && r.Flaps == 0
 }
 
 // Summary is the last line of the output, for scripts.

@@ -592,7 +592,11 @@ func (s *sim) pollGauges(ctx context.Context) {
 			continue
 		}
 		g := func(k string) int { return int(m.samples[k]) }
-		inv := g(`corral_machines{state="INVENTORIED"}`) + g(`corral_machines{state="INSTALLING"}`) + g(`corral_machines{state="DEPLOYED"}`)
+		// FAILED counts too: a machine fails only once known (the gauge
+		// cannot tell whether it registered first; the end's ListMachines
+		// can).
+		inv := g(`corral_machines{state="INVENTORIED"}`) + g(`corral_machines{state="INSTALLING"}`) + g(`corral_machines{state="DEPLOYED"}`) +
+			g(`corral_machines{state="FAILED"}`)
 		s.viewMu.Lock()
 		s.gInv, s.gDeployed = inv, g(`corral_machines{state="DEPLOYED"}`)
 		s.gReady, s.gNotReady = g(`corral_nodes{state="READY"}`), g(`corral_nodes{state="NOT_READY"}`)
@@ -688,10 +692,13 @@ func (s *sim) applianceView(ctx context.Context, admin *grpc.ClientConn, r *Repo
 		}
 		found[m.GetSerial()] = true
 		r.States[m.GetState().String()]++
-		if inventoried(m.GetState()) {
+		// A machine FAILED after it registered (its facts are stored)
+		// was inventoried, not lost; it is counted as failed.
+		if inventoried(m.GetState()) || (m.GetState() == inventoryv1.Machine_FAILED && m.GetFacts() != nil) {
 			r.Inventoried++
 		}
 		if m.GetState() == inventoryv1.Machine_FAILED {
+			r.Failed++
 			s.st.fail("appliance FAILED: " + clip(m.GetStateReason(), 60))
 		}
 	}
