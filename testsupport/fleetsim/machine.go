@@ -166,7 +166,8 @@ func (m *machine) bootRetry(ctx context.Context) (bootScript, error) {
 			return bs, err
 		}
 		m.s.st.add("boot retried after: "+cause(err), 1)
-		if !sleepCtx(ctx, time.Duration(float64(3*time.Second+time.Duration(mrand.Int64N(int64(4*time.Second))))*m.s.cfg.DHCPTimeoutScale)) {
+		wait := time.Duration(float64(m.s.cfg.BootRetry) * (0.6 + 0.8*mrand.Float64()))
+		if !sleepCtx(ctx, wait) {
 			return bs, ctx.Err()
 		}
 	}

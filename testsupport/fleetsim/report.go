@@ -111,8 +111,8 @@ type Report struct {
 // Setup is the storm's shape beside N and M (shares, stagger, heartbeats,
 // artifact sizes): figures compare only between equal setups.
 func (c *Config) setup() string {
-	return fmt.Sprintf("tftp=%t stagger=%s relay=%.2f uefi=%.2f large=%.2f kexec=%.2f full-fetch=%.2f artifacts=%d+%d agent-hb=%s node-hb=%s",
-		!c.NoTFTP, c.Stagger, c.RelayShare, c.UEFIShare, c.LargeShare, c.KexecShare, c.FullFetchShare, c.KernelBytes, c.InitrdBytes, c.AgentHeartbeat, c.NodeHeartbeat)
+	return fmt.Sprintf("tftp=%t boot-retry=%s stagger=%s relay=%.2f uefi=%.2f large=%.2f kexec=%.2f full-fetch=%.2f artifacts=%d+%d agent-hb=%s node-hb=%s",
+		!c.NoTFTP, c.BootRetry, c.Stagger, c.RelayShare, c.UEFIShare, c.LargeShare, c.KexecShare, c.FullFetchShare, c.KernelBytes, c.InitrdBytes, c.AgentHeartbeat, c.NodeHeartbeat)
 }
 
 // OK reports the correctness the CI storm asserts: every machine

@@ -78,8 +78,10 @@ type Config struct {
 	DHCPTimeoutScale float64
 	DHCPGiveUp       time.Duration
 	// BootGiveUp ends a machine's retries of failed network boots
-	// (default 10 min).
-	BootGiveUp time.Duration
+	// (default 10 min); BootRetry is the wait before a retry, ±40 %
+	// (default 5 s: a PXE retry loop; a firmware that POSTs again waits
+	// 30-60 s).
+	BootGiveUp, BootRetry time.Duration
 	// InstallStep is the pause after each install step (default 200 ms);
 	// InstallGiveUp bounds registration to reboot (default 10 min).
 	InstallStep, InstallGiveUp time.Duration
@@ -145,6 +147,7 @@ func (c *Config) defaults() error {
 	dur(&c.NodeHeartbeat, 10*time.Second)
 	dur(&c.DHCPGiveUp, 5*time.Minute)
 	dur(&c.BootGiveUp, 10*time.Minute)
+	dur(&c.BootRetry, 5*time.Second)
 	dur(&c.InstallStep, 200*time.Millisecond)
 	dur(&c.InstallGiveUp, 10*time.Minute)
 	dur(&c.HTTPTimeout, 5*time.Minute)

@@ -62,6 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&c.RelayShare, "relay-share", 0.5, "share of machines behind a DHCP relay (giaddr); 0 none")
 	fs.Float64Var(&c.UEFIShare, "uefi-share", 0.3, "share of machines booting as x86-64 UEFI (option 93 = 7); 0 none")
 	fs.Float64Var(&c.LargeShare, "large-share", 0.25, "share of large machines (2 sockets, 24 DIMMs, 12 disks, 4 NICs); 0 none")
+	fs.DurationVar(&c.BootRetry, "boot-retry", 5*time.Second, "wait (±40 %) before a machine whose network boot failed (TFTP busy, script 503) boots again; a firmware that POSTs again waits 30-60 s")
 	fs.BoolVar(&c.NoTFTP, "no-tftp", false, "leave out the firmware's TFTP fetch of the iPXE binary")
 	fs.Float64Var(&c.KexecShare, "kexec-share", 0.5, "share of machines whose agent offers kexec (the appliance kexecs them into the hypervisor image instead of a firmware reboot); 0 none")
 	fs.Float64Var(&c.FullFetchShare, "full-fetch", 0, "share of machines fetching kernel and initramfs whole (the rest fetch 64 KiB of each)")
