@@ -95,8 +95,6 @@ type Server struct {
 	// lifecycle drives accept/install, reprovision, maintenance and the
 	// lifecycle timers.
 	lifecycle *lifecycle.Lifecycle
-	// kexec renders the hypervisor boot of the lifecycle's kexec (kexec.go).
-	kexec kexecBoot
 	// components run beside the gRPC server in Run (boot servers,
 	// pollers); each returns nil when its ctx ends.
 	components []component
