@@ -163,7 +163,7 @@ func (s *sessions) open(machine, mac, owner string, identified, kexec bool, now 
 	// Register (the only caller) has just written last_seen in its own
 	// machine mutation: the session's first heartbeat need not write it
 	// again (one CAS of the machine record, facts and all, per boot).
-	s.seen[machine] = now
+	s.noteSeenLocked(machine, now)
 	return id
 }
 
@@ -363,11 +363,35 @@ func (s *sessions) endpoint(machine string) string {
 func (s *sessions) seenDue(machine string, now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if now.Sub(s.seen[machine]) < time.Minute {
+	if now.Sub(s.seen[machine]) < seenEvery {
 		return false
 	}
-	s.seen[machine] = now
+	s.noteSeenLocked(machine, now)
 	return true
+}
+
+// seenEvery is how often a machine's last_seen is persisted; maxSeen
+// bounds the table that remembers when it last was. An entry older than
+// seenEvery means the same as none, so a full table first drops those,
+// and if every entry is younger (more machines beating in seenEvery than
+// the bound) it starts over: that costs extra writes, never memory.
+const (
+	seenEvery = time.Minute
+	maxSeen   = 1 << 16
+)
+
+func (s *sessions) noteSeenLocked(machine string, now time.Time) {
+	if _, ok := s.seen[machine]; !ok && len(s.seen) >= maxSeen {
+		for m, t := range s.seen {
+			if now.Sub(t) >= seenEvery {
+				delete(s.seen, m)
+			}
+		}
+		if len(s.seen) >= maxSeen {
+			clear(s.seen)
+		}
+	}
+	s.seen[machine] = now
 }
 
 // pendingCount is how many session ids wait for their stream (tests).
