@@ -142,6 +142,7 @@ func (r *Report) Figures() map[string]float64 {
 		"store_kib_per_machine": float64(r.StoreBytes) / 1024 / float64(r.Machines),
 		"cpu_ms_per_machine":    1000 * r.CPUSeconds / float64(r.Machines),
 		"lost":                  float64(r.Lost),
+		"failed":                float64(r.Failed),
 		"flaps":                 float64(r.Flaps),
 		"dhcp_retries":          float64(r.Counters["dhcp retries"]),
 		"failures":              float64(sum(r.Failures)),
