@@ -109,9 +109,14 @@ type Limits struct {
 }
 
 // DefaultLimits are the limits of a zero Limits. A PXE client runs one
-// transfer at a time (EDK2: a size probe, then the file).
+// transfer at a time (EDK2: a size probe, then the file). 1,024 at once:
+// a busy answer sends a firmware back through DHCP and its boot order, so
+// under a row's power-on storm a low cap multiplies the load it sheds
+// (the fleet simulator's 5,000-machine storm met 256 thousands of times
+// and each refusal came back as a DORA and a new RRQ, bench/README.md);
+// a transfer costs a goroutine, a socket and one block of memory.
 func DefaultLimits() Limits {
-	return Limits{Timeout: 2 * time.Second, Retries: 5, MaxTransfers: 256, MaxTransfersPerIP: 8, TransferTimeout: 2 * time.Minute}
+	return Limits{Timeout: 2 * time.Second, Retries: 5, MaxTransfers: 1024, MaxTransfersPerIP: 8, TransferTimeout: 2 * time.Minute}
 }
 
 // WithDefaults fills zero or negative fields from DefaultLimits.
