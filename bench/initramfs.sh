@@ -82,6 +82,7 @@ build() { # variant
 		*) gzip -6 -n -c "$src" >"$f" ;;
 		esac ;;
 	disc-xz) cp "$DISC_INITRD" "$f" ;;
+	hyp-built) cp "$HYP_INITRD" "$f" ;; # the image as corrald builds it today
 	*-gzip) gzip -6 -n -c "$src" >"$f" ;;
 	*-gzip1) gzip -1 -n -c "$src" >"$f" ;;
 	*-gzip9) gzip -9 -n -c "$src" >"$f" ;;
