@@ -195,15 +195,8 @@ func (s *Store) commitBolt(batch []*op) {
 			}
 			switch o.kind {
 			case opPut:
-				switch {
-				case o.rev == 0 && exists:
-					results[i].err = fmt.Errorf("exists at revision %d: %w", cur, store.ErrConflict)
-					continue
-				case o.rev != 0 && !exists:
-					results[i].err = fmt.Errorf("expected revision %d but key does not exist: %w", o.rev, store.ErrConflict)
-					continue
-				case exists && cur != o.rev:
-					results[i].err = fmt.Errorf("expected revision %d, current is %d: %w", o.rev, cur, store.ErrConflict)
+				if err := putConflict(o.rev, cur, exists); err != nil {
+					results[i].err = err
 					continue
 				}
 				if err := recs.Put(key, encodeRecord(rev+1, o.value)); err != nil {
@@ -300,4 +293,18 @@ func currentRev(recs *bbolt.Bucket, key []byte) (int64, bool, error) {
 		return 0, false, err
 	}
 	return rev, true, nil
+}
+
+// putConflict is the compare-and-swap check of a Put expecting revision
+// want (0: the key must not exist) against the key's current revision.
+func putConflict(want, cur int64, exists bool) error {
+	switch {
+	case want == 0 && exists:
+		return fmt.Errorf("exists at revision %d: %w", cur, store.ErrConflict)
+	case want != 0 && !exists:
+		return fmt.Errorf("expected revision %d but key does not exist: %w", want, store.ErrConflict)
+	case exists && cur != want:
+		return fmt.Errorf("expected revision %d, current is %d: %w", want, cur, store.ErrConflict)
+	}
+	return nil
 }

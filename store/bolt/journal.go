@@ -419,15 +419,8 @@ func (s *Store) commitJournal(batch []*op) bool {
 			}
 			switch o.kind {
 			case opPut:
-				switch {
-				case o.rev == 0 && exists:
-					results[i].err = fmt.Errorf("exists at revision %d: %w", cur, store.ErrConflict)
-					continue
-				case o.rev != 0 && !exists:
-					results[i].err = fmt.Errorf("expected revision %d but key does not exist: %w", o.rev, store.ErrConflict)
-					continue
-				case exists && cur != o.rev:
-					results[i].err = fmt.Errorf("expected revision %d, current is %d: %w", o.rev, cur, store.ErrConflict)
+				if err := putConflict(o.rev, cur, exists); err != nil {
+					results[i].err = err
 					continue
 				}
 				rev++
