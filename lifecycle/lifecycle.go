@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -262,7 +263,7 @@ func (l *Lifecycle) reconcileLeader(ctx context.Context, m *inventoryv1.Machine)
 	}
 	name := m.GetName()
 	node, ready := l.readyNode(ctx, name)
-	if m.GetState() == inventoryv1.Machine_INSTALLING && ready &&
+	if (m.GetState() == inventoryv1.Machine_INSTALLING || failedAfterInstall(m)) && ready &&
 		!node.GetLastHeartbeat().AsTime().Before(m.GetInstall().GetStartedAt().AsTime()) {
 		l.deployed(ctx, name)
 		return true
@@ -310,10 +311,23 @@ func (l *Lifecycle) reconcileLocal(ctx context.Context, m *inventoryv1.Machine) 
 	}
 }
 
-// deployed moves an INSTALLING machine whose Node is READY to DEPLOYED.
+// failedAfterInstall reports whether the boot watchdog failed m after its
+// install was done: its reboot into the hypervisor took longer than the
+// watchdog (a firmware stuck retrying a busy boot server under a storm,
+// with no BMC to cycle it). Its node coming READY later, with the
+// certificate that install got, still makes it DEPLOYED.
+func failedAfterInstall(m *inventoryv1.Machine) bool {
+	return m.GetState() == inventoryv1.Machine_FAILED && m.GetInstall().GetDone() &&
+		strings.HasPrefix(m.GetStateReason(), watchdogReasonPrefix)
+}
+
+// deployed moves an INSTALLING machine whose Node is READY to DEPLOYED
+// (or one the boot watchdog failed after its install: failedAfterInstall).
 func (l *Lifecycle) deployed(ctx context.Context, name string) {
+	late := false
 	m, err := l.inv.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
-		if m.GetState() != inventoryv1.Machine_INSTALLING {
+		late = failedAfterInstall(m)
+		if m.GetState() != inventoryv1.Machine_INSTALLING && !late {
 			return errSkip
 		}
 		m.State = inventoryv1.Machine_DEPLOYED
@@ -329,7 +343,11 @@ func (l *Lifecycle) deployed(ctx context.Context, name string) {
 		}
 		return
 	}
-	l.event(m, "lifecycle", "deployed", "node "+name+" is READY: machine DEPLOYED", nil)
+	detail := "node " + name + " is READY: machine DEPLOYED"
+	if late {
+		detail = "node " + name + " is READY after the boot watchdog failed the machine: machine DEPLOYED"
+	}
+	l.event(m, "lifecycle", "deployed", detail, nil)
 	l.log.Info("machine deployed", "machine", name, "node", name)
 }
 

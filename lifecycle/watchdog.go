@@ -49,6 +49,10 @@ func (l *Lifecycle) disarm(ctx context.Context, name string, armedAt *timestampp
 	}
 }
 
+// watchdogReasonPrefix starts the state reason of a machine the boot
+// watchdog failed.
+const watchdogReasonPrefix = "boot watchdog:"
+
 // watchdog acts on an expired boot watchdog: with a BMC it power-cycles
 // (PXE first) up to BootWatchdogCycles times, then (or at once without a
 // BMC) the machine is FAILED with its last timeline entry as the reason.
@@ -89,9 +93,9 @@ func (l *Lifecycle) watchdog(ctx context.Context, m *inventoryv1.Machine) bool {
 	last := l.lastEntry(ctx, name)
 	var reason string
 	if w.GetCycles() > 0 {
-		reason = fmt.Sprintf("boot watchdog: no agent after %s ×%d; last: %s", l.cfg.BootWatchdog, w.GetCycles(), last)
+		reason = fmt.Sprintf(watchdogReasonPrefix+" no agent after %s ×%d; last: %s", l.cfg.BootWatchdog, w.GetCycles(), last)
 	} else {
-		reason = fmt.Sprintf("boot watchdog: no agent after %s (no BMC to power-cycle); last: %s", l.cfg.BootWatchdog, last)
+		reason = fmt.Sprintf(watchdogReasonPrefix+" no agent after %s (no BMC to power-cycle); last: %s", l.cfg.BootWatchdog, last)
 	}
 	fm, err := l.inv.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
 		if m.GetState() == inventoryv1.Machine_MAINTENANCE || !m.GetWatchdog().GetArmedAt().AsTime().Equal(armed) {
