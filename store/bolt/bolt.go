@@ -99,17 +99,28 @@ type Store struct {
 	ops           chan *op
 	committerDone chan struct{}
 
-	// The journal (nil with Options.NoJournal) and the overlay: changes
-	// journaled and not yet folded into bbolt. Only the committer writes
-	// ov and ovRev (under ovMu); readers read them under ovMu.RLock, held
-	// across their bbolt read so a fold cannot slip between the two.
-	jr     *journal
-	ovMu   sync.RWMutex
-	ov     map[string]ovEntry
-	ovRev  int64 // the store revision: the last one journaled or committed
-	failed error // a journal append failed: writes are refused (committer only)
+	// The journal files (nil with Options.NoJournal) and the overlay:
+	// changes journaled and not yet folded into bbolt. jr is the file the
+	// committer appends to, jnext the other one: empty, or holding the
+	// records of the frozen overlay a background fold is writing into
+	// bbolt (journal.go). Only the committer writes ov and ovRev, and
+	// freezes ov into frozen (under ovMu); the fold forgets frozen (under
+	// ovMu) once bbolt has it. Readers read them under ovMu.RLock, held
+	// until their bbolt read has begun, so a fold cannot slip between.
+	jr, jnext *journal
+	jrs       [2]*journal // both files, in name order
+	ovMu      sync.RWMutex
+	ov        map[string]ovEntry
+	ovRev     int64 // the store revision: the last one journaled or committed
+	frozen    map[string]ovEntry
+	frozenRev int64
+	foldDone  chan error // a background fold runs (committer only)
+	failed    error      // a journal append failed: writes are refused (committer only)
 	// foldBytes is the journal's size bound (foldBytes; tests lower it).
 	foldBytes int64
+	// foldHook, set by tests only, is called by a fold of the frozen
+	// overlay before (false) and after (true) its bbolt commit.
+	foldHook func(committed bool)
 
 	// Counters for tests and diagnostics.
 	commits atomic.Int64 // successful commits that changed something
@@ -218,20 +229,29 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
 	}
 	// A journal left by a crash is replayed even with NoJournal.
-	if _, serr := os.Stat(journalPath(path)); !opts.NoJournal || serr == nil {
-		if s.jr, err = openJournal(path, id); err == nil {
+	left := false
+	for _, jp := range journalPaths(path) {
+		if _, serr := os.Stat(jp); serr == nil {
+			left = true
+		}
+	}
+	if !opts.NoJournal || left {
+		for i, jp := range journalPaths(path) {
+			if s.jrs[i], err = openJournal(jp, path, id); err != nil {
+				break
+			}
+		}
+		if err == nil {
 			openRev, err = s.replay(openRev)
 		}
 		if err != nil {
-			if s.jr != nil {
-				s.jr.f.Close()
-			}
+			s.closeJournals()
 			_ = db.Close()
 			return nil, fmt.Errorf("bolt: open %s: %w", path, err)
 		}
+		s.jr, s.jnext = s.jrs[0], s.jrs[1]
 		if opts.NoJournal {
-			s.jr.f.Close()
-			s.jr = nil
+			s.closeJournals()
 		}
 	}
 	s.ovRev = openRev
@@ -370,7 +390,11 @@ func (s *Store) Get(ctx context.Context, key string) (store.KV, error) {
 	// overlay, so the pair is one consistent picture, and a slow read
 	// never holds up the committer (which takes ovMu after each append).
 	s.ovMu.RLock()
-	if e, ok := s.ov[key]; ok {
+	e, ok := s.ov[key]
+	if !ok {
+		e, ok = s.frozen[key]
+	}
+	if ok {
 		s.ovMu.RUnlock()
 		if e.deleted {
 			return store.KV{}, fmt.Errorf("bolt: get %q: %w", key, store.ErrNotFound)
@@ -495,12 +519,14 @@ func (s *Store) beginRead(prefix string) (*bbolt.Tx, map[string]ovEntry, int64, 
 		return nil, nil, 0, err
 	}
 	var ov map[string]ovEntry
-	for k, e := range s.ov {
-		if strings.HasPrefix(k, prefix) {
-			if ov == nil {
-				ov = make(map[string]ovEntry)
+	for _, m := range []map[string]ovEntry{s.frozen, s.ov} { // the newer last
+		for k, e := range m {
+			if strings.HasPrefix(k, prefix) {
+				if ov == nil {
+					ov = make(map[string]ovEntry)
+				}
+				ov[k] = e // values in the overlay are never changed in place
 			}
-			ov[k] = e // values in the overlay are never changed in place
 		}
 	}
 	return tx, ov, s.ovRev, nil
@@ -612,6 +638,17 @@ func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, e
 	return s.hub.Add(ctx, prefix), nil
 }
 
+// closeJournals closes the journal files that are open.
+func (s *Store) closeJournals() {
+	for i, j := range s.jrs {
+		if j != nil {
+			j.f.Close()
+		}
+		s.jrs[i] = nil
+	}
+	s.jr, s.jnext = nil, nil
+}
+
 // Close waits for in-flight calls, stops the committer, closes every watch
 // channel and closes the file. Calls after Close return store.ErrClosed.
 func (s *Store) Close() error {
@@ -634,8 +671,10 @@ func (s *Store) Close() error {
 				s.log.Error("store fold at close failed", "path", s.path, "err", foldErr)
 				foldErr = fmt.Errorf("bolt: close %s: the journal was not folded (the next open replays it): %w", s.path, foldErr)
 			}
+		} else {
+			s.reapFold(true)
 		}
-		s.jr.f.Close()
+		s.closeJournals()
 	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("bolt: close %s: %w", s.path, err)

@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 
 	bbolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
@@ -20,22 +22,34 @@ import (
 // each batch the committer takes is written as one record to
 // <store file>.journal and fdatasync'd before any op of the batch is
 // answered or any event published, and kept in memory (the overlay) in
-// front of bbolt. Every foldEntries records, when the journal passes
-// foldBytes, before a batch that would not fit, and at Close, the overlay
-// is folded into bbolt in one ordinary (fully synced) transaction, and the
-// journal starts over. Open replays what a crash left in the journal into
-// bbolt before anything reads.
+// front of bbolt. Every foldEntries keys, or when the journal passes
+// foldBytes, the overlay is folded into bbolt in one ordinary (fully
+// synced) transaction **in the background**: the committer freezes the
+// overlay, switches its appends to the store's other journal file
+// (<store file>.journal and <store file>.journal.1 take turns) and goes on
+// committing while a goroutine writes the frozen overlay into bbolt and
+// then empties the file that held it. Readers look in the overlay, then in
+// the frozen one, then in bbolt. Only one fold runs at a time; if the
+// overlay reaches maxOverlayEntries (or the journal maxJournalBytes) while
+// one runs, the committer waits for it. Before a batch too big for the
+// journal, and at Close, everything is folded in the foreground. Open
+// replays what a crash left in both files into bbolt before anything
+// reads.
 //
 // Crash safety rests on three facts. bbolt's file is only ever changed by
 // full bbolt commits (the fold), so it is always a valid store at some
 // revision R. Journal records carry consecutive revisions, so the records
 // above R that Open finds are exactly the batches journaled after the last
-// fold, in order; replay takes records while each starts at the revision
-// after the previous one and its checksum holds, and stops at the first
-// that does not (a torn last append, or older records of a previous round
-// behind a shorter new one: their revisions are not above R or not
-// consecutive). A gap between R and the first journaled revision above it
-// is damage and refuses Open with store.ErrCorrupt. A record is answered
+// fold, in order; replay reads each file while each record starts at the
+// revision after the previous one and its checksum holds, and stops at the
+// first that does not (a torn last append, or older records of a previous
+// round behind a shorter new one: their revisions are not above R or not
+// consecutive). A file is emptied only after the fold of its records has
+// committed, and the other file only receives records above the frozen
+// overlay's, so the records of both above R, ordered by revision, follow
+// each other with no gap. A gap between R and the first journaled revision
+// above it, or between two records, is damage and refuses Open with
+// store.ErrCorrupt. A record is answered
 // only after its fdatasync returned nil; if an append or fdatasync fails,
 // the store refuses every later write (the page cache may hold the record
 // half-written or not written, and a later fsync cannot say which).
@@ -61,6 +75,11 @@ const (
 	fileHeader = 4 + storeIDLen
 	// foldEntries bounds the overlay: at this many keys it is folded.
 	foldEntries = 1024
+	// maxOverlayEntries and maxJournalBytes bound the overlay and the
+	// journal while a background fold runs: past them the committer waits
+	// for the fold before it goes on.
+	maxOverlayEntries = 16 * foldEntries
+	maxJournalBytes   = 4 * foldBytes
 	// foldBytes bounds the journal file: past it the overlay is folded and
 	// the journal starts over. A batch bigger than this is committed to
 	// bbolt directly.
@@ -87,14 +106,17 @@ type journal struct {
 	buf []byte
 }
 
+// journalPath is the store's first journal file; journalPaths both (a
+// store written by an older Corral has only the first).
 func journalPath(path string) string { return path + ".journal" }
 
+func journalPaths(path string) [2]string { return [2]string{path + ".journal", path + ".journal.1"} }
+
 // openJournal opens (or creates, syncing its directory) the journal file
-// of the store whose id is id. A journal of another store that holds
+// jp of the store whose id is id. A journal of another store that holds
 // records is refused with store.ErrCorrupt; one without records is
 // (re)written with id.
-func openJournal(path string, id []byte) (*journal, error) {
-	jp := journalPath(path)
+func openJournal(jp, path string, id []byte) (*journal, error) {
 	_, statErr := os.Stat(jp)
 	f, err := os.OpenFile(jp, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -282,24 +304,36 @@ func decodeJournalPayload(p []byte) (replayRecord, bool) {
 	return rec, len(p) == 0
 }
 
-// replay applies the journal's records above bbolt's revision to bbolt in
-// one transaction and empties the journal. It returns the store revision.
+// replay applies the records of both journal files above bbolt's
+// revision to bbolt in one transaction and empties both files. It returns
+// the store revision.
 func (s *Store) replay(boltRev int64) (int64, error) {
-	recs, err := readJournal(s.jr.f)
-	if err != nil {
-		return 0, err
+	var recs []replayRecord
+	for _, j := range s.jrs {
+		r, err := readJournal(j.f)
+		if err != nil {
+			return 0, err
+		}
+		recs = append(recs, r...)
 	}
+	slices.SortStableFunc(recs, func(a, b replayRecord) int { return cmp.Compare(a.first, b.first) })
 	var apply []replayRecord
+	next := boltRev + 1
 	for _, r := range recs {
 		last := r.first + int64(len(r.changes)) - 1
-		if last <= boltRev {
-			continue // folded before the crash
+		if last < next {
+			continue // folded before the crash, or a stale copy
 		}
-		if len(apply) == 0 && r.first > boltRev+1 {
-			return 0, corruptf("journal %s starts at revision %d but the store file ends at %d: records in between are lost",
-				journalPath(s.path), r.first, boltRev)
+		if r.first > next {
+			if len(apply) == 0 {
+				return 0, corruptf("journal %s starts at revision %d but the store file ends at %d: records in between are lost",
+					journalPath(s.path), r.first, boltRev)
+			}
+			return 0, corruptf("journal files %s and %s hold revisions up to %d, then from %d: records in between are lost",
+				journalPaths(s.path)[0], journalPaths(s.path)[1], next-1, r.first)
 		}
 		apply = append(apply, r)
+		next = last + 1
 	}
 	rev := boltRev
 	if len(apply) > 0 {
@@ -311,7 +345,7 @@ func (s *Store) replay(boltRev int64) (int64, error) {
 			for _, r := range apply {
 				for i, c := range r.changes {
 					at := r.first + int64(i)
-					if at <= boltRev {
+					if at <= rev {
 						continue
 					}
 					var err error
@@ -333,28 +367,23 @@ func (s *Store) replay(boltRev int64) (int64, error) {
 		}
 		s.log.Info("store journal replayed", "path", journalPath(s.path), "records", len(apply), "from_revision", boltRev, "to_revision", rev)
 	}
-	if err := s.jr.restart(); err != nil {
-		return 0, err
+	for _, j := range s.jrs {
+		if err := j.restart(); err != nil {
+			return 0, err
+		}
 	}
 	return rev, nil
 }
 
-// fold writes the overlay into bbolt in one transaction and empties the
-// journal. On error the overlay and the journal stay as they were (the
-// next fold, or Open's replay, tries again). Committer only.
-func (s *Store) fold() error {
-	if len(s.ov) == 0 {
-		if s.jr.off > fileHeader {
-			return s.jr.restart()
-		}
-		return nil
-	}
+// writeFold writes entries into bbolt in one transaction that leaves
+// bbolt at revision rev.
+func (s *Store) writeFold(entries map[string]ovEntry, rev int64) error {
 	err := s.db.Update(func(tx *bbolt.Tx) error {
 		recs, meta := tx.Bucket(recordsBucket), tx.Bucket(metaBucket)
 		if recs == nil || meta == nil {
 			return corruptf("store buckets missing")
 		}
-		for k, e := range s.ov {
+		for k, e := range entries {
 			var err error
 			if e.deleted {
 				err = recs.Delete([]byte(k))
@@ -365,16 +394,127 @@ func (s *Store) fold() error {
 				return err
 			}
 		}
-		return meta.Put(revKey, encodeRev(s.ovRev))
+		return meta.Put(revKey, encodeRev(rev))
 	})
 	if err != nil {
 		return fmt.Errorf("fold: %w", err)
 	}
-	s.ovMu.Lock()
-	s.ov = make(map[string]ovEntry)
-	s.ovMu.Unlock()
 	s.folds.Add(1)
-	return s.jr.restart()
+	return nil
+}
+
+// foldFrozen folds the frozen overlay into bbolt, then forgets it and
+// empties the journal file j that held it. On error both stay as they were
+// (the next fold, or Open's replay, tries again). It runs in the
+// background goroutine startFold starts, or in the committer when no
+// background fold runs.
+func (s *Store) foldFrozen(entries map[string]ovEntry, rev int64, j *journal, hook func(bool)) error {
+	if hook != nil {
+		hook(false)
+	}
+	if err := s.writeFold(entries, rev); err != nil {
+		return err
+	}
+	if hook != nil {
+		hook(true)
+	}
+	s.ovMu.Lock()
+	s.frozen = nil
+	s.ovMu.Unlock()
+	return j.restart()
+}
+
+// startFold freezes the overlay, switches the committer's appends to the
+// other journal file and folds the frozen overlay in the background (a
+// frozen overlay left by a failed fold is folded again instead). No fold
+// may be running. Committer only.
+func (s *Store) startFold() {
+	if s.frozen == nil {
+		if len(s.ov) == 0 {
+			return
+		}
+		s.ovMu.Lock()
+		s.frozen, s.frozenRev = s.ov, s.ovRev
+		s.ov = make(map[string]ovEntry)
+		s.ovMu.Unlock()
+		s.jr, s.jnext = s.jnext, s.jr
+	}
+	done := make(chan error, 1)
+	s.foldDone = done
+	entries, rev, j, hook := s.frozen, s.frozenRev, s.jnext, s.foldHook
+	go func() { done <- s.foldFrozen(entries, rev, j, hook) }()
+}
+
+// reapFold collects the background fold's outcome: at once if it is done,
+// or, with wait, when it is. It reports whether no fold runs any more.
+// Committer only.
+func (s *Store) reapFold(wait bool) bool {
+	if s.foldDone == nil {
+		return true
+	}
+	var err error
+	if wait {
+		err = <-s.foldDone
+	} else {
+		select {
+		case err = <-s.foldDone:
+		default:
+			return false
+		}
+	}
+	s.foldDone = nil
+	if err != nil {
+		// The frozen overlay and its journal file stay: the next fold
+		// retries, and a crash meanwhile replays the file.
+		s.log.Error("store background fold failed", "path", s.path, "err", err)
+	}
+	return true
+}
+
+// fold folds everything into bbolt in the foreground: it waits for a
+// background fold, folds a frozen overlay left by a failed one, then the
+// overlay, and empties both journal files. On error the overlays and the
+// journal files stay as they were. Committer only (and Close, after it).
+func (s *Store) fold() error {
+	s.reapFold(true)
+	if s.frozen != nil {
+		if err := s.foldFrozen(s.frozen, s.frozenRev, s.jnext, nil); err != nil {
+			return err
+		}
+	}
+	if len(s.ov) > 0 {
+		if err := s.writeFold(s.ov, s.ovRev); err != nil {
+			return err
+		}
+		s.ovMu.Lock()
+		s.ov = make(map[string]ovEntry)
+		s.ovMu.Unlock()
+	}
+	for _, j := range s.jrs {
+		if j.off > fileHeader {
+			if err := j.restart(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// maybeFold starts a background fold when the overlay or the active
+// journal passed its bound (adding entries keys and bytes more). If a
+// fold is still running it waits for it only when the hard bounds are
+// passed too. Committer only.
+func (s *Store) maybeFold(entries int, bytes int64) {
+	if s.jr.off+bytes <= s.foldBytes && len(s.ov)+entries <= foldEntries {
+		return
+	}
+	if !s.reapFold(false) {
+		if s.jr.off+bytes <= max(maxJournalBytes, 4*s.foldBytes) && len(s.ov)+entries <= maxOverlayEntries {
+			return // the running fold finishes first
+		}
+		s.reapFold(true)
+	}
+	s.startFold()
 }
 
 // commitJournal commits batch through the journal. It returns false,
@@ -387,102 +527,111 @@ func (s *Store) commitJournal(batch []*op) bool {
 	var events []store.Event
 	local := map[string]ovEntry{}
 	rev := s.ovRev
-	err := s.db.View(func(tx *bbolt.Tx) error {
-		recs := tx.Bucket(recordsBucket)
-		if recs == nil {
-			return corruptf("records bucket missing")
-		}
-		// current is the record at key as of the ops before this one.
-		current := func(key string) (int64, []byte, bool, error) {
-			if e, ok := local[key]; ok {
-				return e.rev, e.value, !e.deleted, nil
+	// The frozen overlay and bbolt are taken together under ovMu, as
+	// readers do: a background fold commits bbolt before it forgets the
+	// frozen overlay.
+	s.ovMu.RLock()
+	frozen := s.frozen
+	rtx, err := s.db.Begin(false)
+	s.ovMu.RUnlock()
+	if err == nil {
+		err = func(tx *bbolt.Tx) error {
+			recs := tx.Bucket(recordsBucket)
+			if recs == nil {
+				return corruptf("records bucket missing")
 			}
-			if e, ok := s.ov[key]; ok {
-				return e.rev, e.value, !e.deleted, nil
+			// current is the record at key as of the ops before this one.
+			current := func(key string) (int64, []byte, bool, error) {
+				if e, ok := local[key]; ok {
+					return e.rev, e.value, !e.deleted, nil
+				}
+				if e, ok := s.ov[key]; ok {
+					return e.rev, e.value, !e.deleted, nil
+				}
+				if e, ok := frozen[key]; ok {
+					return e.rev, e.value, !e.deleted, nil
+				}
+				raw := recs.Get([]byte(key))
+				if raw == nil {
+					return 0, nil, false, nil
+				}
+				r, v, err := decodeRecord(raw)
+				return r, v, true, err
 			}
-			raw := recs.Get([]byte(key))
-			if raw == nil {
-				return 0, nil, false, nil
-			}
-			r, v, err := decodeRecord(raw)
-			return r, v, true, err
-		}
-		for i, o := range batch {
-			if err := o.ctx.Err(); err != nil {
-				results[i].err = err
-				continue
-			}
-			cur, curVal, exists, err := current(o.key)
-			if err != nil {
-				results[i].err = err
-				continue
-			}
-			switch o.kind {
-			case opPut:
-				if err := putConflict(o.rev, cur, exists); err != nil {
+			for i, o := range batch {
+				if err := o.ctx.Err(); err != nil {
 					results[i].err = err
 					continue
 				}
-				rev++
-				val := append([]byte(nil), o.value...) // the overlay keeps it: the caller may reuse its slice
-				local[o.key] = ovEntry{rev: rev, value: val}
-				changes = append(changes, jChange{key: o.key, value: val})
-				events = append(events, store.Event{Type: store.EventPut, KV: store.KV{Key: o.key, Value: val, Revision: rev}})
-			case opUpdate:
-				var curKV store.KV
-				if exists {
-					curKV = store.KV{Key: o.key, Value: append([]byte(nil), curVal...), Revision: cur}
-				}
-				val, del, ferr := callUpdate(o.fn, curKV, exists)
-				if ferr != nil {
-					results[i].err = ferr
+				cur, curVal, exists, err := current(o.key)
+				if err != nil {
+					results[i].err = err
 					continue
 				}
-				if del {
-					if !exists {
+				switch o.kind {
+				case opPut:
+					if err := putConflict(o.rev, cur, exists); err != nil {
+						results[i].err = err
+						continue
+					}
+					rev++
+					val := append([]byte(nil), o.value...) // the overlay keeps it: the caller may reuse its slice
+					local[o.key] = ovEntry{rev: rev, value: val}
+					changes = append(changes, jChange{key: o.key, value: val})
+					events = append(events, store.Event{Type: store.EventPut, KV: store.KV{Key: o.key, Value: val, Revision: rev}})
+				case opUpdate:
+					var curKV store.KV
+					if exists {
+						curKV = store.KV{Key: o.key, Value: append([]byte(nil), curVal...), Revision: cur}
+					}
+					val, del, ferr := callUpdate(o.fn, curKV, exists)
+					if ferr != nil {
+						results[i].err = ferr
+						continue
+					}
+					if del {
+						if !exists {
+							results[i].err = store.ErrNotFound
+							continue
+						}
+						rev++
+						local[o.key] = ovEntry{rev: rev, deleted: true}
+						changes = append(changes, jChange{key: o.key, deleted: true})
+						events = append(events, store.Event{Type: store.EventDelete, KV: store.KV{Key: o.key, Revision: rev}})
+						break
+					}
+					val = append([]byte(nil), val...)
+					rev++
+					results[i].value = append([]byte(nil), val...) // the caller's own copy: val stays in the overlay
+					local[o.key] = ovEntry{rev: rev, value: val}
+					changes = append(changes, jChange{key: o.key, value: val})
+					events = append(events, store.Event{Type: store.EventPut, KV: store.KV{Key: o.key, Value: val, Revision: rev}})
+				case opDelete:
+					switch {
+					case !exists:
 						results[i].err = store.ErrNotFound
+						continue
+					case cur != o.rev:
+						results[i].err = fmt.Errorf("expected revision %d, current is %d: %w", o.rev, cur, store.ErrConflict)
 						continue
 					}
 					rev++
 					local[o.key] = ovEntry{rev: rev, deleted: true}
 					changes = append(changes, jChange{key: o.key, deleted: true})
 					events = append(events, store.Event{Type: store.EventDelete, KV: store.KV{Key: o.key, Revision: rev}})
-					break
 				}
-				val = append([]byte(nil), val...)
-				rev++
-				results[i].value = append([]byte(nil), val...) // the caller's own copy: val stays in the overlay
-				local[o.key] = ovEntry{rev: rev, value: val}
-				changes = append(changes, jChange{key: o.key, value: val})
-				events = append(events, store.Event{Type: store.EventPut, KV: store.KV{Key: o.key, Value: val, Revision: rev}})
-			case opDelete:
-				switch {
-				case !exists:
-					results[i].err = store.ErrNotFound
-					continue
-				case cur != o.rev:
-					results[i].err = fmt.Errorf("expected revision %d, current is %d: %w", o.rev, cur, store.ErrConflict)
-					continue
-				}
-				rev++
-				local[o.key] = ovEntry{rev: rev, deleted: true}
-				changes = append(changes, jChange{key: o.key, deleted: true})
-				events = append(events, store.Event{Type: store.EventDelete, KV: store.KV{Key: o.key, Revision: rev}})
+				results[i].rev = rev
 			}
-			results[i].rev = rev
-		}
-		return nil
-	})
+			return nil
+		}(rtx)
+		_ = rtx.Rollback()
+	}
 	if err == nil && len(changes) > 0 {
 		rec := s.jr.encode(s.ovRev+1, changes)
 		if int64(len(rec)) > s.foldBytes {
 			return false
 		}
-		if s.jr.off+int64(len(rec)) > s.foldBytes || len(s.ov)+len(local) > foldEntries {
-			if ferr := s.fold(); ferr != nil {
-				err = ferr
-			}
-		}
+		s.maybeFold(len(local), int64(len(rec)))
 		if err == nil {
 			if aerr := s.jr.append(rec); aerr != nil {
 				s.failed = aerr

@@ -435,7 +435,7 @@ loop:
 	nodeWG.Wait()
 	s.app.stop()
 	// The bbolt file and what its journal still holds after Close.
-	for _, f := range []string{"corral.db", "corral.db.journal"} {
+	for _, f := range []string{"corral.db", "corral.db.journal", "corral.db.journal.1"} {
 		if fi, err := os.Stat(filepath.Join(s.app.dataDir, f)); err == nil {
 			r.StoreBytes += fi.Size()
 		}
