@@ -36,8 +36,11 @@ func (c Client) NetBoot() bool { return c.PXE || c.HTTP || c.IPXE || c.HasArch }
 
 // Classify reads the client's identity and kind from a request. It never
 // fails: missing or malformed options just leave fields empty.
-func Classify(m *dhcpv4.DHCPv4) Client {
-	c := Client{MAC: m.ClientHWAddr.String()}
+func Classify(m *dhcpv4.DHCPv4) Client { return classify(m, m.ClientHWAddr.String()) }
+
+// classify is Classify with the MAC already formatted.
+func classify(m *dhcpv4.DHCPv4, mac string) Client {
+	c := Client{MAC: mac}
 	if archs := m.ClientArch(); len(archs) > 0 {
 		c.Arch, c.HasArch = archs[0], true
 	}
@@ -54,6 +57,18 @@ func Classify(m *dhcpv4.DHCPv4) Client {
 		c.UUID = append([]byte(nil), u...)
 	}
 	return c
+}
+
+// netBoot is Classify(m).NetBoot() without building the Client: whether
+// m carries option 93, 60 PXEClient/HTTPClient, 77 iPXE or 175.
+func netBoot(m *dhcpv4.DHCPv4) bool {
+	if len(m.ClientArch()) > 0 || m.Options.Has(optIPXEEncap) {
+		return true
+	}
+	if vc := m.Options.Get(dhcpv4.OptionClassIdentifier); bytes.HasPrefix(vc, []byte("PXEClient")) || bytes.HasPrefix(vc, []byte("HTTPClient")) {
+		return true
+	}
+	return bytes.Contains(m.Options.Get(dhcpv4.OptionUserClassInformation), []byte("iPXE"))
 }
 
 // BootKind says how the boot file is fetched.

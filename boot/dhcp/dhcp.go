@@ -221,6 +221,7 @@ type Server struct {
 
 	dropped  atomic.Uint64
 	bad      atomic.Uint64
+	bound    atomic.Pointer[bound] // handle's deadlines (set by New, re-rooted by Run)
 	seenMu   sync.Mutex
 	seen     map[netip.Addr]string // IP → MAC learned from packets (proxy mode, TFTP)
 	handlers sync.WaitGroup
@@ -290,6 +291,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight), work: make(chan job), seen: map[netip.Addr]string{},
 		warn: newLogLimiter(cfg.Logger, cfg.LogInterval, cfg.Now)}
+	s.bound.Store(newBound(context.Background()))
 	s.env = Env{
 		ScriptURL: func(mac string) string { return cfg.HTTPBase + "/boot.ipxe?mac=" + mac },
 		HTTPBase:  cfg.HTTPBase,
@@ -404,6 +406,7 @@ func (s *Server) Addr() net.Addr { return s.conn.LocalAddr() }
 // store write (see leases).
 func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("serving DHCP", "mode", string(s.cfg.Mode), "interface", s.cfg.Interface, "server_ip", s.cfg.ServerIP.String(), "ranges", fmt.Sprint(s.cfg.Ranges))
+	s.bound.Store(newBound(ctx)) // ctx's values, not its end
 	var wg sync.WaitGroup
 	errc := make(chan error, 2)
 	serve := func(conn net.PacketConn, port int) {
@@ -543,7 +546,7 @@ func (s *Server) worker(ctx context.Context) {
 // packets then cost no goroutine hand-off.
 func (s *Server) quick(m *dhcpv4.DHCPv4, port int) bool {
 	return port == dhcpv4.ServerPort && s.cfg.Mode == ModeFull && m.OpCode == dhcpv4.OpcodeBootRequest &&
-		m.MessageType() == dhcpv4.MessageTypeDiscover && !Classify(m).NetBoot()
+		m.MessageType() == dhcpv4.MessageTypeDiscover && !netBoot(m)
 }
 
 // dispatch handles one packet: serve took its slot in s.sem and counted it
@@ -553,11 +556,57 @@ func (s *Server) dispatch(ctx context.Context, conn net.PacketConn, up *net.UDPA
 	s.handle(ctx, conn, up, m, port)
 }
 
-// handle answers one packet and reports its outcome.
+// handleTimeout bounds a packet's store and inventory calls; boundStep is
+// how long one shared deadline context serves new packets, so a packet's
+// calls end between handleTimeout and handleTimeout+boundStep after it
+// arrived.
+const (
+	handleTimeout = 3 * time.Second
+	boundStep     = 100 * time.Millisecond
+)
+
+// bound hands out the context packets are handled under: a deadline
+// context made once per boundStep and shared by the packets of that
+// step, where a context.WithTimeout per packet (a context, a timer and
+// its cancel) was ~1 KB of garbage per lease. It ignores the parent's
+// cancellation (a packet being answered when Run ends is still answered),
+// like WithoutCancel did. Safe for concurrent use.
+type bound struct {
+	parent context.Context
+	cur    atomic.Pointer[boundCtx]
+	mu     sync.Mutex // making a new one
+}
+
+type boundCtx struct {
+	ctx    context.Context
+	cancel context.CancelFunc // called by the deadline's own timer as well
+	until  time.Time          // when packets stop being given ctx
+}
+
+func newBound(parent context.Context) *bound {
+	return &bound{parent: context.WithoutCancel(parent)}
+}
+
+// ctx returns a context whose deadline is at least handleTimeout and at
+// most handleTimeout+boundStep after now.
+func (b *bound) ctx(now time.Time) context.Context {
+	if c := b.cur.Load(); c != nil && now.Before(c.until) {
+		return c.ctx
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c := b.cur.Load(); c != nil && now.Before(c.until) {
+		return c.ctx
+	}
+	ctx, cancel := context.WithDeadline(b.parent, now.Add(handleTimeout+boundStep))
+	b.cur.Store(&boundCtx{ctx: ctx, cancel: cancel, until: now.Add(boundStep)})
+	return ctx
+}
+
+// handle answers one packet and reports its outcome. Its store and
+// inventory calls are bounded by handleTimeout (see bound).
 func (s *Server) handle(ctx context.Context, conn net.PacketConn, up *net.UDPAddr, m *dhcpv4.DHCPv4, port int) {
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
-	defer cancel()
-	reply, dst := s.Respond(hctx, m, up, port)
+	reply, dst := s.Respond(s.bound.Load().ctx(time.Now()), m, up, port)
 	if reply == nil {
 		s.observe(m, OutcomeIgnored)
 		return
@@ -587,11 +636,11 @@ func (s *Server) Respond(ctx context.Context, m *dhcpv4.DHCPv4, peer *net.UDPAdd
 	if m.OpCode != dhcpv4.OpcodeBootRequest {
 		return nil, nil
 	}
-	if len(m.ClientHWAddr) != 6 || m.ClientHWAddr.String() == "00:00:00:00:00:00" {
+	if len(m.ClientHWAddr) != 6 || [6]byte(m.ClientHWAddr) == [6]byte{} {
 		s.log.Debug("ignoring DHCP request without an Ethernet MAC", "hwaddr", m.ClientHWAddr.String())
 		return nil, nil
 	}
-	mac := m.ClientHWAddr.String()
+	mac := m.ClientHWAddr.String() // formatted once per packet
 	mt := m.MessageType()
 	if mt == dhcpv4.MessageTypeNone {
 		s.event(mac, "ignored", "BOOTP request without a DHCP message type", nil)
@@ -609,15 +658,18 @@ func (s *Server) Respond(ctx context.Context, m *dhcpv4.DHCPv4, peer *net.UDPAdd
 
 // learn keeps IP→MAC pairs a packet reveals (for TFTP's timeline).
 func (s *Server) learn(m *dhcpv4.DHCPv4, mac string) {
-	for _, ip := range []net.IP{m.ClientIPAddr, m.RequestedIPAddress()} {
-		if a, ok := netip.AddrFromSlice(ip.To4()); ok && ip.To4() != nil && !a.IsUnspecified() {
-			s.seenMu.Lock()
-			if len(s.seen) > 1<<16 {
-				clear(s.seen)
-			}
-			s.seen[a] = mac
-			s.seenMu.Unlock()
+	s.learnIP(m.ClientIPAddr, mac)
+	s.learnIP(m.RequestedIPAddress(), mac)
+}
+
+func (s *Server) learnIP(ip net.IP, mac string) {
+	if a, ok := netip.AddrFromSlice(ip.To4()); ok && ip.To4() != nil && !a.IsUnspecified() {
+		s.seenMu.Lock()
+		if len(s.seen) > 1<<16 {
+			clear(s.seen)
 		}
+		s.seen[a] = mac
+		s.seenMu.Unlock()
 	}
 }
 
@@ -640,6 +692,12 @@ func (s *Server) MACForIP(ip net.IP) (string, bool) {
 
 func (s *Server) event(mac, event, detail string, attrs map[string]string) {
 	s.cfg.Timeline.Event(mac, "dhcp", event, detail, attrs)
+}
+
+// eventN records an entry whose attributes are n's (its map is built
+// here, for the entry: most packets record none).
+func (s *Server) eventN(mac, event, detail string, n *note) {
+	s.event(mac, event, detail, n.attrs())
 }
 
 func ip4(a netip.Addr) net.IP {
@@ -666,6 +724,67 @@ func ips(as []netip.Addr) []net.IP {
 	return out
 }
 
+// note collects what a packet's timeline entries say about the client.
+// Its attribute map is built only when an entry is written: most packets
+// (a plain client's DISCOVER and REQUEST) write none, and then nothing is
+// formatted for them. set keeps at most len(kv) keys (the call sites set
+// at most six).
+type note struct {
+	c     *Client
+	m     *dhcpv4.DHCPv4
+	rng   Range
+	hasR  bool
+	ip    netip.Addr
+	hasIP bool
+	kv    [8]struct{ k, v string }
+	n     int
+}
+
+func newNote(c *Client, m *dhcpv4.DHCPv4) *note { return &note{c: c, m: m} }
+
+// set sets attribute k to v.
+func (n *note) set(k, v string) {
+	for i := range n.n {
+		if n.kv[i].k == k {
+			n.kv[i].v = v
+			return
+		}
+	}
+	if n.n < len(n.kv) {
+		n.kv[n.n].k, n.kv[n.n].v = k, v
+		n.n++
+	}
+}
+
+// get returns attribute k as set ("" if not).
+func (n *note) get(k string) string {
+	for i := range n.n {
+		if n.kv[i].k == k {
+			return n.kv[i].v
+		}
+	}
+	return ""
+}
+
+// setRange and setIP set "range" and "ip", formatted only for an entry.
+func (n *note) setRange(r Range)    { n.rng, n.hasR = r, true }
+func (n *note) setIP(ip netip.Addr) { n.ip, n.hasIP = ip, true }
+
+// attrs is the attribute map of an entry: the client's, then what was set.
+func (n *note) attrs() map[string]string {
+	a := clientAttrs(*n.c, n.m)
+	if n.hasR {
+		a["range"] = n.rng.String()
+	}
+	if n.hasIP {
+		a["ip"] = n.ip.String()
+	}
+	for _, e := range n.kv[:n.n] {
+		a[e.k] = e.v
+	}
+	return a
+}
+
 // clientAttrs describes the client for the timeline.
 func clientAttrs(c Client, m *dhcpv4.DHCPv4) map[string]string {
 	a := map[string]string{"xid": m.TransactionID.String()}
@@ -688,39 +807,48 @@ func clientAttrs(c Client, m *dhcpv4.DHCPv4) map[string]string {
 	return a
 }
 
+// relayOf is the relay's address (giaddr) as the lease records it, "" for
+// a request that was not relayed.
+func relayOf(m *dhcpv4.DHCPv4) string {
+	if g := addrOf(m.GatewayIPAddr); g.IsValid() {
+		return g.String()
+	}
+	return ""
+}
+
 // identify makes sure a network-booting client has a machine and puts
 // its name and boot intent in attrs for the timeline. It returns false
 // when inventory refused to record a new machine (the discovered-machine
 // cap): the client then gets no boot file.
-func (s *Server) identify(ctx context.Context, c Client, attrs map[string]string) bool {
+func (s *Server) identify(ctx context.Context, c Client, attrs *note) bool {
 	if !c.NetBoot() {
 		return true
 	}
 	m, created, err := s.cfg.Inventory.EnsureMachineForMAC(ctx, c.MAC)
 	if errors.Is(err, apierr.ErrExhausted) {
 		s.warn.Warn(logDiscoveredCap, "unknown network-booting MAC not recorded: no boot file for it", "mac", c.MAC, "err", err)
-		attrs["inventory_error"] = err.Error()
+		attrs.set("inventory_error", err.Error())
 		return false
 	}
 	if err != nil {
 		s.warn.Warn(logInventory, "inventory: cannot ensure machine", "mac", c.MAC, "err", err)
-		attrs["inventory_error"] = err.Error()
+		attrs.set("inventory_error", err.Error())
 		return true
 	}
-	attrs["machine"] = m.GetName()
+	attrs.set("machine", m.GetName())
 	if created {
-		attrs["new_machine"] = "true"
+		attrs.set("new_machine", "true")
 	}
 	if _, intent, err := s.cfg.Inventory.BootIntent(ctx, c.MAC); err == nil {
-		attrs["intent"] = strings.ToLower(strings.TrimPrefix(intent.String(), "BOOT_INTENT_"))
+		attrs.set("intent", strings.ToLower(strings.TrimPrefix(intent.String(), "BOOT_INTENT_")))
 	}
 	return true
 }
 
 // unrecorded is the boot choice for a network-booting client inventory
 // would not record.
-func unrecorded(attrs map[string]string) Boot {
-	return Boot{Kind: BootNone, Reason: "not booted: " + attrs["inventory_error"]}
+func unrecorded(attrs *note) Boot {
+	return Boot{Kind: BootNone, Reason: "not booted: " + attrs.get("inventory_error")}
 }
 
 // clientID is the client identifier (option 61) as a string, "" if none.
@@ -815,8 +943,8 @@ func (s *Server) leaseMods(r Range, ip netip.Addr) []dhcpv4.Modifier {
 }
 
 func (s *Server) respondFull(ctx context.Context, m *dhcpv4.DHCPv4, mac string) (*dhcpv4.DHCPv4, *net.UDPAddr) {
-	c := Classify(m)
-	attrs := clientAttrs(c, m)
+	c := classify(m, mac)
+	attrs := newNote(&c, m)
 	r, ok := s.rangeFor(m)
 	if !ok {
 		detail := "no range serves this request"
@@ -824,10 +952,10 @@ func (s *Server) respondFull(ctx context.Context, m *dhcpv4.DHCPv4, mac string) 
 			detail = "no range for relay " + g.String() + ": configure one with --dhcp-relay-range"
 		}
 		s.warn.Info(logIgnoredRelay, "DHCP request ignored", "mac", mac, "reason", detail)
-		s.event(mac, "ignored", detail, attrs)
+		s.eventN(mac, "ignored", detail, attrs)
 		return nil, nil
 	}
-	attrs["range"] = r.String()
+	attrs.setRange(r)
 	cid := clientID(m)
 	dst := destination(m)
 	switch m.MessageType() {
@@ -839,12 +967,12 @@ func (s *Server) respondFull(ctx context.Context, m *dhcpv4.DHCPv4, mac string) 
 		// OFFER and ACK: the timeline is about booting, each entry is a
 		// store write, and their lease is in the store anyway.
 		if c.NetBoot() {
-			s.event(mac, "discover", describe("DISCOVER", c), attrs)
+			s.eventN(mac, "discover", describe("DISCOVER", c), attrs)
 		}
 		ip, err := s.leases.Offer(mac, cid, r, addrOf(m.RequestedIPAddress()))
 		if err != nil {
 			s.warn.Warn(logNoOffer, "no address to offer", "mac", mac, "range", r.String(), "err", err)
-			s.event(mac, "no-offer", err.Error(), attrs)
+			s.eventN(mac, "no-offer", err.Error(), attrs)
 			return nil, nil
 		}
 		b := ChooseBoot(c, s.env)
@@ -866,16 +994,16 @@ func (s *Server) respondFull(ctx context.Context, m *dhcpv4.DHCPv4, mac string) 
 		return s.decline(ctx, m, mac, cid, r, attrs)
 	case dhcpv4.MessageTypeRelease:
 		ip := addrOf(m.ClientIPAddr)
-		attrs["ip"] = ip.String()
+		attrs.setIP(ip)
 		if !ip.IsValid() {
-			s.event(mac, "ignored", "RELEASE without ciaddr", attrs)
+			s.eventN(mac, "ignored", "RELEASE without ciaddr", attrs)
 			return nil, nil
 		}
 		if _, err := s.leases.Release(ctx, mac, ip); err != nil {
-			s.event(mac, "ignored", "RELEASE "+ip.String()+": "+err.Error(), attrs)
+			s.eventN(mac, "ignored", "RELEASE "+ip.String()+": "+err.Error(), attrs)
 			return nil, nil
 		}
-		s.event(mac, "release", "RELEASE "+ip.String(), attrs)
+		s.eventN(mac, "release", "RELEASE "+ip.String(), attrs)
 		return nil, nil
 	case dhcpv4.MessageTypeInform:
 		b := ChooseBoot(c, s.env)
@@ -890,10 +1018,10 @@ func (s *Server) respondFull(ctx context.Context, m *dhcpv4.DHCPv4, mac string) 
 		if err != nil {
 			return nil, nil
 		}
-		s.event(mac, "inform", "INFORM answered", bootAttrs(attrs, b))
+		s.event(mac, "inform", "INFORM answered", bootAttrs(attrs.attrs(), b))
 		return rep, dst
 	}
-	s.event(mac, "ignored", "message type "+m.MessageType().String()+" is not handled", attrs)
+	s.eventN(mac, "ignored", "message type "+m.MessageType().String()+" is not handled", attrs)
 	return nil, nil
 }
 
@@ -914,7 +1042,7 @@ func describe(what string, c Client) string {
 	return what + ": " + strings.Join(parts, ", ")
 }
 
-func (s *Server) nak(m *dhcpv4.DHCPv4, mac, why string, attrs map[string]string) (*dhcpv4.DHCPv4, *net.UDPAddr) {
+func (s *Server) nak(m *dhcpv4.DHCPv4, mac, why string, attrs *note) (*dhcpv4.DHCPv4, *net.UDPAddr) {
 	rep, err := s.reply(m, dhcpv4.MessageTypeNak, dhcpv4.WithOption(dhcpv4.OptMessage(why)))
 	if err != nil {
 		return nil, nil
@@ -925,7 +1053,7 @@ func (s *Server) nak(m *dhcpv4.DHCPv4, mac, why string, attrs map[string]string)
 		rep.SetBroadcast()
 	}
 	s.warn.Info(logNak, "DHCP NAK", "mac", mac, "reason", why)
-	s.event(mac, "nak", "NAK: "+why, attrs)
+	s.eventN(mac, "nak", "NAK: "+why, attrs)
 	dst := destination(m)
 	if !addrOf(m.GatewayIPAddr).IsValid() {
 		dst = &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
@@ -938,7 +1066,7 @@ func (s *Server) nak(m *dhcpv4.DHCPv4, mac, why string, attrs map[string]string)
 // identifier) an offer of the address or its lease; INIT-REBOOT (option
 // 50, no ciaddr) and RENEWING/REBINDING (ciaddr) its lease. Nothing is
 // written for a client that has neither.
-func (s *Server) request(ctx context.Context, m *dhcpv4.DHCPv4, mac, cid string, c Client, r Range, attrs map[string]string, dst *net.UDPAddr) (*dhcpv4.DHCPv4, *net.UDPAddr) {
+func (s *Server) request(ctx context.Context, m *dhcpv4.DHCPv4, mac, cid string, c Client, r Range, attrs *note, dst *net.UDPAddr) (*dhcpv4.DHCPv4, *net.UDPAddr) {
 	sid := addrOf(m.ServerIdentifier())
 	ip := addrOf(m.RequestedIPAddress())
 	state, need := "init-reboot", NeedLease
@@ -950,7 +1078,7 @@ func (s *Server) request(ctx context.Context, m *dhcpv4.DHCPv4, mac, cid string,
 			// every client another appliance's): not a problem, so a
 			// client that does not network-boot gets no entry.
 			if c.NetBoot() {
-				s.event(mac, "ignored", "REQUEST for server "+sid.String()+": the client chose another server", attrs)
+				s.eventN(mac, "ignored", "REQUEST for server "+sid.String()+": the client chose another server", attrs)
 			}
 			return nil, nil
 		}
@@ -958,18 +1086,18 @@ func (s *Server) request(ctx context.Context, m *dhcpv4.DHCPv4, mac, cid string,
 		state = "renewing"
 		ip = addrOf(m.ClientIPAddr)
 	}
-	attrs["state"] = state
+	attrs.set("state", state)
 	if !ip.IsValid() {
-		s.event(mac, "ignored", "REQUEST ("+state+") without an address", attrs)
+		s.eventN(mac, "ignored", "REQUEST ("+state+") without an address", attrs)
 		return nil, nil
 	}
-	attrs["ip"] = ip.String()
+	attrs.setIP(ip)
 	if !r.Contains(ip) {
 		if state == "init-reboot" && r.Subnet.Contains(ip) && !s.leases.hasLease(mac) {
 			// The right network, an address that is not ours, a client we
 			// have no record of: another server's client (§4.3.2).
 			s.warn.Info(logUnknownReboot, "INIT-REBOOT REQUEST from a client with no lease: not answered", "mac", mac, "ip", ip.String())
-			s.event(mac, "ignored", "REQUEST (init-reboot) for "+ip.String()+" (outside "+r.String()+") from a client with no lease here: not answered (RFC 2131 4.3.2)", attrs)
+			s.eventN(mac, "ignored", "REQUEST (init-reboot) for "+ip.String()+" (outside "+r.String()+") from a client with no lease here: not answered (RFC 2131 4.3.2)", attrs)
 			return nil, nil
 		}
 		if state == "selecting" || r.Subnet.Contains(ip) || !s.inAnyRange(ip) {
@@ -977,13 +1105,13 @@ func (s *Server) request(ctx context.Context, m *dhcpv4.DHCPv4, mac, cid string,
 		}
 		return s.nak(m, mac, fmt.Sprintf("%s belongs to another subnet than %s", ip, r.Subnet), attrs)
 	}
-	l, err := s.leases.Bind(ctx, mac, cid, need, ip, r, s.cfg.LeaseTime, hostnameOK(m.HostName()), attrs["relay"])
+	l, err := s.leases.Bind(ctx, mac, cid, need, ip, r, s.cfg.LeaseTime, hostnameOK(m.HostName()), relayOf(m))
 	switch {
 	case errors.Is(err, ErrNoLease) && state == "init-reboot":
 		// RFC 2131 §4.3.2: "If the DHCP server has no record of this
 		// client, then it MUST remain silent".
 		s.warn.Info(logUnknownReboot, "INIT-REBOOT REQUEST from a client with no lease: not answered", "mac", mac, "ip", ip.String())
-		s.event(mac, "ignored", "REQUEST (init-reboot) for "+ip.String()+" from a client with no lease here: not answered (RFC 2131 4.3.2)", attrs)
+		s.eventN(mac, "ignored", "REQUEST (init-reboot) for "+ip.String()+" from a client with no lease here: not answered (RFC 2131 4.3.2)", attrs)
 		return nil, nil
 	case errors.Is(err, ErrNoLease):
 		return s.nak(m, mac, ip.String()+" is not leased to this client", attrs)
@@ -995,7 +1123,7 @@ func (s *Server) request(ctx context.Context, m *dhcpv4.DHCPv4, mac, cid string,
 		return s.nak(m, mac, ip.String()+" is leased to another client", attrs)
 	case err != nil:
 		s.warn.Log(slog.LevelError, logLeaseNotStored, "lease not stored: no ACK", "mac", mac, "ip", ip.String(), "err", err)
-		s.event(mac, "ack-failed", "lease for "+ip.String()+" not stored: "+err.Error(), attrs)
+		s.eventN(mac, "ack-failed", "lease for "+ip.String()+" not stored: "+err.Error(), attrs)
 		return nil, nil
 	}
 	b := ChooseBoot(c, s.env)
@@ -1007,7 +1135,7 @@ func (s *Server) request(ctx context.Context, m *dhcpv4.DHCPv4, mac, cid string,
 		return nil, nil
 	}
 	if c.NetBoot() {
-		a := bootAttrs(attrs, b)
+		a := bootAttrs(attrs.attrs(), b)
 		a["expires"] = time.Unix(l.GetExpiresUnix(), 0).UTC().Format(time.RFC3339)
 		s.event(mac, "ack", fmt.Sprintf("ACK %s (%s) until %s, boot %s %s", ip, state, a["expires"], b.Kind, b.File), a)
 	}
@@ -1018,30 +1146,30 @@ func (s *Server) request(ctx context.Context, m *dhcpv4.DHCPv4, mac, cid string,
 // quarantined) only from the client that holds or was offered the
 // address; otherwise ignored, logged (rate-limited) and recorded on the
 // sender's timeline. A DECLINE naming another server is not ours.
-func (s *Server) decline(ctx context.Context, m *dhcpv4.DHCPv4, mac, cid string, r Range, attrs map[string]string) (*dhcpv4.DHCPv4, *net.UDPAddr) {
+func (s *Server) decline(ctx context.Context, m *dhcpv4.DHCPv4, mac, cid string, r Range, attrs *note) (*dhcpv4.DHCPv4, *net.UDPAddr) {
 	ip := addrOf(m.RequestedIPAddress())
 	if sid := addrOf(m.ServerIdentifier()); sid.IsValid() && sid != s.cfg.ServerIP {
-		s.event(mac, "ignored", "DECLINE for server "+sid.String()+": not ours", attrs)
+		s.eventN(mac, "ignored", "DECLINE for server "+sid.String()+": not ours", attrs)
 		return nil, nil
 	}
 	if !ip.IsValid() || !r.Contains(ip) {
-		s.event(mac, "ignored", "DECLINE without an address of ours", attrs)
+		s.eventN(mac, "ignored", "DECLINE without an address of ours", attrs)
 		return nil, nil
 	}
-	attrs["ip"] = ip.String()
+	attrs.setIP(ip)
 	_, err := s.leases.Decline(ctx, mac, cid, ip, r)
 	switch {
 	case errors.Is(err, ErrNotHolder), errors.Is(err, ErrTaken):
 		s.warn.Warn(logDeclineIgnored, "DECLINE from a client that neither holds nor was offered the address: ignored", "mac", mac, "ip", ip.String())
-		s.event(mac, "ignored", "DECLINE "+ip.String()+" ignored: this client neither holds nor was offered it", attrs)
+		s.eventN(mac, "ignored", "DECLINE "+ip.String()+" ignored: this client neither holds nor was offered it", attrs)
 		return nil, nil
 	case err != nil:
 		s.warn.Log(slog.LevelError, logLeaseNotStored, "DECLINE not stored", "mac", mac, "ip", ip.String(), "err", err)
-		s.event(mac, "ignored", "DECLINE "+ip.String()+": "+err.Error(), attrs)
+		s.eventN(mac, "ignored", "DECLINE "+ip.String()+": "+err.Error(), attrs)
 		return nil, nil
 	}
 	s.warn.Warn(logDecline, "address declined by client: quarantined", "mac", mac, "ip", ip.String(), "quarantine", s.cfg.DeclineQuarantine.String())
-	s.event(mac, "decline", fmt.Sprintf("DECLINE %s: address in use on the network, quarantined for %s", ip, s.cfg.DeclineQuarantine), attrs)
+	s.eventN(mac, "decline", fmt.Sprintf("DECLINE %s: address in use on the network, quarantined for %s", ip, s.cfg.DeclineQuarantine), attrs)
 	return nil, nil
 }
 
@@ -1056,14 +1184,14 @@ func (s *Server) inAnyRange(ip netip.Addr) bool {
 
 // respondProxy answers PXE clients' DISCOVERs with boot options only.
 func (s *Server) respondProxy(ctx context.Context, m *dhcpv4.DHCPv4, mac string) (*dhcpv4.DHCPv4, *net.UDPAddr) {
-	c := Classify(m)
-	attrs := clientAttrs(c, m)
+	c := classify(m, mac)
+	attrs := newNote(&c, m)
 	if m.MessageType() != dhcpv4.MessageTypeDiscover {
 		if m.MessageType() == dhcpv4.MessageTypeRequest && c.NetBoot() {
 			if ip := addrOf(m.RequestedIPAddress()); ip.IsValid() {
-				attrs["ip"] = ip.String()
+				attrs.setIP(ip)
 			}
-			s.event(mac, "request-seen", "REQUEST to the network's DHCP server (proxy mode: not ours to answer)", attrs)
+			s.eventN(mac, "request-seen", "REQUEST to the network's DHCP server (proxy mode: not ours to answer)", attrs)
 		}
 		return nil, nil
 	}
@@ -1071,13 +1199,13 @@ func (s *Server) respondProxy(ctx context.Context, m *dhcpv4.DHCPv4, mac string)
 		return nil, nil // not a PXE client: the other server's business
 	}
 	recorded := s.identify(ctx, c, attrs)
-	s.event(mac, "discover", describe("DISCOVER (proxy)", c), attrs)
+	s.eventN(mac, "discover", describe("DISCOVER (proxy)", c), attrs)
 	b := ChooseBoot(c, s.env)
 	if !recorded {
 		b = unrecorded(attrs)
 	}
 	if b.Kind == BootNone {
-		s.event(mac, "no-offer", "proxy: "+b.Reason, attrs)
+		s.eventN(mac, "no-offer", "proxy: "+b.Reason, attrs)
 		return nil, nil
 	}
 	if b.Echo60 == "" {
@@ -1097,15 +1225,15 @@ func (s *Server) respondProxy(ctx context.Context, m *dhcpv4.DHCPv4, mac string)
 // mode, and iPXE's ProxyDHCPREQUEST in full mode): an ACK with the boot
 // file, sent back to the asking port.
 func (s *Server) respondPXE(ctx context.Context, m *dhcpv4.DHCPv4, mac string, peer *net.UDPAddr) (*dhcpv4.DHCPv4, *net.UDPAddr) {
-	c := Classify(m)
-	attrs := clientAttrs(c, m)
+	c := classify(m, mac)
+	attrs := newNote(&c, m)
 	if m.MessageType() != dhcpv4.MessageTypeRequest && m.MessageType() != dhcpv4.MessageTypeInform {
-		s.event(mac, "ignored", "port 4011: "+m.MessageType().String()+" is not a boot-server request", attrs)
+		s.eventN(mac, "ignored", "port 4011: "+m.MessageType().String()+" is not a boot-server request", attrs)
 		return nil, nil
 	}
 	b := ChooseBoot(c, s.env)
 	if b.Kind == BootNone {
-		s.event(mac, "no-offer", "boot server: "+b.Reason, attrs)
+		s.eventN(mac, "no-offer", "boot server: "+b.Reason, attrs)
 		return nil, nil
 	}
 	if b.Echo60 == "" {
@@ -1125,7 +1253,7 @@ func (s *Server) respondPXE(ctx context.Context, m *dhcpv4.DHCPv4, mac string, p
 			dst = &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
 		}
 	}
-	s.event(mac, "pxe-ack", fmt.Sprintf("boot-server ACK (port 4011), boot %s %s", b.Kind, b.File), bootAttrs(attrs, b))
+	s.event(mac, "pxe-ack", fmt.Sprintf("boot-server ACK (port 4011), boot %s %s", b.Kind, b.File), bootAttrs(attrs.attrs(), b))
 	return rep, dst
 }
 
