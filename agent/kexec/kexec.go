@@ -3,9 +3,15 @@
 // KexecPlan names over plain HTTP from the appliance, refuses either
 // unless it has exactly the size and SHA-256 the plan carries (the plan
 // comes over the agent's TLS session, the files over the hostile boot
-// LAN), loads them with kexec_file_load(2) and the plan's kernel command
-// line, syncs the disks and reboots into them (reboot(2) with
-// LINUX_REBOOT_CMD_KEXEC, through u-root's pkg/boot/kexec).
+// LAN), loads them with the plan's kernel command line, syncs the disks
+// and reboots into them (reboot(2) with LINUX_REBOOT_CMD_KEXEC, through
+// u-root's pkg/boot/kexec). A machine booted by BIOS loads with
+// kexec_load(2) and a purgatory that only jumps (SegmentsLoad): under
+// QEMU TCG kexec_file_load(2)'s hashing of every segment, at load and
+// again in its purgatory before the jump, cost about 3 s per boot, for
+// files verified already. A machine booted by EFI, or a kexec_load the
+// kernel refuses, loads with kexec_file_load(2), which also hands the EFI
+// runtime over.
 //
 // Nothing is loaded before both files are verified, and a kernel loaded
 // whose reboot then fails is unloaded again, so a failure leaves the
@@ -13,7 +19,7 @@
 // machine the old way (BMC power cycle or the Reboot command).
 //
 // The files are held in memory (memfd), never on a disk. It imports only
-// the API and u-root's kexec package; it must not import store/, boot/,
+// the API and u-root's kexec and purgatory packages; it must not import store/, boot/,
 // ipmi/ or anything of the appliance.
 package kexec
 
@@ -52,7 +58,8 @@ const DefaultFetchTimeout = 5 * time.Minute
 var ErrHash = errors.New("fetched file does not match the plan")
 
 // Config configures Boot. The zero value is the real thing: the default
-// HTTP client, kexec_file_load(2) and reboot(2).
+// HTTP client, kexec_load(2) or kexec_file_load(2) (AutoLoad), sync(2)
+// and reboot(2).
 type Config struct {
 	// Client fetches the files (default: a client with FetchTimeout).
 	Client *http.Client
@@ -60,12 +67,15 @@ type Config struct {
 	// DefaultFetchTimeout).
 	FetchTimeout time.Duration
 	// Load loads kernel and initrd for the next kexec reboot (default
-	// kexec_file_load(2)); Unload drops what Load loaded (default
-	// kexec_file_load with KEXEC_FILE_UNLOAD).
+	// AutoLoad); Unload drops what Load loaded (default
+	// kexec_file_load with KEXEC_FILE_UNLOAD: either way of loading).
 	Load   func(kernel, initrd *os.File, cmdline string) error
 	Unload func() error
-	// Reboot jumps into the loaded kernel (default: sync, then reboot(2)
-	// with LINUX_REBOOT_CMD_KEXEC); it does not return on success.
+	// Sync flushes the disks before the reboot (default sync(2): the
+	// install just wrote one).
+	Sync func()
+	// Reboot jumps into the loaded kernel (default reboot(2) with
+	// LINUX_REBOOT_CMD_KEXEC); it does not return on success.
 	Reboot func() error
 	// Console receives one human line per step; nil discards.
 	Console io.Writer
@@ -79,20 +89,26 @@ func (c *Config) defaults() {
 	if c.Client == nil {
 		c.Client = &http.Client{Timeout: c.FetchTimeout}
 	}
-	if c.Load == nil {
-		c.Load = ukexec.FileLoad
-	}
-	if c.Unload == nil {
-		c.Unload = unload
-	}
-	if c.Reboot == nil {
-		c.Reboot = reboot
-	}
 	if c.Console == nil {
 		c.Console = io.Discard
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Load == nil {
+		console, logger := c.Console, c.Logger
+		c.Load = func(kernel, initrd *os.File, cmdline string) error {
+			return AutoLoad(kernel, initrd, cmdline, console, logger)
+		}
+	}
+	if c.Unload == nil {
+		c.Unload = unload
+	}
+	if c.Sync == nil {
+		c.Sync = unix.Sync
+	}
+	if c.Reboot == nil {
+		c.Reboot = ukexec.Reboot
 	}
 }
 
@@ -127,10 +143,17 @@ func Boot(ctx context.Context, cfg Config, plan *nodev1.KexecPlan) error {
 		plan.GetKernelSize(), plan.GetInitrdSize(), took.Round(time.Millisecond))
 	cfg.Logger.Info("kexec files verified", "install", plan.GetInstallId(), "kernel_bytes", plan.GetKernelSize(),
 		"initrd_bytes", plan.GetInitrdSize(), "duration", took.String())
+	start = time.Now()
 	if err := cfg.Load(kernel, initrd, plan.GetCmdline()); err != nil {
 		return fmt.Errorf("kexec load: %w", err)
 	}
-	fmt.Fprintln(cfg.Console, "corral: kexec: booting the hypervisor image")
+	loaded := time.Since(start)
+	cfg.Sync()
+	// The console line splits the boot's seconds: load, sync, then the
+	// reboot path, the purgatory and the next kernel's decompressor up to
+	// its first printk.
+	fmt.Fprintf(cfg.Console, "corral: kexec: loaded in %s, disks synced in %s; booting the hypervisor image\n",
+		loaded.Round(time.Millisecond), (time.Since(start) - loaded).Round(time.Millisecond))
 	if err := cfg.Reboot(); err != nil {
 		if uerr := cfg.Unload(); uerr != nil {
 			cfg.Logger.Warn("kexec unload after a failed reboot", "err", uerr)
@@ -261,14 +284,35 @@ func memFile(name string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), "memfd:corral-kexec-"+name), nil
 }
 
-// unload drops a kernel loaded with kexec_file_load.
-func unload() error {
-	return unix.KexecFileLoad(-1, -1, "", unix.KEXEC_FILE_UNLOAD)
+// FileLoad loads with kexec_file_load(2) (u-root's kexec.FileLoad).
+func FileLoad(kernel, initrd *os.File, cmdline string) error {
+	return ukexec.FileLoad(kernel, initrd, cmdline)
 }
 
-// reboot syncs the disks (the install just wrote one) and jumps into the
-// loaded kernel.
-func reboot() error {
-	unix.Sync()
-	return ukexec.Reboot()
+// AutoLoad loads with SegmentsLoad, else (a machine booted by EFI, or a
+// kexec_load the kernel refused) with FileLoad, and says which on console
+// and logger.
+func AutoLoad(kernel, initrd *os.File, cmdline string, console io.Writer, logger *slog.Logger) error {
+	err := SegmentsLoad(kernel, initrd, cmdline)
+	if err == nil {
+		fmt.Fprintln(console, "corral: kexec: loaded with kexec_load")
+		logger.Info("kexec loaded", "syscall", "kexec_load")
+		return nil
+	}
+	if !errors.Is(err, ErrEFI) {
+		logger.Warn("kexec_load failed: trying kexec_file_load", "err", err)
+		fmt.Fprintf(console, "corral: kexec: %v; trying kexec_file_load\n", err)
+	}
+	if err := FileLoad(kernel, initrd, cmdline); err != nil {
+		return err
+	}
+	fmt.Fprintln(console, "corral: kexec: loaded with kexec_file_load")
+	logger.Info("kexec loaded", "syscall", "kexec_file_load")
+	return nil
+}
+
+// unload drops the loaded kernel (kexec_file_load's KEXEC_FILE_UNLOAD
+// frees the image however it was loaded).
+func unload() error {
+	return unix.KexecFileLoad(-1, -1, "", unix.KEXEC_FILE_UNLOAD)
 }
