@@ -49,6 +49,7 @@ package dhcp
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -611,7 +612,13 @@ func (s *Server) handle(ctx context.Context, conn net.PacketConn, up *net.UDPAdd
 		s.observe(m, OutcomeIgnored)
 		return
 	}
-	if _, err := conn.WriteTo(reply.ToBytes(), dst); err != nil {
+	bp := packetBufs.Get().(*[]byte)
+	*bp = appendPacket((*bp)[:0], reply)
+	_, err := conn.WriteTo(*bp, dst)
+	if cap(*bp) <= 4096 {
+		packetBufs.Put(bp)
+	}
+	if err != nil {
 		s.observe(m, OutcomeNotSent)
 		s.warn.Warn(logNotSent, "DHCP reply not sent", "mac", m.ClientHWAddr.String(), "dst", dst.String(), "err", err)
 		return
@@ -714,14 +721,6 @@ func addrOf(ip net.IP) netip.Addr {
 		return netip.Addr{}
 	}
 	return a
-}
-
-func ips(as []netip.Addr) []net.IP {
-	out := make([]net.IP, len(as))
-	for i, a := range as {
-		out[i] = ip4(a)
-	}
-	return out
 }
 
 // note collects what a packet's timeline entries say about the client.
@@ -856,28 +855,26 @@ func clientID(m *dhcpv4.DHCPv4) string {
 	return string(m.Options.Get(dhcpv4.OptionClientIdentifier))
 }
 
-// bootMods applies a boot choice to a reply.
-func (s *Server) bootMods(b Boot, c Client, proxy bool) []dhcpv4.Modifier {
-	var mods []dhcpv4.Modifier
+// setBoot applies a boot choice to a reply.
+func (s *Server) setBoot(d *dhcpv4.DHCPv4, b Boot, c Client, proxy bool) {
 	if b.Kind == BootNone {
-		return nil
+		return
 	}
 	if b.Kind == BootTFTP {
-		mods = append(mods, dhcpv4.WithServerIP(ip4(s.cfg.ServerIP)))
+		d.ServerIPAddr = ip4(s.cfg.ServerIP)
 	}
-	mods = append(mods, func(d *dhcpv4.DHCPv4) { d.BootFileName = b.File })
+	d.BootFileName = b.File
 	if b.Echo60 != "" {
-		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptClassIdentifier(b.Echo60)))
+		d.Options[dhcpv4.OptionClassIdentifier.Code()] = []byte(b.Echo60)
 	}
 	if proxy && b.Echo60 == "PXEClient" {
 		// PXE_DISCOVERY_CONTROL = 8: take the boot file from this answer,
 		// no boot-server discovery.
-		mods = append(mods, dhcpv4.WithGeneric(dhcpv4.OptionVendorSpecificInformation, []byte{6, 1, 8, 255}))
+		d.Options[dhcpv4.OptionVendorSpecificInformation.Code()] = []byte{6, 1, 8, 255}
 	}
 	if len(c.UUID) > 0 && (c.PXE || c.HTTP) {
-		mods = append(mods, dhcpv4.WithGeneric(dhcpv4.OptionClientMachineIdentifier, c.UUID))
+		d.Options[dhcpv4.OptionClientMachineIdentifier.Code()] = c.UUID
 	}
-	return mods
 }
 
 func bootAttrs(attrs map[string]string, b Boot) map[string]string {
@@ -922,24 +919,56 @@ func (s *Server) rangeFor(req *dhcpv4.DHCPv4) (Range, bool) {
 	return Range{}, false
 }
 
-func (s *Server) reply(req *dhcpv4.DHCPv4, mt dhcpv4.MessageType, mods ...dhcpv4.Modifier) (*dhcpv4.DHCPv4, error) {
-	base := []dhcpv4.Modifier{dhcpv4.WithMessageType(mt), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(ip4(s.cfg.ServerIP)))}
-	return dhcpv4.NewReplyFromRequest(req, append(base, mods...)...)
+// reply starts the answer to req: what dhcpv4.NewReplyFromRequest with
+// the message type and our server identifier makes (the request's xid,
+// flags, chaddr and giaddr, its options 61 and 82 copied), built directly:
+// without New's random transaction ID (a getrandom per reply, overwritten
+// at once), a modifier closure per field, or a copy of the MAC. Options
+// are set as the library's encoders would write them.
+func (s *Server) reply(req *dhcpv4.DHCPv4, mt dhcpv4.MessageType) *dhcpv4.DHCPv4 {
+	op := dhcpv4.OpcodeBootRequest
+	if req.OpCode == dhcpv4.OpcodeBootRequest {
+		op = dhcpv4.OpcodeBootReply
+	}
+	d := &dhcpv4.DHCPv4{OpCode: op, HWType: req.HWType, ClientHWAddr: req.ClientHWAddr, TransactionID: req.TransactionID,
+		Flags: req.Flags, ClientIPAddr: net.IPv4zero, YourIPAddr: net.IPv4zero, ServerIPAddr: net.IPv4zero,
+		GatewayIPAddr: req.GatewayIPAddr, Options: make(dhcpv4.Options, 8)}
+	for _, c := range []dhcpv4.OptionCode{dhcpv4.OptionRelayAgentInformation, dhcpv4.OptionClientIdentifier} {
+		if v := req.Options.Get(c); v != nil {
+			d.Options[c.Code()] = v
+		}
+	}
+	d.Options[dhcpv4.OptionDHCPMessageType.Code()] = []byte{byte(mt)}
+	d.Options[dhcpv4.OptionServerIdentifier.Code()] = ip4(s.cfg.ServerIP)
+	return d
 }
 
-func (s *Server) leaseMods(r Range, ip netip.Addr) []dhcpv4.Modifier {
-	mods := []dhcpv4.Modifier{
-		dhcpv4.WithYourIP(ip4(ip)),
-		dhcpv4.WithNetmask(net.CIDRMask(r.Subnet.Bits(), 32)),
-		dhcpv4.WithLeaseTime(uint32(s.cfg.LeaseTime / time.Second)),
-	}
+// setNet sets the range's options: netmask, routers, DNS servers.
+func setNet(d *dhcpv4.DHCPv4, r Range) {
+	m := net.CIDRMask(r.Subnet.Bits(), 32)
+	d.Options[dhcpv4.OptionSubnetMask.Code()] = m
 	if len(r.Router) > 0 {
-		mods = append(mods, dhcpv4.WithRouter(ips(r.Router)...))
+		d.Options[dhcpv4.OptionRouter.Code()] = ipList(r.Router)
 	}
 	if len(r.DNS) > 0 {
-		mods = append(mods, dhcpv4.WithDNS(ips(r.DNS)...))
+		d.Options[dhcpv4.OptionDomainNameServer.Code()] = ipList(r.DNS)
 	}
-	return mods
+}
+
+// setLease sets the lease of ip in r: yiaddr, lease time and setNet's.
+func (s *Server) setLease(d *dhcpv4.DHCPv4, r Range, ip netip.Addr) {
+	d.YourIPAddr = ip4(ip)
+	setNet(d, r)
+	d.Options[dhcpv4.OptionIPAddressLeaseTime.Code()] = binary.BigEndian.AppendUint32(nil, uint32(s.cfg.LeaseTime/time.Second))
+}
+
+// ipList is addresses as options 3 and 6 carry them.
+func ipList(as []netip.Addr) []byte {
+	out := make([]byte, 0, 4*len(as))
+	for _, a := range as {
+		out = append(out, ip4(a)...)
+	}
+	return out
 }
 
 func (s *Server) respondFull(ctx context.Context, m *dhcpv4.DHCPv4, mac string) (*dhcpv4.DHCPv4, *net.UDPAddr) {
@@ -979,10 +1008,9 @@ func (s *Server) respondFull(ctx context.Context, m *dhcpv4.DHCPv4, mac string) 
 		if !recorded {
 			b = unrecorded(attrs)
 		}
-		rep, err := s.reply(m, dhcpv4.MessageTypeOffer, append(s.leaseMods(r, ip), s.bootMods(b, c, false)...)...)
-		if err != nil {
-			return nil, nil
-		}
+		rep := s.reply(m, dhcpv4.MessageTypeOffer)
+		s.setLease(rep, r, ip)
+		s.setBoot(rep, b, c, false)
 		if c.NetBoot() {
 			a := bootAttrs(map[string]string{"ip": ip.String(), "range": r.String(), "reason": b.Reason}, b)
 			s.event(mac, "offer", fmt.Sprintf("OFFER %s, boot %s %s (%s)", ip, b.Kind, b.File, b.Reason), a)
@@ -1007,17 +1035,9 @@ func (s *Server) respondFull(ctx context.Context, m *dhcpv4.DHCPv4, mac string) 
 		return nil, nil
 	case dhcpv4.MessageTypeInform:
 		b := ChooseBoot(c, s.env)
-		mods := []dhcpv4.Modifier{dhcpv4.WithNetmask(net.CIDRMask(r.Subnet.Bits(), 32))}
-		if len(r.Router) > 0 {
-			mods = append(mods, dhcpv4.WithRouter(ips(r.Router)...))
-		}
-		if len(r.DNS) > 0 {
-			mods = append(mods, dhcpv4.WithDNS(ips(r.DNS)...))
-		}
-		rep, err := s.reply(m, dhcpv4.MessageTypeAck, append(mods, s.bootMods(b, c, false)...)...)
-		if err != nil {
-			return nil, nil
-		}
+		rep := s.reply(m, dhcpv4.MessageTypeAck)
+		setNet(rep, r)
+		s.setBoot(rep, b, c, false)
 		s.event(mac, "inform", "INFORM answered", bootAttrs(attrs.attrs(), b))
 		return rep, dst
 	}
@@ -1043,10 +1063,8 @@ func describe(what string, c Client) string {
 }
 
 func (s *Server) nak(m *dhcpv4.DHCPv4, mac, why string, attrs *note) (*dhcpv4.DHCPv4, *net.UDPAddr) {
-	rep, err := s.reply(m, dhcpv4.MessageTypeNak, dhcpv4.WithOption(dhcpv4.OptMessage(why)))
-	if err != nil {
-		return nil, nil
-	}
+	rep := s.reply(m, dhcpv4.MessageTypeNak)
+	rep.UpdateOption(dhcpv4.OptMessage(why))
 	rep.YourIPAddr = net.IPv4zero.To4()
 	rep.ClientIPAddr = net.IPv4zero.To4()
 	if addrOf(m.GatewayIPAddr).IsValid() {
@@ -1130,10 +1148,9 @@ func (s *Server) request(ctx context.Context, m *dhcpv4.DHCPv4, mac, cid string,
 	if !s.identify(ctx, c, attrs) {
 		b = unrecorded(attrs)
 	}
-	rep, err := s.reply(m, dhcpv4.MessageTypeAck, append(s.leaseMods(r, ip), s.bootMods(b, c, false)...)...)
-	if err != nil {
-		return nil, nil
-	}
+	rep := s.reply(m, dhcpv4.MessageTypeAck)
+	s.setLease(rep, r, ip)
+	s.setBoot(rep, b, c, false)
 	if c.NetBoot() {
 		a := bootAttrs(attrs.attrs(), b)
 		a["expires"] = time.Unix(l.GetExpiresUnix(), 0).UTC().Format(time.RFC3339)
@@ -1211,10 +1228,8 @@ func (s *Server) respondProxy(ctx context.Context, m *dhcpv4.DHCPv4, mac string)
 	if b.Echo60 == "" {
 		b.Echo60 = "PXEClient" // a proxy offer is only recognised with it
 	}
-	rep, err := s.reply(m, dhcpv4.MessageTypeOffer, s.bootMods(b, c, true)...)
-	if err != nil {
-		return nil, nil
-	}
+	rep := s.reply(m, dhcpv4.MessageTypeOffer)
+	s.setBoot(rep, b, c, true)
 	rep.YourIPAddr = net.IPv4zero.To4()
 	rep.ServerIPAddr = ip4(s.cfg.ServerIP)
 	s.event(mac, "offer", fmt.Sprintf("proxy OFFER (no address), boot %s %s (%s)", b.Kind, b.File, b.Reason), bootAttrs(map[string]string{"reason": b.Reason, "proxy": "true"}, b))
@@ -1239,10 +1254,8 @@ func (s *Server) respondPXE(ctx context.Context, m *dhcpv4.DHCPv4, mac string, p
 	if b.Echo60 == "" {
 		b.Echo60 = "PXEClient"
 	}
-	rep, err := s.reply(m, dhcpv4.MessageTypeAck, s.bootMods(b, c, true)...)
-	if err != nil {
-		return nil, nil
-	}
+	rep := s.reply(m, dhcpv4.MessageTypeAck)
+	s.setBoot(rep, b, c, true)
 	rep.YourIPAddr = net.IPv4zero.To4()
 	rep.ServerIPAddr = ip4(s.cfg.ServerIP)
 	dst := peer
