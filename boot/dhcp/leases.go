@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unique"
 
 	bootv1 "github.com/corralhq/corral/api/boot/v1"
 	"github.com/corralhq/corral/store"
@@ -71,13 +72,30 @@ var (
 	ErrNotHolder = errors.New("dhcp: the client neither holds nor was offered this address")
 )
 
+// leaseEntry is what memory keeps of a stored lease: the fields the
+// decisions read, held by value in leases.byIP (no record, no pointer but
+// the MAC's and client identifier's bytes and the interned subnet), so
+// that the garbage collector, which marks every lease at every cycle, has
+// one small object per lease to mark instead of a record and its strings.
 type leaseEntry struct {
-	l   *bootv1.Lease
-	rev int64
+	mac    string
+	subnet unique.Handle[string]
 	// cid is the client identifier (option 61) the lease was bound with
 	// by this process; "" when unknown (the lease record has no field for
 	// it, so leases loaded from the store have none).
-	cid string
+	cid     string
+	rev     int64
+	expires int64 // the record's expires_unix
+	state   bootv1.Lease_State
+}
+
+func entryOf(l *bootv1.Lease, rev int64, cid string) leaseEntry {
+	return leaseEntry{mac: l.GetMac(), subnet: unique.Make(l.GetSubnet()), cid: cid, rev: rev, expires: l.GetExpiresUnix(), state: l.GetState()}
+}
+
+// live reports whether e is an active, unexpired binding.
+func (e leaseEntry) live(now time.Time) bool {
+	return e.state == bootv1.Lease_STATE_ACTIVE && e.mac != "" && now.Unix() < e.expires
 }
 
 type offer struct {
@@ -121,7 +139,7 @@ type leases struct {
 	now    func() time.Time
 	log    *slog.Logger
 	mu     sync.Mutex
-	byIP   map[netip.Addr]*leaseEntry
+	byIP   map[netip.Addr]leaseEntry
 	byMAC  map[string]netip.Addr // each MAC's live binding, else its newest (see setLocked)
 	offers map[netip.Addr]offer
 	// offerOf is each client's pending offer (the address of its entry
@@ -144,7 +162,7 @@ type leases struct {
 // per entry of offers, next one per range.
 
 func newLeases(st store.Store, now func() time.Time, quarantine time.Duration, log *slog.Logger) *leases {
-	return &leases{st: st, now: now, log: log, byIP: map[netip.Addr]*leaseEntry{}, byMAC: map[string]netip.Addr{},
+	return &leases{st: st, now: now, log: log, byIP: map[netip.Addr]leaseEntry{}, byMAC: map[string]netip.Addr{},
 		offers: map[netip.Addr]offer{}, offerOf: map[string]netip.Addr{}, next: map[netip.Prefix]netip.Addr{}, quarantine: quarantine}
 }
 
@@ -210,15 +228,16 @@ func live(l *bootv1.Lease, now time.Time) bool {
 // else on its newest binding; when the MAC now has two live bindings in
 // one subnet it returns the older one to release (ok true).
 func (p *leases) setLocked(ip netip.Addr, l *bootv1.Lease, rev int64, cid string, now time.Time) (older stale, ok bool) {
-	old := p.byIP[ip]
-	if old != nil && old.rev >= rev {
-		if old.rev == rev && old.cid == "" && old.l.GetMac() == l.GetMac() {
+	old, hadOld := p.byIP[ip]
+	if hadOld && old.rev >= rev {
+		if old.rev == rev && old.cid == "" && old.mac == l.GetMac() {
 			old.cid = cid // our own write, whose watch event came first
+			p.byIP[ip] = old
 		}
 		return stale{}, false
 	}
-	if old != nil {
-		if om := old.l.GetMac(); om != l.GetMac() {
+	if hadOld {
+		if om := old.mac; om != l.GetMac() {
 			if p.byMAC[om] == ip {
 				delete(p.byMAC, om)
 			}
@@ -226,9 +245,10 @@ func (p *leases) setLocked(ip netip.Addr, l *bootv1.Lease, rev int64, cid string
 			cid = old.cid
 		}
 	}
-	p.byIP[ip] = &leaseEntry{l: l, rev: rev, cid: cid}
-	mac := l.GetMac()
-	if live(l, now) {
+	cur := entryOf(l, rev, cid)
+	p.byIP[ip] = cur
+	mac := cur.mac
+	if cur.live(now) {
 		if o, ok := p.offers[ip]; ok && o.mac != mac {
 			// Our offer of ip lost: another appliance bound it.
 			p.dropOfferLocked(ip)
@@ -242,13 +262,13 @@ func (p *leases) setLocked(ip netip.Addr, l *bootv1.Lease, rev int64, cid string
 		return stale{}, false
 	}
 	prevIP, had := p.byMAC[mac]
-	prev := p.byIP[prevIP]
-	if !had || prevIP == ip || prev == nil || prev.l.GetMac() != mac {
+	prev, hasPrev := p.byIP[prevIP]
+	if !had || prevIP == ip || !hasPrev || prev.mac != mac {
 		p.byMAC[mac] = ip
 		return stale{}, false
 	}
-	curLive, prevLive := live(l, now), live(prev.l, now)
-	if curLive && prevLive && l.GetSubnet() == prev.l.GetSubnet() {
+	curLive, prevLive := cur.live(now), prev.live(now)
+	if curLive && prevLive && cur.subnet == prev.subnet {
 		// Two live bindings of one client in one subnet: the newer
 		// stays, the older is to be released.
 		if rev > prev.rev {
@@ -350,20 +370,19 @@ func (p *leases) freeFor(ip netip.Addr, mac string, now time.Time) bool {
 	if !ok {
 		return true
 	}
-	l := e.l
 	switch {
-	case l.GetMac() == mac && l.GetState() != bootv1.Lease_STATE_DECLINED:
+	case e.mac == mac && e.state != bootv1.Lease_STATE_DECLINED:
 		return true
-	case l.GetState() == bootv1.Lease_STATE_DECLINED:
-		return now.Unix() >= l.GetExpiresUnix()
+	case e.state == bootv1.Lease_STATE_DECLINED:
+		return now.Unix() >= e.expires
 	}
 	return false // another client's, active or sticky
 }
 
 // reclaimable reports whether another client's expired or released lease
 // may be taken when the range has no never-used address left.
-func reclaimable(l *bootv1.Lease, now time.Time) bool {
-	return now.Unix() >= l.GetExpiresUnix()
+func reclaimable(e leaseEntry, now time.Time) bool {
+	return now.Unix() >= e.expires
 }
 
 // Offer picks an address for mac (client identifier cid, "" if none) in
@@ -418,8 +437,8 @@ func (p *leases) Offer(mac, cid string, r Range, requested netip.Addr) (netip.Ad
 		if !r.Contains(a) || !p.freeForReclaim(a, e, mac, now) {
 			continue
 		}
-		if !best.IsValid() || e.l.GetExpiresUnix() < bestAt {
-			best, bestAt = a, e.l.GetExpiresUnix()
+		if !best.IsValid() || e.expires < bestAt {
+			best, bestAt = a, e.expires
 		}
 	}
 	if best.IsValid() {
@@ -433,7 +452,7 @@ func (p *leases) Offer(mac, cid string, r Range, requested netip.Addr) (netip.Ad
 		if !r.Contains(a) || o.mac == mac {
 			continue
 		}
-		if e, used := p.byIP[a]; used && !reclaimable(e.l, now) && e.l.GetMac() != "" {
+		if e, used := p.byIP[a]; used && !reclaimable(e, now) && e.mac != "" {
 			continue
 		}
 		if !best.IsValid() || o.until.Before(oldest) {
@@ -445,11 +464,11 @@ func (p *leases) Offer(mac, cid string, r Range, requested netip.Addr) (netip.Ad
 	}
 	// Last, the quarantined address released soonest.
 	for a, e := range p.byIP {
-		if !r.Contains(a) || e.l.GetState() != bootv1.Lease_STATE_DECLINED {
+		if !r.Contains(a) || e.state != bootv1.Lease_STATE_DECLINED {
 			continue
 		}
-		if !best.IsValid() || e.l.GetExpiresUnix() < bestAt {
-			best, bestAt = a, e.l.GetExpiresUnix()
+		if !best.IsValid() || e.expires < bestAt {
+			best, bestAt = a, e.expires
 		}
 	}
 	if best.IsValid() {
@@ -458,11 +477,11 @@ func (p *leases) Offer(mac, cid string, r Range, requested netip.Addr) (netip.Ad
 	return netip.Addr{}, fmt.Errorf("%w: %s", ErrExhausted, r)
 }
 
-func (p *leases) freeForReclaim(a netip.Addr, e *leaseEntry, mac string, now time.Time) bool {
+func (p *leases) freeForReclaim(a netip.Addr, e leaseEntry, mac string, now time.Time) bool {
 	if o, ok := p.offers[a]; ok && o.mac != mac && now.Before(o.until) {
 		return false
 	}
-	return reclaimable(e.l, now)
+	return reclaimable(e, now)
 }
 
 // offeredTo reports whether ip was last offered to the client (the offer
@@ -477,7 +496,7 @@ func (p *leases) offeredTo(ip netip.Addr, mac, cid string) bool {
 // expired or released: leases are sticky) is on ip. Caller holds mu.
 func (p *leases) holds(ip netip.Addr, mac, cid string) bool {
 	e, ok := p.byIP[ip]
-	return ok && e.l.GetMac() == mac && e.l.GetState() != bootv1.Lease_STATE_DECLINED && sameClient(e.cid, cid)
+	return ok && e.mac == mac && e.state != bootv1.Lease_STATE_DECLINED && sameClient(e.cid, cid)
 }
 
 // hasLease reports whether mac holds a lease (in any state) here.
@@ -499,7 +518,7 @@ func (p *leases) check(ip netip.Addr, mac, cid string, need Need, now time.Time)
 		}
 		return ErrNoLease
 	case need == NeedOffer && !held && !p.offeredTo(ip, mac, cid):
-		if e := p.byIP[ip]; e != nil && e.l.GetMac() != "" && e.l.GetMac() != mac && !reclaimable(e.l, now) {
+		if e, ok := p.byIP[ip]; ok && e.mac != "" && e.mac != mac && !reclaimable(e, now) {
 			return fmt.Errorf("%w: %s", ErrTaken, ip)
 		}
 		return fmt.Errorf("%w: %s", ErrNotOffered, ip)
@@ -510,8 +529,8 @@ func (p *leases) check(ip netip.Addr, mac, cid string, need Need, now time.Time)
 	// Not free, but offered to this client: an expired lease of another
 	// client or a quarantined address that Offer handed out because
 	// nothing else was left.
-	if e := p.byIP[ip]; e != nil && p.offeredTo(ip, mac, cid) &&
-		(reclaimable(e.l, now) || e.l.GetState() == bootv1.Lease_STATE_DECLINED) {
+	if e, ok := p.byIP[ip]; ok && p.offeredTo(ip, mac, cid) &&
+		(reclaimable(e, now) || e.state == bootv1.Lease_STATE_DECLINED) {
 		return nil
 	}
 	return fmt.Errorf("%w: %s", ErrTaken, ip)
@@ -546,7 +565,7 @@ func (p *leases) Bind(ctx context.Context, mac, cid string, need Need, ip netip.
 			return nil, err
 		}
 		var rev int64
-		if e := p.byIP[ip]; e != nil {
+		if e, ok := p.byIP[ip]; ok {
 			rev = e.rev
 		}
 		p.mu.Unlock()
@@ -589,7 +608,7 @@ func (p *leases) Bind(ctx context.Context, mac, cid string, need Need, ip netip.
 func (p *leases) scatter(ip netip.Addr, mac string, r Range) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if e := p.byIP[ip]; e == nil || e.l.GetMac() == mac {
+	if e, ok := p.byIP[ip]; !ok || e.mac == mac {
 		return
 	}
 	a, b := r.Start.As4(), r.End.As4()
@@ -632,8 +651,8 @@ func (p *leases) reload(ctx context.Context, ip netip.Addr) error {
 
 // forgetLocked drops ip's lease from memory (caller holds mu).
 func (p *leases) forgetLocked(ip netip.Addr) {
-	if e := p.byIP[ip]; e != nil && p.byMAC[e.l.GetMac()] == ip {
-		delete(p.byMAC, e.l.GetMac())
+	if e, ok := p.byIP[ip]; ok && p.byMAC[e.mac] == ip {
+		delete(p.byMAC, e.mac)
 	}
 	delete(p.byIP, ip)
 }
@@ -703,7 +722,7 @@ func (p *leases) resync(ctx context.Context) error {
 	now := p.now()
 	for _, kv := range kvs {
 		ip, err := netip.ParseAddr(strings.TrimPrefix(kv.Key, LeasePrefix))
-		if e := p.byIP[ip]; err == nil && e != nil && e.rev >= kv.Revision {
+		if e, ok := p.byIP[ip]; err == nil && ok && e.rev >= kv.Revision {
 			continue // known: no decoding
 		}
 		if ip, l, err := decodeLease(kv); err == nil {
@@ -744,8 +763,7 @@ func (p *leases) apply(ctx context.Context, ch <-chan store.Event) {
 			if err != nil {
 				continue
 			}
-			e := p.byIP[ip]
-			if e != nil && e.rev >= ev.KV.Revision {
+			if e, ok := p.byIP[ip]; ok && e.rev >= ev.KV.Revision {
 				continue // our own write, or older than what we know
 			}
 			if ev.Type == store.EventDelete {
@@ -766,26 +784,15 @@ func (p *leases) apply(ctx context.Context, ch <-chan store.Event) {
 	}
 }
 
-// Lookup returns mac's current lease if it holds ip (any state).
-func (p *leases) Lookup(mac string, ip netip.Addr) (*bootv1.Lease, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	e, ok := p.byIP[ip]
-	if !ok || e.l.GetMac() != mac {
-		return nil, false
-	}
-	return e.l, true
-}
-
 // Owner returns the MAC holding ip, if any.
 func (p *leases) Owner(ip netip.Addr) (string, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	e, ok := p.byIP[ip]
-	if !ok || e.l.GetMac() == "" {
+	if !ok || e.mac == "" {
 		return "", false
 	}
-	return e.l.GetMac(), true
+	return e.mac, true
 }
 
 // update applies change to the stored lease of ip by CAS (re-reading on
@@ -858,17 +865,6 @@ func (p *leases) Decline(ctx context.Context, mac, cid string, ip netip.Addr, r 
 
 // macForIP is the reverse lookup used by TFTP.
 func (p *leases) macForIP(ip netip.Addr) (string, bool) { return p.Owner(ip) }
-
-// Snapshot returns every lease (for tests and diagnostics).
-func (p *leases) Snapshot() []*bootv1.Lease {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([]*bootv1.Lease, 0, len(p.byIP))
-	for _, e := range p.byIP {
-		out = append(out, e.l)
-	}
-	return out
-}
 
 func hostnameOK(s string) string {
 	if len(s) > 63 {
