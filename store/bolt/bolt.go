@@ -604,14 +604,27 @@ func (s *Store) WatchFrom(ctx context.Context, prefix string, afterRev int64) (<
 // (rev 0: the key must not exist) and returns the new revision. The write
 // has been fsynced when Put returns nil.
 func (s *Store) Put(ctx context.Context, key string, value []byte, rev int64) (int64, error) {
-	if key == "" {
-		return 0, fmt.Errorf("bolt: put: empty key")
+	if err := checkKey(key); err != nil {
+		return 0, fmt.Errorf("bolt: put: %w", err)
 	}
 	res, err := s.submit(ctx, &op{kind: opPut, key: key, value: value, rev: rev})
 	if err != nil {
 		return 0, fmt.Errorf("bolt: put %q: %w", key, err)
 	}
 	return res, nil
+}
+
+// checkKey refuses a key bbolt cannot hold. The journal takes any key,
+// so a longer one would be answered and then fail every fold, and the
+// replay at Open, for good.
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("empty key")
+	case len(key) > bbolt.MaxKeySize:
+		return fmt.Errorf("key is %d bytes, longer than the %d a key may have", len(key), bbolt.MaxKeySize)
+	}
+	return nil
 }
 
 // Delete removes key if its current revision equals rev. The delete has

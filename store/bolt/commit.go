@@ -67,8 +67,8 @@ func (s *Store) submit(ctx context.Context, o *op) (int64, error) {
 // transaction, so concurrent updates of one key never conflict and share
 // fsyncs with the rest of the batch.
 func (s *Store) Update(ctx context.Context, key string, fn func(cur store.KV, exists bool) ([]byte, bool, error)) (store.KV, error) {
-	if key == "" {
-		return store.KV{}, fmt.Errorf("bolt: empty key")
+	if err := checkKey(key); err != nil {
+		return store.KV{}, fmt.Errorf("bolt: update: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return store.KV{}, err
