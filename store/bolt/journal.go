@@ -503,18 +503,29 @@ func (s *Store) fold() error {
 // maybeFold starts a background fold when the overlay or the active
 // journal passed its bound (adding entries keys and bytes more). If a
 // fold is still running it waits for it only when the hard bounds are
-// passed too. Committer only.
-func (s *Store) maybeFold(entries int, bytes int64) {
+// passed too. Past the hard bounds with the frozen overlay still not in
+// bbolt (its fold failed), it folds that in the foreground and returns
+// the error if it fails again: the batch is refused rather than the
+// overlay and the journal growing without bound while bbolt takes no
+// fold (a full disk). Committer only.
+func (s *Store) maybeFold(entries int, bytes int64) error {
 	if s.jr.off+bytes <= s.foldBytes && len(s.ov)+entries <= foldEntries {
-		return
+		return nil
 	}
+	hard := s.jr.off+bytes > max(maxJournalBytes, 4*s.foldBytes) || len(s.ov)+entries > maxOverlayEntries
 	if !s.reapFold(false) {
-		if s.jr.off+bytes <= max(maxJournalBytes, 4*s.foldBytes) && len(s.ov)+entries <= maxOverlayEntries {
-			return // the running fold finishes first
+		if !hard {
+			return nil // the running fold finishes first
 		}
 		s.reapFold(true)
 	}
+	if hard && s.frozen != nil {
+		if err := s.foldFrozen(s.frozen, s.frozenRev, s.jnext, nil); err != nil {
+			return err
+		}
+	}
 	s.startFold()
+	return nil
 }
 
 // commitJournal commits batch through the journal. It returns false,
@@ -631,7 +642,7 @@ func (s *Store) commitJournal(batch []*op) bool {
 		if int64(len(rec)) > s.foldBytes {
 			return false
 		}
-		s.maybeFold(len(local), int64(len(rec)))
+		err = s.maybeFold(len(local), int64(len(rec)))
 		if err == nil {
 			if aerr := s.jr.append(rec); aerr != nil {
 				s.failed = aerr
