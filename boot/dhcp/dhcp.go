@@ -452,8 +452,8 @@ func (s *Server) Run(ctx context.Context) error {
 // serve reads packets from conn until it fails (closed by Run) and hands
 // each to a handler goroutine (dispatch bounds them). It replaces
 // server4.Server.Serve, which allocated a 4 KiB buffer and formatted a
-// debug line per packet: the buffer here is reused (dhcpv4.FromBytes
-// copies what it keeps) and nothing is formatted for a good packet.
+// debug line per packet: the buffer here is reused (parsePacket copies
+// what it keeps) and nothing is formatted for a good packet.
 func (s *Server) serve(ctx context.Context, conn net.PacketConn, port int) error {
 	buf := make([]byte, 4096)
 	for {
@@ -461,7 +461,7 @@ func (s *Server) serve(ctx context.Context, conn net.PacketConn, port int) error
 		if err != nil {
 			return err
 		}
-		m, err := dhcpv4.FromBytes(buf[:n])
+		m, err := parsePacket(buf[:n])
 		if err != nil {
 			bad := s.bad.Add(1)
 			s.observe(nil, OutcomeMalformed)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/insomniacslk/dhcp/dhcpv4"
 )
 
@@ -30,6 +31,39 @@ func FuzzAppendPacket(f *testing.F) {
 		want := m.ToBytes()
 		if got := appendPacket([]byte("prefix"), m); !bytes.Equal(got[6:], want) || string(got[:6]) != "prefix" {
 			t.Fatalf("appendPacket differs from ToBytes:\n got %x\nwant %x", got[6:], want)
+		}
+	})
+}
+
+// FuzzParsePacket: parsePacket decodes exactly what dhcpv4.FromBytes
+// decodes, and refuses exactly what it refuses.
+func FuzzParsePacket(f *testing.F) {
+	for i, kind := range []func(*dhcpv4.DHCPv4){biosPXE, efiPXE, ipxeClient, httpClient, plain} {
+		d := discover(f, mac(i), kind, dhcpv4.WithGatewayIP(net.IPv4(10, 9, 0, 1)))
+		d.BootFileName, d.ServerHostName = "file", "server"
+		f.Add(d.ToBytes())
+	}
+	d := discover(f, mac(7), plain)
+	d.UpdateOption(dhcpv4.OptGeneric(dhcpv4.OptionHostName, bytes.Repeat([]byte{'h'}, 600))) // split in three
+	d.UpdateOption(dhcpv4.OptGeneric(dhcpv4.GenericOptionCode(200), nil))
+	b := d.ToBytes()
+	f.Add(b)
+	f.Add(b[:240])
+	f.Add(b[:100])
+	f.Add(append(b[:len(b):len(b)], 255))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want, werr := dhcpv4.FromBytes(b)
+		in := append([]byte(nil), b...)
+		got, gerr := parsePacket(in)
+		if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
+			t.Fatalf("error %v, FromBytes's %v", gerr, werr)
+		}
+		if werr != nil {
+			return
+		}
+		clear(in) // the result must not share the input's memory
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("parsePacket differs from FromBytes (-want +got):\n%s", diff)
 		}
 	})
 }
