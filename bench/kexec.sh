@@ -22,7 +22,9 @@
 #
 # Environment: KERNEL, HYP_INITRD (default: newest builds in
 # CACHE=/var/cache/corral/discovery), RUNS, OUT (work dir, kept),
-# TIMEOUT (s per boot, 300), EXTRA (appended to the next kernel's line).
+# TIMEOUT (s per boot, 300), EXTRA (appended to the next kernel's line),
+# FW (bios, or uefi: q35 + OVMF as the lab's UEFI machine, which boots the
+# discovery kernel through its EFI stub).
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -32,6 +34,7 @@ TIMEOUT=${TIMEOUT:-300}
 OUT=${OUT:-/var/tmp/corral-bench-kexec}
 VARIANTS=${VARIANTS:-file segments direct}
 EXTRA=${EXTRA:-}
+FW=${FW:-bios}
 
 log() { printf '%s\n' "$*" >&2; }
 newest() { ls -td "$@" 2>/dev/null | head -n 1; }
@@ -49,9 +52,16 @@ printf '%s\n' "$NEXT" >"$OUT/next-cmdline"
 "$OUT/init" cpio "$OUT/guest.cpio" init="$OUT/init" vmlinuz="$KERNEL" hyp.img="$HYP_INITRD" next-cmdline="$OUT/next-cmdline"
 
 boot() { # variant run
-	v=$1 f=$OUT/log/$1-$2.log
-	set -- qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp 2 -m 2560 -machine pc \
+	v=$1 f=$OUT/log/$FW-$1-$2.log
+	set -- qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp 2 -m 2560 \
 		-display none -no-user-config -nodefaults -vga none -no-reboot -serial stdio
+	case $FW in
+	uefi)
+		cp /usr/share/OVMF/OVMF_VARS_4M.fd "$OUT/vars.fd"
+		set -- "$@" -machine q35 -drive if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd \
+			-drive if=pflash,format=raw,unit=1,file="$OUT/vars.fd" ;;
+	*) set -- "$@" -machine pc ;;
+	esac
 	case $v in
 	direct) set -- "$@" -kernel "$KERNEL" -initrd "$HYP_INITRD" -append "$NEXT" ;;
 	*) set -- "$@" -kernel "$KERNEL" -initrd "$OUT/guest.cpio" -append "console=ttyS0,115200n8 kb.method=$v" ;;
@@ -59,24 +69,25 @@ boot() { # variant run
 	timeout "$TIMEOUT" "$@" </dev/null 2>&1 | ts -s '%.s' >"$f" || true
 }
 
-# Seconds from a reference line to each mark (first match of each; for
-# the kexec variants the marks are searched after "kb: loaded").
+# Seconds between the console's marks: load (files in memfds → loaded),
+# reboot (kexec_core "Starting new kernel" → the next kernel's first
+# printk: the reboot path, the purgatory, the decompressor), kernel (→
+# "Trying to unpack rootfs"), unpack (→ "Freeing initrd memory"), rest (→
+# the panic, where /init would run) and total (memfds → panic). direct
+# has no load or reboot: its kernel counts from QEMU's start.
 marks() { # log
 	awk '
-	function at(s) { return substr($1, 1) + 0 }
-	/kb: files in memfds/ && !m0 { m0 = at(); next }
-	/kb: loaded in/ && !m1 { m1 = at(); split($0, a, "loaded in "); ld = a[2]; kx = 1; next }
-	kx == 0 && direct == 0 && /Linux version/ && !d0 { d0 = at() }
-	(kx || !m0) && /Decompressing Linux/ && !dc { dc = at() }
-	(kx || !m0) && /Booting the kernel/ && !bk { bk = at() }
-	(kx || !m0) && /Linux version/ && !lv { lv = at() }
-	(kx || !m0) && /Trying to unpack rootfs/ && !tu { tu = at() }
-	(kx || !m0) && /Freeing initrd memory/ && !fi { fi = at() }
-	(kx || !m0) && /Kernel panic/ && !kp { kp = at() }
+	/kb: files in memfds/ && !a { a = $1 }
+	/kb: loaded in/ && !b { b = $1 }
+	/Starting new kernel/ && !c { c = $1 }
+	/Linux version/ { d = $1 }
+	/Trying to unpack rootfs/ { e = $1 }
+	/Freeing initrd memory/ { g = $1 }
+	/Kernel panic/ && !h { h = $1 }
 	END {
-		if (m0) { t0 = m1 } else { t0 = 0 }
-		printf "load %.2f  decompress-start %.2f  decompress %.2f  to-first-printk %.2f  unpack %.2f  to-init %.2f  total %.2f\n",
-			(m0 ? m1 - m0 : 0), dc - t0, bk - dc, lv - t0, fi - tu, kp - t0, kp - t0
+		if (!a) { a = b = c = 0 }
+		if (!h) { print "no panic: see the log"; exit }
+		printf "load %.2f reboot %.2f kernel %.2f unpack %.2f rest %.2f total %.2f\n", b - a, d - c, e - d, g - e, h - g, h - a
 	}' "$1"
 }
 
@@ -85,7 +96,7 @@ while [ "$i" -le "$RUNS" ]; do
 	for v in $VARIANTS; do
 		log "round $i: $v (load $(cut -d' ' -f1-3 /proc/loadavg))"
 		boot "$v" "$i"
-		printf '%s %s %s\n' "$v" "$i" "$(marks "$OUT/log/$v-$i.log")" | tee -a "$OUT/results"
+		printf '%s %s %s %s\n' "$FW" "$v" "$i" "$(marks "$OUT/log/$FW-$v-$i.log")" | tee -a "$OUT/results"
 	done
 	i=$((i + 1))
 done

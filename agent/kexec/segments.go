@@ -46,9 +46,9 @@ const (
 	minKernelAddr = 16 << 20
 )
 
-// ErrEFI: SegmentsLoad does not hand the EFI runtime over to the next
-// kernel; on a machine booted by UEFI firmware use kexec_file_load.
-var ErrEFI = errors.New("booted by EFI firmware: kexec_load path not used")
+// ErrEFI: this boot's EFI runtime cannot be handed over (no
+// /sys/firmware/efi/runtime-map): use kexec_file_load.
+var ErrEFI = errors.New("EFI runtime map not available: kexec_load path not used")
 
 // SegmentsLoad loads a 64-bit bzImage, initrd and command line for the
 // next kexec reboot with kexec_load(2): the kernel's own decompressor is
@@ -58,11 +58,15 @@ var ErrEFI = errors.New("booted by EFI firmware: kexec_load path not used")
 // under QEMU TCG that costs seconds per boot, and the agent has verified
 // size and SHA-256 of both files already. The zero page is this boot's
 // (/sys/kernel/boot_params/data: its E820 map and ACPI RSDP) with the new
-// kernel's setup header. It refuses a machine booted by EFI (ErrEFI): the
-// EFI runtime hand-over (setup_data, the runtime map) is kexec_file_load's.
+// kernel's setup header. On a machine booted by EFI it hands the EFI
+// runtime over as kexec_file_load does (efiState); without the runtime map
+// it refuses (ErrEFI).
 func SegmentsLoad(kernel, initrd *os.File, cmdline string) error {
-	if _, err := os.Stat("/sys/firmware/efi"); err == nil {
-		return ErrEFI
+	var efi *efiState
+	if _, err := os.Stat(efiDir); err == nil {
+		if efi, err = readEFIState(efiDir); err != nil {
+			return fmt.Errorf("%w: %v", ErrEFI, err)
+		}
 	}
 	bp, err := os.ReadFile("/sys/kernel/boot_params/data")
 	if err != nil {
@@ -82,7 +86,7 @@ func SegmentsLoad(kernel, initrd *os.File, cmdline string) error {
 		return fmt.Errorf("kexec_load: initrd: %w", err)
 	}
 	defer release()
-	segs, entry, err := planSegments(bp, mm, kb, ib, cmdline)
+	segs, entry, err := planSegments(bp, mm, kb, ib, cmdline, efi)
 	if err != nil {
 		return fmt.Errorf("kexec_load: %w", err)
 	}
@@ -95,7 +99,7 @@ func SegmentsLoad(kernel, initrd *os.File, cmdline string) error {
 // planSegments lays out the kexec segments of a bzImage (kb), initrd (ib)
 // and cmdline in the RAM of mm, with zero page template bp, and returns
 // them with the purgatory's entry point.
-func planSegments(bp []byte, mm ukexec.MemoryMap, kb, ib []byte, cmdline string) (ukexec.Segments, uintptr, error) {
+func planSegments(bp []byte, mm ukexec.MemoryMap, kb, ib []byte, cmdline string, efi *efiState) (ukexec.Segments, uintptr, error) {
 	if len(bp) < bootParamsSize {
 		return nil, 0, fmt.Errorf("zero page of %d bytes, want %d", len(bp), bootParamsSize)
 	}
@@ -150,6 +154,7 @@ func planSegments(bp []byte, mm ukexec.MemoryMap, kb, ib []byte, cmdline string)
 	copy(zp, bp[:bootParamsSize])
 	copy(zp[bpHdr:hdrEnd], kb[bpHdr:hdrEnd])
 	clear(zp[bpEFIInfo : bpEFIInfo+32])
+	le.PutUint64(zp[hdrSetupData:], 0)
 	zp[hdrLoader] = loaderKexec
 	zp[hdrLoadflags] |= 0x01 // LOADED_HIGH
 	le.PutUint32(zp[hdrCode32Start:], uint32(kr.Start))
@@ -159,7 +164,11 @@ func planSegments(bp []byte, mm ukexec.MemoryMap, kb, ib []byte, cmdline string)
 	le.PutUint32(zp[bpExtRamdisk+4:], uint32(uint64(len(ib))>>32))
 	le.PutUint32(zp[hdrCmdline:], uint32(cr.Start))
 	le.PutUint32(zp[bpExtCmdline:], uint32(uint64(cr.Start)>>32))
-	le.PutUint64(zp[hdrSetupData:], 0)
+	if efi != nil {
+		if err := efi.handOver(kmem, zp, bp, low); err != nil {
+			return nil, 0, err
+		}
+	}
 	zr, err := kmem.AddPhysSegment(zp, low)
 	if err != nil {
 		return nil, 0, fmt.Errorf("no room for the zero page: %w", err)
