@@ -226,6 +226,12 @@ type Server struct {
 	seenMu   sync.Mutex
 	seen     map[netip.Addr]string // IP → MAC learned from packets (proxy mode, TFTP)
 	handlers sync.WaitGroup
+
+	// Option bytes every reply shares (read-only): the server identifier,
+	// the lease time, and each range's (by subnet) netmask, routers and
+	// DNS servers.
+	sid, leaseTime []byte
+	netOpts        map[netip.Prefix]netOptions
 }
 
 // New validates cfg, loads the leases and binds the sockets.
@@ -293,6 +299,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight), work: make(chan job), seen: map[netip.Addr]string{},
 		warn: newLogLimiter(cfg.Logger, cfg.LogInterval, cfg.Now)}
 	s.bound.Store(newBound(context.Background()))
+	s.sid = ip4(cfg.ServerIP)
+	s.leaseTime = binary.BigEndian.AppendUint32(nil, uint32(cfg.LeaseTime/time.Second))
+	s.netOpts = make(map[netip.Prefix]netOptions, len(cfg.Ranges))
+	for _, r := range cfg.Ranges {
+		if _, ok := s.netOpts[r.Subnet]; !ok {
+			s.netOpts[r.Subnet] = netOptionsOf(r)
+		}
+	}
 	s.env = Env{
 		ScriptURL: func(mac string) string { return cfg.HTTPBase + "/boot.ipxe?mac=" + mac },
 		HTTPBase:  cfg.HTTPBase,
@@ -938,28 +952,53 @@ func (s *Server) reply(req *dhcpv4.DHCPv4, mt dhcpv4.MessageType) *dhcpv4.DHCPv4
 			d.Options[c.Code()] = v
 		}
 	}
-	d.Options[dhcpv4.OptionDHCPMessageType.Code()] = []byte{byte(mt)}
-	d.Options[dhcpv4.OptionServerIdentifier.Code()] = ip4(s.cfg.ServerIP)
+	d.Options[dhcpv4.OptionDHCPMessageType.Code()] = msgTypes[mt][:]
+	d.Options[dhcpv4.OptionServerIdentifier.Code()] = s.sid
 	return d
 }
 
-// setNet sets the range's options: netmask, routers, DNS servers.
-func setNet(d *dhcpv4.DHCPv4, r Range) {
-	m := net.CIDRMask(r.Subnet.Bits(), 32)
-	d.Options[dhcpv4.OptionSubnetMask.Code()] = m
+// msgTypes are option 53's values, shared by the replies (read-only).
+var msgTypes = func() (t [256][1]byte) {
+	for i := range t {
+		t[i][0] = byte(i)
+	}
+	return t
+}()
+
+// netOptions are a range's options 1, 3 and 6 as sent (nil: none).
+type netOptions struct{ mask, routers, dns []byte }
+
+func netOptionsOf(r Range) netOptions {
+	o := netOptions{mask: net.CIDRMask(r.Subnet.Bits(), 32)}
 	if len(r.Router) > 0 {
-		d.Options[dhcpv4.OptionRouter.Code()] = ipList(r.Router)
+		o.routers = ipList(r.Router)
 	}
 	if len(r.DNS) > 0 {
-		d.Options[dhcpv4.OptionDomainNameServer.Code()] = ipList(r.DNS)
+		o.dns = ipList(r.DNS)
+	}
+	return o
+}
+
+// setNet sets the range's options: netmask, routers, DNS servers.
+func (s *Server) setNet(d *dhcpv4.DHCPv4, r Range) {
+	o, ok := s.netOpts[r.Subnet]
+	if !ok {
+		o = netOptionsOf(r)
+	}
+	d.Options[dhcpv4.OptionSubnetMask.Code()] = o.mask
+	if o.routers != nil {
+		d.Options[dhcpv4.OptionRouter.Code()] = o.routers
+	}
+	if o.dns != nil {
+		d.Options[dhcpv4.OptionDomainNameServer.Code()] = o.dns
 	}
 }
 
 // setLease sets the lease of ip in r: yiaddr, lease time and setNet's.
 func (s *Server) setLease(d *dhcpv4.DHCPv4, r Range, ip netip.Addr) {
 	d.YourIPAddr = ip4(ip)
-	setNet(d, r)
-	d.Options[dhcpv4.OptionIPAddressLeaseTime.Code()] = binary.BigEndian.AppendUint32(nil, uint32(s.cfg.LeaseTime/time.Second))
+	s.setNet(d, r)
+	d.Options[dhcpv4.OptionIPAddressLeaseTime.Code()] = s.leaseTime
 }
 
 // ipList is addresses as options 3 and 6 carry them.
@@ -1036,7 +1075,7 @@ func (s *Server) respondFull(ctx context.Context, m *dhcpv4.DHCPv4, mac string) 
 	case dhcpv4.MessageTypeInform:
 		b := ChooseBoot(c, s.env)
 		rep := s.reply(m, dhcpv4.MessageTypeAck)
-		setNet(rep, r)
+		s.setNet(rep, r)
 		s.setBoot(rep, b, c, false)
 		s.event(mac, "inform", "INFORM answered", bootAttrs(attrs.attrs(), b))
 		return rep, dst

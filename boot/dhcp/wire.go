@@ -89,13 +89,34 @@ func parsePacket(q []byte) (*dhcpv4.DHCPv4, error) {
 	if len(q) < fixed || [4]byte(q[236:240]) != [4]byte{99, 130, 83, 99} {
 		return dhcpv4.FromBytes(q)
 	}
+	// First the options' extent (up to End), checked, without copying.
+	in := q[fixed:]
+	end := 0
+	for {
+		if end >= len(in) {
+			return dhcpv4.FromBytes(q) // no End option
+		}
+		switch in[end] {
+		case 0: // pad
+			end++
+			continue
+		case 255:
+		default:
+			if end+1 >= len(in) || end+2+int(in[end+1]) > len(in) {
+				return dhcpv4.FromBytes(q) // runs past the end
+			}
+			end += 2 + int(in[end+1])
+			continue
+		}
+		break
+	}
 	// One block: the four addresses and chaddr (16 bytes, as FromBytes
-	// reads them), then the options area.
-	blk := make([]byte, 32+len(q)-fixed)
+	// reads them), then the options up to End.
+	blk := make([]byte, 32+end)
 	copy(blk[0:16], q[12:28])
 	copy(blk[16:32], q[28:44])
 	opts := blk[32:]
-	copy(opts, q[fixed:])
+	copy(opts, in[:end])
 	p := &dhcpv4.DHCPv4{
 		OpCode:        dhcpv4.OpcodeType(q[0]),
 		HWType:        iana.HWType(q[1]),
@@ -111,21 +132,12 @@ func parsePacket(q []byte) (*dhcpv4.DHCPv4, error) {
 	}
 	p.ServerHostName = cstring(q[44:108])
 	p.BootFileName = cstring(q[108:236])
-	o := make(dhcpv4.Options, 16)
-	for i := 0; ; {
-		if i >= len(opts) {
-			return dhcpv4.FromBytes(q) // no End option
-		}
+	o := make(dhcpv4.Options)
+	for i := 0; i < len(opts); {
 		code := opts[i]
 		if code == 0 { // pad
 			i++
 			continue
-		}
-		if code == 255 {
-			break
-		}
-		if i+1 >= len(opts) || i+2+int(opts[i+1]) > len(opts) {
-			return dhcpv4.FromBytes(q) // runs past the end
 		}
 		n := int(opts[i+1])
 		v := opts[i+2 : i+2+n : i+2+n]
