@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/corralhq/corral/agent/cmdline"
@@ -120,10 +121,11 @@ func serveNode(ctx context.Context, appliances []string, ec node.EnrolConfig, nc
 // runHypervisorBoot is `corral-node hypervisor --boot`, the uinit of the
 // hypervisor image: agent/hvboot prepares the machine, then the node runs
 // on the identity agent/install stored on the data partition. With accel
-// auto the KVM probe (a few seconds: it boots a one-sector guest) starts
-// as soon as coldplug has loaded the kvm modules and runs beside DHCP and
-// the data partition's mount, so the node starts serving and heartbeating
-// without waiting for it.
+// auto the KVM probe (it boots a one-sector guest: milliseconds with a
+// working KVM, its 3 s timeout where nested KVM hangs) starts as soon as
+// /dev/kvm appears (coldplug's first round loads the kvm modules) and runs
+// beside the rest of coldplug, DHCP and the data partition's mount; the
+// node starts serving and heartbeating once it has the answer.
 func runHypervisorBoot(ctx context.Context, cmdlineFile, dataDir, accel string, level slog.Level, stdout, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	console := consoleWriter(stdout)
@@ -132,16 +134,29 @@ func runHypervisorBoot(ctx context.Context, cmdlineFile, dataDir, accel string, 
 		probe.accel = accel
 		close(probe.done)
 	}
-	probing := false // set by Coldplug, which hvboot.Run calls on its own goroutine
+	var startProbe sync.Once
+	probing := false // set by startProbe only
+	start := func() { startProbe.Do(func() { probing = true; go probe.run(ctx, log) }) }
 	err := hvboot.Run(ctx, hvboot.Config{
 		CmdlineFile: cmdlineFile, DataDir: dataDir, Version: version,
 		Console: console, Logger: log,
 		Coldplug: func(ctx context.Context) error {
-			_, err := discover.Coldplug(ctx, "/", console, log)
-			if accel == "auto" && !probing {
-				probing = true
-				go probe.run(ctx, log)
+			if accel != "auto" {
+				_, err := discover.Coldplug(ctx, "/", console, log)
+				return err
 			}
+			// The probe starts as soon as coldplug's first round has made
+			// /dev/kvm (the node waits for its answer), else after coldplug.
+			plugged := make(chan struct{})
+			watched := make(chan struct{})
+			go func() {
+				defer close(watched)
+				waitKVM(ctx, plugged, start)
+			}()
+			_, err := discover.Coldplug(ctx, "/", console, log)
+			close(plugged)
+			<-watched
+			start()
 			return err
 		},
 		Hypervisor: func(ctx context.Context, n hvboot.Node) error {
@@ -155,10 +170,31 @@ func runHypervisorBoot(ctx context.Context, cmdlineFile, dataDir, accel string, 
 			})
 		},
 	})
+	startProbe.Do(func() {}) // no probe from here on
 	if probing {
 		<-probe.done
 	}
 	return err
+}
+
+// waitKVM calls start once /dev/kvm exists, polling every 50 ms until
+// plugged is closed or ctx ends.
+func waitKVM(ctx context.Context, plugged <-chan struct{}, start func()) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if _, err := os.Stat("/dev/kvm"); err == nil {
+			start()
+			return
+		}
+		select {
+		case <-plugged:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // accelProbe is vm.DetectAccel run once in the background; accel is its
