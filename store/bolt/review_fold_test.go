@@ -680,3 +680,53 @@ func quickDiff[T any](want, got []T) string {
 	}
 	return cmp.Diff(want, got)
 }
+
+// TestReviewSlowFoldBoundsJournal: while a background fold is held (a
+// slow disk), the active journal file grows to its hard bound and no
+// further: the next write waits for the fold, then goes on.
+func TestReviewSlowFoldBoundsJournal(t *testing.T) {
+	ctx := t.Context()
+	s, path := openTemp(t)
+	defer s.Close()
+	release := holdFold(t, s, false, "k")
+	value := make([]byte, 1<<20)
+	done := make(chan int, 1)
+	go func() {
+		i := 0
+		for ; i < maxJournalBytes>>20+4; i++ {
+			if _, err := s.Put(ctx, fmt.Sprintf("big/%02d", i), value, 0); err != nil {
+				break
+			}
+		}
+		done <- i
+	}()
+	// Wait until the writer is stuck: the active file stops growing.
+	var size int64
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		time.Sleep(200 * time.Millisecond)
+		var now int64
+		for _, jp := range journalPaths(path) {
+			if fi, err := os.Stat(jp); err == nil {
+				now = max(now, fi.Size())
+			}
+		}
+		select {
+		case n := <-done:
+			close(release)
+			t.Fatalf("%d writes of 1 MiB went through while the fold was held (journal %d MiB)", n, now>>20)
+		default:
+		}
+		if now == size && now > maxJournalBytes/2 || time.Now().After(deadline) {
+			size = now
+			break
+		}
+		size = now
+	}
+	if size > maxJournalBytes {
+		t.Errorf("the journal reached %d bytes while the fold was held, bound %d", size, maxJournalBytes)
+	}
+	close(release)
+	if n := <-done; n != maxJournalBytes>>20+4 {
+		t.Fatalf("after the fold: %d writes, want %d", n, maxJournalBytes>>20+4)
+	}
+}
