@@ -23,7 +23,8 @@
 # Environment: KERNEL, HYP_INITRD (default: newest builds in
 # CACHE=/var/cache/corral/discovery), RUNS, OUT (work dir, kept),
 # TIMEOUT (s per boot, 300), EXTRA (appended to the next kernel's line),
-# FW (bios, or uefi: q35 + OVMF as the lab's UEFI machine, which boots the
+# GUEST (appended to the first kernel's line: e.g. GODEBUG=cpu.avx2=off
+# reaches the init's environment), FW (bios, or uefi: q35 + OVMF as the lab's UEFI machine, which boots the
 # discovery kernel through its EFI stub).
 set -eu
 cd "$(dirname "$0")/.."
@@ -35,6 +36,7 @@ OUT=${OUT:-/var/tmp/corral-bench-kexec}
 VARIANTS=${VARIANTS:-file segments direct}
 EXTRA=${EXTRA:-}
 FW=${FW:-bios}
+GUEST=${GUEST:-}
 
 log() { printf '%s\n' "$*" >&2; }
 newest() { ls -td "$@" 2>/dev/null | head -n 1; }
@@ -64,7 +66,7 @@ boot() { # variant run
 	esac
 	case $v in
 	direct) set -- "$@" -kernel "$KERNEL" -initrd "$HYP_INITRD" -append "$NEXT" ;;
-	*) set -- "$@" -kernel "$KERNEL" -initrd "$OUT/guest.cpio" -append "console=ttyS0,115200n8 kb.method=$v" ;;
+	*) set -- "$@" -kernel "$KERNEL" -initrd "$OUT/guest.cpio" -append "console=ttyS0,115200n8 kb.method=$v $GUEST" ;;
 	esac
 	timeout "$TIMEOUT" "$@" </dev/null 2>&1 | ts -s '%.s' >"$f" || true
 }
@@ -77,7 +79,7 @@ boot() { # variant run
 # has no load or reboot: its kernel counts from QEMU's start.
 marks() { # log
 	awk '
-	/kb: files in memfds/ && !a { a = $1 }
+	/kb: hashed/ && !a { a = $1 }
 	/kb: loaded in/ && !b { b = $1 }
 	/Starting new kernel/ && !c { c = $1 }
 	/Linux version/ { d = $1 }

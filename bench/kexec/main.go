@@ -10,6 +10,7 @@
 package main
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -80,6 +81,19 @@ func guest() error {
 		return err
 	}
 	say("kb: files in memfds")
+	for _, f := range []*os.File{kernel, initrd} {
+		t := time.Now()
+		h := sha256.New()
+		n, err := io.Copy(h, f)
+		if err != nil {
+			return err
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		say("kb: sha256 of %d bytes in %s (GODEBUG=%q)", n, time.Since(t).Round(time.Millisecond), os.Getenv("GODEBUG"))
+	}
+	say("kb: hashed")
 	t := time.Now()
 	var load func(k, i *os.File, c string) error
 	switch method {
