@@ -96,7 +96,14 @@ type Store struct {
 	closeMu sync.RWMutex
 	closed  bool
 
+	// ops is the queue of writes; pending counts ops queued (or being
+	// queued) and not yet taken. committing is set by the one goroutine
+	// committing a batch (commit.go); wake wakes the committer goroutine.
 	ops           chan *op
+	pending       atomic.Int64
+	committing    atomic.Bool
+	wake          chan struct{}
+	batch         []*op // committer only
 	committerDone chan struct{}
 
 	// The journal files (nil with Options.NoJournal) and the overlay:
@@ -219,6 +226,7 @@ func Open(path string, opts Options) (*Store, error) {
 		log:           log,
 		hub:           watch.NewHub(watchBuffer, log),
 		ops:           make(chan *op, maxBatch),
+		wake:          make(chan struct{}, 1),
 		committerDone: make(chan struct{}),
 		ov:            map[string]ovEntry{},
 		foldBytes:     foldBytes,
@@ -672,7 +680,7 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	// No call holds the shared lock, so nothing is queued or in flight.
-	close(s.ops)
+	close(s.wake)
 	<-s.committerDone
 	s.hub.CloseAll()
 	var foldErr error

@@ -54,13 +54,45 @@ func (s *Store) submit(ctx context.Context, o *op) (int64, error) {
 
 	o.ctx = ctx
 	o.done = make(chan result, 1)
-	select {
-	case s.ops <- o:
-	case <-ctx.Done():
-		return 0, ctx.Err()
+	if err := s.queue(ctx, o); err != nil {
+		return 0, err
 	}
 	r := <-o.done
 	return r.rev, r.err
+}
+
+// queue puts o on the committer's queue and, when no batch is being
+// committed, commits the queue (o first among them, up to maxBatch) on
+// the caller's goroutine: a lone write then costs no hand-off to the
+// committer goroutine and back, two context switches that on a busy core
+// cost more than the commit's own CPU. While a batch is being committed,
+// o waits for the next one, which the committer goroutine takes (it is
+// woken by whoever finishes a batch and finds more queued). Either way o
+// is answered on o.done.
+func (s *Store) queue(ctx context.Context, o *op) error {
+	s.pending.Add(1)
+	select {
+	case s.ops <- o:
+	case <-ctx.Done():
+		s.pending.Add(-1)
+		return ctx.Err()
+	}
+	if s.committing.CompareAndSwap(false, true) {
+		s.commitQueued()
+		s.committing.Store(false)
+		if s.pending.Load() > 0 {
+			s.wakeCommitter()
+		}
+	}
+	return nil
+}
+
+// wakeCommitter tells the committer goroutine there is a queue to commit.
+func (s *Store) wakeCommitter() {
+	select {
+	case s.wake <- struct{}{}:
+	default: // already told
+	}
 }
 
 // Update implements store.Updater: fn runs inside the committer's
@@ -78,10 +110,8 @@ func (s *Store) Update(ctx context.Context, key string, fn func(cur store.KV, ex
 	}
 	defer s.closeMu.RUnlock()
 	o := &op{ctx: ctx, kind: opUpdate, key: key, fn: fn, done: make(chan result, 1)}
-	select {
-	case s.ops <- o:
-	case <-ctx.Done():
-		return store.KV{}, ctx.Err()
+	if err := s.queue(ctx, o); err != nil {
+		return store.KV{}, err
 	}
 	r := <-o.done
 	if r.err != nil {
@@ -101,33 +131,49 @@ func callUpdate(fn func(store.KV, bool) ([]byte, bool, error), cur store.KV, exi
 	return fn(cur, exists)
 }
 
-// commitLoop is the single writer. It blocks for one op, takes whatever
-// else is already queued (up to maxBatch) without waiting, and commits the
-// lot in one transaction. It returns when s.ops is closed.
+// commitLoop commits what callers leave queued while a batch of theirs
+// is being committed. It runs whenever woken, while anything is queued
+// and no caller is committing, and returns when s.wake is closed.
+//
+// Exactly one goroutine commits at a time: the one that set s.committing
+// (this one or a caller in queue). Everything the comments call
+// "committer only" belongs to it; s.committing's compare-and-swap and
+// store order one committer's work before the next one's.
 func (s *Store) commitLoop() {
 	defer close(s.committerDone)
-	batch := make([]*op, 0, maxBatch)
-	for {
-		first, ok := <-s.ops
-		if !ok {
-			return
-		}
-		batch = append(batch[:0], first)
-	drain:
-		for len(batch) < maxBatch {
-			select {
-			case o, ok := <-s.ops:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, o)
-			default:
-				break drain
+	for range s.wake {
+		for s.pending.Load() > 0 && s.committing.CompareAndSwap(false, true) {
+			n := s.commitQueued()
+			s.committing.Store(false)
+			if n == 0 {
+				break // a caller's op is on its way: that caller commits it
 			}
 		}
-		s.commit(batch)
-		clear(batch) // drop references to values
 	}
+}
+
+// commitQueued takes what is queued (up to maxBatch) without waiting and
+// commits it in one transaction. It returns how many ops it took.
+// Committer only.
+func (s *Store) commitQueued() int {
+	batch := s.batch[:0]
+drain:
+	for len(batch) < maxBatch {
+		select {
+		case o := <-s.ops:
+			batch = append(batch, o)
+		default:
+			break drain
+		}
+	}
+	if len(batch) == 0 {
+		return 0
+	}
+	s.pending.Add(-int64(len(batch)))
+	s.commit(batch)
+	clear(batch) // drop references to values
+	s.batch = batch
+	return len(batch)
 }
 
 // commit applies batch in order: through the journal (journal.go) unless
