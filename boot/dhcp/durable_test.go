@@ -19,7 +19,7 @@ import (
 func crashCopy(t *testing.T, path string) string {
 	t.Helper()
 	dst := filepath.Join(t.TempDir(), "corral.db")
-	for _, suffix := range []string{"", ".journal"} {
+	for _, suffix := range []string{"", ".journal", ".journal.1"} {
 		b, err := os.ReadFile(path + suffix)
 		if errors.Is(err, os.ErrNotExist) {
 			continue

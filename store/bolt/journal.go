@@ -326,8 +326,8 @@ func (s *Store) replay(boltRev int64) (int64, error) {
 		}
 		if r.first > next {
 			if len(apply) == 0 {
-				return 0, corruptf("journal %s starts at revision %d but the store file ends at %d: records in between are lost",
-					journalPath(s.path), r.first, boltRev)
+				return 0, corruptf("journal files %s and %s start at revision %d but the store file ends at %d: records in between are lost",
+					journalPaths(s.path)[0], journalPaths(s.path)[1], r.first, boltRev)
 			}
 			return 0, corruptf("journal files %s and %s hold revisions up to %d, then from %d: records in between are lost",
 				journalPaths(s.path)[0], journalPaths(s.path)[1], next-1, r.first)
