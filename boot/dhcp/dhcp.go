@@ -628,6 +628,8 @@ func (s *Server) handle(ctx context.Context, conn net.PacketConn, up *net.UDPAdd
 	}
 	bp := packetBufs.Get().(*[]byte)
 	*bp = appendPacket((*bp)[:0], reply)
+	mt := reply.MessageType()
+	recycle(reply) // written: nothing refers to it any more
 	_, err := conn.WriteTo(*bp, dst)
 	if cap(*bp) <= 4096 {
 		packetBufs.Put(bp)
@@ -637,7 +639,7 @@ func (s *Server) handle(ctx context.Context, conn net.PacketConn, up *net.UDPAdd
 		s.warn.Warn(logNotSent, "DHCP reply not sent", "mac", m.ClientHWAddr.String(), "dst", dst.String(), "err", err)
 		return
 	}
-	switch reply.MessageType() {
+	switch mt {
 	case dhcpv4.MessageTypeOffer:
 		s.observe(m, OutcomeOffer)
 	case dhcpv4.MessageTypeAck:
@@ -944,9 +946,10 @@ func (s *Server) reply(req *dhcpv4.DHCPv4, mt dhcpv4.MessageType) *dhcpv4.DHCPv4
 	if req.OpCode == dhcpv4.OpcodeBootRequest {
 		op = dhcpv4.OpcodeBootReply
 	}
-	d := &dhcpv4.DHCPv4{OpCode: op, HWType: req.HWType, ClientHWAddr: req.ClientHWAddr, TransactionID: req.TransactionID,
+	d := replies.Get().(*dhcpv4.DHCPv4)
+	*d = dhcpv4.DHCPv4{OpCode: op, HWType: req.HWType, ClientHWAddr: req.ClientHWAddr, TransactionID: req.TransactionID,
 		Flags: req.Flags, ClientIPAddr: net.IPv4zero, YourIPAddr: net.IPv4zero, ServerIPAddr: net.IPv4zero,
-		GatewayIPAddr: req.GatewayIPAddr, Options: make(dhcpv4.Options, 8)}
+		GatewayIPAddr: req.GatewayIPAddr, Options: d.Options}
 	for _, c := range []dhcpv4.OptionCode{dhcpv4.OptionRelayAgentInformation, dhcpv4.OptionClientIdentifier} {
 		if v := req.Options.Get(c); v != nil {
 			d.Options[c.Code()] = v
@@ -955,6 +958,21 @@ func (s *Server) reply(req *dhcpv4.DHCPv4, mt dhcpv4.MessageType) *dhcpv4.DHCPv4
 	d.Options[dhcpv4.OptionDHCPMessageType.Code()] = msgTypes[mt][:]
 	d.Options[dhcpv4.OptionServerIdentifier.Code()] = s.sid
 	return d
+}
+
+// replies are reply structs handle has written and given back (recycle),
+// each with its emptied options map: a reply and its map were ~0.5 KB per
+// packet. Replies Respond returns to other callers are never given back.
+var replies = sync.Pool{New: func() any { return &dhcpv4.DHCPv4{Options: make(dhcpv4.Options, 8)} }}
+
+// recycle gives a reply handle has written back to replies. Its fields
+// refer to the request's memory and to shared option bytes: they are
+// dropped, never written to.
+func recycle(d *dhcpv4.DHCPv4) {
+	o := d.Options
+	clear(o)
+	*d = dhcpv4.DHCPv4{Options: o}
+	replies.Put(d)
 }
 
 // msgTypes are option 53's values, shared by the replies (read-only).

@@ -1,0 +1,99 @@
+package dhcp
+
+import (
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+)
+
+// sentConn is the boot socket as handle sees it: a real loopback UDP
+// socket whose writes are kept (copied, with their destination) instead of
+// sent, since a reply's destination is fixed by the protocol (broadcast,
+// port 68) and a test cannot listen there.
+type sentConn struct {
+	net.PacketConn
+	mu   sync.Mutex
+	sent map[[4]byte][]byte // by xid
+}
+
+func (c *sentConn) WriteTo(b []byte, addr net.Addr) (int, error) {
+	m, err := dhcpv4.FromBytes(b)
+	if err != nil {
+		return 0, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sent[m.TransactionID] = append([]byte(nil), b...)
+	return len(b), nil
+}
+
+// TestHandleConcurrentReplies: replies written by concurrent handlers (from
+// the reply pool, into pooled buffers) each answer their own request: its
+// xid, MAC and a distinct address, with the range's options.
+func TestHandleConcurrentReplies(t *testing.T) {
+	f := newFixture(t, ModeFull)
+	sock, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sock.Close()
+	conn := &sentConn{PacketConn: sock, sent: map[[4]byte][]byte{}}
+	const n = 64 // the local range has 100 addresses
+	kinds := []func(*dhcpv4.DHCPv4){plain, biosPXE, ipxeClient, efiPXE}
+	round := func(mk func(i int) *dhcpv4.DHCPv4) map[int]*dhcpv4.DHCPv4 {
+		reqs := map[int]*dhcpv4.DHCPv4{}
+		for i := range n {
+			reqs[i] = mk(i)
+		}
+		var wg sync.WaitGroup
+		for _, m := range reqs {
+			p, err := dhcpv4.FromBytes(m.ToBytes())
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Go(func() { f.s.handle(f.ctx, conn, &net.UDPAddr{IP: net.IPv4zero, Port: 68}, p, dhcpv4.ServerPort) })
+		}
+		wg.Wait()
+		out := map[int]*dhcpv4.DHCPv4{}
+		conn.mu.Lock()
+		defer conn.mu.Unlock()
+		for i, m := range reqs {
+			b, ok := conn.sent[m.TransactionID]
+			if !ok {
+				t.Fatalf("client %d: no reply", i)
+			}
+			r, err := dhcpv4.FromBytes(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.ClientHWAddr.String() != m.ClientHWAddr.String() || r.ServerIdentifier().String() != serverIP.String() ||
+				r.Router()[0].String() != "10.0.0.254" || r.SubnetMask().String() != "ffffff00" {
+				t.Fatalf("client %d: reply %s", i, r.Summary())
+			}
+			out[i] = r
+		}
+		return out
+	}
+	offers := round(func(i int) *dhcpv4.DHCPv4 { return discover(t, mac(0xa00+i), kinds[i%len(kinds)]) })
+	acks := round(func(i int) *dhcpv4.DHCPv4 {
+		req, err := dhcpv4.NewRequestFromOffer(offers[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds[i%len(kinds)](req)
+		return req
+	})
+	seen := map[string]int{}
+	for i := range n {
+		o, a := offers[i], acks[i]
+		if o.MessageType() != dhcpv4.MessageTypeOffer || a.MessageType() != dhcpv4.MessageTypeAck || !a.YourIPAddr.Equal(o.YourIPAddr) {
+			t.Fatalf("client %d: %s then %s", i, o.Summary(), a.Summary())
+		}
+		if j, dup := seen[a.YourIPAddr.String()]; dup {
+			t.Fatalf("clients %d and %d both ACKed %s", j, i, a.YourIPAddr)
+		}
+		seen[a.YourIPAddr.String()] = i
+	}
+}
