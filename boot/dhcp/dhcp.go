@@ -200,7 +200,7 @@ func (s *Server) observe(m *dhcpv4.DHCPv4, outcome string) {
 	}
 	t := "unknown"
 	if m != nil {
-		t = MessageTypeName(m.MessageType())
+		t = MessageTypeName(messageType(m))
 	}
 	s.cfg.Observer.Packet(t, outcome)
 }
@@ -561,7 +561,7 @@ func (s *Server) worker(ctx context.Context) {
 // packets then cost no goroutine hand-off.
 func (s *Server) quick(m *dhcpv4.DHCPv4, port int) bool {
 	return port == dhcpv4.ServerPort && s.cfg.Mode == ModeFull && m.OpCode == dhcpv4.OpcodeBootRequest &&
-		m.MessageType() == dhcpv4.MessageTypeDiscover && !netBoot(m)
+		messageType(m) == dhcpv4.MessageTypeDiscover && !netBoot(m)
 }
 
 // dispatch handles one packet: serve took its slot in s.sem and counted it
@@ -628,7 +628,7 @@ func (s *Server) handle(ctx context.Context, conn net.PacketConn, up *net.UDPAdd
 	}
 	bp := packetBufs.Get().(*[]byte)
 	*bp = appendPacket((*bp)[:0], reply)
-	mt := reply.MessageType()
+	mt := messageType(reply)
 	recycle(reply) // written: nothing refers to it any more
 	_, err := conn.WriteTo(*bp, dst)
 	if cap(*bp) <= 4096 {
@@ -664,7 +664,7 @@ func (s *Server) Respond(ctx context.Context, m *dhcpv4.DHCPv4, peer *net.UDPAdd
 		return nil, nil
 	}
 	mac := m.ClientHWAddr.String() // formatted once per packet
-	mt := m.MessageType()
+	mt := messageType(m)
 	if mt == dhcpv4.MessageTypeNone {
 		s.event(mac, "ignored", "BOOTP request without a DHCP message type", nil)
 		return nil, nil
@@ -681,19 +681,20 @@ func (s *Server) Respond(ctx context.Context, m *dhcpv4.DHCPv4, peer *net.UDPAdd
 
 // learn keeps IP→MAC pairs a packet reveals (for TFTP's timeline).
 func (s *Server) learn(m *dhcpv4.DHCPv4, mac string) {
-	s.learnIP(m.ClientIPAddr, mac)
-	s.learnIP(m.RequestedIPAddress(), mac)
+	s.learnAddr(addrOf(m.ClientIPAddr), mac)
+	s.learnAddr(optAddr(m, dhcpv4.OptionRequestedIPAddress), mac)
 }
 
-func (s *Server) learnIP(ip net.IP, mac string) {
-	if a, ok := netip.AddrFromSlice(ip.To4()); ok && ip.To4() != nil && !a.IsUnspecified() {
-		s.seenMu.Lock()
-		if len(s.seen) > 1<<16 {
-			clear(s.seen)
-		}
-		s.seen[a] = mac
-		s.seenMu.Unlock()
+func (s *Server) learnAddr(a netip.Addr, mac string) {
+	if !a.IsValid() {
+		return
 	}
+	s.seenMu.Lock()
+	if len(s.seen) > 1<<16 {
+		clear(s.seen)
+	}
+	s.seen[a] = mac
+	s.seenMu.Unlock()
 }
 
 // MACForIP returns the MAC that holds or last asked for ip.
@@ -729,6 +730,29 @@ func ip4(a netip.Addr) net.IP {
 	}
 	b := a.As4()
 	return net.IP(b[:])
+}
+
+// messageType is m.MessageType() without its allocation (the library
+// decodes the one byte through a new buffer on every call, and a packet
+// asks ~4 times): option 53 of exactly one byte, else MessageTypeNone.
+func messageType(m *dhcpv4.DHCPv4) dhcpv4.MessageType {
+	if v := m.Options.Get(dhcpv4.OptionDHCPMessageType); len(v) == 1 {
+		return dhcpv4.MessageType(v[0])
+	}
+	return dhcpv4.MessageTypeNone
+}
+
+// optAddr is addrOf(dhcpv4.GetIP(code, m.Options)) without its
+// allocations: an option of exactly four bytes, not 0.0.0.0.
+func optAddr(m *dhcpv4.DHCPv4, code dhcpv4.OptionCode) netip.Addr {
+	v := m.Options.Get(code)
+	if len(v) != 4 {
+		return netip.Addr{}
+	}
+	if a := netip.AddrFrom4([4]byte(v)); !a.IsUnspecified() {
+		return a
+	}
+	return netip.Addr{}
 }
 
 func addrOf(ip net.IP) netip.Addr {
@@ -1044,7 +1068,7 @@ func (s *Server) respondFull(ctx context.Context, m *dhcpv4.DHCPv4, mac string) 
 	attrs.setRange(r)
 	cid := clientID(m)
 	dst := destination(m)
-	switch m.MessageType() {
+	switch messageType(m) {
 	case dhcpv4.MessageTypeDiscover:
 		recorded := s.identify(ctx, c, attrs)
 		// Clients that do not network-boot (no option 60/77/93/175: BMCs,
@@ -1055,7 +1079,7 @@ func (s *Server) respondFull(ctx context.Context, m *dhcpv4.DHCPv4, mac string) 
 		if c.NetBoot() {
 			s.eventN(mac, "discover", describe("DISCOVER", c), attrs)
 		}
-		ip, err := s.leases.Offer(mac, cid, r, addrOf(m.RequestedIPAddress()))
+		ip, err := s.leases.Offer(mac, cid, r, optAddr(m, dhcpv4.OptionRequestedIPAddress))
 		if err != nil {
 			s.warn.Warn(logNoOffer, "no address to offer", "mac", mac, "range", r.String(), "err", err)
 			s.eventN(mac, "no-offer", err.Error(), attrs)
@@ -1098,7 +1122,7 @@ func (s *Server) respondFull(ctx context.Context, m *dhcpv4.DHCPv4, mac string) 
 		s.event(mac, "inform", "INFORM answered", bootAttrs(attrs.attrs(), b))
 		return rep, dst
 	}
-	s.eventN(mac, "ignored", "message type "+m.MessageType().String()+" is not handled", attrs)
+	s.eventN(mac, "ignored", "message type "+messageType(m).String()+" is not handled", attrs)
 	return nil, nil
 }
 
@@ -1142,8 +1166,8 @@ func (s *Server) nak(m *dhcpv4.DHCPv4, mac, why string, attrs *note) (*dhcpv4.DH
 // 50, no ciaddr) and RENEWING/REBINDING (ciaddr) its lease. Nothing is
 // written for a client that has neither.
 func (s *Server) request(ctx context.Context, m *dhcpv4.DHCPv4, mac, cid string, c Client, r Range, attrs *note, dst *net.UDPAddr) (*dhcpv4.DHCPv4, *net.UDPAddr) {
-	sid := addrOf(m.ServerIdentifier())
-	ip := addrOf(m.RequestedIPAddress())
+	sid := optAddr(m, dhcpv4.OptionServerIdentifier)
+	ip := optAddr(m, dhcpv4.OptionRequestedIPAddress)
 	state, need := "init-reboot", NeedLease
 	switch {
 	case sid.IsValid():
@@ -1221,8 +1245,8 @@ func (s *Server) request(ctx context.Context, m *dhcpv4.DHCPv4, mac, cid string,
 // address; otherwise ignored, logged (rate-limited) and recorded on the
 // sender's timeline. A DECLINE naming another server is not ours.
 func (s *Server) decline(ctx context.Context, m *dhcpv4.DHCPv4, mac, cid string, r Range, attrs *note) (*dhcpv4.DHCPv4, *net.UDPAddr) {
-	ip := addrOf(m.RequestedIPAddress())
-	if sid := addrOf(m.ServerIdentifier()); sid.IsValid() && sid != s.cfg.ServerIP {
+	ip := optAddr(m, dhcpv4.OptionRequestedIPAddress)
+	if sid := optAddr(m, dhcpv4.OptionServerIdentifier); sid.IsValid() && sid != s.cfg.ServerIP {
 		s.eventN(mac, "ignored", "DECLINE for server "+sid.String()+": not ours", attrs)
 		return nil, nil
 	}
@@ -1260,9 +1284,9 @@ func (s *Server) inAnyRange(ip netip.Addr) bool {
 func (s *Server) respondProxy(ctx context.Context, m *dhcpv4.DHCPv4, mac string) (*dhcpv4.DHCPv4, *net.UDPAddr) {
 	c := classify(m, mac)
 	attrs := newNote(&c, m)
-	if m.MessageType() != dhcpv4.MessageTypeDiscover {
-		if m.MessageType() == dhcpv4.MessageTypeRequest && c.NetBoot() {
-			if ip := addrOf(m.RequestedIPAddress()); ip.IsValid() {
+	if messageType(m) != dhcpv4.MessageTypeDiscover {
+		if messageType(m) == dhcpv4.MessageTypeRequest && c.NetBoot() {
+			if ip := optAddr(m, dhcpv4.OptionRequestedIPAddress); ip.IsValid() {
 				attrs.setIP(ip)
 			}
 			s.eventN(mac, "request-seen", "REQUEST to the network's DHCP server (proxy mode: not ours to answer)", attrs)
@@ -1299,8 +1323,8 @@ func (s *Server) respondProxy(ctx context.Context, m *dhcpv4.DHCPv4, mac string)
 func (s *Server) respondPXE(ctx context.Context, m *dhcpv4.DHCPv4, mac string, peer *net.UDPAddr) (*dhcpv4.DHCPv4, *net.UDPAddr) {
 	c := classify(m, mac)
 	attrs := newNote(&c, m)
-	if m.MessageType() != dhcpv4.MessageTypeRequest && m.MessageType() != dhcpv4.MessageTypeInform {
-		s.eventN(mac, "ignored", "port 4011: "+m.MessageType().String()+" is not a boot-server request", attrs)
+	if messageType(m) != dhcpv4.MessageTypeRequest && messageType(m) != dhcpv4.MessageTypeInform {
+		s.eventN(mac, "ignored", "port 4011: "+messageType(m).String()+" is not a boot-server request", attrs)
 		return nil, nil
 	}
 	b := ChooseBoot(c, s.env)
