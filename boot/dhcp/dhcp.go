@@ -470,8 +470,17 @@ func (s *Server) Run(ctx context.Context) error {
 // what it keeps) and nothing is formatted for a good packet.
 func (s *Server) serve(ctx context.Context, conn net.PacketConn, port int) error {
 	buf := make([]byte, 4096)
+	uc, isUDP := conn.(*net.UDPConn)
 	for {
-		n, peer, err := conn.ReadFrom(buf)
+		var n int
+		var err error
+		var peer net.Addr
+		var from netip.AddrPort
+		if isUDP {
+			n, from, err = uc.ReadFromUDPAddrPort(buf) // no *UDPAddr per packet
+		} else {
+			n, peer, err = conn.ReadFrom(buf)
+		}
 		if err != nil {
 			return err
 		}
@@ -482,11 +491,23 @@ func (s *Server) serve(ctx context.Context, conn net.PacketConn, port int) error
 			s.warn.Warn(logMalformed, "ignoring malformed DHCP packet", "err", "Error parsing DHCPv4 request: "+err.Error(), "malformed_total", bad)
 			continue
 		}
-		up, ok := peer.(*net.UDPAddr)
-		if !ok {
-			continue
+		// The source is needed only on the PXE port (respondPXE answers
+		// there); on port 67 the packet says where the answer goes.
+		var up *net.UDPAddr
+		if isUDP {
+			if port == PXEPort {
+				up = net.UDPAddrFromAddrPort(from)
+			}
+		} else {
+			u, ok := peer.(*net.UDPAddr)
+			if !ok {
+				continue
+			}
+			if port == PXEPort {
+				up = u
+			}
 		}
-		if up.IP == nil || up.IP.To4().Equal(net.IPv4zero) {
+		if up != nil && (up.IP == nil || up.IP.To4().Equal(net.IPv4zero)) {
 			// A client without an address: answer by broadcast.
 			up = &net.UDPAddr{IP: net.IPv4bcast, Port: up.Port}
 		}
@@ -937,8 +958,12 @@ func destination(req *dhcpv4.DHCPv4) *net.UDPAddr {
 	if c := addrOf(req.ClientIPAddr); c.IsValid() {
 		return &net.UDPAddr{IP: ip4(c), Port: dhcpv4.ClientPort}
 	}
-	return &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
+	return broadcast
 }
+
+// broadcast is where answers to clients without an address go; shared by
+// the replies (never modified).
+var broadcast = &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
 
 // rangeFor picks the range serving a request: the relay's subnet for
 // relayed requests, the local range otherwise.
@@ -1155,7 +1180,7 @@ func (s *Server) nak(m *dhcpv4.DHCPv4, mac, why string, attrs *note) (*dhcpv4.DH
 	s.eventN(mac, "nak", "NAK: "+why, attrs)
 	dst := destination(m)
 	if !addrOf(m.GatewayIPAddr).IsValid() {
-		dst = &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
+		dst = broadcast
 	}
 	return rep, dst
 }

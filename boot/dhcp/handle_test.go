@@ -1,9 +1,11 @@
 package dhcp
 
 import (
+	"context"
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 )
@@ -95,5 +97,43 @@ func TestHandleConcurrentReplies(t *testing.T) {
 			t.Fatalf("clients %d and %d both ACKed %s", j, i, a.YourIPAddr)
 		}
 		seen[a.YourIPAddr.String()] = i
+	}
+}
+
+// TestPXEPortAnswersTheSender: a boot-server request read from the running
+// server's port-4011 socket is answered to the address and port it came
+// from (serve keeps the source only for that port).
+func TestPXEPortAnswersTheSender(t *testing.T) {
+	f := newFixture(t, ModeFull)
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() { done <- f.s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	cl, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req, err := dhcpv4.New(dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest), dhcpv4.WithHwAddr(mac(0xb00)),
+		dhcpv4.WithClientIP(net.IPv4(127, 0, 0, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	biosPXE(req)
+	if _, err := cl.WriteTo(req.ToBytes(), f.s.pxe.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	cl.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 1500)
+	n, _, err := cl.ReadFrom(buf)
+	if err != nil {
+		t.Fatalf("no answer from port 4011: %v", err)
+	}
+	ack, err := dhcpv4.FromBytes(buf[:n])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ack.MessageType() != dhcpv4.MessageTypeAck || ack.TransactionID != req.TransactionID || ack.BootFileName != "undionly.kpxe" {
+		t.Errorf("port 4011 answer: %s", ack.Summary())
 	}
 }
