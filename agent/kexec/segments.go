@@ -17,27 +17,29 @@ import (
 // x86 boot protocol (Documentation/arch/x86/boot.rst, zero-page.rst):
 // offsets in the bzImage's first sector and in struct boot_params.
 const (
-	bpExtRamdisk   = 0x0c0 // ext_ramdisk_image (u32), ext_ramdisk_size at +4
-	bpExtCmdline   = 0x0c8 // ext_cmd_line_ptr (u32)
-	bpEFIInfo      = 0x1c0 // efi_info (32 bytes)
-	bpHdr          = 0x1f1 // struct setup_header
-	hdrSetupSects  = 0x1f1
-	hdrJump        = 0x200 // the header's end is 0x202 + the byte at 0x201
-	hdrMagic       = 0x202 // "HdrS"
-	hdrVersion     = 0x206
-	hdrLoader      = 0x210 // type_of_loader
-	hdrLoadflags   = 0x211
-	hdrCode32Start = 0x214
-	hdrRamdisk     = 0x218 // ramdisk_image, ramdisk_size at +4
-	hdrCmdline     = 0x228 // cmd_line_ptr
-	hdrInitrdMax   = 0x22c // initrd_addr_max
-	hdrAlign       = 0x230 // kernel_alignment
-	hdrRelocatable = 0x234
-	hdrXLoadflags  = 0x236
-	hdrCmdlineSize = 0x238
-	hdrSetupData   = 0x250 // u64
-	hdrInitSize    = 0x260
-	bootParamsSize = 4096
+	bpExtRamdisk    = 0x0c0 // ext_ramdisk_image (u32), ext_ramdisk_size at +4
+	bpExtCmdline    = 0x0c8 // ext_cmd_line_ptr (u32)
+	bpEFIInfo       = 0x1c0 // efi_info (32 bytes)
+	bpE820Entries   = 0x1e8 // e820_entries (u8); the table is at 0x2d0
+	e820MaxZeroPage = 128
+	bpHdr           = 0x1f1 // struct setup_header
+	hdrSetupSects   = 0x1f1
+	hdrJump         = 0x200 // the header's end is 0x202 + the byte at 0x201
+	hdrMagic        = 0x202 // "HdrS"
+	hdrVersion      = 0x206
+	hdrLoader       = 0x210 // type_of_loader
+	hdrLoadflags    = 0x211
+	hdrCode32Start  = 0x214
+	hdrRamdisk      = 0x218 // ramdisk_image, ramdisk_size at +4
+	hdrCmdline      = 0x228 // cmd_line_ptr
+	hdrInitrdMax    = 0x22c // initrd_addr_max
+	hdrAlign        = 0x230 // kernel_alignment
+	hdrRelocatable  = 0x234
+	hdrXLoadflags   = 0x236
+	hdrCmdlineSize  = 0x238
+	hdrSetupData    = 0x250 // u64
+	hdrInitSize     = 0x260
+	bootParamsSize  = 4096
 
 	loaderKexec   = 0x0d // type_of_loader: kexec-tools
 	xlfKernel64   = 1 << 0
@@ -103,6 +105,11 @@ func planSegments(bp []byte, mm ukexec.MemoryMap, kb, ib []byte, cmdline string,
 	if len(bp) < bootParamsSize {
 		return nil, 0, fmt.Errorf("zero page of %d bytes, want %d", len(bp), bootParamsSize)
 	}
+	// A full E820 table in the zero page means more entries came in
+	// setup_data (SETUP_E820_EXT), which is not handed over.
+	if n := bp[bpE820Entries]; n == 0 || n >= e820MaxZeroPage {
+		return nil, 0, fmt.Errorf("zero page holds %d E820 entries: want 1 to %d", n, e820MaxZeroPage-1)
+	}
 	if len(kb) < 0x300 || string(kb[hdrMagic:hdrMagic+4]) != "HdrS" {
 		return nil, 0, errors.New("kernel is not a bzImage (no HdrS header)")
 	}
@@ -138,6 +145,9 @@ func planSegments(bp []byte, mm ukexec.MemoryMap, kb, ib []byte, cmdline string,
 		return nil, 0, fmt.Errorf("no room for the kernel (%d bytes): %w", initSize, err)
 	}
 	kr.Size = initSize
+	if kr.End() > 1<<32 {
+		return nil, 0, fmt.Errorf("no room for the kernel (%d bytes) below 4 GiB", initSize)
+	}
 	kmem.Segments.Insert(ukexec.NewSegment(code, kr))
 	// initrd, command line and zero page below 4 GiB (any kernel reads
 	// their 32-bit fields), above the kernel's minimum.

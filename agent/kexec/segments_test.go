@@ -131,8 +131,10 @@ func TestPlanSegmentsRefuses(t *testing.T) {
 		name   string
 		bp     []byte
 		ramTop uintptr
-		edit   func(b []byte)
-		want   string
+		// ramFrom: RAM from 1 MiB is reserved below this (0: none)
+		ramFrom uintptr
+		edit    func(b []byte)
+		want    string
 	}{
 		{name: "not a bzImage", edit: func(b []byte) { copy(b[hdrMagic:], "MZ\x00\x00") }, want: "not a bzImage"},
 		{name: "old boot protocol", edit: func(b []byte) { le.PutUint16(b[hdrVersion:], 0x020b) }, want: "boot protocol 0x20b"},
@@ -141,6 +143,9 @@ func TestPlanSegmentsRefuses(t *testing.T) {
 		{name: "bad alignment", edit: func(b []byte) { le.PutUint32(b[hdrAlign:], 3000) }, want: "kernel_alignment"},
 		{name: "setup past the file", edit: func(b []byte) { b[hdrSetupSects] = 255 }, want: "setup of 255 sectors"},
 		{name: "short zero page", bp: make([]byte, 512), want: "zero page of 512 bytes"},
+		{name: "no E820 table", bp: func() []byte { bp := testZeroPage(); bp[bpE820Entries] = 0; return bp }(), want: "0 E820 entries"},
+		{name: "E820 table continued in setup_data", bp: func() []byte { bp := testZeroPage(); bp[bpE820Entries] = 128; return bp }(), want: "128 E820 entries"},
+		{name: "kernel only above 4 GiB", ramTop: 6 << 30, ramFrom: 1<<32 - 2<<20, want: "below 4 GiB"},
 		{name: "no room for the kernel", ramTop: 18 << 20, want: "no room for the kernel"},
 		{name: "no room for the initrd", ramTop: 20 << 20, want: "no room for the initrd"},
 	} {
@@ -153,7 +158,11 @@ func TestPlanSegmentsRefuses(t *testing.T) {
 			if top == 0 {
 				top = 1 << 30
 			}
-			_, _, err := planSegments(bp, testMemoryMap(top), testBzImage(tc.edit), bytes.Repeat([]byte("i"), 4<<20), "quiet", nil)
+			mm := testMemoryMap(top)
+			if tc.ramFrom != 0 {
+				mm[1].Range = ukexec.RangeFromInterval(tc.ramFrom, top)
+			}
+			_, _, err := planSegments(bp, mm, testBzImage(tc.edit), bytes.Repeat([]byte("i"), 4<<20), "quiet", nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want one saying %q", err, tc.want)
 			}
