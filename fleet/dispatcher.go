@@ -1,7 +1,6 @@
 package fleet
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	bootv1 "github.com/corralhq/corral/api/boot/v1"
 	fleetv1 "github.com/corralhq/corral/api/fleet/v1"
@@ -20,7 +18,6 @@ import (
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/record"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -566,26 +563,18 @@ func (s *dispatch) bootAddrs(ctx context.Context, now time.Time, machines map[st
 	}
 	latest := map[string]seen{}
 	for _, kv := range kvs {
-		lf, ok := scanLease(kv.Value)
-		if !ok {
-			var l bootv1.Lease
-			if record.Unmarshal(kv.Value, &l) != nil {
-				continue
-			}
-			lf = leaseFields{ip: []byte(l.GetIp()), mac: []byte(l.GetMac()), updated: l.GetUpdatedUnix()}
-		}
-		if !want[string(lf.mac)] {
+		var l bootv1.Lease
+		if record.Unmarshal(kv.Value, &l) != nil || !want[l.GetMac()] {
 			continue
 		}
-		a, err := netip.ParseAddr(string(lf.ip))
+		a, err := netip.ParseAddr(l.GetIp())
 		if err != nil {
 			continue
 		}
-		mac := string(lf.mac)
-		if cur, ok := latest[mac]; ok && cur.updated >= lf.updated {
+		if cur, ok := latest[l.GetMac()]; ok && cur.updated >= l.GetUpdatedUnix() {
 			continue
 		}
-		latest[mac] = seen{addr: a.Unmap(), updated: lf.updated}
+		latest[l.GetMac()] = seen{addr: a.Unmap(), updated: l.GetUpdatedUnix()}
 	}
 	out := make(map[string]netip.Addr, len(latest))
 	for mac, v := range latest {
@@ -593,109 +582,4 @@ func (s *dispatch) bootAddrs(ctx context.Context, now time.Time, machines map[st
 	}
 	s.leases, s.leasesAt = out, now
 	return out
-}
-
-// leaseFields is what bootAddrs reads of a lease record.
-type leaseFields struct {
-	ip, mac []byte
-	updated int64
-}
-
-// leaseTypeURL ends the type URL of a lease record's value.
-var leaseTypeURL = "/" + string((&bootv1.Lease{}).ProtoReflect().Descriptor().FullName())
-
-// scanLease reads a lease record's ip, mac and updated_unix straight from
-// its wire bytes (the record.Record envelope, its Any, the bootv1.Lease),
-// without decoding the rest: no allocation. It accepts exactly what
-// record.Unmarshal accepts for the common shape, one envelope value written
-// once; anything else (a repeated or merged value, a newer schema, an
-// other type, invalid UTF-8) reports !ok, and the caller decodes the
-// record in full.
-func scanLease(b []byte) (leaseFields, bool) {
-	var ver uint64
-	var val []byte
-	vals := 0
-	if !eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, n uint64) bool {
-		switch {
-		case num == 1 && typ == protowire.VarintType:
-			ver = n
-		case num == 2 && typ == protowire.BytesType:
-			val, vals = v, vals+1
-		case num == 1 || num == 2:
-			return false
-		}
-		return true
-	}) || vals != 1 || ver == 0 || ver > record.SchemaVersion {
-		return leaseFields{}, false
-	}
-	var url, lease []byte
-	if !eachField(val, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) bool {
-		switch {
-		case num == 1 && typ == protowire.BytesType:
-			url = v
-		case num == 2 && typ == protowire.BytesType:
-			lease = v
-		case num == 1 || num == 2:
-			return false
-		}
-		return true
-	}) || !utf8.Valid(url) || !bytes.HasSuffix(url, []byte(leaseTypeURL)) {
-		return leaseFields{}, false
-	}
-	if i := bytes.LastIndexByte(url, '/'); i != len(url)-len(leaseTypeURL) {
-		return leaseFields{}, false
-	}
-	var lf leaseFields
-	ok := eachField(lease, func(num protowire.Number, typ protowire.Type, v []byte, n uint64) bool {
-		switch {
-		case typ == protowire.BytesType && num >= 1 && num <= 8 && num != 3 && num != 4 && num != 5:
-			if !utf8.Valid(v) {
-				return false // a string field record.Unmarshal would refuse
-			}
-			switch num {
-			case 1:
-				lf.ip = v
-			case 2:
-				lf.mac = v
-			}
-		case num == 5 && typ == protowire.VarintType:
-			lf.updated = int64(n)
-		case num >= 1 && num <= 8 && (num == 3 || num == 4) && typ == protowire.VarintType:
-		case num >= 1 && num <= 8:
-			return false // a known field of an unexpected wire type
-		}
-		return true
-	})
-	return lf, ok
-}
-
-// eachField calls f with every field of a protobuf message's wire bytes:
-// its number, wire type, bytes (BytesType) or varint value. It reports
-// false when the bytes are malformed or f returned false.
-func eachField(b []byte, f func(num protowire.Number, typ protowire.Type, v []byte, n uint64) bool) bool {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || num <= 0 {
-			return false
-		}
-		b = b[n:]
-		var v []byte
-		var x uint64
-		switch typ {
-		case protowire.VarintType:
-			x, n = protowire.ConsumeVarint(b)
-		case protowire.BytesType:
-			v, n = protowire.ConsumeBytes(b)
-		default:
-			n = protowire.ConsumeFieldValue(num, typ, b)
-		}
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
-		if !f(num, typ, v, x) {
-			return false
-		}
-	}
-	return true
 }

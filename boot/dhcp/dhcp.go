@@ -466,8 +466,8 @@ func (s *Server) Run(ctx context.Context) error {
 // serve reads packets from conn until it fails (closed by Run) and hands
 // each to a handler goroutine (dispatch bounds them). It replaces
 // server4.Server.Serve, which allocated a 4 KiB buffer and formatted a
-// debug line per packet: the buffer here is reused (parsePacket copies
-// what it keeps) and nothing is formatted for a good packet.
+// debug line per packet: the buffer here is reused (dhcpv4.FromBytes
+// copies what it keeps) and nothing is formatted for a good packet.
 func (s *Server) serve(ctx context.Context, conn net.PacketConn, port int) error {
 	buf := make([]byte, 4096)
 	uc, isUDP := conn.(*net.UDPConn)
@@ -484,7 +484,7 @@ func (s *Server) serve(ctx context.Context, conn net.PacketConn, port int) error
 		if err != nil {
 			return err
 		}
-		m, err := parsePacket(buf[:n])
+		m, err := dhcpv4.FromBytes(buf[:n])
 		if err != nil {
 			bad := s.bad.Add(1)
 			s.observe(nil, OutcomeMalformed)
@@ -647,14 +647,10 @@ func (s *Server) handle(ctx context.Context, conn net.PacketConn, up *net.UDPAdd
 		s.observe(m, OutcomeIgnored)
 		return
 	}
-	bp := packetBufs.Get().(*[]byte)
-	*bp = appendPacket((*bp)[:0], reply)
+	out := reply.ToBytes()
 	mt := messageType(reply)
-	recycle(reply) // written: nothing refers to it any more
-	_, err := conn.WriteTo(*bp, dst)
-	if cap(*bp) <= 4096 {
-		packetBufs.Put(bp)
-	}
+	recycle(reply) // serialised: nothing refers to it any more
+	_, err := conn.WriteTo(out, dst)
 	if err != nil {
 		s.observe(m, OutcomeNotSent)
 		s.warn.Warn(logNotSent, "DHCP reply not sent", "mac", m.ClientHWAddr.String(), "dst", dst.String(), "err", err)
