@@ -120,6 +120,21 @@ func (s *Store) Update(ctx context.Context, key string, fn func(cur store.KV, ex
 	return store.KV{Key: key, Value: r.value, Revision: r.rev}, nil
 }
 
+// runUpdate runs o's update function on the current record (cur, val,
+// exists): the value to write, or del, or the error to answer (the
+// function's, or store.ErrNotFound for a delete of a missing key).
+func runUpdate(o *op, cur int64, val []byte, exists bool) ([]byte, bool, error) {
+	var curKV store.KV
+	if exists {
+		curKV = store.KV{Key: o.key, Value: append([]byte(nil), val...), Revision: cur}
+	}
+	v, del, err := callUpdate(o.fn, curKV, exists)
+	if err == nil && del && !exists {
+		err = store.ErrNotFound
+	}
+	return v, del, err
+}
+
 // callUpdate runs an update function, turning a panic into an error so a
 // bad caller cannot take the writer down.
 func callUpdate(fn func(store.KV, bool) ([]byte, bool, error), cur store.KV, exists bool) (v []byte, del bool, err error) {
@@ -252,25 +267,20 @@ func (s *Store) commitBolt(batch []*op) {
 				rev++
 				events = append(events, store.Event{Type: store.EventPut, KV: store.KV{Key: o.key, Value: o.value, Revision: rev}})
 			case opUpdate:
-				var curKV store.KV
+				var v []byte
 				if exists {
-					_, v, err := decodeRecord(recs.Get(key))
+					_, v, err = decodeRecord(recs.Get(key))
 					if err != nil {
 						results[i].err = err
 						continue
 					}
-					curKV = store.KV{Key: o.key, Value: append([]byte(nil), v...), Revision: cur}
 				}
-				val, del, ferr := callUpdate(o.fn, curKV, exists)
+				val, del, ferr := runUpdate(o, cur, v, exists)
 				if ferr != nil {
 					results[i].err = ferr
 					continue
 				}
 				if del {
-					if !exists {
-						results[i].err = store.ErrNotFound
-						continue
-					}
 					if err := recs.Delete(key); err != nil {
 						results[i].err = err
 						continue

@@ -591,20 +591,12 @@ func (s *Store) commitJournal(batch []*op) bool {
 					changes = append(changes, jChange{key: o.key, value: val})
 					events = append(events, store.Event{Type: store.EventPut, KV: store.KV{Key: o.key, Value: val, Revision: rev}})
 				case opUpdate:
-					var curKV store.KV
-					if exists {
-						curKV = store.KV{Key: o.key, Value: append([]byte(nil), curVal...), Revision: cur}
-					}
-					val, del, ferr := callUpdate(o.fn, curKV, exists)
+					val, del, ferr := runUpdate(o, cur, curVal, exists)
 					if ferr != nil {
 						results[i].err = ferr
 						continue
 					}
 					if del {
-						if !exists {
-							results[i].err = store.ErrNotFound
-							continue
-						}
 						rev++
 						local[o.key] = ovEntry{rev: rev, deleted: true}
 						changes = append(changes, jChange{key: o.key, deleted: true})
