@@ -24,7 +24,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -41,17 +40,17 @@ import (
 // agent's data directory.
 const DefaultDataDir = "/var/lib/corral-node"
 
-// MountModules and NodeModules load beside coldplug: the hypervisor needs
-// them and no device modalias names them. Failures are printed and
-// ignored (the module may be built in). MountModules load in order before
-// the data partition is mounted; crc32c_generic comes first: ext4 needs
-// it for metadata_csum as a soft dependency, which nothing else loads.
-// NodeModules (taps, bridges, vhost-net, VLANs) load each on its own and
-// are in before the hypervisor agent starts.
+// MountModules and NodeModules are loaded after coldplug: the hypervisor
+// needs them and no device modalias names them. Failures are printed and
+// ignored (the module may be built in). MountModules load before the data
+// partition is mounted; crc32c_generic comes first: ext4 needs it for
+// metadata_csum as a soft dependency, which nothing else loads.
+// NodeModules (taps, bridges, vhost-net, VLANs) load beside the mount and
+// DHCP and are in before the hypervisor agent starts.
 var (
 	MountModules = []string{"crc32c_generic", "ext4"}
 	NodeModules  = []string{"tun", "bridge", "vhost_net", "8021q"}
-	// Modules are all of them (MountModules in this order).
+	// Modules are all of them, in load order.
 	Modules = slices.Concat(MountModules, NodeModules)
 )
 
@@ -156,28 +155,6 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	fmt.Fprintf(cfg.Console, "corral: appliance %s, boot MAC %s\n", strings.Join(params.Endpoints, ", "), params.MAC)
 
-	// The modules no device names load from the start, beside coldplug:
-	// the ext4 chain in order, the node's modules each on its own (the
-	// kernel makes a second load of a shared dependency wait). Under TCG
-	// they were on the path to READY after coldplug.
-	load := func(mods []string) {
-		for _, m := range mods {
-			if err := cfg.Loader.Load(m); err != nil {
-				fmt.Fprintf(cfg.Console, "corral: module %s: %v (ignored)\n", m, err)
-				cfg.Logger.Warn("module load failed", "module", m, "err", err)
-			}
-		}
-	}
-	mountMods := make(chan struct{})
-	go func() { defer close(mountMods); load(MountModules) }()
-	var nodeWG sync.WaitGroup
-	for _, m := range NodeModules {
-		nodeWG.Add(1)
-		go func() { defer nodeWG.Done(); load([]string{m}) }()
-	}
-	nodeMods := make(chan struct{})
-	go func() { defer close(nodeMods); nodeWG.Wait() }()
-
 	_ = cfg.Coldplug(ctx) // prints its own summary or error
 
 	// The boot NIC's driver is loaded: DHCP runs while the modules
@@ -200,7 +177,17 @@ func Run(ctx context.Context, cfg Config) error {
 		netDone <- netResult{lease, ok}
 	}()
 
-	<-mountMods
+	load := func(mods []string) {
+		for _, m := range mods {
+			if err := cfg.Loader.Load(m); err != nil {
+				fmt.Fprintf(cfg.Console, "corral: module %s: %v (ignored)\n", m, err)
+				cfg.Logger.Warn("module load failed", "module", m, "err", err)
+			}
+		}
+	}
+	load(MountModules)
+	nodeMods := make(chan struct{})
+	go func() { defer close(nodeMods); load(NodeModules) }()
 
 	type data struct {
 		app install.Appliance
