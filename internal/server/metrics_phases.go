@@ -59,6 +59,10 @@ type macPhases struct {
 	power     time.Time // last power action, until the DISCOVER it causes
 	discover  time.Time // this boot's first DISCOVER
 	script    time.Time // this boot's script
+	// early: the script was taken before its boot's DISCOVER, whose
+	// timeline entry can be stored later (the timeline's writers run in
+	// parallel); dhcp_to_script is observed when the DISCOVER arrives.
+	early bool
 	kernel    bool      // kernel served since the script
 	initrd    bool      // initrd served since the script
 	images    time.Time // both served, until the agent arrives
@@ -119,6 +123,14 @@ func (p *phaseTracker) entry(e *inventoryv1.TimelineEntry) {
 		*st = macPhases{mac: mac, power: t, planSent: st.planSent, installed: st.installed}
 	case src == "dhcp" && ev == "discover":
 		st := p.state(mac, true)
+		if st.early && !t.After(st.script) {
+			// This boot's DISCOVER, stored after its script.
+			p.observe(phasePowerToDHCP, st.power, t)
+			p.observe(phaseDHCPToScript, t, st.script)
+			st.power, st.discover, st.early = time.Time{}, t, false
+			break
+		}
+		st.early = false
 		p.observe(phasePowerToDHCP, st.power, t)
 		st.power = time.Time{}
 		if st.discover.IsZero() || !st.script.IsZero() {
@@ -133,9 +145,12 @@ func (p *phaseTracker) entry(e *inventoryv1.TimelineEntry) {
 		st := p.state(mac, true)
 		st.power, st.discover, st.script, st.kernel, st.initrd, st.images = time.Time{}, time.Time{}, t, false, false, time.Time{}
 	case src == "http" && ev == "script":
-		st := p.state(mac, false)
-		if st == nil || !st.script.IsZero() {
+		st := p.state(mac, true)
+		if !st.script.IsZero() {
 			return
+		}
+		if st.discover.IsZero() {
+			st.early = true
 		}
 		p.observe(phaseDHCPToScript, st.discover, t)
 		st.script, st.kernel, st.initrd = t, false, false

@@ -228,6 +228,13 @@ func TestPhaseTracker(t *testing.T) {
 			phasePowerToDHCP: 30, phaseDHCPToScript: 15, phaseScriptToImage: 5 + 3, phaseImageToAgent: 20 + 36,
 			phaseInstall: 60, phaseToReady: 40}},
 		"script without a DISCOVER seen": {[]ev{{0, "http", "script", ""}, {1, "http", "artifact", "kernel"}}, map[string]float64{}},
+		// The timeline's writers run in parallel: a boot's DISCOVER entry
+		// can be stored after its script's.
+		"DISCOVER stored after its script": {[]ev{{0, "bmc", "power-on", ""}, {31 * time.Second, "http", "script", ""},
+			{30 * time.Second, "dhcp", "discover", ""}, {32 * time.Second, "http", "artifact", "kernel"}, {33 * time.Second, "http", "artifact", "initrd"}},
+			map[string]float64{phasePowerToDHCP: 30, phaseDHCPToScript: 1, phaseScriptToImage: 2}},
+		"a later DISCOVER is the next boot's": {[]ev{{0, "http", "script", ""}, {60 * time.Second, "dhcp", "discover", ""},
+			{65 * time.Second, "http", "script", ""}}, map[string]float64{phaseDHCPToScript: 5}},
 		"initrd alone is not the images": {[]ev{{0, "dhcp", "discover", ""}, {time.Second, "http", "script", ""},
 			{2 * time.Second, "http", "artifact", "initrd"}, {3 * time.Second, "http", "artifact", "initrd"}},
 			map[string]float64{phaseDHCPToScript: 1}},
