@@ -55,14 +55,14 @@ type phaseTracker struct {
 }
 
 type macPhases struct {
-	mac       string
-	power     time.Time // last power action, until the DISCOVER it causes
-	discover  time.Time // this boot's first DISCOVER
-	script    time.Time // this boot's script
+	mac      string
+	power    time.Time // last power action, until the DISCOVER it causes
+	discover time.Time // this boot's first DISCOVER
+	script   time.Time // this boot's script
 	// early: the script was taken before its boot's DISCOVER, whose
 	// timeline entry can be stored later (the timeline's writers run in
 	// parallel); dhcp_to_script is observed when the DISCOVER arrives.
-	early bool
+	early     bool
 	kernel    bool      // kernel served since the script
 	initrd    bool      // initrd served since the script
 	images    time.Time // both served, until the agent arrives
