@@ -74,8 +74,15 @@ func (e *Elector) Lead(ctx context.Context) (context.Context, error) {
 }
 
 func (e *Elector) campaign(ctx context.Context) (context.Context, error) {
-	sess, err := concurrency.NewSession(e.s.cli, concurrency.WithTTL(int(e.ttl/time.Second)), concurrency.WithContext(ctx))
+	// The session's keepalive does not end with ctx: a session bound to
+	// ctx was Done as soon as ctx ended, racing the step-down below (half
+	// the graceful stops took the "lease lost" branch and never resigned,
+	// and Close could not revoke with an ended context: the next candidate
+	// waited for the TTL). It ends when this campaign or lead is over.
+	sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
+	sess, err := concurrency.NewSession(e.s.cli, concurrency.WithTTL(int(e.ttl/time.Second)), concurrency.WithContext(sctx))
 	if err != nil {
+		scancel()
 		return nil, fmt.Errorf("lease: %w", err)
 	}
 	el := concurrency.NewElection(sess, e.s.prefix+electionKey)
@@ -110,6 +117,7 @@ func (e *Elector) campaign(ctx context.Context) (context.Context, error) {
 	if err != nil {
 		cancel()
 		sess.Close()
+		scancel()
 		return nil, err
 	}
 	e.log.Info("leading the fleet", "appliance", e.name, "lease_ttl", e.ttl.String(), "lease", fmt.Sprintf("%x", sess.Lease()))
@@ -127,7 +135,8 @@ func (e *Elector) campaign(ctx context.Context) (context.Context, error) {
 			rcancel()
 		}
 		cancel()
-		sess.Close()
+		sess.Close() // revokes the lease
+		scancel()
 	}()
 	return cctx, nil
 }
