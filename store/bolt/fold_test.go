@@ -227,3 +227,61 @@ func TestJournalFilesChain(t *testing.T) {
 		})
 	}
 }
+
+// TestFoldRewindsJournal: a background fold empties the file it folded
+// by rewinding it, not truncating it (its size stays: later rounds
+// overwrite it in place, and an append that does not change a file's
+// size needs no file-system journal commit); the next round's records
+// over the old round's replay after a crash, and Close leaves both files
+// with their header only.
+func TestFoldRewindsJournal(t *testing.T) {
+	ctx := t.Context()
+	s, path := openTemp(t)
+	defer s.Close()
+	n := 0
+	fill := func(count int) {
+		for range count {
+			if _, err := s.Put(ctx, fmt.Sprintf("k/%05d", n), []byte(fmt.Sprintf("value %d", n)), 0); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+	}
+	fill(foldEntries + 1) // fold 1: file 0 frozen, file 1 active
+	waitFolds(t, s, 1)
+	size := func(i int) int64 {
+		fi, err := os.Stat(journalPaths(path)[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	folded := size(0)
+	if folded < int64(foldEntries)*20 {
+		t.Fatalf("file 0 after its fold: %d bytes, want its records kept in place (rewound, not truncated)", folded)
+	}
+	fill(foldEntries) // fold 2: file 1 frozen, file 0 active again
+	waitFolds(t, s, 2)
+	fill(10) // written over the start of file 0's first round
+	if got := size(0); got != folded {
+		t.Errorf("file 0 is %d bytes after 10 appends over its old round, want %d (unchanged)", got, folded)
+	}
+	want := listAll(t, s)
+	cp := crashCopy(t, path)
+	s2, err := Open(cp, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, listAll(t, s2)); diff != "" {
+		t.Fatalf("after a crash (-answered +found):\n%s", diff)
+	}
+	s2.Close()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if got := size(i); got != fileHeader {
+			t.Errorf("journal file %d after Close: %d bytes, want the header only", i, got)
+		}
+	}
+}
