@@ -177,6 +177,7 @@ func (l *Lifecycle) sendPlan(ctx context.Context, m *inventoryv1.Machine) *inven
 	}
 	// The install's certificate request is signed only on this stream.
 	l.streams.planSentNow(name, in.GetInstallId())
+	l.kexecAhead(ctx, m, in.GetInstallId())
 	now := timestamppb.New(l.now())
 	sm, err := l.inv.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
 		if m.GetInstall().GetInstallId() != in.GetInstallId() {

@@ -145,7 +145,8 @@ func (s *AgentServer) Register(ctx context.Context, req *nodev1.RegisterRequest)
 		return nil, toStatus(err)
 	}
 	kexec := c.Role != CallerNode && slices.Contains(req.GetCapabilities(), nodev1.CapabilityKexec)
-	id := l.sess.open(m.GetName(), m.GetBootMac(), c.key(), match.Identified, kexec, l.now())
+	prefetch := slices.Contains(req.GetCapabilities(), nodev1.CapabilityKexecPrefetch)
+	id := l.sess.open(m.GetName(), m.GetBootMac(), c.key(), match.Identified, kexec, prefetch, l.now())
 	return &nodev1.RegisterResponse{MachineName: m.GetName(), SessionId: id}, nil
 }
 

@@ -26,7 +26,10 @@ import (
 // reboot the old way at once (BMC next boot PXE + power cycle, else the
 // Reboot command), with the reason on its timeline, and the ordinary boot
 // watchdog takes over from there. An agent that named no capability (one
-// before #14) gets the old reboot.
+// before #14) gets the old reboot. An agent that also named
+// kexec-prefetch gets the same plan right behind the install plan
+// (kexecAhead): it fetches, verifies and loads the image while it
+// installs, and the plan after the done only makes it reboot.
 
 // DefaultKexecTimeout is how long a kexec'd machine has to bring its node
 // READY before it is rebooted the old way.
@@ -113,6 +116,29 @@ func (l *Lifecycle) installReboot(ctx context.Context, m *inventoryv1.Machine, i
 		"cmdline_bytes": fmt.Sprint(len(plan.GetCmdline())), "timeout": timeout.String(),
 	})
 	l.log.Info("install done: kexec into the hypervisor image", "machine", name, "install_id", id, "timeout", timeout)
+}
+
+// kexecAhead sends m's KexecPlan for install id right behind the install
+// plan, to an agent that named the kexec-prefetch capability: it fetches,
+// verifies and loads the hypervisor image while the install runs, and
+// reboots into it only on the plan installReboot sends after the done.
+// Best effort: a plan not rendered or not sent here changes nothing (the
+// one after the done decides, and falls back).
+func (l *Lifecycle) kexecAhead(ctx context.Context, m *inventoryv1.Machine, id string) {
+	name := m.GetName()
+	if l.kexecTimeout() <= 0 || !l.sess.canPrefetch(name) {
+		return
+	}
+	plan, err := l.kexecPlan(ctx, m)
+	if err == nil {
+		plan.InstallId = id
+		err = l.sess.send(name, &nodev1.ApplianceMessage{Cmd: &nodev1.ApplianceMessage_Kexec{Kexec: plan}})
+	}
+	if err != nil {
+		l.log.Info("kexec plan not sent ahead of the install", "machine", name, "install_id", id, "err", err)
+		return
+	}
+	l.log.Info("kexec plan sent ahead: the agent loads the hypervisor image while it installs", "machine", name, "install_id", id)
 }
 
 // kexecPlan renders m's hypervisor boot for its agent, on the address the

@@ -309,3 +309,58 @@ func TestKexecSurvivesReRegister(t *testing.T) {
 	h.reconcile()
 	h.eventually(a.name, "cycled", func(*inventoryv1.Machine) bool { return h.bmcCycles() == 1 })
 }
+
+// TestKexecAhead: an agent that named kexec-prefetch (and kexec) gets its
+// KexecPlan right behind the install plan, and the same plan again after
+// the done (its go-ahead, with the watchdog armed by the kexec); an agent
+// without it, an appliance with kexec turned off, or no hypervisor image
+// sends nothing ahead.
+func TestKexecAhead(t *testing.T) {
+	tests := map[string]struct {
+		caps    []string
+		boot    *fakeBoot
+		timeout time.Duration
+		ahead   bool
+	}{
+		"kexec-prefetch":           {caps: []string{nodev1.CapabilityKexec, nodev1.CapabilityKexecPrefetch}, boot: &fakeBoot{}, ahead: true},
+		"kexec only":               {caps: []string{nodev1.CapabilityKexec}, boot: &fakeBoot{}},
+		"kexec-prefetch, no kexec": {caps: []string{nodev1.CapabilityKexecPrefetch}, boot: &fakeBoot{}},
+		"kexec turned off":         {caps: []string{nodev1.CapabilityKexec, nodev1.CapabilityKexecPrefetch}, boot: &fakeBoot{}, timeout: -1},
+		"no hypervisor image":      {caps: []string{nodev1.CapabilityKexec, nodev1.CapabilityKexecPrefetch}, boot: &fakeBoot{err: errors.New("the catalog has no hypervisor image")}},
+		"appliance without kexec":  {caps: []string{nodev1.CapabilityKexec, nodev1.CapabilityKexecPrefetch}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			o := harnessOpt{kexecTimeout: tc.timeout}
+			if tc.boot != nil {
+				o.kexec = tc.boot
+			}
+			h := newHarness(t, nil, o)
+			a := h.connect(mac1, facts("S1", "", mac1), tc.caps...)
+			enrollBMC(t, h, a.name)
+			if _, err := h.lc.Accept(context.Background(), a.name, "", false); err != nil {
+				t.Fatal(err)
+			}
+			id := a.next().GetInstall().GetInstallId()
+			if !tc.ahead {
+				a.none()
+				return
+			}
+			want, _ := tc.boot.KexecPlan(context.Background(), a.name, mac1, "")
+			want.InstallId = id
+			if diff := cmp.Diff(want, a.next().GetKexec(), protocmp.Transform()); diff != "" {
+				t.Fatalf("kexec plan ahead of the install (-want +got):\n%s", diff)
+			}
+			a.none()
+			a.progress(id, "done", true, "")
+			h.eventually(a.name, "armed", func(m *inventoryv1.Machine) bool { return m.GetWatchdog().GetArmedBy() == ArmedByKexec })
+			if diff := cmp.Diff(want, a.next().GetKexec(), protocmp.Transform()); diff != "" {
+				t.Errorf("kexec plan after the done (-want +got):\n%s", diff)
+			}
+			a.none()
+			if n := h.bmcCycles(); n != 0 {
+				t.Errorf("%d BMC power cycles with a kexec", n)
+			}
+		})
+	}
+}

@@ -115,6 +115,7 @@ type pendingSession struct {
 	owner      string // the caller that registered (callerKey)
 	identified bool
 	kexec      bool // the agent named the kexec capability
+	prefetch   bool // and the kexec-prefetch one
 	created    time.Time
 }
 
@@ -125,6 +126,7 @@ type stream struct {
 	beat       time.Time // last heartbeat
 	identified bool
 	kexec      bool // its agent carries out KexecPlans
+	prefetch   bool // and takes one while the install it follows runs
 	owner      string
 	done       <-chan struct{} // closed when its RPC ends
 }
@@ -141,9 +143,9 @@ func newSessions(lim AgentLimits, log *slog.Logger) *sessions {
 }
 
 // open hands out a session id for machine's agent, registered by owner
-// (kexec: it named the kexec capability). An older id of the machine that
-// was never used expires now.
-func (s *sessions) open(machine, mac, owner string, identified, kexec bool, now time.Time) string {
+// (kexec: it named the kexec capability; prefetch: the kexec-prefetch one
+// too). An older id of the machine that was never used expires now.
+func (s *sessions) open(machine, mac, owner string, identified, kexec, prefetch bool, now time.Time) string {
 	b := make([]byte, 16)
 	rand.Read(b)
 	id := hex.EncodeToString(b)
@@ -158,7 +160,7 @@ func (s *sessions) open(machine, mac, owner string, identified, kexec bool, now 
 	for len(s.pending) >= s.lim.MaxPendingSessions {
 		s.evictOldestLocked()
 	}
-	s.pending[id] = pendingSession{machine: machine, mac: mac, owner: owner, identified: identified, kexec: kexec, created: now}
+	s.pending[id] = pendingSession{machine: machine, mac: mac, owner: owner, identified: identified, kexec: kexec, prefetch: kexec && prefetch, created: now}
 	s.byMachine[machine] = id
 	// Register (the only caller) has just written last_seen in its own
 	// machine mutation: the session's first heartbeat need not write it
@@ -237,7 +239,7 @@ func (s *sessions) attach(machine string, p pendingSession, now time.Time, local
 		close(old.ch)
 		delete(s.streams, machine)
 	}
-	st := &stream{ch: make(chan *nodev1.ApplianceMessage, 8), since: now, beat: now, identified: p.identified, kexec: p.kexec, owner: p.owner, done: done}
+	st := &stream{ch: make(chan *nodev1.ApplianceMessage, 8), since: now, beat: now, identified: p.identified, kexec: p.kexec, prefetch: p.prefetch, owner: p.owner, done: done}
 	s.streams[machine] = st
 	if localAddr != "" {
 		s.local[machine] = localAddr
@@ -336,6 +338,15 @@ func (s *sessions) canKexec(machine string) bool {
 	defer s.mu.Unlock()
 	st, ok := s.streams[machine]
 	return ok && st.identified && st.kexec
+}
+
+// canPrefetch reports whether machine's open session can kexec and named
+// the kexec-prefetch capability.
+func (s *sessions) canPrefetch(machine string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.streams[machine]
+	return ok && st.identified && st.kexec && st.prefetch
 }
 
 // connectedSince says when the machine's open session attached.

@@ -91,7 +91,7 @@ func (c *Config) defaults() {
 		c.Installer = install.New(install.Config{Root: c.Root, Modules: coldplug.KernelLoader{}, Logger: c.Logger})
 	}
 	if c.Kexec == nil && !c.NoKexec {
-		c.Kexec = kexec.Booter{Config: kexec.Config{Console: c.Console, Logger: c.Logger}}
+		c.Kexec = kexec.NewBooter(kexec.Config{Console: c.Console, Logger: c.Logger})
 	}
 	if c.NoKexec {
 		c.Kexec = nil

@@ -74,7 +74,7 @@ func TestRunWiresCmdlineFactsAndSession(t *testing.T) {
 	if _, ok := got.Installer.(*install.Installer); !ok {
 		t.Errorf("session installer = %T, want the agent/install one", got.Installer)
 	}
-	if _, ok := got.Kexec.(kexec.Booter); !ok {
+	if _, ok := got.Kexec.(*kexec.Booter); !ok {
 		t.Errorf("session kexec = %T, want the agent/kexec one", got.Kexec)
 	}
 	f := got.Facts(context.Background())

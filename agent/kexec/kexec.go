@@ -18,6 +18,12 @@
 // machine as it was: the caller reports it and the appliance reboots the
 // machine the old way (BMC power cycle or the Reboot command).
 //
+// Booter.Prefetch does the fetch, the checks and the load ahead, while the
+// install the plan follows still runs (the appliance sends the plan right
+// behind the install plan to an agent that names the "kexec-prefetch"
+// capability): Booter.Kexec of the same plan after the install then only
+// syncs and reboots. Discard unloads a prefetch whose install failed.
+//
 // The files are held in memory (memfd), never on a disk. It imports only
 // the API and u-root's kexec and purgatory packages; it must not import store/, boot/,
 // ipmi/ or anything of the appliance.
@@ -40,6 +46,7 @@ import (
 
 	ukexec "github.com/u-root/u-root/pkg/boot/kexec"
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
 
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 )
@@ -112,12 +119,121 @@ func (c *Config) defaults() {
 	}
 }
 
-// Booter carries out KexecPlans with a Config (agent/session's Kexec).
-type Booter struct{ Config }
+// Booter carries out KexecPlans with a Config (agent/session's Kexec and
+// KexecPrefetcher). Besides Kexec (Boot) it can Prefetch a plan: fetch,
+// verify and load it while the install it follows still runs, so that
+// the Kexec of the same plan after the install only syncs and reboots.
+// The kernel holds one loaded kexec image, so a Booter holds at most one
+// prefetched plan. Make it with NewBooter; safe for concurrent use.
+type Booter struct {
+	cfg Config
 
-// Kexec implements session.Kexec: Boot with b's Config.
-func (b Booter) Kexec(ctx context.Context, plan *nodev1.KexecPlan) error {
-	return Boot(ctx, b.Config, plan)
+	mu  sync.Mutex
+	pre *prefetched // the plan fetched and loaded (or being) ahead of its Kexec; nil: none
+}
+
+// prefetched is a plan a Prefetch loads; err is set before done closes.
+type prefetched struct {
+	plan   *nodev1.KexecPlan
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error
+}
+
+// NewBooter returns a Booter with cfg (its zero value: the real thing).
+func NewBooter(cfg Config) *Booter {
+	cfg.defaults()
+	return &Booter{cfg: cfg}
+}
+
+// Kexec implements session.Kexec: when a Prefetch of an equal plan is
+// loaded (or under way: Kexec waits for it) it only syncs and reboots;
+// otherwise, or when that Prefetch failed, it is Boot with b's Config (a
+// different plan prefetched is dropped first).
+func (b *Booter) Kexec(ctx context.Context, plan *nodev1.KexecPlan) error {
+	b.mu.Lock()
+	p := b.pre
+	b.mu.Unlock()
+	if p != nil && proto.Equal(p.plan, plan) {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if p.err == nil {
+			fmt.Fprintf(b.cfg.Console, "corral: kexec: the hypervisor image of install %s was loaded while the install ran\n", plan.GetInstallId())
+			err := reboot(b.cfg, 0)
+			b.mu.Lock()
+			if b.pre == p {
+				b.pre = nil // reboot unloaded it if it failed
+			}
+			b.mu.Unlock()
+			return err
+		}
+		fmt.Fprintf(b.cfg.Console, "corral: kexec: loading it while the install ran failed (%v): fetching again\n", p.err)
+	} else if p != nil {
+		b.Discard(p.plan.GetInstallId())
+	}
+	return Boot(ctx, b.cfg, plan)
+}
+
+// Prefetch implements session.KexecPrefetcher: it checks plan, fetches
+// and verifies both files and loads them for the next kexec reboot,
+// without rebooting, and returns when they are loaded or with the error
+// of the step that failed (nothing loaded then). A later Kexec of an
+// equal plan reboots into what it loaded; Discard unloads it. A Prefetch
+// while another plan's is loaded or under way is refused; one of an equal
+// plan returns nil at once.
+func (b *Booter) Prefetch(ctx context.Context, plan *nodev1.KexecPlan) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p := &prefetched{plan: proto.Clone(plan).(*nodev1.KexecPlan), cancel: cancel, done: make(chan struct{})}
+	b.mu.Lock()
+	if b.pre != nil {
+		same := proto.Equal(b.pre.plan, plan)
+		other := b.pre.plan.GetInstallId()
+		b.mu.Unlock()
+		if same {
+			return nil // the appliance resent it: the first one stands
+		}
+		return fmt.Errorf("busy: the kexec of install %s is already prefetched", other)
+	}
+	b.pre = p
+	b.mu.Unlock()
+	p.err = load(ctx, b.cfg, plan)
+	if p.err != nil {
+		b.mu.Lock()
+		if b.pre == p {
+			b.pre = nil
+		}
+		b.mu.Unlock()
+	}
+	close(p.done)
+	return p.err
+}
+
+// Discard implements session.KexecPrefetcher: it drops the Prefetch of
+// install id (its install failed): cancels it if under way, waits for it
+// and unloads what it loaded. Another install's Prefetch is left alone.
+func (b *Booter) Discard(id string) {
+	b.mu.Lock()
+	p := b.pre
+	if p == nil || p.plan.GetInstallId() != id {
+		b.mu.Unlock()
+		return
+	}
+	b.pre = nil
+	b.mu.Unlock()
+	p.cancel()
+	<-p.done
+	if p.err != nil {
+		return
+	}
+	if err := b.cfg.Unload(); err != nil {
+		b.cfg.Logger.Warn("kexec unload of a prefetched image", "install", id, "err", err)
+		return
+	}
+	fmt.Fprintf(b.cfg.Console, "corral: kexec: the hypervisor image loaded for install %s is unloaded\n", id)
 }
 
 // Boot carries out plan: check it, fetch and verify both files, load
@@ -126,6 +242,16 @@ func (b Booter) Kexec(ctx context.Context, plan *nodev1.KexecPlan) error {
 // loaded.
 func Boot(ctx context.Context, cfg Config, plan *nodev1.KexecPlan) error {
 	cfg.defaults()
+	start := time.Now()
+	if err := load(ctx, cfg, plan); err != nil {
+		return err
+	}
+	return reboot(cfg, time.Since(start))
+}
+
+// load checks plan, fetches and verifies both files and loads them
+// (cfg's defaults filled in).
+func load(ctx context.Context, cfg Config, plan *nodev1.KexecPlan) error {
 	if err := Check(plan); err != nil {
 		return err
 	}
@@ -147,13 +273,25 @@ func Boot(ctx context.Context, cfg Config, plan *nodev1.KexecPlan) error {
 	if err := cfg.Load(kernel, initrd, plan.GetCmdline()); err != nil {
 		return fmt.Errorf("kexec load: %w", err)
 	}
-	loaded := time.Since(start)
+	fmt.Fprintf(cfg.Console, "corral: kexec: loaded in %s\n", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// reboot syncs the disks and reboots into the loaded image; a reboot that
+// fails unloads it. loaded (how long fetch and load took just before; 0:
+// loaded ahead) is printed beside the sync.
+func reboot(cfg Config, loaded time.Duration) error {
+	syncStart := time.Now()
 	cfg.Sync()
-	// The console line splits the boot's seconds: load, sync, then the
-	// reboot path, the purgatory and the next kernel's decompressor up to
-	// its first printk.
-	fmt.Fprintf(cfg.Console, "corral: kexec: loaded in %s, disks synced in %s; booting the hypervisor image\n",
-		loaded.Round(time.Millisecond), (time.Since(start) - loaded).Round(time.Millisecond))
+	// The console line splits the boot's seconds: fetch and load, sync,
+	// then the reboot path, the purgatory and the next kernel's
+	// decompressor up to its first printk.
+	how := "loaded while the install ran"
+	if loaded > 0 {
+		how = "fetched and loaded in " + loaded.Round(time.Millisecond).String()
+	}
+	fmt.Fprintf(cfg.Console, "corral: kexec: %s, disks synced in %s; booting the hypervisor image\n",
+		how, time.Since(syncStart).Round(time.Millisecond))
 	if err := cfg.Reboot(); err != nil {
 		if uerr := cfg.Unload(); uerr != nil {
 			cfg.Logger.Warn("kexec unload after a failed reboot", "err", uerr)

@@ -50,6 +50,21 @@ type Kexec interface {
 	Kexec(ctx context.Context, plan *nodev1.KexecPlan) error
 }
 
+// KexecPrefetcher is a Kexec that can do the work of a plan ahead of its
+// reboot (agent/kexec's Booter): an agent whose Kexec is one names the
+// "kexec-prefetch" capability, and a KexecPlan that arrives while the
+// install it follows still runs (before its "done" went out) is
+// prefetched; the plan the appliance sends after the done then reboots.
+type KexecPrefetcher interface {
+	Kexec
+	// Prefetch fetches, verifies and loads plan without rebooting; it
+	// blocks until they are loaded or a step failed (nothing loaded).
+	Prefetch(ctx context.Context, plan *nodev1.KexecPlan) error
+	// Discard drops what a Prefetch of install id loaded (or cancels it
+	// and waits for it): that install failed.
+	Discard(id string)
+}
+
 // ErrCertificateRefused: the appliance answered the install's certificate
 // request with an error (its reason follows in the message).
 var ErrCertificateRefused = errors.New("the appliance refused the certificate request")
@@ -279,12 +294,16 @@ func register(ctx context.Context, cfg *Config, client nodev1.AgentServiceClient
 }
 
 // capabilities are the optional commands this agent carries out: kexec
-// when it has a Kexec and does not reboot by itself after an install.
+// when it has a Kexec and does not reboot by itself after an install,
+// and kexec-prefetch when that Kexec is a KexecPrefetcher.
 func (c *Config) capabilities() []string {
-	if c.Kexec != nil && c.InstallReboot <= 0 {
-		return []string{nodev1.CapabilityKexec}
+	if c.Kexec == nil || c.InstallReboot > 0 {
+		return nil
 	}
-	return nil
+	if _, ok := c.Kexec.(KexecPrefetcher); ok {
+		return []string{nodev1.CapabilityKexec, nodev1.CapabilityKexecPrefetch}
+	}
+	return []string{nodev1.CapabilityKexec}
 }
 
 // runSession keeps one Session stream: a heartbeat at once and every

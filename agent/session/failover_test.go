@@ -187,6 +187,9 @@ func TestSessionFailsOver(t *testing.T) {
 		return b.heartbeats >= 1
 	})
 	took := time.Since(stopped)
+	// B sends its plan after the heartbeat is counted: release the
+	// install only once the agent has seen that plan while it runs.
+	waitFor(t, "B's plan found running", func() bool { return strings.Contains(console.String(), "install plan i-1 is already running") })
 	close(inst.release)
 	waitFor(t, "the install's end reported to B", func() bool { return len(b.progressOf("i-1")) >= 1 })
 	cancel()

@@ -25,6 +25,7 @@ import (
 // reports "done".
 type fakeInstaller struct {
 	release chan struct{}
+	err     error // returned (as the install's error) after release instead of "done"
 
 	mu       sync.Mutex
 	installs []string // install_ids, in call order
@@ -40,6 +41,10 @@ func (f *fakeInstaller) Install(ctx context.Context, plan *nodev1.InstallPlan, _
 	case <-f.release:
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+	if f.err != nil {
+		progress(&nodev1.Progress{Step: "identity", Error: f.err.Error(), Done: true, InstallId: plan.GetInstallId()})
+		return f.err
 	}
 	progress(&nodev1.Progress{Step: "done", Done: true, InstallId: plan.GetInstallId()})
 	return nil

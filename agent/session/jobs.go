@@ -32,7 +32,11 @@ type jobs struct {
 	// installed is the install_id of the last install that succeeded.
 	ended     chan struct{}
 	installed string
-	wg        sync.WaitGroup
+	// reported is the install_id of the last install whose successful
+	// "done" went to the progress queue (a KexecPlan of it arriving after
+	// that is the appliance's go-ahead; before, a prefetch).
+	reported string
+	wg       sync.WaitGroup
 }
 
 // pendingCSR is a certificate request waiting for its NodeCertificate.
@@ -187,6 +191,11 @@ func (j *jobs) start(ctx context.Context, kind, id string, fn func(context.Conte
 	go func() {
 		defer j.wg.Done()
 		report := func(p *nodev1.Progress) {
+			if kind == "install" && p.GetDone() && p.GetError() == "" {
+				j.mu.Lock()
+				j.reported = id
+				j.mu.Unlock()
+			}
 			switch {
 			case p.GetError() != "":
 				fmt.Fprintf(j.cfg.Console, "corral: %s %s failed at %s: %s\n", kind, id, p.GetStep(), p.GetError())
@@ -215,6 +224,12 @@ func (j *jobs) start(ctx context.Context, kind, id string, fn func(context.Conte
 		j.mu.Lock()
 		j.kind, j.id, j.ended = "", "", nil
 		j.mu.Unlock()
+		if pf, ok := j.cfg.Kexec.(KexecPrefetcher); ok && kind == "install" && err != nil {
+			// A kexec prefetched for this install is of no use. After the
+			// reset above: a prefetch that is loaded only later sees the
+			// install ended and discards itself (prefetch).
+			pf.Discard(id)
+		}
 		close(ended)
 	}()
 }
@@ -233,6 +248,10 @@ const kexecWait = 30 * time.Second
 // hypervisor image).
 func (j *jobs) kexec(ctx context.Context, plan *nodev1.KexecPlan, k Kexec) {
 	id := plan.GetInstallId()
+	if pf, ok := k.(KexecPrefetcher); ok && j.prefetchable(id) {
+		j.prefetch(ctx, plan, pf)
+		return
+	}
 	fail := func(err error) {
 		fmt.Fprintf(j.cfg.Console, "corral: kexec after install %s refused or failed: %v\n", id, err)
 		j.cfg.Logger.Warn("kexec failed", "install", id, "err", err)
@@ -261,6 +280,10 @@ func (j *jobs) kexec(ctx context.Context, plan *nodev1.KexecPlan, k Kexec) {
 		}
 		j.mu.Lock()
 		switch {
+		case j.kind == "kexec" && j.id == id:
+			j.mu.Unlock()
+			fmt.Fprintf(j.cfg.Console, "corral: the kexec after install %s is already under way\n", id)
+			return
 		case j.kind != "":
 			runningKind, runningID := j.kind, j.id
 			j.mu.Unlock()
@@ -282,6 +305,42 @@ func (j *jobs) kexec(ctx context.Context, plan *nodev1.KexecPlan, k Kexec) {
 		fmt.Fprintf(j.cfg.Console, "corral: install %s done; booting the hypervisor image with kexec\n", id)
 		if err := k.Kexec(ctx, plan); err != nil {
 			fail(err)
+		}
+	}()
+}
+
+// prefetchable reports whether a KexecPlan of install id comes ahead of
+// its reboot: id is the install running now and its successful "done"
+// has not gone out yet.
+func (j *jobs) prefetchable(id string) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return id != "" && j.kind == "install" && j.id == id && j.reported != id
+}
+
+// prefetch has pf fetch, verify and load plan in the background while its
+// install runs; the plan the appliance sends after the install's done
+// reboots into it (or, when this failed, fetches again and reports). A
+// failure here is only printed and logged: the install has not
+// succeeded yet, so the appliance would not act on it.
+func (j *jobs) prefetch(ctx context.Context, plan *nodev1.KexecPlan, pf KexecPrefetcher) {
+	id := plan.GetInstallId()
+	fmt.Fprintf(j.cfg.Console, "corral: install %s running: fetching and loading the hypervisor image meanwhile\n", id)
+	j.wg.Add(1)
+	go func() {
+		defer j.wg.Done()
+		start := time.Now()
+		if err := pf.Prefetch(ctx, plan); err != nil {
+			fmt.Fprintf(j.cfg.Console, "corral: kexec prefetch for install %s failed: %v (the kexec after the install fetches again)\n", id, err)
+			j.cfg.Logger.Warn("kexec prefetch failed", "install", id, "err", err)
+			return
+		}
+		j.cfg.Logger.Info("kexec prefetched", "install", id, "duration", time.Since(start).String())
+		j.mu.Lock()
+		failed := !(j.kind == "install" && j.id == id) && j.installed != id
+		j.mu.Unlock()
+		if failed {
+			pf.Discard(id) // the install ended without success meanwhile
 		}
 	}()
 }

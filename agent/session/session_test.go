@@ -47,6 +47,8 @@ type fakeAppliance struct {
 	beats      chan struct{}
 	// onCSR answers a certificate request; an error ends the stream.
 	onCSR func(stream grpc.BidiStreamingServer[nodev1.AgentMessage, nodev1.ApplianceMessage], req *nodev1.CertificateRequest) error
+	// onProgress answers a progress message with commands (nil: none).
+	onProgress func(p *nodev1.Progress) []*nodev1.ApplianceMessage
 }
 
 func (f *fakeAppliance) checkToken(ctx context.Context) error {
@@ -96,7 +98,16 @@ func (f *fakeAppliance) Session(stream grpc.BidiStreamingServer[nodev1.AgentMess
 		if csr != nil {
 			f.csrs = append(f.csrs, csr)
 		}
+		var answers []*nodev1.ApplianceMessage
+		if p := m.GetProgress(); p != nil && f.onProgress != nil {
+			answers = f.onProgress(p)
+		}
 		f.mu.Unlock()
+		for _, c := range answers {
+			if err := stream.Send(c); err != nil {
+				return err
+			}
+		}
 		if csr != nil && onCSR != nil {
 			if err := onCSR(stream, csr); err != nil {
 				return err
