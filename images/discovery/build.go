@@ -41,7 +41,7 @@ import (
 
 // FormatVersion changes whenever the build recipe changes in a way the
 // other inputs do not capture.
-const FormatVersion = "corral-discovery-6"
+const FormatVersion = "corral-discovery-7"
 
 // MaxInitrdSize is the budget of the compressed discovery initramfs
 // (issue 5). The hypervisor image has none.
@@ -78,6 +78,7 @@ type recipe struct {
 	uinitArgs []string
 	paths     []string // host files at their own paths (ldd'd)
 	firmware  []string // QEMU firmware names
+	pciIDs    bool     // ship pci.ids (facts name PCI devices; only the discovery agent collects them)
 	packages  []string
 	compress  string // xz, lz4 or gzip
 	maxSize   int64  // 0: no budget
@@ -89,7 +90,7 @@ func (o Options) recipe(p Profile) (recipe, error) {
 		// xz: the kernel unpacks xz initramfs (CONFIG_RD_XZ) and it is 18%
 		// smaller than gzip -9, which is what keeps mke2fs and its
 		// libraries inside the 10 MB budget.
-		return recipe{profile: p, modules: o.Modules, tag: AgentBuildTag, uinitArgs: []string{"discover"},
+		return recipe{profile: p, modules: o.Modules, tag: AgentBuildTag, uinitArgs: []string{"discover"}, pciIDs: true,
 			paths: DiscoverHostFiles, packages: DiscoverPackages, compress: "xz", maxSize: MaxInitrdSize}, nil
 	case Hypervisor:
 		// lz4 (legacy frame, the kernel's CONFIG_RD_LZ4): no budget, and
@@ -344,9 +345,9 @@ func buildOne(ctx context.Context, o Options, urootDir, work, kernel, stage stri
 		return Result{}, err
 	}
 	cpio := filepath.Join(pw, "initramfs.cpio")
-	extra := []string{
-		filepath.Join(stage, "lib/modules") + ":lib/modules",
-		o.PCIIDs + ":usr/share/misc/pci.ids",
+	extra := []string{filepath.Join(stage, "lib/modules") + ":lib/modules"}
+	if rc.pciIDs {
+		extra = append(extra, o.PCIIDs+":usr/share/misc/pci.ids")
 	}
 	for _, f := range files {
 		extra = append(extra, f.extra())

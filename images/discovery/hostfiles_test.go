@@ -66,6 +66,9 @@ func TestRecipes(t *testing.T) {
 	if !slices.Contains(d.paths, "/usr/sbin/mke2fs") || slices.Contains(d.paths, "/usr/bin/qemu-img") {
 		t.Errorf("discover host files: %v", d.paths)
 	}
+	if !d.pciIDs || h.pciIDs {
+		t.Errorf("pci.ids shipped: discover %t, hypervisor %t (only the discovery agent names PCI devices)", d.pciIDs, h.pciIDs)
+	}
 	if d.maxSize != MaxInitrdSize || h.maxSize != 0 || h.subdir == d.subdir {
 		t.Errorf("budgets %d/%d, cache subdirs %q/%q", d.maxSize, h.maxSize, d.subdir, h.subdir)
 	}
