@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -81,6 +82,8 @@ func (c *Config) defaults() {
 	if c.Console == nil {
 		c.Console = io.Discard
 	}
+	// Coldplug and DHCP print at the same time.
+	c.Console = &lockedWriter{w: c.Console}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -134,9 +137,20 @@ func Run(ctx context.Context, cfg Config) error {
 	fmt.Fprintf(cfg.Console, "corral: discovery agent %s, %s %s, boot MAC %s\n", cfg.Version,
 		plural(len(params.Endpoints), "appliance", "appliances"), strings.Join(params.Endpoints, ", "), params.MAC)
 
-	// Drivers.
-	if res, err := Coldplug(ctx, cfg.Root, cfg.Console, cfg.Logger); err == nil {
-		ipmiDevice(ctx, cfg, res.Loaded)
+	// Drivers. DHCP starts as soon as the boot NIC's driver is in and
+	// runs beside the rest of coldplug (its wait for late devices, the
+	// BMC device); the facts wait for all of it.
+	watch := coldplug.NewWatch()
+	plugged := make(chan struct{})
+	go func() {
+		defer close(plugged)
+		if res, err := Coldplug(ctx, cfg.Root, watch, cfg.Console, cfg.Logger); err == nil {
+			ipmiDevice(ctx, cfg, res.Loaded)
+		}
+	}()
+	if watch.Wait(ctx, func() bool { return netup.HasLink(cfg.Root, params.MAC) }) != nil {
+		<-plugged
+		return nil
 	}
 
 	// Network, retried until it works.
@@ -152,12 +166,19 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		select {
 		case <-ctx.Done():
+			<-plugged
 			return nil
 		case <-time.After(session.Backoff{Initial: 2 * time.Second, Max: 30 * time.Second}.Delay(attempt)):
 		}
 	}
 
-	// Facts, once: they describe the machine as booted.
+	// Facts, once: they describe the machine as booted, every driver in.
+	select {
+	case <-plugged:
+	case <-ctx.Done():
+		<-plugged
+		return nil
+	}
 	f, err := facts.Collect(ctx, facts.Options{Root: cfg.Root, Logger: cfg.Logger})
 	if err != nil {
 		fmt.Fprintf(cfg.Console, "corral: facts incomplete: %v\n", err)
@@ -197,13 +218,17 @@ func report(console io.Writer, err error) error {
 
 // Coldplug loads the drivers of the devices under root (agent/coldplug
 // with the kernel loader and root/lib/modules/$(uname -r)), bounded to two
-// minutes, and prints a summary or the error on console.
-func Coldplug(ctx context.Context, root string, console io.Writer, log *slog.Logger) (coldplug.Result, error) {
+// minutes, and prints a summary or the error on console. watch (may be
+// nil) is signalled after every round and finished when it returns.
+func Coldplug(ctx context.Context, root string, watch *coldplug.Watch, console io.Writer, log *slog.Logger) (coldplug.Result, error) {
+	defer watch.Finish()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	start := time.Now()
 	res, err := coldplug.Run(ctx, coldplug.Config{
-		Root: root, ModulesDir: modulesDir(root), Loader: coldplug.KernelLoader{}, Logger: log,
+		Root: root, ModulesDir: modulesDir(root), Loader: coldplug.KernelLoader{}, Watch: watch, Logger: log,
 	})
+	log.Info("coldplug done", "took_ms", time.Since(start).Milliseconds(), "rounds", res.Rounds, "loaded", len(res.Loaded), "failed", len(res.Failed))
 	if err != nil {
 		fmt.Fprintf(console, "corral: coldplug: %v\n", err)
 		return res, err
@@ -286,6 +311,18 @@ func loadCAs(path string) []*x509.Certificate {
 			out = append(out, c)
 		}
 	}
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // SyscallPower powers off or reboots with reboot(2) after syncing disks.

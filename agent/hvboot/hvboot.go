@@ -1,13 +1,16 @@
 // Package hvboot is `corral-node hypervisor --boot`, the u-root init
 // program of the hypervisor image: it reads the kernel command line
 // (agent/cmdline; corral.mode must be hypervisor), loads drivers
-// (coldplug, then the modules the hypervisor needs that have no modalias),
+// (coldplug, and the modules the hypervisor needs that have no modalias),
 // finds the data partition agent/install wrote (GPT partition name or ext4
 // label "corral-data"), mounts it on the data directory, checks that its
-// CA is the one the command line pins and sets the hostname while the boot
-// NIC is brought up (DHCP runs beside them), and hands over to the hypervisor agent (Config.Hypervisor:
-// hypervisor/node Enrol + Run, wired by cmd/corral-node). Every failure is
-// printed on the console and retried with backoff; it never gives up.
+// CA is the one the command line pins and sets the hostname, brings up the
+// boot NIC with DHCP, and hands over to the hypervisor agent
+// (Config.Hypervisor: hypervisor/node Enrol + Run, wired by
+// cmd/corral-node). Coldplug runs in the background: DHCP starts once the
+// boot NIC exists and the mount once the data partition does
+// (coldplug.Watch); the agent starts when all of it is done. Every failure
+// is printed on the console and retried with backoff; it never gives up.
 //
 // It must not import store/, boot/, ipmi/, bbolt, etcd or bmclib, nor
 // hypervisor/ (cmd/corral-node wires that in).
@@ -24,6 +27,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -40,13 +44,14 @@ import (
 // agent's data directory.
 const DefaultDataDir = "/var/lib/corral-node"
 
-// MountModules and NodeModules are loaded after coldplug: the hypervisor
-// needs them and no device modalias names them. Failures are printed and
-// ignored (the module may be built in). MountModules load before the data
-// partition is mounted; crc32c_generic comes first: ext4 needs it for
-// metadata_csum as a soft dependency, which nothing else loads.
-// NodeModules (taps, bridges, vhost-net, VLANs) load beside the mount and
-// DHCP and are in before the hypervisor agent starts.
+// MountModules and NodeModules are loaded once coldplug has brought up
+// the data partition: the hypervisor needs them and no device modalias
+// names them. Failures are printed and ignored (the module may be built
+// in). MountModules load in order before the data partition is mounted;
+// crc32c_generic comes first: ext4 needs it for metadata_csum as a soft
+// dependency, which nothing else loads. NodeModules (taps, bridges,
+// vhost-net, VLANs) load each on its own beside the mount and DHCP and are
+// in before the hypervisor agent starts.
 var (
 	MountModules = []string{"crc32c_generic", "ext4"}
 	NodeModules  = []string{"tun", "bridge", "vhost_net", "8021q"}
@@ -82,8 +87,10 @@ type Config struct {
 	Hypervisor func(ctx context.Context, n Node) error
 	Backoff    session.Backoff // default 2 s initial, 60 s cap
 
-	// Hooks for tests; defaults are the real system calls.
-	Coldplug func(ctx context.Context) error
+	// Hooks for tests; defaults are the real system calls. Coldplug must
+	// signal w after every round (coldplug.Run does); Run finishes w
+	// when it returns.
+	Coldplug func(ctx context.Context, w *coldplug.Watch) error
 	Loader   coldplug.Loader
 	Network  func(ctx context.Context, cfg netup.Config) (*netup.Lease, error)
 	Mount    func(dev, dir string) error
@@ -113,8 +120,8 @@ func (c *Config) defaults() error {
 		c.Backoff = session.Backoff{Initial: 2 * time.Second, Max: time.Minute}
 	}
 	if c.Coldplug == nil {
-		c.Coldplug = func(ctx context.Context) error {
-			_, err := discover.Coldplug(ctx, c.Root, c.Console, c.Logger)
+		c.Coldplug = func(ctx context.Context, w *coldplug.Watch) error {
+			_, err := discover.Coldplug(ctx, c.Root, w, c.Console, c.Logger)
 			return err
 		}
 	}
@@ -155,17 +162,33 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	fmt.Fprintf(cfg.Console, "corral: appliance %s, boot MAC %s\n", strings.Join(params.Endpoints, ", "), params.MAC)
 
-	_ = cfg.Coldplug(ctx) // prints its own summary or error
+	// Coldplug runs in the background; each stage waits for the device
+	// it needs, not for the whole of it: DHCP for the boot NIC, the mount
+	// (and the modules without a modalias, loaded beside it) for the data
+	// partition. The hypervisor agent starts once all of it is done.
+	start := time.Now()
+	stage := func(what string) {
+		cfg.Logger.Info("hypervisor boot stage done", "stage", what, "at_ms", time.Since(start).Milliseconds())
+	}
+	watch := coldplug.NewWatch()
+	plugged := make(chan struct{})
+	go func() {
+		defer close(plugged)
+		defer watch.Finish()
+		_ = cfg.Coldplug(ctx, watch) // prints its own summary or error
+		stage("coldplug")
+	}()
 
-	// The boot NIC's driver is loaded: DHCP runs while the modules
-	// without a modalias load and the data partition mounts (under
-	// emulation each is a second or more; nothing here needs the other).
 	type netResult struct {
 		lease *netup.Lease
 		ok    bool
 	}
 	netDone := make(chan netResult, 1)
 	go func() {
+		if watch.Wait(ctx, func() bool { return netup.HasLink(cfg.Root, params.MAC) }) != nil {
+			netDone <- netResult{}
+			return
+		}
 		lease, ok := retry(ctx, &cfg, "network", func() (*netup.Lease, error) {
 			l, err := cfg.Network(ctx, netup.Config{BootMAC: params.MAC, Console: cfg.Console, Logger: cfg.Logger})
 			if err != nil {
@@ -174,20 +197,29 @@ func Run(ctx context.Context, cfg Config) error {
 			fmt.Fprintf(cfg.Console, "corral: %s has %s\n", l.Interface, l.Address)
 			return l, nil
 		})
+		stage("network")
 		netDone <- netResult{lease, ok}
 	}()
 
-	load := func(mods []string) {
-		for _, m := range mods {
-			if err := cfg.Loader.Load(m); err != nil {
-				fmt.Fprintf(cfg.Console, "corral: module %s: %v (ignored)\n", m, err)
-				cfg.Logger.Warn("module load failed", "module", m, "err", err)
-			}
+	load := func(m string) {
+		if err := cfg.Loader.Load(m); err != nil {
+			fmt.Fprintf(cfg.Console, "corral: module %s: %v (ignored)\n", m, err)
+			cfg.Logger.Warn("module load failed", "module", m, "err", err)
 		}
 	}
-	load(MountModules)
-	nodeMods := make(chan struct{})
-	go func() { defer close(nodeMods); load(NodeModules) }()
+	// The data partition's block device is coldplug's; a disk that never
+	// shows up is reported by the mount's retries below.
+	_ = watch.Wait(ctx, func() bool { _, err := FindDataPartition(cfg.Root); return err == nil })
+	// The node's modules load beside the mount and DHCP, each on its own
+	// (the kernel makes a second load of a shared dependency wait).
+	var nodeMods sync.WaitGroup
+	for _, m := range NodeModules {
+		nodeMods.Add(1)
+		go func() { defer nodeMods.Done(); load(m) }()
+	}
+	for _, m := range MountModules {
+		load(m)
+	}
 
 	type data struct {
 		app install.Appliance
@@ -199,9 +231,11 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	if !ok {
 		<-netDone // ctx ended: the network retry ends too
-		<-nodeMods
+		nodeMods.Wait()
+		<-plugged
 		return nil
 	}
+	stage("data disk")
 	fmt.Fprintf(cfg.Console, "corral: node %s (machine %s, install %s) from %s\n", d.app.NodeName, d.app.MachineName, d.app.InstallID, cfg.DataDir)
 	join, dropped := joinList(params.Endpoints, d.app.Appliances())
 	if len(dropped) > 0 {
@@ -216,7 +250,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	nr := <-netDone
-	<-nodeMods
+	nodeMods.Wait()
+	<-plugged
 	if !nr.ok {
 		return nil
 	}

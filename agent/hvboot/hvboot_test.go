@@ -16,6 +16,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +25,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/corralhq/corral/agent/coldplug"
 	"github.com/corralhq/corral/agent/install"
 	"github.com/corralhq/corral/agent/netup"
 	"github.com/corralhq/corral/agent/session"
@@ -186,7 +188,7 @@ func bootConfig(t *testing.T, fp, mode string, data string, console *syncBuffer)
 	return Config{
 		Root: root, CmdlineFile: filepath.Join(root, "cmdline"), DataDir: data, Version: "v-test", Console: console,
 		Backoff:  session.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
-		Coldplug: func(context.Context) error { rec("coldplug"); return nil },
+		Coldplug: func(context.Context, *coldplug.Watch) error { rec("coldplug"); return nil },
 		Loader:   &loader{},
 		Network: func(_ context.Context, c netup.Config) (*netup.Lease, error) {
 			rec("dhcp " + c.BootMAC)
@@ -232,18 +234,27 @@ func TestRunStartsHypervisor(t *testing.T) {
 	if diff := cmp.Diff(want, n, cmpopts.IgnoreFields(install.Appliance{}, "InstalledAt")); diff != "" {
 		t.Errorf("node (-want +got):\n%s", diff)
 	}
-	// Coldplug first; DHCP then runs beside the mount and the hostname.
-	if len(*calls) == 0 || (*calls)[0] != "coldplug" {
-		t.Errorf("calls = %q: want coldplug first (the NIC's driver)", *calls)
+	// No boot NIC in the fake sysfs: DHCP waits for coldplug's end. The
+	// data partition is there from the start: the mount need not wait.
+	if i, j := slices.Index(*calls, "coldplug"), slices.Index(*calls, "dhcp 52:54:00:aa:bb:cc"); i < 0 || j < i {
+		t.Errorf("calls = %q: want coldplug before DHCP (the NIC's driver)", *calls)
 	}
 	wantCalls := []string{"coldplug", "dhcp 52:54:00:aa:bb:cc", "hostname node-7", "mount vdb1 " + data}
-	if diff := cmp.Diff(wantCalls, *calls, cmpopts.SortSlices(func(a, b string) bool {
-		return a != "coldplug" && (b == "coldplug" || a < b)
-	})); diff != "" {
+	if diff := cmp.Diff(wantCalls, *calls, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
 		t.Errorf("calls (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(Modules, cfg.Loader.(*loader).loaded); diff != "" {
+	if diff := cmp.Diff(Modules, cfg.Loader.(*loader).loaded, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
 		t.Errorf("modules (-want +got):\n%s", diff)
+	}
+	// The mount's modules load in order (crc32c_generic before ext4).
+	var mount []string
+	for _, m := range cfg.Loader.(*loader).loaded {
+		if slices.Contains(MountModules, m) {
+			mount = append(mount, m)
+		}
+	}
+	if diff := cmp.Diff(MountModules, mount); diff != "" {
+		t.Errorf("mount modules in load order (-want +got):\n%s", diff)
 	}
 	for _, want := range []string{"module 8021q: not found (ignored)", "hypervisor agent (attempt 1): enrol: appliance unreachable", "node node-7 (machine m-7, install i-7)"} {
 		if !strings.Contains(console.String(), want) {
@@ -252,6 +263,65 @@ func TestRunStartsHypervisor(t *testing.T) {
 	}
 	if p := os.Getenv("PATH"); p != "/nowhere:/usr/bin:/usr/sbin:/bin:/sbin" {
 		t.Errorf("PATH = %q", p)
+	}
+}
+
+// TestRunOverlapsColdplug: DHCP starts once coldplug has brought up the
+// boot NIC and the mount once the data partition is there, while
+// coldplug still waits for late devices; the hypervisor agent starts only
+// after coldplug has ended.
+func TestRunOverlapsColdplug(t *testing.T) {
+	caPEM, fp := newCA(t)
+	data := dataDir(t, caPEM)
+	console := &syncBuffer{}
+	cfg, calls := bootConfig(t, fp, "hypervisor", data, console)
+	var mu sync.Mutex
+	rec := func(s string) { mu.Lock(); *calls = append(*calls, s); mu.Unlock() }
+	seen := func(s string) bool { mu.Lock(); defer mu.Unlock(); return slices.Contains(*calls, s) }
+	cfg.Network = func(ctx context.Context, c netup.Config) (*netup.Lease, error) {
+		rec("dhcp done")
+		return &netup.Lease{Interface: "eth0", MAC: c.BootMAC, Address: "10.0.0.57/24"}, nil
+	}
+	cfg.Mount = func(dev, dir string) error { rec("mount"); return nil }
+	cfg.Hostname = func(string) error { return nil }
+	cfg.Coldplug = func(ctx context.Context, w *coldplug.Watch) error {
+		// Round 1 brings up the boot NIC; then coldplug waits for late
+		// devices until DHCP and the mount are done (or 5 s pass).
+		write(t, filepath.Join(cfg.Root, "sys/class/net/eth0/address"), []byte("52:54:00:AA:BB:CC\n"))
+		w.Signal()
+		for end := time.Now().Add(5 * time.Second); time.Now().Before(end) && !(seen("dhcp done") && seen("mount")); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		rec("coldplug done")
+		return nil
+	}
+	started := make(chan struct{}, 1)
+	cfg.Hypervisor = func(ctx context.Context, n Node) error {
+		rec("hypervisor")
+		started <- struct{}{}
+		<-ctx.Done()
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg) }()
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("hypervisor not started; console:\n%s", console)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	at := func(s string) int { return slices.Index(*calls, s) }
+	if at("dhcp done") < 0 || at("dhcp done") > at("coldplug done") || at("mount") > at("coldplug done") {
+		t.Errorf("calls = %q: want DHCP and the mount done before coldplug ends", *calls)
+	}
+	if at("hypervisor") < at("coldplug done") {
+		t.Errorf("calls = %q: want the hypervisor agent after coldplug", *calls)
 	}
 }
 

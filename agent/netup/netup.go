@@ -12,9 +12,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
 	"github.com/u-root/u-root/pkg/dhclient"
 	"github.com/vishvananda/netlink"
 )
@@ -49,8 +53,11 @@ type Config struct {
 	LinkTimeout time.Duration // wait for carrier (default 10 s)
 	DHCPTimeout time.Duration // per DHCP attempt (default 5 s)
 	Retries     int           // DHCP retries per NIC (default 3)
-	Console     io.Writer
-	Logger      *slog.Logger
+	// QuickTimeout bounds the first exchange on a NIC that has carrier
+	// (default 2 s); then the full one (DHCPTimeout, Retries) follows.
+	QuickTimeout time.Duration
+	Console      io.Writer
+	Logger       *slog.Logger
 }
 
 // Lease is the configured address.
@@ -73,6 +80,9 @@ func Up(ctx context.Context, cfg Config) (*Lease, error) {
 	}
 	if cfg.Retries <= 0 {
 		cfg.Retries = 3
+	}
+	if cfg.QuickTimeout <= 0 {
+		cfg.QuickTimeout = 2 * time.Second
 	}
 	if cfg.Console == nil {
 		cfg.Console = io.Discard
@@ -106,6 +116,24 @@ func Up(ctx context.Context, cfg Config) (*Lease, error) {
 			continue
 		}
 		fmt.Fprintf(cfg.Console, "corral: DHCP on %s (%s, link %v)\n", n.Name, n.MAC, n.Carrier)
+		if n.Carrier {
+			// The link is up with carrier: the NIC sends now. u-root's
+			// dhclient would first wait for the operational state, which
+			// the kernel's link watcher sets up to a second later (it
+			// batches link events to one a second): ask at once, for one
+			// short exchange; a lost answer falls back to the full one.
+			start := time.Now()
+			l, err := quickLease(ctx, link, cfg.QuickTimeout)
+			if err == nil {
+				lease := &Lease{Interface: n.Name, MAC: n.MAC, Address: l.String()}
+				log.Info("dhcp lease", "iface", lease.Interface, "mac", lease.MAC, "address", lease.Address, "took_ms", time.Since(start).Milliseconds())
+				return lease, nil
+			}
+			log.Warn("quick DHCP failed: full exchange", "iface", n.Name, "err", err)
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
 		dctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Retries+1)*cfg.DHCPTimeout)
 		results := dhclient.SendRequests(dctx, []netlink.Link{link}, true, false,
 			dhclient.Config{Timeout: cfg.DHCPTimeout, Retries: cfg.Retries}, cfg.LinkTimeout)
@@ -137,6 +165,56 @@ func Up(ctx context.Context, cfg Config) (*Lease, error) {
 		}
 	}
 	return nil, fmt.Errorf("netup: no DHCP lease: %w", errors.Join(errs...))
+}
+
+// quickLease is one DHCPv4 exchange on link with insomniacslk's nclient4,
+// asking what u-root's dhclient asks, and configures the lease with
+// u-root's (address, routes, DNS). It does not wait for the link's
+// operational state.
+func quickLease(ctx context.Context, link netlink.Link, timeout time.Duration) (*net.IPNet, error) {
+	client, err := nclient4.New(link.Attrs().Name, nclient4.WithTimeout(timeout), nclient4.WithRetry(1))
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*timeout)
+	defer cancel()
+	l, err := client.Request(ctx,
+		dhcpv4.WithOption(dhcpv4.OptClassIdentifier("PXE UROOT")),
+		dhcpv4.WithRequestedOptions(dhcpv4.OptionSubnetMask),
+		dhcpv4.WithNetboot)
+	if err != nil {
+		return nil, err
+	}
+	p := dhclient.NewPacket4(link, l.ACK)
+	if err := p.Configure(); err != nil {
+		return nil, fmt.Errorf("configure: %w", err)
+	}
+	if p.Lease() == nil {
+		return nil, errors.New("the ACK has no address")
+	}
+	return p.Lease(), nil
+}
+
+// HasLink reports whether a network interface with MAC mac exists under
+// root's sys/class/net (root "" means "/"): its driver is loaded. It reads
+// sysfs only, so it is cheap enough to ask after every coldplug round.
+func HasLink(root, mac string) bool {
+	if root == "" {
+		root = "/"
+	}
+	dir := filepath.Join(root, "sys/class/net")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "address"))
+		if err == nil && strings.EqualFold(strings.TrimSpace(string(b)), mac) {
+			return true
+		}
+	}
+	return false
 }
 
 // physical lists links that are real devices with an Ethernet address.

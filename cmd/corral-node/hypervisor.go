@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/agent/cmdline"
+	"github.com/corralhq/corral/agent/coldplug"
 	"github.com/corralhq/corral/agent/discover"
 	"github.com/corralhq/corral/agent/hvboot"
 	"github.com/corralhq/corral/hypervisor/node"
@@ -140,21 +141,22 @@ func runHypervisorBoot(ctx context.Context, cmdlineFile, dataDir, accel string, 
 	err := hvboot.Run(ctx, hvboot.Config{
 		CmdlineFile: cmdlineFile, DataDir: dataDir, Version: version,
 		Console: console, Logger: log,
-		Coldplug: func(ctx context.Context) error {
+		Coldplug: func(ctx context.Context, w *coldplug.Watch) error {
 			if accel != "auto" {
-				_, err := discover.Coldplug(ctx, "/", console, log)
+				_, err := discover.Coldplug(ctx, "/", w, console, log)
 				return err
 			}
-			// The probe starts as soon as coldplug's first round has made
-			// /dev/kvm (the node waits for its answer), else after coldplug.
-			plugged := make(chan struct{})
+			// The probe starts as soon as a coldplug round has made
+			// /dev/kvm (the node waits for its answer), else after
+			// coldplug.
 			watched := make(chan struct{})
 			go func() {
 				defer close(watched)
-				waitKVM(ctx, plugged, start)
+				if w.Wait(ctx, kvmExists) == nil {
+					start()
+				}
 			}()
-			_, err := discover.Coldplug(ctx, "/", console, log)
-			close(plugged)
+			_, err := discover.Coldplug(ctx, "/", w, console, log)
 			<-watched
 			start()
 			return err
@@ -177,24 +179,10 @@ func runHypervisorBoot(ctx context.Context, cmdlineFile, dataDir, accel string, 
 	return err
 }
 
-// waitKVM calls start once /dev/kvm exists, polling every 50 ms until
-// plugged is closed or ctx ends.
-func waitKVM(ctx context.Context, plugged <-chan struct{}, start func()) {
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
-	for {
-		if _, err := os.Stat("/dev/kvm"); err == nil {
-			start()
-			return
-		}
-		select {
-		case <-plugged:
-			return
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+// kvmExists reports whether /dev/kvm is there (the kvm modules are in).
+func kvmExists() bool {
+	_, err := os.Stat("/dev/kvm")
+	return err == nil
 }
 
 // accelProbe is vm.DetectAccel run once in the background; accel is its
