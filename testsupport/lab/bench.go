@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -121,14 +122,24 @@ func Bench(ctx context.Context, cfg BenchConfig) error {
 	}
 	samples := map[string]map[string][]float64{} // firmware → figure → one per machine and round
 	var loads []string
+	consoles := filepath.Join(up.Dir, "bench")
+	if err := os.RemoveAll(consoles); err != nil {
+		return err
+	}
 	for r := 1; r <= cfg.Runs; r++ {
 		start := time.Now()
 		fmt.Fprintf(cfg.Out, "round %d/%d: up (load %s)\n", r, cfg.Runs, loadAvg())
-		_, err := Up(ctx, up)
+		round := filepath.Join(consoles, fmt.Sprintf("round-%d", r))
+		stopStamps, err := StampConsoles(up.Dir, round)
+		if err != nil {
+			return err
+		}
+		_, err = Up(ctx, up)
 		var ms []MachineFigures
 		if err == nil {
 			ms, err = Measure(ctx, up.Dir)
 		}
+		stopStamps()
 		load := loadAvg()
 		loads = append(loads, load)
 		if derr := Down(context.WithoutCancel(ctx), up.Dir, io.Discard); derr != nil && err == nil {
@@ -137,7 +148,7 @@ func Bench(ctx context.Context, cfg BenchConfig) error {
 		if err != nil {
 			return fmt.Errorf("round %d: %w", r, err)
 		}
-		fmt.Fprintf(cfg.Out, "round %d/%d: %s, load %s at the end\n", r, cfg.Runs, time.Since(start).Round(time.Second), load)
+		fmt.Fprintf(cfg.Out, "round %d/%d: %s, load %s at the end; consoles stamped with the host clock in %s\n", r, cfg.Runs, time.Since(start).Round(time.Second), load, round)
 		if err := PrintReport(cfg.Out, ms); err != nil {
 			return err
 		}
