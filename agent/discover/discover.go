@@ -142,11 +142,19 @@ func Run(ctx context.Context, cfg Config) error {
 	// BMC device); the facts wait for all of it.
 	watch := coldplug.NewWatch()
 	plugged := make(chan struct{})
+	coldplugged := make(chan struct{})
 	go func() {
+		defer close(coldplugged)
+		_, _ = Coldplug(ctx, cfg.Root, watch, cfg.Console, cfg.Logger)
+	}()
+	go func() {
+		// The BMC's device node as soon as its interface driver is in,
+		// beside the rest of coldplug.
 		defer close(plugged)
-		if res, err := Coldplug(ctx, cfg.Root, watch, cfg.Console, cfg.Logger); err == nil {
-			ipmiDevice(ctx, cfg, res.Loaded)
+		if watch.Wait(ctx, func() bool { return bmcDriverLoaded(cfg.Root) }) == nil && bmcDriverLoaded(cfg.Root) {
+			ipmiDevice(ctx, cfg)
 		}
+		<-coldplugged
 	}()
 	if watch.Wait(ctx, func() bool { return netup.HasLink(cfg.Root, params.MAC) }) != nil {
 		<-plugged
@@ -237,24 +245,28 @@ func Coldplug(ctx context.Context, root string, watch *coldplug.Watch, console i
 	return res, nil
 }
 
-// ipmiDevice loads ipmi_devintf when coldplug loaded a BMC interface
-// driver: ipmi_devintf has no modalias, so coldplug never loads it, and
-// without it /dev/ipmi0 never appears. It then waits up to 10 s for the
-// device node (devtmpfs creates it once the interface registers).
-func ipmiDevice(ctx context.Context, cfg Config, loaded []string) {
-	found := false
-	for _, m := range loaded {
-		found = found || m == "ipmi_si" || m == "ipmi_ssif"
+// bmcDriverLoaded reports whether a BMC interface driver (ipmi_si,
+// ipmi_ssif) is in the kernel: coldplug loads it by the BMC's modalias.
+func bmcDriverLoaded(root string) bool {
+	for _, m := range []string{"ipmi_si", "ipmi_ssif"} {
+		if _, err := os.Stat(filepath.Join(root, "sys/module", m)); err == nil {
+			return true
+		}
 	}
-	if !found {
-		return
-	}
+	return false
+}
+
+// ipmiDevice loads ipmi_devintf once a BMC interface driver is in:
+// ipmi_devintf has no modalias, so coldplug never loads it, and without
+// it /dev/ipmi0 never appears. It then waits up to 10 s for the device
+// node (devtmpfs creates it once the interface registers).
+func ipmiDevice(ctx context.Context, cfg Config) {
 	if err := (coldplug.KernelLoader{}).Load("ipmi_devintf"); err != nil {
 		fmt.Fprintf(cfg.Console, "corral: BMC: load ipmi_devintf: %v\n", err)
 		return
 	}
 	dev := filepath.Join(cfg.Root, "dev/ipmi0")
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(20 * time.Millisecond) {
 		if _, err := os.Stat(dev); err == nil {
 			return
 		}
