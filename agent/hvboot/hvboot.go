@@ -8,7 +8,7 @@
 // boot NIC with DHCP, and hands over to the hypervisor agent
 // (Config.Hypervisor: hypervisor/node Enrol + Run, wired by
 // cmd/corral-node). Coldplug runs in the background: DHCP starts once the
-// boot NIC exists and the mount once the data partition does
+// boot NIC exists and the mount once the data partition and /dev/kvm do
 // (coldplug.Watch); the agent starts when all of it is done. Every failure
 // is printed on the console and retried with backoff; it never gives up.
 //
@@ -45,8 +45,8 @@ import (
 const DefaultDataDir = "/var/lib/corral-node"
 
 // MountModules and NodeModules are loaded once coldplug has brought up
-// the data partition: the hypervisor needs them and no device modalias
-// names them. Failures are printed and ignored (the module may be built
+// the data partition and /dev/kvm (or has ended): the hypervisor needs
+// them and no device modalias names them. Failures are printed and ignored (the module may be built
 // in). MountModules load in order before the data partition is mounted;
 // crc32c_generic comes first: ext4 needs it for metadata_csum as a soft
 // dependency, which nothing else loads. NodeModules (taps, bridges,
@@ -208,8 +208,17 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	// The data partition's block device is coldplug's; a disk that never
-	// shows up is reported by the mount's retries below.
-	_ = watch.Wait(ctx, func() bool { _, err := FindDataPartition(cfg.Root); return err == nil })
+	// shows up is reported by the mount's retries below. The modules load
+	// once it is there and /dev/kvm too: under emulation the kvm modules
+	// load for seconds, and the KVM probe after them is the node's longest
+	// wait, so nothing else loads beside them.
+	_ = watch.Wait(ctx, func() bool {
+		if _, err := os.Stat(filepath.Join(cfg.Root, "dev/kvm")); err != nil {
+			return false
+		}
+		_, err := FindDataPartition(cfg.Root)
+		return err == nil
+	})
 	// The node's modules load beside the mount and DHCP, each on its own
 	// (the kernel makes a second load of a shared dependency wait).
 	var nodeMods sync.WaitGroup
