@@ -46,12 +46,12 @@ const DefaultDataDir = "/var/lib/corral-node"
 
 // MountModules and NodeModules are loaded once coldplug has brought up
 // the data partition and /dev/kvm (or has ended): the hypervisor needs
-// them and no device modalias names them. Failures are printed and ignored (the module may be built
-// in). MountModules load in order before the data partition is mounted;
-// crc32c_generic comes first: ext4 needs it for metadata_csum as a soft
-// dependency, which nothing else loads. NodeModules (taps, bridges,
-// vhost-net, VLANs) load each on its own beside the mount and DHCP and are
-// in before the hypervisor agent starts.
+// them and no device modalias names them. Failures are printed and
+// ignored (the module may be built in). MountModules load in order before
+// the data partition is mounted; crc32c_generic comes first: ext4 needs
+// it for metadata_csum as a soft dependency, which nothing else loads.
+// NodeModules (taps, bridges, vhost-net, VLANs) load each on its own
+// beside the mount and DHCP and are in before the hypervisor agent starts.
 var (
 	MountModules = []string{"crc32c_generic", "ext4"}
 	NodeModules  = []string{"tun", "bridge", "vhost_net", "8021q"}
@@ -165,7 +165,8 @@ func Run(ctx context.Context, cfg Config) error {
 	// Coldplug runs in the background; each stage waits for the device
 	// it needs, not for the whole of it: DHCP for the boot NIC, the mount
 	// (and the modules without a modalias, loaded beside it) for the data
-	// partition. The hypervisor agent starts once all of it is done.
+	// partition and /dev/kvm. The hypervisor agent starts once all of it
+	// is done.
 	start := time.Now()
 	stage := func(what string) {
 		cfg.Logger.Info("hypervisor boot stage done", "stage", what, "at_ms", time.Since(start).Milliseconds())
