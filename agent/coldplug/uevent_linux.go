@@ -29,9 +29,12 @@ func ListenUevents() (Events, error) {
 	if err != nil {
 		return nil, fmt.Errorf("uevent socket: %w", err)
 	}
-	// Best effort: without it the default queue (~200 KB) still holds a
-	// boot's events, and an overflow is detected.
-	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, ueventBuffer)
+	// Best effort (FORCE passes rmem_max as root): without it the default
+	// queue (~200 KB) still holds a boot's events, and an overflow is
+	// detected.
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, ueventBuffer) != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, ueventBuffer)
+	}
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: 1}); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("uevent socket: bind: %w", err)
