@@ -40,6 +40,10 @@ func Boots(es []*inventoryv1.TimelineEntry, poweredAt time.Time) []Boot {
 	var boots []Boot
 	var cur *Boot
 	var pendingPower time.Time
+	// prefetched: kernel or initrd served after a boot's agent started:
+	// the agent fetching the hypervisor image ahead of its kexec, while
+	// it installs (lifecycle kexecAhead).
+	var prefetched bool
 	for _, e := range es {
 		at := e.GetAt().AsTime()
 		src, ev := e.GetSource(), e.GetEvent()
@@ -52,7 +56,11 @@ func Boots(es []*inventoryv1.TimelineEntry, poweredAt time.Time) []Boot {
 			// for its power-on and its script (lifecycle/kexec.go).
 			boots = append(boots, Boot{Intent: "hypervisor/kexec", Power: at, Script: at, Last: at, LastEvent: src + " " + ev})
 			cur = &boots[len(boots)-1]
-			pendingPower = time.Time{}
+			if prefetched {
+				// Fetched (and loaded) before the kexec: there at once.
+				cur.Kernel, cur.Initrd = at, at
+			}
+			pendingPower, prefetched = time.Time{}, false
 			continue
 		}
 		if src == "dhcp" && ev == "discover" && (cur == nil || !cur.Script.IsZero()) {
@@ -69,6 +77,8 @@ func Boots(es []*inventoryv1.TimelineEntry, poweredAt time.Time) []Boot {
 				cur.Script = at
 				cur.Intent = e.GetAttributes()["intent"]
 			}
+		case src == "http" && ev == "artifact" && !cur.Agent.IsZero():
+			prefetched = true // not this boot's: the next one's, ahead of its kexec
 		case src == "http" && ev == "artifact":
 			switch e.GetAttributes()["kind"] {
 			case "kernel":

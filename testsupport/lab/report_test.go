@@ -62,6 +62,22 @@ func TestBoots(t *testing.T) {
 					Agent: at(50), AgentEvent: "node registered", Last: at(51), LastEvent: "lifecycle deployed", Ready: at(51)},
 			},
 		},
+		"discover then install with the kexec files fetched ahead": {
+			entries: []*inventoryv1.TimelineEntry{
+				e(3, "dhcp", "discover"), e(10, "http", "script", "intent", "discover"),
+				e(11, "http", "artifact", "kind", "kernel"), e(12, "http", "artifact", "kind", "initrd"),
+				e(30, "inventory", "registered"),
+				e(30.5, "http", "artifact", "kind", "kernel"), e(31, "http", "artifact", "kind", "initrd"),
+				e(32, "lifecycle", "installed"), e(32.1, "lifecycle", "kexec"),
+				e(50, "node", "registered"), e(51, "lifecycle", "deployed"),
+			},
+			want: []Boot{
+				{Intent: "discover", DHCP: at(3), Script: at(10), Kernel: at(11), Initrd: at(12), Agent: at(30), AgentEvent: "inventory registered",
+					Last: at(32), LastEvent: "lifecycle installed"},
+				{Intent: "hypervisor/kexec", Power: at(32.1), Script: at(32.1), Kernel: at(32.1), Initrd: at(32.1),
+					Agent: at(50), AgentEvent: "node registered", Last: at(51), LastEvent: "lifecycle deployed", Ready: at(51)},
+			},
+		},
 		"lab power on without BMC": {
 			entries:   []*inventoryv1.TimelineEntry{e(5, "dhcp", "discover"), e(6, "http", "script", "intent", "discover")},
 			poweredAt: at(1),
