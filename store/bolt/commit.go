@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 
 	bbolt "go.etcd.io/bbolt"
 
@@ -69,6 +70,12 @@ func (s *Store) submit(ctx context.Context, o *op) (int64, error) {
 // o waits for the next one, which the committer goroutine takes (it is
 // woken by whoever finishes a batch and finds more queued). Either way o
 // is answered on o.done.
+//
+// With a single P, the caller first yields once: the writers already
+// runnable (a burst of DHCP requests handed to workers) queue their
+// writes and wait, and the batch takes them all. Without the yield the
+// first writer commits alone, and with fdatasync holding the P (sync.go)
+// nothing else could queue meanwhile: one flush per write.
 func (s *Store) queue(ctx context.Context, o *op) error {
 	s.pending.Add(1)
 	select {
@@ -78,6 +85,9 @@ func (s *Store) queue(ctx context.Context, o *op) error {
 		return ctx.Err()
 	}
 	if s.committing.CompareAndSwap(false, true) {
+		if oneP() {
+			runtime.Gosched()
+		}
 		s.commitQueued()
 		s.committing.Store(false)
 		if s.pending.Load() > 0 {

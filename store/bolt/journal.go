@@ -218,7 +218,7 @@ func (j *journal) append(rec []byte) error {
 	if _, err := j.f.WriteAt(rec, j.off); err != nil {
 		return fmt.Errorf("journal write: %w", err)
 	}
-	if err := unix.Fdatasync(int(j.f.Fd())); err != nil {
+	if err := fdatasync(j.f); err != nil {
 		return fmt.Errorf("journal fdatasync: %w", err)
 	}
 	j.off += int64(len(rec))
