@@ -16,9 +16,6 @@ type serveFunc func(ctx context.Context, c server.Config) error
 
 // runServer prepares and runs the appliance.
 func runServer(ctx context.Context, c server.Config) error {
-	if c.Boot.Interface != "" {
-		ensureProcs()
-	}
 	srv, err := server.New(c)
 	if err != nil {
 		return err

@@ -2,8 +2,6 @@ package main
 
 import (
 	"errors"
-	"os"
-	"runtime"
 
 	"github.com/corralhq/corral/boot/dhcp"
 	"github.com/corralhq/corral/internal/server"
@@ -69,28 +67,18 @@ func bootConfig(cmd *cobra.Command) (server.BootConfig, error) {
 	return c, nil
 }
 
-// minProcs is the fewest Ps corrald runs with when it serves network boot,
-// unless GOMAXPROCS is set in the environment. Measured on the shared
-// 2-core lab machine (bench/README.md, issue #14): with GOMAXPROCS=1 and
-// corrald pinned to one core that other processes also run on, DHCP
-// collapses (DORA p50 0.5-1.2 s at 2,000-3,000 offered/s), because one
-// thread gets 1/N of a core shared with N runnable threads: its
-// /proc/PID/task/*/schedstat showed 9.2 s of run-queue wait in a 10 s run
-// and 2.4 s on the CPU (the earlier explanation, bbolt page faults holding
-// the P, was not what the measurement showed). With 4 Ps it keeps up, at
-// the price of the Go scheduler's spinning threads on one core: about
-// 1.4-2× the CPU per lease of GOMAXPROCS=1 when that one runs at all.
-// On a core of its own, GOMAXPROCS=1 is the cheaper setting: set it in
-// the environment (the systemd unit's Environment=) and it is kept.
-const minProcs = 4
-
-// ensureProcs raises GOMAXPROCS to minProcs (runServer, when network
-// boot is on), unless the GOMAXPROCS environment variable chose a value.
-func ensureProcs() {
-	if os.Getenv("GOMAXPROCS") != "" {
-		return // the operator's (or a benchmark's) explicit choice
-	}
-	if runtime.GOMAXPROCS(0) < minProcs {
-		runtime.GOMAXPROCS(minProcs)
-	}
-}
+// GOMAXPROCS is left to the Go runtime: as many Ps as CPUs in corrald's
+// affinity mask (and cgroup quota), so corrald pinned to one core runs one
+// P, and an explicit GOMAXPROCS in the environment wins as usual. Until
+// the third session of issue #14 network boot raised it to at least 4:
+// with one P the DHCP path collapsed (DORA p99 0.2-2 s at 3,990/s),
+// because the goroutine that came back from the journal's fdatasync found
+// its P handed away and waited in the global run queue while holding the
+// commit pipeline. The store now keeps the P through that flush and
+// batches the writers queued behind it (store/bolt sync.go, commit.go);
+// measured on one pinned core, 4 Ps then cost more CPU per lease than 1
+// at 4,000 offered/s and above (the scheduler's spinning threads and
+// hand-offs on one core; level at 2,000/s) and gave a longer DORA tail
+// (bench/README.md, "third session"). On a core shared with other busy
+// processes one P gets a smaller share of it than four: give corrald its
+// own core, or set GOMAXPROCS.
