@@ -8,7 +8,7 @@
 // boot NIC with DHCP, and hands over to the hypervisor agent
 // (Config.Hypervisor: hypervisor/node Enrol + Run, wired by
 // cmd/corral-node). Coldplug runs in the background: DHCP starts once the
-// boot NIC exists and the mount once the data partition and /dev/kvm do
+// boot NIC exists and the mount once the data partition does
 // (coldplug.Watch); the agent starts when all of it is done. Every failure
 // is printed on the console and retried with backoff; it never gives up.
 //
@@ -44,14 +44,14 @@ import (
 // agent's data directory.
 const DefaultDataDir = "/var/lib/corral-node"
 
-// MountModules and NodeModules are loaded once coldplug has brought up
-// the data partition and /dev/kvm (or has ended): the hypervisor needs
-// them and no device modalias names them. Failures are printed and
-// ignored (the module may be built in). MountModules load in order before
-// the data partition is mounted; crc32c_generic comes first: ext4 needs
-// it for metadata_csum as a soft dependency, which nothing else loads.
-// NodeModules (taps, bridges, vhost-net, VLANs) load each on its own
-// beside the mount and DHCP and are in before the hypervisor agent starts.
+// MountModules and NodeModules are loaded beside coldplug: the
+// hypervisor needs them and no device modalias names them. Failures are
+// printed and ignored (the module may be built in). MountModules load in
+// order once the data partition is there, before it is mounted;
+// crc32c_generic comes first: ext4 needs it for metadata_csum as a soft
+// dependency, which nothing else loads. NodeModules (taps, bridges,
+// vhost-net, VLANs) load each on its own once /dev/kvm is there and are
+// in before the hypervisor agent starts.
 var (
 	MountModules = []string{"crc32c_generic", "ext4"}
 	NodeModules  = []string{"tun", "bridge", "vhost_net", "8021q"}
@@ -164,9 +164,8 @@ func Run(ctx context.Context, cfg Config) error {
 
 	// Coldplug runs in the background; each stage waits for the device
 	// it needs, not for the whole of it: DHCP for the boot NIC, the mount
-	// (and the modules without a modalias, loaded beside it) for the data
-	// partition and /dev/kvm. The hypervisor agent starts once all of it
-	// is done.
+	// (and the ext4 chain) for the data partition, the node's modules for
+	// /dev/kvm. The hypervisor agent starts once all of it is done.
 	start := time.Now()
 	stage := func(what string) {
 		cfg.Logger.Info("hypervisor boot stage done", "stage", what, "at_ms", time.Since(start).Milliseconds())
@@ -208,25 +207,24 @@ func Run(ctx context.Context, cfg Config) error {
 			cfg.Logger.Warn("module load failed", "module", m, "err", err)
 		}
 	}
-	// The data partition's block device is coldplug's; a disk that never
-	// shows up is reported by the mount's retries below. The modules load
-	// once it is there and /dev/kvm too: under emulation the kvm modules
-	// load for seconds, and the KVM probe after them is the node's longest
-	// wait, so nothing else loads beside them.
-	_ = watch.Wait(ctx, func() bool {
-		if _, err := os.Stat(filepath.Join(cfg.Root, "dev/kvm")); err != nil {
-			return false
-		}
-		_, err := FindDataPartition(cfg.Root)
-		return err == nil
-	})
-	// The node's modules load beside the mount and DHCP, each on its own
-	// (the kernel makes a second load of a shared dependency wait).
+	// The node's modules are not needed before the hypervisor agent
+	// starts, which waits for the KVM probe: they load, each on its own,
+	// once /dev/kvm is there (under emulation the kvm modules load for
+	// seconds and the probe after them is the node's longest wait: nothing
+	// that can wait loads beside them).
 	var nodeMods sync.WaitGroup
-	for _, m := range NodeModules {
-		nodeMods.Add(1)
-		go func() { defer nodeMods.Done(); load(m) }()
-	}
+	nodeMods.Add(1)
+	go func() {
+		defer nodeMods.Done()
+		_ = watch.Wait(ctx, func() bool { _, err := os.Stat(filepath.Join(cfg.Root, "dev/kvm")); return err == nil })
+		for _, m := range NodeModules {
+			nodeMods.Add(1)
+			go func() { defer nodeMods.Done(); load(m) }()
+		}
+	}()
+	// The data partition's block device is coldplug's; a disk that never
+	// shows up is reported by the mount's retries below.
+	_ = watch.Wait(ctx, func() bool { _, err := FindDataPartition(cfg.Root); return err == nil })
 	for _, m := range MountModules {
 		load(m)
 	}

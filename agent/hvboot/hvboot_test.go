@@ -267,9 +267,9 @@ func TestRunStartsHypervisor(t *testing.T) {
 }
 
 // TestRunOverlapsColdplug: DHCP starts once coldplug has brought up the
-// boot NIC and the mount once the data partition and /dev/kvm are there,
-// while coldplug still waits for late devices; the hypervisor agent starts
-// only after coldplug has ended.
+// boot NIC and the mount once the data partition is there, while
+// coldplug still waits for late devices; the hypervisor agent starts only
+// after coldplug has ended.
 func TestRunOverlapsColdplug(t *testing.T) {
 	caPEM, fp := newCA(t)
 	data := dataDir(t, caPEM)
@@ -288,7 +288,6 @@ func TestRunOverlapsColdplug(t *testing.T) {
 		// Round 1 brings up the boot NIC; then coldplug waits for late
 		// devices until DHCP and the mount are done (or 5 s pass).
 		write(t, filepath.Join(cfg.Root, "sys/class/net/eth0/address"), []byte("52:54:00:AA:BB:CC\n"))
-		write(t, filepath.Join(cfg.Root, "dev/kvm"), nil)
 		w.Signal()
 		for end := time.Now().Add(5 * time.Second); time.Now().Before(end) && !(seen("dhcp done") && seen("mount")); {
 			time.Sleep(5 * time.Millisecond)
