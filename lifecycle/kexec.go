@@ -26,10 +26,11 @@ import (
 // reboot the old way at once (BMC next boot PXE + power cycle, else the
 // Reboot command), with the reason on its timeline, and the ordinary boot
 // watchdog takes over from there. An agent that named no capability (one
-// before #14) gets the old reboot. An agent that also named
-// kexec-prefetch gets the same plan right behind the install plan
-// (kexecAhead): it fetches, verifies and loads the image while it
-// installs, and the plan after the done only makes it reboot.
+// before #14) gets the old reboot. With Config.KexecAhead (off by
+// default), an agent that also named kexec-prefetch gets the same plan
+// right behind the install plan (kexecAhead): it fetches, verifies and
+// loads the image while it installs, and the plan after the done only
+// makes it reboot.
 
 // DefaultKexecTimeout is how long a kexec'd machine has to bring its node
 // READY before it is rebooted the old way.
@@ -126,7 +127,7 @@ func (l *Lifecycle) installReboot(ctx context.Context, m *inventoryv1.Machine, i
 // one after the done decides, and falls back).
 func (l *Lifecycle) kexecAhead(ctx context.Context, m *inventoryv1.Machine, id string) {
 	name := m.GetName()
-	if l.kexecTimeout() <= 0 || !l.sess.canPrefetch(name) {
+	if !l.cfg.KexecAhead || l.kexecTimeout() <= 0 || !l.sess.canPrefetch(name) {
 		return
 	}
 	plan, err := l.kexecPlan(ctx, m)

@@ -320,18 +320,20 @@ func TestKexecAhead(t *testing.T) {
 		caps    []string
 		boot    *fakeBoot
 		timeout time.Duration
+		off     bool // Config.KexecAhead not set
 		ahead   bool
 	}{
-		"kexec-prefetch":           {caps: []string{nodev1.CapabilityKexec, nodev1.CapabilityKexecPrefetch}, boot: &fakeBoot{}, ahead: true},
-		"kexec only":               {caps: []string{nodev1.CapabilityKexec}, boot: &fakeBoot{}},
-		"kexec-prefetch, no kexec": {caps: []string{nodev1.CapabilityKexecPrefetch}, boot: &fakeBoot{}},
-		"kexec turned off":         {caps: []string{nodev1.CapabilityKexec, nodev1.CapabilityKexecPrefetch}, boot: &fakeBoot{}, timeout: -1},
-		"no hypervisor image":      {caps: []string{nodev1.CapabilityKexec, nodev1.CapabilityKexecPrefetch}, boot: &fakeBoot{err: errors.New("the catalog has no hypervisor image")}},
-		"appliance without kexec":  {caps: []string{nodev1.CapabilityKexec, nodev1.CapabilityKexecPrefetch}},
+		"kexec-prefetch":            {caps: []string{nodev1.CapabilityKexec, nodev1.CapabilityKexecPrefetch}, boot: &fakeBoot{}, ahead: true},
+		"kexec only":                {caps: []string{nodev1.CapabilityKexec}, boot: &fakeBoot{}},
+		"kexec-prefetch, no kexec":  {caps: []string{nodev1.CapabilityKexecPrefetch}, boot: &fakeBoot{}},
+		"kexec turned off":          {caps: []string{nodev1.CapabilityKexec, nodev1.CapabilityKexecPrefetch}, boot: &fakeBoot{}, timeout: -1},
+		"no hypervisor image":       {caps: []string{nodev1.CapabilityKexec, nodev1.CapabilityKexecPrefetch}, boot: &fakeBoot{err: errors.New("the catalog has no hypervisor image")}},
+		"appliance without kexec":   {caps: []string{nodev1.CapabilityKexec, nodev1.CapabilityKexecPrefetch}},
+		"kexec ahead off (default)": {caps: []string{nodev1.CapabilityKexec, nodev1.CapabilityKexecPrefetch}, boot: &fakeBoot{}, off: true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			o := harnessOpt{kexecTimeout: tc.timeout}
+			o := harnessOpt{kexecTimeout: tc.timeout, kexecAhead: !tc.off}
 			if tc.boot != nil {
 				o.kexec = tc.boot
 			}

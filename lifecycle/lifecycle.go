@@ -84,6 +84,13 @@ type Config struct {
 	// DefaultKexecTimeout; negative: no kexec).
 	Kexec        HypervisorBoot
 	KexecTimeout time.Duration
+	// KexecAhead sends the KexecPlan right behind the install plan to an
+	// agent naming kexec-prefetch, which then fetches, verifies and loads
+	// the image while it installs (kexecAhead). Off by default: in the
+	// 2-core TCG virtual rack the agent's hashing and the install's module
+	// loads slowed each other more than the overlap saved (plan → image
+	// loaded 19.8 s against 18.2 s serially, medians of 8 and 6 boots).
+	KexecAhead bool
 }
 
 // Lifecycle drives machines from INVENTORIED to DEPLOYED (accept, install

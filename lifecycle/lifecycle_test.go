@@ -139,6 +139,7 @@ type harnessOpt struct {
 	// kexec and kexecTimeout are Config.Kexec and KexecTimeout.
 	kexec        HypervisorBoot
 	kexecTimeout time.Duration
+	kexecAhead   bool // Config.KexecAhead
 }
 
 func newHarness(t *testing.T, st store.Store, o harnessOpt) *harness {
@@ -163,7 +164,7 @@ func newHarness(t *testing.T, st store.Store, o harnessOpt) *harness {
 	certs := &fakeRevoker{}
 	lc, err := New(Config{Machines: inv, Events: inv, Nodes: p, Identity: id, Certs: certs, BMC: fb, Now: clk.Now,
 		Endpoint: func(string) string { return "10.0.0.1:20180" }, Interval: time.Hour,
-		AutoAccept: o.auto, AutoAcceptSelectors: o.autoAccept, Kexec: o.kexec, KexecTimeout: o.kexecTimeout})
+		AutoAccept: o.auto, AutoAcceptSelectors: o.autoAccept, Kexec: o.kexec, KexecTimeout: o.kexecTimeout, KexecAhead: o.kexecAhead})
 	if err != nil {
 		t.Fatal(err)
 	}
