@@ -185,7 +185,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	netDone := make(chan netResult, 1)
 	go func() {
-		if watch.Wait(ctx, func() bool { return netup.HasLink(cfg.Root, params.MAC) }) != nil {
+		if watch.Wait(ctx, func() bool { return kvmReady(cfg.Root) && netup.HasLink(cfg.Root, params.MAC) }) != nil {
 			netDone <- netResult{}
 			return
 		}
@@ -216,7 +216,7 @@ func Run(ctx context.Context, cfg Config) error {
 	nodeMods.Add(1)
 	go func() {
 		defer nodeMods.Done()
-		_ = watch.Wait(ctx, func() bool { _, err := os.Stat(filepath.Join(cfg.Root, "dev/kvm")); return err == nil })
+		_ = watch.Wait(ctx, func() bool { return kvmReady(cfg.Root) })
 		for _, m := range NodeModules {
 			nodeMods.Add(1)
 			go func() { defer nodeMods.Done(); load(m) }()
@@ -224,7 +224,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 	// The data partition's block device is coldplug's; a disk that never
 	// shows up is reported by the mount's retries below.
-	_ = watch.Wait(ctx, func() bool { _, err := FindDataPartition(cfg.Root); return err == nil })
+	_ = watch.Wait(ctx, func() bool {
+		if !kvmReady(cfg.Root) {
+			return false
+		}
+		_, err := FindDataPartition(cfg.Root)
+		return err == nil
+	})
 	for _, m := range MountModules {
 		load(m)
 	}
@@ -291,6 +297,12 @@ func Run(ctx context.Context, cfg Config) error {
 			return nil
 		}
 	}
+}
+
+// kvmReady reports whether root/dev/kvm exists: the kvm modules are in.
+func kvmReady(root string) bool {
+	_, err := os.Stat(filepath.Join(root, "dev/kvm"))
+	return err == nil
 }
 
 // joinList is the command line's endpoints, then the install-time ones not

@@ -288,6 +288,7 @@ func TestRunOverlapsColdplug(t *testing.T) {
 		// Round 1 brings up the boot NIC; then coldplug waits for late
 		// devices until DHCP and the mount are done (or 5 s pass).
 		write(t, filepath.Join(cfg.Root, "sys/class/net/eth0/address"), []byte("52:54:00:AA:BB:CC\n"))
+		write(t, filepath.Join(cfg.Root, "dev/kvm"), nil)
 		w.Signal()
 		for end := time.Now().Add(5 * time.Second); time.Now().Before(end) && !(seen("dhcp done") && seen("mount")); {
 			time.Sleep(5 * time.Millisecond)
