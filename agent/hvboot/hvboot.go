@@ -8,8 +8,9 @@
 // boot NIC with DHCP, and hands over to the hypervisor agent
 // (Config.Hypervisor: hypervisor/node Enrol + Run, wired by
 // cmd/corral-node). Coldplug runs in the background: DHCP starts once the
-// boot NIC exists and the mount once the data partition does
-// (coldplug.Watch); the agent starts when all of it is done. Every failure
+// boot NIC and /dev/kvm exist and the mount once the data partition and
+// /dev/kvm do (coldplug.Watch: the kvm modules and the KVM probe after
+// them are the longest chain); the agent starts when all of it is done. Every failure
 // is printed on the console and retried with backoff; it never gives up.
 //
 // It must not import store/, boot/, ipmi/, bbolt, etcd or bmclib, nor
