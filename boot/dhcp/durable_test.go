@@ -2,9 +2,11 @@ package dhcp
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
@@ -91,5 +93,52 @@ func TestAckedLeaseSurvivesCrash(t *testing.T) {
 		if offer == nil || offer.MessageType() != dhcpv4.MessageTypeOffer || offer.YourIPAddr.String() != acked[hw.String()] {
 			t.Errorf("after the crash %s was offered %v, want its lease %s", hw, offer, acked[hw.String()])
 		}
+	}
+}
+
+// TestPacketLeasesShareTheCommitWindow: the lease a packet writes on a
+// bolt store with a commit window may wait for it (the packet's context,
+// bound, carries bolt.WithCommitWindow), so leases arriving within the
+// window after a flush share the next one; a write without it (here the
+// fixture's own context, as an API call has) is flushed at once.
+func TestPacketLeasesShareTheCommitWindow(t *testing.T) {
+	const window = 400 * time.Millisecond
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "corral.db"), bolt.Options{CommitWindow: window})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	f := newFixture(t, ModeFull, func(c *Config) { c.Store, c.Alone = st, true })
+	request := func(hw net.HardwareAddr, packet bool) time.Duration {
+		offer, _ := f.do(t, discover(t, hw, plain))
+		if offer == nil {
+			t.Fatalf("no OFFER for %s", hw)
+		}
+		req, err := dhcpv4.NewRequestFromOffer(offer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := f.ctx
+		if packet {
+			ctx = f.s.bound.Load().ctx(time.Now())
+		}
+		p, err := dhcpv4.FromBytes(req.ToBytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		ack, _ := f.s.Respond(ctx, p, nil, dhcpv4.ServerPort)
+		took := time.Since(start)
+		if ack == nil || ack.MessageType() != dhcpv4.MessageTypeAck {
+			t.Fatalf("no ACK for %s: %v", hw, ack)
+		}
+		return took
+	}
+	request(mac(300), false) // a flush: the window starts
+	if took := request(mac(301), true); took < window/2 {
+		t.Errorf("a packet's lease right after a flush was ACKed after %s: it did not wait for the %s window", took, window)
+	}
+	if took := request(mac(302), false); took > window/2 {
+		t.Errorf("a write without the window's context right after a flush took %s: it waited", took)
 	}
 }

@@ -164,7 +164,9 @@ func OpenStore(dataDir string, log *slog.Logger) (store.Store, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	s, err := bolt.Open(filepath.Join(dataDir, StoreFile), bolt.Options{Logger: log})
+	// The commit window batches flushes under a sustained write load
+	// (store/bolt/window.go); a write on a quiet appliance is not delayed.
+	s, err := bolt.Open(filepath.Join(dataDir, StoreFile), bolt.Options{Logger: log, CommitWindow: bolt.DefaultCommitWindow})
 	if err != nil {
 		return nil, err
 	}

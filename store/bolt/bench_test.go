@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -11,9 +12,9 @@ import (
 	"github.com/corralhq/corral/store"
 )
 
-func benchStore(b *testing.B) *Store {
+func benchStore(b *testing.B, opts Options) *Store {
 	b.Helper()
-	s, err := Open(filepath.Join(b.TempDir(), "bench.db"), Options{})
+	s, err := Open(filepath.Join(b.TempDir(), "bench.db"), opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -26,12 +27,36 @@ func reportOps(b *testing.B, ops int64) {
 }
 
 // Benchmark measures durable write throughput. Every write is fsynced
-// before it returns, so the figures depend mostly on the disk.
+// before it returns, so the figures depend mostly on the disk. Each case
+// runs without corrald's commit window (window.go), with it (the API's
+// writes: they never wait for it), and with it and every write made under
+// WithCommitWindow (as DHCP's are; these writers are a closed loop, each
+// waiting for its answer, which a window caps at their number per window).
 func Benchmark(b *testing.B) {
+	for _, w := range []struct {
+		name    string
+		opts    Options
+		mayWait bool
+	}{
+		{"nowindow", Options{}, false},
+		{"window", Options{CommitWindow: DefaultCommitWindow}, false},
+		{"window-mayWait", Options{CommitWindow: DefaultCommitWindow}, true},
+	} {
+		b.Run(w.name, func(b *testing.B) { benchWrites(b, w.opts, w.mayWait) })
+	}
+}
+
+func benchWrites(b *testing.B, opts Options, mayWait bool) {
+	ctxFor := func(b *testing.B) context.Context {
+		if mayWait {
+			return WithCommitWindow(b.Context())
+		}
+		return b.Context()
+	}
 	// SequentialPut: one writer, so every Put is its own commit.
 	b.Run("SequentialPut", func(b *testing.B) {
-		s := benchStore(b)
-		ctx := b.Context()
+		s := benchStore(b, opts)
+		ctx := ctxFor(b)
 		val := make([]byte, 128)
 		var rev int64
 		var n int64
@@ -49,8 +74,8 @@ func Benchmark(b *testing.B) {
 	// read-modify-write compare-and-swap increments of its own counter;
 	// their writes share commits.
 	b.Run("ParallelCASIncrement", func(b *testing.B) {
-		s := benchStore(b)
-		ctx := b.Context()
+		s := benchStore(b, opts)
+		ctx := ctxFor(b)
 		var next, done atomic.Int64
 		b.SetParallelism(8)
 		b.ResetTimer()

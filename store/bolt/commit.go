@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"time"
 
 	bbolt "go.etcd.io/bbolt"
 
@@ -28,6 +29,8 @@ type op struct {
 	rev   int64
 	fn    func(cur store.KV, exists bool) ([]byte, bool, error) // opUpdate
 	done  chan result
+	// urgent: the op may not wait for the commit window (window.go).
+	urgent bool
 }
 
 type result struct {
@@ -77,13 +80,16 @@ func (s *Store) submit(ctx context.Context, o *op) (int64, error) {
 // first writer commits alone, and with fdatasync holding the P (sync.go)
 // nothing else could queue meanwhile: one flush per write.
 func (s *Store) queue(ctx context.Context, o *op) error {
+	s.queued(o)
 	s.pending.Add(1)
 	select {
 	case s.ops <- o:
 	case <-ctx.Done():
 		s.pending.Add(-1)
+		s.taken(o)
 		return ctx.Err()
 	}
+	s.queuedSent(o)
 	if s.committing.CompareAndSwap(false, true) {
 		if oneP() {
 			runtime.Gosched()
@@ -177,15 +183,18 @@ func (s *Store) commitLoop() {
 	}
 }
 
-// commitQueued takes what is queued (up to maxBatch) without waiting and
-// commits it in one transaction. It returns how many ops it took.
+// commitQueued takes what is queued (up to maxBatch) and commits it in
+// one transaction, once the commit window (window.go), if any, has
+// passed since the last batch was taken. It returns how many ops it took.
 // Committer only.
 func (s *Store) commitQueued() int {
+	waited := s.awaitWindow()
 	batch := s.batch[:0]
 drain:
 	for len(batch) < maxBatch {
 		select {
 		case o := <-s.ops:
+			s.taken(o)
 			batch = append(batch, o)
 		default:
 			break drain
@@ -193,6 +202,12 @@ drain:
 	}
 	if len(batch) == 0 {
 		return 0
+	}
+	if s.window > 0 {
+		s.lastFlush = time.Now()
+		if waited {
+			s.windowTaken(len(batch))
+		}
 	}
 	s.pending.Add(-int64(len(batch)))
 	s.commit(batch)
