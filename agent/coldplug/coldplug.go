@@ -55,7 +55,12 @@ type Config struct {
 	Events Events
 	// Watch, when set, is signalled after every round's loads and when
 	// Run returns.
-	Watch  *Watch
+	Watch *Watch
+	// Hold, when set, names modules a device needs that Run must not
+	// load: they are reported in Result.Held for the caller to load
+	// later (the hypervisor boot holds the kvm modules back until the
+	// node has registered).
+	Hold   func(module string) bool
 	Logger *slog.Logger
 }
 
@@ -173,6 +178,17 @@ type Result struct {
 	Rounds int
 	Loaded []string          // modules loaded, in order
 	Failed map[string]string // module → error
+	Held   []string          // modules Config.Hold kept back, in order
+}
+
+// hold reports whether cfg.Hold keeps mod back, recording and logging it.
+func hold(cfg Config, log *slog.Logger, res *Result, mod, modalias string) bool {
+	if cfg.Hold == nil || !cfg.Hold(mod) {
+		return false
+	}
+	res.Held = append(res.Held, mod)
+	log.Info("module held back", "module", mod, "modalias", modalias)
+	return true
 }
 
 // Run loads modules until a round finds no modalias it has not tried, or
@@ -268,7 +284,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			for _, mod := range aliases.Match(m) {
 				if !tried[mod] {
 					tried[mod] = true
-					jobs = append(jobs, job{mod, m})
+					if !hold(cfg, log, &res, mod, m) {
+						jobs = append(jobs, job{mod, m})
+					}
 				}
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -54,8 +55,10 @@ func write(root, rel, content string) {
 func TestRun(t *testing.T) {
 	for name, tc := range map[string]struct {
 		devices    map[string]string
+		hold       []string
 		wantLoaded []string
 		wantFailed []string
+		wantHeld   []string
 		wantRounds int
 	}{
 		"virtio children appear after the bus driver": {
@@ -76,6 +79,16 @@ func TestRun(t *testing.T) {
 			wantFailed: []string{"broken"},
 			wantRounds: 2,
 		},
+		"held modules are reported, not loaded": {
+			devices: map[string]string{
+				"sys/devices/pci0000:00/0000:00:03.0/modalias": "pci:v00001AF4d00001041sv00001AF4sd00000001bc02sc00i00\n",
+				"sys/devices/pci0000:00/0000:00:02.0/modalias": "pci:v00008086d0000100Esv00001AF4sd00001100bc02sc00i00\n",
+			},
+			hold:       []string{"e1000", "virtio_blk"},
+			wantLoaded: []string{"virtio_pci", "virtio_net"},
+			wantHeld:   []string{"e1000", "virtio_blk"},
+			wantRounds: 2,
+		},
 		"nothing matches": {
 			devices:    map[string]string{"sys/devices/platform/serial8250/modalias": "platform:serial8250\n"},
 			wantRounds: 1,
@@ -90,12 +103,19 @@ func TestRun(t *testing.T) {
 			l := &fakeLoader{root: root}
 			res, err := Run(context.Background(), Config{
 				Root: root, ModulesDir: filepath.Join(root, "lib/modules/test"), Loader: l, Settle: time.Millisecond,
+				Hold: func(m string) bool { return slices.Contains(tc.hold, m) },
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if diff := cmp.Diff(tc.wantLoaded, res.Loaded); diff != "" {
 				t.Errorf("loaded (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantHeld, res.Held); diff != "" {
+				t.Errorf("held (-want +got):\n%s", diff)
+			}
+			if held := slices.DeleteFunc(slices.Clone(l.loaded), func(m string) bool { return !slices.Contains(tc.hold, m) }); len(held) > 0 {
+				t.Errorf("held modules loaded: %q", held)
 			}
 			var failed []string
 			for m := range res.Failed {

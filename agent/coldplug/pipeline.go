@@ -79,6 +79,9 @@ func pipeline(ctx context.Context, cfg Config, log *slog.Logger, events Events, 
 					continue
 				}
 				tried[mod] = true
+				if hold(cfg, log, res, mod, m) {
+					continue
+				}
 				if gen > cfg.MaxRounds {
 					log.Warn("module not loaded: too many generations of devices", "module", mod, "modalias", m)
 					continue

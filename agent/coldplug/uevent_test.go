@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -89,9 +90,11 @@ func (l *eventLoader) Load(name string) error {
 func TestRunWithUevents(t *testing.T) {
 	for name, tc := range map[string]struct {
 		overflow   bool
+		hold       string
 		wantLoaded []string
 	}{
 		"children announced by uevents, sysfs not walked again": {wantLoaded: []string{"virtio_pci", "virtio_net", "virtio_blk"}},
+		"a held module is reported, not loaded":                 {hold: "virtio_net", wantLoaded: []string{"virtio_pci", "virtio_blk"}},
 		"events lost: sysfs walked":                             {overflow: true, wantLoaded: []string{"virtio_pci", "virtio_net"}},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -103,12 +106,16 @@ func TestRunWithUevents(t *testing.T) {
 			w := NewWatch()
 			res, err := Run(context.Background(), Config{
 				Root: root, ModulesDir: filepath.Join(root, "lib/modules/test"), Loader: l, Events: ev, Watch: w, Settle: 50 * time.Millisecond,
+				Hold: func(m string) bool { return m == tc.hold },
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if diff := cmp.Diff(tc.wantLoaded, res.Loaded); diff != "" {
 				t.Errorf("loaded (-want +got):\n%s", diff)
+			}
+			if slices.Contains(l.loaded, tc.hold) || (tc.hold != "" && !slices.Equal(res.Held, []string{tc.hold})) {
+				t.Errorf("held %q: loader got %q, Held = %q", tc.hold, l.loaded, res.Held)
 			}
 			if res.Rounds != 2 {
 				t.Errorf("rounds = %d, want 2", res.Rounds)

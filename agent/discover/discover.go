@@ -145,7 +145,7 @@ func Run(ctx context.Context, cfg Config) error {
 	coldplugged := make(chan struct{})
 	go func() {
 		defer close(coldplugged)
-		_, _ = Coldplug(ctx, cfg.Root, watch, cfg.Console, cfg.Logger)
+		_, _ = Coldplug(ctx, cfg.Root, watch, nil, cfg.Console, cfg.Logger)
 	}()
 	go func() {
 		// The BMC's device node as soon as its interface driver is in,
@@ -227,19 +227,25 @@ func report(console io.Writer, err error) error {
 // Coldplug loads the drivers of the devices under root (agent/coldplug
 // with the kernel loader and root/lib/modules/$(uname -r)), bounded to two
 // minutes, and prints a summary or the error on console. watch (may be
-// nil) is signalled after every round and finished when it returns.
-func Coldplug(ctx context.Context, root string, watch *coldplug.Watch, console io.Writer, log *slog.Logger) (coldplug.Result, error) {
+// nil) is signalled after every round and finished when it returns. hold
+// (may be nil) keeps modules back (coldplug.Config.Hold): they are in the
+// result's Held for the caller to load.
+func Coldplug(ctx context.Context, root string, watch *coldplug.Watch, hold func(module string) bool, console io.Writer, log *slog.Logger) (coldplug.Result, error) {
 	defer watch.Finish()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	start := time.Now()
 	res, err := coldplug.Run(ctx, coldplug.Config{
-		Root: root, ModulesDir: modulesDir(root), Loader: coldplug.KernelLoader{}, Watch: watch, Logger: log,
+		Root: root, ModulesDir: modulesDir(root), Loader: coldplug.KernelLoader{}, Watch: watch, Hold: hold, Logger: log,
 	})
-	log.Info("coldplug done", "took_ms", time.Since(start).Milliseconds(), "rounds", res.Rounds, "loaded", len(res.Loaded), "failed", len(res.Failed))
+	log.Info("coldplug done", "took_ms", time.Since(start).Milliseconds(), "rounds", res.Rounds, "loaded", len(res.Loaded), "failed", len(res.Failed), "held", len(res.Held))
 	if err != nil {
 		fmt.Fprintf(console, "corral: coldplug: %v\n", err)
 		return res, err
+	}
+	if len(res.Held) > 0 {
+		fmt.Fprintf(console, "corral: coldplug loaded %d modules in %d rounds (%d failed; held back: %s)\n", len(res.Loaded), res.Rounds, len(res.Failed), strings.Join(res.Held, " "))
+		return res, nil
 	}
 	fmt.Fprintf(console, "corral: coldplug loaded %d modules in %d rounds (%d failed)\n", len(res.Loaded), res.Rounds, len(res.Failed))
 	return res, nil

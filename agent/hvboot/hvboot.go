@@ -8,10 +8,12 @@
 // boot NIC with DHCP, and hands over to the hypervisor agent
 // (Config.Hypervisor: hypervisor/node Enrol + Run, wired by
 // cmd/corral-node). Coldplug runs in the background: DHCP starts once the
-// boot NIC and /dev/kvm exist and the mount once the data partition and
-// /dev/kvm do (coldplug.Watch: the kvm modules and the KVM probe after
-// them are the longest chain); the agent starts when all of it is done. Every failure
-// is printed on the console and retried with backoff; it never gives up.
+// boot NIC exists and the mount once the data partition does
+// (coldplug.Watch); the agent starts when all of it is done. The kvm
+// modules (KVMModules) are not needed for that: cmd/corral-node's coldplug
+// holds them back and loads them, then probes KVM, once the node has
+// registered (under emulation they load for seconds). Every failure is
+// printed on the console and retried with backoff; it never gives up.
 //
 // It must not import store/, boot/, ipmi/, bbolt, etcd or bmclib, nor
 // hypervisor/ (cmd/corral-node wires that in).
@@ -51,9 +53,16 @@ const DefaultDataDir = "/var/lib/corral-node"
 // order once the data partition is there, before it is mounted;
 // crc32c_generic comes first: ext4 needs it for metadata_csum as a soft
 // dependency, which nothing else loads. NodeModules (taps, bridges,
-// vhost-net, VLANs) load each on its own once /dev/kvm is there and are
-// in before the hypervisor agent starts.
+// vhost-net, VLANs) load each on its own once the data partition is there
+// (as the mount's, they are not needed earlier) and are in before the
+// hypervisor agent starts.
+//
+// KVMModules are the kvm modules, which coldplug loads by the CPU's
+// modalias: the node serves and registers without them (a VM start waits
+// for the accelerator's answer), so the hypervisor boot holds them back
+// until then (cmd/corral-node).
 var (
+	KVMModules   = []string{"kvm", "kvm_amd", "kvm_intel"}
 	MountModules = []string{"crc32c_generic", "ext4"}
 	NodeModules  = []string{"tun", "bridge", "vhost_net", "8021q"}
 	// Modules are all of them, in load order.
@@ -122,7 +131,7 @@ func (c *Config) defaults() error {
 	}
 	if c.Coldplug == nil {
 		c.Coldplug = func(ctx context.Context, w *coldplug.Watch) error {
-			_, err := discover.Coldplug(ctx, c.Root, w, c.Console, c.Logger)
+			_, err := discover.Coldplug(ctx, c.Root, w, nil, c.Console, c.Logger)
 			return err
 		}
 	}
@@ -165,8 +174,8 @@ func Run(ctx context.Context, cfg Config) error {
 
 	// Coldplug runs in the background; each stage waits for the device
 	// it needs, not for the whole of it: DHCP for the boot NIC, the mount
-	// (and the ext4 chain) for the data partition, the node's modules for
-	// /dev/kvm. The hypervisor agent starts once all of it is done.
+	// (and the ext4 chain) and the node's modules for the data partition.
+	// The hypervisor agent starts once all of it is done.
 	start := time.Now()
 	stage := func(what string) {
 		cfg.Logger.Info("hypervisor boot stage done", "stage", what, "at_ms", time.Since(start).Milliseconds())
@@ -186,7 +195,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	netDone := make(chan netResult, 1)
 	go func() {
-		if watch.Wait(ctx, func() bool { return kvmReady(cfg.Root) && netup.HasLink(cfg.Root, params.MAC) }) != nil {
+		if watch.Wait(ctx, func() bool { return netup.HasLink(cfg.Root, params.MAC) }) != nil {
 			netDone <- netResult{}
 			return
 		}
@@ -208,30 +217,27 @@ func Run(ctx context.Context, cfg Config) error {
 			cfg.Logger.Warn("module load failed", "module", m, "err", err)
 		}
 	}
-	// The node's modules are not needed before the hypervisor agent
-	// starts, which waits for the KVM probe: they load, each on its own,
-	// once /dev/kvm is there (under emulation the kvm modules load for
-	// seconds and the probe after them is the node's longest wait: nothing
-	// that can wait loads beside them).
+	// The data partition's block device is coldplug's; a disk that never
+	// shows up is reported by the mount's retries below. The node's
+	// modules are not needed before the hypervisor agent starts: they
+	// load, each on its own, once the disk is there, beside the ext4
+	// chain (under emulation every load costs CPU the boot NIC's and the
+	// disk's drivers need first).
+	dataReady := func() bool {
+		_, err := FindDataPartition(cfg.Root)
+		return err == nil
+	}
 	var nodeMods sync.WaitGroup
 	nodeMods.Add(1)
 	go func() {
 		defer nodeMods.Done()
-		_ = watch.Wait(ctx, func() bool { return kvmReady(cfg.Root) })
+		_ = watch.Wait(ctx, dataReady)
 		for _, m := range NodeModules {
 			nodeMods.Add(1)
 			go func() { defer nodeMods.Done(); load(m) }()
 		}
 	}()
-	// The data partition's block device is coldplug's; a disk that never
-	// shows up is reported by the mount's retries below.
-	_ = watch.Wait(ctx, func() bool {
-		if !kvmReady(cfg.Root) {
-			return false
-		}
-		_, err := FindDataPartition(cfg.Root)
-		return err == nil
-	})
+	_ = watch.Wait(ctx, dataReady)
 	for _, m := range MountModules {
 		load(m)
 	}
@@ -298,12 +304,6 @@ func Run(ctx context.Context, cfg Config) error {
 			return nil
 		}
 	}
-}
-
-// kvmReady reports whether root/dev/kvm exists: the kvm modules are in.
-func kvmReady(root string) bool {
-	_, err := os.Stat(filepath.Join(root, "dev/kvm"))
-	return err == nil
 }
 
 // joinList is the command line's endpoints, then the install-time ones not

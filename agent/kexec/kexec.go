@@ -258,17 +258,21 @@ func load(ctx context.Context, cfg Config, plan *nodev1.KexecPlan) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.FetchTimeout)
 	defer cancel()
 	start := time.Now()
-	kernel, initrd, err := fetchBoth(ctx, cfg.Client, plan)
+	kernel, initrd, kt, it, err := fetchBoth(ctx, cfg.Client, plan)
 	if err != nil {
 		return err
 	}
 	defer kernel.Close()
 	defer initrd.Close()
 	took := time.Since(start)
-	fmt.Fprintf(cfg.Console, "corral: kexec: kernel (%d bytes) and initrd (%d bytes) fetched and verified in %s\n",
-		plan.GetKernelSize(), plan.GetInitrdSize(), took.Round(time.Millisecond))
+	// Where the seconds went, per file (the two are fetched at once):
+	// waiting for the network, hashing, writing the memfd.
+	fmt.Fprintf(cfg.Console, "corral: kexec: kernel (%d bytes) and initrd (%d bytes) fetched and verified in %s (kernel: %s; initrd: %s)\n",
+		plan.GetKernelSize(), plan.GetInitrdSize(), took.Round(time.Millisecond), kt, it)
 	cfg.Logger.Info("kexec files verified", "install", plan.GetInstallId(), "kernel_bytes", plan.GetKernelSize(),
-		"initrd_bytes", plan.GetInitrdSize(), "duration", took.String())
+		"initrd_bytes", plan.GetInitrdSize(), "duration", took.String(),
+		"kernel_read_ms", kt.read.Milliseconds(), "kernel_hash_ms", kt.hash.Milliseconds(), "kernel_write_ms", kt.write.Milliseconds(),
+		"initrd_read_ms", it.read.Milliseconds(), "initrd_hash_ms", it.hash.Milliseconds(), "initrd_write_ms", it.write.Milliseconds())
 	start = time.Now()
 	if err := cfg.Load(kernel, initrd, plan.GetCmdline()); err != nil {
 		return fmt.Errorf("kexec load: %w", err)
@@ -304,7 +308,7 @@ func reboot(cfg Config, loaded time.Duration) error {
 // fetchBoth fetches and verifies the plan's kernel and initrd at the same
 // time (hashing costs CPU: a machine has several), and returns both or the
 // first error, with neither left open.
-func fetchBoth(ctx context.Context, c *http.Client, plan *nodev1.KexecPlan) (kernel, initrd *os.File, err error) {
+func fetchBoth(ctx context.Context, c *http.Client, plan *nodev1.KexecPlan) (kernel, initrd *os.File, kt, it fetchTimes, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var once sync.Once
@@ -319,11 +323,11 @@ func fetchBoth(ctx context.Context, c *http.Client, plan *nodev1.KexecPlan) (ker
 	go func() {
 		defer close(done)
 		var err error
-		if kernel, err = Fetch(ctx, c, "kernel", plan.GetKernelUrl(), plan.GetKernelSize(), plan.GetKernelSha256()); err != nil {
+		if kernel, kt, err = fetch(ctx, c, "kernel", plan.GetKernelUrl(), plan.GetKernelSize(), plan.GetKernelSha256()); err != nil {
 			fail(err)
 		}
 	}()
-	initrd, ierr := Fetch(ctx, c, "initrd", plan.GetInitrdUrl(), plan.GetInitrdSize(), plan.GetInitrdSha256())
+	initrd, it, ierr := fetch(ctx, c, "initrd", plan.GetInitrdUrl(), plan.GetInitrdSize(), plan.GetInitrdSha256())
 	if ierr != nil {
 		fail(ierr)
 	}
@@ -334,9 +338,9 @@ func fetchBoth(ctx context.Context, c *http.Client, plan *nodev1.KexecPlan) (ker
 				f.Close()
 			}
 		}
-		return nil, nil, first
+		return nil, nil, kt, it, first
 	}
-	return kernel, initrd, nil
+	return kernel, initrd, kt, it, nil
 }
 
 // Check refuses a plan that names no install, a URL that is not http or
@@ -376,6 +380,51 @@ func Check(plan *nodev1.KexecPlan) error {
 // that is shorter or longer than size or whose SHA-256 is not sum: a
 // truncated or replaced file is never returned.
 func Fetch(ctx context.Context, c *http.Client, what, url string, size int64, sum string) (*os.File, error) {
+	f, _, err := fetch(ctx, c, what, url, size, sum)
+	return f, err
+}
+
+// fetchTimes splits a fetch: time waiting for the body (the network),
+// hashing it, writing it to the memfd.
+type fetchTimes struct{ read, hash, write time.Duration }
+
+func (t fetchTimes) String() string {
+	return fmt.Sprintf("network %s, sha256 %s, memfd %s", t.read.Round(time.Millisecond), t.hash.Round(time.Millisecond), t.write.Round(time.Millisecond))
+}
+
+// timedReader and timedWriter add the time spent in each call to *d.
+type timedReader struct {
+	r io.Reader
+	d *time.Duration
+}
+
+func (t timedReader) Read(p []byte) (int, error) {
+	start := time.Now()
+	n, err := t.r.Read(p)
+	*t.d += time.Since(start)
+	return n, err
+}
+
+type timedWriter struct {
+	w io.Writer
+	d *time.Duration
+}
+
+func (t timedWriter) Write(p []byte) (int, error) {
+	start := time.Now()
+	n, err := t.w.Write(p)
+	*t.d += time.Since(start)
+	return n, err
+}
+
+// fetch is Fetch, with where its time went.
+func fetch(ctx context.Context, c *http.Client, what, url string, size int64, sum string) (*os.File, fetchTimes, error) {
+	var t fetchTimes
+	f, err := fetchTimed(ctx, c, what, url, size, sum, &t)
+	return f, t, err
+}
+
+func fetchTimed(ctx context.Context, c *http.Client, what, url string, size int64, sum string, t *fetchTimes) (*os.File, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, fmt.Errorf("kexec: %s: %w", what, err)
@@ -393,7 +442,7 @@ func Fetch(ctx context.Context, c *http.Client, what, url string, size int64, su
 		return nil, fmt.Errorf("kexec: %s: %w", what, err)
 	}
 	h := sha256.New()
-	n, err := io.CopyBuffer(io.MultiWriter(f, h), io.LimitReader(resp.Body, size+1), make([]byte, 1<<20))
+	n, err := hashAndStore(timedReader{io.LimitReader(resp.Body, size+1), &t.read}, timedWriter{h, &t.hash}, f, &t.write)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("kexec: fetch %s: after %d of %d bytes: %w", what, n, size, err)
@@ -411,6 +460,66 @@ func Fetch(ctx context.Context, c *http.Client, what, url string, size int64, su
 		return nil, fmt.Errorf("kexec: %s: %w", what, err)
 	}
 	return f, nil
+}
+
+// hashAndStore copies r to h and to f until r's EOF and returns the bytes
+// read. f is written in a goroutine of its own, so that filling the memfd
+// (its pages allocated and copied into: 0.7-0.9 s for the 39 MB initrd
+// under TCG) overlaps the hash (3 s) instead of following every chunk of
+// it; writeTime (set when it returns) is the time spent in f.Write. A
+// chunk is handed to the writer after it is hashed, in order; the first
+// error of either side stops both.
+func hashAndStore(r io.Reader, h io.Writer, f io.Writer, writeTime *time.Duration) (int64, error) {
+	const nbuf, bufSize = 4, 1 << 20
+	free := make(chan []byte, nbuf)
+	for range nbuf {
+		free <- make([]byte, bufSize)
+	}
+	work := make(chan []byte, nbuf)
+	written := make(chan error, 1)
+	go func() {
+		var werr error
+		var took time.Duration
+		for b := range work {
+			if werr == nil {
+				start := time.Now()
+				_, werr = f.Write(b)
+				took += time.Since(start)
+			}
+			free <- b[:cap(b)]
+		}
+		*writeTime = took
+		written <- werr
+	}()
+	var n int64
+	var rerr error
+	for {
+		b := <-free
+		m, err := r.Read(b)
+		if m > 0 {
+			n += int64(m)
+			if _, herr := h.Write(b[:m]); herr != nil {
+				rerr = herr
+				break
+			}
+			work <- b[:m]
+		} else {
+			free <- b
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			rerr = err
+			break
+		}
+	}
+	close(work)
+	werr := <-written
+	if rerr != nil {
+		return n, rerr
+	}
+	return n, werr
 }
 
 // memFile is an anonymous in-memory file (memfd_create(2)).

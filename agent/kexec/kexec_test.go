@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 )
@@ -166,5 +167,117 @@ func TestBootCancelled(t *testing.T) {
 	}
 	if r.loaded != nil || r.reboots != 0 {
 		t.Errorf("loaded or rebooted after cancellation")
+	}
+}
+
+// TestFetchTimes: a fetch says where its time went: the network (a body
+// that trickles in), the hash and the memfd.
+func TestFetchTimes(t *testing.T) {
+	body := bytes.Repeat([]byte("x"), 256<<10)
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		for i := 0; i < len(body); i += 64 << 10 {
+			w.Write(body[i : i+64<<10])
+			w.(http.Flusher).Flush()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}))
+	defer s.Close()
+	f, ft, err := fetch(context.Background(), s.Client(), "initrd", s.URL, int64(len(body)), sum(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if ft.read < 50*time.Millisecond || ft.hash <= 0 || ft.write <= 0 {
+		t.Errorf("times = %+v: want the network's wait (>= 50 ms), the hash and the write counted", ft)
+	}
+	if s := ft.String(); !strings.Contains(s, "network ") || !strings.Contains(s, "sha256 ") || !strings.Contains(s, "memfd ") {
+		t.Errorf("String() = %q", s)
+	}
+}
+
+// chunkReader returns one chunk per Read.
+type chunkReader struct{ chunks [][]byte }
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	if len(r.chunks) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.chunks[0])
+	r.chunks = r.chunks[1:]
+	return n, nil
+}
+
+// countingHash counts its writes and signals once it has seen three.
+type countingHash struct {
+	buf   bytes.Buffer
+	n     int
+	three chan struct{}
+}
+
+func (h *countingHash) Write(p []byte) (int, error) {
+	h.n++
+	if h.n == 3 {
+		close(h.three)
+	}
+	return h.buf.Write(p)
+}
+
+// blockedFile holds its first Write until the hash has gone ahead.
+type blockedFile struct {
+	buf     bytes.Buffer
+	wait    chan struct{}
+	waited  bool
+	timeout bool
+	fail    error
+}
+
+func (f *blockedFile) Write(p []byte) (int, error) {
+	if !f.waited {
+		f.waited = true
+		select {
+		case <-f.wait:
+		case <-time.After(5 * time.Second):
+			f.timeout = true
+		}
+	}
+	if f.fail != nil {
+		return 0, f.fail
+	}
+	return f.buf.Write(p)
+}
+
+// TestHashAndStore: the memfd is written beside the hash, not after each
+// chunk of it (the hash goes three chunks ahead of a writer still busy
+// with the first), in order and whole; a failed write is the result.
+func TestHashAndStore(t *testing.T) {
+	var chunks [][]byte
+	var all []byte
+	for i := range 8 {
+		c := bytes.Repeat([]byte{byte('a' + i)}, 1000+i)
+		chunks = append(chunks, c)
+		all = append(all, c...)
+	}
+	h := &countingHash{three: make(chan struct{})}
+	f := &blockedFile{wait: h.three}
+	var took time.Duration
+	n, err := hashAndStore(&chunkReader{chunks: chunks}, h, f, &took)
+	if err != nil || n != int64(len(all)) {
+		t.Fatalf("hashAndStore = %d, %v; want %d, nil", n, err, len(all))
+	}
+	if f.timeout {
+		t.Error("the hash waited for the memfd's write")
+	}
+	if !bytes.Equal(h.buf.Bytes(), all) || !bytes.Equal(f.buf.Bytes(), all) {
+		t.Error("hash or file got other bytes than the body")
+	}
+	if took <= 0 {
+		t.Error("write time not counted")
+	}
+	broken := errors.New("no space")
+	h = &countingHash{three: make(chan struct{})}
+	f = &blockedFile{wait: h.three, fail: broken}
+	if _, err := hashAndStore(&chunkReader{chunks: chunks}, h, f, &took); !errors.Is(err, broken) {
+		t.Errorf("hashAndStore with a failing file = %v, want %v", err, broken)
 	}
 }

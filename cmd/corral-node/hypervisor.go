@@ -19,9 +19,11 @@ import (
 	"github.com/corralhq/corral/agent/coldplug"
 	"github.com/corralhq/corral/agent/discover"
 	"github.com/corralhq/corral/agent/hvboot"
+	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/hypervisor/node"
 	"github.com/corralhq/corral/hypervisor/vm"
 	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
 )
 
 // runHypervisor is `corral-node hypervisor`: enrol with the appliance once
@@ -83,7 +85,7 @@ func runHypervisor(ctx context.Context, args []string, stdout, stderr io.Writer)
 		Name: *name, DataDir: *dataDir, Listen: *listen, Advertise: adv,
 		Uplink: *uplink, Rack: *rack, Datacenter: *datacenter, Labels: labels.m,
 		Accel: *accel, Logger: log,
-	})
+	}, nil)
 }
 
 // serveNode enrols (or loads the stored identity) and runs the node until
@@ -92,8 +94,9 @@ func runHypervisor(ctx context.Context, args []string, stdout, stderr io.Writer)
 // one). The appliance dials the node by name: its certificate carries the
 // name only. Enrolment, heartbeats and renewals go to the first of
 // appliances that answers and fail over along the list (node.Appliances,
-// which logs the appliance the node is on).
-func serveNode(ctx context.Context, appliances []string, ec node.EnrolConfig, nc node.Config) error {
+// which logs the appliance the node is on). registered (may be nil) is
+// called once, after the first ApplyNode the appliance accepted.
+func serveNode(ctx context.Context, appliances []string, ec node.EnrolConfig, nc node.Config, registered func()) error {
 	apps, err := node.NewAppliances(appliances, nc.Logger)
 	if err != nil {
 		return fmt.Errorf("hypervisor: %w", err)
@@ -110,6 +113,9 @@ func serveNode(ctx context.Context, appliances []string, ec node.EnrolConfig, nc
 	defer reg.Close()
 	nc.CAPool, nc.Certificate, nc.GetCertificate = id.CAPool, id.Certificate, id.GetCertificate
 	nc.Registry = reg
+	if registered != nil {
+		nc.Registry = &firstApply{Registry: reg, then: registered}
+	}
 	withAddress(ctx, &nc, apps.Current)
 	rctx, cancel := context.WithCancel(ctx)
 	renewed := make(chan error, 1)
@@ -121,92 +127,97 @@ func serveNode(ctx context.Context, appliances []string, ec node.EnrolConfig, nc
 
 // runHypervisorBoot is `corral-node hypervisor --boot`, the uinit of the
 // hypervisor image: agent/hvboot prepares the machine, then the node runs
-// on the identity agent/install stored on the data partition. With accel
-// auto the KVM probe (it boots a one-sector guest: milliseconds with a
-// working KVM, its 3 s timeout where nested KVM hangs) starts as soon as
-// /dev/kvm appears (coldplug's first round loads the kvm modules) and runs
-// beside the rest of coldplug, DHCP and the data partition's mount; the
-// node starts serving and heartbeating once it has the answer.
+// on the identity agent/install stored on the data partition. Coldplug
+// holds the kvm modules back (hvboot.KVMModules): the node serves and
+// registers without them, and under emulation they load for seconds
+// beside the drivers the boot needs. After the node's first accepted
+// ApplyNode (it is READY) they load and the accelerator is decided (with
+// accel auto vm.DetectAccel: milliseconds with a working KVM, its 3 s
+// timeout where nested KVM hangs); a VM start that comes first starts
+// both and waits for the answer (vm.AccelProbe).
 func runHypervisorBoot(ctx context.Context, cmdlineFile, dataDir, accel string, level slog.Level, stdout, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	console := consoleWriter(stdout)
-	probe := &accelProbe{done: make(chan struct{})}
-	if accel != "auto" {
-		probe.accel = accel
-		close(probe.done)
-	}
-	var startProbe sync.Once
-	probing := false // set by startProbe only
-	start := func() { startProbe.Do(func() { probing = true; go probe.run(ctx, log) }) }
+	var held heldModules
+	probe := vm.NewAccelProbe(func(ctx context.Context) (vm.Accel, string) {
+		start := time.Now()
+		held.load(console, log)
+		a, why := vm.Accel(accel), "set by --accel"
+		if accel == "auto" {
+			probed := time.Now()
+			a, why = vm.DetectAccel(ctx, "qemu-system-x86_64", nil, os.TempDir())
+			log.Info("accelerator probed", "accel", string(a), "reason", why, "took", time.Since(probed).Round(time.Millisecond))
+		}
+		fmt.Fprintf(console, "corral: accelerator %s (%s), decided in %s\n", a, why, time.Since(start).Round(time.Millisecond))
+		return a, why
+	})
 	err := hvboot.Run(ctx, hvboot.Config{
 		CmdlineFile: cmdlineFile, DataDir: dataDir, Version: version,
 		Console: console, Logger: log,
 		Coldplug: func(ctx context.Context, w *coldplug.Watch) error {
-			if accel != "auto" {
-				_, err := discover.Coldplug(ctx, "/", w, console, log)
-				return err
-			}
-			// The probe starts as soon as a coldplug round has made
-			// /dev/kvm (the node waits for its answer), else after
-			// coldplug.
-			watched := make(chan struct{})
-			go func() {
-				defer close(watched)
-				if w.Wait(ctx, kvmExists) == nil {
-					start()
-				}
-			}()
-			_, err := discover.Coldplug(ctx, "/", w, console, log)
-			<-watched
-			start()
+			res, err := discover.Coldplug(ctx, "/", w, isKVMModule, console, log)
+			held.add(res.Held)
 			return err
 		},
 		Hypervisor: func(ctx context.Context, n hvboot.Node) error {
-			a, err := probe.wait(ctx)
-			if err != nil {
-				return err
-			}
 			return serveNode(ctx, n.Join, node.EnrolConfig{Name: n.Name, DataDir: n.DataDir, CACertPEM: n.CACertPEM}, node.Config{
 				Name: n.Name, DataDir: n.DataDir, Listen: n.Listen, Advertise: n.Advertise,
-				Accel: a, Logger: log,
-			})
+				AccelProbe: probe, Logger: log,
+			}, func() { probe.Start(ctx) })
 		},
 	})
-	startProbe.Do(func() {}) // no probe from here on
-	if probing {
-		<-probe.done
-	}
+	probe.Close() // a decision under way ends within its bounds
 	return err
 }
 
-// kvmExists reports whether /dev/kvm is there (the kvm modules are in).
-func kvmExists() bool {
-	_, err := os.Stat("/dev/kvm")
-	return err == nil
+// isKVMModule: coldplug holds the kvm modules back in the hypervisor boot.
+func isKVMModule(m string) bool { return slices.Contains(hvboot.KVMModules, m) }
+
+// heldModules are the modules coldplug held back, loaded by the
+// accelerator probe.
+type heldModules struct {
+	mu   sync.Mutex
+	mods []string
 }
 
-// accelProbe is vm.DetectAccel run once in the background; accel is its
-// answer ("kvm" or "tcg") once done is closed.
-type accelProbe struct {
-	done  chan struct{}
-	accel string
+func (h *heldModules) add(mods []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.mods = append(h.mods, mods...)
 }
 
-func (p *accelProbe) run(ctx context.Context, log *slog.Logger) {
-	defer close(p.done)
-	start := time.Now()
-	a, why := vm.DetectAccel(ctx, "qemu-system-x86_64", nil, os.TempDir())
-	p.accel = string(a)
-	log.Info("accelerator probed", "accel", p.accel, "reason", why, "took", time.Since(start).Round(time.Millisecond))
-}
-
-func (p *accelProbe) wait(ctx context.Context) (string, error) {
-	select {
-	case <-p.done:
-		return p.accel, nil
-	case <-ctx.Done():
-		return "", ctx.Err()
+// load loads the held modules (each with its dependencies) and forgets
+// them; failures are printed and ignored (no KVM: the probe says so).
+func (h *heldModules) load(console io.Writer, log *slog.Logger) {
+	h.mu.Lock()
+	mods := h.mods
+	h.mods = nil
+	h.mu.Unlock()
+	for _, m := range mods {
+		start := time.Now()
+		if err := (coldplug.KernelLoader{}).Load(m); err != nil {
+			fmt.Fprintf(console, "corral: module %s: %v (ignored)\n", m, err)
+			log.Warn("module load failed", "module", m, "err", err)
+			continue
+		}
+		log.Info("module loaded", "module", m, "took_ms", time.Since(start).Milliseconds(), "held", true)
 	}
+}
+
+// firstApply is a node.Registry that calls then once, after the first
+// ApplyNode that succeeded.
+type firstApply struct {
+	node.Registry
+	once sync.Once
+	then func()
+}
+
+func (r *firstApply) ApplyNode(ctx context.Context, in *poolv1.ApplyNodeRequest, opts ...grpc.CallOption) (*poolv1.Node, error) {
+	out, err := r.Registry.ApplyNode(ctx, in, opts...)
+	if err == nil {
+		r.once.Do(r.then)
+	}
+	return out, err
 }
 
 func hostname() string {

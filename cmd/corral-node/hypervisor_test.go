@@ -5,10 +5,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+
+	poolv1 "github.com/corralhq/corral/api/pool/v1"
 )
 
 // TestHypervisorEnv: flags not given come from CORRAL_<FLAG>; the
@@ -61,5 +65,42 @@ func TestLabelFlag(t *testing.T) {
 	}
 	if err := l.Set("=v"); err == nil {
 		t.Error(`Set("=v") = nil, want an error`)
+	}
+}
+
+// failingRegistry fails its first n ApplyNode calls.
+type failingRegistry struct{ fail int }
+
+func (r *failingRegistry) ApplyNode(_ context.Context, in *poolv1.ApplyNodeRequest, _ ...grpc.CallOption) (*poolv1.Node, error) {
+	if r.fail > 0 {
+		r.fail--
+		return nil, errors.New("appliance unavailable")
+	}
+	return &poolv1.Node{Name: in.GetName()}, nil
+}
+
+// TestFirstApply: the hypervisor boot loads the kvm modules and decides
+// the accelerator after the first ApplyNode the appliance accepted (the
+// node is READY then), once.
+func TestFirstApply(t *testing.T) {
+	calls := 0
+	r := &firstApply{Registry: &failingRegistry{fail: 2}, then: func() { calls++ }}
+	for i, wantCalls := range []int{0, 0, 1, 1} {
+		_, err := r.ApplyNode(context.Background(), &poolv1.ApplyNodeRequest{Name: "n1"})
+		if (err != nil) != (i < 2) {
+			t.Errorf("ApplyNode %d: err = %v", i+1, err)
+		}
+		if calls != wantCalls {
+			t.Errorf("after ApplyNode %d: then called %d times, want %d", i+1, calls, wantCalls)
+		}
+	}
+}
+
+// TestHoldsKVMModules: coldplug holds back exactly the kvm modules.
+func TestHoldsKVMModules(t *testing.T) {
+	for m, want := range map[string]bool{"kvm": true, "kvm_amd": true, "kvm_intel": true, "virtio_net": false, "kvmgt": false, "ipmi_si": false} {
+		if got := isKVMModule(m); got != want {
+			t.Errorf("isKVMModule(%q) = %v, want %v", m, got, want)
+		}
 	}
 }

@@ -115,6 +115,9 @@ type Config struct {
 	// QEMU, QemuImg are the binaries (defaults on PATH); Accel is
 	// auto|kvm|tcg.
 	QEMU, QemuImg, Accel string
+	// AccelProbe, when set, decides the accelerator in the background
+	// instead of Accel (vm.Config.AccelProbe): the node serves before it.
+	AccelProbe *vm.AccelProbe
 	// NetNSPath and QEMUWrapper run the data plane in a network namespace
 	// (tests).
 	NetNSPath   string
@@ -171,7 +174,8 @@ func refuseNodeCerts(leaf *x509.Certificate) error {
 // Run starts the node's hypervisor service and blocks until ctx ends or
 // the server fails; it returns nil after a graceful stop on ctx
 // cancellation. Before serving it probes the accelerator (a few seconds
-// without KVM), re-applies recorded networks and restarts VMs that should
+// without KVM; with Config.AccelProbe a VM start waits for it instead),
+// re-applies recorded networks and restarts VMs that should
 // run. VMs keep running when Run returns.
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.fill(); err != nil {
@@ -179,7 +183,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log := cfg.Logger.With("node", cfg.Name)
 	srv, err := NewServer(ctx, ServerConfig{
-		DataDir: cfg.DataDir, Uplink: cfg.Uplink, QEMU: cfg.QEMU, QemuImg: cfg.QemuImg, Accel: cfg.Accel,
+		DataDir: cfg.DataDir, Uplink: cfg.Uplink, QEMU: cfg.QEMU, QemuImg: cfg.QemuImg, Accel: cfg.Accel, AccelProbe: cfg.AccelProbe,
 		NetNSPath: cfg.NetNSPath, QEMUWrapper: cfg.QEMUWrapper, ShutdownTimeout: cfg.ShutdownTimeout,
 		FetchMaxRedirects: cfg.FetchMaxRedirects, Logger: log,
 	})
@@ -352,6 +356,7 @@ func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 // fields are Config's.
 type ServerConfig struct {
 	DataDir, Uplink, QEMU, QemuImg, Accel string
+	AccelProbe                            *vm.AccelProbe
 	NetNSPath                             string
 	QEMUWrapper                           []string
 	ShutdownTimeout                       time.Duration
@@ -395,7 +400,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		log.Info("vhost-net not available: taps use vhost=off")
 	}
 	vms, err := vm.New(ctx, vm.Config{
-		Dir: filepath.Join(cfg.DataDir, "vms"), QEMU: cfg.QEMU, Accel: cfg.Accel, Wrapper: cfg.QEMUWrapper,
+		Dir: filepath.Join(cfg.DataDir, "vms"), QEMU: cfg.QEMU, Accel: cfg.Accel, AccelProbe: cfg.AccelProbe, Wrapper: cfg.QEMUWrapper,
 		Vhost: vhost, Net: nets, ShutdownTimeout: cfg.ShutdownTimeout, Logger: log,
 	})
 	if err != nil {

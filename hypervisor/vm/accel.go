@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"time"
 )
 
@@ -61,4 +62,77 @@ func firstLine(b []byte) string {
 		}
 	}
 	return string(b)
+}
+
+// AccelProbe decides the accelerator once, in the background, so a node
+// can serve and register before the answer: the hypervisor boot loads the
+// kvm modules and runs DetectAccel only after the node has registered
+// (under emulation the two take seconds). A VM start waits for the answer
+// (Manager with Config.AccelProbe), starting the decision if nothing has.
+// Use NewAccelProbe; methods are safe for concurrent use.
+type AccelProbe struct {
+	decide func(ctx context.Context) (Accel, string)
+	once   sync.Once
+	done   chan struct{}
+	accel  Accel
+	why    string
+}
+
+// NewAccelProbe returns a probe that decides with decide (e.g. load the
+// kvm modules, then DetectAccel) when first started; decide must return
+// in bounded time.
+func NewAccelProbe(decide func(ctx context.Context) (Accel, string)) *AccelProbe {
+	return &AccelProbe{decide: decide, done: make(chan struct{})}
+}
+
+// Start begins the decision in the background unless it has begun; it
+// does not block. The decision runs with ctx's values but is not
+// cancelled with it.
+func (p *AccelProbe) Start(ctx context.Context) {
+	p.once.Do(func() {
+		go func() {
+			defer close(p.done)
+			p.accel, p.why = p.decide(context.WithoutCancel(ctx))
+		}()
+	})
+}
+
+// ErrProbeClosed: the AccelProbe was closed before it decided.
+var ErrProbeClosed = errors.New("accelerator probe closed before deciding")
+
+// Wait starts the decision if need be and blocks until it is made (the
+// accelerator and why), or returns ctx's error (ErrProbeClosed after
+// Close).
+func (p *AccelProbe) Wait(ctx context.Context) (Accel, string, error) {
+	p.Start(ctx)
+	select {
+	case <-p.done:
+		if p.accel == "" {
+			return "", "", ErrProbeClosed
+		}
+		return p.accel, p.why, nil
+	case <-ctx.Done():
+		return "", "", ctx.Err()
+	}
+}
+
+// Result returns the decision without waiting; ok is false while it is
+// not made.
+func (p *AccelProbe) Result() (a Accel, why string, ok bool) {
+	select {
+	case <-p.done:
+		return p.accel, p.why, true
+	default:
+		return "", "", false
+	}
+}
+
+// Done is closed once the decision is made.
+func (p *AccelProbe) Done() <-chan struct{} { return p.done }
+
+// Close waits for a decision under way; one not begun never begins (Wait
+// then returns ErrProbeClosed). The owner calls it when it stops.
+func (p *AccelProbe) Close() {
+	p.once.Do(func() { close(p.done) })
+	<-p.done
 }

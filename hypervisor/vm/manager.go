@@ -39,6 +39,9 @@ type Config struct {
 	// Accel is "auto" (default: probe KVM, fall back to TCG), "kvm" or
 	// "tcg".
 	Accel string
+	// AccelProbe, when set, decides instead of Accel, in the background:
+	// New does not wait for it; a VM start does (within StartTimeout).
+	AccelProbe *AccelProbe
 	// Wrapper prefixes the QEMU command line (tests run QEMU in a network
 	// namespace with "ip netns exec NS").
 	Wrapper []string
@@ -142,8 +145,10 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		log.Info("removed deleted vm directories left by a crash", "dir", cfg.Dir, "count", len(swept))
 	}
 	m := &Manager{cfg: cfg, log: log}
-	switch cfg.Accel {
-	case "", "auto":
+	switch {
+	case cfg.AccelProbe != nil:
+		log.Info("accelerator decided in the background: VM starts wait for it")
+	case cfg.Accel == "", cfg.Accel == "auto":
 		var why string
 		m.accel, why = DetectAccel(ctx, cfg.QEMU, cfg.Wrapper, cfg.Dir)
 		if m.accel == TCG {
@@ -151,9 +156,9 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		} else {
 			log.Info("using KVM", "accel", "kvm", "reason", why)
 		}
-	case "kvm":
+	case cfg.Accel == "kvm":
 		m.accel = KVM
-	case "tcg":
+	case cfg.Accel == "tcg":
 		m.accel = TCG
 		log.Info("TCG emulation forced by configuration", "accel", "tcg")
 	default:
@@ -169,8 +174,32 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	return m, nil
 }
 
-// Accel returns the accelerator VMs are started with.
-func (m *Manager) Accel() Accel { return m.accel }
+// Accel returns the accelerator VMs are started with; "" while
+// Config.AccelProbe has not decided.
+func (m *Manager) Accel() Accel {
+	if p := m.cfg.AccelProbe; p != nil {
+		a, _, _ := p.Result()
+		return a
+	}
+	return m.accel
+}
+
+// startAccel is the accelerator for a VM start: Config.AccelProbe's
+// answer (waited for within ctx), else the one New decided.
+func (m *Manager) startAccel(ctx context.Context) (Accel, error) {
+	p := m.cfg.AccelProbe
+	if p == nil {
+		return m.accel, nil
+	}
+	if _, _, ok := p.Result(); !ok {
+		m.log.Info("vm start waits for the accelerator probe")
+	}
+	a, _, err := p.Wait(ctx) // the probe's owner logs its answer
+	if err != nil {
+		return "", fmt.Errorf("accelerator not decided: %w", err)
+	}
+	return a, nil
+}
 
 func (m *Manager) dir(name string) string { return filepath.Join(m.cfg.Dir, name) }
 
@@ -207,6 +236,10 @@ func (m *Manager) Boot(ctx context.Context, spec Spec) (VM, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.StartTimeout)
 	defer cancel()
 	start := time.Now()
+	accel, err := m.startAccel(ctx)
+	if err != nil {
+		return VM{}, fmt.Errorf("vm %q: %w", spec.Name, err)
+	}
 	var undo []func()
 	rollback := func() {
 		for i := len(undo) - 1; i >= 0; i-- {
@@ -262,7 +295,7 @@ func (m *Manager) Boot(ctx context.Context, spec Spec) (VM, error) {
 			os.Remove(f)
 		}
 	})
-	args := append(append(slices.Clone(m.cfg.Wrapper), m.cfg.QEMU), Args(spec, p, m.accel, m.cfg.Vhost)...)
+	args := append(append(slices.Clone(m.cfg.Wrapper), m.cfg.QEMU), Args(spec, p, accel, m.cfg.Vhost)...)
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -288,7 +321,7 @@ func (m *Manager) Boot(ctx context.Context, spec Spec) (VM, error) {
 		rollback()
 		return VM{}, fmt.Errorf("vm %q: %w", spec.Name, err)
 	}
-	m.log.Info("vm started", "vm", spec.Name, "pid", pid, "accel", string(m.accel), "vcpus", spec.VCPUs,
+	m.log.Info("vm started", "vm", spec.Name, "pid", pid, "accel", string(accel), "vcpus", spec.VCPUs,
 		"memory_bytes", spec.MemoryBytes, "duration", time.Since(start).Round(time.Millisecond))
 	return m.get(ctx, spec.Name)
 }

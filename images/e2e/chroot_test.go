@@ -40,7 +40,7 @@ func bothImages(t *testing.T) (disc, hyp discovery.Result) {
 		t.Skip("image chroot tests: skipped with -short (they build both images)")
 	}
 	require.Root(t, "image chroot tests: chroot, mounts, apt")
-	require.Tool(t, "apt-get", "apt-cache", "dpkg-deb", "dpkg-query", "xz", "go", "qemu-system-x86_64", "qemu-img")
+	require.Tool(t, "apt-get", "apt-cache", "dpkg-deb", "dpkg-query", "xz", "zstd", "go", "qemu-system-x86_64", "qemu-img")
 	bothOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 		defer cancel()
@@ -60,7 +60,7 @@ func bothImages(t *testing.T) (disc, hyp discovery.Result) {
 	return both[0], both[1]
 }
 
-// unpack extracts a built initramfs (xz, lz4 or gzip) into a new directory.
+// unpack extracts a built initramfs (zstd, xz, lz4 or gzip) into a new directory.
 func unpack(t *testing.T, r discovery.Result) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -70,6 +70,12 @@ func unpack(t *testing.T, r discovery.Result) string {
 		t.Fatal(err)
 	}
 	switch r.Compression {
+	case "zstd":
+		cmd := exec.Command("zstd", "-dc", r.Initrd)
+		cmd.Stdout = out
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("zstd -d %s: %v", r.Initrd, err)
+		}
 	case "xz":
 		cmd := exec.Command("xz", "-dc", r.Initrd)
 		cmd.Stdout = out

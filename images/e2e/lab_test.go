@@ -84,7 +84,7 @@ func need(t *testing.T, tools ...string) {
 func image(t *testing.T) discovery.Result {
 	t.Helper()
 	imgOnce.Do(func() {
-		for _, tool := range []string{"apt-get", "apt-cache", "dpkg-deb", "xz", "go"} {
+		for _, tool := range []string{"apt-get", "apt-cache", "dpkg-deb", "xz", "zstd", "go"} {
 			if _, err := exec.LookPath(tool); err != nil {
 				imgSkip = tool + " not installed: cannot build the discovery image"
 				return

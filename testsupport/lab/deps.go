@@ -14,10 +14,10 @@ import (
 // Packages are the Debian 12 packages the lab runs on: QEMU and its
 // firmware (SeaBIOS with the iPXE ROMs, OVMF), Debian's iPXE binaries,
 // OpenIPMI's ipmi_sim, iproute2, and what `corrald images build` needs to
-// build the discovery image (apt-get download, dpkg-deb, depmod, xz,
-// pci.ids).
+// build the discovery image (apt-get download, dpkg-deb, depmod, zstd and
+// xz, pci.ids).
 var Packages = []string{"iproute2", "qemu-system-x86", "qemu-utils", "ovmf", "ipxe", "openipmi", "ipmitool",
-	"kmod", "xz-utils", "pci.ids", "ca-certificates"}
+	"kmod", "zstd", "xz-utils", "pci.ids", "ca-certificates"}
 
 // requiredFiles maps a file or program the lab needs to its package.
 var requiredFiles = map[string]string{
@@ -29,6 +29,7 @@ var requiredFiles = map[string]string{
 	"ipmi_sim":                "openipmi",
 	"ipmitool":                "ipmitool",
 	"/usr/sbin/depmod":        "kmod",
+	"zstd":                    "zstd",
 	"xz":                      "xz-utils",
 	"/usr/share/misc/pci.ids": "pci.ids",
 }
