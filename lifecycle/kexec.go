@@ -101,21 +101,25 @@ func (l *Lifecycle) installReboot(ctx context.Context, m *inventoryv1.Machine, i
 	}
 	name := m.GetName()
 	plan, err := l.kexecPlan(ctx, m)
-	if err == nil {
-		plan.InstallId = id
-		err = l.sess.send(name, &nodev1.ApplianceMessage{Cmd: &nodev1.ApplianceMessage_Kexec{Kexec: plan}})
-	}
 	if err != nil {
 		l.kexecFallback(ctx, name, id, m.GetWatchdog().GetArmedAt(), "kexec-failed", "kexec not possible: "+err.Error())
 		return
 	}
+	plan.InstallId = id
+	// The entry is queued before the plan goes out, so it precedes
+	// whatever the agent does with the plan on the timeline; a send that
+	// fails is followed by its kexec-failed entry.
 	timeout := l.kexecTimeout()
-	l.event(m, "lifecycle", "kexec", fmt.Sprintf("install %s done: the agent boots the hypervisor image with kexec (no firmware reboot); "+
+	l.event(m, "lifecycle", "kexec", fmt.Sprintf("install %s done: sending the agent its kexec plan to boot the hypervisor image (no firmware reboot); "+
 		"rebooted the old way if node %s is not READY within %s", id, name, timeout), map[string]string{
 		"install_id": id, "kernel": plan.GetKernelUrl(), "initrd": plan.GetInitrdUrl(),
 		"kernel_sha256": plan.GetKernelSha256(), "initrd_sha256": plan.GetInitrdSha256(),
 		"cmdline_bytes": fmt.Sprint(len(plan.GetCmdline())), "timeout": timeout.String(),
 	})
+	if err := l.sess.send(name, &nodev1.ApplianceMessage{Cmd: &nodev1.ApplianceMessage_Kexec{Kexec: plan}}); err != nil {
+		l.kexecFallback(ctx, name, id, m.GetWatchdog().GetArmedAt(), "kexec-failed", "kexec not possible: "+err.Error())
+		return
+	}
 	l.log.Info("install done: kexec into the hypervisor image", "machine", name, "install_id", id, "timeout", timeout)
 }
 
