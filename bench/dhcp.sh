@@ -6,6 +6,9 @@
 # at half corrald's knee and a burst of new clients (bench/cmd/dora).
 # Server pinned to one core. Prints figures; asserts nothing.
 # Usage: bench/dhcp.sh [servers...]   (default: corrald kea dnsmasq)
+#        server = corrald | kea | dnsmasq | LABEL=/path/to/corrald (another
+#        build, e.g. before=/tmp/corrald-old). The DORA latency runs at half
+#        the knee of corrald, or else of the first server listed.
 . "$(dirname "$0")/lib.sh"
 RATES=${RATES:-"1000 2000 3000 4000 5000 6000 8000 10000 12000 16000"}
 PERIOD=${PERIOD:-5}
@@ -16,6 +19,7 @@ setup
 
 echo "== DHCP: DORA sweep, new clients, ${PERIOD}s per step, server pinned to CPU $SERVER_CPU =="
 for srv in $SERVERS; do
+	label=${srv%%=*}
 	knee=0
 	bad=0
 	for r in $RATES; do
@@ -31,7 +35,7 @@ for srv in $SERVERS; do
 		drop=$(awk -v a="${d1:-100}" -v b="${d2:-100}" 'BEGIN{x=(a>b)?a:b; if (x!=x) x=100; print x}')
 		cpu=$(awk -v t=$((t1 - t0)) -v g="${got:-0}" -v p=$PERIOD 'BEGIN{ if (g>0) printf "%.0f", t*10000/(g*p); else print "-" }')
 		printf '%-8s offered %6d/s: %8.0f leases/s, drops DO %s%% RA %s%%, RA avg %s ms, server CPU %s us/lease\n' \
-			$srv $r "${got:-0}" "${d1:-?}" "${d2:-?}" "${a2:-?}" "$cpu"
+			$label $r "${got:-0}" "${d1:-?}" "${d2:-?}" "${a2:-?}" "$cpu"
 		if awk -v d="$drop" 'BEGIN{exit !(d<=2.5)}'; then
 			knee=$(awk -v g="${got:-0}" -v k=$knee 'BEGIN{print (g>k)?g:k}')
 			bad=0
@@ -40,23 +44,29 @@ for srv in $SERVERS; do
 			[ $bad -ge 2 ] && break
 		fi
 	done
-	echo "$srv knee: $knee leases/s at <= 2.5% drop"
-	eval "knee_$srv=$knee"
+	echo "$label knee: $knee leases/s at <= 2.5% drop"
+	eval "knee_$label=$knee"
 done
-half=$(awk -v k="${knee_corrald:-2000}" 'BEGIN{printf "%d", k/2}')
+first=${SERVERS%% *}
+first=${first%%=*}
+eval "kref=\${knee_corrald:-\${knee_$first:-2000}}"
+half=$(awk -v k="$kref" 'BEGIN{printf "%d", k/2}')
 echo
-echo "== DHCP: DORA latency at half corrald's knee ($half/s, 10s) and a burst of $BURST new clients =="
+echo "== DHCP: DORA latency at half corrald's (else $first's) knee ($half/s, 10s) and a burst of $BURST new clients =="
 for srv in $SERVERS; do
+	label=${srv%%=*}
 	start_server $srv
-	printf '%-8s ' $srv
-	client "$BIN/dora" -local $CLIENT -server $SERVER -rate $half -duration 10s
+	printf '%-8s ' $label
+	st0=$(steal)
+	out=$(client "$BIN/dora" -local $CLIENT -server $SERVER -rate $half -duration 10s)
+	echo "$out, VM steal ticks $(($(steal) - st0)), load $(cut -d' ' -f1 /proc/loadavg)"
 	unserve
 	start_server $srv
 	before=$(rcvbuf_errors)
-	printf '%-8s ' $srv
+	printf '%-8s ' $label
 	client "$BIN/dora" -local $CLIENT -server $SERVER -burst $BURST -timeout 4s
-	echo "$srv     kernel RcvbufErrors during the burst: $(($(rcvbuf_errors) - before))"
+	echo "$label     kernel RcvbufErrors during the burst: $(($(rcvbuf_errors) - before))"
 	unserve
 done
-for k in $SERVERS; do eval "v=\${knee_$k:-0}"; echo "knee $k $v"; done | awk '
+for srv in $SERVERS; do k=${srv%%=*}; eval "v=\${knee_$k:-0}"; echo "knee $k $v"; done | awk '
 	{k[$2]=$3} END { if (!(k["corrald"]>0)) exit; if (k["kea"]>0) printf "ratio corrald/kea %.2f\n", k["corrald"]/k["kea"]; if (k["dnsmasq"]>0) printf "ratio corrald/dnsmasq %.2f\n", k["corrald"]/k["dnsmasq"] }'

@@ -10,7 +10,8 @@
 # utime+stime (/proc/PID/stat) over the leases perfdhcp counted.
 # Then DORA p50/p99 at LAT_RATE (default: half the first server's knee in
 # this run, the knee being the highest median leases/s at <= 2.5 % drop)
-# with bench/cmd/dora, again interleaved. Prints every run and the medians;
+# with bench/cmd/dora, again interleaved, each run with the server's CPU
+# ticks and the VM's steal ticks (lib.sh). Prints every run and the medians;
 # asserts nothing. On a shared machine only interleaved medians count:
 # the load average is printed before and after.
 # Usage: bench/dhcp_relay.sh [server...]   server = corrald | kea | dnsmasq
@@ -36,13 +37,15 @@ for i in $(seq $REPEATS); do
 			label=${srv%%=*}
 			start_server "$srv"
 			t0=$(ticks $SPID)
+			st0=$(steal)
 			out=$(client perfdhcp -4 -r $r -p $PERIOD -R 4000000 -l $IF_C $SERVER 2>&1 || true)
+			st1=$(steal)
 			t1=$(ticks $SPID)
 			unserve
 			set -- $(perfdhcp_fields "$out")
 			cpu=$(awk -v t=$((t1 - t0)) -v g="$1" -v p=$PERIOD -v hz="$(getconf CLK_TCK)" 'BEGIN{ if (g>0) printf "%.0f", t*1e6/hz/(g*p); else print 0 }')
-			printf 'run %d %-8s offered %5d/s: %6.0f leases/s, drop %5s%%, REQUEST-ACK avg %s ms, server CPU %s us/lease\n' \
-				$i "$label" $r "$1" "$2" "$3" "$cpu"
+			printf 'run %d %-8s offered %5d/s: %6.0f leases/s, drop %5s%%, REQUEST-ACK avg %s ms, server CPU %s us/lease, VM steal ticks %d\n' \
+				$i "$label" $r "$1" "$2" "$3" "$cpu" $((st1 - st0))
 			echo "$label $r $1 $2 $cpu" >>"$RES"
 		done
 	done
@@ -72,10 +75,12 @@ for i in $(seq $REPEATS); do
 		label=${srv%%=*}
 		start_server "$srv"
 		t0=$(ticks $SPID)
+		st0=$(steal)
 		out=$(client "$BIN/dora" -local $CLIENT -server $SERVER -rate $LAT_RATE -duration 10s)
+		st1=$(steal)
 		t1=$(ticks $SPID)
 		unserve
-		printf 'run %d %-8s %s\n' $i "$label" "$out"
+		printf 'run %d %-8s %s server CPU ticks %d, VM steal ticks %d, load %s\n' $i "$label" "$out" $((t1 - t0)) $((st1 - st0)) "$(cut -d' ' -f1 /proc/loadavg)"
 		p50=$(ms "$(field "$out" p50)")
 		p99=$(ms "$(field "$out" p99)")
 		echo "$label $p50 $p99 $((t1 - t0))" >>"$LAT"
