@@ -3,8 +3,10 @@ package kexec
 import (
 	"bytes"
 	"encoding/binary"
+	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 	ukexec "github.com/u-root/u-root/pkg/boot/kexec"
@@ -167,5 +169,65 @@ func TestPlanSegmentsRefuses(t *testing.T) {
 				t.Fatalf("err = %v, want one saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestPageSegments: planSegments' layout goes to kexec_load(2) as u-root's
+// AlignAndMerge would hand it (same physical ranges, same bytes) but with
+// the segments' own buffers, not copies; any other layout is left to
+// u-root.
+func TestPageSegments(t *testing.T) {
+	kb := testBzImage(nil)
+	initrd := bytes.Repeat([]byte("initramfs"), 100_000)
+	segs, entry, err := planSegments(testZeroPage(), testMemoryMap(1<<30), kb, initrd, "console=ttyS0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks, ok := pageSegments(entry, segs)
+	if !ok {
+		t.Fatalf("planSegments' layout refused: %s", segs)
+	}
+	merged, err := ukexec.AlignAndMerge(slices.Clone(segs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ks) != len(merged) {
+		t.Fatalf("%d segments, u-root makes %d", len(ks), len(merged))
+	}
+	own := map[uintptr][]byte{}
+	for _, s := range segs {
+		own[uintptr(unsafe.Pointer(&s.Buf[0]))] = s.Buf
+	}
+	for i, k := range ks {
+		m := merged[i]
+		if k.mem != m.Phys.Start || k.memsz != m.Phys.Size {
+			t.Errorf("segment %d at %#x+%#x, u-root: %#x+%#x", i, k.mem, k.memsz, m.Phys.Start, m.Phys.Size)
+		}
+		b, ok := own[k.buf]
+		if !ok {
+			t.Errorf("segment %d at %#x: a copy, not the planned buffer", i, k.mem)
+			continue
+		}
+		if got := b[:k.bufsz]; !bytes.Equal(got, m.Buf) {
+			t.Errorf("segment %d at %#x: %d bytes differ from u-root's %d", i, k.mem, k.bufsz, len(m.Buf))
+		}
+	}
+
+	seg := func(start uintptr, size uint) ukexec.Segment {
+		return ukexec.NewSegment(make([]byte, size), ukexec.Range{Start: start, Size: size})
+	}
+	for name, tc := range map[string]struct {
+		entry uintptr
+		segs  ukexec.Segments
+	}{
+		"unaligned start":        {0x1000, ukexec.Segments{seg(0x1000, 10), seg(0x3004, 10)}},
+		"overlap after rounding": {0x1000, ukexec.Segments{seg(0x1000, 0x1001), seg(0x2000, 10)}},
+		"entry outside":          {0x9000, ukexec.Segments{seg(0x1000, 10)}},
+		"buffer over the range":  {0x1000, ukexec.Segments{{Buf: make([]byte, 20), Phys: ukexec.Range{Start: 0x1000, Size: 10}}}},
+		"none":                   {0x1000, nil},
+	} {
+		if _, ok := pageSegments(tc.entry, tc.segs); ok {
+			t.Errorf("%s: accepted", name)
+		}
 	}
 }
