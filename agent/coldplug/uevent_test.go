@@ -117,8 +117,13 @@ func TestRunWithUevents(t *testing.T) {
 			if slices.Contains(l.loaded, tc.hold) || (tc.hold != "" && !slices.Equal(res.Held, []string{tc.hold})) {
 				t.Errorf("held %q: loader got %q, Held = %q", tc.hold, l.loaded, res.Held)
 			}
-			if res.Rounds != 2 {
-				t.Errorf("rounds = %d, want 2", res.Rounds)
+			// virtio_pci's children are the second generation. An
+			// event's generation counts from the loads finished when it is
+			// read, so virtio1's event read after virtio_net loaded is a
+			// third (the pipeline reads events and load results as they
+			// come): 2 or 3, never 1 and never a round per module.
+			if res.Rounds < 2 || res.Rounds > 3 {
+				t.Errorf("rounds = %d, want 2 (or 3)", res.Rounds)
 			}
 			if !ev.closed {
 				t.Error("events not closed")
