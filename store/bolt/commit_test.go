@@ -18,8 +18,18 @@ import (
 func TestCommitEveryWriteAnswered(t *testing.T) {
 	s, _ := openTemp(t)
 	defer s.Close()
-	const writers, each = 32, 150
-	done := make(chan struct{})
+	writeEverywhere(t, s, 32, 150, 50*time.Microsecond, func(int, int) bool { return false })
+}
+
+// writeEverywhere runs writers goroutines of each writes on s: Puts of
+// their own keys, an Update of one hot key before every fifth, a context
+// that ends while the write is queued (after 0-2 steps) for every seventh,
+// and WithCommitWindow where window(w, i). It fails t unless every write
+// returns within 2 minutes, every answered Put is in the store, at least
+// half were answered and no pending count is left behind; it returns the
+// store's records.
+func writeEverywhere(t *testing.T, s *Store, writers, each int, step time.Duration, window func(w, i int) bool) []store.KV {
+	t.Helper()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	answered := map[string]bool{}
@@ -29,21 +39,19 @@ func TestCommitEveryWriteAnswered(t *testing.T) {
 			defer wg.Done()
 			for i := range each {
 				ctx := t.Context()
+				if window(w, i) {
+					ctx = WithCommitWindow(ctx)
+				}
 				var cancel context.CancelFunc = func() {}
 				if i%7 == 3 {
-					ctx, cancel = context.WithTimeout(ctx, time.Duration(i%3)*50*time.Microsecond)
+					ctx, cancel = context.WithTimeout(ctx, time.Duration(i%3)*step)
 				}
-				key := fmt.Sprintf("w%02d/%03d", w, i)
 				if i%5 == 0 {
-					_, err := s.Update(ctx, "hot", func(cur store.KV, _ bool) ([]byte, bool, error) {
+					_, _ = s.Update(ctx, "hot", func(cur store.KV, _ bool) ([]byte, bool, error) {
 						return append(cur.Value, 'x'), false, nil
 					})
-					if err == nil {
-						mu.Lock()
-						answered["hot+"] = true
-						mu.Unlock()
-					}
 				}
+				key := fmt.Sprintf("w%02d/%03d", w, i)
 				if _, err := s.Put(ctx, key, []byte("v"), 0); err == nil {
 					mu.Lock()
 					answered[key] = true
@@ -53,25 +61,28 @@ func TestCommitEveryWriteAnswered(t *testing.T) {
 			}
 		}()
 	}
+	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(2 * time.Minute):
 		t.Fatal("writers still waiting after 2 minutes: a write was never committed")
 	}
+	all := listAll(t, s)
 	got := map[string]bool{}
-	for _, kv := range listAll(t, s) {
+	for _, kv := range all {
 		got[kv.Key] = true
 	}
 	for k := range answered {
-		if k != "hot+" && !got[k] {
+		if !got[k] {
 			t.Errorf("answered write %s is not in the store", k)
 		}
 	}
 	if len(answered) < writers*each/2 {
 		t.Errorf("only %d of %d writes answered without error", len(answered), writers*each)
 	}
-	if s.pending.Load() != 0 {
-		t.Errorf("pending = %d after every write returned", s.pending.Load())
+	if p := s.pending.Load(); p != 0 {
+		t.Errorf("pending = %d after every write returned", p)
 	}
+	return all
 }

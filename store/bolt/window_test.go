@@ -1,7 +1,6 @@
 package bolt
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"runtime"
@@ -10,8 +9,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/corralhq/corral/store"
 )
 
 func openWindow(t *testing.T, window time.Duration) (*Store, string) {
@@ -154,60 +151,9 @@ func TestCommitWindowSequentialWriter(t *testing.T) {
 func TestCommitWindowEveryWriteAnswered(t *testing.T) {
 	s, path := openWindow(t, 500*time.Microsecond)
 	defer s.Close()
-	const writers, each = 16, 120
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	answered := map[string]bool{}
-	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range each {
-				ctx := t.Context()
-				if (w+i)%3 != 0 {
-					ctx = WithCommitWindow(ctx)
-				}
-				var cancel context.CancelFunc = func() {}
-				if i%7 == 3 {
-					ctx, cancel = context.WithTimeout(ctx, time.Duration(i%3)*200*time.Microsecond)
-				}
-				if i%5 == 0 {
-					_, _ = s.Update(ctx, "hot", func(cur store.KV, _ bool) ([]byte, bool, error) {
-						return append(cur.Value, 'x'), false, nil
-					})
-				}
-				key := fmt.Sprintf("w%02d/%03d", w, i)
-				if _, err := s.Put(ctx, key, []byte("v"), 0); err == nil {
-					mu.Lock()
-					answered[key] = true
-					mu.Unlock()
-				}
-				cancel()
-			}
-		}()
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(2 * time.Minute):
-		t.Fatal("writers still waiting after 2 minutes: a write was never committed")
-	}
-	want := listAll(t, s)
-	got := map[string]bool{}
-	for _, kv := range want {
-		got[kv.Key] = true
-	}
-	for k := range answered {
-		if !got[k] {
-			t.Errorf("answered write %s is not in the store", k)
-		}
-	}
-	if len(answered) < writers*each/2 {
-		t.Errorf("only %d of %d writes answered without error", len(answered), writers*each)
-	}
-	if p, u := s.pending.Load(), s.urgent.Load(); p != 0 || u != 0 {
-		t.Errorf("pending = %d, urgent = %d after every write returned", p, u)
+	want := writeEverywhere(t, s, 16, 120, 200*time.Microsecond, func(w, i int) bool { return (w+i)%3 != 0 })
+	if u := s.urgent.Load(); u != 0 {
+		t.Errorf("urgent = %d after every write returned", u)
 	}
 	if s.windowWaits.Load() == 0 {
 		t.Error("no write waited for the window: the test did not exercise it")
