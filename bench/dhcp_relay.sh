@@ -16,7 +16,9 @@
 # the load average is printed before and after.
 # Usage: bench/dhcp_relay.sh [server...]   server = corrald | kea | dnsmasq
 #        | LABEL=/path/to/corrald (another build, e.g. before=/tmp/corrald-old)
-# Knobs: RATES ("2000 4000 8000"), PERIOD (10), REPEATS (3), LAT_RATE.
+# Knobs: RATES ("2000 4000 8000"; " " skips the sweep), PERIOD (10),
+# REPEATS (3), LAT_RATE, BENCH_DIR (state on another filesystem, e.g.
+# /dev/shm/x: flushes cost nothing there).
 . "$(dirname "$0")/lib.sh"
 RATES=${RATES:-"2000 4000 8000"}
 PERIOD=${PERIOD:-10}

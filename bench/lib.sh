@@ -98,6 +98,12 @@ start_server() {
 	case $1 in *=*) bin=${1#*=} ;; esac
 	st=$OUT/state-$label
 	rm -rf "$st"
+	# The root filesystem here is mounted with online discard: the blocks
+	# of the state just deleted are discarded at the next ext4 journal
+	# commit, which a fresh server's first flushes (new files, a growing
+	# bbolt file) would otherwise wait behind, for up to ~0.5 s. Commit
+	# them now, before the server starts.
+	sync -f "$OUT" 2>/dev/null || sync
 	mkdir -p "$st"
 	case $label in
 	kea)
