@@ -46,7 +46,9 @@ func main() {
 	}
 	slices.Sort(lat)
 	at := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))].Round(time.Microsecond) }
-	over := func(x time.Duration) int { return len(lat) - func() int { i, _ := slices.BinarySearch(lat, x); return i }() }
+	over := func(x time.Duration) int {
+		return len(lat) - func() int { i, _ := slices.BinarySearch(lat, x); return i }()
+	}
 	fmt.Printf("%s: %d flushes in %s: p50 %s p99 %s p99.9 %s max %s; over 10 ms %d, over 50 ms %d\n",
 		*dir, len(lat), *d, at(0.5), at(0.99), at(0.999), lat[len(lat)-1].Round(time.Microsecond), over(10*time.Millisecond), over(50*time.Millisecond))
 }
