@@ -136,6 +136,11 @@ func serveNode(ctx context.Context, appliances []string, ec node.EnrolConfig, nc
 // timeout where nested KVM hangs); a VM start that comes first starts
 // both and waits for the answer (vm.AccelProbe).
 func runHypervisorBoot(ctx context.Context, cmdlineFile, dataDir, accel string, level slog.Level, stdout, stderr io.Writer) error {
+	// The probe decides with this setting after the node is READY, where
+	// vm.New no longer sees it: refuse a wrong one before anything runs.
+	if err := vm.CheckAccel(accel); err != nil {
+		return fmt.Errorf("hypervisor: --accel: %w", err)
+	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	console := consoleWriter(stdout)
 	var held heldModules

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	"github.com/corralhq/corral/hypervisor/vm"
 )
 
 // TestHypervisorEnv: flags not given come from CORRAL_<FLAG>; the
@@ -101,6 +103,22 @@ func TestHoldsKVMModules(t *testing.T) {
 	for m, want := range map[string]bool{"kvm": true, "kvm_amd": true, "kvm_intel": true, "virtio_net": false, "kvmgt": false, "ipmi_si": false} {
 		if got := isKVMModule(m); got != want {
 			t.Errorf("isKVMModule(%q) = %v, want %v", m, got, want)
+		}
+	}
+}
+
+// TestHypervisorBootRefusesBadAccel: the boot's --accel reaches the
+// accelerator probe only after the node is READY, so a wrong value is
+// refused at once, before hvboot touches the machine.
+func TestHypervisorBootRefusesBadAccel(t *testing.T) {
+	var out, errs bytes.Buffer
+	err := runHypervisorBoot(t.Context(), "/nonexistent/cmdline", t.TempDir(), "kvmm", slog.LevelInfo, &out, &errs)
+	if err == nil || !strings.Contains(err.Error(), `accel "kvmm"`) {
+		t.Fatalf("runHypervisorBoot(accel kvmm) = %v, want the accel refused", err)
+	}
+	for _, ok := range []string{"", "auto", "kvm", "tcg"} {
+		if err := vm.CheckAccel(ok); err != nil {
+			t.Errorf("CheckAccel(%q) = %v", ok, err)
 		}
 	}
 }

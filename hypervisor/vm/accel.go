@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/corralhq/corral/internal/apierr"
 )
 
 // probeBootSector is a BIOS boot sector that writes 0x31 to the
@@ -62,6 +64,16 @@ func firstLine(b []byte) string {
 		}
 	}
 	return string(b)
+}
+
+// CheckAccel refuses an accelerator setting other than auto, kvm or tcg
+// ("" is auto).
+func CheckAccel(s string) error {
+	switch s {
+	case "", "auto", string(KVM), string(TCG):
+		return nil
+	}
+	return apierr.Invalidf("vm: accel %q: want auto, kvm or tcg", s)
 }
 
 // AccelProbe decides the accelerator once, in the background, so a node

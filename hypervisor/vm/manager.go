@@ -144,6 +144,9 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	} else if len(swept) > 0 {
 		log.Info("removed deleted vm directories left by a crash", "dir", cfg.Dir, "count", len(swept))
 	}
+	if err := CheckAccel(cfg.Accel); err != nil {
+		return nil, err
+	}
 	m := &Manager{cfg: cfg, log: log}
 	switch {
 	case cfg.AccelProbe != nil:
@@ -161,8 +164,6 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	case cfg.Accel == "tcg":
 		m.accel = TCG
 		log.Info("TCG emulation forced by configuration", "accel", "tcg")
-	default:
-		return nil, apierr.Invalidf("vm: accel %q: want auto, kvm or tcg", cfg.Accel)
 	}
 	vms, err := m.List(ctx)
 	if err != nil {
