@@ -68,7 +68,6 @@ import (
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/store"
-	"github.com/corralhq/corral/store/bolt"
 )
 
 // Mode is the DHCP mode.
@@ -624,7 +623,7 @@ func newBound(parent context.Context) *bound {
 	// The store writes of a packet (its lease) may wait for the bbolt
 	// store's commit window to share a flush with the packets arriving
 	// meanwhile (store/bolt/window.go); an API write never waits for it.
-	return &bound{parent: bolt.WithCommitWindow(context.WithoutCancel(parent))}
+	return &bound{parent: store.WithCommitWindow(context.WithoutCancel(parent))}
 }
 
 // ctx returns a context whose deadline is at least handleTimeout and at

@@ -98,7 +98,7 @@ func TestAckedLeaseSurvivesCrash(t *testing.T) {
 
 // TestPacketLeasesShareTheCommitWindow: the lease a packet writes on a
 // bolt store with a commit window may wait for it (the packet's context,
-// bound, carries bolt.WithCommitWindow), so leases arriving within the
+// bound, carries store.WithCommitWindow), so leases arriving within the
 // window after a flush share the next one; a write without it (here the
 // fixture's own context, as an API call has) is flushed at once.
 func TestPacketLeasesShareTheCommitWindow(t *testing.T) {

@@ -49,7 +49,7 @@ func Benchmark(b *testing.B) {
 func benchWrites(b *testing.B, opts Options, mayWait bool) {
 	ctxFor := func(b *testing.B) context.Context {
 		if mayWait {
-			return WithCommitWindow(b.Context())
+			return store.WithCommitWindow(b.Context())
 		}
 		return b.Context()
 	}

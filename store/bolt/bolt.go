@@ -82,7 +82,7 @@ type Options struct {
 	// fdatasync, folded into bbolt in large transactions).
 	NoJournal bool
 	// CommitWindow, if positive, is the shortest time between two
-	// batches while writes made under WithCommitWindow keep coming: the
+	// batches while writes made under store.WithCommitWindow keep coming: the
 	// committer waits out the rest of it and takes every write that
 	// queued meanwhile into one batch, one flush (window.go). Other
 	// writes never wait for it. Zero: every batch is taken at once.

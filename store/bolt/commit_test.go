@@ -40,7 +40,7 @@ func writeEverywhere(t *testing.T, s *Store, writers, each int, step time.Durati
 			for i := range each {
 				ctx := t.Context()
 				if window(w, i) {
-					ctx = WithCommitWindow(ctx)
+					ctx = store.WithCommitWindow(ctx)
 				}
 				var cancel context.CancelFunc = func() {}
 				if i%7 == 3 {

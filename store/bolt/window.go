@@ -1,16 +1,17 @@
 package bolt
 
 import (
-	"context"
 	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/corralhq/corral/store"
 )
 
 // The commit window (Options.CommitWindow) bounds how often the journal is
 // flushed while network-driven writes keep coming. A write made under a
-// context from WithCommitWindow (boot/dhcp's packets) may wait: its batch
+// context from store.WithCommitWindow (boot/dhcp's packets) may wait: its batch
 // is not taken sooner than the window after the previous batch was, and
 // every write that arrives meanwhile joins it. Any other write (an API
 // call) never waits for the window: a batch it is in is taken at once,
@@ -40,23 +41,11 @@ const (
 	windowSkip  = 64
 )
 
-type commitWindowKey struct{}
-
-// WithCommitWindow returns a context under which this store's writes may
-// wait for its commit window (Options.CommitWindow) to share a flush with
-// the writes that arrive meanwhile. For writes driven by the network at a
-// rate, such as DHCP leases; other stores ignore it.
-func WithCommitWindow(ctx context.Context) context.Context {
-	return context.WithValue(ctx, commitWindowKey{}, true)
-}
-
-func mayWait(ctx context.Context) bool { return ctx.Value(commitWindowKey{}) != nil }
-
 // queued notes o's arrival for the window: an op that may not wait is
 // counted until it is taken and ends a wait in progress. Called by queue
 // before o is sent.
 func (s *Store) queued(o *op) {
-	if s.window <= 0 || mayWait(o.ctx) {
+	if s.window <= 0 || store.MayWaitForCommit(o.ctx) {
 		return
 	}
 	o.urgent = true

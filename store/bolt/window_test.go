@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/corralhq/corral/store"
 )
 
 func openWindow(t *testing.T, window time.Duration) (*Store, string) {
@@ -29,7 +31,7 @@ func TestCommitWindowGathers(t *testing.T) {
 	const window = 500 * time.Millisecond
 	s, _ := openWindow(t, window)
 	defer s.Close()
-	ctx := WithCommitWindow(t.Context())
+	ctx := store.WithCommitWindow(t.Context())
 	start := time.Now()
 	if _, err := s.Put(ctx, "first", []byte("v"), 0); err != nil {
 		t.Fatal(err)
@@ -74,7 +76,7 @@ func TestCommitWindowUrgentWrite(t *testing.T) {
 	s, _ := openWindow(t, window)
 	defer s.Close()
 	plain := t.Context()
-	mayWait := WithCommitWindow(plain)
+	mayWait := store.WithCommitWindow(plain)
 	if _, err := s.Put(mayWait, "first", []byte("v"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +134,7 @@ func TestCommitWindowUrgentWrite(t *testing.T) {
 func TestCommitWindowSequentialWriter(t *testing.T) {
 	s, _ := openWindow(t, 20*time.Millisecond)
 	defer s.Close()
-	ctx := WithCommitWindow(t.Context())
+	ctx := store.WithCommitWindow(t.Context())
 	for i := range 2 + windowSkip {
 		if _, err := s.Put(ctx, fmt.Sprintf("k/%03d", i), []byte("v"), 0); err != nil {
 			t.Fatal(err)
