@@ -219,6 +219,10 @@ type Server struct {
 	work   chan job // to the workers (unbuffered: a send succeeds only to an idle worker)
 	conn   net.PacketConn
 	pxe    net.PacketConn
+	// connIO and pxeIO read and write conn and pxe without entering the
+	// scheduler's syscall state (rawio.go); nil for a socket that is not
+	// UDP.
+	connIO, pxeIO *udpIO
 
 	dropped  atomic.Uint64
 	bad      atomic.Uint64
@@ -340,6 +344,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	s.connIO, s.pxeIO = newUDPIO(s.conn), newUDPIO(s.pxe)
 	return s, nil
 }
 
@@ -470,14 +475,15 @@ func (s *Server) Run(ctx context.Context) error {
 // copies what it keeps) and nothing is formatted for a good packet.
 func (s *Server) serve(ctx context.Context, conn net.PacketConn, port int) error {
 	buf := make([]byte, 4096)
-	uc, isUDP := conn.(*net.UDPConn)
+	rio := s.rawIO(conn)
+	isUDP := rio != nil
 	for {
 		var n int
 		var err error
 		var peer net.Addr
 		var from netip.AddrPort
 		if isUDP {
-			n, from, err = uc.ReadFromUDPAddrPort(buf) // no *UDPAddr per packet
+			n, from, err = rio.readFrom(buf) // no *UDPAddr per packet
 		} else {
 			n, peer, err = conn.ReadFrom(buf)
 		}
@@ -532,6 +538,17 @@ func (s *Server) serve(ctx context.Context, conn net.PacketConn, port int) error
 			go s.dispatch(ctx, conn, up, m, port)
 		}
 	}
+}
+
+// rawIO is conn's raw reader/writer (nil: use conn's methods).
+func (s *Server) rawIO(conn net.PacketConn) *udpIO {
+	switch {
+	case conn == s.conn:
+		return s.connIO
+	case conn == s.pxe:
+		return s.pxeIO
+	}
+	return nil
 }
 
 // Dropped is how many packets were dropped because MaxInFlight handlers
@@ -653,7 +670,12 @@ func (s *Server) handle(ctx context.Context, conn net.PacketConn, up *net.UDPAdd
 	out := reply.ToBytes()
 	mt := messageType(reply)
 	recycle(reply) // serialised: nothing refers to it any more
-	_, err := conn.WriteTo(out, dst)
+	var err error
+	if rio := s.rawIO(conn); rio != nil {
+		err = rio.writeTo(out, dst)
+	} else {
+		_, err = conn.WriteTo(out, dst)
+	}
 	if err != nil {
 		s.observe(m, OutcomeNotSent)
 		s.warn.Warn(logNotSent, "DHCP reply not sent", "mac", m.ClientHWAddr.String(), "dst", dst.String(), "err", err)

@@ -216,7 +216,7 @@ func (j *journal) encode(first int64, changes []jChange) []byte {
 
 // append writes rec at the end of the journal and fdatasyncs it.
 func (j *journal) append(rec []byte) error {
-	if _, err := j.f.WriteAt(rec, j.off); err != nil {
+	if err := pwrite(j.f, rec, j.off); err != nil {
 		return fmt.Errorf("journal write: %w", err)
 	}
 	if err := fdatasync(j.f); err != nil {

@@ -1,8 +1,12 @@
 package bolt
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -67,6 +71,48 @@ func TestOnePBurstSharesAFlush(t *testing.T) {
 			defer s2.Close()
 			if got := len(listAll(t, s2)); got != tc.writers {
 				t.Errorf("%d records after reopen, want %d", got, tc.writers)
+			}
+		})
+	}
+}
+
+// TestPwrite: the journal's write puts every byte at its offset, with one
+// P (a raw system call) and with many (os.File.WriteAt), and reports a
+// failed write with the file's name.
+func TestPwrite(t *testing.T) {
+	for name, procs := range map[string]int{"one P": 1, "many Ps": 4} {
+		t.Run(name, func(t *testing.T) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+			path := filepath.Join(t.TempDir(), "f")
+			f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+			if err := pwrite(f, big, 4096); err != nil {
+				t.Fatal(err)
+			}
+			if err := pwrite(f, []byte("head"), 10); err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := make([]byte, 4096+len(big))
+			copy(want[10:], "head")
+			copy(want[4096:], big)
+			if !bytes.Equal(got, want) {
+				t.Errorf("file holds %d bytes, not the %d written at their offsets", len(got), len(want))
+			}
+			ro, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ro.Close()
+			if err := pwrite(ro, []byte("x"), 0); err == nil || !strings.Contains(err.Error(), path) {
+				t.Errorf("write to a read-only file: %v, want an error naming %s", err, path)
 			}
 		})
 	}

@@ -1,8 +1,11 @@
 package bolt
 
 import (
+	"io"
 	"os"
 	"runtime"
+	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -33,6 +36,33 @@ func fdatasync(f *os.File) error {
 	}
 	if _, _, e := unix.RawSyscall(unix.SYS_FDATASYNC, f.Fd(), 0, 0); e != 0 {
 		return e
+	}
+	return nil
+}
+
+// pwrite writes b at off in f. With a single P it keeps the P through
+// the call, like fdatasync: a write into the page cache takes ~25 µs, and
+// entering the scheduler's syscall state for it wakes the runtime's
+// sysmon thread whenever the process was idle, after which sysmon polls
+// every 20 µs until it is idle again (boot/dhcp's rawio.go measured what
+// that costs on one core).
+func pwrite(f *os.File, b []byte, off int64) error {
+	if !oneP() {
+		_, err := f.WriteAt(b, off)
+		return err
+	}
+	fd := f.Fd()
+	for len(b) > 0 {
+		n, _, e := syscall.RawSyscall6(syscall.SYS_PWRITE64, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), uintptr(off), 0, 0)
+		switch {
+		case e == syscall.EINTR:
+			continue
+		case e != 0:
+			return &os.PathError{Op: "write", Path: f.Name(), Err: e}
+		case n == 0:
+			return &os.PathError{Op: "write", Path: f.Name(), Err: io.ErrShortWrite}
+		}
+		b, off = b[n:], off+int64(n)
 	}
 	return nil
 }

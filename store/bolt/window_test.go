@@ -222,6 +222,9 @@ func TestWindowTimer(t *testing.T) {
 			if took := time.Since(start); took > time.Minute {
 				t.Errorf("a kick did not end the wait (%s)", took)
 			}
+			if tm.broken {
+				t.Error("the timerfd failed and the timer fell back to sleeping")
+			}
 		})
 	}
 }
