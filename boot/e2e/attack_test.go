@@ -27,7 +27,7 @@ import (
 //   - a DECLINE from a MAC that holds nothing does not quarantine the
 //     address: another client is then offered and leased it (and the
 //     holder's own DECLINE does quarantine it);
-//   - garbage and truncated packets are dropped, the server keeps
+//   - garbage, truncated and oversize (past 4 KiB) packets are dropped, the server keeps
 //     answering, and the warning is rate-limited;
 //   - a flood of DISCOVERs from spoofed network-booting MACs past
 //     --max-discovered creates no more machines than the cap, and those
@@ -113,6 +113,15 @@ func TestAttackDHCP(t *testing.T) {
 		rand.Read(junk)
 		cl.WriteTo(junk, bcast)
 		cl.WriteTo(raw[:i%len(raw)], bcast)
+	}
+	// Datagrams past the server's 4 KiB read buffer (the socket read cuts
+	// them there, and the rest is junk): dropped too.
+	for _, n := range []int{4097, 9000, 65000} {
+		junk := make([]byte, n)
+		rand.Read(junk)
+		if _, err := cl.WriteTo(junk, bcast); err != nil {
+			t.Fatalf("send %d bytes: %v", n, err)
+		}
 	}
 	dora(hw(5), nil)
 
