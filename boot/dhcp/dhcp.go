@@ -477,13 +477,17 @@ func (s *Server) serve(ctx context.Context, conn net.PacketConn, port int) error
 	buf := make([]byte, 4096)
 	rio := s.rawIO(conn)
 	isUDP := rio != nil
+	var rd *udpReader
+	if isUDP {
+		rd = rio.reader(buf)
+	}
 	for {
 		var n int
 		var err error
 		var peer net.Addr
 		var from netip.AddrPort
 		if isUDP {
-			n, from, err = rio.readFrom(buf) // no *UDPAddr per packet
+			n, from, err = rd.readFrom() // no *UDPAddr per packet
 		} else {
 			n, peer, err = conn.ReadFrom(buf)
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 	"syscall"
 	"unsafe"
 )
@@ -41,36 +42,54 @@ func newUDPIO(conn net.PacketConn) *udpIO {
 	return &udpIO{conn: uc, rc: rc}
 }
 
-// readFrom reads one datagram into buf (len(buf) > 0) and returns its
-// length and source. It blocks until one arrives or the socket is closed.
-func (u *udpIO) readFrom(buf []byte) (int, netip.AddrPort, error) {
-	var (
-		n     uintptr
-		errno syscall.Errno
-		sa    syscall.RawSockaddrAny
-	)
-	err := u.rc.Read(func(fd uintptr) bool {
-		for {
-			l := uint32(syscall.SizeofSockaddrAny)
-			n, _, errno = syscall.RawSyscall6(syscall.SYS_RECVFROM, fd,
-				uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0,
-				uintptr(unsafe.Pointer(&sa)), uintptr(unsafe.Pointer(&l)))
-			switch errno {
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-				return false // wait for the poller
-			}
-			return true
+// udpReader is one reading goroutine's state for udpIO.readFrom, kept
+// from one datagram to the next: the callback and what it fills in would
+// otherwise be three heap allocations per packet (bench/README.md, DHCP,
+// seventh session).
+type udpReader struct {
+	u     *udpIO
+	buf   []byte
+	n     uintptr
+	errno syscall.Errno
+	sa    syscall.RawSockaddrAny
+	fn    func(fd uintptr) bool
+}
+
+// reader returns a reader of datagrams into buf (len(buf) > 0), for one
+// goroutine.
+func (u *udpIO) reader(buf []byte) *udpReader {
+	r := &udpReader{u: u, buf: buf}
+	r.fn = r.recvfrom
+	return r
+}
+
+// recvfrom is the RawConn callback: false asks the poller to wait.
+func (r *udpReader) recvfrom(fd uintptr) bool {
+	for {
+		l := uint32(syscall.SizeofSockaddrAny)
+		r.n, _, r.errno = syscall.RawSyscall6(syscall.SYS_RECVFROM, fd,
+			uintptr(unsafe.Pointer(&r.buf[0])), uintptr(len(r.buf)), 0,
+			uintptr(unsafe.Pointer(&r.sa)), uintptr(unsafe.Pointer(&l)))
+		switch r.errno {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false // wait for the poller
 		}
-	})
-	if err != nil {
+		return true
+	}
+}
+
+// readFrom reads one datagram into the reader's buffer and returns its
+// length and source. It blocks until one arrives or the socket is closed.
+func (r *udpReader) readFrom() (int, netip.AddrPort, error) {
+	if err := r.u.rc.Read(r.fn); err != nil {
 		return 0, netip.AddrPort{}, err
 	}
-	if errno != 0 {
-		return 0, netip.AddrPort{}, &net.OpError{Op: "read", Net: "udp", Source: u.conn.LocalAddr(), Err: errno}
+	if r.errno != 0 {
+		return 0, netip.AddrPort{}, &net.OpError{Op: "read", Net: "udp", Source: r.u.conn.LocalAddr(), Err: r.errno}
 	}
-	return int(n), sockaddrAddrPort(&sa), nil
+	return int(r.n), sockaddrAddrPort(&r.sa), nil
 }
 
 // sockaddrAddrPort decodes an IPv4 or IPv6 socket address (the zero
@@ -93,6 +112,38 @@ func netPort(p uint16) uint16 {
 	return uint16(b[0])<<8 | uint16(b[1])
 }
 
+// udpWriter is one udpIO.writeTo call's state; writers are pooled, for
+// the same reason as udpReader (writes come from many handlers at once).
+type udpWriter struct {
+	b     []byte
+	sa    syscall.RawSockaddrInet4
+	n     uintptr
+	errno syscall.Errno
+	fn    func(fd uintptr) bool
+}
+
+var writerPool = sync.Pool{New: func() any {
+	w := &udpWriter{}
+	w.fn = w.sendto
+	return w
+}}
+
+// sendto is the RawConn callback: false asks the poller to wait.
+func (w *udpWriter) sendto(fd uintptr) bool {
+	for {
+		w.n, _, w.errno = syscall.RawSyscall6(syscall.SYS_SENDTO, fd,
+			uintptr(unsafe.Pointer(&w.b[0])), uintptr(len(w.b)), 0,
+			uintptr(unsafe.Pointer(&w.sa)), syscall.SizeofSockaddrInet4)
+		switch w.errno {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false
+		}
+		return true
+	}
+}
+
 // writeTo sends b (len(b) > 0) to an IPv4 destination, blocking while the
 // socket's send buffer is full. Other destinations (and none) go through
 // the UDPConn, which refuses what it cannot send.
@@ -105,33 +156,20 @@ func (u *udpIO) writeTo(b []byte, dst *net.UDPAddr) error {
 		_, err := u.conn.WriteTo(b, dst)
 		return err
 	}
-	sa := syscall.RawSockaddrInet4{Family: syscall.AF_INET}
-	pb := (*[2]byte)(unsafe.Pointer(&sa.Port))
+	w := writerPool.Get().(*udpWriter)
+	w.b = b
+	w.sa = syscall.RawSockaddrInet4{Family: syscall.AF_INET}
+	pb := (*[2]byte)(unsafe.Pointer(&w.sa.Port))
 	pb[0], pb[1] = byte(dst.Port>>8), byte(dst.Port)
-	copy(sa.Addr[:], ip4)
-	var (
-		n     uintptr
-		errno syscall.Errno
-	)
-	err := u.rc.Write(func(fd uintptr) bool {
-		for {
-			n, _, errno = syscall.RawSyscall6(syscall.SYS_SENDTO, fd,
-				uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), 0,
-				uintptr(unsafe.Pointer(&sa)), syscall.SizeofSockaddrInet4)
-			switch errno {
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-				return false
-			}
-			return true
-		}
-	})
-	if err == nil && errno != 0 {
-		err = &net.OpError{Op: "write", Net: "udp", Source: u.conn.LocalAddr(), Addr: dst, Err: errno}
+	copy(w.sa.Addr[:], ip4)
+	err := u.rc.Write(w.fn)
+	if err == nil && w.errno != 0 {
+		err = &net.OpError{Op: "write", Net: "udp", Source: u.conn.LocalAddr(), Addr: dst, Err: w.errno}
 	}
-	if err == nil && int(n) != len(b) {
-		err = fmt.Errorf("udp write to %s: sent %d of %d bytes", dst, n, len(b))
+	if err == nil && int(w.n) != len(b) {
+		err = fmt.Errorf("udp write to %s: sent %d of %d bytes", dst, w.n, len(b))
 	}
+	w.b, w.n, w.errno = nil, 0, 0
+	writerPool.Put(w)
 	return err
 }

@@ -34,11 +34,12 @@ func TestUDPIO(t *testing.T) {
 
 	// Read: several datagrams, each whole, with the peer's address.
 	buf := make([]byte, 4096)
+	rd := u.reader(buf) // one reader for every datagram, as serve has
 	for _, msg := range [][]byte{[]byte("discover"), bytes.Repeat([]byte{0xa5}, 1400), {0}} {
 		if _, err := peer.WriteToUDP(msg, srv.LocalAddr().(*net.UDPAddr)); err != nil {
 			t.Fatal(err)
 		}
-		n, from, err := u.readFrom(buf)
+		n, from, err := rd.readFrom()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +80,7 @@ func TestUDPIO(t *testing.T) {
 
 	// Closed while a read waits: the read returns.
 	done := make(chan error, 1)
-	go func() { _, _, err := u.readFrom(buf); done <- err }()
+	go func() { _, _, err := u.reader(buf).readFrom(); done <- err }()
 	time.Sleep(20 * time.Millisecond)
 	srv.Close()
 	select {
@@ -109,7 +110,7 @@ func TestSockaddrAddrPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 16)
-	_, from, err := newUDPIO(six).readFrom(buf)
+	_, from, err := newUDPIO(six).reader(buf).readFrom()
 	if err != nil {
 		t.Fatal(err)
 	}

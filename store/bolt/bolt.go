@@ -112,11 +112,14 @@ type Store struct {
 	// ops is the queue of writes; pending counts ops queued (or being
 	// queued) and not yet taken. committing is set by the one goroutine
 	// committing a batch (commit.go); wake wakes the committer goroutine.
-	ops           chan *op
-	pending       atomic.Int64
-	committing    atomic.Bool
-	wake          chan struct{}
-	batch         []*op // committer only
+	ops        chan *op
+	pending    atomic.Int64
+	committing atomic.Bool
+	wake       chan struct{}
+	batch      []*op // committer only
+	// jscratch is commitJournal's working space, kept between batches so
+	// that a lease's commit does not allocate it anew (committer only).
+	jscratch      journalScratch
 	committerDone chan struct{}
 
 	// The commit window (window.go): window is Options.CommitWindow;
@@ -649,7 +652,9 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, rev int64) (i
 	if err := checkKey(key); err != nil {
 		return 0, fmt.Errorf("bolt: put: %w", err)
 	}
-	res, err := s.submit(ctx, &op{kind: opPut, key: key, value: value, rev: rev})
+	o := newOp(opPut, key, rev)
+	o.value = value
+	res, err := s.submit(ctx, o)
 	if err != nil {
 		return 0, fmt.Errorf("bolt: put %q: %w", key, err)
 	}
@@ -672,7 +677,7 @@ func checkKey(key string) error {
 // Delete removes key if its current revision equals rev. The delete has
 // been fsynced when Delete returns nil.
 func (s *Store) Delete(ctx context.Context, key string, rev int64) error {
-	if _, err := s.submit(ctx, &op{kind: opDelete, key: key, rev: rev}); err != nil {
+	if _, err := s.submit(ctx, newOp(opDelete, key, rev)); err != nil {
 		return fmt.Errorf("bolt: delete %q: %w", key, err)
 	}
 	return nil

@@ -180,6 +180,34 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
+// journalScratch is the working space of commitJournal, reused from one
+// batch to the next (committer only). reset drops every reference it took
+// and keeps the capacity.
+type journalScratch struct {
+	res     []result
+	changes []jChange
+	local   map[string]ovEntry // the batch's own changes, by key
+}
+
+// results returns n zeroed results.
+func (sc *journalScratch) results(n int) []result {
+	if cap(sc.res) < n {
+		sc.res = make([]result, n)
+	}
+	sc.res = sc.res[:n]
+	if sc.local == nil {
+		sc.local = map[string]ovEntry{}
+	}
+	return sc.res
+}
+
+func (sc *journalScratch) reset() {
+	clear(sc.res)
+	clear(sc.changes)
+	sc.changes = sc.changes[:0]
+	clear(sc.local)
+}
+
 // jChange is one entry of a record.
 type jChange struct {
 	key     string
@@ -465,7 +493,9 @@ func (s *Store) startFold() {
 		}
 		s.ovMu.Lock()
 		s.frozen, s.frozenRev = s.ov, s.ovRev
-		s.ov = make(map[string]ovEntry)
+		// The next round takes as many keys, as a rule: sized for them,
+		// the overlay does not grow (and garbage) its way there again.
+		s.ov = make(map[string]ovEntry, len(s.frozen))
 		s.ovMu.Unlock()
 		s.jr, s.jnext = s.jnext, s.jr
 	}
@@ -561,10 +591,12 @@ func (s *Store) maybeFold(entries int, bytes int64) error {
 // the caller then commits it to bbolt directly (the overlay folded
 // first, so bbolt is the whole truth).
 func (s *Store) commitJournal(batch []*op) bool {
-	results := make([]result, len(batch))
-	var changes []jChange
-	var events []store.Event
-	local := map[string]ovEntry{}
+	sc := &s.jscratch
+	defer sc.reset()
+	results := sc.results(len(batch))
+	changes := sc.changes[:0]
+	var events []store.Event // published: each batch's own
+	local := sc.local
 	rev := s.ovRev
 	// The frozen overlay and bbolt are taken together under ovMu, as
 	// readers do: a background fold commits bbolt before it forgets the
@@ -657,6 +689,7 @@ func (s *Store) commitJournal(batch []*op) bool {
 		}(rtx)
 		_ = rtx.Rollback()
 	}
+	sc.changes = changes // reset clears and keeps it
 	if err == nil && len(changes) > 0 {
 		rec := s.jr.encode(s.ovRev+1, changes)
 		if int64(len(rec)) > s.foldBytes {
