@@ -11,13 +11,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	storev1 "github.com/corralhq/corral/api/store/v1"
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/store"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // SchemaVersion is the version this build writes and the newest it reads.
@@ -33,12 +34,60 @@ var ErrSchema = apierr.New(apierr.ErrDataLoss, "record: unsupported schema versi
 
 // Marshal wraps msg in a Record envelope.
 func Marshal(msg proto.Message) ([]byte, error) {
-	a := &anypb.Any{}
-	if err := anypb.MarshalFrom(a, msg, proto.MarshalOptions{Deterministic: true}); err != nil {
+	return encode(&recordBufs{}, msg)
+}
+
+// encode returns msg's Record envelope in bufs.out, encoding msg itself
+// in bufs.inner first; both buffers are reused and kept. The bytes are those of proto.Marshal
+// (deterministic) of storev1.Record{SchemaVersion, Value: an anypb.Any of
+// msg}, laid out with the protobuf module's wire encoder instead of
+// building the Any and marshaling twice: a lease's write took five
+// allocations for the envelope alone (bench/README.md, DHCP, seventh
+// session). TestMarshalMatchesEnvelope holds the two encodings equal.
+func encode(bufs *recordBufs, msg proto.Message) ([]byte, error) {
+	inner, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(bufs.inner[:0], msg)
+	if err != nil {
 		return nil, fmt.Errorf("record: wrap %T: %w", msg, err)
 	}
-	return proto.MarshalOptions{Deterministic: true}.Marshal(&storev1.Record{SchemaVersion: SchemaVersion, Value: a})
+	bufs.inner = inner
+	b := bufs.out[:0]
+	url := typeURL(msg)
+	anyLen := protowire.SizeTag(1) + protowire.SizeBytes(len(url))
+	if len(inner) > 0 { // proto3 leaves an empty value out
+		anyLen += protowire.SizeTag(2) + protowire.SizeBytes(len(inner))
+	}
+	b = protowire.AppendTag(b, 1, protowire.VarintType)
+	b = protowire.AppendVarint(b, SchemaVersion)
+	b = protowire.AppendTag(b, 2, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(anyLen))
+	b = protowire.AppendTag(b, 1, protowire.BytesType)
+	b = protowire.AppendString(b, url)
+	if len(inner) > 0 {
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendBytes(b, inner)
+	}
+	bufs.out = b
+	return b, nil
 }
+
+// typeURLs holds each message type's Any type URL, built once.
+var typeURLs sync.Map // protoreflect.FullName → string
+
+func typeURL(msg proto.Message) string {
+	name := msg.ProtoReflect().Descriptor().FullName()
+	if u, ok := typeURLs.Load(name); ok {
+		return u.(string)
+	}
+	u := "type.googleapis.com/" + string(name)
+	typeURLs.Store(name, u)
+	return u
+}
+
+// bufPool holds Put's encoding buffers: the store does not retain a
+// value it is given, so one buffer serves write after write.
+var bufPool = sync.Pool{New: func() any { return new(recordBufs) }}
+
+type recordBufs struct{ out, inner []byte }
 
 // Unmarshal decodes a Record envelope into msg. It returns an error wrapping
 // store.ErrCorrupt when the bytes are not a Record of msg's type, and
@@ -74,11 +123,20 @@ func Get(ctx context.Context, s store.Store, key string, msg proto.Message) (int
 
 // Put writes msg at key if its revision is rev (0 = create).
 func Put(ctx context.Context, s store.Store, key string, msg proto.Message, rev int64) (int64, error) {
-	b, err := Marshal(msg)
+	bufs := bufPool.Get().(*recordBufs)
+	defer bufs.release()
+	b, err := encode(bufs, msg)
 	if err != nil {
 		return 0, err
 	}
 	return s.Put(ctx, key, b, rev)
+}
+
+// release returns bufs to the pool, unless a rare big record grew them.
+func (bufs *recordBufs) release() {
+	if cap(bufs.out) <= 64<<10 && cap(bufs.inner) <= 64<<10 {
+		bufPool.Put(bufs)
+	}
 }
 
 // List decodes every record under prefix with newMsg making each value.
