@@ -37,6 +37,20 @@ func TestContract(t *testing.T) {
 	})
 }
 
+// TestContractNoJournal: the same contract when every batch commits to
+// bbolt directly (Options.NoJournal; also the path of a batch too big for
+// the journal).
+func TestContractNoJournal(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s, err := Open(filepath.Join(t.TempDir(), "corral.db"), Options{NoJournal: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	})
+}
+
 func TestDurability(t *testing.T) {
 	s, path := openTemp(t)
 	ctx := t.Context()

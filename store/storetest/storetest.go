@@ -327,6 +327,23 @@ func testValuesAreCopies(t *testing.T, open func(t *testing.T) store.Store) {
 		t.Fatalf("second watcher saw value %q after the first one modified its copy", e2.KV.Value)
 	}
 	wantKV(t, s, "k", "second", rev)
+
+	// The caller may reuse its buffer as soon as Put returns, before any
+	// watcher has the event (record.Put encodes into pooled buffers):
+	// the event must carry what was written, not what the buffer says
+	// later.
+	buf := []byte("third")
+	rev, err = s.Put(ctx, "k", buf, rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(buf, "VVVVV")
+	for _, w := range []<-chan store.Event{w1, w2} {
+		if e := recvN(t, w, 1)[0]; string(e.KV.Value) != "third" {
+			t.Fatalf("watch event value %q after the writer reused its buffer, want %q", e.KV.Value, "third")
+		}
+	}
+	wantKV(t, s, "k", "third", rev)
 }
 
 // recvN receives exactly n events from ch.
