@@ -59,7 +59,7 @@ func TestHandleBound(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 3 {
 		wg.Go(func() {
-			f.s.handle(ctx, f.s.conn, peer.LocalAddr().(*net.UDPAddr), discover(t, mac(0x900+i), biosPXE), dhcpv4.ServerPort)
+			f.s.handle(ctx, job{conn: f.s.conn, up: peer.LocalAddr().(*net.UDPAddr), m: discover(t, mac(0x900+i), biosPXE), port: dhcpv4.ServerPort})
 		})
 	}
 	wg.Wait()

@@ -160,12 +160,16 @@ type Config struct {
 }
 
 // Observer is told the outcome of every packet received (corrald counts
-// them for /metrics). Its labels come from fixed sets — the request's
-// message type (MessageTypeName) and one of the Outcome* values — never
-// from a client's MAC or address. Packet must be quick and safe for
-// concurrent use.
+// them for /metrics), and for each answer sent how long the server took:
+// from the request's read off the socket to the answer's write, the
+// server's own share of a client's wait (its lease's flush included, the
+// network and the client not). Its labels come from fixed sets — the
+// request's message type (MessageTypeName) and one of the Outcome* values
+// — never from a client's MAC or address. Its methods must be quick and
+// safe for concurrent use.
 type Observer interface {
 	Packet(msgType, outcome string)
+	Answered(msgType string, took time.Duration)
 }
 
 // Packet outcomes given to Observer.
@@ -494,6 +498,7 @@ func (s *Server) serve(ctx context.Context, conn net.PacketConn, port int) error
 		if err != nil {
 			return err
 		}
+		read := time.Now()
 		m, err := dhcpv4.FromBytes(buf[:n])
 		if err != nil {
 			bad := s.bad.Add(1)
@@ -521,8 +526,9 @@ func (s *Server) serve(ctx context.Context, conn net.PacketConn, port int) error
 			// A client without an address: answer by broadcast.
 			up = &net.UDPAddr{IP: net.IPv4bcast, Port: up.Port}
 		}
+		j := job{conn: conn, up: up, m: m, port: port, read: read}
 		if s.quick(m, port) {
-			s.handle(ctx, conn, up, m, port)
+			s.handle(ctx, j)
 			continue
 		}
 		// The in-flight bound is taken before the goroutine starts, so an
@@ -537,9 +543,9 @@ func (s *Server) serve(ctx context.Context, conn net.PacketConn, port int) error
 		}
 		s.handlers.Add(1)
 		select {
-		case s.work <- job{conn: conn, up: up, m: m, port: port}:
+		case s.work <- j:
 		default: // every worker busy: a goroutine of its own
-			go s.dispatch(ctx, conn, up, m, port)
+			go s.dispatch(ctx, j)
 		}
 	}
 }
@@ -576,6 +582,7 @@ type job struct {
 	up   *net.UDPAddr
 	m    *dhcpv4.DHCPv4
 	port int
+	read time.Time // when it was read off the socket
 }
 
 // workers is how many handler goroutines live as long as Run: they keep
@@ -588,7 +595,7 @@ func (s *Server) worker(ctx context.Context) {
 	for {
 		select {
 		case j := <-s.work:
-			s.dispatch(ctx, j.conn, j.up, j.m, j.port)
+			s.dispatch(ctx, j)
 		case <-ctx.Done():
 			return
 		}
@@ -608,9 +615,9 @@ func (s *Server) quick(m *dhcpv4.DHCPv4, port int) bool {
 
 // dispatch handles one packet: serve took its slot in s.sem and counted it
 // in s.handlers; dispatch gives both back.
-func (s *Server) dispatch(ctx context.Context, conn net.PacketConn, up *net.UDPAddr, m *dhcpv4.DHCPv4, port int) {
+func (s *Server) dispatch(ctx context.Context, j job) {
 	defer func() { <-s.sem; s.handlers.Done() }()
-	s.handle(ctx, conn, up, m, port)
+	s.handle(ctx, j)
 }
 
 // handleTimeout bounds a packet's store and inventory calls; boundStep is
@@ -665,8 +672,9 @@ func (b *bound) ctx(now time.Time) context.Context {
 
 // handle answers one packet and reports its outcome. Its store and
 // inventory calls are bounded by handleTimeout (see bound).
-func (s *Server) handle(ctx context.Context, conn net.PacketConn, up *net.UDPAddr, m *dhcpv4.DHCPv4, port int) {
-	reply, dst := s.Respond(s.bound.Load().ctx(time.Now()), m, up, port)
+func (s *Server) handle(ctx context.Context, j job) {
+	m, conn := j.m, j.conn
+	reply, dst := s.Respond(s.bound.Load().ctx(time.Now()), m, j.up, j.port)
 	if reply == nil {
 		s.observe(m, OutcomeIgnored)
 		return
@@ -684,6 +692,9 @@ func (s *Server) handle(ctx context.Context, conn net.PacketConn, up *net.UDPAdd
 		s.observe(m, OutcomeNotSent)
 		s.warn.Warn(logNotSent, "DHCP reply not sent", "mac", m.ClientHWAddr.String(), "dst", dst.String(), "err", err)
 		return
+	}
+	if s.cfg.Observer != nil && !j.read.IsZero() {
+		s.cfg.Observer.Answered(MessageTypeName(messageType(m)), time.Since(j.read))
 	}
 	switch mt {
 	case dhcpv4.MessageTypeOffer:

@@ -12,8 +12,18 @@ import (
 )
 
 type fakeObserver struct {
-	mu   sync.Mutex
-	seen map[[2]string]int
+	mu       sync.Mutex
+	seen     map[[2]string]int
+	answered map[string][]time.Duration
+}
+
+func (o *fakeObserver) Answered(msgType string, took time.Duration) {
+	o.mu.Lock()
+	if o.answered == nil {
+		o.answered = map[string][]time.Duration{}
+	}
+	o.answered[msgType] = append(o.answered[msgType], took)
+	o.mu.Unlock()
 }
 
 func (o *fakeObserver) Packet(msgType, outcome string) {
@@ -24,7 +34,8 @@ func (o *fakeObserver) Packet(msgType, outcome string) {
 
 // TestObserver: every packet the running server receives is reported once
 // by message type and outcome: a PXE DISCOVER answered, a RELEASE without
-// an address ignored, and bytes that are no DHCP packet malformed.
+// an address ignored, and bytes that are no DHCP packet malformed. Only the
+// answered one reports an answer time, measured from its read.
 func TestObserver(t *testing.T) {
 	o := &fakeObserver{seen: map[[2]string]int{}}
 	f := newFixture(t, ModeFull, func(c *Config) { c.Observer = o })
@@ -43,6 +54,7 @@ func TestObserver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sent := time.Now()
 	for _, b := range [][]byte{d.ToBytes(), rel.ToBytes(), []byte("not a DHCP packet")} {
 		if _, err := cl.WriteTo(b, f.s.Addr()); err != nil {
 			t.Fatal(err)
@@ -54,6 +66,14 @@ func TestObserver(t *testing.T) {
 		ok := cmp.Equal(want, o.seen)
 		o.mu.Unlock()
 		if ok {
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			if len(o.answered) != 1 || len(o.answered["discover"]) != 1 {
+				t.Fatalf("answer times %v, want one for the discover", o.answered)
+			}
+			if took := o.answered["discover"][0]; took <= 0 || took > time.Since(sent) {
+				t.Errorf("the discover's answer took %s, want more than 0 and at most the %s since it was sent", took, time.Since(sent))
+			}
 			return
 		}
 	}

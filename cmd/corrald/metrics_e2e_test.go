@@ -159,6 +159,7 @@ scrape_configs:
 		"machines by state":         `corral_machines{state="DISCOVERED"} == 1`,
 		"nodes by readiness":        `corral_nodes{state="READY"} == 0`,
 		"DHCP packets":              `corral_dhcp_packets_total{type="discover"} >= 1`,
+		"DHCP answer time":          `corral_dhcp_answer_seconds_count{type="discover"} >= 1`,
 		"TFTP transfers":            `corral_tftp_transfers_total{file="ipxe.efi",outcome="served"} == 1`,
 		"boot HTTP script":          `corral_boot_http_requests_total{route="script",code="200"} >= 1`,
 		"boot HTTP image":           `corral_boot_http_requests_total{route="image",code="200"} == 1`,

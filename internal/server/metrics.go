@@ -55,6 +55,7 @@ type observability struct {
 	grpc *grpcprom.ServerMetrics
 
 	dhcp      *prometheus.CounterVec   // type, outcome
+	dhcpTime  *prometheus.HistogramVec // type
 	tftp      *prometheus.CounterVec   // file, outcome
 	tftpBytes *prometheus.CounterVec   // file
 	http      *prometheus.CounterVec   // route, code
@@ -87,6 +88,9 @@ func (s *Server) initObservability() error {
 	)
 	o.dhcp = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_dhcp_packets_total",
 		Help: "DHCP packets received, by message type and outcome (offer, ack, nak, ignored, not_sent, dropped_overload, malformed)."}, []string{"type", "outcome"})
+	o.dhcpTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "corral_dhcp_answer_seconds",
+		Help:    "Time from a DHCP request's read to its answer's send, by the request's message type: the appliance's share of a client's wait (a lease's flush to disk included).",
+		Buckets: []float64{.0005, .001, .002, .003, .005, .01, .025, .05, .1, .25, 1}}, []string{"type"})
 	o.tftp = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_tftp_transfers_total",
 		Help: "TFTP requests, by catalog file (other: not a servable name) and outcome."}, []string{"file", "outcome"})
 	o.tftpBytes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_tftp_sent_bytes_total",
@@ -107,7 +111,7 @@ func (s *Server) initObservability() error {
 	o.phases = newPhaseTracker(s.log.With("component", "boot-phases"))
 	o.counts = newStateCounts(s.log.With("component", "state-counts"))
 	o.ready = &readiness{}
-	o.reg.MustRegister(o.grpc, o.dhcp, o.tftp, o.tftpBytes, o.http, o.httpBytes, o.httpTime, o.bmc,
+	o.reg.MustRegister(o.grpc, o.dhcp, o.dhcpTime, o.tftp, o.tftpBytes, o.http, o.httpBytes, o.httpTime, o.bmc,
 		o.store.commit, o.phases.hist, o.counts)
 	s.obs = o
 	s.store = o.store.wrap(s.store)
@@ -256,6 +260,10 @@ type dhcpObserver struct{ o *observability }
 
 func (d dhcpObserver) Packet(msgType, outcome string) {
 	d.o.dhcp.WithLabelValues(msgType, outcome).Inc()
+}
+
+func (d dhcpObserver) Answered(msgType string, took time.Duration) {
+	d.o.dhcpTime.WithLabelValues(msgType).Observe(took.Seconds())
 }
 
 type tftpObserver struct{ o *observability }
