@@ -161,8 +161,9 @@ type Config struct {
 
 // Observer is told the outcome of every packet received (corrald counts
 // them for /metrics), and for each answer sent how long the server took:
-// from the request's read off the socket to the answer's write, the
-// server's own share of a client's wait (its lease's flush included, the
+// from the request's arrival (the kernel's receive stamp where the socket
+// gives one, else its read) to the answer's write, the server's own share
+// of a client's wait (its queue and its lease's flush included, the
 // network and the client not). Its labels come from fixed sets — the
 // request's message type (MessageTypeName) and one of the Outcome* values
 // — never from a client's MAC or address. Its methods must be quick and
@@ -490,15 +491,16 @@ func (s *Server) serve(ctx context.Context, conn net.PacketConn, port int) error
 		var err error
 		var peer net.Addr
 		var from netip.AddrPort
+		var read time.Time // the request's arrival, for the answer time
 		if isUDP {
-			n, from, err = rd.readFrom() // no *UDPAddr per packet
+			n, from, read, err = rd.readFrom() // no *UDPAddr per packet
 		} else {
 			n, peer, err = conn.ReadFrom(buf)
+			read = time.Now()
 		}
 		if err != nil {
 			return err
 		}
-		read := time.Now()
 		m, err := dhcpv4.FromBytes(buf[:n])
 		if err != nil {
 			bad := s.bad.Add(1)
@@ -582,7 +584,7 @@ type job struct {
 	up   *net.UDPAddr
 	m    *dhcpv4.DHCPv4
 	port int
-	read time.Time // when it was read off the socket
+	read time.Time // when it arrived (the kernel's stamp) or was read
 }
 
 // workers is how many handler goroutines live as long as Run: they keep

@@ -55,7 +55,9 @@ func TestHandleConcurrentReplies(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wg.Go(func() { f.s.handle(f.ctx, job{conn: conn, up: &net.UDPAddr{IP: net.IPv4zero, Port: 68}, m: p, port: dhcpv4.ServerPort}) })
+			wg.Go(func() {
+				f.s.handle(f.ctx, job{conn: conn, up: &net.UDPAddr{IP: net.IPv4zero, Port: 68}, m: p, port: dhcpv4.ServerPort})
+			})
 		}
 		wg.Wait()
 		out := map[int]*dhcpv4.DHCPv4{}

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -26,10 +27,16 @@ import (
 type udpIO struct {
 	conn *net.UDPConn
 	rc   syscall.RawConn
+	// stamped: the kernel stamps each datagram's arrival (newUDPIO).
+	stamped bool
 }
 
 // newUDPIO returns conn's raw reader/writer, or nil if conn is not a UDP
-// socket (the callers then use conn's own methods).
+// socket (the callers then use conn's own methods). It asks the kernel to
+// stamp each datagram with its arrival time (SO_TIMESTAMPNS), so that a
+// request's wait in the socket's queue counts in the answer time
+// (corral_dhcp_answer_seconds); without the stamp the read's own time
+// stands in.
 func newUDPIO(conn net.PacketConn) *udpIO {
 	uc, ok := conn.(*net.UDPConn)
 	if !ok {
@@ -39,19 +46,26 @@ func newUDPIO(conn net.PacketConn) *udpIO {
 	if err != nil {
 		return nil
 	}
-	return &udpIO{conn: uc, rc: rc}
+	u := &udpIO{conn: uc, rc: rc}
+	_ = rc.Control(func(fd uintptr) {
+		u.stamped = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1) == nil
+	})
+	return u
 }
 
-// udpReader is one reading goroutine's state for udpIO.readFrom, kept
-// from one datagram to the next: the callback and what it fills in would
-// otherwise be three heap allocations per packet (bench/README.md, DHCP,
-// seventh session).
+// udpReader is one reading goroutine's state for udpReader.readFrom,
+// kept from one datagram to the next: the callback and what it fills in
+// would otherwise be three heap allocations per packet (bench/README.md,
+// DHCP, seventh session). msg points into the reader itself.
 type udpReader struct {
 	u     *udpIO
 	buf   []byte
 	n     uintptr
 	errno syscall.Errno
 	sa    syscall.RawSockaddrAny
+	iov   syscall.Iovec
+	msg   syscall.Msghdr
+	oob   [64]byte // room for the arrival stamp's control message
 	fn    func(fd uintptr) bool
 }
 
@@ -59,17 +73,23 @@ type udpReader struct {
 // goroutine.
 func (u *udpIO) reader(buf []byte) *udpReader {
 	r := &udpReader{u: u, buf: buf}
-	r.fn = r.recvfrom
+	r.iov.Base = &r.buf[0]
+	r.iov.SetLen(len(r.buf))
+	r.msg.Name = (*byte)(unsafe.Pointer(&r.sa))
+	r.msg.Iov = &r.iov
+	r.msg.Iovlen = 1
+	r.msg.Control = &r.oob[0]
+	r.fn = r.recvmsg
 	return r
 }
 
-// recvfrom is the RawConn callback: false asks the poller to wait.
-func (r *udpReader) recvfrom(fd uintptr) bool {
+// recvmsg is the RawConn callback: false asks the poller to wait.
+func (r *udpReader) recvmsg(fd uintptr) bool {
 	for {
-		l := uint32(syscall.SizeofSockaddrAny)
-		r.n, _, r.errno = syscall.RawSyscall6(syscall.SYS_RECVFROM, fd,
-			uintptr(unsafe.Pointer(&r.buf[0])), uintptr(len(r.buf)), 0,
-			uintptr(unsafe.Pointer(&r.sa)), uintptr(unsafe.Pointer(&l)))
+		// The kernel writes back how much of each it filled.
+		r.msg.Namelen = syscall.SizeofSockaddrAny
+		r.msg.SetControllen(len(r.oob))
+		r.n, _, r.errno = syscall.RawSyscall(syscall.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&r.msg)), 0)
 		switch r.errno {
 		case syscall.EINTR:
 			continue
@@ -81,15 +101,29 @@ func (r *udpReader) recvfrom(fd uintptr) bool {
 }
 
 // readFrom reads one datagram into the reader's buffer and returns its
-// length and source. It blocks until one arrives or the socket is closed.
-func (r *udpReader) readFrom() (int, netip.AddrPort, error) {
+// length, source and arrival time (the kernel's stamp, else now). It
+// blocks until one arrives or the socket is closed.
+func (r *udpReader) readFrom() (int, netip.AddrPort, time.Time, error) {
 	if err := r.u.rc.Read(r.fn); err != nil {
-		return 0, netip.AddrPort{}, err
+		return 0, netip.AddrPort{}, time.Time{}, err
 	}
 	if r.errno != 0 {
-		return 0, netip.AddrPort{}, &net.OpError{Op: "read", Net: "udp", Source: r.u.conn.LocalAddr(), Err: r.errno}
+		return 0, netip.AddrPort{}, time.Time{}, &net.OpError{Op: "read", Net: "udp", Source: r.u.conn.LocalAddr(), Err: r.errno}
 	}
-	return int(r.n), sockaddrAddrPort(&r.sa), nil
+	return int(r.n), sockaddrAddrPort(&r.sa), r.arrival(), nil
+}
+
+// arrival is the datagram's SO_TIMESTAMPNS stamp, or now when the kernel
+// gave none (not asked for, or the control buffer was cut short).
+func (r *udpReader) arrival() time.Time {
+	if r.u.stamped && r.msg.Flags&syscall.MSG_CTRUNC == 0 && int(r.msg.Controllen) >= syscall.CmsgLen(int(unsafe.Sizeof(syscall.Timespec{}))) {
+		h := (*syscall.Cmsghdr)(unsafe.Pointer(&r.oob[0]))
+		if h.Level == syscall.SOL_SOCKET && h.Type == syscall.SCM_TIMESTAMPNS {
+			ts := (*syscall.Timespec)(unsafe.Pointer(&r.oob[syscall.CmsgLen(0)]))
+			return time.Unix(ts.Sec, ts.Nsec)
+		}
+	}
+	return time.Now()
 }
 
 // sockaddrAddrPort decodes an IPv4 or IPv6 socket address (the zero

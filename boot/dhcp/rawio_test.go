@@ -32,16 +32,27 @@ func TestUDPIO(t *testing.T) {
 		t.Error("newUDPIO of a non-UDP conn is not nil")
 	}
 
-	// Read: several datagrams, each whole, with the peer's address.
+	// Read: several datagrams, each whole, with the peer's address and
+	// the kernel's stamp of its arrival: each waits 30 ms in the queue
+	// before it is read, and the stamp says so (a read's own time would
+	// not).
+	if !u.stamped {
+		t.Error("the socket does not stamp arrivals (SO_TIMESTAMPNS)")
+	}
 	buf := make([]byte, 4096)
 	rd := u.reader(buf) // one reader for every datagram, as serve has
 	for _, msg := range [][]byte{[]byte("discover"), bytes.Repeat([]byte{0xa5}, 1400), {0}} {
+		sent := time.Now()
 		if _, err := peer.WriteToUDP(msg, srv.LocalAddr().(*net.UDPAddr)); err != nil {
 			t.Fatal(err)
 		}
-		n, from, err := rd.readFrom()
+		time.Sleep(30 * time.Millisecond)
+		n, from, arrived, err := rd.readFrom()
 		if err != nil {
 			t.Fatal(err)
+		}
+		if waited := time.Now().Round(0).Sub(arrived); arrived.Before(sent.Round(0).Add(-time.Millisecond)) || waited < 25*time.Millisecond {
+			t.Errorf("arrival %s: %s after the send, %s before the read returned; want it stamped at the send", arrived, arrived.Sub(sent.Round(0)), waited)
 		}
 		if !bytes.Equal(buf[:n], msg) {
 			t.Errorf("read %d bytes %.16x, want %d bytes %.16x", n, buf[:n], len(msg), msg)
@@ -80,7 +91,7 @@ func TestUDPIO(t *testing.T) {
 
 	// Closed while a read waits: the read returns.
 	done := make(chan error, 1)
-	go func() { _, _, err := u.reader(buf).readFrom(); done <- err }()
+	go func() { _, _, _, err := u.reader(buf).readFrom(); done <- err }()
 	time.Sleep(20 * time.Millisecond)
 	srv.Close()
 	select {
@@ -110,7 +121,7 @@ func TestSockaddrAddrPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 16)
-	_, from, err := newUDPIO(six).reader(buf).readFrom()
+	_, from, _, err := newUDPIO(six).reader(buf).readFrom()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,7 +89,7 @@ func (s *Server) initObservability() error {
 	o.dhcp = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_dhcp_packets_total",
 		Help: "DHCP packets received, by message type and outcome (offer, ack, nak, ignored, not_sent, dropped_overload, malformed)."}, []string{"type", "outcome"})
 	o.dhcpTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "corral_dhcp_answer_seconds",
-		Help:    "Time from a DHCP request's read to its answer's send, by the request's message type: the appliance's share of a client's wait (a lease's flush to disk included).",
+		Help:    "Time from a DHCP request's arrival (the kernel's receive stamp) to its answer's send, by the request's message type: the appliance's share of a client's wait (its queue and a lease's flush to disk included).",
 		Buckets: []float64{.0005, .001, .002, .003, .005, .01, .025, .05, .1, .25, 1}}, []string{"type"})
 	o.tftp = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_tftp_transfers_total",
 		Help: "TFTP requests, by catalog file (other: not a servable name) and outcome."}, []string{"file", "outcome"})
