@@ -16,7 +16,7 @@ import (
 // itself does not enter the scheduler's syscall state.
 //
 // Why (bench/README.md, DHCP, sixth session): the socket is non-blocking,
-// so recvfrom and sendto return in ~15-25 µs and the syscall state buys
+// so recvmsg and sendto return in ~15-25 µs and the syscall state buys
 // nothing. Its entry wakes the runtime's sysmon thread whenever the
 // process was idle, and sysmon then polls every 20 µs until the process is
 // idle again: at 2,000 leases/s, one packet every ~250 µs, that was
