@@ -696,7 +696,9 @@ func (s *Server) handle(ctx context.Context, j job) {
 		return
 	}
 	if s.cfg.Observer != nil && !j.read.IsZero() {
-		s.cfg.Observer.Answered(MessageTypeName(messageType(m)), time.Since(j.read))
+		// The kernel's stamp is wall-clock time: a clock stepped back
+		// meanwhile would make the wait negative.
+		s.cfg.Observer.Answered(MessageTypeName(messageType(m)), max(time.Since(j.read), 0))
 	}
 	switch mt {
 	case dhcpv4.MessageTypeOffer:

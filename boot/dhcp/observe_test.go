@@ -92,3 +92,23 @@ func TestMessageTypeName(t *testing.T) {
 		}
 	}
 }
+
+// TestAnsweredNeverNegative: an arrival stamp later than now (the wall
+// clock stepped back after the kernel stamped the request) is reported
+// as no wait, not a negative one.
+func TestAnsweredNeverNegative(t *testing.T) {
+	o := &fakeObserver{seen: map[[2]string]int{}}
+	f := newFixture(t, ModeFull, func(c *Config) { c.Observer = o })
+	conn, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	f.s.handle(f.ctx, job{conn: conn, up: &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 68},
+		m: discover(t, mac(3), biosPXE), port: dhcpv4.ServerPort, read: time.Now().Add(time.Hour)})
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if got := o.answered["discover"]; len(got) != 1 || got[0] != 0 {
+		t.Errorf("answer times %v, want one of 0", got)
+	}
+}
