@@ -11,7 +11,9 @@
 # Then DORA p50/p99 at LAT_RATE (default: half the first server's knee in
 # this run, the knee being the highest median leases/s at <= 2.5 % drop)
 # with bench/cmd/dora, again interleaved, each run with the server's CPU
-# ticks and the VM's steal ticks (lib.sh). Prints every run and the medians;
+# ticks and the VM's steal ticks (lib.sh), and for corrald its GC cycles,
+# bytes allocated per lease and ACKs over 5 ms by its own clock (its
+# /metrics, corral_dhcp_answer_seconds). Prints every run and the medians;
 # asserts nothing. On a shared machine only interleaved medians count:
 # the load average is printed before and after.
 # Usage: bench/dhcp_relay.sh [server...]   server = corrald | kea | dnsmasq
@@ -78,11 +80,14 @@ for i in $(seq $REPEATS); do
 		start_server "$srv"
 		t0=$(ticks $SPID)
 		st0=$(steal)
+		m0=$(corrald_metrics)
 		out=$(client "$BIN/dora" -local $CLIENT -server $SERVER -rate $LAT_RATE -duration 10s)
+		m1=$(corrald_metrics)
 		st1=$(steal)
 		t1=$(ticks $SPID)
 		unserve
-		printf 'run %d %-8s %s server CPU ticks %d, VM steal ticks %d, load %s\n' $i "$label" "$out" $((t1 - t0)) $((st1 - st0)) "$(cut -d' ' -f1 /proc/loadavg)"
+		printf 'run %d %-8s %s server CPU ticks %d, VM steal ticks %d, load %s%s\n' $i "$label" "$out" $((t1 - t0)) $((st1 - st0)) "$(cut -d' ' -f1 /proc/loadavg)" \
+			"$(corrald_run_figures "$m0" "$m1" "$(field "$out" leased)")"
 		p50=$(ms "$(field "$out" p50)")
 		p99=$(ms "$(field "$out" p99)")
 		echo "$label $p50 $p99 $((t1 - t0))" >>"$LAT"

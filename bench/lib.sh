@@ -144,3 +144,28 @@ ms() { echo "$1" | awk '{ v=$1; if (sub(/µs$/,"",v)) print v/1000; else if (sub
 
 # field LINE WORD: the token after WORD in LINE.
 field() { echo "$1" | awk -v w="$2" '{ for (i=1; i<NF; i++) if ($i==w) { print $(i+1); exit } }'; }
+
+# corrald_metrics: the server's /metrics figures a DORA run is read by,
+# one "name value" per line (empty for a server without corrald's
+# /metrics: Kea, dnsmasq). ACKs are the REQUEST answers of
+# corral_dhcp_answer_seconds (from the request's arrival to the answer).
+corrald_metrics() {
+	ip netns exec $NS_S curl -s --max-time 2 http://127.0.0.1:9180/metrics 2>/dev/null | awk '
+		$1=="go_memstats_alloc_bytes_total" || $1=="go_gc_duration_seconds_count" { print $1, $2 }
+		$1=="corral_dhcp_answer_seconds_bucket{type=\"request\",le=\"0.005\"}" { print "acks_le_5ms", $2 }
+		$1=="corral_dhcp_answer_seconds_count{type=\"request\"}" { print "acks", $2 }' || true
+}
+
+# corrald_run_figures BEFORE AFTER LEASES: ", GC cycles N, B bytes/lease,
+# ACKs over 5 ms by corrald's clock N" for a run, from two
+# corrald_metrics readings; empty when the server has none.
+corrald_run_figures() {
+	[ -n "$1" ] && [ -n "$2" ] || return 0
+	{ echo "$1" | sed 's/^/0 /'; echo "$2" | sed 's/^/1 /'; } | awk -v n="${3:-0}" '
+		{ v[$1, $2] = $3 }
+		function d(k) { return v[1, k] - v[0, k] }
+		END { if (n <= 0) n = 1
+			printf ", GC cycles %d, %d bytes/lease, ACKs over 5 ms by corrald'"'"'s clock %d of %d",
+				d("go_gc_duration_seconds_count"), d("go_memstats_alloc_bytes_total") / n,
+				d("acks") - d("acks_le_5ms"), d("acks") }'
+}
