@@ -21,7 +21,8 @@ import (
 // that finds no batch taken within the window is flushed at once, so a
 // lone lease on a quiet appliance does not wait either.
 //
-// Why (bench/README.md, DHCP, fourth session): on the lab VM each flush
+// Why (bench/results/2026-11-dhcp.md, "the commit
+// window", 24 Nov 2026): on the lab VM each flush
 // also costs the host (the virtual disk's flush, a host fsync), and at
 // ~3,300 flushes/s (3,990 leases/s, batches of 1.2) the whole VM exceeded
 // its CPU allowance and was stopped for 4-11 ms at the end of most 100 ms
