@@ -116,9 +116,10 @@ func (s *Store) windowTaken(n int) {
 // precision. Go's timers wake an idle process at millisecond granularity
 // (the scheduler's epoll wait takes whole milliseconds and rounds a
 // shorter wait up to one), which on one P made a 1 ms window cost ~2 ms
-// (DORA p50 2.0 ms against 1.0 ms with this timer, bench/results/2026-11-dhcp.md). A
-// timerfd read through the runtime's poller wakes the poller's epoll wait
-// when it expires, and another goroutine can end the wait early (kick).
+// (DORA p50 2.0 ms against 1.0 ms with this timer,
+// bench/results/2026-11-dhcp.md). A timerfd read through the runtime's
+// poller wakes the poller's epoll wait when it expires, and another
+// goroutine can end the wait early (kick).
 // A nil timer, or one whose timerfd failed, waits with time.Sleep.
 //
 // Its system calls do not enter the scheduler's syscall state (settime
