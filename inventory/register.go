@@ -240,11 +240,12 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 		if m.GetState() != inventoryv1.Machine_INSTALLING || !m.GetInstall().GetDone() {
 			m.Watchdog = nil
 		}
-		became = false
-		switch m.GetState() {
-		case inventoryv1.Machine_UNSPECIFIED, inventoryv1.Machine_DISCOVERED:
-			became = true
-			m.State = inventoryv1.Machine_INVENTORIED
+		from := m.GetState()
+		if err := Transition(m, EventRegistered); err != nil {
+			return err
+		}
+		became = m.GetState() != from
+		if became {
 			m.StateReason = ""
 			if m.GetBootIntent() == inventoryv1.BootIntent_BOOT_INTENT_DISCOVER || m.GetBootIntent() == inventoryv1.BootIntent_BOOT_INTENT_UNSPECIFIED {
 				m.BootIntent = inventoryv1.BootIntent_BOOT_INTENT_LOCAL
@@ -453,7 +454,7 @@ func (i *Inventory) identify(ctx context.Context, serial, uuid, bmcHost string, 
 	if bmcHost != "" {
 		for _, port := range []uint32{623, 443} {
 			var b inventoryv1.BmcAddressBinding
-			if _, err := record.Get(ctx, i.cfg.Store, bmcKey(bmcHost, port), &b); err != nil {
+			if _, err := record.Get(ctx, i.cfg.Store, BMCAddressKey(bmcHost, port), &b); err != nil {
 				continue
 			}
 			m, err := i.GetMachine(ctx, b.GetMachineName())
