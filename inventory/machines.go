@@ -232,18 +232,9 @@ func (i *Inventory) CreateMachine(ctx context.Context, m *inventoryv1.Machine) (
 		m.BootIntent = inventoryv1.BootIntent_BOOT_INTENT_DISCOVER
 	}
 	var claimed []string
-	release := func() {
-		// A concurrent create of the same name may have won: its MACs are
-		// bound to the same name and must stay bound.
-		ctx := context.WithoutCancel(ctx)
-		winner, _ := i.GetMachine(ctx, m.GetName())
-		for _, mac := range claimed {
-			if winner != nil && hasMAC(winner, mac) {
-				continue
-			}
-			i.unclaimMAC(ctx, mac, m.GetName())
-		}
-	}
+	// A concurrent create of the same name may have won: its MACs are
+	// bound to the same name and must stay bound.
+	release := func() { i.releaseMACs(ctx, m.GetName(), claimed) }
 	for _, mac := range macs {
 		if err := i.claimMAC(ctx, mac, m.GetName()); err != nil {
 			release()
@@ -319,6 +310,22 @@ func (i *Inventory) claimMAC(ctx context.Context, mac, machine string) error {
 			return false, nil
 		})
 	return err
+}
+
+// releaseMACs gives back the claims on macs made for machine by a change
+// that failed, except those its record lists by now.
+func (i *Inventory) releaseMACs(ctx context.Context, machine string, macs []string) {
+	if len(macs) == 0 {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	m, _ := i.GetMachine(ctx, machine)
+	for _, mac := range macs {
+		if m != nil && hasMAC(m, mac) {
+			continue
+		}
+		i.unclaimMAC(ctx, mac, machine)
+	}
 }
 
 func (i *Inventory) unclaimMAC(ctx context.Context, mac, machine string) {
