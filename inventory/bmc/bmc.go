@@ -145,8 +145,8 @@ type Result struct {
 }
 
 // Driver is what BMC control needs of the BMCs themselves; cmd wires the
-// ipmi package to it. Errors should wrap ErrAuth, ErrFailed, ErrInvalid
-// or ErrUnavailable (and the context's error at a deadline); a refused
+// ipmi package to it. Errors should wrap ErrAuth, ErrFailed, apierr.ErrInvalid
+// or apierr.ErrUnavailable (and the context's error at a deadline); a refused
 // certificate is a *CertificateError. Each call must honour ctx and
 // t.Timeout, and check a Redfish BMC's certificate as t says.
 type Driver interface {
@@ -205,7 +205,7 @@ type Service struct {
 }
 
 // New validates cfg and returns BMC control. Forget must run when a
-// machine is deleted (cmd wires it to inventory.Config.OnDelete).
+// machine is deleted (cmd wires it to Inventory.OnDelete).
 func New(cfg Config) (*Service, error) {
 	if cfg.Machines == nil || cfg.Events == nil || cfg.Store == nil || cfg.Driver == nil || cfg.Sealer == nil {
 		return nil, errors.New("bmc: Config.Machines, Events, Store, Driver and Sealer are required")
