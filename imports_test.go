@@ -36,7 +36,9 @@ var importRules = []importRule{
 	{"store", []string{"store", "api/store", "internal/apierr"}, "the store contract, its backends and the record codec"},
 	{"internal/watchstream", []string{"store", "api/watch", "internal/apierr", "internal/lograte"}, "the corral.watch.v1 contract every Watch RPC follows, on the store's resumable watch"},
 	{"auth", []string{"auth", "api", "store", "internal/apierr", "internal/nodeid"}, "tokens in the store, the CA, the gRPC interceptor"},
-	{"inventory", []string{"inventory", "api", "store", "internal/apierr", "internal/lograte", "internal/watchstream"}, "machines and the node pool"},
+	{"inventory", []string{"api", "store", "internal/apierr", "internal/lograte", "internal/watchstream"}, "machines: identity, facts, their indexes, the state machine, the MachineService edge; never its sub-packages, which build on it (bmc) or beside it (pool)"},
+	{"inventory/pool", []string{"inventory/pool", "api", "store", "internal/apierr", "internal/lograte", "internal/watchstream"}, "the node pool: budgets, scheduling, IPAM"},
+	{"inventory/bmc", []string{"inventory/bmc", "inventory", "api", "store", "internal/apierr"}, "BMC control (enrolment, sealed passwords, power, boot device) over inventory's machines, through interfaces it declares; inventory never imports it"},
 	{"lifecycle", []string{"lifecycle", "api", "inventory", "internal/apierr", "internal/lograte"}, "the machine lifecycle consumes inventory through its own interfaces"},
 	{"fleet", []string{"fleet", "api", "store", "internal/apierr", "internal/lograte"}, "runners, the leader's dispatch of per-machine work and its owners: records in the store (inventory's machines and boot's leases read by prefix, not imported)"},
 	{"ipmi", []string{"ipmi"}, "BMC drivers behind bmclib: nothing of ours"},
@@ -121,8 +123,8 @@ func checkImports(root string) (refused []string, unused []string, err error) {
 				continue
 			}
 			to := strings.TrimPrefix(strings.TrimPrefix(p, module), "/")
-			if within(to, dir) && dir != "" {
-				continue // its own folder
+			if within(to, dir) && dir != "" && ruleFor(to).folder == rule.folder {
+				continue // its own folder (a sub-folder with a rule of its own is a neighbour)
 			}
 			ok := false
 			for _, n := range neverImported {
@@ -198,6 +200,7 @@ func TestImportTableRefuses(t *testing.T) {
 		}
 	}
 	write("inventory/bad.go", "package inventory\nimport _ \""+module+"/boot/tftp\"\n")
+	write("inventory/back.go", "package inventory\nimport _ \""+module+"/inventory/bmc\"\n")
 	write("store/up.go", "package store\nimport _ \""+module+"/cmd/corrald\"\n")
 	write("agent/ok_test.go", "package agent\nimport _ \""+module+"/testsupport/require\"\n")
 	write("agent/prod.go", "package agent\nimport _ \""+module+"/testsupport/require\"\n")
@@ -205,7 +208,7 @@ func TestImportTableRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"agent/prod.go imports testsupport/require", "inventory/bad.go imports boot/tftp", "store/up.go imports cmd/corrald"}
+	want := []string{"agent/prod.go imports testsupport/require", "inventory/back.go imports inventory/bmc", "inventory/bad.go imports boot/tftp", "store/up.go imports cmd/corrald"}
 	if len(refused) != len(want) {
 		t.Fatalf("refused %q, want %d lines", refused, len(want))
 	}

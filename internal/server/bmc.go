@@ -9,6 +9,7 @@ import (
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/inventory"
+	"github.com/corralhq/corral/inventory/bmc"
 	"github.com/corralhq/corral/ipmi"
 	"github.com/corralhq/corral/ipmi/poller"
 	"github.com/corralhq/corral/ipmi/seal"
@@ -47,10 +48,11 @@ func (s *Server) initBMC() error {
 	}
 	log := s.log.With("component", "bmc")
 	ctl := ipmi.New(ipmi.Config{Logger: log, CallTimeout: cfg.CallTimeout, Providers: cfg.Providers, Observe: s.bmcObserver()})
-	bc, err := s.inv.NewBMCControl(inventory.BMCConfig{BMC: bmcAdapter{ctl}, Sealer: sealer, Logger: log, CallTimeout: cfg.CallTimeout})
+	bc, err := bmc.New(bmc.Config{Machines: s.inv, Events: s.inv, Store: s.store, Driver: bmcAdapter{ctl}, Sealer: sealer, Logger: log, CallTimeout: cfg.CallTimeout})
 	if err != nil {
 		return err
 	}
+	s.inv.OnDelete(bc.Forget)
 	s.bmc = bc
 	if cfg.PollInterval < 0 {
 		return nil
@@ -67,11 +69,11 @@ func (s *Server) initBMC() error {
 	return nil
 }
 
-// bmcAdapter presents an ipmi.Controller as inventory.BMC, translating
-// types and wrapping ipmi's errors with inventory's sentinels.
+// bmcAdapter presents an ipmi.Controller as bmc.Driver, translating
+// types and wrapping ipmi's errors with BMC control's sentinels.
 type bmcAdapter struct{ c *ipmi.Controller }
 
-func toTarget(t inventory.BMCTarget) ipmi.Target {
+func toTarget(t bmc.Target) ipmi.Target {
 	p := ipmi.ProtocolAuto
 	switch t.Protocol {
 	case inventoryv1.BmcProtocol_BMC_PROTOCOL_IPMI:
@@ -94,8 +96,8 @@ func toTarget(t inventory.BMCTarget) ipmi.Target {
 	return tg
 }
 
-func toResult(a ipmi.Answer) inventory.BMCResult {
-	r := inventory.BMCResult{Provider: a.Provider, Note: a.Note, TLSSHA256: a.TLSSHA256}
+func toResult(a ipmi.Answer) bmc.Result {
+	r := bmc.Result{Provider: a.Provider, Note: a.Note, TLSSHA256: a.TLSSHA256}
 	for _, at := range a.Attempts {
 		r.Attempts = append(r.Attempts, &inventoryv1.ProviderAttempt{Provider: at.Provider, Error: at.Err, TookMs: uint32(at.Took.Milliseconds())})
 	}
@@ -109,20 +111,20 @@ func toInventoryErr(err error) error {
 		return nil
 	case errors.As(err, &ce):
 		// Inventory says what the operator should do about it.
-		return &inventory.BMCCertificateError{Pinned: ce.Pinned, Presented: ce.Presented}
+		return &bmc.CertificateError{Pinned: ce.Pinned, Presented: ce.Presented}
 	case errors.Is(err, ipmi.ErrAuth):
-		return fmt.Errorf("%w: %w", inventory.ErrBMCAuth, err)
+		return fmt.Errorf("%w: %w", bmc.ErrAuth, err)
 	case errors.Is(err, ipmi.ErrInvalid):
 		return fmt.Errorf("%w: %w", inventory.ErrInvalid, err)
 	case errors.Is(err, ipmi.ErrFailed):
-		return fmt.Errorf("%w: %w", inventory.ErrBMCFailed, err)
+		return fmt.Errorf("%w: %w", bmc.ErrFailed, err)
 	case errors.Is(err, ipmi.ErrUnreachable), errors.Is(err, ipmi.ErrProtocol):
 		return fmt.Errorf("%w: %w", inventory.ErrUnavailable, err)
 	}
 	return err
 }
 
-func (b bmcAdapter) PowerState(ctx context.Context, t inventory.BMCTarget) (inventoryv1.PowerState, inventory.BMCResult, error) {
+func (b bmcAdapter) PowerState(ctx context.Context, t bmc.Target) (inventoryv1.PowerState, bmc.Result, error) {
 	st, a, err := b.c.PowerState(ctx, toTarget(t))
 	if err != nil {
 		return inventoryv1.PowerState_POWER_STATE_UNKNOWN, toResult(a), toInventoryErr(err)
@@ -137,7 +139,7 @@ func (b bmcAdapter) PowerState(ctx context.Context, t inventory.BMCTarget) (inve
 	return ps, toResult(a), nil
 }
 
-func (b bmcAdapter) SetPower(ctx context.Context, t inventory.BMCTarget, action inventoryv1.PowerAction) (inventory.BMCResult, error) {
+func (b bmcAdapter) SetPower(ctx context.Context, t bmc.Target, action inventoryv1.PowerAction) (bmc.Result, error) {
 	var a ipmi.PowerAction
 	switch action {
 	case inventoryv1.PowerAction_POWER_ACTION_ON:
@@ -151,13 +153,13 @@ func (b bmcAdapter) SetPower(ctx context.Context, t inventory.BMCTarget, action 
 	case inventoryv1.PowerAction_POWER_ACTION_RESET:
 		a = ipmi.ActionReset
 	default:
-		return inventory.BMCResult{}, fmt.Errorf("%w: power action %v", inventory.ErrInvalid, action)
+		return bmc.Result{}, fmt.Errorf("%w: power action %v", inventory.ErrInvalid, action)
 	}
 	ans, err := b.c.SetPower(ctx, toTarget(t), a)
 	return toResult(ans), toInventoryErr(err)
 }
 
-func (b bmcAdapter) SetBootDevice(ctx context.Context, t inventory.BMCTarget, r inventory.BootRequest) (inventory.BMCResult, error) {
+func (b bmcAdapter) SetBootDevice(ctx context.Context, t bmc.Target, r inventory.BootRequest) (bmc.Result, error) {
 	var d ipmi.BootDevice
 	switch r.Device {
 	case inventoryv1.BootDevice_BOOT_DEVICE_PXE:
@@ -167,7 +169,7 @@ func (b bmcAdapter) SetBootDevice(ctx context.Context, t inventory.BMCTarget, r 
 	case inventoryv1.BootDevice_BOOT_DEVICE_BIOS:
 		d = ipmi.BootBIOS
 	default:
-		return inventory.BMCResult{}, fmt.Errorf("%w: boot device %v", inventory.ErrInvalid, r.Device)
+		return bmc.Result{}, fmt.Errorf("%w: boot device %v", inventory.ErrInvalid, r.Device)
 	}
 	ans, err := b.c.SetBootDevice(ctx, toTarget(t), d, ipmi.BootOptions{Persistent: r.Persistent, EFI: r.EFI})
 	return toResult(ans), toInventoryErr(err)

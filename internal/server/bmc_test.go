@@ -13,6 +13,7 @@ import (
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/inventory"
+	"github.com/corralhq/corral/inventory/bmc"
 	"github.com/corralhq/corral/ipmi"
 	"github.com/corralhq/corral/ipmi/poller"
 	"github.com/corralhq/corral/ipmi/seal"
@@ -87,7 +88,8 @@ func setup50(t testing.TB, providers []string) (*poller.Poller, *inventory.Inven
 		}()
 	}
 	wg.Wait()
-	inv, err := inventory.New(inventory.Config{Store: mem.New()})
+	st := mem.New()
+	inv, err := inventory.New(inventory.Config{Store: st})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +101,7 @@ func setup50(t testing.TB, providers []string) (*poller.Poller, *inventory.Inven
 	if err != nil {
 		t.Fatal(err)
 	}
-	bc, err := inv.NewBMCControl(inventory.BMCConfig{BMC: bmcAdapter{ipmi.New(ipmi.Config{Providers: providers})}, Sealer: sealer})
+	bc, err := bmc.New(bmc.Config{Machines: inv, Events: inv, Store: st, Driver: bmcAdapter{ipmi.New(ipmi.Config{Providers: providers})}, Sealer: sealer})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,19 +128,19 @@ func setup50(t testing.TB, providers []string) (*poller.Poller, *inventory.Inven
 // ipmi refuses), and ipmi's certificate refusal comes back as inventory's
 // error with the operator's way out.
 func TestBMCAdapterTLS(t *testing.T) {
-	if inventory.RedfishProviderName != ipmi.RedfishProviderName {
-		t.Fatalf("inventory.RedfishProviderName %q != ipmi.RedfishProviderName %q", inventory.RedfishProviderName, ipmi.RedfishProviderName)
+	if bmc.RedfishProviderName != ipmi.RedfishProviderName {
+		t.Fatalf("bmc.RedfishProviderName %q != ipmi.RedfishProviderName %q", bmc.RedfishProviderName, ipmi.RedfishProviderName)
 	}
 	pin := strings.Repeat("cd", 32)
 	for name, tc := range map[string]struct {
-		in   inventory.BMCTarget
+		in   bmc.Target
 		mode ipmi.TLSMode
 		pin  string
 	}{
-		"pinned":    {inventory.BMCTarget{TLSSHA256: pin}, ipmi.TLSPinned, pin},
-		"first use": {inventory.BMCTarget{TLSFirstUse: true}, ipmi.TLSFirstUse, ""},
-		"insecure":  {inventory.BMCTarget{TLSInsecure: true}, ipmi.TLSInsecure, ""},
-		"nothing":   {inventory.BMCTarget{}, ipmi.TLSPinned, ""},
+		"pinned":    {bmc.Target{TLSSHA256: pin}, ipmi.TLSPinned, pin},
+		"first use": {bmc.Target{TLSFirstUse: true}, ipmi.TLSFirstUse, ""},
+		"insecure":  {bmc.Target{TLSInsecure: true}, ipmi.TLSInsecure, ""},
+		"nothing":   {bmc.Target{}, ipmi.TLSPinned, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got := toTarget(tc.in)
@@ -149,7 +151,7 @@ func TestBMCAdapterTLS(t *testing.T) {
 	}
 	other := strings.Repeat("ef", 32)
 	err := toInventoryErr(fmt.Errorf("redfish://10.0.0.1:443: %w", &ipmi.CertificateError{Pinned: pin, Presented: other}))
-	var ce *inventory.BMCCertificateError
+	var ce *bmc.CertificateError
 	if !errors.As(err, &ce) || ce.Pinned != pin || ce.Presented != other || !errors.Is(err, inventory.ErrPrecondition) ||
 		!strings.Contains(err.Error(), "re-enroll with --bmc-tls-sha256 "+other+" if this is expected") {
 		t.Fatalf("certificate error: %v", err)

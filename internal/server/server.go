@@ -26,6 +26,7 @@ import (
 	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/auth/pki"
 	"github.com/corralhq/corral/inventory"
+	"github.com/corralhq/corral/inventory/bmc"
 	"github.com/corralhq/corral/inventory/pool"
 	"github.com/corralhq/corral/lifecycle"
 	"github.com/corralhq/corral/store"
@@ -91,7 +92,7 @@ type Server struct {
 	grpc   *grpc.Server
 	lis    net.Listener
 	inv    *inventory.Inventory
-	bmc    *inventory.BMCControl
+	bmc    *bmc.Service
 	// lifecycle drives accept/install, reprovision, maintenance and the
 	// lifecycle timers.
 	lifecycle *lifecycle.Lifecycle
@@ -290,7 +291,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("lifecycle: %w", err)
 	}
 	s.addSingleton("token-purge", s.purgeTokens)
-	lifecycle.RegisterMachines(s.grpc, &lifecycle.MachineServer{MachineServer: &inventory.MachineServer{Inv: s.inv, BMC: s.bmc}, Lifecycle: s.lifecycle})
+	machines := &inventory.MachineServer{Inv: s.inv, Lifecycle: s.lifecycle}
+	if s.bmc != nil {
+		machines.BMC = s.bmc
+	}
+	inventory.Register(s.grpc, machines)
 	if err := s.initHypervisor(p); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("hypervisor services: %w", err)

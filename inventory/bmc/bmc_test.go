@@ -1,4 +1,4 @@
-package inventory
+package bmc
 
 import (
 	"bytes"
@@ -10,7 +10,12 @@ import (
 	"testing"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/inventory"
+	"github.com/corralhq/corral/store"
+	"github.com/corralhq/corral/store/mem"
 	"github.com/corralhq/corral/store/record"
+	"github.com/corralhq/corral/testsupport/machinefacts"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -24,7 +29,7 @@ type fakeBMC struct {
 	password map[string]string // host:port -> password
 	cert     map[string]string // host:port -> fingerprint presented (Redfish)
 	power    map[string]inventoryv1.PowerState
-	boots    []BootRequest
+	boots    []inventory.BootRequest
 	actions  []inventoryv1.PowerAction
 	calls    int
 	// passwords counts the calls that got as far as the password.
@@ -35,31 +40,31 @@ func newFakeBMC() *fakeBMC {
 	return &fakeBMC{password: map[string]string{}, cert: map[string]string{}, power: map[string]inventoryv1.PowerState{}}
 }
 
-func (f *fakeBMC) check(t BMCTarget) (BMCResult, error) {
+func (f *fakeBMC) check(t Target) (Result, error) {
 	f.calls++
 	pw, ok := f.password[t.String()]
 	if !ok {
-		return BMCResult{}, fmt.Errorf("%w: %s: no answer: %w", ErrUnavailable, t, context.DeadlineExceeded)
+		return Result{}, fmt.Errorf("%w: %s: no answer: %w", apierr.ErrUnavailable, t, context.DeadlineExceeded)
 	}
-	res := BMCResult{Provider: "fake"}
+	res := Result{Provider: "fake"}
 	if cert, redfish := f.cert[t.String()]; redfish && t.Protocol != inventoryv1.BmcProtocol_BMC_PROTOCOL_IPMI {
 		switch {
 		case t.TLSInsecure, t.TLSFirstUse, t.TLSSHA256 == cert:
 			res.Provider, res.TLSSHA256 = RedfishProviderName, cert
 		case t.TLSSHA256 == "":
-			return BMCResult{}, &BMCCertificateError{}
+			return Result{}, &CertificateError{}
 		default:
-			return BMCResult{TLSSHA256: cert}, &BMCCertificateError{Pinned: t.TLSSHA256, Presented: cert}
+			return Result{TLSSHA256: cert}, &CertificateError{Pinned: t.TLSSHA256, Presented: cert}
 		}
 	}
 	f.passwords++
 	if pw != t.Password {
-		return res, fmt.Errorf("%w: %s", ErrBMCAuth, t)
+		return res, fmt.Errorf("%w: %s", ErrAuth, t)
 	}
 	return res, nil
 }
 
-func (f *fakeBMC) PowerState(ctx context.Context, t BMCTarget) (inventoryv1.PowerState, BMCResult, error) {
+func (f *fakeBMC) PowerState(ctx context.Context, t Target) (inventoryv1.PowerState, Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	res, err := f.check(t)
@@ -73,7 +78,7 @@ func (f *fakeBMC) PowerState(ctx context.Context, t BMCTarget) (inventoryv1.Powe
 	return st, res, nil
 }
 
-func (f *fakeBMC) SetPower(ctx context.Context, t BMCTarget, a inventoryv1.PowerAction) (BMCResult, error) {
+func (f *fakeBMC) SetPower(ctx context.Context, t Target, a inventoryv1.PowerAction) (Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	res, err := f.check(t)
@@ -90,7 +95,7 @@ func (f *fakeBMC) SetPower(ctx context.Context, t BMCTarget, a inventoryv1.Power
 	return res, nil
 }
 
-func (f *fakeBMC) SetBootDevice(ctx context.Context, t BMCTarget, b BootRequest) (BMCResult, error) {
+func (f *fakeBMC) SetBootDevice(ctx context.Context, t Target, b inventory.BootRequest) (Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	res, err := f.check(t)
@@ -124,14 +129,30 @@ func (xorSealer) Open(b, ad []byte) ([]byte, error) {
 	return p, nil
 }
 
-func newBMCControl(t *testing.T) (*Inventory, *BMCControl, *fakeBMC) {
-	inv := newInv(t, Config{})
-	f := newFakeBMC()
-	c, err := inv.NewBMCControl(BMCConfig{BMC: f, Sealer: xorSealer{}})
+// testInv is an inventory and its store.
+type testInv struct {
+	*inventory.Inventory
+	st store.Store
+}
+
+func newBMCControl(t *testing.T) (testInv, *Service, *fakeBMC) {
+	t.Helper()
+	st := mem.New()
+	inv, err := inventory.New(inventory.Config{Store: st})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return inv, c, f
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- inv.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	f := newFakeBMC()
+	c, err := New(Config{Machines: inv, Events: inv, Store: st, Driver: f, Sealer: xorSealer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv.OnDelete(c.Forget)
+	return testInv{inv, st}, c, f
 }
 
 func enrollReq(name, addr, pw string) *inventoryv1.EnrollMachineRequest {
@@ -159,14 +180,14 @@ func TestEnrollCreatesAndSealsAndPowers(t *testing.T) {
 		t.Fatal("password visible in machine record")
 	}
 	var sec inventoryv1.BmcSecret
-	if _, err := record.Get(ctx, inv.cfg.Store, bmcSecretPrefix+"m1", &sec); err != nil || bytes.Contains(sec.GetSealedPassword(), []byte("pw1")) {
+	if _, err := record.Get(ctx, inv.st, bmcSecretPrefix+"m1", &sec); err != nil || bytes.Contains(sec.GetSealedPassword(), []byte("pw1")) {
 		t.Fatalf("secret record: %v %q", err, sec.GetSealedPassword())
 	}
 	ps, err := c.SetPower(ctx, "m1", inventoryv1.PowerAction_POWER_ACTION_ON)
 	if err != nil || ps.GetState() != inventoryv1.PowerState_POWER_STATE_ON || ps.GetProvider() != "fake" {
 		t.Fatalf("power on: %v %v", ps, err)
 	}
-	if err := c.SetBootDevice(ctx, "m1", BootRequest{Device: inventoryv1.BootDevice_BOOT_DEVICE_PXE, EFI: true}); err != nil {
+	if err := c.SetBootDevice(ctx, "m1", inventory.BootRequest{Device: inventoryv1.BootDevice_BOOT_DEVICE_PXE, EFI: true}); err != nil {
 		t.Fatal(err)
 	}
 	if len(f.boots) != 1 || f.boots[0].Device != inventoryv1.BootDevice_BOOT_DEVICE_PXE || !f.boots[0].EFI || f.boots[0].Persistent {
@@ -197,18 +218,18 @@ func TestEnrollRefusals(t *testing.T) {
 		req  *inventoryv1.EnrollMachineRequest
 		want error
 	}{
-		"malformed address":    {enrollReq("m1", "http://10.0.0.1/", "pw"), ErrInvalid},
-		"bad port":             {enrollReq("m1", "10.0.0.1:99999", "pw"), ErrInvalid},
-		"garbage host":         {enrollReq("m1", "not a host!", "pw"), ErrInvalid},
-		"bad ipv4":             {enrollReq("m1", "999.1.1.1", "pw"), ErrInvalid},
-		"ipv6 without bracket": {enrollReq("m1", "fe80::1:623x", "pw"), ErrInvalid},
-		"empty address":        {enrollReq("m1", "", "pw"), ErrInvalid},
-		"no password":          {enrollReq("m1", "10.0.0.1", ""), ErrInvalid},
-		"bad name":             {enrollReq("-x", "10.0.0.1", "pw"), ErrInvalid},
-		"unsupported protocol": {&inventoryv1.EnrollMachineRequest{Name: "m1", BmcAddress: "10.0.0.1", BmcUsername: "u", BmcPassword: "p", BmcProtocol: 9}, ErrInvalid},
-		"bad cipher":           {&inventoryv1.EnrollMachineRequest{Name: "m1", BmcAddress: "10.0.0.1", BmcUsername: "u", BmcPassword: "p", BmcCipherSuite: 18}, ErrInvalid},
-		"wrong password":       {enrollReq("m1", "10.0.0.5", "nope"), ErrBMCAuth},
-		"unreachable":          {enrollReq("m1", "10.0.0.99", "pw"), ErrUnavailable},
+		"malformed address":    {enrollReq("m1", "http://10.0.0.1/", "pw"), apierr.ErrInvalid},
+		"bad port":             {enrollReq("m1", "10.0.0.1:99999", "pw"), apierr.ErrInvalid},
+		"garbage host":         {enrollReq("m1", "not a host!", "pw"), apierr.ErrInvalid},
+		"bad ipv4":             {enrollReq("m1", "999.1.1.1", "pw"), apierr.ErrInvalid},
+		"ipv6 without bracket": {enrollReq("m1", "fe80::1:623x", "pw"), apierr.ErrInvalid},
+		"empty address":        {enrollReq("m1", "", "pw"), apierr.ErrInvalid},
+		"no password":          {enrollReq("m1", "10.0.0.1", ""), apierr.ErrInvalid},
+		"bad name":             {enrollReq("-x", "10.0.0.1", "pw"), apierr.ErrInvalid},
+		"unsupported protocol": {&inventoryv1.EnrollMachineRequest{Name: "m1", BmcAddress: "10.0.0.1", BmcUsername: "u", BmcPassword: "p", BmcProtocol: 9}, apierr.ErrInvalid},
+		"bad cipher":           {&inventoryv1.EnrollMachineRequest{Name: "m1", BmcAddress: "10.0.0.1", BmcUsername: "u", BmcPassword: "p", BmcCipherSuite: 18}, apierr.ErrInvalid},
+		"wrong password":       {enrollReq("m1", "10.0.0.5", "nope"), ErrAuth},
+		"unreachable":          {enrollReq("m1", "10.0.0.99", "pw"), apierr.ErrUnavailable},
 	} {
 		t.Run(name, func(t *testing.T) {
 			inv, c, f := newBMCControl(t)
@@ -221,9 +242,9 @@ func TestEnrollRefusals(t *testing.T) {
 			if ms, _ := inv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{}); len(ms) != 0 {
 				t.Fatalf("machines stored after a refused enroll: %v", ms)
 			}
-			if tc.want == ErrBMCAuth {
-				if st := status.Code(toStatus(err)); st != codes.FailedPrecondition || !strings.Contains(toStatus(err).Error(), "authentication failed") {
-					t.Fatalf("status %v", toStatus(err))
+			if tc.want == ErrAuth {
+				if st := status.Code(apierr.ToStatus(err)); st != codes.FailedPrecondition || !strings.Contains(apierr.ToStatus(err).Error(), "authentication failed") {
+					t.Fatalf("status %v", apierr.ToStatus(err))
 				}
 			}
 		})
@@ -239,13 +260,13 @@ func TestEnrollDuplicateAddress(t *testing.T) {
 	}
 	calls := f.calls
 	_, err := c.Enroll(ctx, enrollReq("m2", "10.0.0.21:623", "pw"))
-	if !errors.Is(err, ErrAlreadyExists) || !strings.Contains(err.Error(), `"m1"`) {
+	if !errors.Is(err, apierr.ErrAlreadyExists) || !strings.Contains(err.Error(), `"m1"`) {
 		t.Fatalf("duplicate: %v", err)
 	}
 	if f.calls != calls {
 		t.Fatal("the BMC was contacted for a duplicate address")
 	}
-	if _, err := inv.GetMachine(ctx, "m2"); !errors.Is(err, ErrNotFound) {
+	if _, err := inv.GetMachine(ctx, "m2"); !errors.Is(err, apierr.ErrNotFound) {
 		t.Fatal("m2 created")
 	}
 	// Re-enrolling the same machine is fine; moving m1 to another BMC frees
@@ -283,7 +304,7 @@ func TestEnrollConcurrentSameAddress(t *testing.T) {
 				mu.Lock()
 				ok++
 				mu.Unlock()
-			} else if !errors.Is(err, ErrAlreadyExists) {
+			} else if !errors.Is(err, apierr.ErrAlreadyExists) {
 				t.Error(err)
 			}
 		}()
@@ -313,7 +334,7 @@ func TestEnrollAttachesToKnownMachine(t *testing.T) {
 	f.password["10.0.0.41:623"] = "pw"
 	r := enrollReq("other", "10.0.0.41", "pw")
 	r.BootMac = "52:54:00:00:00:09"
-	if _, err := c.Enroll(ctx, r); !errors.Is(err, ErrAlreadyExists) {
+	if _, err := c.Enroll(ctx, r); !errors.Is(err, apierr.ErrAlreadyExists) {
 		t.Fatalf("MAC of another machine: %v", err)
 	}
 }
@@ -342,7 +363,7 @@ func TestPollerSourceAndPowerChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	delete(f.password, "10.0.0.50:623") // BMC gone
-	if err := c.RefreshPower(ctx, "p1"); !errors.Is(err, ErrUnavailable) {
+	if err := c.RefreshPower(ctx, "p1"); !errors.Is(err, apierr.ErrUnavailable) {
 		t.Fatalf("gone BMC: %v", err)
 	}
 	m, _ := inv.GetMachine(ctx, "p1")
@@ -377,79 +398,19 @@ func TestReconcileBMCAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, _ = inv.GetMachine(ctx, "r1")
-	if len(m.GetFlags()) != 1 || !strings.HasPrefix(m.GetFlags()[0], FlagBMCAddressMismatch) {
+	if len(m.GetFlags()) != 1 || !strings.HasPrefix(m.GetFlags()[0], inventory.FlagBMCAddressMismatch) {
 		t.Fatalf("enrolled elsewhere than in-band: flags %v", m.GetFlags())
 	}
 	m, _ = inv.ReconcileBMCAddress(ctx, "r1", "10.0.1.2")
 	if len(m.GetFlags()) != 0 {
 		t.Fatalf("match did not clear the flag: %v", m.GetFlags())
 	}
-	if _, err := inv.ReconcileBMCAddress(ctx, "r1", "bogus addr"); !errors.Is(err, ErrInvalid) {
+	if _, err := inv.ReconcileBMCAddress(ctx, "r1", "bogus addr"); !errors.Is(err, apierr.ErrInvalid) {
 		t.Fatalf("bogus in-band address: %v", err)
 	}
 }
 
-func TestBMCRPCsWithoutControl(t *testing.T) {
-	inv := newInv(t, Config{})
-	s := &MachineServer{Inv: inv}
-	_, err := s.GetPower(context.Background(), &inventoryv1.GetPowerRequest{Name: "x"})
-	if status.Code(err) != codes.FailedPrecondition {
-		t.Fatalf("%v", err)
-	}
-}
-
-func TestParseBMCAddress(t *testing.T) {
-	for in, want := range map[string]string{
-		"10.0.0.1":          "10.0.0.1:0",
-		"10.0.0.1:6230":     "10.0.0.1:6230",
-		"BMC-1.Example.org": "bmc-1.example.org:0",
-		"[fe80::1]:623":     "fe80::1:623",
-		"fe80::1":           "fe80::1:0",
-		"[fe80::1]":         "fe80::1:0",
-	} {
-		h, p, err := ParseBMCAddress(in)
-		if err != nil || fmt.Sprintf("%s:%d", h, p) != want {
-			t.Errorf("%q: %s:%d %v, want %s", in, h, p, err, want)
-		}
-	}
-	for _, in := range []string{"", ":623", "10.0.0.1:", "10.0.0.1:0", "a b", "user@host", "https://h", "0.0.0.0", "224.0.0.1", "-bad-", "h:p"} {
-		if _, _, err := ParseBMCAddress(in); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%q accepted", in)
-		}
-	}
-}
-
-func FuzzParseBMCAddress(f *testing.F) {
-	for _, s := range []string{"10.0.0.1", "10.0.0.1:623", "[fe80::1]:623", "fe80::1", "bmc.example.org:443", "", ":", "[", "a:b:c", "http://x/", "999.1.1.1"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		host, port, err := ParseBMCAddress(s)
-		if err != nil {
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("%q: error %v is not ErrInvalid", s, err)
-			}
-			return
-		}
-		if host == "" || port > 65535 {
-			t.Fatalf("%q: accepted as %q:%d", s, host, port)
-		}
-		// What was accepted parses again to the same thing.
-		again := host
-		if strings.Contains(host, ":") {
-			again = "[" + host + "]"
-		}
-		if port != 0 {
-			again += ":" + fmt.Sprint(port)
-		}
-		h2, p2, err := ParseBMCAddress(again)
-		if err != nil || h2 != host || p2 != port {
-			t.Fatalf("%q -> %q:%d -> %q:%d %v", s, host, port, h2, p2, err)
-		}
-	})
-}
-
-func TestForgetBMC(t *testing.T) {
+func TestForget(t *testing.T) {
 	inv, c, f := newBMCControl(t)
 	ctx := context.Background()
 	f.password["10.0.2.1:623"] = "pw"
@@ -457,16 +418,15 @@ func TestForgetBMC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := inv.DeleteMachine(ctx, "g1"); err != nil {
+	if err := inv.DeleteMachine(ctx, "g1"); err != nil { // runs c.Forget
 		t.Fatal(err)
 	}
-	inv.ForgetBMC(ctx, "g1", m.GetBmc())
-	for _, k := range []string{bmcSecretPrefix + "g1", bmcKey("10.0.2.1", 623)} {
-		if _, err := inv.cfg.Store.Get(ctx, k); err == nil {
+	for _, k := range []string{bmcSecretPrefix + "g1", inventory.BMCAddressKey("10.0.2.1", 623)} {
+		if _, err := inv.st.Get(ctx, k); err == nil {
 			t.Errorf("%s left behind", k)
 		}
 	}
-	inv.ForgetBMC(ctx, "g1", m.GetBmc()) // idempotent
+	c.Forget(ctx, m) // idempotent
 }
 
 // Fingerprints the fake Redfish BMCs present.
@@ -483,9 +443,9 @@ func redfishReq(name, addr, pw string) *inventoryv1.EnrollMachineRequest {
 
 // storeKeys lists every key in the store (to prove a refusal wrote
 // nothing).
-func storeKeys(t *testing.T, inv *Inventory) []string {
+func storeKeys(t *testing.T, inv testInv) []string {
 	t.Helper()
-	kvs, err := inv.cfg.Store.List(context.Background(), "/")
+	kvs, err := inv.st.List(context.Background(), "/")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -515,27 +475,27 @@ func TestEnrollRedfishCertificate(t *testing.T) {
 			r.BmcTlsSha256 = strings.ToUpper(strings.TrimSuffix(strings.Repeat("a1:", 32), ":"))
 		}, wantPin: certA, passwords: 1},
 		"given pin that differs is refused before the password": {mutate: func(r *inventoryv1.EnrollMachineRequest) { r.BmcTlsSha256 = certB },
-			want: ErrBMCCertificate},
+			want: ErrCertificate},
 		"insecure": {mutate: func(r *inventoryv1.EnrollMachineRequest) { r.BmcInsecure = true },
 			insecure: true, wantDetail: "certificate not verified (--bmc-insecure)", passwords: 1},
 		"auto pins a Redfish answer": {mutate: func(r *inventoryv1.EnrollMachineRequest) { r.BmcProtocol = inventoryv1.BmcProtocol_BMC_PROTOCOL_AUTO },
 			wantPin: certA, passwords: 1},
 		"insecure and a pin": {mutate: func(r *inventoryv1.EnrollMachineRequest) { r.BmcInsecure, r.BmcTlsSha256 = true, certA },
-			want: ErrInvalid},
+			want: apierr.ErrInvalid},
 		"pin for IPMI": {mutate: func(r *inventoryv1.EnrollMachineRequest) {
 			r.BmcProtocol, r.BmcTlsSha256 = inventoryv1.BmcProtocol_BMC_PROTOCOL_IPMI, certA
-		}, want: ErrInvalid},
+		}, want: apierr.ErrInvalid},
 		"insecure for IPMI": {mutate: func(r *inventoryv1.EnrollMachineRequest) {
 			r.BmcProtocol, r.BmcInsecure = inventoryv1.BmcProtocol_BMC_PROTOCOL_IPMI, true
-		}, want: ErrInvalid},
-		"malformed pin": {mutate: func(r *inventoryv1.EnrollMachineRequest) { r.BmcTlsSha256 = "sha256:" + certA }, want: ErrInvalid},
+		}, want: apierr.ErrInvalid},
+		"malformed pin": {mutate: func(r *inventoryv1.EnrollMachineRequest) { r.BmcTlsSha256 = "sha256:" + certA }, want: apierr.ErrInvalid},
 		"auto pins nothing for an IPMI answer": {mutate: func(r *inventoryv1.EnrollMachineRequest) { r.BmcProtocol = inventoryv1.BmcProtocol_BMC_PROTOCOL_AUTO },
 			noTLS: true, passwords: 1},
 		"a pin for a BMC that answers IPMI under auto": {mutate: func(r *inventoryv1.EnrollMachineRequest) {
 			r.BmcProtocol, r.BmcTlsSha256 = inventoryv1.BmcProtocol_BMC_PROTOCOL_AUTO, certA
-		}, noTLS: true, want: ErrPrecondition, passwords: 1},
+		}, noTLS: true, want: apierr.ErrPrecondition, passwords: 1},
 		"wrong password after a good certificate": {mutate: func(r *inventoryv1.EnrollMachineRequest) { r.BmcPassword = "nope" },
-			want: ErrBMCAuth, passwords: 1},
+			want: ErrAuth, passwords: 1},
 	} {
 		t.Run(name, func(t *testing.T) {
 			inv, c, f := newBMCControl(t)
@@ -560,8 +520,8 @@ func TestEnrollRedfishCertificate(t *testing.T) {
 				if diff := cmp.Diff(before, storeKeys(t, inv)); diff != "" {
 					t.Fatalf("a refused enroll wrote to the store (-before +after):\n%s", diff)
 				}
-				if tc.want == ErrBMCCertificate {
-					st := toStatus(err)
+				if tc.want == ErrCertificate {
+					st := apierr.ToStatus(err)
 					if status.Code(st) != codes.FailedPrecondition || !strings.Contains(st.Error(), "presents certificate sha256 "+certA+", not the "+certB) {
 						t.Fatalf("status: %v", st)
 					}
@@ -605,13 +565,13 @@ func TestBMCCertificateChanged(t *testing.T) {
 		"power status": func() error { _, err := c.GetPower(ctx, "rf2"); return err },
 		"power on":     func() error { _, err := c.SetPower(ctx, "rf2", inventoryv1.PowerAction_POWER_ACTION_ON); return err },
 		"boot device": func() error {
-			return c.SetBootDevice(ctx, "rf2", BootRequest{Device: inventoryv1.BootDevice_BOOT_DEVICE_PXE})
+			return c.SetBootDevice(ctx, "rf2", inventory.BootRequest{Device: inventoryv1.BootDevice_BOOT_DEVICE_PXE})
 		},
 		"poller": func() error { return c.RefreshPower(ctx, "rf2") },
 	}
 	for name, call := range calls {
 		err := call()
-		if !errors.Is(err, ErrBMCCertificate) || !strings.Contains(err.Error(), wantMsg) || status.Code(toStatus(err)) != codes.FailedPrecondition {
+		if !errors.Is(err, ErrCertificate) || !strings.Contains(err.Error(), wantMsg) || status.Code(apierr.ToStatus(err)) != codes.FailedPrecondition {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -619,11 +579,11 @@ func TestBMCCertificateChanged(t *testing.T) {
 		t.Fatalf("a BMC with a changed certificate got the password (%d) or was acted on (%v %v)", f.passwords-passwords, f.actions, f.boots)
 	}
 	m, _ := inv.GetMachine(ctx, "rf2")
-	if diff := cmp.Diff([]string{FlagBMCCertificateChanged + ": pinned sha256 " + certA + ", presented " + certB}, m.GetFlags()); diff != "" {
+	if diff := cmp.Diff([]string{FlagCertificateChanged + ": pinned sha256 " + certA + ", presented " + certB}, m.GetFlags()); diff != "" {
 		t.Fatalf("flags (-want +got):\n%s", diff)
 	}
 	// Enrolling again without a pin keeps the old one: refused the same way.
-	if _, err := c.Enroll(ctx, req); !errors.Is(err, ErrBMCCertificate) || !strings.Contains(err.Error(), wantMsg) {
+	if _, err := c.Enroll(ctx, req); !errors.Is(err, ErrCertificate) || !strings.Contains(err.Error(), wantMsg) {
 		t.Fatalf("re-enroll without the new pin: %v", err)
 	}
 	// The certificate comes back: the flag goes.
@@ -655,7 +615,7 @@ func TestBMCCertificateChanged(t *testing.T) {
 			got = append(got, e.GetEvent())
 		}
 	}
-	if diff := cmp.Diff([]string{FlagBMCCertificateChanged, "bmc-certificate-restored", FlagBMCCertificateChanged}, got); diff != "" {
+	if diff := cmp.Diff([]string{FlagCertificateChanged, "bmc-certificate-restored", FlagCertificateChanged}, got); diff != "" {
 		t.Fatalf("certificate events (-want +got):\n%s", diff)
 	}
 }
@@ -697,7 +657,7 @@ func TestBMCUnpinnedRedfishRefused(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, ErrBMCCertificate) || !strings.Contains(err.Error(), "no pinned certificate") || !strings.Contains(err.Error(), "enroll the machine again") {
+			if !errors.Is(err, ErrCertificate) || !strings.Contains(err.Error(), "no pinned certificate") || !strings.Contains(err.Error(), "enroll the machine again") {
 				t.Fatalf("unpinned: %v", err)
 			}
 			if f.calls != calls {
@@ -722,9 +682,43 @@ func TestParseTLSFingerprint(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := ParseTLSFingerprint(tc.in)
-			if got != tc.want || (tc.want == "") != errors.Is(err, ErrInvalid) {
+			if got != tc.want || (tc.want == "") != errors.Is(err, apierr.ErrInvalid) {
 				t.Fatalf("ParseTLSFingerprint(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestRegisterFindsEnrolledMachineByInbandBMC: a machine enrolled by its
+// BMC before it ever booted receives the discovery report (matched by the
+// BMC address read in-band), and DHCP's MAC placeholder is merged into it.
+func TestRegisterFindsEnrolledMachineByInbandBMC(t *testing.T) {
+	inv, c, f := newBMCControl(t)
+	ctx := context.Background()
+	f.password["10.0.0.21:623"] = "pw"
+	if _, err := c.Enroll(ctx, enrollReq("rack1-u12", "10.0.0.21", "pw")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := inv.EnsureMachineForMAC(ctx, "52:54:00:00:08:01"); err != nil {
+		t.Fatal(err)
+	}
+	fs := machinefacts.QEMU("SN-U12", "", "52:54:00:00:08:01")
+	fs.Bmc = &inventoryv1.Facts_BmcLan{Channel: 1, Ipv4Address: "10.0.0.21"}
+	m, err := inv.Register(ctx, "52:54:00:00:08:01", fs, inventory.RegisterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.GetName() != "rack1-u12" || m.GetSerial() != "SN-U12" || !hasMAC(m, "52:54:00:00:08:01") {
+		t.Fatalf("report landed on %s (serial %q, macs %v), want rack1-u12", m.GetName(), m.GetSerial(), m.GetMacs())
+	}
+	if ms, _ := inv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{}); len(ms) != 1 {
+		t.Fatalf("%d machines, want 1 (placeholder merged)", len(ms))
+	}
+	// Deleting the machine frees its BMC address for another enrolment.
+	if err := inv.DeleteMachine(ctx, "rack1-u12"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Enroll(ctx, enrollReq("rack1-u13", "10.0.0.21", "pw")); err != nil {
+		t.Fatalf("BMC address not freed by delete: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package inventory
+package bmc
 
 import (
 	"cmp"
@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,47 +14,47 @@ import (
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/record"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// Store key prefixes of BMC records.
-const (
-	bmcAddrPrefix   = "/inventory/bmc-addrs/"
-	bmcSecretPrefix = "/inventory/bmc-secrets/"
-)
+// bmcSecretPrefix keys the sealed BMC password of each machine.
+const bmcSecretPrefix = "/inventory/bmc-secrets/"
 
-// BMC sentinel errors; adapters wrap them so toStatus can map them.
 var (
-	// ErrBMCAuth: the BMC rejected the credentials.
-	ErrBMCAuth = fmt.Errorf("%w: BMC authentication failed", apierr.ErrPrecondition)
-	// ErrBMCFailed: the BMC understood the request and refused it.
-	ErrBMCFailed = fmt.Errorf("%w: BMC operation failed", apierr.ErrPrecondition)
-	// ErrBMCCertificate: a Redfish BMC presented a certificate other than
-	// the pinned one, or has none pinned; nothing was sent to it. Errors
-	// of this class from BMC calls are *BMCCertificateError.
-	ErrBMCCertificate = apierr.New(apierr.ErrPrecondition, "BMC certificate not trusted")
+	invalidf      = apierr.Invalidf
+	existsf       = apierr.Existsf
+	preconditionf = apierr.Preconditionf
 )
 
-// FlagBMCAddressMismatch starts a machine flag set when the agent reads a
-// BMC LAN address in-band that differs from the enrolled one.
-const FlagBMCAddressMismatch = "bmc-address-mismatch"
+// Sentinel errors; adapters wrap them so the API edge can map them.
+var (
+	// ErrAuth: the BMC rejected the credentials.
+	ErrAuth = fmt.Errorf("%w: BMC authentication failed", apierr.ErrPrecondition)
+	// ErrFailed: the BMC understood the request and refused it.
+	ErrFailed = fmt.Errorf("%w: BMC operation failed", apierr.ErrPrecondition)
+	// ErrCertificate: a Redfish BMC presented a certificate other than
+	// the pinned one, or has none pinned; nothing was sent to it. Errors
+	// of this class from BMC calls are *CertificateError.
+	ErrCertificate = apierr.New(apierr.ErrPrecondition, "BMC certificate not trusted")
+)
 
-// FlagBMCCertificateChanged starts a machine flag set when its Redfish BMC
+// FlagCertificateChanged starts a machine flag set when its Redfish BMC
 // presents a certificate other than the pinned one (the poller notices it
 // within an interval); it is cleared when the BMC presents the pinned one
 // again or the machine is enrolled again.
-const FlagBMCCertificateChanged = "bmc-certificate-changed"
+const FlagCertificateChanged = "bmc-certificate-changed"
 
 // RedfishProviderName is the name the BMC adapter's Redfish provider
-// answers as (ipmi.RedfishProviderName; inventory does not import ipmi).
+// answers as (ipmi.RedfishProviderName; this package does not import ipmi).
 // A machine enrolled with protocol auto that was answered by it is a
 // Redfish BMC.
 const RedfishProviderName = "gofish"
 
-// BMCCertificateError is a refused Redfish BMC certificate.
+// CertificateError is a refused Redfish BMC certificate.
 //
 // Pinning: the SHA-256 of the BMC's leaf certificate is stored at enroll
 // (Bmc.tls_sha256) — the one the request gives, or else the one the BMC
@@ -65,14 +64,14 @@ const RedfishProviderName = "gofish"
 // pin taken silently by the poller at some later hour would trust whoever
 // answers then, with nobody watching, and send it the stored password.
 // Enrolling it again pins it with an operator at the keyboard.
-type BMCCertificateError struct {
+type CertificateError struct {
 	// Pinned is the pinned SHA-256 (lowercase hex); empty when none is.
 	Pinned string
 	// Presented is the SHA-256 the BMC presented (empty when unknown).
 	Presented string
 }
 
-func (e *BMCCertificateError) Error() string {
+func (e *CertificateError) Error() string {
 	if e.Pinned == "" {
 		return "its Redfish BMC has no pinned certificate (enrolled before BMC certificates were pinned): " +
 			"enroll the machine again to pin the certificate the BMC presents, or with --bmc-tls-sha256 HEX to pin a known one (--bmc-insecure opts out)"
@@ -85,8 +84,8 @@ func (e *BMCCertificateError) Error() string {
 		e.Pinned, presented, presented)
 }
 
-// Unwrap makes errors.Is(err, ErrBMCCertificate) hold.
-func (e *BMCCertificateError) Unwrap() error { return ErrBMCCertificate }
+// Unwrap makes errors.Is(err, ErrCertificate) hold.
+func (e *CertificateError) Unwrap() error { return ErrCertificate }
 
 // ParseTLSFingerprint normalises a certificate pin as an operator copies
 // it: the SHA-256 of the certificate's DER as 64 hex digits, either case,
@@ -112,9 +111,9 @@ func ParseTLSFingerprint(s string) (string, error) {
 	return s, nil
 }
 
-// BMCTarget says how to reach one machine's BMC. Password is cleartext
+// Target says how to reach one machine's BMC. Password is cleartext
 // only in memory, for the duration of one call.
-type BMCTarget struct {
+type Target struct {
 	Host        string
 	Port        uint32
 	Protocol    inventoryv1.BmcProtocol
@@ -125,24 +124,17 @@ type BMCTarget struct {
 	// How a Redfish BMC's certificate is checked (IPMI ignores it): at
 	// most one of TLSSHA256 (the pin: only that certificate), TLSInsecure
 	// (not checked) and TLSFirstUse (enrolment: trust the one presented;
-	// BMCResult.TLSSHA256 reports it). None of them: Redfish is refused.
+	// Result.TLSSHA256 reports it). None of them: Redfish is refused.
 	TLSSHA256   string
 	TLSInsecure bool
 	TLSFirstUse bool
 }
 
-func (t BMCTarget) String() string { return net.JoinHostPort(t.Host, strconv.Itoa(int(t.Port))) }
+func (t Target) String() string { return net.JoinHostPort(t.Host, strconv.Itoa(int(t.Port))) }
 
-// BootRequest is a next-boot device request.
-type BootRequest struct {
-	Device     inventoryv1.BootDevice
-	Persistent bool
-	EFI        bool
-}
-
-// BMCResult records which provider answered a call, and every provider
+// Result records which provider answered a call, and every provider
 // tried.
-type BMCResult struct {
+type Result struct {
 	Provider string
 	Attempts []*inventoryv1.ProviderAttempt
 	Note     string
@@ -152,15 +144,15 @@ type BMCResult struct {
 	TLSSHA256 string
 }
 
-// BMC is what inventory needs from BMC control; cmd wires the ipmi
-// package to it. Errors should wrap ErrBMCAuth, ErrBMCFailed, ErrInvalid
-// or ErrUnavailable (and the context's error at a deadline); a refused
-// certificate is a *BMCCertificateError. Each call must honour ctx and
+// Driver is what BMC control needs of the BMCs themselves; cmd wires the
+// ipmi package to it. Errors should wrap ErrAuth, ErrFailed, apierr.ErrInvalid
+// or apierr.ErrUnavailable (and the context's error at a deadline); a refused
+// certificate is a *CertificateError. Each call must honour ctx and
 // t.Timeout, and check a Redfish BMC's certificate as t says.
-type BMC interface {
-	PowerState(ctx context.Context, t BMCTarget) (inventoryv1.PowerState, BMCResult, error)
-	SetPower(ctx context.Context, t BMCTarget, a inventoryv1.PowerAction) (BMCResult, error)
-	SetBootDevice(ctx context.Context, t BMCTarget, b BootRequest) (BMCResult, error)
+type Driver interface {
+	PowerState(ctx context.Context, t Target) (inventoryv1.PowerState, Result, error)
+	SetPower(ctx context.Context, t Target, a inventoryv1.PowerAction) (Result, error)
+	SetBootDevice(ctx context.Context, t Target, b inventory.BootRequest) (Result, error)
 }
 
 // Sealer seals BMC passwords at rest, bound to associated data.
@@ -169,77 +161,65 @@ type Sealer interface {
 	Open(sealed, ad []byte) ([]byte, error)
 }
 
-// BMCConfig configures BMC control.
-type BMCConfig struct {
-	BMC    BMC
+// Machines is what BMC control needs of the inventory: read, create and
+// change machine records (each change a compare-and-swap). Implemented by
+// *inventory.Inventory.
+type Machines interface {
+	GetMachine(ctx context.Context, name string) (*inventoryv1.Machine, error)
+	MachineByMAC(ctx context.Context, mac string) (*inventoryv1.Machine, error)
+	ListMachines(ctx context.Context, req *inventoryv1.ListMachinesRequest) ([]*inventoryv1.Machine, error)
+	CreateMachine(ctx context.Context, m *inventoryv1.Machine) (*inventoryv1.Machine, error)
+	UpdateMachine(ctx context.Context, name string, mutate func(m *inventoryv1.Machine) error) (*inventoryv1.Machine, error)
+}
+
+// Events is the machines' boot timeline (append only; never blocks).
+// Implemented by *inventory.Inventory.
+type Events interface {
+	Event(mac, source, event, detail string, attrs map[string]string)
+}
+
+// Config configures BMC control. Machines, Events, Store, Driver and
+// Sealer are required.
+type Config struct {
+	Machines Machines
+	Events   Events
+	// Store holds the sealed passwords and the BMC address index
+	// (inventory.BMCAddressKey).
+	Store  store.Store
+	Driver Driver
 	Sealer Sealer
 	Logger *slog.Logger
 	// CallTimeout bounds each BMC call (default 10s).
 	CallTimeout time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
 }
 
-// BMCControl enrolls BMCs and drives power and boot device for machines.
+// Service enrolls BMCs and drives power and boot device for machines.
 // Its methods are safe for concurrent use; every machine change is a CAS
-// through UpdateMachine.
-type BMCControl struct {
-	inv *Inventory
-	cfg BMCConfig
+// through Machines.UpdateMachine.
+type Service struct {
+	inv Machines
+	cfg Config
 	log *slog.Logger
 }
 
-// NewBMCControl returns BMC control over i.
-func (i *Inventory) NewBMCControl(cfg BMCConfig) (*BMCControl, error) {
-	if cfg.BMC == nil || cfg.Sealer == nil {
-		return nil, errors.New("inventory: BMCConfig.BMC and Sealer are required")
+// New validates cfg and returns BMC control. Forget must run when a
+// machine is deleted (cmd wires it to Inventory.OnDelete).
+func New(cfg Config) (*Service, error) {
+	if cfg.Machines == nil || cfg.Events == nil || cfg.Store == nil || cfg.Driver == nil || cfg.Sealer == nil {
+		return nil, errors.New("bmc: Config.Machines, Events, Store, Driver and Sealer are required")
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = i.log
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 10 * time.Second
 	}
-	return &BMCControl{inv: i, cfg: cfg, log: cfg.Logger}, nil
-}
-
-var bmcHostRE = regexp.MustCompile(`^(?i)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$`)
-
-// ParseBMCAddress splits "host", "host:port", "[v6]" or "[v6]:port" and
-// validates the host (an IP address or a DNS name). port is 0 when absent.
-func ParseBMCAddress(s string) (host string, port uint32, err error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return "", 0, invalidf("a BMC address is required")
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
-	if strings.ContainsAny(s, "/@ \t") {
-		return "", 0, invalidf("BMC address %q is malformed: give host[:port] (no scheme, path or user)", s)
-	}
-	host = s
-	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
-		host = s[1 : len(s)-1]
-	} else if strings.HasPrefix(s, "[") || strings.Count(s, ":") == 1 {
-		h, p, e := net.SplitHostPort(s)
-		if e != nil {
-			return "", 0, invalidf("BMC address %q is malformed: %v", s, e)
-		}
-		n, e := strconv.Atoi(p)
-		if e != nil || n < 1 || n > 65535 {
-			return "", 0, invalidf("BMC address %q: port must be 1-65535", s)
-		}
-		host, port = h, uint32(n)
-	}
-	if ip := net.ParseIP(host); ip != nil {
-		if ip.IsUnspecified() || ip.IsMulticast() {
-			return "", 0, invalidf("BMC address %q is not a unicast address", s)
-		}
-		return ip.String(), port, nil
-	}
-	if strings.Contains(host, ":") {
-		return "", 0, invalidf("BMC address %q is malformed: put an IPv6 address with a port in brackets", s)
-	}
-	if len(host) > 253 || !bmcHostRE.MatchString(host) || strings.Trim(host, "0123456789.") == "" {
-		return "", 0, invalidf("BMC address %q is neither an IP address nor a host name", s)
-	}
-	return strings.ToLower(host), port, nil
+	return &Service{inv: cfg.Machines, cfg: cfg, log: cfg.Logger}, nil
 }
 
 func defaultBMCPort(p inventoryv1.BmcProtocol) uint32 {
@@ -249,11 +229,7 @@ func defaultBMCPort(p inventoryv1.BmcProtocol) uint32 {
 	return 623
 }
 
-func bmcKey(host string, port uint32) string {
-	return bmcAddrPrefix + net.JoinHostPort(host, strconv.Itoa(int(port)))
-}
-
-func (c *BMCControl) timeout(ms uint32) time.Duration {
+func (c *Service) timeout(ms uint32) time.Duration {
 	if ms > 0 {
 		return time.Duration(ms) * time.Millisecond
 	}
@@ -267,7 +243,7 @@ func (c *BMCControl) timeout(ms uint32) time.Duration {
 // ErrAlreadyExists. It blocks for at most the request's timeout plus
 // store time.
 //
-// A Redfish BMC's certificate is pinned (see BMCCertificateError): the
+// A Redfish BMC's certificate is pinned (see CertificateError): the
 // request's bmc_tls_sha256 must match what the BMC presents, before any
 // credential is sent; without it, enrolling again at the same address
 // keeps the pin the machine has, and otherwise the certificate presented
@@ -275,12 +251,12 @@ func (c *BMCControl) timeout(ms uint32) time.Duration {
 // tls_insecure). Under protocol auto a BMC answered over IPMI gets a pin
 // only if a Redfish handshake happened too; without one Redfish is never
 // tried for it. Both options are refused for protocol ipmi.
-func (c *BMCControl) Enroll(ctx context.Context, req *inventoryv1.EnrollMachineRequest) (*inventoryv1.Machine, error) {
+func (c *Service) Enroll(ctx context.Context, req *inventoryv1.EnrollMachineRequest) (*inventoryv1.Machine, error) {
 	name := req.GetName()
-	if err := CheckName(name); err != nil {
+	if err := inventory.CheckName(name); err != nil {
 		return nil, err
 	}
-	host, port, err := ParseBMCAddress(req.GetBmcAddress())
+	host, port, err := inventory.ParseBMCAddress(req.GetBmcAddress())
 	if err != nil {
 		return nil, err
 	}
@@ -323,12 +299,12 @@ func (c *BMCControl) Enroll(ctx context.Context, req *inventoryv1.EnrollMachineR
 	}
 	var bootMAC string
 	if req.GetBootMac() != "" {
-		if bootMAC, err = NormalizeMAC(req.GetBootMac()); err != nil {
+		if bootMAC, err = inventory.NormalizeMAC(req.GetBootMac()); err != nil {
 			return nil, err
 		}
 	}
 	existing, err := c.inv.GetMachine(ctx, name)
-	if err != nil && !errors.Is(err, ErrNotFound) {
+	if err != nil && !errors.Is(err, apierr.ErrNotFound) {
 		return nil, err
 	}
 	if bootMAC != "" {
@@ -339,7 +315,7 @@ func (c *BMCControl) Enroll(ctx context.Context, req *inventoryv1.EnrollMachineR
 			return nil, existsf("MAC %s belongs to machine %q: enroll that machine instead", bootMAC, owner.GetName())
 		}
 	}
-	key := bmcKey(host, port)
+	key := inventory.BMCAddressKey(host, port)
 	// Refuse a duplicate before contacting anything.
 	if err := c.checkAddressFree(ctx, key, name); err != nil {
 		return nil, err
@@ -348,22 +324,22 @@ func (c *BMCControl) Enroll(ctx context.Context, req *inventoryv1.EnrollMachineR
 	// the pin: a new certificate must be given, not slipped in.
 	pinGiven, pinKept := pin != "", false
 	if old := existing.GetBmc(); pin == "" && !insecure && old.GetTlsSha256() != "" &&
-		old.GetAddress() != "" && bmcKey(old.GetAddress(), old.GetPort()) == key {
+		old.GetAddress() != "" && inventory.BMCAddressKey(old.GetAddress(), old.GetPort()) == key {
 		pin, pinKept = old.GetTlsSha256(), true
 	}
-	t := BMCTarget{Host: host, Port: port, Protocol: bproto, Username: req.GetBmcUsername(), Password: req.GetBmcPassword(),
+	t := Target{Host: host, Port: port, Protocol: bproto, Username: req.GetBmcUsername(), Password: req.GetBmcPassword(),
 		CipherSuite: req.GetBmcCipherSuite(), Timeout: c.timeout(req.GetTimeoutMs()),
 		TLSSHA256: pin, TLSInsecure: insecure, TLSFirstUse: pin == "" && !insecure}
 	cctx, cancel := context.WithTimeout(ctx, t.Timeout)
-	st, res, err := c.cfg.BMC.PowerState(cctx, t)
+	st, res, err := c.cfg.Driver.PowerState(cctx, t)
 	cancel()
 	if err == nil {
 		err = checkEnrolledCertificate(t, res)
 	}
 	if err != nil {
-		var ce *BMCCertificateError
+		var ce *CertificateError
 		if errors.As(err, &ce) && pinGiven {
-			err = fmt.Errorf("BMC %s presents certificate sha256 %s, not the %s given with --bmc-tls-sha256: %w", t, ce.Presented, pin, ErrBMCCertificate)
+			err = fmt.Errorf("BMC %s presents certificate sha256 %s, not the %s given with --bmc-tls-sha256: %w", t, ce.Presented, pin, ErrCertificate)
 		}
 		c.log.Info("BMC enrolment refused", "machine", name, "bmc", t.String(), "err", err)
 		return nil, fmt.Errorf("enroll %s: %w", name, err)
@@ -380,7 +356,7 @@ func (c *BMCControl) Enroll(ctx context.Context, req *inventoryv1.EnrollMachineR
 		c.releaseAddress(ctx, key, name)
 		return nil, fmt.Errorf("seal BMC password: %w", err)
 	}
-	if _, err := record.Update(ctx, c.inv.cfg.Store, bmcSecretPrefix+name, func() *inventoryv1.BmcSecret { return &inventoryv1.BmcSecret{} },
+	if _, err := record.Update(ctx, c.cfg.Store, bmcSecretPrefix+name, func() *inventoryv1.BmcSecret { return &inventoryv1.BmcSecret{} },
 		func(s *inventoryv1.BmcSecret, _ bool) (bool, error) {
 			s.SealedPassword = sealed
 			return false, nil
@@ -388,14 +364,14 @@ func (c *BMCControl) Enroll(ctx context.Context, req *inventoryv1.EnrollMachineR
 		c.releaseAddress(ctx, key, name)
 		return nil, err
 	}
-	now := timestamppb.New(c.inv.cfg.Now())
+	now := timestamppb.New(c.cfg.Now())
 	bmc := &inventoryv1.Bmc{Address: host, Port: port, Protocol: bproto, Username: req.GetBmcUsername(),
 		CipherSuite: req.GetBmcCipherSuite(), Provider: res.Provider, VerifiedAt: now, TlsSha256: tlsPin, TlsInsecure: insecure}
 	var oldKey string
 	var m *inventoryv1.Machine
 	if existing == nil {
 		m, err = c.inv.CreateMachine(ctx, &inventoryv1.Machine{Name: name, BootMac: bootMAC, Bmc: bmc, PowerState: st, PowerReadAt: now})
-		if errors.Is(err, ErrAlreadyExists) {
+		if errors.Is(err, apierr.ErrAlreadyExists) {
 			// Created concurrently (by DHCP or another enroll): attach.
 			existing = &inventoryv1.Machine{}
 		}
@@ -403,14 +379,14 @@ func (c *BMCControl) Enroll(ctx context.Context, req *inventoryv1.EnrollMachineR
 	if existing != nil {
 		m, err = c.inv.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
 			if old := m.GetBmc(); old.GetAddress() != "" && old.GetUsername() != "" {
-				if k := bmcKey(old.GetAddress(), old.GetPort()); k != key {
+				if k := inventory.BMCAddressKey(old.GetAddress(), old.GetPort()); k != key {
 					oldKey = k
 				}
 			}
 			bmc.InbandAddress = m.GetBmc().GetInbandAddress()
 			m.Bmc = proto.CloneOf(bmc)
 			m.PowerState, m.PowerReadAt = st, now
-			m.Flags = withoutFlag(bmcMismatchFlags(m.GetFlags(), bmc), FlagBMCCertificateChanged)
+			m.Flags = withoutFlag(inventory.BMCMismatchFlags(m.GetFlags(), bmc), FlagCertificateChanged)
 			return nil
 		})
 	}
@@ -436,14 +412,14 @@ func (c *BMCControl) Enroll(ctx context.Context, req *inventoryv1.EnrollMachineR
 // pin), and the one given or kept (which the BMC adapter already
 // enforced; under protocol auto an IPMI answer does not, so it is checked
 // here).
-func checkEnrolledCertificate(t BMCTarget, res BMCResult) error {
+func checkEnrolledCertificate(t Target, res Result) error {
 	switch {
 	case t.TLSInsecure:
 		return nil
 	case t.TLSSHA256 != "" && res.TLSSHA256 == "":
 		return preconditionf("BMC %s answered without TLS (%s), so the certificate given with --bmc-tls-sha256 cannot be checked: enroll it with --bmc-protocol ipmi and no pin", t, cmp.Or(res.Provider, "no provider"))
 	case t.TLSSHA256 != "" && res.TLSSHA256 != t.TLSSHA256:
-		return &BMCCertificateError{Pinned: t.TLSSHA256, Presented: res.TLSSHA256}
+		return &CertificateError{Pinned: t.TLSSHA256, Presented: res.TLSSHA256}
 	case t.Protocol == inventoryv1.BmcProtocol_BMC_PROTOCOL_REDFISH && res.TLSSHA256 == "":
 		return apierr.Unavailablef("BMC %s answered but presented no certificate to pin", t)
 	}
@@ -491,9 +467,9 @@ func powerName(s inventoryv1.PowerState) string {
 
 // checkAddressFree fails when key is bound to another live machine that
 // still has that BMC.
-func (c *BMCControl) checkAddressFree(ctx context.Context, key, name string) error {
+func (c *Service) checkAddressFree(ctx context.Context, key, name string) error {
 	var b inventoryv1.BmcAddressBinding
-	if _, err := record.Get(ctx, c.inv.cfg.Store, key, &b); err != nil {
+	if _, err := record.Get(ctx, c.cfg.Store, key, &b); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil
 		}
@@ -508,27 +484,27 @@ func (c *BMCControl) checkAddressFree(ctx context.Context, key, name string) err
 // them.
 const claimGrace = time.Minute
 
-func (c *BMCControl) ownerConflict(ctx context.Context, key string, b *inventoryv1.BmcAddressBinding, name string) error {
+func (c *Service) ownerConflict(ctx context.Context, key string, b *inventoryv1.BmcAddressBinding, name string) error {
 	owner := b.GetMachineName()
 	if owner == "" || owner == name {
 		return nil
 	}
 	m, err := c.inv.GetMachine(ctx, owner)
-	if err != nil && !errors.Is(err, ErrNotFound) {
+	if err != nil && !errors.Is(err, apierr.ErrNotFound) {
 		return err
 	}
-	if b := m.GetBmc(); b.GetAddress() != "" && bmcKey(b.GetAddress(), b.GetPort()) == key {
-		return existsf("BMC %s is already enrolled on machine %q", strings.TrimPrefix(key, bmcAddrPrefix), owner)
+	if b := m.GetBmc(); b.GetAddress() != "" && inventory.BMCAddressKey(b.GetAddress(), b.GetPort()) == key {
+		return existsf("BMC %s is already enrolled on machine %q", keyAddr(key), owner)
 	}
 	// Claimed but not (yet) on its machine: an enrolment in flight.
-	if at := b.GetClaimedAt(); at != nil && c.inv.cfg.Now().Sub(at.AsTime()) < claimGrace {
-		return existsf("BMC %s is being enrolled on machine %q", strings.TrimPrefix(key, bmcAddrPrefix), owner)
+	if at := b.GetClaimedAt(); at != nil && c.cfg.Now().Sub(at.AsTime()) < claimGrace {
+		return existsf("BMC %s is being enrolled on machine %q", keyAddr(key), owner)
 	}
 	return nil
 }
 
-func (c *BMCControl) claimAddress(ctx context.Context, key, name string) error {
-	_, err := record.Update(ctx, c.inv.cfg.Store, key, func() *inventoryv1.BmcAddressBinding { return &inventoryv1.BmcAddressBinding{} },
+func (c *Service) claimAddress(ctx context.Context, key, name string) error {
+	_, err := record.Update(ctx, c.cfg.Store, key, func() *inventoryv1.BmcAddressBinding { return &inventoryv1.BmcAddressBinding{} },
 		func(b *inventoryv1.BmcAddressBinding, exists bool) (bool, error) {
 			if exists {
 				if err := c.ownerConflict(ctx, key, b, name); err != nil {
@@ -536,15 +512,15 @@ func (c *BMCControl) claimAddress(ctx context.Context, key, name string) error {
 				}
 			}
 			b.MachineName = name
-			b.ClaimedAt = timestamppb.New(c.inv.cfg.Now())
+			b.ClaimedAt = timestamppb.New(c.cfg.Now())
 			return false, nil
 		})
 	return err
 }
 
-func (c *BMCControl) releaseAddress(ctx context.Context, key, name string) {
+func (c *Service) releaseAddress(ctx context.Context, key, name string) {
 	ctx = context.WithoutCancel(ctx)
-	_, err := record.Update(ctx, c.inv.cfg.Store, key, func() *inventoryv1.BmcAddressBinding { return &inventoryv1.BmcAddressBinding{} },
+	_, err := record.Update(ctx, c.cfg.Store, key, func() *inventoryv1.BmcAddressBinding { return &inventoryv1.BmcAddressBinding{} },
 		func(b *inventoryv1.BmcAddressBinding, exists bool) (bool, error) {
 			if !exists || b.GetMachineName() != name {
 				return false, errSkip
@@ -560,62 +536,62 @@ func (c *BMCControl) releaseAddress(ctx context.Context, key, name string) {
 // certificate pin. A Redfish BMC with neither a pin nor the insecure
 // opt-out (enrolled before pinning) is refused before anything is
 // opened or sent.
-func (c *BMCControl) target(ctx context.Context, name string) (*inventoryv1.Machine, BMCTarget, error) {
+func (c *Service) target(ctx context.Context, name string) (*inventoryv1.Machine, Target, error) {
 	m, err := c.inv.GetMachine(ctx, name)
 	if err != nil {
-		return nil, BMCTarget{}, err
+		return nil, Target{}, err
 	}
 	b := m.GetBmc()
 	if b.GetAddress() == "" || b.GetUsername() == "" {
-		return m, BMCTarget{}, preconditionf("machine %q has no enrolled BMC: run `corral machine enroll %s --bmc ...`", name, name)
+		return m, Target{}, preconditionf("machine %q has no enrolled BMC: run `corral machine enroll %s --bmc ...`", name, name)
 	}
 	redfish := b.GetProtocol() == inventoryv1.BmcProtocol_BMC_PROTOCOL_REDFISH ||
 		(b.GetProtocol() == inventoryv1.BmcProtocol_BMC_PROTOCOL_AUTO && b.GetProvider() == RedfishProviderName)
 	if redfish && b.GetTlsSha256() == "" && !b.GetTlsInsecure() {
-		return m, BMCTarget{}, fmt.Errorf("machine %s: %w", name, &BMCCertificateError{})
+		return m, Target{}, fmt.Errorf("machine %s: %w", name, &CertificateError{})
 	}
 	var s inventoryv1.BmcSecret
-	if _, err := record.Get(ctx, c.inv.cfg.Store, bmcSecretPrefix+name, &s); err != nil {
+	if _, err := record.Get(ctx, c.cfg.Store, bmcSecretPrefix+name, &s); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return m, BMCTarget{}, preconditionf("machine %q has no stored BMC password: enroll it again", name)
+			return m, Target{}, preconditionf("machine %q has no stored BMC password: enroll it again", name)
 		}
-		return m, BMCTarget{}, err
+		return m, Target{}, err
 	}
 	pw, err := c.cfg.Sealer.Open(s.GetSealedPassword(), []byte(name))
 	if err != nil {
-		return m, BMCTarget{}, preconditionf("machine %q: the stored BMC password cannot be opened (was the seal key replaced?): enroll it again", name)
+		return m, Target{}, preconditionf("machine %q: the stored BMC password cannot be opened (was the seal key replaced?): enroll it again", name)
 	}
 	port := b.GetPort()
 	if port == 0 {
 		port = defaultBMCPort(b.GetProtocol())
 	}
-	return m, BMCTarget{Host: b.GetAddress(), Port: port, Protocol: b.GetProtocol(), Username: b.GetUsername(), Password: string(pw),
+	return m, Target{Host: b.GetAddress(), Port: port, Protocol: b.GetProtocol(), Username: b.GetUsername(), Password: string(pw),
 		CipherSuite: b.GetCipherSuite(), Timeout: c.cfg.CallTimeout, TLSSHA256: b.GetTlsSha256(), TLSInsecure: b.GetTlsInsecure()}, nil
 }
 
-// noteCertificate keeps FlagBMCCertificateChanged in step with the
+// noteCertificate keeps FlagCertificateChanged in step with the
 // certificate a pinned Redfish BMC presented in a call: set when it
 // differs from the pin (with a timeline entry and a warning, once per
 // change, not once per poll), cleared when the pinned one is back. It
 // writes only on a change.
-func (c *BMCControl) noteCertificate(ctx context.Context, m *inventoryv1.Machine, res BMCResult) {
+func (c *Service) noteCertificate(ctx context.Context, m *inventoryv1.Machine, res Result) {
 	pin := m.GetBmc().GetTlsSha256()
 	if pin == "" || res.TLSSHA256 == "" {
 		return
 	}
 	flag := ""
 	if res.TLSSHA256 != pin {
-		flag = fmt.Sprintf("%s: pinned sha256 %s, presented %s", FlagBMCCertificateChanged, pin, res.TLSSHA256)
+		flag = fmt.Sprintf("%s: pinned sha256 %s, presented %s", FlagCertificateChanged, pin, res.TLSSHA256)
 	}
-	if flagWith(m.GetFlags(), FlagBMCCertificateChanged) == flag {
+	if flagWith(m.GetFlags(), FlagCertificateChanged) == flag {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
 	nm, err := c.inv.UpdateMachine(ctx, m.GetName(), func(m *inventoryv1.Machine) error {
-		if m.GetBmc().GetTlsSha256() != pin || flagWith(m.GetFlags(), FlagBMCCertificateChanged) == flag {
+		if m.GetBmc().GetTlsSha256() != pin || flagWith(m.GetFlags(), FlagCertificateChanged) == flag {
 			return errSkip // enrolled again meanwhile, or already noted
 		}
-		m.Flags = withoutFlag(m.GetFlags(), FlagBMCCertificateChanged)
+		m.Flags = withoutFlag(m.GetFlags(), FlagCertificateChanged)
 		if flag != "" {
 			m.Flags = append(m.Flags, flag)
 		}
@@ -626,8 +602,8 @@ func (c *BMCControl) noteCertificate(ctx context.Context, m *inventoryv1.Machine
 	case err != nil:
 		c.log.Warn("could not record the BMC certificate flag", "machine", m.GetName(), "err", err)
 	case flag != "":
-		ce := &BMCCertificateError{Pinned: pin, Presented: res.TLSSHA256}
-		c.event(nm, FlagBMCCertificateChanged, ce.Error(), res)
+		ce := &CertificateError{Pinned: pin, Presented: res.TLSSHA256}
+		c.event(nm, FlagCertificateChanged, ce.Error(), res)
 		c.log.Warn("BMC certificate changed", "machine", m.GetName(), "bmc", m.GetBmc().GetAddress(), "pinned", pin, "presented", res.TLSSHA256)
 	default:
 		c.event(nm, "bmc-certificate-restored", "BMC presents the pinned certificate sha256 "+pin+" again", res)
@@ -637,7 +613,7 @@ func (c *BMCControl) noteCertificate(ctx context.Context, m *inventoryv1.Machine
 
 // event records a BMC event in the machine's boot timeline (keyed by MAC:
 // machines with no known MAC only get a log line).
-func (c *BMCControl) event(m *inventoryv1.Machine, event, detail string, res BMCResult) {
+func (c *Service) event(m *inventoryv1.Machine, event, detail string, res Result) {
 	mac := m.GetBootMac()
 	if mac == "" && len(m.GetMacs()) > 0 {
 		mac = m.GetMacs()[0]
@@ -653,19 +629,19 @@ func (c *BMCControl) event(m *inventoryv1.Machine, event, detail string, res BMC
 		c.log.Info("bmc "+event, "machine", m.GetName(), "detail", detail)
 		return
 	}
-	c.inv.Event(mac, "bmc", event, detail, attrs)
+	c.cfg.Events.Event(mac, "bmc", event, detail, attrs)
 }
 
 // GetPower reads a machine's power state from its BMC, stores it (with
 // the time read and the provider that answered) and records a change in
 // the timeline.
-func (c *BMCControl) GetPower(ctx context.Context, name string) (*inventoryv1.PowerStatus, error) {
+func (c *Service) GetPower(ctx context.Context, name string) (*inventoryv1.PowerStatus, error) {
 	m, t, err := c.target(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, t.Timeout)
-	st, res, err := c.cfg.BMC.PowerState(cctx, t)
+	st, res, err := c.cfg.Driver.PowerState(cctx, t)
 	cancel()
 	c.noteCertificate(ctx, m, res)
 	if err != nil {
@@ -674,8 +650,8 @@ func (c *BMCControl) GetPower(ctx context.Context, name string) (*inventoryv1.Po
 	return c.storePower(ctx, m, st, res)
 }
 
-func (c *BMCControl) storePower(ctx context.Context, m *inventoryv1.Machine, st inventoryv1.PowerState, res BMCResult) (*inventoryv1.PowerStatus, error) {
-	now := timestamppb.New(c.inv.cfg.Now())
+func (c *Service) storePower(ctx context.Context, m *inventoryv1.Machine, st inventoryv1.PowerState, res Result) (*inventoryv1.PowerStatus, error) {
+	now := timestamppb.New(c.cfg.Now())
 	var before inventoryv1.PowerState
 	nm, err := c.inv.UpdateMachine(ctx, m.GetName(), func(m *inventoryv1.Machine) error {
 		before = m.GetPowerState()
@@ -698,7 +674,7 @@ func (c *BMCControl) storePower(ctx context.Context, m *inventoryv1.Machine, st 
 // SetPower performs a power action through the machine's BMC, records it
 // in the timeline, and then reads and stores the state. (The lifecycle
 // arms the boot watchdog for actions that boot the machine.)
-func (c *BMCControl) SetPower(ctx context.Context, name string, a inventoryv1.PowerAction) (*inventoryv1.PowerStatus, error) {
+func (c *Service) SetPower(ctx context.Context, name string, a inventoryv1.PowerAction) (*inventoryv1.PowerStatus, error) {
 	if _, ok := inventoryv1.PowerAction_name[int32(a)]; !ok || a == inventoryv1.PowerAction_POWER_ACTION_UNSPECIFIED {
 		return nil, invalidf("power action %d: use on, off, soft, cycle or reset", int32(a))
 	}
@@ -707,7 +683,7 @@ func (c *BMCControl) SetPower(ctx context.Context, name string, a inventoryv1.Po
 		return nil, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, t.Timeout)
-	res, err := c.cfg.BMC.SetPower(cctx, t, a)
+	res, err := c.cfg.Driver.SetPower(cctx, t, a)
 	cancel()
 	c.noteCertificate(ctx, m, res)
 	verb := strings.ToLower(strings.TrimPrefix(a.String(), "POWER_ACTION_"))
@@ -718,7 +694,7 @@ func (c *BMCControl) SetPower(ctx context.Context, name string, a inventoryv1.Po
 	c.event(m, "power-"+verb, fmt.Sprintf("power %s via %s", verb, res.Provider), res)
 	// Read back (one more BMC round trip); a cycle may still read off.
 	cctx, cancel = context.WithTimeout(ctx, t.Timeout)
-	st, rres, err := c.cfg.BMC.PowerState(cctx, t)
+	st, rres, err := c.cfg.Driver.PowerState(cctx, t)
 	cancel()
 	if err != nil {
 		return &inventoryv1.PowerStatus{State: inventoryv1.PowerState_POWER_STATE_UNKNOWN, Provider: res.Provider, Attempts: res.Attempts, Note: res.Note}, nil
@@ -733,7 +709,7 @@ func (c *BMCControl) SetPower(ctx context.Context, name string, a inventoryv1.Po
 
 // SetBootDevice sets a machine's next boot device through its BMC and
 // records it in the timeline.
-func (c *BMCControl) SetBootDevice(ctx context.Context, name string, req BootRequest) error {
+func (c *Service) SetBootDevice(ctx context.Context, name string, req inventory.BootRequest) error {
 	if _, ok := inventoryv1.BootDevice_name[int32(req.Device)]; !ok || req.Device == inventoryv1.BootDevice_BOOT_DEVICE_UNSPECIFIED {
 		return invalidf("boot device %d: use pxe, disk or bios", int32(req.Device))
 	}
@@ -742,7 +718,7 @@ func (c *BMCControl) SetBootDevice(ctx context.Context, name string, req BootReq
 		return err
 	}
 	cctx, cancel := context.WithTimeout(ctx, t.Timeout)
-	res, err := c.cfg.BMC.SetBootDevice(cctx, t, req)
+	res, err := c.cfg.Driver.SetBootDevice(cctx, t, req)
 	cancel()
 	c.noteCertificate(ctx, m, res)
 	dev := strings.ToLower(strings.TrimPrefix(req.Device.String(), "BOOT_DEVICE_"))
@@ -764,7 +740,7 @@ func (c *BMCControl) SetBootDevice(ctx context.Context, name string, req BootReq
 }
 
 // PowerTargets names the machines with an enrolled BMC (for the poller).
-func (c *BMCControl) PowerTargets(ctx context.Context) ([]string, error) {
+func (c *Service) PowerTargets(ctx context.Context) ([]string, error) {
 	ms, err := c.inv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{})
 	if err != nil {
 		return nil, err
@@ -781,94 +757,25 @@ func (c *BMCControl) PowerTargets(ctx context.Context) ([]string, error) {
 // RefreshPower reads and stores one machine's power state (for the
 // poller). A BMC that cannot be read leaves the state UNKNOWN (recorded
 // once as a change) and returns the error.
-func (c *BMCControl) RefreshPower(ctx context.Context, name string) error {
+func (c *Service) RefreshPower(ctx context.Context, name string) error {
 	_, err := c.GetPower(ctx, name)
-	if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrPrecondition) {
+	if err == nil || errors.Is(err, apierr.ErrNotFound) || errors.Is(err, apierr.ErrPrecondition) {
 		return err
 	}
 	if m, gerr := c.inv.GetMachine(context.WithoutCancel(ctx), name); gerr == nil {
-		_, _ = c.storePower(context.WithoutCancel(ctx), m, inventoryv1.PowerState_POWER_STATE_UNKNOWN, BMCResult{Note: err.Error()})
+		_, _ = c.storePower(context.WithoutCancel(ctx), m, inventoryv1.PowerState_POWER_STATE_UNKNOWN, Result{Note: err.Error()})
 	}
 	return err
 }
 
-// ReconcileBMCAddress is the discovery hook: the agent read the BMC's LAN
-// address in-band. A machine without a BMC address gets it filled (to be
-// enrolled with credentials later); one enrolled at another address is
-// flagged (FlagBMCAddressMismatch) and the mismatch recorded in its
-// timeline; a match clears the flag.
-func (i *Inventory) ReconcileBMCAddress(ctx context.Context, name, reported string) (*inventoryv1.Machine, error) {
-	if strings.TrimSpace(reported) == "" {
-		return i.GetMachine(ctx, name)
-	}
-	host, _, err := ParseBMCAddress(reported)
-	if err != nil {
-		return nil, err
-	}
-	var filled, mismatch bool
-	m, err := i.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
-		filled, mismatch = applyInbandBMC(m, host)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	i.inbandBMCEvents(m, host, filled, mismatch)
-	return m, nil
-}
-
-// applyInbandBMC records the in-band BMC address on m: it fills an empty
-// enrolled address, and sets or clears the mismatch flag.
-func applyInbandBMC(m *inventoryv1.Machine, host string) (filled, mismatch bool) {
-	if m.Bmc == nil {
-		m.Bmc = &inventoryv1.Bmc{}
-	}
-	m.Bmc.InbandAddress = host
-	if m.Bmc.GetAddress() == "" {
-		m.Bmc.Address = host
-		filled = true
-	}
-	m.Flags = bmcMismatchFlags(m.GetFlags(), m.Bmc)
-	return filled, m.Bmc.GetAddress() != host
-}
-
-// inbandBMCEvents logs and records what applyInbandBMC did.
-func (i *Inventory) inbandBMCEvents(m *inventoryv1.Machine, host string, filled, mismatch bool) {
-	name, mac := m.GetName(), m.GetBootMac()
-	switch {
-	case filled:
-		i.log.Info("BMC address filled from discovery", "machine", name, "bmc", host)
-		if mac != "" {
-			i.Event(mac, "bmc", "bmc-address-filled", "BMC LAN address "+host+" read in-band; enroll credentials to control it", nil)
-		}
-	case mismatch:
-		i.log.Warn("BMC address mismatch", "machine", name, "bmc", m.GetBmc().GetAddress(), "inband", host)
-		if mac != "" {
-			i.Event(mac, "bmc", FlagBMCAddressMismatch, fmt.Sprintf("enrolled %s, agent reads %s in-band", m.GetBmc().GetAddress(), host), nil)
-		}
-	}
-}
-
-// bmcMismatchFlags sets or clears the mismatch flag for b.
-func bmcMismatchFlags(flags []string, b *inventoryv1.Bmc) []string {
-	out := make([]string, 0, len(flags)+1)
-	for _, f := range flags {
-		if !strings.HasPrefix(f, FlagBMCAddressMismatch) {
-			out = append(out, f)
-		}
-	}
-	if b.GetInbandAddress() != "" && b.GetAddress() != "" && b.GetInbandAddress() != b.GetAddress() {
-		out = append(out, fmt.Sprintf("%s: enrolled %s, agent reads %s in-band", FlagBMCAddressMismatch, b.GetAddress(), b.GetInbandAddress()))
-	}
-	return out
-}
-
-// ForgetBMC removes what enrolment stored beside a machine record: its
-// sealed BMC password and its BMC address binding. DeleteMachine should
-// call it once the machine record is gone (until then a deleted machine's
-// sealed blob stays in the store; its binding is already ignored).
-func (i *Inventory) ForgetBMC(ctx context.Context, name string, bmc *inventoryv1.Bmc) {
-	_, err := record.Update(ctx, i.cfg.Store, bmcSecretPrefix+name, func() *inventoryv1.BmcSecret { return &inventoryv1.BmcSecret{} },
+// Forget removes what enrolment stored beside a deleted machine record:
+// its sealed BMC password and its BMC address binding (m is the record as
+// it was). It is idempotent; failures are logged. Wire it to
+// inventory.Config.OnDelete: until it runs, a deleted machine's sealed
+// blob stays in the store (its binding is already ignored).
+func (c *Service) Forget(ctx context.Context, m *inventoryv1.Machine) {
+	name, b := m.GetName(), m.GetBmc()
+	_, err := record.Update(ctx, c.cfg.Store, bmcSecretPrefix+name, func() *inventoryv1.BmcSecret { return &inventoryv1.BmcSecret{} },
 		func(_ *inventoryv1.BmcSecret, exists bool) (bool, error) {
 			if !exists {
 				return false, errSkip
@@ -876,13 +783,22 @@ func (i *Inventory) ForgetBMC(ctx context.Context, name string, bmc *inventoryv1
 			return true, nil
 		})
 	if err != nil && !errors.Is(err, errSkip) {
-		i.log.Warn("could not remove sealed BMC password", "machine", name, "err", err)
+		c.log.Warn("could not remove sealed BMC password", "machine", name, "err", err)
 	}
-	if bmc.GetAddress() != "" {
-		port := bmc.GetPort()
+	if b.GetAddress() != "" {
+		port := b.GetPort()
 		if port == 0 {
-			port = defaultBMCPort(bmc.GetProtocol())
+			port = defaultBMCPort(b.GetProtocol())
 		}
-		(&BMCControl{inv: i, log: i.log}).releaseAddress(ctx, bmcKey(bmc.GetAddress(), port), name)
+		c.releaseAddress(ctx, inventory.BMCAddressKey(b.GetAddress(), port), name)
 	}
 }
+
+var errSkip = errors.New("skip")
+
+func hasMAC(m *inventoryv1.Machine, mac string) bool {
+	return m.GetBootMac() == mac || slices.Contains(m.GetMacs(), mac)
+}
+
+// keyAddr is the host:port of a BMC address index key.
+func keyAddr(key string) string { return key[strings.LastIndex(key, "/")+1:] }
