@@ -28,7 +28,7 @@ type importRule struct {
 // importRules is the house's import table (docs/architecture.md says it in
 // words). Floors, bottom up: leaves (api, internal leaves) → store →
 // auth, inventory, images, ipmi, agent, boot, deploy, hypervisor →
-// lifecycle → internal/server (composition) → cmd. Test support sits
+// lifecycle → appliance (composition) → cmd. Test support sits
 // beside cmd and is never imported by product code.
 var importRules = []importRule{
 	{"api", []string{"api"}, "generated API: protobuf and gRPC only"},
@@ -46,7 +46,7 @@ var importRules = []importRule{
 	{"deploy", []string{"deploy", "api"}, "the do DAG executor speaks the API"},
 	{"web", []string{"web", "api"}, "the rack's web page: embedded assets and a JSON gateway that calls the appliance's own gRPC API with the caller's token"},
 	{"hypervisor", []string{"hypervisor", "api", "internal/apierr", "internal/nodeid"}, "node side and appliance side of VMs, volumes and networks"},
-	{"internal/server", []string{"*"}, "the composition root: wires every component (never cmd or testsupport)"},
+	{"appliance", []string{"*"}, "the composition root: wires every component (never cmd or testsupport)"},
 	{"cmd", []string{"*"}, "thin mains wire concrete types (never testsupport)"},
 	{"testsupport", []string{"*"}, "simulators, fakes, lab helpers: anything but cmd"},
 	{"bench", []string{"*"}, "benchmark programs: anything but cmd"},
