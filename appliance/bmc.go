@@ -46,7 +46,7 @@ func (s *Server) initBMC() error {
 		return err
 	}
 	log := s.log.With("component", "bmc")
-	ctl := ipmi.New(ipmi.Config{Logger: log, CallTimeout: cfg.CallTimeout, Providers: cfg.Providers, Observe: s.bmcObserver()})
+	ctl := ipmi.New(ipmi.Config{Logger: log, CallTimeout: cfg.CallTimeout, Providers: cfg.Providers, Observe: s.obs.BMC()})
 	bc, err := s.inv.NewBMCControl(inventory.BMCConfig{BMC: bmcAdapter{ctl}, Sealer: sealer, Logger: log, CallTimeout: cfg.CallTimeout})
 	if err != nil {
 		return err

@@ -139,7 +139,7 @@ func (s *Server) initBoot() error {
 		Listen: orDefault(bc.HTTPListen, ":8080"), Catalog: cat, Inventory: s.inv, Tokens: s.tokens, Timeline: s.inv,
 		CreateUnknown: mode == dhcp.ModeOff, APIEndpoint: apiEndpoint, PeerEndpoints: s.peerEndpoints, CAFingerprint: fp,
 		TokenTTL: bc.TokenTTL, KernelArgs: bc.KernelArgs, Logger: s.log.With("component", "boot-http"),
-		Limits: s.cfg.Limits.HTTP, Scripts: bc.Scripts, Observer: s.httpObserver(),
+		Limits: s.cfg.Limits.HTTP, Scripts: bc.Scripts, Observer: s.obs.HTTP(),
 	})
 	if err != nil {
 		return err
@@ -164,7 +164,7 @@ func (s *Server) initBoot() error {
 		ds, err = dhcp.New(context.Background(), dhcp.Config{
 			Mode: mode, Interface: bc.Interface, ServerIP: serverIP, Ranges: ranges, Alone: s.cfg.Store.Kind != StoreEtcd, LeaseTime: bc.DHCPLeaseTime, DeclineQuarantine: bc.DHCPDeclineQuarantine,
 			HTTPBase: httpBase, Catalog: cat, Store: s.store, Inventory: s.inv, Timeline: s.inv,
-			Logger: s.log.With("component", "dhcp"), Observer: s.dhcpObserver(),
+			Logger: s.log.With("component", "dhcp"), Observer: s.obs.DHCP(),
 		})
 		if err != nil {
 			return err
@@ -173,7 +173,7 @@ func (s *Server) initBoot() error {
 		s.addComponent("dhcp", ds.Run)
 	}
 	if l := orDefault(bc.TFTPListen, ":69"); l != "off" {
-		tc := tftp.Config{Listen: l, Catalog: cat, Timeline: s.inv, Logger: s.log.With("component", "tftp"), Limits: s.cfg.Limits.TFTP, Observer: s.tftpObserver()}
+		tc := tftp.Config{Listen: l, Catalog: cat, Timeline: s.inv, Logger: s.log.With("component", "tftp"), Limits: s.cfg.Limits.TFTP, Observer: s.obs.TFTP()}
 		if ds != nil {
 			tc.MACs = ds
 		}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/appliance/metrics"
 	"github.com/corralhq/corral/auth"
 	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/auth/pki"
@@ -118,8 +119,8 @@ type Server struct {
 	// health is the gRPC health service; metrics.go sets each service's
 	// status.
 	health *health.Server
-	// obs holds the Prometheus registry and collectors (metrics.go).
-	obs *observability
+	// obs holds the Prometheus registry and collectors (package metrics).
+	obs *metrics.Metrics
 	// audit records mutating calls (audit.go).
 	audit *auditor
 }
@@ -211,8 +212,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	// Time every write from here on (corral_store_commit_seconds); the
 	// elector above needs the backend's own type, everything below takes
-	// the timed store.
-	st = s.instrumentStore(st)
+	// the timed store. The registry exists whether or not /metrics is
+	// served: the boot servers and the BMC controller count into it.
+	s.obs = metrics.New(cfg.Metrics, s.log)
+	st = s.obs.WrapStore(st)
 	s.store = st
 	s.ca, err = pki.EnsureCA(filepath.Join(cfg.DataDir, PKIDir))
 	if err != nil {
@@ -263,15 +266,11 @@ func New(cfg Config) (*Server, error) {
 		ClientAuth:   tls.VerifyClientCertIfGiven,
 		MinVersion:   tls.VersionTLS12,
 	}
-	if err := s.initObservability(); err != nil {
-		lis.Close()
-		return nil, fmt.Errorf("metrics: %w", err)
-	}
 	if err := s.initAudit(); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("audit: %w", err)
 	}
-	mu, ms := s.metricsInterceptors()
+	mu, ms := s.obs.Interceptors()
 	au, as := s.auditInterceptors(ic)
 	s.grpc = grpc.NewServer(append(cfg.Limits.GRPC.serverOptions(cfg.Logger.With("component", "grpc")),
 		grpc.Creds(credentialsFromTLS(tlsCfg)),
@@ -318,7 +317,7 @@ func New(cfg Config) (*Server, error) {
 		lis.Close()
 		return nil, fmt.Errorf("web: %w", err)
 	}
-	if err := s.initHealth(); err != nil {
+	if err := s.startMetrics(); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("health: %w", err)
 	}

@@ -1,4 +1,4 @@
-package appliance
+package metrics
 
 import (
 	"context"
@@ -115,10 +115,9 @@ func servingStatus(ok bool) healthpb.HealthCheckResponse_ServingStatus {
 // watchdog, WATCHDOG=1 at half its period; at the end NOT_SERVING for
 // everything and STOPPING=1. Without NOTIFY_SOCKET the notifications are
 // no-ops.
-func (s *Server) runHealth(ctx context.Context) error {
-	o := s.obs
-	log := s.log.With("component", "health")
-	interval := s.cfg.Metrics.HealthInterval
+func (o *Metrics) runHealth(ctx context.Context) error {
+	log := o.log.With("component", "health")
+	interval := o.cfg.HealthInterval
 	if interval <= 0 {
 		interval = 5 * time.Second
 	}
@@ -135,7 +134,7 @@ func (s *Server) runHealth(ctx context.Context) error {
 		}
 	}
 	defer func() {
-		s.health.Shutdown()
+		o.deps.Health.Shutdown()
 		notify("STOPPING=1\nSTATUS=shutting down")
 	}()
 
@@ -151,8 +150,8 @@ func (s *Server) runHealth(ctx context.Context) error {
 		}
 	}
 	tick.Stop()
-	status := "serving API on " + s.lis.Addr().String()
-	if a := s.MetricsAddr(); a != nil {
+	status := "serving API on " + o.deps.APIAddr.String()
+	if a := o.Addr(); a != nil {
 		status += ", metrics on " + a.String()
 	}
 	notify("READY=1\nSTATUS=" + status)
@@ -165,7 +164,7 @@ func (s *Server) runHealth(ctx context.Context) error {
 		cause := o.ready.storeAnswers(ctx)
 		if ok := cause == ""; ok != serving {
 			serving = ok
-			s.setAllHealth(ok)
+			o.setAllHealth(ok)
 			if ok {
 				log.Info("store answers again: gRPC health SERVING")
 				notify("STATUS=" + status)
@@ -187,14 +186,14 @@ func (s *Server) runHealth(ctx context.Context) error {
 
 // setAllHealth sets every registered service's (and the server's) gRPC
 // health.
-func (s *Server) setAllHealth(ok bool) {
+func (o *Metrics) setAllHealth(ok bool) {
 	names := []string{""}
-	for name := range s.grpc.GetServiceInfo() {
+	for name := range o.deps.Services.GetServiceInfo() {
 		names = append(names, name)
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		s.health.SetServingStatus(n, servingStatus(ok))
+		o.deps.Health.SetServingStatus(n, servingStatus(ok))
 	}
 }
 

@@ -1,12 +1,19 @@
-package appliance
+// Package metrics is the appliance's observability: the Prometheus
+// registry and its collectors (gRPC, DHCP, TFTP, boot HTTP, BMC calls,
+// store commits, boot phases, machine and node counts), /metrics, /healthz
+// and /readyz on their own listener, the gRPC health statuses and the
+// systemd notifications. It consumes the rest of the appliance through the
+// small interfaces in Deps and must not import the appliance package that
+// wires it.
+package metrics
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"strconv"
 	"time"
 
@@ -19,10 +26,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
-// MetricsConfig configures /metrics, /healthz and /readyz.
-type MetricsConfig struct {
+// Config configures /metrics, /healthz and /readyz.
+type Config struct {
 	// Listen is the metrics and health HTTP listen address ("" = off).
 	Listen string
 	// ListenIsDefault says Listen is the flag's default (":9180") rather
@@ -37,6 +45,38 @@ type MetricsConfig struct {
 	HealthInterval time.Duration
 }
 
+// Services lists the gRPC services whose health is set (*grpc.Server).
+type Services interface {
+	GetServiceInfo() map[string]grpc.ServiceInfo
+}
+
+// Health is the gRPC health service (*health.Server).
+type Health interface {
+	SetServingStatus(service string, status healthpb.HealthCheckResponse_ServingStatus)
+	Shutdown()
+}
+
+// RunGroup takes the long-running parts; they run until the appliance
+// stops.
+type RunGroup interface {
+	Add(name string, run func(ctx context.Context) error)
+}
+
+// Deps are what Start needs from the appliance that hosts the metrics.
+type Deps struct {
+	// Store is read by /readyz and the health loop; the state counts and
+	// boot phases follow it.
+	Store store.Store
+	// Services and Health: every service is SERVING while the store
+	// answers.
+	Services Services
+	Health   Health
+	// APIAddr is named in systemd's STATUS.
+	APIAddr net.Addr
+	// Run takes the health loop, the counts, the phases and the listener.
+	Run RunGroup
+}
+
 // Bounds of the metrics and health listener: Prometheus scrapes with one
 // connection, probes open a few more; the port may face the boot LAN.
 const (
@@ -47,10 +87,13 @@ const (
 	readyStoreTimeout = time.Second
 )
 
-// observability holds the Prometheus registry and collectors. It exists
-// whether or not /metrics is served (the boot servers and the BMC
-// controller count into it either way; the count is cheap).
-type observability struct {
+// Metrics holds the Prometheus registry and collectors. It exists whether
+// or not /metrics is served (the boot servers and the BMC controller
+// count into it either way; the count is cheap). A nil *Metrics hands out
+// nil observers and interceptors.
+type Metrics struct {
+	cfg  Config
+	log  *slog.Logger
 	reg  *prometheus.Registry
 	grpc *grpcprom.ServerMetrics
 
@@ -68,17 +111,18 @@ type observability struct {
 
 	// lis is the bound metrics listener (nil: off).
 	lis net.Listener
-	// ready says whether the appliance can serve (readyz.go).
+	// ready says whether the appliance can serve (health.go).
 	ready *readiness
+	deps  Deps
 }
 
-// initObservability creates the registry and collectors, before the gRPC
-// server exists, and instruments the store.
-func (s *Server) initObservability() error {
-	o := s.obs
-	if o == nil {
-		o = &observability{}
+// New creates the registry and collectors; nothing is bound or started
+// until Start. log may be nil (discard).
+func New(cfg Config, log *slog.Logger) *Metrics {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
+	o := &Metrics{cfg: cfg, log: log}
 	o.reg = prometheus.NewRegistry()
 	o.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	o.grpc = grpcprom.NewServerMetrics(
@@ -105,73 +149,59 @@ func (s *Server) initObservability() error {
 	o.bmc = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "corral_bmc_request_duration_seconds",
 		Help:    "BMC calls, by operation, the provider that answered (none: none did) and outcome (ok, auth, unreachable, protocol, failed, invalid, certificate).",
 		Buckets: []float64{.05, .1, .25, .5, 1, 2, 5, 10, 30}}, []string{"op", "provider", "outcome"})
-	if o.store == nil {
-		o.store = newStoreMetrics()
-	}
-	o.phases = newPhaseTracker(s.log.With("component", "boot-phases"))
-	o.counts = newStateCounts(s.log.With("component", "state-counts"))
+	o.store = newStoreMetrics()
+	o.phases = newPhaseTracker(log.With("component", "boot-phases"))
+	o.counts = newStateCounts(log.With("component", "state-counts"))
 	o.ready = &readiness{}
 	o.reg.MustRegister(o.grpc, o.dhcp, o.dhcpTime, o.tftp, o.tftpBytes, o.http, o.httpBytes, o.httpTime, o.bmc,
 		o.store.commit, o.phases.hist, o.counts)
-	s.obs = o
-	s.store = o.store.wrap(s.store)
-	return nil
+	return o
 }
 
-// instrumentStore returns st with its writes timed
-// (corral_store_commit_seconds). initObservability times s.store, which
-// covers what is built after it; New calling this on the store right after
-// initLeadership (which needs the backend's own type) would time every
-// write, inventory's and the tokens' included. Wrapping twice is harmless.
-func (s *Server) instrumentStore(st store.Store) store.Store {
-	if s.obs == nil {
-		s.obs = &observability{}
-	}
-	if s.obs.store == nil {
-		s.obs.store = newStoreMetrics()
-	}
-	return s.obs.store.wrap(st)
+// WrapStore returns st with its writes timed
+// (corral_store_commit_seconds). Wrapping twice is harmless: a timed
+// store is returned as is.
+func (o *Metrics) WrapStore(st store.Store) store.Store {
+	return o.store.wrap(st)
 }
 
-// metricsInterceptors are the gRPC server metrics middleware (nil = off):
+// Interceptors are the gRPC server metrics middleware (nil = off):
 // go-grpc-middleware's Prometheus provider, requests by method and code.
 // Methods are not pre-registered (that would be every method times every
 // code); unknown methods never reach interceptors, so the labels stay the
 // registered methods'.
-func (s *Server) metricsInterceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
-	if s.obs == nil {
+func (o *Metrics) Interceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	if o == nil {
 		return nil, nil
 	}
-	return s.obs.grpc.UnaryServerInterceptor(), s.obs.grpc.StreamServerInterceptor()
+	return o.grpc.UnaryServerInterceptor(), o.grpc.StreamServerInterceptor()
 }
 
-// initHealth sets the gRPC health of each service and adds the metrics and
-// health HTTP listener; it runs last in New.
-func (s *Server) initHealth() error {
-	o := s.obs
-	for name := range s.grpc.GetServiceInfo() {
-		s.health.SetServingStatus(name, servingStatus(true))
+// TrackBoot returns run wrapped so that readiness (and READY=1) waits for
+// it: the boot server named name counts as serving while run runs.
+func (o *Metrics) TrackBoot(name string, run func(ctx context.Context) error) func(ctx context.Context) error {
+	flag := o.ready.track(name)
+	return func(ctx context.Context) error {
+		flag.Store(true)
+		defer flag.Store(false)
+		return run(ctx)
 	}
-	s.health.SetServingStatus("", servingStatus(true))
+}
 
-	// The boot servers bound their sockets in New; they serve once their
-	// component runs. Readiness and READY=1 wait for that.
-	for i, c := range s.components {
-		if !slices.Contains(bootComponents, c.name) {
-			continue
-		}
-		flag := o.ready.track(c.name)
-		run := c.run
-		s.components[i].run = func(ctx context.Context) error {
-			flag.Store(true)
-			defer flag.Store(false)
-			return run(ctx)
-		}
+// Start sets the gRPC health of each service, adds the health loop to
+// d.Run and binds the metrics and health HTTP listener (when configured),
+// adding it and the collectors that follow the store. It is called once,
+// last, when every service is registered and every boot server tracked.
+func (o *Metrics) Start(d Deps) error {
+	o.deps = d
+	for name := range d.Services.GetServiceInfo() {
+		d.Health.SetServingStatus(name, servingStatus(true))
 	}
-	o.ready.store = s.store
-	s.addComponent("health", s.runHealth)
+	d.Health.SetServingStatus("", servingStatus(true))
+	o.ready.store = d.Store
+	d.Run.Add("health", o.runHealth)
 
-	cfg := s.cfg.Metrics
+	cfg := o.cfg
 	if cfg.Listen == "" {
 		return nil
 	}
@@ -181,35 +211,31 @@ func (s *Server) initHealth() error {
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		if cfg.ListenIsDefault {
-			s.log.Warn("metrics and health listener not started: its default address is taken; set --metrics-listen to a free address, or \"\" to turn it off",
+			o.log.Warn("metrics and health listener not started: its default address is taken; set --metrics-listen to a free address, or \"\" to turn it off",
 				"addr", cfg.Listen, "err", err)
 			return nil
 		}
 		return fmt.Errorf("--metrics-listen %s: %w", cfg.Listen, err)
 	}
 	o.lis = connlimit.New(lis, connlimit.Config{MaxConns: metricsMaxConns, MaxConnsPerIP: metricsMaxConnsPerIP, WriteStall: 10 * time.Second,
-		Name: "metrics", Logger: s.log.With("component", "metrics")})
-	s.addComponent("state-counts", func(ctx context.Context) error { return o.counts.run(ctx, s.store) })
-	s.addComponent("boot-phases", func(ctx context.Context) error { return o.phases.run(ctx, s.store) })
-	s.addComponent("metrics-http", s.serveMetrics)
+		Name: "metrics", Logger: o.log.With("component", "metrics")})
+	d.Run.Add("state-counts", func(ctx context.Context) error { return o.counts.run(ctx, d.Store) })
+	d.Run.Add("boot-phases", func(ctx context.Context) error { return o.phases.run(ctx, d.Store) })
+	d.Run.Add("metrics-http", o.serve)
 	return nil
 }
 
-// bootComponents are the components readiness waits for.
-var bootComponents = []string{"dhcp", "tftp", "boot-http"}
-
-// MetricsAddr is the bound metrics and health address (nil: off).
-func (s *Server) MetricsAddr() net.Addr {
-	if s.obs == nil || s.obs.lis == nil {
+// Addr is the bound metrics and health address (nil: off).
+func (o *Metrics) Addr() net.Addr {
+	if o == nil || o.lis == nil {
 		return nil
 	}
-	return s.obs.lis.Addr()
+	return o.lis.Addr()
 }
 
-// serveMetrics serves /metrics, /healthz and /readyz until ctx ends.
-func (s *Server) serveMetrics(ctx context.Context) error {
-	o := s.obs
-	log := s.log.With("component", "metrics")
+// serve serves /metrics, /healthz and /readyz until ctx ends.
+func (o *Metrics) serve(ctx context.Context) error {
+	log := o.log.With("component", "metrics")
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttpHandler(o.reg, log))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -256,7 +282,7 @@ func (s *Server) serveMetrics(ctx context.Context) error {
 
 // The boot servers' and BMC controller's observers.
 
-type dhcpObserver struct{ o *observability }
+type dhcpObserver struct{ o *Metrics }
 
 func (d dhcpObserver) Packet(msgType, outcome string) {
 	d.o.dhcp.WithLabelValues(msgType, outcome).Inc()
@@ -266,7 +292,7 @@ func (d dhcpObserver) Answered(msgType string, took time.Duration) {
 	d.o.dhcpTime.WithLabelValues(msgType).Observe(took.Seconds())
 }
 
-type tftpObserver struct{ o *observability }
+type tftpObserver struct{ o *Metrics }
 
 func (t tftpObserver) Transfer(file, outcome string, n int64) {
 	t.o.tftp.WithLabelValues(file, outcome).Inc()
@@ -275,7 +301,7 @@ func (t tftpObserver) Transfer(file, outcome string, n int64) {
 	}
 }
 
-type httpObserver struct{ o *observability }
+type httpObserver struct{ o *Metrics }
 
 func (h httpObserver) Request(route string, code int, n int64, took time.Duration) {
 	h.o.http.WithLabelValues(route, strconv.Itoa(code)).Inc()
@@ -285,35 +311,38 @@ func (h httpObserver) Request(route string, code int, n int64, took time.Duratio
 	h.o.httpTime.WithLabelValues(route).Observe(took.Seconds())
 }
 
-// dhcpObserver, tftpObserver, httpObserver and bmcObserver return the
-// observers the boot servers and BMC controller report to (nil when s has
-// no observability, e.g. a Server built by hand in a test).
-func (s *Server) dhcpObserver() dhcp.Observer {
-	if s.obs == nil {
+// DHCP, TFTP, HTTP and BMC return the observers the boot servers and BMC
+// controller report to (nil on a nil *Metrics, e.g. an appliance built
+// by hand in a test).
+func (o *Metrics) DHCP() dhcp.Observer {
+	if o == nil {
 		return nil
 	}
-	return dhcpObserver{s.obs}
+	return dhcpObserver{o}
 }
 
-func (s *Server) tftpObserver() tftp.Observer {
-	if s.obs == nil {
+// TFTP: see DHCP.
+func (o *Metrics) TFTP() tftp.Observer {
+	if o == nil {
 		return nil
 	}
-	return tftpObserver{s.obs}
+	return tftpObserver{o}
 }
 
-func (s *Server) httpObserver() boothttp.Observer {
-	if s.obs == nil {
+// HTTP: see DHCP.
+func (o *Metrics) HTTP() boothttp.Observer {
+	if o == nil {
 		return nil
 	}
-	return httpObserver{s.obs}
+	return httpObserver{o}
 }
 
-func (s *Server) bmcObserver() func(op, provider, outcome string, took time.Duration) {
-	if s.obs == nil {
+// BMC: see DHCP.
+func (o *Metrics) BMC() func(op, provider, outcome string, took time.Duration) {
+	if o == nil {
 		return nil
 	}
-	h := s.obs.bmc
+	h := o.bmc
 	return func(op, provider, outcome string, took time.Duration) {
 		h.WithLabelValues(op, provider, outcome).Observe(took.Seconds())
 	}
