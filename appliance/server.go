@@ -22,6 +22,7 @@ import (
 	"time"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/appliance/audit"
 	"github.com/corralhq/corral/appliance/metrics"
 	"github.com/corralhq/corral/auth"
 	"github.com/corralhq/corral/auth/clientconfig"
@@ -121,8 +122,8 @@ type Server struct {
 	health *health.Server
 	// obs holds the Prometheus registry and collectors (package metrics).
 	obs *metrics.Metrics
-	// audit records mutating calls (audit.go).
-	audit *auditor
+	// audit records mutating calls (package audit).
+	audit *audit.Recorder
 }
 
 type component struct {
@@ -271,7 +272,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	mu, ms := s.obs.Interceptors()
-	au, as := s.auditInterceptors(ic)
+	au, as := s.audit.Interceptors()
 	s.grpc = grpc.NewServer(append(cfg.Limits.GRPC.serverOptions(cfg.Logger.With("component", "grpc")),
 		grpc.Creds(credentialsFromTLS(tlsCfg)),
 		grpc.ChainUnaryInterceptor(nonNil(recoverUnary(s.log), mu, logUnary(s.log), au, ic.Unary(), nodeIdentity())...),
@@ -282,7 +283,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("bmc: %w", err)
 	}
 	pool.Register(s.grpc, p)
-	s.registerAudit()
+	s.audit.Register(s.grpc)
 	s.initPKI()
 	if err := s.initLifecycle(p); err != nil {
 		lis.Close()

@@ -1,4 +1,4 @@
-package appliance
+package audit
 
 import (
 	auditv1 "github.com/corralhq/corral/api/audit/v1"

@@ -1,4 +1,4 @@
-package appliance
+package audit
 
 import (
 	"strings"
@@ -247,4 +247,12 @@ func clipUTF8(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+// Classified reports whether method is in the audit's table (mutating,
+// read or machine traffic). The appliance's tests check every method it
+// serves against it; an unclassified method is recorded as mutating.
+func Classified(method string) bool {
+	_, ok := auditRules[method]
+	return ok
 }

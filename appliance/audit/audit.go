@@ -1,6 +1,12 @@
-package appliance
+// Package audit is the appliance's audit stream: an interceptor that
+// records every mutating RPC as an AuditEvent in the store, the writer that
+// stores them in batches, the retention purge, and AuditService (list and
+// watch). It consumes the store and the machines' boot timeline through
+// Deps and must not import the appliance package that wires it.
+package audit
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -35,9 +41,9 @@ import (
 
 // Audit defaults.
 const (
-	DefaultAuditQueue     = 4096
-	DefaultAuditMaxEvents = 100_000
-	DefaultAuditMaxAge    = 90 * 24 * time.Hour
+	DefaultQueue     = 4096
+	DefaultMaxEvents = 100_000
+	DefaultMaxAge    = 90 * 24 * time.Hour
 	// auditBatch is the most events one writer round stores; auditWriters
 	// how many of them are in flight at once.
 	auditBatch   = 256
@@ -55,8 +61,8 @@ const (
 	auditUnauthBurst = 100
 )
 
-// AuditConfig bounds the audit stream; zero values take the defaults.
-type AuditConfig struct {
+// Config bounds the audit stream; zero values take the defaults.
+type Config struct {
 	// Queue is how many events may wait for the writer (default 4096).
 	Queue int
 	// MaxEvents and MaxAge are the retention: at most this many events,
@@ -66,40 +72,40 @@ type AuditConfig struct {
 }
 
 // check refuses negative bounds (zero takes the default).
-func (c *AuditConfig) check() error {
+func (c *Config) check() error {
 	switch {
 	case c.Queue < 0:
-		return fmt.Errorf("--audit-queue %d: must be positive (default %d)", c.Queue, DefaultAuditQueue)
+		return fmt.Errorf("--audit-queue %d: must be positive (default %d)", c.Queue, DefaultQueue)
 	case c.MaxEvents < 0:
-		return fmt.Errorf("--audit-max-events %d: must be positive (default %d)", c.MaxEvents, DefaultAuditMaxEvents)
+		return fmt.Errorf("--audit-max-events %d: must be positive (default %d)", c.MaxEvents, DefaultMaxEvents)
 	case c.MaxAge < 0:
-		return fmt.Errorf("--audit-max-age %s: must be positive (default %s)", c.MaxAge, DefaultAuditMaxAge)
+		return fmt.Errorf("--audit-max-age %s: must be positive (default %s)", c.MaxAge, DefaultMaxAge)
 	}
 	return nil
 }
 
-func (c *AuditConfig) fill() {
+func (c *Config) fill() {
 	if c.Queue <= 0 {
-		c.Queue = DefaultAuditQueue
+		c.Queue = DefaultQueue
 	}
 	if c.MaxEvents <= 0 {
-		c.MaxEvents = DefaultAuditMaxEvents
+		c.MaxEvents = DefaultMaxEvents
 	}
 	if c.MaxAge <= 0 {
-		c.MaxAge = DefaultAuditMaxAge
+		c.MaxAge = DefaultMaxAge
 	}
 }
 
-// auditor records every mutating call.
-type auditor struct {
-	cfg       AuditConfig
+// Recorder records every mutating call.
+type Recorder struct {
+	cfg       Config
 	st        store.Store
 	log       *slog.Logger
 	appliance string
 	now       func() time.Time
 	// timeline puts a machine call on the machine's boot timeline (nil:
 	// nowhere).
-	timeline machineTimeline
+	timeline Timeline
 
 	queue chan auditItem
 	// instance and seq make ids unique among appliances sharing a store.
@@ -126,51 +132,49 @@ type auditItem struct {
 	flush chan struct{}
 }
 
-// newAuditor returns an auditor writing to st; Run stores what it queues.
-func newAuditor(cfg AuditConfig, st store.Store, appliance string, log *slog.Logger) *auditor {
+// newAuditor returns a Recorder writing to st; Run stores what it queues.
+func newAuditor(cfg Config, st store.Store, appliance string, log *slog.Logger) *Recorder {
 	cfg.fill()
 	var b [4]byte
 	rand.Read(b[:])
-	a := &auditor{cfg: cfg, st: st, log: log, appliance: appliance, now: time.Now,
+	a := &Recorder{cfg: cfg, st: st, log: log, appliance: appliance, now: time.Now,
 		queue: make(chan auditItem, cfg.Queue), instance: hex.EncodeToString(b[:]),
 		unauth: rate.NewLimiter(auditUnauthRate, auditUnauthBurst)}
 	return a
 }
 
-// initAudit prepares the audit stream, before the gRPC server exists.
-func (s *Server) initAudit() error {
-	cfg := s.cfg.Audit
+// Deps are what a Recorder needs from the appliance that hosts it.
+type Deps struct {
+	// Store keeps the events under /audit/.
+	Store store.Store
+	// Appliance names this appliance in each event.
+	Appliance string
+	// Timeline takes the machine calls besides the stream (nil: none).
+	Timeline Timeline
+	Logger   *slog.Logger
+}
+
+// New checks cfg and returns a Recorder; nothing runs until Run (the
+// writer, on every appliance) and RunPurge (the retention, a singleton)
+// are started by the host, and the interceptors and Register are wired
+// into its gRPC server.
+func New(cfg Config, d Deps) (*Recorder, error) {
 	if err := cfg.check(); err != nil {
-		return err
+		return nil, err
 	}
-	s.audit = newAuditor(cfg, s.store, s.cfg.Fleet.Name, s.log.With("component", "audit"))
-	s.audit.timeline = &inventoryTimeline{inv: s.inv}
-	s.addComponent("audit-writer", s.audit.Run)
-	s.addSingleton("audit-purge", s.audit.runPurge)
-	return nil
+	a := newAuditor(cfg, d.Store, d.Appliance, cmp.Or(d.Logger, slog.New(slog.DiscardHandler)))
+	a.timeline = d.Timeline
+	return a, nil
 }
 
-// registerAudit serves AuditService; it runs once the gRPC server exists.
-func (s *Server) registerAudit() {
-	auditv1.RegisterAuditServiceServer(s.grpc, &auditServer{a: s.audit})
+// Register serves AuditService on r.
+func (a *Recorder) Register(r grpc.ServiceRegistrar) {
+	auditv1.RegisterAuditServiceServer(r, &auditServer{a: a})
 }
 
-// auditDropped is how many audit events were lost, ever: dropped on a full
-// queue plus refused by the store (for the metrics).
-func (s *Server) auditDropped() uint64 {
-	if s.audit == nil {
-		return 0
-	}
-	return s.audit.dropped.Load() + s.audit.failed.Load()
-}
-
-// auditInterceptors record mutating calls; ic is the auth interceptor that
-// runs after them and tells them who called through an auth.Resolution.
-func (s *Server) auditInterceptors(ic *auth.Interceptor) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
-	return s.audit.interceptors()
-}
-
-func (a *auditor) interceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+// Interceptors record mutating calls. They run before the auth
+// interceptor, which tells them who called through an auth.Resolution.
+func (a *Recorder) Interceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
 	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		rule, ok := auditRuleFor(info.FullMethod)
 		if !ok {
@@ -183,7 +187,7 @@ func (a *auditor) interceptors() (grpc.UnaryServerInterceptor, grpc.StreamServer
 		if rule.machine && info.FullMethod == "/corral.inventory.v1.MachineService/DeleteMachine" && a.timeline != nil {
 			// Afterwards the machine is gone, and with it which MAC's
 			// timeline to write to.
-			mac = a.timeline.machineMAC(ctx, machineName(object))
+			mac = a.timeline.MachineMAC(ctx, machineName(object))
 		}
 		resp, err := handler(ctx, req)
 		object, machine := auditResponseObject(object, resp)
@@ -231,7 +235,7 @@ func machineName(object string) string {
 }
 
 // record builds the event of a finished call and queues it.
-func (a *auditor) record(ctx context.Context, rule auditRule, method string, res *auth.Resolution, start time.Time, callErr error,
+func (a *Recorder) record(ctx context.Context, rule auditRule, method string, res *auth.Resolution, start time.Time, callErr error,
 	object, machine string, item auditItem) {
 	st, _ := status.FromError(callErr)
 	code := st.Code()
@@ -295,7 +299,7 @@ func (a *auditor) record(ctx context.Context, rule auditRule, method string, res
 
 // enqueue queues an event for the writer, or drops and counts it when the
 // queue is full. It never blocks.
-func (a *auditor) enqueue(it auditItem) {
+func (a *Recorder) enqueue(it auditItem) {
 	select {
 	case a.queue <- it:
 	default:

@@ -1,4 +1,4 @@
-package appliance
+package audit
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 
 	auditv1 "github.com/corralhq/corral/api/audit/v1"
 	"github.com/corralhq/corral/internal/apierr"
-	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/record"
 	"golang.org/x/sync/errgroup"
@@ -27,47 +26,23 @@ const (
 	maxAuditFilterBytes = 512
 )
 
-// machineTimeline is where machine calls go besides the audit stream.
-type machineTimeline interface {
-	// machineMAC returns the MAC whose timeline is the machine's ("" when
+// Timeline is where machine calls go besides the audit stream.
+type Timeline interface {
+	// MachineMAC returns the MAC whose timeline is the machine's ("" when
 	// it has none or cannot be read).
-	machineMAC(ctx context.Context, name string) string
-	// event appends an entry to mac's timeline; it never blocks.
-	event(mac, source, event, detail string, attrs map[string]string)
-}
-
-// inventoryTimeline is the inventory's boot timeline.
-type inventoryTimeline struct{ inv *inventory.Inventory }
-
-func (t *inventoryTimeline) machineMAC(ctx context.Context, name string) string {
-	if name == "" {
-		return ""
-	}
-	m, err := t.inv.GetMachine(ctx, name)
-	if err != nil {
-		return ""
-	}
-	if mac := m.GetBootMac(); mac != "" {
-		return mac
-	}
-	if macs := m.GetMacs(); len(macs) > 0 {
-		return macs[0]
-	}
-	return ""
-}
-
-func (t *inventoryTimeline) event(mac, source, event, detail string, attrs map[string]string) {
-	t.inv.Event(mac, source, event, detail, attrs)
+	MachineMAC(ctx context.Context, name string) string
+	// Event appends an entry to mac's timeline; it never blocks.
+	Event(mac, source, event, detail string, attrs map[string]string)
 }
 
 // newID returns a fresh time-ordered event id for at.
-func (a *auditor) newID(at time.Time) string {
+func (a *Recorder) newID(at time.Time) string {
 	return fmt.Sprintf("%s-%s-%08x", at.UTC().Format(auditIDTime), a.instance, a.seq.Add(1))
 }
 
 // Run stores queued events until ctx ends, then what is still queued
 // (bounded by auditWriteTimeout), and returns nil.
-func (a *auditor) Run(ctx context.Context) error {
+func (a *Recorder) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -80,7 +55,7 @@ func (a *auditor) Run(ctx context.Context) error {
 }
 
 // collect returns it and whatever else is queued, up to auditBatch.
-func (a *auditor) collect(it auditItem) []auditItem {
+func (a *Recorder) collect(it auditItem) []auditItem {
 	batch := []auditItem{it}
 	for len(batch) < auditBatch {
 		select {
@@ -93,7 +68,7 @@ func (a *auditor) collect(it auditItem) []auditItem {
 	return batch
 }
 
-func (a *auditor) drain() {
+func (a *Recorder) drain() {
 	for {
 		select {
 		case it := <-a.queue:
@@ -107,7 +82,7 @@ func (a *auditor) drain() {
 // write stores a batch with concurrent Puts (the bolt store commits them
 // together), then puts machine calls on their timelines and releases
 // flush markers.
-func (a *auditor) write(batch []auditItem) {
+func (a *Recorder) write(batch []auditItem) {
 	ctx, cancel := context.WithTimeout(context.Background(), auditWriteTimeout)
 	defer cancel()
 	var g errgroup.Group
@@ -126,10 +101,10 @@ func (a *auditor) write(batch []auditItem) {
 			if it.verb != "" && a.timeline != nil {
 				mac := it.mac
 				if mac == "" {
-					mac = a.timeline.machineMAC(ctx, it.ev.GetMachine())
+					mac = a.timeline.MachineMAC(ctx, it.ev.GetMachine())
 				}
 				if mac != "" {
-					a.timeline.event(mac, "api", it.verb+" by "+it.ev.GetWho(), outcome(it.ev),
+					a.timeline.Event(mac, "api", it.verb+" by "+it.ev.GetWho(), outcome(it.ev),
 						map[string]string{"method": it.ev.GetMethod(), "code": it.ev.GetCode(), "audit_id": it.ev.GetId()})
 				}
 			}
@@ -152,8 +127,8 @@ func outcome(ev *auditv1.AuditEvent) string {
 	return ev.GetCode() + ": " + ev.GetMessage()
 }
 
-// flush waits until every event queued before it is stored (tests).
-func (a *auditor) flush(ctx context.Context) error {
+// Flush waits until every event queued before it is stored.
+func (a *Recorder) Flush(ctx context.Context) error {
 	done := make(chan struct{})
 	select {
 	case a.queue <- auditItem{flush: done}:
@@ -168,9 +143,9 @@ func (a *auditor) flush(ctx context.Context) error {
 	}
 }
 
-// runPurge applies the retention every auditPurgeInterval (a singleton:
+// RunPurge applies the retention every auditPurgeInterval (a singleton:
 // the leader's job).
-func (a *auditor) runPurge(ctx context.Context) error {
+func (a *Recorder) RunPurge(ctx context.Context) error {
 	t := time.NewTicker(auditPurgeInterval)
 	defer t.Stop()
 	for {
@@ -193,7 +168,7 @@ func (a *auditor) runPurge(ctx context.Context) error {
 // MaxEvents, and returns how many it deleted. It reads the whole stream
 // once (one List: a few tens of MB at the default cap, every
 // auditPurgeInterval).
-func (a *auditor) purge(ctx context.Context) (int, error) {
+func (a *Recorder) purge(ctx context.Context) (int, error) {
 	kvs, err := a.st.List(ctx, auditPrefix)
 	if err != nil {
 		return 0, err
@@ -222,7 +197,7 @@ func (a *auditor) purge(ctx context.Context) (int, error) {
 // list answers ListEvents: the newest limit events at or after since that
 // match the filters, oldest first. It reads hour by hour from the newest,
 // so a recent question reads little whatever the stream holds.
-func (a *auditor) list(ctx context.Context, req *auditv1.ListEventsRequest) ([]*auditv1.AuditEvent, error) {
+func (a *Recorder) list(ctx context.Context, req *auditv1.ListEventsRequest) ([]*auditv1.AuditEvent, error) {
 	limit := int(req.GetLimit())
 	switch {
 	case limit == 0:

@@ -1,4 +1,4 @@
-package appliance
+package audit
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 // auditServer is AuditService: the audit stream read back.
 type auditServer struct {
 	auditv1.UnimplementedAuditServiceServer
-	a *auditor
+	a *Recorder
 }
 
 func (s *auditServer) ListEvents(ctx context.Context, req *auditv1.ListEventsRequest) (*auditv1.ListEventsResponse, error) {
