@@ -48,6 +48,7 @@ var importRules = []importRule{
 	{"hypervisor", []string{"hypervisor", "api", "internal/apierr", "internal/nodeid"}, "node side and appliance side of VMs, volumes and networks"},
 	{"appliance", []string{"*"}, "the composition root: wires every component (never cmd or testsupport)"},
 	{"appliance/audit", []string{"appliance/audit", "api", "auth", "store", "internal/apierr", "internal/lograte", "internal/watchstream"}, "a feature the composition root plugs in: the audit stream and AuditService; it takes the store and the machines' timeline through interfaces it declares (the caller through auth's resolution) and never imports the appliance"},
+	{"appliance/backup", []string{"appliance/backup", "api", "store", "auth/pki", "ipmi/seal", "internal/apierr", "internal/progress"}, "a feature the composition root plugs in: the backup format, BackupService and Restore; it takes the store, the data directory's layout and the store openers through its Config and options (the CA and seal key file names from their owners) and never imports the appliance"},
 	{"appliance/metrics", []string{"appliance/metrics", "api", "store", "boot/connlimit", "boot/dhcp", "boot/http", "boot/tftp"}, "a feature the composition root plugs in: the Prometheus registry, health and readiness; it takes the store, the gRPC server and a run group through interfaces it declares and never imports the appliance"},
 	{"cmd", []string{"*"}, "thin mains wire concrete types (never testsupport)"},
 	{"testsupport", []string{"*"}, "simulators, fakes, lab helpers: anything but cmd"},

@@ -44,7 +44,7 @@ func BenchmarkBackupRestore(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		var buf bytes.Buffer
 		t0 := time.Now()
-		_, err := srv.writeBackup(ctx, []byte(testPassphrase), func(c *adminv1.BackupChunk) error {
+		_, err := srv.backup.Write(ctx, []byte(testPassphrase), func(c *adminv1.BackupChunk) error {
 			buf.Write(c.GetData())
 			return nil
 		})

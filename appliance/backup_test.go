@@ -21,6 +21,7 @@ import (
 
 	adminv1 "github.com/corralhq/corral/api/admin/v1"
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/appliance/backup"
 	"github.com/corralhq/corral/auth/pki"
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/ipmi/seal"
@@ -35,9 +36,9 @@ const testPassphrase = "correct horse battery staple"
 // fastScrypt lowers the backup's scrypt work factor for one test (the
 // default costs seconds under -race).
 func fastScrypt(t *testing.T) {
-	old := backupWorkFactor
-	backupWorkFactor = 10
-	t.Cleanup(func() { backupWorkFactor = old })
+	old := backup.WorkFactor
+	backup.WorkFactor = 10
+	t.Cleanup(func() { backup.WorkFactor = old })
 }
 
 // fetchBackup calls Backup and returns the file's bytes, the summary and
@@ -61,8 +62,8 @@ func fetchBackup(t *testing.T, c adminv1.BackupServiceClient, pass string) ([]by
 		}
 		switch p := m.GetPart().(type) {
 		case *adminv1.BackupChunk_Data:
-			if len(p.Data) > backupChunk {
-				t.Errorf("chunk of %d bytes, over %d", len(p.Data), backupChunk)
+			if len(p.Data) > backup.MaxChunk {
+				t.Errorf("chunk of %d bytes, over %d", len(p.Data), backup.MaxChunk)
 			}
 			buf.Write(p.Data)
 		case *adminv1.BackupChunk_Progress:
@@ -182,7 +183,7 @@ func TestBackupRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff([]ImageManifestEntry{{Name: "vmlinuz", Size: 12, SHA256: strings.Repeat("ab", 32)}}, res.Images); d != "" {
+	if d := cmp.Diff([]backup.ImageManifestEntry{{Name: "vmlinuz", Size: 12, SHA256: strings.Repeat("ab", 32)}}, res.Images); d != "" {
 		t.Errorf("image manifest (-want +got):\n%s", d)
 	}
 	if res.Records != int64(len(want)) || res.Header.StoreRevision != sum.GetStoreRevision() {
@@ -229,7 +230,7 @@ func TestRestoreEtcd(t *testing.T) {
 	srv, _ := startServer(t, filepath.Join(dir, "a"))
 	ctx := context.Background()
 	var buf bytes.Buffer
-	sum, err := srv.writeBackup(ctx, []byte(testPassphrase), func(c *adminv1.BackupChunk) error { buf.Write(c.GetData()); return nil })
+	sum, err := srv.backup.Write(ctx, []byte(testPassphrase), func(c *adminv1.BackupChunk) error { buf.Write(c.GetData()); return nil })
 	if err != nil {
 		t.Fatal(err)
 	}

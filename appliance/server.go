@@ -23,6 +23,7 @@ import (
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	"github.com/corralhq/corral/appliance/audit"
+	"github.com/corralhq/corral/appliance/backup"
 	"github.com/corralhq/corral/appliance/metrics"
 	"github.com/corralhq/corral/auth"
 	"github.com/corralhq/corral/auth/clientconfig"
@@ -124,6 +125,8 @@ type Server struct {
 	obs *metrics.Metrics
 	// audit records mutating calls (package audit).
 	audit *audit.Recorder
+	// backup serves BackupService (package backup).
+	backup *backup.Service
 }
 
 type component struct {

@@ -1,4 +1,4 @@
-package appliance
+package backup
 
 import (
 	"bufio"
@@ -28,8 +28,8 @@ import (
 // stopped between frames.
 const (
 	backupMagic = "corral-backup\n"
-	// BackupFormat is the version of the layout above.
-	BackupFormat = 1
+	// Format is the version of the layout above.
+	Format = 1
 	// maxBackupFrame bounds one frame (a record or a file) when reading.
 	maxBackupFrame = 64 << 20
 
@@ -57,8 +57,8 @@ var backupFiles = map[string]uint32{
 	backupClusterKey: 0o600, backupAdminConf: 0o600, backupImagesIndex: 0o644,
 }
 
-// BackupHeader opens a backup.
-type BackupHeader struct {
+// Header opens a backup.
+type Header struct {
 	Format        int       `json:"format"`
 	CorralVersion string    `json:"corral_version"`
 	SchemaVersion uint32    `json:"schema_version"`
@@ -186,10 +186,10 @@ func checkBackupFile(name string) (uint32, error) {
 	return mode, nil
 }
 
-func (h *BackupHeader) check() error {
+func (h *Header) check() error {
 	switch {
-	case h.Format != BackupFormat:
-		return apierr.Invalidf("backup format %d: this corrald reads format %d (written by corrald %s)", h.Format, BackupFormat, h.CorralVersion)
+	case h.Format != Format:
+		return apierr.Invalidf("backup format %d: this corrald reads format %d (written by corrald %s)", h.Format, Format, h.CorralVersion)
 	case h.Records < 0 || h.StoreRevision < 0:
 		return apierr.DataLossf("backup header: records %d, revision %d", h.Records, h.StoreRevision)
 	}
@@ -202,7 +202,7 @@ func (h *BackupHeader) check() error {
 }
 
 // String is the header as restore prints it.
-func (h *BackupHeader) String() string {
+func (h *Header) String() string {
 	return fmt.Sprintf("backup of appliance %q (%s store, revision %d, %d records, schema %d) made %s by corrald %s",
 		h.Appliance, h.Store, h.StoreRevision, h.Records, h.SchemaVersion, h.Created.UTC().Format(time.RFC3339), h.CorralVersion)
 }

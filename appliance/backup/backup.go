@@ -1,7 +1,15 @@
-package appliance
+// Package backup is the appliance's online backup and its restore: the
+// encrypted file format (age, passphrase recipient), BackupService, which
+// streams one consistent snapshot of the store with the data directory's
+// secrets, and Restore, which writes a fresh data directory from a file
+// only once the whole file has authenticated. It takes the store and the
+// data directory's layout through Config and RestoreOptions and must not
+// import the appliance package that wires it.
+package backup
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,7 +18,9 @@ import (
 	"fmt"
 	"hash"
 	"io/fs"
+	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -27,63 +37,82 @@ import (
 	"google.golang.org/grpc"
 )
 
-// Version is the corrald version written into backup headers; cmd/corrald
-// sets it from its link-time version.
-var Version = "dev"
-
 const (
 	// MinBackupPassphrase is the shortest passphrase a backup takes.
 	MinBackupPassphrase = 12
 	// maxBackupPassphrase bounds the passphrase (it is a request field).
 	maxBackupPassphrase = 1024
-	// backupChunk is the most ciphertext one BackupChunk carries.
-	backupChunk = 1 << 20
+	// MaxChunk is the most ciphertext one BackupChunk carries.
+	MaxChunk = 1 << 20
 	// backupProgressEvery is how many records pass between progress
 	// messages.
 	backupProgressEvery = 2000
 )
 
-// backupWorkFactor is the scrypt work factor (log2 N) of the passphrase
+// WorkFactor is the scrypt work factor (log2 N) of the passphrase
 // recipient: age's default, about a second of one core to encrypt or
-// decrypt. Tests of this package lower it.
-var backupWorkFactor = 18
+// decrypt. Tests lower it; nothing else may change it.
+var WorkFactor = 18
 
-// backupService serves corral.admin.v1.BackupService (admin role, by the
-// method's access option).
-type backupService struct {
+// Config says what a backup carries besides the store's records.
+type Config struct {
+	// DataDir holds the CA, the BMC seal key and admin.conf.
+	DataDir string
+	// CatalogDir is the image catalog, listed (not carried) in a manifest.
+	CatalogDir string
+	// ClusterKeyFile is the fleet's cluster key, carried when set (an
+	// appliance on etcd).
+	ClusterKeyFile string
+	// StoreKind ("bolt", "etcd") and StoreName (where it is) describe the
+	// store in the header and in errors.
+	StoreKind, StoreName string
+	// Appliance and Version name the appliance and the corrald that wrote
+	// the backup, in its header.
+	Appliance, Version string
+	Logger             *slog.Logger
+}
+
+// Service serves corral.admin.v1.BackupService (admin role, by the
+// method's access option) from a store that can read a snapshot.
+type Service struct {
 	adminv1.UnimplementedBackupServiceServer
-	s *Server
+	cfg   Config
+	store store.Store
+	log   *slog.Logger
 	// running allows one backup at a time: each holds the whole store in
 	// memory while it streams.
 	running atomic.Bool
 }
 
-// initBackup carries the store's records to the current schema version
-// (refusing a store written by a newer corrald) and serves the backup.
-func (s *Server) initBackup() error {
-	adminv1.RegisterBackupServiceServer(s.grpc, &backupService{s: s})
-	return nil
+// New returns the backup service of st.
+func New(cfg Config, st store.Store) *Service {
+	return &Service{cfg: cfg, store: st, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))}
+}
+
+// Register serves BackupService on r.
+func (b *Service) Register(r grpc.ServiceRegistrar) {
+	adminv1.RegisterBackupServiceServer(r, b)
 }
 
 // Backup streams the encrypted backup, progress and a closing summary.
-func (b *backupService) Backup(req *adminv1.BackupRequest, stream grpc.ServerStreamingServer[adminv1.BackupChunk]) error {
+func (b *Service) Backup(req *adminv1.BackupRequest, stream grpc.ServerStreamingServer[adminv1.BackupChunk]) error {
 	if !b.running.CompareAndSwap(false, true) {
 		return apierr.ToStatus(apierr.Unavailablef("a backup is already running on this appliance: try again when it has ended"))
 	}
 	defer b.running.Store(false)
 	start := time.Now()
-	sum, err := b.s.writeBackup(stream.Context(), req.GetPassphrase(), stream.Send)
+	sum, err := b.Write(stream.Context(), req.GetPassphrase(), stream.Send)
 	if err != nil {
-		b.s.log.Warn("backup failed", "err", err, "elapsed", time.Since(start).Round(time.Millisecond).String())
+		b.log.Warn("backup failed", "err", err, "elapsed", time.Since(start).Round(time.Millisecond).String())
 		return apierr.ToStatus(err)
 	}
-	b.s.log.Info("backup streamed", "records", sum.GetRecords(), "store_revision", sum.GetStoreRevision(),
+	b.log.Info("backup streamed", "records", sum.GetRecords(), "store_revision", sum.GetStoreRevision(),
 		"bytes", sum.GetBytes(), "sha256", sum.GetSha256(), "elapsed", time.Since(start).Round(time.Millisecond).String())
 	return nil
 }
 
 // chunkSender is the ciphertext's way out: it hashes and counts every
-// byte and sends them in chunks of at most backupChunk.
+// byte and sends them in chunks of at most MaxChunk.
 type chunkSender struct {
 	send  func(*adminv1.BackupChunk) error
 	buf   []byte
@@ -94,10 +123,10 @@ type chunkSender struct {
 func (c *chunkSender) Write(p []byte) (int, error) {
 	n := len(p)
 	for len(p) > 0 {
-		k := min(len(p), backupChunk-len(c.buf))
+		k := min(len(p), MaxChunk-len(c.buf))
 		c.buf = append(c.buf, p[:k]...)
 		p = p[k:]
-		if len(c.buf) == backupChunk {
+		if len(c.buf) == MaxChunk {
 			if err := c.flush(); err != nil {
 				return 0, err
 			}
@@ -113,7 +142,7 @@ func (c *chunkSender) flush() error {
 	c.h.Write(c.buf)
 	c.total += int64(len(c.buf))
 	err := c.send(&adminv1.BackupChunk{Part: &adminv1.BackupChunk_Data{Data: c.buf}})
-	c.buf = make([]byte, 0, backupChunk)
+	c.buf = make([]byte, 0, MaxChunk)
 	return err
 }
 
@@ -123,11 +152,11 @@ type backupFile struct {
 	data []byte
 }
 
-// writeBackup reads the store at one revision and the data directory's
+// Write reads the store at one revision and the data directory's
 // secrets, and sends them encrypted under passphrase: data chunks,
 // progress, then the summary. Nothing unencrypted leaves it or is written
 // anywhere.
-func (s *Server) writeBackup(ctx context.Context, passphrase []byte, send func(*adminv1.BackupChunk) error) (*adminv1.BackupSummary, error) {
+func (s *Service) Write(ctx context.Context, passphrase []byte, send func(*adminv1.BackupChunk) error) (*adminv1.BackupSummary, error) {
 	switch {
 	case len(passphrase) < MinBackupPassphrase:
 		return nil, apierr.Invalidf("backup passphrase is %d bytes: use at least %d", len(passphrase), MinBackupPassphrase)
@@ -136,7 +165,7 @@ func (s *Server) writeBackup(ctx context.Context, passphrase []byte, send func(*
 	}
 	snap, ok := store.AsSnapshotter(s.store)
 	if !ok {
-		return nil, apierr.Preconditionf("the store (%s) cannot read a consistent snapshot", storeName(s.cfg))
+		return nil, apierr.Preconditionf("the store (%s) cannot read a consistent snapshot", s.cfg.StoreName)
 	}
 	files, err := s.backupFiles()
 	if err != nil {
@@ -154,15 +183,15 @@ func (s *Server) writeBackup(ctx context.Context, passphrase []byte, send func(*
 	if err != nil {
 		return nil, apierr.Invalidf("backup passphrase: %v", err)
 	}
-	rcp.SetWorkFactor(backupWorkFactor)
-	out := &chunkSender{send: send, buf: make([]byte, 0, backupChunk), h: sha256.New()}
+	rcp.SetWorkFactor(WorkFactor)
+	out := &chunkSender{send: send, buf: make([]byte, 0, MaxChunk), h: sha256.New()}
 	aw, err := age.Encrypt(out, rcp)
 	if err != nil {
 		return nil, fmt.Errorf("backup: encrypt: %w", err)
 	}
 	fw := &frameWriter{w: aw}
-	hdr := BackupHeader{Format: BackupFormat, CorralVersion: Version, SchemaVersion: record.SchemaVersion, Store: s.cfg.Store.Kind,
-		StoreRevision: rev, Records: int64(len(kvs)), Created: time.Now().UTC(), Appliance: s.cfg.Fleet.Name}
+	hdr := Header{Format: Format, CorralVersion: s.cfg.Version, SchemaVersion: record.SchemaVersion, Store: s.cfg.StoreKind,
+		StoreRevision: rev, Records: int64(len(kvs)), Created: time.Now().UTC(), Appliance: s.cfg.Appliance}
 	for _, f := range files {
 		hdr.Files = append(hdr.Files, f.name)
 	}
@@ -216,22 +245,22 @@ func progressChunk(stage string, records, bytes int64) *adminv1.BackupChunk {
 // CA (required), the BMC seal key, the cluster key (etcd), admin.conf, and
 // a manifest of the image catalog (names, sizes, SHA-256; not the
 // artifacts).
-func (s *Server) backupFiles() ([]backupFile, error) {
+func (s *Service) backupFiles() ([]backupFile, error) {
 	dir := s.cfg.DataDir
 	srcs := []struct {
 		name, path string
 		required   bool
 	}{
-		{backupCACert, filepath.Join(dir, PKIDir, pki.CACertFile), true},
-		{backupCAKey, filepath.Join(dir, PKIDir, pki.CAKeyFile), true},
+		{backupCACert, filepath.Join(dir, filepath.FromSlash(path.Dir(backupCACert)), pki.CACertFile), true},
+		{backupCAKey, filepath.Join(dir, filepath.FromSlash(path.Dir(backupCAKey)), pki.CAKeyFile), true},
 		{backupSealKey, filepath.Join(dir, seal.KeyFile), false},
-		{backupAdminConf, filepath.Join(dir, AdminConfigFile), false},
+		{backupAdminConf, filepath.Join(dir, backupAdminConf), false},
 	}
-	if s.cfg.Store.Kind == StoreEtcd {
+	if s.cfg.ClusterKeyFile != "" {
 		srcs = append(srcs, struct {
 			name, path string
 			required   bool
-		}{backupClusterKey, s.cfg.Store.ClusterKeyFile, true})
+		}{backupClusterKey, s.cfg.ClusterKeyFile, true})
 	}
 	var out []backupFile
 	for _, f := range srcs {
@@ -244,7 +273,7 @@ func (s *Server) backupFiles() ([]backupFile, error) {
 		}
 		out = append(out, backupFile{f.name, b})
 	}
-	m, err := imageManifest(s.catalogDir())
+	m, err := imageManifest(s.cfg.CatalogDir)
 	if err != nil {
 		return nil, err
 	}

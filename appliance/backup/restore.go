@@ -1,4 +1,4 @@
-package appliance
+package backup
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -38,14 +39,28 @@ type RestoreOptions struct {
 	// Progress reports decryption (nil: silent).
 	Progress *progress.Reporter
 	Logger   *slog.Logger
-	// Store is where the records go: the data directory's bbolt file
-	// (default), or an etcd cluster whose prefix must hold no records.
-	Store StoreConfig
+	// OpenLocal opens (creating it) the bbolt store file LocalFile in a
+	// directory: the records are written there and checked first.
+	OpenLocal func(dir string, log *slog.Logger) (store.Store, error)
+	LocalFile string
+	// Shared, when set, is where the records go once the whole file has
+	// been checked (an etcd cluster whose prefix must hold no records);
+	// the local file is then removed. Nil: the data directory's file.
+	Shared *SharedStore
+}
+
+// SharedStore is a store several appliances share.
+type SharedStore struct {
+	// Name says where it is, for errors and RestoreResult.Store.
+	Name string
+	// Open opens it; dir is the data directory being restored, still
+	// under its temporary name.
+	Open func(ctx context.Context, dir string) (store.Store, error)
 }
 
 // RestoreResult is what Restore wrote.
 type RestoreResult struct {
-	Header  BackupHeader
+	Header  Header
 	DataDir string
 	// Store names where the records were written.
 	Store   string
@@ -72,7 +87,7 @@ func Restore(ctx context.Context, o RestoreOptions) (res *RestoreResult, err err
 	if err != nil {
 		return nil, err
 	}
-	if err := checkFreshDataDir(dir); err != nil {
+	if err := checkFreshDataDir(dir, o.LocalFile); err != nil {
 		return nil, err
 	}
 	f, err := os.Open(o.File)
@@ -113,25 +128,25 @@ func Restore(ctx context.Context, o RestoreOptions) (res *RestoreResult, err err
 			err = fmt.Errorf("%w (nothing was written to %s)", err, dir)
 		}
 	}()
-	res, err = restoreInto(ctx, authReader{plain}, tmp, o.Logger)
+	res, err = restoreInto(ctx, authReader{plain}, tmp, o.OpenLocal, o.Logger)
 	if err != nil {
 		if errors.Is(err, errUnauthenticated) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return nil, apierr.DataLossf("%s is truncated or altered: %v", o.File, err)
 		}
 		return nil, err
 	}
-	if o.Store.Kind == StoreEtcd {
+	if o.Shared != nil {
 		// The whole file has been checked into the temporary bbolt
 		// file; only now does anything reach the cluster.
-		if err := copyToEtcd(ctx, filepath.Join(tmp, StoreFile), o.Store, o.Logger); err != nil {
+		if err := copyToShared(ctx, tmp, o.OpenLocal, o.Shared, o.Logger); err != nil {
 			return nil, err
 		}
-		if err := os.Remove(filepath.Join(tmp, StoreFile)); err != nil {
+		if err := os.Remove(filepath.Join(tmp, o.LocalFile)); err != nil {
 			return nil, err
 		}
-		res.Store = storeName(Config{DataDir: dir, Store: o.Store})
+		res.Store = o.Shared.Name
 	} else {
-		res.Store = filepath.Join(dir, StoreFile)
+		res.Store = filepath.Join(dir, o.LocalFile)
 	}
 	// An empty directory checked above gives way (os.Rename never
 	// replaces a directory); a non-empty one makes Remove fail.
@@ -165,7 +180,7 @@ func (a authReader) Read(p []byte) (int, error) {
 }
 
 // checkFreshDataDir refuses a data directory that exists and is not empty.
-func checkFreshDataDir(dir string) error {
+func checkFreshDataDir(dir, storeFile string) error {
 	fi, err := os.Stat(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -188,11 +203,11 @@ func checkFreshDataDir(dir string) error {
 	for _, e := range ents {
 		names = append(names, e.Name())
 		switch e.Name() {
-		case StoreFile:
-			what = "a store (" + StoreFile + ")"
-		case PKIDir:
+		case storeFile:
+			what = "a store (" + storeFile + ")"
+		case path.Dir(backupCACert):
 			if what == "files" {
-				what = "a CA (" + PKIDir + "/)"
+				what = "a CA (" + path.Dir(backupCACert) + "/)"
 			}
 		}
 	}
@@ -205,7 +220,7 @@ func checkFreshDataDir(dir string) error {
 
 // restoreInto reads the decrypted stream and writes the data directory
 // into dir.
-func restoreInto(ctx context.Context, plain io.Reader, dir string, log *slog.Logger) (*RestoreResult, error) {
+func restoreInto(ctx context.Context, plain io.Reader, dir string, openLocal func(string, *slog.Logger) (store.Store, error), log *slog.Logger) (*RestoreResult, error) {
 	fr, err := newFrameReader(plain)
 	if err != nil {
 		return nil, err
@@ -229,7 +244,7 @@ func restoreInto(ctx context.Context, plain io.Reader, dir string, log *slog.Log
 			res.Header.SchemaVersion, record.SchemaVersion, res.Header.CorralVersion)
 	}
 
-	st, err := OpenStore(dir, log)
+	st, err := openLocal(dir, log)
 	if err != nil {
 		return nil, err
 	}
@@ -433,12 +448,12 @@ func (w *recordWriter) close() error {
 	return w.failed()
 }
 
-// copyToEtcd writes every record of the verified bbolt file at path into
-// the etcd cluster sc names, whose prefix must hold no records. A failure
+// copyToShared writes every record of the verified bbolt file in dir into
+// the shared store, whose prefix must hold no records. A failure
 // deletes what it wrote (compare-and-swap on the revisions it got, so
 // nothing anyone else wrote is touched) and says so if it cannot.
-func copyToEtcd(ctx context.Context, path string, sc StoreConfig, log *slog.Logger) (err error) {
-	src, err := OpenStore(filepath.Dir(path), log)
+func copyToShared(ctx context.Context, dir string, openLocal func(string, *slog.Logger) (store.Store, error), shared *SharedStore, log *slog.Logger) (err error) {
+	src, err := openLocal(dir, log)
 	if err != nil {
 		return err
 	}
@@ -447,12 +462,12 @@ func copyToEtcd(ctx context.Context, path string, sc StoreConfig, log *slog.Logg
 	if err != nil {
 		return err
 	}
-	dst, err := OpenConfiguredStore(ctx, filepath.Dir(path), sc, log)
+	dst, err := shared.Open(ctx, dir)
 	if err != nil {
 		return err
 	}
 	defer dst.Close()
-	where := storeName(Config{Store: sc})
+	where := shared.Name
 	if existing, err := dst.List(ctx, ""); err != nil {
 		return fmt.Errorf("%s: %w", where, err)
 	} else if len(existing) > 0 {
