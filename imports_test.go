@@ -39,6 +39,7 @@ var importRules = []importRule{
 	{"inventory", []string{"inventory", "api", "store", "internal/apierr", "internal/lograte", "internal/watchstream"}, "machines and the node pool"},
 	{"lifecycle", []string{"lifecycle", "api", "inventory", "internal/apierr", "internal/lograte"}, "the machine lifecycle consumes inventory through its own interfaces"},
 	{"fleet", []string{"fleet", "api", "store", "internal/apierr", "internal/lograte"}, "runners, the leader's dispatch of per-machine work and its owners: records in the store (inventory's machines and boot's leases read by prefix, not imported)"},
+	{"fleet/artifactsync", []string{"fleet", "api", "store", "images", "internal/apierr"}, "the fleet's boot artifacts: a manifest in the shared store and peer fetches over ApplianceService, into the local catalog's content store (images)"},
 	{"ipmi", []string{"ipmi"}, "BMC drivers behind bmclib: nothing of ours"},
 	{"images", []string{"images", "internal/initramfs", "internal/sourcetree"}, "the artifact catalog and the initramfs builders"},
 	{"agent", []string{"agent", "api", "internal/apierr", "internal/nodeid"}, "code that runs on a machine: api and its own packages"},

@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -23,17 +22,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	fleetv1 "github.com/corralhq/corral/api/fleet/v1"
 	"github.com/corralhq/corral/auth"
 	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/fleet"
+	"github.com/corralhq/corral/fleet/artifactsync"
 	"github.com/corralhq/corral/images"
-	"github.com/corralhq/corral/internal/apierr"
-	"github.com/corralhq/corral/store/mem"
-	"github.com/corralhq/corral/store/record"
 	"github.com/corralhq/corral/testsupport/etcdtest"
 )
 
@@ -41,7 +37,7 @@ import (
 // FetchArtifact on an appliance whose New did not (before it runs).
 func withApplianceService(srv *Server) {
 	if _, ok := srv.grpc.GetServiceInfo()["corral.fleet.v1.ApplianceService"]; !ok {
-		fleet.Register(srv.grpc, &fleet.Service{Store: srv.store, FetchArtifact: srv.fetchArtifact})
+		fleet.Register(srv.grpc, &fleet.Service{Store: srv.store, FetchArtifact: srv.artifacts.FetchArtifact})
 	}
 }
 
@@ -152,14 +148,14 @@ func TestArtifactsFromPeer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// Several chunks, the last one short.
-	kernel := randomBytes(t, 3*artifactChunk+123)
-	initrd := randomBytes(t, 10*artifactChunk)
+	kernel := randomBytes(t, 3*artifactsync.ChunkSize+123)
+	initrd := randomBytes(t, 10*artifactsync.ChunkSize)
 	openCatalog(t, a, kernel, initrd)
 
-	if fetched, err := a.syncArtifacts(ctx, []string{b.Addr().String()}); err != nil || len(fetched) != 0 {
+	if fetched, err := a.artifacts.Sync(ctx, []string{b.Addr().String()}); err != nil || len(fetched) != 0 {
 		t.Fatalf("A's sync: fetched %v, %v; want nothing (A holds its catalog)", fetched, err)
 	}
-	manifest, err := readCatalog(ctx, b.store, b.log)
+	manifest, err := b.artifacts.Manifest(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,10 +168,10 @@ func TestArtifactsFromPeer(t *testing.T) {
 	}
 
 	// B lacks both; with no peer it says so and fetches nothing.
-	if _, err := b.syncArtifacts(ctx, []string{}); err == nil || !strings.Contains(err.Error(), "knows no peer") {
+	if _, err := b.artifacts.Sync(ctx, []string{}); err == nil || !strings.Contains(err.Error(), "knows no peer") {
 		t.Fatalf("B's sync without peers: %v", err)
 	}
-	fetched, err := b.syncArtifacts(ctx, []string{a.Addr().String()})
+	fetched, err := b.artifacts.Sync(ctx, []string{a.Addr().String()})
 	if err != nil {
 		t.Fatalf("B's sync from A: %v", err)
 	}
@@ -188,7 +184,7 @@ func TestArtifactsFromPeer(t *testing.T) {
 			t.Fatalf("B's copy of %s: %d bytes, %v", want[i].Name, len(got), err)
 		}
 	}
-	if again, err := b.syncArtifacts(ctx, []string{a.Addr().String()}); err != nil || len(again) != 0 {
+	if again, err := b.artifacts.Sync(ctx, []string{a.Addr().String()}); err != nil || len(again) != 0 {
 		t.Fatalf("B's second sync fetched %v, %v", again, err)
 	}
 	// B's boot servers would boot the fleet's files.
@@ -213,7 +209,7 @@ func TestArtifactsFromPeer(t *testing.T) {
 		t.Errorf("B served %d bytes in %d chunks (first: name %q size %d); want %d in 4", len(got), len(chunks), chunks[0].GetName(), chunks[0].GetSize(), len(kernel))
 	}
 	for i, ch := range chunks {
-		if len(ch.GetData()) > artifactChunk || (i > 0 && (ch.GetName() != "" || ch.GetSize() != 0)) {
+		if len(ch.GetData()) > artifactsync.ChunkSize || (i > 0 && (ch.GetName() != "" || ch.GetSize() != 0)) {
 			t.Errorf("chunk %d: %d bytes, name %q, size %d", i, len(ch.GetData()), ch.GetName(), ch.GetSize())
 		}
 	}
@@ -280,7 +276,7 @@ func liar(t *testing.T, ca *Server, body []byte, send func(b []byte, stream grpc
 func TestArtifactFromLyingPeer(t *testing.T) {
 	c := etcdtest.New(t, 3)
 	a, b, _ := newFleetPair(t, c, "/liars")
-	body := randomBytes(t, 2*artifactChunk+7)
+	body := randomBytes(t, 2*artifactsync.ChunkSize+7)
 	want := images.Artifact{Name: "vmlinuz", Kind: images.KindKernel, Size: int64(len(body)), SHA256: hexSum(body)}
 	if _, err := images.Receive(a.catalogDir(), want, bytes.NewReader(body)); err != nil {
 		t.Fatal(err)
@@ -327,8 +323,8 @@ func TestArtifactFromLyingPeer(t *testing.T) {
 			defer cancel()
 			peer := liar(t, a, body, tc.send)
 			dir := t.TempDir()
-			f := &peerFetcher{dir: dir, tls: b.peerTLS(), log: b.log, idle: 500 * time.Millisecond}
-			fetched, err := f.fetchMissing(ctx, []images.Artifact{want}, []string{peer})
+			f := artifactsync.New(artifactsync.Config{CatalogDir: dir, TLS: b.peerTLS(), Logger: b.log, Idle: 500 * time.Millisecond})
+			fetched, err := f.Fetch(ctx, []images.Artifact{want}, []string{peer})
 			if err == nil || len(fetched) != 0 {
 				t.Fatalf("fetch from the liar: %v, %v", fetched, err)
 			}
@@ -339,7 +335,7 @@ func TestArtifactFromLyingPeer(t *testing.T) {
 				t.Errorf("the liar's bytes were kept: %v", left)
 			}
 			// The honest peer after the liar is asked next.
-			fetched, err = f.fetchMissing(ctx, []images.Artifact{want}, []string{peer, a.Addr().String()})
+			fetched, err = f.Fetch(ctx, []images.Artifact{want}, []string{peer, a.Addr().String()})
 			if err != nil || len(fetched) != 1 {
 				t.Fatalf("fetch from the liar, then A: %v, %v", fetched, err)
 			}
@@ -371,81 +367,10 @@ func TestArtifactFromLyingPeer(t *testing.T) {
 	defer srv.Stop()
 	_, port, _ := net.SplitHostPort(lis.Addr().String())
 	node := "localhost:" + port
-	f := &peerFetcher{dir: t.TempDir(), tls: b.peerTLS(), log: b.log}
+	f := artifactsync.New(artifactsync.Config{CatalogDir: t.TempDir(), TLS: b.peerTLS(), Logger: b.log})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := f.fetchMissing(ctx, []images.Artifact{want}, []string{node}); err == nil || !strings.Contains(err.Error(), node) || !strings.Contains(err.Error(), "not the appliance's") {
+	if _, err := f.Fetch(ctx, []images.Artifact{want}, []string{node}); err == nil || !strings.Contains(err.Error(), node) || !strings.Contains(err.Error(), "not the appliance's") {
 		t.Errorf("fetch from a node posing as a peer: %v", err)
-	}
-}
-
-// TestCatalogEntries: the manifest keeps the first content published per
-// name; a record that does not name a valid artifact is skipped.
-func TestCatalogEntries(t *testing.T) {
-	st := mem.New()
-	defer st.Close()
-	discard := slog.New(slog.DiscardHandler)
-	ctx := context.Background()
-	k1 := images.Artifact{Name: "vmlinuz", Kind: images.KindKernel, Size: 10, SHA256: hexSum([]byte("one"))}
-	k2 := k1
-	k2.SHA256 = hexSum([]byte("two"))
-	ipxe := images.Artifact{Name: "undionly.kpxe", Kind: images.KindIPXE, Size: 3, SHA256: hexSum([]byte("ipxe"))}
-	pub, err := publishCatalog(ctx, st, []images.Artifact{k1, ipxe}, "a", discard)
-	if err != nil || !cmp.Equal(pub, []string{"vmlinuz"}) {
-		t.Fatalf("publish = %v, %v; want vmlinuz only", pub, err)
-	}
-	if pub, err := publishCatalog(ctx, st, []images.Artifact{k2}, "b", discard); err != nil || len(pub) != 0 {
-		t.Fatalf("second publish = %v, %v; want nothing", pub, err)
-	}
-	for key, v := range map[string]map[string]any{
-		CatalogPrefix + "bad-sum":   {"name": "bad-sum", "size": 1.0, "sha256": "xyz"},
-		CatalogPrefix + "traverse":  {"name": "../traverse", "size": 1.0, "sha256": hexSum(nil)},
-		CatalogPrefix + "frac":      {"name": "frac", "size": 1.5, "sha256": hexSum(nil)},
-		CatalogPrefix + "elsewhere": {"name": "vmlinuz", "size": 1.0, "sha256": hexSum(nil)},
-	} {
-		s, _ := structpb.NewStruct(v)
-		b, err := record.Marshal(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.Put(ctx, key, b, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := readCatalog(ctx, st, discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff([]images.Artifact{k1}, got); diff != "" {
-		t.Errorf("catalog (-want +got):\n%s", diff)
-	}
-}
-
-// TestServeArtifactChangedOnDisk: a file whose content is no longer the
-// hash it is held under ends the stream with DataLoss, not success.
-func TestServeArtifactChangedOnDisk(t *testing.T) {
-	dir := t.TempDir()
-	body := randomBytes(t, artifactChunk+1)
-	a, err := images.Receive(dir, images.Artifact{Name: "vmlinuz", Size: int64(len(body)), SHA256: hexSum(body)}, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []byte
-	collect := func(c *fleetv1.ArtifactChunk) error { got = append(got, c.GetData()...); return nil }
-	if err := serveArtifact(dir, a.SHA256, collect); err != nil || !bytes.Equal(got, body) {
-		t.Fatalf("serve intact: %d bytes, %v", len(got), err)
-	}
-	if err := os.WriteFile(a.Path, bytes.ToUpper(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	got = nil
-	if err := serveArtifact(dir, a.SHA256, collect); !errors.Is(err, apierr.ErrDataLoss) || !strings.Contains(err.Error(), "no longer has sha256") {
-		t.Errorf("serve changed file: %v", err)
-	}
-	if err := os.Truncate(a.Path, 10); err != nil {
-		t.Fatal(err)
-	}
-	if err := serveArtifact(dir, a.SHA256, collect); !errors.Is(err, apierr.ErrDataLoss) {
-		t.Errorf("serve truncated file: %v", err)
 	}
 }

@@ -382,12 +382,12 @@ func (s *Server) fleetArtifacts() []images.Artifact {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	log := s.log.With("component", "artifacts")
-	if got, err := s.syncArtifacts(ctx, nil); err != nil {
+	if got, err := s.artifacts.Sync(ctx, nil); err != nil {
 		log.Warn("boot artifacts not in sync with the fleet at start", "err", err)
 	} else if len(got) > 0 {
 		log.Info("boot artifacts fetched from peers", "count", len(got))
 	}
-	manifest, err := readCatalog(ctx, s.store, log)
+	manifest, err := s.artifacts.Manifest(ctx)
 	if err != nil {
 		log.Warn("fleet catalog manifest unreadable; booting this appliance's own files", "err", err)
 		return nil

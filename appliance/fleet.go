@@ -6,14 +6,7 @@ import (
 
 	fleetv1 "github.com/corralhq/corral/api/fleet/v1"
 	"github.com/corralhq/corral/fleet"
-	"google.golang.org/grpc"
 )
-
-// artifactServer is what serves a peer's FetchArtifact: artifacts.go
-// implements it on *Server.
-type artifactServer interface {
-	fetchArtifact(*fleetv1.FetchArtifactRequest, grpc.ServerStreamingServer[fleetv1.ArtifactChunk]) error
-}
 
 // initFleet wires this appliance into the fleet (docs/DESIGN.md §7): its
 // runner record and heartbeat (every appliance), the owner that follows
@@ -31,7 +24,7 @@ func (s *Server) initFleet(self *fleetv1.Appliance, solo bool) error {
 	owner := &fleet.Owner{Store: s.store, Self: name, Solo: solo, Logger: log}
 	runner := &fleet.Runner{Store: s.store, Self: self, Load: owner.Count, Logger: log}
 	dispatcher := &fleet.Dispatcher{Store: s.store, Self: name, Logger: log}
-	svc := &fleet.Service{Store: s.store, FetchArtifact: s.fetchArtifact, Leader: func(ctx context.Context) (string, error) {
+	svc := &fleet.Service{Store: s.store, FetchArtifact: s.artifacts.FetchArtifact, Leader: func(ctx context.Context) (string, error) {
 		if s.leadership == nil {
 			return name, nil
 		}

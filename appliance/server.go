@@ -28,6 +28,7 @@ import (
 	"github.com/corralhq/corral/auth"
 	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/auth/pki"
+	"github.com/corralhq/corral/fleet/artifactsync"
 	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/inventory/pool"
 	"github.com/corralhq/corral/lifecycle"
@@ -127,6 +128,9 @@ type Server struct {
 	audit *audit.Recorder
 	// backup serves BackupService (package backup).
 	backup *backup.Service
+	// artifacts syncs the fleet's boot artifacts (package
+	// fleet/artifactsync).
+	artifacts *artifactsync.Syncer
 }
 
 type component struct {
@@ -299,12 +303,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("hypervisor services: %w", err)
 	}
 	lifecycle.RegisterAgent(s.grpc, &lifecycle.AgentServer{Lifecycle: s.lifecycle, JoinFunc: s.join, Caller: agentCaller})
+	s.initArtifacts()
 	if err := s.initFleet(s.selfAppliance(), cfg.Store.Kind != StoreEtcd); err != nil {
 		lis.Close()
 		return nil, err
-	}
-	if cfg.Store.Kind == StoreEtcd {
-		s.addComponent("artifact-sync", func(ctx context.Context) error { return s.runArtifactSync(ctx, artifactSyncInterval) })
 	}
 	if err := s.initBoot(); err != nil {
 		lis.Close()
@@ -344,10 +346,6 @@ func heartbeatWriteAfter(cfg Config) time.Duration {
 	}
 	return 5 * time.Minute
 }
-
-// artifactSyncInterval is how often an appliance of a fleet publishes its
-// boot artifacts to the fleet's manifest and fetches the ones it lacks.
-const artifactSyncInterval = time.Minute
 
 func isUnspecified(h string) bool {
 	ip := net.ParseIP(h)

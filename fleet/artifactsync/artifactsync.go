@@ -1,6 +1,4 @@
-package appliance
-
-// Boot artifacts across a fleet (issue #12, item 5): every appliance must
+// Package artifactsync carries boot artifacts across a fleet. Every appliance must
 // be able to serve every boot, so the boot profile's files (the discovery
 // kernel and initramfs, the hypervisor initramfs) are named by content in
 // a catalog manifest shared through the store, and an appliance that lacks
@@ -14,15 +12,21 @@ package appliance
 // others fetch that content into their content store (images.ContentDir)
 // and boot it (images.Config.WithFleet). iPXE binaries are not in it: each
 // appliance takes them from its distribution's package.
+//
+// It sits beside the fleet's other shared work: it reads and writes the
+// fleet's store and calls peer appliances' ApplianceService, and uses the
+// images package only for the local catalog and content store. It must
+// not import the appliance package that wires it.
+package artifactsync
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"google.golang.org/protobuf/types/known/timestamppb"
 	"io"
 	"log/slog"
 	"os"
@@ -34,19 +38,19 @@ import (
 	fleetv1 "github.com/corralhq/corral/api/fleet/v1"
 	"github.com/corralhq/corral/images"
 	"github.com/corralhq/corral/internal/apierr"
-	"github.com/corralhq/corral/internal/nodeid"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/record"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 const (
 	// CatalogPrefix holds the fleet's catalog manifest: one record per
 	// boot artifact name, naming its content (SHA-256 and size).
 	CatalogPrefix = "/images/catalog/"
-	// artifactChunk is the size of one FetchArtifact message's data.
-	artifactChunk = 64 << 10
+	// ChunkSize is the size of one FetchArtifact message's data.
+	ChunkSize = 64 << 10
 	// maxCatalogEntries bounds the manifest records read (the boot
 	// profiles have three names).
 	maxCatalogEntries = 64
@@ -55,17 +59,54 @@ const (
 	artifactIdle = 30 * time.Second
 )
 
-// The ApplianceService (fleet.go) serves FetchArtifact through this file.
-var _ artifactServer = (*Server)(nil)
+// Config says where a Syncer keeps artifacts and how it reaches the fleet.
+type Config struct {
+	// CatalogDir is this appliance's catalog directory (its content
+	// store is images.ContentDir inside it).
+	CatalogDir string
+	// Store holds the fleet's catalog manifest (CatalogPrefix).
+	Store store.Store
+	// Appliance names this appliance as the publisher of its entries.
+	Appliance string
+	// TLS dials peers: this appliance's certificate (which carries the
+	// appliance identity, so the peer sees ROLE_APPLIANCE), the fleet CA
+	// as the only root, and a peer that is not an appliance refused.
+	TLS *tls.Config
+	// Peers lists the other live appliances' API endpoints.
+	Peers func(ctx context.Context) []string
+	// Interval is how often Run syncs (default a minute).
+	Interval time.Duration
+	// Idle is how long a fetch waits for the next chunk before it gives
+	// the peer up (default 30 s).
+	Idle   time.Duration
+	Logger *slog.Logger
+}
 
-// catalogDir is this appliance's catalog directory.
-func (s *Server) catalogDir() string { return filepath.Join(s.cfg.DataDir, ImagesDir) }
+// Syncer publishes this appliance's boot artifacts to the fleet's manifest,
+// fetches the ones it lacks from peers, and serves its own to them.
+type Syncer struct {
+	cfg Config
+	log *slog.Logger
+}
 
-// fetchArtifact serves FetchArtifact (the ApplianceService's hook,
-// fleet.go): the artifact this appliance holds whose SHA-256 is asked for,
+// New returns a Syncer; nothing runs until Run.
+func New(cfg Config) *Syncer {
+	cfg.Interval = cmp.Or(cfg.Interval, time.Minute)
+	cfg.Idle = cmp.Or(cfg.Idle, artifactIdle)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Peers == nil {
+		cfg.Peers = func(context.Context) []string { return nil }
+	}
+	return &Syncer{cfg: cfg, log: cfg.Logger}
+}
+
+// FetchArtifact serves FetchArtifact (the ApplianceService's hook, package
+// fleet): the artifact this appliance holds whose SHA-256 is asked for,
 // in chunks of 64 KiB, the first carrying its name and size.
-func (s *Server) fetchArtifact(req *fleetv1.FetchArtifactRequest, stream grpc.ServerStreamingServer[fleetv1.ArtifactChunk]) error {
-	err := serveArtifact(s.catalogDir(), req.GetSha256(), stream.Send)
+func (s *Syncer) FetchArtifact(req *fleetv1.FetchArtifactRequest, stream grpc.ServerStreamingServer[fleetv1.ArtifactChunk]) error {
+	err := serveArtifact(s.cfg.CatalogDir, req.GetSha256(), stream.Send)
 	switch {
 	case err == nil, stream.Context().Err() != nil:
 	case errors.Is(err, apierr.ErrNotFound), errors.Is(err, apierr.ErrInvalid):
@@ -103,7 +144,7 @@ func serveArtifact(dir, sum string, send func(*fleetv1.ArtifactChunk) error) err
 	size := st.Size()
 	h := sha256.New()
 	r := io.TeeReader(io.LimitReader(f, size), h)
-	buf := make([]byte, artifactChunk)
+	buf := make([]byte, ChunkSize)
 	first := true
 	var sent int64
 	for {
@@ -236,23 +277,20 @@ func readCatalog(ctx context.Context, st store.Store, log *slog.Logger) ([]image
 // directory's content store.
 type peerFetcher struct {
 	dir string
-	// tls dials peers: this appliance's certificate (which carries the
-	// appliance identity, so the peer sees ROLE_APPLIANCE), the fleet CA
-	// as the only root, and a peer that is not an appliance refused.
 	tls *tls.Config
 	log *slog.Logger
 	// idle is how long to wait for the next chunk (default artifactIdle).
 	idle time.Duration
 }
 
-// peerTLS is the client configuration for calling peer appliances.
-func (s *Server) peerTLS() *tls.Config {
-	return &tls.Config{
-		Certificates:     []tls.Certificate{s.cert},
-		RootCAs:          s.ca.Pool(),
-		VerifyConnection: nodeid.VerifyApplianceConnection,
-		MinVersion:       tls.VersionTLS12,
-	}
+// Fetch fetches each artifact of manifest that the catalog directory does
+// not hold, trying peers in order until one serves it intact. It returns
+// the artifacts it fetched, and an error naming each artifact it could
+// not get with every peer's failure. Nothing a peer sends is kept unless
+// it has the manifest's size and SHA-256.
+func (s *Syncer) Fetch(ctx context.Context, manifest []images.Artifact, peers []string) ([]images.Artifact, error) {
+	f := &peerFetcher{dir: s.cfg.CatalogDir, tls: s.cfg.TLS, log: s.log, idle: s.cfg.Idle}
+	return f.fetchMissing(ctx, manifest, peers)
 }
 
 // fetchMissing fetches each artifact of manifest that the directory does
@@ -389,41 +427,39 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// syncArtifacts publishes this appliance's boot profile artifacts to the
+// Sync publishes this appliance's boot profile artifacts to the
 // fleet's catalog manifest (names it does not have yet) and fetches the
-// manifest's artifacts this appliance lacks from peers (the live
-// appliances' endpoints when peers is nil). It returns what it fetched;
-// its error names every artifact it could not get and why, peer by peer.
-// The boot servers serve fetched artifacts from their next start
-// (images.Config.WithFleet). Concurrent calls are safe: publishing is
-// create-only and storing an artifact is a rename of verified bytes.
-func (s *Server) syncArtifacts(ctx context.Context, peers []string) ([]images.Artifact, error) {
-	log := s.log.With("component", "artifacts")
-	local, err := images.ReadSums(s.catalogDir())
+// manifest's artifacts this appliance lacks from peers (Config.Peers when
+// peers is nil). It returns what it fetched; its error names every
+// artifact it could not get and why, peer by peer. The boot servers serve
+// fetched artifacts from their next start (images.Config.WithFleet).
+// Concurrent calls are safe: publishing is create-only and storing an
+// artifact is a rename of verified bytes.
+func (s *Syncer) Sync(ctx context.Context, peers []string) ([]images.Artifact, error) {
+	local, err := images.ReadSums(s.cfg.CatalogDir)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := publishCatalog(ctx, s.store, local, s.cfg.Fleet.Name, log); err != nil {
+	if _, err := publishCatalog(ctx, s.cfg.Store, local, s.cfg.Appliance, s.log); err != nil {
 		return nil, err
 	}
-	manifest, err := readCatalog(ctx, s.store, log)
+	manifest, err := readCatalog(ctx, s.cfg.Store, s.log)
 	if err != nil {
 		return nil, err
 	}
 	if peers == nil {
-		peers = s.peerEndpoints(ctx)
+		peers = s.cfg.Peers(ctx)
 	}
-	f := &peerFetcher{dir: s.catalogDir(), tls: s.peerTLS(), log: log}
-	return f.fetchMissing(ctx, manifest, peers)
+	return s.Fetch(ctx, manifest, peers)
 }
 
-// runArtifactSync syncs the fleet's boot artifacts every interval until ctx
-// ends (a Run-style component; failures are logged and retried).
-func (s *Server) runArtifactSync(ctx context.Context, interval time.Duration) error {
-	t := time.NewTicker(interval)
+// Run syncs the fleet's boot artifacts every Config.Interval until ctx
+// ends; failures are logged and retried.
+func (s *Syncer) Run(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	for {
-		if _, err := s.syncArtifacts(ctx, nil); err != nil && ctx.Err() == nil {
+		if _, err := s.Sync(ctx, nil); err != nil && ctx.Err() == nil {
 			s.log.Warn("boot artifacts not in sync with the fleet", "err", err)
 		}
 		select {
@@ -432,4 +468,10 @@ func (s *Server) runArtifactSync(ctx context.Context, interval time.Duration) er
 		case <-t.C:
 		}
 	}
+}
+
+// Manifest returns the fleet's catalog manifest in name order, leaving out
+// records it cannot read (logged).
+func (s *Syncer) Manifest(ctx context.Context) ([]images.Artifact, error) {
+	return readCatalog(ctx, s.cfg.Store, s.log)
 }
