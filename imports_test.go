@@ -28,8 +28,9 @@ type importRule struct {
 // importRules is the house's import table (docs/architecture.md says it in
 // words). Floors, bottom up: leaves (api, internal leaves) → store →
 // auth, inventory, images, ipmi, agent, boot, deploy, hypervisor →
-// lifecycle → appliance (composition) → cmd. Test support sits
-// beside cmd and is never imported by product code.
+// lifecycle → appliance/{metrics,audit,backup} → appliance (composition)
+// → cmd. Test support sits beside cmd and is never imported by product
+// code.
 var importRules = []importRule{
 	{"api", []string{"api"}, "generated API: protobuf and gRPC only"},
 	{"internal", nil, "internal/<leaf>: error classes, node identity layout, flag/config, source finder, initramfs writer, rate-limited log lines: import nothing of ours"},

@@ -1,11 +1,11 @@
-// Package appliance composes the Corral appliance: it prepares a data
-// directory (store, CA, server certificate, first admin token and
-// admin.conf) and serves the gRPC API over TLS with role checks. It is the
-// wiring layer for cmd/corrald and for tests and benchmarks that need the
-// real server in-process. Three parts of step 4 live here for now because
-// each touches every other part: the audit stream (audit*.go), the backup
-// file format and restore (backup*.go) and the Prometheus collectors
-// (metrics*.go). They are the first candidates for packages of their own.
+// Package appliance is the composition root of the Corral appliance: it
+// prepares a data directory (store, CA, server certificate, first admin
+// token and admin.conf), wires every part of the appliance into one gRPC
+// server over TLS with role checks and one run group, and runs them. It is
+// the wiring layer for cmd/corrald and for tests and benchmarks that need
+// the real appliance in-process. Its features live in packages beneath it
+// that never import it: appliance/metrics, appliance/audit and
+// appliance/backup; the fleet's artifact sync is fleet/artifactsync.
 package appliance
 
 import (
@@ -77,10 +77,10 @@ type Config struct {
 	Store StoreConfig
 	Fleet FleetConfig
 	// Web serves the rack's web page (web.go); Metrics serves /metrics,
-	// /healthz and /readyz (metrics.go).
+	// /healthz and /readyz (package metrics).
 	Web     WebConfig
 	Metrics MetricsConfig
-	// Audit bounds the audit stream: its queue and retention (audit.go).
+	// Audit bounds the audit stream: its queue and retention (package audit).
 	Audit AuditConfig
 }
 
@@ -119,7 +119,7 @@ type Server struct {
 	// per-machine work to this appliance (nil: alone, owns all).
 	owner func(machine string) bool
 
-	// health is the gRPC health service; metrics.go sets each service's
+	// health is the gRPC health service; package metrics sets each service's
 	// status.
 	health *health.Server
 	// obs holds the Prometheus registry and collectors (package metrics).
@@ -206,7 +206,7 @@ func New(cfg Config) (*Server, error) {
 		}
 	}()
 	// Bring records written by an older corrald to this schema before
-	// anything reads them (backup_migrate.go); a newer record stops here.
+	// anything reads them (migrate.go); a newer record stops here.
 	if err := s.migrateStore(context.Background()); err != nil {
 		return nil, err
 	}
