@@ -56,7 +56,7 @@ type Power interface {
 	SetPower(ctx context.Context, name string, a inventoryv1.PowerAction) (*inventoryv1.PowerStatus, error)
 }
 
-// NodeIdentity signs the node certificates of installs; internal/server
+// NodeIdentity signs the node certificates of installs; appliance
 // wires the appliance CA to it. The node key is made on the machine: only
 // its certificate request reaches the appliance.
 type NodeIdentity interface {

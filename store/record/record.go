@@ -23,7 +23,7 @@ import (
 
 // SchemaVersion is the version this build writes and the newest it reads.
 // Older records are still read as they are; Migrate (migrate.go) rewrites
-// them at this version, with the steps internal/server keeps:
+// them at this version, with the steps package appliance keeps:
 //
 //	1 → 2: network records' CIDRs stored canonically (host bits cleared).
 const SchemaVersion = 2
