@@ -84,12 +84,13 @@ func ParseMode(s string) (Mode, error) {
 	return "", fmt.Errorf("dhcp mode %q: want full, proxy or off", s)
 }
 
-// Inventory is what DHCP asks about machines. EnsureMachineForMAC fails
-// with an error of class apierr.ErrExhausted when no new machine may be
-// recorded (the discovered-machine cap).
+// Inventory is what DHCP asks about machines: once per network-booting
+// client's packet, the machine owning a MAC (created DISCOVERED when none
+// does; the bool says it was made now), whose record labels the packet's
+// timeline entries. It fails with an error of class apierr.ErrExhausted
+// when no new machine may be recorded (the discovered-machine cap).
 type Inventory interface {
 	EnsureMachineForMAC(ctx context.Context, mac string) (*inventoryv1.Machine, bool, error)
-	BootIntent(ctx context.Context, mac string) (string, inventoryv1.BootIntent, error)
 }
 
 // Recorder appends to a MAC's boot timeline (inventory.Event).

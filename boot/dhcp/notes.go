@@ -10,6 +10,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/internal/apierr"
 )
 
@@ -107,7 +108,9 @@ func clientAttrs(c Client, m *dhcpv4.DHCPv4) map[string]string {
 }
 
 // identify makes sure a network-booting client has a machine and puts
-// its name and boot intent in attrs for the timeline. It returns false
+// its name and boot intent in attrs for the timeline: one inventory call,
+// whose record gives both (a known machine's packet reads its record
+// once). It returns false
 // when inventory refused to record a new machine (the discovered-machine
 // cap): the client then gets no boot file.
 func (s *Server) identify(ctx context.Context, c Client, attrs *note) bool {
@@ -129,10 +132,37 @@ func (s *Server) identify(ctx context.Context, c Client, attrs *note) bool {
 	if created {
 		attrs.set("new_machine", "true")
 	}
-	if _, intent, err := s.cfg.Inventory.BootIntent(ctx, c.MAC); err == nil {
-		attrs.set("intent", strings.ToLower(strings.TrimPrefix(intent.String(), "BOOT_INTENT_")))
-	}
+	attrs.set("intent", intentLabel(bootIntent(m)))
 	return true
+}
+
+// bootIntent is what m boots, derived from the record EnsureMachineForMAC
+// returned (no second read) by inventory.BootIntent's rule: a machine in
+// MAINTENANCE boots its local disk, an unset intent means discovery.
+// TestIntentMatchesInventory keeps the two in step. It labels the
+// timeline only: boot/http decides what the machine boots.
+func bootIntent(m *inventoryv1.Machine) inventoryv1.BootIntent {
+	switch {
+	case m.GetState() == inventoryv1.Machine_MAINTENANCE:
+		return inventoryv1.BootIntent_BOOT_INTENT_LOCAL
+	case m.GetBootIntent() == inventoryv1.BootIntent_BOOT_INTENT_UNSPECIFIED:
+		return inventoryv1.BootIntent_BOOT_INTENT_DISCOVER
+	}
+	return m.GetBootIntent()
+}
+
+// intentLabel is an intent as the timeline's "intent" attribute says it:
+// its name without the prefix, in lower case.
+func intentLabel(i inventoryv1.BootIntent) string {
+	switch i {
+	case inventoryv1.BootIntent_BOOT_INTENT_DISCOVER:
+		return "discover"
+	case inventoryv1.BootIntent_BOOT_INTENT_LOCAL:
+		return "local"
+	case inventoryv1.BootIntent_BOOT_INTENT_HYPERVISOR:
+		return "hypervisor"
+	}
+	return strings.ToLower(strings.TrimPrefix(i.String(), "BOOT_INTENT_"))
 }
 
 // unrecorded is the boot choice for a network-booting client inventory
