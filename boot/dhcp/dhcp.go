@@ -1,5 +1,17 @@
-// Package dhcp is corrald's DHCPv4 server for network boot, built on
-// github.com/insomniacslk/dhcp server4 and bound to the boot interface.
+// Package dhcp is corrald's DHCPv4 server for network boot, bound to the
+// boot interface. Packets are decoded and encoded with
+// github.com/insomniacslk/dhcp's dhcpv4 (server4 only opens the
+// interface-bound sockets); the read loop is this package's own: recvmsg
+// and sendto straight on the socket through the runtime's poller
+// (rawio.go), a fixed pool of handler goroutines behind it (serve.go).
+//
+// Files, one concern each: serve.go (sockets, the read loop, handler
+// deadlines), full.go (full mode's RFC 2131 answers), decide.go (the boot
+// file, a pure function of the request), proxy.go (proxy mode and the
+// PXE boot-server port), reply.go (building replies), leases.go,
+// follow.go and range.go (the lease pool, other appliances' leases, the
+// ranges), notes.go (timeline entries), observe.go and lograte.go (the
+// Observer, counters, rate-limited log lines).
 //
 // Modes: full (authoritative for configured ranges, leases durable in the
 // store and sticky per MAC, relayed requests answered from the relay's
@@ -38,7 +50,10 @@
 // Clients are identified by their MAC; the client identifier (option 61)
 // is compared where it is known (offers, and leases bound by this process:
 // the lease record has no field for it). A network-booting MAC becomes a
-// machine through Inventory.EnsureMachineForMAC; when inventory refuses
+// machine through Inventory.EnsureMachineForMAC, called once per packet:
+// the record it returns also labels the packet's timeline entries
+// (machine, intent), so a known machine's packet reads its record once.
+// When inventory refuses
 // (its cap on discovered machines, an error of class
 // apierr.ErrExhausted), the client is answered like a plain DHCP client:
 // an address, no boot file. Warnings a packet can trigger are rate-limited
