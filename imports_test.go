@@ -37,6 +37,7 @@ var importRules = []importRule{
 	{"internal/watchstream", []string{"store", "api/watch", "internal/apierr", "internal/lograte"}, "the corral.watch.v1 contract every Watch RPC follows, on the store's resumable watch"},
 	{"auth", []string{"auth", "api", "store", "internal/apierr", "internal/nodeid"}, "tokens in the store, the CA, the gRPC interceptor"},
 	{"inventory", []string{"inventory", "api", "store", "internal/apierr", "internal/lograte", "internal/watchstream"}, "machines and the node pool"},
+	{"inventory/timeline", []string{"api", "store", "internal/lograte"}, "the boot timeline: entries in the store, nothing of inventory (inventory composes it)"},
 	{"lifecycle", []string{"lifecycle", "api", "inventory", "internal/apierr", "internal/lograte"}, "the machine lifecycle consumes inventory through its own interfaces"},
 	{"fleet", []string{"fleet", "api", "store", "internal/apierr", "internal/lograte"}, "runners, the leader's dispatch of per-machine work and its owners: records in the store (inventory's machines and boot's leases read by prefix, not imported)"},
 	{"ipmi", []string{"ipmi"}, "BMC drivers behind bmclib: nothing of ours"},
