@@ -585,9 +585,8 @@ func (p *leases) Decline(ctx context.Context, mac, cid string, ip netip.Addr, r 
 	return l, p.reload(ctx, ip)
 }
 
-// macForIP is the reverse lookup used by TFTP.
-func (p *leases) macForIP(ip netip.Addr) (string, bool) { return p.Owner(ip) }
-
+// hostnameOK is a client's host name (option 12) as its lease records it:
+// the letters, digits, '-' and '.' of its first 63 bytes.
 func hostnameOK(s string) string {
 	if len(s) > 63 {
 		s = s[:63]
