@@ -23,6 +23,7 @@
 // "Index records").
 //
 // It imports the api, the store contract and the internal leaves apierr,
-// lograte and watchstream; never its sub-packages (inventory/bmc builds on
-// it, inventory/pool lives beside it), never lifecycle, ipmi or boot.
+// lograte and watchstream, and of its sub-packages only inventory/timeline,
+// which it composes (inventory/bmc builds on it, inventory/pool lives beside
+// it); never lifecycle, ipmi or boot.
 package inventory

@@ -1,4 +1,4 @@
-package inventory
+package timeline
 
 import (
 	"context"
@@ -28,22 +28,22 @@ func BenchmarkTimelineRecord(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer st.Close()
-			inv, err := New(Config{Store: st})
+			tl, err := New(Config{Store: st})
 			if err != nil {
 				b.Fatal(err)
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
-			go func() { done <- inv.Run(ctx) }()
+			go func() { done <- tl.Run(ctx) }()
 			defer func() { cancel(); <-done }()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				inv.Event(bc.mac(i), "dhcp", "discover", "DISCOVER from a PXE client, arch 7", map[string]string{"xid": "0x1234", "arch": "7"})
+				tl.Event(bc.mac(i), "dhcp", "discover", "DISCOVER from a PXE client, arch 7", map[string]string{"xid": "0x1234", "arch": "7"})
 				if i%4096 == 4095 {
-					inv.FlushTimeline(ctx)
+					tl.Flush(ctx)
 				}
 			}
-			inv.FlushTimeline(ctx)
+			tl.Flush(ctx)
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "entries/s")
 		})
 	}

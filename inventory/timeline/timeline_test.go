@@ -1,4 +1,4 @@
-package inventory
+package timeline
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 )
 
 func TestTimelineEntryCaps(t *testing.T) {
-	inv, err := New(Config{Store: mem.New(), TimelineDetailBytes: 32, TimelineAttrs: 3, TimelineAttrBytes: 16})
+	tl, err := New(Config{Store: mem.New(), DetailBytes: 32, Attrs: 3, AttrBytes: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestTimelineEntryCaps(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			attrs := tc.in.Attributes
 			before := fmt.Sprint(attrs)
-			inv.tl.clip(tc.in)
+			tl.clip(tc.in)
 			if diff := cmp.Diff(tc.want, tc.in, protocmp.Transform()); diff != "" {
 				t.Errorf("clipped entry (-want +got):\n%s", diff)
 			}
@@ -79,13 +79,13 @@ func TestTimelineEntryCaps(t *testing.T) {
 
 // flood records n entries for each MAC, flushing after each MAC so that
 // the least recently written order is the order of macs.
-func flood(t *testing.T, inv *Inventory, n int, macs ...string) {
+func flood(t *testing.T, tl *Timeline, n int, macs ...string) {
 	t.Helper()
 	for _, mac := range macs {
 		for k := range n {
-			inv.Event(mac, "dhcp", "discover", fmt.Sprint(k), nil)
+			tl.Event(mac, "dhcp", "discover", fmt.Sprint(k), nil)
 		}
-		if err := inv.FlushTimeline(context.Background()); err != nil {
+		if err := tl.Flush(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -94,13 +94,13 @@ func flood(t *testing.T, inv *Inventory, n int, macs ...string) {
 // stored counts entries in the store by MAC.
 func stored(t *testing.T, s store.Store) map[string]int {
 	t.Helper()
-	kvs, err := s.List(context.Background(), timelinePrefix)
+	kvs, err := s.List(context.Background(), Prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]int{}
 	for _, kv := range kvs {
-		mac, _, _ := strings.Cut(strings.TrimPrefix(kv.Key, timelinePrefix), "/")
+		mac, _, _ := strings.Cut(strings.TrimPrefix(kv.Key, Prefix), "/")
 		out[mac]++
 	}
 	return out
@@ -114,15 +114,15 @@ func mac(n int) string { return fmt.Sprintf("52:54:00:00:%02x:%02x", n>>8, n&0xf
 func TestTimelineTotalCap(t *testing.T) {
 	logs := &syncbuf.Buffer{}
 	st := mem.New()
-	inv := newInv(t, Config{Store: st, TimelineLimit: 20, TimelineMaxEntries: 50, Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	flood(t, inv, 10, mac(1), mac(2), mac(3), mac(4), mac(5), mac(6), mac(7), mac(8))
+	tl := newTL(t, Config{Store: st, Limit: 20, MaxEntries: 50, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	flood(t, tl, 10, mac(1), mac(2), mac(3), mac(4), mac(5), mac(6), mac(7), mac(8))
 	want := map[string]int{mac(4): 10, mac(5): 10, mac(6): 10, mac(7): 10, mac(8): 10}
 	if diff := cmp.Diff(want, stored(t, st)); diff != "" {
 		t.Errorf("entries by MAC (-want +got):\n%s", diff)
 	}
 	// mac(4) boots again: it is now the newest, so mac(5) goes; mac(9)'s
 	// five fit.
-	flood(t, inv, 5, mac(4), mac(9))
+	flood(t, tl, 5, mac(4), mac(9))
 	want = map[string]int{mac(4): 15, mac(6): 10, mac(7): 10, mac(8): 10, mac(9): 5}
 	if diff := cmp.Diff(want, stored(t, st)); diff != "" {
 		t.Errorf("entries by MAC after mac(4) booted again (-want +got):\n%s", diff)
@@ -136,12 +136,12 @@ func TestTimelineTotalCap(t *testing.T) {
 // keeps the store and the in-memory index within the total.
 func TestTimelineSpoofedMACFlood(t *testing.T) {
 	st := mem.New()
-	inv := newInv(t, Config{Store: st, TimelineLimit: 100, TimelineMaxEntries: 300})
-	flood(t, inv, 50, mac(0)) // a real machine, booted before the flood...
+	tl := newTL(t, Config{Store: st, Limit: 100, MaxEntries: 300})
+	flood(t, tl, 50, mac(0)) // a real machine, booted before the flood...
 	for n := 1; n <= 3000; n++ {
-		inv.Event(mac(n), "dhcp", "ignored", "spoofed", nil)
+		tl.Event(mac(n), "dhcp", "ignored", "spoofed", nil)
 	}
-	if err := inv.FlushTimeline(context.Background()); err != nil {
+	if err := tl.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	got := stored(t, st)
@@ -152,9 +152,9 @@ func TestTimelineSpoofedMACFlood(t *testing.T) {
 	if total > 300 {
 		t.Errorf("%d entries stored, limit 300", total)
 	}
-	inv.tl.mu.Lock()
-	macs, lru := len(inv.tl.macs), inv.tl.lru.Len()
-	inv.tl.mu.Unlock()
+	tl.mu.Lock()
+	macs, lru := len(tl.macs), tl.lru.Len()
+	tl.mu.Unlock()
 	if macs > 300 || macs != lru {
 		t.Errorf("index holds %d MACs (list %d), limit 300", macs, lru)
 	}
@@ -168,31 +168,31 @@ func TestTimelineSpoofedMACFlood(t *testing.T) {
 // what the next Run starts from; a lower total applies at once.
 func TestTimelineIndexSurvivesRestart(t *testing.T) {
 	st := mem.New()
-	run := func(cfg Config) (*Inventory, func()) {
+	run := func(cfg Config) (*Timeline, func()) {
 		cfg.Store = st
-		inv, err := New(cfg)
+		tl, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- inv.Run(ctx) }()
-		return inv, func() { cancel(); <-done }
+		go func() { done <- tl.Run(ctx) }()
+		return tl, func() { cancel(); <-done }
 	}
-	inv, stop := run(Config{TimelineLimit: 100})
-	flood(t, inv, 7, mac(1), mac(2), mac(3))
+	tl, stop := run(Config{Limit: 100})
+	flood(t, tl, 7, mac(1), mac(2), mac(3))
 	stop()
-	inv, stop = run(Config{TimelineLimit: 10, TimelineMaxEntries: 15})
+	tl, stop = run(Config{Limit: 10, MaxEntries: 15})
 	defer stop()
-	if err := inv.FlushTimeline(context.Background()); err != nil {
+	if err := tl.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(map[string]int{mac(2): 7, mac(3): 7}, stored(t, st)); diff != "" {
 		t.Errorf("entries after a restart with a lower total (-want +got):\n%s", diff)
 	}
-	inv.tl.mu.Lock()
-	total := inv.tl.total
-	inv.tl.mu.Unlock()
+	tl.mu.Lock()
+	total := tl.total
+	tl.mu.Unlock()
 	if total != 14 {
 		t.Errorf("index total %d, want 14", total)
 	}
@@ -208,26 +208,26 @@ func TestTimelineIndexBuiltFromEntries(t *testing.T) {
 		for k := range 5 {
 			at = at.Add(time.Second)
 			e := &inventoryv1.TimelineEntry{Mac: mac(m), At: timestampAt(at), Source: "dhcp", Event: "discover"}
-			key := fmt.Sprintf("%s%s/%020d-%010d", timelinePrefix, mac(m), at.UnixNano(), k)
+			key := fmt.Sprintf("%s%s/%020d-%010d", Prefix, mac(m), at.UnixNano(), k)
 			if _, err := record.Put(ctx, st, key, e, 0); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	inv := newInv(t, Config{Store: st, TimelineLimit: 10, TimelineMaxEntries: 12})
-	if err := inv.FlushTimeline(ctx); err != nil {
+	tl := newTL(t, Config{Store: st, Limit: 10, MaxEntries: 12})
+	if err := tl.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(map[string]int{mac(3): 5, mac(4): 5}, stored(t, st)); diff != "" {
 		t.Errorf("entries (-want +got):\n%s", diff)
 	}
-	idx, err := st.List(ctx, timelineIndexPrefix)
+	idx, err := st.List(ctx, indexPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var keys []string
 	for _, kv := range idx {
-		keys = append(keys, strings.TrimPrefix(kv.Key, timelineIndexPrefix))
+		keys = append(keys, strings.TrimPrefix(kv.Key, indexPrefix))
 	}
 	if diff := cmp.Diff([]string{mac(3), mac(4)}, keys); diff != "" {
 		t.Errorf("index records (-want +got):\n%s", diff)
@@ -238,18 +238,18 @@ func TestTimelineIndexBuiltFromEntries(t *testing.T) {
 // once per interval.
 func TestTimelineDropsLogged(t *testing.T) {
 	logs := &syncbuf.Buffer{}
-	inv, err := New(Config{Store: mem.New(), TimelineQueue: 4, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	tl, err := New(Config{Store: mem.New(), Queue: 4, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 1000 {
-		inv.Event(mac(1), "dhcp", "discover", "", nil)
+		tl.Event(mac(1), "dhcp", "discover", "", nil)
 	}
 	if n := strings.Count(logs.String(), "timeline queue full"); n != 1 {
 		t.Errorf("%d log lines for 996 drops, want 1:\n%s", n, logs)
 	}
-	if inv.tl.dropped.Load() != 996 {
-		t.Errorf("dropped %d, want 996", inv.tl.dropped.Load())
+	if tl.dropped.Load() != 996 {
+		t.Errorf("dropped %d, want 996", tl.dropped.Load())
 	}
 }
 
@@ -257,38 +257,38 @@ func TestTimelineDropsLogged(t *testing.T) {
 // at most timelineQueueBytes of entries; the rest are dropped, and what a
 // writer takes off the queue is free again.
 func TestTimelineQueueBytes(t *testing.T) {
-	inv, err := New(Config{Store: mem.New()})
+	tl, err := New(Config{Store: mem.New()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	attrs := map[string]string{}
-	for i := range DefaultTimelineAttrs {
-		attrs[fmt.Sprintf("attr%02d", i)] = strings.Repeat("v", DefaultTimelineAttrBytes)
+	for i := range DefaultAttrs {
+		attrs[fmt.Sprintf("attr%02d", i)] = strings.Repeat("v", DefaultAttrBytes)
 	}
-	detail := strings.Repeat("d", DefaultTimelineDetailBytes)
+	detail := strings.Repeat("d", DefaultDetailBytes)
 	const n = 20000 // fits TimelineQueue, not the bytes
 	for range n {
-		inv.Event(mac(1), "agent", "progress", detail, attrs)
+		tl.Event(mac(1), "agent", "progress", detail, attrs)
 	}
-	queued, dropped := inv.tl.queued.Load(), inv.tl.dropped.Load()
-	if queued > timelineQueueBytes || dropped == 0 || int(dropped)+len(inv.tl.queue) != n {
-		t.Fatalf("queued %d bytes (limit %d) in %d entries, dropped %d of %d", queued, timelineQueueBytes, len(inv.tl.queue), dropped, n)
+	queued, dropped := tl.queued.Load(), tl.dropped.Load()
+	if queued > timelineQueueBytes || dropped == 0 || int(dropped)+len(tl.queue) != n {
+		t.Fatalf("queued %d bytes (limit %d) in %d entries, dropped %d of %d", queued, timelineQueueBytes, len(tl.queue), dropped, n)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- inv.Run(ctx) }()
+	go func() { done <- tl.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	if err := inv.FlushTimeline(ctx); err != nil {
+	if err := tl.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if q := inv.tl.queued.Load(); q != 0 {
+	if q := tl.queued.Load(); q != 0 {
 		t.Errorf("%d bytes still counted as queued after the flush", q)
 	}
 }
 
 func timestampAt(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }
 
-// TestTimelineIndexTwoAppliances: two appliances (two Inventories on one
+// TestTimelineIndexTwoAppliances: two appliances (two Timelines on one
 // store) record events of one MAC at once; both write its index record,
 // and their concurrent writes are retried, not lost with a warning.
 func TestTimelineIndexTwoAppliances(t *testing.T) {
@@ -297,29 +297,29 @@ func TestTimelineIndexTwoAppliances(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var invs []*Inventory
+	var tls []*Timeline
 	for range 2 {
-		inv, err := New(Config{Store: st, Logger: log})
+		tl, err := New(Config{Store: st, Logger: log})
 		if err != nil {
 			t.Fatal(err)
 		}
-		go inv.Run(ctx)
-		invs = append(invs, inv)
+		go tl.Run(ctx)
+		tls = append(tls, tl)
 	}
 	var wg sync.WaitGroup
-	for _, inv := range invs {
+	for _, tl := range tls {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range 200 {
-				inv.Event(mac(1), "dhcp", "discover", strconv.Itoa(i), nil)
+				tl.Event(mac(1), "dhcp", "discover", strconv.Itoa(i), nil)
 				if i%20 == 0 {
-					if err := inv.FlushTimeline(ctx); err != nil {
+					if err := tl.Flush(ctx); err != nil {
 						t.Error(err)
 					}
 				}
 			}
-			if err := inv.FlushTimeline(ctx); err != nil {
+			if err := tl.Flush(ctx); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -328,7 +328,23 @@ func TestTimelineIndexTwoAppliances(t *testing.T) {
 	if strings.Contains(logs.String(), "timeline index write failed") {
 		t.Fatalf("index writes lost to the other appliance's:\n%s", logs)
 	}
-	if _, err := st.Get(ctx, timelineIndexPrefix+mac(1)); err != nil {
+	if _, err := st.Get(ctx, indexPrefix+mac(1)); err != nil {
 		t.Fatalf("index record: %v", err)
 	}
+}
+
+func newTL(t *testing.T, cfg Config) *Timeline {
+	t.Helper()
+	if cfg.Store == nil {
+		cfg.Store = mem.New()
+	}
+	tl, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tl.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return tl
 }
