@@ -30,6 +30,15 @@ func parseBMCProtocol(s string) (inventoryv1.BmcProtocol, error) {
 	return 0, usageErrorf("--bmc-protocol %q is not supported (valid: ipmi, redfish, auto)", s)
 }
 
+// providerProtocol names the protocol a BMC provider speaks: gofish is
+// Redfish, the others (native-ipmi, ipmitool) IPMI.
+func providerProtocol(provider string) string {
+	if provider == "gofish" {
+		return "Redfish"
+	}
+	return "IPMI"
+}
+
 // readPasswordFile reads a BMC password from path (one line; a trailing
 // newline is dropped) and returns a warning when others may read the file.
 func readPasswordFile(path string) (pw, warning string, err error) {
@@ -124,6 +133,9 @@ trusted and pinned (trust on first use). --bmc-insecure skips the check, and
 			if err != nil {
 				return err
 			}
+			if b := m.GetBmc(); b.GetProvider() != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "machine %s: BMC %s answered over %s (provider %s)\n", m.GetName(), b.GetAddress(), providerProtocol(b.GetProvider()), b.GetProvider())
+			}
 			return printRecords(cmd.OutOrStdout(), machineKind, []proto.Message{m}, false, output)
 		},
 	}
@@ -131,7 +143,7 @@ trusted and pinned (trust on first use). --bmc-insecure skips the check, and
 	f.StringVar(&bmc, "bmc", "", "BMC address: host, host:port or [v6]:port")
 	f.StringVar(&user, "bmc-user", "", "BMC user name")
 	f.StringVar(&pwFile, "bmc-password-file", "", "file holding the BMC password (one line; keep it mode 0600)")
-	f.StringVar(&protocol, "bmc-protocol", "auto", "ipmi, redfish or auto (IPMI first, then Redfish)")
+	f.StringVar(&protocol, "bmc-protocol", "auto", "ipmi, redfish or auto (IPMI on 623, then Redfish on 443; a port in --bmc is used for both)")
 	f.Uint32Var(&cipher, "bmc-cipher", 0, "IPMI cipher suite (0: try 17, then 3)")
 	f.StringVar(&mac, "mac", "", "the machine's boot MAC, when known (binds its boot timeline)")
 	f.DurationVar(&timeout, "bmc-timeout", 10*time.Second, "bound on the credential check")
