@@ -47,13 +47,13 @@ func readPasswordFile(path string) (pw, warning string, err error) {
 	}
 	fi, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", "", failf("--bmc-password-file %s: no such file", path)
+		return "", "", usageErrorf("--bmc-password-file %s: no such file", path)
 	}
 	if err != nil {
-		return "", "", failf("--bmc-password-file: %v", err)
+		return "", "", fileErrorf("--bmc-password-file", err)
 	}
 	if fi.IsDir() {
-		return "", "", failf("--bmc-password-file %s is a directory", path)
+		return "", "", usageErrorf("--bmc-password-file %s is a directory", path)
 	}
 	if fi.Mode().Perm()&0o004 != 0 {
 		warning = fmt.Sprintf("warning: BMC password file %s is world-readable (mode %04o); chmod 600 it", path, fi.Mode().Perm())
@@ -62,14 +62,14 @@ func readPasswordFile(path string) (pw, warning string, err error) {
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", warning, failf("--bmc-password-file: %v", err)
+		return "", warning, fileErrorf("--bmc-password-file", err)
 	}
 	pw = strings.TrimRight(string(b), "\r\n")
 	if pw == "" {
-		return "", warning, failf("--bmc-password-file %s is empty", path)
+		return "", warning, usageErrorf("--bmc-password-file %s is empty", path)
 	}
 	if strings.ContainsAny(pw, "\r\n") {
-		return "", warning, failf("--bmc-password-file %s holds more than one line", path)
+		return "", warning, usageErrorf("--bmc-password-file %s holds more than one line", path)
 	}
 	return pw, warning, nil
 }

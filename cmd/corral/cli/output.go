@@ -137,6 +137,11 @@ func printRecords(w io.Writer, k *kind, ms []proto.Message, list bool, f string)
 		_, err := io.WriteString(w, b.String())
 		return writeErr(err)
 	default:
+		if list && len(ms) == 0 {
+			// A header alone reads as a broken command.
+			_, err := fmt.Fprintf(w, "No %s.\n", k.plural())
+			return writeErr(err)
+		}
 		header, rows := k.table(ms, f)
 		return writeErr(writeTable(w, header, rows))
 	}
