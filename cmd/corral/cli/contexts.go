@@ -83,7 +83,7 @@ func (inv *invocation) getContextsCommand() *cobra.Command {
 				}
 				rows = append(rows, []string{cur, c.Name, c.Endpoint, ca, tok})
 			}
-			return writeErr(writeTable(cmd.OutOrStdout(), []string{"CURRENT", "NAME", "ENDPOINT", "CA", "TOKEN"}, rows))
+			return writeErr(writeList(cmd.OutOrStdout(), "contexts", []string{"CURRENT", "NAME", "ENDPOINT", "CA", "TOKEN"}, rows))
 		},
 	}
 }

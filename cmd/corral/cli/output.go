@@ -147,6 +147,16 @@ func printRecords(w io.Writer, k *kind, ms []proto.Message, list bool, f string)
 	}
 }
 
+// writeList is writeTable for a list of what ("tokens"): an empty list
+// says "No tokens." instead of a header alone.
+func writeList(w io.Writer, what string, header []string, rows [][]string) error {
+	if len(rows) == 0 {
+		_, err := fmt.Fprintf(w, "No %s.\n", what)
+		return err
+	}
+	return writeTable(w, header, rows)
+}
+
 // writeTable aligns header and rows into columns separated by three
 // spaces. Cells never contain tabs or newlines.
 func writeTable(w io.Writer, header []string, rows [][]string) error {
