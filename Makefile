@@ -83,6 +83,10 @@ ci: check-generate vet test ## What .ci/run runs after installing packages
 clean: ## Remove build outputs
 	rm -rf $(BIN) $(DIST)
 
+.PHONY: docs
+docs: ## Regenerate the CLI reference docs/cli/*.md from corral's and corrald's command trees (tests check it is current)
+	CORRAL_WRITE_DOCS=1 go test -count=1 -run '^TestCLIReference$$' ./cmd/corral/cli ./cmd/corrald
+
 .PHONY: images
 images: build ## Build (or take from the cache) the discovery and hypervisor images and register them in DATA_DIR's catalog (default ./data)
 	$(BIN)/corrald images build --data-dir $(or $(DATA_DIR),$(CURDIR)/data) --source $(CURDIR)

@@ -18,6 +18,10 @@ SERVER_CPU=${SERVER_CPU:-1}
 # runnable threads, and a many-thread one more. Default 0.
 CLIENT_CPU=${CLIENT_CPU:-0}
 OUT=${BENCH_DIR:-/var/tmp/corral-bench-$ID}
+# The benchmarks boot nothing real: corrald may serve its test stand-in
+# images (an environment variable, which binaries from before the
+# --allow-test-images flag ignore).
+export CORRAL_ALLOW_TEST_IMAGES=true
 REPO=${REPO:-$(cd "$(dirname "$0")/.." && pwd)}
 BIN=$OUT/bin
 PIDS=""

@@ -130,10 +130,62 @@ func explainProtoError(obj map[string]any, mt protoreflect.MessageType, err erro
 			continue
 		}
 		if ferr := protojson.Unmarshal(b, mt.New().Interface()); ferr != nil {
+			fd := mt.Descriptor().Fields().ByName(protoreflect.Name(key))
+			if fd == nil {
+				fd = mt.Descriptor().Fields().ByJSONName(key)
+			}
+			if fd != nil {
+				if want, got := fieldType(fd), valueType(obj[key]); want != got.kind {
+					return fmt.Sprintf("field %q: want %s, got %s", key, want, got.text)
+				}
+			}
 			return fmt.Sprintf("field %q: %s", key, protoErrorPrefix.ReplaceAllString(ferr.Error(), ""))
 		}
 	}
 	return protoErrorPrefix.ReplaceAllString(err.Error(), "")
+}
+
+// fieldType names what a field takes in a file: "a string", "a list of
+// strings", "a mapping", "an integer", ...
+func fieldType(fd protoreflect.FieldDescriptor) string {
+	switch {
+	case fd.IsMap():
+		return "a mapping"
+	case fd.IsList():
+		return "a list"
+	}
+	switch fd.Kind() {
+	case protoreflect.StringKind, protoreflect.BytesKind, protoreflect.EnumKind:
+		return "a string"
+	case protoreflect.BoolKind:
+		return "true or false"
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		if wellKnown(fd.Message()) {
+			return "a string"
+		}
+		return "a mapping"
+	}
+	return "a number"
+}
+
+// written is a value as the file wrote it: its kind (as fieldType names
+// kinds) and a description quoting it.
+type written struct{ kind, text string }
+
+func valueType(v any) written {
+	switch v := v.(type) {
+	case []any:
+		return written{"a list", "a list"}
+	case map[string]any:
+		return written{"a mapping", "a mapping"}
+	case string:
+		return written{"a string", fmt.Sprintf("the string %q", v)}
+	case bool:
+		return written{"true or false", fmt.Sprintf("%t", v)}
+	case nil:
+		return written{"null", "null"}
+	}
+	return written{"a number", fmt.Sprintf("the number %v", v)}
 }
 
 func sortedKeys[V any](m map[string]V) []string {

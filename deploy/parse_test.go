@@ -67,7 +67,7 @@ func TestParseErrors(t *testing.T) {
 		},
 		"wrong arg type": {
 			file: "a:\n  type: Image\n  action: UntagImage\n  args:\n    name: i\n    tag: 18.04\n",
-			want: []string{`task "a" (line 1): args of Image.UntagImage: field "tag": invalid value for string field tag: 18.04`},
+			want: []string{`task "a" (line 1): args of Image.UntagImage: field "tag": want a string, got the number 18.04`},
 		},
 		"args not a map": {
 			file: "a:\n  type: Node\n  action: GetNode\n  args: [n1]\n",

@@ -208,7 +208,7 @@ func TestDocument(t *testing.T) {
 		},
 		"no sizes without it, as in do": {
 			doc:     `{"kind": "bs", "name": "d", "limit_bytes": "2KiB"}`,
-			wantErr: `block_storage (CreateBlockStorageRequest): field "limit_bytes": invalid value for uint64 field limitBytes: "2KiB"`,
+			wantErr: `block_storage (CreateBlockStorageRequest): field "limit_bytes": want a number, got the string "2KiB"`,
 		},
 		"bad size": {
 			doc:     `{"kind": "bs", "name": "d", "limit_bytes": "2XB"}`,

@@ -83,6 +83,11 @@ type Config struct {
 	HypervisorInitrd string
 }
 
+// UsesTestImages reports whether Open would install a built-in test
+// stand-in as the discover profile's kernel or initramfs: Kernel or
+// Initrd is empty (after WithBuiltDiscover, nothing was built either).
+func (c Config) UsesTestImages() bool { return c.Kernel == "" || c.Initrd == "" }
+
 // Catalog is the read-only artifact set. It is immutable after Open and
 // safe for concurrent use.
 type Catalog struct {

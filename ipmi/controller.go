@@ -145,10 +145,7 @@ func (c *Controller) open(ctx context.Context, t Target) (*session, error) {
 			if c.cfg.IpmitoolPath == "" {
 				continue
 			}
-			port := t.Port
-			if port == 0 {
-				port = DefaultIPMIPort
-			}
+			port := t.PortFor(ProtocolIPMI)
 			opts := []ipmitool.Option{ipmitool.WithPort(strconv.Itoa(port)), ipmitool.WithIpmitoolPath(c.cfg.IpmitoolPath)}
 			if t.CipherSuite != 0 {
 				opts = append(opts, ipmitool.WithCipherSuite(strconv.Itoa(t.CipherSuite)))
@@ -164,10 +161,7 @@ func (c *Controller) open(ctx context.Context, t Target) (*session, error) {
 				skipped = append(skipped, Attempt{Provider: name, Err: "not tried: " + (&CertificateError{}).Error()})
 				continue
 			}
-			port := t.Port
-			if port == 0 {
-				port = DefaultRedfishPort
-			}
+			port := t.PortFor(ProtocolRedfish)
 			// Our own HTTP client, not bmclib's (which skips verification
 			// altogether): gofish uses a given client as it is.
 			certs = newCertCheck(t)
@@ -351,6 +345,7 @@ func (c *Controller) call(ctx context.Context, t Target, op string, f func(ctx c
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
+	t = c.narrowAuto(ctx, t)
 	s, err := c.open(ctx, t)
 	if err != nil {
 		var a Answer

@@ -42,11 +42,7 @@ func newNativeProvider(t Target) *nativeProvider {
 	if t.CipherSuite != 0 {
 		ciphers = []types.CipherSuiteID{types.CipherSuiteID(t.CipherSuite)}
 	}
-	port := t.Port
-	if port == 0 {
-		port = DefaultIPMIPort
-	}
-	return &nativeProvider{host: t.Host, port: port, user: t.Username, pass: t.Password, ciphers: ciphers, exchange: time.Second}
+	return &nativeProvider{host: t.Host, port: t.PortFor(ProtocolIPMI), user: t.Username, pass: t.Password, ciphers: ciphers, exchange: time.Second}
 }
 
 func (p *nativeProvider) Name() string { return NativeProviderName }

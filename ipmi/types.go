@@ -147,7 +147,8 @@ type BootOptions struct {
 type Protocol int
 
 const (
-	// ProtocolAuto tries IPMI providers first, then Redfish.
+	// ProtocolAuto tries IPMI providers first, then Redfish, each on
+	// its own port (Target.PortFor).
 	ProtocolAuto Protocol = iota
 	ProtocolIPMI
 	ProtocolRedfish
@@ -182,7 +183,8 @@ const (
 	DefaultRedfishPort = 443
 )
 
-// DefaultPort is the port a protocol uses when none is given (auto: IPMI's).
+// DefaultPort is the port a protocol uses when none is given (auto: IPMI's;
+// Target.PortFor gives the port each protocol is tried on under auto).
 func (p Protocol) DefaultPort() int {
 	if p == ProtocolRedfish {
 		return DefaultRedfishPort
@@ -219,7 +221,32 @@ func (t Target) Addr() string {
 	return net.JoinHostPort(t.Host, strconv.Itoa(p))
 }
 
-func (t Target) String() string { return t.Protocol.String() + "://" + t.Addr() }
+// PortFor is the port the providers of protocol p (ProtocolIPMI or
+// ProtocolRedfish) dial for t. A given port is used as it is, except that
+// under ProtocolAuto the IPMI port 623 (what callers fill in for "none
+// given") sends Redfish to 443: IPMI is RMCP+ on UDP 623 and Redfish is
+// HTTPS, so one port never serves both, and a Redfish-only BMC must be
+// found where it listens.
+func (t Target) PortFor(p Protocol) int {
+	switch {
+	case t.Port == 0:
+		return p.DefaultPort()
+	case p == ProtocolRedfish && t.Protocol == ProtocolAuto && t.Port == DefaultIPMIPort:
+		return DefaultRedfishPort
+	}
+	return t.Port
+}
+
+// String names the protocol and address; under auto with the default
+// ports, both ports tried.
+func (t Target) String() string {
+	if t.Protocol == ProtocolAuto {
+		if ip, rf := t.PortFor(ProtocolIPMI), t.PortFor(ProtocolRedfish); ip != rf {
+			return fmt.Sprintf("auto://%s (ipmi :%d, redfish :%d)", t.Host, ip, rf)
+		}
+	}
+	return t.Protocol.String() + "://" + t.Addr()
+}
 
 // Validate checks the target without contacting it.
 func (t Target) Validate() error {

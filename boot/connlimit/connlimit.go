@@ -2,7 +2,7 @@
 // connections in total and from one source address, and how long a write
 // to one client may make no progress. boot/http wraps its listener with it
 // (the boot LAN is hostile: docs/security.md), and so does the
-// appliance's gRPC API listener (internal/server).
+// appliance's gRPC API listener (appliance).
 //
 // A connection over a cap is accepted and closed at once (after an
 // optional refusal message), never queued: accepting is how the source

@@ -69,7 +69,7 @@ type TokenIssuer interface {
 }
 
 // Leases says which MAC holds an address: corrald's DHCP leases in full
-// mode (internal/server reads them from the store).
+// mode (appliance reads them from the store).
 type Leases interface {
 	// LeaseHolder returns the MAC (lower-case colon form) holding a live
 	// lease on addr; ok is false when no client does.

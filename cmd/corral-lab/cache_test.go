@@ -10,7 +10,7 @@ import (
 // images build` does by default (cmd/corrald's TestImagesBuildCacheDefault),
 // so one machine builds each image once.
 func TestImageCacheDefault(t *testing.T) {
-	f := upCmd().Flags().Lookup("image-cache")
+	f := upCmd(new(string)).Flags().Lookup("image-cache")
 	if f == nil {
 		t.Fatal("up has no --image-cache")
 	}

@@ -46,16 +46,17 @@ CORRAL_LAB_DIR).`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetArgs(args)
-	root.PersistentFlags().String("dir", lab.DefaultDir, "lab directory: state file, binaries, run files (env CORRAL_DIR, or CORRAL_LAB_DIR)")
+	var dir string
+	root.PersistentFlags().StringVar(&dir, "dir", lab.DefaultDir, "lab directory: state file, binaries, run files (env CORRAL_DIR, or CORRAL_LAB_DIR)")
 	// Every flag reads CORRAL_<FLAG>; CORRAL_LAB_DIR predates that rule.
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		return flagconf.Apply(cmd.Flags(), flagconf.Options{Aliases: map[string][]string{"dir": {"CORRAL_LAB_DIR"}}})
 	}
-	root.AddCommand(upCmd(), downCmd(), statusCmd(), reportCmd(), benchCmd())
+	root.AddCommand(upCmd(&dir), downCmd(&dir), statusCmd(&dir), reportCmd(&dir), benchCmd(&dir))
 	return root.ExecuteContext(ctx)
 }
 
-func upCmd() *cobra.Command {
+func upCmd(dir *string) *cobra.Command {
 	var c lab.Config
 	var uefi, powerOn bool
 	var firmware, until string
@@ -80,7 +81,7 @@ appliance serves HTTP boot and the whole API (lab.conf is lab-a1's,
 lab-a2.conf lab-a2's, ...).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c.Dir, _ = cmd.Flags().GetString("dir")
+			c.Dir = *dir
 			switch {
 			case firmware != "":
 				c.Firmware = strings.Split(firmware, ",")
@@ -115,27 +116,25 @@ lab-a2.conf lab-a2's, ...).`,
 	return cmd
 }
 
-func downCmd() *cobra.Command {
+func downCmd(dir *string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "down",
 		Short: "Stop the lab's processes and delete its namespace, bridge, taps and veth (images and files stay)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir, _ := cmd.Flags().GetString("dir")
-			return lab.Down(cmd.Context(), dir, cmd.OutOrStdout())
+			return lab.Down(cmd.Context(), *dir, cmd.OutOrStdout())
 		},
 	}
 }
 
-func statusCmd() *cobra.Command {
+func statusCmd(dir *string) *cobra.Command {
 	var events int
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show each machine's state, power, node readiness and its last timeline entries (and a fleet's appliances and etcd members)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir, _ := cmd.Flags().GetString("dir")
-			s, rows, err := lab.Status(cmd.Context(), dir, events)
+			s, rows, err := lab.Status(cmd.Context(), *dir, events)
 			if s != nil && s.Fleet() {
 				// The processes show even when no appliance answers.
 				if ferr := lab.PrintFleet(cmd.OutOrStdout(), lab.Fleet(cmd.Context(), s)); ferr != nil {
@@ -153,7 +152,7 @@ func statusCmd() *cobra.Command {
 	return cmd
 }
 
-func reportCmd() *cobra.Command {
+func reportCmd(dir *string) *cobra.Command {
 	var baseline string
 	cmd := &cobra.Command{
 		Use:   "report",
@@ -164,8 +163,7 @@ beside the last recorded ones (--baseline, default bench/lab-baseline.json
 in the source tree) as before → now.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir, _ := cmd.Flags().GetString("dir")
-			ms, err := lab.Measure(cmd.Context(), dir)
+			ms, err := lab.Measure(cmd.Context(), *dir)
 			if err != nil {
 				return err
 			}
@@ -202,7 +200,7 @@ in the source tree) as before → now.`,
 	return cmd
 }
 
-func benchCmd() *cobra.Command {
+func benchCmd(dir *string) *cobra.Command {
 	var c lab.BenchConfig
 	var firmware string
 	cmd := &cobra.Command{
@@ -217,7 +215,7 @@ round. It asserts nothing; --record writes the medians as a new baseline.
 The image cache is reused, so rounds measure cached images.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c.Up.Dir, _ = cmd.Flags().GetString("dir")
+			c.Up.Dir = *dir
 			c.Up.Firmware = strings.Split(firmware, ",")
 			c.Up.Log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 			c.Out = cmd.OutOrStdout()

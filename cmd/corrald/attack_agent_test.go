@@ -60,7 +60,7 @@ func startCredCorrald(t *testing.T, extra ...string) *credCorrald {
 	c := &credCorrald{t: t, api: freePort(t), http: freePort(t), logs: &syncbuf.Buffer{}}
 	dataDir := t.TempDir()
 	args := append([]string{"serve", "--data-dir", dataDir, "--api-listen", c.api, "--boot-interface", "lo", "--dhcp-mode", "off",
-		"--no-ra", "--tftp-listen", "off", "--http-listen", c.http}, extra...)
+		"--no-ra", "--tftp-listen", "off", "--http-listen", c.http, "--allow-test-images"}, extra...)
 	cmd := exec.Command(filepath.Join(binDir, "corrald"), args...)
 	cmd.Stdout, cmd.Stderr = c.logs, c.logs
 	if err := cmd.Start(); err != nil {
@@ -464,7 +464,7 @@ func TestAttackAgentScriptFromWrongAddress(t *testing.T) {
 	logs := &syncbuf.Buffer{}
 	cmd := exec.Command("ip", "netns", "exec", srvNS, filepath.Join(binDir, "corrald"), "serve", "--data-dir", data,
 		"--api-listen", ":20180", "--boot-interface", br, "--dhcp-mode", "full", "--dhcp-range", "10.78.1.100-10.78.1.150",
-		"--tftp-listen", "off", "--no-ra", "--http-listen", "10.78.1.1:8080")
+		"--tftp-listen", "off", "--no-ra", "--http-listen", "10.78.1.1:8080", "--allow-test-images")
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -70,7 +70,7 @@ func startLimitedCorrald(t *testing.T) *limitedCorrald {
 		t.Fatal(err)
 	}
 	args := append([]string{"serve", "--data-dir", c.dataDir, "--api-listen", c.api, "--boot-interface", "lo", "--dhcp-mode", "off", "--no-ra",
-		"--http-listen", c.http, "--tftp-listen", c.tftp, "--boot-initrd", initrd}, attackLimitFlags...)
+		"--http-listen", c.http, "--tftp-listen", c.tftp, "--boot-initrd", initrd, "--allow-test-images"}, attackLimitFlags...)
 	cmd := exec.Command(filepath.Join(binDir, "corrald"), args...)
 	cmd.Stdout, cmd.Stderr = c.logs, c.logs
 	if err := cmd.Start(); err != nil {

@@ -428,7 +428,7 @@ annotations:
 		t.Fatalf("delete node with reservations: %v\n%s", err, out)
 	}
 	out, err = corral("get", "vm")
-	if err != nil || !strings.Contains(out, "NAME") {
+	if err != nil || out != "No virtual machines.\n" {
 		t.Fatalf("get vm on an empty appliance: %v\n%s", err, out)
 	}
 }

@@ -15,7 +15,10 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func newImagesCmd() *cobra.Command {
+func newImagesCmd(g *globals) *cobra.Command {
+	var src, cache string
+	var ipxeDirs []string
+	var noHyp bool
 	img := &cobra.Command{Use: "images", Short: "Build and register boot images (offline, against the data dir)"}
 	build := &cobra.Command{
 		Use:   "build",
@@ -30,15 +33,11 @@ machines into discovery and accepted ones into the hypervisor. A build with
 unchanged inputs is taken from the cache.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(cmd)
+			log, err := g.logger(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
-			dataDir, _ := cmd.Flags().GetString("data-dir")
-			src, _ := cmd.Flags().GetString("source")
-			cache, _ := cmd.Flags().GetString("image-cache")
-			ipxeDirs, _ := cmd.Flags().GetStringSlice("ipxe-dir")
-			noHyp, _ := cmd.Flags().GetBool("no-hypervisor")
+			dataDir := g.dataDir
 			if src == "" {
 				if src, err = sourcetree.FindFromWorkingDir(); err != nil {
 					return fmt.Errorf("%w: pass --source", err)
@@ -95,11 +94,11 @@ unchanged inputs is taken from the cache.`,
 			return nil
 		},
 	}
-	build.Flags().String("source", "", "Corral source tree (module root) to build corral-node from (default: the module containing the working directory)")
-	build.Flags().String("image-cache", imagecache.Default(), "build cache directory, shared with corral-lab (machine-wide, or under $XDG_CACHE_HOME when that is not writable) (env CORRAL_IMAGE_CACHE)")
-	build.Flags().StringSlice("ipxe-dir", nil, "directories holding the iPXE binaries (default Debian's)")
-	build.Flags().Bool("no-hypervisor", false, "build and register only the discovery image")
-	img.AddCommand(build, newImagesExportCmd(), newImagesImportCmd())
+	build.Flags().StringVar(&src, "source", "", "Corral source tree (module root) to build corral-node from (default: the module containing the working directory)")
+	build.Flags().StringVar(&cache, "image-cache", imagecache.Default(), "build cache directory, shared with corral-lab (machine-wide, or under $XDG_CACHE_HOME when that is not writable) (env CORRAL_IMAGE_CACHE)")
+	build.Flags().StringSliceVar(&ipxeDirs, "ipxe-dir", nil, "directories holding the iPXE binaries (default Debian's)")
+	build.Flags().BoolVar(&noHyp, "no-hypervisor", false, "build and register only the discovery image")
+	img.AddCommand(build, newImagesExportCmd(g), newImagesImportCmd(g))
 	return img
 }
 

@@ -17,7 +17,9 @@ import (
 
 // newImagesExportCmd is `corrald images export`: the registered images as
 // one archive (make release ships it in the .deb).
-func newImagesExportCmd() *cobra.Command {
+func newImagesExportCmd(g *globals) *cobra.Command {
+	var out string
+	var ipxeDirs []string
 	c := &cobra.Command{
 		Use:   "export -o FILE",
 		Short: "Write the registered discovery and hypervisor images and the iPXE binaries to an images archive",
@@ -28,9 +30,7 @@ hypervisor-initrd.img (when registered), the iPXE binaries, MANIFEST.json
 them. corrald images import FILE registers them on another appliance.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dataDir, _ := cmd.Flags().GetString("data-dir")
-			out, _ := cmd.Flags().GetString("output")
-			ipxeDirs, _ := cmd.Flags().GetStringSlice("ipxe-dir")
+			dataDir := g.dataDir
 			if out == "" {
 				return fmt.Errorf("--output (-o) is required: the archive file to write")
 			}
@@ -62,13 +62,14 @@ them. corrald images import FILE registers them on another appliance.`,
 			return nil
 		},
 	}
-	c.Flags().StringP("output", "o", "", "archive file to write")
-	c.Flags().StringSlice("ipxe-dir", nil, "directories holding the iPXE binaries to ship (default: those the catalog imported, then Debian's)")
+	c.Flags().StringVarP(&out, "output", "o", "", "archive file to write")
+	c.Flags().StringSliceVar(&ipxeDirs, "ipxe-dir", nil, "directories holding the iPXE binaries to ship (default: those the catalog imported, then Debian's)")
 	return c
 }
 
 // newImagesImportCmd is `corrald images import FILE`.
-func newImagesImportCmd() *cobra.Command {
+func newImagesImportCmd(g *globals) *cobra.Command {
+	var want string
 	c := &cobra.Command{
 		Use:   "import FILE",
 		Short: "Register the prebuilt images of an images archive (no Go, no Debian mirror needed)",
@@ -83,9 +84,8 @@ published (dist/SHA256SUMS). Restart corrald serve afterwards to boot from
 the new images.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dataDir, _ := cmd.Flags().GetString("data-dir")
-			want, _ := cmd.Flags().GetString("sha256")
-			want = strings.ToLower(strings.TrimSpace(want))
+			dataDir := g.dataDir
+			want := strings.ToLower(strings.TrimSpace(want))
 			if want != "" {
 				if err := images.CheckSHA256(want); err != nil {
 					return fmt.Errorf("--sha256: %w", err)
@@ -151,7 +151,7 @@ the new images.`,
 			return nil
 		},
 	}
-	c.Flags().String("sha256", "", "the archive's own SHA-256 (from the release's SHA256SUMS): refuse the archive unless it matches")
+	c.Flags().StringVar(&want, "sha256", "", "the archive's own SHA-256 (from the release's SHA256SUMS): refuse the archive unless it matches")
 	return c
 }
 

@@ -10,7 +10,7 @@ import (
 // machine-wide image cache corral-lab uses too (cmd/corral-lab's
 // TestImageCacheDefault checks the other side), not per data directory.
 func TestImagesBuildCacheDefault(t *testing.T) {
-	img := newImagesCmd()
+	img := newImagesCmd(&globals{})
 	build, _, err := img.Find([]string{"build"})
 	if err != nil {
 		t.Fatal(err)

@@ -56,7 +56,7 @@ func TestE2EMetricsPrometheus(t *testing.T) {
 	logs := &syncbuf.Buffer{}
 	cmd := exec.Command("ip", "netns", "exec", ns, filepath.Join(binDir, "corrald"), "serve", "--data-dir", dataDir,
 		"--api-listen", "127.0.0.1:20180", "--boot-interface", "lo", "--dhcp-mode", "proxy", "--no-ra",
-		"--http-listen", "127.0.0.1:8080", "--tftp-listen", "127.0.0.1:69", "--metrics-listen", "127.0.0.1:9180")
+		"--http-listen", "127.0.0.1:8080", "--tftp-listen", "127.0.0.1:69", "--metrics-listen", "127.0.0.1:9180", "--allow-test-images")
 	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+notify.path, "WATCHDOG_USEC=1000000")
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {

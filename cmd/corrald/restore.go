@@ -18,7 +18,9 @@ func init() { appliance.Version = version }
 
 // newRestoreCmd is `corrald restore FILE`: a backup made by `corral
 // backup` becomes a new data directory.
-func newRestoreCmd() *cobra.Command {
+func newRestoreCmd(g *globals) *cobra.Command {
+	var passFile string
+	var sc appliance.StoreConfig
 	cmd := &cobra.Command{
 		Use:   "restore FILE --data-dir D --passphrase-file P",
 		Short: "Restore a backup (corral backup) into a new data directory (offline)",
@@ -48,8 +50,7 @@ fleet needs. A failure removes the records it wrote.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dataDir, _ := cmd.Flags().GetString("data-dir")
-			passFile, _ := cmd.Flags().GetString("passphrase-file")
+			dataDir := g.dataDir
 			if passFile == "" {
 				return apierr.Invalidf("restore needs --passphrase-file P (its first line is the passphrase)")
 			}
@@ -59,11 +60,10 @@ fleet needs. A failure removes the records it wrote.`,
 			}
 			pass, _, _ := bytes.Cut(b, []byte("\n"))
 			pass = bytes.TrimSuffix(pass, []byte("\r"))
-			log, err := newLogger(cmd)
+			log, err := g.logger(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
-			sc := storeAccessConfig(cmd)
 			if sc.Kind != appliance.StoreBolt && sc.Kind != appliance.StoreEtcd {
 				return apierr.Invalidf("--store %q: use %s or %s", sc.Kind, appliance.StoreBolt, appliance.StoreEtcd)
 			}
@@ -93,7 +93,7 @@ fleet needs. A failure removes the records it wrote.`,
 			return nil
 		},
 	}
-	cmd.Flags().String("passphrase-file", "", "file whose first line is the backup's passphrase (env CORRAL_PASSPHRASE_FILE)")
-	addStoreAccessFlags(cmd)
+	cmd.Flags().StringVar(&passFile, "passphrase-file", "", "file whose first line is the backup's passphrase (env CORRAL_PASSPHRASE_FILE)")
+	addStoreAccessFlags(cmd.Flags(), &sc)
 	return cmd
 }

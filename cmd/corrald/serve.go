@@ -23,7 +23,30 @@ func runServer(ctx context.Context, c appliance.Config) error {
 	return srv.Run(ctx)
 }
 
-func newServeCmd(serve serveFunc) *cobra.Command {
+// serveFlags are the settings of `corrald serve`, bound to its flags: the
+// appliance configuration and what serve derives parts of it from.
+type serveFlags struct {
+	cfg                   appliance.Config
+	config                string // --config, read by flagconf
+	autoAcceptSerials     []string
+	autoAcceptSerialsFile string
+	allowTestImages       bool
+}
+
+// Help groups of `corrald serve`, in the order shown.
+const (
+	groupGeneral       = "General flags"
+	groupAPI           = "API, web page and certificate flags"
+	groupBoot          = "Network boot flags"
+	groupDHCP          = "DHCP flags"
+	groupMachines      = "Machine lifecycle, agent and BMC flags"
+	groupFleet         = "Store and fleet flags"
+	groupLimits        = "Limit flags (0 means the default)"
+	groupObservability = "Observability flags"
+)
+
+func newServeCmd(g *globals, serve serveFunc) *cobra.Command {
+	sf := &serveFlags{}
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the Corral API (creates CA, certificate and admin.conf on first start)",
@@ -42,94 +65,82 @@ whose keys are the flag names and whose list flags take YAML lists:
 
 The command line wins over the environment, the environment over the file,
 the file over the defaults. A key that is no flag, or a value the flag cannot
-take, stops corrald with an error naming the key and the file. --config
-itself has no environment variable: CORRAL_CONFIG names the corral CLI's
-client file.`,
+take, stops corrald with an error naming the key and the file; so does a
+setting with a fixed set of values (dhcp-mode, store, log-level, ...) given
+one outside it, before anything is opened or written. --config itself has no
+environment variable: CORRAL_CONFIG names the corral CLI's client file.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := serveConfig(cmd)
+			c, err := sf.serveConfig(g, cmd)
 			if err != nil {
 				return err
 			}
 			return serve(cmd.Context(), c)
 		},
 	}
-	cmd.Flags().String("config", "", "YAML configuration file whose keys are these flags' names, e.g. /etc/corral/corrald.yaml (command line only)")
-	cmd.Flags().String("api-listen", ":20180", "gRPC API listen address (env CORRAL_API_LISTEN)")
-	cmd.Flags().StringSlice("api-san", nil, "extra host name or address for the server certificate, repeatable (env CORRAL_API_SAN, comma-separated)")
-	addBootFlags(cmd)
-	addBMCFlags(cmd)
-	addLifecycleFlags(cmd)
-	addAgentFlags(cmd)
-	addLimitFlags(cmd)
-	addPKIFlags(cmd)
-	addStoreFlags(cmd)
-	addWebFlags(cmd)
-	addMetricsFlags(cmd)
-	addAuditFlags(cmd)
+	var groups flagGroups
+	gen := groups.set(groupGeneral)
+	gen.StringVar(&sf.config, "config", "", "YAML configuration file whose keys are these flags' names, e.g. /etc/corral/corrald.yaml (command line only)")
+	api := groups.set(groupAPI)
+	api.StringVar(&sf.cfg.APIListen, "api-listen", ":20180", "gRPC API listen address (env CORRAL_API_LISTEN)")
+	api.StringSliceVar(&sf.cfg.APISANs, "api-san", nil, "extra host name or address for the server certificate, repeatable (env CORRAL_API_SAN, comma-separated)")
+	addBootFlags(&groups, sf)
+	addLifecycleFlags(&groups, &sf.cfg.Lifecycle)
+	addAgentFlags(&groups, sf)
+	addBMCFlags(groups.set(groupMachines), &sf.cfg.BMC)
+	addWebFlags(api, &sf.cfg.Web)
+	addPKIFlags(api, &sf.cfg.PKI)
+	addStoreFlags(groups.set(groupFleet), &sf.cfg)
+	addLimitFlags(groups.set(groupLimits), &sf.cfg.Limits)
+	addMetricsFlags(groups.set(groupObservability), &sf.cfg.Metrics)
+	addAuditFlags(groups.set(groupObservability), &sf.cfg.Audit)
+	groups.install(cmd)
 	return cmd
 }
 
-// serveConfig reads the flags of `corrald serve` (already filled from the
-// environment and --config by flagconf) into the appliance configuration.
-func serveConfig(cmd *cobra.Command) (appliance.Config, error) {
-	log, err := newLogger(cmd)
+// serveConfig checks the settings of `corrald serve` (already filled from
+// the environment and --config by flagconf) and completes the appliance
+// configuration. It opens and writes nothing: a bad setting stops corrald
+// before the store or the data directory is touched.
+func (sf *serveFlags) serveConfig(g *globals, cmd *cobra.Command) (appliance.Config, error) {
+	log, err := g.logger(cmd.ErrOrStderr())
 	if err != nil {
 		return appliance.Config{}, err
 	}
-	c := appliance.Config{Logger: log}
-	c.DataDir, _ = cmd.Flags().GetString("data-dir")
-	c.APIListen, _ = cmd.Flags().GetString("api-listen")
-	c.APISANs, _ = cmd.Flags().GetStringSlice("api-san")
-	if c.Boot, err = bootConfig(cmd); err != nil {
+	if err := sf.checkEnums(); err != nil {
+		return appliance.Config{}, err
+	}
+	c := sf.cfg
+	c.Logger = log
+	c.DataDir = g.dataDir
+	if err := checkBootConfig(c.Boot); err != nil {
 		return c, err
 	}
-	if c.BMC, err = bmcConfig(cmd); err != nil {
+	if err := checkBMCConfig(c.BMC); err != nil {
 		return c, err
 	}
-	c.Lifecycle = lifecycleConfig(cmd)
-	if err := agentConfig(cmd, &c); err != nil {
+	if err := sf.agentConfig(&c); err != nil {
 		return c, err
 	}
-	c.Limits = limitsConfig(cmd)
-	c.PKI = pkiConfig(cmd)
-	storeConfig(cmd, &c)
-	c.Web = webConfig(cmd)
-	c.Metrics = metricsConfig(cmd)
-	c.Audit = auditConfig(cmd)
+	c.Metrics.ListenIsDefault = !cmd.Flags().Changed("metrics-listen")
+	if err := sf.checkTestImages(c); err != nil {
+		return c, err
+	}
 	return c, nil
 }
 
 // addLifecycleFlags registers the machine lifecycle and timer flags.
-func addLifecycleFlags(cmd *cobra.Command) {
-	f := cmd.Flags()
-	f.Duration("reconcile-interval", lifecycle.DefaultReconcileInterval, "machine lifecycle reconciler period: install plan delivery, DEPLOYED, timeouts, watchdog (env CORRAL_RECONCILE_INTERVAL)")
-	f.Duration("install-timeout", lifecycle.DefaultInstallTimeout, "an INSTALLING machine without progress for this long is FAILED (env CORRAL_INSTALL_TIMEOUT)")
-	f.Duration("boot-watchdog", lifecycle.DefaultBootWatchdog, "a machine the appliance powered on that has not booted (agent registered or node READY) within this is power-cycled; negative disables (env CORRAL_BOOT_WATCHDOG)")
-	f.Int("boot-watchdog-cycles", lifecycle.DefaultBootWatchdogCycles, "power cycles the boot watchdog makes before the machine is FAILED (env CORRAL_BOOT_WATCHDOG_CYCLES)")
-	f.Duration("kexec-timeout", lifecycle.DefaultKexecTimeout, "after an install, the discovery agent boots the hypervisor image with kexec (no firmware reboot) when it can; its node not READY within this, the machine is rebooted through the BMC or the Reboot command; negative disables kexec (env CORRAL_KEXEC_TIMEOUT)")
-	f.Bool("auto-accept", false, "accept machines that become INVENTORIED and match every --auto-accept-selector, disk auto (env CORRAL_AUTO_ACCEPT)")
-	f.StringArray("auto-accept-selector", nil, `fact selector an auto-accepted machine must match, e.g. "disk.count>=2", repeatable (env CORRAL_AUTO_ACCEPT_SELECTOR, comma-separated)`)
-	f.String("api-advertise", "", "API endpoint host:port install plans give nodes, and iPXE scripts give agents when --api-listen is loopback (default: the address the discovery agent dialled) (env CORRAL_API_ADVERTISE)")
-	f.Duration("node-heartbeat-timeout", pool.DefaultHeartbeatTimeout, "a node silent for this long is NOT_READY (env CORRAL_NODE_HEARTBEAT_TIMEOUT)")
-	f.Duration("node-sweep-interval", pool.DefaultSweepInterval, "how often node heartbeats are checked (env CORRAL_NODE_SWEEP_INTERVAL)")
-	f.Duration("hypervisor-reconcile-interval", 30*time.Second, "VM and volume reconciler period (env CORRAL_HYPERVISOR_RECONCILE_INTERVAL)")
-}
-
-// lifecycleConfig reads the lifecycle flags (server validates them).
-func lifecycleConfig(cmd *cobra.Command) appliance.LifecycleConfig {
-	f := cmd.Flags()
-	var c appliance.LifecycleConfig
-	c.ReconcileInterval, _ = f.GetDuration("reconcile-interval")
-	c.InstallTimeout, _ = f.GetDuration("install-timeout")
-	c.BootWatchdog, _ = f.GetDuration("boot-watchdog")
-	c.BootWatchdogCycles, _ = f.GetInt("boot-watchdog-cycles")
-	c.KexecTimeout, _ = f.GetDuration("kexec-timeout")
-	c.AutoAccept, _ = f.GetBool("auto-accept")
-	c.AutoAcceptSelectors, _ = f.GetStringArray("auto-accept-selector")
-	c.APIAdvertise, _ = f.GetString("api-advertise")
-	c.NodeHeartbeatTimeout, _ = f.GetDuration("node-heartbeat-timeout")
-	c.NodeSweepInterval, _ = f.GetDuration("node-sweep-interval")
-	c.HypervisorReconcileInterval, _ = f.GetDuration("hypervisor-reconcile-interval")
-	return c
+func addLifecycleFlags(groups *flagGroups, c *appliance.LifecycleConfig) {
+	f := groups.set(groupMachines)
+	f.DurationVar(&c.ReconcileInterval, "reconcile-interval", lifecycle.DefaultReconcileInterval, "machine lifecycle reconciler period: install plan delivery, DEPLOYED, timeouts, watchdog (env CORRAL_RECONCILE_INTERVAL)")
+	f.DurationVar(&c.InstallTimeout, "install-timeout", lifecycle.DefaultInstallTimeout, "an INSTALLING machine without progress for this long is FAILED (env CORRAL_INSTALL_TIMEOUT)")
+	f.DurationVar(&c.BootWatchdog, "boot-watchdog", lifecycle.DefaultBootWatchdog, "a machine the appliance powered on that has not booted (agent registered or node READY) within this is power-cycled; negative disables (env CORRAL_BOOT_WATCHDOG)")
+	f.IntVar(&c.BootWatchdogCycles, "boot-watchdog-cycles", lifecycle.DefaultBootWatchdogCycles, "power cycles the boot watchdog makes before the machine is FAILED (env CORRAL_BOOT_WATCHDOG_CYCLES)")
+	f.DurationVar(&c.KexecTimeout, "kexec-timeout", lifecycle.DefaultKexecTimeout, "after an install, the discovery agent boots the hypervisor image with kexec (no firmware reboot) when it can; its node not READY within this, the machine is rebooted through the BMC or the Reboot command; negative disables kexec (env CORRAL_KEXEC_TIMEOUT)")
+	f.BoolVar(&c.AutoAccept, "auto-accept", false, "accept machines that become INVENTORIED and match every --auto-accept-selector, disk auto (env CORRAL_AUTO_ACCEPT)")
+	f.StringArrayVar(&c.AutoAcceptSelectors, "auto-accept-selector", nil, `fact selector an auto-accepted machine must match, e.g. "disk.count>=2", repeatable (env CORRAL_AUTO_ACCEPT_SELECTOR, comma-separated)`)
+	groups.set(groupAPI).StringVar(&c.APIAdvertise, "api-advertise", "", "API endpoint host:port install plans give nodes, and iPXE scripts give agents when --api-listen is loopback (default: the address the discovery agent dialled) (env CORRAL_API_ADVERTISE)")
+	f.DurationVar(&c.NodeHeartbeatTimeout, "node-heartbeat-timeout", pool.DefaultHeartbeatTimeout, "a node silent for this long is NOT_READY (env CORRAL_NODE_HEARTBEAT_TIMEOUT)")
+	f.DurationVar(&c.NodeSweepInterval, "node-sweep-interval", pool.DefaultSweepInterval, "how often node heartbeats are checked (env CORRAL_NODE_SWEEP_INTERVAL)")
+	f.DurationVar(&c.HypervisorReconcileInterval, "hypervisor-reconcile-interval", 30*time.Second, "VM and volume reconciler period (env CORRAL_HYPERVISOR_RECONCILE_INTERVAL)")
 }

@@ -62,6 +62,7 @@ dhcp-dns:
   - 10.0.0.53
 dhcp-lease-time: 2h
 no-ra: true
+allow-test-images: true
 bmc-poll-concurrency: 4
 bmc-providers: [ipmitool]
 boot-watchdog: 90s

@@ -29,7 +29,9 @@ import (
 const copyLockWait = time.Second
 
 // newStoreCmd is `corrald store`: offline operations on a whole store.
-func newStoreCmd() *cobra.Command {
+func newStoreCmd(g *globals) *cobra.Command {
+	var o copyOptions
+	var timeout time.Duration
 	st := &cobra.Command{Use: "store", Short: "Offline store operations (corrald stopped)"}
 	cp := &cobra.Command{
 		Use:   "copy --from SRC --to DST",
@@ -51,14 +53,6 @@ key order, and the source unchanged. A copy that fails is removed from the
 destination.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f := cmd.Flags()
-			var o copyOptions
-			o.from, _ = f.GetString("from")
-			o.to, _ = f.GetString("to")
-			o.etcd.CAFile, _ = f.GetString("etcd-ca")
-			o.etcd.CertFile, _ = f.GetString("etcd-cert")
-			o.etcd.KeyFile, _ = f.GetString("etcd-key")
-			timeout, _ := f.GetDuration("etcd-timeout")
 			if o.from == "" || o.to == "" {
 				return apierr.Invalidf("store copy needs --from and --to (bolt:PATH or etcd://HOST:PORT[,...][/PREFIX])")
 			}
@@ -66,7 +60,7 @@ destination.`,
 				return apierr.Invalidf("--etcd-timeout %s: must be positive", timeout)
 			}
 			o.etcd.DialTimeout, o.etcd.RequestTimeout = timeout, timeout
-			log, err := newLogger(cmd)
+			log, err := g.logger(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -80,12 +74,12 @@ destination.`,
 		},
 	}
 	f := cp.Flags()
-	f.String("from", "", "the store to copy: bolt:PATH or etcd://HOST:PORT[,HOST:PORT...][/PREFIX] (env CORRAL_FROM)")
-	f.String("to", "", "the empty store to copy into, same forms as --from (env CORRAL_TO)")
-	f.String("etcd-ca", "", "CA file verifying the etcd members (env CORRAL_ETCD_CA)")
-	f.String("etcd-cert", "", "client certificate for etcd (env CORRAL_ETCD_CERT)")
-	f.String("etcd-key", "", "client key for etcd (env CORRAL_ETCD_KEY)")
-	f.Duration("etcd-timeout", etcd.DefaultRequestTimeout, "bound on connecting to etcd and on each request (env CORRAL_ETCD_TIMEOUT)")
+	f.StringVar(&o.from, "from", "", "the store to copy: bolt:PATH or etcd://HOST:PORT[,HOST:PORT...][/PREFIX] (env CORRAL_FROM)")
+	f.StringVar(&o.to, "to", "", "the empty store to copy into, same forms as --from (env CORRAL_TO)")
+	f.StringVar(&o.etcd.CAFile, "etcd-ca", "", "CA file verifying the etcd members (env CORRAL_ETCD_CA)")
+	f.StringVar(&o.etcd.CertFile, "etcd-cert", "", "client certificate for etcd (env CORRAL_ETCD_CERT)")
+	f.StringVar(&o.etcd.KeyFile, "etcd-key", "", "client key for etcd (env CORRAL_ETCD_KEY)")
+	f.DurationVar(&timeout, "etcd-timeout", etcd.DefaultRequestTimeout, "bound on connecting to etcd and on each request (env CORRAL_ETCD_TIMEOUT)")
 	st.AddCommand(cp)
 	return st
 }

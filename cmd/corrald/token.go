@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	"github.com/corralhq/corral/appliance"
@@ -23,7 +24,11 @@ var roleNames = map[string]authv1.Role{
 // newTokenCmd is `corrald token`: the offline bootstrap (the store is
 // opened directly, so corrald must be stopped). While corrald runs, use
 // `corral token create|list|revoke` (TokenService).
-func newTokenCmd() *cobra.Command {
+func newTokenCmd(g *globals) *cobra.Command {
+	var roleName, desc, node string
+	var ttl time.Duration
+	var single bool
+	var sc appliance.StoreConfig
 	tok := &cobra.Command{Use: "token", Short: "Create API tokens offline, against the data dir (corrald stopped; while it runs use `corral token`)"}
 	create := &cobra.Command{
 		Use:   "create",
@@ -35,18 +40,13 @@ only node name it may join as. --single-use makes any other token work
 for one call.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			roleName, _ := cmd.Flags().GetString("role")
 			role, ok := roleNames[strings.ToLower(roleName)]
 			if !ok {
 				return fmt.Errorf("--role %q: want one of viewer, operator, admin, node, agent", roleName)
 			}
-			desc, _ := cmd.Flags().GetString("description")
-			ttl, _ := cmd.Flags().GetDuration("ttl")
 			if ttl < 0 {
 				return fmt.Errorf("--ttl must not be negative")
 			}
-			node, _ := cmd.Flags().GetString("node")
-			single, _ := cmd.Flags().GetBool("single-use")
 			if node != "" {
 				if role != authv1.Role_ROLE_NODE {
 					return fmt.Errorf("--node %q: only a node token (--role node) is bound to a node name", node)
@@ -61,12 +61,11 @@ for one call.`,
 			if role == authv1.Role_ROLE_AGENT && single {
 				return fmt.Errorf("--single-use: agent tokens cannot be single-use")
 			}
-			log, err := newLogger(cmd)
+			log, err := g.logger(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
-			dataDir, _ := cmd.Flags().GetString("data-dir")
-			st, err := appliance.OpenConfiguredStore(cmd.Context(), dataDir, storeAccessConfig(cmd), log)
+			st, err := appliance.OpenConfiguredStore(cmd.Context(), g.dataDir, sc, log)
 			if err != nil {
 				return fmt.Errorf("%w (is corrald running on this data dir? stop it first, or use `corral token create`)", err)
 			}
@@ -86,12 +85,12 @@ for one call.`,
 			return nil
 		},
 	}
-	create.Flags().String("role", "", "role: viewer, operator, admin, node or agent (required)")
-	create.Flags().String("description", "", "what the token is for")
-	create.Flags().Duration("ttl", 0, "lifetime, e.g. 720h (0 = no expiry)")
-	create.Flags().String("node", "", "with --role node: the one node name the token may join as")
-	create.Flags().Bool("single-use", false, "the token works once (node tokens always do)")
-	addStoreAccessFlags(create)
+	create.Flags().StringVar(&roleName, "role", "", "role: viewer, operator, admin, node or agent (required)")
+	create.Flags().StringVar(&desc, "description", "", "what the token is for")
+	create.Flags().DurationVar(&ttl, "ttl", 0, "lifetime, e.g. 720h (0 = no expiry)")
+	create.Flags().StringVar(&node, "node", "", "with --role node: the one node name the token may join as")
+	create.Flags().BoolVar(&single, "single-use", false, "the token works once (node tokens always do)")
+	addStoreAccessFlags(create.Flags(), &sc)
 	_ = create.MarkFlagRequired("role")
 	tok.AddCommand(create)
 	return tok

@@ -81,13 +81,21 @@ var resetTypes = []string{"On", "ForceOff", "GracefulShutdown", "ForceRestart", 
 // Start serves HTTPS on a loopback port until the test ends.
 func Start(t testing.TB, user, pass string, m Machine) *Server {
 	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Serve(t, ln, user, pass, m)
+}
+
+// Serve serves HTTPS on ln (a listener the test chose, e.g. on the
+// Redfish port 443) until the test ends.
+func Serve(t testing.TB, ln net.Listener, user, pass string, m Machine) *Server {
+	t.Helper()
 	s := &Server{User: user, Pass: pass, m: m, sessions: map[string]string{},
 		boot: map[string]string{"BootSourceOverrideEnabled": "Disabled", "BootSourceOverrideTarget": "None", "BootSourceOverrideMode": "Legacy"}}
 	if err := s.RotateCertificate(); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+		_ = ln.Close()
 		t.Fatal(err)
 	}
 	s.srv = &http.Server{

@@ -101,7 +101,7 @@ func readInput(stdin io.Reader, f string) ([]byte, error) {
 	} else {
 		fh, err := os.Open(f)
 		if err != nil {
-			return nil, failf("%v", err)
+			return nil, fileErrorf("-f", err)
 		}
 		defer fh.Close()
 		r = fh
@@ -212,13 +212,30 @@ func decodeDocument(reg *deploy.Registry, text []byte) (doc applyDoc, empty bool
 	}
 	d, err := reg.Document(fields, deploy.DecodeOptions{Size: parseSize})
 	if err != nil {
-		return doc, false, err
+		return doc, false, nameObject(reg, fields, err)
 	}
 	name := recordName(d.Request)
 	if name == "" {
 		return doc, false, fmt.Errorf("%s: name is required", d.Kind.Name)
 	}
 	return applyDoc{Document: d, name: name}, false, nil
+}
+
+// nameObject puts the object's name into a decoding error of Document,
+// which names its kind ("network (ApplyNetworkRequest): field ..."): the
+// reader learns which object of the file is wrong, not only which kind.
+func nameObject(reg *deploy.Registry, fields map[string]any, err error) error {
+	ks, _ := fields["kind"].(string)
+	name, _ := fields["name"].(string)
+	k, ok := reg.Kind(ks)
+	if !ok || name == "" {
+		return err
+	}
+	msg := err.Error()
+	if rest, ok := strings.CutPrefix(msg, k.Name+" ("); ok {
+		return fmt.Errorf("%s %q (%s", k.Name, name, rest)
+	}
+	return fmt.Errorf("%s %q: %s", k.Name, name, msg)
 }
 
 // applyKindHelp lists the appliable kinds of reg and their requests, one

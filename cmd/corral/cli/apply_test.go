@@ -158,7 +158,7 @@ func TestApplyRejects(t *testing.T) {
 	}{
 		"unknown field": {
 			body: valid + "kind: network\nname: wan\nipv4_cdir: 10.1.0.0/24\n",
-			want: []string{"document 3 (line 8)", `unknown field "ipv4_cdir"`, "network (ApplyNetworkRequest)"},
+			want: []string{"document 3 (line 8)", `unknown field "ipv4_cdir"`, `network "wan" (ApplyNetworkRequest)`},
 		},
 		"unknown nested field": {
 			body: valid + "kind: vm\nname: vm1\nnics:\n  - network_name: lan\n  - network: wan\n",
@@ -186,7 +186,7 @@ func TestApplyRejects(t *testing.T) {
 		},
 		"wrong type": {
 			body: valid + "kind: network\nname: wan\nvlan_id: many\n",
-			want: []string{"document 3", "vlan_id", "network (ApplyNetworkRequest)"},
+			want: []string{"document 3", `network "wan" (ApplyNetworkRequest): field "vlan_id": want a number, got the string "many"`},
 		},
 		"bad size": {
 			body: "kind: bs\nname: d1\nrequest_bytes: 10XB\n",
@@ -260,7 +260,7 @@ func TestApplyUsage(t *testing.T) {
 		"no file":      {args: []string{"apply"}, code: ExitUsage, want: "needs -f"},
 		"extra arg":    {args: []string{"apply", "-f", "-", "x.yaml"}, code: ExitUsage, want: "wrong number of arguments"},
 		"stdin twice":  {args: []string{"apply", "-f", "-", "-f", "-"}, code: ExitUsage, want: "more than once"},
-		"missing file": {args: []string{"apply", "-f", "/nonexistent/pool.yaml"}, code: ExitError, want: "/nonexistent/pool.yaml"},
+		"missing file": {args: []string{"apply", "-f", "/nonexistent/pool.yaml"}, code: ExitUsage, want: "/nonexistent/pool.yaml"},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -69,7 +69,7 @@ Restore with: corrald restore FILE --data-dir NEW_DIR --passphrase-file P`,
 func readPassphrase(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, failf("--passphrase-file: %v", err)
+		return nil, fileErrorf("--passphrase-file", err)
 	}
 	line, _, _ := bytes.Cut(b, []byte("\n"))
 	line = bytes.TrimSuffix(line, []byte("\r"))

@@ -330,3 +330,21 @@ func TestBMCPXEThroughCorrald(t *testing.T) {
 	app.ok(t, "machine", "power", "off", "pxe1")
 	eventually(t, 10*time.Second, "QEMU stopped", func() bool { return !b.Running() })
 }
+
+// TestBMCEnrollAutoRedfishOnly: `corral machine enroll` with the default
+// --bmc-protocol auto and no port finds a Redfish-only BMC (the Redfish
+// test server on 127.0.0.1:443, nothing on 623) and says it answered over
+// Redfish. Binding 443 needs root; the test is skipped without it.
+func TestBMCEnrollAutoRedfishOnly(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:443")
+	if err != nil {
+		t.Skipf("cannot listen on 127.0.0.1:443 (needs root): %v", err)
+	}
+	rf := redfishtest.Serve(t, ln, "root", "calvin-rf", &redfishtest.MemMachine{})
+	app := startBMCApp(t, appliance.Config{BMC: appliance.BMCConfig{PollInterval: -1}})
+	pw := writePassword(t, rf.Pass, 0o600)
+	r := app.corral(t, "machine", "enroll", "rf1", "--bmc", "127.0.0.1", "--bmc-user", rf.User, "--bmc-password-file", pw, "--bmc-timeout", "5s")
+	if r.code != 0 || !strings.Contains(r.stderr, "BMC 127.0.0.1 answered over Redfish (provider gofish)") {
+		t.Fatalf("enroll: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+}

@@ -17,13 +17,6 @@ import (
 	"github.com/corralhq/corral/internal/flagconf"
 )
 
-// Exit codes returned by Run.
-const (
-	ExitOK    = 0
-	ExitError = 1 // API, connection, file or configuration failure
-	ExitUsage = 2 // bad verb, kind, argument or flag
-)
-
 // DefaultTimeout bounds each RPC unless --timeout says otherwise.
 const DefaultTimeout = 30 * time.Second
 
@@ -167,11 +160,10 @@ line wins.`,
 			if len(args) == 0 {
 				return usageErrorf("missing verb (see 'corral --help')")
 			}
-			return usageErrorf("unknown verb %q (valid: %s)", args[0], verbList(cmd))
+			return usageErrorf("unknown verb %q%s (valid: %s)", args[0], didYouMean(cmd, args[0]), verbList(cmd))
 		},
-		SilenceErrors:      true,
-		SilenceUsage:       true,
-		DisableSuggestions: true,
+		SilenceErrors: true,
+		SilenceUsage:  true,
 		// cobra adds `corral completion bash|zsh|fish|powershell`; resource
 		// names come from the verbs' ValidArgsFunction (completion.go).
 	}
@@ -192,7 +184,7 @@ line wins.`,
 	// (--name, --node, -o) are per call.
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
 		if err := flagconf.Apply(pf, flagconf.Options{Environ: inv.app.environ(pf)}); err != nil {
-			return failf("%v", err)
+			return usageErrorf("%v", err)
 		}
 		return nil
 	}
@@ -244,7 +236,20 @@ func groupRunE(cmd *cobra.Command, args []string) error {
 	if len(args) == 0 {
 		return usageErrorf("missing %s verb (valid: %s)", cmd.Name(), verbList(cmd))
 	}
-	return usageErrorf("unknown %s verb %q (valid: %s)", cmd.Name(), args[0], verbList(cmd))
+	return usageErrorf("unknown %s verb %q%s (valid: %s)", cmd.Name(), args[0], didYouMean(cmd, args[0]), verbList(cmd))
+}
+
+// didYouMean is cobra's suggestion for a mistyped subcommand of cmd (by
+// edit distance, prefix and SuggestFor), as `; did you mean "get"?`, or "".
+func didYouMean(cmd *cobra.Command, typed string) string {
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's default
+	}
+	s := cmd.SuggestionsFor(typed)
+	if len(s) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; did you mean %q?", strings.Join(s, `" or "`))
 }
 
 // argsBetween is a cobra.PositionalArgs that reports a wrong argument

@@ -83,7 +83,7 @@ func (inv *invocation) getContextsCommand() *cobra.Command {
 				}
 				rows = append(rows, []string{cur, c.Name, c.Endpoint, ca, tok})
 			}
-			return writeErr(writeTable(cmd.OutOrStdout(), []string{"CURRENT", "NAME", "ENDPOINT", "CA", "TOKEN"}, rows))
+			return writeErr(writeList(cmd.OutOrStdout(), "contexts", []string{"CURRENT", "NAME", "ENDPOINT", "CA", "TOKEN"}, rows))
 		},
 	}
 }
@@ -162,13 +162,13 @@ created, with its directory, when missing). --use also makes NAME current.`,
 			}
 			if cmd.Flags().Changed("ca-file") {
 				if c.CACert, err = readSmallFile(caFile); err != nil {
-					return failf("--ca-file: %v", err)
+					return fileErrorf("--ca-file", err)
 				}
 			}
 			if cmd.Flags().Changed("token-file") {
 				tok, err := readSmallFile(tokenFile)
 				if err != nil {
-					return failf("--token-file: %v", err)
+					return fileErrorf("--token-file", err)
 				}
 				c.Token = strings.TrimSpace(tok)
 			}

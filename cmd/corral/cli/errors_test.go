@@ -230,7 +230,7 @@ func TestClientConfig(t *testing.T) {
 		},
 		"bad env timeout": {
 			env:      map[string]string{"HOME": home, "CORRAL_TIMEOUT": "soon"},
-			wantCode: ExitError,
+			wantCode: ExitUsage,
 			wantErr:  `CORRAL_TIMEOUT="soon" (--timeout)`,
 		},
 		"token with space": {

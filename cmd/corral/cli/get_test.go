@@ -141,7 +141,7 @@ n2     NOT_READY   -         -      0/8000m   0B/32GiB   0B/0B     compute=0,sto
 		"no nodes table": {
 			empty: true,
 			args:  []string{"get", "nodes"},
-			want:  "NAME   STATE   ADDRESS   RACK   CPU   MEMORY   STORAGE   RESERVATIONS\n",
+			want:  "No nodes.\n",
 		},
 		"no nodes json": {
 			empty: true,

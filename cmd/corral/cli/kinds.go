@@ -90,6 +90,12 @@ func (k *kind) subject(name string) string {
 	return fmt.Sprintf("%s %q", k.name, name)
 }
 
+// plural names the records of k in sentences: "machines", "virtual
+// machines".
+func (k *kind) plural() string {
+	return strings.ReplaceAll(k.name, "_", " ") + "s"
+}
+
 // recordName returns the "name" field of any record or request (the "id"
 // of records without a name, such as audit events).
 func recordName(m proto.Message) string {

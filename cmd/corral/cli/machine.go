@@ -75,7 +75,7 @@ appliance cuts resumes where it stopped.`,
 				}
 				return printRecords(cmd.OutOrStdout(), &kind{name: "timeline entry"}, ms, true, output)
 			}
-			return writeErr(writeTable(cmd.OutOrStdout(), timelineHeader, timelineRows(resp.GetEntries())))
+			return writeErr(writeList(cmd.OutOrStdout(), "timeline entries", timelineHeader, timelineRows(resp.GetEntries())))
 		},
 	}
 	cmd.Flags().Uint32Var(&limit, "limit", 200, "newest entries to show")

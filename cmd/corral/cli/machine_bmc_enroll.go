@@ -30,6 +30,15 @@ func parseBMCProtocol(s string) (inventoryv1.BmcProtocol, error) {
 	return 0, usageErrorf("--bmc-protocol %q is not supported (valid: ipmi, redfish, auto)", s)
 }
 
+// providerProtocol names the protocol a BMC provider speaks: gofish is
+// Redfish, the others (native-ipmi, ipmitool) IPMI.
+func providerProtocol(provider string) string {
+	if provider == "gofish" {
+		return "Redfish"
+	}
+	return "IPMI"
+}
+
 // readPasswordFile reads a BMC password from path (one line; a trailing
 // newline is dropped) and returns a warning when others may read the file.
 func readPasswordFile(path string) (pw, warning string, err error) {
@@ -38,13 +47,13 @@ func readPasswordFile(path string) (pw, warning string, err error) {
 	}
 	fi, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", "", failf("--bmc-password-file %s: no such file", path)
+		return "", "", usageErrorf("--bmc-password-file %s: no such file", path)
 	}
 	if err != nil {
-		return "", "", failf("--bmc-password-file: %v", err)
+		return "", "", fileErrorf("--bmc-password-file", err)
 	}
 	if fi.IsDir() {
-		return "", "", failf("--bmc-password-file %s is a directory", path)
+		return "", "", usageErrorf("--bmc-password-file %s is a directory", path)
 	}
 	if fi.Mode().Perm()&0o004 != 0 {
 		warning = fmt.Sprintf("warning: BMC password file %s is world-readable (mode %04o); chmod 600 it", path, fi.Mode().Perm())
@@ -53,14 +62,14 @@ func readPasswordFile(path string) (pw, warning string, err error) {
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", warning, failf("--bmc-password-file: %v", err)
+		return "", warning, fileErrorf("--bmc-password-file", err)
 	}
 	pw = strings.TrimRight(string(b), "\r\n")
 	if pw == "" {
-		return "", warning, failf("--bmc-password-file %s is empty", path)
+		return "", warning, usageErrorf("--bmc-password-file %s is empty", path)
 	}
 	if strings.ContainsAny(pw, "\r\n") {
-		return "", warning, failf("--bmc-password-file %s holds more than one line", path)
+		return "", warning, usageErrorf("--bmc-password-file %s holds more than one line", path)
 	}
 	return pw, warning, nil
 }
@@ -124,6 +133,9 @@ trusted and pinned (trust on first use). --bmc-insecure skips the check, and
 			if err != nil {
 				return err
 			}
+			if b := m.GetBmc(); b.GetProvider() != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "machine %s: BMC %s answered over %s (provider %s)\n", m.GetName(), b.GetAddress(), providerProtocol(b.GetProvider()), b.GetProvider())
+			}
 			return printRecords(cmd.OutOrStdout(), machineKind, []proto.Message{m}, false, output)
 		},
 	}
@@ -131,7 +143,7 @@ trusted and pinned (trust on first use). --bmc-insecure skips the check, and
 	f.StringVar(&bmc, "bmc", "", "BMC address: host, host:port or [v6]:port")
 	f.StringVar(&user, "bmc-user", "", "BMC user name")
 	f.StringVar(&pwFile, "bmc-password-file", "", "file holding the BMC password (one line; keep it mode 0600)")
-	f.StringVar(&protocol, "bmc-protocol", "auto", "ipmi, redfish or auto (IPMI first, then Redfish)")
+	f.StringVar(&protocol, "bmc-protocol", "auto", "ipmi, redfish or auto (IPMI on 623, then Redfish on 443; a port in --bmc is used for both)")
 	f.Uint32Var(&cipher, "bmc-cipher", 0, "IPMI cipher suite (0: try 17, then 3)")
 	f.StringVar(&mac, "mac", "", "the machine's boot MAC, when known (binds its boot timeline)")
 	f.DurationVar(&timeout, "bmc-timeout", 10*time.Second, "bound on the credential check")

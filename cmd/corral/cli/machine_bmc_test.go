@@ -26,9 +26,9 @@ func TestMachineBMCBadInput(t *testing.T) {
 		stderrHas  string
 		stderrLack string
 	}{
-		"missing password file":    {[]string{"machine", "enroll", "m1", "--bmc", "10.0.0.1", "--bmc-user", "u", "--bmc-password-file", filepath.Join(dir, "nope")}, ExitError, "no such file", ""},
+		"missing password file":    {[]string{"machine", "enroll", "m1", "--bmc", "10.0.0.1", "--bmc-user", "u", "--bmc-password-file", filepath.Join(dir, "nope")}, ExitUsage, "no such file", ""},
 		"no password file flag":    {[]string{"machine", "enroll", "m1", "--bmc", "10.0.0.1", "--bmc-user", "u"}, ExitUsage, "--bmc-password-file is required", ""},
-		"empty password file":      {[]string{"machine", "enroll", "m1", "--bmc", "10.0.0.1", "--bmc-user", "u", "--bmc-password-file", empty}, ExitError, "is empty", ""},
+		"empty password file":      {[]string{"machine", "enroll", "m1", "--bmc", "10.0.0.1", "--bmc-user", "u", "--bmc-password-file", empty}, ExitUsage, "is empty", ""},
 		"world-readable warns":     {[]string{"machine", "enroll", "m1", "--bmc", "10.0.0.1", "--bmc-user", "u", "--bmc-password-file", loose}, ExitError, "world-readable", ""},
 		"private file no warning":  {[]string{"machine", "enroll", "m1", "--bmc", "10.0.0.1", "--bmc-user", "u", "--bmc-password-file", good}, ExitError, "Unimplemented", "readable"},
 		"unsupported protocol":     {[]string{"machine", "enroll", "m1", "--bmc", "10.0.0.1", "--bmc-user", "u", "--bmc-password-file", good, "--bmc-protocol", "telnet"}, ExitUsage, "not supported", ""},

@@ -137,9 +137,24 @@ func printRecords(w io.Writer, k *kind, ms []proto.Message, list bool, f string)
 		_, err := io.WriteString(w, b.String())
 		return writeErr(err)
 	default:
+		if list && len(ms) == 0 {
+			// A header alone reads as a broken command.
+			_, err := fmt.Fprintf(w, "No %s.\n", k.plural())
+			return writeErr(err)
+		}
 		header, rows := k.table(ms, f)
 		return writeErr(writeTable(w, header, rows))
 	}
+}
+
+// writeList is writeTable for a list of what ("tokens"): an empty list
+// says "No tokens." instead of a header alone.
+func writeList(w io.Writer, what string, header []string, rows [][]string) error {
+	if len(rows) == 0 {
+		_, err := fmt.Fprintf(w, "No %s.\n", what)
+		return err
+	}
+	return writeTable(w, header, rows)
 }
 
 // writeTable aligns header and rows into columns separated by three

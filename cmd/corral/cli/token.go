@@ -123,7 +123,7 @@ func (inv *invocation) tokenListCommand() *cobra.Command {
 				}
 				return printRecords(cmd.OutOrStdout(), &kind{name: "token"}, ms, true, output)
 			}
-			return writeErr(writeTable(cmd.OutOrStdout(), []string{"ID", "ROLE", "DESCRIPTION", "BOUND TO", "SINGLE-USE", "CREATED", "EXPIRES"}, tokenRows(resp.GetTokens(), time.Now())))
+			return writeErr(writeList(cmd.OutOrStdout(), "tokens", []string{"ID", "ROLE", "DESCRIPTION", "BOUND TO", "SINGLE-USE", "CREATED", "EXPIRES"}, tokenRows(resp.GetTokens(), time.Now())))
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "include the per-boot agent tokens of booting machines")

@@ -36,7 +36,7 @@ func TestVerbsAgainstAppliance(t *testing.T) {
 		return r
 	}
 
-	t.Run("empty appliance prints headers only", func(t *testing.T) {
+	t.Run("empty appliance says there is nothing", func(t *testing.T) {
 		for _, k := range []*kind{virtualMachineKind, blockStorageKind, imageKind} {
 			rk, ok := deploy.DefaultRegistry().Kind(k.name)
 			if !ok || len(rk.Aliases) == 0 {
@@ -44,9 +44,9 @@ func TestVerbsAgainstAppliance(t *testing.T) {
 			}
 			alias := rk.Aliases[0]
 			r := corral("get", alias)
-			want := strings.Join(k.columns, "   ") + "\n"
+			want := "No " + k.plural() + ".\n"
 			if r.code != ExitOK || r.stderr != "" || r.stdout != want {
-				t.Errorf("get %s: exit %d stdout %q stderr %q; want headers only %q", alias, r.code, r.stdout, r.stderr, want)
+				t.Errorf("get %s: exit %d stdout %q stderr %q; want %q", alias, r.code, r.stdout, r.stderr, want)
 			}
 		}
 	})
@@ -101,7 +101,7 @@ func TestVerbsAgainstAppliance(t *testing.T) {
 			t.Fatalf("exit %d stdout %q", r.code, r.stdout)
 		}
 		checkOneLine(t, r.stderr)
-		if r := corral("get", "bs"); r.code != ExitOK || r.stdout != strings.Join(blockStorageKind.columns, "   ")+"\n" {
+		if r := corral("get", "bs"); r.code != ExitOK || r.stdout != "No block storages.\n" {
 			t.Errorf("a failed create left a record: %q", r.stdout)
 		}
 	})
