@@ -445,13 +445,17 @@ function table(cls, head, rows, empty) {
 
 // The machines page keeps one row per machine, keyed by name: a live
 // update rebuilds the cells of the rows it changed and moves them only
-// when their place in the sort order changed, so a rack of thousands
-// stays responsive. Search (name, serial, MAC), the state filter and the
-// sort (click a column's heading) work on those rows.
+// when their place in the sort order changed. Search (name, serial, MAC),
+// the state filter and the sort (click a column's heading) work on every
+// machine; the table lists the first MACHINE_ROWS that match (more on
+// request), so a rack of thousands stays responsive.
+
+const MACHINE_ROWS = 200;
 
 const MACHINE_STATES = ['DISCOVERED', 'INVENTORIED', 'INSTALLING', 'DEPLOYED', 'FAILED', 'MAINTENANCE'];
 
-const collator = new Intl.Collator(undefined, { numeric: true, sensitivity: 'base' });
+// Plain order, not numeric: machine names are often hex MACs (m-525400…).
+const collator = new Intl.Collator(undefined, { sensitivity: 'base' });
 
 function diskTotal(f) { return ((f && f.disks) || []).reduce((a, d) => a + num(d.size_bytes), 0); }
 
@@ -500,9 +504,9 @@ function machineHay(m) {
   return [m.name, m.serial, ...macs].filter(Boolean).join(' ').toLowerCase();
 }
 
-// perfMark notes page timings for tests and the curious:
-// window.corralPerf.initialRender (ms from opening the page to the first
-// full table) and .updates[name] (wall-clock ms when a live update of the
+// perf holds page timings for tests and the curious:
+// window.corralPerf.initialRender (ms from opening the machines page to
+// its first complete table) and .updates[name] (wall-clock ms when a live update of the
 // row reached the screen).
 function perf() {
   window.corralPerf = window.corralPerf || { updates: {} };
@@ -521,18 +525,25 @@ function pageMachines(main) {
   if (actions) heads.push(h('th', null, 'Actions'));
   const tbody = h('tbody');
   const empty = h('td', { colspan: heads.length });
-  const foot = h('tfoot', { hidden: true }, h('tr', { class: 'empty' }, empty));
-  const tableEl = h('table', { class: 'list machines' }, h('thead', null, h('tr', null, heads)), tbody, foot);
+  const emptyRow = h('tr', { class: 'empty' }, empty);
+  const moreText = h('span');
+  const more = h('button', { type: 'button', id: 'machine-more', onclick: () => { limit += MACHINE_ROWS; show(); } });
+  const moreRow = h('tr', { class: 'more' }, h('td', { colspan: heads.length }, moreText, ' ', more));
+  const tableEl = h('table', { class: 'list machines' }, h('thead', null, h('tr', null, heads)), tbody, h('tfoot', null, emptyRow, moreRow));
   const body = h('div', { class: 'card' }, h('p', { class: 'muted' }, 'Loading…'));
   main.replaceChildren(h('div', { class: 'page-head' }, h('h1', null, 'Machines'), count,
     h('div', { class: 'filters' }, search, filter)), body);
 
-  const rows = new Map(); // name -> { m, tr, sig, hay, val }
-  let order = []; // the rows in sort order
+  // rows: name -> { m, sig, hay, val (the sort value), match (passes the
+  // search and filter), tr (made when the row is first shown, dropped
+  // when it changes while not shown) }. order: every row, sorted.
+  const rows = new Map();
+  let order = [];
   let sortKey = 'name';
   let sortDir = 1;
   let query = '';
   let stateWanted = '';
+  let limit = MACHINE_ROWS;
   let first = true;
 
   const sortVal = MACHINE_COLUMNS.reduce((o, [, key, fn]) => (o[key] = fn, o), {});
@@ -543,23 +554,25 @@ function pageMachines(main) {
   };
   const matches = (r) => (!stateWanted || (r.m.state || 'UNSPECIFIED') === stateWanted) && (!query || r.hay.includes(query));
 
-  // upsert makes or updates m's row; it reports whether the row must move.
+  // upsert takes m into its row; it reports whether the row's place in
+  // the order may have changed (a new row, or a new sort value).
   const upsert = (m) => {
     const sig = machineSig(m);
     let r = rows.get(m.name);
     if (r && r.sig === sig) { r.m = m; return false; }
     const val = sortVal[sortKey](m);
     if (!r) {
-      r = { m, sig, hay: machineHay(m), val, tr: h('tr', { 'data-name': m.name }, machineCells(m, actions)) };
+      r = { m, sig, hay: machineHay(m), val, match: false, tr: null };
+      r.match = matches(r);
       rows.set(m.name, r);
-      r.tr.hidden = !matches(r);
       return true;
     }
     r.m = m;
     r.sig = sig;
     r.hay = machineHay(m);
-    r.tr.replaceChildren(...machineCells(m, actions));
-    r.tr.hidden = !matches(r);
+    r.match = matches(r);
+    if (r.tr && r.tr.isConnected) r.tr.replaceChildren(...machineCells(m, actions));
+    else r.tr = null;
     const moved = val !== r.val;
     r.val = val;
     return moved;
@@ -568,11 +581,10 @@ function pageMachines(main) {
     const r = rows.get(name);
     if (!r) return;
     rows.delete(name);
-    r.tr.remove();
     const i = order.indexOf(r);
     if (i >= 0) order.splice(i, 1);
   };
-  // place puts a row where the sort order wants it (a binary search).
+  // place moves a row to where the order wants it (a binary search).
   const place = (r) => {
     const i = order.indexOf(r);
     if (i >= 0) order.splice(i, 1);
@@ -582,48 +594,53 @@ function pageMachines(main) {
       if (cmpRows(order[mid], r) < 0) lo = mid + 1; else hi = mid;
     }
     order.splice(lo, 0, r);
-    tbody.insertBefore(r.tr, lo + 1 < order.length ? order[lo + 1].tr : null);
   };
   const resort = () => {
     for (const r of rows.values()) r.val = sortVal[sortKey](r.m);
     order = [...rows.values()].sort(cmpRows);
-    const frag = document.createDocumentFragment();
-    for (const r of order) frag.append(r.tr);
-    tbody.append(frag);
     for (const th of heads) {
-      if (!th.dataset.sort) continue;
-      th.setAttribute('aria-sort', th.dataset.sort === sortKey ? (sortDir > 0 ? 'ascending' : 'descending') : 'none');
+      if (th.dataset.sort) th.setAttribute('aria-sort', th.dataset.sort === sortKey ? (sortDir > 0 ? 'ascending' : 'descending') : 'none');
     }
   };
-  // summary writes the count, the per-state counts and the empty line.
-  const summary = () => {
+  // show puts the first `limit` matching rows, in order, into the table,
+  // moving only the rows that are out of place, and writes the counts.
+  const show = () => {
     const per = {};
-    let shown = 0;
-    for (const r of rows.values()) {
+    let matched = 0;
+    let cur = tbody.firstChild;
+    for (const r of order) {
       const st = r.m.state || 'UNSPECIFIED';
       per[st] = (per[st] || 0) + 1;
-      if (!r.tr.hidden) shown++;
+      if (!r.match) continue;
+      matched++;
+      if (matched > limit) continue;
+      if (!r.tr) r.tr = h('tr', { 'data-name': r.m.name }, machineCells(r.m, actions));
+      if (r.tr === cur) { cur = cur.nextSibling; continue; }
+      tbody.insertBefore(r.tr, cur);
     }
+    while (cur) { const n = cur.nextSibling; cur.remove(); cur = n; }
     const n = rows.size;
     const total = n.toLocaleString() + (n === 1 ? ' machine' : ' machines');
-    count.textContent = shown === n ? total : shown.toLocaleString() + ' of ' + total + ' shown';
+    count.textContent = matched === n ? total : matched.toLocaleString() + ' of ' + total + ' shown';
     for (const [st, opt] of stateOpts) {
       const t = st + ' (' + (per[st] || 0).toLocaleString() + ')';
       if (opt.textContent !== t) opt.textContent = t;
     }
-    foot.hidden = shown > 0;
+    emptyRow.hidden = matched > 0;
     empty.textContent = n ? 'No machine matches the search and filter.' : 'No machines yet: they appear when they PXE-boot on the provisioning network.';
+    moreRow.hidden = matched <= limit;
+    moreText.textContent = 'The first ' + limit.toLocaleString() + ' of ' + matched.toLocaleString() + ' are listed; search or filter to find the others, or';
+    more.textContent = 'list ' + Math.min(MACHINE_ROWS, matched - limit).toLocaleString() + ' more';
   };
   const refilter = () => {
-    for (const r of rows.values()) {
-      const hide = !matches(r);
-      if (r.tr.hidden !== hide) r.tr.hidden = hide;
-    }
-    summary();
+    for (const r of rows.values()) r.match = matches(r);
+    limit = MACHINE_ROWS;
+    show();
   };
   const sortBy = (key) => {
     if (key === sortKey) sortDir = -sortDir; else { sortKey = key; sortDir = 1; }
     resort();
+    show();
   };
   let pending = 0;
   search.addEventListener('input', () => {
@@ -633,6 +650,7 @@ function pageMachines(main) {
   filter.addEventListener('change', () => { stateWanted = filter.value; refilter(); });
 
   const render = (ms, changed, byName) => {
+    const began = performance.now();
     if (changed === null) {
       for (const m of ms) upsert(m);
       for (const name of [...rows.keys()]) if (!byName.has(name)) remove(name);
@@ -651,12 +669,15 @@ function pageMachines(main) {
         for (const [name, state] of stamp) perf().updates[name] = { state, at };
       });
     }
-    summary();
+    show();
     if (first) {
       first = false;
       body.replaceChildren(tableEl);
       requestAnimationFrame(() => {
-        perf().initialRender = { rows: rows.size, ms: performance.now() - opened };
+        const now = performance.now();
+        // ms: the whole wait; dataMs: until the machines were in; buildMs:
+        // building the table and its first frame.
+        perf().initialRender = { rows: rows.size, shown: tbody.childElementCount, ms: now - opened, dataMs: began - opened, buildMs: now - began };
         performance.mark('corral-machines-rendered');
       });
     }
