@@ -128,7 +128,8 @@ const visibleRows = `[...document.querySelectorAll('table.machines tbody tr')].f
 
 // TestBrowser drives Debian's Chromium against a running appliance: the
 // sign-in page (no navigation, the right command for a token), a viewer
-// who sees the machines but no button its role cannot use, a change made
+// who sees the machines (a serial that is markup shown as text) but no
+// button its role cannot use, a change made
 // over gRPC showing WITHOUT a reload in the same row element, search,
 // state filter and sort, the machine page's timeline picture, a refusal
 // said in words, and an operator's accept going through. No
@@ -137,6 +138,9 @@ func TestBrowser(t *testing.T) {
 	a := startAppliance(t)
 	name := a.machine(t, "SN-BROWSER-1", "52:54:00:bb:00:01")
 	other := a.machine(t, "SN-BROWSER-2", "52:54:00:bb:00:02")
+	// A serial from the boot LAN that is markup must show as text.
+	const hostile = `<img src=x id=pwn onerror="window.pwned=1">`
+	third := a.machine(t, hostile, "52:54:00:bb:00:03")
 	viewer, operator := a.tokens[authv1.Role_ROLE_VIEWER], a.tokens[authv1.Role_ROLE_OPERATOR]
 	b := startBrowser(t, a)
 
@@ -173,6 +177,12 @@ func TestBrowser(t *testing.T) {
 			t.Errorf("machine row %q lacks %q", text, want)
 		}
 	}
+	if cell := eval[string](b, fmt.Sprintf(`document.querySelector('tr[data-name=%q] td.mono').textContent`, third)); cell != hostile {
+		t.Errorf("the markup serial shows as %q, want the text %q", cell, hostile)
+	}
+	if n := eval[bool](b, `document.getElementById('pwn') !== null || window.pwned === 1`); n {
+		t.Error("a serial became markup")
+	}
 	// A viewer sees no action: no button, no power menu, no column.
 	if n := eval[int](b, `document.querySelectorAll('main [data-action]').length`); n != 0 {
 		t.Errorf("a viewer sees %d action controls on the machines page", n)
@@ -206,20 +216,21 @@ func TestBrowser(t *testing.T) {
 	}
 	search("sn-browser-2", other)
 	search("52:54:00:bb:00:01", name)
-	search("", name, other)
+	search("<img", third)
+	search("", name, other, third)
 	b.step("filter by state", 10*time.Second,
 		setInput("machine-state", "MAINTENANCE", "change"),
 		until(fmt.Sprintf(`JSON.stringify(%s) === %q`, visibleRows, jsonList([]string{name})), 5*time.Second),
-		until(`document.getElementById('machine-count').textContent === '1 of 2 machines shown'`, 5*time.Second),
+		until(`document.getElementById('machine-count').textContent === '1 of 3 machines shown'`, 5*time.Second),
 	)
 	shot(t, b.ctx, "filtered")
 	b.step("all states", 10*time.Second,
 		setInput("machine-state", "", "change"),
 		// By state: INVENTORIED before MAINTENANCE; a second click reverses.
 		chromedp.Click(chromedp.CSS(`th[data-sort=state] button`)),
-		until(fmt.Sprintf(`JSON.stringify(%s) === %q`, visibleRows, jsonList([]string{other, name})), 5*time.Second),
+		until(fmt.Sprintf(`JSON.stringify(%s) === %q`, visibleRows, jsonList([]string{other, third, name})), 5*time.Second),
 		chromedp.Click(chromedp.CSS(`th[data-sort=state] button`)),
-		until(fmt.Sprintf(`JSON.stringify(%s) === %q`, visibleRows, jsonList([]string{name, other})), 5*time.Second),
+		until(fmt.Sprintf(`JSON.stringify(%s) === %q`, visibleRows, jsonList([]string{name, third, other})), 5*time.Second),
 		until(`document.querySelector('th[data-sort=state]').getAttribute('aria-sort') === 'descending'`, 5*time.Second),
 	)
 
