@@ -265,10 +265,17 @@ function live(opt) {
           if (ev.error) {
             // OUT_OF_RANGE: the revision is compacted, re-list from 0.
             if (ev.error.code === 'OutOfRange') last = 0;
+            const p = perf();
+            p.streamErrors = (p.streamErrors || 0) + 1;
+            p.lastStreamError = ev.error.code + ': ' + ev.error.message;
             setLive('error', ev.error.code + ': ' + ev.error.message);
             throw new Error(ev.error.message);
           }
-          if (ev.revision) last = Number(ev.revision);
+          // Resume from a revision only once the list is complete: a
+          // stream cut during the initial list (a slow reader is cut
+          // with ResourceExhausted) must list again from 0, or the
+          // objects not yet received would be missing.
+          if (ev.revision && (synced || ev.type === 'SYNCED')) last = Number(ev.revision);
           const obj = ev[opt.field];
           switch (ev.type) {
             case 'ADDED':
@@ -506,8 +513,9 @@ function machineHay(m) {
 
 // perf holds page timings for tests and the curious:
 // window.corralPerf.initialRender (ms from opening the machines page to
-// its first complete table) and .updates[name] (wall-clock ms when a live update of the
-// row reached the screen).
+// its first complete table), .updates[name] (wall-clock ms when a live
+// update of the row reached a frame) and .streamErrors (watch streams
+// ended by a status, e.g. a slow reader cut with ResourceExhausted).
 function perf() {
   window.corralPerf = window.corralPerf || { updates: {} };
   return window.corralPerf;
@@ -673,11 +681,13 @@ function pageMachines(main) {
     if (first) {
       first = false;
       body.replaceChildren(tableEl);
+      const built = performance.now();
       requestAnimationFrame(() => {
         const now = performance.now();
-        // ms: the whole wait; dataMs: until the machines were in; buildMs:
-        // building the table and its first frame.
-        perf().initialRender = { rows: rows.size, shown: tbody.childElementCount, ms: now - opened, dataMs: began - opened, buildMs: now - began };
+        // ms: the whole wait; dataMs: until the machines were in; jsMs:
+        // taking them in and building the rows; buildMs: that and the
+        // first frame (style, layout, paint).
+        perf().initialRender = { rows: rows.size, shown: tbody.childElementCount, ms: now - opened, dataMs: began - opened, jsMs: built - began, buildMs: now - began };
         performance.mark('corral-machines-rendered');
       });
     }
