@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"fmt"
 	"os"
@@ -23,12 +24,20 @@ import (
 // trusting the appliance's certificate by its SPKI pin (no blanket
 // certificate bypass).
 type browser struct {
-	t   *testing.T
-	a   *appliance
-	ctx context.Context
+	t    *testing.T
+	base string // the page's https://127.0.0.1:port
+	ctx  context.Context
 }
 
+// startBrowser starts Chromium for the appliance's web page.
 func startBrowser(t *testing.T, a *appliance) *browser {
+	t.Helper()
+	return startBrowserAt(t, a.base, a.srv.WebAddr().String(), a.srv.CA().Pool())
+}
+
+// startBrowserAt starts Chromium for the page at base, served on addr
+// with a certificate that roots verifies.
+func startBrowserAt(t *testing.T, base, addr string, roots *x509.CertPool) *browser {
 	t.Helper()
 	chromium := "chromium"
 	if _, err := exec.LookPath(chromium); err != nil {
@@ -36,7 +45,7 @@ func startBrowser(t *testing.T, a *appliance) *browser {
 	}
 	// The pin: base64 SHA-256 of the served certificate's public key,
 	// read from a handshake that verified it against the appliance CA.
-	tc, err := tls.Dial("tcp", a.srv.WebAddr().String(), &tls.Config{RootCAs: a.srv.CA().Pool(), ServerName: "127.0.0.1"})
+	tc, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
 	if err != nil {
 		t.Fatalf("TLS to the web page with the appliance CA: %v", err)
 	}
@@ -63,7 +72,7 @@ func startBrowser(t *testing.T, a *appliance) *browser {
 	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 800)); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
-	return &browser{t: t, a: a, ctx: ctx}
+	return &browser{t: t, base: base, ctx: ctx}
 }
 
 // step runs steps within timeout; on failure it saves a screenshot and
@@ -111,7 +120,7 @@ func noticeHas(text string) chromedp.Action[chromedp.Void] {
 func (b *browser) signIn(token, machine string, timeout time.Duration) {
 	b.t.Helper()
 	b.step("sign in", timeout,
-		chromedp.Navigate(b.a.base+"/#/login"),
+		chromedp.Navigate(b.base+"/#/login"),
 		chromedp.WaitVisible(chromedp.CSS("#token")),
 		chromedp.SendKeys(chromedp.CSS("#token"), token),
 		chromedp.Click(chromedp.CSS("#login-submit")),

@@ -371,8 +371,8 @@ function showLogin() {
       try {
         await loadCaller({ login: true });
         clearNotice();
-        location.hash = '#/machines';
-        route();
+        // A new hash routes (hashchange); the same one must be routed here.
+        if (location.hash === '#/machines') route(); else location.hash = '#/machines';
       } catch (e) {
         sessionStorage.removeItem(TOKEN_KEY);
         caller = null;
