@@ -61,7 +61,7 @@ test-short: ## Unit tests only (-short skips process and end-to-end tests)
 	$(GO) test -race -short -count=1 ./...
 
 bench: ## Print API benchmark figures (ReserveCompute/ReserveNetworkInterface over TLS gRPC on bbolt)
-	$(GO) test -run '^$$' -bench . -benchtime 3s ./internal/server/
+	$(GO) test -run '^$$' -bench . -benchtime 3s ./appliance/
 
 # The fleet storm (testsupport/fleetsim): corrald and corral-sim built
 # without -race, run as root (two network namespaces, removed at the end).

@@ -13,17 +13,17 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	"github.com/corralhq/corral/appliance"
 	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/deploy"
-	"github.com/corralhq/corral/internal/server"
-	"github.com/corralhq/corral/testsupport/appliance"
+	apptest "github.com/corralhq/corral/testsupport/appliance"
 )
 
 // startCorrald runs a real appliance (bbolt, TLS, tokens) on a loopback
 // port and returns an admin client configuration for it.
 func startCorrald(t *testing.T) *clientconfig.Config {
 	t.Helper()
-	a := appliance.Start(t, server.Config{Logger: slog.New(slog.DiscardHandler)})
+	a := apptest.Start(t, appliance.Config{Logger: slog.New(slog.DiscardHandler)})
 	cc, err := clientconfig.Load(a.AdminConf)
 	if err != nil {
 		t.Fatalf("admin.conf: %v", err)

@@ -16,12 +16,12 @@ import (
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	deploymentv1 "github.com/corralhq/corral/api/deployment/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	"github.com/corralhq/corral/appliance"
 	"github.com/corralhq/corral/auth"
 	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/deploy"
 	"github.com/corralhq/corral/hypervisor/node"
-	"github.com/corralhq/corral/internal/server"
-	"github.com/corralhq/corral/testsupport/appliance"
+	apptest "github.com/corralhq/corral/testsupport/appliance"
 	"github.com/corralhq/corral/testsupport/require"
 )
 
@@ -38,7 +38,7 @@ func TestRegisterImageUsecaseParallel(t *testing.T) {
 	}
 	require.Tool(t, "qemu-img")
 	log := slog.New(slog.DiscardHandler)
-	a := appliance.Start(t, server.Config{Logger: log})
+	a := apptest.Start(t, appliance.Config{Logger: log})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 

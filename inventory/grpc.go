@@ -9,16 +9,53 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
-// MachineServer is the gRPC edge of the inventory.
+// MachineServer is the one implementation of corral.inventory.v1
+// MachineService. It serves the inventory's own RPCs (list, get, delete,
+// watch, timeline) from the Inventory and hands the verbs inventory does
+// not own to the interfaces below, which it declares and never imports
+// the implementations of: BMC control (inventory/bmc) and the machine
+// lifecycle (package lifecycle). cmd wires them.
 type MachineServer struct {
 	inventoryv1.UnimplementedMachineServiceServer
 	Inv *Inventory
-	// BMC serves Enroll, SetPower, GetPower and SetBootDevice; when nil
-	// those RPCs answer FailedPrecondition.
-	BMC *BMCControl
+	// BMC serves Enroll, GetPower and SetBootDevice, and SetPower when
+	// Lifecycle is nil; when nil those RPCs answer FailedPrecondition.
+	BMC BMCVerbs
+	// Lifecycle serves Accept, Reprovision, SetMaintenance, SetPower and
+	// DeleteMachine; when nil the first three answer FailedPrecondition,
+	// SetPower goes to BMC and DeleteMachine to Inv.
+	Lifecycle LifecycleVerbs
 	// Watchers caps the Watch streams (nil: the appliance-wide
 	// watchstream.Default).
 	Watchers *watchstream.Limiter
+}
+
+// BMCVerbs is BMC control as the MachineService edge uses it. Implemented
+// by *bmc.Service.
+type BMCVerbs interface {
+	Enroll(ctx context.Context, req *inventoryv1.EnrollMachineRequest) (*inventoryv1.Machine, error)
+	GetPower(ctx context.Context, name string) (*inventoryv1.PowerStatus, error)
+	SetPower(ctx context.Context, name string, a inventoryv1.PowerAction) (*inventoryv1.PowerStatus, error)
+	SetBootDevice(ctx context.Context, name string, req BootRequest) error
+}
+
+// LifecycleVerbs is the machine lifecycle as the MachineService edge uses
+// it. Implemented by *lifecycle.Lifecycle: its SetPower arms the boot
+// watchdog, its DeleteMachine revokes the node's certificates.
+type LifecycleVerbs interface {
+	Accept(ctx context.Context, name, disk string, wipe bool) (*inventoryv1.Machine, error)
+	Reprovision(ctx context.Context, name string) (*inventoryv1.Machine, error)
+	SetMaintenance(ctx context.Context, name string, on bool, reason string) (*inventoryv1.Machine, error)
+	SetPower(ctx context.Context, name string, a inventoryv1.PowerAction) (*inventoryv1.PowerStatus, error)
+	DeleteMachine(ctx context.Context, name string) error
+}
+
+// BootRequest is a next-boot device request (it mirrors the ipmi
+// package's, which inventory does not import).
+type BootRequest struct {
+	Device     inventoryv1.BootDevice
+	Persistent bool
+	EFI        bool
 }
 
 // Register registers srv's MachineService on s.
@@ -43,7 +80,11 @@ func (s *MachineServer) GetMachine(ctx context.Context, req *inventoryv1.GetMach
 }
 
 func (s *MachineServer) DeleteMachine(ctx context.Context, req *inventoryv1.DeleteMachineRequest) (*emptypb.Empty, error) {
-	if err := s.Inv.DeleteMachine(ctx, req.GetName()); err != nil {
+	del := s.Inv.DeleteMachine
+	if s.Lifecycle != nil {
+		del = s.Lifecycle.DeleteMachine
+	}
+	if err := del(ctx, req.GetName()); err != nil {
 		return nil, toStatus(err)
 	}
 	return &emptypb.Empty{}, nil
@@ -57,19 +98,18 @@ func (s *MachineServer) Timeline(ctx context.Context, req *inventoryv1.TimelineR
 	return &inventoryv1.TimelineResponse{Entries: es}, nil
 }
 
-func (s *MachineServer) bmc() (*BMCControl, error) {
-	if s.BMC != nil {
-		return s.BMC, nil
-	}
-	return nil, preconditionf("BMC control is not configured on this appliance")
-}
+// errNoBMC and errNoLifecycle answer the verbs whose service is not
+// configured on this appliance.
+var (
+	errNoBMC       = preconditionf("BMC control is not configured on this appliance")
+	errNoLifecycle = preconditionf("the machine lifecycle is not configured on this appliance")
+)
 
 func (s *MachineServer) EnrollMachine(ctx context.Context, req *inventoryv1.EnrollMachineRequest) (*inventoryv1.Machine, error) {
-	c, err := s.bmc()
-	if err != nil {
-		return nil, toStatus(err)
+	if s.BMC == nil {
+		return nil, toStatus(errNoBMC)
 	}
-	m, err := c.Enroll(ctx, req)
+	m, err := s.BMC.Enroll(ctx, req)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -77,11 +117,16 @@ func (s *MachineServer) EnrollMachine(ctx context.Context, req *inventoryv1.Enro
 }
 
 func (s *MachineServer) SetPower(ctx context.Context, req *inventoryv1.SetPowerRequest) (*inventoryv1.PowerStatus, error) {
-	c, err := s.bmc()
-	if err != nil {
-		return nil, toStatus(err)
+	var set func(context.Context, string, inventoryv1.PowerAction) (*inventoryv1.PowerStatus, error)
+	switch {
+	case s.Lifecycle != nil:
+		set = s.Lifecycle.SetPower
+	case s.BMC != nil:
+		set = s.BMC.SetPower
+	default:
+		return nil, toStatus(errNoBMC)
 	}
-	ps, err := c.SetPower(ctx, req.GetName(), req.GetAction())
+	ps, err := set(ctx, req.GetName(), req.GetAction())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -89,11 +134,10 @@ func (s *MachineServer) SetPower(ctx context.Context, req *inventoryv1.SetPowerR
 }
 
 func (s *MachineServer) GetPower(ctx context.Context, req *inventoryv1.GetPowerRequest) (*inventoryv1.PowerStatus, error) {
-	c, err := s.bmc()
-	if err != nil {
-		return nil, toStatus(err)
+	if s.BMC == nil {
+		return nil, toStatus(errNoBMC)
 	}
-	ps, err := c.GetPower(ctx, req.GetName())
+	ps, err := s.BMC.GetPower(ctx, req.GetName())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -101,29 +145,39 @@ func (s *MachineServer) GetPower(ctx context.Context, req *inventoryv1.GetPowerR
 }
 
 func (s *MachineServer) SetBootDevice(ctx context.Context, req *inventoryv1.SetBootDeviceRequest) (*emptypb.Empty, error) {
-	c, err := s.bmc()
-	if err != nil {
-		return nil, toStatus(err)
+	if s.BMC == nil {
+		return nil, toStatus(errNoBMC)
 	}
-	if err := c.SetBootDevice(ctx, req.GetName(), BootRequest{Device: req.GetDevice(), Persistent: req.GetPersistent(), EFI: req.GetEfi()}); err != nil {
+	if err := s.BMC.SetBootDevice(ctx, req.GetName(), BootRequest{Device: req.GetDevice(), Persistent: req.GetPersistent(), EFI: req.GetEfi()}); err != nil {
 		return nil, toStatus(err)
 	}
 	return &emptypb.Empty{}, nil
 }
 
-// errNoLifecycle answers the lifecycle RPCs (Accept, Reprovision,
-// SetMaintenance) when this edge is served alone; the lifecycle package's
-// MachineServer overrides them.
-var errNoLifecycle = preconditionf("the machine lifecycle is not configured on this appliance")
-
-func (s *MachineServer) AcceptMachine(context.Context, *inventoryv1.AcceptMachineRequest) (*inventoryv1.Machine, error) {
-	return nil, toStatus(errNoLifecycle)
+func (s *MachineServer) AcceptMachine(ctx context.Context, req *inventoryv1.AcceptMachineRequest) (*inventoryv1.Machine, error) {
+	if s.Lifecycle == nil {
+		return nil, toStatus(errNoLifecycle)
+	}
+	return machineOrStatus(s.Lifecycle.Accept(ctx, req.GetName(), req.GetDisk(), req.GetWipe()))
 }
 
-func (s *MachineServer) ReprovisionMachine(context.Context, *inventoryv1.ReprovisionMachineRequest) (*inventoryv1.Machine, error) {
-	return nil, toStatus(errNoLifecycle)
+func (s *MachineServer) ReprovisionMachine(ctx context.Context, req *inventoryv1.ReprovisionMachineRequest) (*inventoryv1.Machine, error) {
+	if s.Lifecycle == nil {
+		return nil, toStatus(errNoLifecycle)
+	}
+	return machineOrStatus(s.Lifecycle.Reprovision(ctx, req.GetName()))
 }
 
-func (s *MachineServer) SetMaintenance(context.Context, *inventoryv1.SetMaintenanceRequest) (*inventoryv1.Machine, error) {
-	return nil, toStatus(errNoLifecycle)
+func (s *MachineServer) SetMaintenance(ctx context.Context, req *inventoryv1.SetMaintenanceRequest) (*inventoryv1.Machine, error) {
+	if s.Lifecycle == nil {
+		return nil, toStatus(errNoLifecycle)
+	}
+	return machineOrStatus(s.Lifecycle.SetMaintenance(ctx, req.GetName(), req.GetOn(), req.GetReason()))
+}
+
+func machineOrStatus(m *inventoryv1.Machine, err error) (*inventoryv1.Machine, error) {
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return m, nil
 }

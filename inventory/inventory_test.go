@@ -190,8 +190,8 @@ func TestTimelineQueueFullDrops(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Record blocked on a full queue")
 	}
-	if inv.tl.dropped.Load() != 96 {
-		t.Fatalf("dropped %d, want 96", inv.tl.dropped.Load())
+	if inv.tl.Dropped() != 96 {
+		t.Fatalf("dropped %d, want 96", inv.tl.Dropped())
 	}
 }
 

@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
@@ -61,6 +63,9 @@ type Inventory struct {
 	// reports is not a flood of log lines); each refusal is on the
 	// machine's timeline anyway, which inventory bounds.
 	refusals *lograte.Gate
+	// deleteMu guards onDelete (OnDelete).
+	deleteMu sync.Mutex
+	onDelete []func(context.Context, *inventoryv1.Machine)
 }
 
 // New validates cfg and returns an Inventory.
@@ -220,25 +225,16 @@ func (i *Inventory) CreateMachine(ctx context.Context, m *inventoryv1.Machine) (
 	}
 	now := timestamppb.New(i.cfg.Now())
 	m.CreatedAt, m.UpdatedAt = now, now
-	if m.State == inventoryv1.Machine_UNSPECIFIED {
-		m.State = inventoryv1.Machine_DISCOVERED
+	if err := Transition(m, EventCreated); err != nil {
+		return nil, err
 	}
 	if m.BootIntent == inventoryv1.BootIntent_BOOT_INTENT_UNSPECIFIED {
 		m.BootIntent = inventoryv1.BootIntent_BOOT_INTENT_DISCOVER
 	}
 	var claimed []string
-	release := func() {
-		// A concurrent create of the same name may have won: its MACs are
-		// bound to the same name and must stay bound.
-		ctx := context.WithoutCancel(ctx)
-		winner, _ := i.GetMachine(ctx, m.GetName())
-		for _, mac := range claimed {
-			if winner != nil && hasMAC(winner, mac) {
-				continue
-			}
-			i.unclaimMAC(ctx, mac, m.GetName())
-		}
-	}
+	// A concurrent create of the same name may have won: its MACs are
+	// bound to the same name and must stay bound.
+	release := func() { i.releaseMACs(ctx, m.GetName(), claimed) }
 	for _, mac := range macs {
 		if err := i.claimMAC(ctx, mac, m.GetName()); err != nil {
 			release()
@@ -314,6 +310,22 @@ func (i *Inventory) claimMAC(ctx context.Context, mac, machine string) error {
 			return false, nil
 		})
 	return err
+}
+
+// releaseMACs gives back the claims on macs made for machine by a change
+// that failed, except those its record lists by now.
+func (i *Inventory) releaseMACs(ctx context.Context, machine string, macs []string) {
+	if len(macs) == 0 {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	m, _ := i.GetMachine(ctx, machine)
+	for _, mac := range macs {
+		if m != nil && hasMAC(m, mac) {
+			continue
+		}
+		i.unclaimMAC(ctx, mac, machine)
+	}
 }
 
 func (i *Inventory) unclaimMAC(ctx context.Context, mac, machine string) {
@@ -402,14 +414,14 @@ func (i *Inventory) updateMachine(ctx context.Context, name string, macsClaimed 
 	return m, nil
 }
 
-// DeleteMachine removes a machine and its MAC bindings. Its timeline is
-// kept (it is keyed by MAC and trimmed by age of entries).
+// DeleteMachine removes a machine and its MAC bindings, and runs the
+// OnDelete functions with the record as it was. Its timeline is kept (it
+// is keyed by MAC and trimmed by age of entries).
 func (i *Inventory) DeleteMachine(ctx context.Context, name string) error {
 	if err := CheckName(name); err != nil {
 		return err
 	}
-	var macs []string
-	var bmc *inventoryv1.Bmc
+	var gone *inventoryv1.Machine
 	_, err := record.Update(ctx, i.cfg.Store, machinePrefix+name, newMachine, func(m *inventoryv1.Machine, exists bool) (bool, error) {
 		if !exists {
 			return false, notFoundf("machine %q", name)
@@ -417,15 +429,20 @@ func (i *Inventory) DeleteMachine(ctx context.Context, name string) error {
 		if m.GetState() == inventoryv1.Machine_INSTALLING || m.GetState() == inventoryv1.Machine_DEPLOYED {
 			return false, preconditionf("machine %q is %s: reprovision it first", name, m.GetState())
 		}
-		macs, bmc = m.GetMacs(), m.GetBmc()
+		gone = proto.CloneOf(m)
 		return true, nil
 	})
 	if err != nil {
 		return err
 	}
 	i.observe(name, nil)
-	i.ForgetBMC(ctx, name, bmc)
-	for _, mac := range macs {
+	i.deleteMu.Lock()
+	hooks := slices.Clone(i.onDelete)
+	i.deleteMu.Unlock()
+	for _, f := range hooks {
+		f(ctx, gone)
+	}
+	for _, mac := range gone.GetMacs() {
 		i.unclaimMAC(ctx, mac, name)
 	}
 	return nil
@@ -450,6 +467,17 @@ func (i *Inventory) BootIntent(ctx context.Context, mac string) (name string, in
 		intent = inventoryv1.BootIntent_BOOT_INTENT_DISCOVER
 	}
 	return m.GetName(), intent, nil
+}
+
+// OnDelete adds f to the functions DeleteMachine runs, in order, once a
+// machine record is gone, with the record as it was: services that keep
+// records beside a machine (BMC control's sealed password) remove them
+// there. f must be quick and must not fail the delete; it may be called
+// concurrently for different machines.
+func (i *Inventory) OnDelete(f func(ctx context.Context, m *inventoryv1.Machine)) {
+	i.deleteMu.Lock()
+	defer i.deleteMu.Unlock()
+	i.onDelete = append(i.onDelete, f)
 }
 
 // WatchMachines streams the names of machines whose record changes until

@@ -196,6 +196,17 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 		newMACs = append(newMACs, mac)
 	}
 
+	// The serial and UUID index records are written before the machine
+	// record (the store has no multi-key transaction): a record the
+	// machine does not come to agree with is ignored by its readers and
+	// taken over by the next writer (docs/architecture.md, "Index
+	// records").
+	if serial != "" {
+		i.index(ctx, serialPrefix+url.PathEscape(serial), name, hasSerial(serial))
+	}
+	if uuid != "" {
+		i.index(ctx, uuidPrefix+uuid, name, hasUUID(uuid))
+	}
 	now := timestamppb.New(i.cfg.Now())
 	var changes []*inventoryv1.FactChange
 	var became, bmcFilled, bmcMismatch bool
@@ -240,11 +251,12 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 		if m.GetState() != inventoryv1.Machine_INSTALLING || !m.GetInstall().GetDone() {
 			m.Watchdog = nil
 		}
-		became = false
-		switch m.GetState() {
-		case inventoryv1.Machine_UNSPECIFIED, inventoryv1.Machine_DISCOVERED:
-			became = true
-			m.State = inventoryv1.Machine_INVENTORIED
+		from := m.GetState()
+		if err := Transition(m, EventRegistered); err != nil {
+			return err
+		}
+		became = m.GetState() != from
+		if became {
 			m.StateReason = ""
 			if m.GetBootIntent() == inventoryv1.BootIntent_BOOT_INTENT_DISCOVER || m.GetBootIntent() == inventoryv1.BootIntent_BOOT_INTENT_UNSPECIFIED {
 				m.BootIntent = inventoryv1.BootIntent_BOOT_INTENT_LOCAL
@@ -265,6 +277,11 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 		}
 		return nil
 	})
+	if err != nil {
+		// The MACs claimed for the report go back (those the record
+		// lists meanwhile stay bound).
+		i.releaseMACs(ctx, name, newMACs)
+	}
 	if errors.Is(err, errRefused) {
 		return nil, i.refuseReport(refused, boot, serial, uuid, refusedWhy)
 	}
@@ -273,12 +290,6 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 	}
 	if bmcHost != "" {
 		i.inbandBMCEvents(m, bmcHost, bmcFilled, bmcMismatch)
-	}
-	if serial != "" {
-		i.index(ctx, serialPrefix+url.PathEscape(serial), name)
-	}
-	if uuid != "" {
-		i.index(ctx, uuidPrefix+uuid, name)
 	}
 	detail := fmt.Sprintf("machine %s serial=%q uuid=%q macs=%d", name, serial, uuid, len(macs))
 	i.Event(boot, "inventory", "registered", detail, map[string]string{"state": m.GetState().String(), "changes": fmt.Sprint(len(changes)), "matched_by": by})
@@ -426,7 +437,7 @@ func (i *Inventory) identify(ctx context.Context, serial, uuid, bmcHost string, 
 	var flags []string
 	var dups []dupFlag
 	if serial != "" {
-		m, err := i.lookupIndex(ctx, serialPrefix+url.PathEscape(serial))
+		m, err := i.lookupIndex(ctx, serialPrefix+url.PathEscape(serial), hasSerial(serial))
 		if err != nil {
 			return nil, "", nil, nil, err
 		}
@@ -439,7 +450,7 @@ func (i *Inventory) identify(ctx context.Context, serial, uuid, bmcHost string, 
 		}
 	}
 	if uuid != "" {
-		m, err := i.lookupIndex(ctx, uuidPrefix+uuid)
+		m, err := i.lookupIndex(ctx, uuidPrefix+uuid, hasUUID(uuid))
 		if err != nil {
 			return nil, "", nil, nil, err
 		}
@@ -453,12 +464,12 @@ func (i *Inventory) identify(ctx context.Context, serial, uuid, bmcHost string, 
 	if bmcHost != "" {
 		for _, port := range []uint32{623, 443} {
 			var b inventoryv1.BmcAddressBinding
-			if _, err := record.Get(ctx, i.cfg.Store, bmcKey(bmcHost, port), &b); err != nil {
+			if _, err := record.Get(ctx, i.cfg.Store, BMCAddressKey(bmcHost, port), &b); err != nil {
 				continue
 			}
 			m, err := i.GetMachine(ctx, b.GetMachineName())
-			if err != nil {
-				continue
+			if err != nil || m.GetBmc().GetAddress() != bmcHost {
+				continue // a binding its machine does not agree with
 			}
 			if m.GetSerial() == "" && m.GetSystemUuid() == "" {
 				return m, "bmc", flags, dups, nil
@@ -480,7 +491,21 @@ func (i *Inventory) identify(ctx context.Context, serial, uuid, bmcHost string, 
 	return nil, "", flags, dups, nil
 }
 
-func (i *Inventory) lookupIndex(ctx context.Context, key string) (*inventoryv1.Machine, error) {
+// hasSerial and hasUUID say whether a machine agrees with a serial or
+// UUID index record: it has that serial or UUID recorded.
+func hasSerial(serial string) func(*inventoryv1.Machine) bool {
+	return func(m *inventoryv1.Machine) bool { return m.GetSerial() == serial }
+}
+
+func hasUUID(uuid string) func(*inventoryv1.Machine) bool {
+	return func(m *inventoryv1.Machine) bool { return normUUID(m.GetSystemUuid()) == uuid }
+}
+
+// lookupIndex returns the machine a serial or UUID index record names,
+// or nil when there is none, it is gone, or it does not agree with the
+// record (the index is written before the machine, so it may name a
+// machine whose write failed or has not happened yet).
+func (i *Inventory) lookupIndex(ctx context.Context, key string, agrees func(*inventoryv1.Machine) bool) (*inventoryv1.Machine, error) {
 	var b inventoryv1.MacBinding
 	if _, err := record.Get(ctx, i.cfg.Store, key, &b); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
@@ -492,15 +517,22 @@ func (i *Inventory) lookupIndex(ctx context.Context, key string) (*inventoryv1.M
 	if errors.Is(err, ErrNotFound) {
 		return nil, nil
 	}
-	return m, err
+	if err != nil {
+		return nil, err
+	}
+	if !agrees(m) {
+		return nil, nil
+	}
+	return m, nil
 }
 
-// index points key at machine unless a live machine already holds it.
-func (i *Inventory) index(ctx context.Context, key, machine string) {
+// index points key at machine unless a live machine that agrees with it
+// already holds it.
+func (i *Inventory) index(ctx context.Context, key, machine string, agrees func(*inventoryv1.Machine) bool) {
 	_, err := record.Update(ctx, i.cfg.Store, key, func() *inventoryv1.MacBinding { return &inventoryv1.MacBinding{} },
 		func(b *inventoryv1.MacBinding, exists bool) (bool, error) {
 			if exists && b.GetMachineName() != machine {
-				if _, err := i.GetMachine(ctx, b.GetMachineName()); err == nil {
+				if m, err := i.GetMachine(ctx, b.GetMachineName()); err == nil && agrees(m) {
 					return false, errSkip
 				}
 			}

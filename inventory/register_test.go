@@ -239,40 +239,6 @@ func FuzzRegister(f *testing.F) {
 	})
 }
 
-// TestRegisterFindsEnrolledMachineByInbandBMC: a machine enrolled by its
-// BMC before it ever booted receives the discovery report (matched by the
-// BMC address read in-band), and DHCP's MAC placeholder is merged into it.
-func TestRegisterFindsEnrolledMachineByInbandBMC(t *testing.T) {
-	inv, c, f := newBMCControl(t)
-	ctx := context.Background()
-	f.password["10.0.0.21:623"] = "pw"
-	if _, err := c.Enroll(ctx, enrollReq("rack1-u12", "10.0.0.21", "pw")); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := inv.EnsureMachineForMAC(ctx, "52:54:00:00:08:01"); err != nil {
-		t.Fatal(err)
-	}
-	fs := facts("SN-U12", "", "52:54:00:00:08:01")
-	fs.Bmc = &inventoryv1.Facts_BmcLan{Channel: 1, Ipv4Address: "10.0.0.21"}
-	m, err := inv.Register(ctx, "52:54:00:00:08:01", fs, RegisterOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m.GetName() != "rack1-u12" || m.GetSerial() != "SN-U12" || !hasMAC(m, "52:54:00:00:08:01") {
-		t.Fatalf("report landed on %s (serial %q, macs %v), want rack1-u12", m.GetName(), m.GetSerial(), m.GetMacs())
-	}
-	if ms, _ := inv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{}); len(ms) != 1 {
-		t.Fatalf("%d machines, want 1 (placeholder merged)", len(ms))
-	}
-	// Deleting the machine frees its BMC address for another enrolment.
-	if err := inv.DeleteMachine(ctx, "rack1-u12"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Enroll(ctx, enrollReq("rack1-u13", "10.0.0.21", "pw")); err != nil {
-		t.Fatalf("BMC address not freed by delete: %v", err)
-	}
-}
-
 // TestRegisterNeverTakesOverAKnownMachine: a report from a known machine's
 // MAC that lacks or contradicts its recorded serial or system UUID is
 // refused with PermissionDenied naming the machine, recorded on its

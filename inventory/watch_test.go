@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/internal/watchstream"
@@ -317,7 +318,7 @@ func TestWatchTimeline(t *testing.T) {
 	}
 	base := time.Unix(1_700_000_000, 0)
 	for i := range 6 {
-		e.inv.Record(&inventoryv1.TimelineEntry{Mac: macs[i%2], At: timestampAt(base.Add(time.Duration(i) * time.Second)), Source: "dhcp", Event: fmt.Sprintf("e%d", i)})
+		e.inv.Record(&inventoryv1.TimelineEntry{Mac: macs[i%2], At: timestamppb.New(base.Add(time.Duration(i) * time.Second)), Source: "dhcp", Event: fmt.Sprintf("e%d", i)})
 	}
 	e.inv.Event("52:54:00:00:00:99", "dhcp", "other-machine", "", nil)
 	if err := e.inv.FlushTimeline(t.Context()); err != nil {

@@ -10,6 +10,7 @@ import (
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/inventory"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -61,7 +62,9 @@ func startInstall(m *inventoryv1.Machine, id, disk string, wipe bool, now *times
 	if err != nil {
 		return "", err
 	}
-	m.State = inventoryv1.Machine_INSTALLING
+	if err := inventory.Transition(m, inventory.EventAccepted); err != nil {
+		return "", err
+	}
 	m.StateReason = ""
 	m.NodeName = ""
 	m.BootIntent = inventoryv1.BootIntent_BOOT_INTENT_DISCOVER
@@ -74,16 +77,12 @@ func (l *Lifecycle) accepted(m *inventoryv1.Machine, id, path string, wipe bool)
 	l.log.Info("machine accepted", "machine", m.GetName(), "install_id", id, "disk", path, "wipe", wipe)
 }
 
+// acceptable checks, changing nothing, that m may be accepted: its state
+// allows it (inventory.Transition, tried on a copy) and it has disks.
 func acceptable(m *inventoryv1.Machine) error {
 	name := m.GetName()
-	switch m.GetState() {
-	case inventoryv1.Machine_INVENTORIED, inventoryv1.Machine_FAILED:
-	case inventoryv1.Machine_INSTALLING, inventoryv1.Machine_DEPLOYED:
-		return apierr.Preconditionf("machine %q is %s: already deployed: reprovision it first", name, m.GetState())
-	case inventoryv1.Machine_MAINTENANCE:
-		return apierr.Preconditionf("machine %q is in MAINTENANCE: take it out (corral machine maintenance off %s) first", name, name)
-	default:
-		return apierr.Preconditionf("machine %q is %s: it has reported no facts yet; network-boot it into discovery first", name, m.GetState())
+	if err := inventory.Transition(&inventoryv1.Machine{Name: name, State: m.GetState()}, inventory.EventAccepted); err != nil {
+		return err
 	}
 	if len(m.GetFacts().GetDisks()) == 0 {
 		return apierr.Preconditionf("machine %q reported no disks: nothing to install on", name)

@@ -44,7 +44,7 @@ type AgentServer struct {
 	// JoinFunc serves Join; nil answers Unimplemented.
 	JoinFunc func(ctx context.Context, req *nodev1.JoinRequest) (*nodev1.JoinResponse, error)
 	// Caller says who is calling, from the authenticated principal in ctx
-	// (internal/server wires it to auth.FromContext); ok=false refuses the
+	// (appliance wires it to auth.FromContext); ok=false refuses the
 	// call as Unauthenticated. nil trusts every caller like an admin: for
 	// tests that run the edge without authentication only.
 	Caller func(ctx context.Context) (c Caller, ok bool)

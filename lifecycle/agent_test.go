@@ -24,7 +24,7 @@ import (
 
 // The agent edge's bindings, tested through a second AgentServer on the
 // harness's lifecycle whose Caller comes from request metadata: a
-// hand-written stand-in for the auth interceptor (internal/server wires
+// hand-written stand-in for the auth interceptor (appliance wires
 // the real one; cmd/corrald's attack tests run it end to end).
 
 // callerCreds sends a Caller as metadata on every call.

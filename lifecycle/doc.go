@@ -14,14 +14,18 @@
 //
 // It owns the agent edge (AgentService: Register, the command Session,
 // Join wired by cmd) and the registry of connected agent sessions, and
-// extends inventory's MachineService edge with Accept, Reprovision,
-// SetMaintenance and the watchdog arming of SetPower.
+// implements the lifecycle verbs of MachineService (Accept, Reprovision,
+// SetMaintenance, SetPower arming the boot watchdog, DeleteMachine
+// revoking the node's certificates) as inventory.LifecycleVerbs, which
+// inventory's one MachineService implementation delegates to.
 //
 // It reaches inventory, the node pool, the BMC and the CA only through the
 // small interfaces declared here (Machines, Events, Nodes, Power,
 // NodeIdentity); inventory holds no reference back. Every machine change
 // is one compare-and-swap through Machines.UpdateMachine whose mutation
-// re-checks the state it acts on, so two reconcilers never apply one
+// moves the state with inventory.Transition (never by assignment) and
+// re-checks what it acts on, so two reconcilers never apply one
 // transition twice. It imports the api, the error classes and inventory's
-// types (selectors, the register hook, BootRequest); never the store.
+// types and functions (selectors, the register hook, BootRequest,
+// Transition); never the store.
 package lifecycle

@@ -9,7 +9,7 @@ import (
 )
 
 // Machines is what the lifecycle needs of the machine inventory: read,
-// list, change by compare-and-swap, and apply a discovery report.
+// list, change by compare-and-swap, delete, and apply a discovery report.
 // Implemented by *inventory.Inventory.
 type Machines interface {
 	// GetMachine returns one machine (an error wrapping ErrNotFound for an
@@ -20,6 +20,9 @@ type Machines interface {
 	// UpdateMachine changes one machine by compare-and-swap; mutate may
 	// run more than once and its error aborts without writing.
 	UpdateMachine(ctx context.Context, name string, mutate func(m *inventoryv1.Machine) error) (*inventoryv1.Machine, error)
+	// DeleteMachine removes one machine (refused while INSTALLING or
+	// DEPLOYED; an error wrapping ErrNotFound for an unknown one).
+	DeleteMachine(ctx context.Context, name string) error
 	// Register applies a discovery report in one mutation, running
 	// opts.Hook inside it; opts.Admit may refuse the match first.
 	Register(ctx context.Context, bootMAC string, facts *inventoryv1.Facts, opts inventory.RegisterOptions) (*inventoryv1.Machine, error)
@@ -47,13 +50,13 @@ type NodeWatcher interface {
 }
 
 // Power reboots machines through their BMC. Implemented by
-// *inventory.BMCControl; each call has its own BMC deadline.
+// *bmc.Service (inventory/bmc); each call has its own BMC deadline.
 type Power interface {
 	SetBootDevice(ctx context.Context, name string, req inventory.BootRequest) error
 	SetPower(ctx context.Context, name string, a inventoryv1.PowerAction) (*inventoryv1.PowerStatus, error)
 }
 
-// NodeIdentity signs the node certificates of installs; internal/server
+// NodeIdentity signs the node certificates of installs; appliance
 // wires the appliance CA to it. The node key is made on the machine: only
 // its certificate request reaches the appliance.
 type NodeIdentity interface {

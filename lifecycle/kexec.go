@@ -48,7 +48,7 @@ const armedByInstall = "install reboot"
 const kexecStep = "kexec"
 
 // HypervisorBoot renders a machine's hypervisor boot for a kexec;
-// internal/server wires boot/http's rendering (the one of the hypervisor
+// appliance wires boot/http's rendering (the one of the hypervisor
 // iPXE script) to it.
 type HypervisorBoot interface {
 	// KexecPlan returns the hypervisor kernel and initrd (http URLs on
@@ -60,7 +60,7 @@ type HypervisorBoot interface {
 	KexecPlan(ctx context.Context, machine, mac, host string) (*nodev1.KexecPlan, error)
 }
 
-// SetKexec sets Config.Kexec after New: internal/server makes the boot
+// SetKexec sets Config.Kexec after New: appliance makes the boot
 // servers, which render the hypervisor boot, after the lifecycle. Safe
 // for concurrent use.
 func (l *Lifecycle) SetKexec(hb HypervisorBoot) {

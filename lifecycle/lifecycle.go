@@ -334,10 +334,13 @@ func (l *Lifecycle) deployed(ctx context.Context, name string) {
 	late := false
 	m, err := l.inv.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
 		late = failedAfterInstall(m)
-		if m.GetState() != inventoryv1.Machine_INSTALLING && !late {
+		ev := inventory.EventNodeReady
+		if late {
+			ev = inventory.EventNodeReadyAfterWatchdog
+		}
+		if inventory.Transition(m, ev) != nil {
 			return errSkip
 		}
-		m.State = inventoryv1.Machine_DEPLOYED
 		m.StateReason = ""
 		m.NodeName = name
 		m.BootIntent = inventoryv1.BootIntent_BOOT_INTENT_HYPERVISOR
@@ -379,6 +382,9 @@ func (l *Lifecycle) installTimedOut(ctx context.Context, m *inventoryv1.Machine)
 		if m.GetState() != inventoryv1.Machine_INSTALLING || cur.GetInstallId() != id {
 			return errSkip
 		}
+		if err := inventory.Transition(m, inventory.EventInstallFailed); err != nil {
+			return err
+		}
 		if u := cur.GetUpdatedAt(); u != nil && l.now().Sub(u.AsTime()) <= l.cfg.InstallTimeout {
 			return errSkip
 		}
@@ -390,7 +396,6 @@ func (l *Lifecycle) installTimedOut(ctx context.Context, m *inventoryv1.Machine)
 		default:
 			reason = fmt.Sprintf("install timeout: no progress within %s after step %s", l.cfg.InstallTimeout, cur.GetStep())
 		}
-		m.State = inventoryv1.Machine_FAILED
 		m.StateReason = reason
 		m.Install.Error = reason
 		return nil

@@ -128,7 +128,7 @@ type harness struct {
 	lc     *Lifecycle
 	bmc    *fakePower
 	client nodev1.AgentServiceClient
-	msrv   *MachineServer
+	msrv   *inventory.MachineServer
 	stop   func()
 }
 
@@ -183,7 +183,7 @@ func newHarness(t *testing.T, st store.Store, o harnessOpt) *harness {
 		t.Fatal(err)
 	}
 	h := &harness{t: t, st: st, clk: clk, id: id, certs: certs, inv: inv, pool: p, lc: lc, bmc: fb,
-		client: nodev1.NewAgentServiceClient(cc), msrv: &MachineServer{MachineServer: &inventory.MachineServer{Inv: inv}, Lifecycle: lc}}
+		client: nodev1.NewAgentServiceClient(cc), msrv: &inventory.MachineServer{Inv: inv, Lifecycle: lc}}
 	var once sync.Once
 	h.stop = func() {
 		once.Do(func() {

@@ -73,8 +73,7 @@ func (l *Lifecycle) onProgress(ctx context.Context, machine string, p *nodev1.Pr
 			out = progressWiped
 			if p.GetError() != "" {
 				out = progressWipeFailed
-				if m.GetState() != inventoryv1.Machine_MAINTENANCE {
-					m.State = inventoryv1.Machine_FAILED
+				if inventory.Transition(m, inventory.EventWipeFailed) == nil {
 					m.StateReason = fmt.Sprintf("reprovision wipe of %s: %s", disk, p.GetError())
 				}
 			}
@@ -99,7 +98,9 @@ func (l *Lifecycle) onProgress(ctx context.Context, machine string, p *nodev1.Pr
 			out = progressFailed
 			reason = fmt.Sprintf("install step %s: %s", orStr(in.GetStep(), "?"), p.GetError())
 			in.Error = p.GetError()
-			m.State = inventoryv1.Machine_FAILED
+			if err := inventory.Transition(m, inventory.EventInstallFailed); err != nil {
+				return err
+			}
 			m.StateReason = reason
 		case p.GetDone():
 			out = progressDone

@@ -9,6 +9,7 @@ import (
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/inventory"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -64,10 +65,9 @@ func (l *Lifecycle) Reprovision(ctx context.Context, name string) (*inventoryv1.
 	}
 	now := timestamppb.New(l.now())
 	m, err = l.inv.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
-		if m.GetState() == inventoryv1.Machine_MAINTENANCE {
-			return apierr.Preconditionf("machine %q is in MAINTENANCE", name)
+		if err := inventory.Transition(m, inventory.EventReprovisioned); err != nil {
+			return err
 		}
-		m.State = inventoryv1.Machine_DISCOVERED
 		m.StateReason = reason
 		m.NodeName = ""
 		m.BootIntent = inventoryv1.BootIntent_BOOT_INTENT_DISCOVER
@@ -132,30 +132,17 @@ func (l *Lifecycle) SetMaintenance(ctx context.Context, name string, on bool, re
 	now := timestamppb.New(l.now())
 	m, err := l.inv.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
 		if on {
-			if m.GetState() != inventoryv1.Machine_MAINTENANCE {
-				m.MaintenancePreviousState = m.GetState()
-				m.MaintenancePreviousReason = m.GetStateReason()
+			if err := inventory.Transition(m, inventory.EventMaintenanceOn); err != nil {
+				return err
 			}
-			m.State = inventoryv1.Machine_MAINTENANCE
 			m.StateReason = orStr(reason, "maintenance")
 			m.Watchdog = nil
 			return nil
 		}
-		if m.GetState() != inventoryv1.Machine_MAINTENANCE {
-			return apierr.Preconditionf("machine %q is %s, not in MAINTENANCE", name, m.GetState())
+		if err := inventory.Transition(m, inventory.EventMaintenanceOff); err != nil {
+			return err
 		}
-		prev := m.GetMaintenancePreviousState()
-		if prev == inventoryv1.Machine_UNSPECIFIED || prev == inventoryv1.Machine_MAINTENANCE {
-			prev = inventoryv1.Machine_DISCOVERED
-			if m.GetFacts() != nil {
-				prev = inventoryv1.Machine_INVENTORIED
-			}
-		}
-		m.State = prev
-		m.StateReason = m.GetMaintenancePreviousReason()
-		m.MaintenancePreviousState = inventoryv1.Machine_UNSPECIFIED
-		m.MaintenancePreviousReason = ""
-		if prev == inventoryv1.Machine_INSTALLING && m.Install != nil {
+		if m.GetState() == inventoryv1.Machine_INSTALLING && m.Install != nil {
 			// The install timeout starts afresh.
 			m.Install.UpdatedAt = now
 		}

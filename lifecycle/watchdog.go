@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/inventory"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -98,11 +99,10 @@ func (l *Lifecycle) watchdog(ctx context.Context, m *inventoryv1.Machine) bool {
 		reason = fmt.Sprintf(watchdogReasonPrefix+" no agent after %s (no BMC to power-cycle); last: %s", l.cfg.BootWatchdog, last)
 	}
 	fm, err := l.inv.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
-		if m.GetState() == inventoryv1.Machine_MAINTENANCE || !m.GetWatchdog().GetArmedAt().AsTime().Equal(armed) {
+		if !m.GetWatchdog().GetArmedAt().AsTime().Equal(armed) || inventory.Transition(m, inventory.EventWatchdogExpired) != nil {
 			return errSkip
 		}
 		m.Watchdog = nil
-		m.State = inventoryv1.Machine_FAILED
 		m.StateReason = reason
 		return nil
 	})

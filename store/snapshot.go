@@ -3,7 +3,7 @@ package store
 import "context"
 
 // Snapshotter is implemented by stores that can read every record they hold
-// as of one revision: the online backup (internal/server) uses it so that a
+// as of one revision: the online backup (package appliance) uses it so that a
 // backup is one consistent picture even while writes go on.
 //
 // Snapshot returns the store-wide revision the records were read at and

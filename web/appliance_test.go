@@ -14,8 +14,8 @@ import (
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/appliance"
 	"github.com/corralhq/corral/auth/clientconfig"
-	"github.com/corralhq/corral/internal/server"
 	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/testsupport/machinefacts"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -23,25 +23,25 @@ import (
 
 // appliance is a real corrald in-process (bbolt, TLS, tokens) with its
 // web page on a loopback port.
-type appliance struct {
-	srv    *server.Server
+type applianceRig struct {
+	srv    *appliance.Server
 	base   string // https://127.0.0.1:port
 	client *http.Client
 	admin  inventoryv1.MachineServiceClient
 	tokens map[authv1.Role]string
 }
 
-func startAppliance(t *testing.T) *appliance {
+func startAppliance(t *testing.T) *applianceRig {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	if os.Getenv("CORRAL_TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	dir := t.TempDir()
-	srv, err := server.New(server.Config{DataDir: dir, APIListen: "127.0.0.1:0", Logger: log,
-		Web: server.WebConfig{Listen: "127.0.0.1:0"}})
+	srv, err := appliance.New(appliance.Config{DataDir: dir, APIListen: "127.0.0.1:0", Logger: log,
+		Web: appliance.WebConfig{Listen: "127.0.0.1:0"}})
 	if err != nil {
-		t.Fatalf("server.New: %v", err)
+		t.Fatalf("appliance.New: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -52,7 +52,7 @@ func startAppliance(t *testing.T) *appliance {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	cc, err := clientconfig.Load(filepath.Join(dir, server.AdminConfigFile))
+	cc, err := clientconfig.Load(filepath.Join(dir, appliance.AdminConfigFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func startAppliance(t *testing.T) *appliance {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	a := &appliance{
+	a := &applianceRig{
 		srv:  srv,
 		base: "https://" + srv.WebAddr().String(),
 		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
@@ -84,7 +84,7 @@ func startAppliance(t *testing.T) *appliance {
 // machine registers a QEMU machine as its discovery agent would and puts a
 // boot's worth of entries on its timeline (power, DHCP, TFTP, script,
 // kernel and initrd, agent), seconds apart.
-func (a *appliance) machine(t *testing.T, serial, mac string) string {
+func (a *applianceRig) machine(t *testing.T, serial, mac string) string {
 	t.Helper()
 	ctx := context.Background()
 	inv := a.srv.Inventory()
@@ -117,7 +117,7 @@ func (a *appliance) machine(t *testing.T, serial, mac string) string {
 
 // do sends one request to the web API; token "" sends no Authorization,
 // one with a space is sent as the whole header.
-func (a *appliance) do(t *testing.T, method, path, token, contentType, body string) (*http.Response, string) {
+func (a *applianceRig) do(t *testing.T, method, path, token, contentType, body string) (*http.Response, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, a.base+path, strings.NewReader(body))
 	if err != nil {

@@ -27,6 +27,6 @@
 // falls back to polling the List call.
 //
 // It imports only the generated API (and gRPC, protobuf, the standard
-// library); internal/server serves it over TLS with the appliance's
+// library); package appliance serves it over TLS with the appliance's
 // certificate and bounds the HTTP server.
 package web

@@ -37,10 +37,6 @@ func (d *deadlineInventory) EnsureMachineForMAC(ctx context.Context, mac string)
 	return nil, false, ctx.Err()
 }
 
-func (d *deadlineInventory) BootIntent(ctx context.Context, mac string) (string, inventoryv1.BootIntent, error) {
-	return "", 0, errors.New("not used")
-}
-
 // TestHandleBound: a packet's inventory and store calls run under a
 // deadline of 3 s (to 3.1 s: the deadline context is shared by the packets
 // of 100 ms) even when Run's context has ended, and a call that blocks

@@ -15,7 +15,7 @@ import (
 // would block waits in the poller as net.UDPConn's does, and the call
 // itself does not enter the scheduler's syscall state.
 //
-// Why (bench/README.md, DHCP, sixth session): the socket is non-blocking,
+// Why (bench/README.md, DHCP; commit d87f016, 2026-11-24): the socket is non-blocking,
 // so recvmsg and sendto return in ~15-25 µs and the syscall state buys
 // nothing. Its entry wakes the runtime's sysmon thread whenever the
 // process was idle, and sysmon then polls every 20 µs until the process is
@@ -56,7 +56,7 @@ func newUDPIO(conn net.PacketConn) *udpIO {
 // udpReader is one reading goroutine's state for udpReader.readFrom,
 // kept from one datagram to the next: the callback and what it fills in
 // would otherwise be three heap allocations per packet (bench/README.md,
-// DHCP, seventh session). msg points into the reader itself.
+// DHCP; commit f6413d8, 2026-11-25). msg points into the reader itself.
 type udpReader struct {
 	u     *udpIO
 	buf   []byte

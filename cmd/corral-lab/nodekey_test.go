@@ -37,7 +37,7 @@ import (
 func checkNodeKeys(t *testing.T, r *rack) {
 	st := r.st
 	caPool := x509.NewCertPool()
-	caFile := filepath.Join(st.DataDir, "pki", "ca.crt") // internal/server.PKIDir, pki.CACertFile
+	caFile := filepath.Join(st.DataDir, "pki", "ca.crt") // appliance.PKIDir, pki.CACertFile
 	caPEM, err := os.ReadFile(caFile)
 	if err != nil || !caPool.AppendCertsFromPEM(caPEM) {
 		t.Fatalf("appliance CA %s: %v", caFile, err)

@@ -18,10 +18,10 @@ import (
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	"github.com/corralhq/corral/appliance"
 	"github.com/corralhq/corral/auth"
 	"github.com/corralhq/corral/auth/clientconfig"
-	"github.com/corralhq/corral/internal/server"
-	"github.com/corralhq/corral/testsupport/appliance"
+	apptest "github.com/corralhq/corral/testsupport/appliance"
 	"github.com/corralhq/corral/testsupport/syncbuf"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
@@ -89,7 +89,7 @@ func TestHypervisorAdvertisesRoute(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts corrald and corral-node")
 	}
-	a := appliance.Start(t, server.Config{Logger: slog.New(slog.DiscardHandler)})
+	a := apptest.Start(t, appliance.Config{Logger: slog.New(slog.DiscardHandler)})
 	dir := t.TempDir()
 	caFile := filepath.Join(dir, "ca.pem")
 	if err := os.WriteFile(caFile, a.Server.CA().CertPEM(), 0o644); err != nil {

@@ -6,11 +6,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/corralhq/corral/appliance"
 	"github.com/corralhq/corral/images"
 	"github.com/corralhq/corral/images/discovery"
 	"github.com/corralhq/corral/internal/imagecache"
 	"github.com/corralhq/corral/internal/progress"
-	"github.com/corralhq/corral/internal/server"
 	"github.com/corralhq/corral/internal/sourcetree"
 	"github.com/spf13/cobra"
 )
@@ -44,7 +44,7 @@ unchanged inputs is taken from the cache.`,
 					return fmt.Errorf("%w: pass --source", err)
 				}
 			}
-			catDir := filepath.Join(dataDir, server.ImagesDir)
+			catDir := filepath.Join(dataDir, appliance.ImagesDir)
 			if cache == "" {
 				cache = filepath.Join(catDir, "cache")
 			}

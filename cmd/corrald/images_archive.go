@@ -9,9 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/corralhq/corral/appliance"
 	"github.com/corralhq/corral/images"
 	"github.com/corralhq/corral/internal/progress"
-	"github.com/corralhq/corral/internal/server"
 	"github.com/spf13/cobra"
 )
 
@@ -41,7 +41,7 @@ them. corrald images import FILE registers them on another appliance.`,
 			defer os.Remove(tmp.Name())
 			h := sha256.New()
 			rep := progress.New(cmd.ErrOrStderr())
-			man, err := images.Export(io.MultiWriter(tmp, h), images.Config{Dir: filepath.Join(dataDir, server.ImagesDir), IPXEDirs: ipxeDirs}, version, rep)
+			man, err := images.Export(io.MultiWriter(tmp, h), images.Config{Dir: filepath.Join(dataDir, appliance.ImagesDir), IPXEDirs: ipxeDirs}, version, rep)
 			if err == nil {
 				err = tmp.Chmod(0o644)
 			}
@@ -135,7 +135,7 @@ the new images.`,
 			}
 			defer f.Close()
 			abs, _ := filepath.Abs(path)
-			got, err := images.Import(r, images.Config{Dir: filepath.Join(dataDir, server.ImagesDir)}, abs, stageDone{rep, new(bool)})
+			got, err := images.Import(r, images.Config{Dir: filepath.Join(dataDir, appliance.ImagesDir)}, abs, stageDone{rep, new(bool)})
 			if err != nil {
 				return fmt.Errorf("import %s: %w", path, err)
 			}
@@ -147,7 +147,7 @@ the new images.`,
 				fmt.Fprintf(w, "  %-21s %10d bytes  sha256 %s\n", images.HypervisorInitrd, h.InitrdSize, h.InitrdSHA256)
 			}
 			fmt.Fprintf(w, "  iPXE: %s\n", strings.Join(got.IPXE, ", "))
-			fmt.Fprintf(w, "registered in %s: restart corrald serve to boot from them\n", filepath.Join(dataDir, server.ImagesDir))
+			fmt.Fprintf(w, "registered in %s: restart corrald serve to boot from them\n", filepath.Join(dataDir, appliance.ImagesDir))
 			return nil
 		},
 	}

@@ -8,13 +8,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/corralhq/corral/appliance"
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/internal/progress"
-	"github.com/corralhq/corral/internal/server"
 )
 
 // Backups name the corrald that wrote them.
-func init() { server.Version = version }
+func init() { appliance.Version = version }
 
 // newRestoreCmd is `corrald restore FILE`: a backup made by `corral
 // backup` becomes a new data directory.
@@ -64,13 +64,13 @@ fleet needs. A failure removes the records it wrote.`,
 				return err
 			}
 			sc := storeAccessConfig(cmd)
-			if sc.Kind != server.StoreBolt && sc.Kind != server.StoreEtcd {
-				return apierr.Invalidf("--store %q: use %s or %s", sc.Kind, server.StoreBolt, server.StoreEtcd)
+			if sc.Kind != appliance.StoreBolt && sc.Kind != appliance.StoreEtcd {
+				return apierr.Invalidf("--store %q: use %s or %s", sc.Kind, appliance.StoreBolt, appliance.StoreEtcd)
 			}
-			if sc.Kind == server.StoreEtcd && len(sc.Etcd.Endpoints) == 0 {
+			if sc.Kind == appliance.StoreEtcd && len(sc.Etcd.Endpoints) == 0 {
 				return apierr.Invalidf("--store etcd needs --etcd-endpoints")
 			}
-			res, err := server.Restore(cmd.Context(), server.RestoreOptions{
+			res, err := appliance.Restore(cmd.Context(), appliance.RestoreOptions{
 				File: args[0], DataDir: dataDir, Passphrase: pass, Store: sc,
 				Progress: progress.New(cmd.ErrOrStderr()), Logger: log,
 			})
@@ -86,7 +86,7 @@ fleet needs. A failure removes the records it wrote.`,
 				}
 			}
 			start := "corrald serve --data-dir " + res.DataDir
-			if sc.Kind == server.StoreEtcd {
+			if sc.Kind == appliance.StoreEtcd {
 				start += " --store etcd --etcd-endpoints " + strings.Join(sc.Etcd.Endpoints, ",") + " --etcd-prefix " + sc.Etcd.Prefix
 			}
 			fmt.Fprintf(out, "start it with: %s\n", start)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/corralhq/corral/internal/server"
+	"github.com/corralhq/corral/appliance"
 	"github.com/corralhq/corral/inventory/pool"
 	"github.com/corralhq/corral/lifecycle"
 	"github.com/spf13/cobra"
@@ -12,11 +12,11 @@ import (
 
 // serveFunc runs the appliance configured by c until ctx ends. corrald
 // passes runServer; tests pass one that records c.
-type serveFunc func(ctx context.Context, c server.Config) error
+type serveFunc func(ctx context.Context, c appliance.Config) error
 
 // runServer prepares and runs the appliance.
-func runServer(ctx context.Context, c server.Config) error {
-	srv, err := server.New(c)
+func runServer(ctx context.Context, c appliance.Config) error {
+	srv, err := appliance.New(c)
 	if err != nil {
 		return err
 	}
@@ -72,12 +72,12 @@ client file.`,
 
 // serveConfig reads the flags of `corrald serve` (already filled from the
 // environment and --config by flagconf) into the appliance configuration.
-func serveConfig(cmd *cobra.Command) (server.Config, error) {
+func serveConfig(cmd *cobra.Command) (appliance.Config, error) {
 	log, err := newLogger(cmd)
 	if err != nil {
-		return server.Config{}, err
+		return appliance.Config{}, err
 	}
-	c := server.Config{Logger: log}
+	c := appliance.Config{Logger: log}
 	c.DataDir, _ = cmd.Flags().GetString("data-dir")
 	c.APIListen, _ = cmd.Flags().GetString("api-listen")
 	c.APISANs, _ = cmd.Flags().GetStringSlice("api-san")
@@ -117,9 +117,9 @@ func addLifecycleFlags(cmd *cobra.Command) {
 }
 
 // lifecycleConfig reads the lifecycle flags (server validates them).
-func lifecycleConfig(cmd *cobra.Command) server.LifecycleConfig {
+func lifecycleConfig(cmd *cobra.Command) appliance.LifecycleConfig {
 	f := cmd.Flags()
-	var c server.LifecycleConfig
+	var c appliance.LifecycleConfig
 	c.ReconcileInterval, _ = f.GetDuration("reconcile-interval")
 	c.InstallTimeout, _ = f.GetDuration("install-timeout")
 	c.BootWatchdog, _ = f.GetDuration("boot-watchdog")

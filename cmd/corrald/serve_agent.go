@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/corralhq/corral/appliance"
 	boothttp "github.com/corralhq/corral/boot/http"
-	"github.com/corralhq/corral/internal/server"
 	"github.com/corralhq/corral/lifecycle"
 	"github.com/spf13/cobra"
 )
@@ -32,7 +32,7 @@ func addAgentFlags(cmd *cobra.Command) {
 }
 
 // agentConfig reads the flags of addAgentFlags into c.
-func agentConfig(cmd *cobra.Command, c *server.Config) error {
+func agentConfig(cmd *cobra.Command, c *appliance.Config) error {
 	f := cmd.Flags()
 	s := &c.Boot.Scripts
 	s.MACBurst, _ = f.GetInt("boot-script-mac-burst")

@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 
-	"github.com/corralhq/corral/internal/server"
+	"github.com/corralhq/corral/appliance"
 	"github.com/spf13/cobra"
 )
 
@@ -17,9 +17,9 @@ func addBMCFlags(cmd *cobra.Command) {
 }
 
 // bmcConfig reads the BMC flags.
-func bmcConfig(cmd *cobra.Command) (server.BMCConfig, error) {
+func bmcConfig(cmd *cobra.Command) (appliance.BMCConfig, error) {
 	f := cmd.Flags()
-	var c server.BMCConfig
+	var c appliance.BMCConfig
 	c.PollInterval, _ = f.GetDuration("bmc-poll-interval")
 	c.PollConcurrency, _ = f.GetInt("bmc-poll-concurrency")
 	c.CallTimeout, _ = f.GetDuration("bmc-timeout")

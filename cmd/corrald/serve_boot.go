@@ -3,8 +3,8 @@ package main
 import (
 	"errors"
 
+	"github.com/corralhq/corral/appliance"
 	"github.com/corralhq/corral/boot/dhcp"
-	"github.com/corralhq/corral/internal/server"
 	"github.com/corralhq/corral/inventory"
 	"github.com/spf13/cobra"
 )
@@ -34,9 +34,9 @@ func addBootFlags(cmd *cobra.Command) {
 }
 
 // bootConfig reads the network-boot flags.
-func bootConfig(cmd *cobra.Command) (server.BootConfig, error) {
+func bootConfig(cmd *cobra.Command) (appliance.BootConfig, error) {
 	f := cmd.Flags()
-	var c server.BootConfig
+	var c appliance.BootConfig
 	c.Interface, _ = f.GetString("boot-interface")
 	c.DHCPMode, _ = f.GetString("dhcp-mode")
 	c.DHCPRange, _ = f.GetString("dhcp-range")

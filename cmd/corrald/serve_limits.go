@@ -1,9 +1,9 @@
 package main
 
 import (
+	"github.com/corralhq/corral/appliance"
 	boothttp "github.com/corralhq/corral/boot/http"
 	"github.com/corralhq/corral/boot/tftp"
-	"github.com/corralhq/corral/internal/server"
 	"github.com/spf13/cobra"
 )
 
@@ -13,7 +13,7 @@ import (
 // a line, at most every 10 s, when one bites. 0 means the default.
 func addLimitFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	h, t, g, tl := boothttp.DefaultLimits(), tftp.DefaultLimits(), server.DefaultGRPCLimits(), server.DefaultTimelineLimits()
+	h, t, g, tl := boothttp.DefaultLimits(), tftp.DefaultLimits(), appliance.DefaultGRPCLimits(), appliance.DefaultTimelineLimits()
 
 	f.Duration("http-read-header-timeout", h.ReadHeaderTimeout, "boot HTTP: a client must send its request line and headers within this (slowloris) (env CORRAL_HTTP_READ_HEADER_TIMEOUT)")
 	f.Duration("http-read-timeout", h.ReadTimeout, "boot HTTP: a client must send its whole request, body included, within this (env CORRAL_HTTP_READ_TIMEOUT)")
@@ -49,9 +49,9 @@ func addLimitFlags(cmd *cobra.Command) {
 }
 
 // limitsConfig reads the limit flags (server checks them, naming the flag).
-func limitsConfig(cmd *cobra.Command) server.LimitsConfig {
+func limitsConfig(cmd *cobra.Command) appliance.LimitsConfig {
 	f := cmd.Flags()
-	var c server.LimitsConfig
+	var c appliance.LimitsConfig
 	h := &c.HTTP
 	h.ReadHeaderTimeout, _ = f.GetDuration("http-read-header-timeout")
 	h.ReadTimeout, _ = f.GetDuration("http-read-timeout")

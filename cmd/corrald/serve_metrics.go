@@ -1,7 +1,7 @@
 package main
 
 import (
-	"github.com/corralhq/corral/internal/server"
+	"github.com/corralhq/corral/appliance"
 	"github.com/spf13/cobra"
 )
 
@@ -16,9 +16,9 @@ func addMetricsFlags(cmd *cobra.Command) {
 }
 
 // metricsConfig reads the metrics and health flags.
-func metricsConfig(cmd *cobra.Command) server.MetricsConfig {
+func metricsConfig(cmd *cobra.Command) appliance.MetricsConfig {
 	f := cmd.Flags()
-	var c server.MetricsConfig
+	var c appliance.MetricsConfig
 	c.Listen, _ = f.GetString("metrics-listen")
 	c.ListenIsDefault = !f.Changed("metrics-listen")
 	c.HealthInterval, _ = f.GetDuration("health-interval")

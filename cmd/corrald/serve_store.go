@@ -1,7 +1,7 @@
 package main
 
 import (
-	"github.com/corralhq/corral/internal/server"
+	"github.com/corralhq/corral/appliance"
 	"github.com/corralhq/corral/store/etcd"
 	"github.com/spf13/cobra"
 )
@@ -21,7 +21,7 @@ func addStoreFlags(cmd *cobra.Command) {
 // addStoreAccessFlags registers the flags that say where the store is.
 func addStoreAccessFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.String("store", server.StoreBolt, "where records live: bolt (the data directory's corral.db, one appliance) or etcd (a cluster several appliances share) (env CORRAL_STORE)")
+	f.String("store", appliance.StoreBolt, "where records live: bolt (the data directory's corral.db, one appliance) or etcd (a cluster several appliances share) (env CORRAL_STORE)")
 	f.StringSlice("etcd-endpoints", nil, "etcd members' client URLs, http:// or https://, comma-separated (env CORRAL_ETCD_ENDPOINTS)")
 	f.String("etcd-prefix", etcd.DefaultPrefix, "key prefix of this fleet in etcd (env CORRAL_ETCD_PREFIX)")
 	f.String("etcd-ca", "", "CA certificate file that verifies the etcd members (env CORRAL_ETCD_CA)")
@@ -30,7 +30,7 @@ func addStoreAccessFlags(cmd *cobra.Command) {
 }
 
 // storeConfig reads the store and fleet flags (server validates them).
-func storeConfig(cmd *cobra.Command, c *server.Config) {
+func storeConfig(cmd *cobra.Command, c *appliance.Config) {
 	f := cmd.Flags()
 	c.Store = storeAccessConfig(cmd)
 	c.Store.ClusterKeyFile, _ = f.GetString("cluster-key")
@@ -40,9 +40,9 @@ func storeConfig(cmd *cobra.Command, c *server.Config) {
 }
 
 // storeAccessConfig reads the flags of addStoreAccessFlags.
-func storeAccessConfig(cmd *cobra.Command) server.StoreConfig {
+func storeAccessConfig(cmd *cobra.Command) appliance.StoreConfig {
 	f := cmd.Flags()
-	var c server.StoreConfig
+	var c appliance.StoreConfig
 	c.Kind, _ = f.GetString("store")
 	c.Etcd.Endpoints, _ = f.GetStringSlice("etcd-endpoints")
 	c.Etcd.Prefix, _ = f.GetString("etcd-prefix")

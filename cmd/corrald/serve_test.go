@@ -13,17 +13,17 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/corralhq/corral/appliance"
 	"github.com/corralhq/corral/internal/flagconf"
-	"github.com/corralhq/corral/internal/server"
 )
 
 // serveWith runs `corrald ARGS` with a serve that records its
 // configuration instead of starting the appliance.
-func serveWith(t *testing.T, args ...string) (server.Config, error) {
+func serveWith(t *testing.T, args ...string) (appliance.Config, error) {
 	t.Helper()
-	var got server.Config
+	var got appliance.Config
 	var out, errOut bytes.Buffer
-	root := newRootCmd(&out, &errOut, func(_ context.Context, c server.Config) error {
+	root := newRootCmd(&out, &errOut, func(_ context.Context, c appliance.Config) error {
 		got = c
 		return nil
 	})
@@ -89,8 +89,8 @@ log-level: debug
 	want.Lifecycle.BootWatchdog = 90 * time.Second
 	want.Lifecycle.AutoAccept = true
 	want.Lifecycle.AutoAcceptSelectors = []string{"disk.count>=2"}
-	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(server.Config{}, "Logger")); diff != "" {
-		t.Errorf("server.Config (-want +got):\n%s", diff)
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(appliance.Config{}, "Logger")); diff != "" {
+		t.Errorf("appliance.Config (-want +got):\n%s", diff)
 	}
 	if !got.Logger.Enabled(context.Background(), -4) {
 		t.Error("log-level: debug from the file: debug logging is off")

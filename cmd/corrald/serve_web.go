@@ -1,7 +1,7 @@
 package main
 
 import (
-	"github.com/corralhq/corral/internal/server"
+	"github.com/corralhq/corral/appliance"
 	"github.com/spf13/cobra"
 )
 
@@ -14,9 +14,9 @@ func addWebFlags(cmd *cobra.Command) {
 }
 
 // webConfig reads the web page flags (server validates them).
-func webConfig(cmd *cobra.Command) server.WebConfig {
+func webConfig(cmd *cobra.Command) appliance.WebConfig {
 	f := cmd.Flags()
-	var c server.WebConfig
+	var c appliance.WebConfig
 	c.Listen, _ = f.GetString("web-listen")
 	c.MaxConns, _ = f.GetInt("web-max-conns")
 	c.MaxConnsPerIP, _ = f.GetInt("web-max-conns-per-ip")

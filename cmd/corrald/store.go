@@ -15,9 +15,9 @@ import (
 	"github.com/spf13/cobra"
 	berrors "go.etcd.io/bbolt/errors"
 
+	"github.com/corralhq/corral/appliance"
 	"github.com/corralhq/corral/auth/pki"
 	"github.com/corralhq/corral/internal/apierr"
-	"github.com/corralhq/corral/internal/server"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/bolt"
 	"github.com/corralhq/corral/store/etcd"
@@ -164,7 +164,7 @@ func openBoltEnd(addr, flag, path string, source bool, log *slog.Logger) (*store
 	fi, err := os.Stat(path)
 	if err == nil && fi.IsDir() {
 		// A data directory: its store file.
-		path = filepath.Join(path, server.StoreFile)
+		path = filepath.Join(path, appliance.StoreFile)
 		fi, err = os.Stat(path)
 	}
 	created := false
@@ -348,18 +348,18 @@ func rollback(dst *storeEnd, written []store.KV, cause error) error {
 func publishSecrets(ctx context.Context, src, dst *storeEnd) (note string, err error) {
 	switch {
 	case !src.isEtcd() && dst.isEtcd():
-		keyPath := filepath.Join(src.dataDir, server.ClusterKeyFile)
-		if _, err := os.Stat(filepath.Join(src.dataDir, server.PKIDir, pki.CACertFile)); errors.Is(err, fs.ErrNotExist) {
+		keyPath := filepath.Join(src.dataDir, appliance.ClusterKeyFile)
+		if _, err := os.Stat(filepath.Join(src.dataDir, appliance.PKIDir, pki.CACertFile)); errors.Is(err, fs.ErrNotExist) {
 			return fmt.Sprintf("\nno CA in %s: the first appliance on %s creates the fleet's", src.dataDir, dst.addr), nil
 		}
-		if _, err := server.PublishSecrets(ctx, dst.st, src.dataDir, keyPath, "store copy from "+src.addr, true); err != nil {
+		if _, err := appliance.PublishSecrets(ctx, dst.st, src.dataDir, keyPath, "store copy from "+src.addr, true); err != nil {
 			return "", fmt.Errorf("publish the CA and BMC seal key of %s to %s: %w", src.dataDir, dst.addr, err)
 		}
 		return fmt.Sprintf("\npublished the CA and BMC seal key of %s to %s, sealed under the cluster key %s: copy it to every appliance of the fleet (their DATA_DIR/%s, mode 0600)",
-			src.dataDir, dst.addr, keyPath, server.ClusterKeyFile), nil
+			src.dataDir, dst.addr, keyPath, appliance.ClusterKeyFile), nil
 	case src.isEtcd() && !dst.isEtcd():
-		keyPath := filepath.Join(dst.dataDir, server.ClusterKeyFile)
-		ok, err := server.WriteSecrets(ctx, dst.st, dst.dataDir, keyPath, src.addr)
+		keyPath := filepath.Join(dst.dataDir, appliance.ClusterKeyFile)
+		ok, err := appliance.WriteSecrets(ctx, dst.st, dst.dataDir, keyPath, src.addr)
 		if err != nil {
 			return "", fmt.Errorf("write the fleet's CA and BMC seal key into %s: %w", dst.dataDir, err)
 		}

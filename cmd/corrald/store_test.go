@@ -19,10 +19,10 @@ import (
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	provisioningv1 "github.com/corralhq/corral/api/provisioning/v1"
+	"github.com/corralhq/corral/appliance"
 	"github.com/corralhq/corral/auth"
 	"github.com/corralhq/corral/auth/pki"
 	"github.com/corralhq/corral/internal/apierr"
-	"github.com/corralhq/corral/internal/server"
 	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/inventory/pool"
 	"github.com/corralhq/corral/ipmi/seal"
@@ -38,7 +38,7 @@ import (
 func runCorrald(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	root := newRootCmd(&out, &errOut, func(context.Context, server.Config) error {
+	root := newRootCmd(&out, &errOut, func(context.Context, appliance.Config) error {
 		return errors.New("serve is not run by this test")
 	})
 	root.SetArgs(args)
@@ -51,7 +51,7 @@ func runCorrald(t *testing.T, args ...string) (string, error) {
 // holds.
 func populate(t *testing.T, dataDir string) int {
 	t.Helper()
-	st, err := server.OpenStore(dataDir, nil)
+	st, err := appliance.OpenStore(dataDir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,13 +203,13 @@ func TestStoreCopy(t *testing.T) {
 	if n < 300 {
 		t.Fatalf("populated only %d records", n)
 	}
-	src := "bolt:" + filepath.Join(srcDir, server.StoreFile)
+	src := "bolt:" + filepath.Join(srcDir, appliance.StoreFile)
 	mid := etcdAddr(c, "/fleet")
-	back := "bolt:" + filepath.Join(backDir, server.StoreFile)
+	back := "bolt:" + filepath.Join(backDir, appliance.StoreFile)
 	want := snapshot(t, src)
 
 	// The appliance's CA and BMC seal key, kept beside its store file.
-	if _, err := pki.EnsureCA(filepath.Join(srcDir, server.PKIDir)); err != nil {
+	if _, err := pki.EnsureCA(filepath.Join(srcDir, appliance.PKIDir)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := seal.Ensure(filepath.Join(srcDir, seal.KeyFile)); err != nil {
@@ -227,15 +227,15 @@ func TestStoreCopy(t *testing.T) {
 		}
 		// The cluster key the copy made goes with the fleet's
 		// appliances; here, with the copy back.
-		key, err := os.ReadFile(filepath.Join(srcDir, server.ClusterKeyFile))
+		key, err := os.ReadFile(filepath.Join(srcDir, appliance.ClusterKeyFile))
 		if err != nil {
 			t.Fatalf("cluster key: %v", err)
 		}
-		if err := os.WriteFile(filepath.Join(backDir, server.ClusterKeyFile), key, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(backDir, appliance.ClusterKeyFile), key, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		defer func() {
-			for _, f := range []string{filepath.Join(server.PKIDir, pki.CACertFile), filepath.Join(server.PKIDir, pki.CAKeyFile), seal.KeyFile} {
+			for _, f := range []string{filepath.Join(appliance.PKIDir, pki.CACertFile), filepath.Join(appliance.PKIDir, pki.CAKeyFile), seal.KeyFile} {
 				x, _ := os.ReadFile(filepath.Join(srcDir, f))
 				y, err := os.ReadFile(filepath.Join(backDir, f))
 				if err != nil || len(x) == 0 || string(x) != string(y) {
@@ -256,7 +256,7 @@ func TestStoreCopy(t *testing.T) {
 			t.Fatalf("round trip differs (-original +copy):\n%s", diff)
 		}
 		// The copy is a store corrald opens: its records decode.
-		st, err := server.OpenStore(backDir, nil)
+		st, err := appliance.OpenStore(backDir, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -275,9 +275,9 @@ func TestStoreCopy(t *testing.T) {
 	// (1.5 MiB): the copy fails at it and removes what it wrote.
 	bigDir := t.TempDir()
 	nBig := populate(t, bigDir)
-	big := "bolt:" + filepath.Join(bigDir, server.StoreFile)
+	big := "bolt:" + filepath.Join(bigDir, appliance.StoreFile)
 	func() {
-		st, err := server.OpenStore(bigDir, nil)
+		st, err := appliance.OpenStore(bigDir, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -296,7 +296,7 @@ func TestStoreCopy(t *testing.T) {
 	}()
 	lockedDir := t.TempDir()
 	populate(t, lockedDir)
-	locked := "bolt:" + filepath.Join(lockedDir, server.StoreFile)
+	locked := "bolt:" + filepath.Join(lockedDir, appliance.StoreFile)
 	absentFile := "bolt:" + filepath.Join(t.TempDir(), "c.db")
 
 	for name, tc := range map[string]struct {
@@ -314,7 +314,7 @@ func TestStoreCopy(t *testing.T) {
 		"non-empty etcd destination": {from: back, to: mid, class: apierr.ErrPrecondition, says: []string{"already holds " + strconv.Itoa(n+1) + " records", "prefix /fleet", "neither merges nor overwrites"}, same: []string{back, mid}}, // n records and the fleet's sealed secrets
 		"non-empty bolt destination": {from: mid, to: src, class: apierr.ErrPrecondition, says: []string{"already holds " + strconv.Itoa(n) + " records"}, same: []string{mid, src}},
 		"bad scheme":                 {from: "postgres://db/corral", to: mid, class: apierr.ErrInvalid, says: []string{"--from", "want bolt:PATH or etcd://"}, same: []string{mid}},
-		"plain path":                 {from: filepath.Join(srcDir, server.StoreFile), to: mid, class: apierr.ErrInvalid, says: []string{"want bolt:PATH"}, same: []string{src, mid}},
+		"plain path":                 {from: filepath.Join(srcDir, appliance.StoreFile), to: mid, class: apierr.ErrInvalid, says: []string{"want bolt:PATH"}, same: []string{src, mid}},
 		"empty member":               {from: src, to: "etcd://127.0.0.1:2379,/p", class: apierr.ErrInvalid, says: []string{"empty member address"}, same: []string{src}},
 		"bad prefix":                 {from: src, to: "etcd://127.0.0.1:2379/a//", class: apierr.ErrInvalid, says: []string{"prefix"}, same: []string{src}},
 		"empty bolt path":            {from: "bolt:", to: mid, class: apierr.ErrInvalid, says: []string{"needs a path"}, same: []string{mid}},

@@ -5,9 +5,9 @@ import (
 	"strings"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/appliance"
 	"github.com/corralhq/corral/auth"
 	"github.com/corralhq/corral/auth/pki"
-	"github.com/corralhq/corral/internal/server"
 	"github.com/corralhq/corral/inventory"
 	"github.com/spf13/cobra"
 )
@@ -66,7 +66,7 @@ for one call.`,
 				return err
 			}
 			dataDir, _ := cmd.Flags().GetString("data-dir")
-			st, err := server.OpenConfiguredStore(cmd.Context(), dataDir, storeAccessConfig(cmd), log)
+			st, err := appliance.OpenConfiguredStore(cmd.Context(), dataDir, storeAccessConfig(cmd), log)
 			if err != nil {
 				return fmt.Errorf("%w (is corrald running on this data dir? stop it first, or use `corral token create`)", err)
 			}

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/appliance"
 	"github.com/corralhq/corral/auth"
-	"github.com/corralhq/corral/internal/server"
 )
 
 // TestTokenCreateOffline: the bootstrap command makes bound and
@@ -36,7 +36,7 @@ func TestTokenCreateOffline(t *testing.T) {
 			}
 		})
 	}
-	st, err := server.OpenStore(dataDir, nil)
+	st, err := appliance.OpenStore(dataDir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Reconcile timing of corrald as built: internal/server does not expose
+// Reconcile timing of corrald as built: package appliance does not expose
 // appliance.Config.ReconcileInterval (default 30 s) nor a way to trigger a
 // pass, and the node heartbeats every 10 s. "Within one heartbeat +
 // reconcile" is therefore up to ~40 s here.

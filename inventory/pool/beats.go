@@ -30,7 +30,7 @@ import (
 //     after HeartbeatTimeout of silence, whatever HeartbeatWriteAfter is;
 //   - in a fleet (etcd) a beat may reach another appliance than the
 //     leader; that appliance writes it once the stored one is
-//     HeartbeatWriteAfter old, so internal/server sets it to at most half
+//     HeartbeatWriteAfter old, so appliance sets it to at most half
 //     the timeout there: the stored heartbeat is then at most
 //     HeartbeatWriteAfter plus one beat interval old (15 + 10 s < 30 s)
 //     while a node beats, and a node silent for the timeout is

@@ -20,7 +20,7 @@ import (
 // type is carried to From+1 unchanged. Change must be idempotent: a
 // record is migrated again when a concurrent writer changed it in between.
 //
-// The steps live with the composition layer (internal/server), which sees
+// The steps live with the composition layer (package appliance), which sees
 // every record type; this package owns only the envelope and the walk, so
 // that it keeps importing nothing but the store contract.
 type Step struct {

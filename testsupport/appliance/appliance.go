@@ -1,4 +1,4 @@
-// Package appliance runs the real Corral appliance (internal/server: bbolt,
+// Package appliance runs the real Corral appliance (package appliance: bbolt,
 // TLS, tokens, every service) in-process for one test, on a loopback port
 // with a fresh data directory, and stops it when the test ends. Test
 // support only.
@@ -8,12 +8,12 @@ import (
 	"context"
 	"path/filepath"
 
-	"github.com/corralhq/corral/internal/server"
+	"github.com/corralhq/corral/appliance"
 )
 
 // Appliance is a running corrald.
 type Appliance struct {
-	Server  *server.Server
+	Server  *appliance.Server
 	DataDir string
 	// AdminConf is the admin client configuration corrald wrote.
 	AdminConf string
@@ -39,11 +39,11 @@ type options struct{ logRunError bool }
 // appliance's peers on purpose).
 func RunErrorLogged() Option { return func(o *options) { o.logRunError = true } }
 
-// Start runs server.New(cfg) until the test ends. An empty cfg.DataDir is
+// Start runs appliance.New(cfg) until the test ends. An empty cfg.DataDir is
 // a fresh temporary directory, an empty cfg.APIListen 127.0.0.1:0. It
 // fails the test when the server cannot be made; an error from Run when
 // the test ends fails it too, unless RunErrorLogged.
-func Start(t T, cfg server.Config, opts ...Option) *Appliance {
+func Start(t T, cfg appliance.Config, opts ...Option) *Appliance {
 	t.Helper()
 	var o options
 	for _, f := range opts {
@@ -55,9 +55,9 @@ func Start(t T, cfg server.Config, opts ...Option) *Appliance {
 	if cfg.APIListen == "" {
 		cfg.APIListen = "127.0.0.1:0"
 	}
-	srv, err := server.New(cfg)
+	srv, err := appliance.New(cfg)
 	if err != nil {
-		t.Fatalf("server.New: %v", err)
+		t.Fatalf("appliance.New: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -74,5 +74,5 @@ func Start(t T, cfg server.Config, opts ...Option) *Appliance {
 		}
 		t.Logf("corrald Run: %v", err)
 	})
-	return &Appliance{Server: srv, DataDir: cfg.DataDir, AdminConf: filepath.Join(cfg.DataDir, server.AdminConfigFile)}
+	return &Appliance{Server: srv, DataDir: cfg.DataDir, AdminConf: filepath.Join(cfg.DataDir, appliance.AdminConfigFile)}
 }

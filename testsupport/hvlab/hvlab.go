@@ -1,5 +1,5 @@
 // Package hvlab runs a real Corral appliance and one real hypervisor node
-// for end-to-end tests and benchmarks: corrald in-process (internal/server:
+// for end-to-end tests and benchmarks: corrald in-process (appliance:
 // bbolt, TLS, tokens, the BlockStorage/VirtualMachine/Image services and
 // their reconciler) on the host end of a veth pair, and the built
 // `corral-node hypervisor` binary inside a network namespace created for
@@ -29,10 +29,10 @@ import (
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	hypervisorv1 "github.com/corralhq/corral/api/hypervisor/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	"github.com/corralhq/corral/appliance"
 	"github.com/corralhq/corral/auth"
 	"github.com/corralhq/corral/auth/clientconfig"
-	"github.com/corralhq/corral/internal/server"
-	"github.com/corralhq/corral/testsupport/appliance"
+	apptest "github.com/corralhq/corral/testsupport/appliance"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
@@ -104,7 +104,7 @@ type Lab struct {
 	Dir    string // scratch directory
 	subnet int
 
-	Server    *server.Server
+	Server    *appliance.Server
 	AdminConf string // admin.conf path (for the corral CLI)
 	Admin     *clientconfig.Config
 	Conn      *grpc.ClientConn // admin connection to corrald
@@ -182,7 +182,7 @@ func New(t T, bin Binaries, opt Options) *Lab {
 		log = slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	dataDir := filepath.Join(l.Dir, "corrald")
-	a := appliance.Start(t, server.Config{DataDir: dataDir, APIListen: net.JoinHostPort(l.HostIP, "0"), Logger: log}, appliance.RunErrorLogged())
+	a := apptest.Start(t, appliance.Config{DataDir: dataDir, APIListen: net.JoinHostPort(l.HostIP, "0"), Logger: log}, apptest.RunErrorLogged())
 	l.Server = a.Server
 	l.AdminConf = a.AdminConf
 	var err error

@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corralhq/corral/internal/server"
+	"github.com/corralhq/corral/appliance"
 
 	"github.com/corralhq/corral/ipmi/seal"
-	"github.com/corralhq/corral/testsupport/appliance"
+	apptest "github.com/corralhq/corral/testsupport/appliance"
 	"github.com/corralhq/corral/testsupport/ipmisim"
 	"github.com/corralhq/corral/testsupport/redfishtest"
 	"github.com/corralhq/corral/testsupport/require"
@@ -30,13 +30,13 @@ type syncBuffer = syncbuf.Buffer
 
 // bmcApp is a running appliance and a way to run the corral CLI at it.
 type bmcApp struct {
-	srv     *server.Server
+	srv     *appliance.Server
 	dataDir string
 	conf    string
 	log     *syncBuffer
 }
 
-func startBMCApp(t *testing.T, cfg server.Config) *bmcApp {
+func startBMCApp(t *testing.T, cfg appliance.Config) *bmcApp {
 	t.Helper()
 	logs := &syncBuffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -45,7 +45,7 @@ func startBMCApp(t *testing.T, cfg server.Config) *bmcApp {
 			t.Logf("corrald log:\n%s", logs.String())
 		}
 	})
-	a := appliance.Start(t, cfg)
+	a := apptest.Start(t, cfg)
 	return &bmcApp{srv: a.Server, dataDir: a.DataDir, conf: a.AdminConf, log: logs}
 }
 
@@ -114,7 +114,7 @@ func TestBMCRealVM(t *testing.T) {
 	require.Tool(t, "ipmi_sim", "qemu-system-x86_64")
 	const mac = "52:54:00:c0:ff:01"
 	b := ipmisim.Start(t, ipmisim.Options{VM: true, MAC: mac, Password: "s3cret-ipmi"})
-	app := startBMCApp(t, server.Config{BMC: server.BMCConfig{PollInterval: 500 * time.Millisecond}})
+	app := startBMCApp(t, appliance.Config{BMC: appliance.BMCConfig{PollInterval: 500 * time.Millisecond}})
 	pw := writePassword(t, b.Pass, 0o600)
 
 	// Enroll: verified against the BMC, then stored.
@@ -208,7 +208,7 @@ func TestBMCEnrollRefusals(t *testing.T) {
 		t.Skip("starts ipmi_sim")
 	}
 	b := ipmisim.Start(t, ipmisim.Options{})
-	app := startBMCApp(t, server.Config{BMC: server.BMCConfig{PollInterval: -1}})
+	app := startBMCApp(t, appliance.Config{BMC: appliance.BMCConfig{PollInterval: -1}})
 	pw := writePassword(t, b.Pass, 0o600)
 	app.ok(t, "machine", "enroll", "m1", "--bmc", b.Addr(), "--bmc-user", b.User, "--bmc-password-file", pw)
 
@@ -307,12 +307,12 @@ func TestBMCPXEThroughCorrald(t *testing.T) {
 	bridge, tap, serverIP, subnet := labBridge(t)
 	const mac = "52:54:00:c0:ff:02"
 	b := ipmisim.Start(t, ipmisim.Options{VM: true, MAC: mac, NetDev: "tap,id=n0,ifname=" + tap + ",script=no,downscript=no"})
-	app := startBMCApp(t, server.Config{
+	app := startBMCApp(t, appliance.Config{
 		// On the boot interface's address: corrald refuses a loopback-only
 		// API that booting machines could not reach.
 		APIListen: serverIP + ":0",
-		BMC:       server.BMCConfig{PollInterval: -1},
-		Boot: server.BootConfig{Interface: bridge, DHCPMode: "full", DHCPRange: subnet + ".100-" + subnet + ".150",
+		BMC:       appliance.BMCConfig{PollInterval: -1},
+		Boot: appliance.BootConfig{Interface: bridge, DHCPMode: "full", DHCPRange: subnet + ".100-" + subnet + ".150",
 			HTTPListen: fmt.Sprintf("%s:%d", serverIP, ipmisim.FreeTCPPort(t)), TFTPListen: "off", NoRA: true},
 	})
 	pw := writePassword(t, b.Pass, 0o600)

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
-	"github.com/corralhq/corral/internal/server"
+	"github.com/corralhq/corral/appliance"
 	"github.com/corralhq/corral/testsupport/redfishtest"
 )
 
@@ -19,7 +19,7 @@ const redfishSessionPost = "POST /redfish/v1/SessionService/Sessions"
 // the way out and never gets the password, the poller flags it,
 // re-enrolling with the new pin accepts it.
 func TestBMCRedfishCertificate(t *testing.T) {
-	app := startBMCApp(t, server.Config{BMC: server.BMCConfig{PollInterval: 300 * time.Millisecond}})
+	app := startBMCApp(t, appliance.Config{BMC: appliance.BMCConfig{PollInterval: 300 * time.Millisecond}})
 	m := &redfishtest.MemMachine{}
 	rf := redfishtest.Start(t, "root", "calvin-rf", m)
 	pw := writePassword(t, rf.Pass, 0o600)
@@ -93,7 +93,7 @@ func TestBMCRedfishCertificate(t *testing.T) {
 // TestBMCRedfishInsecure: --bmc-insecure enrolls without a pin, describe
 // says so, and a changed certificate is not refused.
 func TestBMCRedfishInsecure(t *testing.T) {
-	app := startBMCApp(t, server.Config{BMC: server.BMCConfig{PollInterval: -1}})
+	app := startBMCApp(t, appliance.Config{BMC: appliance.BMCConfig{PollInterval: -1}})
 	rf := redfishtest.Start(t, "root", "calvin-rf", &redfishtest.MemMachine{})
 	pw := writePassword(t, rf.Pass, 0o600)
 	out := app.ok(t, "machine", "enroll", "rf2", "--bmc", rf.Addr(), "--bmc-user", rf.User, "--bmc-password-file", pw,
@@ -117,7 +117,7 @@ func TestBMCRedfishInsecure(t *testing.T) {
 // machine, no address claim (the address enrolls at once on another
 // machine), and an existing machine stays as it was.
 func TestBMCRedfishWrongPin(t *testing.T) {
-	app := startBMCApp(t, server.Config{BMC: server.BMCConfig{PollInterval: -1}})
+	app := startBMCApp(t, appliance.Config{BMC: appliance.BMCConfig{PollInterval: -1}})
 	rf := redfishtest.Start(t, "root", "calvin-rf", &redfishtest.MemMachine{})
 	pw := writePassword(t, rf.Pass, 0o600)
 	wrong := strings.Repeat("0f", 32)

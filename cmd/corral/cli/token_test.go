@@ -7,15 +7,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/corralhq/corral/internal/server"
-	"github.com/corralhq/corral/testsupport/appliance"
+	"github.com/corralhq/corral/appliance"
+	apptest "github.com/corralhq/corral/testsupport/appliance"
 )
 
 // TestTokenVerbs drives `corral token create|list|revoke` against the real
 // appliance: a created token works, list shows no secret and hides agent
 // tokens without --all, revoke makes the token's next call fail.
 func TestTokenVerbs(t *testing.T) {
-	conf := appliance.Start(t, server.Config{}).AdminConf
+	conf := apptest.Start(t, appliance.Config{}).AdminConf
 	home := t.TempDir()
 	run := func(token string, args ...string) result {
 		t.Helper()

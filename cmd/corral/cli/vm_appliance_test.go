@@ -6,16 +6,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/corralhq/corral/appliance"
 	"github.com/corralhq/corral/deploy"
-	"github.com/corralhq/corral/internal/server"
-	"github.com/corralhq/corral/testsupport/appliance"
+	apptest "github.com/corralhq/corral/testsupport/appliance"
 )
 
 // TestVerbsAgainstAppliance runs the vm, bs and image verbs against the
 // real appliance services: an in-process corrald with a fresh data
 // directory, reached over TLS with the admin.conf it writes.
 func TestVerbsAgainstAppliance(t *testing.T) {
-	conf := appliance.Start(t, server.Config{}).AdminConf
+	conf := apptest.Start(t, appliance.Config{}).AdminConf
 	home := t.TempDir()
 	corral := func(args ...string) result {
 		t.Helper()

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/corralhq/corral/internal/server"
+	"github.com/corralhq/corral/appliance"
 	"github.com/corralhq/corral/testsupport/syncbuf"
 )
 
@@ -16,7 +16,7 @@ import (
 // row for a network applied afterwards, and `get events` then shows who
 // applied it.
 func TestWatchAndEventsAgainstAppliance(t *testing.T) {
-	app := startBMCApp(t, server.Config{BMC: server.BMCConfig{PollInterval: -1}})
+	app := startBMCApp(t, appliance.Config{BMC: appliance.BMCConfig{PollInterval: -1}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stdout, stderr syncbuf.Buffer

@@ -1,0 +1,311 @@
+// Package audit is the appliance's audit stream: an interceptor that
+// records every mutating RPC as an AuditEvent in the store, the writer that
+// stores them in batches, the retention purge, and AuditService (list and
+// watch). It consumes the store and the machines' boot timeline through
+// Deps and must not import the appliance package that wires it.
+package audit
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	auditv1 "github.com/corralhq/corral/api/audit/v1"
+	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/auth"
+	"github.com/corralhq/corral/internal/lograte"
+	"github.com/corralhq/corral/store"
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// The audit stream: every mutating RPC (auditRules) is recorded after it
+// finishes, refused calls included, as an AuditEvent under
+// /audit/<id>, where the id starts with the UTC time at fixed width so key
+// order is time order and an hour's events share a key prefix. The
+// interceptor only builds the event and queues it (never blocks; a full
+// queue drops and counts); one writer (Run) stores queued events in
+// batches of concurrent Puts, which the bolt store commits together, and
+// puts calls that concern a machine on its boot timeline as well. A
+// singleton (the leader's) purges past MaxEvents and MaxAge.
+
+// Audit defaults.
+const (
+	DefaultQueue     = 4096
+	DefaultMaxEvents = 100_000
+	DefaultMaxAge    = 90 * 24 * time.Hour
+	// auditBatch is the most events one writer round stores; auditWriters
+	// how many of them are in flight at once.
+	auditBatch   = 256
+	auditWriters = 256
+	// auditWriteTimeout bounds one Put (a slow store delays the audit, never
+	// the RPC).
+	auditWriteTimeout = 10 * time.Second
+	// auditPurgeInterval is how often the leader applies the retention.
+	auditPurgeInterval = 10 * time.Minute
+	// Unauthenticated calls cost an attacker nothing, so their records are
+	// rate-limited (the rest counted and logged) lest a flood push the
+	// operators' records out past MaxEvents: a burst of
+	// auditUnauthBurst, then auditUnauthRate a second.
+	auditUnauthRate  = 1
+	auditUnauthBurst = 100
+)
+
+// Config bounds the audit stream; zero values take the defaults.
+type Config struct {
+	// Queue is how many events may wait for the writer (default 4096).
+	Queue int
+	// MaxEvents and MaxAge are the retention: at most this many events,
+	// none older (defaults 100,000 and 90 days).
+	MaxEvents int
+	MaxAge    time.Duration
+}
+
+// check refuses negative bounds (zero takes the default).
+func (c *Config) check() error {
+	switch {
+	case c.Queue < 0:
+		return fmt.Errorf("--audit-queue %d: must be positive (default %d)", c.Queue, DefaultQueue)
+	case c.MaxEvents < 0:
+		return fmt.Errorf("--audit-max-events %d: must be positive (default %d)", c.MaxEvents, DefaultMaxEvents)
+	case c.MaxAge < 0:
+		return fmt.Errorf("--audit-max-age %s: must be positive (default %s)", c.MaxAge, DefaultMaxAge)
+	}
+	return nil
+}
+
+func (c *Config) fill() {
+	if c.Queue <= 0 {
+		c.Queue = DefaultQueue
+	}
+	if c.MaxEvents <= 0 {
+		c.MaxEvents = DefaultMaxEvents
+	}
+	if c.MaxAge <= 0 {
+		c.MaxAge = DefaultMaxAge
+	}
+}
+
+// Recorder records every mutating call.
+type Recorder struct {
+	cfg       Config
+	st        store.Store
+	log       *slog.Logger
+	appliance string
+	now       func() time.Time
+	// timeline puts a machine call on the machine's boot timeline (nil:
+	// nowhere).
+	timeline Timeline
+
+	queue chan auditItem
+	// instance and seq make ids unique among appliances sharing a store.
+	instance string
+	seq      atomic.Uint64
+
+	dropped    atomic.Uint64 // events dropped on a full queue, ever
+	suppressed atomic.Uint64 // unauthenticated calls not recorded (rate), ever
+	failed     atomic.Uint64 // events the store refused, ever
+	unauth     *rate.Limiter
+
+	drops, suppressions, failures lograte.Counter
+}
+
+// auditItem is a queued event and, for a machine call, the words for its
+// timeline and the MAC when it was read before the call (a deleted
+// machine's).
+type auditItem struct {
+	ev   *auditv1.AuditEvent
+	verb string
+	mac  string
+	// flush, when set, is closed once every item queued before it is
+	// stored (tests).
+	flush chan struct{}
+}
+
+// newAuditor returns a Recorder writing to st; Run stores what it queues.
+func newAuditor(cfg Config, st store.Store, appliance string, log *slog.Logger) *Recorder {
+	cfg.fill()
+	var b [4]byte
+	rand.Read(b[:])
+	a := &Recorder{cfg: cfg, st: st, log: log, appliance: appliance, now: time.Now,
+		queue: make(chan auditItem, cfg.Queue), instance: hex.EncodeToString(b[:]),
+		unauth: rate.NewLimiter(auditUnauthRate, auditUnauthBurst)}
+	return a
+}
+
+// Deps are what a Recorder needs from the appliance that hosts it.
+type Deps struct {
+	// Store keeps the events under /audit/.
+	Store store.Store
+	// Appliance names this appliance in each event.
+	Appliance string
+	// Timeline takes the machine calls besides the stream (nil: none).
+	Timeline Timeline
+	Logger   *slog.Logger
+}
+
+// New checks cfg and returns a Recorder; nothing runs until Run (the
+// writer, on every appliance) and RunPurge (the retention, a singleton)
+// are started by the host, and the interceptors and Register are wired
+// into its gRPC server.
+func New(cfg Config, d Deps) (*Recorder, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	a := newAuditor(cfg, d.Store, d.Appliance, cmp.Or(d.Logger, slog.New(slog.DiscardHandler)))
+	a.timeline = d.Timeline
+	return a, nil
+}
+
+// Register serves AuditService on r.
+func (a *Recorder) Register(r grpc.ServiceRegistrar) {
+	auditv1.RegisterAuditServiceServer(r, &auditServer{a: a})
+}
+
+// Interceptors record mutating calls. They run before the auth
+// interceptor, which tells them who called through an auth.Resolution.
+func (a *Recorder) Interceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		rule, ok := auditRuleFor(info.FullMethod)
+		if !ok {
+			return handler(ctx, req)
+		}
+		ctx, res := auth.WithResolution(ctx)
+		start := a.now()
+		object := auditObject(rule, req)
+		var mac string
+		if rule.machine && info.FullMethod == "/corral.inventory.v1.MachineService/DeleteMachine" && a.timeline != nil {
+			// Afterwards the machine is gone, and with it which MAC's
+			// timeline to write to.
+			mac = a.timeline.MachineMAC(ctx, machineName(object))
+		}
+		resp, err := handler(ctx, req)
+		object, machine := auditResponseObject(object, resp)
+		if rule.machine {
+			machine = machineName(object)
+		}
+		item := auditItem{mac: mac}
+		if rule.machine {
+			item.verb = timelineVerb(info.FullMethod, req)
+		}
+		a.record(ctx, rule, info.FullMethod, res, start, err, object, machine, item)
+		return resp, err
+	}
+	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		rule, ok := auditRuleFor(info.FullMethod)
+		if !ok {
+			return handler(srv, ss)
+		}
+		ctx, res := auth.WithResolution(ss.Context())
+		start := a.now()
+		err := handler(srv, &auditStream{ServerStream: ss, ctx: ctx})
+		// A stream's messages are never looked at (a backup's carries its
+		// passphrase): the object is the rule's kind alone.
+		a.record(ctx, rule, info.FullMethod, res, start, err, auditObject(rule, nil), "", auditItem{})
+		return err
+	}
+	return unary, stream
+}
+
+// auditStream gives the handler the context carrying the Resolution.
+type auditStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *auditStream) Context() context.Context { return s.ctx }
+
+// machineName is the machine an object "machine/<name>" names, or "".
+func machineName(object string) string {
+	name, _ := strings.CutPrefix(object, "machine/")
+	if name == object {
+		return ""
+	}
+	return name
+}
+
+// record builds the event of a finished call and queues it.
+func (a *Recorder) record(ctx context.Context, rule auditRule, method string, res *auth.Resolution, start time.Time, callErr error,
+	object, machine string, item auditItem) {
+	st, _ := status.FromError(callErr)
+	code := st.Code()
+	p, known := res.Principal()
+	if rule.nodeHeartbeat && known && p.Role == authv1.Role_ROLE_NODE && code != codes.PermissionDenied {
+		return
+	}
+	if !known && code == codes.Unauthenticated && !a.unauth.Allow() {
+		n := a.suppressed.Add(1)
+		a.suppressions.Add(1, func(since int64) {
+			a.log.Warn("audit: unauthenticated calls over the record rate: counted, not recorded",
+				"method", method, "suppressed_since_last_log", since, "suppressed_total", n, "rate_per_s", auditUnauthRate)
+		})
+		return
+	}
+	now := a.now()
+	ev := &auditv1.AuditEvent{
+		Id:         a.newID(now),
+		At:         timestamppb.New(now),
+		Method:     method,
+		Object:     object,
+		Machine:    machine,
+		Code:       code.String(),
+		Appliance:  a.appliance,
+		DurationMs: now.Sub(start).Milliseconds(),
+	}
+	if code != codes.OK {
+		ev.Message = clipUTF8(st.Message(), maxAuditMessageBytes)
+	}
+	if pr, ok := peer.FromContext(ctx); ok && pr.Addr != nil {
+		ev.Peer = pr.Addr.String()
+	}
+	switch {
+	case known:
+		ev.Role = p.Role
+		switch {
+		case p.Role == authv1.Role_ROLE_AGENT && p.MAC != "":
+			ev.Who, ev.TokenId = "agent:"+p.MAC, p.ID
+		case p.ID != "":
+			ev.Who, ev.TokenId, ev.TokenDescription = "token:"+p.ID+" ("+p.Subject+")", p.ID, p.Subject
+		default:
+			ev.Who, ev.Subject = "cert:"+p.Subject, p.Subject
+		}
+	case res.ClaimedTokenID() != "":
+		ev.TokenId = res.ClaimedTokenID()
+		ev.Who = "token:" + ev.TokenId + " (unauthenticated)"
+	default:
+		ev.Who = "unauthenticated"
+	}
+	ev.Who = clipUTF8(ev.Who, maxAuditWhoBytes)
+	ev.TokenDescription = clipUTF8(ev.TokenDescription, maxAuditWhoBytes)
+	ev.Subject = clipUTF8(ev.Subject, maxAuditWhoBytes)
+	if machine == "" || code == codes.PermissionDenied || code == codes.Unauthenticated {
+		// A refused call did nothing to the machine: it is in the audit
+		// stream only (and cannot flood the machine's timeline).
+		item.verb = ""
+	}
+	item.ev = ev
+	a.enqueue(item)
+}
+
+// enqueue queues an event for the writer, or drops and counts it when the
+// queue is full. It never blocks.
+func (a *Recorder) enqueue(it auditItem) {
+	select {
+	case a.queue <- it:
+	default:
+		n := a.dropped.Add(1)
+		a.drops.Add(1, func(since int64) {
+			a.log.Warn("audit queue full: events dropped", "queue", a.cfg.Queue, "dropped_since_last_log", since, "dropped_total", n)
+		})
+	}
+}

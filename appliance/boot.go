@@ -1,0 +1,396 @@
+package appliance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/corralhq/corral/auth/pki"
+	"github.com/corralhq/corral/boot/dhcp"
+	boothttp "github.com/corralhq/corral/boot/http"
+	"github.com/corralhq/corral/boot/ra"
+	"github.com/corralhq/corral/boot/tftp"
+	"github.com/corralhq/corral/images"
+)
+
+// ImagesDir is the catalog directory inside the data directory.
+const ImagesDir = "images"
+
+// BootConfig configures network boot: DHCP, TFTP, HTTP and RA (docs/architecture.md,
+// steps 2-4; boot/README.md). Network boot runs only when Interface is set; the
+// zero value leaves it off (tests and API-only appliances).
+type BootConfig struct {
+	// Interface is the boot interface (--boot-interface). DHCP and RA bind
+	// to it; its first IPv4 address is the address clients are sent to.
+	Interface string
+	// DHCPMode is full, proxy or off (default proxy).
+	DHCPMode string
+	// DHCPRange is "START-END" of the local pool (full mode); the subnet is
+	// the boot interface's network containing it, or "START-END/BITS".
+	DHCPRange string
+	// DHCPRouter and DHCPDNS are options 3 and 6 for the local range
+	// (DNS also for relayed ranges).
+	DHCPRouter []string
+	DHCPDNS    []string
+	// DHCPLeaseTime is option 51 (default 1h).
+	DHCPLeaseTime time.Duration
+	// DHCPRelayRanges are pools for relayed segments,
+	// "SUBNET=START-END[@ROUTER]", e.g. 10.9.0.0/24=10.9.0.100-10.9.0.200@10.9.0.1.
+	DHCPRelayRanges []string
+	// HTTPListen is boot/http's address (default ":8080").
+	HTTPListen string
+	// TFTPListen is boot/tftp's address (default ":69"; "off" disables).
+	TFTPListen string
+	// RA answers IPv6 router solicitations with lifetime 0 (default on;
+	// set NoRA to disable).
+	NoRA bool
+	// Kernel and Initrd are the discover profile's files (default: the
+	// test stand-ins, see images.Config).
+	Kernel, Initrd string
+	// HypervisorInitrd is the hypervisor profile's initramfs, booted with
+	// Kernel (default: the one `corrald images build` registered, if it
+	// matches the discovery kernel in use; else none).
+	HypervisorInitrd string
+	// KernelArgs are extra kernel arguments for booted machines.
+	KernelArgs string
+	// TokenTTL is the per-boot agent token lifetime (default 1h).
+	TokenTTL time.Duration
+	// Scripts rate-limit /boot.ipxe per MAC and per source address
+	// (--boot-script-*; zero fields take boot/http's defaults). In full
+	// DHCP mode a MAC's script also goes only to the address leased to it.
+	Scripts boothttp.ScriptLimits
+	// IPXEDirs are where iPXE binaries are copied from (default Debian's).
+	IPXEDirs []string
+	// MaxDiscovered caps the placeholder machines DHCP and HTTP discovery
+	// create for unknown MACs (inventory.Config.MaxDiscovered; 0: 10,000,
+	// negative: no cap); DiscoveredGCAfter is the age at which a
+	// never-registered one is deleted (0: 24h, negative: never;
+	// placeholders.go). DHCPDeclineQuarantine is how long a DECLINEd
+	// address is kept out of offers (0: 10 min).
+	MaxDiscovered         int
+	DiscoveredGCAfter     time.Duration
+	DHCPDeclineQuarantine time.Duration
+}
+
+// initBoot wires the boot servers into s (s.addComponent) after the store,
+// CA and inventory exist.
+func (s *Server) initBoot() error {
+	bc := s.cfg.Boot
+	s.initPlaceholderGC()
+	if bc.Interface == "" {
+		s.log.Info("network boot is off: set --boot-interface to serve DHCP/TFTP/HTTP")
+		return nil
+	}
+	mode, err := dhcp.ParseMode(orDefault(bc.DHCPMode, string(dhcp.ModeProxy)))
+	if err != nil {
+		return err
+	}
+	serverIP, err := dhcp.InterfaceIPv4(bc.Interface)
+	if err != nil {
+		return fmt.Errorf("--boot-interface: %w", err)
+	}
+	ranges, err := parseRanges(bc, mode, serverIP)
+	if err != nil {
+		return err
+	}
+	icfg := images.Config{Dir: filepath.Join(s.cfg.DataDir, ImagesDir), IPXEDirs: bc.IPXEDirs, Kernel: bc.Kernel, Initrd: bc.Initrd, HypervisorInitrd: bc.HypervisorInitrd}
+	if s.cfg.Store.Kind == StoreEtcd {
+		// In a fleet every appliance serves every boot: publish what this
+		// one built, fetch what the fleet's manifest names and this one
+		// lacks from a peer, and boot the fleet's files.
+		icfg = icfg.WithFleet(s.fleetArtifacts())
+	}
+	cat, err := images.Open(icfg.WithBuiltDiscover())
+	if err != nil {
+		return err
+	}
+	for _, a := range cat.List() {
+		s.log.Debug("catalog", "file", a.Name, "kind", string(a.Kind), "bytes", a.Size, "sha256", a.SHA256)
+	}
+	if !cat.Has(images.HypervisorInitrd) {
+		s.log.Warn("the catalog has no hypervisor image: machines with the hypervisor intent boot their local disk (run corrald images build)")
+	}
+	fp, err := pki.Fingerprint(s.ca.CertPEM())
+	if err != nil {
+		return err
+	}
+	_, apiPort, _ := net.SplitHostPort(s.lis.Addr().String())
+	apiEndpoint, warn, err := scriptEndpoint(s.cfg.APIListen, apiPort, s.cfg.Lifecycle.APIAdvertise, bc.Interface, interfaceAddrs(bc.Interface))
+	if err != nil {
+		return err
+	}
+	if warn != "" {
+		s.log.Warn(warn, "api_listen", s.cfg.APIListen, "interface", bc.Interface, "endpoint", apiEndpoint)
+	}
+	var leases boothttp.Leases
+	if mode == dhcp.ModeFull {
+		// A MAC's script only to the address leased to that MAC.
+		leases = storeLeases{st: s.store, now: time.Now}
+	}
+	hs, err := boothttp.New(boothttp.Config{
+		Leases: leases,
+		Listen: orDefault(bc.HTTPListen, ":8080"), Catalog: cat, Inventory: s.inv, Tokens: s.tokens, Timeline: s.inv,
+		CreateUnknown: mode == dhcp.ModeOff, APIEndpoint: apiEndpoint, PeerEndpoints: s.peerEndpoints, CAFingerprint: fp,
+		TokenTTL: bc.TokenTTL, KernelArgs: bc.KernelArgs, Logger: s.log.With("component", "boot-http"),
+		Limits: s.cfg.Limits.HTTP, Scripts: bc.Scripts, Observer: s.obs.HTTP(),
+	})
+	if err != nil {
+		return err
+	}
+	// Release what is bound if a later part fails.
+	var closers []func() error
+	ok := false
+	defer func() {
+		if !ok {
+			for _, c := range closers {
+				c()
+			}
+		}
+	}()
+	closers = append(closers, hs.Close)
+	s.lifecycle.SetKexec(kexecBoot{http: hs, ip: serverIP.String()})
+	_, httpPort, _ := net.SplitHostPort(hs.Addr().String())
+	httpBase := "http://" + net.JoinHostPort(serverIP.String(), httpPort)
+
+	var ds *dhcp.Server
+	if mode != dhcp.ModeOff {
+		ds, err = dhcp.New(context.Background(), dhcp.Config{
+			Mode: mode, Interface: bc.Interface, ServerIP: serverIP, Ranges: ranges, Alone: s.cfg.Store.Kind != StoreEtcd, LeaseTime: bc.DHCPLeaseTime, DeclineQuarantine: bc.DHCPDeclineQuarantine,
+			HTTPBase: httpBase, Catalog: cat, Store: s.store, Inventory: s.inv, Timeline: s.inv,
+			Logger: s.log.With("component", "dhcp"), Observer: s.obs.DHCP(),
+		})
+		if err != nil {
+			return err
+		}
+		closers = append(closers, ds.Close)
+		s.addComponent("dhcp", ds.Run)
+	}
+	if l := orDefault(bc.TFTPListen, ":69"); l != "off" {
+		tc := tftp.Config{Listen: l, Catalog: cat, Timeline: s.inv, Logger: s.log.With("component", "tftp"), Limits: s.cfg.Limits.TFTP, Observer: s.obs.TFTP()}
+		if ds != nil {
+			tc.MACs = ds
+		}
+		ts, err := tftp.New(tc)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, ts.Close)
+		s.addComponent("tftp", ts.Run)
+	}
+	s.addComponent("boot-http", hs.Run)
+	if !bc.NoRA {
+		r, err := ra.New(ra.Config{Interface: bc.Interface, Timeline: s.inv, Logger: s.log.With("component", "ra")})
+		if err != nil {
+			// IPv6 may be disabled on the host: network boot still works,
+			// iPXE just waits for its IPv6 timeout.
+			s.log.Warn("router-advertisement responder not started", "err", err)
+		} else {
+			s.addComponent("ra", r.Run)
+		}
+	}
+	ok = true
+	s.log.Info("network boot on", "interface", bc.Interface, "server_ip", serverIP.String(), "dhcp_mode", string(mode),
+		"http", hs.Addr().String(), "catalog", cat.Dir())
+	return nil
+}
+
+// scriptEndpoint is the API endpoint boot scripts give agents
+// (corral.endpoint): ":PORT" (the host iPXE reached boot/http on) when the
+// API listens on every address, or on loopback with a loopback boot
+// interface; the listen address when it is one of the boot interface's; the
+// listen address with a warning when it is another non-loopback address
+// (agents must be routed to it); --api-advertise when the listen address is
+// loopback-only. A loopback-only API with nothing advertised is refused:
+// every agent would retry "connection refused" forever on its console.
+func scriptEndpoint(listen, port, advertise, ifname string, ifAddrs []netip.Addr) (ep, warn string, err error) {
+	host, _, _ := net.SplitHostPort(listen)
+	if host == "" || isUnspecified(host) {
+		return ":" + port, "", nil
+	}
+	addr, perr := netip.ParseAddr(host)
+	loopback := strings.EqualFold(host, "localhost") || (perr == nil && addr.IsLoopback())
+	loopbackIf := len(ifAddrs) > 0
+	for _, a := range ifAddrs {
+		loopbackIf = loopbackIf && a.IsLoopback()
+	}
+	if loopback && loopbackIf {
+		return ":" + port, "", nil
+	}
+	if perr == nil && slices.Contains(ifAddrs, addr.WithZone("")) {
+		return net.JoinHostPort(host, port), "", nil
+	}
+	if advertise != "" {
+		ah, _, aerr := net.SplitHostPort(advertise)
+		aa, _ := netip.ParseAddr(ah)
+		if aerr != nil || ah == "" || isUnspecified(ah) || (!loopbackIf && (strings.EqualFold(ah, "localhost") || aa.IsLoopback())) {
+			return "", "", fmt.Errorf("--api-advertise %q: agents on --boot-interface %s cannot reach it: give a HOST:PORT on the boot LAN, e.g. %s",
+				advertise, ifname, net.JoinHostPort(firstOr(ifAddrs, "BOOT-ADDRESS"), port))
+		}
+		return advertise, "", nil
+	}
+	if loopback {
+		return "", "", fmt.Errorf("--api-listen %s accepts only local connections, but booting machines on --boot-interface %s would be told to reach the API at %s: "+
+			"listen on the boot interface's address or 0.0.0.0 (--api-listen %s or :%s), or set --api-advertise HOST:PORT to an address they reach",
+			listen, ifname, net.JoinHostPort(firstOr(ifAddrs, "the boot interface's address"), port), net.JoinHostPort(firstOr(ifAddrs, "BOOT-ADDRESS"), port), port)
+	}
+	return net.JoinHostPort(host, port), "--api-listen is not an address of the boot interface: booting machines must be routed to it (or set --api-advertise)", nil
+}
+
+// interfaceAddrs lists ifname's addresses (none if it has none or does
+// not exist: initBoot has already refused a missing interface).
+func interfaceAddrs(ifname string) []netip.Addr {
+	ifi, err := net.InterfaceByName(ifname)
+	if err != nil {
+		return nil
+	}
+	as, _ := ifi.Addrs()
+	var out []netip.Addr
+	for _, a := range as {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out
+}
+
+// firstOr is the first IPv4 address of as as a string, else def.
+func firstOr(as []netip.Addr, def string) string {
+	for _, a := range as {
+		if a.Is4() {
+			return a.String()
+		}
+	}
+	return def
+}
+
+func orDefault(v, d string) string {
+	if v == "" {
+		return d
+	}
+	return v
+}
+
+func parseAddrs(flag string, ss []string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for _, s := range ss {
+		a, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil || !a.Is4() {
+			return nil, fmt.Errorf("%s %q: want an IPv4 address", flag, s)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// parseStartEnd parses "A-B".
+func parseStartEnd(flag, s string) (netip.Addr, netip.Addr, error) {
+	a, b, ok := strings.Cut(s, "-")
+	start, err1 := netip.ParseAddr(strings.TrimSpace(a))
+	end, err2 := netip.ParseAddr(strings.TrimSpace(b))
+	if !ok || err1 != nil || err2 != nil || !start.Is4() || !end.Is4() {
+		return netip.Addr{}, netip.Addr{}, fmt.Errorf("%s %q: want START-END, e.g. 10.0.0.100-10.0.0.199", flag, s)
+	}
+	return start, end, nil
+}
+
+// parseRanges turns the flags into DHCP ranges.
+func parseRanges(bc BootConfig, mode dhcp.Mode, serverIP netip.Addr) ([]dhcp.Range, error) {
+	if mode != dhcp.ModeFull {
+		if bc.DHCPRange != "" || len(bc.DHCPRelayRanges) > 0 {
+			return nil, fmt.Errorf("--dhcp-range and --dhcp-relay-range need --dhcp-mode full (mode is %s)", mode)
+		}
+		return nil, nil
+	}
+	if bc.DHCPRange == "" {
+		return nil, errors.New("--dhcp-mode full needs --dhcp-range START-END (or use --dhcp-mode proxy beside another DHCP server)")
+	}
+	dns, err := parseAddrs("--dhcp-dns", bc.DHCPDNS)
+	if err != nil {
+		return nil, err
+	}
+	router, err := parseAddrs("--dhcp-router", bc.DHCPRouter)
+	if err != nil {
+		return nil, err
+	}
+	spec, bits, hasBits := strings.Cut(bc.DHCPRange, "/")
+	start, end, err := parseStartEnd("--dhcp-range", spec)
+	if err != nil {
+		return nil, err
+	}
+	var subnet netip.Prefix
+	if hasBits {
+		n, err := strconv.Atoi(bits)
+		if err != nil || n < 8 || n > 30 {
+			return nil, fmt.Errorf("--dhcp-range %q: prefix length must be 8-30", bc.DHCPRange)
+		}
+		subnet = netip.PrefixFrom(start, n).Masked()
+	} else if subnet, err = dhcp.InterfacePrefix(bc.Interface, start); err != nil {
+		return nil, fmt.Errorf("--dhcp-range %q: %w (give the prefix: START-END/BITS)", bc.DHCPRange, err)
+	}
+	local := dhcp.Range{Subnet: subnet, Start: start, End: end, Router: router, DNS: dns}
+	if err := local.Validate(); err != nil {
+		return nil, fmt.Errorf("--dhcp-range: %w", err)
+	}
+	if local.Contains(serverIP) {
+		return nil, fmt.Errorf("--dhcp-range %s contains the appliance's own address %s", bc.DHCPRange, serverIP)
+	}
+	out := []dhcp.Range{local}
+	for _, rr := range bc.DHCPRelayRanges {
+		sub, rest, ok := strings.Cut(rr, "=")
+		p, err := netip.ParsePrefix(strings.TrimSpace(sub))
+		if !ok || err != nil || !p.Addr().Is4() {
+			return nil, fmt.Errorf("--dhcp-relay-range %q: want SUBNET=START-END[@ROUTER], e.g. 10.9.0.0/24=10.9.0.100-10.9.0.200@10.9.0.1", rr)
+		}
+		se, gw, hasGW := strings.Cut(rest, "@")
+		s, e, err := parseStartEnd("--dhcp-relay-range", se)
+		if err != nil {
+			return nil, err
+		}
+		r := dhcp.Range{Subnet: p.Masked(), Start: s, End: e, DNS: dns, Relayed: true}
+		if hasGW {
+			if r.Router, err = parseAddrs("--dhcp-relay-range router", []string{gw}); err != nil {
+				return nil, err
+			}
+		}
+		if err := r.Validate(); err != nil {
+			return nil, fmt.Errorf("--dhcp-relay-range: %w", err)
+		}
+		for _, o := range out {
+			if o.Subnet.Overlaps(r.Subnet) {
+				return nil, fmt.Errorf("--dhcp-relay-range %q overlaps %s", rr, o.Subnet)
+			}
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// fleetArtifacts syncs the boot artifacts with the fleet once, before the
+// boot servers open the catalog, and returns the fleet's manifest. A sync
+// that fails is logged: the appliance serves what it holds and the
+// periodic sync (artifact-sync) tries again.
+func (s *Server) fleetArtifacts() []images.Artifact {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	log := s.log.With("component", "artifacts")
+	if got, err := s.artifacts.Sync(ctx, nil); err != nil {
+		log.Warn("boot artifacts not in sync with the fleet at start", "err", err)
+	} else if len(got) > 0 {
+		log.Info("boot artifacts fetched from peers", "count", len(got))
+	}
+	manifest, err := s.artifacts.Manifest(ctx)
+	if err != nil {
+		log.Warn("fleet catalog manifest unreadable; booting this appliance's own files", "err", err)
+		return nil
+	}
+	return manifest
+}

@@ -1,0 +1,244 @@
+package appliance
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"time"
+
+	"github.com/corralhq/corral/boot/connlimit"
+	boothttp "github.com/corralhq/corral/boot/http"
+	"github.com/corralhq/corral/boot/tftp"
+	"github.com/corralhq/corral/internal/lograte"
+	"github.com/corralhq/corral/inventory"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+)
+
+// LimitsConfig bounds what clients can hold of the appliance: the boot LAN
+// is hostile (issue #11, docs/security.md), and anything on it can reach
+// the boot servers and the gRPC API. Zero fields take the defaults; every
+// field is a flag of corrald serve.
+type LimitsConfig struct {
+	HTTP     boothttp.Limits
+	TFTP     tftp.Limits
+	GRPC     GRPCLimits
+	Timeline TimelineLimits
+}
+
+// GRPCLimits bound the gRPC API's clients.
+//
+// One message size for every method: no request carries bulk data (images
+// and volumes move by URL, fetched by the node), the largest is an agent's
+// facts report (tens of KiB), so 1 MiB serves every method and nothing
+// needs a class of its own.
+type GRPCLimits struct {
+	// MaxRecvMsgBytes caps a request message (ResourceExhausted beyond);
+	// MaxHeaderBytes a request's metadata.
+	MaxRecvMsgBytes int
+	MaxHeaderBytes  int
+	// MaxConcurrentStreams caps the calls in flight on one connection.
+	MaxConcurrentStreams int
+	// MaxConns caps open connections, MaxConnsPerIP those from one source
+	// address; a connection over a cap is closed at accept.
+	MaxConns      int
+	MaxConnsPerIP int
+	// HandshakeTimeout bounds a new connection's TLS handshake and HTTP/2
+	// preface.
+	HandshakeTimeout time.Duration
+	// KeepaliveTime and KeepaliveTimeout: a connection silent for
+	// KeepaliveTime is pinged and closed without an answer within
+	// KeepaliveTimeout, so a dead agent's session ends within their sum.
+	KeepaliveTime    time.Duration
+	KeepaliveTimeout time.Duration
+	// KeepaliveMinTime is the shortest ping interval a client may use
+	// (pinging faster gets the connection closed); pings without calls in
+	// flight are allowed.
+	KeepaliveMinTime time.Duration
+	// MaxConnectionIdle closes a connection with no call in flight for this
+	// long.
+	MaxConnectionIdle time.Duration
+}
+
+// DefaultGRPCLimits are the gRPC limits of a zero GRPCLimits: a large
+// datacenter's agents and nodes hold one connection each.
+func DefaultGRPCLimits() GRPCLimits {
+	return GRPCLimits{
+		MaxRecvMsgBytes:      1 << 20,
+		MaxHeaderBytes:       16 << 10,
+		MaxConcurrentStreams: 100,
+		MaxConns:             16384,
+		MaxConnsPerIP:        32,
+		HandshakeTimeout:     10 * time.Second,
+		KeepaliveTime:        20 * time.Second,
+		KeepaliveTimeout:     10 * time.Second,
+		KeepaliveMinTime:     10 * time.Second,
+		MaxConnectionIdle:    5 * time.Minute,
+	}
+}
+
+// TimelineLimits bound the boot timeline (inventory/timeline.go).
+type TimelineLimits struct {
+	// PerMAC entries are kept per MAC, MaxEntries across all MACs (the
+	// least recently written MACs' timelines go first).
+	PerMAC     int
+	MaxEntries int
+	// Queue entries may wait to be written; more are dropped and counted.
+	Queue int
+	// DetailBytes, Attrs and AttrBytes cut each entry.
+	DetailBytes int
+	Attrs       int
+	AttrBytes   int
+}
+
+// DefaultTimelineLimits are the timeline limits of a zero TimelineLimits.
+func DefaultTimelineLimits() TimelineLimits {
+	return TimelineLimits{
+		PerMAC: inventory.DefaultTimelineLimit, MaxEntries: inventory.DefaultTimelineMaxEntries, Queue: inventory.DefaultTimelineQueue,
+		DetailBytes: inventory.DefaultTimelineDetailBytes, Attrs: inventory.DefaultTimelineAttrs, AttrBytes: inventory.DefaultTimelineAttrBytes,
+	}
+}
+
+// setDefaults checks every limit (errors name the flag) and fills zero
+// fields with the defaults.
+func (c *LimitsConfig) setDefaults() error {
+	if err := c.HTTP.Validate(); err != nil {
+		return err
+	}
+	if err := c.TFTP.Validate(); err != nil {
+		return err
+	}
+	c.HTTP, c.TFTP = c.HTTP.WithDefaults(), c.TFTP.WithDefaults()
+
+	g, dg := &c.GRPC, DefaultGRPCLimits()
+	for _, d := range []struct {
+		flag string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"--grpc-handshake-timeout", &g.HandshakeTimeout, dg.HandshakeTimeout},
+		{"--grpc-keepalive-time", &g.KeepaliveTime, dg.KeepaliveTime},
+		{"--grpc-keepalive-timeout", &g.KeepaliveTimeout, dg.KeepaliveTimeout},
+		{"--grpc-keepalive-min-time", &g.KeepaliveMinTime, dg.KeepaliveMinTime},
+		{"--grpc-max-connection-idle", &g.MaxConnectionIdle, dg.MaxConnectionIdle},
+	} {
+		if err := fillDuration(d.flag, d.v, d.def); err != nil {
+			return err
+		}
+	}
+	tl, dt := &c.Timeline, DefaultTimelineLimits()
+	for _, n := range []struct {
+		flag string
+		v    *int
+		def  int
+	}{
+		{"--grpc-max-recv-bytes", &g.MaxRecvMsgBytes, dg.MaxRecvMsgBytes},
+		{"--grpc-max-header-bytes", &g.MaxHeaderBytes, dg.MaxHeaderBytes},
+		{"--grpc-max-concurrent-streams", &g.MaxConcurrentStreams, dg.MaxConcurrentStreams},
+		{"--grpc-max-conns", &g.MaxConns, dg.MaxConns},
+		{"--grpc-max-conns-per-ip", &g.MaxConnsPerIP, dg.MaxConnsPerIP},
+		{"--timeline-per-mac", &tl.PerMAC, dt.PerMAC},
+		{"--timeline-max-entries", &tl.MaxEntries, dt.MaxEntries},
+		{"--timeline-queue", &tl.Queue, dt.Queue},
+		{"--timeline-max-detail-bytes", &tl.DetailBytes, dt.DetailBytes},
+		{"--timeline-max-attrs", &tl.Attrs, dt.Attrs},
+		{"--timeline-max-attr-bytes", &tl.AttrBytes, dt.AttrBytes},
+	} {
+		if *n.v < 0 {
+			return fmt.Errorf("%s %d: want a positive number", n.flag, *n.v)
+		}
+		if *n.v == 0 {
+			*n.v = n.def
+		}
+	}
+	switch {
+	case g.MaxConnsPerIP > g.MaxConns:
+		return fmt.Errorf("--grpc-max-conns-per-ip %d is above --grpc-max-conns %d", g.MaxConnsPerIP, g.MaxConns)
+	case g.MaxConcurrentStreams > math.MaxUint32:
+		return fmt.Errorf("--grpc-max-concurrent-streams %d: at most %d", g.MaxConcurrentStreams, uint32(math.MaxUint32))
+	case tl.MaxEntries < tl.PerMAC:
+		return fmt.Errorf("--timeline-max-entries %d is below --timeline-per-mac %d", tl.MaxEntries, tl.PerMAC)
+	case tl.Attrs < 2:
+		return fmt.Errorf("--timeline-max-attrs %d: at least 2 (one says how many were cut)", tl.Attrs)
+	}
+	return nil
+}
+
+func fillDuration(flag string, v *time.Duration, def time.Duration) error {
+	if *v < 0 {
+		return fmt.Errorf("%s %s: want a positive duration", flag, *v)
+	}
+	if *v == 0 {
+		*v = def
+	}
+	return nil
+}
+
+// inventoryConfig sets c's timeline limits.
+func (t TimelineLimits) inventoryConfig(c inventory.Config) inventory.Config {
+	c.TimelineLimit, c.TimelineMaxEntries, c.TimelineQueue = t.PerMAC, t.MaxEntries, t.Queue
+	c.TimelineDetailBytes, c.TimelineAttrs, c.TimelineAttrBytes = t.DetailBytes, t.Attrs, t.AttrBytes
+	return c
+}
+
+// listener caps the API listener's connections (boot/connlimit; closed at
+// accept, before the TLS handshake).
+func (g GRPCLimits) listener(l net.Listener, log *slog.Logger) net.Listener {
+	return connlimit.New(l, connlimit.Config{MaxConns: g.MaxConns, MaxConnsPerIP: g.MaxConnsPerIP, Name: "grpc", Logger: log})
+}
+
+// serverOptions are the gRPC server's limits, and a stats handler that
+// logs (at most once per 10 s, with a count) calls that ended
+// ResourceExhausted: a message over the size limit, or any other limit a
+// handler enforces.
+func (g GRPCLimits) serverOptions(log *slog.Logger) []grpc.ServerOption {
+	h := &exhaustedLog{log: log}
+	h.n.Interval = connlimit.LogEvery
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(g.MaxRecvMsgBytes),
+		grpc.MaxHeaderListSize(uint32(g.MaxHeaderBytes)),
+		grpc.MaxConcurrentStreams(uint32(g.MaxConcurrentStreams)),
+		grpc.ConnectionTimeout(g.HandshakeTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: g.KeepaliveTime, Timeout: g.KeepaliveTimeout, MaxConnectionIdle: g.MaxConnectionIdle}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: g.KeepaliveMinTime, PermitWithoutStream: true}),
+		grpc.StatsHandler(h),
+	}
+}
+
+// exhaustedLog is a stats.Handler that logs calls ended ResourceExhausted.
+type exhaustedLog struct {
+	log *slog.Logger
+	n   lograte.Counter
+}
+
+type methodKey struct{}
+
+func (h *exhaustedLog) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
+	return context.WithValue(ctx, methodKey{}, info.FullMethodName)
+}
+
+func (h *exhaustedLog) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	end, ok := s.(*stats.End)
+	if !ok || status.Code(end.Error) != codes.ResourceExhausted {
+		return
+	}
+	h.n.Add(1, func(since int64) {
+		addr := ""
+		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+			addr = p.Addr.String()
+		}
+		method, _ := ctx.Value(methodKey{}).(string)
+		h.log.Warn("grpc call refused: limit reached", "method", method, "peer", addr, "err", status.Convert(end.Error).Message(),
+			"refused_since_last_log", since)
+	})
+}
+
+func (h *exhaustedLog) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+
+func (h *exhaustedLog) HandleConn(context.Context, stats.ConnStats) {}

@@ -1,0 +1,123 @@
+package dhcp
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/corralhq/corral/inventory"
+	"github.com/corralhq/corral/store"
+	"github.com/corralhq/corral/store/mem"
+)
+
+// countingStore counts the store operations made through it while
+// counting is on: reads (Get, List), machine-record reads among them, and
+// writes (Put, Delete).
+type countingStore struct {
+	store.Store
+	mu                          sync.Mutex
+	on                          bool
+	reads, machineReads, writes int
+}
+
+const machineKeys = "/inventory/machines/"
+
+func (c *countingStore) Get(ctx context.Context, key string) (store.KV, error) {
+	c.count(key, false)
+	return c.Store.Get(ctx, key)
+}
+
+func (c *countingStore) List(ctx context.Context, prefix string) ([]store.KV, error) {
+	c.count(prefix, false)
+	return c.Store.List(ctx, prefix)
+}
+
+func (c *countingStore) Put(ctx context.Context, key string, v []byte, rev int64) (int64, error) {
+	c.count(key, true)
+	return c.Store.Put(ctx, key, v, rev)
+}
+
+func (c *countingStore) Delete(ctx context.Context, key string, rev int64) error {
+	c.count(key, true)
+	return c.Store.Delete(ctx, key, rev)
+}
+
+func (c *countingStore) count(key string, write bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case !c.on:
+	case write:
+		c.writes++
+	default:
+		c.reads++
+		if strings.HasPrefix(key, machineKeys) {
+			c.machineReads++
+		}
+	}
+}
+
+// measure counts the operations of fn.
+func (c *countingStore) measure(fn func()) (reads, machineReads, writes int) {
+	c.mu.Lock()
+	c.on, c.reads, c.machineReads, c.writes = true, 0, 0, 0
+	c.mu.Unlock()
+	fn()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.on = false
+	return c.reads, c.machineReads, c.writes
+}
+
+// TestStoreOpsPerDORA: a known machine's DORA (a PXE client's DISCOVER
+// and REQUEST, its timeline entries flushed) reads the machine record at
+// most once per packet. It prints the store operations per DORA. Before
+// the DHCP server took the boot intent from the record EnsureMachineForMAC
+// returns (2026-11-28), it re-read the record through BootIntent on both
+// packets: 12 operations, 8 of them reads (4 of the machine record).
+func TestStoreOpsPerDORA(t *testing.T) {
+	const (
+		before        = "12 operations: 8 reads (4 of the machine record), 4 writes"
+		maxOps        = 8 // per DORA
+		maxMachineGet = 2 // one per packet
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	cs := &countingStore{Store: mem.New()}
+	inv, err := inventory.New(inventory.Config{Store: cs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { inv.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	c1, _ := net.ListenPacket("udp4", "127.0.0.1:0")
+	t.Cleanup(func() { c1.Close() })
+	s, err := New(ctx, Config{Mode: ModeFull, ServerIP: serverIP, Ranges: []Range{localRange()}, Catalog: fullCatalog,
+		Store: cs, Inventory: inv, Timeline: inv, Conn: c1, PXEConn: c1, LeaseTime: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{s: s, st: cs, inv: inv, ctx: ctx}
+	hw := mac(0x77)
+	f.dora(t, hw, biosPXE) // the machine is created, the MAC's timeline indexed
+	if err := inv.FlushTimeline(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reads, machineReads, writes := cs.measure(func() {
+		f.dora(t, hw, biosPXE)
+		if err := inv.FlushTimeline(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Logf("store operations per DORA of a known machine: %d: %d reads (%d of the machine record), %d writes (before: %s)",
+		reads+writes, reads, machineReads, writes, before)
+	if machineReads > maxMachineGet || reads+writes > maxOps {
+		t.Errorf("DORA: %d store operations, %d machine-record reads; want at most %d and %d", reads+writes, machineReads, maxOps, maxMachineGet)
+	}
+	if tl := f.timeline(t, hw); !strings.Contains(tl, "machine:m-525400000077") || !strings.Contains(tl, "intent:discover") {
+		t.Errorf("timeline entries lack the machine or its intent:\n%s", tl)
+	}
+}

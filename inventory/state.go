@@ -1,0 +1,169 @@
+package inventory
+
+import (
+	"fmt"
+
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/apierr"
+)
+
+// ErrInvalidTransition: the machine's state does not allow the event
+// (class ErrPrecondition). Transition's errors wrap it.
+var ErrInvalidTransition = apierr.New(apierr.ErrPrecondition, "invalid machine state transition")
+
+// Event is something that happens to a machine and may change its state
+// (docs/architecture.md, "The machine state machine").
+type Event int
+
+// The events, in the order of the walk.
+const (
+	// EventCreated: a machine record is made (DHCP placeholder, enrolment,
+	// discovery report).
+	EventCreated Event = iota + 1
+	// EventRegistered: its discovery agent reported facts.
+	EventRegistered
+	// EventAccepted: an operator or auto-accept started its install.
+	EventAccepted
+	// EventInstallFailed: its install reported an error or timed out.
+	EventInstallFailed
+	// EventNodeReady: its Node became READY while it installed.
+	EventNodeReady
+	// EventNodeReadyAfterWatchdog: its Node became READY after the boot
+	// watchdog had failed it with its install done (the reboot into the
+	// hypervisor outlasted the watchdog).
+	EventNodeReadyAfterWatchdog
+	// EventWatchdogExpired: the boot watchdog gave up on it.
+	EventWatchdogExpired
+	// EventReprovisioned: an operator sent it back to discovery.
+	EventReprovisioned
+	// EventWipeFailed: the disk wipe of a reprovision failed.
+	EventWipeFailed
+	// EventMaintenanceOn and EventMaintenanceOff: an operator put it in
+	// MAINTENANCE or took it out.
+	EventMaintenanceOn
+	EventMaintenanceOff
+)
+
+var eventNames = [...]string{
+	EventCreated: "created", EventRegistered: "registered", EventAccepted: "accepted",
+	EventInstallFailed: "install-failed", EventNodeReady: "node-ready",
+	EventNodeReadyAfterWatchdog: "node-ready-after-watchdog", EventWatchdogExpired: "watchdog-expired",
+	EventReprovisioned: "reprovisioned", EventWipeFailed: "wipe-failed",
+	EventMaintenanceOn: "maintenance-on", EventMaintenanceOff: "maintenance-off",
+}
+
+func (e Event) String() string {
+	if e > 0 && int(e) < len(eventNames) {
+		return eventNames[e]
+	}
+	return fmt.Sprintf("event(%d)", int(e))
+}
+
+// transitionError is an ErrInvalidTransition whose text is the operator's
+// message alone.
+type transitionError struct{ msg string }
+
+func (e *transitionError) Error() string { return e.msg }
+func (e *transitionError) Unwrap() error { return ErrInvalidTransition }
+
+func refuse(format string, a ...any) error {
+	return &transitionError{msg: fmt.Sprintf(format, a...)}
+}
+
+// Transition is the machine state machine: every change of a machine's
+// State goes through it. It moves m from its current state to the one ev
+// leads to, or returns an error wrapping ErrInvalidTransition and leaves
+// m unchanged. It reads nothing but m.State, except for
+// EventMaintenanceOff, which restores what EventMaintenanceOn remembered
+// (MaintenancePreviousState and MaintenancePreviousReason, which it
+// writes; without a remembered state a machine with facts is INVENTORIED,
+// one without DISCOVERED). Every other field (state reason, boot intent,
+// install, watchdog) is its caller's, set in the same mutation.
+//
+// The table (TestTransitionTable enumerates every state and event):
+//
+//	created                   UNSPECIFIED → DISCOVERED; any other state is kept
+//	registered                UNSPECIFIED, DISCOVERED → INVENTORIED; any other state is kept
+//	accepted                  INVENTORIED, FAILED → INSTALLING
+//	install-failed            INSTALLING → FAILED
+//	node-ready                INSTALLING → DEPLOYED
+//	node-ready-after-watchdog FAILED → DEPLOYED
+//	watchdog-expired          any but MAINTENANCE → FAILED
+//	reprovisioned             any but MAINTENANCE → DISCOVERED
+//	wipe-failed               any but MAINTENANCE → FAILED
+//	maintenance-on            any → MAINTENANCE
+//	maintenance-off           MAINTENANCE → the remembered state
+//
+// Transition does no I/O and changes nothing but m, so it is safe inside
+// a compare-and-swap mutation that may run more than once.
+func Transition(m *inventoryv1.Machine, ev Event) error {
+	name, from := m.GetName(), m.GetState()
+	to := from
+	switch ev {
+	case EventCreated:
+		if from == inventoryv1.Machine_UNSPECIFIED {
+			to = inventoryv1.Machine_DISCOVERED
+		}
+	case EventRegistered:
+		switch from {
+		case inventoryv1.Machine_UNSPECIFIED, inventoryv1.Machine_DISCOVERED:
+			to = inventoryv1.Machine_INVENTORIED
+		}
+	case EventAccepted:
+		switch from {
+		case inventoryv1.Machine_INVENTORIED, inventoryv1.Machine_FAILED:
+			to = inventoryv1.Machine_INSTALLING
+		case inventoryv1.Machine_INSTALLING, inventoryv1.Machine_DEPLOYED:
+			return refuse("machine %q is %s: already deployed: reprovision it first", name, from)
+		case inventoryv1.Machine_MAINTENANCE:
+			return refuse("machine %q is in MAINTENANCE: take it out (corral machine maintenance off %s) first", name, name)
+		default:
+			return refuse("machine %q is %s: it has reported no facts yet; network-boot it into discovery first", name, from)
+		}
+	case EventInstallFailed, EventNodeReady:
+		if from != inventoryv1.Machine_INSTALLING {
+			return refuse("machine %q is %s, not INSTALLING: %s does not apply", name, from, ev)
+		}
+		to = inventoryv1.Machine_FAILED
+		if ev == EventNodeReady {
+			to = inventoryv1.Machine_DEPLOYED
+		}
+	case EventNodeReadyAfterWatchdog:
+		if from != inventoryv1.Machine_FAILED {
+			return refuse("machine %q is %s, not FAILED: %s does not apply", name, from, ev)
+		}
+		to = inventoryv1.Machine_DEPLOYED
+	case EventWatchdogExpired, EventWipeFailed, EventReprovisioned:
+		if from == inventoryv1.Machine_MAINTENANCE {
+			return refuse("machine %q is in MAINTENANCE", name)
+		}
+		to = inventoryv1.Machine_FAILED
+		if ev == EventReprovisioned {
+			to = inventoryv1.Machine_DISCOVERED
+		}
+	case EventMaintenanceOn:
+		if from != inventoryv1.Machine_MAINTENANCE {
+			m.MaintenancePreviousState = from
+			m.MaintenancePreviousReason = m.GetStateReason()
+		}
+		to = inventoryv1.Machine_MAINTENANCE
+	case EventMaintenanceOff:
+		if from != inventoryv1.Machine_MAINTENANCE {
+			return refuse("machine %q is %s, not in MAINTENANCE", name, from)
+		}
+		to = m.GetMaintenancePreviousState()
+		if to == inventoryv1.Machine_UNSPECIFIED || to == inventoryv1.Machine_MAINTENANCE {
+			to = inventoryv1.Machine_DISCOVERED
+			if m.GetFacts() != nil {
+				to = inventoryv1.Machine_INVENTORIED
+			}
+		}
+		m.StateReason = m.GetMaintenancePreviousReason()
+		m.MaintenancePreviousState = inventoryv1.Machine_UNSPECIFIED
+		m.MaintenancePreviousReason = ""
+	default:
+		return refuse("machine %q: unknown event %s", name, ev)
+	}
+	m.State = to
+	return nil
+}

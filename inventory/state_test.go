@@ -1,0 +1,146 @@
+package inventory
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+)
+
+// TestTransitionTable enumerates every state × every event: the state
+// machine of docs/architecture.md. A row lists the states an event
+// leaves (to the given state; "=" keeps the state); every state not
+// listed refuses the event with ErrInvalidTransition and m unchanged.
+func TestTransitionTable(t *testing.T) {
+	const (
+		U = inventoryv1.Machine_UNSPECIFIED
+		D = inventoryv1.Machine_DISCOVERED
+		I = inventoryv1.Machine_INVENTORIED
+		N = inventoryv1.Machine_INSTALLING // iNstalling
+		P = inventoryv1.Machine_DEPLOYED
+		F = inventoryv1.Machine_FAILED
+		M = inventoryv1.Machine_MAINTENANCE
+	)
+	type S = inventoryv1.Machine_MachineState
+	all := []S{U, D, I, N, P, F, M}
+	// to[from]; absent: refused.
+	table := map[Event]map[S]S{
+		EventCreated:                {U: D, D: D, I: I, N: N, P: P, F: F, M: M},
+		EventRegistered:             {U: I, D: I, I: I, N: N, P: P, F: F, M: M},
+		EventAccepted:               {I: N, F: N},
+		EventInstallFailed:          {N: F},
+		EventNodeReady:              {N: P},
+		EventNodeReadyAfterWatchdog: {F: P},
+		EventWatchdogExpired:        {U: F, D: F, I: F, N: F, P: F, F: F},
+		EventReprovisioned:          {U: D, D: D, I: D, N: D, P: D, F: D},
+		EventWipeFailed:             {U: F, D: F, I: F, N: F, P: F, F: F},
+		EventMaintenanceOn:          {U: M, D: M, I: M, N: M, P: M, F: M, M: M},
+		// The remembered state comes back (see TestTransitionMaintenance
+		// for none remembered).
+		EventMaintenanceOff: {M: P},
+	}
+	if len(table) != int(EventMaintenanceOff) {
+		t.Fatalf("the table has %d events, the package %d", len(table), EventMaintenanceOff)
+	}
+	if len(all) != len(inventoryv1.Machine_MachineState_name) {
+		t.Fatalf("the table has %d states, the API %d", len(all), len(inventoryv1.Machine_MachineState_name))
+	}
+	for ev := EventCreated; ev <= EventMaintenanceOff; ev++ {
+		for _, from := range all {
+			t.Run(fmt.Sprintf("%s/%s", ev, from), func(t *testing.T) {
+				m := &inventoryv1.Machine{Name: "m1", State: from, StateReason: "before",
+					MaintenancePreviousState: P, MaintenancePreviousReason: "was deployed"}
+				if from == M {
+					m.StateReason = "held"
+				}
+				before := proto.CloneOf(m)
+				err := Transition(m, ev)
+				want, ok := table[ev][from]
+				if !ok {
+					if !errors.Is(err, ErrInvalidTransition) || !errors.Is(err, ErrPrecondition) {
+						t.Fatalf("%s from %s: err %v, want ErrInvalidTransition", ev, from, err)
+					}
+					if diff := cmp.Diff(before, m, protocmp.Transform()); diff != "" {
+						t.Fatalf("refused transition changed m (-before +after):\n%s", diff)
+					}
+					return
+				}
+				if err != nil || m.GetState() != want {
+					t.Fatalf("%s from %s: %s, %v; want %s", ev, from, m.GetState(), err, want)
+				}
+			})
+		}
+	}
+	if err := Transition(&inventoryv1.Machine{}, Event(99)); !errors.Is(err, ErrInvalidTransition) {
+		t.Fatalf("unknown event: %v", err)
+	}
+}
+
+// TestTransitionMaintenance: maintenance remembers the state and reason it
+// interrupted and restores them; with nothing remembered a machine with
+// facts is INVENTORIED, one without DISCOVERED.
+func TestTransitionMaintenance(t *testing.T) {
+	m := &inventoryv1.Machine{Name: "m1", State: inventoryv1.Machine_FAILED, StateReason: "install timeout"}
+	if err := Transition(m, EventMaintenanceOn); err != nil {
+		t.Fatal(err)
+	}
+	m.StateReason = "disk swap"
+	if err := Transition(m, EventMaintenanceOn); err != nil { // again: remembers the first
+		t.Fatal(err)
+	}
+	if m.GetMaintenancePreviousState() != inventoryv1.Machine_FAILED || m.GetMaintenancePreviousReason() != "install timeout" {
+		t.Fatalf("remembered %s %q", m.GetMaintenancePreviousState(), m.GetMaintenancePreviousReason())
+	}
+	if err := Transition(m, EventMaintenanceOff); err != nil {
+		t.Fatal(err)
+	}
+	if m.GetState() != inventoryv1.Machine_FAILED || m.GetStateReason() != "install timeout" ||
+		m.GetMaintenancePreviousState() != inventoryv1.Machine_UNSPECIFIED || m.GetMaintenancePreviousReason() != "" {
+		t.Fatalf("restored %s %q (remembered %s %q)", m.GetState(), m.GetStateReason(), m.GetMaintenancePreviousState(), m.GetMaintenancePreviousReason())
+	}
+	for name, tc := range map[string]struct {
+		m    *inventoryv1.Machine
+		want inventoryv1.Machine_MachineState
+	}{
+		"nothing remembered, no facts": {&inventoryv1.Machine{}, inventoryv1.Machine_DISCOVERED},
+		"nothing remembered, facts":    {&inventoryv1.Machine{Facts: &inventoryv1.Facts{}}, inventoryv1.Machine_INVENTORIED},
+		"maintenance remembered":       {&inventoryv1.Machine{MaintenancePreviousState: inventoryv1.Machine_MAINTENANCE}, inventoryv1.Machine_DISCOVERED},
+	} {
+		tc.m.State = inventoryv1.Machine_MAINTENANCE
+		if err := Transition(tc.m, EventMaintenanceOff); err != nil || tc.m.GetState() != tc.want {
+			t.Errorf("%s: %s %v, want %s", name, tc.m.GetState(), err, tc.want)
+		}
+	}
+}
+
+// TestTransitionMessages: the refusals an operator sees name the machine
+// and the way out.
+func TestTransitionMessages(t *testing.T) {
+	for name, tc := range map[string]struct {
+		state inventoryv1.Machine_MachineState
+		ev    Event
+		want  string
+	}{
+		"accept deployed":     {inventoryv1.Machine_DEPLOYED, EventAccepted, `machine "m1" is DEPLOYED: already deployed: reprovision it first`},
+		"accept maintenance":  {inventoryv1.Machine_MAINTENANCE, EventAccepted, `machine "m1" is in MAINTENANCE: take it out (corral machine maintenance off m1) first`},
+		"accept discovered":   {inventoryv1.Machine_DISCOVERED, EventAccepted, `machine "m1" is DISCOVERED: it has reported no facts yet; network-boot it into discovery first`},
+		"maintenance off":     {inventoryv1.Machine_INVENTORIED, EventMaintenanceOff, `machine "m1" is INVENTORIED, not in MAINTENANCE`},
+		"reprovision in hold": {inventoryv1.Machine_MAINTENANCE, EventReprovisioned, `machine "m1" is in MAINTENANCE`},
+	} {
+		err := Transition(&inventoryv1.Machine{Name: "m1", State: tc.state}, tc.ev)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%s: %v, want %q", name, err, tc.want)
+		}
+	}
+	// Every event has a name.
+	for ev := EventCreated; ev <= EventMaintenanceOff; ev++ {
+		if strings.HasPrefix(ev.String(), "event(") {
+			t.Errorf("event %d has no name", int(ev))
+		}
+	}
+}

@@ -1,0 +1,476 @@
+// Package timeline is the boot timeline: what the boot servers, the agent
+// and inventory saw of each MAC (DHCP decisions, TFTP and HTTP fetches,
+// registrations, install progress), in time order, one store record per
+// entry under Prefix. Recording never blocks the caller; entries are
+// written by Run's writers and bounded per entry, per MAC and in total.
+//
+// It imports nothing of inventory: inventory composes a Timeline (and
+// resolves a machine's name to its MACs for a read); the boot servers and
+// the lifecycle record through their own one-method interfaces.
+package timeline
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"maps"
+	"net"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/lograte"
+	"github.com/corralhq/corral/store"
+	"github.com/corralhq/corral/store/record"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// The boot timeline is bounded three ways, because anything on the boot
+// LAN can make entries (a DHCP packet from a spoofed MAC is one):
+//
+//   - per entry, at Record: source, event, detail and attributes are cut to
+//     fixed sizes (made valid UTF-8 first: protobuf strings must be);
+//   - per MAC: past Config.Limit a MAC's oldest entries are
+//     deleted (checked every Limit/10 writes of that MAC);
+//   - in total: past Config.MaxEntries the whole timelines of the
+//     MACs written to least recently are deleted first, so a flood of
+//     one-packet MACs displaces itself before the history of machines that
+//     keep booting.
+//
+// The total needs no scan per write: an in-memory index (MAC → entries,
+// last write) in least-recently-written order, loaded at Run from one
+// small record per MAC under indexPrefix (a TimelineEntry whose
+// "entries" attribute is the count), which is written when a MAC first
+// appears and at each per-MAC trim. The counts can run a little high
+// (entries another path deleted) or, after a crash, low by less than one
+// trim interval per MAC; every trim and eviction lists the MAC's entries
+// and corrects them. A store that has entries but no index yet (written
+// before the index existed) is indexed once at Run, in 256 slices.
+
+// Defaults of Config's limits.
+const (
+	DefaultLimit       = 2000
+	DefaultMaxEntries  = 1_000_000
+	DefaultQueue       = 65536
+	DefaultDetailBytes = 4 << 10
+	DefaultAttrs       = 16
+	DefaultAttrBytes   = 256
+)
+
+// Prefix is the store prefix of the entries: Prefix + MAC + "/" + the
+// entry's time and sequence number.
+const Prefix = "/inventory/timeline/"
+
+// Config configures a Timeline. Zero values take the defaults.
+type Config struct {
+	Store  store.Store
+	Logger *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Limit is how many entries are kept per MAC (default DefaultLimit).
+	Limit int
+	// Queue is how many entries may wait to be written before Record
+	// starts dropping (default DefaultQueue, and never more than 64 MB of
+	// them); drops are counted and logged.
+	Queue int
+	// MaxEntries bounds the entries of all MACs together (default
+	// DefaultMaxEntries; at least Limit): past it the timelines of the
+	// MACs written to least recently are deleted. DetailBytes, Attrs and
+	// AttrBytes cap each entry (see the top of timeline.go).
+	MaxEntries, DetailBytes, Attrs, AttrBytes int
+}
+
+const (
+	// timelineQueueBytes bounds what the queued entries hold (their
+	// strings, counted by entryBytes) whatever TimelineQueue is: 65,536
+	// entries are ~30 MB at a storm's typical ~450 bytes, and a flood of
+	// entries cut to their caps (4 KiB of detail, 16 attributes) stops
+	// here instead of at ~700 MB.
+	timelineQueueBytes = 64 << 20
+	indexPrefix        = "/inventory/timeline-index/"
+	// timelineWriters is how many entries are written concurrently; the
+	// bolt store group-commits them, so a burst of boot events costs a few
+	// fsyncs. A writer waits a whole commit for its one entry, so this
+	// bounds entries/s to writers / commit latency: 16 drained 1,500-2,800
+	// entries/s on the lab machine, under the ~1,100/s (and the index
+	// records) of a 5,000-machine storm once commits slow; 128 (one
+	// goroutine each, idle otherwise) drain 4,700-7,700/s
+	// (BenchmarkTimelineRecord, bench/README.md "Storm").
+	timelineWriters = 128
+	// maxSourceBytes and maxEventBytes cut an entry's source and event
+	// names (short words in practice; an agent's progress step is one).
+	maxSourceBytes = 64
+	maxEventBytes  = 128
+	// maxAttrKeyBytes cuts attribute names.
+	maxAttrKeyBytes = 64
+	// logEvery is the shortest interval between two log lines of one kind.
+	logEvery = 10 * time.Second
+	// deleteParallel is how many deletes of one trim or eviction are in
+	// flight at once (the bolt store commits them together).
+	deleteParallel = 32
+)
+
+type Timeline struct {
+	cfg     Config
+	log     *slog.Logger
+	queue   chan tlItem
+	seq     atomic.Uint64
+	dropped atomic.Uint64 // entries dropped on a full queue, ever
+	queued  atomic.Int64  // entryBytes of the entries in queue
+
+	drops, clipped, evicted, failed lograte.Counter
+
+	// stripes serialise the index work (trim, first sight, eviction) of
+	// one MAC; different MACs proceed in parallel.
+	stripes [64]sync.Mutex
+	seed    maphash.Seed
+
+	// complete says every MAC with entries is in the index (Run loaded
+	// it): a MAC not in it has none.
+	complete atomic.Bool
+
+	mu    sync.Mutex
+	macs  map[string]*list.Element // value *macState; one per MAC with entries
+	lru   *list.List               // front: written to most recently
+	total int                      // sum of the counts
+}
+
+type tlItem struct {
+	key   string
+	entry *inventoryv1.TimelineEntry
+	size  int64         // entryBytes, counted in timeline.queued
+	flush chan struct{} // a flush marker when non-nil
+}
+
+// entryBytes is roughly what a queued entry holds: its strings and a
+// fixed overhead for the structures.
+func entryBytes(key string, e *inventoryv1.TimelineEntry) int64 {
+	n := 256 + len(key) + len(e.GetMac()) + len(e.GetSource()) + len(e.GetEvent()) + len(e.GetDetail())
+	for k, v := range e.GetAttributes() {
+		n += 64 + len(k) + len(v)
+	}
+	return int64(n)
+}
+
+// New fills cfg's defaults and returns a Timeline; Run loads its index
+// and writes what Record queues.
+func New(cfg Config) (*Timeline, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("timeline: Config.Store is required")
+	}
+	c := &cfg
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Limit <= 0 {
+		c.Limit = DefaultLimit
+	}
+	if c.MaxEntries <= 0 {
+		c.MaxEntries = DefaultMaxEntries
+	}
+	c.MaxEntries = max(c.MaxEntries, c.Limit)
+	if c.Queue <= 0 {
+		c.Queue = DefaultQueue
+	}
+	if c.DetailBytes <= 0 {
+		c.DetailBytes = DefaultDetailBytes
+	}
+	if c.Attrs <= 0 {
+		c.Attrs = DefaultAttrs
+	}
+	if c.AttrBytes <= 0 {
+		c.AttrBytes = DefaultAttrBytes
+	}
+	t := &Timeline{cfg: cfg, log: cfg.Logger, queue: make(chan tlItem, c.Queue), seed: maphash.MakeSeed(),
+		macs: map[string]*list.Element{}, lru: list.New()}
+	for _, lc := range []*lograte.Counter{&t.drops, &t.clipped, &t.evicted, &t.failed} {
+		lc.Interval = logEvery
+	}
+	return t, nil
+}
+
+// Record appends an entry to a MAC's boot timeline. It never blocks: the
+// entry is queued for the writer started by Run, and dropped (counted, and
+// logged at most once per 10 s) when the queue is full, so a packet storm
+// cannot stall the boot servers. Entries with a malformed MAC are dropped.
+// Fields over their caps are cut (see the top of timeline.go); the entry
+// is modified in place, its attribute map is not.
+func (t *Timeline) Record(e *inventoryv1.TimelineEntry) {
+	mac, err := normalizeMAC(e.GetMac())
+	if err != nil {
+		return
+	}
+	e.Mac = mac
+	if e.At == nil {
+		e.At = timestamppb.New(t.cfg.Now())
+	}
+	if cut := t.clip(e); cut > 0 {
+		t.clipped.Add(1, func(n int64) {
+			t.log.Warn("timeline entry over its size limits: cut", "mac", mac, "source", e.GetSource(), "event", e.GetEvent(),
+				"bytes_cut", cut, "detail_limit", t.cfg.DetailBytes, "attrs_limit", t.cfg.Attrs,
+				"attr_bytes_limit", t.cfg.AttrBytes, "entries_cut_since_last_log", n)
+		})
+	}
+	key := fmt.Sprintf("%s%s/%020d-%010d", Prefix, mac, e.GetAt().AsTime().UnixNano(), t.seq.Add(1))
+	size := entryBytes(key, e)
+	queued := false
+	if t.queued.Add(size) <= timelineQueueBytes {
+		select {
+		case t.queue <- tlItem{key: key, entry: e, size: size}:
+			queued = true
+		default:
+		}
+	}
+	if !queued {
+		t.queued.Add(-size)
+		t.dropped.Add(1)
+		t.drops.Add(1, func(n int64) {
+			t.log.Warn("timeline queue full: entries dropped", "queue", t.cfg.Queue, "dropped_since_last_log", n, "dropped_total", t.dropped.Load())
+		})
+	}
+}
+
+// Event is a convenience for Record.
+func (t *Timeline) Event(mac, source, event, detail string, attrs map[string]string) {
+	t.Record(&inventoryv1.TimelineEntry{Mac: mac, Source: source, Event: event, Detail: detail, Attributes: attrs})
+}
+
+// clip cuts e's strings to their caps and returns how many bytes it cut.
+func (t *Timeline) clip(e *inventoryv1.TimelineEntry) int {
+	c := t.cfg
+	cut := 0
+	clipTo := func(s string, n int) string {
+		v := clipString(s, n)
+		cut += max(0, len(s)-len(v))
+		return v
+	}
+	e.Source = clipTo(e.GetSource(), maxSourceBytes)
+	e.Event = clipTo(e.GetEvent(), maxEventBytes)
+	e.Detail = clipTo(e.GetDetail(), c.DetailBytes)
+	attrs := e.GetAttributes()
+	over := len(attrs) > c.Attrs
+	for k, v := range attrs {
+		if over || len(k) > maxAttrKeyBytes || len(v) > c.AttrBytes || !utf8.ValidString(k) || !utf8.ValidString(v) {
+			over = true
+			break
+		}
+	}
+	if !over {
+		return cut
+	}
+	// Keep the first keys in order, leaving room to say how many went.
+	keys := slices.Sorted(maps.Keys(attrs))
+	out := make(map[string]string, min(len(keys), c.Attrs))
+	keep := keys
+	if len(keys) > c.Attrs {
+		keep = keys[:c.Attrs-1]
+		for _, k := range keys[len(keep):] {
+			cut += len(k) + len(attrs[k])
+		}
+		out["attrs_cut"] = strconv.Itoa(len(keys) - len(keep))
+	}
+	for _, k := range keep {
+		out[clipTo(k, maxAttrKeyBytes)] = clipTo(attrs[k], c.AttrBytes)
+	}
+	e.Attributes = out
+	return cut
+}
+
+// clipMark ends a string that was cut.
+const clipMark = "…[cut]"
+
+// clipString makes s valid UTF-8 and cuts it to at most n bytes on a rune
+// boundary, ending with clipMark when it was cut.
+func clipString(s string, n int) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if len(s) <= n {
+		return s
+	}
+	mark := clipMark
+	if n < 2*len(mark) {
+		mark = ""
+	}
+	end := n - len(mark)
+	for end > 0 && !utf8.RuneStart(s[end]) {
+		end--
+	}
+	return s[:end] + mark
+}
+
+// Flush waits until every entry recorded before the call is written (or
+// ctx ends). Run must be running.
+func (t *Timeline) Flush(ctx context.Context) error {
+	done := make(chan struct{})
+	select {
+	case t.queue <- tlItem{flush: done}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Dropped is how many entries were dropped on a full queue, ever.
+func (t *Timeline) Dropped() uint64 { return t.dropped.Load() }
+
+// Run loads the index, then writes queued entries until ctx ends, and
+// writes what is still queued before it returns nil.
+func (t *Timeline) Run(ctx context.Context) error {
+	t.load(ctx)
+	var wg sync.WaitGroup
+	// Writers stop on a closed channel, which is only closed after ctx
+	// ends and the queue is drained into it.
+	work := make(chan tlItem)
+	var inflight sync.WaitGroup
+	for range timelineWriters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for it := range work {
+				t.write(context.WithoutCancel(ctx), it)
+				inflight.Done()
+			}
+		}()
+	}
+	dispatch := func(it tlItem) {
+		t.queued.Add(-it.size)
+		if it.flush != nil {
+			inflight.Wait()
+			close(it.flush)
+			return
+		}
+		inflight.Add(1)
+		work <- it
+	}
+	for {
+		select {
+		case it := <-t.queue:
+			dispatch(it)
+		case <-ctx.Done():
+			for {
+				select {
+				case it := <-t.queue:
+					dispatch(it)
+				default:
+					close(work)
+					wg.Wait()
+					t.saveAll(context.WithoutCancel(ctx))
+					return nil
+				}
+			}
+		}
+	}
+}
+
+// write stores one entry, keeps the MAC's index entry, trims the MAC when
+// it is due, and evicts least recently written MACs while over the total.
+//
+// Writes of one MAC run in parallel; the entry is registered as pending
+// before it is stored, so that a trim listing the MAC meanwhile counts it
+// (and marks it counted) exactly once.
+func (t *Timeline) write(ctx context.Context, it tlItem) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	mac := it.entry.GetMac()
+	t.mu.Lock()
+	el, known := t.macs[mac]
+	if !known {
+		el = t.lru.PushFront(&macState{mac: mac, pending: map[string]bool{}})
+		t.macs[mac] = el
+	}
+	el.Value.(*macState).pending[it.key] = false
+	t.mu.Unlock()
+
+	_, err := record.Put(ctx, t.cfg.Store, it.key, it.entry, 0)
+	st := t.stripe(mac)
+	st.Lock()
+	t.mu.Lock()
+	ms := el.Value.(*macState)
+	counted := ms.pending[it.key]
+	delete(ms.pending, it.key)
+	if err != nil {
+		t.mu.Unlock()
+		st.Unlock()
+		t.failed.Add(1, func(n int64) {
+			t.log.Warn("timeline write failed", "mac", mac, "err", err, "failed_since_last_log", n)
+		})
+		return
+	}
+	if cur, ok := t.macs[mac]; !ok || cur != el {
+		// Evicted while the entry was stored: the MAC starts over.
+		el = t.lru.PushFront(&macState{mac: mac, pending: map[string]bool{}})
+		t.macs[mac] = el
+		ms, known, counted = el.Value.(*macState), false, false
+	}
+	t.lru.MoveToFront(el)
+	if !counted {
+		ms.count++
+		t.total++
+	}
+	ms.since++
+	if at := it.entry.GetAt().AsTime(); at.After(ms.last) {
+		ms.last = at
+	}
+	// A MAC seen for the first time gets its index record; it holds no
+	// other entry when the index is complete, else it is counted.
+	resync := !known && !t.complete.Load() || ms.since >= t.cfg.Limit/10+1
+	snap := ms.snapshot()
+	t.mu.Unlock()
+	switch {
+	case resync:
+		t.resync(ctx, el)
+	case !known:
+		t.save(ctx, snap, true)
+	}
+	st.Unlock()
+	t.evict(ctx, 4)
+}
+
+// Entries returns the newest limit entries (oldest first) of macs
+// (normalised MACs, as Record stores them). limit <= 0 means 200.
+func (t *Timeline) Entries(ctx context.Context, macs []string, limit int) ([]*inventoryv1.TimelineEntry, error) {
+	if limit <= 0 {
+		limit = 200
+	}
+	var out []*inventoryv1.TimelineEntry
+	for _, mac := range macs {
+		es, err := record.List(ctx, t.cfg.Store, Prefix+mac+"/", func() *inventoryv1.TimelineEntry { return &inventoryv1.TimelineEntry{} })
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, es...)
+	}
+	sort.SliceStable(out, func(a, b int) bool { return out[a].GetAt().AsTime().Before(out[b].GetAt().AsTime()) })
+	if len(out) > limit {
+		out = out[len(out)-limit:]
+	}
+	return out, nil
+}
+
+// normalizeMAC is a 6-byte MAC lower-case and colon-separated, as entries
+// are keyed (inventory.NormalizeMAC's form).
+func normalizeMAC(s string) (string, error) {
+	hw, err := net.ParseMAC(strings.TrimSpace(s))
+	if err != nil || len(hw) != 6 {
+		return "", fmt.Errorf("timeline: %q is not a 6-byte MAC address", s)
+	}
+	return hw.String(), nil
+}
