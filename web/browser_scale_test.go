@@ -96,7 +96,7 @@ func TestBrowserScale(t *testing.T) {
 // manyMachines stores n inventoried machines with small facts straight
 // into the appliance's inventory (no boots, no timeline), a few at a time
 // so the store's commits are shared, and returns their names in order.
-func (a *appliance) manyMachines(t *testing.T, n int) []string {
+func (a *applianceRig) manyMachines(t *testing.T, n int) []string {
 	t.Helper()
 	start := time.Now()
 	names := make([]string, n)

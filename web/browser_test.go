@@ -30,7 +30,7 @@ type browser struct {
 }
 
 // startBrowser starts Chromium for the appliance's web page.
-func startBrowser(t *testing.T, a *appliance) *browser {
+func startBrowser(t *testing.T, a *applianceRig) *browser {
 	t.Helper()
 	return startBrowserAt(t, a.base, a.srv.WebAddr().String(), a.srv.CA().Pool())
 }
