@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	authv1 "github.com/corralhq/corral/api/auth/v1"
 	"github.com/corralhq/corral/boot/connlimit"
 	"github.com/corralhq/corral/internal/nodeid"
 	"github.com/corralhq/corral/web"
@@ -90,7 +91,10 @@ func (s *Server) initWeb() error {
 	if err != nil {
 		return fmt.Errorf("web: dial own API %s: %w", s.endpoint(), err)
 	}
-	h, err := web.New(web.Config{Conn: conn, Logger: log})
+	h, err := web.New(web.Config{Conn: conn, Logger: log, Role: func(ctx context.Context, token string) (authv1.Role, error) {
+		p, err := s.tokens.Authenticate(ctx, token)
+		return p.Role, err
+	}})
 	if err != nil {
 		conn.Close()
 		return err

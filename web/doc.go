@@ -13,6 +13,14 @@
 // only from this origin, nothing inline), X-Frame-Options DENY and, for
 // /api/, Cache-Control no-store.
 //
+// /api/whoami tells the page the caller's role (through Config.Role, a
+// hook the appliance wires to its token store) and, for each action the
+// page offers, whether that role may do it according to the RPC's access
+// option; the page hides what the role cannot do. It grants nothing: the
+// API still decides every call, and a PermissionDenied from an action is
+// answered in words ("Your token's role (viewer) cannot accept machines;
+// an operator token can.") instead of the RPC's name.
+//
 // Streams (/api/watch/...) are newline-delimited JSON read with fetch and a
 // ReadableStream (EventSource cannot send a header). A Watch RPC the
 // appliance does not implement answers 501 before any line, and the page

@@ -16,7 +16,9 @@ import (
 
 // TestOlderAppliance: against an API without the Watch RPCs (here: one
 // with no services at all) a watch answers 501 Unimplemented before any
-// line, which is what makes the page poll the list instead.
+// line, which is what makes the page poll the list instead; without
+// Config.Role, /api/whoami answers 501 too (the page then shows every
+// action and leaves the refusals to the API).
 func TestOlderAppliance(t *testing.T) {
 	dir := t.TempDir()
 	ca, err := pki.EnsureCA(dir)
@@ -45,7 +47,7 @@ func TestOlderAppliance(t *testing.T) {
 	}
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
-	for _, path := range []string{"/api/watch/machines", "/api/watch/machines/m-1/timeline", "/api/watch/nodes", "/api/watch/vms", "/api/watch/volumes"} {
+	for _, path := range []string{"/api/whoami", "/api/watch/machines", "/api/watch/machines/m-1/timeline", "/api/watch/nodes", "/api/watch/vms", "/api/watch/volumes"} {
 		req, _ := http.NewRequest("GET", hs.URL+path, nil)
 		req.Header.Set("Authorization", "Bearer crl_x_y")
 		res, err := hs.Client().Do(req)

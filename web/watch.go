@@ -28,6 +28,13 @@ const (
 	keepaliveEvery = 25 * time.Second
 	// writeStall cuts a stream whose reader takes nothing for this long.
 	writeStall = 30 * time.Second
+	// streamAhead is how many events the pump may hold ready for the
+	// writer, and flushAfter how many bytes the writer writes before it
+	// flushes while more are ready: a burst (a watch's initial list of
+	// thousands of machines) goes out in large writes, a lone event at
+	// once.
+	streamAhead = 32
+	flushAfter  = 64 << 10
 )
 
 // next returns a stream's next event, or the error that ended it (io.EOF
@@ -105,7 +112,7 @@ func (h *Handler) stream(open opener) http.HandlerFunc {
 			m   proto.Message
 			err error
 		}
-		items := make(chan item) // the pump waits for the writer: one event in hand at most
+		items := make(chan item, streamAhead) // the pump waits for the writer: streamAhead events in hand at most
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -131,11 +138,19 @@ func (h *Handler) stream(open opener) http.HandlerFunc {
 			w.WriteHeader(http.StatusOK)
 			started = true
 		}
+		unflushed := 0
+		// write writes b and flushes unless more events are ready and
+		// less than flushAfter bytes are waiting.
 		write := func(b []byte) bool {
 			_ = rc.SetWriteDeadline(time.Now().Add(writeStall))
 			if _, err := w.Write(b); err != nil {
 				return false
 			}
+			unflushed += len(b)
+			if len(items) > 0 && unflushed < flushAfter {
+				return true
+			}
+			unflushed = 0
 			return rc.Flush() == nil
 		}
 		first := time.NewTimer(firstEventWait)

@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode"
 
+	authv1 "github.com/corralhq/corral/api/auth/v1"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	provisioningv1 "github.com/corralhq/corral/api/provisioning/v1"
@@ -69,6 +70,12 @@ type Config struct {
 	CallTimeout time.Duration
 	// Logger receives one line per failed call (no tokens); nil discards.
 	Logger *slog.Logger
+	// Role tells /api/whoami what role a bearer token holds, so the page
+	// shows only what the caller may do. An error means the token is not
+	// one the appliance accepts. Nil answers /api/whoami 501 (the page then
+	// shows every action and the API still refuses what the role may not).
+	// It decides nothing: every call is still authorized by the API.
+	Role func(ctx context.Context, token string) (authv1.Role, error)
 }
 
 // Handler serves the page and its JSON API. It is safe for concurrent
@@ -149,6 +156,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) routes() {
 	m := h.mux
+	m.HandleFunc("GET /api/whoami", h.whoami)
 	m.HandleFunc("GET /api/machines", h.unary(func(ctx context.Context, r *http.Request, o grpc.CallOption) (proto.Message, error) {
 		res, err := h.machines.ListMachines(ctx, &inventoryv1.ListMachinesRequest{}, o)
 		if err != nil {
@@ -169,7 +177,7 @@ func (h *Handler) routes() {
 		}
 		return h.machines.Timeline(ctx, &inventoryv1.TimelineRequest{Name: name, Limit: uint32(limit)}, o)
 	}))
-	m.HandleFunc("POST /api/machines/{name}/accept", h.named(func(ctx context.Context, name string, r *http.Request, o grpc.CallOption) (proto.Message, error) {
+	m.HandleFunc("POST /api/machines/{name}/accept", h.act(actions[0], func(ctx context.Context, name string, r *http.Request, o grpc.CallOption) (proto.Message, error) {
 		var body struct {
 			Disk string `json:"disk"`
 			Wipe bool   `json:"wipe"`
@@ -179,7 +187,7 @@ func (h *Handler) routes() {
 		}
 		return h.machines.AcceptMachine(ctx, &inventoryv1.AcceptMachineRequest{Name: name, Disk: cmpOr(body.Disk, "auto"), Wipe: body.Wipe}, o)
 	}))
-	m.HandleFunc("POST /api/machines/{name}/power", h.named(func(ctx context.Context, name string, r *http.Request, o grpc.CallOption) (proto.Message, error) {
+	m.HandleFunc("POST /api/machines/{name}/power", h.act(actions[1], func(ctx context.Context, name string, r *http.Request, o grpc.CallOption) (proto.Message, error) {
 		var body struct {
 			Action string `json:"action"`
 		}
@@ -192,7 +200,7 @@ func (h *Handler) routes() {
 		}
 		return h.machines.SetPower(ctx, &inventoryv1.SetPowerRequest{Name: name, Action: a}, o)
 	}))
-	m.HandleFunc("POST /api/machines/{name}/maintenance", h.named(func(ctx context.Context, name string, r *http.Request, o grpc.CallOption) (proto.Message, error) {
+	m.HandleFunc("POST /api/machines/{name}/maintenance", h.act(actions[2], func(ctx context.Context, name string, r *http.Request, o grpc.CallOption) (proto.Message, error) {
 		var body struct {
 			On     *bool  `json:"on"`
 			Reason string `json:"reason"`

@@ -38,8 +38,9 @@ func TestGateway(t *testing.T) {
 		"viewer timeline":      {"GET", "/api/machines/" + name + "/timeline?limit=50", viewer, "", "", 200, "", `"source":"tftp"`},
 		"timeline limit":       {"GET", "/api/machines/" + name + "/timeline?limit=0", viewer, "", "", 400, "InvalidArgument", "limit"},
 		"missing machine":      {"GET", "/api/machines/nope", viewer, "", "", 404, "NotFound", ""},
-		"viewer accept":        {"POST", "/api/machines/" + name + "/accept", viewer, js, `{"disk":"auto"}`, 403, "PermissionDenied", "AcceptMachine"},
-		"viewer power":         {"POST", "/api/machines/" + name + "/power", viewer, js, `{"action":"cycle"}`, 403, "PermissionDenied", ""},
+		"viewer accept":        {"POST", "/api/machines/" + name + "/accept", viewer, js, `{"disk":"auto"}`, 403, "PermissionDenied", "Your token's role (viewer) cannot accept machines; an operator token can."},
+		"viewer power":         {"POST", "/api/machines/" + name + "/power", viewer, js, `{"action":"cycle"}`, 403, "PermissionDenied", "Your token's role (viewer) cannot switch machines' power; an operator token can."},
+		"viewer maintenance":   {"POST", "/api/machines/" + name + "/maintenance", viewer, js, `{"on":true}`, 403, "PermissionDenied", "Your token's role (viewer) cannot put machines into or out of maintenance; an operator token can."},
 		"bad power action":     {"POST", "/api/machines/" + name + "/power", operator, js, `{"action":"explode"}`, 400, "InvalidArgument", "explode"},
 		"not json":             {"POST", "/api/machines/" + name + "/accept", operator, "text/plain", `{}`, 415, "InvalidArgument", "application/json"},
 		"unknown field":        {"POST", "/api/machines/" + name + "/accept", operator, js, `{"disk":"auto","force":true}`, 400, "InvalidArgument", "force"},
@@ -87,6 +88,57 @@ func TestGateway(t *testing.T) {
 	}
 	if m.GetState() != inventoryv1.Machine_MAINTENANCE {
 		t.Errorf("state after the page's maintenance = %v", m.GetState())
+	}
+}
+
+// TestWhoami: /api/whoami tells the page the token's role and which of
+// its actions the role may do, as the API's access options say; a token
+// the appliance does not accept is 401.
+func TestWhoami(t *testing.T) {
+	a := startAppliance(t)
+	type act struct {
+		Allowed bool
+		Needs   string
+		Refusal string
+	}
+	type whoami struct {
+		Role    string
+		Actions map[string]act
+	}
+	refused := func(role, what string) act {
+		return act{false, "operator", "Your token's role (" + role + ") cannot " + what + "; an operator token can."}
+	}
+	for tn, tc := range map[string]struct {
+		token string
+		want  whoami
+	}{
+		"viewer": {a.tokens[authv1.Role_ROLE_VIEWER], whoami{"viewer", map[string]act{
+			"accept":      refused("viewer", "accept machines"),
+			"power":       refused("viewer", "switch machines' power"),
+			"maintenance": refused("viewer", "put machines into or out of maintenance"),
+		}}},
+		"operator": {a.tokens[authv1.Role_ROLE_OPERATOR], whoami{"operator", map[string]act{
+			"accept": {true, "operator", ""}, "power": {true, "operator", ""}, "maintenance": {true, "operator", ""},
+		}}},
+	} {
+		t.Run(tn, func(t *testing.T) {
+			res, body := a.do(t, "GET", "/api/whoami", tc.token, "", "")
+			if res.StatusCode != 200 {
+				t.Fatalf("whoami = %d %s", res.StatusCode, body)
+			}
+			var got whoami
+			if err := json.Unmarshal([]byte(body), &got); err != nil {
+				t.Fatalf("whoami body %s: %v", body, err)
+			}
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("whoami (-want +got):\n%s", d)
+			}
+		})
+	}
+	for tn, tok := range map[string]string{"no token": "", "unknown token": "crl_nope_nope", "not a token": "not-a-token"} {
+		if res, body := a.do(t, "GET", "/api/whoami", tok, "", ""); res.StatusCode != 401 || !strings.Contains(body, "Unauthenticated") {
+			t.Errorf("%s: whoami = %d %s, want 401", tn, res.StatusCode, body)
+		}
 	}
 }
 

@@ -190,14 +190,16 @@ async function api(path, opts) {
 // live keeps a collection current: it opens the watch stream and, when
 // the appliance answers 501 (no Watch) or 503 (too many streams), polls
 // load() instead. keyOf(obj) keys objects (DELETED removes); without
-// keyOf, events are appended (a timeline). onChange gets an array.
+// keyOf, events are appended (a timeline). onChange gets an array of the
+// objects, the Set of keys that changed since the last call (null: look
+// at everything, as after a sync or a poll) and the Map by key.
 function live(opt) {
   const ctl = new AbortController();
   let stopped = false;
   let timer = null;
   let items = new Map();
   let seq = 0;
-  const emit = () => opt.onChange([...items.values()]);
+  const emit = (changed) => opt.onChange([...items.values()], opt.keyOf ? changed : null, items);
   const put = (m, obj) => {
     if (opt.keyOf) { m.set(opt.keyOf(obj), obj); return; }
     m.set(seq++, obj);
@@ -211,7 +213,7 @@ function live(opt) {
       const list = await opt.load(ctl.signal);
       items = new Map();
       for (const it of list) put(items, it);
-      if (!stopped) { setLive('polling'); emit(); }
+      if (!stopped) { setLive('polling'); emit(null); }
     } catch (e) {
       if (stopped) return;
       setLive('error', e.message);
@@ -249,41 +251,61 @@ function live(opt) {
         const { value, done } = await reader.read();
         if (done) break;
         buf += value;
-        if (buf.length > MAX_LINE) throw new Error('stream line too long');
+        // changed: the keys this chunk changed; null once everything may
+        // have (SYNCED, or an append-only collection).
+        let changed = new Set();
+        let any = false;
+        let start = 0;
         let i;
-        let changed = false;
-        while ((i = buf.indexOf('\n')) >= 0) {
-          const line = buf.slice(0, i).trim();
-          buf = buf.slice(i + 1);
+        while ((i = buf.indexOf('\n', start)) >= 0) {
+          const line = buf.slice(start, i).trim();
+          start = i + 1;
           if (!line) continue;
           const ev = JSON.parse(line);
           if (ev.error) {
             // OUT_OF_RANGE: the revision is compacted, re-list from 0.
             if (ev.error.code === 'OutOfRange') last = 0;
+            const p = perf();
+            p.streamErrors = (p.streamErrors || 0) + 1;
+            p.lastStreamError = ev.error.code + ': ' + ev.error.message;
             setLive('error', ev.error.code + ': ' + ev.error.message);
             throw new Error(ev.error.message);
           }
-          if (ev.revision) last = Number(ev.revision);
+          // Resume from a revision only once the list is complete: a
+          // stream cut during the initial list (a slow reader is cut
+          // with ResourceExhausted) must list again from 0, or the
+          // objects not yet received would be missing.
+          if (ev.revision && (synced || ev.type === 'SYNCED')) last = Number(ev.revision);
           const obj = ev[opt.field];
           switch (ev.type) {
             case 'ADDED':
             case 'MODIFIED':
               put(synced ? items : pending, obj);
-              changed = synced;
+              if (synced) {
+                any = true;
+                if (changed && opt.keyOf) changed.add(opt.keyOf(obj));
+              }
               break;
             case 'DELETED':
-              if (opt.keyOf && obj) { items.delete(opt.keyOf(obj)); changed = true; }
+              if (opt.keyOf && obj) {
+                items.delete(opt.keyOf(obj));
+                any = true;
+                if (changed) changed.add(opt.keyOf(obj));
+              }
               break;
             case 'SYNCED':
               items = pending;
               pending = new Map();
               synced = true;
-              changed = true;
+              any = true;
+              changed = null;
               setLive('live');
               break;
           }
         }
-        if (changed) emit();
+        buf = buf.slice(start);
+        if (buf.length > MAX_LINE) throw new Error('stream line too long');
+        if (any) emit(changed);
       }
     } catch (e) {
       if (stopped) return;
@@ -300,8 +322,33 @@ function live(opt) {
 
 // ---- session ----
 
+// caller is the /api/whoami answer for the token: its role and, per
+// action of the page, whether the role may do it. It is null until
+// loaded; an appliance that does not say (501) gives { role: '' } and
+// every action is shown (the API still refuses what the role may not).
+let caller = null;
+
+async function loadCaller(opts) {
+  try {
+    caller = await api('/api/whoami', opts);
+  } catch (e) {
+    if (e.status !== 501) throw e;
+    // No whoami: check the token with a call every role may make.
+    await api('/api/machines', opts);
+    caller = { role: '', actions: null };
+  }
+}
+
+// may reports whether the caller's role may do the page's action
+// (accept, power, maintenance); unknown means yes.
+function may(action) {
+  const a = caller && caller.actions && caller.actions[action];
+  return !a || a.allowed;
+}
+
 function signOut(message) {
   sessionStorage.removeItem(TOKEN_KEY);
+  caller = null;
   if (message) notice(message, 'error');
   location.hash = '#/login';
   route();
@@ -311,6 +358,7 @@ function showLogin() {
   $('nav').hidden = true;
   $('signout').hidden = true;
   $('live').hidden = true;
+  $('who').hidden = true;
   const input = h('input', { id: 'token', type: 'password', autocomplete: 'off', spellcheck: 'false', required: true, placeholder: 'token' });
   const err = h('p', { id: 'login-error', class: 'error', role: 'alert' });
   const form = h('form', {
@@ -321,18 +369,20 @@ function showLogin() {
       if (!t) return;
       sessionStorage.setItem(TOKEN_KEY, t);
       try {
-        await api('/api/machines', { login: true });
+        await loadCaller({ login: true });
         clearNotice();
-        location.hash = '#/machines';
-        route();
+        // A new hash routes (hashchange); the same one must be routed here.
+        if (location.hash === '#/machines') route(); else location.hash = '#/machines';
       } catch (e) {
         sessionStorage.removeItem(TOKEN_KEY);
-        err.textContent = e.code + ': ' + e.message;
+        caller = null;
+        err.textContent = e.status === 401 ? 'The appliance does not accept this token (' + e.message + ').' : e.code + ': ' + e.message;
       }
     },
   },
   h('h1', null, 'Sign in to Corral'),
-  h('p', { class: 'muted' }, 'Paste a token: ', h('code', null, 'corrald token create --role viewer'), ' makes one, or use the token in admin.conf. It is kept in this tab only (sessionStorage) and sent as a bearer token; viewers see, operators may accept, power and set maintenance.'),
+  h('p', { class: 'muted' }, 'Paste a token. An admin makes one with ', h('code', { id: 'token-command' }, 'corral token create --role viewer'),
+    ' (or ', h('code', null, '--role operator'), '), or use the token in admin.conf. It is kept in this tab only (sessionStorage) and sent as a bearer token; viewers see, operators may also accept, power and set maintenance.'),
   h('label', { for: 'token' }, 'Token'),
   input,
   h('button', { type: 'submit', class: 'primary', id: 'login-submit' }, 'Sign in'),
@@ -351,7 +401,9 @@ async function act(name, what, path, body, done) {
     notice(what + ' ' + name + ': done', 'ok');
     if (done) done();
   } catch (e) {
-    notice(what + ' ' + name + ' refused — ' + e.code + ': ' + e.message, 'error');
+    // A refusal for the role comes in words from the gateway; other
+    // errors keep their code for the logs.
+    notice(e.code === 'PermissionDenied' ? what + ' ' + name + ' refused. ' + e.message : what + ' ' + name + ' failed: ' + e.message + ' (' + e.code + ')', 'error');
   }
 }
 
@@ -359,7 +411,7 @@ function machineActions(m, done) {
   const name = m.name;
   const st = m.state || 'UNSPECIFIED';
   const out = [];
-  if (st === 'INVENTORIED' || st === 'FAILED') {
+  if ((st === 'INVENTORIED' || st === 'FAILED') && may('accept')) {
     out.push(h('button', { type: 'button', 'data-action': 'accept', onclick: () => act(name, 'Accept', 'accept', { disk: 'auto' }, done) }, 'Accept'));
   }
   const sel = h('select', { 'data-action': 'power', 'aria-label': 'Power action' },
@@ -374,14 +426,19 @@ function machineActions(m, done) {
     sel.value = '';
     if (a) act(name, 'Power ' + a, 'power', { action: a }, done);
   });
-  out.push(sel);
-  if (st === 'MAINTENANCE') {
+  if (may('power')) out.push(sel);
+  if (!may('maintenance')) {
+    // Nothing to add.
+  } else if (st === 'MAINTENANCE') {
     out.push(h('button', { type: 'button', 'data-action': 'maintenance-off', onclick: () => act(name, 'End maintenance of', 'maintenance', { on: false }, done) }, 'End maintenance'));
   } else {
     out.push(h('button', { type: 'button', 'data-action': 'maintenance-on', onclick: () => act(name, 'Put into maintenance', 'maintenance', { on: true, reason: 'set from the web page' }, done) }, 'Maintenance'));
   }
-  return h('div', { class: 'actions' }, out);
+  return out.length ? h('div', { class: 'actions' }, out) : null;
 }
+
+// anyAction reports whether the caller may do any of the page's actions.
+function anyAction() { return may('accept') || may('power') || may('maintenance'); }
 
 // ---- pages ----
 
@@ -393,27 +450,247 @@ function table(cls, head, rows, empty) {
     h('tbody', null, rows.length ? rows : h('tr', { class: 'empty' }, h('td', { colspan: head.length }, empty))));
 }
 
+// The machines page keeps one row per machine, keyed by name: a live
+// update rebuilds the cells of the rows it changed and moves them only
+// when their place in the sort order changed. Search (name, serial, MAC),
+// the state filter and the sort (click a column's heading) work on every
+// machine; the table lists the first MACHINE_ROWS that match (more on
+// request), so a rack of thousands stays responsive.
+
+const MACHINE_ROWS = 200;
+
+const MACHINE_STATES = ['DISCOVERED', 'INVENTORIED', 'INSTALLING', 'DEPLOYED', 'FAILED', 'MAINTENANCE'];
+
+// Plain order, not numeric: machine names are often hex MACs (m-525400…).
+const collator = new Intl.Collator(undefined, { sensitivity: 'base' });
+
+function diskTotal(f) { return ((f && f.disks) || []).reduce((a, d) => a + num(d.size_bytes), 0); }
+
+// MACHINE_COLUMNS: heading, sort key (null: not sortable) and the value
+// sorted by.
+const MACHINE_COLUMNS = [
+  ['Name', 'name', (m) => m.name],
+  ['State', 'state', (m) => m.state || 'UNSPECIFIED'],
+  ['Power', 'power', (m) => power(m.power_state)],
+  ['Serial', 'serial', (m) => m.serial || ''],
+  ['CPU', 'cpu', (m) => cpuShort(m.facts)],
+  ['Memory', 'memory', (m) => num(m.facts && m.facts.memory && m.facts.memory.total_bytes)],
+  ['Disks', 'disks', (m) => diskTotal(m.facts)],
+  ['NICs', 'nics', (m) => ((m.facts && m.facts.nics) || []).length],
+  ['Node', 'node', (m) => m.node_name || ''],
+];
+
+function machineCells(m, actions) {
+  const cells = [
+    h('td', null, h('a', { href: '#/machines/' + encodeURIComponent(m.name) }, m.name),
+      (m.flags || []).length ? h('span', { class: 'flag', title: m.flags.join(', ') }, '!') : null),
+    h('td', { class: 'state', title: m.state_reason || '' }, badge(m.state)),
+    h('td', { class: 'power' }, h('span', { class: 'power-' + power(m.power_state) }, power(m.power_state))),
+    h('td', { class: 'mono' }, m.serial || '—'),
+    h('td', { class: 'cpu', title: cpuSummary(m.facts) }, cpuShort(m.facts)),
+    h('td', null, bytes(m.facts && m.facts.memory && m.facts.memory.total_bytes)),
+    h('td', null, disksSummary(m.facts)),
+    h('td', null, nicsSummary(m.facts)),
+    h('td', null, m.node_name || '—'),
+  ];
+  if (actions) cells.push(h('td', null, machineActions(m)));
+  return cells;
+}
+
+// machineSig is what a row shows: a row whose signature did not change
+// is left alone.
+function machineSig(m) {
+  const f = m.facts || {};
+  return JSON.stringify([m.state, m.state_reason, m.power_state, m.serial, m.flags, m.node_name,
+    f.cpu, f.memory && f.memory.total_bytes, diskTotal(f), (f.disks || []).length, (f.nics || []).map((n) => n.link)]);
+}
+
+// machineHay is what the search looks in: name, serial and every MAC.
+function machineHay(m) {
+  const macs = [m.boot_mac, ...(m.macs || []), ...((m.facts && m.facts.nics) || []).map((n) => n.mac)];
+  return [m.name, m.serial, ...macs].filter(Boolean).join(' ').toLowerCase();
+}
+
+// perf holds page timings for tests and the curious:
+// window.corralPerf.initialRender (ms from opening the machines page to
+// its first complete table), .updates[name] (wall-clock ms when a live
+// update of the row reached a frame) and .streamErrors (watch streams
+// ended by a status, e.g. a slow reader cut with ResourceExhausted).
+function perf() {
+  window.corralPerf = window.corralPerf || { updates: {} };
+  return window.corralPerf;
+}
+
 function pageMachines(main) {
-  const count = h('span', { class: 'count' });
+  const opened = performance.now();
+  const actions = anyAction();
+  const count = h('span', { class: 'count', id: 'machine-count' });
+  const search = h('input', { id: 'machine-search', type: 'search', placeholder: 'Search name, serial or MAC', 'aria-label': 'Search machines', autocomplete: 'off', spellcheck: 'false' });
+  const stateOpts = new Map(MACHINE_STATES.map((st) => [st, h('option', { value: st }, st)]));
+  const filter = h('select', { id: 'machine-state', 'aria-label': 'Filter by state' }, h('option', { value: '' }, 'All states'), [...stateOpts.values()]);
+  const heads = MACHINE_COLUMNS.map(([label, key]) => h('th', { 'data-sort': key },
+    h('button', { type: 'button', class: 'sort', onclick: () => sortBy(key) }, label)));
+  if (actions) heads.push(h('th', null, 'Actions'));
+  const tbody = h('tbody');
+  const empty = h('td', { colspan: heads.length });
+  const emptyRow = h('tr', { class: 'empty' }, empty);
+  const moreText = h('span');
+  const more = h('button', { type: 'button', id: 'machine-more', onclick: () => { limit += MACHINE_ROWS; show(); } });
+  const moreRow = h('tr', { class: 'more' }, h('td', { colspan: heads.length }, moreText, ' ', more));
+  const tableEl = h('table', { class: 'list machines' }, h('thead', null, h('tr', null, heads)), tbody, h('tfoot', null, emptyRow, moreRow));
   const body = h('div', { class: 'card' }, h('p', { class: 'muted' }, 'Loading…'));
-  main.replaceChildren(h('div', { class: 'page-head' }, h('h1', null, 'Machines'), count), body);
-  const render = (ms) => {
-    ms.sort((a, b) => a.name.localeCompare(b.name));
-    count.textContent = ms.length + (ms.length === 1 ? ' machine' : ' machines');
-    body.replaceChildren(table('list machines', ['Name', 'State', 'Power', 'Serial', 'CPU', 'Memory', 'Disks', 'NICs', 'Node', 'Actions'],
-      ms.map((m) => h('tr', { 'data-name': m.name },
-        h('td', null, h('a', { href: '#/machines/' + encodeURIComponent(m.name) }, m.name),
-          (m.flags || []).length ? h('span', { class: 'flag', title: m.flags.join(', ') }, '!') : null),
-        h('td', { class: 'state', title: m.state_reason || '' }, badge(m.state)),
-        h('td', { class: 'power' }, h('span', { class: 'power-' + power(m.power_state) }, power(m.power_state))),
-        h('td', { class: 'mono' }, m.serial || '—'),
-        h('td', { class: 'cpu', title: cpuSummary(m.facts) }, cpuShort(m.facts)),
-        h('td', null, bytes(m.facts && m.facts.memory && m.facts.memory.total_bytes)),
-        h('td', null, disksSummary(m.facts)),
-        h('td', null, nicsSummary(m.facts)),
-        h('td', null, m.node_name || '—'),
-        h('td', null, machineActions(m)))),
-      'No machines yet: they appear when they PXE-boot on the provisioning network.'));
+  main.replaceChildren(h('div', { class: 'page-head' }, h('h1', null, 'Machines'), count,
+    h('div', { class: 'filters' }, search, filter)), body);
+
+  // rows: name -> { m, sig, hay, val (the sort value), match (passes the
+  // search and filter), tr (made when the row is first shown, dropped
+  // when it changes while not shown) }. order: every row, sorted.
+  const rows = new Map();
+  let order = [];
+  let sortKey = 'name';
+  let sortDir = 1;
+  let query = '';
+  let stateWanted = '';
+  let limit = MACHINE_ROWS;
+  let first = true;
+
+  const sortVal = MACHINE_COLUMNS.reduce((o, [, key, fn]) => (o[key] = fn, o), {});
+  const cmpRows = (a, b) => {
+    const x = a.val, y = b.val;
+    const c = typeof x === 'number' ? x - y : collator.compare(x, y);
+    return (c || collator.compare(a.m.name, b.m.name)) * sortDir;
+  };
+  const matches = (r) => (!stateWanted || (r.m.state || 'UNSPECIFIED') === stateWanted) && (!query || r.hay.includes(query));
+
+  // upsert takes m into its row; it reports whether the row's place in
+  // the order may have changed (a new row, or a new sort value).
+  const upsert = (m) => {
+    const sig = machineSig(m);
+    let r = rows.get(m.name);
+    if (r && r.sig === sig) { r.m = m; return false; }
+    const val = sortVal[sortKey](m);
+    if (!r) {
+      r = { m, sig, hay: machineHay(m), val, match: false, tr: null };
+      r.match = matches(r);
+      rows.set(m.name, r);
+      return true;
+    }
+    r.m = m;
+    r.sig = sig;
+    r.hay = machineHay(m);
+    r.match = matches(r);
+    if (r.tr && r.tr.isConnected) r.tr.replaceChildren(...machineCells(m, actions));
+    else r.tr = null;
+    const moved = val !== r.val;
+    r.val = val;
+    return moved;
+  };
+  const remove = (name) => {
+    const r = rows.get(name);
+    if (!r) return;
+    rows.delete(name);
+    const i = order.indexOf(r);
+    if (i >= 0) order.splice(i, 1);
+  };
+  // place moves a row to where the order wants it (a binary search).
+  const place = (r) => {
+    const i = order.indexOf(r);
+    if (i >= 0) order.splice(i, 1);
+    let lo = 0, hi = order.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (cmpRows(order[mid], r) < 0) lo = mid + 1; else hi = mid;
+    }
+    order.splice(lo, 0, r);
+  };
+  const resort = () => {
+    for (const r of rows.values()) r.val = sortVal[sortKey](r.m);
+    order = [...rows.values()].sort(cmpRows);
+    for (const th of heads) {
+      if (th.dataset.sort) th.setAttribute('aria-sort', th.dataset.sort === sortKey ? (sortDir > 0 ? 'ascending' : 'descending') : 'none');
+    }
+  };
+  // show puts the first `limit` matching rows, in order, into the table,
+  // moving only the rows that are out of place, and writes the counts.
+  const show = () => {
+    const per = {};
+    let matched = 0;
+    let cur = tbody.firstChild;
+    for (const r of order) {
+      const st = r.m.state || 'UNSPECIFIED';
+      per[st] = (per[st] || 0) + 1;
+      if (!r.match) continue;
+      matched++;
+      if (matched > limit) continue;
+      if (!r.tr) r.tr = h('tr', { 'data-name': r.m.name }, machineCells(r.m, actions));
+      if (r.tr === cur) { cur = cur.nextSibling; continue; }
+      tbody.insertBefore(r.tr, cur);
+    }
+    while (cur) { const n = cur.nextSibling; cur.remove(); cur = n; }
+    const n = rows.size;
+    const total = n.toLocaleString() + (n === 1 ? ' machine' : ' machines');
+    count.textContent = matched === n ? total : matched.toLocaleString() + ' of ' + total + ' shown';
+    for (const [st, opt] of stateOpts) {
+      const t = st + ' (' + (per[st] || 0).toLocaleString() + ')';
+      if (opt.textContent !== t) opt.textContent = t;
+    }
+    emptyRow.hidden = matched > 0;
+    empty.textContent = n ? 'No machine matches the search and filter.' : 'No machines yet: they appear when they PXE-boot on the provisioning network.';
+    moreRow.hidden = matched <= limit;
+    moreText.textContent = 'The first ' + limit.toLocaleString() + ' of ' + matched.toLocaleString() + ' are listed; search or filter to find the others, or';
+    more.textContent = 'list ' + Math.min(MACHINE_ROWS, matched - limit).toLocaleString() + ' more';
+  };
+  const refilter = () => {
+    for (const r of rows.values()) r.match = matches(r);
+    limit = MACHINE_ROWS;
+    show();
+  };
+  const sortBy = (key) => {
+    if (key === sortKey) sortDir = -sortDir; else { sortKey = key; sortDir = 1; }
+    resort();
+    show();
+  };
+  let pending = 0;
+  search.addEventListener('input', () => {
+    cancelAnimationFrame(pending);
+    pending = requestAnimationFrame(() => { query = search.value.trim().toLowerCase(); refilter(); });
+  });
+  filter.addEventListener('change', () => { stateWanted = filter.value; refilter(); });
+
+  const render = (ms, changed, byName) => {
+    const began = performance.now();
+    if (changed === null) {
+      for (const m of ms) upsert(m);
+      for (const name of [...rows.keys()]) if (!byName.has(name)) remove(name);
+      resort();
+    } else {
+      const stamp = [];
+      for (const name of changed) {
+        const m = byName.get(name);
+        if (!m) { remove(name); continue; }
+        const isNew = !rows.has(name);
+        if (upsert(m) || isNew) place(rows.get(name));
+        stamp.push([name, m.state]);
+      }
+      requestAnimationFrame(() => {
+        const at = Date.now();
+        for (const [name, state] of stamp) perf().updates[name] = { state, at };
+      });
+    }
+    show();
+    if (first) {
+      first = false;
+      body.replaceChildren(tableEl);
+      const built = performance.now();
+      requestAnimationFrame(() => {
+        const now = performance.now();
+        // ms: the whole wait; dataMs: until the machines were in; jsMs:
+        // taking them in and building the rows; buildMs: that and the
+        // first frame (style, layout, paint).
+        perf().initialRender = { rows: rows.size, shown: tbody.childElementCount, ms: now - opened, dataMs: began - opened, jsMs: built - began, buildMs: now - began };
+        performance.mark('corral-machines-rendered');
+      });
+    }
   };
   return [live({
     load: async (signal) => ((await api('/api/machines', { signal })).machines || []),
@@ -647,8 +924,17 @@ function route() {
   if (current) current.forEach((l) => l.stop());
   current = null;
   if (!token()) { showLogin(); return; }
+  if (!caller) {
+    $('main').replaceChildren(h('p', { class: 'muted' }, 'Loading…'));
+    loadCaller().then(route, (e) => { if (e.status !== 401) notice('Cannot reach the appliance: ' + e.message, 'error'); });
+    return;
+  }
   $('nav').hidden = false;
   $('signout').hidden = false;
+  const who = $('who');
+  who.hidden = !caller.role;
+  who.textContent = caller.role;
+  who.title = caller.role ? 'Signed in with a ' + caller.role + ' token' : '';
   const parts = location.hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);
   const page = parts[0] || 'machines';
   for (const a of document.querySelectorAll('#nav a')) a.classList.toggle('active', a.dataset.page === page);
