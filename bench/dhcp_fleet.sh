@@ -1,5 +1,5 @@
 #!/bin/sh
-# DHCP on bbolt vs etcd (issue #12): leases/s and DORA p50/p99 of
+# DHCP on bbolt vs etcd (docs/fleet.md): leases/s and DORA p50/p99 of
 #   bolt   one corrald, leases in its bbolt file;
 #   etcd   one corrald, leases in a three-member etcd cluster;
 #   etcd2  two corrald on that cluster sharing the segment: the load

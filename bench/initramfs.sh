@@ -1,6 +1,6 @@
 #!/bin/sh
 # How long the Debian kernel takes to unpack Corral's initramfs images per
-# compression, under QEMU TCG as in the virtual rack (issue #14 item 4).
+# compression, under QEMU TCG as in the virtual rack (bench/results/2026-11-initramfs.md).
 # Prints a table, asserts nothing.
 #
 # The cached images (the newest build in the image cache) are decompressed
@@ -76,7 +76,7 @@ build() { # variant
 	[ -s "$f" ] && return 0
 	src=$OUT/img/${v%%-*}.cpio
 	case $v in
-	hyp-gzip) # the built image was gzip before #14 (lz4 since): recompress then
+	hyp-gzip) # the built image was gzip before 2026-11-24 (lz4 since): recompress then
 		case $(head -c 2 "$HYP_INITRD" | od -An -tx1 | tr -d ' \n') in
 		1f8b) cp "$HYP_INITRD" "$f" ;;
 		*) gzip -6 -n -c "$src" >"$f" ;;

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Where the seconds of the discovery image's kexec into the hypervisor
-# image go under QEMU TCG (issue #14), outside the virtual rack: QEMU (as
+# image go under QEMU TCG (bench/results/2026-11-lab.md), outside the virtual rack: QEMU (as
 # the lab runs a BIOS machine: TCG, -cpu max, 2 vCPUs, 2560 MiB, pc)
 # boots the discovery kernel with a small initramfs whose init
 # (bench/kexec) holds the hypervisor kernel and initrd in memfds as the

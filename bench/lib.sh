@@ -77,8 +77,8 @@ ticks() { awk '{print $14+$15+$16+$17}' /proc/$1/stat; }
 # steal: clock ticks (USER_HZ) the hypervisor kept this VM's CPUs from
 # running, summed over the CPUs. On the lab VM a run that pushes the VM
 # over its host CPU allowance shows here: the whole VM is stopped for
-# milliseconds at a time, every server's tail with it (bench/README.md,
-# DHCP, fourth session). 0 on bare metal.
+# milliseconds at a time, every server's tail with it (bench/results/2026-11-dhcp.md,
+# 24 Nov 2026, the commit window). 0 on bare metal.
 steal() { awk '$1=="cpu" {print $9+0}' /proc/stat; }
 
 rcvbuf_errors() { ip netns exec $NS_S awk '/^Udp: [0-9]/{print $6}' /proc/net/snmp; }

@@ -1,7 +1,7 @@
 #!/bin/sh
 # The boot-time userland of the discovery and hypervisor images (u-root
 # init, corral-node's coldplug, DHCP, facts / mount) under QEMU TCG,
-# outside the virtual rack (issue #14): QEMU as the lab runs a machine
+# outside the virtual rack (bench/results/2026-11-lab.md): QEMU as the lab runs a machine
 # (TCG, -cpu max, 2 vCPUs, 2560 MiB; pc, or FW=uefi: q35 + OVMF; a virtio
 # NIC on user-mode networking, whose DHCP server answers; two virtio disks;
 # an IPMI BT interface with QEMU's internal BMC) boots the cached image's

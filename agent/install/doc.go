@@ -11,7 +11,7 @@
 // names every appliance of the fleet the node may fail over to (the plan's
 // appliance_endpoint first, then its appliance_endpoints). The
 // key never leaves the machine, and a plan that carries key material (an
-// appliance older than #11) is refused. Wipe erases partition tables and
+// appliance from before 2026-11-23) is refused. Wipe erases partition tables and
 // filesystem signatures (reprovisioning).
 //
 // The on-disk contract (partition name, label, file names, appliance.json)

@@ -44,8 +44,8 @@ type Appliance struct {
 	Endpoint string `json:"endpoint"` // API host:port of the appliance that installed the node
 	// Endpoints are every appliance API host:port the node may dial, in
 	// the order to try them, Endpoint first (at most
-	// cmdline.MaxEndpoints). Absent in files written before #12: then
-	// Endpoint alone (Appliances).
+	// cmdline.MaxEndpoints). Absent in files written before the fleet
+	// (2026-11-24): then Endpoint alone (Appliances).
 	Endpoints   []string  `json:"endpoints,omitempty"`
 	NodeName    string    `json:"node_name"` // the Node's name (certificate CN)
 	MachineName string    `json:"machine_name"`
@@ -83,7 +83,7 @@ func (a Appliance) Appliances() []string {
 
 // PlanEndpoints are the appliances an install plan names, in the order
 // the node tries them: appliance_endpoint first, then
-// appliance_endpoints (empty from appliances before #12), each once. It
+// appliance_endpoints (empty from appliances before the fleet, 2026-11-24), each once. It
 // refuses an invalid element and more than cmdline.MaxEndpoints in all.
 func PlanEndpoints(plan *nodev1.InstallPlan) ([]string, error) {
 	first := plan.GetApplianceEndpoint()
@@ -144,7 +144,7 @@ func CAFingerprint(caPEM []byte) (string, error) {
 var ErrBadIdentity = errors.New("install plan identity")
 
 // Field numbers of InstallPlan that carried an appliance-made node
-// certificate and private key before #11; reserved in api/node/v1.
+// certificate and private key before 2026-11-23; reserved in api/node/v1.
 const (
 	oldNodeCertField = 4
 	oldNodeKeyField  = 5

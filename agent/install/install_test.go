@@ -429,7 +429,7 @@ func TestInstallBlankDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A plan without appliance_endpoints (an appliance before #12):
+	// A plan without appliance_endpoints (an appliance from before the fleet, 2026-11-24):
 	// the list is appliance_endpoint alone.
 	if diff := cmp.Diff(Appliance{Endpoint: "10.0.0.1:20180", Endpoints: []string{"10.0.0.1:20180"}, NodeName: "node-1", MachineName: "m-abc", InstallID: "inst-1", InstalledAt: now}, a); diff != "" {
 		t.Errorf("appliance.json (-want +got):\n%s", diff)
@@ -869,7 +869,7 @@ func TestPlanEndpoints(t *testing.T) {
 		want    []string
 		wantErr string
 	}{
-		"before #12":         {first: "a:1", want: []string{"a:1"}},
+		"before the fleet":   {first: "a:1", want: []string{"a:1"}},
 		"first in list":      {first: "a:1", list: []string{"a:1", "b:1"}, want: []string{"a:1", "b:1"}},
 		"first not listed":   {first: "a:1", list: []string{"b:1", "c:1"}, want: []string{"a:1", "b:1", "c:1"}},
 		"first listed later": {first: "b:1", list: []string{"a:1", "b:1", "c:1"}, want: []string{"b:1", "a:1", "c:1"}},
@@ -937,7 +937,7 @@ func TestReadAppliance(t *testing.T) {
 	if _, err := ReadAppliance(t.TempDir()); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v, want ErrNotExist", err)
 	}
-	// The node dials Endpoints, or Endpoint in a file from before #12.
+	// The node dials Endpoints, or Endpoint in a file from before the fleet (2026-11-24).
 	if got := (Appliance{Endpoint: "a:1"}).Appliances(); !slices.Equal(got, []string{"a:1"}) {
 		t.Errorf("Appliances without a list = %v", got)
 	}

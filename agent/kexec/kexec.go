@@ -1,5 +1,5 @@
 // Package kexec boots the hypervisor image straight from the discovery
-// image once an install is done (#14): it fetches the kernel and initrd a
+// image once an install is done (since 2026-11-24): it fetches the kernel and initrd a
 // KexecPlan names over plain HTTP from the appliance, refuses either
 // unless it has exactly the size and SHA-256 the plan carries (the plan
 // comes over the agent's TLS session, the files over the hostile boot

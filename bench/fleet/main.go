@@ -1,5 +1,5 @@
 // Command fleet prints the figures of several appliances on one etcd
-// cluster (issue #12); it asserts nothing. It builds corrald (go build, no
+// cluster (docs/fleet.md); it asserts nothing. It builds corrald (go build, no
 // -race), starts a real 3-member etcd cluster on loopback
 // (testsupport/etcdtest: Debian's etcd-server) and runs corrald processes
 // on it, driven over real gRPC/TLS with the admin token of admin.conf:

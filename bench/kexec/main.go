@@ -1,6 +1,6 @@
 // Command kexec is the guest side of bench/kexec.sh: where the seconds of
 // the discovery image's kexec into the hypervisor image go under QEMU TCG
-// (issue #14). As PID 1 of a small initramfs that also carries the
+// (bench/results/2026-11-lab.md). As PID 1 of a small initramfs that also carries the
 // hypervisor kernel and initrd, it loads them with the method the kernel
 // command line names (kb.method=file: kexec_file_load as the agent did
 // before; kb.method=segments: kexec_load with the non-hashing purgatory, as

@@ -1,6 +1,6 @@
 // Command kvmprobe answers what KVM does inside a lab machine (QEMU TCG
 // with -cpu max: the hypervisor image's kvm_amd on emulated SVM), for
-// issue #14's KVM probe: as the uinit of a direct boot of the hypervisor
+// the hypervisor boot's KVM probe (bench/results/2026-11-lab.md): as the uinit of a direct boot of the hypervisor
 // image (bench/userland.sh's overlay), it loads kvm_amd (or kvm_intel),
 // then (1) runs three real-mode instructions (mov al,0x31; out 0xf4,al;
 // hlt) through the KVM API directly and reports the exit and its time,

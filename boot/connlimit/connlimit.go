@@ -1,7 +1,7 @@
 // Package connlimit bounds what clients can hold of a TCP server: how many
 // connections in total and from one source address, and how long a write
 // to one client may make no progress. boot/http wraps its listener with it
-// (the boot LAN is hostile: issue #11, docs/security.md), and so does the
+// (the boot LAN is hostile: docs/security.md), and so does the
 // appliance's gRPC API listener (internal/server).
 //
 // A connection over a cap is accepted and closed at once (after an

@@ -19,7 +19,8 @@ import (
 	"github.com/corralhq/corral/store/record"
 )
 
-// TestAttackDHCP is issue #11's DHCP attacks against the built corrald
+// TestAttackDHCP is the DHCP attacks of docs/security.md ("DHCP
+// under spoofing") against the built corrald
 // (full mode on a bridge in a namespace), from a client namespace that
 // sends raw DHCP with spoofed MACs:
 //   - an INIT-REBOOT REQUEST from a MAC with no lease gets no answer and

@@ -26,7 +26,7 @@ import (
 	"github.com/corralhq/corral/testsupport/etcdtest"
 )
 
-// Issue #12 item 6: DHCP on a segment two appliances share.
+// DHCP on a segment two appliances share (docs/fleet.md).
 
 // TestFleetDHCPSharedSegment runs two built corrald in full mode on one
 // bridge with the same 40-address range, their leases in a real

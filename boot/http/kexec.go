@@ -12,7 +12,7 @@ import (
 )
 
 // HypervisorBoot is a machine's hypervisor boot as its iPXE script gives
-// it, for the discovery agent to boot with kexec after an install (#14):
+// it, for the discovery agent to boot with kexec after an install (since 2026-11-24):
 // the kernel and initrd (catalog artifacts with their size and SHA-256,
 // and the URLs the script fetches them from) and the kernel command line.
 type HypervisorBoot struct {

@@ -320,7 +320,7 @@ func TestLab(t *testing.T) {
 			if m.State != "DEPLOYED" {
 				t.Errorf("%s: state %s, want DEPLOYED", name, m.State)
 			}
-			// The install booted the hypervisor image with kexec (#14),
+			// The install booted the hypervisor image with kexec,
 			// and the agent's kexec did not fail. A node slower than
 			// --kexec-timeout (a loaded machine) is rebooted the old way:
 			// logged, not failed.

@@ -251,7 +251,7 @@ func checkFleet(t *testing.T, r *rack) {
 		}
 	}
 	// `corral get appliances` lists the fleet where the appliances serve
-	// it (issue #12's runners); until then the call's error is logged.
+	// it (the fleet's runners, docs/fleet.md); until then the call's error is logged.
 	out, err := r.corral("get", "appliances")
 	if err != nil {
 		t.Logf("corral get appliances: %v: %s", err, out)

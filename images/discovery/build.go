@@ -44,7 +44,7 @@ import (
 const FormatVersion = "corral-discovery-8"
 
 // MaxInitrdSize is the budget of the compressed discovery initramfs
-// (issue 5). The hypervisor image has none.
+// (boot/README.md). The hypervisor image has none.
 const MaxInitrdSize = 10 << 20
 
 // DefaultPCIIDs are where Debian's pci.ids package (and hwdata) put the

@@ -14,8 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// Modules is the curated driver set of the discovery image (issue 5,
-// boot/README.md): virtio, the common server NICs, NVMe/SATA/SAS/RAID
+// Modules is the curated driver set of the discovery image (boot/README.md): virtio, the common server NICs, NVMe/SATA/SAS/RAID
 // storage, SCSI disks (sd_mod: without it no SATA/SAS disk gets a block
 // device) and in-band IPMI. Their dependency chains are added from
 // modules.dep. Names use underscores; Debian's file names may use dashes.

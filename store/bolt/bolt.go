@@ -92,8 +92,8 @@ type Options struct {
 
 // DefaultCommitWindow is corrald's commit window (Options.CommitWindow):
 // under a sustained DHCP load at most ~1,000 flushes a second, each lease
-// waiting at most about a millisecond more (bench/README.md, DHCP, fourth
-// session).
+// waiting at most about a millisecond more (bench/results/2026-11-dhcp.md,
+// 24 Nov 2026, the commit window).
 const DefaultCommitWindow = time.Millisecond
 
 // Store is a bbolt-backed store.Store. Create it with Open.

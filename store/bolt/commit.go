@@ -46,8 +46,8 @@ var errNoChanges = errors.New("bolt: batch has no changes")
 
 // opPool recycles ops and their answer channels: every write took two
 // allocations for them, at thousands of leases a second a steady share of
-// what the garbage collector has to chase (bench/README.md, DHCP, seventh
-// session). An op goes back only after its answer was received, when
+// what the garbage collector has to chase (bench/results/2026-11-dhcp.md,
+// 25 Nov 2026). An op goes back only after its answer was received, when
 // nothing else refers to it: the committer drops its batch's references
 // (commitQueued), and answers each op exactly once.
 var opPool = sync.Pool{New: func() any { return &op{done: make(chan result, 1)} }}

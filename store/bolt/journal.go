@@ -427,8 +427,8 @@ const foldYieldKeys = 32
 // one core) a background fold otherwise runs 1-4 ms at a stretch (1,024
 // keys, every ~0.25 s at 4,000 leases/s) and the packet reader and the
 // committer wait behind it: with the commit window on, this was the
-// largest part left of the DORA tail (bench/README.md, DHCP, fourth
-// session; p99 4.3-10 ms without the yield, 4.3-5.2 ms with it).
+// largest part left of the DORA tail (bench/results/2026-11-dhcp.md,
+// 24 Nov 2026, the commit window; p99 4.3-10 ms without the yield, 4.3-5.2 ms with it).
 func (s *Store) writeFold(entries map[string]ovEntry, rev int64) error {
 	err := s.db.Update(func(tx *bbolt.Tx) error {
 		recs, meta := tx.Bucket(recordsBucket), tx.Bucket(metaBucket)

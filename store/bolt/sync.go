@@ -18,7 +18,7 @@ func oneP() bool { return runtime.GOMAXPROCS(0) == 1 }
 
 // fdatasync makes f's data durable. With a single P it keeps the P
 // through the call instead of entering the scheduler's syscall state:
-// measured on one pinned core (bench/README.md, "third session"), the
+// measured on one pinned core (bench/results/2026-11-dhcp.md, "one P", 24 Nov 2026), the
 // usual entry cost more than it bought. The P was handed to another
 // thread after ~20 µs (sysmon), and on return the committing goroutine
 // had no P and waited in the global run queue, holding the commit

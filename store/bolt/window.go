@@ -21,7 +21,8 @@ import (
 // that finds no batch taken within the window is flushed at once, so a
 // lone lease on a quiet appliance does not wait either.
 //
-// Why (bench/README.md, DHCP, fourth session): on the lab VM each flush
+// Why (bench/results/2026-11-dhcp.md, "the commit
+// window", 24 Nov 2026): on the lab VM each flush
 // also costs the host (the virtual disk's flush, a host fsync), and at
 // ~3,300 flushes/s (3,990 leases/s, batches of 1.2) the whole VM exceeded
 // its CPU allowance and was stopped for 4-11 ms at the end of most 100 ms
@@ -115,9 +116,10 @@ func (s *Store) windowTaken(n int) {
 // precision. Go's timers wake an idle process at millisecond granularity
 // (the scheduler's epoll wait takes whole milliseconds and rounds a
 // shorter wait up to one), which on one P made a 1 ms window cost ~2 ms
-// (DORA p50 2.0 ms against 1.0 ms with this timer, bench/README.md). A
-// timerfd read through the runtime's poller wakes the poller's epoll wait
-// when it expires, and another goroutine can end the wait early (kick).
+// (DORA p50 2.0 ms against 1.0 ms with this timer,
+// bench/results/2026-11-dhcp.md). A timerfd read through the runtime's
+// poller wakes the poller's epoll wait when it expires, and another
+// goroutine can end the wait early (kick).
 // A nil timer, or one whose timerfd failed, waits with time.Sleep.
 //
 // Its system calls do not enter the scheduler's syscall state (settime

@@ -42,8 +42,8 @@ func Marshal(msg proto.Message) ([]byte, error) {
 // (deterministic) of storev1.Record{SchemaVersion, Value: an anypb.Any of
 // msg}, laid out with the protobuf module's wire encoder instead of
 // building the Any and marshaling twice: a lease's write took five
-// allocations for the envelope alone (bench/README.md, DHCP, seventh
-// session). TestMarshalMatchesEnvelope holds the two encodings equal.
+// allocations for the envelope alone (bench/results/2026-11-dhcp.md,
+// 25 Nov 2026). TestMarshalMatchesEnvelope holds the two encodings equal.
 func encode(bufs *recordBufs, msg proto.Message) ([]byte, error) {
 	inner, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(bufs.inner[:0], msg)
 	if err != nil {

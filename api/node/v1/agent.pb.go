@@ -33,7 +33,7 @@ type RegisterRequest struct {
 	AgentVersion string                 `protobuf:"bytes,3,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
 	// capabilities name the optional commands this agent carries out
 	// (CapabilityKexec); an agent that names none gets none of them (agents
-	// before #14 send nothing here).
+	// from before 2026-11-24 send nothing here).
 	Capabilities  []string `protobuf:"bytes,4,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -455,7 +455,8 @@ type InstallPlan struct {
 	MachineName       string `protobuf:"bytes,9,opt,name=machine_name,json=machineName,proto3" json:"machine_name,omitempty"`
 	// appliance_endpoints are every API host:port the node may dial, in the
 	// order to try them (appliance_endpoint first); a node whose appliance
-	// is gone fails over to the next. Empty from appliances before #12.
+	// is gone fails over to the next. Empty from appliances from before the
+	// fleet (2026-11-24).
 	ApplianceEndpoints []string `protobuf:"bytes,10,rep,name=appliance_endpoints,json=applianceEndpoints,proto3" json:"appliance_endpoints,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache

@@ -11,8 +11,8 @@
 // file's flush both started and finished inside of: whether a stall
 // holds one request or the whole disk, i.e. whether writing each record
 // to two files and answering at the first flush would cut the tail. It
-// prints figures; it asserts nothing. See bench/README.md (DHCP, fifth and
-// sixth sessions).
+// prints figures; it asserts nothing. See bench/results/2026-11-dhcp.md (24 Nov
+// 2026, the disk's flush tail and sysmon).
 package main
 
 import (
