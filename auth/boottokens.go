@@ -59,7 +59,7 @@ const BootKeyKey = "/auth/boot-key"
 
 const bootKeyBytes = 32
 
-// ErrBootToken: a per-boot token cannot be issued for these arguments (a
+// ErrBootToken means a per-boot token cannot be issued for these arguments (a
 // malformed MAC, an empty machine name, a non-positive lifetime). An API
 // maps it to InvalidArgument.
 var ErrBootToken = errors.New("auth: invalid boot token request")

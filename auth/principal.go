@@ -55,8 +55,9 @@ func ValidRole(r authv1.Role) bool {
 	case authv1.Role_ROLE_VIEWER, authv1.Role_ROLE_OPERATOR, authv1.Role_ROLE_ADMIN,
 		authv1.Role_ROLE_NODE, authv1.Role_ROLE_AGENT:
 		return true
+	default: // UNSPECIFIED, APPLIANCE and values this build does not know
+		return false
 	}
-	return false
 }
 
 // humanRank orders the human roles; machine and unknown roles rank 0.
@@ -68,8 +69,9 @@ func humanRank(r authv1.Role) int {
 		return 2
 	case authv1.Role_ROLE_ADMIN:
 		return 3
+	default: // machine roles, UNSPECIFIED and unknown values
+		return 0
 	}
-	return 0
 }
 
 // Allowed reports whether p may call a method whose access option is a.
@@ -93,8 +95,9 @@ func Allowed(p Principal, a *authv1.Access) bool {
 		return need > 0 && humanRank(p.Role) >= need
 	case authv1.Role_ROLE_NODE, authv1.Role_ROLE_AGENT, authv1.Role_ROLE_APPLIANCE:
 		return slices.Contains(a.GetAlso(), p.Role)
+	default: // UNSPECIFIED and unknown roles (ADMIN was admitted above)
+		return false
 	}
-	return false
 }
 
 // Resolution is where the Interceptor notes who a call's caller turned out

@@ -30,7 +30,7 @@ const (
 // thirds of the lifetime holds two.
 const DefaultMaxLiveCerts = 4
 
-// ErrRevoked: the certificate is on the revocation list.
+// ErrRevoked means the certificate is on the revocation list.
 var ErrRevoked = errors.New("auth: certificate revoked")
 
 // Revocations records the node certificates the CA issues, per node name,

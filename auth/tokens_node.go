@@ -28,7 +28,7 @@ type TokenSpec struct {
 	SingleUse bool
 }
 
-// ErrInvalidSpec: the token request is inconsistent (an AGENT role, a node
+// ErrInvalidSpec means the token request is inconsistent (an AGENT role, a node
 // binding on another role). An API maps it to InvalidArgument.
 var ErrInvalidSpec = apierr.New(apierr.ErrInvalid, "auth: invalid token request")
 

@@ -61,6 +61,9 @@ func toStatus(err error) error {
 	return apierr.ToStatus(err)
 }
 
+// CreateToken mints a VIEWER, OPERATOR, ADMIN or NODE token (AGENT tokens
+// come from the boot server only) and returns it once, with its record.
+// Bad arguments are InvalidArgument.
 func (s *TokenService) CreateToken(ctx context.Context, req *authv1.CreateTokenRequest) (*authv1.CreateTokenResponse, error) {
 	switch r := req.GetRole(); r {
 	case authv1.Role_ROLE_VIEWER, authv1.Role_ROLE_OPERATOR, authv1.Role_ROLE_ADMIN, authv1.Role_ROLE_NODE:
@@ -97,6 +100,8 @@ func (s *TokenService) CreateToken(ctx context.Context, req *authv1.CreateTokenR
 	return &authv1.CreateTokenResponse{Token: tok, Info: info}, nil
 }
 
+// ListTokens returns the tokens' records, never their hashes, filtered by
+// role; AGENT tokens only when asked for by role or with include_agent.
 func (s *TokenService) ListTokens(ctx context.Context, req *authv1.ListTokensRequest) (*authv1.ListTokensResponse, error) {
 	all, err := s.Tokens.List(ctx)
 	if err != nil {
@@ -116,6 +121,8 @@ func (s *TokenService) ListTokens(ctx context.Context, req *authv1.ListTokensReq
 	return &authv1.ListTokensResponse{Tokens: out}, nil
 }
 
+// RevokeToken revokes the token with the given id: InvalidArgument for a
+// malformed id, NotFound for one that does not exist.
 func (s *TokenService) RevokeToken(ctx context.Context, req *authv1.RevokeTokenRequest) (*authv1.RevokeTokenResponse, error) {
 	id := req.GetId()
 	if !validID(id) {

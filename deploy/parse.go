@@ -126,7 +126,7 @@ func (r *Registry) Parse(data []byte) (*Plan, error) {
 	if len(problems) > 0 {
 		return nil, &ParseError{Problems: problems}
 	}
-	plan.Tasks = topoSort(order, plan.byName)
+	plan.Tasks = topoSort(order)
 	return plan, nil
 }
 
@@ -298,18 +298,18 @@ func cycles(order []*Task, byName map[string]*Task) []string {
 
 // canonicalCycle is a rotation-independent key of a cycle.
 func canonicalCycle(c []string) string {
-	min := 0
+	first := 0
 	for i := range c {
-		if c[i] < c[min] {
-			min = i
+		if c[i] < c[first] {
+			first = i
 		}
 	}
-	return strings.Join(append(append([]string(nil), c[min:]...), c[:min]...), "\x00")
+	return strings.Join(append(append([]string(nil), c[first:]...), c[:first]...), "\x00")
 }
 
 // topoSort orders an acyclic task list dependencies first (Kahn), taking
 // ready tasks in file order.
-func topoSort(order []*Task, byName map[string]*Task) []*Task {
+func topoSort(order []*Task) []*Task {
 	pos := map[string]int{}
 	for i, t := range order {
 		pos[t.Name] = i

@@ -248,8 +248,8 @@ func TestEveryUnaryRPCReachable(t *testing.T) {
 				if m.Input.Descriptor().FullName() != md.Input().FullName() || m.Output.Descriptor().FullName() != md.Output().FullName() {
 					t.Errorf("%s: types %s → %s", md.FullName(), m.Input.Descriptor().FullName(), m.Output.Descriptor().FullName())
 				}
-				if _, ok := m.Input.New().Interface().(protoreflect.ProtoMessage); !ok {
-					t.Errorf("%s: request is not a message", md.FullName())
+				if !m.Input.New().IsValid() {
+					t.Errorf("%s: the request type makes no message", md.FullName())
 				}
 				// Both spellings reach it.
 				if _, err := c.Lookup(snake(typ), string(md.Name())); err != nil {

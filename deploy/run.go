@@ -30,15 +30,15 @@ type Outcome int
 const (
 	// NotRun is the zero value: the task has no result yet.
 	NotRun Outcome = iota
-	// Succeeded: the RPC returned without error.
+	// Succeeded means the RPC returned without error.
 	Succeeded
-	// Failed: the RPC failed and the task has no ignore_error; the run
+	// Failed means the RPC failed and the task has no ignore_error; the run
 	// stops starting tasks.
 	Failed
-	// IgnoredFailure: the RPC failed and the task has ignore_error: true;
+	// IgnoredFailure means the RPC failed and the task has ignore_error: true;
 	// it counts as done, so its dependents run.
 	IgnoredFailure
-	// Skipped: the task was never started, because a dependency failed or
+	// Skipped means the task was never started, because a dependency failed or
 	// the run stopped (fail-fast or interrupt) before its turn.
 	Skipped
 )
@@ -53,19 +53,20 @@ func (o Outcome) String() string {
 		return "ignored failure"
 	case Skipped:
 		return "skipped"
+	default: // NotRun and values out of range
+		return "not run"
 	}
-	return "not run"
 }
 
 // EventKind says what an Event reports.
 type EventKind int
 
 const (
-	// Started: the task's RPC is being sent.
+	// Started means the task's RPC is being sent.
 	Started EventKind = iota + 1
-	// Finished: the task ended; Event.Result says how.
+	// Finished means the task ended; Event.Result says how.
 	Finished
-	// Retrying: the task's RPC found a record PENDING under another
+	// Retrying means the task's RPC found a record PENDING under another
 	// operation (a retryable FailedPrecondition); it is sent again after
 	// Event.Wait. Event.Err is the answer, Event.Attempt the attempts
 	// made so far, Event.GiveUp when the task stops retrying. Or: the
@@ -330,6 +331,7 @@ func (r *Runner) Run(ctx context.Context, p *Plan) (*Summary, error) {
 			s.Ignored++
 		case Skipped:
 			s.Skipped++
+		case NotRun: // not reached: every task without a result was given Skipped above
 		}
 	}
 	s.Elapsed = time.Since(began)

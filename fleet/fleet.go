@@ -90,10 +90,10 @@ func CheckAppliance(a *fleetv1.Appliance) error {
 			return apierr.Invalidf("appliance %s: API endpoint %q is not host:port", a.GetName(), ep)
 		}
 	}
-	if _, err := parseNets(a.GetBootSegments()); err != nil {
+	if err := checkNets(a.GetBootSegments()); err != nil {
 		return apierr.Invalidf("appliance %s: boot segment %v", a.GetName(), err)
 	}
-	if _, err := parseNets(a.GetBmcNetworks()); err != nil {
+	if err := checkNets(a.GetBmcNetworks()); err != nil {
 		return apierr.Invalidf("appliance %s: BMC network (--bmc-network) %v", a.GetName(), err)
 	}
 	return nil
@@ -108,17 +108,14 @@ func splitEndpoint(ep string) (host, port string, err error) {
 	return host, port, nil
 }
 
-// parseNets parses CIDRs; an error names the bad one.
-func parseNets(ss []string) ([]netip.Prefix, error) {
-	out := make([]netip.Prefix, 0, len(ss))
+// checkNets checks that each of ss is a CIDR; an error names the bad one.
+func checkNets(ss []string) error {
 	for _, s := range ss {
-		p, err := netip.ParsePrefix(strings.TrimSpace(s))
-		if err != nil {
-			return nil, fmt.Errorf("%q is not a CIDR (e.g. 10.0.0.0/24)", s)
+		if _, err := netip.ParsePrefix(strings.TrimSpace(s)); err != nil {
+			return fmt.Errorf("%q is not a CIDR (e.g. 10.0.0.0/24)", s)
 		}
-		out = append(out, p.Masked())
 	}
-	return out, nil
+	return nil
 }
 
 // Live reports whether a runner record heartbeated within expiry of now.

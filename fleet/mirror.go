@@ -54,8 +54,8 @@ type mirror[V any] struct {
 	syncOnce  sync.Once
 }
 
-func newMirror[V any](st store.Store, prefix, what string, max int, log *slog.Logger, decode func([]byte) (V, error)) *mirror[V] {
-	return &mirror[V]{st: st, prefix: prefix, what: what, max: max, log: log, decode: decode,
+func newMirror[V any](st store.Store, prefix, what string, limit int, log *slog.Logger, decode func([]byte) (V, error)) *mirror[V] {
+	return &mirror[V]{st: st, prefix: prefix, what: what, max: limit, log: log, decode: decode,
 		items: map[string]item[V]{}, synced: make(chan struct{})}
 }
 
@@ -65,8 +65,10 @@ func (m *mirror[V]) run(ctx context.Context) error {
 	delay := 100 * time.Millisecond
 	for {
 		err := m.follow(ctx)
-		if ctx.Err() != nil {
-			return nil
+		select {
+		case <-ctx.Done():
+			return nil // ended by ctx, as documented; err is that ending
+		default:
 		}
 		if errors.Is(err, errWatchEnded) {
 			m.log.Info("store watch ended; listing again", "prefix", m.prefix)

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// ErrNameInUse: another live appliance runs under this appliance's name
+// ErrNameInUse means another live appliance runs under this appliance's name
 // (class apierr.ErrAlreadyExists).
 var ErrNameInUse = apierr.New(apierr.ErrAlreadyExists, "appliance name in use by another appliance")
 

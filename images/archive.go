@@ -48,7 +48,7 @@ const (
 	maxManifestBytes  = 1 << 20
 )
 
-// ErrArchive: an images archive that is not one (unknown or duplicate
+// ErrArchive means an images archive that is not one (unknown or duplicate
 // files, a missing manifest or SHA256SUMS, a file they do not list).
 var ErrArchive = errors.New("images: not a valid images archive")
 
@@ -265,7 +265,11 @@ func Import(r io.Reader, cfg Config, source string, m Meter) (Imported, error) {
 		return Imported{}, fmt.Errorf("images: %w", err)
 	}
 	if err := os.Rename(ipxeStage, dst); err != nil {
-		os.Rename(old, dst)
+		// Put the previous set back (there is none on a first import);
+		// if that fails too, the error says so.
+		if rerr := os.Rename(old, dst); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			err = errors.Join(err, fmt.Errorf("putting back the previous set: %w", rerr))
+		}
 		return Imported{}, fmt.Errorf("images: %w", err)
 	}
 	os.RemoveAll(old)

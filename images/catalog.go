@@ -40,7 +40,7 @@ const (
 	HypervisorInitrd = "hypervisor-initrd.img"
 )
 
-// ErrNotFound: the name is not in the catalog.
+// ErrNotFound means the name is not in the catalog.
 var ErrNotFound = errors.New("images: no such artifact")
 
 // Artifact is one catalog entry.

@@ -24,7 +24,7 @@ const MaxArtifactBytes = 8 << 30
 // sumsFile is the catalog's checksum list, written by Open.
 const sumsFile = "SHA256SUMS"
 
-// ErrMismatch: received bytes are not the artifact that was asked for
+// ErrMismatch means received bytes are not the artifact that was asked for
 // (their size or SHA-256 differs).
 var ErrMismatch = errors.New("images: content does not match")
 

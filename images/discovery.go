@@ -149,7 +149,7 @@ type BuiltHypervisor struct {
 	Registered   time.Time `json:"registered"`
 }
 
-// ErrKernelMismatch: the hypervisor image was built for another kernel
+// ErrKernelMismatch means the hypervisor image was built for another kernel
 // than the registered discovery image's.
 var ErrKernelMismatch = errors.New("images: hypervisor image and discovery kernel differ")
 

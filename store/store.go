@@ -49,7 +49,9 @@ type KV struct {
 type EventType int
 
 const (
+	// EventPut is a key created or given a new value.
 	EventPut EventType = iota + 1
+	// EventDelete is a key deleted.
 	EventDelete
 )
 

@@ -30,7 +30,7 @@ const (
 	paramMAC  = 5
 )
 
-// ErrNoLAN: no channel with an 802.3 LAN medium answered.
+// ErrNoLAN means no channel with an 802.3 LAN medium answered.
 var ErrNoLAN = errors.New("bmc: no LAN channel")
 
 // Read scans channels 1-11 and returns the first LAN channel with a

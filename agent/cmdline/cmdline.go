@@ -105,7 +105,7 @@ func (p Params) Format() (string, error) {
 	return s, nil
 }
 
-// ErrMissing: the command line carries no Corral parameters at all.
+// ErrMissing means the command line carries no Corral parameters at all.
 var ErrMissing = errors.New("cmdline: no corral.* parameters")
 
 // Parse reads Params from a kernel command line (/proc/cmdline). Unknown
@@ -252,9 +252,9 @@ func CheckEndpoint(e string) error {
 
 // clip shortens what an error quotes from the command line.
 func clip(s string) string {
-	const max = 80
-	if len(s) <= max {
+	const limit = 80
+	if len(s) <= limit {
 		return s
 	}
-	return s[:max] + "…"
+	return s[:limit] + "…"
 }

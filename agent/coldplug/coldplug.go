@@ -72,10 +72,10 @@ type Events interface {
 	Close() error
 }
 
-// ErrNoEvent: no event before the deadline.
+// ErrNoEvent means no event before the deadline.
 var ErrNoEvent = errors.New("no uevent before the deadline")
 
-// ErrOverflow: the kernel dropped events (the socket's queue was full).
+// ErrOverflow means the kernel dropped events (the socket's queue was full).
 var ErrOverflow = errors.New("uevents lost: queue overflow")
 
 // Uevent is one kernel device event.
@@ -407,12 +407,11 @@ func Modaliases(dir string) ([]string, error) {
 		if d.Name() != "modalias" || !d.Type().IsRegular() {
 			return nil
 		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return nil
-		}
-		if m := strings.TrimSpace(string(b)); m != "" {
-			set[m] = true
+		// An unreadable modalias is skipped like an unreadable subtree.
+		if b, err := os.ReadFile(p); err == nil {
+			if m := strings.TrimSpace(string(b)); m != "" {
+				set[m] = true
+			}
 		}
 		return nil
 	})

@@ -156,9 +156,14 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		<-coldplugged
 	}()
-	if watch.Wait(ctx, func() bool { return netup.HasLink(cfg.Root, params.MAC) }) != nil {
+	// Wait fails only when ctx ends, and an agent told to stop stops
+	// quietly, here as at the waits below.
+	_ = watch.Wait(ctx, func() bool { return netup.HasLink(cfg.Root, params.MAC) })
+	select {
+	case <-ctx.Done():
 		<-plugged
 		return nil
+	default:
 	}
 
 	// Network, retried until it works.

@@ -12,7 +12,7 @@ import (
 	"github.com/corralhq/corral/agent/install"
 )
 
-// ErrNoDataPartition: no block device carries the data partition's name
+// ErrNoDataPartition means no block device carries the data partition's name
 // or label.
 var ErrNoDataPartition = errors.New("no data partition")
 

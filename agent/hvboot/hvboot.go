@@ -150,7 +150,7 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-// ErrOtherAppliance: the data partition's CA is not the one the kernel
+// ErrOtherAppliance means the data partition's CA is not the one the kernel
 // command line pins.
 var ErrOtherAppliance = errors.New("the disk was installed by another appliance; reprovision it")
 
@@ -292,8 +292,10 @@ func Run(ctx context.Context, cfg Config) error {
 	for attempt := 0; ; attempt++ {
 		fmt.Fprintf(cfg.Console, "corral: starting hypervisor agent %s on %s, appliances %s\n", n.Name, n.Advertise, strings.Join(n.Join, ", "))
 		err := cfg.Hypervisor(ctx, n)
-		if ctx.Err() != nil {
-			return nil
+		select {
+		case <-ctx.Done():
+			return nil // told to stop: whatever the agent returned is the stop itself
+		default:
 		}
 		if err == nil {
 			err = errors.New("stopped")

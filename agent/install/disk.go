@@ -114,8 +114,8 @@ func mountedDevices(root string) map[string]bool {
 			out[name] = true
 			// /dev/mapper/x and /dev/disk/by-*/... are resolved by the kernel
 			// name when the link exists.
-			if real, err := filepath.EvalSymlinks(filepath.Join(root, src)); err == nil {
-				out[filepath.Base(real)] = true
+			if target, err := filepath.EvalSymlinks(filepath.Join(root, src)); err == nil {
+				out[filepath.Base(target)] = true
 			}
 		}
 	}
@@ -139,7 +139,7 @@ func (d Disk) ineligible() string {
 	return ""
 }
 
-// ErrNoDisk: no disk fits the plan.
+// ErrNoDisk means no disk fits the plan.
 var ErrNoDisk = errors.New("no suitable disk")
 
 // ChooseDisk picks the plan's target among disks. want "" or "auto" is the

@@ -138,7 +138,7 @@ func CAFingerprint(caPEM []byte) (string, error) {
 	}
 }
 
-// ErrBadIdentity: the plan's identity fields are missing or malformed,
+// ErrBadIdentity means the plan's identity fields are missing or malformed,
 // or the node certificate the appliance signed does not fit the plan (CA,
 // name) or the key made here.
 var ErrBadIdentity = errors.New("install plan identity")

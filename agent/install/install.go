@@ -97,7 +97,7 @@ func New(cfg Config) *Installer {
 	return &Installer{cfg: cfg}
 }
 
-// NotBlankError: the target disk holds a partition table or filesystem
+// NotBlankError means the target disk holds a partition table or filesystem
 // and the plan does not say wipe. Nothing was written.
 type NotBlankError struct {
 	Disk  string // /dev/vdb

@@ -85,12 +85,12 @@ func findPartition(root, disk string, n int) (name, devno string) {
 }
 
 func mknod(path, devno string) error {
-	maj, min, ok := strings.Cut(devno, ":")
+	major, minor, ok := strings.Cut(devno, ":")
 	if !ok {
 		return fmt.Errorf("bad dev %q", devno)
 	}
-	a, err1 := strconv.ParseUint(maj, 10, 32)
-	b, err2 := strconv.ParseUint(min, 10, 32)
+	a, err1 := strconv.ParseUint(major, 10, 32)
+	b, err2 := strconv.ParseUint(minor, 10, 32)
 	if err1 != nil || err2 != nil {
 		return fmt.Errorf("bad dev %q", devno)
 	}

@@ -61,7 +61,7 @@ const MaxCmdline = 2048
 // DefaultFetchTimeout bounds the fetch of both files.
 const DefaultFetchTimeout = 5 * time.Minute
 
-// ErrHash: a fetched file is not the one the plan names (size or SHA-256).
+// ErrHash means a fetched file is not the one the plan names (size or SHA-256).
 var ErrHash = errors.New("fetched file does not match the plan")
 
 // Config configures Boot. The zero value is the real thing: the default

@@ -65,7 +65,7 @@ type KexecPrefetcher interface {
 	Discard(id string)
 }
 
-// ErrCertificateRefused: the appliance answered the install's certificate
+// ErrCertificateRefused means the appliance answered the install's certificate
 // request with an error (its reason follows in the message).
 var ErrCertificateRefused = errors.New("the appliance refused the certificate request")
 

@@ -12,7 +12,7 @@ import (
 	"github.com/corralhq/corral/internal/nodeid"
 )
 
-// ErrFingerprint: the appliance presented no certificate, and none of the
+// ErrFingerprint means the appliance presented no certificate, and none of the
 // extra CA candidates chains its certificate, whose SHA-256 matches the
 // pinned fingerprint.
 var ErrFingerprint = errors.New("appliance certificate does not match the pinned CA fingerprint")

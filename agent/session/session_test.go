@@ -81,7 +81,7 @@ func (f *fakeAppliance) Session(stream grpc.BidiStreamingServer[nodev1.AgentMess
 	for {
 		m, err := stream.Recv()
 		if err != nil {
-			return nil
+			return nil //nolint:nilerr // the agent closing its stream ends the fake's session cleanly
 		}
 		f.mu.Lock()
 		if hb := m.GetHeartbeat(); hb != nil && hb.GetSessionId() == "s-1" {

@@ -134,7 +134,7 @@ func (c *corrald) start(timeout time.Duration) error {
 		pr.Close()
 	}()
 	go func() {
-		cmd.Wait()
+		_ = cmd.Wait() // killed or stopped by the bench: its log says how it ended
 		<-scanned
 		close(exited)
 	}()
@@ -231,7 +231,7 @@ func (c *corrald) kill() time.Time {
 		return time.Now()
 	}
 	at := time.Now()
-	cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Process.Signal(syscall.SIGKILL) // fails only once it has exited, which is the goal
 	<-exited
 	return at
 }
@@ -245,11 +245,12 @@ func (c *corrald) stop() {
 	if cmd == nil {
 		return
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
+	// A signal fails only once it has exited, which is the goal.
+	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-exited:
 	case <-time.After(15 * time.Second):
-		cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Process.Signal(syscall.SIGKILL)
 		<-exited
 	}
 }

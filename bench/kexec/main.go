@@ -107,7 +107,9 @@ func guest() error {
 		t = time.Now()
 		h := sha512.Sum512(b)
 		say("kb: sha512 of %d bytes in %s (%x)", len(b), time.Since(t).Round(time.Millisecond), h[:4])
-		unix.Munmap(b)
+		if err := unix.Munmap(b); err != nil {
+			return err
+		}
 	}
 	say("kb: hashed")
 	t := time.Now()

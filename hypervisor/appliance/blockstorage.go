@@ -54,14 +54,14 @@ func (s *Services) ListBlockStorages(ctx context.Context) ([]*provisioningv1.Blo
 
 // bsCreate describes one way of making a new volume.
 type bsCreate struct {
-	op                     string
-	name                   string
-	ann, labels            map[string]string
-	request, limit         uint64
-	extraAnn               map[string]string // provenance
-	backing                string            // block storage whose volume backs the new one
-	volume                 func(ctx context.Context, c hypervisorv1.HypervisorServiceClient, node string) (*hypervisorv1.Volume, error)
-	fixedNode, fixedReason string
+	op             string
+	name           string
+	ann, labels    map[string]string
+	request, limit uint64
+	extraAnn       map[string]string // provenance
+	backing        string            // block storage whose volume backs the new one
+	volume         func(ctx context.Context, c hypervisorv1.HypervisorServiceClient, node string) (*hypervisorv1.Volume, error)
+	fixedNode      string
 }
 
 func checkSizes(name string, request, limit uint64) error {
@@ -274,13 +274,13 @@ func (s *Services) createBS(ctx context.Context, c bsCreate) (*provisioningv1.Bl
 // creation: a soft-deleted volume is a tombstone, and n0stack `do` files
 // delete and re-create volumes by name.
 func (s *Services) purgeTombstone(ctx context.Context, name string) error {
-	bs, err := s.GetBlockStorage(ctx, name)
-	if err != nil || bs.GetState() != bsDeleted {
-		return nil // absent, or the create reports AlreadyExists
-	}
-	s.log.Info("purging DELETED block storage before re-creating it", "block_storage", name)
-	if err := s.PurgeBlockStorage(ctx, name); ignoreNotFound(err) != nil {
-		return err
+	// Absent, or not DELETED (the create then reports AlreadyExists):
+	// nothing to purge.
+	if bs, err := s.GetBlockStorage(ctx, name); err == nil && bs.GetState() == bsDeleted {
+		s.log.Info("purging DELETED block storage before re-creating it", "block_storage", name)
+		if err := s.PurgeBlockStorage(ctx, name); ignoreNotFound(err) != nil {
+			return err
+		}
 	}
 	return nil
 }

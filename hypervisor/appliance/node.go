@@ -71,8 +71,9 @@ func nodeErr(node, op string, err error) error {
 		return apierr.Exhaustedf("node %q: %s: %s", node, op, msg)
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
 		return apierr.Unavailablef("node %q: %s: %s (%s)", node, op, msg, st.Code())
+	default: // the rest: an error of no class that names the code
+		return fmt.Errorf("node %q: %s: %s (%s)", node, op, msg, st.Code())
 	}
-	return fmt.Errorf("node %q: %s: %s (%s)", node, op, msg, st.Code())
 }
 
 // ignoreNotFound drops NotFound: compensations and roll-forwards are

@@ -424,8 +424,9 @@ func vmStateFromNode(st hypervisorv1.VMState) vmState {
 		return vmShutdown
 	case hypervisorv1.VMState_VM_STATE_PAUSED:
 		return vmPaused
+	default: // FAILED has no VirtualMachine state of its own: reconcile notes the node's word beside UNSPECIFIED
+		return vmUnspecified
 	}
-	return vmUnspecified
 }
 
 // pendVM moves an existing VM to PENDING for op; check may refuse.

@@ -235,7 +235,10 @@ func (s Seed) WriteISO(w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("cloud-init: %w", err)
 	}
-	defer iw.Cleanup()
+	// Cleanup removes the writer's staging files; the ISO is written
+	// (or its error returned) by then, so a leftover temp file is all a
+	// failure could leave.
+	defer func() { _ = iw.Cleanup() }()
 	names := make([]string, 0, len(files))
 	for n := range files {
 		names = append(names, n)

@@ -121,8 +121,9 @@ func unanswered(err error) bool {
 	switch status.Code(err) {
 	case codes.Unavailable, codes.DeadlineExceeded:
 		return true
+	default: // an answer, if a refusal
+		return false
 	}
-	return false
 }
 
 // do runs call against the current appliance and, while the appliances

@@ -341,8 +341,10 @@ func (id Identity) Renew(ctx context.Context, cfg RenewConfig) error {
 			}
 		}
 		if err := id.renewOnce(ctx, cfg); err != nil {
-			if ctx.Err() != nil {
-				return nil
+			select {
+			case <-ctx.Done():
+				return nil // stopped, as documented: the failure is the stop
+			default:
 			}
 			left := time.Until(cur.NotAfter)
 			log.Warn("node certificate renewal failed; retrying", "err", err, "retry_in", retry.String(),

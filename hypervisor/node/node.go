@@ -36,6 +36,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"time"
 
 	hypervisorv1 "github.com/corralhq/corral/api/hypervisor/v1"
@@ -304,8 +305,7 @@ func advertise(adv string, addr net.Addr) (string, uint32) {
 		}
 	}
 	if h, p, err := net.SplitHostPort(adv); err == nil {
-		var n int
-		fmt.Sscan(p, &n)
+		n, _ := strconv.Atoi(p) // a port that is no number advertises 0, as before
 		return h, uint32(n)
 	}
 	return adv, port

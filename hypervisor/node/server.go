@@ -271,6 +271,7 @@ func (s *Server) vmProto(v vm.VM) *hypervisorv1.VM {
 		out.State = hypervisorv1.VMState_VM_STATE_PAUSED
 	case vm.Failed:
 		out.State = hypervisorv1.VMState_VM_STATE_FAILED
+	case vm.StateUnspecified: // out.State stays as the metadata above left it
 	}
 	out.Console = v.Console
 	return out

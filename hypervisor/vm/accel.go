@@ -109,7 +109,7 @@ func (p *AccelProbe) Start(ctx context.Context) {
 	})
 }
 
-// ErrProbeClosed: the AccelProbe was closed before it decided.
+// ErrProbeClosed means the AccelProbe was closed before it decided.
 var ErrProbeClosed = errors.New("accelerator probe closed before deciding")
 
 // Wait starts the decision if need be and blocks until it is made (the

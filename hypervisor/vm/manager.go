@@ -80,8 +80,9 @@ func (s State) String() string {
 		return "paused"
 	case Failed:
 		return "failed"
+	default: // StateUnspecified and values out of range
+		return "unspecified"
 	}
-	return "unspecified"
 }
 
 // VM is one VM as found on the node.
@@ -290,7 +291,7 @@ func (m *Manager) Boot(ctx context.Context, spec Spec) (VM, error) {
 	}
 	undo = append(undo, func() {
 		if pid, ok := processAlive(p.PIDFile, spec.Name); ok {
-			killWait(pid, spec.Name, p.PIDFile, 5*time.Second)
+			killWait(pid, spec.Name, 5*time.Second)
 		}
 		for _, f := range []string{p.PIDFile, p.QMP, p.Serial, p.VNC} {
 			os.Remove(f)
@@ -314,11 +315,11 @@ func (m *Manager) Boot(ctx context.Context, spec Spec) (VM, error) {
 		rollback()
 		return VM{}, fmt.Errorf("vm %q: resume over QMP: %w", spec.Name, err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, specFile), mustJSON(spec), 0o600); err != nil {
+	if err := writeFileAtomic(filepath.Join(dir, specFile), mustJSON(spec)); err != nil {
 		rollback()
 		return VM{}, fmt.Errorf("vm %q: %w", spec.Name, err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, desiredFile), []byte("running\n"), 0o600); err != nil {
+	if err := writeFileAtomic(filepath.Join(dir, desiredFile), []byte("running\n")); err != nil {
 		rollback()
 		return VM{}, fmt.Errorf("vm %q: %w", spec.Name, err)
 	}
@@ -345,7 +346,7 @@ func (m *Manager) resume(ctx context.Context, name string, p Paths, pid int) (VM
 		}
 		m.log.Info("vm resumed", "vm", name, "was", st)
 	}
-	if err := writeFileAtomic(filepath.Join(p.Dir, desiredFile), []byte("running\n"), 0o600); err != nil {
+	if err := writeFileAtomic(filepath.Join(p.Dir, desiredFile), []byte("running\n")); err != nil {
 		return VM{}, err
 	}
 	return m.get(ctx, name)
@@ -392,7 +393,7 @@ func (m *Manager) Shutdown(ctx context.Context, name string, hard bool) (VM, err
 		return VM{}, err
 	}
 	p := PathsFor(m.dir(name))
-	if err := writeFileAtomic(filepath.Join(p.Dir, desiredFile), []byte("shutdown\n"), 0o600); err != nil {
+	if err := writeFileAtomic(filepath.Join(p.Dir, desiredFile), []byte("shutdown\n")); err != nil {
 		return VM{}, err
 	}
 	pid, ok := processAlive(p.PIDFile, name)
@@ -446,7 +447,7 @@ func (m *Manager) stop(ctx context.Context, name string, p Paths, pid int) {
 	if err != nil {
 		m.log.Debug("qmp quit", "vm", name, "err", err)
 	}
-	killWait(pid, name, p.PIDFile, 10*time.Second)
+	killWait(pid, name, 10*time.Second)
 	for _, f := range []string{p.PIDFile, p.QMP, p.Serial, p.VNC} {
 		os.Remove(f)
 	}
@@ -616,18 +617,19 @@ func pidIsVM(pid int, name string) bool {
 
 // killWait sends SIGTERM, then SIGKILL after half of wait, and waits for
 // the process to be gone.
-func killWait(pid int, name, pidFile string, wait time.Duration) {
+func killWait(pid int, name string, wait time.Duration) {
 	deadline := time.Now().Add(wait)
 	killed := false
 	for pidIsVM(pid, name) {
+		// A failed kill (the process just went) shows in pidIsVM.
 		if !killed && time.Now().After(deadline.Add(-wait/2)) {
-			syscall.Kill(pid, syscall.SIGKILL)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 			killed = true
 		} else if time.Now().After(deadline) {
 			return
 		}
 		if !killed {
-			syscall.Kill(pid, syscall.SIGTERM)
+			_ = syscall.Kill(pid, syscall.SIGTERM)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -655,6 +657,7 @@ func mustJSON(v any) []byte {
 
 // writeFileAtomic writes VM state durably: a node may lose power right
 // after a call returns, and its VMs must come back after the reboot.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	return durable.WriteFile(path, data, perm)
+// It is readable by the node's user only (0600).
+func writeFileAtomic(path string, data []byte) error {
+	return durable.WriteFile(path, data, 0o600)
 }

@@ -35,13 +35,13 @@ func qmpSession(ctx context.Context, sock string, fn func(mon *qmp.SocketMonitor
 	go func() {
 		if err := mon.Connect(); err != nil {
 			close(connected)
-			mon.Disconnect()
+			_ = mon.Disconnect() // closes the socket; the handshake's error is the one to report
 			done <- result{err: fmt.Errorf("qmp handshake: %w", err)}
 			return
 		}
 		close(connected)
 		out, err := fn(mon)
-		mon.Disconnect()
+		_ = mon.Disconnect() // closes the socket; fn's answer is already in hand
 		done <- result{out, err}
 	}()
 	select {
@@ -50,7 +50,7 @@ func qmpSession(ctx context.Context, sock string, fn func(mon *qmp.SocketMonitor
 	case <-ctx.Done():
 		go func() {
 			<-connected
-			mon.Disconnect() // unblocks a pending Run; safe once Connect returned
+			_ = mon.Disconnect() // unblocks a pending Run; safe once Connect returned
 		}()
 		return nil, fmt.Errorf("qmp %s: %w", sock, ctx.Err())
 	}

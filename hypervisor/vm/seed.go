@@ -14,7 +14,7 @@ func writeSeed(path string, s *cloudinit.Seed) error {
 	if err := s.WriteISO(&buf); err != nil {
 		return err
 	}
-	if err := writeFileAtomic(path, buf.Bytes(), 0o600); err != nil {
+	if err := writeFileAtomic(path, buf.Bytes()); err != nil {
 		return fmt.Errorf("write seed %s: %w", filepath.Base(path), err)
 	}
 	return nil

@@ -74,18 +74,6 @@ func tail(s string, n int) string {
 	return s
 }
 
-func mustState(t *testing.T, m *Manager, name string, want State) VM {
-	t.Helper()
-	v, err := m.Get(context.Background(), name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v.State != want {
-		t.Fatalf("vm %s state %v (%s), want %v", name, v.State, v.Reason, want)
-	}
-	return v
-}
-
 // TestRealVM drives one tiny guest under QEMU through the whole life
 // cycle: boot with a NoCloud seed on virtio-scsi and a NIC on a tap in a
 // namespace, console check, soft and hard reboot, ACPI shutdown, restart,

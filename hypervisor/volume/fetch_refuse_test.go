@@ -280,14 +280,14 @@ func hijack(t *testing.T, w http.ResponseWriter) (net.Conn, *bufio.ReadWriter) {
 // probe (info, convert, resize and create carry -f; an overlay also -F).
 func TestQemuImgAlwaysToldTheFormat(t *testing.T) {
 	needQemuImg(t)
-	real, err := exec.LookPath("qemu-img")
+	qemuImg, err := exec.LookPath("qemu-img")
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	logFile := filepath.Join(dir, "calls")
 	wrapper := filepath.Join(dir, "qemu-img")
-	script := fmt.Sprintf("#!/bin/sh\nprintf '%%s\\n' \"$*\" >> %q\nexec %q \"$@\"\n", logFile, real)
+	script := fmt.Sprintf("#!/bin/sh\nprintf '%%s\\n' \"$*\" >> %q\nexec %q \"$@\"\n", logFile, qemuImg)
 	if err := os.WriteFile(wrapper, []byte(script), 0o700); err != nil {
 		t.Fatal(err)
 	}

@@ -312,7 +312,7 @@ func BuildProfiles(ctx context.Context, o Options, profiles ...Profile) ([]Resul
 		stages[i] = stage
 	}
 	kernel := filepath.Join(work, "vmlinuz")
-	if err := copyFile(filepath.Join(root, "boot", "vmlinuz-"+rel), kernel, 0o644); err != nil {
+	if err := copyFile(filepath.Join(root, "boot", "vmlinuz-"+rel), kernel); err != nil {
 		return nil, fmt.Errorf("kernel image: %w", err)
 	}
 	os.RemoveAll(root) // ~400 MB unpacked
@@ -342,7 +342,7 @@ func buildOne(ctx context.Context, o Options, urootDir, work, kernel, stage stri
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return Result{}, err
 	}
-	if err := copyFile(kernel, filepath.Join(out, "vmlinuz"), 0o644); err != nil {
+	if err := copyFile(kernel, filepath.Join(out, "vmlinuz")); err != nil {
 		return Result{}, err
 	}
 	cpio := filepath.Join(pw, "initramfs.cpio")
@@ -384,7 +384,9 @@ func buildOne(ctx context.Context, o Options, urootDir, work, kernel, stage stri
 	}
 	if rc.maxSize > 0 && r.InitrdSize > rc.maxSize {
 		keep := filepath.Join(o.CacheDir, "rejected-"+string(rc.profile)+"-initrd.img")
-		os.Rename(initrd, keep)
+		if err := os.Rename(initrd, keep); err != nil {
+			keep = initrd // not moved aside: the error names where it still is
+		}
 		return Result{}, fmt.Errorf("%s: %s initramfs is %d bytes, over the %d-byte budget", keep, rc.profile, r.InitrdSize, rc.maxSize)
 	}
 	// BuildTime is this profile's own time plus its share of the
@@ -702,7 +704,8 @@ func lock(path string) (func(), error) {
 		f.Close()
 		return nil, err
 	}
-	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+	// Closing the file releases the lock whether or not LOCK_UN did.
+	return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
 }
 
 // keepBuilds is how many finished builds of a profile the cache keeps

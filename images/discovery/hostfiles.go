@@ -188,7 +188,7 @@ func packageVersions(ctx context.Context, pkgs []string) (map[string]string, err
 	}
 	for _, p := range pkgs {
 		if v[p] == "" {
-			return nil, fmt.Errorf("Debian package %s is not installed: apt-get install %s", p, p)
+			return nil, fmt.Errorf("the Debian package %s is not installed: apt-get install %s", p, p)
 		}
 	}
 	return v, nil

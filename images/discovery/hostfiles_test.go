@@ -10,15 +10,15 @@ import (
 
 func TestResolveHostFilesAndHash(t *testing.T) {
 	d := t.TempDir()
-	real := filepath.Join(d, "vgabios-isavga.bin")
-	os.WriteFile(real, []byte("rom v1"), 0o644)
+	rom := filepath.Join(d, "vgabios-isavga.bin")
+	os.WriteFile(rom, []byte("rom v1"), 0o644)
 	link := filepath.Join(d, "vgabios.bin")
 	os.Symlink("vgabios-isavga.bin", link)
 	files, err := resolveHostFiles(context.Background(), []string{link}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) != 1 || files[0].Src != real || files[0].Dst != link[1:] {
+	if len(files) != 1 || files[0].Src != rom || files[0].Dst != link[1:] {
 		t.Fatalf("files = %+v: want the link's path as destination and its target as source", files)
 	}
 	if _, err := resolveHostFiles(context.Background(), []string{filepath.Join(d, "absent")}, nil); err == nil {
@@ -28,7 +28,7 @@ func TestResolveHostFilesAndHash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(real, []byte("rom v2"), 0o644)
+	os.WriteFile(rom, []byte("rom v2"), 0o644)
 	if h2, _ := hostFilesHash(files); h2 == h1 {
 		t.Error("hash unchanged after the file changed")
 	}

@@ -80,8 +80,10 @@ func FetchKernel(ctx context.Context, k KernelPackage, debDir, dir string) (stri
 	if err := os.MkdirAll(debDir, 0o755); err != nil {
 		return "", err
 	}
-	// apt's _apt sandbox user must be able to write here.
-	os.Chmod(debDir, 0o755)
+	// apt's _apt sandbox user must be able to write here. Best effort: a
+	// directory another user owns keeps its mode, and apt-get says so
+	// below if it then cannot write.
+	_ = os.Chmod(debDir, 0o755)
 	pattern := filepath.Join(debDir, k.Name+"_*.deb")
 	deb := findDeb(pattern, k.Version)
 	if deb == "" {

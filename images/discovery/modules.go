@@ -147,14 +147,14 @@ func StageModules(root, stage, kver string, want []string) ([]string, error) {
 	var g errgroup.Group
 	g.SetLimit(runtime.NumCPU())
 	for _, p := range paths {
-		g.Go(func() error { return copyFile(filepath.Join(src, p), filepath.Join(dst, p), 0o644) })
+		g.Go(func() error { return copyFile(filepath.Join(src, p), filepath.Join(dst, p)) })
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
 	// depmod reads these to tell built-in from missing modules.
 	for _, n := range []string{"modules.builtin", "modules.builtin.modinfo", "modules.order"} {
-		if err := copyFile(filepath.Join(src, n), filepath.Join(dst, n), 0o644); err != nil && !os.IsNotExist(err) {
+		if err := copyFile(filepath.Join(src, n), filepath.Join(dst, n)); err != nil && !os.IsNotExist(err) {
 			return nil, err
 		}
 	}
@@ -189,7 +189,8 @@ func depmod(base, kver string) error {
 	return nil
 }
 
-func copyFile(src, dst string, mode os.FileMode) error {
+// copyFile copies src to dst (mode 0644), making dst's directory.
+func copyFile(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -198,7 +199,7 @@ func copyFile(src, dst string, mode os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,7 @@ func TestInputsKey(t *testing.T) {
 	b.AgentSource = "y"
 	c := a
 	c.Package.Version = "6.1.192-3"
-	if a.Key() == b.Key() || a.Key() == c.Key() || a.Key() != a.Key() {
+	if k := a.Key(); k == b.Key() || k == c.Key() || a.Key() != k {
 		t.Error("the cache key must change with the agent source and the kernel version, and only then")
 	}
 	if got := a.Package.Release(); got != "6.1.0-56-amd64" {

@@ -229,7 +229,7 @@ func copyTree(src, dst string) error {
 		case d.IsDir():
 			return os.MkdirAll(t, 0o755)
 		case d.Type().IsRegular():
-			return copyFile(p, t, 0o644)
+			return copyFile(p, t)
 		case d.Type()&fs.ModeSymlink != 0:
 			l, err := os.Readlink(p)
 			if err != nil {

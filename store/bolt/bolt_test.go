@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	bbolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/storetest"
@@ -251,7 +252,7 @@ func TestCommitFailure(t *testing.T) {
 	_, putErr := s.Put(ctx, "new", []byte("v"), 0)
 	delErr := s.Delete(ctx, "k", 1)
 	for _, err := range []error{putErr, delErr} {
-		if err == nil || !errors.Is(err, bbolt.ErrDatabaseNotOpen) {
+		if err == nil || !errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
 			t.Errorf("write on failed commit: %v, want the commit error", err)
 		}
 	}

@@ -157,7 +157,8 @@ func openJournal(jp, path string, id []byte) (*journal, error) {
 	// empty and another store's: write this store's header.
 	binary.BigEndian.PutUint32(hdr, fileMagic)
 	copy(hdr[4:], id)
-	if err := f.Truncate(0); err == nil {
+	err = f.Truncate(0)
+	if err == nil {
 		_, err = f.WriteAt(hdr, 0)
 	}
 	if err == nil {

@@ -189,8 +189,9 @@ func (t *windowTimer) wait(d time.Duration) {
 				continue
 			case syscall.EAGAIN:
 				return false // not expired yet: wait in the poller
+			default: // 0 (read the expiry count) or a failure, judged below
+				return true
 			}
-			return true
 		}
 	})
 	if err != nil || errno != 0 {

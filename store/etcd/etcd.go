@@ -302,8 +302,9 @@ func timedOut(err error) bool {
 	switch status.Code(err) {
 	case codes.DeadlineExceeded, codes.Canceled:
 		return true
+	default: // a plain error, or a status whose code lost the deadline
+		return strings.Contains(err.Error(), context.DeadlineExceeded.Error())
 	}
-	return strings.Contains(err.Error(), context.DeadlineExceeded.Error())
 }
 
 func kvOf(prefix string, kv *mvccpb.KeyValue) store.KV {

@@ -28,7 +28,7 @@ import (
 //	1 → 2: network records' CIDRs stored canonically (host bits cleared).
 const SchemaVersion = 2
 
-// ErrSchema: the record was written by a newer schema than this build knows
+// ErrSchema means the record was written by a newer schema than this build knows
 // (class apierr.ErrDataLoss).
 var ErrSchema = apierr.New(apierr.ErrDataLoss, "record: unsupported schema version")
 

@@ -224,6 +224,8 @@ func sortedKeys[V any](m map[string]V) []string {
 
 func volumePath(name string) string { return "/var/lib/corral/volumes/" + name + ".qcow2" }
 
+// CreateVolume records a qcow2 volume (on a backing volume when asked):
+// AlreadyExists for a taken name, NotFound for a missing backing volume.
 func (n *Node) CreateVolume(_ context.Context, req *hypervisorv1.CreateVolumeRequest) (*hypervisorv1.Volume, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -242,6 +244,8 @@ func (n *Node) CreateVolume(_ context.Context, req *hypervisorv1.CreateVolumeReq
 	return proto.CloneOf(v), nil
 }
 
+// FetchVolume runs the OnFetch hook, then records the volume as if
+// fetched: AlreadyExists for a taken name.
 func (n *Node) FetchVolume(_ context.Context, req *hypervisorv1.FetchVolumeRequest) (*hypervisorv1.Volume, error) {
 	n.mu.Lock()
 	f := n.fetch
@@ -261,6 +265,7 @@ func (n *Node) FetchVolume(_ context.Context, req *hypervisorv1.FetchVolumeReque
 	return proto.CloneOf(v), nil
 }
 
+// ResizeVolume grows a volume: NotFound, or InvalidArgument for a shrink.
 func (n *Node) ResizeVolume(_ context.Context, req *hypervisorv1.ResizeVolumeRequest) (*hypervisorv1.Volume, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -275,6 +280,7 @@ func (n *Node) ResizeVolume(_ context.Context, req *hypervisorv1.ResizeVolumeReq
 	return proto.CloneOf(v), nil
 }
 
+// GetVolume returns a copy of the volume, or NotFound.
 func (n *Node) GetVolume(_ context.Context, req *hypervisorv1.VolumeRequest) (*hypervisorv1.Volume, error) {
 	if v := n.Volume(req.GetName()); v != nil {
 		return v, nil
@@ -282,6 +288,8 @@ func (n *Node) GetVolume(_ context.Context, req *hypervisorv1.VolumeRequest) (*h
 	return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetName())
 }
 
+// DeleteVolume removes a volume: NotFound, or FailedPrecondition while it
+// backs another.
 func (n *Node) DeleteVolume(_ context.Context, req *hypervisorv1.VolumeRequest) (*emptypb.Empty, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -297,6 +305,7 @@ func (n *Node) DeleteVolume(_ context.Context, req *hypervisorv1.VolumeRequest) 
 	return &emptypb.Empty{}, nil
 }
 
+// ListVolumes returns copies of the volumes by name.
 func (n *Node) ListVolumes(context.Context, *hypervisorv1.ListVolumesRequest) (*hypervisorv1.ListVolumesResponse, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -307,6 +316,8 @@ func (n *Node) ListVolumes(context.Context, *hypervisorv1.ListVolumesRequest) (*
 	return out, nil
 }
 
+// BootVM starts a VM, or marks an existing one RUNNING: NotFound for a
+// missing disk volume, FailedPrecondition for a network not applied.
 func (n *Node) BootVM(_ context.Context, req *hypervisorv1.BootVMRequest) (*hypervisorv1.VM, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -343,18 +354,22 @@ func (n *Node) vmOp(name string, f func(*hypervisorv1.VM)) (*hypervisorv1.VM, er
 	return proto.CloneOf(v), nil
 }
 
+// RebootVM marks the VM RUNNING, or NotFound.
 func (n *Node) RebootVM(_ context.Context, req *hypervisorv1.VMRequest) (*hypervisorv1.VM, error) {
 	return n.vmOp(req.GetName(), func(v *hypervisorv1.VM) { v.State = hypervisorv1.VMState_VM_STATE_RUNNING })
 }
 
+// ShutdownVM marks the VM SHUTDOWN, or NotFound.
 func (n *Node) ShutdownVM(_ context.Context, req *hypervisorv1.VMRequest) (*hypervisorv1.VM, error) {
 	return n.vmOp(req.GetName(), func(v *hypervisorv1.VM) { v.State = hypervisorv1.VMState_VM_STATE_SHUTDOWN })
 }
 
+// GetVM returns a copy of the VM, or NotFound.
 func (n *Node) GetVM(_ context.Context, req *hypervisorv1.VMRequest) (*hypervisorv1.VM, error) {
 	return n.vmOp(req.GetName(), func(*hypervisorv1.VM) {})
 }
 
+// DeleteVM forgets the VM, or NotFound.
 func (n *Node) DeleteVM(_ context.Context, req *hypervisorv1.VMRequest) (*emptypb.Empty, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -365,6 +380,7 @@ func (n *Node) DeleteVM(_ context.Context, req *hypervisorv1.VMRequest) (*emptyp
 	return &emptypb.Empty{}, nil
 }
 
+// ListVMs returns copies of the VMs by name.
 func (n *Node) ListVMs(context.Context, *hypervisorv1.ListVMsRequest) (*hypervisorv1.ListVMsResponse, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -375,6 +391,7 @@ func (n *Node) ListVMs(context.Context, *hypervisorv1.ListVMsRequest) (*hypervis
 	return out, nil
 }
 
+// ApplyNetwork records the network (replacing one of that name).
 func (n *Node) ApplyNetwork(_ context.Context, req *hypervisorv1.ApplyNetworkRequest) (*emptypb.Empty, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -382,6 +399,7 @@ func (n *Node) ApplyNetwork(_ context.Context, req *hypervisorv1.ApplyNetworkReq
 	return &emptypb.Empty{}, nil
 }
 
+// DeleteNetwork forgets the network; an unknown one is no error.
 func (n *Node) DeleteNetwork(_ context.Context, req *hypervisorv1.DeleteNetworkRequest) (*emptypb.Empty, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -319,7 +319,6 @@ func (m *machine) discover(ctx context.Context, bs bootScript) error {
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	done := make(chan error, 1)
 	cfg := agentsession.Config{
 		Endpoints: bs.params.Endpoints, Token: bs.params.Token, CAFingerprint: bs.params.CAFingerprint,
 		BootMAC: bs.params.MAC, AgentVersion: "corral-sim",
@@ -340,22 +339,26 @@ func (m *machine) discover(ctx context.Context, bs bootScript) error {
 	if bs.params.MAC != m.dhcp.mac.String() {
 		return fmt.Errorf("discover: corral.mac %s is not the boot MAC %s", bs.params.MAC, m.dhcp.mac)
 	}
-	go func() { done <- agentsession.Run(sctx, cfg) }()
+	// ended is closed once Run has returned runErr; after a cancel below
+	// only the ending matters, not what the cancelled session said.
+	var runErr error
+	ended := make(chan struct{})
+	go func() { defer close(ended); runErr = agentsession.Run(sctx, cfg) }()
 	timeout := time.NewTimer(s.cfg.InstallGiveUp)
 	defer timeout.Stop()
 	select {
 	case <-m.rebootCh:
 		cancel()
-		<-done
+		<-ended
 		return nil
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("agent session: %w", err)
+	case <-ended:
+		if runErr != nil {
+			return fmt.Errorf("agent session: %w", runErr)
 		}
 		return ctx.Err()
 	case <-timeout.C:
 		cancel()
-		<-done
+		<-ended
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if !m.registered {

@@ -59,10 +59,11 @@ type topology struct {
 	rootNS, nsFile *os.File
 }
 
-func run(ctx context.Context, name string, args ...string) error {
-	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+// ipCmd runs ip(8) with args; its error quotes the command and its output.
+func ipCmd(ctx context.Context, args ...string) error {
+	out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
 	}
 	return nil
 }
@@ -76,11 +77,11 @@ func newTopology(ctx context.Context, id string) (t *topology, err error) {
 		}
 	}()
 	for _, ns := range []string{t.serverNS, t.clientNS} {
-		if err := run(ctx, "ip", "netns", "add", ns); err != nil {
+		if err := ipCmd(ctx, "netns", "add", ns); err != nil {
 			return t, err
 		}
 		t.created = append(t.created, ns)
-		if err := run(ctx, "ip", "-n", ns, "link", "set", "lo", "up"); err != nil {
+		if err := ipCmd(ctx, "-n", ns, "link", "set", "lo", "up"); err != nil {
 			return t, err
 		}
 	}
@@ -97,14 +98,14 @@ func newTopology(ctx context.Context, id string) (t *topology, err error) {
 		{"-n", t.serverNS, "route", "add", extraNodes.String(), "via", relayAddr.String()},
 	}
 	for _, s := range steps {
-		if err := run(ctx, "ip", s...); err != nil {
+		if err := ipCmd(ctx, s...); err != nil {
 			return t, err
 		}
 	}
 	// Thousands of connections from one namespace to one port: widen
 	// the backlog and port range on both sides.
 	for _, ns := range []string{t.serverNS, t.clientNS} {
-		if err := run(ctx, "ip", "netns", "exec", ns, "sh", "-c",
+		if err := ipCmd(ctx, "netns", "exec", ns, "sh", "-c",
 			"sysctl -qw net.core.somaxconn=65535 net.ipv4.tcp_max_syn_backlog=65535 net.ipv4.ip_local_port_range='1024 65000' net.core.rmem_max=16777216 net.core.wmem_max=16777216 2>/dev/null || true"); err != nil {
 			return t, err
 		}
@@ -147,7 +148,7 @@ func (t *topology) Close() {
 		t.nl = nil
 	}
 	for _, ns := range t.created {
-		_ = run(context.Background(), "ip", "netns", "del", ns)
+		_ = ipCmd(context.Background(), "netns", "del", ns)
 	}
 	t.created = nil
 	if t.nsFile != nil {

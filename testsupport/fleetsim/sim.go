@@ -645,22 +645,13 @@ func (s *sim) watchNodes(ctx context.Context, c poolv1.NodeServiceClient) {
 	}
 }
 
-func countReady(nodes map[string]poolv1.Node_NodeState) int {
-	n := 0
-	for _, st := range nodes {
-		if st == poolv1.Node_READY {
-			n++
-		}
-	}
-	return n
-}
-
 func inventoried(st inventoryv1.Machine_MachineState) bool {
 	switch st {
 	case inventoryv1.Machine_INVENTORIED, inventoryv1.Machine_INSTALLING, inventoryv1.Machine_DEPLOYED:
 		return true
+	default: // not yet inventoried, failed or held
+		return false
 	}
-	return false
 }
 
 // waitDeployed waits (up to d) until the appliance counts want machines
@@ -771,8 +762,12 @@ func (s *sim) saveMetrics(path string) {
 	if err != nil {
 		return
 	}
-	defer f.Close()
-	io.Copy(f, io.LimitReader(resp.Body, 64<<20))
+	if _, err := io.Copy(f, io.LimitReader(resp.Body, 64<<20)); err != nil {
+		s.logf("saving corrald's metrics to %s: %v", path, err)
+	}
+	if err := f.Close(); err != nil {
+		s.logf("saving corrald's metrics to %s: %v", path, err)
+	}
 }
 
 func procLine(pid int, start procStat, since time.Duration) string {

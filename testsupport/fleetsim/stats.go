@@ -92,12 +92,6 @@ func (s *stats) add(counter string, n int64) {
 	s.mu.Unlock()
 }
 
-func (s *stats) count(counter string) int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.counts[counter]
-}
-
 // PhaseFigures are one phase's percentiles.
 type PhaseFigures struct {
 	Phase    string

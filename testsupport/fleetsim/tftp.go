@@ -40,7 +40,8 @@ func (n *netNS) tftpGet(ctx context.Context, from netip.Addr, server netip.Addr,
 		return 0, err
 	}
 	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Now()) })
+	// A deadline fails only on a closed socket, whose read fails anyway.
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Now()) })
 	defer stop()
 
 	var rrq bytes.Buffer
@@ -70,7 +71,7 @@ func (n *netNS) tftpGet(ctx context.Context, from netip.Addr, server netip.Addr,
 		return 0, err
 	}
 	for {
-		conn.SetReadDeadline(time.Now().Add(timeout))
+		_ = conn.SetReadDeadline(time.Now().Add(timeout)) // see the AfterFunc above
 		nr, from, err := conn.ReadFromUDP(buf)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -109,15 +110,15 @@ func (n *netNS) tftpGet(ctx context.Context, from netip.Addr, server netip.Addr,
 			}
 			last, tries = ack(0), 0
 		case tftpDATA:
-			switch {
-			case arg == next:
+			switch arg {
+			case next:
 				got += int64(nr - 4)
 				last, tries = ack(arg), 0
 				next++
 				if nr-4 < blk {
 					return got, send(last)
 				}
-			case arg == next-1:
+			case next - 1:
 				// Our ACK was lost: say it again.
 			default:
 				continue

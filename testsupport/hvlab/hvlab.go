@@ -72,7 +72,10 @@ func Skip() string {
 // Binaries are the built corral-node and corral programs.
 type Binaries struct{ Dir string }
 
-func (b Binaries) Node() string   { return filepath.Join(b.Dir, "corral-node") }
+// Node is the corral-node program's path.
+func (b Binaries) Node() string { return filepath.Join(b.Dir, "corral-node") }
+
+// Corral is the corral program's path.
 func (b Binaries) Corral() string { return filepath.Join(b.Dir, "corral") }
 
 // Build compiles corral-node and corral into dir (with the race detector
@@ -136,10 +139,11 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func run(name string, args ...string) error {
-	out, err := exec.Command(name, args...).CombinedOutput()
+// ipCmd runs ip(8) with args; its error quotes the command and its output.
+func ipCmd(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
@@ -166,7 +170,7 @@ func New(t T, bin Binaries, opt Options) *Lab {
 		{"addr", "add", l.HostIP + "/24", "dev", l.Bridge},
 		{"link", "set", l.Bridge, "up"},
 	} {
-		if err := run("ip", c...); err != nil {
+		if err := ipCmd(c...); err != nil {
 			t.Fatalf("%v", err)
 		}
 	}
@@ -216,7 +220,7 @@ func (l *Lab) AddNode(name string) *Node {
 		NodeIP: fmt.Sprintf("10.231.%d.%d", l.subnet, 2+i)}
 	n.NodeDir = filepath.Join(l.Dir, "node-"+name)
 	n.nodeLog = filepath.Join(l.Dir, "corral-node-"+name+".log")
-	if err := run("ip", "netns", "add", n.NS); err != nil {
+	if err := ipCmd("netns", "add", n.NS); err != nil {
 		t.Fatalf("%v", err)
 	}
 	l.Nodes = append(l.Nodes, n)
@@ -231,7 +235,7 @@ func (l *Lab) AddNode(name string) *Node {
 		{"-n", n.NS, "link", "set", "uplink0", "up"},
 		{"-n", n.NS, "link", "set", "lo", "up"},
 	} {
-		if err := run("ip", c...); err != nil {
+		if err := ipCmd(c...); err != nil {
 			t.Fatalf("%v", err)
 		}
 	}
@@ -264,7 +268,9 @@ func (l *Lab) serveFiles() {
 		http.ServeFile(w, r, p)
 	})
 	l.web = &http.Server{Handler: mux}
-	go l.web.Serve(lis)
+	// Serve ends with ErrServerClosed when the cleanup closes it; a file
+	// it failed to serve shows as the guest's failure.
+	go func() { _ = l.web.Serve(lis) }()
 	l.WebURL = "http://" + lis.Addr().String() + "/"
 }
 
@@ -297,7 +303,10 @@ func (n *Node) StartNode() {
 		f.Close()
 		l.t.Fatalf("start corral-node: %v", err)
 	}
-	go func() { cmd.Wait(); f.Close() }()
+	go func() {
+		_ = cmd.Wait() // killed or stopped by the test: the log says how it went
+		f.Close()
+	}()
 	n.cmd = cmd
 }
 
@@ -314,7 +323,7 @@ func (n *Node) KillNode() {
 	if n.cmd == nil {
 		return
 	}
-	n.cmd.Process.Signal(syscall.SIGKILL)
+	_ = n.cmd.Process.Signal(syscall.SIGKILL) // gone already is fine: the loop waits for gone
 	for i := 0; i < 100; i++ {
 		if syscall.Kill(n.cmd.Process.Pid, 0) != nil {
 			break
@@ -354,7 +363,7 @@ func (n *Node) WaitNodeReady(timeout time.Duration, since time.Time) error {
 }
 
 // NodeLogTail is the end of corral-node's log.
-func (n *Node) NodeLogTail(max int) string { return tailFile(n.nodeLog, max) }
+func (n *Node) NodeLogTail(size int) string { return tailFile(n.nodeLog, size) }
 
 // ServerLogTail is the end of corrald's log (when New wrote it).
 func (l *Lab) ServerLogTail(n int) string { return tailFile(filepath.Join(l.Dir, "corrald.log"), n) }
@@ -530,14 +539,18 @@ func (l *Lab) cleanup() {
 				break
 			}
 			for _, p := range pids {
-				syscall.Kill(p, syscall.SIGKILL)
+				_ = syscall.Kill(p, syscall.SIGKILL) // the loop looks again
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		run("ip", "link", "del", n.Veth)
-		if err := run("ip", "netns", "del", n.NS); err != nil {
+		if err := ipCmd("link", "del", n.Veth); err != nil {
+			l.t.Logf("cleanup: %v", err)
+		}
+		if err := ipCmd("netns", "del", n.NS); err != nil {
 			l.t.Logf("cleanup: %v", err)
 		}
 	}
-	run("ip", "link", "del", l.Bridge)
+	if err := ipCmd("link", "del", l.Bridge); err != nil {
+		l.t.Logf("cleanup: %v", err)
+	}
 }

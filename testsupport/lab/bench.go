@@ -139,7 +139,9 @@ func Bench(ctx context.Context, cfg BenchConfig) error {
 		if err == nil {
 			ms, err = Measure(ctx, up.Dir)
 		}
-		stopStamps()
+		if serr := stopStamps(); serr != nil {
+			fmt.Fprintf(cfg.Out, "round %d/%d: console copies incomplete: %v\n", r, cfg.Runs, serr)
+		}
 		load := loadAvg()
 		loads = append(loads, load)
 		if derr := Down(context.WithoutCancel(ctx), up.Dir, io.Discard); derr != nil && err == nil {

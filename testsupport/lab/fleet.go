@@ -212,7 +212,7 @@ func (s *State) startEtcd(ctx context.Context) error {
 		if err := os.MkdirAll(filepath.Dir(m.Dir), 0o755); err != nil {
 			return err
 		}
-		pid, err := startDetached(m.Log, "ip", append([]string{"netns", "exec", s.Namespace, bin}, s.etcdArgs(*m)...)...)
+		pid, err := startDetached(m.Log, append([]string{"netns", "exec", s.Namespace, bin}, s.etcdArgs(*m)...)...)
 		if err != nil {
 			return err
 		}
@@ -326,7 +326,7 @@ func (s *State) startAppliances(ctx context.Context, c Config, say func(string, 
 			}
 		}
 		a.Args = s.applianceArgs(i, s.AutoAccept, c.CorraldArgs)
-		pid, err := startDetached(a.Log, "ip", append([]string{"netns", "exec", s.Namespace, s.Bin.Corrald}, a.Args...)...)
+		pid, err := startDetached(a.Log, append([]string{"netns", "exec", s.Namespace, s.Bin.Corrald}, a.Args...)...)
 		if err != nil {
 			return err
 		}

@@ -12,23 +12,24 @@ import (
 	"time"
 )
 
-// startDetached starts a process in its own session with output to
+// startDetached starts `ip args...` (every lab process runs in the lab's
+// namespace through `ip netns exec`) in its own session with output to
 // logPath and does not wait for it: it outlives corral-lab.
-func startDetached(logPath string, name string, args ...string) (int, error) {
+func startDetached(logPath string, args ...string) (int, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return 0, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(name, args...)
+	cmd := exec.Command("ip", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("start %s: %w", name, err)
+		return 0, fmt.Errorf("start ip: %w", err)
 	}
 	pid := cmd.Process.Pid
 	// Reap it if it dies while corral-lab still runs; afterwards init does.
-	go cmd.Wait()
+	go func() { _ = cmd.Wait() }() // its exit status is its own business
 	return pid, nil
 }
 

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -21,14 +22,18 @@ const stampMaxLine = 64 << 10
 // run/machines/*/console.log, which may appear later or be recreated) to
 // outDir/<machine>.console.log as it is written, each line prefixed with
 // the host's wall clock (UTC, milliseconds), so a round's boots can be
-// split on one clock. It returns a stop function that copies what is left
-// and waits for the copier.
-func StampConsoles(dir, outDir string) (stop func(), err error) {
+// split on one clock. It returns a stop function that copies what is left,
+// waits for the copier and returns the copies' write errors (a copy
+// stops at its first).
+func StampConsoles(dir, outDir string) (stop func() error, err error) {
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return nil, err
 	}
 	done := make(chan struct{})
-	var wg sync.WaitGroup
+	var (
+		wg      sync.WaitGroup
+		copyErr error // the copier's, read after wg.Wait
+	)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -36,15 +41,26 @@ func StampConsoles(dir, outDir string) (stop func(), err error) {
 			off  int64
 			part []byte // a line without its end yet
 			out  *os.File
+			err  error // the first write error; the copy stops there
+		}
+		// write writes one stamped line (ending in '\n').
+		write := func(s *source, stamp string, line []byte) {
+			if s.err == nil {
+				_, s.err = s.out.Write(append([]byte(stamp+" "), line...))
+			}
 		}
 		srcs := map[string]*source{}
 		defer func() {
 			for _, s := range srcs {
 				if len(s.part) > 0 {
-					s.out.WriteString(time.Now().UTC().Format("15:04:05.000") + " ")
-					s.out.Write(append(s.part, '\n'))
+					write(s, time.Now().UTC().Format("15:04:05.000"), append(s.part, '\n'))
 				}
-				s.out.Close()
+				if err := s.out.Close(); err != nil && s.err == nil {
+					s.err = err
+				}
+				if s.err != nil {
+					copyErr = errors.Join(copyErr, s.err)
+				}
 			}
 		}()
 		buf := make([]byte, 256<<10)
@@ -72,20 +88,19 @@ func StampConsoles(dir, outDir string) (stop func(), err error) {
 				for {
 					n, err := f.ReadAt(buf, s.off)
 					s.off += int64(n)
-					data := append(s.part, buf[:n]...)
+					s.part = append(s.part, buf[:n]...)
+					data := s.part
 					s.part = nil
 					for {
 						i := bytes.IndexByte(data, '\n')
 						if i < 0 {
 							break
 						}
-						s.out.WriteString(now + " ")
-						s.out.Write(data[:i+1])
+						write(s, now, data[:i+1])
 						data = data[i+1:]
 					}
 					if len(data) > stampMaxLine {
-						s.out.WriteString(now + " ")
-						s.out.Write(append(data, '\n'))
+						write(s, now, append(data, '\n'))
 						data = nil
 					}
 					s.part = append([]byte(nil), data...)
@@ -109,5 +124,8 @@ func StampConsoles(dir, outDir string) (stop func(), err error) {
 		}
 	}()
 	var once sync.Once
-	return func() { once.Do(func() { close(done); wg.Wait() }) }, nil
+	return func() error {
+		once.Do(func() { close(done); wg.Wait() })
+		return copyErr
+	}, nil
 }

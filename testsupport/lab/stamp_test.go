@@ -37,8 +37,12 @@ func TestStampConsoles(t *testing.T) {
 	os.Remove(console)
 	appendTo("again\n")
 	appendTo("no end")
-	stop()
-	stop()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
 	b, err := os.ReadFile(filepath.Join(out, "lab-1.console.log"))
 	if err != nil {
 		t.Fatal(err)

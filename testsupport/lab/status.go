@@ -24,6 +24,8 @@ func reached(target Target, lm Machine, v view) bool {
 		switch v.Machine.GetState() {
 		case inventoryv1.Machine_INVENTORIED, inventoryv1.Machine_INSTALLING, inventoryv1.Machine_DEPLOYED:
 			return true
+		default: // not yet there, failed or held: not reached
+			return false
 		}
 	case UntilDeployed:
 		return v.Machine.GetState() == inventoryv1.Machine_DEPLOYED

@@ -24,11 +24,12 @@ import (
 // Target is how far Up waits for every machine to get.
 type Target string
 
+// The targets, nearest first.
 const (
-	UntilNone        Target = "none"
-	UntilInventoried Target = "inventoried"
-	UntilDeployed    Target = "deployed"
-	UntilReady       Target = "ready"
+	UntilNone        Target = "none"        // no wait
+	UntilInventoried Target = "inventoried" // INVENTORIED, INSTALLING or DEPLOYED
+	UntilDeployed    Target = "deployed"    // every machine DEPLOYED
+	UntilReady       Target = "ready"       // every machine's node READY
 )
 
 // Config configures Up.
@@ -308,14 +309,14 @@ func Up(ctx context.Context, c Config) (*State, error) {
 		if c.WithBMC {
 			args := []string{"machine", "enroll", m.Name, "--bmc", fmt.Sprintf("127.0.0.1:%d", m.BMCPort), "--bmc-user", m.BMCUser,
 				"--bmc-password-file", m.BMCPwFile, "--bmc-protocol", "ipmi", "--bmc-cipher", "3", "--mac", m.MAC}
-			if _, err := s.corral(ctx, args...); err != nil {
+			if err := s.corral(ctx, args...); err != nil {
 				return s, err
 			}
 			if c.NoPowerOn {
 				say("%s: enrolled, left off (corral machine power on %s)", m.Name, m.Name)
 				continue
 			}
-			if _, err := s.corral(ctx, "machine", "power", "on", m.Name); err != nil {
+			if err := s.corral(ctx, "machine", "power", "on", m.Name); err != nil {
 				return s, err
 			}
 			say("booting %s (%s): enrolled and powered on through corrald (corral machine power on %s)", m.Name, strings.ToUpper(m.Firmware), m.Name)
@@ -486,7 +487,7 @@ func (s *State) startCorrald(ctx context.Context, c Config) error {
 	}
 	args = append(args, c.CorraldArgs...)
 	s.CorraldArgs = args[3:]
-	pid, err := startDetached(filepath.Join(s.RunDir, "corrald.log"), "ip", args...)
+	pid, err := startDetached(filepath.Join(s.RunDir, "corrald.log"), args...)
 	if err != nil {
 		return err
 	}
@@ -536,7 +537,7 @@ func (s *State) waitAPI(ctx context.Context, p Process, logPath, admin, clientCo
 // startSim runs a machine's ipmi_sim in the namespace, detached, and
 // waits until it answers an RMCP presence ping.
 func (s *State) startSim(ctx context.Context, m *Machine) error {
-	pid, err := startDetached(filepath.Join(m.Dir, "ipmi_sim.log"), "ip", "netns", "exec", s.Namespace, "ipmi_sim",
+	pid, err := startDetached(filepath.Join(m.Dir, "ipmi_sim.log"), "netns", "exec", s.Namespace, "ipmi_sim",
 		"-c", filepath.Join(m.Dir, "lan.conf"), "-f", filepath.Join(m.Dir, "sim.emu"), "-s", filepath.Join(m.Dir, "sim-state"), "-n")
 	if err != nil {
 		return err
@@ -570,14 +571,15 @@ func (s *State) chassis(ctx context.Context, m Machine, args ...string) error {
 	return nil
 }
 
-// corral runs the corral CLI against the lab from the host.
-func (s *State) corral(ctx context.Context, args ...string) ([]byte, error) {
+// corral runs the corral CLI against the lab from the host; its error
+// carries the CLI's output.
+func (s *State) corral(ctx context.Context, args ...string) error {
 	full := append([]string{"--config", s.ClientConfig}, args...)
 	out, err := exec.CommandContext(ctx, s.Bin.Corral, full...).CombinedOutput()
 	if err != nil {
-		return out, fmt.Errorf("corral %s: %v\n%s", strings.Join(args, " "), err, out)
+		return fmt.Errorf("corral %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	return out, nil
+	return nil
 }
 
 // printUsage tells how to reach the lab.

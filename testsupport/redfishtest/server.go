@@ -286,7 +286,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	if garbage {
 		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(200)
+		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write([]byte("\x00\x01<html>not redfish{{{"))
 		return
 	}
@@ -300,7 +300,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		s.mu.Unlock()
-		w.WriteHeader(204)
+		w.WriteHeader(http.StatusNoContent)
 	case path == systems && r.Method == http.MethodGet:
 		writeJSON(w, 200, map[string]any{
 			"@odata.id": systems, "@odata.type": "#ComputerSystemCollection.ComputerSystemCollection", "Name": "Systems",
@@ -357,7 +357,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.boot = next
 		s.mu.Unlock()
-		w.WriteHeader(204)
+		w.WriteHeader(http.StatusNoContent)
 	case path == resetURI && r.Method == http.MethodPost:
 		var body struct{ ResetType string }
 		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
@@ -384,7 +384,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			}
 			s.mu.Unlock()
 		}
-		w.WriteHeader(204)
+		w.WriteHeader(http.StatusNoContent)
 	default:
 		redfishError(w, 404, "no such resource "+path)
 	}

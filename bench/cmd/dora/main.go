@@ -70,8 +70,14 @@ func main() {
 		os.Exit(1)
 	}
 	if uc, ok := conn.(*net.UDPConn); ok {
-		uc.SetReadBuffer(8 << 20)
-		uc.SetWriteBuffer(8 << 20)
+		// Smaller buffers drop packets under a burst: the figures would
+		// say so, and this says why.
+		if err := uc.SetReadBuffer(8 << 20); err != nil {
+			fmt.Fprintln(os.Stderr, "warning: read buffer:", err)
+		}
+		if err := uc.SetWriteBuffer(8 << 20); err != nil {
+			fmt.Fprintln(os.Stderr, "warning: write buffer:", err)
+		}
 	}
 	var dsts []*net.UDPAddr
 	for _, a := range strings.Split(*server, ",") {
@@ -85,10 +91,21 @@ func main() {
 	giaddr := net.ParseIP(*local).To4()
 	var mu sync.Mutex
 	byXID := map[dhcpv4.TransactionID]*client{}
+	// A packet that could not be sent is one the client retransmits (or
+	// a lease lost); sendErrs counts them for the summary. Under mu.
+	var sendErrs int
+	var firstSendErr error
+	sendTo := func(b []byte, to net.Addr) {
+		if _, err := conn.WriteTo(b, to); err != nil {
+			if sendErrs++; firstSendErr == nil {
+				firstSendErr = err
+			}
+		}
+	}
 	send := func(m *dhcpv4.DHCPv4) {
 		b := m.ToBytes()
 		for _, d := range dsts {
-			conn.WriteTo(b, d)
+			sendTo(b, d)
 		}
 	}
 	// holders is address → MAC from each ACK until the client's RELEASE
@@ -113,7 +130,7 @@ func main() {
 			}
 			m, _ := dhcpv4.New(dhcpv4.WithMessageType(dhcpv4.MessageTypeRelease), dhcpv4.WithHwAddr(c.hw), dhcpv4.WithClientIP(c.ip),
 				dhcpv4.WithOption(dhcpv4.OptServerIdentifier(c.server.IP)))
-			conn.WriteTo(m.ToBytes(), c.server)
+			sendTo(m.ToBytes(), c.server)
 			n++
 		}
 		releases = releases[n:]
@@ -136,7 +153,8 @@ func main() {
 		defer close(recvDone)
 		buf := make([]byte, 1500)
 		for ctx.Err() == nil {
-			conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+			// Fails only on a closed socket, whose read fails too.
+			_ = conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 			n, _, err := conn.ReadFrom(buf)
 			if err != nil {
 				continue
@@ -178,6 +196,7 @@ func main() {
 				naks++
 				c.offer = nil
 				discover(c)
+			default: // DISCOVER, REQUEST and the rest are no answers to a client
 			}
 			mu.Unlock()
 		}
@@ -244,8 +263,9 @@ func main() {
 	elapsed := time.Since(start)
 	cancel()
 	<-recvDone
+	// The receiver has ended: from here this goroutine alone reads the
+	// clients, the counts and holders.
 	mu.Lock()
-	defer mu.Unlock()
 	var lat []time.Duration
 	var last time.Duration
 	for _, c := range all {
@@ -275,6 +295,10 @@ func main() {
 	for _, l := range dupLines {
 		fmt.Println(l)
 	}
+	if sendErrs > 0 {
+		fmt.Printf("send errors %d (first: %v)\n", sendErrs, firstSendErr)
+	}
+	mu.Unlock()
 	if *etcdURLs != "" {
 		// RELEASEs sent last are in flight: let them land.
 		time.Sleep(500 * time.Millisecond)

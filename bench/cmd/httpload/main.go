@@ -37,7 +37,7 @@ func main() {
 				n, err := io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 				bytes.Add(n)
-				if err != nil || resp.StatusCode != 200 {
+				if err != nil || resp.StatusCode != http.StatusOK {
 					errs.Add(1)
 					continue
 				}

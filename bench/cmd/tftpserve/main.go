@@ -29,8 +29,9 @@ func main() {
 	impl := flag.String("impl", "corral", "corral or pin-default")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := run(ctx, *dir, *listen, *impl); err != nil {
+	err := run(ctx, *dir, *listen, *impl)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "tftpserve:", err)
 		os.Exit(1)
 	}

@@ -12,6 +12,7 @@ package main
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -29,22 +30,38 @@ import (
 
 func say(format string, a ...any) { fmt.Printf("CORRAL-TINY "+format+"\n", a...) }
 
+// warn says on the console what failed. Init goes on regardless: a guest
+// missing one piece still answers most of what a test asks, and the line
+// says why the rest does not.
+func warn(what string, err error) {
+	if err != nil {
+		say("%s: %v", what, err)
+	}
+}
+
+// mount mounts fstype on target; one the kernel mounted already is fine.
+func mount(fstype, target, data string) {
+	if err := unix.Mount(fstype, target, fstype, 0, data); err != nil && !errors.Is(err, unix.EBUSY) {
+		say("mount %s: %v", target, err)
+	}
+}
+
 func main() {
 	start := time.Now()
 	for _, d := range []string{"/dev", "/proc", "/sys", "/tmp", "/run", "/etc/dropbear", "/root", "/home"} {
-		os.MkdirAll(d, 0o755)
+		warn("mkdir", os.MkdirAll(d, 0o755))
 	}
-	unix.Mount("devtmpfs", "/dev", "devtmpfs", 0, "")
-	unix.Mount("proc", "/proc", "proc", 0, "")
-	unix.Mount("sysfs", "/sys", "sysfs", 0, "")
-	os.MkdirAll("/dev/pts", 0o755)
-	unix.Mount("devpts", "/dev/pts", "devpts", 0, "ptmxmode=0666,mode=0620")
-	unix.Mount("tmpfs", "/tmp", "tmpfs", 0, "mode=1777")
+	mount("devtmpfs", "/dev", "")
+	mount("proc", "/proc", "")
+	mount("sysfs", "/sys", "")
+	warn("mkdir", os.MkdirAll("/dev/pts", 0o755))
+	mount("devpts", "/dev/pts", "ptmxmode=0666,mode=0620")
+	mount("tmpfs", "/tmp", "mode=1777")
 	say("init started")
 	if out, err := exec.Command("/bin/busybox", "--install", "-s", "/bin").CombinedOutput(); err != nil {
 		say("busybox --install: %v %s", err, out)
 	}
-	os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647"), 0o644)
+	warn("ping_group_range", os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647"), 0o644))
 	loadModules("/modules")
 	go powerButton()
 	setLoopback()
@@ -62,8 +79,8 @@ func main() {
 		host = str(meta["local-hostname"])
 	}
 	if host != "" {
-		unix.Sethostname([]byte(host))
-		os.WriteFile("/etc/hostname", []byte(host+"\n"), 0o644)
+		warn("sethostname", unix.Sethostname([]byte(host)))
+		warn("hostname", os.WriteFile("/etc/hostname", []byte(host+"\n"), 0o644))
 	}
 	say("hostname=%s instance-id=%s", host, str(meta["instance-id"]))
 
@@ -93,9 +110,9 @@ func main() {
 		uid++
 	}
 	writeKeys("/root", 0, keysFor["root"])
-	os.WriteFile("/etc/passwd", []byte(strings.Join(users, "\n")+"\n"), 0o644)
-	os.WriteFile("/etc/group", []byte(strings.Join(groups, "\n")+"\n"), 0o644)
-	os.WriteFile("/etc/shells", []byte("/bin/sh\n"), 0o644)
+	warn("passwd", os.WriteFile("/etc/passwd", []byte(strings.Join(users, "\n")+"\n"), 0o644))
+	warn("group", os.WriteFile("/etc/group", []byte(strings.Join(groups, "\n")+"\n"), 0o644))
+	warn("shells", os.WriteFile("/etc/shells", []byte("/bin/sh\n"), 0o644))
 
 	configureNetwork(parse(files[cloudinit.NetworkConfig]))
 	listNICs()
@@ -133,12 +150,12 @@ func strs(v any) []string {
 }
 
 func writeKeys(home string, uid int, keys []string) {
-	os.MkdirAll(filepath.Join(home, ".ssh"), 0o700)
-	os.WriteFile(filepath.Join(home, ".ssh", "authorized_keys"), []byte(strings.Join(keys, "\n")+"\n"), 0o600)
+	warn("keys", os.MkdirAll(filepath.Join(home, ".ssh"), 0o700))
+	warn("keys", os.WriteFile(filepath.Join(home, ".ssh", "authorized_keys"), []byte(strings.Join(keys, "\n")+"\n"), 0o600))
 	for _, p := range []string{home, filepath.Join(home, ".ssh"), filepath.Join(home, ".ssh", "authorized_keys")} {
-		os.Chown(p, uid, uid)
+		warn("keys", os.Chown(p, uid, uid))
 	}
-	os.Chmod(home, 0o755)
+	warn("keys", os.Chmod(home, 0o755))
 }
 
 func ip(args ...string) error {
@@ -214,7 +231,7 @@ func configureNetwork(nc map[string]any) {
 			if s := strs(ns["search"]); len(s) > 0 {
 				fmt.Fprintf(&b, "search %s\n", strings.Join(s, " "))
 			}
-			os.WriteFile("/etc/resolv.conf", []byte(b.String()), 0o644)
+			warn("resolv.conf", os.WriteFile("/etc/resolv.conf", []byte(b.String()), 0o644))
 		}
 	}
 }
@@ -349,7 +366,7 @@ func powerButton() {
 					if typ == 1 && code == 116 { // EV_KEY, KEY_POWER
 						say("poweroff")
 						unix.Sync()
-						unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+						warn("poweroff", unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF))
 					}
 				}
 			}(e)
