@@ -205,7 +205,7 @@ type fleetAppliance struct {
 func (l *lab) appliance(ns, iface, name, dataDir, adminDir string, args ...string) *fleetAppliance {
 	l.t.Helper()
 	base := []string{"netns", "exec", ns, filepath.Join(binDir, "corrald"), "serve", "--data-dir", dataDir,
-		"--api-listen", ":20180", "--boot-interface", iface, "--log-level", "debug", "--boot-initrd", testInitrd,
+		"--api-listen", ":20180", "--boot-interface", iface, "--log-level", "debug", "--boot-initrd", testInitrd, "--allow-test-images",
 		"--appliance-name", name}
 	a := &fleetAppliance{proc: l.start("ip", "corrald-"+name+".log", append(base, args...)...), ns: ns, dataDir: dataDir,
 		adminConf: filepath.Join(adminDir, "admin.conf")}

@@ -245,7 +245,7 @@ func (l *lab) corrald(args ...string) *corrald {
 	l.t.Helper()
 	data := filepath.Join(l.dir, "data")
 	base := []string{"netns", "exec", l.ns, filepath.Join(binDir, "corrald"), "serve", "--data-dir", data,
-		"--api-listen", ":20180", "--boot-interface", l.bridge, "--log-level", "debug", "--boot-initrd", testInitrd}
+		"--api-listen", ":20180", "--boot-interface", l.bridge, "--log-level", "debug", "--boot-initrd", testInitrd, "--allow-test-images"}
 	if testKernel != "" {
 		base = append(base, "--boot-kernel", testKernel)
 	}
