@@ -14,6 +14,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 GRPCURL_VERSION := v1.9.3
 GOTESTSUM_VERSION := v1.13.0
 NFPM_VERSION := v2.41.3
+GOLANGCI_LINT_VERSION := v2.15.0
 
 .PHONY: help build test test-short bench generate check-generate tools vet fmt-check ci run clean
 
@@ -35,6 +36,7 @@ tools: ## Install pinned buf, protoc plugins, grpcurl, gotestsum and nfpm into .
 	@test -x $(TOOLS)/grpcurl || GOBIN=$(TOOLS) $(GO) install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 	@test -x $(TOOLS)/gotestsum || GOBIN=$(TOOLS) $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION)
 	@test -x $(TOOLS)/nfpm || GOBIN=$(TOOLS) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
+	@test -x $(TOOLS)/golangci-lint || GOBIN=$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 generate: tools ## Regenerate Go code from api/**/*.proto with buf
 	buf generate
@@ -42,6 +44,13 @@ generate: tools ## Regenerate Go code from api/**/*.proto with buf
 check-generate: generate ## Fail if regenerating the API changes anything
 	@git diff --exit-code -- api || (echo "generated code is stale: run make generate and commit" >&2; exit 1)
 	@test -z "$$(git status --porcelain -- api)" || (git status --porcelain -- api; echo "untracked generated files: run make generate and commit" >&2; exit 1)
+
+# golangci-lint with the curated set in .golangci.yml, and buf lint at
+# STANDARD with the exceptions buf.yaml lists and explains.
+.PHONY: lint
+lint: tools ## golangci-lint (.golangci.yml) and buf lint (buf.yaml)
+	$(TOOLS)/golangci-lint run ./...
+	$(TOOLS)/buf lint
 
 vet: ## go vet and gofmt check
 	$(GO) vet ./...
