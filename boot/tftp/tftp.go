@@ -226,14 +226,14 @@ func (s *Server) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		s.srv.Shutdown()
-		<-errc
+		_ = <-errc // what ended Serve is the shutdown above
 		return nil
 	case err := <-errc:
 		return fmt.Errorf("tftp: %w", err)
 	}
 }
 
-// ErrRefused: the requested name is not a servable catalog file.
+// ErrRefused means the requested name is not a servable catalog file.
 var ErrRefused = errors.New("tftp: refused")
 
 // CheckName validates a requested file name and returns the catalog name
