@@ -97,7 +97,7 @@ func (s *Server) Run(ctx context.Context) error {
 	errc := make(chan error, 2)
 	serve := func(conn net.PacketConn, port int) {
 		defer wg.Done()
-		err := s.serve(ctx, conn, port)
+		err := s.serve(conn, port)
 		if ctx.Err() == nil {
 			errc <- fmt.Errorf("dhcp: port %d: %w", port, err)
 		}
@@ -139,7 +139,7 @@ func (s *Server) Run(ctx context.Context) error {
 // server4.Server.Serve, which allocated a 4 KiB buffer and formatted a
 // debug line per packet: the buffer here is reused (dhcpv4.FromBytes
 // copies what it keeps) and nothing is formatted for a good packet.
-func (s *Server) serve(ctx context.Context, conn net.PacketConn, port int) error {
+func (s *Server) serve(conn net.PacketConn, port int) error {
 	buf := make([]byte, 4096)
 	rio := s.rawIO(conn)
 	isUDP := rio != nil

@@ -232,7 +232,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := s.srv.Shutdown(sctx); err != nil {
 		s.srv.Close()
 	}
-	_ = <-errc // http.ErrServerClosed: the shutdown above ended Serve
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		s.log.Warn("boot HTTP server ended badly during shutdown", "err", err)
+	}
 	return nil
 }
 

@@ -101,11 +101,13 @@ func (r *Responder) Run(ctx context.Context) error {
 	buf := make([]byte, 1500)
 	for {
 		n, cm, src, err := r.p.ReadFrom(buf)
-		if ctx.Err() != nil {
-			return nil // ctx ended: the goroutine above closed the socket
-		}
 		if err != nil {
-			return fmt.Errorf("ra: %w", err)
+			select {
+			case <-ctx.Done():
+				return nil // ctx ended: the goroutine above closed the socket
+			default:
+				return fmt.Errorf("ra: %w", err)
+			}
 		}
 		if cm == nil || cm.IfIndex != r.ifi.Index {
 			continue // another interface

@@ -226,7 +226,9 @@ func (s *Server) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		s.srv.Shutdown()
-		_ = <-errc // what ended Serve is the shutdown above
+		if err := <-errc; err != nil {
+			s.log.Warn("TFTP server ended badly during shutdown", "err", err)
+		}
 		return nil
 	case err := <-errc:
 		return fmt.Errorf("tftp: %w", err)
