@@ -36,8 +36,11 @@ func agentCaller(ctx context.Context) (lifecycle.Caller, bool) {
 			return lifecycle.Caller{Role: lifecycle.CallerNode, ID: p.ID}, true
 		}
 		return lifecycle.Caller{Role: lifecycle.CallerNode, Node: p.Subject}, true
+	default:
+		// Viewers, operators, the appliance and unspecified roles are no
+		// agent callers.
+		return lifecycle.Caller{}, false
 	}
-	return lifecycle.Caller{}, false
 }
 
 // storeLeases answers boot/http's lease question (full DHCP mode) from the

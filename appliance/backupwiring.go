@@ -17,7 +17,7 @@ var Version = "dev"
 
 // initBackup serves the online backup (package backup) of this
 // appliance's store and data directory.
-func (s *Server) initBackup() error {
+func (s *Server) initBackup() {
 	cfg := backup.Config{DataDir: s.cfg.DataDir, CatalogDir: s.catalogDir(), StoreKind: s.cfg.Store.Kind, StoreName: storeName(s.cfg),
 		Appliance: s.cfg.Fleet.Name, Version: Version, Logger: s.log}
 	if s.cfg.Store.Kind == StoreEtcd {
@@ -25,7 +25,6 @@ func (s *Server) initBackup() error {
 	}
 	s.backup = backup.New(cfg, s.store)
 	s.backup.Register(s.grpc)
-	return nil
 }
 
 // RestoreOptions says what Restore restores where.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/inventory/bmc"
 	"github.com/corralhq/corral/ipmi"
@@ -16,7 +17,7 @@ import (
 )
 
 // BMCConfig configures BMC control: sealed credentials and the power
-// poller (docs/architecture.md, step 1). Zero values take the defaults.
+// poller (docs/architecture.md, "The walk", Power). Zero values take the defaults.
 type BMCConfig struct {
 	// PollInterval is how often every enrolled machine's power state is
 	// read (default 60s, jittered ±10%); negative disables the poller.
@@ -80,6 +81,8 @@ func toTarget(t bmc.Target) ipmi.Target {
 		p = ipmi.ProtocolIPMI
 	case inventoryv1.BmcProtocol_BMC_PROTOCOL_REDFISH:
 		p = ipmi.ProtocolRedfish
+	default:
+		// AUTO (and unspecified): ProtocolAuto, set above.
 	}
 	tg := ipmi.Target{Host: t.Host, Port: int(t.Port), Protocol: p, Username: t.Username, Password: t.Password,
 		CipherSuite: int(t.CipherSuite), Timeout: t.Timeout}
@@ -115,11 +118,11 @@ func toInventoryErr(err error) error {
 	case errors.Is(err, ipmi.ErrAuth):
 		return fmt.Errorf("%w: %w", bmc.ErrAuth, err)
 	case errors.Is(err, ipmi.ErrInvalid):
-		return fmt.Errorf("%w: %w", inventory.ErrInvalid, err)
+		return fmt.Errorf("%w: %w", apierr.ErrInvalid, err)
 	case errors.Is(err, ipmi.ErrFailed):
 		return fmt.Errorf("%w: %w", bmc.ErrFailed, err)
 	case errors.Is(err, ipmi.ErrUnreachable), errors.Is(err, ipmi.ErrProtocol):
-		return fmt.Errorf("%w: %w", inventory.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", apierr.ErrUnavailable, err)
 	}
 	return err
 }
@@ -135,6 +138,8 @@ func (b bmcAdapter) PowerState(ctx context.Context, t bmc.Target) (inventoryv1.P
 		ps = inventoryv1.PowerState_POWER_STATE_ON
 	case ipmi.PowerOff:
 		ps = inventoryv1.PowerState_POWER_STATE_OFF
+	default:
+		// PowerUnknown: UNKNOWN, set above.
 	}
 	return ps, toResult(a), nil
 }
@@ -153,7 +158,7 @@ func (b bmcAdapter) SetPower(ctx context.Context, t bmc.Target, action inventory
 	case inventoryv1.PowerAction_POWER_ACTION_RESET:
 		a = ipmi.ActionReset
 	default:
-		return bmc.Result{}, fmt.Errorf("%w: power action %v", inventory.ErrInvalid, action)
+		return bmc.Result{}, fmt.Errorf("%w: power action %v", apierr.ErrInvalid, action)
 	}
 	ans, err := b.c.SetPower(ctx, toTarget(t), a)
 	return toResult(ans), toInventoryErr(err)
@@ -169,7 +174,7 @@ func (b bmcAdapter) SetBootDevice(ctx context.Context, t bmc.Target, r inventory
 	case inventoryv1.BootDevice_BOOT_DEVICE_BIOS:
 		d = ipmi.BootBIOS
 	default:
-		return bmc.Result{}, fmt.Errorf("%w: boot device %v", inventory.ErrInvalid, r.Device)
+		return bmc.Result{}, fmt.Errorf("%w: boot device %v", apierr.ErrInvalid, r.Device)
 	}
 	ans, err := b.c.SetBootDevice(ctx, toTarget(t), d, ipmi.BootOptions{Persistent: r.Persistent, EFI: r.EFI})
 	return toResult(ans), toInventoryErr(err)

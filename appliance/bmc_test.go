@@ -152,7 +152,7 @@ func TestBMCAdapterTLS(t *testing.T) {
 	other := strings.Repeat("ef", 32)
 	err := toInventoryErr(fmt.Errorf("redfish://10.0.0.1:443: %w", &ipmi.CertificateError{Pinned: pin, Presented: other}))
 	var ce *bmc.CertificateError
-	if !errors.As(err, &ce) || ce.Pinned != pin || ce.Presented != other || !errors.Is(err, inventory.ErrPrecondition) ||
+	if !errors.As(err, &ce) || ce.Pinned != pin || ce.Presented != other || !errors.Is(err, apierr.ErrPrecondition) ||
 		!strings.Contains(err.Error(), "re-enroll with --bmc-tls-sha256 "+other+" if this is expected") {
 		t.Fatalf("certificate error: %v", err)
 	}

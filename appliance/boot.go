@@ -1,6 +1,7 @@
 package appliance
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -88,7 +89,7 @@ func (s *Server) initBoot() error {
 		s.log.Info("network boot is off: set --boot-interface to serve DHCP/TFTP/HTTP")
 		return nil
 	}
-	mode, err := dhcp.ParseMode(orDefault(bc.DHCPMode, string(dhcp.ModeProxy)))
+	mode, err := dhcp.ParseMode(cmp.Or(bc.DHCPMode, string(dhcp.ModeProxy)))
 	if err != nil {
 		return err
 	}
@@ -136,7 +137,7 @@ func (s *Server) initBoot() error {
 	}
 	hs, err := boothttp.New(boothttp.Config{
 		Leases: leases,
-		Listen: orDefault(bc.HTTPListen, ":8080"), Catalog: cat, Inventory: s.inv, Tokens: s.tokens, Timeline: s.inv,
+		Listen: cmp.Or(bc.HTTPListen, ":8080"), Catalog: cat, Inventory: s.inv, Tokens: s.tokens, Timeline: s.inv,
 		CreateUnknown: mode == dhcp.ModeOff, APIEndpoint: apiEndpoint, PeerEndpoints: s.peerEndpoints, CAFingerprint: fp,
 		TokenTTL: bc.TokenTTL, KernelArgs: bc.KernelArgs, Logger: s.log.With("component", "boot-http"),
 		Limits: s.cfg.Limits.HTTP, Scripts: bc.Scripts, Observer: s.obs.HTTP(),
@@ -150,7 +151,7 @@ func (s *Server) initBoot() error {
 	defer func() {
 		if !ok {
 			for _, c := range closers {
-				c()
+				_ = c() // best effort: the error that made the start fail is returned
 			}
 		}
 	}()
@@ -172,7 +173,7 @@ func (s *Server) initBoot() error {
 		closers = append(closers, ds.Close)
 		s.addComponent("dhcp", ds.Run)
 	}
-	if l := orDefault(bc.TFTPListen, ":69"); l != "off" {
+	if l := cmp.Or(bc.TFTPListen, ":69"); l != "off" {
 		tc := tftp.Config{Listen: l, Catalog: cat, Timeline: s.inv, Logger: s.log.With("component", "tftp"), Limits: s.cfg.Limits.TFTP, Observer: s.obs.TFTP()}
 		if ds != nil {
 			tc.MACs = ds
@@ -270,13 +271,6 @@ func firstOr(as []netip.Addr, def string) string {
 		}
 	}
 	return def
-}
-
-func orDefault(v, d string) string {
-	if v == "" {
-		return d
-	}
-	return v
 }
 
 func parseAddrs(flag string, ss []string) ([]netip.Addr, error) {

@@ -132,10 +132,12 @@ func (s *Server) runSingletons(ctx context.Context) error {
 	for {
 		lctx, err := s.leadership.Lead(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
+			select {
+			case <-ctx.Done():
 				return nil
+			default:
+				return fmt.Errorf("leader election: %w", err)
 			}
-			return fmt.Errorf("leader election: %w", err)
 		}
 		if _, alone := s.leadership.(solo); !alone {
 			s.log.Info("leader: starting singleton work", "appliance", s.cfg.Fleet.Name, "count", len(list))
@@ -149,12 +151,13 @@ func (s *Server) runSingletons(ctx context.Context) error {
 				return nil
 			})
 		}
-		err = g.Wait()
-		if err != nil && ctx.Err() == nil && lctx.Err() == nil {
+		if err := g.Wait(); err != nil && ctx.Err() == nil && lctx.Err() == nil {
 			return err
 		}
-		if ctx.Err() != nil {
+		select {
+		case <-ctx.Done():
 			return nil
+		default:
 		}
 		s.log.Warn("no longer leader: singleton work stopped; campaigning again", "appliance", s.cfg.Fleet.Name)
 	}

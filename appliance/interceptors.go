@@ -53,6 +53,8 @@ func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 		switch code {
 		case codes.Internal, codes.Unknown, codes.DataLoss, codes.Unavailable:
 			level = slog.LevelWarn
+		default:
+			// Answers the client caused, or none wrong: debug.
 		}
 		log.Log(ctx, level, "rpc", "method", info.FullMethod, "code", code.String(), "duration", time.Since(start).String())
 		return resp, err

@@ -22,7 +22,7 @@ import (
 )
 
 // LimitsConfig bounds what clients can hold of the appliance: the boot LAN
-// is hostile (issue #11, docs/security.md), and anything on it can reach
+// is hostile (docs/security.md, "Every resource bounded"), and anything on it can reach
 // the boot servers and the gRPC API. Zero fields take the defaults; every
 // field is a flag of corrald serve.
 type LimitsConfig struct {
@@ -83,7 +83,7 @@ func DefaultGRPCLimits() GRPCLimits {
 	}
 }
 
-// TimelineLimits bound the boot timeline (inventory/timeline.go).
+// TimelineLimits bound the boot timeline (package inventory/timeline).
 type TimelineLimits struct {
 	// PerMAC entries are kept per MAC, MaxEntries across all MACs (the
 	// least recently written MACs' timelines go first).

@@ -87,7 +87,7 @@ func BenchmarkMetricsScrape(b *testing.B) {
 			}
 			body, err := io.ReadAll(r.Body)
 			r.Body.Close()
-			if err != nil || r.StatusCode != 200 {
+			if err != nil || r.StatusCode != http.StatusOK {
 				b.Fatalf("scrape: %d %v", r.StatusCode, err)
 			}
 			lat = append(lat, time.Since(t0))

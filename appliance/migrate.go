@@ -17,7 +17,7 @@ import (
 // record type and store/record imports none.
 var schemaSteps = []record.Step{
 	{
-		// Before wave 2 a network's CIDRs were stored as the operator
+		// Before schema version 2 a network's CIDRs were stored as the operator
 		// wrote them, host bits and all ("10.0.0.5/24"); the pool has since
 		// refused such input, and the readers compensated (pool's
 		// sameCIDR). Version 2 stores them canonically.

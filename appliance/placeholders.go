@@ -8,7 +8,7 @@ import (
 	"github.com/corralhq/corral/inventory"
 )
 
-// Machines discovered by network boot (docs/architecture.md, step 2) are
+// Machines discovered by network boot (docs/architecture.md, "The walk", DHCP) are
 // placeholders until they register: inventory caps how many exist
 // (BootConfig.MaxDiscovered, given to inventory.New) and this component
 // deletes the stale ones (BootConfig.DiscoveredGCAfter).

@@ -320,10 +320,7 @@ func New(cfg Config) (*Server, error) {
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
-	if err := s.initBackup(); err != nil {
-		lis.Close()
-		return nil, fmt.Errorf("backup: %w", err)
-	}
+	s.initBackup()
 	if err := s.initWeb(); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("web: %w", err)

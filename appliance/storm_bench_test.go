@@ -86,7 +86,7 @@ type writeCounter struct {
 	lost   atomic.Bool // the watch was dropped: the counts are low
 }
 
-func countWrites(tb testing.TB, ctx context.Context, st store.Store) *writeCounter {
+func countWrites(ctx context.Context, tb testing.TB, st store.Store) *writeCounter {
 	tb.Helper()
 	ch, err := st.Watch(ctx, "/")
 	if err != nil {
@@ -324,7 +324,7 @@ func BenchmarkStormWrites(b *testing.B) {
 	e := startStorm(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	wc := countWrites(b, ctx, e.srv.store)
+	wc := countWrites(ctx, b, e.srv.store)
 	n := envInt("STORM_MACHINES", 200)
 	before := wc.snapshot()
 	cpu0, t0 := cpuTime(), time.Now()

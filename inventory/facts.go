@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/apierr"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -28,20 +29,20 @@ const (
 // syntax. It never modifies f.
 func CheckFacts(f *inventoryv1.Facts) error {
 	if f == nil {
-		return invalidf("facts are required")
+		return apierr.Invalidf("facts are required")
 	}
 	if n := proto.Size(f); n > MaxFactsBytes {
-		return invalidf("facts are %d bytes, over the %d-byte limit", n, MaxFactsBytes)
+		return apierr.Invalidf("facts are %d bytes, over the %d-byte limit", n, MaxFactsBytes)
 	}
 	switch {
 	case len(f.GetDisks()) > MaxDisks:
-		return invalidf("%d disks reported, limit %d", len(f.GetDisks()), MaxDisks)
+		return apierr.Invalidf("%d disks reported, limit %d", len(f.GetDisks()), MaxDisks)
 	case len(f.GetNics()) > MaxNICs:
-		return invalidf("%d NICs reported, limit %d", len(f.GetNics()), MaxNICs)
+		return apierr.Invalidf("%d NICs reported, limit %d", len(f.GetNics()), MaxNICs)
 	case len(f.GetPciDevices())+len(f.GetMissingDrivers()) > MaxPCIDevices:
-		return invalidf("%d PCI devices reported, limit %d", len(f.GetPciDevices())+len(f.GetMissingDrivers()), MaxPCIDevices)
+		return apierr.Invalidf("%d PCI devices reported, limit %d", len(f.GetPciDevices())+len(f.GetMissingDrivers()), MaxPCIDevices)
 	case len(f.GetMemory().GetDimms()) > MaxDIMMs:
-		return invalidf("%d DIMMs reported, limit %d", len(f.GetMemory().GetDimms()), MaxDIMMs)
+		return apierr.Invalidf("%d DIMMs reported, limit %d", len(f.GetMemory().GetDimms()), MaxDIMMs)
 	}
 	if err := checkStrings("facts", f.ProtoReflect()); err != nil {
 		return err
@@ -51,7 +52,7 @@ func CheckFacts(f *inventoryv1.Facts) error {
 			continue
 		}
 		if _, err := NormalizeMAC(n.GetMac()); err != nil {
-			return invalidf("nics[%d].mac %q is not a MAC address", i, n.GetMac())
+			return apierr.Invalidf("nics[%d].mac %q is not a MAC address", i, n.GetMac())
 		}
 	}
 	return nil
@@ -89,16 +90,18 @@ func checkValue(path string, fd protoreflect.FieldDescriptor, v protoreflect.Val
 		return checkString(path, v.String())
 	case protoreflect.MessageKind:
 		return checkStrings(path, v.Message())
+	default:
+		// Numbers, bools, enums and bytes: no limit checked.
+		return nil
 	}
-	return nil
 }
 
 func checkString(path, s string) error {
 	if len(s) > MaxFactString {
-		return invalidf("fact %s is %d bytes, limit %d", path, len(s), MaxFactString)
+		return apierr.Invalidf("fact %s is %d bytes, limit %d", path, len(s), MaxFactString)
 	}
 	if !utf8.ValidString(s) {
-		return invalidf("fact %s is not valid UTF-8", path)
+		return apierr.Invalidf("fact %s is not valid UTF-8", path)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/internal/watchstream"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -63,37 +64,42 @@ func Register(s grpc.ServiceRegistrar, srv *MachineServer) {
 	inventoryv1.RegisterMachineServiceServer(s, srv)
 }
 
+// ListMachines lists the machines the request selects.
 func (s *MachineServer) ListMachines(ctx context.Context, req *inventoryv1.ListMachinesRequest) (*inventoryv1.ListMachinesResponse, error) {
 	ms, err := s.Inv.ListMachines(ctx, req)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, apierr.ToStatus(err)
 	}
 	return &inventoryv1.ListMachinesResponse{Machines: ms}, nil
 }
 
+// GetMachine returns one machine by name.
 func (s *MachineServer) GetMachine(ctx context.Context, req *inventoryv1.GetMachineRequest) (*inventoryv1.Machine, error) {
 	m, err := s.Inv.GetMachine(ctx, req.GetName())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, apierr.ToStatus(err)
 	}
 	return m, nil
 }
 
+// DeleteMachine deletes a machine: through the lifecycle when there is one
+// (it revokes the node's certificates), else from inventory alone.
 func (s *MachineServer) DeleteMachine(ctx context.Context, req *inventoryv1.DeleteMachineRequest) (*emptypb.Empty, error) {
 	del := s.Inv.DeleteMachine
 	if s.Lifecycle != nil {
 		del = s.Lifecycle.DeleteMachine
 	}
 	if err := del(ctx, req.GetName()); err != nil {
-		return nil, toStatus(err)
+		return nil, apierr.ToStatus(err)
 	}
 	return &emptypb.Empty{}, nil
 }
 
+// Timeline returns a machine's (or a MAC's) boot timeline, newest last.
 func (s *MachineServer) Timeline(ctx context.Context, req *inventoryv1.TimelineRequest) (*inventoryv1.TimelineResponse, error) {
 	es, err := s.Inv.Timeline(ctx, req.GetName(), req.GetMac(), int(req.GetLimit()))
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, apierr.ToStatus(err)
 	}
 	return &inventoryv1.TimelineResponse{Entries: es}, nil
 }
@@ -101,21 +107,25 @@ func (s *MachineServer) Timeline(ctx context.Context, req *inventoryv1.TimelineR
 // errNoBMC and errNoLifecycle answer the verbs whose service is not
 // configured on this appliance.
 var (
-	errNoBMC       = preconditionf("BMC control is not configured on this appliance")
-	errNoLifecycle = preconditionf("the machine lifecycle is not configured on this appliance")
+	errNoBMC       = apierr.Preconditionf("BMC control is not configured on this appliance")
+	errNoLifecycle = apierr.Preconditionf("the machine lifecycle is not configured on this appliance")
 )
 
+// EnrollMachine checks and stores BMC credentials; FailedPrecondition
+// without BMC control.
 func (s *MachineServer) EnrollMachine(ctx context.Context, req *inventoryv1.EnrollMachineRequest) (*inventoryv1.Machine, error) {
 	if s.BMC == nil {
-		return nil, toStatus(errNoBMC)
+		return nil, apierr.ToStatus(errNoBMC)
 	}
 	m, err := s.BMC.Enroll(ctx, req)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, apierr.ToStatus(err)
 	}
 	return m, nil
 }
 
+// SetPower runs a power action: through the lifecycle when there is one
+// (it arms the boot watchdog), else through BMC control.
 func (s *MachineServer) SetPower(ctx context.Context, req *inventoryv1.SetPowerRequest) (*inventoryv1.PowerStatus, error) {
 	var set func(context.Context, string, inventoryv1.PowerAction) (*inventoryv1.PowerStatus, error)
 	switch {
@@ -124,60 +134,66 @@ func (s *MachineServer) SetPower(ctx context.Context, req *inventoryv1.SetPowerR
 	case s.BMC != nil:
 		set = s.BMC.SetPower
 	default:
-		return nil, toStatus(errNoBMC)
+		return nil, apierr.ToStatus(errNoBMC)
 	}
 	ps, err := set(ctx, req.GetName(), req.GetAction())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, apierr.ToStatus(err)
 	}
 	return ps, nil
 }
 
+// GetPower reads a machine's power state from its BMC.
 func (s *MachineServer) GetPower(ctx context.Context, req *inventoryv1.GetPowerRequest) (*inventoryv1.PowerStatus, error) {
 	if s.BMC == nil {
-		return nil, toStatus(errNoBMC)
+		return nil, apierr.ToStatus(errNoBMC)
 	}
 	ps, err := s.BMC.GetPower(ctx, req.GetName())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, apierr.ToStatus(err)
 	}
 	return ps, nil
 }
 
+// SetBootDevice sets a machine's next boot device through its BMC.
 func (s *MachineServer) SetBootDevice(ctx context.Context, req *inventoryv1.SetBootDeviceRequest) (*emptypb.Empty, error) {
 	if s.BMC == nil {
-		return nil, toStatus(errNoBMC)
+		return nil, apierr.ToStatus(errNoBMC)
 	}
 	if err := s.BMC.SetBootDevice(ctx, req.GetName(), BootRequest{Device: req.GetDevice(), Persistent: req.GetPersistent(), EFI: req.GetEfi()}); err != nil {
-		return nil, toStatus(err)
+		return nil, apierr.ToStatus(err)
 	}
 	return &emptypb.Empty{}, nil
 }
 
+// AcceptMachine accepts a machine for install (the lifecycle).
 func (s *MachineServer) AcceptMachine(ctx context.Context, req *inventoryv1.AcceptMachineRequest) (*inventoryv1.Machine, error) {
 	if s.Lifecycle == nil {
-		return nil, toStatus(errNoLifecycle)
+		return nil, apierr.ToStatus(errNoLifecycle)
 	}
 	return machineOrStatus(s.Lifecycle.Accept(ctx, req.GetName(), req.GetDisk(), req.GetWipe()))
 }
 
+// ReprovisionMachine sends a deployed machine back to install (the
+// lifecycle).
 func (s *MachineServer) ReprovisionMachine(ctx context.Context, req *inventoryv1.ReprovisionMachineRequest) (*inventoryv1.Machine, error) {
 	if s.Lifecycle == nil {
-		return nil, toStatus(errNoLifecycle)
+		return nil, apierr.ToStatus(errNoLifecycle)
 	}
 	return machineOrStatus(s.Lifecycle.Reprovision(ctx, req.GetName()))
 }
 
+// SetMaintenance puts a machine in or out of MAINTENANCE (the lifecycle).
 func (s *MachineServer) SetMaintenance(ctx context.Context, req *inventoryv1.SetMaintenanceRequest) (*inventoryv1.Machine, error) {
 	if s.Lifecycle == nil {
-		return nil, toStatus(errNoLifecycle)
+		return nil, apierr.ToStatus(errNoLifecycle)
 	}
 	return machineOrStatus(s.Lifecycle.SetMaintenance(ctx, req.GetName(), req.GetOn(), req.GetReason()))
 }
 
 func machineOrStatus(m *inventoryv1.Machine, err error) (*inventoryv1.Machine, error) {
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, apierr.ToStatus(err)
 	}
 	return m, nil
 }

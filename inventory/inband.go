@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/apierr"
 )
 
 // bmcAddrPrefix keys the BMC address index: which machine an enrolled BMC
@@ -34,10 +35,10 @@ var bmcHostRE = regexp.MustCompile(`^(?i)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:
 func ParseBMCAddress(s string) (host string, port uint32, err error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
-		return "", 0, invalidf("a BMC address is required")
+		return "", 0, apierr.Invalidf("a BMC address is required")
 	}
 	if strings.ContainsAny(s, "/@ \t") {
-		return "", 0, invalidf("BMC address %q is malformed: give host[:port] (no scheme, path or user)", s)
+		return "", 0, apierr.Invalidf("BMC address %q is malformed: give host[:port] (no scheme, path or user)", s)
 	}
 	host = s
 	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
@@ -45,25 +46,25 @@ func ParseBMCAddress(s string) (host string, port uint32, err error) {
 	} else if strings.HasPrefix(s, "[") || strings.Count(s, ":") == 1 {
 		h, p, e := net.SplitHostPort(s)
 		if e != nil {
-			return "", 0, invalidf("BMC address %q is malformed: %v", s, e)
+			return "", 0, apierr.Invalidf("BMC address %q is malformed: %v", s, e)
 		}
 		n, e := strconv.Atoi(p)
 		if e != nil || n < 1 || n > 65535 {
-			return "", 0, invalidf("BMC address %q: port must be 1-65535", s)
+			return "", 0, apierr.Invalidf("BMC address %q: port must be 1-65535", s)
 		}
 		host, port = h, uint32(n)
 	}
 	if ip := net.ParseIP(host); ip != nil {
 		if ip.IsUnspecified() || ip.IsMulticast() {
-			return "", 0, invalidf("BMC address %q is not a unicast address", s)
+			return "", 0, apierr.Invalidf("BMC address %q is not a unicast address", s)
 		}
 		return ip.String(), port, nil
 	}
 	if strings.Contains(host, ":") {
-		return "", 0, invalidf("BMC address %q is malformed: put an IPv6 address with a port in brackets", s)
+		return "", 0, apierr.Invalidf("BMC address %q is malformed: put an IPv6 address with a port in brackets", s)
 	}
 	if len(host) > 253 || !bmcHostRE.MatchString(host) || strings.Trim(host, "0123456789.") == "" {
-		return "", 0, invalidf("BMC address %q is neither an IP address nor a host name", s)
+		return "", 0, apierr.Invalidf("BMC address %q is neither an IP address nor a host name", s)
 	}
 	return strings.ToLower(host), port, nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/apierr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -36,7 +37,7 @@ func TestParseBMCAddress(t *testing.T) {
 		}
 	}
 	for _, in := range []string{"", ":623", "10.0.0.1:", "10.0.0.1:0", "a b", "user@host", "https://h", "0.0.0.0", "224.0.0.1", "-bad-", "h:p"} {
-		if _, _, err := ParseBMCAddress(in); !errors.Is(err, ErrInvalid) {
+		if _, _, err := ParseBMCAddress(in); !errors.Is(err, apierr.ErrInvalid) {
 			t.Errorf("%q accepted", in)
 		}
 	}
@@ -49,8 +50,8 @@ func FuzzParseBMCAddress(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		host, port, err := ParseBMCAddress(s)
 		if err != nil {
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("%q: error %v is not ErrInvalid", s, err)
+			if !errors.Is(err, apierr.ErrInvalid) {
+				t.Fatalf("%q: error %v is not apierr.ErrInvalid", s, err)
 			}
 			return
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/store/mem"
 )
 
@@ -69,11 +70,11 @@ func TestCreateMachineMACConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := inv.CreateMachine(ctx, &inventoryv1.Machine{Name: "b", Macs: []string{"52:54:00:00:00:03", "52:54:00:00:00:02"}})
-	if !errors.Is(err, ErrAlreadyExists) {
-		t.Fatalf("want ErrAlreadyExists, got %v", err)
+	if !errors.Is(err, apierr.ErrAlreadyExists) {
+		t.Fatalf("want apierr.ErrAlreadyExists, got %v", err)
 	}
 	// b's first MAC was released again.
-	if _, err := inv.MachineByMAC(ctx, "52:54:00:00:00:03"); !errors.Is(err, ErrNotFound) {
+	if _, err := inv.MachineByMAC(ctx, "52:54:00:00:00:03"); !errors.Is(err, apierr.ErrNotFound) {
 		t.Fatalf("MAC of failed create still bound: %v", err)
 	}
 	if err := inv.DeleteMachine(ctx, "a"); err != nil {
@@ -102,8 +103,8 @@ func TestBadInput(t *testing.T) {
 	}
 	for name, f := range cases {
 		t.Run(name, func(t *testing.T) {
-			if err := f(); !errors.Is(err, ErrInvalid) {
-				t.Fatalf("want ErrInvalid, got %v", err)
+			if err := f(); !errors.Is(err, apierr.ErrInvalid) {
+				t.Fatalf("want apierr.ErrInvalid, got %v", err)
 			}
 		})
 	}
@@ -117,8 +118,8 @@ func TestUpdateMachineRefusesMACChange(t *testing.T) {
 	ctx := context.Background()
 	inv.CreateMachine(ctx, &inventoryv1.Machine{Name: "a", BootMac: "52:54:00:00:00:01"})
 	_, err := inv.UpdateMachine(ctx, "a", func(m *inventoryv1.Machine) error { m.Macs = append(m.Macs, "52:54:00:00:00:09"); return nil })
-	if !errors.Is(err, ErrInvalid) {
-		t.Fatalf("want ErrInvalid, got %v", err)
+	if !errors.Is(err, apierr.ErrInvalid) {
+		t.Fatalf("want apierr.ErrInvalid, got %v", err)
 	}
 	m, err := inv.UpdateMachine(ctx, "a", func(m *inventoryv1.Machine) error {
 		m.BootIntent = inventoryv1.BootIntent_BOOT_INTENT_LOCAL

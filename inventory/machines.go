@@ -13,6 +13,7 @@ import (
 	"time"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/internal/lograte"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/record"
@@ -41,7 +42,7 @@ type Config struct {
 	// 1,000,000; at least TimelineLimit): past it the timelines of the MACs
 	// written to least recently are deleted. TimelineDetailBytes,
 	// TimelineAttrs and TimelineAttrBytes cap each entry (defaults 4096,
-	// 16, 256). See timeline.go.
+	// 16, 256). See the inventory/timeline package.
 	TimelineMaxEntries, TimelineDetailBytes, TimelineAttrs, TimelineAttrBytes int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -102,10 +103,10 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9]
 // CheckName validates a machine name (letters, digits, '.', '_', '-').
 func CheckName(name string) error {
 	if name == "" {
-		return invalidf("machine name is required")
+		return apierr.Invalidf("machine name is required")
 	}
 	if !nameRE.MatchString(name) {
-		return invalidf("machine name %q is malformed: use 1-128 letters, digits, '.', '_' or '-', starting and ending with a letter or digit", name)
+		return apierr.Invalidf("machine name %q is malformed: use 1-128 letters, digits, '.', '_' or '-', starting and ending with a letter or digit", name)
 	}
 	return nil
 }
@@ -115,7 +116,7 @@ func CheckName(name string) error {
 func NormalizeMAC(s string) (string, error) {
 	hw, err := net.ParseMAC(strings.TrimSpace(s))
 	if err != nil || len(hw) != 6 {
-		return "", invalidf("%q is not a 6-byte MAC address", s)
+		return "", apierr.Invalidf("%q is not a 6-byte MAC address", s)
 	}
 	return hw.String(), nil
 }
@@ -135,7 +136,7 @@ func (i *Inventory) GetMachine(ctx context.Context, name string) (*inventoryv1.M
 	m := newMachine()
 	if _, err := record.Get(ctx, i.cfg.Store, machinePrefix+name, m); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, notFoundf("machine %q", name)
+			return nil, apierr.NotFoundf("machine %q", name)
 		}
 		return nil, err
 	}
@@ -180,18 +181,10 @@ func (i *Inventory) ListMachines(ctx context.Context, f *inventoryv1.ListMachine
 }
 
 func hasMAC(m *inventoryv1.Machine, mac string) bool {
-	if m.GetBootMac() == mac {
-		return true
-	}
-	for _, x := range m.GetMacs() {
-		if x == mac {
-			return true
-		}
-	}
-	return false
+	return m.GetBootMac() == mac || slices.Contains(m.GetMacs(), mac)
 }
 
-// MachineByMAC returns the machine that owns mac, or ErrNotFound.
+// MachineByMAC returns the machine that owns mac, or apierr.ErrNotFound.
 func (i *Inventory) MachineByMAC(ctx context.Context, mac string) (*inventoryv1.Machine, error) {
 	mac, err := NormalizeMAC(mac)
 	if err != nil {
@@ -200,19 +193,19 @@ func (i *Inventory) MachineByMAC(ctx context.Context, mac string) (*inventoryv1.
 	var b inventoryv1.MacBinding
 	if _, err := record.Get(ctx, i.cfg.Store, macPrefix+mac, &b); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, notFoundf("no machine has MAC %s", mac)
+			return nil, apierr.NotFoundf("no machine has MAC %s", mac)
 		}
 		return nil, err
 	}
 	m, err := i.GetMachine(ctx, b.GetMachineName())
-	if errors.Is(err, ErrNotFound) {
-		return nil, notFoundf("no machine has MAC %s", mac)
+	if errors.Is(err, apierr.ErrNotFound) {
+		return nil, apierr.NotFoundf("no machine has MAC %s", mac)
 	}
 	return m, err
 }
 
 // CreateMachine stores a new machine and claims its MACs in the MAC index.
-// It fails with ErrAlreadyExists if the name or any MAC belongs to another
+// It fails with apierr.ErrAlreadyExists if the name or any MAC belongs to another
 // machine; nothing is left claimed on failure.
 func (i *Inventory) CreateMachine(ctx context.Context, m *inventoryv1.Machine) (*inventoryv1.Machine, error) {
 	if err := CheckName(m.GetName()); err != nil {
@@ -245,7 +238,7 @@ func (i *Inventory) CreateMachine(ctx context.Context, m *inventoryv1.Machine) (
 	if _, err := record.Put(ctx, i.cfg.Store, machinePrefix+m.GetName(), m, 0); err != nil {
 		release()
 		if errors.Is(err, store.ErrConflict) {
-			return nil, existsf("machine %q", m.GetName())
+			return nil, apierr.Existsf("machine %q", m.GetName())
 		}
 		return nil, err
 	}
@@ -279,19 +272,10 @@ func machineMACs(m *inventoryv1.Machine) ([]string, error) {
 			return nil, err
 		}
 	}
-	if m.GetBootMac() != "" && !containsStr(m.Macs, m.GetBootMac()) {
+	if m.GetBootMac() != "" && !slices.Contains(m.Macs, m.GetBootMac()) {
 		m.Macs = append(m.Macs, m.GetBootMac())
 	}
 	return out, nil
-}
-
-func containsStr(xs []string, s string) bool {
-	for _, x := range xs {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // claimMAC binds mac to machine; a binding to a machine that no longer
@@ -301,8 +285,8 @@ func (i *Inventory) claimMAC(ctx context.Context, mac, machine string) error {
 		func(b *inventoryv1.MacBinding, exists bool) (bool, error) {
 			if exists && b.GetMachineName() != machine {
 				if _, err := i.GetMachine(ctx, b.GetMachineName()); err == nil {
-					return false, existsf("MAC %s belongs to machine %q", mac, b.GetMachineName())
-				} else if !errors.Is(err, ErrNotFound) {
+					return false, apierr.Existsf("MAC %s belongs to machine %q", mac, b.GetMachineName())
+				} else if !errors.Is(err, apierr.ErrNotFound) {
 					return false, err
 				}
 			}
@@ -346,7 +330,7 @@ var errSkip = errors.New("skip")
 // EnsureMachineForMAC returns the machine owning mac, creating a
 // DISCOVERED placeholder named after the MAC when none does. created says
 // whether it was made now. When Config.MaxDiscovered placeholders exist it
-// creates none and fails with ErrDiscoveredCap (class ErrExhausted; logged
+// creates none and fails with ErrDiscoveredCap (class apierr.ErrExhausted; logged
 // at most once a minute with the count refused): a known MAC is still
 // returned. Safe against concurrent callers; concurrent creations never
 // take the count past the cap.
@@ -357,7 +341,7 @@ func (i *Inventory) EnsureMachineForMAC(ctx context.Context, mac string) (m *inv
 	}
 	for attempt := 0; attempt < 5; attempt++ {
 		m, err = i.MachineByMAC(ctx, mac)
-		if err == nil || !errors.Is(err, ErrNotFound) {
+		if err == nil || !errors.Is(err, apierr.ErrNotFound) {
 			return m, false, err
 		}
 		release, err := i.reservePlaceholder(ctx, mac)
@@ -370,7 +354,7 @@ func (i *Inventory) EnsureMachineForMAC(ctx context.Context, mac string) (m *inv
 			i.log.Info("new machine", "machine", m.GetName(), "mac", mac)
 			return m, true, nil
 		}
-		if !errors.Is(err, ErrAlreadyExists) {
+		if !errors.Is(err, apierr.ErrAlreadyExists) {
 			return nil, false, err
 		}
 		// Lost a race with another creator: read theirs.
@@ -393,7 +377,7 @@ func (i *Inventory) updateMachine(ctx context.Context, name string, macsClaimed 
 	}
 	m, err := record.Update(ctx, i.cfg.Store, machinePrefix+name, newMachine, func(m *inventoryv1.Machine, exists bool) (bool, error) {
 		if !exists {
-			return false, notFoundf("machine %q", name)
+			return false, apierr.NotFoundf("machine %q", name)
 		}
 		macs := append([]string{m.GetBootMac()}, m.GetMacs()...)
 		if err := mutate(m); err != nil {
@@ -401,7 +385,7 @@ func (i *Inventory) updateMachine(ctx context.Context, name string, macsClaimed 
 		}
 		after := append([]string{m.GetBootMac()}, m.GetMacs()...)
 		if !macsClaimed && strings.Join(macs, ",") != strings.Join(after, ",") {
-			return false, invalidf("machine %q: MACs cannot be changed by an update", name)
+			return false, apierr.Invalidf("machine %q: MACs cannot be changed by an update", name)
 		}
 		m.Name = name
 		m.UpdatedAt = timestamppb.New(i.cfg.Now())
@@ -424,10 +408,10 @@ func (i *Inventory) DeleteMachine(ctx context.Context, name string) error {
 	var gone *inventoryv1.Machine
 	_, err := record.Update(ctx, i.cfg.Store, machinePrefix+name, newMachine, func(m *inventoryv1.Machine, exists bool) (bool, error) {
 		if !exists {
-			return false, notFoundf("machine %q", name)
+			return false, apierr.NotFoundf("machine %q", name)
 		}
 		if m.GetState() == inventoryv1.Machine_INSTALLING || m.GetState() == inventoryv1.Machine_DEPLOYED {
-			return false, preconditionf("machine %q is %s: reprovision it first", name, m.GetState())
+			return false, apierr.Preconditionf("machine %q is %s: reprovision it first", name, m.GetState())
 		}
 		gone = proto.CloneOf(m)
 		return true, nil
@@ -453,7 +437,7 @@ func (i *Inventory) DeleteMachine(ctx context.Context, name string) error {
 // boots its local disk.
 func (i *Inventory) BootIntent(ctx context.Context, mac string) (name string, intent inventoryv1.BootIntent, err error) {
 	m, err := i.MachineByMAC(ctx, mac)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, apierr.ErrNotFound) {
 		return "", inventoryv1.BootIntent_BOOT_INTENT_DISCOVER, nil
 	}
 	if err != nil {

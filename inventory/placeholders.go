@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -185,7 +186,7 @@ type PlaceholderSweep struct {
 func (i *Inventory) CollectPlaceholders(ctx context.Context, age time.Duration) (PlaceholderSweep, error) {
 	var sw PlaceholderSweep
 	if age <= 0 {
-		return sw, invalidf("placeholder age %s must be positive", age)
+		return sw, apierr.Invalidf("placeholder age %s must be positive", age)
 	}
 	now := i.cfg.Now()
 	cutoff := now.Add(-age)
@@ -249,7 +250,7 @@ func older(m *inventoryv1.Machine, cutoff time.Time) bool {
 func (i *Inventory) collect(ctx context.Context, m *inventoryv1.Machine, cutoff time.Time) (deleted, active bool, err error) {
 	name := m.GetName()
 	macs := m.GetMacs()
-	if b := m.GetBootMac(); b != "" && !containsStr(macs, b) {
+	if b := m.GetBootMac(); b != "" && !slices.Contains(macs, b) {
 		macs = append(macs, b)
 	}
 	var entries []store.KV

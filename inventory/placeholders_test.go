@@ -37,7 +37,7 @@ func TestDiscoveredCap(t *testing.T) {
 			t.Fatalf("machine %d over the cap: %v", i, err)
 		}
 	}
-	if _, err := inv.MachineByMAC(ctx, phMAC(3)); !errors.Is(err, ErrNotFound) {
+	if _, err := inv.MachineByMAC(ctx, phMAC(3)); !errors.Is(err, apierr.ErrNotFound) {
 		t.Errorf("a machine was recorded over the cap: %v", err)
 	}
 	if m, created, err := inv.EnsureMachineForMAC(ctx, phMAC(1)); err != nil || created || m.GetBootMac() != phMAC(1) {
@@ -226,7 +226,7 @@ func TestCollectPlaceholders(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(byMAC, ErrNotFound) || !errors.Is(binding, store.ErrNotFound) || len(tl) != 0 {
+			if !errors.Is(byMAC, apierr.ErrNotFound) || !errors.Is(binding, store.ErrNotFound) || len(tl) != 0 {
 				t.Fatalf("after the sweep: machine %v, binding %v, %d timeline entries", byMAC, binding, len(tl))
 			}
 			if !strings.Contains(logs.String(), "stale discovered machine deleted") || !strings.Contains(logs.String(), "machine="+m.GetName()) {
@@ -278,7 +278,7 @@ func TestCollectPlaceholdersRepairsCount(t *testing.T) {
 
 func TestCollectPlaceholdersBadAge(t *testing.T) {
 	inv := newInv(t, Config{})
-	if _, err := inv.CollectPlaceholders(context.Background(), 0); !errors.Is(err, ErrInvalid) {
+	if _, err := inv.CollectPlaceholders(context.Background(), 0); !errors.Is(err, apierr.ErrInvalid) {
 		t.Fatalf("age 0: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 
@@ -36,7 +37,7 @@ const (
 // Two machines reporting one serial with different UUIDs are kept apart and
 // flagged. The BMC LAN address the agent read in-band fills or checks the
 // enrolled one (see ReconcileBMCAddress). An invalid report returns
-// ErrInvalid and stores nothing.
+// apierr.ErrInvalid and stores nothing.
 //
 // A known machine is never taken over. A report is refused (an error of
 // class apierr.ErrPermissionDenied naming the machine and what mismatched,
@@ -68,7 +69,7 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 	facts = proto.CloneOf(facts)
 	macs := []string{boot}
 	for _, n := range facts.GetNics() {
-		if m, err := NormalizeMAC(n.GetMac()); err == nil && !containsStr(macs, m) {
+		if m, err := NormalizeMAC(n.GetMac()); err == nil && !slices.Contains(macs, m) {
 			macs = append(macs, m)
 		}
 	}
@@ -102,7 +103,7 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 	} else {
 		holder, err = i.MachineByMAC(ctx, boot)
 		switch {
-		case errors.Is(err, ErrNotFound):
+		case errors.Is(err, apierr.ErrNotFound):
 			holder = nil
 		case err != nil:
 			return nil, err
@@ -120,7 +121,7 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 		name := MachineNameForMAC(boot)
 		existing, err := i.GetMachine(ctx, name)
 		switch {
-		case errors.Is(err, ErrNotFound):
+		case errors.Is(err, apierr.ErrNotFound):
 			by = "new"
 		case err != nil:
 			return nil, err
@@ -148,13 +149,13 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 		if _, err := i.UpdateMachine(ctx, d.machine, func(o *inventoryv1.Machine) error {
 			o.Flags = mergeFlags(o.GetFlags(), []string{d.flag})
 			return nil
-		}); err != nil && !errors.Is(err, ErrNotFound) {
+		}); err != nil && !errors.Is(err, apierr.ErrNotFound) {
 			return nil, err
 		}
 	}
 	if target == nil {
 		m, err := i.CreateMachine(ctx, &inventoryv1.Machine{Name: match.Name, BootMac: boot})
-		if errors.Is(err, ErrAlreadyExists) {
+		if errors.Is(err, apierr.ErrAlreadyExists) {
 			// Another registration created it between our read and
 			// now: the mutation below re-checks its identity.
 			m, err = i.GetMachine(ctx, match.Name)
@@ -174,11 +175,11 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 		}
 		owner, err := i.MachineByMAC(ctx, mac)
 		switch {
-		case errors.Is(err, ErrNotFound):
+		case errors.Is(err, apierr.ErrNotFound):
 		case err != nil:
 			return nil, err
 		case placeholder(owner):
-			if err := i.DeleteMachine(ctx, owner.GetName()); err != nil && !errors.Is(err, ErrNotFound) {
+			if err := i.DeleteMachine(ctx, owner.GetName()); err != nil && !errors.Is(err, apierr.ErrNotFound) {
 				return nil, err
 			}
 			i.Event(mac, "inventory", "merged", fmt.Sprintf("placeholder machine %s merged into %s", owner.GetName(), name), nil)
@@ -187,7 +188,7 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 			continue
 		}
 		if err := i.claimMAC(ctx, mac, name); err != nil {
-			if errors.Is(err, ErrAlreadyExists) {
+			if errors.Is(err, apierr.ErrAlreadyExists) {
 				flags = append(flags, fmt.Sprintf("%s: %s: %v", FlagMACConflict, mac, err))
 				continue
 			}
@@ -232,12 +233,12 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 			m.SystemUuid = uuid
 		}
 		for _, mac := range newMACs {
-			if !containsStr(m.Macs, mac) {
+			if !slices.Contains(m.Macs, mac) {
 				m.Macs = append(m.Macs, mac)
 			}
 		}
 		m.BootMac = boot
-		if !containsStr(m.Macs, boot) {
+		if !slices.Contains(m.Macs, boot) {
 			// The boot MAC is claimed by someone else: keep our record's
 			// MAC list honest, but remember where we booted from.
 			m.BootMac = m.GetMacs()[0]
@@ -478,7 +479,7 @@ func (i *Inventory) identify(ctx context.Context, serial, uuid, bmcHost string, 
 	}
 	for _, mac := range macs {
 		m, err := i.MachineByMAC(ctx, mac)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, apierr.ErrNotFound) {
 			continue
 		}
 		if err != nil {
@@ -514,7 +515,7 @@ func (i *Inventory) lookupIndex(ctx context.Context, key string, agrees func(*in
 		return nil, err
 	}
 	m, err := i.GetMachine(ctx, b.GetMachineName())
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, apierr.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {

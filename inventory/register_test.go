@@ -160,8 +160,8 @@ func TestRegisterBadInputStoresNothing(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if _, err := inv.Register(ctx, tc.mac, tc.f, RegisterOptions{}); !errors.Is(err, ErrInvalid) {
-				t.Fatalf("want ErrInvalid, got %v", err)
+			if _, err := inv.Register(ctx, tc.mac, tc.f, RegisterOptions{}); !errors.Is(err, apierr.ErrInvalid) {
+				t.Fatalf("want apierr.ErrInvalid, got %v", err)
 			}
 		})
 	}
@@ -206,8 +206,8 @@ func TestSelectors(t *testing.T) {
 		})
 	}
 	for _, bad := range []string{"memory_bytes>=lots", "vendor>Dell", "nokey=1", "justtext", "memory_bytes>=-1"} {
-		if _, err := inv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{Selectors: []string{bad}}); !errors.Is(err, ErrInvalid) {
-			t.Errorf("selector %q: want ErrInvalid, got %v", bad, err)
+		if _, err := inv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{Selectors: []string{bad}}); !errors.Is(err, apierr.ErrInvalid) {
+			t.Errorf("selector %q: want apierr.ErrInvalid, got %v", bad, err)
 		}
 	}
 }
@@ -225,7 +225,7 @@ func FuzzRegister(f *testing.F) {
 		fs.Disks = append(fs.Disks, &inventoryv1.Facts_Disk{Name: disk, SizeBytes: size})
 		m, err := inv.Register(context.Background(), mac, fs, RegisterOptions{})
 		if err != nil {
-			if !errors.Is(err, ErrInvalid) {
+			if !errors.Is(err, apierr.ErrInvalid) {
 				t.Fatalf("unexpected error class: %v", err)
 			}
 			if ms, _ := inv.ListMachines(context.Background(), &inventoryv1.ListMachinesRequest{}); len(ms) != 0 {

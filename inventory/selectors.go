@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/apierr"
 )
 
 // A selector filters machines by a fact: KEY OP VALUE, e.g.
@@ -62,7 +63,7 @@ var textKeys = map[string]func(*inventoryv1.Machine) string{
 type Selectors []selector
 
 // ParseSelectors parses KEY OP VALUE selectors; a malformed one is
-// ErrInvalid naming it.
+// apierr.ErrInvalid naming it.
 func ParseSelectors(raw []string) (Selectors, error) {
 	var out Selectors
 	for _, r := range raw {
@@ -97,21 +98,21 @@ func parseSelector(s string) (selector, error) {
 		if _, ok := numericKeys[k]; ok {
 			n, err := parseQuantity(v)
 			if err != nil {
-				return sel, invalidf("selector %q: %v", s, err)
+				return sel, apierr.Invalidf("selector %q: %v", s, err)
 			}
 			sel.num, sel.numeric = n, true
 			return sel, nil
 		}
 		if _, ok := textKeys[k]; ok {
 			if op != "=" && op != "!=" {
-				return sel, invalidf("selector %q: %s is text; use = or !=", s, k)
+				return sel, apierr.Invalidf("selector %q: %s is text; use = or !=", s, k)
 			}
 			sel.text = v
 			return sel, nil
 		}
-		return sel, invalidf("selector %q: unknown key %q (numeric: %s; text: %s)", s, k, keyList(numericKeys), keyList(textKeys))
+		return sel, apierr.Invalidf("selector %q: unknown key %q (numeric: %s; text: %s)", s, k, keyList(numericKeys), keyList(textKeys))
 	}
-	return selector{}, invalidf("selector %q: want KEY OP VALUE with OP one of = != < <= > >=", s)
+	return selector{}, apierr.Invalidf("selector %q: want KEY OP VALUE with OP one of = != < <= > >=", s)
 }
 
 func keyList[V any](m map[string]V) string {
@@ -138,7 +139,7 @@ func parseQuantity(v string) (float64, error) {
 	}
 	n, err := strconv.ParseFloat(num, 64)
 	if err != nil || n < 0 || math.IsInf(n, 0) || math.IsNaN(n) {
-		return 0, invalidf("%q is not a non-negative number with an optional K/M/G/T or Ki/Mi/Gi/Ti suffix", v)
+		return 0, apierr.Invalidf("%q is not a non-negative number with an optional K/M/G/T or Ki/Mi/Gi/Ti suffix", v)
 	}
 	return n * mult, nil
 }

@@ -7,8 +7,8 @@ import (
 	"github.com/corralhq/corral/internal/apierr"
 )
 
-// ErrInvalidTransition: the machine's state does not allow the event
-// (class ErrPrecondition). Transition's errors wrap it.
+// ErrInvalidTransition means the machine's state does not allow the event
+// (class apierr.ErrPrecondition). Transition's errors wrap it.
 var ErrInvalidTransition = apierr.New(apierr.ErrPrecondition, "invalid machine state transition")
 
 // Event is something that happens to a machine and may change its state
@@ -108,6 +108,8 @@ func Transition(m *inventoryv1.Machine, ev Event) error {
 		switch from {
 		case inventoryv1.Machine_UNSPECIFIED, inventoryv1.Machine_DISCOVERED:
 			to = inventoryv1.Machine_INVENTORIED
+		default:
+			// Already past discovery: a re-register leaves the state.
 		}
 	case EventAccepted:
 		switch from {

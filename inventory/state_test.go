@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -62,7 +63,7 @@ func TestTransitionTable(t *testing.T) {
 				err := Transition(m, ev)
 				want, ok := table[ev][from]
 				if !ok {
-					if !errors.Is(err, ErrInvalidTransition) || !errors.Is(err, ErrPrecondition) {
+					if !errors.Is(err, ErrInvalidTransition) || !errors.Is(err, apierr.ErrPrecondition) {
 						t.Fatalf("%s from %s: err %v, want ErrInvalidTransition", ev, from, err)
 					}
 					if diff := cmp.Diff(before, m, protocmp.Transform()); diff != "" {

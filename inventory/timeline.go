@@ -4,6 +4,7 @@ import (
 	"context"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/apierr"
 	boottimeline "github.com/corralhq/corral/inventory/timeline"
 )
 
@@ -67,7 +68,7 @@ func (i *Inventory) Timeline(ctx context.Context, name, mac string, limit int) (
 		}
 		macs = m.GetMacs()
 	default:
-		return nil, invalidf("timeline: a machine name or a MAC is required")
+		return nil, apierr.Invalidf("timeline: a machine name or a MAC is required")
 	}
 	return i.tl.Entries(ctx, macs, limit)
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/internal/watchstream"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/record"
@@ -21,7 +22,7 @@ func (s *MachineServer) WatchMachines(req *inventoryv1.WatchMachinesRequest, str
 	prefix := machinePrefix
 	if name := req.GetName(); name != "" {
 		if err := CheckName(name); err != nil {
-			return toStatus(err)
+			return apierr.ToStatus(err)
 		}
 		prefix += name
 	}
@@ -57,7 +58,7 @@ func (s *MachineServer) WatchMachines(req *inventoryv1.WatchMachinesRequest, str
 	}, func(ev watchstream.Event[*inventoryv1.Machine]) error {
 		return stream.Send(&inventoryv1.MachineEvent{Type: ev.Type, Revision: ev.Revision, Machine: ev.Object})
 	})
-	return toStatus(err)
+	return apierr.ToStatus(err)
 }
 
 // WatchTimeline follows the boot timeline of one MAC, or of every MAC a
@@ -70,20 +71,20 @@ func (s *MachineServer) WatchTimeline(req *inventoryv1.WatchTimelineRequest, str
 	case req.GetMac() != "":
 		mac, err := NormalizeMAC(req.GetMac())
 		if err != nil {
-			return toStatus(err)
+			return apierr.ToStatus(err)
 		}
 		macs = []string{mac}
 	case req.GetName() != "":
 		m, err := s.Inv.GetMachine(stream.Context(), req.GetName())
 		if err != nil {
-			return toStatus(err)
+			return apierr.ToStatus(err)
 		}
 		macs = m.GetMacs()
 		if len(macs) == 0 && m.GetBootMac() != "" {
 			macs = []string{m.GetBootMac()}
 		}
 	default:
-		return toStatus(invalidf("watch timeline: a machine name or a MAC is required"))
+		return apierr.ToStatus(apierr.Invalidf("watch timeline: a machine name or a MAC is required"))
 	}
 	prefix := timelinePrefix
 	if len(macs) == 1 {
@@ -126,5 +127,5 @@ func (s *MachineServer) WatchTimeline(req *inventoryv1.WatchTimelineRequest, str
 	}, func(ev watchstream.Event[*inventoryv1.TimelineEntry]) error {
 		return stream.Send(&inventoryv1.TimelineEvent{Type: ev.Type, Revision: ev.Revision, Entry: ev.Object})
 	})
-	return toStatus(err)
+	return apierr.ToStatus(err)
 }

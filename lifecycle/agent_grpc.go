@@ -119,6 +119,7 @@ func (s *AgentServer) caller(ctx context.Context) (Caller, error) {
 	return c, nil
 }
 
+// Join serves JoinFunc, or answers Unimplemented when there is none.
 func (s *AgentServer) Join(ctx context.Context, req *nodev1.JoinRequest) (*nodev1.JoinResponse, error) {
 	if s.JoinFunc == nil {
 		return s.UnimplementedAgentServiceServer.Join(ctx, req)
@@ -130,6 +131,9 @@ func (s *AgentServer) Join(ctx context.Context, req *nodev1.JoinRequest) (*nodev
 	return resp, nil
 }
 
+// Register records a discovery agent's report (Lifecycle.register, bound
+// to the caller's boot token) and returns the machine's name and the id of
+// the session the agent opens next. Node certificates are refused.
 func (s *AgentServer) Register(ctx context.Context, req *nodev1.RegisterRequest) (*nodev1.RegisterResponse, error) {
 	c, err := s.caller(ctx)
 	if err != nil {
@@ -236,8 +240,9 @@ func (l *Lifecycle) refuseRegister(c Caller, peer, claimed, other, why string) e
 	return apierr.PermissionDeniedf("%s", why)
 }
 
-// Session: the agent's first message must be a heartbeat carrying the
-// session id Register returned to the same caller. The appliance answers
+// Session serves an agent's session stream. The agent's first message
+// must be a heartbeat carrying the session id Register returned to the
+// same caller. The appliance answers
 // with `wait`, then sends commands as they are issued; the agent sends
 // heartbeats and progress.
 func (s *AgentServer) Session(stream nodev1.AgentService_SessionServer) error {

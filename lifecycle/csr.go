@@ -22,7 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// The node key is made on the machine (#11): the install plan carries no
+// The node key is made on the machine (docs/security.md, "Node identity"): the install plan carries no
 // key material; the discovery agent sends a CertificateRequest for the
 // install id on its session, and the appliance signs it, for the
 // accepted name only, when
@@ -119,7 +119,7 @@ type planSent struct {
 
 // attached notes that machine's agent stream stream attached (onConnect,
 // before anything is sent on it) and forgets it when it ends.
-func (p *planStreams) attached(machine string, stream context.Context) {
+func (p *planStreams) attached(stream context.Context, machine string) {
 	p.mu.Lock()
 	if p.cur == nil {
 		p.cur, p.sent = map[string]context.Context{}, map[string]planSent{}
@@ -150,7 +150,7 @@ func (p *planStreams) planSentNow(machine, id string) {
 
 // check says why a CSR for install id on stream may not be signed, or "",
 // and whether a certificate was signed on stream for it already.
-func (p *planStreams) check(machine, id string, stream context.Context) (why string, signed bool) {
+func (p *planStreams) check(stream context.Context, machine, id string) (why string, signed bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s, ok := p.sent[machine]
@@ -161,7 +161,7 @@ func (p *planStreams) check(machine, id string, stream context.Context) (why str
 }
 
 // signedOn marks install id's certificate signed on stream.
-func (p *planStreams) signedOn(machine, id string, stream context.Context) {
+func (p *planStreams) signedOn(stream context.Context, machine, id string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if s, ok := p.sent[machine]; ok && s.installID == id && s.stream == stream {
@@ -197,7 +197,7 @@ func (l *Lifecycle) onCSR(stream context.Context, machine string, req *nodev1.Ce
 		l.refuseCSR(ctx, machine, id, err.Error())
 		return
 	}
-	why, signedHere := l.streams.check(machine, id, stream)
+	why, signedHere := l.streams.check(stream, machine, id)
 	if why != "" {
 		l.refuseCSR(ctx, machine, id, why)
 		return
@@ -271,6 +271,8 @@ func (l *Lifecycle) onCSR(stream context.Context, machine string, req *nodev1.Ce
 			l.refuseCSR(ctx, machine, id, fmt.Sprintf("a certificate for install %s was already signed on this session", id))
 			return
 		}
+	case csrFirst:
+		// The install's first key, recorded: signed below.
 	}
 	certPEM, err := l.cfg.Identity.SignNode(ctx, machine, csrPEM)
 	if err != nil {
@@ -278,7 +280,7 @@ func (l *Lifecycle) onCSR(stream context.Context, machine string, req *nodev1.Ce
 		l.refuseCSR(ctx, machine, id, "the appliance could not sign it: "+err.Error())
 		return
 	}
-	l.streams.signedOn(machine, id, stream)
+	l.streams.signedOn(stream, machine, id)
 	serial := certSerial(certPEM)
 	again := ""
 	if out == csrSameKey {

@@ -49,6 +49,9 @@ func (l *Lifecycle) SetPower(ctx context.Context, name string, a inventoryv1.Pow
 	switch a {
 	case inventoryv1.PowerAction_POWER_ACTION_ON, inventoryv1.PowerAction_POWER_ACTION_CYCLE, inventoryv1.PowerAction_POWER_ACTION_RESET:
 		l.armWatchdog(ctx, name, "power "+strings.ToLower(strings.TrimPrefix(a.String(), "POWER_ACTION_")))
+	default:
+		// Off, soft off (and unspecified, refused by SetPower): the machine
+		// will not boot, so no boot watchdog.
 	}
 	return ps, nil
 }

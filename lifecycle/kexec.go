@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// Kexec into the hypervisor image (#14).
+// Kexec into the hypervisor image (docs/architecture.md, "The walk", Install).
 //
 // When an install is done and the agent that ran it named the kexec
 // capability at Register, the machine is not rebooted: the agent gets a
@@ -26,7 +26,7 @@ import (
 // reboot the old way at once (BMC next boot PXE + power cycle, else the
 // Reboot command), with the reason on its timeline, and the ordinary boot
 // watchdog takes over from there. An agent that named no capability (one
-// before #14) gets the old reboot. With Config.KexecAhead (off by
+// from before kexec) gets the old reboot. With Config.KexecAhead (off by
 // default), an agent that also named kexec-prefetch gets the same plan
 // right behind the install plan (kexecAhead): it fetches, verifies and
 // loads the image while it installs, and the plan after the done only

@@ -233,8 +233,10 @@ func (l *Lifecycle) each(ctx context.Context, fn func(context.Context, *inventor
 		return err
 	}
 	for _, m := range ms {
-		if ctx.Err() != nil {
-			return nil
+		select {
+		case <-ctx.Done():
+			return nil // the rest wait for the next pass
+		default:
 		}
 		fn(ctx, m)
 	}
@@ -447,11 +449,4 @@ func newID() string {
 
 func hasBMC(m *inventoryv1.Machine) bool {
 	return m.GetBmc().GetAddress() != "" && m.GetBmc().GetUsername() != ""
-}
-
-func orStr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }

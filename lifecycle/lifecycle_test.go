@@ -426,7 +426,7 @@ func TestInstallHappyPath(t *testing.T) {
 		t.Fatal("no reboot command")
 	}
 	if m.GetWatchdog().GetArmedAt() == nil {
-		m = h.eventually(a.name, "armed", func(m *inventoryv1.Machine) bool { return m.GetWatchdog().GetArmedAt() != nil })
+		h.eventually(a.name, "armed", func(m *inventoryv1.Machine) bool { return m.GetWatchdog().GetArmedAt() != nil })
 	}
 	// The node registers and is READY: DEPLOYED.
 	h.clk.Advance(time.Minute)

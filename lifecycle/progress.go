@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +17,7 @@ import (
 // INSTALLING machine's plan is (re)sent, and its certificate request is
 // then taken on this stream only.
 func (l *Lifecycle) onConnect(ctx context.Context, machine string) {
-	l.streams.attached(machine, ctx)
+	l.streams.attached(ctx, machine)
 	m, err := l.inv.GetMachine(ctx, machine)
 	if err != nil || m.GetState() == inventoryv1.Machine_MAINTENANCE {
 		return
@@ -96,7 +97,7 @@ func (l *Lifecycle) onProgress(ctx context.Context, machine string, p *nodev1.Pr
 		switch {
 		case p.GetError() != "":
 			out = progressFailed
-			reason = fmt.Sprintf("install step %s: %s", orStr(in.GetStep(), "?"), p.GetError())
+			reason = fmt.Sprintf("install step %s: %s", cmp.Or(in.GetStep(), "?"), p.GetError())
 			in.Error = p.GetError()
 			if err := inventory.Transition(m, inventory.EventInstallFailed); err != nil {
 				return err
@@ -140,6 +141,9 @@ func (l *Lifecycle) onProgress(ctx context.Context, machine string, p *nodev1.Pr
 		l.event(um, "lifecycle", "installed", "install "+id+" done: boot intent hypervisor", map[string]string{"install_id": id})
 		l.log.Info("install done: rebooting into the hypervisor", "machine", machine, "install_id", id, "kexec", kexec)
 		l.installReboot(ctx, um, id)
+	case progressStale, progressStep:
+		// Nothing to announce: a stale report is dropped, a step only
+		// recorded.
 	}
 }
 

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -135,7 +136,7 @@ func (l *Lifecycle) SetMaintenance(ctx context.Context, name string, on bool, re
 			if err := inventory.Transition(m, inventory.EventMaintenanceOn); err != nil {
 				return err
 			}
-			m.StateReason = orStr(reason, "maintenance")
+			m.StateReason = cmp.Or(reason, "maintenance")
 			m.Watchdog = nil
 			return nil
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/corralhq/corral/internal/lograte"
 )
 
-// Agent session rules (#11; docs/security.md copies this).
+// Agent session rules (docs/security.md, "Per-boot credentials", copies this).
 //
 // Register returns a session id; the agent's Session stream presents it in
 // its first message. The id is bound to the caller that registered (its
@@ -320,15 +320,6 @@ func (s *sessions) connected(machine string) bool {
 	defer s.mu.Unlock()
 	_, ok := s.streams[machine]
 	return ok
-}
-
-// identified reports whether machine's open session registered with the
-// machine's identity (plans go only to such a session).
-func (s *sessions) identified(machine string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st, ok := s.streams[machine]
-	return ok && st.identified
 }
 
 // canKexec reports whether machine's open session registered with the

@@ -158,7 +158,7 @@ func TestStoreOpsPerReport(t *testing.T) {
 // TestSessionOpenNoSecondWrite: Register writes last_seen in its one
 // machine mutation, so the session's first heartbeat right after it
 // writes nothing more (it rewrote the machine record, facts and all,
-// before step 5's storm work: 2 writes for Register + session open).
+// before Register and the session open shared one mutation: 2 writes).
 func TestSessionOpenNoSecondWrite(t *testing.T) {
 	cs := &countingStore{Store: mem.New()}
 	h := newHarness(t, cs, harnessOpt{})

@@ -105,15 +105,6 @@ func viewOf(evs []*auditv1.AuditEvent) []auditView {
 	return out
 }
 
-func slicesContainsFunc[T any](s []T, f func(T) bool) bool {
-	for _, v := range s {
-		if f(v) {
-			return true
-		}
-	}
-	return false
-}
-
 // assertNoSecrets greps every stored record and the list for the secrets.
 func assertNoSecrets(t *testing.T, st store.Store, secrets map[string]string, lists ...proto.Message) {
 	t.Helper()

@@ -90,23 +90,23 @@ func New(cfg Config, st store.Store) *Service {
 }
 
 // Register serves BackupService on r.
-func (b *Service) Register(r grpc.ServiceRegistrar) {
-	adminv1.RegisterBackupServiceServer(r, b)
+func (s *Service) Register(r grpc.ServiceRegistrar) {
+	adminv1.RegisterBackupServiceServer(r, s)
 }
 
 // Backup streams the encrypted backup, progress and a closing summary.
-func (b *Service) Backup(req *adminv1.BackupRequest, stream grpc.ServerStreamingServer[adminv1.BackupChunk]) error {
-	if !b.running.CompareAndSwap(false, true) {
+func (s *Service) Backup(req *adminv1.BackupRequest, stream grpc.ServerStreamingServer[adminv1.BackupChunk]) error {
+	if !s.running.CompareAndSwap(false, true) {
 		return apierr.ToStatus(apierr.Unavailablef("a backup is already running on this appliance: try again when it has ended"))
 	}
-	defer b.running.Store(false)
+	defer s.running.Store(false)
 	start := time.Now()
-	sum, err := b.Write(stream.Context(), req.GetPassphrase(), stream.Send)
+	sum, err := s.Write(stream.Context(), req.GetPassphrase(), stream.Send)
 	if err != nil {
-		b.log.Warn("backup failed", "err", err, "elapsed", time.Since(start).Round(time.Millisecond).String())
+		s.log.Warn("backup failed", "err", err, "elapsed", time.Since(start).Round(time.Millisecond).String())
 		return apierr.ToStatus(err)
 	}
-	b.log.Info("backup streamed", "records", sum.GetRecords(), "store_revision", sum.GetStoreRevision(),
+	s.log.Info("backup streamed", "records", sum.GetRecords(), "store_revision", sum.GetStoreRevision(),
 		"bytes", sum.GetBytes(), "sha256", sum.GetSha256(), "elapsed", time.Since(start).Round(time.Millisecond).String())
 	return nil
 }

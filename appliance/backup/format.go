@@ -178,12 +178,12 @@ func splitNamed(p []byte) (string, []byte, error) {
 }
 
 // checkBackupFile refuses a file name restore would not write.
-func checkBackupFile(name string) (uint32, error) {
-	mode, ok := backupFiles[name]
+func checkBackupFile(name string) error {
+	_, ok := backupFiles[name]
 	if !ok || path.Clean(name) != name {
-		return 0, apierr.DataLossf("backup holds a file %q that restore does not know", name)
+		return apierr.DataLossf("backup holds a file %q that restore does not know", name)
 	}
-	return mode, nil
+	return nil
 }
 
 func (h *Header) check() error {
@@ -194,7 +194,7 @@ func (h *Header) check() error {
 		return apierr.DataLossf("backup header: records %d, revision %d", h.Records, h.StoreRevision)
 	}
 	for _, f := range h.Files {
-		if _, err := checkBackupFile(f); err != nil {
+		if err := checkBackupFile(f); err != nil {
 			return err
 		}
 	}

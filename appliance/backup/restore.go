@@ -157,7 +157,9 @@ func Restore(ctx context.Context, o RestoreOptions) (res *RestoreResult, err err
 		return nil, fmt.Errorf("move the restored data directory into place: %w", err)
 	}
 	if d, err := os.Open(parent); err == nil {
-		d.Sync()
+		if err := d.Sync(); err != nil {
+			o.Logger.Warn("restore: the rename of the data directory may not be durable yet", "dir", parent, "err", err)
+		}
 		d.Close()
 	}
 	res.DataDir = dir
@@ -263,7 +265,7 @@ func restoreInto(ctx context.Context, plain io.Reader, dir string, openLocal fun
 		case frameFile:
 			name, data, err := splitNamed(p)
 			if err == nil {
-				_, err = checkBackupFile(name)
+				err = checkBackupFile(name)
 			}
 			if err == nil && files[name] != nil {
 				err = apierr.DataLossf("backup holds %s twice", name)

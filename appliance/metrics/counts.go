@@ -302,10 +302,12 @@ func (t *stateTable) drain(ctx context.Context, ch <-chan store.Event) error {
 		t.apply(ev.KV.Key, v, ev.KV.Revision)
 		t.lastRev = max(t.lastRev, ev.KV.Revision)
 	}
-	if ctx.Err() != nil {
+	select {
+	case <-ctx.Done():
 		return nil
+	default:
+		return errWatchCut
 	}
-	return errWatchCut
 }
 
 // errWatchCut: the store closed a watch that was not cancelled (it fell

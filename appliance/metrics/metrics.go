@@ -311,9 +311,9 @@ func (h httpObserver) Request(route string, code int, n int64, took time.Duratio
 	h.o.httpTime.WithLabelValues(route).Observe(took.Seconds())
 }
 
-// DHCP, TFTP, HTTP and BMC return the observers the boot servers and BMC
-// controller report to (nil on a nil *Metrics, e.g. an appliance built
-// by hand in a test).
+// DHCP returns the observer the DHCP server reports to (nil on a nil
+// *Metrics, e.g. an appliance built by hand in a test). TFTP, HTTP and
+// BMC do the same for the TFTP and HTTP servers and the BMC controller.
 func (o *Metrics) DHCP() dhcp.Observer {
 	if o == nil {
 		return nil
@@ -321,7 +321,7 @@ func (o *Metrics) DHCP() dhcp.Observer {
 	return dhcpObserver{o}
 }
 
-// TFTP: see DHCP.
+// TFTP returns the TFTP server's observer; see DHCP.
 func (o *Metrics) TFTP() tftp.Observer {
 	if o == nil {
 		return nil
@@ -329,7 +329,7 @@ func (o *Metrics) TFTP() tftp.Observer {
 	return tftpObserver{o}
 }
 
-// HTTP: see DHCP.
+// HTTP returns the boot HTTP server's observer; see DHCP.
 func (o *Metrics) HTTP() boothttp.Observer {
 	if o == nil {
 		return nil
@@ -337,7 +337,7 @@ func (o *Metrics) HTTP() boothttp.Observer {
 	return httpObserver{o}
 }
 
-// BMC: see DHCP.
+// BMC returns the BMC controller's observer; see DHCP.
 func (o *Metrics) BMC() func(op, provider, outcome string, took time.Duration) {
 	if o == nil {
 		return nil

@@ -15,7 +15,7 @@ import (
 )
 
 // timelineEntriesPrefix holds the boot timeline's entries
-// (inventory/timeline.go owns it; read by prefix here, not imported).
+// (the inventory/timeline package owns it; read by prefix here, not imported).
 const timelineEntriesPrefix = "/inventory/timeline/"
 
 // Boot phases, the label values of corral_boot_phase_seconds.
@@ -202,8 +202,10 @@ func (p *phaseTracker) run(ctx context.Context, st store.Store) error {
 	for ctx.Err() == nil {
 		started := time.Now()
 		err := p.follow(ctx, st)
-		if ctx.Err() != nil {
-			return nil
+		select {
+		case <-ctx.Done():
+			return nil // the watch ended with ctx: no retry
+		default:
 		}
 		if time.Since(started) > time.Minute {
 			pause = time.Second

@@ -134,7 +134,9 @@ func (l *Listener) refuse(c net.Conn, ip netip.Addr, ctr *lograte.Counter, limit
 		l.log.Warn("connection refused: limit reached", "server", l.cfg.Name, "peer", ip.String(), "limit", limit, "reason", reason, "refused_since_last_log", n)
 	})
 	if l.cfg.Refuse != nil {
-		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		// Best effort: the refusal is a courtesy on a connection about to be
+		// closed, and a write that cannot be bounded is cut by the Close.
+		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 		l.cfg.Refuse(c, reason)
 	}
 	c.Close()
@@ -204,7 +206,9 @@ func (c *Conn) Write(b []byte) (int, error) {
 	n := 0
 	for len(b) > 0 {
 		chunk := b[:min(len(b), progressChunk)]
-		c.Conn.SetWriteDeadline(time.Now().Add(c.l.cfg.WriteStall))
+		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.l.cfg.WriteStall)); err != nil {
+			return n, err
+		}
 		m, err := c.Conn.Write(chunk)
 		n += m
 		b = b[m:]
@@ -241,7 +245,9 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		if remain > 0 {
 			want = min(want, remain)
 		}
-		c.Conn.SetWriteDeadline(time.Now().Add(c.l.cfg.WriteStall))
+		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.l.cfg.WriteStall)); err != nil {
+			return total, err
+		}
 		var n int64
 		n, err = rf.ReadFrom(&io.LimitedReader{R: src, N: want})
 		total += n

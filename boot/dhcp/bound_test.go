@@ -49,13 +49,12 @@ func TestHandleBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer peer.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel() // handlers outlive Run's context
+	// handle takes no context: handlers outlive Run's, bounded by s.bound.
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range 3 {
 		wg.Go(func() {
-			f.s.handle(ctx, job{conn: f.s.conn, up: peer.LocalAddr().(*net.UDPAddr), m: discover(t, mac(0x900+i), biosPXE), port: dhcpv4.ServerPort})
+			f.s.handle(job{conn: f.s.conn, up: peer.LocalAddr().(*net.UDPAddr), m: discover(t, mac(0x900+i), biosPXE), port: dhcpv4.ServerPort})
 		})
 	}
 	wg.Wait()

@@ -74,6 +74,7 @@ func netBoot(m *dhcpv4.DHCPv4) bool {
 // BootKind says how the boot file is fetched.
 type BootKind string
 
+// The boot kinds ChooseBoot picks from.
 const (
 	BootNone   BootKind = "none"   // no boot options in the answer
 	BootTFTP   BootKind = "tftp"   // File is a TFTP name, next-server is us

@@ -84,6 +84,8 @@ import (
 // Mode is the DHCP mode.
 type Mode string
 
+// The DHCP modes: full leases addresses, proxy only adds PXE options, off
+// serves nothing.
 const (
 	ModeFull  Mode = "full"
 	ModeProxy Mode = "proxy"
@@ -337,7 +339,7 @@ func (s *Server) Respond(ctx context.Context, m *dhcpv4.DHCPv4, peer *net.UDPAdd
 	}
 	s.learn(m, mac)
 	if port == PXEPort {
-		return s.respondPXE(ctx, m, mac, peer)
+		return s.respondPXE(m, mac, peer)
 	}
 	if s.cfg.Mode == ModeProxy {
 		return s.respondProxy(ctx, m, mac)

@@ -140,15 +140,16 @@ func (p *leases) forgetLocked(ip netip.Addr) {
 // soon (up to 30 s): bbolt, whose one appliance needs no watch, drops a
 // watcher that a group commit of more than its buffer overflows, and the
 // re-read is a List of every lease. Meanwhile memory is stale, which
-// costs NAKs, never a wrong binding. It returns nil when ctx ends.
-func (p *leases) follow(ctx context.Context) error {
+// costs NAKs, never a wrong binding. It returns when ctx ends; the errors of
+// each watch are logged, not returned.
+func (p *leases) follow(ctx context.Context) {
 	const first, most = 100 * time.Millisecond, 30 * time.Second
 	pause := first
 	for {
 		began := time.Now()
 		err := p.followOnce(ctx)
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
 		if time.Since(began) > 2*time.Minute {
 			pause = first
@@ -163,7 +164,7 @@ func (p *leases) follow(ctx context.Context) error {
 		p.log.Log(ctx, level, "lease watch ended; re-reading the leases after a pause", "err", err, "pause", pause.String())
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-time.After(pause):
 		}
 		pause = min(2*pause, most)

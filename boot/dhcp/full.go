@@ -100,6 +100,9 @@ func (s *Server) respondFull(ctx context.Context, m *dhcpv4.DHCPv4, mac string) 
 		s.setBoot(rep, b, c, false)
 		s.event(mac, "inform", "INFORM answered", bootAttrs(attrs.attrs(), b))
 		return rep, dst
+	default:
+		// OFFER, ACK and NAK are a server's messages, and a packet with no
+		// type is no request: all are ignored below.
 	}
 	s.eventN(mac, "ignored", "message type "+messageType(m).String()+" is not handled", attrs)
 	return nil, nil

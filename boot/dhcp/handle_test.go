@@ -56,7 +56,7 @@ func TestHandleConcurrentReplies(t *testing.T) {
 				t.Fatal(err)
 			}
 			wg.Go(func() {
-				f.s.handle(f.ctx, job{conn: conn, up: &net.UDPAddr{IP: net.IPv4zero, Port: 68}, m: p, port: dhcpv4.ServerPort})
+				f.s.handle(job{conn: conn, up: &net.UDPAddr{IP: net.IPv4zero, Port: 68}, m: p, port: dhcpv4.ServerPort})
 			})
 		}
 		wg.Wait()

@@ -161,6 +161,8 @@ func intentLabel(i inventoryv1.BootIntent) string {
 		return "local"
 	case inventoryv1.BootIntent_BOOT_INTENT_HYPERVISOR:
 		return "hypervisor"
+	default:
+		// UNSPECIFIED, and any intent added later: its own name, below.
 	}
 	return strings.ToLower(strings.TrimPrefix(i.String(), "BOOT_INTENT_"))
 }

@@ -59,8 +59,10 @@ func (s *Server) observe(m *dhcpv4.DHCPv4, outcome string) {
 }
 
 // Dropped is how many packets were dropped because MaxInFlight handlers
-// were busy; Malformed how many did not parse.
-func (s *Server) Dropped() uint64   { return s.dropped.Load() }
+// were busy.
+func (s *Server) Dropped() uint64 { return s.dropped.Load() }
+
+// Malformed is how many packets did not parse.
 func (s *Server) Malformed() uint64 { return s.bad.Load() }
 
 // Superseded is how many older bindings were released because their

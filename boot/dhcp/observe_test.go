@@ -104,7 +104,7 @@ func TestAnsweredNeverNegative(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	f.s.handle(f.ctx, job{conn: conn, up: &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 68},
+	f.s.handle(job{conn: conn, up: &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 68},
 		m: discover(t, mac(3), biosPXE), port: dhcpv4.ServerPort, read: time.Now().Add(time.Hour)})
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -70,7 +70,7 @@ func (s *Server) respondProxy(ctx context.Context, m *dhcpv4.DHCPv4, mac string)
 // respondPXE answers the PXE boot-server request on port 4011 (proxy
 // mode, and iPXE's ProxyDHCPREQUEST in full mode): an ACK with the boot
 // file, sent back to the asking port.
-func (s *Server) respondPXE(ctx context.Context, m *dhcpv4.DHCPv4, mac string, peer *net.UDPAddr) (*dhcpv4.DHCPv4, *net.UDPAddr) {
+func (s *Server) respondPXE(m *dhcpv4.DHCPv4, mac string, peer *net.UDPAddr) (*dhcpv4.DHCPv4, *net.UDPAddr) {
 	c := classify(m, mac)
 	attrs := newNote(&c, m)
 	if messageType(m) != dhcpv4.MessageTypeRequest && messageType(m) != dhcpv4.MessageTypeInform {

@@ -95,6 +95,8 @@ func (r *udpReader) recvmsg(fd uintptr) bool {
 			continue
 		case syscall.EAGAIN:
 			return false // wait for the poller
+		default:
+			// Done: success, or an error the caller reads from errno.
 		}
 		return true
 	}
@@ -173,6 +175,8 @@ func (w *udpWriter) sendto(fd uintptr) bool {
 			continue
 		case syscall.EAGAIN:
 			return false
+		default:
+			// Done: success, or an error the caller reads from errno.
 		}
 		return true
 	}

@@ -77,8 +77,8 @@ func SetReadBuffer(c *net.UDPConn, size int, log *slog.Logger) {
 	rc, err := c.SyscallConn()
 	if err == nil {
 		var serr error
-		rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, size) })
-		if serr == nil {
+		cerr := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, size) })
+		if cerr == nil && serr == nil {
 			return
 		}
 	}
@@ -97,7 +97,7 @@ func (s *Server) Run(ctx context.Context) error {
 	errc := make(chan error, 2)
 	serve := func(conn net.PacketConn, port int) {
 		defer wg.Done()
-		err := s.serve(ctx, conn, port)
+		err := s.serve(conn, port)
 		if ctx.Err() == nil {
 			errc <- fmt.Errorf("dhcp: port %d: %w", port, err)
 		}
@@ -139,7 +139,7 @@ func (s *Server) Run(ctx context.Context) error {
 // server4.Server.Serve, which allocated a 4 KiB buffer and formatted a
 // debug line per packet: the buffer here is reused (dhcpv4.FromBytes
 // copies what it keeps) and nothing is formatted for a good packet.
-func (s *Server) serve(ctx context.Context, conn net.PacketConn, port int) error {
+func (s *Server) serve(conn net.PacketConn, port int) error {
 	buf := make([]byte, 4096)
 	rio := s.rawIO(conn)
 	isUDP := rio != nil
@@ -191,7 +191,7 @@ func (s *Server) serve(ctx context.Context, conn net.PacketConn, port int) error
 		}
 		j := job{conn: conn, up: up, m: m, port: port, read: read}
 		if s.quick(m, port) {
-			s.handle(ctx, j)
+			s.handle(j)
 			continue
 		}
 		// The in-flight bound is taken before the goroutine starts, so an
@@ -208,17 +208,17 @@ func (s *Server) serve(ctx context.Context, conn net.PacketConn, port int) error
 		select {
 		case s.work <- j:
 		default: // every worker busy: a goroutine of its own
-			go s.dispatch(ctx, j)
+			go s.dispatch(j)
 		}
 	}
 }
 
 // rawIO is conn's raw reader/writer (nil: use conn's methods).
 func (s *Server) rawIO(conn net.PacketConn) *udpIO {
-	switch {
-	case conn == s.conn:
+	switch conn {
+	case s.conn:
 		return s.connIO
-	case conn == s.pxe:
+	case s.pxe:
 		return s.pxeIO
 	}
 	return nil
@@ -243,7 +243,7 @@ func (s *Server) worker(ctx context.Context) {
 	for {
 		select {
 		case j := <-s.work:
-			s.dispatch(ctx, j)
+			s.dispatch(j)
 		case <-ctx.Done():
 			return
 		}
@@ -263,9 +263,9 @@ func (s *Server) quick(m *dhcpv4.DHCPv4, port int) bool {
 
 // dispatch handles one packet: serve took its slot in s.sem and counted it
 // in s.handlers; dispatch gives both back.
-func (s *Server) dispatch(ctx context.Context, j job) {
+func (s *Server) dispatch(j job) {
 	defer func() { <-s.sem; s.handlers.Done() }()
-	s.handle(ctx, j)
+	s.handle(j)
 }
 
 // handleTimeout bounds a packet's store and inventory calls; boundStep is
@@ -320,7 +320,7 @@ func (b *bound) ctx(now time.Time) context.Context {
 
 // handle answers one packet and reports its outcome. Its store and
 // inventory calls are bounded by handleTimeout (see bound).
-func (s *Server) handle(ctx context.Context, j job) {
+func (s *Server) handle(j job) {
 	m, conn := j.m, j.conn
 	reply, dst := s.Respond(s.bound.Load().ctx(time.Now()), m, j.up, j.port)
 	if reply == nil {

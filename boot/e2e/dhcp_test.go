@@ -190,7 +190,7 @@ func TestRelayAndBadInput(t *testing.T) {
 	// Restart on the same store: it opens, and the relay client's lease is
 	// still its own (sticky).
 	c.stop(t)
-	c = l.corrald(args...)
+	l.corrald(args...) // stopped by the lab's cleanup
 	d, _ = dhcpv4.NewDiscovery(relayMAC, dhcpv4.WithGatewayIP(net.IPv4(10, 9, 0, 1)), func(d *dhcpv4.DHCPv4) { d.HopCount = 1 })
 	again := exchange(t, relay, d, server, 5*time.Second)
 	if again == nil || !again.YourIPAddr.Equal(ack.YourIPAddr) && !again.YourIPAddr.Equal(offer.YourIPAddr) {

@@ -315,6 +315,8 @@ func (s *segment) read() {
 			s.offers[m.ServerIdentifier().String()]++
 		case dhcpv4.MessageTypeAck:
 			s.acks[m.ServerIdentifier().String()]++
+		default:
+			// Only OFFERs and ACKs are counted.
 		}
 		ch := s.wait[m.TransactionID]
 		s.mu.Unlock()

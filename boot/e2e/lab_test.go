@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
@@ -481,18 +480,4 @@ func inNS(t *testing.T, ns string, fn func()) {
 		} // else: the thread stays locked and dies with the goroutine
 	}()
 	fn()
-}
-
-func readLines(path string) []string {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		out = append(out, s.Text())
-	}
-	return out
 }

@@ -232,7 +232,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := s.srv.Shutdown(sctx); err != nil {
 		s.srv.Close()
 	}
-	<-errc
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		s.log.Warn("boot HTTP server ended badly during shutdown", "err", err)
+	}
 	return nil
 }
 
@@ -432,7 +434,9 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	w.Write(body)
+	if _, err := w.Write(body); err != nil {
+		s.log.Debug("boot script not delivered", "mac", mac, "peer", peerIP(r), "err", err)
+	}
 	attrs := map[string]string{"intent": d.Intent, "machine": name, "bytes": strconv.Itoa(len(body)), "peer": peerIP(r)}
 	if d.Kernel != "" {
 		attrs["kernel"], attrs["initrd"], attrs["cmdline_bytes"] = d.Kernel, d.Initrd, strconv.Itoa(len(d.Cmdline))

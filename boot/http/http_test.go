@@ -172,7 +172,13 @@ func newFixture(t *testing.T, mutate func(*Config)) *fixture {
 	return f
 }
 
-func get(t *testing.T, url string, hdr map[string]string) (*http.Response, []byte) {
+// answer is what get keeps of a response whose body it has read and closed.
+type answer struct {
+	StatusCode int
+	Header     http.Header
+}
+
+func get(t *testing.T, url string, hdr map[string]string) (answer, []byte) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, url, nil)
 	req.Host = "10.0.0.1:8080"
@@ -185,7 +191,7 @@ func get(t *testing.T, url string, hdr map[string]string) (*http.Response, []byt
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp, b
+	return answer{StatusCode: resp.StatusCode, Header: resp.Header}, b
 }
 
 func TestScriptsGolden(t *testing.T) {
@@ -197,7 +203,7 @@ func TestScriptsGolden(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			resp, body := get(t, f.srv.URL+"/boot.ipxe?mac="+mac, nil)
-			if resp.StatusCode != 200 {
+			if resp.StatusCode != http.StatusOK {
 				t.Fatalf("status %d: %s", resp.StatusCode, body)
 			}
 			golden := filepath.Join("testdata", name+".ipxe")
@@ -266,7 +272,7 @@ func TestRefusals(t *testing.T) {
 func TestCreateUnknown(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.CreateUnknown = true })
 	resp, body := get(t, f.srv.URL+"/boot.ipxe?mac=52:54:00:99:99:99", nil)
-	if resp.StatusCode != 200 || !strings.Contains(string(body), "m-525400999999") {
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "m-525400999999") {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
 }
@@ -291,7 +297,7 @@ func TestCreateUnknownCapReached(t *testing.T) {
 func TestArtifactsRangeAndTimeline(t *testing.T) {
 	f := newFixture(t, nil)
 	resp, body := get(t, f.srv.URL+"/images/initrd.img?mac=52:54:00:00:00:01", nil)
-	if resp.StatusCode != 200 || !bytes.Equal(body, f.initrd) {
+	if resp.StatusCode != http.StatusOK || !bytes.Equal(body, f.initrd) {
 		t.Fatalf("full GET: %d, %d bytes", resp.StatusCode, len(body))
 	}
 	if resp.Header.Get("Accept-Ranges") != "bytes" || resp.Header.Get("ETag") == "" {
@@ -333,7 +339,7 @@ func TestArtifactsRangeAndTimeline(t *testing.T) {
 func TestHypervisorScript(t *testing.T) {
 	f := newFixture(t, nil)
 	resp, body := get(t, f.srv.URL+"/boot.ipxe?mac=52:54:00:00:00:03", nil)
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
 	var kernelLine string
@@ -358,7 +364,7 @@ func TestHypervisorScript(t *testing.T) {
 		t.Errorf("no initrd line for the hypervisor image:\n%s", body)
 	}
 	for _, n := range []string{images.DiscoverKernel, images.HypervisorInitrd} {
-		if resp, _ := get(t, f.srv.URL+"/images/"+n+"?mac=52:54:00:00:00:03", nil); resp.StatusCode != 200 {
+		if resp, _ := get(t, f.srv.URL+"/images/"+n+"?mac=52:54:00:00:00:03", nil); resp.StatusCode != http.StatusOK {
 			t.Errorf("GET %s: %d", n, resp.StatusCode)
 		}
 	}
@@ -388,7 +394,7 @@ func TestHypervisorScript(t *testing.T) {
 func TestHypervisorWithoutImage(t *testing.T) {
 	f := newFixture(t, nil)
 	resp, body := get(t, f.srv.URL+"/boot.ipxe?mac=52:54:00:00:00:03", nil)
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
 	golden := filepath.Join("testdata", "hypervisor-no-image.ipxe")

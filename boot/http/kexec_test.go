@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,7 +100,7 @@ func TestHypervisorBootIsTheScripts(t *testing.T) {
 	}{{hb.KernelURL, hb.Kernel}, {hb.InitrdURL, hb.Initrd}} {
 		resp, body := get(t, f.url, nil)
 		sum := sha256.Sum256(body)
-		if resp.StatusCode != 200 || int64(len(body)) != f.a.Size || hex.EncodeToString(sum[:]) != f.a.SHA256 {
+		if resp.StatusCode != http.StatusOK || int64(len(body)) != f.a.Size || hex.EncodeToString(sum[:]) != f.a.SHA256 {
 			t.Errorf("GET %s: %d, %d bytes sha256 %x; catalog %d bytes %s", f.url, resp.StatusCode, len(body), sum, f.a.Size, f.a.SHA256)
 		}
 	}

@@ -123,7 +123,9 @@ func (l Limits) listener(lis net.Listener, log *slog.Logger) net.Listener {
 
 func refuse503(c net.Conn, reason string) {
 	body := "corral: " + reason + ": retry later\n"
-	io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nRetry-After: 5\r\nConnection: close\r\n"+
+	// Best effort: the connection is closed right after, whatever the peer
+	// read of it.
+	_, _ = io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nRetry-After: 5\r\nConnection: close\r\n"+
 		"Content-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
 }
 

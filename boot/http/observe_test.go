@@ -33,12 +33,12 @@ func (o *fakeObserver) Request(route string, code int, n int64, took time.Durati
 func TestObserver(t *testing.T) {
 	o := &fakeObserver{}
 	f := newFixture(t, func(c *Config) { c.Observer = o })
-	if resp, body := get(t, f.srv.URL+"/images/initrd.img?mac=52:54:00:00:00:01", nil); resp.StatusCode != 200 || !bytes.Equal(body, f.initrd) {
+	if resp, body := get(t, f.srv.URL+"/images/initrd.img?mac=52:54:00:00:00:01", nil); resp.StatusCode != http.StatusOK || !bytes.Equal(body, f.initrd) {
 		t.Fatalf("image: %d, %d bytes", resp.StatusCode, len(body))
 	}
 	get(t, f.srv.URL+"/images/initrd.img", map[string]string{"Range": "bytes=10-19"})
 	resp, script := get(t, f.srv.URL+"/boot.ipxe?mac=52:54:00:00:00:01", nil)
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("script: %d", resp.StatusCode)
 	}
 	get(t, f.srv.URL+"/boot.ipxe?mac=not-a-mac", nil)

@@ -3,6 +3,7 @@ package http
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -75,7 +76,7 @@ func TestScriptEndpoints(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t, func(c *Config) { c.PeerEndpoints = tc.peers })
 			resp, body := get(t, f.srv.URL+"/boot.ipxe?mac=52:54:00:00:00:01", nil)
-			if resp.StatusCode != 200 {
+			if resp.StatusCode != http.StatusOK {
 				t.Fatalf("status %d: %s", resp.StatusCode, body)
 			}
 			var kernel string

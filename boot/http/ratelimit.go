@@ -37,7 +37,7 @@ type ScriptLimits struct {
 	MaxTracked int
 }
 
-// DefaultScriptLimits: per MAC a burst of 10 then one every 6 s; per
+// DefaultScriptLimits returns the defaults: per MAC a burst of 10 then one every 6 s; per
 // source address a burst of 20 then one a second; 65,536 tracked keys per
 // table (a few MB).
 func DefaultScriptLimits() ScriptLimits {
@@ -101,8 +101,8 @@ type budget struct {
 	noted time.Time
 }
 
-func newBudgets(burst int, every time.Duration, max int) *budgets {
-	return &budgets{burst: burst, every: every, max: max, entries: map[string]*budget{}}
+func newBudgets(burst int, every time.Duration, maxKeys int) *budgets {
+	return &budgets{burst: burst, every: every, max: maxKeys, entries: map[string]*budget{}}
 }
 
 // take spends one request of key's budget at now. It reports whether the

@@ -102,10 +102,12 @@ func (r *Responder) Run(ctx context.Context) error {
 	for {
 		n, cm, src, err := r.p.ReadFrom(buf)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+			select {
+			case <-ctx.Done():
+				return nil // ctx ended: the goroutine above closed the socket
+			default:
+				return fmt.Errorf("ra: %w", err)
 			}
-			return fmt.Errorf("ra: %w", err)
 		}
 		if cm == nil || cm.IfIndex != r.ifi.Index {
 			continue // another interface

@@ -226,14 +226,16 @@ func (s *Server) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		s.srv.Shutdown()
-		<-errc
+		if err := <-errc; err != nil {
+			s.log.Warn("TFTP server ended badly during shutdown", "err", err)
+		}
 		return nil
 	case err := <-errc:
 		return fmt.Errorf("tftp: %w", err)
 	}
 }
 
-// ErrRefused: the requested name is not a servable catalog file.
+// ErrRefused means the requested name is not a servable catalog file.
 var ErrRefused = errors.New("tftp: refused")
 
 // CheckName validates a requested file name and returns the catalog name

@@ -1,10 +1,10 @@
 // Package apierr owns Corral's error vocabulary: the error classes every
 // service shares and the one mapping from them to gRPC status codes.
 //
-// Domain packages declare their own sentinels as members of a class (New:
-// store.ErrNotFound is of class ErrNotFound) or re-export a class
-// (pool.ErrInvalid is apierr.ErrInvalid), wrap them with %w, and their gRPC
-// edges call ToStatus. It sits on the ground floor: it imports nothing of
+// Domain packages use the classes by these names (apierr.ErrInvalid, never a
+// re-exported alias), declare their own sentinels as members of a class
+// (New: store.ErrNotFound is of class ErrNotFound), wrap them with %w, and
+// their gRPC edges call ToStatus. It sits on the ground floor: it imports nothing of
 // Corral's (only the standard library and gRPC's codes and status), so the
 // store contract and the node agent may both use it.
 package apierr

@@ -16,7 +16,7 @@ import (
 // chains to the same CA, is never accepted as the appliance.
 const ApplianceURI = "urn:corral:appliance"
 
-// ErrNotAppliance: the server's certificate chains to the appliance CA but
+// ErrNotAppliance means the server's certificate chains to the appliance CA but
 // is not the appliance's (it lacks ApplianceURI, or it is a node
 // certificate).
 var ErrNotAppliance = errors.New("server certificate is not the appliance's")

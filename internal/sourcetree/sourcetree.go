@@ -16,7 +16,7 @@ import (
 // Module is the path Corral's go.mod declares.
 const Module = "github.com/corralhq/corral"
 
-// ErrNotFound: no directory from the start up to the root holds Corral's
+// ErrNotFound means no directory from the start up to the root holds Corral's
 // go.mod.
 var ErrNotFound = errors.New("not inside the Corral source tree")
 

@@ -79,35 +79,35 @@ type Limiter struct {
 	active atomic.Int64
 }
 
-// NewLimiter returns a limiter that admits at most max watchers at once
-// (max <= 0: DefaultMaxWatchers).
-func NewLimiter(max int) *Limiter {
-	if max <= 0 {
-		max = DefaultMaxWatchers
+// NewLimiter returns a limiter that admits at most limit watchers at once
+// (limit <= 0: DefaultMaxWatchers).
+func NewLimiter(limit int) *Limiter {
+	if limit <= 0 {
+		limit = DefaultMaxWatchers
 	}
-	return &Limiter{max: int64(max)}
+	return &Limiter{max: int64(limit)}
 }
 
 // Default is the appliance-wide limiter used when Config.Limiter is nil.
 var Default = NewLimiter(DefaultMaxWatchers)
 
-// SetMax changes the cap (max <= 0: DefaultMaxWatchers). Watchers already
+// SetMax changes the cap (limit <= 0: DefaultMaxWatchers). Watchers already
 // admitted stay.
-func (l *Limiter) SetMax(max int) {
-	if max <= 0 {
-		max = DefaultMaxWatchers
+func (l *Limiter) SetMax(limit int) {
+	if limit <= 0 {
+		limit = DefaultMaxWatchers
 	}
-	atomic.StoreInt64(&l.max, int64(max))
+	atomic.StoreInt64(&l.max, int64(limit))
 }
 
 // Active is the number of watchers running now.
 func (l *Limiter) Active() int { return int(l.active.Load()) }
 
 func (l *Limiter) acquire(name string) (func(), error) {
-	max := atomic.LoadInt64(&l.max)
-	if n := l.active.Add(1); n > max {
+	limit := atomic.LoadInt64(&l.max)
+	if n := l.active.Add(1); n > limit {
 		l.active.Add(-1)
-		return nil, apierr.Exhaustedf("watch %s: this appliance already serves %d watchers, its limit; close one or try again later", name, max)
+		return nil, apierr.Exhaustedf("watch %s: this appliance already serves %d watchers, its limit; close one or try again later", name, limit)
 	}
 	var once sync.Once
 	return func() { once.Do(func() { l.active.Add(-1) }) }, nil

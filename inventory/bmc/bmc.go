@@ -24,12 +24,6 @@ import (
 // bmcSecretPrefix keys the sealed BMC password of each machine.
 const bmcSecretPrefix = "/inventory/bmc-secrets/"
 
-var (
-	invalidf      = apierr.Invalidf
-	existsf       = apierr.Existsf
-	preconditionf = apierr.Preconditionf
-)
-
 // Sentinel errors; adapters wrap them so the API edge can map them.
 var (
 	// ErrAuth: the BMC rejected the credentials.
@@ -96,17 +90,17 @@ func ParseTLSFingerprint(s string) (string, error) {
 	s = strings.ToLower(strings.TrimSpace(s))
 	if strings.Contains(s, ":") {
 		if len(s) != 95 {
-			return "", invalidf("certificate fingerprint %q: want the SHA-256 of the certificate as 64 hex digits (colons between bytes allowed)", in)
+			return "", apierr.Invalidf("certificate fingerprint %q: want the SHA-256 of the certificate as 64 hex digits (colons between bytes allowed)", in)
 		}
 		for i := 2; i < len(s); i += 3 {
 			if s[i] != ':' {
-				return "", invalidf("certificate fingerprint %q: want the SHA-256 of the certificate as 64 hex digits (colons between bytes allowed)", in)
+				return "", apierr.Invalidf("certificate fingerprint %q: want the SHA-256 of the certificate as 64 hex digits (colons between bytes allowed)", in)
 			}
 		}
 		s = strings.ReplaceAll(s, ":", "")
 	}
 	if len(s) != 64 || strings.Trim(s, "0123456789abcdef") != "" {
-		return "", invalidf("certificate fingerprint %q: want the SHA-256 of the certificate as 64 hex digits (colons between bytes allowed)", in)
+		return "", apierr.Invalidf("certificate fingerprint %q: want the SHA-256 of the certificate as 64 hex digits (colons between bytes allowed)", in)
 	}
 	return s, nil
 }
@@ -262,28 +256,28 @@ func (c *Service) Enroll(ctx context.Context, req *inventoryv1.EnrollMachineRequ
 	}
 	if req.GetBmcPort() != 0 {
 		if port != 0 && port != req.GetBmcPort() {
-			return nil, invalidf("BMC port given twice: %d in the address and %d as bmc_port", port, req.GetBmcPort())
+			return nil, apierr.Invalidf("BMC port given twice: %d in the address and %d as bmc_port", port, req.GetBmcPort())
 		}
 		if req.GetBmcPort() > 65535 {
-			return nil, invalidf("BMC port %d out of range", req.GetBmcPort())
+			return nil, apierr.Invalidf("BMC port %d out of range", req.GetBmcPort())
 		}
 		port = req.GetBmcPort()
 	}
 	bproto := req.GetBmcProtocol()
 	if _, ok := inventoryv1.BmcProtocol_name[int32(bproto)]; !ok {
-		return nil, invalidf("BMC protocol %d is not supported: use auto, ipmi or redfish", int32(bproto))
+		return nil, apierr.Invalidf("BMC protocol %d is not supported: use auto, ipmi or redfish", int32(bproto))
 	}
 	if port == 0 {
 		port = defaultBMCPort(bproto)
 	}
 	if req.GetBmcUsername() == "" {
-		return nil, invalidf("a BMC user name is required")
+		return nil, apierr.Invalidf("a BMC user name is required")
 	}
 	if req.GetBmcPassword() == "" {
-		return nil, invalidf("a BMC password is required")
+		return nil, apierr.Invalidf("a BMC password is required")
 	}
 	if req.GetBmcCipherSuite() > 17 {
-		return nil, invalidf("cipher suite %d: IPMI defines 0-17 (0 tries 17, then 3)", req.GetBmcCipherSuite())
+		return nil, apierr.Invalidf("cipher suite %d: IPMI defines 0-17 (0 tries 17, then 3)", req.GetBmcCipherSuite())
 	}
 	insecure, pin := req.GetBmcInsecure(), ""
 	if req.GetBmcTlsSha256() != "" {
@@ -292,10 +286,10 @@ func (c *Service) Enroll(ctx context.Context, req *inventoryv1.EnrollMachineRequ
 		}
 	}
 	if insecure && pin != "" {
-		return nil, invalidf("--bmc-insecure and --bmc-tls-sha256 exclude each other: pin a certificate or opt out of checking it")
+		return nil, apierr.Invalidf("--bmc-insecure and --bmc-tls-sha256 exclude each other: pin a certificate or opt out of checking it")
 	}
 	if bproto == inventoryv1.BmcProtocol_BMC_PROTOCOL_IPMI && (insecure || pin != "") {
-		return nil, invalidf("--bmc-insecure and --bmc-tls-sha256 are for Redfish BMCs (TLS); IPMI has no certificate")
+		return nil, apierr.Invalidf("--bmc-insecure and --bmc-tls-sha256 are for Redfish BMCs (TLS); IPMI has no certificate")
 	}
 	var bootMAC string
 	if req.GetBootMac() != "" {
@@ -309,10 +303,10 @@ func (c *Service) Enroll(ctx context.Context, req *inventoryv1.EnrollMachineRequ
 	}
 	if bootMAC != "" {
 		if existing != nil && !hasMAC(existing, bootMAC) {
-			return nil, invalidf("machine %q exists without MAC %s: MACs cannot be changed by enroll", name, bootMAC)
+			return nil, apierr.Invalidf("machine %q exists without MAC %s: MACs cannot be changed by enroll", name, bootMAC)
 		}
 		if owner, err := c.inv.MachineByMAC(ctx, bootMAC); err == nil && owner.GetName() != name {
-			return nil, existsf("MAC %s belongs to machine %q: enroll that machine instead", bootMAC, owner.GetName())
+			return nil, apierr.Existsf("MAC %s belongs to machine %q: enroll that machine instead", bootMAC, owner.GetName())
 		}
 	}
 	key := inventory.BMCAddressKey(host, port)
@@ -417,7 +411,7 @@ func checkEnrolledCertificate(t Target, res Result) error {
 	case t.TLSInsecure:
 		return nil
 	case t.TLSSHA256 != "" && res.TLSSHA256 == "":
-		return preconditionf("BMC %s answered without TLS (%s), so the certificate given with --bmc-tls-sha256 cannot be checked: enroll it with --bmc-protocol ipmi and no pin", t, cmp.Or(res.Provider, "no provider"))
+		return apierr.Preconditionf("BMC %s answered without TLS (%s), so the certificate given with --bmc-tls-sha256 cannot be checked: enroll it with --bmc-protocol ipmi and no pin", t, cmp.Or(res.Provider, "no provider"))
 	case t.TLSSHA256 != "" && res.TLSSHA256 != t.TLSSHA256:
 		return &CertificateError{Pinned: t.TLSSHA256, Presented: res.TLSSHA256}
 	case t.Protocol == inventoryv1.BmcProtocol_BMC_PROTOCOL_REDFISH && res.TLSSHA256 == "":
@@ -494,11 +488,11 @@ func (c *Service) ownerConflict(ctx context.Context, key string, b *inventoryv1.
 		return err
 	}
 	if b := m.GetBmc(); b.GetAddress() != "" && inventory.BMCAddressKey(b.GetAddress(), b.GetPort()) == key {
-		return existsf("BMC %s is already enrolled on machine %q", keyAddr(key), owner)
+		return apierr.Existsf("BMC %s is already enrolled on machine %q", keyAddr(key), owner)
 	}
 	// Claimed but not (yet) on its machine: an enrolment in flight.
 	if at := b.GetClaimedAt(); at != nil && c.cfg.Now().Sub(at.AsTime()) < claimGrace {
-		return existsf("BMC %s is being enrolled on machine %q", keyAddr(key), owner)
+		return apierr.Existsf("BMC %s is being enrolled on machine %q", keyAddr(key), owner)
 	}
 	return nil
 }
@@ -543,7 +537,7 @@ func (c *Service) target(ctx context.Context, name string) (*inventoryv1.Machine
 	}
 	b := m.GetBmc()
 	if b.GetAddress() == "" || b.GetUsername() == "" {
-		return m, Target{}, preconditionf("machine %q has no enrolled BMC: run `corral machine enroll %s --bmc ...`", name, name)
+		return m, Target{}, apierr.Preconditionf("machine %q has no enrolled BMC: run `corral machine enroll %s --bmc ...`", name, name)
 	}
 	redfish := b.GetProtocol() == inventoryv1.BmcProtocol_BMC_PROTOCOL_REDFISH ||
 		(b.GetProtocol() == inventoryv1.BmcProtocol_BMC_PROTOCOL_AUTO && b.GetProvider() == RedfishProviderName)
@@ -553,13 +547,13 @@ func (c *Service) target(ctx context.Context, name string) (*inventoryv1.Machine
 	var s inventoryv1.BmcSecret
 	if _, err := record.Get(ctx, c.cfg.Store, bmcSecretPrefix+name, &s); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return m, Target{}, preconditionf("machine %q has no stored BMC password: enroll it again", name)
+			return m, Target{}, apierr.Preconditionf("machine %q has no stored BMC password: enroll it again", name)
 		}
 		return m, Target{}, err
 	}
 	pw, err := c.cfg.Sealer.Open(s.GetSealedPassword(), []byte(name))
 	if err != nil {
-		return m, Target{}, preconditionf("machine %q: the stored BMC password cannot be opened (was the seal key replaced?): enroll it again", name)
+		return m, Target{}, apierr.Preconditionf("machine %q: the stored BMC password cannot be opened (was the seal key replaced?): enroll it again", name)
 	}
 	port := b.GetPort()
 	if port == 0 {
@@ -676,7 +670,7 @@ func (c *Service) storePower(ctx context.Context, m *inventoryv1.Machine, st inv
 // arms the boot watchdog for actions that boot the machine.)
 func (c *Service) SetPower(ctx context.Context, name string, a inventoryv1.PowerAction) (*inventoryv1.PowerStatus, error) {
 	if _, ok := inventoryv1.PowerAction_name[int32(a)]; !ok || a == inventoryv1.PowerAction_POWER_ACTION_UNSPECIFIED {
-		return nil, invalidf("power action %d: use on, off, soft, cycle or reset", int32(a))
+		return nil, apierr.Invalidf("power action %d: use on, off, soft, cycle or reset", int32(a))
 	}
 	m, t, err := c.target(ctx, name)
 	if err != nil {
@@ -697,7 +691,7 @@ func (c *Service) SetPower(ctx context.Context, name string, a inventoryv1.Power
 	st, rres, err := c.cfg.Driver.PowerState(cctx, t)
 	cancel()
 	if err != nil {
-		return &inventoryv1.PowerStatus{State: inventoryv1.PowerState_POWER_STATE_UNKNOWN, Provider: res.Provider, Attempts: res.Attempts, Note: res.Note}, nil
+		return &inventoryv1.PowerStatus{State: inventoryv1.PowerState_POWER_STATE_UNKNOWN, Provider: res.Provider, Attempts: res.Attempts, Note: res.Note}, nil //nolint:nilerr // the action succeeded; only its read-back failed, so the state is UNKNOWN
 	}
 	ps, err := c.storePower(ctx, m, st, rres)
 	if err != nil {
@@ -711,7 +705,7 @@ func (c *Service) SetPower(ctx context.Context, name string, a inventoryv1.Power
 // records it in the timeline.
 func (c *Service) SetBootDevice(ctx context.Context, name string, req inventory.BootRequest) error {
 	if _, ok := inventoryv1.BootDevice_name[int32(req.Device)]; !ok || req.Device == inventoryv1.BootDevice_BOOT_DEVICE_UNSPECIFIED {
-		return invalidf("boot device %d: use pxe, disk or bios", int32(req.Device))
+		return apierr.Invalidf("boot device %d: use pxe, disk or bios", int32(req.Device))
 	}
 	m, t, err := c.target(ctx, name)
 	if err != nil {

@@ -49,11 +49,6 @@ func TestHeartbeatsUnwritten(t *testing.T) {
 	spec := func(name string) *poolv1.ApplyNodeRequest {
 		return &poolv1.ApplyNodeRequest{Name: name, CpuMilliCores: 1000, MemoryBytes: 1 << 30, Labels: map[string]string{"rack": "r1"}}
 	}
-	type step struct {
-		at    time.Duration // since the first beat
-		what  string        // "beat", "sweep", "change"
-		state poolv1.Node_NodeState
-	}
 	tests := map[string]struct {
 		after      time.Duration // HeartbeatWriteAfter
 		fleet      bool          // the sweep runs in another Pool on the same store (no shared memory)

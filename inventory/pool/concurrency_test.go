@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -20,7 +21,7 @@ var stores = map[string]func(testing.TB, ...func(*Config)) *env{
 }
 
 // TestConcurrentReserveCompute: 64 goroutines race for a node with room for
-// exactly 10 computes; exactly 10 win, 54 get ErrExhausted, and the stored
+// exactly 10 computes; exactly 10 win, 54 get apierr.ErrExhausted, and the stored
 // node holds exactly the winners.
 func TestConcurrentReserveCompute(t *testing.T) {
 	for name, mk := range stores {
@@ -53,7 +54,7 @@ func raceReserveCompute(t *testing.T, pools ...*Pool) {
 		switch {
 		case err == nil:
 			won = append(won, fmt.Sprintf("vm%02d", i))
-		case errors.Is(err, ErrExhausted):
+		case errors.Is(err, apierr.ErrExhausted):
 			exhausted++
 		default:
 			t.Errorf("vm%02d: unexpected error %v", i, err)
@@ -80,7 +81,7 @@ func raceReserveCompute(t *testing.T, pools ...*Pool) {
 
 // TestConcurrentReserveNetworkInterface: 300 goroutines race for a /24 with
 // a gateway; exactly 253 win with distinct addresses and MACs, 47 get
-// ErrExhausted.
+// apierr.ErrExhausted.
 func TestConcurrentReserveNetworkInterface(t *testing.T) {
 	for name, mk := range stores {
 		t.Run(name, func(t *testing.T) { raceReserveNetworkInterface(t, mk(t).p) })
@@ -117,7 +118,7 @@ func raceReserveNetworkInterface(t *testing.T, pools ...*Pool) {
 		switch {
 		case err == nil:
 			ok++
-		case errors.Is(err, ErrExhausted):
+		case errors.Is(err, apierr.ErrExhausted):
 			exhausted++
 		default:
 			t.Errorf("vm%03d: unexpected error %v", i, err)
@@ -188,7 +189,7 @@ func TestConcurrentApplyNetworkOverlap(t *testing.T) {
 				switch {
 				case err == nil:
 					won++
-				case !errors.Is(err, ErrPrecondition):
+				case !errors.Is(err, apierr.ErrPrecondition):
 					t.Errorf("net%02d: unexpected error %v", i, err)
 				}
 			}
@@ -230,7 +231,7 @@ func TestConcurrentReserveAndApplyNode(t *testing.T) {
 			}
 			if err := <-shrunk; err == nil && node.GetCpuMilliCores() != 5000 {
 				t.Errorf("shrink succeeded but capacity is %d", node.GetCpuMilliCores())
-			} else if err != nil && !errors.Is(err, ErrPrecondition) {
+			} else if err != nil && !errors.Is(err, apierr.ErrPrecondition) {
 				t.Errorf("shrink: %v", err)
 			}
 		})

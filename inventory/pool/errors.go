@@ -2,16 +2,9 @@ package pool
 
 import "github.com/corralhq/corral/internal/apierr"
 
-// Sentinel errors; every error the pool returns wraps one of them (or a
-// store error). toStatus maps them to gRPC codes at the API edge.
-var (
-	ErrInvalid       = apierr.ErrInvalid
-	ErrNotFound      = apierr.ErrNotFound
-	ErrAlreadyExists = apierr.ErrAlreadyExists
-	ErrExhausted     = apierr.ErrExhausted
-	ErrPrecondition  = apierr.ErrPrecondition
-)
-
+// Every error the pool returns wraps one of internal/apierr's classes (or a
+// store error); toStatus maps them to gRPC codes at the API edge. These
+// short names are the pool's constructors for those classes.
 var (
 	invalidf      = apierr.Invalidf
 	notFoundf     = apierr.NotFoundf

@@ -7,12 +7,13 @@ import (
 	"testing"
 
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
 )
 
 // FuzzApplyNetwork feeds arbitrary CIDR and gateway strings to ApplyNetwork.
-// It must never panic; a refused network must be refused with ErrInvalid
+// It must never panic; a refused network must be refused with apierr.ErrInvalid
 // (there is nothing for it to overlap or change) and leave nothing stored;
 // an accepted one must be stored in canonical form, read back identically,
 // be re-appliable from what was returned, and hand out an address inside
@@ -41,8 +42,8 @@ func FuzzApplyNetwork(f *testing.F) {
 		}
 		got, err := e.p.ApplyNetwork(ctx, req)
 		if err != nil {
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("refused with %v, want ErrInvalid", err)
+			if !errors.Is(err, apierr.ErrInvalid) {
+				t.Fatalf("refused with %v, want apierr.ErrInvalid", err)
 			}
 			if nets, _ := e.p.ListNetworks(ctx); len(nets) != 0 {
 				t.Fatalf("refused network was stored: %v", nets)

@@ -80,7 +80,7 @@ func TestGRPC(t *testing.T) {
 	nets := poolv1.NewNetworkServiceClient(conn)
 	ctx := t.Context()
 
-	code := func(err error) codes.Code { return status.Code(err) }
+	code := status.Code
 
 	// Empty lists are empty, not NotFound (unlike n0stack).
 	ln, err := nodes.ListNodes(ctx, &poolv1.ListNodesRequest{})

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/record"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -200,7 +201,7 @@ func (p *Pool) ApplyNetwork(ctx context.Context, req *poolv1.ApplyNetworkRequest
 		if err := checkChange(cur, spec); err != nil {
 			return nil, err
 		}
-	} else if !errors.Is(err, ErrNotFound) {
+	} else if !errors.Is(err, apierr.ErrNotFound) {
 		return nil, err
 	}
 	// Claim the CIDRs in the network index first: the index is the one

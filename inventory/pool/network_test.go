@@ -12,6 +12,7 @@ import (
 	"time"
 
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
 )
@@ -103,14 +104,14 @@ func TestApplyNetworkVLAN(t *testing.T) {
 		"annotation":                 {ann: "100", want: 100},
 		"field and same annotation":  {vlan: 100, ann: "100", want: 100},
 		"field max":                  {vlan: 4094, want: 4094},
-		"field 4095":                 {vlan: 4095, wantErr: ErrInvalid},
-		"field 5000":                 {vlan: 5000, wantErr: ErrInvalid},
-		"annotation 5000":            {ann: "5000", wantErr: ErrInvalid},
-		"annotation not a number":    {ann: "ten", wantErr: ErrInvalid},
-		"annotation negative":        {ann: "-1", wantErr: ErrInvalid},
-		"annotation huge":            {ann: "99999999999", wantErr: ErrInvalid},
-		"field and bad annotation":   {vlan: 100, ann: "ten", wantErr: ErrInvalid},
-		"field and other annotation": {vlan: 100, ann: "200", wantErr: ErrInvalid},
+		"field 4095":                 {vlan: 4095, wantErr: apierr.ErrInvalid},
+		"field 5000":                 {vlan: 5000, wantErr: apierr.ErrInvalid},
+		"annotation 5000":            {ann: "5000", wantErr: apierr.ErrInvalid},
+		"annotation not a number":    {ann: "ten", wantErr: apierr.ErrInvalid},
+		"annotation negative":        {ann: "-1", wantErr: apierr.ErrInvalid},
+		"annotation huge":            {ann: "99999999999", wantErr: apierr.ErrInvalid},
+		"field and bad annotation":   {vlan: 100, ann: "ten", wantErr: apierr.ErrInvalid},
+		"field and other annotation": {vlan: 100, ann: "200", wantErr: apierr.ErrInvalid},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -140,45 +141,45 @@ func TestApplyNetworkBadInput(t *testing.T) {
 		wantErr error
 		wantMsg []string
 	}{
-		"no cidr":                {req: &req{}, wantErr: ErrInvalid},
-		"v4 prefix 33":           {req: &req{Ipv4Cidr: "10.0.0.0/33"}, wantErr: ErrInvalid},
-		"v4 garbage":             {req: &req{Ipv4Cidr: "garbage"}, wantErr: ErrInvalid},
-		"v4 no length":           {req: &req{Ipv4Cidr: "10.0.0.0"}, wantErr: ErrInvalid},
-		"v4 leading zero length": {req: &req{Ipv4Cidr: "10.0.0.0/024"}, wantErr: ErrInvalid},
-		"v4 leading zero octet":  {req: &req{Ipv4Cidr: "010.0.0.0/24"}, wantErr: ErrInvalid},
-		"v4 host bits set":       {req: &req{Ipv4Cidr: "10.0.0.5/24"}, wantErr: ErrInvalid, wantMsg: []string{"10.0.0.0/24"}},
-		"v4 given ipv6":          {req: &req{Ipv4Cidr: "fd00::/64"}, wantErr: ErrInvalid},
-		"v4 given mapped":        {req: &req{Ipv4Cidr: "::ffff:10.0.0.0/120"}, wantErr: ErrInvalid},
-		"v4 /31":                 {req: &req{Ipv4Cidr: "10.0.0.0/31"}, wantErr: ErrInvalid},
-		"v4 /32":                 {req: &req{Ipv4Cidr: "10.0.0.0/32"}, wantErr: ErrInvalid},
-		"v4 spaces":              {req: &req{Ipv4Cidr: " 10.0.0.0/24"}, wantErr: ErrInvalid},
-		"v6 given ipv4":          {req: &req{Ipv6Cidr: "10.0.0.0/24"}, wantErr: ErrInvalid},
-		"v6 host bits set":       {req: &req{Ipv6Cidr: "fd00::1/64"}, wantErr: ErrInvalid, wantMsg: []string{"fd00::/64"}},
-		"v6 /127":                {req: &req{Ipv6Cidr: "fd00::/127"}, wantErr: ErrInvalid},
-		"v6 /129":                {req: &req{Ipv6Cidr: "fd00::/129"}, wantErr: ErrInvalid},
-		"v6 zone":                {req: &req{Ipv6Cidr: "fe80::%eth0/64"}, wantErr: ErrInvalid},
-		"v6 mapped":              {req: &req{Ipv6Cidr: "::ffff:10.0.0.0/120"}, wantErr: ErrInvalid},
-		"gw outside":             {req: &req{Ipv4Cidr: "10.0.0.0/24", Ipv4Gateway: "10.0.1.1"}, wantErr: ErrInvalid, wantMsg: []string{"outside"}},
-		"gw network address":     {req: &req{Ipv4Cidr: "10.0.0.0/24", Ipv4Gateway: "10.0.0.0"}, wantErr: ErrInvalid, wantMsg: []string{"network address"}},
-		"gw broadcast":           {req: &req{Ipv4Cidr: "10.0.0.0/24", Ipv4Gateway: "10.0.0.255"}, wantErr: ErrInvalid, wantMsg: []string{"broadcast"}},
-		"gw not an ip":           {req: &req{Ipv4Cidr: "10.0.0.0/24", Ipv4Gateway: "router"}, wantErr: ErrInvalid},
-		"gw with prefix":         {req: &req{Ipv4Cidr: "10.0.0.0/24", Ipv4Gateway: "10.0.0.1/24"}, wantErr: ErrInvalid},
-		"gw is ipv6":             {req: &req{Ipv4Cidr: "10.0.0.0/24", Ipv4Gateway: "fd00::1"}, wantErr: ErrInvalid},
-		"gw without v4 cidr":     {req: &req{Ipv6Cidr: "fd00::/64", Ipv4Gateway: "10.0.0.1"}, wantErr: ErrInvalid},
-		"gw6 outside":            {req: &req{Ipv6Cidr: "fd00::/64", Ipv6Gateway: "fd01::1"}, wantErr: ErrInvalid},
-		"gw6 subnet anycast":     {req: &req{Ipv6Cidr: "fd00::/64", Ipv6Gateway: "fd00::"}, wantErr: ErrInvalid},
-		"gw6 is ipv4":            {req: &req{Ipv6Cidr: "fd00::/64", Ipv6Gateway: "10.0.0.1"}, wantErr: ErrInvalid},
-		"gw6 without v6 cidr":    {req: &req{Ipv4Cidr: "10.0.0.0/24", Ipv6Gateway: "fd00::1"}, wantErr: ErrInvalid},
-		"dns not an ip":          {req: &req{Ipv4Cidr: "10.0.0.0/24", DnsServers: []string{"1.1.1.1", "dns.example"}}, wantErr: ErrInvalid},
-		"dns with port":          {req: &req{Ipv4Cidr: "10.0.0.0/24", DnsServers: []string{"8.8.8.8:53"}}, wantErr: ErrInvalid},
-		"dns empty":              {req: &req{Ipv4Cidr: "10.0.0.0/24", DnsServers: []string{""}}, wantErr: ErrInvalid},
-		"dns with zone":          {req: &req{Ipv4Cidr: "10.0.0.0/24", DnsServers: []string{"fe80::1%eth0"}}, wantErr: ErrInvalid},
-		"vlan 5000":              {req: &req{Ipv4Cidr: "10.0.0.0/24", VlanId: 5000}, wantErr: ErrInvalid},
-		"vlan annotation NaN":    {req: &req{Ipv4Cidr: "10.0.0.0/24", Annotations: map[string]string{AnnotationVLANID: "x"}}, wantErr: ErrInvalid},
-		"label key with space":   {req: &req{Ipv4Cidr: "10.0.0.0/24", Labels: map[string]string{"a b": ""}}, wantErr: ErrInvalid},
-		"annotation key empty":   {req: &req{Ipv4Cidr: "10.0.0.0/24", Annotations: map[string]string{"": ""}}, wantErr: ErrInvalid},
-		"overlaps existing":      {req: &req{Ipv4Cidr: "10.1.0.128/25"}, wantErr: ErrPrecondition, wantMsg: []string{`"existing"`}},
-		"overlaps existing v6":   {req: &req{Ipv6Cidr: "fd10::/16"}, wantErr: ErrPrecondition, wantMsg: []string{`"existing"`}},
+		"no cidr":                {req: &req{}, wantErr: apierr.ErrInvalid},
+		"v4 prefix 33":           {req: &req{Ipv4Cidr: "10.0.0.0/33"}, wantErr: apierr.ErrInvalid},
+		"v4 garbage":             {req: &req{Ipv4Cidr: "garbage"}, wantErr: apierr.ErrInvalid},
+		"v4 no length":           {req: &req{Ipv4Cidr: "10.0.0.0"}, wantErr: apierr.ErrInvalid},
+		"v4 leading zero length": {req: &req{Ipv4Cidr: "10.0.0.0/024"}, wantErr: apierr.ErrInvalid},
+		"v4 leading zero octet":  {req: &req{Ipv4Cidr: "010.0.0.0/24"}, wantErr: apierr.ErrInvalid},
+		"v4 host bits set":       {req: &req{Ipv4Cidr: "10.0.0.5/24"}, wantErr: apierr.ErrInvalid, wantMsg: []string{"10.0.0.0/24"}},
+		"v4 given ipv6":          {req: &req{Ipv4Cidr: "fd00::/64"}, wantErr: apierr.ErrInvalid},
+		"v4 given mapped":        {req: &req{Ipv4Cidr: "::ffff:10.0.0.0/120"}, wantErr: apierr.ErrInvalid},
+		"v4 /31":                 {req: &req{Ipv4Cidr: "10.0.0.0/31"}, wantErr: apierr.ErrInvalid},
+		"v4 /32":                 {req: &req{Ipv4Cidr: "10.0.0.0/32"}, wantErr: apierr.ErrInvalid},
+		"v4 spaces":              {req: &req{Ipv4Cidr: " 10.0.0.0/24"}, wantErr: apierr.ErrInvalid},
+		"v6 given ipv4":          {req: &req{Ipv6Cidr: "10.0.0.0/24"}, wantErr: apierr.ErrInvalid},
+		"v6 host bits set":       {req: &req{Ipv6Cidr: "fd00::1/64"}, wantErr: apierr.ErrInvalid, wantMsg: []string{"fd00::/64"}},
+		"v6 /127":                {req: &req{Ipv6Cidr: "fd00::/127"}, wantErr: apierr.ErrInvalid},
+		"v6 /129":                {req: &req{Ipv6Cidr: "fd00::/129"}, wantErr: apierr.ErrInvalid},
+		"v6 zone":                {req: &req{Ipv6Cidr: "fe80::%eth0/64"}, wantErr: apierr.ErrInvalid},
+		"v6 mapped":              {req: &req{Ipv6Cidr: "::ffff:10.0.0.0/120"}, wantErr: apierr.ErrInvalid},
+		"gw outside":             {req: &req{Ipv4Cidr: "10.0.0.0/24", Ipv4Gateway: "10.0.1.1"}, wantErr: apierr.ErrInvalid, wantMsg: []string{"outside"}},
+		"gw network address":     {req: &req{Ipv4Cidr: "10.0.0.0/24", Ipv4Gateway: "10.0.0.0"}, wantErr: apierr.ErrInvalid, wantMsg: []string{"network address"}},
+		"gw broadcast":           {req: &req{Ipv4Cidr: "10.0.0.0/24", Ipv4Gateway: "10.0.0.255"}, wantErr: apierr.ErrInvalid, wantMsg: []string{"broadcast"}},
+		"gw not an ip":           {req: &req{Ipv4Cidr: "10.0.0.0/24", Ipv4Gateway: "router"}, wantErr: apierr.ErrInvalid},
+		"gw with prefix":         {req: &req{Ipv4Cidr: "10.0.0.0/24", Ipv4Gateway: "10.0.0.1/24"}, wantErr: apierr.ErrInvalid},
+		"gw is ipv6":             {req: &req{Ipv4Cidr: "10.0.0.0/24", Ipv4Gateway: "fd00::1"}, wantErr: apierr.ErrInvalid},
+		"gw without v4 cidr":     {req: &req{Ipv6Cidr: "fd00::/64", Ipv4Gateway: "10.0.0.1"}, wantErr: apierr.ErrInvalid},
+		"gw6 outside":            {req: &req{Ipv6Cidr: "fd00::/64", Ipv6Gateway: "fd01::1"}, wantErr: apierr.ErrInvalid},
+		"gw6 subnet anycast":     {req: &req{Ipv6Cidr: "fd00::/64", Ipv6Gateway: "fd00::"}, wantErr: apierr.ErrInvalid},
+		"gw6 is ipv4":            {req: &req{Ipv6Cidr: "fd00::/64", Ipv6Gateway: "10.0.0.1"}, wantErr: apierr.ErrInvalid},
+		"gw6 without v6 cidr":    {req: &req{Ipv4Cidr: "10.0.0.0/24", Ipv6Gateway: "fd00::1"}, wantErr: apierr.ErrInvalid},
+		"dns not an ip":          {req: &req{Ipv4Cidr: "10.0.0.0/24", DnsServers: []string{"1.1.1.1", "dns.example"}}, wantErr: apierr.ErrInvalid},
+		"dns with port":          {req: &req{Ipv4Cidr: "10.0.0.0/24", DnsServers: []string{"8.8.8.8:53"}}, wantErr: apierr.ErrInvalid},
+		"dns empty":              {req: &req{Ipv4Cidr: "10.0.0.0/24", DnsServers: []string{""}}, wantErr: apierr.ErrInvalid},
+		"dns with zone":          {req: &req{Ipv4Cidr: "10.0.0.0/24", DnsServers: []string{"fe80::1%eth0"}}, wantErr: apierr.ErrInvalid},
+		"vlan 5000":              {req: &req{Ipv4Cidr: "10.0.0.0/24", VlanId: 5000}, wantErr: apierr.ErrInvalid},
+		"vlan annotation NaN":    {req: &req{Ipv4Cidr: "10.0.0.0/24", Annotations: map[string]string{AnnotationVLANID: "x"}}, wantErr: apierr.ErrInvalid},
+		"label key with space":   {req: &req{Ipv4Cidr: "10.0.0.0/24", Labels: map[string]string{"a b": ""}}, wantErr: apierr.ErrInvalid},
+		"annotation key empty":   {req: &req{Ipv4Cidr: "10.0.0.0/24", Annotations: map[string]string{"": ""}}, wantErr: apierr.ErrInvalid},
+		"overlaps existing":      {req: &req{Ipv4Cidr: "10.1.0.128/25"}, wantErr: apierr.ErrPrecondition, wantMsg: []string{`"existing"`}},
+		"overlaps existing v6":   {req: &req{Ipv6Cidr: "fd10::/16"}, wantErr: apierr.ErrPrecondition, wantMsg: []string{`"existing"`}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -192,7 +193,7 @@ func TestApplyNetworkBadInput(t *testing.T) {
 			wantContains(t, err, tc.wantMsg...)
 			e.assertUnchanged(t, before)
 			_, err = e.p.GetNetwork(context.Background(), "new")
-			wantErr(t, err, ErrNotFound)
+			wantErr(t, err, apierr.ErrNotFound)
 		})
 	}
 }
@@ -203,18 +204,18 @@ func TestApplyNetworkOverlap(t *testing.T) {
 		first, second *req
 		wantErr       error
 	}{
-		"v4 /16 then /24 inside":   {first: &req{Ipv4Cidr: "10.0.0.0/16"}, second: &req{Ipv4Cidr: "10.0.1.0/24"}, wantErr: ErrPrecondition},
-		"v4 /24 then /16 around":   {first: &req{Ipv4Cidr: "10.0.1.0/24"}, second: &req{Ipv4Cidr: "10.0.0.0/16"}, wantErr: ErrPrecondition},
-		"v4 same":                  {first: &req{Ipv4Cidr: "10.0.0.0/24"}, second: &req{Ipv4Cidr: "10.0.0.0/24"}, wantErr: ErrPrecondition},
-		"v4 everything":            {first: &req{Ipv4Cidr: "192.168.7.0/24"}, second: &req{Ipv4Cidr: "0.0.0.0/0"}, wantErr: ErrPrecondition},
+		"v4 /16 then /24 inside":   {first: &req{Ipv4Cidr: "10.0.0.0/16"}, second: &req{Ipv4Cidr: "10.0.1.0/24"}, wantErr: apierr.ErrPrecondition},
+		"v4 /24 then /16 around":   {first: &req{Ipv4Cidr: "10.0.1.0/24"}, second: &req{Ipv4Cidr: "10.0.0.0/16"}, wantErr: apierr.ErrPrecondition},
+		"v4 same":                  {first: &req{Ipv4Cidr: "10.0.0.0/24"}, second: &req{Ipv4Cidr: "10.0.0.0/24"}, wantErr: apierr.ErrPrecondition},
+		"v4 everything":            {first: &req{Ipv4Cidr: "192.168.7.0/24"}, second: &req{Ipv4Cidr: "0.0.0.0/0"}, wantErr: apierr.ErrPrecondition},
 		"v4 adjacent":              {first: &req{Ipv4Cidr: "10.0.0.0/24"}, second: &req{Ipv4Cidr: "10.0.1.0/24"}},
 		"v4 adjacent other side":   {first: &req{Ipv4Cidr: "10.0.1.0/24"}, second: &req{Ipv4Cidr: "10.0.0.0/24"}},
-		"v6 /48 then /64 inside":   {first: &req{Ipv6Cidr: "fd00::/48"}, second: &req{Ipv6Cidr: "fd00:0:0:1::/64"}, wantErr: ErrPrecondition},
-		"v6 /64 then /48 around":   {first: &req{Ipv6Cidr: "fd00:0:0:1::/64"}, second: &req{Ipv6Cidr: "fd00::/48"}, wantErr: ErrPrecondition},
-		"v6 same":                  {first: &req{Ipv6Cidr: "fd00::/64"}, second: &req{Ipv6Cidr: "fd00::/64"}, wantErr: ErrPrecondition},
+		"v6 /48 then /64 inside":   {first: &req{Ipv6Cidr: "fd00::/48"}, second: &req{Ipv6Cidr: "fd00:0:0:1::/64"}, wantErr: apierr.ErrPrecondition},
+		"v6 /64 then /48 around":   {first: &req{Ipv6Cidr: "fd00:0:0:1::/64"}, second: &req{Ipv6Cidr: "fd00::/48"}, wantErr: apierr.ErrPrecondition},
+		"v6 same":                  {first: &req{Ipv6Cidr: "fd00::/64"}, second: &req{Ipv6Cidr: "fd00::/64"}, wantErr: apierr.ErrPrecondition},
 		"v6 adjacent":              {first: &req{Ipv6Cidr: "fd00::/64"}, second: &req{Ipv6Cidr: "fd00:0:0:1::/64"}},
-		"v6 overlap, v4 disjoint":  {first: &req{Ipv4Cidr: "10.0.0.0/24", Ipv6Cidr: "fd00::/64"}, second: &req{Ipv4Cidr: "10.1.0.0/24", Ipv6Cidr: "fd00::/56"}, wantErr: ErrPrecondition},
-		"v4 overlap, v6 disjoint":  {first: &req{Ipv4Cidr: "10.0.0.0/24", Ipv6Cidr: "fd00::/64"}, second: &req{Ipv4Cidr: "10.0.0.0/25", Ipv6Cidr: "fd01::/64"}, wantErr: ErrPrecondition},
+		"v6 overlap, v4 disjoint":  {first: &req{Ipv4Cidr: "10.0.0.0/24", Ipv6Cidr: "fd00::/64"}, second: &req{Ipv4Cidr: "10.1.0.0/24", Ipv6Cidr: "fd00::/56"}, wantErr: apierr.ErrPrecondition},
+		"v4 overlap, v6 disjoint":  {first: &req{Ipv4Cidr: "10.0.0.0/24", Ipv6Cidr: "fd00::/64"}, second: &req{Ipv4Cidr: "10.0.0.0/25", Ipv6Cidr: "fd01::/64"}, wantErr: apierr.ErrPrecondition},
 		"v4 only and v6 only":      {first: &req{Ipv4Cidr: "10.0.0.0/8"}, second: &req{Ipv6Cidr: "fd00::/8"}},
 		"different families share": {first: &req{Ipv4Cidr: "10.0.0.0/8", Ipv6Cidr: "fd00::/64"}, second: &req{Ipv4Cidr: "11.0.0.0/8"}},
 	}
@@ -259,19 +260,19 @@ func TestApplyNetworkStaleClaim(t *testing.T) {
 	}
 	req := &poolv1.ApplyNetworkRequest{Name: "real", Ipv4Cidr: "10.0.5.0/24"}
 	_, err = e.p.ApplyNetwork(ctx, req)
-	wantErr(t, err, ErrPrecondition)
+	wantErr(t, err, apierr.ErrPrecondition)
 	e.clock.Set(t0.Add(claimStale - time.Second))
 	_, err = e.p.ApplyNetwork(ctx, req)
-	wantErr(t, err, ErrPrecondition)
+	wantErr(t, err, apierr.ErrPrecondition)
 	e.clock.Set(t0.Add(claimStale + time.Second))
 	e.applyNetwork(t, req)
 	// The ghost is gone from the index, and the real network holds the range.
 	_, err = e.p.ApplyNetwork(ctx, &poolv1.ApplyNetworkRequest{Name: "ghost", Ipv4Cidr: "10.0.0.0/16"})
-	wantErr(t, err, ErrPrecondition)
+	wantErr(t, err, apierr.ErrPrecondition)
 	// A live network's claim never goes stale, however old.
 	e.clock.Set(t0.Add(24 * time.Hour))
 	_, err = e.p.ApplyNetwork(ctx, &poolv1.ApplyNetworkRequest{Name: "late", Ipv4Cidr: "10.0.5.0/25"})
-	wantErr(t, err, ErrPrecondition)
+	wantErr(t, err, apierr.ErrPrecondition)
 }
 
 // TestApplyNetworkMissingIndexEntry: a network record whose index entry is
@@ -285,11 +286,11 @@ func TestApplyNetworkMissingIndexEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := e.p.ApplyNetwork(ctx, &poolv1.ApplyNetworkRequest{Name: "b", Ipv4Cidr: "10.0.0.0/16"})
-	wantErr(t, err, ErrPrecondition)
+	wantErr(t, err, apierr.ErrPrecondition)
 	// Re-applying a restores its claim.
 	e.applyNetwork(t, &poolv1.ApplyNetworkRequest{Name: "a", Ipv4Cidr: "10.0.0.0/24"})
 	_, err = e.p.ApplyNetwork(ctx, &poolv1.ApplyNetworkRequest{Name: "b", Ipv4Cidr: "10.0.0.0/16"})
-	wantErr(t, err, ErrPrecondition)
+	wantErr(t, err, apierr.ErrPrecondition)
 }
 
 func TestApplyNetworkChange(t *testing.T) {
@@ -299,14 +300,14 @@ func TestApplyNetworkChange(t *testing.T) {
 		wantErr error
 		wantMsg []string
 	}{
-		"change v4":                {second: &req{Ipv4Cidr: "10.0.1.0/24", Ipv6Cidr: "fd00::/64"}, wantErr: ErrPrecondition, wantMsg: []string{"cannot change"}},
-		"grow v4":                  {second: &req{Ipv4Cidr: "10.0.0.0/23", Ipv6Cidr: "fd00::/64"}, wantErr: ErrPrecondition},
-		"change v6":                {second: &req{Ipv4Cidr: "10.0.0.0/24", Ipv6Cidr: "fd01::/64"}, wantErr: ErrPrecondition},
-		"drop v4":                  {second: &req{Ipv6Cidr: "fd00::/64"}, wantErr: ErrPrecondition},
-		"drop v6":                  {second: &req{Ipv4Cidr: "10.0.0.0/24"}, wantErr: ErrPrecondition},
-		"change v4 onto other net": {second: &req{Ipv4Cidr: "10.9.0.0/24", Ipv6Cidr: "fd00::/64"}, wantErr: ErrPrecondition},
-		"gateway on a reservation": {second: &req{Ipv4Cidr: "10.0.0.0/24", Ipv6Cidr: "fd00::/64", Ipv4Gateway: "10.0.0.1"}, wantErr: ErrPrecondition, wantMsg: []string{`"eth0"`}},
-		"gw6 on a reservation":     {second: &req{Ipv4Cidr: "10.0.0.0/24", Ipv6Cidr: "fd00::/64", Ipv6Gateway: "fd00::1"}, wantErr: ErrPrecondition, wantMsg: []string{`"eth0"`}},
+		"change v4":                {second: &req{Ipv4Cidr: "10.0.1.0/24", Ipv6Cidr: "fd00::/64"}, wantErr: apierr.ErrPrecondition, wantMsg: []string{"cannot change"}},
+		"grow v4":                  {second: &req{Ipv4Cidr: "10.0.0.0/23", Ipv6Cidr: "fd00::/64"}, wantErr: apierr.ErrPrecondition},
+		"change v6":                {second: &req{Ipv4Cidr: "10.0.0.0/24", Ipv6Cidr: "fd01::/64"}, wantErr: apierr.ErrPrecondition},
+		"drop v4":                  {second: &req{Ipv6Cidr: "fd00::/64"}, wantErr: apierr.ErrPrecondition},
+		"drop v6":                  {second: &req{Ipv4Cidr: "10.0.0.0/24"}, wantErr: apierr.ErrPrecondition},
+		"change v4 onto other net": {second: &req{Ipv4Cidr: "10.9.0.0/24", Ipv6Cidr: "fd00::/64"}, wantErr: apierr.ErrPrecondition},
+		"gateway on a reservation": {second: &req{Ipv4Cidr: "10.0.0.0/24", Ipv6Cidr: "fd00::/64", Ipv4Gateway: "10.0.0.1"}, wantErr: apierr.ErrPrecondition, wantMsg: []string{`"eth0"`}},
+		"gw6 on a reservation":     {second: &req{Ipv4Cidr: "10.0.0.0/24", Ipv6Cidr: "fd00::/64", Ipv6Gateway: "fd00::1"}, wantErr: apierr.ErrPrecondition, wantMsg: []string{`"eth0"`}},
 		"same":                     {second: &req{Ipv4Cidr: "10.0.0.0/24", Ipv6Cidr: "fd00::/64"}},
 		"new gateway":              {second: &req{Ipv4Cidr: "10.0.0.0/24", Ipv6Cidr: "fd00::/64", Ipv4Gateway: "10.0.0.254", Ipv6Gateway: "fd00::ffff"}},
 		"domain and dns":           {second: &req{Ipv4Cidr: "10.0.0.0/24", Ipv6Cidr: "fd00::/64", Domain: "x.example", DnsServers: []string{"10.0.0.2"}}},
@@ -344,7 +345,7 @@ func TestApplyNetworkChange(t *testing.T) {
 		}
 		// The added range is claimed.
 		_, err := e.p.ApplyNetwork(context.Background(), &req{Name: "x", Ipv6Cidr: "fd00::/60"})
-		wantErr(t, err, ErrPrecondition)
+		wantErr(t, err, apierr.ErrPrecondition)
 	})
 }
 
@@ -363,12 +364,12 @@ func TestNetworkListGetMissing(t *testing.T) {
 	}
 	before := e.snapshot(t)
 	_, err = e.p.GetNetwork(ctx, "missing")
-	wantErr(t, err, ErrNotFound)
-	wantErr(t, e.p.DeleteNetwork(ctx, "missing"), ErrNotFound)
-	wantErr(t, e.p.ReleaseNetworkInterface(ctx, "missing", "eth0"), ErrNotFound)
-	wantErr(t, e.p.ReleaseNetworkInterface(ctx, "a", "eth0"), ErrNotFound)
+	wantErr(t, err, apierr.ErrNotFound)
+	wantErr(t, e.p.DeleteNetwork(ctx, "missing"), apierr.ErrNotFound)
+	wantErr(t, e.p.ReleaseNetworkInterface(ctx, "missing", "eth0"), apierr.ErrNotFound)
+	wantErr(t, e.p.ReleaseNetworkInterface(ctx, "a", "eth0"), apierr.ErrNotFound)
 	_, err = e.p.ReserveNetworkInterface(ctx, &poolv1.ReserveNetworkInterfaceRequest{NetworkName: "missing", NetworkInterfaceName: "eth0"})
-	wantErr(t, err, ErrNotFound)
+	wantErr(t, err, apierr.ErrNotFound)
 	e.assertUnchanged(t, before)
 }
 
@@ -380,9 +381,9 @@ func TestDeleteNetwork(t *testing.T) {
 		wantMsg []string
 	}{
 		"empty":                {},
-		"held":                 {nics: map[string]map[string]string{"vm1": nil, "gw": lock}, wantErr: ErrPrecondition, wantMsg: []string{"1 interface", "vm1"}},
+		"held":                 {nics: map[string]map[string]string{"vm1": nil, "gw": lock}, wantErr: apierr.ErrPrecondition, wantMsg: []string{"1 interface", "vm1"}},
 		"only unlocked":        {nics: map[string]map[string]string{"gw": lock, "gw6": {AnnotationNetworkDisableDeletionLock: ""}}},
-		"node key does not do": {nics: map[string]map[string]string{"vm1": {AnnotationNodeDisableDeletionLock: "true"}}, wantErr: ErrPrecondition},
+		"node key does not do": {nics: map[string]map[string]string{"vm1": {AnnotationNodeDisableDeletionLock: "true"}}, wantErr: apierr.ErrPrecondition},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -401,7 +402,7 @@ func TestDeleteNetwork(t *testing.T) {
 				return
 			}
 			_, err = e.p.GetNetwork(ctx, "lan")
-			wantErr(t, err, ErrNotFound)
+			wantErr(t, err, apierr.ErrNotFound)
 			// The range is free for another network.
 			e.applyNetwork(t, &poolv1.ApplyNetworkRequest{Name: "lan2", Ipv4Cidr: "10.0.0.0/16"})
 		})
@@ -415,37 +416,37 @@ func TestReserveNetworkInterfaceBadInput(t *testing.T) {
 		wantErr error
 		wantMsg []string
 	}{
-		"malformed MAC":       {req: &req{HardwareAddress: "zz:zz:zz:zz:zz:zz"}, wantErr: ErrInvalid},
-		"short MAC":           {req: &req{HardwareAddress: "52:54:00:00:00"}, wantErr: ErrInvalid},
-		"8-byte MAC":          {req: &req{HardwareAddress: "52:54:00:ff:fe:00:00:01"}, wantErr: ErrInvalid},
-		"20-byte MAC":         {req: &req{HardwareAddress: strings.Repeat("02:", 19) + "02"}, wantErr: ErrInvalid},
-		"multicast MAC":       {req: &req{HardwareAddress: "01:00:5e:00:00:01"}, wantErr: ErrInvalid, wantMsg: []string{"multicast"}},
-		"broadcast MAC":       {req: &req{HardwareAddress: "ff:ff:ff:ff:ff:ff"}, wantErr: ErrInvalid},
-		"all-zero MAC":        {req: &req{HardwareAddress: "00:00:00:00:00:00"}, wantErr: ErrInvalid, wantMsg: []string{"zero"}},
-		"MAC taken":           {req: &req{HardwareAddress: "52:54:00:ab:cd:ef"}, wantErr: ErrAlreadyExists, wantMsg: []string{`"taken"`}},
-		"MAC taken uppercase": {req: &req{HardwareAddress: "52:54:00:AB:CD:EF"}, wantErr: ErrAlreadyExists},
-		"MAC taken dotted":    {req: &req{HardwareAddress: "5254.00ab.cdef"}, wantErr: ErrAlreadyExists},
-		"v4 garbage":          {req: &req{Ipv4Address: "garbage"}, wantErr: ErrInvalid},
-		"v4 with prefix":      {req: &req{Ipv4Address: "10.0.0.5/24"}, wantErr: ErrInvalid},
-		"v4 outside":          {req: &req{Ipv4Address: "10.0.1.5"}, wantErr: ErrInvalid, wantMsg: []string{"outside"}},
-		"v4 network address":  {req: &req{Ipv4Address: "10.0.0.0"}, wantErr: ErrInvalid},
-		"v4 broadcast":        {req: &req{Ipv4Address: "10.0.0.255"}, wantErr: ErrInvalid},
-		"v4 gateway":          {req: &req{Ipv4Address: "10.0.0.1"}, wantErr: ErrAlreadyExists, wantMsg: []string{"gateway"}},
-		"v4 taken":            {req: &req{Ipv4Address: "10.0.0.10"}, wantErr: ErrAlreadyExists, wantMsg: []string{`"taken"`}},
-		"v4 mapped in v6":     {req: &req{Ipv4Address: "::ffff:10.0.0.5"}, wantErr: ErrInvalid},
-		"v4 is ipv6":          {req: &req{Ipv4Address: "fd00::5"}, wantErr: ErrInvalid},
-		"v4 on v6-only":       {req: &req{NetworkName: "v6only", Ipv4Address: "10.0.0.5"}, wantErr: ErrInvalid, wantMsg: []string{"no ipv4_cidr"}},
-		"v6 on v4-only":       {req: &req{NetworkName: "v4only", Ipv6Address: "fd00::5"}, wantErr: ErrInvalid, wantMsg: []string{"no ipv6_cidr"}},
-		"v6 outside":          {req: &req{Ipv6Address: "fd01::5"}, wantErr: ErrInvalid},
-		"v6 anycast":          {req: &req{Ipv6Address: "fd00::"}, wantErr: ErrInvalid},
-		"v6 gateway":          {req: &req{Ipv6Address: "fd00::1"}, wantErr: ErrAlreadyExists},
-		"v6 taken":            {req: &req{Ipv6Address: "fd00::10"}, wantErr: ErrAlreadyExists},
-		"v6 taken other form": {req: &req{Ipv6Address: "FD00:0::10"}, wantErr: ErrAlreadyExists},
-		"v6 is ipv4":          {req: &req{Ipv6Address: "10.0.0.5"}, wantErr: ErrInvalid},
-		"v6 garbage":          {req: &req{Ipv6Address: "fd00::g"}, wantErr: ErrInvalid},
-		"interface taken":     {req: &req{NetworkInterfaceName: "taken"}, wantErr: ErrAlreadyExists},
-		"network missing":     {req: &req{NetworkName: "nope"}, wantErr: ErrNotFound},
-		"annotation empty":    {req: &req{Annotations: map[string]string{"": "x"}}, wantErr: ErrInvalid},
+		"malformed MAC":       {req: &req{HardwareAddress: "zz:zz:zz:zz:zz:zz"}, wantErr: apierr.ErrInvalid},
+		"short MAC":           {req: &req{HardwareAddress: "52:54:00:00:00"}, wantErr: apierr.ErrInvalid},
+		"8-byte MAC":          {req: &req{HardwareAddress: "52:54:00:ff:fe:00:00:01"}, wantErr: apierr.ErrInvalid},
+		"20-byte MAC":         {req: &req{HardwareAddress: strings.Repeat("02:", 19) + "02"}, wantErr: apierr.ErrInvalid},
+		"multicast MAC":       {req: &req{HardwareAddress: "01:00:5e:00:00:01"}, wantErr: apierr.ErrInvalid, wantMsg: []string{"multicast"}},
+		"broadcast MAC":       {req: &req{HardwareAddress: "ff:ff:ff:ff:ff:ff"}, wantErr: apierr.ErrInvalid},
+		"all-zero MAC":        {req: &req{HardwareAddress: "00:00:00:00:00:00"}, wantErr: apierr.ErrInvalid, wantMsg: []string{"zero"}},
+		"MAC taken":           {req: &req{HardwareAddress: "52:54:00:ab:cd:ef"}, wantErr: apierr.ErrAlreadyExists, wantMsg: []string{`"taken"`}},
+		"MAC taken uppercase": {req: &req{HardwareAddress: "52:54:00:AB:CD:EF"}, wantErr: apierr.ErrAlreadyExists},
+		"MAC taken dotted":    {req: &req{HardwareAddress: "5254.00ab.cdef"}, wantErr: apierr.ErrAlreadyExists},
+		"v4 garbage":          {req: &req{Ipv4Address: "garbage"}, wantErr: apierr.ErrInvalid},
+		"v4 with prefix":      {req: &req{Ipv4Address: "10.0.0.5/24"}, wantErr: apierr.ErrInvalid},
+		"v4 outside":          {req: &req{Ipv4Address: "10.0.1.5"}, wantErr: apierr.ErrInvalid, wantMsg: []string{"outside"}},
+		"v4 network address":  {req: &req{Ipv4Address: "10.0.0.0"}, wantErr: apierr.ErrInvalid},
+		"v4 broadcast":        {req: &req{Ipv4Address: "10.0.0.255"}, wantErr: apierr.ErrInvalid},
+		"v4 gateway":          {req: &req{Ipv4Address: "10.0.0.1"}, wantErr: apierr.ErrAlreadyExists, wantMsg: []string{"gateway"}},
+		"v4 taken":            {req: &req{Ipv4Address: "10.0.0.10"}, wantErr: apierr.ErrAlreadyExists, wantMsg: []string{`"taken"`}},
+		"v4 mapped in v6":     {req: &req{Ipv4Address: "::ffff:10.0.0.5"}, wantErr: apierr.ErrInvalid},
+		"v4 is ipv6":          {req: &req{Ipv4Address: "fd00::5"}, wantErr: apierr.ErrInvalid},
+		"v4 on v6-only":       {req: &req{NetworkName: "v6only", Ipv4Address: "10.0.0.5"}, wantErr: apierr.ErrInvalid, wantMsg: []string{"no ipv4_cidr"}},
+		"v6 on v4-only":       {req: &req{NetworkName: "v4only", Ipv6Address: "fd00::5"}, wantErr: apierr.ErrInvalid, wantMsg: []string{"no ipv6_cidr"}},
+		"v6 outside":          {req: &req{Ipv6Address: "fd01::5"}, wantErr: apierr.ErrInvalid},
+		"v6 anycast":          {req: &req{Ipv6Address: "fd00::"}, wantErr: apierr.ErrInvalid},
+		"v6 gateway":          {req: &req{Ipv6Address: "fd00::1"}, wantErr: apierr.ErrAlreadyExists},
+		"v6 taken":            {req: &req{Ipv6Address: "fd00::10"}, wantErr: apierr.ErrAlreadyExists},
+		"v6 taken other form": {req: &req{Ipv6Address: "FD00:0::10"}, wantErr: apierr.ErrAlreadyExists},
+		"v6 is ipv4":          {req: &req{Ipv6Address: "10.0.0.5"}, wantErr: apierr.ErrInvalid},
+		"v6 garbage":          {req: &req{Ipv6Address: "fd00::g"}, wantErr: apierr.ErrInvalid},
+		"interface taken":     {req: &req{NetworkInterfaceName: "taken"}, wantErr: apierr.ErrAlreadyExists},
+		"network missing":     {req: &req{NetworkName: "nope"}, wantErr: apierr.ErrNotFound},
+		"annotation empty":    {req: &req{Annotations: map[string]string{"": "x"}}, wantErr: apierr.ErrInvalid},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -520,7 +521,7 @@ func TestReserveNetworkInterfaceExplicit(t *testing.T) {
 }
 
 // TestIPAMv4Slash24 fills a /24 with gateway .1: 253 distinct addresses,
-// never .0, .1 or .255, then ErrExhausted.
+// never .0, .1 or .255, then apierr.ErrExhausted.
 func TestIPAMv4Slash24(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
@@ -556,7 +557,7 @@ func TestIPAMv4Slash24(t *testing.T) {
 	}
 	before := e.snapshot(t)
 	_, err := e.p.ReserveNetworkInterface(ctx, &poolv1.ReserveNetworkInterfaceRequest{NetworkName: "lan", NetworkInterfaceName: "one-too-many"})
-	wantErr(t, err, ErrExhausted)
+	wantErr(t, err, apierr.ErrExhausted)
 	wantContains(t, err, "192.168.10.0/24", "253 reserved")
 	e.assertUnchanged(t, before)
 }
@@ -573,7 +574,7 @@ func TestIPAMv4Slash30(t *testing.T) {
 		t.Errorf("addresses (-want +got):\n%s", diff)
 	}
 	_, err := e.p.ReserveNetworkInterface(ctx, &poolv1.ReserveNetworkInterfaceRequest{NetworkName: "p2p", NetworkInterfaceName: "c"})
-	wantErr(t, err, ErrExhausted)
+	wantErr(t, err, apierr.ErrExhausted)
 }
 
 func TestIPAMReuse(t *testing.T) {
@@ -585,7 +586,7 @@ func TestIPAMReuse(t *testing.T) {
 		addr[n] = e.reserveNIC(t, &poolv1.ReserveNetworkInterfaceRequest{NetworkName: "lan", NetworkInterfaceName: n}).GetIpv4Address()
 	}
 	_, err := e.p.ReserveNetworkInterface(ctx, &poolv1.ReserveNetworkInterfaceRequest{NetworkName: "lan", NetworkInterfaceName: "f"})
-	wantErr(t, err, ErrExhausted)
+	wantErr(t, err, apierr.ErrExhausted)
 	for _, n := range []string{"d", "b"} {
 		if err := e.p.ReleaseNetworkInterface(ctx, "lan", n); err != nil {
 			t.Fatal(err)
@@ -677,7 +678,7 @@ func TestIPAMv6Sequential(t *testing.T) {
 		seen[a] = true
 	}
 	_, err := e.p.ReserveNetworkInterface(ctx, &poolv1.ReserveNetworkInterfaceRequest{NetworkName: "small", NetworkInterfaceName: "extra"})
-	wantErr(t, err, ErrExhausted)
+	wantErr(t, err, apierr.ErrExhausted)
 }
 
 func TestIPAMDualStack(t *testing.T) {

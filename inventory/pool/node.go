@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/record"
 	"google.golang.org/protobuf/proto"
@@ -503,7 +504,7 @@ func (p *Pool) schedule(ctx context.Context, kind, name string,
 				continue
 			}
 			if err := fit(n); err != nil {
-				reasons = append(reasons, strings.TrimPrefix(err.Error(), ErrExhausted.Error()+": "))
+				reasons = append(reasons, strings.TrimPrefix(err.Error(), apierr.ErrExhausted.Error()+": "))
 				continue
 			}
 			cands = append(cands, cand{node: n, score: score(n), rackCount: rackLoad[n.GetRack()]})
@@ -530,7 +531,7 @@ func (p *Pool) schedule(ctx context.Context, kind, name string,
 				p.log.Debug("scheduled", "kind", kind, "reservation", name, "node", n.GetName())
 				return n, nil
 			}
-			if errors.Is(err, ErrAlreadyExists) || ctx.Err() != nil {
+			if errors.Is(err, apierr.ErrAlreadyExists) || ctx.Err() != nil {
 				return nil, err
 			}
 			// Lost a race for this node (filled up, went NOT_READY, or was

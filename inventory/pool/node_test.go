@@ -10,6 +10,7 @@ import (
 	"time"
 
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/store/mem"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -109,13 +110,13 @@ func TestApplyNodeShrink(t *testing.T) {
 		req     *poolv1.ApplyNodeRequest
 		wantErr error
 	}{
-		"cpu below requests":           {req: nodeReq("hv1", 3999, 16*gib, 100*gib), wantErr: ErrPrecondition},
-		"memory below requests":        {req: nodeReq("hv1", 8000, 8*gib-1, 100*gib), wantErr: ErrPrecondition},
-		"storage below requests":       {req: nodeReq("hv1", 8000, 16*gib, 10*gib-1), wantErr: ErrPrecondition},
-		"storage to zero":              {req: nodeReq("hv1", 8000, 16*gib, 0), wantErr: ErrPrecondition},
-		"cpu limits above ratio":       {req: nodeReq("hv1", 4000, 16*gib, 100*gib), wantErr: ErrPrecondition}, // limits 20000 > 4 x 4000
-		"memory limits above ratio":    {req: nodeReq("hv1", 8000, 9*gib, 100*gib), wantErr: ErrPrecondition},  // limits 10 GiB > 1 x 9 GiB
-		"storage limits above ratio":   {req: nodeReq("hv1", 8000, 16*gib, 15*gib), wantErr: ErrPrecondition},  // limits 20 GiB > 1 x 15 GiB
+		"cpu below requests":           {req: nodeReq("hv1", 3999, 16*gib, 100*gib), wantErr: apierr.ErrPrecondition},
+		"memory below requests":        {req: nodeReq("hv1", 8000, 8*gib-1, 100*gib), wantErr: apierr.ErrPrecondition},
+		"storage below requests":       {req: nodeReq("hv1", 8000, 16*gib, 10*gib-1), wantErr: apierr.ErrPrecondition},
+		"storage to zero":              {req: nodeReq("hv1", 8000, 16*gib, 0), wantErr: apierr.ErrPrecondition},
+		"cpu limits above ratio":       {req: nodeReq("hv1", 4000, 16*gib, 100*gib), wantErr: apierr.ErrPrecondition}, // limits 20000 > 4 x 4000
+		"memory limits above ratio":    {req: nodeReq("hv1", 8000, 9*gib, 100*gib), wantErr: apierr.ErrPrecondition},  // limits 10 GiB > 1 x 9 GiB
+		"storage limits above ratio":   {req: nodeReq("hv1", 8000, 16*gib, 15*gib), wantErr: apierr.ErrPrecondition},  // limits 20 GiB > 1 x 15 GiB
 		"shrink to exactly the limits": {req: nodeReq("hv1", 5000, 10*gib, 20*gib)},
 		"grow":                         {req: nodeReq("hv1", 64000, 256*gib, tib)},
 	}
@@ -161,7 +162,7 @@ func TestApplyNodeAfterRatioLowered(t *testing.T) {
 		t.Errorf("re-apply shrinking only memory: %v", err)
 	}
 	_, err := lowered.p.ApplyNode(ctx, nodeReq("hv1", 3999, 8*gib, 0))
-	wantErr(t, err, ErrPrecondition)
+	wantErr(t, err, apierr.ErrPrecondition)
 	wantContains(t, err, "cpu capacity 3999", "limits 16000")
 }
 
@@ -202,14 +203,14 @@ func TestGetDeleteMissingNode(t *testing.T) {
 	e.applyNode(t, nodeReq("other", 1000, gib, 0))
 	before := e.snapshot(t)
 	_, err := e.p.GetNode(ctx, "missing")
-	wantErr(t, err, ErrNotFound)
-	wantErr(t, e.p.DeleteNode(ctx, "missing"), ErrNotFound)
-	wantErr(t, e.p.ReleaseCompute(ctx, "missing", "vm"), ErrNotFound)
-	wantErr(t, e.p.ReleaseStorage(ctx, "missing", "vol"), ErrNotFound)
+	wantErr(t, err, apierr.ErrNotFound)
+	wantErr(t, e.p.DeleteNode(ctx, "missing"), apierr.ErrNotFound)
+	wantErr(t, e.p.ReleaseCompute(ctx, "missing", "vm"), apierr.ErrNotFound)
+	wantErr(t, e.p.ReleaseStorage(ctx, "missing", "vol"), apierr.ErrNotFound)
 	_, err = e.p.ReserveCompute(ctx, "missing", "vm", compute(1, 1))
-	wantErr(t, err, ErrNotFound)
+	wantErr(t, err, apierr.ErrNotFound)
 	_, err = e.p.ReserveStorage(ctx, "missing", "vol", &poolv1.Storage{RequestBytes: 1, LimitBytes: 1})
-	wantErr(t, err, ErrNotFound)
+	wantErr(t, err, apierr.ErrNotFound)
 	e.assertUnchanged(t, before)
 }
 
@@ -224,13 +225,13 @@ func TestDeleteNode(t *testing.T) {
 		wantMsg  []string
 	}{
 		"no reservations":   {},
-		"locking compute":   {computes: map[string]map[string]string{"vm1": nil}, wantErr: ErrPrecondition, wantMsg: []string{"compute/vm1"}},
-		"locking storage":   {storages: map[string]map[string]string{"vol1": {"other": "x"}}, wantErr: ErrPrecondition, wantMsg: []string{"storage/vol1"}},
+		"locking compute":   {computes: map[string]map[string]string{"vm1": nil}, wantErr: apierr.ErrPrecondition, wantMsg: []string{"compute/vm1"}},
+		"locking storage":   {storages: map[string]map[string]string{"vol1": {"other": "x"}}, wantErr: apierr.ErrPrecondition, wantMsg: []string{"storage/vol1"}},
 		"only unlocked":     {computes: map[string]map[string]string{"vm1": lock, "vm2": lockEmpty}, storages: map[string]map[string]string{"vol1": lock}},
-		"one locked of two": {computes: map[string]map[string]string{"vm1": lock, "vm2": nil}, storages: map[string]map[string]string{"vol1": lock}, wantErr: ErrPrecondition, wantMsg: []string{"1 reservation", "compute/vm2"}},
+		"one locked of two": {computes: map[string]map[string]string{"vm1": lock, "vm2": nil}, storages: map[string]map[string]string{"vol1": lock}, wantErr: apierr.ErrPrecondition, wantMsg: []string{"1 reservation", "compute/vm2"}},
 		"network annotation does not unlock": {
 			computes: map[string]map[string]string{"vm1": {AnnotationNetworkDisableDeletionLock: "true"}},
-			wantErr:  ErrPrecondition,
+			wantErr:  apierr.ErrPrecondition,
 		},
 	}
 	for name, tc := range tests {
@@ -257,8 +258,8 @@ func TestDeleteNode(t *testing.T) {
 				return
 			}
 			_, err = e.p.GetNode(ctx, "hv1")
-			wantErr(t, err, ErrNotFound)
-			wantErr(t, e.p.DeleteNode(ctx, "hv1"), ErrNotFound)
+			wantErr(t, err, apierr.ErrNotFound)
+			wantErr(t, e.p.DeleteNode(ctx, "hv1"), apierr.ErrNotFound)
 		})
 	}
 }
@@ -273,26 +274,26 @@ func TestApplyNodeBadInput(t *testing.T) {
 		req     *poolv1.ApplyNodeRequest
 		wantErr error
 	}{
-		"zero cpu":                  {req: ok(func(r *poolv1.ApplyNodeRequest) { r.CpuMilliCores = 0 }), wantErr: ErrInvalid},
-		"zero memory":               {req: ok(func(r *poolv1.ApplyNodeRequest) { r.MemoryBytes = 0 }), wantErr: ErrInvalid},
-		"address with space":        {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "not a host" }), wantErr: ErrInvalid},
-		"address with slash":        {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "10.0.0.1/24" }), wantErr: ErrInvalid},
-		"address label dash":        {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "-bad.example" }), wantErr: ErrInvalid},
-		"address empty label":       {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "a..b" }), wantErr: ErrInvalid},
-		"address bad ip":            {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "300.1.1.1" }), wantErr: ErrInvalid},
-		"address short ip":          {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "10.1.1" }), wantErr: ErrInvalid},
-		"address port not a number": {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "hv2.lab:http" }), wantErr: ErrInvalid},
-		"address port too big":      {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "hv2.lab:70000" }), wantErr: ErrInvalid},
-		"address empty port":        {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "hv2.lab:" }), wantErr: ErrInvalid},
+		"zero cpu":                  {req: ok(func(r *poolv1.ApplyNodeRequest) { r.CpuMilliCores = 0 }), wantErr: apierr.ErrInvalid},
+		"zero memory":               {req: ok(func(r *poolv1.ApplyNodeRequest) { r.MemoryBytes = 0 }), wantErr: apierr.ErrInvalid},
+		"address with space":        {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "not a host" }), wantErr: apierr.ErrInvalid},
+		"address with slash":        {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "10.0.0.1/24" }), wantErr: apierr.ErrInvalid},
+		"address label dash":        {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "-bad.example" }), wantErr: apierr.ErrInvalid},
+		"address empty label":       {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "a..b" }), wantErr: apierr.ErrInvalid},
+		"address bad ip":            {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "300.1.1.1" }), wantErr: apierr.ErrInvalid},
+		"address short ip":          {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "10.1.1" }), wantErr: apierr.ErrInvalid},
+		"address port not a number": {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "hv2.lab:http" }), wantErr: apierr.ErrInvalid},
+		"address port too big":      {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "hv2.lab:70000" }), wantErr: apierr.ErrInvalid},
+		"address empty port":        {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "hv2.lab:" }), wantErr: apierr.ErrInvalid},
 		"address ipv6 unbracketed port": {
-			req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "[fd00::1]:99999" }), wantErr: ErrInvalid,
+			req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "[fd00::1]:99999" }), wantErr: apierr.ErrInvalid,
 		},
-		"address unicode":      {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "hÿ.lab" }), wantErr: ErrInvalid},
-		"ipmi address bad":     {req: ok(func(r *poolv1.ApplyNodeRequest) { r.IpmiAddress = "bmc!" }), wantErr: ErrInvalid},
-		"hypervisor port big":  {req: ok(func(r *poolv1.ApplyNodeRequest) { r.HypervisorPort = 65536 }), wantErr: ErrInvalid},
-		"annotation key empty": {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Annotations = map[string]string{"": "v"} }), wantErr: ErrInvalid},
-		"label key with space": {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Labels = map[string]string{"a b": "v"} }), wantErr: ErrInvalid},
-		"label value too long": {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Labels = map[string]string{"k": strings.Repeat("v", 4097)} }), wantErr: ErrInvalid},
+		"address unicode":      {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "hÿ.lab" }), wantErr: apierr.ErrInvalid},
+		"ipmi address bad":     {req: ok(func(r *poolv1.ApplyNodeRequest) { r.IpmiAddress = "bmc!" }), wantErr: apierr.ErrInvalid},
+		"hypervisor port big":  {req: ok(func(r *poolv1.ApplyNodeRequest) { r.HypervisorPort = 65536 }), wantErr: apierr.ErrInvalid},
+		"annotation key empty": {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Annotations = map[string]string{"": "v"} }), wantErr: apierr.ErrInvalid},
+		"label key with space": {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Labels = map[string]string{"a b": "v"} }), wantErr: apierr.ErrInvalid},
+		"label value too long": {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Labels = map[string]string{"k": strings.Repeat("v", 4097)} }), wantErr: apierr.ErrInvalid},
 		// Accepted spellings, for contrast.
 		"address ipv4":           {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "10.0.0.1" })},
 		"address ipv4 port":      {req: ok(func(r *poolv1.ApplyNodeRequest) { r.Address = "10.0.0.1:20181" })},
@@ -348,39 +349,39 @@ func TestReserveBadInput(t *testing.T) {
 		call    call
 		wantErr error
 	}{
-		"compute zero cpu request":    {call: rc(c(0, 1000, gib, gib)), wantErr: ErrInvalid},
-		"compute zero cpu limit":      {call: rc(c(1000, 0, gib, gib)), wantErr: ErrInvalid},
-		"compute inverted cpu":        {call: rc(c(2000, 1000, gib, gib)), wantErr: ErrInvalid},
-		"compute zero memory request": {call: rc(c(1000, 1000, 0, gib)), wantErr: ErrInvalid},
-		"compute zero memory limit":   {call: rc(c(1000, 1000, gib, 0)), wantErr: ErrInvalid},
-		"compute inverted memory":     {call: rc(c(1000, 1000, 2*gib, gib)), wantErr: ErrInvalid},
-		"compute nil":                 {call: rc(nil), wantErr: ErrInvalid},
-		"compute bad annotation":      {call: rc(&poolv1.Compute{Annotations: map[string]string{"a b": ""}, RequestCpuMilliCore: 1, LimitCpuMilliCore: 1, RequestMemoryBytes: 1, LimitMemoryBytes: 1}), wantErr: ErrInvalid},
-		"schedule zero cpu request":   {call: sc(c(0, 1000, gib, gib)), wantErr: ErrInvalid},
-		"schedule zero memory limit":  {call: sc(c(1000, 1000, gib, 0)), wantErr: ErrInvalid},
-		"schedule inverted cpu":       {call: sc(c(2000, 1000, gib, gib)), wantErr: ErrInvalid},
-		"schedule inverted memory":    {call: sc(c(1000, 1000, 2*gib, gib)), wantErr: ErrInvalid},
-		"storage zero request":        {call: rs(&poolv1.Storage{RequestBytes: 0, LimitBytes: gib}), wantErr: ErrInvalid},
-		"storage zero limit":          {call: rs(&poolv1.Storage{RequestBytes: gib, LimitBytes: 0}), wantErr: ErrInvalid},
-		"storage inverted":            {call: rs(&poolv1.Storage{RequestBytes: 2 * gib, LimitBytes: gib}), wantErr: ErrInvalid},
-		"storage nil":                 {call: rs(nil), wantErr: ErrInvalid},
-		"schedule storage zero":       {call: ss(&poolv1.Storage{}), wantErr: ErrInvalid},
-		"schedule storage inverted":   {call: ss(&poolv1.Storage{RequestBytes: 2, LimitBytes: 1}), wantErr: ErrInvalid},
+		"compute zero cpu request":    {call: rc(c(0, 1000, gib, gib)), wantErr: apierr.ErrInvalid},
+		"compute zero cpu limit":      {call: rc(c(1000, 0, gib, gib)), wantErr: apierr.ErrInvalid},
+		"compute inverted cpu":        {call: rc(c(2000, 1000, gib, gib)), wantErr: apierr.ErrInvalid},
+		"compute zero memory request": {call: rc(c(1000, 1000, 0, gib)), wantErr: apierr.ErrInvalid},
+		"compute zero memory limit":   {call: rc(c(1000, 1000, gib, 0)), wantErr: apierr.ErrInvalid},
+		"compute inverted memory":     {call: rc(c(1000, 1000, 2*gib, gib)), wantErr: apierr.ErrInvalid},
+		"compute nil":                 {call: rc(nil), wantErr: apierr.ErrInvalid},
+		"compute bad annotation":      {call: rc(&poolv1.Compute{Annotations: map[string]string{"a b": ""}, RequestCpuMilliCore: 1, LimitCpuMilliCore: 1, RequestMemoryBytes: 1, LimitMemoryBytes: 1}), wantErr: apierr.ErrInvalid},
+		"schedule zero cpu request":   {call: sc(c(0, 1000, gib, gib)), wantErr: apierr.ErrInvalid},
+		"schedule zero memory limit":  {call: sc(c(1000, 1000, gib, 0)), wantErr: apierr.ErrInvalid},
+		"schedule inverted cpu":       {call: sc(c(2000, 1000, gib, gib)), wantErr: apierr.ErrInvalid},
+		"schedule inverted memory":    {call: sc(c(1000, 1000, 2*gib, gib)), wantErr: apierr.ErrInvalid},
+		"storage zero request":        {call: rs(&poolv1.Storage{RequestBytes: 0, LimitBytes: gib}), wantErr: apierr.ErrInvalid},
+		"storage zero limit":          {call: rs(&poolv1.Storage{RequestBytes: gib, LimitBytes: 0}), wantErr: apierr.ErrInvalid},
+		"storage inverted":            {call: rs(&poolv1.Storage{RequestBytes: 2 * gib, LimitBytes: gib}), wantErr: apierr.ErrInvalid},
+		"storage nil":                 {call: rs(nil), wantErr: apierr.ErrInvalid},
+		"schedule storage zero":       {call: ss(&poolv1.Storage{}), wantErr: apierr.ErrInvalid},
+		"schedule storage inverted":   {call: ss(&poolv1.Storage{RequestBytes: 2, LimitBytes: 1}), wantErr: apierr.ErrInvalid},
 		"compute duplicate name": {call: func(ctx context.Context, p *Pool) error {
 			_, err := p.ReserveCompute(ctx, "hv1", "vm1", compute(1, 1))
 			return err
-		}, wantErr: ErrAlreadyExists},
+		}, wantErr: apierr.ErrAlreadyExists},
 		"storage duplicate name": {call: func(ctx context.Context, p *Pool) error {
 			_, err := p.ReserveStorage(ctx, "hv1", "vol1", &poolv1.Storage{RequestBytes: 1, LimitBytes: 1})
 			return err
-		}, wantErr: ErrAlreadyExists},
-		"release missing compute":      {call: func(ctx context.Context, p *Pool) error { return p.ReleaseCompute(ctx, "hv1", "vm-none") }, wantErr: ErrNotFound},
-		"release missing storage":      {call: func(ctx context.Context, p *Pool) error { return p.ReleaseStorage(ctx, "hv1", "vol-none") }, wantErr: ErrNotFound},
-		"release storage as compute":   {call: func(ctx context.Context, p *Pool) error { return p.ReleaseCompute(ctx, "hv1", "vol1") }, wantErr: ErrNotFound},
-		"compute over cpu capacity":    {call: rc(compute(7001, gib)), wantErr: ErrExhausted},
-		"compute over memory capacity": {call: rc(compute(1000, 14*gib+1)), wantErr: ErrExhausted},
-		"storage over capacity":        {call: rs(&poolv1.Storage{RequestBytes: 90*gib + 1, LimitBytes: 90*gib + 1}), wantErr: ErrExhausted},
-		"schedule over every node":     {call: sc(compute(7001, gib)), wantErr: ErrExhausted},
+		}, wantErr: apierr.ErrAlreadyExists},
+		"release missing compute":      {call: func(ctx context.Context, p *Pool) error { return p.ReleaseCompute(ctx, "hv1", "vm-none") }, wantErr: apierr.ErrNotFound},
+		"release missing storage":      {call: func(ctx context.Context, p *Pool) error { return p.ReleaseStorage(ctx, "hv1", "vol-none") }, wantErr: apierr.ErrNotFound},
+		"release storage as compute":   {call: func(ctx context.Context, p *Pool) error { return p.ReleaseCompute(ctx, "hv1", "vol1") }, wantErr: apierr.ErrNotFound},
+		"compute over cpu capacity":    {call: rc(compute(7001, gib)), wantErr: apierr.ErrExhausted},
+		"compute over memory capacity": {call: rc(compute(1000, 14*gib+1)), wantErr: apierr.ErrExhausted},
+		"storage over capacity":        {call: rs(&poolv1.Storage{RequestBytes: 90*gib + 1, LimitBytes: 90*gib + 1}), wantErr: apierr.ErrExhausted},
+		"schedule over every node":     {call: sc(compute(7001, gib)), wantErr: apierr.ErrExhausted},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -421,7 +422,7 @@ func TestReserveReleaseCompute(t *testing.T) {
 	if err := e.p.ReleaseCompute(ctx, "hv1", "vm1"); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, e.p.ReleaseCompute(ctx, "hv1", "vm1"), ErrNotFound)
+	wantErr(t, e.p.ReleaseCompute(ctx, "hv1", "vm1"), apierr.ErrNotFound)
 	stored, _ = e.p.GetNode(ctx, "hv1")
 	if len(stored.GetReservedComputes()) != 0 {
 		t.Errorf("reservations after release: %v", stored.GetReservedComputes())
@@ -445,7 +446,7 @@ func TestReserveReleaseStorage(t *testing.T) {
 	if err := e.p.ReleaseStorage(ctx, "hv1", "vol1"); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, e.p.ReleaseStorage(ctx, "hv1", "vol1"), ErrNotFound)
+	wantErr(t, e.p.ReleaseStorage(ctx, "hv1", "vol1"), apierr.ErrNotFound)
 	if _, err := e.p.ReserveStorage(ctx, "hv1", "vol2", &poolv1.Storage{RequestBytes: 100 * gib, LimitBytes: 100 * gib}); err != nil {
 		t.Fatal(err)
 	}
@@ -471,54 +472,54 @@ func TestCapacityAndRatios(t *testing.T) {
 		"cpu requests fill capacity": {seq: []res{
 			{name: "a", c: compute(3000, gib)},
 			{name: "b", c: compute(1000, gib)},
-			{name: "c", c: compute(1, gib), wantErr: ErrExhausted, wantMsg: []string{"cpu request 1", "reserved 4000", "capacity 4000"}},
+			{name: "c", c: compute(1, gib), wantErr: apierr.ErrExhausted, wantMsg: []string{"cpu request 1", "reserved 4000", "capacity 4000"}},
 		}},
 		"memory requests fill capacity": {seq: []res{
 			{name: "a", c: compute(100, 6*gib)},
-			{name: "b", c: compute(100, 2*gib+1), wantErr: ErrExhausted, wantMsg: []string{fmt.Sprint(2*gib + 1), fmt.Sprint(6 * gib), fmt.Sprint(8 * gib)}},
+			{name: "b", c: compute(100, 2*gib+1), wantErr: apierr.ErrExhausted, wantMsg: []string{fmt.Sprint(2*gib + 1), fmt.Sprint(6 * gib), fmt.Sprint(8 * gib)}},
 			{name: "c", c: compute(100, 2*gib)},
 		}},
 		"cpu limits reach 4x capacity": {seq: []res{
 			{name: "a", c: lim(1000, 16000, gib, gib)},
-			{name: "b", c: lim(1, 1, gib, gib), wantErr: ErrExhausted, wantMsg: []string{"cpu limit 1", "reserved limits 16000", "4 x capacity 4000"}},
+			{name: "b", c: lim(1, 1, gib, gib), wantErr: apierr.ErrExhausted, wantMsg: []string{"cpu limit 1", "reserved limits 16000", "4 x capacity 4000"}},
 		}},
 		"cpu limits just over 4x": {seq: []res{
-			{name: "a", c: lim(1000, 16001, gib, gib), wantErr: ErrExhausted, wantMsg: []string{"cpu limit 16001", "4 x capacity 4000"}},
+			{name: "a", c: lim(1000, 16001, gib, gib), wantErr: apierr.ErrExhausted, wantMsg: []string{"cpu limit 16001", "4 x capacity 4000"}},
 		}},
 		"memory limits 1x capacity": {seq: []res{
 			{name: "a", c: lim(100, 100, gib, 8*gib)},
-			{name: "b", c: lim(100, 100, 1, 1), wantErr: ErrExhausted, wantMsg: []string{"memory limit 1", fmt.Sprint(8 * gib), "1 x capacity"}},
+			{name: "b", c: lim(100, 100, 1, 1), wantErr: apierr.ErrExhausted, wantMsg: []string{"memory limit 1", fmt.Sprint(8 * gib), "1 x capacity"}},
 		}},
 		"memory ratio raised": {mods: []func(*Config){func(c *Config) { c.MemoryLimitRatio = 2 }}, seq: []res{
 			{name: "a", c: lim(100, 100, gib, 16*gib)},
-			{name: "b", c: lim(100, 100, 1, 1), wantErr: ErrExhausted, wantMsg: []string{"2 x capacity"}},
+			{name: "b", c: lim(100, 100, 1, 1), wantErr: apierr.ErrExhausted, wantMsg: []string{"2 x capacity"}},
 		}},
 		"cpu ratio lowered": {mods: []func(*Config){func(c *Config) { c.CPULimitRatio = 1 }}, seq: []res{
-			{name: "a", c: lim(1000, 4001, gib, gib), wantErr: ErrExhausted, wantMsg: []string{"1 x capacity 4000"}},
+			{name: "a", c: lim(1000, 4001, gib, gib), wantErr: apierr.ErrExhausted, wantMsg: []string{"1 x capacity 4000"}},
 			{name: "b", c: lim(1000, 4000, gib, gib)},
 		}},
 		"storage requests and limits": {seq: []res{
 			{name: "v1", s: &poolv1.Storage{RequestBytes: 50 * gib, LimitBytes: 60 * gib}},
-			{name: "v2", s: &poolv1.Storage{RequestBytes: 40 * gib, LimitBytes: 40*gib + 1}, wantErr: ErrExhausted, wantMsg: []string{"storage limit", fmt.Sprint(60 * gib), "1 x capacity"}},
-			{name: "v3", s: &poolv1.Storage{RequestBytes: 50*gib + 1, LimitBytes: 50*gib + 1}, wantErr: ErrExhausted, wantMsg: []string{"storage request", fmt.Sprint(50 * gib)}},
+			{name: "v2", s: &poolv1.Storage{RequestBytes: 40 * gib, LimitBytes: 40*gib + 1}, wantErr: apierr.ErrExhausted, wantMsg: []string{"storage limit", fmt.Sprint(60 * gib), "1 x capacity"}},
+			{name: "v3", s: &poolv1.Storage{RequestBytes: 50*gib + 1, LimitBytes: 50*gib + 1}, wantErr: apierr.ErrExhausted, wantMsg: []string{"storage request", fmt.Sprint(50 * gib)}},
 			{name: "v4", s: &poolv1.Storage{RequestBytes: 40 * gib, LimitBytes: 40 * gib}},
 		}},
 		"storage thin provisioning": {mods: []func(*Config){func(c *Config) { c.StorageLimitRatio = 10 }}, seq: []res{
 			{name: "v1", s: &poolv1.Storage{RequestBytes: gib, LimitBytes: 1000 * gib}},
-			{name: "v2", s: &poolv1.Storage{RequestBytes: gib, LimitBytes: 1}, wantErr: ErrInvalid},
-			{name: "v3", s: &poolv1.Storage{RequestBytes: 1, LimitBytes: 1}, wantErr: ErrExhausted},
+			{name: "v2", s: &poolv1.Storage{RequestBytes: gib, LimitBytes: 1}, wantErr: apierr.ErrInvalid},
+			{name: "v3", s: &poolv1.Storage{RequestBytes: 1, LimitBytes: 1}, wantErr: apierr.ErrExhausted},
 		}},
 		"requests near the uint64 limit do not wrap": {seq: []res{
 			{name: "a", c: compute(1, 1<<63)},
-			{name: "b", c: compute(1, 1<<63), wantErr: ErrExhausted},
+			{name: "b", c: compute(1, 1<<63), wantErr: apierr.ErrExhausted},
 		}},
 		"limits near the uint64 limit do not wrap": {seq: []res{
 			{name: "a", c: lim(1, 1, 1, math.MaxUint64)},
-			{name: "b", c: lim(1, 1, 1, 2), wantErr: ErrExhausted},
+			{name: "b", c: lim(1, 1, 1, 2), wantErr: apierr.ErrExhausted},
 		}},
 		"infinite ratio caps at uint64": {mods: []func(*Config){func(c *Config) { c.MemoryLimitRatio = math.Inf(1) }}, seq: []res{
 			{name: "a", c: lim(1, 1, 1, math.MaxUint64)},
-			{name: "b", c: lim(1, 1, 1, 1), wantErr: ErrExhausted},
+			{name: "b", c: lim(1, 1, 1, 1), wantErr: apierr.ErrExhausted},
 		}},
 	}
 	for name, tc := range tests {
@@ -561,15 +562,15 @@ func TestNotReadyNodeRefusesReservations(t *testing.T) {
 			e.setNodeState(t, "hv1", st)
 			before := e.snapshot(t)
 			_, err := e.p.ReserveCompute(ctx, "hv1", "vm", compute(1000, gib))
-			wantErr(t, err, ErrPrecondition)
+			wantErr(t, err, apierr.ErrPrecondition)
 			wantContains(t, err, "not READY")
 			_, err = e.p.ReserveStorage(ctx, "hv1", "vol", &poolv1.Storage{RequestBytes: 1, LimitBytes: 1})
-			wantErr(t, err, ErrPrecondition)
+			wantErr(t, err, apierr.ErrPrecondition)
 			_, err = e.p.ScheduleCompute(ctx, "vm", compute(1000, gib))
-			wantErr(t, err, ErrExhausted)
+			wantErr(t, err, apierr.ErrExhausted)
 			wantContains(t, err, "hv1: "+st.String())
 			_, err = e.p.ScheduleStorage(ctx, "vol", &poolv1.Storage{RequestBytes: 1, LimitBytes: 1})
-			wantErr(t, err, ErrExhausted)
+			wantErr(t, err, apierr.ErrExhausted)
 			e.assertUnchanged(t, before)
 			// Releasing still works on a node that is not READY.
 			if err := e.p.ReleaseCompute(ctx, "hv1", "old"); err != nil {
@@ -599,7 +600,7 @@ func TestScheduleCompute(t *testing.T) {
 		wantErr  error
 		wantMsgs []string
 	}{
-		"empty pool": {c: compute(1000, gib), wantErr: ErrExhausted, wantMsgs: []string{"empty"}},
+		"empty pool": {c: compute(1000, gib), wantErr: apierr.ErrExhausted, wantMsgs: []string{"empty"}},
 		"least allocated": {
 			nodes: []node{
 				{name: "a", milli: 4000, mem: 8 * gib, reserved: compute(2000, 4*gib)},
@@ -643,7 +644,7 @@ func TestScheduleCompute(t *testing.T) {
 				{name: "a", milli: 4000, mem: 8 * gib, reserved: compute(4000, gib)},
 				{name: "b", milli: 4000, mem: 8 * gib, state: poolv1.Node_NOT_READY},
 			},
-			c: compute(500, gib), wantErr: ErrExhausted, wantMsgs: []string{`node "a": cpu request 500`, "b: NOT_READY"},
+			c: compute(500, gib), wantErr: apierr.ErrExhausted, wantMsgs: []string{`node "a": cpu request 500`, "b: NOT_READY"},
 		},
 		"limits are a filter too": {
 			nodes: []node{
@@ -766,7 +767,7 @@ func TestScheduleStorage(t *testing.T) {
 		want    string
 		wantErr error
 	}{
-		"empty pool": {s: &poolv1.Storage{RequestBytes: 1, LimitBytes: 1}, wantErr: ErrExhausted},
+		"empty pool": {s: &poolv1.Storage{RequestBytes: 1, LimitBytes: 1}, wantErr: apierr.ErrExhausted},
 		"least allocated": {
 			nodes: []node{{name: "a", storage: 100 * gib, reserved: 50 * gib}, {name: "b", storage: 100 * gib, reserved: 10 * gib}, {name: "c", storage: 100 * gib, reserved: 80 * gib}},
 			s:     &poolv1.Storage{RequestBytes: 10 * gib, LimitBytes: 10 * gib}, want: "b",
@@ -781,7 +782,7 @@ func TestScheduleStorage(t *testing.T) {
 		},
 		"nothing fits": {
 			nodes: []node{{name: "a", storage: 0}, {name: "b", storage: 100 * gib, reserved: 95 * gib}},
-			s:     &poolv1.Storage{RequestBytes: 10 * gib, LimitBytes: 10 * gib}, wantErr: ErrExhausted,
+			s:     &poolv1.Storage{RequestBytes: 10 * gib, LimitBytes: 10 * gib}, wantErr: apierr.ErrExhausted,
 		},
 	}
 	for name, tc := range tests {
@@ -829,10 +830,10 @@ func TestScheduleNameTaken(t *testing.T) {
 	e.setNodeState(t, "b", poolv1.Node_NOT_READY)
 	before := e.snapshot(t)
 	_, err := e.p.ScheduleCompute(ctx, "vm", compute(1000, gib))
-	wantErr(t, err, ErrAlreadyExists)
+	wantErr(t, err, apierr.ErrAlreadyExists)
 	wantContains(t, err, `"b"`)
 	_, err = e.p.ScheduleStorage(ctx, "vol", &poolv1.Storage{RequestBytes: 1, LimitBytes: 1})
-	wantErr(t, err, ErrAlreadyExists)
+	wantErr(t, err, apierr.ErrAlreadyExists)
 	e.assertUnchanged(t, before)
 	// Compute and storage names are separate namespaces.
 	if _, err := e.p.ScheduleStorage(ctx, "vm", &poolv1.Storage{RequestBytes: 1, LimitBytes: 1}); err != nil {
@@ -893,7 +894,7 @@ func TestScheduleComputeConcurrent(t *testing.T) {
 			}
 			// The pool is now full.
 			_, err = e.p.ScheduleCompute(ctx, "one-more", compute(1000, gib))
-			wantErr(t, err, ErrExhausted)
+			wantErr(t, err, apierr.ErrExhausted)
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/bolt"
 	"github.com/corralhq/corral/store/mem"
@@ -192,10 +193,10 @@ func TestNewConfig(t *testing.T) {
 	}{
 		"defaults":        {cfg: Config{Store: s}, want: [3]float64{4, 1, 1}},
 		"explicit":        {cfg: Config{Store: s, CPULimitRatio: 2, MemoryLimitRatio: 1.5, StorageLimitRatio: 3}, want: [3]float64{2, 1.5, 3}},
-		"no store":        {cfg: Config{}, wantErr: ErrInvalid},
-		"ratio below one": {cfg: Config{Store: s, CPULimitRatio: 0.5}, wantErr: ErrInvalid},
-		"negative ratio":  {cfg: Config{Store: s, MemoryLimitRatio: -1}, wantErr: ErrInvalid},
-		"NaN ratio":       {cfg: Config{Store: s, StorageLimitRatio: math.NaN()}, wantErr: ErrInvalid},
+		"no store":        {cfg: Config{}, wantErr: apierr.ErrInvalid},
+		"ratio below one": {cfg: Config{Store: s, CPULimitRatio: 0.5}, wantErr: apierr.ErrInvalid},
+		"negative ratio":  {cfg: Config{Store: s, MemoryLimitRatio: -1}, wantErr: apierr.ErrInvalid},
+		"NaN ratio":       {cfg: Config{Store: s, StorageLimitRatio: math.NaN()}, wantErr: apierr.ErrInvalid},
 		"infinite ratio":  {cfg: Config{Store: s, CPULimitRatio: math.Inf(1)}, want: [3]float64{math.Inf(1), 1, 1}},
 	}
 	for name, tc := range tests {
@@ -217,7 +218,7 @@ func TestNewConfig(t *testing.T) {
 }
 
 // TestBadNames runs every name-taking call with malformed names and checks
-// each is refused with ErrInvalid and stores nothing.
+// each is refused with apierr.ErrInvalid and stores nothing.
 func TestBadNames(t *testing.T) {
 	names := map[string]string{
 		"empty":      "",
@@ -299,7 +300,7 @@ func TestBadNames(t *testing.T) {
 			t.Run(op+"/"+nameKey, func(t *testing.T) {
 				before := e.snapshot(t)
 				err := call(e.p, bad)
-				wantErr(t, err, ErrInvalid)
+				wantErr(t, err, apierr.ErrInvalid)
 				e.assertUnchanged(t, before)
 			})
 		}

@@ -119,6 +119,9 @@ const (
 	deleteParallel = 32
 )
 
+// Timeline is the boot timeline: entries per MAC in the store, the per-MAC
+// index, and the queue of entries not yet written. New makes one; Run
+// writes the queue and keeps the bounds.
 type Timeline struct {
 	cfg     Config
 	log     *slog.Logger
