@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
@@ -178,19 +177,9 @@ func New(cfg Config) (*Services, error) {
 	return &Services{cfg: cfg, log: cfg.Logger}, nil
 }
 
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$`)
-
 // checkName validates a resource name the way the pool does: names become
 // store keys, node volume names and QEMU ids.
-func checkName(what, name string) error {
-	if name == "" {
-		return apierr.Invalidf("%s is required", what)
-	}
-	if !nameRE.MatchString(name) {
-		return apierr.Invalidf("%s %q is malformed: use 1-128 letters, digits, '.', '_' or '-', starting and ending with a letter or digit", what, name)
-	}
-	return nil
-}
+var checkName = pool.CheckName
 
 // systemKey reports whether an annotation key is written only by Corral.
 func systemKey(k string) bool {
@@ -252,14 +241,6 @@ func mergeUserAnnotations(cur, user map[string]string) map[string]string {
 		}
 	}
 	for k, v := range user {
-		out[k] = v
-	}
-	return out
-}
-
-func cloneMap(m map[string]string) map[string]string {
-	out := make(map[string]string, len(m))
-	for k, v := range m {
 		out[k] = v
 	}
 	return out
