@@ -36,7 +36,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -147,9 +146,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		Endpoints:   opts.Endpoints,
 		DialTimeout: opts.DialTimeout,
 		TLS:         tlsCfg,
-		// The client's own zap logger stays quiet; failures surface as
-		// errors from the calls that hit them.
-		Logger:               zap.NewNop(),
+		// The client's warnings and errors go to the store's logger;
+		// failures also surface as errors from the calls that hit them.
+		Logger:               newZapLogger(opts.Logger, clientLogLevel),
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 5 * time.Second,
 		AutoSyncInterval:     time.Minute,
