@@ -19,9 +19,9 @@ import (
 
 // Store key prefixes.
 const (
-	bsPrefix    = "/provisioning/block_storages/"
-	vmPrefix    = "/provisioning/virtual_machines/"
-	imagePrefix = "/deployment/images/"
+	bsPrefix    = store.BlockStoragesPrefix
+	vmPrefix    = store.VirtualMachinesPrefix
+	imagePrefix = store.ImagesPrefix
 )
 
 // Annotation keys. The n0core/ names are n0stack's and keep n0stack `do`
