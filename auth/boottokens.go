@@ -55,7 +55,7 @@ import (
 
 // BootKeyKey is the store key of the boot-token key (a
 // google.protobuf.BytesValue of 32 bytes).
-const BootKeyKey = "/auth/boot-key"
+const BootKeyKey = store.BootKeyKey
 
 const bootKeyBytes = 32
 

@@ -19,10 +19,10 @@ import (
 const (
 	// IssuedKeyPrefix holds one authv1.IssuedCertificates per node name:
 	// the live certificates issued for it.
-	IssuedKeyPrefix = "/pki/issued/"
+	IssuedKeyPrefix = store.IssuedCertsPrefix
 	// RevokedKeyPrefix holds one authv1.RevokedCertificate per revoked
 	// serial (lowercase hex), until the certificate would have expired.
-	RevokedKeyPrefix = "/pki/revoked/"
+	RevokedKeyPrefix = store.RevokedCertsPrefix
 )
 
 // DefaultMaxLiveCerts is how many unexpired certificates one node name may

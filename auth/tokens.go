@@ -38,7 +38,7 @@ const (
 	TokenPrefix = "crl_"
 	// TokenKeyPrefix is the store prefix under which tokens live, one
 	// record per token at TokenKeyPrefix+id.
-	TokenKeyPrefix = "/auth/tokens/"
+	TokenKeyPrefix = store.TokensPrefix
 
 	idBytes     = 8
 	secretBytes = 32

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -52,13 +53,10 @@ func retryPending(err error) (deadline time.Time, ok bool) {
 	return time.Time{}, false
 }
 
-// pendingBackoff is the pause before attempt+1: 200 ms doubling to 5 s.
-func pendingBackoff(attempt int) time.Duration {
-	d := 200 * time.Millisecond
-	for i := 1; i < attempt && d < 5*time.Second; i++ {
-		d *= 2
-	}
-	return min(d, 5*time.Second)
+// pendingBackoff returns the pauses between the attempts of one task:
+// 200 ms doubling to 5 s, without jitter.
+func pendingBackoff() *backoff.ExponentialBackOff {
+	return &backoff.ExponentialBackOff{InitialInterval: 200 * time.Millisecond, Multiplier: 2, MaxInterval: 5 * time.Second}
 }
 
 // maxNotFoundRetries bounds how often one task answered NotFound is sent

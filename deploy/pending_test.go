@@ -44,8 +44,9 @@ func TestRetryPending(t *testing.T) {
 
 func TestPendingBackoff(t *testing.T) {
 	var got []time.Duration
+	b := pendingBackoff()
 	for a := 1; a <= 7; a++ {
-		got = append(got, pendingBackoff(a))
+		got = append(got, b.NextBackOff())
 	}
 	want := []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, 1600 * time.Millisecond, 3200 * time.Millisecond, 5 * time.Second, 5 * time.Second}
 	if diff := cmp.Diff(want, got); diff != "" {

@@ -364,6 +364,7 @@ func (r *Runner) call(ctx context.Context, i int, t *Task, notes chan<- Event) d
 	}
 	start := time.Now()
 	giveUp := start.Add(pendingWait)
+	pause := pendingBackoff()
 	for attempt := 1; ; attempt++ {
 		resp, err := r.invoke(ctx, t)
 		d := done{index: i, err: err, elapsed: time.Since(start), attempts: attempt, resp: resp}
@@ -374,7 +375,7 @@ func (r *Runner) call(ctx context.Context, i int, t *Task, notes chan<- Event) d
 		if !ok {
 			return d
 		}
-		wait := pendingBackoff(attempt)
+		wait := pause.NextBackOff()
 		if left := time.Until(deadline); left > 0 && left < wait {
 			wait = left + 50*time.Millisecond // just after the deadline
 		}

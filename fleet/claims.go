@@ -15,7 +15,7 @@ import (
 // ClaimPrefix holds one fleetv1.SessionClaim per machine: which appliance
 // holds the machine's agent session (lifecycle's one-live-session rule,
 // across appliances).
-const ClaimPrefix = "/fleet/sessions/"
+const ClaimPrefix = store.SessionsPrefix
 
 // SessionClaims keeps the claims in the shared store for the appliance
 // Self; it implements lifecycle.SessionClaims.

@@ -24,22 +24,23 @@ import (
 
 	fleetv1 "github.com/corralhq/corral/api/fleet/v1"
 	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/store"
 )
 
 // Store key prefixes.
 const (
 	// AppliancePrefix holds one fleetv1.Appliance per appliance, written
 	// by the appliance itself.
-	AppliancePrefix = "/fleet/appliances/"
+	AppliancePrefix = store.AppliancesPrefix
 	// AssignmentPrefix holds one fleetv1.Assignment per machine, written
 	// only by the leader.
-	AssignmentPrefix = "/fleet/assignments/"
+	AssignmentPrefix = store.AssignmentsPrefix
 	// MachinePrefix is where inventory keeps its machine records
 	// (inventoryv1.Machine); a test checks it against inventory.
-	MachinePrefix = "/inventory/machines/"
+	MachinePrefix = store.MachinesPrefix
 	// LeasePrefix is where boot/dhcp keeps its full-mode leases
 	// (bootv1.Lease); a test checks it against boot/dhcp.
-	LeasePrefix = "/boot/leases/"
+	LeasePrefix = store.LeasesPrefix
 )
 
 // Defaults of the cluster-checks pattern (docs/DESIGN.md §7).

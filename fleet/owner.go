@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -47,16 +48,9 @@ func (o *Owner) mirror() *mirror[string] {
 		if log == nil {
 			log = slog.New(slog.DiscardHandler)
 		}
-		o.m = newMirror(o.Store, AssignmentPrefix, "assignment", cmpOr(o.MaxMachines, DefaultMaxMachines), log.With("component", "owner"), decodeRunner)
+		o.m = newMirror(o.Store, AssignmentPrefix, "assignment", cmp.Or(max(o.MaxMachines, 0), DefaultMaxMachines), log.With("component", "owner"), decodeRunner)
 	})
 	return o.m
-}
-
-func cmpOr(v, def int) int {
-	if v > 0 {
-		return v
-	}
-	return def
 }
 
 // Run follows the assignments until ctx ends, then returns nil. It returns

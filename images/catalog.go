@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/google/renameio/v2"
 )
 
 // Kind says what an artifact is for.
@@ -216,24 +218,19 @@ func copyIfChanged(src, dst string) error {
 	})
 }
 
+// writeAtomic replaces dst, mode 0644, by what fill writes, through a
+// synced temporary file in the same directory (renameio): readers see the
+// old file or the new one, and a failed fill leaves dst untouched.
 func writeAtomic(dst string, fill func(io.Writer) error) error {
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".*")
+	tmp, err := renameio.NewPendingFile(dst, renameio.WithTempDir(filepath.Dir(dst)), renameio.WithStaticPermissions(0o644))
 	if err != nil {
 		return fmt.Errorf("images: %w", err)
 	}
-	defer os.Remove(tmp.Name())
+	defer tmp.Cleanup()
 	if err := fill(tmp); err != nil {
-		tmp.Close()
 		return fmt.Errorf("images: write %s: %w", filepath.Base(dst), err)
 	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("images: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("images: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
+	if err := tmp.CloseAtomicallyReplace(); err != nil {
 		return fmt.Errorf("images: %w", err)
 	}
 	return nil

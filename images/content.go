@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/google/renameio/v2"
 )
 
 // ContentDir is the directory, inside a catalog directory, that holds the
@@ -136,15 +138,15 @@ func Receive(dir string, want Artifact, r io.Reader) (Artifact, error) {
 	if err := os.MkdirAll(cdir, 0o755); err != nil {
 		return Artifact{}, fmt.Errorf("images: %w", err)
 	}
-	tmp, err := os.CreateTemp(cdir, "."+want.SHA256+".*")
+	dst := contentPath(dir, want.SHA256)
+	tmp, err := renameio.NewPendingFile(dst, renameio.WithTempDir(cdir), renameio.WithStaticPermissions(0o644))
 	if err != nil {
 		return Artifact{}, fmt.Errorf("images: %w", err)
 	}
-	defer os.Remove(tmp.Name()) // after the rename, a no-op
+	defer tmp.Cleanup() // after the rename, a no-op
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(r, want.Size+1))
 	if err != nil {
-		tmp.Close()
 		return Artifact{}, fmt.Errorf("images: %s: receiving failed after %d of %d bytes: %w", want.Name, n, want.Size, err)
 	}
 	got := hex.EncodeToString(h.Sum(nil))
@@ -157,22 +159,9 @@ func Receive(dir string, want Artifact, r io.Reader) (Artifact, error) {
 		err = fmt.Errorf("%w: %s: sha256 %s, want %s", ErrMismatch, want.Name, got, want.SHA256)
 	}
 	if err != nil {
-		tmp.Close()
 		return Artifact{}, err
 	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return Artifact{}, fmt.Errorf("images: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return Artifact{}, fmt.Errorf("images: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return Artifact{}, fmt.Errorf("images: %w", err)
-	}
-	dst := contentPath(dir, want.SHA256)
-	if err := os.Rename(tmp.Name(), dst); err != nil {
+	if err := tmp.CloseAtomicallyReplace(); err != nil {
 		return Artifact{}, fmt.Errorf("images: %w", err)
 	}
 	return Artifact{Name: want.Name, Kind: want.Kind, Path: dst, Size: n, SHA256: got}, nil

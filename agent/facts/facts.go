@@ -110,13 +110,3 @@ func readAttr(path string) string {
 	}
 	return clean(string(b))
 }
-
-// firstNonEmpty returns the first non-empty argument.
-func firstNonEmpty(vals ...string) string {
-	for _, v := range vals {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
-}

@@ -1,6 +1,7 @@
 package facts
 
 import (
+	"cmp"
 	"errors"
 	"os"
 	"path/filepath"
@@ -75,9 +76,9 @@ func collectDisks(opts Options, f *inventoryv1.Facts) error {
 		f.Disks = append(f.Disks, &inventoryv1.Facts_Disk{
 			Name:       d.Name,
 			SizeBytes:  d.SizeBytes,
-			Model:      firstNonEmpty(clean(d.Model), readAttr(filepath.Join(dir, "device/model"))),
-			Serial:     firstNonEmpty(clean(d.SerialNumber), diskSerial(dir)),
-			Wwn:        firstNonEmpty(clean(d.WWN), diskWWN(dir)),
+			Model:      cmp.Or(clean(d.Model), readAttr(filepath.Join(dir, "device/model"))),
+			Serial:     cmp.Or(clean(d.SerialNumber), diskSerial(dir)),
+			Wwn:        cmp.Or(clean(d.WWN), diskWWN(dir)),
 			Removable:  d.IsRemovable,
 			Rotational: readAttr(filepath.Join(dir, "queue/rotational")) == "1",
 			Bus:        diskBus(dir, d.StorageController.String()),
@@ -117,7 +118,7 @@ func vpdSerial(path string) string {
 // SCSI/SATA disks device/wwid ("naa.5000…", "t10.…"). NAA names are
 // rendered as udev's ID_WWN does ("0x5000…"); others are kept as is.
 func diskWWN(dir string) string {
-	w := firstNonEmpty(readAttr(filepath.Join(dir, "wwid")), readAttr(filepath.Join(dir, "device/wwid")))
+	w := cmp.Or(readAttr(filepath.Join(dir, "wwid")), readAttr(filepath.Join(dir, "device/wwid")))
 	if rest, ok := strings.CutPrefix(w, "naa."); ok {
 		return "0x" + strings.ToLower(rest)
 	}
@@ -152,7 +153,7 @@ func collectNICs(opts Options, f *inventoryv1.Facts) error {
 		dir := opts.path("sys/class/net", nic.Name)
 		out := &inventoryv1.Facts_Nic{
 			Name:   nic.Name,
-			Mac:    strings.ToLower(firstNonEmpty(clean(nic.MACAddress), readAttr(filepath.Join(dir, "address")))),
+			Mac:    strings.ToLower(cmp.Or(clean(nic.MACAddress), readAttr(filepath.Join(dir, "address")))),
 			Driver: linkBase(filepath.Join(dir, "device/driver")),
 			Link:   readAttr(filepath.Join(dir, "carrier")) == "1",
 		}

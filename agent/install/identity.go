@@ -24,6 +24,7 @@ import (
 	"github.com/corralhq/corral/agent/cmdline"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 	"github.com/corralhq/corral/internal/nodeid"
+	"github.com/google/renameio/v2"
 )
 
 // Files on the data partition, relative to its root (the hypervisor's
@@ -346,28 +347,19 @@ func writeIdentity(dataDir string, plan *nodev1.InstallPlan, keyPEM, certPEM []b
 	return syncDir(dir)
 }
 
+// writeSynced replaces path with data of the given mode through a synced
+// temporary file in the same directory (renameio); the caller syncs the
+// directory.
 func writeSynced(path string, data []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(filepath.Dir(path)), renameio.WithStaticPermissions(mode))
 	if err != nil {
 		return err
 	}
+	defer f.Cleanup()
 	if _, err := f.Write(data); err != nil {
-		f.Close()
 		return err
 	}
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return f.CloseAtomicallyReplace()
 }
 
 func syncDir(dir string) error {

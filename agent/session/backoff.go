@@ -1,8 +1,9 @@
 package session
 
 import (
-	"math/rand/v2"
 	"time"
+
+	"github.com/cenkalti/backoff/v5"
 )
 
 // Backoff is exponential backoff with jitter. The zero value uses the
@@ -25,11 +26,12 @@ func (b Backoff) Delay(attempt int) time.Duration {
 	if jitter <= 0 || jitter > 1 {
 		jitter = 0.2
 	}
-	d := initial
-	for i := 0; i < attempt && d < maxD; i++ {
-		d *= 2
+	// The exponential part without jitter up to attempt, then one
+	// jittered pause: the library keeps its interval unexported.
+	e := backoff.ExponentialBackOff{InitialInterval: min(initial, maxD), Multiplier: 2, MaxInterval: maxD}
+	for range attempt {
+		e.NextBackOff()
 	}
-	d = min(d, maxD)
-	f := 1 + jitter*(2*rand.Float64()-1)
-	return time.Duration(float64(d) * f)
+	e.RandomizationFactor = jitter
+	return e.NextBackOff()
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/google/renameio/v2"
 	"sigs.k8s.io/yaml"
 )
 
@@ -69,34 +70,20 @@ func (c *Config) Write(path string) (err error) {
 	return writeAtomic(path, data)
 }
 
-// writeAtomic replaces path by data with mode FileMode through a
-// temporary file in the same directory; on error path is left untouched.
-func writeAtomic(path string, data []byte) (err error) {
+// writeAtomic replaces path by data with mode FileMode through a synced
+// temporary file in the same directory (renameio); on error path is left
+// untouched.
+func writeAtomic(path string, data []byte) error {
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(dir), renameio.WithStaticPermissions(FileMode))
 	if err != nil {
 		return fmt.Errorf("clientconfig: write %s: %w", path, err)
 	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if err = f.Chmod(FileMode); err != nil {
+	defer f.Cleanup()
+	if _, err := f.Write(data); err != nil {
 		return fmt.Errorf("clientconfig: write %s: %w", path, err)
 	}
-	if _, err = f.Write(data); err != nil {
-		return fmt.Errorf("clientconfig: write %s: %w", path, err)
-	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("clientconfig: write %s: %w", path, err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("clientconfig: write %s: %w", path, err)
-	}
-	if err = os.Rename(tmp, path); err != nil {
+	if err := f.CloseAtomicallyReplace(); err != nil {
 		return fmt.Errorf("clientconfig: write %s: %w", path, err)
 	}
 	if d, derr := os.Open(dir); derr == nil {

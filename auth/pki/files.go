@@ -10,6 +10,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/google/renameio/v2"
 )
 
 const (
@@ -32,35 +34,20 @@ func readOptional(path string) ([]byte, error) {
 	return b, nil
 }
 
-// writeFileAtomic writes data to path with the given mode via a temporary
-// file in the same directory followed by a rename, so readers see either
-// the old content or the new, never a partial file.
-func writeFileAtomic(path string, data []byte, perm fs.FileMode) (err error) {
+// writeFileAtomic writes data to path with the given mode via a synced
+// temporary file in the same directory followed by a rename (renameio), so
+// readers see either the old content or the new, never a partial file.
+func writeFileAtomic(path string, data []byte, perm fs.FileMode) error {
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(dir), renameio.WithStaticPermissions(perm))
 	if err != nil {
 		return fmt.Errorf("pki: write %s: %w", path, err)
 	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if err = f.Chmod(perm); err != nil {
+	defer f.Cleanup()
+	if _, err := f.Write(data); err != nil {
 		return fmt.Errorf("pki: write %s: %w", path, err)
 	}
-	if _, err = f.Write(data); err != nil {
-		return fmt.Errorf("pki: write %s: %w", path, err)
-	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("pki: write %s: %w", path, err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("pki: write %s: %w", path, err)
-	}
-	if err = os.Rename(tmp, path); err != nil {
+	if err := f.CloseAtomicallyReplace(); err != nil {
 		return fmt.Errorf("pki: write %s: %w", path, err)
 	}
 	syncDir(dir)

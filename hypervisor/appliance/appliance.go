@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
 	hypervisorv1 "github.com/corralhq/corral/api/hypervisor/v1"
+	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/inventory/pool"
 	"github.com/corralhq/corral/store"
@@ -19,9 +19,9 @@ import (
 
 // Store key prefixes.
 const (
-	bsPrefix    = "/provisioning/block_storages/"
-	vmPrefix    = "/provisioning/virtual_machines/"
-	imagePrefix = "/deployment/images/"
+	bsPrefix    = store.BlockStoragesPrefix
+	vmPrefix    = store.VirtualMachinesPrefix
+	imagePrefix = store.ImagesPrefix
 )
 
 // Annotation keys. The n0core/ names are n0stack's and keep n0stack `do`
@@ -114,11 +114,38 @@ type NodeDialer interface {
 	Hypervisor(ctx context.Context, nodeName string) (hypervisorv1.HypervisorServiceClient, error)
 }
 
+// NodeGetter finds a node of the pool by name; an unknown name is a
+// NotFound class error. MTLSDialer needs nothing more of the pool.
+type NodeGetter interface {
+	GetNode(ctx context.Context, name string) (*poolv1.Node, error)
+}
+
+// Pool is what the services use of the node pool: lookups, scheduling,
+// and the compute, storage and network-interface reservations that place
+// VMs and volumes on nodes. *inventory/pool.Pool implements it; its
+// methods are safe for concurrent use and return errors of the apierr
+// classes.
+type Pool interface {
+	NodeGetter
+	ListNodes(ctx context.Context) ([]*poolv1.Node, error)
+	GetNetwork(ctx context.Context, name string) (*poolv1.Network, error)
+	ScheduleCompute(ctx context.Context, computeName string, c *poolv1.Compute) (*poolv1.Node, error)
+	ReserveCompute(ctx context.Context, nodeName, computeName string, c *poolv1.Compute) (*poolv1.Node, error)
+	ReleaseCompute(ctx context.Context, nodeName, computeName string) error
+	ScheduleStorage(ctx context.Context, storageName string, s *poolv1.Storage) (*poolv1.Node, error)
+	ReserveStorage(ctx context.Context, nodeName, storageName string, s *poolv1.Storage) (*poolv1.Node, error)
+	ReleaseStorage(ctx context.Context, nodeName, storageName string) error
+	ReserveNetworkInterface(ctx context.Context, req *poolv1.ReserveNetworkInterfaceRequest) (*poolv1.Network, error)
+	ReleaseNetworkInterface(ctx context.Context, netName, iface string) error
+}
+
+var _ Pool = (*pool.Pool)(nil)
+
 // Config configures Services. Store, Pool and Nodes are required; zero
 // values of the rest take the documented defaults.
 type Config struct {
 	Store store.Store
-	Pool  *pool.Pool
+	Pool  Pool
 	Nodes NodeDialer
 	// Logger (default: discard).
 	Logger *slog.Logger
@@ -178,19 +205,9 @@ func New(cfg Config) (*Services, error) {
 	return &Services{cfg: cfg, log: cfg.Logger}, nil
 }
 
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$`)
-
 // checkName validates a resource name the way the pool does: names become
 // store keys, node volume names and QEMU ids.
-func checkName(what, name string) error {
-	if name == "" {
-		return apierr.Invalidf("%s is required", what)
-	}
-	if !nameRE.MatchString(name) {
-		return apierr.Invalidf("%s %q is malformed: use 1-128 letters, digits, '.', '_' or '-', starting and ending with a letter or digit", what, name)
-	}
-	return nil
-}
+var checkName = pool.CheckName
 
 // systemKey reports whether an annotation key is written only by Corral.
 func systemKey(k string) bool {
@@ -252,14 +269,6 @@ func mergeUserAnnotations(cur, user map[string]string) map[string]string {
 		}
 	}
 	for k, v := range user {
-		out[k] = v
-	}
-	return out
-}
-
-func cloneMap(m map[string]string) map[string]string {
-	out := make(map[string]string, len(m))
-	for k, v := range m {
 		out[k] = v
 	}
 	return out

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"maps"
 	"net/url"
 	"sort"
 	"strings"
@@ -180,7 +181,8 @@ func (s *Services) createBS(ctx context.Context, c bsCreate) (*provisioningv1.Bl
 		return nil, err
 	}
 
-	ann := cloneMap(c.ann)
+	ann := make(map[string]string, len(c.ann))
+	maps.Copy(ann, c.ann)
 	for k, v := range c.extraAnn {
 		ann[k] = v
 	}
@@ -191,7 +193,7 @@ func (s *Services) createBS(ctx context.Context, c bsCreate) (*provisioningv1.Bl
 	cl := claimOf(ann)
 	key := bsPrefix + c.name
 	pend := &provisioningv1.BlockStorage{
-		Name: c.name, Annotations: ann, Labels: cloneMap(c.labels),
+		Name: c.name, Annotations: ann, Labels: maps.Clone(c.labels),
 		RequestBytes: c.request, LimitBytes: c.limit, State: bsPending, StorageName: c.name,
 	}
 	if _, err := record.Put(ctx, s.cfg.Store, key, pend, 0); err != nil {
@@ -400,7 +402,7 @@ func (s *Services) UpdateBlockStorage(ctx context.Context, req *provisioningv1.U
 				return false, s.pendingErr(bsKind, name, bs.GetAnnotations())
 			}
 			bs.Annotations = mergeUserAnnotations(bs.GetAnnotations(), userAnn)
-			bs.Labels = cloneMap(req.GetLabels())
+			bs.Labels = maps.Clone(req.GetLabels())
 			return false, nil
 		})
 	}
@@ -477,7 +479,7 @@ func (s *Services) UpdateBlockStorage(ctx context.Context, req *provisioningv1.U
 	bs, err := updateClaimed(ctx, s, bsKind, key, name, newBS, cl, func(bs *provisioningv1.BlockStorage) (bool, error) {
 		clearPending(bs.Annotations)
 		bs.Annotations = mergeUserAnnotations(bs.Annotations, userAnn)
-		bs.Labels = cloneMap(req.GetLabels())
+		bs.Labels = maps.Clone(req.GetLabels())
 		bs.RequestBytes, bs.LimitBytes = request, limit
 		bs.State = bsAvailable
 		return false, nil

@@ -16,7 +16,6 @@ import (
 	hypervisorv1 "github.com/corralhq/corral/api/hypervisor/v1"
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/internal/nodeid"
-	"github.com/corralhq/corral/inventory/pool"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
@@ -45,7 +44,7 @@ const checkTimeout = 5 * time.Second
 //
 // It is safe for concurrent use. Close closes every connection.
 type MTLSDialer struct {
-	Pool *pool.Pool
+	Pool NodeGetter
 	TLS  *tls.Config
 	// CheckCert, when set, says whether a node's verified certificate may
 	// still be trusted (the appliance's revocation list); an error refuses

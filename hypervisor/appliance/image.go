@@ -3,6 +3,7 @@ package appliance
 import (
 	"context"
 	"errors"
+	"maps"
 	"regexp"
 	"slices"
 	"time"
@@ -57,7 +58,7 @@ func (s *Services) ApplyImage(ctx context.Context, req *deploymentv1.ApplyImageR
 	return record.Update(ctx, s.cfg.Store, imagePrefix+req.GetName(), newImage, func(im *deploymentv1.Image, exists bool) (bool, error) {
 		im.Name = req.GetName()
 		im.Annotations = mergeUserAnnotations(im.GetAnnotations(), req.GetAnnotations())
-		im.Labels = cloneMap(req.GetLabels())
+		im.Labels = maps.Clone(req.GetLabels())
 		return false, nil
 	})
 }

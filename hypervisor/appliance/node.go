@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	hypervisorv1 "github.com/corralhq/corral/api/hypervisor/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/internal/apierr"
@@ -123,7 +124,8 @@ func (t *txn) rollback(ctx context.Context, cause error) error {
 	for i := len(t.steps) - 1; i >= 0; i-- {
 		st := t.steps[i]
 		var err error
-		wait := compensationBackoff
+		pause := backoff.ExponentialBackOff{InitialInterval: compensationBackoff, Multiplier: 2,
+			MaxInterval: compensationBackoff << compensationAttempts}
 		for attempt := 0; attempt < compensationAttempts; attempt++ {
 			if err = st.fn(ctx); err == nil {
 				break
@@ -133,9 +135,8 @@ func (t *txn) rollback(ctx context.Context, cause error) error {
 			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(wait):
+			case <-time.After(pause.NextBackOff()):
 			}
-			wait *= 2
 		}
 		if err != nil {
 			t.s.log.Log(ctx, LevelCritical, "compensation failed", "kind", t.kind, "name", t.name,

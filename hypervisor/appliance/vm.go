@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"regexp"
 	"strconv"
@@ -180,12 +181,13 @@ func (s *Services) CreateVirtualMachine(ctx context.Context, req *provisioningv1
 	ctx, cancel := s.opContext(ctx)
 	defer cancel()
 
-	ann := cloneMap(req.GetAnnotations())
+	ann := make(map[string]string, len(req.GetAnnotations()))
+	maps.Copy(ann, req.GetAnnotations())
 	s.setPending(ann, opCreate, "")
 	cl := claimOf(ann)
 	key := vmPrefix + name
 	vm := &provisioningv1.VirtualMachine{
-		Name: name, Annotations: ann, Labels: cloneMap(req.GetLabels()),
+		Name: name, Annotations: ann, Labels: maps.Clone(req.GetLabels()),
 		RequestCpuMilliCore: req.GetRequestCpuMilliCore(), LimitCpuMilliCore: req.GetLimitCpuMilliCore(),
 		RequestMemoryBytes: req.GetRequestMemoryBytes(), LimitMemoryBytes: req.GetLimitMemoryBytes(),
 		BlockStorageNames: req.GetBlockStorageNames(), Uuid: id,
@@ -263,7 +265,8 @@ func (s *Services) CreateVirtualMachine(ctx context.Context, req *provisioningv1
 	var ifaces []string
 	for i, nic := range vm.Nics {
 		iface := ifaceName(name, i)
-		nann := cloneMap(nic.GetAnnotations())
+		nann := make(map[string]string, len(nic.GetAnnotations()))
+		maps.Copy(nann, nic.GetAnnotations())
 		nann[AnnotationVMReservedBy] = name
 		netw, err := s.cfg.Pool.ReserveNetworkInterface(ctx, &poolv1.ReserveNetworkInterfaceRequest{
 			NetworkName: nic.GetNetworkName(), NetworkInterfaceName: iface, Annotations: nann,
@@ -741,7 +744,7 @@ func (s *Services) UpdateVirtualMachine(ctx context.Context, req *provisioningv1
 				return false, s.pendingErr(vmKind, name, vm.GetAnnotations())
 			}
 			vm.Annotations = mergeUserAnnotations(vm.GetAnnotations(), userAnn)
-			vm.Labels = cloneMap(req.GetLabels())
+			vm.Labels = maps.Clone(req.GetLabels())
 			return false, nil
 		})
 	}
@@ -798,7 +801,7 @@ func (s *Services) UpdateVirtualMachine(ctx context.Context, req *provisioningv1
 	out, err := updateClaimed(ctx, s, vmKind, key, name, newVM, cl, func(vm *provisioningv1.VirtualMachine) (bool, error) {
 		restoreVMState(vm)
 		vm.Annotations = mergeUserAnnotations(vm.Annotations, userAnn)
-		vm.Labels = cloneMap(req.GetLabels())
+		vm.Labels = maps.Clone(req.GetLabels())
 		vm.RequestCpuMilliCore, vm.LimitCpuMilliCore, vm.RequestMemoryBytes, vm.LimitMemoryBytes = reqCPU, limCPU, reqMem, limMem
 		return false, nil
 	})

@@ -5,6 +5,7 @@
 package lograte
 
 import (
+	"cmp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,7 +35,7 @@ type Counter struct {
 func (c *Counter) Add(k int64, report func(since int64)) {
 	c.n.Add(k)
 	c.once.Do(func() {
-		c.rl = rate.Sometimes{First: 1, Interval: cmpOr(c.Interval, DefaultInterval)}
+		c.rl = rate.Sometimes{First: 1, Interval: cmp.Or(max(c.Interval, 0), DefaultInterval)}
 	})
 	c.rl.Do(func() { report(c.n.Swap(0)) })
 }
@@ -65,11 +66,4 @@ func (g *Gate) Allow() (suppressed int, ok bool) {
 	d := g.dropped
 	g.dropped = 0
 	return d, true
-}
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }

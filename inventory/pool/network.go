@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"maps"
 	"net"
 	"net/netip"
 	"sort"
@@ -29,7 +30,7 @@ func (p *Pool) ListNetworks(ctx context.Context) ([]*poolv1.Network, error) {
 
 // GetNetwork returns one network.
 func (p *Pool) GetNetwork(ctx context.Context, name string) (*poolv1.Network, error) {
-	if err := checkName("network name", name); err != nil {
+	if err := CheckName("network name", name); err != nil {
 		return nil, err
 	}
 	n := newNetwork()
@@ -181,7 +182,7 @@ func lastAddr(pfx netip.Prefix) netip.Addr {
 // another network's. Reservations are kept.
 func (p *Pool) ApplyNetwork(ctx context.Context, req *poolv1.ApplyNetworkRequest) (*poolv1.Network, error) {
 	name := req.GetName()
-	if err := checkName("network name", name); err != nil {
+	if err := CheckName("network name", name); err != nil {
 		return nil, err
 	}
 	if err := checkMeta("annotation", req.GetAnnotations()); err != nil {
@@ -217,8 +218,8 @@ func (p *Pool) ApplyNetwork(ctx context.Context, req *poolv1.ApplyNetworkRequest
 			}
 		}
 		n.Name = name
-		n.Annotations = cloneMap(req.GetAnnotations())
-		n.Labels = cloneMap(req.GetLabels())
+		n.Annotations = maps.Clone(req.GetAnnotations())
+		n.Labels = maps.Clone(req.GetLabels())
 		n.Ipv4Cidr, n.Ipv6Cidr = "", ""
 		if spec.hasV4 {
 			n.Ipv4Cidr = spec.v4.String()
@@ -384,7 +385,7 @@ func (p *Pool) unclaimCIDRs(ctx context.Context, name string) error {
 // DeleteNetwork removes a network. It is refused while interfaces that lack
 // the disable-deletion-lock annotation are reserved on it.
 func (p *Pool) DeleteNetwork(ctx context.Context, name string) error {
-	if err := checkName("network name", name); err != nil {
+	if err := CheckName("network name", name); err != nil {
 		return err
 	}
 	_, err := record.Mutate(ctx, p.cfg.Store, networkPrefix+name, newNetwork, func(n *poolv1.Network, exists bool) (bool, error) {
@@ -416,10 +417,10 @@ func (p *Pool) DeleteNetwork(ctx context.Context, name string) error {
 // derived from the network and interface names, re-derived on collision.
 func (p *Pool) ReserveNetworkInterface(ctx context.Context, req *poolv1.ReserveNetworkInterfaceRequest) (*poolv1.Network, error) {
 	netName, iface := req.GetNetworkName(), req.GetNetworkInterfaceName()
-	if err := checkName("network_name", netName); err != nil {
+	if err := CheckName("network_name", netName); err != nil {
 		return nil, err
 	}
-	if err := checkName("network_interface_name", iface); err != nil {
+	if err := CheckName("network_interface_name", iface); err != nil {
 		return nil, err
 	}
 	if err := checkMeta("annotation", req.GetAnnotations()); err != nil {
@@ -475,7 +476,7 @@ func allocate(n *poolv1.Network, iface string, req *poolv1.ReserveNetworkInterfa
 			used6[a] = k
 		}
 	}
-	ni := &poolv1.NetworkInterface{Annotations: cloneMap(req.GetAnnotations())}
+	ni := &poolv1.NetworkInterface{Annotations: maps.Clone(req.GetAnnotations())}
 
 	// MAC.
 	if mac != nil {
@@ -615,10 +616,10 @@ func eui64(pfx netip.Prefix, mac net.HardwareAddr) netip.Addr {
 // ReleaseNetworkInterface removes an interface reservation; NotFound when
 // absent.
 func (p *Pool) ReleaseNetworkInterface(ctx context.Context, netName, iface string) error {
-	if err := checkName("network_name", netName); err != nil {
+	if err := CheckName("network_name", netName); err != nil {
 		return err
 	}
-	if err := checkName("network_interface_name", iface); err != nil {
+	if err := CheckName("network_interface_name", iface); err != nil {
 		return err
 	}
 	_, err := record.Mutate(ctx, p.cfg.Store, networkPrefix+netName, newNetwork, func(n *poolv1.Network, exists bool) (bool, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"regexp"
@@ -66,7 +67,7 @@ func (p *Pool) ListNodes(ctx context.Context) ([]*poolv1.Node, error) {
 
 // GetNode returns one node.
 func (p *Pool) GetNode(ctx context.Context, name string) (*poolv1.Node, error) {
-	if err := checkName("node name", name); err != nil {
+	if err := CheckName("node name", name); err != nil {
 		return nil, err
 	}
 	n := newNode()
@@ -84,7 +85,7 @@ func (p *Pool) GetNode(ctx context.Context, name string) (*poolv1.Node, error) {
 // state are kept; capacity may not shrink below what is reserved. Applying a
 // node counts as a heartbeat: the node becomes READY.
 func (p *Pool) ApplyNode(ctx context.Context, req *poolv1.ApplyNodeRequest) (*poolv1.Node, error) {
-	if err := checkName("node name", req.GetName()); err != nil {
+	if err := CheckName("node name", req.GetName()); err != nil {
 		return nil, err
 	}
 	if err := checkMeta("annotation", req.GetAnnotations()); err != nil {
@@ -128,8 +129,8 @@ func (p *Pool) ApplyNode(ctx context.Context, req *poolv1.ApplyNodeRequest) (*po
 // kept.
 func applySpec(n *poolv1.Node, req *poolv1.ApplyNodeRequest, hb *timestamppb.Timestamp) {
 	n.Name = req.GetName()
-	n.Annotations = cloneMap(req.GetAnnotations())
-	n.Labels = cloneMap(req.GetLabels())
+	n.Annotations = maps.Clone(req.GetAnnotations())
+	n.Labels = maps.Clone(req.GetLabels())
 	n.Address = req.GetAddress()
 	n.IpmiAddress = req.GetIpmiAddress()
 	n.Serial = req.GetSerial()
@@ -181,7 +182,7 @@ func (p *Pool) checkShrink(req *poolv1.ApplyNodeRequest, old *poolv1.Node) error
 // DeleteNode removes a node. It is refused while the node holds
 // reservations that lack the disable-deletion-lock annotation.
 func (p *Pool) DeleteNode(ctx context.Context, name string) error {
-	if err := checkName("node name", name); err != nil {
+	if err := CheckName("node name", name); err != nil {
 		return err
 	}
 	_, err := record.Mutate(ctx, p.cfg.Store, nodePrefix+name, newNode, func(n *poolv1.Node, exists bool) (bool, error) {
@@ -291,7 +292,7 @@ func (p *Pool) fitStorage(n *poolv1.Node, s *poolv1.Storage) error {
 }
 
 func checkCompute(name string, c *poolv1.Compute) error {
-	if err := checkName("compute_name", name); err != nil {
+	if err := CheckName("compute_name", name); err != nil {
 		return err
 	}
 	if err := checkMeta("annotation", c.GetAnnotations()); err != nil {
@@ -313,7 +314,7 @@ func checkCompute(name string, c *poolv1.Compute) error {
 }
 
 func checkStorage(name string, s *poolv1.Storage) error {
-	if err := checkName("storage_name", name); err != nil {
+	if err := CheckName("storage_name", name); err != nil {
 		return err
 	}
 	if err := checkMeta("annotation", s.GetAnnotations()); err != nil {
@@ -330,7 +331,7 @@ func checkStorage(name string, s *poolv1.Storage) error {
 
 // reserve adds a reservation to a node by CAS; add checks fit and inserts.
 func (p *Pool) reserve(ctx context.Context, nodeName string, add func(n *poolv1.Node) error) (*poolv1.Node, error) {
-	if err := checkName("node_name", nodeName); err != nil {
+	if err := CheckName("node_name", nodeName); err != nil {
 		return nil, err
 	}
 	return record.Mutate(ctx, p.cfg.Store, nodePrefix+nodeName, newNode, func(n *poolv1.Node, exists bool) (bool, error) {
@@ -383,10 +384,10 @@ func (p *Pool) addStorage(n *poolv1.Node, name string, s *poolv1.Storage) error 
 
 // ReleaseCompute removes a compute reservation; NotFound when absent.
 func (p *Pool) ReleaseCompute(ctx context.Context, nodeName, computeName string) error {
-	if err := checkName("node_name", nodeName); err != nil {
+	if err := CheckName("node_name", nodeName); err != nil {
 		return err
 	}
-	if err := checkName("compute_name", computeName); err != nil {
+	if err := CheckName("compute_name", computeName); err != nil {
 		return err
 	}
 	_, err := record.Mutate(ctx, p.cfg.Store, nodePrefix+nodeName, newNode, func(n *poolv1.Node, exists bool) (bool, error) {
@@ -412,10 +413,10 @@ func (p *Pool) ReserveStorage(ctx context.Context, nodeName, storageName string,
 
 // ReleaseStorage removes a storage reservation; NotFound when absent.
 func (p *Pool) ReleaseStorage(ctx context.Context, nodeName, storageName string) error {
-	if err := checkName("node_name", nodeName); err != nil {
+	if err := CheckName("node_name", nodeName); err != nil {
 		return err
 	}
-	if err := checkName("storage_name", storageName); err != nil {
+	if err := CheckName("storage_name", storageName); err != nil {
 		return err
 	}
 	_, err := record.Mutate(ctx, p.cfg.Store, nodePrefix+nodeName, newNode, func(n *poolv1.Node, exists bool) (bool, error) {

@@ -9,9 +9,9 @@ import (
 
 // Store key prefixes.
 const (
-	nodePrefix    = "/pool/nodes/"
-	networkPrefix = "/pool/networks/"
-	networkIndex  = "/pool/network-index"
+	nodePrefix    = store.NodesPrefix
+	networkPrefix = store.NetworksPrefix
+	networkIndex  = store.NetworkIndexKey
 )
 
 // Config configures a Pool. Zero values take the documented defaults.

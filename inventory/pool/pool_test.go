@@ -319,7 +319,7 @@ func TestGoodNames(t *testing.T) {
 	}
 	for name, n := range tests {
 		t.Run(name, func(t *testing.T) {
-			if err := checkName("name", n); err != nil {
+			if err := CheckName("name", n); err != nil {
 				t.Fatal(err)
 			}
 			e := newEnv(t)

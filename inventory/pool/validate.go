@@ -18,10 +18,13 @@ const (
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$`)
 
-// checkName validates a resource or reservation name: 1-128 characters of
+// CheckName validates a resource or reservation name: 1-128 characters of
 // letters, digits, '.', '_' and '-', starting and ending alphanumeric. Names
-// become store keys and Linux device name inputs, so no slashes or spaces.
-func checkName(what, name string) error {
+// become store keys, Linux device name inputs and QEMU ids, so no slashes or
+// spaces. what names the field in the error, which wraps ErrInvalid. The
+// appliance's VM, volume and image services validate their names with it
+// too.
+func CheckName(what, name string) error {
 	if name == "" {
 		return invalidf("%s is required", what)
 	}
@@ -42,15 +45,4 @@ func checkMeta(what string, m map[string]string) error {
 		}
 	}
 	return nil
-}
-
-func cloneMap(m map[string]string) map[string]string {
-	if m == nil {
-		return nil
-	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }

@@ -18,7 +18,7 @@ func named[T proto.Message](p *Pool, what, prefix, name string, from int64, lim 
 // corral.watch.v1 contract says.
 func (s *nodeServer) WatchNodes(req *poolv1.WatchNodesRequest, stream poolv1.NodeService_WatchNodesServer) error {
 	if req.GetName() != "" {
-		if err := checkName("node name", req.GetName()); err != nil {
+		if err := CheckName("node name", req.GetName()); err != nil {
 			return toStatus(err)
 		}
 	}
@@ -33,7 +33,7 @@ func (s *nodeServer) WatchNodes(req *poolv1.WatchNodesRequest, stream poolv1.Nod
 // corral.watch.v1 contract says.
 func (s *networkServer) WatchNetworks(req *poolv1.WatchNetworksRequest, stream poolv1.NetworkService_WatchNetworksServer) error {
 	if req.GetName() != "" {
-		if err := checkName("network name", req.GetName()); err != nil {
+		if err := CheckName("network name", req.GetName()); err != nil {
 			return toStatus(err)
 		}
 	}

@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"math/rand/v2"
 	"net/url"
 	"os"
 	"strings"
@@ -36,10 +35,10 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/store"
 )
@@ -147,9 +146,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		Endpoints:   opts.Endpoints,
 		DialTimeout: opts.DialTimeout,
 		TLS:         tlsCfg,
-		// The client's own zap logger stays quiet; failures surface as
-		// errors from the calls that hit them.
-		Logger:               zap.NewNop(),
+		// The client's warnings and errors go to the store's logger;
+		// failures also surface as errors from the calls that hit them.
+		Logger:               newZapLogger(opts.Logger, clientLogLevel),
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 5 * time.Second,
 		AutoSyncInterval:     time.Minute,
@@ -439,6 +438,7 @@ func (s *Store) Update(ctx context.Context, key string, fn func(cur store.KV, ex
 	mu := &s.stripes[stripeOf(key)]
 	mu.Lock()
 	defer mu.Unlock()
+	pause := conflictBackoff()
 	for attempt := 0; attempt < s.opts.UpdateAttempts; attempt++ {
 		cur, err := s.Get(ctx, key)
 		exists := err == nil
@@ -475,7 +475,7 @@ func (s *Store) Update(ctx context.Context, key string, fn func(cur store.KV, ex
 		if !errors.Is(err, store.ErrConflict) {
 			return store.KV{}, err
 		}
-		if err := backoff(ctx, attempt); err != nil {
+		if err := sleep(ctx, pause.NextBackOff()+50*time.Microsecond); err != nil {
 			return store.KV{}, err
 		}
 	}
@@ -491,11 +491,16 @@ func stripeOf(key string) int {
 	return int(h.Sum32() % updateStripes)
 }
 
-// backoff sleeps a jittered, growing pause (at most 20 ms) before retry n.
-func backoff(ctx context.Context, n int) error {
-	limit := time.Duration(1<<min(n, 5)) * 500 * time.Microsecond
-	limit = min(limit, 20*time.Millisecond)
-	t := time.NewTimer(rand.N(limit) + 50*time.Microsecond)
+// conflictBackoff gives the pauses (before 50 µs more) between the
+// attempts of one Update: random, uniform up to 500 µs and doubling to at
+// most 16 ms.
+func conflictBackoff() backoff.ExponentialBackOff {
+	return backoff.ExponentialBackOff{InitialInterval: 250 * time.Microsecond, RandomizationFactor: 1, Multiplier: 2, MaxInterval: 8 * time.Millisecond}
+}
+
+// sleep waits d or until ctx ends, whose error it returns.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():

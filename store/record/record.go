@@ -10,10 +10,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	storev1 "github.com/corralhq/corral/api/store/v1"
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/store"
@@ -163,6 +163,7 @@ func List[M proto.Message](ctx context.Context, s store.Store, prefix string, ne
 // set *del to delete the record instead. It returns the final message.
 func Update[M proto.Message](ctx context.Context, s store.Store, key string, newMsg func() M,
 	mutate func(m M, exists bool) (del bool, err error)) (M, error) {
+	pause := conflictBackoff()
 	for attempt := 0; ; attempt++ {
 		m := newMsg()
 		var rev int64
@@ -192,7 +193,7 @@ func Update[M proto.Message](ctx context.Context, s store.Store, key string, new
 			_, err = Put(ctx, s, key, m, rev)
 		}
 		if errors.Is(err, store.ErrConflict) {
-			if err := backoff(ctx, attempt); err != nil {
+			if err := wait(ctx, attempt, &pause); err != nil {
 				return m, err
 			}
 			continue
@@ -201,15 +202,21 @@ func Update[M proto.Message](ctx context.Context, s store.Store, key string, new
 	}
 }
 
-// backoff waits a random time that grows with the number of conflicts
-// (capped at 8 ms), so that many writers contending for one record spread
-// out instead of re-reading in lock step.
-func backoff(ctx context.Context, attempt int) error {
+// conflictBackoff gives the pauses after the second and later conflicts
+// of one Update: random, uniform up to 100 µs and doubling to at most
+// 12.8 ms, so that many writers contending for one record spread out
+// instead of re-reading in lock step.
+func conflictBackoff() backoff.ExponentialBackOff {
+	return backoff.ExponentialBackOff{InitialInterval: 50 * time.Microsecond, RandomizationFactor: 1, Multiplier: 2, MaxInterval: 6400 * time.Microsecond}
+}
+
+// wait returns at once after the first conflict (attempt 0) and waits
+// pause's next pause after the others; it returns ctx's error if ctx ends.
+func wait(ctx context.Context, attempt int, pause *backoff.ExponentialBackOff) error {
 	if attempt == 0 {
 		return ctx.Err()
 	}
-	limit := 50 * time.Microsecond << min(attempt, 8)
-	t := time.NewTimer(rand.N(limit))
+	t := time.NewTimer(pause.NextBackOff())
 	defer t.Stop()
 	select {
 	case <-ctx.Done():

@@ -4,7 +4,7 @@
 // before the rename or link that publishes it, and the directory is synced
 // after any name in it is created, renamed or removed, so that a call that
 // returned nil is not undone by the next boot. It imports only the
-// standard library.
+// standard library and renameio (pure Go, a few hundred lines).
 package durable
 
 import (
@@ -15,6 +15,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/google/renameio/v2"
 )
 
 // TrashPrefix starts the hidden name RemoveAll renames a tree to before
@@ -22,33 +24,22 @@ import (
 const TrashPrefix = ".trash-"
 
 // WriteFile replaces path with data atomically and durably: a temporary
-// file in the same directory is written, given perm, synced, renamed over
-// path, and the directory synced.
+// file in the same directory is written, given perm, synced and renamed
+// over path (renameio), and the directory synced.
 func WriteFile(path string, data []byte, perm os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
+	dir := filepath.Dir(path)
+	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(dir), renameio.WithStaticPermissions(perm))
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
+	defer f.Cleanup()
+	if _, err := f.Write(data); err != nil {
 		return err
 	}
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
+	if err := f.CloseAtomicallyReplace(); err != nil {
 		return err
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	return SyncDir(filepath.Dir(path))
+	return SyncDir(dir)
 }
 
 // Remove removes the file (or empty directory) path and syncs its

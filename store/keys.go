@@ -1,0 +1,49 @@
+package store
+
+// The keys of Corral's records, declared once here so that every package
+// spells them the same way, and so that one package can read another's
+// records by prefix without importing it (fleet reads inventory's machines
+// and boot's leases). Each prefix ends in "/" and holds one record per
+// name below it; a name without the slash is a single key. Only the owner
+// named beside a key writes it.
+const (
+	// Inventory (inventory): machines and their indexes and timeline.
+	MachinesPrefix      = "/inventory/machines/"
+	MACsPrefix          = "/inventory/macs/"
+	SerialsPrefix       = "/inventory/serials/"
+	UUIDsPrefix         = "/inventory/uuids/"
+	BMCAddrsPrefix      = "/inventory/bmc-addrs/"
+	BMCSecretsPrefix    = "/inventory/bmc-secrets/"
+	TimelinePrefix      = "/inventory/timeline/"
+	TimelineIndexPrefix = "/inventory/timeline-index/"
+
+	// The node pool (inventory/pool).
+	NodesPrefix     = "/pool/nodes/"
+	NetworksPrefix  = "/pool/networks/"
+	NetworkIndexKey = "/pool/network-index"
+
+	// VMs, volumes and images (hypervisor/appliance).
+	BlockStoragesPrefix   = "/provisioning/block_storages/"
+	VirtualMachinesPrefix = "/provisioning/virtual_machines/"
+	ImagesPrefix          = "/deployment/images/"
+
+	// Full-mode DHCP leases (boot/dhcp), one per address.
+	LeasesPrefix = "/boot/leases/"
+
+	// Tokens, the boot-token key and node certificates (auth).
+	TokensPrefix       = "/auth/tokens/"
+	BootKeyKey         = "/auth/boot-key"
+	IssuedCertsPrefix  = "/pki/issued/"
+	RevokedCertsPrefix = "/pki/revoked/"
+
+	// Several appliances (fleet).
+	AppliancesPrefix  = "/fleet/appliances/"
+	AssignmentsPrefix = "/fleet/assignments/"
+	SessionsPrefix    = "/fleet/sessions/"
+	ClusterSecretsKey = "/fleet/secrets"
+
+	// The appliance itself (internal/server): the audit log and the
+	// shared image catalog.
+	AuditPrefix   = "/audit/"
+	CatalogPrefix = "/images/catalog/"
+)
