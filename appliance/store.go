@@ -35,7 +35,7 @@ const (
 const ClusterKeyFile = "cluster.key"
 
 // clusterSecretsKey holds the fleet's fleetv1.ClusterSecrets.
-const clusterSecretsKey = "/fleet/secrets"
+const clusterSecretsKey = store.ClusterSecretsKey
 
 // StoreConfig chooses the store: the bbolt file in the data directory
 // (default, one appliance) or an etcd cluster shared by several appliances.

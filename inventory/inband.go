@@ -10,13 +10,14 @@ import (
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/store"
 )
 
 // bmcAddrPrefix keys the BMC address index: which machine an enrolled BMC
 // address (host:port) belongs to. BMC enrolment (inventory/bmc) writes it;
 // identification reads it (a machine enrolled before it ever booted is
 // found by the BMC LAN address its agent reads in-band).
-const bmcAddrPrefix = "/inventory/bmc-addrs/"
+const bmcAddrPrefix = store.BMCAddrsPrefix
 
 // BMCAddressKey is the store key of the BMC address index record for
 // host:port (inventory/bmc claims and releases it).

@@ -23,9 +23,9 @@ import (
 
 // Store key prefixes.
 const (
-	machinePrefix  = "/inventory/machines/"
-	macPrefix      = "/inventory/macs/"
-	timelinePrefix = "/inventory/timeline/"
+	machinePrefix  = store.MachinesPrefix
+	macPrefix      = store.MACsPrefix
+	timelinePrefix = store.TimelinePrefix
 )
 
 // Config configures an Inventory. Zero values take the defaults.

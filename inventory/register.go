@@ -18,8 +18,8 @@ import (
 )
 
 const (
-	serialPrefix = "/inventory/serials/"
-	uuidPrefix   = "/inventory/uuids/"
+	serialPrefix = store.SerialsPrefix
+	uuidPrefix   = store.UUIDsPrefix
 )
 
 // Flags inventory sets on machines.

@@ -42,7 +42,7 @@ const (
 	SessionsPrefix    = "/fleet/sessions/"
 	ClusterSecretsKey = "/fleet/secrets"
 
-	// The appliance itself (internal/server): the audit log and the
+	// The appliance itself (appliance): the audit log and the
 	// shared image catalog.
 	AuditPrefix   = "/audit/"
 	CatalogPrefix = "/images/catalog/"

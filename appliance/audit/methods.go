@@ -4,11 +4,13 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
+	"github.com/corralhq/corral/store"
 )
 
 // auditClass says what the audit does with calls of one method.
@@ -48,7 +50,7 @@ var (
 	machineRule  = auditRule{class: auditMutating, kind: "machine", field: "name", machine: true}
 	trafficRule  = auditRule{class: auditTraffic}
 	unknownRule  = auditRule{class: auditMutating} // a method not in the table is recorded
-	auditPrefix  = "/audit/"
+	auditPrefix  = store.AuditPrefix
 	auditSkipped = []string{"/grpc.health.v1.Health/", "/grpc.reflection.v1.ServerReflection/", "/grpc.reflection.v1alpha.ServerReflection/"}
 )
 

@@ -18,8 +18,8 @@ import (
 // Key prefixes of the records counted (inventory/machines.go and
 // inventory/pool/pool.go own them; read by prefix here, not imported).
 const (
-	machinesPrefix = "/inventory/machines/"
-	nodesPrefix    = "/pool/nodes/"
+	machinesPrefix = store.MachinesPrefix
+	nodesPrefix    = store.NodesPrefix
 )
 
 // maxCounted bounds each in-memory state table: far above one appliance's

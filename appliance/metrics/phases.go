@@ -16,7 +16,7 @@ import (
 
 // timelineEntriesPrefix holds the boot timeline's entries
 // (the inventory/timeline package owns it; read by prefix here, not imported).
-const timelineEntriesPrefix = "/inventory/timeline/"
+const timelineEntriesPrefix = store.TimelinePrefix
 
 // Boot phases, the label values of corral_boot_phase_seconds.
 const (

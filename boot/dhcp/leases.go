@@ -19,7 +19,7 @@ import (
 )
 
 // LeasePrefix is the store prefix of leases, one record per address.
-const LeasePrefix = "/boot/leases/"
+const LeasePrefix = store.LeasesPrefix
 
 // Errors of the lease pool.
 var (

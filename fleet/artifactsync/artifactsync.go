@@ -48,7 +48,7 @@ import (
 const (
 	// CatalogPrefix holds the fleet's catalog manifest: one record per
 	// boot artifact name, naming its content (SHA-256 and size).
-	CatalogPrefix = "/images/catalog/"
+	CatalogPrefix = store.CatalogPrefix
 	// ChunkSize is the size of one FetchArtifact message's data.
 	ChunkSize = 64 << 10
 	// maxCatalogEntries bounds the manifest records read (the boot

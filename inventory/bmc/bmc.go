@@ -22,7 +22,7 @@ import (
 )
 
 // bmcSecretPrefix keys the sealed BMC password of each machine.
-const bmcSecretPrefix = "/inventory/bmc-secrets/"
+const bmcSecretPrefix = store.BMCSecretsPrefix
 
 // Sentinel errors; adapters wrap them so the API edge can map them.
 var (

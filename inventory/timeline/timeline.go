@@ -68,7 +68,7 @@ const (
 
 // Prefix is the store prefix of the entries: Prefix + MAC + "/" + the
 // entry's time and sequence number.
-const Prefix = "/inventory/timeline/"
+const Prefix = store.TimelinePrefix
 
 // Config configures a Timeline. Zero values take the defaults.
 type Config struct {
@@ -96,7 +96,7 @@ const (
 	// entries cut to their caps (4 KiB of detail, 16 attributes) stops
 	// here instead of at ~700 MB.
 	timelineQueueBytes = 64 << 20
-	indexPrefix        = "/inventory/timeline-index/"
+	indexPrefix        = store.TimelineIndexPrefix
 	// timelineWriters is how many entries are written concurrently; the
 	// bolt store group-commits them, so a burst of boot events costs a few
 	// fsyncs. A writer waits a whole commit for its one entry, so this
