@@ -1,25 +1,25 @@
 package appliance
 
 import (
-	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/corralhq/corral/testsupport/storecheck"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	auditv1 "github.com/corralhq/corral/api/audit/v1"
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/appliance/audit"
-	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/testsupport/redfishtest"
-	"github.com/google/go-cmp/cmp"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 )
 
 // TestAuditRulesCoverEveryRPC: every method corrald serves is classified
@@ -156,13 +156,13 @@ func TestAuditRecordsCalls(t *testing.T) {
 			t.Fatal(err)
 		}
 		entries = tl.GetEntries()
-		if slicesContainsFunc(entries, func(e *inventoryv1.TimelineEntry) bool {
+		if slices.ContainsFunc(entries, func(e *inventoryv1.TimelineEntry) bool {
 			return e.GetSource() == "api" && e.GetEvent() == wantEntry && e.GetDetail() == "OK"
 		}) || time.Now().After(deadline) {
 			break
 		}
 	}
-	if !slicesContainsFunc(entries, func(e *inventoryv1.TimelineEntry) bool { return e.GetEvent() == wantEntry }) {
+	if !slices.ContainsFunc(entries, func(e *inventoryv1.TimelineEntry) bool { return e.GetEvent() == wantEntry }) {
 		t.Errorf("timeline has no %q entry: %v", wantEntry, entries)
 	}
 	for _, e := range entries {
@@ -182,7 +182,7 @@ func TestAuditRecordsCalls(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if slicesContainsFunc(tl.GetEntries(), func(e *inventoryv1.TimelineEntry) bool { return e.GetEvent() == wantDelete }) {
+		if slices.ContainsFunc(tl.GetEntries(), func(e *inventoryv1.TimelineEntry) bool { return e.GetEvent() == wantDelete }) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -193,44 +193,7 @@ func TestAuditRecordsCalls(t *testing.T) {
 	// Secrets: the BMC password, the new token and the tokens used are
 	// nowhere in the store nor in the list.
 	secrets := map[string]string{"bmc password": bmcPass, "created token": created.GetToken(), "operator token": opTok, "admin token": cc.Token}
-	assertNoSecrets(t, srv.store, secrets, resp)
-}
-
-func slicesContainsFunc[T any](s []T, f func(T) bool) bool {
-	for _, v := range s {
-		if f(v) {
-			return true
-		}
-	}
-	return false
-}
-
-// assertNoSecrets greps every stored record and the list for the secrets.
-func assertNoSecrets(t *testing.T, st store.Store, secrets map[string]string, lists ...proto.Message) {
-	t.Helper()
-	kvs, err := st.List(context.Background(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dump bytes.Buffer
-	for _, kv := range kvs {
-		dump.WriteString(kv.Key)
-		dump.Write(kv.Value)
-	}
-	for _, l := range lists {
-		b, _ := protojson.Marshal(l)
-		dump.Write(b)
-		b, _ = proto.Marshal(l)
-		dump.Write(b)
-	}
-	for what, s := range secrets {
-		if s == "" {
-			t.Fatalf("secret %s is empty", what)
-		}
-		if bytes.Contains(dump.Bytes(), []byte(s)) {
-			t.Errorf("the %s is in the store or the audit list", what)
-		}
-	}
+	storecheck.NoSecrets(t, srv.store, secrets, resp)
 }
 
 // TestAuditWatch: a watcher from revision 0 gets the recent events, SYNCED,

@@ -1,7 +1,6 @@
 package audit
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -10,6 +9,19 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/corralhq/corral/testsupport/storecheck"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	adminv1 "github.com/corralhq/corral/api/admin/v1"
 	auditv1 "github.com/corralhq/corral/api/audit/v1"
@@ -25,17 +37,6 @@ import (
 	"github.com/corralhq/corral/store/bolt"
 	"github.com/corralhq/corral/store/mem"
 	"github.com/corralhq/corral/store/record"
-	"github.com/google/go-cmp/cmp"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/reflect/protoregistry"
-	"google.golang.org/protobuf/types/descriptorpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // TestAuditRulesClassifyEachMethod: each rule names a method that exists;
@@ -103,34 +104,6 @@ func viewOf(evs []*auditv1.AuditEvent) []auditView {
 			Code: e.GetCode(), TokenID: e.GetTokenId(), Description: e.GetTokenDescription(), Role: e.GetRole()})
 	}
 	return out
-}
-
-// assertNoSecrets greps every stored record and the list for the secrets.
-func assertNoSecrets(t *testing.T, st store.Store, secrets map[string]string, lists ...proto.Message) {
-	t.Helper()
-	kvs, err := st.List(context.Background(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dump bytes.Buffer
-	for _, kv := range kvs {
-		dump.WriteString(kv.Key)
-		dump.Write(kv.Value)
-	}
-	for _, l := range lists {
-		b, _ := protojson.Marshal(l)
-		dump.Write(b)
-		b, _ = proto.Marshal(l)
-		dump.Write(b)
-	}
-	for what, s := range secrets {
-		if s == "" {
-			t.Fatalf("secret %s is empty", what)
-		}
-		if bytes.Contains(dump.Bytes(), []byte(s)) {
-			t.Errorf("the %s is in the store or the audit list", what)
-		}
-	}
 }
 
 // blockingStore delays every audit Put until release is closed.
@@ -371,7 +344,7 @@ func TestAuditStreamNeverReadsMessages(t *testing.T) {
 		TokenID: viewOf(evs)[0].TokenID, Description: "ops", Role: authv1.Role_ROLE_OPERATOR}}, viewOf(evs)); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
-	assertNoSecrets(t, st, map[string]string{"backup passphrase": passphrase, "token": a.tok}, &auditv1.ListEventsResponse{Events: evs})
+	storecheck.NoSecrets(t, st, map[string]string{"backup passphrase": passphrase, "token": a.tok}, &auditv1.ListEventsResponse{Events: evs})
 }
 
 // fakeServerStream is a server stream whose one incoming message is msg.
