@@ -3,10 +3,10 @@ package lifecycle
 import (
 	"cmp"
 	"context"
-	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/corralhq/corral/testsupport/storecheck"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
@@ -15,64 +15,8 @@ import (
 	"github.com/corralhq/corral/store/record"
 )
 
-// countingStore counts reads (Get, List) and writes (Put, Delete) of
-// machine records while counting is on.
-type countingStore struct {
-	store.Store
-	mu     sync.Mutex
-	on     bool
-	reads  int
-	writes int
-}
-
-const machineKeys = "/inventory/machines/"
-
-func (c *countingStore) Get(ctx context.Context, key string) (store.KV, error) {
-	c.count(key, false)
-	return c.Store.Get(ctx, key)
-}
-
-func (c *countingStore) List(ctx context.Context, prefix string) ([]store.KV, error) {
-	c.count(prefix, false)
-	return c.Store.List(ctx, prefix)
-}
-
-func (c *countingStore) Put(ctx context.Context, key string, v []byte, rev int64) (int64, error) {
-	c.count(key, true)
-	return c.Store.Put(ctx, key, v, rev)
-}
-
-func (c *countingStore) Delete(ctx context.Context, key string, rev int64) error {
-	c.count(key, true)
-	return c.Store.Delete(ctx, key, rev)
-}
-
-func (c *countingStore) count(key string, write bool) {
-	if !strings.HasPrefix(key, machineKeys) {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case !c.on:
-	case write:
-		c.writes++
-	default:
-		c.reads++
-	}
-}
-
-// measure counts machine-record reads and writes during fn.
-func (c *countingStore) measure(fn func()) (reads, writes int) {
-	c.mu.Lock()
-	c.on, c.reads, c.writes = true, 0, 0
-	c.mu.Unlock()
-	fn()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.on = false
-	return c.reads, c.writes
-}
+// machineKeys: these tests count the operations on machine records only.
+const machineKeys = store.MachinesPrefix
 
 // TestStoreOpsPerReport: a Register or a Progress message changes the
 // machine record in one store mutation. Figures before this package
@@ -81,7 +25,7 @@ func (c *countingStore) measure(fn func()) (reads, writes int) {
 // under auto-accept 6 reads / 3 writes; Progress (a step) 3 / 1;
 // Register again 3 / 2.
 func TestStoreOpsPerReport(t *testing.T) {
-	cs := &countingStore{Store: mem.New()}
+	cs := &storecheck.Counting{Store: mem.New()}
 	h := newHarness(t, cs, harnessOpt{auto: true})
 	ctx := context.Background()
 	mac := "52:54:00:00:00:01"
@@ -103,7 +47,8 @@ func TestStoreOpsPerReport(t *testing.T) {
 	}
 	check := func(what string, maxReads int, fn func()) {
 		t.Helper()
-		r, w := cs.measure(fn)
+		ops := cs.Measure(fn)
+		r, w := ops.Reads(machineKeys), ops.Writes(machineKeys)
 		rows = append(rows, row{what, r, w, maxReads})
 		if w != 1 || r > maxReads {
 			t.Errorf("%s: %d machine reads, %d writes; want 1 write and at most %d reads", what, r, w, maxReads)
@@ -160,17 +105,17 @@ func TestStoreOpsPerReport(t *testing.T) {
 // writes nothing more (it rewrote the machine record, facts and all,
 // before Register and the session open shared one mutation: 2 writes).
 func TestSessionOpenNoSecondWrite(t *testing.T) {
-	cs := &countingStore{Store: mem.New()}
+	cs := &storecheck.Counting{Store: mem.New()}
 	h := newHarness(t, cs, harnessOpt{})
 	mac := "52:54:00:00:00:02"
 	f := facts("SN124", "8c3f5b7e-0000-4000-8000-000000000002", mac)
 	if _, _, err := h.inv.EnsureMachineForMAC(context.Background(), mac); err != nil {
 		t.Fatal(err)
 	}
-	_, w := cs.measure(func() {
+	w := cs.Measure(func() {
 		h.connect(mac, f)
 		time.Sleep(50 * time.Millisecond) // anything that follows the first heartbeat
-	})
+	}).Writes(machineKeys)
 	if w != 1 {
 		t.Errorf("Register + session open: %d machine writes, want 1 (Register's)", w)
 	}

@@ -4,73 +4,15 @@ import (
 	"context"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/corralhq/corral/testsupport/storecheck"
 
 	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/mem"
 )
-
-// countingStore counts the store operations made through it while
-// counting is on: reads (Get, List), machine-record reads among them, and
-// writes (Put, Delete).
-type countingStore struct {
-	store.Store
-	mu                          sync.Mutex
-	on                          bool
-	reads, machineReads, writes int
-}
-
-const machineKeys = "/inventory/machines/"
-
-func (c *countingStore) Get(ctx context.Context, key string) (store.KV, error) {
-	c.count(key, false)
-	return c.Store.Get(ctx, key)
-}
-
-func (c *countingStore) List(ctx context.Context, prefix string) ([]store.KV, error) {
-	c.count(prefix, false)
-	return c.Store.List(ctx, prefix)
-}
-
-func (c *countingStore) Put(ctx context.Context, key string, v []byte, rev int64) (int64, error) {
-	c.count(key, true)
-	return c.Store.Put(ctx, key, v, rev)
-}
-
-func (c *countingStore) Delete(ctx context.Context, key string, rev int64) error {
-	c.count(key, true)
-	return c.Store.Delete(ctx, key, rev)
-}
-
-func (c *countingStore) count(key string, write bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case !c.on:
-	case write:
-		c.writes++
-	default:
-		c.reads++
-		if strings.HasPrefix(key, machineKeys) {
-			c.machineReads++
-		}
-	}
-}
-
-// measure counts the operations of fn.
-func (c *countingStore) measure(fn func()) (reads, machineReads, writes int) {
-	c.mu.Lock()
-	c.on, c.reads, c.machineReads, c.writes = true, 0, 0, 0
-	c.mu.Unlock()
-	fn()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.on = false
-	return c.reads, c.machineReads, c.writes
-}
 
 // TestStoreOpsPerDORA: a known machine's DORA (a PXE client's DISCOVER
 // and REQUEST, its timeline entries flushed) reads the machine record at
@@ -85,7 +27,7 @@ func TestStoreOpsPerDORA(t *testing.T) {
 		maxMachineGet = 2 // one per packet
 	)
 	ctx, cancel := context.WithCancel(context.Background())
-	cs := &countingStore{Store: mem.New()}
+	cs := &storecheck.Counting{Store: mem.New()}
 	inv, err := inventory.New(inventory.Config{Store: cs})
 	if err != nil {
 		t.Fatal(err)
@@ -106,12 +48,13 @@ func TestStoreOpsPerDORA(t *testing.T) {
 	if err := inv.FlushTimeline(ctx); err != nil {
 		t.Fatal(err)
 	}
-	reads, machineReads, writes := cs.measure(func() {
+	ops := cs.Measure(func() {
 		f.dora(t, hw, biosPXE)
 		if err := inv.FlushTimeline(ctx); err != nil {
 			t.Fatal(err)
 		}
 	})
+	reads, machineReads, writes := ops.Reads(""), ops.Reads(store.MachinesPrefix), ops.Writes("")
 	t.Logf("store operations per DORA of a known machine: %d: %d reads (%d of the machine record), %d writes (before: %s)",
 		reads+writes, reads, machineReads, writes, before)
 	if machineReads > maxMachineGet || reads+writes > maxOps {
