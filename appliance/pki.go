@@ -77,22 +77,7 @@ func (s *Server) initPKI() {
 // purgeRevocations deletes revocation records of expired certificates
 // until ctx ends.
 func (s *Server) purgeRevocations(ctx context.Context) error {
-	t := time.NewTicker(s.cfg.PKI.RevocationPurgeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			n, err := s.revocations.Purge(ctx)
-			switch {
-			case err != nil && ctx.Err() == nil:
-				s.log.Warn("revocation list purge failed", "err", err)
-			case n > 0:
-				s.log.Info("expired certificate records purged", "count", n)
-			}
-		}
-	}
+	return s.purgeEvery(ctx, s.cfg.PKI.RevocationPurgeInterval, "expired certificate records", s.revocations.Purge)
 }
 
 // Revocations returns the node certificate records and revocation list.

@@ -11,19 +11,26 @@ const tokenPurgeInterval = 10 * time.Minute
 
 // purgeTokens deletes expired tokens until ctx ends.
 func (s *Server) purgeTokens(ctx context.Context) error {
-	t := time.NewTicker(tokenPurgeInterval)
+	return s.purgeEvery(ctx, tokenPurgeInterval, "expired tokens", s.tokens.PurgeExpired)
+}
+
+// purgeEvery runs purge every interval until ctx ends, logging what it
+// removed ("<what> purged") and a failure ("<what> purge failed") unless
+// ctx ended. It returns nil when ctx ends.
+func (s *Server) purgeEvery(ctx context.Context, interval time.Duration, what string, purge func(context.Context) (int, error)) error {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			n, err := s.tokens.PurgeExpired(ctx)
+			n, err := purge(ctx)
 			switch {
 			case err != nil && ctx.Err() == nil:
-				s.log.Warn("expired token purge failed", "err", err)
+				s.log.Warn(what+" purge failed", "err", err)
 			case n > 0:
-				s.log.Info("expired tokens purged", "count", n)
+				s.log.Info(what+" purged", "count", n)
 			}
 		}
 	}
