@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
@@ -185,7 +186,7 @@ func (h *Handler) routes() {
 		if err := decodeBody(r, &body); err != nil {
 			return nil, err
 		}
-		return h.machines.AcceptMachine(ctx, &inventoryv1.AcceptMachineRequest{Name: name, Disk: cmpOr(body.Disk, "auto"), Wipe: body.Wipe}, o)
+		return h.machines.AcceptMachine(ctx, &inventoryv1.AcceptMachineRequest{Name: name, Disk: cmp.Or(body.Disk, "auto"), Wipe: body.Wipe}, o)
 	}))
 	m.HandleFunc("POST /api/machines/{name}/power", h.act(actions[1], func(ctx context.Context, name string, r *http.Request, o grpc.CallOption) (proto.Message, error) {
 		var body struct {
@@ -283,13 +284,6 @@ func slim(m *inventoryv1.Machine) {
 	if f := m.GetFacts(); f != nil {
 		f.PciDevices = nil
 	}
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // call is one unary gateway call: o carries the caller's token.
