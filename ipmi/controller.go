@@ -68,8 +68,9 @@ func Outcome(err error) string {
 	return "other"
 }
 
-// DefaultProviders: the native RMCP+ provider first, bmclib's ipmitool
-// provider as a fallback when the binary exists, then Redfish.
+// DefaultProviders lists the providers tried, in order: the native RMCP+
+// provider first, bmclib's ipmitool provider as a fallback when the binary
+// exists, then Redfish.
 var DefaultProviders = []string{NativeProviderName, IpmitoolProviderName, RedfishProviderName}
 
 // Controller performs BMC operations. It holds no per-BMC state: every

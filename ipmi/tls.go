@@ -48,7 +48,7 @@ func (m TLSMode) String() string {
 	return fmt.Sprintf("tlsmode(%d)", int(m))
 }
 
-// ErrCertificate: a Redfish BMC presented a certificate other than the
+// ErrCertificate means a Redfish BMC presented a certificate other than the
 // pinned one, or no certificate is pinned. Nothing was sent on the
 // refused connection (the check runs in the TLS handshake, before any
 // request). Errors of this class are *CertificateError.

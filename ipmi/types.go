@@ -30,6 +30,8 @@ var (
 // PowerState is a machine's normalised power state.
 type PowerState int
 
+// The power states: PowerUnknown when a BMC's answer could not be read
+// or normalised.
 const (
 	PowerUnknown PowerState = iota
 	PowerOn
@@ -42,8 +44,9 @@ func (s PowerState) String() string {
 		return "on"
 	case PowerOff:
 		return "off"
+	default: // PowerUnknown and values outside the enum
+		return "unknown"
 	}
-	return "unknown"
 }
 
 // NormalizePowerState maps a provider's power state string to a
@@ -107,6 +110,7 @@ func ParsePowerAction(s string) (PowerAction, error) {
 // BootDevice is a next-boot device.
 type BootDevice int
 
+// The next-boot devices a BMC is asked for; the zero value is none.
 const (
 	BootPXE BootDevice = iota + 1
 	BootDisk
@@ -150,7 +154,9 @@ const (
 	// ProtocolAuto tries IPMI providers first, then Redfish, each on
 	// its own port (Target.PortFor).
 	ProtocolAuto Protocol = iota
+	// ProtocolIPMI speaks only IPMI (RMCP+ or ipmitool).
 	ProtocolIPMI
+	// ProtocolRedfish speaks only Redfish over HTTPS.
 	ProtocolRedfish
 )
 
@@ -160,8 +166,9 @@ func (p Protocol) String() string {
 		return "ipmi"
 	case ProtocolRedfish:
 		return "redfish"
+	default: // ProtocolAuto and values outside the enum
+		return "auto"
 	}
-	return "auto"
 }
 
 // ParseProtocol parses auto (or ""), ipmi or redfish.
@@ -326,7 +333,7 @@ func ParseAddress(s string) (host string, port int, err error) {
 		if e != nil {
 			return "", 0, fmt.Errorf("%w: BMC address %q: %v", ErrInvalid, s, e)
 		}
-		host, port, err = h, 0, nil
+		host = h
 		if port, err = parsePort(p); err != nil {
 			return "", 0, err
 		}

@@ -117,7 +117,13 @@ func (a *applianceRig) machine(t *testing.T, serial, mac string) string {
 
 // do sends one request to the web API; token "" sends no Authorization,
 // one with a space is sent as the whole header.
-func (a *applianceRig) do(t *testing.T, method, path, token, contentType, body string) (*http.Response, string) {
+// reply is an answer do has read to the end and closed.
+type reply struct {
+	StatusCode int
+	Header     http.Header
+}
+
+func (a *applianceRig) do(t *testing.T, method, path, token, contentType, body string) (reply, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, a.base+path, strings.NewReader(body))
 	if err != nil {
@@ -141,5 +147,5 @@ func (a *applianceRig) do(t *testing.T, method, path, token, contentType, body s
 	if err != nil {
 		t.Fatal(err)
 	}
-	return res, string(b)
+	return reply{res.StatusCode, res.Header}, string(b)
 }

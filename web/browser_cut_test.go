@@ -124,5 +124,5 @@ func TestBrowserCutDuringList(t *testing.T) {
 	if len(froms) < 2 || froms[0] != 0 || froms[1] != 0 {
 		t.Errorf("after the cut the page watched from revisions %v, want 0 then 0 again", froms)
 	}
-	checkCSP(t, b.ctx)
+	checkCSP(b.ctx, t)
 }

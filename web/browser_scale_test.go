@@ -56,7 +56,7 @@ func TestBrowserScale(t *testing.T) {
 	if c := eval[string](b, `document.getElementById('machine-count').textContent`); c != "5,000 machines" {
 		t.Errorf("the count says %q", c)
 	}
-	shot(t, b.ctx, "scale-initial")
+	shot(b.ctx, t, "scale-initial")
 
 	// Live updates: one listed machine at a time changes state through
 	// the API; the page stamps (wall clock) when the row's change reaches
@@ -81,7 +81,7 @@ func TestBrowserScale(t *testing.T) {
 	// forced layout).
 	filter := eval[float64](b, `(() => { const t = performance.now(); const e = document.getElementById('machine-state'); e.value = 'MAINTENANCE'; e.dispatchEvent(new Event('change')); document.body.offsetHeight; return performance.now() - t; })()`)
 	shown := eval[int](b, `[...document.querySelectorAll('table.machines tbody tr')].filter((r) => !r.hidden).length`)
-	shot(t, b.ctx, "scale-filtered")
+	shot(b.ctx, t, "scale-filtered")
 	unfilter := eval[float64](b, `(() => { const t = performance.now(); const e = document.getElementById('machine-state'); e.value = ''; e.dispatchEvent(new Event('change')); document.body.offsetHeight; return performance.now() - t; })()`)
 	sort := eval[float64](b, `(() => { const t = performance.now(); document.querySelector('th[data-sort=serial] button').click(); document.body.offsetHeight; return performance.now() - t; })()`)
 	more := eval[float64](b, `(() => { const t = performance.now(); document.getElementById('machine-more').click(); document.body.offsetHeight; return performance.now() - t; })()`)
@@ -90,7 +90,7 @@ func TestBrowserScale(t *testing.T) {
 	if shown != len(lat) {
 		t.Errorf("the MAINTENANCE filter shows %d rows, want %d", shown, len(lat))
 	}
-	checkCSP(t, b.ctx)
+	checkCSP(b.ctx, t)
 }
 
 // manyMachines stores n inventoried machines with small facts straight

@@ -82,7 +82,7 @@ func (b *browser) step(what string, timeout time.Duration, steps ...chromedp.Act
 	sctx, scancel := context.WithTimeout(b.ctx, timeout)
 	defer scancel()
 	if err := chromedp.Do(sctx, steps...); err != nil {
-		shot(b.t, b.ctx, "failed")
+		shot(b.ctx, b.t, "failed")
 		b.t.Fatalf("%s: %v", what, err)
 	}
 }
@@ -92,7 +92,7 @@ func eval[T any](b *browser, expr string) T {
 	b.t.Helper()
 	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[T](expr))
 	if err != nil {
-		shot(b.t, b.ctx, "failed")
+		shot(b.ctx, b.t, "failed")
 		b.t.Fatalf("evaluate %s: %v", expr, err)
 	}
 	return v
@@ -167,7 +167,7 @@ func TestBrowser(t *testing.T) {
 	if login := eval[string](b, `document.getElementById('login').textContent`); strings.Contains(login, "corrald") {
 		t.Errorf("the sign-in page names corrald: %q", login)
 	}
-	shot(t, b.ctx, "login")
+	shot(b.ctx, t, "login")
 
 	b.signIn(viewer, name, 30*time.Second)
 	b.step("machine row", 30*time.Second, stateIs(name, "INVENTORIED"))
@@ -213,7 +213,7 @@ func TestBrowser(t *testing.T) {
 	if kept := eval[bool](b, fmt.Sprintf(`document.querySelector('tr[data-name=%q]').kept === true`, name)); !kept {
 		t.Error("the live update replaced the row element instead of updating it in place")
 	}
-	shot(t, b.ctx, "machines")
+	shot(b.ctx, t, "machines")
 
 	// Search by serial and by MAC, filter by state, sort by a column.
 	search := func(q string, want ...string) {
@@ -232,7 +232,7 @@ func TestBrowser(t *testing.T) {
 		until(fmt.Sprintf(`JSON.stringify(%s) === %q`, visibleRows, jsonList([]string{name})), 5*time.Second),
 		until(`document.getElementById('machine-count').textContent === '1 of 3 machines shown'`, 5*time.Second),
 	)
-	shot(t, b.ctx, "filtered")
+	shot(b.ctx, t, "filtered")
 	b.step("all states", 10*time.Second,
 		setInput("machine-state", "", "change"),
 		// By state: INVENTORIED before MAINTENANCE; a second click reverses.
@@ -257,7 +257,7 @@ func TestBrowser(t *testing.T) {
 	if n := eval[int](b, `document.querySelectorAll('main [data-action]').length`); n != 0 {
 		t.Errorf("a viewer sees %d action controls on the machine page", n)
 	}
-	shot(t, b.ctx, "machine")
+	shot(b.ctx, t, "machine")
 
 	// Were the page to offer the viewer an accept (a role changed under
 	// it), the API's refusal is said in words, not as an RPC name.
@@ -275,8 +275,8 @@ func TestBrowser(t *testing.T) {
 	if n := eval[string](b, `document.getElementById('notice-text').textContent`); strings.Contains(n, "PermissionDenied") || strings.Contains(n, "/corral.") {
 		t.Errorf("the refusal shows the raw status: %q", n)
 	}
-	shot(t, b.ctx, "viewer-refused")
-	checkCSP(t, b.ctx)
+	shot(b.ctx, t, "viewer-refused")
+	checkCSP(b.ctx, t)
 
 	// An operator sees the actions and its accept goes through.
 	b.step("sign out", 10*time.Second, chromedp.Click(chromedp.CSS("#signout")), chromedp.WaitVisible(chromedp.CSS("#token")))
@@ -299,7 +299,7 @@ func TestBrowser(t *testing.T) {
 	if m.GetState() != inventoryv1.Machine_INSTALLING {
 		t.Errorf("after the operator's accept the machine is %v", m.GetState())
 	}
-	checkCSP(t, b.ctx)
+	checkCSP(b.ctx, t)
 }
 
 // setInput sets the value of the element with id as a person would and
@@ -320,7 +320,7 @@ func jsonList(names []string) string {
 	return "[" + strings.Join(q, ",") + "]"
 }
 
-func checkCSP(t *testing.T, ctx context.Context) {
+func checkCSP(ctx context.Context, t *testing.T) {
 	t.Helper()
 	v, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`window.cspViolations || []`))
 	if err != nil {
@@ -333,7 +333,7 @@ func checkCSP(t *testing.T, ctx context.Context) {
 
 // shot saves a screenshot of the viewport under $CORRAL_TEST_ARTIFACTS
 // (else the test's temporary directory) and logs its path.
-func shot(t *testing.T, ctx context.Context, what string) {
+func shot(ctx context.Context, t *testing.T, what string) {
 	t.Helper()
 	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()

@@ -48,7 +48,7 @@ func TestOlderAppliance(t *testing.T) {
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 	for _, path := range []string{"/api/whoami", "/api/watch/machines", "/api/watch/machines/m-1/timeline", "/api/watch/nodes", "/api/watch/vms", "/api/watch/volumes"} {
-		req, _ := http.NewRequest("GET", hs.URL+path, nil)
+		req, _ := http.NewRequest(http.MethodGet, hs.URL+path, nil)
 		req.Header.Set("Authorization", "Bearer crl_x_y")
 		res, err := hs.Client().Do(req)
 		if err != nil {

@@ -60,8 +60,9 @@ func rank(r authv1.Role) int {
 		return 2
 	case authv1.Role_ROLE_ADMIN:
 		return 3
+	default: // ROLE_UNSPECIFIED and the machine roles (node, agent, appliance)
+		return 0
 	}
-	return 0
 }
 
 // allowed mirrors the API's rule for people: VIEWER < OPERATOR < ADMIN.
@@ -138,7 +139,7 @@ func (h *Handler) whoami(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	w.Write(append(b, '\n'))
+	_, _ = w.Write(append(b, '\n')) // a failed write means the client has gone
 }
 
 // callerRole asks Config.Role for the role of the request's token; any

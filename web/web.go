@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
@@ -185,7 +186,7 @@ func (h *Handler) routes() {
 		if err := decodeBody(r, &body); err != nil {
 			return nil, err
 		}
-		return h.machines.AcceptMachine(ctx, &inventoryv1.AcceptMachineRequest{Name: name, Disk: cmpOr(body.Disk, "auto"), Wipe: body.Wipe}, o)
+		return h.machines.AcceptMachine(ctx, &inventoryv1.AcceptMachineRequest{Name: name, Disk: cmp.Or(body.Disk, "auto"), Wipe: body.Wipe}, o)
 	}))
 	m.HandleFunc("POST /api/machines/{name}/power", h.act(actions[1], func(ctx context.Context, name string, r *http.Request, o grpc.CallOption) (proto.Message, error) {
 		var body struct {
@@ -285,13 +286,6 @@ func slim(m *inventoryv1.Machine) {
 	}
 }
 
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
-
 // call is one unary gateway call: o carries the caller's token.
 type call func(ctx context.Context, r *http.Request, o grpc.CallOption) (proto.Message, error)
 
@@ -340,15 +334,15 @@ func pathName(r *http.Request) (string, error) {
 	return name, nil
 }
 
-// queryUint reads an optional unsigned query parameter in [1, max].
-func queryUint(r *http.Request, key string, def, max uint64) (uint64, error) {
+// queryUint reads an optional unsigned query parameter in [1, hi].
+func queryUint(r *http.Request, key string, def, hi uint64) (uint64, error) {
 	v := r.URL.Query().Get(key)
 	if v == "" {
 		return def, nil
 	}
 	n, err := strconv.ParseUint(v, 10, 32)
-	if err != nil || n == 0 || n > max {
-		return 0, status.Errorf(codes.InvalidArgument, "%s=%.32q: want a number from 1 to %d", key, v, max)
+	if err != nil || n == 0 || n > hi {
+		return 0, status.Errorf(codes.InvalidArgument, "%s=%.32q: want a number from 1 to %d", key, v, hi)
 	}
 	return n, nil
 }
@@ -424,8 +418,9 @@ func writeJSON(w http.ResponseWriter, code int, m proto.Message) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	w.Write(b)
-	w.Write([]byte("\n"))
+	// The status is sent: a failed write means the client has gone, and
+	// nothing is left to tell it.
+	_, _ = w.Write(append(b, '\n'))
 }
 
 // apiError is the JSON body of every error answer, and the last line of
@@ -442,8 +437,9 @@ func writeError(w http.ResponseWriter, err error) {
 	}{body})
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	w.Write(b)
-	w.Write([]byte("\n"))
+	// The status is sent: a failed write means the client has gone, and
+	// nothing is left to tell it.
+	_, _ = w.Write(append(b, '\n'))
 }
 
 func errorBody(err error) (int, apiError) {

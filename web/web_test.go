@@ -79,7 +79,7 @@ func TestGateway(t *testing.T) {
 
 	// An operator may; the record changed through the same RPC.
 	res, got := a.do(t, "POST", "/api/machines/"+name+"/maintenance", operator, "application/json", `{"on":true,"reason":"web test"}`)
-	if res.StatusCode != 200 || !strings.Contains(got, `"state":"MAINTENANCE"`) {
+	if res.StatusCode != http.StatusOK || !strings.Contains(got, `"state":"MAINTENANCE"`) {
 		t.Fatalf("operator maintenance = %d %s", res.StatusCode, got)
 	}
 	m, err := a.admin.GetMachine(context.Background(), &inventoryv1.GetMachineRequest{Name: name})
@@ -123,7 +123,7 @@ func TestWhoami(t *testing.T) {
 	} {
 		t.Run(tn, func(t *testing.T) {
 			res, body := a.do(t, "GET", "/api/whoami", tc.token, "", "")
-			if res.StatusCode != 200 {
+			if res.StatusCode != http.StatusOK {
 				t.Fatalf("whoami = %d %s", res.StatusCode, body)
 			}
 			var got whoami
@@ -136,7 +136,7 @@ func TestWhoami(t *testing.T) {
 		})
 	}
 	for tn, tok := range map[string]string{"no token": "", "unknown token": "crl_nope_nope", "not a token": "not-a-token"} {
-		if res, body := a.do(t, "GET", "/api/whoami", tok, "", ""); res.StatusCode != 401 || !strings.Contains(body, "Unauthenticated") {
+		if res, body := a.do(t, "GET", "/api/whoami", tok, "", ""); res.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "Unauthenticated") {
 			t.Errorf("%s: whoami = %d %s, want 401", tn, res.StatusCode, body)
 		}
 	}
@@ -201,17 +201,17 @@ func TestWatchStream(t *testing.T) {
 	viewer := a.tokens[authv1.Role_ROLE_VIEWER]
 
 	res, body := a.do(t, "GET", "/api/watch/machines?from_revision=-1", viewer, "", "")
-	if res.StatusCode != 400 || !strings.Contains(body, "from_revision") {
+	if res.StatusCode != http.StatusBadRequest || !strings.Contains(body, "from_revision") {
 		t.Errorf("negative revision = %d %s", res.StatusCode, body)
 	}
 	res, _ = a.do(t, "GET", "/api/watch/machines", "", "", "")
-	if res.StatusCode != 401 {
+	if res.StatusCode != http.StatusUnauthorized {
 		t.Errorf("watch without a token = %d", res.StatusCode)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", a.base+"/api/watch/machines", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, a.base+"/api/watch/machines", nil)
 	req.Header.Set("Authorization", "Bearer "+viewer)
 	r, err := a.client.Do(req)
 	if err != nil {

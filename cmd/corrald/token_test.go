@@ -52,6 +52,7 @@ func TestTokenCreateOffline(t *testing.T) {
 			node = r
 		case authv1.Role_ROLE_VIEWER:
 			viewer = r
+		default: // any other role fails the count check below
 		}
 	}
 	if len(recs) != 2 || node.GetNode() != "rack1-u7" || !node.GetSingleUse() || !viewer.GetSingleUse() || viewer.GetExpiresUnix() == 0 {

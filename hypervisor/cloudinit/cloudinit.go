@@ -25,9 +25,6 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// ErrInvalid is the class of every validation error.
-var ErrInvalid = apierr.ErrInvalid
-
 // Label is the ISO volume label NoCloud looks for.
 const Label = "cidata"
 
@@ -64,7 +61,7 @@ type NIC struct {
 var hostnameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
 var userRE = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
 
-// Validate reports the first problem with s (ErrInvalid).
+// Validate reports the first problem with s (apierr.ErrInvalid).
 func (s Seed) Validate() error {
 	if s.InstanceID == "" || strings.ContainsAny(s.InstanceID, "\n\r") {
 		return apierr.Invalidf("cloud-init: instance id %q", s.InstanceID)

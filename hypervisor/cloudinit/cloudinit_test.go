@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -101,8 +102,8 @@ func TestValidate(t *testing.T) {
 			s := good
 			s.NICs = append([]NIC(nil), good.NICs...)
 			mut(&s)
-			if _, err := s.Files(); !errors.Is(err, ErrInvalid) {
-				t.Errorf("Files: %v, want ErrInvalid", err)
+			if _, err := s.Files(); !errors.Is(err, apierr.ErrInvalid) {
+				t.Errorf("Files: %v, want apierr.ErrInvalid", err)
 			}
 		})
 	}

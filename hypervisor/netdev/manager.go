@@ -224,8 +224,8 @@ func (m *Manager) ensureVLAN(h *netlink.Handle, plan Plan, br netlink.Link, crea
 }
 
 // DeleteNetwork removes the bridge of network (and its VLAN
-// sub-interface). It returns ErrNotFound if there is no such bridge and
-// ErrPrecondition while taps are still attached.
+// sub-interface). It returns apierr.ErrNotFound if there is no such bridge and
+// apierr.ErrPrecondition while taps are still attached.
 func (m *Manager) DeleteNetwork(network string) error {
 	if err := safename.Check("network", network); err != nil {
 		return err
@@ -284,7 +284,7 @@ type Tap struct {
 
 // CreateTap creates a persistent tap (no packet info, vnet header, as QEMU
 // opens it) on the bridge of t.Network and brings it up. The Network must
-// have been applied (ErrNotFound otherwise). A tap of the same name left
+// have been applied (apierr.ErrNotFound otherwise). A tap of the same name left
 // by an earlier attempt is replaced. On error nothing is left.
 func (m *Manager) CreateTap(t Tap) error {
 	if len(t.Name) > MaxNameLen || t.Name == "" {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/testsupport/require"
 )
 
@@ -58,8 +59,8 @@ func TestBridgeAndTapsInNamespace(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := m.CreateTap(Tap{Name: TapName("vm2", 0), Network: "not-applied"}); !errors.Is(err, ErrNotFound) {
-		t.Errorf("tap on unknown network: %v, want ErrNotFound", err)
+	if err := m.CreateTap(Tap{Name: TapName("vm2", 0), Network: "not-applied"}); !errors.Is(err, apierr.ErrNotFound) {
+		t.Errorf("tap on unknown network: %v, want apierr.ErrNotFound", err)
 	}
 	links, err := m.Links()
 	if err != nil {
@@ -74,8 +75,8 @@ func TestBridgeAndTapsInNamespace(t *testing.T) {
 	if _, err := netlink.LinkByName(plan.Bridge); err == nil {
 		t.Errorf("bridge %s visible in the host namespace", plan.Bridge)
 	}
-	if err := m.DeleteNetwork(n.Name); !errors.Is(err, ErrPrecondition) {
-		t.Errorf("delete network with taps: %v, want ErrPrecondition", err)
+	if err := m.DeleteNetwork(n.Name); !errors.Is(err, apierr.ErrPrecondition) {
+		t.Errorf("delete network with taps: %v, want apierr.ErrPrecondition", err)
 	}
 	for _, tap := range []string{tap0, tap1, tap1} { // second delete of tap1 is a no-op
 		if err := m.DeleteTap(tap); err != nil {
@@ -85,8 +86,8 @@ func TestBridgeAndTapsInNamespace(t *testing.T) {
 	if err := m.DeleteNetwork(n.Name); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.DeleteNetwork(n.Name); !errors.Is(err, ErrNotFound) {
-		t.Errorf("second delete: %v, want ErrNotFound", err)
+	if err := m.DeleteNetwork(n.Name); !errors.Is(err, apierr.ErrNotFound) {
+		t.Errorf("second delete: %v, want apierr.ErrNotFound", err)
 	}
 	if links, _ := m.Links(); len(links) != 0 {
 		t.Errorf("left behind: %v", names(links))

@@ -26,15 +26,6 @@ import (
 	"github.com/corralhq/corral/internal/apierr"
 )
 
-// Error classes (internal/apierr's).
-var (
-	ErrInvalid  = apierr.ErrInvalid
-	ErrNotFound = apierr.ErrNotFound
-	// ErrPrecondition: a link is in use (ports left on a bridge) or is
-	// not Corral's.
-	ErrPrecondition = apierr.ErrPrecondition
-)
-
 // MaxNameLen is the kernel's IFNAMSIZ-1.
 const MaxNameLen = 15
 

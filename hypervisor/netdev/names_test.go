@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"testing"
 
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -60,9 +61,9 @@ func TestPlanNetwork(t *testing.T) {
 			want: Plan{Bridge: BridgeName("lan"), Note: "vlan requested but the node has no uplink: host-local bridge"}},
 		"vlan on uplink": {n: Network{Name: "lan", VLAN: 100}, uplink: "eth0",
 			want: Plan{Bridge: BridgeName("lan"), VLANLink: VLANName("eth0", 100), VLANParent: "eth0", VLANID: 100}},
-		"vlan too big":     {n: Network{Name: "lan", VLAN: 4095}, uplink: "eth0", err: ErrInvalid},
-		"bad network name": {n: Network{Name: "../x"}, err: ErrInvalid},
-		"bad uplink":       {n: Network{Name: "lan", VLAN: 5}, uplink: "this-is-far-too-long0", err: ErrInvalid},
+		"vlan too big":     {n: Network{Name: "lan", VLAN: 4095}, uplink: "eth0", err: apierr.ErrInvalid},
+		"bad network name": {n: Network{Name: "../x"}, err: apierr.ErrInvalid},
+		"bad uplink":       {n: Network{Name: "lan", VLAN: 5}, uplink: "this-is-far-too-long0", err: apierr.ErrInvalid},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/corralhq/corral/hypervisor/cloudinit"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -81,8 +82,8 @@ func TestSpecValidate(t *testing.T) {
 			s.Disks = append([]Disk(nil), ok.Disks...)
 			s.NICs = append([]NIC(nil), ok.NICs...)
 			mut(&s)
-			if err := s.Validate(); !errors.Is(err, ErrInvalid) {
-				t.Errorf("Validate: %v, want ErrInvalid", err)
+			if err := s.Validate(); !errors.Is(err, apierr.ErrInvalid) {
+				t.Errorf("Validate: %v, want apierr.ErrInvalid", err)
 			}
 		})
 	}

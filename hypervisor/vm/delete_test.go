@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/corralhq/corral/hypervisor/internal/durable"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/testsupport/syncbuf"
 	"github.com/google/go-cmp/cmp"
 )
@@ -56,8 +57,8 @@ func TestDeleteIsAllOrNothing(t *testing.T) {
 	if got := entries(t, dir); len(got) != 0 {
 		t.Errorf("left behind: %v", got)
 	}
-	if _, err := m.Delete(ctx, "web"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("second delete: %v, want ErrNotFound", err)
+	if _, err := m.Delete(ctx, "web"); !errors.Is(err, apierr.ErrNotFound) {
+		t.Errorf("second delete: %v, want apierr.ErrNotFound", err)
 	}
 }
 

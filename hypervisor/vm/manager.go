@@ -455,7 +455,7 @@ func (m *Manager) stop(ctx context.Context, name string, p Paths, pid int) {
 }
 
 // Delete stops the VM hard, removes its taps and its directory, and
-// returns its spec (the caller frees what it reserved). ErrNotFound if the
+// returns its spec (the caller frees what it reserved). apierr.ErrNotFound if the
 // VM does not exist.
 func (m *Manager) Delete(ctx context.Context, name string) (Spec, error) {
 	if err := safename.Check("vm", name); err != nil {
@@ -464,10 +464,10 @@ func (m *Manager) Delete(ctx context.Context, name string) (Spec, error) {
 	defer m.locks.Lock(name)()
 	dir := m.dir(name)
 	spec, err := m.readSpec(name)
-	if err != nil && !errors.Is(err, ErrNotFound) {
+	if err != nil && !errors.Is(err, apierr.ErrNotFound) {
 		return Spec{}, err
 	}
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, apierr.ErrNotFound) {
 		if _, serr := os.Stat(dir); serr != nil {
 			return Spec{}, err
 		}
@@ -499,7 +499,7 @@ func (m *Manager) Delete(ctx context.Context, name string) (Spec, error) {
 	return spec, nil
 }
 
-// Get returns one VM (ErrNotFound if it does not exist).
+// Get returns one VM (apierr.ErrNotFound if it does not exist).
 func (m *Manager) Get(ctx context.Context, name string) (VM, error) {
 	if err := safename.Check("vm", name); err != nil {
 		return VM{}, err
@@ -520,7 +520,7 @@ func (m *Manager) List(ctx context.Context) ([]VM, error) {
 			continue
 		}
 		v, err := m.Get(ctx, e.Name())
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, apierr.ErrNotFound) {
 			continue
 		}
 		if err != nil {

@@ -31,14 +31,6 @@ import (
 	"github.com/corralhq/corral/internal/apierr"
 )
 
-// Error classes.
-var (
-	ErrInvalid     = apierr.ErrInvalid
-	ErrNotFound    = apierr.ErrNotFound
-	ErrExists      = apierr.ErrAlreadyExists
-	ErrUnavailable = apierr.ErrUnavailable
-)
-
 // Spec is everything needed to (re)start one VM.
 type Spec struct {
 	Name        string
@@ -81,7 +73,7 @@ type NIC struct {
 
 var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
-// Validate reports the first problem with s (ErrInvalid).
+// Validate reports the first problem with s (apierr.ErrInvalid).
 func (s Spec) Validate() error {
 	if err := safename.Check("vm", s.Name); err != nil {
 		return err

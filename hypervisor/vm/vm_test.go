@@ -16,6 +16,7 @@ import (
 
 	"github.com/corralhq/corral/hypervisor/cloudinit"
 	"github.com/corralhq/corral/hypervisor/netdev"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/testsupport/require"
 )
 
@@ -225,7 +226,7 @@ func TestRealVM(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(cfg.Dir, "tiny")); !os.IsNotExist(err) {
 		t.Errorf("vm directory left: %v", err)
 	}
-	if _, err := m2.Get(ctx, "tiny"); !errors.Is(err, ErrNotFound) {
+	if _, err := m2.Get(ctx, "tiny"); !errors.Is(err, apierr.ErrNotFound) {
 		t.Errorf("get after delete: %v", err)
 	}
 	if err := nets.DeleteNetwork(network); err != nil {
@@ -270,7 +271,7 @@ func TestQEMUStartFailure(t *testing.T) {
 	// A NIC on a network that was never applied: refused, nothing left.
 	spec.Disks = nil
 	spec.NICs = []NIC{{Network: "never-applied", MAC: "52:54:00:00:00:03"}}
-	if _, err := m.Boot(ctx, spec); !errors.Is(err, netdev.ErrNotFound) {
+	if _, err := m.Boot(ctx, spec); !errors.Is(err, apierr.ErrNotFound) {
 		t.Errorf("unknown network: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(work, "vms", "broken")); !os.IsNotExist(err) {

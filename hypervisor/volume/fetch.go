@@ -20,7 +20,7 @@ import (
 )
 
 // Fetch errors, each a member of an apierr class (a bad request is
-// ErrInvalid instead).
+// apierr.ErrInvalid instead).
 var (
 	// ErrFetch: the source could not be downloaded (HTTP status, network,
 	// timeout, a body shorter than announced); class
@@ -55,7 +55,7 @@ type FetchRequest struct {
 	// or "" for none (see the package comment for what each accepts).
 	Format string
 	// SizeBytes, when larger than the image's virtual size, grows the
-	// volume after the download; smaller is ErrInvalid.
+	// volume after the download; smaller is apierr.ErrInvalid.
 	SizeBytes uint64
 	// MaxBytes caps the download (0 = the Store's MaxFetchBytes; a larger
 	// value is lowered to it).
@@ -72,7 +72,7 @@ type FetchRequest struct {
 // qcow2 as is, keeps an ISO9660 image raw, converts other raw images to
 // qcow2, grows the result to req.SizeBytes and links it into place. On
 // any error no file is left behind and the directory is as before.
-// Errors: ErrInvalid (name, URL, digest, format syntax), ErrExists,
+// Errors: apierr.ErrInvalid (name, URL, digest, format syntax), apierr.ErrAlreadyExists,
 // ErrFetch (status, network, timeout, truncated body), ErrRedirect,
 // ErrTooLarge, ErrChecksum, ErrImageRefused.
 func (s *Store) Fetch(ctx context.Context, req FetchRequest) (Volume, error) {

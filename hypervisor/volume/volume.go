@@ -67,15 +67,6 @@ import (
 	"github.com/corralhq/corral/internal/apierr"
 )
 
-// Error classes returned (wrapped) by Store (internal/apierr's).
-var (
-	ErrInvalid  = apierr.ErrInvalid
-	ErrNotFound = apierr.ErrNotFound
-	ErrExists   = apierr.ErrAlreadyExists
-	// ErrPrecondition: the volume is in use (the backing file of another).
-	ErrPrecondition = apierr.ErrPrecondition
-)
-
 // Volume describes one volume file.
 type Volume struct {
 	Name        string
@@ -187,8 +178,8 @@ func (s *Store) Path(name string) (string, error) {
 	return filepath.Join(s.cfg.Dir, name), nil
 }
 
-// Create makes an empty qcow2 volume of size bytes. It returns ErrExists
-// if the name is taken and ErrInvalid for a bad name or a zero size.
+// Create makes an empty qcow2 volume of size bytes. It returns apierr.ErrAlreadyExists
+// if the name is taken and apierr.ErrInvalid for a bad name or a zero size.
 func (s *Store) Create(ctx context.Context, name string, size uint64) (Volume, error) {
 	path, err := s.Path(name)
 	if err != nil {
@@ -209,8 +200,8 @@ func (s *Store) Create(ctx context.Context, name string, size uint64) (Volume, e
 // CreateFrom makes volume name as a copy-on-write qcow2 overlay of volume
 // backing (no data is copied, so the time does not depend on the backing
 // size). size 0 keeps the backing volume's virtual size; a smaller size
-// than the backing volume's is ErrInvalid. The backing volume must exist
-// (ErrNotFound) and is then in use until the overlay is deleted.
+// than the backing volume's is apierr.ErrInvalid. The backing volume must exist
+// (apierr.ErrNotFound) and is then in use until the overlay is deleted.
 func (s *Store) CreateFrom(ctx context.Context, name, backing string, size uint64) (Volume, error) {
 	path, err := s.Path(name)
 	if err != nil {
@@ -239,7 +230,7 @@ func (s *Store) CreateFrom(ctx context.Context, name, backing string, size uint6
 	})
 }
 
-// Resize grows volume name to size bytes. Shrinking is ErrInvalid (it would
+// Resize grows volume name to size bytes. Shrinking is apierr.ErrInvalid (it would
 // destroy data); a volume open in a running VM fails with qemu-img's lock
 // error.
 func (s *Store) Resize(ctx context.Context, name string, size uint64) (Volume, error) {
@@ -296,7 +287,7 @@ func (s *Store) List(ctx context.Context) ([]Volume, error) {
 	for _, n := range names {
 		v, err := s.Get(ctx, n)
 		if err != nil {
-			if errors.Is(err, ErrNotFound) { // deleted meanwhile
+			if errors.Is(err, apierr.ErrNotFound) { // deleted meanwhile
 				continue
 			}
 			return nil, err
@@ -306,8 +297,8 @@ func (s *Store) List(ctx context.Context) ([]Volume, error) {
 	return out, nil
 }
 
-// Delete removes volume name. It returns ErrNotFound if it does not exist
-// and ErrPrecondition if another volume uses it as its backing file. Callers that
+// Delete removes volume name. It returns apierr.ErrNotFound if it does not exist
+// and apierr.ErrPrecondition if another volume uses it as its backing file. Callers that
 // know about VMs must check those themselves.
 func (s *Store) Delete(ctx context.Context, name string) error {
 	path, err := s.Path(name)

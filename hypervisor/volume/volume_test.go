@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/hypervisor/cloudinit"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/testsupport/require"
 )
 
@@ -63,17 +64,17 @@ func TestCreateResizeDelete(t *testing.T) {
 	if st.Mode().Perm() != 0o600 {
 		t.Errorf("mode %v, want 0600", st.Mode().Perm())
 	}
-	if _, err := s.Create(ctx, "disk1", 1<<20); !errors.Is(err, ErrExists) {
-		t.Errorf("second create: %v, want ErrExists", err)
+	if _, err := s.Create(ctx, "disk1", 1<<20); !errors.Is(err, apierr.ErrAlreadyExists) {
+		t.Errorf("second create: %v, want apierr.ErrAlreadyExists", err)
 	}
 	if v, err = s.Resize(ctx, "disk1", 128<<20); err != nil || v.SizeBytes != 128<<20 {
 		t.Fatalf("resize: %+v %v", v, err)
 	}
-	if _, err := s.Resize(ctx, "disk1", 1<<20); !errors.Is(err, ErrInvalid) {
-		t.Errorf("shrink: %v, want ErrInvalid", err)
+	if _, err := s.Resize(ctx, "disk1", 1<<20); !errors.Is(err, apierr.ErrInvalid) {
+		t.Errorf("shrink: %v, want apierr.ErrInvalid", err)
 	}
-	if _, err := s.Resize(ctx, "nope", 1<<20); !errors.Is(err, ErrNotFound) {
-		t.Errorf("resize unknown: %v, want ErrNotFound", err)
+	if _, err := s.Resize(ctx, "nope", 1<<20); !errors.Is(err, apierr.ErrNotFound) {
+		t.Errorf("resize unknown: %v, want apierr.ErrNotFound", err)
 	}
 	list, err := s.List(ctx)
 	if err != nil || len(list) != 1 || list[0].Name != "disk1" {
@@ -82,8 +83,8 @@ func TestCreateResizeDelete(t *testing.T) {
 	if err := s.Delete(ctx, "disk1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Delete(ctx, "disk1"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("second delete: %v, want ErrNotFound", err)
+	if err := s.Delete(ctx, "disk1"); !errors.Is(err, apierr.ErrNotFound) {
+		t.Errorf("second delete: %v, want apierr.ErrNotFound", err)
 	}
 	if got := files(t, s); len(got) != 0 {
 		t.Errorf("left behind: %v", got)
@@ -94,14 +95,14 @@ func TestBadNames(t *testing.T) {
 	s := newStore(t)
 	ctx := context.Background()
 	for _, name := range []string{"../escape", "a/b", ".hidden", "", "x/../../y"} {
-		if _, err := s.Create(ctx, name, 1<<20); !errors.Is(err, ErrInvalid) {
-			t.Errorf("Create(%q): %v, want ErrInvalid", name, err)
+		if _, err := s.Create(ctx, name, 1<<20); !errors.Is(err, apierr.ErrInvalid) {
+			t.Errorf("Create(%q): %v, want apierr.ErrInvalid", name, err)
 		}
-		if err := s.Delete(ctx, name); !errors.Is(err, ErrInvalid) {
-			t.Errorf("Delete(%q): %v, want ErrInvalid", name, err)
+		if err := s.Delete(ctx, name); !errors.Is(err, apierr.ErrInvalid) {
+			t.Errorf("Delete(%q): %v, want apierr.ErrInvalid", name, err)
 		}
 	}
-	if _, err := s.Create(ctx, "zero", 0); !errors.Is(err, ErrInvalid) {
+	if _, err := s.Create(ctx, "zero", 0); !errors.Is(err, apierr.ErrInvalid) {
 		t.Errorf("zero size: %v", err)
 	}
 	if got := files(t, s); len(got) != 0 {
@@ -164,14 +165,14 @@ func TestCreateFromIsCopyOnWrite(t *testing.T) {
 	if _, err := s.CreateFrom(ctx, "grown", "small", 200<<20); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateFrom(ctx, "shrunk", "small", 1<<20); !errors.Is(err, ErrInvalid) {
-		t.Errorf("smaller overlay: %v, want ErrInvalid", err)
+	if _, err := s.CreateFrom(ctx, "shrunk", "small", 1<<20); !errors.Is(err, apierr.ErrInvalid) {
+		t.Errorf("smaller overlay: %v, want apierr.ErrInvalid", err)
 	}
-	if _, err := s.CreateFrom(ctx, "orphan", "missing", 0); !errors.Is(err, ErrNotFound) {
-		t.Errorf("unknown backing: %v, want ErrNotFound", err)
+	if _, err := s.CreateFrom(ctx, "orphan", "missing", 0); !errors.Is(err, apierr.ErrNotFound) {
+		t.Errorf("unknown backing: %v, want apierr.ErrNotFound", err)
 	}
-	if err := s.Delete(ctx, "small"); !errors.Is(err, ErrPrecondition) {
-		t.Errorf("delete backing volume: %v, want ErrPrecondition", err)
+	if err := s.Delete(ctx, "small"); !errors.Is(err, apierr.ErrPrecondition) {
+		t.Errorf("delete backing volume: %v, want apierr.ErrPrecondition", err)
 	}
 	for _, n := range []string{"small-vm", "grown", "small"} {
 		if err := s.Delete(ctx, n); err != nil {
@@ -268,11 +269,11 @@ func TestFetch(t *testing.T) {
 		"too large chunk": {FetchRequest{Name: "b", URL: srv.URL + "/chunked", MaxBytes: 3 << 20}, ErrTooLarge},
 		"wrong checksum":  {FetchRequest{Name: "b", URL: srv.URL + "/img.raw", SHA256: sum(qcow)}, ErrChecksum},
 		"timeout":         {FetchRequest{Name: "b", URL: srv.URL + "/slow", Timeout: 300 * time.Millisecond}, ErrFetch},
-		"bad scheme":      {FetchRequest{Name: "b", URL: "file:///etc/passwd"}, ErrInvalid},
-		"bad digest":      {FetchRequest{Name: "b", URL: srv.URL + "/img.raw", SHA256: "abc"}, ErrInvalid},
-		"traversal":       {FetchRequest{Name: "../b", URL: srv.URL + "/img.raw"}, ErrInvalid},
-		"exists":          {FetchRequest{Name: "q", URL: srv.URL + "/img.raw"}, ErrExists},
-		"small size":      {FetchRequest{Name: "b", URL: srv.URL + "/img.raw", SizeBytes: 1 << 20}, ErrInvalid},
+		"bad scheme":      {FetchRequest{Name: "b", URL: "file:///etc/passwd"}, apierr.ErrInvalid},
+		"bad digest":      {FetchRequest{Name: "b", URL: srv.URL + "/img.raw", SHA256: "abc"}, apierr.ErrInvalid},
+		"traversal":       {FetchRequest{Name: "../b", URL: srv.URL + "/img.raw"}, apierr.ErrInvalid},
+		"exists":          {FetchRequest{Name: "q", URL: srv.URL + "/img.raw"}, apierr.ErrAlreadyExists},
+		"small size":      {FetchRequest{Name: "b", URL: srv.URL + "/img.raw", SizeBytes: 1 << 20}, apierr.ErrInvalid},
 	}
 	for name, tc := range bad {
 		t.Run(name, func(t *testing.T) {

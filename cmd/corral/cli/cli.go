@@ -254,9 +254,9 @@ func didYouMean(cmd *cobra.Command, typed string) string {
 
 // argsBetween is a cobra.PositionalArgs that reports a wrong argument
 // count as a usage error quoting the command's usage line.
-func argsBetween(min, max int) cobra.PositionalArgs {
+func argsBetween(lo, hi int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
-		if len(args) < min || len(args) > max {
+		if len(args) < lo || len(args) > hi {
 			return usageErrorf("wrong number of arguments: usage: %s", cmd.UseLine())
 		}
 		return nil

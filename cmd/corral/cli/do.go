@@ -150,6 +150,7 @@ func printEvent(w io.Writer, e deploy.Event, quiet bool) error {
 		_, err = fmt.Fprintf(w, "%s %s ignored failure after %s: %s\n", prefix, t.Name, seconds(res.Elapsed), rpcMessage(res.Err))
 	case deploy.Skipped:
 		_, err = fmt.Fprintf(w, "%s %s skipped: %s\n", prefix, t.Name, res.Reason)
+	case deploy.NotRun: // no result yet: nothing to print
 	}
 	return err
 }

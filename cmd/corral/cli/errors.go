@@ -99,8 +99,9 @@ func withoutSubject(subject, msg string, code codes.Code) string {
 		return "not found"
 	case codes.AlreadyExists:
 		return "already exists"
+	default: // every other code by its own name
+		return strings.ToLower(code.String())
 	}
-	return strings.ToLower(code.String())
 }
 
 // unreachable reports whether an RPC that ended with code failed because
@@ -113,8 +114,9 @@ func (inv *invocation) unreachable(code codes.Code) bool {
 	switch code {
 	case codes.Unavailable, codes.DeadlineExceeded:
 		return inv.conn.GetState() != connectivity.Ready
+	default: // any other code came from a server that answered
+		return false
 	}
-	return false
 }
 
 // oneLine folds a possibly multi-line message onto one line.

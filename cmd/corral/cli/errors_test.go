@@ -20,11 +20,11 @@ var computeArgs = []string{"node", "reserve-compute", "n1", "c1",
 	"--request-cpu-milli-core", "1000", "--limit-cpu-milli-core", "1000",
 	"--request-memory-bytes", "1GiB", "--limit-memory-bytes", "1GiB"}
 
-func replaceArg(args []string, old, new string) []string {
+func replaceArg(args []string, old, repl string) []string {
 	out := append([]string(nil), args...)
 	for i, a := range out {
 		if a == old {
-			out[i] = new
+			out[i] = repl
 		}
 	}
 	return out

@@ -140,7 +140,7 @@ func TestWatchEvents(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stdout, stderr syncbuf.Buffer
-	wait := s.start(t, ctx, &stdout, &stderr, "get", "events", "--machine", "m1", "-w", "-o", "name")
+	wait := s.start(ctx, t, &stdout, &stderr, "get", "events", "--machine", "m1", "-w", "-o", "name")
 	waitFor(t, "e5", func() bool { return strings.Contains(stdout.String(), "event/e5") })
 	cancel()
 	if code := wait(); code != ExitOK {

@@ -546,7 +546,7 @@ func (s *testServer) run(t *testing.T, stdin string, env map[string]string, args
 
 // start runs the CLI against s in the background until ctx ends (a watch),
 // writing into stdout and stderr; wait returns its exit code.
-func (s *testServer) start(t *testing.T, ctx context.Context, stdout, stderr io.Writer, args ...string) (wait func() int) {
+func (s *testServer) start(ctx context.Context, t *testing.T, stdout, stderr io.Writer, args ...string) (wait func() int) {
 	t.Helper()
 	env := map[string]string{"HOME": t.TempDir(), envEndpoint: "bufnet:1"}
 	app := &App{

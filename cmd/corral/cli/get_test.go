@@ -338,9 +338,7 @@ func TestGetFormatsEveryKind(t *testing.T) {
 				var got []string
 				switch format {
 				case "name":
-					for _, l := range strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n") {
-						got = append(got, l)
-					}
+					got = append(got, strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")...)
 					var want []string
 					for _, n := range tk.names {
 						want = append(want, tk.kind.name+"/"+n)

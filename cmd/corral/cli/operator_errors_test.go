@@ -51,7 +51,7 @@ func TestUnknownVerbSuggests(t *testing.T) {
 		"gte machines":    `unknown verb "gte"; did you mean "get"?`,
 		"machine acept":   `unknown machine verb "acept"; did you mean "accept"?`,
 		"frobnicate":      `unknown verb "frobnicate" (valid: `,
-		"descirbe node n": `did you mean "describe"?`,
+		"descirbe node n": `did you mean "describe"?`, //nolint:misspell // the misspelt verb is the input under test
 	} {
 		s := newTestServer(t)
 		r := s.run(t, "", nil, strings.Fields(args)...)

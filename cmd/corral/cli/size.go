@@ -5,6 +5,8 @@ import (
 	"math/big"
 	"strconv"
 	"strings"
+
+	"github.com/dustin/go-humanize"
 )
 
 // sizeUnits maps a lower-cased unit suffix to its multiplier. Decimal
@@ -67,23 +69,12 @@ func parseSize(s string) (uint64, error) {
 	return q.Uint64(), nil
 }
 
-// humanBytes renders n with binary units: 512B, 1KiB, 1.5GiB, 64GiB.
+// humanBytes renders n with binary units in the CLI's compact form:
+// 512B, 1KiB, 1.5GiB, 64GiB. The figure is humanize.IBytes's (one decimal
+// below 10 units, whole units from 10 on) without its space or a ".0";
+// with at most one decimal, ".0" can only be that trailing zero.
 func humanBytes(n uint64) string {
-	const units = "KMGTPE"
-	if n < 1024 {
-		return strconv.FormatUint(n, 10) + "B"
-	}
-	div, exp := uint64(1024), 0
-	for m := n / 1024; m >= 1024 && exp < len(units)-1; m /= 1024 {
-		div *= 1024
-		exp++
-	}
-	if n%div == 0 {
-		return strconv.FormatUint(n/div, 10) + string(units[exp]) + "iB"
-	}
-	s := strconv.FormatFloat(float64(n)/float64(div), 'f', 1, 64)
-	s = strings.TrimSuffix(s, ".0")
-	return s + string(units[exp]) + "iB"
+	return strings.NewReplacer(" ", "", ".0", "").Replace(humanize.IBytes(n))
 }
 
 // sizeValue is a pflag.Value for byte sizes parsed by parseSize.

@@ -62,14 +62,15 @@ func TestHumanBytes(t *testing.T) {
 		in   uint64
 		want string
 	}{
-		"zero":     {0, "0B"},
-		"bytes":    {1023, "1023B"},
-		"kib":      {1024, "1KiB"},
-		"fraction": {1536 << 20, "1.5GiB"},
-		"64gib":    {64 << 30, "64GiB"},
-		"tib":      {1 << 40, "1TiB"},
-		"decimal":  {10e9, "9.3GiB"},
-		"max":      {1<<64 - 1, "16EiB"},
+		"zero":                 {0, "0B"},
+		"bytes":                {1023, "1023B"},
+		"kib":                  {1024, "1KiB"},
+		"fraction":             {1536 << 20, "1.5GiB"},
+		"64gib":                {64 << 30, "64GiB"},
+		"tib":                  {1 << 40, "1TiB"},
+		"decimal":              {10e9, "9.3GiB"},
+		"max":                  {1<<64 - 1, "16EiB"},
+		"whole from ten units": {31 << 29, "16GiB"}, // 15.5GiB: humanize.IBytes rounds at 10 units and above
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -83,7 +83,7 @@ func TestWatchMachinesResumes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stdout, stderr syncbuf.Buffer
-	wait := s.start(t, ctx, &stdout, &stderr, "get", "machines", "-w")
+	wait := s.start(ctx, t, &stdout, &stderr, "get", "machines", "-w")
 	waitFor(t, "the fourth watch", func() bool { return strings.Count(stdout.String(), "\n") >= 6 })
 	cancel()
 	if code := wait(); code != ExitOK {
@@ -123,7 +123,7 @@ func TestWatchCutDuringList(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stdout, stderr syncbuf.Buffer
-	wait := s.start(t, ctx, &stdout, &stderr, "get", "machines", "-w", "-o", "name")
+	wait := s.start(ctx, t, &stdout, &stderr, "get", "machines", "-w", "-o", "name")
 	waitFor(t, "two names", func() bool { return strings.Count(stdout.String(), "\n") >= 3 })
 	cancel()
 	if code := wait(); code != ExitOK {
@@ -152,7 +152,7 @@ func TestWatchTableCutDuringList(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stdout, stderr syncbuf.Buffer
-	wait := s.start(t, ctx, &stdout, &stderr, "get", "nodes", "-w")
+	wait := s.start(ctx, t, &stdout, &stderr, "get", "nodes", "-w")
 	waitFor(t, "the table", func() bool { return strings.Count(stdout.String(), "\n") >= 2 })
 	cancel()
 	if code := wait(); code != ExitOK {
@@ -229,7 +229,7 @@ vm1    RUNNING   n1     0/1000m   0B       -       -
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			var stdout, stderr syncbuf.Buffer
-			wait := s.start(t, ctx, &stdout, &stderr, tt.args...)
+			wait := s.start(ctx, t, &stdout, &stderr, tt.args...)
 			waitFor(t, "the output", func() bool { return len(stdout.String()) >= len(tt.want) })
 			cancel()
 			if code := wait(); code != ExitOK {
@@ -305,7 +305,7 @@ func TestWatchMachineState(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stdout, stderr syncbuf.Buffer
-	wait := s.start(t, ctx, &stdout, &stderr, "get", "machines", "--state", "failed", "-w")
+	wait := s.start(ctx, t, &stdout, &stderr, "get", "machines", "--state", "failed", "-w")
 	waitFor(t, "the header", func() bool { return strings.Contains(stdout.String(), "NAME") })
 	cancel()
 	if code := wait(); code != ExitOK {
