@@ -28,7 +28,7 @@ build: ## Build corrald, corral and corral-node into ./bin
 run: build ## Run corrald on its defaults with a local data dir (./data)
 	$(BIN)/corrald serve --data-dir $(CURDIR)/data
 
-tools: ## Install pinned buf, protoc plugins, grpcurl, gotestsum and nfpm into ./.bin
+tools: ## Install pinned buf, protoc plugins, grpcurl, gotestsum, nfpm and golangci-lint into ./.bin
 	@mkdir -p $(TOOLS)
 	@test -x $(TOOLS)/buf || GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 	@test -x $(TOOLS)/protoc-gen-go || GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
@@ -87,7 +87,7 @@ bench-fleet: ## Power on MACHINES simulated machines and NODES nodes against the
 	$(FLEET_DIR)/bin/corral-sim -corrald $(FLEET_DIR)/bin/corrald -machines $(MACHINES) -nodes $(NODES) \
 		-work-dir $(FLEET_DIR)/run -baseline $(CURDIR)/bench/fleet-baseline.json $(if $(RECORD),-record) $(FLEET_ARGS)
 
-ci: check-generate vet test ## What .ci/run runs after installing packages
+ci: check-generate vet lint test ## What .ci/run runs after installing packages
 
 clean: ## Remove build outputs
 	rm -rf $(BIN) $(DIST)

@@ -164,8 +164,9 @@ func fieldType(fd protoreflect.FieldDescriptor) string {
 			return "a string"
 		}
 		return "a mapping"
+	default: // the integer and floating-point kinds
+		return "a number"
 	}
-	return "a number"
 }
 
 // written is a value as the file wrote it: its kind (as fieldType names
