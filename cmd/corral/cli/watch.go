@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/cenkalti/backoff/v5"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -130,6 +132,8 @@ func (inv *invocation) runWatch(ctx context.Context, subject string, open watchO
 	var from int64
 	received := false // any event ever: the appliance is reachable
 	fails := 0
+	// No jitter: one operator's watch, not a fleet reconnecting at once.
+	pause := backoff.ExponentialBackOff{InitialInterval: watchFirstBackoff, Multiplier: 2, MaxInterval: watchMaxBackoff}
 	for {
 		listing := from == 0
 		if listing {
@@ -143,7 +147,10 @@ func (inv *invocation) runWatch(ctx context.Context, subject string, open watchO
 					break
 				}
 				received = true
-				fails = 0
+				if fails > 0 {
+					fails = 0
+					pause.Reset()
+				}
 				switch {
 				case ev.typ == watchv1.EventType_SYNCED:
 					listing = false
@@ -180,7 +187,7 @@ func (inv *invocation) runWatch(ctx context.Context, subject string, open watchO
 		if fails == 1 {
 			continue
 		}
-		wait := min(watchFirstBackoff<<min(fails-2, 8), watchMaxBackoff)
+		wait := pause.NextBackOff()
 		fmt.Fprintf(inv.app.stderr(), "corral: %s: %s; retrying in %v\n", subject, oneLine(status.Convert(err).Message()), wait)
 		select {
 		case <-ctx.Done():
