@@ -16,9 +16,9 @@ import (
 const clientLogLevel = zapcore.WarnLevel
 
 // newZapLogger returns a zap logger for the etcd client whose entries at
-// min and above go to log's handler, with zap fields as slog attributes.
-func newZapLogger(log *slog.Logger, min zapcore.Level) *zap.Logger {
-	return zap.New(&slogCore{h: log.Handler(), min: min})
+// level and above go to log's handler, with zap fields as slog attributes.
+func newZapLogger(log *slog.Logger, level zapcore.Level) *zap.Logger {
+	return zap.New(&slogCore{h: log.Handler(), min: level})
 }
 
 // slogCore is a zapcore.Core that writes each entry to a slog.Handler.
