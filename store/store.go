@@ -113,6 +113,96 @@ type Updater interface {
 	Update(ctx context.Context, key string, fn func(cur KV, exists bool) (value []byte, del bool, err error)) (KV, error)
 }
 
+// MaxTxnOps bounds the operations of one Txn (etcd's own default limit,
+// --max-txn-ops, is 128).
+const MaxTxnOps = 128
+
+// OpKind says what one operation of a Txn does.
+type OpKind int
+
+const (
+	// OpPut writes Value at Key if its revision equals Rev (0: the key
+	// must not exist), as Put does.
+	OpPut OpKind = iota + 1
+	// OpDelete removes Key if its revision equals Rev (which is never 0).
+	OpDelete
+	// OpCheck writes nothing: Key must still be at revision Rev (0: the
+	// key must not exist) for the transaction to commit. It makes what a
+	// transaction read a precondition of what it writes.
+	OpCheck
+)
+
+// Op is one operation of a Txn.
+type Op struct {
+	Kind  OpKind
+	Key   string
+	Value []byte // OpPut only
+	Rev   int64
+}
+
+// Txner is implemented by every backend in this repository (the contract
+// tests in store/storetest require it). Txn commits ops as one: either
+// every precondition holds and every write commits at one new store-wide
+// revision, which it returns (a Txn of checks only writes nothing and
+// returns the current revision), or nothing changes and it returns an error
+// wrapping ErrConflict that names the first key whose precondition failed
+// (ErrConflict also for an OpDelete of an absent key). A key appears at
+// most once in ops; an empty ops, a repeated key, an unknown kind or more
+// than MaxTxnOps operations are refused with an error of class
+// apierr.ErrInvalid and change nothing. Watchers see the writes of one
+// Txn as consecutive events with the same revision, in the order of ops.
+// The write is durable when Txn returns nil. Txn does not retain values.
+type Txner interface {
+	Txn(ctx context.Context, ops []Op) (int64, error)
+}
+
+// CheckTxn validates the shape of a Txn's ops (not their preconditions),
+// for backends to call first.
+func CheckTxn(ops []Op) error {
+	if len(ops) == 0 {
+		return apierr.Invalidf("store: empty transaction")
+	}
+	if len(ops) > MaxTxnOps {
+		return apierr.Invalidf("store: transaction of %d operations (at most %d)", len(ops), MaxTxnOps)
+	}
+	seen := make(map[string]bool, len(ops))
+	for _, o := range ops {
+		if o.Key == "" {
+			return apierr.Invalidf("store: transaction operation with an empty key")
+		}
+		if seen[o.Key] {
+			return apierr.Invalidf("store: key %q appears twice in one transaction", o.Key)
+		}
+		seen[o.Key] = true
+		switch o.Kind {
+		case OpPut, OpCheck:
+		case OpDelete:
+			if o.Rev == 0 {
+				return apierr.Invalidf("store: transaction deletes %q without a revision", o.Key)
+			}
+		default:
+			return apierr.Invalidf("store: transaction operation of unknown kind %d on %q", o.Kind, o.Key)
+		}
+	}
+	return nil
+}
+
+// AsTxner returns s, or the first store s wraps (through Unwrapper), that
+// implements Txner.
+func AsTxner(s Store) (Txner, bool) {
+	for i := 0; s != nil && i < 16; i++ {
+		if t, ok := s.(Txner); ok {
+			return t, true
+		}
+		u, ok := s.(Unwrapper)
+		if !ok {
+			return nil, false
+		}
+		s = u.Unwrap()
+	}
+	return nil, false
+}
+
 // HistoryWatcher is implemented by stores that keep a bounded history of
 // recent changes, so a watch can resume where an earlier one stopped
 // (store/bolt and store/mem: an in-memory ring of the latest events, empty

@@ -42,6 +42,7 @@ type Store struct {
 var (
 	_ store.Store          = (*Store)(nil)
 	_ store.HistoryWatcher = (*Store)(nil)
+	_ store.Txner          = (*Store)(nil)
 )
 
 // New returns an empty store at revision 0. It remembers the latest 16384
@@ -264,4 +265,57 @@ func (s *Store) Update(ctx context.Context, key string, fn func(cur store.KV, ex
 			return store.KV{}, err
 		}
 	}
+}
+
+// Txn implements store.Txner: under the store's lock it checks every
+// precondition, then applies every write at one new revision.
+func (s *Store) Txn(ctx context.Context, ops []store.Op) (int64, error) {
+	if err := store.CheckTxn(ops); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, store.ErrClosed
+	}
+	for _, o := range ops {
+		cur, exists := s.recs[o.Key]
+		switch {
+		case o.Rev == 0 && exists:
+			return 0, fmt.Errorf("mem: txn: %q exists at revision %d: %w", o.Key, cur.rev, store.ErrConflict)
+		case o.Rev != 0 && !exists:
+			return 0, fmt.Errorf("mem: txn: %q at revision %d: key does not exist: %w", o.Key, o.Rev, store.ErrConflict)
+		case exists && cur.rev != o.Rev:
+			return 0, fmt.Errorf("mem: txn: %q at revision %d: current revision is %d: %w", o.Key, o.Rev, cur.rev, store.ErrConflict)
+		}
+	}
+	writes := slices.ContainsFunc(ops, func(o store.Op) bool { return o.Kind != store.OpCheck })
+	if !writes {
+		return s.rev, nil
+	}
+	s.rev++
+	var evs []store.Event
+	for _, o := range ops {
+		switch o.Kind {
+		case store.OpPut:
+			v := slices.Clone(o.Value)
+			if _, exists := s.recs[o.Key]; !exists {
+				i, _ := slices.BinarySearch(s.keys, o.Key)
+				s.keys = slices.Insert(s.keys, i, o.Key)
+			}
+			s.recs[o.Key] = record{value: v, rev: s.rev}
+			evs = append(evs, store.Event{Type: store.EventPut, KV: store.KV{Key: o.Key, Value: v, Revision: s.rev}})
+		case store.OpDelete:
+			delete(s.recs, o.Key)
+			if i, ok := slices.BinarySearch(s.keys, o.Key); ok {
+				s.keys = slices.Delete(s.keys, i, i+1)
+			}
+			evs = append(evs, store.Event{Type: store.EventDelete, KV: store.KV{Key: o.Key, Revision: s.rev}})
+		}
+	}
+	s.hub.Publish(evs)
+	return s.rev, nil
 }

@@ -193,7 +193,7 @@ func evSize(ev store.Event) int { return len(ev.KV.Key) + len(ev.KV.Value) + 64 
 // rememberLocked appends ev to the ring, dropping the oldest events while
 // the ring is over either bound.
 func (h *Hub) rememberLocked(ev store.Event) {
-	if ev.KV.Revision <= h.latest {
+	if ev.KV.Revision < h.latest || (ev.KV.Revision == h.latest && h.rememberedLocked(ev.KV.Key)) {
 		return // already remembered (or from before the history started)
 	}
 	ev.KV.Value = slices.Clone(ev.KV.Value)
@@ -215,6 +215,23 @@ func (h *Hub) rememberLocked(ev store.Event) {
 	h.n++
 	h.bytes += size
 	h.latest = ev.KV.Revision
+}
+
+// rememberedLocked says whether the ring's newest revision already holds
+// an event for key: the events of one transaction share a revision, one
+// per key.
+func (h *Hub) rememberedLocked(key string) bool {
+	for i := h.n - 1; i >= 0; i-- {
+		ev := h.ring[(h.head+i)%len(h.ring)]
+		if ev.KV.Revision != h.latest {
+			return false
+		}
+		if ev.KV.Key == key {
+			return true
+		}
+	}
+	// The latest revision was too big to remember, or nothing is kept.
+	return h.n == 0 || h.ring[(h.head+h.n-1)%len(h.ring)].KV.Revision != h.latest
 }
 
 // Oldest is the revision the history starts after: AddFrom accepts any
