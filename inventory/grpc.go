@@ -174,6 +174,20 @@ func (s *MachineServer) AcceptMachine(ctx context.Context, req *inventoryv1.Acce
 	return machineOrStatus(s.Lifecycle.Accept(ctx, req.GetName(), req.GetDisk(), req.GetWipe()))
 }
 
+// AdoptMachine accepts a parked report as the machine it claimed to be,
+// or as a machine of its own (Inventory.AdoptMachine).
+func (s *MachineServer) AdoptMachine(ctx context.Context, req *inventoryv1.AdoptMachineRequest) (*inventoryv1.Machine, error) {
+	return machineOrStatus(s.Inv.AdoptMachine(ctx, req.GetName(), req.GetSeparate()))
+}
+
+// RejectMachine deletes a parked report (Inventory.RejectMachine).
+func (s *MachineServer) RejectMachine(ctx context.Context, req *inventoryv1.RejectMachineRequest) (*emptypb.Empty, error) {
+	if err := s.Inv.RejectMachine(ctx, req.GetName()); err != nil {
+		return nil, apierr.ToStatus(err)
+	}
+	return &emptypb.Empty{}, nil
+}
+
 // ReprovisionMachine sends a deployed machine back to install (the
 // lifecycle).
 func (s *MachineServer) ReprovisionMachine(ctx context.Context, req *inventoryv1.ReprovisionMachineRequest) (*inventoryv1.Machine, error) {

@@ -2,10 +2,14 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"net/url"
+	"strings"
 	"testing"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/mem"
 	"github.com/corralhq/corral/store/record"
 )
@@ -39,22 +43,38 @@ func TestIndexRecordMachineDisagrees(t *testing.T) {
 	}
 }
 
-// TestReleaseMACs: claims made for a change that failed go back, except
-// those the machine's record lists.
-func TestReleaseMACs(t *testing.T) {
-	inv := newInv(t, Config{})
+// TestIndexRecordsMoveWithTheMachine: creating a machine binds its MACs
+// in the same transaction, a create that collides with another machine's
+// MAC writes nothing, and deleting a machine deletes every index record
+// that names it.
+func TestIndexRecordsMoveWithTheMachine(t *testing.T) {
+	st := mem.New()
+	inv := newInv(t, Config{Store: st})
 	ctx := context.Background()
 	if _, err := inv.CreateMachine(ctx, &inventoryv1.Machine{Name: "r1", BootMac: "52:54:00:00:0b:01"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := inv.claimMAC(ctx, "52:54:00:00:0b:02", "r1"); err != nil {
+	_, err := inv.CreateMachine(ctx, &inventoryv1.Machine{Name: "r2", Macs: []string{"52:54:00:00:0b:02", "52:54:00:00:0b:01"}})
+	if !errors.Is(err, apierr.ErrAlreadyExists) {
+		t.Fatalf("create with a taken MAC = %v, want AlreadyExists", err)
+	}
+	if _, err := st.Get(ctx, macPrefix+"52:54:00:00:0b:02"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a refused create left a MAC binding: %v", err)
+	}
+	m, err := inv.Register(ctx, "52:54:00:00:0b:01", facts("SN-R1", "", "52:54:00:00:0b:01"), RegisterOptions{})
+	if err != nil || m.GetName() != "r1" {
+		t.Fatalf("register = %v, %v", m.GetName(), err)
+	}
+	if err := inv.DeleteMachine(ctx, "r1"); err != nil {
 		t.Fatal(err)
 	}
-	inv.releaseMACs(ctx, "r1", []string{"52:54:00:00:0b:01", "52:54:00:00:0b:02"})
-	if m, err := inv.MachineByMAC(ctx, "52:54:00:00:0b:01"); err != nil || m.GetName() != "r1" {
-		t.Fatalf("listed MAC released: %v %v", m, err)
+	kvs, err := st.List(ctx, "/inventory/")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := inv.MachineByMAC(ctx, "52:54:00:00:0b:02"); err == nil {
-		t.Fatal("claim of a failed change kept")
+	for _, kv := range kvs {
+		if !strings.HasPrefix(kv.Key, timelinePrefix) && !strings.HasPrefix(kv.Key, store.TimelineIndexPrefix) {
+			t.Errorf("after the delete %s is left", kv.Key)
+		}
 	}
 }

@@ -51,6 +51,11 @@ type Config struct {
 	// none and fails with ErrDiscoveredCap. 0 means DefaultMaxDiscovered,
 	// negative no cap.
 	MaxDiscovered int
+	// MaxUnaccepted caps the machines registered and not accepted
+	// (INVENTORIED or parked in CONFLICT): at the cap, a report that would
+	// make a new machine is refused with ErrUnacceptedCap. 0 means
+	// MaxDiscovered's value, negative no cap.
+	MaxUnaccepted int
 }
 
 // Inventory keeps machines and their timelines. Its methods are safe for
@@ -89,8 +94,11 @@ func New(cfg Config) (*Inventory, error) {
 	if cfg.MaxDiscovered == 0 {
 		cfg.MaxDiscovered = DefaultMaxDiscovered
 	}
+	if cfg.MaxUnaccepted == 0 {
+		cfg.MaxUnaccepted = cfg.MaxDiscovered
+	}
 	inv := &Inventory{cfg: cfg, log: cfg.Logger, refusals: lograte.NewGate(time.Second, 10)}
-	inv.ph.max = cfg.MaxDiscovered
+	inv.ph.max, inv.ph.umax = cfg.MaxDiscovered, cfg.MaxUnaccepted
 	inv.tl = newTimeline(inv)
 	return inv, nil
 }
@@ -204,9 +212,10 @@ func (i *Inventory) MachineByMAC(ctx context.Context, mac string) (*inventoryv1.
 	return m, err
 }
 
-// CreateMachine stores a new machine and claims its MACs in the MAC index.
-// It fails with apierr.ErrAlreadyExists if the name or any MAC belongs to another
-// machine; nothing is left claimed on failure.
+// CreateMachine stores a new machine and binds its MACs in the MAC index,
+// in one store transaction. It fails with apierr.ErrAlreadyExists if the
+// name or any MAC belongs to another machine (a binding to a machine that
+// is gone is taken over); nothing is written then.
 func (i *Inventory) CreateMachine(ctx context.Context, m *inventoryv1.Machine) (*inventoryv1.Machine, error) {
 	if err := CheckName(m.GetName()); err != nil {
 		return nil, err
@@ -224,22 +233,34 @@ func (i *Inventory) CreateMachine(ctx context.Context, m *inventoryv1.Machine) (
 	if m.BootIntent == inventoryv1.BootIntent_BOOT_INTENT_UNSPECIFIED {
 		m.BootIntent = inventoryv1.BootIntent_BOOT_INTENT_DISCOVER
 	}
-	var claimed []string
-	// A concurrent create of the same name may have won: its MACs are
-	// bound to the same name and must stay bound.
-	release := func() { i.releaseMACs(ctx, m.GetName(), claimed) }
-	for _, mac := range macs {
-		if err := i.claimMAC(ctx, mac, m.GetName()); err != nil {
-			release()
-			return nil, err
+	_, err = record.RunTx(ctx, i.cfg.Store, func(tx *record.Tx) error {
+		if ok, err := tx.Get(ctx, machinePrefix+m.GetName(), newMachine()); err != nil {
+			return err
+		} else if ok {
+			return apierr.Existsf("machine %q", m.GetName())
 		}
-		claimed = append(claimed, mac)
-	}
-	if _, err := record.Put(ctx, i.cfg.Store, machinePrefix+m.GetName(), m, 0); err != nil {
-		release()
-		if errors.Is(err, store.ErrConflict) {
-			return nil, apierr.Existsf("machine %q", m.GetName())
+		for _, mac := range macs {
+			var b inventoryv1.MacBinding
+			exists, err := tx.Get(ctx, macPrefix+mac, &b)
+			if err != nil {
+				return err
+			}
+			if exists && b.GetMachineName() != m.GetName() {
+				owner, err := txMachine(ctx, tx, b.GetMachineName())
+				if err != nil {
+					return err
+				}
+				if owner != nil {
+					return apierr.Existsf("MAC %s belongs to machine %q", mac, b.GetMachineName())
+				}
+			}
+			if err := tx.Put(macPrefix+mac, &inventoryv1.MacBinding{MachineName: m.GetName()}); err != nil {
+				return err
+			}
 		}
+		return tx.Put(machinePrefix+m.GetName(), m)
+	})
+	if err != nil {
 		return nil, err
 	}
 	i.observe(m.GetName(), m)
@@ -276,53 +297,6 @@ func machineMACs(m *inventoryv1.Machine) ([]string, error) {
 		m.Macs = append(m.Macs, m.GetBootMac())
 	}
 	return out, nil
-}
-
-// claimMAC binds mac to machine; a binding to a machine that no longer
-// exists is taken over.
-func (i *Inventory) claimMAC(ctx context.Context, mac, machine string) error {
-	_, err := record.Update(ctx, i.cfg.Store, macPrefix+mac, func() *inventoryv1.MacBinding { return &inventoryv1.MacBinding{} },
-		func(b *inventoryv1.MacBinding, exists bool) (bool, error) {
-			if exists && b.GetMachineName() != machine {
-				if _, err := i.GetMachine(ctx, b.GetMachineName()); err == nil {
-					return false, apierr.Existsf("MAC %s belongs to machine %q", mac, b.GetMachineName())
-				} else if !errors.Is(err, apierr.ErrNotFound) {
-					return false, err
-				}
-			}
-			b.MachineName = machine
-			return false, nil
-		})
-	return err
-}
-
-// releaseMACs gives back the claims on macs made for machine by a change
-// that failed, except those its record lists by now.
-func (i *Inventory) releaseMACs(ctx context.Context, machine string, macs []string) {
-	if len(macs) == 0 {
-		return
-	}
-	ctx = context.WithoutCancel(ctx)
-	m, _ := i.GetMachine(ctx, machine)
-	for _, mac := range macs {
-		if m != nil && hasMAC(m, mac) {
-			continue
-		}
-		i.unclaimMAC(ctx, mac, machine)
-	}
-}
-
-func (i *Inventory) unclaimMAC(ctx context.Context, mac, machine string) {
-	_, err := record.Update(ctx, i.cfg.Store, macPrefix+mac, func() *inventoryv1.MacBinding { return &inventoryv1.MacBinding{} },
-		func(b *inventoryv1.MacBinding, exists bool) (bool, error) {
-			if !exists || b.GetMachineName() != machine {
-				return false, errSkip
-			}
-			return true, nil
-		})
-	if err != nil && !errors.Is(err, errSkip) {
-		i.log.Warn("could not release MAC binding", "mac", mac, "machine", machine, "err", err)
-	}
 }
 
 var errSkip = errors.New("skip")
@@ -398,23 +372,31 @@ func (i *Inventory) updateMachine(ctx context.Context, name string, macsClaimed 
 	return m, nil
 }
 
-// DeleteMachine removes a machine and its MAC bindings, and runs the
-// OnDelete functions with the record as it was. Its timeline is kept (it
-// is keyed by MAC and trimmed by age of entries).
+// DeleteMachine removes a machine and the index records that name it (its
+// MAC bindings, its serial, UUID and TPM key records) in one store
+// transaction, and runs the OnDelete functions with the record as it was.
+// Its timeline is kept (it is keyed by MAC and trimmed by age of entries).
 func (i *Inventory) DeleteMachine(ctx context.Context, name string) error {
 	if err := CheckName(name); err != nil {
 		return err
 	}
 	var gone *inventoryv1.Machine
-	_, err := record.Update(ctx, i.cfg.Store, machinePrefix+name, newMachine, func(m *inventoryv1.Machine, exists bool) (bool, error) {
-		if !exists {
-			return false, apierr.NotFoundf("machine %q", name)
+	_, err := record.RunTx(ctx, i.cfg.Store, func(tx *record.Tx) error {
+		m, err := txMachine(ctx, tx, name)
+		if err != nil {
+			return err
+		}
+		if m == nil {
+			return apierr.NotFoundf("machine %q", name)
 		}
 		if m.GetState() == inventoryv1.Machine_INSTALLING || m.GetState() == inventoryv1.Machine_DEPLOYED {
-			return false, apierr.Preconditionf("machine %q is %s: reprovision it first", name, m.GetState())
+			return apierr.Preconditionf("machine %q is %s: reprovision it first", name, m.GetState())
 		}
-		gone = proto.CloneOf(m)
-		return true, nil
+		if err := tx.Delete(machinePrefix + name); err != nil {
+			return err
+		}
+		gone = m
+		return txUnindex(ctx, tx, m)
 	})
 	if err != nil {
 		return err
@@ -426,10 +408,31 @@ func (i *Inventory) DeleteMachine(ctx context.Context, name string) error {
 	for _, f := range hooks {
 		f(ctx, gone)
 	}
-	for _, mac := range gone.GetMacs() {
-		i.unclaimMAC(ctx, mac, name)
-	}
 	return nil
+}
+
+// txUnindex deletes in tx the index records that name m: its MAC
+// bindings and its serial, UUID and TPM key records.
+func txUnindex(ctx context.Context, tx *record.Tx, m *inventoryv1.Machine) error {
+	var keys []string
+	for _, mac := range append([]string{m.GetBootMac()}, m.GetMacs()...) {
+		if mac != "" && !slices.Contains(keys, macPrefix+mac) {
+			keys = append(keys, macPrefix+mac)
+		}
+	}
+	for _, k := range keys {
+		var b inventoryv1.MacBinding
+		exists, err := tx.Get(ctx, k, &b)
+		if err != nil {
+			return err
+		}
+		if exists && b.GetMachineName() == m.GetName() {
+			if err := tx.Delete(k); err != nil {
+				return err
+			}
+		}
+	}
+	return txUnindexIdentity(ctx, tx, m, nil)
 }
 
 // BootIntent says what mac should boot: the owning machine's intent, or

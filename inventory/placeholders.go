@@ -79,6 +79,68 @@ type placeholders struct {
 
 	refused     int // refusals since the last log line
 	lastCapWarn time.Time
+
+	// The machines registered and not accepted (unaccepted): counted
+	// like the placeholders, capped at umax (< 0: no cap).
+	umax       int
+	unaccepted map[string]bool
+	upending   int
+	urefused   int
+	lastUWarn  time.Time
+}
+
+// isUnaccepted reports whether m counts against Config.MaxUnaccepted: a
+// report made it (INVENTORIED, or parked in CONFLICT) and no operator or
+// policy has accepted it.
+func isUnaccepted(m *inventoryv1.Machine) bool {
+	return m.GetState() == inventoryv1.Machine_INVENTORIED || m.GetState() == inventoryv1.Machine_CONFLICT
+}
+
+// ErrUnacceptedCap is returned by Register for a report that would make a
+// new machine when Config.MaxUnaccepted machines already wait to be
+// accepted (class apierr.ErrExhausted).
+var ErrUnacceptedCap = apierr.New(apierr.ErrExhausted, "inventory: too many machines wait to be accepted")
+
+// reserveUnaccepted takes one slot for a machine a report is about to
+// make, or fails with ErrUnacceptedCap; release must be called once the
+// report is written (observe counts the record).
+func (i *Inventory) reserveUnaccepted(ctx context.Context, mac string) (release func(), err error) {
+	p := &i.ph
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.loaded {
+		if err := p.load(ctx, i); err != nil {
+			return nil, fmt.Errorf("inventory: count machines: %w", err)
+		}
+	}
+	if p.umax >= 0 && len(p.unaccepted)+p.upending >= p.umax {
+		p.urefused++
+		now := i.cfg.Now()
+		if p.lastUWarn.IsZero() || now.Sub(p.lastUWarn) >= capLogInterval {
+			i.log.Warn("unaccepted-machine cap reached: reports of new machines are refused", "mac", mac,
+				"unaccepted", len(p.unaccepted), "max_unaccepted", p.umax, "refused", p.urefused)
+			p.lastUWarn, p.urefused = now, 0
+		}
+		return nil, fmt.Errorf("%w: %d machines are registered and not accepted (the limit, --max-unaccepted); the report from %s is not recorded: accept or delete machines first",
+			ErrUnacceptedCap, len(p.unaccepted), mac)
+	}
+	p.upending++
+	return func() {
+		p.mu.Lock()
+		p.upending--
+		p.mu.Unlock()
+	}, nil
+}
+
+// UnacceptedCount returns how many machines count against the unaccepted
+// cap (after the first scan; before it, -1).
+func (i *Inventory) UnacceptedCount() int {
+	i.ph.mu.Lock()
+	defer i.ph.mu.Unlock()
+	if !i.ph.loaded {
+		return -1
+	}
+	return len(i.ph.unaccepted)
 }
 
 // load scans the machines once (caller holds mu).
@@ -89,6 +151,7 @@ func (p *placeholders) load(ctx context.Context, i *Inventory) error {
 	}
 	p.epoch++
 	p.names = make(map[string]uint64)
+	p.unaccepted = make(map[string]bool)
 	for _, kv := range kvs {
 		m := newMachine()
 		if err := record.Unmarshal(kv.Value, m); err != nil {
@@ -96,6 +159,9 @@ func (p *placeholders) load(ctx context.Context, i *Inventory) error {
 		}
 		if isPlaceholder(m) {
 			p.names[m.GetName()] = p.epoch
+		}
+		if isUnaccepted(m) {
+			p.unaccepted[m.GetName()] = true
 		}
 	}
 	p.loaded = true
@@ -144,6 +210,11 @@ func (i *Inventory) observe(name string, m *inventoryv1.Machine) {
 		return // the first scan will see it
 	}
 	p.epoch++
+	if m != nil && isUnaccepted(m) {
+		p.unaccepted[name] = true
+	} else {
+		delete(p.unaccepted, name)
+	}
 	if m != nil && isPlaceholder(m) {
 		if _, ok := p.names[name]; !ok {
 			p.names[name] = p.epoch
@@ -271,14 +342,18 @@ func (i *Inventory) collect(ctx context.Context, m *inventoryv1.Machine, cutoff 
 	if !last.Before(cutoff) {
 		return false, true, nil
 	}
-	_, err = record.Update(ctx, i.cfg.Store, machinePrefix+name, newMachine, func(cur *inventoryv1.Machine, exists bool) (bool, error) {
-		if !exists {
-			return false, errSkip
+	_, err = record.RunTx(ctx, i.cfg.Store, func(tx *record.Tx) error {
+		cur, err := txMachine(ctx, tx, name)
+		if err != nil {
+			return err
 		}
-		if !collectable(cur) || !older(cur, cutoff) || strings.Join(cur.GetMacs(), ",") != strings.Join(m.GetMacs(), ",") {
-			return false, errSkip
+		if cur == nil || !collectable(cur) || !older(cur, cutoff) || strings.Join(cur.GetMacs(), ",") != strings.Join(m.GetMacs(), ",") {
+			return errSkip
 		}
-		return true, nil
+		if err := tx.Delete(machinePrefix + name); err != nil {
+			return err
+		}
+		return txUnindex(ctx, tx, cur)
 	})
 	if errors.Is(err, errSkip) || errors.Is(err, store.ErrNotFound) {
 		return false, false, nil
@@ -287,9 +362,6 @@ func (i *Inventory) collect(ctx context.Context, m *inventoryv1.Machine, cutoff 
 		return false, false, err
 	}
 	i.observe(name, nil)
-	for _, mac := range macs {
-		i.unclaimMAC(ctx, mac, name)
-	}
 	removed := 0
 	for _, kv := range entries {
 		if err := i.cfg.Store.Delete(ctx, kv.Key, kv.Revision); err == nil {

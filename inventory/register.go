@@ -2,7 +2,6 @@ package inventory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -20,6 +19,7 @@ import (
 const (
 	serialPrefix = store.SerialsPrefix
 	uuidPrefix   = store.UUIDsPrefix
+	ekPrefix     = store.EKsPrefix
 )
 
 // Flags inventory sets on machines.
@@ -28,36 +28,34 @@ const (
 	FlagMACConflict     = "mac-conflict"
 )
 
-// Register records a discovery report: it finds the machine serial-first
-// (system serial, else system UUID, else the in-band BMC address of a
-// machine enrolled before it booted, else any reported MAC), creates it if
-// none matches, absorbs MAC-only placeholder machines that DHCP created for
-// the same hardware, stores the facts with a dated history of what changed,
-// and moves a DISCOVERED machine to INVENTORIED with boot intent `local`.
-// Two machines reporting one serial with different UUIDs are kept apart and
-// flagged. The BMC LAN address the agent read in-band fills or checks the
-// enrolled one (see ReconcileBMCAddress). An invalid report returns
-// apierr.ErrInvalid and stores nothing.
+// Register records a discovery report under the claim rules (claims.go,
+// docs/security.md "Claims"): the report lands on the machine whose boot
+// MAC it comes from when it carries every identifier that machine holds;
+// else on the machine its serial, system UUID or TPM key names when it
+// also shows evidence (a MAC that machine listed, or its bound TPM key);
+// else, when it names nobody, on a new machine (absorbing the DHCP
+// placeholder of its boot MAC). Anything else — an identity that does not
+// match, a claim without evidence, a BMC address that belongs to another
+// machine — parks the report as a record of its own in CONFLICT
+// (ConflictName) and returns ErrParked: nothing of the claimed machine
+// changes, both sides get a timeline entry, and an operator adopts or
+// rejects it.
 //
-// A known machine is never taken over. A report is refused (an error of
-// class apierr.ErrPermissionDenied naming the machine and what mismatched,
-// recorded on that machine's timeline, nothing of it changed) when the
-// machine holding its boot MAC, or the one it would land on, has a real
-// serial or system UUID recorded and the report carries neither of them
-// or contradicts one (IdentityMismatch). A NIC MAC of the report held by
-// such a machine is not claimed: the report's own machine is flagged
-// mac-conflict instead (a separate, flagged record, never merged). DHCP
-// placeholders (no serial, no UUID, no facts) are absorbed. The residual
-// risk: a machine record with no real serial and no real UUID — a
-// placeholder, or a machine whose firmware reports none — is claimed by
-// any report from one of its MACs.
+// Landing stores the facts with a dated history, fills the identity the
+// machine lacks, binds the boot MAC (only the boot MAC: the other MACs of
+// a report stay facts), and moves a DISCOVERED machine to INVENTORIED with
+// boot intent local. The machine record, its MAC binding, its serial,
+// UUID and TPM key index records and an absorbed placeholder change in one
+// store transaction. An invalid report returns apierr.ErrInvalid; a new
+// machine past the cap on machines waiting to be accepted returns
+// ErrUnacceptedCap; both store nothing.
 //
-// opts.Admit, when set, sees the match before anything is written and may
-// refuse it. The machine record changes in one compare-and-swap; opts.Hook,
-// when set, runs inside it after the report is applied (became: the
-// machine just became INVENTORIED) and may change the record further; it
-// may run more than once when the swap is retried, so it must only set
-// state derived from its arguments.
+// opts.Admit, when set, sees a landing before anything is written and may
+// refuse it (it is not asked about a parked report). opts.Hook, when set,
+// runs inside the transaction after the report is applied (became: the
+// machine just became INVENTORIED) and may change the record further. The
+// transaction may run more than once when it conflicts, so both must only
+// derive what they do from their arguments.
 func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *inventoryv1.Facts, opts RegisterOptions) (*inventoryv1.Machine, error) {
 	boot, err := NormalizeMAC(bootMAC)
 	if err != nil {
@@ -67,20 +65,7 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 		return nil, err
 	}
 	facts = proto.CloneOf(facts)
-	macs := []string{boot}
-	for _, n := range facts.GetNics() {
-		if m, err := NormalizeMAC(n.GetMac()); err == nil && !slices.Contains(macs, m) {
-			macs = append(macs, m)
-		}
-	}
-	serial := strings.TrimSpace(facts.GetSystem().GetSerial())
-	if !RealSerial(serial) {
-		serial = ""
-	}
-	uuid := normUUID(facts.GetSystem().GetUuid())
-	if !RealUUID(uuid) {
-		uuid = ""
-	}
+	id := reportIdentity(facts, opts.EKIdentity)
 	bmcHost := ""
 	if addr := facts.GetBmc().GetIpv4Address(); strings.TrimSpace(addr) != "" {
 		h, _, err := ParseBMCAddress(addr)
@@ -90,211 +75,472 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 			bmcHost = h
 		}
 	}
-
-	target, by, flags, dups, err := i.identify(ctx, serial, uuid, bmcHost, macs)
+	r := &registration{i: i, boot: boot, facts: facts, id: id, bmcHost: bmcHost, opts: opts, now: timestamppb.New(i.cfg.Now())}
+	defer r.releaseSlot()
+	_, err = record.RunTx(ctx, i.cfg.Store, func(tx *record.Tx) error {
+		r.reset()
+		return r.run(ctx, tx)
+	})
 	if err != nil {
 		return nil, err
 	}
-	// The machine that holds the boot MAC must recognise the report (read
-	// again only when it is not the one identify found).
-	var holder *inventoryv1.Machine
-	if target != nil && hasMAC(target, boot) {
-		holder = target
-	} else {
-		holder, err = i.MachineByMAC(ctx, boot)
-		switch {
-		case errors.Is(err, apierr.ErrNotFound):
-			holder = nil
-		case err != nil:
-			return nil, err
-		}
+	for _, w := range r.written {
+		i.observe(w.name, w.m)
 	}
-	if holder != nil {
-		if why := IdentityMismatch(holder, serial, uuid); why != "" {
-			return nil, i.refuseReport(holder, boot, serial, uuid, why)
-		}
+	if r.parked != nil {
+		return nil, i.parkedEvents(r)
 	}
-	if target == nil {
-		// The name a new machine gets may be taken by a record that no
-		// longer holds the MAC (or one a concurrent registration just
-		// made): it must recognise the report like any other.
-		name := MachineNameForMAC(boot)
-		existing, err := i.GetMachine(ctx, name)
-		switch {
-		case errors.Is(err, apierr.ErrNotFound):
-			by = "new"
-		case err != nil:
-			return nil, err
-		default:
-			if why := IdentityMismatch(existing, serial, uuid); why != "" {
-				return nil, i.refuseReport(existing, boot, serial, uuid, why)
+	m := r.out
+	if r.absorbed != "" && r.absorbed != m.GetName() {
+		i.Event(boot, "inventory", "merged", fmt.Sprintf("placeholder machine %s merged into %s", r.absorbed, m.GetName()), nil)
+	}
+	if bmcHost != "" {
+		i.inbandBMCEvents(m, bmcHost, r.bmcFilled, r.bmcMismatch)
+	}
+	detail := fmt.Sprintf("machine %s %s from %s", m.GetName(), id.describe(), boot)
+	i.Event(boot, "inventory", "registered", detail, map[string]string{"state": m.GetState().String(), "changes": fmt.Sprint(r.changes), "matched_by": r.by})
+	i.log.Info("machine registered", "machine", m.GetName(), "serial", id.serial, "mac", boot, "state", m.GetState().String(), "fact_changes", r.changes, "matched_by", r.by, "tpm", id.ek != "")
+	return m, nil
+}
+
+// ErrParked is returned by Register for a report parked in CONFLICT
+// (class apierr.ErrPermissionDenied: the agent is not the machine it
+// claimed to be until an operator says so).
+var ErrParked = apierr.New(apierr.ErrPermissionDenied, "inventory: report parked in CONFLICT")
+
+// registration is one Register's transaction state.
+type registration struct {
+	i       *Inventory
+	boot    string
+	facts   *inventoryv1.Facts
+	id      identity
+	bmcHost string
+	opts    RegisterOptions
+	now     *timestamppb.Timestamp
+
+	slot func() // a reserved slot under the unaccepted cap, released after
+
+	// Results of the last attempt.
+	out                    *inventoryv1.Machine
+	by                     string
+	parked                 *inventoryv1.Machine
+	claimed                *inventoryv1.Machine // the machine a parked report claimed
+	absorbed               string
+	changes                int
+	bmcFilled, bmcMismatch bool
+	written                []written
+}
+
+type written struct {
+	name string
+	m    *inventoryv1.Machine // nil: deleted
+}
+
+func (r *registration) reset() {
+	r.out, r.by, r.parked, r.claimed, r.absorbed = nil, "", nil, nil, ""
+	r.changes, r.bmcFilled, r.bmcMismatch, r.written = 0, false, false, nil
+}
+
+func (r *registration) releaseSlot() {
+	if r.slot != nil {
+		r.slot()
+	}
+}
+
+// reserve takes a slot under the unaccepted cap once per Register.
+func (r *registration) reserve(ctx context.Context) error {
+	if r.slot != nil {
+		return nil
+	}
+	release, err := r.i.reserveUnaccepted(ctx, r.boot)
+	if err != nil {
+		return err
+	}
+	r.slot = release
+	return nil
+}
+
+// run decides where the report goes and writes it through tx.
+func (r *registration) run(ctx context.Context, tx *record.Tx) error {
+	holder, err := txMachineByMAC(ctx, tx, r.boot)
+	if err != nil {
+		return err
+	}
+	var absorb *inventoryv1.Machine
+	if holder != nil && placeholder(holder) {
+		absorb, holder = holder, nil
+	}
+	switch {
+	case holder != nil && holder.GetState() == inventoryv1.Machine_CONFLICT:
+		// Parked before and not decided yet: it stays parked.
+		var claimed *inventoryv1.Machine
+		if n := holder.GetConflict().GetMachine(); n != "" {
+			if claimed, err = txMachine(ctx, tx, n); err != nil {
+				return err
 			}
-			target, by = existing, "name"
 		}
-	} else if why := IdentityMismatch(target, serial, uuid); why != "" {
-		return nil, i.refuseReport(target, boot, serial, uuid, why)
-	}
-	match := Match{Machine: target, By: by, Holder: holder, Identified: true}
-	if target == nil {
-		match.Name = MachineNameForMAC(boot)
-	} else {
-		match.Name = target.GetName()
-	}
-	if opts.Admit != nil {
-		if err := opts.Admit(match); err != nil {
-			return nil, err
+		return r.park(ctx, tx, holder, nil, claimed, holder.GetConflict().GetReason())
+	case holder != nil:
+		if why := r.id.mismatch(holder); why != "" {
+			return r.park(ctx, tx, nil, nil, holder, fmt.Sprintf("the report comes from machine %s's boot MAC, but %s", holder.GetName(), why))
 		}
+		return r.land(ctx, tx, holder, "mac", holder, nil)
 	}
-	for _, d := range dups {
-		if _, err := i.UpdateMachine(ctx, d.machine, func(o *inventoryv1.Machine) error {
-			o.Flags = mergeFlags(o.GetFlags(), []string{d.flag})
-			return nil
-		}); err != nil && !errors.Is(err, apierr.ErrNotFound) {
-			return nil, err
+	cands, err := r.candidates(ctx, tx, absorb)
+	if err != nil {
+		return err
+	}
+	for _, c := range cands {
+		if r.id.mismatch(c.m) == "" && r.id.evidence(c.m, r.boot) {
+			return r.land(ctx, tx, c.m, c.by, nil, absorb)
 		}
 	}
-	if target == nil {
-		m, err := i.CreateMachine(ctx, &inventoryv1.Machine{Name: match.Name, BootMac: boot})
-		if errors.Is(err, apierr.ErrAlreadyExists) {
-			// Another registration created it between our read and
-			// now: the mutation below re-checks its identity.
-			m, err = i.GetMachine(ctx, match.Name)
+	if len(cands) > 0 {
+		c := cands[0]
+		why := fmt.Sprintf("its %s names machine %s, which neither boots from %s nor listed it, and the report proves no TPM key the machine has bound", c.by, c.m.GetName(), r.boot)
+		if w := r.id.mismatch(c.m); w != "" {
+			why = fmt.Sprintf("its %s names machine %s, but %s", c.by, c.m.GetName(), w)
 		}
+		return r.park(ctx, tx, nil, absorb, c.m, why)
+	}
+	if owner, err := r.bmcOwner(ctx, tx); err != nil {
+		return err
+	} else if owner != nil {
+		return r.park(ctx, tx, nil, absorb, owner, fmt.Sprintf("the report states BMC address %s, enrolled for machine %s; a BMC address alone identifies no machine", r.bmcHost, owner.GetName()))
+	}
+	if err := r.reserve(ctx); err != nil {
+		return err
+	}
+	if absorb != nil {
+		return r.land(ctx, tx, absorb, "new", absorb, nil)
+	}
+	m := &inventoryv1.Machine{Name: MachineNameForMAC(r.boot), CreatedAt: r.now, BootIntent: inventoryv1.BootIntent_BOOT_INTENT_DISCOVER}
+	if err := Transition(m, EventCreated); err != nil {
+		return err
+	}
+	return r.land(ctx, tx, m, "new", nil, nil)
+}
+
+// candidate is a machine the report's identity names.
+type candidate struct {
+	m  *inventoryv1.Machine
+	by string
+}
+
+// candidates are the machines the report's TPM key, serial and UUID index
+// records name (each once, in that order), and the record named after the
+// boot MAC when it is not the placeholder being absorbed.
+func (r *registration) candidates(ctx context.Context, tx *record.Tx, absorb *inventoryv1.Machine) ([]candidate, error) {
+	var out []candidate
+	seen := map[string]bool{}
+	add := func(m *inventoryv1.Machine, by string) {
+		if m != nil && !seen[m.GetName()] && (absorb == nil || m.GetName() != absorb.GetName()) {
+			seen[m.GetName()] = true
+			out = append(out, candidate{m, by})
+		}
+	}
+	for _, ix := range r.indexes() {
+		m, err := txIndexed(ctx, tx, ix.key, ix.agrees)
 		if err != nil {
 			return nil, err
 		}
-		target = m
+		add(m, ix.by)
 	}
-	name := target.GetName()
-
-	// MACs: claim the reported ones, absorbing DHCP placeholders.
-	var newMACs []string
-	for _, mac := range macs {
-		if hasMAC(target, mac) {
-			continue
-		}
-		owner, err := i.MachineByMAC(ctx, mac)
-		switch {
-		case errors.Is(err, apierr.ErrNotFound):
-		case err != nil:
-			return nil, err
-		case placeholder(owner):
-			if err := i.DeleteMachine(ctx, owner.GetName()); err != nil && !errors.Is(err, apierr.ErrNotFound) {
-				return nil, err
-			}
-			i.Event(mac, "inventory", "merged", fmt.Sprintf("placeholder machine %s merged into %s", owner.GetName(), name), nil)
-		default:
-			flags = append(flags, fmt.Sprintf("%s: %s also belongs to machine %s", FlagMACConflict, mac, owner.GetName()))
-			continue
-		}
-		if err := i.claimMAC(ctx, mac, name); err != nil {
-			if errors.Is(err, apierr.ErrAlreadyExists) {
-				flags = append(flags, fmt.Sprintf("%s: %s: %v", FlagMACConflict, mac, err))
-				continue
-			}
-			return nil, err
-		}
-		newMACs = append(newMACs, mac)
-	}
-
-	// The serial and UUID index records are written before the machine
-	// record (the store has no multi-key transaction): a record the
-	// machine does not come to agree with is ignored by its readers and
-	// taken over by the next writer (docs/architecture.md, "Index
-	// records").
-	if serial != "" {
-		i.index(ctx, serialPrefix+url.PathEscape(serial), name, hasSerial(serial))
-	}
-	if uuid != "" {
-		i.index(ctx, uuidPrefix+uuid, name, hasUUID(uuid))
-	}
-	now := timestamppb.New(i.cfg.Now())
-	var changes []*inventoryv1.FactChange
-	var became, bmcFilled, bmcMismatch bool
-	var refused *inventoryv1.Machine
-	var refusedWhy string
-	m, err := i.updateMachine(ctx, name, true, func(m *inventoryv1.Machine) error {
-		// Re-checked on the record being written: another report may have
-		// recorded an identity since we matched.
-		if why := IdentityMismatch(m, serial, uuid); why != "" {
-			refused, refusedWhy = m, why
-			return errRefused
-		}
-		changes = diffFacts(m.GetFacts(), facts, now)
-		m.FactHistory = append(m.FactHistory, changes...)
-		if n := len(m.FactHistory); n > maxHistory {
-			m.FactHistory = m.FactHistory[n-maxHistory:]
-		}
-		m.Facts = facts
-		if serial != "" {
-			m.Serial = serial
-		}
-		if uuid != "" {
-			m.SystemUuid = uuid
-		}
-		for _, mac := range newMACs {
-			if !slices.Contains(m.Macs, mac) {
-				m.Macs = append(m.Macs, mac)
-			}
-		}
-		m.BootMac = boot
-		if !slices.Contains(m.Macs, boot) {
-			// The boot MAC is claimed by someone else: keep our record's
-			// MAC list honest, but remember where we booted from.
-			m.BootMac = m.GetMacs()[0]
-		}
-		m.Flags = mergeFlags(m.GetFlags(), flags)
-		// The discovery agent came up: whatever powered the machine on
-		// booted it — unless its install is done: then it is the agent
-		// that installed, registering again because its session broke
-		// before the reboot or kexec into the hypervisor image, and the
-		// watchdog keeps waiting for the node (lifecycle/kexec.go).
-		if m.GetState() != inventoryv1.Machine_INSTALLING || !m.GetInstall().GetDone() {
-			m.Watchdog = nil
-		}
-		from := m.GetState()
-		if err := Transition(m, EventRegistered); err != nil {
-			return err
-		}
-		became = m.GetState() != from
-		if became {
-			m.StateReason = ""
-			if m.GetBootIntent() == inventoryv1.BootIntent_BOOT_INTENT_DISCOVER || m.GetBootIntent() == inventoryv1.BootIntent_BOOT_INTENT_UNSPECIFIED {
-				m.BootIntent = inventoryv1.BootIntent_BOOT_INTENT_LOCAL
-			}
-		}
-		if m.Annotations == nil {
-			m.Annotations = map[string]string{}
-		}
-		m.Annotations[AnnotationLastSeen] = now.AsTime().UTC().Format("2006-01-02T15:04:05Z")
-		bmcFilled, bmcMismatch = false, false
-		if bmcHost != "" {
-			// Fill the enrolled BMC address from what the machine
-			// reports in-band, or flag a mismatch.
-			bmcFilled, bmcMismatch = applyInbandBMC(m, bmcHost)
-		}
-		if opts.Hook != nil {
-			opts.Hook(m, became)
-		}
-		return nil
-	})
-	if err != nil {
-		// The MACs claimed for the report go back (those the record
-		// lists meanwhile stay bound).
-		i.releaseMACs(ctx, name, newMACs)
-	}
-	if errors.Is(err, errRefused) {
-		return nil, i.refuseReport(refused, boot, serial, uuid, refusedWhy)
-	}
+	named, err := txMachine(ctx, tx, MachineNameForMAC(r.boot))
 	if err != nil {
 		return nil, err
 	}
-	if bmcHost != "" {
-		i.inbandBMCEvents(m, bmcHost, bmcFilled, bmcMismatch)
+	add(named, "name")
+	return out, nil
+}
+
+// indexRef is one identity index record of a report.
+type indexRef struct {
+	key, by, value string
+	agrees         func(*inventoryv1.Machine) bool
+}
+
+func (r *registration) indexes() []indexRef {
+	var out []indexRef
+	if ek := r.id.ek; ek != "" {
+		out = append(out, indexRef{ekPrefix + ek, "TPM key", shortEK(ek), func(m *inventoryv1.Machine) bool { return m.GetEkIdentity() == ek }})
 	}
-	detail := fmt.Sprintf("machine %s serial=%q uuid=%q macs=%d", name, serial, uuid, len(macs))
-	i.Event(boot, "inventory", "registered", detail, map[string]string{"state": m.GetState().String(), "changes": fmt.Sprint(len(changes)), "matched_by": by})
-	i.log.Info("machine registered", "machine", name, "serial", serial, "mac", boot, "state", m.GetState().String(), "fact_changes", len(changes), "matched_by", by)
+	if s := r.id.serial; s != "" {
+		out = append(out, indexRef{serialPrefix + url.PathEscape(s), "serial", fmt.Sprintf("%q", s), hasSerial(s)})
+	}
+	if u := r.id.uuid; u != "" {
+		out = append(out, indexRef{uuidPrefix + u, "uuid", u, hasUUID(u)})
+	}
+	return out
+}
+
+// bmcOwner is the machine whose enrolled BMC address the report states,
+// if any agrees with its index record.
+func (r *registration) bmcOwner(ctx context.Context, tx *record.Tx) (*inventoryv1.Machine, error) {
+	if r.bmcHost == "" {
+		return nil, nil
+	}
+	for _, port := range []uint32{623, 443} {
+		var b inventoryv1.BmcAddressBinding
+		ok, err := tx.Get(ctx, BMCAddressKey(r.bmcHost, port), &b)
+		if err != nil || !ok {
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		m, err := txMachine(ctx, tx, b.GetMachineName())
+		if err != nil {
+			return nil, err
+		}
+		if m != nil && m.GetBmc().GetAddress() == r.bmcHost {
+			return m, nil
+		}
+	}
+	return nil, nil
+}
+
+// land applies the report to m (its record as read; holder: m already
+// holds the boot MAC; absorb: a placeholder holding it, deleted).
+func (r *registration) land(ctx context.Context, tx *record.Tx, m *inventoryv1.Machine, by string, holder, absorb *inventoryv1.Machine) error {
+	name := m.GetName()
+	mt := Match{Name: name, Machine: m, By: by, Holder: holder, Identified: true}
+	if absorb != nil {
+		mt.Holder = absorb
+	}
+	if by == "new" && holder == nil {
+		mt.Machine = nil // not stored yet
+	}
+	if r.opts.Admit != nil {
+		if err := r.opts.Admit(mt); err != nil {
+			return err
+		}
+	}
+	m = proto.CloneOf(m)
+	if absorb != nil {
+		if err := tx.Delete(machinePrefix + absorb.GetName()); err != nil {
+			return err
+		}
+		r.absorbed = absorb.GetName()
+		r.written = append(r.written, written{absorb.GetName(), nil})
+	} else if holder != nil && placeholder(holder) {
+		r.absorbed = holder.GetName()
+	}
+	if !hasMAC(m, r.boot) || holder == nil {
+		if err := tx.Put(macPrefix+r.boot, &inventoryv1.MacBinding{MachineName: name}); err != nil {
+			return err
+		}
+	}
+	flags, err := r.index(ctx, tx, name)
+	if err != nil {
+		return err
+	}
+	changes := diffFacts(m.GetFacts(), r.facts, r.now)
+	r.changes = len(changes)
+	m.FactHistory = append(m.FactHistory, changes...)
+	if n := len(m.FactHistory); n > maxHistory {
+		m.FactHistory = m.FactHistory[n-maxHistory:]
+	}
+	m.Facts = r.facts
+	r.id.apply(m)
+	if !slices.Contains(m.Macs, r.boot) {
+		m.Macs = append(m.Macs, r.boot)
+	}
+	m.BootMac = r.boot
+	m.Flags = mergeFlags(m.GetFlags(), flags)
+	// The discovery agent came up: whatever powered the machine on booted
+	// it — unless its install is done: then it is the agent that
+	// installed, registering again because its session broke before the
+	// reboot or kexec into the hypervisor image, and the watchdog keeps
+	// waiting for the node (lifecycle/kexec.go).
+	if m.GetState() != inventoryv1.Machine_INSTALLING || !m.GetInstall().GetDone() {
+		m.Watchdog = nil
+	}
+	from := m.GetState()
+	if err := Transition(m, EventRegistered); err != nil {
+		return err
+	}
+	became := m.GetState() != from
+	if became {
+		m.StateReason = ""
+		if m.GetBootIntent() == inventoryv1.BootIntent_BOOT_INTENT_DISCOVER || m.GetBootIntent() == inventoryv1.BootIntent_BOOT_INTENT_UNSPECIFIED {
+			m.BootIntent = inventoryv1.BootIntent_BOOT_INTENT_LOCAL
+		}
+	}
+	if m.Annotations == nil {
+		m.Annotations = map[string]string{}
+	}
+	m.Annotations[AnnotationLastSeen] = r.now.AsTime().UTC().Format("2006-01-02T15:04:05Z")
+	if r.bmcHost != "" {
+		r.bmcFilled, r.bmcMismatch = applyInbandBMC(m, r.bmcHost)
+	}
+	if r.opts.Hook != nil {
+		r.opts.Hook(m, became)
+	}
+	m.Name = name
+	m.UpdatedAt = r.now
+	if err := tx.Put(machinePrefix+name, m); err != nil {
+		return err
+	}
+	r.out, r.by = m, by
+	r.written = append(r.written, written{name, m})
+	return nil
+}
+
+// index points the report's identity index records at machine name in
+// tx, unless another machine that holds the same identifier has them:
+// then both are flagged (the flags for name are returned, the other
+// machine's are written in tx).
+func (r *registration) index(ctx context.Context, tx *record.Tx, name string) ([]string, error) {
+	var flags []string
+	for _, ix := range r.indexes() {
+		var b inventoryv1.MacBinding
+		exists, err := tx.Get(ctx, ix.key, &b)
+		if err != nil {
+			return nil, err
+		}
+		if exists && b.GetMachineName() == name {
+			continue
+		}
+		if exists {
+			other, err := txMachine(ctx, tx, b.GetMachineName())
+			if err != nil {
+				return nil, err
+			}
+			if other != nil && ix.agrees(other) {
+				flags = append(flags, fmt.Sprintf("%s: %s %s is also held by machine %s", FlagDuplicateSerial, ix.by, ix.value, other.GetName()))
+				other = proto.CloneOf(other)
+				other.Flags = mergeFlags(other.GetFlags(), []string{fmt.Sprintf("%s: %s %s is also held by machine %s", FlagDuplicateSerial, ix.by, ix.value, name)})
+				if err := tx.Put(machinePrefix+other.GetName(), other); err != nil {
+					return nil, err
+				}
+				r.written = append(r.written, written{other.GetName(), other})
+				continue
+			}
+		}
+		if err := tx.Put(ix.key, &inventoryv1.MacBinding{MachineName: name}); err != nil {
+			return nil, err
+		}
+	}
+	return flags, nil
+}
+
+// park records the report on its own record in CONFLICT: prev is that
+// record when the boot MAC is bound to it already; absorb, a placeholder
+// holding the boot MAC, is replaced by it; claimed is the machine the
+// report claimed to be (nil when it is gone).
+func (r *registration) park(ctx context.Context, tx *record.Tx, prev, absorb, claimed *inventoryv1.Machine, why string) error {
+	name := ConflictName(r.boot)
+	p := prev
+	if p == nil {
+		var err error
+		if p, err = txMachine(ctx, tx, name); err != nil {
+			return err
+		}
+	}
+	if p == nil {
+		if err := r.reserve(ctx); err != nil {
+			return err
+		}
+		p = &inventoryv1.Machine{Name: name, CreatedAt: r.now, BootIntent: inventoryv1.BootIntent_BOOT_INTENT_LOCAL}
+	} else {
+		p = proto.CloneOf(p)
+	}
+	if err := Transition(p, EventParked); err != nil {
+		return err
+	}
+	if absorb != nil {
+		if err := tx.Delete(machinePrefix + absorb.GetName()); err != nil {
+			return err
+		}
+		r.written = append(r.written, written{absorb.GetName(), nil})
+	}
+	// The boot MAC is the parked record's when nobody else's: it stays
+	// the real holder's otherwise (its script does not change).
+	bound := absorb != nil || (prev != nil && hasMAC(prev, r.boot))
+	if absorb == nil && prev == nil {
+		var b inventoryv1.MacBinding
+		exists, err := tx.Get(ctx, macPrefix+r.boot, &b)
+		if err != nil {
+			return err
+		}
+		bound = !exists
+	}
+	if bound {
+		if err := tx.Put(macPrefix+r.boot, &inventoryv1.MacBinding{MachineName: name}); err != nil {
+			return err
+		}
+		p.BootMac, p.Macs = r.boot, []string{r.boot}
+	}
+	changes := diffFacts(p.GetFacts(), r.facts, r.now)
+	p.FactHistory = append(p.FactHistory, changes...)
+	if n := len(p.FactHistory); n > maxHistory {
+		p.FactHistory = p.FactHistory[n-maxHistory:]
+	}
+	p.Facts = r.facts
+	p.Serial, p.SystemUuid, p.BaseboardSerial, p.EkIdentity = r.id.serial, r.id.uuid, r.id.board, r.id.ek
+	c := p.GetConflict()
+	p.Conflict = &inventoryv1.Conflict{BootMac: r.boot, Reason: why, At: r.now, Reports: c.GetReports() + 1}
+	if claimed != nil {
+		p.Conflict.Machine = claimed.GetName()
+	}
+	p.StateReason = "parked: " + why
+	p.UpdatedAt = r.now
+	if err := tx.Put(machinePrefix+name, p); err != nil {
+		return err
+	}
+	r.parked, r.claimed = p, claimed
+	r.written = append(r.written, written{name, p})
+	return nil
+}
+
+// parkedEvents puts a parked report on the timelines of its boot MAC and
+// of the machine it claimed, and returns ErrParked with the reason.
+func (i *Inventory) parkedEvents(r *registration) error {
+	p, c := r.parked, r.parked.GetConflict()
+	attrs := map[string]string{"boot_mac": r.boot, "serial": r.id.serial, "uuid": r.id.uuid, "parked_as": p.GetName(), "claimed": c.GetMachine()}
+	detail := fmt.Sprintf("report from %s (%s) parked as %s: %s", r.boot, r.id.describe(), p.GetName(), c.GetReason())
+	i.Event(r.boot, "inventory", "register-conflict", detail, attrs)
+	if mac := firstMAC(r.claimed); r.claimed != nil && mac != "" && mac != r.boot {
+		i.Event(mac, "inventory", "register-conflict", detail, attrs)
+	}
+	if n, ok := i.refusals.Allow(); ok {
+		i.log.Warn("discovery report parked in CONFLICT", "parked_as", p.GetName(), "mac", r.boot, "claimed", c.GetMachine(), "serial", r.id.serial, "reason", c.GetReason(), "suppressed", n)
+	}
+	return fmt.Errorf("%w: the report from %s is parked as machine %s: %s; an operator must adopt it (corral machine adopt %s) or reject it (corral machine reject %s)",
+		ErrParked, r.boot, p.GetName(), c.GetReason(), p.GetName(), p.GetName())
+}
+
+// txMachine reads machine name in tx (nil when absent).
+func txMachine(ctx context.Context, tx *record.Tx, name string) (*inventoryv1.Machine, error) {
+	if CheckName(name) != nil {
+		return nil, nil
+	}
+	m := newMachine()
+	ok, err := tx.Get(ctx, machinePrefix+name, m)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return m, nil
+}
+
+// txMachineByMAC reads the machine mac is bound to in tx (nil when none,
+// or when the binding names a machine that is gone or does not list mac).
+func txMachineByMAC(ctx context.Context, tx *record.Tx, mac string) (*inventoryv1.Machine, error) {
+	return txIndexed(ctx, tx, macPrefix+mac, func(m *inventoryv1.Machine) bool { return hasMAC(m, mac) })
+}
+
+// txIndexed reads the machine an index record names in tx, if it agrees.
+func txIndexed(ctx context.Context, tx *record.Tx, key string, agrees func(*inventoryv1.Machine) bool) (*inventoryv1.Machine, error) {
+	var b inventoryv1.MacBinding
+	ok, err := tx.Get(ctx, key, &b)
+	if err != nil || !ok {
+		return nil, err
+	}
+	m, err := txMachine(ctx, tx, b.GetMachineName())
+	if err != nil || m == nil || !agrees(m) {
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -306,6 +552,10 @@ type RegisterOptions struct {
 	Admit func(Match) error
 	// Hook runs inside the machine mutation; see Register.
 	Hook RegisterHook
+	// EKIdentity is the TPM endorsement key the caller verified the
+	// machine holds (credential activation), "" without a TPM proof. It
+	// must never come from the report itself.
+	EKIdentity string
 }
 
 // Match is the machine a discovery report was matched to, as Admit sees it.
@@ -332,74 +582,7 @@ type Match struct {
 // and nothing else has touched: it may be merged into a registered machine.
 func Placeholder(m *inventoryv1.Machine) bool { return placeholder(m) }
 
-// errRefused aborts Register's mutation on an identity mismatch.
-var errRefused = errors.New("report refused")
-
-// IdentityMismatch compares a report's identity — its real serial and
-// system UUID, "" where it has none (RealSerial, RealUUID; the UUID
-// lower-cased) — with what m has recorded. It returns "" when the report
-// may land on m: m has neither a serial nor a UUID recorded, or the report
-// carries at least one of those m has, equal, and contradicts neither.
-// Otherwise it says what mismatched, for an error and the timeline.
-func IdentityMismatch(m *inventoryv1.Machine, serial, uuid string) string {
-	ms, mu := m.GetSerial(), normUUID(m.GetSystemUuid())
-	if ms == "" && mu == "" {
-		return ""
-	}
-	var bad []string
-	if ms != "" && serial != "" && serial != ms {
-		bad = append(bad, fmt.Sprintf("serial %q is not the recorded %q", serial, ms))
-	}
-	if mu != "" && uuid != "" && uuid != mu {
-		bad = append(bad, fmt.Sprintf("system UUID %s is not the recorded %s", uuid, mu))
-	}
-	if len(bad) > 0 {
-		return strings.Join(bad, ", ")
-	}
-	if (ms != "" && serial == ms) || (mu != "" && uuid == mu) {
-		return ""
-	}
-	var have []string
-	if ms != "" {
-		have = append(have, fmt.Sprintf("serial %q", ms))
-	}
-	if mu != "" {
-		have = append(have, "system UUID "+mu)
-	}
-	return "the report carries no " + strings.Join(have, " or ") + " (it has " + describeIdentity(serial, uuid) + ")"
-}
-
-func describeIdentity(serial, uuid string) string {
-	switch {
-	case serial != "" && uuid != "":
-		return fmt.Sprintf("serial %q, system UUID %s", serial, uuid)
-	case serial != "":
-		return fmt.Sprintf("serial %q and no system UUID", serial)
-	case uuid != "":
-		return "no serial, system UUID " + uuid
-	}
-	return "no real serial and no real system UUID"
-}
-
-// refuseReport records a refused report on m's timeline (by the boot MAC
-// when m holds it, else by m's own MAC) and returns the PermissionDenied
-// error naming m and the mismatch.
-func (i *Inventory) refuseReport(m *inventoryv1.Machine, boot, serial, uuid, why string) error {
-	name := m.GetName()
-	mac := boot
-	if !hasMAC(m, boot) {
-		mac = firstMAC(m)
-	}
-	detail := fmt.Sprintf("report from %s refused: machine %s: %s", boot, name, why)
-	if mac != "" {
-		i.Event(mac, "inventory", "register-refused", detail, map[string]string{"boot_mac": boot, "serial": serial, "uuid": uuid})
-	}
-	if n, ok := i.refusals.Allow(); ok {
-		i.log.Warn("discovery report refused: identity mismatch", "machine", name, "mac", boot, "serial", serial, "reason", why, "suppressed", n)
-	}
-	return apierr.PermissionDeniedf("machine %s does not match the report from %s: %s; if the hardware really changed, delete the machine first", name, boot, why)
-}
-
+// firstMAC is the MAC a machine is best known by (its boot MAC).
 func firstMAC(m *inventoryv1.Machine) string {
 	if m.GetBootMac() != "" {
 		return m.GetBootMac()
@@ -423,75 +606,6 @@ func placeholder(m *inventoryv1.Machine) bool {
 		m.GetBmc() == nil && m.GetState() == inventoryv1.Machine_DISCOVERED
 }
 
-// dupFlag is a duplicate-serial flag identify wants set on another
-// machine once the report is admitted.
-type dupFlag struct{ machine, flag string }
-
-// identify finds the machine a report belongs to and says how: by serial,
-// then UUID, then the in-band BMC address, then MAC. A serial already held
-// by a machine with a different real UUID is a duplicate: both are flagged
-// (the other one through dups, written by the caller once the report is
-// admitted) and the report is matched by UUID only. A MAC match only
-// identifies a machine whose recorded identity the report does not lack or
-// contradict. It writes nothing.
-func (i *Inventory) identify(ctx context.Context, serial, uuid, bmcHost string, macs []string) (*inventoryv1.Machine, string, []string, []dupFlag, error) {
-	var flags []string
-	var dups []dupFlag
-	if serial != "" {
-		m, err := i.lookupIndex(ctx, serialPrefix+url.PathEscape(serial), hasSerial(serial))
-		if err != nil {
-			return nil, "", nil, nil, err
-		}
-		if m != nil {
-			if uuid == "" || m.GetSystemUuid() == "" || normUUID(m.GetSystemUuid()) == uuid {
-				return m, "serial", nil, nil, nil
-			}
-			flags = append(flags, fmt.Sprintf("%s: serial %q is also reported by machine %s (uuid %s)", FlagDuplicateSerial, serial, m.GetName(), m.GetSystemUuid()))
-			dups = append(dups, dupFlag{machine: m.GetName(), flag: fmt.Sprintf("%s: serial %q is also reported by a machine with uuid %s", FlagDuplicateSerial, serial, uuid)})
-		}
-	}
-	if uuid != "" {
-		m, err := i.lookupIndex(ctx, uuidPrefix+uuid, hasUUID(uuid))
-		if err != nil {
-			return nil, "", nil, nil, err
-		}
-		if m != nil {
-			return m, "uuid", flags, dups, nil
-		}
-	}
-	// A machine enrolled by its BMC before it ever booted is found by the
-	// BMC LAN address the agent reads in-band, as long as no other
-	// identity of its own contradicts the report.
-	if bmcHost != "" {
-		for _, port := range []uint32{623, 443} {
-			var b inventoryv1.BmcAddressBinding
-			if _, err := record.Get(ctx, i.cfg.Store, BMCAddressKey(bmcHost, port), &b); err != nil {
-				continue
-			}
-			m, err := i.GetMachine(ctx, b.GetMachineName())
-			if err != nil || m.GetBmc().GetAddress() != bmcHost {
-				continue // a binding its machine does not agree with
-			}
-			if m.GetSerial() == "" && m.GetSystemUuid() == "" {
-				return m, "bmc", flags, dups, nil
-			}
-		}
-	}
-	for _, mac := range macs {
-		m, err := i.MachineByMAC(ctx, mac)
-		if errors.Is(err, apierr.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, "", nil, nil, err
-		}
-		if IdentityMismatch(m, serial, uuid) == "" {
-			return m, "mac", flags, dups, nil
-		}
-	}
-	return nil, "", flags, dups, nil
-}
-
 // hasSerial and hasUUID say whether a machine agrees with a serial or
 // UUID index record: it has that serial or UUID recorded.
 func hasSerial(serial string) func(*inventoryv1.Machine) bool {
@@ -500,52 +614,6 @@ func hasSerial(serial string) func(*inventoryv1.Machine) bool {
 
 func hasUUID(uuid string) func(*inventoryv1.Machine) bool {
 	return func(m *inventoryv1.Machine) bool { return normUUID(m.GetSystemUuid()) == uuid }
-}
-
-// lookupIndex returns the machine a serial or UUID index record names,
-// or nil when there is none, it is gone, or it does not agree with the
-// record (the index is written before the machine, so it may name a
-// machine whose write failed or has not happened yet).
-func (i *Inventory) lookupIndex(ctx context.Context, key string, agrees func(*inventoryv1.Machine) bool) (*inventoryv1.Machine, error) {
-	var b inventoryv1.MacBinding
-	if _, err := record.Get(ctx, i.cfg.Store, key, &b); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	m, err := i.GetMachine(ctx, b.GetMachineName())
-	if errors.Is(err, apierr.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	if !agrees(m) {
-		return nil, nil
-	}
-	return m, nil
-}
-
-// index points key at machine unless a live machine that agrees with it
-// already holds it.
-func (i *Inventory) index(ctx context.Context, key, machine string, agrees func(*inventoryv1.Machine) bool) {
-	_, err := record.Update(ctx, i.cfg.Store, key, func() *inventoryv1.MacBinding { return &inventoryv1.MacBinding{} },
-		func(b *inventoryv1.MacBinding, exists bool) (bool, error) {
-			if exists && b.GetMachineName() != machine {
-				if m, err := i.GetMachine(ctx, b.GetMachineName()); err == nil && agrees(m) {
-					return false, errSkip
-				}
-			}
-			if exists && b.GetMachineName() == machine {
-				return false, errSkip
-			}
-			b.MachineName = machine
-			return false, nil
-		})
-	if err != nil && !errors.Is(err, errSkip) {
-		i.log.Warn("could not index machine", "key", key, "machine", machine, "err", err)
-	}
 }
 
 func mergeFlags(have, add []string) []string {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 
@@ -38,11 +37,24 @@ func TestRegisterSerialFirstAndNICSwap(t *testing.T) {
 	if m.GetSerial() != "SN-1" || len(m.GetFactHistory()) != 0 {
 		t.Fatalf("serial %q history %d", m.GetSerial(), len(m.GetFactHistory()))
 	}
-	// Same machine boots from a swapped NIC (new MAC); DHCP made a new stub.
+	// Same machine boots from a swapped NIC (new MAC); DHCP made a new
+	// stub. Its serial is no proof: the report is parked until an
+	// operator adopts it.
 	if _, _, err := inv.EnsureMachineForMAC(ctx, "52:54:00:00:00:99"); err != nil {
 		t.Fatal(err)
 	}
-	m2, err := inv.Register(ctx, "52:54:00:00:00:99", facts("SN-1", "6a1c0f3e-1111-4a5b-9c2d-000000000001", "52:54:00:00:00:99"), RegisterOptions{})
+	swapped := facts("SN-1", "6a1c0f3e-1111-4a5b-9c2d-000000000001", "52:54:00:00:00:99")
+	if _, err := inv.Register(ctx, "52:54:00:00:00:99", swapped, RegisterOptions{}); !errors.Is(err, ErrParked) || !errors.Is(err, apierr.ErrPermissionDenied) {
+		t.Fatalf("report from a new NIC = %v, want ErrParked", err)
+	}
+	parked, err := inv.GetMachine(ctx, ConflictName("52:54:00:00:00:99"))
+	if err != nil || parked.GetState() != inventoryv1.Machine_CONFLICT || parked.GetConflict().GetMachine() != m.GetName() {
+		t.Fatalf("parked record: %v (%v)", parked, err)
+	}
+	if _, err := inv.AdoptMachine(ctx, parked.GetName(), false); err != nil {
+		t.Fatal(err)
+	}
+	m2, err := inv.Register(ctx, "52:54:00:00:00:99", swapped, RegisterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +63,7 @@ func TestRegisterSerialFirstAndNICSwap(t *testing.T) {
 	}
 	all, _ := inv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{})
 	if len(all) != 1 {
-		t.Fatalf("%d machines after NIC swap, want 1 (stub merged)", len(all))
+		t.Fatalf("%d machines after NIC swap, want 1 (stub and parked record merged)", len(all))
 	}
 	var nicChanges []string
 	for _, c := range m2.GetFactHistory() {
@@ -64,6 +76,26 @@ func TestRegisterSerialFirstAndNICSwap(t *testing.T) {
 	}
 	if got, err := inv.MachineByMAC(ctx, "52:54:00:00:00:99"); err != nil || got.GetName() != m.GetName() {
 		t.Fatalf("new MAC not bound: %v %v", got, err)
+	}
+}
+
+// TestRegisterFromAListedNIC: a machine that booted from one NIC and
+// listed two is recognised, with no operator, when it boots from the
+// other: the report comes from a MAC its own report listed.
+func TestRegisterFromAListedNIC(t *testing.T) {
+	inv := newInv(t, Config{})
+	ctx := context.Background()
+	f := facts("SN-2NIC", "", "52:54:00:00:0c:01", "52:54:00:00:0c:02")
+	m, err := inv.Register(ctx, "52:54:00:00:0c:01", f, RegisterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inv.MachineByMAC(ctx, "52:54:00:00:0c:02"); !errors.Is(err, apierr.ErrNotFound) {
+		t.Fatalf("a listed, unconfirmed MAC was bound at Register: %v", err)
+	}
+	m2, err := inv.Register(ctx, "52:54:00:00:0c:02", f, RegisterOptions{})
+	if err != nil || m2.GetName() != m.GetName() || m2.GetBootMac() != "52:54:00:00:0c:02" {
+		t.Fatalf("report from the second NIC = %v, %v", m2.GetName(), err)
 	}
 }
 
@@ -81,30 +113,45 @@ func TestRegisterPlaceholderSerialUsesUUIDThenMAC(t *testing.T) {
 	if a.GetName() == b.GetName() || a.GetSerial() != "" || b.GetSerial() != "" {
 		t.Fatalf("placeholder serials merged machines or were stored: %s %s %q %q", a.GetName(), b.GetName(), a.GetSerial(), b.GetSerial())
 	}
-	// A UUID identifies even when the serial is a placeholder.
-	c1, _ := inv.Register(ctx, "52:54:00:00:02:01", facts("0123456789", "11111111-2222-3333-4444-555555555555", "52:54:00:00:02:01"), RegisterOptions{})
-	c2, _ := inv.Register(ctx, "52:54:00:00:02:02", facts("0123456789", "11111111-2222-3333-4444-555555555555", "52:54:00:00:02:02"), RegisterOptions{})
-	if c1.GetName() != c2.GetName() {
-		t.Fatalf("same UUID, different machines: %s %s", c1.GetName(), c2.GetName())
+	// A UUID identifies even when the serial is a placeholder: a second
+	// report of it from a MAC the machine never listed is parked.
+	c1, err := inv.Register(ctx, "52:54:00:00:02:01", facts("0123456789", "11111111-2222-3333-4444-555555555555", "52:54:00:00:02:01"), RegisterOptions{})
+	if err != nil || c1.GetSystemUuid() == "" {
+		t.Fatalf("first report: %v %v", c1, err)
+	}
+	_, err = inv.Register(ctx, "52:54:00:00:02:02", facts("0123456789", "11111111-2222-3333-4444-555555555555", "52:54:00:00:02:02"), RegisterOptions{})
+	if !errors.Is(err, ErrParked) || !strings.Contains(err.Error(), "its uuid names machine "+c1.GetName()) {
+		t.Fatalf("same UUID from an unknown MAC = %v, want parked naming %s", err, c1.GetName())
 	}
 }
 
+// TestRegisterDuplicateSerialFlagged: a second machine reporting a known
+// serial with another UUID is parked; adopted as a machine of its own,
+// both carry the duplicate-serial flag.
 func TestRegisterDuplicateSerialFlagged(t *testing.T) {
 	inv := newInv(t, Config{})
 	ctx := context.Background()
 	a, _ := inv.Register(ctx, "52:54:00:00:03:01", facts("SN-DUP", "aaaaaaaa-0000-4000-8000-000000000001", "52:54:00:00:03:01"), RegisterOptions{})
-	b, err := inv.Register(ctx, "52:54:00:00:03:02", facts("SN-DUP", "bbbbbbbb-0000-4000-8000-000000000002", "52:54:00:00:03:02"), RegisterOptions{})
+	_, err := inv.Register(ctx, "52:54:00:00:03:02", facts("SN-DUP", "bbbbbbbb-0000-4000-8000-000000000002", "52:54:00:00:03:02"), RegisterOptions{})
+	if !errors.Is(err, ErrParked) {
+		t.Fatalf("a known serial with another UUID = %v, want parked", err)
+	}
+	b, err := inv.AdoptMachine(ctx, ConflictName("52:54:00:00:03:02"), true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.GetName() == b.GetName() {
-		t.Fatal("different UUIDs with one serial were merged")
+	if a.GetName() == b.GetName() || b.GetName() != MachineNameForMAC("52:54:00:00:03:02") || b.GetState() != inventoryv1.Machine_INVENTORIED {
+		t.Fatalf("adopted as %s (%s); want its own machine %s", b.GetName(), b.GetState(), MachineNameForMAC("52:54:00:00:03:02"))
 	}
 	a, _ = inv.GetMachine(ctx, a.GetName())
 	for _, m := range []*inventoryv1.Machine{a, b} {
 		if len(m.GetFlags()) == 0 || !strings.HasPrefix(m.GetFlags()[0], FlagDuplicateSerial) {
 			t.Errorf("%s not flagged: %v", m.GetName(), m.GetFlags())
 		}
+	}
+	// The adopted machine's next report lands on it.
+	if m, err := inv.Register(ctx, "52:54:00:00:03:02", facts("SN-DUP", "bbbbbbbb-0000-4000-8000-000000000002", "52:54:00:00:03:02"), RegisterOptions{}); err != nil || m.GetName() != b.GetName() {
+		t.Fatalf("next report = %v, %v", m.GetName(), err)
 	}
 }
 
@@ -256,13 +303,15 @@ func TestRegisterNeverTakesOverAKnownMachine(t *testing.T) {
 		f       *inventoryv1.Facts
 		refused string // substring of the error; "" = admitted as another machine
 	}{
-		"no serial and no uuid":         {boot: victimMAC, f: facts("", "", victimMAC), refused: "carries no"},
-		"placeholder identity":          {boot: victimMAC, f: facts("To Be Filled By O.E.M.", "00000000-0000-0000-0000-000000000000", victimMAC), refused: "carries no"},
-		"another serial":                {boot: victimMAC, f: facts("SN-ATTACKER", "", victimMAC), refused: `serial "SN-ATTACKER" is not the recorded "SN-VICTIM"`},
-		"another serial and uuid":       {boot: victimMAC, f: facts("SN-ATTACKER", "11111111-2222-4333-8444-555555555555", victimMAC), refused: "is not the recorded"},
-		"right serial wrong uuid":       {boot: victimMAC, f: facts(victimSN, "11111111-2222-4333-8444-555555555555", victimMAC), refused: "system UUID 11111111-2222-4333-8444-555555555555 is not the recorded"},
-		"victim mac as a nic":           {boot: otherMAC, f: facts("", "", otherMAC, victimMAC)},
-		"victim mac as nic, own serial": {boot: otherMAC, f: facts("SN-OTHER", "", otherMAC, victimMAC)},
+		"no serial and no uuid":            {boot: victimMAC, f: facts("", "", victimMAC), refused: "carries no"},
+		"placeholder identity":             {boot: victimMAC, f: facts("To Be Filled By O.E.M.", "00000000-0000-0000-0000-000000000000", victimMAC), refused: "carries no"},
+		"another serial":                   {boot: victimMAC, f: facts("SN-ATTACKER", "", victimMAC), refused: `serial "SN-ATTACKER" is not the recorded "SN-VICTIM"`},
+		"another serial and uuid":          {boot: victimMAC, f: facts("SN-ATTACKER", "11111111-2222-4333-8444-555555555555", victimMAC), refused: "is not the recorded"},
+		"right serial wrong uuid":          {boot: victimMAC, f: facts(victimSN, "11111111-2222-4333-8444-555555555555", victimMAC), refused: `system UUID "11111111-2222-4333-8444-555555555555" is not the recorded`},
+		"victim mac as a nic":              {boot: otherMAC, f: facts("", "", otherMAC, victimMAC)},
+		"victim mac as nic, own serial":    {boot: otherMAC, f: facts("SN-OTHER", "", otherMAC, victimMAC)},
+		"victim serial from another mac":   {boot: otherMAC, f: facts(victimSN, "", otherMAC), refused: "carries no system UUID"},
+		"victim identity from another mac": {boot: otherMAC, f: facts(victimSN, victimUUID, otherMAC, victimMAC), refused: "which neither boots from"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -282,8 +331,15 @@ func TestRegisterNeverTakesOverAKnownMachine(t *testing.T) {
 				t.Errorf("victim record changed (-before +after):\n%s", diff)
 			}
 			if tc.refused != "" {
-				if !errors.Is(err, apierr.ErrPermissionDenied) || !strings.Contains(err.Error(), tc.refused) || !strings.Contains(err.Error(), victim.GetName()) {
-					t.Fatalf("Register = %v, %v; want PermissionDenied naming %s and %q", m.GetName(), err, victim.GetName(), tc.refused)
+				if !errors.Is(err, ErrParked) || !errors.Is(err, apierr.ErrPermissionDenied) || !strings.Contains(err.Error(), tc.refused) || !strings.Contains(err.Error(), victim.GetName()) {
+					t.Fatalf("Register = %v, %v; want parked (PermissionDenied) naming %s and %q", m.GetName(), err, victim.GetName(), tc.refused)
+				}
+				parked, err := inv.GetMachine(ctx, ConflictName(tc.boot))
+				if err != nil || parked.GetState() != inventoryv1.Machine_CONFLICT || parked.GetConflict().GetMachine() != victim.GetName() {
+					t.Fatalf("parked record = %v, %v", parked, err)
+				}
+				if owner, err := inv.MachineByMAC(ctx, victimMAC); err != nil || owner.GetName() != victim.GetName() {
+					t.Fatalf("the victim's MAC now boots %v (%v)", owner.GetName(), err)
 				}
 				if admitted {
 					t.Error("a refused report reached Admit")
@@ -292,8 +348,8 @@ func TestRegisterNeverTakesOverAKnownMachine(t *testing.T) {
 					t.Fatal(err)
 				}
 				es, _ := inv.Timeline(ctx, victim.GetName(), "", 0)
-				if !hasEvent(es, "register-refused", tc.refused) {
-					t.Errorf("no register-refused entry on the victim's timeline: %v", es)
+				if !hasEvent(es, "register-conflict", tc.refused) {
+					t.Errorf("no register-conflict entry on the victim's timeline: %v", es)
 				}
 				return
 			}
@@ -303,8 +359,8 @@ func TestRegisterNeverTakesOverAKnownMachine(t *testing.T) {
 			if m.GetName() == victim.GetName() || hasMAC(m, victimMAC) {
 				t.Fatalf("report landed on %s with MACs %v", m.GetName(), m.GetMacs())
 			}
-			if !slices.ContainsFunc(m.GetFlags(), func(f string) bool { return strings.HasPrefix(f, FlagMACConflict) }) {
-				t.Errorf("separate machine not flagged %s: %v", FlagMACConflict, m.GetFlags())
+			if owner, err := inv.MachineByMAC(ctx, victimMAC); err != nil || owner.GetName() != victim.GetName() {
+				t.Errorf("the victim's MAC now boots %v (%v)", owner.GetName(), err)
 			}
 		})
 	}
@@ -325,7 +381,7 @@ func TestRegisterAdmitRefusesBeforeWriting(t *testing.T) {
 	before, _ := st.List(ctx, "/inventory/")
 	no := errors.New("no")
 	var got Match
-	_, err := inv.Register(ctx, "52:54:00:00:0a:02", facts("SN-DUP", "bbbbbbbb-0000-4000-8000-000000000002", "52:54:00:00:0a:02"), RegisterOptions{
+	_, err := inv.Register(ctx, "52:54:00:00:0a:02", facts("SN-NEW", "bbbbbbbb-0000-4000-8000-000000000002", "52:54:00:00:0a:02"), RegisterOptions{
 		Admit: func(m Match) error { got = m; return no },
 	})
 	if !errors.Is(err, no) {
@@ -368,28 +424,34 @@ func TestRegisterIdentitylessMachineIsClaimed(t *testing.T) {
 	}
 }
 
+// TestIdentityMismatch: a report may land on a machine only when it
+// carries every identifier the machine holds, equal (claims.go).
 func TestIdentityMismatch(t *testing.T) {
 	const u1, u2 = "aaaaaaaa-0000-4000-8000-000000000001", "bbbbbbbb-0000-4000-8000-000000000002"
 	cases := map[string]struct {
-		m            *inventoryv1.Machine
-		serial, uuid string
-		ok           bool
+		m  *inventoryv1.Machine
+		id identity
+		ok bool
 	}{
 		"nothing recorded":            {m: &inventoryv1.Machine{}, ok: true},
-		"serial matches":              {m: &inventoryv1.Machine{Serial: "S"}, serial: "S", ok: true},
-		"uuid matches, upper case":    {m: &inventoryv1.Machine{SystemUuid: strings.ToUpper(u1)}, uuid: u1, ok: true},
-		"serial matches, no uuid":     {m: &inventoryv1.Machine{Serial: "S", SystemUuid: u1}, serial: "S", ok: true},
-		"uuid matches, no serial":     {m: &inventoryv1.Machine{Serial: "S", SystemUuid: u1}, uuid: u1, ok: true},
-		"serial only vs uuid only":    {m: &inventoryv1.Machine{Serial: "S"}, uuid: u1},
+		"serial matches":              {m: &inventoryv1.Machine{Serial: "S"}, id: identity{serial: "S"}, ok: true},
+		"uuid matches, upper case":    {m: &inventoryv1.Machine{SystemUuid: strings.ToUpper(u1)}, id: identity{uuid: u1}, ok: true},
+		"both match, more reported":   {m: &inventoryv1.Machine{Serial: "S", SystemUuid: u1}, id: identity{serial: "S", uuid: u1, board: "B", ek: "e"}, ok: true},
+		"serial matches, no uuid":     {m: &inventoryv1.Machine{Serial: "S", SystemUuid: u1}, id: identity{serial: "S"}},
+		"uuid matches, no serial":     {m: &inventoryv1.Machine{Serial: "S", SystemUuid: u1}, id: identity{uuid: u1}},
+		"serial only vs uuid only":    {m: &inventoryv1.Machine{Serial: "S"}, id: identity{uuid: u1}},
 		"nothing reported":            {m: &inventoryv1.Machine{Serial: "S"}},
-		"serial differs":              {m: &inventoryv1.Machine{Serial: "S"}, serial: "T"},
-		"serial matches uuid differs": {m: &inventoryv1.Machine{Serial: "S", SystemUuid: u1}, serial: "S", uuid: u2},
+		"serial differs":              {m: &inventoryv1.Machine{Serial: "S"}, id: identity{serial: "T"}},
+		"serial matches uuid differs": {m: &inventoryv1.Machine{Serial: "S", SystemUuid: u1}, id: identity{serial: "S", uuid: u2}},
+		"board differs":               {m: &inventoryv1.Machine{Serial: "S", BaseboardSerial: "B"}, id: identity{serial: "S", board: "C"}},
+		"TPM key bound, none proved":  {m: &inventoryv1.Machine{Serial: "S", EkIdentity: "e"}, id: identity{serial: "S"}},
+		"TPM key bound, another":      {m: &inventoryv1.Machine{Serial: "S", EkIdentity: "e"}, id: identity{serial: "S", ek: "f"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			why := IdentityMismatch(tc.m, tc.serial, tc.uuid)
+			why := tc.id.mismatch(tc.m)
 			if (why == "") != tc.ok {
-				t.Fatalf("IdentityMismatch = %q; want ok=%t", why, tc.ok)
+				t.Fatalf("mismatch = %q; want ok=%t", why, tc.ok)
 			}
 		})
 	}

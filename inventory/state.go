@@ -42,6 +42,12 @@ const (
 	// MAINTENANCE or took it out.
 	EventMaintenanceOn
 	EventMaintenanceOff
+	// EventParked: a discovery report claimed an identity it could not
+	// prove and was parked as a record of its own (claims.go).
+	EventParked
+	// EventAdopted: an operator adopted a parked report as a machine of
+	// its own.
+	EventAdopted
 )
 
 var eventNames = [...]string{
@@ -50,6 +56,7 @@ var eventNames = [...]string{
 	EventNodeReadyAfterWatchdog: "node-ready-after-watchdog", EventWatchdogExpired: "watchdog-expired",
 	EventReprovisioned: "reprovisioned", EventWipeFailed: "wipe-failed",
 	EventMaintenanceOn: "maintenance-on", EventMaintenanceOff: "maintenance-off",
+	EventParked: "parked", EventAdopted: "adopted",
 }
 
 func (e Event) String() string {
@@ -83,16 +90,18 @@ func refuse(format string, a ...any) error {
 // The table (TestTransitionTable enumerates every state and event):
 //
 //	created                   UNSPECIFIED → DISCOVERED; any other state is kept
-//	registered                UNSPECIFIED, DISCOVERED → INVENTORIED; any other state is kept
+//	registered                UNSPECIFIED, DISCOVERED → INVENTORIED; CONFLICT refused; any other state is kept
 //	accepted                  INVENTORIED, FAILED → INSTALLING
 //	install-failed            INSTALLING → FAILED
 //	node-ready                INSTALLING → DEPLOYED
 //	node-ready-after-watchdog FAILED → DEPLOYED
-//	watchdog-expired          any but MAINTENANCE → FAILED
-//	reprovisioned             any but MAINTENANCE → DISCOVERED
-//	wipe-failed               any but MAINTENANCE → FAILED
-//	maintenance-on            any → MAINTENANCE
+//	watchdog-expired          any but MAINTENANCE, CONFLICT → FAILED
+//	reprovisioned             any but MAINTENANCE, CONFLICT → DISCOVERED
+//	wipe-failed               any but MAINTENANCE, CONFLICT → FAILED
+//	maintenance-on            any but CONFLICT → MAINTENANCE
 //	maintenance-off           MAINTENANCE → the remembered state
+//	parked                    UNSPECIFIED, CONFLICT → CONFLICT
+//	adopted                   CONFLICT → INVENTORIED
 //
 // Transition does no I/O and changes nothing but m, so it is safe inside
 // a compare-and-swap mutation that may run more than once.
@@ -108,6 +117,8 @@ func Transition(m *inventoryv1.Machine, ev Event) error {
 		switch from {
 		case inventoryv1.Machine_UNSPECIFIED, inventoryv1.Machine_DISCOVERED:
 			to = inventoryv1.Machine_INVENTORIED
+		case inventoryv1.Machine_CONFLICT:
+			return refuse("machine %q is a parked report in CONFLICT: adopt or reject it", name)
 		default:
 			// Already past discovery: a re-register leaves the state.
 		}
@@ -119,6 +130,8 @@ func Transition(m *inventoryv1.Machine, ev Event) error {
 			return refuse("machine %q is %s: already deployed: reprovision it first", name, from)
 		case inventoryv1.Machine_MAINTENANCE:
 			return refuse("machine %q is in MAINTENANCE: take it out (corral machine maintenance off %s) first", name, name)
+		case inventoryv1.Machine_CONFLICT:
+			return refuse("machine %q is a parked report in CONFLICT: adopt it (corral machine adopt %s) or reject it first", name, name)
 		default:
 			return refuse("machine %q is %s: it has reported no facts yet; network-boot it into discovery first", name, from)
 		}
@@ -139,11 +152,17 @@ func Transition(m *inventoryv1.Machine, ev Event) error {
 		if from == inventoryv1.Machine_MAINTENANCE {
 			return refuse("machine %q is in MAINTENANCE", name)
 		}
+		if from == inventoryv1.Machine_CONFLICT {
+			return refuse("machine %q is a parked report in CONFLICT: adopt or reject it", name)
+		}
 		to = inventoryv1.Machine_FAILED
 		if ev == EventReprovisioned {
 			to = inventoryv1.Machine_DISCOVERED
 		}
 	case EventMaintenanceOn:
+		if from == inventoryv1.Machine_CONFLICT {
+			return refuse("machine %q is a parked report in CONFLICT: adopt or reject it", name)
+		}
 		if from != inventoryv1.Machine_MAINTENANCE {
 			m.MaintenancePreviousState = from
 			m.MaintenancePreviousReason = m.GetStateReason()
@@ -163,6 +182,16 @@ func Transition(m *inventoryv1.Machine, ev Event) error {
 		m.StateReason = m.GetMaintenancePreviousReason()
 		m.MaintenancePreviousState = inventoryv1.Machine_UNSPECIFIED
 		m.MaintenancePreviousReason = ""
+	case EventParked:
+		if from != inventoryv1.Machine_UNSPECIFIED && from != inventoryv1.Machine_CONFLICT {
+			return refuse("machine %q is %s: only a new record is parked", name, from)
+		}
+		to = inventoryv1.Machine_CONFLICT
+	case EventAdopted:
+		if from != inventoryv1.Machine_CONFLICT {
+			return refuse("machine %q is %s, not a parked report in CONFLICT", name, from)
+		}
+		to = inventoryv1.Machine_INVENTORIED
 	default:
 		return refuse("machine %q: unknown event %s", name, ev)
 	}

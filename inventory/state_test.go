@@ -26,12 +26,13 @@ func TestTransitionTable(t *testing.T) {
 		P = inventoryv1.Machine_DEPLOYED
 		F = inventoryv1.Machine_FAILED
 		M = inventoryv1.Machine_MAINTENANCE
+		C = inventoryv1.Machine_CONFLICT
 	)
 	type S = inventoryv1.Machine_MachineState
-	all := []S{U, D, I, N, P, F, M}
+	all := []S{U, D, I, N, P, F, M, C}
 	// to[from]; absent: refused.
 	table := map[Event]map[S]S{
-		EventCreated:                {U: D, D: D, I: I, N: N, P: P, F: F, M: M},
+		EventCreated:                {U: D, D: D, I: I, N: N, P: P, F: F, M: M, C: C},
 		EventRegistered:             {U: I, D: I, I: I, N: N, P: P, F: F, M: M},
 		EventAccepted:               {I: N, F: N},
 		EventInstallFailed:          {N: F},
@@ -44,14 +45,16 @@ func TestTransitionTable(t *testing.T) {
 		// The remembered state comes back (see TestTransitionMaintenance
 		// for none remembered).
 		EventMaintenanceOff: {M: P},
+		EventParked:         {U: C, C: C},
+		EventAdopted:        {C: I},
 	}
-	if len(table) != int(EventMaintenanceOff) {
-		t.Fatalf("the table has %d events, the package %d", len(table), EventMaintenanceOff)
+	if len(table) != int(EventAdopted) {
+		t.Fatalf("the table has %d events, the package %d", len(table), EventAdopted)
 	}
 	if len(all) != len(inventoryv1.Machine_MachineState_name) {
 		t.Fatalf("the table has %d states, the API %d", len(all), len(inventoryv1.Machine_MachineState_name))
 	}
-	for ev := EventCreated; ev <= EventMaintenanceOff; ev++ {
+	for ev := EventCreated; ev <= EventAdopted; ev++ {
 		for _, from := range all {
 			t.Run(fmt.Sprintf("%s/%s", ev, from), func(t *testing.T) {
 				m := &inventoryv1.Machine{Name: "m1", State: from, StateReason: "before",
@@ -139,7 +142,7 @@ func TestTransitionMessages(t *testing.T) {
 		}
 	}
 	// Every event has a name.
-	for ev := EventCreated; ev <= EventMaintenanceOff; ev++ {
+	for ev := EventCreated; ev <= EventAdopted; ev++ {
 		if strings.HasPrefix(ev.String(), "event(") {
 			t.Errorf("event %d has no name", int(ev))
 		}

@@ -12,6 +12,7 @@ const (
 	MACsPrefix          = "/inventory/macs/"
 	SerialsPrefix       = "/inventory/serials/"
 	UUIDsPrefix         = "/inventory/uuids/"
+	EKsPrefix           = "/inventory/eks/"
 	BMCAddrsPrefix      = "/inventory/bmc-addrs/"
 	BMCSecretsPrefix    = "/inventory/bmc-secrets/"
 	TimelinePrefix      = "/inventory/timeline/"

@@ -71,6 +71,8 @@ var auditRules = map[string]auditRule{
 	"/corral.inventory.v1.MachineService/SetBootDevice":      machineRule,
 	"/corral.inventory.v1.MachineService/ReprovisionMachine": machineRule,
 	"/corral.inventory.v1.MachineService/SetMaintenance":     machineRule,
+	"/corral.inventory.v1.MachineService/AdoptMachine":       machineRule,
+	"/corral.inventory.v1.MachineService/RejectMachine":      machineRule,
 
 	"/corral.node.v1.AgentService/Register": mutating("mac", "boot_mac"),
 	"/corral.node.v1.AgentService/Session":  trafficRule,
@@ -222,6 +224,13 @@ func timelineVerb(method string, req any) string {
 		return "maintenance off"
 	case *inventoryv1.AcceptMachineRequest:
 		return "accept"
+	case *inventoryv1.AdoptMachineRequest:
+		if r.GetSeparate() {
+			return "adopt as a machine of its own"
+		}
+		return "adopt"
+	case *inventoryv1.RejectMachineRequest:
+		return "reject"
 	case *inventoryv1.ReprovisionMachineRequest:
 		return "reprovision"
 	case *inventoryv1.DeleteMachineRequest:

@@ -690,8 +690,10 @@ func TestParseTLSFingerprint(t *testing.T) {
 }
 
 // TestRegisterFindsEnrolledMachineByInbandBMC: a machine enrolled by its
-// BMC before it ever booted receives the discovery report (matched by the
-// BMC address read in-band), and DHCP's MAC placeholder is merged into it.
+// BMC before it ever booted is not claimed by a report that merely states
+// the BMC's address (anyone can): the report is parked naming it, and
+// once an operator adopts it the machine has the report's identity and
+// boot MAC, and DHCP's placeholder and the parked record are gone.
 func TestRegisterFindsEnrolledMachineByInbandBMC(t *testing.T) {
 	inv, c, f := newBMCControl(t)
 	ctx := context.Background()
@@ -704,6 +706,16 @@ func TestRegisterFindsEnrolledMachineByInbandBMC(t *testing.T) {
 	}
 	fs := machinefacts.QEMU("SN-U12", "", "52:54:00:00:08:01")
 	fs.Bmc = &inventoryv1.Facts_BmcLan{Channel: 1, Ipv4Address: "10.0.0.21"}
+	_, err := inv.Register(ctx, "52:54:00:00:08:01", fs, inventory.RegisterOptions{})
+	if !errors.Is(err, inventory.ErrParked) || !strings.Contains(err.Error(), "rack1-u12") {
+		t.Fatalf("a report stating an enrolled BMC's address = %v; want parked naming rack1-u12", err)
+	}
+	if enrolled, _ := inv.GetMachine(ctx, "rack1-u12"); enrolled.GetSerial() != "" || enrolled.GetBootMac() != "" {
+		t.Fatalf("the enrolled machine took the claim: %v", enrolled)
+	}
+	if _, err := inv.AdoptMachine(ctx, inventory.ConflictName("52:54:00:00:08:01"), false); err != nil {
+		t.Fatal(err)
+	}
 	m, err := inv.Register(ctx, "52:54:00:00:08:01", fs, inventory.RegisterOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -712,7 +724,7 @@ func TestRegisterFindsEnrolledMachineByInbandBMC(t *testing.T) {
 		t.Fatalf("report landed on %s (serial %q, macs %v), want rack1-u12", m.GetName(), m.GetSerial(), m.GetMacs())
 	}
 	if ms, _ := inv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{}); len(ms) != 1 {
-		t.Fatalf("%d machines, want 1 (placeholder merged)", len(ms))
+		t.Fatalf("%d machines, want 1 (placeholder and parked record merged)", len(ms))
 	}
 	// Deleting the machine frees its BMC address for another enrolment.
 	if err := inv.DeleteMachine(ctx, "rack1-u12"); err != nil {

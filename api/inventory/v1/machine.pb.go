@@ -301,6 +301,10 @@ const (
 	Machine_DEPLOYED    Machine_MachineState = 4
 	Machine_FAILED      Machine_MachineState = 5
 	Machine_MAINTENANCE Machine_MachineState = 6
+	// CONFLICT is a discovery report that claimed an identity it could not
+	// prove (docs/security.md, "Claims"): parked as its own record, never
+	// merged or accepted until an operator adopts or rejects it.
+	Machine_CONFLICT Machine_MachineState = 7
 )
 
 // Enum value maps for Machine_MachineState.
@@ -313,6 +317,7 @@ var (
 		4: "DEPLOYED",
 		5: "FAILED",
 		6: "MAINTENANCE",
+		7: "CONFLICT",
 	}
 	Machine_MachineState_value = map[string]int32{
 		"UNSPECIFIED": 0,
@@ -322,6 +327,7 @@ var (
 		"DEPLOYED":    4,
 		"FAILED":      5,
 		"MAINTENANCE": 6,
+		"CONFLICT":    7,
 	}
 )
 
@@ -559,6 +565,13 @@ type Machine struct {
 	Bmc         *Bmc                   `protobuf:"bytes,14,opt,name=bmc,proto3" json:"bmc,omitempty"`
 	BootIntent  BootIntent             `protobuf:"varint,15,opt,name=boot_intent,json=bootIntent,proto3,enum=corral.inventory.v1.BootIntent" json:"boot_intent,omitempty"`
 	Facts       *Facts                 `protobuf:"bytes,16,opt,name=facts,proto3" json:"facts,omitempty"`
+	// baseboard_serial is the board's serial number as first reported (a
+	// real one only); like serial it must match in every later report.
+	BaseboardSerial string `protobuf:"bytes,17,opt,name=baseboard_serial,json=baseboardSerial,proto3" json:"baseboard_serial,omitempty"`
+	// ek_identity is the SHA-256 (hex) of the TPM endorsement key the
+	// machine proved it holds, bound at its first registration with a TPM.
+	// Every later report must prove the same key.
+	EkIdentity  string                 `protobuf:"bytes,18,opt,name=ek_identity,json=ekIdentity,proto3" json:"ek_identity,omitempty"`
 	State       Machine_MachineState   `protobuf:"varint,50,opt,name=state,proto3,enum=corral.inventory.v1.Machine_MachineState" json:"state,omitempty"`
 	StateReason string                 `protobuf:"bytes,51,opt,name=state_reason,json=stateReason,proto3" json:"state_reason,omitempty"`
 	PowerState  PowerState             `protobuf:"varint,52,opt,name=power_state,json=powerState,proto3,enum=corral.inventory.v1.PowerState" json:"power_state,omitempty"`
@@ -580,7 +593,10 @@ type Machine struct {
 	MaintenancePreviousReason string               `protobuf:"bytes,62,opt,name=maintenance_previous_reason,json=maintenancePreviousReason,proto3" json:"maintenance_previous_reason,omitempty"`
 	// wipe is a reprovision's pending disk wipe, sent to the discovery
 	// agent when its session comes up.
-	Wipe          *PendingWipe `protobuf:"bytes,63,opt,name=wipe,proto3" json:"wipe,omitempty"`
+	Wipe *PendingWipe `protobuf:"bytes,63,opt,name=wipe,proto3" json:"wipe,omitempty"`
+	// conflict says, for a machine in CONFLICT, which machine its report
+	// claimed to be and why that claim was not accepted.
+	Conflict      *Conflict `protobuf:"bytes,64,opt,name=conflict,proto3" json:"conflict,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -685,6 +701,20 @@ func (x *Machine) GetFacts() *Facts {
 	return nil
 }
 
+func (x *Machine) GetBaseboardSerial() string {
+	if x != nil {
+		return x.BaseboardSerial
+	}
+	return ""
+}
+
+func (x *Machine) GetEkIdentity() string {
+	if x != nil {
+		return x.EkIdentity
+	}
+	return ""
+}
+
 func (x *Machine) GetState() Machine_MachineState {
 	if x != nil {
 		return x.State
@@ -783,6 +813,95 @@ func (x *Machine) GetWipe() *PendingWipe {
 	return nil
 }
 
+func (x *Machine) GetConflict() *Conflict {
+	if x != nil {
+		return x.Conflict
+	}
+	return nil
+}
+
+// Conflict is what a parked report claimed (docs/security.md, "Claims").
+type Conflict struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// machine is the record the report claimed to be ("" when it claimed
+	// none it could be compared with).
+	Machine string `protobuf:"bytes,1,opt,name=machine,proto3" json:"machine,omitempty"`
+	// reason says what did not match or could not be proved.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// boot_mac is the MAC the report came from.
+	BootMac string                 `protobuf:"bytes,3,opt,name=boot_mac,json=bootMac,proto3" json:"boot_mac,omitempty"`
+	At      *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=at,proto3" json:"at,omitempty"`
+	// reports counts the reports parked on this record.
+	Reports       uint32 `protobuf:"varint,5,opt,name=reports,proto3" json:"reports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Conflict) Reset() {
+	*x = Conflict{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Conflict) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Conflict) ProtoMessage() {}
+
+func (x *Conflict) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Conflict.ProtoReflect.Descriptor instead.
+func (*Conflict) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Conflict) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
+func (x *Conflict) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Conflict) GetBootMac() string {
+	if x != nil {
+		return x.BootMac
+	}
+	return ""
+}
+
+func (x *Conflict) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *Conflict) GetReports() uint32 {
+	if x != nil {
+		return x.Reports
+	}
+	return 0
+}
+
 // Install is an accepted machine's install. The node key is never stored:
 // the plan (with a freshly issued identity) is built each time it is sent.
 type Install struct {
@@ -810,7 +929,7 @@ type Install struct {
 
 func (x *Install) Reset() {
 	*x = Install{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[3]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +941,7 @@ func (x *Install) String() string {
 func (*Install) ProtoMessage() {}
 
 func (x *Install) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[3]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +954,7 @@ func (x *Install) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Install.ProtoReflect.Descriptor instead.
 func (*Install) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{3}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Install) GetInstallId() string {
@@ -924,7 +1043,7 @@ type BootWatchdog struct {
 
 func (x *BootWatchdog) Reset() {
 	*x = BootWatchdog{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[4]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -936,7 +1055,7 @@ func (x *BootWatchdog) String() string {
 func (*BootWatchdog) ProtoMessage() {}
 
 func (x *BootWatchdog) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[4]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -949,7 +1068,7 @@ func (x *BootWatchdog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootWatchdog.ProtoReflect.Descriptor instead.
 func (*BootWatchdog) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{4}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *BootWatchdog) GetArmedAt() *timestamppb.Timestamp {
@@ -987,7 +1106,7 @@ type PendingWipe struct {
 
 func (x *PendingWipe) Reset() {
 	*x = PendingWipe{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[5]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -999,7 +1118,7 @@ func (x *PendingWipe) String() string {
 func (*PendingWipe) ProtoMessage() {}
 
 func (x *PendingWipe) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[5]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1012,7 +1131,7 @@ func (x *PendingWipe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingWipe.ProtoReflect.Descriptor instead.
 func (*PendingWipe) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{5}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PendingWipe) GetDisk() string {
@@ -1058,7 +1177,7 @@ type TimelineEntry struct {
 
 func (x *TimelineEntry) Reset() {
 	*x = TimelineEntry{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[6]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1070,7 +1189,7 @@ func (x *TimelineEntry) String() string {
 func (*TimelineEntry) ProtoMessage() {}
 
 func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[6]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1083,7 +1202,7 @@ func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineEntry.ProtoReflect.Descriptor instead.
 func (*TimelineEntry) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{6}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TimelineEntry) GetAt() *timestamppb.Timestamp {
@@ -1141,7 +1260,7 @@ type ListMachinesRequest struct {
 
 func (x *ListMachinesRequest) Reset() {
 	*x = ListMachinesRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[7]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1272,7 @@ func (x *ListMachinesRequest) String() string {
 func (*ListMachinesRequest) ProtoMessage() {}
 
 func (x *ListMachinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[7]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1285,7 @@ func (x *ListMachinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMachinesRequest.ProtoReflect.Descriptor instead.
 func (*ListMachinesRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{7}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListMachinesRequest) GetState() Machine_MachineState {
@@ -1206,7 +1325,7 @@ type ListMachinesResponse struct {
 
 func (x *ListMachinesResponse) Reset() {
 	*x = ListMachinesResponse{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[8]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1337,7 @@ func (x *ListMachinesResponse) String() string {
 func (*ListMachinesResponse) ProtoMessage() {}
 
 func (x *ListMachinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[8]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1350,7 @@ func (x *ListMachinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMachinesResponse.ProtoReflect.Descriptor instead.
 func (*ListMachinesResponse) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{8}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListMachinesResponse) GetMachines() []*Machine {
@@ -1250,7 +1369,7 @@ type GetMachineRequest struct {
 
 func (x *GetMachineRequest) Reset() {
 	*x = GetMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[9]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1381,7 @@ func (x *GetMachineRequest) String() string {
 func (*GetMachineRequest) ProtoMessage() {}
 
 func (x *GetMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[9]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1394,7 @@ func (x *GetMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMachineRequest.ProtoReflect.Descriptor instead.
 func (*GetMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{9}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetMachineRequest) GetName() string {
@@ -1311,7 +1430,7 @@ type EnrollMachineRequest struct {
 
 func (x *EnrollMachineRequest) Reset() {
 	*x = EnrollMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[10]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1442,7 @@ func (x *EnrollMachineRequest) String() string {
 func (*EnrollMachineRequest) ProtoMessage() {}
 
 func (x *EnrollMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[10]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1455,7 @@ func (x *EnrollMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollMachineRequest.ProtoReflect.Descriptor instead.
 func (*EnrollMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{10}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *EnrollMachineRequest) GetName() string {
@@ -1428,7 +1547,7 @@ type AcceptMachineRequest struct {
 
 func (x *AcceptMachineRequest) Reset() {
 	*x = AcceptMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[11]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1559,7 @@ func (x *AcceptMachineRequest) String() string {
 func (*AcceptMachineRequest) ProtoMessage() {}
 
 func (x *AcceptMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[11]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1572,7 @@ func (x *AcceptMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptMachineRequest.ProtoReflect.Descriptor instead.
 func (*AcceptMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{11}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AcceptMachineRequest) GetName() string {
@@ -1486,7 +1605,7 @@ type DeleteMachineRequest struct {
 
 func (x *DeleteMachineRequest) Reset() {
 	*x = DeleteMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[12]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1617,7 @@ func (x *DeleteMachineRequest) String() string {
 func (*DeleteMachineRequest) ProtoMessage() {}
 
 func (x *DeleteMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[12]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1630,7 @@ func (x *DeleteMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteMachineRequest.ProtoReflect.Descriptor instead.
 func (*DeleteMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{12}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeleteMachineRequest) GetName() string {
@@ -1531,7 +1650,7 @@ type SetPowerRequest struct {
 
 func (x *SetPowerRequest) Reset() {
 	*x = SetPowerRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1662,7 @@ func (x *SetPowerRequest) String() string {
 func (*SetPowerRequest) ProtoMessage() {}
 
 func (x *SetPowerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1675,7 @@ func (x *SetPowerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPowerRequest.ProtoReflect.Descriptor instead.
 func (*SetPowerRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{13}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetPowerRequest) GetName() string {
@@ -1582,7 +1701,7 @@ type GetPowerRequest struct {
 
 func (x *GetPowerRequest) Reset() {
 	*x = GetPowerRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1594,7 +1713,7 @@ func (x *GetPowerRequest) String() string {
 func (*GetPowerRequest) ProtoMessage() {}
 
 func (x *GetPowerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1607,7 +1726,7 @@ func (x *GetPowerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPowerRequest.ProtoReflect.Descriptor instead.
 func (*GetPowerRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{14}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetPowerRequest) GetName() string {
@@ -1633,7 +1752,7 @@ type PowerStatus struct {
 
 func (x *PowerStatus) Reset() {
 	*x = PowerStatus{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1645,7 +1764,7 @@ func (x *PowerStatus) String() string {
 func (*PowerStatus) ProtoMessage() {}
 
 func (x *PowerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1658,7 +1777,7 @@ func (x *PowerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerStatus.ProtoReflect.Descriptor instead.
 func (*PowerStatus) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{15}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PowerStatus) GetState() PowerState {
@@ -1709,7 +1828,7 @@ type ProviderAttempt struct {
 
 func (x *ProviderAttempt) Reset() {
 	*x = ProviderAttempt{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1721,7 +1840,7 @@ func (x *ProviderAttempt) String() string {
 func (*ProviderAttempt) ProtoMessage() {}
 
 func (x *ProviderAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1734,7 +1853,7 @@ func (x *ProviderAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderAttempt.ProtoReflect.Descriptor instead.
 func (*ProviderAttempt) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{16}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ProviderAttempt) GetProvider() string {
@@ -1770,7 +1889,7 @@ type SetBootDeviceRequest struct {
 
 func (x *SetBootDeviceRequest) Reset() {
 	*x = SetBootDeviceRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1782,7 +1901,7 @@ func (x *SetBootDeviceRequest) String() string {
 func (*SetBootDeviceRequest) ProtoMessage() {}
 
 func (x *SetBootDeviceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1795,7 +1914,7 @@ func (x *SetBootDeviceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBootDeviceRequest.ProtoReflect.Descriptor instead.
 func (*SetBootDeviceRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{17}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetBootDeviceRequest) GetName() string {
@@ -1835,7 +1954,7 @@ type ReprovisionMachineRequest struct {
 
 func (x *ReprovisionMachineRequest) Reset() {
 	*x = ReprovisionMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1847,7 +1966,7 @@ func (x *ReprovisionMachineRequest) String() string {
 func (*ReprovisionMachineRequest) ProtoMessage() {}
 
 func (x *ReprovisionMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1860,7 +1979,7 @@ func (x *ReprovisionMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReprovisionMachineRequest.ProtoReflect.Descriptor instead.
 func (*ReprovisionMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{18}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReprovisionMachineRequest) GetName() string {
@@ -1881,7 +2000,7 @@ type SetMaintenanceRequest struct {
 
 func (x *SetMaintenanceRequest) Reset() {
 	*x = SetMaintenanceRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[19]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1893,7 +2012,7 @@ func (x *SetMaintenanceRequest) String() string {
 func (*SetMaintenanceRequest) ProtoMessage() {}
 
 func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[19]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1906,7 +2025,7 @@ func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*SetMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{19}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SetMaintenanceRequest) GetName() string {
@@ -1942,7 +2061,7 @@ type TimelineRequest struct {
 
 func (x *TimelineRequest) Reset() {
 	*x = TimelineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[20]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1954,7 +2073,7 @@ func (x *TimelineRequest) String() string {
 func (*TimelineRequest) ProtoMessage() {}
 
 func (x *TimelineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[20]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1967,7 +2086,7 @@ func (x *TimelineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineRequest.ProtoReflect.Descriptor instead.
 func (*TimelineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{20}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TimelineRequest) GetName() string {
@@ -2000,7 +2119,7 @@ type TimelineResponse struct {
 
 func (x *TimelineResponse) Reset() {
 	*x = TimelineResponse{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[21]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2012,7 +2131,7 @@ func (x *TimelineResponse) String() string {
 func (*TimelineResponse) ProtoMessage() {}
 
 func (x *TimelineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[21]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2025,7 +2144,7 @@ func (x *TimelineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineResponse.ProtoReflect.Descriptor instead.
 func (*TimelineResponse) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{21}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TimelineResponse) GetEntries() []*TimelineEntry {
@@ -2033,6 +2152,105 @@ func (x *TimelineResponse) GetEntries() []*TimelineEntry {
 		return x.Entries
 	}
 	return nil
+}
+
+type AdoptMachineRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the parked record (a machine in CONFLICT).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// separate adopts it as a machine of its own instead of merging it into
+	// the machine it claimed to be (two machines that share a serial, say).
+	Separate      bool `protobuf:"varint,2,opt,name=separate,proto3" json:"separate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdoptMachineRequest) Reset() {
+	*x = AdoptMachineRequest{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdoptMachineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdoptMachineRequest) ProtoMessage() {}
+
+func (x *AdoptMachineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdoptMachineRequest.ProtoReflect.Descriptor instead.
+func (*AdoptMachineRequest) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *AdoptMachineRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AdoptMachineRequest) GetSeparate() bool {
+	if x != nil {
+		return x.Separate
+	}
+	return false
+}
+
+type RejectMachineRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectMachineRequest) Reset() {
+	*x = RejectMachineRequest{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectMachineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectMachineRequest) ProtoMessage() {}
+
+func (x *RejectMachineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectMachineRequest.ProtoReflect.Descriptor instead.
+func (*RejectMachineRequest) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RejectMachineRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
 }
 
 // MachineService is the inventory of physical machines.
@@ -2050,7 +2268,7 @@ type WatchMachinesRequest struct {
 
 func (x *WatchMachinesRequest) Reset() {
 	*x = WatchMachinesRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[22]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2062,7 +2280,7 @@ func (x *WatchMachinesRequest) String() string {
 func (*WatchMachinesRequest) ProtoMessage() {}
 
 func (x *WatchMachinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[22]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2075,7 +2293,7 @@ func (x *WatchMachinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchMachinesRequest.ProtoReflect.Descriptor instead.
 func (*WatchMachinesRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{22}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WatchMachinesRequest) GetState() Machine_MachineState {
@@ -2110,7 +2328,7 @@ type MachineEvent struct {
 
 func (x *MachineEvent) Reset() {
 	*x = MachineEvent{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[23]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2122,7 +2340,7 @@ func (x *MachineEvent) String() string {
 func (*MachineEvent) ProtoMessage() {}
 
 func (x *MachineEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[23]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2135,7 +2353,7 @@ func (x *MachineEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachineEvent.ProtoReflect.Descriptor instead.
 func (*MachineEvent) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{23}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MachineEvent) GetType() v1.EventType {
@@ -2175,7 +2393,7 @@ type WatchTimelineRequest struct {
 
 func (x *WatchTimelineRequest) Reset() {
 	*x = WatchTimelineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[24]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2187,7 +2405,7 @@ func (x *WatchTimelineRequest) String() string {
 func (*WatchTimelineRequest) ProtoMessage() {}
 
 func (x *WatchTimelineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[24]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2200,7 +2418,7 @@ func (x *WatchTimelineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTimelineRequest.ProtoReflect.Descriptor instead.
 func (*WatchTimelineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{24}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WatchTimelineRequest) GetName() string {
@@ -2242,7 +2460,7 @@ type TimelineEvent struct {
 
 func (x *TimelineEvent) Reset() {
 	*x = TimelineEvent{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[25]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2254,7 +2472,7 @@ func (x *TimelineEvent) String() string {
 func (*TimelineEvent) ProtoMessage() {}
 
 func (x *TimelineEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[25]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2267,7 +2485,7 @@ func (x *TimelineEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineEvent.ProtoReflect.Descriptor instead.
 func (*TimelineEvent) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{25}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TimelineEvent) GetType() v1.EventType {
@@ -2302,7 +2520,7 @@ type MacBinding struct {
 
 func (x *MacBinding) Reset() {
 	*x = MacBinding{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[26]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2314,7 +2532,7 @@ func (x *MacBinding) String() string {
 func (*MacBinding) ProtoMessage() {}
 
 func (x *MacBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[26]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2327,7 +2545,7 @@ func (x *MacBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MacBinding.ProtoReflect.Descriptor instead.
 func (*MacBinding) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{26}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *MacBinding) GetMachineName() string {
@@ -2351,7 +2569,7 @@ type BmcAddressBinding struct {
 
 func (x *BmcAddressBinding) Reset() {
 	*x = BmcAddressBinding{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[27]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2363,7 +2581,7 @@ func (x *BmcAddressBinding) String() string {
 func (*BmcAddressBinding) ProtoMessage() {}
 
 func (x *BmcAddressBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[27]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2376,7 +2594,7 @@ func (x *BmcAddressBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcAddressBinding.ProtoReflect.Descriptor instead.
 func (*BmcAddressBinding) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{27}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BmcAddressBinding) GetMachineName() string {
@@ -2404,7 +2622,7 @@ type BmcSecret struct {
 
 func (x *BmcSecret) Reset() {
 	*x = BmcSecret{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[28]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2416,7 +2634,7 @@ func (x *BmcSecret) String() string {
 func (*BmcSecret) ProtoMessage() {}
 
 func (x *BmcSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[28]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2429,7 +2647,7 @@ func (x *BmcSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcSecret.ProtoReflect.Descriptor instead.
 func (*BmcSecret) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{28}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BmcSecret) GetSealedPassword() []byte {
@@ -2463,7 +2681,7 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
 	"\x06before\x18\x03 \x01(\tR\x06before\x12\x14\n" +
-	"\x05after\x18\x04 \x01(\tR\x05after\"\xd9\v\n" +
+	"\x05after\x18\x04 \x01(\tR\x05after\"\xef\f\n" +
 	"\aMachine\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12O\n" +
 	"\vannotations\x18\x03 \x03(\v2-.corral.inventory.v1.Machine.AnnotationsEntryR\vannotations\x12@\n" +
@@ -2477,7 +2695,10 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x03bmc\x18\x0e \x01(\v2\x18.corral.inventory.v1.BmcR\x03bmc\x12@\n" +
 	"\vboot_intent\x18\x0f \x01(\x0e2\x1f.corral.inventory.v1.BootIntentR\n" +
 	"bootIntent\x120\n" +
-	"\x05facts\x18\x10 \x01(\v2\x1a.corral.inventory.v1.FactsR\x05facts\x12?\n" +
+	"\x05facts\x18\x10 \x01(\v2\x1a.corral.inventory.v1.FactsR\x05facts\x12)\n" +
+	"\x10baseboard_serial\x18\x11 \x01(\tR\x0fbaseboardSerial\x12\x1f\n" +
+	"\vek_identity\x18\x12 \x01(\tR\n" +
+	"ekIdentity\x12?\n" +
 	"\x05state\x182 \x01(\x0e2).corral.inventory.v1.Machine.MachineStateR\x05state\x12!\n" +
 	"\fstate_reason\x183 \x01(\tR\vstateReason\x12@\n" +
 	"\vpower_state\x184 \x01(\x0e2\x1f.corral.inventory.v1.PowerStateR\n" +
@@ -2494,13 +2715,14 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\bwatchdog\x18< \x01(\v2!.corral.inventory.v1.BootWatchdogR\bwatchdog\x12g\n" +
 	"\x1amaintenance_previous_state\x18= \x01(\x0e2).corral.inventory.v1.Machine.MachineStateR\x18maintenancePreviousState\x12>\n" +
 	"\x1bmaintenance_previous_reason\x18> \x01(\tR\x19maintenancePreviousReason\x124\n" +
-	"\x04wipe\x18? \x01(\v2 .corral.inventory.v1.PendingWipeR\x04wipe\x1a>\n" +
+	"\x04wipe\x18? \x01(\v2 .corral.inventory.v1.PendingWipeR\x04wipe\x129\n" +
+	"\bconflict\x18@ \x01(\v2\x1d.corral.inventory.v1.ConflictR\bconflict\x1a>\n" +
 	"\x10AnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"{\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x89\x01\n" +
 	"\fMachineState\x12\x0f\n" +
 	"\vUNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -2511,7 +2733,14 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\bDEPLOYED\x10\x04\x12\n" +
 	"\n" +
 	"\x06FAILED\x10\x05\x12\x0f\n" +
-	"\vMAINTENANCE\x10\x06\"\xd1\x02\n" +
+	"\vMAINTENANCE\x10\x06\x12\f\n" +
+	"\bCONFLICT\x10\a\"\x9d\x01\n" +
+	"\bConflict\x12\x18\n" +
+	"\amachine\x18\x01 \x01(\tR\amachine\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x19\n" +
+	"\bboot_mac\x18\x03 \x01(\tR\abootMac\x12*\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x18\n" +
+	"\areports\x18\x05 \x01(\rR\areports\"\xd1\x02\n" +
 	"\aInstall\x12\x1d\n" +
 	"\n" +
 	"install_id\x18\x01 \x01(\tR\tinstallId\x12\x12\n" +
@@ -2611,7 +2840,12 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x03mac\x18\x02 \x01(\tR\x03mac\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\rR\x05limit\"P\n" +
 	"\x10TimelineResponse\x12<\n" +
-	"\aentries\x18\x01 \x03(\v2\".corral.inventory.v1.TimelineEntryR\aentries\"\x90\x01\n" +
+	"\aentries\x18\x01 \x03(\v2\".corral.inventory.v1.TimelineEntryR\aentries\"E\n" +
+	"\x13AdoptMachineRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bseparate\x18\x02 \x01(\bR\bseparate\"*\n" +
+	"\x14RejectMachineRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x90\x01\n" +
 	"\x14WatchMachinesRequest\x12?\n" +
 	"\x05state\x18\x01 \x01(\x0e2).corral.inventory.v1.Machine.MachineStateR\x05state\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12#\n" +
@@ -2666,8 +2900,7 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x17BOOT_DEVICE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fBOOT_DEVICE_PXE\x10\x01\x12\x14\n" +
 	"\x10BOOT_DEVICE_DISK\x10\x02\x12\x14\n" +
-	"\x10BOOT_DEVICE_BIOS\x10\x032\x91\n" +
-	"\n" +
+	"\x10BOOT_DEVICE_BIOS\x10\x032\xcd\v\n" +
 	"\x0eMachineService\x12k\n" +
 	"\fListMachines\x12(.corral.inventory.v1.ListMachinesRequest\x1a).corral.inventory.v1.ListMachinesResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12Z\n" +
 	"\n" +
@@ -2680,7 +2913,9 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\rSetBootDevice\x12).corral.inventory.v1.SetBootDeviceRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02\x12j\n" +
 	"\x12ReprovisionMachine\x12..corral.inventory.v1.ReprovisionMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\x02\x12b\n" +
 	"\x0eSetMaintenance\x12*.corral.inventory.v1.SetMaintenanceRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\x02\x12_\n" +
-	"\bTimeline\x12$.corral.inventory.v1.TimelineRequest\x1a%.corral.inventory.v1.TimelineResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12g\n" +
+	"\bTimeline\x12$.corral.inventory.v1.TimelineRequest\x1a%.corral.inventory.v1.TimelineResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12^\n" +
+	"\fAdoptMachine\x12(.corral.inventory.v1.AdoptMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\x02\x12Z\n" +
+	"\rRejectMachine\x12).corral.inventory.v1.RejectMachineRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02\x12g\n" +
 	"\rWatchMachines\x12).corral.inventory.v1.WatchMachinesRequest\x1a!.corral.inventory.v1.MachineEvent\"\x06\xe2\xa6\x19\x02\b\x010\x01\x12h\n" +
 	"\rWatchTimeline\x12).corral.inventory.v1.WatchTimelineRequest\x1a\".corral.inventory.v1.TimelineEvent\"\x06\xe2\xa6\x19\x02\b\x010\x01B9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
 
@@ -2697,7 +2932,7 @@ func file_api_inventory_v1_machine_proto_rawDescGZIP() []byte {
 }
 
 var file_api_inventory_v1_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_inventory_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_api_inventory_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_api_inventory_v1_machine_proto_goTypes = []any{
 	(PowerState)(0),                   // 0: corral.inventory.v1.PowerState
 	(BootIntent)(0),                   // 1: corral.inventory.v1.BootIntent
@@ -2708,113 +2943,122 @@ var file_api_inventory_v1_machine_proto_goTypes = []any{
 	(*Bmc)(nil),                       // 6: corral.inventory.v1.Bmc
 	(*FactChange)(nil),                // 7: corral.inventory.v1.FactChange
 	(*Machine)(nil),                   // 8: corral.inventory.v1.Machine
-	(*Install)(nil),                   // 9: corral.inventory.v1.Install
-	(*BootWatchdog)(nil),              // 10: corral.inventory.v1.BootWatchdog
-	(*PendingWipe)(nil),               // 11: corral.inventory.v1.PendingWipe
-	(*TimelineEntry)(nil),             // 12: corral.inventory.v1.TimelineEntry
-	(*ListMachinesRequest)(nil),       // 13: corral.inventory.v1.ListMachinesRequest
-	(*ListMachinesResponse)(nil),      // 14: corral.inventory.v1.ListMachinesResponse
-	(*GetMachineRequest)(nil),         // 15: corral.inventory.v1.GetMachineRequest
-	(*EnrollMachineRequest)(nil),      // 16: corral.inventory.v1.EnrollMachineRequest
-	(*AcceptMachineRequest)(nil),      // 17: corral.inventory.v1.AcceptMachineRequest
-	(*DeleteMachineRequest)(nil),      // 18: corral.inventory.v1.DeleteMachineRequest
-	(*SetPowerRequest)(nil),           // 19: corral.inventory.v1.SetPowerRequest
-	(*GetPowerRequest)(nil),           // 20: corral.inventory.v1.GetPowerRequest
-	(*PowerStatus)(nil),               // 21: corral.inventory.v1.PowerStatus
-	(*ProviderAttempt)(nil),           // 22: corral.inventory.v1.ProviderAttempt
-	(*SetBootDeviceRequest)(nil),      // 23: corral.inventory.v1.SetBootDeviceRequest
-	(*ReprovisionMachineRequest)(nil), // 24: corral.inventory.v1.ReprovisionMachineRequest
-	(*SetMaintenanceRequest)(nil),     // 25: corral.inventory.v1.SetMaintenanceRequest
-	(*TimelineRequest)(nil),           // 26: corral.inventory.v1.TimelineRequest
-	(*TimelineResponse)(nil),          // 27: corral.inventory.v1.TimelineResponse
-	(*WatchMachinesRequest)(nil),      // 28: corral.inventory.v1.WatchMachinesRequest
-	(*MachineEvent)(nil),              // 29: corral.inventory.v1.MachineEvent
-	(*WatchTimelineRequest)(nil),      // 30: corral.inventory.v1.WatchTimelineRequest
-	(*TimelineEvent)(nil),             // 31: corral.inventory.v1.TimelineEvent
-	(*MacBinding)(nil),                // 32: corral.inventory.v1.MacBinding
-	(*BmcAddressBinding)(nil),         // 33: corral.inventory.v1.BmcAddressBinding
-	(*BmcSecret)(nil),                 // 34: corral.inventory.v1.BmcSecret
-	nil,                               // 35: corral.inventory.v1.Machine.AnnotationsEntry
-	nil,                               // 36: corral.inventory.v1.Machine.LabelsEntry
-	nil,                               // 37: corral.inventory.v1.TimelineEntry.AttributesEntry
-	(*timestamppb.Timestamp)(nil),     // 38: google.protobuf.Timestamp
-	(*Facts)(nil),                     // 39: corral.inventory.v1.Facts
-	(v1.EventType)(0),                 // 40: corral.watch.v1.EventType
-	(*emptypb.Empty)(nil),             // 41: google.protobuf.Empty
+	(*Conflict)(nil),                  // 9: corral.inventory.v1.Conflict
+	(*Install)(nil),                   // 10: corral.inventory.v1.Install
+	(*BootWatchdog)(nil),              // 11: corral.inventory.v1.BootWatchdog
+	(*PendingWipe)(nil),               // 12: corral.inventory.v1.PendingWipe
+	(*TimelineEntry)(nil),             // 13: corral.inventory.v1.TimelineEntry
+	(*ListMachinesRequest)(nil),       // 14: corral.inventory.v1.ListMachinesRequest
+	(*ListMachinesResponse)(nil),      // 15: corral.inventory.v1.ListMachinesResponse
+	(*GetMachineRequest)(nil),         // 16: corral.inventory.v1.GetMachineRequest
+	(*EnrollMachineRequest)(nil),      // 17: corral.inventory.v1.EnrollMachineRequest
+	(*AcceptMachineRequest)(nil),      // 18: corral.inventory.v1.AcceptMachineRequest
+	(*DeleteMachineRequest)(nil),      // 19: corral.inventory.v1.DeleteMachineRequest
+	(*SetPowerRequest)(nil),           // 20: corral.inventory.v1.SetPowerRequest
+	(*GetPowerRequest)(nil),           // 21: corral.inventory.v1.GetPowerRequest
+	(*PowerStatus)(nil),               // 22: corral.inventory.v1.PowerStatus
+	(*ProviderAttempt)(nil),           // 23: corral.inventory.v1.ProviderAttempt
+	(*SetBootDeviceRequest)(nil),      // 24: corral.inventory.v1.SetBootDeviceRequest
+	(*ReprovisionMachineRequest)(nil), // 25: corral.inventory.v1.ReprovisionMachineRequest
+	(*SetMaintenanceRequest)(nil),     // 26: corral.inventory.v1.SetMaintenanceRequest
+	(*TimelineRequest)(nil),           // 27: corral.inventory.v1.TimelineRequest
+	(*TimelineResponse)(nil),          // 28: corral.inventory.v1.TimelineResponse
+	(*AdoptMachineRequest)(nil),       // 29: corral.inventory.v1.AdoptMachineRequest
+	(*RejectMachineRequest)(nil),      // 30: corral.inventory.v1.RejectMachineRequest
+	(*WatchMachinesRequest)(nil),      // 31: corral.inventory.v1.WatchMachinesRequest
+	(*MachineEvent)(nil),              // 32: corral.inventory.v1.MachineEvent
+	(*WatchTimelineRequest)(nil),      // 33: corral.inventory.v1.WatchTimelineRequest
+	(*TimelineEvent)(nil),             // 34: corral.inventory.v1.TimelineEvent
+	(*MacBinding)(nil),                // 35: corral.inventory.v1.MacBinding
+	(*BmcAddressBinding)(nil),         // 36: corral.inventory.v1.BmcAddressBinding
+	(*BmcSecret)(nil),                 // 37: corral.inventory.v1.BmcSecret
+	nil,                               // 38: corral.inventory.v1.Machine.AnnotationsEntry
+	nil,                               // 39: corral.inventory.v1.Machine.LabelsEntry
+	nil,                               // 40: corral.inventory.v1.TimelineEntry.AttributesEntry
+	(*timestamppb.Timestamp)(nil),     // 41: google.protobuf.Timestamp
+	(*Facts)(nil),                     // 42: corral.inventory.v1.Facts
+	(v1.EventType)(0),                 // 43: corral.watch.v1.EventType
+	(*emptypb.Empty)(nil),             // 44: google.protobuf.Empty
 }
 var file_api_inventory_v1_machine_proto_depIdxs = []int32{
 	2,  // 0: corral.inventory.v1.Bmc.protocol:type_name -> corral.inventory.v1.BmcProtocol
-	38, // 1: corral.inventory.v1.Bmc.verified_at:type_name -> google.protobuf.Timestamp
-	38, // 2: corral.inventory.v1.FactChange.at:type_name -> google.protobuf.Timestamp
-	35, // 3: corral.inventory.v1.Machine.annotations:type_name -> corral.inventory.v1.Machine.AnnotationsEntry
-	36, // 4: corral.inventory.v1.Machine.labels:type_name -> corral.inventory.v1.Machine.LabelsEntry
+	41, // 1: corral.inventory.v1.Bmc.verified_at:type_name -> google.protobuf.Timestamp
+	41, // 2: corral.inventory.v1.FactChange.at:type_name -> google.protobuf.Timestamp
+	38, // 3: corral.inventory.v1.Machine.annotations:type_name -> corral.inventory.v1.Machine.AnnotationsEntry
+	39, // 4: corral.inventory.v1.Machine.labels:type_name -> corral.inventory.v1.Machine.LabelsEntry
 	6,  // 5: corral.inventory.v1.Machine.bmc:type_name -> corral.inventory.v1.Bmc
 	1,  // 6: corral.inventory.v1.Machine.boot_intent:type_name -> corral.inventory.v1.BootIntent
-	39, // 7: corral.inventory.v1.Machine.facts:type_name -> corral.inventory.v1.Facts
+	42, // 7: corral.inventory.v1.Machine.facts:type_name -> corral.inventory.v1.Facts
 	5,  // 8: corral.inventory.v1.Machine.state:type_name -> corral.inventory.v1.Machine.MachineState
 	0,  // 9: corral.inventory.v1.Machine.power_state:type_name -> corral.inventory.v1.PowerState
-	38, // 10: corral.inventory.v1.Machine.power_read_at:type_name -> google.protobuf.Timestamp
-	38, // 11: corral.inventory.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
-	38, // 12: corral.inventory.v1.Machine.updated_at:type_name -> google.protobuf.Timestamp
+	41, // 10: corral.inventory.v1.Machine.power_read_at:type_name -> google.protobuf.Timestamp
+	41, // 11: corral.inventory.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
+	41, // 12: corral.inventory.v1.Machine.updated_at:type_name -> google.protobuf.Timestamp
 	7,  // 13: corral.inventory.v1.Machine.fact_history:type_name -> corral.inventory.v1.FactChange
-	9,  // 14: corral.inventory.v1.Machine.install:type_name -> corral.inventory.v1.Install
-	10, // 15: corral.inventory.v1.Machine.watchdog:type_name -> corral.inventory.v1.BootWatchdog
+	10, // 14: corral.inventory.v1.Machine.install:type_name -> corral.inventory.v1.Install
+	11, // 15: corral.inventory.v1.Machine.watchdog:type_name -> corral.inventory.v1.BootWatchdog
 	5,  // 16: corral.inventory.v1.Machine.maintenance_previous_state:type_name -> corral.inventory.v1.Machine.MachineState
-	11, // 17: corral.inventory.v1.Machine.wipe:type_name -> corral.inventory.v1.PendingWipe
-	38, // 18: corral.inventory.v1.Install.started_at:type_name -> google.protobuf.Timestamp
-	38, // 19: corral.inventory.v1.Install.updated_at:type_name -> google.protobuf.Timestamp
-	38, // 20: corral.inventory.v1.Install.sent_at:type_name -> google.protobuf.Timestamp
-	38, // 21: corral.inventory.v1.BootWatchdog.armed_at:type_name -> google.protobuf.Timestamp
-	38, // 22: corral.inventory.v1.PendingWipe.requested_at:type_name -> google.protobuf.Timestamp
-	38, // 23: corral.inventory.v1.PendingWipe.sent_at:type_name -> google.protobuf.Timestamp
-	38, // 24: corral.inventory.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
-	37, // 25: corral.inventory.v1.TimelineEntry.attributes:type_name -> corral.inventory.v1.TimelineEntry.AttributesEntry
-	5,  // 26: corral.inventory.v1.ListMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
-	8,  // 27: corral.inventory.v1.ListMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
-	2,  // 28: corral.inventory.v1.EnrollMachineRequest.bmc_protocol:type_name -> corral.inventory.v1.BmcProtocol
-	3,  // 29: corral.inventory.v1.SetPowerRequest.action:type_name -> corral.inventory.v1.PowerAction
-	0,  // 30: corral.inventory.v1.PowerStatus.state:type_name -> corral.inventory.v1.PowerState
-	38, // 31: corral.inventory.v1.PowerStatus.read_at:type_name -> google.protobuf.Timestamp
-	22, // 32: corral.inventory.v1.PowerStatus.attempts:type_name -> corral.inventory.v1.ProviderAttempt
-	4,  // 33: corral.inventory.v1.SetBootDeviceRequest.device:type_name -> corral.inventory.v1.BootDevice
-	12, // 34: corral.inventory.v1.TimelineResponse.entries:type_name -> corral.inventory.v1.TimelineEntry
-	5,  // 35: corral.inventory.v1.WatchMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
-	40, // 36: corral.inventory.v1.MachineEvent.type:type_name -> corral.watch.v1.EventType
-	8,  // 37: corral.inventory.v1.MachineEvent.machine:type_name -> corral.inventory.v1.Machine
-	40, // 38: corral.inventory.v1.TimelineEvent.type:type_name -> corral.watch.v1.EventType
-	12, // 39: corral.inventory.v1.TimelineEvent.entry:type_name -> corral.inventory.v1.TimelineEntry
-	38, // 40: corral.inventory.v1.BmcAddressBinding.claimed_at:type_name -> google.protobuf.Timestamp
-	13, // 41: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
-	15, // 42: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
-	16, // 43: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
-	17, // 44: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
-	18, // 45: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
-	19, // 46: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
-	20, // 47: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
-	23, // 48: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
-	24, // 49: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
-	25, // 50: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
-	26, // 51: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
-	28, // 52: corral.inventory.v1.MachineService.WatchMachines:input_type -> corral.inventory.v1.WatchMachinesRequest
-	30, // 53: corral.inventory.v1.MachineService.WatchTimeline:input_type -> corral.inventory.v1.WatchTimelineRequest
-	14, // 54: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
-	8,  // 55: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
-	8,  // 56: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
-	8,  // 57: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
-	41, // 58: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
-	21, // 59: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
-	21, // 60: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
-	41, // 61: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
-	8,  // 62: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
-	8,  // 63: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
-	27, // 64: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
-	29, // 65: corral.inventory.v1.MachineService.WatchMachines:output_type -> corral.inventory.v1.MachineEvent
-	31, // 66: corral.inventory.v1.MachineService.WatchTimeline:output_type -> corral.inventory.v1.TimelineEvent
-	54, // [54:67] is the sub-list for method output_type
-	41, // [41:54] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	12, // 17: corral.inventory.v1.Machine.wipe:type_name -> corral.inventory.v1.PendingWipe
+	9,  // 18: corral.inventory.v1.Machine.conflict:type_name -> corral.inventory.v1.Conflict
+	41, // 19: corral.inventory.v1.Conflict.at:type_name -> google.protobuf.Timestamp
+	41, // 20: corral.inventory.v1.Install.started_at:type_name -> google.protobuf.Timestamp
+	41, // 21: corral.inventory.v1.Install.updated_at:type_name -> google.protobuf.Timestamp
+	41, // 22: corral.inventory.v1.Install.sent_at:type_name -> google.protobuf.Timestamp
+	41, // 23: corral.inventory.v1.BootWatchdog.armed_at:type_name -> google.protobuf.Timestamp
+	41, // 24: corral.inventory.v1.PendingWipe.requested_at:type_name -> google.protobuf.Timestamp
+	41, // 25: corral.inventory.v1.PendingWipe.sent_at:type_name -> google.protobuf.Timestamp
+	41, // 26: corral.inventory.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
+	40, // 27: corral.inventory.v1.TimelineEntry.attributes:type_name -> corral.inventory.v1.TimelineEntry.AttributesEntry
+	5,  // 28: corral.inventory.v1.ListMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
+	8,  // 29: corral.inventory.v1.ListMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
+	2,  // 30: corral.inventory.v1.EnrollMachineRequest.bmc_protocol:type_name -> corral.inventory.v1.BmcProtocol
+	3,  // 31: corral.inventory.v1.SetPowerRequest.action:type_name -> corral.inventory.v1.PowerAction
+	0,  // 32: corral.inventory.v1.PowerStatus.state:type_name -> corral.inventory.v1.PowerState
+	41, // 33: corral.inventory.v1.PowerStatus.read_at:type_name -> google.protobuf.Timestamp
+	23, // 34: corral.inventory.v1.PowerStatus.attempts:type_name -> corral.inventory.v1.ProviderAttempt
+	4,  // 35: corral.inventory.v1.SetBootDeviceRequest.device:type_name -> corral.inventory.v1.BootDevice
+	13, // 36: corral.inventory.v1.TimelineResponse.entries:type_name -> corral.inventory.v1.TimelineEntry
+	5,  // 37: corral.inventory.v1.WatchMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
+	43, // 38: corral.inventory.v1.MachineEvent.type:type_name -> corral.watch.v1.EventType
+	8,  // 39: corral.inventory.v1.MachineEvent.machine:type_name -> corral.inventory.v1.Machine
+	43, // 40: corral.inventory.v1.TimelineEvent.type:type_name -> corral.watch.v1.EventType
+	13, // 41: corral.inventory.v1.TimelineEvent.entry:type_name -> corral.inventory.v1.TimelineEntry
+	41, // 42: corral.inventory.v1.BmcAddressBinding.claimed_at:type_name -> google.protobuf.Timestamp
+	14, // 43: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
+	16, // 44: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
+	17, // 45: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
+	18, // 46: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
+	19, // 47: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
+	20, // 48: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
+	21, // 49: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
+	24, // 50: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
+	25, // 51: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
+	26, // 52: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
+	27, // 53: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
+	29, // 54: corral.inventory.v1.MachineService.AdoptMachine:input_type -> corral.inventory.v1.AdoptMachineRequest
+	30, // 55: corral.inventory.v1.MachineService.RejectMachine:input_type -> corral.inventory.v1.RejectMachineRequest
+	31, // 56: corral.inventory.v1.MachineService.WatchMachines:input_type -> corral.inventory.v1.WatchMachinesRequest
+	33, // 57: corral.inventory.v1.MachineService.WatchTimeline:input_type -> corral.inventory.v1.WatchTimelineRequest
+	15, // 58: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
+	8,  // 59: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
+	8,  // 60: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
+	8,  // 61: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
+	44, // 62: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
+	22, // 63: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
+	22, // 64: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
+	44, // 65: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
+	8,  // 66: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
+	8,  // 67: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
+	28, // 68: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
+	8,  // 69: corral.inventory.v1.MachineService.AdoptMachine:output_type -> corral.inventory.v1.Machine
+	44, // 70: corral.inventory.v1.MachineService.RejectMachine:output_type -> google.protobuf.Empty
+	32, // 71: corral.inventory.v1.MachineService.WatchMachines:output_type -> corral.inventory.v1.MachineEvent
+	34, // 72: corral.inventory.v1.MachineService.WatchTimeline:output_type -> corral.inventory.v1.TimelineEvent
+	58, // [58:73] is the sub-list for method output_type
+	43, // [43:58] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_api_inventory_v1_machine_proto_init() }
@@ -2829,7 +3073,7 @@ func file_api_inventory_v1_machine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_inventory_v1_machine_proto_rawDesc), len(file_api_inventory_v1_machine_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   32,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

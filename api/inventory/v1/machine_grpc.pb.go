@@ -34,6 +34,8 @@ const (
 	MachineService_ReprovisionMachine_FullMethodName = "/corral.inventory.v1.MachineService/ReprovisionMachine"
 	MachineService_SetMaintenance_FullMethodName     = "/corral.inventory.v1.MachineService/SetMaintenance"
 	MachineService_Timeline_FullMethodName           = "/corral.inventory.v1.MachineService/Timeline"
+	MachineService_AdoptMachine_FullMethodName       = "/corral.inventory.v1.MachineService/AdoptMachine"
+	MachineService_RejectMachine_FullMethodName      = "/corral.inventory.v1.MachineService/RejectMachine"
 	MachineService_WatchMachines_FullMethodName      = "/corral.inventory.v1.MachineService/WatchMachines"
 	MachineService_WatchTimeline_FullMethodName      = "/corral.inventory.v1.MachineService/WatchTimeline"
 )
@@ -53,6 +55,13 @@ type MachineServiceClient interface {
 	ReprovisionMachine(ctx context.Context, in *ReprovisionMachineRequest, opts ...grpc.CallOption) (*Machine, error)
 	SetMaintenance(ctx context.Context, in *SetMaintenanceRequest, opts ...grpc.CallOption) (*Machine, error)
 	Timeline(ctx context.Context, in *TimelineRequest, opts ...grpc.CallOption) (*TimelineResponse, error)
+	// AdoptMachine accepts a parked report (a machine in CONFLICT) as the
+	// machine it claimed to be: that machine takes the report's identity,
+	// facts and boot MAC, and the parked record goes. With separate, the
+	// report becomes a machine of its own.
+	AdoptMachine(ctx context.Context, in *AdoptMachineRequest, opts ...grpc.CallOption) (*Machine, error)
+	// RejectMachine deletes a parked report (a machine in CONFLICT).
+	RejectMachine(ctx context.Context, in *RejectMachineRequest, opts ...grpc.CallOption) (*emptypb.Empty, error)
 	WatchMachines(ctx context.Context, in *WatchMachinesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MachineEvent], error)
 	WatchTimeline(ctx context.Context, in *WatchTimelineRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TimelineEvent], error)
 }
@@ -175,6 +184,26 @@ func (c *machineServiceClient) Timeline(ctx context.Context, in *TimelineRequest
 	return out, nil
 }
 
+func (c *machineServiceClient) AdoptMachine(ctx context.Context, in *AdoptMachineRequest, opts ...grpc.CallOption) (*Machine, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Machine)
+	err := c.cc.Invoke(ctx, MachineService_AdoptMachine_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *machineServiceClient) RejectMachine(ctx context.Context, in *RejectMachineRequest, opts ...grpc.CallOption) (*emptypb.Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(emptypb.Empty)
+	err := c.cc.Invoke(ctx, MachineService_RejectMachine_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *machineServiceClient) WatchMachines(ctx context.Context, in *WatchMachinesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MachineEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &MachineService_ServiceDesc.Streams[0], MachineService_WatchMachines_FullMethodName, cOpts...)
@@ -228,6 +257,13 @@ type MachineServiceServer interface {
 	ReprovisionMachine(context.Context, *ReprovisionMachineRequest) (*Machine, error)
 	SetMaintenance(context.Context, *SetMaintenanceRequest) (*Machine, error)
 	Timeline(context.Context, *TimelineRequest) (*TimelineResponse, error)
+	// AdoptMachine accepts a parked report (a machine in CONFLICT) as the
+	// machine it claimed to be: that machine takes the report's identity,
+	// facts and boot MAC, and the parked record goes. With separate, the
+	// report becomes a machine of its own.
+	AdoptMachine(context.Context, *AdoptMachineRequest) (*Machine, error)
+	// RejectMachine deletes a parked report (a machine in CONFLICT).
+	RejectMachine(context.Context, *RejectMachineRequest) (*emptypb.Empty, error)
 	WatchMachines(*WatchMachinesRequest, grpc.ServerStreamingServer[MachineEvent]) error
 	WatchTimeline(*WatchTimelineRequest, grpc.ServerStreamingServer[TimelineEvent]) error
 	mustEmbedUnimplementedMachineServiceServer()
@@ -272,6 +308,12 @@ func (UnimplementedMachineServiceServer) SetMaintenance(context.Context, *SetMai
 }
 func (UnimplementedMachineServiceServer) Timeline(context.Context, *TimelineRequest) (*TimelineResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Timeline not implemented")
+}
+func (UnimplementedMachineServiceServer) AdoptMachine(context.Context, *AdoptMachineRequest) (*Machine, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method AdoptMachine not implemented")
+}
+func (UnimplementedMachineServiceServer) RejectMachine(context.Context, *RejectMachineRequest) (*emptypb.Empty, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RejectMachine not implemented")
 }
 func (UnimplementedMachineServiceServer) WatchMachines(*WatchMachinesRequest, grpc.ServerStreamingServer[MachineEvent]) error {
 	return status.Errorf(codes.Unimplemented, "method WatchMachines not implemented")
@@ -498,6 +540,42 @@ func _MachineService_Timeline_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MachineService_AdoptMachine_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AdoptMachineRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServiceServer).AdoptMachine(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MachineService_AdoptMachine_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServiceServer).AdoptMachine(ctx, req.(*AdoptMachineRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MachineService_RejectMachine_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RejectMachineRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServiceServer).RejectMachine(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MachineService_RejectMachine_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServiceServer).RejectMachine(ctx, req.(*RejectMachineRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _MachineService_WatchMachines_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchMachinesRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -570,6 +648,14 @@ var MachineService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Timeline",
 			Handler:    _MachineService_Timeline_Handler,
+		},
+		{
+			MethodName: "AdoptMachine",
+			Handler:    _MachineService_AdoptMachine_Handler,
+		},
+		{
+			MethodName: "RejectMachine",
+			Handler:    _MachineService_RejectMachine_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -249,7 +250,11 @@ func didYouMean(cmd *cobra.Command, typed string) string {
 	if len(s) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("; did you mean %q?", strings.Join(s, `" or "`))
+	q := make([]string, len(s))
+	for i, w := range s {
+		q[i] = strconv.Quote(w)
+	}
+	return "; did you mean " + strings.Join(q, " or ") + "?"
 }
 
 // argsBetween is a cobra.PositionalArgs that reports a wrong argument

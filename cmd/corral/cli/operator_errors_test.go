@@ -49,7 +49,7 @@ func TestErrorSaidOnce(t *testing.T) {
 func TestUnknownVerbSuggests(t *testing.T) {
 	for args, want := range map[string]string{
 		"gte machines":    `unknown verb "gte"; did you mean "get"?`,
-		"machine acept":   `unknown machine verb "acept"; did you mean "accept"?`,
+		"machine acept":   `unknown machine verb "acept"; did you mean "accept" or "adopt"?`,
 		"frobnicate":      `unknown verb "frobnicate" (valid: `,
 		"descirbe node n": `did you mean "describe"?`, //nolint:misspell // the misspelt verb is the input under test
 	} {
