@@ -74,8 +74,11 @@ type BootConfig struct {
 	// negative: no cap); DiscoveredGCAfter is the age at which a
 	// never-registered one is deleted (0: 24h, negative: never;
 	// placeholders.go). DHCPDeclineQuarantine is how long a DECLINEd
-	// address is kept out of offers (0: 10 min).
+	// address is kept out of offers (0: 10 min). MaxUnaccepted caps the
+	// machines registered and not accepted (inventory.Config.MaxUnaccepted;
+	// 0: MaxDiscovered's value, negative: no cap).
 	MaxDiscovered         int
+	MaxUnaccepted         int
 	DiscoveredGCAfter     time.Duration
 	DHCPDeclineQuarantine time.Duration
 }

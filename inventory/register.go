@@ -184,6 +184,16 @@ func (r *registration) run(ctx context.Context, tx *record.Tx) error {
 		if why := r.id.mismatch(holder); why != "" {
 			return r.park(ctx, tx, nil, nil, holder, fmt.Sprintf("the report comes from machine %s's boot MAC, but %s", holder.GetName(), why))
 		}
+		// An identifier the holder lacks may not be another machine's.
+		for _, ix := range r.indexes() {
+			other, err := txIndexed(ctx, tx, ix.key, ix.agrees)
+			if err != nil {
+				return err
+			}
+			if other != nil && other.GetName() != holder.GetName() {
+				return r.park(ctx, tx, nil, nil, other, fmt.Sprintf("its %s names machine %s, but it comes from machine %s's boot MAC", ix.by, other.GetName(), holder.GetName()))
+			}
+		}
 		return r.land(ctx, tx, holder, "mac", holder, nil)
 	}
 	cands, err := r.candidates(ctx, tx, absorb)

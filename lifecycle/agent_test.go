@@ -12,6 +12,7 @@ import (
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/inventory"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -147,6 +148,7 @@ func TestRegisterBootTokenBinding(t *testing.T) {
 		f       *inventoryv1.Facts
 		refused string // "" = admitted
 		want    string // the machine it lands on, when admitted
+		parked  bool   // refused by parking the report in CONFLICT
 	}{
 		"another boot_mac": {
 			caller: func(*authed) Caller { return Caller{Role: CallerAgent, ID: "t1", MAC: agentMAC, Machine: "m-agent"} },
@@ -169,9 +171,9 @@ func TestRegisterBootTokenBinding(t *testing.T) {
 				}
 				return Caller{Role: CallerAgent, ID: "t1", MAC: agentMAC, Machine: m.GetName()}
 			},
-			boot: agentMAC, f: facts("SN-VICTIM", "", agentMAC), refused: "good for machine m-525400000a02 only",
+			boot: agentMAC, f: facts("SN-VICTIM", "", agentMAC), refused: "its serial names machine m-525400000a01, but it comes from machine m-525400000a02's boot MAC", parked: true,
 		},
-		"placeholder absorbed into the machine of its serial (NIC swap)": {
+		"the victim's serial from a new NIC is parked": {
 			caller: func(a *authed) Caller {
 				p, _, err := a.inv.EnsureMachineForMAC(context.Background(), agentMAC)
 				if err != nil {
@@ -179,7 +181,7 @@ func TestRegisterBootTokenBinding(t *testing.T) {
 				}
 				return Caller{Role: CallerAgent, ID: "t1", MAC: agentMAC, Machine: p.GetName()}
 			},
-			boot: agentMAC, f: facts("SN-VICTIM", "", agentMAC), want: "m-525400000a01",
+			boot: agentMAC, f: facts("SN-VICTIM", "", agentMAC), refused: "which neither boots from", parked: true,
 		},
 		"stale binding: the MAC moved": {
 			caller: func(a *authed) Caller {
@@ -214,6 +216,12 @@ func TestRegisterBootTokenBinding(t *testing.T) {
 			}
 			if diff := cmp.Diff(before, a.machine(victim.GetName()), protocmp.Transform()); diff != "" {
 				t.Errorf("victim changed (-before +after):\n%s", diff)
+			}
+			if tc.parked {
+				if es := a.entries(tc.boot, "register-conflict"); len(es) == 0 || es[0].GetAttributes()["claimed"] != victim.GetName() {
+					t.Errorf("timeline of %s: register-conflict entries %v; want one naming %s", tc.boot, es, victim.GetName())
+				}
+				return
 			}
 			for _, mac := range []string{c.MAC, tc.boot} {
 				es := a.entries(mac, "register-refused")
@@ -472,7 +480,7 @@ func TestAutoAcceptGuard(t *testing.T) {
 		"on the allowlist":         {serials: []string{"SN-B", "SN-A"}, serial: "SN-A"},
 		"not on the allowlist":     {serials: []string{"SN-B"}, serial: "SN-A", skipped: "not on the --auto-accept-serials allowlist"},
 		"no serial with allowlist": {serials: []string{"SN-B"}, skipped: "no real serial"},
-		"flagged mac-conflict":     {serial: "SN-A", flagged: true, skipped: "flagged (mac-conflict"},
+		"flagged duplicate-serial": {serial: "SN-A", flagged: true, skipped: "flagged (duplicate-serial"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -481,10 +489,10 @@ func TestAutoAcceptGuard(t *testing.T) {
 			ctx := context.Background()
 			f := facts(tc.serial, "", victimMAC)
 			if tc.flagged {
-				if _, err := h.lc.Register(ctx, agentMAC, facts("SN-OTHER", "", agentMAC)); err != nil {
+				// An operator adopted a machine that shares a serial.
+				if _, err := h.inv.CreateMachine(ctx, &inventoryv1.Machine{Name: inventory.MachineNameForMAC(victimMAC), BootMac: victimMAC, Flags: []string{inventory.FlagDuplicateSerial + ": serial \"SN-A\" is also held by machine m-x"}}); err != nil {
 					t.Fatal(err)
 				}
-				f = facts(tc.serial, "", victimMAC, agentMAC)
 			}
 			m, err := h.lc.Register(ctx, victimMAC, f)
 			if err != nil {

@@ -36,6 +36,7 @@ func addBootFlags(groups *flagGroups, sf *serveFlags) {
 	f.StringVar(&c.KernelArgs, "boot-kernel-args", "", "extra kernel arguments (default console=tty0 console=ttyS0,115200n8) (env CORRAL_BOOT_KERNEL_ARGS)")
 	f.DurationVar(&c.TokenTTL, "boot-token-ttl", 0, "lifetime of the per-boot agent token on the kernel command line (default 1h) (env CORRAL_BOOT_TOKEN_TTL)")
 	f.IntVar(&c.MaxDiscovered, "max-discovered", inventory.DefaultMaxDiscovered, "most machines network-boot discovery may create for unknown MACs and leave unregistered; past it unknown MACs get an address but no record and no boot file; negative: no cap (env CORRAL_MAX_DISCOVERED)")
+	f.IntVar(&c.MaxUnaccepted, "max-unaccepted", 0, "most machines that may be registered and not accepted (INVENTORIED, or parked in CONFLICT); past it a report that would make a new machine is refused; 0: the value of --max-discovered; negative: no cap (env CORRAL_MAX_UNACCEPTED)")
 	f.DurationVar(&c.DiscoveredGCAfter, "discovered-gc-after", inventory.DefaultDiscoveredGCAfter, "delete a discovered machine that never registered, has no BMC, labels or other state, and has not booted for this long; negative: never (env CORRAL_DISCOVERED_GC_AFTER)")
 	d.DurationVar(&c.DHCPDeclineQuarantine, "dhcp-decline-quarantine", dhcp.DefaultDeclineQuarantine, "full mode: how long an address a client DECLINEd is kept out of offers (still offered when nothing else is left) (env CORRAL_DHCP_DECLINE_QUARANTINE)")
 }
