@@ -6,7 +6,8 @@
 // revision, which is cluster-wide and strictly increasing, so revisions keep
 // the contract's meaning across appliances. Compare-and-swap maps onto etcd
 // transactions: a create compares the key's create revision with 0, an update
-// or delete compares its mod revision with the caller's. Update (the
+// or delete compares its mod revision with the caller's, and a Txn is one
+// etcd transaction of all its compares and writes. Update (the
 // contract's Updater) is a read-compare-swap loop bounded in attempts: etcd
 // has no server-side functions, so writers of one hot key do conflict here,
 // and the loop retries them with a jittered back-off.
