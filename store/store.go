@@ -64,9 +64,9 @@ type Event struct {
 
 // Store is the contract. All methods are safe for concurrent use.
 //
-// Revisions are store-wide and strictly increasing: every successful Put or
-// Delete gets a revision greater than any before it, and that revision
-// survives a restart.
+// Revisions are store-wide and strictly increasing: every successful Put,
+// Delete or writing Txn gets a revision greater than any before it (the
+// writes of one Txn share theirs), and that revision survives a restart.
 type Store interface {
 	// Get returns the record at key, or ErrNotFound.
 	Get(ctx context.Context, key string) (KV, error)
@@ -92,6 +92,20 @@ type Store interface {
 	// ends or the store closes. A watcher that does not keep up is
 	// disconnected (its channel closed) rather than blocking writers.
 	Watch(ctx context.Context, prefix string) (<-chan Event, error)
+
+	// Txn commits ops as one: either every precondition holds and every
+	// write commits at one new store-wide revision, which it returns (a
+	// Txn of checks only writes nothing and returns the current
+	// revision), or nothing changes and it returns an error wrapping
+	// ErrConflict that names the first key whose precondition failed
+	// (ErrConflict also for an OpDelete of an absent key). A key appears
+	// at most once in ops; an empty ops, a repeated key, an unknown kind
+	// or more than MaxTxnOps operations are refused with an error of
+	// class apierr.ErrInvalid and change nothing (CheckTxn). Watchers see
+	// the writes of one Txn as consecutive events with the same revision,
+	// in the order of ops. The write is durable when Txn returns nil. Txn
+	// does not retain ops or their values.
+	Txn(ctx context.Context, ops []Op) (int64, error)
 
 	// Close releases the store. Calls after Close return ErrClosed.
 	Close() error
@@ -140,18 +154,8 @@ type Op struct {
 	Rev   int64
 }
 
-// Txner is implemented by every backend in this repository (the contract
-// tests in store/storetest require it). Txn commits ops as one: either
-// every precondition holds and every write commits at one new store-wide
-// revision, which it returns (a Txn of checks only writes nothing and
-// returns the current revision), or nothing changes and it returns an error
-// wrapping ErrConflict that names the first key whose precondition failed
-// (ErrConflict also for an OpDelete of an absent key). A key appears at
-// most once in ops; an empty ops, a repeated key, an unknown kind or more
-// than MaxTxnOps operations are refused with an error of class
-// apierr.ErrInvalid and change nothing. Watchers see the writes of one
-// Txn as consecutive events with the same revision, in the order of ops.
-// The write is durable when Txn returns nil. Txn does not retain values.
+// Txner is the transaction method of Store (whose Txn comment is the
+// contract), for code that needs nothing else of a store.
 type Txner interface {
 	Txn(ctx context.Context, ops []Op) (int64, error)
 }
@@ -187,20 +191,14 @@ func CheckTxn(ops []Op) error {
 	return nil
 }
 
-// AsTxner returns s, or the first store s wraps (through Unwrapper), that
-// implements Txner.
+// AsTxner returns s as a Txner. Every Store has Txn since it became part
+// of the contract (2026-11-28); AsTxner stays for callers written when it
+// was optional, and fails only for a nil s.
 func AsTxner(s Store) (Txner, bool) {
-	for i := 0; s != nil && i < 16; i++ {
-		if t, ok := s.(Txner); ok {
-			return t, true
-		}
-		u, ok := s.(Unwrapper)
-		if !ok {
-			return nil, false
-		}
-		s = u.Unwrap()
+	if s == nil {
+		return nil, false
 	}
-	return nil, false
+	return s, true
 }
 
 // HistoryWatcher is implemented by stores that keep a bounded history of

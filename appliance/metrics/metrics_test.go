@@ -70,11 +70,17 @@ func TestMeteredStoreCountsCommits(t *testing.T) {
 	if err := st.Delete(ctx, "/a", rev+1); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := st.Txn(ctx, []store.Op{{Kind: store.OpPut, Key: "/b", Value: []byte("1")}, {Kind: store.OpCheck, Key: "/a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Txn(ctx, []store.Op{{Kind: store.OpPut, Key: "/b", Value: []byte("2")}}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("txn creating an existing key: %v, want a conflict", err)
+	}
 	got := map[string]int{}
-	for _, lv := range [][2]string{{"put", "ok"}, {"put", "conflict"}, {"delete", "not_found"}, {"update", "ok"}, {"delete", "ok"}} {
+	for _, lv := range [][2]string{{"put", "ok"}, {"put", "conflict"}, {"delete", "not_found"}, {"update", "ok"}, {"delete", "ok"}, {"txn", "ok"}, {"txn", "conflict"}} {
 		got[lv[0]+"/"+lv[1]] = histCount(t, m.commit, lv[0], lv[1])
 	}
-	want := map[string]int{"put/ok": 1, "put/conflict": 1, "delete/not_found": 1, "update/ok": 1, "delete/ok": 1}
+	want := map[string]int{"put/ok": 1, "put/conflict": 1, "delete/not_found": 1, "update/ok": 1, "delete/ok": 1, "txn/ok": 1, "txn/conflict": 1}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("commits (-want +got):\n%s", diff)
 	}

@@ -10,7 +10,7 @@ import (
 )
 
 // storeMetrics times the store's writes: corral_store_commit_seconds{op,
-// outcome}, op put, delete or update, outcome ok, conflict, not_found or
+// outcome}, op put, delete, update or txn, outcome ok, conflict, not_found or
 // error.
 type storeMetrics struct {
 	commit *prometheus.HistogramVec
@@ -19,7 +19,7 @@ type storeMetrics struct {
 func newStoreMetrics() *storeMetrics {
 	return &storeMetrics{commit: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "corral_store_commit_seconds",
-		Help: "Store writes (durable when they return), by operation (put, delete, update) and outcome (ok, conflict, not_found, error).",
+		Help: "Store writes (durable when they return), by operation (put, delete, update, txn) and outcome (ok, conflict, not_found, error).",
 		// bbolt group-commits in about a millisecond to tens of them
 		// (fsync); etcd adds a network round trip and its own fsync.
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
@@ -68,7 +68,7 @@ func (m *storeMetrics) wrap(st store.Store) store.Store {
 	return ms
 }
 
-// meteredStore times Put and Delete.
+// meteredStore times Put, Delete and Txn.
 type meteredStore struct {
 	inner store.Store
 	m     *storeMetrics
@@ -99,6 +99,13 @@ func (s *meteredStore) Delete(ctx context.Context, key string, rev int64) error 
 	err := s.inner.Delete(ctx, key, rev)
 	s.m.observe("delete", start, err)
 	return err
+}
+
+func (s *meteredStore) Txn(ctx context.Context, ops []store.Op) (int64, error) {
+	start := time.Now()
+	r, err := s.inner.Txn(ctx, ops)
+	s.m.observe("txn", start, err)
+	return r, err
 }
 
 func (s *meteredStore) Watch(ctx context.Context, prefix string) (<-chan store.Event, error) {

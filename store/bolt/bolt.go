@@ -8,11 +8,13 @@
 // It imports nothing of Corral's except the store contract
 // (github.com/corralhq/corral/store).
 //
-// Writes are group-committed: concurrent Put and Delete calls queue to a
-// single committer goroutine, which applies everything already queued as
-// one batch, made durable by one journal append and one fdatasync
-// (journal.go) before any of it is answered; the journal is folded into
-// bbolt in large transactions. A lone writer is committed at once.
+// Writes are group-committed: concurrent Put, Delete, Update and Txn
+// calls queue to a single committer goroutine, which applies everything
+// already queued as one batch, made durable by one journal append and one
+// fdatasync (journal.go) before any of it is answered; the journal is
+// folded into bbolt in large transactions. A lone writer is committed at
+// once. A Txn is one op of a batch: its writes share one revision and
+// one journal record.
 //
 // Open never modifies a file it cannot fully validate: a truncated,
 // corrupt or foreign file yields an error that names the path and wraps

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ const (
 	opPut opKind = iota + 1
 	opDelete
 	opUpdate
+	opTxn
 )
 
 // op is one queued write. The committer answers on done exactly once.
@@ -29,6 +31,7 @@ type op struct {
 	value []byte
 	rev   int64
 	fn    func(cur store.KV, exists bool) ([]byte, bool, error) // opUpdate
+	txn   []store.Op                                            // opTxn: checked by store.CheckTxn and checkKey
 	done  chan result
 	// urgent: the op may not wait for the commit window (window.go).
 	urgent bool
@@ -162,6 +165,30 @@ func (s *Store) Update(ctx context.Context, key string, fn func(cur store.KV, ex
 		return store.KV{}, r.err
 	}
 	return store.KV{Key: key, Value: r.value, Revision: r.rev}, nil
+}
+
+// Txn implements store.Store's transaction: it is one op of the
+// committer's batch, its preconditions checked against the state the ops
+// before it left (the overlay and bbolt), its writes journaled in the
+// batch's one record (or written in the batch's one bbolt transaction)
+// at one revision and published together. A transaction that only checks
+// writes nothing and is answered without a flush of its own.
+func (s *Store) Txn(ctx context.Context, ops []store.Op) (int64, error) {
+	if err := store.CheckTxn(ops); err != nil {
+		return 0, fmt.Errorf("bolt: txn: %w", err)
+	}
+	for _, t := range ops {
+		if err := checkKey(t.Key); err != nil {
+			return 0, fmt.Errorf("bolt: txn: %w", err)
+		}
+	}
+	o := newOp(opTxn, "", 0)
+	o.txn = ops
+	rev, err := s.submit(ctx, o)
+	if err != nil {
+		return 0, fmt.Errorf("bolt: %w", err)
+	}
+	return rev, nil
 }
 
 // runUpdate runs o's update function on the current record (cur, val,
@@ -301,6 +328,30 @@ func (s *Store) commitBolt(batch []*op) {
 				results[i].err = err
 				continue
 			}
+			if o.kind == opTxn {
+				if err := txnConflict(o.txn, func(key string) (int64, bool, error) { return currentRev(recs, []byte(key)) }); err != nil {
+					results[i].err = err
+					continue
+				}
+				if txnWrites(o.txn) {
+					// A failed write aborts the whole batch: the
+					// transaction's earlier writes cannot be taken back
+					// alone.
+					for _, t := range o.txn {
+						if t.Kind == store.OpCheck {
+							continue
+						}
+						ev, err := applyTxnOp(recs, t, rev+1)
+						if err != nil {
+							return fmt.Errorf("txn: %q: %w", t.Key, err)
+						}
+						events = append(events, ev)
+					}
+					rev++
+				}
+				results[i].rev = rev
+				continue
+			}
 			key := []byte(o.key)
 			cur, exists, err := currentRev(recs, key)
 			if err != nil {
@@ -389,6 +440,36 @@ func (s *Store) commitBolt(batch []*op) {
 	for i, o := range batch {
 		o.done <- results[i]
 	}
+}
+
+// txnConflict checks the preconditions of a transaction's ops against
+// current (the revision of a key as of the ops before it, exists=false when
+// absent) and returns the error naming the first key that fails.
+func txnConflict(ops []store.Op, current func(key string) (int64, bool, error)) error {
+	for _, t := range ops {
+		cur, exists, err := current(t.Key)
+		if err != nil {
+			return fmt.Errorf("txn: %q: %w", t.Key, err)
+		}
+		if err := putConflict(t.Rev, cur, exists); err != nil {
+			return fmt.Errorf("txn: %q: %w", t.Key, err)
+		}
+	}
+	return nil
+}
+
+// txnWrites reports whether a transaction writes anything.
+func txnWrites(ops []store.Op) bool {
+	return slices.ContainsFunc(ops, func(t store.Op) bool { return t.Kind != store.OpCheck })
+}
+
+// applyTxnOp writes a put or a delete of a transaction into recs at rev
+// and returns its event.
+func applyTxnOp(recs *bbolt.Bucket, t store.Op, rev int64) (store.Event, error) {
+	if t.Kind == store.OpDelete {
+		return store.Event{Type: store.EventDelete, KV: store.KV{Key: t.Key, Revision: rev}}, recs.Delete([]byte(t.Key))
+	}
+	return store.Event{Type: store.EventPut, KV: store.KV{Key: t.Key, Value: t.Value, Revision: rev}}, recs.Put([]byte(t.Key), encodeRecord(rev, t.Value))
 }
 
 // currentRev reports the revision of key in recs.

@@ -39,7 +39,8 @@ import (
 //
 // Crash safety rests on three facts. bbolt's file is only ever changed by
 // full bbolt commits (the fold), so it is always a valid store at some
-// revision R. Journal records carry consecutive revisions, so the records
+// revision R. Journal records carry consecutive revisions (the writes of
+// one transaction share one, inside one record), so the records
 // above R that Open finds are exactly the batches journaled after the last
 // fold, in order; replay reads each file while each record starts at the
 // revision after the previous one and its checksum holds, and stops at the
@@ -64,8 +65,15 @@ import (
 //
 // Record layout: magic u32, payload length u32, CRC-32C of the payload
 // u32; payload: first revision u64, entry count u32, then per entry: kind
-// u8 (1 put, 2 delete), key length u32, key, value length u32, value.
-// All big-endian.
+// u8 (1 put, 2 delete: at the revision after the entry before it; 3 put,
+// 4 delete: at the same revision as the entry before it, the rest of a
+// transaction's writes), key length u32, key, value length u32, value.
+// All big-endian. A transaction is never split between records, and a
+// record is replayed whole or not at all (its checksum), so a crash
+// between its append and the fold leaves all of it or none of it. A
+// Corral from before transactions reads a record with kinds 3 and 4 as a
+// torn one: a journal a crash left is to be replayed by this version
+// (Close folds it, leaving nothing to replay).
 
 const (
 	journalMagic  = 0x434a524e // "CJRN"
@@ -88,6 +96,10 @@ const (
 
 	jPut    = 1
 	jDelete = 2
+	// jSameRev is added to the kind of an entry at the revision of the
+	// entry before it: 3 and 4 are a transaction's put and delete after
+	// its first write.
+	jSameRev = 2
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -209,14 +221,17 @@ func (sc *journalScratch) reset() {
 	clear(sc.local)
 }
 
-// jChange is one entry of a record.
+// jChange is one entry of a record. sameRev: it is at the revision of the
+// entry before it (a transaction's writes after its first).
 type jChange struct {
 	key     string
 	value   []byte
 	deleted bool
+	sameRev bool
 }
 
-// encode lays out one record of changes with revisions first, first+1, ...
+// encode lays out one record of changes with revisions first, first+1,
+// ... (an entry marked sameRev at the revision of the one before it).
 func (j *journal) encode(first int64, changes []jChange) []byte {
 	b := j.buf[:0]
 	b = append(b, make([]byte, journalHeader)...)
@@ -226,6 +241,9 @@ func (j *journal) encode(first int64, changes []jChange) []byte {
 		kind := byte(jPut)
 		if c.deleted {
 			kind = jDelete
+		}
+		if c.sameRev {
+			kind += jSameRev
 		}
 		b = append(b, kind)
 		b = binary.BigEndian.AppendUint32(b, uint32(len(c.key)))
@@ -279,10 +297,11 @@ func (j *journal) restart() error {
 	return nil
 }
 
-// replayRecord is one decoded record.
+// replayRecord is one decoded record: its changes are at revisions first
+// to last.
 type replayRecord struct {
-	first   int64
-	changes []jChange
+	first, last int64
+	changes     []jChange
 }
 
 // readJournal decodes the journal's records from the start while each is
@@ -311,7 +330,7 @@ func readJournal(f *os.File) ([]replayRecord, error) {
 			break
 		}
 		out = append(out, rec)
-		next = rec.first + int64(len(rec.changes))
+		next = rec.last + 1
 		data = data[journalHeader+n:]
 	}
 	return out, nil
@@ -319,6 +338,7 @@ func readJournal(f *os.File) ([]replayRecord, error) {
 
 func decodeJournalPayload(p []byte) (replayRecord, bool) {
 	rec := replayRecord{first: int64(binary.BigEndian.Uint64(p))}
+	rec.last = rec.first - 1
 	count := int(binary.BigEndian.Uint32(p[8:]))
 	p = p[12:]
 	if rec.first <= 0 || count <= 0 || count > len(p) {
@@ -331,8 +351,15 @@ func decodeJournalPayload(p []byte) (replayRecord, bool) {
 		kind := p[0]
 		kl := int(binary.BigEndian.Uint32(p[1:]))
 		p = p[5:]
-		if kind != jPut && kind != jDelete || kl <= 0 || kl > len(p)-4 {
+		same := kind == jPut+jSameRev || kind == jDelete+jSameRev
+		if same {
+			kind -= jSameRev
+		}
+		if kind != jPut && kind != jDelete || kl <= 0 || kl > len(p)-4 || same && len(rec.changes) == 0 {
 			return rec, false
+		}
+		if !same {
+			rec.last++
 		}
 		key := string(p[:kl])
 		p = p[kl:]
@@ -341,7 +368,7 @@ func decodeJournalPayload(p []byte) (replayRecord, bool) {
 		if vl > len(p) || kind == jDelete && vl != 0 {
 			return rec, false
 		}
-		rec.changes = append(rec.changes, jChange{key: key, value: append([]byte(nil), p[:vl]...), deleted: kind == jDelete})
+		rec.changes = append(rec.changes, jChange{key: key, value: append([]byte(nil), p[:vl]...), deleted: kind == jDelete, sameRev: same})
 		p = p[vl:]
 	}
 	return rec, len(p) == 0
@@ -363,7 +390,7 @@ func (s *Store) replay(boltRev int64) (int64, error) {
 	var apply []replayRecord
 	next := boltRev + 1
 	for _, r := range recs {
-		last := r.first + int64(len(r.changes)) - 1
+		last := r.last
 		if last < next {
 			continue // folded before the crash, or a stale copy
 		}
@@ -386,9 +413,15 @@ func (s *Store) replay(boltRev int64) (int64, error) {
 				return corruptf("store buckets missing")
 			}
 			for _, r := range apply {
-				for i, c := range r.changes {
-					at := r.first + int64(i)
-					if at <= rev {
+				// Revisions at or below base were applied before this
+				// record: a transaction's entries share theirs, so all of
+				// a transaction or none of it is skipped.
+				base, at := rev, r.first-1
+				for _, c := range r.changes {
+					if !c.sameRev {
+						at++
+					}
+					if at <= base {
 						continue
 					}
 					var err error
@@ -633,6 +666,42 @@ func (s *Store) commitJournal(batch []*op) bool {
 			for i, o := range batch {
 				if err := o.ctx.Err(); err != nil {
 					results[i].err = err
+					continue
+				}
+				if o.kind == opTxn {
+					err := txnConflict(o.txn, func(key string) (int64, bool, error) {
+						r, _, ok, err := current(key)
+						return r, ok, err
+					})
+					if err != nil {
+						results[i].err = err
+						continue
+					}
+					if txnWrites(o.txn) {
+						// One revision for all: the entries after the
+						// first are marked to share it.
+						rev++
+						first := true
+						for _, t := range o.txn {
+							var e ovEntry
+							ev := store.Event{Type: store.EventDelete, KV: store.KV{Key: t.Key, Revision: rev}}
+							switch t.Kind {
+							case store.OpCheck:
+								continue
+							case store.OpPut:
+								val := append([]byte(nil), t.Value...)
+								e = ovEntry{rev: rev, value: val}
+								ev = store.Event{Type: store.EventPut, KV: store.KV{Key: t.Key, Value: val, Revision: rev}}
+							case store.OpDelete:
+								e = ovEntry{rev: rev, deleted: true}
+							}
+							local[t.Key] = e
+							changes = append(changes, jChange{key: t.Key, value: e.value, deleted: e.deleted, sameRev: !first})
+							events = append(events, ev)
+							first = false
+						}
+					}
+					results[i].rev = rev
 					continue
 				}
 				cur, curVal, exists, err := current(o.key)

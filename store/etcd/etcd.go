@@ -6,7 +6,8 @@
 // revision, which is cluster-wide and strictly increasing, so revisions keep
 // the contract's meaning across appliances. Compare-and-swap maps onto etcd
 // transactions: a create compares the key's create revision with 0, an update
-// or delete compares its mod revision with the caller's. Update (the
+// or delete compares its mod revision with the caller's, and a Txn is one
+// etcd transaction of all its compares and writes. Update (the
 // contract's Updater) is a read-compare-swap loop bounded in attempts: etcd
 // has no server-side functions, so writers of one hot key do conflict here,
 // and the loop retries them with a jittered back-off.
@@ -427,6 +428,61 @@ func (s *Store) delete(ctx context.Context, key string, rev int64) (int64, error
 		return 0, fmt.Errorf("%s: %w", key, store.ErrNotFound)
 	}
 	return 0, fmt.Errorf("%s: %w", key, store.ErrConflict)
+}
+
+// Txn implements store.Store's transaction as one etcd transaction: If
+// every key's mod revision equals its op's revision (create revision 0 for
+// revision 0), Then the puts and deletes in order, Else a read of every
+// key, from which the first failing key is named. The writes get etcd's
+// one revision of the transaction, and its watch delivers them in order;
+// a transaction of checks only is a read and returns the cluster's
+// revision.
+func (s *Store) Txn(ctx context.Context, ops []store.Op) (int64, error) {
+	if err := store.CheckTxn(ops); err != nil {
+		return 0, fmt.Errorf("store/etcd: txn: %w", err)
+	}
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	cmps := make([]clientv3.Cmp, 0, len(ops))
+	reads := make([]clientv3.Op, 0, len(ops))
+	var writes []clientv3.Op
+	for _, o := range ops {
+		k := s.prefix + o.Key
+		cmps = append(cmps, cmpRev(k, o.Rev))
+		reads = append(reads, clientv3.OpGet(k, clientv3.WithKeysOnly()))
+		switch o.Kind {
+		case store.OpPut:
+			writes = append(writes, clientv3.OpPut(k, string(o.Value)))
+		case store.OpDelete:
+			writes = append(writes, clientv3.OpDelete(k))
+		}
+	}
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(rctx).If(cmps...).Then(writes...).Else(reads...).Commit()
+	if err != nil {
+		return 0, s.wrap(ctx, "txn", fmt.Sprintf("%s (%d operations)", ops[0].Key, len(ops)), err)
+	}
+	if resp.Succeeded {
+		return resp.Header.Revision, nil
+	}
+	// The reads ran at the revision the compares failed at.
+	for i, o := range ops {
+		var cur int64
+		if r := resp.Responses[i].GetResponseRange(); r != nil && len(r.Kvs) > 0 {
+			cur = r.Kvs[0].ModRevision
+		}
+		switch {
+		case o.Rev == 0 && cur != 0:
+			return 0, fmt.Errorf("store/etcd: txn: %q exists at revision %d: %w", o.Key, cur, store.ErrConflict)
+		case o.Rev != 0 && cur == 0:
+			return 0, fmt.Errorf("store/etcd: txn: %q at revision %d: key does not exist: %w", o.Key, o.Rev, store.ErrConflict)
+		case cur != o.Rev:
+			return 0, fmt.Errorf("store/etcd: txn: %q at revision %d: current revision is %d: %w", o.Key, o.Rev, cur, store.ErrConflict)
+		}
+	}
+	return 0, fmt.Errorf("store/etcd: txn: a precondition of %q and %d more failed: %w", ops[0].Key, len(ops)-1, store.ErrConflict)
 }
 
 // Update implements store.Updater as a bounded read-compare-swap loop.

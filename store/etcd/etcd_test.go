@@ -269,4 +269,11 @@ func TestPrefixesApart(t *testing.T) {
 	if _, err := a.Get(ctx, "/k"); err == nil {
 		t.Error("Get under /corral found /corralx's record")
 	}
+	// A transaction compares and writes its own fleet's keys only.
+	if _, err := a.Txn(ctx, []store.Op{{Kind: store.OpCheck, Key: "/k"}, {Kind: store.OpPut, Key: "k", Value: []byte("a")}}); err != nil {
+		t.Errorf("Txn under /corral creating k beside /corralx's k: %v", err)
+	}
+	if kv, err := b.Get(ctx, "k"); err != nil || string(kv.Value) != "x" {
+		t.Errorf("/corralx's k after /corral's Txn = %+v, %v", kv, err)
+	}
 }

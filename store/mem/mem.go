@@ -42,7 +42,6 @@ type Store struct {
 var (
 	_ store.Store          = (*Store)(nil)
 	_ store.HistoryWatcher = (*Store)(nil)
-	_ store.Txner          = (*Store)(nil)
 )
 
 // New returns an empty store at revision 0. It remembers the latest 16384
@@ -267,8 +266,9 @@ func (s *Store) Update(ctx context.Context, key string, fn func(cur store.KV, ex
 	}
 }
 
-// Txn implements store.Txner: under the store's lock it checks every
-// precondition, then applies every write at one new revision.
+// Txn implements store.Store's transaction: under the store's lock it
+// checks every precondition, then applies every write at one new
+// revision.
 func (s *Store) Txn(ctx context.Context, ops []store.Op) (int64, error) {
 	if err := store.CheckTxn(ops); err != nil {
 		return 0, err

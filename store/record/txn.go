@@ -99,10 +99,6 @@ func (t *Tx) Commit(ctx context.Context) (int64, error) {
 	if len(t.ops) == 0 {
 		return 0, nil
 	}
-	txn, ok := store.AsTxner(t.s)
-	if !ok {
-		return 0, fmt.Errorf("record: the store has no multi-key transactions")
-	}
 	ops := make([]store.Op, 0, len(t.order))
 	for _, key := range t.order {
 		rev := t.read[key]
@@ -115,7 +111,7 @@ func (t *Tx) Commit(ctx context.Context) (int64, error) {
 		}
 		ops = append(ops, store.Op{Kind: store.OpCheck, Key: key, Rev: rev})
 	}
-	return txn.Txn(ctx, ops)
+	return t.s.Txn(ctx, ops)
 }
 
 // RunTx runs fn in a fresh Tx and commits it, again from the start while

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/corralhq/corral/store"
 )
@@ -31,6 +32,7 @@ func RunHistory(t *testing.T, open func(t *testing.T) store.Store, compact func(
 		"ResumeFuture": testResumeFuture,
 		"ResumeSlow":   testResumeSlow,
 		"ResumeCancel": testResumeCancel,
+		"ResumeTxn":    testResumeTxn,
 	}
 	// The others run in parallel; compaction (cluster-wide on etcd) runs
 	// alone after them.
@@ -251,4 +253,46 @@ func testResumeCancel(t *testing.T, s hstore, _ func(*testing.T, store.Store)) {
 	recvN(t, ch, 1)
 	cancel()
 	waitClosed(t, ch)
+}
+
+// testResumeTxn: the writes of one transaction share a revision; resuming
+// before it delivers all of them in the order of its ops, resuming at it
+// delivers none of them, and a watch opened at it goes on after it.
+func testResumeTxn(t *testing.T, s hstore, _ func(*testing.T, store.Store)) {
+	ctx := ctxFor(t)
+	a := mustPut(t, s, "x/a", "1", 0)
+	rev := mustTxn(t, s, put("x/z", "1", 0), put("y/outside", "1", 0), del("x/a", a), put("x/b", "1", 0))
+	after := mustPut(t, s, "x/after", "1", 0)
+	want := []store.Event{
+		{Type: store.EventPut, KV: store.KV{Key: "x/z", Value: []byte("1"), Revision: rev}},
+		{Type: store.EventDelete, KV: store.KV{Key: "x/a", Revision: rev}},
+		{Type: store.EventPut, KV: store.KV{Key: "x/b", Value: []byte("1"), Revision: rev}},
+		{Type: store.EventPut, KV: store.KV{Key: "x/after", Value: []byte("1"), Revision: after}},
+	}
+	for _, from := range []int64{a, rev - 1} {
+		ch, err := s.WatchFrom(ctx, "x/", from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, recvN(t, ch, len(want)), cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("WatchFrom(%d) (-want +got):\n%s", from, diff)
+		}
+	}
+	ch, err := s.WatchFrom(ctx, "x/", rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := recvN(t, ch, 1)[0]; ev.KV.Key != "x/after" || ev.KV.Revision != after {
+		t.Fatalf("WatchFrom the transaction's revision %d: first event %+v, want x/after at %d", rev, ev, after)
+	}
+	// Live: a watch resumed before a transaction that commits later.
+	live, err := s.WatchFrom(ctx, "x/", after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev2 := mustTxn(t, s, put("x/b", "2", rev), put("x/c", "1", 0))
+	got := recvN(t, live, 2)
+	if got[0].KV.Key != "x/b" || got[1].KV.Key != "x/c" || got[0].KV.Revision != rev2 || got[1].KV.Revision != rev2 {
+		t.Fatalf("live events of a transaction at %d: %+v", rev2, got)
+	}
 }

@@ -2,10 +2,11 @@
 // implementations. It owns no implementation of its own: each backend's
 // tests call Run with a constructor, and the suite checks the behaviour the
 // store contract promises (compare-and-swap, store-wide revisions, listing,
-// value copies, watches, Close and concurrent use).
+// value copies, watches, Close, concurrent use and multi-key transactions).
 //
 // It imports nothing of Corral's except the store contract
-// (github.com/corralhq/corral/store).
+// (github.com/corralhq/corral/store) and the error classes it names
+// (internal/apierr).
 package storetest
 
 import (
@@ -50,6 +51,11 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Closed", testClosed},
 		{"ConcurrentIncrements", testConcurrentIncrements},
 		{"Updater", testUpdater},
+		{"Txn", testTxn},
+		{"TxnPreconditions", testTxnPreconditions},
+		{"TxnInvalid", testTxnInvalid},
+		{"TxnWatch", testTxnWatch},
+		{"TxnConcurrent", testTxnConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

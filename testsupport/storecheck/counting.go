@@ -10,7 +10,9 @@ import (
 
 // Counting is a store that counts the operations made through it while
 // Measure runs: reads (Get, List) and writes (Put, Delete), each by the
-// key (a List by its prefix). Watch and the rest pass through uncounted.
+// key (a List by its prefix), and a Txn's operations one by one (a put or
+// delete as a write, a check as a read of its key). Watch and the rest
+// pass through uncounted.
 // It is safe for concurrent use.
 type Counting struct {
 	store.Store
@@ -86,4 +88,13 @@ func (c *Counting) Put(ctx context.Context, key string, v []byte, rev int64) (in
 func (c *Counting) Delete(ctx context.Context, key string, rev int64) error {
 	c.count(key, true)
 	return c.Store.Delete(ctx, key, rev)
+}
+
+// Txn counts a write of each key ops put or delete and a read of each key
+// they check.
+func (c *Counting) Txn(ctx context.Context, ops []store.Op) (int64, error) {
+	for _, o := range ops {
+		c.count(o.Key, o.Kind != store.OpCheck)
+	}
+	return c.Store.Txn(ctx, ops)
 }
