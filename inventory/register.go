@@ -186,6 +186,9 @@ func (r *registration) run(ctx context.Context, tx *record.Tx) error {
 		}
 		// An identifier the holder lacks may not be another machine's.
 		for _, ix := range r.indexes() {
+			if ix.agrees(holder) {
+				continue
+			}
 			other, err := txIndexed(ctx, tx, ix.key, ix.agrees)
 			if err != nil {
 				return err

@@ -16,45 +16,46 @@ import (
 // goroutine; RunTx makes a fresh one per attempt.
 type Tx struct {
 	s     store.Store
-	read  map[string]int64 // key -> revision read (0: absent)
-	order []string         // keys in first-touch order
+	read  map[string]int64  // key -> revision read (0: absent)
+	vals  map[string][]byte // key -> value read
+	order []string          // keys in first-touch order
 	ops   map[string]store.Op
 }
 
-// Get reads key into msg and reports whether it exists. A key read twice
-// must be at the same revision; the transaction is then doomed and Commit
-// reports a conflict.
+// Get reads key into msg and reports whether it exists. A key is read
+// from the store once per Tx: reading it again decodes what the first read
+// saw, so a transaction sees one version of every key it reads, and the
+// commit checks that version.
 func (t *Tx) Get(ctx context.Context, key string, msg proto.Message) (bool, error) {
-	kv, err := t.s.Get(ctx, key)
-	rev := kv.Revision
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		rev = 0
-	case err != nil:
-		return false, err
+	raw, seen := t.vals[key]
+	if !seen {
+		kv, err := t.s.Get(ctx, key)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			kv = store.KV{}
+		case err != nil:
+			return false, err
+		}
+		t.remember(key, kv.Revision, kv.Value)
+		raw = kv.Value
 	}
-	t.remember(key, rev)
-	if rev == 0 {
+	if t.read[key] == 0 {
 		return false, nil
 	}
-	if err := Unmarshal(kv.Value, msg); err != nil {
+	if err := Unmarshal(raw, msg); err != nil {
 		return false, fmt.Errorf("%s: %w", key, err)
 	}
 	return true, nil
 }
 
-func (t *Tx) remember(key string, rev int64) {
+func (t *Tx) remember(key string, rev int64, raw []byte) {
 	if t.read == nil {
 		t.read = map[string]int64{}
+		t.vals = map[string][]byte{}
 		t.ops = map[string]store.Op{}
 	}
-	if was, ok := t.read[key]; ok {
-		if was != rev {
-			t.read[key] = -1 // read at two revisions: Commit conflicts
-		}
-		return
-	}
 	t.read[key] = rev
+	t.vals[key] = raw
 	t.order = append(t.order, key)
 }
 
@@ -102,9 +103,6 @@ func (t *Tx) Commit(ctx context.Context) (int64, error) {
 	ops := make([]store.Op, 0, len(t.order))
 	for _, key := range t.order {
 		rev := t.read[key]
-		if rev < 0 {
-			return 0, fmt.Errorf("record: %q changed while the transaction read it: %w", key, store.ErrConflict)
-		}
 		if op, ok := t.ops[key]; ok {
 			ops = append(ops, op)
 			continue
