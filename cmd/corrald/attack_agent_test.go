@@ -288,9 +288,9 @@ func TestAttackAgentBootCredentials(t *testing.T) {
 		{"own token, victim's boot_mac and serial", ta, victimFacts,
 			"the token was issued for boot MAC " + attacker, []string{attacker, victim}, "register-refused"},
 		{"victim's public token, no serial", tv, machinefacts.QEMU("", "", victim),
-			"the report carries no serial", []string{victim}, "register-refused"},
+			"the report carries no serial", []string{victim}, "register-conflict"},
 		{"victim's public token, another serial", tv, machinefacts.QEMU("SN-EVIL", "", victim),
-			`serial "SN-EVIL" is not the recorded "` + victimSN + `"`, []string{victim}, "register-refused"},
+			`serial "SN-EVIL" is not the recorded "` + victimSN + `"`, []string{victim}, "register-conflict"},
 	}
 	for _, tc := range refusals {
 		t.Run(tc.name, func(t *testing.T) {
