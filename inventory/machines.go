@@ -217,6 +217,12 @@ func (i *Inventory) MachineByMAC(ctx context.Context, mac string) (*inventoryv1.
 // name or any MAC belongs to another machine (a binding to a machine that
 // is gone is taken over); nothing is written then.
 func (i *Inventory) CreateMachine(ctx context.Context, m *inventoryv1.Machine) (*inventoryv1.Machine, error) {
+	return i.CreateMachineWith(ctx, m, nil)
+}
+
+// CreateMachineWith is CreateMachine that also changes other records in
+// the same store transaction; also nil is CreateMachine.
+func (i *Inventory) CreateMachineWith(ctx context.Context, m *inventoryv1.Machine, also Also) (*inventoryv1.Machine, error) {
 	if err := CheckName(m.GetName()); err != nil {
 		return nil, err
 	}
@@ -255,6 +261,11 @@ func (i *Inventory) CreateMachine(ctx context.Context, m *inventoryv1.Machine) (
 				}
 			}
 			if err := tx.Put(macPrefix+mac, &inventoryv1.MacBinding{MachineName: m.GetName()}); err != nil {
+				return err
+			}
+		}
+		if also != nil {
+			if err := also(tx, m); err != nil {
 				return err
 			}
 		}
@@ -340,31 +351,64 @@ func (i *Inventory) EnsureMachineForMAC(ctx context.Context, mac string) (m *inv
 // current record and may return an error to abort. MAC changes are not
 // allowed here (the index would go stale); use CreateMachine/Delete.
 func (i *Inventory) UpdateMachine(ctx context.Context, name string, mutate func(m *inventoryv1.Machine) error) (*inventoryv1.Machine, error) {
-	return i.updateMachine(ctx, name, false, mutate)
+	return i.UpdateMachineWith(ctx, name, mutate, nil)
 }
 
-// updateMachine is UpdateMachine; macsClaimed says the caller already
-// claimed any MACs it adds in the MAC index.
-func (i *Inventory) updateMachine(ctx context.Context, name string, macsClaimed bool, mutate func(m *inventoryv1.Machine) error) (*inventoryv1.Machine, error) {
+// Also changes other records in the transaction that writes a machine
+// (UpdateMachineWith, CreateMachineWith): it runs after the machine's own
+// change with the record as it will be written, may read and write other
+// keys through tx — never the machine's own key or its MAC bindings — and
+// may return an error to abort everything. It may run more than once.
+type Also func(tx *record.Tx, m *inventoryv1.Machine) error
+
+// UpdateMachineWith is UpdateMachine that also changes other records in
+// the same store transaction (an index record the machine's new state
+// names, say); also nil is UpdateMachine.
+func (i *Inventory) UpdateMachineWith(ctx context.Context, name string, mutate func(m *inventoryv1.Machine) error, also Also) (*inventoryv1.Machine, error) {
 	if err := CheckName(name); err != nil {
 		return nil, err
 	}
-	m, err := record.Update(ctx, i.cfg.Store, machinePrefix+name, newMachine, func(m *inventoryv1.Machine, exists bool) (bool, error) {
-		if !exists {
-			return false, apierr.NotFoundf("machine %q", name)
-		}
+	change := func(m *inventoryv1.Machine) error {
 		macs := append([]string{m.GetBootMac()}, m.GetMacs()...)
 		if err := mutate(m); err != nil {
-			return false, err
+			return err
 		}
 		after := append([]string{m.GetBootMac()}, m.GetMacs()...)
-		if !macsClaimed && strings.Join(macs, ",") != strings.Join(after, ",") {
-			return false, apierr.Invalidf("machine %q: MACs cannot be changed by an update", name)
+		if strings.Join(macs, ",") != strings.Join(after, ",") {
+			return apierr.Invalidf("machine %q: MACs cannot be changed by an update", name)
 		}
 		m.Name = name
 		m.UpdatedAt = timestamppb.New(i.cfg.Now())
-		return false, nil
-	})
+		return nil
+	}
+	var m *inventoryv1.Machine
+	var err error
+	if also == nil {
+		m, err = record.Update(ctx, i.cfg.Store, machinePrefix+name, newMachine, func(m *inventoryv1.Machine, exists bool) (bool, error) {
+			if !exists {
+				return false, apierr.NotFoundf("machine %q", name)
+			}
+			return false, change(m)
+		})
+	} else {
+		_, err = record.RunTx(ctx, i.cfg.Store, func(tx *record.Tx) error {
+			cur, err := txMachine(ctx, tx, name)
+			if err != nil {
+				return err
+			}
+			if cur == nil {
+				return apierr.NotFoundf("machine %q", name)
+			}
+			if err := change(cur); err != nil {
+				return err
+			}
+			if err := also(tx, cur); err != nil {
+				return err
+			}
+			m = cur
+			return tx.Put(machinePrefix+name, cur)
+		})
+	}
 	if err != nil {
 		return m, err
 	}
@@ -429,6 +473,25 @@ func txUnindex(ctx context.Context, tx *record.Tx, m *inventoryv1.Machine) error
 		if exists && b.GetMachineName() == m.GetName() {
 			if err := tx.Delete(k); err != nil {
 				return err
+			}
+		}
+	}
+	if b := m.GetBmc(); b.GetAddress() != "" {
+		var ab inventoryv1.BmcAddressBinding
+		for _, port := range []uint32{b.GetPort(), 623, 443} {
+			k := BMCAddressKey(b.GetAddress(), port)
+			if port == 0 || slices.Contains(keys, k) {
+				continue
+			}
+			keys = append(keys, k)
+			exists, err := tx.Get(ctx, k, &ab)
+			if err != nil {
+				return err
+			}
+			if exists && ab.GetMachineName() == m.GetName() {
+				if err := tx.Delete(k); err != nil {
+					return err
+				}
 			}
 		}
 	}

@@ -164,6 +164,10 @@ type Machines interface {
 	ListMachines(ctx context.Context, req *inventoryv1.ListMachinesRequest) ([]*inventoryv1.Machine, error)
 	CreateMachine(ctx context.Context, m *inventoryv1.Machine) (*inventoryv1.Machine, error)
 	UpdateMachine(ctx context.Context, name string, mutate func(m *inventoryv1.Machine) error) (*inventoryv1.Machine, error)
+	// CreateMachineWith and UpdateMachineWith also write the BMC address
+	// binding and the sealed password in the machine's transaction.
+	CreateMachineWith(ctx context.Context, m *inventoryv1.Machine, also inventory.Also) (*inventoryv1.Machine, error)
+	UpdateMachineWith(ctx context.Context, name string, mutate func(m *inventoryv1.Machine) error, also inventory.Also) (*inventoryv1.Machine, error)
 }
 
 // Events is the machines' boot timeline (append only; never blocks).
@@ -342,36 +346,47 @@ func (c *Service) Enroll(ctx context.Context, req *inventoryv1.EnrollMachineRequ
 	if !insecure {
 		tlsPin = res.TLSSHA256
 	}
-	if err := c.claimAddress(ctx, key, name); err != nil {
-		return nil, err
-	}
 	sealed, err := c.cfg.Sealer.Seal([]byte(req.GetBmcPassword()), []byte(name))
 	if err != nil {
-		c.releaseAddress(ctx, key, name)
 		return nil, fmt.Errorf("seal BMC password: %w", err)
-	}
-	if _, err := record.Update(ctx, c.cfg.Store, bmcSecretPrefix+name, func() *inventoryv1.BmcSecret { return &inventoryv1.BmcSecret{} },
-		func(s *inventoryv1.BmcSecret, _ bool) (bool, error) {
-			s.SealedPassword = sealed
-			return false, nil
-		}); err != nil {
-		c.releaseAddress(ctx, key, name)
-		return nil, err
 	}
 	now := timestamppb.New(c.cfg.Now())
 	bmc := &inventoryv1.Bmc{Address: host, Port: port, Protocol: bproto, Username: req.GetBmcUsername(),
 		CipherSuite: req.GetBmcCipherSuite(), Provider: res.Provider, VerifiedAt: now, TlsSha256: tlsPin, TlsInsecure: insecure}
-	var oldKey string
+	// The address binding, the sealed password and the machine change in
+	// one store transaction (docs/architecture.md, "Index records").
+	bind := func(tx *record.Tx, m *inventoryv1.Machine) error {
+		var b inventoryv1.BmcAddressBinding
+		exists, err := tx.Get(ctx, key, &b)
+		if err != nil {
+			return err
+		}
+		if exists {
+			if err := c.ownerConflict(ctx, key, &b, name); err != nil {
+				return err
+			}
+		}
+		if err := tx.Put(key, &inventoryv1.BmcAddressBinding{MachineName: name, ClaimedAt: now}); err != nil {
+			return err
+		}
+		var sec inventoryv1.BmcSecret
+		if _, err := tx.Get(ctx, bmcSecretPrefix+name, &sec); err != nil {
+			return err
+		}
+		return tx.Put(bmcSecretPrefix+name, &inventoryv1.BmcSecret{SealedPassword: sealed})
+	}
 	var m *inventoryv1.Machine
 	if existing == nil {
-		m, err = c.inv.CreateMachine(ctx, &inventoryv1.Machine{Name: name, BootMac: bootMAC, Bmc: bmc, PowerState: st, PowerReadAt: now})
-		if errors.Is(err, apierr.ErrAlreadyExists) {
+		m, err = c.inv.CreateMachineWith(ctx, &inventoryv1.Machine{Name: name, BootMac: bootMAC, Bmc: bmc, PowerState: st, PowerReadAt: now}, bind)
+		if errors.Is(err, apierr.ErrAlreadyExists) && !strings.Contains(err.Error(), "BMC ") {
 			// Created concurrently (by DHCP or another enroll): attach.
 			existing = &inventoryv1.Machine{}
 		}
 	}
 	if existing != nil {
-		m, err = c.inv.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
+		var oldKey string
+		m, err = c.inv.UpdateMachineWith(ctx, name, func(m *inventoryv1.Machine) error {
+			oldKey = ""
 			if old := m.GetBmc(); old.GetAddress() != "" && old.GetUsername() != "" {
 				if k := inventory.BMCAddressKey(old.GetAddress(), old.GetPort()); k != key {
 					oldKey = k
@@ -382,14 +397,24 @@ func (c *Service) Enroll(ctx context.Context, req *inventoryv1.EnrollMachineRequ
 			m.PowerState, m.PowerReadAt = st, now
 			m.Flags = withoutFlag(inventory.BMCMismatchFlags(m.GetFlags(), bmc), FlagCertificateChanged)
 			return nil
+		}, func(tx *record.Tx, m *inventoryv1.Machine) error {
+			if err := bind(tx, m); err != nil {
+				return err
+			}
+			// The binding of the address it was enrolled at before goes.
+			if oldKey == "" {
+				return nil
+			}
+			var b inventoryv1.BmcAddressBinding
+			exists, err := tx.Get(ctx, oldKey, &b)
+			if err != nil || !exists || b.GetMachineName() != name {
+				return err
+			}
+			return tx.Delete(oldKey)
 		})
 	}
 	if err != nil {
-		c.releaseAddress(ctx, key, name)
 		return nil, err
-	}
-	if oldKey != "" {
-		c.releaseAddress(ctx, oldKey, name)
 	}
 	tlsNote := tlsDescription(bmc, pinGiven, pinKept)
 	detail := fmt.Sprintf("BMC %s (%s) enrolled; power %s", t, protoName(bproto), powerName(st))
@@ -472,12 +497,6 @@ func (c *Service) checkAddressFree(ctx context.Context, key, name string) error 
 	return c.ownerConflict(ctx, key, &b, name)
 }
 
-// claimGrace is how long a fresh binding counts as an enrolment in flight
-// even though its machine does not show the BMC yet. Claims are followed
-// at once by store writes, so this only matters if corrald dies between
-// them.
-const claimGrace = time.Minute
-
 func (c *Service) ownerConflict(ctx context.Context, key string, b *inventoryv1.BmcAddressBinding, name string) error {
 	owner := b.GetMachineName()
 	if owner == "" || owner == name {
@@ -490,26 +509,9 @@ func (c *Service) ownerConflict(ctx context.Context, key string, b *inventoryv1.
 	if b := m.GetBmc(); b.GetAddress() != "" && inventory.BMCAddressKey(b.GetAddress(), b.GetPort()) == key {
 		return apierr.Existsf("BMC %s is already enrolled on machine %q", keyAddr(key), owner)
 	}
-	// Claimed but not (yet) on its machine: an enrolment in flight.
-	if at := b.GetClaimedAt(); at != nil && c.cfg.Now().Sub(at.AsTime()) < claimGrace {
-		return apierr.Existsf("BMC %s is being enrolled on machine %q", keyAddr(key), owner)
-	}
+	// A binding its machine does not agree with is stale: the binding
+	// and the machine are written in one transaction.
 	return nil
-}
-
-func (c *Service) claimAddress(ctx context.Context, key, name string) error {
-	_, err := record.Update(ctx, c.cfg.Store, key, func() *inventoryv1.BmcAddressBinding { return &inventoryv1.BmcAddressBinding{} },
-		func(b *inventoryv1.BmcAddressBinding, exists bool) (bool, error) {
-			if exists {
-				if err := c.ownerConflict(ctx, key, b, name); err != nil {
-					return false, err
-				}
-			}
-			b.MachineName = name
-			b.ClaimedAt = timestamppb.New(c.cfg.Now())
-			return false, nil
-		})
-	return err
 }
 
 func (c *Service) releaseAddress(ctx context.Context, key, name string) {
