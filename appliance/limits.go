@@ -30,6 +30,7 @@ type LimitsConfig struct {
 	TFTP     tftp.Limits
 	GRPC     GRPCLimits
 	Timeline TimelineLimits
+	Agent    AgentLimits
 }
 
 // GRPCLimits bound the gRPC API's clients.
@@ -115,6 +116,9 @@ func (c *LimitsConfig) setDefaults() error {
 		return err
 	}
 	c.HTTP, c.TFTP = c.HTTP.WithDefaults(), c.TFTP.WithDefaults()
+	if err := c.Agent.setDefaults(); err != nil {
+		return err
+	}
 
 	g, dg := &c.GRPC, DefaultGRPCLimits()
 	for _, d := range []struct {
