@@ -30,7 +30,10 @@ func (s *Server) initAudit() error {
 		return err
 	}
 	s.audit = a
+	// What the evidence (the audit, the boot timeline) did not keep is
+	// counted in /metrics.
 	a.CountInto(s.obs)
+	countTimeline(s.obs, s.inv)
 	s.addComponent("audit-writer", a.Run)
 	s.addSingleton("audit-purge", a.RunPurge)
 	return nil
