@@ -126,7 +126,7 @@ func (s *Server) nodeNameTaken(ctx context.Context, name string) (string, error)
 // token is for Join only). Listing and watching nodes are not a node's
 // (the methods' access options leave NODE out), so a node certificate
 // sees its own record and nothing of the others (docs/security.md, "Node
-// certificates").
+// certificates read their own node only").
 func nodeIdentity() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		if err := checkNodeScope(ctx, info.FullMethod, req); err != nil {
