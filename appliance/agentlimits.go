@@ -21,13 +21,15 @@ import (
 )
 
 // AgentLimits rate-limit the agent edge (AgentService Register, Session
-// and Join) per token and per source address (docs/security.md, "Agent
-// rate limits"): a per-boot token is public on the boot LAN, and each
-// Register is a store write and an audit record. Zero fields take the
-// defaults (DefaultAgentLimits); every field is a flag of corrald serve.
+// and Join) per token and method, and per source address
+// (docs/security.md, "Agent rate limits"): a per-boot token is public on
+// the boot LAN, and each Register is a store write and an audit record.
+// Zero fields take the defaults (DefaultAgentLimits); every field is a
+// flag of corrald serve.
 type AgentLimits struct {
 	// PerToken calls a second, after a burst of TokenBurst, for one token
-	// (or one node certificate).
+	// (or one node certificate) and one method: an agent's round of
+	// retries (Register, then Session) costs one of each method's.
 	PerToken   float64
 	TokenBurst int
 	// PerSource calls a second, after a burst of SourceBurst, from one
@@ -95,11 +97,11 @@ func (l *agentLimiter) check(ctx context.Context, method string) error {
 		l.bySrc.Add(1)
 		return l.refuse(method, p, src, "source address "+src, l.cfg.PerSource, l.cfg.SourceBurst, "--agent-rate-per-source")
 	}
-	key, who := p.ID, "token "+p.ID
-	if key == "" {
+	key, who := "token:"+p.ID, "token "+p.ID
+	if p.ID == "" {
 		key, who = "cert:"+p.Subject, "node certificate "+p.Subject
 	}
-	if !l.tokens.Allow(key, now) {
+	if !l.tokens.Allow(method+" "+key, now) {
 		l.byToken.Add(1)
 		return l.refuse(method, p, src, who, l.cfg.PerToken, l.cfg.TokenBurst, "--agent-rate-per-token")
 	}

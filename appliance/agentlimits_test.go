@@ -54,6 +54,13 @@ func TestAgentLimits(t *testing.T) {
 			t.Fatalf("an admin is not limited: %v", err)
 		}
 	}
+	// Each method has its own bucket per token: an agent's retry round
+	// (Register, then Session) costs one of each.
+	sctx := peer.NewContext(auth.NewContext(context.Background(), auth.Principal{Role: authv1.Role_ROLE_AGENT, ID: "tok-a"}),
+		&peer.Peer{Addr: &net.TCPAddr{IP: net.ParseIP("10.0.0.9"), Port: 40000}})
+	if err := l.check(sctx, "/corral.node.v1.AgentService/Session"); err != nil {
+		t.Fatalf("Session with a token whose Register bucket is empty: %v", err)
+	}
 	ctx := auth.NewContext(context.Background(), auth.Principal{Role: authv1.Role_ROLE_AGENT, ID: "tok-a"})
 	if err := l.check(ctx, "/corral.inventory.v1.MachineService/ListMachines"); err != nil {
 		t.Fatalf("other methods are not limited: %v", err)

@@ -52,8 +52,8 @@ func addLimitFlags(f *pflag.FlagSet, c *appliance.LimitsConfig) {
 	f.Float64Var(&c.Timeline.BootLAN.PerSource, "timeline-boot-lan-rate-per-source", tl.BootLAN.PerSource, "boot timeline: entries of unauthenticated TFTP and boot HTTP requests recorded a second for one source address after its burst; more are dropped and counted (env CORRAL_TIMELINE_BOOT_LAN_RATE_PER_SOURCE)")
 	f.IntVar(&c.Timeline.BootLAN.SourceBurst, "timeline-boot-lan-burst-per-source", tl.BootLAN.SourceBurst, "boot timeline: entries of unauthenticated TFTP and boot HTTP requests recorded at once for one source address (env CORRAL_TIMELINE_BOOT_LAN_BURST_PER_SOURCE)")
 
-	f.Float64Var(&c.Agent.PerToken, "agent-rate-per-token", ag.PerToken, "agent calls (Register, Session, Join): calls a second one token or node certificate may make after its burst; more fail with ResourceExhausted (env CORRAL_AGENT_RATE_PER_TOKEN)")
-	f.IntVar(&c.Agent.TokenBurst, "agent-burst-per-token", ag.TokenBurst, "agent calls: calls one token or node certificate may make at once (env CORRAL_AGENT_BURST_PER_TOKEN)")
+	f.Float64Var(&c.Agent.PerToken, "agent-rate-per-token", ag.PerToken, "agent calls (Register, Session, Join): calls a second of one method one token or node certificate may make after its burst; more fail with ResourceExhausted (env CORRAL_AGENT_RATE_PER_TOKEN)")
+	f.IntVar(&c.Agent.TokenBurst, "agent-burst-per-token", ag.TokenBurst, "agent calls: calls of one method one token or node certificate may make at once (env CORRAL_AGENT_BURST_PER_TOKEN)")
 	f.Float64Var(&c.Agent.PerSource, "agent-rate-per-source", ag.PerSource, "agent calls: calls a second one source address may make after its burst, whatever its tokens; more fail with ResourceExhausted (env CORRAL_AGENT_RATE_PER_SOURCE)")
 	f.IntVar(&c.Agent.SourceBurst, "agent-burst-per-source", ag.SourceBurst, "agent calls: calls one source address may make at once (env CORRAL_AGENT_BURST_PER_SOURCE)")
 	f.IntVar(&c.Agent.MaxKeys, "agent-limiter-max-keys", ag.MaxKeys, "agent calls: tokens and source addresses each tracked at most; past it the one used least recently is forgotten (env CORRAL_AGENT_LIMITER_MAX_KEYS)")
