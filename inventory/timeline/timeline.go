@@ -41,12 +41,13 @@ import (
 //
 //   - per entry, at Record: source, event, detail and attributes are cut to
 //     fixed sizes (made valid UTF-8 first: protobuf strings must be);
-//   - per MAC: past Config.Limit a MAC's oldest entries are
-//     deleted (checked every Limit/10 writes of that MAC);
-//   - in total: past Config.MaxEntries the whole timelines of the
-//     MACs written to least recently are deleted first, so a flood of
+//   - per MAC and class (below): past Config.Limit record entries or
+//     BootLAN.Limit boot-LAN entries, a MAC's oldest of that class are
+//     deleted (checked every tenth of the cap's writes of that MAC);
+//   - in total: past Config.MaxEntries the boot-LAN entries of the MACs
+//     written to least recently are deleted first, so a flood of
 //     one-packet MACs displaces itself before the history of machines that
-//     keep booting.
+//     keep booting, and never deletes a record entry.
 //
 // Two classes of entries (docs/security.md, "Timeline classes"): those
 // the boot LAN causes without authenticating (sources dhcp, tftp, http and
@@ -536,10 +537,11 @@ func (t *Timeline) write(ctx context.Context, it tlItem) {
 		// Evicted and held again (its record entries) meanwhile.
 		ms, counted = cur, false
 	}
+	lan := strings.HasSuffix(it.key, bootLANSuffix)
 	switch {
 	case !ms.held:
 		t.lru.MoveToFront(ms.el)
-	case strings.HasSuffix(it.key, bootLANSuffix):
+	case lan:
 		// Evictable again (the MAC's boot-LAN entries are).
 		t.held.Remove(ms.el)
 		ms.el, ms.held = t.lru.PushFront(ms), false
@@ -549,7 +551,6 @@ func (t *Timeline) write(ctx context.Context, it tlItem) {
 		t.total++
 	}
 	ms.since++
-	lan := strings.HasSuffix(it.key, bootLANSuffix)
 	if lan {
 		ms.lanSince++
 	}
@@ -557,8 +558,8 @@ func (t *Timeline) write(ctx context.Context, it tlItem) {
 		ms.last = at
 	}
 	// A MAC seen for the first time gets its index record; it holds no
-	// other entry when the index is complete, else it is counted.
-	// Each class is trimmed every tenth of its cap.
+	// other entry when the index is complete, else it is counted. Each
+	// class is trimmed every tenth of its cap.
 	resync := !known && !t.complete.Load() || ms.since-ms.lanSince >= t.cfg.Limit/10+1 || ms.lanSince >= t.cfg.BootLAN.Limit/10+1
 	snap := ms.snapshot()
 	t.mu.Unlock()
