@@ -14,7 +14,11 @@ type AuditConfig = audit.Config
 const (
 	DefaultAuditQueue     = audit.DefaultQueue
 	DefaultAuditMaxEvents = audit.DefaultMaxEvents
-	DefaultAuditMaxAge    = audit.DefaultMaxAge
+	// DefaultAuditMaxAgentEvents caps the boot LAN's records (agents,
+	// node certificates, unauthenticated callers) apart from the
+	// operators'.
+	DefaultAuditMaxAgentEvents = audit.DefaultMaxAgentEvents
+	DefaultAuditMaxAge         = audit.DefaultMaxAge
 )
 
 // initAudit prepares the audit stream, before the gRPC server exists: its
@@ -26,6 +30,10 @@ func (s *Server) initAudit() error {
 		return err
 	}
 	s.audit = a
+	// What the evidence (the audit, the boot timeline) did not keep is
+	// counted in /metrics.
+	a.CountInto(s.obs)
+	countTimeline(s.obs, s.inv)
 	s.addComponent("audit-writer", a.Run)
 	s.addSingleton("audit-purge", a.RunPurge)
 	return nil

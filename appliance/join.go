@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
@@ -120,23 +121,34 @@ func (s *Server) nodeNameTaken(ctx context.Context, name string) (string, error)
 	return "", nil
 }
 
-// nodeIdentity is a unary interceptor: a NODE principal may apply only the
-// Node its certificate names, and never with a token (a node token is for
-// Join only).
+// nodeIdentity is a unary interceptor: a NODE principal may apply and read
+// only the Node its certificate names, and never with a token (a node
+// token is for Join only). Listing and watching nodes are not a node's
+// (the methods' access options leave NODE out), so a node certificate
+// sees its own record and nothing of the others (docs/security.md, "Node
+// certificates read their own node only").
 func nodeIdentity() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		if err := checkNodeApply(ctx, info.FullMethod, req); err != nil {
+		if err := checkNodeScope(ctx, info.FullMethod, req); err != nil {
 			return nil, apierr.ToStatus(err)
 		}
 		return h(ctx, req)
 	}
 }
 
-// checkNodeApply refuses, with an apierr.ErrPermissionDenied error, an
-// ApplyNode by a NODE principal that used a token or names another node.
-func checkNodeApply(ctx context.Context, method string, req any) error {
-	const applyNode = "/corral.pool.v1.NodeService/ApplyNode"
-	if method != applyNode {
+// nodeScoped are the NodeService methods a NODE principal may call, each
+// for its own node only, and what it does there.
+var nodeScoped = map[string]string{
+	"/corral.pool.v1.NodeService/ApplyNode": "apply",
+	"/corral.pool.v1.NodeService/GetNode":   "read",
+}
+
+// checkNodeScope refuses, with an apierr.ErrPermissionDenied error, an
+// ApplyNode or GetNode by a NODE principal that used a token or names
+// another node.
+func checkNodeScope(ctx context.Context, method string, req any) error {
+	verb, scoped := nodeScoped[method]
+	if !scoped {
 		return nil
 	}
 	p, ok := auth.FromContext(ctx)
@@ -148,10 +160,10 @@ func checkNodeApply(ctx context.Context, method string, req any) error {
 		name = r.GetName()
 	}
 	if p.ID != "" {
-		return apierr.PermissionDeniedf("a node token may only be used to Join; ApplyNode needs the node's certificate")
+		return apierr.PermissionDeniedf("a node token may only be used to Join; %s needs the node's certificate", path.Base(method))
 	}
 	if p.Subject != name {
-		return apierr.PermissionDeniedf("node certificate %q may not apply node %q", p.Subject, name)
+		return apierr.PermissionDeniedf("node certificate %q may not %s node %q: a node certificate reads and applies its own node only", p.Subject, verb, name)
 	}
 	return nil
 }

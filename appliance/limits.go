@@ -13,6 +13,7 @@ import (
 	"github.com/corralhq/corral/boot/tftp"
 	"github.com/corralhq/corral/internal/lograte"
 	"github.com/corralhq/corral/inventory"
+	boottimeline "github.com/corralhq/corral/inventory/timeline"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
@@ -30,6 +31,7 @@ type LimitsConfig struct {
 	TFTP     tftp.Limits
 	GRPC     GRPCLimits
 	Timeline TimelineLimits
+	Agent    AgentLimits
 }
 
 // GRPCLimits bound the gRPC API's clients.
@@ -95,6 +97,11 @@ type TimelineLimits struct {
 	DetailBytes int
 	Attrs       int
 	AttrBytes   int
+	// BootLAN bounds the entries of the boot LAN's unauthenticated
+	// requests (DHCP, TFTP, boot HTTP): their own per-MAC cap, so they
+	// never push out a machine's lifecycle, operator or security entries,
+	// and rates per MAC and per source address.
+	BootLAN inventory.TimelineBootLAN
 }
 
 // DefaultTimelineLimits are the timeline limits of a zero TimelineLimits.
@@ -102,6 +109,9 @@ func DefaultTimelineLimits() TimelineLimits {
 	return TimelineLimits{
 		PerMAC: inventory.DefaultTimelineLimit, MaxEntries: inventory.DefaultTimelineMaxEntries, Queue: inventory.DefaultTimelineQueue,
 		DetailBytes: inventory.DefaultTimelineDetailBytes, Attrs: inventory.DefaultTimelineAttrs, AttrBytes: inventory.DefaultTimelineAttrBytes,
+		BootLAN: inventory.TimelineBootLAN{Limit: boottimeline.DefaultBootLANLimit,
+			PerMAC: boottimeline.DefaultBootLANPerMAC, MACBurst: boottimeline.DefaultBootLANMACBurst,
+			PerSource: boottimeline.DefaultBootLANPerSource, SourceBurst: boottimeline.DefaultBootLANSourceBurst},
 	}
 }
 
@@ -115,6 +125,9 @@ func (c *LimitsConfig) setDefaults() error {
 		return err
 	}
 	c.HTTP, c.TFTP = c.HTTP.WithDefaults(), c.TFTP.WithDefaults()
+	if err := c.Agent.setDefaults(); err != nil {
+		return err
+	}
 
 	g, dg := &c.GRPC, DefaultGRPCLimits()
 	for _, d := range []struct {
@@ -149,12 +162,30 @@ func (c *LimitsConfig) setDefaults() error {
 		{"--timeline-max-detail-bytes", &tl.DetailBytes, dt.DetailBytes},
 		{"--timeline-max-attrs", &tl.Attrs, dt.Attrs},
 		{"--timeline-max-attr-bytes", &tl.AttrBytes, dt.AttrBytes},
+		{"--timeline-boot-lan-per-mac", &tl.BootLAN.Limit, dt.BootLAN.Limit},
+		{"--timeline-boot-lan-burst-per-mac", &tl.BootLAN.MACBurst, dt.BootLAN.MACBurst},
+		{"--timeline-boot-lan-burst-per-source", &tl.BootLAN.SourceBurst, dt.BootLAN.SourceBurst},
 	} {
 		if *n.v < 0 {
 			return fmt.Errorf("%s %d: want a positive number", n.flag, *n.v)
 		}
 		if *n.v == 0 {
 			*n.v = n.def
+		}
+	}
+	for _, r := range []struct {
+		flag string
+		v    *float64
+		def  float64
+	}{
+		{"--timeline-boot-lan-rate-per-mac", &tl.BootLAN.PerMAC, dt.BootLAN.PerMAC},
+		{"--timeline-boot-lan-rate-per-source", &tl.BootLAN.PerSource, dt.BootLAN.PerSource},
+	} {
+		if *r.v < 0 {
+			return fmt.Errorf("%s %g: want a positive rate (entries a second)", r.flag, *r.v)
+		}
+		if *r.v == 0 {
+			*r.v = r.def
 		}
 	}
 	switch {
@@ -184,6 +215,7 @@ func fillDuration(flag string, v *time.Duration, def time.Duration) error {
 func (t TimelineLimits) inventoryConfig(c inventory.Config) inventory.Config {
 	c.TimelineLimit, c.TimelineMaxEntries, c.TimelineQueue = t.PerMAC, t.MaxEntries, t.Queue
 	c.TimelineDetailBytes, c.TimelineAttrs, c.TimelineAttrBytes = t.DetailBytes, t.Attrs, t.AttrBytes
+	c.TimelineBootLAN = t.BootLAN
 	return c
 }
 

@@ -281,10 +281,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	mu, ms := s.obs.Interceptors()
 	au, as := s.audit.Interceptors()
+	al := newAgentLimiter(cfg.Limits.Agent, cfg.Logger.With("component", "agent-limits"))
+	al.countInto(s.obs)
 	s.grpc = grpc.NewServer(append(cfg.Limits.GRPC.serverOptions(cfg.Logger.With("component", "grpc")),
 		grpc.Creds(credentialsFromTLS(tlsCfg)),
-		grpc.ChainUnaryInterceptor(nonNil(recoverUnary(s.log), mu, logUnary(s.log), au, ic.Unary(), nodeIdentity())...),
-		grpc.ChainStreamInterceptor(nonNil(recoverStream(s.log), ms, as, ic.Stream())...),
+		grpc.ChainUnaryInterceptor(nonNil(recoverUnary(s.log), mu, logUnary(s.log), au, ic.Unary(), al.unary(), nodeIdentity())...),
+		grpc.ChainStreamInterceptor(nonNil(recoverStream(s.log), ms, as, ic.Stream(), al.stream())...),
 	)...)
 	if err := s.initBMC(); err != nil {
 		lis.Close()

@@ -144,8 +144,10 @@ func TestTimelineOrderAndTrim(t *testing.T) {
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); now = now.Add(time.Millisecond); return now }
 	inv := newInv(t, Config{TimelineLimit: 50, Now: clock})
 	ctx := context.Background()
+	// Record entries (an agent's): TimelineLimit is their cap per MAC (the
+	// boot LAN's DHCP entries have their own, TimelineBootLAN).
 	for k := range 120 {
-		inv.Event("52:54:00:00:00:01", "dhcp", "discover", fmt.Sprint(k), nil)
+		inv.Event("52:54:00:00:00:01", "agent", "progress", fmt.Sprint(k), nil)
 	}
 	inv.Event("52:54:00:00:00:02", "dhcp", "discover", "other", nil)
 	inv.Event("bogus", "dhcp", "discover", "dropped", nil)

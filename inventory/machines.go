@@ -44,6 +44,9 @@ type Config struct {
 	// TimelineAttrs and TimelineAttrBytes cap each entry (defaults 4096,
 	// 16, 256). See the inventory/timeline package.
 	TimelineMaxEntries, TimelineDetailBytes, TimelineAttrs, TimelineAttrBytes int
+	// TimelineBootLAN bounds the entries of the boot LAN's unauthenticated
+	// requests apart from the rest (timeline.go).
+	TimelineBootLAN TimelineBootLAN
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// MaxDiscovered caps the placeholder machines EnsureMachineForMAC

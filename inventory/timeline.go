@@ -19,6 +19,12 @@ const (
 	DefaultTimelineAttrBytes   = boottimeline.DefaultAttrBytes
 )
 
+// TimelineBootLAN bounds the boot timeline's entries of the boot LAN's
+// unauthenticated requests (DHCP, TFTP, boot HTTP, router solicitations):
+// their own per-MAC cap and rates per MAC and per source address
+// (package timeline's BootLAN; zero fields take its defaults).
+type TimelineBootLAN = boottimeline.BootLAN
+
 // timeline is the boot timeline an Inventory keeps (package timeline):
 // Register and the BMC record to it, and Run runs it.
 type timeline struct{ *boottimeline.Timeline }
@@ -28,7 +34,7 @@ func newTimeline(inv *Inventory) *timeline {
 	c := inv.cfg
 	t, err := boottimeline.New(boottimeline.Config{Store: c.Store, Logger: inv.log, Now: c.Now, Limit: c.TimelineLimit,
 		Queue: c.TimelineQueue, MaxEntries: c.TimelineMaxEntries, DetailBytes: c.TimelineDetailBytes,
-		Attrs: c.TimelineAttrs, AttrBytes: c.TimelineAttrBytes})
+		Attrs: c.TimelineAttrs, AttrBytes: c.TimelineAttrBytes, BootLAN: c.TimelineBootLAN})
 	if err != nil {
 		panic(err) // unreachable: New refused a nil Store, the one error
 	}
@@ -44,6 +50,13 @@ func (i *Inventory) Record(e *inventoryv1.TimelineEntry) { i.tl.Record(e) }
 // Event is a convenience for Record.
 func (i *Inventory) Event(mac, source, event, detail string, attrs map[string]string) {
 	i.tl.Event(mac, source, event, detail, attrs)
+}
+
+// TimelineDropped is how many timeline entries were dropped, ever: on a
+// full queue, and the boot LAN's over their per-MAC and per-source rates.
+func (i *Inventory) TimelineDropped() (queueFull, byMAC, bySource uint64) {
+	byMAC, bySource = i.tl.Limited()
+	return i.tl.Dropped(), byMAC, bySource
 }
 
 // FlushTimeline waits until every entry recorded before the call is

@@ -37,13 +37,23 @@ import (
 // queue drops and counts); one writer (Run) stores queued events in
 // batches of concurrent Puts, which the bolt store commits together, and
 // puts calls that concern a machine on its boot timeline as well. A
-// singleton (the leader's) purges past MaxEvents and MaxAge.
+// singleton (the leader's) purges past MaxAge and past each class's cap.
+//
+// Two retention classes (docs/security.md, "Audit retention classes"):
+// the records of people and appliances (VIEWER, OPERATOR, ADMIN and
+// APPLIANCE principals) and those of the boot LAN (discovery agents, node
+// certificates and callers that did not authenticate). A boot-LAN record's
+// id ends in agentIDSuffix, so the purge tells the classes apart by key,
+// without decoding; each class has its own cap (MaxEvents,
+// MaxAgentEvents), so however many calls the boot LAN makes, the purge
+// deletes boot-LAN records for them and never an operator's.
 
 // Audit defaults.
 const (
-	DefaultQueue     = 4096
-	DefaultMaxEvents = 100_000
-	DefaultMaxAge    = 90 * 24 * time.Hour
+	DefaultQueue          = 4096
+	DefaultMaxEvents      = 100_000
+	DefaultMaxAgentEvents = 50_000
+	DefaultMaxAge         = 90 * 24 * time.Hour
 	// auditBatch is the most events one writer round stores; auditWriters
 	// how many of them are in flight at once.
 	auditBatch   = 256
@@ -53,10 +63,11 @@ const (
 	auditWriteTimeout = 10 * time.Second
 	// auditPurgeInterval is how often the leader applies the retention.
 	auditPurgeInterval = 10 * time.Minute
-	// Unauthenticated calls cost an attacker nothing, so their records are
-	// rate-limited (the rest counted and logged) lest a flood push the
-	// operators' records out past MaxEvents: a burst of
-	// auditUnauthBurst, then auditUnauthRate a second.
+	// Refused calls of the boot LAN (unauthenticated, or over the agent
+	// rate limits) cost an attacker nothing, so their records are
+	// rate-limited (the rest counted and logged) lest a flood fill the
+	// store between two purges: a burst of auditUnauthBurst, then
+	// auditUnauthRate a second.
 	auditUnauthRate  = 1
 	auditUnauthBurst = 100
 )
@@ -65,10 +76,13 @@ const (
 type Config struct {
 	// Queue is how many events may wait for the writer (default 4096).
 	Queue int
-	// MaxEvents and MaxAge are the retention: at most this many events,
-	// none older (defaults 100,000 and 90 days).
-	MaxEvents int
-	MaxAge    time.Duration
+	// MaxEvents and MaxAge are the retention: at most MaxEvents events of
+	// people and appliances, at most MaxAgentEvents of the boot LAN
+	// (agents, node certificates, unauthenticated callers), none older
+	// than MaxAge (defaults 100,000, 50,000 and 90 days).
+	MaxEvents      int
+	MaxAgentEvents int
+	MaxAge         time.Duration
 }
 
 // check refuses negative bounds (zero takes the default).
@@ -78,6 +92,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("--audit-queue %d: must be positive (default %d)", c.Queue, DefaultQueue)
 	case c.MaxEvents < 0:
 		return fmt.Errorf("--audit-max-events %d: must be positive (default %d)", c.MaxEvents, DefaultMaxEvents)
+	case c.MaxAgentEvents < 0:
+		return fmt.Errorf("--audit-max-agent-events %d: must be positive (default %d)", c.MaxAgentEvents, DefaultMaxAgentEvents)
 	case c.MaxAge < 0:
 		return fmt.Errorf("--audit-max-age %s: must be positive (default %s)", c.MaxAge, DefaultMaxAge)
 	}
@@ -90,6 +106,9 @@ func (c *Config) fill() {
 	}
 	if c.MaxEvents <= 0 {
 		c.MaxEvents = DefaultMaxEvents
+	}
+	if c.MaxAgentEvents <= 0 {
+		c.MaxAgentEvents = DefaultMaxAgentEvents
 	}
 	if c.MaxAge <= 0 {
 		c.MaxAge = DefaultMaxAge
@@ -113,9 +132,16 @@ type Recorder struct {
 	seq      atomic.Uint64
 
 	dropped    atomic.Uint64 // events dropped on a full queue, ever
-	suppressed atomic.Uint64 // unauthenticated calls not recorded (rate), ever
+	suppressed atomic.Uint64 // refused boot-LAN calls not recorded (rate), ever
 	failed     atomic.Uint64 // events the store refused, ever
-	unauth     *rate.Limiter
+	// purged counts the events the retention deleted, by class.
+	purgedOps, purgedAgents atomic.Uint64
+	unauth                  *rate.Limiter
+	// agentWrites counts boot-LAN events stored since the last purge
+	// began; past a quarter of MaxAgentEvents the writer wakes the purge
+	// (kick) early, so a burst does not wait out auditPurgeInterval.
+	agentWrites atomic.Int64
+	kick        chan struct{}
 
 	drops, suppressions, failures lograte.Counter
 }
@@ -139,7 +165,7 @@ func newAuditor(cfg Config, st store.Store, appliance string, log *slog.Logger) 
 	rand.Read(b[:])
 	a := &Recorder{cfg: cfg, st: st, log: log, appliance: appliance, now: time.Now,
 		queue: make(chan auditItem, cfg.Queue), instance: hex.EncodeToString(b[:]),
-		unauth: rate.NewLimiter(auditUnauthRate, auditUnauthBurst)}
+		unauth: rate.NewLimiter(auditUnauthRate, auditUnauthBurst), kick: make(chan struct{}, 1)}
 	return a
 }
 
@@ -243,17 +269,18 @@ func (a *Recorder) record(ctx context.Context, rule auditRule, method string, re
 	if rule.nodeHeartbeat && known && p.Role == authv1.Role_ROLE_NODE && code != codes.PermissionDenied {
 		return
 	}
-	if !known && code == codes.Unauthenticated && !a.unauth.Allow() {
+	bootLAN := !known || p.Role == authv1.Role_ROLE_AGENT || p.Role == authv1.Role_ROLE_NODE
+	if bootLAN && (code == codes.Unauthenticated || code == codes.ResourceExhausted) && !a.unauth.Allow() {
 		n := a.suppressed.Add(1)
 		a.suppressions.Add(1, func(since int64) {
-			a.log.Warn("audit: unauthenticated calls over the record rate: counted, not recorded",
-				"method", method, "suppressed_since_last_log", since, "suppressed_total", n, "rate_per_s", auditUnauthRate)
+			a.log.Warn("audit: refused boot-LAN calls (unauthenticated or over a rate limit) over the record rate: counted, not recorded",
+				"method", method, "code", code.String(), "suppressed_since_last_log", since, "suppressed_total", n, "rate_per_s", auditUnauthRate)
 		})
 		return
 	}
 	now := a.now()
 	ev := &auditv1.AuditEvent{
-		Id:         a.newID(now),
+		Id:         a.newID(now, bootLAN),
 		At:         timestamppb.New(now),
 		Method:     method,
 		Object:     object,
@@ -308,4 +335,26 @@ func (a *Recorder) enqueue(it auditItem) {
 			a.log.Warn("audit queue full: events dropped", "queue", a.cfg.Queue, "dropped_since_last_log", since, "dropped_total", n)
 		})
 	}
+}
+
+// CounterFuncs is where the Recorder exports its counts (the appliance's
+// metrics registry).
+type CounterFuncs interface {
+	CounterFunc(name, help string, labels map[string]string, read func() uint64)
+}
+
+// CountInto exports what the audit did not keep to c: events dropped on
+// a full queue, refused boot-LAN calls not recorded over the record
+// rate, events the store refused, and events the retention purged, by
+// class.
+func (a *Recorder) CountInto(c CounterFuncs) {
+	const dropped = "corral_audit_events_dropped_total"
+	const droppedHelp = "Audit events not stored, by reason: queue_full (the writer fell behind), rate (refused boot-LAN calls over the record rate), store_error (the store refused the write)."
+	c.CounterFunc(dropped, droppedHelp, map[string]string{"reason": "queue_full"}, a.dropped.Load)
+	c.CounterFunc(dropped, droppedHelp, map[string]string{"reason": "rate"}, a.suppressed.Load)
+	c.CounterFunc(dropped, droppedHelp, map[string]string{"reason": "store_error"}, a.failed.Load)
+	const purged = "corral_audit_events_purged_total"
+	const purgedHelp = "Audit events the retention deleted, by class: operator (people and appliances, --audit-max-events) and boot_lan (agents, node certificates, unauthenticated callers, --audit-max-agent-events); both by --audit-max-age."
+	c.CounterFunc(purged, purgedHelp, map[string]string{"class": "operator"}, a.purgedOps.Load)
+	c.CounterFunc(purged, purgedHelp, map[string]string{"class": "boot_lan"}, a.purgedAgents.Load)
 }

@@ -35,10 +35,23 @@ type Timeline interface {
 	Event(mac, source, event, detail string, attrs map[string]string)
 }
 
-// newID returns a fresh time-ordered event id for at.
-func (a *Recorder) newID(at time.Time) string {
-	return fmt.Sprintf("%s-%s-%08x", at.UTC().Format(auditIDTime), a.instance, a.seq.Add(1))
+// agentIDSuffix ends the id of a boot-LAN event (the retention class of
+// agents, node certificates and unauthenticated callers; see audit.go).
+// It follows the time, so key order stays time order.
+const agentIDSuffix = "-lan"
+
+// newID returns a fresh time-ordered event id for at, of the boot-LAN
+// class when bootLAN.
+func (a *Recorder) newID(at time.Time, bootLAN bool) string {
+	id := fmt.Sprintf("%s-%s-%08x", at.UTC().Format(auditIDTime), a.instance, a.seq.Add(1))
+	if bootLAN {
+		id += agentIDSuffix
+	}
+	return id
 }
+
+// bootLANKey says whether an event key is of the boot-LAN class.
+func bootLANKey(key string) bool { return strings.HasSuffix(key, agentIDSuffix) }
 
 // Run stores queued events until ctx ends, then what is still queued
 // (bounded by auditWriteTimeout), and returns nil.
@@ -97,6 +110,11 @@ func (a *Recorder) write(batch []auditItem) {
 				a.failures.Add(1, func(since int64) {
 					a.log.Warn("audit: cannot store events", "err", err, "failed_since_last_log", since, "failed_total", n)
 				})
+			} else if bootLANKey(it.ev.GetId()) && a.agentWrites.Add(1) == int64(a.cfg.MaxAgentEvents/4+1) {
+				select {
+				case a.kick <- struct{}{}:
+				default:
+				}
 			}
 			if it.verb != "" && a.timeline != nil {
 				mac := it.mac
@@ -143,55 +161,80 @@ func (a *Recorder) Flush(ctx context.Context) error {
 	}
 }
 
-// RunPurge applies the retention every auditPurgeInterval (a singleton:
-// the leader's job).
+// RunPurge applies the retention every auditPurgeInterval, and early when
+// this appliance's writer has stored a quarter of MaxAgentEvents boot-LAN
+// events since the last purge (a singleton: the leader's job).
 func (a *Recorder) RunPurge(ctx context.Context) error {
 	t := time.NewTicker(auditPurgeInterval)
 	defer t.Stop()
 	for {
+		a.agentWrites.Store(0)
 		n, err := a.purge(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			a.log.Warn("audit purge failed", "err", err)
 		case n > 0:
-			a.log.Info("audit events purged", "count", n, "max_events", a.cfg.MaxEvents, "max_age", a.cfg.MaxAge.String())
+			a.log.Info("audit events purged", "count", n, "max_events", a.cfg.MaxEvents, "max_agent_events", a.cfg.MaxAgentEvents,
+				"max_age", a.cfg.MaxAge.String())
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-a.kick:
 		}
 	}
 }
 
-// purge deletes the events older than MaxAge and the oldest past
-// MaxEvents, and returns how many it deleted. It reads the whole stream
-// once (one List: a few tens of MB at the default cap, every
-// auditPurgeInterval).
+// purge deletes the events older than MaxAge and, in each retention
+// class, the oldest past its cap (MaxEvents of people and appliances,
+// MaxAgentEvents of the boot LAN), and returns how many it deleted. It
+// reads the whole stream once (one List: a few tens of MB at the default
+// caps, every auditPurgeInterval).
 func (a *Recorder) purge(ctx context.Context) (int, error) {
 	kvs, err := a.st.List(ctx, auditPrefix)
 	if err != nil {
 		return 0, err
 	}
 	cutoff := auditPrefix + a.now().Add(-a.cfg.MaxAge).UTC().Format(auditIDTime)
-	excess := len(kvs) - a.cfg.MaxEvents
+	agents := 0
+	for _, kv := range kvs {
+		if bootLANKey(kv.Key) {
+			agents++
+		}
+	}
+	// excess is how many of each class's oldest go; keys are in time
+	// order, so a class's first excess keys are its oldest.
+	excessOps, excessAgents := len(kvs)-agents-a.cfg.MaxEvents, agents-a.cfg.MaxAgentEvents
 	var g errgroup.Group
 	g.SetLimit(auditWriters)
-	n := 0
-	for i, kv := range kvs {
-		if i >= excess && kv.Key >= cutoff {
-			break // keys are in time order: the rest are young enough and within the cap
+	var ops, lan int
+	for _, kv := range kvs {
+		excess, counter, seen := &excessOps, &a.purgedOps, &ops
+		if bootLANKey(kv.Key) {
+			excess, counter, seen = &excessAgents, &a.purgedAgents, &lan
 		}
-		n++
+		old := kv.Key < cutoff
+		if !old && *excess <= 0 {
+			if excessOps <= 0 && excessAgents <= 0 {
+				break // the rest are young enough and each class within its cap
+			}
+			continue
+		}
+		*excess--
+		*seen++
 		g.Go(func() error {
 			err := a.st.Delete(ctx, kv.Key, kv.Revision)
 			if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrConflict) {
 				return nil // another appliance's purge got there first
 			}
+			if err == nil {
+				counter.Add(1)
+			}
 			return err
 		})
 	}
-	return n, g.Wait()
+	return ops + lan, g.Wait()
 }
 
 // list answers ListEvents: the newest limit events at or after since that

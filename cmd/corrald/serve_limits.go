@@ -13,7 +13,7 @@ import (
 // a line, at most every 10 s, when one bites. 0 means the default; server
 // checks them, naming the flag.
 func addLimitFlags(f *pflag.FlagSet, c *appliance.LimitsConfig) {
-	h, t, g, tl := boothttp.DefaultLimits(), tftp.DefaultLimits(), appliance.DefaultGRPCLimits(), appliance.DefaultTimelineLimits()
+	h, t, g, tl, ag := boothttp.DefaultLimits(), tftp.DefaultLimits(), appliance.DefaultGRPCLimits(), appliance.DefaultTimelineLimits(), appliance.DefaultAgentLimits()
 
 	f.DurationVar(&c.HTTP.ReadHeaderTimeout, "http-read-header-timeout", h.ReadHeaderTimeout, "boot HTTP: a client must send its request line and headers within this (slowloris) (env CORRAL_HTTP_READ_HEADER_TIMEOUT)")
 	f.DurationVar(&c.HTTP.ReadTimeout, "http-read-timeout", h.ReadTimeout, "boot HTTP: a client must send its whole request, body included, within this (env CORRAL_HTTP_READ_TIMEOUT)")
@@ -46,4 +46,15 @@ func addLimitFlags(f *pflag.FlagSet, c *appliance.LimitsConfig) {
 	f.IntVar(&c.Timeline.DetailBytes, "timeline-max-detail-bytes", tl.DetailBytes, "boot timeline: an entry's detail is cut to this (env CORRAL_TIMELINE_MAX_DETAIL_BYTES)")
 	f.IntVar(&c.Timeline.Attrs, "timeline-max-attrs", tl.Attrs, "boot timeline: attributes per entry at most (env CORRAL_TIMELINE_MAX_ATTRS)")
 	f.IntVar(&c.Timeline.AttrBytes, "timeline-max-attr-bytes", tl.AttrBytes, "boot timeline: an attribute value is cut to this (env CORRAL_TIMELINE_MAX_ATTR_BYTES)")
+	f.IntVar(&c.Timeline.BootLAN.Limit, "timeline-boot-lan-per-mac", tl.BootLAN.Limit, "boot timeline: entries of unauthenticated boot requests (DHCP, TFTP, boot HTTP) kept per MAC, apart from its lifecycle, operator and security entries, which they never push out (env CORRAL_TIMELINE_BOOT_LAN_PER_MAC)")
+	f.Float64Var(&c.Timeline.BootLAN.PerMAC, "timeline-boot-lan-rate-per-mac", tl.BootLAN.PerMAC, "boot timeline: entries of unauthenticated boot requests recorded a second for one MAC after its burst; more are dropped and counted (env CORRAL_TIMELINE_BOOT_LAN_RATE_PER_MAC)")
+	f.IntVar(&c.Timeline.BootLAN.MACBurst, "timeline-boot-lan-burst-per-mac", tl.BootLAN.MACBurst, "boot timeline: entries of unauthenticated boot requests recorded at once for one MAC (env CORRAL_TIMELINE_BOOT_LAN_BURST_PER_MAC)")
+	f.Float64Var(&c.Timeline.BootLAN.PerSource, "timeline-boot-lan-rate-per-source", tl.BootLAN.PerSource, "boot timeline: entries of unauthenticated TFTP and boot HTTP requests recorded a second for one source address after its burst; more are dropped and counted (env CORRAL_TIMELINE_BOOT_LAN_RATE_PER_SOURCE)")
+	f.IntVar(&c.Timeline.BootLAN.SourceBurst, "timeline-boot-lan-burst-per-source", tl.BootLAN.SourceBurst, "boot timeline: entries of unauthenticated TFTP and boot HTTP requests recorded at once for one source address (env CORRAL_TIMELINE_BOOT_LAN_BURST_PER_SOURCE)")
+
+	f.Float64Var(&c.Agent.PerToken, "agent-rate-per-token", ag.PerToken, "agent calls (Register, Session, Join): calls a second of one method one token or node certificate may make after its burst; more fail with ResourceExhausted (env CORRAL_AGENT_RATE_PER_TOKEN)")
+	f.IntVar(&c.Agent.TokenBurst, "agent-burst-per-token", ag.TokenBurst, "agent calls: calls of one method one token or node certificate may make at once (env CORRAL_AGENT_BURST_PER_TOKEN)")
+	f.Float64Var(&c.Agent.PerSource, "agent-rate-per-source", ag.PerSource, "agent calls: calls a second one source address may make after its burst, whatever its tokens; more fail with ResourceExhausted (env CORRAL_AGENT_RATE_PER_SOURCE)")
+	f.IntVar(&c.Agent.SourceBurst, "agent-burst-per-source", ag.SourceBurst, "agent calls: calls one source address may make at once (env CORRAL_AGENT_BURST_PER_SOURCE)")
+	f.IntVar(&c.Agent.MaxKeys, "agent-limiter-max-keys", ag.MaxKeys, "agent calls: tokens and source addresses each tracked at most; past it the one used least recently is forgotten (env CORRAL_AGENT_LIMITER_MAX_KEYS)")
 }

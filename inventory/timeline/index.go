@@ -23,12 +23,54 @@ import (
 // macState is the index entry of one MAC.
 type macState struct {
 	mac   string
-	count int       // entries believed stored
-	since int       // entries written since the last trim
-	last  time.Time // newest entry written
+	count int // entries believed stored
+	since int // entries written since the last trim
+	// lanSince are the boot-LAN entries among since.
+	lanSince int
+	last     time.Time // newest entry written
 	// pending are the keys being stored, true once a trim counted them
 	// (at most one per writer).
 	pending map[string]bool
+	// el is the MAC's element in Timeline.lru, or in Timeline.held when
+	// held (an eviction left it record entries only).
+	el   *list.Element
+	held bool
+}
+
+// push adds a new MAC at the front of the least-recently-written order.
+// t.mu must be held.
+func (t *Timeline) push(mac string) *macState {
+	ms := &macState{mac: mac, pending: map[string]bool{}}
+	ms.el = t.lru.PushFront(ms)
+	t.macs[mac] = ms
+	return ms
+}
+
+// bootLANEntry says whether a stored entry is of the boot-LAN class: by
+// its key's suffix, or, for a key written before the classes, by its
+// source.
+func bootLANEntry(kv store.KV) bool {
+	switch {
+	case strings.HasSuffix(kv.Key, bootLANSuffix):
+		return true
+	case strings.HasSuffix(kv.Key, recordSuffix):
+		return false
+	}
+	var e inventoryv1.TimelineEntry
+	return record.Unmarshal(kv.Value, &e) == nil && bootLANSources[e.GetSource()]
+}
+
+// split returns kvs's boot-LAN entries and its record entries, each in
+// key (time) order.
+func split(kvs []store.KV) (lan, rec []store.KV) {
+	for _, kv := range kvs {
+		if bootLANEntry(kv) {
+			lan = append(lan, kv)
+		} else {
+			rec = append(rec, kv)
+		}
+	}
+	return lan, rec
 }
 
 // snapshot copies ms without its pending map (for save).
@@ -40,26 +82,26 @@ func (t *Timeline) stripe(mac string) *sync.Mutex {
 	return &t.stripes[maphash.String(t.seed, mac)%uint64(len(t.stripes))]
 }
 
-// resync lists a MAC's entries, deletes the oldest beyond Limit,
-// sets its count to what is left and writes its index record. The MAC's
-// stripe must be held.
-func (t *Timeline) resync(ctx context.Context, el *list.Element) {
-	ms := el.Value.(*macState)
+// resync lists a MAC's entries, deletes the oldest of each class beyond
+// its cap (BootLAN.Limit, Limit), sets its count to what is left and
+// writes its index record. The MAC's stripe must be held.
+func (t *Timeline) resync(ctx context.Context, ms *macState) {
 	kvs, err := t.cfg.Store.List(ctx, Prefix+ms.mac+"/")
 	if err != nil {
 		return // counted as written; the next trim tries again
 	}
-	over := max(0, len(kvs)-t.cfg.Limit)
-	left := len(kvs) - t.deleteAll(ctx, kvs[:over])
+	lan, rec := split(kvs)
+	over := append(lan[:max(0, len(lan)-t.cfg.BootLAN.Limit)], rec[:max(0, len(rec)-t.cfg.Limit)]...)
+	left := len(kvs) - t.deleteAll(ctx, over)
 	t.mu.Lock()
-	ms.since = 0
+	ms.since, ms.lanSince = 0, 0
 	// Entries stored but not yet counted by their writers are in left.
 	for k := range ms.pending {
 		if i := sort.Search(len(kvs), func(i int) bool { return kvs[i].Key >= k }); i < len(kvs) && kvs[i].Key == k {
 			ms.pending[k] = true
 		}
 	}
-	if cur, ok := t.macs[ms.mac]; ok && cur == el {
+	if cur, ok := t.macs[ms.mac]; ok && cur == ms {
 		t.total += left - ms.count
 		ms.count = left
 	}
@@ -68,10 +110,11 @@ func (t *Timeline) resync(ctx context.Context, el *list.Element) {
 	t.save(ctx, snap, false)
 }
 
-// evict deletes the timelines of the least recently written MACs until
-// the total is within MaxEntries, looking at most at budget MACs
+// evict deletes the boot-LAN entries of the least recently written MACs
+// until the total is within MaxEntries, looking at most at budget MACs
 // (negative: no limit; a write needs one eviction at most, as it adds one
-// entry).
+// entry). A MAC left with record entries is held apart with them (never
+// evicted); one left with none is forgotten.
 func (t *Timeline) evict(ctx context.Context, budget int) {
 	for ; budget != 0; budget-- {
 		t.mu.Lock()
@@ -79,9 +122,8 @@ func (t *Timeline) evict(ctx context.Context, budget int) {
 			t.mu.Unlock()
 			return
 		}
-		el := t.lru.Back()
-		ms := el.Value.(*macState)
-		t.lru.Remove(el)
+		ms := t.lru.Back().Value.(*macState)
+		t.lru.Remove(ms.el)
 		delete(t.macs, ms.mac)
 		t.total -= ms.count
 		total := t.total
@@ -90,31 +132,52 @@ func (t *Timeline) evict(ctx context.Context, budget int) {
 		st := t.stripe(ms.mac)
 		st.Lock()
 		t.mu.Lock()
-		if el, back := t.macs[ms.mac]; back {
+		if cur, back := t.macs[ms.mac]; back {
 			// Written again meanwhile: no longer the least recent. Its
 			// entries stay, counted in its new index entry.
-			el.Value.(*macState).count += ms.count
+			cur.count += ms.count
 			t.total += ms.count
 			t.mu.Unlock()
 			st.Unlock()
 			continue
 		}
 		t.mu.Unlock()
-		if kv, err := t.cfg.Store.Get(ctx, indexPrefix+ms.mac); err == nil {
-			_ = t.cfg.Store.Delete(ctx, kv.Key, kv.Revision)
-		}
 		kvs, err := t.cfg.Store.List(ctx, Prefix+ms.mac+"/")
-		deleted := 0
-		if err == nil {
-			deleted = t.deleteAll(ctx, kvs)
+		if err != nil {
+			// Unreadable now: held with what it was believed to hold,
+			// looked at again once it gets boot-LAN entries.
+			t.hold(ctx, ms, ms.count)
+			st.Unlock()
+			continue
+		}
+		lan, rec := split(kvs)
+		deleted := t.deleteAll(ctx, lan)
+		kept := len(kvs) - deleted
+		if len(rec) > 0 {
+			t.hold(ctx, ms, kept)
+		} else if kv, err := t.cfg.Store.Get(ctx, indexPrefix+ms.mac); err == nil {
+			_ = t.cfg.Store.Delete(ctx, kv.Key, kv.Revision)
 		}
 		st.Unlock()
 		t.evicted.Add(1, func(n int64) {
-			t.log.Warn("timeline over its total limit: deleted the timelines of the MACs written to least recently",
-				"mac", ms.mac, "entries", deleted, "last_entry", ms.last.UTC().Format(time.RFC3339),
-				"total", total, "limit", t.cfg.MaxEntries, "macs_deleted_since_last_log", n)
+			t.log.Warn("timeline over its total limit: deleted the boot-LAN entries of the MACs written to least recently (their record entries stay)",
+				"mac", ms.mac, "entries", deleted, "record_entries_kept", kept, "last_entry", ms.last.UTC().Format(time.RFC3339),
+				"total", total, "limit", t.cfg.MaxEntries, "macs_evicted_since_last_log", n)
 		})
 	}
+}
+
+// hold puts an evicted MAC back, with count entries, among the held MACs
+// and writes its index record. The MAC's stripe must be held.
+func (t *Timeline) hold(ctx context.Context, old *macState, count int) {
+	t.mu.Lock()
+	ms := &macState{mac: old.mac, count: count, last: old.last, pending: map[string]bool{}, held: true}
+	ms.el = t.held.PushFront(ms)
+	t.macs[ms.mac] = ms
+	t.total += count
+	snap := ms.snapshot()
+	t.mu.Unlock()
+	t.save(ctx, snap, false)
 }
 
 // deleteAll deletes kvs, several at a time, and returns how many it
@@ -187,10 +250,10 @@ func (t *Timeline) saveFailed(mac string, err error) {
 func (t *Timeline) saveAll(ctx context.Context) {
 	t.mu.Lock()
 	var dirty []macState
-	for _, el := range t.macs {
-		if ms := el.Value.(*macState); ms.since > 0 {
+	for _, ms := range t.macs {
+		if ms.since > 0 {
 			dirty = append(dirty, ms.snapshot())
-			ms.since = 0
+			ms.since, ms.lanSince = 0, 0
 		}
 	}
 	t.mu.Unlock()
@@ -232,7 +295,8 @@ func (t *Timeline) load(ctx context.Context) {
 	t.mu.Lock()
 	for _, ms := range states {
 		ms.pending = map[string]bool{}
-		t.macs[ms.mac] = t.lru.PushFront(&ms)
+		ms.el = t.lru.PushFront(&ms)
+		t.macs[ms.mac] = &ms
 		t.total += ms.count
 	}
 	total, macs := t.total, len(t.macs)

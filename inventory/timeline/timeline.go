@@ -10,6 +10,7 @@
 package timeline
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"errors"
@@ -28,6 +29,7 @@ import (
 	"unicode/utf8"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/keyrate"
 	"github.com/corralhq/corral/internal/lograte"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/record"
@@ -39,12 +41,27 @@ import (
 //
 //   - per entry, at Record: source, event, detail and attributes are cut to
 //     fixed sizes (made valid UTF-8 first: protobuf strings must be);
-//   - per MAC: past Config.Limit a MAC's oldest entries are
-//     deleted (checked every Limit/10 writes of that MAC);
-//   - in total: past Config.MaxEntries the whole timelines of the
-//     MACs written to least recently are deleted first, so a flood of
+//   - per MAC and class (below): past Config.Limit record entries or
+//     BootLAN.Limit boot-LAN entries, a MAC's oldest of that class are
+//     deleted (checked every tenth of the cap's writes of that MAC);
+//   - in total: past Config.MaxEntries the boot-LAN entries of the MACs
+//     written to least recently are deleted first, so a flood of
 //     one-packet MACs displaces itself before the history of machines that
-//     keep booting.
+//     keep booting, and never deletes a record entry.
+//
+// Two classes of entries (docs/security.md, "Timeline classes"): those
+// the boot LAN causes without authenticating (sources dhcp, tftp, http and
+// ra: anything on the LAN can make them, for any MAC) and the record
+// (lifecycle, inventory, agent, api, bmc: registrations, refused
+// registrations, install progress, operators' calls). A key ends in
+// bootLANSuffix or recordSuffix by class (keys written before the classes
+// had neither: the class is read from the entry's source). Boot-LAN
+// entries are rate-limited per MAC and per source address at Record (the
+// rest dropped and counted), have their own per-MAC cap (BootLAN.Limit),
+// and are all the total's eviction deletes: a MAC left with record
+// entries only is held apart from the least-recently-written order, so a
+// flood, of one MAC or of many, never deletes a machine's registrations,
+// its refused registrations or its operators' calls.
 //
 // The total needs no scan per write: an in-memory index (MAC → entries,
 // last write) in least-recently-written order, loaded at Run from one
@@ -64,7 +81,50 @@ const (
 	DefaultDetailBytes = 4 << 10
 	DefaultAttrs       = 16
 	DefaultAttrBytes   = 256
+	// Boot-LAN entries: kept per MAC; a MAC's and a source address's
+	// burst and rate a second (a boot makes about twenty: DHCP twice,
+	// TFTP, the script and two images).
+	DefaultBootLANLimit       = 500
+	DefaultBootLANMACBurst    = 100
+	DefaultBootLANPerMAC      = 2
+	DefaultBootLANSourceBurst = 400
+	DefaultBootLANPerSource   = 20
+	// bootLANMaxKeys bounds each table of rate limiters (MACs, sources).
+	bootLANMaxKeys = 65536
 )
+
+// Key suffixes of the two classes.
+const (
+	bootLANSuffix = "-lan"
+	recordSuffix  = "-rec"
+)
+
+// bootLANSources are the entry sources of the boot LAN's unauthenticated
+// requests.
+var bootLANSources = map[string]bool{"dhcp": true, "tftp": true, "http": true, "ra": true}
+
+// BootLAN bounds the boot LAN's entries (see the top of timeline.go).
+// Zero fields take the defaults.
+type BootLAN struct {
+	// Limit is how many boot-LAN entries are kept per MAC (default
+	// DefaultBootLANLimit), apart from Config.Limit's record entries.
+	Limit int
+	// PerMAC entries a second after a burst of MACBurst are recorded for
+	// one MAC, PerSource after SourceBurst for one source address (the
+	// entry's "peer" or "src" attribute); more are dropped and counted.
+	PerMAC      float64
+	MACBurst    int
+	PerSource   float64
+	SourceBurst int
+}
+
+func (b *BootLAN) fill() {
+	b.Limit = cmp.Or(max(b.Limit, 0), DefaultBootLANLimit)
+	b.PerMAC = cmp.Or(max(b.PerMAC, 0), DefaultBootLANPerMAC)
+	b.MACBurst = cmp.Or(max(b.MACBurst, 0), DefaultBootLANMACBurst)
+	b.PerSource = cmp.Or(max(b.PerSource, 0), DefaultBootLANPerSource)
+	b.SourceBurst = cmp.Or(max(b.SourceBurst, 0), DefaultBootLANSourceBurst)
+}
 
 // Prefix is the store prefix of the entries: Prefix + MAC + "/" + the
 // entry's time and sequence number.
@@ -87,6 +147,9 @@ type Config struct {
 	// MACs written to least recently are deleted. DetailBytes, Attrs and
 	// AttrBytes cap each entry (see the top of timeline.go).
 	MaxEntries, DetailBytes, Attrs, AttrBytes int
+	// BootLAN bounds the entries of the boot LAN's unauthenticated
+	// requests.
+	BootLAN BootLAN
 }
 
 const (
@@ -130,7 +193,11 @@ type Timeline struct {
 	dropped atomic.Uint64 // entries dropped on a full queue, ever
 	queued  atomic.Int64  // entryBytes of the entries in queue
 
-	drops, clipped, evicted, failed lograte.Counter
+	// Boot-LAN entries over a rate, by what was over it, ever.
+	limitedMAC, limitedSource atomic.Uint64
+	macRate, sourceRate       *keyrate.Table
+
+	drops, clipped, evicted, failed, limited lograte.Counter
 
 	// stripes serialise the index work (trim, first sight, eviction) of
 	// one MAC; different MACs proceed in parallel.
@@ -141,10 +208,14 @@ type Timeline struct {
 	// it): a MAC not in it has none.
 	complete atomic.Bool
 
-	mu    sync.Mutex
-	macs  map[string]*list.Element // value *macState; one per MAC with entries
-	lru   *list.List               // front: written to most recently
-	total int                      // sum of the counts
+	mu   sync.Mutex
+	macs map[string]*macState // one per MAC with entries
+	lru  *list.List           // value *macState; front: written to most recently
+	// held are the MACs an eviction left with record entries only (value
+	// *macState): nothing of theirs is evictable until they get boot-LAN
+	// entries again.
+	held  *list.List
+	total int // sum of the counts
 }
 
 type tlItem struct {
@@ -196,9 +267,12 @@ func New(cfg Config) (*Timeline, error) {
 	if c.AttrBytes <= 0 {
 		c.AttrBytes = DefaultAttrBytes
 	}
+	c.BootLAN.fill()
 	t := &Timeline{cfg: cfg, log: cfg.Logger, queue: make(chan tlItem, c.Queue), seed: maphash.MakeSeed(),
-		macs: map[string]*list.Element{}, lru: list.New()}
-	for _, lc := range []*lograte.Counter{&t.drops, &t.clipped, &t.evicted, &t.failed} {
+		macs: map[string]*macState{}, lru: list.New(), held: list.New(),
+		macRate:    keyrate.New(c.BootLAN.PerMAC, c.BootLAN.MACBurst, bootLANMaxKeys),
+		sourceRate: keyrate.New(c.BootLAN.PerSource, c.BootLAN.SourceBurst, bootLANMaxKeys)}
+	for _, lc := range []*lograte.Counter{&t.drops, &t.clipped, &t.evicted, &t.failed, &t.limited} {
 		lc.Interval = logEvery
 	}
 	return t, nil
@@ -226,7 +300,15 @@ func (t *Timeline) Record(e *inventoryv1.TimelineEntry) {
 				"attr_bytes_limit", t.cfg.AttrBytes, "entries_cut_since_last_log", n)
 		})
 	}
-	key := fmt.Sprintf("%s%s/%020d-%010d", Prefix, mac, e.GetAt().AsTime().UnixNano(), t.seq.Add(1))
+	lan := bootLANSources[e.GetSource()]
+	if lan && !t.allowBootLAN(e) {
+		return
+	}
+	suffix := recordSuffix
+	if lan {
+		suffix = bootLANSuffix
+	}
+	key := fmt.Sprintf("%s%s/%020d-%010d%s", Prefix, mac, e.GetAt().AsTime().UnixNano(), t.seq.Add(1), suffix)
 	size := entryBytes(key, e)
 	queued := false
 	if t.queued.Add(size) <= timelineQueueBytes {
@@ -243,6 +325,38 @@ func (t *Timeline) Record(e *inventoryv1.TimelineEntry) {
 			t.log.Warn("timeline queue full: entries dropped", "queue", t.cfg.Queue, "dropped_since_last_log", n, "dropped_total", t.dropped.Load())
 		})
 	}
+}
+
+// allowBootLAN takes a token of the entry's MAC and of its source
+// address (its "peer" or "src" attribute, when it has one), or counts and
+// logs it as dropped.
+func (t *Timeline) allowBootLAN(e *inventoryv1.TimelineEntry) bool {
+	now := t.cfg.Now()
+	src := cmp.Or(e.GetAttributes()["peer"], e.GetAttributes()["src"])
+	by := ""
+	switch {
+	case src != "" && !t.sourceRate.Allow(src, now):
+		by = "source"
+		t.limitedSource.Add(1)
+	case !t.macRate.Allow(e.GetMac(), now):
+		by = "mac"
+		t.limitedMAC.Add(1)
+	default:
+		return true
+	}
+	t.limited.Add(1, func(n int64) {
+		b := t.cfg.BootLAN
+		t.log.Warn("timeline: boot-LAN entries over their rate: dropped", "mac", e.GetMac(), "peer", src, "source", e.GetSource(),
+			"event", e.GetEvent(), "limited_by", by, "per_mac_rate", b.PerMAC, "per_mac_burst", b.MACBurst,
+			"per_source_rate", b.PerSource, "per_source_burst", b.SourceBurst, "dropped_since_last_log", n)
+	})
+	return false
+}
+
+// Limited is how many boot-LAN entries were dropped over the per-MAC and
+// over the per-source rate, ever.
+func (t *Timeline) Limited() (byMAC, bySource uint64) {
+	return t.limitedMAC.Load(), t.limitedSource.Load()
 }
 
 // Event is a convenience for Record.
@@ -394,19 +508,17 @@ func (t *Timeline) write(ctx context.Context, it tlItem) {
 	defer cancel()
 	mac := it.entry.GetMac()
 	t.mu.Lock()
-	el, known := t.macs[mac]
+	ms, known := t.macs[mac]
 	if !known {
-		el = t.lru.PushFront(&macState{mac: mac, pending: map[string]bool{}})
-		t.macs[mac] = el
+		ms = t.push(mac)
 	}
-	el.Value.(*macState).pending[it.key] = false
+	ms.pending[it.key] = false
 	t.mu.Unlock()
 
 	_, err := record.Put(ctx, t.cfg.Store, it.key, it.entry, 0)
 	st := t.stripe(mac)
 	st.Lock()
 	t.mu.Lock()
-	ms := el.Value.(*macState)
 	counted := ms.pending[it.key]
 	delete(ms.pending, it.key)
 	if err != nil {
@@ -417,29 +529,43 @@ func (t *Timeline) write(ctx context.Context, it tlItem) {
 		})
 		return
 	}
-	if cur, ok := t.macs[mac]; !ok || cur != el {
+	switch cur, ok := t.macs[mac]; {
+	case !ok:
 		// Evicted while the entry was stored: the MAC starts over.
-		el = t.lru.PushFront(&macState{mac: mac, pending: map[string]bool{}})
-		t.macs[mac] = el
-		ms, known, counted = el.Value.(*macState), false, false
+		ms, known, counted = t.push(mac), false, false
+	case cur != ms:
+		// Evicted and held again (its record entries) meanwhile.
+		ms, counted = cur, false
 	}
-	t.lru.MoveToFront(el)
+	lan := strings.HasSuffix(it.key, bootLANSuffix)
+	switch {
+	case !ms.held:
+		t.lru.MoveToFront(ms.el)
+	case lan:
+		// Evictable again (the MAC's boot-LAN entries are).
+		t.held.Remove(ms.el)
+		ms.el, ms.held = t.lru.PushFront(ms), false
+	}
 	if !counted {
 		ms.count++
 		t.total++
 	}
 	ms.since++
+	if lan {
+		ms.lanSince++
+	}
 	if at := it.entry.GetAt().AsTime(); at.After(ms.last) {
 		ms.last = at
 	}
 	// A MAC seen for the first time gets its index record; it holds no
-	// other entry when the index is complete, else it is counted.
-	resync := !known && !t.complete.Load() || ms.since >= t.cfg.Limit/10+1
+	// other entry when the index is complete, else it is counted. Each
+	// class is trimmed every tenth of its cap.
+	resync := !known && !t.complete.Load() || ms.since-ms.lanSince >= t.cfg.Limit/10+1 || ms.lanSince >= t.cfg.BootLAN.Limit/10+1
 	snap := ms.snapshot()
 	t.mu.Unlock()
 	switch {
 	case resync:
-		t.resync(ctx, el)
+		t.resync(ctx, ms)
 	case !known:
 		t.save(ctx, snap, true)
 	}

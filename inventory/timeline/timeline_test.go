@@ -238,7 +238,9 @@ func TestTimelineIndexBuiltFromEntries(t *testing.T) {
 // once per interval.
 func TestTimelineDropsLogged(t *testing.T) {
 	logs := &syncbuf.Buffer{}
-	tl, err := New(Config{Store: mem.New(), Queue: 4, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	// The boot LAN's rate per MAC is set above the flood: this is about
+	// the queue.
+	tl, err := New(Config{Store: mem.New(), Queue: 4, Logger: slog.New(slog.NewTextHandler(logs, nil)), BootLAN: BootLAN{MACBurst: 1000}})
 	if err != nil {
 		t.Fatal(err)
 	}
