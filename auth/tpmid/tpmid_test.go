@@ -218,3 +218,24 @@ func TestOutstandingBounded(t *testing.T) {
 		t.Fatalf("outstanding %d, want 1", n)
 	}
 }
+
+// BenchmarkVerifier is the appliance's share of a TPM proof: Begin (the
+// AK's checks and TPM2_MakeCredential: one RSA-OAEP encryption to the EK)
+// and Finish. Figures printed, not asserted.
+func BenchmarkVerifier(b *testing.B) {
+	d := device(b)
+	req, err := d.Begin()
+	if err != nil {
+		b.Fatal(err)
+	}
+	v := tpmid.New(tpmid.Config{})
+	for b.Loop() {
+		ch, err := v.Begin(bindA, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := v.Finish(bindA, &nodev1.TpmProof{ChallengeId: ch.GetChallengeId(), Secret: make([]byte, 32)}); !errors.Is(err, apierr.ErrPermissionDenied) {
+			b.Fatal(err)
+		}
+	}
+}
