@@ -32,11 +32,11 @@ type TPM struct {
 type Mode int
 
 const (
-	// Commands: TPM commands on Dir/cmd.sock (raw, as /dev/tpm0), the
+	// Commands serves TPM commands on Dir/cmd.sock (raw, as /dev/tpm0), the
 	// control channel on Dir/ctrl.sock; the TPM is started (TPM2_Startup)
 	// by swtpm itself. For tests.
 	Commands Mode = iota + 1
-	// QEMU: only the control channel, Dir/ctrl.sock, which QEMU's
+	// QEMU serves only the control channel, Dir/ctrl.sock, which QEMU's
 	// emulator TPM backend uses for both (it starts the TPM as firmware
 	// would).
 	QEMU
