@@ -33,6 +33,10 @@ type LifecycleConfig struct {
 	// Agents bounds the agent edge: session liveness, session ids,
 	// progress sizes (--agent-*; zero fields take the defaults).
 	Agents lifecycle.AgentLimits
+	// TPMEKCAs are PEM files of TPM manufacturers' CAs (--tpm-ek-ca): when
+	// set, a TPM proof counts only for an EK whose certificate chains to
+	// one of them; empty, credential activation alone proves the EK.
+	TPMEKCAs []string
 	// APIAdvertise is the API endpoint (host:port) install plans name;
 	// empty uses the address the machine's discovery agent dialled (the
 	// one its boot script gave it).

@@ -28,6 +28,7 @@ import (
 	"github.com/corralhq/corral/auth"
 	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/auth/pki"
+	"github.com/corralhq/corral/auth/tpmid"
 	"github.com/corralhq/corral/fleet/artifactsync"
 	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/inventory/bmc"
@@ -309,7 +310,13 @@ func New(cfg Config) (*Server, error) {
 		lis.Close()
 		return nil, fmt.Errorf("hypervisor services: %w", err)
 	}
-	lifecycle.RegisterAgent(s.grpc, &lifecycle.AgentServer{Lifecycle: s.lifecycle, JoinFunc: s.join, Caller: agentCaller})
+	ekRoots, err := tpmid.LoadCAs(cfg.Lifecycle.TPMEKCAs)
+	if err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("--tpm-ek-ca: %w", err)
+	}
+	lifecycle.RegisterAgent(s.grpc, &lifecycle.AgentServer{Lifecycle: s.lifecycle, JoinFunc: s.join, Caller: agentCaller,
+		TPM: tpmid.New(tpmid.Config{EKRoots: ekRoots})})
 	s.initArtifacts()
 	if err := s.initFleet(s.selfAppliance(), cfg.Store.Kind != StoreEtcd); err != nil {
 		lis.Close()

@@ -48,6 +48,9 @@ type AgentServer struct {
 	// call as Unauthenticated. nil trusts every caller like an admin: for
 	// tests that run the edge without authentication only.
 	Caller func(ctx context.Context) (c Caller, ok bool)
+	// TPM, when set, serves AttestBegin and checks the TPM proofs
+	// Register carries (attest.go); nil answers AttestBegin Unimplemented.
+	TPM TPMVerifier
 }
 
 // CallerRole is the kind of principal calling the agent edge.
@@ -143,8 +146,12 @@ func (s *AgentServer) Register(ctx context.Context, req *nodev1.RegisterRequest)
 	if c.Role == CallerNode {
 		return nil, status.Error(codes.PermissionDenied, "Register is for discovery agents, not node certificates")
 	}
+	ek, err := s.proveTPM(ctx, c, req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
 	var match inventory.Match
-	m, err := l.register(ctx, c, peerAddr(ctx), req.GetBootMac(), req.GetFacts(), &match)
+	m, err := l.register(ctx, c, peerAddr(ctx), req.GetBootMac(), req.GetFacts(), ek, &match)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -161,12 +168,13 @@ func (s *AgentServer) Register(ctx context.Context, req *nodev1.RegisterRequest)
 // It applies no caller binding: the agent edge does (AgentServer).
 func (l *Lifecycle) Register(ctx context.Context, bootMAC string, facts *inventoryv1.Facts) (*inventoryv1.Machine, error) {
 	var match inventory.Match
-	return l.register(ctx, trusted, "", bootMAC, facts, &match)
+	return l.register(ctx, trusted, "", bootMAC, facts, "", &match)
 }
 
 // register is Register for caller c (from peer): a bound boot token must
-// name its own MAC and land on its own machine (see AgentServer).
-func (l *Lifecycle) register(ctx context.Context, c Caller, peer, bootMAC string, facts *inventoryv1.Facts, match *inventory.Match) (*inventoryv1.Machine, error) {
+// name its own MAC and land on its own machine (see AgentServer). ek is
+// the endorsement key the caller proved ("" for none).
+func (l *Lifecycle) register(ctx context.Context, c Caller, peer, bootMAC string, facts *inventoryv1.Facts, ek string, match *inventory.Match) (*inventoryv1.Machine, error) {
 	var admit func(inventory.Match) error
 	if c.MAC != "" {
 		boot, err := inventory.NormalizeMAC(bootMAC)
@@ -184,7 +192,7 @@ func (l *Lifecycle) register(ctx context.Context, c Caller, peer, bootMAC string
 		}
 	}
 	var acc autoAccepted
-	m, err := l.inv.Register(ctx, bootMAC, facts, inventory.RegisterOptions{
+	m, err := l.inv.Register(ctx, bootMAC, facts, l.withEK(inventory.RegisterOptions{
 		Admit: func(mt inventory.Match) error {
 			*match = mt
 			if admit != nil {
@@ -195,7 +203,7 @@ func (l *Lifecycle) register(ctx context.Context, c Caller, peer, bootMAC string
 		Hook: func(m *inventoryv1.Machine, became bool) {
 			acc = l.autoAccept(m, became)
 		},
-	})
+	}, bootMAC, ek))
 	if err != nil {
 		return nil, err
 	}

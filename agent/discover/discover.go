@@ -34,6 +34,7 @@ import (
 	"github.com/corralhq/corral/agent/kexec"
 	"github.com/corralhq/corral/agent/netup"
 	"github.com/corralhq/corral/agent/session"
+	"github.com/corralhq/corral/agent/tpm"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 )
 
@@ -61,6 +62,10 @@ type Config struct {
 	// capability and the appliance reboots the machine the old way.
 	Kexec   session.Kexec
 	NoKexec bool
+	// OpenTPM opens the machine's TPM for the EK proof at Register;
+	// default agent/tpm.Open when Root is "/" (none otherwise). An error
+	// (agent/tpm.ErrNoTPM: no TPM) registers without a proof.
+	OpenTPM func() (session.TPM, error)
 	// Network and Session override netup.Up and session.Run (tests).
 	Network func(ctx context.Context, cfg netup.Config) (*netup.Lease, error)
 	Session func(ctx context.Context, cfg session.Config) error
@@ -98,6 +103,9 @@ func (c *Config) defaults() {
 	}
 	if c.NoKexec {
 		c.Kexec = nil
+	}
+	if c.OpenTPM == nil && c.Root == "/" {
+		c.OpenTPM = func() (session.TPM, error) { return tpm.Open() }
 	}
 	if c.Network == nil {
 		c.Network = netup.Up
@@ -204,6 +212,14 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	facts.Cap(f)
+	var dev session.TPM
+	if cfg.OpenTPM != nil {
+		var err error
+		if dev, err = cfg.OpenTPM(); err != nil {
+			fmt.Fprintf(cfg.Console, "corral: TPM: %v\n", err)
+			dev = nil
+		}
+	}
 
 	return cfg.Session(ctx, session.Config{
 		Endpoints: params.Endpoints, Token: params.Token, CAFingerprint: params.CAFingerprint,
@@ -212,6 +228,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Power:     cfg.Power,
 		Installer: cfg.Installer,
 		Kexec:     cfg.Kexec,
+		TPM:       dev,
 		Console:   cfg.Console,
 		Logger:    cfg.Logger,
 	})

@@ -106,6 +106,10 @@ type Config struct {
 	// reboot. A plan for any other install than the last one that
 	// succeeded here is refused.
 	Kexec Kexec
+	// TPM, when set, proves at every Register that the machine holds its
+	// TPM's endorsement key (attest.go); nil registers without a proof,
+	// as a machine without a TPM does.
+	TPM TPM
 	// Console receives one human line per failed attempt and per command;
 	// nil discards.
 	Console io.Writer
@@ -283,6 +287,10 @@ func reason(err error) string {
 }
 
 func register(ctx context.Context, cfg *Config, client nodev1.AgentServiceClient) (*nodev1.RegisterResponse, error) {
+	proof, err := proveTPM(ctx, cfg, client)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.RPCTimeout)
 	defer cancel()
 	return client.Register(ctx, &nodev1.RegisterRequest{
@@ -290,6 +298,7 @@ func register(ctx context.Context, cfg *Config, client nodev1.AgentServiceClient
 		Facts:        cfg.Facts(ctx),
 		AgentVersion: cfg.AgentVersion,
 		Capabilities: cfg.capabilities(),
+		Tpm:          proof,
 	})
 }
 

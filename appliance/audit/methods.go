@@ -77,6 +77,9 @@ var auditRules = map[string]auditRule{
 	"/corral.node.v1.AgentService/Register": mutating("mac", "boot_mac"),
 	"/corral.node.v1.AgentService/Session":  trafficRule,
 	"/corral.node.v1.AgentService/Join":     mutating("node", "name"),
+	// A TPM challenge changes no record: the Register carrying its proof
+	// is recorded, and a refusal goes on the MAC's timeline.
+	"/corral.node.v1.AgentService/AttestBegin": trafficRule,
 
 	"/corral.pool.v1.NodeService/ListNodes":       readRule,
 	"/corral.pool.v1.NodeService/GetNode":         readRule,

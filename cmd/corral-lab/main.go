@@ -100,6 +100,7 @@ lab-a2.conf lab-a2's, ...).`,
 	f.IntVar(&c.Machines, "machines", 1, "number of machines")
 	f.BoolVar(&uefi, "uefi", false, "all machines boot UEFI (OVMF firmware PXE → TFTP → iPXE)")
 	f.StringVar(&firmware, "firmware", "", "firmware per machine, cycled: e.g. bios,uefi (overrides --uefi)")
+	f.StringSliceVar(&c.TPM, "tpm", []string{"swtpm"}, "TPM per machine, cycled: swtpm (a TPM 2.0 from a swtpm process of its own, started and stopped with the machine) or none, e.g. swtpm,none")
 	f.BoolVar(&c.WithBMC, "with-bmc", false, "put each machine behind its own ipmi_sim BMC, enrolled and powered on through corrald")
 	f.BoolVar(&c.Accept, "accept", true, "run corrald with --auto-accept (machines install and join the pool)")
 	f.BoolVar(&powerOn, "power-on", true, "power the machines on (false: enrolled and left off, e.g. to change the catalog first)")

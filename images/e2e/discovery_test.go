@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/pem"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/corralhq/corral/testsupport/ipmisim/simconf"
 	"github.com/corralhq/corral/testsupport/require"
+	"github.com/corralhq/corral/testsupport/swtpm"
 )
 
 // bootTimeout bounds one boot to registration: ~20-40 s under TCG on a
@@ -215,6 +217,17 @@ func TestFastLoop(t *testing.T) {
 	} else {
 		require.Degraded(t, "ipmi_sim not installed (openipmi): booting without a BMC")
 	}
+	// A TPM 2.0 from swtpm: the Debian kernel's built-in tpm_tis finds it
+	// and the agent proves its endorsement key at Register.
+	require.Tool(t, "swtpm")
+	ctx, cancel := context.WithCancel(context.Background())
+	tpm, err := swtpm.Start(ctx, filepath.Join(dir, "tpm"), swtpm.QEMU)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); tpm.Stop() })
+	args = append(args, tpm.QEMUArgs()...)
 	t0 := time.Now()
 	vm := start(t, dir, "console.log", args[0], args[1:]...)
 	m := c.waitMachine(vm, bootTimeout, "with serial "+loopSerial+" INVENTORIED", func(m machine) bool {
@@ -228,6 +241,9 @@ func TestFastLoop(t *testing.T) {
 		if m.Facts.BMC.IPv4Address != bmcAddr || m.Facts.BMC.MAC != simBMCMAC {
 			t.Errorf("BMC facts = %+v, want address %s and MAC %s (ipmi_sim's LAN configuration)", m.Facts.BMC, bmcAddr, simBMCMAC)
 		}
+	}
+	if out, err := c.cli("machine", "timeline", m.Name, "-o", "json"); err != nil || !strings.Contains(string(out), "tpm-proved") {
+		t.Errorf("no tpm-proved entry on %s's timeline (err %v):\n%s\nconsole:\n%s", m.Name, err, tail(string(out), 4<<10), tail(vm.console.String(), 6<<10))
 	}
 }
 

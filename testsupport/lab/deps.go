@@ -15,9 +15,9 @@ import (
 // firmware (SeaBIOS with the iPXE ROMs, OVMF), Debian's iPXE binaries,
 // OpenIPMI's ipmi_sim, iproute2, and what `corrald images build` needs to
 // build the discovery image (apt-get download, dpkg-deb, depmod, zstd and
-// xz, pci.ids).
+// xz, pci.ids), and swtpm for the machines' TPMs.
 var Packages = []string{"iproute2", "qemu-system-x86", "qemu-utils", "ovmf", "ipxe", "openipmi", "ipmitool",
-	"kmod", "zstd", "xz-utils", "pci.ids", "ca-certificates"}
+	"kmod", "zstd", "xz-utils", "pci.ids", "ca-certificates", "swtpm"}
 
 // requiredFiles maps a file or program the lab needs to its package.
 var requiredFiles = map[string]string{
@@ -32,6 +32,7 @@ var requiredFiles = map[string]string{
 	"zstd":                    "zstd",
 	"xz":                      "xz-utils",
 	"/usr/share/misc/pci.ids": "pci.ids",
+	"swtpm":                   "swtpm",
 }
 
 // FleetPackages are what a fleet lab (--appliances 2 or more) needs

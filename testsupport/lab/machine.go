@@ -42,7 +42,32 @@ func (m Machine) qemuArgs(withBMC bool) []string {
 	for i, d := range m.Disks {
 		a = append(a, "-drive", fmt.Sprintf("if=none,id=d%d,format=raw,file=%s", i, d.Path))
 	}
+	if m.TPM {
+		a = append(a, "-chardev", "socket,id=chrtpm,path="+m.tpmSocket(),
+			"-tpmdev", "emulator,id=tpm0,chardev=chrtpm", "-device", "tpm-tis,tpmdev=tpm0")
+	}
 	return a
+}
+
+// tpmDir holds the machine's swtpm state, socket, pid and log.
+func (m Machine) tpmDir() string { return filepath.Join(m.Dir, "tpm") }
+
+// tpmSocket is the swtpm control socket QEMU's emulator backend uses.
+func (m Machine) tpmSocket() string { return filepath.Join(m.tpmDir(), "ctrl.sock") }
+
+// tpmStart is the shell the chassis program runs before QEMU starts: the
+// machine's swtpm, one process per machine, started with it. --terminate
+// ends it when QEMU's connection closes (the machine powered off or
+// killed), so it stops with the machine; its state stays in tpmDir.
+func (m Machine) tpmStart() string {
+	dir := simconf.Quote(m.tpmDir())
+	sock := simconf.Quote(m.tpmSocket())
+	return fmt.Sprintf(`  mkdir -p %[1]s
+  if [ -f %[1]s/swtpm.pid ] && kill -0 "$(cat %[1]s/swtpm.pid)" 2>/dev/null; then :; else
+    rm -f %[2]s
+    swtpm socket --tpm2 --tpmstate dir=%[1]s --ctrl type=unixio,path=%[2]s --terminate \
+      --pid file=%[1]s/swtpm.pid --log file=%[1]s/swtpm.log --daemon || rec "swtpm failed"
+  fi`, dir, sock)
 }
 
 // chassisScript is the chassis_control program of m: ipmi_sim runs it as
@@ -68,13 +93,18 @@ func (m Machine) chassisScript(withBMC bool) string {
 	for i, d := range m.Disks {
 		fmt.Fprintf(&q, " -device virtio-blk-pci,drive=d%d,serial=%s,bootindex=$((DISK+%d))", i, d.Serial, i)
 	}
+	before := ""
+	if m.TPM {
+		before = m.tpmStart()
+	}
 	return simconf.Chassis{
 		Dir:         m.Dir,
 		Comment:     fmt.Sprintf("chassis_control for lab machine %s (written by corral-lab)", m.Name),
 		DefaultBoot: "pxe",
 		BootCase: `    disk|hdd) NIC=9; DISK=1 ;;
     *) NIC=1; DISK=2 ;;`,
-		QEMU: q.String(),
+		BeforeStart: before,
+		QEMU:        q.String(),
 	}.Script()
 }
 

@@ -119,3 +119,23 @@ func TestChassisScriptBootOrder(t *testing.T) {
 		t.Error("BIOS machine without its iPXE option ROM")
 	}
 }
+
+// TestChassisScriptTPM: a machine with a TPM starts its own swtpm before
+// QEMU and attaches it as tpm-tis; one without has neither.
+func TestChassisScriptTPM(t *testing.T) {
+	m := Machine{Name: "lab-1", Dir: "/x/lab-1", Firmware: "bios", MAC: "52:54:00:00:00:01", Tap: "t1", MemoryMiB: 2560, CPUs: 2, TPM: true}
+	s := m.chassisScript(false)
+	start, qemu := strings.Index(s, "swtpm socket --tpm2 --tpmstate dir=/x/lab-1/tpm --ctrl type=unixio,path=/x/lab-1/tpm/ctrl.sock --terminate"), strings.Index(s, "qemu-system-x86_64")
+	if start < 0 || qemu < 0 || start > qemu {
+		t.Errorf("swtpm not started before QEMU:\n%s", s)
+	}
+	for _, want := range []string{"socket,id=chrtpm,path=/x/lab-1/tpm/ctrl.sock", "emulator,id=tpm0,chardev=chrtpm", "tpm-tis,tpmdev=tpm0"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("chassis script lacks %q:\n%s", want, s)
+		}
+	}
+	m.TPM = false
+	if s := m.chassisScript(false); strings.Contains(s, "swtpm") || strings.Contains(s, "tpmdev") {
+		t.Errorf("a machine without a TPM gets one:\n%s", s)
+	}
+}

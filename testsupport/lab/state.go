@@ -84,6 +84,9 @@ type Machine struct {
 	BMCPwFile string    `json:"bmc_password_file,omitempty"`
 	Sim       Process   `json:"ipmi_sim"`
 	PoweredAt time.Time `json:"powered_at"`
+	// TPM gives the machine a TPM 2.0 (tpm-tis) emulated by its own swtpm,
+	// its state in Dir/tpm: the same endorsement key every boot.
+	TPM bool `json:"tpm,omitempty"`
 }
 
 // Disk is one virtio disk of a machine.

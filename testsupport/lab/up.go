@@ -41,6 +41,9 @@ type Config struct {
 	Machines int
 	// Firmware is cycled over the machines: "bios" or "uefi" (default bios).
 	Firmware []string
+	// TPM is cycled over the machines: "swtpm" (a TPM 2.0 emulated by a
+	// swtpm process of its own) or "none" (default swtpm).
+	TPM []string
 	// WithBMC puts each machine behind its own ipmi_sim, enrolled in
 	// corrald and powered on through it.
 	WithBMC bool
@@ -125,6 +128,11 @@ func (c *Config) defaults() error {
 	for _, f := range c.Firmware {
 		if f != "bios" && f != "uefi" {
 			return fmt.Errorf("firmware %q: want bios or uefi", f)
+		}
+	}
+	for _, t := range c.TPM {
+		if t != "swtpm" && t != "none" {
+			return fmt.Errorf("tpm %q: want swtpm or none", t)
 		}
 	}
 	if c.Until == "" {
@@ -396,6 +404,7 @@ func newState(ctx context.Context, c Config, bin Binaries) (*State, error) {
 				{Path: filepath.Join(dir, "disk-b.raw"), Serial: fmt.Sprintf("CLD%s%02dB", strings.ToUpper(id), n), GiB: 20},
 			},
 			MemoryMiB: c.MemoryMiB, CPUs: c.CPUs}
+		m.TPM = len(c.TPM) == 0 || c.TPM[i%len(c.TPM)] != "none"
 		if c.WithBMC {
 			m.BMCPort, m.VMPort = 6230+n, 9000+n
 			m.BMCUser, m.BMCPwFile = "admin", filepath.Join(dir, "bmc-password")

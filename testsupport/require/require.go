@@ -123,6 +123,8 @@ var debianPackages = map[string]string{
 	"apt-get":                       "apt",
 	"apt-cache":                     "apt",
 	"ldd":                           "libc-bin",
+	"swtpm_setup":                   "swtpm-tools",
+	"swtpm_localca":                 "swtpm-tools",
 	"/bin/busybox":                  "busybox-static",
 	"/usr/sbin/dropbear":            "dropbear-bin",
 	"/usr/lib/syslinux/mbr/mbr.bin": "syslinux-common",

@@ -34,7 +34,12 @@ type RegisterRequest struct {
 	// capabilities name the optional commands this agent carries out
 	// (CapabilityKexec); an agent that names none gets none of them (agents
 	// from before 2026-11-24 send nothing here).
-	Capabilities  []string `protobuf:"bytes,4,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	Capabilities []string `protobuf:"bytes,4,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	// tpm proves, for a machine with a TPM 2.0, that it holds the
+	// endorsement key it named in AttestBegin: the challenge's id and the
+	// secret its TPM recovered by credential activation. Absent for a
+	// machine without a TPM (and from agents before 2026-11-28).
+	Tpm           *TpmProof `protobuf:"bytes,5,opt,name=tpm,proto3" json:"tpm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -97,6 +102,294 @@ func (x *RegisterRequest) GetCapabilities() []string {
 	return nil
 }
 
+func (x *RegisterRequest) GetTpm() *TpmProof {
+	if x != nil {
+		return x.Tpm
+	}
+	return nil
+}
+
+// TpmProof answers an AttestBegin challenge. The challenge is good once,
+// for the caller and boot MAC that asked for it, until it expires.
+type TpmProof struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ChallengeId string                 `protobuf:"bytes,1,opt,name=challenge_id,json=challengeId,proto3" json:"challenge_id,omitempty"`
+	// secret is what the TPM's ActivateCredential returned.
+	Secret        []byte `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TpmProof) Reset() {
+	*x = TpmProof{}
+	mi := &file_api_node_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TpmProof) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TpmProof) ProtoMessage() {}
+
+func (x *TpmProof) ProtoReflect() protoreflect.Message {
+	mi := &file_api_node_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TpmProof.ProtoReflect.Descriptor instead.
+func (*TpmProof) Descriptor() ([]byte, []int) {
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *TpmProof) GetChallengeId() string {
+	if x != nil {
+		return x.ChallengeId
+	}
+	return ""
+}
+
+func (x *TpmProof) GetSecret() []byte {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
+}
+
+// AttestationKey is a TPM 2.0 attestation key's public part and the TPM's
+// own statement that it made the key (TPM2_CertifyCreation): encodings as
+// the TPM produced them (TCG TPM 2.0 Part 2).
+type AttestationKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// public is the TPMT_PUBLIC of the key.
+	Public []byte `protobuf:"bytes,1,opt,name=public,proto3" json:"public,omitempty"`
+	// create_data is the TPMS_CREATION_DATA.
+	CreateData []byte `protobuf:"bytes,2,opt,name=create_data,json=createData,proto3" json:"create_data,omitempty"`
+	// create_attestation is the TPMS_ATTEST the key signed over its
+	// creation.
+	CreateAttestation []byte `protobuf:"bytes,3,opt,name=create_attestation,json=createAttestation,proto3" json:"create_attestation,omitempty"`
+	// create_signature is the TPMT_SIGNATURE over create_attestation.
+	CreateSignature []byte `protobuf:"bytes,4,opt,name=create_signature,json=createSignature,proto3" json:"create_signature,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *AttestationKey) Reset() {
+	*x = AttestationKey{}
+	mi := &file_api_node_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttestationKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttestationKey) ProtoMessage() {}
+
+func (x *AttestationKey) ProtoReflect() protoreflect.Message {
+	mi := &file_api_node_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttestationKey.ProtoReflect.Descriptor instead.
+func (*AttestationKey) Descriptor() ([]byte, []int) {
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AttestationKey) GetPublic() []byte {
+	if x != nil {
+		return x.Public
+	}
+	return nil
+}
+
+func (x *AttestationKey) GetCreateData() []byte {
+	if x != nil {
+		return x.CreateData
+	}
+	return nil
+}
+
+func (x *AttestationKey) GetCreateAttestation() []byte {
+	if x != nil {
+		return x.CreateAttestation
+	}
+	return nil
+}
+
+func (x *AttestationKey) GetCreateSignature() []byte {
+	if x != nil {
+		return x.CreateSignature
+	}
+	return nil
+}
+
+// AttestBeginRequest starts the proof that the machine holds a TPM's
+// endorsement key (EK): the EK's public key, its certificate when the TPM
+// holds one, and an attestation key (AK) made on the same TPM. The
+// appliance answers with a credential only that EK can release, and only
+// to that AK.
+type AttestBeginRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	BootMac string                 `protobuf:"bytes,1,opt,name=boot_mac,json=bootMac,proto3" json:"boot_mac,omitempty"`
+	// ek_public is the EK's public key, PKIX DER.
+	EkPublic []byte `protobuf:"bytes,2,opt,name=ek_public,json=ekPublic,proto3" json:"ek_public,omitempty"`
+	// ek_certificate is the EK certificate from the TPM's NV (X.509 DER),
+	// empty when the TPM holds none.
+	EkCertificate []byte          `protobuf:"bytes,3,opt,name=ek_certificate,json=ekCertificate,proto3" json:"ek_certificate,omitempty"`
+	Ak            *AttestationKey `protobuf:"bytes,4,opt,name=ak,proto3" json:"ak,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttestBeginRequest) Reset() {
+	*x = AttestBeginRequest{}
+	mi := &file_api_node_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttestBeginRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttestBeginRequest) ProtoMessage() {}
+
+func (x *AttestBeginRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_node_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttestBeginRequest.ProtoReflect.Descriptor instead.
+func (*AttestBeginRequest) Descriptor() ([]byte, []int) {
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AttestBeginRequest) GetBootMac() string {
+	if x != nil {
+		return x.BootMac
+	}
+	return ""
+}
+
+func (x *AttestBeginRequest) GetEkPublic() []byte {
+	if x != nil {
+		return x.EkPublic
+	}
+	return nil
+}
+
+func (x *AttestBeginRequest) GetEkCertificate() []byte {
+	if x != nil {
+		return x.EkCertificate
+	}
+	return nil
+}
+
+func (x *AttestBeginRequest) GetAk() *AttestationKey {
+	if x != nil {
+		return x.Ak
+	}
+	return nil
+}
+
+// AttestBeginResponse is a credential-activation challenge
+// (TPM2_MakeCredential): the agent's TPM recovers the secret with
+// TPM2_ActivateCredential and returns it in RegisterRequest.tpm within
+// expires_in_seconds.
+type AttestBeginResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ChallengeId string                 `protobuf:"bytes,1,opt,name=challenge_id,json=challengeId,proto3" json:"challenge_id,omitempty"`
+	// credential is the TPM2B_ID_OBJECT; encrypted_secret the
+	// TPM2B_ENCRYPTED_SECRET (the seed, encrypted to the EK).
+	Credential       []byte `protobuf:"bytes,2,opt,name=credential,proto3" json:"credential,omitempty"`
+	EncryptedSecret  []byte `protobuf:"bytes,3,opt,name=encrypted_secret,json=encryptedSecret,proto3" json:"encrypted_secret,omitempty"`
+	ExpiresInSeconds uint32 `protobuf:"varint,4,opt,name=expires_in_seconds,json=expiresInSeconds,proto3" json:"expires_in_seconds,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *AttestBeginResponse) Reset() {
+	*x = AttestBeginResponse{}
+	mi := &file_api_node_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttestBeginResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttestBeginResponse) ProtoMessage() {}
+
+func (x *AttestBeginResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_node_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttestBeginResponse.ProtoReflect.Descriptor instead.
+func (*AttestBeginResponse) Descriptor() ([]byte, []int) {
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *AttestBeginResponse) GetChallengeId() string {
+	if x != nil {
+		return x.ChallengeId
+	}
+	return ""
+}
+
+func (x *AttestBeginResponse) GetCredential() []byte {
+	if x != nil {
+		return x.Credential
+	}
+	return nil
+}
+
+func (x *AttestBeginResponse) GetEncryptedSecret() []byte {
+	if x != nil {
+		return x.EncryptedSecret
+	}
+	return nil
+}
+
+func (x *AttestBeginResponse) GetExpiresInSeconds() uint32 {
+	if x != nil {
+		return x.ExpiresInSeconds
+	}
+	return 0
+}
+
 type RegisterResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	MachineName   string                 `protobuf:"bytes,1,opt,name=machine_name,json=machineName,proto3" json:"machine_name,omitempty"`
@@ -107,7 +400,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[1]
+	mi := &file_api_node_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -119,7 +412,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[1]
+	mi := &file_api_node_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -132,7 +425,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RegisterResponse) GetMachineName() string {
@@ -158,7 +451,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[2]
+	mi := &file_api_node_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -170,7 +463,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[2]
+	mi := &file_api_node_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -183,7 +476,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Heartbeat) GetSessionId() string {
@@ -216,7 +509,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[3]
+	mi := &file_api_node_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -228,7 +521,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[3]
+	mi := &file_api_node_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -241,7 +534,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Progress) GetStep() string {
@@ -294,7 +587,7 @@ type CertificateRequest struct {
 
 func (x *CertificateRequest) Reset() {
 	*x = CertificateRequest{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[4]
+	mi := &file_api_node_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -306,7 +599,7 @@ func (x *CertificateRequest) String() string {
 func (*CertificateRequest) ProtoMessage() {}
 
 func (x *CertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[4]
+	mi := &file_api_node_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -319,7 +612,7 @@ func (x *CertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateRequest.ProtoReflect.Descriptor instead.
 func (*CertificateRequest) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CertificateRequest) GetInstallId() string {
@@ -350,7 +643,7 @@ type AgentMessage struct {
 
 func (x *AgentMessage) Reset() {
 	*x = AgentMessage{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[5]
+	mi := &file_api_node_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -362,7 +655,7 @@ func (x *AgentMessage) String() string {
 func (*AgentMessage) ProtoMessage() {}
 
 func (x *AgentMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[5]
+	mi := &file_api_node_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -375,7 +668,7 @@ func (x *AgentMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentMessage.ProtoReflect.Descriptor instead.
 func (*AgentMessage) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AgentMessage) GetMsg() isAgentMessage_Msg {
@@ -464,7 +757,7 @@ type InstallPlan struct {
 
 func (x *InstallPlan) Reset() {
 	*x = InstallPlan{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[6]
+	mi := &file_api_node_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -476,7 +769,7 @@ func (x *InstallPlan) String() string {
 func (*InstallPlan) ProtoMessage() {}
 
 func (x *InstallPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[6]
+	mi := &file_api_node_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -489,7 +782,7 @@ func (x *InstallPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallPlan.ProtoReflect.Descriptor instead.
 func (*InstallPlan) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *InstallPlan) GetDisk() string {
@@ -560,7 +853,7 @@ type WipePlan struct {
 
 func (x *WipePlan) Reset() {
 	*x = WipePlan{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[7]
+	mi := &file_api_node_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -572,7 +865,7 @@ func (x *WipePlan) String() string {
 func (*WipePlan) ProtoMessage() {}
 
 func (x *WipePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[7]
+	mi := &file_api_node_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -585,7 +878,7 @@ func (x *WipePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WipePlan.ProtoReflect.Descriptor instead.
 func (*WipePlan) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WipePlan) GetDisk() string {
@@ -619,7 +912,7 @@ type NodeCertificate struct {
 
 func (x *NodeCertificate) Reset() {
 	*x = NodeCertificate{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[8]
+	mi := &file_api_node_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -631,7 +924,7 @@ func (x *NodeCertificate) String() string {
 func (*NodeCertificate) ProtoMessage() {}
 
 func (x *NodeCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[8]
+	mi := &file_api_node_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -644,7 +937,7 @@ func (x *NodeCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCertificate.ProtoReflect.Descriptor instead.
 func (*NodeCertificate) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NodeCertificate) GetInstallId() string {
@@ -702,7 +995,7 @@ type KexecPlan struct {
 
 func (x *KexecPlan) Reset() {
 	*x = KexecPlan{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[9]
+	mi := &file_api_node_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -714,7 +1007,7 @@ func (x *KexecPlan) String() string {
 func (*KexecPlan) ProtoMessage() {}
 
 func (x *KexecPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[9]
+	mi := &file_api_node_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -727,7 +1020,7 @@ func (x *KexecPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KexecPlan.ProtoReflect.Descriptor instead.
 func (*KexecPlan) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *KexecPlan) GetInstallId() string {
@@ -804,7 +1097,7 @@ type ApplianceMessage struct {
 
 func (x *ApplianceMessage) Reset() {
 	*x = ApplianceMessage{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[10]
+	mi := &file_api_node_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +1109,7 @@ func (x *ApplianceMessage) String() string {
 func (*ApplianceMessage) ProtoMessage() {}
 
 func (x *ApplianceMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[10]
+	mi := &file_api_node_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +1122,7 @@ func (x *ApplianceMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ApplianceMessage) GetCmd() isApplianceMessage_Cmd {
@@ -959,7 +1252,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[11]
+	mi := &file_api_node_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -971,7 +1264,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[11]
+	mi := &file_api_node_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -984,7 +1277,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *JoinRequest) GetName() string {
@@ -1011,7 +1304,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[12]
+	mi := &file_api_node_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1316,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[12]
+	mi := &file_api_node_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1329,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *JoinResponse) GetCertPem() string {
@@ -1061,7 +1354,7 @@ type ApplianceMessage_Wait struct {
 
 func (x *ApplianceMessage_Wait) Reset() {
 	*x = ApplianceMessage_Wait{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[13]
+	mi := &file_api_node_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1073,7 +1366,7 @@ func (x *ApplianceMessage_Wait) String() string {
 func (*ApplianceMessage_Wait) ProtoMessage() {}
 
 func (x *ApplianceMessage_Wait) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[13]
+	mi := &file_api_node_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1086,7 +1379,7 @@ func (x *ApplianceMessage_Wait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage_Wait.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage_Wait) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{10, 0}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{14, 0}
 }
 
 type ApplianceMessage_PowerOff struct {
@@ -1097,7 +1390,7 @@ type ApplianceMessage_PowerOff struct {
 
 func (x *ApplianceMessage_PowerOff) Reset() {
 	*x = ApplianceMessage_PowerOff{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[14]
+	mi := &file_api_node_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1402,7 @@ func (x *ApplianceMessage_PowerOff) String() string {
 func (*ApplianceMessage_PowerOff) ProtoMessage() {}
 
 func (x *ApplianceMessage_PowerOff) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[14]
+	mi := &file_api_node_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1415,7 @@ func (x *ApplianceMessage_PowerOff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage_PowerOff.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage_PowerOff) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{10, 1}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{14, 1}
 }
 
 type ApplianceMessage_Reboot struct {
@@ -1133,7 +1426,7 @@ type ApplianceMessage_Reboot struct {
 
 func (x *ApplianceMessage_Reboot) Reset() {
 	*x = ApplianceMessage_Reboot{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[15]
+	mi := &file_api_node_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1438,7 @@ func (x *ApplianceMessage_Reboot) String() string {
 func (*ApplianceMessage_Reboot) ProtoMessage() {}
 
 func (x *ApplianceMessage_Reboot) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[15]
+	mi := &file_api_node_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,19 +1451,41 @@ func (x *ApplianceMessage_Reboot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage_Reboot.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage_Reboot) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{10, 2}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{14, 2}
 }
 
 var File_api_node_v1_agent_proto protoreflect.FileDescriptor
 
 const file_api_node_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x17api/node/v1/agent.proto\x12\x0ecorral.node.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1capi/inventory/v1/facts.proto\"\xa7\x01\n" +
+	"\x17api/node/v1/agent.proto\x12\x0ecorral.node.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1capi/inventory/v1/facts.proto\"\xd3\x01\n" +
 	"\x0fRegisterRequest\x12\x19\n" +
 	"\bboot_mac\x18\x01 \x01(\tR\abootMac\x120\n" +
 	"\x05facts\x18\x02 \x01(\v2\x1a.corral.inventory.v1.FactsR\x05facts\x12#\n" +
 	"\ragent_version\x18\x03 \x01(\tR\fagentVersion\x12\"\n" +
-	"\fcapabilities\x18\x04 \x03(\tR\fcapabilities\"T\n" +
+	"\fcapabilities\x18\x04 \x03(\tR\fcapabilities\x12*\n" +
+	"\x03tpm\x18\x05 \x01(\v2\x18.corral.node.v1.TpmProofR\x03tpm\"E\n" +
+	"\bTpmProof\x12!\n" +
+	"\fchallenge_id\x18\x01 \x01(\tR\vchallengeId\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\fR\x06secret\"\xa3\x01\n" +
+	"\x0eAttestationKey\x12\x16\n" +
+	"\x06public\x18\x01 \x01(\fR\x06public\x12\x1f\n" +
+	"\vcreate_data\x18\x02 \x01(\fR\n" +
+	"createData\x12-\n" +
+	"\x12create_attestation\x18\x03 \x01(\fR\x11createAttestation\x12)\n" +
+	"\x10create_signature\x18\x04 \x01(\fR\x0fcreateSignature\"\xa3\x01\n" +
+	"\x12AttestBeginRequest\x12\x19\n" +
+	"\bboot_mac\x18\x01 \x01(\tR\abootMac\x12\x1b\n" +
+	"\tek_public\x18\x02 \x01(\fR\bekPublic\x12%\n" +
+	"\x0eek_certificate\x18\x03 \x01(\fR\rekCertificate\x12.\n" +
+	"\x02ak\x18\x04 \x01(\v2\x1e.corral.node.v1.AttestationKeyR\x02ak\"\xb1\x01\n" +
+	"\x13AttestBeginResponse\x12!\n" +
+	"\fchallenge_id\x18\x01 \x01(\tR\vchallengeId\x12\x1e\n" +
+	"\n" +
+	"credential\x18\x02 \x01(\fR\n" +
+	"credential\x12)\n" +
+	"\x10encrypted_secret\x18\x03 \x01(\fR\x0fencryptedSecret\x12,\n" +
+	"\x12expires_in_seconds\x18\x04 \x01(\rR\x10expiresInSeconds\"T\n" +
 	"\x10RegisterResponse\x12!\n" +
 	"\fmachine_name\x18\x01 \x01(\tR\vmachineName\x12\x1d\n" +
 	"\n" +
@@ -1247,8 +1562,9 @@ const file_api_node_v1_agent_proto_rawDesc = "" +
 	"\acsr_pem\x18\x02 \x01(\tR\x06csrPem\"I\n" +
 	"\fJoinResponse\x12\x19\n" +
 	"\bcert_pem\x18\x01 \x01(\tR\acertPem\x12\x1e\n" +
-	"\vca_cert_pem\x18\x02 \x01(\tR\tcaCertPem2\x91\x02\n" +
-	"\fAgentService\x12X\n" +
+	"\vca_cert_pem\x18\x02 \x01(\tR\tcaCertPem2\xf4\x02\n" +
+	"\fAgentService\x12a\n" +
+	"\vAttestBegin\x12\".corral.node.v1.AttestBeginRequest\x1a#.corral.node.v1.AttestBeginResponse\"\t\xe2\xa6\x19\x05\b\x03\x12\x01\x05\x12X\n" +
 	"\bRegister\x12\x1f.corral.node.v1.RegisterRequest\x1a .corral.node.v1.RegisterResponse\"\t\xe2\xa6\x19\x05\b\x03\x12\x01\x05\x12Y\n" +
 	"\aSession\x12\x1c.corral.node.v1.AgentMessage\x1a .corral.node.v1.ApplianceMessage\"\n" +
 	"\xe2\xa6\x19\x06\b\x03\x12\x02\x05\x04(\x010\x01\x12L\n" +
@@ -1266,49 +1582,57 @@ func file_api_node_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_node_v1_agent_proto_rawDescData
 }
 
-var file_api_node_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_api_node_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_api_node_v1_agent_proto_goTypes = []any{
 	(*RegisterRequest)(nil),           // 0: corral.node.v1.RegisterRequest
-	(*RegisterResponse)(nil),          // 1: corral.node.v1.RegisterResponse
-	(*Heartbeat)(nil),                 // 2: corral.node.v1.Heartbeat
-	(*Progress)(nil),                  // 3: corral.node.v1.Progress
-	(*CertificateRequest)(nil),        // 4: corral.node.v1.CertificateRequest
-	(*AgentMessage)(nil),              // 5: corral.node.v1.AgentMessage
-	(*InstallPlan)(nil),               // 6: corral.node.v1.InstallPlan
-	(*WipePlan)(nil),                  // 7: corral.node.v1.WipePlan
-	(*NodeCertificate)(nil),           // 8: corral.node.v1.NodeCertificate
-	(*KexecPlan)(nil),                 // 9: corral.node.v1.KexecPlan
-	(*ApplianceMessage)(nil),          // 10: corral.node.v1.ApplianceMessage
-	(*JoinRequest)(nil),               // 11: corral.node.v1.JoinRequest
-	(*JoinResponse)(nil),              // 12: corral.node.v1.JoinResponse
-	(*ApplianceMessage_Wait)(nil),     // 13: corral.node.v1.ApplianceMessage.Wait
-	(*ApplianceMessage_PowerOff)(nil), // 14: corral.node.v1.ApplianceMessage.PowerOff
-	(*ApplianceMessage_Reboot)(nil),   // 15: corral.node.v1.ApplianceMessage.Reboot
-	(*v1.Facts)(nil),                  // 16: corral.inventory.v1.Facts
+	(*TpmProof)(nil),                  // 1: corral.node.v1.TpmProof
+	(*AttestationKey)(nil),            // 2: corral.node.v1.AttestationKey
+	(*AttestBeginRequest)(nil),        // 3: corral.node.v1.AttestBeginRequest
+	(*AttestBeginResponse)(nil),       // 4: corral.node.v1.AttestBeginResponse
+	(*RegisterResponse)(nil),          // 5: corral.node.v1.RegisterResponse
+	(*Heartbeat)(nil),                 // 6: corral.node.v1.Heartbeat
+	(*Progress)(nil),                  // 7: corral.node.v1.Progress
+	(*CertificateRequest)(nil),        // 8: corral.node.v1.CertificateRequest
+	(*AgentMessage)(nil),              // 9: corral.node.v1.AgentMessage
+	(*InstallPlan)(nil),               // 10: corral.node.v1.InstallPlan
+	(*WipePlan)(nil),                  // 11: corral.node.v1.WipePlan
+	(*NodeCertificate)(nil),           // 12: corral.node.v1.NodeCertificate
+	(*KexecPlan)(nil),                 // 13: corral.node.v1.KexecPlan
+	(*ApplianceMessage)(nil),          // 14: corral.node.v1.ApplianceMessage
+	(*JoinRequest)(nil),               // 15: corral.node.v1.JoinRequest
+	(*JoinResponse)(nil),              // 16: corral.node.v1.JoinResponse
+	(*ApplianceMessage_Wait)(nil),     // 17: corral.node.v1.ApplianceMessage.Wait
+	(*ApplianceMessage_PowerOff)(nil), // 18: corral.node.v1.ApplianceMessage.PowerOff
+	(*ApplianceMessage_Reboot)(nil),   // 19: corral.node.v1.ApplianceMessage.Reboot
+	(*v1.Facts)(nil),                  // 20: corral.inventory.v1.Facts
 }
 var file_api_node_v1_agent_proto_depIdxs = []int32{
-	16, // 0: corral.node.v1.RegisterRequest.facts:type_name -> corral.inventory.v1.Facts
-	2,  // 1: corral.node.v1.AgentMessage.heartbeat:type_name -> corral.node.v1.Heartbeat
-	3,  // 2: corral.node.v1.AgentMessage.progress:type_name -> corral.node.v1.Progress
-	4,  // 3: corral.node.v1.AgentMessage.csr:type_name -> corral.node.v1.CertificateRequest
-	13, // 4: corral.node.v1.ApplianceMessage.wait:type_name -> corral.node.v1.ApplianceMessage.Wait
-	14, // 5: corral.node.v1.ApplianceMessage.power_off:type_name -> corral.node.v1.ApplianceMessage.PowerOff
-	15, // 6: corral.node.v1.ApplianceMessage.reboot:type_name -> corral.node.v1.ApplianceMessage.Reboot
-	6,  // 7: corral.node.v1.ApplianceMessage.install:type_name -> corral.node.v1.InstallPlan
-	7,  // 8: corral.node.v1.ApplianceMessage.wipe:type_name -> corral.node.v1.WipePlan
-	8,  // 9: corral.node.v1.ApplianceMessage.certificate:type_name -> corral.node.v1.NodeCertificate
-	9,  // 10: corral.node.v1.ApplianceMessage.kexec:type_name -> corral.node.v1.KexecPlan
-	0,  // 11: corral.node.v1.AgentService.Register:input_type -> corral.node.v1.RegisterRequest
-	5,  // 12: corral.node.v1.AgentService.Session:input_type -> corral.node.v1.AgentMessage
-	11, // 13: corral.node.v1.AgentService.Join:input_type -> corral.node.v1.JoinRequest
-	1,  // 14: corral.node.v1.AgentService.Register:output_type -> corral.node.v1.RegisterResponse
-	10, // 15: corral.node.v1.AgentService.Session:output_type -> corral.node.v1.ApplianceMessage
-	12, // 16: corral.node.v1.AgentService.Join:output_type -> corral.node.v1.JoinResponse
-	14, // [14:17] is the sub-list for method output_type
-	11, // [11:14] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	20, // 0: corral.node.v1.RegisterRequest.facts:type_name -> corral.inventory.v1.Facts
+	1,  // 1: corral.node.v1.RegisterRequest.tpm:type_name -> corral.node.v1.TpmProof
+	2,  // 2: corral.node.v1.AttestBeginRequest.ak:type_name -> corral.node.v1.AttestationKey
+	6,  // 3: corral.node.v1.AgentMessage.heartbeat:type_name -> corral.node.v1.Heartbeat
+	7,  // 4: corral.node.v1.AgentMessage.progress:type_name -> corral.node.v1.Progress
+	8,  // 5: corral.node.v1.AgentMessage.csr:type_name -> corral.node.v1.CertificateRequest
+	17, // 6: corral.node.v1.ApplianceMessage.wait:type_name -> corral.node.v1.ApplianceMessage.Wait
+	18, // 7: corral.node.v1.ApplianceMessage.power_off:type_name -> corral.node.v1.ApplianceMessage.PowerOff
+	19, // 8: corral.node.v1.ApplianceMessage.reboot:type_name -> corral.node.v1.ApplianceMessage.Reboot
+	10, // 9: corral.node.v1.ApplianceMessage.install:type_name -> corral.node.v1.InstallPlan
+	11, // 10: corral.node.v1.ApplianceMessage.wipe:type_name -> corral.node.v1.WipePlan
+	12, // 11: corral.node.v1.ApplianceMessage.certificate:type_name -> corral.node.v1.NodeCertificate
+	13, // 12: corral.node.v1.ApplianceMessage.kexec:type_name -> corral.node.v1.KexecPlan
+	3,  // 13: corral.node.v1.AgentService.AttestBegin:input_type -> corral.node.v1.AttestBeginRequest
+	0,  // 14: corral.node.v1.AgentService.Register:input_type -> corral.node.v1.RegisterRequest
+	9,  // 15: corral.node.v1.AgentService.Session:input_type -> corral.node.v1.AgentMessage
+	15, // 16: corral.node.v1.AgentService.Join:input_type -> corral.node.v1.JoinRequest
+	4,  // 17: corral.node.v1.AgentService.AttestBegin:output_type -> corral.node.v1.AttestBeginResponse
+	5,  // 18: corral.node.v1.AgentService.Register:output_type -> corral.node.v1.RegisterResponse
+	14, // 19: corral.node.v1.AgentService.Session:output_type -> corral.node.v1.ApplianceMessage
+	16, // 20: corral.node.v1.AgentService.Join:output_type -> corral.node.v1.JoinResponse
+	17, // [17:21] is the sub-list for method output_type
+	13, // [13:17] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_api_node_v1_agent_proto_init() }
@@ -1316,12 +1640,12 @@ func file_api_node_v1_agent_proto_init() {
 	if File_api_node_v1_agent_proto != nil {
 		return
 	}
-	file_api_node_v1_agent_proto_msgTypes[5].OneofWrappers = []any{
+	file_api_node_v1_agent_proto_msgTypes[9].OneofWrappers = []any{
 		(*AgentMessage_Heartbeat)(nil),
 		(*AgentMessage_Progress)(nil),
 		(*AgentMessage_Csr)(nil),
 	}
-	file_api_node_v1_agent_proto_msgTypes[10].OneofWrappers = []any{
+	file_api_node_v1_agent_proto_msgTypes[14].OneofWrappers = []any{
 		(*ApplianceMessage_Wait_)(nil),
 		(*ApplianceMessage_PowerOff_)(nil),
 		(*ApplianceMessage_Reboot_)(nil),
@@ -1336,7 +1660,7 @@ func file_api_node_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_node_v1_agent_proto_rawDesc), len(file_api_node_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,9 +22,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentService_Register_FullMethodName = "/corral.node.v1.AgentService/Register"
-	AgentService_Session_FullMethodName  = "/corral.node.v1.AgentService/Session"
-	AgentService_Join_FullMethodName     = "/corral.node.v1.AgentService/Join"
+	AgentService_AttestBegin_FullMethodName = "/corral.node.v1.AgentService/AttestBegin"
+	AgentService_Register_FullMethodName    = "/corral.node.v1.AgentService/Register"
+	AgentService_Session_FullMethodName     = "/corral.node.v1.AgentService/Session"
+	AgentService_Join_FullMethodName        = "/corral.node.v1.AgentService/Join"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -33,6 +34,10 @@ const (
 //
 // AgentService is dialled by agents on machines.
 type AgentServiceClient interface {
+	// AttestBegin asks for a credential-activation challenge for the
+	// machine's TPM (see AttestBeginRequest); its answer is proved in
+	// Register. Same callers as Register.
+	AttestBegin(ctx context.Context, in *AttestBeginRequest, opts ...grpc.CallOption) (*AttestBeginResponse, error)
 	Register(ctx context.Context, in *RegisterRequest, opts ...grpc.CallOption) (*RegisterResponse, error)
 	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AgentMessage, ApplianceMessage], error)
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
@@ -44,6 +49,16 @@ type agentServiceClient struct {
 
 func NewAgentServiceClient(cc grpc.ClientConnInterface) AgentServiceClient {
 	return &agentServiceClient{cc}
+}
+
+func (c *agentServiceClient) AttestBegin(ctx context.Context, in *AttestBeginRequest, opts ...grpc.CallOption) (*AttestBeginResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AttestBeginResponse)
+	err := c.cc.Invoke(ctx, AgentService_AttestBegin_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func (c *agentServiceClient) Register(ctx context.Context, in *RegisterRequest, opts ...grpc.CallOption) (*RegisterResponse, error) {
@@ -85,6 +100,10 @@ func (c *agentServiceClient) Join(ctx context.Context, in *JoinRequest, opts ...
 //
 // AgentService is dialled by agents on machines.
 type AgentServiceServer interface {
+	// AttestBegin asks for a credential-activation challenge for the
+	// machine's TPM (see AttestBeginRequest); its answer is proved in
+	// Register. Same callers as Register.
+	AttestBegin(context.Context, *AttestBeginRequest) (*AttestBeginResponse, error)
 	Register(context.Context, *RegisterRequest) (*RegisterResponse, error)
 	Session(grpc.BidiStreamingServer[AgentMessage, ApplianceMessage]) error
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
@@ -98,6 +117,9 @@ type AgentServiceServer interface {
 // pointer dereference when methods are called.
 type UnimplementedAgentServiceServer struct{}
 
+func (UnimplementedAgentServiceServer) AttestBegin(context.Context, *AttestBeginRequest) (*AttestBeginResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method AttestBegin not implemented")
+}
 func (UnimplementedAgentServiceServer) Register(context.Context, *RegisterRequest) (*RegisterResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Register not implemented")
 }
@@ -126,6 +148,24 @@ func RegisterAgentServiceServer(s grpc.ServiceRegistrar, srv AgentServiceServer)
 		t.testEmbeddedByValue()
 	}
 	s.RegisterService(&AgentService_ServiceDesc, srv)
+}
+
+func _AgentService_AttestBegin_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AttestBeginRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).AttestBegin(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_AttestBegin_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).AttestBegin(ctx, req.(*AttestBeginRequest))
+	}
+	return interceptor(ctx, in, info, handler)
 }
 
 func _AgentService_Register_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
@@ -178,6 +218,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "corral.node.v1.AgentService",
 	HandlerType: (*AgentServiceServer)(nil),
 	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "AttestBegin",
+			Handler:    _AgentService_AttestBegin_Handler,
+		},
 		{
 			MethodName: "Register",
 			Handler:    _AgentService_Register_Handler,
