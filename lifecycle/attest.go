@@ -86,13 +86,13 @@ func (s *AgentServer) proveTPM(ctx context.Context, c Caller, req *nodev1.Regist
 }
 
 // withEK hands the verified EK identity (ek, "" for none) to the
-// inventory's Register, which binds it to the record: the field is
-// inventory.RegisterOptions.EKIdentity, added with the claim rules
-// (docs/security.md, "What a TPM proves"). Until then the identity is
-// verified and logged, and not bound.
+// inventory's Register, which binds it to the record at the machine's
+// first proof and requires it of every later report (docs/security.md,
+// "Claims" and "What a TPM proves").
 func (l *Lifecycle) withEK(opts inventory.RegisterOptions, bootMAC, ek string) inventory.RegisterOptions {
 	if ek != "" {
 		l.log.Debug("TPM endorsement key proved", "mac", bootMAC, "ek", ek)
 	}
+	opts.EKIdentity = ek
 	return opts
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -274,5 +275,51 @@ func BenchmarkRegisterTPM(b *testing.B) {
 			// process), not swtpm's: that is the machine's TPM.
 			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
+	}
+}
+
+// TestTPMBindsTheRecord: the endorsement key a machine proves at its
+// first registration with a TPM is bound to its record; a later report
+// must prove the same key — without it, or with another TPM, the report is
+// parked in CONFLICT — and with it the machine is recognised even from a
+// MAC it never listed (a NIC swap needs no operator).
+func TestTPMBindsTheRecord(t *testing.T) {
+	ctx := context.Background()
+	e := newAttestEdge(t)
+	a, b := swtpmDevice(t), swtpmDevice(t)
+	const macA, macC = "52:54:00:00:71:0a", "52:54:00:00:71:0c"
+	agentA := e.client(t, Caller{Role: CallerAgent, ID: "tok-a", MAC: macA, Machine: "m-52540000710a"})
+	agentC := e.client(t, Caller{Role: CallerAgent, ID: "tok-c", MAC: macC, Machine: "m-52540000710c"})
+	register := func(c nodev1.AgentServiceClient, mac string, proof *nodev1.TpmProof) (*nodev1.RegisterResponse, error) {
+		return c.Register(ctx, &nodev1.RegisterRequest{BootMac: mac, Facts: facts("SN-TPM", "", mac), Tpm: proof})
+	}
+	r, err := register(agentA, macA, prove(ctx, t, agentA, a, macA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := e.inv.GetMachine(ctx, r.GetMachineName())
+	if err != nil || len(m.GetEkIdentity()) != 64 {
+		t.Fatalf("machine %v (%v): want its EK bound", m.GetEkIdentity(), err)
+	}
+	bound := m.GetEkIdentity()
+
+	// From its own boot MAC without the proof: parked.
+	if _, err := register(agentA, macA, nil); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "TPM endorsement key") {
+		t.Fatalf("report without the bound key's proof: %v, want parked", err)
+	}
+	// Another TPM from its boot MAC: parked.
+	if _, err := register(agentA, macA, prove(ctx, t, agentA, b, macA)); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "is not the recorded") {
+		t.Fatalf("report proving another TPM: %v, want parked", err)
+	}
+	if got, _ := e.inv.GetMachine(ctx, m.GetName()); got.GetEkIdentity() != bound || got.GetBootMac() != macA {
+		t.Fatalf("the record changed: ek %s boot %s", got.GetEkIdentity(), got.GetBootMac())
+	}
+	if err := e.inv.RejectMachine(ctx, "conflict-52540000710a"); err != nil {
+		t.Fatal(err)
+	}
+	// Its own TPM from a MAC it never listed: recognised.
+	r, err = register(agentC, macC, prove(ctx, t, agentC, a, macC))
+	if err != nil || r.GetMachineName() != m.GetName() {
+		t.Fatalf("the machine's own TPM from a new NIC: %v, %v; want %s", r.GetMachineName(), err, m.GetName())
 	}
 }
