@@ -137,6 +137,7 @@ type machine struct {
 	State       string   `json:"state"`
 	StateReason string   `json:"state_reason"`
 	NodeName    string   `json:"node_name"`
+	EKIdentity  string   `json:"ek_identity"`
 	Facts       struct {
 		Baseboard struct {
 			Serial string `json:"serial"`
@@ -294,6 +295,14 @@ func TestLab(t *testing.T) {
 			if lm.Firmware == "bios" && tftp {
 				t.Errorf("%s (BIOS): fetched an EFI iPXE", lm.Name)
 			}
+			// Each machine has a swtpm TPM: it proved its endorsement
+			// key, and the record binds it (docs/security.md, "Claims").
+			if len(m.EKIdentity) != 64 || !strings.Contains(tl, "tpm-proved") {
+				t.Errorf("%s: TPM key %q bound, tpm-proved on the timeline: %t; want both", lm.Name, m.EKIdentity, strings.Contains(tl, "tpm-proved"))
+			}
+		}
+		if a, b := ms[st.Machines[0].Name].EKIdentity, ms[st.Machines[1].Name].EKIdentity; a == b {
+			t.Errorf("the machines share a TPM key %q", a)
 		}
 		if ms[st.Machines[0].Name].Serial == ms[st.Machines[1].Name].Serial {
 			t.Errorf("the machines share a serial")
