@@ -34,6 +34,7 @@ type importRule struct {
 var importRules = []importRule{
 	{"api", []string{"api"}, "generated API: protobuf and gRPC only"},
 	{"internal", nil, "internal/<leaf>: error classes, node identity layout, flag/config, source finder, initramfs writer, rate-limited log lines: import nothing of ours"},
+	{"internal/paging", []string{"internal/apierr"}, "the page size, page token and client loop every List RPC shares"},
 	{"store", []string{"store", "api/store", "internal/apierr"}, "the store contract, its backends and the record codec"},
 	{"internal/watchstream", []string{"store", "api/watch", "internal/apierr", "internal/lograte"}, "the corral.watch.v1 contract every Watch RPC follows, on the store's resumable watch"},
 	{"auth", []string{"auth", "api", "store", "internal/apierr", "internal/nodeid"}, "tokens in the store, the CA, the gRPC interceptor"},
