@@ -187,7 +187,10 @@ type MachineView int32
 const (
 	// MACHINE_VIEW_UNSPECIFIED is FULL (what lists returned before views).
 	MachineView_MACHINE_VIEW_UNSPECIFIED MachineView = 0
-	// MACHINE_VIEW_SUMMARY: every field but facts and fact_history.
+	// MACHINE_VIEW_SUMMARY: every field but fact_history, and of the facts
+	// only what the CLI's and the web page's tables print: system vendor
+	// and product, the CPU, total memory (no DIMMs) and each disk's name and
+	// size. Selectors still match the full facts on the appliance.
 	MachineView_MACHINE_VIEW_SUMMARY MachineView = 1
 	// MACHINE_VIEW_FULL: the whole record, as GetMachine returns it.
 	MachineView_MACHINE_VIEW_FULL MachineView = 2
@@ -1198,7 +1201,8 @@ type ListMachinesRequest struct {
 	// a garbled one, or one from a request with another filter, is refused
 	// (InvalidArgument).
 	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	// view: SUMMARY leaves out facts and fact history; UNSPECIFIED is FULL.
+	// view: SUMMARY leaves out fact history and all facts but those a table
+	// prints; UNSPECIFIED is FULL.
 	View MachineView `protobuf:"varint,7,opt,name=view,proto3,enum=corral.inventory.v1.MachineView" json:"view,omitempty"`
 	// order_by: "name" (the default), "state", "serial", "created_at" or
 	// "updated_at", each optionally followed by " desc"; ties are broken
