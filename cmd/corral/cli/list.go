@@ -1,0 +1,142 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/paging"
+)
+
+// pageQuery is what one page of a list asks for.
+type pageQuery struct {
+	token string
+	size  int32
+	// machines is the machine list's filters, view and order (nil: every
+	// machine, SUMMARY view, by name).
+	machines *inventoryv1.ListMachinesRequest
+}
+
+// listPageSize is the page size the CLI asks for: as many as the appliance
+// serves in one page of summaries (the FULL view is capped lower by the
+// appliance itself).
+const listPageSize = 500
+
+// listAll reads every record of k, page after page (at most limit when
+// limit > 0).
+func (k *kind) listAll(ctx context.Context, cc grpc.ClientConnInterface, q pageQuery, limit int) ([]proto.Message, error) {
+	var out []proto.Message
+	err := k.each(ctx, cc, q, limit, func(page []proto.Message) error {
+		out = append(out, page...)
+		return nil
+	})
+	return out, err
+}
+
+// each hands every page of k's list to fn as it arrives, stopping after
+// limit records when limit > 0.
+func (k *kind) each(ctx context.Context, cc grpc.ClientConnInterface, q pageQuery, limit int, fn func([]proto.Message) error) error {
+	if q.size == 0 {
+		q.size = listPageSize
+		if limit > 0 && limit < listPageSize {
+			q.size = int32(limit)
+		}
+	}
+	var page []proto.Message
+	n := 0
+	flush := func() error {
+		if len(page) == 0 {
+			return nil
+		}
+		err := fn(page)
+		page = nil
+		return err
+	}
+	err := paging.All(ctx, limit, func(ctx context.Context, token string) ([]proto.Message, string, error) {
+		if err := flush(); err != nil {
+			return nil, "", err
+		}
+		q.token = token
+		return k.page(ctx, cc, q)
+	}, func(m proto.Message) error {
+		page = append(page, m)
+		n++
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return flush()
+}
+
+// printList prints the records of k as their pages arrive: a table's
+// header once and each page's rows (aligned within the page), or a line
+// per record for -o name. JSON and YAML are one document, printed once
+// the last page is read.
+func (inv *invocation) printList(ctx context.Context, w io.Writer, cc grpc.ClientConnInterface, k *kind, q pageQuery, limit int, output string) error {
+	switch output {
+	case formatJSON, formatYAML:
+		ms, err := k.listAll(ctx, cc, q, limit)
+		if err != nil {
+			return inv.callError("list "+k.name+"s", err)
+		}
+		return printRecords(w, k, ms, true, output)
+	}
+	total := 0
+	err := k.each(ctx, cc, q, limit, func(page []proto.Message) error {
+		if output == formatName {
+			total += len(page)
+			return printRecords(w, k, page, true, output)
+		}
+		header, rows := k.table(page, output)
+		if total > 0 {
+			header = nil
+		}
+		total += len(page)
+		return writeErr(writeRows(w, header, rows))
+	})
+	if err != nil {
+		return inv.callError("list "+k.name+"s", err)
+	}
+	if total == 0 && output != formatName {
+		// A header alone reads as a broken command.
+		_, err := fmt.Fprintf(w, "No %s.\n", k.plural())
+		return writeErr(err)
+	}
+	return nil
+}
+
+// writeRows is writeTable without the header when header is nil.
+func writeRows(w io.Writer, header []string, rows [][]string) error {
+	if header != nil {
+		return writeTable(w, header, rows)
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	// Align the page as writeTable would, then drop its header line.
+	var b headless
+	if err := writeTable(&b, make([]string, len(rows[0])), rows); err != nil {
+		return err
+	}
+	_, err := w.Write(b.body())
+	return err
+}
+
+// headless collects a table and returns it without its first line.
+type headless struct{ buf []byte }
+
+func (h *headless) Write(p []byte) (int, error) { h.buf = append(h.buf, p...); return len(p), nil }
+
+func (h *headless) body() []byte {
+	for i, c := range h.buf {
+		if c == '\n' {
+			return h.buf[i+1:]
+		}
+	}
+	return nil
+}
