@@ -81,11 +81,12 @@ and how it ended: --since, --machine).`,
 			if limit < 0 {
 				return usageErrorf("--limit %d: want 0 (no limit) or more", limit)
 			}
-			q := pageQuery{}
+			q := pageQuery{timeout: inv.timeout}
 			if k == machineKind {
 				q.machines = mf.list(req, output)
 			}
-			return inv.printList(ctx, cmd.OutOrStdout(), cc, k, q, limit, output)
+			// Each page has the RPC deadline; the whole list has none.
+			return inv.printList(cmd.Context(), cmd.OutOrStdout(), cc, k, q, limit, output)
 		},
 	}
 	addGetOutputFlag(cmd, &output)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
@@ -19,6 +20,9 @@ type pageQuery struct {
 	// machines is the machine list's filters, view and order (nil: every
 	// machine, SUMMARY view, by name).
 	machines *inventoryv1.ListMachinesRequest
+	// timeout bounds each page's call (0: none beyond ctx's); a list of
+	// many pages is not bounded by one RPC's deadline.
+	timeout time.Duration
 }
 
 // listPageSize is the page size the CLI asks for: as many as the appliance
@@ -61,6 +65,11 @@ func (k *kind) each(ctx context.Context, cc grpc.ClientConnInterface, q pageQuer
 			return nil, "", err
 		}
 		q.token = token
+		if q.timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, q.timeout)
+			defer cancel()
+		}
 		return k.page(ctx, cc, q)
 	}, func(m proto.Message) error {
 		page = append(page, m)
