@@ -51,10 +51,16 @@ func (k *kind) each(ctx context.Context, cc grpc.ClientConnInterface, q pageQuer
 		}
 	}
 	var page []proto.Message
-	n := 0
+	// The appliance answers in name order unless asked for another; an
+	// older one (or a test's fake) may not: each page is kept in name
+	// order then.
+	byName := q.machines.GetOrderBy() == ""
 	flush := func() error {
 		if len(page) == 0 {
 			return nil
+		}
+		if byName {
+			sortByName(page)
 		}
 		err := fn(page)
 		page = nil
@@ -73,7 +79,6 @@ func (k *kind) each(ctx context.Context, cc grpc.ClientConnInterface, q pageQuer
 		return k.page(ctx, cc, q)
 	}, func(m proto.Message) error {
 		page = append(page, m)
-		n++
 		return nil
 	})
 	if err != nil {
