@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"time"
@@ -88,12 +91,15 @@ func (k *kind) each(ctx context.Context, cc grpc.ClientConnInterface, q pageQuer
 }
 
 // printList prints the records of k as their pages arrive: a table's
-// header once and each page's rows (aligned within the page), or a line
-// per record for -o name. JSON and YAML are one document, printed once
-// the last page is read.
+// header once and each page's rows (aligned within the page), a line per
+// record for -o name, a JSON array element by element (the bytes
+// encodeJSON would write for the whole list). YAML is one document,
+// printed once the last page is read.
 func (inv *invocation) printList(ctx context.Context, w io.Writer, cc grpc.ClientConnInterface, k *kind, q pageQuery, limit int, output string) error {
 	switch output {
-	case formatJSON, formatYAML:
+	case formatJSON:
+		return inv.streamJSON(ctx, w, cc, k, q, limit)
+	case formatYAML:
 		ms, err := k.listAll(ctx, cc, q, limit)
 		if err != nil {
 			return inv.callError("list "+k.name+"s", err)
@@ -153,4 +159,43 @@ func (h *headless) body() []byte {
 		}
 	}
 	return nil
+}
+
+// streamJSON writes k's list as one indented JSON array, each page's
+// records as they arrive.
+func (inv *invocation) streamJSON(ctx context.Context, w io.Writer, cc grpc.ClientConnInterface, k *kind, q pageQuery, limit int) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	n := 0
+	err := k.each(ctx, cc, q, limit, func(page []proto.Message) error {
+		for _, m := range page {
+			raw, err := protoJSON(m)
+			if err != nil {
+				return failf("encode %s: %v", k.name, err)
+			}
+			// As json.MarshalIndent writes a RawMessage: HTML-escaped.
+			var esc, b bytes.Buffer
+			json.HTMLEscape(&esc, raw)
+			if err := json.Indent(&b, esc.Bytes(), "  ", "  "); err != nil {
+				return failf("encode %s: %v", k.name, err)
+			}
+			sep := ",\n  "
+			if n == 0 {
+				sep = "[\n  "
+			}
+			bw.WriteString(sep)
+			bw.Write(b.Bytes())
+			n++
+		}
+		return writeErr(bw.Flush())
+	})
+	if err != nil {
+		bw.Flush()
+		return inv.callError("list "+k.name+"s", err)
+	}
+	if n == 0 {
+		bw.WriteString("[]\n")
+	} else {
+		bw.WriteString("\n]\n")
+	}
+	return writeErr(bw.Flush())
 }
