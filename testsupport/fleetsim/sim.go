@@ -29,8 +29,6 @@ import (
 	watchv1 "github.com/corralhq/corral/api/watch/v1"
 	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/boot/dhcp"
-	"github.com/corralhq/corral/internal/paging"
-	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/store/bolt"
 	"github.com/corralhq/corral/store/record"
 )
@@ -676,12 +674,7 @@ func (s *sim) waitDeployed(ctx context.Context, want int, d time.Duration) {
 func (s *sim) applianceView(ctx context.Context, admin *grpc.ClientConn, r *Report) error {
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	var ms []*inventoryv1.Machine
-	err := paging.All(lctx, 0, func(ctx context.Context, tok string) ([]*inventoryv1.Machine, string, error) {
-		resp, err := inventoryv1.NewMachineServiceClient(admin).ListMachines(ctx, &inventoryv1.ListMachinesRequest{
-			View: inventoryv1.MachineView_MACHINE_VIEW_SUMMARY, PageSize: inventory.MaxSummaryPage, PageToken: tok})
-		return resp.GetMachines(), resp.GetNextPageToken(), err
-	}, func(m *inventoryv1.Machine) error { ms = append(ms, m); return nil })
+	ms, err := listMachines(lctx, admin)
 	if err != nil {
 		return err
 	}
@@ -704,15 +697,8 @@ func (s *sim) applianceView(ctx context.Context, admin *grpc.ClientConn, r *Repo
 		}
 	}
 	r.Lost = s.cfg.Machines - r.Inventoried
-	return paging.All(lctx, 0, func(ctx context.Context, tok string) ([]*poolv1.Node, string, error) {
-		resp, err := poolv1.NewNodeServiceClient(admin).ListNodes(ctx, &poolv1.ListNodesRequest{PageSize: paging.MaxSize, PageToken: tok})
-		return resp.GetNodes(), resp.GetNextPageToken(), err
-	}, func(n *poolv1.Node) error {
-		if n.GetState() == poolv1.Node_READY {
-			r.NodesReady++
-		}
-		return nil
-	})
+	r.NodesReady, err = readyNodes(lctx, admin)
+	return err
 }
 
 // checkLeases compares the appliance's leases (its bbolt file, read once
