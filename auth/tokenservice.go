@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"time"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/internal/paging"
 	"github.com/corralhq/corral/store"
 	"google.golang.org/grpc"
 )
@@ -118,7 +120,13 @@ func (s *TokenService) ListTokens(ctx context.Context, req *authv1.ListTokensReq
 		t.Sha256 = nil // List clears it; never let a hash out whatever List does
 		out = append(out, t)
 	}
-	return &authv1.ListTokensResponse{Tokens: out}, nil
+	paging.SortByKey(out, (*authv1.Token).GetId)
+	page, next, err := paging.Slice(out, (*authv1.Token).GetId, req.GetPageSize(), req.GetPageToken(),
+		paging.Fingerprint(req.GetRole().String(), strconv.FormatBool(req.GetIncludeAgent())))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &authv1.ListTokensResponse{Tokens: page, NextPageToken: next}, nil
 }
 
 // RevokeToken revokes the token with the given id: InvalidArgument for a

@@ -6,6 +6,7 @@ import (
 
 	fleetv1 "github.com/corralhq/corral/api/fleet/v1"
 	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/internal/paging"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/record"
 	"google.golang.org/grpc"
@@ -93,12 +94,17 @@ func (svc *Service) Appliances(ctx context.Context) ([]*fleetv1.Appliance, strin
 }
 
 // ListAppliances implements ApplianceService.
-func (e *edge) ListAppliances(ctx context.Context, _ *fleetv1.ListAppliancesRequest) (*fleetv1.ListAppliancesResponse, error) {
+func (e *edge) ListAppliances(ctx context.Context, req *fleetv1.ListAppliancesRequest) (*fleetv1.ListAppliancesResponse, error) {
 	apps, leader, err := e.svc.Appliances(ctx)
 	if err != nil {
 		return nil, apierr.ToStatus(err)
 	}
-	return &fleetv1.ListAppliancesResponse{Appliances: apps, Leader: leader}, nil
+	paging.SortByKey(apps, (*fleetv1.Appliance).GetName)
+	page, next, err := paging.Slice(apps, (*fleetv1.Appliance).GetName, req.GetPageSize(), req.GetPageToken(), paging.Fingerprint())
+	if err != nil {
+		return nil, apierr.ToStatus(err)
+	}
+	return &fleetv1.ListAppliancesResponse{Appliances: page, Leader: leader, NextPageToken: next}, nil
 }
 
 // FetchArtifact implements ApplianceService through Service.FetchArtifact.

@@ -64,13 +64,14 @@ func Register(s grpc.ServiceRegistrar, srv *MachineServer) {
 	inventoryv1.RegisterMachineServiceServer(s, srv)
 }
 
-// ListMachines lists the machines the request selects.
+// ListMachines answers one page of the machines the request selects
+// (Inventory.ListMachinesPage).
 func (s *MachineServer) ListMachines(ctx context.Context, req *inventoryv1.ListMachinesRequest) (*inventoryv1.ListMachinesResponse, error) {
-	ms, err := s.Inv.ListMachines(ctx, req)
+	ms, next, err := s.Inv.ListMachinesPage(ctx, req)
 	if err != nil {
 		return nil, apierr.ToStatus(err)
 	}
-	return &inventoryv1.ListMachinesResponse{Machines: ms}, nil
+	return &inventoryv1.ListMachinesResponse{Machines: ms, NextPageToken: next}, nil
 }
 
 // GetMachine returns one machine by name.

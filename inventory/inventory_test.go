@@ -13,7 +13,7 @@ import (
 	"github.com/corralhq/corral/store/mem"
 )
 
-func newInv(t *testing.T, cfg Config) *Inventory {
+func newInv(t testing.TB, cfg Config) *Inventory {
 	t.Helper()
 	if cfg.Store == nil {
 		cfg.Store = mem.New()

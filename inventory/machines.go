@@ -154,39 +154,18 @@ func (i *Inventory) GetMachine(ctx context.Context, name string) (*inventoryv1.M
 	return m, nil
 }
 
-// ListMachines returns machines in name order matching the filter's state,
-// serial and MAC (unset fields match everything).
+// ListMachines returns every machine in name order matching the filter's
+// state, serial, MAC and selectors (unset fields match everything), in
+// its view; page fields and order are ignored (ListMachinesPage serves
+// pages, EachMachine scans without holding every record).
 func (i *Inventory) ListMachines(ctx context.Context, f *inventoryv1.ListMachinesRequest) ([]*inventoryv1.Machine, error) {
-	sels, err := ParseSelectors(f.GetSelectors())
-	if err != nil {
-		return nil, err
-	}
-	var mac string
-	if f.GetMac() != "" {
-		var err error
-		if mac, err = NormalizeMAC(f.GetMac()); err != nil {
-			return nil, err
-		}
-	}
-	all, err := record.List(ctx, i.cfg.Store, machinePrefix, newMachine)
-	if err != nil {
-		return nil, err
-	}
-	out := all[:0]
-	for _, m := range all {
-		if f.GetState() != inventoryv1.Machine_UNSPECIFIED && m.GetState() != f.GetState() {
-			continue
-		}
-		if f.GetSerial() != "" && m.GetSerial() != f.GetSerial() {
-			continue
-		}
-		if mac != "" && !hasMAC(m, mac) {
-			continue
-		}
-		if !sels.Match(m) {
-			continue
-		}
+	out := []*inventoryv1.Machine{}
+	err := i.EachMachine(ctx, f, func(m *inventoryv1.Machine) error {
 		out = append(out, m)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -226,9 +226,35 @@ func (l *Lifecycle) ReconcileOnce(ctx context.Context) error {
 	return l.each(ctx, l.reconcileMachine)
 }
 
-// each runs fn on every machine.
+// machineScanner is implemented by an Inventory that can scan machines a
+// bounded batch at a time (*inventory.Inventory): each then never holds
+// every record at once.
+type machineScanner interface {
+	EachMachine(ctx context.Context, req *inventoryv1.ListMachinesRequest, fn func(*inventoryv1.Machine) error) error
+}
+
+// errStopScan ends a scan early.
+var errStopScan = errors.New("scan stopped")
+
+// each runs fn on every machine, in the SUMMARY view: the reconcilers read
+// state, install, wipe and watchdog, never facts, and write through
+// UpdateMachine on the whole record.
 func (l *Lifecycle) each(ctx context.Context, fn func(context.Context, *inventoryv1.Machine)) error {
-	ms, err := l.inv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{})
+	req := &inventoryv1.ListMachinesRequest{View: inventoryv1.MachineView_MACHINE_VIEW_SUMMARY}
+	if s, ok := l.inv.(machineScanner); ok {
+		err := s.EachMachine(ctx, req, func(m *inventoryv1.Machine) error {
+			if ctx.Err() != nil {
+				return errStopScan // the rest wait for the next pass
+			}
+			fn(ctx, m)
+			return nil
+		})
+		if errors.Is(err, errStopScan) || ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	ms, err := l.inv.ListMachines(ctx, req)
 	if err != nil {
 		return err
 	}

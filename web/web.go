@@ -158,8 +158,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) routes() {
 	m := h.mux
 	m.HandleFunc("GET /api/whoami", h.whoami)
+	// One page of machine summaries (page_size up to maxMachinePage,
+	// page_token from the previous answer's next_page_token): the page
+	// reads on until the token is empty.
 	m.HandleFunc("GET /api/machines", h.unary(func(ctx context.Context, r *http.Request, o grpc.CallOption) (proto.Message, error) {
-		res, err := h.machines.ListMachines(ctx, &inventoryv1.ListMachinesRequest{}, o)
+		size, err := queryUint(r, "page_size", maxMachinePage, maxMachinePage)
+		if err != nil {
+			return nil, err
+		}
+		res, err := h.machines.ListMachines(ctx, &inventoryv1.ListMachinesRequest{
+			View: inventoryv1.MachineView_MACHINE_VIEW_SUMMARY, PageSize: int32(size), PageToken: r.URL.Query().Get("page_token"),
+		}, o)
 		if err != nil {
 			return nil, err
 		}
@@ -285,6 +294,10 @@ func slim(m *inventoryv1.Machine) {
 		f.PciDevices = nil
 	}
 }
+
+// maxMachinePage is the page size of GET /api/machines: as many machine
+// summaries as the appliance serves in one answer.
+const maxMachinePage = 1000
 
 // call is one unary gateway call: o carries the caller's token.
 type call func(ctx context.Context, r *http.Request, o grpc.CallOption) (proto.Message, error)

@@ -34,6 +34,8 @@ func TestGateway(t *testing.T) {
 		"not bearer":           {"GET", "/api/machines", "Basic dXNlcjpwdw==", "", "", 401, "Unauthenticated", "Bearer"},
 		"unknown token":        {"GET", "/api/machines", "not-a-token", "", "", 401, "Unauthenticated", ""},
 		"viewer lists":         {"GET", "/api/machines", viewer, "", "", 200, "", `"serial":"SN-GW-1"`},
+		"list page size":       {"GET", "/api/machines?page_size=0", viewer, "", "", 400, "InvalidArgument", "page_size"},
+		"list garbled token":   {"GET", "/api/machines?page_token=x", viewer, "", "", 400, "InvalidArgument", "page_token"},
 		"viewer gets":          {"GET", "/api/machines/" + name, viewer, "", "", 200, "", `"state":"INVENTORIED"`},
 		"viewer timeline":      {"GET", "/api/machines/" + name + "/timeline?limit=50", viewer, "", "", 200, "", `"source":"tftp"`},
 		"timeline limit":       {"GET", "/api/machines/" + name + "/timeline?limit=0", viewer, "", "", 400, "InvalidArgument", "limit"},

@@ -13,7 +13,16 @@ type auditServer struct {
 	a *Recorder
 }
 
+// ListEvents answers the newest limit events, or with page_size or
+// page_token one page of them oldest first (listPage).
 func (s *auditServer) ListEvents(ctx context.Context, req *auditv1.ListEventsRequest) (*auditv1.ListEventsResponse, error) {
+	if paged(req) {
+		evs, next, err := s.a.listPage(ctx, req)
+		if err != nil {
+			return nil, apierr.ToStatus(err)
+		}
+		return &auditv1.ListEventsResponse{Events: evs, NextPageToken: next}, nil
+	}
 	evs, err := s.a.list(ctx, req)
 	if err != nil {
 		return nil, apierr.ToStatus(err)

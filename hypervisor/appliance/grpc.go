@@ -6,6 +6,7 @@ import (
 	deploymentv1 "github.com/corralhq/corral/api/deployment/v1"
 	provisioningv1 "github.com/corralhq/corral/api/provisioning/v1"
 	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/internal/paging"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
@@ -48,9 +49,14 @@ func (b *bsServer) CopyBlockStorage(ctx context.Context, req *provisioningv1.Cop
 	return answer(b.s.CopyBlockStorage(ctx, req))
 }
 
-func (b *bsServer) ListBlockStorages(ctx context.Context, _ *provisioningv1.ListBlockStoragesRequest) (*provisioningv1.ListBlockStoragesResponse, error) {
+func (b *bsServer) ListBlockStorages(ctx context.Context, req *provisioningv1.ListBlockStoragesRequest) (*provisioningv1.ListBlockStoragesResponse, error) {
 	l, err := b.s.ListBlockStorages(ctx)
-	return answer(&provisioningv1.ListBlockStoragesResponse{BlockStorages: l}, err)
+	if err != nil {
+		return answer[*provisioningv1.ListBlockStoragesResponse](nil, err)
+	}
+	paging.SortByKey(l, (*provisioningv1.BlockStorage).GetName)
+	page, next, err := paging.Slice(l, (*provisioningv1.BlockStorage).GetName, req.GetPageSize(), req.GetPageToken(), paging.Fingerprint())
+	return answer(&provisioningv1.ListBlockStoragesResponse{BlockStorages: page, NextPageToken: next}, err)
 }
 
 func (b *bsServer) GetBlockStorage(ctx context.Context, req *provisioningv1.GetBlockStorageRequest) (*provisioningv1.BlockStorage, error) {
@@ -87,9 +93,14 @@ func (v *vmServer) CreateVirtualMachine(ctx context.Context, req *provisioningv1
 	return answer(v.s.CreateVirtualMachine(ctx, req))
 }
 
-func (v *vmServer) ListVirtualMachines(ctx context.Context, _ *provisioningv1.ListVirtualMachinesRequest) (*provisioningv1.ListVirtualMachinesResponse, error) {
+func (v *vmServer) ListVirtualMachines(ctx context.Context, req *provisioningv1.ListVirtualMachinesRequest) (*provisioningv1.ListVirtualMachinesResponse, error) {
 	l, err := v.s.ListVirtualMachines(ctx)
-	return answer(&provisioningv1.ListVirtualMachinesResponse{VirtualMachines: l}, err)
+	if err != nil {
+		return answer[*provisioningv1.ListVirtualMachinesResponse](nil, err)
+	}
+	paging.SortByKey(l, (*provisioningv1.VirtualMachine).GetName)
+	page, next, err := paging.Slice(l, (*provisioningv1.VirtualMachine).GetName, req.GetPageSize(), req.GetPageToken(), paging.Fingerprint())
+	return answer(&provisioningv1.ListVirtualMachinesResponse{VirtualMachines: page, NextPageToken: next}, err)
 }
 
 func (v *vmServer) GetVirtualMachine(ctx context.Context, req *provisioningv1.GetVirtualMachineRequest) (*provisioningv1.VirtualMachine, error) {
@@ -126,9 +137,14 @@ type imageServer struct {
 	s *Services
 }
 
-func (i *imageServer) ListImages(ctx context.Context, _ *deploymentv1.ListImagesRequest) (*deploymentv1.ListImagesResponse, error) {
+func (i *imageServer) ListImages(ctx context.Context, req *deploymentv1.ListImagesRequest) (*deploymentv1.ListImagesResponse, error) {
 	l, err := i.s.ListImages(ctx)
-	return answer(&deploymentv1.ListImagesResponse{Images: l}, err)
+	if err != nil {
+		return answer[*deploymentv1.ListImagesResponse](nil, err)
+	}
+	paging.SortByKey(l, (*deploymentv1.Image).GetName)
+	page, next, err := paging.Slice(l, (*deploymentv1.Image).GetName, req.GetPageSize(), req.GetPageToken(), paging.Fingerprint())
+	return answer(&deploymentv1.ListImagesResponse{Images: page, NextPageToken: next}, err)
 }
 
 func (i *imageServer) GetImage(ctx context.Context, req *deploymentv1.GetImageRequest) (*deploymentv1.Image, error) {

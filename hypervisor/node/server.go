@@ -19,6 +19,7 @@ import (
 	"github.com/corralhq/corral/hypervisor/vm"
 	"github.com/corralhq/corral/hypervisor/volume"
 	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/internal/paging"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
@@ -98,13 +99,18 @@ func (s *Server) GetVolume(ctx context.Context, req *hypervisorv1.VolumeRequest)
 	return answer(volumeProto(v), err)
 }
 
-// ListVolumes lists every volume.
-func (s *Server) ListVolumes(ctx context.Context, _ *hypervisorv1.ListVolumesRequest) (*hypervisorv1.ListVolumesResponse, error) {
+// ListVolumes answers one page of the volumes, in name order.
+func (s *Server) ListVolumes(ctx context.Context, req *hypervisorv1.ListVolumesRequest) (*hypervisorv1.ListVolumesResponse, error) {
 	vs, err := s.volumes.List(ctx)
 	out := &hypervisorv1.ListVolumesResponse{}
 	for _, v := range vs {
 		out.Volumes = append(out.Volumes, volumeProto(v))
 	}
+	if err != nil {
+		return answer(out, err)
+	}
+	paging.SortByKey(out.Volumes, (*hypervisorv1.Volume).GetName)
+	out.Volumes, out.NextPageToken, err = paging.Slice(out.Volumes, (*hypervisorv1.Volume).GetName, req.GetPageSize(), req.GetPageToken(), paging.Fingerprint())
 	return answer(out, err)
 }
 
@@ -303,13 +309,19 @@ func (s *Server) GetVM(ctx context.Context, req *hypervisorv1.VMRequest) (*hyper
 	return answer(s.vmProto(v), err)
 }
 
-// ListVMs reports every VM on the node, running or not.
-func (s *Server) ListVMs(ctx context.Context, _ *hypervisorv1.ListVMsRequest) (*hypervisorv1.ListVMsResponse, error) {
+// ListVMs reports one page of the VMs on the node, running or not, in
+// name order.
+func (s *Server) ListVMs(ctx context.Context, req *hypervisorv1.ListVMsRequest) (*hypervisorv1.ListVMsResponse, error) {
 	vms, err := s.vms.List(ctx)
 	out := &hypervisorv1.ListVMsResponse{}
 	for _, v := range vms {
 		out.Vms = append(out.Vms, s.vmProto(v))
 	}
+	if err != nil {
+		return answer(out, err)
+	}
+	paging.SortByKey(out.Vms, (*hypervisorv1.VM).GetName)
+	out.Vms, out.NextPageToken, err = paging.Slice(out.Vms, (*hypervisorv1.VM).GetName, req.GetPageSize(), req.GetPageToken(), paging.Fingerprint())
 	return answer(out, err)
 }
 

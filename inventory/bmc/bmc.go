@@ -737,7 +737,7 @@ func (c *Service) SetBootDevice(ctx context.Context, name string, req inventory.
 
 // PowerTargets names the machines with an enrolled BMC (for the poller).
 func (c *Service) PowerTargets(ctx context.Context) ([]string, error) {
-	ms, err := c.inv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{})
+	ms, err := c.inv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{View: inventoryv1.MachineView_MACHINE_VIEW_SUMMARY})
 	if err != nil {
 		return nil, err
 	}

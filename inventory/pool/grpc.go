@@ -4,6 +4,7 @@ import (
 	"context"
 
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	"github.com/corralhq/corral/internal/paging"
 	"github.com/corralhq/corral/internal/watchstream"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -21,12 +22,18 @@ type nodeServer struct {
 	watchers *watchstream.Limiter // nil: watchstream.Default
 }
 
-func (s *nodeServer) ListNodes(ctx context.Context, _ *poolv1.ListNodesRequest) (*poolv1.ListNodesResponse, error) {
+// ListNodes answers one page of the nodes, in name order.
+func (s *nodeServer) ListNodes(ctx context.Context, req *poolv1.ListNodesRequest) (*poolv1.ListNodesResponse, error) {
 	nodes, err := s.p.ListNodes(ctx)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &poolv1.ListNodesResponse{Nodes: nodes}, nil
+	paging.SortByKey(nodes, (*poolv1.Node).GetName)
+	page, next, err := paging.Slice(nodes, (*poolv1.Node).GetName, req.GetPageSize(), req.GetPageToken(), paging.Fingerprint())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &poolv1.ListNodesResponse{Nodes: page, NextPageToken: next}, nil
 }
 
 func (s *nodeServer) GetNode(ctx context.Context, req *poolv1.GetNodeRequest) (*poolv1.Node, error) {
@@ -124,12 +131,18 @@ type networkServer struct {
 	watchers *watchstream.Limiter // nil: watchstream.Default
 }
 
-func (s *networkServer) ListNetworks(ctx context.Context, _ *poolv1.ListNetworksRequest) (*poolv1.ListNetworksResponse, error) {
+// ListNetworks answers one page of the networks, in name order.
+func (s *networkServer) ListNetworks(ctx context.Context, req *poolv1.ListNetworksRequest) (*poolv1.ListNetworksResponse, error) {
 	nets, err := s.p.ListNetworks(ctx)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &poolv1.ListNetworksResponse{Networks: nets}, nil
+	paging.SortByKey(nets, (*poolv1.Network).GetName)
+	page, next, err := paging.Slice(nets, (*poolv1.Network).GetName, req.GetPageSize(), req.GetPageToken(), paging.Fingerprint())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &poolv1.ListNetworksResponse{Networks: page, NextPageToken: next}, nil
 }
 
 func (s *networkServer) GetNetwork(ctx context.Context, req *poolv1.GetNetworkRequest) (*poolv1.Network, error) {

@@ -674,13 +674,13 @@ func (s *sim) waitDeployed(ctx context.Context, want int, d time.Duration) {
 func (s *sim) applianceView(ctx context.Context, admin *grpc.ClientConn, r *Report) error {
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	ms, err := inventoryv1.NewMachineServiceClient(admin).ListMachines(lctx, &inventoryv1.ListMachinesRequest{})
+	ms, err := listMachines(lctx, admin)
 	if err != nil {
 		return err
 	}
 	found := map[string]bool{}
 	r.States = map[string]int{}
-	for _, m := range ms.GetMachines() {
+	for _, m := range ms {
 		if !s.serials[m.GetSerial()] {
 			continue
 		}
@@ -697,16 +697,8 @@ func (s *sim) applianceView(ctx context.Context, admin *grpc.ClientConn, r *Repo
 		}
 	}
 	r.Lost = s.cfg.Machines - r.Inventoried
-	ns, err := poolv1.NewNodeServiceClient(admin).ListNodes(lctx, &poolv1.ListNodesRequest{})
-	if err != nil {
-		return err
-	}
-	for _, n := range ns.GetNodes() {
-		if n.GetState() == poolv1.Node_READY {
-			r.NodesReady++
-		}
-	}
-	return nil
+	r.NodesReady, err = readyNodes(lctx, admin)
+	return err
 }
 
 // checkLeases compares the appliance's leases (its bbolt file, read once

@@ -74,11 +74,11 @@ func (v view) NodeState() string {
 func (a *api) snapshot(ctx context.Context, s *State) (map[string]view, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ml, err := a.machines.ListMachines(ctx, &inventoryv1.ListMachinesRequest{})
+	ml, err := a.machines.ListMachines(ctx, &inventoryv1.ListMachinesRequest{PageSize: 100})
 	if err != nil {
 		return nil, fmt.Errorf("list machines: %w", err)
 	}
-	nl, err := a.nodes.ListNodes(ctx, &poolv1.ListNodesRequest{})
+	nl, err := a.nodes.ListNodes(ctx, &poolv1.ListNodesRequest{PageSize: 1000}) // a lab has a handful of machines: one page
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}

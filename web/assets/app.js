@@ -334,7 +334,7 @@ async function loadCaller(opts) {
   } catch (e) {
     if (e.status !== 501) throw e;
     // No whoami: check the token with a call every role may make.
-    await api('/api/machines', opts);
+    await api('/api/machines?page_size=1', opts);
     caller = { role: '', actions: null };
   }
 }
@@ -693,7 +693,17 @@ function pageMachines(main) {
     }
   };
   return [live({
-    load: async (signal) => ((await api('/api/machines', { signal })).machines || []),
+    load: async (signal) => {
+      // The appliance answers a page at a time: read on to the last.
+      const all = [];
+      let token = '';
+      do {
+        const res = await api('/api/machines' + (token ? '?page_token=' + encodeURIComponent(token) : ''), { signal });
+        for (const m of res.machines || []) all.push(m);
+        token = res.next_page_token || '';
+      } while (token);
+      return all;
+    },
     watch: '/api/watch/machines', field: 'machine', keyOf: (m) => m.name, onChange: render,
   })];
 }

@@ -203,9 +203,20 @@ type ListEventsRequest struct {
 	// limit: at most this many, newest last (default 500, max 5000).
 	Limit uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
 	// object / machine / method filter when set (exact match).
-	Object        string `protobuf:"bytes,3,opt,name=object,proto3" json:"object,omitempty"`
-	Machine       string `protobuf:"bytes,4,opt,name=machine,proto3" json:"machine,omitempty"`
-	Method        string `protobuf:"bytes,5,opt,name=method,proto3" json:"method,omitempty"`
+	Object  string `protobuf:"bytes,3,opt,name=object,proto3" json:"object,omitempty"`
+	Machine string `protobuf:"bytes,4,opt,name=machine,proto3" json:"machine,omitempty"`
+	Method  string `protobuf:"bytes,5,opt,name=method,proto3" json:"method,omitempty"`
+	// page_size: at most this many events in one answer, oldest first from
+	// the token's position (0: the default, 500; more than 5000 is taken as
+	// 5000). With page_size or page_token set the answer pages forward from
+	// since through every matching event (limit is ignored; a full page
+	// always carries a token, so the last page may be empty); without
+	// either it keeps its first meaning, the newest `limit`, newest last.
+	PageSize int32 `protobuf:"varint,6,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token: the next_page_token of the previous answer, with the same
+	// filter; a garbled token or one from another filter is refused
+	// (InvalidArgument).
+	PageToken     string `protobuf:"bytes,7,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -275,9 +286,26 @@ func (x *ListEventsRequest) GetMethod() string {
 	return ""
 }
 
+func (x *ListEventsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListEventsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListEventsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Events        []*AuditEvent          `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Events []*AuditEvent          `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// next_page_token: pass it as page_token to read the next page; empty
+	// on the last page (and always when the request did not page).
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -317,6 +345,13 @@ func (x *ListEventsResponse) GetEvents() []*AuditEvent {
 		return x.Events
 	}
 	return nil
+}
+
+func (x *ListEventsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type WatchEventsRequest struct {
@@ -446,15 +481,19 @@ const file_api_audit_v1_audit_proto_rawDesc = "" +
 	"\tappliance\x18\r \x01(\tR\tappliance\x12\x12\n" +
 	"\x04peer\x18\x0e \x01(\tR\x04peer\x12\x1f\n" +
 	"\vduration_ms\x18\x0f \x01(\x03R\n" +
-	"durationMs\"\xa5\x01\n" +
+	"durationMs\"\xe1\x01\n" +
 	"\x11ListEventsRequest\x120\n" +
 	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\x12\x16\n" +
 	"\x06object\x18\x03 \x01(\tR\x06object\x12\x18\n" +
 	"\amachine\x18\x04 \x01(\tR\amachine\x12\x16\n" +
-	"\x06method\x18\x05 \x01(\tR\x06method\"I\n" +
+	"\x06method\x18\x05 \x01(\tR\x06method\x12\x1b\n" +
+	"\tpage_size\x18\x06 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\a \x01(\tR\tpageToken\"q\n" +
 	"\x12ListEventsResponse\x123\n" +
-	"\x06events\x18\x01 \x03(\v2\x1b.corral.audit.v1.AuditEventR\x06events\"9\n" +
+	"\x06events\x18\x01 \x03(\v2\x1b.corral.audit.v1.AuditEventR\x06events\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"9\n" +
 	"\x12WatchEventsRequest\x12#\n" +
 	"\rfrom_revision\x18\x01 \x01(\x03R\ffromRevision\"\x91\x01\n" +
 	"\x10AuditStreamEvent\x12.\n" +

@@ -417,8 +417,16 @@ type ListTokensRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// role filters by role; UNSPECIFIED lists all but per-boot AGENT tokens
 	// unless include_agent is set.
-	Role          Role `protobuf:"varint,1,opt,name=role,proto3,enum=corral.auth.v1.Role" json:"role,omitempty"`
-	IncludeAgent  bool `protobuf:"varint,2,opt,name=include_agent,json=includeAgent,proto3" json:"include_agent,omitempty"`
+	Role         Role `protobuf:"varint,1,opt,name=role,proto3,enum=corral.auth.v1.Role" json:"role,omitempty"`
+	IncludeAgent bool `protobuf:"varint,2,opt,name=include_agent,json=includeAgent,proto3" json:"include_agent,omitempty"`
+	// page_size: at most this many tokens in one answer (0: the default,
+	// 100; more than 1000 is taken as 1000). See docs/architecture.md
+	// "Paged lists".
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token: the next_page_token of the previous answer, with the same
+	// filter; empty for the first page. A token is opaque; a garbled one, or
+	// one from a request with another filter, is refused (InvalidArgument).
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -467,9 +475,26 @@ func (x *ListTokensRequest) GetIncludeAgent() bool {
 	return false
 }
 
+func (x *ListTokensRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListTokensRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListTokensResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tokens        []*Token               `protobuf:"bytes,1,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tokens []*Token               `protobuf:"bytes,1,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	// next_page_token: pass it as page_token to read the next page; empty
+	// on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -509,6 +534,13 @@ func (x *ListTokensResponse) GetTokens() []*Token {
 		return x.Tokens
 	}
 	return nil
+}
+
+func (x *ListTokensResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type RevokeTokenRequest struct {
@@ -835,12 +867,16 @@ const file_api_auth_v1_auth_proto_rawDesc = "" +
 	"single_use\x18\x05 \x01(\bR\tsingleUse\"V\n" +
 	"\x13CreateTokenResponse\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12)\n" +
-	"\x04info\x18\x02 \x01(\v2\x15.corral.auth.v1.TokenR\x04info\"b\n" +
+	"\x04info\x18\x02 \x01(\v2\x15.corral.auth.v1.TokenR\x04info\"\x9e\x01\n" +
 	"\x11ListTokensRequest\x12(\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x14.corral.auth.v1.RoleR\x04role\x12#\n" +
-	"\rinclude_agent\x18\x02 \x01(\bR\fincludeAgent\"C\n" +
+	"\rinclude_agent\x18\x02 \x01(\bR\fincludeAgent\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"k\n" +
 	"\x12ListTokensResponse\x12-\n" +
-	"\x06tokens\x18\x01 \x03(\v2\x15.corral.auth.v1.TokenR\x06tokens\"$\n" +
+	"\x06tokens\x18\x01 \x03(\v2\x15.corral.auth.v1.TokenR\x06tokens\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"$\n" +
 	"\x12RevokeTokenRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x15\n" +
 	"\x13RevokeTokenResponse\"\xa1\x01\n" +

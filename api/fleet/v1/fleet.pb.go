@@ -293,7 +293,15 @@ func (x *Assignment) GetLeader() string {
 }
 
 type ListAppliancesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// page_size: at most this many appliances in one answer (0: the default,
+	// 100; more than 1000 is taken as 1000). See docs/architecture.md
+	// "Paged lists".
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token: the next_page_token of the previous answer, with the same
+	// filter; empty for the first page. A token is opaque; a garbled one, or
+	// one from a request with another filter, is refused (InvalidArgument).
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -328,11 +336,28 @@ func (*ListAppliancesRequest) Descriptor() ([]byte, []int) {
 	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{2}
 }
 
+func (x *ListAppliancesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListAppliancesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListAppliancesResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Appliances []*Appliance           `protobuf:"bytes,1,rep,name=appliances,proto3" json:"appliances,omitempty"`
 	// leader is the current leader's name (empty while none is elected).
-	Leader        string `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	Leader string `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	// next_page_token: pass it as page_token to read the next page; empty
+	// on the last page.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -377,6 +402,13 @@ func (x *ListAppliancesResponse) GetAppliances() []*Appliance {
 func (x *ListAppliancesResponse) GetLeader() string {
 	if x != nil {
 		return x.Leader
+	}
+	return ""
+}
+
+func (x *ListAppliancesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
 	}
 	return ""
 }
@@ -788,13 +820,17 @@ const file_api_fleet_v1_fleet_proto_rawDesc = "" +
 	"\vassigned_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"assignedAt\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x16\n" +
-	"\x06leader\x18\x05 \x01(\tR\x06leader\"\x17\n" +
-	"\x15ListAppliancesRequest\"l\n" +
+	"\x06leader\x18\x05 \x01(\tR\x06leader\"S\n" +
+	"\x15ListAppliancesRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\x94\x01\n" +
 	"\x16ListAppliancesResponse\x12:\n" +
 	"\n" +
 	"appliances\x18\x01 \x03(\v2\x1a.corral.fleet.v1.ApplianceR\n" +
 	"appliances\x12\x16\n" +
-	"\x06leader\x18\x02 \x01(\tR\x06leader\".\n" +
+	"\x06leader\x18\x02 \x01(\tR\x06leader\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\".\n" +
 	"\x14FetchArtifactRequest\x12\x16\n" +
 	"\x06sha256\x18\x01 \x01(\tR\x06sha256\"K\n" +
 	"\rArtifactChunk\x12\x12\n" +

@@ -407,7 +407,15 @@ func (x *VolumeRequest) GetName() string {
 }
 
 type ListVolumesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// page_size: at most this many volumes in one answer (0: the default,
+	// 100; more than 1000 is taken as 1000). See docs/architecture.md
+	// "Paged lists".
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token: the next_page_token of the previous answer, with the same
+	// filter; empty for the first page. A token is opaque; a garbled one, or
+	// one from a request with another filter, is refused (InvalidArgument).
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -442,9 +450,26 @@ func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
 	return file_api_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{5}
 }
 
+func (x *ListVolumesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListVolumesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListVolumesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Volumes       []*Volume              `protobuf:"bytes,1,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Volumes []*Volume              `protobuf:"bytes,1,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	// next_page_token: pass it as page_token to read the next page; empty
+	// on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -484,6 +509,13 @@ func (x *ListVolumesResponse) GetVolumes() []*Volume {
 		return x.Volumes
 	}
 	return nil
+}
+
+func (x *ListVolumesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type Disk struct {
@@ -851,7 +883,15 @@ func (x *VMRequest) GetHard() bool {
 }
 
 type ListVMsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// page_size: at most this many VMs in one answer (0: the default,
+	// 100; more than 1000 is taken as 1000). See docs/architecture.md
+	// "Paged lists".
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token: the next_page_token of the previous answer, with the same
+	// filter; empty for the first page. A token is opaque; a garbled one, or
+	// one from a request with another filter, is refused (InvalidArgument).
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -886,9 +926,26 @@ func (*ListVMsRequest) Descriptor() ([]byte, []int) {
 	return file_api_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{12}
 }
 
+func (x *ListVMsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListVMsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListVMsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Vms           []*VM                  `protobuf:"bytes,1,rep,name=vms,proto3" json:"vms,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Vms   []*VM                  `protobuf:"bytes,1,rep,name=vms,proto3" json:"vms,omitempty"`
+	// next_page_token: pass it as page_token to read the next page; empty
+	// on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -928,6 +985,13 @@ func (x *ListVMsResponse) GetVms() []*VM {
 		return x.Vms
 	}
 	return nil
+}
+
+func (x *ListVMsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type ApplyNetworkRequest struct {
@@ -1066,10 +1130,14 @@ const file_api_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\n" +
 	"size_bytes\x18\x02 \x01(\x04R\tsizeBytes\"#\n" +
 	"\rVolumeRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x14\n" +
-	"\x12ListVolumesRequest\"M\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"P\n" +
+	"\x12ListVolumesRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"u\n" +
 	"\x13ListVolumesResponse\x126\n" +
-	"\avolumes\x18\x01 \x03(\v2\x1c.corral.hypervisor.v1.VolumeR\avolumes\"=\n" +
+	"\avolumes\x18\x01 \x03(\v2\x1c.corral.hypervisor.v1.VolumeR\avolumes\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"=\n" +
 	"\x04Disk\x12\x16\n" +
 	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x1d\n" +
 	"\n" +
@@ -1098,10 +1166,14 @@ const file_api_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\x02vm\x18\x01 \x01(\v2\x18.corral.hypervisor.v1.VMR\x02vm\"3\n" +
 	"\tVMRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04hard\x18\x02 \x01(\bR\x04hard\"\x10\n" +
-	"\x0eListVMsRequest\"=\n" +
+	"\x04hard\x18\x02 \x01(\bR\x04hard\"L\n" +
+	"\x0eListVMsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"e\n" +
 	"\x0fListVMsResponse\x12*\n" +
-	"\x03vms\x18\x01 \x03(\v2\x18.corral.hypervisor.v1.VMR\x03vms\"e\n" +
+	"\x03vms\x18\x01 \x03(\v2\x18.corral.hypervisor.v1.VMR\x03vms\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"e\n" +
 	"\x13ApplyNetworkRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x17\n" +
 	"\avlan_id\x18\x02 \x01(\rR\x06vlanId\x12!\n" +

@@ -181,6 +181,62 @@ func (BmcProtocol) EnumDescriptor() ([]byte, []int) {
 	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{2}
 }
 
+// MachineView says how much of each machine a list returns.
+type MachineView int32
+
+const (
+	// MACHINE_VIEW_UNSPECIFIED is FULL (what lists returned before views).
+	MachineView_MACHINE_VIEW_UNSPECIFIED MachineView = 0
+	// MACHINE_VIEW_SUMMARY: every field but fact_history, and of the facts
+	// only what the CLI's and the web page's tables print: system vendor
+	// and product, the CPU, total memory (no DIMMs) and each disk's name and
+	// size. Selectors still match the full facts on the appliance.
+	MachineView_MACHINE_VIEW_SUMMARY MachineView = 1
+	// MACHINE_VIEW_FULL: the whole record, as GetMachine returns it.
+	MachineView_MACHINE_VIEW_FULL MachineView = 2
+)
+
+// Enum value maps for MachineView.
+var (
+	MachineView_name = map[int32]string{
+		0: "MACHINE_VIEW_UNSPECIFIED",
+		1: "MACHINE_VIEW_SUMMARY",
+		2: "MACHINE_VIEW_FULL",
+	}
+	MachineView_value = map[string]int32{
+		"MACHINE_VIEW_UNSPECIFIED": 0,
+		"MACHINE_VIEW_SUMMARY":     1,
+		"MACHINE_VIEW_FULL":        2,
+	}
+)
+
+func (x MachineView) Enum() *MachineView {
+	p := new(MachineView)
+	*p = x
+	return p
+}
+
+func (x MachineView) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MachineView) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_inventory_v1_machine_proto_enumTypes[3].Descriptor()
+}
+
+func (MachineView) Type() protoreflect.EnumType {
+	return &file_api_inventory_v1_machine_proto_enumTypes[3]
+}
+
+func (x MachineView) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MachineView.Descriptor instead.
+func (MachineView) EnumDescriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{3}
+}
+
 type PowerAction int32
 
 const (
@@ -223,11 +279,11 @@ func (x PowerAction) String() string {
 }
 
 func (PowerAction) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_inventory_v1_machine_proto_enumTypes[3].Descriptor()
+	return file_api_inventory_v1_machine_proto_enumTypes[4].Descriptor()
 }
 
 func (PowerAction) Type() protoreflect.EnumType {
-	return &file_api_inventory_v1_machine_proto_enumTypes[3]
+	return &file_api_inventory_v1_machine_proto_enumTypes[4]
 }
 
 func (x PowerAction) Number() protoreflect.EnumNumber {
@@ -236,7 +292,7 @@ func (x PowerAction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PowerAction.Descriptor instead.
 func (PowerAction) EnumDescriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{3}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{4}
 }
 
 type BootDevice int32
@@ -275,11 +331,11 @@ func (x BootDevice) String() string {
 }
 
 func (BootDevice) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_inventory_v1_machine_proto_enumTypes[4].Descriptor()
+	return file_api_inventory_v1_machine_proto_enumTypes[5].Descriptor()
 }
 
 func (BootDevice) Type() protoreflect.EnumType {
-	return &file_api_inventory_v1_machine_proto_enumTypes[4]
+	return &file_api_inventory_v1_machine_proto_enumTypes[5]
 }
 
 func (x BootDevice) Number() protoreflect.EnumNumber {
@@ -288,7 +344,7 @@ func (x BootDevice) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BootDevice.Descriptor instead.
 func (BootDevice) EnumDescriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{4}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{5}
 }
 
 type Machine_MachineState int32
@@ -342,11 +398,11 @@ func (x Machine_MachineState) String() string {
 }
 
 func (Machine_MachineState) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_inventory_v1_machine_proto_enumTypes[5].Descriptor()
+	return file_api_inventory_v1_machine_proto_enumTypes[6].Descriptor()
 }
 
 func (Machine_MachineState) Type() protoreflect.EnumType {
-	return &file_api_inventory_v1_machine_proto_enumTypes[5]
+	return &file_api_inventory_v1_machine_proto_enumTypes[6]
 }
 
 func (x Machine_MachineState) Number() protoreflect.EnumNumber {
@@ -1253,7 +1309,25 @@ type ListMachinesRequest struct {
 	Serial string                 `protobuf:"bytes,2,opt,name=serial,proto3" json:"serial,omitempty"`
 	Mac    string                 `protobuf:"bytes,3,opt,name=mac,proto3" json:"mac,omitempty"`
 	// selectors are fact selectors such as "disks>=2" or "system.vendor=Dell".
-	Selectors     []string `protobuf:"bytes,4,rep,name=selectors,proto3" json:"selectors,omitempty"`
+	Selectors []string `protobuf:"bytes,4,rep,name=selectors,proto3" json:"selectors,omitempty"`
+	// page_size: at most this many machines in one answer (0: the default,
+	// 100; more than the view's maximum is taken as the maximum: 1000 in
+	// the SUMMARY view, 100 in the FULL view). See docs/architecture.md
+	// "Paged lists".
+	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token: the next_page_token of the previous answer, with the same
+	// filter, view and order; empty for the first page. A token is opaque;
+	// a garbled one, or one from a request with another filter, is refused
+	// (InvalidArgument).
+	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// view: SUMMARY leaves out fact history and all facts but those a table
+	// prints; UNSPECIFIED is FULL.
+	View MachineView `protobuf:"varint,7,opt,name=view,proto3,enum=corral.inventory.v1.MachineView" json:"view,omitempty"`
+	// order_by: "name" (the default), "state", "serial", "created_at" or
+	// "updated_at", each optionally followed by " desc"; ties are broken
+	// by name. Only name order reads the store a page at a time; the others
+	// read every machine for each page (docs/architecture.md).
+	OrderBy       string `protobuf:"bytes,8,opt,name=order_by,json=orderBy,proto3" json:"order_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1316,9 +1390,40 @@ func (x *ListMachinesRequest) GetSelectors() []string {
 	return nil
 }
 
+func (x *ListMachinesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListMachinesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListMachinesRequest) GetView() MachineView {
+	if x != nil {
+		return x.View
+	}
+	return MachineView_MACHINE_VIEW_UNSPECIFIED
+}
+
+func (x *ListMachinesRequest) GetOrderBy() string {
+	if x != nil {
+		return x.OrderBy
+	}
+	return ""
+}
+
 type ListMachinesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Machines      []*Machine             `protobuf:"bytes,1,rep,name=machines,proto3" json:"machines,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Machines []*Machine             `protobuf:"bytes,1,rep,name=machines,proto3" json:"machines,omitempty"`
+	// next_page_token: pass it as page_token to read the next page; empty
+	// on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1358,6 +1463,13 @@ func (x *ListMachinesResponse) GetMachines() []*Machine {
 		return x.Machines
 	}
 	return nil
+}
+
+func (x *ListMachinesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type GetMachineRequest struct {
@@ -2776,14 +2888,20 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"attributes\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9e\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x02\n" +
 	"\x13ListMachinesRequest\x12?\n" +
 	"\x05state\x18\x01 \x01(\x0e2).corral.inventory.v1.Machine.MachineStateR\x05state\x12\x16\n" +
 	"\x06serial\x18\x02 \x01(\tR\x06serial\x12\x10\n" +
 	"\x03mac\x18\x03 \x01(\tR\x03mac\x12\x1c\n" +
-	"\tselectors\x18\x04 \x03(\tR\tselectors\"P\n" +
+	"\tselectors\x18\x04 \x03(\tR\tselectors\x12\x1b\n" +
+	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x124\n" +
+	"\x04view\x18\a \x01(\x0e2 .corral.inventory.v1.MachineViewR\x04view\x12\x19\n" +
+	"\border_by\x18\b \x01(\tR\aorderBy\"x\n" +
 	"\x14ListMachinesResponse\x128\n" +
-	"\bmachines\x18\x01 \x03(\v2\x1c.corral.inventory.v1.MachineR\bmachines\"'\n" +
+	"\bmachines\x18\x01 \x03(\v2\x1c.corral.inventory.v1.MachineR\bmachines\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"'\n" +
 	"\x11GetMachineRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x9e\x03\n" +
 	"\x14EnrollMachineRequest\x12\x12\n" +
@@ -2887,7 +3005,11 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\vBmcProtocol\x12\x15\n" +
 	"\x11BMC_PROTOCOL_AUTO\x10\x00\x12\x15\n" +
 	"\x11BMC_PROTOCOL_IPMI\x10\x01\x12\x18\n" +
-	"\x14BMC_PROTOCOL_REDFISH\x10\x02*\xa1\x01\n" +
+	"\x14BMC_PROTOCOL_REDFISH\x10\x02*\\\n" +
+	"\vMachineView\x12\x1c\n" +
+	"\x18MACHINE_VIEW_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14MACHINE_VIEW_SUMMARY\x10\x01\x12\x15\n" +
+	"\x11MACHINE_VIEW_FULL\x10\x02*\xa1\x01\n" +
 	"\vPowerAction\x12\x1c\n" +
 	"\x18POWER_ACTION_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fPOWER_ACTION_ON\x10\x01\x12\x14\n" +
@@ -2931,134 +3053,136 @@ func file_api_inventory_v1_machine_proto_rawDescGZIP() []byte {
 	return file_api_inventory_v1_machine_proto_rawDescData
 }
 
-var file_api_inventory_v1_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_api_inventory_v1_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
 var file_api_inventory_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_api_inventory_v1_machine_proto_goTypes = []any{
 	(PowerState)(0),                   // 0: corral.inventory.v1.PowerState
 	(BootIntent)(0),                   // 1: corral.inventory.v1.BootIntent
 	(BmcProtocol)(0),                  // 2: corral.inventory.v1.BmcProtocol
-	(PowerAction)(0),                  // 3: corral.inventory.v1.PowerAction
-	(BootDevice)(0),                   // 4: corral.inventory.v1.BootDevice
-	(Machine_MachineState)(0),         // 5: corral.inventory.v1.Machine.MachineState
-	(*Bmc)(nil),                       // 6: corral.inventory.v1.Bmc
-	(*FactChange)(nil),                // 7: corral.inventory.v1.FactChange
-	(*Machine)(nil),                   // 8: corral.inventory.v1.Machine
-	(*Conflict)(nil),                  // 9: corral.inventory.v1.Conflict
-	(*Install)(nil),                   // 10: corral.inventory.v1.Install
-	(*BootWatchdog)(nil),              // 11: corral.inventory.v1.BootWatchdog
-	(*PendingWipe)(nil),               // 12: corral.inventory.v1.PendingWipe
-	(*TimelineEntry)(nil),             // 13: corral.inventory.v1.TimelineEntry
-	(*ListMachinesRequest)(nil),       // 14: corral.inventory.v1.ListMachinesRequest
-	(*ListMachinesResponse)(nil),      // 15: corral.inventory.v1.ListMachinesResponse
-	(*GetMachineRequest)(nil),         // 16: corral.inventory.v1.GetMachineRequest
-	(*EnrollMachineRequest)(nil),      // 17: corral.inventory.v1.EnrollMachineRequest
-	(*AcceptMachineRequest)(nil),      // 18: corral.inventory.v1.AcceptMachineRequest
-	(*DeleteMachineRequest)(nil),      // 19: corral.inventory.v1.DeleteMachineRequest
-	(*SetPowerRequest)(nil),           // 20: corral.inventory.v1.SetPowerRequest
-	(*GetPowerRequest)(nil),           // 21: corral.inventory.v1.GetPowerRequest
-	(*PowerStatus)(nil),               // 22: corral.inventory.v1.PowerStatus
-	(*ProviderAttempt)(nil),           // 23: corral.inventory.v1.ProviderAttempt
-	(*SetBootDeviceRequest)(nil),      // 24: corral.inventory.v1.SetBootDeviceRequest
-	(*ReprovisionMachineRequest)(nil), // 25: corral.inventory.v1.ReprovisionMachineRequest
-	(*SetMaintenanceRequest)(nil),     // 26: corral.inventory.v1.SetMaintenanceRequest
-	(*TimelineRequest)(nil),           // 27: corral.inventory.v1.TimelineRequest
-	(*TimelineResponse)(nil),          // 28: corral.inventory.v1.TimelineResponse
-	(*AdoptMachineRequest)(nil),       // 29: corral.inventory.v1.AdoptMachineRequest
-	(*RejectMachineRequest)(nil),      // 30: corral.inventory.v1.RejectMachineRequest
-	(*WatchMachinesRequest)(nil),      // 31: corral.inventory.v1.WatchMachinesRequest
-	(*MachineEvent)(nil),              // 32: corral.inventory.v1.MachineEvent
-	(*WatchTimelineRequest)(nil),      // 33: corral.inventory.v1.WatchTimelineRequest
-	(*TimelineEvent)(nil),             // 34: corral.inventory.v1.TimelineEvent
-	(*MacBinding)(nil),                // 35: corral.inventory.v1.MacBinding
-	(*BmcAddressBinding)(nil),         // 36: corral.inventory.v1.BmcAddressBinding
-	(*BmcSecret)(nil),                 // 37: corral.inventory.v1.BmcSecret
-	nil,                               // 38: corral.inventory.v1.Machine.AnnotationsEntry
-	nil,                               // 39: corral.inventory.v1.Machine.LabelsEntry
-	nil,                               // 40: corral.inventory.v1.TimelineEntry.AttributesEntry
-	(*timestamppb.Timestamp)(nil),     // 41: google.protobuf.Timestamp
-	(*Facts)(nil),                     // 42: corral.inventory.v1.Facts
-	(v1.EventType)(0),                 // 43: corral.watch.v1.EventType
-	(*emptypb.Empty)(nil),             // 44: google.protobuf.Empty
+	(MachineView)(0),                  // 3: corral.inventory.v1.MachineView
+	(PowerAction)(0),                  // 4: corral.inventory.v1.PowerAction
+	(BootDevice)(0),                   // 5: corral.inventory.v1.BootDevice
+	(Machine_MachineState)(0),         // 6: corral.inventory.v1.Machine.MachineState
+	(*Bmc)(nil),                       // 7: corral.inventory.v1.Bmc
+	(*FactChange)(nil),                // 8: corral.inventory.v1.FactChange
+	(*Machine)(nil),                   // 9: corral.inventory.v1.Machine
+	(*Conflict)(nil),                  // 10: corral.inventory.v1.Conflict
+	(*Install)(nil),                   // 11: corral.inventory.v1.Install
+	(*BootWatchdog)(nil),              // 12: corral.inventory.v1.BootWatchdog
+	(*PendingWipe)(nil),               // 13: corral.inventory.v1.PendingWipe
+	(*TimelineEntry)(nil),             // 14: corral.inventory.v1.TimelineEntry
+	(*ListMachinesRequest)(nil),       // 15: corral.inventory.v1.ListMachinesRequest
+	(*ListMachinesResponse)(nil),      // 16: corral.inventory.v1.ListMachinesResponse
+	(*GetMachineRequest)(nil),         // 17: corral.inventory.v1.GetMachineRequest
+	(*EnrollMachineRequest)(nil),      // 18: corral.inventory.v1.EnrollMachineRequest
+	(*AcceptMachineRequest)(nil),      // 19: corral.inventory.v1.AcceptMachineRequest
+	(*DeleteMachineRequest)(nil),      // 20: corral.inventory.v1.DeleteMachineRequest
+	(*SetPowerRequest)(nil),           // 21: corral.inventory.v1.SetPowerRequest
+	(*GetPowerRequest)(nil),           // 22: corral.inventory.v1.GetPowerRequest
+	(*PowerStatus)(nil),               // 23: corral.inventory.v1.PowerStatus
+	(*ProviderAttempt)(nil),           // 24: corral.inventory.v1.ProviderAttempt
+	(*SetBootDeviceRequest)(nil),      // 25: corral.inventory.v1.SetBootDeviceRequest
+	(*ReprovisionMachineRequest)(nil), // 26: corral.inventory.v1.ReprovisionMachineRequest
+	(*SetMaintenanceRequest)(nil),     // 27: corral.inventory.v1.SetMaintenanceRequest
+	(*TimelineRequest)(nil),           // 28: corral.inventory.v1.TimelineRequest
+	(*TimelineResponse)(nil),          // 29: corral.inventory.v1.TimelineResponse
+	(*AdoptMachineRequest)(nil),       // 30: corral.inventory.v1.AdoptMachineRequest
+	(*RejectMachineRequest)(nil),      // 31: corral.inventory.v1.RejectMachineRequest
+	(*WatchMachinesRequest)(nil),      // 32: corral.inventory.v1.WatchMachinesRequest
+	(*MachineEvent)(nil),              // 33: corral.inventory.v1.MachineEvent
+	(*WatchTimelineRequest)(nil),      // 34: corral.inventory.v1.WatchTimelineRequest
+	(*TimelineEvent)(nil),             // 35: corral.inventory.v1.TimelineEvent
+	(*MacBinding)(nil),                // 36: corral.inventory.v1.MacBinding
+	(*BmcAddressBinding)(nil),         // 37: corral.inventory.v1.BmcAddressBinding
+	(*BmcSecret)(nil),                 // 38: corral.inventory.v1.BmcSecret
+	nil,                               // 39: corral.inventory.v1.Machine.AnnotationsEntry
+	nil,                               // 40: corral.inventory.v1.Machine.LabelsEntry
+	nil,                               // 41: corral.inventory.v1.TimelineEntry.AttributesEntry
+	(*timestamppb.Timestamp)(nil),     // 42: google.protobuf.Timestamp
+	(*Facts)(nil),                     // 43: corral.inventory.v1.Facts
+	(v1.EventType)(0),                 // 44: corral.watch.v1.EventType
+	(*emptypb.Empty)(nil),             // 45: google.protobuf.Empty
 }
 var file_api_inventory_v1_machine_proto_depIdxs = []int32{
 	2,  // 0: corral.inventory.v1.Bmc.protocol:type_name -> corral.inventory.v1.BmcProtocol
-	41, // 1: corral.inventory.v1.Bmc.verified_at:type_name -> google.protobuf.Timestamp
-	41, // 2: corral.inventory.v1.FactChange.at:type_name -> google.protobuf.Timestamp
-	38, // 3: corral.inventory.v1.Machine.annotations:type_name -> corral.inventory.v1.Machine.AnnotationsEntry
-	39, // 4: corral.inventory.v1.Machine.labels:type_name -> corral.inventory.v1.Machine.LabelsEntry
-	6,  // 5: corral.inventory.v1.Machine.bmc:type_name -> corral.inventory.v1.Bmc
+	42, // 1: corral.inventory.v1.Bmc.verified_at:type_name -> google.protobuf.Timestamp
+	42, // 2: corral.inventory.v1.FactChange.at:type_name -> google.protobuf.Timestamp
+	39, // 3: corral.inventory.v1.Machine.annotations:type_name -> corral.inventory.v1.Machine.AnnotationsEntry
+	40, // 4: corral.inventory.v1.Machine.labels:type_name -> corral.inventory.v1.Machine.LabelsEntry
+	7,  // 5: corral.inventory.v1.Machine.bmc:type_name -> corral.inventory.v1.Bmc
 	1,  // 6: corral.inventory.v1.Machine.boot_intent:type_name -> corral.inventory.v1.BootIntent
-	42, // 7: corral.inventory.v1.Machine.facts:type_name -> corral.inventory.v1.Facts
-	5,  // 8: corral.inventory.v1.Machine.state:type_name -> corral.inventory.v1.Machine.MachineState
+	43, // 7: corral.inventory.v1.Machine.facts:type_name -> corral.inventory.v1.Facts
+	6,  // 8: corral.inventory.v1.Machine.state:type_name -> corral.inventory.v1.Machine.MachineState
 	0,  // 9: corral.inventory.v1.Machine.power_state:type_name -> corral.inventory.v1.PowerState
-	41, // 10: corral.inventory.v1.Machine.power_read_at:type_name -> google.protobuf.Timestamp
-	41, // 11: corral.inventory.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
-	41, // 12: corral.inventory.v1.Machine.updated_at:type_name -> google.protobuf.Timestamp
-	7,  // 13: corral.inventory.v1.Machine.fact_history:type_name -> corral.inventory.v1.FactChange
-	10, // 14: corral.inventory.v1.Machine.install:type_name -> corral.inventory.v1.Install
-	11, // 15: corral.inventory.v1.Machine.watchdog:type_name -> corral.inventory.v1.BootWatchdog
-	5,  // 16: corral.inventory.v1.Machine.maintenance_previous_state:type_name -> corral.inventory.v1.Machine.MachineState
-	12, // 17: corral.inventory.v1.Machine.wipe:type_name -> corral.inventory.v1.PendingWipe
-	9,  // 18: corral.inventory.v1.Machine.conflict:type_name -> corral.inventory.v1.Conflict
-	41, // 19: corral.inventory.v1.Conflict.at:type_name -> google.protobuf.Timestamp
-	41, // 20: corral.inventory.v1.Install.started_at:type_name -> google.protobuf.Timestamp
-	41, // 21: corral.inventory.v1.Install.updated_at:type_name -> google.protobuf.Timestamp
-	41, // 22: corral.inventory.v1.Install.sent_at:type_name -> google.protobuf.Timestamp
-	41, // 23: corral.inventory.v1.BootWatchdog.armed_at:type_name -> google.protobuf.Timestamp
-	41, // 24: corral.inventory.v1.PendingWipe.requested_at:type_name -> google.protobuf.Timestamp
-	41, // 25: corral.inventory.v1.PendingWipe.sent_at:type_name -> google.protobuf.Timestamp
-	41, // 26: corral.inventory.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
-	40, // 27: corral.inventory.v1.TimelineEntry.attributes:type_name -> corral.inventory.v1.TimelineEntry.AttributesEntry
-	5,  // 28: corral.inventory.v1.ListMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
-	8,  // 29: corral.inventory.v1.ListMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
-	2,  // 30: corral.inventory.v1.EnrollMachineRequest.bmc_protocol:type_name -> corral.inventory.v1.BmcProtocol
-	3,  // 31: corral.inventory.v1.SetPowerRequest.action:type_name -> corral.inventory.v1.PowerAction
-	0,  // 32: corral.inventory.v1.PowerStatus.state:type_name -> corral.inventory.v1.PowerState
-	41, // 33: corral.inventory.v1.PowerStatus.read_at:type_name -> google.protobuf.Timestamp
-	23, // 34: corral.inventory.v1.PowerStatus.attempts:type_name -> corral.inventory.v1.ProviderAttempt
-	4,  // 35: corral.inventory.v1.SetBootDeviceRequest.device:type_name -> corral.inventory.v1.BootDevice
-	13, // 36: corral.inventory.v1.TimelineResponse.entries:type_name -> corral.inventory.v1.TimelineEntry
-	5,  // 37: corral.inventory.v1.WatchMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
-	43, // 38: corral.inventory.v1.MachineEvent.type:type_name -> corral.watch.v1.EventType
-	8,  // 39: corral.inventory.v1.MachineEvent.machine:type_name -> corral.inventory.v1.Machine
-	43, // 40: corral.inventory.v1.TimelineEvent.type:type_name -> corral.watch.v1.EventType
-	13, // 41: corral.inventory.v1.TimelineEvent.entry:type_name -> corral.inventory.v1.TimelineEntry
-	41, // 42: corral.inventory.v1.BmcAddressBinding.claimed_at:type_name -> google.protobuf.Timestamp
-	14, // 43: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
-	16, // 44: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
-	17, // 45: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
-	18, // 46: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
-	19, // 47: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
-	20, // 48: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
-	21, // 49: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
-	24, // 50: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
-	25, // 51: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
-	26, // 52: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
-	27, // 53: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
-	29, // 54: corral.inventory.v1.MachineService.AdoptMachine:input_type -> corral.inventory.v1.AdoptMachineRequest
-	30, // 55: corral.inventory.v1.MachineService.RejectMachine:input_type -> corral.inventory.v1.RejectMachineRequest
-	31, // 56: corral.inventory.v1.MachineService.WatchMachines:input_type -> corral.inventory.v1.WatchMachinesRequest
-	33, // 57: corral.inventory.v1.MachineService.WatchTimeline:input_type -> corral.inventory.v1.WatchTimelineRequest
-	15, // 58: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
-	8,  // 59: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
-	8,  // 60: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
-	8,  // 61: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
-	44, // 62: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
-	22, // 63: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
-	22, // 64: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
-	44, // 65: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
-	8,  // 66: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
-	8,  // 67: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
-	28, // 68: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
-	8,  // 69: corral.inventory.v1.MachineService.AdoptMachine:output_type -> corral.inventory.v1.Machine
-	44, // 70: corral.inventory.v1.MachineService.RejectMachine:output_type -> google.protobuf.Empty
-	32, // 71: corral.inventory.v1.MachineService.WatchMachines:output_type -> corral.inventory.v1.MachineEvent
-	34, // 72: corral.inventory.v1.MachineService.WatchTimeline:output_type -> corral.inventory.v1.TimelineEvent
-	58, // [58:73] is the sub-list for method output_type
-	43, // [43:58] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	42, // 10: corral.inventory.v1.Machine.power_read_at:type_name -> google.protobuf.Timestamp
+	42, // 11: corral.inventory.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
+	42, // 12: corral.inventory.v1.Machine.updated_at:type_name -> google.protobuf.Timestamp
+	8,  // 13: corral.inventory.v1.Machine.fact_history:type_name -> corral.inventory.v1.FactChange
+	11, // 14: corral.inventory.v1.Machine.install:type_name -> corral.inventory.v1.Install
+	12, // 15: corral.inventory.v1.Machine.watchdog:type_name -> corral.inventory.v1.BootWatchdog
+	6,  // 16: corral.inventory.v1.Machine.maintenance_previous_state:type_name -> corral.inventory.v1.Machine.MachineState
+	13, // 17: corral.inventory.v1.Machine.wipe:type_name -> corral.inventory.v1.PendingWipe
+	10, // 18: corral.inventory.v1.Machine.conflict:type_name -> corral.inventory.v1.Conflict
+	42, // 19: corral.inventory.v1.Conflict.at:type_name -> google.protobuf.Timestamp
+	42, // 20: corral.inventory.v1.Install.started_at:type_name -> google.protobuf.Timestamp
+	42, // 21: corral.inventory.v1.Install.updated_at:type_name -> google.protobuf.Timestamp
+	42, // 22: corral.inventory.v1.Install.sent_at:type_name -> google.protobuf.Timestamp
+	42, // 23: corral.inventory.v1.BootWatchdog.armed_at:type_name -> google.protobuf.Timestamp
+	42, // 24: corral.inventory.v1.PendingWipe.requested_at:type_name -> google.protobuf.Timestamp
+	42, // 25: corral.inventory.v1.PendingWipe.sent_at:type_name -> google.protobuf.Timestamp
+	42, // 26: corral.inventory.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
+	41, // 27: corral.inventory.v1.TimelineEntry.attributes:type_name -> corral.inventory.v1.TimelineEntry.AttributesEntry
+	6,  // 28: corral.inventory.v1.ListMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
+	3,  // 29: corral.inventory.v1.ListMachinesRequest.view:type_name -> corral.inventory.v1.MachineView
+	9,  // 30: corral.inventory.v1.ListMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
+	2,  // 31: corral.inventory.v1.EnrollMachineRequest.bmc_protocol:type_name -> corral.inventory.v1.BmcProtocol
+	4,  // 32: corral.inventory.v1.SetPowerRequest.action:type_name -> corral.inventory.v1.PowerAction
+	0,  // 33: corral.inventory.v1.PowerStatus.state:type_name -> corral.inventory.v1.PowerState
+	42, // 34: corral.inventory.v1.PowerStatus.read_at:type_name -> google.protobuf.Timestamp
+	24, // 35: corral.inventory.v1.PowerStatus.attempts:type_name -> corral.inventory.v1.ProviderAttempt
+	5,  // 36: corral.inventory.v1.SetBootDeviceRequest.device:type_name -> corral.inventory.v1.BootDevice
+	14, // 37: corral.inventory.v1.TimelineResponse.entries:type_name -> corral.inventory.v1.TimelineEntry
+	6,  // 38: corral.inventory.v1.WatchMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
+	44, // 39: corral.inventory.v1.MachineEvent.type:type_name -> corral.watch.v1.EventType
+	9,  // 40: corral.inventory.v1.MachineEvent.machine:type_name -> corral.inventory.v1.Machine
+	44, // 41: corral.inventory.v1.TimelineEvent.type:type_name -> corral.watch.v1.EventType
+	14, // 42: corral.inventory.v1.TimelineEvent.entry:type_name -> corral.inventory.v1.TimelineEntry
+	42, // 43: corral.inventory.v1.BmcAddressBinding.claimed_at:type_name -> google.protobuf.Timestamp
+	15, // 44: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
+	17, // 45: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
+	18, // 46: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
+	19, // 47: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
+	20, // 48: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
+	21, // 49: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
+	22, // 50: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
+	25, // 51: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
+	26, // 52: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
+	27, // 53: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
+	28, // 54: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
+	30, // 55: corral.inventory.v1.MachineService.AdoptMachine:input_type -> corral.inventory.v1.AdoptMachineRequest
+	31, // 56: corral.inventory.v1.MachineService.RejectMachine:input_type -> corral.inventory.v1.RejectMachineRequest
+	32, // 57: corral.inventory.v1.MachineService.WatchMachines:input_type -> corral.inventory.v1.WatchMachinesRequest
+	34, // 58: corral.inventory.v1.MachineService.WatchTimeline:input_type -> corral.inventory.v1.WatchTimelineRequest
+	16, // 59: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
+	9,  // 60: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
+	9,  // 61: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
+	9,  // 62: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
+	45, // 63: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
+	23, // 64: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
+	23, // 65: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
+	45, // 66: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
+	9,  // 67: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
+	9,  // 68: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
+	29, // 69: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
+	9,  // 70: corral.inventory.v1.MachineService.AdoptMachine:output_type -> corral.inventory.v1.Machine
+	45, // 71: corral.inventory.v1.MachineService.RejectMachine:output_type -> google.protobuf.Empty
+	33, // 72: corral.inventory.v1.MachineService.WatchMachines:output_type -> corral.inventory.v1.MachineEvent
+	35, // 73: corral.inventory.v1.MachineService.WatchTimeline:output_type -> corral.inventory.v1.TimelineEvent
+	59, // [59:74] is the sub-list for method output_type
+	44, // [44:59] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_api_inventory_v1_machine_proto_init() }
@@ -3072,7 +3196,7 @@ func file_api_inventory_v1_machine_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_inventory_v1_machine_proto_rawDesc), len(file_api_inventory_v1_machine_proto_rawDesc)),
-			NumEnums:      6,
+			NumEnums:      7,
 			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,

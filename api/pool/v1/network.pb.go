@@ -207,7 +207,15 @@ func (x *Network) GetReservedNetworkInterfaces() map[string]*NetworkInterface {
 }
 
 type ListNetworksRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// page_size: at most this many networks in one answer (0: the default,
+	// 100; more than 1000 is taken as 1000). See docs/architecture.md
+	// "Paged lists".
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token: the next_page_token of the previous answer, with the same
+	// filter; empty for the first page. A token is opaque; a garbled one, or
+	// one from a request with another filter, is refused (InvalidArgument).
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -242,9 +250,26 @@ func (*ListNetworksRequest) Descriptor() ([]byte, []int) {
 	return file_api_pool_v1_network_proto_rawDescGZIP(), []int{1}
 }
 
+func (x *ListNetworksRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListNetworksRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListNetworksResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Networks      []*Network             `protobuf:"bytes,1,rep,name=networks,proto3" json:"networks,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Networks []*Network             `protobuf:"bytes,1,rep,name=networks,proto3" json:"networks,omitempty"`
+	// next_page_token: pass it as page_token to read the next page; empty
+	// on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -284,6 +309,13 @@ func (x *ListNetworksResponse) GetNetworks() []*Network {
 		return x.Networks
 	}
 	return nil
+}
+
+func (x *ListNetworksResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type GetNetworkRequest struct {
@@ -772,10 +804,14 @@ const file_api_pool_v1_network_proto_rawDesc = "" +
 	"\fNetworkState\x12\x17\n" +
 	"\x13NETWORK_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aUNKNOWN\x10\x01\x12\r\n" +
-	"\tAVAILABLE\x10\x02\"\x15\n" +
-	"\x13ListNetworksRequest\"K\n" +
+	"\tAVAILABLE\x10\x02\"Q\n" +
+	"\x13ListNetworksRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"s\n" +
 	"\x14ListNetworksResponse\x123\n" +
-	"\bnetworks\x18\x01 \x03(\v2\x17.corral.pool.v1.NetworkR\bnetworks\"'\n" +
+	"\bnetworks\x18\x01 \x03(\v2\x17.corral.pool.v1.NetworkR\bnetworks\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"'\n" +
 	"\x11GetNetworkRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x97\x04\n" +
 	"\x13ApplyNetworkRequest\x12\x12\n" +

@@ -268,7 +268,15 @@ func (x *Node) GetLastHeartbeat() *timestamppb.Timestamp {
 }
 
 type ListNodesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// page_size: at most this many nodes in one answer (0: the default,
+	// 100; more than 1000 is taken as 1000). See docs/architecture.md
+	// "Paged lists".
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token: the next_page_token of the previous answer, with the same
+	// filter; empty for the first page. A token is opaque; a garbled one, or
+	// one from a request with another filter, is refused (InvalidArgument).
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -303,9 +311,26 @@ func (*ListNodesRequest) Descriptor() ([]byte, []int) {
 	return file_api_pool_v1_node_proto_rawDescGZIP(), []int{1}
 }
 
+func (x *ListNodesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListNodesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListNodesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Nodes         []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Nodes []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// next_page_token: pass it as page_token to read the next page; empty
+	// on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -345,6 +370,13 @@ func (x *ListNodesResponse) GetNodes() []*Node {
 		return x.Nodes
 	}
 	return nil
+}
+
+func (x *ListNodesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type GetNodeRequest struct {
@@ -1173,10 +1205,14 @@ const file_api_pool_v1_node_proto_rawDesc = "" +
 	"\tNodeState\x12\x14\n" +
 	"\x10NODE_UNSPECIFIED\x10\x00\x12\t\n" +
 	"\x05READY\x10\x01\x12\r\n" +
-	"\tNOT_READY\x10\x02\"\x12\n" +
-	"\x10ListNodesRequest\"?\n" +
+	"\tNOT_READY\x10\x02\"N\n" +
+	"\x10ListNodesRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"g\n" +
 	"\x11ListNodesResponse\x12*\n" +
-	"\x05nodes\x18\x01 \x03(\v2\x14.corral.pool.v1.NodeR\x05nodes\"$\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x14.corral.pool.v1.NodeR\x05nodes\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"$\n" +
 	"\x0eGetNodeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\xb3\x05\n" +
 	"\x10ApplyNodeRequest\x12\x12\n" +

@@ -439,7 +439,15 @@ func (x *CopyBlockStorageRequest) GetSourceBlockStorage() string {
 }
 
 type ListBlockStoragesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// page_size: at most this many block storages in one answer (0: the default,
+	// 100; more than 1000 is taken as 1000). See docs/architecture.md
+	// "Paged lists".
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token: the next_page_token of the previous answer, with the same
+	// filter; empty for the first page. A token is opaque; a garbled one, or
+	// one from a request with another filter, is refused (InvalidArgument).
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -474,9 +482,26 @@ func (*ListBlockStoragesRequest) Descriptor() ([]byte, []int) {
 	return file_api_provisioning_v1_block_storage_proto_rawDescGZIP(), []int{4}
 }
 
+func (x *ListBlockStoragesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListBlockStoragesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListBlockStoragesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	BlockStorages []*BlockStorage        `protobuf:"bytes,1,rep,name=block_storages,json=blockStorages,proto3" json:"block_storages,omitempty"`
+	// next_page_token: pass it as page_token to read the next page; empty
+	// on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -516,6 +541,13 @@ func (x *ListBlockStoragesResponse) GetBlockStorages() []*BlockStorage {
 		return x.BlockStorages
 	}
 	return nil
+}
+
+func (x *ListBlockStoragesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type GetBlockStorageRequest struct {
@@ -1047,10 +1079,14 @@ const file_api_provisioning_v1_block_storage_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x1a\n" +
-	"\x18ListBlockStoragesRequest\"h\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +
+	"\x18ListBlockStoragesRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\x90\x01\n" +
 	"\x19ListBlockStoragesResponse\x12K\n" +
-	"\x0eblock_storages\x18\x01 \x03(\v2$.corral.provisioning.v1.BlockStorageR\rblockStorages\",\n" +
+	"\x0eblock_storages\x18\x01 \x03(\v2$.corral.provisioning.v1.BlockStorageR\rblockStorages\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\",\n" +
 	"\x16GetBlockStorageRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\xad\x03\n" +
 	"\x19UpdateBlockStorageRequest\x12\x12\n" +

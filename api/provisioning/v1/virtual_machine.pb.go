@@ -452,7 +452,15 @@ func (x *CreateVirtualMachineRequest) GetSshAuthorizedKeys() []string {
 }
 
 type ListVirtualMachinesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// page_size: at most this many virtual machines in one answer (0: the default,
+	// 100; more than 1000 is taken as 1000). See docs/architecture.md
+	// "Paged lists".
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token: the next_page_token of the previous answer, with the same
+	// filter; empty for the first page. A token is opaque; a garbled one, or
+	// one from a request with another filter, is refused (InvalidArgument).
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -487,11 +495,28 @@ func (*ListVirtualMachinesRequest) Descriptor() ([]byte, []int) {
 	return file_api_provisioning_v1_virtual_machine_proto_rawDescGZIP(), []int{3}
 }
 
+func (x *ListVirtualMachinesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListVirtualMachinesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListVirtualMachinesResponse struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	VirtualMachines []*VirtualMachine      `protobuf:"bytes,1,rep,name=virtual_machines,json=virtualMachines,proto3" json:"virtual_machines,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// next_page_token: pass it as page_token to read the next page; empty
+	// on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListVirtualMachinesResponse) Reset() {
@@ -529,6 +554,13 @@ func (x *ListVirtualMachinesResponse) GetVirtualMachines() []*VirtualMachine {
 		return x.VirtualMachines
 	}
 	return nil
+}
+
+func (x *ListVirtualMachinesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type GetVirtualMachineRequest struct {
@@ -1134,10 +1166,14 @@ const file_api_provisioning_v1_virtual_machine_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x1c\n" +
-	"\x1aListVirtualMachinesRequest\"p\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"X\n" +
+	"\x1aListVirtualMachinesRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\x98\x01\n" +
 	"\x1bListVirtualMachinesResponse\x12Q\n" +
-	"\x10virtual_machines\x18\x01 \x03(\v2&.corral.provisioning.v1.VirtualMachineR\x0fvirtualMachines\".\n" +
+	"\x10virtual_machines\x18\x01 \x03(\v2&.corral.provisioning.v1.VirtualMachineR\x0fvirtualMachines\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\".\n" +
 	"\x18GetVirtualMachineRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\xe3\x04\n" +
 	"\x1bUpdateVirtualMachineRequest\x12\x12\n" +

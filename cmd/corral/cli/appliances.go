@@ -37,9 +37,9 @@ var applianceKind = &kind{
 			beat,
 		}
 	},
-	list: func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error) {
-		resp, err := fleetv1.NewApplianceServiceClient(cc).ListAppliances(ctx, &fleetv1.ListAppliancesRequest{})
-		return messages(resp.GetAppliances()), err
+	page: func(ctx context.Context, cc grpc.ClientConnInterface, q pageQuery) ([]proto.Message, string, error) {
+		resp, err := fleetv1.NewApplianceServiceClient(cc).ListAppliances(ctx, &fleetv1.ListAppliancesRequest{PageSize: q.size, PageToken: q.token})
+		return messages(resp.GetAppliances()), resp.GetNextPageToken(), err
 	},
 	get: func(ctx context.Context, cc grpc.ClientConnInterface, name string) (proto.Message, error) {
 		resp, err := fleetv1.NewApplianceServiceClient(cc).ListAppliances(ctx, &fleetv1.ListAppliancesRequest{})

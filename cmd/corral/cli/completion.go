@@ -89,7 +89,7 @@ func (inv *invocation) recordNames(cmd *cobra.Command, k *kind) []string {
 	}
 	ctx, cancel := context.WithTimeout(base, min(inv.timeout, completionTimeout))
 	defer cancel()
-	ms, err := k.list(ctx, cc)
+	ms, err := k.listAll(ctx, cc, pageQuery{}, maxCompletions)
 	if err != nil {
 		return nil
 	}

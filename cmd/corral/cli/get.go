@@ -13,6 +13,7 @@ import (
 func (inv *invocation) getCommand() *cobra.Command {
 	var output string
 	var watch bool
+	var limit int
 	var mf machineFilter
 	var ef eventFilter
 	cmd := &cobra.Command{
@@ -21,6 +22,11 @@ func (inv *invocation) getCommand() *cobra.Command {
 		Long: `get lists every record of KIND, or only NAME, as a table (default), a
 wider table (-o wide), KIND/NAME lines (-o name), JSON or YAML. JSON and YAML
 use proto field names; a list is an array.
+
+Lists are read a page at a time and printed as each page arrives (a
+table's columns are aligned within a page); --limit N stops after N
+records. Machine filters (--state, --serial, --mac, -l) and --sort-by run
+on the appliance.
 
 -w (--watch) prints the list, then a row for every change until Ctrl-C
 (kinds machine, node, network, vm, bs, and events); with -o json each change
@@ -72,23 +78,20 @@ and how it ended: --since, --machine).`,
 				}
 				return printRecords(cmd.OutOrStdout(), k, []proto.Message{m}, false, output)
 			}
-			var ms []proto.Message
-			if req != nil {
-				var resp *inventoryv1.ListMachinesResponse
-				resp, err = inventoryv1.NewMachineServiceClient(cc).ListMachines(ctx, req)
-				ms = messages(resp.GetMachines())
-			} else {
-				ms, err = k.list(ctx, cc)
+			if limit < 0 {
+				return usageErrorf("--limit %d: want 0 (no limit) or more", limit)
 			}
-			if err != nil {
-				return inv.callError("list "+k.name+"s", err)
+			q := pageQuery{timeout: inv.timeout}
+			if k == machineKind {
+				q.machines = mf.list(req, output)
 			}
-			sortByName(ms)
-			return printRecords(cmd.OutOrStdout(), k, ms, true, output)
+			// Each page has the RPC deadline; the whole list has none.
+			return inv.printList(cmd.Context(), cmd.OutOrStdout(), cc, k, q, limit, output)
 		},
 	}
 	addGetOutputFlag(cmd, &output)
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "after the list, print every change until interrupted")
+	cmd.Flags().IntVar(&limit, "limit", 0, "print at most this many records (0: all); the list is read a page at a time and printed as it arrives")
 	mf.register(cmd)
 	ef.register(cmd)
 	return cmd
@@ -131,8 +134,23 @@ func (inv *invocation) watchKind(cmd *cobra.Command, k *kind, name []string, req
 
 // machineFilter holds the `get machines` filters.
 type machineFilter struct {
-	state, serial, mac string
-	selectors          []string
+	state, serial, mac, sortBy string
+	selectors                  []string
+}
+
+// list returns the ListMachines request a `get machines` list sends: the
+// filters of req (nil: none), the order, and the SUMMARY view for tables
+// and names (FULL for JSON and YAML, which print whole records).
+func (f *machineFilter) list(req *inventoryv1.ListMachinesRequest, output string) *inventoryv1.ListMachinesRequest {
+	if req == nil {
+		req = &inventoryv1.ListMachinesRequest{}
+	}
+	req.OrderBy = f.sortBy
+	req.View = inventoryv1.MachineView_MACHINE_VIEW_SUMMARY
+	if output == formatJSON || output == formatYAML {
+		req.View = inventoryv1.MachineView_MACHINE_VIEW_FULL
+	}
+	return req
 }
 
 func (f *machineFilter) set() bool {
@@ -144,6 +162,7 @@ func (f *machineFilter) register(cmd *cobra.Command) {
 	fs.StringVar(&f.state, "state", "", "machines: only this state (discovered, inventoried, installing, deployed, failed, maintenance)")
 	fs.StringVar(&f.serial, "serial", "", "machines: only this serial number")
 	fs.StringVar(&f.mac, "mac", "", "machines: only the machine with this MAC")
+	fs.StringVar(&f.sortBy, "sort-by", "", "machines: order on the appliance by name, state, serial, created_at or updated_at, with \" desc\" to reverse (default name)")
 	fs.StringArrayVarP(&f.selectors, "selector", "l", nil, "machines: fact selector KEY OP VALUE, e.g. 'memory_bytes>=64Gi', 'disk.count>=2', 'vendor=Dell Inc.' (repeatable, all must match)")
 }
 
@@ -151,6 +170,9 @@ func (f *machineFilter) register(cmd *cobra.Command) {
 // is set; filters on another kind or with a NAME are usage errors.
 func (f *machineFilter) request(k *kind, named bool) (*inventoryv1.ListMachinesRequest, error) {
 	if f.state == "" && f.serial == "" && f.mac == "" && len(f.selectors) == 0 {
+		if f.sortBy != "" && (k != machineKind || named) {
+			return nil, usageErrorf("--sort-by orders the machine list only")
+		}
 		return nil, nil
 	}
 	if k != machineKind || named {

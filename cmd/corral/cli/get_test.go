@@ -208,21 +208,21 @@ func TestKindAliases(t *testing.T) {
 		kind string
 		want proto.Message // the List request the alias must send
 	}{
-		"node":            {"node", &poolv1.ListNodesRequest{}},
-		"nodes":           {"nodes", &poolv1.ListNodesRequest{}},
-		"network":         {"network", &poolv1.ListNetworksRequest{}},
-		"networks":        {"networks", &poolv1.ListNetworksRequest{}},
-		"net":             {"net", &poolv1.ListNetworksRequest{}},
-		"virtual_machine": {"virtual_machine", &provisioningv1.ListVirtualMachinesRequest{}},
-		"vm":              {"vm", &provisioningv1.ListVirtualMachinesRequest{}},
-		"vms":             {"vms", &provisioningv1.ListVirtualMachinesRequest{}},
-		"VirtualMachine":  {"VirtualMachine", &provisioningv1.ListVirtualMachinesRequest{}},
-		"block_storage":   {"block_storage", &provisioningv1.ListBlockStoragesRequest{}},
-		"bs":              {"bs", &provisioningv1.ListBlockStoragesRequest{}},
-		"image":           {"image", &deploymentv1.ListImagesRequest{}},
-		"images":          {"images", &deploymentv1.ListImagesRequest{}},
-		"machine":         {"machine", &inventoryv1.ListMachinesRequest{}},
-		"machines":        {"machines", &inventoryv1.ListMachinesRequest{}},
+		"node":            {"node", &poolv1.ListNodesRequest{PageSize: 500}},
+		"nodes":           {"nodes", &poolv1.ListNodesRequest{PageSize: 500}},
+		"network":         {"network", &poolv1.ListNetworksRequest{PageSize: 500}},
+		"networks":        {"networks", &poolv1.ListNetworksRequest{PageSize: 500}},
+		"net":             {"net", &poolv1.ListNetworksRequest{PageSize: 500}},
+		"virtual_machine": {"virtual_machine", &provisioningv1.ListVirtualMachinesRequest{PageSize: 500}},
+		"vm":              {"vm", &provisioningv1.ListVirtualMachinesRequest{PageSize: 500}},
+		"vms":             {"vms", &provisioningv1.ListVirtualMachinesRequest{PageSize: 500}},
+		"VirtualMachine":  {"VirtualMachine", &provisioningv1.ListVirtualMachinesRequest{PageSize: 500}},
+		"block_storage":   {"block_storage", &provisioningv1.ListBlockStoragesRequest{PageSize: 500}},
+		"bs":              {"bs", &provisioningv1.ListBlockStoragesRequest{PageSize: 500}},
+		"image":           {"image", &deploymentv1.ListImagesRequest{PageSize: 500}},
+		"images":          {"images", &deploymentv1.ListImagesRequest{PageSize: 500}},
+		"machine":         {"machine", &inventoryv1.ListMachinesRequest{PageSize: 500, View: inventoryv1.MachineView_MACHINE_VIEW_FULL}},
+		"machines":        {"machines", &inventoryv1.ListMachinesRequest{PageSize: 500, View: inventoryv1.MachineView_MACHINE_VIEW_FULL}},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -273,11 +273,11 @@ func TestGetMachineFilters(t *testing.T) {
 	}{
 		"state and selectors": {
 			args: []string{"get", "machines", "--state", "inventoried", "-l", "memory_bytes>=64Gi", "--selector", "disk.count>=2"},
-			want: &inventoryv1.ListMachinesRequest{State: inventoryv1.Machine_INVENTORIED, Selectors: []string{"memory_bytes>=64Gi", "disk.count>=2"}},
+			want: &inventoryv1.ListMachinesRequest{State: inventoryv1.Machine_INVENTORIED, Selectors: []string{"memory_bytes>=64Gi", "disk.count>=2"}, PageSize: 500, View: inventoryv1.MachineView_MACHINE_VIEW_SUMMARY},
 		},
 		"serial and mac": {
 			args: []string{"get", "machine", "--serial", "SN123", "--mac", "aa:bb:cc:dd:ee:01"},
-			want: &inventoryv1.ListMachinesRequest{Serial: "SN123", Mac: "aa:bb:cc:dd:ee:01"},
+			want: &inventoryv1.ListMachinesRequest{Serial: "SN123", Mac: "aa:bb:cc:dd:ee:01", PageSize: 500, View: inventoryv1.MachineView_MACHINE_VIEW_SUMMARY},
 		},
 		"bad state":        {args: []string{"get", "machines", "--state", "sleeping"}, code: ExitUsage},
 		"filter on nodes":  {args: []string{"get", "nodes", "--state", "deployed"}, code: ExitUsage},

@@ -33,7 +33,8 @@ type kind struct {
 	wide    []string
 	wideRow func(proto.Message) []string
 
-	list func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error)
+	// page reads one page of the kind's list (list.go).
+	page func(ctx context.Context, cc grpc.ClientConnInterface, q pageQuery) ([]proto.Message, string, error)
 	get  func(ctx context.Context, cc grpc.ClientConnInterface, name string) (proto.Message, error)
 	del  func(ctx context.Context, cc grpc.ClientConnInterface, name string) error
 	// watch opens the kind's Watch stream (nil: the kind cannot be
@@ -196,9 +197,9 @@ var nodeKind = &kind{
 		}
 		return []string{cell(n.GetSerial()), cell(n.GetIpmiAddress()), cell(strings.Join(loc, "/")), hv, beat, labelsCell(n.GetLabels())}
 	},
-	list: func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error) {
-		resp, err := poolv1.NewNodeServiceClient(cc).ListNodes(ctx, &poolv1.ListNodesRequest{})
-		return messages(resp.GetNodes()), err
+	page: func(ctx context.Context, cc grpc.ClientConnInterface, q pageQuery) ([]proto.Message, string, error) {
+		resp, err := poolv1.NewNodeServiceClient(cc).ListNodes(ctx, &poolv1.ListNodesRequest{PageSize: q.size, PageToken: q.token})
+		return messages(resp.GetNodes()), resp.GetNextPageToken(), err
 	},
 	get: func(ctx context.Context, cc grpc.ClientConnInterface, name string) (proto.Message, error) {
 		return poolv1.NewNodeServiceClient(cc).GetNode(ctx, &poolv1.GetNodeRequest{Name: name})
@@ -239,9 +240,9 @@ var networkKind = &kind{
 		n := m.(*poolv1.Network)
 		return []string{cell(n.GetDomain()), cell(strings.Join(n.GetDnsServers(), ",")), labelsCell(n.GetLabels())}
 	},
-	list: func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error) {
-		resp, err := poolv1.NewNetworkServiceClient(cc).ListNetworks(ctx, &poolv1.ListNetworksRequest{})
-		return messages(resp.GetNetworks()), err
+	page: func(ctx context.Context, cc grpc.ClientConnInterface, q pageQuery) ([]proto.Message, string, error) {
+		resp, err := poolv1.NewNetworkServiceClient(cc).ListNetworks(ctx, &poolv1.ListNetworksRequest{PageSize: q.size, PageToken: q.token})
+		return messages(resp.GetNetworks()), resp.GetNextPageToken(), err
 	},
 	get: func(ctx context.Context, cc grpc.ClientConnInterface, name string) (proto.Message, error) {
 		return poolv1.NewNetworkServiceClient(cc).GetNetwork(ctx, &poolv1.GetNetworkRequest{Name: name})
@@ -299,9 +300,9 @@ var virtualMachineKind = &kind{
 		}
 		return []string{cell(strings.Join(macs, ",")), cell(vm.GetUuid()), cell(vm.GetLoginUsername()), labelsCell(vm.GetLabels())}
 	},
-	list: func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error) {
-		resp, err := provisioningv1.NewVirtualMachineServiceClient(cc).ListVirtualMachines(ctx, &provisioningv1.ListVirtualMachinesRequest{})
-		return messages(resp.GetVirtualMachines()), err
+	page: func(ctx context.Context, cc grpc.ClientConnInterface, q pageQuery) ([]proto.Message, string, error) {
+		resp, err := provisioningv1.NewVirtualMachineServiceClient(cc).ListVirtualMachines(ctx, &provisioningv1.ListVirtualMachinesRequest{PageSize: q.size, PageToken: q.token})
+		return messages(resp.GetVirtualMachines()), resp.GetNextPageToken(), err
 	},
 	get: func(ctx context.Context, cc grpc.ClientConnInterface, name string) (proto.Message, error) {
 		return provisioningv1.NewVirtualMachineServiceClient(cc).GetVirtualMachine(ctx, &provisioningv1.GetVirtualMachineRequest{Name: name})
@@ -330,9 +331,9 @@ var blockStorageKind = &kind{
 		bs := m.(*provisioningv1.BlockStorage)
 		return []string{cell(bs.GetStorageName()), cell(bs.GetAnnotations()[annBSRequestNode]), labelsCell(bs.GetLabels())}
 	},
-	list: func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error) {
-		resp, err := provisioningv1.NewBlockStorageServiceClient(cc).ListBlockStorages(ctx, &provisioningv1.ListBlockStoragesRequest{})
-		return messages(resp.GetBlockStorages()), err
+	page: func(ctx context.Context, cc grpc.ClientConnInterface, q pageQuery) ([]proto.Message, string, error) {
+		resp, err := provisioningv1.NewBlockStorageServiceClient(cc).ListBlockStorages(ctx, &provisioningv1.ListBlockStoragesRequest{PageSize: q.size, PageToken: q.token})
+		return messages(resp.GetBlockStorages()), resp.GetNextPageToken(), err
 	},
 	get: func(ctx context.Context, cc grpc.ClientConnInterface, name string) (proto.Message, error) {
 		return provisioningv1.NewBlockStorageServiceClient(cc).GetBlockStorage(ctx, &provisioningv1.GetBlockStorageRequest{Name: name})
@@ -357,9 +358,9 @@ var imageKind = &kind{
 		}
 		return []string{img.GetName(), joinSorted(tags), joinSorted(bss)}
 	},
-	list: func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error) {
-		resp, err := deploymentv1.NewImageServiceClient(cc).ListImages(ctx, &deploymentv1.ListImagesRequest{})
-		return messages(resp.GetImages()), err
+	page: func(ctx context.Context, cc grpc.ClientConnInterface, q pageQuery) ([]proto.Message, string, error) {
+		resp, err := deploymentv1.NewImageServiceClient(cc).ListImages(ctx, &deploymentv1.ListImagesRequest{PageSize: q.size, PageToken: q.token})
+		return messages(resp.GetImages()), resp.GetNextPageToken(), err
 	},
 	get: func(ctx context.Context, cc grpc.ClientConnInterface, name string) (proto.Message, error) {
 		return deploymentv1.NewImageServiceClient(cc).GetImage(ctx, &deploymentv1.GetImageRequest{Name: name})
@@ -440,9 +441,14 @@ var machineKind = &kind{
 			cell(mc.GetStateReason()),
 		}
 	},
-	list: func(ctx context.Context, cc grpc.ClientConnInterface) ([]proto.Message, error) {
-		resp, err := inventoryv1.NewMachineServiceClient(cc).ListMachines(ctx, &inventoryv1.ListMachinesRequest{})
-		return messages(resp.GetMachines()), err
+	page: func(ctx context.Context, cc grpc.ClientConnInterface, q pageQuery) ([]proto.Message, string, error) {
+		req := &inventoryv1.ListMachinesRequest{View: inventoryv1.MachineView_MACHINE_VIEW_SUMMARY}
+		if q.machines != nil {
+			req = proto.CloneOf(q.machines)
+		}
+		req.PageSize, req.PageToken = q.size, q.token
+		resp, err := inventoryv1.NewMachineServiceClient(cc).ListMachines(ctx, req)
+		return messages(resp.GetMachines()), resp.GetNextPageToken(), err
 	},
 	get: func(ctx context.Context, cc grpc.ClientConnInterface, name string) (proto.Message, error) {
 		return inventoryv1.NewMachineServiceClient(cc).GetMachine(ctx, &inventoryv1.GetMachineRequest{Name: name})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/internal/paging"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
@@ -109,10 +110,15 @@ func (inv *invocation) tokenListCommand() *cobra.Command {
 			if err := checkFormat(output); err != nil {
 				return err
 			}
-			var resp *authv1.ListTokensResponse
-			if err := inv.rpc(cmd, "list tokens", func(ctx context.Context, cc *grpc.ClientConn) (err error) {
-				resp, err = authv1.NewTokenServiceClient(cc).ListTokens(ctx, &authv1.ListTokensRequest{IncludeAgent: all})
-				return err
+			resp := &authv1.ListTokensResponse{}
+			if err := inv.rpc(cmd, "list tokens", func(ctx context.Context, cc *grpc.ClientConn) error {
+				return paging.All(ctx, 0, func(ctx context.Context, tok string) ([]*authv1.Token, string, error) {
+					r, err := authv1.NewTokenServiceClient(cc).ListTokens(ctx, &authv1.ListTokensRequest{IncludeAgent: all, PageSize: paging.MaxSize, PageToken: tok})
+					return r.GetTokens(), r.GetNextPageToken(), err
+				}, func(t *authv1.Token) error {
+					resp.Tokens = append(resp.Tokens, t)
+					return nil
+				})
 			}); err != nil {
 				return err
 			}

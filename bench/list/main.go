@@ -1,0 +1,294 @@
+// Command list measures `corral get machines` against the built corrald
+// holding N inventoried machines with realistic facts (testsupport's
+// machinefacts.Server: 16 DIMMs, 4 disks, 4 NICs, two fact changes):
+// time to the first row, total time, output size, the client's peak RSS
+// and the server's (VmHWM) after the listing. It prints; it asserts
+// nothing. The machines are written into the data directory's store
+// offline (corrald stopped), so 50,000 take seconds, not a storm.
+//
+//	go build -o /tmp/corral-bin/ ./cmd/corrald ./cmd/corral
+//	go run ./bench/list -bin /tmp/corral-bin -machines 5000,50000
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/inventory"
+	"github.com/corralhq/corral/store/bolt"
+	"github.com/corralhq/corral/testsupport/machinefacts"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+func main() {
+	bin := flag.String("bin", "", "directory holding the built corrald and corral (required)")
+	counts := flag.String("machines", "5000,50000", "comma-separated machine counts")
+	work := flag.String("work-dir", "", "where the data directories go (default: a temporary directory)")
+	flag.BoolVar(&withJSON, "json", true, "also time -o json (minutes at 50,000 machines)")
+	flag.Parse()
+	if err := run(*bin, *counts, *work); err != nil {
+		fmt.Fprintln(os.Stderr, "list:", err)
+		os.Exit(1)
+	}
+}
+
+// withJSON says whether -o json is timed too.
+var withJSON = true
+
+func run(bin, counts, work string) error {
+	if bin == "" {
+		return errors.New("-bin is required")
+	}
+	if work == "" {
+		d, err := os.MkdirTemp("", "corral-bench-list")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		work = d
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("bench list: %s, load %s", time.Now().UTC().Format(time.RFC3339), load)
+	for _, c := range strings.Split(counts, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(c))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("-machines: %q is not a count", c)
+		}
+		if err := one(bin, filepath.Join(work, strconv.Itoa(n)), n); err != nil {
+			return fmt.Errorf("%d machines: %w", n, err)
+		}
+	}
+	return nil
+}
+
+func one(bin, dir string, n int) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	// First start: the data directory gets its CA and admin.conf.
+	d, err := start(bin, dir)
+	if err != nil {
+		return err
+	}
+	d.stop()
+	t0 := time.Now()
+	if err := fill(filepath.Join(dir, "corral.db"), n); err != nil {
+		return err
+	}
+	db, _ := os.Stat(filepath.Join(dir, "corral.db"))
+	fmt.Printf("\n%d machines written offline in %v (corral.db %d MB)\n", n, time.Since(t0).Round(time.Millisecond), db.Size()>>20)
+	d, err = start(bin, dir)
+	if err != nil {
+		return err
+	}
+	defer d.stop()
+	fmt.Printf("corrald started: RSS %d MB\n", d.status("VmRSS")>>10)
+	for _, args := range [][]string{{"get", "machines"}, {"get", "machines", "-o", "json"}, {"get", "machines", "--limit", "100"}, {"get", "machines", "--sort-by", "updated_at desc", "--limit", "20"}} {
+		if !withJSON && slices.Contains(args, "json") {
+			continue
+		}
+		r, err := corral(bin, dir, args...)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("corral %-45s first row %7.0f ms, total %7.0f ms, %7d lines, %6d KB out, client peak RSS %4d MB, corrald peak RSS %4d MB\n",
+			strings.Join(args, " "), ms(r.first), ms(r.total), r.lines, r.bytes>>10, r.maxRSS>>10, d.status("VmHWM")>>10)
+	}
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// fill writes n INVENTORIED machines with realistic facts into the store
+// at path, 16 writers at once.
+func fill(path string, n int) error {
+	st, err := bolt.Open(path, bolt.Options{})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	inv, err := inventory.New(inventory.Config{Store: st, MaxDiscovered: -1})
+	if err != nil {
+		return err
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var first error
+	var mu sync.Mutex
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				m := &inventoryv1.Machine{
+					Name: inventory.MachineNameForMAC(machinefacts.ServerMAC(i, 0)), Serial: fmt.Sprintf("SRV-%07d", i),
+					BootMac: machinefacts.ServerMAC(i, 0), State: inventoryv1.Machine_INVENTORIED, Facts: machinefacts.Server(i),
+					FactHistory: []*inventoryv1.FactChange{
+						{At: timestamppb.Now(), Path: "memory.total_bytes", Before: "274877906944", After: "549755813888"},
+						{At: timestamppb.Now(), Path: "bios.version", Before: "2.18.0", After: "2.19.1"},
+					},
+				}
+				if _, err := inv.CreateMachine(context.Background(), m); err != nil {
+					mu.Lock()
+					first = cmpOr(first, err)
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+type daemon struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func freeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// start runs corrald on loopback (no DHCP, TFTP or RA) and waits until its
+// API serves.
+func start(bin, dir string) (*daemon, error) {
+	cmd := exec.Command(filepath.Join(bin, "corrald"), "serve", "--data-dir", dir, "--api-listen", freeAddr(),
+		"--boot-interface", "lo", "--dhcp-mode", "off", "--no-ra", "--tftp-listen", "off", "--http-listen", freeAddr(), "--allow-test-images")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	d := &daemon{cmd: cmd, done: make(chan struct{})}
+	ready := make(chan struct{})
+	var logTail []string
+	go func() {
+		sc := bufio.NewScanner(out)
+		once := false
+		for sc.Scan() {
+			logTail = append(logTail[max(0, len(logTail)-20):], sc.Text())
+			if !once && strings.Contains(sc.Text(), "serving gRPC API") {
+				once = true
+				close(ready)
+			}
+		}
+		cmd.Wait()
+		close(d.done)
+	}()
+	select {
+	case <-ready:
+		return d, nil
+	case <-d.done:
+		return nil, fmt.Errorf("corrald exited:\n%s", strings.Join(logTail, "\n"))
+	case <-time.After(2 * time.Minute):
+		d.stop()
+		return nil, errors.New("corrald did not start in 2 minutes")
+	}
+}
+
+func (d *daemon) stop() {
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(30 * time.Second):
+		d.cmd.Process.Kill()
+		<-d.done
+	}
+}
+
+// status reads a kB field of corrald's /proc status (VmRSS, VmHWM).
+func (d *daemon) status(field string) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+type result struct {
+	first, total time.Duration
+	lines        int
+	bytes        int64
+	maxRSS       int64 // kB
+}
+
+// corral runs the CLI with the data directory's admin.conf and times its
+// output: the first row is the first line after a table's header (or the
+// first line of JSON).
+func corral(bin, dir string, args ...string) (result, error) {
+	var r result
+	cmd := exec.Command(filepath.Join(bin, "corral"), append([]string{"--config", filepath.Join(dir, "admin.conf"), "--timeout", "10m"}, args...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return r, err
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		return r, err
+	}
+	rd := bufio.NewReaderSize(out, 1<<20)
+	for {
+		line, err := rd.ReadString('\n')
+		if len(line) > 0 {
+			r.lines++
+			r.bytes += int64(len(line))
+			if r.first == 0 && (r.lines == 2 || strings.Contains(strings.Join(args, " "), "json")) {
+				r.first = time.Since(t0)
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		return r, fmt.Errorf("corral %s: %v: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	r.total = time.Since(t0)
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		r.maxRSS = ru.Maxrss
+	}
+	return r, nil
+}
