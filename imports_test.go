@@ -33,11 +33,11 @@ type importRule struct {
 // code.
 var importRules = []importRule{
 	{"api", []string{"api"}, "generated API: protobuf and gRPC only"},
-	{"internal", nil, "internal/<leaf>: error classes, node identity layout, flag/config, source finder, initramfs writer, rate-limited log lines: import nothing of ours"},
+	{"internal", nil, "internal/<leaf>: error classes, node identity layout, flag/config, source finder, initramfs writer, rate-limited log lines, control-character escaping: import nothing of ours"},
 	{"store", []string{"store", "api/store", "internal/apierr"}, "the store contract, its backends and the record codec"},
 	{"internal/watchstream", []string{"store", "api/watch", "internal/apierr", "internal/lograte"}, "the corral.watch.v1 contract every Watch RPC follows, on the store's resumable watch"},
 	{"auth", []string{"auth", "api", "store", "internal/apierr", "internal/nodeid"}, "tokens in the store, the CA, the gRPC interceptor"},
-	{"inventory", []string{"api", "store", "inventory/timeline", "internal/apierr", "internal/lograte", "internal/watchstream"}, "machines: identity, facts, their indexes, the state machine, the MachineService edge; of its sub-packages only the timeline, which it composes (bmc builds on it, pool sits beside it)"},
+	{"inventory", []string{"api", "store", "inventory/timeline", "internal/apierr", "internal/lograte", "internal/termsafe", "internal/watchstream"}, "machines: identity, facts, their indexes, the state machine, the MachineService edge; of its sub-packages only the timeline, which it composes (bmc builds on it, pool sits beside it)"},
 	{"inventory/pool", []string{"inventory/pool", "api", "store", "internal/apierr", "internal/lograte", "internal/watchstream"}, "the node pool: budgets, scheduling, IPAM"},
 	{"inventory/bmc", []string{"inventory/bmc", "inventory", "api", "store", "internal/apierr"}, "BMC control (enrolment, sealed passwords, power, boot device) over inventory's machines, through interfaces it declares; inventory never imports it"},
 	{"inventory/timeline", []string{"api", "store", "internal/lograte"}, "the boot timeline: entries in the store, nothing of inventory (inventory composes it)"},
