@@ -46,7 +46,7 @@ var importRules = []importRule{
 	{"fleet/artifactsync", []string{"fleet", "api", "store", "images", "internal/apierr"}, "the fleet's boot artifacts: a manifest in the shared store and peer fetches over ApplianceService, into the local catalog's content store (images)"},
 	{"ipmi", []string{"ipmi"}, "BMC drivers behind bmclib: nothing of ours"},
 	{"images", []string{"images", "internal/initramfs", "internal/sourcetree"}, "the artifact catalog and the initramfs builders"},
-	{"agent", []string{"agent", "api", "internal/apierr", "internal/nodeid"}, "code that runs on a machine: api and its own packages"},
+	{"agent", []string{"agent", "api", "internal/apierr", "internal/nodeid", "internal/termsafe"}, "code that runs on a machine: api and its own packages"},
 	{"boot", []string{"boot", "api", "images", "internal/apierr", "internal/lograte"}, "network boot serves the image catalog"},
 	{"deploy", []string{"deploy", "api"}, "the do DAG executor speaks the API"},
 	{"web", []string{"web", "api"}, "the rack's web page: embedded assets and a JSON gateway that calls the appliance's own gRPC API with the caller's token"},
