@@ -262,7 +262,8 @@ func New(cfg Config) (*Server, error) {
 		lis.Close()
 		return nil, err
 	}
-	s.inv, err = inventory.New(cfg.Limits.Timeline.inventoryConfig(inventory.Config{Store: st, Logger: cfg.Logger.With("component", "inventory"), MaxDiscovered: cfg.Boot.MaxDiscovered}))
+	s.inv, err = inventory.New(cfg.Limits.Timeline.inventoryConfig(inventory.Config{Store: st, Logger: cfg.Logger.With("component", "inventory"), MaxDiscovered: cfg.Boot.MaxDiscovered,
+		FactCaps: cfg.Limits.Reports, ReportRefused: s.obs.ReportRefused()}))
 	if err != nil {
 		lis.Close()
 		return nil, err
