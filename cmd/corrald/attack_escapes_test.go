@@ -12,16 +12,21 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"net"
 	"net/url"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/iana"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -29,6 +34,8 @@ import (
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 	"github.com/corralhq/corral/testsupport/machinefacts"
+	"github.com/corralhq/corral/testsupport/require"
+	"github.com/corralhq/corral/testsupport/syncbuf"
 )
 
 // Terminal control sequences an attacker would send: window title (OSC 0),
@@ -177,4 +184,150 @@ func tftpRead(t *testing.T, addr, name string) {
 	conn.SetReadDeadline(time.Now().Add(3 * time.Second))
 	buf := make([]byte, 1500)
 	conn.Read(buf)
+}
+
+// TestAttackDHCPOptionsEscaped: DHCP options 60 (vendor class) and 77
+// (user class) and a host name carrying control sequences, from a client
+// in another network namespace, reach `corral machine timeline` and `corral
+// get machines` escaped. corrald runs with DHCP in full mode on a bridge in
+// its own namespace, TFTP on.
+func TestAttackDHCPOptionsEscaped(t *testing.T) {
+	needE2E(t)
+	require.Root(t, "network namespaces for DHCP in full mode")
+	require.Tool(t, "ip")
+	require.File(t, "/boot/ipxe.lkrn", "the discovery kernel stand-in (Debian package ipxe)")
+	const mac = "52:54:00:cc:01:01"
+	b := make([]byte, 3)
+	rand.Read(b)
+	id := hex.EncodeToString(b)
+	srvNS, cliNS := "cre"+id, "cre"+id+"c"
+	br, host, inner := "bq"+id[:4], "vq"+id[:4], "eq"+id[:4]
+	ipc := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	ipc("netns", "add", srvNS)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", srvNS).Run() })
+	ipc("netns", "add", cliNS)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", cliNS).Run() })
+	ipc("-n", srvNS, "link", "set", "lo", "up")
+	ipc("-n", srvNS, "link", "add", br, "type", "bridge")
+	ipc("-n", srvNS, "addr", "add", "10.79.1.1/24", "dev", br)
+	ipc("-n", srvNS, "link", "set", br, "up")
+	ipc("-n", srvNS, "link", "add", host, "type", "veth", "peer", "name", inner, "netns", cliNS)
+	ipc("-n", srvNS, "link", "set", host, "master", br)
+	ipc("-n", srvNS, "link", "set", host, "up")
+	ipc("-n", cliNS, "link", "set", "lo", "up")
+	ipc("-n", cliNS, "addr", "add", "10.79.1.250/24", "dev", inner) // a route for the broadcast
+	ipc("-n", cliNS, "link", "set", inner, "up")
+	ipc("-n", cliNS, "route", "add", "default", "via", "10.79.1.1")
+
+	data := t.TempDir()
+	logs := &syncbuf.Buffer{}
+	cmd := exec.Command("ip", "netns", "exec", srvNS, filepath.Join(binDir, "corrald"), "serve", "--data-dir", data,
+		"--api-listen", ":20180", "--boot-interface", br, "--dhcp-mode", "full", "--dhcp-range", "10.79.1.100-10.79.1.150",
+		"--tftp-listen", "10.79.1.1:69", "--no-ra", "--http-listen", "10.79.1.1:8080", "--metrics-listen", "", "--allow-test-images")
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{}) // closed when corrald has exited, with waitErr set
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("corrald logs:\n%s", logs)
+		}
+	})
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(logs.String(), "network boot on"); time.Sleep(50 * time.Millisecond) {
+		select {
+		case <-exited:
+			t.Fatalf("corrald exited early: %v\n%s", waitErr, logs)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("corrald did not start\n%s", logs)
+		}
+	}
+	corral := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("ip", append([]string{"netns", "exec", srvNS, filepath.Join(binDir, "corral"), "--config", filepath.Join(data, "admin.conf")}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("corral %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+
+	var conn *net.UDPConn
+	inNetns(t, cliNS, func() {
+		pc, err := net.ListenPacket("udp4", "0.0.0.0:68")
+		if err != nil {
+			t.Fatalf("listen :68 in %s: %v", cliNS, err)
+		}
+		conn = pc.(*net.UDPConn)
+	})
+	t.Cleanup(func() { conn.Close() })
+	raw, _ := conn.SyscallConn()
+	raw.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_BROADCAST, 1) })
+	hw, _ := net.ParseMAC(mac)
+	evil := func(d *dhcpv4.DHCPv4) {
+		d.UpdateOption(dhcpv4.OptClassIdentifier("PXEClient:Arch:00000:UNDI:002001" + escTitle + escClipboard))
+		d.UpdateOption(dhcpv4.OptClientArch(iana.INTEL_X86PC))
+		d.UpdateOption(dhcpv4.OptUserClass("iPXE" + escClear + escLink + escC1 + escBidi))
+		d.UpdateOption(dhcpv4.OptHostName("host" + escTitle))
+	}
+	var offer *dhcpv4.DHCPv4
+	for attempt := 0; offer == nil && attempt < 10; attempt++ {
+		d, err := dhcpv4.NewDiscovery(hw, dhcpv4.WithBroadcast(true), evil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		offer = dhcpExchange(t, conn, d, &net.UDPAddr{IP: net.IPv4bcast, Port: 67}, dhcpv4.MessageTypeOffer)
+	}
+	if offer == nil {
+		t.Fatal("no OFFER")
+	}
+	req, err := dhcpv4.NewRequestFromOffer(offer, dhcpv4.WithBroadcast(true), evil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack := dhcpExchange(t, conn, req, &net.UDPAddr{IP: net.IPv4bcast, Port: 67}, dhcpv4.MessageTypeAck)
+	if ack == nil {
+		t.Fatal("no ACK")
+	}
+	lease := ack.YourIPAddr.String()
+	ipc("-n", cliNS, "addr", "add", lease+"/24", "dev", inner)
+	// A TFTP name from the leased address: the MAC is known, so it goes
+	// on the timeline too.
+	inNetns(t, cliNS, func() { tftpRead(t, "10.79.1.1:69", "boot"+escClear+escBidi+".efi") })
+
+	var tl string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if tl = corral("machine", "timeline", mac, "-o", "json"); strings.Contains(tl, "tftp-refused") && strings.Contains(tl, "vendor_class") {
+			break
+		}
+	}
+	table := corral("machine", "timeline", mac)
+	for _, want := range []string{`\x1b]0;owned\x07`, `\x1b]52;c;`, `\x1b[2J`, `\u202e`} {
+		if !strings.Contains(table, want) {
+			t.Errorf("the timeline does not show %q escaped:\n%s\n%s", want, table, tl)
+		}
+	}
+	assertNoRaw(t, "corral machine timeline -o json", tl)
+	for _, args := range [][]string{
+		{"machine", "timeline", mac}, {"machine", "timeline", mac, "-o", "yaml"},
+		{"get", "machines"}, {"get", "machines", "-o", "wide"}, {"get", "events"},
+	} {
+		assertNoRaw(t, "corral "+strings.Join(args, " "), corral(args...))
+	}
+	assertNoRaw(t, "corrald's log", logs.String())
 }
