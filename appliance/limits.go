@@ -32,6 +32,9 @@ type LimitsConfig struct {
 	GRPC     GRPCLimits
 	Timeline TimelineLimits
 	Agent    AgentLimits
+	// Reports cap an agent's fact report and a machine's fact history
+	// (docs/security.md, "Report caps").
+	Reports inventory.FactCaps
 }
 
 // GRPCLimits bound the gRPC API's clients.
@@ -188,6 +191,9 @@ func (c *LimitsConfig) setDefaults() error {
 			*r.v = r.def
 		}
 	}
+	if err := c.checkReports(); err != nil {
+		return err
+	}
 	switch {
 	case g.MaxConnsPerIP > g.MaxConns:
 		return fmt.Errorf("--grpc-max-conns-per-ip %d is above --grpc-max-conns %d", g.MaxConnsPerIP, g.MaxConns)
@@ -197,6 +203,35 @@ func (c *LimitsConfig) setDefaults() error {
 		return fmt.Errorf("--timeline-max-entries %d is below --timeline-per-mac %d", tl.MaxEntries, tl.PerMAC)
 	case tl.Attrs < 2:
 		return fmt.Errorf("--timeline-max-attrs %d: at least 2 (one says how many were cut)", tl.Attrs)
+	}
+	return nil
+}
+
+// checkReports fills the report caps' zero fields and refuses a negative
+// cap or one above inventory's ceiling.
+func (c *LimitsConfig) checkReports() error {
+	r, d := &c.Reports, inventory.DefaultFactCaps
+	for _, n := range []struct {
+		flag      string
+		v         *int
+		def, ceil int
+	}{
+		{"--max-report-bytes", &r.ReportBytes, d.ReportBytes, inventory.MaxFactsBytes},
+		{"--max-report-disks", &r.Disks, d.Disks, inventory.MaxDisks},
+		{"--max-report-dimms", &r.DIMMs, d.DIMMs, inventory.MaxDIMMs},
+		{"--max-report-nics", &r.NICs, d.NICs, inventory.MaxNICs},
+		{"--max-report-pci-devices", &r.PCIDevices, d.PCIDevices, inventory.MaxPCIDevices},
+		{"--max-fact-history-entries", &r.HistoryEntries, d.HistoryEntries, 0},
+		{"--max-fact-history-bytes", &r.HistoryBytes, d.HistoryBytes, 0},
+	} {
+		switch {
+		case *n.v < 0:
+			return fmt.Errorf("%s %d: want a positive number", n.flag, *n.v)
+		case *n.v == 0:
+			*n.v = n.def
+		case n.ceil > 0 && *n.v > n.ceil:
+			return fmt.Errorf("%s %d: at most %d", n.flag, *n.v, n.ceil)
+		}
 	}
 	return nil
 }

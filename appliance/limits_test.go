@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/corralhq/corral/auth/clientconfig"
 	boothttp "github.com/corralhq/corral/boot/http"
 	"github.com/corralhq/corral/boot/tftp"
+	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/testsupport/syncbuf"
 )
 
@@ -125,6 +127,9 @@ func TestLimitsConfigDefaultsAndErrors(t *testing.T) {
 	if diff := cmp.Diff(DefaultTimelineLimits(), zero.Timeline); diff != "" {
 		t.Errorf("timeline defaults (-want +got):\n%s", diff)
 	}
+	if diff := cmp.Diff(inventory.DefaultFactCaps, zero.Reports); diff != "" {
+		t.Errorf("report caps defaults (-want +got):\n%s", diff)
+	}
 	if zero.HTTP.MaxConns == 0 || zero.TFTP.MaxTransfers == 0 {
 		t.Errorf("boot limits not filled: %+v %+v", zero.HTTP, zero.TFTP)
 	}
@@ -137,9 +142,12 @@ func TestLimitsConfigDefaultsAndErrors(t *testing.T) {
 		"per address over total": {cfg: LimitsConfig{GRPC: GRPCLimits{MaxConns: 10, MaxConnsPerIP: 11}}, want: "--grpc-max-conns-per-ip 11 is above --grpc-max-conns 10"},
 		"timeline total below per MAC": {cfg: LimitsConfig{Timeline: TimelineLimits{PerMAC: 100, MaxEntries: 50}},
 			want: "--timeline-max-entries 50 is below --timeline-per-mac 100"},
-		"one attribute": {cfg: LimitsConfig{Timeline: TimelineLimits{Attrs: 1}}, want: "--timeline-max-attrs 1: at least 2 (one says how many were cut)"},
-		"http":          {cfg: LimitsConfig{HTTP: httpLimits(-5)}, want: "--http-max-conns -5: want a positive number"},
-		"tftp":          {cfg: LimitsConfig{TFTP: tftpLimits(-1)}, want: "--tftp-retries -1: want a positive number"},
+		"one attribute":       {cfg: LimitsConfig{Timeline: TimelineLimits{Attrs: 1}}, want: "--timeline-max-attrs 1: at least 2 (one says how many were cut)"},
+		"http":                {cfg: LimitsConfig{HTTP: httpLimits(-5)}, want: "--http-max-conns -5: want a positive number"},
+		"tftp":                {cfg: LimitsConfig{TFTP: tftpLimits(-1)}, want: "--tftp-retries -1: want a positive number"},
+		"negative report cap": {cfg: LimitsConfig{Reports: inventory.FactCaps{NICs: -1}}, want: "--max-report-nics -1: want a positive number"},
+		"report bytes over the ceiling": {cfg: LimitsConfig{Reports: inventory.FactCaps{ReportBytes: inventory.MaxFactsBytes + 1}},
+			want: fmt.Sprintf("--max-report-bytes %d: at most %d", inventory.MaxFactsBytes+1, inventory.MaxFactsBytes)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := tc.cfg.setDefaults()

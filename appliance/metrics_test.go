@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/auth/clientconfig"
+	"github.com/corralhq/corral/inventory"
+	"github.com/corralhq/corral/testsupport/machinefacts"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
@@ -73,8 +76,17 @@ func TestMetricsHealthAndNotify(t *testing.T) {
 	if _, err := srv.store.Put(context.Background(), "/test/metrics", []byte("x"), 0); err != nil {
 		t.Fatal(err)
 	}
+	// A report over a cap is counted by reason.
+	over := machinefacts.QEMU("SN-M", "", "52:54:00:00:0f:01")
+	for range inventory.DefaultFactCaps.Disks + 1 {
+		over.Disks = append(over.Disks, &inventoryv1.Facts_Disk{Name: "sdx"})
+	}
+	if err := srv.inv.CheckReport("52:54:00:00:0f:01", over); err == nil {
+		t.Fatal("a report over the disk cap passed")
+	}
 	_, body := httpGet(t, base+"/metrics")
-	for _, family := range []string{"corral_machines{", "corral_nodes{", `corral_store_commit_seconds_bucket{op="put",outcome="ok"`, "go_goroutines", "process_cpu_seconds_total"} {
+	for _, family := range []string{"corral_machines{", "corral_nodes{", `corral_store_commit_seconds_bucket{op="put",outcome="ok"`, "go_goroutines", "process_cpu_seconds_total",
+		`corral_report_refusals_total{reason="disks"} 1`} {
 		if !strings.Contains(body, family) {
 			t.Errorf("/metrics lacks %s", family)
 		}

@@ -263,7 +263,8 @@ func New(cfg Config) (*Server, error) {
 		lis.Close()
 		return nil, err
 	}
-	s.inv, err = inventory.New(cfg.Limits.Timeline.inventoryConfig(inventory.Config{Store: st, Logger: cfg.Logger.With("component", "inventory"), MaxDiscovered: cfg.Boot.MaxDiscovered, MaxUnaccepted: cfg.Boot.MaxUnaccepted}))
+	s.inv, err = inventory.New(cfg.Limits.Timeline.inventoryConfig(inventory.Config{Store: st, Logger: cfg.Logger.With("component", "inventory"), MaxDiscovered: cfg.Boot.MaxDiscovered, MaxUnaccepted: cfg.Boot.MaxUnaccepted,
+		FactCaps: cfg.Limits.Reports, ReportRefused: s.obs.ReportRefused()}))
 	if err != nil {
 		lis.Close()
 		return nil, err

@@ -75,11 +75,8 @@ func (i *Inventory) AdoptMachine(ctx context.Context, name string, separate bool
 			if err := txUnindexIdentity(ctx, tx, target, identityKeys(held(p))); err != nil {
 				return err
 			}
-			target.FactHistory = append(target.FactHistory, diffFacts(target.GetFacts(), p.GetFacts(), now)...)
-			if n := len(target.FactHistory); n > maxHistory {
-				target.FactHistory = target.FactHistory[n-maxHistory:]
-			}
-			target.Facts = p.GetFacts()
+			target.FactHistory = i.trimHistory(append(target.FactHistory, diffFacts(target.GetFacts(), p.GetFacts(), now)...))
+					target.Facts = p.GetFacts()
 			target.Serial, target.SystemUuid, target.BaseboardSerial, target.EkIdentity = p.GetSerial(), p.GetSystemUuid(), p.GetBaseboardSerial(), p.GetEkIdentity()
 			if !slices.Contains(target.Macs, boot) {
 				target.Macs = append(target.Macs, boot)

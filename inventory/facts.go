@@ -7,14 +7,13 @@ import (
 	"unicode/utf8"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
-	"github.com/corralhq/corral/internal/apierr"
-	"google.golang.org/protobuf/proto"
+	"github.com/corralhq/corral/internal/termsafe"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// Limits on a fact report. A report over any of them is refused whole
-// (InvalidArgument) and nothing is stored.
+// MaxFactString caps each string of a report (bytes). The other ceilings
+// bound the caps of FactCaps: corrald refuses a flag set above them.
 const (
 	MaxFactString = 512
 	MaxDisks      = 1024
@@ -22,41 +21,15 @@ const (
 	MaxPCIDevices = 4096
 	MaxDIMMs      = 1024
 	MaxFactsBytes = 2 << 20
-	maxHistory    = 500
 )
 
-// CheckFacts validates a fact report: sizes, string lengths and UTF-8, MAC
-// syntax. It never modifies f.
-func CheckFacts(f *inventoryv1.Facts) error {
-	if f == nil {
-		return apierr.Invalidf("facts are required")
-	}
-	if n := proto.Size(f); n > MaxFactsBytes {
-		return apierr.Invalidf("facts are %d bytes, over the %d-byte limit", n, MaxFactsBytes)
-	}
-	switch {
-	case len(f.GetDisks()) > MaxDisks:
-		return apierr.Invalidf("%d disks reported, limit %d", len(f.GetDisks()), MaxDisks)
-	case len(f.GetNics()) > MaxNICs:
-		return apierr.Invalidf("%d NICs reported, limit %d", len(f.GetNics()), MaxNICs)
-	case len(f.GetPciDevices())+len(f.GetMissingDrivers()) > MaxPCIDevices:
-		return apierr.Invalidf("%d PCI devices reported, limit %d", len(f.GetPciDevices())+len(f.GetMissingDrivers()), MaxPCIDevices)
-	case len(f.GetMemory().GetDimms()) > MaxDIMMs:
-		return apierr.Invalidf("%d DIMMs reported, limit %d", len(f.GetMemory().GetDimms()), MaxDIMMs)
-	}
-	if err := checkStrings("facts", f.ProtoReflect()); err != nil {
-		return err
-	}
-	for i, n := range f.GetNics() {
-		if n.GetMac() == "" {
-			continue
-		}
-		if _, err := NormalizeMAC(n.GetMac()); err != nil {
-			return apierr.Invalidf("nics[%d].mac %q is not a MAC address", i, n.GetMac())
-		}
-	}
-	return nil
-}
+// CheckFacts validates a fact report against DefaultFactCaps: its size
+// and lists, every string's length, UTF-8 and control characters (a
+// report holding one is refused, naming the field: facts carry the
+// identity a report is matched by, which a replacement could make
+// collide), and MAC syntax. It never modifies f. Register's check is
+// Inventory.CheckReport, with the configured caps.
+func CheckFacts(f *inventoryv1.Facts) error { return DefaultFactCaps.Check(f) }
 
 // checkStrings walks every string in m.
 func checkStrings(path string, m protoreflect.Message) error {
@@ -98,10 +71,13 @@ func checkValue(path string, fd protoreflect.FieldDescriptor, v protoreflect.Val
 
 func checkString(path, s string) error {
 	if len(s) > MaxFactString {
-		return apierr.Invalidf("fact %s is %d bytes, limit %d", path, len(s), MaxFactString)
+		return reportErr(RefusedString, "fact %s is %d bytes, limit %d", path, len(s), MaxFactString)
 	}
 	if !utf8.ValidString(s) {
-		return apierr.Invalidf("fact %s is not valid UTF-8", path)
+		return reportErr(RefusedString, "fact %s is not valid UTF-8", path)
+	}
+	if termsafe.Has(s) {
+		return reportErr(RefusedControl, "fact %s holds control characters (%s); the agent escapes them", path, termsafe.Escape(s))
 	}
 	return nil
 }

@@ -59,6 +59,11 @@ type Config struct {
 	// make a new machine is refused with ErrUnacceptedCap. 0 means
 	// MaxDiscovered's value, negative no cap.
 	MaxUnaccepted int
+	// FactCaps cap a report and a machine's fact history (zero fields:
+	// DefaultFactCaps). ReportRefused, when set, hears of each report
+	// CheckReport refuses, with one of RefusalReasons (a metrics counter).
+	FactCaps      FactCaps
+	ReportRefused func(reason string)
 }
 
 // Inventory keeps machines and their timelines. Its methods are safe for
@@ -94,6 +99,7 @@ func New(cfg Config) (*Inventory, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	cfg.FactCaps = cfg.FactCaps.withDefaults()
 	if cfg.MaxDiscovered == 0 {
 		cfg.MaxDiscovered = DefaultMaxDiscovered
 	}

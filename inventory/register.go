@@ -61,7 +61,7 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 	if err != nil {
 		return nil, fmt.Errorf("boot_mac: %w", err)
 	}
-	if err := CheckFacts(facts); err != nil {
+	if err := i.CheckReport(boot, facts); err != nil {
 		return nil, err
 	}
 	facts = proto.CloneOf(facts)
@@ -350,10 +350,7 @@ func (r *registration) land(ctx context.Context, tx *record.Tx, m *inventoryv1.M
 	}
 	changes := diffFacts(m.GetFacts(), r.facts, r.now)
 	r.changes = len(changes)
-	m.FactHistory = append(m.FactHistory, changes...)
-	if n := len(m.FactHistory); n > maxHistory {
-		m.FactHistory = m.FactHistory[n-maxHistory:]
-	}
+	m.FactHistory = r.i.trimHistory(append(m.FactHistory, changes...))
 	m.Facts = r.facts
 	r.id.apply(m)
 	if !slices.Contains(m.Macs, r.boot) {
@@ -486,10 +483,7 @@ func (r *registration) park(ctx context.Context, tx *record.Tx, prev, absorb, cl
 		p.BootMac, p.Macs = r.boot, []string{r.boot}
 	}
 	changes := diffFacts(p.GetFacts(), r.facts, r.now)
-	p.FactHistory = append(p.FactHistory, changes...)
-	if n := len(p.FactHistory); n > maxHistory {
-		p.FactHistory = p.FactHistory[n-maxHistory:]
-	}
+	p.FactHistory = r.i.trimHistory(append(p.FactHistory, changes...))
 	p.Facts = r.facts
 	p.Serial, p.SystemUuid, p.BaseboardSerial, p.EkIdentity = r.id.serial, r.id.uuid, r.id.board, r.id.ek
 	c := p.GetConflict()

@@ -14,6 +14,7 @@ import (
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/internal/termsafe"
 	"github.com/corralhq/corral/inventory"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -361,16 +362,24 @@ func (s *AgentServer) Session(stream nodev1.AgentService_SessionServer) error {
 
 // capProgress truncates a progress message's step, detail and error to
 // AgentLimits.MaxProgressBytes each (at a UTF-8 boundary, with a marker
-// saying how much was cut) and its install id to 64 bytes, before any of
-// it reaches a log line, the timeline or the store. The message is copied
-// only when something is cut.
+// saying how much was cut) and its install id to 64 bytes, and escapes
+// their control characters (internal/termsafe: free text from the
+// machine, shown on operators' terminals; replaced rather than refused, so
+// an install is never failed by its own log line), before any of it
+// reaches a log line, the timeline or the store. The message is copied
+// only when something is cut or escaped.
 func (l *Lifecycle) capProgress(machine string, p *nodev1.Progress) *nodev1.Progress {
 	limit := l.sess.lim.MaxProgressBytes
-	if len(p.GetStep()) <= limit && len(p.GetDetail()) <= limit && len(p.GetError()) <= limit && len(p.GetInstallId()) <= maxInstallID {
+	fits := len(p.GetStep()) <= limit && len(p.GetDetail()) <= limit && len(p.GetError()) <= limit && len(p.GetInstallId()) <= maxInstallID
+	if fits && !termsafe.Has(p.GetStep()) && !termsafe.Has(p.GetDetail()) && !termsafe.Has(p.GetError()) && !termsafe.Has(p.GetInstallId()) {
 		return p
 	}
-	c := &nodev1.Progress{Step: truncate(p.GetStep(), limit), Detail: truncate(p.GetDetail(), limit), Done: p.GetDone(),
-		Error: truncate(p.GetError(), limit), InstallId: truncate(p.GetInstallId(), maxInstallID)}
+	esc := func(s string, n int) string { return truncate(termsafe.Escape(s), n) }
+	c := &nodev1.Progress{Step: esc(p.GetStep(), limit), Detail: esc(p.GetDetail(), limit), Done: p.GetDone(),
+		Error: esc(p.GetError(), limit), InstallId: esc(p.GetInstallId(), maxInstallID)}
+	if fits {
+		return c
+	}
 	l.warn("agent progress truncated", "machine", machine, "max_bytes", limit,
 		"step_bytes", len(p.GetStep()), "detail_bytes", len(p.GetDetail()), "error_bytes", len(p.GetError()))
 	return c

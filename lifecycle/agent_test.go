@@ -417,6 +417,39 @@ func TestProgressCapped(t *testing.T) {
 	}
 }
 
+// TestProgressEscaped: control characters in a progress message are
+// escaped before the store and the timeline; the install goes on.
+func TestProgressEscaped(t *testing.T) {
+	a := newAuthed(t, harnessOpt{}, AgentLimits{MaxProgressBytes: 4096})
+	ctx := context.Background()
+	c := Caller{Role: CallerAdmin, ID: "admin"}
+	resp, err := a.client(c).Register(ctx, &nodev1.RegisterRequest{BootMac: victimMAC, Facts: facts("SN-V", "", victimMAC)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := openSession(t, a.client(c), resp.GetSessionId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.lc.Accept(ctx, resp.GetMachineName(), "", false); err != nil {
+		t.Fatal(err)
+	}
+	plan := recvInstall(t, s)
+	if err := s.Send(&nodev1.AgentMessage{Msg: &nodev1.AgentMessage_Progress{Progress: &nodev1.Progress{
+		InstallId: plan.GetInstallId(), Step: "disk", Detail: "\x1b]0;owned\x07\x1b[2J\u009b31m\u202e"}}}); err != nil {
+		t.Fatal(err)
+	}
+	m := a.eventually(resp.GetMachineName(), "at disk", func(m *inventoryv1.Machine) bool { return m.GetInstall().GetStep() == "disk" })
+	want := `\x1b]0;owned\x07\x1b[2J\u009b31m\u202e`
+	if d := m.GetInstall().GetDetail(); d != want {
+		t.Errorf("stored detail %q, want %q", d, want)
+	}
+	es := a.entries(victimMAC, "progress: disk")
+	if len(es) != 1 || es[0].GetDetail() != want {
+		t.Fatalf("timeline progress entries %v", es)
+	}
+}
+
 func TestTruncate(t *testing.T) {
 	for name, tc := range map[string]struct {
 		in    string

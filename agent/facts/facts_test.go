@@ -172,3 +172,21 @@ func TestCollectDump(t *testing.T) {
 	f, err := Collect(context.Background(), Options{Root: unpack(t, name)})
 	t.Logf("err=%v\n%s", err, protojson.Format(f))
 }
+
+// Cap escapes control characters: the appliance refuses a report holding
+// one, and an odd firmware string must not keep a machine from registering.
+func TestCapEscapesControlCharacters(t *testing.T) {
+	f := &inventoryv1.Facts{
+		System: &inventoryv1.Facts_System{Vendor: "QEMU\x1b]0;t\x07", Serial: "SN\u009b2J"},
+		Disks:  []*inventoryv1.Facts_Disk{{Model: "disk\u202e"}},
+	}
+	Cap(f)
+	for _, s := range []string{f.System.Vendor, f.System.Serial, f.Disks[0].Model} {
+		if strings.ContainsAny(s, "\x1b\x07\u009b\u202e") {
+			t.Errorf("Cap left %q", s)
+		}
+	}
+	if f.System.Vendor != `QEMU\x1b]0;t\x07` {
+		t.Errorf("vendor %q", f.System.Vendor)
+	}
+}

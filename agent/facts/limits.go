@@ -5,6 +5,7 @@ import (
 	"unicode/utf8"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/termsafe"
 )
 
 // Limits on one report, so that an odd machine cannot produce an oversized
@@ -18,7 +19,8 @@ const (
 )
 
 // Cap trims f in place to the limits above (lists truncated, strings cut
-// to MaxString bytes on a rune boundary, invalid UTF-8 replaced) and
+// to MaxString bytes on a rune boundary, invalid UTF-8 replaced, control
+// characters escaped) and
 // returns it. It accepts nil.
 func Cap(f *inventoryv1.Facts) *inventoryv1.Facts {
 	if f == nil {
@@ -97,11 +99,14 @@ func trimStrings(f *inventoryv1.Facts) {
 	t(&f.Kernel)
 }
 
-// trimString makes s valid UTF-8 and at most MaxString bytes.
+// trimString makes s valid UTF-8 without control characters (escaped as
+// internal/termsafe does: the appliance refuses a report holding one) and
+// at most MaxString bytes.
 func trimString(s string) string {
 	if !utf8.ValidString(s) {
 		s = strings.ToValidUTF8(s, "\uFFFD")
 	}
+	s = termsafe.Escape(s)
 	if len(s) <= MaxString {
 		return s
 	}

@@ -20,6 +20,7 @@ import (
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	"github.com/corralhq/corral/auth"
 	"github.com/corralhq/corral/internal/lograte"
+	"github.com/corralhq/corral/internal/termsafe"
 	"github.com/corralhq/corral/store"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
@@ -290,7 +291,7 @@ func (a *Recorder) record(ctx context.Context, rule auditRule, method string, re
 		DurationMs: now.Sub(start).Milliseconds(),
 	}
 	if code != codes.OK {
-		ev.Message = clipUTF8(st.Message(), maxAuditMessageBytes)
+		ev.Message = clipUTF8(termsafe.Escape(st.Message()), maxAuditMessageBytes)
 	}
 	if pr, ok := peer.FromContext(ctx); ok && pr.Addr != nil {
 		ev.Peer = pr.Addr.String()

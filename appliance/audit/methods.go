@@ -10,6 +10,7 @@ import (
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
+	"github.com/corralhq/corral/internal/termsafe"
 	"github.com/corralhq/corral/store"
 )
 
@@ -174,7 +175,10 @@ const (
 )
 
 // auditObject names the call's object from the request's rule field
-// (never anything else of the request: it may carry secrets).
+// (never anything else of the request: it may carry secrets). The value
+// is the caller's to choose, and an unauthenticated caller's too: its
+// control characters are escaped (internal/termsafe) before the record
+// is stored and printed by `corral get events`.
 func auditObject(r auditRule, req any) string {
 	if r.kind == "" {
 		return ""
@@ -194,7 +198,7 @@ func auditObject(r auditRule, req any) string {
 	if v == "" {
 		return r.kind
 	}
-	return r.kind + "/" + clipUTF8(v, maxAuditObjectBytes)
+	return r.kind + "/" + clipUTF8(termsafe.Escape(v), maxAuditObjectBytes)
 }
 
 // auditResponseObject completes the object and machine from a response

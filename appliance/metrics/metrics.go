@@ -105,6 +105,7 @@ type Metrics struct {
 	httpBytes *prometheus.CounterVec   // route
 	httpTime  *prometheus.HistogramVec // route
 	bmc       *prometheus.HistogramVec // op, provider, outcome
+	reports   *prometheus.CounterVec   // reason
 	store     *storeMetrics
 	phases    *phaseTracker
 	counts    *stateCounts
@@ -149,11 +150,13 @@ func New(cfg Config, log *slog.Logger) *Metrics {
 	o.bmc = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "corral_bmc_request_duration_seconds",
 		Help:    "BMC calls, by operation, the provider that answered (none: none did) and outcome (ok, auth, unreachable, protocol, failed, invalid, certificate).",
 		Buckets: []float64{.05, .1, .25, .5, 1, 2, 5, 10, 30}}, []string{"op", "provider", "outcome"})
+	o.reports = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_report_refusals_total",
+		Help: "Agent fact reports refused, by reason (report_bytes, disks, dimms, nics, pci_devices: over a cap; string, control: a string too long, not UTF-8 or holding control characters; invalid)."}, []string{"reason"})
 	o.store = newStoreMetrics()
 	o.phases = newPhaseTracker(log.With("component", "boot-phases"))
 	o.counts = newStateCounts(log.With("component", "state-counts"))
 	o.ready = &readiness{}
-	o.reg.MustRegister(o.grpc, o.dhcp, o.dhcpTime, o.tftp, o.tftpBytes, o.http, o.httpBytes, o.httpTime, o.bmc,
+	o.reg.MustRegister(o.grpc, o.dhcp, o.dhcpTime, o.tftp, o.tftpBytes, o.http, o.httpBytes, o.httpTime, o.bmc, o.reports,
 		o.store.commit, o.phases.hist, o.counts)
 	return o
 }
@@ -346,4 +349,14 @@ func (o *Metrics) BMC() func(op, provider, outcome string, took time.Duration) {
 	return func(op, provider, outcome string, took time.Duration) {
 		h.WithLabelValues(op, provider, outcome).Observe(took.Seconds())
 	}
+}
+
+// ReportRefused returns what inventory calls for each refused report (nil
+// on a nil *Metrics). inventory bounds the reasons.
+func (o *Metrics) ReportRefused() func(reason string) {
+	if o == nil {
+		return nil
+	}
+	c := o.reports
+	return func(reason string) { c.WithLabelValues(reason).Inc() }
 }

@@ -12,6 +12,7 @@ import (
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/internal/termsafe"
 )
 
 func (s *Server) event(mac, event, detail string, attrs map[string]string) {
@@ -85,7 +86,9 @@ func (n *note) attrs() map[string]string {
 	return a
 }
 
-// clientAttrs describes the client for the timeline.
+// clientAttrs describes the client for the timeline. Options 60 and 77
+// are the client's to choose: their control characters are escaped here
+// (internal/termsafe), as the timeline does again for anything it stores.
 func clientAttrs(c Client, m *dhcpv4.DHCPv4) map[string]string {
 	a := map[string]string{"xid": m.TransactionID.String()}
 	if c.HasArch {
@@ -93,13 +96,13 @@ func clientAttrs(c Client, m *dhcpv4.DHCPv4) map[string]string {
 		a["arch_name"] = c.Arch.String()
 	}
 	if c.VendorClass != "" {
-		a["vendor_class"] = c.VendorClass
+		a["vendor_class"] = termsafe.Escape(c.VendorClass)
 	}
 	if c.IPXE {
 		a["ipxe"] = "true"
 	}
 	if uc := m.UserClass(); len(uc) > 0 {
-		a["user_class"] = strings.Join(uc, ",")
+		a["user_class"] = termsafe.Escape(strings.Join(uc, ","))
 	}
 	if g := addrOf(m.GatewayIPAddr); g.IsValid() {
 		a["relay"] = g.String()

@@ -51,6 +51,7 @@ import (
 	"github.com/corralhq/corral/images"
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/internal/lograte"
+	"github.com/corralhq/corral/internal/termsafe"
 )
 
 // Inventory is what the server needs to know about machines.
@@ -271,11 +272,14 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, mac string, stat
 
 // refuseNote is refuse; note says whether to put it on the timeline.
 func (s *Server) refuseNote(w http.ResponseWriter, r *http.Request, mac string, status int, reason string, note bool) {
+	// The path is the client's to choose (decoded: %1b is ESC): its
+	// control characters are escaped before the log and the timeline.
+	path := termsafe.Escape(r.URL.Path)
 	if n, ok := s.refusals.Allow(); ok {
-		s.log.Warn("boot http request refused", "peer", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "mac", mac, "status", status, "reason", reason, "suppressed", n)
+		s.log.Warn("boot http request refused", "peer", r.RemoteAddr, "method", r.Method, "path", path, "mac", mac, "status", status, "reason", reason, "suppressed", n)
 	}
 	if note && mac != "" {
-		s.cfg.Timeline.Event(mac, "http", "http-refused", reason, map[string]string{"path": r.URL.Path, "status": strconv.Itoa(status), "peer": peerIP(r)})
+		s.cfg.Timeline.Event(mac, "http", "http-refused", reason, map[string]string{"path": path, "status": strconv.Itoa(status), "peer": peerIP(r)})
 	}
 	http.Error(w, "corral: "+reason, status)
 }

@@ -30,6 +30,7 @@ import (
 
 	"github.com/corralhq/corral/images"
 	"github.com/corralhq/corral/internal/lograte"
+	"github.com/corralhq/corral/internal/termsafe"
 	"github.com/pin/tftp/v3"
 )
 
@@ -284,6 +285,10 @@ func (s *Server) content(name string) ([]byte, error) {
 }
 
 func (s *Server) read(filename string, rf io.ReaderFrom) error {
+	// The name is the client's to choose and goes to the log and the
+	// timeline: its control characters are escaped (internal/termsafe). A
+	// catalog name has none, so what is served does not change.
+	filename = termsafe.Escape(filename)
 	start := time.Now()
 	ot := rf.(tftp.OutgoingTransfer)
 	peer := ot.RemoteAddr()
@@ -394,6 +399,7 @@ func (d *deadlineReader) Read(p []byte) (int, error) {
 }
 
 func (s *Server) write(filename string, wt io.WriterTo) error {
+	filename = termsafe.Escape(filename) // as in read
 	peer := ""
 	if ii, ok := wt.(tftp.IncomingTransfer); ok {
 		a := ii.RemoteAddr()

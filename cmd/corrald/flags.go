@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/corralhq/corral/internal/flagconf"
+	"github.com/corralhq/corral/internal/termsafe"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -46,8 +47,13 @@ func (g *globals) check() error {
 	return checkEnum("log-format", g.logFormat, logFormats)
 }
 
-// logger is the logger the global flags ask for, writing to w.
+// logger is the logger the global flags ask for, writing to w. Its lines
+// go through termsafe.Writer: the text handler quotes a value holding a
+// control character, the JSON handler leaves DEL, C1 and the bidi
+// overrides raw, and a log is read on a terminal (journalctl) with strings
+// from the boot LAN in it (a TFTP file name, an HTTP path).
 func (g *globals) logger(w io.Writer) (*slog.Logger, error) {
+	w = termsafe.Writer(w)
 	if err := g.check(); err != nil {
 		return nil, err
 	}

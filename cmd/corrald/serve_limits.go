@@ -4,6 +4,7 @@ import (
 	"github.com/corralhq/corral/appliance"
 	boothttp "github.com/corralhq/corral/boot/http"
 	"github.com/corralhq/corral/boot/tftp"
+	"github.com/corralhq/corral/inventory"
 	"github.com/spf13/pflag"
 )
 
@@ -13,7 +14,7 @@ import (
 // a line, at most every 10 s, when one bites. 0 means the default; server
 // checks them, naming the flag.
 func addLimitFlags(f *pflag.FlagSet, c *appliance.LimitsConfig) {
-	h, t, g, tl, ag := boothttp.DefaultLimits(), tftp.DefaultLimits(), appliance.DefaultGRPCLimits(), appliance.DefaultTimelineLimits(), appliance.DefaultAgentLimits()
+	h, t, g, tl, ag, r := boothttp.DefaultLimits(), tftp.DefaultLimits(), appliance.DefaultGRPCLimits(), appliance.DefaultTimelineLimits(), appliance.DefaultAgentLimits(), inventory.DefaultFactCaps
 
 	f.DurationVar(&c.HTTP.ReadHeaderTimeout, "http-read-header-timeout", h.ReadHeaderTimeout, "boot HTTP: a client must send its request line and headers within this (slowloris) (env CORRAL_HTTP_READ_HEADER_TIMEOUT)")
 	f.DurationVar(&c.HTTP.ReadTimeout, "http-read-timeout", h.ReadTimeout, "boot HTTP: a client must send its whole request, body included, within this (env CORRAL_HTTP_READ_TIMEOUT)")
@@ -57,4 +58,12 @@ func addLimitFlags(f *pflag.FlagSet, c *appliance.LimitsConfig) {
 	f.Float64Var(&c.Agent.PerSource, "agent-rate-per-source", ag.PerSource, "agent calls: calls a second one source address may make after its burst, whatever its tokens; more fail with ResourceExhausted (env CORRAL_AGENT_RATE_PER_SOURCE)")
 	f.IntVar(&c.Agent.SourceBurst, "agent-burst-per-source", ag.SourceBurst, "agent calls: calls one source address may make at once (env CORRAL_AGENT_BURST_PER_SOURCE)")
 	f.IntVar(&c.Agent.MaxKeys, "agent-limiter-max-keys", ag.MaxKeys, "agent calls: tokens and source addresses each tracked at most; past it the one used least recently is forgotten (env CORRAL_AGENT_LIMITER_MAX_KEYS)")
+
+	f.IntVar(&c.Reports.ReportBytes, "max-report-bytes", r.ReportBytes, "agent reports: a fact report larger than this (encoded) is refused (InvalidArgument) and counted in corral_report_refusals_total (env CORRAL_MAX_REPORT_BYTES)")
+	f.IntVar(&c.Reports.Disks, "max-report-disks", r.Disks, "agent reports: a report listing more disks is refused (env CORRAL_MAX_REPORT_DISKS)")
+	f.IntVar(&c.Reports.DIMMs, "max-report-dimms", r.DIMMs, "agent reports: a report listing more memory modules is refused (env CORRAL_MAX_REPORT_DIMMS)")
+	f.IntVar(&c.Reports.NICs, "max-report-nics", r.NICs, "agent reports: a report listing more network interfaces is refused (env CORRAL_MAX_REPORT_NICS)")
+	f.IntVar(&c.Reports.PCIDevices, "max-report-pci-devices", r.PCIDevices, "agent reports: a report listing more PCI devices (or more without a driver) is refused (env CORRAL_MAX_REPORT_PCI_DEVICES)")
+	f.IntVar(&c.Reports.HistoryEntries, "max-fact-history-entries", r.HistoryEntries, "fact history: changes kept per machine; the oldest go first (env CORRAL_MAX_FACT_HISTORY_ENTRIES)")
+	f.IntVar(&c.Reports.HistoryBytes, "max-fact-history-bytes", r.HistoryBytes, "fact history: bytes of changes kept per machine; the oldest go first (env CORRAL_MAX_FACT_HISTORY_BYTES)")
 }

@@ -31,6 +31,7 @@ import (
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/internal/keyrate"
 	"github.com/corralhq/corral/internal/lograte"
+	"github.com/corralhq/corral/internal/termsafe"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/record"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -40,7 +41,10 @@ import (
 // LAN can make entries (a DHCP packet from a spoofed MAC is one):
 //
 //   - per entry, at Record: source, event, detail and attributes are cut to
-//     fixed sizes (made valid UTF-8 first: protobuf strings must be);
+//     fixed sizes (made valid UTF-8 first: protobuf strings must be; and
+//     their control characters escaped, internal/termsafe: a DHCP option,
+//     a TFTP file name or an HTTP path is the boot LAN's to choose, and
+//     the timeline is read on operators' terminals);
 //   - per MAC and class (below): past Config.Limit record entries or
 //     BootLAN.Limit boot-LAN entries, a MAC's oldest of that class are
 //     deleted (checked every tenth of the cap's writes of that MAC);
@@ -379,7 +383,7 @@ func (t *Timeline) clip(e *inventoryv1.TimelineEntry) int {
 	attrs := e.GetAttributes()
 	over := len(attrs) > c.Attrs
 	for k, v := range attrs {
-		if over || len(k) > maxAttrKeyBytes || len(v) > c.AttrBytes || !utf8.ValidString(k) || !utf8.ValidString(v) {
+		if over || len(k) > maxAttrKeyBytes || len(v) > c.AttrBytes || termsafe.Has(k) || termsafe.Has(v) {
 			over = true
 			break
 		}
@@ -408,12 +412,14 @@ func (t *Timeline) clip(e *inventoryv1.TimelineEntry) int {
 // clipMark ends a string that was cut.
 const clipMark = "…[cut]"
 
-// clipString makes s valid UTF-8 and cuts it to at most n bytes on a rune
-// boundary, ending with clipMark when it was cut.
+// clipString makes s valid UTF-8 without control characters (escaped) and
+// cuts it to at most n bytes on a rune boundary, ending with clipMark when
+// it was cut.
 func clipString(s string, n int) string {
 	if !utf8.ValidString(s) {
 		s = strings.ToValidUTF8(s, "\uFFFD")
 	}
+	s = termsafe.Escape(s)
 	if len(s) <= n {
 		return s
 	}

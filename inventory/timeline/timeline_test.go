@@ -46,6 +46,12 @@ func TestTimelineEntryCaps(t *testing.T) {
 			in:   &inventoryv1.TimelineEntry{Detail: "host\xffname", Attributes: map[string]string{"hostname": "a\xfeb"}},
 			want: &inventoryv1.TimelineEntry{Detail: "host\uFFFDname", Attributes: map[string]string{"hostname": "a\uFFFDb"}},
 		},
+		"control characters escaped": {
+			in: &inventoryv1.TimelineEntry{Event: "progress: \x1b[2J", Detail: "\x1b]0;t\x07\u202e",
+				Attributes: map[string]string{"vendor_class": "\x1b]52;c;eA==\x07", "k\u009b": "v"}},
+			want: &inventoryv1.TimelineEntry{Event: `progress: \x1b[2J`, Detail: `\x1b]0;t\x07\u202e`,
+				Attributes: map[string]string{"vendor_class": `\x1b]52;…[cut]`, `k\u009b`: "v"}},
+		},
 		"long source, event and step": {
 			in:   &inventoryv1.TimelineEntry{Source: long, Event: "progress: " + long + long},
 			want: &inventoryv1.TimelineEntry{Source: long[:maxSourceBytes-len(clipMark)] + clipMark, Event: ("progress: " + long + long)[:maxEventBytes-len(clipMark)] + clipMark},

@@ -106,7 +106,7 @@ func (inv *invocation) backup(cmd *cobra.Command, out string, pass []byte) (err 
 	if err != nil {
 		return inv.callError("backup", err)
 	}
-	rep := progress.New(inv.app.stderr())
+	rep := progress.New(inv.app.rawStderr())
 	rep.Stage("backup", 0)
 	h := sha256.New()
 	w := io.MultiWriter(f, h)

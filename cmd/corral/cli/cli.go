@@ -16,6 +16,7 @@ import (
 
 	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/internal/flagconf"
+	"github.com/corralhq/corral/internal/termsafe"
 )
 
 // DefaultTimeout bounds each RPC unless --timeout says otherwise.
@@ -75,14 +76,24 @@ func (a *App) Run(ctx context.Context, args []string) int {
 	return ExitUsage
 }
 
+// stdout and stderr are the only way to the caller's streams: they escape
+// every control character but newline, tab and carriage return
+// (internal/termsafe), so no printer can put a string from the boot LAN —
+// a fact, a DHCP option, a TFTP file name — on the operator's terminal
+// raw. -o json keeps its meaning: the escapes of what JSON leaves raw (DEL,
+// C1, bidi overrides) are JSON escapes.
 func (a *App) stdout() io.Writer {
 	if a.Stdout == nil {
 		return io.Discard
 	}
-	return a.Stdout
+	return termsafe.Writer(a.Stdout)
 }
 
-func (a *App) stderr() io.Writer {
+func (a *App) stderr() io.Writer { return termsafe.Writer(a.rawStderr()) }
+
+// rawStderr is stderr unescaped, for the progress line of a long command
+// (its own text; it must see the terminal to know it is one).
+func (a *App) rawStderr() io.Writer {
 	if a.Stderr == nil {
 		return io.Discard
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/corralhq/corral/internal/termsafe"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -123,7 +124,11 @@ func printRecords(w io.Writer, k *kind, ms []proto.Message, list bool, f string)
 			return failf("encode %s: %v", k.name, err)
 		}
 		if f == formatYAML {
-			if b, err = yaml.JSONToYAML(b); err != nil {
+			// The YAML reader refuses the C1 and bidi characters JSON
+			// leaves raw: read them as the JSON escapes termsafe writes.
+			var esc bytes.Buffer
+			_, _ = termsafe.Writer(&esc).Write(b)
+			if b, err = yaml.JSONToYAML(esc.Bytes()); err != nil {
 				return failf("encode %s: %v", k.name, err)
 			}
 		}
@@ -158,7 +163,9 @@ func writeList(w io.Writer, what string, header []string, rows [][]string) error
 }
 
 // writeTable aligns header and rows into columns separated by three
-// spaces. Cells never contain tabs or newlines.
+// spaces. Cells never contain tabs or newlines, and their control
+// characters are escaped before the columns are measured
+// (internal/termsafe; App.stdout escapes them anyway).
 func writeTable(w io.Writer, header []string, rows [][]string) error {
 	var buf bytes.Buffer
 	tw := tabwriter.NewWriter(&buf, 0, 8, 3, ' ', 0)
@@ -166,7 +173,7 @@ func writeTable(w io.Writer, header []string, rows [][]string) error {
 	for _, r := range append([][]string{header}, rows...) {
 		cells := make([]string, len(r))
 		for i, c := range r {
-			cells[i] = clean.Replace(c)
+			cells[i] = termsafe.Escape(clean.Replace(c))
 		}
 		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}

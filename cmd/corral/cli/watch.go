@@ -22,6 +22,7 @@ import (
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	provisioningv1 "github.com/corralhq/corral/api/provisioning/v1"
 	watchv1 "github.com/corralhq/corral/api/watch/v1"
+	"github.com/corralhq/corral/internal/termsafe"
 )
 
 // watchQuery is what one Watch call asks for.
@@ -324,4 +325,4 @@ func (p *eventPrinter) writeRow(cells []string) error {
 
 var cellCleaner = strings.NewReplacer("\t", " ", "\n", " ", "\r", " ")
 
-func cleanCell(c string) string { return cellCleaner.Replace(c) }
+func cleanCell(c string) string { return termsafe.Escape(cellCleaner.Replace(c)) }
