@@ -76,7 +76,7 @@ func (i *Inventory) AdoptMachine(ctx context.Context, name string, separate bool
 				return err
 			}
 			target.FactHistory = i.trimHistory(append(target.FactHistory, diffFacts(target.GetFacts(), p.GetFacts(), now)...))
-					target.Facts = p.GetFacts()
+			target.Facts = p.GetFacts()
 			target.Serial, target.SystemUuid, target.BaseboardSerial, target.EkIdentity = p.GetSerial(), p.GetSystemUuid(), p.GetBaseboardSerial(), p.GetEkIdentity()
 			if !slices.Contains(target.Macs, boot) {
 				target.Macs = append(target.Macs, boot)
