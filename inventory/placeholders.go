@@ -145,26 +145,23 @@ func (i *Inventory) UnacceptedCount() int {
 
 // load scans the machines once (caller holds mu).
 func (p *placeholders) load(ctx context.Context, i *Inventory) error {
-	kvs, err := i.cfg.Store.List(ctx, machinePrefix)
+	p.epoch++
+	names, unaccepted := make(map[string]uint64), make(map[string]bool)
+	// Summaries, a bounded batch at a time: the classification reads
+	// neither the facts' detail nor the fact history.
+	err := i.EachMachine(ctx, &inventoryv1.ListMachinesRequest{View: inventoryv1.MachineView_MACHINE_VIEW_SUMMARY}, func(m *inventoryv1.Machine) error {
+		if isPlaceholder(m) {
+			names[m.GetName()] = p.epoch
+		}
+		if isUnaccepted(m) {
+			unaccepted[m.GetName()] = true
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	p.epoch++
-	p.names = make(map[string]uint64)
-	p.unaccepted = make(map[string]bool)
-	for _, kv := range kvs {
-		m := newMachine()
-		if err := record.Unmarshal(kv.Value, m); err != nil {
-			continue // not countable; the machine list names it
-		}
-		if isPlaceholder(m) {
-			p.names[m.GetName()] = p.epoch
-		}
-		if isUnaccepted(m) {
-			p.unaccepted[m.GetName()] = true
-		}
-	}
-	p.loaded = true
+	p.names, p.unaccepted, p.loaded = names, unaccepted, true
 	return nil
 }
 
@@ -264,25 +261,19 @@ func (i *Inventory) CollectPlaceholders(ctx context.Context, age time.Duration) 
 	i.ph.mu.Lock()
 	startEpoch := i.ph.epoch
 	i.ph.mu.Unlock()
-	kvs, err := i.cfg.Store.List(ctx, machinePrefix)
-	if err != nil {
-		return sw, err
-	}
-	sw.Machines = len(kvs)
 	seen := make(map[string]bool)
 	var firstErr error
-	for _, kv := range kvs {
-		m := newMachine()
-		if err := record.Unmarshal(kv.Value, m); err != nil {
-			continue
-		}
+	// Summaries, a bounded batch at a time; collect re-reads the whole
+	// record in the transaction that deletes it.
+	err := i.EachMachine(ctx, &inventoryv1.ListMachinesRequest{View: inventoryv1.MachineView_MACHINE_VIEW_SUMMARY}, func(m *inventoryv1.Machine) error {
+		sw.Machines++
 		if !isPlaceholder(m) {
-			continue
+			return nil
 		}
 		sw.Placeholders++
 		seen[m.GetName()] = true
 		if !collectable(m) || !older(m, cutoff) {
-			continue
+			return nil
 		}
 		deleted, active, err := i.collect(ctx, m, cutoff)
 		switch {
@@ -296,6 +287,10 @@ func (i *Inventory) CollectPlaceholders(ctx context.Context, age time.Duration) 
 			sw.Deleted++
 			delete(seen, m.GetName())
 		}
+		return nil
+	})
+	if err != nil {
+		return sw, err
 	}
 	// Drop names the scan saw as no (longer) placeholders, unless a write
 	// since the scan began re-added them.

@@ -282,3 +282,43 @@ func TestCollectPlaceholdersBadAge(t *testing.T) {
 		t.Fatalf("age 0: %v", err)
 	}
 }
+
+// TestUnacceptedCap: past Config.MaxUnaccepted, a report that would make
+// a new machine is refused (ResourceExhausted class) and stores nothing;
+// a report landing on a known machine is not; a deleted machine frees its
+// slot. Parked reports count too.
+func TestUnacceptedCap(t *testing.T) {
+	inv := newInv(t, Config{MaxUnaccepted: 2})
+	ctx := context.Background()
+	for _, mac := range []string{"52:54:00:00:0d:01", "52:54:00:00:0d:02"} {
+		if _, err := inv.Register(ctx, mac, facts("SN-"+mac, "", mac), RegisterOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const third = "52:54:00:00:0d:03"
+	_, err := inv.Register(ctx, third, facts("SN-3", "", third), RegisterOptions{})
+	if !errors.Is(err, ErrUnacceptedCap) || !errors.Is(err, apierr.ErrExhausted) || !strings.Contains(err.Error(), "--max-unaccepted") {
+		t.Fatalf("third new machine = %v, want ErrUnacceptedCap naming --max-unaccepted", err)
+	}
+	if _, err := inv.MachineByMAC(ctx, third); !errors.Is(err, apierr.ErrNotFound) {
+		t.Fatalf("a refused report left a machine: %v", err)
+	}
+	// A known machine still reports.
+	if _, err := inv.Register(ctx, "52:54:00:00:0d:01", facts("SN-52:54:00:00:0d:01", "", "52:54:00:00:0d:01"), RegisterOptions{}); err != nil {
+		t.Fatalf("a known machine's report under the cap: %v", err)
+	}
+	// A parked report needs a slot of its own.
+	_, err = inv.Register(ctx, third, facts("SN-52:54:00:00:0d:01", "", third), RegisterOptions{})
+	if !errors.Is(err, ErrUnacceptedCap) {
+		t.Fatalf("a claim to park at the cap = %v, want ErrUnacceptedCap", err)
+	}
+	if err := inv.DeleteMachine(ctx, MachineNameForMAC("52:54:00:00:0d:02")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inv.Register(ctx, third, facts("SN-3", "", third), RegisterOptions{}); err != nil {
+		t.Fatalf("after a delete freed a slot: %v", err)
+	}
+	if n := inv.UnacceptedCount(); n != 2 {
+		t.Fatalf("UnacceptedCount = %d, want 2", n)
+	}
+}
