@@ -1,7 +1,8 @@
 package main
 
-// Attack tests for the boot credentials (issue #11, items 1 and the agent
-// parts of 5), against the built corrald: boot HTTP on loopback (DHCP off,
+// Attack tests for the boot credentials (docs/security.md, "Per-boot
+// credentials", and the agent's share of "Every resource bounded"),
+// against the built corrald: boot HTTP on loopback (DHCP off,
 // so any address may fetch any known MAC's script: the per-boot token on
 // the kernel command line is public) or, for the lease check, in network
 // namespaces with corrald's DHCP in full mode; plain HTTP for scripts and a

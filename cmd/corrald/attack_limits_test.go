@@ -1,6 +1,6 @@
 package main
 
-// Attack tests for the resource limits (issue #11, item 5): the built
+// Attack tests for the resource limits (docs/security.md, "Every resource bounded"): the built
 // corrald with its boot servers on loopback (--boot-interface lo,
 // --dhcp-mode off) and small limits, attacked with raw TCP, HTTP, TFTP
 // packets and a real gRPC client over TLS. Each attack is refused with a
