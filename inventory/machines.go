@@ -117,6 +117,9 @@ func (i *Inventory) Run(ctx context.Context) error { return i.tl.run(ctx) }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$`)
 
+// validName says whether name is a well-formed machine name (CheckName).
+func validName(name string) bool { return nameRE.MatchString(name) }
+
 // CheckName validates a machine name (letters, digits, '.', '_', '-').
 func CheckName(name string) error {
 	if name == "" {

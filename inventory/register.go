@@ -520,8 +520,8 @@ func (i *Inventory) parkedEvents(r *registration) error {
 
 // txMachine reads machine name in tx (nil when absent).
 func txMachine(ctx context.Context, tx *record.Tx, name string) (*inventoryv1.Machine, error) {
-	if CheckName(name) != nil {
-		return nil, nil
+	if !validName(name) {
+		return nil, nil // no record can have it
 	}
 	m := newMachine()
 	ok, err := tx.Get(ctx, machinePrefix+name, m)

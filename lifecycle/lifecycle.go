@@ -242,14 +242,15 @@ var errStopScan = errors.New("scan stopped")
 func (l *Lifecycle) each(ctx context.Context, fn func(context.Context, *inventoryv1.Machine)) error {
 	req := &inventoryv1.ListMachinesRequest{View: inventoryv1.MachineView_MACHINE_VIEW_SUMMARY}
 	if s, ok := l.inv.(machineScanner); ok {
+		stopping := func() bool { return ctx.Err() != nil }
 		err := s.EachMachine(ctx, req, func(m *inventoryv1.Machine) error {
-			if ctx.Err() != nil {
+			if stopping() {
 				return errStopScan // the rest wait for the next pass
 			}
 			fn(ctx, m)
 			return nil
 		})
-		if errors.Is(err, errStopScan) || ctx.Err() != nil {
+		if stopping() {
 			return nil
 		}
 		return err

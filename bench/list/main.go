@@ -207,7 +207,7 @@ func start(bin, dir string) (*daemon, error) {
 				close(ready)
 			}
 		}
-		cmd.Wait()
+		_ = cmd.Wait() // its log says why it ended
 		close(d.done)
 	}()
 	select {
@@ -222,11 +222,11 @@ func start(bin, dir string) (*daemon, error) {
 }
 
 func (d *daemon) stop() {
-	d.cmd.Process.Signal(syscall.SIGTERM)
+	_ = d.cmd.Process.Signal(syscall.SIGTERM) // an exited process is fine
 	select {
 	case <-d.done:
 	case <-time.After(30 * time.Second):
-		d.cmd.Process.Kill()
+		_ = d.cmd.Process.Kill()
 		<-d.done
 	}
 }

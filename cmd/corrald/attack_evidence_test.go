@@ -147,8 +147,8 @@ func TestAttackEvidenceRegisterFlood(t *testing.T) {
 		t.Errorf("%d calls failed otherwise, e.g. %v", other.Load(), otherErr.Load())
 	}
 	// The token's burst (10) and 1 a second after it.
-	if max := int64(10 + took.Seconds() + 2); ok.Load() > max {
-		t.Errorf("%d Register calls answered in %s; want at most %d (--agent-burst-per-token 10, --agent-rate-per-token 1)", ok.Load(), took, max)
+	if most := int64(10 + took.Seconds() + 2); ok.Load() > most {
+		t.Errorf("%d Register calls answered in %s; want at most %d (--agent-burst-per-token 10, --agent-rate-per-token 1)", ok.Load(), took, most)
 	}
 	if got := metricValue(t, metrics, "corral_agent_calls_limited_total"); got < float64(limited.Load()) {
 		t.Errorf("corral_agent_calls_limited_total %v; want at least the %d refused", got, limited.Load())
@@ -236,8 +236,8 @@ func TestAttackEvidenceTimelineFlood(t *testing.T) {
 		}
 	}
 	// The MAC's burst (100) and 2 a second after it.
-	if max := 100 + int(2*time.Since(start).Seconds()) + 2; refused > max {
-		t.Errorf("%d http-refused entries of the flood recorded; want at most %d (--timeline-boot-lan-burst-per-mac 100, --timeline-boot-lan-rate-per-mac 2)", refused, max)
+	if most := 100 + int(2*time.Since(start).Seconds()) + 2; refused > most {
+		t.Errorf("%d http-refused entries of the flood recorded; want at most %d (--timeline-boot-lan-burst-per-mac 100, --timeline-boot-lan-rate-per-mac 2)", refused, most)
 	}
 	dropped := metricValue(t, metrics, `corral_timeline_entries_dropped_total{reason="rate_mac"}`) +
 		metricValue(t, metrics, `corral_timeline_entries_dropped_total{reason="rate_source"}`)

@@ -33,13 +33,13 @@ const (
 )
 
 // Size returns the page size to serve for a request's page_size: def for
-// 0 or less, max for more than max.
-func Size(req int32, def, max int) int {
+// 0 or less, most for more than most.
+func Size(req int32, def, most int) int {
 	switch {
 	case req <= 0:
 		return def
-	case int(req) > max:
-		return max
+	case int(req) > most:
+		return most
 	}
 	return int(req)
 }

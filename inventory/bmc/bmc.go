@@ -355,7 +355,7 @@ func (c *Service) Enroll(ctx context.Context, req *inventoryv1.EnrollMachineRequ
 		CipherSuite: req.GetBmcCipherSuite(), Provider: res.Provider, VerifiedAt: now, TlsSha256: tlsPin, TlsInsecure: insecure}
 	// The address binding, the sealed password and the machine change in
 	// one store transaction (docs/architecture.md, "Index records").
-	bind := func(tx *record.Tx, m *inventoryv1.Machine) error {
+	bind := func(tx *record.Tx, _ *inventoryv1.Machine) error {
 		var b inventoryv1.BmcAddressBinding
 		exists, err := tx.Get(ctx, key, &b)
 		if err != nil {

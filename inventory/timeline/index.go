@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -91,7 +92,7 @@ func (t *Timeline) resync(ctx context.Context, ms *macState) {
 		return // counted as written; the next trim tries again
 	}
 	lan, rec := split(kvs)
-	over := append(lan[:max(0, len(lan)-t.cfg.BootLAN.Limit)], rec[:max(0, len(rec)-t.cfg.Limit)]...)
+	over := slices.Concat(lan[:max(0, len(lan)-t.cfg.BootLAN.Limit)], rec[:max(0, len(rec)-t.cfg.Limit)])
 	left := len(kvs) - t.deleteAll(ctx, over)
 	t.mu.Lock()
 	ms.since, ms.lanSince = 0, 0

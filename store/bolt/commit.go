@@ -416,6 +416,8 @@ func (s *Store) commitBolt(batch []*op) {
 				}
 				rev++
 				events = append(events, store.Event{Type: store.EventDelete, KV: store.KV{Key: o.key, Revision: rev}})
+			case opTxn:
+				// Applied above, as a whole.
 			}
 			results[i].rev = rev
 		}

@@ -752,6 +752,8 @@ func (s *Store) commitJournal(batch []*op) bool {
 					local[o.key] = ovEntry{rev: rev, deleted: true}
 					changes = append(changes, jChange{key: o.key, deleted: true})
 					events = append(events, store.Event{Type: store.EventDelete, KV: store.KV{Key: o.key, Revision: rev}})
+				case opTxn:
+					// Applied above, as a whole.
 				}
 				results[i].rev = rev
 			}

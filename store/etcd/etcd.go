@@ -456,6 +456,8 @@ func (s *Store) Txn(ctx context.Context, ops []store.Op) (int64, error) {
 			writes = append(writes, clientv3.OpPut(k, string(o.Value)))
 		case store.OpDelete:
 			writes = append(writes, clientv3.OpDelete(k))
+		case store.OpCheck:
+			// A precondition only: its compare above.
 		}
 	}
 	rctx, cancel := s.reqCtx(ctx)

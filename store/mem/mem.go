@@ -314,6 +314,8 @@ func (s *Store) Txn(ctx context.Context, ops []store.Op) (int64, error) {
 				s.keys = slices.Delete(s.keys, i, i+1)
 			}
 			evs = append(evs, store.Event{Type: store.EventDelete, KV: store.KV{Key: o.Key, Revision: s.rev}})
+		case store.OpCheck:
+			// A precondition only.
 		}
 	}
 	s.hub.Publish(evs)

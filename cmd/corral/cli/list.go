@@ -182,20 +182,21 @@ func (inv *invocation) streamJSON(ctx context.Context, w io.Writer, cc grpc.Clie
 			if n == 0 {
 				sep = "[\n  "
 			}
-			bw.WriteString(sep)
-			bw.Write(b.Bytes())
+			// A bufio.Writer keeps its first error: Flush reports it.
+			_, _ = bw.WriteString(sep)
+			_, _ = bw.Write(b.Bytes())
 			n++
 		}
 		return writeErr(bw.Flush())
 	})
 	if err != nil {
-		bw.Flush()
+		_ = bw.Flush() // the call's error is the one to report
 		return inv.callError("list "+k.name+"s", err)
 	}
 	if n == 0 {
-		bw.WriteString("[]\n")
+		_, _ = bw.WriteString("[]\n")
 	} else {
-		bw.WriteString("\n]\n")
+		_, _ = bw.WriteString("\n]\n")
 	}
 	return writeErr(bw.Flush())
 }
