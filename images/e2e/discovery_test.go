@@ -46,9 +46,13 @@ func qemuBase(memMB, smp int) []string {
 // image; `corrald serve` on the same data directory PXE-boots an unknown
 // QEMU machine into it (DHCP full mode, iPXE, HTTP); corral-node discover
 // registers the machine with its SMBIOS identity, disks, NIC, CPUs and
-// memory. The machine is then booted again with its e1000 swapped for a
-// virtio NIC (new MAC): it stays one machine and its fact history notes
-// the NIC change.
+// memory, and proves its swtpm TPM's endorsement key, which its record
+// binds. The machine is then booted again with its e1000 swapped for a
+// virtio NIC (new MAC) and the same TPM: the key is the evidence, so it
+// stays one machine with no operator, and its fact history notes the NIC
+// change. Last, another QEMU machine with the same SMBIOS serial and UUID
+// but a TPM of its own boots: it is parked in CONFLICT and the first
+// machine's record does not change (docs/security.md, "Claims").
 func TestPXEDiscovery(t *testing.T) {
 	need(t, "ip", "qemu-system-x86_64")
 	image(t)
@@ -67,17 +71,31 @@ func TestPXEDiscovery(t *testing.T) {
 		"--dhcp-mode", "full", "--dhcp-range", l.subnet+".100-"+l.subnet+".150", "--dhcp-router", l.subnet+".1")
 	disk := disks(t, l.dir, "DISK-A", "DISK-B")
 
-	boot := func(nic, mac, tap string) *proc {
+	require.Tool(t, "swtpm")
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	// tpm starts a swtpm on state dir (the same dir: the same TPM, once
+	// the one before it on that dir is stopped).
+	tpm := func(dir string) *swtpm.TPM {
+		sw, err := swtpm.Start(ctx, filepath.Join(l.dir, dir), swtpm.QEMU)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(sw.Stop)
+		return sw
+	}
+	boot := func(nic, mac, tap string, tpmArgs []string) *proc {
 		args := append(qemuBase(memoryMB, cpus), "-boot", "n",
 			"-netdev", "tap,id=n0,ifname="+tap+",script=no,downscript=no", "-device", nic+",netdev=n0,mac="+mac)
-		args = append(append(args, smbios()...), disk...)
+		args = append(append(append(args, smbios()...), disk...), tpmArgs...)
 		return start(t, l.dir, "console-"+strings.ReplaceAll(mac, ":", "")+".log", "ip", append([]string{"netns", "exec", l.ns}, args...)...)
 	}
 
 	// First boot: e1000.
 	mac1 := fmt.Sprintf("52:54:00:%s:%s:01", l.id[:2], l.id[2:4])
 	t0 = time.Now()
-	vm := boot("e1000", mac1, l.tap("t"+l.id[:4]+"a"))
+	tpmA := tpm("tpm-a")
+	vm := boot("e1000", mac1, l.tap("t"+l.id[:4]+"a"), tpmA.QEMUArgs())
 	m := c.waitMachine(vm, bootTimeout, "with serial "+serial+" INVENTORIED", func(m machine) bool {
 		return m.Serial == serial && m.State == "INVENTORIED"
 	})
@@ -92,12 +110,18 @@ func TestPXEDiscovery(t *testing.T) {
 		t.Errorf("boot_mac = %q, want %s", m.BootMAC, mac1)
 	}
 	checkFacts(t, m, mac1, "e1000")
+	if len(m.EKIdentity) != 64 {
+		t.Errorf("TPM key bound %q, want the 64-hex SHA-256 of its endorsement key", m.EKIdentity)
+	}
+	ek := m.EKIdentity
 	vm.stop(t)
+	tpmA.Stop()
 
 	// Second boot: the NIC swapped for virtio-net (new MAC).
 	mac2 := fmt.Sprintf("52:54:00:%s:%s:02", l.id[:2], l.id[2:4])
 	t0 = time.Now()
-	vm = boot("virtio-net-pci", mac2, l.tap("t"+l.id[:4]+"b"))
+	tpmA = tpm("tpm-a")
+	vm = boot("virtio-net-pci", mac2, l.tap("t"+l.id[:4]+"b"), tpmA.QEMUArgs())
 	m = c.waitMachine(vm, bootTimeout, "with serial "+serial+" registered from "+mac2, func(m machine) bool {
 		return m.Serial == serial && m.BootMAC == mac2 && m.State == "INVENTORIED"
 	})
@@ -123,6 +147,25 @@ func TestPXEDiscovery(t *testing.T) {
 	if same != 1 {
 		out, _ := c.cli("get", "machines", "-o", "json")
 		t.Errorf("%d machine records for one machine, want 1:\n%s", same, out)
+	}
+	vm.stop(t)
+
+	// Another machine: the same SMBIOS serial and UUID, a TPM of its own.
+	mac3 := fmt.Sprintf("52:54:00:%s:%s:03", l.id[:2], l.id[2:4])
+	t0 = time.Now()
+	vm = boot("virtio-net-pci", mac3, l.tap("t"+l.id[:4]+"c"), tpm("tpm-b").QEMUArgs())
+	parked := "conflict-" + strings.ReplaceAll(mac3, ":", "")
+	p := c.waitMachine(vm, bootTimeout, parked+" in CONFLICT", func(m machine) bool {
+		return m.Name == parked && m.State == "CONFLICT"
+	})
+	t.Logf("impostor PXE boot to CONFLICT: %s; reason: %s", time.Since(t0).Round(time.Second), p.Conflict.Reason)
+	if p.Conflict.Machine != m.Name || !strings.Contains(p.Conflict.Reason, "TPM endorsement key") {
+		t.Errorf("parked record claims %q for %q; want %s and the TPM key named", p.Conflict.Machine, p.Conflict.Reason, m.Name)
+	}
+	for _, x := range c.machines() {
+		if x.Name == m.Name && (x.BootMAC != mac2 || x.EKIdentity != ek || x.State != "INVENTORIED") {
+			t.Errorf("the first machine changed: boot MAC %s, TPM key %s, state %s", x.BootMAC, x.EKIdentity, x.State)
+		}
 	}
 	out, _ = c.cli("get", "machines")
 	t.Logf("corral get machines:\n%s", out)

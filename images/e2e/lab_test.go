@@ -304,6 +304,11 @@ type machine struct {
 	BootMAC     string   `json:"boot_mac"`
 	State       string   `json:"state"`
 	Flags       []string `json:"flags"`
+	EKIdentity  string   `json:"ek_identity"`
+	Conflict    struct {
+		Machine string `json:"machine"`
+		Reason  string `json:"reason"`
+	} `json:"conflict"`
 	FactHistory []struct {
 		Path   string `json:"path"`
 		Before string `json:"before"`
