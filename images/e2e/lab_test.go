@@ -297,15 +297,15 @@ func startCorrald(t *testing.T, dir, ns, dataDir string, args ...string) *corral
 // machine is the part of `corral get machines -o json` the tests check
 // (proto field names; 64-bit integers are JSON strings).
 type machine struct {
-	Name        string   `json:"name"`
-	Serial      string   `json:"serial"`
-	SystemUUID  string   `json:"system_uuid"`
-	MACs        []string `json:"macs"`
-	BootMAC     string   `json:"boot_mac"`
-	State       string   `json:"state"`
-	Flags       []string `json:"flags"`
-	EKIdentity  string   `json:"ek_identity"`
-	Conflict    struct {
+	Name       string   `json:"name"`
+	Serial     string   `json:"serial"`
+	SystemUUID string   `json:"system_uuid"`
+	MACs       []string `json:"macs"`
+	BootMAC    string   `json:"boot_mac"`
+	State      string   `json:"state"`
+	Flags      []string `json:"flags"`
+	EKIdentity string   `json:"ek_identity"`
+	Conflict   struct {
 		Machine string `json:"machine"`
 		Reason  string `json:"reason"`
 	} `json:"conflict"`
