@@ -51,7 +51,7 @@ func TestParseErrors(t *testing.T) {
 		},
 		"streaming action": {
 			file: "a:\n  type: Agent\n  action: Session\n",
-			want: []string{`task "a" (line 1): action Session of type Agent is a streaming RPC; do calls unary RPCs only (valid: Join, Register)`},
+			want: []string{`task "a" (line 1): action Session of type Agent is a streaming RPC; do calls unary RPCs only (valid: AttestBegin, Join, Register)`},
 		},
 		"type not a string": {
 			file: "a:\n  type: [Node]\n  action: GetNode\n",
