@@ -434,32 +434,7 @@ func TestAttackAgentScriptFromWrongAddress(t *testing.T) {
 		victim, attacker = "52:54:00:aa:10:01", "52:54:00:bb:10:01"
 		static           = "10.78.1.250"
 	)
-	b := make([]byte, 3)
-	rand.Read(b)
-	id := hex.EncodeToString(b)
-	srvNS, cliNS := "cra"+id, "cra"+id+"c"
-	br, host, inner := "br"+id[:4], "va"+id[:4], "ea"+id[:4]
-	ipc := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	ipc("netns", "add", srvNS)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", srvNS).Run() })
-	ipc("netns", "add", cliNS)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", cliNS).Run() })
-	ipc("-n", srvNS, "link", "set", "lo", "up")
-	ipc("-n", srvNS, "link", "add", br, "type", "bridge")
-	ipc("-n", srvNS, "addr", "add", "10.78.1.1/24", "dev", br)
-	ipc("-n", srvNS, "link", "set", br, "up")
-	ipc("-n", srvNS, "link", "add", host, "type", "veth", "peer", "name", inner, "netns", cliNS)
-	ipc("-n", srvNS, "link", "set", host, "master", br)
-	ipc("-n", srvNS, "link", "set", host, "up")
-	ipc("-n", cliNS, "link", "set", "lo", "up")
-	ipc("-n", cliNS, "addr", "add", static+"/24", "dev", inner)
-	ipc("-n", cliNS, "link", "set", inner, "up")
-	ipc("-n", cliNS, "route", "add", "default", "via", "10.78.1.1")
+	srvNS, cliNS, br, inner := netnsPair(t, "cra", "10.78.1", static)
 
 	data := t.TempDir()
 	logs := &syncbuf.Buffer{}
@@ -509,7 +484,7 @@ func TestAttackAgentScriptFromWrongAddress(t *testing.T) {
 	leaseA := dora(t, dhcpConn, attacker)
 	leaseV := dora(t, dhcpConn, victim) // chaddr spoofed: the victim's lease exists
 	t.Logf("leases: attacker %s, victim %s", leaseA, leaseV)
-	ipc("-n", cliNS, "addr", "add", leaseA+"/24", "dev", inner)
+	ipCmd(t, "-n", cliNS, "addr", "add", leaseA+"/24", "dev", inner)
 
 	get := func(mac, from string) (int, string) {
 		var conn net.Conn
@@ -571,7 +546,7 @@ func TestAttackAgentScriptFromWrongAddress(t *testing.T) {
 		t.Fatalf("%d 403 refusals on the victim's timeline; want 2: %+v", len(refused), refused)
 	}
 	// The victim, from its own leased address, gets its script.
-	ipc("-n", cliNS, "addr", "add", leaseV+"/24", "dev", inner)
+	ipCmd(t, "-n", cliNS, "addr", "add", leaseV+"/24", "dev", inner)
 	if code, body := get(victim, leaseV); code != 200 || !strings.Contains(body, "corral.token=") {
 		t.Fatalf("the victim's own script from its lease: %d %s", code, body)
 	}
@@ -662,4 +637,44 @@ func inNetns(t *testing.T, name string, fn func()) {
 		}
 	}()
 	fn()
+}
+
+// netnsPair makes two network namespaces of the test's own, a server side
+// with a bridge at <subnet>.1/24 and a client side joined to it by a veth
+// with address client/24 and its default route through the bridge, and
+// deletes them at the end. It returns their names, the bridge's and the
+// client's interface.
+func netnsPair(t *testing.T, prefix, subnet, client string) (srvNS, cliNS, br, inner string) {
+	t.Helper()
+	b := make([]byte, 3)
+	rand.Read(b)
+	id := hex.EncodeToString(b)
+	srvNS, cliNS = prefix+id, prefix+id+"c"
+	br, inner = "b"+prefix[2:]+id[:4], "e"+prefix[2:]+id[:4]
+	host := "v" + prefix[2:] + id[:4]
+	ipc := func(args ...string) { t.Helper(); ipCmd(t, args...) }
+	ipc("netns", "add", srvNS)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", srvNS).Run() })
+	ipc("netns", "add", cliNS)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", cliNS).Run() })
+	ipc("-n", srvNS, "link", "set", "lo", "up")
+	ipc("-n", srvNS, "link", "add", br, "type", "bridge")
+	ipc("-n", srvNS, "addr", "add", subnet+".1/24", "dev", br)
+	ipc("-n", srvNS, "link", "set", br, "up")
+	ipc("-n", srvNS, "link", "add", host, "type", "veth", "peer", "name", inner, "netns", cliNS)
+	ipc("-n", srvNS, "link", "set", host, "master", br)
+	ipc("-n", srvNS, "link", "set", host, "up")
+	ipc("-n", cliNS, "link", "set", "lo", "up")
+	ipc("-n", cliNS, "addr", "add", client+"/24", "dev", inner)
+	ipc("-n", cliNS, "link", "set", inner, "up")
+	ipc("-n", cliNS, "route", "add", "default", "via", subnet+".1")
+	return srvNS, cliNS, br, inner
+}
+
+// ipCmd runs ip(8) with args and fails the test if it fails.
+func ipCmd(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
 }

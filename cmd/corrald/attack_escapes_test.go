@@ -12,9 +12,7 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"net"
 	"net/url"
 	"os/exec"
@@ -197,32 +195,8 @@ func TestAttackDHCPOptionsEscaped(t *testing.T) {
 	require.Tool(t, "ip")
 	require.File(t, "/boot/ipxe.lkrn", "the discovery kernel stand-in (Debian package ipxe)")
 	const mac = "52:54:00:cc:01:01"
-	b := make([]byte, 3)
-	rand.Read(b)
-	id := hex.EncodeToString(b)
-	srvNS, cliNS := "cre"+id, "cre"+id+"c"
-	br, host, inner := "bq"+id[:4], "vq"+id[:4], "eq"+id[:4]
-	ipc := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	ipc("netns", "add", srvNS)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", srvNS).Run() })
-	ipc("netns", "add", cliNS)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", cliNS).Run() })
-	ipc("-n", srvNS, "link", "set", "lo", "up")
-	ipc("-n", srvNS, "link", "add", br, "type", "bridge")
-	ipc("-n", srvNS, "addr", "add", "10.79.1.1/24", "dev", br)
-	ipc("-n", srvNS, "link", "set", br, "up")
-	ipc("-n", srvNS, "link", "add", host, "type", "veth", "peer", "name", inner, "netns", cliNS)
-	ipc("-n", srvNS, "link", "set", host, "master", br)
-	ipc("-n", srvNS, "link", "set", host, "up")
-	ipc("-n", cliNS, "link", "set", "lo", "up")
-	ipc("-n", cliNS, "addr", "add", "10.79.1.250/24", "dev", inner) // a route for the broadcast
-	ipc("-n", cliNS, "link", "set", inner, "up")
-	ipc("-n", cliNS, "route", "add", "default", "via", "10.79.1.1")
+	// The client side has an address: a route for the broadcast.
+	srvNS, cliNS, br, inner := netnsPair(t, "cre", "10.79.1", "10.79.1.250")
 
 	data := t.TempDir()
 	logs := &syncbuf.Buffer{}
@@ -305,7 +279,7 @@ func TestAttackDHCPOptionsEscaped(t *testing.T) {
 		t.Fatal("no ACK")
 	}
 	lease := ack.YourIPAddr.String()
-	ipc("-n", cliNS, "addr", "add", lease+"/24", "dev", inner)
+	ipCmd(t, "-n", cliNS, "addr", "add", lease+"/24", "dev", inner)
 	// A TFTP name from the leased address: the MAC is known, so it goes
 	// on the timeline too.
 	inNetns(t, cliNS, func() { tftpRead(t, "10.79.1.1:69", "boot"+escClear+escBidi+".efi") })
