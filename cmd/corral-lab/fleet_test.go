@@ -36,12 +36,15 @@ const (
 // led, the other must take over (its "leading the fleet" line; the time
 // from the kill is printed). The install completes through the other
 // appliance: the machine reaches DEPLOYED and its node READY. The
-// takeover and total times are printed, not asserted.
+// takeover and total times are printed, not asserted. The machine has no
+// TPM (--tpm none): a machine without one registers on its identifiers and
+// boot MAC alone (docs/security.md, "What a TPM proves") and still reaches
+// READY.
 func TestLabFleet(t *testing.T) {
 	need(t)
 	require.Tool(t, "etcd")
 	t0 := time.Now()
-	r := up(t, "--appliances", "2", "--appliance-dhcp", "all", "--machines", "1", "--firmware", "bios", "--power-on=false",
+	r := up(t, "--appliances", "2", "--appliance-dhcp", "all", "--machines", "1", "--firmware", "bios", "--tpm", "none", "--power-on=false",
 		"--corrald-arg=--leader-lease-ttl="+fleetLeaseTTL.String(), "--corrald-arg=--reconcile-interval=3s")
 	st := r.st
 	if !st.Fleet() || len(st.Appliances) != 2 || len(st.Etcd) != 3 {
@@ -188,6 +191,9 @@ func TestLabFleet(t *testing.T) {
 			return m.State == "DEPLOYED" && n.State == "READY"
 		})
 		done := time.Now()
+		if m := rs.machines()[lm.Name]; m.EKIdentity != "" {
+			t.Errorf("%s has no TPM but a TPM key %q is bound", lm.Name, m.EKIdentity)
+		}
 		// The install finished through the survivor: its session took the
 		// agent's done and rebooted the machine.
 		if !strings.Contains(readFile(survivor.Log), `msg="install done: rebooting into the hypervisor"`) {
