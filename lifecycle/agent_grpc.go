@@ -214,12 +214,24 @@ func (l *Lifecycle) register(ctx context.Context, c Caller, peer, bootMAC string
 // tokenMachineMismatch says why a boot token bound to c.Machine may not
 // land on the matched machine, or "". It may land on its own machine; on
 // another only when its own was a DHCP placeholder (or is gone) that the
-// report absorbs, the report having matched the other by its identity.
+// report absorbs, the report having matched the other by its identity, or
+// when the token was issued for its MAC's own placeholder or parked record
+// and the MAC now belongs to the machine the report lands on.
 func tokenMachineMismatch(c Caller, mt inventory.Match) string {
 	if mt.Name == c.Machine {
 		return ""
 	}
 	h := mt.Holder
+	if h != nil && h.GetName() == mt.Name && macNamed(c) {
+		// The token was issued for whatever machine its MAC is (the
+		// MAC's placeholder or parked record), and the MAC now belongs to
+		// the very machine the report lands on: its own earlier report
+		// landed there, absorbing the placeholder, or an operator adopted
+		// its parked record. A script fetched now would bind the token to
+		// that machine (auth.Tokens.IssueBoot); the agent, which keeps its
+		// token across Registers, is not locked out until it reboots.
+		return ""
+	}
 	switch {
 	case h != nil && h.GetName() != c.Machine:
 		return fmt.Sprintf("the token was issued for machine %s, but MAC %s now belongs to machine %s: fetch a new boot script", c.Machine, c.MAC, h.GetName())
@@ -229,6 +241,12 @@ func tokenMachineMismatch(c Caller, mt inventory.Match) string {
 		return fmt.Sprintf("machine %s was not matched by its identity", mt.Name)
 	}
 	return ""
+}
+
+// macNamed reports whether the token's machine is a name derived from its
+// own boot MAC: the MAC's DHCP placeholder or its parked CONFLICT record.
+func macNamed(c Caller) bool {
+	return c.Machine == inventory.MachineNameForMAC(c.MAC) || c.Machine == inventory.ConflictName(c.MAC)
 }
 
 // refuseRegister records a Register refused for a token binding on the

@@ -547,3 +547,63 @@ func TestAutoAcceptGuard(t *testing.T) {
 		})
 	}
 }
+
+// TestRegisterAgainAfterTheMACMoved: an agent keeps its boot token across
+// Registers (it registers again after every session drop). When its MAC
+// moved to the machine its report lands on — its own first report absorbed
+// the MAC's placeholder, or an operator adopted its parked record — the
+// next Register with the same token lands there too; it is not locked out
+// until a reboot fetches a new script. A token bound to an unrelated
+// machine stays refused ("stale binding" in TestRegisterBootTokenBinding).
+func TestRegisterAgainAfterTheMACMoved(t *testing.T) {
+	ctx := context.Background()
+	register := func(a *authed, c Caller, f *inventoryv1.Facts) (string, error) {
+		resp, err := a.client(c).Register(ctx, &nodev1.RegisterRequest{BootMac: c.MAC, Facts: f})
+		return resp.GetMachineName(), err
+	}
+	t.Run("booted from a NIC its record listed", func(t *testing.T) {
+		a := newAuthed(t, harnessOpt{}, AgentLimits{})
+		victim, err := a.lc.Register(ctx, victimMAC, facts("SN-VICTIM", "", victimMAC, agentMAC))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _, err := a.inv.EnsureMachineForMAC(ctx, agentMAC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := Caller{Role: CallerAgent, ID: "t1", MAC: agentMAC, Machine: p.GetName()}
+		for i := range 2 {
+			if got, err := register(a, c, facts("SN-VICTIM", "", victimMAC, agentMAC)); err != nil || got != victim.GetName() {
+				t.Fatalf("Register %d = %q, %v; want %s", i+1, got, err, victim.GetName())
+			}
+		}
+	})
+	t.Run("adopted", func(t *testing.T) {
+		a := newAuthed(t, harnessOpt{}, AgentLimits{})
+		victim, err := a.lc.Register(ctx, victimMAC, facts("SN-VICTIM", "", victimMAC))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _, err := a.inv.EnsureMachineForMAC(ctx, agentMAC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := Caller{Role: CallerAgent, ID: "t1", MAC: agentMAC, Machine: p.GetName()}
+		f := facts("SN-VICTIM", "", agentMAC)
+		if _, err := register(a, c, f); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("Register from an unlisted NIC = %v; want PermissionDenied (parked)", err)
+		}
+		if _, err := a.inv.AdoptMachine(ctx, inventory.ConflictName(agentMAC), false); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := register(a, c, f); err != nil || got != victim.GetName() {
+			t.Fatalf("Register after the adopt = %q, %v; want %s", got, err, victim.GetName())
+		}
+		// The same token bound to the parked record's name (a script
+		// fetched while it was parked) lands too.
+		c.Machine = inventory.ConflictName(agentMAC)
+		if got, err := register(a, c, f); err != nil || got != victim.GetName() {
+			t.Fatalf("Register with the parked name's token = %q, %v; want %s", got, err, victim.GetName())
+		}
+	})
+}
