@@ -60,8 +60,8 @@ func assertNoRaw(t *testing.T, what, out string) {
 }
 
 func TestAttackTerminalEscapesAndReportCaps(t *testing.T) {
-	tftpAddr := freePort(t)
-	c := startCredCorrald(t, "--tftp-listen", tftpAddr)
+	tftpAddr, metrics := freePort(t), freePort(t)
+	c := startCredCorrald(t, "--tftp-listen", tftpAddr, "--metrics-listen", metrics)
 	ctx := context.Background()
 	const mac, from = "52:54:00:cc:00:01", "127.0.3.1"
 	conf := filepath.Join(t.TempDir(), "admin.conf")
@@ -121,6 +121,15 @@ func TestAttackTerminalEscapesAndReportCaps(t *testing.T) {
 		}
 		if diff := cmp.Diff(before, c.machine(name), protocmp.Transform()); diff != "" {
 			t.Errorf("the machine's record changed (-before +after):\n%s", diff)
+		}
+		// Each refusal is counted by its reason, and logged.
+		for _, reason := range []string{"control", "report_bytes", "disks"} {
+			if got := metricValue(t, metrics, `corral_report_refusals_total{reason="`+reason+`"}`); got != 1 {
+				t.Errorf("corral_report_refusals_total{reason=%q} = %v, want 1", reason, got)
+			}
+		}
+		if n := strings.Count(c.logs.String(), `msg="report refused"`); n != 3 {
+			t.Errorf("%d report refusals logged, want 3", n)
 		}
 	})
 

@@ -1,16 +1,20 @@
 package main
 
-// Attack test for the cap on machines waiting to be accepted
-// (docs/security.md, "Claims": --max-unaccepted), against the built
-// corrald: boot HTTP on loopback for the per-boot tokens, a real gRPC
-// client over TLS for the agent edge and the operator, /metrics over
-// plain HTTP.
+// Attack tests for an inventory anyone on the boot LAN could fill: the cap
+// on machines waiting to be accepted (docs/security.md, "Claims":
+// --max-unaccepted) and on a machine's fact history ("Report caps"),
+// against the built corrald: boot HTTP on loopback for the per-boot
+// tokens, a real gRPC client over TLS for the agent edge and the
+// operator, /metrics over plain HTTP. The report caps themselves are in
+// TestAttackTerminalEscapesAndReportCaps.
 
 import (
 	"context"
 	"fmt"
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
@@ -125,4 +129,51 @@ func TestAttackUnacceptedCap(t *testing.T) {
 		delete(before, names[1])
 		unchanged(t)
 	})
+}
+
+// TestAttackFactHistoryCap: two machines report again and again, each
+// report listing eight new disks, so that each adds sixteen changes to the
+// machine's fact history: one with long disk models (the byte cap
+// binds), one with short ones (the entry cap binds). Each history keeps
+// the newest changes within --max-fact-history-entries and
+// --max-fact-history-bytes, and no report is refused for it.
+func TestAttackFactHistoryCap(t *testing.T) {
+	const maxEntries, maxBytes = 20, 4096
+	c := startCredCorrald(t, "--max-fact-history-entries", fmt.Sprint(maxEntries), "--max-fact-history-bytes", fmt.Sprint(maxBytes))
+	ctx := context.Background()
+	const rounds = 9 // within the per-token burst (--agent-burst-per-token 10)
+	for i, model := range []string{strings.Repeat("m", 200), "m"} {
+		mac := fmt.Sprintf("52:54:00:dd:01:%02x", i+1)
+		agent := c.agent(c.token(mac, fmt.Sprintf("127.0.8.%d", 101+i)))
+		var name string
+		for r := range rounds {
+			f := machinefacts.QEMU(fmt.Sprintf("SN-HIST-%d", i), "", mac)
+			f.Disks = nil
+			for d := range 8 {
+				f.Disks = append(f.Disks, &inventoryv1.Facts_Disk{Name: fmt.Sprintf("sd%c", 'a'+d), SizeBytes: 1 << 40,
+					Serial: fmt.Sprintf("R%02d-D%d", r, d), Model: model})
+			}
+			reg, err := agent.Register(ctx, &nodev1.RegisterRequest{BootMac: mac, Facts: f})
+			if err != nil {
+				t.Fatalf("%s's report %d: %v", mac, r, err)
+			}
+			name = reg.GetMachineName()
+		}
+		h := c.machine(name).GetFactHistory()
+		size := 0
+		for _, e := range h {
+			size += proto.Size(e)
+		}
+		t.Logf("%s: %d reports of 16 changes each (models of %d bytes): %d history entries, %d bytes kept", name, rounds, len(model), len(h), size)
+		if len(h) == 0 || len(h) > maxEntries || size > maxBytes {
+			t.Errorf("%s: fact history of %d entries, %d bytes; want 1-%d entries within %d bytes", name, len(h), size, maxEntries, maxBytes)
+		}
+		if bound := len(h) == maxEntries || size > maxBytes-300; !bound {
+			t.Errorf("%s: neither cap reached (%d entries, %d bytes): the test does not fill the history", name, len(h), size)
+		}
+		// The newest changes are kept: the last report's disks.
+		if last := h[len(h)-1]; !strings.Contains(last.GetPath(), fmt.Sprintf("R%02d-", rounds-1)) {
+			t.Errorf("%s: the newest history entry %v is not of the last report", name, last)
+		}
+	}
 }
