@@ -67,10 +67,13 @@ const (
 	RefusedString      = "string"  // too long, or not UTF-8
 	RefusedControl     = "control" // control characters (internal/termsafe)
 	RefusedInvalid     = "invalid" // anything else: no facts, a malformed MAC
+	// RefusedUnacceptedCap: a report that would make a new machine while
+	// Config.MaxUnaccepted machines wait to be accepted.
+	RefusedUnacceptedCap = "unaccepted_cap"
 )
 
 // RefusalReasons lists every reason, for a counter to register them all.
-var RefusalReasons = []string{RefusedReportBytes, RefusedDisks, RefusedDIMMs, RefusedNICs, RefusedPCIDevices, RefusedString, RefusedControl, RefusedInvalid}
+var RefusalReasons = []string{RefusedReportBytes, RefusedDisks, RefusedDIMMs, RefusedNICs, RefusedPCIDevices, RefusedString, RefusedControl, RefusedInvalid, RefusedUnacceptedCap}
 
 // ReportError is a report refused by a cap or a check: its class is
 // apierr.ErrInvalid (InvalidArgument at the API edge), Reason is one of

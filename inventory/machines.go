@@ -61,7 +61,8 @@ type Config struct {
 	MaxUnaccepted int
 	// FactCaps cap a report and a machine's fact history (zero fields:
 	// DefaultFactCaps). ReportRefused, when set, hears of each report
-	// CheckReport refuses, with one of RefusalReasons (a metrics counter).
+	// CheckReport or the unaccepted cap refuses, with one of
+	// RefusalReasons (a metrics counter).
 	FactCaps      FactCaps
 	ReportRefused func(reason string)
 }

@@ -115,6 +115,9 @@ func (i *Inventory) reserveUnaccepted(ctx context.Context, mac string) (release 
 	}
 	if p.umax >= 0 && len(p.unaccepted)+p.upending >= p.umax {
 		p.urefused++
+		if i.cfg.ReportRefused != nil {
+			i.cfg.ReportRefused(RefusedUnacceptedCap)
+		}
 		now := i.cfg.Now()
 		if p.lastUWarn.IsZero() || now.Sub(p.lastUWarn) >= capLogInterval {
 			i.log.Warn("unaccepted-machine cap reached: reports of new machines are refused", "mac", mac,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -286,9 +287,12 @@ func TestCollectPlaceholdersBadAge(t *testing.T) {
 // TestUnacceptedCap: past Config.MaxUnaccepted, a report that would make
 // a new machine is refused (ResourceExhausted class) and stores nothing;
 // a report landing on a known machine is not; a deleted machine frees its
-// slot. Parked reports count too.
+// slot. Parked reports count too. Each refusal is counted
+// (Config.ReportRefused, RefusedUnacceptedCap).
 func TestUnacceptedCap(t *testing.T) {
-	inv := newInv(t, Config{MaxUnaccepted: 2})
+	var mu sync.Mutex
+	refused := map[string]int{}
+	inv := newInv(t, Config{MaxUnaccepted: 2, ReportRefused: func(reason string) { mu.Lock(); refused[reason]++; mu.Unlock() }})
 	ctx := context.Background()
 	for _, mac := range []string{"52:54:00:00:0d:01", "52:54:00:00:0d:02"} {
 		if _, err := inv.Register(ctx, mac, facts("SN-"+mac, "", mac), RegisterOptions{}); err != nil {
@@ -320,5 +324,10 @@ func TestUnacceptedCap(t *testing.T) {
 	}
 	if n := inv.UnacceptedCount(); n != 2 {
 		t.Fatalf("UnacceptedCount = %d, want 2", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := map[string]int{RefusedUnacceptedCap: 2}; !maps.Equal(refused, want) {
+		t.Errorf("refusals counted %v, want %v", refused, want)
 	}
 }

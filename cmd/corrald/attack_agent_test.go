@@ -24,7 +24,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -435,52 +434,8 @@ func TestAttackAgentScriptFromWrongAddress(t *testing.T) {
 		static           = "10.78.1.250"
 	)
 	srvNS, cliNS, br, inner := netnsPair(t, "cra", "10.78.1", static)
-
-	data := t.TempDir()
-	logs := &syncbuf.Buffer{}
-	cmd := exec.Command("ip", "netns", "exec", srvNS, filepath.Join(binDir, "corrald"), "serve", "--data-dir", data,
-		"--api-listen", ":20180", "--boot-interface", br, "--dhcp-mode", "full", "--dhcp-range", "10.78.1.100-10.78.1.150",
-		"--tftp-listen", "off", "--no-ra", "--http-listen", "10.78.1.1:8080", "--allow-test-images")
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("corrald logs:\n%s", logs)
-		}
-	})
-	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(logs.String(), "network boot on"); time.Sleep(50 * time.Millisecond) {
-		select {
-		case err := <-exited:
-			t.Fatalf("corrald exited early: %v\n%s", err, logs)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("corrald did not start\n%s", logs)
-		}
-	}
-
-	var dhcpConn *net.UDPConn
-	inNetns(t, cliNS, func() {
-		pc, err := net.ListenPacket("udp4", "0.0.0.0:68")
-		if err != nil {
-			t.Fatalf("listen :68 in %s: %v", cliNS, err)
-		}
-		dhcpConn = pc.(*net.UDPConn)
-	})
-	t.Cleanup(func() { dhcpConn.Close() })
-	raw, _ := dhcpConn.SyscallConn()
-	raw.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_BROADCAST, 1) })
+	f := startFullCorrald(t, srvNS, br, "10.78.1")
+	dhcpConn := dhcpClient(t, cliNS)
 	leaseA := dora(t, dhcpConn, attacker)
 	leaseV := dora(t, dhcpConn, victim) // chaddr spoofed: the victim's lease exists
 	t.Logf("leases: attacker %s, victim %s", leaseA, leaseV)
@@ -526,7 +481,7 @@ func TestAttackAgentScriptFromWrongAddress(t *testing.T) {
 	}
 	var refused []entry
 	for deadline := time.Now().Add(10 * time.Second); len(refused) < 2 && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		out, err := exec.Command("ip", "netns", "exec", srvNS, filepath.Join(binDir, "corral"), "--config", filepath.Join(data, "admin.conf"),
+		out, err := exec.Command("ip", "netns", "exec", srvNS, filepath.Join(binDir, "corral"), "--config", filepath.Join(f.data, "admin.conf"),
 			"machine", "timeline", victim, "-o", "json").CombinedOutput()
 		if err != nil {
 			t.Fatalf("corral machine timeline: %v\n%s", err, out)

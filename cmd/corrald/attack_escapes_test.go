@@ -18,7 +18,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -33,7 +32,6 @@ import (
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 	"github.com/corralhq/corral/testsupport/machinefacts"
 	"github.com/corralhq/corral/testsupport/require"
-	"github.com/corralhq/corral/testsupport/syncbuf"
 )
 
 // Terminal control sequences an attacker would send: window title (OSC 0),
@@ -60,8 +58,8 @@ func assertNoRaw(t *testing.T, what, out string) {
 }
 
 func TestAttackTerminalEscapesAndReportCaps(t *testing.T) {
-	tftpAddr := freePort(t)
-	c := startCredCorrald(t, "--tftp-listen", tftpAddr)
+	tftpAddr, metrics := freePort(t), freePort(t)
+	c := startCredCorrald(t, "--tftp-listen", tftpAddr, "--metrics-listen", metrics)
 	ctx := context.Background()
 	const mac, from = "52:54:00:cc:00:01", "127.0.3.1"
 	conf := filepath.Join(t.TempDir(), "admin.conf")
@@ -121,6 +119,15 @@ func TestAttackTerminalEscapesAndReportCaps(t *testing.T) {
 		}
 		if diff := cmp.Diff(before, c.machine(name), protocmp.Transform()); diff != "" {
 			t.Errorf("the machine's record changed (-before +after):\n%s", diff)
+		}
+		// Each refusal is counted by its reason, and logged.
+		for _, reason := range []string{"control", "report_bytes", "disks"} {
+			if got := metricValue(t, metrics, `corral_report_refusals_total{reason="`+reason+`"}`); got != 1 {
+				t.Errorf("corral_report_refusals_total{reason=%q} = %v, want 1", reason, got)
+			}
+		}
+		if n := strings.Count(c.logs.String(), `msg="report refused"`); n != 3 {
+			t.Errorf("%d report refusals logged, want 3", n)
 		}
 	})
 
@@ -197,61 +204,17 @@ func TestAttackDHCPOptionsEscaped(t *testing.T) {
 	const mac = "52:54:00:cc:01:01"
 	// The client side has an address: a route for the broadcast.
 	srvNS, cliNS, br, inner := netnsPair(t, "cre", "10.79.1", "10.79.1.250")
-
-	data := t.TempDir()
-	logs := &syncbuf.Buffer{}
-	cmd := exec.Command("ip", "netns", "exec", srvNS, filepath.Join(binDir, "corrald"), "serve", "--data-dir", data,
-		"--api-listen", ":20180", "--boot-interface", br, "--dhcp-mode", "full", "--dhcp-range", "10.79.1.100-10.79.1.150",
-		"--tftp-listen", "10.79.1.1:69", "--no-ra", "--http-listen", "10.79.1.1:8080", "--metrics-listen", "", "--allow-test-images")
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{}) // closed when corrald has exited, with waitErr set
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("corrald logs:\n%s", logs)
-		}
-	})
-	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(logs.String(), "network boot on"); time.Sleep(50 * time.Millisecond) {
-		select {
-		case <-exited:
-			t.Fatalf("corrald exited early: %v\n%s", waitErr, logs)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("corrald did not start\n%s", logs)
-		}
-	}
+	f := startFullCorrald(t, srvNS, br, "10.79.1", "--tftp-listen", "10.79.1.1:69")
 	corral := func(args ...string) string {
 		t.Helper()
-		out, err := exec.Command("ip", append([]string{"netns", "exec", srvNS, filepath.Join(binDir, "corral"), "--config", filepath.Join(data, "admin.conf")}, args...)...).CombinedOutput()
+		out, err := exec.Command("ip", append([]string{"netns", "exec", srvNS, filepath.Join(binDir, "corral"), "--config", filepath.Join(f.data, "admin.conf")}, args...)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("corral %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 		return string(out)
 	}
 
-	var conn *net.UDPConn
-	inNetns(t, cliNS, func() {
-		pc, err := net.ListenPacket("udp4", "0.0.0.0:68")
-		if err != nil {
-			t.Fatalf("listen :68 in %s: %v", cliNS, err)
-		}
-		conn = pc.(*net.UDPConn)
-	})
-	t.Cleanup(func() { conn.Close() })
-	raw, _ := conn.SyscallConn()
-	raw.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_BROADCAST, 1) })
+	conn := dhcpClient(t, cliNS)
 	hw, _ := net.ParseMAC(mac)
 	evil := func(d *dhcpv4.DHCPv4) {
 		d.UpdateOption(dhcpv4.OptClassIdentifier("PXEClient:Arch:00000:UNDI:002001" + escTitle + escClipboard))
@@ -303,5 +266,5 @@ func TestAttackDHCPOptionsEscaped(t *testing.T) {
 	} {
 		assertNoRaw(t, "corral "+strings.Join(args, " "), corral(args...))
 	}
-	assertNoRaw(t, "corrald's log", logs.String())
+	assertNoRaw(t, "corrald's log", f.logs.String())
 }
