@@ -151,7 +151,7 @@ func New(cfg Config, log *slog.Logger) *Metrics {
 		Help:    "BMC calls, by operation, the provider that answered (none: none did) and outcome (ok, auth, unreachable, protocol, failed, invalid, certificate).",
 		Buckets: []float64{.05, .1, .25, .5, 1, 2, 5, 10, 30}}, []string{"op", "provider", "outcome"})
 	o.reports = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_report_refusals_total",
-		Help: "Agent fact reports refused, by reason (report_bytes, disks, dimms, nics, pci_devices: over a cap; string, control: a string too long, not UTF-8 or holding control characters; invalid)."}, []string{"reason"})
+		Help: "Agent fact reports refused, by reason (report_bytes, disks, dimms, nics, pci_devices: over a cap; string, control: a string too long, not UTF-8 or holding control characters; invalid; unaccepted_cap: --max-unaccepted machines are registered and not accepted)."}, []string{"reason"})
 	o.store = newStoreMetrics()
 	o.phases = newPhaseTracker(log.With("component", "boot-phases"))
 	o.counts = newStateCounts(log.With("component", "state-counts"))
