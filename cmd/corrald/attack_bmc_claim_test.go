@@ -140,7 +140,8 @@ func TestAttackBMCClaim(t *testing.T) {
 		leaseR := dora(t, dhcp, real)
 		ipCmd(t, "-n", cliNS, "addr", "add", leaseR+"/24", "dev", inner)
 		facts := withBMC(machinefacts.QEMU(realSN, realUUID, real))
-		_, err := f.agent(cliNS, leaseR, f.token(cliNS, leaseR, real)).Register(ctx, &nodev1.RegisterRequest{BootMac: real, Facts: facts})
+		agent := f.agent(cliNS, leaseR, f.token(cliNS, leaseR, real))
+		_, err := agent.Register(ctx, &nodev1.RegisterRequest{BootMac: real, Facts: facts})
 		// Parked for the operator: for the BMC address, not for anything
 		// the impostor said.
 		wantCode(t, "the real server's first Register", err, codes.PermissionDenied,
@@ -158,9 +159,9 @@ func TestAttackBMCClaim(t *testing.T) {
 			m.GetBmc().GetAddress() != bmcIP || m.GetState() != inventoryv1.Machine_INVENTORIED {
 			t.Fatalf("%s after the adopt: %v", enrolled, m)
 		}
-		// It boots again: its script, rendered for rack1-u07 now, and its
-		// report lands there; its session opens.
-		agent := f.agent(cliNS, leaseR, f.token(cliNS, leaseR, real))
+		// Its agent, still running with the token it had, reports again
+		// (it retries with back-off): the report lands on rack1-u07 and its
+		// session opens, with no reboot.
 		reg, err := agent.Register(ctx, &nodev1.RegisterRequest{BootMac: real, Facts: facts})
 		if err != nil {
 			t.Fatalf("the real server's Register after the adopt: %v", err)
