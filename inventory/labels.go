@@ -147,7 +147,7 @@ func (i *Inventory) LabelMachine(ctx context.Context, name string, c LabelChange
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	m, err := i.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error { return c.apply(m) })
+	m, err := i.UpdateMachine(ctx, name, c.apply)
 	if err != nil {
 		return nil, err
 	}
