@@ -302,7 +302,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("lifecycle: %w", err)
 	}
 	s.addSingleton("token-purge", s.purgeTokens)
-	machines := &inventory.MachineServer{Inv: s.inv, Lifecycle: s.lifecycle}
+	machines := &inventory.MachineServer{Inv: s.inv, Lifecycle: s.lifecycle, Caller: machineCaller}
 	if s.bmc != nil {
 		machines.BMC = s.bmc
 	}

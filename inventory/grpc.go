@@ -29,6 +29,10 @@ type MachineServer struct {
 	// Watchers caps the Watch streams (nil: the appliance-wide
 	// watchstream.Default).
 	Watchers *watchstream.Limiter
+	// Caller says who calls, for allocation and what a caller sees
+	// (alloc.go, docs/security.md "Owners"); nil: every caller is the
+	// operator Anonymous (an appliance without authentication, tests).
+	Caller func(ctx context.Context) Owner
 }
 
 // BMCVerbs is BMC control as the MachineService edge uses it. Implemented
@@ -67,16 +71,21 @@ func Register(s grpc.ServiceRegistrar, srv *MachineServer) {
 // ListMachines answers one page of the machines the request selects
 // (Inventory.ListMachinesPage).
 func (s *MachineServer) ListMachines(ctx context.Context, req *inventoryv1.ListMachinesRequest) (*inventoryv1.ListMachinesResponse, error) {
+	who := s.caller(ctx)
+	req = ownerFilter(req, who)
 	ms, next, err := s.Inv.ListMachinesPage(ctx, req)
 	if err != nil {
 		return nil, apierr.ToStatus(err)
 	}
-	return &inventoryv1.ListMachinesResponse{Machines: ms, NextPageToken: next}, nil
+	return &inventoryv1.ListMachinesResponse{Machines: visible(who, ms), NextPageToken: next}, nil
 }
 
 // GetMachine returns one machine by name.
 func (s *MachineServer) GetMachine(ctx context.Context, req *inventoryv1.GetMachineRequest) (*inventoryv1.Machine, error) {
 	m, err := s.Inv.GetMachine(ctx, req.GetName())
+	if err == nil && !s.caller(ctx).Sees(m) {
+		err = hidden(req.GetName())
+	}
 	if err != nil {
 		return nil, apierr.ToStatus(err)
 	}
@@ -98,6 +107,9 @@ func (s *MachineServer) DeleteMachine(ctx context.Context, req *inventoryv1.Dele
 
 // Timeline returns a machine's (or a MAC's) boot timeline, newest last.
 func (s *MachineServer) Timeline(ctx context.Context, req *inventoryv1.TimelineRequest) (*inventoryv1.TimelineResponse, error) {
+	if err := s.checkSees(ctx, req.GetName(), req.GetMac()); err != nil {
+		return nil, apierr.ToStatus(err)
+	}
 	es, err := s.Inv.Timeline(ctx, req.GetName(), req.GetMac(), int(req.GetLimit()))
 	if err != nil {
 		return nil, apierr.ToStatus(err)
@@ -149,6 +161,9 @@ func (s *MachineServer) GetPower(ctx context.Context, req *inventoryv1.GetPowerR
 	if s.BMC == nil {
 		return nil, apierr.ToStatus(errNoBMC)
 	}
+	if err := s.checkSees(ctx, req.GetName(), ""); err != nil {
+		return nil, apierr.ToStatus(err)
+	}
 	ps, err := s.BMC.GetPower(ctx, req.GetName())
 	if err != nil {
 		return nil, apierr.ToStatus(err)
@@ -169,6 +184,13 @@ func (s *MachineServer) SetBootDevice(ctx context.Context, req *inventoryv1.SetB
 
 // AcceptMachine accepts a machine for install (the lifecycle).
 func (s *MachineServer) AcceptMachine(ctx context.Context, req *inventoryv1.AcceptMachineRequest) (*inventoryv1.Machine, error) {
+	switch req.GetTarget() {
+	case inventoryv1.AcceptTarget_ACCEPT_TARGET_HYPERVISOR:
+	case inventoryv1.AcceptTarget_ACCEPT_TARGET_POOL:
+		return machineOrStatus(s.Inv.AcceptToPool(ctx, req.GetName()))
+	default:
+		return nil, apierr.ToStatus(apierr.Invalidf("accept target %d: want hypervisor or pool", req.GetTarget()))
+	}
 	if s.Lifecycle == nil {
 		return nil, apierr.ToStatus(errNoLifecycle)
 	}

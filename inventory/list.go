@@ -99,7 +99,7 @@ func parseMachineQuery(req *inventoryv1.ListMachinesRequest) (*machineQuery, err
 	if q.order, err = parseOrder(req.GetOrderBy()); err != nil {
 		return nil, err
 	}
-	parts := []string{req.GetState().String(), req.GetSerial(), q.mac, fmt.Sprint(q.summary), q.order.field, fmt.Sprint(q.order.desc)}
+	parts := []string{req.GetState().String(), req.GetSerial(), q.mac, fmt.Sprint(q.summary), q.order.field, fmt.Sprint(q.order.desc), "owner=" + req.GetOwner()}
 	q.filter = paging.Fingerprint(append(parts, req.GetSelectors()...)...)
 	return q, nil
 }
@@ -112,6 +112,8 @@ func (q *machineQuery) match(m *inventoryv1.Machine) bool {
 	case q.req.GetSerial() != "" && m.GetSerial() != q.req.GetSerial():
 		return false
 	case q.mac != "" && !hasMAC(m, q.mac):
+		return false
+	case q.req.GetOwner() != "" && m.GetAllocation().GetOwner() != q.req.GetOwner():
 		return false
 	}
 	return q.sels.Match(m)
@@ -335,6 +337,7 @@ func (i *Inventory) pageSorted(ctx context.Context, q *machineQuery, tok paging.
 func (i *Inventory) EachMachine(ctx context.Context, req *inventoryv1.ListMachinesRequest, fn func(*inventoryv1.Machine) error) error {
 	q, err := parseMachineQuery(&inventoryv1.ListMachinesRequest{
 		State: req.GetState(), Serial: req.GetSerial(), Mac: req.GetMac(), Selectors: req.GetSelectors(), View: req.GetView(),
+		Owner: req.GetOwner(),
 	})
 	if err != nil {
 		return err

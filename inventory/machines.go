@@ -428,6 +428,9 @@ func (i *Inventory) DeleteMachine(ctx context.Context, name string) error {
 		if m.GetState() == inventoryv1.Machine_INSTALLING || m.GetState() == inventoryv1.Machine_DEPLOYED {
 			return apierr.Preconditionf("machine %q is %s: reprovision it first", name, m.GetState())
 		}
+		if m.GetState() == inventoryv1.Machine_ALLOCATED {
+			return apierr.Preconditionf("machine %q is ALLOCATED to %s: release it first", name, ownerWords(m.GetAllocation()))
+		}
 		if err := tx.Delete(machinePrefix + name); err != nil {
 			return err
 		}

@@ -10,17 +10,25 @@ import (
 	"github.com/corralhq/corral/internal/apierr"
 )
 
-// A selector filters machines by a fact: KEY OP VALUE, e.g.
-// "memory_bytes>=64Gi", "disk.count>=2", "vendor=Dell". Numeric keys take
-// =, !=, <, <=, >, >= and sizes with K/M/G/T (powers of 1000) or
-// Ki/Mi/Gi/Ti (powers of 1024) suffixes; text keys take = and !=, compared
-// without regard to case.
+// A selector filters machines by a fact, a label, the zone or the pool:
+// KEY OP VALUE, e.g. "memory_bytes>=64Gi", "disk.count>=2",
+// "vendor=Dell", "pool=ci", "label.rack=r12". Numeric keys take =, !=, <,
+// <=, >, >= and sizes with K/M/G/T (powers of 1000) or Ki/Mi/Gi/Ti
+// (powers of 1024) suffixes; text keys take = and !=, compared without
+// regard to case, except labels (label.KEY or labels.KEY), which compare
+// exactly as label values are stored ("label.KEY=" matches machines
+// without the label). One string may hold several selectors separated by
+// commas: "pool=ci,zone=a,cpu.cores>=16,disks.count>=2".
 type selector struct {
 	key, op string
 	num     float64
 	text    string
 	numeric bool
+	label   string // the label key of a label selector
 }
+
+// labelSelectorPrefixes introduce a label selector's key.
+var labelSelectorPrefixes = []string{"label.", "labels."}
 
 var numericKeys = map[string]func(*inventoryv1.Machine) float64{
 	"memory_bytes": func(m *inventoryv1.Machine) float64 { return float64(m.GetFacts().GetMemory().GetTotalBytes()) },
@@ -33,7 +41,10 @@ var numericKeys = map[string]func(*inventoryv1.Machine) float64{
 		return float64(t)
 	},
 	"nic.count": func(m *inventoryv1.Machine) float64 { return float64(len(m.GetFacts().GetNics())) },
-	// disks and nics are short for disk.count and nic.count.
+	// disks and nics (and disks.count, nics.count) are disk.count and
+	// nic.count.
+	"disks.count": func(m *inventoryv1.Machine) float64 { return float64(len(m.GetFacts().GetDisks())) },
+	"nics.count":  func(m *inventoryv1.Machine) float64 { return float64(len(m.GetFacts().GetNics())) },
 	"disks":       func(m *inventoryv1.Machine) float64 { return float64(len(m.GetFacts().GetDisks())) },
 	"nics":        func(m *inventoryv1.Machine) float64 { return float64(len(m.GetFacts().GetNics())) },
 	"cpu.sockets": func(m *inventoryv1.Machine) float64 { return float64(m.GetFacts().GetCpu().GetSockets()) },
@@ -56,22 +67,43 @@ var textKeys = map[string]func(*inventoryv1.Machine) string{
 	"bios.version":     func(m *inventoryv1.Machine) string { return m.GetFacts().GetBios().GetVersion() },
 	"baseboard.serial": func(m *inventoryv1.Machine) string { return m.GetFacts().GetBaseboard().GetSerial() },
 	"chassis.serial":   func(m *inventoryv1.Machine) string { return m.GetFacts().GetChassis().GetSerial() },
+	"zone":             func(m *inventoryv1.Machine) string { return m.GetZone() },
+	"pool":             func(m *inventoryv1.Machine) string { return m.GetPool() },
 }
 
 // Selectors is a parsed list of selectors; a machine matches when it
 // matches every one (an empty list matches every machine).
 type Selectors []selector
 
-// ParseSelectors parses KEY OP VALUE selectors; a malformed one is
-// apierr.ErrInvalid naming it.
+// MaxSelectors bounds the selectors of one request (after splitting at
+// commas), MaxSelectorBytes each one's length.
+const (
+	MaxSelectors     = 64
+	MaxSelectorBytes = 512
+)
+
+// ParseSelectors parses KEY OP VALUE selectors, each string one or
+// several separated by commas; a malformed one is apierr.ErrInvalid
+// naming it and why.
 func ParseSelectors(raw []string) (Selectors, error) {
 	var out Selectors
 	for _, r := range raw {
-		sel, err := parseSelector(r)
-		if err != nil {
-			return nil, err
+		for _, part := range strings.Split(r, ",") {
+			if strings.TrimSpace(part) == "" && strings.Contains(r, ",") {
+				continue // "a=1," or "a=1,,b=2"
+			}
+			if len(part) > MaxSelectorBytes {
+				return nil, apierr.Invalidf("selector %.40q...: longer than %d bytes", part, MaxSelectorBytes)
+			}
+			if len(out) == MaxSelectors {
+				return nil, apierr.Invalidf("more than %d selectors", MaxSelectors)
+			}
+			sel, err := parseSelector(part)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, sel)
 		}
-		out = append(out, sel)
 	}
 	return out, nil
 }
@@ -95,6 +127,20 @@ func parseSelector(s string) (selector, error) {
 		}
 		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
 		sel := selector{key: k, op: op}
+		for _, p := range labelSelectorPrefixes {
+			lk, ok := strings.CutPrefix(k, p)
+			if !ok {
+				continue
+			}
+			if err := checkLabelKey(lk); err != nil {
+				return sel, apierr.Invalidf("selector %q: %v", s, err)
+			}
+			if op != "=" && op != "!=" {
+				return sel, apierr.Invalidf("selector %q: labels are text; use = or !=", s)
+			}
+			sel.label, sel.text = lk, v
+			return sel, nil
+		}
 		if _, ok := numericKeys[k]; ok {
 			n, err := parseQuantity(v)
 			if err != nil {
@@ -110,7 +156,7 @@ func parseSelector(s string) (selector, error) {
 			sel.text = v
 			return sel, nil
 		}
-		return sel, apierr.Invalidf("selector %q: unknown key %q (numeric: %s; text: %s)", s, k, keyList(numericKeys), keyList(textKeys))
+		return sel, apierr.Invalidf("selector %q: unknown key %q (numeric: %s; text: %s; labels: label.KEY)", s, k, keyList(numericKeys), keyList(textKeys))
 	}
 	return selector{}, apierr.Invalidf("selector %q: want KEY OP VALUE with OP one of = != < <= > >=", s)
 }
@@ -162,7 +208,12 @@ func (s selector) match(m *inventoryv1.Machine) bool {
 			return v >= s.num
 		}
 	}
-	eq := strings.EqualFold(textKeys[s.key](m), s.text)
+	var eq bool
+	if s.label != "" {
+		eq = m.GetLabels()[s.label] == s.text
+	} else {
+		eq = strings.EqualFold(textKeys[s.key](m), s.text)
+	}
 	if s.op == "=" {
 		return eq
 	}

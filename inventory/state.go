@@ -48,7 +48,19 @@ const (
 	// EventAdopted: an operator adopted a parked report as a machine of
 	// its own.
 	EventAdopted
+	// EventPooled: an operator accepted it for people (accept --target
+	// pool): READY, free to allocate.
+	EventPooled
+	// EventAllocated: an allocation claimed it for an owner.
+	EventAllocated
+	// EventReleased: its owner or an operator released it, or its
+	// allocation expired; it is free again. (When release erases the
+	// disks, a RELEASING state goes between.)
+	EventReleased
 )
+
+// lastEvent is the highest Event; the table test walks up to it.
+const lastEvent = EventReleased
 
 var eventNames = [...]string{
 	EventCreated: "created", EventRegistered: "registered", EventAccepted: "accepted",
@@ -57,6 +69,7 @@ var eventNames = [...]string{
 	EventReprovisioned: "reprovisioned", EventWipeFailed: "wipe-failed",
 	EventMaintenanceOn: "maintenance-on", EventMaintenanceOff: "maintenance-off",
 	EventParked: "parked", EventAdopted: "adopted",
+	EventPooled: "pooled", EventAllocated: "allocated", EventReleased: "released",
 }
 
 func (e Event) String() string {
@@ -91,17 +104,20 @@ func refuse(format string, a ...any) error {
 //
 //	created                   UNSPECIFIED → DISCOVERED; any other state is kept
 //	registered                UNSPECIFIED, DISCOVERED → INVENTORIED; CONFLICT refused; any other state is kept
-//	accepted                  INVENTORIED, FAILED → INSTALLING
+//	accepted                  INVENTORIED, FAILED, READY → INSTALLING
 //	install-failed            INSTALLING → FAILED
 //	node-ready                INSTALLING → DEPLOYED
 //	node-ready-after-watchdog FAILED → DEPLOYED
 //	watchdog-expired          any but MAINTENANCE, CONFLICT → FAILED
-//	reprovisioned             any but MAINTENANCE, CONFLICT → DISCOVERED
+//	reprovisioned             any but MAINTENANCE, CONFLICT, ALLOCATED → DISCOVERED
 //	wipe-failed               any but MAINTENANCE, CONFLICT → FAILED
 //	maintenance-on            any but CONFLICT → MAINTENANCE
 //	maintenance-off           MAINTENANCE → the remembered state
 //	parked                    UNSPECIFIED, CONFLICT → CONFLICT
 //	adopted                   CONFLICT → INVENTORIED
+//	pooled                    INVENTORIED, FAILED, READY → READY
+//	allocated                 READY → ALLOCATED
+//	released                  ALLOCATED → READY
 //
 // Transition does no I/O and changes nothing but m, so it is safe inside
 // a compare-and-swap mutation that may run more than once.
@@ -124,8 +140,10 @@ func Transition(m *inventoryv1.Machine, ev Event) error {
 		}
 	case EventAccepted:
 		switch from {
-		case inventoryv1.Machine_INVENTORIED, inventoryv1.Machine_FAILED:
+		case inventoryv1.Machine_INVENTORIED, inventoryv1.Machine_FAILED, inventoryv1.Machine_READY:
 			to = inventoryv1.Machine_INSTALLING
+		case inventoryv1.Machine_ALLOCATED:
+			return refuse("machine %q is ALLOCATED: release it first (corral machine release %s)", name, name)
 		case inventoryv1.Machine_INSTALLING, inventoryv1.Machine_DEPLOYED:
 			return refuse("machine %q is %s: already deployed: reprovision it first", name, from)
 		case inventoryv1.Machine_MAINTENANCE:
@@ -154,6 +172,9 @@ func Transition(m *inventoryv1.Machine, ev Event) error {
 		}
 		if from == inventoryv1.Machine_CONFLICT {
 			return refuse("machine %q is a parked report in CONFLICT: adopt or reject it", name)
+		}
+		if ev == EventReprovisioned && from == inventoryv1.Machine_ALLOCATED {
+			return refuse("machine %q is ALLOCATED: release it first (corral machine release %s)", name, name)
 		}
 		to = inventoryv1.Machine_FAILED
 		if ev == EventReprovisioned {
@@ -192,6 +213,31 @@ func Transition(m *inventoryv1.Machine, ev Event) error {
 			return refuse("machine %q is %s, not a parked report in CONFLICT", name, from)
 		}
 		to = inventoryv1.Machine_INVENTORIED
+	case EventPooled:
+		switch from {
+		case inventoryv1.Machine_INVENTORIED, inventoryv1.Machine_FAILED, inventoryv1.Machine_READY:
+			to = inventoryv1.Machine_READY
+		case inventoryv1.Machine_ALLOCATED:
+			return refuse("machine %q is ALLOCATED: it is in its pool already", name)
+		case inventoryv1.Machine_INSTALLING, inventoryv1.Machine_DEPLOYED:
+			return refuse("machine %q is %s: a hypervisor node: reprovision it first", name, from)
+		case inventoryv1.Machine_MAINTENANCE:
+			return refuse("machine %q is in MAINTENANCE: take it out (corral machine maintenance off %s) first", name, name)
+		case inventoryv1.Machine_CONFLICT:
+			return refuse("machine %q is a parked report in CONFLICT: adopt it (corral machine adopt %s) or reject it first", name, name)
+		default:
+			return refuse("machine %q is %s: it has reported no facts yet; network-boot it into discovery first", name, from)
+		}
+	case EventAllocated:
+		if from != inventoryv1.Machine_READY {
+			return refuse("machine %q is %s, not READY: it cannot be allocated", name, from)
+		}
+		to = inventoryv1.Machine_ALLOCATED
+	case EventReleased:
+		if from != inventoryv1.Machine_ALLOCATED {
+			return refuse("machine %q is %s, not ALLOCATED: nothing to release", name, from)
+		}
+		to = inventoryv1.Machine_READY
 	default:
 		return refuse("machine %q: unknown event %s", name, ev)
 	}

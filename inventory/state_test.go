@@ -27,34 +27,39 @@ func TestTransitionTable(t *testing.T) {
 		F = inventoryv1.Machine_FAILED
 		M = inventoryv1.Machine_MAINTENANCE
 		C = inventoryv1.Machine_CONFLICT
+		R = inventoryv1.Machine_READY
+		A = inventoryv1.Machine_ALLOCATED
 	)
 	type S = inventoryv1.Machine_MachineState
-	all := []S{U, D, I, N, P, F, M, C}
+	all := []S{U, D, I, N, P, F, M, C, R, A}
 	// to[from]; absent: refused.
 	table := map[Event]map[S]S{
-		EventCreated:                {U: D, D: D, I: I, N: N, P: P, F: F, M: M, C: C},
-		EventRegistered:             {U: I, D: I, I: I, N: N, P: P, F: F, M: M},
-		EventAccepted:               {I: N, F: N},
+		EventCreated:                {U: D, D: D, I: I, N: N, P: P, F: F, M: M, C: C, R: R, A: A},
+		EventRegistered:             {U: I, D: I, I: I, N: N, P: P, F: F, M: M, R: R, A: A},
+		EventAccepted:               {I: N, F: N, R: N},
 		EventInstallFailed:          {N: F},
 		EventNodeReady:              {N: P},
 		EventNodeReadyAfterWatchdog: {F: P},
-		EventWatchdogExpired:        {U: F, D: F, I: F, N: F, P: F, F: F},
-		EventReprovisioned:          {U: D, D: D, I: D, N: D, P: D, F: D},
-		EventWipeFailed:             {U: F, D: F, I: F, N: F, P: F, F: F},
-		EventMaintenanceOn:          {U: M, D: M, I: M, N: M, P: M, F: M, M: M},
+		EventWatchdogExpired:        {U: F, D: F, I: F, N: F, P: F, F: F, R: F, A: F},
+		EventReprovisioned:          {U: D, D: D, I: D, N: D, P: D, F: D, R: D},
+		EventWipeFailed:             {U: F, D: F, I: F, N: F, P: F, F: F, R: F, A: F},
+		EventMaintenanceOn:          {U: M, D: M, I: M, N: M, P: M, F: M, M: M, R: M, A: M},
 		// The remembered state comes back (see TestTransitionMaintenance
 		// for none remembered).
 		EventMaintenanceOff: {M: P},
 		EventParked:         {U: C, C: C},
 		EventAdopted:        {C: I},
+		EventPooled:         {I: R, F: R, R: R},
+		EventAllocated:      {R: A},
+		EventReleased:       {A: R},
 	}
-	if len(table) != int(EventAdopted) {
-		t.Fatalf("the table has %d events, the package %d", len(table), EventAdopted)
+	if len(table) != int(lastEvent) {
+		t.Fatalf("the table has %d events, the package %d", len(table), lastEvent)
 	}
 	if len(all) != len(inventoryv1.Machine_MachineState_name) {
 		t.Fatalf("the table has %d states, the API %d", len(all), len(inventoryv1.Machine_MachineState_name))
 	}
-	for ev := EventCreated; ev <= EventAdopted; ev++ {
+	for ev := EventCreated; ev <= lastEvent; ev++ {
 		for _, from := range all {
 			t.Run(fmt.Sprintf("%s/%s", ev, from), func(t *testing.T) {
 				m := &inventoryv1.Machine{Name: "m1", State: from, StateReason: "before",
@@ -130,11 +135,15 @@ func TestTransitionMessages(t *testing.T) {
 		ev    Event
 		want  string
 	}{
-		"accept deployed":     {inventoryv1.Machine_DEPLOYED, EventAccepted, `machine "m1" is DEPLOYED: already deployed: reprovision it first`},
-		"accept maintenance":  {inventoryv1.Machine_MAINTENANCE, EventAccepted, `machine "m1" is in MAINTENANCE: take it out (corral machine maintenance off m1) first`},
-		"accept discovered":   {inventoryv1.Machine_DISCOVERED, EventAccepted, `machine "m1" is DISCOVERED: it has reported no facts yet; network-boot it into discovery first`},
-		"maintenance off":     {inventoryv1.Machine_INVENTORIED, EventMaintenanceOff, `machine "m1" is INVENTORIED, not in MAINTENANCE`},
-		"reprovision in hold": {inventoryv1.Machine_MAINTENANCE, EventReprovisioned, `machine "m1" is in MAINTENANCE`},
+		"accept deployed":      {inventoryv1.Machine_DEPLOYED, EventAccepted, `machine "m1" is DEPLOYED: already deployed: reprovision it first`},
+		"accept maintenance":   {inventoryv1.Machine_MAINTENANCE, EventAccepted, `machine "m1" is in MAINTENANCE: take it out (corral machine maintenance off m1) first`},
+		"accept discovered":    {inventoryv1.Machine_DISCOVERED, EventAccepted, `machine "m1" is DISCOVERED: it has reported no facts yet; network-boot it into discovery first`},
+		"maintenance off":      {inventoryv1.Machine_INVENTORIED, EventMaintenanceOff, `machine "m1" is INVENTORIED, not in MAINTENANCE`},
+		"reprovision in hold":  {inventoryv1.Machine_MAINTENANCE, EventReprovisioned, `machine "m1" is in MAINTENANCE`},
+		"reprovision held":     {inventoryv1.Machine_ALLOCATED, EventReprovisioned, `machine "m1" is ALLOCATED: release it first (corral machine release m1)`},
+		"accept held":          {inventoryv1.Machine_ALLOCATED, EventAccepted, `machine "m1" is ALLOCATED: release it first (corral machine release m1)`},
+		"allocate inventoried": {inventoryv1.Machine_INVENTORIED, EventAllocated, `machine "m1" is INVENTORIED, not READY: it cannot be allocated`},
+		"release ready":        {inventoryv1.Machine_READY, EventReleased, `machine "m1" is READY, not ALLOCATED: nothing to release`},
 	} {
 		err := Transition(&inventoryv1.Machine{Name: "m1", State: tc.state}, tc.ev)
 		if err == nil || err.Error() != tc.want {
@@ -142,7 +151,7 @@ func TestTransitionMessages(t *testing.T) {
 		}
 	}
 	// Every event has a name.
-	for ev := EventCreated; ev <= EventAdopted; ev++ {
+	for ev := EventCreated; ev <= lastEvent; ev++ {
 		if strings.HasPrefix(ev.String(), "event(") {
 			t.Errorf("event %d has no name", int(ev))
 		}

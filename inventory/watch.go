@@ -30,6 +30,12 @@ func (s *MachineServer) WatchMachines(req *inventoryv1.WatchMachinesRequest, str
 	if st := req.GetState(); st != inventoryv1.Machine_UNSPECIFIED {
 		match = func(m *inventoryv1.Machine) bool { return m.GetState() == st }
 	}
+	if who := s.caller(stream.Context()); !who.Operator {
+		// Another caller's machines are not this caller's to see: one that
+		// another caller allocates arrives as DELETED.
+		byState := match
+		match = func(m *inventoryv1.Machine) bool { return who.Sees(m) && (byState == nil || byState(m)) }
+	}
 	exact := req.GetName() != ""
 	err := watchstream.Run(stream.Context(), watchstream.Config[*inventoryv1.Machine]{
 		Name:         "machines",
@@ -70,12 +76,18 @@ func (s *MachineServer) WatchTimeline(req *inventoryv1.WatchTimelineRequest, str
 	switch {
 	case req.GetMac() != "":
 		mac, err := NormalizeMAC(req.GetMac())
+		if err == nil {
+			err = s.checkSees(stream.Context(), "", mac)
+		}
 		if err != nil {
 			return apierr.ToStatus(err)
 		}
 		macs = []string{mac}
 	case req.GetName() != "":
 		m, err := s.Inv.GetMachine(stream.Context(), req.GetName())
+		if err == nil && !s.caller(stream.Context()).Sees(m) {
+			err = hidden(req.GetName())
+		}
 		if err != nil {
 			return apierr.ToStatus(err)
 		}

@@ -150,7 +150,8 @@ var errSkip = errors.New("skip")
 
 // Run is the leader's reconciler: every Interval (and whenever a node
 // changes, when Nodes is a NodeWatcher) it moves INSTALLING machines whose
-// Node is READY to DEPLOYED and fails stalled installs, until ctx ends; it
+// Node is READY to DEPLOYED, fails stalled installs and releases machines
+// whose allocation expired (expiry.go), until ctx ends; it
 // returns nil then. Several appliances sharing a store run it on the
 // elected leader only; Deliver runs on every appliance.
 func (l *Lifecycle) Run(ctx context.Context) error {
@@ -295,6 +296,10 @@ func (l *Lifecycle) readyNode(ctx context.Context, name string) (*poolv1.Node, b
 // the machine (nothing more to do for it in this pass).
 func (l *Lifecycle) reconcileLeader(ctx context.Context, m *inventoryv1.Machine) bool {
 	if m.GetState() == inventoryv1.Machine_MAINTENANCE {
+		return true
+	}
+	if l.expired(m) {
+		l.expire(ctx, m)
 		return true
 	}
 	name := m.GetName()

@@ -74,6 +74,10 @@ var auditRules = map[string]auditRule{
 	"/corral.inventory.v1.MachineService/SetMaintenance":     machineRule,
 	"/corral.inventory.v1.MachineService/AdoptMachine":       machineRule,
 	"/corral.inventory.v1.MachineService/RejectMachine":      machineRule,
+	"/corral.inventory.v1.MachineService/LabelMachine":       machineRule,
+	"/corral.inventory.v1.MachineService/ReleaseMachine":     machineRule,
+	// The machines an allocation claims are on their timelines already.
+	"/corral.inventory.v1.MachineService/AllocateMachines": mutating("allocation", "selector"),
 
 	"/corral.node.v1.AgentService/Register": mutating("mac", "boot_mac"),
 	"/corral.node.v1.AgentService/Session":  trafficRule,
@@ -230,7 +234,14 @@ func timelineVerb(method string, req any) string {
 		}
 		return "maintenance off"
 	case *inventoryv1.AcceptMachineRequest:
+		if r.GetTarget() == inventoryv1.AcceptTarget_ACCEPT_TARGET_POOL {
+			return "accept to the pool"
+		}
 		return "accept"
+	case *inventoryv1.LabelMachineRequest:
+		return "label"
+	case *inventoryv1.ReleaseMachineRequest:
+		return "release"
 	case *inventoryv1.AdoptMachineRequest:
 		if r.GetSeparate() {
 			return "adopt as a machine of its own"

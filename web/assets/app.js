@@ -478,7 +478,28 @@ const MACHINE_COLUMNS = [
   ['Disks', 'disks', (m) => diskTotal(m.facts)],
   ['NICs', 'nics', (m) => ((m.facts && m.facts.nics) || []).length],
   ['Node', 'node', (m) => m.node_name || ''],
+  ['Pool', 'pool', (m) => placeShort(m)],
 ];
+
+// placeShort is the list's Pool column: pool, then zone ("ci / a").
+function placeShort(m) {
+  return [m.pool, m.zone].filter(Boolean).join(' / ');
+}
+
+// labelsText is a machine's labels as sorted k=v pairs.
+function labelsText(m) {
+  return Object.keys(m.labels || {}).sort().map((k) => k + '=' + m.labels[k]).join(', ');
+}
+
+// allocationText says who holds a machine, until when, or how its last
+// allocation ended.
+function allocationText(m) {
+  const a = m.allocation;
+  if (!a || !a.owner) return '';
+  const who = a.owner + (a.owner_name ? ' (' + a.owner_name + ')' : '');
+  if (a.released_at) return who + ', ended ' + when(a.released_at) + ': ' + (a.release_reason || '');
+  return who + ' since ' + when(a.allocated_at) + (a.expires_at ? ', until ' + when(a.expires_at) : '');
+}
 
 function machineCells(m, actions) {
   const cells = [
@@ -492,6 +513,7 @@ function machineCells(m, actions) {
     h('td', null, disksSummary(m.facts)),
     h('td', null, nicsSummary(m.facts)),
     h('td', null, m.node_name || '—'),
+    h('td', { title: labelsText(m) }, placeShort(m) || '—'),
   ];
   if (actions) cells.push(h('td', null, machineActions(m)));
   return cells;
@@ -501,7 +523,7 @@ function machineCells(m, actions) {
 // is left alone.
 function machineSig(m) {
   const f = m.facts || {};
-  return JSON.stringify([m.state, m.state_reason, m.power_state, m.serial, m.flags, m.node_name,
+  return JSON.stringify([m.state, m.state_reason, m.power_state, m.serial, m.flags, m.node_name, m.pool, m.zone, m.labels,
     f.cpu, f.memory && f.memory.total_bytes, diskTotal(f), (f.disks || []).length, (f.nics || []).map((n) => n.link)]);
 }
 
@@ -815,6 +837,7 @@ function pageMachine(main, name) {
       ['CPU', cpuSummary(f)], ['Memory', bytes(f.memory && f.memory.total_bytes)],
       ['BMC', m.bmc && m.bmc.address ? m.bmc.address + (m.bmc.provider ? ' (' + m.bmc.provider + ')' : '') : 'not enrolled'],
       ['Node', m.node_name], ['Flags', (m.flags || []).join(', ')],
+      ['Zone', m.zone], ['Pool', m.pool], ['Labels', labelsText(m)], ['Allocation', allocationText(m)],
       ['Install', m.install && m.install.install_id ? (m.install.step || 'planned') + (m.install.disk ? ' on ' + m.install.disk : '') + (m.install.error ? ' — ' + m.install.error : '') : ''],
       ['Created', when(m.created_at)], ['Updated', when(m.updated_at)],
     ]));

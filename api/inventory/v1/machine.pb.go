@@ -14,6 +14,7 @@ import (
 	v1 "github.com/corralhq/corral/api/watch/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	emptypb "google.golang.org/protobuf/types/known/emptypb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -237,6 +238,58 @@ func (MachineView) EnumDescriptor() ([]byte, []int) {
 	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{3}
 }
 
+// AcceptTarget is what an accepted machine becomes.
+type AcceptTarget int32
+
+const (
+	// ACCEPT_TARGET_HYPERVISOR installs the hypervisor agent: the machine
+	// becomes a Node of the VM pool (INSTALLING, then DEPLOYED).
+	AcceptTarget_ACCEPT_TARGET_HYPERVISOR AcceptTarget = 0
+	// ACCEPT_TARGET_POOL makes the machine READY: free for people to
+	// allocate (AllocateMachines). Nothing is installed; disk and wipe are
+	// ignored.
+	AcceptTarget_ACCEPT_TARGET_POOL AcceptTarget = 1
+)
+
+// Enum value maps for AcceptTarget.
+var (
+	AcceptTarget_name = map[int32]string{
+		0: "ACCEPT_TARGET_HYPERVISOR",
+		1: "ACCEPT_TARGET_POOL",
+	}
+	AcceptTarget_value = map[string]int32{
+		"ACCEPT_TARGET_HYPERVISOR": 0,
+		"ACCEPT_TARGET_POOL":       1,
+	}
+)
+
+func (x AcceptTarget) Enum() *AcceptTarget {
+	p := new(AcceptTarget)
+	*p = x
+	return p
+}
+
+func (x AcceptTarget) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AcceptTarget) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_inventory_v1_machine_proto_enumTypes[4].Descriptor()
+}
+
+func (AcceptTarget) Type() protoreflect.EnumType {
+	return &file_api_inventory_v1_machine_proto_enumTypes[4]
+}
+
+func (x AcceptTarget) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AcceptTarget.Descriptor instead.
+func (AcceptTarget) EnumDescriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{4}
+}
+
 type PowerAction int32
 
 const (
@@ -279,11 +332,11 @@ func (x PowerAction) String() string {
 }
 
 func (PowerAction) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_inventory_v1_machine_proto_enumTypes[4].Descriptor()
+	return file_api_inventory_v1_machine_proto_enumTypes[5].Descriptor()
 }
 
 func (PowerAction) Type() protoreflect.EnumType {
-	return &file_api_inventory_v1_machine_proto_enumTypes[4]
+	return &file_api_inventory_v1_machine_proto_enumTypes[5]
 }
 
 func (x PowerAction) Number() protoreflect.EnumNumber {
@@ -292,7 +345,7 @@ func (x PowerAction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PowerAction.Descriptor instead.
 func (PowerAction) EnumDescriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{4}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{5}
 }
 
 type BootDevice int32
@@ -331,11 +384,11 @@ func (x BootDevice) String() string {
 }
 
 func (BootDevice) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_inventory_v1_machine_proto_enumTypes[5].Descriptor()
+	return file_api_inventory_v1_machine_proto_enumTypes[6].Descriptor()
 }
 
 func (BootDevice) Type() protoreflect.EnumType {
-	return &file_api_inventory_v1_machine_proto_enumTypes[5]
+	return &file_api_inventory_v1_machine_proto_enumTypes[6]
 }
 
 func (x BootDevice) Number() protoreflect.EnumNumber {
@@ -344,7 +397,7 @@ func (x BootDevice) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BootDevice.Descriptor instead.
 func (BootDevice) EnumDescriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{5}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{6}
 }
 
 type Machine_MachineState int32
@@ -361,6 +414,14 @@ const (
 	// prove (docs/security.md, "Claims"): parked as its own record, never
 	// merged or accepted until an operator adopts or rejects it.
 	Machine_CONFLICT Machine_MachineState = 7
+	// READY is an accepted machine that is free: accepted for people
+	// (accept --target pool) rather than as a hypervisor node, commissioned
+	// (its facts are known), waiting for an allocation. A released
+	// machine comes back to READY.
+	Machine_READY Machine_MachineState = 8
+	// ALLOCATED is a READY machine claimed by an owner (AllocateMachines);
+	// allocation says who and until when.
+	Machine_ALLOCATED Machine_MachineState = 9
 )
 
 // Enum value maps for Machine_MachineState.
@@ -374,6 +435,8 @@ var (
 		5: "FAILED",
 		6: "MAINTENANCE",
 		7: "CONFLICT",
+		8: "READY",
+		9: "ALLOCATED",
 	}
 	Machine_MachineState_value = map[string]int32{
 		"UNSPECIFIED": 0,
@@ -384,6 +447,8 @@ var (
 		"FAILED":      5,
 		"MAINTENANCE": 6,
 		"CONFLICT":    7,
+		"READY":       8,
+		"ALLOCATED":   9,
 	}
 )
 
@@ -398,11 +463,11 @@ func (x Machine_MachineState) String() string {
 }
 
 func (Machine_MachineState) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_inventory_v1_machine_proto_enumTypes[6].Descriptor()
+	return file_api_inventory_v1_machine_proto_enumTypes[7].Descriptor()
 }
 
 func (Machine_MachineState) Type() protoreflect.EnumType {
-	return &file_api_inventory_v1_machine_proto_enumTypes[6]
+	return &file_api_inventory_v1_machine_proto_enumTypes[7]
 }
 
 func (x Machine_MachineState) Number() protoreflect.EnumNumber {
@@ -627,7 +692,15 @@ type Machine struct {
 	// ek_identity is the SHA-256 (hex) of the TPM endorsement key the
 	// machine proved it holds, bound at its first registration with a TPM.
 	// Every later report must prove the same key.
-	EkIdentity  string                 `protobuf:"bytes,18,opt,name=ek_identity,json=ekIdentity,proto3" json:"ek_identity,omitempty"`
+	EkIdentity string `protobuf:"bytes,18,opt,name=ek_identity,json=ekIdentity,proto3" json:"ek_identity,omitempty"`
+	// zone and pool place the machine: where it stands (a room, a rack row)
+	// and which group of machines it is handed out from. Both are "" until
+	// an operator sets them (corral label machine NAME zone=a pool=ci) and,
+	// like labels, the system never rewrites them. Selectors name them as
+	// zone=... and pool=... (docs/operator-guide.md, "Labels, zones and
+	// pools").
+	Zone        string                 `protobuf:"bytes,19,opt,name=zone,proto3" json:"zone,omitempty"`
+	Pool        string                 `protobuf:"bytes,20,opt,name=pool,proto3" json:"pool,omitempty"`
 	State       Machine_MachineState   `protobuf:"varint,50,opt,name=state,proto3,enum=corral.inventory.v1.Machine_MachineState" json:"state,omitempty"`
 	StateReason string                 `protobuf:"bytes,51,opt,name=state_reason,json=stateReason,proto3" json:"state_reason,omitempty"`
 	PowerState  PowerState             `protobuf:"varint,52,opt,name=power_state,json=powerState,proto3,enum=corral.inventory.v1.PowerState" json:"power_state,omitempty"`
@@ -652,7 +725,11 @@ type Machine struct {
 	Wipe *PendingWipe `protobuf:"bytes,63,opt,name=wipe,proto3" json:"wipe,omitempty"`
 	// conflict says, for a machine in CONFLICT, which machine its report
 	// claimed to be and why that claim was not accepted.
-	Conflict      *Conflict `protobuf:"bytes,64,opt,name=conflict,proto3" json:"conflict,omitempty"`
+	Conflict *Conflict `protobuf:"bytes,64,opt,name=conflict,proto3" json:"conflict,omitempty"`
+	// allocation is the machine's current allocation (state ALLOCATED), or
+	// the last one with released_at and release_reason set, which its owner
+	// still sees until the machine is allocated again.
+	Allocation    *Allocation `protobuf:"bytes,65,opt,name=allocation,proto3" json:"allocation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -771,6 +848,20 @@ func (x *Machine) GetEkIdentity() string {
 	return ""
 }
 
+func (x *Machine) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *Machine) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
 func (x *Machine) GetState() Machine_MachineState {
 	if x != nil {
 		return x.State
@@ -876,6 +967,131 @@ func (x *Machine) GetConflict() *Conflict {
 	return nil
 }
 
+func (x *Machine) GetAllocation() *Allocation {
+	if x != nil {
+		return x.Allocation
+	}
+	return nil
+}
+
+// Allocation is a machine claimed by an owner (docs/security.md,
+// "Owners").
+type Allocation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// owner is the caller that allocated the machine: "token:<id>" for a
+	// bearer token ("anonymous" on an appliance without authentication).
+	Owner string `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	// owner_name is the token's description, for people.
+	OwnerName    string                 `protobuf:"bytes,2,opt,name=owner_name,json=ownerName,proto3" json:"owner_name,omitempty"`
+	AllocationId string                 `protobuf:"bytes,3,opt,name=allocation_id,json=allocationId,proto3" json:"allocation_id,omitempty"`
+	AllocatedAt  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=allocated_at,json=allocatedAt,proto3" json:"allocated_at,omitempty"`
+	// expires_at is when the appliance releases the machine on its own
+	// (unset: never).
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// selector is what the allocation asked for.
+	Selector string `protobuf:"bytes,6,opt,name=selector,proto3" json:"selector,omitempty"`
+	// released_at, release_reason and released_by are set when the
+	// allocation ended (released by its owner or an operator, or expired).
+	ReleasedAt    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=released_at,json=releasedAt,proto3" json:"released_at,omitempty"`
+	ReleaseReason string                 `protobuf:"bytes,8,opt,name=release_reason,json=releaseReason,proto3" json:"release_reason,omitempty"`
+	ReleasedBy    string                 `protobuf:"bytes,9,opt,name=released_by,json=releasedBy,proto3" json:"released_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Allocation) Reset() {
+	*x = Allocation{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Allocation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Allocation) ProtoMessage() {}
+
+func (x *Allocation) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Allocation.ProtoReflect.Descriptor instead.
+func (*Allocation) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Allocation) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *Allocation) GetOwnerName() string {
+	if x != nil {
+		return x.OwnerName
+	}
+	return ""
+}
+
+func (x *Allocation) GetAllocationId() string {
+	if x != nil {
+		return x.AllocationId
+	}
+	return ""
+}
+
+func (x *Allocation) GetAllocatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AllocatedAt
+	}
+	return nil
+}
+
+func (x *Allocation) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *Allocation) GetSelector() string {
+	if x != nil {
+		return x.Selector
+	}
+	return ""
+}
+
+func (x *Allocation) GetReleasedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReleasedAt
+	}
+	return nil
+}
+
+func (x *Allocation) GetReleaseReason() string {
+	if x != nil {
+		return x.ReleaseReason
+	}
+	return ""
+}
+
+func (x *Allocation) GetReleasedBy() string {
+	if x != nil {
+		return x.ReleasedBy
+	}
+	return ""
+}
+
 // Conflict is what a parked report claimed (docs/security.md, "Claims").
 type Conflict struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -895,7 +1111,7 @@ type Conflict struct {
 
 func (x *Conflict) Reset() {
 	*x = Conflict{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[3]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -907,7 +1123,7 @@ func (x *Conflict) String() string {
 func (*Conflict) ProtoMessage() {}
 
 func (x *Conflict) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[3]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -920,7 +1136,7 @@ func (x *Conflict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Conflict.ProtoReflect.Descriptor instead.
 func (*Conflict) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{3}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Conflict) GetMachine() string {
@@ -985,7 +1201,7 @@ type Install struct {
 
 func (x *Install) Reset() {
 	*x = Install{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[4]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -997,7 +1213,7 @@ func (x *Install) String() string {
 func (*Install) ProtoMessage() {}
 
 func (x *Install) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[4]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1010,7 +1226,7 @@ func (x *Install) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Install.ProtoReflect.Descriptor instead.
 func (*Install) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{4}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Install) GetInstallId() string {
@@ -1099,7 +1315,7 @@ type BootWatchdog struct {
 
 func (x *BootWatchdog) Reset() {
 	*x = BootWatchdog{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[5]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1111,7 +1327,7 @@ func (x *BootWatchdog) String() string {
 func (*BootWatchdog) ProtoMessage() {}
 
 func (x *BootWatchdog) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[5]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1124,7 +1340,7 @@ func (x *BootWatchdog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootWatchdog.ProtoReflect.Descriptor instead.
 func (*BootWatchdog) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{5}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BootWatchdog) GetArmedAt() *timestamppb.Timestamp {
@@ -1162,7 +1378,7 @@ type PendingWipe struct {
 
 func (x *PendingWipe) Reset() {
 	*x = PendingWipe{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[6]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1390,7 @@ func (x *PendingWipe) String() string {
 func (*PendingWipe) ProtoMessage() {}
 
 func (x *PendingWipe) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[6]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1403,7 @@ func (x *PendingWipe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingWipe.ProtoReflect.Descriptor instead.
 func (*PendingWipe) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{6}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PendingWipe) GetDisk() string {
@@ -1233,7 +1449,7 @@ type TimelineEntry struct {
 
 func (x *TimelineEntry) Reset() {
 	*x = TimelineEntry{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[7]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1461,7 @@ func (x *TimelineEntry) String() string {
 func (*TimelineEntry) ProtoMessage() {}
 
 func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[7]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1474,7 @@ func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineEntry.ProtoReflect.Descriptor instead.
 func (*TimelineEntry) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{7}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TimelineEntry) GetAt() *timestamppb.Timestamp {
@@ -1327,14 +1543,19 @@ type ListMachinesRequest struct {
 	// "updated_at", each optionally followed by " desc"; ties are broken
 	// by name. Only name order reads the store a page at a time; the others
 	// read every machine for each page (docs/architecture.md).
-	OrderBy       string `protobuf:"bytes,8,opt,name=order_by,json=orderBy,proto3" json:"order_by,omitempty"`
+	OrderBy string `protobuf:"bytes,8,opt,name=order_by,json=orderBy,proto3" json:"order_by,omitempty"`
+	// owner lists only machines allocated to this owner ("token:<id>"), or
+	// to the caller with "me". A caller that is not an operator sees, of
+	// the allocated machines, only its own whatever the filter
+	// (docs/security.md, "Owners").
+	Owner         string `protobuf:"bytes,9,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListMachinesRequest) Reset() {
 	*x = ListMachinesRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[8]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +1567,7 @@ func (x *ListMachinesRequest) String() string {
 func (*ListMachinesRequest) ProtoMessage() {}
 
 func (x *ListMachinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[8]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +1580,7 @@ func (x *ListMachinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMachinesRequest.ProtoReflect.Descriptor instead.
 func (*ListMachinesRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{8}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListMachinesRequest) GetState() Machine_MachineState {
@@ -1418,6 +1639,13 @@ func (x *ListMachinesRequest) GetOrderBy() string {
 	return ""
 }
 
+func (x *ListMachinesRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
 type ListMachinesResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Machines []*Machine             `protobuf:"bytes,1,rep,name=machines,proto3" json:"machines,omitempty"`
@@ -1430,7 +1658,7 @@ type ListMachinesResponse struct {
 
 func (x *ListMachinesResponse) Reset() {
 	*x = ListMachinesResponse{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[9]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1442,7 +1670,7 @@ func (x *ListMachinesResponse) String() string {
 func (*ListMachinesResponse) ProtoMessage() {}
 
 func (x *ListMachinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[9]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1455,7 +1683,7 @@ func (x *ListMachinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMachinesResponse.ProtoReflect.Descriptor instead.
 func (*ListMachinesResponse) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{9}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListMachinesResponse) GetMachines() []*Machine {
@@ -1481,7 +1709,7 @@ type GetMachineRequest struct {
 
 func (x *GetMachineRequest) Reset() {
 	*x = GetMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[10]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1721,7 @@ func (x *GetMachineRequest) String() string {
 func (*GetMachineRequest) ProtoMessage() {}
 
 func (x *GetMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[10]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1734,7 @@ func (x *GetMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMachineRequest.ProtoReflect.Descriptor instead.
 func (*GetMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{10}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetMachineRequest) GetName() string {
@@ -1542,7 +1770,7 @@ type EnrollMachineRequest struct {
 
 func (x *EnrollMachineRequest) Reset() {
 	*x = EnrollMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[11]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1782,7 @@ func (x *EnrollMachineRequest) String() string {
 func (*EnrollMachineRequest) ProtoMessage() {}
 
 func (x *EnrollMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[11]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1795,7 @@ func (x *EnrollMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollMachineRequest.ProtoReflect.Descriptor instead.
 func (*EnrollMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{11}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *EnrollMachineRequest) GetName() string {
@@ -1651,15 +1879,17 @@ type AcceptMachineRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// disk is "auto" or a device path such as /dev/nvme0n1.
-	Disk          string `protobuf:"bytes,2,opt,name=disk,proto3" json:"disk,omitempty"`
-	Wipe          bool   `protobuf:"varint,3,opt,name=wipe,proto3" json:"wipe,omitempty"`
+	Disk string `protobuf:"bytes,2,opt,name=disk,proto3" json:"disk,omitempty"`
+	Wipe bool   `protobuf:"varint,3,opt,name=wipe,proto3" json:"wipe,omitempty"`
+	// target is what the machine is accepted as.
+	Target        AcceptTarget `protobuf:"varint,4,opt,name=target,proto3,enum=corral.inventory.v1.AcceptTarget" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcceptMachineRequest) Reset() {
 	*x = AcceptMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[12]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1671,7 +1901,7 @@ func (x *AcceptMachineRequest) String() string {
 func (*AcceptMachineRequest) ProtoMessage() {}
 
 func (x *AcceptMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[12]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1684,7 +1914,7 @@ func (x *AcceptMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptMachineRequest.ProtoReflect.Descriptor instead.
 func (*AcceptMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{12}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AcceptMachineRequest) GetName() string {
@@ -1708,6 +1938,252 @@ func (x *AcceptMachineRequest) GetWipe() bool {
 	return false
 }
 
+func (x *AcceptMachineRequest) GetTarget() AcceptTarget {
+	if x != nil {
+		return x.Target
+	}
+	return AcceptTarget_ACCEPT_TARGET_HYPERVISOR
+}
+
+// LabelMachineRequest sets and removes a machine's labels, zone and pool.
+type LabelMachineRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// set adds or replaces labels. The keys "zone" and "pool" set the
+	// machine's zone and pool fields instead of labels.
+	Set map[string]string `protobuf:"bytes,2,rep,name=set,proto3" json:"set,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// remove deletes labels by key ("zone" and "pool" clear those fields).
+	// A key both set and removed is refused.
+	Remove        []string `protobuf:"bytes,3,rep,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LabelMachineRequest) Reset() {
+	*x = LabelMachineRequest{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LabelMachineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LabelMachineRequest) ProtoMessage() {}
+
+func (x *LabelMachineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LabelMachineRequest.ProtoReflect.Descriptor instead.
+func (*LabelMachineRequest) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *LabelMachineRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LabelMachineRequest) GetSet() map[string]string {
+	if x != nil {
+		return x.Set
+	}
+	return nil
+}
+
+func (x *LabelMachineRequest) GetRemove() []string {
+	if x != nil {
+		return x.Remove
+	}
+	return nil
+}
+
+// AllocateMachinesRequest claims free machines for the caller.
+type AllocateMachinesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// selector is comma-separated KEY OP VALUE terms over facts, labels,
+	// zone and pool: "pool=ci,zone=a,cpu.cores>=16,disks.count>=2".
+	Selector string `protobuf:"bytes,1,opt,name=selector,proto3" json:"selector,omitempty"`
+	// pool is short for a pool=POOL term.
+	Pool string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	// count is how many machines (0: 1); all or none are allocated.
+	Count uint32 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	// expires_in releases the machines that long after the allocation
+	// (unset or zero: never; negative or over a year: InvalidArgument).
+	ExpiresIn     *durationpb.Duration `protobuf:"bytes,4,opt,name=expires_in,json=expiresIn,proto3" json:"expires_in,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AllocateMachinesRequest) Reset() {
+	*x = AllocateMachinesRequest{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllocateMachinesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllocateMachinesRequest) ProtoMessage() {}
+
+func (x *AllocateMachinesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllocateMachinesRequest.ProtoReflect.Descriptor instead.
+func (*AllocateMachinesRequest) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *AllocateMachinesRequest) GetSelector() string {
+	if x != nil {
+		return x.Selector
+	}
+	return ""
+}
+
+func (x *AllocateMachinesRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *AllocateMachinesRequest) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *AllocateMachinesRequest) GetExpiresIn() *durationpb.Duration {
+	if x != nil {
+		return x.ExpiresIn
+	}
+	return nil
+}
+
+type AllocateMachinesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Machines      []*Machine             `protobuf:"bytes,1,rep,name=machines,proto3" json:"machines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AllocateMachinesResponse) Reset() {
+	*x = AllocateMachinesResponse{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllocateMachinesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllocateMachinesResponse) ProtoMessage() {}
+
+func (x *AllocateMachinesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllocateMachinesResponse.ProtoReflect.Descriptor instead.
+func (*AllocateMachinesResponse) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *AllocateMachinesResponse) GetMachines() []*Machine {
+	if x != nil {
+		return x.Machines
+	}
+	return nil
+}
+
+// ReleaseMachineRequest ends a machine's allocation.
+type ReleaseMachineRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// reason is recorded with the release (default "released by its owner"
+	// or "released by an operator").
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseMachineRequest) Reset() {
+	*x = ReleaseMachineRequest{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseMachineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseMachineRequest) ProtoMessage() {}
+
+func (x *ReleaseMachineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseMachineRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseMachineRequest) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ReleaseMachineRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ReleaseMachineRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type DeleteMachineRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1717,7 +2193,7 @@ type DeleteMachineRequest struct {
 
 func (x *DeleteMachineRequest) Reset() {
 	*x = DeleteMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +2205,7 @@ func (x *DeleteMachineRequest) String() string {
 func (*DeleteMachineRequest) ProtoMessage() {}
 
 func (x *DeleteMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +2218,7 @@ func (x *DeleteMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteMachineRequest.ProtoReflect.Descriptor instead.
 func (*DeleteMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{13}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeleteMachineRequest) GetName() string {
@@ -1762,7 +2238,7 @@ type SetPowerRequest struct {
 
 func (x *SetPowerRequest) Reset() {
 	*x = SetPowerRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1774,7 +2250,7 @@ func (x *SetPowerRequest) String() string {
 func (*SetPowerRequest) ProtoMessage() {}
 
 func (x *SetPowerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1787,7 +2263,7 @@ func (x *SetPowerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPowerRequest.ProtoReflect.Descriptor instead.
 func (*SetPowerRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{14}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetPowerRequest) GetName() string {
@@ -1813,7 +2289,7 @@ type GetPowerRequest struct {
 
 func (x *GetPowerRequest) Reset() {
 	*x = GetPowerRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1825,7 +2301,7 @@ func (x *GetPowerRequest) String() string {
 func (*GetPowerRequest) ProtoMessage() {}
 
 func (x *GetPowerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1838,7 +2314,7 @@ func (x *GetPowerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPowerRequest.ProtoReflect.Descriptor instead.
 func (*GetPowerRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{15}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetPowerRequest) GetName() string {
@@ -1864,7 +2340,7 @@ type PowerStatus struct {
 
 func (x *PowerStatus) Reset() {
 	*x = PowerStatus{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1876,7 +2352,7 @@ func (x *PowerStatus) String() string {
 func (*PowerStatus) ProtoMessage() {}
 
 func (x *PowerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1889,7 +2365,7 @@ func (x *PowerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerStatus.ProtoReflect.Descriptor instead.
 func (*PowerStatus) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{16}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PowerStatus) GetState() PowerState {
@@ -1940,7 +2416,7 @@ type ProviderAttempt struct {
 
 func (x *ProviderAttempt) Reset() {
 	*x = ProviderAttempt{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2428,7 @@ func (x *ProviderAttempt) String() string {
 func (*ProviderAttempt) ProtoMessage() {}
 
 func (x *ProviderAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2441,7 @@ func (x *ProviderAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderAttempt.ProtoReflect.Descriptor instead.
 func (*ProviderAttempt) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{17}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ProviderAttempt) GetProvider() string {
@@ -2001,7 +2477,7 @@ type SetBootDeviceRequest struct {
 
 func (x *SetBootDeviceRequest) Reset() {
 	*x = SetBootDeviceRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2013,7 +2489,7 @@ func (x *SetBootDeviceRequest) String() string {
 func (*SetBootDeviceRequest) ProtoMessage() {}
 
 func (x *SetBootDeviceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2026,7 +2502,7 @@ func (x *SetBootDeviceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBootDeviceRequest.ProtoReflect.Descriptor instead.
 func (*SetBootDeviceRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{18}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SetBootDeviceRequest) GetName() string {
@@ -2066,7 +2542,7 @@ type ReprovisionMachineRequest struct {
 
 func (x *ReprovisionMachineRequest) Reset() {
 	*x = ReprovisionMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[19]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2078,7 +2554,7 @@ func (x *ReprovisionMachineRequest) String() string {
 func (*ReprovisionMachineRequest) ProtoMessage() {}
 
 func (x *ReprovisionMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[19]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2091,7 +2567,7 @@ func (x *ReprovisionMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReprovisionMachineRequest.ProtoReflect.Descriptor instead.
 func (*ReprovisionMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{19}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReprovisionMachineRequest) GetName() string {
@@ -2112,7 +2588,7 @@ type SetMaintenanceRequest struct {
 
 func (x *SetMaintenanceRequest) Reset() {
 	*x = SetMaintenanceRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[20]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2600,7 @@ func (x *SetMaintenanceRequest) String() string {
 func (*SetMaintenanceRequest) ProtoMessage() {}
 
 func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[20]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2613,7 @@ func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*SetMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{20}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetMaintenanceRequest) GetName() string {
@@ -2173,7 +2649,7 @@ type TimelineRequest struct {
 
 func (x *TimelineRequest) Reset() {
 	*x = TimelineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[21]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2185,7 +2661,7 @@ func (x *TimelineRequest) String() string {
 func (*TimelineRequest) ProtoMessage() {}
 
 func (x *TimelineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[21]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2198,7 +2674,7 @@ func (x *TimelineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineRequest.ProtoReflect.Descriptor instead.
 func (*TimelineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{21}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TimelineRequest) GetName() string {
@@ -2231,7 +2707,7 @@ type TimelineResponse struct {
 
 func (x *TimelineResponse) Reset() {
 	*x = TimelineResponse{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[22]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2719,7 @@ func (x *TimelineResponse) String() string {
 func (*TimelineResponse) ProtoMessage() {}
 
 func (x *TimelineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[22]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2732,7 @@ func (x *TimelineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineResponse.ProtoReflect.Descriptor instead.
 func (*TimelineResponse) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{22}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TimelineResponse) GetEntries() []*TimelineEntry {
@@ -2279,7 +2755,7 @@ type AdoptMachineRequest struct {
 
 func (x *AdoptMachineRequest) Reset() {
 	*x = AdoptMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[23]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2291,7 +2767,7 @@ func (x *AdoptMachineRequest) String() string {
 func (*AdoptMachineRequest) ProtoMessage() {}
 
 func (x *AdoptMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[23]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2304,7 +2780,7 @@ func (x *AdoptMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptMachineRequest.ProtoReflect.Descriptor instead.
 func (*AdoptMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{23}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AdoptMachineRequest) GetName() string {
@@ -2330,7 +2806,7 @@ type RejectMachineRequest struct {
 
 func (x *RejectMachineRequest) Reset() {
 	*x = RejectMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[24]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2818,7 @@ func (x *RejectMachineRequest) String() string {
 func (*RejectMachineRequest) ProtoMessage() {}
 
 func (x *RejectMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[24]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2831,7 @@ func (x *RejectMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectMachineRequest.ProtoReflect.Descriptor instead.
 func (*RejectMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{24}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RejectMachineRequest) GetName() string {
@@ -2380,7 +2856,7 @@ type WatchMachinesRequest struct {
 
 func (x *WatchMachinesRequest) Reset() {
 	*x = WatchMachinesRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[25]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2392,7 +2868,7 @@ func (x *WatchMachinesRequest) String() string {
 func (*WatchMachinesRequest) ProtoMessage() {}
 
 func (x *WatchMachinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[25]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2405,7 +2881,7 @@ func (x *WatchMachinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchMachinesRequest.ProtoReflect.Descriptor instead.
 func (*WatchMachinesRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{25}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WatchMachinesRequest) GetState() Machine_MachineState {
@@ -2440,7 +2916,7 @@ type MachineEvent struct {
 
 func (x *MachineEvent) Reset() {
 	*x = MachineEvent{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[26]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2928,7 @@ func (x *MachineEvent) String() string {
 func (*MachineEvent) ProtoMessage() {}
 
 func (x *MachineEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[26]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2941,7 @@ func (x *MachineEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachineEvent.ProtoReflect.Descriptor instead.
 func (*MachineEvent) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{26}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *MachineEvent) GetType() v1.EventType {
@@ -2505,7 +2981,7 @@ type WatchTimelineRequest struct {
 
 func (x *WatchTimelineRequest) Reset() {
 	*x = WatchTimelineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[27]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2517,7 +2993,7 @@ func (x *WatchTimelineRequest) String() string {
 func (*WatchTimelineRequest) ProtoMessage() {}
 
 func (x *WatchTimelineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[27]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2530,7 +3006,7 @@ func (x *WatchTimelineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTimelineRequest.ProtoReflect.Descriptor instead.
 func (*WatchTimelineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{27}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WatchTimelineRequest) GetName() string {
@@ -2572,7 +3048,7 @@ type TimelineEvent struct {
 
 func (x *TimelineEvent) Reset() {
 	*x = TimelineEvent{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[28]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2584,7 +3060,7 @@ func (x *TimelineEvent) String() string {
 func (*TimelineEvent) ProtoMessage() {}
 
 func (x *TimelineEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[28]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2597,7 +3073,7 @@ func (x *TimelineEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineEvent.ProtoReflect.Descriptor instead.
 func (*TimelineEvent) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{28}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TimelineEvent) GetType() v1.EventType {
@@ -2632,7 +3108,7 @@ type MacBinding struct {
 
 func (x *MacBinding) Reset() {
 	*x = MacBinding{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[29]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2644,7 +3120,7 @@ func (x *MacBinding) String() string {
 func (*MacBinding) ProtoMessage() {}
 
 func (x *MacBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[29]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2657,7 +3133,7 @@ func (x *MacBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MacBinding.ProtoReflect.Descriptor instead.
 func (*MacBinding) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{29}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *MacBinding) GetMachineName() string {
@@ -2681,7 +3157,7 @@ type BmcAddressBinding struct {
 
 func (x *BmcAddressBinding) Reset() {
 	*x = BmcAddressBinding{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[30]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2693,7 +3169,7 @@ func (x *BmcAddressBinding) String() string {
 func (*BmcAddressBinding) ProtoMessage() {}
 
 func (x *BmcAddressBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[30]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2706,7 +3182,7 @@ func (x *BmcAddressBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcAddressBinding.ProtoReflect.Descriptor instead.
 func (*BmcAddressBinding) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{30}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *BmcAddressBinding) GetMachineName() string {
@@ -2734,7 +3210,7 @@ type BmcSecret struct {
 
 func (x *BmcSecret) Reset() {
 	*x = BmcSecret{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[31]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2746,7 +3222,7 @@ func (x *BmcSecret) String() string {
 func (*BmcSecret) ProtoMessage() {}
 
 func (x *BmcSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[31]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2759,7 +3235,7 @@ func (x *BmcSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcSecret.ProtoReflect.Descriptor instead.
 func (*BmcSecret) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{31}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *BmcSecret) GetSealedPassword() []byte {
@@ -2773,7 +3249,7 @@ var File_api_inventory_v1_machine_proto protoreflect.FileDescriptor
 
 const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\n" +
-	"\x1eapi/inventory/v1/machine.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x1capi/inventory/v1/facts.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf2\x02\n" +
+	"\x1eapi/inventory/v1/machine.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x1capi/inventory/v1/facts.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf2\x02\n" +
 	"\x03Bmc\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\rR\x04port\x12<\n" +
@@ -2793,7 +3269,7 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
 	"\x06before\x18\x03 \x01(\tR\x06before\x12\x14\n" +
-	"\x05after\x18\x04 \x01(\tR\x05after\"\xef\f\n" +
+	"\x05after\x18\x04 \x01(\tR\x05after\"\xf2\r\n" +
 	"\aMachine\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12O\n" +
 	"\vannotations\x18\x03 \x03(\v2-.corral.inventory.v1.Machine.AnnotationsEntryR\vannotations\x12@\n" +
@@ -2810,7 +3286,9 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x05facts\x18\x10 \x01(\v2\x1a.corral.inventory.v1.FactsR\x05facts\x12)\n" +
 	"\x10baseboard_serial\x18\x11 \x01(\tR\x0fbaseboardSerial\x12\x1f\n" +
 	"\vek_identity\x18\x12 \x01(\tR\n" +
-	"ekIdentity\x12?\n" +
+	"ekIdentity\x12\x12\n" +
+	"\x04zone\x18\x13 \x01(\tR\x04zone\x12\x12\n" +
+	"\x04pool\x18\x14 \x01(\tR\x04pool\x12?\n" +
 	"\x05state\x182 \x01(\x0e2).corral.inventory.v1.Machine.MachineStateR\x05state\x12!\n" +
 	"\fstate_reason\x183 \x01(\tR\vstateReason\x12@\n" +
 	"\vpower_state\x184 \x01(\x0e2\x1f.corral.inventory.v1.PowerStateR\n" +
@@ -2828,13 +3306,16 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x1amaintenance_previous_state\x18= \x01(\x0e2).corral.inventory.v1.Machine.MachineStateR\x18maintenancePreviousState\x12>\n" +
 	"\x1bmaintenance_previous_reason\x18> \x01(\tR\x19maintenancePreviousReason\x124\n" +
 	"\x04wipe\x18? \x01(\v2 .corral.inventory.v1.PendingWipeR\x04wipe\x129\n" +
-	"\bconflict\x18@ \x01(\v2\x1d.corral.inventory.v1.ConflictR\bconflict\x1a>\n" +
+	"\bconflict\x18@ \x01(\v2\x1d.corral.inventory.v1.ConflictR\bconflict\x12?\n" +
+	"\n" +
+	"allocation\x18A \x01(\v2\x1f.corral.inventory.v1.AllocationR\n" +
+	"allocation\x1a>\n" +
 	"\x10AnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x89\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x01\n" +
 	"\fMachineState\x12\x0f\n" +
 	"\vUNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -2846,7 +3327,24 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\n" +
 	"\x06FAILED\x10\x05\x12\x0f\n" +
 	"\vMAINTENANCE\x10\x06\x12\f\n" +
-	"\bCONFLICT\x10\a\"\x9d\x01\n" +
+	"\bCONFLICT\x10\a\x12\t\n" +
+	"\x05READY\x10\b\x12\r\n" +
+	"\tALLOCATED\x10\t\"\x81\x03\n" +
+	"\n" +
+	"Allocation\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x1d\n" +
+	"\n" +
+	"owner_name\x18\x02 \x01(\tR\townerName\x12#\n" +
+	"\rallocation_id\x18\x03 \x01(\tR\fallocationId\x12=\n" +
+	"\fallocated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vallocatedAt\x129\n" +
+	"\n" +
+	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x1a\n" +
+	"\bselector\x18\x06 \x01(\tR\bselector\x12;\n" +
+	"\vreleased_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"releasedAt\x12%\n" +
+	"\x0erelease_reason\x18\b \x01(\tR\rreleaseReason\x12\x1f\n" +
+	"\vreleased_by\x18\t \x01(\tR\n" +
+	"releasedBy\"\x9d\x01\n" +
 	"\bConflict\x12\x18\n" +
 	"\amachine\x18\x01 \x01(\tR\amachine\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x19\n" +
@@ -2888,7 +3386,7 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"attributes\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc1\x02\n" +
 	"\x13ListMachinesRequest\x12?\n" +
 	"\x05state\x18\x01 \x01(\x0e2).corral.inventory.v1.Machine.MachineStateR\x05state\x12\x16\n" +
 	"\x06serial\x18\x02 \x01(\tR\x06serial\x12\x10\n" +
@@ -2898,7 +3396,8 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\n" +
 	"page_token\x18\x06 \x01(\tR\tpageToken\x124\n" +
 	"\x04view\x18\a \x01(\x0e2 .corral.inventory.v1.MachineViewR\x04view\x12\x19\n" +
-	"\border_by\x18\b \x01(\tR\aorderBy\"x\n" +
+	"\border_by\x18\b \x01(\tR\aorderBy\x12\x14\n" +
+	"\x05owner\x18\t \x01(\tR\x05owner\"x\n" +
 	"\x14ListMachinesResponse\x128\n" +
 	"\bmachines\x18\x01 \x03(\v2\x1c.corral.inventory.v1.MachineR\bmachines\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"'\n" +
@@ -2918,11 +3417,30 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"timeout_ms\x18\t \x01(\rR\ttimeoutMs\x12!\n" +
 	"\fbmc_insecure\x18\n" +
 	" \x01(\bR\vbmcInsecure\x12$\n" +
-	"\x0ebmc_tls_sha256\x18\v \x01(\tR\fbmcTlsSha256\"R\n" +
+	"\x0ebmc_tls_sha256\x18\v \x01(\tR\fbmcTlsSha256\"\x8d\x01\n" +
 	"\x14AcceptMachineRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04disk\x18\x02 \x01(\tR\x04disk\x12\x12\n" +
-	"\x04wipe\x18\x03 \x01(\bR\x04wipe\"*\n" +
+	"\x04wipe\x18\x03 \x01(\bR\x04wipe\x129\n" +
+	"\x06target\x18\x04 \x01(\x0e2!.corral.inventory.v1.AcceptTargetR\x06target\"\xbe\x01\n" +
+	"\x13LabelMachineRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12C\n" +
+	"\x03set\x18\x02 \x03(\v21.corral.inventory.v1.LabelMachineRequest.SetEntryR\x03set\x12\x16\n" +
+	"\x06remove\x18\x03 \x03(\tR\x06remove\x1a6\n" +
+	"\bSetEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x99\x01\n" +
+	"\x17AllocateMachinesRequest\x12\x1a\n" +
+	"\bselector\x18\x01 \x01(\tR\bselector\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\rR\x05count\x128\n" +
+	"\n" +
+	"expires_in\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\texpiresIn\"T\n" +
+	"\x18AllocateMachinesResponse\x128\n" +
+	"\bmachines\x18\x01 \x03(\v2\x1c.corral.inventory.v1.MachineR\bmachines\"C\n" +
+	"\x15ReleaseMachineRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"*\n" +
 	"\x14DeleteMachineRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"_\n" +
 	"\x0fSetPowerRequest\x12\x12\n" +
@@ -3009,7 +3527,10 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\vMachineView\x12\x1c\n" +
 	"\x18MACHINE_VIEW_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14MACHINE_VIEW_SUMMARY\x10\x01\x12\x15\n" +
-	"\x11MACHINE_VIEW_FULL\x10\x02*\xa1\x01\n" +
+	"\x11MACHINE_VIEW_FULL\x10\x02*D\n" +
+	"\fAcceptTarget\x12\x1c\n" +
+	"\x18ACCEPT_TARGET_HYPERVISOR\x10\x00\x12\x16\n" +
+	"\x12ACCEPT_TARGET_POOL\x10\x01*\xa1\x01\n" +
 	"\vPowerAction\x12\x1c\n" +
 	"\x18POWER_ACTION_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fPOWER_ACTION_ON\x10\x01\x12\x14\n" +
@@ -3022,7 +3543,7 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x17BOOT_DEVICE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fBOOT_DEVICE_PXE\x10\x01\x12\x14\n" +
 	"\x10BOOT_DEVICE_DISK\x10\x02\x12\x14\n" +
-	"\x10BOOT_DEVICE_BIOS\x10\x032\xcd\v\n" +
+	"\x10BOOT_DEVICE_BIOS\x10\x032\x8a\x0e\n" +
 	"\x0eMachineService\x12k\n" +
 	"\fListMachines\x12(.corral.inventory.v1.ListMachinesRequest\x1a).corral.inventory.v1.ListMachinesResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12Z\n" +
 	"\n" +
@@ -3037,7 +3558,10 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x0eSetMaintenance\x12*.corral.inventory.v1.SetMaintenanceRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\x02\x12_\n" +
 	"\bTimeline\x12$.corral.inventory.v1.TimelineRequest\x1a%.corral.inventory.v1.TimelineResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12^\n" +
 	"\fAdoptMachine\x12(.corral.inventory.v1.AdoptMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\x02\x12Z\n" +
-	"\rRejectMachine\x12).corral.inventory.v1.RejectMachineRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02\x12g\n" +
+	"\rRejectMachine\x12).corral.inventory.v1.RejectMachineRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02\x12^\n" +
+	"\fLabelMachine\x12(.corral.inventory.v1.LabelMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\x02\x12w\n" +
+	"\x10AllocateMachines\x12,.corral.inventory.v1.AllocateMachinesRequest\x1a-.corral.inventory.v1.AllocateMachinesResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12b\n" +
+	"\x0eReleaseMachine\x12*.corral.inventory.v1.ReleaseMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\x01\x12g\n" +
 	"\rWatchMachines\x12).corral.inventory.v1.WatchMachinesRequest\x1a!.corral.inventory.v1.MachineEvent\"\x06\xe2\xa6\x19\x02\b\x010\x01\x12h\n" +
 	"\rWatchTimeline\x12).corral.inventory.v1.WatchTimelineRequest\x1a\".corral.inventory.v1.TimelineEvent\"\x06\xe2\xa6\x19\x02\b\x010\x01B9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
 
@@ -3053,136 +3577,158 @@ func file_api_inventory_v1_machine_proto_rawDescGZIP() []byte {
 	return file_api_inventory_v1_machine_proto_rawDescData
 }
 
-var file_api_inventory_v1_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_api_inventory_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_api_inventory_v1_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_api_inventory_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_api_inventory_v1_machine_proto_goTypes = []any{
 	(PowerState)(0),                   // 0: corral.inventory.v1.PowerState
 	(BootIntent)(0),                   // 1: corral.inventory.v1.BootIntent
 	(BmcProtocol)(0),                  // 2: corral.inventory.v1.BmcProtocol
 	(MachineView)(0),                  // 3: corral.inventory.v1.MachineView
-	(PowerAction)(0),                  // 4: corral.inventory.v1.PowerAction
-	(BootDevice)(0),                   // 5: corral.inventory.v1.BootDevice
-	(Machine_MachineState)(0),         // 6: corral.inventory.v1.Machine.MachineState
-	(*Bmc)(nil),                       // 7: corral.inventory.v1.Bmc
-	(*FactChange)(nil),                // 8: corral.inventory.v1.FactChange
-	(*Machine)(nil),                   // 9: corral.inventory.v1.Machine
-	(*Conflict)(nil),                  // 10: corral.inventory.v1.Conflict
-	(*Install)(nil),                   // 11: corral.inventory.v1.Install
-	(*BootWatchdog)(nil),              // 12: corral.inventory.v1.BootWatchdog
-	(*PendingWipe)(nil),               // 13: corral.inventory.v1.PendingWipe
-	(*TimelineEntry)(nil),             // 14: corral.inventory.v1.TimelineEntry
-	(*ListMachinesRequest)(nil),       // 15: corral.inventory.v1.ListMachinesRequest
-	(*ListMachinesResponse)(nil),      // 16: corral.inventory.v1.ListMachinesResponse
-	(*GetMachineRequest)(nil),         // 17: corral.inventory.v1.GetMachineRequest
-	(*EnrollMachineRequest)(nil),      // 18: corral.inventory.v1.EnrollMachineRequest
-	(*AcceptMachineRequest)(nil),      // 19: corral.inventory.v1.AcceptMachineRequest
-	(*DeleteMachineRequest)(nil),      // 20: corral.inventory.v1.DeleteMachineRequest
-	(*SetPowerRequest)(nil),           // 21: corral.inventory.v1.SetPowerRequest
-	(*GetPowerRequest)(nil),           // 22: corral.inventory.v1.GetPowerRequest
-	(*PowerStatus)(nil),               // 23: corral.inventory.v1.PowerStatus
-	(*ProviderAttempt)(nil),           // 24: corral.inventory.v1.ProviderAttempt
-	(*SetBootDeviceRequest)(nil),      // 25: corral.inventory.v1.SetBootDeviceRequest
-	(*ReprovisionMachineRequest)(nil), // 26: corral.inventory.v1.ReprovisionMachineRequest
-	(*SetMaintenanceRequest)(nil),     // 27: corral.inventory.v1.SetMaintenanceRequest
-	(*TimelineRequest)(nil),           // 28: corral.inventory.v1.TimelineRequest
-	(*TimelineResponse)(nil),          // 29: corral.inventory.v1.TimelineResponse
-	(*AdoptMachineRequest)(nil),       // 30: corral.inventory.v1.AdoptMachineRequest
-	(*RejectMachineRequest)(nil),      // 31: corral.inventory.v1.RejectMachineRequest
-	(*WatchMachinesRequest)(nil),      // 32: corral.inventory.v1.WatchMachinesRequest
-	(*MachineEvent)(nil),              // 33: corral.inventory.v1.MachineEvent
-	(*WatchTimelineRequest)(nil),      // 34: corral.inventory.v1.WatchTimelineRequest
-	(*TimelineEvent)(nil),             // 35: corral.inventory.v1.TimelineEvent
-	(*MacBinding)(nil),                // 36: corral.inventory.v1.MacBinding
-	(*BmcAddressBinding)(nil),         // 37: corral.inventory.v1.BmcAddressBinding
-	(*BmcSecret)(nil),                 // 38: corral.inventory.v1.BmcSecret
-	nil,                               // 39: corral.inventory.v1.Machine.AnnotationsEntry
-	nil,                               // 40: corral.inventory.v1.Machine.LabelsEntry
-	nil,                               // 41: corral.inventory.v1.TimelineEntry.AttributesEntry
-	(*timestamppb.Timestamp)(nil),     // 42: google.protobuf.Timestamp
-	(*Facts)(nil),                     // 43: corral.inventory.v1.Facts
-	(v1.EventType)(0),                 // 44: corral.watch.v1.EventType
-	(*emptypb.Empty)(nil),             // 45: google.protobuf.Empty
+	(AcceptTarget)(0),                 // 4: corral.inventory.v1.AcceptTarget
+	(PowerAction)(0),                  // 5: corral.inventory.v1.PowerAction
+	(BootDevice)(0),                   // 6: corral.inventory.v1.BootDevice
+	(Machine_MachineState)(0),         // 7: corral.inventory.v1.Machine.MachineState
+	(*Bmc)(nil),                       // 8: corral.inventory.v1.Bmc
+	(*FactChange)(nil),                // 9: corral.inventory.v1.FactChange
+	(*Machine)(nil),                   // 10: corral.inventory.v1.Machine
+	(*Allocation)(nil),                // 11: corral.inventory.v1.Allocation
+	(*Conflict)(nil),                  // 12: corral.inventory.v1.Conflict
+	(*Install)(nil),                   // 13: corral.inventory.v1.Install
+	(*BootWatchdog)(nil),              // 14: corral.inventory.v1.BootWatchdog
+	(*PendingWipe)(nil),               // 15: corral.inventory.v1.PendingWipe
+	(*TimelineEntry)(nil),             // 16: corral.inventory.v1.TimelineEntry
+	(*ListMachinesRequest)(nil),       // 17: corral.inventory.v1.ListMachinesRequest
+	(*ListMachinesResponse)(nil),      // 18: corral.inventory.v1.ListMachinesResponse
+	(*GetMachineRequest)(nil),         // 19: corral.inventory.v1.GetMachineRequest
+	(*EnrollMachineRequest)(nil),      // 20: corral.inventory.v1.EnrollMachineRequest
+	(*AcceptMachineRequest)(nil),      // 21: corral.inventory.v1.AcceptMachineRequest
+	(*LabelMachineRequest)(nil),       // 22: corral.inventory.v1.LabelMachineRequest
+	(*AllocateMachinesRequest)(nil),   // 23: corral.inventory.v1.AllocateMachinesRequest
+	(*AllocateMachinesResponse)(nil),  // 24: corral.inventory.v1.AllocateMachinesResponse
+	(*ReleaseMachineRequest)(nil),     // 25: corral.inventory.v1.ReleaseMachineRequest
+	(*DeleteMachineRequest)(nil),      // 26: corral.inventory.v1.DeleteMachineRequest
+	(*SetPowerRequest)(nil),           // 27: corral.inventory.v1.SetPowerRequest
+	(*GetPowerRequest)(nil),           // 28: corral.inventory.v1.GetPowerRequest
+	(*PowerStatus)(nil),               // 29: corral.inventory.v1.PowerStatus
+	(*ProviderAttempt)(nil),           // 30: corral.inventory.v1.ProviderAttempt
+	(*SetBootDeviceRequest)(nil),      // 31: corral.inventory.v1.SetBootDeviceRequest
+	(*ReprovisionMachineRequest)(nil), // 32: corral.inventory.v1.ReprovisionMachineRequest
+	(*SetMaintenanceRequest)(nil),     // 33: corral.inventory.v1.SetMaintenanceRequest
+	(*TimelineRequest)(nil),           // 34: corral.inventory.v1.TimelineRequest
+	(*TimelineResponse)(nil),          // 35: corral.inventory.v1.TimelineResponse
+	(*AdoptMachineRequest)(nil),       // 36: corral.inventory.v1.AdoptMachineRequest
+	(*RejectMachineRequest)(nil),      // 37: corral.inventory.v1.RejectMachineRequest
+	(*WatchMachinesRequest)(nil),      // 38: corral.inventory.v1.WatchMachinesRequest
+	(*MachineEvent)(nil),              // 39: corral.inventory.v1.MachineEvent
+	(*WatchTimelineRequest)(nil),      // 40: corral.inventory.v1.WatchTimelineRequest
+	(*TimelineEvent)(nil),             // 41: corral.inventory.v1.TimelineEvent
+	(*MacBinding)(nil),                // 42: corral.inventory.v1.MacBinding
+	(*BmcAddressBinding)(nil),         // 43: corral.inventory.v1.BmcAddressBinding
+	(*BmcSecret)(nil),                 // 44: corral.inventory.v1.BmcSecret
+	nil,                               // 45: corral.inventory.v1.Machine.AnnotationsEntry
+	nil,                               // 46: corral.inventory.v1.Machine.LabelsEntry
+	nil,                               // 47: corral.inventory.v1.TimelineEntry.AttributesEntry
+	nil,                               // 48: corral.inventory.v1.LabelMachineRequest.SetEntry
+	(*timestamppb.Timestamp)(nil),     // 49: google.protobuf.Timestamp
+	(*Facts)(nil),                     // 50: corral.inventory.v1.Facts
+	(*durationpb.Duration)(nil),       // 51: google.protobuf.Duration
+	(v1.EventType)(0),                 // 52: corral.watch.v1.EventType
+	(*emptypb.Empty)(nil),             // 53: google.protobuf.Empty
 }
 var file_api_inventory_v1_machine_proto_depIdxs = []int32{
 	2,  // 0: corral.inventory.v1.Bmc.protocol:type_name -> corral.inventory.v1.BmcProtocol
-	42, // 1: corral.inventory.v1.Bmc.verified_at:type_name -> google.protobuf.Timestamp
-	42, // 2: corral.inventory.v1.FactChange.at:type_name -> google.protobuf.Timestamp
-	39, // 3: corral.inventory.v1.Machine.annotations:type_name -> corral.inventory.v1.Machine.AnnotationsEntry
-	40, // 4: corral.inventory.v1.Machine.labels:type_name -> corral.inventory.v1.Machine.LabelsEntry
-	7,  // 5: corral.inventory.v1.Machine.bmc:type_name -> corral.inventory.v1.Bmc
+	49, // 1: corral.inventory.v1.Bmc.verified_at:type_name -> google.protobuf.Timestamp
+	49, // 2: corral.inventory.v1.FactChange.at:type_name -> google.protobuf.Timestamp
+	45, // 3: corral.inventory.v1.Machine.annotations:type_name -> corral.inventory.v1.Machine.AnnotationsEntry
+	46, // 4: corral.inventory.v1.Machine.labels:type_name -> corral.inventory.v1.Machine.LabelsEntry
+	8,  // 5: corral.inventory.v1.Machine.bmc:type_name -> corral.inventory.v1.Bmc
 	1,  // 6: corral.inventory.v1.Machine.boot_intent:type_name -> corral.inventory.v1.BootIntent
-	43, // 7: corral.inventory.v1.Machine.facts:type_name -> corral.inventory.v1.Facts
-	6,  // 8: corral.inventory.v1.Machine.state:type_name -> corral.inventory.v1.Machine.MachineState
+	50, // 7: corral.inventory.v1.Machine.facts:type_name -> corral.inventory.v1.Facts
+	7,  // 8: corral.inventory.v1.Machine.state:type_name -> corral.inventory.v1.Machine.MachineState
 	0,  // 9: corral.inventory.v1.Machine.power_state:type_name -> corral.inventory.v1.PowerState
-	42, // 10: corral.inventory.v1.Machine.power_read_at:type_name -> google.protobuf.Timestamp
-	42, // 11: corral.inventory.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
-	42, // 12: corral.inventory.v1.Machine.updated_at:type_name -> google.protobuf.Timestamp
-	8,  // 13: corral.inventory.v1.Machine.fact_history:type_name -> corral.inventory.v1.FactChange
-	11, // 14: corral.inventory.v1.Machine.install:type_name -> corral.inventory.v1.Install
-	12, // 15: corral.inventory.v1.Machine.watchdog:type_name -> corral.inventory.v1.BootWatchdog
-	6,  // 16: corral.inventory.v1.Machine.maintenance_previous_state:type_name -> corral.inventory.v1.Machine.MachineState
-	13, // 17: corral.inventory.v1.Machine.wipe:type_name -> corral.inventory.v1.PendingWipe
-	10, // 18: corral.inventory.v1.Machine.conflict:type_name -> corral.inventory.v1.Conflict
-	42, // 19: corral.inventory.v1.Conflict.at:type_name -> google.protobuf.Timestamp
-	42, // 20: corral.inventory.v1.Install.started_at:type_name -> google.protobuf.Timestamp
-	42, // 21: corral.inventory.v1.Install.updated_at:type_name -> google.protobuf.Timestamp
-	42, // 22: corral.inventory.v1.Install.sent_at:type_name -> google.protobuf.Timestamp
-	42, // 23: corral.inventory.v1.BootWatchdog.armed_at:type_name -> google.protobuf.Timestamp
-	42, // 24: corral.inventory.v1.PendingWipe.requested_at:type_name -> google.protobuf.Timestamp
-	42, // 25: corral.inventory.v1.PendingWipe.sent_at:type_name -> google.protobuf.Timestamp
-	42, // 26: corral.inventory.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
-	41, // 27: corral.inventory.v1.TimelineEntry.attributes:type_name -> corral.inventory.v1.TimelineEntry.AttributesEntry
-	6,  // 28: corral.inventory.v1.ListMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
-	3,  // 29: corral.inventory.v1.ListMachinesRequest.view:type_name -> corral.inventory.v1.MachineView
-	9,  // 30: corral.inventory.v1.ListMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
-	2,  // 31: corral.inventory.v1.EnrollMachineRequest.bmc_protocol:type_name -> corral.inventory.v1.BmcProtocol
-	4,  // 32: corral.inventory.v1.SetPowerRequest.action:type_name -> corral.inventory.v1.PowerAction
-	0,  // 33: corral.inventory.v1.PowerStatus.state:type_name -> corral.inventory.v1.PowerState
-	42, // 34: corral.inventory.v1.PowerStatus.read_at:type_name -> google.protobuf.Timestamp
-	24, // 35: corral.inventory.v1.PowerStatus.attempts:type_name -> corral.inventory.v1.ProviderAttempt
-	5,  // 36: corral.inventory.v1.SetBootDeviceRequest.device:type_name -> corral.inventory.v1.BootDevice
-	14, // 37: corral.inventory.v1.TimelineResponse.entries:type_name -> corral.inventory.v1.TimelineEntry
-	6,  // 38: corral.inventory.v1.WatchMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
-	44, // 39: corral.inventory.v1.MachineEvent.type:type_name -> corral.watch.v1.EventType
-	9,  // 40: corral.inventory.v1.MachineEvent.machine:type_name -> corral.inventory.v1.Machine
-	44, // 41: corral.inventory.v1.TimelineEvent.type:type_name -> corral.watch.v1.EventType
-	14, // 42: corral.inventory.v1.TimelineEvent.entry:type_name -> corral.inventory.v1.TimelineEntry
-	42, // 43: corral.inventory.v1.BmcAddressBinding.claimed_at:type_name -> google.protobuf.Timestamp
-	15, // 44: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
-	17, // 45: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
-	18, // 46: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
-	19, // 47: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
-	20, // 48: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
-	21, // 49: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
-	22, // 50: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
-	25, // 51: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
-	26, // 52: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
-	27, // 53: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
-	28, // 54: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
-	30, // 55: corral.inventory.v1.MachineService.AdoptMachine:input_type -> corral.inventory.v1.AdoptMachineRequest
-	31, // 56: corral.inventory.v1.MachineService.RejectMachine:input_type -> corral.inventory.v1.RejectMachineRequest
-	32, // 57: corral.inventory.v1.MachineService.WatchMachines:input_type -> corral.inventory.v1.WatchMachinesRequest
-	34, // 58: corral.inventory.v1.MachineService.WatchTimeline:input_type -> corral.inventory.v1.WatchTimelineRequest
-	16, // 59: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
-	9,  // 60: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
-	9,  // 61: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
-	9,  // 62: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
-	45, // 63: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
-	23, // 64: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
-	23, // 65: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
-	45, // 66: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
-	9,  // 67: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
-	9,  // 68: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
-	29, // 69: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
-	9,  // 70: corral.inventory.v1.MachineService.AdoptMachine:output_type -> corral.inventory.v1.Machine
-	45, // 71: corral.inventory.v1.MachineService.RejectMachine:output_type -> google.protobuf.Empty
-	33, // 72: corral.inventory.v1.MachineService.WatchMachines:output_type -> corral.inventory.v1.MachineEvent
-	35, // 73: corral.inventory.v1.MachineService.WatchTimeline:output_type -> corral.inventory.v1.TimelineEvent
-	59, // [59:74] is the sub-list for method output_type
-	44, // [44:59] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	49, // 10: corral.inventory.v1.Machine.power_read_at:type_name -> google.protobuf.Timestamp
+	49, // 11: corral.inventory.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
+	49, // 12: corral.inventory.v1.Machine.updated_at:type_name -> google.protobuf.Timestamp
+	9,  // 13: corral.inventory.v1.Machine.fact_history:type_name -> corral.inventory.v1.FactChange
+	13, // 14: corral.inventory.v1.Machine.install:type_name -> corral.inventory.v1.Install
+	14, // 15: corral.inventory.v1.Machine.watchdog:type_name -> corral.inventory.v1.BootWatchdog
+	7,  // 16: corral.inventory.v1.Machine.maintenance_previous_state:type_name -> corral.inventory.v1.Machine.MachineState
+	15, // 17: corral.inventory.v1.Machine.wipe:type_name -> corral.inventory.v1.PendingWipe
+	12, // 18: corral.inventory.v1.Machine.conflict:type_name -> corral.inventory.v1.Conflict
+	11, // 19: corral.inventory.v1.Machine.allocation:type_name -> corral.inventory.v1.Allocation
+	49, // 20: corral.inventory.v1.Allocation.allocated_at:type_name -> google.protobuf.Timestamp
+	49, // 21: corral.inventory.v1.Allocation.expires_at:type_name -> google.protobuf.Timestamp
+	49, // 22: corral.inventory.v1.Allocation.released_at:type_name -> google.protobuf.Timestamp
+	49, // 23: corral.inventory.v1.Conflict.at:type_name -> google.protobuf.Timestamp
+	49, // 24: corral.inventory.v1.Install.started_at:type_name -> google.protobuf.Timestamp
+	49, // 25: corral.inventory.v1.Install.updated_at:type_name -> google.protobuf.Timestamp
+	49, // 26: corral.inventory.v1.Install.sent_at:type_name -> google.protobuf.Timestamp
+	49, // 27: corral.inventory.v1.BootWatchdog.armed_at:type_name -> google.protobuf.Timestamp
+	49, // 28: corral.inventory.v1.PendingWipe.requested_at:type_name -> google.protobuf.Timestamp
+	49, // 29: corral.inventory.v1.PendingWipe.sent_at:type_name -> google.protobuf.Timestamp
+	49, // 30: corral.inventory.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
+	47, // 31: corral.inventory.v1.TimelineEntry.attributes:type_name -> corral.inventory.v1.TimelineEntry.AttributesEntry
+	7,  // 32: corral.inventory.v1.ListMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
+	3,  // 33: corral.inventory.v1.ListMachinesRequest.view:type_name -> corral.inventory.v1.MachineView
+	10, // 34: corral.inventory.v1.ListMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
+	2,  // 35: corral.inventory.v1.EnrollMachineRequest.bmc_protocol:type_name -> corral.inventory.v1.BmcProtocol
+	4,  // 36: corral.inventory.v1.AcceptMachineRequest.target:type_name -> corral.inventory.v1.AcceptTarget
+	48, // 37: corral.inventory.v1.LabelMachineRequest.set:type_name -> corral.inventory.v1.LabelMachineRequest.SetEntry
+	51, // 38: corral.inventory.v1.AllocateMachinesRequest.expires_in:type_name -> google.protobuf.Duration
+	10, // 39: corral.inventory.v1.AllocateMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
+	5,  // 40: corral.inventory.v1.SetPowerRequest.action:type_name -> corral.inventory.v1.PowerAction
+	0,  // 41: corral.inventory.v1.PowerStatus.state:type_name -> corral.inventory.v1.PowerState
+	49, // 42: corral.inventory.v1.PowerStatus.read_at:type_name -> google.protobuf.Timestamp
+	30, // 43: corral.inventory.v1.PowerStatus.attempts:type_name -> corral.inventory.v1.ProviderAttempt
+	6,  // 44: corral.inventory.v1.SetBootDeviceRequest.device:type_name -> corral.inventory.v1.BootDevice
+	16, // 45: corral.inventory.v1.TimelineResponse.entries:type_name -> corral.inventory.v1.TimelineEntry
+	7,  // 46: corral.inventory.v1.WatchMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
+	52, // 47: corral.inventory.v1.MachineEvent.type:type_name -> corral.watch.v1.EventType
+	10, // 48: corral.inventory.v1.MachineEvent.machine:type_name -> corral.inventory.v1.Machine
+	52, // 49: corral.inventory.v1.TimelineEvent.type:type_name -> corral.watch.v1.EventType
+	16, // 50: corral.inventory.v1.TimelineEvent.entry:type_name -> corral.inventory.v1.TimelineEntry
+	49, // 51: corral.inventory.v1.BmcAddressBinding.claimed_at:type_name -> google.protobuf.Timestamp
+	17, // 52: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
+	19, // 53: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
+	20, // 54: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
+	21, // 55: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
+	26, // 56: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
+	27, // 57: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
+	28, // 58: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
+	31, // 59: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
+	32, // 60: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
+	33, // 61: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
+	34, // 62: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
+	36, // 63: corral.inventory.v1.MachineService.AdoptMachine:input_type -> corral.inventory.v1.AdoptMachineRequest
+	37, // 64: corral.inventory.v1.MachineService.RejectMachine:input_type -> corral.inventory.v1.RejectMachineRequest
+	22, // 65: corral.inventory.v1.MachineService.LabelMachine:input_type -> corral.inventory.v1.LabelMachineRequest
+	23, // 66: corral.inventory.v1.MachineService.AllocateMachines:input_type -> corral.inventory.v1.AllocateMachinesRequest
+	25, // 67: corral.inventory.v1.MachineService.ReleaseMachine:input_type -> corral.inventory.v1.ReleaseMachineRequest
+	38, // 68: corral.inventory.v1.MachineService.WatchMachines:input_type -> corral.inventory.v1.WatchMachinesRequest
+	40, // 69: corral.inventory.v1.MachineService.WatchTimeline:input_type -> corral.inventory.v1.WatchTimelineRequest
+	18, // 70: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
+	10, // 71: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
+	10, // 72: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
+	10, // 73: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
+	53, // 74: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
+	29, // 75: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
+	29, // 76: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
+	53, // 77: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
+	10, // 78: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
+	10, // 79: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
+	35, // 80: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
+	10, // 81: corral.inventory.v1.MachineService.AdoptMachine:output_type -> corral.inventory.v1.Machine
+	53, // 82: corral.inventory.v1.MachineService.RejectMachine:output_type -> google.protobuf.Empty
+	10, // 83: corral.inventory.v1.MachineService.LabelMachine:output_type -> corral.inventory.v1.Machine
+	24, // 84: corral.inventory.v1.MachineService.AllocateMachines:output_type -> corral.inventory.v1.AllocateMachinesResponse
+	10, // 85: corral.inventory.v1.MachineService.ReleaseMachine:output_type -> corral.inventory.v1.Machine
+	39, // 86: corral.inventory.v1.MachineService.WatchMachines:output_type -> corral.inventory.v1.MachineEvent
+	41, // 87: corral.inventory.v1.MachineService.WatchTimeline:output_type -> corral.inventory.v1.TimelineEvent
+	70, // [70:88] is the sub-list for method output_type
+	52, // [52:70] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_api_inventory_v1_machine_proto_init() }
@@ -3196,8 +3742,8 @@ func file_api_inventory_v1_machine_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_inventory_v1_machine_proto_rawDesc), len(file_api_inventory_v1_machine_proto_rawDesc)),
-			NumEnums:      7,
-			NumMessages:   35,
+			NumEnums:      8,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -36,6 +36,9 @@ const (
 	MachineService_Timeline_FullMethodName           = "/corral.inventory.v1.MachineService/Timeline"
 	MachineService_AdoptMachine_FullMethodName       = "/corral.inventory.v1.MachineService/AdoptMachine"
 	MachineService_RejectMachine_FullMethodName      = "/corral.inventory.v1.MachineService/RejectMachine"
+	MachineService_LabelMachine_FullMethodName       = "/corral.inventory.v1.MachineService/LabelMachine"
+	MachineService_AllocateMachines_FullMethodName   = "/corral.inventory.v1.MachineService/AllocateMachines"
+	MachineService_ReleaseMachine_FullMethodName     = "/corral.inventory.v1.MachineService/ReleaseMachine"
 	MachineService_WatchMachines_FullMethodName      = "/corral.inventory.v1.MachineService/WatchMachines"
 	MachineService_WatchTimeline_FullMethodName      = "/corral.inventory.v1.MachineService/WatchTimeline"
 )
@@ -62,6 +65,15 @@ type MachineServiceClient interface {
 	AdoptMachine(ctx context.Context, in *AdoptMachineRequest, opts ...grpc.CallOption) (*Machine, error)
 	// RejectMachine deletes a parked report (a machine in CONFLICT).
 	RejectMachine(ctx context.Context, in *RejectMachineRequest, opts ...grpc.CallOption) (*emptypb.Empty, error)
+	// LabelMachine sets and removes labels, zone and pool, by
+	// compare-and-swap on the machine.
+	LabelMachine(ctx context.Context, in *LabelMachineRequest, opts ...grpc.CallOption) (*Machine, error)
+	// AllocateMachines claims READY machines matching a selector for the
+	// caller, all or none (ResourceExhausted when too few match).
+	AllocateMachines(ctx context.Context, in *AllocateMachinesRequest, opts ...grpc.CallOption) (*AllocateMachinesResponse, error)
+	// ReleaseMachine ends an allocation: its owner or an operator. The
+	// machine returns to READY.
+	ReleaseMachine(ctx context.Context, in *ReleaseMachineRequest, opts ...grpc.CallOption) (*Machine, error)
 	WatchMachines(ctx context.Context, in *WatchMachinesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MachineEvent], error)
 	WatchTimeline(ctx context.Context, in *WatchTimelineRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TimelineEvent], error)
 }
@@ -204,6 +216,36 @@ func (c *machineServiceClient) RejectMachine(ctx context.Context, in *RejectMach
 	return out, nil
 }
 
+func (c *machineServiceClient) LabelMachine(ctx context.Context, in *LabelMachineRequest, opts ...grpc.CallOption) (*Machine, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Machine)
+	err := c.cc.Invoke(ctx, MachineService_LabelMachine_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *machineServiceClient) AllocateMachines(ctx context.Context, in *AllocateMachinesRequest, opts ...grpc.CallOption) (*AllocateMachinesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AllocateMachinesResponse)
+	err := c.cc.Invoke(ctx, MachineService_AllocateMachines_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *machineServiceClient) ReleaseMachine(ctx context.Context, in *ReleaseMachineRequest, opts ...grpc.CallOption) (*Machine, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Machine)
+	err := c.cc.Invoke(ctx, MachineService_ReleaseMachine_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *machineServiceClient) WatchMachines(ctx context.Context, in *WatchMachinesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MachineEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &MachineService_ServiceDesc.Streams[0], MachineService_WatchMachines_FullMethodName, cOpts...)
@@ -264,6 +306,15 @@ type MachineServiceServer interface {
 	AdoptMachine(context.Context, *AdoptMachineRequest) (*Machine, error)
 	// RejectMachine deletes a parked report (a machine in CONFLICT).
 	RejectMachine(context.Context, *RejectMachineRequest) (*emptypb.Empty, error)
+	// LabelMachine sets and removes labels, zone and pool, by
+	// compare-and-swap on the machine.
+	LabelMachine(context.Context, *LabelMachineRequest) (*Machine, error)
+	// AllocateMachines claims READY machines matching a selector for the
+	// caller, all or none (ResourceExhausted when too few match).
+	AllocateMachines(context.Context, *AllocateMachinesRequest) (*AllocateMachinesResponse, error)
+	// ReleaseMachine ends an allocation: its owner or an operator. The
+	// machine returns to READY.
+	ReleaseMachine(context.Context, *ReleaseMachineRequest) (*Machine, error)
 	WatchMachines(*WatchMachinesRequest, grpc.ServerStreamingServer[MachineEvent]) error
 	WatchTimeline(*WatchTimelineRequest, grpc.ServerStreamingServer[TimelineEvent]) error
 	mustEmbedUnimplementedMachineServiceServer()
@@ -314,6 +365,15 @@ func (UnimplementedMachineServiceServer) AdoptMachine(context.Context, *AdoptMac
 }
 func (UnimplementedMachineServiceServer) RejectMachine(context.Context, *RejectMachineRequest) (*emptypb.Empty, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RejectMachine not implemented")
+}
+func (UnimplementedMachineServiceServer) LabelMachine(context.Context, *LabelMachineRequest) (*Machine, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method LabelMachine not implemented")
+}
+func (UnimplementedMachineServiceServer) AllocateMachines(context.Context, *AllocateMachinesRequest) (*AllocateMachinesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method AllocateMachines not implemented")
+}
+func (UnimplementedMachineServiceServer) ReleaseMachine(context.Context, *ReleaseMachineRequest) (*Machine, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ReleaseMachine not implemented")
 }
 func (UnimplementedMachineServiceServer) WatchMachines(*WatchMachinesRequest, grpc.ServerStreamingServer[MachineEvent]) error {
 	return status.Errorf(codes.Unimplemented, "method WatchMachines not implemented")
@@ -576,6 +636,60 @@ func _MachineService_RejectMachine_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MachineService_LabelMachine_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LabelMachineRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServiceServer).LabelMachine(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MachineService_LabelMachine_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServiceServer).LabelMachine(ctx, req.(*LabelMachineRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MachineService_AllocateMachines_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AllocateMachinesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServiceServer).AllocateMachines(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MachineService_AllocateMachines_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServiceServer).AllocateMachines(ctx, req.(*AllocateMachinesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MachineService_ReleaseMachine_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseMachineRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServiceServer).ReleaseMachine(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MachineService_ReleaseMachine_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServiceServer).ReleaseMachine(ctx, req.(*ReleaseMachineRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _MachineService_WatchMachines_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchMachinesRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -656,6 +770,18 @@ var MachineService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RejectMachine",
 			Handler:    _MachineService_RejectMachine_Handler,
+		},
+		{
+			MethodName: "LabelMachine",
+			Handler:    _MachineService_LabelMachine_Handler,
+		},
+		{
+			MethodName: "AllocateMachines",
+			Handler:    _MachineService_AllocateMachines_Handler,
+		},
+		{
+			MethodName: "ReleaseMachine",
+			Handler:    _MachineService_ReleaseMachine_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -458,6 +459,32 @@ func (f fakeMachines) SetMaintenance(_ context.Context, req *inventoryv1.SetMain
 		st = inventoryv1.Machine_MAINTENANCE
 	}
 	return &inventoryv1.Machine{Name: req.GetName(), State: st, StateReason: req.GetReason()}, nil
+}
+
+func (f fakeMachines) LabelMachine(_ context.Context, req *inventoryv1.LabelMachineRequest) (*inventoryv1.Machine, error) {
+	if err := f.r.record("LabelMachine", req); err != nil {
+		return nil, err
+	}
+	return &inventoryv1.Machine{Name: req.GetName(), State: inventoryv1.Machine_READY, Labels: req.GetSet()}, nil
+}
+
+func (f fakeMachines) AllocateMachines(_ context.Context, req *inventoryv1.AllocateMachinesRequest) (*inventoryv1.AllocateMachinesResponse, error) {
+	if err := f.r.record("AllocateMachines", req); err != nil {
+		return nil, err
+	}
+	resp := &inventoryv1.AllocateMachinesResponse{}
+	for k := range max(req.GetCount(), 1) {
+		resp.Machines = append(resp.Machines, &inventoryv1.Machine{Name: fmt.Sprintf("m%d", k+1), State: inventoryv1.Machine_ALLOCATED,
+			Allocation: &inventoryv1.Allocation{Owner: "token:ab12", OwnerName: "ci"}})
+	}
+	return resp, nil
+}
+
+func (f fakeMachines) ReleaseMachine(_ context.Context, req *inventoryv1.ReleaseMachineRequest) (*inventoryv1.Machine, error) {
+	if err := f.r.record("ReleaseMachine", req); err != nil {
+		return nil, err
+	}
+	return &inventoryv1.Machine{Name: req.GetName(), State: inventoryv1.Machine_READY, StateReason: "released by its owner"}, nil
 }
 
 // testServer is a bufconn gRPC server running every fake.

@@ -134,8 +134,8 @@ func (inv *invocation) watchKind(cmd *cobra.Command, k *kind, name []string, req
 
 // machineFilter holds the `get machines` filters.
 type machineFilter struct {
-	state, serial, mac, sortBy string
-	selectors                  []string
+	state, serial, mac, sortBy, owner string
+	selectors                         []string
 }
 
 // list returns the ListMachines request a `get machines` list sends: the
@@ -154,22 +154,23 @@ func (f *machineFilter) list(req *inventoryv1.ListMachinesRequest, output string
 }
 
 func (f *machineFilter) set() bool {
-	return f.state != "" || f.serial != "" || f.mac != "" || len(f.selectors) > 0
+	return f.state != "" || f.serial != "" || f.mac != "" || f.owner != "" || len(f.selectors) > 0
 }
 
 func (f *machineFilter) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.StringVar(&f.state, "state", "", "machines: only this state (discovered, inventoried, installing, deployed, failed, maintenance)")
+	fs.StringVar(&f.state, "state", "", "machines: only this state (discovered, inventoried, installing, deployed, failed, maintenance, ready, allocated)")
 	fs.StringVar(&f.serial, "serial", "", "machines: only this serial number")
 	fs.StringVar(&f.mac, "mac", "", "machines: only the machine with this MAC")
 	fs.StringVar(&f.sortBy, "sort-by", "", "machines: order on the appliance by name, state, serial, created_at or updated_at, with \" desc\" to reverse (default name)")
-	fs.StringArrayVarP(&f.selectors, "selector", "l", nil, "machines: fact selector KEY OP VALUE, e.g. 'memory_bytes>=64Gi', 'disk.count>=2', 'vendor=Dell Inc.' (repeatable, all must match)")
+	fs.StringArrayVarP(&f.selectors, "selector", "l", nil, "machines: selector KEY OP VALUE over facts, labels (label.KEY), zone and pool, e.g. 'memory_bytes>=64Gi', 'pool=ci,zone=a,disks.count>=2', 'vendor=Dell Inc.' (repeatable, comma-separated, all must match)")
+	fs.StringVar(&f.owner, "owner", "", "machines: only those allocated to this owner: me, or token:ID")
 }
 
 // request returns the ListMachines request for the filters, nil when none
 // is set; filters on another kind or with a NAME are usage errors.
 func (f *machineFilter) request(k *kind, named bool) (*inventoryv1.ListMachinesRequest, error) {
-	if f.state == "" && f.serial == "" && f.mac == "" && len(f.selectors) == 0 {
+	if !f.set() {
 		if f.sortBy != "" && (k != machineKind || named) {
 			return nil, usageErrorf("--sort-by orders the machine list only")
 		}
@@ -178,11 +179,11 @@ func (f *machineFilter) request(k *kind, named bool) (*inventoryv1.ListMachinesR
 	if k != machineKind || named {
 		return nil, usageErrorf("--state, --serial, --mac and --selector filter the machine list only")
 	}
-	req := &inventoryv1.ListMachinesRequest{Serial: f.serial, Mac: f.mac, Selectors: f.selectors}
+	req := &inventoryv1.ListMachinesRequest{Serial: f.serial, Mac: f.mac, Selectors: f.selectors, Owner: f.owner}
 	if f.state != "" {
 		v, ok := inventoryv1.Machine_MachineState_value[strings.ToUpper(f.state)]
 		if !ok || v == 0 {
-			return nil, usageErrorf("--state %q: want discovered, inventoried, installing, deployed, failed or maintenance", f.state)
+			return nil, usageErrorf("--state %q: want discovered, inventoried, installing, deployed, failed, maintenance, ready or allocated", f.state)
 		}
 		req.State = inventoryv1.Machine_MachineState(v)
 	}

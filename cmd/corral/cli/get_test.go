@@ -387,9 +387,9 @@ func TestGetWide(t *testing.T) {
 	}{
 		"machines": {
 			args: []string{"get", "machines", "-o", "wide"},
-			want: `NAME   SERIAL   VENDOR/PRODUCT             CPUS   MEMORY   DISKS      STATE        POWER         LAST-SEEN   MACS                                  BMC                  CPU-MODEL   INTENT        NODE   REASON
-m1     SN123    Dell Inc. PowerEdge R650   64     256GiB   2 (4TiB)   DEPLOYED!    ON            -           aa:bb:cc:dd:ee:01,aa:bb:cc:dd:ee:09   10.0.0.21(ipmitool)  -           HYPERVISOR    n1     -
-m2     -        -                          -      -        -          DISCOVERED   UNSPECIFIED   -           aa:bb:cc:dd:ee:02                     -                    -           UNSPECIFIED   -      -
+			want: `NAME   SERIAL   VENDOR/PRODUCT             CPUS   MEMORY   DISKS      STATE        POWER         LAST-SEEN   MACS                                  BMC                  CPU-MODEL   INTENT        NODE   REASON   ZONE   POOL   OWNER   LABELS
+m1     SN123    Dell Inc. PowerEdge R650   64     256GiB   2 (4TiB)   DEPLOYED!    ON            -           aa:bb:cc:dd:ee:01,aa:bb:cc:dd:ee:09   10.0.0.21(ipmitool)  -           HYPERVISOR    n1     -        -      -      -       -
+m2     -        -                          -      -        -          DISCOVERED   UNSPECIFIED   -           aa:bb:cc:dd:ee:02                     -                    -           UNSPECIFIED   -      -        -      -      -       -
 `,
 		},
 		"one node": {

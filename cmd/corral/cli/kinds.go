@@ -402,7 +402,7 @@ var machineKind = &kind{
 			lastSeen(mc.GetAnnotations()["corral/last_seen"], time.Now()),
 		}
 	},
-	wide: []string{"MACS", "BMC", "CPU-MODEL", "INTENT", "NODE", "REASON"},
+	wide: []string{"MACS", "BMC", "CPU-MODEL", "INTENT", "NODE", "REASON", "ZONE", "POOL", "OWNER", "LABELS"},
 	wideRow: func(m proto.Message) []string {
 		mc := m.(*inventoryv1.Machine)
 		macs := append([]string(nil), mc.GetMacs()...)
@@ -439,6 +439,10 @@ var machineKind = &kind{
 			stateName(mc.GetBootIntent().String(), "BOOT_INTENT_"),
 			cell(mc.GetNodeName()),
 			cell(mc.GetStateReason()),
+			cell(mc.GetZone()),
+			cell(mc.GetPool()),
+			cell(ownerCell(mc.GetAllocation())),
+			cell(labelsCell(mc.GetLabels())),
 		}
 	},
 	page: func(ctx context.Context, cc grpc.ClientConnInterface, q pageQuery) ([]proto.Message, string, error) {
@@ -457,6 +461,14 @@ var machineKind = &kind{
 		_, err := inventoryv1.NewMachineServiceClient(cc).DeleteMachine(ctx, &inventoryv1.DeleteMachineRequest{Name: name})
 		return err
 	},
+}
+
+// ownerCell is the owner of a held allocation ("" for none or an ended one).
+func ownerCell(a *inventoryv1.Allocation) string {
+	if a.GetOwner() == "" || a.GetReleasedAt() != nil {
+		return ""
+	}
+	return a.GetOwner()
 }
 
 // labelsCell renders labels as sorted k=v pairs.

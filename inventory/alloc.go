@@ -1,0 +1,344 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/store/record"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Allocation bounds.
+const (
+	// MaxAllocationCount is the most machines one allocation claims (one
+	// store transaction holds them all; the store's limit is 128 keys).
+	MaxAllocationCount = 64
+	// MaxAllocationExpiry is the longest expiry an allocation may carry.
+	MaxAllocationExpiry = 366 * 24 * time.Hour
+	// allocateAttempts bounds how often one allocation looks for free
+	// machines again after another allocation took some of those it
+	// picked.
+	allocateAttempts = 32
+)
+
+// Anonymous owns what is allocated on an appliance without authentication.
+const Anonymous = "anonymous"
+
+// Owner is a caller as allocation sees it (docs/security.md, "Owners").
+type Owner struct {
+	// ID identifies the caller: "token:<id>" for a bearer token.
+	ID string
+	// Name is for people: the token's description.
+	Name string
+	// Operator callers (OPERATOR and ADMIN) see and change every machine;
+	// anyone else sees the machines nobody holds and its own, and changes
+	// only its own.
+	Operator bool
+}
+
+// allocHeld reports whether m is held by an allocation (not ended).
+func allocHeld(m *inventoryv1.Machine) bool {
+	a := m.GetAllocation()
+	return a.GetOwner() != "" && a.GetReleasedAt() == nil
+}
+
+// Holds reports whether o holds m: m's current allocation is o's.
+func (o Owner) Holds(m *inventoryv1.Machine) bool {
+	return allocHeld(m) && m.GetAllocation().GetOwner() == o.ID
+}
+
+// Sees reports whether o may see m: an operator every machine, anyone else
+// every machine that nobody else holds.
+func (o Owner) Sees(m *inventoryv1.Machine) bool {
+	return o.Operator || !allocHeld(m) || o.Holds(m)
+}
+
+// AllocateRequest is what AllocateMachines claims.
+type AllocateRequest struct {
+	// Selector is comma-separated selectors (selectors.go); Pool adds
+	// pool=Pool.
+	Selector, Pool string
+	// Count is how many machines (0: 1), all or none.
+	Count int
+	// ExpiresIn releases them that long after the allocation (0: never).
+	ExpiresIn time.Duration
+}
+
+// errPickTaken ends an allocation transaction whose picked machines are
+// no longer all free: look again.
+var errPickTaken = errors.New("a picked machine was taken")
+
+// AllocateMachines claims Count READY machines matching the request's
+// selector for owner, all or none, in one store transaction that checks
+// each is still READY and still matches: of concurrent allocations for the
+// same machines, each machine goes to exactly one. Bad input is
+// apierr.ErrInvalid; too few free matching machines apierr.ErrExhausted
+// with the numbers.
+func (i *Inventory) AllocateMachines(ctx context.Context, owner Owner, req AllocateRequest) ([]*inventoryv1.Machine, error) {
+	count := req.Count
+	switch {
+	case owner.ID == "":
+		return nil, apierr.Invalidf("allocate: the caller has no identity")
+	case count < 0 || count > MaxAllocationCount:
+		return nil, apierr.Invalidf("count %d: allocate 1 to %d machines at a time", count, MaxAllocationCount)
+	case req.ExpiresIn < 0:
+		return nil, apierr.Invalidf("expiry %s is in the past: give a positive duration such as 8h", req.ExpiresIn)
+	case req.ExpiresIn > MaxAllocationExpiry:
+		return nil, apierr.Invalidf("expiry %s is longer than the longest allowed, %s", req.ExpiresIn, MaxAllocationExpiry)
+	case req.ExpiresIn > 0 && req.ExpiresIn < time.Second:
+		return nil, apierr.Invalidf("expiry %s is shorter than a second", req.ExpiresIn)
+	}
+	if count == 0 {
+		count = 1
+	}
+	raw := []string{req.Selector}
+	if req.Selector == "" {
+		raw = nil
+	}
+	if req.Pool != "" {
+		if err := checkLabelValue(PoolKey, req.Pool); err != nil {
+			return nil, err
+		}
+		raw = append(raw, PoolKey+"="+req.Pool)
+	}
+	sels, err := ParseSelectors(raw)
+	if err != nil {
+		return nil, err
+	}
+	want := strings.Join(raw, ",")
+	for attempt := 0; attempt < allocateAttempts; attempt++ {
+		var free []string
+		err := i.EachMachine(ctx, &inventoryv1.ListMachinesRequest{State: inventoryv1.Machine_READY, Selectors: raw, View: inventoryv1.MachineView_MACHINE_VIEW_SUMMARY},
+			func(m *inventoryv1.Machine) error {
+				free = append(free, m.GetName())
+				return nil
+			})
+		if err != nil {
+			return nil, err
+		}
+		if len(free) < count {
+			return nil, i.tooFew(ctx, want, count, len(free))
+		}
+		// Concurrent allocations pick different machines as far as they can.
+		rand.Shuffle(len(free), func(a, b int) { free[a], free[b] = free[b], free[a] })
+		picked := free[:count]
+		now := i.cfg.Now()
+		out, err := i.claim(ctx, owner, picked, sels, want, now, req.ExpiresIn)
+		if errors.Is(err, errPickTaken) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range out {
+			i.observe(m.GetName(), m)
+			detail := fmt.Sprintf("allocated to %s", ownerWords(m.GetAllocation()))
+			if e := m.GetAllocation().GetExpiresAt(); e != nil {
+				detail += " until " + e.AsTime().UTC().Format(time.RFC3339)
+			}
+			i.machineEvent(m, "allocated", detail, map[string]string{"owner": owner.ID, "allocation_id": m.GetAllocation().GetAllocationId()})
+		}
+		i.log.Info("machines allocated", "owner", owner.ID, "machines", names(out), "selector", want)
+		return out, nil
+	}
+	return nil, apierr.Unavailablef("allocate %q: the free machines kept being taken by other allocations (%d tries): try again", want, allocateAttempts)
+}
+
+// claim allocates the picked machines to owner in one transaction, or
+// fails with errPickTaken when one is no longer READY or no longer
+// matches.
+func (i *Inventory) claim(ctx context.Context, owner Owner, picked []string, sels Selectors, want string, now time.Time, expires time.Duration) ([]*inventoryv1.Machine, error) {
+	id := newAllocationID()
+	var out []*inventoryv1.Machine
+	_, err := record.RunTx(ctx, i.cfg.Store, func(tx *record.Tx) error {
+		out = out[:0]
+		for _, name := range picked {
+			m, err := txMachine(ctx, tx, name)
+			if err != nil {
+				return err
+			}
+			if m == nil || m.GetState() != inventoryv1.Machine_READY || !sels.Match(m) {
+				return errPickTaken
+			}
+			if err := Transition(m, EventAllocated); err != nil {
+				return errPickTaken
+			}
+			a := &inventoryv1.Allocation{Owner: owner.ID, OwnerName: owner.Name, AllocationId: id,
+				AllocatedAt: timestamppb.New(now), Selector: want}
+			if expires > 0 {
+				a.ExpiresAt = timestamppb.New(now.Add(expires))
+			}
+			m.Allocation = a
+			m.StateReason = ""
+			m.UpdatedAt = timestamppb.New(now)
+			if err := tx.Put(machinePrefix+name, m); err != nil {
+				return err
+			}
+			out = append(out, m)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// tooFew is the error of an allocation that found fewer free machines than
+// it asked for, with how many match in other states.
+func (i *Inventory) tooFew(ctx context.Context, want string, count, free int) error {
+	raw := []string{want}
+	if want == "" {
+		raw = nil
+	}
+	byState := map[inventoryv1.Machine_MachineState]int{}
+	_ = i.EachMachine(ctx, &inventoryv1.ListMachinesRequest{Selectors: raw, View: inventoryv1.MachineView_MACHINE_VIEW_SUMMARY},
+		func(m *inventoryv1.Machine) error {
+			if m.GetState() != inventoryv1.Machine_READY {
+				byState[m.GetState()]++
+			}
+			return nil
+		})
+	var others []string
+	for st, n := range byState {
+		others = append(others, fmt.Sprintf("%d %s", n, st))
+	}
+	slices.Sort(others)
+	what := fmt.Sprintf("selector %q", want)
+	if want == "" {
+		what = "any selector"
+	}
+	msg := fmt.Sprintf("no allocation: %d READY machine(s) match %s, %d wanted", free, what, count)
+	if len(others) > 0 {
+		msg += "; not free: " + strings.Join(others, ", ")
+	}
+	return apierr.Exhaustedf("%s", msg)
+}
+
+// ReleaseOptions qualify a release.
+type ReleaseOptions struct {
+	// Reason is recorded with the release (default: who released it).
+	Reason string
+	// AllocationID, when set, releases only that allocation (the expiry
+	// sweep: an allocation made since is left alone).
+	AllocationID string
+	// Expired marks the release as the expiry's.
+	Expired bool
+}
+
+// ReleaseMachine ends the allocation of machine name: by its owner or an
+// operator (anyone else: apierr.ErrPermission). The machine goes back to
+// READY and keeps the ended allocation, with when, why and by whom, for
+// its owner to read until it is allocated again. A machine that is not
+// ALLOCATED is apierr.ErrPrecondition saying why (released already, and
+// why).
+func (i *Inventory) ReleaseMachine(ctx context.Context, by Owner, name string, opts ReleaseOptions) (*inventoryv1.Machine, error) {
+	var reason string
+	m, err := i.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
+		a := m.GetAllocation()
+		if !by.Operator && !by.Holds(m) {
+			if a.GetOwner() == by.ID && a.GetReleasedAt() != nil {
+				return apierr.Preconditionf("machine %q: your allocation ended at %s: %s", name,
+					a.GetReleasedAt().AsTime().UTC().Format(time.RFC3339), a.GetReleaseReason())
+			}
+			return apierr.PermissionDeniedf("machine %q is not allocated to you (%s): only its owner or an operator may release it", name, by.ID)
+		}
+		if opts.AllocationID != "" && a.GetAllocationId() != opts.AllocationID {
+			return errSkip
+		}
+		if m.GetState() != inventoryv1.Machine_ALLOCATED || !allocHeld(m) {
+			if a.GetReleasedAt() != nil {
+				return apierr.Preconditionf("machine %q is %s: its allocation ended at %s: %s", name, m.GetState(),
+					a.GetReleasedAt().AsTime().UTC().Format(time.RFC3339), a.GetReleaseReason())
+			}
+			return apierr.Preconditionf("machine %q is %s, not ALLOCATED: nothing to release", name, m.GetState())
+		}
+		// The erase hook: when release erases the disks (the pool's
+		// level), EventReleased leads to RELEASING and a pending erase for
+		// the discovery agent, as a reprovision's wipe is, and the machine
+		// becomes READY only once the erase succeeded. Until then a release
+		// is READY at once.
+		if err := Transition(m, EventReleased); err != nil {
+			return err
+		}
+		reason = opts.Reason
+		switch {
+		case reason != "":
+		case opts.Expired:
+			reason = "allocation expired at " + a.GetExpiresAt().AsTime().UTC().Format(time.RFC3339)
+		case by.Holds(m):
+			reason = "released by its owner"
+		default:
+			reason = "released by an operator"
+		}
+		a.ReleasedAt = timestamppb.New(i.cfg.Now())
+		a.ReleaseReason = reason
+		a.ReleasedBy = by.ID
+		m.StateReason = reason
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	event := "released"
+	if opts.Expired {
+		event = "expired"
+	}
+	i.machineEvent(m, event, fmt.Sprintf("allocation of %s ended: %s", ownerWords(m.GetAllocation()), reason),
+		map[string]string{"owner": m.GetAllocation().GetOwner(), "by": by.ID, "allocation_id": m.GetAllocation().GetAllocationId()})
+	i.log.Info("machine released", "machine", name, "owner", m.GetAllocation().GetOwner(), "by", by.ID, "reason", reason)
+	return m, nil
+}
+
+// IsSkip reports whether err is ReleaseMachine's answer to an
+// AllocationID that is no longer the machine's: nothing was done.
+func IsSkip(err error) bool { return errors.Is(err, errSkip) }
+
+// AcceptToPool makes an INVENTORIED (or FAILED) machine READY: accepted
+// for people, free to allocate (accept --target pool). Nothing is
+// installed; its boot intent stays discovery.
+func (i *Inventory) AcceptToPool(ctx context.Context, name string) (*inventoryv1.Machine, error) {
+	m, err := i.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
+		if err := Transition(m, EventPooled); err != nil {
+			return err
+		}
+		m.StateReason = ""
+		m.Install = nil
+		m.NodeName = ""
+		m.BootIntent = inventoryv1.BootIntent_BOOT_INTENT_DISCOVER
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	detail := "accepted for allocation: READY"
+	if p := m.GetPool(); p != "" {
+		detail += " in pool " + p
+	}
+	i.machineEvent(m, "pooled", detail, nil)
+	return m, nil
+}
+
+// ownerWords names an allocation's owner for people: "token:ab12 (ci)".
+func ownerWords(a *inventoryv1.Allocation) string {
+	if n := a.GetOwnerName(); n != "" {
+		return a.GetOwner() + " (" + n + ")"
+	}
+	return a.GetOwner()
+}
+
+func names(ms []*inventoryv1.Machine) []string {
+	out := make([]string, len(ms))
+	for k, m := range ms {
+		out[k] = m.GetName()
+	}
+	return out
+}
+
+func newAllocationID() string {
+	return fmt.Sprintf("%016x", rand.Uint64())
+}

@@ -1,0 +1,47 @@
+package lifecycle
+
+import (
+	"context"
+
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/inventory"
+)
+
+// ExpiryOwner is who the expiry sweep releases machines as.
+const ExpiryOwner = "corral:expiry"
+
+// releaser ends allocations; implemented by *inventory.Inventory. A
+// Machines without it has no expiry sweep.
+type releaser interface {
+	ReleaseMachine(ctx context.Context, by inventory.Owner, name string, opts inventory.ReleaseOptions) (*inventoryv1.Machine, error)
+}
+
+// expired reports whether m's allocation has run out.
+func (l *Lifecycle) expired(m *inventoryv1.Machine) bool {
+	e := m.GetAllocation().GetExpiresAt()
+	return m.GetState() == inventoryv1.Machine_ALLOCATED && e != nil && m.GetAllocation().GetReleasedAt() == nil &&
+		!l.now().Before(e.AsTime())
+}
+
+// expire releases a machine whose allocation expired (zos: an expired
+// reservation is decommissioned), as the leader's reconciler finds it. The
+// release names that allocation only, so one made since is left alone, and
+// records why, which the owner reads on the machine (allocation
+// release_reason) and its timeline. Release goes back to READY at once;
+// when release erases, the erase at the pool's level starts from the
+// same release (inventory.ReleaseMachine's erase hook).
+func (l *Lifecycle) expire(ctx context.Context, m *inventoryv1.Machine) {
+	r, ok := l.inv.(releaser)
+	if !ok {
+		return
+	}
+	by := inventory.Owner{ID: ExpiryOwner, Operator: true}
+	_, err := r.ReleaseMachine(ctx, by, m.GetName(), inventory.ReleaseOptions{AllocationID: m.GetAllocation().GetAllocationId(), Expired: true})
+	switch {
+	case err == nil:
+		l.log.Info("allocation expired: machine released", "machine", m.GetName(), "owner", m.GetAllocation().GetOwner())
+	case inventory.IsSkip(err):
+	default:
+		l.log.Warn("expired allocation not released", "machine", m.GetName(), "err", err)
+	}
+}
