@@ -234,6 +234,28 @@ func TestRegister(t *testing.T) {
 	}
 }
 
+// TestRegisterAgain: the same registration twice is no change (apply
+// files are re-run); another image under the name is AlreadyExists.
+func TestRegisterAgain(t *testing.T) {
+	s, err := New(Config{Store: mem.New(), Dir: t.TempDir()}) // not run: stays PENDING
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &osimagev1.RegisterOSImageRequest{Name: "d", SourceUrl: "http://x/d.img", Sha256: sum(nil), Format: raw}
+	first, err := s.Register(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.Register(context.Background(), req)
+	if err != nil || !first.GetCreatedAt().AsTime().Equal(again.GetCreatedAt().AsTime()) {
+		t.Fatalf("again: %v, %v", again, err)
+	}
+	req.Format = qcow2
+	if _, err := s.Register(context.Background(), req); !errors.Is(err, apierr.ErrAlreadyExists) {
+		t.Errorf("another image under the name: %v; want AlreadyExists", err)
+	}
+}
+
 func TestRegisterOversize(t *testing.T) {
 	big := bytes.Repeat([]byte{1}, 3<<20)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -192,7 +192,9 @@ func checkURL(raw string) error {
 func newImage() *osimagev1.OSImage { return &osimagev1.OSImage{} }
 
 // Register records an image to download from req's URL, PENDING, and
-// wakes Run to download it. A name already taken is AlreadyExists.
+// wakes Run to download it. Registering an image again with the same URL,
+// SHA-256 and format returns it unchanged (whatever its state); a name
+// taken by another is AlreadyExists.
 func (s *Service) Register(ctx context.Context, req *osimagev1.RegisterOSImageRequest) (*osimagev1.OSImage, error) {
 	if err := checkName(req.GetName()); err != nil {
 		return nil, err
@@ -219,10 +221,16 @@ func (s *Service) Register(ctx context.Context, req *osimagev1.RegisterOSImageRe
 	}
 	im.Annotations[AnnotationDownloader] = s.cfg.Appliance
 	if _, err := record.Put(ctx, s.cfg.Store, Prefix+im.GetName(), im, 0); err != nil {
-		if errors.Is(err, store.ErrConflict) {
-			return nil, apierr.Existsf("OS image %q already exists", im.GetName())
+		if !errors.Is(err, store.ErrConflict) {
+			return nil, err
 		}
-		return nil, err
+		// Registered again (an apply file run twice): the same image is
+		// no change; another under the same name is refused.
+		have, gerr := s.Get(ctx, im.GetName())
+		if gerr == nil && have.GetSourceUrl() == im.GetSourceUrl() && have.GetSha256() == im.GetSha256() && have.GetFormat() == im.GetFormat() {
+			return have, nil
+		}
+		return nil, apierr.Existsf("OS image %q already exists with another URL, hash or format (delete it first)", im.GetName())
 	}
 	s.log.Info("OS image registered", "os_image", im.GetName(), "url", im.GetSourceUrl(), "sha256", im.GetSha256(), "format", formatName(im.GetFormat()))
 	s.poke()
