@@ -38,6 +38,7 @@ func waitOSImage(t *testing.T, conn *grpc.ClientConn, name string) *osimagev1.OS
 		switch im := resp.GetOsImage(); im.GetState() {
 		case osimagev1.OSImageState_OS_IMAGE_STATE_READY, osimagev1.OSImageState_OS_IMAGE_STATE_FAILED:
 			return im
+		default:
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("OS image %s still %v", name, resp.GetOsImage().GetState())

@@ -54,7 +54,7 @@ func TestOSImagesRange(t *testing.T) {
 	if resp.StatusCode != http.StatusPartialContent || !bytes.Equal(body, disk[1048560:]) {
 		t.Fatalf("range GET: %d, %d bytes", resp.StatusCode, len(body))
 	}
-	resp, body = get(t, url, map[string]string{"Range": "bytes=0-3,16-19"})
+	resp, _ = get(t, url, map[string]string{"Range": "bytes=0-3,16-19"})
 	if resp.StatusCode != http.StatusPartialContent || !strings.HasPrefix(resp.Header.Get("Content-Type"), "multipart/byteranges") {
 		t.Errorf("two ranges: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}

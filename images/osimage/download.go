@@ -103,6 +103,8 @@ func (s *Service) scan(ctx context.Context, wg *sync.WaitGroup) {
 				s.mu.Unlock()
 				s.poke() // a slot is free
 			}(im.GetName())
+		default:
+			// FAILED stays as it is; UNSPECIFIED is not written.
 		}
 	}
 	s.ready = ready
@@ -162,7 +164,7 @@ func (s *Service) download(ctx context.Context, name string) {
 	log := s.log.With("os_image", name, "sha256", im.GetSha256())
 	log.Info("OS image download started", "url", im.GetSourceUrl())
 	start := time.Now()
-	got, err := s.fetch(ctx, im)
+	got, ferr := s.fetch(ctx, im)
 	if ctx.Err() != nil {
 		// Stopped (Delete, shutdown): the record is left as it is; a
 		// deleted one is gone, a shutdown resumes at the next Run.
@@ -174,24 +176,24 @@ func (s *Service) download(ctx context.Context, name string) {
 		if !exists || cur.GetState() != osimagev1.OSImageState_OS_IMAGE_STATE_DOWNLOADING || cur.GetSha256() != im.GetSha256() {
 			return false, errGone
 		}
-		if err != nil {
+		if ferr != nil {
 			cur.State = osimagev1.OSImageState_OS_IMAGE_STATE_FAILED
-			cur.Reason = err.Error()
-			return false, nil
+			cur.Reason = ferr.Error()
+		} else {
+			markReady(cur, got, now)
 		}
-		markReady(cur, got, now)
 		return false, nil
 	})
 	switch {
 	case errors.Is(uerr, errGone):
 		// Deleted on another appliance meanwhile: drop what was stored.
-		if err == nil {
+		if ferr == nil {
 			s.removeUnreferenced(context.WithoutCancel(ctx), im.GetSha256(), "")
 		}
 	case uerr != nil:
 		log.Warn("OS image download outcome not recorded", "err", uerr)
-	case err != nil:
-		log.Warn("OS image download failed", "err", err)
+	case ferr != nil:
+		log.Warn("OS image download failed", "err", ferr)
 	default:
 		s.setReady(im.GetSha256(), true)
 		log.Info("OS image ready", "bytes", got.size, "duration", time.Since(start).Round(time.Millisecond).String())

@@ -150,6 +150,7 @@ func waitState(t *testing.T, s *Service, name string) *osimagev1.OSImage {
 		switch im.GetState() {
 		case osimagev1.OSImageState_OS_IMAGE_STATE_READY, osimagev1.OSImageState_OS_IMAGE_STATE_FAILED:
 			return im
+		default:
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s still %v", name, im.GetState())

@@ -157,6 +157,7 @@ func checkFormat(f osimagev1.OSImageFormat) error {
 	switch f {
 	case osimagev1.OSImageFormat_OS_IMAGE_FORMAT_RAW, osimagev1.OSImageFormat_OS_IMAGE_FORMAT_QCOW2:
 		return nil
+	default:
 	}
 	return apierr.Invalidf("format %v: declare raw or qcow2 (the format is never guessed)", f)
 }

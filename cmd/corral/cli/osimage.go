@@ -142,6 +142,8 @@ func (inv *invocation) waitOSImage(cmd *cobra.Command, name string) (*osimagev1.
 				staged = true
 			}
 			rep.Set(int64(im.GetReceivedBytes()))
+		default:
+			// PENDING: the download has not started.
 		}
 		select {
 		case <-cmd.Context().Done():
