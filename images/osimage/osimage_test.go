@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -510,5 +511,52 @@ func TestDeleteStopsDownload(t *testing.T) {
 	}
 	if got := contentFiles(t, dir); len(got) != 0 {
 		t.Errorf("content store holds %q after the download was stopped", got)
+	}
+}
+
+// FuzzCheckQCOW2: the header check takes any bytes an upload or a download
+// brings without panicking, and what it accepts has a sane header.
+func FuzzCheckQCOW2(f *testing.F) {
+	f.Add(qcow2File(1<<30, 0))
+	f.Add(qcow2File(1, 0)[:qcow2V2Header])
+	f.Add([]byte("QFI\xfb"))
+	f.Add(bytes.Repeat([]byte{0}, qcow2V3Header))
+	f.Fuzz(func(t *testing.T, hdr []byte) {
+		info, err := checkQCOW2(hdr[:min(len(hdr), qcow2V3Header)])
+		if err != nil {
+			return
+		}
+		if string(hdr[:4]) != qcow2Magic || (info.version != 2 && info.version != 3) || info.virtualSize == 0 {
+			t.Fatalf("accepted %x as %+v", hdr, info)
+		}
+	})
+}
+
+// TestRegisterHeldContent: registering content the store already holds
+// uses it without a download (the URL is not fetched), and still checks
+// the declared format against it.
+func TestRegisterHeldContent(t *testing.T) {
+	var fetched atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fetched.Add(1); http.NotFound(w, r) }))
+	defer srv.Close()
+	s := newService(t, Config{})
+	c := uploadClient(t, s)
+	disk := bytes.Repeat([]byte{9}, 8192)
+	if _, err := upload(c, &osimagev1.UploadOSImageHeader{Name: "first", Sha256: sum(disk), SizeBytes: 8192, Format: raw}, disk, false); err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]osimagev1.OSImageFormat{"again": raw, "as-qcow2": qcow2} {
+		if _, err := s.Register(context.Background(), &osimagev1.RegisterOSImageRequest{Name: name, SourceUrl: srv.URL, Sha256: sum(disk), Format: f}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if im := waitState(t, s, "again"); im.GetState() != osimagev1.OSImageState_OS_IMAGE_STATE_READY {
+		t.Errorf("again: %v %q", im.GetState(), im.GetReason())
+	}
+	if im := waitState(t, s, "as-qcow2"); im.GetState() != osimagev1.OSImageState_OS_IMAGE_STATE_FAILED || !strings.Contains(im.GetReason(), "qcow2 magic") {
+		t.Errorf("as-qcow2: %v %q", im.GetState(), im.GetReason())
+	}
+	if n := fetched.Load(); n != 0 {
+		t.Errorf("the URL was fetched %d times", n)
 	}
 }
