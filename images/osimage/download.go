@@ -67,6 +67,9 @@ func (s *Service) Run(ctx context.Context) error {
 // scan starts the downloads due, refreshes the READY set and starts a
 // peer fetch of READY content this appliance lacks.
 func (s *Service) scan(ctx context.Context, wg *sync.WaitGroup) {
+	s.mu.Lock()
+	clear(s.fresh)
+	s.mu.Unlock()
 	all, err := s.List(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -106,6 +109,9 @@ func (s *Service) scan(ctx context.Context, wg *sync.WaitGroup) {
 		default:
 			// FAILED stays as it is; UNSPECIFIED is not written.
 		}
+	}
+	for sum := range s.fresh {
+		ready[sum] = true // made READY after the list was read
 	}
 	s.ready = ready
 	if len(missing) > 0 && s.cfg.Fetch != nil && s.cfg.Peers != nil && !s.fetching {

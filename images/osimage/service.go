@@ -109,7 +109,10 @@ type Service struct {
 	// ready holds the SHA-256 of every READY image this appliance knows
 	// of (refreshed by each scan and each local change): Open serves no
 	// other content.
-	ready    map[string]bool
+	ready map[string]bool
+	// fresh holds the content made READY here since the last scan began
+	// its list, which that list may predate: the scan keeps it.
+	fresh    map[string]bool
 	fetching bool
 }
 
@@ -141,7 +144,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Service{cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1), running: map[string]*download{}, ready: map[string]bool{}}, nil
+	return &Service{cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1), running: map[string]*download{}, ready: map[string]bool{}, fresh: map[string]bool{}}, nil
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$`)
@@ -403,9 +406,10 @@ func (s *Service) setReady(sum string, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ok {
-		s.ready[sum] = true
+		s.ready[sum], s.fresh[sum] = true, true
 	} else {
 		delete(s.ready, sum)
+		delete(s.fresh, sum)
 	}
 }
 
