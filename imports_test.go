@@ -48,6 +48,7 @@ var importRules = []importRule{
 	{"fleet/artifactsync", []string{"fleet", "api", "store", "images", "internal/apierr"}, "the fleet's boot artifacts: a manifest in the shared store and peer fetches over ApplianceService, into the local catalog's content store (images)"},
 	{"ipmi", []string{"ipmi"}, "BMC drivers behind bmclib: nothing of ours"},
 	{"images", []string{"images", "internal/initramfs", "internal/sourcetree"}, "the artifact catalog and the initramfs builders"},
+	{"images/osimage", []string{"images", "api", "store", "internal/apierr", "internal/paging"}, "operating-system images: records in the store, their bytes in the catalog's content store (images), OSImageService"},
 	{"agent", []string{"agent", "api", "internal/apierr", "internal/nodeid", "internal/termsafe"}, "code that runs on a machine: api and its own packages"},
 	{"boot", []string{"boot", "api", "images", "internal/apierr", "internal/lograte", "internal/termsafe"}, "network boot serves the image catalog"},
 	{"deploy", []string{"deploy", "api"}, "the do DAG executor speaks the API"},

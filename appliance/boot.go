@@ -143,11 +143,12 @@ func (s *Server) initBoot() error {
 		Listen: cmp.Or(bc.HTTPListen, ":8080"), Catalog: cat, Inventory: s.inv, Tokens: s.tokens, Timeline: s.inv,
 		CreateUnknown: mode == dhcp.ModeOff, APIEndpoint: apiEndpoint, PeerEndpoints: s.peerEndpoints, CAFingerprint: fp,
 		TokenTTL: bc.TokenTTL, KernelArgs: bc.KernelArgs, Logger: s.log.With("component", "boot-http"),
-		Limits: s.cfg.Limits.HTTP, Scripts: bc.Scripts, Observer: s.obs.HTTP(),
+		Limits: s.cfg.Limits.HTTP, Scripts: bc.Scripts, Observer: s.obs.HTTP(), OSImages: s.osImages,
 	})
 	if err != nil {
 		return err
 	}
+	s.bootHTTP = hs
 	// Release what is bound if a later part fails.
 	var closers []func() error
 	ok := false

@@ -29,7 +29,9 @@ import (
 	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/auth/pki"
 	"github.com/corralhq/corral/auth/tpmid"
+	boothttp "github.com/corralhq/corral/boot/http"
 	"github.com/corralhq/corral/fleet/artifactsync"
+	"github.com/corralhq/corral/images/osimage"
 	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/inventory/bmc"
 	"github.com/corralhq/corral/inventory/pool"
@@ -84,6 +86,8 @@ type Config struct {
 	Metrics MetricsConfig
 	// Audit bounds the audit stream: its queue and retention (package audit).
 	Audit AuditConfig
+	// OSImages configures operating-system images (osimagewiring.go).
+	OSImages OSImagesConfig
 }
 
 // Server is a prepared appliance; Run serves it.
@@ -133,6 +137,11 @@ type Server struct {
 	// artifacts syncs the fleet's boot artifacts (package
 	// fleet/artifactsync).
 	artifacts *artifactsync.Syncer
+	// osImages serves OSImageService and the boot HTTP server's
+	// /os-images/ (package images/osimage); bootHTTP is the boot HTTP
+	// server (nil when network boot is off).
+	osImages *osimage.Service
+	bootHTTP *boothttp.Server
 }
 
 type component struct {
@@ -319,6 +328,10 @@ func New(cfg Config) (*Server, error) {
 	lifecycle.RegisterAgent(s.grpc, &lifecycle.AgentServer{Lifecycle: s.lifecycle, JoinFunc: s.join, Caller: agentCaller,
 		TPM: tpmid.New(tpmid.Config{EKRoots: ekRoots})})
 	s.initArtifacts()
+	if err := s.initOSImages(); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("os images: %w", err)
+	}
 	if err := s.initFleet(s.selfAppliance(), cfg.Store.Kind != StoreEtcd); err != nil {
 		lis.Close()
 		return nil, err

@@ -23,6 +23,7 @@ import (
 	_ "github.com/corralhq/corral/api/hypervisor/v1"
 	_ "github.com/corralhq/corral/api/inventory/v1"
 	_ "github.com/corralhq/corral/api/node/v1"
+	_ "github.com/corralhq/corral/api/osimage/v1"
 	_ "github.com/corralhq/corral/api/pool/v1"
 	_ "github.com/corralhq/corral/api/provisioning/v1"
 	_ "github.com/corralhq/corral/api/store/v1"
@@ -36,6 +37,7 @@ var wantPackages = []string{
 	"corral.hypervisor.v1",
 	"corral.inventory.v1",
 	"corral.node.v1",
+	"corral.osimage.v1",
 	"corral.pool.v1",
 	"corral.provisioning.v1",
 }

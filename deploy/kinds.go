@@ -64,6 +64,10 @@ func DefaultKinds() []Kind {
 			ApplyIf: []FieldAction{{Field: "source_url", Action: "FetchBlockStorage"}},
 		},
 		{Name: "image", Aliases: []string{"images"}, Type: "Image", Apply: "ApplyImage"},
+		// Operating-system images, a kind apart from n0stack's images:
+		// applying one registers it (again with the same URL, hash and
+		// format: no change).
+		{Name: "os_image", Aliases: []string{"os_images"}, Type: "OSImage", Apply: "RegisterOSImage"},
 		// Machines are discovered or enrolled, never applied.
 		{Name: "machine", Aliases: []string{"machines"}, Type: "Machine"},
 	}

@@ -18,6 +18,7 @@ import (
 	_ "github.com/corralhq/corral/api/hypervisor/v1"
 	_ "github.com/corralhq/corral/api/inventory/v1"
 	_ "github.com/corralhq/corral/api/node/v1"
+	_ "github.com/corralhq/corral/api/osimage/v1"
 	_ "github.com/corralhq/corral/api/pool/v1"
 	_ "github.com/corralhq/corral/api/provisioning/v1"
 )

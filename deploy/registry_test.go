@@ -217,7 +217,7 @@ func TestDocument(t *testing.T) {
 		},
 		"missing kind": {
 			doc:     `{"name": "d"}`,
-			wantErr: "missing kind (valid: node, network, virtual_machine, block_storage, image)",
+			wantErr: "missing kind (valid: node, network, virtual_machine, block_storage, image, os_image)",
 		},
 		"kind not a string": {
 			doc:     `{"kind": 3}`,
@@ -225,11 +225,11 @@ func TestDocument(t *testing.T) {
 		},
 		"unknown kind": {
 			doc:     `{"kind": "pod"}`,
-			wantErr: `unknown kind "pod" (valid: node, network, virtual_machine, block_storage, image)`,
+			wantErr: `unknown kind "pod" (valid: node, network, virtual_machine, block_storage, image, os_image)`,
 		},
 		"kind that cannot be applied": {
 			doc:     `{"kind": "machines"}`,
-			wantErr: "kind machine cannot be applied (valid: node, network, virtual_machine, block_storage, image)",
+			wantErr: "kind machine cannot be applied (valid: node, network, virtual_machine, block_storage, image, os_image)",
 		},
 	}
 	size := func(s string) (uint64, error) {
@@ -327,6 +327,7 @@ func TestDefaultKinds(t *testing.T) {
 		"virtual_machine": "CreateVirtualMachineRequest",
 		"block_storage":   "CreateBlockStorageRequest; FetchBlockStorageRequest when source_url is set",
 		"image":           "ApplyImageRequest",
+		"os_image":        "RegisterOSImageRequest",
 		"machine":         "",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {

@@ -47,4 +47,7 @@ const (
 	// shared image catalog.
 	AuditPrefix   = "/audit/"
 	CatalogPrefix = "/images/catalog/"
+
+	// Operating-system images (images/osimage), one per name.
+	OSImagesPrefix = "/images/os/"
 )

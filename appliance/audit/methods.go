@@ -141,6 +141,14 @@ var auditRules = map[string]auditRule{
 	"/corral.deployment.v1.ImageService/TagImage":               mutating("image", "name"),
 	"/corral.deployment.v1.ImageService/UntagImage":             mutating("image", "name"),
 
+	// UploadOSImage is a stream: its object is the kind alone (a
+	// stream's messages are never looked at).
+	"/corral.osimage.v1.OSImageService/ListOSImages":    readRule,
+	"/corral.osimage.v1.OSImageService/GetOSImage":      readRule,
+	"/corral.osimage.v1.OSImageService/RegisterOSImage": mutating("osimage", "name"),
+	"/corral.osimage.v1.OSImageService/UploadOSImage":   mutating("osimage", ""),
+	"/corral.osimage.v1.OSImageService/DeleteOSImage":   mutating("osimage", "name"),
+
 	// CreateToken's object is the new token's id, read from the response
 	// (auditResponseObject); the secret in it is never looked at.
 	"/corral.auth.v1.TokenService/CreateToken": mutating("token", ""),

@@ -2,8 +2,9 @@
 // machine's iPXE script from its boot intent (with a short-lived per-boot
 // agent token, the appliance endpoints — this one first, then its peers in
 // a fleet —, the CA fingerprint and the boot MAC on the kernel command
-// line), and /images/<name> streams catalog
-// artifacts with Range support and sendfile. Every script and artifact is
+// line), /images/<name> streams catalog
+// artifacts with Range support and sendfile, and /os-images/<sha256> the
+// READY operating-system images (images/osimage) the same way. Every script and artifact is
 // recorded on the machine's boot timeline; anything else is refused with a
 // clear status and a log line.
 //
@@ -142,6 +143,17 @@ type Config struct {
 	// Observer, when set, is told every request's outcome (corrald's
 	// metrics).
 	Observer Observer
+	// OSImages, when set, serves READY operating-system images at
+	// /os-images/<sha256> (images/osimage); nil: that path is 404.
+	OSImages OSImages
+}
+
+// OSImages is what the server needs of the OS image store (images/osimage):
+// the stored content of a READY image by its SHA-256. Open returns an
+// error of class apierr.ErrNotFound for content it does not serve and
+// apierr.ErrInvalid for a malformed sum; the caller closes the file.
+type OSImages interface {
+	Open(sum string) (*os.File, images.Artifact, error)
 }
 
 // Observer is told every request's route class (RouteScript, RouteImage,
@@ -154,9 +166,10 @@ type Observer interface {
 
 // Route classes given to Observer.
 const (
-	RouteScript = "script" // /boot.ipxe
-	RouteImage  = "image"  // /images/<name>
-	RouteOther  = "other"  // anything else (404)
+	RouteScript  = "script"   // /boot.ipxe
+	RouteImage   = "image"    // /images/<name>
+	RouteOSImage = "os-image" // /os-images/<sha256>
+	RouteOther   = "other"    // anything else (404)
 )
 
 // Server is the boot HTTP server.
@@ -258,8 +271,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case strings.HasPrefix(r.URL.Path, "/images/"):
 		route = RouteImage
 		s.artifact(w, r, strings.TrimPrefix(r.URL.Path, "/images/"))
+	case strings.HasPrefix(r.URL.Path, "/os-images/") && s.cfg.OSImages != nil:
+		route = RouteOSImage
+		s.osImage(w, r, strings.TrimPrefix(r.URL.Path, "/os-images/"))
 	default:
-		s.refuse(w, r, "", http.StatusNotFound, "no such path: this server serves /boot.ipxe?mac=... and /images/<name>")
+		s.refuse(w, r, "", http.StatusNotFound, "no such path: this server serves /boot.ipxe?mac=..., /images/<name> and /os-images/<sha256>")
 	}
 }
 
@@ -526,18 +542,28 @@ func (s *Server) endpoints(r *http.Request) (eps []string, dropped int) {
 	return eps, dropped
 }
 
-func (s *Server) artifact(w http.ResponseWriter, r *http.Request, name string) {
-	mac := ""
+// fileRequest checks what artifact and osImage take from a request: the
+// optional ?mac= and the method (GET or HEAD). It answers a refusal itself
+// and returns false.
+func (s *Server) fileRequest(w http.ResponseWriter, r *http.Request) (mac string, ok bool) {
 	if raw := r.URL.Query().Get("mac"); raw != "" {
 		m, err := normalizeMAC(raw)
 		if err != nil {
 			s.refuse(w, r, "", http.StatusBadRequest, err.Error())
-			return
+			return "", false
 		}
 		mac = m
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		s.refuse(w, r, mac, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed")
+		return "", false
+	}
+	return mac, true
+}
+
+func (s *Server) artifact(w http.ResponseWriter, r *http.Request, name string) {
+	mac, ok := s.fileRequest(w, r)
+	if !ok {
 		return
 	}
 	if _, ok := s.cfg.Catalog.Lookup(name); !ok {
@@ -551,6 +577,38 @@ func (s *Server) artifact(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	defer f.Close()
+	s.serveFile(w, r, mac, f, a)
+}
+
+// osImage serves the stored content of a READY OS image by its SHA-256,
+// with Range support, as artifact serves catalog files.
+func (s *Server) osImage(w http.ResponseWriter, r *http.Request, sum string) {
+	mac, ok := s.fileRequest(w, r)
+	if !ok {
+		return
+	}
+	f, a, err := s.cfg.OSImages.Open(sum)
+	switch {
+	case errors.Is(err, apierr.ErrInvalid):
+		s.refuse(w, r, mac, http.StatusBadRequest, fmt.Sprintf("%q is not a SHA-256 (64 lower-case hex digits)", sum))
+		return
+	case errors.Is(err, apierr.ErrNotFound):
+		s.refuse(w, r, mac, http.StatusNotFound, fmt.Sprintf("no READY OS image with sha256 %q here", sum))
+		return
+	case err != nil:
+		s.log.Error("OS image unreadable", "sha256", sum, "err", err)
+		s.refuse(w, r, mac, http.StatusInternalServerError, "OS image unreadable")
+		return
+	}
+	defer f.Close()
+	a.Kind = "os-image"
+	s.serveFile(w, r, mac, f, a)
+}
+
+// serveFile answers a GET or HEAD of f (artifact a) with Range and
+// conditional request support, logs it and puts it on mac's timeline.
+func (s *Server) serveFile(w http.ResponseWriter, r *http.Request, mac string, f *os.File, a images.Artifact) {
+	name := a.Name
 	start := time.Now()
 	cw := &countingWriter{ResponseWriter: w}
 	w.Header().Set("ETag", `"`+a.SHA256+`"`)

@@ -214,6 +214,7 @@ line wins.`,
 		inv.vmCommand(),
 		inv.bsCommand(),
 		inv.imageCommand(),
+		inv.osImageCommand(),
 		inv.tokenCommand(),
 		inv.backupCommand(),
 		inv.versionCommand(),
@@ -221,7 +222,7 @@ line wins.`,
 	)
 	groups := map[string]*kind{
 		"machine": machineKind, "vm": virtualMachineKind, "bs": blockStorageKind,
-		"image": imageKind, "node": nodeKind, "network": networkKind,
+		"image": imageKind, "node": nodeKind, "network": networkKind, "osimage": osImageKind,
 	}
 	for _, c := range root.Commands() {
 		if k, ok := groups[c.Name()]; ok {

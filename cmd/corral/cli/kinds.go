@@ -43,7 +43,7 @@ type kind struct {
 }
 
 // kinds is every kind the CLI can list and get.
-var kinds = []*kind{nodeKind, networkKind, virtualMachineKind, blockStorageKind, imageKind, machineKind}
+var kinds = []*kind{nodeKind, networkKind, virtualMachineKind, blockStorageKind, imageKind, osImageKind, machineKind}
 
 // tableOf returns the CLI's kind for a registry kind.
 func tableOf(rk *deploy.Kind) (*kind, bool) {

@@ -71,7 +71,7 @@ func TestKindsMatchRegistry(t *testing.T) {
 			t.Errorf("table %s is not a registry kind", k.name)
 		}
 	}
-	const want = "node|nodes, network|networks|net, virtual_machine|vm|vms|virtual_machines, block_storage|bs|block_storages, image|images, machine|machines"
+	const want = "node|nodes, network|networks|net, virtual_machine|vm|vms|virtual_machines, block_storage|bs|block_storages, image|images, os_image|os_images, machine|machines"
 	if got := kindList(); got != want {
 		t.Errorf("kindList() = %q, want %q", got, want)
 	}
@@ -83,6 +83,7 @@ func TestApplyHelpListsRegistryKinds(t *testing.T) {
   virtual_machine CreateVirtualMachineRequest
   block_storage   CreateBlockStorageRequest; FetchBlockStorageRequest when source_url is set
   image           ApplyImageRequest
+  os_image        RegisterOSImageRequest
 `
 	if got := applyKindHelp(deploy.DefaultRegistry()); got != want {
 		t.Errorf("applyKindHelp:\n%s\nwant:\n%s", got, want)
