@@ -25,7 +25,7 @@ func machineCaller(ctx context.Context) inventory.Owner {
 	switch p.Role {
 	case authv1.Role_ROLE_OPERATOR, authv1.Role_ROLE_ADMIN:
 		o.Operator = true
-	default: // VIEWER (a user), and principals that never reach MachineService's verbs
+	default: // VIEWER and USER, and principals that never reach MachineService's verbs
 	}
 	return o
 }

@@ -65,6 +65,7 @@ func TestRoles(t *testing.T) {
 	tokens := map[string]string{
 		"none":     "",
 		"viewer":   newToken(t, srv, authv1.Role_ROLE_VIEWER),
+		"user":     newToken(t, srv, authv1.Role_ROLE_USER),
 		"operator": newToken(t, srv, authv1.Role_ROLE_OPERATOR),
 		"admin":    cc.Token,
 		"node":     newToken(t, srv, authv1.Role_ROLE_NODE),
@@ -83,20 +84,31 @@ func TestRoles(t *testing.T) {
 		_, err := m.ListMachines(ctx, &inventoryv1.ListMachinesRequest{})
 		return err
 	}
+	// Allocation needs USER: a viewer (read-only) token may not hold
+	// machines. With no READY machine an admitted call is ResourceExhausted.
+	allocate := func(_ poolv1.NodeServiceClient, m inventoryv1.MachineServiceClient) error {
+		_, err := m.AllocateMachines(ctx, &inventoryv1.AllocateMachinesRequest{Count: 1})
+		return err
+	}
 	cases := map[string]struct {
 		token string
 		call  call
 		want  codes.Code
 	}{
-		"no token list":    {"none", list, codes.Unauthenticated},
-		"bogus token list": {"bogus", list, codes.Unauthenticated},
-		"viewer list":      {"viewer", list, codes.OK},
-		"viewer apply":     {"viewer", apply, codes.PermissionDenied},
-		"operator apply":   {"operator", apply, codes.OK},
-		"admin apply":      {"admin", apply, codes.OK},
-		"node token apply": {"node", apply, codes.PermissionDenied},
-		"node list":        {"node", list, codes.PermissionDenied},
-		"viewer machines":  {"viewer", machines, codes.OK},
+		"viewer allocate":   {"viewer", allocate, codes.PermissionDenied},
+		"user allocate":     {"user", allocate, codes.ResourceExhausted},
+		"operator allocate": {"operator", allocate, codes.ResourceExhausted},
+		"user apply":        {"user", apply, codes.PermissionDenied},
+		"user machines":     {"user", machines, codes.OK},
+		"no token list":     {"none", list, codes.Unauthenticated},
+		"bogus token list":  {"bogus", list, codes.Unauthenticated},
+		"viewer list":       {"viewer", list, codes.OK},
+		"viewer apply":      {"viewer", apply, codes.PermissionDenied},
+		"operator apply":    {"operator", apply, codes.OK},
+		"admin apply":       {"admin", apply, codes.OK},
+		"node token apply":  {"node", apply, codes.PermissionDenied},
+		"node list":         {"node", list, codes.PermissionDenied},
+		"viewer machines":   {"viewer", machines, codes.OK},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

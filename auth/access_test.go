@@ -76,7 +76,7 @@ func TestCheckAccessCatchesMissingOption(t *testing.T) {
 // returns what is wrong with their access options, the packages that have
 // services, and the number of methods.
 func checkAccess(files *protoregistry.Files, prefix string) (problems []string, seen map[string]bool, methods int) {
-	human := []authv1.Role{authv1.Role_ROLE_VIEWER, authv1.Role_ROLE_OPERATOR, authv1.Role_ROLE_ADMIN}
+	human := []authv1.Role{authv1.Role_ROLE_VIEWER, authv1.Role_ROLE_USER, authv1.Role_ROLE_OPERATOR, authv1.Role_ROLE_ADMIN}
 	machine := []authv1.Role{authv1.Role_ROLE_NODE, authv1.Role_ROLE_AGENT, authv1.Role_ROLE_APPLIANCE}
 	seen = map[string]bool{}
 	files.RangeFiles(func(fd protoreflect.FileDescriptor) bool {

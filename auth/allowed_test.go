@@ -10,6 +10,7 @@ import (
 func TestAllowedMatrix(t *testing.T) {
 	const (
 		viewer   = authv1.Role_ROLE_VIEWER
+		user     = authv1.Role_ROLE_USER
 		operator = authv1.Role_ROLE_OPERATOR
 		admin    = authv1.Role_ROLE_ADMIN
 		node     = authv1.Role_ROLE_NODE
@@ -17,6 +18,7 @@ func TestAllowedMatrix(t *testing.T) {
 	)
 	methods := map[string]*authv1.Access{
 		"viewer":               {Role: viewer},
+		"user":                 {Role: user},
 		"operator":             {Role: operator},
 		"admin":                {Role: admin},
 		"viewer+node":          {Role: viewer, Also: []authv1.Role{node}},
@@ -30,6 +32,7 @@ func TestAllowedMatrix(t *testing.T) {
 	}
 	principals := map[string]authv1.Role{
 		"VIEWER":      viewer,
+		"USER":        user,
 		"OPERATOR":    operator,
 		"ADMIN":       admin,
 		"NODE":        node,
@@ -40,8 +43,9 @@ func TestAllowedMatrix(t *testing.T) {
 	// want[principal] lists the methods it may call; all others are denied.
 	want := map[string]map[string]bool{
 		"VIEWER":   {"viewer": true, "viewer+node": true},
-		"OPERATOR": {"viewer": true, "operator": true, "viewer+node": true, "operator+node": true},
-		"ADMIN": {"viewer": true, "operator": true, "admin": true, "viewer+node": true, "operator+node": true,
+		"USER":     {"viewer": true, "user": true, "viewer+node": true},
+		"OPERATOR": {"viewer": true, "user": true, "operator": true, "viewer+node": true, "operator+node": true},
+		"ADMIN": {"viewer": true, "user": true, "operator": true, "admin": true, "viewer+node": true, "operator+node": true,
 			"admin+agent": true, "admin+agent+node": true, "no option": true, "unspecified role": true,
 			"unspecified+node": true, "viewer in also (ign)": true},
 		"NODE":        {"viewer+node": true, "operator+node": true, "admin+agent+node": true, "unspecified+node": true},

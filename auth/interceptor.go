@@ -233,7 +233,7 @@ func needs(a *authv1.Access) string {
 	}
 	var who []string
 	switch r := a.GetRole(); r {
-	case authv1.Role_ROLE_VIEWER, authv1.Role_ROLE_OPERATOR:
+	case authv1.Role_ROLE_VIEWER, authv1.Role_ROLE_USER, authv1.Role_ROLE_OPERATOR:
 		who = append(who, r.String()+" or higher")
 	default:
 		who = append(who, authv1.Role_ROLE_ADMIN.String())
@@ -306,7 +306,7 @@ func (i *Interceptor) tokenUse(ctx context.Context, method string, p Principal) 
 				"%s: a node token may only be used to Join; after Join the node calls with its certificate", method)
 		}
 		return p, nil
-	case authv1.Role_ROLE_VIEWER, authv1.Role_ROLE_OPERATOR, authv1.Role_ROLE_ADMIN:
+	case authv1.Role_ROLE_VIEWER, authv1.Role_ROLE_USER, authv1.Role_ROLE_OPERATOR, authv1.Role_ROLE_ADMIN:
 	default:
 		return p, nil
 	}

@@ -49,10 +49,10 @@ func FromContext(ctx context.Context) (Principal, bool) {
 }
 
 // ValidRole reports whether r is a role a principal can hold: VIEWER,
-// OPERATOR, ADMIN, NODE or AGENT.
+// USER, OPERATOR, ADMIN, NODE or AGENT.
 func ValidRole(r authv1.Role) bool {
 	switch r {
-	case authv1.Role_ROLE_VIEWER, authv1.Role_ROLE_OPERATOR, authv1.Role_ROLE_ADMIN,
+	case authv1.Role_ROLE_VIEWER, authv1.Role_ROLE_USER, authv1.Role_ROLE_OPERATOR, authv1.Role_ROLE_ADMIN,
 		authv1.Role_ROLE_NODE, authv1.Role_ROLE_AGENT:
 		return true
 	default: // UNSPECIFIED, APPLIANCE and values this build does not know
@@ -65,10 +65,12 @@ func humanRank(r authv1.Role) int {
 	switch r {
 	case authv1.Role_ROLE_VIEWER:
 		return 1
-	case authv1.Role_ROLE_OPERATOR:
+	case authv1.Role_ROLE_USER:
 		return 2
-	case authv1.Role_ROLE_ADMIN:
+	case authv1.Role_ROLE_OPERATOR:
 		return 3
+	case authv1.Role_ROLE_ADMIN:
+		return 4
 	default: // machine roles, UNSPECIFIED and unknown values
 		return 0
 	}
@@ -77,9 +79,9 @@ func humanRank(r authv1.Role) int {
 // Allowed reports whether p may call a method whose access option is a.
 //
 // ADMIN may call everything, including methods with no option (a == nil),
-// which nobody else may call. VIEWER < OPERATOR < ADMIN is a hierarchy: a
-// method needing VIEWER admits OPERATOR and ADMIN, one needing OPERATOR
-// admits ADMIN. NODE, AGENT and APPLIANCE (a peer appliance's certificate,
+// which nobody else may call. VIEWER < USER < OPERATOR < ADMIN is a
+// hierarchy: a method needing VIEWER admits USER, OPERATOR and ADMIN, one
+// needing USER admits OPERATOR and ADMIN, one needing OPERATOR admits ADMIN. NODE, AGENT and APPLIANCE (a peer appliance's certificate,
 // never a token) are admitted only where a.Also names them.
 // A principal with an invalid role is never admitted.
 func Allowed(p Principal, a *authv1.Access) bool {
@@ -90,7 +92,7 @@ func Allowed(p Principal, a *authv1.Access) bool {
 		return false
 	}
 	switch p.Role {
-	case authv1.Role_ROLE_VIEWER, authv1.Role_ROLE_OPERATOR:
+	case authv1.Role_ROLE_VIEWER, authv1.Role_ROLE_USER, authv1.Role_ROLE_OPERATOR:
 		need := humanRank(a.GetRole())
 		return need > 0 && humanRank(p.Role) >= need
 	case authv1.Role_ROLE_NODE, authv1.Role_ROLE_AGENT, authv1.Role_ROLE_APPLIANCE:

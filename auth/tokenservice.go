@@ -68,7 +68,7 @@ func toStatus(err error) error {
 // Bad arguments are InvalidArgument.
 func (s *TokenService) CreateToken(ctx context.Context, req *authv1.CreateTokenRequest) (*authv1.CreateTokenResponse, error) {
 	switch r := req.GetRole(); r {
-	case authv1.Role_ROLE_VIEWER, authv1.Role_ROLE_OPERATOR, authv1.Role_ROLE_ADMIN, authv1.Role_ROLE_NODE:
+	case authv1.Role_ROLE_VIEWER, authv1.Role_ROLE_USER, authv1.Role_ROLE_OPERATOR, authv1.Role_ROLE_ADMIN, authv1.Role_ROLE_NODE:
 	case authv1.Role_ROLE_AGENT:
 		return nil, toStatus(apierr.Invalidf("role %s: agent tokens are minted by the boot server only", r))
 	default:

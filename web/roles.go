@@ -56,16 +56,18 @@ func rank(r authv1.Role) int {
 	switch r {
 	case authv1.Role_ROLE_VIEWER:
 		return 1
-	case authv1.Role_ROLE_OPERATOR:
+	case authv1.Role_ROLE_USER:
 		return 2
-	case authv1.Role_ROLE_ADMIN:
+	case authv1.Role_ROLE_OPERATOR:
 		return 3
+	case authv1.Role_ROLE_ADMIN:
+		return 4
 	default: // ROLE_UNSPECIFIED and the machine roles (node, agent, appliance)
 		return 0
 	}
 }
 
-// allowed mirrors the API's rule for people: VIEWER < OPERATOR < ADMIN.
+// allowed mirrors the API's rule for people: VIEWER < USER < OPERATOR < ADMIN.
 // The page uses it to hide buttons; the API still decides every call.
 func allowed(r authv1.Role, need authv1.Role) bool {
 	return rank(r) > 0 && rank(r) >= rank(need)
@@ -78,7 +80,7 @@ func roleName(r authv1.Role) string {
 
 // article is "a" or "an" for a role name.
 func article(word string) string {
-	if strings.ContainsAny(word[:1], "aeiou") {
+	if strings.ContainsAny(word[:1], "aeio") { // "a user": its u is spoken "you"
 		return "an"
 	}
 	return "a"

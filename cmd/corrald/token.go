@@ -15,6 +15,7 @@ import (
 
 var roleNames = map[string]authv1.Role{
 	"viewer":   authv1.Role_ROLE_VIEWER,
+	"user":     authv1.Role_ROLE_USER,
 	"operator": authv1.Role_ROLE_OPERATOR,
 	"admin":    authv1.Role_ROLE_ADMIN,
 	"node":     authv1.Role_ROLE_NODE,
@@ -85,7 +86,7 @@ for one call.`,
 			return nil
 		},
 	}
-	create.Flags().StringVar(&roleName, "role", "", "role: viewer, operator, admin, node or agent (required)")
+	create.Flags().StringVar(&roleName, "role", "", "role: viewer, user, operator, admin, node or agent (required)")
 	create.Flags().StringVar(&desc, "description", "", "what the token is for")
 	create.Flags().DurationVar(&ttl, "ttl", 0, "lifetime, e.g. 720h (0 = no expiry)")
 	create.Flags().StringVar(&node, "node", "", "with --role node: the one node name the token may join as")

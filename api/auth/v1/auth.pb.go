@@ -26,7 +26,9 @@ const (
 )
 
 // Role is what a bearer token (or a client certificate) is allowed to do.
-// VIEWER < OPERATOR < ADMIN form a hierarchy for people; NODE (an installed
+// VIEWER < USER < OPERATOR < ADMIN form a hierarchy for people (USER is
+// VIEWER plus the machines it allocates and holds: allocate, release);
+// NODE (an installed
 // hypervisor node) and AGENT (a discovery agent with a per-boot token) are
 // machine principals that only reach RPCs that name them in `also`.
 // APPLIANCE is a peer corrald of the same fleet (its certificate carries the
@@ -41,6 +43,7 @@ const (
 	Role_ROLE_NODE        Role = 4
 	Role_ROLE_AGENT       Role = 5
 	Role_ROLE_APPLIANCE   Role = 6
+	Role_ROLE_USER        Role = 7
 )
 
 // Enum value maps for Role.
@@ -53,6 +56,7 @@ var (
 		4: "ROLE_NODE",
 		5: "ROLE_AGENT",
 		6: "ROLE_APPLIANCE",
+		7: "ROLE_USER",
 	}
 	Role_value = map[string]int32{
 		"ROLE_UNSPECIFIED": 0,
@@ -62,6 +66,7 @@ var (
 		"ROLE_NODE":        4,
 		"ROLE_AGENT":       5,
 		"ROLE_APPLIANCE":   6,
+		"ROLE_USER":        7,
 	}
 )
 
@@ -892,7 +897,7 @@ const file_api_auth_v1_auth_proto_rawDesc = "" +
 	"\x05Entry\x12\x16\n" +
 	"\x06serial\x18\x01 \x01(\tR\x06serial\x12$\n" +
 	"\x0enot_after_unix\x18\x02 \x01(\x03R\fnotAfterUnix\x12\x10\n" +
-	"\x03via\x18\x03 \x01(\tR\x03via*\x83\x01\n" +
+	"\x03via\x18\x03 \x01(\tR\x03via*\x92\x01\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_VIEWER\x10\x01\x12\x11\n" +
@@ -902,7 +907,8 @@ const file_api_auth_v1_auth_proto_rawDesc = "" +
 	"\tROLE_NODE\x10\x04\x12\x0e\n" +
 	"\n" +
 	"ROLE_AGENT\x10\x05\x12\x12\n" +
-	"\x0eROLE_APPLIANCE\x10\x062\xab\x02\n" +
+	"\x0eROLE_APPLIANCE\x10\x06\x12\r\n" +
+	"\tROLE_USER\x10\a2\xab\x02\n" +
 	"\fTokenService\x12^\n" +
 	"\vCreateToken\x12\".corral.auth.v1.CreateTokenRequest\x1a#.corral.auth.v1.CreateTokenResponse\"\x06\xe2\xa6\x19\x02\b\x03\x12[\n" +
 	"\n" +

@@ -3560,8 +3560,8 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\fAdoptMachine\x12(.corral.inventory.v1.AdoptMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\x02\x12Z\n" +
 	"\rRejectMachine\x12).corral.inventory.v1.RejectMachineRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02\x12^\n" +
 	"\fLabelMachine\x12(.corral.inventory.v1.LabelMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\x02\x12w\n" +
-	"\x10AllocateMachines\x12,.corral.inventory.v1.AllocateMachinesRequest\x1a-.corral.inventory.v1.AllocateMachinesResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12b\n" +
-	"\x0eReleaseMachine\x12*.corral.inventory.v1.ReleaseMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\x01\x12g\n" +
+	"\x10AllocateMachines\x12,.corral.inventory.v1.AllocateMachinesRequest\x1a-.corral.inventory.v1.AllocateMachinesResponse\"\x06\xe2\xa6\x19\x02\b\a\x12b\n" +
+	"\x0eReleaseMachine\x12*.corral.inventory.v1.ReleaseMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\a\x12g\n" +
 	"\rWatchMachines\x12).corral.inventory.v1.WatchMachinesRequest\x1a!.corral.inventory.v1.MachineEvent\"\x06\xe2\xa6\x19\x02\b\x010\x01\x12h\n" +
 	"\rWatchTimeline\x12).corral.inventory.v1.WatchTimelineRequest\x1a\".corral.inventory.v1.TimelineEvent\"\x06\xe2\xa6\x19\x02\b\x010\x01B9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
 

@@ -17,6 +17,7 @@ import (
 // tokens are minted by the boot server only.
 var tokenRoles = map[string]authv1.Role{
 	"viewer":   authv1.Role_ROLE_VIEWER,
+	"user":     authv1.Role_ROLE_USER,
 	"operator": authv1.Role_ROLE_OPERATOR,
 	"admin":    authv1.Role_ROLE_ADMIN,
 	"node":     authv1.Role_ROLE_NODE,
@@ -86,7 +87,7 @@ one call. With -o json|yaml the token is printed with its record.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&role, "role", "", "viewer, operator, admin or node (required)")
+	f.StringVar(&role, "role", "", "viewer, user, operator, admin or node (required)")
 	f.StringVar(&description, "description", "", "what the token is for (shown by list)")
 	f.DurationVar(&ttl, "ttl", 0, "lifetime, e.g. 24h (0 = no expiry)")
 	f.StringVar(&node, "node", "", "with --role node: the one node name the token may join as")
