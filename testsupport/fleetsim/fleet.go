@@ -294,7 +294,29 @@ func (s *sim) checkLeasesEtcd(ctx context.Context, holders map[netip.Addr]string
 		ls = append(ls, l)
 	}
 	leaseFigures(ls, holders, r)
+	// What the storm wrote, by prefix: each live key's versions (its
+	// puts since it was created; keys deleted since are not counted).
+	kresp, err := cli.Get(gctx, etcdPrefix+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return fmt.Errorf("keys: %w", err)
+	}
+	r.EtcdRevision = kresp.Header.GetRevision()
+	r.EtcdKeys, r.EtcdVersions = map[string]int{}, map[string]int64{}
+	for _, kv := range kresp.Kvs {
+		k := keyClass(strings.TrimPrefix(string(kv.Key), etcdPrefix+"/"))
+		r.EtcdKeys[k]++
+		r.EtcdVersions[k] += kv.Version
+	}
 	return nil
+}
+
+// keyClass is a store key's first two path elements ("inventory/timeline").
+func keyClass(k string) string {
+	parts := strings.SplitN(strings.TrimPrefix(k, "/"), "/", 3)
+	if len(parts) > 2 {
+		parts = parts[:2]
+	}
+	return strings.Join(parts, "/")
 }
 
 // printFleet writes the per-appliance and per-member tables.
@@ -329,6 +351,13 @@ func (r *Report) printFleet(w io.Writer) {
 			parts = append(parts, fmt.Sprintf("%s %.0f", k, f.DHCP[k]))
 		}
 		fmt.Fprintf(w, "  %s dhcp packets: %s\n", f.Name, strings.Join(parts, ", "))
+	}
+	if r.EtcdRevision > 0 {
+		fmt.Fprintf(w, "etcd at the end: revision %d (%.0f writes a machine); live keys by prefix (their puts):", r.EtcdRevision, float64(r.EtcdRevision)/float64(max(r.Machines, 1)))
+		for _, k := range sortedKeys(r.EtcdKeys) {
+			fmt.Fprintf(w, " %s %d (%d);", k, r.EtcdKeys[k], r.EtcdVersions[k])
+		}
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w, "etcd members (their /metrics; p50/p99 from buckets):")
 	tw = newTable(w)

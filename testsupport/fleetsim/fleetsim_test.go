@@ -160,6 +160,11 @@ func TestFleetShape(t *testing.T) {
 	if err := (&Config{Machines: 5, Corrald: "x", Appliances: maxAppliances + 1}).defaults(); err == nil {
 		t.Errorf("%d appliances accepted", maxAppliances+1)
 	}
+	for k, want := range map[string]string{"/inventory/timeline/m-1/0001": "inventory/timeline", "/boot/leases/10.0.0.1": "boot/leases", "/x": "x"} {
+		if got := keyClass(k); got != want {
+			t.Errorf("keyClass(%q) = %q, want %q", k, got, want)
+		}
+	}
 	for _, tc := range []struct {
 		r    Report
 		want string

@@ -111,6 +111,12 @@ type Report struct {
 	// the figures above are then the sums over the appliances.
 	Fleet []ApplianceFigures
 	Etcd  []EtcdFigures
+	// EtcdRevision is the cluster's revision at the end (every write
+	// since it started); EtcdKeys the live keys by prefix and
+	// EtcdVersions their puts.
+	EtcdRevision int64
+	EtcdKeys     map[string]int
+	EtcdVersions map[string]int64
 }
 
 // Setup is the storm's shape beside N and M (shares, stagger, heartbeats,
