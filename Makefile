@@ -93,7 +93,7 @@ bench-fleet: ## Power on MACHINES simulated machines and NODES nodes against the
 # STORM_MACHINES powered on over STORM_RAMP. Prints the figures above per
 # appliance and per etcd member; bench/README.md says what it costs.
 STORM_MACHINES ?= 10000
-STORM_NODES ?= 1000
+STORM_NODES ?= $(STORM_MACHINES)
 STORM_APPLIANCES ?= 3
 STORM_RAMP ?= 60s
 .PHONY: bench-fleet-storm

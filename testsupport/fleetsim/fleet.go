@@ -310,13 +310,14 @@ func (s *sim) checkLeasesEtcd(ctx context.Context, holders map[netip.Addr]string
 	return nil
 }
 
-// keyClass is a store key's first two path elements ("inventory/timeline").
+// keyClass is a store key's prefix: its first two path elements when it
+// has more ("inventory/timeline"), else its first ("audit").
 func keyClass(k string) string {
 	parts := strings.SplitN(strings.TrimPrefix(k, "/"), "/", 3)
-	if len(parts) > 2 {
-		parts = parts[:2]
+	if len(parts) == 3 {
+		return parts[0] + "/" + parts[1]
 	}
-	return strings.Join(parts, "/")
+	return parts[0]
 }
 
 // printFleet writes the per-appliance and per-member tables.

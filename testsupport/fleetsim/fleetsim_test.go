@@ -160,7 +160,7 @@ func TestFleetShape(t *testing.T) {
 	if err := (&Config{Machines: 5, Corrald: "x", Appliances: maxAppliances + 1}).defaults(); err == nil {
 		t.Errorf("%d appliances accepted", maxAppliances+1)
 	}
-	for k, want := range map[string]string{"/inventory/timeline/m-1/0001": "inventory/timeline", "/boot/leases/10.0.0.1": "boot/leases", "/x": "x"} {
+	for k, want := range map[string]string{"/inventory/timeline/m-1/0001": "inventory/timeline", "/boot/leases/10.0.0.1": "boot/leases", "/audit/20261128T220301Z-be65-lan": "audit", "/x": "x"} {
 		if got := keyClass(k); got != want {
 			t.Errorf("keyClass(%q) = %q, want %q", k, got, want)
 		}
