@@ -87,6 +87,22 @@ bench-fleet: ## Power on MACHINES simulated machines and NODES nodes against the
 	$(FLEET_DIR)/bin/corral-sim -corrald $(FLEET_DIR)/bin/corrald -machines $(MACHINES) -nodes $(NODES) \
 		-work-dir $(FLEET_DIR)/run -baseline $(CURDIR)/bench/fleet-baseline.json $(if $(RECORD),-record) $(FLEET_ARGS)
 
+# The storm against a fleet: STORM_APPLIANCES corrald on a three-member
+# etcd cluster (local etcd-server processes in a namespace of the run),
+# each in its own namespace on the one boot segment, all serving DHCP;
+# STORM_MACHINES powered on over STORM_RAMP. Prints the figures above per
+# appliance and per etcd member; bench/README.md says what it costs.
+STORM_MACHINES ?= 10000
+STORM_NODES ?= $(STORM_MACHINES)
+STORM_APPLIANCES ?= 3
+STORM_RAMP ?= 60s
+.PHONY: bench-fleet-storm
+bench-fleet-storm: ## Power on STORM_MACHINES (10000) machines over STORM_RAMP (60s) against STORM_APPLIANCES (3) corrald on a three-member etcd (root, etcd-server)
+	@mkdir -p $(FLEET_DIR)/bin
+	$(GO) build -o $(FLEET_DIR)/bin/ ./cmd/corrald ./testsupport/fleetsim/cmd/corral-sim
+	$(FLEET_DIR)/bin/corral-sim -corrald $(FLEET_DIR)/bin/corrald -appliances $(STORM_APPLIANCES) -machines $(STORM_MACHINES) -nodes $(STORM_NODES) \
+		-stagger $(STORM_RAMP) -work-dir $(FLEET_DIR)/storm -baseline $(CURDIR)/bench/fleet-baseline.json $(if $(RECORD),-record) $(FLEET_ARGS)
+
 ci: check-generate vet lint test ## What .ci/run runs after installing packages
 
 clean: ## Remove build outputs

@@ -7,8 +7,8 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,10 +18,14 @@ import (
 	"time"
 )
 
-// appliance is the corrald process under test, in the server namespace.
+// appliance is a corrald process under test, in its namespace.
 type appliance struct {
+	name    string     // in a fleet
+	addr    netip.Addr // on the segment
+	ns      string
 	cmd     *exec.Cmd
 	pid     int
+	wait0   time.Duration // its threads' run-queue wait when ready
 	dataDir string
 	logPath string
 	exited  chan struct{}
@@ -131,10 +135,29 @@ func writeArtifacts(dir string, kernel, initrd, hvInitrd int64) (k, i, h string,
 	return
 }
 
-// startAppliance starts corrald serve in the server namespace with the
-// run's flags and waits until /readyz answers.
-func startAppliance(ctx context.Context, cfg *Config, topo *topology, workDir string) (*appliance, error) {
-	a := &appliance{dataDir: filepath.Join(workDir, "corrald-data"), logPath: filepath.Join(workDir, "corrald.log"), exited: make(chan struct{})}
+// applianceSpec is one corrald of a run: its place on the segment, its
+// directories, and in a fleet its name and the store's flags.
+type applianceSpec struct {
+	index   int
+	name    string // --appliance-name in a fleet ("" alone)
+	port    segPort
+	workDir string   // its data dir and log go here
+	fleet   []string // --store etcd ... (nil alone)
+	dhcp    bool     // serves DHCP and TFTP (always alone)
+	// artifacts are the stand-in kernel, initramfs and hypervisor
+	// initramfs.
+	kernel, initrd, hvInitrd string
+	// clusterKey is the fleet's cluster key, written into a joining
+	// appliance's data dir (nil: its own, the first's).
+	clusterKey []byte
+}
+
+// startAppliance starts corrald serve in its namespace with the run's
+// flags and waits until /readyz answers (and, alone or as a fleet's
+// first, until it has written admin.conf).
+func startAppliance(ctx context.Context, cfg *Config, topo *topology, sp applianceSpec) (*appliance, error) {
+	a := &appliance{name: sp.name, addr: sp.port.addr, ns: sp.port.ns,
+		dataDir: filepath.Join(sp.workDir, "corrald-data"), logPath: filepath.Join(sp.workDir, "corrald.log"), exited: make(chan struct{})}
 	// Every storm starts on an empty store: a kept work directory's
 	// data from an earlier run goes.
 	if err := os.RemoveAll(a.dataDir); err != nil {
@@ -143,36 +166,48 @@ func startAppliance(ctx context.Context, cfg *Config, topo *topology, workDir st
 	if err := os.MkdirAll(a.dataDir, 0o700); err != nil {
 		return nil, err
 	}
-	k, i, h, err := writeArtifacts(workDir, cfg.KernelBytes, cfg.InitrdBytes, cfg.InitrdBytes)
-	if err != nil {
-		return nil, fmt.Errorf("boot artifacts: %w", err)
+	if sp.clusterKey != nil {
+		if err := os.WriteFile(filepath.Join(a.dataDir, "cluster.key"), sp.clusterKey, 0o600); err != nil {
+			return nil, err
+		}
 	}
 	maxDisc := 2*cfg.Machines + 100
-	args := []string{"netns", "exec", topo.serverNS, cfg.Corrald, "serve",
+	addr := sp.port.addr
+	args := []string{"netns", "exec", sp.port.ns, cfg.Corrald, "serve",
 		"--data-dir", a.dataDir,
-		"--api-listen", fmt.Sprintf("%s:%d", serverAddr, apiPort),
-		"--metrics-listen", fmt.Sprintf("%s:%d", serverAddr, metricsPort),
-		"--http-listen", fmt.Sprintf("%s:%d", serverAddr, httpPort),
+		"--api-listen", fmt.Sprintf("%s:%d", addr, apiPort),
+		"--metrics-listen", fmt.Sprintf("%s:%d", addr, metricsPort),
+		"--http-listen", fmt.Sprintf("%s:%d", addr, httpPort),
 		"--no-ra",
-		"--boot-interface", topo.serverIf,
-		"--dhcp-mode", "full",
-		"--dhcp-range", fmt.Sprintf("%s-%s", poolStart, poolEnd),
-		"--dhcp-relay-range", fmt.Sprintf("%s=%s-%s@%s", relayNet, relayStart, relayEnd, giaddr),
+		"--boot-interface", sp.port.ifname,
+	}
+	if sp.dhcp {
+		args = append(args, "--dhcp-mode", "full",
+			"--dhcp-range", fmt.Sprintf("%s-%s", poolStart, poolEnd),
+			"--dhcp-relay-range", fmt.Sprintf("%s=%s-%s@%s", relayNet, relayStart, relayEnd, giaddr))
+	} else {
+		args = append(args, "--dhcp-mode", "off")
+	}
+	args = append(args,
 		"--max-discovered", strconv.Itoa(maxDisc),
 		"--auto-accept",
-		"--boot-kernel", k, "--boot-initrd", i, "--boot-hypervisor-initrd", h,
+		"--boot-kernel", sp.kernel, "--boot-initrd", sp.initrd, "--boot-hypervisor-initrd", sp.hvInitrd,
 		"--log-level", "warn",
-	}
-	if cfg.NoTFTP {
+	)
+	if cfg.NoTFTP || !sp.dhcp {
 		args = append(args, "--tftp-listen", "off")
 	} else {
-		args = append(args, "--tftp-listen", fmt.Sprintf("%s:69", serverAddr))
+		args = append(args, "--tftp-listen", fmt.Sprintf("%s:69", addr))
 	}
 	if cfg.NodeHeartbeatTimeout > 0 {
 		args = append(args, "--node-heartbeat-timeout", cfg.NodeHeartbeatTimeout.String())
 	}
 	if cfg.NodeSweepInterval > 0 {
 		args = append(args, "--node-sweep-interval", cfg.NodeSweepInterval.String())
+	}
+	if sp.fleet != nil {
+		args = append(args, sp.fleet...)
+		args = append(args, "--appliance-name", sp.name, "--api-advertise", fmt.Sprintf("%s:%d", addr, apiPort))
 	}
 	args = append(args, cfg.CorraldArgs...)
 	logf, err := os.Create(a.logPath)
@@ -193,36 +228,50 @@ func startAppliance(ctx context.Context, cfg *Config, topo *topology, workDir st
 		logf.Close()
 		close(a.exited)
 	}()
-	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-		return topo.client.dial(ctx, relayAddr, addr)
-	}}}
-	deadline := time.Now().Add(cfg.StartTimeout)
+	return a, a.waitReady(ctx, topo, cfg.StartTimeout, sp.index == 0)
+}
+
+// waitReady waits until corrald's /readyz answers 200 (and, with admin,
+// until it has written admin.conf); it stops corrald when it fails.
+func (a *appliance) waitReady(ctx context.Context, topo *topology, timeout time.Duration, admin bool) error {
+	hc := topo.httpClient(relayAddr, 2*time.Second)
+	defer hc.CloseIdleConnections()
+	deadline := time.Now().Add(timeout)
 	for {
 		select {
 		case <-a.exited:
-			return nil, fmt.Errorf("corrald exited at start (%v): %s", a.waitErr, tail(a.logPath, 20))
+			return fmt.Errorf("corrald %s exited at start (%v): %s", a.label(), a.waitErr, tail(a.logPath, 20))
 		case <-ctx.Done():
 			a.stop()
-			return nil, ctx.Err()
+			return ctx.Err()
 		default:
 		}
-		resp, err := hc.Get(fmt.Sprintf("http://%s:%d/readyz", serverAddr, metricsPort))
+		resp, err := hc.Get(fmt.Sprintf("http://%s:%d/readyz", a.addr, metricsPort))
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				if _, err := os.Stat(filepath.Join(a.dataDir, "admin.conf")); err == nil {
+				if _, err := os.Stat(filepath.Join(a.dataDir, "admin.conf")); err == nil || !admin {
 					break
 				}
 			}
 		}
 		if time.Now().After(deadline) {
 			a.stop()
-			return nil, fmt.Errorf("corrald not ready within %s: %s", cfg.StartTimeout, tail(a.logPath, 20))
+			return fmt.Errorf("corrald %s not ready within %s: %s", a.label(), timeout, tail(a.logPath, 20))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	a.start, _ = readProc(a.pid)
-	return a, nil
+	a.wait0 = runQueueWait(a.pid)
+	return nil
+}
+
+// label names the appliance in messages: its fleet name, or its address.
+func (a *appliance) label() string {
+	if a.name != "" {
+		return a.name
+	}
+	return a.addr.String()
 }
 
 // stop ends corrald (SIGTERM, then SIGKILL after 20 s) and waits for it.

@@ -20,7 +20,7 @@ import (
 // that hands answers to the waiting machine by transaction id.
 type dhcpNet struct {
 	bcast, relay *net.UDPConn
-	server       *net.UDPAddr
+	servers      []*net.UDPAddr
 
 	mu      sync.Mutex
 	waiting map[dhcpv4.TransactionID]chan *dhcpv4.DHCPv4
@@ -29,8 +29,12 @@ type dhcpNet struct {
 	unmatched int
 }
 
-func newDHCPNet(topo *topology) (*dhcpNet, error) {
-	d := &dhcpNet{waiting: map[dhcpv4.TransactionID]chan *dhcpv4.DHCPv4{}, server: &net.UDPAddr{IP: serverAddr.AsSlice(), Port: 67}}
+// newDHCPNet opens the sockets; servers are the appliances serving DHCP.
+func newDHCPNet(topo *topology, servers []netip.Addr) (*dhcpNet, error) {
+	d := &dhcpNet{waiting: map[dhcpv4.TransactionID]chan *dhcpv4.DHCPv4{}}
+	for _, a := range servers {
+		d.servers = append(d.servers, &net.UDPAddr{IP: a.AsSlice(), Port: 67})
+	}
 	err := topo.client.do(func() error {
 		lc := net.ListenConfig{Control: bindDevice(topo.clientIf)}
 		pc, err := lc.ListenPacket(context.Background(), "udp4", "0.0.0.0:68")
@@ -164,8 +168,14 @@ func (d *dhcpNet) dora(ctx context.Context, c *dhcpClient, ipxe bool, scale floa
 	}
 	send := func(m *dhcpv4.DHCPv4) error {
 		if c.relayed {
-			_, err := d.relay.WriteTo(m.ToBytes(), d.server)
-			return err
+			b := m.ToBytes()
+			var errs []error
+			for _, srv := range d.servers {
+				if _, err := d.relay.WriteTo(b, srv); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			return errors.Join(errs...)
 		}
 		_, err := d.bcast.WriteTo(m.ToBytes(), &net.UDPAddr{IP: net.IPv4bcast, Port: 67})
 		return err

@@ -14,5 +14,17 @@
 // machines inventoried in the appliance's own view, duplicate addresses,
 // NOT_READY flaps.
 //
+// With Config.Appliances above one the row storms a fleet: a three-member
+// etcd cluster (Debian's etcd-server, local processes in a namespace of
+// the run) and that many corrald on --store etcd, each in its own
+// namespace with its own address on one boot segment (a bridge in the
+// machines' namespace), all serving DHCP from one range; a broadcast
+// reaches every appliance and the relay forwards to each. Machines boot
+// from whichever appliance answers first, agents and nodes dial the
+// endpoints their script and install plan name. The report adds each
+// appliance's own view of the row, its CPU, memory, run-queue wait,
+// store writes and conflicts and DHCP share, and each etcd member's disk
+// commits, fsyncs and proposals; leases are checked as etcd holds them.
+//
 // Test support only: product code never imports it. It needs root.
 package fleetsim

@@ -3,6 +3,7 @@ package fleetsim
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,11 +31,7 @@ func TestSmallStorm(t *testing.T) {
 	}
 	require.Root(t, "the storm makes network namespaces")
 	require.Tool(t, "ip", "go")
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-race", "-o", bin+"/", "github.com/corralhq/corral/cmd/corrald")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build corrald: %v\n%s", err, out)
-	}
+	bin := buildCorrald(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	work := t.TempDir()
@@ -63,6 +60,118 @@ func TestSmallStorm(t *testing.T) {
 	}
 	if !r.OK() {
 		t.Errorf("report not OK: %s", r.Summary())
+	}
+}
+
+// buildCorrald builds corrald with -race into a directory of t's.
+func buildCorrald(t *testing.T) string {
+	t.Helper()
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-race", "-o", bin+"/", "github.com/corralhq/corral/cmd/corrald")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build corrald: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestSmallFleetStorm: 20 machines and 20 nodes against a fleet of two
+// appliances (corrald with -race) on a three-member etcd, both serving
+// DHCP from the one range on the one segment, the relay forwarding to
+// both. Correctness only, as TestSmallStorm: every machine inventoried in
+// each appliance's own view, no duplicate address (the ACKs, and the
+// leases as etcd holds them), every node READY, no flap; and the report
+// has both appliances and the three members.
+func TestSmallFleetStorm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end storm: skipped with -short")
+	}
+	require.Root(t, "the storm makes network namespaces")
+	require.Tool(t, "ip", "go", "etcd")
+	bin := buildCorrald(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	work := t.TempDir()
+	r, err := Run(ctx, Config{
+		Machines: 20, Nodes: 20, Appliances: 2, Stagger: 5 * time.Second,
+		KernelBytes: 256 << 10, InitrdBytes: 1 << 20,
+		AgentHeartbeat: 3 * time.Second, NodeHeartbeat: 3 * time.Second,
+		NodeHeartbeatTimeout: 9 * time.Second, NodeSweepInterval: 4500 * time.Millisecond,
+		Soak: 10 * time.Second, InstallStep: 20 * time.Millisecond, Timeout: 3 * time.Minute,
+		CorraldArgs: []string{"--reconcile-interval", "2s"},
+		Corrald:     filepath.Join(bin, "corrald"), WorkDir: work, ID: fmt.Sprintf("f%d", os.Getpid()%10000),
+		Log: testLog{t},
+	})
+	logs := func() string {
+		return "fsim-a1 log:\n" + tail(filepath.Join(work, "fsim-a1", "corrald.log"), 20) + "\nfsim-a2 log:\n" + tail(filepath.Join(work, "fsim-a2", "corrald.log"), 20)
+	}
+	if err != nil {
+		t.Fatalf("storm: %v\n%s", err, logs())
+	}
+	var b strings.Builder
+	r.Print(&b, nil)
+	t.Log("\n" + b.String())
+	got := map[string]int{"inventoried": r.Inventoried, "lost": r.Lost, "failed": r.Failed, "duplicates": r.Duplicates,
+		"lease MACs twice": r.LeaseMACsTwice, "lease mismatch": r.LeaseMismatch, "leases in etcd": min(r.LeasesLive, 1),
+		"nodes READY": r.NodesReady, "flaps": r.Flaps, "appliances": len(r.Fleet), "etcd members": len(r.Etcd)}
+	want := map[string]int{"inventoried": 20, "lost": 0, "failed": 0, "duplicates": 0,
+		"lease MACs twice": 0, "lease mismatch": 0, "leases in etcd": 1,
+		"nodes READY": 20, "flaps": 0, "appliances": 2, "etcd members": 3}
+	for _, f := range r.Fleet {
+		got[f.Name+" inventoried"] = f.Inventoried
+		want[f.Name+" inventoried"] = 20
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("fleet storm correctness (-want +got):\n%s\n%s", d, logs())
+	}
+	if !r.OK() {
+		t.Errorf("report not OK: %s", r.Summary())
+	}
+}
+
+// TestFleetShape: the appliances' addresses on the segment are distinct
+// and clear of the client end, the relay and the etcd members; a fleet's
+// baseline key and setup name the appliances, one appliance's stay as
+// they were.
+func TestFleetShape(t *testing.T) {
+	seen := map[netip.Addr]bool{relayAddr: true, giaddr: true, etcdAddr: true}
+	for i := range maxAppliances {
+		a := applianceAddr(i)
+		if seen[a] || !segment.Contains(a) || poolPrefix.Contains(a) {
+			t.Errorf("appliance %d address %s: taken, off the segment or in the pool", i, a)
+		}
+		seen[a] = true
+	}
+	if applianceAddr(0) != serverAddr {
+		t.Errorf("the first appliance is at %s, want %s (the single appliance's)", applianceAddr(0), serverAddr)
+	}
+	one := Config{Machines: 5, Corrald: "x"}
+	fleet := Config{Machines: 5, Corrald: "x", Appliances: 3}
+	for _, c := range []*Config{&one, &fleet} {
+		if err := c.defaults(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if one.Appliances != 1 || strings.Contains(one.setup(), "appliances") {
+		t.Errorf("one appliance: Appliances %d, setup %q", one.Appliances, one.setup())
+	}
+	if !strings.HasPrefix(fleet.setup(), "appliances=3 (etcd, dhcp on all) ") {
+		t.Errorf("fleet setup %q", fleet.setup())
+	}
+	if err := (&Config{Machines: 5, Corrald: "x", Appliances: maxAppliances + 1}).defaults(); err == nil {
+		t.Errorf("%d appliances accepted", maxAppliances+1)
+	}
+	for k, want := range map[string]string{"/inventory/timeline/m-1/0001": "inventory/timeline", "/boot/leases/10.0.0.1": "boot/leases", "/audit/20261128T220301Z-be65-lan": "audit", "/x": "x"} {
+		if got := keyClass(k); got != want {
+			t.Errorf("keyClass(%q) = %q, want %q", k, got, want)
+		}
+	}
+	for _, tc := range []struct {
+		r    Report
+		want string
+	}{{Report{Machines: 10000, Nodes: 1000, Appliances: 3}, "10000x1000@3"}, {Report{Machines: 5000, Nodes: 5000, Appliances: 1}, "5000x5000"}, {Report{Machines: 5, Nodes: 5}, "5x5"}} {
+		if got := tc.r.BaselineKey(); got != tc.want {
+			t.Errorf("BaselineKey = %q, want %q", got, tc.want)
+		}
 	}
 }
 

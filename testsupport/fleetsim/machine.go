@@ -58,11 +58,14 @@ type machine struct {
 	rebootMu sync.Once
 	rebootAt time.Time
 	kexecd   bool // the appliance had it kexec into the hypervisor image
+	// dhcpServer is the appliance that ACKed its latest lease.
+	dhcpServer netip.Addr
 
 	// mu guards what the session's goroutines write: registration,
 	// plan, and the node identity the install made.
 	mu                     sync.Mutex
 	certPEM, keyPEM, caPEM []byte
+	nodeEndpoint           string // the install plan's appliance_endpoint
 	registered             bool
 }
 
@@ -90,6 +93,8 @@ func (m *machine) boot(ctx context.Context) (bootScript, error) {
 	if err := m.hold(l.ip); err != nil {
 		return bs, err
 	}
+	m.dhcpServer, _ = netip.AddrFromSlice(l.server.To4())
+	m.s.countDHCP(m.dhcpServer)
 	switch {
 	case l.bootFile == "":
 		s.st.add("firmware answers without an iPXE binary", 1)
@@ -97,7 +102,7 @@ func (m *machine) boot(ctx context.Context) (bootScript, error) {
 		// The firmware fetches iPXE over TFTP from next-server.
 		next := l.next
 		if !next.IsValid() || next.IsUnspecified() {
-			next = serverAddr
+			next = m.dhcpServer
 		}
 		t = time.Now()
 		n, err := s.topo.client.tftpGet(ctx, m.ip, next, l.bootFile, time.Duration(float64(2*time.Second)*s.cfg.DHCPTimeoutScale))
@@ -536,6 +541,7 @@ func (in *simInstaller) Install(ctx context.Context, plan *nodev1.InstallPlan, s
 	}
 	m.mu.Lock()
 	m.certPEM, m.keyPEM, m.caPEM = cert, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), []byte(plan.GetCaCertPem())
+	m.nodeEndpoint = plan.GetApplianceEndpoint()
 	m.mu.Unlock()
 	if err := step("identity", "node identity written"); err != nil {
 		return err

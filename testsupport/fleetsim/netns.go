@@ -32,6 +32,7 @@ var (
 	relayStart  = netip.MustParseAddr("10.211.0.10")
 	relayEnd    = netip.MustParseAddr("10.211.255.254")
 	extraNodes  = netip.MustParsePrefix("10.212.0.0/16") // nodes that were no simulated machine
+	etcdAddr    = netip.MustParseAddr("10.210.0.20")     // a fleet's etcd members
 	poolPrefix  = netip.MustParsePrefix("10.210.128.0/17")
 	apiPort     = 20180
 	httpPort    = 8080
@@ -45,18 +46,51 @@ var (
 // holds one neighbour entry (the client end), not one per machine, which
 // the kernel's shared neighbour table (gc_thresh3 1024 by default) could
 // not hold for a 5,000-machine row.
+//
+// A fleet (several appliances) is one namespace per appliance and one for
+// the etcd members, each joined by a veth to a bridge in the machines'
+// namespace: the bridge is then the client end (it holds the machines'
+// addresses, and a broadcast sent on it reaches every appliance, as on a
+// shared boot segment), and every appliance namespace routes the pool
+// through it as the single server namespace does.
 type topology struct {
-	id             string
-	serverNS       string
-	clientNS       string
-	serverIf       string
-	clientIf       string
+	id       string
+	serverNS string // the first appliance's (apps[0])
+	clientNS string
+	serverIf string
+	clientIf string // the veth's client end, or the bridge in a fleet
+	// apps are the appliances' ends of the segment, in order; etcd the
+	// etcd members' (a fleet only).
+	apps           []segPort
+	etcd           *segPort
 	client         *netNS
 	link           netlink.Link
 	nl             *netlink.Handle
 	mu             sync.Mutex // serialises netlink requests on nl
 	created        []string   // namespaces to delete
 	rootNS, nsFile *os.File
+}
+
+// segPort is a namespace's end of the boot segment: its interface and
+// address there.
+type segPort struct {
+	ns, ifname string
+	addr       netip.Addr
+}
+
+// maxAppliances bounds Config.Appliances: each takes an address of
+// applianceAddr's.
+const maxAppliances = 8
+
+// applianceAddr is appliance i's address on the segment: the single
+// appliance's (serverAddr) for the first, then .3, .4, ...
+func applianceAddr(i int) netip.Addr {
+	if i == 0 {
+		return serverAddr
+	}
+	b := serverAddr.As4()
+	b[3] = byte(2 + i)
+	return netip.AddrFrom4(b)
 }
 
 // ipCmd runs ip(8) with args; its error quotes the command and its output.
@@ -68,34 +102,88 @@ func ipCmd(ctx context.Context, args ...string) error {
 	return nil
 }
 
-// newTopology makes the namespaces (names unique to id) and the veth.
-func newTopology(ctx context.Context, id string) (t *topology, err error) {
+// newTopology makes the namespaces (names unique to id) and the veth;
+// with apps > 1 the bridge, a namespace per appliance and one for etcd.
+func newTopology(ctx context.Context, id string, apps int) (t *topology, err error) {
 	t = &topology{id: id, serverNS: "fsim-s" + id, clientNS: "fsim-c" + id, serverIf: "fss" + id, clientIf: "fsc" + id}
 	defer func() {
 		if err != nil {
 			t.Close()
 		}
 	}()
-	for _, ns := range []string{t.serverNS, t.clientNS} {
+	addNS := func(ns string) error {
 		if err := ipCmd(ctx, "netns", "add", ns); err != nil {
-			return t, err
+			return err
 		}
 		t.created = append(t.created, ns)
-		if err := ipCmd(ctx, "-n", ns, "link", "set", "lo", "up"); err != nil {
-			return t, err
-		}
+		return ipCmd(ctx, "-n", ns, "link", "set", "lo", "up")
+	}
+	if err := addNS(t.clientNS); err != nil {
+		return t, err
 	}
 	bits := fmt.Sprint(segment.Bits())
+	// join makes ns (with the veth ifname at addr) and its peer in the
+	// client namespace: the client end itself, or a port of the bridge.
+	join := func(p segPort, peer string, bridge bool) error {
+		if err := addNS(p.ns); err != nil {
+			return err
+		}
+		steps := [][]string{
+			{"-n", p.ns, "link", "add", p.ifname, "type", "veth", "peer", "name", peer, "netns", t.clientNS},
+			{"-n", p.ns, "addr", "add", p.addr.String() + "/" + bits, "dev", p.ifname},
+			{"-n", p.ns, "link", "set", p.ifname, "up"},
+		}
+		if bridge {
+			steps = append(steps, []string{"-n", t.clientNS, "link", "set", peer, "master", t.clientIf})
+		}
+		steps = append(steps, []string{"-n", t.clientNS, "link", "set", peer, "up"})
+		for _, s := range steps {
+			if err := ipCmd(ctx, s...); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	fleet := apps > 1
+	if fleet {
+		t.clientIf = "fsb" + id
+		for _, s := range [][]string{{"-n", t.clientNS, "link", "add", t.clientIf, "type", "bridge"}, {"-n", t.clientNS, "link", "set", t.clientIf, "up"}} {
+			if err := ipCmd(ctx, s...); err != nil {
+				return t, err
+			}
+		}
+	}
+	for i := range apps {
+		p := segPort{ns: t.serverNS, ifname: t.serverIf, addr: applianceAddr(i)}
+		peer := t.clientIf
+		if i > 0 {
+			p.ns = fmt.Sprintf("fsim-s%s-%d", id, i+1)
+		}
+		if fleet {
+			peer = fmt.Sprintf("fsp%s%d", id, i+1)
+		}
+		if err := join(p, peer, fleet); err != nil {
+			return t, err
+		}
+		t.apps = append(t.apps, p)
+	}
+	if fleet {
+		p := segPort{ns: "fsim-e" + id, ifname: "fse" + id, addr: etcdAddr}
+		if err := join(p, "fsp"+id+"e", true); err != nil {
+			return t, err
+		}
+		t.etcd = &p
+	}
 	steps := [][]string{
-		{"-n", t.serverNS, "link", "add", t.serverIf, "type", "veth", "peer", "name", t.clientIf, "netns", t.clientNS},
-		{"-n", t.serverNS, "addr", "add", serverAddr.String() + "/" + bits, "dev", t.serverIf},
 		{"-n", t.clientNS, "addr", "add", relayAddr.String() + "/" + bits, "dev", t.clientIf},
 		{"-n", t.clientNS, "addr", "add", giaddr.String() + "/32", "dev", t.clientIf},
-		{"-n", t.serverNS, "link", "set", t.serverIf, "up"},
 		{"-n", t.clientNS, "link", "set", t.clientIf, "up"},
-		{"-n", t.serverNS, "route", "add", poolPrefix.String(), "via", relayAddr.String()},
-		{"-n", t.serverNS, "route", "add", relayNet.String(), "via", relayAddr.String()},
-		{"-n", t.serverNS, "route", "add", extraNodes.String(), "via", relayAddr.String()},
+	}
+	for _, p := range t.apps {
+		steps = append(steps,
+			[]string{"-n", p.ns, "route", "add", poolPrefix.String(), "via", relayAddr.String()},
+			[]string{"-n", p.ns, "route", "add", relayNet.String(), "via", relayAddr.String()},
+			[]string{"-n", p.ns, "route", "add", extraNodes.String(), "via", relayAddr.String()})
 	}
 	for _, s := range steps {
 		if err := ipCmd(ctx, s...); err != nil {
@@ -104,7 +192,7 @@ func newTopology(ctx context.Context, id string) (t *topology, err error) {
 	}
 	// Thousands of connections from one namespace to one port: widen
 	// the backlog and port range on both sides.
-	for _, ns := range []string{t.serverNS, t.clientNS} {
+	for _, ns := range t.created {
 		if err := ipCmd(ctx, "netns", "exec", ns, "sh", "-c",
 			"sysctl -qw net.core.somaxconn=65535 net.ipv4.tcp_max_syn_backlog=65535 net.ipv4.ip_local_port_range='1024 65000' net.core.rmem_max=16777216 net.core.wmem_max=16777216 2>/dev/null || true"); err != nil {
 			return t, err

@@ -13,8 +13,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -32,11 +30,9 @@ import (
 // INVENTORIED or later, DEPLOYED, nodes READY and NOT_READY. A NOT_READY
 // count above zero is a flap even when the node watch missed it.
 func (s *sim) pollGauges(ctx context.Context) {
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-		return s.topo.client.dial(ctx, relayAddr, addr)
-	}}}
+	hc := s.topo.httpClient(relayAddr, 5*time.Second)
 	defer hc.CloseIdleConnections()
-	url := fmt.Sprintf("http://%s:%d/metrics", serverAddr, metricsPort)
+	url := fmt.Sprintf("http://%s:%d/metrics", s.app.addr, metricsPort)
 	for sleepCtx(ctx, time.Second) {
 		resp, err := hc.Get(url)
 		if err != nil {
@@ -169,6 +165,13 @@ func (s *sim) checkLeases(ctx context.Context, holders map[netip.Addr]string, r 
 	if err != nil {
 		return err
 	}
+	leaseFigures(ls, holders, r)
+	return nil
+}
+
+// leaseFigures compares the appliance's leases with what the machines
+// hold (checkLeases).
+func leaseFigures(ls []*bootv1.Lease, holders map[netip.Addr]string, r *Report) {
 	now := time.Now().Unix()
 	perMAC := map[string]int{}
 	live := map[string]string{}
@@ -191,16 +194,20 @@ func (s *sim) checkLeases(ctx context.Context, holders map[netip.Addr]string, r 
 		}
 	}
 	r.LeasesLive = len(live)
-	return nil
 }
 
-// saveMetrics keeps corrald's /metrics text for the write-up.
-func (s *sim) saveMetrics(path string) {
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-		return s.topo.client.dial(ctx, relayAddr, addr)
-	}}}
-	resp, err := hc.Get(fmt.Sprintf("http://%s:%d/metrics", serverAddr, metricsPort))
+// saveMetrics keeps appliance a's /metrics text for the write-up.
+func (s *sim) saveMetrics(a *appliance) {
+	s.saveURL(fmt.Sprintf("http://%s:%d/metrics", a.addr, metricsPort), s.metricsPath(a))
+}
+
+// saveURL keeps what url answers (from the machines' namespace) in path.
+func (s *sim) saveURL(url, path string) {
+	hc := s.topo.httpClient(relayAddr, 10*time.Second)
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get(url)
 	if err != nil {
+		s.logf("saving %s: %v", url, err)
 		return
 	}
 	defer resp.Body.Close()
@@ -209,9 +216,9 @@ func (s *sim) saveMetrics(path string) {
 		return
 	}
 	if _, err := io.Copy(f, io.LimitReader(resp.Body, 64<<20)); err != nil {
-		s.logf("saving corrald's metrics to %s: %v", path, err)
+		s.logf("saving %s to %s: %v", url, path, err)
 	}
 	if err := f.Close(); err != nil {
-		s.logf("saving corrald's metrics to %s: %v", path, err)
+		s.logf("saving %s to %s: %v", url, path, err)
 	}
 }

@@ -51,6 +51,7 @@ func joinNode(ctx context.Context, admin *grpc.ClientConn, name string) (certPEM
 // Report is what a storm measured.
 type Report struct {
 	Machines, Nodes          int
+	Appliances               int    // 1 alone; more: a fleet on etcd
 	Setup                    string // Config's shape (shares, stagger, heartbeats, sizes)
 	Stagger                  time.Duration
 	FullFetchShare           float64
@@ -106,11 +107,32 @@ type Report struct {
 	ProfileNote string
 	Load        string
 	Notes       []string
+	// A fleet's appliances and etcd members (empty for one appliance);
+	// the figures above are then the sums over the appliances.
+	Fleet []ApplianceFigures
+	Etcd  []EtcdFigures
+	// EtcdRevision is the cluster's revision at the end (every write
+	// since it started); EtcdKeys the live keys by prefix and
+	// EtcdVersions their puts.
+	EtcdRevision int64
+	EtcdKeys     map[string]int
+	EtcdVersions map[string]int64
 }
 
 // Setup is the storm's shape beside N and M (shares, stagger, heartbeats,
 // artifact sizes): figures compare only between equal setups.
 func (c *Config) setup() string {
+	if c.Appliances > 1 {
+		dhcp := "all"
+		if c.FirstDHCPOnly {
+			dhcp = "first"
+		}
+		return fmt.Sprintf("appliances=%d (etcd, dhcp on %s) ", c.Appliances, dhcp) + c.setupOne()
+	}
+	return c.setupOne()
+}
+
+func (c *Config) setupOne() string {
 	return fmt.Sprintf("tftp=%t boot-retry=%s stagger=%s relay=%.2f uefi=%.2f large=%.2f kexec=%.2f full-fetch=%.2f artifacts=%d+%d agent-hb=%s node-hb=%s",
 		!c.NoTFTP, c.BootRetry, c.Stagger, c.RelayShare, c.UEFIShare, c.LargeShare, c.KexecShare, c.FullFetchShare, c.KernelBytes, c.InitrdBytes, c.AgentHeartbeat, c.NodeHeartbeat)
 }
@@ -186,7 +208,13 @@ type Baseline struct {
 type Baselines map[string]Baseline
 
 // BaselineKey names r's storm size in a Baselines file.
-func (r *Report) BaselineKey() string { return fmt.Sprintf("%dx%d", r.Machines, r.Nodes) }
+// A fleet's key adds the appliances: "10000x1000@3".
+func (r *Report) BaselineKey() string {
+	if r.Appliances > 1 {
+		return fmt.Sprintf("%dx%d@%d", r.Machines, r.Nodes, r.Appliances)
+	}
+	return fmt.Sprintf("%dx%d", r.Machines, r.Nodes)
+}
 
 // LoadBaselines reads the baseline file; a missing file is no baselines.
 func LoadBaselines(path string) (Baselines, error) {
@@ -225,7 +253,11 @@ func (r *Report) Print(w io.Writer, base *Baseline) {
 	if r.FullFetchShare > 0 {
 		fetch = fmt.Sprintf("full for %.0f%% of the machines, ranged for the rest", 100*r.FullFetchShare)
 	}
-	fmt.Fprintf(w, "fleet storm: %d machines powered on over %s, %d nodes; fetches %s; load %s\n", r.Machines, r.Stagger, r.Nodes, fetch, r.Load)
+	on := ""
+	if r.Appliances > 1 {
+		on = fmt.Sprintf(" against %d appliances on a %d-member etcd (corrald figures below are their sums)", r.Appliances, len(r.Etcd))
+	}
+	fmt.Fprintf(w, "fleet storm: %d machines powered on over %s, %d nodes%s; fetches %s; load %s\n", r.Machines, r.Stagger, r.Nodes, on, fetch, r.Load)
 	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "phase\tn\tp50\tp99\tmax\t")
 	for _, p := range r.Phases {
@@ -263,7 +295,11 @@ func (r *Report) Print(w io.Writer, base *Baseline) {
 		}
 	}
 	if len(r.Queues) > 0 {
-		fmt.Fprintln(w, "where it queues (corrald's /metrics at the end of the storm; p50/p99 estimated from buckets):")
+		whose := "corrald's"
+		if len(r.Fleet) > 0 {
+			whose = r.Fleet[0].Name + "'s"
+		}
+		fmt.Fprintf(w, "where it queues (%s /metrics at the end of the storm; p50/p99 estimated from buckets):\n", whose)
 		tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  series\tcount\tmean\tp50\tp99\ttotal\t")
 		for _, q := range r.Queues {
@@ -274,6 +310,7 @@ func (r *Report) Print(w io.Writer, base *Baseline) {
 			fmt.Fprintf(w, "  %s %.0f\n", shortSeries(k), r.MetricCounters[k])
 		}
 	}
+	r.printFleet(w)
 	if r.ProfileNote != "" {
 		fmt.Fprintln(w, r.ProfileNote)
 		for _, l := range r.Profile {
@@ -315,6 +352,8 @@ func (r *Report) Print(w io.Writer, base *Baseline) {
 	}
 	fmt.Fprintln(w, r.Summary())
 }
+
+func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 2, 0, 2, ' ', 0) }
 
 func num(v float64) string {
 	if v == math.Trunc(v) && math.Abs(v) < 1e9 {

@@ -1,6 +1,7 @@
 package fleetsim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -87,7 +88,19 @@ type Config struct {
 	Timeout time.Duration
 	// StartTimeout bounds corrald's start (default 2 min).
 	StartTimeout time.Duration
-	// Corrald is the corrald binary; CorraldArgs are extra serve flags.
+	// Appliances is the number of corrald (default 1: one appliance on
+	// its bbolt file). More make a fleet: a three-member etcd cluster
+	// (needs etcd-server) and that many corrald on it, each in its own
+	// namespace with its own address on the one boot segment; a
+	// broadcast reaches all of them and the relay forwards to all (a
+	// relay with several helper addresses). At most 8.
+	Appliances int
+	// FirstDHCPOnly: in a fleet only the first appliance serves DHCP and
+	// TFTP; by default all do, from the one range (leases are
+	// compare-and-swapped in etcd).
+	FirstDHCPOnly bool
+	// Corrald is the corrald binary; CorraldArgs are extra serve flags
+	// (every appliance's).
 	Corrald     string
 	CorraldArgs []string
 	// ProfileSeconds, when positive, records corrald with perf for that
@@ -117,6 +130,12 @@ func (c *Config) defaults() error {
 	}
 	if c.Corrald == "" {
 		return errors.New("fleetsim: the corrald binary is required")
+	}
+	switch {
+	case c.Appliances == 0:
+		c.Appliances = 1
+	case c.Appliances < 0 || c.Appliances > maxAppliances:
+		return fmt.Errorf("fleetsim: Appliances %d: want 1 to %d", c.Appliances, maxAppliances)
 	}
 	share := func(v *float64, d float64) {
 		switch {
@@ -173,13 +192,16 @@ func (c *Config) defaults() error {
 type sim struct {
 	cfg  Config
 	topo *topology
-	app  *appliance
+	app  *appliance   // the first appliance: the admin's, the gauges'
+	apps []*appliance // every appliance, app first
+	etcd *etcdCluster // a fleet's store (nil alone)
 	dhcp *dhcpNet
 	st   *stats
 	logf func(format string, args ...any)
 
 	leaseMu  sync.Mutex
 	holders  map[netip.Addr]string // address → MAC, from the ACKs
+	acksBy   map[netip.Addr]int    // leases taken, by the appliance that ACKed
 	dups     int
 	dupLines []string
 
@@ -232,30 +254,69 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			defer os.RemoveAll(d)
 		}
 	}
-	s := &sim{cfg: cfg, st: newStats(), holders: map[netip.Addr]string{}, serials: map[string]bool{},
+	s := &sim{cfg: cfg, st: newStats(), holders: map[netip.Addr]string{}, acksBy: map[netip.Addr]int{}, serials: map[string]bool{},
 		nodes: map[string]poolv1.Node_NodeState{}}
 	s.logf = func(format string, args ...any) {
 		fmt.Fprintf(cfg.Log, "%s "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05")}, args...)...)
 	}
-	s.topo, err = newTopology(ctx, cfg.ID)
+	s.topo, err = newTopology(ctx, cfg.ID, cfg.Appliances)
 	if err != nil {
 		return nil, err
 	}
 	defer s.topo.Close()
-	s.logf("namespaces %s (corrald) and %s (machines) up; starting corrald", s.topo.serverNS, s.topo.clientNS)
-	s.app, err = startAppliance(ctx, &s.cfg, s.topo, cfg.WorkDir)
+	k, i, h, err := writeArtifacts(cfg.WorkDir, cfg.KernelBytes, cfg.InitrdBytes, cfg.InitrdBytes)
+	if err != nil {
+		return nil, fmt.Errorf("boot artifacts: %w", err)
+	}
+	if cfg.Appliances == 1 {
+		s.logf("namespaces %s (corrald) and %s (machines) up; starting corrald", s.topo.serverNS, s.topo.clientNS)
+		s.app, err = startAppliance(ctx, &s.cfg, s.topo, applianceSpec{port: s.topo.apps[0], workDir: cfg.WorkDir, dhcp: true, kernel: k, initrd: i, hvInitrd: h})
+		if err != nil {
+			return nil, err
+		}
+		defer s.app.stop()
+		s.apps = []*appliance{s.app}
+		s.logf("corrald pid %d ready; %d machines over %s, %d nodes", s.app.pid, cfg.Machines, cfg.Stagger, cfg.Nodes)
+		return s.storm(ctx)
+	}
+	s.logf("namespaces up (machines %s, etcd %s, appliances %s ...); starting etcd", s.topo.clientNS, s.topo.etcd.ns, s.topo.serverNS)
+	s.etcd, err = startEtcd(ctx, s.topo, filepath.Join(cfg.WorkDir, "etcd"), cfg.StartTimeout)
 	if err != nil {
 		return nil, err
 	}
-	defer s.app.stop()
-	s.logf("corrald pid %d ready; %d machines over %s, %d nodes", s.app.pid, cfg.Machines, cfg.Stagger, cfg.Nodes)
+	defer s.etcd.stop() // after the appliances (deferred later): they leave the fleet through etcd
+	var key []byte
+	for n := range cfg.Appliances {
+		sp := applianceSpec{index: n, name: fmt.Sprintf("fsim-a%d", n+1), port: s.topo.apps[n], dhcp: n == 0 || !cfg.FirstDHCPOnly,
+			fleet:  []string{"--store", "etcd", "--etcd-endpoints", s.etcd.endpoints(), "--etcd-prefix", etcdPrefix},
+			kernel: k, initrd: i, hvInitrd: h, clusterKey: key}
+		sp.workDir = filepath.Join(cfg.WorkDir, sp.name)
+		if err := os.MkdirAll(sp.workDir, 0o755); err != nil {
+			return nil, err
+		}
+		a, err := startAppliance(ctx, &s.cfg, s.topo, sp)
+		if err != nil {
+			return nil, err
+		}
+		defer a.stop()
+		s.apps = append(s.apps, a)
+		if n == 0 {
+			// What an operator adding an appliance copies.
+			s.app = a
+			if key, err = os.ReadFile(filepath.Join(a.dataDir, "cluster.key")); err != nil {
+				return nil, fmt.Errorf("%s's cluster key: %w", a.name, err)
+			}
+		}
+		s.logf("corrald %s pid %d ready on %s", a.name, a.pid, a.addr)
+	}
+	s.logf("a fleet of %d appliances on etcd (members %s); %d machines over %s, %d nodes", len(s.apps), s.etcd.endpoints(), cfg.Machines, cfg.Stagger, cfg.Nodes)
 	return s.storm(ctx)
 }
 
 func (s *sim) storm(ctx context.Context) (*Report, error) {
 	cfg := s.cfg
 	var err error
-	s.dhcp, err = newDHCPNet(s.topo)
+	s.dhcp, err = newDHCPNet(s.topo, s.dhcpServers())
 	if err != nil {
 		return nil, err
 	}
@@ -311,6 +372,8 @@ func (s *sim) storm(ctx context.Context) (*Report, error) {
 	start := time.Now()
 	cpu0 := s.app.start
 	wait0 := runQueueWait(s.app.pid)
+	fleet := s.etcd != nil
+	snap0 := s.fleetSnap()
 	self0, _ := readProc(os.Getpid())
 	var prof *profile
 	if cfg.ProfileSeconds > 0 {
@@ -357,8 +420,12 @@ loop:
 			s.viewMu.Lock()
 			inv, dep, ready, nr := s.gInv, s.gDeployed, s.gReady, s.gNotReady
 			s.viewMu.Unlock()
-			s.logf("t=%3.0fs registered %d/%d; appliance: %d inventoried or later, %d deployed, nodes %d READY %d NOT_READY; machines done %d; corrald %s",
-				time.Since(start).Seconds(), s.registered.Load(), cfg.Machines, inv, dep, ready, nr, s.done.Load(), procLine(s.app.pid, cpu0, time.Since(start)))
+			procs := "corrald " + procLine(s.app.pid, cpu0, time.Since(start))
+			if fleet {
+				procs = s.fleetProcLine(snap0, time.Since(start))
+			}
+			s.logf("t=%3.0fs registered %d/%d; appliance: %d inventoried or later, %d deployed, nodes %d READY %d NOT_READY; machines done %d;%s",
+				time.Since(start).Seconds(), s.registered.Load(), cfg.Machines, inv, dep, ready, nr, s.done.Load(), " "+procs)
 		}
 	}
 	tick.Stop()
@@ -376,30 +443,39 @@ loop:
 	if !interrupted {
 		s.waitDeployed(ctx, int(s.nodesUp.Load()), 2*time.Minute)
 	}
-	udpS, udpC := udpDrops(ctx, s.topo.serverNS), udpDrops(ctx, s.topo.clientNS)
-	metricsPath := filepath.Join(cfg.WorkDir, "metrics-storm.txt")
-	s.saveMetrics(metricsPath)
+	var udpS int64
+	for _, p := range s.topo.apps {
+		udpS += udpDrops(ctx, p.ns)
+	}
+	udpC := udpDrops(ctx, s.topo.clientNS)
+	for _, a := range s.apps {
+		s.saveMetrics(a)
+	}
+	if fleet {
+		s.saveEtcdMetrics()
+	}
+	metricsPath := s.metricsPath(s.app)
 	s.logf("storm over after %.0fs; soaking %s with the nodes beating", stormEnd.Sub(start).Seconds(), cfg.Soak)
 	// The soak is the steady state: nodes heartbeating, nothing booting.
-	soak0, _ := readProc(s.app.pid)
+	soak0 := s.cpuTicks()
 	beats0 := s.st.n(PhaseHeartbeat)
 	soakStart := time.Now()
 	if !interrupted {
 		sleepCtx(ctx, cfg.Soak)
 	}
 	end := time.Now()
-	soak1, _ := readProc(s.app.pid)
+	soak1 := s.cpuTicks()
 	soakBeats := s.st.n(PhaseHeartbeat) - beats0
 
 	// The appliance's own view, before anything stops.
-	r := &Report{Machines: cfg.Machines, Nodes: cfg.Nodes, Setup: cfg.setup(), Stagger: cfg.Stagger, FullFetchShare: cfg.FullFetchShare,
+	r := &Report{Machines: cfg.Machines, Nodes: cfg.Nodes, Appliances: cfg.Appliances, Setup: cfg.setup(), Stagger: cfg.Stagger, FullFetchShare: cfg.FullFetchShare,
 		KernelBytes: cfg.KernelBytes, InitrdBytes: cfg.InitrdBytes}
 	r.Seconds = stormEnd.Sub(start).Seconds()
 	if interrupted {
 		r.Notes = append(r.Notes, "interrupted: machines not done were stopped; no soak")
 	}
 	r.SoakSeconds = end.Sub(soakStart).Seconds()
-	r.SoakCPUSeconds = float64(soak1.ticks-soak0.ticks) / clockTicks
+	r.SoakCPUSeconds = float64(soak1-soak0) / clockTicks
 	r.SoakHeartbeats = soakBeats
 	if q, c, err := queueFigures(metricsPath); err == nil {
 		r.Queues, r.MetricCounters = q, c
@@ -414,24 +490,43 @@ loop:
 	}
 	stopWatch()
 	watchWG.Wait()
-	pe, _ := readProc(s.app.pid)
-	r.CPUSeconds = float64(pe.ticks-cpu0.ticks) / clockTicks
 	r.WallSeconds = end.Sub(start).Seconds()
-	r.PeakRSSBytes, r.EndRSSBytes, r.StartRSSBytes = int64(pe.hwmKB)<<10, int64(pe.rssKB)<<10, int64(cpu0.rssKB)<<10
-	r.Threads = pe.threads
-	// Threads that ended are not in task/: a lower bound.
-	r.RunQueueSeconds = (runQueueWait(s.app.pid) - wait0).Seconds()
+	if fleet {
+		s.fleetFigures(ctx, adminCfg, snap0, r)
+	}
+	// Alone, corrald's figures; in a fleet, the sums over the
+	// appliances (the fleet's CPU and memory; r.Fleet has each).
+	for _, a := range s.apps {
+		pe, _ := readProc(a.pid)
+		r.CPUSeconds += float64(pe.ticks-a.start.ticks) / clockTicks
+		r.PeakRSSBytes += int64(pe.hwmKB) << 10
+		r.EndRSSBytes += int64(pe.rssKB) << 10
+		r.StartRSSBytes += int64(a.start.rssKB) << 10
+		r.Threads += pe.threads
+		// Threads that ended are not in task/: a lower bound.
+		if a == s.app {
+			r.RunQueueSeconds += (runQueueWait(a.pid) - wait0).Seconds()
+		} else {
+			r.RunQueueSeconds += (runQueueWait(a.pid) - snap0[a.pid].wait).Seconds()
+		}
+	}
 	if self, err := readProc(os.Getpid()); err == nil {
 		r.SimCPUSeconds = float64(self.ticks-self0.ticks) / clockTicks
 	}
 	stopNodes()
 	nodeWG.Wait()
-	s.app.stop()
-	// The bbolt file and what its journal still holds after Close.
+	for _, a := range s.apps {
+		a.stop()
+	}
+	// The bbolt file and what its journal still holds after Close; a
+	// fleet's etcd database (each member holds all of it).
 	for _, f := range []string{"corral.db", "corral.db.journal", "corral.db.journal.1"} {
-		if fi, err := os.Stat(filepath.Join(s.app.dataDir, f)); err == nil {
+		if fi, err := os.Stat(filepath.Join(s.app.dataDir, f)); err == nil && !fleet {
 			r.StoreBytes += fi.Size()
 		}
+	}
+	if len(r.Etcd) > 0 {
+		r.StoreBytes = int64(r.Etcd[0].DBBytes)
 	}
 	s.viewMu.Lock()
 	if s.allInvAt.IsZero() {
@@ -446,7 +541,11 @@ loop:
 	r.Duplicates, r.DupLines = s.dups, slices.Clone(s.dupLines)
 	holders := maps(s.holders)
 	s.leaseMu.Unlock()
-	if err := s.checkLeases(ctx, holders, r); err != nil {
+	check := s.checkLeases
+	if fleet {
+		check = s.checkLeasesEtcd
+	}
+	if err := check(ctx, holders, r); err != nil {
 		r.Notes = append(r.Notes, "lease cross-check: "+err.Error())
 	}
 	r.Phases = s.st.figures()
@@ -490,6 +589,7 @@ func (s *sim) machineRun(ctx, nctx context.Context, m *machine, nodeWG *sync.Wai
 	}
 	m.mu.Lock()
 	certPEM, keyPEM, caPEM, name, rebootAt, kexecd := m.certPEM, m.keyPEM, m.caPEM, m.name, m.rebootAt, m.kexecd
+	nodeEndpoint := m.nodeEndpoint
 	m.mu.Unlock()
 	readyPhase := PhaseKexecReady
 	if !kexecd {
@@ -507,7 +607,10 @@ func (s *sim) machineRun(ctx, nctx context.Context, m *machine, nodeWG *sync.Wai
 	if err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient(fmt.Sprintf("%s:%d", serverAddr, apiPort), grpc.WithTransportCredentials(creds),
+	// The node dials the appliance its install plan names (the real
+	// node starts there and fails over along the plan's list).
+	endpoint := cmp.Or(nodeEndpoint, fmt.Sprintf("%s:%d", serverAddr, apiPort))
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(creds),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return s.topo.client.dial(ctx, m.ip, addr) }))
 	if err != nil {
 		return err
@@ -563,6 +666,16 @@ func (s *sim) extraNode(ctx context.Context, admin *grpc.ClientConn, adminCfg *c
 	s.heartbeat(ctx, conn, &poolv1.ApplyNodeRequest{Name: name, Address: ip.String(), HypervisorPort: 20181, Serial: "X" + name,
 		CpuMilliCores: 64000, MemoryBytes: 256 << 30, StorageBytes: 3 << 40}, func() {})
 	return nil
+}
+
+// cpuTicks is the appliances' CPU so far (clock ticks).
+func (s *sim) cpuTicks() uint64 {
+	var n uint64
+	for _, a := range s.apps {
+		p, _ := readProc(a.pid)
+		n += p.ticks
+	}
+	return n
 }
 
 func procLine(pid int, start procStat, since time.Duration) string {

@@ -56,8 +56,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var extra stringsFlag
 	fs.IntVar(&c.Machines, "machines", 1000, "simulated machines powered on (N)")
 	fs.IntVar(&c.Nodes, "nodes", 1000, "simulated hypervisor nodes heartbeating (M): the first installed machines, then nodes that join with the admin token")
-	fs.DurationVar(&c.Stagger, "stagger", 60*time.Second, "power-on times spread over this")
+	fs.DurationVar(&c.Stagger, "stagger", 60*time.Second, "power-on times spread uniformly over this (the ramp)")
 	fs.StringVar(&c.Corrald, "corrald", "", "the corrald binary (required)")
+	fs.IntVar(&c.Appliances, "appliances", 1, "corrald processes: 1 runs one on its bbolt file; 2-8 run a fleet on a three-member etcd cluster the run starts (needs etcd-server), each appliance in its own namespace on the one boot segment")
+	applianceDHCP := fs.String("appliance-dhcp", "all", "in a fleet, which appliances serve DHCP and TFTP: all (one shared range, leases compare-and-swapped in etcd) or first")
 	fs.Var(&extra, "corrald-arg", "extra `flag` for corrald serve, repeatable (e.g. --corrald-arg=--grpc-max-conns=20000)")
 	fs.Float64Var(&c.RelayShare, "relay-share", 0.5, "share of machines behind a DHCP relay (giaddr); 0 none")
 	fs.Float64Var(&c.UEFIShare, "uefi-share", 0.3, "share of machines booting as x86-64 UEFI (option 93 = 7); 0 none")
@@ -84,6 +86,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if c.Corrald == "" {
 		fmt.Fprintln(stderr, "corral-sim: -corrald is required")
+		return exitError(2)
+	}
+	switch *applianceDHCP {
+	case "all":
+	case "first":
+		c.FirstDHCPOnly = true
+	default:
+		fmt.Fprintf(stderr, "corral-sim: -appliance-dhcp %q: want all or first\n", *applianceDHCP)
 		return exitError(2)
 	}
 	c.CorraldArgs = extra
