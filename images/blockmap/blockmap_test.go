@@ -7,10 +7,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/corralhq/corral/internal/diskmap"
@@ -221,5 +223,49 @@ func TestMapStopsWithContext(t *testing.T) {
 	cancel()
 	if _, err := im.Map(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Map = %v, want context.Canceled", err)
+	}
+}
+
+// TestConcurrentReads: the appliance serves one Image to several agents
+// at once; ReadAt from many goroutines gives the same bytes (run with
+// -race).
+func TestConcurrentReads(t *testing.T) {
+	require.Tool(t, "qemu-img")
+	const mib = 1 << 20
+	src, _ := rawImage(t, 16*mib, []chunk{{0, 5 * mib}, {9 * mib, 3 * mib}}, chunk{})
+	dir := t.TempDir()
+	q := filepath.Join(dir, "disk.qcow2")
+	qemuImg(t, "convert", "-c", "-f", "raw", "-O", "qcow2", "-o", "cluster_size=16384", src, q)
+	want, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := Open(q, Qcow2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer im.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Go(func() {
+			p := make([]byte, 300000)
+			for off := int64(g) * 7919; off < im.Size(); off += int64(len(p)) * 3 {
+				n, err := im.ReadAt(p, off)
+				if err != nil && err != io.EOF {
+					errs <- err
+					return
+				}
+				if !bytes.Equal(p[:n], want[off:off+int64(n)]) {
+					errs <- fmt.Errorf("goroutine %d: bytes at %d differ", g, off)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

@@ -74,3 +74,36 @@ func TestValidateRefuses(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParse: a map arrives over the network; Parse must refuse what is
+// not a valid map without panicking, and what it accepts must validate
+// and survive a round trip.
+func FuzzParse(f *testing.F) {
+	m := &Map{Version: Version, Size: 3 << 20, BlockSize: 1 << 20, Extents: []Extent{{Offset: 1 << 20, Length: 1 << 20, SHA256: h}}}
+	data, _, err := m.Marshal()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(data)
+	f.Add([]byte(`{"version":1,"size":1,"block_size":1,"extents":[]}`))
+	f.Add([]byte(`{"version":1,"size":-1,"block_size":1,"extents":[{"offset":-5,"length":9223372036854775807}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, err := Parse(data, Digest(data))
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("Parse error not ErrMalformed: %v", err)
+			}
+			return
+		}
+		if err := got.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		again, digest, err := got.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Parse(again, digest); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
