@@ -33,7 +33,7 @@ type importRule struct {
 // code.
 var importRules = []importRule{
 	{"api", []string{"api"}, "generated API: protobuf and gRPC only"},
-	{"internal", nil, "internal/<leaf>: error classes, node identity layout, flag/config, source finder, initramfs writer, rate-limited log lines, per-key rate limiters, control-character escaping: import nothing of ours"},
+	{"internal", nil, "internal/<leaf>: error classes, node identity layout, the block map format, flag/config, source finder, initramfs writer, rate-limited log lines, per-key rate limiters, control-character escaping: import nothing of ours"},
 	{"internal/paging", []string{"internal/apierr"}, "the page size, page token and client loop every List RPC shares"},
 	{"store", []string{"store", "api/store", "internal/apierr"}, "the store contract, its backends and the record codec"},
 	{"internal/watchstream", []string{"store", "api/watch", "internal/apierr", "internal/lograte"}, "the corral.watch.v1 contract every Watch RPC follows, on the store's resumable watch"},
@@ -49,7 +49,9 @@ var importRules = []importRule{
 	{"ipmi", []string{"ipmi"}, "BMC drivers behind bmclib: nothing of ours"},
 	{"images", []string{"images", "internal/initramfs", "internal/sourcetree"}, "the artifact catalog and the initramfs builders"},
 	{"images/osimage", []string{"images", "api", "store", "internal/apierr", "internal/paging"}, "operating-system images: records in the store, their bytes in the catalog's content store (images), OSImageService"},
+	{"images/blockmap", []string{"internal/diskmap"}, "an OS image's raw view and block map (go-qcow2reader inside): only the map's wire format of ours, which the agent reads too"},
 	{"agent", []string{"agent", "api", "internal/apierr", "internal/nodeid", "internal/termsafe"}, "code that runs on a machine: api and its own packages"},
+	{"agent/diskwrite", []string{"internal/diskmap"}, "writes an OS image's raw extents to a disk: the block map's wire format only, never the appliance's builder (images/blockmap) nor any other package of ours"},
 	{"boot", []string{"boot", "api", "images", "internal/apierr", "internal/lograte", "internal/termsafe"}, "network boot serves the image catalog"},
 	{"deploy", []string{"deploy", "api"}, "the do DAG executor speaks the API"},
 	{"web", []string{"web", "api"}, "the rack's web page: embedded assets and a JSON gateway that calls the appliance's own gRPC API with the caller's token"},
