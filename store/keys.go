@@ -47,4 +47,9 @@ const (
 	// shared image catalog.
 	AuditPrefix   = "/audit/"
 	CatalogPrefix = "/images/catalog/"
+
+	// BackendPrefix holds a backend's own keys, which are not records
+	// (store/etcd's leader election, "/_election/"): a reader of every
+	// record skips them.
+	BackendPrefix = "/_"
 )
