@@ -11,14 +11,16 @@ import (
 	"github.com/corralhq/corral/store/record"
 )
 
-// countingStore counts List calls on a real store.
+// countingStore counts List calls of the leases on a real store.
 type countingStore struct {
 	store.Store
 	lists atomic.Int64
 }
 
 func (c *countingStore) List(ctx context.Context, prefix string) ([]store.KV, error) {
-	c.lists.Add(1)
+	if prefix == LeasePrefix {
+		c.lists.Add(1)
+	}
 	return c.Store.List(ctx, prefix)
 }
 

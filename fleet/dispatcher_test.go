@@ -54,20 +54,14 @@ func newRig(t *testing.T) *rig {
 	return r
 }
 
-// load lists the three prefixes into the mirrors, as their watches would.
+// load reads the three prefixes into the mirrors, as their follow would.
 func (r *rig) load(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	for prefix, reset := range map[string]func([]store.KV){
-		AppliancePrefix:  r.s.runners.reset,
-		MachinePrefix:    r.s.machines.reset,
-		AssignmentPrefix: r.s.assigns.reset,
-	} {
-		kvs, err := r.st.List(ctx, prefix)
-		if err != nil {
+	for _, load := range []func(context.Context) (int64, error){r.s.runners.load, r.s.machines.load, r.s.assigns.load} {
+		if _, err := load(ctx); err != nil {
 			t.Fatal(err)
 		}
-		reset(kvs)
 	}
 }
 

@@ -13,6 +13,9 @@ import (
 	"github.com/corralhq/corral/store"
 )
 
+// errOverBound stops a mirror's read at its bound.
+var errOverBound = errors.New("more records than the bound")
+
 // errWatchEnded: the store closed a watch (a watcher that fell behind is
 // disconnected); the mirror lists again.
 var errWatchEnded = errors.New("store watch ended")
@@ -87,20 +90,30 @@ func (m *mirror[V]) run(ctx context.Context) error {
 	}
 }
 
-// follow watches, then lists (so no change between the two is missed),
-// then applies events until the watch ends or ctx does.
+// follow reads the prefix a page at a time and watches it from the
+// first page's revision (a store without history: watches, then reads, so
+// no change between the two is missed), then applies events until the
+// watch ends or ctx does.
 func (m *mirror[V]) follow(ctx context.Context) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ch, err := m.st.Watch(wctx, m.prefix)
+	hw, history := store.AsHistoryWatcher(m.st)
+	var ch <-chan store.Event
+	if !history {
+		var err error
+		if ch, err = m.st.Watch(wctx, m.prefix); err != nil {
+			return err
+		}
+	}
+	rev, err := m.load(ctx)
 	if err != nil {
 		return err
 	}
-	kvs, err := m.st.List(ctx, m.prefix)
-	if err != nil {
-		return err
+	if history {
+		if ch, err = hw.WatchFrom(wctx, m.prefix, rev); err != nil {
+			return err
+		}
 	}
-	m.reset(kvs)
 	for {
 		select {
 		case <-ctx.Done():
@@ -112,6 +125,40 @@ func (m *mirror[V]) follow(ctx context.Context) error {
 			m.apply(ev)
 		}
 	}
+}
+
+// loadPage is how many records one store read of load takes: a few MB of
+// machines with realistic facts, of which the mirror keeps what decode
+// returns.
+const loadPage = 1024
+
+// load replaces the contents with the prefix's records, read loadPage at
+// a time (store.ScanPages), so that it holds one page of whole records
+// and the decoded values, never the whole prefix at once. It returns the
+// revision the first page was read at.
+func (m *mirror[V]) load(ctx context.Context) (int64, error) {
+	next := map[string]item[V]{}
+	truncated := false
+	rev, err := store.ScanPages(ctx, m.st, m.prefix, loadPage, func(kvs []store.KV) error {
+		for _, kv := range kvs {
+			if len(next) >= m.max {
+				truncated = true
+				m.overBound(kv.Key)
+				return errOverBound
+			}
+			next[m.name(kv.Key)] = m.itemOf(kv)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errOverBound) {
+		return 0, err
+	}
+	m.mu.Lock()
+	m.items, m.truncated = next, truncated
+	m.mu.Unlock()
+	m.syncOnce.Do(func() { close(m.synced) })
+	m.notify()
+	return rev, nil
 }
 
 func (m *mirror[V]) name(key string) string { return strings.TrimPrefix(key, m.prefix) }
@@ -132,25 +179,6 @@ func (m *mirror[V]) overBound(key string) {
 	m.skipped.Add(1, func(n int64) {
 		m.log.Warn("more records than the bound; the rest are ignored", "what", m.what, "max", m.max, "key", key, "count", n)
 	})
-}
-
-// reset replaces the contents with a fresh list.
-func (m *mirror[V]) reset(kvs []store.KV) {
-	next := make(map[string]item[V], min(len(kvs), m.max))
-	truncated := false
-	for _, kv := range kvs {
-		if len(next) >= m.max {
-			truncated = true
-			m.overBound(kv.Key)
-			break
-		}
-		next[m.name(kv.Key)] = m.itemOf(kv)
-	}
-	m.mu.Lock()
-	m.items, m.truncated = next, truncated
-	m.mu.Unlock()
-	m.syncOnce.Do(func() { close(m.synced) })
-	m.notify()
 }
 
 // apply applies one watched event. Events not newer than the mirrored

@@ -7,10 +7,13 @@ import (
 	"strings"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	storev1 "github.com/corralhq/corral/api/store/v1"
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/internal/paging"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/record"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 )
 
 // Page sizes of ListMachines (docs/architecture.md "Paged lists"). A
@@ -240,11 +243,11 @@ func (a sortKey) less(b sortKey, desc bool) bool {
 	return a.name < b.name
 }
 
-// pageHeap keeps the page's machines with the greatest in the sort order
-// on top, so that a better one replaces it.
+// pageHeap keeps the page's machines (their stored records) with the
+// greatest in the sort order on top, so that a better one replaces it.
 type pageHeap struct {
 	keys []sortKey
-	ms   []*inventoryv1.Machine
+	kvs  []store.KV
 	desc bool
 }
 
@@ -252,31 +255,37 @@ func (h *pageHeap) Len() int           { return len(h.keys) }
 func (h *pageHeap) Less(a, b int) bool { return h.keys[b].less(h.keys[a], h.desc) }
 func (h *pageHeap) Swap(a, b int) {
 	h.keys[a], h.keys[b] = h.keys[b], h.keys[a]
-	h.ms[a], h.ms[b] = h.ms[b], h.ms[a]
+	h.kvs[a], h.kvs[b] = h.kvs[b], h.kvs[a]
 }
 func (h *pageHeap) Push(x any) {
 	e := x.(heapEntry)
-	h.keys, h.ms = append(h.keys, e.key), append(h.ms, e.m)
+	h.keys, h.kvs = append(h.keys, e.key), append(h.kvs, e.kv)
 }
 func (h *pageHeap) Pop() any {
 	n := len(h.keys) - 1
-	e := heapEntry{h.keys[n], h.ms[n]}
-	h.keys, h.ms = h.keys[:n], h.ms[:n]
+	e := heapEntry{h.keys[n], h.kvs[n]}
+	h.keys, h.kvs = h.keys[:n], h.kvs[:n]
 	return e
 }
 
 type heapEntry struct {
 	key sortKey
-	m   *inventoryv1.Machine
+	kv  store.KV
 }
 
 // pageSorted serves a page in another order than name: one pass over
-// every machine, keeping the size first after the token's position.
+// every machine, a store read of scanBatch records at a time, keeping the
+// stored records of the size first after the token's position in a heap,
+// so that a page holds O(size + scanBatch) records whatever the number of
+// machines; the page's records are decoded whole at the end. Without
+// selectors a machine is read without its facts and fact history
+// (machineHead: the order and the other filters read neither).
 func (i *Inventory) pageSorted(ctx context.Context, q *machineQuery, tok paging.Token, size int) ([]*inventoryv1.Machine, string, error) {
 	var from *sortKey
 	if tok.After != "" {
 		from = &sortKey{tok.Sort, tok.After}
 	}
+	headOnly := len(q.sels) == 0
 	h := &pageHeap{desc: q.order.desc}
 	after, beyond := "", 0 // beyond: matches after the position
 	var rev int64
@@ -289,9 +298,14 @@ func (i *Inventory) pageSorted(ctx context.Context, q *machineQuery, tok paging.
 			rev = r
 		}
 		for _, kv := range kvs {
-			m := newMachine()
-			if err := record.Unmarshal(kv.Value, m); err != nil {
-				return nil, "", fmt.Errorf("%s: %w", kv.Key, err)
+			var m *inventoryv1.Machine
+			if headOnly {
+				m = machineHead(kv.Value)
+			}
+			if m == nil {
+				if m, err = decodeMachine(kv); err != nil {
+					return nil, "", err
+				}
 			}
 			if !q.match(m) {
 				continue
@@ -302,9 +316,9 @@ func (i *Inventory) pageSorted(ctx context.Context, q *machineQuery, tok paging.
 			}
 			beyond++
 			if h.Len() < size {
-				heap.Push(h, heapEntry{k, q.view(m)})
+				heap.Push(h, heapEntry{k, kv})
 			} else if k.less(h.keys[0], q.order.desc) {
-				h.keys[0], h.ms[0] = k, q.view(m)
+				h.keys[0], h.kvs[0] = k, kv
 				heap.Fix(h, 0)
 			}
 		}
@@ -318,7 +332,11 @@ func (i *Inventory) pageSorted(ctx context.Context, q *machineQuery, tok paging.
 	var last sortKey
 	for j := n - 1; j >= 0; j-- {
 		e := heap.Pop(h).(heapEntry)
-		out[j] = e.m
+		m, err := decodeMachine(e.kv)
+		if err != nil {
+			return nil, "", err
+		}
+		out[j] = q.view(m)
 		if j == n-1 {
 			last = e.key
 		}
@@ -327,6 +345,55 @@ func (i *Inventory) pageSorted(ctx context.Context, q *machineQuery, tok paging.
 		return out, "", nil
 	}
 	return out, paging.Encode(paging.Token{After: last.name, Sort: last.value, Rev: rev, Filter: q.filter}), nil
+}
+
+// decodeMachine decodes a stored machine whole.
+func decodeMachine(kv store.KV) (*inventoryv1.Machine, error) {
+	m := newMachine()
+	if err := record.Unmarshal(kv.Value, m); err != nil {
+		return nil, fmt.Errorf("%s: %w", kv.Key, err)
+	}
+	return m, nil
+}
+
+// Fields of a stored machine that machineHead leaves out.
+const (
+	machineFactsField       protowire.Number = 16 // facts
+	machineFactHistoryField protowire.Number = 56 // fact_history
+)
+
+// machineHead decodes a stored machine without its facts and fact history,
+// which are most of its bytes and of its decoding: what an order and the
+// state, serial and MAC filters read. It returns nil when b is not a
+// record of a machine that this build reads; the caller then decodes it
+// whole (record.Unmarshal), which says what is wrong.
+func machineHead(b []byte) *inventoryv1.Machine {
+	var r storev1.Record
+	if proto.Unmarshal(b, &r) != nil || r.GetSchemaVersion() == 0 || r.GetSchemaVersion() > record.SchemaVersion ||
+		!r.GetValue().MessageIs((*inventoryv1.Machine)(nil)) {
+		return nil
+	}
+	in := r.GetValue().GetValue()
+	head := make([]byte, 0, 512)
+	for len(in) > 0 {
+		num, typ, n := protowire.ConsumeTag(in)
+		if n < 0 {
+			return nil
+		}
+		v := protowire.ConsumeFieldValue(num, typ, in[n:])
+		if v < 0 {
+			return nil
+		}
+		if num != machineFactsField && num != machineFactHistoryField {
+			head = append(head, in[:n+v]...)
+		}
+		in = in[n+v:]
+	}
+	m := newMachine()
+	if proto.Unmarshal(head, m) != nil {
+		return nil
+	}
+	return m
 }
 
 // EachMachine calls fn with every machine the request's filters select,

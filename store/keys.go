@@ -1,5 +1,10 @@
 package store
 
+// BackendPrefix holds a backend's own keys, which are not records
+// (store/etcd's leader election, "/_election/"): a reader of every record
+// skips them.
+const BackendPrefix = "/_"
+
 // The keys of Corral's records, declared once here so that every package
 // spells them the same way, and so that one package can read another's
 // records by prefix without importing it (fleet reads inventory's machines

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"math"
 	"slices"
 	"strings"
 )
@@ -74,4 +75,41 @@ func PageOf(kvs []KV, startAfter string, limit int) []KV {
 		}
 	}
 	return kvs[i:min(i+limit, len(kvs))]
+}
+
+// ScanPages calls fn with the records under prefix in key order, at most
+// limit at a time (ListPageOf), until they end or fn returns an error,
+// which it returns with the first page's revision (so fn may stop a scan
+// early with an error of its own). It holds one page at a time, so a scan of 50,000
+// records keeps no more than fn does. It returns the revision the first
+// page was read at: every record fn sees is at least that new, so a watch
+// from it (HistoryWatcher.WatchFrom) misses no change made during the
+// scan. A store without a Pager is read in one List (a page per List
+// would read the prefix once a page). fn may keep the records it is
+// given.
+func ScanPages(ctx context.Context, s Store, prefix string, limit int, fn func([]KV) error) (int64, error) {
+	if _, ok := AsPager(s); !ok {
+		limit = math.MaxInt32
+	}
+	limit = max(limit, 1)
+	var first int64
+	after := ""
+	for {
+		kvs, rev, err := ListPageOf(ctx, s, prefix, after, limit)
+		if err != nil {
+			return 0, err
+		}
+		if after == "" {
+			first = rev
+		}
+		if len(kvs) > 0 {
+			if err := fn(kvs); err != nil {
+				return first, err
+			}
+		}
+		if len(kvs) < limit {
+			return first, nil
+		}
+		after = kvs[len(kvs)-1].Key
+	}
 }

@@ -28,10 +28,10 @@ const (
 const maxCounted = 1 << 20
 
 // stateCounts keeps the number of machines by state and nodes by
-// readiness, following the store: a List of each prefix at a revision,
-// then every change after it (store.HistoryWatcher; a store without
-// history: Watch started before the List, an event older than the record
-// listed ignored). A watch the store cuts (a slow watcher) resumes after
+// readiness, following the store: a read of each prefix a page at a time
+// (load), then every change after the first page's revision
+// (store.HistoryWatcher; a store without history: Watch started before
+// the read, an event older than the record read ignored). A watch the store cuts (a slow watcher) resumes after
 // the last change applied. A scrape reads the counts from memory: its cost
 // does not grow with the fleet.
 type stateCounts struct {
@@ -246,11 +246,13 @@ func (t *stateTable) once(ctx context.Context, st store.Store) error {
 		}
 	}
 	if ch == nil {
-		kvs, rev, err := hw.ListRevision(ctx, t.prefix)
+		// The pages' records are each at least as new as the first
+		// page's revision: a watch from it replays every change since,
+		// and apply skips what a later page already holds.
+		rev, err := t.load(ctx, st)
 		if err != nil {
 			return err
 		}
-		t.load(kvs)
 		t.lastRev = rev
 		if ch, err = hw.WatchFrom(wctx, t.prefix, rev); err != nil {
 			return err
@@ -267,22 +269,31 @@ func (t *stateTable) relist(ctx, wctx context.Context, st store.Store) error {
 	if err != nil {
 		return err
 	}
-	kvs, err := st.List(ctx, t.prefix)
-	if err != nil {
+	if _, err := t.load(ctx, st); err != nil {
 		return err
 	}
-	t.load(kvs)
 	t.setSynced()
 	return t.drain(ctx, ch)
 }
 
-// load replaces the table's records with kvs.
-func (t *stateTable) load(kvs []store.KV) {
+// load replaces the table's records with the prefix's, read loadPage
+// records at a time (store.ScanPages): it holds one page of whole records
+// and, for each record, its key, state and revision, never the whole
+// prefix. It returns the revision the first page was read at (0 from a
+// store without revisions); a watch from it misses nothing.
+func (t *stateTable) load(ctx context.Context, st store.Store) (int64, error) {
 	t.reset(true)
-	for _, kv := range kvs {
-		t.apply(kv.Key, kv.Value, kv.Revision)
-	}
+	return store.ScanPages(ctx, st, t.prefix, loadPage, func(kvs []store.KV) error {
+		for _, kv := range kvs {
+			t.apply(kv.Key, kv.Value, kv.Revision)
+		}
+		return nil
+	})
 }
+
+// loadPage is how many records one store read of load takes: about 5 MB
+// of machines with realistic facts.
+const loadPage = 1024
 
 func (t *stateTable) setSynced() {
 	t.mu.Lock()

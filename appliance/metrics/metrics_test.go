@@ -305,7 +305,7 @@ func TestReadinessNamesWhatIsMissing(t *testing.T) {
 }
 
 // cuttingStore is a mem store whose watches the test can cut (as a store
-// cuts a watcher that falls behind); it counts Lists.
+// cuts a watcher that falls behind); it counts Lists (and paged reads).
 type cuttingStore struct {
 	*mem.Store
 	mu    sync.Mutex
@@ -324,6 +324,14 @@ func (c *cuttingStore) cutAll() {
 func (c *cuttingStore) ListRevision(ctx context.Context, prefix string) ([]store.KV, int64, error) {
 	c.lists.Add(1)
 	return c.Store.ListRevision(ctx, prefix)
+}
+
+// ListPage counts a read of a prefix's first page as a List.
+func (c *cuttingStore) ListPage(ctx context.Context, prefix, startAfter string, limit int) ([]store.KV, int64, error) {
+	if startAfter == "" {
+		c.lists.Add(1)
+	}
+	return c.Store.ListPage(ctx, prefix, startAfter, limit)
 }
 
 func (c *cuttingStore) WatchFrom(ctx context.Context, prefix string, after int64) (<-chan store.Event, error) {

@@ -16,7 +16,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,6 +42,8 @@ func main() {
 	counts := flag.String("machines", "5000,50000", "comma-separated machine counts")
 	work := flag.String("work-dir", "", "where the data directories go (default: a temporary directory)")
 	flag.BoolVar(&withJSON, "json", true, "also time -o json (minutes at 50,000 machines)")
+	flag.BoolVar(&reuse, "reuse", false, "keep the machines a previous run left in -work-dir (written again when absent)")
+	flag.BoolVar(&startupOnly, "startup-only", false, "only start corrald, wait for its start-up reads to settle, print its peak RSS and stop")
 	flag.Parse()
 	if err := run(*bin, *counts, *work); err != nil {
 		fmt.Fprintln(os.Stderr, "list:", err)
@@ -47,8 +51,9 @@ func main() {
 	}
 }
 
-// withJSON says whether -o json is timed too.
-var withJSON = true
+// withJSON says whether -o json is timed too; reuse keeps a filled data
+// directory; startupOnly measures start-up and lists nothing.
+var withJSON, reuse, startupOnly = true, false, false
 
 func run(bin, counts, work string) error {
 	if bin == "" {
@@ -77,27 +82,40 @@ func run(bin, counts, work string) error {
 }
 
 func one(bin, dir string, n int) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
+	db := filepath.Join(dir, "corral.db")
+	if _, err := os.Stat(db); err != nil || !reuse {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		// First start: the data directory gets its CA and admin.conf.
+		d, err := start(bin, dir)
+		if err != nil {
+			return err
+		}
+		d.stop()
+		t0 := time.Now()
+		if err := fill(db, n); err != nil {
+			return err
+		}
+		fi, _ := os.Stat(db)
+		fmt.Printf("\n%d machines written offline in %v (corral.db %d MB)\n", n, time.Since(t0).Round(time.Millisecond), fi.Size()>>20)
 	}
-	// First start: the data directory gets its CA and admin.conf.
+	t0 := time.Now()
 	d, err := start(bin, dir)
 	if err != nil {
 		return err
 	}
-	d.stop()
-	t0 := time.Now()
-	if err := fill(filepath.Join(dir, "corral.db"), n); err != nil {
-		return err
-	}
-	db, _ := os.Stat(filepath.Join(dir, "corral.db"))
-	fmt.Printf("\n%d machines written offline in %v (corral.db %d MB)\n", n, time.Since(t0).Round(time.Millisecond), db.Size()>>20)
-	d, err = start(bin, dir)
+	defer d.stop()
+	fmt.Printf("corrald started: RSS %d MB (anonymous %d MB, file %d MB)\n", d.status("VmRSS")>>10, d.status("RssAnon")>>10, d.status("RssFile")>>10)
+	settled, err := d.settle()
 	if err != nil {
 		return err
 	}
-	defer d.stop()
-	fmt.Printf("corrald started: RSS %d MB\n", d.status("VmRSS")>>10)
+	fmt.Printf("corrald start-up settled in %.1f s (machine counts synced, RSS steady 3 s): RSS %d MB (anonymous %d MB, file %d MB), peak RSS (VmHWM) %d MB\n",
+		settled.Sub(t0).Seconds(), d.status("VmRSS")>>10, d.status("RssAnon")>>10, d.status("RssFile")>>10, d.status("VmHWM")>>10)
+	if startupOnly {
+		return nil
+	}
 	for _, args := range [][]string{{"get", "machines"}, {"get", "machines", "-o", "json"}, {"get", "machines", "--limit", "100"}, {"get", "machines", "--sort-by", "updated_at desc", "--limit", "20"}} {
 		if !withJSON && slices.Contains(args, "json") {
 			continue
@@ -168,8 +186,9 @@ func cmpOr(a, b error) error {
 }
 
 type daemon struct {
-	cmd  *exec.Cmd
-	done chan struct{}
+	cmd     *exec.Cmd
+	done    chan struct{}
+	metrics string // its /metrics address
 }
 
 func freeAddr() string {
@@ -184,7 +203,8 @@ func freeAddr() string {
 // start runs corrald on loopback (no DHCP, TFTP or RA) and waits until its
 // API serves.
 func start(bin, dir string) (*daemon, error) {
-	cmd := exec.Command(filepath.Join(bin, "corrald"), "serve", "--data-dir", dir, "--api-listen", freeAddr(),
+	metrics := freeAddr()
+	cmd := exec.Command(filepath.Join(bin, "corrald"), "serve", "--data-dir", dir, "--api-listen", freeAddr(), "--metrics-listen", metrics,
 		"--boot-interface", "lo", "--dhcp-mode", "off", "--no-ra", "--tftp-listen", "off", "--http-listen", freeAddr(), "--allow-test-images")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -194,7 +214,7 @@ func start(bin, dir string) (*daemon, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	d := &daemon{cmd: cmd, done: make(chan struct{})}
+	d := &daemon{cmd: cmd, done: make(chan struct{}), metrics: metrics}
 	ready := make(chan struct{})
 	var logTail []string
 	go func() {
@@ -229,6 +249,38 @@ func (d *daemon) stop() {
 		_ = d.cmd.Process.Kill()
 		<-d.done
 	}
+}
+
+// settle waits until corrald's machine counts follow the store (its
+// start-up read of every machine is done) and its RSS has not moved for
+// 3 s (the other start-up reads, such as the fleet's mirror, are done too).
+func (d *daemon) settle() (time.Time, error) {
+	deadline := time.Now().Add(5 * time.Minute)
+	for !d.synced() {
+		if time.Now().After(deadline) {
+			return time.Time{}, errors.New("corrald's machine counts did not sync in 5 minutes")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	at, last := time.Now(), d.status("VmRSS")
+	for time.Since(at) < 3*time.Second && time.Now().Before(deadline) {
+		time.Sleep(250 * time.Millisecond)
+		if rss := d.status("VmRSS"); rss > last+1024 || rss < last-1024 {
+			at, last = time.Now(), rss
+		}
+	}
+	return at, nil
+}
+
+// synced says whether corrald's /metrics reports its machine counts synced.
+func (d *daemon) synced() bool {
+	resp, err := http.Get("http://" + d.metrics + "/metrics")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return err == nil && strings.Contains(string(b), `corral_state_count_synced{kind="machines"} 1`)
 }
 
 // status reads a kB field of corrald's /proc status (VmRSS, VmHWM).

@@ -736,18 +736,38 @@ func (c *Service) SetBootDevice(ctx context.Context, name string, req inventory.
 }
 
 // PowerTargets names the machines with an enrolled BMC (for the poller).
+// When the inventory can scan (machineScanner, as *inventory.Inventory
+// does) it keeps only the names, a batch of records at a time: a poll of
+// 50,000 machines never holds every record.
 func (c *Service) PowerTargets(ctx context.Context) ([]string, error) {
-	ms, err := c.inv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{View: inventoryv1.MachineView_MACHINE_VIEW_SUMMARY})
-	if err != nil {
-		return nil, err
-	}
+	req := &inventoryv1.ListMachinesRequest{View: inventoryv1.MachineView_MACHINE_VIEW_SUMMARY}
 	var out []string
-	for _, m := range ms {
+	keep := func(m *inventoryv1.Machine) error {
 		if m.GetBmc().GetAddress() != "" && m.GetBmc().GetUsername() != "" {
 			out = append(out, m.GetName())
 		}
+		return nil
+	}
+	if s, ok := c.inv.(machineScanner); ok {
+		if err := s.EachMachine(ctx, req, keep); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
+	ms, err := c.inv.ListMachines(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range ms {
+		_ = keep(m) // keep returns no error
 	}
 	return out, nil
+}
+
+// machineScanner is implemented by an inventory that scans machines a
+// bounded batch at a time (*inventory.Inventory).
+type machineScanner interface {
+	EachMachine(ctx context.Context, req *inventoryv1.ListMachinesRequest, fn func(*inventoryv1.Machine) error) error
 }
 
 // RefreshPower reads and stores one machine's power state (for the

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 
 	storev1 "github.com/corralhq/corral/api/store/v1"
 	"github.com/corralhq/corral/store"
@@ -99,36 +100,54 @@ func Upgrade(b []byte, steps []Step) (out []byte, from uint32, err error) {
 // second time. A record newer than SchemaVersion stops it with ErrSchema
 // naming the key, before anything is written; a record that is not an
 // envelope is logged and left to its readers. Each migrated version is
-// logged. It reads the store through store.Snapshotter when it has one
-// (every record at one revision, and nothing that is not a record, such as
-// etcd's election keys), else List.
+// logged. It reads the store a page of migratePage records at a time
+// (store.ScanPages), keeping only the keys of the records to rewrite, so
+// that a store of 50,000 machines is never held at once; keys under
+// store.BackendPrefix (a backend's own, such as etcd's election) are not
+// records and are skipped.
 func Migrate(ctx context.Context, st store.Store, steps []Step, log *slog.Logger) (MigrateSummary, error) {
 	if err := CheckSteps(steps); err != nil {
 		return MigrateSummary{}, err
 	}
-	kvs, err := allRecords(ctx, st)
+	sum := MigrateSummary{Migrated: map[uint32]int{}}
+	var old []string
+	_, err := store.ScanPages(ctx, st, "", migratePage, func(kvs []store.KV) error {
+		for _, kv := range kvs {
+			if strings.HasPrefix(kv.Key, store.BackendPrefix) {
+				continue
+			}
+			sum.Records++
+			v, err := EnvelopeVersion(kv.Value)
+			if err != nil || v == 0 {
+				// Left to its reader, which reports it where it matters;
+				// one damaged record does not keep the appliance down.
+				sum.Corrupt++
+				log.Warn("store record is not an envelope: not migrated", "key", kv.Key, "err", err)
+				continue
+			}
+			if v > SchemaVersion {
+				return fmt.Errorf("%w: %s is at schema version %d, this corrald reads up to %d: it was written by a newer corrald; run that version (or newer) on this store", ErrSchema, kv.Key, v, SchemaVersion)
+			}
+			if v < SchemaVersion {
+				old = append(old, kv.Key)
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, ErrSchema) {
+		return sum, err
+	}
 	if err != nil {
 		return MigrateSummary{}, fmt.Errorf("record: migrate: list: %w", err)
 	}
-	sum := MigrateSummary{Records: len(kvs), Migrated: map[uint32]int{}}
-	var old []store.KV
-	for _, kv := range kvs {
-		v, err := EnvelopeVersion(kv.Value)
-		if err != nil || v == 0 {
-			// Left to its reader, which reports it where it matters;
-			// one damaged record does not keep the appliance down.
-			sum.Corrupt++
-			log.Warn("store record is not an envelope: not migrated", "key", kv.Key, "err", err)
-			continue
+	for _, key := range old {
+		kv, err := st.Get(ctx, key)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // deleted since it was read
 		}
-		if v > SchemaVersion {
-			return sum, fmt.Errorf("%w: %s is at schema version %d, this corrald reads up to %d: it was written by a newer corrald; run that version (or newer) on this store", ErrSchema, kv.Key, v, SchemaVersion)
+		if err != nil {
+			return sum, fmt.Errorf("record: migrate %s: %w", key, err)
 		}
-		if v < SchemaVersion {
-			old = append(old, kv)
-		}
-	}
-	for _, kv := range old {
 		from, err := migrateOne(ctx, st, kv, steps)
 		if err != nil {
 			return sum, fmt.Errorf("record: migrate %s: %w", kv.Key, err)
@@ -143,14 +162,8 @@ func Migrate(ctx context.Context, st store.Store, steps []Step, log *slog.Logger
 	return sum, nil
 }
 
-// allRecords reads every record of st.
-func allRecords(ctx context.Context, st store.Store) ([]store.KV, error) {
-	if sn, ok := store.AsSnapshotter(st); ok {
-		_, kvs, err := sn.Snapshot(ctx)
-		return kvs, err
-	}
-	return st.List(ctx, "")
-}
+// migratePage is how many records one store read of Migrate takes.
+const migratePage = 1024
 
 // migrateOne rewrites kv at SchemaVersion by compare-and-swap, re-reading
 // it on a conflict. It returns the version it migrated from (0: nothing
