@@ -54,11 +54,11 @@ func TestAttackBMCClaim(t *testing.T) {
 	require.Tool(t, "ip")
 	require.File(t, "/boot/ipxe.lkrn", "the discovery kernel stand-in (Debian package ipxe)")
 	const (
-		impostor, real = "52:54:00:bb:20:01", "52:54:00:aa:20:01"
-		bmcIP          = "192.0.2.23" // on the appliance's side, as a management network's BMC
-		enrolled       = "rack1-u07"
-		realSN         = "SN-RACK1-U07"
-		realUUID       = "6a1c0f3e-aaaa-4a5b-9c2d-000000002001"
+		impostor, genuine = "52:54:00:bb:20:01", "52:54:00:aa:20:01"
+		bmcIP             = "192.0.2.23" // on the appliance's side, as a management network's BMC
+		enrolled          = "rack1-u07"
+		realSN            = "SN-RACK1-U07"
+		realUUID          = "6a1c0f3e-aaaa-4a5b-9c2d-000000002001"
 	)
 	ctx := context.Background()
 	srvNS, cliNS, br, inner := netnsPair(t, "crb", "10.77.1", "10.77.1.250")
@@ -137,11 +137,11 @@ func TestAttackBMCClaim(t *testing.T) {
 	})
 
 	t.Run("the real server is not refused as the impostor", func(t *testing.T) {
-		leaseR := dora(t, dhcp, real)
+		leaseR := dora(t, dhcp, genuine)
 		ipCmd(t, "-n", cliNS, "addr", "add", leaseR+"/24", "dev", inner)
-		facts := withBMC(machinefacts.QEMU(realSN, realUUID, real))
-		agent := f.agent(cliNS, leaseR, f.token(cliNS, leaseR, real))
-		_, err := agent.Register(ctx, &nodev1.RegisterRequest{BootMac: real, Facts: facts})
+		facts := withBMC(machinefacts.QEMU(realSN, realUUID, genuine))
+		agent := f.agent(cliNS, leaseR, f.token(cliNS, leaseR, genuine))
+		_, err := agent.Register(ctx, &nodev1.RegisterRequest{BootMac: genuine, Facts: facts})
 		// Parked for the operator: for the BMC address, not for anything
 		// the impostor said.
 		wantCode(t, "the real server's first Register", err, codes.PermissionDenied,
@@ -153,16 +153,16 @@ func TestAttackBMCClaim(t *testing.T) {
 		if _, err := machines.AdoptMachine(ctx, &inventoryv1.AdoptMachineRequest{Name: "conflict-525400aa2001"}); err != nil {
 			t.Fatalf("the operator adopts the real server's report: %v", err)
 		}
-		f.waitEntry(real, "adopted", "parked report conflict-525400aa2001 adopted as machine "+enrolled)
+		f.waitEntry(genuine, "adopted", "parked report conflict-525400aa2001 adopted as machine "+enrolled)
 		m := f.machine(enrolled)
-		if m.GetBootMac() != real || m.GetSerial() != realSN || m.GetSystemUuid() != realUUID || !proto.Equal(m.GetFacts(), facts) ||
+		if m.GetBootMac() != genuine || m.GetSerial() != realSN || m.GetSystemUuid() != realUUID || !proto.Equal(m.GetFacts(), facts) ||
 			m.GetBmc().GetAddress() != bmcIP || m.GetState() != inventoryv1.Machine_INVENTORIED {
 			t.Fatalf("%s after the adopt: %v", enrolled, m)
 		}
 		// Its agent, still running with the token it had, reports again
 		// (it retries with back-off): the report lands on rack1-u07 and its
 		// session opens, with no reboot.
-		reg, err := agent.Register(ctx, &nodev1.RegisterRequest{BootMac: real, Facts: facts})
+		reg, err := agent.Register(ctx, &nodev1.RegisterRequest{BootMac: genuine, Facts: facts})
 		if err != nil {
 			t.Fatalf("the real server's Register after the adopt: %v", err)
 		}
@@ -172,7 +172,7 @@ func TestAttackBMCClaim(t *testing.T) {
 		if _, err := session(t, agent, reg.GetSessionId()); err != nil {
 			t.Fatalf("the real server's session: %v", err)
 		}
-		f.waitEntry(real, "registered", "machine "+enrolled)
+		f.waitEntry(genuine, "registered", "machine "+enrolled)
 		if _, err := machines.GetPower(ctx, &inventoryv1.GetPowerRequest{Name: enrolled}); err != nil {
 			t.Errorf("power of %s through its BMC after the adopt: %v", enrolled, err)
 		}
