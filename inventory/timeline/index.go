@@ -123,7 +123,24 @@ func (t *Timeline) evict(ctx context.Context, budget int) {
 			t.mu.Unlock()
 			return
 		}
-		ms := t.lru.Back().Value.(*macState)
+		// The least recent MAC with no entry being stored: a MAC whose
+		// entries are in flight (a batch is stored before it is counted)
+		// keeps its place and its entries, which must not be deleted
+		// uncounted. A flood's in-flight MACs are looked past, a bounded
+		// number of them.
+		el := t.lru.Back()
+		for skip := 0; el != nil && len(el.Value.(*macState).pending) > 0; skip++ {
+			if skip == evictScan {
+				el = nil
+				break
+			}
+			el = el.Prev()
+		}
+		if el == nil {
+			t.mu.Unlock()
+			return
+		}
+		ms := el.Value.(*macState)
 		t.lru.Remove(ms.el)
 		delete(t.macs, ms.mac)
 		t.total -= ms.count

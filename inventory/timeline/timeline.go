@@ -173,6 +173,13 @@ const (
 	// goroutine each, idle otherwise) drain 4,700-7,700/s
 	// (BenchmarkTimelineRecord, bench/README.md "Storm").
 	timelineWriters = 128
+	// timelineBatch bounds the entries one writer stores in one
+	// transaction (store.MaxTxnOps is the store's bound).
+	timelineBatch = 64
+	// evictScan bounds the MACs with entries in flight an eviction looks
+	// past for one it may evict (at most timelineWriters*timelineBatch
+	// entries are in flight).
+	evictScan = 1024
 	// maxSourceBytes and maxEventBytes cut an entry's source and event
 	// names (short words in practice; an agent's progress step is one).
 	maxSourceBytes = 64
@@ -456,43 +463,81 @@ func (t *Timeline) Dropped() uint64 { return t.dropped.Load() }
 
 // Run loads the index, then writes queued entries until ctx ends, and
 // writes what is still queued before it returns nil.
+//
+// Entries that queued up while the writers were busy go out together:
+// the dispatcher hands a writer everything waiting, up to timelineBatch
+// entries, and the writer stores them in one transaction. A quiet
+// appliance writes each entry alone as before; under a boot storm the
+// store sees a few large commits instead of one per entry, which is what
+// etcd (one raft proposal per write) needs (bench/README.md, "Fleet storm
+// on etcd").
 func (t *Timeline) Run(ctx context.Context) error {
 	t.load(ctx)
 	var wg sync.WaitGroup
 	// Writers stop on a closed channel, which is only closed after ctx
 	// ends and the queue is drained into it.
-	work := make(chan tlItem)
+	work := make(chan []queuedWrite)
 	var inflight sync.WaitGroup
 	for range timelineWriters {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for it := range work {
-				t.write(context.WithoutCancel(ctx), it)
-				inflight.Done()
+			for batch := range work {
+				t.writeBatch(context.WithoutCancel(ctx), batch)
+				inflight.Add(-len(batch))
 			}
 		}()
 	}
-	dispatch := func(it tlItem) {
+	var batch []queuedWrite
+	send := func() {
+		if len(batch) > 0 {
+			inflight.Add(len(batch))
+			work <- batch
+			batch = nil
+		}
+	}
+	// take adds it to the batch; a flush first sends what is collected
+	// and waits for every write before it.
+	take := func(it tlItem) {
 		t.queued.Add(-it.size)
 		if it.flush != nil {
+			send()
 			inflight.Wait()
 			close(it.flush)
 			return
 		}
-		inflight.Add(1)
-		work <- it
+		// Registered here, in the order entries were queued, so that
+		// the least-recently-written order is that of arrival whichever
+		// writer stores them first.
+		batch = append(batch, queuedWrite{it: it, pw: t.pending(it)})
+		if len(batch) == timelineBatch {
+			send()
+		}
+	}
+	// more takes what else is queued now, without waiting.
+	more := func() {
+		for len(batch) > 0 && len(batch) < timelineBatch {
+			select {
+			case it := <-t.queue:
+				take(it)
+			default:
+				return
+			}
+		}
 	}
 	for {
 		select {
 		case it := <-t.queue:
-			dispatch(it)
+			take(it)
+			more()
+			send()
 		case <-ctx.Done():
 			for {
 				select {
 				case it := <-t.queue:
-					dispatch(it)
+					take(it)
 				default:
+					send()
 					close(work)
 					wg.Wait()
 					t.saveAll(context.WithoutCancel(ctx))
@@ -503,25 +548,78 @@ func (t *Timeline) Run(ctx context.Context) error {
 	}
 }
 
-// write stores one entry, keeps the MAC's index entry, trims the MAC when
-// it is due, and evicts least recently written MACs while over the total.
-//
-// Writes of one MAC run in parallel; the entry is registered as pending
-// before it is stored, so that a trim listing the MAC meanwhile counts it
-// (and marks it counted) exactly once.
-func (t *Timeline) write(ctx context.Context, it tlItem) {
+// writeBatch stores a batch of entries: one entry with Put, more in one
+// transaction (a transaction refused as a whole — a key already there —
+// falls back to one Put each, so one bad entry costs only itself).
+func (t *Timeline) writeBatch(ctx context.Context, batch []queuedWrite) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	errs := make([]error, len(batch))
+	if len(batch) == 1 {
+		_, errs[0] = record.Put(ctx, t.cfg.Store, batch[0].it.key, batch[0].it.entry, 0)
+	} else {
+		ops := make([]store.Op, 0, len(batch))
+		var err error
+		for _, q := range batch {
+			var b []byte
+			if b, err = record.Marshal(q.it.entry); err != nil {
+				break
+			}
+			ops = append(ops, store.Op{Kind: store.OpPut, Key: q.it.key, Value: b})
+		}
+		if err == nil {
+			_, err = t.cfg.Store.Txn(ctx, ops)
+		}
+		if err != nil {
+			for n, q := range batch {
+				_, errs[n] = record.Put(ctx, t.cfg.Store, q.it.key, q.it.entry, 0)
+			}
+		}
+	}
+	for n, q := range batch {
+		t.written(ctx, q.it, q.pw, errs[n])
+	}
+}
+
+// pendingWrite is what pending noted of an entry before it was stored.
+type pendingWrite struct {
+	ms    *macState
+	known bool
+}
+
+// queuedWrite is an entry handed to a writer, registered as pending.
+type queuedWrite struct {
+	it tlItem
+	pw pendingWrite
+}
+
+// pending registers the entry as pending before it is stored, so that a
+// trim listing the MAC meanwhile counts it (and marks it counted) exactly
+// once. Writes of one MAC run in parallel.
+func (t *Timeline) pending(it tlItem) pendingWrite {
 	mac := it.entry.GetMac()
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	ms, known := t.macs[mac]
-	if !known {
+	switch {
+	case !known:
 		ms = t.push(mac)
+	case !ms.held:
+		// Its place in the least-recently-written order is taken here,
+		// in the order entries were queued, not when a batch written
+		// concurrently with others gets counted.
+		t.lru.MoveToFront(ms.el)
 	}
 	ms.pending[it.key] = false
-	t.mu.Unlock()
+	return pendingWrite{ms: ms, known: known}
+}
 
-	_, err := record.Put(ctx, t.cfg.Store, it.key, it.entry, 0)
+// written accounts for one entry stored (err nil) or not: it keeps the
+// MAC's index entry, trims the MAC when it is due, and evicts least
+// recently written MACs while over the total.
+func (t *Timeline) written(ctx context.Context, it tlItem, pw pendingWrite, err error) {
+	mac := it.entry.GetMac()
+	ms, known := pw.ms, pw.known
 	st := t.stripe(mac)
 	st.Lock()
 	t.mu.Lock()
@@ -544,10 +642,7 @@ func (t *Timeline) write(ctx context.Context, it tlItem) {
 		ms, counted = cur, false
 	}
 	lan := strings.HasSuffix(it.key, bootLANSuffix)
-	switch {
-	case !ms.held:
-		t.lru.MoveToFront(ms.el)
-	case lan:
+	if ms.held && lan {
 		// Evictable again (the MAC's boot-LAN entries are).
 		t.held.Remove(ms.el)
 		ms.el, ms.held = t.lru.PushFront(ms), false

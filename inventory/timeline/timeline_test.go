@@ -356,3 +356,68 @@ func newTL(t *testing.T, cfg Config) *Timeline {
 	t.Cleanup(func() { cancel(); <-done })
 	return tl
 }
+
+// slowStore takes each write a while (as etcd's consensus does) and
+// counts the write calls.
+type slowStore struct {
+	store.Store
+	mu            sync.Mutex
+	puts, txns    int
+	txnOps, delay int
+}
+
+func (s *slowStore) Put(ctx context.Context, key string, v []byte, rev int64) (int64, error) {
+	s.mu.Lock()
+	s.puts++
+	s.mu.Unlock()
+	time.Sleep(time.Duration(s.delay) * time.Millisecond)
+	return s.Store.Put(ctx, key, v, rev)
+}
+
+func (s *slowStore) Txn(ctx context.Context, ops []store.Op) (int64, error) {
+	s.mu.Lock()
+	s.txns++
+	s.txnOps += len(ops)
+	s.mu.Unlock()
+	time.Sleep(time.Duration(s.delay) * time.Millisecond)
+	return s.Store.Txn(ctx, ops)
+}
+
+// TestTimelineBatchesABacklog: entries that queue up while the store is
+// slow go out many to a transaction, not one write each; every entry is
+// stored and counted once, and each MAC keeps its order of arrival for
+// eviction.
+func TestTimelineBatchesABacklog(t *testing.T) {
+	st := &slowStore{Store: mem.New(), delay: 20}
+	tl := newTL(t, Config{Store: st, Limit: 1000, MaxEntries: 100_000})
+	const macs, each = 400, 10
+	for i := range each {
+		for n := range macs {
+			tl.Event(mac(n), "dhcp", "discover", strconv.Itoa(i), nil)
+		}
+	}
+	if err := tl.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := stored(t, st.Store)
+	for n := range macs {
+		if got[mac(n)] != each {
+			t.Fatalf("%s: %d entries stored, want %d", mac(n), got[mac(n)], each)
+		}
+	}
+	st.mu.Lock()
+	puts, txns, txnOps := st.puts, st.txns, st.txnOps
+	st.mu.Unlock()
+	// Index records are Puts of their own (one per new MAC); the entries
+	// went mostly in transactions.
+	if entryPuts := puts - macs; txnOps < macs*each/2 || txns > macs*each/8 {
+		t.Errorf("%d entries: %d transactions carrying %d, %d single puts; want most in few transactions", macs*each, txns, txnOps, entryPuts)
+	}
+	tl.mu.Lock()
+	total := tl.total
+	tl.mu.Unlock()
+	if total != macs*each {
+		t.Errorf("index counts %d entries, want %d", total, macs*each)
+	}
+	t.Logf("%d entries: %d transactions (%d entries), %d puts (index records included)", macs*each, txns, txnOps, puts)
+}
