@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"fmt"
+	"slices"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/internal/apierr"
@@ -57,10 +58,24 @@ const (
 	// allocation expired; it is free again. (When release erases the
 	// disks, a RELEASING state goes between.)
 	EventReleased
+	// EventDeploying: its owner or an operator started an OS deploy
+	// (DeployMachine), or a deploy again after one failed or finished.
+	EventDeploying
+	// EventDeployFailed: a deploy step failed or timed out.
+	EventDeployFailed
+	// EventDeployBooted: the deployed OS booted and phoned home.
+	EventDeployBooted
+	// EventReleasing: released with an erase level: its disks are erased
+	// before it is free again.
+	EventReleasing
+	// EventErased: the release's erase succeeded on every disk.
+	EventErased
+	// EventEraseFailed: the release's erase failed or timed out.
+	EventEraseFailed
 )
 
 // lastEvent is the highest Event; the table test walks up to it.
-const lastEvent = EventReleased
+const lastEvent = EventEraseFailed
 
 var eventNames = [...]string{
 	EventCreated: "created", EventRegistered: "registered", EventAccepted: "accepted",
@@ -70,6 +85,8 @@ var eventNames = [...]string{
 	EventMaintenanceOn: "maintenance-on", EventMaintenanceOff: "maintenance-off",
 	EventParked: "parked", EventAdopted: "adopted",
 	EventPooled: "pooled", EventAllocated: "allocated", EventReleased: "released",
+	EventDeploying: "deploying", EventDeployFailed: "deploy-failed", EventDeployBooted: "deploy-booted",
+	EventReleasing: "releasing", EventErased: "erased", EventEraseFailed: "erase-failed",
 }
 
 func (e Event) String() string {
@@ -93,8 +110,10 @@ func refuse(format string, a ...any) error {
 // Transition is the machine state machine: every change of a machine's
 // State goes through it. It moves m from its current state to the one ev
 // leads to, or returns an error wrapping ErrInvalidTransition and leaves
-// m unchanged. It reads nothing but m.State, except for
-// EventMaintenanceOff, which restores what EventMaintenanceOn remembered
+// m unchanged. It reads nothing but m.State, except for the owner's
+// events (deploying, released, releasing), which need an open allocation
+// (m.Allocation set, not released), and EventMaintenanceOff, which
+// restores what EventMaintenanceOn remembered
 // (MaintenancePreviousState and MaintenancePreviousReason, which it
 // writes; without a remembered state a machine with facts is INVENTORIED,
 // one without DISCOVERED). Every other field (state reason, boot intent,
@@ -104,20 +123,26 @@ func refuse(format string, a ...any) error {
 //
 //	created                   UNSPECIFIED → DISCOVERED; any other state is kept
 //	registered                UNSPECIFIED, DISCOVERED → INVENTORIED; CONFLICT refused; any other state is kept
-//	accepted                  INVENTORIED, FAILED, READY → INSTALLING
+//	accepted                  INVENTORIED, FAILED (not allocated), READY → INSTALLING
 //	install-failed            INSTALLING → FAILED
 //	node-ready                INSTALLING → DEPLOYED
 //	node-ready-after-watchdog FAILED → DEPLOYED
 //	watchdog-expired          any but MAINTENANCE, CONFLICT → FAILED
-//	reprovisioned             any but MAINTENANCE, CONFLICT, ALLOCATED → DISCOVERED
+//	reprovisioned             any but MAINTENANCE, CONFLICT, ALLOCATED, DEPLOYING, RELEASING, allocated → DISCOVERED
 //	wipe-failed               any but MAINTENANCE, CONFLICT → FAILED
 //	maintenance-on            any but CONFLICT → MAINTENANCE
 //	maintenance-off           MAINTENANCE → the remembered state
 //	parked                    UNSPECIFIED, CONFLICT → CONFLICT
 //	adopted                   CONFLICT → INVENTORIED
-//	pooled                    INVENTORIED, FAILED, READY → READY
+//	pooled                    INVENTORIED, FAILED (not allocated, no failed erase), READY → READY
 //	allocated                 READY → ALLOCATED
-//	released                  ALLOCATED → READY
+//	released                  ALLOCATED; DEPLOYING, DEPLOYED, FAILED (allocated) → READY
+//	deploying                 ALLOCATED; DEPLOYED, FAILED (allocated) → DEPLOYING
+//	deploy-failed             DEPLOYING → FAILED
+//	deploy-booted             DEPLOYING → DEPLOYED
+//	releasing                 ALLOCATED; DEPLOYING, DEPLOYED, FAILED (allocated); FAILED, RELEASING with an erase (again) → RELEASING
+//	erased                    RELEASING → READY
+//	erase-failed              RELEASING → FAILED
 //
 // Transition does no I/O and changes nothing but m, so it is safe inside
 // a compare-and-swap mutation that may run more than once.
@@ -139,12 +164,20 @@ func Transition(m *inventoryv1.Machine, ev Event) error {
 			// Already past discovery: a re-register leaves the state.
 		}
 	case EventAccepted:
+		if from == inventoryv1.Machine_FAILED && open(m) {
+			return refuse("machine %q is FAILED and allocated: release it first (corral machine release %s)", name, name)
+		}
 		switch from {
 		case inventoryv1.Machine_INVENTORIED, inventoryv1.Machine_FAILED, inventoryv1.Machine_READY:
 			to = inventoryv1.Machine_INSTALLING
-		case inventoryv1.Machine_ALLOCATED:
-			return refuse("machine %q is ALLOCATED: release it first (corral machine release %s)", name, name)
+		case inventoryv1.Machine_ALLOCATED, inventoryv1.Machine_DEPLOYING:
+			return refuse("machine %q is %s: release it first (corral machine release %s)", name, from, name)
+		case inventoryv1.Machine_RELEASING:
+			return refuse("machine %q is RELEASING: its disks are being erased", name)
 		case inventoryv1.Machine_INSTALLING, inventoryv1.Machine_DEPLOYED:
+			if open(m) {
+				return refuse("machine %q is %s for its owner: release it first (corral machine release %s)", name, from, name)
+			}
 			return refuse("machine %q is %s: already deployed: reprovision it first", name, from)
 		case inventoryv1.Machine_MAINTENANCE:
 			return refuse("machine %q is in MAINTENANCE: take it out (corral machine maintenance off %s) first", name, name)
@@ -173,8 +206,11 @@ func Transition(m *inventoryv1.Machine, ev Event) error {
 		if from == inventoryv1.Machine_CONFLICT {
 			return refuse("machine %q is a parked report in CONFLICT: adopt or reject it", name)
 		}
-		if ev == EventReprovisioned && from == inventoryv1.Machine_ALLOCATED {
-			return refuse("machine %q is ALLOCATED: release it first (corral machine release %s)", name, name)
+		if ev == EventReprovisioned && (from == inventoryv1.Machine_ALLOCATED || from == inventoryv1.Machine_DEPLOYING || open(m)) {
+			return refuse("machine %q is %s: release it first (corral machine release %s)", name, from, name)
+		}
+		if ev == EventReprovisioned && from == inventoryv1.Machine_RELEASING {
+			return refuse("machine %q is RELEASING: its disks are being erased", name)
 		}
 		to = inventoryv1.Machine_FAILED
 		if ev == EventReprovisioned {
@@ -214,11 +250,17 @@ func Transition(m *inventoryv1.Machine, ev Event) error {
 		}
 		to = inventoryv1.Machine_INVENTORIED
 	case EventPooled:
+		if from == inventoryv1.Machine_FAILED && open(m) {
+			return refuse("machine %q is FAILED and allocated: release it first (corral machine release %s)", name, name)
+		}
+		if from == inventoryv1.Machine_FAILED && m.GetErase().GetError() != "" {
+			return refuse("machine %q failed its erase: erase it again (corral machine release %s --erase ...) first", name, name)
+		}
 		switch from {
 		case inventoryv1.Machine_INVENTORIED, inventoryv1.Machine_FAILED, inventoryv1.Machine_READY:
 			to = inventoryv1.Machine_READY
-		case inventoryv1.Machine_ALLOCATED:
-			return refuse("machine %q is ALLOCATED: it is in its pool already", name)
+		case inventoryv1.Machine_ALLOCATED, inventoryv1.Machine_DEPLOYING, inventoryv1.Machine_RELEASING:
+			return refuse("machine %q is %s: it is in its pool already", name, from)
 		case inventoryv1.Machine_INSTALLING, inventoryv1.Machine_DEPLOYED:
 			return refuse("machine %q is %s: a hypervisor node: reprovision it first", name, from)
 		case inventoryv1.Machine_MAINTENANCE:
@@ -233,14 +275,67 @@ func Transition(m *inventoryv1.Machine, ev Event) error {
 			return refuse("machine %q is %s, not READY: it cannot be allocated", name, from)
 		}
 		to = inventoryv1.Machine_ALLOCATED
-	case EventReleased:
-		if from != inventoryv1.Machine_ALLOCATED {
-			return refuse("machine %q is %s, not ALLOCATED: nothing to release", name, from)
+	case EventReleased, EventReleasing:
+		retry := ev == EventReleasing && !open(m)
+		switch {
+		case ev == EventReleasing && retry && m.GetErase() != nil &&
+			(from == inventoryv1.Machine_RELEASING || from == inventoryv1.Machine_FAILED):
+			// An erase that failed (or one an operator runs again).
+		case from == inventoryv1.Machine_ALLOCATED:
+		case allocatedTo(m, from, inventoryv1.Machine_DEPLOYING, inventoryv1.Machine_DEPLOYED, inventoryv1.Machine_FAILED):
+		case from == inventoryv1.Machine_RELEASING:
+			return refuse("machine %q is RELEASING: its disks are being erased", name)
+		default:
+			return refuse("machine %q is %s, not allocated: nothing to release", name, from)
 		}
 		to = inventoryv1.Machine_READY
+		if ev == EventReleasing {
+			to = inventoryv1.Machine_RELEASING
+		}
+	case EventDeploying:
+		switch {
+		case from == inventoryv1.Machine_ALLOCATED:
+		case allocatedTo(m, from, inventoryv1.Machine_DEPLOYED, inventoryv1.Machine_FAILED):
+		case from == inventoryv1.Machine_DEPLOYING:
+			return refuse("machine %q is DEPLOYING already: wait for it, or release it", name)
+		case from == inventoryv1.Machine_READY:
+			return refuse("machine %q is READY, not allocated: allocate it first (corral machine allocate)", name)
+		default:
+			return refuse("machine %q is %s and not allocated: only an allocated machine is deployed", name, from)
+		}
+		to = inventoryv1.Machine_DEPLOYING
+	case EventDeployFailed, EventDeployBooted:
+		if from != inventoryv1.Machine_DEPLOYING {
+			return refuse("machine %q is %s, not DEPLOYING: %s does not apply", name, from, ev)
+		}
+		to = inventoryv1.Machine_FAILED
+		if ev == EventDeployBooted {
+			to = inventoryv1.Machine_DEPLOYED
+		}
+	case EventErased, EventEraseFailed:
+		if from != inventoryv1.Machine_RELEASING {
+			return refuse("machine %q is %s, not RELEASING: %s does not apply", name, from, ev)
+		}
+		to = inventoryv1.Machine_FAILED
+		if ev == EventErased {
+			to = inventoryv1.Machine_READY
+		}
 	default:
 		return refuse("machine %q: unknown event %s", name, ev)
 	}
 	m.State = to
 	return nil
+}
+
+// open reports whether m's allocation is open (set and not released).
+func open(m *inventoryv1.Machine) bool {
+	a := m.GetAllocation()
+	return a != nil && a.GetReleasedAt() == nil
+}
+
+// allocatedTo reports whether m has an open allocation and its state
+// (from) is one of states: a deployed, deploying or failed machine of an
+// owner, as opposed to a hypervisor node in the same state.
+func allocatedTo(m *inventoryv1.Machine, from inventoryv1.Machine_MachineState, states ...inventoryv1.Machine_MachineState) bool {
+	return open(m) && slices.Contains(states, from)
 }

@@ -29,21 +29,23 @@ func TestTransitionTable(t *testing.T) {
 		C = inventoryv1.Machine_CONFLICT
 		R = inventoryv1.Machine_READY
 		A = inventoryv1.Machine_ALLOCATED
+		X = inventoryv1.Machine_DEPLOYING // eXporting an OS
+		L = inventoryv1.Machine_RELEASING // reLeasing
 	)
 	type S = inventoryv1.Machine_MachineState
-	all := []S{U, D, I, N, P, F, M, C, R, A}
+	all := []S{U, D, I, N, P, F, M, C, R, A, X, L}
 	// to[from]; absent: refused.
 	table := map[Event]map[S]S{
-		EventCreated:                {U: D, D: D, I: I, N: N, P: P, F: F, M: M, C: C, R: R, A: A},
-		EventRegistered:             {U: I, D: I, I: I, N: N, P: P, F: F, M: M, R: R, A: A},
+		EventCreated:                {U: D, D: D, I: I, N: N, P: P, F: F, M: M, C: C, R: R, A: A, X: X, L: L},
+		EventRegistered:             {U: I, D: I, I: I, N: N, P: P, F: F, M: M, R: R, A: A, X: X, L: L},
 		EventAccepted:               {I: N, F: N, R: N},
 		EventInstallFailed:          {N: F},
 		EventNodeReady:              {N: P},
 		EventNodeReadyAfterWatchdog: {F: P},
-		EventWatchdogExpired:        {U: F, D: F, I: F, N: F, P: F, F: F, R: F, A: F},
+		EventWatchdogExpired:        {U: F, D: F, I: F, N: F, P: F, F: F, R: F, A: F, X: F, L: F},
 		EventReprovisioned:          {U: D, D: D, I: D, N: D, P: D, F: D, R: D},
-		EventWipeFailed:             {U: F, D: F, I: F, N: F, P: F, F: F, R: F, A: F},
-		EventMaintenanceOn:          {U: M, D: M, I: M, N: M, P: M, F: M, M: M, R: M, A: M},
+		EventWipeFailed:             {U: F, D: F, I: F, N: F, P: F, F: F, R: F, A: F, X: F, L: F},
+		EventMaintenanceOn:          {U: M, D: M, I: M, N: M, P: M, F: M, M: M, R: M, A: M, X: M, L: M},
 		// The remembered state comes back (see TestTransitionMaintenance
 		// for none remembered).
 		EventMaintenanceOff: {M: P},
@@ -52,6 +54,12 @@ func TestTransitionTable(t *testing.T) {
 		EventPooled:         {I: R, F: R, R: R},
 		EventAllocated:      {R: A},
 		EventReleased:       {A: R},
+		EventDeploying:      {A: X},
+		EventDeployFailed:   {X: F},
+		EventDeployBooted:   {X: P},
+		EventReleasing:      {A: L},
+		EventErased:         {L: R},
+		EventEraseFailed:    {L: F},
 	}
 	if len(table) != int(lastEvent) {
 		t.Fatalf("the table has %d events, the package %d", len(table), lastEvent)
@@ -143,7 +151,11 @@ func TestTransitionMessages(t *testing.T) {
 		"reprovision held":     {inventoryv1.Machine_ALLOCATED, EventReprovisioned, `machine "m1" is ALLOCATED: release it first (corral machine release m1)`},
 		"accept held":          {inventoryv1.Machine_ALLOCATED, EventAccepted, `machine "m1" is ALLOCATED: release it first (corral machine release m1)`},
 		"allocate inventoried": {inventoryv1.Machine_INVENTORIED, EventAllocated, `machine "m1" is INVENTORIED, not READY: it cannot be allocated`},
-		"release ready":        {inventoryv1.Machine_READY, EventReleased, `machine "m1" is READY, not ALLOCATED: nothing to release`},
+		"release ready":        {inventoryv1.Machine_READY, EventReleased, `machine "m1" is READY, not allocated: nothing to release`},
+		"release releasing":    {inventoryv1.Machine_RELEASING, EventReleased, `machine "m1" is RELEASING: its disks are being erased`},
+		"deploy ready":         {inventoryv1.Machine_READY, EventDeploying, `machine "m1" is READY, not allocated: allocate it first (corral machine allocate)`},
+		"deploy deploying":     {inventoryv1.Machine_DEPLOYING, EventDeploying, `machine "m1" is DEPLOYING already: wait for it, or release it`},
+		"accept deploying":     {inventoryv1.Machine_DEPLOYING, EventAccepted, `machine "m1" is DEPLOYING: release it first (corral machine release m1)`},
 	} {
 		err := Transition(&inventoryv1.Machine{Name: "m1", State: tc.state}, tc.ev)
 		if err == nil || err.Error() != tc.want {
@@ -154,6 +166,53 @@ func TestTransitionMessages(t *testing.T) {
 	for ev := EventCreated; ev <= lastEvent; ev++ {
 		if strings.HasPrefix(ev.String(), "event(") {
 			t.Errorf("event %d has no name", int(ev))
+		}
+	}
+}
+
+// TestTransitionOwners: with an open allocation, a deployed, deploying or
+// failed machine is its owner's: it deploys again and releases, and is
+// neither accepted, pooled nor reprovisioned; a hypervisor node in the
+// same state is not released. A failed erase is retried by releasing
+// again and keeps the machine out of the pool until it succeeds.
+func TestTransitionOwners(t *testing.T) {
+	held := func(s inventoryv1.Machine_MachineState) *inventoryv1.Machine {
+		return &inventoryv1.Machine{Name: "m1", State: s, Allocation: &inventoryv1.Allocation{Owner: "token:a"}}
+	}
+	node := func(s inventoryv1.Machine_MachineState) *inventoryv1.Machine {
+		return &inventoryv1.Machine{Name: "m1", State: s}
+	}
+	for _, tc := range []struct {
+		m    *inventoryv1.Machine
+		ev   Event
+		want inventoryv1.Machine_MachineState // UNSPECIFIED: refused
+	}{
+		{held(inventoryv1.Machine_DEPLOYED), EventDeploying, inventoryv1.Machine_DEPLOYING},
+		{held(inventoryv1.Machine_FAILED), EventDeploying, inventoryv1.Machine_DEPLOYING},
+		{held(inventoryv1.Machine_DEPLOYED), EventReleased, inventoryv1.Machine_READY},
+		{held(inventoryv1.Machine_DEPLOYING), EventReleasing, inventoryv1.Machine_RELEASING},
+		{held(inventoryv1.Machine_FAILED), EventReleasing, inventoryv1.Machine_RELEASING},
+		{held(inventoryv1.Machine_FAILED), EventAccepted, 0},
+		{held(inventoryv1.Machine_FAILED), EventPooled, 0},
+		{held(inventoryv1.Machine_DEPLOYED), EventReprovisioned, 0},
+		{held(inventoryv1.Machine_DEPLOYED), EventAccepted, 0},
+		{node(inventoryv1.Machine_DEPLOYED), EventReleased, 0},
+		{node(inventoryv1.Machine_DEPLOYED), EventDeploying, 0},
+		{node(inventoryv1.Machine_FAILED), EventReleasing, 0},
+		{&inventoryv1.Machine{Name: "m1", State: inventoryv1.Machine_FAILED, Erase: &inventoryv1.Erase{Error: "read back non-zero"}}, EventReleasing, inventoryv1.Machine_RELEASING},
+		{&inventoryv1.Machine{Name: "m1", State: inventoryv1.Machine_FAILED, Erase: &inventoryv1.Erase{Error: "read back non-zero"}}, EventPooled, 0},
+		{&inventoryv1.Machine{Name: "m1", State: inventoryv1.Machine_RELEASING, Erase: &inventoryv1.Erase{}}, EventReleasing, inventoryv1.Machine_RELEASING},
+	} {
+		before := proto.CloneOf(tc.m)
+		err := Transition(tc.m, tc.ev)
+		if tc.want == 0 {
+			if !errors.Is(err, ErrInvalidTransition) || !proto.Equal(before, tc.m) {
+				t.Errorf("%s from %s (allocated %t): %v, want refused and unchanged", tc.ev, before.GetState(), before.GetAllocation() != nil, err)
+			}
+			continue
+		}
+		if err != nil || tc.m.GetState() != tc.want {
+			t.Errorf("%s from %s (allocated %t): %s %v, want %s", tc.ev, before.GetState(), before.GetAllocation() != nil, tc.m.GetState(), err, tc.want)
 		}
 	}
 }

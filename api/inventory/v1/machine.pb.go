@@ -182,6 +182,72 @@ func (BmcProtocol) EnumDescriptor() ([]byte, []int) {
 	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{2}
 }
 
+// EraseLevel is how thoroughly release erases a machine's disks
+// (docs/operator-guide.md, "Release and erase").
+type EraseLevel int32
+
+const (
+	// ERASE_LEVEL_DEFAULT is the machine's standby pool's level, none
+	// without one.
+	EraseLevel_ERASE_LEVEL_DEFAULT EraseLevel = 0
+	EraseLevel_ERASE_LEVEL_NONE    EraseLevel = 1
+	// ERASE_LEVEL_QUICK erases partition tables and filesystem, RAID and
+	// LVM signatures.
+	EraseLevel_ERASE_LEVEL_QUICK EraseLevel = 2
+	// ERASE_LEVEL_FULL discards every block where the device supports it,
+	// else writes zeros over the whole device.
+	EraseLevel_ERASE_LEVEL_FULL EraseLevel = 3
+	// ERASE_LEVEL_SECURE uses the device's own erase (NVMe format or
+	// sanitize, ATA secure erase); refused, with the reason, on a device
+	// without one.
+	EraseLevel_ERASE_LEVEL_SECURE EraseLevel = 4
+)
+
+// Enum value maps for EraseLevel.
+var (
+	EraseLevel_name = map[int32]string{
+		0: "ERASE_LEVEL_DEFAULT",
+		1: "ERASE_LEVEL_NONE",
+		2: "ERASE_LEVEL_QUICK",
+		3: "ERASE_LEVEL_FULL",
+		4: "ERASE_LEVEL_SECURE",
+	}
+	EraseLevel_value = map[string]int32{
+		"ERASE_LEVEL_DEFAULT": 0,
+		"ERASE_LEVEL_NONE":    1,
+		"ERASE_LEVEL_QUICK":   2,
+		"ERASE_LEVEL_FULL":    3,
+		"ERASE_LEVEL_SECURE":  4,
+	}
+)
+
+func (x EraseLevel) Enum() *EraseLevel {
+	p := new(EraseLevel)
+	*p = x
+	return p
+}
+
+func (x EraseLevel) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EraseLevel) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_inventory_v1_machine_proto_enumTypes[3].Descriptor()
+}
+
+func (EraseLevel) Type() protoreflect.EnumType {
+	return &file_api_inventory_v1_machine_proto_enumTypes[3]
+}
+
+func (x EraseLevel) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EraseLevel.Descriptor instead.
+func (EraseLevel) EnumDescriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{3}
+}
+
 // MachineView says how much of each machine a list returns.
 type MachineView int32
 
@@ -222,11 +288,11 @@ func (x MachineView) String() string {
 }
 
 func (MachineView) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_inventory_v1_machine_proto_enumTypes[3].Descriptor()
+	return file_api_inventory_v1_machine_proto_enumTypes[4].Descriptor()
 }
 
 func (MachineView) Type() protoreflect.EnumType {
-	return &file_api_inventory_v1_machine_proto_enumTypes[3]
+	return &file_api_inventory_v1_machine_proto_enumTypes[4]
 }
 
 func (x MachineView) Number() protoreflect.EnumNumber {
@@ -235,7 +301,7 @@ func (x MachineView) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use MachineView.Descriptor instead.
 func (MachineView) EnumDescriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{3}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{4}
 }
 
 // AcceptTarget is what an accepted machine becomes.
@@ -274,11 +340,11 @@ func (x AcceptTarget) String() string {
 }
 
 func (AcceptTarget) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_inventory_v1_machine_proto_enumTypes[4].Descriptor()
+	return file_api_inventory_v1_machine_proto_enumTypes[5].Descriptor()
 }
 
 func (AcceptTarget) Type() protoreflect.EnumType {
-	return &file_api_inventory_v1_machine_proto_enumTypes[4]
+	return &file_api_inventory_v1_machine_proto_enumTypes[5]
 }
 
 func (x AcceptTarget) Number() protoreflect.EnumNumber {
@@ -287,7 +353,7 @@ func (x AcceptTarget) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AcceptTarget.Descriptor instead.
 func (AcceptTarget) EnumDescriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{4}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{5}
 }
 
 type PowerAction int32
@@ -332,11 +398,11 @@ func (x PowerAction) String() string {
 }
 
 func (PowerAction) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_inventory_v1_machine_proto_enumTypes[5].Descriptor()
+	return file_api_inventory_v1_machine_proto_enumTypes[6].Descriptor()
 }
 
 func (PowerAction) Type() protoreflect.EnumType {
-	return &file_api_inventory_v1_machine_proto_enumTypes[5]
+	return &file_api_inventory_v1_machine_proto_enumTypes[6]
 }
 
 func (x PowerAction) Number() protoreflect.EnumNumber {
@@ -345,7 +411,7 @@ func (x PowerAction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PowerAction.Descriptor instead.
 func (PowerAction) EnumDescriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{5}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{6}
 }
 
 type BootDevice int32
@@ -384,11 +450,11 @@ func (x BootDevice) String() string {
 }
 
 func (BootDevice) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_inventory_v1_machine_proto_enumTypes[6].Descriptor()
+	return file_api_inventory_v1_machine_proto_enumTypes[7].Descriptor()
 }
 
 func (BootDevice) Type() protoreflect.EnumType {
-	return &file_api_inventory_v1_machine_proto_enumTypes[6]
+	return &file_api_inventory_v1_machine_proto_enumTypes[7]
 }
 
 func (x BootDevice) Number() protoreflect.EnumNumber {
@@ -397,7 +463,7 @@ func (x BootDevice) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BootDevice.Descriptor instead.
 func (BootDevice) EnumDescriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{6}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{7}
 }
 
 type Machine_MachineState int32
@@ -422,21 +488,33 @@ const (
 	// ALLOCATED is a READY machine claimed by an owner (AllocateMachines);
 	// allocation says who and until when.
 	Machine_ALLOCATED Machine_MachineState = 9
+	// DEPLOYING is an allocated machine whose operating system is being
+	// written (MachineService.DeployMachine): the plan went, or waits for,
+	// its discovery agent; the bytes are written; the machine reboots into
+	// the deployed OS. It ends DEPLOYED when that OS phones home, FAILED
+	// (with the reason) when a step fails or a timeout passes.
+	Machine_DEPLOYING Machine_MachineState = 10
+	// RELEASING is a released machine whose disks are being erased
+	// (ReleaseMachine with an erase level): it returns to READY only after
+	// the erase succeeded on every disk, FAILED otherwise.
+	Machine_RELEASING Machine_MachineState = 11
 )
 
 // Enum value maps for Machine_MachineState.
 var (
 	Machine_MachineState_name = map[int32]string{
-		0: "UNSPECIFIED",
-		1: "DISCOVERED",
-		2: "INVENTORIED",
-		3: "INSTALLING",
-		4: "DEPLOYED",
-		5: "FAILED",
-		6: "MAINTENANCE",
-		7: "CONFLICT",
-		8: "READY",
-		9: "ALLOCATED",
+		0:  "UNSPECIFIED",
+		1:  "DISCOVERED",
+		2:  "INVENTORIED",
+		3:  "INSTALLING",
+		4:  "DEPLOYED",
+		5:  "FAILED",
+		6:  "MAINTENANCE",
+		7:  "CONFLICT",
+		8:  "READY",
+		9:  "ALLOCATED",
+		10: "DEPLOYING",
+		11: "RELEASING",
 	}
 	Machine_MachineState_value = map[string]int32{
 		"UNSPECIFIED": 0,
@@ -449,6 +527,8 @@ var (
 		"CONFLICT":    7,
 		"READY":       8,
 		"ALLOCATED":   9,
+		"DEPLOYING":   10,
+		"RELEASING":   11,
 	}
 )
 
@@ -463,11 +543,11 @@ func (x Machine_MachineState) String() string {
 }
 
 func (Machine_MachineState) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_inventory_v1_machine_proto_enumTypes[7].Descriptor()
+	return file_api_inventory_v1_machine_proto_enumTypes[8].Descriptor()
 }
 
 func (Machine_MachineState) Type() protoreflect.EnumType {
-	return &file_api_inventory_v1_machine_proto_enumTypes[7]
+	return &file_api_inventory_v1_machine_proto_enumTypes[8]
 }
 
 func (x Machine_MachineState) Number() protoreflect.EnumNumber {
@@ -729,7 +809,15 @@ type Machine struct {
 	// allocation is the machine's current allocation (state ALLOCATED), or
 	// the last one with released_at and release_reason set, which its owner
 	// still sees until the machine is allocated again.
-	Allocation    *Allocation `protobuf:"bytes,65,opt,name=allocation,proto3" json:"allocation,omitempty"`
+	Allocation *Allocation `protobuf:"bytes,65,opt,name=allocation,proto3" json:"allocation,omitempty"`
+	// deployment is the machine's operating-system deploy (DEPLOYING, and
+	// DEPLOYED with deployment set: an OS, not a hypervisor node), or the
+	// last one, until the machine is released. A DEPLOYED machine without
+	// deployment is a hypervisor node.
+	Deployment *Deployment `protobuf:"bytes,66,opt,name=deployment,proto3" json:"deployment,omitempty"`
+	// erase is the erase of a release (RELEASING), or the last one with
+	// its outcome.
+	Erase         *Erase `protobuf:"bytes,67,opt,name=erase,proto3" json:"erase,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -974,6 +1062,369 @@ func (x *Machine) GetAllocation() *Allocation {
 	return nil
 }
 
+func (x *Machine) GetDeployment() *Deployment {
+	if x != nil {
+		return x.Deployment
+	}
+	return nil
+}
+
+func (x *Machine) GetErase() *Erase {
+	if x != nil {
+		return x.Erase
+	}
+	return nil
+}
+
+// Deployment is an operating system deployed onto an allocated machine
+// (docs/operator-guide.md, "Deploying an operating system").
+type Deployment struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	DeploymentId string                 `protobuf:"bytes,1,opt,name=deployment_id,json=deploymentId,proto3" json:"deployment_id,omitempty"`
+	// os_image is the OS image's name, image_sha256 its content hash (what
+	// the agent verifies while it writes).
+	OsImage     string `protobuf:"bytes,2,opt,name=os_image,json=osImage,proto3" json:"os_image,omitempty"`
+	ImageSha256 string `protobuf:"bytes,3,opt,name=image_sha256,json=imageSha256,proto3" json:"image_sha256,omitempty"`
+	// disk is the device the image is written to (resolved from facts).
+	Disk string `protobuf:"bytes,4,opt,name=disk,proto3" json:"disk,omitempty"`
+	// layout is the disk layout the deploy applies (parsed and checked
+	// against the machine's disks at DeployMachine).
+	Layout   *DiskLayout `protobuf:"bytes,5,opt,name=layout,proto3" json:"layout,omitempty"`
+	Hostname string      `protobuf:"bytes,6,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	SshKeys  []string    `protobuf:"bytes,7,rep,name=ssh_keys,json=sshKeys,proto3" json:"ssh_keys,omitempty"`
+	// user_data is the cloud-init user data the deploy was given. It is
+	// kept for resends of the plan and never returned by the API (it may
+	// hold secrets): answers carry user_data_sha256 instead.
+	UserData       []byte `protobuf:"bytes,8,opt,name=user_data,json=userData,proto3" json:"user_data,omitempty"`
+	UserDataSha256 string `protobuf:"bytes,9,opt,name=user_data_sha256,json=userDataSha256,proto3" json:"user_data_sha256,omitempty"`
+	// address is the IPv4 address (CIDR) the machine's OS is configured
+	// with, statically: the boot MAC's lease, pinned for the deployment.
+	Address string   `protobuf:"bytes,10,opt,name=address,proto3" json:"address,omitempty"`
+	Gateway string   `protobuf:"bytes,11,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	Dns     []string `protobuf:"bytes,12,rep,name=dns,proto3" json:"dns,omitempty"`
+	// phone_home_sha256 is the SHA-256 (hex) of the deploy's phone-home
+	// token; the token itself goes only into the seed on the machine.
+	PhoneHomeSha256 string `protobuf:"bytes,13,opt,name=phone_home_sha256,json=phoneHomeSha256,proto3" json:"phone_home_sha256,omitempty"`
+	// step and detail are the agent's last progress report.
+	Step      string                 `protobuf:"bytes,14,opt,name=step,proto3" json:"step,omitempty"`
+	Detail    string                 `protobuf:"bytes,15,opt,name=detail,proto3" json:"detail,omitempty"`
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	SentAt    *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=sent_at,json=sentAt,proto3" json:"sent_at,omitempty"`
+	// written_at is when the agent reported the image written and the seed
+	// in place (the machine then reboots into the OS).
+	WrittenAt *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=written_at,json=writtenAt,proto3" json:"written_at,omitempty"`
+	// booted_at is when the deployed OS phoned home (DEPLOYED).
+	BootedAt *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=booted_at,json=bootedAt,proto3" json:"booted_at,omitempty"`
+	Error    string                 `protobuf:"bytes,21,opt,name=error,proto3" json:"error,omitempty"`
+	// requested_by is the caller that asked for the deploy.
+	RequestedBy   string `protobuf:"bytes,22,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Deployment) Reset() {
+	*x = Deployment{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Deployment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Deployment) ProtoMessage() {}
+
+func (x *Deployment) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Deployment.ProtoReflect.Descriptor instead.
+func (*Deployment) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Deployment) GetDeploymentId() string {
+	if x != nil {
+		return x.DeploymentId
+	}
+	return ""
+}
+
+func (x *Deployment) GetOsImage() string {
+	if x != nil {
+		return x.OsImage
+	}
+	return ""
+}
+
+func (x *Deployment) GetImageSha256() string {
+	if x != nil {
+		return x.ImageSha256
+	}
+	return ""
+}
+
+func (x *Deployment) GetDisk() string {
+	if x != nil {
+		return x.Disk
+	}
+	return ""
+}
+
+func (x *Deployment) GetLayout() *DiskLayout {
+	if x != nil {
+		return x.Layout
+	}
+	return nil
+}
+
+func (x *Deployment) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *Deployment) GetSshKeys() []string {
+	if x != nil {
+		return x.SshKeys
+	}
+	return nil
+}
+
+func (x *Deployment) GetUserData() []byte {
+	if x != nil {
+		return x.UserData
+	}
+	return nil
+}
+
+func (x *Deployment) GetUserDataSha256() string {
+	if x != nil {
+		return x.UserDataSha256
+	}
+	return ""
+}
+
+func (x *Deployment) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *Deployment) GetGateway() string {
+	if x != nil {
+		return x.Gateway
+	}
+	return ""
+}
+
+func (x *Deployment) GetDns() []string {
+	if x != nil {
+		return x.Dns
+	}
+	return nil
+}
+
+func (x *Deployment) GetPhoneHomeSha256() string {
+	if x != nil {
+		return x.PhoneHomeSha256
+	}
+	return ""
+}
+
+func (x *Deployment) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *Deployment) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *Deployment) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *Deployment) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *Deployment) GetSentAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SentAt
+	}
+	return nil
+}
+
+func (x *Deployment) GetWrittenAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WrittenAt
+	}
+	return nil
+}
+
+func (x *Deployment) GetBootedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.BootedAt
+	}
+	return nil
+}
+
+func (x *Deployment) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Deployment) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
+// Erase is the disk erase of a release.
+type Erase struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	EraseId string                 `protobuf:"bytes,1,opt,name=erase_id,json=eraseId,proto3" json:"erase_id,omitempty"`
+	Level   EraseLevel             `protobuf:"varint,2,opt,name=level,proto3,enum=corral.inventory.v1.EraseLevel" json:"level,omitempty"`
+	// disks are the device paths erased (every disk in the facts).
+	Disks         []string               `protobuf:"bytes,3,rep,name=disks,proto3" json:"disks,omitempty"`
+	RequestedAt   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=requested_at,json=requestedAt,proto3" json:"requested_at,omitempty"`
+	SentAt        *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=sent_at,json=sentAt,proto3" json:"sent_at,omitempty"`
+	Step          string                 `protobuf:"bytes,6,opt,name=step,proto3" json:"step,omitempty"`
+	Detail        string                 `protobuf:"bytes,7,opt,name=detail,proto3" json:"detail,omitempty"`
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	Error         string                 `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Erase) Reset() {
+	*x = Erase{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Erase) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Erase) ProtoMessage() {}
+
+func (x *Erase) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Erase.ProtoReflect.Descriptor instead.
+func (*Erase) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Erase) GetEraseId() string {
+	if x != nil {
+		return x.EraseId
+	}
+	return ""
+}
+
+func (x *Erase) GetLevel() EraseLevel {
+	if x != nil {
+		return x.Level
+	}
+	return EraseLevel_ERASE_LEVEL_DEFAULT
+}
+
+func (x *Erase) GetDisks() []string {
+	if x != nil {
+		return x.Disks
+	}
+	return nil
+}
+
+func (x *Erase) GetRequestedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RequestedAt
+	}
+	return nil
+}
+
+func (x *Erase) GetSentAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SentAt
+	}
+	return nil
+}
+
+func (x *Erase) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *Erase) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *Erase) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *Erase) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+func (x *Erase) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 // Allocation is a machine claimed by an owner (docs/security.md,
 // "Owners").
 type Allocation struct {
@@ -1001,7 +1452,7 @@ type Allocation struct {
 
 func (x *Allocation) Reset() {
 	*x = Allocation{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[3]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1464,7 @@ func (x *Allocation) String() string {
 func (*Allocation) ProtoMessage() {}
 
 func (x *Allocation) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[3]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1477,7 @@ func (x *Allocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Allocation.ProtoReflect.Descriptor instead.
 func (*Allocation) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{3}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Allocation) GetOwner() string {
@@ -1111,7 +1562,7 @@ type Conflict struct {
 
 func (x *Conflict) Reset() {
 	*x = Conflict{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[4]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1574,7 @@ func (x *Conflict) String() string {
 func (*Conflict) ProtoMessage() {}
 
 func (x *Conflict) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[4]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1587,7 @@ func (x *Conflict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Conflict.ProtoReflect.Descriptor instead.
 func (*Conflict) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{4}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Conflict) GetMachine() string {
@@ -1201,7 +1652,7 @@ type Install struct {
 
 func (x *Install) Reset() {
 	*x = Install{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[5]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +1664,7 @@ func (x *Install) String() string {
 func (*Install) ProtoMessage() {}
 
 func (x *Install) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[5]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +1677,7 @@ func (x *Install) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Install.ProtoReflect.Descriptor instead.
 func (*Install) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{5}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Install) GetInstallId() string {
@@ -1315,7 +1766,7 @@ type BootWatchdog struct {
 
 func (x *BootWatchdog) Reset() {
 	*x = BootWatchdog{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[6]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1327,7 +1778,7 @@ func (x *BootWatchdog) String() string {
 func (*BootWatchdog) ProtoMessage() {}
 
 func (x *BootWatchdog) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[6]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1340,7 +1791,7 @@ func (x *BootWatchdog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootWatchdog.ProtoReflect.Descriptor instead.
 func (*BootWatchdog) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{6}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *BootWatchdog) GetArmedAt() *timestamppb.Timestamp {
@@ -1378,7 +1829,7 @@ type PendingWipe struct {
 
 func (x *PendingWipe) Reset() {
 	*x = PendingWipe{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[7]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1841,7 @@ func (x *PendingWipe) String() string {
 func (*PendingWipe) ProtoMessage() {}
 
 func (x *PendingWipe) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[7]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1854,7 @@ func (x *PendingWipe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingWipe.ProtoReflect.Descriptor instead.
 func (*PendingWipe) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{7}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PendingWipe) GetDisk() string {
@@ -1449,7 +1900,7 @@ type TimelineEntry struct {
 
 func (x *TimelineEntry) Reset() {
 	*x = TimelineEntry{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[8]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +1912,7 @@ func (x *TimelineEntry) String() string {
 func (*TimelineEntry) ProtoMessage() {}
 
 func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[8]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +1925,7 @@ func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineEntry.ProtoReflect.Descriptor instead.
 func (*TimelineEntry) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{8}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TimelineEntry) GetAt() *timestamppb.Timestamp {
@@ -1555,7 +2006,7 @@ type ListMachinesRequest struct {
 
 func (x *ListMachinesRequest) Reset() {
 	*x = ListMachinesRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[9]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +2018,7 @@ func (x *ListMachinesRequest) String() string {
 func (*ListMachinesRequest) ProtoMessage() {}
 
 func (x *ListMachinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[9]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +2031,7 @@ func (x *ListMachinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMachinesRequest.ProtoReflect.Descriptor instead.
 func (*ListMachinesRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{9}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListMachinesRequest) GetState() Machine_MachineState {
@@ -1658,7 +2109,7 @@ type ListMachinesResponse struct {
 
 func (x *ListMachinesResponse) Reset() {
 	*x = ListMachinesResponse{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[10]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1670,7 +2121,7 @@ func (x *ListMachinesResponse) String() string {
 func (*ListMachinesResponse) ProtoMessage() {}
 
 func (x *ListMachinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[10]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1683,7 +2134,7 @@ func (x *ListMachinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMachinesResponse.ProtoReflect.Descriptor instead.
 func (*ListMachinesResponse) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{10}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListMachinesResponse) GetMachines() []*Machine {
@@ -1709,7 +2160,7 @@ type GetMachineRequest struct {
 
 func (x *GetMachineRequest) Reset() {
 	*x = GetMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[11]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1721,7 +2172,7 @@ func (x *GetMachineRequest) String() string {
 func (*GetMachineRequest) ProtoMessage() {}
 
 func (x *GetMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[11]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1734,7 +2185,7 @@ func (x *GetMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMachineRequest.ProtoReflect.Descriptor instead.
 func (*GetMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{11}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetMachineRequest) GetName() string {
@@ -1770,7 +2221,7 @@ type EnrollMachineRequest struct {
 
 func (x *EnrollMachineRequest) Reset() {
 	*x = EnrollMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[12]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1782,7 +2233,7 @@ func (x *EnrollMachineRequest) String() string {
 func (*EnrollMachineRequest) ProtoMessage() {}
 
 func (x *EnrollMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[12]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1795,7 +2246,7 @@ func (x *EnrollMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollMachineRequest.ProtoReflect.Descriptor instead.
 func (*EnrollMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{12}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *EnrollMachineRequest) GetName() string {
@@ -1889,7 +2340,7 @@ type AcceptMachineRequest struct {
 
 func (x *AcceptMachineRequest) Reset() {
 	*x = AcceptMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +2352,7 @@ func (x *AcceptMachineRequest) String() string {
 func (*AcceptMachineRequest) ProtoMessage() {}
 
 func (x *AcceptMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +2365,7 @@ func (x *AcceptMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptMachineRequest.ProtoReflect.Descriptor instead.
 func (*AcceptMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{13}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AcceptMachineRequest) GetName() string {
@@ -1961,7 +2412,7 @@ type LabelMachineRequest struct {
 
 func (x *LabelMachineRequest) Reset() {
 	*x = LabelMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1973,7 +2424,7 @@ func (x *LabelMachineRequest) String() string {
 func (*LabelMachineRequest) ProtoMessage() {}
 
 func (x *LabelMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1986,7 +2437,7 @@ func (x *LabelMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelMachineRequest.ProtoReflect.Descriptor instead.
 func (*LabelMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{14}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LabelMachineRequest) GetName() string {
@@ -2029,7 +2480,7 @@ type AllocateMachinesRequest struct {
 
 func (x *AllocateMachinesRequest) Reset() {
 	*x = AllocateMachinesRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2041,7 +2492,7 @@ func (x *AllocateMachinesRequest) String() string {
 func (*AllocateMachinesRequest) ProtoMessage() {}
 
 func (x *AllocateMachinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2054,7 +2505,7 @@ func (x *AllocateMachinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateMachinesRequest.ProtoReflect.Descriptor instead.
 func (*AllocateMachinesRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{15}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AllocateMachinesRequest) GetSelector() string {
@@ -2094,7 +2545,7 @@ type AllocateMachinesResponse struct {
 
 func (x *AllocateMachinesResponse) Reset() {
 	*x = AllocateMachinesResponse{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2106,7 +2557,7 @@ func (x *AllocateMachinesResponse) String() string {
 func (*AllocateMachinesResponse) ProtoMessage() {}
 
 func (x *AllocateMachinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2119,7 +2570,7 @@ func (x *AllocateMachinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateMachinesResponse.ProtoReflect.Descriptor instead.
 func (*AllocateMachinesResponse) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{16}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AllocateMachinesResponse) GetMachines() []*Machine {
@@ -2135,14 +2586,17 @@ type ReleaseMachineRequest struct {
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// reason is recorded with the release (default "released by its owner"
 	// or "released by an operator").
-	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// erase is how the machine's disks are erased before it returns to its
+	// pool (RELEASING until done).
+	Erase         EraseLevel `protobuf:"varint,3,opt,name=erase,proto3,enum=corral.inventory.v1.EraseLevel" json:"erase,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReleaseMachineRequest) Reset() {
 	*x = ReleaseMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2154,7 +2608,7 @@ func (x *ReleaseMachineRequest) String() string {
 func (*ReleaseMachineRequest) ProtoMessage() {}
 
 func (x *ReleaseMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2167,7 +2621,7 @@ func (x *ReleaseMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseMachineRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{17}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReleaseMachineRequest) GetName() string {
@@ -2184,6 +2638,105 @@ func (x *ReleaseMachineRequest) GetReason() string {
 	return ""
 }
 
+func (x *ReleaseMachineRequest) GetErase() EraseLevel {
+	if x != nil {
+		return x.Erase
+	}
+	return EraseLevel_ERASE_LEVEL_DEFAULT
+}
+
+// DeployMachineRequest deploys an operating system onto a machine
+// allocated to the caller (or any allocated machine, for an operator).
+type DeployMachineRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// os_image names a READY OS image (OSImageService).
+	OsImage string `protobuf:"bytes,2,opt,name=os_image,json=osImage,proto3" json:"os_image,omitempty"`
+	// layout is a disk layout in YAML (docs/operator-guide.md, "Disk
+	// layouts"); empty: the image onto the largest disk.
+	Layout string `protobuf:"bytes,3,opt,name=layout,proto3" json:"layout,omitempty"`
+	// user_data is cloud-init user data (at most 64 KiB).
+	UserData []byte `protobuf:"bytes,4,opt,name=user_data,json=userData,proto3" json:"user_data,omitempty"`
+	// ssh_keys are authorized keys for the image's default user.
+	SshKeys []string `protobuf:"bytes,5,rep,name=ssh_keys,json=sshKeys,proto3" json:"ssh_keys,omitempty"`
+	// hostname defaults to the machine's name.
+	Hostname      string `protobuf:"bytes,6,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeployMachineRequest) Reset() {
+	*x = DeployMachineRequest{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeployMachineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeployMachineRequest) ProtoMessage() {}
+
+func (x *DeployMachineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeployMachineRequest.ProtoReflect.Descriptor instead.
+func (*DeployMachineRequest) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *DeployMachineRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeployMachineRequest) GetOsImage() string {
+	if x != nil {
+		return x.OsImage
+	}
+	return ""
+}
+
+func (x *DeployMachineRequest) GetLayout() string {
+	if x != nil {
+		return x.Layout
+	}
+	return ""
+}
+
+func (x *DeployMachineRequest) GetUserData() []byte {
+	if x != nil {
+		return x.UserData
+	}
+	return nil
+}
+
+func (x *DeployMachineRequest) GetSshKeys() []string {
+	if x != nil {
+		return x.SshKeys
+	}
+	return nil
+}
+
+func (x *DeployMachineRequest) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
 type DeleteMachineRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2193,7 +2746,7 @@ type DeleteMachineRequest struct {
 
 func (x *DeleteMachineRequest) Reset() {
 	*x = DeleteMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2205,7 +2758,7 @@ func (x *DeleteMachineRequest) String() string {
 func (*DeleteMachineRequest) ProtoMessage() {}
 
 func (x *DeleteMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2218,7 +2771,7 @@ func (x *DeleteMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteMachineRequest.ProtoReflect.Descriptor instead.
 func (*DeleteMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{18}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteMachineRequest) GetName() string {
@@ -2238,7 +2791,7 @@ type SetPowerRequest struct {
 
 func (x *SetPowerRequest) Reset() {
 	*x = SetPowerRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[19]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +2803,7 @@ func (x *SetPowerRequest) String() string {
 func (*SetPowerRequest) ProtoMessage() {}
 
 func (x *SetPowerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[19]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +2816,7 @@ func (x *SetPowerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPowerRequest.ProtoReflect.Descriptor instead.
 func (*SetPowerRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{19}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetPowerRequest) GetName() string {
@@ -2289,7 +2842,7 @@ type GetPowerRequest struct {
 
 func (x *GetPowerRequest) Reset() {
 	*x = GetPowerRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[20]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2854,7 @@ func (x *GetPowerRequest) String() string {
 func (*GetPowerRequest) ProtoMessage() {}
 
 func (x *GetPowerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[20]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2867,7 @@ func (x *GetPowerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPowerRequest.ProtoReflect.Descriptor instead.
 func (*GetPowerRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{20}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetPowerRequest) GetName() string {
@@ -2340,7 +2893,7 @@ type PowerStatus struct {
 
 func (x *PowerStatus) Reset() {
 	*x = PowerStatus{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[21]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2352,7 +2905,7 @@ func (x *PowerStatus) String() string {
 func (*PowerStatus) ProtoMessage() {}
 
 func (x *PowerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[21]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2365,7 +2918,7 @@ func (x *PowerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerStatus.ProtoReflect.Descriptor instead.
 func (*PowerStatus) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{21}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PowerStatus) GetState() PowerState {
@@ -2416,7 +2969,7 @@ type ProviderAttempt struct {
 
 func (x *ProviderAttempt) Reset() {
 	*x = ProviderAttempt{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[22]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2428,7 +2981,7 @@ func (x *ProviderAttempt) String() string {
 func (*ProviderAttempt) ProtoMessage() {}
 
 func (x *ProviderAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[22]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2441,7 +2994,7 @@ func (x *ProviderAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderAttempt.ProtoReflect.Descriptor instead.
 func (*ProviderAttempt) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{22}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ProviderAttempt) GetProvider() string {
@@ -2477,7 +3030,7 @@ type SetBootDeviceRequest struct {
 
 func (x *SetBootDeviceRequest) Reset() {
 	*x = SetBootDeviceRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[23]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2489,7 +3042,7 @@ func (x *SetBootDeviceRequest) String() string {
 func (*SetBootDeviceRequest) ProtoMessage() {}
 
 func (x *SetBootDeviceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[23]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2502,7 +3055,7 @@ func (x *SetBootDeviceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBootDeviceRequest.ProtoReflect.Descriptor instead.
 func (*SetBootDeviceRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{23}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SetBootDeviceRequest) GetName() string {
@@ -2542,7 +3095,7 @@ type ReprovisionMachineRequest struct {
 
 func (x *ReprovisionMachineRequest) Reset() {
 	*x = ReprovisionMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[24]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2554,7 +3107,7 @@ func (x *ReprovisionMachineRequest) String() string {
 func (*ReprovisionMachineRequest) ProtoMessage() {}
 
 func (x *ReprovisionMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[24]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2567,7 +3120,7 @@ func (x *ReprovisionMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReprovisionMachineRequest.ProtoReflect.Descriptor instead.
 func (*ReprovisionMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{24}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReprovisionMachineRequest) GetName() string {
@@ -2588,7 +3141,7 @@ type SetMaintenanceRequest struct {
 
 func (x *SetMaintenanceRequest) Reset() {
 	*x = SetMaintenanceRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[25]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2600,7 +3153,7 @@ func (x *SetMaintenanceRequest) String() string {
 func (*SetMaintenanceRequest) ProtoMessage() {}
 
 func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[25]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2613,7 +3166,7 @@ func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*SetMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{25}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetMaintenanceRequest) GetName() string {
@@ -2649,7 +3202,7 @@ type TimelineRequest struct {
 
 func (x *TimelineRequest) Reset() {
 	*x = TimelineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[26]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2661,7 +3214,7 @@ func (x *TimelineRequest) String() string {
 func (*TimelineRequest) ProtoMessage() {}
 
 func (x *TimelineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[26]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2674,7 +3227,7 @@ func (x *TimelineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineRequest.ProtoReflect.Descriptor instead.
 func (*TimelineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{26}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TimelineRequest) GetName() string {
@@ -2707,7 +3260,7 @@ type TimelineResponse struct {
 
 func (x *TimelineResponse) Reset() {
 	*x = TimelineResponse{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[27]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2719,7 +3272,7 @@ func (x *TimelineResponse) String() string {
 func (*TimelineResponse) ProtoMessage() {}
 
 func (x *TimelineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[27]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2732,7 +3285,7 @@ func (x *TimelineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineResponse.ProtoReflect.Descriptor instead.
 func (*TimelineResponse) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{27}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TimelineResponse) GetEntries() []*TimelineEntry {
@@ -2755,7 +3308,7 @@ type AdoptMachineRequest struct {
 
 func (x *AdoptMachineRequest) Reset() {
 	*x = AdoptMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[28]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2767,7 +3320,7 @@ func (x *AdoptMachineRequest) String() string {
 func (*AdoptMachineRequest) ProtoMessage() {}
 
 func (x *AdoptMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[28]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2780,7 +3333,7 @@ func (x *AdoptMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptMachineRequest.ProtoReflect.Descriptor instead.
 func (*AdoptMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{28}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AdoptMachineRequest) GetName() string {
@@ -2806,7 +3359,7 @@ type RejectMachineRequest struct {
 
 func (x *RejectMachineRequest) Reset() {
 	*x = RejectMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[29]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2818,7 +3371,7 @@ func (x *RejectMachineRequest) String() string {
 func (*RejectMachineRequest) ProtoMessage() {}
 
 func (x *RejectMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[29]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2831,7 +3384,7 @@ func (x *RejectMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectMachineRequest.ProtoReflect.Descriptor instead.
 func (*RejectMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{29}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RejectMachineRequest) GetName() string {
@@ -2856,7 +3409,7 @@ type WatchMachinesRequest struct {
 
 func (x *WatchMachinesRequest) Reset() {
 	*x = WatchMachinesRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[30]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2868,7 +3421,7 @@ func (x *WatchMachinesRequest) String() string {
 func (*WatchMachinesRequest) ProtoMessage() {}
 
 func (x *WatchMachinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[30]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2881,7 +3434,7 @@ func (x *WatchMachinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchMachinesRequest.ProtoReflect.Descriptor instead.
 func (*WatchMachinesRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{30}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WatchMachinesRequest) GetState() Machine_MachineState {
@@ -2916,7 +3469,7 @@ type MachineEvent struct {
 
 func (x *MachineEvent) Reset() {
 	*x = MachineEvent{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[31]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2928,7 +3481,7 @@ func (x *MachineEvent) String() string {
 func (*MachineEvent) ProtoMessage() {}
 
 func (x *MachineEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[31]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2941,7 +3494,7 @@ func (x *MachineEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachineEvent.ProtoReflect.Descriptor instead.
 func (*MachineEvent) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{31}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *MachineEvent) GetType() v1.EventType {
@@ -2981,7 +3534,7 @@ type WatchTimelineRequest struct {
 
 func (x *WatchTimelineRequest) Reset() {
 	*x = WatchTimelineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[32]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2993,7 +3546,7 @@ func (x *WatchTimelineRequest) String() string {
 func (*WatchTimelineRequest) ProtoMessage() {}
 
 func (x *WatchTimelineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[32]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3006,7 +3559,7 @@ func (x *WatchTimelineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTimelineRequest.ProtoReflect.Descriptor instead.
 func (*WatchTimelineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{32}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WatchTimelineRequest) GetName() string {
@@ -3048,7 +3601,7 @@ type TimelineEvent struct {
 
 func (x *TimelineEvent) Reset() {
 	*x = TimelineEvent{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[33]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3060,7 +3613,7 @@ func (x *TimelineEvent) String() string {
 func (*TimelineEvent) ProtoMessage() {}
 
 func (x *TimelineEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[33]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3073,7 +3626,7 @@ func (x *TimelineEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineEvent.ProtoReflect.Descriptor instead.
 func (*TimelineEvent) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{33}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TimelineEvent) GetType() v1.EventType {
@@ -3108,7 +3661,7 @@ type MacBinding struct {
 
 func (x *MacBinding) Reset() {
 	*x = MacBinding{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[34]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3120,7 +3673,7 @@ func (x *MacBinding) String() string {
 func (*MacBinding) ProtoMessage() {}
 
 func (x *MacBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[34]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3133,7 +3686,7 @@ func (x *MacBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MacBinding.ProtoReflect.Descriptor instead.
 func (*MacBinding) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{34}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *MacBinding) GetMachineName() string {
@@ -3157,7 +3710,7 @@ type BmcAddressBinding struct {
 
 func (x *BmcAddressBinding) Reset() {
 	*x = BmcAddressBinding{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[35]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3169,7 +3722,7 @@ func (x *BmcAddressBinding) String() string {
 func (*BmcAddressBinding) ProtoMessage() {}
 
 func (x *BmcAddressBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[35]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3182,7 +3735,7 @@ func (x *BmcAddressBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcAddressBinding.ProtoReflect.Descriptor instead.
 func (*BmcAddressBinding) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{35}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *BmcAddressBinding) GetMachineName() string {
@@ -3210,7 +3763,7 @@ type BmcSecret struct {
 
 func (x *BmcSecret) Reset() {
 	*x = BmcSecret{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[36]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3222,7 +3775,7 @@ func (x *BmcSecret) String() string {
 func (*BmcSecret) ProtoMessage() {}
 
 func (x *BmcSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[36]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3235,7 +3788,7 @@ func (x *BmcSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcSecret.ProtoReflect.Descriptor instead.
 func (*BmcSecret) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{36}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *BmcSecret) GetSealedPassword() []byte {
@@ -3249,7 +3802,7 @@ var File_api_inventory_v1_machine_proto protoreflect.FileDescriptor
 
 const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\n" +
-	"\x1eapi/inventory/v1/machine.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x1capi/inventory/v1/facts.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf2\x02\n" +
+	"\x1eapi/inventory/v1/machine.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x1capi/inventory/v1/facts.proto\x1a\x1dapi/inventory/v1/layout.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf2\x02\n" +
 	"\x03Bmc\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\rR\x04port\x12<\n" +
@@ -3269,7 +3822,7 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
 	"\x06before\x18\x03 \x01(\tR\x06before\x12\x14\n" +
-	"\x05after\x18\x04 \x01(\tR\x05after\"\xf2\r\n" +
+	"\x05after\x18\x04 \x01(\tR\x05after\"\x83\x0f\n" +
 	"\aMachine\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12O\n" +
 	"\vannotations\x18\x03 \x03(\v2-.corral.inventory.v1.Machine.AnnotationsEntryR\vannotations\x12@\n" +
@@ -3309,13 +3862,17 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\bconflict\x18@ \x01(\v2\x1d.corral.inventory.v1.ConflictR\bconflict\x12?\n" +
 	"\n" +
 	"allocation\x18A \x01(\v2\x1f.corral.inventory.v1.AllocationR\n" +
-	"allocation\x1a>\n" +
+	"allocation\x12?\n" +
+	"\n" +
+	"deployment\x18B \x01(\v2\x1f.corral.inventory.v1.DeploymentR\n" +
+	"deployment\x120\n" +
+	"\x05erase\x18C \x01(\v2\x1a.corral.inventory.v1.EraseR\x05erase\x1a>\n" +
 	"\x10AnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc1\x01\n" +
 	"\fMachineState\x12\x0f\n" +
 	"\vUNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -3329,7 +3886,52 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\vMAINTENANCE\x10\x06\x12\f\n" +
 	"\bCONFLICT\x10\a\x12\t\n" +
 	"\x05READY\x10\b\x12\r\n" +
-	"\tALLOCATED\x10\t\"\x81\x03\n" +
+	"\tALLOCATED\x10\t\x12\r\n" +
+	"\tDEPLOYING\x10\n" +
+	"\x12\r\n" +
+	"\tRELEASING\x10\v\"\xb0\x06\n" +
+	"\n" +
+	"Deployment\x12#\n" +
+	"\rdeployment_id\x18\x01 \x01(\tR\fdeploymentId\x12\x19\n" +
+	"\bos_image\x18\x02 \x01(\tR\aosImage\x12!\n" +
+	"\fimage_sha256\x18\x03 \x01(\tR\vimageSha256\x12\x12\n" +
+	"\x04disk\x18\x04 \x01(\tR\x04disk\x127\n" +
+	"\x06layout\x18\x05 \x01(\v2\x1f.corral.inventory.v1.DiskLayoutR\x06layout\x12\x1a\n" +
+	"\bhostname\x18\x06 \x01(\tR\bhostname\x12\x19\n" +
+	"\bssh_keys\x18\a \x03(\tR\asshKeys\x12\x1b\n" +
+	"\tuser_data\x18\b \x01(\fR\buserData\x12(\n" +
+	"\x10user_data_sha256\x18\t \x01(\tR\x0euserDataSha256\x12\x18\n" +
+	"\aaddress\x18\n" +
+	" \x01(\tR\aaddress\x12\x18\n" +
+	"\agateway\x18\v \x01(\tR\agateway\x12\x10\n" +
+	"\x03dns\x18\f \x03(\tR\x03dns\x12*\n" +
+	"\x11phone_home_sha256\x18\r \x01(\tR\x0fphoneHomeSha256\x12\x12\n" +
+	"\x04step\x18\x0e \x01(\tR\x04step\x12\x16\n" +
+	"\x06detail\x18\x0f \x01(\tR\x06detail\x129\n" +
+	"\n" +
+	"started_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x129\n" +
+	"\n" +
+	"updated_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x123\n" +
+	"\asent_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\x129\n" +
+	"\n" +
+	"written_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\x127\n" +
+	"\tbooted_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\bbootedAt\x12\x14\n" +
+	"\x05error\x18\x15 \x01(\tR\x05error\x12!\n" +
+	"\frequested_by\x18\x16 \x01(\tR\vrequestedBy\"\x9d\x03\n" +
+	"\x05Erase\x12\x19\n" +
+	"\berase_id\x18\x01 \x01(\tR\aeraseId\x125\n" +
+	"\x05level\x18\x02 \x01(\x0e2\x1f.corral.inventory.v1.EraseLevelR\x05level\x12\x14\n" +
+	"\x05disks\x18\x03 \x03(\tR\x05disks\x12=\n" +
+	"\frequested_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vrequestedAt\x123\n" +
+	"\asent_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\x12\x12\n" +
+	"\x04step\x18\x06 \x01(\tR\x04step\x12\x16\n" +
+	"\x06detail\x18\a \x01(\tR\x06detail\x129\n" +
+	"\n" +
+	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12;\n" +
+	"\vfinished_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\x12\x14\n" +
+	"\x05error\x18\n" +
+	" \x01(\tR\x05error\"\x81\x03\n" +
 	"\n" +
 	"Allocation\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x1d\n" +
@@ -3437,10 +4039,18 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\n" +
 	"expires_in\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\texpiresIn\"T\n" +
 	"\x18AllocateMachinesResponse\x128\n" +
-	"\bmachines\x18\x01 \x03(\v2\x1c.corral.inventory.v1.MachineR\bmachines\"C\n" +
+	"\bmachines\x18\x01 \x03(\v2\x1c.corral.inventory.v1.MachineR\bmachines\"z\n" +
 	"\x15ReleaseMachineRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"*\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x125\n" +
+	"\x05erase\x18\x03 \x01(\x0e2\x1f.corral.inventory.v1.EraseLevelR\x05erase\"\xb1\x01\n" +
+	"\x14DeployMachineRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\bos_image\x18\x02 \x01(\tR\aosImage\x12\x16\n" +
+	"\x06layout\x18\x03 \x01(\tR\x06layout\x12\x1b\n" +
+	"\tuser_data\x18\x04 \x01(\fR\buserData\x12\x19\n" +
+	"\bssh_keys\x18\x05 \x03(\tR\asshKeys\x12\x1a\n" +
+	"\bhostname\x18\x06 \x01(\tR\bhostname\"*\n" +
 	"\x14DeleteMachineRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"_\n" +
 	"\x0fSetPowerRequest\x12\x12\n" +
@@ -3523,7 +4133,14 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\vBmcProtocol\x12\x15\n" +
 	"\x11BMC_PROTOCOL_AUTO\x10\x00\x12\x15\n" +
 	"\x11BMC_PROTOCOL_IPMI\x10\x01\x12\x18\n" +
-	"\x14BMC_PROTOCOL_REDFISH\x10\x02*\\\n" +
+	"\x14BMC_PROTOCOL_REDFISH\x10\x02*\x80\x01\n" +
+	"\n" +
+	"EraseLevel\x12\x17\n" +
+	"\x13ERASE_LEVEL_DEFAULT\x10\x00\x12\x14\n" +
+	"\x10ERASE_LEVEL_NONE\x10\x01\x12\x15\n" +
+	"\x11ERASE_LEVEL_QUICK\x10\x02\x12\x14\n" +
+	"\x10ERASE_LEVEL_FULL\x10\x03\x12\x16\n" +
+	"\x12ERASE_LEVEL_SECURE\x10\x04*\\\n" +
 	"\vMachineView\x12\x1c\n" +
 	"\x18MACHINE_VIEW_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14MACHINE_VIEW_SUMMARY\x10\x01\x12\x15\n" +
@@ -3543,7 +4160,7 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x17BOOT_DEVICE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fBOOT_DEVICE_PXE\x10\x01\x12\x14\n" +
 	"\x10BOOT_DEVICE_DISK\x10\x02\x12\x14\n" +
-	"\x10BOOT_DEVICE_BIOS\x10\x032\x8a\x0e\n" +
+	"\x10BOOT_DEVICE_BIOS\x10\x032\xec\x0e\n" +
 	"\x0eMachineService\x12k\n" +
 	"\fListMachines\x12(.corral.inventory.v1.ListMachinesRequest\x1a).corral.inventory.v1.ListMachinesResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12Z\n" +
 	"\n" +
@@ -3561,7 +4178,8 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\rRejectMachine\x12).corral.inventory.v1.RejectMachineRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02\x12^\n" +
 	"\fLabelMachine\x12(.corral.inventory.v1.LabelMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\x02\x12w\n" +
 	"\x10AllocateMachines\x12,.corral.inventory.v1.AllocateMachinesRequest\x1a-.corral.inventory.v1.AllocateMachinesResponse\"\x06\xe2\xa6\x19\x02\b\a\x12b\n" +
-	"\x0eReleaseMachine\x12*.corral.inventory.v1.ReleaseMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\a\x12g\n" +
+	"\x0eReleaseMachine\x12*.corral.inventory.v1.ReleaseMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\a\x12`\n" +
+	"\rDeployMachine\x12).corral.inventory.v1.DeployMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\a\x12g\n" +
 	"\rWatchMachines\x12).corral.inventory.v1.WatchMachinesRequest\x1a!.corral.inventory.v1.MachineEvent\"\x06\xe2\xa6\x19\x02\b\x010\x01\x12h\n" +
 	"\rWatchTimeline\x12).corral.inventory.v1.WatchTimelineRequest\x1a\".corral.inventory.v1.TimelineEvent\"\x06\xe2\xa6\x19\x02\b\x010\x01B9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
 
@@ -3577,158 +4195,179 @@ func file_api_inventory_v1_machine_proto_rawDescGZIP() []byte {
 	return file_api_inventory_v1_machine_proto_rawDescData
 }
 
-var file_api_inventory_v1_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_api_inventory_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_api_inventory_v1_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
+var file_api_inventory_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_api_inventory_v1_machine_proto_goTypes = []any{
 	(PowerState)(0),                   // 0: corral.inventory.v1.PowerState
 	(BootIntent)(0),                   // 1: corral.inventory.v1.BootIntent
 	(BmcProtocol)(0),                  // 2: corral.inventory.v1.BmcProtocol
-	(MachineView)(0),                  // 3: corral.inventory.v1.MachineView
-	(AcceptTarget)(0),                 // 4: corral.inventory.v1.AcceptTarget
-	(PowerAction)(0),                  // 5: corral.inventory.v1.PowerAction
-	(BootDevice)(0),                   // 6: corral.inventory.v1.BootDevice
-	(Machine_MachineState)(0),         // 7: corral.inventory.v1.Machine.MachineState
-	(*Bmc)(nil),                       // 8: corral.inventory.v1.Bmc
-	(*FactChange)(nil),                // 9: corral.inventory.v1.FactChange
-	(*Machine)(nil),                   // 10: corral.inventory.v1.Machine
-	(*Allocation)(nil),                // 11: corral.inventory.v1.Allocation
-	(*Conflict)(nil),                  // 12: corral.inventory.v1.Conflict
-	(*Install)(nil),                   // 13: corral.inventory.v1.Install
-	(*BootWatchdog)(nil),              // 14: corral.inventory.v1.BootWatchdog
-	(*PendingWipe)(nil),               // 15: corral.inventory.v1.PendingWipe
-	(*TimelineEntry)(nil),             // 16: corral.inventory.v1.TimelineEntry
-	(*ListMachinesRequest)(nil),       // 17: corral.inventory.v1.ListMachinesRequest
-	(*ListMachinesResponse)(nil),      // 18: corral.inventory.v1.ListMachinesResponse
-	(*GetMachineRequest)(nil),         // 19: corral.inventory.v1.GetMachineRequest
-	(*EnrollMachineRequest)(nil),      // 20: corral.inventory.v1.EnrollMachineRequest
-	(*AcceptMachineRequest)(nil),      // 21: corral.inventory.v1.AcceptMachineRequest
-	(*LabelMachineRequest)(nil),       // 22: corral.inventory.v1.LabelMachineRequest
-	(*AllocateMachinesRequest)(nil),   // 23: corral.inventory.v1.AllocateMachinesRequest
-	(*AllocateMachinesResponse)(nil),  // 24: corral.inventory.v1.AllocateMachinesResponse
-	(*ReleaseMachineRequest)(nil),     // 25: corral.inventory.v1.ReleaseMachineRequest
-	(*DeleteMachineRequest)(nil),      // 26: corral.inventory.v1.DeleteMachineRequest
-	(*SetPowerRequest)(nil),           // 27: corral.inventory.v1.SetPowerRequest
-	(*GetPowerRequest)(nil),           // 28: corral.inventory.v1.GetPowerRequest
-	(*PowerStatus)(nil),               // 29: corral.inventory.v1.PowerStatus
-	(*ProviderAttempt)(nil),           // 30: corral.inventory.v1.ProviderAttempt
-	(*SetBootDeviceRequest)(nil),      // 31: corral.inventory.v1.SetBootDeviceRequest
-	(*ReprovisionMachineRequest)(nil), // 32: corral.inventory.v1.ReprovisionMachineRequest
-	(*SetMaintenanceRequest)(nil),     // 33: corral.inventory.v1.SetMaintenanceRequest
-	(*TimelineRequest)(nil),           // 34: corral.inventory.v1.TimelineRequest
-	(*TimelineResponse)(nil),          // 35: corral.inventory.v1.TimelineResponse
-	(*AdoptMachineRequest)(nil),       // 36: corral.inventory.v1.AdoptMachineRequest
-	(*RejectMachineRequest)(nil),      // 37: corral.inventory.v1.RejectMachineRequest
-	(*WatchMachinesRequest)(nil),      // 38: corral.inventory.v1.WatchMachinesRequest
-	(*MachineEvent)(nil),              // 39: corral.inventory.v1.MachineEvent
-	(*WatchTimelineRequest)(nil),      // 40: corral.inventory.v1.WatchTimelineRequest
-	(*TimelineEvent)(nil),             // 41: corral.inventory.v1.TimelineEvent
-	(*MacBinding)(nil),                // 42: corral.inventory.v1.MacBinding
-	(*BmcAddressBinding)(nil),         // 43: corral.inventory.v1.BmcAddressBinding
-	(*BmcSecret)(nil),                 // 44: corral.inventory.v1.BmcSecret
-	nil,                               // 45: corral.inventory.v1.Machine.AnnotationsEntry
-	nil,                               // 46: corral.inventory.v1.Machine.LabelsEntry
-	nil,                               // 47: corral.inventory.v1.TimelineEntry.AttributesEntry
-	nil,                               // 48: corral.inventory.v1.LabelMachineRequest.SetEntry
-	(*timestamppb.Timestamp)(nil),     // 49: google.protobuf.Timestamp
-	(*Facts)(nil),                     // 50: corral.inventory.v1.Facts
-	(*durationpb.Duration)(nil),       // 51: google.protobuf.Duration
-	(v1.EventType)(0),                 // 52: corral.watch.v1.EventType
-	(*emptypb.Empty)(nil),             // 53: google.protobuf.Empty
+	(EraseLevel)(0),                   // 3: corral.inventory.v1.EraseLevel
+	(MachineView)(0),                  // 4: corral.inventory.v1.MachineView
+	(AcceptTarget)(0),                 // 5: corral.inventory.v1.AcceptTarget
+	(PowerAction)(0),                  // 6: corral.inventory.v1.PowerAction
+	(BootDevice)(0),                   // 7: corral.inventory.v1.BootDevice
+	(Machine_MachineState)(0),         // 8: corral.inventory.v1.Machine.MachineState
+	(*Bmc)(nil),                       // 9: corral.inventory.v1.Bmc
+	(*FactChange)(nil),                // 10: corral.inventory.v1.FactChange
+	(*Machine)(nil),                   // 11: corral.inventory.v1.Machine
+	(*Deployment)(nil),                // 12: corral.inventory.v1.Deployment
+	(*Erase)(nil),                     // 13: corral.inventory.v1.Erase
+	(*Allocation)(nil),                // 14: corral.inventory.v1.Allocation
+	(*Conflict)(nil),                  // 15: corral.inventory.v1.Conflict
+	(*Install)(nil),                   // 16: corral.inventory.v1.Install
+	(*BootWatchdog)(nil),              // 17: corral.inventory.v1.BootWatchdog
+	(*PendingWipe)(nil),               // 18: corral.inventory.v1.PendingWipe
+	(*TimelineEntry)(nil),             // 19: corral.inventory.v1.TimelineEntry
+	(*ListMachinesRequest)(nil),       // 20: corral.inventory.v1.ListMachinesRequest
+	(*ListMachinesResponse)(nil),      // 21: corral.inventory.v1.ListMachinesResponse
+	(*GetMachineRequest)(nil),         // 22: corral.inventory.v1.GetMachineRequest
+	(*EnrollMachineRequest)(nil),      // 23: corral.inventory.v1.EnrollMachineRequest
+	(*AcceptMachineRequest)(nil),      // 24: corral.inventory.v1.AcceptMachineRequest
+	(*LabelMachineRequest)(nil),       // 25: corral.inventory.v1.LabelMachineRequest
+	(*AllocateMachinesRequest)(nil),   // 26: corral.inventory.v1.AllocateMachinesRequest
+	(*AllocateMachinesResponse)(nil),  // 27: corral.inventory.v1.AllocateMachinesResponse
+	(*ReleaseMachineRequest)(nil),     // 28: corral.inventory.v1.ReleaseMachineRequest
+	(*DeployMachineRequest)(nil),      // 29: corral.inventory.v1.DeployMachineRequest
+	(*DeleteMachineRequest)(nil),      // 30: corral.inventory.v1.DeleteMachineRequest
+	(*SetPowerRequest)(nil),           // 31: corral.inventory.v1.SetPowerRequest
+	(*GetPowerRequest)(nil),           // 32: corral.inventory.v1.GetPowerRequest
+	(*PowerStatus)(nil),               // 33: corral.inventory.v1.PowerStatus
+	(*ProviderAttempt)(nil),           // 34: corral.inventory.v1.ProviderAttempt
+	(*SetBootDeviceRequest)(nil),      // 35: corral.inventory.v1.SetBootDeviceRequest
+	(*ReprovisionMachineRequest)(nil), // 36: corral.inventory.v1.ReprovisionMachineRequest
+	(*SetMaintenanceRequest)(nil),     // 37: corral.inventory.v1.SetMaintenanceRequest
+	(*TimelineRequest)(nil),           // 38: corral.inventory.v1.TimelineRequest
+	(*TimelineResponse)(nil),          // 39: corral.inventory.v1.TimelineResponse
+	(*AdoptMachineRequest)(nil),       // 40: corral.inventory.v1.AdoptMachineRequest
+	(*RejectMachineRequest)(nil),      // 41: corral.inventory.v1.RejectMachineRequest
+	(*WatchMachinesRequest)(nil),      // 42: corral.inventory.v1.WatchMachinesRequest
+	(*MachineEvent)(nil),              // 43: corral.inventory.v1.MachineEvent
+	(*WatchTimelineRequest)(nil),      // 44: corral.inventory.v1.WatchTimelineRequest
+	(*TimelineEvent)(nil),             // 45: corral.inventory.v1.TimelineEvent
+	(*MacBinding)(nil),                // 46: corral.inventory.v1.MacBinding
+	(*BmcAddressBinding)(nil),         // 47: corral.inventory.v1.BmcAddressBinding
+	(*BmcSecret)(nil),                 // 48: corral.inventory.v1.BmcSecret
+	nil,                               // 49: corral.inventory.v1.Machine.AnnotationsEntry
+	nil,                               // 50: corral.inventory.v1.Machine.LabelsEntry
+	nil,                               // 51: corral.inventory.v1.TimelineEntry.AttributesEntry
+	nil,                               // 52: corral.inventory.v1.LabelMachineRequest.SetEntry
+	(*timestamppb.Timestamp)(nil),     // 53: google.protobuf.Timestamp
+	(*Facts)(nil),                     // 54: corral.inventory.v1.Facts
+	(*DiskLayout)(nil),                // 55: corral.inventory.v1.DiskLayout
+	(*durationpb.Duration)(nil),       // 56: google.protobuf.Duration
+	(v1.EventType)(0),                 // 57: corral.watch.v1.EventType
+	(*emptypb.Empty)(nil),             // 58: google.protobuf.Empty
 }
 var file_api_inventory_v1_machine_proto_depIdxs = []int32{
 	2,  // 0: corral.inventory.v1.Bmc.protocol:type_name -> corral.inventory.v1.BmcProtocol
-	49, // 1: corral.inventory.v1.Bmc.verified_at:type_name -> google.protobuf.Timestamp
-	49, // 2: corral.inventory.v1.FactChange.at:type_name -> google.protobuf.Timestamp
-	45, // 3: corral.inventory.v1.Machine.annotations:type_name -> corral.inventory.v1.Machine.AnnotationsEntry
-	46, // 4: corral.inventory.v1.Machine.labels:type_name -> corral.inventory.v1.Machine.LabelsEntry
-	8,  // 5: corral.inventory.v1.Machine.bmc:type_name -> corral.inventory.v1.Bmc
+	53, // 1: corral.inventory.v1.Bmc.verified_at:type_name -> google.protobuf.Timestamp
+	53, // 2: corral.inventory.v1.FactChange.at:type_name -> google.protobuf.Timestamp
+	49, // 3: corral.inventory.v1.Machine.annotations:type_name -> corral.inventory.v1.Machine.AnnotationsEntry
+	50, // 4: corral.inventory.v1.Machine.labels:type_name -> corral.inventory.v1.Machine.LabelsEntry
+	9,  // 5: corral.inventory.v1.Machine.bmc:type_name -> corral.inventory.v1.Bmc
 	1,  // 6: corral.inventory.v1.Machine.boot_intent:type_name -> corral.inventory.v1.BootIntent
-	50, // 7: corral.inventory.v1.Machine.facts:type_name -> corral.inventory.v1.Facts
-	7,  // 8: corral.inventory.v1.Machine.state:type_name -> corral.inventory.v1.Machine.MachineState
+	54, // 7: corral.inventory.v1.Machine.facts:type_name -> corral.inventory.v1.Facts
+	8,  // 8: corral.inventory.v1.Machine.state:type_name -> corral.inventory.v1.Machine.MachineState
 	0,  // 9: corral.inventory.v1.Machine.power_state:type_name -> corral.inventory.v1.PowerState
-	49, // 10: corral.inventory.v1.Machine.power_read_at:type_name -> google.protobuf.Timestamp
-	49, // 11: corral.inventory.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
-	49, // 12: corral.inventory.v1.Machine.updated_at:type_name -> google.protobuf.Timestamp
-	9,  // 13: corral.inventory.v1.Machine.fact_history:type_name -> corral.inventory.v1.FactChange
-	13, // 14: corral.inventory.v1.Machine.install:type_name -> corral.inventory.v1.Install
-	14, // 15: corral.inventory.v1.Machine.watchdog:type_name -> corral.inventory.v1.BootWatchdog
-	7,  // 16: corral.inventory.v1.Machine.maintenance_previous_state:type_name -> corral.inventory.v1.Machine.MachineState
-	15, // 17: corral.inventory.v1.Machine.wipe:type_name -> corral.inventory.v1.PendingWipe
-	12, // 18: corral.inventory.v1.Machine.conflict:type_name -> corral.inventory.v1.Conflict
-	11, // 19: corral.inventory.v1.Machine.allocation:type_name -> corral.inventory.v1.Allocation
-	49, // 20: corral.inventory.v1.Allocation.allocated_at:type_name -> google.protobuf.Timestamp
-	49, // 21: corral.inventory.v1.Allocation.expires_at:type_name -> google.protobuf.Timestamp
-	49, // 22: corral.inventory.v1.Allocation.released_at:type_name -> google.protobuf.Timestamp
-	49, // 23: corral.inventory.v1.Conflict.at:type_name -> google.protobuf.Timestamp
-	49, // 24: corral.inventory.v1.Install.started_at:type_name -> google.protobuf.Timestamp
-	49, // 25: corral.inventory.v1.Install.updated_at:type_name -> google.protobuf.Timestamp
-	49, // 26: corral.inventory.v1.Install.sent_at:type_name -> google.protobuf.Timestamp
-	49, // 27: corral.inventory.v1.BootWatchdog.armed_at:type_name -> google.protobuf.Timestamp
-	49, // 28: corral.inventory.v1.PendingWipe.requested_at:type_name -> google.protobuf.Timestamp
-	49, // 29: corral.inventory.v1.PendingWipe.sent_at:type_name -> google.protobuf.Timestamp
-	49, // 30: corral.inventory.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
-	47, // 31: corral.inventory.v1.TimelineEntry.attributes:type_name -> corral.inventory.v1.TimelineEntry.AttributesEntry
-	7,  // 32: corral.inventory.v1.ListMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
-	3,  // 33: corral.inventory.v1.ListMachinesRequest.view:type_name -> corral.inventory.v1.MachineView
-	10, // 34: corral.inventory.v1.ListMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
-	2,  // 35: corral.inventory.v1.EnrollMachineRequest.bmc_protocol:type_name -> corral.inventory.v1.BmcProtocol
-	4,  // 36: corral.inventory.v1.AcceptMachineRequest.target:type_name -> corral.inventory.v1.AcceptTarget
-	48, // 37: corral.inventory.v1.LabelMachineRequest.set:type_name -> corral.inventory.v1.LabelMachineRequest.SetEntry
-	51, // 38: corral.inventory.v1.AllocateMachinesRequest.expires_in:type_name -> google.protobuf.Duration
-	10, // 39: corral.inventory.v1.AllocateMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
-	5,  // 40: corral.inventory.v1.SetPowerRequest.action:type_name -> corral.inventory.v1.PowerAction
-	0,  // 41: corral.inventory.v1.PowerStatus.state:type_name -> corral.inventory.v1.PowerState
-	49, // 42: corral.inventory.v1.PowerStatus.read_at:type_name -> google.protobuf.Timestamp
-	30, // 43: corral.inventory.v1.PowerStatus.attempts:type_name -> corral.inventory.v1.ProviderAttempt
-	6,  // 44: corral.inventory.v1.SetBootDeviceRequest.device:type_name -> corral.inventory.v1.BootDevice
-	16, // 45: corral.inventory.v1.TimelineResponse.entries:type_name -> corral.inventory.v1.TimelineEntry
-	7,  // 46: corral.inventory.v1.WatchMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
-	52, // 47: corral.inventory.v1.MachineEvent.type:type_name -> corral.watch.v1.EventType
-	10, // 48: corral.inventory.v1.MachineEvent.machine:type_name -> corral.inventory.v1.Machine
-	52, // 49: corral.inventory.v1.TimelineEvent.type:type_name -> corral.watch.v1.EventType
-	16, // 50: corral.inventory.v1.TimelineEvent.entry:type_name -> corral.inventory.v1.TimelineEntry
-	49, // 51: corral.inventory.v1.BmcAddressBinding.claimed_at:type_name -> google.protobuf.Timestamp
-	17, // 52: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
-	19, // 53: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
-	20, // 54: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
-	21, // 55: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
-	26, // 56: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
-	27, // 57: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
-	28, // 58: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
-	31, // 59: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
-	32, // 60: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
-	33, // 61: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
-	34, // 62: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
-	36, // 63: corral.inventory.v1.MachineService.AdoptMachine:input_type -> corral.inventory.v1.AdoptMachineRequest
-	37, // 64: corral.inventory.v1.MachineService.RejectMachine:input_type -> corral.inventory.v1.RejectMachineRequest
-	22, // 65: corral.inventory.v1.MachineService.LabelMachine:input_type -> corral.inventory.v1.LabelMachineRequest
-	23, // 66: corral.inventory.v1.MachineService.AllocateMachines:input_type -> corral.inventory.v1.AllocateMachinesRequest
-	25, // 67: corral.inventory.v1.MachineService.ReleaseMachine:input_type -> corral.inventory.v1.ReleaseMachineRequest
-	38, // 68: corral.inventory.v1.MachineService.WatchMachines:input_type -> corral.inventory.v1.WatchMachinesRequest
-	40, // 69: corral.inventory.v1.MachineService.WatchTimeline:input_type -> corral.inventory.v1.WatchTimelineRequest
-	18, // 70: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
-	10, // 71: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
-	10, // 72: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
-	10, // 73: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
-	53, // 74: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
-	29, // 75: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
-	29, // 76: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
-	53, // 77: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
-	10, // 78: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
-	10, // 79: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
-	35, // 80: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
-	10, // 81: corral.inventory.v1.MachineService.AdoptMachine:output_type -> corral.inventory.v1.Machine
-	53, // 82: corral.inventory.v1.MachineService.RejectMachine:output_type -> google.protobuf.Empty
-	10, // 83: corral.inventory.v1.MachineService.LabelMachine:output_type -> corral.inventory.v1.Machine
-	24, // 84: corral.inventory.v1.MachineService.AllocateMachines:output_type -> corral.inventory.v1.AllocateMachinesResponse
-	10, // 85: corral.inventory.v1.MachineService.ReleaseMachine:output_type -> corral.inventory.v1.Machine
-	39, // 86: corral.inventory.v1.MachineService.WatchMachines:output_type -> corral.inventory.v1.MachineEvent
-	41, // 87: corral.inventory.v1.MachineService.WatchTimeline:output_type -> corral.inventory.v1.TimelineEvent
-	70, // [70:88] is the sub-list for method output_type
-	52, // [52:70] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	53, // 10: corral.inventory.v1.Machine.power_read_at:type_name -> google.protobuf.Timestamp
+	53, // 11: corral.inventory.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
+	53, // 12: corral.inventory.v1.Machine.updated_at:type_name -> google.protobuf.Timestamp
+	10, // 13: corral.inventory.v1.Machine.fact_history:type_name -> corral.inventory.v1.FactChange
+	16, // 14: corral.inventory.v1.Machine.install:type_name -> corral.inventory.v1.Install
+	17, // 15: corral.inventory.v1.Machine.watchdog:type_name -> corral.inventory.v1.BootWatchdog
+	8,  // 16: corral.inventory.v1.Machine.maintenance_previous_state:type_name -> corral.inventory.v1.Machine.MachineState
+	18, // 17: corral.inventory.v1.Machine.wipe:type_name -> corral.inventory.v1.PendingWipe
+	15, // 18: corral.inventory.v1.Machine.conflict:type_name -> corral.inventory.v1.Conflict
+	14, // 19: corral.inventory.v1.Machine.allocation:type_name -> corral.inventory.v1.Allocation
+	12, // 20: corral.inventory.v1.Machine.deployment:type_name -> corral.inventory.v1.Deployment
+	13, // 21: corral.inventory.v1.Machine.erase:type_name -> corral.inventory.v1.Erase
+	55, // 22: corral.inventory.v1.Deployment.layout:type_name -> corral.inventory.v1.DiskLayout
+	53, // 23: corral.inventory.v1.Deployment.started_at:type_name -> google.protobuf.Timestamp
+	53, // 24: corral.inventory.v1.Deployment.updated_at:type_name -> google.protobuf.Timestamp
+	53, // 25: corral.inventory.v1.Deployment.sent_at:type_name -> google.protobuf.Timestamp
+	53, // 26: corral.inventory.v1.Deployment.written_at:type_name -> google.protobuf.Timestamp
+	53, // 27: corral.inventory.v1.Deployment.booted_at:type_name -> google.protobuf.Timestamp
+	3,  // 28: corral.inventory.v1.Erase.level:type_name -> corral.inventory.v1.EraseLevel
+	53, // 29: corral.inventory.v1.Erase.requested_at:type_name -> google.protobuf.Timestamp
+	53, // 30: corral.inventory.v1.Erase.sent_at:type_name -> google.protobuf.Timestamp
+	53, // 31: corral.inventory.v1.Erase.updated_at:type_name -> google.protobuf.Timestamp
+	53, // 32: corral.inventory.v1.Erase.finished_at:type_name -> google.protobuf.Timestamp
+	53, // 33: corral.inventory.v1.Allocation.allocated_at:type_name -> google.protobuf.Timestamp
+	53, // 34: corral.inventory.v1.Allocation.expires_at:type_name -> google.protobuf.Timestamp
+	53, // 35: corral.inventory.v1.Allocation.released_at:type_name -> google.protobuf.Timestamp
+	53, // 36: corral.inventory.v1.Conflict.at:type_name -> google.protobuf.Timestamp
+	53, // 37: corral.inventory.v1.Install.started_at:type_name -> google.protobuf.Timestamp
+	53, // 38: corral.inventory.v1.Install.updated_at:type_name -> google.protobuf.Timestamp
+	53, // 39: corral.inventory.v1.Install.sent_at:type_name -> google.protobuf.Timestamp
+	53, // 40: corral.inventory.v1.BootWatchdog.armed_at:type_name -> google.protobuf.Timestamp
+	53, // 41: corral.inventory.v1.PendingWipe.requested_at:type_name -> google.protobuf.Timestamp
+	53, // 42: corral.inventory.v1.PendingWipe.sent_at:type_name -> google.protobuf.Timestamp
+	53, // 43: corral.inventory.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
+	51, // 44: corral.inventory.v1.TimelineEntry.attributes:type_name -> corral.inventory.v1.TimelineEntry.AttributesEntry
+	8,  // 45: corral.inventory.v1.ListMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
+	4,  // 46: corral.inventory.v1.ListMachinesRequest.view:type_name -> corral.inventory.v1.MachineView
+	11, // 47: corral.inventory.v1.ListMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
+	2,  // 48: corral.inventory.v1.EnrollMachineRequest.bmc_protocol:type_name -> corral.inventory.v1.BmcProtocol
+	5,  // 49: corral.inventory.v1.AcceptMachineRequest.target:type_name -> corral.inventory.v1.AcceptTarget
+	52, // 50: corral.inventory.v1.LabelMachineRequest.set:type_name -> corral.inventory.v1.LabelMachineRequest.SetEntry
+	56, // 51: corral.inventory.v1.AllocateMachinesRequest.expires_in:type_name -> google.protobuf.Duration
+	11, // 52: corral.inventory.v1.AllocateMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
+	3,  // 53: corral.inventory.v1.ReleaseMachineRequest.erase:type_name -> corral.inventory.v1.EraseLevel
+	6,  // 54: corral.inventory.v1.SetPowerRequest.action:type_name -> corral.inventory.v1.PowerAction
+	0,  // 55: corral.inventory.v1.PowerStatus.state:type_name -> corral.inventory.v1.PowerState
+	53, // 56: corral.inventory.v1.PowerStatus.read_at:type_name -> google.protobuf.Timestamp
+	34, // 57: corral.inventory.v1.PowerStatus.attempts:type_name -> corral.inventory.v1.ProviderAttempt
+	7,  // 58: corral.inventory.v1.SetBootDeviceRequest.device:type_name -> corral.inventory.v1.BootDevice
+	19, // 59: corral.inventory.v1.TimelineResponse.entries:type_name -> corral.inventory.v1.TimelineEntry
+	8,  // 60: corral.inventory.v1.WatchMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
+	57, // 61: corral.inventory.v1.MachineEvent.type:type_name -> corral.watch.v1.EventType
+	11, // 62: corral.inventory.v1.MachineEvent.machine:type_name -> corral.inventory.v1.Machine
+	57, // 63: corral.inventory.v1.TimelineEvent.type:type_name -> corral.watch.v1.EventType
+	19, // 64: corral.inventory.v1.TimelineEvent.entry:type_name -> corral.inventory.v1.TimelineEntry
+	53, // 65: corral.inventory.v1.BmcAddressBinding.claimed_at:type_name -> google.protobuf.Timestamp
+	20, // 66: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
+	22, // 67: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
+	23, // 68: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
+	24, // 69: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
+	30, // 70: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
+	31, // 71: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
+	32, // 72: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
+	35, // 73: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
+	36, // 74: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
+	37, // 75: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
+	38, // 76: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
+	40, // 77: corral.inventory.v1.MachineService.AdoptMachine:input_type -> corral.inventory.v1.AdoptMachineRequest
+	41, // 78: corral.inventory.v1.MachineService.RejectMachine:input_type -> corral.inventory.v1.RejectMachineRequest
+	25, // 79: corral.inventory.v1.MachineService.LabelMachine:input_type -> corral.inventory.v1.LabelMachineRequest
+	26, // 80: corral.inventory.v1.MachineService.AllocateMachines:input_type -> corral.inventory.v1.AllocateMachinesRequest
+	28, // 81: corral.inventory.v1.MachineService.ReleaseMachine:input_type -> corral.inventory.v1.ReleaseMachineRequest
+	29, // 82: corral.inventory.v1.MachineService.DeployMachine:input_type -> corral.inventory.v1.DeployMachineRequest
+	42, // 83: corral.inventory.v1.MachineService.WatchMachines:input_type -> corral.inventory.v1.WatchMachinesRequest
+	44, // 84: corral.inventory.v1.MachineService.WatchTimeline:input_type -> corral.inventory.v1.WatchTimelineRequest
+	21, // 85: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
+	11, // 86: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
+	11, // 87: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
+	11, // 88: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
+	58, // 89: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
+	33, // 90: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
+	33, // 91: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
+	58, // 92: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
+	11, // 93: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
+	11, // 94: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
+	39, // 95: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
+	11, // 96: corral.inventory.v1.MachineService.AdoptMachine:output_type -> corral.inventory.v1.Machine
+	58, // 97: corral.inventory.v1.MachineService.RejectMachine:output_type -> google.protobuf.Empty
+	11, // 98: corral.inventory.v1.MachineService.LabelMachine:output_type -> corral.inventory.v1.Machine
+	27, // 99: corral.inventory.v1.MachineService.AllocateMachines:output_type -> corral.inventory.v1.AllocateMachinesResponse
+	11, // 100: corral.inventory.v1.MachineService.ReleaseMachine:output_type -> corral.inventory.v1.Machine
+	11, // 101: corral.inventory.v1.MachineService.DeployMachine:output_type -> corral.inventory.v1.Machine
+	43, // 102: corral.inventory.v1.MachineService.WatchMachines:output_type -> corral.inventory.v1.MachineEvent
+	45, // 103: corral.inventory.v1.MachineService.WatchTimeline:output_type -> corral.inventory.v1.TimelineEvent
+	85, // [85:104] is the sub-list for method output_type
+	66, // [66:85] is the sub-list for method input_type
+	66, // [66:66] is the sub-list for extension type_name
+	66, // [66:66] is the sub-list for extension extendee
+	0,  // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_api_inventory_v1_machine_proto_init() }
@@ -3737,13 +4376,14 @@ func file_api_inventory_v1_machine_proto_init() {
 		return
 	}
 	file_api_inventory_v1_facts_proto_init()
+	file_api_inventory_v1_layout_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_inventory_v1_machine_proto_rawDesc), len(file_api_inventory_v1_machine_proto_rawDesc)),
-			NumEnums:      8,
-			NumMessages:   41,
+			NumEnums:      9,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

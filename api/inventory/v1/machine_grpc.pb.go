@@ -39,6 +39,7 @@ const (
 	MachineService_LabelMachine_FullMethodName       = "/corral.inventory.v1.MachineService/LabelMachine"
 	MachineService_AllocateMachines_FullMethodName   = "/corral.inventory.v1.MachineService/AllocateMachines"
 	MachineService_ReleaseMachine_FullMethodName     = "/corral.inventory.v1.MachineService/ReleaseMachine"
+	MachineService_DeployMachine_FullMethodName      = "/corral.inventory.v1.MachineService/DeployMachine"
 	MachineService_WatchMachines_FullMethodName      = "/corral.inventory.v1.MachineService/WatchMachines"
 	MachineService_WatchTimeline_FullMethodName      = "/corral.inventory.v1.MachineService/WatchTimeline"
 )
@@ -74,6 +75,10 @@ type MachineServiceClient interface {
 	// ReleaseMachine ends an allocation: its owner or an operator. The
 	// machine returns to READY.
 	ReleaseMachine(ctx context.Context, in *ReleaseMachineRequest, opts ...grpc.CallOption) (*Machine, error)
+	// DeployMachine writes an operating system onto an allocated machine:
+	// its owner or an operator. The machine becomes DEPLOYING, then
+	// DEPLOYED when the OS has booted and phoned home.
+	DeployMachine(ctx context.Context, in *DeployMachineRequest, opts ...grpc.CallOption) (*Machine, error)
 	WatchMachines(ctx context.Context, in *WatchMachinesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MachineEvent], error)
 	WatchTimeline(ctx context.Context, in *WatchTimelineRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TimelineEvent], error)
 }
@@ -246,6 +251,16 @@ func (c *machineServiceClient) ReleaseMachine(ctx context.Context, in *ReleaseMa
 	return out, nil
 }
 
+func (c *machineServiceClient) DeployMachine(ctx context.Context, in *DeployMachineRequest, opts ...grpc.CallOption) (*Machine, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Machine)
+	err := c.cc.Invoke(ctx, MachineService_DeployMachine_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *machineServiceClient) WatchMachines(ctx context.Context, in *WatchMachinesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MachineEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &MachineService_ServiceDesc.Streams[0], MachineService_WatchMachines_FullMethodName, cOpts...)
@@ -315,6 +330,10 @@ type MachineServiceServer interface {
 	// ReleaseMachine ends an allocation: its owner or an operator. The
 	// machine returns to READY.
 	ReleaseMachine(context.Context, *ReleaseMachineRequest) (*Machine, error)
+	// DeployMachine writes an operating system onto an allocated machine:
+	// its owner or an operator. The machine becomes DEPLOYING, then
+	// DEPLOYED when the OS has booted and phoned home.
+	DeployMachine(context.Context, *DeployMachineRequest) (*Machine, error)
 	WatchMachines(*WatchMachinesRequest, grpc.ServerStreamingServer[MachineEvent]) error
 	WatchTimeline(*WatchTimelineRequest, grpc.ServerStreamingServer[TimelineEvent]) error
 	mustEmbedUnimplementedMachineServiceServer()
@@ -374,6 +393,9 @@ func (UnimplementedMachineServiceServer) AllocateMachines(context.Context, *Allo
 }
 func (UnimplementedMachineServiceServer) ReleaseMachine(context.Context, *ReleaseMachineRequest) (*Machine, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ReleaseMachine not implemented")
+}
+func (UnimplementedMachineServiceServer) DeployMachine(context.Context, *DeployMachineRequest) (*Machine, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DeployMachine not implemented")
 }
 func (UnimplementedMachineServiceServer) WatchMachines(*WatchMachinesRequest, grpc.ServerStreamingServer[MachineEvent]) error {
 	return status.Errorf(codes.Unimplemented, "method WatchMachines not implemented")
@@ -690,6 +712,24 @@ func _MachineService_ReleaseMachine_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MachineService_DeployMachine_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeployMachineRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServiceServer).DeployMachine(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MachineService_DeployMachine_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServiceServer).DeployMachine(ctx, req.(*DeployMachineRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _MachineService_WatchMachines_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchMachinesRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -782,6 +822,10 @@ var MachineService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReleaseMachine",
 			Handler:    _MachineService_ReleaseMachine_Handler,
+		},
+		{
+			MethodName: "DeployMachine",
+			Handler:    _MachineService_DeployMachine_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

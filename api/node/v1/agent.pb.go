@@ -1079,6 +1079,228 @@ func (x *KexecPlan) GetCmdline() string {
 	return ""
 }
 
+// DeployPlan tells a discovery agent to write an operating system onto
+// the machine (docs/architecture.md, "Deploying an operating system"):
+// check layout against the real disks before anything is written; stream
+// the image's raw bytes from image_url (plain HTTP from the appliance's
+// boot server, ranges) extent by extent as block_map lists them, checking
+// each extent's SHA-256 before it counts as written and zeroing or
+// discarding the gaps; grow the image's last partition to the end of the
+// disk (leaving room for the seed); write a cloud-init NoCloud seed
+// (a FAT filesystem labelled CIDATA holding the seed files) ; then report
+// Progress{step: "written", done: true} and reboot into the disk. A
+// failure is reported as Progress{done: true, error}. Progress carries
+// deployment_id in install_id. Steps: "layout", "image" (detail: bytes
+// written of total), "partition", "seed", "written".
+type DeployPlan struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	DeploymentId string                 `protobuf:"bytes,1,opt,name=deployment_id,json=deploymentId,proto3" json:"deployment_id,omitempty"`
+	// image_url serves the image's raw bytes (qcow2 is converted by the
+	// appliance as it serves); image_size is the raw size.
+	ImageUrl  string `protobuf:"bytes,2,opt,name=image_url,json=imageUrl,proto3" json:"image_url,omitempty"`
+	ImageSize int64  `protobuf:"varint,3,opt,name=image_size,json=imageSize,proto3" json:"image_size,omitempty"`
+	// image_sha256 is the OS image's content hash (for the console and the
+	// timeline); the bytes are checked against block_map's hashes.
+	ImageSha256 string `protobuf:"bytes,4,opt,name=image_sha256,json=imageSha256,proto3" json:"image_sha256,omitempty"`
+	// block_map is the image's block map (internal/diskmap JSON): its data
+	// extents with their SHA-256; what it does not list reads as zeros.
+	BlockMap []byte `protobuf:"bytes,5,opt,name=block_map,json=blockMap,proto3" json:"block_map,omitempty"`
+	// block_map_sha256 is the SHA-256 of block_map.
+	BlockMapSha256 string         `protobuf:"bytes,6,opt,name=block_map_sha256,json=blockMapSha256,proto3" json:"block_map_sha256,omitempty"`
+	Layout         *v1.DiskLayout `protobuf:"bytes,7,opt,name=layout,proto3" json:"layout,omitempty"`
+	// seed_meta_data, seed_user_data, seed_vendor_data and
+	// seed_network_config are the NoCloud seed's files ("meta-data",
+	// "user-data", "vendor-data", "network-config"); a file left empty is
+	// not written.
+	SeedMetaData      []byte `protobuf:"bytes,8,opt,name=seed_meta_data,json=seedMetaData,proto3" json:"seed_meta_data,omitempty"`
+	SeedUserData      []byte `protobuf:"bytes,9,opt,name=seed_user_data,json=seedUserData,proto3" json:"seed_user_data,omitempty"`
+	SeedVendorData    []byte `protobuf:"bytes,10,opt,name=seed_vendor_data,json=seedVendorData,proto3" json:"seed_vendor_data,omitempty"`
+	SeedNetworkConfig []byte `protobuf:"bytes,11,opt,name=seed_network_config,json=seedNetworkConfig,proto3" json:"seed_network_config,omitempty"`
+	// reboot: reboot into the disk once written (false for tests).
+	Reboot        bool `protobuf:"varint,12,opt,name=reboot,proto3" json:"reboot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeployPlan) Reset() {
+	*x = DeployPlan{}
+	mi := &file_api_node_v1_agent_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeployPlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeployPlan) ProtoMessage() {}
+
+func (x *DeployPlan) ProtoReflect() protoreflect.Message {
+	mi := &file_api_node_v1_agent_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeployPlan.ProtoReflect.Descriptor instead.
+func (*DeployPlan) Descriptor() ([]byte, []int) {
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *DeployPlan) GetDeploymentId() string {
+	if x != nil {
+		return x.DeploymentId
+	}
+	return ""
+}
+
+func (x *DeployPlan) GetImageUrl() string {
+	if x != nil {
+		return x.ImageUrl
+	}
+	return ""
+}
+
+func (x *DeployPlan) GetImageSize() int64 {
+	if x != nil {
+		return x.ImageSize
+	}
+	return 0
+}
+
+func (x *DeployPlan) GetImageSha256() string {
+	if x != nil {
+		return x.ImageSha256
+	}
+	return ""
+}
+
+func (x *DeployPlan) GetBlockMap() []byte {
+	if x != nil {
+		return x.BlockMap
+	}
+	return nil
+}
+
+func (x *DeployPlan) GetBlockMapSha256() string {
+	if x != nil {
+		return x.BlockMapSha256
+	}
+	return ""
+}
+
+func (x *DeployPlan) GetLayout() *v1.DiskLayout {
+	if x != nil {
+		return x.Layout
+	}
+	return nil
+}
+
+func (x *DeployPlan) GetSeedMetaData() []byte {
+	if x != nil {
+		return x.SeedMetaData
+	}
+	return nil
+}
+
+func (x *DeployPlan) GetSeedUserData() []byte {
+	if x != nil {
+		return x.SeedUserData
+	}
+	return nil
+}
+
+func (x *DeployPlan) GetSeedVendorData() []byte {
+	if x != nil {
+		return x.SeedVendorData
+	}
+	return nil
+}
+
+func (x *DeployPlan) GetSeedNetworkConfig() []byte {
+	if x != nil {
+		return x.SeedNetworkConfig
+	}
+	return nil
+}
+
+func (x *DeployPlan) GetReboot() bool {
+	if x != nil {
+		return x.Reboot
+	}
+	return false
+}
+
+// ErasePlan tells a discovery agent to erase disks at level, verifying
+// by reading back samples, reporting Progress per disk (step "erase",
+// detail naming the disk and how it was erased) and finally Progress{step:
+// "erased", done: true} or the error. Progress carries erase_id in
+// install_id.
+type ErasePlan struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	EraseId       string                 `protobuf:"bytes,1,opt,name=erase_id,json=eraseId,proto3" json:"erase_id,omitempty"`
+	Level         v1.EraseLevel          `protobuf:"varint,2,opt,name=level,proto3,enum=corral.inventory.v1.EraseLevel" json:"level,omitempty"`
+	Disks         []string               `protobuf:"bytes,3,rep,name=disks,proto3" json:"disks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ErasePlan) Reset() {
+	*x = ErasePlan{}
+	mi := &file_api_node_v1_agent_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ErasePlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ErasePlan) ProtoMessage() {}
+
+func (x *ErasePlan) ProtoReflect() protoreflect.Message {
+	mi := &file_api_node_v1_agent_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ErasePlan.ProtoReflect.Descriptor instead.
+func (*ErasePlan) Descriptor() ([]byte, []int) {
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ErasePlan) GetEraseId() string {
+	if x != nil {
+		return x.EraseId
+	}
+	return ""
+}
+
+func (x *ErasePlan) GetLevel() v1.EraseLevel {
+	if x != nil {
+		return x.Level
+	}
+	return v1.EraseLevel(0)
+}
+
+func (x *ErasePlan) GetDisks() []string {
+	if x != nil {
+		return x.Disks
+	}
+	return nil
+}
+
 type ApplianceMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Cmd:
@@ -1090,6 +1312,8 @@ type ApplianceMessage struct {
 	//	*ApplianceMessage_Wipe
 	//	*ApplianceMessage_Certificate
 	//	*ApplianceMessage_Kexec
+	//	*ApplianceMessage_Deploy
+	//	*ApplianceMessage_Erase
 	Cmd           isApplianceMessage_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1097,7 +1321,7 @@ type ApplianceMessage struct {
 
 func (x *ApplianceMessage) Reset() {
 	*x = ApplianceMessage{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[14]
+	mi := &file_api_node_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1333,7 @@ func (x *ApplianceMessage) String() string {
 func (*ApplianceMessage) ProtoMessage() {}
 
 func (x *ApplianceMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[14]
+	mi := &file_api_node_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1346,7 @@ func (x *ApplianceMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ApplianceMessage) GetCmd() isApplianceMessage_Cmd {
@@ -1195,6 +1419,24 @@ func (x *ApplianceMessage) GetKexec() *KexecPlan {
 	return nil
 }
 
+func (x *ApplianceMessage) GetDeploy() *DeployPlan {
+	if x != nil {
+		if x, ok := x.Cmd.(*ApplianceMessage_Deploy); ok {
+			return x.Deploy
+		}
+	}
+	return nil
+}
+
+func (x *ApplianceMessage) GetErase() *ErasePlan {
+	if x != nil {
+		if x, ok := x.Cmd.(*ApplianceMessage_Erase); ok {
+			return x.Erase
+		}
+	}
+	return nil
+}
+
 type isApplianceMessage_Cmd interface {
 	isApplianceMessage_Cmd()
 }
@@ -1227,6 +1469,14 @@ type ApplianceMessage_Kexec struct {
 	Kexec *KexecPlan `protobuf:"bytes,7,opt,name=kexec,proto3,oneof"`
 }
 
+type ApplianceMessage_Deploy struct {
+	Deploy *DeployPlan `protobuf:"bytes,8,opt,name=deploy,proto3,oneof"`
+}
+
+type ApplianceMessage_Erase struct {
+	Erase *ErasePlan `protobuf:"bytes,9,opt,name=erase,proto3,oneof"`
+}
+
 func (*ApplianceMessage_Wait_) isApplianceMessage_Cmd() {}
 
 func (*ApplianceMessage_PowerOff_) isApplianceMessage_Cmd() {}
@@ -1241,6 +1491,10 @@ func (*ApplianceMessage_Certificate) isApplianceMessage_Cmd() {}
 
 func (*ApplianceMessage_Kexec) isApplianceMessage_Cmd() {}
 
+func (*ApplianceMessage_Deploy) isApplianceMessage_Cmd() {}
+
+func (*ApplianceMessage_Erase) isApplianceMessage_Cmd() {}
+
 type JoinRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1252,7 +1506,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[15]
+	mi := &file_api_node_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +1518,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[15]
+	mi := &file_api_node_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +1531,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JoinRequest) GetName() string {
@@ -1304,7 +1558,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[16]
+	mi := &file_api_node_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1570,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[16]
+	mi := &file_api_node_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1583,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *JoinResponse) GetCertPem() string {
@@ -1354,7 +1608,7 @@ type ApplianceMessage_Wait struct {
 
 func (x *ApplianceMessage_Wait) Reset() {
 	*x = ApplianceMessage_Wait{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[17]
+	mi := &file_api_node_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1366,7 +1620,7 @@ func (x *ApplianceMessage_Wait) String() string {
 func (*ApplianceMessage_Wait) ProtoMessage() {}
 
 func (x *ApplianceMessage_Wait) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[17]
+	mi := &file_api_node_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1379,7 +1633,7 @@ func (x *ApplianceMessage_Wait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage_Wait.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage_Wait) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{14, 0}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{16, 0}
 }
 
 type ApplianceMessage_PowerOff struct {
@@ -1390,7 +1644,7 @@ type ApplianceMessage_PowerOff struct {
 
 func (x *ApplianceMessage_PowerOff) Reset() {
 	*x = ApplianceMessage_PowerOff{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[18]
+	mi := &file_api_node_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1656,7 @@ func (x *ApplianceMessage_PowerOff) String() string {
 func (*ApplianceMessage_PowerOff) ProtoMessage() {}
 
 func (x *ApplianceMessage_PowerOff) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[18]
+	mi := &file_api_node_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1669,7 @@ func (x *ApplianceMessage_PowerOff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage_PowerOff.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage_PowerOff) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{14, 1}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{16, 1}
 }
 
 type ApplianceMessage_Reboot struct {
@@ -1426,7 +1680,7 @@ type ApplianceMessage_Reboot struct {
 
 func (x *ApplianceMessage_Reboot) Reset() {
 	*x = ApplianceMessage_Reboot{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[19]
+	mi := &file_api_node_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1692,7 @@ func (x *ApplianceMessage_Reboot) String() string {
 func (*ApplianceMessage_Reboot) ProtoMessage() {}
 
 func (x *ApplianceMessage_Reboot) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[19]
+	mi := &file_api_node_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,14 +1705,14 @@ func (x *ApplianceMessage_Reboot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage_Reboot.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage_Reboot) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{14, 2}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{16, 2}
 }
 
 var File_api_node_v1_agent_proto protoreflect.FileDescriptor
 
 const file_api_node_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x17api/node/v1/agent.proto\x12\x0ecorral.node.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1capi/inventory/v1/facts.proto\"\xd3\x01\n" +
+	"\x17api/node/v1/agent.proto\x12\x0ecorral.node.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1capi/inventory/v1/facts.proto\x1a\x1dapi/inventory/v1/layout.proto\x1a\x1eapi/inventory/v1/machine.proto\"\xd3\x01\n" +
 	"\x0fRegisterRequest\x12\x19\n" +
 	"\bboot_mac\x18\x01 \x01(\tR\abootMac\x120\n" +
 	"\x05facts\x18\x02 \x01(\v2\x1a.corral.inventory.v1.FactsR\x05facts\x12#\n" +
@@ -1543,7 +1797,27 @@ const file_api_node_v1_agent_proto_rawDesc = "" +
 	"\rinitrd_sha256\x18\x06 \x01(\tR\finitrdSha256\x12\x1f\n" +
 	"\vinitrd_size\x18\a \x01(\x03R\n" +
 	"initrdSize\x12\x18\n" +
-	"\acmdline\x18\b \x01(\tR\acmdline\"\xe2\x03\n" +
+	"\acmdline\x18\b \x01(\tR\acmdline\"\xce\x03\n" +
+	"\n" +
+	"DeployPlan\x12#\n" +
+	"\rdeployment_id\x18\x01 \x01(\tR\fdeploymentId\x12\x1b\n" +
+	"\timage_url\x18\x02 \x01(\tR\bimageUrl\x12\x1d\n" +
+	"\n" +
+	"image_size\x18\x03 \x01(\x03R\timageSize\x12!\n" +
+	"\fimage_sha256\x18\x04 \x01(\tR\vimageSha256\x12\x1b\n" +
+	"\tblock_map\x18\x05 \x01(\fR\bblockMap\x12(\n" +
+	"\x10block_map_sha256\x18\x06 \x01(\tR\x0eblockMapSha256\x127\n" +
+	"\x06layout\x18\a \x01(\v2\x1f.corral.inventory.v1.DiskLayoutR\x06layout\x12$\n" +
+	"\x0eseed_meta_data\x18\b \x01(\fR\fseedMetaData\x12$\n" +
+	"\x0eseed_user_data\x18\t \x01(\fR\fseedUserData\x12(\n" +
+	"\x10seed_vendor_data\x18\n" +
+	" \x01(\fR\x0eseedVendorData\x12.\n" +
+	"\x13seed_network_config\x18\v \x01(\fR\x11seedNetworkConfig\x12\x16\n" +
+	"\x06reboot\x18\f \x01(\bR\x06reboot\"s\n" +
+	"\tErasePlan\x12\x19\n" +
+	"\berase_id\x18\x01 \x01(\tR\aeraseId\x125\n" +
+	"\x05level\x18\x02 \x01(\x0e2\x1f.corral.inventory.v1.EraseLevelR\x05level\x12\x14\n" +
+	"\x05disks\x18\x03 \x03(\tR\x05disks\"\xcb\x04\n" +
 	"\x10ApplianceMessage\x12;\n" +
 	"\x04wait\x18\x01 \x01(\v2%.corral.node.v1.ApplianceMessage.WaitH\x00R\x04wait\x12H\n" +
 	"\tpower_off\x18\x02 \x01(\v2).corral.node.v1.ApplianceMessage.PowerOffH\x00R\bpowerOff\x12A\n" +
@@ -1551,7 +1825,9 @@ const file_api_node_v1_agent_proto_rawDesc = "" +
 	"\ainstall\x18\x04 \x01(\v2\x1b.corral.node.v1.InstallPlanH\x00R\ainstall\x12.\n" +
 	"\x04wipe\x18\x05 \x01(\v2\x18.corral.node.v1.WipePlanH\x00R\x04wipe\x12C\n" +
 	"\vcertificate\x18\x06 \x01(\v2\x1f.corral.node.v1.NodeCertificateH\x00R\vcertificate\x121\n" +
-	"\x05kexec\x18\a \x01(\v2\x19.corral.node.v1.KexecPlanH\x00R\x05kexec\x1a\x06\n" +
+	"\x05kexec\x18\a \x01(\v2\x19.corral.node.v1.KexecPlanH\x00R\x05kexec\x124\n" +
+	"\x06deploy\x18\b \x01(\v2\x1a.corral.node.v1.DeployPlanH\x00R\x06deploy\x121\n" +
+	"\x05erase\x18\t \x01(\v2\x19.corral.node.v1.ErasePlanH\x00R\x05erase\x1a\x06\n" +
 	"\x04Wait\x1a\n" +
 	"\n" +
 	"\bPowerOff\x1a\b\n" +
@@ -1582,7 +1858,7 @@ func file_api_node_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_node_v1_agent_proto_rawDescData
 }
 
-var file_api_node_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_api_node_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_api_node_v1_agent_proto_goTypes = []any{
 	(*RegisterRequest)(nil),           // 0: corral.node.v1.RegisterRequest
 	(*TpmProof)(nil),                  // 1: corral.node.v1.TpmProof
@@ -1598,41 +1874,49 @@ var file_api_node_v1_agent_proto_goTypes = []any{
 	(*WipePlan)(nil),                  // 11: corral.node.v1.WipePlan
 	(*NodeCertificate)(nil),           // 12: corral.node.v1.NodeCertificate
 	(*KexecPlan)(nil),                 // 13: corral.node.v1.KexecPlan
-	(*ApplianceMessage)(nil),          // 14: corral.node.v1.ApplianceMessage
-	(*JoinRequest)(nil),               // 15: corral.node.v1.JoinRequest
-	(*JoinResponse)(nil),              // 16: corral.node.v1.JoinResponse
-	(*ApplianceMessage_Wait)(nil),     // 17: corral.node.v1.ApplianceMessage.Wait
-	(*ApplianceMessage_PowerOff)(nil), // 18: corral.node.v1.ApplianceMessage.PowerOff
-	(*ApplianceMessage_Reboot)(nil),   // 19: corral.node.v1.ApplianceMessage.Reboot
-	(*v1.Facts)(nil),                  // 20: corral.inventory.v1.Facts
+	(*DeployPlan)(nil),                // 14: corral.node.v1.DeployPlan
+	(*ErasePlan)(nil),                 // 15: corral.node.v1.ErasePlan
+	(*ApplianceMessage)(nil),          // 16: corral.node.v1.ApplianceMessage
+	(*JoinRequest)(nil),               // 17: corral.node.v1.JoinRequest
+	(*JoinResponse)(nil),              // 18: corral.node.v1.JoinResponse
+	(*ApplianceMessage_Wait)(nil),     // 19: corral.node.v1.ApplianceMessage.Wait
+	(*ApplianceMessage_PowerOff)(nil), // 20: corral.node.v1.ApplianceMessage.PowerOff
+	(*ApplianceMessage_Reboot)(nil),   // 21: corral.node.v1.ApplianceMessage.Reboot
+	(*v1.Facts)(nil),                  // 22: corral.inventory.v1.Facts
+	(*v1.DiskLayout)(nil),             // 23: corral.inventory.v1.DiskLayout
+	(v1.EraseLevel)(0),                // 24: corral.inventory.v1.EraseLevel
 }
 var file_api_node_v1_agent_proto_depIdxs = []int32{
-	20, // 0: corral.node.v1.RegisterRequest.facts:type_name -> corral.inventory.v1.Facts
+	22, // 0: corral.node.v1.RegisterRequest.facts:type_name -> corral.inventory.v1.Facts
 	1,  // 1: corral.node.v1.RegisterRequest.tpm:type_name -> corral.node.v1.TpmProof
 	2,  // 2: corral.node.v1.AttestBeginRequest.ak:type_name -> corral.node.v1.AttestationKey
 	6,  // 3: corral.node.v1.AgentMessage.heartbeat:type_name -> corral.node.v1.Heartbeat
 	7,  // 4: corral.node.v1.AgentMessage.progress:type_name -> corral.node.v1.Progress
 	8,  // 5: corral.node.v1.AgentMessage.csr:type_name -> corral.node.v1.CertificateRequest
-	17, // 6: corral.node.v1.ApplianceMessage.wait:type_name -> corral.node.v1.ApplianceMessage.Wait
-	18, // 7: corral.node.v1.ApplianceMessage.power_off:type_name -> corral.node.v1.ApplianceMessage.PowerOff
-	19, // 8: corral.node.v1.ApplianceMessage.reboot:type_name -> corral.node.v1.ApplianceMessage.Reboot
-	10, // 9: corral.node.v1.ApplianceMessage.install:type_name -> corral.node.v1.InstallPlan
-	11, // 10: corral.node.v1.ApplianceMessage.wipe:type_name -> corral.node.v1.WipePlan
-	12, // 11: corral.node.v1.ApplianceMessage.certificate:type_name -> corral.node.v1.NodeCertificate
-	13, // 12: corral.node.v1.ApplianceMessage.kexec:type_name -> corral.node.v1.KexecPlan
-	3,  // 13: corral.node.v1.AgentService.AttestBegin:input_type -> corral.node.v1.AttestBeginRequest
-	0,  // 14: corral.node.v1.AgentService.Register:input_type -> corral.node.v1.RegisterRequest
-	9,  // 15: corral.node.v1.AgentService.Session:input_type -> corral.node.v1.AgentMessage
-	15, // 16: corral.node.v1.AgentService.Join:input_type -> corral.node.v1.JoinRequest
-	4,  // 17: corral.node.v1.AgentService.AttestBegin:output_type -> corral.node.v1.AttestBeginResponse
-	5,  // 18: corral.node.v1.AgentService.Register:output_type -> corral.node.v1.RegisterResponse
-	14, // 19: corral.node.v1.AgentService.Session:output_type -> corral.node.v1.ApplianceMessage
-	16, // 20: corral.node.v1.AgentService.Join:output_type -> corral.node.v1.JoinResponse
-	17, // [17:21] is the sub-list for method output_type
-	13, // [13:17] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	23, // 6: corral.node.v1.DeployPlan.layout:type_name -> corral.inventory.v1.DiskLayout
+	24, // 7: corral.node.v1.ErasePlan.level:type_name -> corral.inventory.v1.EraseLevel
+	19, // 8: corral.node.v1.ApplianceMessage.wait:type_name -> corral.node.v1.ApplianceMessage.Wait
+	20, // 9: corral.node.v1.ApplianceMessage.power_off:type_name -> corral.node.v1.ApplianceMessage.PowerOff
+	21, // 10: corral.node.v1.ApplianceMessage.reboot:type_name -> corral.node.v1.ApplianceMessage.Reboot
+	10, // 11: corral.node.v1.ApplianceMessage.install:type_name -> corral.node.v1.InstallPlan
+	11, // 12: corral.node.v1.ApplianceMessage.wipe:type_name -> corral.node.v1.WipePlan
+	12, // 13: corral.node.v1.ApplianceMessage.certificate:type_name -> corral.node.v1.NodeCertificate
+	13, // 14: corral.node.v1.ApplianceMessage.kexec:type_name -> corral.node.v1.KexecPlan
+	14, // 15: corral.node.v1.ApplianceMessage.deploy:type_name -> corral.node.v1.DeployPlan
+	15, // 16: corral.node.v1.ApplianceMessage.erase:type_name -> corral.node.v1.ErasePlan
+	3,  // 17: corral.node.v1.AgentService.AttestBegin:input_type -> corral.node.v1.AttestBeginRequest
+	0,  // 18: corral.node.v1.AgentService.Register:input_type -> corral.node.v1.RegisterRequest
+	9,  // 19: corral.node.v1.AgentService.Session:input_type -> corral.node.v1.AgentMessage
+	17, // 20: corral.node.v1.AgentService.Join:input_type -> corral.node.v1.JoinRequest
+	4,  // 21: corral.node.v1.AgentService.AttestBegin:output_type -> corral.node.v1.AttestBeginResponse
+	5,  // 22: corral.node.v1.AgentService.Register:output_type -> corral.node.v1.RegisterResponse
+	16, // 23: corral.node.v1.AgentService.Session:output_type -> corral.node.v1.ApplianceMessage
+	18, // 24: corral.node.v1.AgentService.Join:output_type -> corral.node.v1.JoinResponse
+	21, // [21:25] is the sub-list for method output_type
+	17, // [17:21] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_api_node_v1_agent_proto_init() }
@@ -1645,7 +1929,7 @@ func file_api_node_v1_agent_proto_init() {
 		(*AgentMessage_Progress)(nil),
 		(*AgentMessage_Csr)(nil),
 	}
-	file_api_node_v1_agent_proto_msgTypes[14].OneofWrappers = []any{
+	file_api_node_v1_agent_proto_msgTypes[16].OneofWrappers = []any{
 		(*ApplianceMessage_Wait_)(nil),
 		(*ApplianceMessage_PowerOff_)(nil),
 		(*ApplianceMessage_Reboot_)(nil),
@@ -1653,6 +1937,8 @@ func file_api_node_v1_agent_proto_init() {
 		(*ApplianceMessage_Wipe)(nil),
 		(*ApplianceMessage_Certificate)(nil),
 		(*ApplianceMessage_Kexec)(nil),
+		(*ApplianceMessage_Deploy)(nil),
+		(*ApplianceMessage_Erase)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1660,7 +1946,7 @@ func file_api_node_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_node_v1_agent_proto_rawDesc), len(file_api_node_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
