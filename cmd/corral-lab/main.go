@@ -59,7 +59,7 @@ CORRAL_LAB_DIR).`,
 func upCmd(dir *string) *cobra.Command {
 	var c lab.Config
 	var uefi, powerOn bool
-	var firmware, until string
+	var firmware, until, diskBus string
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Build what is missing and start the lab; wait until the machines are inventoried (or ready with --accept)",
@@ -88,6 +88,7 @@ lab-a2.conf lab-a2's, ...).`,
 			case uefi:
 				c.Firmware = []string{"uefi"}
 			}
+			c.DiskBus = strings.Split(diskBus, ",")
 			c.Until = lab.Target(until)
 			c.NoPowerOn = !powerOn
 			c.Out = cmd.OutOrStdout()
@@ -100,6 +101,7 @@ lab-a2.conf lab-a2's, ...).`,
 	f.IntVar(&c.Machines, "machines", 1, "number of machines")
 	f.BoolVar(&uefi, "uefi", false, "all machines boot UEFI (OVMF firmware PXE → TFTP → iPXE)")
 	f.StringVar(&firmware, "firmware", "", "firmware per machine, cycled: e.g. bios,uefi (overrides --uefi)")
+	f.StringVar(&diskBus, "disk-bus", "virtio", "disk bus per machine, cycled: virtio (two virtio-blk disks) or nvme (two NVMe controllers), e.g. virtio,nvme")
 	f.StringSliceVar(&c.TPM, "tpm", []string{"swtpm"}, "TPM per machine, cycled: swtpm (a TPM 2.0 from a swtpm process of its own, started and stopped with the machine) or none, e.g. swtpm,none")
 	f.BoolVar(&c.WithBMC, "with-bmc", false, "put each machine behind its own ipmi_sim BMC, enrolled and powered on through corrald")
 	f.BoolVar(&c.Accept, "accept", true, "run corrald with --auto-accept (machines install and join the pool)")

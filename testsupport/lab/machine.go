@@ -40,7 +40,9 @@ func (m Machine) qemuArgs(withBMC bool) []string {
 			"-device", "ipmi-bmc-extern,chardev=ipmi0,id=bmc0", "-device", "isa-ipmi-bt,bmc=bmc0")
 	}
 	for i, d := range m.Disks {
-		a = append(a, "-drive", fmt.Sprintf("if=none,id=d%d,format=raw,file=%s", i, d.Path))
+		// discard=unmap: a discard (an erase, a deploy's gaps) punches holes
+		// in the raw file, as a thin-provisioned or SSD disk forgets blocks.
+		a = append(a, "-drive", fmt.Sprintf("if=none,id=d%d,format=raw,discard=unmap,detect-zeroes=unmap,file=%s", i, d.Path))
 	}
 	if m.TPM {
 		a = append(a, "-chardev", "socket,id=chrtpm,path="+m.tpmSocket(),
@@ -91,7 +93,11 @@ func (m Machine) chassisScript(withBMC bool) string {
 	}
 	fmt.Fprintf(&q, " -device %s,bootindex=$NIC", nic)
 	for i, d := range m.Disks {
-		fmt.Fprintf(&q, " -device virtio-blk-pci,drive=d%d,serial=%s,bootindex=$((DISK+%d))", i, d.Serial, i)
+		dev := "virtio-blk-pci"
+		if d.Bus == "nvme" {
+			dev = "nvme"
+		}
+		fmt.Fprintf(&q, " -device %s,drive=d%d,serial=%s,bootindex=$((DISK+%d))", dev, i, d.Serial, i)
 	}
 	before := ""
 	if m.TPM {

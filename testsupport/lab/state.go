@@ -89,11 +89,14 @@ type Machine struct {
 	TPM bool `json:"tpm,omitempty"`
 }
 
-// Disk is one virtio disk of a machine.
+// Disk is one disk of a machine: virtio-blk, or NVMe.
 type Disk struct {
 	Path   string `json:"path"`
 	Serial string `json:"serial"`
 	GiB    int    `json:"gib"`
+	// Bus is "nvme" for an NVMe controller, "" (or "virtio") for
+	// virtio-blk.
+	Bus string `json:"bus,omitempty"`
 }
 
 // Chassis is the machine's chassis_control program (power and boot

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -44,6 +45,10 @@ type Config struct {
 	// TPM is cycled over the machines: "swtpm" (a TPM 2.0 emulated by a
 	// swtpm process of its own) or "none" (default swtpm).
 	TPM []string
+	// DiskBus is cycled over the machines: "virtio" (two virtio-blk
+	// disks) or "nvme" (two NVMe controllers, one namespace each)
+	// (default virtio).
+	DiskBus []string
 	// WithBMC puts each machine behind its own ipmi_sim, enrolled in
 	// corrald and powered on through it.
 	WithBMC bool
@@ -128,6 +133,11 @@ func (c *Config) defaults() error {
 	for _, f := range c.Firmware {
 		if f != "bios" && f != "uefi" {
 			return fmt.Errorf("firmware %q: want bios or uefi", f)
+		}
+	}
+	for _, b := range c.DiskBus {
+		if b != "virtio" && b != "nvme" {
+			return fmt.Errorf("disk bus %q: want virtio or nvme", b)
 		}
 	}
 	for _, t := range c.TPM {
@@ -342,7 +352,7 @@ func Up(ctx context.Context, c Config) (*State, error) {
 		if err := s.Save(); err != nil {
 			return s, err
 		}
-		say("%s: %s, serial %s, MAC %s, disks %s/%s, %d MiB", m.Name, strings.ToUpper(m.Firmware), m.Serial, m.MAC, m.Disks[0].Serial, m.Disks[1].Serial, m.MemoryMiB)
+		say("%s: %s, serial %s, MAC %s, %s disks %s/%s, %d MiB", m.Name, strings.ToUpper(m.Firmware), m.Serial, m.MAC, cmp.Or(m.Disks[0].Bus, "virtio"), m.Disks[0].Serial, m.Disks[1].Serial, m.MemoryMiB)
 	}
 
 	if c.NoPowerOn {
@@ -405,6 +415,11 @@ func newState(ctx context.Context, c Config, bin Binaries) (*State, error) {
 			},
 			MemoryMiB: c.MemoryMiB, CPUs: c.CPUs}
 		m.TPM = len(c.TPM) == 0 || c.TPM[i%len(c.TPM)] != "none"
+		if len(c.DiskBus) > 0 && c.DiskBus[i%len(c.DiskBus)] == "nvme" {
+			for d := range m.Disks {
+				m.Disks[d].Bus = "nvme"
+			}
+		}
 		if c.WithBMC {
 			m.BMCPort, m.VMPort = 6230+n, 9000+n
 			m.BMCUser, m.BMCPwFile = "admin", filepath.Join(dir, "bmc-password")
