@@ -23,7 +23,7 @@ const (
 	DefaultMaxActions = 10
 	DefaultOffGrace   = 2 * time.Minute
 	// minGap spaces passes started by machine changes.
-	minGap = 500 * time.Millisecond
+	minGap = 2 * time.Second
 )
 
 // Machines is what the controller needs of the inventory. Implemented by
@@ -177,7 +177,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	var errs []error
 	for _, p := range pools {
 		if ctx.Err() != nil {
-			return nil
+			break // the rest wait for the next pass
 		}
 		st, err := c.pool(ctx, p, &budget)
 		if err != nil {
@@ -241,7 +241,7 @@ func allocated(m *inventoryv1.Machine) bool {
 
 // pool makes one pass over p and returns its status.
 func (c *Controller) pool(ctx context.Context, p *inventoryv1.StandbyPool, budget *int) (*inventoryv1.StandbyPoolStatus, error) {
-	if _, err := selectors(p); err != nil {
+	if err := checkSelector(p); err != nil {
 		return nil, err
 	}
 	ms, err := c.cfg.Machines.ListMachines(ctx, &inventoryv1.ListMachinesRequest{
@@ -294,6 +294,9 @@ func (c *Controller) pool(ctx context.Context, p *inventoryv1.StandbyPool, budge
 		c.holdBooted(ctx, &v, target, by, budget, did, cond)
 	case inventoryv1.Readiness_READINESS_POWERED_OFF:
 		c.holdOff(ctx, &v, by, budget, did, cond)
+	case inventoryv1.Readiness_READINESS_UNSPECIFIED:
+		// Apply refuses it; a record without one is never powered.
+		cond("no readiness: no machine is powered on or off")
 	}
 
 	inMode := len(v.ready)

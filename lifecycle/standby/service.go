@@ -83,20 +83,16 @@ func Check(p *inventoryv1.StandbyPool) error {
 	if _, ok := inventoryv1.EraseLevel_name[int32(p.GetErase())]; !ok {
 		return apierr.Invalidf("erase %d: not an erase level", p.GetErase())
 	}
-	if _, err := selectors(p); err != nil {
-		return err
-	}
-	return nil
+	return checkSelector(p)
 }
 
-// selectors are the terms a machine of p matches: pool=NAME and p's
-// selector.
-func selectors(p *inventoryv1.StandbyPool) (inventory.Selectors, error) {
-	sels, err := inventory.ParseSelectors(rawSelectors(p))
-	if err != nil {
-		return nil, apierr.Invalidf("selector %q: %v", p.GetSelector(), err)
+// checkSelector checks the terms a machine of p matches, pool=NAME and
+// p's selector, as inventory parses them.
+func checkSelector(p *inventoryv1.StandbyPool) error {
+	if _, err := inventory.ParseSelectors(rawSelectors(p)); err != nil {
+		return apierr.Invalidf("selector %q: %v", p.GetSelector(), err)
 	}
-	return sels, nil
+	return nil
 }
 
 // rawSelectors are p's selector terms as ListMachines takes them.
