@@ -502,3 +502,45 @@ func TestEraseLevel(t *testing.T) {
 		}
 	}
 }
+
+// TestPowerActionsRateLimited: a pass makes at most MaxActions power
+// actions; the next pass carries on.
+func TestPowerActionsRateLimited(t *testing.T) {
+	r := newRig(t)
+	a := r.appliance(time.Hour)
+	a.ctrl.cfg.MaxActions = 1
+	a.create(t, inventoryv1.Machine_READY, "m1", "m2", "m3")
+	a.apply(t, &inventoryv1.StandbyPool{Name: "ci", MinReady: 3, Readiness: inventoryv1.Readiness_READINESS_BOOTED})
+	for k, want := range [][]string{{"m1 pxe", "m1 on"}, {"m2 pxe", "m2 on"}, {"m3 pxe", "m3 on"}, nil} {
+		a.pass(t)
+		if got := a.bmc.take(); !slices.Equal(got, want) {
+			t.Fatalf("pass %d: %v, want %v", k+1, got, want)
+		}
+	}
+}
+
+// TestPowerPathsRecheck: the lifecycle's standby power paths refuse a
+// machine that is no longer READY and free when they claim it (allocated
+// since the controller looked), and a machine already booting.
+func TestPowerPathsRecheck(t *testing.T) {
+	r := newRig(t)
+	a := r.appliance(time.Hour)
+	a.create(t, inventoryv1.Machine_READY, "m1", "m2")
+	allocate(t, a, "m1")
+	ctx := context.Background()
+	if err := a.ctrl.cfg.Power.StandbyPowerOn(ctx, "m1", "test"); !lifecycle.IsNotStandby(err) {
+		t.Errorf("power on an allocated machine: %v, want ErrNotStandby", err)
+	}
+	if err := a.ctrl.cfg.Power.StandbyPowerOff(ctx, "m1", "test"); !lifecycle.IsNotStandby(err) {
+		t.Errorf("power off an allocated machine: %v, want ErrNotStandby", err)
+	}
+	if err := a.ctrl.cfg.Power.StandbyPowerOn(ctx, "m2", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ctrl.cfg.Power.StandbyPowerOn(ctx, "m2", "test"); !lifecycle.IsNotStandby(err) {
+		t.Errorf("power on a booting machine: %v, want ErrNotStandby", err)
+	}
+	if got, want := a.bmc.take(), []string{"m2 pxe", "m2 on"}; !slices.Equal(got, want) {
+		t.Errorf("BMC calls %v, want %v", got, want)
+	}
+}
