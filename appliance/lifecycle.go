@@ -53,6 +53,9 @@ type LifecycleConfig struct {
 	// rebooted the old way (default 120s; negative: no kexec, installs
 	// reboot through the BMC or the Reboot command).
 	KexecTimeout time.Duration
+	// StandbyInterval is the standby pool controller's period (0 or
+	// less: 5s; lifecycle/standby). Tests shorten it.
+	StandbyInterval time.Duration
 }
 
 func (c LifecycleConfig) validate() error {

@@ -36,6 +36,7 @@ import (
 	"github.com/corralhq/corral/inventory/bmc"
 	"github.com/corralhq/corral/inventory/pool"
 	"github.com/corralhq/corral/lifecycle"
+	"github.com/corralhq/corral/lifecycle/standby"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/bolt"
 	"golang.org/x/sync/errgroup"
@@ -142,6 +143,8 @@ type Server struct {
 	// server (nil when network boot is off).
 	osImages *osimage.Service
 	bootHTTP *boothttp.Server
+	// standby keeps the standby pools (package lifecycle/standby).
+	standby *standby.Service
 }
 
 type component struct {
@@ -309,6 +312,10 @@ func New(cfg Config) (*Server, error) {
 	if err := s.initLifecycle(p); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("lifecycle: %w", err)
+	}
+	if err := s.initStandby(); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("standby pools: %w", err)
 	}
 	s.addSingleton("token-purge", s.purgeTokens)
 	machines := &inventory.MachineServer{Inv: s.inv, Lifecycle: s.lifecycle, Caller: machineCaller}

@@ -23,6 +23,9 @@ const (
 	TimelinePrefix      = "/inventory/timeline/"
 	TimelineIndexPrefix = "/inventory/timeline-index/"
 
+	// Standby pools (lifecycle/standby), one per pool name.
+	StandbyPoolsPrefix = "/inventory/standby-pools/"
+
 	// The node pool (inventory/pool).
 	NodesPrefix     = "/pool/nodes/"
 	NetworksPrefix  = "/pool/networks/"

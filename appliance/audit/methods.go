@@ -149,6 +149,13 @@ var auditRules = map[string]auditRule{
 	"/corral.osimage.v1.OSImageService/UploadOSImage":   mutating("osimage", ""),
 	"/corral.osimage.v1.OSImageService/DeleteOSImage":   mutating("osimage", "name"),
 
+	// ApplyStandbyPool's object is the pool it wrote, read from the
+	// response (auditResponseObject).
+	"/corral.inventory.v1.StandbyPoolService/ListStandbyPools":  readRule,
+	"/corral.inventory.v1.StandbyPoolService/GetStandbyPool":    readRule,
+	"/corral.inventory.v1.StandbyPoolService/ApplyStandbyPool":  mutating("standbypool", ""),
+	"/corral.inventory.v1.StandbyPoolService/DeleteStandbyPool": mutating("standbypool", "name"),
+
 	// CreateToken's object is the new token's id, read from the response
 	// (auditResponseObject); the secret in it is never looked at.
 	"/corral.auth.v1.TokenService/CreateToken": mutating("token", ""),
@@ -224,6 +231,10 @@ func auditResponseObject(object string, resp any) (string, string) {
 		}
 	case *nodev1.RegisterResponse:
 		return object, clipUTF8(r.GetMachineName(), maxAuditObjectBytes)
+	case *inventoryv1.ApplyStandbyPoolResponse:
+		if n := r.GetPool().GetName(); n != "" {
+			return "standbypool/" + clipUTF8(termsafe.Escape(n), maxAuditObjectBytes), ""
+		}
 	}
 	return object, ""
 }

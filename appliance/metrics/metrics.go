@@ -109,6 +109,7 @@ type Metrics struct {
 	store     *storeMetrics
 	phases    *phaseTracker
 	counts    *stateCounts
+	standby   *standbyGauges
 
 	// lis is the bound metrics listener (nil: off).
 	lis net.Listener
@@ -155,9 +156,10 @@ func New(cfg Config, log *slog.Logger) *Metrics {
 	o.store = newStoreMetrics()
 	o.phases = newPhaseTracker(log.With("component", "boot-phases"))
 	o.counts = newStateCounts(log.With("component", "state-counts"))
+	o.standby = newStandbyGauges()
 	o.ready = &readiness{}
 	o.reg.MustRegister(o.grpc, o.dhcp, o.dhcpTime, o.tftp, o.tftpBytes, o.http, o.httpBytes, o.httpTime, o.bmc, o.reports,
-		o.store.commit, o.phases.hist, o.counts)
+		o.store.commit, o.phases.hist, o.counts, o.standby)
 	return o
 }
 
@@ -202,6 +204,7 @@ func (o *Metrics) Start(d Deps) error {
 	}
 	d.Health.SetServingStatus("", servingStatus(true))
 	o.ready.store = d.Store
+	o.standby.follow(d.Store)
 	d.Run.Add("health", o.runHealth)
 
 	cfg := o.cfg
