@@ -100,10 +100,11 @@ func (s *Service) OpenRaw(sum string) (io.ReadSeekCloser, int64, error) {
 	}
 	f := s.format(sum)
 	switch f {
-	case 0:
+	case osimagev1.OSImageFormat_OS_IMAGE_FORMAT_UNSPECIFIED:
 		return nil, 0, apierr.NotFoundf("no READY OS image has sha256 %s", sum)
 	case formatMixed:
 		return nil, 0, apierr.Preconditionf("images with sha256 %s declare different formats", sum)
+	case osimagev1.OSImageFormat_OS_IMAGE_FORMAT_RAW, osimagev1.OSImageFormat_OS_IMAGE_FORMAT_QCOW2:
 	}
 	if f == osimagev1.OSImageFormat_OS_IMAGE_FORMAT_RAW {
 		// The file itself: the boot HTTP server's copy then uses sendfile.
