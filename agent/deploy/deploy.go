@@ -96,6 +96,10 @@ type Config struct {
 	// ProgressInterval is the least time between two "image" progress
 	// reports (default 2 s).
 	ProgressInterval time.Duration
+	// StallTimeout fails an extent's fetch that receives no byte for
+	// that long (default 1 min): a server that stops sending must not
+	// hold the agent busy for ever.
+	StallTimeout time.Duration
 	// Console receives a line per deploy and per warning; nil discards.
 	Console io.Writer
 	Logger  *slog.Logger
@@ -131,6 +135,7 @@ func New(cfg Config) *Deployer {
 		cfg.Disks = func() ([]install.Disk, error) { return install.ListDisks(root) }
 	}
 	cfg.ProgressInterval = cmp.Or(cfg.ProgressInterval, 2*time.Second)
+	cfg.StallTimeout = cmp.Or(cfg.StallTimeout, time.Minute)
 	if cfg.Console == nil {
 		cfg.Console = io.Discard
 	}
@@ -178,7 +183,7 @@ func (d *Deployer) Deploy(ctx context.Context, plan *nodev1.DeployPlan, progress
 	// image
 	start := time.Now()
 	if err := d.writeImage(ctx, plan, t, progress); err != nil {
-		written = append(written, "part of the image on "+t.path+" (its partition table untouched)")
+		written = append(written, "the image on "+t.path+" up to the failing extent (no partition grown, no seed)")
 		return fail(StepImage, err)
 	}
 	written = append(written, "the image on "+t.path)
@@ -244,7 +249,7 @@ func (d *Deployer) writeImage(ctx context.Context, plan *nodev1.DeployPlan, t *t
 	err := diskwrite.Write(ctx, diskwrite.Config{
 		Device:   t.path,
 		Map:      t.m,
-		Fetch:    diskwrite.HTTPFetch(d.cfg.HTTP, plan.GetImageUrl()),
+		Fetch:    stallGuard(diskwrite.HTTPFetch(d.cfg.HTTP, plan.GetImageUrl()), d.cfg.StallTimeout),
 		Attempts: d.cfg.attempts,
 		Backoff:  d.cfg.backoff,
 		Log:      d.cfg.Logger,
@@ -260,6 +265,58 @@ func (d *Deployer) writeImage(ctx context.Context, plan *nodev1.DeployPlan, t *t
 	}
 	report(t.m.Size, t.m.Size)
 	return nil
+}
+
+// ErrStalled is wrapped when an extent's fetch received nothing for
+// Config.StallTimeout.
+var ErrStalled = errors.New("image fetch stalled")
+
+// stallGuard wraps fetch so that a response receiving no byte for
+// timeout is cancelled and its read fails with ErrStalled (diskwrite then
+// retries the extent).
+func stallGuard(fetch diskwrite.Fetch, timeout time.Duration) diskwrite.Fetch {
+	return func(ctx context.Context, off, length int64) (io.ReadCloser, error) {
+		ctx, cancel := context.WithCancelCause(ctx)
+		timer := time.AfterFunc(timeout, func() { cancel(fmt.Errorf("%w: no byte for %s", ErrStalled, timeout)) })
+		rc, err := fetch(ctx, off, length)
+		if err != nil {
+			timer.Stop()
+			cancel(nil)
+			if cause := context.Cause(ctx); errors.Is(cause, ErrStalled) {
+				return nil, cause
+			}
+			return nil, err
+		}
+		return &stallReader{rc: rc, ctx: ctx, cancel: cancel, timer: timer, timeout: timeout}, nil
+	}
+}
+
+type stallReader struct {
+	rc      io.ReadCloser
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	timer   *time.Timer
+	timeout time.Duration
+}
+
+func (r *stallReader) Read(p []byte) (int, error) {
+	n, err := r.rc.Read(p)
+	if n > 0 {
+		r.timer.Reset(r.timeout)
+	}
+	if err != nil && err != io.EOF {
+		if cause := context.Cause(r.ctx); errors.Is(cause, ErrStalled) {
+			return n, cause
+		}
+	}
+	return n, err
+}
+
+func (r *stallReader) Close() error {
+	r.timer.Stop()
+	err := r.rc.Close()
+	r.cancel(nil)
+	return err
 }
 
 // seedFile is one file of the NoCloud seed.

@@ -520,7 +520,7 @@ func TestDeployRefusesTamperedExtent(t *testing.T) {
 		t.Fatalf("Deploy = %v, want a hash mismatch", err)
 	}
 	last := rec.last()
-	if last.GetStep() != StepImage || !last.GetDone() || !strings.Contains(last.GetError(), "hash mismatch") || !strings.Contains(last.GetError(), "partition table untouched") {
+	if last.GetStep() != StepImage || !last.GetDone() || !strings.Contains(last.GetError(), "hash mismatch") || !strings.Contains(last.GetError(), "up to the failing extent (no partition grown, no seed)") {
 		t.Errorf("last progress %v", last)
 	}
 	if strings.Contains(rec.steps(), StepPartition) {
@@ -635,4 +635,39 @@ func TestDeployNoFreeSlot(t *testing.T) {
 		t.Errorf("progress %v", p)
 	}
 	checkImageBytes(t, fx.disk, fx.image, 0, imageSize)
+}
+
+// TestDeployStalledFetch: a server that stops sending in the middle of an
+// extent fails the deploy at "image" after StallTimeout, not never.
+func TestDeployStalledFetch(t *testing.T) {
+	fx := newFixture(t, "mbr", 1, diskSize)
+	release := make(chan struct{})
+	defer close(release)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Range", strings.Replace(r.Header.Get("Range"), "=", " ", 1)+"/*")
+		w.WriteHeader(http.StatusPartialContent)
+		w.Write(make([]byte, 1000))
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	plan := fx.plan(t)
+	plan.ImageUrl = srv.URL
+	d := fx.deployer()
+	d.cfg.StallTimeout = 200 * time.Millisecond
+	rec := &recorder{}
+	start := time.Now()
+	err := d.Deploy(context.Background(), plan, rec.add)
+	if !errors.Is(err, ErrStalled) {
+		t.Fatalf("Deploy = %v, want ErrStalled", err)
+	}
+	if el := time.Since(start); el > 10*time.Second {
+		t.Errorf("the stall took %v to notice", el)
+	}
+	if p := rec.last(); p.GetStep() != StepImage || !strings.Contains(p.GetError(), "no byte for 200ms") {
+		t.Errorf("progress %v", p)
+	}
 }
