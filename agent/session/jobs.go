@@ -13,12 +13,12 @@ import (
 const maxPending = 64
 
 // jobs runs install, wipe, deploy and erase plans one at a time, outside
-// any one session:
-// a plan keeps running when the stream breaks, and its progress goes to
-// whichever session is open (kept, up to maxPending, while none is). Run
-// owns it and waits for the running plan before returning. After a
-// successful install it reboots the machine only when
-// Config.InstallReboot is set.
+// any one session: a plan keeps running when the stream breaks, and its
+// progress goes to whichever session is open (kept, up to maxPending,
+// while none is). Run owns it and waits for the running plan before
+// returning. After a successful install it reboots the machine only when
+// Config.InstallReboot is set; after a successful deploy, when its plan
+// says reboot (rebootAfterDeploy).
 type jobs struct {
 	cfg *Config
 
