@@ -364,6 +364,14 @@ func checkSeed(t *testing.T, disk string, off int64, plan *nodev1.DeployPlan) {
 func TestDeployMBR(t *testing.T) {
 	fx := newFixture(t, "mbr", 1, diskSize)
 	plan := fx.plan(t)
+	// An earlier OS's GPT backup header and old bytes where the seed goes.
+	stale, err := os.OpenFile(fx.disk, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.WriteAt(bytes.Repeat([]byte{0x55}, 4<<20), diskSize-6<<20)
+	stale.WriteAt([]byte("EFI PART"), diskSize-512)
+	stale.Close()
 	rec := &recorder{}
 	if err := fx.deployer().Deploy(context.Background(), plan, rec.add); err != nil {
 		t.Fatal(err)
@@ -403,6 +411,16 @@ func TestDeployMBR(t *testing.T) {
 		}
 	}
 	checkSeed(t, fx.disk, seed, plan)
+	d, err := os.ReadFile(fx.disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(d[seed:], []byte{0x55}); n > 64 {
+		t.Errorf("%d bytes of the old content show through the seed", n)
+	}
+	if !bytes.Equal(d[diskSize-33*512:], make([]byte, 33*512)) {
+		t.Error("the stale GPT backup at the disk's end was left")
+	}
 }
 
 func TestDeployGPT(t *testing.T) {

@@ -113,6 +113,13 @@ func (m *mbrTable) grow(f *os.File) error {
 	p := m.t.Partitions[m.last]
 	p.Size = uint32(m.start/512 - int64(p.Start))
 	lbaOnly(p)
+	// A GPT an earlier OS left has its backup in the disk's last 33
+	// sectors; beside an MBR it is a stale signature that partitioners
+	// warn about. No partition uses them (the seed is made over them
+	// after this).
+	if err := zero(f, m.size-33*512, 33*512); err != nil {
+		return fmt.Errorf("clear the disk's last sectors: %w", err)
+	}
 	return m.write(f)
 }
 
@@ -231,6 +238,11 @@ func (g *gptTable) write(f *os.File) error {
 // and one made smaller is misread by tools that go by the cluster count
 // (mtools sees no files; fsck.fat warns).
 func makeSeed(f *os.File, start, size int64, files []seedFile) error {
+	// Whatever the disk held there (an older seed, a filesystem's
+	// superblock) must not show through.
+	if err := zero(f, start, size); err != nil {
+		return fmt.Errorf("clear: %w", err)
+	}
 	b := file.New(f, false)
 	fs, err := fat16.Create(b, size, start, 512, SeedLabel, false)
 	if err != nil {
@@ -267,6 +279,20 @@ func makeSeed(f *os.File, start, size int64, files []seedFile) error {
 		if !bytes.Equal(data, sf.data) {
 			return fmt.Errorf("read back %s: %d bytes differ from the %d written", sf.name, len(data), len(sf.data))
 		}
+	}
+	return nil
+}
+
+// zero writes zeros over [off, off+n) of f.
+func zero(f *os.File, off, n int64) error {
+	z := make([]byte, min(n, 1<<20))
+	for n > 0 {
+		k, err := f.WriteAt(z[:min(int64(len(z)), n)], off)
+		if err != nil {
+			return err
+		}
+		off += int64(k)
+		n -= int64(k)
 	}
 	return nil
 }
