@@ -5,7 +5,8 @@
 // address (agent/bmc), then registers and keeps a session with the
 // appliance (agent/session), which carries out install and wipe plans
 // with agent/install and, after an install, boots the hypervisor image
-// with agent/kexec when the appliance sends a KexecPlan. With DryRun it only collects facts under
+// with agent/kexec when the appliance sends a KexecPlan, and deploys an
+// operating system onto the disk with agent/deploy. With DryRun it only collects facts under
 // Root and prints them as JSON. It must not import store/, boot/, ipmi/,
 // bbolt, etcd or bmclib.
 package discover
@@ -29,6 +30,7 @@ import (
 	"github.com/corralhq/corral/agent/bmc"
 	"github.com/corralhq/corral/agent/cmdline"
 	"github.com/corralhq/corral/agent/coldplug"
+	"github.com/corralhq/corral/agent/deploy"
 	"github.com/corralhq/corral/agent/facts"
 	"github.com/corralhq/corral/agent/install"
 	"github.com/corralhq/corral/agent/kexec"
@@ -62,6 +64,11 @@ type Config struct {
 	// capability and the appliance reboots the machine the old way.
 	Kexec   session.Kexec
 	NoKexec bool
+	// Deployer carries out deploy plans; default agent/deploy on the
+	// disks under Root. Eraser carries out erase plans; nil answers them
+	// as unsupported.
+	Deployer session.Deployer
+	Eraser   session.Eraser
 	// OpenTPM opens the machine's TPM for the EK proof at Register;
 	// default agent/tpm.Open when Root is "/" (none otherwise). An error
 	// (agent/tpm.ErrNoTPM: no TPM) registers without a proof.
@@ -97,6 +104,9 @@ func (c *Config) defaults() {
 	}
 	if c.Installer == nil {
 		c.Installer = install.New(install.Config{Root: c.Root, Modules: coldplug.KernelLoader{}, Logger: c.Logger})
+	}
+	if c.Deployer == nil {
+		c.Deployer = deploy.New(deploy.Config{Root: c.Root, Console: c.Console, Logger: c.Logger})
 	}
 	if c.Kexec == nil && !c.NoKexec {
 		c.Kexec = kexec.NewBooter(kexec.Config{Console: c.Console, Logger: c.Logger})
@@ -228,6 +238,8 @@ func Run(ctx context.Context, cfg Config) error {
 		Power:     cfg.Power,
 		Installer: cfg.Installer,
 		Kexec:     cfg.Kexec,
+		Deployer:  cfg.Deployer,
+		Eraser:    cfg.Eraser,
 		TPM:       dev,
 		Console:   cfg.Console,
 		Logger:    cfg.Logger,

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/corralhq/corral/agent/deploy"
 	"github.com/corralhq/corral/agent/install"
 	"github.com/corralhq/corral/agent/kexec"
 	"github.com/corralhq/corral/agent/netup"
@@ -76,6 +77,12 @@ func TestRunWiresCmdlineFactsAndSession(t *testing.T) {
 	}
 	if _, ok := got.Kexec.(*kexec.Booter); !ok {
 		t.Errorf("session kexec = %T, want the agent/kexec one", got.Kexec)
+	}
+	if _, ok := got.Deployer.(*deploy.Deployer); !ok {
+		t.Errorf("session deployer = %T, want the agent/deploy one", got.Deployer)
+	}
+	if got.Eraser != nil {
+		t.Errorf("session eraser = %T, want none by default", got.Eraser)
 	}
 	f := got.Facts(context.Background())
 	if f.GetSystem().GetSerial() != "To Be Filled By O.E.M." || len(f.GetMissingDrivers()) != 1 {

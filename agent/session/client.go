@@ -42,6 +42,22 @@ type Installer interface {
 	Wipe(ctx context.Context, plan *nodev1.WipePlan, progress func(*nodev1.Progress)) error
 }
 
+// Deployer carries out the appliance's deploy plans (agent/deploy): it
+// writes an operating system onto the machine's disk. Deploy blocks until
+// the disk is written or a step failed; it reports every step through
+// progress, the last one with done = true ("written", or the failing
+// step with the error), and returns the error.
+type Deployer interface {
+	Deploy(ctx context.Context, plan *nodev1.DeployPlan, progress func(*nodev1.Progress)) error
+}
+
+// Eraser carries out the appliance's erase plans (agent/erase). Erase
+// blocks until the disks are erased or a step failed, reporting like
+// Deployer.Deploy (the last progress "erased", done).
+type Eraser interface {
+	Erase(ctx context.Context, plan *nodev1.ErasePlan, progress func(*nodev1.Progress)) error
+}
+
 // Kexec boots the hypervisor image straight from the discovery image
 // after a successful install (agent/kexec). Kexec blocks; it does not
 // return when the machine reboots into the image, and returns the error
@@ -106,6 +122,18 @@ type Config struct {
 	// reboot. A plan for any other install than the last one that
 	// succeeded here is refused.
 	Kexec Kexec
+	// Deployer carries out deploy plans and Eraser erase plans, as jobs
+	// like installs (one plan at a time, across sessions); nil answers
+	// them as unsupported.
+	Deployer Deployer
+	Eraser   Eraser
+	// DeployRebootGrace bounds the wait, after a successful deploy whose
+	// plan says reboot, for its "written" progress to go out on a session
+	// (none may be open); the machine reboots then anyway (default 10 s).
+	// DeployRebootDelay is the pause between that send and the reboot,
+	// for the message to leave the machine (default 1 s).
+	DeployRebootGrace time.Duration
+	DeployRebootDelay time.Duration
 	// TPM, when set, proves at every Register that the machine holds its
 	// TPM's endorsement key (attest.go); nil registers without a proof,
 	// as a machine without a TPM does.
@@ -169,6 +197,12 @@ func (c *Config) validate() error {
 	}
 	if c.KeepaliveTimeout <= 0 {
 		c.KeepaliveTimeout = 10 * time.Second
+	}
+	if c.DeployRebootGrace <= 0 {
+		c.DeployRebootGrace = 10 * time.Second
+	}
+	if c.DeployRebootDelay <= 0 {
+		c.DeployRebootDelay = time.Second
 	}
 	if c.CertificateTimeout <= 0 {
 		c.CertificateTimeout = DefaultCertificateTimeout
@@ -355,6 +389,7 @@ func runSession(ctx context.Context, cfg *Config, client nodev1.AgentServiceClie
 				if !send(m) {
 					return
 				}
+				jobs.sent(m)
 			case <-t.C:
 				if !send(beat) {
 					return
@@ -451,6 +486,42 @@ func obey(ctx, runCtx context.Context, cfg *Config, msg *nodev1.ApplianceMessage
 		fmt.Fprintf(cfg.Console, "corral: appliance sent wipe plan %s: disk %s\n", plan.GetInstallId(), plan.GetDisk())
 		jobs.start(runCtx, "wipe", plan.GetInstallId(), func(ctx context.Context, progress func(*nodev1.Progress)) error {
 			return cfg.Installer.Wipe(ctx, plan, progress)
+		})
+	case *nodev1.ApplianceMessage_Deploy:
+		plan := cmd.Deploy
+		id := plan.GetDeploymentId()
+		if cfg.Deployer == nil {
+			fmt.Fprintln(cfg.Console, "corral: appliance sent a deploy plan; not supported by this agent yet")
+			progress(&nodev1.Progress{Step: "deploy", Done: true, Error: "not supported by this agent yet", InstallId: id})
+			return
+		}
+		fmt.Fprintf(cfg.Console, "corral: appliance sent deploy plan %s: image %s (%d bytes), reboot %v\n", id, plan.GetImageSha256(), plan.GetImageSize(), plan.GetReboot())
+		jobs.start(runCtx, "deploy", id, func(ctx context.Context, progress func(*nodev1.Progress)) error {
+			var written *nodev1.Progress
+			err := cfg.Deployer.Deploy(ctx, plan, func(p *nodev1.Progress) {
+				if p.GetDone() && p.GetError() == "" {
+					written = p
+					jobs.await(p) // before it is queued: its send is what the reboot waits for
+				}
+				progress(p)
+			})
+			if err == nil && plan.GetReboot() {
+				// Still busy: no other plan starts on a machine about to reboot.
+				jobs.rebootAfterDeploy(ctx, id, written)
+			}
+			return err
+		})
+	case *nodev1.ApplianceMessage_Erase:
+		plan := cmd.Erase
+		id := plan.GetEraseId()
+		if cfg.Eraser == nil {
+			fmt.Fprintln(cfg.Console, "corral: appliance sent an erase plan; not supported by this agent yet")
+			progress(&nodev1.Progress{Step: "erase", Done: true, Error: "not supported by this agent yet", InstallId: id})
+			return
+		}
+		fmt.Fprintf(cfg.Console, "corral: appliance sent erase plan %s: level %s, disks %s\n", id, plan.GetLevel(), strings.Join(plan.GetDisks(), " "))
+		jobs.start(runCtx, "erase", id, func(ctx context.Context, progress func(*nodev1.Progress)) error {
+			return cfg.Eraser.Erase(ctx, plan, progress)
 		})
 	default:
 		cfg.Logger.Warn("unknown command", "cmd", fmt.Sprintf("%T", cmd))

@@ -12,6 +12,11 @@
 // session keeps heartbeating; their progress is delivered on whichever
 // session is open, on whichever appliance; the appliance reboots the
 // machine after "done", or the agent does with Config.InstallReboot).
+// Deploy and erase plans run the same way through Config.Deployer and
+// Config.Eraser (unsupported when nil); after a deploy whose plan says
+// reboot, the agent reboots into the disk once its "written" progress
+// went out on a session, or after Config.DeployRebootGrace when none
+// carried it.
 // An agent with a Config.Kexec names the "kexec" capability at Register
 // and carries out the KexecPlan that follows an install it finished
 // (refusing one for any other install), reporting a failure as a "kexec"

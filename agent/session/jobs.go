@@ -12,17 +12,18 @@ import (
 // maxPending bounds the progress kept while no session is open.
 const maxPending = 64
 
-// jobs runs install and wipe plans one at a time, outside any one session:
-// a plan keeps running when the stream breaks, and its progress goes to
-// whichever session is open (kept, up to maxPending, while none is). Run
-// owns it and waits for the running plan before returning. After a
-// successful install it reboots the machine only when
-// Config.InstallReboot is set.
+// jobs runs install, wipe, deploy and erase plans one at a time, outside
+// any one session: a plan keeps running when the stream breaks, and its
+// progress goes to whichever session is open (kept, up to maxPending,
+// while none is). Run owns it and waits for the running plan before
+// returning. After a successful install it reboots the machine only when
+// Config.InstallReboot is set; after a successful deploy, when its plan
+// says reboot (rebootAfterDeploy).
 type jobs struct {
 	cfg *Config
 
 	mu      sync.Mutex
-	kind    string // "install" or "wipe" while a plan runs, else ""
+	kind    string // "install", "wipe", "deploy" or "erase" while a plan runs, else ""
 	id      string // install_id of the running plan
 	out     chan<- *nodev1.AgentMessage
 	done    <-chan struct{} // closed when out's session ends
@@ -37,6 +38,14 @@ type jobs struct {
 	// that is the appliance's go-ahead; before, a prefetch).
 	reported string
 	wg       sync.WaitGroup
+
+	// awaited is a progress whose send on a session closes awaitSent (a
+	// deploy's "written", which its reboot waits for). Under awaitMu, not
+	// mu: the session's sender reports sends while sendLocked may hold mu
+	// waiting for that sender.
+	awaitMu   sync.Mutex
+	awaited   *nodev1.Progress
+	awaitSent chan struct{}
 }
 
 // pendingCSR is a certificate request waiting for its NodeCertificate.
@@ -357,6 +366,62 @@ func (j *jobs) reboot(ctx context.Context, id string) {
 	j.cfg.Logger.Info("rebooting after install", "install", id)
 	if err := j.cfg.Power.Reboot(); err != nil {
 		fmt.Fprintf(j.cfg.Console, "corral: reboot after install %s: %v\n", id, err)
+		j.progress(&nodev1.Progress{Step: "reboot", Error: err.Error(), InstallId: id})
+	}
+}
+
+// await marks p, before it is queued, as the progress whose send
+// rebootAfterDeploy waits for.
+func (j *jobs) await(p *nodev1.Progress) {
+	j.awaitMu.Lock()
+	defer j.awaitMu.Unlock()
+	j.awaited, j.awaitSent = p, make(chan struct{})
+}
+
+// sent is told of every message a session's stream accepted.
+func (j *jobs) sent(m *nodev1.AgentMessage) {
+	p := m.GetProgress()
+	if p == nil {
+		return
+	}
+	j.awaitMu.Lock()
+	defer j.awaitMu.Unlock()
+	if p == j.awaited {
+		close(j.awaitSent)
+		j.awaited = nil
+	}
+}
+
+// rebootAfterDeploy reboots the machine into its disk once deployment
+// id's "written" progress went out on a session (Config.DeployRebootDelay
+// after), or Config.DeployRebootGrace after the deploy when no session
+// carried it, unless ctx ends first. A failed reboot is printed and
+// reported.
+func (j *jobs) rebootAfterDeploy(ctx context.Context, id string, written *nodev1.Progress) {
+	var sent chan struct{} // nil: no "written" to wait for
+	if written != nil {
+		j.awaitMu.Lock()
+		sent = j.awaitSent // closed once written went out
+		j.awaitMu.Unlock()
+	}
+	grace := time.NewTimer(j.cfg.DeployRebootGrace)
+	defer grace.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-sent:
+		fmt.Fprintf(j.cfg.Console, "corral: deploy %s written; rebooting into the disk\n", id)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(j.cfg.DeployRebootDelay):
+		}
+	case <-grace.C:
+		fmt.Fprintf(j.cfg.Console, "corral: deploy %s written; no session carried it within %s: rebooting into the disk anyway\n", id, j.cfg.DeployRebootGrace)
+	}
+	j.cfg.Logger.Info("rebooting after deploy", "deployment", id)
+	if err := j.cfg.Power.Reboot(); err != nil {
+		fmt.Fprintf(j.cfg.Console, "corral: reboot after deploy %s: %v\n", id, err)
 		j.progress(&nodev1.Progress{Step: "reboot", Error: err.Error(), InstallId: id})
 	}
 }
