@@ -51,6 +51,7 @@ var importRules = []importRule{
 	{"images/osimage", []string{"images", "api", "store", "internal/apierr", "internal/paging"}, "operating-system images: records in the store, their bytes in the catalog's content store (images), OSImageService"},
 	{"images/blockmap", []string{"internal/diskmap"}, "an OS image's raw view and block map (go-qcow2reader inside): only the map's wire format of ours, which the agent reads too"},
 	{"agent", []string{"agent", "api", "internal/apierr", "internal/nodeid", "internal/termsafe"}, "code that runs on a machine: api and its own packages"},
+	{"agent/erase", []string{"api"}, "erases a released machine's disks on the machine: the erase plan's API only, nothing else of ours (no store, boot, ipmi)"},
 	{"agent/diskwrite", []string{"internal/diskmap"}, "writes an OS image's raw extents to a disk: the block map's wire format only, never the appliance's builder (images/blockmap) nor any other package of ours"},
 	{"boot", []string{"boot", "api", "images", "internal/apierr", "internal/lograte", "internal/termsafe"}, "network boot serves the image catalog"},
 	{"deploy", []string{"deploy", "api"}, "the do DAG executor speaks the API"},

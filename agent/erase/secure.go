@@ -95,9 +95,12 @@ const (
 	// nvmeFormatTimeout bounds a Format NVM: a secure erase of a large
 	// drive takes minutes (the kernel's default admin timeout is 60 s).
 	nvmeFormatTimeout = 2 * time.Hour
-	nvmeSanitizePoll  = time.Second
 	nvmeSanitizeMax   = 24 * time.Hour
 )
+
+// sanitizePoll is how often the Sanitize Status log page is read (tests
+// shorten it).
+var sanitizePoll = time.Second
 
 // formatCDW10 is Format NVM's command dword 10 that keeps the namespace's
 // LBA format (FLBAS: index bits 3:0 and 6:5, metadata setting bit 4) and
@@ -180,7 +183,7 @@ func (w *work) nvmeSanitize(ctx context.Context, sanicap uint32) (string, error)
 		select {
 		case <-ctx.Done():
 			return "", fmt.Errorf("waiting for the sanitize (it goes on in the drive): %w", ctx.Err())
-		case <-time.After(nvmeSanitizePoll):
+		case <-time.After(sanitizePoll):
 		}
 		clear(logPage)
 		numd := uint32(len(logPage)/4 - 1)
