@@ -31,8 +31,9 @@ type device interface {
 	reread() error
 	// nvmeNSID is the namespace ID of an NVMe namespace device.
 	nvmeNSID() (uint32, error)
-	// nvmeAdmin sends an NVMe admin command with data as its buffer (in
-	// or out, cmd.dataLen bytes). status is the controller's status field
+	// nvmeAdmin sends an NVMe admin command, through the controller's
+	// device where there is one, with data as its buffer (in or out,
+	// cmd.dataLen bytes). status is the controller's status field
 	// (0: success); err an ioctl failure.
 	nvmeAdmin(cmd *nvmeCommand, data []byte) (status uint32, err error)
 	// ataIdentify reads the 512-byte ATA IDENTIFY DEVICE data.
@@ -45,6 +46,7 @@ type device interface {
 // unixStat is what statDev finds.
 type unixStat struct {
 	block bool
+	char  bool
 	devno string // "major:minor" of a device node
 }
 
@@ -54,6 +56,7 @@ func statDev(path string, st *unixStat) error {
 		return err
 	}
 	st.block = s.Mode&unix.S_IFMT == unix.S_IFBLK
+	st.char = s.Mode&unix.S_IFMT == unix.S_IFCHR
 	st.devno = fmt.Sprintf("%d:%d", unix.Major(s.Rdev), unix.Minor(s.Rdev))
 	return nil
 }
@@ -68,7 +71,19 @@ func (kernel) open(d disk) (device, error) {
 		}
 		return nil, fmt.Errorf("open: %w", err)
 	}
-	return openFile(f)
+	dev, err := openFile(f)
+	if err != nil {
+		return nil, err
+	}
+	if d.ctrl != "" {
+		// Admin commands go to the controller: through the namespace the
+		// kernel refuses any whose nsid is not the namespace's.
+		if dev.ctrl, err = os.OpenFile(d.ctrl, os.O_RDWR|unix.O_CLOEXEC, 0); err != nil {
+			dev.Close()
+			return nil, fmt.Errorf("open the NVMe controller: %w", err)
+		}
+	}
+	return dev, nil
 }
 
 // openFile wraps f, a block device or a regular file.
@@ -85,6 +100,14 @@ func openFile(f *os.File) (*fileDevice, error) {
 type fileDevice struct {
 	*os.File
 	block bool
+	ctrl  *os.File // an NVMe namespace's controller, nil for others
+}
+
+func (f *fileDevice) Close() error {
+	if f.ctrl != nil {
+		f.ctrl.Close()
+	}
+	return f.File.Close()
 }
 
 func (f *fileDevice) discard(off, n int64) error {
@@ -158,7 +181,11 @@ func (f *fileDevice) nvmeAdmin(cmd *nvmeCommand, data []byte) (uint32, error) {
 	}
 	// The ioctl returns the NVMe status field (positive) or fails with
 	// an errno.
-	r, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), nvmeIoctlAdminCmd, uintptr(unsafe.Pointer(cmd)))
+	fd := f.Fd()
+	if f.ctrl != nil {
+		fd = f.ctrl.Fd()
+	}
+	r, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, nvmeIoctlAdminCmd, uintptr(unsafe.Pointer(cmd)))
 	runtime.KeepAlive(data)
 	if errno != 0 {
 		return 0, fmt.Errorf("NVME_IOCTL_ADMIN_CMD: %w", errno)

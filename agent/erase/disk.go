@@ -33,6 +33,10 @@ type disk struct {
 	// parts are the partitions the kernel lists (start and size).
 	parts []extent
 	kind  kind
+	// ctrl is an NVMe namespace's controller character device (dev/nvmeX):
+	// the kernel takes admin commands that do not name the namespace
+	// (Identify Controller, sanitize, log pages) only there.
+	ctrl string
 }
 
 // extent is a byte range of a disk.
@@ -132,10 +136,43 @@ func (k kernel) disk(path string) (disk, error) {
 	switch {
 	case strings.HasPrefix(name, "nvme"):
 		d.kind = kindNVMe
+		d.ctrl = k.nvmeController(base)
 	case strings.TrimSpace(readString(filepath.Join(base, "device/vendor"))) == "ATA":
 		d.kind = kindATA // libata's SCSI translation names every ATA disk's vendor "ATA"
 	}
 	return d, nil
+}
+
+// ctrlRe is an NVMe controller's name.
+var ctrlRe = regexp.MustCompile(`^nvme[0-9]+$`)
+
+// nvmeController finds the controller character device of the namespace
+// at base (sys/block/nvmeXnY): its device link is the controller, or,
+// for a multipath namespace, the subsystem listing its controllers. The
+// node must be a character device of the controller's major:minor; ""
+// when none is found.
+func (k kernel) nvmeController(base string) string {
+	dev := filepath.Join(base, "device")
+	candidates := []string{dev}
+	entries, _ := os.ReadDir(dev)
+	for _, e := range entries {
+		if ctrlRe.MatchString(e.Name()) {
+			candidates = append(candidates, filepath.Join(dev, e.Name()))
+		}
+	}
+	for _, c := range candidates {
+		devno := readString(filepath.Join(c, "dev"))
+		real, err := filepath.EvalSymlinks(c)
+		if devno == "" || err != nil || !ctrlRe.MatchString(filepath.Base(real)) {
+			continue
+		}
+		node := filepath.Join(k.root, "dev", filepath.Base(real))
+		var st unixStat
+		if statDev(node, &st) == nil && st.char && st.devno == devno {
+			return node
+		}
+	}
+	return ""
 }
 
 // inUse says what of disk (or its partitions, or the RAID and

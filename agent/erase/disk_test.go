@@ -129,10 +129,34 @@ func TestKernelDisk(t *testing.T) {
 				t.Fatal(err)
 			}
 			os.Rename(root+"/dev/sda", root+"/dev/nvme0n1")
+			// The namespace's device link is its controller, nvme0, a
+			// character device (here /dev/null's 1:3).
+			os.RemoveAll(root + "/sys/block/nvme0n1/device")
+			put(t, root+"/sys/class/nvme/nvme0/dev", "1:3")
+			if err := os.Symlink(root+"/sys/class/nvme/nvme0", root+"/sys/block/nvme0n1/device"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("/dev/null", root+"/dev/nvme0"); err != nil {
+				t.Fatal(err)
+			}
 		})
 		d, err := kernel{root: root}.disk("/dev/nvme0n1")
-		if err != nil || d.kind != kindNVMe {
+		if err != nil || d.kind != kindNVMe || d.ctrl != root+"/dev/nvme0" {
 			t.Errorf("disk = %+v, %v", d, err)
+		}
+		// A multipath namespace: the device link is the subsystem, which
+		// lists its controllers.
+		os.Remove(root + "/sys/block/nvme0n1/device")
+		put(t, root+"/sys/class/nvme-subsystem/nvme-subsys0/subsysnqn", "nqn.test")
+		os.Symlink(root+"/sys/class/nvme/nvme0", root+"/sys/class/nvme-subsystem/nvme-subsys0/nvme0")
+		os.Symlink(root+"/sys/class/nvme-subsystem/nvme-subsys0", root+"/sys/block/nvme0n1/device")
+		if d, err := (kernel{root: root}).disk("/dev/nvme0n1"); err != nil || d.ctrl != root+"/dev/nvme0" {
+			t.Errorf("multipath: disk = %+v, %v", d, err)
+		}
+		// No controller node: none found.
+		os.Remove(root + "/dev/nvme0")
+		if d, err := (kernel{root: root}).disk("/dev/nvme0n1"); err != nil || d.ctrl != "" {
+			t.Errorf("no node: disk = %+v, %v", d, err)
 		}
 	})
 }

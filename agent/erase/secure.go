@@ -126,6 +126,10 @@ func (w *work) nvmeErase(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("NVMe namespace ID: %w", err)
 	}
+	if w.d.ctrl == "" {
+		return "", refuse("%s: no NVMe controller device found for the namespace (/sys/block/%s/device, /dev/nvmeX)", w.d.path, w.d.name)
+	}
+	w.log.Info("nvme admin commands go to the controller", "controller", w.d.ctrl, "nsid", nsid)
 	ctrl := make([]byte, 4096)
 	if err := w.admin("Identify Controller", &nvmeCommand{opcode: nvmeIdentify, cdw10: 1}, ctrl, false); err != nil {
 		return "", err

@@ -112,14 +112,19 @@ func TestNVMe(t *testing.T) {
 	identNS := nvmeCommand{opcode: nvmeIdentify, nsid: 1, dataLen: 4096}
 	format := nvmeCommand{opcode: nvmeFormatNVM, nsid: 1, cdw10: 0x212, timeoutMS: 7200000}
 	tests := map[string]struct {
-		nvme     fakeNVMe
-		want     []nvmeCommand
-		detail   string
-		err      string
-		refusal  bool
-		console  string
-		nonZeros bool
+		nvme    fakeNVMe
+		want    []nvmeCommand
+		detail  string
+		err     string
+		refusal bool
+		console string
+		noCtrl  bool
 	}{
+		"no controller device": {
+			noCtrl:  true,
+			err:     "no NVMe controller device found for the namespace (/sys/block/nvme0n1/device, /dev/nvmeX)",
+			refusal: true,
+		},
 		"format with user data erase": {
 			nvme:    fakeNVMe{oacs: nvmeOACSFormat, flbas: 0x12},
 			want:    []nvmeCommand{identCtrl, identNS, format},
@@ -157,7 +162,10 @@ func TestNVMe(t *testing.T) {
 			path := newImage(t, size)
 			writeAt(t, path, 0, bytes.Repeat([]byte{0x5a}, int(size)))
 			d := fileDisk(t, "nvme0n1", path)
-			d.kind = kindNVMe
+			d.kind, d.ctrl = kindNVMe, "/dev/nvme0"
+			if tc.noCtrl {
+				d.ctrl = ""
+			}
 			fake := tc.nvme
 			sys := &fileSys{disks: map[string]disk{"/dev/nvme0n1": d}, wrap: func(_ disk, dev *fileDevice) device {
 				fake.fileDevice, fake.size = dev, size
