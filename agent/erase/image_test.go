@@ -18,7 +18,7 @@ import (
 // stored (mixed endian).
 var linuxFS = []byte{0xaf, 0x3d, 0xc6, 0x0f, 0x83, 0x84, 0x72, 0x47, 0x8e, 0x79, 0x3d, 0x69, 0xd8, 0x47, 0x7d, 0xe4}
 
-func newImage(t *testing.T, size int64) string {
+func newImage(t testing.TB, size int64) string {
 	t.Helper()
 	path := t.TempDir() + "/disk.img"
 	f, err := os.Create(path)

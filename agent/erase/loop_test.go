@@ -21,7 +21,7 @@ import (
 
 // loopDisk attaches image as a loop device with partition scanning and
 // returns its path (/dev/loopN). It needs root and losetup.
-func loopDisk(t *testing.T, image string) string {
+func loopDisk(t testing.TB, image string) string {
 	t.Helper()
 	require.Root(t, "loop devices")
 	require.Tool(t, "losetup")
