@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -153,7 +154,7 @@ func (w *work) nvmeErase(ctx context.Context) (string, error) {
 		}
 		w.report("NVMe Format NVM, user data erase")
 		cmd := &nvmeCommand{opcode: nvmeFormatNVM, nsid: nsid, cdw10: cdw10, timeoutMS: uint32(nvmeFormatTimeout.Milliseconds())}
-		if err := w.admin("Format NVM", cmd, nil, false); err != nil {
+		if err := w.waiting("NVMe Format NVM, user data erase", func() error { return w.admin("Format NVM", cmd, nil, false) }); err != nil {
 			return "", err
 		}
 		return "NVMe Format NVM with user data erase", nil
@@ -209,6 +210,32 @@ func (w *work) nvmeSanitize(ctx context.Context, sanicap uint32) (string, error)
 		}
 		w.tick(fmt.Sprintf("NVMe sanitize, %s, %d%%", name, int(sprog)*100/65536))
 	}
+}
+
+// waiting runs fn, a device command that blocks for as long as the
+// device takes, and meanwhile reports "<what>, <time> so far" at most
+// every ProgressEvery, so the appliance sees the erase alive. It returns
+// once fn has and the reporting has stopped.
+func (w *work) waiting(what string, fn func() error) error {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		start := time.Now()
+		t := time.NewTicker(w.cfg.ProgressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				w.tick(fmt.Sprintf("%s, %s so far", what, time.Since(start).Round(time.Second)))
+			}
+		}
+	})
+	err := fn()
+	close(done)
+	wg.Wait()
+	return err
 }
 
 // admin sends an NVMe admin command and logs, unless quiet, exactly what
@@ -360,7 +387,10 @@ func (w *work) ataErase() (string, error) {
 	}
 	copy(unit[2:34], ataPassword)
 	w.report(fmt.Sprintf("ATA SECURITY ERASE UNIT (%s; the drive allows up to %v)", kind, timeout.Round(time.Minute)))
-	if err := w.ata("SECURITY ERASE UNIT", ataCDB(ataProtoPIOOut, 0, 1, ataSecurityEraseUnit), unit, timeout); err != nil {
+	err = w.waiting("ATA SECURITY ERASE UNIT ("+kind+")", func() error {
+		return w.ata("SECURITY ERASE UNIT", ataCDB(ataProtoPIOOut, 0, 1, ataSecurityEraseUnit), unit, timeout)
+	})
+	if err != nil {
 		return "", err
 	}
 	return "ATA SECURITY ERASE UNIT (" + kind + ")", nil

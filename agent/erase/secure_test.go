@@ -2,9 +2,11 @@ package erase
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	nodev1 "github.com/corralhq/corral/api/node/v1"
 )
 
 // TestStructLayouts pins the kernel structures' sizes and offsets (64-bit).
@@ -64,6 +67,7 @@ type fakeNVMe struct {
 	flbas, dps    byte
 	formatStatus  uint32
 	fill          byte // what a format leaves (0: zeros)
+	formatDelay   time.Duration
 	sent          []nvmeCommand
 	sanitizePolls int
 }
@@ -87,6 +91,7 @@ func (f *fakeNVMe) nvmeAdmin(cmd *nvmeCommand, data []byte) (uint32, error) {
 			data[26], data[29] = f.flbas, f.dps
 		}
 	case nvmeFormatNVM, nvmeSanitize:
+		time.Sleep(f.formatDelay)
 		if cmd.opcode == nvmeFormatNVM && f.formatStatus != 0 {
 			cmd.result = 0
 			return f.formatStatus, nil
@@ -288,5 +293,26 @@ func TestATA(t *testing.T) {
 				t.Errorf("detail %q, want %q", got, tc.detail)
 			}
 		})
+	}
+}
+
+// TestNVMeFormatReportsWhileWaiting: a format that takes a while is
+// reported on while the command blocks.
+func TestNVMeFormatReportsWhileWaiting(t *testing.T) {
+	path := newImage(t, 4*mib)
+	d := fileDisk(t, "nvme0n1", path)
+	d.kind, d.ctrl = kindNVMe, "/dev/nvme0"
+	fake := &fakeNVMe{oacs: nvmeOACSFormat, formatDelay: 1500 * time.Millisecond}
+	sys := &fileSys{disks: map[string]disk{"/dev/nvme0n1": d}, wrap: func(_ disk, dev *fileDevice) device {
+		fake.fileDevice, fake.size = dev, 4*mib
+		return fake
+	}}
+	e := New(Config{sys: sys, ProgressEvery: 100 * time.Millisecond})
+	rec := &recorder{}
+	if err := e.Erase(context.Background(), &nodev1.ErasePlan{Level: inventoryv1.EraseLevel_ERASE_LEVEL_SECURE, Disks: []string{"/dev/nvme0n1"}}, rec.add); err != nil {
+		t.Fatal(err)
+	}
+	if want := path + ": NVMe Format NVM, user data erase, 1s so far (1 of 1)"; !slices.Contains(rec.details(), want) {
+		t.Errorf("no %q in %q", want, rec.details())
 	}
 }
