@@ -39,6 +39,10 @@ type disk struct {
 	ctrl string
 }
 
+// show is the disk's name for people and the appliance: /dev/<name>
+// (path differs under a test's root).
+func (d disk) show() string { return "/dev/" + d.name }
+
 // extent is a byte range of a disk.
 type extent struct{ off, n int64 }
 

@@ -138,8 +138,11 @@ func (e *Eraser) Erase(ctx context.Context, plan *nodev1.ErasePlan, progress fun
 		}
 		for _, o := range disks {
 			if o.name == d.name {
-				return fail(refuse("%s: named twice in the plan", d.path))
+				return fail(refuse("%s: named twice in the plan", d.show()))
 			}
+		}
+		if level == inventoryv1.EraseLevel_ERASE_LEVEL_SECURE && d.kind == kindOther {
+			return fail(fmt.Errorf("erase %s: %w (no disk erased)", d.show(), noSecureErase(d)))
 		}
 		disks = append(disks, d)
 	}
@@ -153,7 +156,7 @@ func (e *Eraser) Erase(ctx context.Context, plan *nodev1.ErasePlan, progress fun
 	for i, d := range disks {
 		n := fmt.Sprintf("(%d of %d)", i+1, len(disks))
 		report := func(what string) {
-			detail := fmt.Sprintf("%s: %s %s", d.path, what, n)
+			detail := fmt.Sprintf("%s: %s %s", d.show(), what, n)
 			fmt.Fprintf(cfg.Console, "corral: %s\n", detail)
 			progress(&nodev1.Progress{Step: StepErase, Detail: detail, InstallId: id})
 		}
@@ -165,11 +168,11 @@ func (e *Eraser) Erase(ctx context.Context, plan *nodev1.ErasePlan, progress fun
 			if len(erased) > 0 {
 				before = "erased before it: " + strings.Join(erased, ", ")
 			}
-			return fail(fmt.Errorf("erase %s: %w (%s)", d.path, err, before))
+			return fail(fmt.Errorf("erase %s: %w (%s)", d.show(), err, before))
 		}
 		log.Info("disk erased", "disk", d.name, "level", how, "how", what, "bytes", d.size, "seconds", time.Since(start).Seconds())
 		report(what)
-		erased = append(erased, d.path)
+		erased = append(erased, d.show())
 	}
 	log.Info("erased", "disks", strings.Join(erased, ","), "level", how)
 	fmt.Fprintf(cfg.Console, "corral: erased %s (%s)\n", strings.Join(erased, ", "), how)
@@ -179,10 +182,6 @@ func (e *Eraser) Erase(ctx context.Context, plan *nodev1.ErasePlan, progress fun
 
 // eraseDisk erases d at level and says how, in words.
 func (e *Eraser) eraseDisk(ctx context.Context, log *slog.Logger, level inventoryv1.EraseLevel, d disk, report func(string)) (string, error) {
-	if level == inventoryv1.EraseLevel_ERASE_LEVEL_SECURE && d.kind == kindOther {
-		// Refused before the device is opened.
-		return "", refuse("%s has no secure erase of its own; use --erase full", d.path)
-	}
 	dev, err := e.cfg.sys.open(d)
 	if err != nil {
 		return "", err
@@ -197,6 +196,11 @@ func (e *Eraser) eraseDisk(ctx context.Context, log *slog.Logger, level inventor
 	default:
 		return w.secure(ctx)
 	}
+}
+
+// noSecureErase refuses secure on a disk with no erase of its own.
+func noSecureErase(d disk) error {
+	return refuse("%s has no secure erase of its own; use --erase full", d.show())
 }
 
 // work is one disk's erase.

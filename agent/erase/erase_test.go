@@ -293,7 +293,7 @@ func TestFullFiles(t *testing.T) {
 				t.Fatal("the image does not read zero")
 			}
 			want := "/dev/vdb: " + tc.want + " (1 of 1)"
-			if got := rec.ps[len(rec.ps)-2].GetDetail(); !strings.HasSuffix(got, tc.want+" (1 of 1)") {
+			if got := rec.ps[len(rec.ps)-2].GetDetail(); got != want {
 				t.Errorf("disk's last detail = %q, want %q", got, want)
 			}
 			if l, ok := devs[0].(*lyingDiscard); ok && (l.discards == 0 || l.zeroouts == 0) {
@@ -329,12 +329,12 @@ func TestProgress(t *testing.T) {
 	details := rec.details()
 	joined := strings.Join(details, "\n")
 	for _, want := range []string{
-		a + ": full erase of 1 GiB (1 of 2)",
-		a + ": zeroing (1 of 2)",
-		a + ": zeroing, 512 MiB of 1 GiB (1 of 2)",
-		a + ": zeroed; 6 samples read back zero (1 of 2)",
-		b + ": full erase of 4 MiB (2 of 2)",
-		b + ": zeroed; 6 samples read back zero (2 of 2)",
+		"/dev/vda: full erase of 1 GiB (1 of 2)",
+		"/dev/vda: zeroing (1 of 2)",
+		"/dev/vda: zeroing, 512 MiB of 1 GiB (1 of 2)",
+		"/dev/vda: zeroed; 6 samples read back zero (1 of 2)",
+		"/dev/vdb: full erase of 4 MiB (2 of 2)",
+		"/dev/vdb: zeroed; 6 samples read back zero (2 of 2)",
 	} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("no progress %q in:\n%s", want, joined)
@@ -380,7 +380,7 @@ func TestStopsAtFirstFailure(t *testing.T) {
 	if err == nil {
 		t.Fatal("no error")
 	}
-	want := "erase " + paths[1] + ": zero 1 MiB at 0: input/output error (erased before it: " + paths[0] + ")"
+	want := "erase /dev/vdb: zero 1 MiB at 0: input/output error (erased before it: /dev/vda)"
 	if err.Error() != want {
 		t.Errorf("error\n %q\nwant\n %q", err, want)
 	}
@@ -402,17 +402,22 @@ func TestStopsAtFirstFailure(t *testing.T) {
 func TestRefusals(t *testing.T) {
 	good := newImage(t, 4*mib)
 	writeAt(t, good, 0, []byte("signature"))
-	sys := &fileSys{disks: map[string]disk{"/dev/vda": {name: "vda", path: "/dev/vda", size: 4 * mib}, "/dev/vdb": {name: "vdb", path: good, size: 4 * mib}}}
+	sys := &fileSys{disks: map[string]disk{
+		"/dev/vda":     {name: "vda", path: "/dev/vda", size: 4 * mib},
+		"/dev/vdb":     {name: "vdb", path: good, size: 4 * mib},
+		"/dev/nvme0n1": {name: "nvme0n1", path: good, size: 4 * mib, kind: kindNVMe, ctrl: "/dev/nvme0"},
+	}}
 	tests := map[string]struct {
 		level inventoryv1.EraseLevel
 		disks []string
 		want  string
 	}{
-		"bad path":  {inventoryv1.EraseLevel_ERASE_LEVEL_QUICK, []string{"/dev/vdb", "/dev/../etc/passwd"}, "/dev/../etc/passwd is not a whole disk on this machine"},
-		"twice":     {inventoryv1.EraseLevel_ERASE_LEVEL_QUICK, []string{"/dev/vdb", "/dev/vdb"}, good + ": named twice in the plan"},
-		"secure":    {inventoryv1.EraseLevel_ERASE_LEVEL_SECURE, []string{"/dev/vda"}, "erase /dev/vda: /dev/vda has no secure erase of its own; use --erase full (no disk erased before it)"},
-		"default":   {inventoryv1.EraseLevel_ERASE_LEVEL_DEFAULT, []string{"/dev/vdb"}, "erase refused: erase level ERASE_LEVEL_DEFAULT is not one the agent carries out (quick, full, secure or none)"},
-		"secure vd": {inventoryv1.EraseLevel_ERASE_LEVEL_SECURE, []string{"/dev/vdb"}, "has no secure erase of its own; use --erase full"},
+		"bad path":                   {inventoryv1.EraseLevel_ERASE_LEVEL_QUICK, []string{"/dev/vdb", "/dev/../etc/passwd"}, "/dev/../etc/passwd is not a whole disk on this machine"},
+		"twice":                      {inventoryv1.EraseLevel_ERASE_LEVEL_QUICK, []string{"/dev/vdb", "/dev/vdb"}, "/dev/vdb: named twice in the plan"},
+		"secure":                     {inventoryv1.EraseLevel_ERASE_LEVEL_SECURE, []string{"/dev/vda"}, "erase /dev/vda: /dev/vda has no secure erase of its own; use --erase full (no disk erased)"},
+		"default":                    {inventoryv1.EraseLevel_ERASE_LEVEL_DEFAULT, []string{"/dev/vdb"}, "erase refused: erase level ERASE_LEVEL_DEFAULT is not one the agent carries out (quick, full, secure or none)"},
+		"secure, one of two without": {inventoryv1.EraseLevel_ERASE_LEVEL_SECURE, []string{"/dev/nvme0n1", "/dev/vda"}, "erase /dev/vda: /dev/vda has no secure erase of its own; use --erase full (no disk erased)"},
+		"secure vd":                  {inventoryv1.EraseLevel_ERASE_LEVEL_SECURE, []string{"/dev/vdb"}, "has no secure erase of its own; use --erase full"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -41,7 +41,7 @@ func (w *work) full(ctx context.Context, tryDiscard bool) (string, error) {
 			}
 			// Discard does not promise zeros everywhere.
 			w.log.Info("discard left data; zeroing instead", "err", err)
-			fmt.Fprintf(w.cfg.Console, "corral: %s: discarded blocks do not all read zero (%v); zeroing\n", w.d.path, err)
+			fmt.Fprintf(w.cfg.Console, "corral: %s: discarded blocks do not all read zero (%v); zeroing\n", w.d.show(), err)
 		case ctx.Err() != nil:
 			return "", err
 		case unsupported(err):

@@ -26,7 +26,7 @@ func (w *work) secure(ctx context.Context) (string, error) {
 	case kindATA:
 		how, err = w.ataErase()
 	default:
-		return "", refuse("%s has no secure erase of its own; use --erase full", w.d.path)
+		return "", noSecureErase(w.d)
 	}
 	if err != nil {
 		return "", err
@@ -45,7 +45,7 @@ func (w *work) secure(ctx context.Context) (string, error) {
 		return "", err
 	}
 	w.log.Warn("the device's erase left non-zero blocks; zeroing", "how", how, "err", err)
-	fmt.Fprintf(w.cfg.Console, "corral: %s: %s done, but blocks do not read zero (%v); zeroing\n", w.d.path, how, err)
+	fmt.Fprintf(w.cfg.Console, "corral: %s: %s done, but blocks do not read zero (%v); zeroing\n", w.d.show(), how, err)
 	full, err := w.full(ctx, false)
 	if err != nil {
 		return "", fmt.Errorf("after %s: %w", how, err)
@@ -128,7 +128,7 @@ func (w *work) nvmeErase(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("NVMe namespace ID: %w", err)
 	}
 	if w.d.ctrl == "" {
-		return "", refuse("%s: no NVMe controller device found for the namespace (/sys/block/%s/device, /dev/nvmeX)", w.d.path, w.d.name)
+		return "", refuse("%s: no NVMe controller device found for the namespace (/sys/block/%s/device, /dev/nvmeX)", w.d.show(), w.d.name)
 	}
 	w.log.Info("nvme admin commands go to the controller", "controller", w.d.ctrl, "nsid", nsid)
 	ctrl := make([]byte, 4096)
@@ -141,7 +141,7 @@ func (w *work) nvmeErase(ctx context.Context) (string, error) {
 	model := strings.TrimSpace(string(ctrl[24:64]))
 	w.log.Info("nvme controller", "model", model, "nsid", nsid, "oacs", fmt.Sprintf("%#04x", oacs), "fna", fmt.Sprintf("%#02x", fna), "sanicap", fmt.Sprintf("%#08x", sanicap))
 	fmt.Fprintf(w.cfg.Console, "corral: %s: NVMe controller %q, namespace %d: OACS %#04x (Format NVM %v), FNA %#02x, SANICAP %#08x\n",
-		w.d.path, model, nsid, oacs, oacs&nvmeOACSFormat != 0, fna, sanicap)
+		w.d.show(), model, nsid, oacs, oacs&nvmeOACSFormat != 0, fna, sanicap)
 
 	if oacs&nvmeOACSFormat != 0 {
 		ns := make([]byte, 4096)
@@ -162,7 +162,7 @@ func (w *work) nvmeErase(ctx context.Context) (string, error) {
 	if sanicap&(nvmeSanitizeCrypto|nvmeSanitizeBlock|nvmeSanitizeOver) != 0 {
 		return w.nvmeSanitize(ctx, sanicap)
 	}
-	return "", refuse("%s: the NVMe controller supports neither Format NVM nor sanitize", w.d.path)
+	return "", refuse("%s: the NVMe controller supports neither Format NVM nor sanitize", w.d.show())
 }
 
 // nvmeSanitize starts a sanitize and polls the Sanitize Status log page
@@ -261,7 +261,7 @@ func (w *work) admin(name string, cmd *nvmeCommand, data []byte, quiet bool) err
 	level("nvme admin command answered", "command", name, "status", fmt.Sprintf("%#x", status), "status_text", nvmeStatus(status),
 		"result", fmt.Sprintf("%#x", cmd.result), "err", err, "seconds", time.Since(start).Seconds())
 	if !quiet {
-		fmt.Fprintf(w.cfg.Console, "corral: %s: NVMe %s (%s): %s\n", w.d.path, name, sent, answer)
+		fmt.Fprintf(w.cfg.Console, "corral: %s: NVMe %s (%s): %s\n", w.d.show(), name, sent, answer)
 	}
 	if err != nil {
 		return fmt.Errorf("NVMe %s (%s): %w", name, sent, err)
@@ -348,7 +348,7 @@ func ataCDB(proto, features, count, command byte) []byte {
 func (w *work) ataErase() (string, error) {
 	id, err := w.dev.ataIdentify()
 	if err != nil {
-		return "", refuse("%s: cannot read the ATA IDENTIFY data: %v", w.d.path, err)
+		return "", refuse("%s: cannot read the ATA IDENTIFY data: %v", w.d.show(), err)
 	}
 	word := func(i int) uint16 { return binary.LittleEndian.Uint16(id[2*i:]) }
 	sec := word(128)
@@ -356,15 +356,15 @@ func (w *work) ataErase() (string, error) {
 		"erase_time", fmt.Sprintf("%#04x", word(89)), "enhanced_erase_time", fmt.Sprintf("%#04x", word(90)))
 	switch {
 	case word(82)&(1<<1) == 0 || sec&ataSecSupported == 0:
-		return "", refuse("%s: the ATA security feature set is not supported", w.d.path)
+		return "", refuse("%s: the ATA security feature set is not supported", w.d.show())
 	case sec&ataSecFrozen != 0:
-		return "", refuse("%s: the ATA security feature set is frozen", w.d.path)
+		return "", refuse("%s: the ATA security feature set is frozen", w.d.show())
 	case sec&ataSecLocked != 0:
-		return "", refuse("%s: the disk is locked by an ATA security password", w.d.path)
+		return "", refuse("%s: the disk is locked by an ATA security password", w.d.show())
 	case sec&ataSecEnabled != 0:
-		return "", refuse("%s: an ATA security password is already set", w.d.path)
+		return "", refuse("%s: an ATA security password is already set", w.d.show())
 	case sec&ataSecExpired != 0:
-		return "", refuse("%s: the ATA security password attempt count has expired", w.d.path)
+		return "", refuse("%s: the ATA security password attempt count has expired", w.d.show())
 	}
 	enhanced := sec&ataSecEnhanced != 0
 	timeout := ataEraseTimeout(word(89))
@@ -405,7 +405,7 @@ func (w *work) ata(name string, cdb, data []byte, timeout time.Duration) error {
 	if err != nil {
 		answer = err.Error()
 	}
-	fmt.Fprintf(w.cfg.Console, "corral: %s: ATA %s (CDB % x): %s\n", w.d.path, name, cdb, answer)
+	fmt.Fprintf(w.cfg.Console, "corral: %s: ATA %s (CDB % x): %s\n", w.d.show(), name, cdb, answer)
 	if err != nil {
 		return fmt.Errorf("ATA %s: %w", name, err)
 	}

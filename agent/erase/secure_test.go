@@ -194,7 +194,7 @@ func TestNVMe(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Erase: %v", err)
 			}
-			if got := rec.ps[len(rec.ps)-2].GetDetail(); got != path+": "+tc.detail+" (1 of 1)" {
+			if got := rec.ps[len(rec.ps)-2].GetDetail(); got != "/dev/nvme0n1: "+tc.detail+" (1 of 1)" {
 				t.Errorf("detail %q, want %q", got, tc.detail)
 			}
 			if !isZero(readAt(t, path, 0, size)) {
@@ -275,7 +275,7 @@ func TestATA(t *testing.T) {
 			}}
 			rec, _, err := run(t, sys, inventoryv1.EraseLevel_ERASE_LEVEL_SECURE, "/dev/sda")
 			if tc.err != "" {
-				if err == nil || !strings.Contains(strings.ReplaceAll(err.Error(), path, "/dev/sda"), tc.err) {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err = %v, want %q", err, tc.err)
 				}
 				if len(fake.sent) != 0 {
@@ -289,7 +289,7 @@ func TestATA(t *testing.T) {
 			if diff := cmp.Diff(tc.want, fake.sent); diff != "" {
 				t.Errorf("commands (-want +got):\n%s", diff)
 			}
-			if got := rec.ps[len(rec.ps)-2].GetDetail(); got != path+": "+tc.detail+" (1 of 1)" {
+			if got := rec.ps[len(rec.ps)-2].GetDetail(); got != "/dev/sda: "+tc.detail+" (1 of 1)" {
 				t.Errorf("detail %q, want %q", got, tc.detail)
 			}
 		})
@@ -312,7 +312,7 @@ func TestNVMeFormatReportsWhileWaiting(t *testing.T) {
 	if err := e.Erase(context.Background(), &nodev1.ErasePlan{Level: inventoryv1.EraseLevel_ERASE_LEVEL_SECURE, Disks: []string{"/dev/nvme0n1"}}, rec.add); err != nil {
 		t.Fatal(err)
 	}
-	if want := path + ": NVMe Format NVM, user data erase, 1s so far (1 of 1)"; !slices.Contains(rec.details(), want) {
+	if want := "/dev/nvme0n1: NVMe Format NVM, user data erase, 1s so far (1 of 1)"; !slices.Contains(rec.details(), want) {
 		t.Errorf("no %q in %q", want, rec.details())
 	}
 }
