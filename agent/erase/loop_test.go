@@ -200,3 +200,24 @@ func TestLoopSecureRefused(t *testing.T) {
 		t.Error("the disk was written")
 	}
 }
+
+// TestLoopHeld: a disk another opener holds exclusively (as an assembled
+// RAID array holds its members) is refused by the kernel's O_EXCL.
+func TestLoopHeld(t *testing.T) {
+	image := newImage(t, 8*mib)
+	writeAt(t, image, 0, []byte("signature"))
+	dev := loopDisk(t, image)
+	f, err := os.OpenFile(dev, os.O_RDONLY|unix.O_EXCL, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	_, err = eraseLoop(t, inventoryv1.EraseLevel_ERASE_LEVEL_QUICK, nil, dev)
+	want := dev + " is in use (the kernel refused an exclusive open"
+	if err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, ErrRefused) {
+		t.Fatalf("err = %v, want a refusal with %q", err, want)
+	}
+	if string(readAt(t, image, 0, 9)) != "signature" {
+		t.Error("the disk was written")
+	}
+}
