@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/corralhq/corral/testsupport/require"
 )
 
 // Disk images the tests erase: partition tables, filesystems and RAID
@@ -122,11 +124,12 @@ func writeGPT(t *testing.T, path string, size int64, parts []extent) {
 }
 
 // mkfsExt4 makes an ext4 filesystem in [off, off+n) of the image.
-func mkfsExt4(t *testing.T, path string, off, n int64) {
+func mkfsExt4(t testing.TB, path string, off, n int64) {
 	t.Helper()
 	bin, err := exec.LookPath("mkfs.ext4")
 	if err != nil {
 		bin = "/usr/sbin/mkfs.ext4"
+		require.File(t, bin, "mkfs.ext4 (apt-get install e2fsprogs)")
 	}
 	out, err := exec.Command(bin, "-q", "-F", "-E", "offset="+itoa(off), path, itoa(n/1024)+"k").CombinedOutput()
 	if err != nil {
