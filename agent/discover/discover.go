@@ -31,6 +31,7 @@ import (
 	"github.com/corralhq/corral/agent/cmdline"
 	"github.com/corralhq/corral/agent/coldplug"
 	"github.com/corralhq/corral/agent/deploy"
+	"github.com/corralhq/corral/agent/erase"
 	"github.com/corralhq/corral/agent/facts"
 	"github.com/corralhq/corral/agent/install"
 	"github.com/corralhq/corral/agent/kexec"
@@ -65,8 +66,8 @@ type Config struct {
 	Kexec   session.Kexec
 	NoKexec bool
 	// Deployer carries out deploy plans; default agent/deploy on the
-	// disks under Root. Eraser carries out erase plans; nil answers them
-	// as unsupported.
+	// disks under Root. Eraser carries out erase plans; default
+	// agent/erase on the disks under Root.
 	Deployer session.Deployer
 	Eraser   session.Eraser
 	// OpenTPM opens the machine's TPM for the EK proof at Register;
@@ -107,6 +108,9 @@ func (c *Config) defaults() {
 	}
 	if c.Deployer == nil {
 		c.Deployer = deploy.New(deploy.Config{Root: c.Root, Console: c.Console, Logger: c.Logger})
+	}
+	if c.Eraser == nil {
+		c.Eraser = erase.New(erase.Config{Root: c.Root, Console: c.Console, Logger: c.Logger})
 	}
 	if c.Kexec == nil && !c.NoKexec {
 		c.Kexec = kexec.NewBooter(kexec.Config{Console: c.Console, Logger: c.Logger})

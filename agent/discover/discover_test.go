@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/corralhq/corral/agent/deploy"
+	"github.com/corralhq/corral/agent/erase"
 	"github.com/corralhq/corral/agent/install"
 	"github.com/corralhq/corral/agent/kexec"
 	"github.com/corralhq/corral/agent/netup"
@@ -81,8 +82,8 @@ func TestRunWiresCmdlineFactsAndSession(t *testing.T) {
 	if _, ok := got.Deployer.(*deploy.Deployer); !ok {
 		t.Errorf("session deployer = %T, want the agent/deploy one", got.Deployer)
 	}
-	if got.Eraser != nil {
-		t.Errorf("session eraser = %T, want none by default", got.Eraser)
+	if _, ok := got.Eraser.(*erase.Eraser); !ok {
+		t.Errorf("session eraser = %T, want the agent/erase one", got.Eraser)
 	}
 	f := got.Facts(context.Background())
 	if f.GetSystem().GetSerial() != "To Be Filled By O.E.M." || len(f.GetMissingDrivers()) != 1 {
