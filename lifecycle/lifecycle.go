@@ -91,6 +91,16 @@ type Config struct {
 	// loads slowed each other more than the overlap saved (plan → image
 	// loaded 19.8 s against 18.2 s serially, medians of 8 and 6 boots).
 	KexecAhead bool
+	// Release and erase (release.go, erase.go): ErasePolicy says a
+	// standby pool's erase level (SetErasePolicy; nil: no pool erases by
+	// default); EraseTimeout fails an erase not finished in time (default
+	// DefaultEraseTimeout), EraseStall one without progress (default
+	// DefaultEraseStall); EraseDone counts finished erases by level and
+	// outcome (ok, failed, timeout).
+	ErasePolicy  inventory.ErasePolicy
+	EraseTimeout time.Duration
+	EraseStall   time.Duration
+	EraseDone    func(level, outcome string)
 }
 
 // Lifecycle drives machines from INVENTORIED to DEPLOYED (accept, install
@@ -110,6 +120,8 @@ type Lifecycle struct {
 	streams planStreams
 	// kexecMu guards cfg.Kexec (SetKexec).
 	kexecMu sync.Mutex
+	// eraseMu guards cfg.ErasePolicy (SetErasePolicy).
+	eraseMu sync.Mutex
 }
 
 // New validates cfg and returns a Lifecycle. Run runs its reconciler; the
@@ -139,6 +151,7 @@ func New(cfg Config) (*Lifecycle, error) {
 	if cfg.KexecTimeout == 0 {
 		cfg.KexecTimeout = DefaultKexecTimeout
 	}
+	cfg.EraseTimeout, cfg.EraseStall = eraseTimeouts(cfg.EraseTimeout, cfg.EraseStall)
 	sels, err := inventory.ParseSelectors(cfg.AutoAcceptSelectors)
 	if err != nil {
 		return nil, fmt.Errorf("auto-accept selector: %w", err)
@@ -302,6 +315,9 @@ func (l *Lifecycle) reconcileLeader(ctx context.Context, m *inventoryv1.Machine)
 		l.expire(ctx, m)
 		return true
 	}
+	if m.GetState() == inventoryv1.Machine_RELEASING {
+		return l.eraseTimedOut(ctx, m)
+	}
 	name := m.GetName()
 	node, ready := l.readyNode(ctx, name)
 	if (m.GetState() == inventoryv1.Machine_INSTALLING || failedAfterInstall(m)) && ready &&
@@ -338,6 +354,12 @@ func (l *Lifecycle) reconcileLocal(ctx context.Context, m *inventoryv1.Machine) 
 	// plan or wipe since its session attached.
 	since, connected := l.sess.connectedSince(name)
 	if !connected {
+		return
+	}
+	if pendingErase(m) {
+		if e := m.GetErase(); e.GetSentAt() == nil || e.GetSentAt().AsTime().Before(since) {
+			l.sendErase(ctx, m)
+		}
 		return
 	}
 	if wp := m.GetWipe(); wp.GetDisk() != "" {

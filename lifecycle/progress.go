@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
@@ -13,13 +14,18 @@ import (
 )
 
 // onConnect is the session hook: a machine's agent attached (ctx is its
-// stream's context, the same onCSR gets). A pending wipe goes first; an
-// INSTALLING machine's plan is (re)sent, and its certificate request is
-// then taken on this stream only.
+// stream's context, the same onCSR gets). A release's pending erase,
+// else a pending wipe, goes first; an INSTALLING machine's plan is
+// (re)sent, and its certificate request is then taken on this stream
+// only.
 func (l *Lifecycle) onConnect(ctx context.Context, machine string) {
 	l.streams.attached(ctx, machine)
 	m, err := l.inv.GetMachine(ctx, machine)
 	if err != nil || m.GetState() == inventoryv1.Machine_MAINTENANCE {
+		return
+	}
+	if pendingErase(m) {
+		l.sendErase(ctx, m) // a release's erase goes first (erase.go)
 		return
 	}
 	if m.GetWipe().GetDisk() != "" {
@@ -53,6 +59,10 @@ func (l *Lifecycle) onProgress(ctx context.Context, machine string, p *nodev1.Pr
 	ctx = context.WithoutCancel(ctx)
 	if p.GetStep() == kexecStep {
 		l.onKexecProgress(ctx, machine, p)
+		return
+	}
+	if strings.HasPrefix(p.GetInstallId(), inventory.EraseIDPrefix) {
+		l.onEraseProgress(ctx, machine, p) // erase.go
 		return
 	}
 	kexec := l.kexecPossible(machine)
