@@ -53,13 +53,16 @@ type LifecycleConfig struct {
 	// rebooted the old way (default 120s; negative: no kexec, installs
 	// reboot through the BMC or the Reboot command).
 	KexecTimeout time.Duration
+	// EraseTimeout fails a release's disk erase not finished within it
+	// (default 6h; no progress for 30 min fails it sooner).
+	EraseTimeout time.Duration
 }
 
 func (c LifecycleConfig) validate() error {
 	for name, d := range map[string]time.Duration{
 		"--reconcile-interval": c.ReconcileInterval, "--install-timeout": c.InstallTimeout,
 		"--node-heartbeat-timeout": c.NodeHeartbeatTimeout, "--node-sweep-interval": c.NodeSweepInterval,
-		"--hypervisor-reconcile-interval": c.HypervisorReconcileInterval,
+		"--hypervisor-reconcile-interval": c.HypervisorReconcileInterval, "--erase-timeout": c.EraseTimeout,
 	} {
 		if d < 0 {
 			return fmt.Errorf("%s %s: must not be negative", name, d)
@@ -110,6 +113,7 @@ func (s *Server) initLifecycle(p *pool.Pool) error {
 		// initBoot sets the hypervisor boot agents kexec after an
 		// install (SetKexec).
 		KexecTimeout: lc.KexecTimeout,
+		EraseTimeout: lc.EraseTimeout, EraseDone: s.obs.EraseDone(),
 	}
 	if s.cfg.Store.Kind == StoreEtcd {
 		cfg.Claims = &fleet.SessionClaims{Store: s.store, Self: s.cfg.Fleet.Name}
