@@ -66,10 +66,13 @@ func (l *Lifecycle) startErase(ctx context.Context, m *inventoryv1.Machine, depl
 		return
 	}
 	if hasBMC(m) && l.cfg.BMC != nil {
+		cycle := l.pxeCycle
 		if deployed {
-			l.bootDiscovery(ctx, m, "erase")
+			// A one-time PXE boot would leave the deploy's persistent
+			// disk boot behind it.
+			cycle = l.discoveryCycle
 		}
-		if err := l.pxeCycle(ctx, m, "erase"); err == nil {
+		if err := cycle(ctx, m, "erase"); err == nil {
 			return
 		}
 	}

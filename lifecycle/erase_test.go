@@ -343,30 +343,43 @@ func TestReleaseDefaultTakesPoolLevel(t *testing.T) {
 }
 
 // TestReleaseDeployedBootsDiscovery: a machine that had an OS deployed
-// boots discovery after a release without an erase: next boot PXE,
-// persistently, and its deployment is closed.
+// boots discovery after a release: next boot PXE, persistently (the
+// deploy made its disk the persistent next boot), power-cycled when it is
+// to be erased; its deployment is closed.
 func TestReleaseDeployedBootsDiscovery(t *testing.T) {
-	h := newEraseHarness(t, 0)
-	enrollBMC(t, h.harness, h.name)
-	ctx := context.Background()
-	if _, err := h.inv.UpdateMachine(ctx, h.name, func(m *inventoryv1.Machine) error {
-		m.State = inventoryv1.Machine_DEPLOYED
-		m.BootIntent = inventoryv1.BootIntent_BOOT_INTENT_LOCAL
-		m.Deployment = &inventoryv1.Deployment{DeploymentId: "d1", OsImage: "debian"}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	m, err := h.as(alice).ReleaseMachine(ctx, &inventoryv1.ReleaseMachineRequest{Name: h.name, Erase: inventoryv1.EraseLevel_ERASE_LEVEL_NONE})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m.GetState() != inventoryv1.Machine_READY || m.GetBootIntent() != inventoryv1.BootIntent_BOOT_INTENT_DISCOVER || m.GetDeployment() != nil {
-		t.Fatalf("released: %s %s %v", m.GetState(), m.GetBootIntent(), m.GetDeployment())
-	}
-	boots, actions := h.bmc.log()
-	if len(boots) != 1 || boots[0].Device != inventoryv1.BootDevice_BOOT_DEVICE_PXE || !boots[0].Persistent || len(actions) != 0 {
-		t.Fatalf("BMC: %v %v", boots, actions)
+	for name, tc := range map[string]struct {
+		level   inventoryv1.EraseLevel
+		state   inventoryv1.Machine_MachineState
+		actions []inventoryv1.PowerAction
+	}{
+		"none": {level: inventoryv1.EraseLevel_ERASE_LEVEL_NONE, state: inventoryv1.Machine_READY},
+		"full": {level: inventoryv1.EraseLevel_ERASE_LEVEL_FULL, state: inventoryv1.Machine_RELEASING,
+			actions: []inventoryv1.PowerAction{inventoryv1.PowerAction_POWER_ACTION_CYCLE}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newEraseHarness(t, 0)
+			enrollBMC(t, h.harness, h.name)
+			ctx := context.Background()
+			if _, err := h.inv.UpdateMachine(ctx, h.name, func(m *inventoryv1.Machine) error {
+				m.State = inventoryv1.Machine_DEPLOYED
+				m.BootIntent = inventoryv1.BootIntent_BOOT_INTENT_LOCAL
+				m.Deployment = &inventoryv1.Deployment{DeploymentId: "d1", OsImage: "debian"}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			m, err := h.as(alice).ReleaseMachine(ctx, &inventoryv1.ReleaseMachineRequest{Name: h.name, Erase: tc.level})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.GetState() != tc.state || m.GetBootIntent() != inventoryv1.BootIntent_BOOT_INTENT_DISCOVER || m.GetDeployment() != nil {
+				t.Fatalf("released: %s %s %v", m.GetState(), m.GetBootIntent(), m.GetDeployment())
+			}
+			boots, actions := h.bmc.log()
+			if len(boots) != 1 || boots[0].Device != inventoryv1.BootDevice_BOOT_DEVICE_PXE || !boots[0].Persistent || !slices.Equal(actions, tc.actions) {
+				t.Fatalf("BMC: %v %v", boots, actions)
+			}
+		})
 	}
 }
 

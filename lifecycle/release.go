@@ -67,7 +67,7 @@ func (l *Lifecycle) afterRelease(ctx context.Context, m *inventoryv1.Machine) {
 	case m.GetState() == inventoryv1.Machine_RELEASING:
 		l.startErase(ctx, m, deployed)
 	case deployed && hasBMC(m) && l.cfg.BMC != nil:
-		l.bootDiscovery(ctx, m, "release")
+		_ = l.bootDiscovery(ctx, m, "release") // a failure is on the timeline
 	}
 }
 
@@ -98,11 +98,27 @@ func (l *Lifecycle) onReleased(ctx context.Context, m *inventoryv1.Machine) {
 // bootDiscovery makes a machine that had an operating system deployed
 // (next boot its disk, persistently) network-boot again: next boot PXE,
 // persistently, through its BMC. Failures go to the timeline.
-func (l *Lifecycle) bootDiscovery(ctx context.Context, m *inventoryv1.Machine, why string) {
+func (l *Lifecycle) bootDiscovery(ctx context.Context, m *inventoryv1.Machine, why string) error {
 	req := inventory.BootRequest{Device: inventoryv1.BootDevice_BOOT_DEVICE_PXE, Persistent: true}
 	if err := l.cfg.BMC.SetBootDevice(ctx, m.GetName(), req); err != nil {
 		l.event(m, "lifecycle", "boot-device-failed", why+": next boot PXE (persistent): "+err.Error(), nil)
-		return
+		return err
 	}
 	l.event(m, "lifecycle", "boot-device", why+": next boot PXE, persistent: the machine boots discovery, not its disk", nil)
+	return nil
+}
+
+// discoveryCycle is pxeCycle for a machine that had an operating system
+// deployed: next boot PXE persistently (bootDiscovery), then a power
+// cycle through the BMC.
+func (l *Lifecycle) discoveryCycle(ctx context.Context, m *inventoryv1.Machine, why string) error {
+	if err := l.bootDiscovery(ctx, m, why); err != nil {
+		return err
+	}
+	if _, err := l.cfg.BMC.SetPower(ctx, m.GetName(), inventoryv1.PowerAction_POWER_ACTION_CYCLE); err != nil {
+		l.event(m, "lifecycle", "power-cycle-failed", why+": "+err.Error(), nil)
+		return err
+	}
+	l.event(m, "lifecycle", "power-cycle", why+": power cycled through the BMC into network boot", nil)
+	return nil
 }
