@@ -462,3 +462,24 @@ func TestEraseTimeouts(t *testing.T) {
 		}
 	})
 }
+
+// TestExpiryOfADeployedMachine: an allocation expires whatever its owner
+// did with the machine: a DEPLOYED one is released (and erased at its
+// pool's level) too.
+func TestExpiryOfADeployedMachine(t *testing.T) {
+	h := newEraseHarness(t, time.Hour)
+	h.lc.SetErasePolicy(poolLevels{"ci": inventoryv1.EraseLevel_ERASE_LEVEL_QUICK})
+	if _, err := h.inv.UpdateMachine(context.Background(), h.name, func(m *inventoryv1.Machine) error {
+		m.State = inventoryv1.Machine_DEPLOYED
+		m.Deployment = &inventoryv1.Deployment{DeploymentId: "d1"}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Advance(time.Hour)
+	h.reconcile()
+	m := h.machine(h.name)
+	if m.GetState() != inventoryv1.Machine_RELEASING || m.GetDeployment() != nil || !strings.HasPrefix(m.GetAllocation().GetReleaseReason(), "allocation expired at ") {
+		t.Fatalf("expired: %s %v %v", m.GetState(), m.GetDeployment(), m.GetAllocation())
+	}
+}

@@ -16,11 +16,13 @@ type releaser interface {
 	ReleaseMachine(ctx context.Context, by inventory.Owner, name string, opts inventory.ReleaseOptions) (*inventoryv1.Machine, error)
 }
 
-// expired reports whether m's allocation has run out.
+// expired reports whether m's allocation is open and has run out: an
+// ALLOCATED machine, or one its owner deployed (DEPLOYING, DEPLOYED, or
+// FAILED with the allocation open).
 func (l *Lifecycle) expired(m *inventoryv1.Machine) bool {
-	e := m.GetAllocation().GetExpiresAt()
-	return m.GetState() == inventoryv1.Machine_ALLOCATED && e != nil && m.GetAllocation().GetReleasedAt() == nil &&
-		!l.now().Before(e.AsTime())
+	a := m.GetAllocation()
+	e := a.GetExpiresAt()
+	return a.GetOwner() != "" && e != nil && a.GetReleasedAt() == nil && !l.now().Before(e.AsTime())
 }
 
 // expire releases a machine whose allocation expired (zos: an expired
