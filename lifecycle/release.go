@@ -74,9 +74,9 @@ func (l *Lifecycle) afterRelease(ctx context.Context, m *inventoryv1.Machine) {
 // onReleased is the deploy's share of a release: m is the machine as
 // released (its allocation ended), with the deployment it had, if any.
 // The deployment is closed here (the record keeps a deployment only until
-// the machine is released). The deploy's lease pinning belongs here too:
-// unpin the deployment's address (holder "deployment:<id>") before the
-// deployment is cleared.
+// the machine is released). The deploy's address pin goes here too, before
+// the deployment is cleared: the deploy's UnpinDeployment(ctx, m), merged
+// from its own branch (a failure is logged; the release stands).
 func (l *Lifecycle) onReleased(ctx context.Context, m *inventoryv1.Machine) {
 	d := m.GetDeployment()
 	if d == nil {
