@@ -18,6 +18,9 @@ type LifecycleConfig struct {
 	ReconcileInterval time.Duration
 	// InstallTimeout fails an install without progress (default 15m).
 	InstallTimeout time.Duration
+	// EraseTimeout fails a release's disk erase not finished within it
+	// (default 6h; no progress for 30 min fails it sooner).
+	EraseTimeout time.Duration
 	// BootWatchdog is how long a machine the appliance powered on has to
 	// boot (default 300s; negative disables), BootWatchdogCycles how many
 	// power cycles it gets before FAILED (default 3).
@@ -53,16 +56,13 @@ type LifecycleConfig struct {
 	// rebooted the old way (default 120s; negative: no kexec, installs
 	// reboot through the BMC or the Reboot command).
 	KexecTimeout time.Duration
-	// EraseTimeout fails a release's disk erase not finished within it
-	// (default 6h; no progress for 30 min fails it sooner).
-	EraseTimeout time.Duration
 }
 
 func (c LifecycleConfig) validate() error {
 	for name, d := range map[string]time.Duration{
 		"--reconcile-interval": c.ReconcileInterval, "--install-timeout": c.InstallTimeout,
 		"--node-heartbeat-timeout": c.NodeHeartbeatTimeout, "--node-sweep-interval": c.NodeSweepInterval,
-		"--hypervisor-reconcile-interval": c.HypervisorReconcileInterval, "--erase-timeout": c.EraseTimeout,
+		"--hypervisor-reconcile-interval": c.HypervisorReconcileInterval,
 	} {
 		if d < 0 {
 			return fmt.Errorf("%s %s: must not be negative", name, d)
@@ -70,6 +70,9 @@ func (c LifecycleConfig) validate() error {
 	}
 	if c.BootWatchdogCycles < 0 {
 		return fmt.Errorf("--boot-watchdog-cycles %d: must not be negative", c.BootWatchdogCycles)
+	}
+	if c.EraseTimeout < 0 {
+		return fmt.Errorf("--erase-timeout %s: must not be negative", c.EraseTimeout)
 	}
 	if err := c.Agents.Validate(); err != nil {
 		return err
@@ -105,6 +108,7 @@ func (s *Server) initLifecycle(p *pool.Pool) error {
 		Certs:    certRevoker{s},
 		Logger:   s.log.With("component", "lifecycle"),
 		Interval: lc.ReconcileInterval, InstallTimeout: lc.InstallTimeout,
+		EraseTimeout: lc.EraseTimeout, EraseDone: s.obs.EraseDone(),
 		BootWatchdog: lc.BootWatchdog, BootWatchdogCycles: lc.BootWatchdogCycles,
 		AutoAccept: lc.AutoAccept, AutoAcceptSelectors: lc.AutoAcceptSelectors,
 		AutoAcceptSerials: lc.AutoAcceptSerials, Agents: lc.Agents,
@@ -113,7 +117,6 @@ func (s *Server) initLifecycle(p *pool.Pool) error {
 		// initBoot sets the hypervisor boot agents kexec after an
 		// install (SetKexec).
 		KexecTimeout: lc.KexecTimeout,
-		EraseTimeout: lc.EraseTimeout, EraseDone: s.obs.EraseDone(),
 	}
 	if s.cfg.Store.Kind == StoreEtcd {
 		cfg.Claims = &fleet.SessionClaims{Store: s.store, Self: s.cfg.Fleet.Name}

@@ -282,3 +282,15 @@ func lastStep(e *inventoryv1.Erase) string {
 	}
 	return e.GetStep() + " (" + e.GetDetail() + ")"
 }
+
+// deliverErase sends m's pending erase to its agent when the session is
+// here and has not had it since it attached (the reconcilers' delivery).
+func (l *Lifecycle) deliverErase(ctx context.Context, m *inventoryv1.Machine) {
+	since, connected := l.sess.connectedSince(m.GetName())
+	if !connected {
+		return
+	}
+	if e := m.GetErase(); e.GetSentAt() == nil || e.GetSentAt().AsTime().Before(since) {
+		l.sendErase(ctx, m)
+	}
+}

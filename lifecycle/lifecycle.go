@@ -55,6 +55,16 @@ type Config struct {
 	// BootWatchdogCycles is how many power cycles the watchdog makes
 	// before the machine is FAILED.
 	BootWatchdogCycles int
+	// Release and erase (release.go, erase.go): ErasePolicy says a
+	// standby pool's erase level (SetErasePolicy; nil: no pool erases by
+	// default); EraseTimeout fails an erase not finished in time (default
+	// DefaultEraseTimeout), EraseStall one without progress (default
+	// DefaultEraseStall); EraseDone counts finished erases by level and
+	// outcome (ok, failed, timeout).
+	ErasePolicy  inventory.ErasePolicy
+	EraseTimeout time.Duration
+	EraseStall   time.Duration
+	EraseDone    func(level, outcome string)
 	// AutoAccept accepts (disk auto, no wipe) machines that become
 	// INVENTORIED and match every AutoAcceptSelectors selector.
 	AutoAccept          bool
@@ -91,16 +101,6 @@ type Config struct {
 	// loads slowed each other more than the overlap saved (plan → image
 	// loaded 19.8 s against 18.2 s serially, medians of 8 and 6 boots).
 	KexecAhead bool
-	// Release and erase (release.go, erase.go): ErasePolicy says a
-	// standby pool's erase level (SetErasePolicy; nil: no pool erases by
-	// default); EraseTimeout fails an erase not finished in time (default
-	// DefaultEraseTimeout), EraseStall one without progress (default
-	// DefaultEraseStall); EraseDone counts finished erases by level and
-	// outcome (ok, failed, timeout).
-	ErasePolicy  inventory.ErasePolicy
-	EraseTimeout time.Duration
-	EraseStall   time.Duration
-	EraseDone    func(level, outcome string)
 }
 
 // Lifecycle drives machines from INVENTORIED to DEPLOYED (accept, install
@@ -118,10 +118,10 @@ type Lifecycle struct {
 	// streams ties install plans to the agent stream they went on
 	// (csr.go); its zero value is ready.
 	streams planStreams
-	// kexecMu guards cfg.Kexec (SetKexec).
-	kexecMu sync.Mutex
 	// eraseMu guards cfg.ErasePolicy (SetErasePolicy).
 	eraseMu sync.Mutex
+	// kexecMu guards cfg.Kexec (SetKexec).
+	kexecMu sync.Mutex
 }
 
 // New validates cfg and returns a Lifecycle. Run runs its reconciler; the
@@ -148,10 +148,10 @@ func New(cfg Config) (*Lifecycle, error) {
 	if cfg.BootWatchdogCycles <= 0 {
 		cfg.BootWatchdogCycles = DefaultBootWatchdogCycles
 	}
+	cfg.EraseTimeout, cfg.EraseStall = eraseTimeouts(cfg.EraseTimeout, cfg.EraseStall)
 	if cfg.KexecTimeout == 0 {
 		cfg.KexecTimeout = DefaultKexecTimeout
 	}
-	cfg.EraseTimeout, cfg.EraseStall = eraseTimeouts(cfg.EraseTimeout, cfg.EraseStall)
 	sels, err := inventory.ParseSelectors(cfg.AutoAcceptSelectors)
 	if err != nil {
 		return nil, fmt.Errorf("auto-accept selector: %w", err)
@@ -311,12 +311,12 @@ func (l *Lifecycle) reconcileLeader(ctx context.Context, m *inventoryv1.Machine)
 	if m.GetState() == inventoryv1.Machine_MAINTENANCE {
 		return true
 	}
+	if m.GetState() == inventoryv1.Machine_RELEASING {
+		return l.eraseTimedOut(ctx, m)
+	}
 	if l.expired(m) {
 		l.expire(ctx, m)
 		return true
-	}
-	if m.GetState() == inventoryv1.Machine_RELEASING {
-		return l.eraseTimedOut(ctx, m)
 	}
 	name := m.GetName()
 	node, ready := l.readyNode(ctx, name)
@@ -350,16 +350,14 @@ func (l *Lifecycle) reconcileLocal(ctx context.Context, m *inventoryv1.Machine) 
 			return
 		}
 	}
+	if pendingErase(m) {
+		l.deliverErase(ctx, m) // erase.go
+		return
+	}
 	// Delivery to an agent connected here that has not had the current
 	// plan or wipe since its session attached.
 	since, connected := l.sess.connectedSince(name)
 	if !connected {
-		return
-	}
-	if pendingErase(m) {
-		if e := m.GetErase(); e.GetSentAt() == nil || e.GetSentAt().AsTime().Before(since) {
-			l.sendErase(ctx, m)
-		}
 		return
 	}
 	if wp := m.GetWipe(); wp.GetDisk() != "" {

@@ -14,8 +14,8 @@ import (
 )
 
 // onConnect is the session hook: a machine's agent attached (ctx is its
-// stream's context, the same onCSR gets). A release's pending erase,
-// else a pending wipe, goes first; an INSTALLING machine's plan is
+// stream's context, the same onCSR gets). A pending wipe goes first,
+// then a release's pending erase; an INSTALLING machine's plan is
 // (re)sent, and its certificate request is then taken on this stream
 // only.
 func (l *Lifecycle) onConnect(ctx context.Context, machine string) {
@@ -24,12 +24,12 @@ func (l *Lifecycle) onConnect(ctx context.Context, machine string) {
 	if err != nil || m.GetState() == inventoryv1.Machine_MAINTENANCE {
 		return
 	}
-	if pendingErase(m) {
-		l.sendErase(ctx, m) // a release's erase goes first (erase.go)
-		return
-	}
 	if m.GetWipe().GetDisk() != "" {
 		l.sendWipe(ctx, m)
+		return
+	}
+	if pendingErase(m) {
+		l.sendErase(ctx, m) // erase.go
 		return
 	}
 	if m.GetState() == inventoryv1.Machine_INSTALLING && !m.GetInstall().GetDone() {
@@ -57,12 +57,12 @@ const (
 // reprovision wipe clears it; any other is ignored.
 func (l *Lifecycle) onProgress(ctx context.Context, machine string, p *nodev1.Progress) {
 	ctx = context.WithoutCancel(ctx)
-	if p.GetStep() == kexecStep {
-		l.onKexecProgress(ctx, machine, p)
-		return
-	}
 	if strings.HasPrefix(p.GetInstallId(), inventory.EraseIDPrefix) {
 		l.onEraseProgress(ctx, machine, p) // erase.go
+		return
+	}
+	if p.GetStep() == kexecStep {
+		l.onKexecProgress(ctx, machine, p)
 		return
 	}
 	kexec := l.kexecPossible(machine)

@@ -10,7 +10,8 @@ var (
 	eraseOutcomes = []string{"ok", "failed", "timeout"}
 )
 
-func newEraseCounter() *prometheus.CounterVec {
+// newEraseCounter makes corral_erases_total, registered on reg.
+func newEraseCounter(reg *prometheus.Registry) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_erases_total",
 		Help: "Finished disk erases of released machines, by level (quick, full, secure) and outcome (ok; failed: the agent reported an error; timeout: --erase-timeout or no progress for 30 min)."},
 		[]string{"level", "outcome"})
@@ -19,6 +20,7 @@ func newEraseCounter() *prometheus.CounterVec {
 			c.WithLabelValues(l, o)
 		}
 	}
+	reg.MustRegister(c)
 	return c
 }
 
