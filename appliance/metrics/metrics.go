@@ -105,11 +105,11 @@ type Metrics struct {
 	httpBytes *prometheus.CounterVec   // route
 	httpTime  *prometheus.HistogramVec // route
 	bmc       *prometheus.HistogramVec // op, provider, outcome
+	erases    *prometheus.CounterVec   // level, outcome (erases.go)
 	reports   *prometheus.CounterVec   // reason
 	store     *storeMetrics
 	phases    *phaseTracker
 	counts    *stateCounts
-	erases    *prometheus.CounterVec // level, outcome (erases.go)
 
 	// lis is the bound metrics listener (nil: off).
 	lis net.Listener
@@ -151,12 +151,12 @@ func New(cfg Config, log *slog.Logger) *Metrics {
 	o.bmc = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "corral_bmc_request_duration_seconds",
 		Help:    "BMC calls, by operation, the provider that answered (none: none did) and outcome (ok, auth, unreachable, protocol, failed, invalid, certificate).",
 		Buckets: []float64{.05, .1, .25, .5, 1, 2, 5, 10, 30}}, []string{"op", "provider", "outcome"})
+	o.erases = newEraseCounter(o.reg)
 	o.reports = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_report_refusals_total",
 		Help: "Agent fact reports refused, by reason (report_bytes, disks, dimms, nics, pci_devices: over a cap; string, control: a string too long, not UTF-8 or holding control characters; invalid; unaccepted_cap: --max-unaccepted machines are registered and not accepted)."}, []string{"reason"})
 	o.store = newStoreMetrics()
 	o.phases = newPhaseTracker(log.With("component", "boot-phases"))
 	o.counts = newStateCounts(log.With("component", "state-counts"))
-	o.erases = newEraseCounter(o.reg)
 	o.ready = &readiness{}
 	o.reg.MustRegister(o.grpc, o.dhcp, o.dhcpTime, o.tftp, o.tftpBytes, o.http, o.httpBytes, o.httpTime, o.bmc, o.reports,
 		o.store.commit, o.phases.hist, o.counts)
