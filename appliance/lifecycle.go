@@ -18,6 +18,9 @@ type LifecycleConfig struct {
 	ReconcileInterval time.Duration
 	// InstallTimeout fails an install without progress (default 15m).
 	InstallTimeout time.Duration
+	// EraseTimeout fails a release's disk erase not finished within it
+	// (default 6h; no progress for 30 min fails it sooner).
+	EraseTimeout time.Duration
 	// BootWatchdog is how long a machine the appliance powered on has to
 	// boot (default 300s; negative disables), BootWatchdogCycles how many
 	// power cycles it gets before FAILED (default 3).
@@ -71,6 +74,9 @@ func (c LifecycleConfig) validate() error {
 	if c.BootWatchdogCycles < 0 {
 		return fmt.Errorf("--boot-watchdog-cycles %d: must not be negative", c.BootWatchdogCycles)
 	}
+	if c.EraseTimeout < 0 {
+		return fmt.Errorf("--erase-timeout %s: must not be negative", c.EraseTimeout)
+	}
 	if err := c.Agents.Validate(); err != nil {
 		return err
 	}
@@ -105,6 +111,7 @@ func (s *Server) initLifecycle(p *pool.Pool) error {
 		Certs:    certRevoker{s},
 		Logger:   s.log.With("component", "lifecycle"),
 		Interval: lc.ReconcileInterval, InstallTimeout: lc.InstallTimeout,
+		EraseTimeout: lc.EraseTimeout, EraseDone: s.obs.EraseDone(),
 		BootWatchdog: lc.BootWatchdog, BootWatchdogCycles: lc.BootWatchdogCycles,
 		AutoAccept: lc.AutoAccept, AutoAcceptSelectors: lc.AutoAcceptSelectors,
 		AutoAcceptSerials: lc.AutoAcceptSerials, Agents: lc.Agents,

@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -228,18 +229,103 @@ type ReleaseOptions struct {
 	AllocationID string
 	// Expired marks the release as the expiry's.
 	Expired bool
+	// Erase is how the machine's disks are erased before it is free
+	// again: ERASE_LEVEL_DEFAULT takes its pool's level (Pools), none
+	// without one.
+	Erase inventoryv1.EraseLevel
+	// Pools says a standby pool's erase level; nil: no pool erases.
+	Pools ErasePolicy
+}
+
+// ErasePolicy says what a release erases by default: the erase level of
+// the standby pool named pool (ERASE_LEVEL_NONE, or DEFAULT, for none).
+// It is called inside a release's compare-and-swap mutation, so it must
+// not block for long.
+type ErasePolicy interface {
+	EraseLevel(pool string) inventoryv1.EraseLevel
+}
+
+// EraseIDPrefix starts every erase id, so the agent's progress of an
+// erase is told from an install's by its id alone.
+const EraseIDPrefix = "erase-"
+
+// CheckEraseLevel refuses an erase level the API does not define.
+func CheckEraseLevel(l inventoryv1.EraseLevel) error {
+	if _, ok := inventoryv1.EraseLevel_name[int32(l)]; !ok {
+		return apierr.Invalidf("erase level %d: want none, quick, full or secure", int32(l))
+	}
+	return nil
+}
+
+// EraseWords names an erase level for people: "full".
+func EraseWords(l inventoryv1.EraseLevel) string {
+	return strings.ToLower(strings.TrimPrefix(l.String(), "ERASE_LEVEL_"))
+}
+
+// eraseLevel resolves opts.Erase for m: DEFAULT is m's pool's level.
+func eraseLevel(m *inventoryv1.Machine, opts ReleaseOptions) inventoryv1.EraseLevel {
+	l := opts.Erase
+	if l == inventoryv1.EraseLevel_ERASE_LEVEL_DEFAULT && opts.Pools != nil && m.GetPool() != "" {
+		l = opts.Pools.EraseLevel(m.GetPool())
+	}
+	if l == inventoryv1.EraseLevel_ERASE_LEVEL_DEFAULT || CheckEraseLevel(l) != nil {
+		return inventoryv1.EraseLevel_ERASE_LEVEL_NONE
+	}
+	return l
+}
+
+// EraseDisks are the disks a release erases: every non-removable disk in
+// m's facts, as device paths.
+func EraseDisks(m *inventoryv1.Machine) []string {
+	var out []string
+	for _, d := range m.GetFacts().GetDisks() {
+		if d.GetRemovable() || d.GetName() == "" {
+			continue
+		}
+		out = append(out, "/dev/"+strings.TrimPrefix(d.GetName(), "/dev/"))
+	}
+	return out
+}
+
+// eraseAgain reports whether m waits for an erase run again: its release's
+// erase failed (FAILED) or has not finished (RELEASING), its allocation
+// ended.
+func eraseAgain(m *inventoryv1.Machine) bool {
+	if allocHeld(m) || m.GetErase() == nil {
+		return false
+	}
+	switch m.GetState() {
+	case inventoryv1.Machine_RELEASING:
+		return true
+	case inventoryv1.Machine_FAILED:
+		return m.GetErase().GetError() != ""
+	}
+	return false
 }
 
 // ReleaseMachine ends the allocation of machine name: by its owner or an
-// operator (anyone else: apierr.ErrPermission). The machine goes back to
-// READY and keeps the ended allocation, with when, why and by whom, for
-// its owner to read until it is allocated again. A machine that is not
-// ALLOCATED is apierr.ErrPrecondition saying why (released already, and
-// why).
+// operator (anyone else: apierr.ErrPermission). It keeps the ended
+// allocation, with when, why and by whom, for its owner to read until it
+// is allocated again, and sets boot intent discover (a deployed machine
+// boots discovery again, not its disk). With an erase level
+// (opts.Erase, or its pool's) the same mutation makes it RELEASING with a
+// pending Erase of every non-removable disk, which the lifecycle hands
+// to its discovery agent; it becomes READY once the erase succeeded.
+// Without one it is READY at once. A machine not allocated is
+// apierr.ErrPrecondition saying why (released already, and why), except
+// that an operator may release again, with an erase level, a machine
+// whose erase failed or has not finished: the erase runs again. The
+// machine's deployment, if any, is left for the lifecycle to close
+// (lifecycle.onReleased).
 func (i *Inventory) ReleaseMachine(ctx context.Context, by Owner, name string, opts ReleaseOptions) (*inventoryv1.Machine, error) {
+	if err := CheckEraseLevel(opts.Erase); err != nil {
+		return nil, err
+	}
 	var reason string
+	var again bool
 	m, err := i.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
 		a := m.GetAllocation()
+		again = false
 		if !by.Operator && !by.Holds(m) {
 			if a.GetOwner() == by.ID && a.GetReleasedAt() != nil {
 				return apierr.Preconditionf("machine %q: your allocation ended at %s: %s", name,
@@ -247,22 +333,43 @@ func (i *Inventory) ReleaseMachine(ctx context.Context, by Owner, name string, o
 			}
 			return apierr.PermissionDeniedf("machine %q is not allocated to you (%s): only its owner or an operator may release it", name, by.ID)
 		}
-		if opts.AllocationID != "" && a.GetAllocationId() != opts.AllocationID {
+		if opts.AllocationID != "" && (a.GetAllocationId() != opts.AllocationID || !allocHeld(m)) {
 			return errSkip
 		}
-		if m.GetState() != inventoryv1.Machine_ALLOCATED || !allocHeld(m) {
+		level := eraseLevel(m, opts)
+		now := i.cfg.Now()
+		if eraseAgain(m) {
+			if level == inventoryv1.EraseLevel_ERASE_LEVEL_NONE {
+				return apierr.Preconditionf("machine %q is %s: its erase %s; erase it again with a level (corral machine release %s --erase quick|full|secure)",
+					name, m.GetState(), eraseWhy(m.GetErase()), name)
+			}
+			if err := Transition(m, EventReleasing); err != nil {
+				return err
+			}
+			again = true
+			reason = cmp.Or(opts.Reason, "erase again by an operator")
+			m.Erase = newErase(m, level, now)
+			m.StateReason = fmt.Sprintf("releasing: erasing %s (%s): %s", strings.Join(m.Erase.GetDisks(), ", "), EraseWords(level), reason)
+			m.BootIntent = inventoryv1.BootIntent_BOOT_INTENT_DISCOVER
+			m.Watchdog = nil
+			return nil
+		}
+		if !allocHeld(m) {
 			if a.GetReleasedAt() != nil {
 				return apierr.Preconditionf("machine %q is %s: its allocation ended at %s: %s", name, m.GetState(),
 					a.GetReleasedAt().AsTime().UTC().Format(time.RFC3339), a.GetReleaseReason())
 			}
-			return apierr.Preconditionf("machine %q is %s, not ALLOCATED: nothing to release", name, m.GetState())
+			return apierr.Preconditionf("machine %q is %s, not allocated: nothing to release", name, m.GetState())
 		}
-		// The erase hook: when release erases the disks (the pool's
-		// level), EventReleased leads to RELEASING and a pending erase for
-		// the discovery agent, as a reprovision's wipe is, and the machine
-		// becomes READY only once the erase succeeded. Until then a release
-		// is READY at once.
-		if err := Transition(m, EventReleased); err != nil {
+		disks := EraseDisks(m)
+		erase := level != inventoryv1.EraseLevel_ERASE_LEVEL_NONE && len(disks) > 0
+		ev := EventReleased
+		if erase {
+			// The allocation is still open here, as the transition wants
+			// of an owner's event; it ends below, in the same mutation.
+			ev = EventReleasing
+		}
+		if err := Transition(m, ev); err != nil {
 			return err
 		}
 		reason = opts.Reason
@@ -275,23 +382,57 @@ func (i *Inventory) ReleaseMachine(ctx context.Context, by Owner, name string, o
 		default:
 			reason = "released by an operator"
 		}
-		a.ReleasedAt = timestamppb.New(i.cfg.Now())
+		a.ReleasedAt = timestamppb.New(now)
 		a.ReleaseReason = reason
 		a.ReleasedBy = by.ID
 		m.StateReason = reason
+		m.BootIntent = inventoryv1.BootIntent_BOOT_INTENT_DISCOVER
+		if erase {
+			m.Erase = newErase(m, level, now)
+			m.StateReason = fmt.Sprintf("releasing: erasing %s (%s): %s", strings.Join(disks, ", "), EraseWords(level), reason)
+			// The erase timeout bounds it from here; a boot watchdog
+			// failing it would leave it FAILED without a failed erase.
+			m.Watchdog = nil
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	attrs := map[string]string{"owner": m.GetAllocation().GetOwner(), "by": by.ID, "allocation_id": m.GetAllocation().GetAllocationId()}
+	var erase string
+	if m.GetState() == inventoryv1.Machine_RELEASING {
+		e := m.GetErase()
+		attrs["erase"] = EraseWords(e.GetLevel())
+		attrs["install_id"] = e.GetEraseId()
+		erase = fmt.Sprintf("; RELEASING: %s erase of %s", EraseWords(e.GetLevel()), strings.Join(e.GetDisks(), ", "))
+	}
+	if again {
+		i.machineEvent(m, "releasing", fmt.Sprintf("erase again by %s: %s%s", by.ID, reason, erase), attrs)
+		i.log.Info("machine erase again", "machine", name, "by", by.ID, "erase", attrs["erase"])
+		return m, nil
+	}
 	event := "released"
 	if opts.Expired {
 		event = "expired"
 	}
-	i.machineEvent(m, event, fmt.Sprintf("allocation of %s ended: %s", ownerWords(m.GetAllocation()), reason),
-		map[string]string{"owner": m.GetAllocation().GetOwner(), "by": by.ID, "allocation_id": m.GetAllocation().GetAllocationId()})
-	i.log.Info("machine released", "machine", name, "owner", m.GetAllocation().GetOwner(), "by", by.ID, "reason", reason)
+	i.machineEvent(m, event, fmt.Sprintf("allocation of %s ended: %s%s", ownerWords(m.GetAllocation()), reason, erase), attrs)
+	i.log.Info("machine released", "machine", name, "owner", m.GetAllocation().GetOwner(), "by", by.ID, "reason", reason, "erase", attrs["erase"])
 	return m, nil
+}
+
+// newErase is a release's pending erase of m's disks at level.
+func newErase(m *inventoryv1.Machine, level inventoryv1.EraseLevel, now time.Time) *inventoryv1.Erase {
+	return &inventoryv1.Erase{EraseId: EraseIDPrefix + fmt.Sprintf("%016x", rand.Uint64()), Level: level,
+		Disks: EraseDisks(m), RequestedAt: timestamppb.New(now)}
+}
+
+// eraseWhy says how an erase stands, for a refusal.
+func eraseWhy(e *inventoryv1.Erase) string {
+	if e.GetError() != "" {
+		return "failed: " + e.GetError()
+	}
+	return "(" + EraseWords(e.GetLevel()) + ") has not finished"
 }
 
 // IsSkip reports whether err is ReleaseMachine's answer to an

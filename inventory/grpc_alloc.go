@@ -103,11 +103,28 @@ func (s *MachineServer) AllocateMachines(ctx context.Context, req *inventoryv1.A
 	return &inventoryv1.AllocateMachinesResponse{Machines: ms}, nil
 }
 
+// Releaser is implemented by a LifecycleVerbs that releases machines
+// itself (*lifecycle.Lifecycle): it resolves the pool's erase level and
+// starts the erase a release asks for. Without it, ReleaseMachine is
+// Inventory.ReleaseMachine alone, and no pool erases by default.
+type Releaser interface {
+	Release(ctx context.Context, by Owner, name string, opts ReleaseOptions) (*inventoryv1.Machine, error)
+}
+
 // ReleaseMachine ends a machine's allocation: its owner or an operator
-// (Inventory.ReleaseMachine).
+// (Inventory.ReleaseMachine), erasing its disks at the level asked (an
+// unknown level is InvalidArgument), through the lifecycle when it is a
+// Releaser.
 func (s *MachineServer) ReleaseMachine(ctx context.Context, req *inventoryv1.ReleaseMachineRequest) (*inventoryv1.Machine, error) {
 	if len(req.GetReason()) > 256 {
 		return nil, apierr.ToStatus(apierr.Invalidf("release reason: longer than 256 bytes"))
 	}
-	return machineOrStatus(s.Inv.ReleaseMachine(ctx, s.caller(ctx), req.GetName(), ReleaseOptions{Reason: req.GetReason()}))
+	if err := CheckEraseLevel(req.GetErase()); err != nil {
+		return nil, apierr.ToStatus(err)
+	}
+	opts := ReleaseOptions{Reason: req.GetReason(), Erase: req.GetErase()}
+	if r, ok := s.Lifecycle.(Releaser); ok {
+		return machineOrStatus(r.Release(ctx, s.caller(ctx), req.GetName(), opts))
+	}
+	return machineOrStatus(s.Inv.ReleaseMachine(ctx, s.caller(ctx), req.GetName(), opts))
 }

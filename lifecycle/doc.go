@@ -10,7 +10,11 @@
 // the install timeout or the boot watchdog make it FAILED. Reprovision
 // goes back to DISCOVERED with a pending disk wipe; MAINTENANCE holds a
 // machine away from all of this; auto-accept accepts matching machines as
-// they register.
+// they register. Release with an erase (release.go, erase.go) makes a
+// machine RELEASING, hands its ErasePlan to the discovery agent (after a
+// power cycle into network boot when the agent is not connected) and
+// makes it READY once erased, FAILED on an error or the erase timeout;
+// the expiry sweep releases through it at the pool's erase level.
 //
 // It owns the agent edge (AgentService: Register, the command Session,
 // Join wired by cmd) and the registry of connected agent sessions, and

@@ -16,30 +16,32 @@ type releaser interface {
 	ReleaseMachine(ctx context.Context, by inventory.Owner, name string, opts inventory.ReleaseOptions) (*inventoryv1.Machine, error)
 }
 
-// expired reports whether m's allocation has run out.
+// expired reports whether m's allocation is open and has run out: an
+// ALLOCATED machine, or one its owner deployed (DEPLOYING, DEPLOYED, or
+// FAILED with the allocation open).
 func (l *Lifecycle) expired(m *inventoryv1.Machine) bool {
-	e := m.GetAllocation().GetExpiresAt()
-	return m.GetState() == inventoryv1.Machine_ALLOCATED && e != nil && m.GetAllocation().GetReleasedAt() == nil &&
-		!l.now().Before(e.AsTime())
+	a := m.GetAllocation()
+	e := a.GetExpiresAt()
+	return a.GetOwner() != "" && e != nil && a.GetReleasedAt() == nil && !l.now().Before(e.AsTime())
 }
 
 // expire releases a machine whose allocation expired (zos: an expired
 // reservation is decommissioned), as the leader's reconciler finds it. The
 // release names that allocation only, so one made since is left alone, and
 // records why, which the owner reads on the machine (allocation
-// release_reason) and its timeline. Release goes back to READY at once;
-// when release erases, the erase at the pool's level starts from the
-// same release (inventory.ReleaseMachine's erase hook).
+// release_reason) and its timeline. It goes through Release, so the
+// machine's standby pool's erase level applies: RELEASING until the erase
+// succeeded when the pool erases, READY at once otherwise.
 func (l *Lifecycle) expire(ctx context.Context, m *inventoryv1.Machine) {
-	r, ok := l.inv.(releaser)
-	if !ok {
+	if _, ok := l.inv.(releaser); !ok {
 		return
 	}
 	by := inventory.Owner{ID: ExpiryOwner, Operator: true}
-	_, err := r.ReleaseMachine(ctx, by, m.GetName(), inventory.ReleaseOptions{AllocationID: m.GetAllocation().GetAllocationId(), Expired: true})
+	rm, err := l.Release(ctx, by, m.GetName(), inventory.ReleaseOptions{AllocationID: m.GetAllocation().GetAllocationId(), Expired: true})
 	switch {
 	case err == nil:
-		l.log.Info("allocation expired: machine released", "machine", m.GetName(), "owner", m.GetAllocation().GetOwner())
+		l.log.Info("allocation expired: machine released", "machine", m.GetName(), "owner", m.GetAllocation().GetOwner(),
+			"state", rm.GetState().String())
 	case inventory.IsSkip(err):
 	default:
 		l.log.Warn("expired allocation not released", "machine", m.GetName(), "err", err)

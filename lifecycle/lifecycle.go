@@ -55,6 +55,16 @@ type Config struct {
 	// BootWatchdogCycles is how many power cycles the watchdog makes
 	// before the machine is FAILED.
 	BootWatchdogCycles int
+	// Release and erase (release.go, erase.go): ErasePolicy says a
+	// standby pool's erase level (SetErasePolicy; nil: no pool erases by
+	// default); EraseTimeout fails an erase not finished in time (default
+	// DefaultEraseTimeout), EraseStall one without progress (default
+	// DefaultEraseStall); EraseDone counts finished erases by level and
+	// outcome (ok, failed, timeout).
+	ErasePolicy  inventory.ErasePolicy
+	EraseTimeout time.Duration
+	EraseStall   time.Duration
+	EraseDone    func(level, outcome string)
 	// AutoAccept accepts (disk auto, no wipe) machines that become
 	// INVENTORIED and match every AutoAcceptSelectors selector.
 	AutoAccept          bool
@@ -108,6 +118,8 @@ type Lifecycle struct {
 	// streams ties install plans to the agent stream they went on
 	// (csr.go); its zero value is ready.
 	streams planStreams
+	// eraseMu guards cfg.ErasePolicy (SetErasePolicy).
+	eraseMu sync.Mutex
 	// kexecMu guards cfg.Kexec (SetKexec).
 	kexecMu sync.Mutex
 }
@@ -136,6 +148,7 @@ func New(cfg Config) (*Lifecycle, error) {
 	if cfg.BootWatchdogCycles <= 0 {
 		cfg.BootWatchdogCycles = DefaultBootWatchdogCycles
 	}
+	cfg.EraseTimeout, cfg.EraseStall = eraseTimeouts(cfg.EraseTimeout, cfg.EraseStall)
 	if cfg.KexecTimeout == 0 {
 		cfg.KexecTimeout = DefaultKexecTimeout
 	}
@@ -298,6 +311,9 @@ func (l *Lifecycle) reconcileLeader(ctx context.Context, m *inventoryv1.Machine)
 	if m.GetState() == inventoryv1.Machine_MAINTENANCE {
 		return true
 	}
+	if m.GetState() == inventoryv1.Machine_RELEASING {
+		return l.eraseTimedOut(ctx, m)
+	}
 	if l.expired(m) {
 		l.expire(ctx, m)
 		return true
@@ -333,6 +349,10 @@ func (l *Lifecycle) reconcileLocal(ctx context.Context, m *inventoryv1.Machine) 
 		} else if l.watchdog(ctx, m) {
 			return
 		}
+	}
+	if pendingErase(m) {
+		l.deliverErase(ctx, m) // erase.go
+		return
 	}
 	// Delivery to an agent connected here that has not had the current
 	// plan or wipe since its session attached.

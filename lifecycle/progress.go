@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
@@ -13,9 +14,10 @@ import (
 )
 
 // onConnect is the session hook: a machine's agent attached (ctx is its
-// stream's context, the same onCSR gets). A pending wipe goes first; an
-// INSTALLING machine's plan is (re)sent, and its certificate request is
-// then taken on this stream only.
+// stream's context, the same onCSR gets). A pending wipe goes first,
+// then a release's pending erase; an INSTALLING machine's plan is
+// (re)sent, and its certificate request is then taken on this stream
+// only.
 func (l *Lifecycle) onConnect(ctx context.Context, machine string) {
 	l.streams.attached(ctx, machine)
 	m, err := l.inv.GetMachine(ctx, machine)
@@ -24,6 +26,10 @@ func (l *Lifecycle) onConnect(ctx context.Context, machine string) {
 	}
 	if m.GetWipe().GetDisk() != "" {
 		l.sendWipe(ctx, m)
+		return
+	}
+	if pendingErase(m) {
+		l.sendErase(ctx, m) // erase.go
 		return
 	}
 	if m.GetState() == inventoryv1.Machine_INSTALLING && !m.GetInstall().GetDone() {
@@ -51,6 +57,10 @@ const (
 // reprovision wipe clears it; any other is ignored.
 func (l *Lifecycle) onProgress(ctx context.Context, machine string, p *nodev1.Progress) {
 	ctx = context.WithoutCancel(ctx)
+	if strings.HasPrefix(p.GetInstallId(), inventory.EraseIDPrefix) {
+		l.onEraseProgress(ctx, machine, p) // erase.go
+		return
+	}
 	if p.GetStep() == kexecStep {
 		l.onKexecProgress(ctx, machine, p)
 		return

@@ -260,6 +260,9 @@ func timelineVerb(method string, req any) string {
 	case *inventoryv1.LabelMachineRequest:
 		return "label"
 	case *inventoryv1.ReleaseMachineRequest:
+		if l := r.GetErase(); l != inventoryv1.EraseLevel_ERASE_LEVEL_DEFAULT {
+			return "release, erase " + enumWords(l.String(), "ERASE_LEVEL_")
+		}
 		return "release"
 	case *inventoryv1.AdoptMachineRequest:
 		if r.GetSeparate() {

@@ -105,6 +105,7 @@ type Metrics struct {
 	httpBytes *prometheus.CounterVec   // route
 	httpTime  *prometheus.HistogramVec // route
 	bmc       *prometheus.HistogramVec // op, provider, outcome
+	erases    *prometheus.CounterVec   // level, outcome (erases.go)
 	reports   *prometheus.CounterVec   // reason
 	store     *storeMetrics
 	phases    *phaseTracker
@@ -151,6 +152,7 @@ func New(cfg Config, log *slog.Logger) *Metrics {
 	o.bmc = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "corral_bmc_request_duration_seconds",
 		Help:    "BMC calls, by operation, the provider that answered (none: none did) and outcome (ok, auth, unreachable, protocol, failed, invalid, certificate).",
 		Buckets: []float64{.05, .1, .25, .5, 1, 2, 5, 10, 30}}, []string{"op", "provider", "outcome"})
+	o.erases = newEraseCounter(o.reg)
 	o.reports = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_report_refusals_total",
 		Help: "Agent fact reports refused, by reason (report_bytes, disks, dimms, nics, pci_devices: over a cap; string, control: a string too long, not UTF-8 or holding control characters; invalid; unaccepted_cap: --max-unaccepted machines are registered and not accepted)."}, []string{"reason"})
 	o.store = newStoreMetrics()

@@ -135,6 +135,7 @@ func addLifecycleFlags(groups *flagGroups, c *appliance.LifecycleConfig) {
 	f := groups.set(groupMachines)
 	f.DurationVar(&c.ReconcileInterval, "reconcile-interval", lifecycle.DefaultReconcileInterval, "machine lifecycle reconciler period: install plan delivery, DEPLOYED, timeouts, watchdog (env CORRAL_RECONCILE_INTERVAL)")
 	f.DurationVar(&c.InstallTimeout, "install-timeout", lifecycle.DefaultInstallTimeout, "an INSTALLING machine without progress for this long is FAILED (env CORRAL_INSTALL_TIMEOUT)")
+	f.DurationVar(&c.EraseTimeout, "erase-timeout", lifecycle.DefaultEraseTimeout, "a released machine's disk erase not finished within this is FAILED (no progress for 30 min fails it sooner) (env CORRAL_ERASE_TIMEOUT)")
 	f.DurationVar(&c.BootWatchdog, "boot-watchdog", lifecycle.DefaultBootWatchdog, "a machine the appliance powered on that has not booted (agent registered or node READY) within this is power-cycled; negative disables (env CORRAL_BOOT_WATCHDOG)")
 	f.IntVar(&c.BootWatchdogCycles, "boot-watchdog-cycles", lifecycle.DefaultBootWatchdogCycles, "power cycles the boot watchdog makes before the machine is FAILED (env CORRAL_BOOT_WATCHDOG_CYCLES)")
 	f.DurationVar(&c.KexecTimeout, "kexec-timeout", lifecycle.DefaultKexecTimeout, "after an install, the discovery agent boots the hypervisor image with kexec (no firmware reboot) when it can; its node not READY within this, the machine is rebooted through the BMC or the Reboot command; negative disables kexec (env CORRAL_KEXEC_TIMEOUT)")

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 func init() {
@@ -103,26 +104,86 @@ func allocationWords(a *inventoryv1.Allocation) string {
 	return s
 }
 
-// machineReleaseCommand: corral machine release NAME [--reason R]
+// machineReleaseCommand: corral machine release NAME [--erase LEVEL] [--reason R]
 func (inv *invocation) machineReleaseCommand() *cobra.Command {
-	var reason, output string
+	var reason, erase, output string
 	cmd := &cobra.Command{
-		Use:   "release NAME [--reason R]",
-		Short: "End an allocation: the machine returns to READY",
-		Long: `release ends the machine's allocation: its owner or an operator may. The
-machine returns to READY, free for the next allocation. Release erases
-nothing yet: the disks keep what the owner left on them.`,
+		Use:   "release NAME [--erase quick|full|secure|none] [--reason R]",
+		Short: "End an allocation: the machine's disks are erased and it returns to READY",
+		Long: `release ends the machine's allocation: its owner or an operator may.
+
+--erase says how its disks are erased before it is free again: quick
+(partition tables and filesystem, RAID and LVM signatures), full (every
+block discarded where the disk supports it, else zeroed), secure (the
+disk's own erase: NVMe format or sanitize, ATA secure erase; refused by
+the agent, with the reason, on a disk without one) or none. Without
+--erase the machine's standby pool's level applies (none outside a pool
+that erases). An erase makes the machine RELEASING: its discovery agent
+erases every disk (the machine is power-cycled into network boot through
+its BMC; without one, network-boot it by hand) and it returns to READY
+once the erase succeeded, powered off when it has a BMC. An erase that
+fails leaves it FAILED with the reason, out of its pool, until an
+operator erases it again with release NAME --erase LEVEL.
+
+Without an erase the machine is READY at once and its disks keep what
+the owner left on them. A machine with an operating system deployed
+boots discovery again either way.`,
 		Args: argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
+			level, err := parseEraseLevel(erase)
+			if err != nil {
+				return err
+			}
 			return inv.machineRPC(cmd, fmt.Sprintf("release machine %q", name), output, func(ctx context.Context, c inventoryv1.MachineServiceClient) (*inventoryv1.Machine, error) {
-				return c.ReleaseMachine(ctx, &inventoryv1.ReleaseMachineRequest{Name: name, Reason: reason})
+				return c.ReleaseMachine(ctx, &inventoryv1.ReleaseMachineRequest{Name: name, Reason: reason, Erase: level})
 			})
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded with the release")
+	cmd.Flags().StringVar(&erase, "erase", "", "erase the disks first: quick, full, secure or none (default: the machine's standby pool's level)")
 	addOutputFlag(cmd, &output)
 	return cmd
+}
+
+// parseEraseLevel reads --erase ("" is the pool's default).
+func parseEraseLevel(s string) (inventoryv1.EraseLevel, error) {
+	switch s {
+	case "":
+		return inventoryv1.EraseLevel_ERASE_LEVEL_DEFAULT, nil
+	case "none", "quick", "full", "secure":
+		return inventoryv1.EraseLevel(inventoryv1.EraseLevel_value["ERASE_LEVEL_"+strings.ToUpper(s)]), nil
+	}
+	return 0, usageErrorf("--erase %q: want quick, full, secure or none", s)
+}
+
+// eraseNote sums up a machine's erase for describe: level and disks,
+// then how it stands ("" without an erase).
+func eraseNote(m *inventoryv1.Machine) string {
+	e := m.GetErase()
+	if e.GetEraseId() == "" {
+		return ""
+	}
+	level := strings.ToLower(strings.TrimPrefix(e.GetLevel().String(), "ERASE_LEVEL_"))
+	s := level + " of " + strings.Join(e.GetDisks(), ", ")
+	stamp := func(t *timestamppb.Timestamp) string { return t.AsTime().UTC().Format(time.RFC3339) }
+	switch {
+	case e.GetError() != "":
+		s += ": failed at " + stamp(e.GetFinishedAt()) + ": " + e.GetError()
+	case e.GetFinishedAt() != nil:
+		s += ": erased at " + stamp(e.GetFinishedAt())
+	case e.GetStep() != "":
+		s += ": " + e.GetStep()
+		if d := e.GetDetail(); d != "" {
+			s += " (" + d + ")"
+		}
+		s += " at " + stamp(e.GetUpdatedAt())
+	case e.GetSentAt() != nil:
+		s += ": sent to the discovery agent at " + stamp(e.GetSentAt())
+	default:
+		s += ": waiting for the discovery agent since " + stamp(e.GetRequestedAt())
+	}
+	return s
 }
 
 // labelCommand: corral label machine NAME KEY=VALUE... KEY-...

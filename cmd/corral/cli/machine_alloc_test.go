@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 func TestMachineAllocationVerbs(t *testing.T) {
@@ -32,6 +33,11 @@ func TestMachineAllocationVerbs(t *testing.T) {
 		"allocate bad expiry2": {args: []string{"machine", "allocate", "--expires", "soon"}, code: ExitUsage, stderr: "want a positive duration"},
 		"release": {args: []string{"machine", "release", "m1", "--reason", "done"},
 			req: &inventoryv1.ReleaseMachineRequest{Name: "m1", Reason: "done"}, stdout: "machine m1: READY (released by its owner)"},
+		"release erase full": {args: []string{"machine", "release", "m1", "--erase", "full"},
+			req: &inventoryv1.ReleaseMachineRequest{Name: "m1", Erase: inventoryv1.EraseLevel_ERASE_LEVEL_FULL}},
+		"release erase none": {args: []string{"machine", "release", "m1", "--erase", "none"},
+			req: &inventoryv1.ReleaseMachineRequest{Name: "m1", Erase: inventoryv1.EraseLevel_ERASE_LEVEL_NONE}},
+		"release bad erase": {args: []string{"machine", "release", "m1", "--erase", "shred"}, code: ExitUsage, stderr: "want quick, full, secure or none"},
 		"label": {args: []string{"label", "machine", "m1", "zone=a", "pool=ci", "rack-"},
 			req: &inventoryv1.LabelMachineRequest{Name: "m1", Set: map[string]string{"zone": "a", "pool": "ci"}, Remove: []string{"rack"}}, stdout: "machine m1: READY"},
 		"label empty value": {args: []string{"label", "machine", "m1", "team="},
@@ -58,5 +64,28 @@ func TestMachineAllocationVerbs(t *testing.T) {
 				t.Fatalf("request (-want +got):\n%s", d)
 			}
 		})
+	}
+}
+
+func TestEraseNote(t *testing.T) {
+	at := timestamppb.New(time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC))
+	disks := []string{"/dev/vda", "/dev/vdb"}
+	full := inventoryv1.EraseLevel_ERASE_LEVEL_FULL
+	for name, tc := range map[string]struct {
+		e    *inventoryv1.Erase
+		want string
+	}{
+		"none":    {},
+		"waiting": {e: &inventoryv1.Erase{EraseId: "erase-1", Level: full, Disks: disks, RequestedAt: at}, want: "full of /dev/vda, /dev/vdb: waiting for the discovery agent since 2026-11-28T10:00:00Z"},
+		"sent":    {e: &inventoryv1.Erase{EraseId: "erase-1", Level: full, Disks: disks, SentAt: at}, want: "full of /dev/vda, /dev/vdb: sent to the discovery agent at 2026-11-28T10:00:00Z"},
+		"step": {e: &inventoryv1.Erase{EraseId: "erase-1", Level: full, Disks: disks, Step: "erase", Detail: "/dev/vda: zeroing (1 of 10 GiB)", UpdatedAt: at},
+			want: "full of /dev/vda, /dev/vdb: erase (/dev/vda: zeroing (1 of 10 GiB)) at 2026-11-28T10:00:00Z"},
+		"erased": {e: &inventoryv1.Erase{EraseId: "erase-1", Level: full, Disks: disks, FinishedAt: at}, want: "full of /dev/vda, /dev/vdb: erased at 2026-11-28T10:00:00Z"},
+		"failed": {e: &inventoryv1.Erase{EraseId: "erase-1", Level: inventoryv1.EraseLevel_ERASE_LEVEL_SECURE, Disks: disks, FinishedAt: at, Error: "/dev/vda: not supported"},
+			want: "secure of /dev/vda, /dev/vdb: failed at 2026-11-28T10:00:00Z: /dev/vda: not supported"},
+	} {
+		if got := eraseNote(&inventoryv1.Machine{Erase: tc.e}); got != tc.want {
+			t.Errorf("%s: %q, want %q", name, got, tc.want)
+		}
 	}
 }

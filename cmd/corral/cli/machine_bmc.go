@@ -77,7 +77,12 @@ func describeNotes(w io.Writer, m proto.Message) error {
 		return nil
 	}
 	if c := bmcCertificate(mm); c != "" {
-		_, err := fmt.Fprintf(w, "# bmc certificate: %s\n", c)
+		if _, err := fmt.Fprintf(w, "# bmc certificate: %s\n", c); err != nil {
+			return writeErr(err)
+		}
+	}
+	if e := eraseNote(mm); e != "" { // machine_alloc.go
+		_, err := fmt.Fprintf(w, "# erase: %s\n", e)
 		return writeErr(err)
 	}
 	return nil
