@@ -18,7 +18,8 @@ const standbyClaimFresh = 90 * time.Second
 // initStandby wires standby pools (package lifecycle/standby):
 // StandbyPoolService on every appliance, the controller as the leader's
 // singleton work, its power actions through the lifecycle's
-// compare-and-swap paths. Call it after initLifecycle.
+// compare-and-swap paths; release's default erase level is the pool's.
+// Call it after initLifecycle.
 func (s *Server) initStandby() error {
 	svc := standby.NewService(s.store, nil, s.log.With("component", "standby-pools"))
 	ctrl, err := standby.NewController(standby.Config{
@@ -30,6 +31,8 @@ func (s *Server) initStandby() error {
 		return err
 	}
 	s.standby = svc
+	// Release erases a pool's machines at the pool's level by default.
+	s.lifecycle.SetErasePolicy(svc)
 	standby.Register(s.grpc, svc)
 	s.addSingleton("standby-pools", ctrl.Run)
 	return nil
