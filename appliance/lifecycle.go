@@ -53,6 +53,12 @@ type LifecycleConfig struct {
 	// rebooted the old way (default 120s; negative: no kexec, installs
 	// reboot through the BMC or the Reboot command).
 	KexecTimeout time.Duration
+	// DeployTimeout fails an OS deploy whose agent reports no progress
+	// for that long while it writes (--deploy-timeout, default 30m);
+	// DeployBootTimeout one whose OS does not phone home that long after
+	// it was written (--deploy-boot-timeout, default 15m).
+	DeployTimeout     time.Duration
+	DeployBootTimeout time.Duration
 }
 
 func (c LifecycleConfig) validate() error {
@@ -60,9 +66,15 @@ func (c LifecycleConfig) validate() error {
 		"--reconcile-interval": c.ReconcileInterval, "--install-timeout": c.InstallTimeout,
 		"--node-heartbeat-timeout": c.NodeHeartbeatTimeout, "--node-sweep-interval": c.NodeSweepInterval,
 		"--hypervisor-reconcile-interval": c.HypervisorReconcileInterval,
+		"--deploy-timeout":                c.DeployTimeout, "--deploy-boot-timeout": c.DeployBootTimeout,
 	} {
 		if d < 0 {
 			return fmt.Errorf("%s %s: must not be negative", name, d)
+		}
+	}
+	for name, d := range map[string]time.Duration{"--deploy-timeout": c.DeployTimeout, "--deploy-boot-timeout": c.DeployBootTimeout} {
+		if d > 0 && d < time.Second {
+			return fmt.Errorf("%s %s: give at least 1s", name, d)
 		}
 	}
 	if c.BootWatchdogCycles < 0 {
@@ -110,6 +122,10 @@ func (s *Server) initLifecycle(p *pool.Pool) error {
 		// initBoot sets the hypervisor boot agents kexec after an
 		// install (SetKexec).
 		KexecTimeout: lc.KexecTimeout,
+		// initBoot sets the deploy services (SetDeploy) and mounts the
+		// phone-home handler on the boot HTTP server.
+		DeployTimeout: lc.DeployTimeout, DeployBootTimeout: lc.DeployBootTimeout,
+		DeployOutcome: s.obs.DeployOutcome(),
 	}
 	if s.cfg.Store.Kind == StoreEtcd {
 		cfg.Claims = &fleet.SessionClaims{Store: s.store, Self: s.cfg.Fleet.Name}
