@@ -763,6 +763,22 @@ func (l *Lifecycle) deployExpiry(d *inventoryv1.Deployment) (string, bool) {
 	}
 }
 
+// UnpinDeployment drops the address pin of m's deployment, if any: the
+// release of an allocated machine calls it (the address may then go to
+// another client). A machine without a deployment, or an appliance
+// without DHCP in full mode, has nothing to drop.
+func (l *Lifecycle) UnpinDeployment(ctx context.Context, m *inventoryv1.Machine) error {
+	d := m.GetDeployment()
+	a := l.deployServices().Addresses
+	if a == nil || d.GetAddress() == "" || d.GetDeploymentId() == "" || m.GetBootMac() == "" {
+		return nil
+	}
+	if err := a.Unpin(ctx, m.GetBootMac(), deployHolder(d.GetDeploymentId())); err != nil {
+		return fmt.Errorf("machine %q: unpin the address of deployment %s: %w", m.GetName(), d.GetDeploymentId(), err)
+	}
+	return nil
+}
+
 // deployIndex maps deployment ids to machine names for the phone-home
 // handler; a miss falls back to a scan of the DEPLOYING machines. Bounded:
 // past maxIndexed ids it starts again empty.

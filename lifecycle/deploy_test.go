@@ -449,8 +449,13 @@ func TestDeployStepErrorFails(t *testing.T) {
 	if !owner.Holds(m) || len(d.addrs.holders()) != 1 {
 		t.Fatalf("after failure: holds %v pins %v", owner.Holds(m), d.addrs.holders())
 	}
-	if _, err := d.deploy(owner, &inventoryv1.DeployMachineRequest{OsImage: "debian"}); err != nil {
+	m, err = d.deploy(owner, &inventoryv1.DeployMachineRequest{OsImage: "debian"})
+	if err != nil {
 		t.Fatalf("deploy again: %v", err)
+	}
+	// Release drops the pin.
+	if err := d.lc.UnpinDeployment(context.Background(), m); err != nil || len(d.addrs.holders()) != 0 {
+		t.Fatalf("unpin: %v, pins left %v", err, d.addrs.holders())
 	}
 }
 
@@ -574,4 +579,36 @@ func TestUserDataNeverAnswered(t *testing.T) {
 	if st := status.Code(err); st != codes.OK {
 		t.Fatal(st)
 	}
+}
+
+// FuzzPhoneHome sends arbitrary paths and bodies to the phone-home
+// handler of a DEPLOYING machine: none panics, none answers 2xx, and the
+// machine stays DEPLOYING.
+func FuzzPhoneHome(f *testing.F) {
+	f.Add("/phone-home/0123456789abcdef0123/"+strings.Repeat("A", 43), "10.0.0.77", []byte("instance_id=x"))
+	f.Add("/phone-home/../../etc", "10.0.0.78", []byte{})
+	f.Add("/phone-home//", "::ffff:10.0.0.77", []byte(strings.Repeat("x", 100)))
+	f.Add("/phone-home/%00/%1b", "[::1]", []byte{0xff})
+	f.Fuzz(func(t *testing.T, path, src string, body []byte) {
+		// A harness each: one outlives no input (its cleanup is the
+		// input's).
+		d := newDeployHarness(t, true)
+		m, err := d.deploy(owner, &inventoryv1.DeployMachineRequest{OsImage: "debian"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := m.GetDeployment().GetDeploymentId()
+		d.a.next()
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(string(body)))
+		r.URL.Path = path
+		r.RemoteAddr = net.JoinHostPort(src, "1")
+		w := httptest.NewRecorder()
+		d.lc.PhoneHome().ServeHTTP(w, r)
+		if w.Code < 400 || w.Code > 499 {
+			t.Fatalf("%q from %q: status %d", path, src, w.Code)
+		}
+		if m := d.machine(d.a.name); m.GetState() != inventoryv1.Machine_DEPLOYING || m.GetDeployment().GetDeploymentId() != id {
+			t.Fatalf("%q: machine %v", path, m.GetState())
+		}
+	})
 }
