@@ -50,7 +50,7 @@ var importRules = []importRule{
 	{"fleet/artifactsync", []string{"fleet", "api", "store", "images", "internal/apierr"}, "the fleet's boot artifacts: a manifest in the shared store and peer fetches over ApplianceService, into the local catalog's content store (images)"},
 	{"ipmi", []string{"ipmi"}, "BMC drivers behind bmclib: nothing of ours"},
 	{"images", []string{"images", "internal/initramfs", "internal/sourcetree"}, "the artifact catalog and the initramfs builders"},
-	{"images/osimage", []string{"images", "api", "store", "internal/apierr", "internal/paging"}, "operating-system images: records in the store, their bytes in the catalog's content store (images), OSImageService"},
+	{"images/osimage", []string{"images", "api", "store", "internal/apierr", "internal/paging", "internal/diskmap"}, "operating-system images: records in the store, their bytes in the catalog's content store (images), OSImageService, the raw view and its cached block map (images/blockmap, the map's wire format)"},
 	{"images/blockmap", []string{"internal/diskmap"}, "an OS image's raw view and block map (go-qcow2reader inside): only the map's wire format of ours, which the agent reads too"},
 	{"agent", []string{"agent", "api", "internal/apierr", "internal/nodeid", "internal/termsafe"}, "code that runs on a machine: api and its own packages"},
 	{"agent/diskwrite", []string{"internal/diskmap"}, "writes an OS image's raw extents to a disk: the block map's wire format only, never the appliance's builder (images/blockmap) nor any other package of ours"},

@@ -10,7 +10,9 @@
 // file, a pure function of the request), proxy.go (proxy mode and the
 // PXE boot-server port), reply.go (building replies), leases.go,
 // follow.go and range.go (the lease pool, other appliances' leases, the
-// ranges), notes.go (timeline entries), observe.go and lograte.go (the
+// ranges), release.go (RELEASE and DECLINE), pin.go (leases pinned for a
+// deployed OS configured statically with its address: Pin and Unpin),
+// notes.go (timeline entries), observe.go and lograte.go (the
 // Observer, counters, rate-limited log lines).
 //
 // Modes: full (authoritative for configured ranges, leases durable in the

@@ -49,9 +49,9 @@ func (p *leases) releaseOlder(ctx context.Context, o stale) (bool, error) {
 			return false, err
 		}
 		now := p.now()
-		if kv.Revision >= o.newerRev || !live(l, now) || l.GetMac() != o.mac {
+		if kv.Revision >= o.newerRev || !live(l, now) || l.GetMac() != o.mac || l.GetPinnedBy() != "" {
 			// Renewed, released or rebound since: it is not the older
-			// binding any more. Memory learns the record from its watch
+			// binding any more (or it is pinned: it stays). Memory learns the record from its watch
 			// event, and decides then what it implies.
 			return false, nil
 		}

@@ -222,6 +222,10 @@ func (s *Server) decline(ctx context.Context, m *dhcpv4.DHCPv4, mac, cid string,
 	attrs.setIP(ip)
 	_, err := s.leases.Decline(ctx, mac, cid, ip, r)
 	switch {
+	case errors.Is(err, ErrPinned):
+		s.warn.Warn(logDeclineIgnored, "DECLINE of a pinned address: ignored", "mac", mac, "ip", ip.String())
+		s.eventN(mac, "ignored", "DECLINE "+ip.String()+" ignored: "+err.Error(), attrs)
+		return nil, nil
 	case errors.Is(err, ErrNotHolder), errors.Is(err, ErrTaken):
 		s.warn.Warn(logDeclineIgnored, "DECLINE from a client that neither holds nor was offered the address: ignored", "mac", mac, "ip", ip.String())
 		s.eventN(mac, "ignored", "DECLINE "+ip.String()+" ignored: this client neither holds nor was offered it", attrs)

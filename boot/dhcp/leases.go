@@ -15,7 +15,6 @@ import (
 	bootv1 "github.com/corralhq/corral/api/boot/v1"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/record"
-	"google.golang.org/protobuf/proto"
 )
 
 // LeasePrefix is the store prefix of leases, one record per address.
@@ -34,6 +33,9 @@ var (
 	// ErrNotHolder: a DECLINE from a client that neither holds nor was
 	// offered the address.
 	ErrNotHolder = errors.New("dhcp: the client neither holds nor was offered this address")
+	// ErrPinned: the lease is pinned (Lease.pinned_by): it is not
+	// released, declined, or pinned by another holder.
+	ErrPinned = errors.New("dhcp: the lease is pinned")
 )
 
 // leaseEntry is what memory keeps of a stored lease: the fields the
@@ -51,15 +53,19 @@ type leaseEntry struct {
 	rev     int64
 	expires int64 // the record's expires_unix
 	state   bootv1.Lease_State
+	// pinned is the record's pinned_by: a pinned lease is live whatever
+	// its expiry, and never reclaimed.
+	pinned string
 }
 
 func entryOf(l *bootv1.Lease, rev int64, cid string) leaseEntry {
-	return leaseEntry{mac: l.GetMac(), subnet: unique.Make(l.GetSubnet()), cid: cid, rev: rev, expires: l.GetExpiresUnix(), state: l.GetState()}
+	return leaseEntry{mac: l.GetMac(), subnet: unique.Make(l.GetSubnet()), cid: cid, rev: rev, expires: l.GetExpiresUnix(), state: l.GetState(),
+		pinned: l.GetPinnedBy()}
 }
 
-// live reports whether e is an active, unexpired binding.
+// live reports whether e is an active binding, unexpired or pinned.
 func (e leaseEntry) live(now time.Time) bool {
-	return e.state == bootv1.Lease_STATE_ACTIVE && e.mac != "" && now.Unix() < e.expires
+	return e.state == bootv1.Lease_STATE_ACTIVE && e.mac != "" && (e.pinned != "" || now.Unix() < e.expires)
 }
 
 type offer struct {
@@ -181,9 +187,9 @@ type stale struct {
 	newerRev  int64
 }
 
-// live reports whether l is an active, unexpired binding.
+// live reports whether l is an active binding, unexpired or pinned.
 func live(l *bootv1.Lease, now time.Time) bool {
-	return l.GetState() == bootv1.Lease_STATE_ACTIVE && l.GetMac() != "" && now.Unix() < l.GetExpiresUnix()
+	return l.GetState() == bootv1.Lease_STATE_ACTIVE && l.GetMac() != "" && (l.GetPinnedBy() != "" || now.Unix() < l.GetExpiresUnix())
 }
 
 // setLocked records l, stored at rev, as ip's lease unless memory already
@@ -289,9 +295,10 @@ func (p *leases) freeFor(ip netip.Addr, mac string, now time.Time) bool {
 }
 
 // reclaimable reports whether another client's expired or released lease
-// may be taken when the range has no never-used address left.
+// may be taken when the range has no never-used address left (a pinned
+// one never may).
 func reclaimable(e leaseEntry, now time.Time) bool {
-	return now.Unix() >= e.expires
+	return e.pinned == "" && now.Unix() >= e.expires
 }
 
 // Offer picks an address for mac (client identifier cid, "" if none) in
@@ -473,14 +480,20 @@ func (p *leases) Bind(ctx context.Context, mac, cid string, need Need, ip netip.
 			p.mu.Unlock()
 			return nil, err
 		}
-		var rev int64
+		var (
+			rev    int64
+			pinned string
+		)
 		if e, ok := p.byIP[ip]; ok {
 			rev = e.rev
+			if e.mac == mac {
+				pinned = e.pinned // the MAC renewing its pinned lease keeps the pin
+			}
 		}
 		p.mu.Unlock()
 		l := &bootv1.Lease{Ip: ip.String(), Mac: mac, State: bootv1.Lease_STATE_ACTIVE,
 			ExpiresUnix: now.Add(ttl).Unix(), UpdatedUnix: now.Unix(), Subnet: r.Subnet.String(),
-			Hostname: hostname, Relay: relay}
+			Hostname: hostname, Relay: relay, PinnedBy: pinned}
 		newRev, err := record.Put(ctx, p.st, leaseKey(ip), l, rev)
 		if errors.Is(err, store.ErrConflict) {
 			if err := p.reload(ctx, ip); err != nil {
@@ -534,55 +547,6 @@ func (p *leases) update(ctx context.Context, ip netip.Addr, change func(l *bootv
 		return nil, err
 	}
 	return l, nil
-}
-
-// Release ends mac's lease on ip now; the binding stays sticky.
-func (p *leases) Release(ctx context.Context, mac string, ip netip.Addr) (*bootv1.Lease, error) {
-	now := p.now()
-	return p.update(ctx, ip, func(l *bootv1.Lease) error {
-		if l.GetMac() != mac {
-			return ErrTaken
-		}
-		l.State, l.ExpiresUnix, l.UpdatedUnix = bootv1.Lease_STATE_RELEASED, now.Unix(), now.Unix()
-		return nil
-	})
-}
-
-// Decline quarantines ip (the client found it in use on the network) and
-// unbinds the client from it. Only the client that holds ip or was offered
-// it may decline it: anyone else gets ErrNotHolder and nothing is written,
-// so a client that holds nothing cannot take addresses out of the pool.
-func (p *leases) Decline(ctx context.Context, mac, cid string, ip netip.Addr, r Range) (*bootv1.Lease, error) {
-	now := p.now()
-	p.mu.Lock()
-	ok := p.holds(ip, mac, cid) || p.offeredTo(ip, mac, cid)
-	p.mu.Unlock()
-	if !ok {
-		return nil, fmt.Errorf("%w: %s", ErrNotHolder, ip)
-	}
-	l := &bootv1.Lease{Ip: ip.String(), State: bootv1.Lease_STATE_DECLINED, ExpiresUnix: now.Add(p.quarantine).Unix(),
-		UpdatedUnix: now.Unix(), Subnet: r.Subnet.String()}
-	_, err := record.Update(ctx, p.st, leaseKey(ip), func() *bootv1.Lease { return &bootv1.Lease{} },
-		func(cur *bootv1.Lease, exists bool) (bool, error) {
-			// The store is the truth: someone else's live lease (another
-			// writer bound it since) is not the decliner's to quarantine.
-			if exists && cur.GetMac() != "" && cur.GetMac() != mac && now.Unix() < cur.GetExpiresUnix() {
-				return false, fmt.Errorf("%w: %s", ErrTaken, ip)
-			}
-			proto.Reset(cur)
-			proto.Merge(cur, l)
-			return false, nil
-		})
-	if err != nil {
-		return nil, err
-	}
-	p.mu.Lock()
-	if p.byMAC[mac] == ip {
-		delete(p.byMAC, mac)
-	}
-	p.dropOfferLocked(ip)
-	p.mu.Unlock()
-	return l, p.reload(ctx, ip)
 }
 
 // hostnameOK is a client's host name (option 12) as its lease records it:

@@ -152,11 +152,15 @@ type Config struct {
 }
 
 // OSImages is what the server needs of the OS image store (images/osimage):
-// the stored content of a READY image by its SHA-256. Open returns an
-// error of class apierr.ErrNotFound for content it does not serve and
-// apierr.ErrInvalid for a malformed sum; the caller closes the file.
+// the stored content of a READY image by its SHA-256 (Open), and its raw
+// view (OpenRaw: the disk's bytes, qcow2 converted as they are read) and
+// that view's size. Both return an error of class apierr.ErrNotFound for
+// content they do not serve and apierr.ErrInvalid for a malformed sum;
+// the caller closes what they open. The server may call them from many
+// goroutines at once.
 type OSImages interface {
 	Open(sum string) (*os.File, images.Artifact, error)
+	OpenRaw(sum string) (io.ReadSeekCloser, int64, error)
 }
 
 // Observer is told every request's route class (RouteScript, RouteImage,
@@ -171,7 +175,7 @@ type Observer interface {
 const (
 	RouteScript  = "script"   // /boot.ipxe
 	RouteImage   = "image"    // /images/<name>
-	RouteOSImage = "os-image" // /os-images/<sha256>
+	RouteOSImage = "os-image" // /os-images/<sha256> and /os-images/<sha256>/raw
 	RouteOther   = "other"    // anything else (404)
 )
 
@@ -280,7 +284,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		route = RouteOSImage
 		s.osImage(w, r, strings.TrimPrefix(r.URL.Path, "/os-images/"))
 	default:
-		s.refuse(w, r, "", http.StatusNotFound, "no such path: this server serves /boot.ipxe?mac=..., /images/<name> and /os-images/<sha256>")
+		s.refuse(w, r, "", http.StatusNotFound, "no such path: this server serves /boot.ipxe?mac=..., /images/<name>, /os-images/<sha256> and /os-images/<sha256>/raw")
 	}
 }
 
@@ -582,17 +586,35 @@ func (s *Server) artifact(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	defer f.Close()
-	s.serveFile(w, r, mac, f, a)
+	s.serveFile(w, r, mac, f, a, a.SHA256)
 }
 
-// osImage serves the stored content of a READY OS image by its SHA-256,
-// with Range support, as artifact serves catalog files.
+// osImage serves the stored content of a READY OS image by its SHA-256
+// (/os-images/<sha256>), or its raw view (/os-images/<sha256>/raw: what a
+// deploy writes to the disk, qcow2 converted as it is read), with Range
+// support, as artifact serves catalog files.
 func (s *Server) osImage(w http.ResponseWriter, r *http.Request, sum string) {
 	mac, ok := s.fileRequest(w, r)
 	if !ok {
 		return
 	}
-	f, a, err := s.cfg.OSImages.Open(sum)
+	sum, raw := strings.CutSuffix(sum, "/raw")
+	var (
+		content io.ReadSeekCloser
+		a       images.Artifact
+		err     error
+	)
+	if raw {
+		var size int64
+		content, size, err = s.cfg.OSImages.OpenRaw(sum)
+		a = images.Artifact{Name: sum + "/raw", Kind: "os-image-raw", Size: size, SHA256: sum}
+	} else {
+		var f *os.File
+		f, a, err = s.cfg.OSImages.Open(sum)
+		if err == nil {
+			content, a.Kind = f, "os-image"
+		}
+	}
 	switch {
 	case errors.Is(err, apierr.ErrInvalid):
 		s.refuse(w, r, mac, http.StatusBadRequest, fmt.Sprintf("%q is not a SHA-256 (64 lower-case hex digits)", sum))
@@ -600,27 +622,34 @@ func (s *Server) osImage(w http.ResponseWriter, r *http.Request, sum string) {
 	case errors.Is(err, apierr.ErrNotFound):
 		s.refuse(w, r, mac, http.StatusNotFound, fmt.Sprintf("no READY OS image with sha256 %q here", sum))
 		return
+	case errors.Is(err, apierr.ErrPrecondition):
+		s.refuse(w, r, mac, http.StatusConflict, fmt.Sprintf("OS image %q cannot be served raw: %v", sum, err))
+		return
 	case err != nil:
-		s.log.Error("OS image unreadable", "sha256", sum, "err", err)
+		s.log.Error("OS image unreadable", "sha256", sum, "raw", raw, "err", err)
 		s.refuse(w, r, mac, http.StatusInternalServerError, "OS image unreadable")
 		return
 	}
-	defer f.Close()
-	a.Kind = "os-image"
-	s.serveFile(w, r, mac, f, a)
+	defer content.Close()
+	etag := a.SHA256
+	if raw {
+		etag += "-raw" // another representation of the same content
+	}
+	s.serveFile(w, r, mac, content, a, etag)
 }
 
-// serveFile answers a GET or HEAD of f (artifact a) with Range and
-// conditional request support, logs it and puts it on mac's timeline.
-func (s *Server) serveFile(w http.ResponseWriter, r *http.Request, mac string, f *os.File, a images.Artifact) {
+// serveFile answers a GET or HEAD of content (artifact a, entity tag
+// etag) with Range and conditional request support, logs it and puts it
+// on mac's timeline.
+func (s *Server) serveFile(w http.ResponseWriter, r *http.Request, mac string, content io.ReadSeeker, a images.Artifact, etag string) {
 	name := a.Name
 	start := time.Now()
 	cw := &countingWriter{ResponseWriter: w}
-	w.Header().Set("ETag", `"`+a.SHA256+`"`)
+	w.Header().Set("ETag", `"`+etag+`"`)
 	w.Header().Set("Content-Type", "application/octet-stream")
 	// ServeContent answers Range and conditional requests; on an *os.File
 	// its copy reaches net.TCPConn.ReadFrom, which uses sendfile.
-	http.ServeContent(cw, r, "", time.Time{}, f)
+	http.ServeContent(cw, r, "", time.Time{}, content)
 	dur := time.Since(start)
 	status := cw.status
 	if status == 0 {

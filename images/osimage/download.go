@@ -77,14 +77,14 @@ func (s *Service) scan(ctx context.Context, wg *sync.WaitGroup) {
 		}
 		return
 	}
-	ready := map[string]bool{}
+	ready := map[string]osimagev1.OSImageFormat{}
 	var missing []images.Artifact
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, im := range all {
 		switch im.GetState() {
 		case osimagev1.OSImageState_OS_IMAGE_STATE_READY:
-			ready[im.GetSha256()] = true
+			ready[im.GetSha256()] = mergeFormat(ready[im.GetSha256()], im.GetFormat())
 			if _, err := images.Held(s.cfg.Dir, im.GetSha256()); err != nil {
 				missing = append(missing, images.Artifact{Name: im.GetName(), SHA256: im.GetSha256(), Size: int64(im.GetSizeBytes())})
 			}
@@ -110,10 +110,11 @@ func (s *Service) scan(ctx context.Context, wg *sync.WaitGroup) {
 			// FAILED stays as it is; UNSPECIFIED is not written.
 		}
 	}
-	for sum := range s.fresh {
-		ready[sum] = true // made READY after the list was read
+	for sum, f := range s.fresh {
+		ready[sum] = mergeFormat(ready[sum], f) // made READY after the list was read
 	}
 	s.ready = ready
+	s.startMaps(ctx, wg)
 	if len(missing) > 0 && s.cfg.Fetch != nil && s.cfg.Peers != nil && !s.fetching {
 		s.fetching = true
 		wg.Add(1)
@@ -201,7 +202,7 @@ func (s *Service) download(ctx context.Context, name string) {
 	case ferr != nil:
 		log.Warn("OS image download failed", "err", ferr)
 	default:
-		s.setReady(im.GetSha256(), true)
+		s.setReady(im.GetSha256(), im.GetFormat())
 		log.Info("OS image ready", "bytes", got.size, "duration", time.Since(start).Round(time.Millisecond).String())
 	}
 }

@@ -107,13 +107,21 @@ type Service struct {
 	// running downloads by name: cancel and a channel closed at their end.
 	running map[string]*download
 	// ready holds the SHA-256 of every READY image this appliance knows
-	// of (refreshed by each scan and each local change): Open serves no
-	// other content.
-	ready map[string]bool
+	// of (refreshed by each scan and each local change) and its declared
+	// format (formatMixed when images disagree): Open and OpenRaw serve
+	// no other content.
+	ready map[string]osimagev1.OSImageFormat
 	// fresh holds the content made READY here since the last scan began
 	// its list, which that list may predate: the scan keeps it.
-	fresh    map[string]bool
+	fresh    map[string]osimagev1.OSImageFormat
 	fetching bool
+	// mapping holds the block maps being built, by content; mapper says
+	// the background builder runs.
+	mapping map[string]*mapBuild
+	mapper  bool
+	// mapFailed holds the content whose map the background builder could
+	// not build (not tried again until the content leaves and returns).
+	mapFailed map[string]bool
 }
 
 type download struct {
@@ -144,7 +152,8 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Service{cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1), running: map[string]*download{}, ready: map[string]bool{}, fresh: map[string]bool{}}, nil
+	return &Service{cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1), running: map[string]*download{},
+		ready: map[string]osimagev1.OSImageFormat{}, fresh: map[string]osimagev1.OSImageFormat{}, mapping: map[string]*mapBuild{}, mapFailed: map[string]bool{}}, nil
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$`)
@@ -300,7 +309,7 @@ func (s *Service) Upload(ctx context.Context, h *UploadHeader, r io.Reader) (*os
 		}
 		return nil, err
 	}
-	s.setReady(im.GetSha256(), true)
+	s.setReady(im.GetSha256(), im.GetFormat())
 	s.log.Info("OS image uploaded", "os_image", im.GetName(), "sha256", im.GetSha256(), "bytes", got.size, "format", formatName(im.GetFormat()))
 	return im, nil
 }
@@ -396,20 +405,27 @@ func (s *Service) removeUnreferenced(ctx context.Context, sum, except string) {
 			return
 		}
 	}
-	s.setReady(sum, false)
-	if err := os.Remove(contentPath(s.cfg.Dir, sum)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		s.log.Warn("OS image content not removed", "sha256", sum, "err", err)
+	s.setReady(sum, 0)
+	for _, p := range []string{contentPath(s.cfg.Dir, sum), s.mapPath(sum)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.log.Warn("OS image content not removed", "sha256", sum, "path", p, "err", err)
+		}
 	}
 }
 
-func (s *Service) setReady(sum string, ok bool) {
+// setReady records content sum READY here as format f (0: no longer
+// READY) and, when READY, wakes Run to build its block map.
+func (s *Service) setReady(sum string, f osimagev1.OSImageFormat) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ok {
-		s.ready[sum], s.fresh[sum] = true, true
+	if f != 0 {
+		s.ready[sum] = mergeFormat(s.ready[sum], f)
+		s.fresh[sum] = mergeFormat(s.fresh[sum], f)
+		s.poke()
 	} else {
 		delete(s.ready, sum)
 		delete(s.fresh, sum)
+		delete(s.mapFailed, sum)
 	}
 }
 
@@ -422,7 +438,7 @@ func (s *Service) Open(sum string) (*os.File, images.Artifact, error) {
 		return nil, images.Artifact{}, apierr.Invalidf("%q is not a SHA-256 (64 lower-case hex digits)", sum)
 	}
 	s.mu.Lock()
-	ok := s.ready[sum]
+	_, ok := s.ready[sum]
 	s.mu.Unlock()
 	if !ok {
 		return nil, images.Artifact{}, apierr.NotFoundf("no READY OS image has sha256 %s", sum)

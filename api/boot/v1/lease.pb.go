@@ -94,7 +94,13 @@ type Lease struct {
 	Subnet   string `protobuf:"bytes,6,opt,name=subnet,proto3" json:"subnet,omitempty"`
 	Hostname string `protobuf:"bytes,7,opt,name=hostname,proto3" json:"hostname,omitempty"`
 	// relay is the giaddr the request came through, empty when local.
-	Relay         string `protobuf:"bytes,8,opt,name=relay,proto3" json:"relay,omitempty"`
+	Relay string `protobuf:"bytes,8,opt,name=relay,proto3" json:"relay,omitempty"`
+	// pinned_by names who holds the address for the MAC (e.g.
+	// "deployment:<id>": a deployed OS configured with it statically). A
+	// pinned lease never expires, is never reclaimed, superseded, released
+	// or quarantined, and its address is offered to no other MAC; the MAC
+	// itself renews it as usual. Empty: an ordinary lease.
+	PinnedBy      string `protobuf:"bytes,9,opt,name=pinned_by,json=pinnedBy,proto3" json:"pinned_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -185,11 +191,18 @@ func (x *Lease) GetRelay() string {
 	return ""
 }
 
+func (x *Lease) GetPinnedBy() string {
+	if x != nil {
+		return x.PinnedBy
+	}
+	return ""
+}
+
 var File_api_boot_v1_lease_proto protoreflect.FileDescriptor
 
 const file_api_boot_v1_lease_proto_rawDesc = "" +
 	"\n" +
-	"\x17api/boot/v1/lease.proto\x12\x0ecorral.boot.v1\"\xc6\x02\n" +
+	"\x17api/boot/v1/lease.proto\x12\x0ecorral.boot.v1\"\xe3\x02\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02ip\x18\x01 \x01(\tR\x02ip\x12\x10\n" +
 	"\x03mac\x18\x02 \x01(\tR\x03mac\x121\n" +
@@ -198,7 +211,8 @@ const file_api_boot_v1_lease_proto_rawDesc = "" +
 	"\fupdated_unix\x18\x05 \x01(\x03R\vupdatedUnix\x12\x16\n" +
 	"\x06subnet\x18\x06 \x01(\tR\x06subnet\x12\x1a\n" +
 	"\bhostname\x18\a \x01(\tR\bhostname\x12\x14\n" +
-	"\x05relay\x18\b \x01(\tR\x05relay\"X\n" +
+	"\x05relay\x18\b \x01(\tR\x05relay\x12\x1b\n" +
+	"\tpinned_by\x18\t \x01(\tR\bpinnedBy\"X\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fSTATE_ACTIVE\x10\x01\x12\x12\n" +
