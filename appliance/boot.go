@@ -201,7 +201,7 @@ func (s *Server) initBoot() error {
 			s.addComponent("ra", r.Run)
 		}
 	}
-	s.initDeploy(serverIP.String(), httpPort, ds)
+	s.initDeploy(serverIP.String(), httpPort, ds, mode == dhcp.ModeFull)
 	ok = true
 	s.log.Info("network boot on", "interface", bc.Interface, "server_ip", serverIP.String(), "dhcp_mode", string(mode),
 		"http", hs.Addr().String(), "catalog", cat.Dir())

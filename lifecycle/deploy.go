@@ -197,10 +197,36 @@ func (l *Lifecycle) Deploy(ctx context.Context, by inventory.Owner, req *invento
 		sum := sha256.Sum256(d.UserData)
 		d.UserDataSha256 = hex.EncodeToString(sum[:])
 	}
+	// A deploy again moves the pin from the machine's last deployment to
+	// this one (a lease is pinned by one holder at a time); it goes back
+	// if this deploy is refused.
+	old := ""
+	if p := m.GetDeployment(); p.GetAddress() != "" {
+		old = p.GetDeploymentId()
+	}
 	pinned := false
+	restore := func() {
+		ctx := context.WithoutCancel(ctx)
+		if pinned {
+			if err := svc.Addresses.Unpin(ctx, mac, deployHolder(id)); err != nil {
+				l.log.Warn("deploy refused: address not unpinned", "machine", name, "mac", mac, "err", err)
+			}
+		}
+		if old != "" {
+			if _, _, _, err := svc.Addresses.Pin(ctx, mac, deployHolder(old)); err != nil {
+				l.log.Warn("deploy refused: the last deployment's address pin not restored", "machine", name, "mac", mac, "deployment_id", old, "err", err)
+			}
+		}
+	}
 	if svc.Addresses != nil {
+		if old != "" {
+			if err := svc.Addresses.Unpin(ctx, mac, deployHolder(old)); err != nil {
+				return nil, fmt.Errorf("deploy: unpin the address of deployment %s: %w", old, err)
+			}
+		}
 		prefix, gw, dns, err := svc.Addresses.Pin(ctx, mac, deployHolder(id))
 		if err != nil {
+			restore()
 			return nil, fmt.Errorf("deploy: pin the address of %s: %w", mac, err)
 		}
 		pinned = true
@@ -214,7 +240,6 @@ func (l *Lifecycle) Deploy(ctx context.Context, by inventory.Owner, req *invento
 	}
 	now := timestamppb.New(l.now())
 	d.StartedAt, d.UpdatedAt = now, now
-	var old string
 	m, err = l.inv.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
 		if !by.Operator && !by.Holds(m) {
 			return apierr.PermissionDeniedf("machine %q is not allocated to you (%s)", name, by.ID)
@@ -222,12 +247,11 @@ func (l *Lifecycle) Deploy(ctx context.Context, by inventory.Owner, req *invento
 		if m.GetState() == inventoryv1.Machine_MAINTENANCE {
 			return apierr.Preconditionf("machine %q is in MAINTENANCE", name)
 		}
+		if m.GetDeployment().GetDeploymentId() != cmp.Or(old, m.GetDeployment().GetDeploymentId()) {
+			return apierr.Unavailablef("machine %q: another deploy started meanwhile: try again", name)
+		}
 		if err := inventory.Transition(m, inventory.EventDeploying); err != nil {
 			return err
-		}
-		old = ""
-		if p := m.GetDeployment(); p.GetAddress() != "" && p.GetDeploymentId() != id {
-			old = p.GetDeploymentId()
 		}
 		m.Deployment = d
 		m.StateReason = "deploying " + img.Name + ": " + sentWordDeploy(false)
@@ -236,18 +260,10 @@ func (l *Lifecycle) Deploy(ctx context.Context, by inventory.Owner, req *invento
 		return nil
 	})
 	if err != nil {
-		if pinned {
-			if uerr := svc.Addresses.Unpin(context.WithoutCancel(ctx), mac, deployHolder(id)); uerr != nil {
-				l.log.Warn("deploy refused: address not unpinned", "machine", name, "mac", mac, "err", uerr)
-			}
+		if svc.Addresses != nil {
+			restore()
 		}
 		return nil, err
-	}
-	if old != "" && svc.Addresses != nil {
-		// The address stays pinned, by the new deployment.
-		if err := svc.Addresses.Unpin(ctx, mac, deployHolder(old)); err != nil {
-			l.log.Warn("previous deployment's address pin not removed", "machine", name, "deployment_id", old, "err", err)
-		}
 	}
 	l.deployIndex.put(id, name)
 	l.deployOutcome(DeployStarted)

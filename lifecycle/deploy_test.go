@@ -61,6 +61,11 @@ func (f *fakeAddresses) Pin(_ context.Context, mac, holder string) (netip.Prefix
 	if f.pinned == nil {
 		f.pinned = map[string]string{}
 	}
+	for h, m := range f.pinned {
+		if m == mac && h != holder {
+			return netip.Prefix{}, netip.Addr{}, nil, apierr.Preconditionf("dhcp: the lease of %s is pinned by %s", mac, h)
+		}
+	}
 	f.pinned[holder] = mac
 	return pinnedAddr, netip.MustParseAddr("10.0.0.1"), []netip.Addr{netip.MustParseAddr("10.0.0.2")}, nil
 }
