@@ -502,8 +502,14 @@ func (l *Lifecycle) sendDeploy(ctx context.Context, m *inventoryv1.Machine) *inv
 		return nil
 	}
 	now := timestamppb.New(l.now())
+	seen := d.GetSentAt()
 	sm, err := l.inv.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
 		if !deploying(m, id) {
+			return errSkip
+		}
+		// Sent by another path (the reconciler and Deploy, or onConnect)
+		// since m was read: that plan's token stands.
+		if sent := m.GetDeployment().GetSentAt(); (sent == nil) != (seen == nil) || (sent != nil && !sent.AsTime().Equal(seen.AsTime())) {
 			return errSkip
 		}
 		m.Deployment.PhoneHomeSha256 = sum
