@@ -203,6 +203,18 @@ func deployNotes(w io.Writer, m proto.Message) error {
 	return writeErr(err)
 }
 
+// deployStep is a deploy's step for the state column: the agent's last
+// step, "written" once the OS boots, "-" before the plan's first report.
+func deployStep(d *inventoryv1.Deployment) string {
+	switch {
+	case d.GetWrittenAt() != nil:
+		return "written"
+	case d.GetStep() != "":
+		return d.GetStep()
+	}
+	return "-"
+}
+
 func cmp0(a, b string) string {
 	if a != "" {
 		return a
