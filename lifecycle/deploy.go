@@ -201,8 +201,8 @@ func (l *Lifecycle) Deploy(ctx context.Context, by inventory.Owner, req *invento
 	// this one (a lease is pinned by one holder at a time); it goes back
 	// if this deploy is refused.
 	old := ""
-	if p := m.GetDeployment(); p.GetAddress() != "" {
-		old = p.GetDeploymentId()
+	if p := m.GetDeployment(); p.GetAddress() != "" && !p.GetStartedAt().AsTime().Before(m.GetAllocation().GetAllocatedAt().AsTime()) {
+		old = p.GetDeploymentId() // of this allocation: still pinned
 	}
 	pinned := false
 	restore := func() {
