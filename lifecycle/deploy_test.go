@@ -617,3 +617,27 @@ func FuzzPhoneHome(f *testing.F) {
 		}
 	})
 }
+
+// TestDeployPlanSentOncePerSession: Deploy's own send and a reconciler
+// holding the machine as it was before (plan not yet sent) do not both
+// send: a second plan would carry a new token and void the first's.
+func TestDeployPlanSentOncePerSession(t *testing.T) {
+	d := newDeployHarness(t, true)
+	d.a.close()
+	d.eventually(d.a.name, "disconnected", func(*inventoryv1.Machine) bool { return !d.lc.sess.connected(d.a.name) })
+	m, err := d.deploy(owner, &inventoryv1.DeployMachineRequest{OsImage: "debian"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := d.connect(mac1, facts("S1", "", mac1))
+	_, token := phoneHomeOf(t, a.next().GetDeploy())
+	// m is the record from before the plan went: sending it again is
+	// refused by the compare-and-swap.
+	if sm := d.lc.sendDeploy(context.Background(), m); sm != nil {
+		t.Fatal("a stale view sent the plan again")
+	}
+	a.none()
+	if got := d.machine(d.a.name).GetDeployment().GetPhoneHomeSha256(); got != tokenSum(token) {
+		t.Fatal("the token changed")
+	}
+}
