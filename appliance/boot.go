@@ -144,6 +144,7 @@ func (s *Server) initBoot() error {
 		CreateUnknown: mode == dhcp.ModeOff, APIEndpoint: apiEndpoint, PeerEndpoints: s.peerEndpoints, CAFingerprint: fp,
 		TokenTTL: bc.TokenTTL, KernelArgs: bc.KernelArgs, Logger: s.log.With("component", "boot-http"),
 		Limits: s.cfg.Limits.HTTP, Scripts: bc.Scripts, Observer: s.obs.HTTP(), OSImages: s.osImages,
+		PhoneHome: s.lifecycle.PhoneHome(),
 	})
 	if err != nil {
 		return err
@@ -200,6 +201,7 @@ func (s *Server) initBoot() error {
 			s.addComponent("ra", r.Run)
 		}
 	}
+	s.initDeploy(serverIP.String(), httpPort, ds, mode == dhcp.ModeFull)
 	ok = true
 	s.log.Info("network boot on", "interface", bc.Interface, "server_ip", serverIP.String(), "dhcp_mode", string(mode),
 		"http", hs.Addr().String(), "catalog", cat.Dir())

@@ -59,6 +59,12 @@ type LifecycleConfig struct {
 	// StandbyInterval is the standby pool controller's period (0 or
 	// less: 5s; lifecycle/standby). Tests shorten it.
 	StandbyInterval time.Duration
+	// DeployTimeout fails an OS deploy whose agent reports no progress
+	// for that long while it writes (--deploy-timeout, default 30m);
+	// DeployBootTimeout one whose OS does not phone home that long after
+	// it was written (--deploy-boot-timeout, default 15m).
+	DeployTimeout     time.Duration
+	DeployBootTimeout time.Duration
 }
 
 func (c LifecycleConfig) validate() error {
@@ -66,9 +72,15 @@ func (c LifecycleConfig) validate() error {
 		"--reconcile-interval": c.ReconcileInterval, "--install-timeout": c.InstallTimeout,
 		"--node-heartbeat-timeout": c.NodeHeartbeatTimeout, "--node-sweep-interval": c.NodeSweepInterval,
 		"--hypervisor-reconcile-interval": c.HypervisorReconcileInterval,
+		"--deploy-timeout":                c.DeployTimeout, "--deploy-boot-timeout": c.DeployBootTimeout,
 	} {
 		if d < 0 {
 			return fmt.Errorf("%s %s: must not be negative", name, d)
+		}
+	}
+	for name, d := range map[string]time.Duration{"--deploy-timeout": c.DeployTimeout, "--deploy-boot-timeout": c.DeployBootTimeout} {
+		if d > 0 && d < time.Second {
+			return fmt.Errorf("%s %s: give at least 1s", name, d)
 		}
 	}
 	if c.BootWatchdogCycles < 0 {
@@ -120,6 +132,10 @@ func (s *Server) initLifecycle(p *pool.Pool) error {
 		// initBoot sets the hypervisor boot agents kexec after an
 		// install (SetKexec).
 		KexecTimeout: lc.KexecTimeout,
+		// initBoot sets the deploy services (SetDeploy) and mounts the
+		// phone-home handler on the boot HTTP server.
+		DeployTimeout: lc.DeployTimeout, DeployBootTimeout: lc.DeployBootTimeout,
+		DeployOutcome: s.obs.DeployOutcome(),
 	}
 	if s.cfg.Store.Kind == StoreEtcd {
 		cfg.Claims = &fleet.SessionClaims{Store: s.store, Self: s.cfg.Fleet.Name}

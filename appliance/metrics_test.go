@@ -86,7 +86,7 @@ func TestMetricsHealthAndNotify(t *testing.T) {
 	}
 	_, body := httpGet(t, base+"/metrics")
 	for _, family := range []string{"corral_machines{", "corral_nodes{", `corral_store_commit_seconds_bucket{op="put",outcome="ok"`, "go_goroutines", "process_cpu_seconds_total",
-		`corral_report_refusals_total{reason="disks"} 1`} {
+		`corral_report_refusals_total{reason="disks"} 1`, `corral_deploys_total{outcome="deployed"} 0`} {
 		if !strings.Contains(body, family) {
 			t.Errorf("/metrics lacks %s", family)
 		}

@@ -22,8 +22,8 @@ type MachineServer struct {
 	// BMC serves Enroll, GetPower and SetBootDevice, and SetPower when
 	// Lifecycle is nil; when nil those RPCs answer FailedPrecondition.
 	BMC BMCVerbs
-	// Lifecycle serves Accept, Reprovision, SetMaintenance, SetPower and
-	// DeleteMachine; when nil the first three answer FailedPrecondition,
+	// Lifecycle serves Accept, Reprovision, SetMaintenance, Deploy,
+	// SetPower and DeleteMachine; when nil the first four answer FailedPrecondition,
 	// SetPower goes to BMC and DeleteMachine to Inv.
 	Lifecycle LifecycleVerbs
 	// Watchers caps the Watch streams (nil: the appliance-wide
@@ -53,6 +53,7 @@ type LifecycleVerbs interface {
 	SetMaintenance(ctx context.Context, name string, on bool, reason string) (*inventoryv1.Machine, error)
 	SetPower(ctx context.Context, name string, a inventoryv1.PowerAction) (*inventoryv1.PowerStatus, error)
 	DeleteMachine(ctx context.Context, name string) error
+	Deploy(ctx context.Context, by Owner, req *inventoryv1.DeployMachineRequest) (*inventoryv1.Machine, error)
 }
 
 // BootRequest is a next-boot device request (it mirrors the ipmi
@@ -63,9 +64,10 @@ type BootRequest struct {
 	EFI        bool
 }
 
-// Register registers srv's MachineService on s.
+// Register registers srv's MachineService on s, its answers without
+// deployments' user data (grpc_deploy.go).
 func Register(s grpc.ServiceRegistrar, srv *MachineServer) {
-	inventoryv1.RegisterMachineServiceServer(s, srv)
+	s.RegisterService(machineServiceDesc(), srv)
 }
 
 // ListMachines answers one page of the machines the request selects

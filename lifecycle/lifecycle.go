@@ -101,6 +101,16 @@ type Config struct {
 	// loads slowed each other more than the overlap saved (plan → image
 	// loaded 19.8 s against 18.2 s serially, medians of 8 and 6 boots).
 	KexecAhead bool
+	// DeployTimeout fails a deploy whose agent reports no progress for
+	// that long while it writes (default DefaultDeployTimeout);
+	// DeployBootTimeout one whose OS does not phone home that long after
+	// the image was written (default DefaultDeployBootTimeout).
+	DeployTimeout     time.Duration
+	DeployBootTimeout time.Duration
+	// DeployOutcome, when set, is told each deploy's start and end
+	// (DeployStarted, DeployDeployed, DeployFailed, DeployTimedOut):
+	// corrald's metrics. It must be quick.
+	DeployOutcome func(outcome string)
 }
 
 // Lifecycle drives machines from INVENTORIED to DEPLOYED (accept, install
@@ -122,6 +132,11 @@ type Lifecycle struct {
 	eraseMu sync.Mutex
 	// kexecMu guards cfg.Kexec (SetKexec).
 	kexecMu sync.Mutex
+	// deployMu guards deploySvc (SetDeploy); deployIndex finds a
+	// phone-home's machine (deploy.go).
+	deployMu    sync.Mutex
+	deploySvc   DeployServices
+	deployIndex deployIndex
 }
 
 // New validates cfg and returns a Lifecycle. Run runs its reconciler; the
@@ -151,6 +166,12 @@ func New(cfg Config) (*Lifecycle, error) {
 	cfg.EraseTimeout, cfg.EraseStall = eraseTimeouts(cfg.EraseTimeout, cfg.EraseStall)
 	if cfg.KexecTimeout == 0 {
 		cfg.KexecTimeout = DefaultKexecTimeout
+	}
+	if cfg.DeployTimeout <= 0 {
+		cfg.DeployTimeout = DefaultDeployTimeout
+	}
+	if cfg.DeployBootTimeout <= 0 {
+		cfg.DeployBootTimeout = DefaultDeployBootTimeout
 	}
 	sels, err := inventory.ParseSelectors(cfg.AutoAcceptSelectors)
 	if err != nil {
@@ -318,6 +339,9 @@ func (l *Lifecycle) reconcileLeader(ctx context.Context, m *inventoryv1.Machine)
 		l.expire(ctx, m)
 		return true
 	}
+	if m.GetState() == inventoryv1.Machine_DEPLOYING {
+		return l.deployTimedOut(ctx, m) // no node: the OS is its owner's
+	}
 	name := m.GetName()
 	node, ready := l.readyNode(ctx, name)
 	if (m.GetState() == inventoryv1.Machine_INSTALLING || failedAfterInstall(m)) && ready &&
@@ -358,6 +382,9 @@ func (l *Lifecycle) reconcileLocal(ctx context.Context, m *inventoryv1.Machine) 
 	// plan or wipe since its session attached.
 	since, connected := l.sess.connectedSince(name)
 	if !connected {
+		return
+	}
+	if l.deployDeliver(ctx, m, since) {
 		return
 	}
 	if wp := m.GetWipe(); wp.GetDisk() != "" {

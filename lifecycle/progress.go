@@ -24,6 +24,9 @@ func (l *Lifecycle) onConnect(ctx context.Context, machine string) {
 	if err != nil || m.GetState() == inventoryv1.Machine_MAINTENANCE {
 		return
 	}
+	if l.deployOnConnect(ctx, m) {
+		return
+	}
 	if m.GetWipe().GetDisk() != "" {
 		l.sendWipe(ctx, m)
 		return
@@ -64,6 +67,9 @@ func (l *Lifecycle) onProgress(ctx context.Context, machine string, p *nodev1.Pr
 	if p.GetStep() == kexecStep {
 		l.onKexecProgress(ctx, machine, p)
 		return
+	}
+	if l.deployProgress(ctx, machine, p) {
+		return // deploy.go
 	}
 	kexec := l.kexecPossible(machine)
 	id := p.GetInstallId()

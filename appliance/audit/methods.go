@@ -76,6 +76,7 @@ var auditRules = map[string]auditRule{
 	"/corral.inventory.v1.MachineService/RejectMachine":      machineRule,
 	"/corral.inventory.v1.MachineService/LabelMachine":       machineRule,
 	"/corral.inventory.v1.MachineService/ReleaseMachine":     machineRule,
+	"/corral.inventory.v1.MachineService/DeployMachine":      machineRule,
 	// The machines an allocation claims are on their timelines already.
 	"/corral.inventory.v1.MachineService/AllocateMachines": mutating("allocation", "selector"),
 
@@ -264,6 +265,9 @@ func timelineVerb(method string, req any) string {
 			return "release, erase " + enumWords(l.String(), "ERASE_LEVEL_")
 		}
 		return "release"
+	case *inventoryv1.DeployMachineRequest:
+		// The image only: never the user data, keys or layout.
+		return "deploy " + clipUTF8(termsafe.Escape(r.GetOsImage()), 64)
 	case *inventoryv1.AdoptMachineRequest:
 		if r.GetSeparate() {
 			return "adopt as a machine of its own"

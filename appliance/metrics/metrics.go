@@ -107,6 +107,7 @@ type Metrics struct {
 	bmc       *prometheus.HistogramVec // op, provider, outcome
 	erases    *prometheus.CounterVec   // level, outcome (erases.go)
 	reports   *prometheus.CounterVec   // reason
+	deploys   *prometheus.CounterVec   // outcome
 	store     *storeMetrics
 	phases    *phaseTracker
 	counts    *stateCounts
@@ -155,12 +156,17 @@ func New(cfg Config, log *slog.Logger) *Metrics {
 	o.erases = newEraseCounter(o.reg)
 	o.reports = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_report_refusals_total",
 		Help: "Agent fact reports refused, by reason (report_bytes, disks, dimms, nics, pci_devices: over a cap; string, control: a string too long, not UTF-8 or holding control characters; invalid; unaccepted_cap: --max-unaccepted machines are registered and not accepted)."}, []string{"reason"})
+	o.deploys = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_deploys_total",
+		Help: "Operating-system deploys, by outcome (started; deployed: the OS phoned home; failed: a step failed; timed_out: no progress or no phone-home in time)."}, []string{"outcome"})
+	for _, v := range []string{"started", "deployed", "failed", "timed_out"} {
+		o.deploys.WithLabelValues(v)
+	}
 	o.store = newStoreMetrics()
 	o.phases = newPhaseTracker(log.With("component", "boot-phases"))
 	o.counts = newStateCounts(log.With("component", "state-counts"))
 	o.standby = newStandbyGauges()
 	o.ready = &readiness{}
-	o.reg.MustRegister(o.grpc, o.dhcp, o.dhcpTime, o.tftp, o.tftpBytes, o.http, o.httpBytes, o.httpTime, o.bmc, o.reports,
+	o.reg.MustRegister(o.grpc, o.dhcp, o.dhcpTime, o.tftp, o.tftpBytes, o.http, o.httpBytes, o.httpTime, o.bmc, o.reports, o.deploys,
 		o.store.commit, o.phases.hist, o.counts, o.standby)
 	return o
 }
@@ -354,6 +360,17 @@ func (o *Metrics) BMC() func(op, provider, outcome string, took time.Duration) {
 	return func(op, provider, outcome string, took time.Duration) {
 		h.WithLabelValues(op, provider, outcome).Observe(took.Seconds())
 	}
+}
+
+// DeployOutcome returns what the lifecycle calls for each deploy's start
+// and outcome (corral_deploys_total; nil on a nil *Metrics). The lifecycle
+// bounds the outcomes.
+func (o *Metrics) DeployOutcome() func(outcome string) {
+	if o == nil {
+		return nil
+	}
+	c := o.deploys
+	return func(outcome string) { c.WithLabelValues(outcome).Inc() }
 }
 
 // ReportRefused returns what inventory calls for each refused report (nil

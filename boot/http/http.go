@@ -146,6 +146,9 @@ type Config struct {
 	// OSImages, when set, serves READY operating-system images at
 	// /os-images/<sha256> (images/osimage); nil: that path is 404.
 	OSImages OSImages
+	// PhoneHome, when set, serves /phone-home/ (the deployed OS's
+	// phone-home: lifecycle's handler); nil: that path is 404.
+	PhoneHome http.Handler
 }
 
 // OSImages is what the server needs of the OS image store (images/osimage):
@@ -275,6 +278,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case strings.HasPrefix(r.URL.Path, "/images/"):
 		route = RouteImage
 		s.artifact(w, r, strings.TrimPrefix(r.URL.Path, "/images/"))
+	case strings.HasPrefix(r.URL.Path, "/phone-home/") && s.cfg.PhoneHome != nil:
+		s.cfg.PhoneHome.ServeHTTP(w, r)
 	case strings.HasPrefix(r.URL.Path, "/os-images/") && s.cfg.OSImages != nil:
 		route = RouteOSImage
 		s.osImage(w, r, strings.TrimPrefix(r.URL.Path, "/os-images/"))

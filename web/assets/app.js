@@ -459,7 +459,7 @@ function table(cls, head, rows, empty) {
 
 const MACHINE_ROWS = 200;
 
-const MACHINE_STATES = ['DISCOVERED', 'INVENTORIED', 'INSTALLING', 'DEPLOYED', 'FAILED', 'MAINTENANCE', 'CONFLICT'];
+const MACHINE_STATES = ['DISCOVERED', 'INVENTORIED', 'INSTALLING', 'READY', 'ALLOCATED', 'DEPLOYING', 'DEPLOYED', 'RELEASING', 'FAILED', 'MAINTENANCE', 'CONFLICT'];
 
 // Plain order, not numeric: machine names are often hex MACs (m-525400…).
 const collator = new Intl.Collator(undefined, { sensitivity: 'base' });

@@ -34,7 +34,10 @@ Kinds: ` + kindList() + `.`,
 			if err := printRecords(cmd.OutOrStdout(), k, []proto.Message{m}, false, formatYAML); err != nil {
 				return err
 			}
-			return describeNotes(cmd.OutOrStdout(), m)
+			if err := describeNotes(cmd.OutOrStdout(), m); err != nil {
+				return err
+			}
+			return deployNotes(cmd.OutOrStdout(), m)
 		},
 	}
 }

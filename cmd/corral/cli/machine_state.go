@@ -21,6 +21,9 @@ func machineStateCell(m *inventoryv1.Machine) string {
 		}
 		s += "/" + step
 	}
+	if m.GetState() == inventoryv1.Machine_DEPLOYING {
+		s += "/" + deployStep(m.GetDeployment())
+	}
 	return s
 }
 
