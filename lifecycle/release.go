@@ -75,12 +75,14 @@ func (l *Lifecycle) afterRelease(ctx context.Context, m *inventoryv1.Machine) {
 // released (its allocation ended), with the deployment it had, if any.
 // The deployment is closed here (the record keeps a deployment only until
 // the machine is released). The deploy's address pin goes here too, before
-// the deployment is cleared: the deploy's UnpinDeployment(ctx, m), merged
-// from its own branch (a failure is logged; the release stands).
+// the deployment is cleared (a failure is logged; the release stands).
 func (l *Lifecycle) onReleased(ctx context.Context, m *inventoryv1.Machine) {
 	d := m.GetDeployment()
 	if d == nil {
 		return
+	}
+	if err := l.UnpinDeployment(ctx, m); err != nil {
+		l.log.Warn("released machine's address not unpinned", "machine", m.GetName(), "err", err)
 	}
 	id := d.GetDeploymentId()
 	_, err := l.inv.UpdateMachine(ctx, m.GetName(), func(m *inventoryv1.Machine) error {
