@@ -299,8 +299,9 @@ func eraseAgain(m *inventoryv1.Machine) bool {
 		return true
 	case inventoryv1.Machine_FAILED:
 		return m.GetErase().GetError() != ""
+	default:
+		return false
 	}
-	return false
 }
 
 // ReleaseMachine ends the allocation of machine name: by its owner or an

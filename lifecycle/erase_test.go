@@ -433,7 +433,7 @@ func TestEraseTimeouts(t *testing.T) {
 		h := newEraseHarness(t, 0)
 		a := h.connect(mac1, facts("S1", "", mac1))
 		a.none()
-		m, err := h.as(alice).ReleaseMachine(context.Background(), &inventoryv1.ReleaseMachineRequest{Name: h.name, Erase: inventoryv1.EraseLevel_ERASE_LEVEL_FULL})
+		_, err := h.as(alice).ReleaseMachine(context.Background(), &inventoryv1.ReleaseMachineRequest{Name: h.name, Erase: inventoryv1.EraseLevel_ERASE_LEVEL_FULL})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -445,12 +445,12 @@ func TestEraseTimeouts(t *testing.T) {
 			h.eventually(h.name, "progress", func(m *inventoryv1.Machine) bool { return !m.GetErase().GetUpdatedAt().AsTime().Before(at) })
 			h.reconcile()
 		}
-		if m = h.machine(h.name); m.GetState() != inventoryv1.Machine_RELEASING {
+		if m := h.machine(h.name); m.GetState() != inventoryv1.Machine_RELEASING {
 			t.Fatalf("at 6h: %s %q", m.GetState(), m.GetStateReason())
 		}
 		h.clk.Advance(time.Minute)
 		h.reconcile()
-		m = h.machine(h.name)
+		m := h.machine(h.name)
 		if m.GetState() != inventoryv1.Machine_FAILED || !strings.HasPrefix(m.GetStateReason(), "erase: timeout: not finished within 6h0m0s (last step: erase (/dev/vdb: zeroing))") {
 			t.Fatalf("after 6h: %s %q", m.GetState(), m.GetStateReason())
 		}

@@ -118,8 +118,8 @@ func (d *Deployer) checkDisk(ld *inventoryv1.LayoutDisk, disks []install.Disk) (
 		return nil, fmt.Errorf("%w: disk %s: device %q is not a /dev path", ErrLayout, ld.GetName(), dev)
 	}
 	path := filepath.Join(d.cfg.Root, dev)
-	if real, err := filepath.EvalSymlinks(path); err == nil {
-		path = real
+	if resolved, err := filepath.EvalSymlinks(path); err == nil {
+		path = resolved
 	}
 	name := filepath.Base(path)
 	i := slices.IndexFunc(disks, func(k install.Disk) bool { return k.Name == name })

@@ -78,6 +78,7 @@ func readMBR(f *os.File, size int64, sector int) (*mbrTable, error) {
 			return nil, fmt.Errorf("%w: the image has a protective MBR but no GPT at 512-byte sectors", ErrTable)
 		case mbr.ExtendedCHS, mbr.ExtendedLBA, mbr.LinuxExtended:
 			return nil, fmt.Errorf("%w: the image's MBR has an extended partition (%d); logical partitions are not supported by this agent yet", ErrUnsupported, i+1)
+		default: // a partition of the image's own: the last one grows
 		}
 		if end := int64(p.Start) + int64(p.Size); end > lastEnd {
 			lastEnd, m.last = end, i

@@ -203,7 +203,7 @@ func (f *fileDevice) ataIdentify() ([]byte, error) {
 		return id, nil
 	}
 	// Through SG_IO: IDENTIFY DEVICE (0xEC), PIO data-in, one block.
-	cdb := ataCDB(ataProtoPIOIn, 0, 1, 0xec)
+	cdb := ataCDB(ataProtoPIOIn, 1, 0xec)
 	if err := f.sgio(cdb, id, false, 10*time.Second); err != nil {
 		return nil, fmt.Errorf("IDENTIFY DEVICE: %w", err)
 	}

@@ -166,11 +166,11 @@ func (k kernel) nvmeController(base string) string {
 	}
 	for _, c := range candidates {
 		devno := readString(filepath.Join(c, "dev"))
-		real, err := filepath.EvalSymlinks(c)
-		if devno == "" || err != nil || !ctrlRe.MatchString(filepath.Base(real)) {
+		resolved, err := filepath.EvalSymlinks(c)
+		if devno == "" || err != nil || !ctrlRe.MatchString(filepath.Base(resolved)) {
 			continue
 		}
-		node := filepath.Join(k.root, "dev", filepath.Base(real))
+		node := filepath.Join(k.root, "dev", filepath.Base(resolved))
 		var st unixStat
 		if statDev(node, &st) == nil && st.char && st.devno == devno {
 			return node

@@ -325,7 +325,7 @@ const ataPassword = "corral-erase"
 
 // ataCDB builds an ATA PASS-THROUGH (16) CDB for a 28-bit command with
 // one block of data or none.
-func ataCDB(proto, features, count, command byte) []byte {
+func ataCDB(proto, count, command byte) []byte {
 	c := make([]byte, 16)
 	c[0] = 0x85
 	c[1] = proto << 1
@@ -335,8 +335,7 @@ func ataCDB(proto, features, count, command byte) []byte {
 	case ataProtoPIOOut:
 		c[2] = 0x06 // T_DIR to the device, BYT_BLOK, T_LENGTH in the sector count
 	}
-	c[4] = features
-	c[6] = count
+	c[6] = count // the features register (c[4]) stays 0 for these commands
 	c[14] = command
 	return c
 }
@@ -375,10 +374,10 @@ func (w *work) ataErase() (string, error) {
 
 	pw := make([]byte, 512) // word 0: user password, high security
 	copy(pw[2:34], ataPassword)
-	if err := w.ata("SECURITY SET PASSWORD", ataCDB(ataProtoPIOOut, 0, 1, ataSecuritySetPassword), pw, 30*time.Second); err != nil {
+	if err := w.ata("SECURITY SET PASSWORD", ataCDB(ataProtoPIOOut, 1, ataSecuritySetPassword), pw, 30*time.Second); err != nil {
 		return "", err
 	}
-	if err := w.ata("SECURITY ERASE PREPARE", ataCDB(ataProtoNonData, 0, 0, ataSecurityErasePrepare), nil, 30*time.Second); err != nil {
+	if err := w.ata("SECURITY ERASE PREPARE", ataCDB(ataProtoNonData, 0, ataSecurityErasePrepare), nil, 30*time.Second); err != nil {
 		return "", err
 	}
 	unit := make([]byte, 512) // word 0 bit 0: user password; bit 1: enhanced
@@ -388,7 +387,7 @@ func (w *work) ataErase() (string, error) {
 	copy(unit[2:34], ataPassword)
 	w.report(fmt.Sprintf("ATA SECURITY ERASE UNIT (%s; the drive allows up to %v)", kind, timeout.Round(time.Minute)))
 	err = w.waiting("ATA SECURITY ERASE UNIT ("+kind+")", func() error {
-		return w.ata("SECURITY ERASE UNIT", ataCDB(ataProtoPIOOut, 0, 1, ataSecurityEraseUnit), unit, timeout)
+		return w.ata("SECURITY ERASE UNIT", ataCDB(ataProtoPIOOut, 1, ataSecurityEraseUnit), unit, timeout)
 	})
 	if err != nil {
 		return "", err
