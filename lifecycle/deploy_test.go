@@ -201,7 +201,7 @@ func TestDeployByOwnerToDeployed(t *testing.T) {
 	}
 	dep := m.GetDeployment()
 	if m.GetState() != inventoryv1.Machine_DEPLOYING || dep.GetDeploymentId() == "" || dep.GetHostname() != d.a.name ||
-		dep.GetAddress() != pinnedAddr.String() || dep.GetDisk() != "/dev/vdb" || dep.GetUserDataSha256() == "" || dep.GetRequestedBy() != owner.ID {
+		dep.GetAddress() != pinnedAddr.String() || dep.GetDisk() != "/dev/vda" || dep.GetUserDataSha256() == "" || dep.GetRequestedBy() != owner.ID {
 		t.Fatalf("deploying: %v %v", m.GetState(), dep)
 	}
 	if m.GetBootIntent() != inventoryv1.BootIntent_BOOT_INTENT_DISCOVER {
@@ -216,7 +216,9 @@ func TestDeployByOwnerToDeployed(t *testing.T) {
 	}
 	id, token := phoneHomeOf(t, plan)
 	want := &nodev1.DeployPlan{DeploymentId: dep.GetDeploymentId(), ImageUrl: "http://10.0.0.1:8080/os-images/" + testImageSum + "/raw",
-		ImageSize: 2 << 30, ImageSha256: testImageSum, BlockMap: []byte(`{"extents":[]}`), BlockMapSha256: "bbbb", Layout: dep.GetLayout(), Reboot: true}
+		ImageSize: 2 << 30, ImageSha256: testImageSum, BlockMap: []byte(`{"extents":[]}`), BlockMapSha256: "bbbb", Layout: dep.GetLayout()}
+	// With a BMC the appliance power-cycles the machine once written:
+	// the plan leaves the reboot to it (Reboot false).
 	if diff := cmp.Diff(want, plan, protocmp.Transform(), protocmp.IgnoreFields(&nodev1.DeployPlan{}, "seed_meta_data", "seed_user_data", "seed_vendor_data", "seed_network_config")); diff != "" {
 		t.Fatalf("plan (-want +got):\n%s", diff)
 	}
@@ -242,10 +244,13 @@ func TestDeployByOwnerToDeployed(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		boots, _ := d.bmc.log()
-		if len(boots) > 0 {
+		boots, powers := d.bmc.log()
+		if len(boots) > 0 && len(powers) > 0 {
 			if b := boots[len(boots)-1]; b.Device != inventoryv1.BootDevice_BOOT_DEVICE_DISK || !b.Persistent {
 				t.Fatalf("BMC boot %+v", b)
+			}
+			if p := powers[len(powers)-1]; p != inventoryv1.PowerAction_POWER_ACTION_CYCLE {
+				t.Fatalf("BMC power %v, want a cycle into the disk", p)
 			}
 			break
 		}

@@ -126,7 +126,12 @@ func (l *Lifecycle) deployPlan(ctx context.Context, m *inventoryv1.Machine) (*no
 	return &nodev1.DeployPlan{
 		DeploymentId: d.GetDeploymentId(), ImageUrl: base + img.Path, ImageSize: img.Size, ImageSha256: img.SHA256,
 		BlockMap: img.Map, BlockMapSha256: img.MapSHA256, Layout: d.GetLayout(),
-		SeedMetaData: md, SeedUserData: ud, SeedVendorData: vd, SeedNetworkConfig: nc, Reboot: true,
+		SeedMetaData: md, SeedUserData: ud, SeedVendorData: vd, SeedNetworkConfig: nc,
+		// A machine with a BMC is power-cycled by the appliance once its
+		// next boot is the disk, persistently (a warm reboot by the agent
+		// would keep the firmware's network-first order); one without
+		// reboots itself.
+		Reboot: !(hasBMC(m) && l.cfg.BMC != nil),
 	}, sum, nil
 }
 
@@ -251,6 +256,13 @@ func (l *Lifecycle) deployProgress(ctx context.Context, machine string, p *nodev
 				l.event(um, "lifecycle", "boot-device-failed", "next boot disk (persistent) through the BMC: "+err.Error(), attrs)
 			} else {
 				l.event(um, "lifecycle", "boot-device", "next boot disk (persistent) through the BMC", attrs)
+			}
+			// The plan left the reboot to the appliance: a power cycle
+			// makes the firmware read the new boot order.
+			if _, err := l.cfg.BMC.SetPower(ctx, machine, inventoryv1.PowerAction_POWER_ACTION_CYCLE); err != nil {
+				l.event(um, "lifecycle", "power-cycle-failed", "deploy written: "+err.Error()+"; power-cycle the machine by hand", attrs)
+			} else {
+				l.event(um, "lifecycle", "power-cycle", "deploy written: power cycled through the BMC into its disk", attrs)
 			}
 		}
 	}

@@ -207,10 +207,10 @@ func cmpOr(a, b string) string {
 	return a
 }
 
-// Default is the flat layout on the machine's largest non-removable disk:
+// Default is the flat layout on the machine's first non-removable disk:
 // the whole-disk image written onto it. Precondition when there is none.
 func Default(facts *inventoryv1.Facts) (*inventoryv1.DiskLayout, error) {
-	d := largest(facts.GetDisks(), nil)
+	d := first(facts.GetDisks())
 	if d == nil {
 		return nil, apierr.Preconditionf("layout: the machine has no non-removable disk (%s)", describe(facts.GetDisks()))
 	}
@@ -218,6 +218,19 @@ func Default(facts *inventoryv1.Facts) (*inventoryv1.DiskLayout, error) {
 		Disks: []*inventoryv1.LayoutDisk{{Name: "root", Device: "/dev/" + d.GetName(), SizeBytes: d.GetSizeBytes()}},
 		Image: "root",
 	}, nil
+}
+
+// first is the first non-removable disk in facts order (the kernel's:
+// sda before sdb, nvme0n1 before nvme1n1), the one firmware boots first
+// on most machines: a BIOS boots only its first hard disk, so the flat
+// default does not pick the biggest.
+func first(disks []*inventoryv1.Facts_Disk) *inventoryv1.Facts_Disk {
+	for _, d := range disks {
+		if !d.GetRemovable() && d.GetName() != "" {
+			return d
+		}
+	}
+	return nil
 }
 
 // largest is the biggest non-removable disk not in used (the first of

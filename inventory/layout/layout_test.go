@@ -273,7 +273,8 @@ func TestDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &inventoryv1.DiskLayout{Disks: []*inventoryv1.LayoutDisk{{Name: "root", Device: "/dev/sdb", SizeBytes: 40 * gib}}, Image: "root"}
+	// The first non-removable disk, not the biggest (a BIOS boots its first).
+	want := &inventoryv1.DiskLayout{Disks: []*inventoryv1.LayoutDisk{{Name: "root", Device: "/dev/sda", SizeBytes: 20 * gib}}, Image: "root"}
 	if d := cmp.Diff(want, got, protocmp.Transform()); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}

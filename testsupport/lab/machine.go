@@ -107,7 +107,9 @@ func (m Machine) chassisScript(withBMC bool) string {
 		Dir:         m.Dir,
 		Comment:     fmt.Sprintf("chassis_control for lab machine %s (written by corral-lab)", m.Name),
 		DefaultBoot: "pxe",
-		BootCase: `    disk|hdd) NIC=9; DISK=1 ;;
+		// ipmi_sim names IPMI's "force boot from the default hard drive"
+		// "default".
+		BootCase: `    disk|hdd|default) NIC=9; DISK=1 ;;
     *) NIC=1; DISK=2 ;;`,
 		BeforeStart: before,
 		QEMU:        q.String(),
