@@ -2653,7 +2653,8 @@ type DeployMachineRequest struct {
 	// os_image names a READY OS image (OSImageService).
 	OsImage string `protobuf:"bytes,2,opt,name=os_image,json=osImage,proto3" json:"os_image,omitempty"`
 	// layout is a disk layout in YAML (docs/operator-guide.md, "Disk
-	// layouts"); empty: the image onto the largest disk.
+	// layouts"); empty: the image onto the first non-removable disk (the
+	// one a BIOS boots).
 	Layout string `protobuf:"bytes,3,opt,name=layout,proto3" json:"layout,omitempty"`
 	// user_data is cloud-init user data (at most 64 KiB).
 	UserData []byte `protobuf:"bytes,4,opt,name=user_data,json=userData,proto3" json:"user_data,omitempty"`

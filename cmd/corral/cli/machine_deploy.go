@@ -85,7 +85,7 @@ appliance gave its boot NIC; the machine then boots its disk. It is
 DEPLOYED when the OS has booted and phoned home, FAILED with the reason
 when a step fails or a timeout passes.
 
---layout is a disk layout in YAML (default: the image onto the largest
+--layout is a disk layout in YAML (default: the image onto the first
 disk; docs/operator-guide.md, "Disk layouts"). --user-data is cloud-init
 user data (at most 64 KiB; kept by the appliance for resends, never shown
 again). --ssh-key names a file of authorized_keys lines, repeatable.
@@ -142,7 +142,7 @@ again). --ssh-key names a file of authorized_keys lines, repeatable.
 		},
 	}
 	cmd.Flags().StringVar(&image, "image", "", "the READY OS image to deploy (required)")
-	cmd.Flags().StringVar(&layoutFile, "layout", "", "disk layout YAML file (default: the image onto the largest disk)")
+	cmd.Flags().StringVar(&layoutFile, "layout", "", "disk layout YAML file (default: the image onto the first disk)")
 	cmd.Flags().StringVar(&userDataFile, "user-data", "", "cloud-init user data file (at most 64 KiB)")
 	cmd.Flags().StringArrayVar(&keyFiles, "ssh-key", nil, "file of authorized_keys lines for the image's default user, repeatable")
 	cmd.Flags().StringVar(&hostname, "hostname", "", "the OS's hostname (default: the machine's name)")
