@@ -143,7 +143,7 @@ func New(cfg Config) *Deployer {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.reread == nil {
-		cfg.reread = reread
+		cfg.reread = install.Reread
 	}
 	return &Deployer{cfg: cfg}
 }

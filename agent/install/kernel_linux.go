@@ -21,7 +21,12 @@ type kernel struct {
 }
 
 // reread issues BLKRRPART on dev, retrying while the kernel says busy.
-func (kernel) reread(dev string) error {
+func (kernel) reread(dev string) error { return Reread(dev) }
+
+// Reread asks the kernel to re-read dev's partition table (BLKRRPART),
+// retrying while it says busy; agent/deploy uses it after it grows the
+// image's table.
+func Reread(dev string) error {
 	f, err := os.Open(dev)
 	if err != nil {
 		return fmt.Errorf("re-read partition table: %w", err)
