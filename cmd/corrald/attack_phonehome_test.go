@@ -121,9 +121,9 @@ func TestAttackPhoneHomeGuessedToken(t *testing.T) {
 	}
 }
 
-// uploadRawImage uploads 2 MiB of random bytes as raw OS image name and
-// waits until it is READY.
-func uploadRawImage(t *testing.T, c *credCorrald, name string) {
+// uploadRawImage uploads 2 MiB of random bytes as raw OS image name,
+// waits until it is READY and returns the bytes.
+func uploadRawImage(t *testing.T, c *credCorrald, name string) []byte {
 	t.Helper()
 	disk := make([]byte, 2<<20)
 	rand.Read(disk)
@@ -148,7 +148,7 @@ func uploadRawImage(t *testing.T, c *credCorrald, name string) {
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		resp, err := cl.GetOSImage(context.Background(), &osimagev1.GetOSImageRequest{Name: name})
 		if err == nil && resp.GetOsImage().GetState() == osimagev1.OSImageState_OS_IMAGE_STATE_READY {
-			return
+			return disk
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("OS image %s not READY: %v %v", name, resp.GetOsImage().GetState(), err)
