@@ -412,6 +412,8 @@ func (i *Inventory) UpdateMachineWith(ctx context.Context, name string, mutate f
 // MAC bindings, its serial, UUID and TPM key records) in one store
 // transaction, and runs the OnDelete functions with the record as it was.
 // Its timeline is kept (it is keyed by MAC and trimmed by age of entries).
+// A machine that is INSTALLING, DEPLOYED, RELEASING (its erase running) or
+// allocated is refused.
 func (i *Inventory) DeleteMachine(ctx context.Context, name string) error {
 	if err := CheckName(name); err != nil {
 		return err
@@ -428,8 +430,13 @@ func (i *Inventory) DeleteMachine(ctx context.Context, name string) error {
 		if m.GetState() == inventoryv1.Machine_INSTALLING || m.GetState() == inventoryv1.Machine_DEPLOYED {
 			return apierr.Preconditionf("machine %q is %s: reprovision it first", name, m.GetState())
 		}
-		if m.GetState() == inventoryv1.Machine_ALLOCATED {
-			return apierr.Preconditionf("machine %q is ALLOCATED to %s: release it first", name, ownerWords(m.GetAllocation()))
+		switch {
+		case m.GetState() == inventoryv1.Machine_RELEASING:
+			// Deleting it now would leave the last owner's data on disks
+			// the next discovery hands to someone else.
+			return apierr.Preconditionf("machine %q is RELEASING: its disks are being erased; delete it once it is READY or FAILED", name)
+		case open(m):
+			return apierr.Preconditionf("machine %q is %s and allocated to %s: release it first", name, m.GetState(), ownerWords(m.GetAllocation()))
 		}
 		if err := tx.Delete(machinePrefix + name); err != nil {
 			return err

@@ -67,3 +67,29 @@ func TestReleaseEraseLevels(t *testing.T) {
 		t.Fatalf("unknown level: %v", err)
 	}
 }
+
+// TestDeleteHeldOrErasing: a machine that is allocated, or whose disks
+// are being erased, cannot be deleted: the erase would never run and the
+// owner's data would go to whoever discovers the machine next.
+func TestDeleteHeldOrErasing(t *testing.T) {
+	inv := newInv(t, Config{})
+	ctx := context.Background()
+	create(t, inv, poolMachine("r1", 16, 2))
+	alice := Owner{ID: "token:alice"}
+	if _, err := inv.AllocateMachines(ctx, alice, AllocateRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := inv.DeleteMachine(ctx, "r1"); !errors.Is(err, apierr.ErrPrecondition) || !strings.Contains(err.Error(), "allocated to") {
+		t.Fatalf("delete an allocated machine: %v", err)
+	}
+	m, err := inv.ReleaseMachine(ctx, alice, "r1", ReleaseOptions{Erase: inventoryv1.EraseLevel_ERASE_LEVEL_FULL})
+	if err != nil || m.GetState() != inventoryv1.Machine_RELEASING {
+		t.Fatalf("release: %v %v", m.GetState(), err)
+	}
+	if err := inv.DeleteMachine(ctx, "r1"); !errors.Is(err, apierr.ErrPrecondition) || !strings.Contains(err.Error(), "being erased") {
+		t.Fatalf("delete a machine being erased: %v", err)
+	}
+	if got, err := inv.GetMachine(ctx, "r1"); err != nil || got.GetState() != inventoryv1.Machine_RELEASING {
+		t.Fatalf("after the refused delete: %v %v", got.GetState(), err)
+	}
+}

@@ -11,7 +11,7 @@ import (
 )
 
 // DeleteMachine deletes the machine (inventory's rules: refused while
-// INSTALLING or DEPLOYED) and then revokes every certificate issued for
+// INSTALLING, DEPLOYED, RELEASING or allocated) and then revokes every certificate issued for
 // its node. A machine already gone has its certificates revoked all the
 // same, so a delete whose revocation failed can be retried. It is the
 // MachineService DeleteMachine verb (inventory.LifecycleVerbs).
