@@ -289,6 +289,7 @@ func (a *Recorder) record(ctx context.Context, rule auditRule, method string, re
 		Code:       code.String(),
 		Appliance:  a.appliance,
 		DurationMs: now.Sub(start).Milliseconds(),
+		Action:     item.verb,
 	}
 	if code != codes.OK {
 		ev.Message = clipUTF8(termsafe.Escape(st.Message()), maxAuditMessageBytes)

@@ -56,7 +56,11 @@ type AuditEvent struct {
 	Appliance string `protobuf:"bytes,13,opt,name=appliance,proto3" json:"appliance,omitempty"`
 	Peer      string `protobuf:"bytes,14,opt,name=peer,proto3" json:"peer,omitempty"`
 	// duration_ms of the call.
-	DurationMs    int64 `protobuf:"varint,15,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	DurationMs int64 `protobuf:"varint,15,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	// action is what a call on a machine asked for, in the words of its
+	// timeline entry ("power on", "release, erase full", "deploy debian-12"):
+	// never user data, keys or a layout.
+	Action        string `protobuf:"bytes,16,opt,name=action,proto3" json:"action,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -194,6 +198,13 @@ func (x *AuditEvent) GetDurationMs() int64 {
 		return x.DurationMs
 	}
 	return 0
+}
+
+func (x *AuditEvent) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
 }
 
 type ListEventsRequest struct {
@@ -462,7 +473,7 @@ var File_api_audit_v1_audit_proto protoreflect.FileDescriptor
 
 const file_api_audit_v1_audit_proto_rawDesc = "" +
 	"\n" +
-	"\x18api/audit/v1/audit.proto\x12\x0fcorral.audit.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb1\x03\n" +
+	"\x18api/audit/v1/audit.proto\x12\x0fcorral.audit.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc9\x03\n" +
 	"\n" +
 	"AuditEvent\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12*\n" +
@@ -481,7 +492,8 @@ const file_api_audit_v1_audit_proto_rawDesc = "" +
 	"\tappliance\x18\r \x01(\tR\tappliance\x12\x12\n" +
 	"\x04peer\x18\x0e \x01(\tR\x04peer\x12\x1f\n" +
 	"\vduration_ms\x18\x0f \x01(\x03R\n" +
-	"durationMs\"\xe1\x01\n" +
+	"durationMs\x12\x16\n" +
+	"\x06action\x18\x10 \x01(\tR\x06action\"\xe1\x01\n" +
 	"\x11ListEventsRequest\x120\n" +
 	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\x12\x16\n" +

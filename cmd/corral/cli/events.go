@@ -74,11 +74,12 @@ var eventKind = &kind{
 			cell(e.GetCode()),
 		}
 	},
-	wide: []string{"MACHINE", "ROLE", "PEER", "APPLIANCE", "DURATION", "MESSAGE"},
+	wide: []string{"MACHINE", "ACTION", "ROLE", "PEER", "APPLIANCE", "DURATION", "MESSAGE"},
 	wideRow: func(m proto.Message) []string {
 		e := m.(*auditv1.AuditEvent)
 		return []string{
 			cell(e.GetMachine()),
+			cell(e.GetAction()),
 			stateName(e.GetRole().String(), "ROLE_"),
 			cell(e.GetPeer()),
 			cell(e.GetAppliance()),

@@ -18,13 +18,13 @@ import (
 )
 
 func auditEvent(id string, at time.Time, machine, method, code string) *auditv1.AuditEvent {
-	obj := ""
+	obj, action := "", ""
 	if machine != "" {
-		obj = "machine/" + machine
+		obj, action = "machine/"+machine, "power on"
 	}
 	return &auditv1.AuditEvent{
 		Id: id, At: timestamppb.New(at), Who: "token:t1 (ops)", TokenId: "t1", Role: authv1.Role_ROLE_OPERATOR,
-		Method: method, Object: obj, Machine: machine, Code: code, DurationMs: 12, Peer: "10.0.0.5:4000",
+		Method: method, Object: obj, Machine: machine, Code: code, DurationMs: 12, Peer: "10.0.0.5:4000", Action: action,
 	}
 }
 
@@ -64,8 +64,8 @@ func TestGetEvents(t *testing.T) {
 		},
 		"wide": {
 			args: []string{"get", "event", "--machine", "m2", "-o", "wide"},
-			want: `WHEN                   WHO              METHOD                    OBJECT       CODE               MACHINE   ROLE       PEER           APPLIANCE   DURATION   MESSAGE
-2025-03-01T11:30:00Z   token:t1 (ops)   MachineService/SetPower   machine/m2   PermissionDenied   m2        OPERATOR   10.0.0.5:4000  -           12ms       -
+			want: `WHEN                   WHO              METHOD                    OBJECT       CODE               MACHINE   ACTION     ROLE       PEER           APPLIANCE   DURATION   MESSAGE
+2025-03-01T11:30:00Z   token:t1 (ops)   MachineService/SetPower   machine/m2   PermissionDenied   m2        power on   OPERATOR   10.0.0.5:4000  -           12ms       -
 `,
 			wantReq: &auditv1.ListEventsRequest{Machine: "m2"},
 		},
