@@ -150,7 +150,8 @@ func (h *headWriter) finish() error {
 // receive stores what r reads as the content w describes in the content
 // store of the catalog directory dir: the bytes go to a temporary file
 // beside their final place, hashed as they arrive and never more than
-// w.max (or w.size, when known) of them plus one, and the file is renamed
+// w.max (or w.size, when known) of them plus one (zero blocks left as
+// holes: sparseFile), and the file is renamed
 // to images.ContentDir/<sha256> only when its size, SHA-256 and declared
 // format are right. Otherwise nothing is left behind and the error
 // (InvalidArgument for a mismatch, ResourceExhausted beyond w.max) says
@@ -179,7 +180,8 @@ func receive(dir string, w want, r io.Reader, progress func(int64)) (stored, err
 	if w.size >= 0 {
 		limit = w.size
 	}
-	hw := &headWriter{w: io.MultiWriter(tmp, h), check: w.format == osimagev1.OSImageFormat_OS_IMAGE_FORMAT_QCOW2, progress: progress}
+	sf := newSparseFile(tmp.File)
+	hw := &headWriter{w: io.MultiWriter(sf, h), check: w.format == osimagev1.OSImageFormat_OS_IMAGE_FORMAT_QCOW2, progress: progress}
 	n, err := io.Copy(hw, io.LimitReader(r, limit+1))
 	if err != nil {
 		if errors.Is(err, apierr.ErrInvalid) {
@@ -199,6 +201,9 @@ func receive(dir string, w want, r io.Reader, progress func(int64)) (stored, err
 		return stored{}, apierr.Invalidf("sha256 mismatch: the %d bytes received have sha256 %s, not the declared %s", n, got, w.sha256)
 	}
 	if err := hw.finish(); err != nil {
+		return stored{}, err
+	}
+	if err := sf.finish(); err != nil {
 		return stored{}, err
 	}
 	if err := tmp.CloseAtomicallyReplace(); err != nil {
