@@ -5,7 +5,8 @@
 # interleaved run by run (bench/deploy):
 #   serve  corrald's /os-images/<sha256>/raw against nginx serving the same
 #          stored file to 10 concurrent deploys (extents by Range, as the
-#          agent fetches them, and whole-file GETs);
+#          agent fetches them, also from the image uploaded as qcow2, and
+#          whole-file GETs);
 #   write  the agent's writer (agent/diskwrite) against bmaptool copy,
 #          to one loop device;
 #   erase  agent/erase quick and full on that loop device (discard) and
@@ -37,8 +38,8 @@ ZLOOP=""
 log() { printf '%s\n' "$*" >&2; }
 
 [ "$(id -u)" = 0 ] || { log "run as root (loop devices)"; exit 1; }
-for t in go nginx bmaptool losetup blkdiscard taskset curl; do
-	command -v $t >/dev/null || { log "missing $t (Debian packages: nginx, bmap-tools, util-linux, curl)"; exit 1; }
+for t in go nginx bmaptool losetup blkdiscard taskset curl qemu-img; do
+	command -v $t >/dev/null || { log "missing $t (Debian packages: nginx, bmap-tools, util-linux, curl, qemu-utils)"; exit 1; }
 done
 
 teardown() {
@@ -54,7 +55,8 @@ teardown() {
 	fi
 	[ -n "${KEEP:-}" ] || rm -rf "$OUT"
 }
-trap teardown EXIT INT TERM
+trap teardown EXIT
+trap "exit 1" HUP INT PIPE TERM
 
 mkdir -p "$OUT/bin" "$OUT/img" "$OUT/nginx"
 (cd "$REPO" && go build -o "$OUT/bin/" ./cmd/corrald ./bench/deploy)
@@ -110,9 +112,17 @@ for u in "http://$CHTTP/os-images/$SUM/raw" "http://$NHTTP/disk.raw"; do
 	[ "$code" = 206 ] || { log "$u answers a Range GET with $code, want 206"; tail -5 "$OUT/corrald.log" "$OUT/nginx/error.log" >&2; exit 1; }
 done
 
+# The same image uploaded as qcow2: corrald converts it as it serves the
+# raw view (no sendfile), as for the rack's Debian image.
+qemu-img convert -f raw -O qcow2 "$OUT/img/disk.raw" "$OUT/img/disk.qcow2"
+QSUM=$("$B" upload -conf "$OUT/corrald/admin.conf" -name bench-2g-qcow2 -format qcow2 -file "$OUT/img/disk.qcow2")
+code=$(curl $CURL_RANGE "http://$CHTTP/os-images/$QSUM/raw")
+[ "$code" = 206 ] || { log "the qcow2 image's raw view answers a Range GET with $code, want 206"; exit 1; }
+
 echo
 client "$B" serve -map "$OUT/img/disk.raw.map.json" -clients "$CLIENTS" -runs "$RUNS" -mode extents \
-	-url "corrald=http://$CHTTP/os-images/$SUM/raw" -url "nginx=http://$NHTTP/disk.raw"
+	-url "corrald=http://$CHTTP/os-images/$SUM/raw" -url "corrald-qcow2=http://$CHTTP/os-images/$QSUM/raw" \
+	-url "nginx=http://$NHTTP/disk.raw"
 echo
 client "$B" serve -map "$OUT/img/disk.raw.map.json" -clients "$CLIENTS" -runs "$WHOLE_RUNS" -mode whole \
 	-url "corrald=http://$CHTTP/os-images/$SUM/raw" -url "nginx=http://$NHTTP/disk.raw"

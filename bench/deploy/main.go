@@ -8,7 +8,7 @@
 // nothing.
 //
 //	deploy image  -out FILE [-size 2GiB] [-data 256MiB]
-//	deploy upload -conf admin.conf -name NAME -file FILE
+//	deploy upload -conf admin.conf -name NAME -file FILE [-format raw|qcow2]
 //	deploy serve  -map FILE.map.json -url A=URL -url B=URL [-clients 10] [-runs 5] [-mode extents|whole]
 //	deploy write  -map FILE.map.json -image FILE -bmap FILE.bmap -url URL -device DEV [-runs 5]
 //	deploy erase  -device DEV [-zero-device DEV2] [-runs 3]
@@ -144,14 +144,21 @@ func cmdImage(args []string) error {
 }
 
 // cmdUpload uploads FILE through the appliance's gRPC API (UploadOSImage,
-// checked against its SHA-256, format raw) and waits until it is READY.
+// checked against its SHA-256, in the -format given) and waits until it
+// is READY.
 // It prints the SHA-256.
 func cmdUpload(args []string) error {
 	fs := flag.NewFlagSet("upload", flag.ExitOnError)
 	conf := fs.String("conf", "", "client configuration (corrald's admin.conf)")
 	name := fs.String("name", "bench", "OS image name")
-	file := fs.String("file", "", "raw image to upload")
+	file := fs.String("file", "", "image to upload")
+	format := fs.String("format", "raw", "the image's format: raw or qcow2")
 	fs.Parse(args)
+	formats := map[string]osimagev1.OSImageFormat{"raw": osimagev1.OSImageFormat_OS_IMAGE_FORMAT_RAW, "qcow2": osimagev1.OSImageFormat_OS_IMAGE_FORMAT_QCOW2}
+	f0, ok := formats[*format]
+	if !ok {
+		return fmt.Errorf("-format %q: raw or qcow2", *format)
+	}
 	cc, err := clientconfig.Load(*conf)
 	if err != nil {
 		return err
@@ -180,7 +187,7 @@ func cmdUpload(args []string) error {
 		return err
 	}
 	if err := st.Send(&osimagev1.UploadOSImageRequest{Part: &osimagev1.UploadOSImageRequest_Header{Header: &osimagev1.UploadOSImageHeader{
-		Name: *name, Sha256: sum, SizeBytes: uint64(size), Format: osimagev1.OSImageFormat_OS_IMAGE_FORMAT_RAW}}}); err != nil {
+		Name: *name, Sha256: sum, SizeBytes: uint64(size), Format: f0}}}); err != nil {
 		return err
 	}
 	buf := make([]byte, osimage.MaxChunk)
@@ -208,7 +215,7 @@ func cmdUpload(args []string) error {
 			return fmt.Errorf("OS image %s not READY after 5 minutes: %v %v", *name, resp.GetOsImage().GetState(), err)
 		}
 	}
-	fmt.Fprintf(os.Stderr, "uploaded %d MiB through the API, READY after %.1f s\n", size/mib, time.Since(start).Seconds())
+	fmt.Fprintf(os.Stderr, "uploaded %s (%s, %d MiB) through the API, READY after %.1f s\n", *name, *format, size/mib, time.Since(start).Seconds())
 	fmt.Println(sum)
 	return nil
 }
