@@ -75,9 +75,9 @@ bench: ## Print API benchmark figures (ReserveCompute/ReserveNetworkInterface ov
 # The OS-image deploy benchmark (bench/deploy.sh, root): corrald's raw
 # image route against nginx for 10 concurrent deploys, the agent's writer
 # against bmaptool, erase rates per level; interleaved, printed, never
-# asserted. Needs nginx and bmap-tools; bench/README.md says more.
+# asserted. Needs nginx, bmap-tools and qemu-utils; bench/README.md says more.
 .PHONY: bench-deploy
-bench-deploy: ## Serve, write and erase a 2 GiB mostly empty OS image: corrald vs nginx, agent vs bmaptool, erase levels (root, nginx, bmap-tools)
+bench-deploy: ## Serve, write and erase a 2 GiB mostly empty OS image: corrald vs nginx, agent vs bmaptool, erase levels (root, nginx, bmap-tools, qemu-utils)
 	sh bench/deploy.sh
 
 # The fleet storm (testsupport/fleetsim): corrald and corral-sim built
