@@ -72,6 +72,14 @@ test-short: ## Unit tests only (-short skips process and end-to-end tests)
 bench: ## Print API benchmark figures (ReserveCompute/ReserveNetworkInterface over TLS gRPC on bbolt)
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./appliance/
 
+# The OS-image deploy benchmark (bench/deploy.sh, root): corrald's raw
+# image route against nginx for 10 concurrent deploys, the agent's writer
+# against bmaptool, erase rates per level; interleaved, printed, never
+# asserted. Needs nginx, bmap-tools and qemu-utils; bench/README.md says more.
+.PHONY: bench-deploy
+bench-deploy: ## Serve, write and erase a 2 GiB mostly empty OS image: corrald vs nginx, agent vs bmaptool, erase levels (root, nginx, bmap-tools, qemu-utils)
+	sh bench/deploy.sh
+
 # The fleet storm (testsupport/fleetsim): corrald and corral-sim built
 # without -race, run as root (two network namespaces, removed at the end).
 # Prints per-phase p50/p99, corrald's CPU/RSS/store beside the figures
