@@ -60,3 +60,12 @@ func (s *Server) agentConnected(machine string) bool {
 	}
 	return time.Since(sc.GetBeatAt().AsTime()) <= standbyClaimFresh
 }
+
+// agentHere reports whether machine's discovery agent holds a session on
+// this appliance: allocations take such machines first (inventory's
+// Config.Warm). Only this appliance's sessions are asked — an allocation
+// must not wait on the store for each candidate — so on a fleet a booted
+// machine whose agent is on another appliance is taken like any other.
+func (s *Server) agentHere(machine string) bool {
+	return s.lifecycle != nil && s.lifecycle.AgentConnected(machine)
+}

@@ -129,6 +129,7 @@ func (i *Inventory) AllocateMachines(ctx context.Context, owner Owner, req Alloc
 		}
 		// Concurrent allocations pick different machines as far as they can.
 		rand.Shuffle(len(free), func(a, b int) { free[a], free[b] = free[b], free[a] })
+		i.warmFirst(free)
 		picked := free[:count]
 		now := i.cfg.Now()
 		out, err := i.claim(ctx, owner, picked, sels, want, now, req.ExpiresIn)
@@ -150,6 +151,32 @@ func (i *Inventory) AllocateMachines(ctx context.Context, owner Owner, req Alloc
 		return out, nil
 	}
 	return nil, apierr.Unavailablef("allocate %q: the free machines kept being taken by other allocations (%d tries): try again", want, allocateAttempts)
+}
+
+// warmScan bounds how many candidates an allocation asks Config.Warm
+// about.
+const warmScan = 256
+
+// warmFirst moves the warm machines among the first warmScan of free
+// (shuffled) to its front, keeping their order.
+func (i *Inventory) warmFirst(free []string) {
+	if i.cfg.Warm == nil {
+		return
+	}
+	head := free[:min(len(free), warmScan)]
+	warm := make(map[string]bool, len(head))
+	for _, name := range head {
+		warm[name] = i.cfg.Warm(name)
+	}
+	slices.SortStableFunc(head, func(a, b string) int {
+		switch {
+		case warm[a] == warm[b]:
+			return 0
+		case warm[a]:
+			return -1
+		}
+		return 1
+	})
 }
 
 // claim allocates the picked machines to owner in one transaction, or

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -307,5 +308,33 @@ func TestOwnersSee(t *testing.T) {
 	resp, err = srv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{Owner: "token:alice"})
 	if err != nil || len(resp.GetMachines()) != 1 {
 		t.Fatalf("operator lists alice's: %v, %v", resp.GetMachines(), err)
+	}
+}
+
+// TestAllocateWarmFirst: an allocation takes a machine booted and waiting
+// (Config.Warm: a booted standby pool's) before a cold one.
+func TestAllocateWarmFirst(t *testing.T) {
+	for range 20 {
+		inv := newInv(t, Config{Warm: func(name string) bool { return name == "w1" || name == "w2" }})
+		ctx := context.Background()
+		for _, n := range []string{"c1", "c2", "w1", "c3", "w2", "c4"} {
+			create(t, inv, poolMachine(n, 16, 2))
+		}
+		ms, err := inv.AllocateMachines(ctx, Owner{ID: "token:alice"}, AllocateRequest{Count: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, m := range ms {
+			got = append(got, m.GetName())
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, []string{"w1", "w2"}) {
+			t.Fatalf("allocated %v, want the warm w1 and w2", got)
+		}
+		// With the warm ones taken, cold ones are still allocated.
+		if ms, err := inv.AllocateMachines(ctx, Owner{ID: "token:bob"}, AllocateRequest{}); err != nil || strings.HasPrefix(ms[0].GetName(), "w") {
+			t.Fatalf("then: %v %v", ms, err)
+		}
 	}
 }

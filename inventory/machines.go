@@ -65,6 +65,11 @@ type Config struct {
 	// RefusalReasons (a metrics counter).
 	FactCaps      FactCaps
 	ReportRefused func(reason string)
+	// Warm, when set, says whether a machine is booted and waiting (its
+	// discovery agent connected: a standby pool's booted machine). An
+	// allocation takes warm machines first, so a booted pool gives its
+	// instant deploy; it asks about at most warmScan candidates.
+	Warm func(machine string) bool
 }
 
 // Inventory keeps machines and their timelines. Its methods are safe for
