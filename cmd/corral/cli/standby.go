@@ -14,8 +14,8 @@ import (
 )
 
 // standbyPoolKind prints standby pools. It is not a kind of the deploy
-// registry (corral do and corral get do not know it): pools have verbs of
-// their own under `corral pool`.
+// registry (corral do does not know it): pools have verbs of their own
+// under `corral pool`, and `corral get` lists them (standbyPoolNames).
 var standbyPoolKind = &kind{
 	name:    "standbypool",
 	columns: []string{"NAME", "READINESS", "MIN_READY", "READY", "BOOTED", "ALLOCATED", "DEFICIT", "LAST_ACTION"},
@@ -43,6 +43,9 @@ var standbyPoolKind = &kind{
 		return err
 	},
 }
+
+// standbyPoolNames are the names get accepts for standbyPoolKind.
+var standbyPoolNames = []string{"standbypool", "standbypools", "standby_pool", "standby_pools", "pool", "pools"}
 
 func readinessWord(r inventoryv1.Readiness) string {
 	switch r {
