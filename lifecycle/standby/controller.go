@@ -210,8 +210,8 @@ type view struct {
 	booted, booting    []*inventoryv1.Machine
 	idle               []*inventoryv1.Machine // READY, neither booted nor booting
 	allocated          int
-	// held names the READY and allocated machines, in name order.
-	held []string
+	// readyNames names the READY machines.
+	readyNames []string
 }
 
 func (c *Controller) look(ms []*inventoryv1.Machine) view {
@@ -220,10 +220,9 @@ func (c *Controller) look(ms []*inventoryv1.Machine) view {
 		switch {
 		case allocated(m):
 			v.allocated++
-			v.held = append(v.held, m.GetName())
 		case m.GetState() == inventoryv1.Machine_READY:
 			v.ready = append(v.ready, m)
-			v.held = append(v.held, m.GetName())
+			v.readyNames = append(v.readyNames, m.GetName())
 			switch {
 			case c.cfg.Agents(m.GetName()):
 				v.booted = append(v.booted, m)
@@ -316,9 +315,9 @@ func (c *Controller) pool(ctx context.Context, p *inventoryv1.StandbyPool, budge
 	if p.GetReadiness() == inventoryv1.Readiness_READINESS_BOOTED {
 		st.Warming = int32(len(v.booting))
 	}
-	v.held = append(v.held, accepted...)
-	slices.Sort(v.held)
-	st.Machines = v.held[:min(len(v.held), maxStatusMachines)]
+	v.readyNames = append(v.readyNames, accepted...)
+	slices.Sort(v.readyNames)
+	st.ReadyMachines = v.readyNames[:min(len(v.readyNames), maxStatusMachines)]
 	st.Allocated = int32(v.allocated)
 	st.Deficit = int32(max(0, target-inMode))
 	if *budget <= 0 {

@@ -251,7 +251,7 @@ func TestBootedPowersOn(t *testing.T) {
 	if w := m.GetWatchdog(); w.GetArmedAt() == nil || w.GetArmedBy() != "standby pool ci" || m.GetBootIntent() != inventoryv1.BootIntent_BOOT_INTENT_DISCOVER {
 		t.Errorf("m1 watchdog %v, boot intent %v: want armed by the pool, DISCOVER", w, m.GetBootIntent())
 	}
-	if s := a.status(t, "ci"); s.GetBooted() != 0 || s.GetDeficit() != 1 || s.GetWarming() != 1 || !slices.Equal(s.GetMachines(), []string{"m1", "m2"}) {
+	if s := a.status(t, "ci"); s.GetBooted() != 0 || s.GetDeficit() != 1 || s.GetWarming() != 1 || !slices.Equal(s.GetReadyMachines(), []string{"m1", "m2"}) {
 		t.Errorf("status while booting %v, want booted 0, warming 1, deficit 1, machines m1 m2", s)
 	}
 	a.pass(t)

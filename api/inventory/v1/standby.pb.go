@@ -230,9 +230,10 @@ type StandbyPoolStatus struct {
 	// discovery whose agent has not connected yet (their boot watchdog
 	// armed).
 	Warming int32 `protobuf:"varint,9,opt,name=warming,proto3" json:"warming,omitempty"`
-	// machines names the pool's READY and allocated machines, by name (at
-	// most the first 1000).
-	Machines      []string `protobuf:"bytes,10,rep,name=machines,proto3" json:"machines,omitempty"`
+	// ready_machines names the pool's READY machines, in name order (at
+	// most the first 1000). Allocated machines are only counted: a caller
+	// sees the names of machines others hold only as an operator.
+	ReadyMachines []string `protobuf:"bytes,10,rep,name=ready_machines,json=readyMachines,proto3" json:"ready_machines,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -330,9 +331,9 @@ func (x *StandbyPoolStatus) GetWarming() int32 {
 	return 0
 }
 
-func (x *StandbyPoolStatus) GetMachines() []string {
+func (x *StandbyPoolStatus) GetReadyMachines() []string {
 	if x != nil {
-		return x.Machines
+		return x.ReadyMachines
 	}
 	return nil
 }
@@ -723,7 +724,7 @@ const file_api_inventory_v1_standby_proto_rawDesc = "" +
 	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
 	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12>\n" +
-	"\x06status\x18\x14 \x01(\v2&.corral.inventory.v1.StandbyPoolStatusR\x06status\"\xef\x02\n" +
+	"\x06status\x18\x14 \x01(\v2&.corral.inventory.v1.StandbyPoolStatusR\x06status\"\xfa\x02\n" +
 	"\x11StandbyPoolStatus\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\x05R\x05ready\x12\x16\n" +
 	"\x06booted\x18\x02 \x01(\x05R\x06booted\x12\x1c\n" +
@@ -737,9 +738,9 @@ const file_api_inventory_v1_standby_proto_rawDesc = "" +
 	"conditions\x12;\n" +
 	"\vobserved_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"observedAt\x12\x18\n" +
-	"\awarming\x18\t \x01(\x05R\awarming\x12\x1a\n" +
-	"\bmachines\x18\n" +
-	" \x03(\tR\bmachines\"O\n" +
+	"\awarming\x18\t \x01(\x05R\awarming\x12%\n" +
+	"\x0eready_machines\x18\n" +
+	" \x03(\tR\rreadyMachines\"O\n" +
 	"\x17ApplyStandbyPoolRequest\x124\n" +
 	"\x04pool\x18\x01 \x01(\v2 .corral.inventory.v1.StandbyPoolR\x04pool\"P\n" +
 	"\x18ApplyStandbyPoolResponse\x124\n" +

@@ -25,11 +25,11 @@ var standbyPoolKind = &kind{
 		return []string{p.GetName(), readinessWord(p.GetReadiness()), fmt.Sprint(p.GetMinReady()), fmt.Sprint(st.GetReady()),
 			fmt.Sprint(st.GetBooted()), fmt.Sprint(st.GetWarming()), fmt.Sprint(st.GetAllocated()), fmt.Sprint(st.GetDeficit()), cell(st.GetLastAction())}
 	},
-	wide: []string{"SELECTOR", "ERASE", "AUTO_ACCEPT", "MACHINES", "CONDITIONS"},
+	wide: []string{"SELECTOR", "ERASE", "AUTO_ACCEPT", "READY_MACHINES", "CONDITIONS"},
 	wideRow: func(m proto.Message) []string {
 		p := m.(*inventoryv1.StandbyPool)
 		return []string{cell(p.GetSelector()), eraseWord(p.GetErase()), fmt.Sprint(p.GetAutoAccept()),
-			cell(strings.Join(p.GetStatus().GetMachines(), ",")), cell(strings.Join(p.GetStatus().GetConditions(), "; "))}
+			cell(strings.Join(p.GetStatus().GetReadyMachines(), ",")), cell(strings.Join(p.GetStatus().GetConditions(), "; "))}
 	},
 	page: func(ctx context.Context, cc grpc.ClientConnInterface, q pageQuery) ([]proto.Message, string, error) {
 		resp, err := inventoryv1.NewStandbyPoolServiceClient(cc).ListStandbyPools(ctx, &inventoryv1.ListStandbyPoolsRequest{PageSize: q.size, PageToken: q.token})
