@@ -90,6 +90,7 @@ type Handler struct {
 	nodes    poolv1.NodeServiceClient
 	vms      provisioningv1.VirtualMachineServiceClient
 	volumes  provisioningv1.BlockStorageServiceClient
+	pools    inventoryv1.StandbyPoolServiceClient
 }
 
 // New checks cfg and returns the Handler. It does no I/O.
@@ -118,6 +119,7 @@ func New(cfg Config) (*Handler, error) {
 		nodes:    poolv1.NewNodeServiceClient(cfg.Conn),
 		vms:      provisioningv1.NewVirtualMachineServiceClient(cfg.Conn),
 		volumes:  provisioningv1.NewBlockStorageServiceClient(cfg.Conn),
+		pools:    inventoryv1.NewStandbyPoolServiceClient(cfg.Conn),
 	}
 	static, err := fs.Sub(assets, "assets")
 	if err != nil {
@@ -226,6 +228,16 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET /api/nodes", h.unary(func(ctx context.Context, r *http.Request, o grpc.CallOption) (proto.Message, error) {
 		return h.nodes.ListNodes(ctx, &poolv1.ListNodesRequest{}, o)
 	}))
+	// One page of standby pools with their status (page_size up to
+	// maxPoolPage, page_token as for machines). Pools have no watch: the
+	// page polls this.
+	m.HandleFunc("GET /api/standby-pools", h.unary(func(ctx context.Context, r *http.Request, o grpc.CallOption) (proto.Message, error) {
+		size, err := queryUint(r, "page_size", maxPoolPage, maxPoolPage)
+		if err != nil {
+			return nil, err
+		}
+		return h.pools.ListStandbyPools(ctx, &inventoryv1.ListStandbyPoolsRequest{PageSize: int32(size), PageToken: r.URL.Query().Get("page_token")}, o)
+	}))
 	m.HandleFunc("GET /api/vms", h.unary(func(ctx context.Context, r *http.Request, o grpc.CallOption) (proto.Message, error) {
 		return h.vms.ListVirtualMachines(ctx, &provisioningv1.ListVirtualMachinesRequest{}, o)
 	}))
@@ -298,6 +310,10 @@ func slim(m *inventoryv1.Machine) {
 // maxMachinePage is the page size of GET /api/machines: as many machine
 // summaries as the appliance serves in one answer.
 const maxMachinePage = 1000
+
+// maxPoolPage is the page size of GET /api/standby-pools: the most the
+// appliance serves in one answer.
+const maxPoolPage = 1000
 
 // call is one unary gateway call: o carries the caller's token.
 type call func(ctx context.Context, r *http.Request, o grpc.CallOption) (proto.Message, error)

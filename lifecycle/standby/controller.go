@@ -24,6 +24,8 @@ const (
 	DefaultOffGrace   = 2 * time.Minute
 	// minGap spaces passes started by machine changes.
 	minGap = 2 * time.Second
+	// maxStatusMachines bounds the machine names a pool's status lists.
+	maxStatusMachines = 1000
 )
 
 // Machines is what the controller needs of the inventory. Implemented by
@@ -208,6 +210,8 @@ type view struct {
 	booted, booting    []*inventoryv1.Machine
 	idle               []*inventoryv1.Machine // READY, neither booted nor booting
 	allocated          int
+	// readyNames names the READY machines.
+	readyNames []string
 }
 
 func (c *Controller) look(ms []*inventoryv1.Machine) view {
@@ -218,6 +222,7 @@ func (c *Controller) look(ms []*inventoryv1.Machine) view {
 			v.allocated++
 		case m.GetState() == inventoryv1.Machine_READY:
 			v.ready = append(v.ready, m)
+			v.readyNames = append(v.readyNames, m.GetName())
 			switch {
 			case c.cfg.Agents(m.GetName()):
 				v.booted = append(v.booted, m)
@@ -267,6 +272,7 @@ func (c *Controller) pool(ctx context.Context, p *inventoryv1.StandbyPool, budge
 	v := c.look(ms)
 
 	// Auto-accept: INVENTORIED machines of the pool up to the target.
+	var accepted []string
 	if short := target - len(v.ready); short > 0 && p.GetAutoAccept() {
 		if len(v.inventoried) == 0 {
 			cond("%d READY short and no INVENTORIED machine of the pool matches", short)
@@ -283,6 +289,7 @@ func (c *Controller) pool(ctx context.Context, p *inventoryv1.StandbyPool, budge
 				continue
 			}
 			short--
+			accepted = append(accepted, am.GetName())
 			v.ready = append(v.ready, am)
 			v.idle = append(v.idle, am)
 			did("accepted " + m.GetName())
@@ -305,6 +312,12 @@ func (c *Controller) pool(ctx context.Context, p *inventoryv1.StandbyPool, budge
 	}
 	st.Ready = int32(len(v.ready))
 	st.Booted = int32(len(v.booted))
+	if p.GetReadiness() == inventoryv1.Readiness_READINESS_BOOTED {
+		st.Warming = int32(len(v.booting))
+	}
+	v.readyNames = append(v.readyNames, accepted...)
+	slices.Sort(v.readyNames)
+	st.ReadyMachines = v.readyNames[:min(len(v.readyNames), maxStatusMachines)]
 	st.Allocated = int32(v.allocated)
 	st.Deficit = int32(max(0, target-inMode))
 	if *budget <= 0 {

@@ -251,8 +251,8 @@ func TestBootedPowersOn(t *testing.T) {
 	if w := m.GetWatchdog(); w.GetArmedAt() == nil || w.GetArmedBy() != "standby pool ci" || m.GetBootIntent() != inventoryv1.BootIntent_BOOT_INTENT_DISCOVER {
 		t.Errorf("m1 watchdog %v, boot intent %v: want armed by the pool, DISCOVER", w, m.GetBootIntent())
 	}
-	if s := a.status(t, "ci"); s.GetBooted() != 0 || s.GetDeficit() != 1 {
-		t.Errorf("status while booting %v, want booted 0, deficit 1", s)
+	if s := a.status(t, "ci"); s.GetBooted() != 0 || s.GetDeficit() != 1 || s.GetWarming() != 1 || !slices.Equal(s.GetReadyMachines(), []string{"m1", "m2"}) {
+		t.Errorf("status while booting %v, want booted 0, warming 1, deficit 1, machines m1 m2", s)
 	}
 	a.pass(t)
 	if c := a.bmc.take(); len(c) != 0 {
@@ -261,8 +261,8 @@ func TestBootedPowersOn(t *testing.T) {
 
 	r.agents.set("m1", true)
 	a.pass(t)
-	if s := a.status(t, "ci"); s.GetBooted() != 1 || s.GetDeficit() != 0 || s.GetReady() != 2 {
-		t.Errorf("status once booted %v, want ready 2, booted 1, deficit 0", s)
+	if s := a.status(t, "ci"); s.GetBooted() != 1 || s.GetDeficit() != 0 || s.GetReady() != 2 || s.GetWarming() != 0 {
+		t.Errorf("status once booted %v, want ready 2, booted 1, warming 0, deficit 0", s)
 	}
 	if c := a.bmc.take(); len(c) != 0 {
 		t.Fatalf("pass at the target: %v, want nothing", c)

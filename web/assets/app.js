@@ -715,19 +715,22 @@ function pageMachines(main) {
     }
   };
   return [live({
-    load: async (signal) => {
-      // The appliance answers a page at a time: read on to the last.
-      const all = [];
-      let token = '';
-      do {
-        const res = await api('/api/machines' + (token ? '?page_token=' + encodeURIComponent(token) : ''), { signal });
-        for (const m of res.machines || []) all.push(m);
-        token = res.next_page_token || '';
-      } while (token);
-      return all;
-    },
+    load: (signal) => readPages('/api/machines', 'machines', signal),
     watch: '/api/watch/machines', field: 'machine', keyOf: (m) => m.name, onChange: render,
   })];
+}
+
+// readPages reads a paged list to its last page (the appliance answers a
+// page at a time) and returns the items of field.
+async function readPages(path, field, signal) {
+  const all = [];
+  let token = '';
+  do {
+    const res = await api(path + (token ? '?page_token=' + encodeURIComponent(token) : ''), { signal });
+    for (const it of res[field] || []) all.push(it);
+    token = res.next_page_token || '';
+  } while (token);
+  return all;
 }
 
 function kv(pairs) {
@@ -951,6 +954,95 @@ function pageVolumes(main) {
   })];
 }
 
+// The standby pools page: each pool's spec (selector, min_ready,
+// readiness) and its status as the controller last wrote it (ready,
+// booted, warming, allocated, deficit, last action, conditions), with a
+// row for each of its READY machines and each allocated one the token
+// sees, whose state and power the machine watch keeps live. Pools have no
+// watch: they are polled.
+
+function readinessText(r) {
+  return ({ READINESS_BOOTED: 'booted into discovery', READINESS_POWERED_OFF: 'powered off' })[r] || '—';
+}
+
+function pagePools(main) {
+  const body = h('div', { class: 'pools' }, h('p', { class: 'muted' }, 'Loading…'));
+  const count = h('span', { class: 'count', id: 'pool-count' });
+  main.replaceChildren(h('div', { class: 'page-head' }, h('h1', null, 'Standby pools'), count), body);
+  let pools = null;
+  let machines = null; // by name, once the machine list is read
+  const render = () => {
+    if (!pools) return;
+    pools.sort((a, b) => collator.compare(a.name, b.name));
+    count.textContent = pools.length + (pools.length === 1 ? ' pool' : ' pools');
+    if (!pools.length) {
+      body.replaceChildren(h('div', { class: 'card' }, h('p', { class: 'muted' }, 'No standby pools: corral pool apply -f FILE makes one.')));
+      return;
+    }
+    body.replaceChildren(...pools.map((p) => {
+      const st = p.status || {};
+      const ready = num(st.ready), target = num(p.min_ready);
+      const booted = p.readiness === 'READINESS_BOOTED';
+      const figures = [
+        ['Selector', p.selector ? 'pool=' + p.name + ',' + p.selector : 'pool=' + p.name],
+        ['Min ready', String(target)],
+        ['Mode', readinessText(p.readiness)],
+        ['Ready', String(ready)],
+        ['Booted', booted ? String(num(st.booted)) : '—'],
+        ['Warming', booted ? String(num(st.warming)) : '—'],
+        ['Allocated', String(num(st.allocated))],
+        ['Deficit', String(num(st.deficit))],
+        ['Last action', st.last_action ? st.last_action + ' (' + ago(st.last_action_at) + ')' : '—'],
+        ['Seen', st.observed_at ? ago(st.observed_at) : 'not yet'],
+      ];
+      // Its READY machines as the controller named them, then the machines
+      // of the pool this token sees held (an operator sees every one).
+      const names = new Set(st.ready_machines || []);
+      if (machines) {
+        for (const m of machines.values()) {
+          if (m.pool === p.name && m.allocation && m.allocation.owner && !m.allocation.released_at) names.add(m.name);
+        }
+      }
+      const rows = [...names].sort(collator.compare).map((n) => {
+        const m = (machines && machines.get(n)) || { name: n };
+        return h('tr', { 'data-name': n },
+          h('td', null, h('a', { href: '#/machines/' + encodeURIComponent(n) }, n)),
+          h('td', { class: 'state', title: m.state_reason || '' }, m.state ? badge(m.state) : '…'),
+          h('td', { class: 'power' }, h('span', { class: 'power-' + power(m.power_state) }, power(m.power_state))),
+          h('td', null, (m.allocation && m.allocation.owner && !m.allocation.released_at) ? allocationText(m) : '—'));
+      });
+      return h('section', { class: 'card pool', 'data-pool': p.name },
+        h('h2', null, p.name, ' ', h('span', { class: 'badge ' + (num(st.deficit) ? 'state-FAILED' : 'state-DEPLOYED') }, num(st.deficit) ? 'short ' + num(st.deficit) : 'at target')),
+        h('dl', { class: 'figures' }, figures.map(([k, v]) => [h('dt', null, k), h('dd', { 'data-figure': k.toLowerCase().replace(/ /g, '-') }, v)])),
+        (st.conditions || []).length ? h('ul', { class: 'conditions' }, st.conditions.map((c) => h('li', null, c))) : null,
+        table('list pool-machines', ['Machine', 'State', 'Power', 'Allocated to'], rows,
+          num(st.allocated) ? 'No READY machine; the allocated ones are held by other owners.' : 'No machine of the pool is READY or allocated.'));
+    }));
+  };
+  const ctl = new AbortController();
+  let stopped = false;
+  let timer = null;
+  async function poll() {
+    try {
+      pools = await readPages('/api/standby-pools', 'pools', ctl.signal);
+      render();
+    } catch (e) {
+      if (stopped) return;
+      notice('Standby pools: ' + e.message, 'error');
+    }
+    if (!stopped) timer = setTimeout(poll, POLL_MS);
+  }
+  poll();
+  return [
+    { stop() { stopped = true; ctl.abort(); clearTimeout(timer); } },
+    live({
+      load: (signal) => readPages('/api/machines', 'machines', signal),
+      watch: '/api/watch/machines', field: 'machine', keyOf: (m) => m.name,
+      onChange: (_list, _changed, byName) => { machines = byName; render(); },
+    }),
+  ];
+}
+
 // ---- routing ----
 
 function route() {
@@ -979,6 +1071,7 @@ function route() {
     case 'nodes': current = pageNodes(main); break;
     case 'vms': current = pageVMs(main); break;
     case 'volumes': current = pageVolumes(main); break;
+    case 'pools': current = pagePools(main); break;
     default: location.hash = '#/machines';
   }
 }

@@ -224,8 +224,16 @@ type StandbyPoolStatus struct {
 	LastActionAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=last_action_at,json=lastActionAt,proto3" json:"last_action_at,omitempty"`
 	// conditions are problems that keep the pool from its target ("m5 has
 	// no BMC: cannot power it on", "no INVENTORIED machine matches").
-	Conditions    []string               `protobuf:"bytes,7,rep,name=conditions,proto3" json:"conditions,omitempty"`
-	ObservedAt    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
+	Conditions []string               `protobuf:"bytes,7,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	ObservedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
+	// warming counts the READY machines of a booted pool powered on into
+	// discovery whose agent has not connected yet (their boot watchdog
+	// armed).
+	Warming int32 `protobuf:"varint,9,opt,name=warming,proto3" json:"warming,omitempty"`
+	// ready_machines names the pool's READY machines, in name order (at
+	// most the first 1000). Allocated machines are only counted: a caller
+	// sees the names of machines others hold only as an operator.
+	ReadyMachines []string `protobuf:"bytes,10,rep,name=ready_machines,json=readyMachines,proto3" json:"ready_machines,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -312,6 +320,20 @@ func (x *StandbyPoolStatus) GetConditions() []string {
 func (x *StandbyPoolStatus) GetObservedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.ObservedAt
+	}
+	return nil
+}
+
+func (x *StandbyPoolStatus) GetWarming() int32 {
+	if x != nil {
+		return x.Warming
+	}
+	return 0
+}
+
+func (x *StandbyPoolStatus) GetReadyMachines() []string {
+	if x != nil {
+		return x.ReadyMachines
 	}
 	return nil
 }
@@ -702,7 +724,7 @@ const file_api_inventory_v1_standby_proto_rawDesc = "" +
 	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
 	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12>\n" +
-	"\x06status\x18\x14 \x01(\v2&.corral.inventory.v1.StandbyPoolStatusR\x06status\"\xb9\x02\n" +
+	"\x06status\x18\x14 \x01(\v2&.corral.inventory.v1.StandbyPoolStatusR\x06status\"\xfa\x02\n" +
 	"\x11StandbyPoolStatus\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\x05R\x05ready\x12\x16\n" +
 	"\x06booted\x18\x02 \x01(\x05R\x06booted\x12\x1c\n" +
@@ -715,7 +737,10 @@ const file_api_inventory_v1_standby_proto_rawDesc = "" +
 	"conditions\x18\a \x03(\tR\n" +
 	"conditions\x12;\n" +
 	"\vobserved_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"observedAt\"O\n" +
+	"observedAt\x12\x18\n" +
+	"\awarming\x18\t \x01(\x05R\awarming\x12%\n" +
+	"\x0eready_machines\x18\n" +
+	" \x03(\tR\rreadyMachines\"O\n" +
 	"\x17ApplyStandbyPoolRequest\x124\n" +
 	"\x04pool\x18\x01 \x01(\v2 .corral.inventory.v1.StandbyPoolR\x04pool\"P\n" +
 	"\x18ApplyStandbyPoolResponse\x124\n" +

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -61,18 +62,19 @@ var applianceKind = &kind{
 // applianceNames are the names get accepts for applianceKind.
 var applianceNames = []string{"appliance", "appliances", "app"}
 
-// getKindArg resolves the KIND of get: the registry's kinds, and the
-// fleet's appliances.
+// getKindArg resolves the KIND of get: the registry's kinds, the fleet's
+// appliances and the standby pools.
 func getKindArg(name string) (*kind, error) {
 	n := strings.ToLower(strings.TrimSpace(name))
-	for _, a := range applianceNames {
-		if n == a {
-			return applianceKind, nil
-		}
+	if slices.Contains(applianceNames, n) {
+		return applianceKind, nil
+	}
+	if slices.Contains(standbyPoolNames, n) {
+		return standbyPoolKind, nil
 	}
 	k, err := kindArg(name)
 	if err != nil {
-		return nil, usageErrorf("unknown kind %q (valid: %s, %s)", name, kindList(), strings.Join(applianceNames, "|"))
+		return nil, usageErrorf("unknown kind %q (valid: %s, %s, %s)", name, kindList(), strings.Join(applianceNames, "|"), strings.Join(standbyPoolNames, "|"))
 	}
 	return k, nil
 }

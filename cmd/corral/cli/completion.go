@@ -33,6 +33,7 @@ func completeKinds(withGetOnly bool) []string {
 	}
 	if withGetOnly {
 		out = append(out, applianceNames...)
+		out = append(out, standbyPoolNames...)
 		out = append(out, eventNames...)
 	}
 	return out

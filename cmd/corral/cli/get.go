@@ -34,6 +34,7 @@ is one JSON event per line: {"type":"MODIFIED","revision":"42",<kind>:{...}}.
 A watch the appliance cuts resumes from the last revision seen.
 
 Kinds: ` + kindList() + `, the fleet's ` + strings.Join(applianceNames, "|") + `,
+the standby pools' ` + strings.Join(standbyPoolNames, "|") + ` (status as the controller last saw it),
 and the audit stream's ` + strings.Join(eventNames, "|") + ` (who called which mutating RPC, on what,
 and how it ended: --since, --machine).`,
 		Args:              argsBetween(1, 2),

@@ -14,21 +14,22 @@ import (
 )
 
 // standbyPoolKind prints standby pools. It is not a kind of the deploy
-// registry (corral do and corral get do not know it): pools have verbs of
-// their own under `corral pool`.
+// registry (corral do does not know it): pools have verbs of their own
+// under `corral pool`, and `corral get` lists them (standbyPoolNames).
 var standbyPoolKind = &kind{
 	name:    "standbypool",
-	columns: []string{"NAME", "READINESS", "MIN_READY", "READY", "BOOTED", "ALLOCATED", "DEFICIT", "LAST_ACTION"},
+	columns: []string{"NAME", "READINESS", "MIN_READY", "READY", "BOOTED", "WARMING", "ALLOCATED", "DEFICIT", "LAST_ACTION"},
 	row: func(m proto.Message) []string {
 		p := m.(*inventoryv1.StandbyPool)
 		st := p.GetStatus()
 		return []string{p.GetName(), readinessWord(p.GetReadiness()), fmt.Sprint(p.GetMinReady()), fmt.Sprint(st.GetReady()),
-			fmt.Sprint(st.GetBooted()), fmt.Sprint(st.GetAllocated()), fmt.Sprint(st.GetDeficit()), cell(st.GetLastAction())}
+			fmt.Sprint(st.GetBooted()), fmt.Sprint(st.GetWarming()), fmt.Sprint(st.GetAllocated()), fmt.Sprint(st.GetDeficit()), cell(st.GetLastAction())}
 	},
-	wide: []string{"SELECTOR", "ERASE", "AUTO_ACCEPT", "CONDITIONS"},
+	wide: []string{"SELECTOR", "ERASE", "AUTO_ACCEPT", "READY_MACHINES", "CONDITIONS"},
 	wideRow: func(m proto.Message) []string {
 		p := m.(*inventoryv1.StandbyPool)
-		return []string{cell(p.GetSelector()), eraseWord(p.GetErase()), fmt.Sprint(p.GetAutoAccept()), cell(strings.Join(p.GetStatus().GetConditions(), "; "))}
+		return []string{cell(p.GetSelector()), eraseWord(p.GetErase()), fmt.Sprint(p.GetAutoAccept()),
+			cell(strings.Join(p.GetStatus().GetReadyMachines(), ",")), cell(strings.Join(p.GetStatus().GetConditions(), "; "))}
 	},
 	page: func(ctx context.Context, cc grpc.ClientConnInterface, q pageQuery) ([]proto.Message, string, error) {
 		resp, err := inventoryv1.NewStandbyPoolServiceClient(cc).ListStandbyPools(ctx, &inventoryv1.ListStandbyPoolsRequest{PageSize: q.size, PageToken: q.token})
@@ -43,6 +44,9 @@ var standbyPoolKind = &kind{
 		return err
 	},
 }
+
+// standbyPoolNames are the names get accepts for standbyPoolKind.
+var standbyPoolNames = []string{"standbypool", "standbypools", "standby_pool", "standby_pools", "pool", "pools"}
 
 func readinessWord(r inventoryv1.Readiness) string {
 	switch r {
