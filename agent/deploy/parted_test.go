@@ -553,3 +553,31 @@ func TestSeedReadBack(t *testing.T) {
 		f.Close()
 	}
 }
+
+// TestDeployRAID10: a RAID10 of four partitions takes mdadm's default
+// 1.2 metadata (no boot loader reads a RAID10 member as a filesystem);
+// the root goes onto the array.
+func TestDeployRAID10(t *testing.T) {
+	var disks []*inventoryv1.LayoutDisk
+	var members []string
+	for i := range 4 {
+		parts := []*inventoryv1.LayoutPartition{{Name: fmt.Sprintf("r%d", i), Type: "raid"}}
+		if i == 0 {
+			parts = append([]*inventoryv1.LayoutPartition{{Name: "esp", SizeBytes: 16 << 20, Type: "esp"}}, parts...)
+		}
+		disks = append(disks, &inventoryv1.LayoutDisk{Name: fmt.Sprintf("d%d", i), Device: fmt.Sprintf("/dev/vd%c", 'a'+i), Table: "gpt", Partitions: parts})
+		members = append(members, fmt.Sprintf("r%d", i))
+	}
+	layout := &inventoryv1.DiskLayout{Image: "md0", Disks: disks, Raids: []*inventoryv1.LayoutRaid{{Name: "md0", Level: "raid10", Devices: members}}}
+	fx := newPFixture(t, true, layout, 96<<20, 64<<20, 64<<20, 64<<20)
+	if err := fx.deployer().Deploy(context.Background(), fx.plan, func(*nodev1.Progress) {}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"mdadm --create /dev/md0 --run --metadata=1.2 --level=10 --raid-devices=4 --homehost=any --name=md0 /dev/vda2 /dev/vdb1 /dev/vdc1 /dev/vdd1"}
+	if !slices.Equal(fx.cmds, want) {
+		t.Errorf("commands %q, want %q", fx.cmds, want)
+	}
+	if !bytes.Equal(fileBytes(t, filepath.Join(fx.root, "dev/md0"), 0, pRootSize), fx.imageBytes(t, pRootStart, pRootSize)) {
+		t.Error("md0 does not hold the image's root partition")
+	}
+}
