@@ -8,8 +8,6 @@
 //     whole disk, not mounted — the boot media —, not read-only, at least
 //     the size the appliance saw), the block map is parsed against its
 //     digest, and the image must fit on its disk with room for the seed.
-//     This agent applies the whole-disk layout only: a layout with
-//     partitions, RAID arrays or volume groups is refused, naming them.
 //   - "image": agent/diskwrite streams the image's extents from the
 //     appliance (Range requests), checking each extent's SHA-256, and
 //     zeroes the gaps; detail "N MiB of M MiB written", at most every
@@ -26,6 +24,16 @@
 //     table naming a half-written seed. The kernel re-reads the table
 //     (BLKRRPART).
 //   - "written" (done): the disk is ready to boot.
+//
+// A partitioned layout (partitions, software RAID, LVM; parted.go) goes
+// "layout" (also reading the image's own partition table over HTTP, each
+// extent's hash checked, for its root and boot partitions), "partition"
+// (the tables with the seed at the end of the first partitioned disk,
+// the kernel's re-read, mdadm's arrays, lvm's volume groups and volumes),
+// "image" (the image's root partition onto what the layout's image
+// names, its boot partition onto every esp), "seed" (mke2fs and mkswap
+// for the other filesystems; their mounts reach the OS as cloud-init
+// mounts in the seed's vendor-data) and "written".
 //
 // A failure is one Progress{step, done, error} saying what was already
 // written. It imports agent/diskwrite, agent/install (the disks' sysfs
@@ -47,6 +55,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/corralhq/corral/agent/coldplug"
 	"github.com/corralhq/corral/agent/diskwrite"
 	"github.com/corralhq/corral/agent/install"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
@@ -104,12 +113,23 @@ type Config struct {
 	Console io.Writer
 	Logger  *slog.Logger
 
+	// Modules loads the kernel modules a layout needs (md_mod, raid1,
+	// raid10, dm_mod); default coldplug.KernelLoader. A module that fails
+	// to load may be built in: mdadm or lvm then says what is missing.
+	Modules interface{ Load(name string) error }
+	// NodeTimeout bounds the wait for a device node the kernel makes
+	// (a partition after the re-read, an array, a volume); default 10 s.
+	NodeTimeout time.Duration
+
 	// Test knobs: diskwrite's attempts and backoff, the kernel's re-read,
-	// and regular files accepted as disks.
+	// regular files accepted as disks, the layout tools (mdadm, lvm,
+	// mke2fs, mkswap) and the partitions' device paths.
 	attempts   int
 	backoff    time.Duration
 	reread     func(dev string) error
 	allowFiles bool
+	run        func(ctx context.Context, name string, args ...string) error
+	partPath   func(disk string, n int) string
 }
 
 // Deployer carries out deploy plans, one at a time.
@@ -145,6 +165,16 @@ func New(cfg Config) *Deployer {
 	if cfg.reread == nil {
 		cfg.reread = install.Reread
 	}
+	if cfg.Modules == nil {
+		cfg.Modules = coldplug.KernelLoader{}
+	}
+	cfg.NodeTimeout = cmp.Or(cfg.NodeTimeout, 10*time.Second)
+	if cfg.run == nil {
+		cfg.run = runCommand
+	}
+	if cfg.partPath == nil {
+		cfg.partPath = partPath
+	}
 	return &Deployer{cfg: cfg}
 }
 
@@ -172,9 +202,15 @@ func (d *Deployer) Deploy(ctx context.Context, plan *nodev1.DeployPlan, progress
 	}
 
 	// layout
-	t, err := d.check(plan)
+	t, lp, err := d.check(ctx, plan)
 	if err != nil {
 		return fail(StepLayout, err)
+	}
+	if lp != nil {
+		progress(&nodev1.Progress{Step: StepLayout, InstallId: id, Detail: fmt.Sprintf("image %s (%s, %s of data): its %s partition %d (%s) onto %s; %d partitioned disks, %d arrays, %d volume groups",
+			short(plan.GetImageSha256()), mib(lp.m.Size), mib(lp.m.DataBytes()), lp.it.scheme, lp.it.root.index, mib(lp.it.root.size), lp.image, len(lp.disks), len(lp.raids), len(lp.groups))})
+		fmt.Fprintf(d.cfg.Console, "corral: deploy %s: writing image %s's root filesystem to %s\n", id, short(plan.GetImageSha256()), lp.image)
+		return d.deployLayout(ctx, plan, lp, progress, &written, fail)
 	}
 	progress(&nodev1.Progress{Step: StepLayout, InstallId: id, Detail: fmt.Sprintf("image %s (%s, %s of data) onto %s (%s)",
 		short(plan.GetImageSha256()), mib(t.m.Size), mib(t.m.DataBytes()), t.path, mib(t.size))})

@@ -570,17 +570,15 @@ func TestDeployRefusesBeforeWriting(t *testing.T) {
 			want: "the image (25165824 bytes, 24 MiB) is larger than disk"},
 		"no room for the seed": {disk: imageSize + 4<<20, spoil: func(p *nodev1.DeployPlan) { p.Layout.Disks[0].SizeBytes = 0 },
 			want: "has no room for the image (24 MiB) and the 8 MiB seed partition"},
-		"raids": {spoil: func(p *nodev1.DeployPlan) {
+		"raids beside a whole-disk image": {spoil: func(p *nodev1.DeployPlan) {
 			p.Layout.Raids = []*inventoryv1.LayoutRaid{{Name: "md0", Level: "raid1", Devices: []string{"a", "b"}}}
-		}, want: "not supported by this agent yet: this agent writes a whole-disk image only; the layout asks for software RAID arrays md0 (raid1)"},
-		"volume groups": {spoil: func(p *nodev1.DeployPlan) {
-			p.Layout.VolumeGroups = []*inventoryv1.LayoutVolumeGroup{{Name: "vg0"}}
-		}, want: "LVM volume groups vg0"},
-		"partitions": {spoil: func(p *nodev1.DeployPlan) {
+		}, want: "not supported by this agent yet: the image goes onto the whole disk root and the layout also asks for partitions, arrays or volume groups"},
+		"partitions past the seed": {spoil: func(p *nodev1.DeployPlan) {
 			p.Layout.Disks[0].Table = "gpt"
-			p.Layout.Disks[0].Partitions = []*inventoryv1.LayoutPartition{{Name: "esp", Type: "esp"}, {Name: "root"}}
-		}, want: "a gpt table with 2 partitions on disk root"},
-		"image onto a partition": {spoil: func(p *nodev1.DeployPlan) { p.Layout.Image = "root-part" },
+			p.Layout.Disks[0].Partitions = []*inventoryv1.LayoutPartition{{Name: "esp", Type: "esp", SizeBytes: 8 << 20}, {Name: "root", SizeBytes: 60 << 20}}
+			p.Layout.Image = "root"
+		}, want: "disk root (64 MiB): partition root does not fit before the 8 MiB seed partition at the disk's end"},
+		"image onto a partition of no disk": {spoil: func(p *nodev1.DeployPlan) { p.Layout.Image = "root-part" },
 			want: `the image goes onto "root-part", which is no disk of the layout`},
 		"no such disk": {spoil: func(p *nodev1.DeployPlan) { p.Layout.Disks[0].Device = "/dev/vdz" },
 			want: "/dev/vdz is not a whole disk on this machine (disks: /dev/sr0 (0 B), /dev/vda (64.0 MiB))"},

@@ -1,7 +1,7 @@
 package deploy
 
 import (
-	"cmp"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -25,15 +25,41 @@ type target struct {
 
 // check refuses, before anything is written, a plan this agent cannot
 // apply or whose layout does not fit the real disks, and returns the
-// image's disk.
-func (d *Deployer) check(plan *nodev1.DeployPlan) (*target, error) {
+// image's disk (a whole-disk layout) or the planned layout (a
+// partitioned one).
+func (d *Deployer) check(ctx context.Context, plan *nodev1.DeployPlan) (*target, *layoutPlan, error) {
 	layout := plan.GetLayout()
 	if layout == nil || len(layout.GetDisks()) == 0 {
-		return nil, fmt.Errorf("%w: the plan has no disk layout", ErrLayout)
+		return nil, nil, fmt.Errorf("%w: the plan has no disk layout", ErrLayout)
 	}
-	if err := wholeDiskOnly(layout); err != nil {
-		return nil, err
+	if partitioned(layout) {
+		m, err := d.checkMap(plan)
+		if err != nil {
+			return nil, nil, err
+		}
+		lp, err := d.checkLayout(ctx, plan, m)
+		return nil, lp, err
 	}
+	t, err := d.checkWhole(plan)
+	return t, nil, err
+}
+
+// checkMap parses the plan's block map against its digest and size.
+func (d *Deployer) checkMap(plan *nodev1.DeployPlan) (*diskmap.Map, error) {
+	m, err := diskmap.Parse(plan.GetBlockMap(), plan.GetBlockMapSha256())
+	if err != nil {
+		return nil, fmt.Errorf("block map: %w", err)
+	}
+	if n := plan.GetImageSize(); n != 0 && n != m.Size {
+		return nil, fmt.Errorf("%w: the plan says the image is %d bytes, its block map %d", diskmap.ErrMalformed, n, m.Size)
+	}
+	return m, nil
+}
+
+// checkWhole checks a whole-disk layout: the image onto one disk, grown,
+// with the seed after it.
+func (d *Deployer) checkWhole(plan *nodev1.DeployPlan) (*target, error) {
+	layout := plan.GetLayout()
 	var image *inventoryv1.LayoutDisk
 	for _, ld := range layout.GetDisks() {
 		if ld.GetName() == layout.GetImage() || layout.GetImage() == "" && len(layout.GetDisks()) == 1 {
@@ -41,14 +67,11 @@ func (d *Deployer) check(plan *nodev1.DeployPlan) (*target, error) {
 		}
 	}
 	if image == nil {
-		return nil, fmt.Errorf("%w: the image goes onto %q, which is no disk of the layout (an image onto a partition, array or logical volume is not supported by this agent yet)", ErrUnsupported, layout.GetImage())
+		return nil, fmt.Errorf("%w: the image goes onto %q, which is no disk of the layout", ErrLayout, layout.GetImage())
 	}
-	m, err := diskmap.Parse(plan.GetBlockMap(), plan.GetBlockMapSha256())
+	m, err := d.checkMap(plan)
 	if err != nil {
-		return nil, fmt.Errorf("block map: %w", err)
-	}
-	if n := plan.GetImageSize(); n != 0 && n != m.Size {
-		return nil, fmt.Errorf("%w: the plan says the image is %d bytes, its block map %d", diskmap.ErrMalformed, n, m.Size)
+		return nil, err
 	}
 	disks, err := d.cfg.Disks()
 	if err != nil {
@@ -80,35 +103,6 @@ func (d *Deployer) check(plan *nodev1.DeployPlan) (*target, error) {
 		return nil, fmt.Errorf("%w: disk %s (%s) has no room for the image (%s) and the %s seed partition after it", ErrLayout, t.path, mib(t.size), mib(m.Size), mib(SeedSize))
 	}
 	return t, nil
-}
-
-// wholeDiskOnly refuses a layout with partitions, arrays or volume
-// groups, naming what this agent does not apply yet.
-func wholeDiskOnly(layout *inventoryv1.DiskLayout) error {
-	var asks []string
-	for _, ld := range layout.GetDisks() {
-		if n := len(ld.GetPartitions()); n > 0 || ld.GetTable() != "" {
-			asks = append(asks, fmt.Sprintf("a %s table with %d partitions on disk %s", cmp.Or(ld.GetTable(), "partition"), n, ld.GetName()))
-		}
-	}
-	if r := layout.GetRaids(); len(r) > 0 {
-		var names []string
-		for _, a := range r {
-			names = append(names, fmt.Sprintf("%s (%s)", a.GetName(), a.GetLevel()))
-		}
-		asks = append(asks, "software RAID arrays "+strings.Join(names, ", "))
-	}
-	if vgs := layout.GetVolumeGroups(); len(vgs) > 0 {
-		var names []string
-		for _, vg := range vgs {
-			names = append(names, vg.GetName())
-		}
-		asks = append(asks, "LVM volume groups "+strings.Join(names, ", "))
-	}
-	if len(asks) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: this agent writes a whole-disk image only; the layout asks for %s", ErrUnsupported, strings.Join(asks, " and "))
 }
 
 // checkDisk finds ld's device among disks and checks it can be written.

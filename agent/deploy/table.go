@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -272,8 +273,21 @@ func makeSeed(f *os.File, start, size int64, files []seedFile) error {
 	if got := strings.TrimSpace(back.Label()); got != SeedLabel {
 		return fmt.Errorf("read back: label %q, want %q", got, SeedLabel)
 	}
+	sizes := map[string]int64{}
+	entries, err := back.ReadDir(".")
+	if err != nil {
+		return fmt.Errorf("read back the directory: %w", err)
+	}
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil {
+			sizes[e.Name()] = info.Size()
+		}
+	}
 	for _, sf := range files {
-		data, err := back.ReadFile("/" + sf.name)
+		if n, ok := sizes[sf.name]; !ok || n != int64(len(sf.data)) {
+			return fmt.Errorf("read back %s: the directory says %d bytes (listed: %t), %d were written", sf.name, n, ok, len(sf.data))
+		}
+		data, err := readSeedFile(back, sf.name, len(sf.data))
 		if err != nil {
 			return fmt.Errorf("read back %s: %w", sf.name, err)
 		}
@@ -282,6 +296,23 @@ func makeSeed(f *os.File, start, size int64, files []seedFile) error {
 		}
 	}
 	return nil
+}
+
+// readSeedFile reads n bytes of name in one read: go-diskfs's FAT reader
+// (v1.9.4) returns bytes past a file's end when it is read in several
+// smaller reads (io.ReadAll, as its ReadFile does), for files of 513 to
+// 2047 bytes — the file on the disk is right (mtools reads it whole).
+func readSeedFile(fs *fat16.FileSystem, name string, n int) ([]byte, error) {
+	f, err := fs.OpenFile("/"+name, os.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(f, buf); err != nil {
+		return nil, err
+	}
+	return buf, nil
 }
 
 // zero writes zeros over [off, off+n) of f.

@@ -54,7 +54,9 @@ func (r *rack) deployedMachine(name string) deployed {
 // exactly two; a Debian image with the real cloud-init (built here with
 // mmdebstrap) is uploaded and deployed to each with an SSH key; each
 // boots it from its disk, phones home (DEPLOYED) and answers SSH with the
-// key on the address Corral assigned; released with --erase full, a
+// key on the address Corral assigned (the NVMe machine with a RAID1
+// layout: an ESP on each disk and the root on a RAID1 of both, which
+// /proc/mdstat shows active over SSH); released with --erase full, a
 // machine's disks read back zero; --erase secure on the NVMe machine
 // formats its namespaces (NVMe Format) and is refused on virtio disks.
 func TestLabDeploy(t *testing.T) {
@@ -131,10 +133,26 @@ func TestLabDeploy(t *testing.T) {
 	if err := os.WriteFile(userData, []byte("#cloud-config\nwrite_files:\n  - path: /etc/corral-deployed\n    content: \"deployed by corral: it works\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The NVMe machine gets a RAID1 layout: an ESP on each disk (the
+	// image's boot partition copied onto both) and the root filesystem on
+	// a RAID1 of the rest; the others keep the whole-disk default.
+	raidLayout := filepath.Join(keyDir, "raid1.yaml")
+	if err := os.WriteFile(raidLayout, []byte(`disks:
+  - {name: d0, table: gpt, partitions: [{name: esp0, size: 128M, type: esp}, {name: r0, type: raid}]}
+  - {name: d1, table: gpt, partitions: [{name: esp1, size: 128M, type: esp}, {name: r1, type: raid}]}
+raids: [{name: md0, level: raid1, devices: [r0, r1], filesystem: ext4, mount: /}]
+image: md0
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	t0 = time.Now()
-	for _, n := range names {
+	for i, n := range names {
 		m := ms[n].Name
-		r.mustCorral("machine", "deploy", m, "--image", "debian", "--ssh-key", key+".pub", "--hostname", "deployed-"+n, "--user-data", userData)
+		args := []string{"machine", "deploy", m, "--image", "debian", "--ssh-key", key + ".pub", "--hostname", "deployed-" + n, "--user-data", userData}
+		if i == 2 {
+			args = append(args, "--layout", raidLayout)
+		}
+		r.mustCorral(args...)
 	}
 	r.waitFor("every machine DEPLOYED (its OS phoned home)", 20*time.Minute, func() bool {
 		for _, n := range names {
@@ -164,6 +182,23 @@ func TestLabDeploy(t *testing.T) {
 		}
 		if !strings.Contains(out, "deployed-"+n) || !strings.Contains(out, "deployed by corral: it works") || !strings.Contains(out, " "+d.Deployment.Address+" ") {
 			t.Errorf("%s: over SSH: want hostname deployed-%s, the user data's file and address %s:\n%s", n, n, d.Deployment.Address, out)
+		}
+		if n != names[2] {
+			continue
+		}
+		// The RAID1 root: both NVMe members active ([2/2] [UU], resyncing
+		// or not) and / mounted from the array.
+		out, err = r.ssh(key, addr, "cat /proc/mdstat; findmnt -n -o SOURCE,FSTYPE /")
+		t.Logf("%s: /proc/mdstat and the root over SSH:\n%s", n, out)
+		if err != nil {
+			t.Errorf("%s: ssh: %v", n, err)
+			continue
+		}
+		if !strings.Contains(out, "active raid1") || strings.Count(out, "nvme") < 2 || !strings.Contains(out, "[2/2] [UU]") {
+			t.Errorf("%s: /proc/mdstat: want an active raid1 of both NVMe disks, [2/2] [UU]:\n%s", n, out)
+		}
+		if !strings.Contains(out, "/dev/md") || !strings.Contains(out, "ext4") {
+			t.Errorf("%s: / is not the ext4 on the array:\n%s", n, out)
 		}
 	}
 

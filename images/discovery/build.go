@@ -48,8 +48,13 @@ const FormatVersion = "corral-discovery-8"
 // power-on → READY"). The hypervisor image has none. 11 MiB since the
 // agent proves a TPM's endorsement key (2026-11-28: zstd 10,572,550 bytes,
 // 87 KB over the 10 MiB it had; falling back to xz would cost ~1.7 s of
-// unpacking per discovery boot, the 87 KB ~0.1 s on the wire).
-const MaxInitrdSize = 11 << 20
+// unpacking per discovery boot, the 87 KB ~0.1 s on the wire). 15 MiB
+// since the agent applies disk layouts (2026-11-29: zstd 14,265,538
+// bytes): mdadm, lvm and mkswap bring lvm2's libraries (libgcrypt,
+// libsystemd, libdevmapper, libpcre2 and more), some 3.7 MB compressed,
+// about 0.3 s more on a 100 Mbit/s boot LAN and less than xz's unpacking
+// would cost.
+const MaxInitrdSize = 15 << 20
 
 // DefaultPCIIDs are where Debian's pci.ids package (and hwdata) put the
 // PCI ID database.

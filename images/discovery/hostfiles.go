@@ -19,13 +19,15 @@ import (
 
 // DiscoverHostFiles are the host's Debian files the discovery image
 // carries at the same paths: mke2fs formats the data disk at install
-// (docs/architecture.md, step 6). ELF files bring their shared libraries (ldd).
-var DiscoverHostFiles = []string{"/usr/sbin/mke2fs", "/etc/mke2fs.conf"}
+// (docs/architecture.md, step 6) and a deploy's other filesystems; mdadm,
+// lvm and mkswap apply a deploy's disk layout (docs/architecture.md, "The
+// agent's deploy"). ELF files bring their shared libraries (ldd).
+var DiscoverHostFiles = []string{"/usr/sbin/mke2fs", "/etc/mke2fs.conf", "/usr/sbin/mdadm", "/usr/sbin/lvm", "/usr/sbin/mkswap"}
 
 // DiscoverPackages are the Debian packages DiscoverHostFiles come from;
 // their versions are recorded in the manifest (the cache key hashes the
 // files themselves).
-var DiscoverPackages = []string{"e2fsprogs", "libc6"}
+var DiscoverPackages = []string{"e2fsprogs", "libc6", "mdadm", "lvm2", "util-linux"}
 
 // HypervisorHostFiles are what the hypervisor image adds (docs/architecture.md,
 // step 7): QEMU and qemu-img from qemu-system-x86 and qemu-utils, and

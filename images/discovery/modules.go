@@ -32,6 +32,9 @@ var Modules = []string{
 	// (the crypto API asks for it at mount with metadata_csum), so it is
 	// named here
 	"ext4", "crc32c_generic", "crc32c_intel",
+	// a deploy's layout: software RAID (mdadm) and LVM (device mapper);
+	// no device asks for them, agent/deploy loads them by name
+	"md_mod", "raid1", "raid10", "dm_mod",
 }
 
 // normName is a module's canonical name: the file name without .ko (and

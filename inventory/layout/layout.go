@@ -58,6 +58,11 @@ const (
 // partition) and the last (GPT's backup table, and rounding).
 const TableOverhead = 2 << 20
 
+// SeedOverhead is what the first partitioned disk keeps besides: the
+// agent puts the 8 MiB cloud-init seed partition at its end (in a table
+// slot of its own: an msdos first disk takes 3 partitions at most).
+const SeedOverhead = 8 << 20
+
 // Partition types, tables, filesystems and RAID levels a layout may name.
 var (
 	partitionTypes = []string{"esp", "bios_boot", "linux", "raid", "lvm", "swap"}
@@ -351,18 +356,28 @@ func Resolve(l *inventoryv1.DiskLayout, facts *inventoryv1.Facts, uefi bool) (*i
 // fit checks partitions against their disks and volumes against their
 // groups, and computes every block device's size in g.size on the way.
 func fit(l *inventoryv1.DiskLayout, g *graph) error {
+	seed := true
 	for _, d := range l.Disks {
 		if d.Table == "" {
 			continue
 		}
 		avail := sub(d.SizeBytes, TableOverhead)
+		seedNote := ""
+		if seed {
+			seed = false
+			seedNote = " and the seed partition"
+			avail = sub(avail, SeedOverhead)
+			if d.Table == "msdos" && len(d.Partitions) >= maxMsdosPrimary {
+				return apierr.Invalidf("layout: disk %q: %d partitions on the first partitioned disk's msdos table, at most %d (the cloud-init seed partition takes the fourth entry; use gpt)", d.Name, len(d.Partitions), maxMsdosPrimary-1)
+			}
+		}
 		var sum uint64
 		for _, p := range d.Partitions {
 			sum = addSat(sum, p.SizeBytes)
 		}
 		if sum > avail {
-			return apierr.Preconditionf("layout: disk %q: partitions of %s do not fit %s (%s, %s usable after the partition table)",
-				d.Name, human(sum), d.Device, human(d.SizeBytes), human(avail))
+			return apierr.Preconditionf("layout: disk %q: partitions of %s do not fit %s (%s, %s usable after the partition table%s)",
+				d.Name, human(sum), d.Device, human(d.SizeBytes), human(avail), seedNote)
 		}
 		for _, p := range d.Partitions {
 			if p.SizeBytes == 0 {

@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # cloudimg.sh OUT.qcow2 — a Debian bookworm guest with the real cloud-init
 # inside: an mmdebstrap rootfs (cloud kernel, systemd, cloud-init,
-# openssh-server, ifupdown) on an ext4 partition, and a FAT boot partition
+# openssh-server, ifupdown, mdadm) on an ext4 partition, and a FAT boot partition
 # holding the kernel and initramfs that boots both ways: SYSLINUX for BIOS
 # (MBR boot code, active partition) and systemd-boot for UEFI (the
 # partition's type is 0xEF, the EFI system partition, with
 # \EFI\BOOT\BOOTX64.EFI). Built without loop devices or mounts
 # (mkfs.ext4 -d, mtools, syslinux --install on a file).
+#
+# mdadm is in the rootfs so that its initramfs assembles software RAID:
+# the agent may write this root filesystem onto an md array
+# (docs/operator-guide.md, "Disk layouts"); the kernel finds it by
+# root=LABEL=root on the array (its members show as linux_raid_member,
+# not as the filesystem, so the label names the array alone). The
+# initramfs is made without an mdadm.conf naming arrays (there are none
+# at build time): arrays created with --homehost=any are assembled on
+# any host.
 #
 # Needs: mmdebstrap syslinux syslinux-common mtools dosfstools fdisk
 # e2fsprogs qemu-utils. Env: CORRAL_DEBIAN_MIRROR (default
@@ -19,7 +28,7 @@ trap 'rm -rf "$work"' EXIT
 root=$work/root
 
 mmdebstrap --variant=minbase --mode=root \
-  --include=linux-image-cloud-amd64,initramfs-tools,systemd-boot-efi,systemd-sysv,udev,cloud-init,openssh-server,ifupdown,iproute2,iputils-ping,sudo,netbase,procps \
+  --include=linux-image-cloud-amd64,initramfs-tools,systemd-boot-efi,systemd-sysv,udev,mdadm,cloud-init,openssh-server,ifupdown,iproute2,iputils-ping,sudo,netbase,procps \
   --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
   --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-include=/usr/share/locale/locale.alias' \
   --customize-hook='echo "datasource_list: [ NoCloud, None ]" > "$1/etc/cloud/cloud.cfg.d/90-corral.cfg"' \
