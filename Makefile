@@ -62,9 +62,12 @@ vet: ## go vet and gofmt check
 # failing test, and at the end a summary counting the tests skipped and
 # listing each with its reason (a missing tool fails instead under CI=true,
 # see testsupport/require). PKGS narrows the run: make test PKGS=./ipmi/...
+# The virtual rack's package (cmd/corral-lab: deploy, RAID, erase, standby)
+# takes about 25 minutes on a fresh 2-core machine, hence the 50-minute
+# timeout a package.
 PKGS ?= ./...
 test: tools ## Run every test with -race (end-to-end tests included); ends with the skipped tests and why
-	$(TOOLS)/gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg -- -race -count=1 -p 1 -timeout 30m $(PKGS)
+	$(TOOLS)/gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg -- -race -count=1 -p 1 -timeout 50m $(PKGS)
 
 test-short: ## Unit tests only (-short skips process and end-to-end tests)
 	$(GO) test -race -short -count=1 ./...

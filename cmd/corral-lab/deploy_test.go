@@ -238,6 +238,10 @@ image: md0
 			}
 		}
 	}
+
+	// The two erased machines, READY and free again, make a standby pool:
+	// held powered off, then booted, refilled after an allocation.
+	t.Run("standby", func(t *testing.T) { checkStandbyPool(t, r, []string{full, nvme}) })
 }
 
 // ssh runs cmd as the image's default user on addr from inside the lab's
