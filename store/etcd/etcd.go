@@ -17,8 +17,8 @@
 // Unavailable instead of hanging.
 //
 // A storm offers far more work than a cluster commits, so each appliance
-// admits at most Options.MaxInFlight requests to etcd at once and queues the
-// rest (admit.go): a request waits for its turn at most Options.AdmitWait,
+// admits at most Options.MaxInFlight requests to etcd at once, fewer while
+// etcd answers slowly, and queues the rest (admit.go): a request waits for its turn at most Options.AdmitWait,
 // and only its time at etcd counts against RequestTimeout, so the work that
 // is admitted finishes instead of expiring behind a pile-up; one that is not
 // admitted, or that finds Options.MaxQueued others waiting, is refused at
@@ -95,7 +95,8 @@ type Options struct {
 	// WatchBuffer is each watcher's buffer (default 1024).
 	WatchBuffer int
 	// MaxInFlight bounds the requests this store has at etcd at once
-	// (default 64); MaxQueued bounds those waiting for a turn (default
+	// (default 64; the bound adapts below it to the cluster's pace:
+	// admit.go); MaxQueued bounds those waiting for a turn (default
 	// 4096), AdmitWait how long one waits (default RequestTimeout).
 	// Watches do not count.
 	MaxInFlight int
@@ -189,7 +190,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	// fleet's keys apart from a fleet whose prefix extends this one's
 	// ("/corral" and "/corralx"), whatever the keys look like.
 	s := &Store{cli: cli, prefix: opts.Prefix + "/", opts: opts, log: opts.Logger,
-		adm: newAdmission(opts.MaxInFlight, opts.MaxQueued, opts.AdmitWait, opts.Logger)}
+		adm: newAdmission(opts.MaxInFlight, opts.MaxQueued, opts.AdmitWait, opts.RequestTimeout/5, opts.Logger)}
 	s.base, s.stop = context.WithCancel(context.Background())
 	cctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
 	defer cancel()
