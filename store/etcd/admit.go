@@ -14,7 +14,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
-	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/store"
 )
 
 // admission bounds the requests one appliance has at etcd. A storm offers
@@ -152,7 +152,7 @@ func (a *admission) refuse(op, key, why string) error {
 		a.log.Warn("etcd saturated: request refused; the caller is told to retry", "op", op, "key", key, "why", why,
 			"in_flight", inFlight, "bound", bound, "waiting", waiting, "refused_total", n)
 	}
-	return apierr.Exhaustedf("store/etcd: %s %s: the appliance's store is saturated (%s); retry in about %s, with jitter", op, key, why, RetryAfter)
+	return fmt.Errorf("store/etcd: %s %s: the appliance's store is saturated (%s); retry in about %s, with jitter: %w", op, key, why, RetryAfter, store.ErrBusy)
 }
 
 // Refused is how many requests the store refused for want of a turn.

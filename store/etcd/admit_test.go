@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/testsupport/etcdtest"
 )
 
@@ -27,7 +28,7 @@ func TestAdmissionRefusesPastItsBounds(t *testing.T) {
 	}
 	start := time.Now()
 	err := a.acquire(ctx, "put", "k")
-	if !errors.Is(err, apierr.ErrExhausted) || time.Since(start) < 100*time.Millisecond {
+	if !errors.Is(err, apierr.ErrExhausted) || !errors.Is(err, store.ErrBusy) || time.Since(start) < 100*time.Millisecond {
 		t.Fatalf("waiting past the admission wait: %v after %s, want ResourceExhausted after 100ms", err, time.Since(start))
 	}
 	waiter := make(chan error, 1)
