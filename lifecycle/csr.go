@@ -205,7 +205,7 @@ func (l *Lifecycle) onCSR(stream context.Context, machine string, req *nodev1.Ce
 	now := timestamppb.New(l.now())
 	var out csrOutcome
 	var prior string
-	m, err := l.inv.UpdateMachine(ctx, machine, func(m *inventoryv1.Machine) error {
+	m, err := l.updateMachineRetrying(ctx, machine, func(m *inventoryv1.Machine) error {
 		out, why, prior = csrRefused, "", ""
 		in := m.GetInstall()
 		switch {
@@ -274,7 +274,11 @@ func (l *Lifecycle) onCSR(stream context.Context, machine string, req *nodev1.Ce
 	case csrFirst:
 		// The install's first key, recorded: signed below.
 	}
-	certPEM, err := l.cfg.Identity.SignNode(ctx, machine, csrPEM)
+	var certPEM []byte
+	err = l.retryStore(ctx, machine, func() (err error) {
+		certPEM, err = l.cfg.Identity.SignNode(ctx, machine, csrPEM)
+		return err
+	})
 	if err != nil {
 		l.log.Error("node certificate not signed", "machine", machine, "install_id", id, "err", err)
 		l.refuseCSR(ctx, machine, id, "the appliance could not sign it: "+err.Error())

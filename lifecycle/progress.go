@@ -78,7 +78,7 @@ func (l *Lifecycle) onProgress(ctx context.Context, machine string, p *nodev1.Pr
 	var stale bool
 	var reason, disk, current string
 	var state inventoryv1.Machine_MachineState
-	um, err := l.inv.UpdateMachine(ctx, machine, func(m *inventoryv1.Machine) error {
+	um, err := l.updateMachineRetrying(ctx, machine, func(m *inventoryv1.Machine) error {
 		out, stale, reason, disk = progressStale, false, "", ""
 		current, state = m.GetInstall().GetInstallId(), m.GetState()
 		if wp := m.GetWipe(); id != "" && wp.GetWipeId() == id {

@@ -38,6 +38,10 @@ const (
 
 	// Full-mode DHCP leases (boot/dhcp), one per address.
 	LeasesPrefix = "/boot/leases/"
+	// Each MAC's address in a subnet (boot/dhcp), one per MAC and subnet:
+	// written with every binding, so a MAC holds one live lease a subnet
+	// across the fleet.
+	LeaseHoldersPrefix = "/boot/lease-holders/"
 
 	// Tokens, the boot-token key and node certificates (auth).
 	TokensPrefix       = "/auth/tokens/"

@@ -34,6 +34,10 @@ var (
 	// reached (class apierr.ErrOutOfRange). The error's text names the
 	// oldest revision still kept; the caller must re-list.
 	ErrCompacted = apierr.New(apierr.ErrOutOfRange, "store: revision compacted")
+	// ErrBusy: the store is saturated and refused the request before
+	// sending it (store/etcd's admission); nothing was written, and the
+	// caller may try again after a pause (class apierr.ErrExhausted).
+	ErrBusy = apierr.New(apierr.ErrExhausted, "store: saturated")
 )
 
 // KV is one stored record. Revision is the store-wide revision at which the

@@ -194,12 +194,15 @@ type Server struct {
 	// UDP.
 	connIO, pxeIO *udpIO
 
-	dropped  atomic.Uint64
-	bad      atomic.Uint64
-	bound    atomic.Pointer[bound] // handle's deadlines (set by New, re-rooted by Run)
-	seenMu   sync.Mutex
-	seen     map[netip.Addr]string // IP → MAC learned from packets (proxy mode, TFTP)
-	handlers sync.WaitGroup
+	dropped atomic.Uint64
+	bad     atomic.Uint64
+	// busySilent counts DISCOVERs left unanswered because the store was
+	// busy when the client's machine was to be recorded (full.go).
+	busySilent atomic.Uint64
+	bound      atomic.Pointer[bound] // handle's deadlines (set by New, re-rooted by Run)
+	seenMu     sync.Mutex
+	seen       map[netip.Addr]string // IP → MAC learned from packets (proxy mode, TFTP)
+	handlers   sync.WaitGroup
 
 	// Option bytes every reply shares (read-only): the server identifier,
 	// the lease time, and each range's (by subnet) netmask, routers and

@@ -49,7 +49,17 @@ func (s *Server) respondFull(ctx context.Context, m *dhcpv4.DHCPv4, mac string) 
 	dst := destination(m)
 	switch messageType(m) {
 	case dhcpv4.MessageTypeDiscover:
-		recorded := s.identify(ctx, c, attrs)
+		recorded, busy := s.identifyBusy(ctx, c, attrs)
+		if busy {
+			// The machine is not recorded because the store is busy: an
+			// OFFER now would boot it into a script that does not know it
+			// (404) and a reboot, each loop another DHCP exchange and more
+			// store work. Silence costs one retransmission, a few seconds
+			// later, when its record can be written.
+			s.warn.Warn(logStoreBusy, "store busy: DISCOVER not answered; the client will retransmit", "mac", mac, "err", attrs.get("inventory_error"))
+			s.busySilent.Add(1)
+			return nil, nil
+		}
 		// Clients that do not network-boot (no option 60/77/93/175: BMCs,
 		// switches, load generators) get only their problems on the
 		// timeline (nak, decline, no-offer, ignored), not every DISCOVER,

@@ -123,6 +123,12 @@ type leases struct {
 	// superseded counts older bindings released because the MAC was bound
 	// again in the same subnet (by another appliance, as a rule).
 	superseded atomic.Uint64
+	// contended counts bindings refused because the fleet had bound the
+	// MAC to another live address (holder.go).
+	contended atomic.Uint64
+	// holders caches the holder records this appliance wrote or read
+	// (holder.go): key → address and revision, one per MAC and subnet.
+	holders map[string]holderSeen
 }
 
 // Every map of leases is bounded by the leases in the store (written only
@@ -132,7 +138,7 @@ type leases struct {
 // per entry of offers, next one per range.
 
 func newLeases(st store.Store, now func() time.Time, quarantine time.Duration, log *slog.Logger) *leases {
-	return &leases{st: st, now: now, log: log, byIP: map[netip.Addr]leaseEntry{}, byMAC: map[string]netip.Addr{},
+	return &leases{st: st, now: now, log: log, byIP: map[netip.Addr]leaseEntry{}, byMAC: map[string]netip.Addr{}, holders: map[string]holderSeen{},
 		offers: map[netip.Addr]offer{}, offerOf: map[string]netip.Addr{}, next: map[netip.Prefix]netip.Addr{}, quarantine: quarantine}
 }
 
@@ -494,7 +500,7 @@ func (p *leases) Bind(ctx context.Context, mac, cid string, need Need, ip netip.
 		l := &bootv1.Lease{Ip: ip.String(), Mac: mac, State: bootv1.Lease_STATE_ACTIVE,
 			ExpiresUnix: now.Add(ttl).Unix(), UpdatedUnix: now.Unix(), Subnet: r.Subnet.String(),
 			Hostname: hostname, Relay: relay, PinnedBy: pinned}
-		newRev, err := record.Put(ctx, p.st, leaseKey(ip), l, rev)
+		newRev, err := p.commitBind(ctx, ip, l, rev, r, now)
 		if errors.Is(err, store.ErrConflict) {
 			if err := p.reload(ctx, ip); err != nil {
 				return nil, err

@@ -22,6 +22,7 @@ const (
 	logNak            = "nak"
 	logIgnoredRelay   = "ignored-relay"
 	logLeaseNotStored = "lease-not-stored"
+	logStoreBusy      = "store-busy"
 )
 
 // logLimiter writes at most one line per kind per interval: a packet

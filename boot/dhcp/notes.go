@@ -13,6 +13,7 @@ import (
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/internal/termsafe"
+	"github.com/corralhq/corral/store"
 )
 
 func (s *Server) event(mac, event, detail string, attrs map[string]string) {
@@ -117,26 +118,45 @@ func clientAttrs(c Client, m *dhcpv4.DHCPv4) map[string]string {
 // when inventory refused to record a new machine (the discovered-machine
 // cap): the client then gets no boot file.
 func (s *Server) identify(ctx context.Context, c Client, attrs *note) bool {
+	ok, _ := s.identifyBusy(ctx, c, attrs)
+	return ok
+}
+
+// identifyBusy is identify that also says whether the machine went
+// unrecorded only because the store is busy (saturated, or no answer in
+// time): then nothing is wrong with the client, and a moment later its
+// record will be written.
+func (s *Server) identifyBusy(ctx context.Context, c Client, attrs *note) (recorded, busy bool) {
 	if !c.NetBoot() {
-		return true
+		return true, false
 	}
 	m, created, err := s.cfg.Inventory.EnsureMachineForMAC(ctx, c.MAC)
+	if storeBusy(err) {
+		attrs.set("inventory_error", err.Error())
+		return true, true
+	}
 	if errors.Is(err, apierr.ErrExhausted) {
 		s.warn.Warn(logDiscoveredCap, "unknown network-booting MAC not recorded: no boot file for it", "mac", c.MAC, "err", err)
 		attrs.set("inventory_error", err.Error())
-		return false
+		return false, false
 	}
 	if err != nil {
 		s.warn.Warn(logInventory, "inventory: cannot ensure machine", "mac", c.MAC, "err", err)
 		attrs.set("inventory_error", err.Error())
-		return true
+		return true, false
 	}
 	attrs.set("machine", m.GetName())
 	if created {
 		attrs.set("new_machine", "true")
 	}
 	attrs.set("intent", intentLabel(bootIntent(m)))
-	return true
+	return true, false
+}
+
+// storeBusy reports whether err is the store refusing for saturation or
+// not answering in time.
+func storeBusy(err error) bool {
+	return errors.Is(err, store.ErrBusy) || errors.Is(err, apierr.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // bootIntent is what m boots, derived from the record EnsureMachineForMAC

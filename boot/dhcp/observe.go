@@ -74,3 +74,17 @@ func (s *Server) Superseded() uint64 {
 	}
 	return s.leases.superseded.Load()
 }
+
+// BusySilent is how many DISCOVERs were left unanswered because the
+// store was busy when the client's machine was to be recorded.
+func (s *Server) BusySilent() uint64 { return s.busySilent.Load() }
+
+// Contended is how many bindings were refused because the fleet had
+// already bound the client to another live address in the subnet (the
+// client was NAKed and is offered that address when it DISCOVERs again).
+func (s *Server) Contended() uint64 {
+	if s.leases == nil {
+		return 0
+	}
+	return s.leases.contended.Load()
+}

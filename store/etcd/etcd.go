@@ -14,7 +14,18 @@
 //
 // Requests carry a deadline (Options.RequestTimeout): without quorum etcd
 // leaves linearizable requests waiting, and an API call must fail with a clear
-// Unavailable instead of hanging. Nothing is cached: every Get and List is a
+// Unavailable instead of hanging.
+//
+// A storm offers far more work than a cluster commits, so each appliance
+// admits at most Options.MaxInFlight requests to etcd at once, fewer while
+// etcd answers slowly, and queues the rest (admit.go): a request waits for its turn at most Options.AdmitWait,
+// and only its time at etcd counts against RequestTimeout, so the work that
+// is admitted finishes instead of expiring behind a pile-up; one that is not
+// admitted, or that finds Options.MaxQueued others waiting, is refused at
+// once with ResourceExhausted and a retry hint, before it costs etcd
+// anything. etcd's own refusals that commit nothing ("too many requests",
+// no leader) are retried with a jittered back-off within the deadline.
+// Nothing is cached: every Get and List is a
 // linearizable read, so a record written through one appliance is read back
 // through any other.
 package etcd
@@ -54,6 +65,10 @@ const (
 	// DefaultWatchBuffer is how many events a watcher may fall behind by
 	// before it is disconnected.
 	DefaultWatchBuffer = 1024
+	// DefaultMaxInFlight bounds one appliance's requests at etcd at once.
+	DefaultMaxInFlight = 64
+	// DefaultMaxQueued bounds the requests waiting for a turn.
+	DefaultMaxQueued = 4096
 	// listPage is how many keys one range request of List returns; List
 	// reads every page at the first page's revision, so the result is one
 	// consistent snapshot however long it is.
@@ -79,6 +94,14 @@ type Options struct {
 	UpdateAttempts int
 	// WatchBuffer is each watcher's buffer (default 1024).
 	WatchBuffer int
+	// MaxInFlight bounds the requests this store has at etcd at once
+	// (default 64; the bound adapts below it to the cluster's pace:
+	// admit.go); MaxQueued bounds those waiting for a turn (default
+	// 4096), AdmitWait how long one waits (default RequestTimeout).
+	// Watches do not count.
+	MaxInFlight int
+	MaxQueued   int
+	AdmitWait   time.Duration
 	Logger      *slog.Logger
 }
 
@@ -93,6 +116,8 @@ type Store struct {
 	closed bool
 	// stripes serialise this process's Updates of one key.
 	stripes [updateStripes]sync.Mutex
+	// adm admits requests to etcd (admit.go).
+	adm *admission
 	// stop ends every watcher when the store closes.
 	stop context.CancelFunc
 	base context.Context
@@ -164,7 +189,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	// Every key is stored as Prefix + "/" + key: the separator keeps one
 	// fleet's keys apart from a fleet whose prefix extends this one's
 	// ("/corral" and "/corralx"), whatever the keys look like.
-	s := &Store{cli: cli, prefix: opts.Prefix + "/", opts: opts, log: opts.Logger}
+	s := &Store{cli: cli, prefix: opts.Prefix + "/", opts: opts, log: opts.Logger,
+		adm: newAdmission(opts.MaxInFlight, opts.MaxQueued, opts.AdmitWait, opts.RequestTimeout/5, opts.Logger)}
 	s.base, s.stop = context.WithCancel(context.Background())
 	cctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
 	defer cancel()
@@ -205,6 +231,15 @@ func (o *Options) fill() error {
 	}
 	if o.WatchBuffer <= 0 {
 		o.WatchBuffer = DefaultWatchBuffer
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = DefaultMaxInFlight
+	}
+	if o.MaxQueued <= 0 {
+		o.MaxQueued = DefaultMaxQueued
+	}
+	if o.AdmitWait <= 0 {
+		o.AdmitWait = o.RequestTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -316,11 +351,13 @@ func (s *Store) Get(ctx context.Context, key string) (store.KV, error) {
 	if err := s.enter(); err != nil {
 		return store.KV{}, err
 	}
-	rctx, cancel := s.reqCtx(ctx)
-	defer cancel()
-	resp, err := s.cli.Get(rctx, s.prefix+key)
+	var resp *clientv3.GetResponse
+	err := s.do(ctx, "get", key, true, func(rctx context.Context) (err error) {
+		resp, err = s.cli.Get(rctx, s.prefix+key)
+		return err
+	})
 	if err != nil {
-		return store.KV{}, s.wrap(ctx, "get", key, err)
+		return store.KV{}, err
 	}
 	if len(resp.Kvs) == 0 {
 		return store.KV{}, fmt.Errorf("%s: %w", key, store.ErrNotFound)
@@ -347,15 +384,17 @@ func (s *Store) ListRevision(ctx context.Context, prefix string) ([]store.KV, in
 	out := []store.KV{}
 	from, rev := full, int64(0)
 	for {
-		rctx, cancel := s.reqCtx(ctx)
 		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPage)}
 		if rev != 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}
-		resp, err := s.cli.Get(rctx, from, opts...)
-		cancel()
+		var resp *clientv3.GetResponse
+		err := s.do(ctx, "list", prefix, true, func(rctx context.Context) (err error) {
+			resp, err = s.cli.Get(rctx, from, opts...)
+			return err
+		})
 		if err != nil {
-			return nil, 0, s.wrap(ctx, "list", prefix, err)
+			return nil, 0, err
 		}
 		if rev == 0 {
 			rev = resp.Header.Revision
@@ -386,12 +425,14 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, rev int64) (i
 	if rev < 0 {
 		return 0, fmt.Errorf("%s: revision %d: %w", key, rev, store.ErrConflict)
 	}
-	rctx, cancel := s.reqCtx(ctx)
-	defer cancel()
 	k := s.prefix + key
-	resp, err := s.cli.Txn(rctx).If(cmpRev(k, rev)).Then(clientv3.OpPut(k, string(value))).Commit()
+	var resp *clientv3.TxnResponse
+	err := s.do(ctx, "put", key, false, func(rctx context.Context) (err error) {
+		resp, err = s.cli.Txn(rctx).If(cmpRev(k, rev)).Then(clientv3.OpPut(k, string(value))).Commit()
+		return err
+	})
 	if err != nil {
-		return 0, s.wrap(ctx, "put", key, err)
+		return 0, err
 	}
 	if !resp.Succeeded {
 		return 0, fmt.Errorf("%s: %w", key, store.ErrConflict)
@@ -410,16 +451,18 @@ func (s *Store) delete(ctx context.Context, key string, rev int64) (int64, error
 	if err := s.enter(); err != nil {
 		return 0, err
 	}
-	rctx, cancel := s.reqCtx(ctx)
-	defer cancel()
 	k := s.prefix + key
-	resp, err := s.cli.Txn(rctx).
-		If(clientv3.Compare(clientv3.ModRevision(k), "=", rev), clientv3.Compare(clientv3.CreateRevision(k), ">", 0)).
-		Then(clientv3.OpDelete(k)).
-		Else(clientv3.OpGet(k, clientv3.WithCountOnly())).
-		Commit()
+	var resp *clientv3.TxnResponse
+	err := s.do(ctx, "delete", key, false, func(rctx context.Context) (err error) {
+		resp, err = s.cli.Txn(rctx).
+			If(clientv3.Compare(clientv3.ModRevision(k), "=", rev), clientv3.Compare(clientv3.CreateRevision(k), ">", 0)).
+			Then(clientv3.OpDelete(k)).
+			Else(clientv3.OpGet(k, clientv3.WithCountOnly())).
+			Commit()
+		return err
+	})
 	if err != nil {
-		return 0, s.wrap(ctx, "delete", key, err)
+		return 0, err
 	}
 	if resp.Succeeded {
 		return resp.Header.Revision, nil
@@ -460,11 +503,13 @@ func (s *Store) Txn(ctx context.Context, ops []store.Op) (int64, error) {
 			// A precondition only: its compare above.
 		}
 	}
-	rctx, cancel := s.reqCtx(ctx)
-	defer cancel()
-	resp, err := s.cli.Txn(rctx).If(cmps...).Then(writes...).Else(reads...).Commit()
+	var resp *clientv3.TxnResponse
+	err := s.do(ctx, "txn", fmt.Sprintf("%s (%d operations)", ops[0].Key, len(ops)), false, func(rctx context.Context) (err error) {
+		resp, err = s.cli.Txn(rctx).If(cmps...).Then(writes...).Else(reads...).Commit()
+		return err
+	})
 	if err != nil {
-		return 0, s.wrap(ctx, "txn", fmt.Sprintf("%s (%d operations)", ops[0].Key, len(ops)), err)
+		return 0, err
 	}
 	if resp.Succeeded {
 		return resp.Header.Revision, nil
@@ -576,11 +621,13 @@ func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, e
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
-	rctx, cancel := s.reqCtx(ctx)
-	resp, err := s.cli.Get(rctx, s.prefix+prefix, clientv3.WithCountOnly())
-	cancel()
+	var resp *clientv3.GetResponse
+	err := s.do(ctx, "watch", prefix, true, func(rctx context.Context) (err error) {
+		resp, err = s.cli.Get(rctx, s.prefix+prefix, clientv3.WithCountOnly())
+		return err
+	})
 	if err != nil {
-		return nil, s.wrap(ctx, "watch", prefix, err)
+		return nil, err
 	}
 	return s.watchAfter(ctx, prefix, resp.Header.Revision)
 }
@@ -591,11 +638,13 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 	if err := s.enter(); err != nil {
 		return 0, err
 	}
-	rctx, cancel := s.reqCtx(ctx)
-	defer cancel()
-	resp, err := s.cli.Get(rctx, s.prefix, clientv3.WithCountOnly())
+	var resp *clientv3.GetResponse
+	err := s.do(ctx, "revision", "", true, func(rctx context.Context) (err error) {
+		resp, err = s.cli.Get(rctx, s.prefix, clientv3.WithCountOnly())
+		return err
+	})
 	if err != nil {
-		return 0, s.wrap(ctx, "revision", "", err)
+		return 0, err
 	}
 	return resp.Header.Revision, nil
 }
