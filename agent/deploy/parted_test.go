@@ -511,7 +511,7 @@ func TestDeployRaidFails(t *testing.T) {
 func TestSubMap(t *testing.T) {
 	fx := newPFixture(t, true, &inventoryv1.DiskLayout{}, 64<<20)
 	m := plannedMap(t, fx.plan)
-	sm, edges := subMap(m, pRootStart, pImageSize)
+	sm, _ := subMap(m, pRootStart, pImageSize)
 	if sm.Size != pRootSize || len(sm.Extents) == 0 || sm.Extents[0].Offset != 0 {
 		t.Errorf("sub-map %+v", sm)
 	}
@@ -519,7 +519,7 @@ func TestSubMap(t *testing.T) {
 		t.Error(err)
 	}
 	// A window cutting the root's first data in two: that extent is an edge.
-	_, edges = subMap(m, pRootStart+4096, pImageSize)
+	_, edges := subMap(m, pRootStart+4096, pImageSize)
 	if len(edges) != 1 || edges[0].Offset != pRootStart {
 		t.Errorf("edges %v", edges)
 	}

@@ -75,7 +75,7 @@ func cmdImage(args []string) error {
 	out := fs.String("out", "", "image file to create")
 	size := fs.Int64("size", 2<<30, "virtual size in bytes")
 	data := fs.Int64("data", 256*mib, "bytes of data, about")
-	fs.Parse(args)
+	_ = fs.Parse(args) // ExitOnError: a bad flag exits with its usage
 	if *out == "" {
 		return errors.New("-out is required")
 	}
@@ -153,7 +153,7 @@ func cmdUpload(args []string) error {
 	name := fs.String("name", "bench", "OS image name")
 	file := fs.String("file", "", "image to upload")
 	format := fs.String("format", "raw", "the image's format: raw or qcow2")
-	fs.Parse(args)
+	_ = fs.Parse(args) // ExitOnError: a bad flag exits with its usage
 	formats := map[string]osimagev1.OSImageFormat{"raw": osimagev1.OSImageFormat_OS_IMAGE_FORMAT_RAW, "qcow2": osimagev1.OSImageFormat_OS_IMAGE_FORMAT_QCOW2}
 	f0, ok := formats[*format]
 	if !ok {
@@ -249,7 +249,7 @@ func cmdServe(args []string) error {
 	clients := fs.Int("clients", 10, "concurrent deploys")
 	runs := fs.Int("runs", 5, "runs of each server")
 	mode := fs.String("mode", "extents", "extents (Range GETs of the map's extents) or whole (one GET of the file)")
-	fs.Parse(args)
+	_ = fs.Parse(args) // ExitOnError: a bad flag exits with its usage
 	m, err := loadMap(*mapFile)
 	if err != nil {
 		return err
@@ -367,7 +367,7 @@ func cmdWrite(args []string) error {
 	url := fs.String("url", "", "the appliance's raw view of the image")
 	device := fs.String("device", "", "target block device or file")
 	runs := fs.Int("runs", 5, "runs of each writer")
-	fs.Parse(args)
+	_ = fs.Parse(args) // ExitOnError: a bad flag exits with its usage
 	m, err := loadMap(*mapFile)
 	if err != nil {
 		return err
@@ -377,7 +377,7 @@ func cmdWrite(args []string) error {
 		return err
 	}
 	defer src.Close()
-	fileFetch := func(_ context.Context, off, n int64) (io.ReadCloser, error) {
+	fileFetch := func(_ context.Context, off, n int64) (io.ReadCloser, error) { //nolint:unparam // diskwrite's fetch signature
 		return io.NopCloser(io.NewSectionReader(src, off, n)), nil
 	}
 	writers := []struct {
@@ -471,7 +471,7 @@ func cmdErase(args []string) error {
 	device := fs.String("device", "", "whole block device (a loop device)")
 	zeroDevice := fs.String("zero-device", "", "a twin of -device whose discard is turned off for the zeroing path")
 	runs := fs.Int("runs", 3, "runs of each level")
-	fs.Parse(args)
+	_ = fs.Parse(args) // ExitOnError: a bad flag exits with its usage
 	size, err := blockSize(*device)
 	if err != nil {
 		return err
@@ -537,7 +537,7 @@ func cmdErase(args []string) error {
 func cmdLoopReset(args []string) error {
 	fs := flag.NewFlagSet("loopreset", flag.ExitOnError)
 	device := fs.String("device", "", "a detached loop device, /dev/loopN")
-	fs.Parse(args)
+	_ = fs.Parse(args) // ExitOnError: a bad flag exits with its usage
 	var n uintptr
 	if _, err := fmt.Sscanf(*device, "/dev/loop%d", &n); err != nil {
 		return fmt.Errorf("%q is not /dev/loopN", *device)

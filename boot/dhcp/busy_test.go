@@ -42,7 +42,9 @@ func TestDiscoverSilentWhileStoreBusy(t *testing.T) {
 			}
 		})
 	}
-	f := newFixture(t, ModeFull, func(c *Config) { c.Inventory = failingInventory{apierr.Exhaustedf("inventory: too many discovered machines")} })
+	f := newFixture(t, ModeFull, func(c *Config) {
+		c.Inventory = failingInventory{apierr.Exhaustedf("inventory: too many discovered machines")}
+	})
 	if o, _ := f.do(t, discover(t, mac(0x952), biosPXE)); msgType(o) != "OFFER" {
 		t.Fatalf("over the discovered cap: %v, want an OFFER without a boot file", o)
 	}

@@ -107,8 +107,9 @@ func (p *leases) commitBind(ctx context.Context, ip netip.Addr, l *bootv1.Lease,
 // binding, and stays as read. When it is, the binding is refused with
 // ErrOtherAddress and memory learns that lease.
 func (p *leases) otherBinding(ctx context.Context, mac, held string, ip netip.Addr, now time.Time) ([]store.Op, error) {
-	other, err := netip.ParseAddr(held)
-	if err != nil || other == ip {
+	// A holder naming no address (never written so) binds nothing.
+	other, _ := netip.ParseAddr(held)
+	if !other.IsValid() || other == ip {
 		return nil, nil
 	}
 	kv, err := p.st.Get(ctx, leaseKey(other))
