@@ -15,9 +15,10 @@ import (
 // firmware (SeaBIOS with the iPXE ROMs, OVMF), Debian's iPXE binaries,
 // OpenIPMI's ipmi_sim, iproute2, and what `corrald images build` needs to
 // build the discovery image (apt-get download, dpkg-deb, depmod, zstd and
-// xz, pci.ids), and swtpm for the machines' TPMs.
+// xz, pci.ids, and the host files it carries: mke2fs, mdadm, lvm and
+// mkswap), and swtpm for the machines' TPMs.
 var Packages = []string{"iproute2", "qemu-system-x86", "qemu-utils", "ovmf", "ipxe", "openipmi", "ipmitool",
-	"kmod", "zstd", "xz-utils", "pci.ids", "ca-certificates", "swtpm"}
+	"kmod", "zstd", "xz-utils", "pci.ids", "ca-certificates", "swtpm", "e2fsprogs", "mdadm", "lvm2"}
 
 // requiredFiles maps a file or program the lab needs to its package.
 var requiredFiles = map[string]string{
@@ -33,6 +34,9 @@ var requiredFiles = map[string]string{
 	"xz":                      "xz-utils",
 	"/usr/share/misc/pci.ids": "pci.ids",
 	"swtpm":                   "swtpm",
+	"/usr/sbin/mke2fs":        "e2fsprogs",
+	"/usr/sbin/mdadm":         "mdadm",
+	"/usr/sbin/lvm":           "lvm2",
 }
 
 // FleetPackages are what a fleet lab (--appliances 2 or more) needs
