@@ -273,6 +273,18 @@ func (d *Deployer) Deploy(ctx context.Context, plan *nodev1.DeployPlan, progress
 	return nil
 }
 
+// every passes report on to diskwrite's progress at most every
+// ProgressInterval.
+func (d *Deployer) every(report func(done, total int64)) func(done, total int64) {
+	last := time.Now()
+	return func(n, total int64) {
+		if now := time.Now(); now.Sub(last) >= d.cfg.ProgressInterval {
+			last = now
+			report(n, total)
+		}
+	}
+}
+
 // writeImage streams the image onto t with diskwrite, reporting "image"
 // progress at most every ProgressInterval (and at the end).
 func (d *Deployer) writeImage(ctx context.Context, plan *nodev1.DeployPlan, t *target, progress func(*nodev1.Progress)) error {
@@ -281,7 +293,6 @@ func (d *Deployer) writeImage(ctx context.Context, plan *nodev1.DeployPlan, t *t
 		progress(&nodev1.Progress{Step: StepImage, InstallId: id, Detail: fmt.Sprintf("%d MiB of %d MiB written", done>>20, total>>20)})
 	}
 	report(0, t.m.Size)
-	last := time.Now()
 	err := diskwrite.Write(ctx, diskwrite.Config{
 		Device:   t.path,
 		Map:      t.m,
@@ -289,12 +300,7 @@ func (d *Deployer) writeImage(ctx context.Context, plan *nodev1.DeployPlan, t *t
 		Attempts: d.cfg.attempts,
 		Backoff:  d.cfg.backoff,
 		Log:      d.cfg.Logger,
-		Progress: func(n, total int64) {
-			if now := time.Now(); now.Sub(last) >= d.cfg.ProgressInterval {
-				last = now
-				report(n, total)
-			}
-		},
+		Progress: d.every(report),
 	})
 	if err != nil {
 		return err

@@ -241,7 +241,6 @@ func (d *Deployer) writePart(ctx context.Context, plan *nodev1.DeployPlan, m *di
 		return fmt.Errorf("%w: %s (%s) is smaller than the image's partition %d (%s)", ErrLayout, dev, mib(size), p.index, mib(sm.Size))
 	}
 	id := plan.GetDeploymentId()
-	last := time.Now()
 	report := func(done, total int64) {
 		if progress != nil {
 			progress(&nodev1.Progress{Step: StepImage, InstallId: id, Detail: fmt.Sprintf("%d MiB of %d MiB written to %s", done>>20, total>>20, dev)})
@@ -251,12 +250,7 @@ func (d *Deployer) writePart(ctx context.Context, plan *nodev1.DeployPlan, m *di
 	err := diskwrite.Write(ctx, diskwrite.Config{
 		Device: dev, Map: sm, Fetch: shifted(fetch, p.start),
 		Attempts: d.cfg.attempts, Backoff: d.cfg.backoff, Log: d.cfg.Logger,
-		Progress: func(n, total int64) {
-			if now := time.Now(); now.Sub(last) >= d.cfg.ProgressInterval {
-				last = now
-				report(n, total)
-			}
-		},
+		Progress: d.every(report),
 	})
 	if err != nil {
 		return err
