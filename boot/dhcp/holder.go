@@ -29,6 +29,9 @@ import (
 // Holders are never deleted: like the sticky leases, one stays per MAC
 // and subnet the fleet has bound.
 
+// holderCacheMax bounds the holder records an appliance remembers.
+var holderCacheMax = 65536
+
 // LeaseHoldersPrefix is the store prefix of the MACs' holder records.
 const LeaseHoldersPrefix = store.LeaseHoldersPrefix
 
@@ -91,6 +94,11 @@ func (p *leases) commitBind(ctx context.Context, ip netip.Addr, l *bootv1.Lease,
 	nrev, err := p.st.Txn(ctx, ops)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if _, ok := p.holders[hk]; !ok && len(p.holders) >= holderCacheMax {
+		// A cache: a holder it forgets is read again after one conflict.
+		// Bounded, or MACs that come and go would grow it for ever.
+		clear(p.holders)
+	}
 	switch {
 	case err == nil && hold.rev == 0:
 		p.holders[hk] = holderSeen{ip: ip.String(), rev: nrev}

@@ -127,7 +127,8 @@ type leases struct {
 	// MAC to another live address (holder.go).
 	contended atomic.Uint64
 	// holders caches the holder records this appliance wrote or read
-	// (holder.go): key → address and revision, one per MAC and subnet.
+	// (holder.go): key → address and revision, one per MAC and subnet,
+	// at most holderCacheMax (then cleared: a forgotten one is read again).
 	holders map[string]holderSeen
 }
 
