@@ -440,7 +440,7 @@ func (i *Inventory) DeleteMachine(ctx context.Context, name string) error {
 			// Deleting it now would leave the last owner's data on disks
 			// the next discovery hands to someone else.
 			return apierr.Preconditionf("machine %q is RELEASING: its disks are being erased; delete it once it is READY or FAILED", name)
-		case open(m):
+		case allocHeld(m):
 			return apierr.Preconditionf("machine %q is %s and allocated to %s: release it first", name, m.GetState(), ownerWords(m.GetAllocation()))
 		}
 		if err := tx.Delete(machinePrefix + name); err != nil {

@@ -164,7 +164,7 @@ func Transition(m *inventoryv1.Machine, ev Event) error {
 			// Already past discovery: a re-register leaves the state.
 		}
 	case EventAccepted:
-		if from == inventoryv1.Machine_FAILED && open(m) {
+		if from == inventoryv1.Machine_FAILED && allocHeld(m) {
 			return refuse("machine %q is FAILED and allocated: release it first (corral machine release %s)", name, name)
 		}
 		switch from {
@@ -175,7 +175,7 @@ func Transition(m *inventoryv1.Machine, ev Event) error {
 		case inventoryv1.Machine_RELEASING:
 			return refuse("machine %q is RELEASING: its disks are being erased", name)
 		case inventoryv1.Machine_INSTALLING, inventoryv1.Machine_DEPLOYED:
-			if open(m) {
+			if allocHeld(m) {
 				return refuse("machine %q is %s for its owner: release it first (corral machine release %s)", name, from, name)
 			}
 			return refuse("machine %q is %s: already deployed: reprovision it first", name, from)
@@ -206,7 +206,7 @@ func Transition(m *inventoryv1.Machine, ev Event) error {
 		if from == inventoryv1.Machine_CONFLICT {
 			return refuse("machine %q is a parked report in CONFLICT: adopt or reject it", name)
 		}
-		if ev == EventReprovisioned && (from == inventoryv1.Machine_ALLOCATED || from == inventoryv1.Machine_DEPLOYING || open(m)) {
+		if ev == EventReprovisioned && (from == inventoryv1.Machine_ALLOCATED || from == inventoryv1.Machine_DEPLOYING || allocHeld(m)) {
 			return refuse("machine %q is %s: release it first (corral machine release %s)", name, from, name)
 		}
 		if ev == EventReprovisioned && from == inventoryv1.Machine_RELEASING {
@@ -250,7 +250,7 @@ func Transition(m *inventoryv1.Machine, ev Event) error {
 		}
 		to = inventoryv1.Machine_INVENTORIED
 	case EventPooled:
-		if from == inventoryv1.Machine_FAILED && open(m) {
+		if from == inventoryv1.Machine_FAILED && allocHeld(m) {
 			return refuse("machine %q is FAILED and allocated: release it first (corral machine release %s)", name, name)
 		}
 		if from == inventoryv1.Machine_FAILED && m.GetErase().GetError() != "" {
@@ -276,7 +276,7 @@ func Transition(m *inventoryv1.Machine, ev Event) error {
 		}
 		to = inventoryv1.Machine_ALLOCATED
 	case EventReleased, EventReleasing:
-		retry := ev == EventReleasing && !open(m)
+		retry := ev == EventReleasing && !allocHeld(m)
 		switch {
 		case ev == EventReleasing && retry && m.GetErase() != nil &&
 			(from == inventoryv1.Machine_RELEASING || from == inventoryv1.Machine_FAILED):
@@ -327,15 +327,9 @@ func Transition(m *inventoryv1.Machine, ev Event) error {
 	return nil
 }
 
-// open reports whether m's allocation is open (set and not released).
-func open(m *inventoryv1.Machine) bool {
-	a := m.GetAllocation()
-	return a != nil && a.GetReleasedAt() == nil
-}
-
 // allocatedTo reports whether m has an open allocation and its state
 // (from) is one of states: a deployed, deploying or failed machine of an
 // owner, as opposed to a hypervisor node in the same state.
 func allocatedTo(m *inventoryv1.Machine, from inventoryv1.Machine_MachineState, states ...inventoryv1.Machine_MachineState) bool {
-	return open(m) && slices.Contains(states, from)
+	return allocHeld(m) && slices.Contains(states, from)
 }
