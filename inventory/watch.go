@@ -37,6 +37,7 @@ func (s *MachineServer) WatchMachines(req *inventoryv1.WatchMachinesRequest, str
 		match = func(m *inventoryv1.Machine) bool { return who.Sees(m) && (byState == nil || byState(m)) }
 	}
 	exact := req.GetName() != ""
+	summary := req.GetView() == inventoryv1.MachineView_MACHINE_VIEW_SUMMARY
 	err := watchstream.Run(stream.Context(), watchstream.Config[*inventoryv1.Machine]{
 		Name:         "machines",
 		Store:        s.Inv.cfg.Store,
@@ -51,6 +52,11 @@ func (s *MachineServer) WatchMachines(req *inventoryv1.WatchMachinesRequest, str
 			m := newMachine()
 			if err := record.Unmarshal(kv.Value, m); err != nil {
 				return nil, false, err
+			}
+			if summary {
+				// Cut before the first list holds every machine: the
+				// filters read only what SUMMARY keeps (state, owner).
+				Summarize(m)
 			}
 			return m, true, nil
 		},

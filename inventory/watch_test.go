@@ -369,3 +369,61 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestWatchMachinesSummary: the SUMMARY view cuts every machine the watch
+// sends, in the first list and after, while the filters still see the
+// state; the default view sends whole records.
+func TestWatchMachinesSummary(t *testing.T) {
+	e := newWatchEnv(t)
+	full := func(name string, state inventoryv1.Machine_MachineState) {
+		t.Helper()
+		m := &inventoryv1.Machine{Name: name, State: state, Serial: "S-" + name,
+			Facts:       &inventoryv1.Facts{Nics: []*inventoryv1.Facts_Nic{{Name: "eth0"}}, Disks: []*inventoryv1.Facts_Disk{{Name: "sda", SizeBytes: 1 << 30}}},
+			FactHistory: []*inventoryv1.FactChange{{}}}
+		e.mu.Lock()
+		prev := e.revs[machinePrefix+name]
+		e.mu.Unlock()
+		rev, err := record.Put(t.Context(), e.st, machinePrefix+name, m, prev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.mu.Lock()
+		e.revs[machinePrefix+name] = rev
+		e.mu.Unlock()
+	}
+	full("m1", inventoryv1.Machine_INVENTORIED)
+	full("m2", inventoryv1.Machine_DISCOVERED)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	sum, err := e.cli.WatchMachines(ctx, &inventoryv1.WatchMachinesRequest{State: inventoryv1.Machine_INVENTORIED, View: inventoryv1.MachineView_MACHINE_VIEW_SUMMARY})
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := e.cli.WatchMachines(ctx, &inventoryv1.WatchMachinesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, m *inventoryv1.Machine, summary bool) {
+		t.Helper()
+		if got := len(m.GetFacts().GetNics()) == 0 && len(m.GetFactHistory()) == 0; got != summary {
+			t.Errorf("%s %s: NICs %v, history %d entries; summary %v", what, m.GetName(), m.GetFacts().GetNics(), len(m.GetFactHistory()), summary)
+		}
+		if len(m.GetFacts().GetDisks()) != 1 || m.GetSerial() == "" {
+			t.Errorf("%s %s: disks %v serial %q: a summary keeps them", what, m.GetName(), m.GetFacts().GetDisks(), m.GetSerial())
+		}
+	}
+	got, evs := recv(t, 2, sum.Recv, machineLine)
+	if !cmp.Equal(got, []string{"ADDED m1 INVENTORIED", "SYNCED"}) {
+		t.Fatalf("summary initial: %v", got)
+	}
+	check("first list", evs[0].GetMachine(), true)
+	_, evs = recv(t, 3, whole.Recv, machineLine)
+	check("first list, full view", evs[0].GetMachine(), false)
+
+	full("m2", inventoryv1.Machine_INVENTORIED) // enters the filter
+	got, evs = recv(t, 1, sum.Recv, machineLine)
+	if !cmp.Equal(got, []string{"ADDED m2 INVENTORIED"}) {
+		t.Fatalf("summary live: %v", got)
+	}
+	check("live", evs[0].GetMachine(), true)
+}

@@ -246,7 +246,7 @@ func (h *Handler) routes() {
 	}))
 
 	m.HandleFunc("GET /api/watch/machines", h.stream(func(ctx context.Context, r *http.Request, rev int64, o grpc.CallOption) (next, error) {
-		s, err := h.machines.WatchMachines(ctx, &inventoryv1.WatchMachinesRequest{FromRevision: rev}, o)
+		s, err := h.machines.WatchMachines(ctx, &inventoryv1.WatchMachinesRequest{FromRevision: rev, View: inventoryv1.MachineView_MACHINE_VIEW_SUMMARY}, o)
 		return recvSlim(s, err, func(e *inventoryv1.MachineEvent) { slim(e.GetMachine()) })
 	}))
 	m.HandleFunc("GET /api/watch/machines/{name}", h.stream(func(ctx context.Context, r *http.Request, rev int64, o grpc.CallOption) (next, error) {

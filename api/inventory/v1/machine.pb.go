@@ -3402,8 +3402,13 @@ type WatchMachinesRequest struct {
 	// state filters when set (an object leaving the filter arrives as DELETED).
 	State Machine_MachineState `protobuf:"varint,1,opt,name=state,proto3,enum=corral.inventory.v1.Machine_MachineState" json:"state,omitempty"`
 	// name watches one machine when set.
-	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	FromRevision  int64  `protobuf:"varint,3,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	Name         string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	FromRevision int64  `protobuf:"varint,3,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	// view: SUMMARY sends each machine as ListMachines' SUMMARY view does
+	// (no fact history, only the facts a table prints), for the first list
+	// and every change; the filters still see whole records. Watching a
+	// fleet of tens of thousands of machines wants it.
+	View          MachineView `protobuf:"varint,4,opt,name=view,proto3,enum=corral.inventory.v1.MachineView" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3457,6 +3462,13 @@ func (x *WatchMachinesRequest) GetFromRevision() int64 {
 		return x.FromRevision
 	}
 	return 0
+}
+
+func (x *WatchMachinesRequest) GetView() MachineView {
+	if x != nil {
+		return x.View
+	}
+	return MachineView_MACHINE_VIEW_UNSPECIFIED
 }
 
 type MachineEvent struct {
@@ -4092,11 +4104,12 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bseparate\x18\x02 \x01(\bR\bseparate\"*\n" +
 	"\x14RejectMachineRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x90\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xc6\x01\n" +
 	"\x14WatchMachinesRequest\x12?\n" +
 	"\x05state\x18\x01 \x01(\x0e2).corral.inventory.v1.Machine.MachineStateR\x05state\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12#\n" +
-	"\rfrom_revision\x18\x03 \x01(\x03R\ffromRevision\"\x92\x01\n" +
+	"\rfrom_revision\x18\x03 \x01(\x03R\ffromRevision\x124\n" +
+	"\x04view\x18\x04 \x01(\x0e2 .corral.inventory.v1.MachineViewR\x04view\"\x92\x01\n" +
 	"\fMachineEvent\x12.\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1a.corral.watch.v1.EventTypeR\x04type\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x126\n" +
@@ -4321,54 +4334,55 @@ var file_api_inventory_v1_machine_proto_depIdxs = []int32{
 	7,  // 58: corral.inventory.v1.SetBootDeviceRequest.device:type_name -> corral.inventory.v1.BootDevice
 	19, // 59: corral.inventory.v1.TimelineResponse.entries:type_name -> corral.inventory.v1.TimelineEntry
 	8,  // 60: corral.inventory.v1.WatchMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
-	57, // 61: corral.inventory.v1.MachineEvent.type:type_name -> corral.watch.v1.EventType
-	11, // 62: corral.inventory.v1.MachineEvent.machine:type_name -> corral.inventory.v1.Machine
-	57, // 63: corral.inventory.v1.TimelineEvent.type:type_name -> corral.watch.v1.EventType
-	19, // 64: corral.inventory.v1.TimelineEvent.entry:type_name -> corral.inventory.v1.TimelineEntry
-	53, // 65: corral.inventory.v1.BmcAddressBinding.claimed_at:type_name -> google.protobuf.Timestamp
-	20, // 66: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
-	22, // 67: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
-	23, // 68: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
-	24, // 69: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
-	30, // 70: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
-	31, // 71: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
-	32, // 72: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
-	35, // 73: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
-	36, // 74: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
-	37, // 75: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
-	38, // 76: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
-	40, // 77: corral.inventory.v1.MachineService.AdoptMachine:input_type -> corral.inventory.v1.AdoptMachineRequest
-	41, // 78: corral.inventory.v1.MachineService.RejectMachine:input_type -> corral.inventory.v1.RejectMachineRequest
-	25, // 79: corral.inventory.v1.MachineService.LabelMachine:input_type -> corral.inventory.v1.LabelMachineRequest
-	26, // 80: corral.inventory.v1.MachineService.AllocateMachines:input_type -> corral.inventory.v1.AllocateMachinesRequest
-	28, // 81: corral.inventory.v1.MachineService.ReleaseMachine:input_type -> corral.inventory.v1.ReleaseMachineRequest
-	29, // 82: corral.inventory.v1.MachineService.DeployMachine:input_type -> corral.inventory.v1.DeployMachineRequest
-	42, // 83: corral.inventory.v1.MachineService.WatchMachines:input_type -> corral.inventory.v1.WatchMachinesRequest
-	44, // 84: corral.inventory.v1.MachineService.WatchTimeline:input_type -> corral.inventory.v1.WatchTimelineRequest
-	21, // 85: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
-	11, // 86: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
-	11, // 87: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
-	11, // 88: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
-	58, // 89: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
-	33, // 90: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
-	33, // 91: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
-	58, // 92: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
-	11, // 93: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
-	11, // 94: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
-	39, // 95: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
-	11, // 96: corral.inventory.v1.MachineService.AdoptMachine:output_type -> corral.inventory.v1.Machine
-	58, // 97: corral.inventory.v1.MachineService.RejectMachine:output_type -> google.protobuf.Empty
-	11, // 98: corral.inventory.v1.MachineService.LabelMachine:output_type -> corral.inventory.v1.Machine
-	27, // 99: corral.inventory.v1.MachineService.AllocateMachines:output_type -> corral.inventory.v1.AllocateMachinesResponse
-	11, // 100: corral.inventory.v1.MachineService.ReleaseMachine:output_type -> corral.inventory.v1.Machine
-	11, // 101: corral.inventory.v1.MachineService.DeployMachine:output_type -> corral.inventory.v1.Machine
-	43, // 102: corral.inventory.v1.MachineService.WatchMachines:output_type -> corral.inventory.v1.MachineEvent
-	45, // 103: corral.inventory.v1.MachineService.WatchTimeline:output_type -> corral.inventory.v1.TimelineEvent
-	85, // [85:104] is the sub-list for method output_type
-	66, // [66:85] is the sub-list for method input_type
-	66, // [66:66] is the sub-list for extension type_name
-	66, // [66:66] is the sub-list for extension extendee
-	0,  // [0:66] is the sub-list for field type_name
+	4,  // 61: corral.inventory.v1.WatchMachinesRequest.view:type_name -> corral.inventory.v1.MachineView
+	57, // 62: corral.inventory.v1.MachineEvent.type:type_name -> corral.watch.v1.EventType
+	11, // 63: corral.inventory.v1.MachineEvent.machine:type_name -> corral.inventory.v1.Machine
+	57, // 64: corral.inventory.v1.TimelineEvent.type:type_name -> corral.watch.v1.EventType
+	19, // 65: corral.inventory.v1.TimelineEvent.entry:type_name -> corral.inventory.v1.TimelineEntry
+	53, // 66: corral.inventory.v1.BmcAddressBinding.claimed_at:type_name -> google.protobuf.Timestamp
+	20, // 67: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
+	22, // 68: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
+	23, // 69: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
+	24, // 70: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
+	30, // 71: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
+	31, // 72: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
+	32, // 73: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
+	35, // 74: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
+	36, // 75: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
+	37, // 76: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
+	38, // 77: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
+	40, // 78: corral.inventory.v1.MachineService.AdoptMachine:input_type -> corral.inventory.v1.AdoptMachineRequest
+	41, // 79: corral.inventory.v1.MachineService.RejectMachine:input_type -> corral.inventory.v1.RejectMachineRequest
+	25, // 80: corral.inventory.v1.MachineService.LabelMachine:input_type -> corral.inventory.v1.LabelMachineRequest
+	26, // 81: corral.inventory.v1.MachineService.AllocateMachines:input_type -> corral.inventory.v1.AllocateMachinesRequest
+	28, // 82: corral.inventory.v1.MachineService.ReleaseMachine:input_type -> corral.inventory.v1.ReleaseMachineRequest
+	29, // 83: corral.inventory.v1.MachineService.DeployMachine:input_type -> corral.inventory.v1.DeployMachineRequest
+	42, // 84: corral.inventory.v1.MachineService.WatchMachines:input_type -> corral.inventory.v1.WatchMachinesRequest
+	44, // 85: corral.inventory.v1.MachineService.WatchTimeline:input_type -> corral.inventory.v1.WatchTimelineRequest
+	21, // 86: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
+	11, // 87: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
+	11, // 88: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
+	11, // 89: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
+	58, // 90: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
+	33, // 91: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
+	33, // 92: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
+	58, // 93: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
+	11, // 94: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
+	11, // 95: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
+	39, // 96: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
+	11, // 97: corral.inventory.v1.MachineService.AdoptMachine:output_type -> corral.inventory.v1.Machine
+	58, // 98: corral.inventory.v1.MachineService.RejectMachine:output_type -> google.protobuf.Empty
+	11, // 99: corral.inventory.v1.MachineService.LabelMachine:output_type -> corral.inventory.v1.Machine
+	27, // 100: corral.inventory.v1.MachineService.AllocateMachines:output_type -> corral.inventory.v1.AllocateMachinesResponse
+	11, // 101: corral.inventory.v1.MachineService.ReleaseMachine:output_type -> corral.inventory.v1.Machine
+	11, // 102: corral.inventory.v1.MachineService.DeployMachine:output_type -> corral.inventory.v1.Machine
+	43, // 103: corral.inventory.v1.MachineService.WatchMachines:output_type -> corral.inventory.v1.MachineEvent
+	45, // 104: corral.inventory.v1.MachineService.WatchTimeline:output_type -> corral.inventory.v1.TimelineEvent
+	86, // [86:105] is the sub-list for method output_type
+	67, // [67:86] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_api_inventory_v1_machine_proto_init() }

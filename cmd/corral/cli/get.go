@@ -103,7 +103,7 @@ func (inv *invocation) watchKind(cmd *cobra.Command, k *kind, name []string, req
 	if k.watch == nil {
 		return usageErrorf("%ss cannot be watched (watchable: machine, node, network, virtual_machine, block_storage, events)", k.name)
 	}
-	q := watchQuery{}
+	q := watchQuery{summary: output != formatJSON && output != formatYAML}
 	if len(name) == 1 {
 		q.name = name[0]
 	}

@@ -30,6 +30,17 @@ type watchQuery struct {
 	name  string // one record when set
 	from  int64  // from_revision (corral.watch.v1)
 	state inventoryv1.Machine_MachineState
+	// summary asks for machines in the SUMMARY view: tables and names
+	// print nothing more (JSON and YAML print whole records).
+	summary bool
+}
+
+// view is the machine view q asks for.
+func (q watchQuery) view() inventoryv1.MachineView {
+	if q.summary {
+		return inventoryv1.MachineView_MACHINE_VIEW_SUMMARY
+	}
+	return inventoryv1.MachineView_MACHINE_VIEW_FULL
 }
 
 // watchEvent is one event of any Watch stream.
@@ -73,7 +84,7 @@ func streamRecv[E interface {
 
 func init() {
 	machineKind.watch = func(ctx context.Context, cc grpc.ClientConnInterface, q watchQuery) (recvFunc, error) {
-		s, err := inventoryv1.NewMachineServiceClient(cc).WatchMachines(ctx, &inventoryv1.WatchMachinesRequest{Name: q.name, FromRevision: q.from, State: q.state})
+		s, err := inventoryv1.NewMachineServiceClient(cc).WatchMachines(ctx, &inventoryv1.WatchMachinesRequest{Name: q.name, FromRevision: q.from, State: q.state, View: q.view()})
 		if err != nil {
 			return nil, err
 		}

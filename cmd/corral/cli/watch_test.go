@@ -311,8 +311,23 @@ func TestWatchMachineState(t *testing.T) {
 	if code := wait(); code != ExitOK {
 		t.Fatalf("exit %d %q", code, stderr.String())
 	}
-	want := []proto.Message{&inventoryv1.WatchMachinesRequest{State: inventoryv1.Machine_FAILED}}
+	// A table asks for the SUMMARY view; JSON prints whole records.
+	want := []proto.Message{&inventoryv1.WatchMachinesRequest{State: inventoryv1.Machine_FAILED, View: inventoryv1.MachineView_MACHINE_VIEW_SUMMARY}}
 	if diff := cmp.Diff(want, s.received(), protocmp.Transform()); diff != "" {
 		t.Errorf("requests (-want +got):\n%s", diff)
+	}
+
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	before := len(s.received())
+	wait = s.start(ctx, t, &stdout, &stderr, "get", "machines", "-w", "-o", "json")
+	waitFor(t, "the second request", func() bool { return len(s.received()) > before })
+	cancel()
+	if code := wait(); code != ExitOK {
+		t.Fatalf("-o json: exit %d %q", code, stderr.String())
+	}
+	want = []proto.Message{&inventoryv1.WatchMachinesRequest{View: inventoryv1.MachineView_MACHINE_VIEW_FULL}}
+	if diff := cmp.Diff(want, s.received()[before:], protocmp.Transform()); diff != "" {
+		t.Errorf("-o json requests (-want +got):\n%s", diff)
 	}
 }
