@@ -232,7 +232,15 @@ func (o *Options) fill() error {
 	if o.WatchBuffer <= 0 {
 		o.WatchBuffer = DefaultWatchBuffer
 	}
-	if o.MaxInFlight <= 0 {
+	switch {
+	case o.MaxInFlight < 0 || (o.MaxInFlight > 0 && o.MaxInFlight < minInFlight):
+		return apierr.Invalidf("store/etcd: --etcd-max-in-flight %d: want at least %d (0: the default, %d)", o.MaxInFlight, minInFlight, DefaultMaxInFlight)
+	case o.MaxQueued < 0:
+		return apierr.Invalidf("store/etcd: --etcd-max-queued %d: want 0 (the default, %d) or more", o.MaxQueued, DefaultMaxQueued)
+	case o.AdmitWait < 0:
+		return apierr.Invalidf("store/etcd: --etcd-admit-wait %s: want 0 (the request timeout) or more", o.AdmitWait)
+	}
+	if o.MaxInFlight == 0 {
 		o.MaxInFlight = DefaultMaxInFlight
 	}
 	if o.MaxQueued <= 0 {

@@ -114,6 +114,10 @@ func TestOptionsRefused(t *testing.T) {
 		"cert, no key":  {Endpoints: []string{"http://127.0.0.1:1"}, CertFile: "/x"},
 		"missing CA":    {Endpoints: []string{"https://127.0.0.1:1"}, CAFile: "/nonexistent/ca.pem"},
 		"missing certs": {Endpoints: []string{"https://127.0.0.1:1"}, CertFile: "/nonexistent/c", KeyFile: "/nonexistent/k"},
+		"in flight < 4": {Endpoints: []string{"http://127.0.0.1:1"}, MaxInFlight: 3},
+		"in flight < 0": {Endpoints: []string{"http://127.0.0.1:1"}, MaxInFlight: -1},
+		"queued < 0":    {Endpoints: []string{"http://127.0.0.1:1"}, MaxQueued: -1},
+		"wait < 0":      {Endpoints: []string{"http://127.0.0.1:1"}, AdmitWait: -time.Second},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Open(context.Background(), o)
