@@ -83,7 +83,8 @@ const (
 // Errors Deploy wraps.
 var (
 	// ErrUnsupported: the plan asks for something this agent cannot do
-	// yet (a layout other than the whole-disk one).
+	// (a filesystem other than ext4 or swap, a RAID level other than
+	// raid1 or raid10, a disk with sectors other than 512 bytes).
 	ErrUnsupported = errors.New("not supported by this agent yet")
 	// ErrLayout: the layout does not fit the machine's disks.
 	ErrLayout = errors.New("layout does not fit this machine")
