@@ -51,6 +51,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -82,7 +83,8 @@ const (
 // Errors Deploy wraps.
 var (
 	// ErrUnsupported: the plan asks for something this agent cannot do
-	// yet (a layout other than the whole-disk one).
+	// (a filesystem other than ext4 or swap, a RAID level other than
+	// raid1 or raid10, a disk with sectors other than 512 bytes).
 	ErrUnsupported = errors.New("not supported by this agent yet")
 	// ErrLayout: the layout does not fit the machine's disks.
 	ErrLayout = errors.New("layout does not fit this machine")
@@ -123,13 +125,16 @@ type Config struct {
 
 	// Test knobs: diskwrite's attempts and backoff, the kernel's re-read,
 	// regular files accepted as disks, the layout tools (mdadm, lvm,
-	// mke2fs, mkswap) and the partitions' device paths.
+	// mke2fs, mkswap), the partitions' device paths and the arrays'
+	// (a test on a host's real md takes numbers no array of the host
+	// uses).
 	attempts   int
 	backoff    time.Duration
 	reread     func(dev string) error
 	allowFiles bool
 	run        func(ctx context.Context, name string, args ...string) error
 	partPath   func(disk string, n int) string
+	mdPath     func(i int) string
 }
 
 // Deployer carries out deploy plans, one at a time.
@@ -174,6 +179,10 @@ func New(cfg Config) *Deployer {
 	}
 	if cfg.partPath == nil {
 		cfg.partPath = partPath
+	}
+	if cfg.mdPath == nil {
+		root := cfg.Root
+		cfg.mdPath = func(i int) string { return filepath.Join(root, fmt.Sprintf("dev/md%d", i)) }
 	}
 	return &Deployer{cfg: cfg}
 }

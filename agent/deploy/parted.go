@@ -199,7 +199,7 @@ func (d *Deployer) checkLayout(ctx context.Context, plan *nodev1.DeployPlan, m *
 	}
 	for i, r := range layout.GetRaids() {
 		lp.raids = append(lp.raids, r)
-		lp.md[r.GetName()] = filepath.Join(d.cfg.Root, fmt.Sprintf("dev/md%d", i))
+		lp.md[r.GetName()] = d.cfg.mdPath(i)
 		switch r.GetLevel() {
 		case "raid1", "raid10":
 		default:

@@ -124,7 +124,15 @@ func newPFixture(t *testing.T, withBoot bool, layout *inventoryv1.DiskLayout, di
 			t.Fatal(err)
 		}
 	}
-	im, err := blockmap.Open(fx.image, blockmap.Raw)
+	fx.plan = imagePlan(t, fx.image, layout)
+	return fx
+}
+
+// imagePlan is a deploy plan (deployment dep-2) of the raw image at
+// path, served on loopback, onto layout.
+func imagePlan(t *testing.T, path string, layout *inventoryv1.DiskLayout) *nodev1.DeployPlan {
+	t.Helper()
+	im, err := blockmap.Open(path, blockmap.Raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,15 +145,14 @@ func newPFixture(t *testing.T, withBoot bool, layout *inventoryv1.DiskLayout, di
 	if err != nil {
 		t.Fatal(err)
 	}
-	fx.plan = &nodev1.DeployPlan{
-		DeploymentId: "dep-2", ImageUrl: serve(t, fx.image), ImageSize: m.Size, ImageSha256: fileSum(t, fx.image),
+	return &nodev1.DeployPlan{
+		DeploymentId: "dep-2", ImageUrl: serve(t, path), ImageSize: m.Size, ImageSha256: fileSum(t, path),
 		BlockMap: data, BlockMapSha256: digest, Layout: layout,
 		SeedMetaData:      []byte("instance-id: dep-2\nlocal-hostname: db-1\n"),
 		SeedUserData:      []byte("#cloud-config\n{}\n"),
 		SeedVendorData:    []byte("#cloud-config\nphone_home: {url: 'http://10.0.0.1/x', tries: 10}\n"),
 		SeedNetworkConfig: []byte("version: 2\n"),
 	}
-	return fx
 }
 
 // kernel re-reads dev's table: a file per partition, of its size.

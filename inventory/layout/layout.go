@@ -27,7 +27,6 @@ import (
 	"math"
 	"math/bits"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -277,8 +276,8 @@ var deviceNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]*$`)
 // and size_bytes to its size. It refuses (apierr.ErrInvalid or
 // apierr.ErrPrecondition, naming the entry) everything Check does, a disk
 // the machine lacks, a disk used twice, and partitions or volumes that do
-// not fit; with uefi a partitioned GPT layout needs an ESP, without it a
-// partitioned GPT boot disk needs a bios_boot partition. l is not
+// not fit; with uefi a partitioned GPT layout needs an ESP, without it
+// (a BIOS machine) a disk holding the image's root is not GPT. l is not
 // modified.
 func Resolve(l *inventoryv1.DiskLayout, facts *inventoryv1.Facts, uefi bool) (*inventoryv1.DiskLayout, error) {
 	if err := limits(l); err != nil {
@@ -443,13 +442,15 @@ func boot(l *inventoryv1.DiskLayout, g *graph, uefi bool) error {
 		}
 		return apierr.Invalidf("layout: the machine boots UEFI and the GPT layout has no partition of type esp")
 	}
+	// A BIOS boots the first sector of its boot disk: the agent puts the
+	// image's MBR boot code there, which finds the active partition of an
+	// msdos table. Under a GPT that code finds no active partition, and
+	// nothing is installed into a bios_boot partition (the agent copies
+	// the image's partitions; it installs no boot loader), so the machine
+	// would not boot.
 	for _, name := range g.disksUnder(l.Image) {
-		d := g.disk[name]
-		if d.Table != "gpt" {
-			continue
-		}
-		if !slices.ContainsFunc(d.Partitions, func(p *inventoryv1.LayoutPartition) bool { return p.Type == "bios_boot" }) {
-			return apierr.Invalidf("layout: the machine boots BIOS and boot disk %q (GPT) has no partition of type bios_boot", d.Name)
+		if d := g.disk[name]; d.Table == "gpt" {
+			return apierr.Invalidf("layout: the machine boots BIOS and boot disk %q has a GPT table: a BIOS machine boots the image's MBR boot code, which needs an msdos table; Corral does not install a boot loader into bios_boot (use table: msdos)", d.Name)
 		}
 	}
 	return nil

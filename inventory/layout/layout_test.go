@@ -89,17 +89,21 @@ func TestParseAndResolve(t *testing.T) {
 				Image: "md0",
 			},
 		},
-		"raid10 lvm bios": {
+		"raid10 lvm bios (the operator guide's)": {
 			yaml: `
 disks:
-  - {name: a, device: sda, table: gpt, partitions: [{name: ba, size: 1M, type: bios_boot}, {name: ra, type: raid}]}
-  - {name: b, device: sdb, table: gpt, partitions: [{name: bb, size: 1M, type: bios_boot}, {name: rb, type: raid}]}
+  - {name: a, device: sda, table: msdos, partitions: [{name: boot, size: 512M, type: esp}, {name: ra, type: raid}]}
+  - {name: b, device: sdb, table: msdos, partitions: [{name: rb, type: raid}]}
   - {name: c, device: sdc}
   - {name: d, device: sdd}
 raids: [{name: md0, level: raid10, devices: [ra, rb, c, d]}]
-volume_groups: [{name: vg0, devices: [md0], volumes: [{name: root, size: 20G, filesystem: ext4, mount: /}, {name: data, filesystem: xfs, mount: /srv}]}]
+volume_groups: [{name: vg0, devices: [md0], volumes: [{name: root, size: 20G, filesystem: ext4, mount: /}, {name: data, filesystem: ext4, mount: /srv}]}]
 image: root
 `, facts: fourDisk,
+		},
+		"bios msdos boot disk, gpt data disk": {
+			yaml:  "disks: [{name: a, device: sda, table: msdos, partitions: [{name: root}]}, {name: b, device: sdb, table: gpt, partitions: [{name: data, filesystem: ext4, mount: /srv}]}]\nimage: root\n",
+			facts: fourDisk,
 		},
 		"msdos bios flat partition": {
 			yaml:  "disks: [{name: d, device: vda, table: msdos, partitions: [{name: swap, size: 1G, type: swap}, {name: root, mount: /}]}]\nimage: root\n",
@@ -219,8 +223,12 @@ func TestRefusals(t *testing.T) {
 		"no size in facts": {yaml: "disks: [{name: a}]\nimage: a\n", facts: facts(disk("vda", 0)), class: apierr.ErrPrecondition, want: "give vda no size"},
 		"uefi no esp": {yaml: "disks: [{name: a, table: gpt, partitions: [{name: b, size: 1M, type: bios_boot}, {name: p}]}]\nimage: p\n", facts: oneDisk, uefi: true, class: apierr.ErrInvalid,
 			want: "boots UEFI and the GPT layout has no partition of type esp"},
-		"bios no bios_boot": {yaml: raid1YAML, facts: twoNVMe, class: apierr.ErrInvalid,
-			want: `boots BIOS and boot disk "d0" (GPT) has no partition of type bios_boot`},
+		"bios gpt boot disk": {yaml: raid1YAML, facts: twoNVMe, class: apierr.ErrInvalid,
+			want: `boots BIOS and boot disk "d0" has a GPT table: a BIOS machine boots the image's MBR boot code, which needs an msdos table; Corral does not install a boot loader into bios_boot`},
+		"bios gpt boot disk with bios_boot": {yaml: "disks: [{name: a, table: gpt, partitions: [{name: b, size: 1M, type: bios_boot}, {name: p}]}]\nimage: p\n", facts: oneDisk, class: apierr.ErrInvalid,
+			want: `boots BIOS and boot disk "a" has a GPT table`},
+		"bios gpt under a volume": {yaml: "disks: [{name: a, table: msdos, partitions: [{name: p, size: 1G}, {name: pv, type: lvm}]}, {name: b, device: sdb, table: gpt, partitions: [{name: pv2, type: lvm}]}]\nvolume_groups: [{name: g, devices: [pv, pv2], volumes: [{name: root, size: 4G}]}]\nimage: root\n", facts: fourDisk, class: apierr.ErrInvalid,
+			want: `boots BIOS and boot disk "b" has a GPT table`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
