@@ -49,12 +49,22 @@ func (s *Server) initBMC() error {
 	}
 	log := s.log.With("component", "bmc")
 	ctl := ipmi.New(ipmi.Config{Logger: log, CallTimeout: cfg.CallTimeout, Providers: cfg.Providers, Observe: s.obs.BMC()})
-	bc, err := bmc.New(bmc.Config{Machines: s.inv, Events: s.inv, Store: s.store, Driver: bmcAdapter{ctl}, Sealer: sealer, Logger: log, CallTimeout: cfg.CallTimeout})
+	bc, err := bmc.New(bmc.Config{Machines: s.inv, Events: s.inv, Store: s.store, Driver: bmcAdapter{ctl}, Sealer: sealer, Logger: log, CallTimeout: cfg.CallTimeout,
+		Accounts: bmcAdapter{ctl}})
 	if err != nil {
 		return err
 	}
 	s.inv.OnDelete(bc.Forget)
 	s.bmc = bc
+	bmc.RegisterCredentials(s.grpc, &bmc.CredentialServer{BMC: bc})
+	// Rotations an appliance left unfinished are finished at start (the
+	// pending credential tried first, then the one in use), for the
+	// machines this appliance owns.
+	s.addComponent("bmc-rotation-resume", func(ctx context.Context) error {
+		bc.ResumeRotations(ctx, s.owns)
+		<-ctx.Done()
+		return nil
+	})
 	if cfg.PollInterval < 0 {
 		return nil
 	}
@@ -177,5 +187,17 @@ func (b bmcAdapter) SetBootDevice(ctx context.Context, t bmc.Target, r inventory
 		return bmc.Result{}, fmt.Errorf("%w: boot device %v", apierr.ErrInvalid, r.Device)
 	}
 	ans, err := b.c.SetBootDevice(ctx, toTarget(t), d, ipmi.BootOptions{Persistent: r.Persistent, EFI: r.EFI})
+	return toResult(ans), toInventoryErr(err)
+}
+
+func (b bmcAdapter) NewPassword() string { return ipmi.NewPassword() }
+
+func (b bmcAdapter) SetAccount(ctx context.Context, t bmc.Target, a bmc.Account) (uint32, bmc.Result, error) {
+	id, ans, err := b.c.SetAccount(ctx, toTarget(t), ipmi.Account{ID: int(a.ID), Name: a.Name, Password: a.Password})
+	return uint32(id), toResult(ans), toInventoryErr(err)
+}
+
+func (b bmcAdapter) DisableAccount(ctx context.Context, t bmc.Target, id uint32) (bmc.Result, error) {
+	ans, err := b.c.DisableAccount(ctx, toTarget(t), int(id))
 	return toResult(ans), toInventoryErr(err)
 }

@@ -466,6 +466,68 @@ func (BootDevice) EnumDescriptor() ([]byte, []int) {
 	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{7}
 }
 
+// BmcRotationPhase is how far a BMC credential rotation got (internal).
+type BmcRotationPhase int32
+
+const (
+	// BMC_ROTATION_PHASE_NONE: no rotation in progress.
+	BmcRotationPhase_BMC_ROTATION_PHASE_NONE BmcRotationPhase = 0
+	// PENDING: the new password is sealed; the BMC may not know it yet.
+	BmcRotationPhase_BMC_ROTATION_PHASE_PENDING BmcRotationPhase = 1
+	// SET: the BMC accepted the new account and password.
+	BmcRotationPhase_BMC_ROTATION_PHASE_SET BmcRotationPhase = 2
+	// VERIFIED: a call logged in with the new credential answered.
+	BmcRotationPhase_BMC_ROTATION_PHASE_VERIFIED BmcRotationPhase = 3
+	// COMMITTED: the machine uses the new credential; the old account is
+	// dropped next (the pending fields are cleared).
+	BmcRotationPhase_BMC_ROTATION_PHASE_COMMITTED BmcRotationPhase = 4
+)
+
+// Enum value maps for BmcRotationPhase.
+var (
+	BmcRotationPhase_name = map[int32]string{
+		0: "BMC_ROTATION_PHASE_NONE",
+		1: "BMC_ROTATION_PHASE_PENDING",
+		2: "BMC_ROTATION_PHASE_SET",
+		3: "BMC_ROTATION_PHASE_VERIFIED",
+		4: "BMC_ROTATION_PHASE_COMMITTED",
+	}
+	BmcRotationPhase_value = map[string]int32{
+		"BMC_ROTATION_PHASE_NONE":      0,
+		"BMC_ROTATION_PHASE_PENDING":   1,
+		"BMC_ROTATION_PHASE_SET":       2,
+		"BMC_ROTATION_PHASE_VERIFIED":  3,
+		"BMC_ROTATION_PHASE_COMMITTED": 4,
+	}
+)
+
+func (x BmcRotationPhase) Enum() *BmcRotationPhase {
+	p := new(BmcRotationPhase)
+	*p = x
+	return p
+}
+
+func (x BmcRotationPhase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BmcRotationPhase) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_inventory_v1_machine_proto_enumTypes[8].Descriptor()
+}
+
+func (BmcRotationPhase) Type() protoreflect.EnumType {
+	return &file_api_inventory_v1_machine_proto_enumTypes[8]
+}
+
+func (x BmcRotationPhase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BmcRotationPhase.Descriptor instead.
+func (BmcRotationPhase) EnumDescriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{8}
+}
+
 type Machine_MachineState int32
 
 const (
@@ -543,11 +605,11 @@ func (x Machine_MachineState) String() string {
 }
 
 func (Machine_MachineState) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_inventory_v1_machine_proto_enumTypes[8].Descriptor()
+	return file_api_inventory_v1_machine_proto_enumTypes[9].Descriptor()
 }
 
 func (Machine_MachineState) Type() protoreflect.EnumType {
-	return &file_api_inventory_v1_machine_proto_enumTypes[8]
+	return &file_api_inventory_v1_machine_proto_enumTypes[9]
 }
 
 func (x Machine_MachineState) Number() protoreflect.EnumNumber {
@@ -580,7 +642,18 @@ type Bmc struct {
 	TlsSha256 string `protobuf:"bytes,9,opt,name=tls_sha256,json=tlsSha256,proto3" json:"tls_sha256,omitempty"`
 	// tls_insecure skips certificate verification for this BMC (enrolled
 	// with --bmc-insecure); tls_sha256 is then empty.
-	TlsInsecure   bool `protobuf:"varint,10,opt,name=tls_insecure,json=tlsInsecure,proto3" json:"tls_insecure,omitempty"`
+	TlsInsecure bool `protobuf:"varint,10,opt,name=tls_insecure,json=tlsInsecure,proto3" json:"tls_insecure,omitempty"`
+	// account_id is the BMC user slot of the account Corral made for itself
+	// (corral machine bmc rotate; username is its name); 0 while Corral
+	// logs in with the account it was enrolled with. Its password is
+	// random, sealed, and never leaves the appliance.
+	AccountId uint32 `protobuf:"varint,11,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// rotated_at is when that account's password last changed.
+	RotatedAt *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=rotated_at,json=rotatedAt,proto3" json:"rotated_at,omitempty"`
+	// rotation is the phase of a credential rotation in progress ("" when
+	// none is): pending, set or verified (docs/architecture.md, "BMC
+	// credentials Corral owns").
+	Rotation      string `protobuf:"bytes,13,opt,name=rotation,proto3" json:"rotation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -683,6 +756,27 @@ func (x *Bmc) GetTlsInsecure() bool {
 		return x.TlsInsecure
 	}
 	return false
+}
+
+func (x *Bmc) GetAccountId() uint32 {
+	if x != nil {
+		return x.AccountId
+	}
+	return 0
+}
+
+func (x *Bmc) GetRotatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RotatedAt
+	}
+	return nil
+}
+
+func (x *Bmc) GetRotation() string {
+	if x != nil {
+		return x.Rotation
+	}
+	return ""
 }
 
 // FactChange is one dated difference between two fact reports.
@@ -3758,8 +3852,16 @@ func (x *BmcAddressBinding) GetClaimedAt() *timestamppb.Timestamp {
 type BmcSecret struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	SealedPassword []byte                 `protobuf:"bytes,1,opt,name=sealed_password,json=sealedPassword,proto3" json:"sealed_password,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// A credential rotation in progress: the new account's password is
+	// sealed here (phase PENDING) before the BMC is told it, so an
+	// appliance that dies at any step can log in with one of the two.
+	Phase                 BmcRotationPhase       `protobuf:"varint,2,opt,name=phase,proto3,enum=corral.inventory.v1.BmcRotationPhase" json:"phase,omitempty"`
+	PendingSealedPassword []byte                 `protobuf:"bytes,3,opt,name=pending_sealed_password,json=pendingSealedPassword,proto3" json:"pending_sealed_password,omitempty"`
+	PendingUsername       string                 `protobuf:"bytes,4,opt,name=pending_username,json=pendingUsername,proto3" json:"pending_username,omitempty"`
+	PendingAccountId      uint32                 `protobuf:"varint,5,opt,name=pending_account_id,json=pendingAccountId,proto3" json:"pending_account_id,omitempty"`
+	PendingSince          *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=pending_since,json=pendingSince,proto3" json:"pending_since,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *BmcSecret) Reset() {
@@ -3799,11 +3901,46 @@ func (x *BmcSecret) GetSealedPassword() []byte {
 	return nil
 }
 
+func (x *BmcSecret) GetPhase() BmcRotationPhase {
+	if x != nil {
+		return x.Phase
+	}
+	return BmcRotationPhase_BMC_ROTATION_PHASE_NONE
+}
+
+func (x *BmcSecret) GetPendingSealedPassword() []byte {
+	if x != nil {
+		return x.PendingSealedPassword
+	}
+	return nil
+}
+
+func (x *BmcSecret) GetPendingUsername() string {
+	if x != nil {
+		return x.PendingUsername
+	}
+	return ""
+}
+
+func (x *BmcSecret) GetPendingAccountId() uint32 {
+	if x != nil {
+		return x.PendingAccountId
+	}
+	return 0
+}
+
+func (x *BmcSecret) GetPendingSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PendingSince
+	}
+	return nil
+}
+
 var File_api_inventory_v1_machine_proto protoreflect.FileDescriptor
 
 const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\n" +
-	"\x1eapi/inventory/v1/machine.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x1capi/inventory/v1/facts.proto\x1a\x1dapi/inventory/v1/layout.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf2\x02\n" +
+	"\x1eapi/inventory/v1/machine.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x1capi/inventory/v1/facts.proto\x1a\x1dapi/inventory/v1/layout.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe8\x03\n" +
 	"\x03Bmc\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\rR\x04port\x12<\n" +
@@ -3817,7 +3954,12 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\n" +
 	"tls_sha256\x18\t \x01(\tR\ttlsSha256\x12!\n" +
 	"\ftls_insecure\x18\n" +
-	" \x01(\bR\vtlsInsecure\"z\n" +
+	" \x01(\bR\vtlsInsecure\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\v \x01(\rR\taccountId\x129\n" +
+	"\n" +
+	"rotated_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\trotatedAt\x12\x1a\n" +
+	"\brotation\x18\r \x01(\tR\brotation\"z\n" +
 	"\n" +
 	"FactChange\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x12\n" +
@@ -4116,9 +4258,14 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x11BmcAddressBinding\x12!\n" +
 	"\fmachine_name\x18\x01 \x01(\tR\vmachineName\x129\n" +
 	"\n" +
-	"claimed_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tclaimedAt\"4\n" +
+	"claimed_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tclaimedAt\"\xc3\x02\n" +
 	"\tBmcSecret\x12'\n" +
-	"\x0fsealed_password\x18\x01 \x01(\fR\x0esealedPassword*k\n" +
+	"\x0fsealed_password\x18\x01 \x01(\fR\x0esealedPassword\x12;\n" +
+	"\x05phase\x18\x02 \x01(\x0e2%.corral.inventory.v1.BmcRotationPhaseR\x05phase\x126\n" +
+	"\x17pending_sealed_password\x18\x03 \x01(\fR\x15pendingSealedPassword\x12)\n" +
+	"\x10pending_username\x18\x04 \x01(\tR\x0fpendingUsername\x12,\n" +
+	"\x12pending_account_id\x18\x05 \x01(\rR\x10pendingAccountId\x12?\n" +
+	"\rpending_since\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fpendingSince*k\n" +
 	"\n" +
 	"PowerState\x12\x1b\n" +
 	"\x17POWER_STATE_UNSPECIFIED\x10\x00\x12\x12\n" +
@@ -4161,7 +4308,13 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x17BOOT_DEVICE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fBOOT_DEVICE_PXE\x10\x01\x12\x14\n" +
 	"\x10BOOT_DEVICE_DISK\x10\x02\x12\x14\n" +
-	"\x10BOOT_DEVICE_BIOS\x10\x032\xec\x0e\n" +
+	"\x10BOOT_DEVICE_BIOS\x10\x03*\xae\x01\n" +
+	"\x10BmcRotationPhase\x12\x1b\n" +
+	"\x17BMC_ROTATION_PHASE_NONE\x10\x00\x12\x1e\n" +
+	"\x1aBMC_ROTATION_PHASE_PENDING\x10\x01\x12\x1a\n" +
+	"\x16BMC_ROTATION_PHASE_SET\x10\x02\x12\x1f\n" +
+	"\x1bBMC_ROTATION_PHASE_VERIFIED\x10\x03\x12 \n" +
+	"\x1cBMC_ROTATION_PHASE_COMMITTED\x10\x042\xec\x0e\n" +
 	"\x0eMachineService\x12k\n" +
 	"\fListMachines\x12(.corral.inventory.v1.ListMachinesRequest\x1a).corral.inventory.v1.ListMachinesResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12Z\n" +
 	"\n" +
@@ -4196,7 +4349,7 @@ func file_api_inventory_v1_machine_proto_rawDescGZIP() []byte {
 	return file_api_inventory_v1_machine_proto_rawDescData
 }
 
-var file_api_inventory_v1_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
+var file_api_inventory_v1_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
 var file_api_inventory_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_api_inventory_v1_machine_proto_goTypes = []any{
 	(PowerState)(0),                   // 0: corral.inventory.v1.PowerState
@@ -4207,168 +4360,172 @@ var file_api_inventory_v1_machine_proto_goTypes = []any{
 	(AcceptTarget)(0),                 // 5: corral.inventory.v1.AcceptTarget
 	(PowerAction)(0),                  // 6: corral.inventory.v1.PowerAction
 	(BootDevice)(0),                   // 7: corral.inventory.v1.BootDevice
-	(Machine_MachineState)(0),         // 8: corral.inventory.v1.Machine.MachineState
-	(*Bmc)(nil),                       // 9: corral.inventory.v1.Bmc
-	(*FactChange)(nil),                // 10: corral.inventory.v1.FactChange
-	(*Machine)(nil),                   // 11: corral.inventory.v1.Machine
-	(*Deployment)(nil),                // 12: corral.inventory.v1.Deployment
-	(*Erase)(nil),                     // 13: corral.inventory.v1.Erase
-	(*Allocation)(nil),                // 14: corral.inventory.v1.Allocation
-	(*Conflict)(nil),                  // 15: corral.inventory.v1.Conflict
-	(*Install)(nil),                   // 16: corral.inventory.v1.Install
-	(*BootWatchdog)(nil),              // 17: corral.inventory.v1.BootWatchdog
-	(*PendingWipe)(nil),               // 18: corral.inventory.v1.PendingWipe
-	(*TimelineEntry)(nil),             // 19: corral.inventory.v1.TimelineEntry
-	(*ListMachinesRequest)(nil),       // 20: corral.inventory.v1.ListMachinesRequest
-	(*ListMachinesResponse)(nil),      // 21: corral.inventory.v1.ListMachinesResponse
-	(*GetMachineRequest)(nil),         // 22: corral.inventory.v1.GetMachineRequest
-	(*EnrollMachineRequest)(nil),      // 23: corral.inventory.v1.EnrollMachineRequest
-	(*AcceptMachineRequest)(nil),      // 24: corral.inventory.v1.AcceptMachineRequest
-	(*LabelMachineRequest)(nil),       // 25: corral.inventory.v1.LabelMachineRequest
-	(*AllocateMachinesRequest)(nil),   // 26: corral.inventory.v1.AllocateMachinesRequest
-	(*AllocateMachinesResponse)(nil),  // 27: corral.inventory.v1.AllocateMachinesResponse
-	(*ReleaseMachineRequest)(nil),     // 28: corral.inventory.v1.ReleaseMachineRequest
-	(*DeployMachineRequest)(nil),      // 29: corral.inventory.v1.DeployMachineRequest
-	(*DeleteMachineRequest)(nil),      // 30: corral.inventory.v1.DeleteMachineRequest
-	(*SetPowerRequest)(nil),           // 31: corral.inventory.v1.SetPowerRequest
-	(*GetPowerRequest)(nil),           // 32: corral.inventory.v1.GetPowerRequest
-	(*PowerStatus)(nil),               // 33: corral.inventory.v1.PowerStatus
-	(*ProviderAttempt)(nil),           // 34: corral.inventory.v1.ProviderAttempt
-	(*SetBootDeviceRequest)(nil),      // 35: corral.inventory.v1.SetBootDeviceRequest
-	(*ReprovisionMachineRequest)(nil), // 36: corral.inventory.v1.ReprovisionMachineRequest
-	(*SetMaintenanceRequest)(nil),     // 37: corral.inventory.v1.SetMaintenanceRequest
-	(*TimelineRequest)(nil),           // 38: corral.inventory.v1.TimelineRequest
-	(*TimelineResponse)(nil),          // 39: corral.inventory.v1.TimelineResponse
-	(*AdoptMachineRequest)(nil),       // 40: corral.inventory.v1.AdoptMachineRequest
-	(*RejectMachineRequest)(nil),      // 41: corral.inventory.v1.RejectMachineRequest
-	(*WatchMachinesRequest)(nil),      // 42: corral.inventory.v1.WatchMachinesRequest
-	(*MachineEvent)(nil),              // 43: corral.inventory.v1.MachineEvent
-	(*WatchTimelineRequest)(nil),      // 44: corral.inventory.v1.WatchTimelineRequest
-	(*TimelineEvent)(nil),             // 45: corral.inventory.v1.TimelineEvent
-	(*MacBinding)(nil),                // 46: corral.inventory.v1.MacBinding
-	(*BmcAddressBinding)(nil),         // 47: corral.inventory.v1.BmcAddressBinding
-	(*BmcSecret)(nil),                 // 48: corral.inventory.v1.BmcSecret
-	nil,                               // 49: corral.inventory.v1.Machine.AnnotationsEntry
-	nil,                               // 50: corral.inventory.v1.Machine.LabelsEntry
-	nil,                               // 51: corral.inventory.v1.TimelineEntry.AttributesEntry
-	nil,                               // 52: corral.inventory.v1.LabelMachineRequest.SetEntry
-	(*timestamppb.Timestamp)(nil),     // 53: google.protobuf.Timestamp
-	(*Facts)(nil),                     // 54: corral.inventory.v1.Facts
-	(*DiskLayout)(nil),                // 55: corral.inventory.v1.DiskLayout
-	(*durationpb.Duration)(nil),       // 56: google.protobuf.Duration
-	(v1.EventType)(0),                 // 57: corral.watch.v1.EventType
-	(*emptypb.Empty)(nil),             // 58: google.protobuf.Empty
+	(BmcRotationPhase)(0),             // 8: corral.inventory.v1.BmcRotationPhase
+	(Machine_MachineState)(0),         // 9: corral.inventory.v1.Machine.MachineState
+	(*Bmc)(nil),                       // 10: corral.inventory.v1.Bmc
+	(*FactChange)(nil),                // 11: corral.inventory.v1.FactChange
+	(*Machine)(nil),                   // 12: corral.inventory.v1.Machine
+	(*Deployment)(nil),                // 13: corral.inventory.v1.Deployment
+	(*Erase)(nil),                     // 14: corral.inventory.v1.Erase
+	(*Allocation)(nil),                // 15: corral.inventory.v1.Allocation
+	(*Conflict)(nil),                  // 16: corral.inventory.v1.Conflict
+	(*Install)(nil),                   // 17: corral.inventory.v1.Install
+	(*BootWatchdog)(nil),              // 18: corral.inventory.v1.BootWatchdog
+	(*PendingWipe)(nil),               // 19: corral.inventory.v1.PendingWipe
+	(*TimelineEntry)(nil),             // 20: corral.inventory.v1.TimelineEntry
+	(*ListMachinesRequest)(nil),       // 21: corral.inventory.v1.ListMachinesRequest
+	(*ListMachinesResponse)(nil),      // 22: corral.inventory.v1.ListMachinesResponse
+	(*GetMachineRequest)(nil),         // 23: corral.inventory.v1.GetMachineRequest
+	(*EnrollMachineRequest)(nil),      // 24: corral.inventory.v1.EnrollMachineRequest
+	(*AcceptMachineRequest)(nil),      // 25: corral.inventory.v1.AcceptMachineRequest
+	(*LabelMachineRequest)(nil),       // 26: corral.inventory.v1.LabelMachineRequest
+	(*AllocateMachinesRequest)(nil),   // 27: corral.inventory.v1.AllocateMachinesRequest
+	(*AllocateMachinesResponse)(nil),  // 28: corral.inventory.v1.AllocateMachinesResponse
+	(*ReleaseMachineRequest)(nil),     // 29: corral.inventory.v1.ReleaseMachineRequest
+	(*DeployMachineRequest)(nil),      // 30: corral.inventory.v1.DeployMachineRequest
+	(*DeleteMachineRequest)(nil),      // 31: corral.inventory.v1.DeleteMachineRequest
+	(*SetPowerRequest)(nil),           // 32: corral.inventory.v1.SetPowerRequest
+	(*GetPowerRequest)(nil),           // 33: corral.inventory.v1.GetPowerRequest
+	(*PowerStatus)(nil),               // 34: corral.inventory.v1.PowerStatus
+	(*ProviderAttempt)(nil),           // 35: corral.inventory.v1.ProviderAttempt
+	(*SetBootDeviceRequest)(nil),      // 36: corral.inventory.v1.SetBootDeviceRequest
+	(*ReprovisionMachineRequest)(nil), // 37: corral.inventory.v1.ReprovisionMachineRequest
+	(*SetMaintenanceRequest)(nil),     // 38: corral.inventory.v1.SetMaintenanceRequest
+	(*TimelineRequest)(nil),           // 39: corral.inventory.v1.TimelineRequest
+	(*TimelineResponse)(nil),          // 40: corral.inventory.v1.TimelineResponse
+	(*AdoptMachineRequest)(nil),       // 41: corral.inventory.v1.AdoptMachineRequest
+	(*RejectMachineRequest)(nil),      // 42: corral.inventory.v1.RejectMachineRequest
+	(*WatchMachinesRequest)(nil),      // 43: corral.inventory.v1.WatchMachinesRequest
+	(*MachineEvent)(nil),              // 44: corral.inventory.v1.MachineEvent
+	(*WatchTimelineRequest)(nil),      // 45: corral.inventory.v1.WatchTimelineRequest
+	(*TimelineEvent)(nil),             // 46: corral.inventory.v1.TimelineEvent
+	(*MacBinding)(nil),                // 47: corral.inventory.v1.MacBinding
+	(*BmcAddressBinding)(nil),         // 48: corral.inventory.v1.BmcAddressBinding
+	(*BmcSecret)(nil),                 // 49: corral.inventory.v1.BmcSecret
+	nil,                               // 50: corral.inventory.v1.Machine.AnnotationsEntry
+	nil,                               // 51: corral.inventory.v1.Machine.LabelsEntry
+	nil,                               // 52: corral.inventory.v1.TimelineEntry.AttributesEntry
+	nil,                               // 53: corral.inventory.v1.LabelMachineRequest.SetEntry
+	(*timestamppb.Timestamp)(nil),     // 54: google.protobuf.Timestamp
+	(*Facts)(nil),                     // 55: corral.inventory.v1.Facts
+	(*DiskLayout)(nil),                // 56: corral.inventory.v1.DiskLayout
+	(*durationpb.Duration)(nil),       // 57: google.protobuf.Duration
+	(v1.EventType)(0),                 // 58: corral.watch.v1.EventType
+	(*emptypb.Empty)(nil),             // 59: google.protobuf.Empty
 }
 var file_api_inventory_v1_machine_proto_depIdxs = []int32{
 	2,  // 0: corral.inventory.v1.Bmc.protocol:type_name -> corral.inventory.v1.BmcProtocol
-	53, // 1: corral.inventory.v1.Bmc.verified_at:type_name -> google.protobuf.Timestamp
-	53, // 2: corral.inventory.v1.FactChange.at:type_name -> google.protobuf.Timestamp
-	49, // 3: corral.inventory.v1.Machine.annotations:type_name -> corral.inventory.v1.Machine.AnnotationsEntry
-	50, // 4: corral.inventory.v1.Machine.labels:type_name -> corral.inventory.v1.Machine.LabelsEntry
-	9,  // 5: corral.inventory.v1.Machine.bmc:type_name -> corral.inventory.v1.Bmc
-	1,  // 6: corral.inventory.v1.Machine.boot_intent:type_name -> corral.inventory.v1.BootIntent
-	54, // 7: corral.inventory.v1.Machine.facts:type_name -> corral.inventory.v1.Facts
-	8,  // 8: corral.inventory.v1.Machine.state:type_name -> corral.inventory.v1.Machine.MachineState
-	0,  // 9: corral.inventory.v1.Machine.power_state:type_name -> corral.inventory.v1.PowerState
-	53, // 10: corral.inventory.v1.Machine.power_read_at:type_name -> google.protobuf.Timestamp
-	53, // 11: corral.inventory.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
-	53, // 12: corral.inventory.v1.Machine.updated_at:type_name -> google.protobuf.Timestamp
-	10, // 13: corral.inventory.v1.Machine.fact_history:type_name -> corral.inventory.v1.FactChange
-	16, // 14: corral.inventory.v1.Machine.install:type_name -> corral.inventory.v1.Install
-	17, // 15: corral.inventory.v1.Machine.watchdog:type_name -> corral.inventory.v1.BootWatchdog
-	8,  // 16: corral.inventory.v1.Machine.maintenance_previous_state:type_name -> corral.inventory.v1.Machine.MachineState
-	18, // 17: corral.inventory.v1.Machine.wipe:type_name -> corral.inventory.v1.PendingWipe
-	15, // 18: corral.inventory.v1.Machine.conflict:type_name -> corral.inventory.v1.Conflict
-	14, // 19: corral.inventory.v1.Machine.allocation:type_name -> corral.inventory.v1.Allocation
-	12, // 20: corral.inventory.v1.Machine.deployment:type_name -> corral.inventory.v1.Deployment
-	13, // 21: corral.inventory.v1.Machine.erase:type_name -> corral.inventory.v1.Erase
-	55, // 22: corral.inventory.v1.Deployment.layout:type_name -> corral.inventory.v1.DiskLayout
-	53, // 23: corral.inventory.v1.Deployment.started_at:type_name -> google.protobuf.Timestamp
-	53, // 24: corral.inventory.v1.Deployment.updated_at:type_name -> google.protobuf.Timestamp
-	53, // 25: corral.inventory.v1.Deployment.sent_at:type_name -> google.protobuf.Timestamp
-	53, // 26: corral.inventory.v1.Deployment.written_at:type_name -> google.protobuf.Timestamp
-	53, // 27: corral.inventory.v1.Deployment.booted_at:type_name -> google.protobuf.Timestamp
-	3,  // 28: corral.inventory.v1.Erase.level:type_name -> corral.inventory.v1.EraseLevel
-	53, // 29: corral.inventory.v1.Erase.requested_at:type_name -> google.protobuf.Timestamp
-	53, // 30: corral.inventory.v1.Erase.sent_at:type_name -> google.protobuf.Timestamp
-	53, // 31: corral.inventory.v1.Erase.updated_at:type_name -> google.protobuf.Timestamp
-	53, // 32: corral.inventory.v1.Erase.finished_at:type_name -> google.protobuf.Timestamp
-	53, // 33: corral.inventory.v1.Allocation.allocated_at:type_name -> google.protobuf.Timestamp
-	53, // 34: corral.inventory.v1.Allocation.expires_at:type_name -> google.protobuf.Timestamp
-	53, // 35: corral.inventory.v1.Allocation.released_at:type_name -> google.protobuf.Timestamp
-	53, // 36: corral.inventory.v1.Conflict.at:type_name -> google.protobuf.Timestamp
-	53, // 37: corral.inventory.v1.Install.started_at:type_name -> google.protobuf.Timestamp
-	53, // 38: corral.inventory.v1.Install.updated_at:type_name -> google.protobuf.Timestamp
-	53, // 39: corral.inventory.v1.Install.sent_at:type_name -> google.protobuf.Timestamp
-	53, // 40: corral.inventory.v1.BootWatchdog.armed_at:type_name -> google.protobuf.Timestamp
-	53, // 41: corral.inventory.v1.PendingWipe.requested_at:type_name -> google.protobuf.Timestamp
-	53, // 42: corral.inventory.v1.PendingWipe.sent_at:type_name -> google.protobuf.Timestamp
-	53, // 43: corral.inventory.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
-	51, // 44: corral.inventory.v1.TimelineEntry.attributes:type_name -> corral.inventory.v1.TimelineEntry.AttributesEntry
-	8,  // 45: corral.inventory.v1.ListMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
-	4,  // 46: corral.inventory.v1.ListMachinesRequest.view:type_name -> corral.inventory.v1.MachineView
-	11, // 47: corral.inventory.v1.ListMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
-	2,  // 48: corral.inventory.v1.EnrollMachineRequest.bmc_protocol:type_name -> corral.inventory.v1.BmcProtocol
-	5,  // 49: corral.inventory.v1.AcceptMachineRequest.target:type_name -> corral.inventory.v1.AcceptTarget
-	52, // 50: corral.inventory.v1.LabelMachineRequest.set:type_name -> corral.inventory.v1.LabelMachineRequest.SetEntry
-	56, // 51: corral.inventory.v1.AllocateMachinesRequest.expires_in:type_name -> google.protobuf.Duration
-	11, // 52: corral.inventory.v1.AllocateMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
-	3,  // 53: corral.inventory.v1.ReleaseMachineRequest.erase:type_name -> corral.inventory.v1.EraseLevel
-	6,  // 54: corral.inventory.v1.SetPowerRequest.action:type_name -> corral.inventory.v1.PowerAction
-	0,  // 55: corral.inventory.v1.PowerStatus.state:type_name -> corral.inventory.v1.PowerState
-	53, // 56: corral.inventory.v1.PowerStatus.read_at:type_name -> google.protobuf.Timestamp
-	34, // 57: corral.inventory.v1.PowerStatus.attempts:type_name -> corral.inventory.v1.ProviderAttempt
-	7,  // 58: corral.inventory.v1.SetBootDeviceRequest.device:type_name -> corral.inventory.v1.BootDevice
-	19, // 59: corral.inventory.v1.TimelineResponse.entries:type_name -> corral.inventory.v1.TimelineEntry
-	8,  // 60: corral.inventory.v1.WatchMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
-	57, // 61: corral.inventory.v1.MachineEvent.type:type_name -> corral.watch.v1.EventType
-	11, // 62: corral.inventory.v1.MachineEvent.machine:type_name -> corral.inventory.v1.Machine
-	57, // 63: corral.inventory.v1.TimelineEvent.type:type_name -> corral.watch.v1.EventType
-	19, // 64: corral.inventory.v1.TimelineEvent.entry:type_name -> corral.inventory.v1.TimelineEntry
-	53, // 65: corral.inventory.v1.BmcAddressBinding.claimed_at:type_name -> google.protobuf.Timestamp
-	20, // 66: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
-	22, // 67: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
-	23, // 68: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
-	24, // 69: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
-	30, // 70: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
-	31, // 71: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
-	32, // 72: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
-	35, // 73: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
-	36, // 74: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
-	37, // 75: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
-	38, // 76: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
-	40, // 77: corral.inventory.v1.MachineService.AdoptMachine:input_type -> corral.inventory.v1.AdoptMachineRequest
-	41, // 78: corral.inventory.v1.MachineService.RejectMachine:input_type -> corral.inventory.v1.RejectMachineRequest
-	25, // 79: corral.inventory.v1.MachineService.LabelMachine:input_type -> corral.inventory.v1.LabelMachineRequest
-	26, // 80: corral.inventory.v1.MachineService.AllocateMachines:input_type -> corral.inventory.v1.AllocateMachinesRequest
-	28, // 81: corral.inventory.v1.MachineService.ReleaseMachine:input_type -> corral.inventory.v1.ReleaseMachineRequest
-	29, // 82: corral.inventory.v1.MachineService.DeployMachine:input_type -> corral.inventory.v1.DeployMachineRequest
-	42, // 83: corral.inventory.v1.MachineService.WatchMachines:input_type -> corral.inventory.v1.WatchMachinesRequest
-	44, // 84: corral.inventory.v1.MachineService.WatchTimeline:input_type -> corral.inventory.v1.WatchTimelineRequest
-	21, // 85: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
-	11, // 86: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
-	11, // 87: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
-	11, // 88: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
-	58, // 89: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
-	33, // 90: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
-	33, // 91: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
-	58, // 92: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
-	11, // 93: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
-	11, // 94: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
-	39, // 95: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
-	11, // 96: corral.inventory.v1.MachineService.AdoptMachine:output_type -> corral.inventory.v1.Machine
-	58, // 97: corral.inventory.v1.MachineService.RejectMachine:output_type -> google.protobuf.Empty
-	11, // 98: corral.inventory.v1.MachineService.LabelMachine:output_type -> corral.inventory.v1.Machine
-	27, // 99: corral.inventory.v1.MachineService.AllocateMachines:output_type -> corral.inventory.v1.AllocateMachinesResponse
-	11, // 100: corral.inventory.v1.MachineService.ReleaseMachine:output_type -> corral.inventory.v1.Machine
-	11, // 101: corral.inventory.v1.MachineService.DeployMachine:output_type -> corral.inventory.v1.Machine
-	43, // 102: corral.inventory.v1.MachineService.WatchMachines:output_type -> corral.inventory.v1.MachineEvent
-	45, // 103: corral.inventory.v1.MachineService.WatchTimeline:output_type -> corral.inventory.v1.TimelineEvent
-	85, // [85:104] is the sub-list for method output_type
-	66, // [66:85] is the sub-list for method input_type
-	66, // [66:66] is the sub-list for extension type_name
-	66, // [66:66] is the sub-list for extension extendee
-	0,  // [0:66] is the sub-list for field type_name
+	54, // 1: corral.inventory.v1.Bmc.verified_at:type_name -> google.protobuf.Timestamp
+	54, // 2: corral.inventory.v1.Bmc.rotated_at:type_name -> google.protobuf.Timestamp
+	54, // 3: corral.inventory.v1.FactChange.at:type_name -> google.protobuf.Timestamp
+	50, // 4: corral.inventory.v1.Machine.annotations:type_name -> corral.inventory.v1.Machine.AnnotationsEntry
+	51, // 5: corral.inventory.v1.Machine.labels:type_name -> corral.inventory.v1.Machine.LabelsEntry
+	10, // 6: corral.inventory.v1.Machine.bmc:type_name -> corral.inventory.v1.Bmc
+	1,  // 7: corral.inventory.v1.Machine.boot_intent:type_name -> corral.inventory.v1.BootIntent
+	55, // 8: corral.inventory.v1.Machine.facts:type_name -> corral.inventory.v1.Facts
+	9,  // 9: corral.inventory.v1.Machine.state:type_name -> corral.inventory.v1.Machine.MachineState
+	0,  // 10: corral.inventory.v1.Machine.power_state:type_name -> corral.inventory.v1.PowerState
+	54, // 11: corral.inventory.v1.Machine.power_read_at:type_name -> google.protobuf.Timestamp
+	54, // 12: corral.inventory.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
+	54, // 13: corral.inventory.v1.Machine.updated_at:type_name -> google.protobuf.Timestamp
+	11, // 14: corral.inventory.v1.Machine.fact_history:type_name -> corral.inventory.v1.FactChange
+	17, // 15: corral.inventory.v1.Machine.install:type_name -> corral.inventory.v1.Install
+	18, // 16: corral.inventory.v1.Machine.watchdog:type_name -> corral.inventory.v1.BootWatchdog
+	9,  // 17: corral.inventory.v1.Machine.maintenance_previous_state:type_name -> corral.inventory.v1.Machine.MachineState
+	19, // 18: corral.inventory.v1.Machine.wipe:type_name -> corral.inventory.v1.PendingWipe
+	16, // 19: corral.inventory.v1.Machine.conflict:type_name -> corral.inventory.v1.Conflict
+	15, // 20: corral.inventory.v1.Machine.allocation:type_name -> corral.inventory.v1.Allocation
+	13, // 21: corral.inventory.v1.Machine.deployment:type_name -> corral.inventory.v1.Deployment
+	14, // 22: corral.inventory.v1.Machine.erase:type_name -> corral.inventory.v1.Erase
+	56, // 23: corral.inventory.v1.Deployment.layout:type_name -> corral.inventory.v1.DiskLayout
+	54, // 24: corral.inventory.v1.Deployment.started_at:type_name -> google.protobuf.Timestamp
+	54, // 25: corral.inventory.v1.Deployment.updated_at:type_name -> google.protobuf.Timestamp
+	54, // 26: corral.inventory.v1.Deployment.sent_at:type_name -> google.protobuf.Timestamp
+	54, // 27: corral.inventory.v1.Deployment.written_at:type_name -> google.protobuf.Timestamp
+	54, // 28: corral.inventory.v1.Deployment.booted_at:type_name -> google.protobuf.Timestamp
+	3,  // 29: corral.inventory.v1.Erase.level:type_name -> corral.inventory.v1.EraseLevel
+	54, // 30: corral.inventory.v1.Erase.requested_at:type_name -> google.protobuf.Timestamp
+	54, // 31: corral.inventory.v1.Erase.sent_at:type_name -> google.protobuf.Timestamp
+	54, // 32: corral.inventory.v1.Erase.updated_at:type_name -> google.protobuf.Timestamp
+	54, // 33: corral.inventory.v1.Erase.finished_at:type_name -> google.protobuf.Timestamp
+	54, // 34: corral.inventory.v1.Allocation.allocated_at:type_name -> google.protobuf.Timestamp
+	54, // 35: corral.inventory.v1.Allocation.expires_at:type_name -> google.protobuf.Timestamp
+	54, // 36: corral.inventory.v1.Allocation.released_at:type_name -> google.protobuf.Timestamp
+	54, // 37: corral.inventory.v1.Conflict.at:type_name -> google.protobuf.Timestamp
+	54, // 38: corral.inventory.v1.Install.started_at:type_name -> google.protobuf.Timestamp
+	54, // 39: corral.inventory.v1.Install.updated_at:type_name -> google.protobuf.Timestamp
+	54, // 40: corral.inventory.v1.Install.sent_at:type_name -> google.protobuf.Timestamp
+	54, // 41: corral.inventory.v1.BootWatchdog.armed_at:type_name -> google.protobuf.Timestamp
+	54, // 42: corral.inventory.v1.PendingWipe.requested_at:type_name -> google.protobuf.Timestamp
+	54, // 43: corral.inventory.v1.PendingWipe.sent_at:type_name -> google.protobuf.Timestamp
+	54, // 44: corral.inventory.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
+	52, // 45: corral.inventory.v1.TimelineEntry.attributes:type_name -> corral.inventory.v1.TimelineEntry.AttributesEntry
+	9,  // 46: corral.inventory.v1.ListMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
+	4,  // 47: corral.inventory.v1.ListMachinesRequest.view:type_name -> corral.inventory.v1.MachineView
+	12, // 48: corral.inventory.v1.ListMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
+	2,  // 49: corral.inventory.v1.EnrollMachineRequest.bmc_protocol:type_name -> corral.inventory.v1.BmcProtocol
+	5,  // 50: corral.inventory.v1.AcceptMachineRequest.target:type_name -> corral.inventory.v1.AcceptTarget
+	53, // 51: corral.inventory.v1.LabelMachineRequest.set:type_name -> corral.inventory.v1.LabelMachineRequest.SetEntry
+	57, // 52: corral.inventory.v1.AllocateMachinesRequest.expires_in:type_name -> google.protobuf.Duration
+	12, // 53: corral.inventory.v1.AllocateMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
+	3,  // 54: corral.inventory.v1.ReleaseMachineRequest.erase:type_name -> corral.inventory.v1.EraseLevel
+	6,  // 55: corral.inventory.v1.SetPowerRequest.action:type_name -> corral.inventory.v1.PowerAction
+	0,  // 56: corral.inventory.v1.PowerStatus.state:type_name -> corral.inventory.v1.PowerState
+	54, // 57: corral.inventory.v1.PowerStatus.read_at:type_name -> google.protobuf.Timestamp
+	35, // 58: corral.inventory.v1.PowerStatus.attempts:type_name -> corral.inventory.v1.ProviderAttempt
+	7,  // 59: corral.inventory.v1.SetBootDeviceRequest.device:type_name -> corral.inventory.v1.BootDevice
+	20, // 60: corral.inventory.v1.TimelineResponse.entries:type_name -> corral.inventory.v1.TimelineEntry
+	9,  // 61: corral.inventory.v1.WatchMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
+	58, // 62: corral.inventory.v1.MachineEvent.type:type_name -> corral.watch.v1.EventType
+	12, // 63: corral.inventory.v1.MachineEvent.machine:type_name -> corral.inventory.v1.Machine
+	58, // 64: corral.inventory.v1.TimelineEvent.type:type_name -> corral.watch.v1.EventType
+	20, // 65: corral.inventory.v1.TimelineEvent.entry:type_name -> corral.inventory.v1.TimelineEntry
+	54, // 66: corral.inventory.v1.BmcAddressBinding.claimed_at:type_name -> google.protobuf.Timestamp
+	8,  // 67: corral.inventory.v1.BmcSecret.phase:type_name -> corral.inventory.v1.BmcRotationPhase
+	54, // 68: corral.inventory.v1.BmcSecret.pending_since:type_name -> google.protobuf.Timestamp
+	21, // 69: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
+	23, // 70: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
+	24, // 71: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
+	25, // 72: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
+	31, // 73: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
+	32, // 74: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
+	33, // 75: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
+	36, // 76: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
+	37, // 77: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
+	38, // 78: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
+	39, // 79: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
+	41, // 80: corral.inventory.v1.MachineService.AdoptMachine:input_type -> corral.inventory.v1.AdoptMachineRequest
+	42, // 81: corral.inventory.v1.MachineService.RejectMachine:input_type -> corral.inventory.v1.RejectMachineRequest
+	26, // 82: corral.inventory.v1.MachineService.LabelMachine:input_type -> corral.inventory.v1.LabelMachineRequest
+	27, // 83: corral.inventory.v1.MachineService.AllocateMachines:input_type -> corral.inventory.v1.AllocateMachinesRequest
+	29, // 84: corral.inventory.v1.MachineService.ReleaseMachine:input_type -> corral.inventory.v1.ReleaseMachineRequest
+	30, // 85: corral.inventory.v1.MachineService.DeployMachine:input_type -> corral.inventory.v1.DeployMachineRequest
+	43, // 86: corral.inventory.v1.MachineService.WatchMachines:input_type -> corral.inventory.v1.WatchMachinesRequest
+	45, // 87: corral.inventory.v1.MachineService.WatchTimeline:input_type -> corral.inventory.v1.WatchTimelineRequest
+	22, // 88: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
+	12, // 89: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
+	12, // 90: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
+	12, // 91: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
+	59, // 92: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
+	34, // 93: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
+	34, // 94: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
+	59, // 95: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
+	12, // 96: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
+	12, // 97: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
+	40, // 98: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
+	12, // 99: corral.inventory.v1.MachineService.AdoptMachine:output_type -> corral.inventory.v1.Machine
+	59, // 100: corral.inventory.v1.MachineService.RejectMachine:output_type -> google.protobuf.Empty
+	12, // 101: corral.inventory.v1.MachineService.LabelMachine:output_type -> corral.inventory.v1.Machine
+	28, // 102: corral.inventory.v1.MachineService.AllocateMachines:output_type -> corral.inventory.v1.AllocateMachinesResponse
+	12, // 103: corral.inventory.v1.MachineService.ReleaseMachine:output_type -> corral.inventory.v1.Machine
+	12, // 104: corral.inventory.v1.MachineService.DeployMachine:output_type -> corral.inventory.v1.Machine
+	44, // 105: corral.inventory.v1.MachineService.WatchMachines:output_type -> corral.inventory.v1.MachineEvent
+	46, // 106: corral.inventory.v1.MachineService.WatchTimeline:output_type -> corral.inventory.v1.TimelineEvent
+	88, // [88:107] is the sub-list for method output_type
+	69, // [69:88] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_api_inventory_v1_machine_proto_init() }
@@ -4383,7 +4540,7 @@ func file_api_inventory_v1_machine_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_inventory_v1_machine_proto_rawDesc), len(file_api_inventory_v1_machine_proto_rawDesc)),
-			NumEnums:      9,
+			NumEnums:      10,
 			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
