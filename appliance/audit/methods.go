@@ -284,6 +284,8 @@ func timelineVerb(method string, req any) string {
 		return "delete"
 	case *inventoryv1.EnrollMachineRequest:
 		return "enroll BMC"
+	case *inventoryv1.RotateBmcCredentialsRequest:
+		return "rotate BMC credentials"
 	}
 	_, name, _ := strings.Cut(strings.TrimPrefix(method, "/"), "/")
 	return name
