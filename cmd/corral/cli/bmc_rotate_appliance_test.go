@@ -8,7 +8,8 @@ import (
 	"github.com/corralhq/corral/testsupport/ipmisim"
 )
 
-// TestBMCRotateThroughCorrald: corral machine bmc rotate against corrald
+// TestBMCRotateThroughCorrald: enroll --bmc-rotate, then corral machine
+// bmc rotate, against corrald
 // and ipmi_sim: the machine then logs in as Corral's own account (power
 // status answers through it), describe shows the account and no
 // password, and the call is on the machine's timeline.
@@ -19,12 +20,11 @@ func TestBMCRotateThroughCorrald(t *testing.T) {
 	b := ipmisim.Start(t, ipmisim.Options{})
 	app := startBMCApp(t, appliance.Config{BMC: appliance.BMCConfig{PollInterval: -1}})
 	pw := writePassword(t, b.Pass, 0o600)
-	app.ok(t, "machine", "enroll", "m1", "--bmc", b.Addr(), "--bmc-user", b.User, "--bmc-password-file", pw, "--mac", "52:54:00:00:00:72")
-	out := app.ok(t, "machine", "bmc", "rotate", "m1")
-	if !strings.Contains(out, `BMC user "corral-a"`) || !strings.Contains(out, "committed") {
-		t.Fatalf("rotate said:\n%s", out)
+	app.ok(t, "machine", "enroll", "m1", "--bmc", b.Addr(), "--bmc-user", b.User, "--bmc-password-file", pw, "--mac", "52:54:00:00:00:72", "--bmc-rotate")
+	if out := app.ok(t, "describe", "machine", "m1"); !strings.Contains(out, "username: corral-a") {
+		t.Fatalf("enroll --bmc-rotate did not leave the machine on corral-a:\n%s", out)
 	}
-	out = app.ok(t, "machine", "bmc", "rotate", "m1")
+	out := app.ok(t, "machine", "bmc", "rotate", "m1")
 	if !strings.Contains(out, `BMC user "corral-b"`) || !strings.Contains(out, "disabled user") {
 		t.Fatalf("second rotate said:\n%s", out)
 	}

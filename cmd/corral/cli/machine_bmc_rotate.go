@@ -67,3 +67,23 @@ unfinished is finished first. IPMI BMCs only.`,
 	addOutputFlag(cmd, &output)
 	return cmd
 }
+
+// rotateAfterEnroll is enroll --bmc-rotate: the machine just enrolled
+// gets Corral's own account at once. The enrolment stands whatever the
+// rotation says.
+func (inv *invocation) rotateAfterEnroll(cmd *cobra.Command, m *inventoryv1.Machine) (*inventoryv1.Machine, error) {
+	name := m.GetName()
+	var resp *inventoryv1.RotateBmcCredentialsResponse
+	err := inv.rpc(cmd, fmt.Sprintf("rotate the BMC credential of machine %q (enrolled)", name), func(ctx context.Context, cc *grpc.ClientConn) error {
+		var err error
+		resp, err = inventoryv1.NewBmcCredentialServiceClient(cc).RotateBmcCredentials(ctx, &inventoryv1.RotateBmcCredentialsRequest{Name: name})
+		return err
+	})
+	if err != nil {
+		return m, err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "machine %s: BMC user %q (slot %d) made with a random password; the enrolment credential is no longer used\n",
+		name, resp.GetBmc().GetUsername(), resp.GetBmc().GetAccountId())
+	m.Bmc = resp.GetBmc()
+	return m, nil
+}
