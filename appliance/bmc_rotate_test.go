@@ -76,7 +76,7 @@ func newRotationRig(t *testing.T) *rotationRig {
 // crash point, or nil).
 func (r *rotationRig) service(crash func(machine, step string) error) *bmc.Service {
 	ctl := ipmi.New(ipmi.Config{Providers: []string{ipmi.NativeProviderName}})
-	bc, err := bmc.New(bmc.Config{Machines: r.inv, Events: r.inv, Store: r.st, Driver: bmcAdapter{ctl}, Accounts: bmcAdapter{ctl},
+	bc, err := bmc.New(bmc.Config{Machines: r.inv, Events: r.inv, Store: r.st, Driver: bmcAdapter{c: ctl}, Accounts: bmcAdapter{c: ctl},
 		Sealer: r.sealer, Crash: crash, CallTimeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		r.t.Fatal(err)

@@ -197,6 +197,15 @@ type Config struct {
 	// AccountNames are the two names Corral's own BMC account alternates
 	// between (default DefaultAccountNames).
 	AccountNames [2]string
+	// Health reads BMC sensors and event logs (RefreshHealth); nil
+	// disables it.
+	Health HealthReader
+	// OnHealth, when set, hears every health read (the metrics); it must
+	// be quick.
+	OnHealth func(machine string, h Health)
+	// OnHealthWrite, when set, hears every machine write a health read
+	// made (the bench's store writes per poll).
+	OnHealthWrite func()
 	// Crash, in tests, is called after each step of a rotation ("pending",
 	// "bmc-set", "set", "verified", "committed"); an error stops the
 	// rotation there as if the appliance had died.
