@@ -105,13 +105,16 @@ func TestBMCHealthSim(t *testing.T) {
 	if !strings.Contains(flag, "critical") || !strings.Contains(flag, "CPU Temp 95") || !strings.Contains(flag, "event log entry") {
 		t.Fatalf("flag after CPU Temp 95 over 90: %q (health %v)", flag, m.GetBmc().GetHealth())
 	}
-	tl, err := r.inv.Timeline(ctx, "h1", "", 50)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The timeline is written behind the call.
 	found := false
-	for _, e := range tl {
-		found = found || e.GetEvent() == bmc.FlagHealth
+	for deadline := time.Now().Add(5 * time.Second); !found && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		tl, err := r.inv.Timeline(ctx, "h1", "", 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range tl {
+			found = found || e.GetEvent() == bmc.FlagHealth
+		}
 	}
 	if !found {
 		t.Fatalf("no %s timeline entry", bmc.FlagHealth)

@@ -178,14 +178,18 @@ func TestBMCRotateSim(t *testing.T) {
 	if err := r.login(user1, pw1); !errors.Is(err, ipmi.ErrAuth) {
 		t.Fatalf("the old credential after rotation: want refused (ErrAuth), got %v", err)
 	}
-	tl, err := r.inv.Timeline(ctx, "r1", "", 100)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The timeline is written behind the call.
 	rotated := 0
-	for _, e := range tl {
-		if e.GetEvent() == "bmc-rotated" {
-			rotated++
+	for deadline := time.Now().Add(5 * time.Second); rotated != 2 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		tl, err := r.inv.Timeline(ctx, "r1", "", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rotated = 0
+		for _, e := range tl {
+			if e.GetEvent() == "bmc-rotated" {
+				rotated++
+			}
 		}
 	}
 	if rotated != 2 {

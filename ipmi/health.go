@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/bougou/go-ipmi/pkg/types"
@@ -66,8 +68,9 @@ type HealthOptions struct {
 }
 
 // Health reads a BMC's analog sensors (the SDR repository's full and
-// compact threshold sensors, each with its reading and threshold state)
-// and, when it changed, its System Event Log. IPMI only (native
+// compact threshold sensors, each with its reading and threshold state;
+// the repository itself only when it changed, see sdrCache) and, when it
+// changed, its System Event Log. IPMI only (native
 // provider).
 func (c *Controller) Health(ctx context.Context, t Target, o HealthOptions) (Health, Answer, error) {
 	o.MaxSensors = cmp.Or(o.MaxSensors, 64)
@@ -79,7 +82,7 @@ func (c *Controller) Health(ctx context.Context, t Target, o HealthOptions) (Hea
 			return err
 		}
 		start := time.Now()
-		h, err = np.health(ctx, o)
+		h, err = np.health(ctx, o, &c.sdrs, t.Addr())
 		at := Attempt{Provider: NativeProviderName, Took: time.Since(start)}
 		if err != nil {
 			at.Err = err.Error()
@@ -92,22 +95,99 @@ func (c *Controller) Health(ctx context.Context, t Target, o HealthOptions) (Hea
 	return h, a, err
 }
 
-func (p *nativeProvider) health(ctx context.Context, o HealthOptions) (Health, error) {
+// sdrCache keeps each BMC's analog sensors as its SDR repository
+// describes them, with the repository's most recent addition time: a poll
+// asks Get SDR Repository Info (one exchange) and reads the repository
+// again only when that changed, then one Get Sensor Reading a sensor.
+// It is bounded: past maxCachedBMCs it starts again.
+type sdrCache struct {
+	mu sync.Mutex
+	m  map[string]cachedSDRs
+}
+
+const maxCachedBMCs = 65536
+
+type cachedSDRs struct {
+	added   time.Time
+	sensors []types.Sensor
+}
+
+func (c *sdrCache) get(addr string) (cachedSDRs, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[addr]
+	return e, ok
+}
+
+func (c *sdrCache) put(addr string, e cachedSDRs) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxCachedBMCs {
+		c.m = map[string]cachedSDRs{}
+	}
+	c.m[addr] = e
+}
+
+// analogSensors are the threshold sensors with an analog reading the
+// SDR repository lists (full and compact records).
+func analogSensors(sdrs []*types.SDR) []types.Sensor {
+	var out []types.Sensor
+	for _, sdr := range sdrs {
+		if sdr == nil || !sdr.HasAnalogReading() {
+			continue
+		}
+		s := types.Sensor{SDRRecordType: sdr.RecordHeader.RecordType, HasAnalogReading: true}
+		switch {
+		case sdr.Full != nil:
+			f := sdr.Full
+			s.Number, s.Name, s.SensorUnit, s.SensorType = uint8(f.SensorNumber), strings.TrimSpace(string(f.IDStringBytes)), f.SensorUnit, f.SensorType
+			s.EventReadingType = f.SensorEventReadingType
+			s.Threshold.LinearizationFunc, s.Threshold.ReadingFactors = f.LinearizationFunc, f.ReadingFactors
+		case sdr.Compact != nil:
+			c := sdr.Compact
+			s.Number, s.Name, s.SensorUnit, s.SensorType = uint8(c.SensorNumber), strings.TrimSpace(string(c.IDStringBytes)), c.SensorUnit, c.SensorType
+			s.EventReadingType = c.SensorEventReadingType
+		default:
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func (p *nativeProvider) health(ctx context.Context, o HealthOptions, cache *sdrCache, addr string) (Health, error) {
 	var h Health
-	sensors, err := p.c.GetSensors(ctx)
+	repo, err := p.c.GetSDRRepoInfo(ctx)
 	if err != nil {
 		return h, classifyNative(ctx, err)
 	}
-	for _, s := range sensors {
-		if !s.HasAnalogReading || s.NotPresent || !s.ReadingAvailable || s.ScanningDisabled {
-			continue
+	e, ok := cache.get(addr)
+	if !ok || !e.added.Equal(repo.MostRecentAdditionTime) {
+		sdrs, err := p.c.GetSDRs(ctx, types.SDRRecordTypeFullSensor, types.SDRRecordTypeCompactSensor)
+		if err != nil {
+			return h, classifyNative(ctx, err)
 		}
+		e = cachedSDRs{added: repo.MostRecentAdditionTime, sensors: analogSensors(sdrs)}
+		cache.put(addr, e)
+	}
+	for i := range e.sensors {
+		s := e.sensors[i] // a copy: the cache's stays as read
 		if len(h.Sensors) == o.MaxSensors {
 			h.Dropped++
 			continue
 		}
-		st := string(s.Threshold.ThresholdStatus)
-		r := SensorReading{Name: s.Name, Kind: sensorKind(s), Value: s.Value, Unit: s.SensorUnit.BaseUnit.String(), Status: SensorOK}
+		rd, err := p.c.GetSensorReading(ctx, s.Number)
+		if err != nil {
+			if _, ok := types.IsResponseError(err); ok {
+				continue // not present, or no reading now
+			}
+			return h, classifyNative(ctx, err)
+		}
+		if rd.ReadingUnavailable || rd.SensorScanningDisabled {
+			continue
+		}
+		st := string(rd.ThresholdStatus())
+		r := SensorReading{Name: s.Name, Kind: sensorKind(&s), Value: s.ConvertReading(rd.Reading), Unit: s.SensorUnit.BaseUnit.String(), Status: SensorOK}
 		switch types.SensorThresholdStatus(st) {
 		case types.SensorThresholdStatus_UNC, types.SensorThresholdStatus_LNC:
 			r.Status, r.Threshold = SensorWarning, st
