@@ -36,6 +36,10 @@ type BMCConfig struct {
 	HealthInterval time.Duration
 	// HealthSensors caps the sensors kept per machine (default 64).
 	HealthSensors int
+	// RotateEvery, when positive, rotates the password of every BMC
+	// account Corral owns (machines rotated once) when it is older than
+	// this; checked every RotateEvery/4, at most every 10 minutes.
+	RotateEvery time.Duration
 }
 
 // initBMC wires BMC control into s after the store and inventory exist:
@@ -81,8 +85,20 @@ func (s *Server) initBMC() error {
 	// machines this appliance owns.
 	s.addComponent("bmc-rotation-resume", func(ctx context.Context) error {
 		bc.ResumeRotations(ctx, s.owns)
-		<-ctx.Done()
-		return nil
+		if cfg.RotateEvery <= 0 {
+			<-ctx.Done()
+			return nil
+		}
+		t := time.NewTicker(min(cfg.RotateEvery/4, 10*time.Minute))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+				bc.RotateDue(ctx, cfg.RotateEvery, s.owns)
+			}
+		}
 	})
 	if cfg.HealthInterval >= 0 {
 		hp, err := poller.New(poller.Config{Source: healthSource{bc}, Logger: log.With("component", "health-poller"),

@@ -73,11 +73,11 @@ func newRotationRig(t *testing.T) *rotationRig {
 }
 
 // service is BMC control as an appliance starts it (crash: the test's
-// crash point, or nil).
-func (r *rotationRig) service(crash func(machine, step string) error) *bmc.Service {
+// crash point, or nil; now: its clock, if not time.Now).
+func (r *rotationRig) service(crash func(machine, step string) error, now ...func() time.Time) *bmc.Service {
 	ctl := ipmi.New(ipmi.Config{Providers: []string{ipmi.NativeProviderName}})
 	bc, err := bmc.New(bmc.Config{Machines: r.inv, Events: r.inv, Store: r.st, Driver: bmcAdapter{c: ctl}, Accounts: bmcAdapter{c: ctl},
-		Sealer: r.sealer, Crash: crash, CallTimeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		Sealer: r.sealer, Crash: crash, CallTimeout: 5 * time.Second, Now: append(now, time.Now)[0], Logger: slog.New(slog.NewTextHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -194,6 +194,18 @@ func TestBMCRotateSim(t *testing.T) {
 	}
 	if rotated != 2 {
 		t.Fatalf("timeline has %d bmc-rotated entries, want 2", rotated)
+	}
+	// On a schedule: nothing is due within the hour; two hours on, the
+	// account Corral owns is rotated again.
+	if n := bc.RotateDue(ctx, time.Hour, nil); n != 0 {
+		t.Fatalf("rotated %d machines with nothing due", n)
+	}
+	later := r.service(nil, func() time.Time { return time.Now().Add(2 * time.Hour) })
+	if n := later.RotateDue(ctx, time.Hour, nil); n != 1 {
+		t.Fatalf("scheduled rotation: %d machines rotated, want 1:\n%s", n, r.logs.String())
+	}
+	if user3, pw3, _ := r.stored(); user3 != "corral-a" || r.login(user3, pw3) != nil || r.login(user2, pw2) == nil {
+		t.Fatalf("after the scheduled rotation the machine logs in as %q; the one before must be refused", user3)
 	}
 	answers := strings.Join(append(steps, steps2...), "\n") + m.GetBmc().String()
 	r.noPassword(pw1, answers)

@@ -469,3 +469,36 @@ func (r *rotation) resume(ctx context.Context) (*inventoryv1.Machine, error) {
 	return m, apierr.Unavailablef("machine %q: a BMC credential rotation was left at phase %s and neither credential logs in now (both are kept; try again when the BMC answers): pending: %v; in use: %v",
 		r.name, phaseName[phase], perr, oerr)
 }
+
+// RotateDue rotates, one after the other, the machines whose BMC account
+// Corral owns (rotated once: an operator opted them in) and whose
+// password is older than every; keep says which machines this appliance
+// owns (nil: all). Failures are logged and leave the machine as it was
+// (or its rotation for the next resume). It returns how many it rotated.
+func (c *Service) RotateDue(ctx context.Context, every time.Duration, keep func(machine string) bool) int {
+	if c.cfg.Accounts == nil || every <= 0 {
+		return 0
+	}
+	ms, err := c.inv.ListMachines(ctx, &inventoryv1.ListMachinesRequest{})
+	if err != nil {
+		c.log.Warn("scheduled BMC rotation: listing machines failed", "err", err)
+		return 0
+	}
+	now := c.cfg.Now()
+	n := 0
+	for _, m := range ms {
+		b := m.GetBmc()
+		if b.GetAccountId() == 0 || b.GetRotatedAt() == nil || now.Sub(b.GetRotatedAt().AsTime()) < every || (keep != nil && !keep(m.GetName())) {
+			continue
+		}
+		if ctx.Err() != nil {
+			return n
+		}
+		if _, steps, err := c.Rotate(ctx, m.GetName()); err != nil {
+			c.log.Warn("scheduled BMC rotation failed", "machine", m.GetName(), "steps", steps, "err", err)
+			continue
+		}
+		n++
+	}
+	return n
+}
