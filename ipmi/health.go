@@ -199,7 +199,7 @@ func (p *nativeProvider) health(ctx context.Context, o HealthOptions, cache *sdr
 	info, err := p.c.GetSELInfo(ctx)
 	if err != nil {
 		// A BMC without an event log still has sensors.
-		return h, nil
+		return h, nil //nolint:nilerr // the log is optional
 	}
 	h.LogAddedAt = info.RecentAdditionTime
 	if info.Entries == 0 || h.LogAddedAt.Equal(o.LogSeen) {
@@ -269,13 +269,16 @@ func logEntry(e *types.SEL) LogEntry {
 	if st.EventDir != types.EventDirAssertion {
 		return le
 	}
-	switch {
-	case st.EventReadingType == types.EventReadingTypeThreshold:
+	switch st.EventReadingType {
+	case types.EventReadingTypeThreshold:
 		// 2/3 lower critical, 4/5 lower non-recoverable, 8/9 upper
 		// critical, 0xa/0xb upper non-recoverable.
 		le.Critical = slices.Contains([]uint8{2, 3, 4, 5, 8, 9, 0x0a, 0x0b}, offset)
-	case st.EventReadingType == types.EventReadingTypeSensorSpecific:
+	case types.EventReadingTypeSensorSpecific:
 		le.Critical = slices.Contains(criticalSpecific[st.SensorType], offset)
+	default:
+		// Generic discrete events (state, severity, presence ...) are
+		// not read as failures.
 	}
 	return le
 }

@@ -247,7 +247,7 @@ func (r *rotation) fresh(ctx context.Context) (*inventoryv1.Machine, error) {
 		return m, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, old.Timeout)
-	id, res, err := c.cfg.Accounts.SetAccount(cctx, old, Account{Name: newName, Password: pw})
+	id, _, err := c.cfg.Accounts.SetAccount(cctx, old, Account{Name: newName, Password: pw})
 	cancel()
 	if err != nil {
 		// The account in use was not touched: it still logs in.
@@ -270,7 +270,8 @@ func (r *rotation) fresh(ctx context.Context) (*inventoryv1.Machine, error) {
 	}
 	nt := old
 	nt.Username, nt.Password = newName, pw
-	if res, err = r.verify(ctx, nt); err != nil {
+	res, err := r.verify(ctx, nt)
+	if err != nil {
 		r.abandon(ctx, "the new credential did not log in")
 		// The stray account goes; the one in use still logs in.
 		dctx, cancel := context.WithTimeout(ctx, old.Timeout)
@@ -278,11 +279,11 @@ func (r *rotation) fresh(ctx context.Context) (*inventoryv1.Machine, error) {
 		cancel()
 		return m, fmt.Errorf("rotate %s: the BMC set account %q but does not log it in (the credential in use is kept): %w", r.name, newName, err)
 	}
-	m, err = r.verified(ctx, m)
+	m, err = r.verified(ctx)
 	if err != nil {
 		return m, err
 	}
-	return r.commit(ctx, m, id, newName, oldID, res)
+	return r.commit(ctx, id, newName, oldID, res)
 }
 
 // verify logs in with t (a few tries: some BMCs take a moment to apply
@@ -309,7 +310,7 @@ func (r *rotation) verify(ctx context.Context, t Target) (Result, error) {
 }
 
 // verified records that the new credential logged in.
-func (r *rotation) verified(ctx context.Context, m *inventoryv1.Machine) (*inventoryv1.Machine, error) {
+func (r *rotation) verified(ctx context.Context) (*inventoryv1.Machine, error) {
 	set := []inventoryv1.BmcRotationPhase{inventoryv1.BmcRotationPhase_BMC_ROTATION_PHASE_SET}
 	m, err := r.advance(ctx, set, func(sec *inventoryv1.BmcSecret) {
 		sec.Phase = inventoryv1.BmcRotationPhase_BMC_ROTATION_PHASE_VERIFIED
@@ -326,7 +327,7 @@ func (r *rotation) verified(ctx context.Context, m *inventoryv1.Machine) (*inven
 
 // commit makes the new credential the machine's and then drops the
 // account used before (dropID, 0 for none).
-func (r *rotation) commit(ctx context.Context, m *inventoryv1.Machine, id uint32, newName string, dropID uint32, res Result) (*inventoryv1.Machine, error) {
+func (r *rotation) commit(ctx context.Context, id uint32, newName string, dropID uint32, res Result) (*inventoryv1.Machine, error) {
 	c := r.c
 	if dropID == id {
 		dropID = 0
@@ -425,10 +426,12 @@ func (r *rotation) resume(ctx context.Context) (*inventoryv1.Machine, error) {
 		return r.drop(ctx, m)
 	}
 	r.step("resumed a rotation left at phase %s", phaseName[phase])
-	pw, err := c.cfg.Sealer.Open(sec.GetPendingSealedPassword(), []byte(r.name))
-	if err != nil {
+	pw, serr := c.cfg.Sealer.Open(sec.GetPendingSealedPassword(), []byte(r.name))
+	if serr != nil {
+		// It never reached the BMC in a form Corral can use: the
+		// credential in use stays.
 		r.abandon(ctx, "the pending password cannot be opened")
-		return m, nil
+		return m, nil //nolint:nilerr // abandoning is the recovery
 	}
 	nt := old
 	nt.Username, nt.Password = sec.GetPendingUsername(), string(pw)
@@ -457,7 +460,7 @@ func (r *rotation) resume(ctx context.Context) (*inventoryv1.Machine, error) {
 				return m, err
 			}
 		}
-		return r.commit(ctx, m, id, nt.Username, oldID, res)
+		return r.commit(ctx, id, nt.Username, oldID, res)
 	}
 	cctx, cancel = context.WithTimeout(ctx, old.Timeout)
 	_, _, oerr := c.cfg.Driver.PowerState(cctx, old)
