@@ -1,6 +1,7 @@
 package appliance
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/appliance/metrics"
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/inventory/bmc"
@@ -29,6 +31,15 @@ type BMCConfig struct {
 	// Providers is the provider order (default: native-ipmi, ipmitool,
 	// gofish).
 	Providers []string
+	// HealthInterval is how often every machine's BMC sensors and event
+	// log are read (default 5m, jittered ±10%); negative disables it.
+	HealthInterval time.Duration
+	// HealthSensors caps the sensors kept per machine (default 64).
+	HealthSensors int
+	// RotateEvery, when positive, rotates the password of every BMC
+	// account Corral owns (machines rotated once) when it is older than
+	// this; checked every RotateEvery/4, at most every 10 minutes.
+	RotateEvery time.Duration
 }
 
 // initBMC wires BMC control into s after the store and inventory exist:
@@ -49,12 +60,55 @@ func (s *Server) initBMC() error {
 	}
 	log := s.log.With("component", "bmc")
 	ctl := ipmi.New(ipmi.Config{Logger: log, CallTimeout: cfg.CallTimeout, Providers: cfg.Providers, Observe: s.obs.BMC()})
-	bc, err := bmc.New(bmc.Config{Machines: s.inv, Events: s.inv, Store: s.store, Driver: bmcAdapter{ctl}, Sealer: sealer, Logger: log, CallTimeout: cfg.CallTimeout})
+	ad := bmcAdapter{c: ctl, sensors: cfg.HealthSensors}
+	sensors := s.obs.Sensors()
+	bcfg := bmc.Config{Machines: s.inv, Events: s.inv, Store: s.store, Driver: ad, Sealer: sealer, Logger: log, CallTimeout: cfg.CallTimeout,
+		Accounts: ad}
+	if cfg.HealthInterval >= 0 {
+		bcfg.Health = ad
+		if sensors != nil {
+			bcfg.OnHealth = func(machine string, h bmc.Health) { sensors(machine, sensorReadings(h)) }
+		}
+	}
+	bc, err := bmc.New(bcfg)
 	if err != nil {
 		return err
 	}
 	s.inv.OnDelete(bc.Forget)
+	if sensors != nil {
+		s.inv.OnDelete(func(_ context.Context, m *inventoryv1.Machine) { sensors(m.GetName(), nil) })
+	}
 	s.bmc = bc
+	bmc.RegisterCredentials(s.grpc, &bmc.CredentialServer{BMC: bc})
+	// Rotations an appliance left unfinished are finished at start (the
+	// pending credential tried first, then the one in use), for the
+	// machines this appliance owns.
+	s.addComponent("bmc-rotation-resume", func(ctx context.Context) error {
+		bc.ResumeRotations(ctx, s.owns)
+		if cfg.RotateEvery <= 0 {
+			<-ctx.Done()
+			return nil
+		}
+		t := time.NewTicker(min(cfg.RotateEvery/4, 10*time.Minute))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+				bc.RotateDue(ctx, cfg.RotateEvery, s.owns)
+			}
+		}
+	})
+	if cfg.HealthInterval >= 0 {
+		hp, err := poller.New(poller.Config{Source: healthSource{bc}, Logger: log.With("component", "health-poller"),
+			Interval: cmp.Or(cfg.HealthInterval, 5*time.Minute), Concurrency: cfg.PollConcurrency,
+			CallTimeout: 2*cfg.CallTimeout + 5*time.Second, Filter: s.owns})
+		if err != nil {
+			return err
+		}
+		s.addComponent("health-poller", hp.Run)
+	}
 	if cfg.PollInterval < 0 {
 		return nil
 	}
@@ -72,7 +126,11 @@ func (s *Server) initBMC() error {
 
 // bmcAdapter presents an ipmi.Controller as bmc.Driver, translating
 // types and wrapping ipmi's errors with BMC control's sentinels.
-type bmcAdapter struct{ c *ipmi.Controller }
+type bmcAdapter struct {
+	c *ipmi.Controller
+	// sensors caps the sensors of a health read (0: ipmi's default).
+	sensors int
+}
 
 func toTarget(t bmc.Target) ipmi.Target {
 	p := ipmi.ProtocolAuto
@@ -178,4 +236,49 @@ func (b bmcAdapter) SetBootDevice(ctx context.Context, t bmc.Target, r inventory
 	}
 	ans, err := b.c.SetBootDevice(ctx, toTarget(t), d, ipmi.BootOptions{Persistent: r.Persistent, EFI: r.EFI})
 	return toResult(ans), toInventoryErr(err)
+}
+
+func (b bmcAdapter) NewPassword() string { return ipmi.NewPassword() }
+
+func (b bmcAdapter) SetAccount(ctx context.Context, t bmc.Target, a bmc.Account) (uint32, bmc.Result, error) {
+	id, ans, err := b.c.SetAccount(ctx, toTarget(t), ipmi.Account{ID: int(a.ID), Name: a.Name, Password: a.Password})
+	return uint32(id), toResult(ans), toInventoryErr(err)
+}
+
+func (b bmcAdapter) DisableAccount(ctx context.Context, t bmc.Target, id uint32) (bmc.Result, error) {
+	ans, err := b.c.DisableAccount(ctx, toTarget(t), int(id))
+	return toResult(ans), toInventoryErr(err)
+}
+
+// healthSource drives the poller over BMC health instead of power.
+type healthSource struct{ bc *bmc.Service }
+
+func (h healthSource) PowerTargets(ctx context.Context) ([]string, error) {
+	return h.bc.HealthTargets(ctx)
+}
+func (h healthSource) RefreshPower(ctx context.Context, name string) error {
+	return h.bc.RefreshHealth(ctx, name)
+}
+
+func sensorReadings(h bmc.Health) []metrics.SensorReading {
+	out := make([]metrics.SensorReading, 0, len(h.Sensors))
+	for _, s := range h.Sensors {
+		out = append(out, metrics.SensorReading{Kind: s.GetKind(), Value: s.GetValue(), Status: s.GetStatus()})
+	}
+	return out
+}
+
+func (b bmcAdapter) Health(ctx context.Context, t bmc.Target, logSeen time.Time) (bmc.Health, bmc.Result, error) {
+	h, a, err := b.c.Health(ctx, toTarget(t), ipmi.HealthOptions{MaxSensors: b.sensors, LogSeen: logSeen})
+	if err != nil {
+		return bmc.Health{}, toResult(a), toInventoryErr(err)
+	}
+	out := bmc.Health{Dropped: h.Dropped, LogAddedAt: h.LogAddedAt, LogRead: h.LogRead}
+	for _, s := range h.Sensors {
+		out.Sensors = append(out.Sensors, &inventoryv1.BmcSensor{Name: s.Name, Kind: s.Kind, Value: s.Value, Unit: s.Unit, Status: s.Status, Threshold: s.Threshold})
+	}
+	for _, e := range h.Log {
+		out.Log = append(out.Log, bmc.HealthLogEntry{ID: uint32(e.ID), Time: e.Time, Critical: e.Critical, Text: e.Text})
+	}
+	return out, toResult(a), nil
 }

@@ -101,7 +101,7 @@ func setup50(t testing.TB, providers []string) (*poller.Poller, *inventory.Inven
 	if err != nil {
 		t.Fatal(err)
 	}
-	bc, err := bmc.New(bmc.Config{Machines: inv, Events: inv, Store: st, Driver: bmcAdapter{ipmi.New(ipmi.Config{Providers: providers})}, Sealer: sealer})
+	bc, err := bmc.New(bmc.Config{Machines: inv, Events: inv, Store: st, Driver: bmcAdapter{c: ipmi.New(ipmi.Config{Providers: providers})}, Sealer: sealer})
 	if err != nil {
 		t.Fatal(err)
 	}

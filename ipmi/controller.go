@@ -79,6 +79,8 @@ var DefaultProviders = []string{NativeProviderName, IpmitoolProviderName, Redfis
 type Controller struct {
 	cfg Config
 	log *slog.Logger
+	// sdrs caches each BMC's sensor records for Health (health.go).
+	sdrs sdrCache
 }
 
 // New returns a Controller.

@@ -77,6 +77,9 @@ var auditRules = map[string]auditRule{
 	"/corral.inventory.v1.MachineService/LabelMachine":       machineRule,
 	"/corral.inventory.v1.MachineService/ReleaseMachine":     machineRule,
 	"/corral.inventory.v1.MachineService/DeployMachine":      machineRule,
+	// A rotation's request names the machine only; no password is in
+	// any request or answer.
+	"/corral.inventory.v1.BmcCredentialService/RotateBmcCredentials": machineRule,
 	// The machines an allocation claims are on their timelines already.
 	"/corral.inventory.v1.MachineService/AllocateMachines": mutating("allocation", "selector"),
 
@@ -281,6 +284,8 @@ func timelineVerb(method string, req any) string {
 		return "delete"
 	case *inventoryv1.EnrollMachineRequest:
 		return "enroll BMC"
+	case *inventoryv1.RotateBmcCredentialsRequest:
+		return "rotate BMC credentials"
 	}
 	_, name, _ := strings.Cut(strings.TrimPrefix(method, "/"), "/")
 	return name

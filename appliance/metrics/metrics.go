@@ -112,6 +112,7 @@ type Metrics struct {
 	phases    *phaseTracker
 	counts    *stateCounts
 	standby   *standbyGauges
+	sensors   *sensorGauges // sensors.go
 
 	// lis is the bound metrics listener (nil: off).
 	lis net.Listener
@@ -165,9 +166,10 @@ func New(cfg Config, log *slog.Logger) *Metrics {
 	o.phases = newPhaseTracker(log.With("component", "boot-phases"))
 	o.counts = newStateCounts(log.With("component", "state-counts"))
 	o.standby = newStandbyGauges()
+	o.sensors = newSensorGauges()
 	o.ready = &readiness{}
 	o.reg.MustRegister(o.grpc, o.dhcp, o.dhcpTime, o.tftp, o.tftpBytes, o.http, o.httpBytes, o.httpTime, o.bmc, o.reports, o.deploys,
-		o.store.commit, o.phases.hist, o.counts, o.standby)
+		o.store.commit, o.phases.hist, o.counts, o.standby, o.sensors)
 	return o
 }
 

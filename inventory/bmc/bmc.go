@@ -191,15 +191,35 @@ type Config struct {
 	CallTimeout time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Accounts manages BMC accounts for credential rotation (Rotate);
+	// nil refuses rotation.
+	Accounts Accounts
+	// AccountNames are the two names Corral's own BMC account alternates
+	// between (default DefaultAccountNames).
+	AccountNames [2]string
+	// Health reads BMC sensors and event logs (RefreshHealth); nil
+	// disables it.
+	Health HealthReader
+	// OnHealth, when set, hears every health read (the metrics); it must
+	// be quick.
+	OnHealth func(machine string, h Health)
+	// OnHealthWrite, when set, hears every machine write a health read
+	// made (the bench's store writes per poll).
+	OnHealthWrite func()
+	// Crash, in tests, is called after each step of a rotation ("pending",
+	// "bmc-set", "set", "verified", "committed"); an error stops the
+	// rotation there as if the appliance had died.
+	Crash func(machine, step string) error
 }
 
 // Service enrolls BMCs and drives power and boot device for machines.
 // Its methods are safe for concurrent use; every machine change is a CAS
 // through Machines.UpdateMachine.
 type Service struct {
-	inv Machines
-	cfg Config
-	log *slog.Logger
+	inv   Machines
+	cfg   Config
+	log   *slog.Logger
+	locks rotationLocks
 }
 
 // New validates cfg and returns BMC control. Forget must run when a
@@ -216,6 +236,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.AccountNames[0] == "" || cfg.AccountNames[1] == "" || cfg.AccountNames[0] == cfg.AccountNames[1] {
+		cfg.AccountNames = DefaultAccountNames
 	}
 	return &Service{inv: cfg.Machines, cfg: cfg, log: cfg.Logger}, nil
 }

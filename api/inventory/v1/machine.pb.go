@@ -466,6 +466,68 @@ func (BootDevice) EnumDescriptor() ([]byte, []int) {
 	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{7}
 }
 
+// BmcRotationPhase is how far a BMC credential rotation got (internal).
+type BmcRotationPhase int32
+
+const (
+	// BMC_ROTATION_PHASE_NONE: no rotation in progress.
+	BmcRotationPhase_BMC_ROTATION_PHASE_NONE BmcRotationPhase = 0
+	// PENDING: the new password is sealed; the BMC may not know it yet.
+	BmcRotationPhase_BMC_ROTATION_PHASE_PENDING BmcRotationPhase = 1
+	// SET: the BMC accepted the new account and password.
+	BmcRotationPhase_BMC_ROTATION_PHASE_SET BmcRotationPhase = 2
+	// VERIFIED: a call logged in with the new credential answered.
+	BmcRotationPhase_BMC_ROTATION_PHASE_VERIFIED BmcRotationPhase = 3
+	// COMMITTED: the machine uses the new credential; the old account is
+	// dropped next (the pending fields are cleared).
+	BmcRotationPhase_BMC_ROTATION_PHASE_COMMITTED BmcRotationPhase = 4
+)
+
+// Enum value maps for BmcRotationPhase.
+var (
+	BmcRotationPhase_name = map[int32]string{
+		0: "BMC_ROTATION_PHASE_NONE",
+		1: "BMC_ROTATION_PHASE_PENDING",
+		2: "BMC_ROTATION_PHASE_SET",
+		3: "BMC_ROTATION_PHASE_VERIFIED",
+		4: "BMC_ROTATION_PHASE_COMMITTED",
+	}
+	BmcRotationPhase_value = map[string]int32{
+		"BMC_ROTATION_PHASE_NONE":      0,
+		"BMC_ROTATION_PHASE_PENDING":   1,
+		"BMC_ROTATION_PHASE_SET":       2,
+		"BMC_ROTATION_PHASE_VERIFIED":  3,
+		"BMC_ROTATION_PHASE_COMMITTED": 4,
+	}
+)
+
+func (x BmcRotationPhase) Enum() *BmcRotationPhase {
+	p := new(BmcRotationPhase)
+	*p = x
+	return p
+}
+
+func (x BmcRotationPhase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BmcRotationPhase) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_inventory_v1_machine_proto_enumTypes[8].Descriptor()
+}
+
+func (BmcRotationPhase) Type() protoreflect.EnumType {
+	return &file_api_inventory_v1_machine_proto_enumTypes[8]
+}
+
+func (x BmcRotationPhase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BmcRotationPhase.Descriptor instead.
+func (BmcRotationPhase) EnumDescriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{8}
+}
+
 type Machine_MachineState int32
 
 const (
@@ -543,11 +605,11 @@ func (x Machine_MachineState) String() string {
 }
 
 func (Machine_MachineState) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_inventory_v1_machine_proto_enumTypes[8].Descriptor()
+	return file_api_inventory_v1_machine_proto_enumTypes[9].Descriptor()
 }
 
 func (Machine_MachineState) Type() protoreflect.EnumType {
-	return &file_api_inventory_v1_machine_proto_enumTypes[8]
+	return &file_api_inventory_v1_machine_proto_enumTypes[9]
 }
 
 func (x Machine_MachineState) Number() protoreflect.EnumNumber {
@@ -556,7 +618,7 @@ func (x Machine_MachineState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Machine_MachineState.Descriptor instead.
 func (Machine_MachineState) EnumDescriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{2, 0}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{4, 0}
 }
 
 // Bmc is a machine's management controller. The password is never returned.
@@ -580,7 +642,23 @@ type Bmc struct {
 	TlsSha256 string `protobuf:"bytes,9,opt,name=tls_sha256,json=tlsSha256,proto3" json:"tls_sha256,omitempty"`
 	// tls_insecure skips certificate verification for this BMC (enrolled
 	// with --bmc-insecure); tls_sha256 is then empty.
-	TlsInsecure   bool `protobuf:"varint,10,opt,name=tls_insecure,json=tlsInsecure,proto3" json:"tls_insecure,omitempty"`
+	TlsInsecure bool `protobuf:"varint,10,opt,name=tls_insecure,json=tlsInsecure,proto3" json:"tls_insecure,omitempty"`
+	// account_id is the BMC user slot of the account Corral made for itself
+	// (corral machine bmc rotate; username is its name); 0 while Corral
+	// logs in with the account it was enrolled with. Its password is
+	// random, sealed, and never leaves the appliance.
+	AccountId uint32 `protobuf:"varint,11,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// rotated_at is when that account's password last changed.
+	RotatedAt *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=rotated_at,json=rotatedAt,proto3" json:"rotated_at,omitempty"`
+	// rotation is the phase of a credential rotation in progress ("" when
+	// none is): pending, set or verified (docs/architecture.md, "BMC
+	// credentials Corral owns").
+	Rotation string `protobuf:"bytes,13,opt,name=rotation,proto3" json:"rotation,omitempty"`
+	// health is what the BMC's sensors and event log said at their last
+	// change (docs/architecture.md, "Hardware health"): written when a
+	// sensor's status, the sensor set or the log's critical entries change,
+	// not at every poll. Live values are the appliance's metrics.
+	Health        *BmcHealth `protobuf:"bytes,14,opt,name=health,proto3" json:"health,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -685,6 +763,221 @@ func (x *Bmc) GetTlsInsecure() bool {
 	return false
 }
 
+func (x *Bmc) GetAccountId() uint32 {
+	if x != nil {
+		return x.AccountId
+	}
+	return 0
+}
+
+func (x *Bmc) GetRotatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RotatedAt
+	}
+	return nil
+}
+
+func (x *Bmc) GetRotation() string {
+	if x != nil {
+		return x.Rotation
+	}
+	return ""
+}
+
+func (x *Bmc) GetHealth() *BmcHealth {
+	if x != nil {
+		return x.Health
+	}
+	return nil
+}
+
+// BmcHealth is a machine's BMC sensors and event log as last changed.
+type BmcHealth struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sensors, at most the appliance's cap per machine (dropped counts the
+	// rest), with their value when the record was written.
+	Sensors []*BmcSensor `protobuf:"bytes,1,rep,name=sensors,proto3" json:"sensors,omitempty"`
+	Dropped uint32       `protobuf:"varint,2,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	// status is the worst sensor or log status: ok, warning or critical.
+	Status    string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	ChangedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=changed_at,json=changedAt,proto3" json:"changed_at,omitempty"`
+	// log_added_at is the event log's most recent addition the appliance
+	// has read; log_critical the newest critical entry (its text) and
+	// log_critical_id its record ID (0: none).
+	LogAddedAt    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=log_added_at,json=logAddedAt,proto3" json:"log_added_at,omitempty"`
+	LogCritical   string                 `protobuf:"bytes,6,opt,name=log_critical,json=logCritical,proto3" json:"log_critical,omitempty"`
+	LogCriticalId uint32                 `protobuf:"varint,7,opt,name=log_critical_id,json=logCriticalId,proto3" json:"log_critical_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BmcHealth) Reset() {
+	*x = BmcHealth{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BmcHealth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BmcHealth) ProtoMessage() {}
+
+func (x *BmcHealth) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BmcHealth.ProtoReflect.Descriptor instead.
+func (*BmcHealth) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *BmcHealth) GetSensors() []*BmcSensor {
+	if x != nil {
+		return x.Sensors
+	}
+	return nil
+}
+
+func (x *BmcHealth) GetDropped() uint32 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
+func (x *BmcHealth) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *BmcHealth) GetChangedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ChangedAt
+	}
+	return nil
+}
+
+func (x *BmcHealth) GetLogAddedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LogAddedAt
+	}
+	return nil
+}
+
+func (x *BmcHealth) GetLogCritical() string {
+	if x != nil {
+		return x.LogCritical
+	}
+	return ""
+}
+
+func (x *BmcHealth) GetLogCriticalId() uint32 {
+	if x != nil {
+		return x.LogCriticalId
+	}
+	return 0
+}
+
+// BmcSensor is one BMC sensor reading.
+type BmcSensor struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// kind: temperature, fan, power, power-supply, current, voltage, other.
+	Kind  string  `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Value float64 `protobuf:"fixed64,3,opt,name=value,proto3" json:"value,omitempty"`
+	Unit  string  `protobuf:"bytes,4,opt,name=unit,proto3" json:"unit,omitempty"`
+	// status: ok, warning (a non-critical threshold crossed) or critical.
+	Status string `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
+	// threshold crossed: unc, ucr, unr, lnc, lcr, lnr ("" when ok).
+	Threshold     string `protobuf:"bytes,6,opt,name=threshold,proto3" json:"threshold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BmcSensor) Reset() {
+	*x = BmcSensor{}
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BmcSensor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BmcSensor) ProtoMessage() {}
+
+func (x *BmcSensor) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BmcSensor.ProtoReflect.Descriptor instead.
+func (*BmcSensor) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *BmcSensor) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BmcSensor) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *BmcSensor) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+func (x *BmcSensor) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *BmcSensor) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *BmcSensor) GetThreshold() string {
+	if x != nil {
+		return x.Threshold
+	}
+	return ""
+}
+
 // FactChange is one dated difference between two fact reports.
 type FactChange struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -698,7 +991,7 @@ type FactChange struct {
 
 func (x *FactChange) Reset() {
 	*x = FactChange{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[1]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +1003,7 @@ func (x *FactChange) String() string {
 func (*FactChange) ProtoMessage() {}
 
 func (x *FactChange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[1]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,7 +1016,7 @@ func (x *FactChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FactChange.ProtoReflect.Descriptor instead.
 func (*FactChange) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{1}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *FactChange) GetAt() *timestamppb.Timestamp {
@@ -824,7 +1117,7 @@ type Machine struct {
 
 func (x *Machine) Reset() {
 	*x = Machine{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[2]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -836,7 +1129,7 @@ func (x *Machine) String() string {
 func (*Machine) ProtoMessage() {}
 
 func (x *Machine) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[2]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -849,7 +1142,7 @@ func (x *Machine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Machine.ProtoReflect.Descriptor instead.
 func (*Machine) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{2}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Machine) GetName() string {
@@ -1125,7 +1418,7 @@ type Deployment struct {
 
 func (x *Deployment) Reset() {
 	*x = Deployment{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[3]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1430,7 @@ func (x *Deployment) String() string {
 func (*Deployment) ProtoMessage() {}
 
 func (x *Deployment) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[3]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1443,7 @@ func (x *Deployment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deployment.ProtoReflect.Descriptor instead.
 func (*Deployment) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{3}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Deployment) GetDeploymentId() string {
@@ -1327,7 +1620,7 @@ type Erase struct {
 
 func (x *Erase) Reset() {
 	*x = Erase{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[4]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1339,7 +1632,7 @@ func (x *Erase) String() string {
 func (*Erase) ProtoMessage() {}
 
 func (x *Erase) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[4]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1352,7 +1645,7 @@ func (x *Erase) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Erase.ProtoReflect.Descriptor instead.
 func (*Erase) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{4}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Erase) GetEraseId() string {
@@ -1452,7 +1745,7 @@ type Allocation struct {
 
 func (x *Allocation) Reset() {
 	*x = Allocation{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[5]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +1757,7 @@ func (x *Allocation) String() string {
 func (*Allocation) ProtoMessage() {}
 
 func (x *Allocation) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[5]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +1770,7 @@ func (x *Allocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Allocation.ProtoReflect.Descriptor instead.
 func (*Allocation) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{5}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Allocation) GetOwner() string {
@@ -1562,7 +1855,7 @@ type Conflict struct {
 
 func (x *Conflict) Reset() {
 	*x = Conflict{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[6]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +1867,7 @@ func (x *Conflict) String() string {
 func (*Conflict) ProtoMessage() {}
 
 func (x *Conflict) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[6]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +1880,7 @@ func (x *Conflict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Conflict.ProtoReflect.Descriptor instead.
 func (*Conflict) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{6}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Conflict) GetMachine() string {
@@ -1652,7 +1945,7 @@ type Install struct {
 
 func (x *Install) Reset() {
 	*x = Install{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[7]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +1957,7 @@ func (x *Install) String() string {
 func (*Install) ProtoMessage() {}
 
 func (x *Install) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[7]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +1970,7 @@ func (x *Install) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Install.ProtoReflect.Descriptor instead.
 func (*Install) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{7}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Install) GetInstallId() string {
@@ -1766,7 +2059,7 @@ type BootWatchdog struct {
 
 func (x *BootWatchdog) Reset() {
 	*x = BootWatchdog{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[8]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1778,7 +2071,7 @@ func (x *BootWatchdog) String() string {
 func (*BootWatchdog) ProtoMessage() {}
 
 func (x *BootWatchdog) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[8]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1791,7 +2084,7 @@ func (x *BootWatchdog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootWatchdog.ProtoReflect.Descriptor instead.
 func (*BootWatchdog) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{8}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *BootWatchdog) GetArmedAt() *timestamppb.Timestamp {
@@ -1829,7 +2122,7 @@ type PendingWipe struct {
 
 func (x *PendingWipe) Reset() {
 	*x = PendingWipe{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[9]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1841,7 +2134,7 @@ func (x *PendingWipe) String() string {
 func (*PendingWipe) ProtoMessage() {}
 
 func (x *PendingWipe) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[9]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1854,7 +2147,7 @@ func (x *PendingWipe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingWipe.ProtoReflect.Descriptor instead.
 func (*PendingWipe) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{9}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PendingWipe) GetDisk() string {
@@ -1900,7 +2193,7 @@ type TimelineEntry struct {
 
 func (x *TimelineEntry) Reset() {
 	*x = TimelineEntry{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[10]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1912,7 +2205,7 @@ func (x *TimelineEntry) String() string {
 func (*TimelineEntry) ProtoMessage() {}
 
 func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[10]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1925,7 +2218,7 @@ func (x *TimelineEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineEntry.ProtoReflect.Descriptor instead.
 func (*TimelineEntry) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{10}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TimelineEntry) GetAt() *timestamppb.Timestamp {
@@ -2006,7 +2299,7 @@ type ListMachinesRequest struct {
 
 func (x *ListMachinesRequest) Reset() {
 	*x = ListMachinesRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[11]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2311,7 @@ func (x *ListMachinesRequest) String() string {
 func (*ListMachinesRequest) ProtoMessage() {}
 
 func (x *ListMachinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[11]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2031,7 +2324,7 @@ func (x *ListMachinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMachinesRequest.ProtoReflect.Descriptor instead.
 func (*ListMachinesRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{11}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListMachinesRequest) GetState() Machine_MachineState {
@@ -2109,7 +2402,7 @@ type ListMachinesResponse struct {
 
 func (x *ListMachinesResponse) Reset() {
 	*x = ListMachinesResponse{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[12]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2121,7 +2414,7 @@ func (x *ListMachinesResponse) String() string {
 func (*ListMachinesResponse) ProtoMessage() {}
 
 func (x *ListMachinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[12]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2134,7 +2427,7 @@ func (x *ListMachinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMachinesResponse.ProtoReflect.Descriptor instead.
 func (*ListMachinesResponse) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{12}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListMachinesResponse) GetMachines() []*Machine {
@@ -2160,7 +2453,7 @@ type GetMachineRequest struct {
 
 func (x *GetMachineRequest) Reset() {
 	*x = GetMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2465,7 @@ func (x *GetMachineRequest) String() string {
 func (*GetMachineRequest) ProtoMessage() {}
 
 func (x *GetMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[13]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2478,7 @@ func (x *GetMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMachineRequest.ProtoReflect.Descriptor instead.
 func (*GetMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{13}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetMachineRequest) GetName() string {
@@ -2221,7 +2514,7 @@ type EnrollMachineRequest struct {
 
 func (x *EnrollMachineRequest) Reset() {
 	*x = EnrollMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +2526,7 @@ func (x *EnrollMachineRequest) String() string {
 func (*EnrollMachineRequest) ProtoMessage() {}
 
 func (x *EnrollMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[14]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +2539,7 @@ func (x *EnrollMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollMachineRequest.ProtoReflect.Descriptor instead.
 func (*EnrollMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{14}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *EnrollMachineRequest) GetName() string {
@@ -2340,7 +2633,7 @@ type AcceptMachineRequest struct {
 
 func (x *AcceptMachineRequest) Reset() {
 	*x = AcceptMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2352,7 +2645,7 @@ func (x *AcceptMachineRequest) String() string {
 func (*AcceptMachineRequest) ProtoMessage() {}
 
 func (x *AcceptMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[15]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2365,7 +2658,7 @@ func (x *AcceptMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptMachineRequest.ProtoReflect.Descriptor instead.
 func (*AcceptMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{15}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AcceptMachineRequest) GetName() string {
@@ -2412,7 +2705,7 @@ type LabelMachineRequest struct {
 
 func (x *LabelMachineRequest) Reset() {
 	*x = LabelMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2424,7 +2717,7 @@ func (x *LabelMachineRequest) String() string {
 func (*LabelMachineRequest) ProtoMessage() {}
 
 func (x *LabelMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[16]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2437,7 +2730,7 @@ func (x *LabelMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelMachineRequest.ProtoReflect.Descriptor instead.
 func (*LabelMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{16}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LabelMachineRequest) GetName() string {
@@ -2480,7 +2773,7 @@ type AllocateMachinesRequest struct {
 
 func (x *AllocateMachinesRequest) Reset() {
 	*x = AllocateMachinesRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2492,7 +2785,7 @@ func (x *AllocateMachinesRequest) String() string {
 func (*AllocateMachinesRequest) ProtoMessage() {}
 
 func (x *AllocateMachinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[17]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2505,7 +2798,7 @@ func (x *AllocateMachinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateMachinesRequest.ProtoReflect.Descriptor instead.
 func (*AllocateMachinesRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{17}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AllocateMachinesRequest) GetSelector() string {
@@ -2545,7 +2838,7 @@ type AllocateMachinesResponse struct {
 
 func (x *AllocateMachinesResponse) Reset() {
 	*x = AllocateMachinesResponse{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2557,7 +2850,7 @@ func (x *AllocateMachinesResponse) String() string {
 func (*AllocateMachinesResponse) ProtoMessage() {}
 
 func (x *AllocateMachinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[18]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2570,7 +2863,7 @@ func (x *AllocateMachinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateMachinesResponse.ProtoReflect.Descriptor instead.
 func (*AllocateMachinesResponse) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{18}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AllocateMachinesResponse) GetMachines() []*Machine {
@@ -2596,7 +2889,7 @@ type ReleaseMachineRequest struct {
 
 func (x *ReleaseMachineRequest) Reset() {
 	*x = ReleaseMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[19]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2608,7 +2901,7 @@ func (x *ReleaseMachineRequest) String() string {
 func (*ReleaseMachineRequest) ProtoMessage() {}
 
 func (x *ReleaseMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[19]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2621,7 +2914,7 @@ func (x *ReleaseMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseMachineRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{19}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReleaseMachineRequest) GetName() string {
@@ -2668,7 +2961,7 @@ type DeployMachineRequest struct {
 
 func (x *DeployMachineRequest) Reset() {
 	*x = DeployMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[20]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2680,7 +2973,7 @@ func (x *DeployMachineRequest) String() string {
 func (*DeployMachineRequest) ProtoMessage() {}
 
 func (x *DeployMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[20]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2693,7 +2986,7 @@ func (x *DeployMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployMachineRequest.ProtoReflect.Descriptor instead.
 func (*DeployMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{20}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeployMachineRequest) GetName() string {
@@ -2747,7 +3040,7 @@ type DeleteMachineRequest struct {
 
 func (x *DeleteMachineRequest) Reset() {
 	*x = DeleteMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[21]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2759,7 +3052,7 @@ func (x *DeleteMachineRequest) String() string {
 func (*DeleteMachineRequest) ProtoMessage() {}
 
 func (x *DeleteMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[21]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2772,7 +3065,7 @@ func (x *DeleteMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteMachineRequest.ProtoReflect.Descriptor instead.
 func (*DeleteMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{21}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteMachineRequest) GetName() string {
@@ -2792,7 +3085,7 @@ type SetPowerRequest struct {
 
 func (x *SetPowerRequest) Reset() {
 	*x = SetPowerRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[22]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2804,7 +3097,7 @@ func (x *SetPowerRequest) String() string {
 func (*SetPowerRequest) ProtoMessage() {}
 
 func (x *SetPowerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[22]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2817,7 +3110,7 @@ func (x *SetPowerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPowerRequest.ProtoReflect.Descriptor instead.
 func (*SetPowerRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{22}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SetPowerRequest) GetName() string {
@@ -2843,7 +3136,7 @@ type GetPowerRequest struct {
 
 func (x *GetPowerRequest) Reset() {
 	*x = GetPowerRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[23]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2855,7 +3148,7 @@ func (x *GetPowerRequest) String() string {
 func (*GetPowerRequest) ProtoMessage() {}
 
 func (x *GetPowerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[23]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2868,7 +3161,7 @@ func (x *GetPowerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPowerRequest.ProtoReflect.Descriptor instead.
 func (*GetPowerRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{23}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetPowerRequest) GetName() string {
@@ -2894,7 +3187,7 @@ type PowerStatus struct {
 
 func (x *PowerStatus) Reset() {
 	*x = PowerStatus{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[24]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2906,7 +3199,7 @@ func (x *PowerStatus) String() string {
 func (*PowerStatus) ProtoMessage() {}
 
 func (x *PowerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[24]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2919,7 +3212,7 @@ func (x *PowerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerStatus.ProtoReflect.Descriptor instead.
 func (*PowerStatus) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{24}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PowerStatus) GetState() PowerState {
@@ -2970,7 +3263,7 @@ type ProviderAttempt struct {
 
 func (x *ProviderAttempt) Reset() {
 	*x = ProviderAttempt{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[25]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2982,7 +3275,7 @@ func (x *ProviderAttempt) String() string {
 func (*ProviderAttempt) ProtoMessage() {}
 
 func (x *ProviderAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[25]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2995,7 +3288,7 @@ func (x *ProviderAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderAttempt.ProtoReflect.Descriptor instead.
 func (*ProviderAttempt) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{25}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ProviderAttempt) GetProvider() string {
@@ -3031,7 +3324,7 @@ type SetBootDeviceRequest struct {
 
 func (x *SetBootDeviceRequest) Reset() {
 	*x = SetBootDeviceRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[26]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3043,7 +3336,7 @@ func (x *SetBootDeviceRequest) String() string {
 func (*SetBootDeviceRequest) ProtoMessage() {}
 
 func (x *SetBootDeviceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[26]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3056,7 +3349,7 @@ func (x *SetBootDeviceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBootDeviceRequest.ProtoReflect.Descriptor instead.
 func (*SetBootDeviceRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{26}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetBootDeviceRequest) GetName() string {
@@ -3096,7 +3389,7 @@ type ReprovisionMachineRequest struct {
 
 func (x *ReprovisionMachineRequest) Reset() {
 	*x = ReprovisionMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[27]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3108,7 +3401,7 @@ func (x *ReprovisionMachineRequest) String() string {
 func (*ReprovisionMachineRequest) ProtoMessage() {}
 
 func (x *ReprovisionMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[27]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3121,7 +3414,7 @@ func (x *ReprovisionMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReprovisionMachineRequest.ProtoReflect.Descriptor instead.
 func (*ReprovisionMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{27}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReprovisionMachineRequest) GetName() string {
@@ -3142,7 +3435,7 @@ type SetMaintenanceRequest struct {
 
 func (x *SetMaintenanceRequest) Reset() {
 	*x = SetMaintenanceRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[28]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3154,7 +3447,7 @@ func (x *SetMaintenanceRequest) String() string {
 func (*SetMaintenanceRequest) ProtoMessage() {}
 
 func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[28]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3167,7 +3460,7 @@ func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*SetMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{28}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SetMaintenanceRequest) GetName() string {
@@ -3203,7 +3496,7 @@ type TimelineRequest struct {
 
 func (x *TimelineRequest) Reset() {
 	*x = TimelineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[29]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3215,7 +3508,7 @@ func (x *TimelineRequest) String() string {
 func (*TimelineRequest) ProtoMessage() {}
 
 func (x *TimelineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[29]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3228,7 +3521,7 @@ func (x *TimelineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineRequest.ProtoReflect.Descriptor instead.
 func (*TimelineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{29}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TimelineRequest) GetName() string {
@@ -3261,7 +3554,7 @@ type TimelineResponse struct {
 
 func (x *TimelineResponse) Reset() {
 	*x = TimelineResponse{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[30]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3273,7 +3566,7 @@ func (x *TimelineResponse) String() string {
 func (*TimelineResponse) ProtoMessage() {}
 
 func (x *TimelineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[30]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3286,7 +3579,7 @@ func (x *TimelineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineResponse.ProtoReflect.Descriptor instead.
 func (*TimelineResponse) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{30}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TimelineResponse) GetEntries() []*TimelineEntry {
@@ -3309,7 +3602,7 @@ type AdoptMachineRequest struct {
 
 func (x *AdoptMachineRequest) Reset() {
 	*x = AdoptMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[31]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3321,7 +3614,7 @@ func (x *AdoptMachineRequest) String() string {
 func (*AdoptMachineRequest) ProtoMessage() {}
 
 func (x *AdoptMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[31]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3334,7 +3627,7 @@ func (x *AdoptMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptMachineRequest.ProtoReflect.Descriptor instead.
 func (*AdoptMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{31}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AdoptMachineRequest) GetName() string {
@@ -3360,7 +3653,7 @@ type RejectMachineRequest struct {
 
 func (x *RejectMachineRequest) Reset() {
 	*x = RejectMachineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[32]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3372,7 +3665,7 @@ func (x *RejectMachineRequest) String() string {
 func (*RejectMachineRequest) ProtoMessage() {}
 
 func (x *RejectMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[32]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3385,7 +3678,7 @@ func (x *RejectMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectMachineRequest.ProtoReflect.Descriptor instead.
 func (*RejectMachineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{32}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RejectMachineRequest) GetName() string {
@@ -3415,7 +3708,7 @@ type WatchMachinesRequest struct {
 
 func (x *WatchMachinesRequest) Reset() {
 	*x = WatchMachinesRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[33]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3427,7 +3720,7 @@ func (x *WatchMachinesRequest) String() string {
 func (*WatchMachinesRequest) ProtoMessage() {}
 
 func (x *WatchMachinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[33]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3440,7 +3733,7 @@ func (x *WatchMachinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchMachinesRequest.ProtoReflect.Descriptor instead.
 func (*WatchMachinesRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{33}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WatchMachinesRequest) GetState() Machine_MachineState {
@@ -3482,7 +3775,7 @@ type MachineEvent struct {
 
 func (x *MachineEvent) Reset() {
 	*x = MachineEvent{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[34]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3494,7 +3787,7 @@ func (x *MachineEvent) String() string {
 func (*MachineEvent) ProtoMessage() {}
 
 func (x *MachineEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[34]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3507,7 +3800,7 @@ func (x *MachineEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachineEvent.ProtoReflect.Descriptor instead.
 func (*MachineEvent) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{34}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *MachineEvent) GetType() v1.EventType {
@@ -3547,7 +3840,7 @@ type WatchTimelineRequest struct {
 
 func (x *WatchTimelineRequest) Reset() {
 	*x = WatchTimelineRequest{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[35]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3559,7 +3852,7 @@ func (x *WatchTimelineRequest) String() string {
 func (*WatchTimelineRequest) ProtoMessage() {}
 
 func (x *WatchTimelineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[35]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3572,7 +3865,7 @@ func (x *WatchTimelineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTimelineRequest.ProtoReflect.Descriptor instead.
 func (*WatchTimelineRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{35}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WatchTimelineRequest) GetName() string {
@@ -3614,7 +3907,7 @@ type TimelineEvent struct {
 
 func (x *TimelineEvent) Reset() {
 	*x = TimelineEvent{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[36]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3626,7 +3919,7 @@ func (x *TimelineEvent) String() string {
 func (*TimelineEvent) ProtoMessage() {}
 
 func (x *TimelineEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[36]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3639,7 +3932,7 @@ func (x *TimelineEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineEvent.ProtoReflect.Descriptor instead.
 func (*TimelineEvent) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{36}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TimelineEvent) GetType() v1.EventType {
@@ -3674,7 +3967,7 @@ type MacBinding struct {
 
 func (x *MacBinding) Reset() {
 	*x = MacBinding{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[37]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3686,7 +3979,7 @@ func (x *MacBinding) String() string {
 func (*MacBinding) ProtoMessage() {}
 
 func (x *MacBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[37]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3699,7 +3992,7 @@ func (x *MacBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MacBinding.ProtoReflect.Descriptor instead.
 func (*MacBinding) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{37}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *MacBinding) GetMachineName() string {
@@ -3723,7 +4016,7 @@ type BmcAddressBinding struct {
 
 func (x *BmcAddressBinding) Reset() {
 	*x = BmcAddressBinding{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[38]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3735,7 +4028,7 @@ func (x *BmcAddressBinding) String() string {
 func (*BmcAddressBinding) ProtoMessage() {}
 
 func (x *BmcAddressBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[38]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3748,7 +4041,7 @@ func (x *BmcAddressBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcAddressBinding.ProtoReflect.Descriptor instead.
 func (*BmcAddressBinding) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{38}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *BmcAddressBinding) GetMachineName() string {
@@ -3770,13 +4063,21 @@ func (x *BmcAddressBinding) GetClaimedAt() *timestamppb.Timestamp {
 type BmcSecret struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	SealedPassword []byte                 `protobuf:"bytes,1,opt,name=sealed_password,json=sealedPassword,proto3" json:"sealed_password,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// A credential rotation in progress: the new account's password is
+	// sealed here (phase PENDING) before the BMC is told it, so an
+	// appliance that dies at any step can log in with one of the two.
+	Phase                 BmcRotationPhase       `protobuf:"varint,2,opt,name=phase,proto3,enum=corral.inventory.v1.BmcRotationPhase" json:"phase,omitempty"`
+	PendingSealedPassword []byte                 `protobuf:"bytes,3,opt,name=pending_sealed_password,json=pendingSealedPassword,proto3" json:"pending_sealed_password,omitempty"`
+	PendingUsername       string                 `protobuf:"bytes,4,opt,name=pending_username,json=pendingUsername,proto3" json:"pending_username,omitempty"`
+	PendingAccountId      uint32                 `protobuf:"varint,5,opt,name=pending_account_id,json=pendingAccountId,proto3" json:"pending_account_id,omitempty"`
+	PendingSince          *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=pending_since,json=pendingSince,proto3" json:"pending_since,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *BmcSecret) Reset() {
 	*x = BmcSecret{}
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[39]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3788,7 +4089,7 @@ func (x *BmcSecret) String() string {
 func (*BmcSecret) ProtoMessage() {}
 
 func (x *BmcSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_machine_proto_msgTypes[39]
+	mi := &file_api_inventory_v1_machine_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3801,7 +4102,7 @@ func (x *BmcSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcSecret.ProtoReflect.Descriptor instead.
 func (*BmcSecret) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{39}
+	return file_api_inventory_v1_machine_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *BmcSecret) GetSealedPassword() []byte {
@@ -3811,11 +4112,46 @@ func (x *BmcSecret) GetSealedPassword() []byte {
 	return nil
 }
 
+func (x *BmcSecret) GetPhase() BmcRotationPhase {
+	if x != nil {
+		return x.Phase
+	}
+	return BmcRotationPhase_BMC_ROTATION_PHASE_NONE
+}
+
+func (x *BmcSecret) GetPendingSealedPassword() []byte {
+	if x != nil {
+		return x.PendingSealedPassword
+	}
+	return nil
+}
+
+func (x *BmcSecret) GetPendingUsername() string {
+	if x != nil {
+		return x.PendingUsername
+	}
+	return ""
+}
+
+func (x *BmcSecret) GetPendingAccountId() uint32 {
+	if x != nil {
+		return x.PendingAccountId
+	}
+	return 0
+}
+
+func (x *BmcSecret) GetPendingSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PendingSince
+	}
+	return nil
+}
+
 var File_api_inventory_v1_machine_proto protoreflect.FileDescriptor
 
 const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\n" +
-	"\x1eapi/inventory/v1/machine.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x1capi/inventory/v1/facts.proto\x1a\x1dapi/inventory/v1/layout.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf2\x02\n" +
+	"\x1eapi/inventory/v1/machine.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x1capi/inventory/v1/facts.proto\x1a\x1dapi/inventory/v1/layout.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa0\x04\n" +
 	"\x03Bmc\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\rR\x04port\x12<\n" +
@@ -3829,7 +4165,30 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\n" +
 	"tls_sha256\x18\t \x01(\tR\ttlsSha256\x12!\n" +
 	"\ftls_insecure\x18\n" +
-	" \x01(\bR\vtlsInsecure\"z\n" +
+	" \x01(\bR\vtlsInsecure\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\v \x01(\rR\taccountId\x129\n" +
+	"\n" +
+	"rotated_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\trotatedAt\x12\x1a\n" +
+	"\brotation\x18\r \x01(\tR\brotation\x126\n" +
+	"\x06health\x18\x0e \x01(\v2\x1e.corral.inventory.v1.BmcHealthR\x06health\"\xbb\x02\n" +
+	"\tBmcHealth\x128\n" +
+	"\asensors\x18\x01 \x03(\v2\x1e.corral.inventory.v1.BmcSensorR\asensors\x12\x18\n" +
+	"\adropped\x18\x02 \x01(\rR\adropped\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\tR\x06status\x129\n" +
+	"\n" +
+	"changed_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tchangedAt\x12<\n" +
+	"\flog_added_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"logAddedAt\x12!\n" +
+	"\flog_critical\x18\x06 \x01(\tR\vlogCritical\x12&\n" +
+	"\x0flog_critical_id\x18\a \x01(\rR\rlogCriticalId\"\x93\x01\n" +
+	"\tBmcSensor\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\x01R\x05value\x12\x12\n" +
+	"\x04unit\x18\x04 \x01(\tR\x04unit\x12\x16\n" +
+	"\x06status\x18\x05 \x01(\tR\x06status\x12\x1c\n" +
+	"\tthreshold\x18\x06 \x01(\tR\tthreshold\"z\n" +
 	"\n" +
 	"FactChange\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x12\n" +
@@ -4129,9 +4488,14 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x11BmcAddressBinding\x12!\n" +
 	"\fmachine_name\x18\x01 \x01(\tR\vmachineName\x129\n" +
 	"\n" +
-	"claimed_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tclaimedAt\"4\n" +
+	"claimed_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tclaimedAt\"\xc3\x02\n" +
 	"\tBmcSecret\x12'\n" +
-	"\x0fsealed_password\x18\x01 \x01(\fR\x0esealedPassword*k\n" +
+	"\x0fsealed_password\x18\x01 \x01(\fR\x0esealedPassword\x12;\n" +
+	"\x05phase\x18\x02 \x01(\x0e2%.corral.inventory.v1.BmcRotationPhaseR\x05phase\x126\n" +
+	"\x17pending_sealed_password\x18\x03 \x01(\fR\x15pendingSealedPassword\x12)\n" +
+	"\x10pending_username\x18\x04 \x01(\tR\x0fpendingUsername\x12,\n" +
+	"\x12pending_account_id\x18\x05 \x01(\rR\x10pendingAccountId\x12?\n" +
+	"\rpending_since\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fpendingSince*k\n" +
 	"\n" +
 	"PowerState\x12\x1b\n" +
 	"\x17POWER_STATE_UNSPECIFIED\x10\x00\x12\x12\n" +
@@ -4174,7 +4538,13 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x17BOOT_DEVICE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fBOOT_DEVICE_PXE\x10\x01\x12\x14\n" +
 	"\x10BOOT_DEVICE_DISK\x10\x02\x12\x14\n" +
-	"\x10BOOT_DEVICE_BIOS\x10\x032\xec\x0e\n" +
+	"\x10BOOT_DEVICE_BIOS\x10\x03*\xae\x01\n" +
+	"\x10BmcRotationPhase\x12\x1b\n" +
+	"\x17BMC_ROTATION_PHASE_NONE\x10\x00\x12\x1e\n" +
+	"\x1aBMC_ROTATION_PHASE_PENDING\x10\x01\x12\x1a\n" +
+	"\x16BMC_ROTATION_PHASE_SET\x10\x02\x12\x1f\n" +
+	"\x1bBMC_ROTATION_PHASE_VERIFIED\x10\x03\x12 \n" +
+	"\x1cBMC_ROTATION_PHASE_COMMITTED\x10\x042\xec\x0e\n" +
 	"\x0eMachineService\x12k\n" +
 	"\fListMachines\x12(.corral.inventory.v1.ListMachinesRequest\x1a).corral.inventory.v1.ListMachinesResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12Z\n" +
 	"\n" +
@@ -4209,8 +4579,8 @@ func file_api_inventory_v1_machine_proto_rawDescGZIP() []byte {
 	return file_api_inventory_v1_machine_proto_rawDescData
 }
 
-var file_api_inventory_v1_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_api_inventory_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_api_inventory_v1_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
+var file_api_inventory_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_api_inventory_v1_machine_proto_goTypes = []any{
 	(PowerState)(0),                   // 0: corral.inventory.v1.PowerState
 	(BootIntent)(0),                   // 1: corral.inventory.v1.BootIntent
@@ -4220,169 +4590,179 @@ var file_api_inventory_v1_machine_proto_goTypes = []any{
 	(AcceptTarget)(0),                 // 5: corral.inventory.v1.AcceptTarget
 	(PowerAction)(0),                  // 6: corral.inventory.v1.PowerAction
 	(BootDevice)(0),                   // 7: corral.inventory.v1.BootDevice
-	(Machine_MachineState)(0),         // 8: corral.inventory.v1.Machine.MachineState
-	(*Bmc)(nil),                       // 9: corral.inventory.v1.Bmc
-	(*FactChange)(nil),                // 10: corral.inventory.v1.FactChange
-	(*Machine)(nil),                   // 11: corral.inventory.v1.Machine
-	(*Deployment)(nil),                // 12: corral.inventory.v1.Deployment
-	(*Erase)(nil),                     // 13: corral.inventory.v1.Erase
-	(*Allocation)(nil),                // 14: corral.inventory.v1.Allocation
-	(*Conflict)(nil),                  // 15: corral.inventory.v1.Conflict
-	(*Install)(nil),                   // 16: corral.inventory.v1.Install
-	(*BootWatchdog)(nil),              // 17: corral.inventory.v1.BootWatchdog
-	(*PendingWipe)(nil),               // 18: corral.inventory.v1.PendingWipe
-	(*TimelineEntry)(nil),             // 19: corral.inventory.v1.TimelineEntry
-	(*ListMachinesRequest)(nil),       // 20: corral.inventory.v1.ListMachinesRequest
-	(*ListMachinesResponse)(nil),      // 21: corral.inventory.v1.ListMachinesResponse
-	(*GetMachineRequest)(nil),         // 22: corral.inventory.v1.GetMachineRequest
-	(*EnrollMachineRequest)(nil),      // 23: corral.inventory.v1.EnrollMachineRequest
-	(*AcceptMachineRequest)(nil),      // 24: corral.inventory.v1.AcceptMachineRequest
-	(*LabelMachineRequest)(nil),       // 25: corral.inventory.v1.LabelMachineRequest
-	(*AllocateMachinesRequest)(nil),   // 26: corral.inventory.v1.AllocateMachinesRequest
-	(*AllocateMachinesResponse)(nil),  // 27: corral.inventory.v1.AllocateMachinesResponse
-	(*ReleaseMachineRequest)(nil),     // 28: corral.inventory.v1.ReleaseMachineRequest
-	(*DeployMachineRequest)(nil),      // 29: corral.inventory.v1.DeployMachineRequest
-	(*DeleteMachineRequest)(nil),      // 30: corral.inventory.v1.DeleteMachineRequest
-	(*SetPowerRequest)(nil),           // 31: corral.inventory.v1.SetPowerRequest
-	(*GetPowerRequest)(nil),           // 32: corral.inventory.v1.GetPowerRequest
-	(*PowerStatus)(nil),               // 33: corral.inventory.v1.PowerStatus
-	(*ProviderAttempt)(nil),           // 34: corral.inventory.v1.ProviderAttempt
-	(*SetBootDeviceRequest)(nil),      // 35: corral.inventory.v1.SetBootDeviceRequest
-	(*ReprovisionMachineRequest)(nil), // 36: corral.inventory.v1.ReprovisionMachineRequest
-	(*SetMaintenanceRequest)(nil),     // 37: corral.inventory.v1.SetMaintenanceRequest
-	(*TimelineRequest)(nil),           // 38: corral.inventory.v1.TimelineRequest
-	(*TimelineResponse)(nil),          // 39: corral.inventory.v1.TimelineResponse
-	(*AdoptMachineRequest)(nil),       // 40: corral.inventory.v1.AdoptMachineRequest
-	(*RejectMachineRequest)(nil),      // 41: corral.inventory.v1.RejectMachineRequest
-	(*WatchMachinesRequest)(nil),      // 42: corral.inventory.v1.WatchMachinesRequest
-	(*MachineEvent)(nil),              // 43: corral.inventory.v1.MachineEvent
-	(*WatchTimelineRequest)(nil),      // 44: corral.inventory.v1.WatchTimelineRequest
-	(*TimelineEvent)(nil),             // 45: corral.inventory.v1.TimelineEvent
-	(*MacBinding)(nil),                // 46: corral.inventory.v1.MacBinding
-	(*BmcAddressBinding)(nil),         // 47: corral.inventory.v1.BmcAddressBinding
-	(*BmcSecret)(nil),                 // 48: corral.inventory.v1.BmcSecret
-	nil,                               // 49: corral.inventory.v1.Machine.AnnotationsEntry
-	nil,                               // 50: corral.inventory.v1.Machine.LabelsEntry
-	nil,                               // 51: corral.inventory.v1.TimelineEntry.AttributesEntry
-	nil,                               // 52: corral.inventory.v1.LabelMachineRequest.SetEntry
-	(*timestamppb.Timestamp)(nil),     // 53: google.protobuf.Timestamp
-	(*Facts)(nil),                     // 54: corral.inventory.v1.Facts
-	(*DiskLayout)(nil),                // 55: corral.inventory.v1.DiskLayout
-	(*durationpb.Duration)(nil),       // 56: google.protobuf.Duration
-	(v1.EventType)(0),                 // 57: corral.watch.v1.EventType
-	(*emptypb.Empty)(nil),             // 58: google.protobuf.Empty
+	(BmcRotationPhase)(0),             // 8: corral.inventory.v1.BmcRotationPhase
+	(Machine_MachineState)(0),         // 9: corral.inventory.v1.Machine.MachineState
+	(*Bmc)(nil),                       // 10: corral.inventory.v1.Bmc
+	(*BmcHealth)(nil),                 // 11: corral.inventory.v1.BmcHealth
+	(*BmcSensor)(nil),                 // 12: corral.inventory.v1.BmcSensor
+	(*FactChange)(nil),                // 13: corral.inventory.v1.FactChange
+	(*Machine)(nil),                   // 14: corral.inventory.v1.Machine
+	(*Deployment)(nil),                // 15: corral.inventory.v1.Deployment
+	(*Erase)(nil),                     // 16: corral.inventory.v1.Erase
+	(*Allocation)(nil),                // 17: corral.inventory.v1.Allocation
+	(*Conflict)(nil),                  // 18: corral.inventory.v1.Conflict
+	(*Install)(nil),                   // 19: corral.inventory.v1.Install
+	(*BootWatchdog)(nil),              // 20: corral.inventory.v1.BootWatchdog
+	(*PendingWipe)(nil),               // 21: corral.inventory.v1.PendingWipe
+	(*TimelineEntry)(nil),             // 22: corral.inventory.v1.TimelineEntry
+	(*ListMachinesRequest)(nil),       // 23: corral.inventory.v1.ListMachinesRequest
+	(*ListMachinesResponse)(nil),      // 24: corral.inventory.v1.ListMachinesResponse
+	(*GetMachineRequest)(nil),         // 25: corral.inventory.v1.GetMachineRequest
+	(*EnrollMachineRequest)(nil),      // 26: corral.inventory.v1.EnrollMachineRequest
+	(*AcceptMachineRequest)(nil),      // 27: corral.inventory.v1.AcceptMachineRequest
+	(*LabelMachineRequest)(nil),       // 28: corral.inventory.v1.LabelMachineRequest
+	(*AllocateMachinesRequest)(nil),   // 29: corral.inventory.v1.AllocateMachinesRequest
+	(*AllocateMachinesResponse)(nil),  // 30: corral.inventory.v1.AllocateMachinesResponse
+	(*ReleaseMachineRequest)(nil),     // 31: corral.inventory.v1.ReleaseMachineRequest
+	(*DeployMachineRequest)(nil),      // 32: corral.inventory.v1.DeployMachineRequest
+	(*DeleteMachineRequest)(nil),      // 33: corral.inventory.v1.DeleteMachineRequest
+	(*SetPowerRequest)(nil),           // 34: corral.inventory.v1.SetPowerRequest
+	(*GetPowerRequest)(nil),           // 35: corral.inventory.v1.GetPowerRequest
+	(*PowerStatus)(nil),               // 36: corral.inventory.v1.PowerStatus
+	(*ProviderAttempt)(nil),           // 37: corral.inventory.v1.ProviderAttempt
+	(*SetBootDeviceRequest)(nil),      // 38: corral.inventory.v1.SetBootDeviceRequest
+	(*ReprovisionMachineRequest)(nil), // 39: corral.inventory.v1.ReprovisionMachineRequest
+	(*SetMaintenanceRequest)(nil),     // 40: corral.inventory.v1.SetMaintenanceRequest
+	(*TimelineRequest)(nil),           // 41: corral.inventory.v1.TimelineRequest
+	(*TimelineResponse)(nil),          // 42: corral.inventory.v1.TimelineResponse
+	(*AdoptMachineRequest)(nil),       // 43: corral.inventory.v1.AdoptMachineRequest
+	(*RejectMachineRequest)(nil),      // 44: corral.inventory.v1.RejectMachineRequest
+	(*WatchMachinesRequest)(nil),      // 45: corral.inventory.v1.WatchMachinesRequest
+	(*MachineEvent)(nil),              // 46: corral.inventory.v1.MachineEvent
+	(*WatchTimelineRequest)(nil),      // 47: corral.inventory.v1.WatchTimelineRequest
+	(*TimelineEvent)(nil),             // 48: corral.inventory.v1.TimelineEvent
+	(*MacBinding)(nil),                // 49: corral.inventory.v1.MacBinding
+	(*BmcAddressBinding)(nil),         // 50: corral.inventory.v1.BmcAddressBinding
+	(*BmcSecret)(nil),                 // 51: corral.inventory.v1.BmcSecret
+	nil,                               // 52: corral.inventory.v1.Machine.AnnotationsEntry
+	nil,                               // 53: corral.inventory.v1.Machine.LabelsEntry
+	nil,                               // 54: corral.inventory.v1.TimelineEntry.AttributesEntry
+	nil,                               // 55: corral.inventory.v1.LabelMachineRequest.SetEntry
+	(*timestamppb.Timestamp)(nil),     // 56: google.protobuf.Timestamp
+	(*Facts)(nil),                     // 57: corral.inventory.v1.Facts
+	(*DiskLayout)(nil),                // 58: corral.inventory.v1.DiskLayout
+	(*durationpb.Duration)(nil),       // 59: google.protobuf.Duration
+	(v1.EventType)(0),                 // 60: corral.watch.v1.EventType
+	(*emptypb.Empty)(nil),             // 61: google.protobuf.Empty
 }
 var file_api_inventory_v1_machine_proto_depIdxs = []int32{
 	2,  // 0: corral.inventory.v1.Bmc.protocol:type_name -> corral.inventory.v1.BmcProtocol
-	53, // 1: corral.inventory.v1.Bmc.verified_at:type_name -> google.protobuf.Timestamp
-	53, // 2: corral.inventory.v1.FactChange.at:type_name -> google.protobuf.Timestamp
-	49, // 3: corral.inventory.v1.Machine.annotations:type_name -> corral.inventory.v1.Machine.AnnotationsEntry
-	50, // 4: corral.inventory.v1.Machine.labels:type_name -> corral.inventory.v1.Machine.LabelsEntry
-	9,  // 5: corral.inventory.v1.Machine.bmc:type_name -> corral.inventory.v1.Bmc
-	1,  // 6: corral.inventory.v1.Machine.boot_intent:type_name -> corral.inventory.v1.BootIntent
-	54, // 7: corral.inventory.v1.Machine.facts:type_name -> corral.inventory.v1.Facts
-	8,  // 8: corral.inventory.v1.Machine.state:type_name -> corral.inventory.v1.Machine.MachineState
-	0,  // 9: corral.inventory.v1.Machine.power_state:type_name -> corral.inventory.v1.PowerState
-	53, // 10: corral.inventory.v1.Machine.power_read_at:type_name -> google.protobuf.Timestamp
-	53, // 11: corral.inventory.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
-	53, // 12: corral.inventory.v1.Machine.updated_at:type_name -> google.protobuf.Timestamp
-	10, // 13: corral.inventory.v1.Machine.fact_history:type_name -> corral.inventory.v1.FactChange
-	16, // 14: corral.inventory.v1.Machine.install:type_name -> corral.inventory.v1.Install
-	17, // 15: corral.inventory.v1.Machine.watchdog:type_name -> corral.inventory.v1.BootWatchdog
-	8,  // 16: corral.inventory.v1.Machine.maintenance_previous_state:type_name -> corral.inventory.v1.Machine.MachineState
-	18, // 17: corral.inventory.v1.Machine.wipe:type_name -> corral.inventory.v1.PendingWipe
-	15, // 18: corral.inventory.v1.Machine.conflict:type_name -> corral.inventory.v1.Conflict
-	14, // 19: corral.inventory.v1.Machine.allocation:type_name -> corral.inventory.v1.Allocation
-	12, // 20: corral.inventory.v1.Machine.deployment:type_name -> corral.inventory.v1.Deployment
-	13, // 21: corral.inventory.v1.Machine.erase:type_name -> corral.inventory.v1.Erase
-	55, // 22: corral.inventory.v1.Deployment.layout:type_name -> corral.inventory.v1.DiskLayout
-	53, // 23: corral.inventory.v1.Deployment.started_at:type_name -> google.protobuf.Timestamp
-	53, // 24: corral.inventory.v1.Deployment.updated_at:type_name -> google.protobuf.Timestamp
-	53, // 25: corral.inventory.v1.Deployment.sent_at:type_name -> google.protobuf.Timestamp
-	53, // 26: corral.inventory.v1.Deployment.written_at:type_name -> google.protobuf.Timestamp
-	53, // 27: corral.inventory.v1.Deployment.booted_at:type_name -> google.protobuf.Timestamp
-	3,  // 28: corral.inventory.v1.Erase.level:type_name -> corral.inventory.v1.EraseLevel
-	53, // 29: corral.inventory.v1.Erase.requested_at:type_name -> google.protobuf.Timestamp
-	53, // 30: corral.inventory.v1.Erase.sent_at:type_name -> google.protobuf.Timestamp
-	53, // 31: corral.inventory.v1.Erase.updated_at:type_name -> google.protobuf.Timestamp
-	53, // 32: corral.inventory.v1.Erase.finished_at:type_name -> google.protobuf.Timestamp
-	53, // 33: corral.inventory.v1.Allocation.allocated_at:type_name -> google.protobuf.Timestamp
-	53, // 34: corral.inventory.v1.Allocation.expires_at:type_name -> google.protobuf.Timestamp
-	53, // 35: corral.inventory.v1.Allocation.released_at:type_name -> google.protobuf.Timestamp
-	53, // 36: corral.inventory.v1.Conflict.at:type_name -> google.protobuf.Timestamp
-	53, // 37: corral.inventory.v1.Install.started_at:type_name -> google.protobuf.Timestamp
-	53, // 38: corral.inventory.v1.Install.updated_at:type_name -> google.protobuf.Timestamp
-	53, // 39: corral.inventory.v1.Install.sent_at:type_name -> google.protobuf.Timestamp
-	53, // 40: corral.inventory.v1.BootWatchdog.armed_at:type_name -> google.protobuf.Timestamp
-	53, // 41: corral.inventory.v1.PendingWipe.requested_at:type_name -> google.protobuf.Timestamp
-	53, // 42: corral.inventory.v1.PendingWipe.sent_at:type_name -> google.protobuf.Timestamp
-	53, // 43: corral.inventory.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
-	51, // 44: corral.inventory.v1.TimelineEntry.attributes:type_name -> corral.inventory.v1.TimelineEntry.AttributesEntry
-	8,  // 45: corral.inventory.v1.ListMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
-	4,  // 46: corral.inventory.v1.ListMachinesRequest.view:type_name -> corral.inventory.v1.MachineView
-	11, // 47: corral.inventory.v1.ListMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
-	2,  // 48: corral.inventory.v1.EnrollMachineRequest.bmc_protocol:type_name -> corral.inventory.v1.BmcProtocol
-	5,  // 49: corral.inventory.v1.AcceptMachineRequest.target:type_name -> corral.inventory.v1.AcceptTarget
-	52, // 50: corral.inventory.v1.LabelMachineRequest.set:type_name -> corral.inventory.v1.LabelMachineRequest.SetEntry
-	56, // 51: corral.inventory.v1.AllocateMachinesRequest.expires_in:type_name -> google.protobuf.Duration
-	11, // 52: corral.inventory.v1.AllocateMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
-	3,  // 53: corral.inventory.v1.ReleaseMachineRequest.erase:type_name -> corral.inventory.v1.EraseLevel
-	6,  // 54: corral.inventory.v1.SetPowerRequest.action:type_name -> corral.inventory.v1.PowerAction
-	0,  // 55: corral.inventory.v1.PowerStatus.state:type_name -> corral.inventory.v1.PowerState
-	53, // 56: corral.inventory.v1.PowerStatus.read_at:type_name -> google.protobuf.Timestamp
-	34, // 57: corral.inventory.v1.PowerStatus.attempts:type_name -> corral.inventory.v1.ProviderAttempt
-	7,  // 58: corral.inventory.v1.SetBootDeviceRequest.device:type_name -> corral.inventory.v1.BootDevice
-	19, // 59: corral.inventory.v1.TimelineResponse.entries:type_name -> corral.inventory.v1.TimelineEntry
-	8,  // 60: corral.inventory.v1.WatchMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
-	4,  // 61: corral.inventory.v1.WatchMachinesRequest.view:type_name -> corral.inventory.v1.MachineView
-	57, // 62: corral.inventory.v1.MachineEvent.type:type_name -> corral.watch.v1.EventType
-	11, // 63: corral.inventory.v1.MachineEvent.machine:type_name -> corral.inventory.v1.Machine
-	57, // 64: corral.inventory.v1.TimelineEvent.type:type_name -> corral.watch.v1.EventType
-	19, // 65: corral.inventory.v1.TimelineEvent.entry:type_name -> corral.inventory.v1.TimelineEntry
-	53, // 66: corral.inventory.v1.BmcAddressBinding.claimed_at:type_name -> google.protobuf.Timestamp
-	20, // 67: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
-	22, // 68: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
-	23, // 69: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
-	24, // 70: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
-	30, // 71: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
-	31, // 72: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
-	32, // 73: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
-	35, // 74: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
-	36, // 75: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
-	37, // 76: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
-	38, // 77: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
-	40, // 78: corral.inventory.v1.MachineService.AdoptMachine:input_type -> corral.inventory.v1.AdoptMachineRequest
-	41, // 79: corral.inventory.v1.MachineService.RejectMachine:input_type -> corral.inventory.v1.RejectMachineRequest
-	25, // 80: corral.inventory.v1.MachineService.LabelMachine:input_type -> corral.inventory.v1.LabelMachineRequest
-	26, // 81: corral.inventory.v1.MachineService.AllocateMachines:input_type -> corral.inventory.v1.AllocateMachinesRequest
-	28, // 82: corral.inventory.v1.MachineService.ReleaseMachine:input_type -> corral.inventory.v1.ReleaseMachineRequest
-	29, // 83: corral.inventory.v1.MachineService.DeployMachine:input_type -> corral.inventory.v1.DeployMachineRequest
-	42, // 84: corral.inventory.v1.MachineService.WatchMachines:input_type -> corral.inventory.v1.WatchMachinesRequest
-	44, // 85: corral.inventory.v1.MachineService.WatchTimeline:input_type -> corral.inventory.v1.WatchTimelineRequest
-	21, // 86: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
-	11, // 87: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
-	11, // 88: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
-	11, // 89: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
-	58, // 90: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
-	33, // 91: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
-	33, // 92: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
-	58, // 93: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
-	11, // 94: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
-	11, // 95: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
-	39, // 96: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
-	11, // 97: corral.inventory.v1.MachineService.AdoptMachine:output_type -> corral.inventory.v1.Machine
-	58, // 98: corral.inventory.v1.MachineService.RejectMachine:output_type -> google.protobuf.Empty
-	11, // 99: corral.inventory.v1.MachineService.LabelMachine:output_type -> corral.inventory.v1.Machine
-	27, // 100: corral.inventory.v1.MachineService.AllocateMachines:output_type -> corral.inventory.v1.AllocateMachinesResponse
-	11, // 101: corral.inventory.v1.MachineService.ReleaseMachine:output_type -> corral.inventory.v1.Machine
-	11, // 102: corral.inventory.v1.MachineService.DeployMachine:output_type -> corral.inventory.v1.Machine
-	43, // 103: corral.inventory.v1.MachineService.WatchMachines:output_type -> corral.inventory.v1.MachineEvent
-	45, // 104: corral.inventory.v1.MachineService.WatchTimeline:output_type -> corral.inventory.v1.TimelineEvent
-	86, // [86:105] is the sub-list for method output_type
-	67, // [67:86] is the sub-list for method input_type
-	67, // [67:67] is the sub-list for extension type_name
-	67, // [67:67] is the sub-list for extension extendee
-	0,  // [0:67] is the sub-list for field type_name
+	56, // 1: corral.inventory.v1.Bmc.verified_at:type_name -> google.protobuf.Timestamp
+	56, // 2: corral.inventory.v1.Bmc.rotated_at:type_name -> google.protobuf.Timestamp
+	11, // 3: corral.inventory.v1.Bmc.health:type_name -> corral.inventory.v1.BmcHealth
+	12, // 4: corral.inventory.v1.BmcHealth.sensors:type_name -> corral.inventory.v1.BmcSensor
+	56, // 5: corral.inventory.v1.BmcHealth.changed_at:type_name -> google.protobuf.Timestamp
+	56, // 6: corral.inventory.v1.BmcHealth.log_added_at:type_name -> google.protobuf.Timestamp
+	56, // 7: corral.inventory.v1.FactChange.at:type_name -> google.protobuf.Timestamp
+	52, // 8: corral.inventory.v1.Machine.annotations:type_name -> corral.inventory.v1.Machine.AnnotationsEntry
+	53, // 9: corral.inventory.v1.Machine.labels:type_name -> corral.inventory.v1.Machine.LabelsEntry
+	10, // 10: corral.inventory.v1.Machine.bmc:type_name -> corral.inventory.v1.Bmc
+	1,  // 11: corral.inventory.v1.Machine.boot_intent:type_name -> corral.inventory.v1.BootIntent
+	57, // 12: corral.inventory.v1.Machine.facts:type_name -> corral.inventory.v1.Facts
+	9,  // 13: corral.inventory.v1.Machine.state:type_name -> corral.inventory.v1.Machine.MachineState
+	0,  // 14: corral.inventory.v1.Machine.power_state:type_name -> corral.inventory.v1.PowerState
+	56, // 15: corral.inventory.v1.Machine.power_read_at:type_name -> google.protobuf.Timestamp
+	56, // 16: corral.inventory.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
+	56, // 17: corral.inventory.v1.Machine.updated_at:type_name -> google.protobuf.Timestamp
+	13, // 18: corral.inventory.v1.Machine.fact_history:type_name -> corral.inventory.v1.FactChange
+	19, // 19: corral.inventory.v1.Machine.install:type_name -> corral.inventory.v1.Install
+	20, // 20: corral.inventory.v1.Machine.watchdog:type_name -> corral.inventory.v1.BootWatchdog
+	9,  // 21: corral.inventory.v1.Machine.maintenance_previous_state:type_name -> corral.inventory.v1.Machine.MachineState
+	21, // 22: corral.inventory.v1.Machine.wipe:type_name -> corral.inventory.v1.PendingWipe
+	18, // 23: corral.inventory.v1.Machine.conflict:type_name -> corral.inventory.v1.Conflict
+	17, // 24: corral.inventory.v1.Machine.allocation:type_name -> corral.inventory.v1.Allocation
+	15, // 25: corral.inventory.v1.Machine.deployment:type_name -> corral.inventory.v1.Deployment
+	16, // 26: corral.inventory.v1.Machine.erase:type_name -> corral.inventory.v1.Erase
+	58, // 27: corral.inventory.v1.Deployment.layout:type_name -> corral.inventory.v1.DiskLayout
+	56, // 28: corral.inventory.v1.Deployment.started_at:type_name -> google.protobuf.Timestamp
+	56, // 29: corral.inventory.v1.Deployment.updated_at:type_name -> google.protobuf.Timestamp
+	56, // 30: corral.inventory.v1.Deployment.sent_at:type_name -> google.protobuf.Timestamp
+	56, // 31: corral.inventory.v1.Deployment.written_at:type_name -> google.protobuf.Timestamp
+	56, // 32: corral.inventory.v1.Deployment.booted_at:type_name -> google.protobuf.Timestamp
+	3,  // 33: corral.inventory.v1.Erase.level:type_name -> corral.inventory.v1.EraseLevel
+	56, // 34: corral.inventory.v1.Erase.requested_at:type_name -> google.protobuf.Timestamp
+	56, // 35: corral.inventory.v1.Erase.sent_at:type_name -> google.protobuf.Timestamp
+	56, // 36: corral.inventory.v1.Erase.updated_at:type_name -> google.protobuf.Timestamp
+	56, // 37: corral.inventory.v1.Erase.finished_at:type_name -> google.protobuf.Timestamp
+	56, // 38: corral.inventory.v1.Allocation.allocated_at:type_name -> google.protobuf.Timestamp
+	56, // 39: corral.inventory.v1.Allocation.expires_at:type_name -> google.protobuf.Timestamp
+	56, // 40: corral.inventory.v1.Allocation.released_at:type_name -> google.protobuf.Timestamp
+	56, // 41: corral.inventory.v1.Conflict.at:type_name -> google.protobuf.Timestamp
+	56, // 42: corral.inventory.v1.Install.started_at:type_name -> google.protobuf.Timestamp
+	56, // 43: corral.inventory.v1.Install.updated_at:type_name -> google.protobuf.Timestamp
+	56, // 44: corral.inventory.v1.Install.sent_at:type_name -> google.protobuf.Timestamp
+	56, // 45: corral.inventory.v1.BootWatchdog.armed_at:type_name -> google.protobuf.Timestamp
+	56, // 46: corral.inventory.v1.PendingWipe.requested_at:type_name -> google.protobuf.Timestamp
+	56, // 47: corral.inventory.v1.PendingWipe.sent_at:type_name -> google.protobuf.Timestamp
+	56, // 48: corral.inventory.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
+	54, // 49: corral.inventory.v1.TimelineEntry.attributes:type_name -> corral.inventory.v1.TimelineEntry.AttributesEntry
+	9,  // 50: corral.inventory.v1.ListMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
+	4,  // 51: corral.inventory.v1.ListMachinesRequest.view:type_name -> corral.inventory.v1.MachineView
+	14, // 52: corral.inventory.v1.ListMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
+	2,  // 53: corral.inventory.v1.EnrollMachineRequest.bmc_protocol:type_name -> corral.inventory.v1.BmcProtocol
+	5,  // 54: corral.inventory.v1.AcceptMachineRequest.target:type_name -> corral.inventory.v1.AcceptTarget
+	55, // 55: corral.inventory.v1.LabelMachineRequest.set:type_name -> corral.inventory.v1.LabelMachineRequest.SetEntry
+	59, // 56: corral.inventory.v1.AllocateMachinesRequest.expires_in:type_name -> google.protobuf.Duration
+	14, // 57: corral.inventory.v1.AllocateMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
+	3,  // 58: corral.inventory.v1.ReleaseMachineRequest.erase:type_name -> corral.inventory.v1.EraseLevel
+	6,  // 59: corral.inventory.v1.SetPowerRequest.action:type_name -> corral.inventory.v1.PowerAction
+	0,  // 60: corral.inventory.v1.PowerStatus.state:type_name -> corral.inventory.v1.PowerState
+	56, // 61: corral.inventory.v1.PowerStatus.read_at:type_name -> google.protobuf.Timestamp
+	37, // 62: corral.inventory.v1.PowerStatus.attempts:type_name -> corral.inventory.v1.ProviderAttempt
+	7,  // 63: corral.inventory.v1.SetBootDeviceRequest.device:type_name -> corral.inventory.v1.BootDevice
+	22, // 64: corral.inventory.v1.TimelineResponse.entries:type_name -> corral.inventory.v1.TimelineEntry
+	9,  // 65: corral.inventory.v1.WatchMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
+	4,  // 66: corral.inventory.v1.WatchMachinesRequest.view:type_name -> corral.inventory.v1.MachineView
+	60, // 67: corral.inventory.v1.MachineEvent.type:type_name -> corral.watch.v1.EventType
+	14, // 68: corral.inventory.v1.MachineEvent.machine:type_name -> corral.inventory.v1.Machine
+	60, // 69: corral.inventory.v1.TimelineEvent.type:type_name -> corral.watch.v1.EventType
+	22, // 70: corral.inventory.v1.TimelineEvent.entry:type_name -> corral.inventory.v1.TimelineEntry
+	56, // 71: corral.inventory.v1.BmcAddressBinding.claimed_at:type_name -> google.protobuf.Timestamp
+	8,  // 72: corral.inventory.v1.BmcSecret.phase:type_name -> corral.inventory.v1.BmcRotationPhase
+	56, // 73: corral.inventory.v1.BmcSecret.pending_since:type_name -> google.protobuf.Timestamp
+	23, // 74: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
+	25, // 75: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
+	26, // 76: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
+	27, // 77: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
+	33, // 78: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
+	34, // 79: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
+	35, // 80: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
+	38, // 81: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
+	39, // 82: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
+	40, // 83: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
+	41, // 84: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
+	43, // 85: corral.inventory.v1.MachineService.AdoptMachine:input_type -> corral.inventory.v1.AdoptMachineRequest
+	44, // 86: corral.inventory.v1.MachineService.RejectMachine:input_type -> corral.inventory.v1.RejectMachineRequest
+	28, // 87: corral.inventory.v1.MachineService.LabelMachine:input_type -> corral.inventory.v1.LabelMachineRequest
+	29, // 88: corral.inventory.v1.MachineService.AllocateMachines:input_type -> corral.inventory.v1.AllocateMachinesRequest
+	31, // 89: corral.inventory.v1.MachineService.ReleaseMachine:input_type -> corral.inventory.v1.ReleaseMachineRequest
+	32, // 90: corral.inventory.v1.MachineService.DeployMachine:input_type -> corral.inventory.v1.DeployMachineRequest
+	45, // 91: corral.inventory.v1.MachineService.WatchMachines:input_type -> corral.inventory.v1.WatchMachinesRequest
+	47, // 92: corral.inventory.v1.MachineService.WatchTimeline:input_type -> corral.inventory.v1.WatchTimelineRequest
+	24, // 93: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
+	14, // 94: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
+	14, // 95: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
+	14, // 96: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
+	61, // 97: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
+	36, // 98: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
+	36, // 99: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
+	61, // 100: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
+	14, // 101: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
+	14, // 102: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
+	42, // 103: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
+	14, // 104: corral.inventory.v1.MachineService.AdoptMachine:output_type -> corral.inventory.v1.Machine
+	61, // 105: corral.inventory.v1.MachineService.RejectMachine:output_type -> google.protobuf.Empty
+	14, // 106: corral.inventory.v1.MachineService.LabelMachine:output_type -> corral.inventory.v1.Machine
+	30, // 107: corral.inventory.v1.MachineService.AllocateMachines:output_type -> corral.inventory.v1.AllocateMachinesResponse
+	14, // 108: corral.inventory.v1.MachineService.ReleaseMachine:output_type -> corral.inventory.v1.Machine
+	14, // 109: corral.inventory.v1.MachineService.DeployMachine:output_type -> corral.inventory.v1.Machine
+	46, // 110: corral.inventory.v1.MachineService.WatchMachines:output_type -> corral.inventory.v1.MachineEvent
+	48, // 111: corral.inventory.v1.MachineService.WatchTimeline:output_type -> corral.inventory.v1.TimelineEvent
+	93, // [93:112] is the sub-list for method output_type
+	74, // [74:93] is the sub-list for method input_type
+	74, // [74:74] is the sub-list for extension type_name
+	74, // [74:74] is the sub-list for extension extendee
+	0,  // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_api_inventory_v1_machine_proto_init() }
@@ -4397,8 +4777,8 @@ func file_api_inventory_v1_machine_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_inventory_v1_machine_proto_rawDesc), len(file_api_inventory_v1_machine_proto_rawDesc)),
-			NumEnums:      9,
-			NumMessages:   44,
+			NumEnums:      10,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

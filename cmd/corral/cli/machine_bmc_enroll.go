@@ -78,10 +78,10 @@ func readPasswordFile(path string) (pw, warning string, err error) {
 func (inv *invocation) enrollCommand() *cobra.Command {
 	var bmc, user, pwFile, protocol, mac, output, tlsPin string
 	var cipher uint32
-	var insecure bool
+	var insecure, rotate bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "enroll NAME --bmc ADDR[:PORT] --bmc-user USER --bmc-password-file FILE [--bmc-protocol ipmi|redfish] [--bmc-tls-sha256 HEX | --bmc-insecure]",
+		Use:   "enroll NAME --bmc ADDR[:PORT] --bmc-user USER --bmc-password-file FILE [--bmc-protocol ipmi|redfish] [--bmc-tls-sha256 HEX | --bmc-insecure] [--bmc-rotate]",
 		Short: "Attach a BMC to a machine (created DISCOVERED if unknown); the credentials are checked against the BMC first",
 		Long: `enroll checks the BMC credentials against the BMC, then stores them sealed.
 
@@ -136,6 +136,11 @@ trusted and pinned (trust on first use). --bmc-insecure skips the check, and
 			if b := m.GetBmc(); b.GetProvider() != "" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "machine %s: BMC %s answered over %s (provider %s)\n", m.GetName(), b.GetAddress(), providerProtocol(b.GetProvider()), b.GetProvider())
 			}
+			if rotate {
+				if m, err = inv.rotateAfterEnroll(cmd, m); err != nil {
+					return err
+				}
+			}
 			return printRecords(cmd.OutOrStdout(), machineKind, []proto.Message{m}, false, output)
 		},
 	}
@@ -147,6 +152,7 @@ trusted and pinned (trust on first use). --bmc-insecure skips the check, and
 	f.Uint32Var(&cipher, "bmc-cipher", 0, "IPMI cipher suite (0: try 17, then 3)")
 	f.StringVar(&mac, "mac", "", "the machine's boot MAC, when known (binds its boot timeline)")
 	f.DurationVar(&timeout, "bmc-timeout", 10*time.Second, "bound on the credential check")
+	f.BoolVar(&rotate, "bmc-rotate", false, "then make Corral's own BMC account with a random password and use it (corral machine bmc rotate; IPMI)")
 	f.StringVar(&tlsPin, "bmc-tls-sha256", "", "Redfish: SHA-256 of the BMC's certificate to pin, 64 hex digits (colons allowed); default: keep the machine's pin, else pin the certificate presented now")
 	f.BoolVar(&insecure, "bmc-insecure", false, "Redfish: do not verify the BMC's certificate (explicit opt-out, shown by describe)")
 	addOutputFlag(cmd, &output)
