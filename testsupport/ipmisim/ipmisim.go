@@ -35,6 +35,14 @@ type Options struct {
 	// NetDev is the QEMU -netdev value for the VM's NIC (default: user
 	// networking with restrict=on, which never leaves QEMU).
 	NetDev string
+	// SOL, when set, is the serial port the BMC's Serial-over-LAN
+	// carries ("tcp:127.0.0.1:PORT": ipmi_sim connects to a listener
+	// there). With VM and SOLPort the VM's serial port is that listener.
+	SOL string
+	// SOLPort, with VM, gives the VM's first serial port to SOL: QEMU
+	// listens on this loopback TCP port and ipmi_sim connects to it
+	// (instead of the serial port going to console.log).
+	SOLPort int
 }
 
 // BMC is a running ipmi_sim.
@@ -257,7 +265,18 @@ func readFile(p string) string {
 
 func lanConf(dir string, port, vmPort int, o Options) string {
 	return simconf.LAN{Name: fmt.Sprintf("corral%d", port), Port: port, GUID: "a123456789abcdefa123456789abcdef",
-		VMPort: vmPort, Chassis: filepath.Join(dir, "chassis"), User: o.User, Password: o.Password}.Conf()
+		VMPort: vmPort, Chassis: filepath.Join(dir, "chassis"), User: o.User, Password: o.Password, SOL: solDevice(o)}.Conf()
+}
+
+// solDevice is the serial port ipmi_sim's SOL carries, or "".
+func solDevice(o Options) string {
+	if o.SOL != "" {
+		return o.SOL
+	}
+	if o.VM && o.SOLPort != 0 {
+		return fmt.Sprintf("tcp:127.0.0.1:%d", o.SOLPort)
+	}
+	return ""
 }
 
 // chassisScript is the chassis_control program (see simconf.Chassis). With
@@ -268,7 +287,11 @@ func chassisScript(dir string, o Options, vmPort int) string {
     bios) order="-boot menu=on" ;;
     *) order="-boot order=c" ;;`}
 	if o.VM {
-		qemu := fmt.Sprintf(`qemu-system-x86_64 -name corral-sim -accel tcg,thread=multi -cpu max -m 128 -display none -no-user-config -nodefaults -chardev socket,id=ipmi0,host=127.0.0.1,port=%d,reconnect=10 -device ipmi-bmc-extern,chardev=ipmi0,id=bmc0 -device isa-ipmi-bt,bmc=bmc0 -netdev %s -device e1000,netdev=n0,mac=%s -object filter-dump,id=dump0,netdev=n0,file=$D/net.pcap -chardev file,id=dbg,path=$D/bios.log -device isa-debugcon,iobase=0x402,chardev=dbg -serial file:$D/console.log $order`, vmPort, o.NetDev, o.MAC)
+		serial := "-serial file:$D/console.log"
+		if o.SOLPort != 0 {
+			serial = fmt.Sprintf("-chardev socket,id=ser0,host=127.0.0.1,port=%d,server=on,wait=off -serial chardev:ser0", o.SOLPort)
+		}
+		qemu := fmt.Sprintf(`qemu-system-x86_64 -name corral-sim -accel tcg,thread=multi -cpu max -m 128 -display none -no-user-config -nodefaults -chardev socket,id=ipmi0,host=127.0.0.1,port=%d,reconnect=10 -device ipmi-bmc-extern,chardev=ipmi0,id=bmc0 -device isa-ipmi-bt,bmc=bmc0 -netdev %s -device e1000,netdev=n0,mac=%s -object filter-dump,id=dump0,netdev=n0,file=$D/net.pcap -chardev file,id=dbg,path=$D/bios.log -device isa-debugcon,iobase=0x402,chardev=dbg %s $order`, vmPort, o.NetDev, o.MAC, serial)
 		c.QEMU = qemu
 		c.BeforeStart = "  : > $D/bios.log\n  echo \"" + qemu + "\" > $D/qemu.args"
 	}
