@@ -37,6 +37,9 @@ type Target struct {
 	// Poll is how often the BMC is asked for output when the machine is
 	// quiet (default 50ms).
 	Poll time.Duration
+	// Ready, when set, is called once the payload is active: bytes flow
+	// from here on.
+	Ready func()
 }
 
 // ErrAuth means the BMC refused the credentials.
@@ -103,6 +106,9 @@ func Stream(ctx context.Context, t Target, in io.Reader, out io.Writer) error {
 		defer stop()
 		_, _ = c.DeactivatePayload(bctx, &transport.DeactivatePayloadRequest{PayloadType: types.PayloadTypeSOL, PayloadInstance: 1})
 	}()
+	if t.Ready != nil {
+		t.Ready()
+	}
 	// The session's own per-packet timeout and retries stay as set; a BMC
 	// that stops answering ends the stream with an error.
 	err = c.SOLStream(ctx, in, out, &ipmiclient.SOLStreamOptions{PollInterval: poll})
