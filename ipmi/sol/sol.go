@@ -88,7 +88,9 @@ func Stream(ctx context.Context, t Target, in io.Reader, out io.Writer) error {
 		}
 		return fmt.Errorf("SOL session to %s:%d: %w", t.Host, port, err)
 	}
+	connected := time.Now()
 	defer func() {
+		closeAwayFromKeepalive(connected)
 		bctx, stop := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer stop()
 		_ = c.Close(bctx)
@@ -126,4 +128,37 @@ func isAuth(err error) bool {
 		}
 	}
 	return false
+}
+
+// go-ipmi v0.9.1 keeps a session alive every 30 s from Connect on a
+// context that is never cancelled; a keepalive exchange that starts while
+// Close tears the session down can find the connection gone and write to
+// nil (a panic in the library's goroutine, which would stop corrald). A
+// console session outlives 30 s, so Close waits until it is at least
+// keepaliveGuard away from a tick.
+const (
+	keepalivePeriod = 30 * time.Second
+	keepaliveGuard  = 2 * time.Second
+)
+
+func closeAwayFromKeepalive(connected time.Time) {
+	if d := keepaliveWait(time.Since(connected)); d > 0 {
+		time.Sleep(d)
+	}
+}
+
+// keepaliveWait is how long to wait, elapsed after Connect, to be
+// keepaliveGuard away from a keepalive tick.
+func keepaliveWait(elapsed time.Duration) time.Duration {
+	if elapsed < keepalivePeriod-keepaliveGuard {
+		return 0
+	}
+	phase := elapsed % keepalivePeriod
+	switch {
+	case phase > keepalivePeriod-keepaliveGuard:
+		return keepalivePeriod - phase + keepaliveGuard
+	case phase < keepaliveGuard:
+		return keepaliveGuard - phase
+	}
+	return 0
 }

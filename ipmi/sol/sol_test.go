@@ -95,3 +95,20 @@ func TestStreamIpmiSim(t *testing.T) {
 		t.Fatalf("stream: %v", err)
 	}
 }
+
+func TestKeepaliveWait(t *testing.T) {
+	for elapsed, want := range map[time.Duration]time.Duration{
+		0:                        0,
+		10 * time.Second:         0,
+		29 * time.Second:         3 * time.Second,
+		30 * time.Second:         2 * time.Second,
+		31 * time.Second:         time.Second,
+		32 * time.Second:         0,
+		45 * time.Second:         0,
+		59500 * time.Millisecond: 2500 * time.Millisecond,
+	} {
+		if got := sol.KeepaliveWait(elapsed); got != want {
+			t.Errorf("KeepaliveWait(%s) = %s, want %s", elapsed, got, want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -82,9 +83,11 @@ func (inv *invocation) runConsole(cmd *cobra.Command, name string, readOnly, tak
 		defer term.Restore(int(f.Fd()), old)
 		nl = "\r\n"
 	}
+	var watching atomic.Bool // keys are not sent
+	watching.Store(readOnly)
 	go func() {
 		err := consoleInput(in, func(p []byte) error {
-			if readOnly {
+			if watching.Load() {
 				return nil
 			}
 			return stream.Send(&consolev1.ConsoleInput{Input: &consolev1.ConsoleInput_Data{Data: p}})
@@ -92,7 +95,7 @@ func (inv *invocation) runConsole(cmd *cobra.Command, name string, readOnly, tak
 		switch {
 		case errors.Is(err, errDetached):
 			cancel(errDetached)
-		case err == nil && readOnly:
+		case err == nil && watching.Load():
 			// A read-only viewer's input ends (a pipe, /dev/null): it
 			// watches on until interrupted.
 		default:
@@ -117,7 +120,7 @@ func (inv *invocation) runConsole(cmd *cobra.Command, name string, readOnly, tak
 		case consolev1.ConsoleEvent_CONSOLE_EVENT_ATTACHED:
 			fmt.Fprintf(stderr, "[attached to %s's console, %s; ~. detaches]%s", name, out.GetDetail(), nl)
 		case consolev1.ConsoleEvent_CONSOLE_EVENT_WRITE_TAKEN:
-			readOnly = true
+			watching.Store(true)
 			fmt.Fprintf(stderr, "%s[%s took the write side: read-only now]%s", nl, out.GetDetail(), nl)
 		case consolev1.ConsoleEvent_CONSOLE_EVENT_LINK_DOWN:
 			fmt.Fprintf(stderr, "%s[link to the BMC down: %s; corrald retries]%s", nl, out.GetDetail(), nl)
