@@ -110,6 +110,12 @@ func Start(t testing.TB, o Options) *BMC {
 	if err := os.WriteFile(filepath.Join(dir, "sim.emu"), []byte(simconf.Emu), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if o.VM && o.SOLPort != 0 {
+		// etc/sercon-port: COM1's I/O port, a little-endian integer.
+		if err := os.WriteFile(filepath.Join(dir, "sercon-port"), []byte{0xf8, 0x03, 0, 0, 0, 0, 0, 0}, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +295,10 @@ func chassisScript(dir string, o Options, vmPort int) string {
 	if o.VM {
 		serial := "-serial file:$D/console.log"
 		if o.SOLPort != 0 {
-			serial = fmt.Sprintf("-chardev socket,id=ser0,host=127.0.0.1,port=%d,server=on,wait=off -serial chardev:ser0", o.SOLPort)
+			// SeaBIOS's serial console (sercon) on COM1, so the
+			// firmware's text (not only iPXE's) reaches the port; QEMU
+			// warns that the name lacks "opt/", which SeaBIOS needs.
+			serial = fmt.Sprintf("-chardev socket,id=ser0,host=127.0.0.1,port=%d,server=on,wait=off -serial chardev:ser0 -fw_cfg name=etc/sercon-port,file=$D/sercon-port", o.SOLPort)
 		}
 		qemu := fmt.Sprintf(`qemu-system-x86_64 -name corral-sim -accel tcg,thread=multi -cpu max -m 128 -display none -no-user-config -nodefaults -chardev socket,id=ipmi0,host=127.0.0.1,port=%d,reconnect=10 -device ipmi-bmc-extern,chardev=ipmi0,id=bmc0 -device isa-ipmi-bt,bmc=bmc0 -netdev %s -device e1000,netdev=n0,mac=%s -object filter-dump,id=dump0,netdev=n0,file=$D/net.pcap -chardev file,id=dbg,path=$D/bios.log -device isa-debugcon,iobase=0x402,chardev=dbg %s $order`, vmPort, o.NetDev, o.MAC, serial)
 		c.QEMU = qemu

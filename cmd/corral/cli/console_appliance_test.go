@@ -16,6 +16,7 @@ import (
 	"github.com/corralhq/corral/appliance"
 	apptest "github.com/corralhq/corral/testsupport/appliance"
 	"github.com/corralhq/corral/testsupport/ipmisim"
+	"github.com/corralhq/corral/testsupport/require"
 )
 
 // serialPort is the machine's side of a console: a TCP serial port that
@@ -83,6 +84,19 @@ func startConsoleRig(t testing.TB) *consoleRig {
 	t.Helper()
 	port := newSerialPort(t)
 	sim := ipmisim.Start(t, ipmisim.Options{SOL: "tcp:" + port.lis.Addr().String()})
+	r := enrollConsoleMachine(t, sim)
+	r.port = port
+	select {
+	case r.w = <-port.conn:
+	case <-time.After(20 * time.Second):
+		t.Fatal("ipmi_sim never connected to the serial port")
+	}
+	return r
+}
+
+// enrollConsoleMachine starts corrald and enrolls sim's machine as m1.
+func enrollConsoleMachine(t testing.TB, sim *ipmisim.BMC) *consoleRig {
+	t.Helper()
 	logs := &syncBuffer{}
 	a := apptest.Start(t, appliance.Config{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		BMC: appliance.BMCConfig{PollInterval: -1}})
@@ -90,16 +104,11 @@ func startConsoleRig(t testing.TB) *consoleRig {
 	if err := os.WriteFile(pw, []byte(sim.Pass+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := &consoleRig{conf: a.AdminConf, port: port, sim: sim, log: logs}
+	r := &consoleRig{conf: a.AdminConf, sim: sim, log: logs}
 	var out, errb syncBuffer
 	if code := Run(context.Background(), []string{"--config", r.conf, "machine", "enroll", "m1", "--bmc", sim.Addr(), "--bmc-user", sim.User,
 		"--bmc-password-file", pw, "--bmc-protocol", "ipmi"}, &out, &errb); code != 0 {
 		t.Fatalf("enroll: %d %s %s", code, out.String(), errb.String())
-	}
-	select {
-	case r.w = <-port.conn:
-	case <-time.After(20 * time.Second):
-		t.Fatal("ipmi_sim never connected to the serial port")
 	}
 	return r
 }
@@ -282,4 +291,35 @@ func BenchmarkConsoleKeystrokeRoundTrip(b *testing.B) {
 	b.ReportMetric(float64(med.Microseconds())/1000, "ms/key-median")
 	b.ReportMetric(float64(took[len(took)*9/10].Microseconds())/1000, "ms/key-p90")
 	b.Logf("console keystroke round trip over %d keys: median %s, p90 %s, max %s", keys, med, took[len(took)*9/10], took[len(took)-1])
+}
+
+// TestConsoleQEMUFirmware: a QEMU machine (TCG) whose first serial port
+// ipmi_sim's SOL carries. Powered on with `corral machine console`
+// attached, its firmware's text (SeaBIOS, then iPXE) reaches the console;
+// Ctrl-B typed into the console reaches iPXE, whose command line then
+// runs what is typed.
+func TestConsoleQEMUFirmware(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts ipmi_sim and QEMU")
+	}
+	require.Tool(t, "ipmi_sim", "qemu-system-x86_64")
+	sim := ipmisim.Start(t, ipmisim.Options{VM: true, SOLPort: ipmisim.FreeTCPPort(t), MAC: "52:54:00:c0:ff:07"})
+	r := enrollConsoleMachine(t, sim)
+	c := r.console(t)
+	waitText(t, "attached", 20*time.Second, c.err.String, "attached to m1's console, write")
+	var out, errb syncBuffer
+	if code := Run(context.Background(), []string{"--config", r.conf, "machine", "power", "on", "m1"}, &out, &errb); code != 0 {
+		t.Fatalf("power on: %s", errb.String())
+	}
+	waitText(t, "iPXE's prompt", 90*time.Second, c.out.String, "Press Ctrl-B")
+	if _, err := c.in.Write([]byte{0x02}); err != nil {
+		t.Fatal(err)
+	}
+	waitText(t, "iPXE's command line", 30*time.Second, c.out.String, "iPXE>")
+	if _, err := c.in.Write([]byte("echo typed-through-corral\r")); err != nil {
+		t.Fatal(err)
+	}
+	// The echo of the keys, then the command's own output on a line.
+	waitText(t, "iPXE ran the command", 30*time.Second, c.out.String, "typed-through-corral\r\ntyped-through-corral")
+	t.Logf("machine console output:\n%s", c.out.String())
 }
