@@ -13,7 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	consolev1 "github.com/corralhq/corral/api/console/v1"
 	"github.com/corralhq/corral/appliance"
+	"github.com/corralhq/corral/auth/clientconfig"
 	apptest "github.com/corralhq/corral/testsupport/appliance"
 	"github.com/corralhq/corral/testsupport/ipmisim"
 	"github.com/corralhq/corral/testsupport/require"
@@ -245,6 +250,54 @@ func TestConsoleThroughCorrald(t *testing.T) {
 			t.Fatalf("audit lacks console steps:\n%s", out.String())
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+
+	// Bad input at the API: keys from a read-only stream end it; a
+	// viewer token may not attach at all.
+	cfg, err := clientconfig.Load(r.conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attach := func(cfg *clientconfig.Config, msgs ...*consolev1.ConsoleInput) *status.Status {
+		t.Helper()
+		cc, err := clientconfig.Dial(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		s, err := consolev1.NewConsoleServiceClient(cc).Attach(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			if s.Send(m) != nil {
+				break
+			}
+		}
+		for {
+			if _, err := s.Recv(); err != nil {
+				return status.Convert(err)
+			}
+		}
+	}
+	openRO := &consolev1.ConsoleInput{Input: &consolev1.ConsoleInput_Open{Open: &consolev1.ConsoleOpen{Machine: "m1", Mode: consolev1.ConsoleMode_CONSOLE_MODE_READ_ONLY}}}
+	keys := &consolev1.ConsoleInput{Input: &consolev1.ConsoleInput_Data{Data: []byte("poweroff\r")}}
+	if st := attach(cfg, openRO, keys); st.Code() != codes.PermissionDenied || !strings.Contains(st.Message(), "a console stream from a viewer is refused") {
+		t.Fatalf("keys from a read-only stream: %v", st)
+	}
+	if strings.Contains(r.port.received(), "poweroff") {
+		t.Fatal("a read-only stream's keys reached the machine")
+	}
+	out, errb = syncBuffer{}, syncBuffer{}
+	if code := Run(context.Background(), []string{"--config", r.conf, "token", "create", "--role", "viewer"}, &out, &errb); code != 0 {
+		t.Fatalf("token create: %s", errb.String())
+	}
+	vcfg := *cfg
+	vcfg.Token = strings.TrimSpace(out.String())
+	if st := attach(&vcfg, openRO); st.Code() != codes.PermissionDenied || !strings.Contains(st.Message(), "OPERATOR") {
+		t.Fatalf("a viewer token attaching: %v", st)
 	}
 }
 
