@@ -37,6 +37,7 @@ type Link interface {
 // are fixed (String), never user data.
 type Action int
 
+// The actions, in the order of a viewer's life.
 const (
 	ActionAttachReadOnly Action = iota + 1
 	ActionAttachWrite
@@ -67,6 +68,7 @@ type Auditor interface {
 // Mode is what a viewer may do.
 type Mode int
 
+// The modes: ReadOnly watches, Write types too.
 const (
 	ReadOnly Mode = iota + 1
 	Write
@@ -75,6 +77,7 @@ const (
 // Event is a change in a viewer's session (the API's ConsoleEvent).
 type Event int
 
+// The events; EventNone marks an Output that carries data only.
 const (
 	EventNone Event = iota
 	EventAttached

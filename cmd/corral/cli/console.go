@@ -80,7 +80,7 @@ func (inv *invocation) runConsole(cmd *cobra.Command, name string, readOnly, tak
 		if err != nil {
 			return failf("console: raw terminal: %v", err)
 		}
-		defer term.Restore(int(f.Fd()), old)
+		defer func() { _ = term.Restore(int(f.Fd()), old) }()
 		nl = "\r\n"
 	}
 	var watching atomic.Bool // keys are not sent
