@@ -356,14 +356,20 @@ func TestConsoleQEMUFirmware(t *testing.T) {
 		t.Skip("starts ipmi_sim and QEMU")
 	}
 	require.Tool(t, "ipmi_sim", "qemu-system-x86_64")
-	sim := ipmisim.Start(t, ipmisim.Options{VM: true, SOLPort: ipmisim.FreeTCPPort(t), MAC: "52:54:00:c0:ff:07"})
+	sim := ipmisim.Start(t, ipmisim.Options{VM: true, SerialSOL: true, MAC: "52:54:00:c0:ff:07"})
 	r := enrollConsoleMachine(t, sim)
 	c := r.console(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("console stderr:\n%s\ncorrald log:\n%s", c.err.String(), r.log.String())
+		}
+	})
 	waitText(t, "attached", 20*time.Second, c.err.String, "attached to m1's console, write")
 	var out, errb syncBuffer
 	if code := Run(context.Background(), []string{"--config", r.conf, "machine", "power", "on", "m1"}, &out, &errb); code != 0 {
 		t.Fatalf("power on: %s", errb.String())
 	}
+	waitText(t, "SeaBIOS's banner", 60*time.Second, c.out.String, "SeaBIOS (version")
 	waitText(t, "iPXE's prompt", 90*time.Second, c.out.String, "Press Ctrl-B")
 	if _, err := c.in.Write([]byte{0x02}); err != nil {
 		t.Fatal(err)
