@@ -382,3 +382,50 @@ func TestConsoleQEMUFirmware(t *testing.T) {
 	waitText(t, "iPXE ran the command", 30*time.Second, c.out.String, "typed-through-corral\r\ntyped-through-corral")
 	t.Logf("machine console output:\n%s", c.out.String())
 }
+
+// BenchmarkConsoleKeystrokeRoundTripQEMU: the same round trip to a QEMU
+// machine (TCG) at iPXE's command line, which echoes each key: the median
+// of 50 keys is reported, not asserted.
+func BenchmarkConsoleKeystrokeRoundTripQEMU(b *testing.B) {
+	require.Tool(b, "ipmi_sim", "qemu-system-x86_64")
+	sim := ipmisim.Start(b, ipmisim.Options{VM: true, SerialSOL: true, MAC: "52:54:00:c0:ff:08"})
+	r := enrollConsoleMachine(b, sim)
+	c := r.console(b)
+	waitText(b, "attached", 20*time.Second, c.err.String, "attached to m1's console, write")
+	var out, errb syncBuffer
+	if code := Run(context.Background(), []string{"--config", r.conf, "machine", "power", "on", "m1"}, &out, &errb); code != 0 {
+		b.Fatalf("power on: %s", errb.String())
+	}
+	waitText(b, "iPXE's prompt", 90*time.Second, c.out.String, "Press Ctrl-B")
+	if _, err := c.in.Write([]byte{0x02}); err != nil {
+		b.Fatal(err)
+	}
+	waitText(b, "iPXE's command line", 30*time.Second, c.out.String, "iPXE>")
+	const keys = 50
+	var took []time.Duration
+	for range b.N {
+		took = took[:0]
+		for i := range keys {
+			key := string(rune('a' + i%26))
+			before := len(c.out.String())
+			start := time.Now()
+			if _, err := c.in.Write([]byte(key)); err != nil {
+				b.Fatal(err)
+			}
+			for !strings.Contains(c.out.String()[before:], key) {
+				if time.Since(start) > 10*time.Second {
+					b.Fatalf("key %q never came back", key)
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+			took = append(took, time.Since(start))
+		}
+		// Clear the line for the next round.
+		_, _ = c.in.Write([]byte{0x15})
+	}
+	slices.Sort(took)
+	med := took[len(took)/2]
+	b.ReportMetric(float64(med.Microseconds())/1000, "ms/key-median")
+	b.ReportMetric(float64(took[len(took)*9/10].Microseconds())/1000, "ms/key-p90")
+	b.Logf("console keystroke round trip to iPXE under TCG over %d keys: median %s, p90 %s, max %s", keys, med, took[len(took)*9/10], took[len(took)-1])
+}
