@@ -323,6 +323,10 @@ func New(cfg Config) (*Server, error) {
 		machines.BMC = s.bmc
 	}
 	inventory.Register(s.grpc, machines)
+	if err := s.initConsole(); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("console: %w", err)
+	}
 	if err := s.initHypervisor(p); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("hypervisor services: %w", err)

@@ -261,8 +261,35 @@ func machineName(object string) string {
 	return name
 }
 
+// Note records one step of a long call as an event of its own, before
+// the call ends: a console viewer's attach, take-write and detach. ctx is
+// the call's (its principal, set by the auth interceptor, says who);
+// action is fixed words built by the caller from its own enums, never
+// user data; the event also goes on machine's timeline. It never blocks.
+func (a *Recorder) Note(ctx context.Context, method, machine, action string) {
+	p, ok := auth.FromContext(ctx)
+	object := "machine/" + clipUTF8(termsafe.Escape(machine), maxAuditObjectBytes)
+	a.record(ctx, auditRule{class: auditMutating, machine: true}, method, principalOf{p, ok}, a.now(), nil, object,
+		machineName(object), auditItem{verb: action})
+}
+
+// caller is who made a call: the auth interceptor's Resolution, or a
+// principal already known (Note).
+type caller interface {
+	Principal() (auth.Principal, bool)
+	ClaimedTokenID() string
+}
+
+type principalOf struct {
+	p  auth.Principal
+	ok bool
+}
+
+func (w principalOf) Principal() (auth.Principal, bool) { return w.p, w.ok }
+func (w principalOf) ClaimedTokenID() string            { return "" }
+
 // record builds the event of a finished call and queues it.
-func (a *Recorder) record(ctx context.Context, rule auditRule, method string, res *auth.Resolution, start time.Time, callErr error,
+func (a *Recorder) record(ctx context.Context, rule auditRule, method string, res caller, start time.Time, callErr error,
 	object, machine string, item auditItem) {
 	st, _ := status.FromError(callErr)
 	code := st.Code()

@@ -26,6 +26,7 @@ import (
 	adminv1 "github.com/corralhq/corral/api/admin/v1"
 	auditv1 "github.com/corralhq/corral/api/audit/v1"
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	_ "github.com/corralhq/corral/api/console/v1"    // registers its services for the rules test
 	_ "github.com/corralhq/corral/api/deployment/v1" // registers its services for the rules test
 	_ "github.com/corralhq/corral/api/fleet/v1"      // registers its services for the rules test
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"

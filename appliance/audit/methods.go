@@ -172,6 +172,11 @@ var auditRules = map[string]auditRule{
 
 	"/corral.admin.v1.BackupService/Backup": mutating("backup", ""),
 
+	// A console stream is recorded at its end (the object alone, as
+	// every stream), and each viewer's attach, take-write and detach as
+	// events of their own on the machine (Recorder.Note).
+	"/corral.console.v1.ConsoleService/Attach": mutating("console", ""),
+
 	"/corral.audit.v1.AuditService/ListEvents":  readRule,
 	"/corral.audit.v1.AuditService/WatchEvents": readRule,
 }

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,6 +36,15 @@ type Options struct {
 	// NetDev is the QEMU -netdev value for the VM's NIC (default: user
 	// networking with restrict=on, which never leaves QEMU).
 	NetDev string
+	// SOL, when set, is the serial port the BMC's Serial-over-LAN
+	// carries ("tcp:127.0.0.1:PORT": ipmi_sim connects to a listener
+	// there).
+	SOL string
+	// SerialSOL, with VM, gives the VM's first serial port (with
+	// SeaBIOS's serial console on it) to SOL, through a relay this
+	// package runs: ipmi_sim connects to it once at start, and each QEMU
+	// the chassis starts connects to its other side.
+	SerialSOL bool
 }
 
 // BMC is a running ipmi_sim.
@@ -96,10 +106,20 @@ func Start(t testing.TB, o Options) *BMC {
 	if o.VM {
 		vmPort = FreeTCPPort(t)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "chassis"), []byte(chassisScript(dir, o, vmPort)), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "sim.emu"), []byte(simconf.Emu), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "sim.emu"), []byte(simconf.Emu), 0o644); err != nil {
+	serialPort := 0
+	if o.VM && o.SerialSOL {
+		// etc/sercon-port: COM1's I/O port, a little-endian integer.
+		if err := os.WriteFile(filepath.Join(dir, "sercon-port"), []byte{0xf8, 0x03, 0, 0, 0, 0, 0, 0}, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var bmcSide int
+		bmcSide, serialPort = startSerialRelay(t)
+		o.SOL = fmt.Sprintf("tcp:127.0.0.1:%d", bmcSide)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "chassis"), []byte(chassisScript(dir, o, vmPort, serialPort)), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o755); err != nil {
@@ -257,18 +277,88 @@ func readFile(p string) string {
 
 func lanConf(dir string, port, vmPort int, o Options) string {
 	return simconf.LAN{Name: fmt.Sprintf("corral%d", port), Port: port, GUID: "a123456789abcdefa123456789abcdef",
-		VMPort: vmPort, Chassis: filepath.Join(dir, "chassis"), User: o.User, Password: o.Password}.Conf()
+		VMPort: vmPort, Chassis: filepath.Join(dir, "chassis"), User: o.User, Password: o.Password, SOL: solDevice(o)}.Conf()
+}
+
+// solDevice is the serial port ipmi_sim's SOL carries, or "".
+func solDevice(o Options) string { return o.SOL }
+
+// startSerialRelay joins two loopback TCP listeners: ipmi_sim's SOL
+// connects to the first (bmcSide), each QEMU's serial port to the second
+// (machineSide); bytes go across while both are connected and are dropped
+// otherwise, as on a serial line with nothing at its end. A new
+// connection on a side replaces the old one. It stops in t.Cleanup.
+func startSerialRelay(t testing.TB) (bmcSide, machineSide int) {
+	t.Helper()
+	var mu sync.Mutex
+	conns := [2]net.Conn{}
+	for side := range 2 {
+		l, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			l.Close()
+			mu.Lock()
+			if c := conns[side]; c != nil {
+				c.Close()
+			}
+			mu.Unlock()
+		})
+		if side == 0 {
+			bmcSide = l.Addr().(*net.TCPAddr).Port
+		} else {
+			machineSide = l.Addr().(*net.TCPAddr).Port
+		}
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				if old := conns[side]; old != nil {
+					old.Close()
+				}
+				conns[side] = c
+				mu.Unlock()
+				go func() {
+					buf := make([]byte, 4096)
+					for {
+						n, err := c.Read(buf)
+						if err != nil {
+							return
+						}
+						mu.Lock()
+						other := conns[1-side]
+						mu.Unlock()
+						if other != nil {
+							_, _ = other.Write(buf[:n])
+						}
+					}
+				}()
+			}
+		}()
+	}
+	return bmcSide, machineSide
 }
 
 // chassisScript is the chassis_control program (see simconf.Chassis). With
 // a VM the boot device maps onto QEMU's -boot option; the program keeps
 // SeaBIOS's debug log of the current boot and the QEMU command line.
-func chassisScript(dir string, o Options, vmPort int) string {
+func chassisScript(dir string, o Options, vmPort, serialPort int) string {
 	c := simconf.Chassis{Dir: dir, DefaultBoot: "default", BootCase: `    pxe) order="-boot order=n" ;;
     bios) order="-boot menu=on" ;;
     *) order="-boot order=c" ;;`}
 	if o.VM {
-		qemu := fmt.Sprintf(`qemu-system-x86_64 -name corral-sim -accel tcg,thread=multi -cpu max -m 128 -display none -no-user-config -nodefaults -chardev socket,id=ipmi0,host=127.0.0.1,port=%d,reconnect=10 -device ipmi-bmc-extern,chardev=ipmi0,id=bmc0 -device isa-ipmi-bt,bmc=bmc0 -netdev %s -device e1000,netdev=n0,mac=%s -object filter-dump,id=dump0,netdev=n0,file=$D/net.pcap -chardev file,id=dbg,path=$D/bios.log -device isa-debugcon,iobase=0x402,chardev=dbg -serial file:$D/console.log $order`, vmPort, o.NetDev, o.MAC)
+		serial := "-serial file:$D/console.log"
+		if serialPort != 0 {
+			// SeaBIOS's serial console (sercon) on COM1, so the
+			// firmware's text (not only iPXE's) reaches the port; QEMU
+			// warns that the name lacks "opt/", which SeaBIOS needs.
+			serial = fmt.Sprintf("-chardev socket,id=ser0,host=127.0.0.1,port=%d,reconnect=1 -serial chardev:ser0 -fw_cfg name=etc/sercon-port,file=$D/sercon-port", serialPort)
+		}
+		qemu := fmt.Sprintf(`qemu-system-x86_64 -name corral-sim -accel tcg,thread=multi -cpu max -m 128 -display none -no-user-config -nodefaults -chardev socket,id=ipmi0,host=127.0.0.1,port=%d,reconnect=10 -device ipmi-bmc-extern,chardev=ipmi0,id=bmc0 -device isa-ipmi-bt,bmc=bmc0 -netdev %s -device e1000,netdev=n0,mac=%s -object filter-dump,id=dump0,netdev=n0,file=$D/net.pcap -chardev file,id=dbg,path=$D/bios.log -device isa-debugcon,iobase=0x402,chardev=dbg %s $order`, vmPort, o.NetDev, o.MAC, serial)
 		c.QEMU = qemu
 		c.BeforeStart = "  : > $D/bios.log\n  echo \"" + qemu + "\" > $D/qemu.args"
 	}

@@ -37,6 +37,10 @@ type LAN struct {
 	VMPort         int
 	Chassis        string // path of the chassis_control program; "" for none
 	User, Password string // the administrator (user 2)
+	// SOL, when set, is the serial port ipmi_sim's Serial-over-LAN
+	// carries: a device path, "tcp:HOST:PORT" or "telnet:HOST:PORT"
+	// (ipmi_sim connects to it, and keeps trying until it answers).
+	SOL string
 }
 
 // Conf returns the lan.conf text.
@@ -53,6 +57,9 @@ func (l LAN) Conf() string {
 	b.WriteString("  endlan\n")
 	if l.VMPort != 0 {
 		fmt.Fprintf(&b, "  serial 15 127.0.0.1 %d codec VM\n", l.VMPort)
+	}
+	if l.SOL != "" {
+		fmt.Fprintf(&b, "  sol \"%s\" 115200\n", l.SOL)
 	}
 	if l.Chassis != "" {
 		fmt.Fprintf(&b, "  chassis_control \"%s\"\n", l.Chassis)

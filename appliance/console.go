@@ -1,0 +1,75 @@
+package appliance
+
+import (
+	"context"
+	"io"
+	"strconv"
+
+	consolev1 "github.com/corralhq/corral/api/console/v1"
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	"github.com/corralhq/corral/auth"
+	"github.com/corralhq/corral/inventory/bmc"
+	"github.com/corralhq/corral/ipmi/console"
+	"github.com/corralhq/corral/ipmi/sol"
+)
+
+// consoleAttachMethod is the method the audit records console steps under.
+const consoleAttachMethod = consolev1.ConsoleService_Attach_FullMethodName
+
+// initConsole serves machines' serial consoles (docs/architecture.md,
+// "Machine consoles"): the hub as a component, its link IPMI
+// Serial-over-LAN (ipmi/sol) with the machine's sealed BMC credentials,
+// opened here and used in this process only.
+func (s *Server) initConsole() error {
+	if s.bmc == nil {
+		return nil
+	}
+	h, err := console.New(console.Config{Link: solLink{bmc: s.bmc}, Auditor: consoleAudit{s}, Logger: s.log.With("component", "console")})
+	if err != nil {
+		return err
+	}
+	s.inv.OnDelete(func(_ context.Context, m *inventoryv1.Machine) { h.Forget(m.GetName()) })
+	s.addComponent("console", h.Run)
+	console.Register(s.grpc, &console.Server{Hub: h, Who: consoleWho})
+	return nil
+}
+
+// solLink opens a machine's console over IPMI Serial-over-LAN.
+type solLink struct{ bmc *bmc.Service }
+
+func (l solLink) Check(ctx context.Context, machine string) error {
+	_, err := l.bmc.ConsoleTarget(ctx, machine)
+	return err
+}
+
+func (l solLink) Run(ctx context.Context, machine string, in io.Reader, out io.Writer, up func()) error {
+	t, err := l.bmc.ConsoleTarget(ctx, machine)
+	if err != nil {
+		return err
+	}
+	return sol.Stream(ctx, sol.Target{Host: t.Host, Port: int(t.Port), Username: t.Username, Password: t.Password,
+		CipherSuite: int(t.CipherSuite), ConnectTimeout: t.Timeout, Ready: up}, in, out)
+}
+
+// consoleAudit records viewers' steps in the audit stream.
+type consoleAudit struct{ s *Server }
+
+func (a consoleAudit) ConsoleAction(ctx context.Context, machine string, act console.Action) {
+	if a.s.audit != nil {
+		a.s.audit.Note(ctx, consoleAttachMethod, machine, act.String())
+	}
+}
+
+// consoleWho names a viewer to the others as the audit does: its token
+// or certificate, never a secret.
+func consoleWho(ctx context.Context) string {
+	p, ok := auth.FromContext(ctx)
+	switch {
+	case !ok:
+		return "another viewer"
+	case p.ID != "":
+		return "token:" + p.ID + " (" + strconv.Quote(p.Subject) + ")"
+	default:
+		return "cert:" + p.Subject
+	}
+}

@@ -1,0 +1,4 @@
+package sol
+
+// KeepaliveWait is keepaliveWait, for the external tests.
+var KeepaliveWait = keepaliveWait
