@@ -121,7 +121,7 @@ func StartWithSensors(t testing.TB, o Options, sensors []Sensor) *BMC {
 		t.Fatal(err)
 	}
 	b := &BMC{Dir: dir, User: o.User, Pass: o.Password}
-	if err := os.WriteFile(filepath.Join(dir, "chassis"), []byte(chassisScript(dir, o, 0)), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "chassis"), []byte(chassisScript(dir, o, 0, 0)), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	emu := simconf.Emu + "sel_enable 0x20 1000 0x0a\n"
