@@ -101,13 +101,12 @@ type holderSeen struct {
 // commitBind stores l (ip's lease, for l's MAC) at rev together with the
 // MAC's holder record, and deletes the holder of prev (the MAC the lease
 // at rev names, "" for none) when l takes ip from it: one transaction, or
-// ErrConflict when the lease,
-// the holder or the holder's previous lease changed since they were read,
-// or ErrOtherAddress when the holder names another address the MAC still
-// holds live (memory then learns that lease). A holder this appliance
-// knows naming ip costs no read (a renewal): the transaction checks its
-// revision; one it does not know is first assumed absent (a new client)
-// and read only after a conflict.
+// ErrConflict when the lease, a holder or the holder's previous lease
+// changed since they were read, or ErrOtherAddress when the holder names
+// another address the MAC still holds live (memory then learns that
+// lease). A holder this appliance knows naming ip costs no read (a
+// renewal): the transaction checks its revision; one it does not know is
+// first assumed absent (a new client) and read only after a conflict.
 func (p *leases) commitBind(ctx context.Context, ip netip.Addr, l *bootv1.Lease, rev int64, prev string, r Range, now time.Time) (int64, error) {
 	mac := l.GetMac()
 	raw, err := record.Marshal(l)
@@ -116,7 +115,8 @@ func (p *leases) commitBind(ctx context.Context, ip netip.Addr, l *bootv1.Lease,
 	}
 	ops := []store.Op{{Kind: store.OpPut, Key: leaseKey(ip), Value: raw, Rev: rev}}
 	if !r.Subnet.IsValid() {
-		// A lease naming no subnet (Bind writes none so) has no holder.
+		// Only a pin of a lease stored without its subnet comes here
+		// (Bind always names it): such a lease has no holder.
 		return p.st.Txn(ctx, ops)
 	}
 	var prevKey string
