@@ -51,8 +51,11 @@ func holderKey(subnet netip.Prefix, mac string) string {
 // dropHolder returns the operation deleting mac's holder record in subnet
 // when it names ip (nil when it names another address or none exists),
 // and the record's key. A holder this appliance knows naming ip costs no
-// read; a stale revision costs a conflict, after which it is read.
-func (p *leases) dropHolder(ctx context.Context, subnet netip.Prefix, mac string, ip netip.Addr) (*store.Op, string, error) {
+// read; a stale revision costs a conflict, after which it is read. One it
+// does not know is read, unless mac's lease on ip was released: the
+// RELEASE deleted it (a superseded lease's holder names the newer
+// binding), so reclaiming a released address costs no read.
+func (p *leases) dropHolder(ctx context.Context, subnet netip.Prefix, mac string, ip netip.Addr, released bool) (*store.Op, string, error) {
 	if mac == "" || !subnet.IsValid() {
 		return nil, "", nil
 	}
@@ -62,6 +65,9 @@ func (p *leases) dropHolder(ctx context.Context, subnet netip.Prefix, mac string
 	p.mu.Unlock()
 	if seen.ip == ip.String() && seen.rev > 0 {
 		return &store.Op{Kind: store.OpDelete, Key: hk, Rev: seen.rev}, hk, nil
+	}
+	if released {
+		return nil, hk, nil
 	}
 	h, err := p.st.Get(ctx, hk)
 	switch {
@@ -100,14 +106,15 @@ type holderSeen struct {
 
 // commitBind stores l (ip's lease, for l's MAC) at rev together with the
 // MAC's holder record, and deletes the holder of prev (the MAC the lease
-// at rev names, "" for none) when l takes ip from it: one transaction, or
+// at rev names, "" for none; prevReleased when that lease was released)
+// when l takes ip from it: one transaction, or
 // ErrConflict when the lease, a holder or the holder's previous lease
 // changed since they were read, or ErrOtherAddress when the holder names
 // another address the MAC still holds live (memory then learns that
 // lease). A holder this appliance knows naming ip costs no read (a
 // renewal): the transaction checks its revision; one it does not know is
 // first assumed absent (a new client) and read only after a conflict.
-func (p *leases) commitBind(ctx context.Context, ip netip.Addr, l *bootv1.Lease, rev int64, prev string, r Range, now time.Time) (int64, error) {
+func (p *leases) commitBind(ctx context.Context, ip netip.Addr, l *bootv1.Lease, rev int64, prev string, prevReleased bool, r Range, now time.Time) (int64, error) {
 	mac := l.GetMac()
 	raw, err := record.Marshal(l)
 	if err != nil {
@@ -122,7 +129,7 @@ func (p *leases) commitBind(ctx context.Context, ip netip.Addr, l *bootv1.Lease,
 	var prevKey string
 	if prev != mac && rev > 0 {
 		// The address changes hands: its former MAC's holder goes.
-		op, k, err := p.dropHolder(ctx, r.Subnet, prev, ip)
+		op, k, err := p.dropHolder(ctx, r.Subnet, prev, ip, prevReleased)
 		if err != nil {
 			return 0, err
 		}

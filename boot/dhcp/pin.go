@@ -93,7 +93,7 @@ func (p *leases) pin(ctx context.Context, mac, holder string) (*bootv1.Lease, er
 		// still: pinned, it is active again.
 		now := p.now()
 		l.PinnedBy, l.State, l.UpdatedUnix = holder, bootv1.Lease_STATE_ACTIVE, now.Unix()
-		_, err = p.commitBind(ctx, ip, l, kv.Revision, mac, Range{Subnet: subnetOf(l)}, now)
+		_, err = p.commitBind(ctx, ip, l, kv.Revision, mac, false, Range{Subnet: subnetOf(l)}, now)
 		switch {
 		case errors.Is(err, store.ErrConflict):
 			if err := p.reload(ctx, ip); err != nil {

@@ -61,7 +61,7 @@ func (p *leases) writeDropping(ctx context.Context, kv store.KV, l *bootv1.Lease
 	ops := []store.Op{{Kind: store.OpPut, Key: kv.Key, Value: raw, Rev: kv.Revision}}
 	var keys []string
 	for _, m := range slices.Compact(slices.Sorted(slices.Values(macs))) {
-		op, k, err := p.dropHolder(ctx, subnet, m, ip)
+		op, k, err := p.dropHolder(ctx, subnet, m, ip, false)
 		if err != nil {
 			return err
 		}
