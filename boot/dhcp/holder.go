@@ -54,7 +54,9 @@ func holderKey(subnet netip.Prefix, mac string) string {
 // read; a stale revision costs a conflict, after which it is read. One it
 // does not know is read, unless mac's lease on ip was released: the
 // RELEASE deleted it (a superseded lease's holder names the newer
-// binding), so reclaiming a released address costs no read.
+// binding), so reclaiming a released address costs no read. (A holder a
+// RELEASE left before RELEASEs deleted them, 2026-11-29, stays until its
+// MAC binds again.)
 func (p *leases) dropHolder(ctx context.Context, subnet netip.Prefix, mac string, ip netip.Addr, released bool) (*store.Op, string, error) {
 	if mac == "" || !subnet.IsValid() {
 		return nil, "", nil
