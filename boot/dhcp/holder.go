@@ -26,8 +26,16 @@ import (
 // and only at the revisions read, so of two racing bindings of one MAC one
 // commits and the other is refused with ErrOtherAddress (the client is
 // NAKed and is offered its bound address when it DISCOVERs again).
-// Holders are never deleted: like the sticky leases, one stays per MAC
-// and subnet the fleet has bound.
+//
+// A holder names an address whose lease names its MAC, so the store never
+// holds more holder records than leases (at most one per address of the
+// fleet's ranges), however many MACs come and go: a binding that takes an
+// address from another MAC (a reclaimed expired or released lease)
+// deletes that MAC's holder when it still names the address, and a
+// RELEASE or a DECLINE deletes the client's, each in the transaction that
+// writes the lease. A lease only running out deletes nothing (it still
+// names its MAC, which is offered it again); a lease superseded by its
+// MAC's newer binding keeps the holder, which names the newer one.
 
 // holderCacheMax bounds the holder records an appliance remembers.
 var holderCacheMax = 65536
@@ -40,6 +48,58 @@ func holderKey(subnet netip.Prefix, mac string) string {
 	return LeaseHoldersPrefix + strings.ReplaceAll(subnet.String(), "/", "_") + "/" + mac
 }
 
+// dropHolder returns the operation deleting mac's holder record in subnet
+// when it names ip (nil when it names another address or none exists),
+// and the record's key. A holder this appliance knows naming ip costs no
+// read; a stale revision costs a conflict, after which it is read. One it
+// does not know is read, unless mac's lease on ip was released: the
+// RELEASE deleted it (a superseded lease's holder names the newer
+// binding), so reclaiming a released address costs no read. (A holder a
+// RELEASE left before RELEASEs deleted them, 2026-11-29, stays until its
+// MAC binds again.)
+func (p *leases) dropHolder(ctx context.Context, subnet netip.Prefix, mac string, ip netip.Addr, released bool) (*store.Op, string, error) {
+	if mac == "" || !subnet.IsValid() {
+		return nil, "", nil
+	}
+	hk := holderKey(subnet, mac)
+	p.mu.Lock()
+	seen := p.holders[hk]
+	p.mu.Unlock()
+	if seen.ip == ip.String() && seen.rev > 0 {
+		return &store.Op{Kind: store.OpDelete, Key: hk, Rev: seen.rev}, hk, nil
+	}
+	if released {
+		return nil, hk, nil
+	}
+	h, err := p.st.Get(ctx, hk)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, hk, nil
+	case err != nil:
+		return nil, hk, err
+	case string(h.Value) != ip.String():
+		return nil, hk, nil
+	}
+	return &store.Op{Kind: store.OpDelete, Key: hk, Rev: h.Revision}, hk, nil
+}
+
+// forgetHolders drops keys from the holder cache: the records were
+// deleted, or their revision is in doubt after a conflict.
+func (p *leases) forgetHolders(keys ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, k := range keys {
+		delete(p.holders, k)
+	}
+}
+
+// subnetOf is the subnet a lease record was bound in (invalid for a
+// record that names none).
+func subnetOf(l *bootv1.Lease) netip.Prefix {
+	s, _ := netip.ParsePrefix(l.GetSubnet())
+	return s
+}
+
 // holderSeen is a holder record as this appliance last wrote or read it.
 type holderSeen struct {
 	ip  string
@@ -47,20 +107,39 @@ type holderSeen struct {
 }
 
 // commitBind stores l (ip's lease, for l's MAC) at rev together with the
-// MAC's holder record: one transaction, or ErrConflict when the lease,
-// the holder or the holder's previous lease changed since they were read,
-// or ErrOtherAddress when the holder names another address the MAC still
-// holds live (memory then learns that lease). A holder this appliance
-// knows naming ip costs no read (a renewal): the transaction checks its
-// revision; one it does not know is first assumed absent (a new client)
-// and read only after a conflict.
-func (p *leases) commitBind(ctx context.Context, ip netip.Addr, l *bootv1.Lease, rev int64, r Range, now time.Time) (int64, error) {
+// MAC's holder record, and deletes the holder of prev (the MAC the lease
+// at rev names, "" for none; prevReleased when that lease was released)
+// when l takes ip from it: one transaction, or
+// ErrConflict when the lease, a holder or the holder's previous lease
+// changed since they were read, or ErrOtherAddress when the holder names
+// another address the MAC still holds live (memory then learns that
+// lease). A holder this appliance knows naming ip costs no read (a
+// renewal): the transaction checks its revision; one it does not know is
+// first assumed absent (a new client) and read only after a conflict.
+func (p *leases) commitBind(ctx context.Context, ip netip.Addr, l *bootv1.Lease, rev int64, prev string, prevReleased bool, r Range, now time.Time) (int64, error) {
 	mac := l.GetMac()
 	raw, err := record.Marshal(l)
 	if err != nil {
 		return 0, err
 	}
 	ops := []store.Op{{Kind: store.OpPut, Key: leaseKey(ip), Value: raw, Rev: rev}}
+	if !r.Subnet.IsValid() {
+		// Only a pin of a lease stored without its subnet comes here
+		// (Bind always names it): such a lease has no holder.
+		return p.st.Txn(ctx, ops)
+	}
+	var prevKey string
+	if prev != mac && rev > 0 {
+		// The address changes hands: its former MAC's holder goes.
+		op, k, err := p.dropHolder(ctx, r.Subnet, prev, ip, prevReleased)
+		if err != nil {
+			return 0, err
+		}
+		if op != nil {
+			ops = append(ops, *op)
+		}
+		prevKey = k
+	}
 	hk := holderKey(r.Subnet, mac)
 	p.mu.Lock()
 	seen, known := p.holders[hk]
@@ -92,6 +171,9 @@ func (p *leases) commitBind(ctx context.Context, ip netip.Addr, l *bootv1.Lease,
 		}
 	}
 	nrev, err := p.st.Txn(ctx, ops)
+	if prevKey != "" && (err == nil || errors.Is(err, store.ErrConflict)) {
+		p.forgetHolders(prevKey)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, ok := p.holders[hk]; !ok && len(p.holders) >= holderCacheMax {

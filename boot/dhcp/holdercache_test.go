@@ -27,7 +27,7 @@ func TestHolderCacheBounded(t *testing.T) {
 	revs := map[int]int64{}
 	for i := range 10 {
 		ip := netip.AddrFrom4([4]byte{10, 9, 0, byte(10 + i)})
-		rev, err := p.commitBind(ctx, ip, &bootv1.Lease{Mac: fmt.Sprintf("52:54:00:00:00:%02x", i), Ip: ip.String()}, 0, r, time.Now())
+		rev, err := p.commitBind(ctx, ip, &bootv1.Lease{Mac: fmt.Sprintf("52:54:00:00:00:%02x", i), Ip: ip.String()}, 0, "", false, r, time.Now())
 		if err != nil {
 			t.Fatalf("bind %d: %v", i, err)
 		}
@@ -39,12 +39,12 @@ func TestHolderCacheBounded(t *testing.T) {
 	// MAC 0 was forgotten: its renewal conflicts once, then commits.
 	ip := netip.AddrFrom4([4]byte{10, 9, 0, 10})
 	l := &bootv1.Lease{Mac: "52:54:00:00:00:00", Ip: ip.String()}
-	_, err := p.commitBind(ctx, ip, l, revs[0], r, time.Now())
+	_, err := p.commitBind(ctx, ip, l, revs[0], "", false, r, time.Now())
 	if err != nil && !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("renewal of a forgotten holder: %v", err)
 	}
 	if err != nil {
-		if _, err := p.commitBind(ctx, ip, l, revs[0], r, time.Now()); err != nil {
+		if _, err := p.commitBind(ctx, ip, l, revs[0], "", false, r, time.Now()); err != nil {
 			t.Fatalf("renewal after reading the holder again: %v", err)
 		}
 	}

@@ -488,11 +488,12 @@ func (p *leases) Bind(ctx context.Context, mac, cid string, need Need, ip netip.
 			return nil, err
 		}
 		var (
-			rev    int64
-			pinned string
+			rev          int64
+			pinned, prev string
+			released     bool
 		)
 		if e, ok := p.byIP[ip]; ok {
-			rev = e.rev
+			rev, prev, released = e.rev, e.mac, e.state == bootv1.Lease_STATE_RELEASED
 			if e.mac == mac {
 				pinned = e.pinned // the MAC renewing its pinned lease keeps the pin
 			}
@@ -501,7 +502,7 @@ func (p *leases) Bind(ctx context.Context, mac, cid string, need Need, ip netip.
 		l := &bootv1.Lease{Ip: ip.String(), Mac: mac, State: bootv1.Lease_STATE_ACTIVE,
 			ExpiresUnix: now.Add(ttl).Unix(), UpdatedUnix: now.Unix(), Subnet: r.Subnet.String(),
 			Hostname: hostname, Relay: relay, PinnedBy: pinned}
-		newRev, err := p.commitBind(ctx, ip, l, rev, r, now)
+		newRev, err := p.commitBind(ctx, ip, l, rev, prev, released, r, now)
 		if errors.Is(err, store.ErrConflict) {
 			if err := p.reload(ctx, ip); err != nil {
 				return nil, err

@@ -10,6 +10,7 @@ import (
 
 	bootv1 "github.com/corralhq/corral/api/boot/v1"
 	"github.com/corralhq/corral/internal/apierr"
+	"github.com/corralhq/corral/store"
 )
 
 // Pinning: a deployed operating system is configured statically with its
@@ -63,25 +64,50 @@ func (p *leases) lookupMAC(ctx context.Context, mac string) (netip.Addr, error) 
 
 // pin makes mac's lease permanent for holder (idempotent for the same
 // holder); ErrNoLease when mac has none, ErrPinned when another holder
-// pinned it.
+// pinned it. The pin is written as a binding (commitBind), with the MAC's
+// holder record: a released lease, whose holder went with the RELEASE, is
+// active again once pinned, and must hold the MAC's one address.
 func (p *leases) pin(ctx context.Context, mac, holder string) (*bootv1.Lease, error) {
-	ip, err := p.lookupMAC(ctx, mac)
-	if err != nil {
-		return nil, err
-	}
-	now := p.now()
-	return p.update(ctx, ip, func(l *bootv1.Lease) error {
+	for range 5 {
+		ip, err := p.lookupMAC(ctx, mac)
+		if err != nil {
+			return nil, err
+		}
+		kv, err := p.st.Get(ctx, leaseKey(ip))
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, ErrNoLease
+		}
+		if err != nil {
+			return nil, err
+		}
+		_, l, err := decodeLease(kv)
 		switch {
+		case err != nil:
+			return nil, err
 		case l.GetMac() != mac || l.GetState() == bootv1.Lease_STATE_DECLINED:
-			return ErrNoLease // moved on since it was looked up
+			return nil, ErrNoLease // moved on since it was looked up
 		case l.GetPinnedBy() != "" && l.GetPinnedBy() != holder:
-			return fmt.Errorf("%w by %s", ErrPinned, l.GetPinnedBy())
+			return nil, fmt.Errorf("%w by %s", ErrPinned, l.GetPinnedBy())
 		}
 		// A released or expired (sticky) lease of the MAC is its address
 		// still: pinned, it is active again.
+		now := p.now()
 		l.PinnedBy, l.State, l.UpdatedUnix = holder, bootv1.Lease_STATE_ACTIVE, now.Unix()
-		return nil
-	})
+		_, err = p.commitBind(ctx, ip, l, kv.Revision, mac, false, Range{Subnet: subnetOf(l)}, now)
+		switch {
+		case errors.Is(err, store.ErrConflict):
+			if err := p.reload(ctx, ip); err != nil {
+				return nil, err
+			}
+			continue
+		case errors.Is(err, ErrOtherAddress):
+			continue // memory learnt the MAC's live lease: pin that one
+		case err != nil:
+			return nil, err
+		}
+		return l, p.reload(ctx, ip)
+	}
+	return nil, fmt.Errorf("dhcp: pin %s: too many conflicting writers", mac)
 }
 
 // unpin lets mac's lease pinned by holder expire normally again, at the
