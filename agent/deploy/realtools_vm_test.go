@@ -68,7 +68,7 @@ func TestDeployRealToolsInVM(t *testing.T) {
 	for _, f := range []string{"modules.order", "modules.builtin", "modules.builtin.modinfo"} {
 		copyInto(t, filepath.Join(mods, f), filepath.Join(root, "lib/modules", rel, f))
 	}
-	vmMust(t, ctx, "", "depmod", "-b", root, rel)
+	vmMust(ctx, t, "", "depmod", "-b", root, rel)
 
 	// busybox, the tools and their libraries, this package's tests.
 	copyInto(t, "/bin/busybox", filepath.Join(root, "bin/busybox"))
@@ -131,7 +131,7 @@ $B poweroff -f
 		t.Fatal(err)
 	}
 	initrd := filepath.Join(dir, "initrd.cpio")
-	vmMust(t, ctx, root, "/bin/busybox", "sh", "-c", "find . | /bin/busybox cpio -o -H newc > "+initrd)
+	vmMust(ctx, t, root, "/bin/busybox", "sh", "-c", "find . | /bin/busybox cpio -o -H newc > "+initrd)
 	prepared := time.Since(start)
 
 	// The guest (TCG, as the virtual rack's machines: no KVM assumed).
@@ -187,7 +187,7 @@ func copyInto(t *testing.T, src, dst string) {
 	}
 }
 
-func vmMust(t *testing.T, ctx context.Context, dir, name string, args ...string) {
+func vmMust(ctx context.Context, t *testing.T, dir, name string, args ...string) {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
