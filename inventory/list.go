@@ -131,8 +131,8 @@ func (q *machineQuery) view(m *inventoryv1.Machine) *inventoryv1.Machine {
 }
 
 // Summarize cuts m to the SUMMARY view in place: no fact history, and of
-// the facts only system vendor and product, the CPU, total memory and
-// each disk's name and size.
+// the facts only system vendor and product, the CPU, total memory, each
+// disk's name and size and each NIC's name, MAC and link.
 func Summarize(m *inventoryv1.Machine) {
 	m.FactHistory = nil
 	f := m.GetFacts()
@@ -148,6 +148,11 @@ func Summarize(m *inventoryv1.Machine) {
 	}
 	for _, d := range f.GetDisks() {
 		s.Disks = append(s.Disks, &inventoryv1.Facts_Disk{Name: d.GetName(), SizeBytes: d.GetSizeBytes()})
+	}
+	for _, n := range f.GetNics() {
+		// The web page's table counts NICs and links up, and its search
+		// looks at every MAC.
+		s.Nics = append(s.Nics, &inventoryv1.Facts_Nic{Name: n.GetName(), Mac: n.GetMac(), Link: n.GetLink()})
 	}
 	m.Facts = s
 }

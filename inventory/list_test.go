@@ -124,11 +124,12 @@ func TestListMachinesViews(t *testing.T) {
 		}
 		s := sum[k]
 		f := s.GetFacts()
-		if len(s.GetFactHistory()) != 0 || len(f.GetMemory().GetDimms()) != 0 || len(f.GetNics()) != 0 || len(f.GetPciDevices()) != 0 || f.GetBaseboard() != nil {
+		if len(s.GetFactHistory()) != 0 || len(f.GetMemory().GetDimms()) != 0 || len(f.GetPciDevices()) != 0 || f.GetBaseboard() != nil {
 			t.Errorf("SUMMARY %s keeps more than the table's facts: %v", s.GetName(), f)
 		}
 		if f.GetSystem().GetProduct() != "PowerEdge R760" || f.GetCpu().GetThreads() != 128 || f.GetMemory().GetTotalBytes() != 512<<30 ||
-			len(f.GetDisks()) != 4 || f.GetDisks()[0].GetSizeBytes() != 3840<<30 || f.GetDisks()[0].GetSerial() != "" {
+			len(f.GetDisks()) != 4 || f.GetDisks()[0].GetSizeBytes() != 3840<<30 || f.GetDisks()[0].GetSerial() != "" ||
+			len(f.GetNics()) != 4 || f.GetNics()[0].GetMac() == "" || !f.GetNics()[0].GetLink() || f.GetNics()[0].GetDriver() != "" {
 			t.Errorf("SUMMARY %s lacks the table's facts: %v", s.GetName(), f)
 		}
 		if s.GetSerial() != m.GetSerial() || s.GetState() != m.GetState() || s.GetBootMac() != m.GetBootMac() {

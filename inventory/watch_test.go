@@ -378,7 +378,7 @@ func TestWatchMachinesSummary(t *testing.T) {
 	full := func(name string, state inventoryv1.Machine_MachineState) {
 		t.Helper()
 		m := &inventoryv1.Machine{Name: name, State: state, Serial: "S-" + name,
-			Facts:       &inventoryv1.Facts{Nics: []*inventoryv1.Facts_Nic{{Name: "eth0"}}, Disks: []*inventoryv1.Facts_Disk{{Name: "sda", SizeBytes: 1 << 30}}},
+			Facts:       &inventoryv1.Facts{Nics: []*inventoryv1.Facts_Nic{{Name: "eth0", Driver: "virtio_net", PciAddress: "0000:00:03.0"}}, Disks: []*inventoryv1.Facts_Disk{{Name: "sda", SizeBytes: 1 << 30}}},
 			FactHistory: []*inventoryv1.FactChange{{}}}
 		e.mu.Lock()
 		prev := e.revs[machinePrefix+name]
@@ -405,11 +405,11 @@ func TestWatchMachinesSummary(t *testing.T) {
 	}
 	check := func(what string, m *inventoryv1.Machine, summary bool) {
 		t.Helper()
-		if got := len(m.GetFacts().GetNics()) == 0 && len(m.GetFactHistory()) == 0; got != summary {
+		if got := m.GetFacts().GetNics()[0].GetDriver() == "" && len(m.GetFactHistory()) == 0; got != summary {
 			t.Errorf("%s %s: NICs %v, history %d entries; summary %v", what, m.GetName(), m.GetFacts().GetNics(), len(m.GetFactHistory()), summary)
 		}
-		if len(m.GetFacts().GetDisks()) != 1 || m.GetSerial() == "" {
-			t.Errorf("%s %s: disks %v serial %q: a summary keeps them", what, m.GetName(), m.GetFacts().GetDisks(), m.GetSerial())
+		if len(m.GetFacts().GetDisks()) != 1 || m.GetFacts().GetNics()[0].GetName() != "eth0" || m.GetSerial() == "" {
+			t.Errorf("%s %s: disks %v NICs %v serial %q: a summary keeps them", what, m.GetName(), m.GetFacts().GetDisks(), m.GetFacts().GetNics(), m.GetSerial())
 		}
 	}
 	got, evs := recv(t, 2, sum.Recv, machineLine)

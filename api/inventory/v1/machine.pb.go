@@ -256,8 +256,9 @@ const (
 	MachineView_MACHINE_VIEW_UNSPECIFIED MachineView = 0
 	// MACHINE_VIEW_SUMMARY: every field but fact_history, and of the facts
 	// only what the CLI's and the web page's tables print: system vendor
-	// and product, the CPU, total memory (no DIMMs) and each disk's name and
-	// size. Selectors still match the full facts on the appliance.
+	// and product, the CPU, total memory (no DIMMs), each disk's name and
+	// size and each NIC's name, MAC and link. Selectors still match the full
+	// facts on the appliance.
 	MachineView_MACHINE_VIEW_SUMMARY MachineView = 1
 	// MACHINE_VIEW_FULL: the whole record, as GetMachine returns it.
 	MachineView_MACHINE_VIEW_FULL MachineView = 2
