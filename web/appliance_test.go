@@ -33,13 +33,20 @@ type applianceRig struct {
 
 func startAppliance(t *testing.T) *applianceRig {
 	t.Helper()
+	return startApplianceWith(t, appliance.BMCConfig{})
+}
+
+// startApplianceWith is startAppliance with bmc as the appliance's BMC
+// settings.
+func startApplianceWith(t *testing.T, bmc appliance.BMCConfig) *applianceRig {
+	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	if os.Getenv("CORRAL_TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	dir := t.TempDir()
 	srv, err := appliance.New(appliance.Config{DataDir: dir, APIListen: "127.0.0.1:0", Logger: log,
-		Web: appliance.WebConfig{Listen: "127.0.0.1:0"}})
+		Web: appliance.WebConfig{Listen: "127.0.0.1:0"}, BMC: bmc})
 	if err != nil {
 		t.Fatalf("appliance.New: %v", err)
 	}

@@ -26,7 +26,13 @@
 // appliance does not implement answers 501 before any line, and the page
 // falls back to polling the List call.
 //
-// It imports only the generated API (and gRPC, protobuf, the standard
-// library); package appliance serves it over TLS with the appliance's
+// A machine's console is a WebSocket, /api/console/{name}, bridged to
+// ConsoleService.Attach: its first message carries the token (a page
+// cannot set a header on a WebSocket), its Origin must be the page's own,
+// and the page shows it in xterm.js, vendored under assets/xterm
+// (docs/architecture.md, "The console on the web page").
+//
+// It imports only the generated API (and gRPC, protobuf,
+// golang.org/x/net/websocket, the standard library); package appliance serves it over TLS with the appliance's
 // certificate and bounds the HTTP server.
 package web

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	consolev1 "github.com/corralhq/corral/api/console/v1"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -30,6 +31,7 @@ var actions = []action{
 	{"accept", inventoryv1.MachineService_AcceptMachine_FullMethodName, "accept machines"},
 	{"power", inventoryv1.MachineService_SetPower_FullMethodName, "switch machines' power"},
 	{"maintenance", inventoryv1.MachineService_SetMaintenance_FullMethodName, "put machines into or out of maintenance"},
+	{"console", consolev1.ConsoleService_Attach_FullMethodName, "open machines' consoles"},
 }
 
 // needs is the least role the method's access option names (ADMIN when it

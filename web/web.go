@@ -281,6 +281,8 @@ func (h *Handler) routes() {
 		s, err := h.volumes.WatchBlockStorages(ctx, &provisioningv1.WatchBlockStoragesRequest{FromRevision: rev}, o)
 		return recv(s, err)
 	}))
+	// A machine's console as a WebSocket (console.go).
+	m.HandleFunc("GET /api/console/{name}", h.console)
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status.Errorf(codes.NotFound, "no API path %s %s", r.Method, r.URL.Path))
 	})
@@ -420,6 +422,16 @@ func callerCredentials(r *http.Request) (grpc.CallOption, error) {
 		return nil, status.Error(codes.Unauthenticated, "missing Authorization: Bearer <token> (sign in with a token)")
 	case !ok || tok == "":
 		return nil, status.Error(codes.Unauthenticated, `Authorization is not "Bearer <token>"`)
+	}
+	return tokenCredentials(tok)
+}
+
+// tokenCredentials checks the shape of a bearer token and returns the
+// call option carrying it, or an Unauthenticated status.
+func tokenCredentials(tok string) (grpc.CallOption, error) {
+	switch {
+	case tok == "":
+		return nil, status.Error(codes.Unauthenticated, "missing token (sign in with a token)")
 	case len(tok) > maxTokenBytes || strings.ContainsFunc(tok, func(c rune) bool { return c > unicode.MaxASCII || !unicode.IsPrint(c) || c == ' ' }):
 		return nil, status.Error(codes.Unauthenticated, "the token is not a Corral token (printable ASCII, at most 512 bytes)")
 	}

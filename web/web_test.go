@@ -118,9 +118,10 @@ func TestWhoami(t *testing.T) {
 			"accept":      refused("viewer", "accept machines"),
 			"power":       refused("viewer", "switch machines' power"),
 			"maintenance": refused("viewer", "put machines into or out of maintenance"),
+			"console":     refused("viewer", "open machines' consoles"),
 		}}},
 		"operator": {a.tokens[authv1.Role_ROLE_OPERATOR], whoami{"operator", map[string]act{
-			"accept": {true, "operator", ""}, "power": {true, "operator", ""}, "maintenance": {true, "operator", ""},
+			"accept": {true, "operator", ""}, "power": {true, "operator", ""}, "maintenance": {true, "operator", ""}, "console": {true, "operator", ""},
 		}}},
 	} {
 		t.Run(tn, func(t *testing.T) {

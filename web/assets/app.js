@@ -822,7 +822,8 @@ function pageMachine(main, name) {
   const facts = h('div', { class: 'facts' });
   const tl = h('div', { class: 'card' }, h('h2', null, 'Boot timeline'), h('p', { class: 'muted' }, 'Loading…'));
   const hist = h('div', { class: 'card' });
-  main.replaceChildren(h('p', null, h('a', { href: '#/machines' }, '← Machines')), head, summary, tl, facts, hist);
+  const con = consoleCard(name);
+  main.replaceChildren(h('p', null, h('a', { href: '#/machines' }, '← Machines')), head, summary, con.card, tl, facts, hist);
   const renderMachine = (ms) => {
     const m = ms[0];
     if (!m) {
@@ -867,6 +868,7 @@ function pageMachine(main, name) {
   };
   const enc = encodeURIComponent(name);
   return [
+    con,
     live({
       load: async (signal) => [await api('/api/machines/' + enc, { signal })],
       watch: '/api/watch/machines/' + enc, field: 'machine', keyOf: (m) => m.name, onChange: renderMachine,
@@ -876,6 +878,134 @@ function pageMachine(main, name) {
       watch: '/api/watch/machines/' + enc + '/timeline?limit=500', field: 'entry', onChange: renderTimeline,
     }),
   ];
+}
+
+// ---- the machine's console ----
+
+// xterm.js is vendored under /assets/xterm/ (docs/architecture.md,
+// "Machine consoles"); it is loaded when a console is first opened.
+let xtermLoading = null;
+function loadXterm() {
+  if (!xtermLoading) {
+    styleShim();
+    xtermLoading = new Promise((resolve, reject) => {
+      document.head.append(h('link', { rel: 'stylesheet', href: '/assets/xterm/xterm.css' }));
+      const sc = h('script', { src: '/assets/xterm/xterm.js' });
+      sc.onload = () => resolve(window.Terminal);
+      sc.onerror = () => { xtermLoading = null; reject(new Error('cannot load the terminal')); };
+      document.head.append(sc);
+    });
+  }
+  return xtermLoading;
+}
+
+// styleShim lets xterm.js style itself under the page's
+// Content-Security-Policy (style-src 'self', no inline styles): xterm
+// writes its generated rules (cell size, colours) into <style> elements
+// it creates, which the policy blocks. From the first console on, a
+// <style> the page's scripts create is an inert <template> whose text and
+// sheet are a constructed CSSStyleSheet adopted by the document (the
+// policy governs markup, not the CSS object model); removing the element
+// drops its sheet. The page's own code creates no <style>.
+function styleShim() {
+  const create = Document.prototype.createElement;
+  Document.prototype.createElement = function (tag, opts) {
+    if (String(tag).toLowerCase() !== 'style') return create.call(this, tag, opts);
+    const el = create.call(this, 'template');
+    const sheet = new CSSStyleSheet();
+    let text = '';
+    const doc = this;
+    doc.adoptedStyleSheets = [...doc.adoptedStyleSheets, sheet];
+    const set = (v) => { text = String(v); sheet.replaceSync(text); };
+    Object.defineProperty(el, 'textContent', { get: () => text, set });
+    Object.defineProperty(el, 'innerText', { get: () => text, set });
+    Object.defineProperty(el, 'sheet', { get: () => sheet });
+    const remove = el.remove.bind(el);
+    el.remove = () => { doc.adoptedStyleSheets = doc.adoptedStyleSheets.filter((x) => x !== sheet); remove(); };
+    return el;
+  };
+}
+
+// CONSOLE_CHUNK is the most keys one socket message carries (the
+// gateway takes at most 4 KiB a message; a character is up to 4 bytes).
+const CONSOLE_CHUNK = 1000;
+
+// consoleCard is the machine page's console: a Console button (for a
+// role that may attach) that opens a terminal, read-only until the
+// operator takes the write seat. The machine's output goes to xterm.js
+// only, never into the page's markup. Its stop() closes the socket.
+function consoleCard(name) {
+  const state = h('span', { id: 'console-state', class: 'muted' });
+  const term = h('div', { id: 'console-term', class: 'console-term', hidden: true });
+  const take = h('button', { type: 'button', id: 'console-take', hidden: true }, 'Take write');
+  const close = h('button', { type: 'button', id: 'console-close', hidden: true }, 'Close');
+  const open = h('button', { type: 'button', id: 'console-open', 'data-action': 'console' }, 'Console');
+  const card = h('div', { class: 'card console' }, h('h2', null, 'Console'),
+    h('div', { class: 'console-bar' }, open, take, close, state), term);
+  if (!may('console')) {
+    open.remove();
+    state.textContent = caller && caller.actions && caller.actions.console ? caller.actions.console.refusal : '';
+  }
+  let xt = null;
+  let ws = null;
+  let writing = false;
+  const say = (text) => { state.textContent = text; };
+  const disconnect = () => {
+    if (ws) { const w = ws; ws = null; w.onclose = null; w.close(); }
+  };
+  const connect = (write) => {
+    disconnect();
+    writing = write;
+    take.hidden = write;
+    say(write ? 'Taking the write seat…' : 'Attaching read-only…');
+    const w = new WebSocket((location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/api/console/' + encodeURIComponent(name));
+    w.binaryType = 'arraybuffer';
+    ws = w;
+    w.onopen = () => w.send(JSON.stringify({ token: token(), write, take: write }));
+    w.onmessage = (ev) => {
+      if (ev.data instanceof ArrayBuffer) { xt.write(new Uint8Array(ev.data)); return; }
+      let m = null;
+      try { m = JSON.parse(ev.data); } catch (e) { return; }
+      if (m.error) {
+        writing = false;
+        say('Console closed: ' + m.error.message + ' (' + m.error.code + ')');
+        if (m.error.code === 'PermissionDenied') take.hidden = true;
+        return;
+      }
+      switch (m.event) {
+        case 'attached': say('Attached' + (writing ? ', writing.' : ', read-only: take write to type.')); break;
+        case 'live': break;
+        case 'write-taken': writing = false; take.hidden = false; say('Read-only: ' + (m.detail || 'another viewer took the write seat') + '.'); break;
+        case 'link-down': say('The link to the BMC is down' + (m.detail ? ': ' + m.detail : '') + '; retrying.'); break;
+        case 'link-up': say('The link to the BMC is back.'); break;
+        default: break;
+      }
+    };
+    w.onclose = () => { if (ws === w) { ws = null; writing = false; take.hidden = false; if (!state.textContent.startsWith('Console closed')) say('Console closed.'); } };
+  };
+  open.onclick = async () => {
+    try {
+      const Terminal = await loadXterm();
+      if (!xt) {
+        xt = new Terminal({ convertEol: false, scrollback: 5000, cols: 100, rows: 30 });
+        xt.open(term);
+        xt.onData((d) => {
+          if (!ws || ws.readyState !== WebSocket.OPEN || !writing) return;
+          for (let i = 0; i < d.length; i += CONSOLE_CHUNK) ws.send(d.slice(i, i + CONSOLE_CHUNK));
+        });
+      }
+      term.hidden = false;
+      open.hidden = true;
+      close.hidden = false;
+      connect(false);
+      xt.focus();
+    } catch (e) {
+      say(e.message);
+    }
+  };
+  take.onclick = () => { if (xt) { xt.reset(); connect(true); xt.focus(); } };
+  close.onclick = () => { disconnect(); term.hidden = true; take.hidden = true; close.hidden = true; open.hidden = false; say('Console closed.'); };
+  return { card, stop() { disconnect(); if (xt) xt.dispose(); } };
 }
 
 function meter(used, total, fmt) {
