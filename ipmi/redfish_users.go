@@ -1,6 +1,7 @@
 package ipmi
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -48,6 +49,13 @@ func redfishSetAccount(cl *gofish.APIClient, self string, want Account) (int, er
 	if err != nil {
 		return 0, err
 	}
+	// gofish reads the members concurrently: in slot order, the lowest
+	// free slot is taken, as over IPMI.
+	slices.SortStableFunc(accounts, func(a, b *redfish.ManagerAccount) int {
+		x, _ := strconv.Atoi(a.ID)
+		y, _ := strconv.Atoi(b.ID)
+		return cmp.Compare(x, y)
+	})
 	var named, empty []*redfish.ManagerAccount
 	for _, a := range accounts {
 		switch {
