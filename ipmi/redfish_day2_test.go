@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/corralhq/corral/ipmi"
 	"github.com/corralhq/corral/testsupport/redfishtest"
@@ -160,6 +161,38 @@ func TestRedfishHealth(t *testing.T) {
 		if s.Name == "PSU1" && (s.Status != ipmi.SensorCritical || s.Threshold != "health") {
 			t.Errorf("a power supply whose Status.Health is Critical: %+v", s)
 		}
+	}
+	// A long log whose collection lists links only: the newest 64
+	// entries are read, not every one.
+	long := redfishtest.DefaultHealth()
+	long.SELLinksOnly = true
+	for i := 1; i <= 300; i++ {
+		e := redfishtest.LogEntry{ID: i, Created: time.Date(2026, 11, 29, 0, 0, i, 0, time.UTC).Format(time.RFC3339), Severity: "OK", Message: "entry"}
+		if i == 290 {
+			e.Severity, e.Message = "Critical", "CPU2 thermal trip"
+		}
+		long.SEL = append(long.SEL, e)
+	}
+	rf.SetHealth(long)
+	before := len(rf.Requests())
+	h, _, err = c.Health(ctx, tg, ipmi.HealthOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entryGETs := 0
+	for _, r := range rf.Requests()[before:] {
+		if strings.HasPrefix(r, "GET /redfish/v1/Managers/1/LogServices/SEL/Entries/") {
+			entryGETs++
+		}
+	}
+	critical := 0
+	for _, e := range h.Log {
+		if e.Critical {
+			critical = int(e.ID)
+		}
+	}
+	if len(h.Log) != 64 || h.Log[63].ID != 300 || critical != 290 || entryGETs != 64 {
+		t.Fatalf("a 300-entry log: %d entries read (%d GETs of an entry), last %d, critical %d", len(h.Log), entryGETs, h.Log[len(h.Log)-1].ID, critical)
 	}
 	// A wrong password is refused as with power.
 	bad := tg

@@ -2,6 +2,8 @@ package ipmi
 
 import (
 	"cmp"
+	"encoding/json"
+	"io"
 	"slices"
 	"strconv"
 	"time"
@@ -127,7 +129,7 @@ func redfishHealth(cl *gofish.APIClient, o HealthOptions) (Health, error) {
 			return h, err
 		}
 		for _, ls := range services {
-			entries, err := ls.Entries()
+			entries, err := redfishLogEntries(cl, ls, o.MaxLog)
 			if err != nil {
 				return h, err
 			}
@@ -160,4 +162,59 @@ func redfishLogEntry(e *redfish.LogEntry, i int) LogEntry {
 		le.Time = t
 	}
 	return le
+}
+
+// redfishLogEntries reads the newest entries (at most newest) of a log service.
+// gofish's Entries GETs every member, one request each, however long the
+// log: the collection is read first, and its members are used as they
+// are when the BMC expanded them; otherwise only the last ones are asked
+// for ($skip).
+func redfishLogEntries(cl *gofish.APIClient, ls *redfish.LogService, newest int) ([]*redfish.LogEntry, error) {
+	var svc struct {
+		Entries struct {
+			ID string `json:"@odata.id"`
+		}
+	}
+	if err := getJSON(cl, ls.ODataID, &svc); err != nil || svc.Entries.ID == "" {
+		return ls.Entries()
+	}
+	var coll struct {
+		Count   int               `json:"Members@odata.count"`
+		Next    string            `json:"Members@odata.nextLink"`
+		Members []json.RawMessage `json:"Members"`
+	}
+	if err := getJSON(cl, svc.Entries.ID, &coll); err != nil {
+		return nil, err
+	}
+	if coll.Next == "" && len(coll.Members) == coll.Count {
+		var out []*redfish.LogEntry
+		for _, raw := range coll.Members {
+			var probe map[string]json.RawMessage
+			if err := json.Unmarshal(raw, &probe); err != nil || probe["Id"] == nil {
+				out = nil // links only: not expanded
+				break
+			}
+			var e redfish.LogEntry
+			if err := json.Unmarshal(raw, &e); err != nil {
+				return nil, err
+			}
+			out = append(out, &e)
+		}
+		if out != nil || coll.Count == 0 {
+			return out, nil
+		}
+	}
+	if coll.Count <= newest {
+		return ls.Entries()
+	}
+	return ls.FilteredEntries(common.WithSkip(coll.Count - newest))
+}
+
+func getJSON(cl *gofish.APIClient, uri string, v any) error {
+	resp, err := cl.Get(uri)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(v)
 }

@@ -57,6 +57,9 @@ type Health struct {
 	PowerSupplies      []PowerSupply
 	PowerConsumedWatts float64
 	SEL                []LogEntry
+	// SELLinksOnly answers the SEL's collection with links, not the
+	// entries themselves.
+	SELLinksOnly bool
 }
 
 // DefaultHealth is a healthy machine: two temperatures, two fans, one
@@ -165,14 +168,24 @@ func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request, path string
 		writeJSON(w, 200, map[string]any{"@odata.id": selURI, "@odata.type": "#LogService.v1_1_0.LogService", "Id": "SEL", "Name": "System Event Log",
 			"LogEntryType": "SEL", "Entries": map[string]string{"@odata.id": selEntries}})
 	case selEntries:
-		// Members expanded, as many BMCs answer; clients may also GET
-		// each one.
+		// Members expanded, as many BMCs answer (or links only, honouring
+		// $skip, when Health.SELLinksOnly); clients may also GET each one.
 		members := []map[string]any{}
-		for _, e := range h.SEL {
+		sel := h.SEL
+		if h.SELLinksOnly {
+			if n, err := strconv.Atoi(r.URL.Query().Get("$skip")); err == nil && n > 0 {
+				sel = sel[min(n, len(sel)):]
+			}
+		}
+		for _, e := range sel {
+			if h.SELLinksOnly {
+				members = append(members, map[string]any{"@odata.id": selEntries + "/" + strconv.Itoa(e.ID)})
+				continue
+			}
 			members = append(members, logEntryJSON(e))
 		}
 		writeJSON(w, 200, map[string]any{"@odata.id": selEntries, "@odata.type": "#LogEntryCollection.LogEntryCollection", "Name": "Log Entries",
-			"Members": members, "Members@odata.count": len(members)})
+			"Members": members, "Members@odata.count": len(h.SEL)})
 	default:
 		return false
 	}
