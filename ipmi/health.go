@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bougou/go-ipmi/pkg/types"
+	"github.com/stmcginnis/gofish"
 )
 
 // Sensor status and kind values: bounded sets, usable as metric labels.
@@ -70,8 +71,9 @@ type HealthOptions struct {
 // Health reads a BMC's analog sensors (the SDR repository's full and
 // compact threshold sensors, each with its reading and threshold state;
 // the repository itself only when it changed, see sdrCache) and, when it
-// changed, its System Event Log. IPMI only (native
-// provider).
+// changed, its System Event Log, over IPMI (native provider); a BMC
+// answered over Redfish alone has its Thermal, Power and log services
+// read instead (redfish_health.go).
 func (c *Controller) Health(ctx context.Context, t Target, o HealthOptions) (Health, Answer, error) {
 	o.MaxSensors = cmp.Or(o.MaxSensors, 64)
 	o.MaxLog = cmp.Or(o.MaxLog, 64)
@@ -79,6 +81,12 @@ func (c *Controller) Health(ctx context.Context, t Target, o HealthOptions) (Hea
 	a, err := c.do(ctx, t, "health", func(ctx context.Context, s *session) error {
 		np, err := s.native()
 		if err != nil {
+			if s.redfishOpen() {
+				return s.redfishCall(ctx, func(cl *gofish.APIClient) error {
+					h, err = redfishHealth(cl, o)
+					return err
+				})
+			}
 			return err
 		}
 		start := time.Now()

@@ -10,13 +10,15 @@ import (
 
 	"github.com/bougou/go-ipmi/pkg/command/app"
 	"github.com/bougou/go-ipmi/pkg/types"
+	"github.com/stmcginnis/gofish"
 )
 
 // Account is a BMC user account: the one Corral keeps for itself on a
 // machine's BMC (docs/architecture.md, "BMC credentials Corral owns").
 // Password lives only in memory; String never prints it.
 type Account struct {
-	// ID is the BMC's user slot (IPMI user ID, 2 and up).
+	// ID is the BMC's user slot (IPMI user ID, 2 and up; a Redfish
+	// ManagerAccount's numeric Id).
 	ID       int
 	Name     string
 	Password string
@@ -66,7 +68,9 @@ func (s *session) native() (*nativeProvider, error) {
 // slot from 3 up, gets the name, the password (16-byte form),
 // administrator access with IPMI messaging on the LAN channel in use,
 // and is enabled. The slot t logs in with is never touched. It returns
-// the account's ID. Only the native IPMI provider manages accounts.
+// the account's ID. The native IPMI provider manages accounts over IPMI;
+// a BMC answered over Redfish alone has its AccountService used instead
+// (redfish_users.go).
 func (c *Controller) SetAccount(ctx context.Context, t Target, want Account) (int, Answer, error) {
 	if want.Name == "" || len(want.Name) > 16 || want.Password == "" || len(want.Password) > 16 {
 		return 0, Answer{}, fmt.Errorf("%w: an IPMI account needs a name of 1-16 bytes and a password of 1-16", ErrInvalid)
@@ -78,6 +82,12 @@ func (c *Controller) SetAccount(ctx context.Context, t Target, want Account) (in
 	a, err := c.do(ctx, t, "account-set", func(ctx context.Context, s *session) error {
 		np, err := s.native()
 		if err != nil {
+			if s.redfishOpen() {
+				return s.redfishCall(ctx, func(cl *gofish.APIClient) error {
+					id, err = redfishSetAccount(cl, t.Username, want)
+					return err
+				})
+			}
 			return err
 		}
 		start := time.Now()
@@ -99,13 +109,19 @@ func (c *Controller) SetAccount(ctx context.Context, t Target, want Account) (in
 // DisableAccount disables the account in slot id and scrambles its
 // password, with t's credentials (which must not be that account's).
 func (c *Controller) DisableAccount(ctx context.Context, t Target, id int) (Answer, error) {
-	if id < 2 || id > 63 {
-		return Answer{}, fmt.Errorf("%w: IPMI user ID %d", ErrInvalid, id)
+	if id < 1 {
+		return Answer{}, fmt.Errorf("%w: account ID %d", ErrInvalid, id)
 	}
 	return c.do(ctx, t, "account-disable", func(ctx context.Context, s *session) error {
 		np, err := s.native()
 		if err != nil {
+			if s.redfishOpen() {
+				return s.redfishCall(ctx, func(cl *gofish.APIClient) error { return redfishDisableAccount(cl, t.Username, id) })
+			}
 			return err
+		}
+		if id < 2 || id > 63 {
+			return fmt.Errorf("%w: IPMI user ID %d", ErrInvalid, id)
 		}
 		ch, err := np.channel(ctx)
 		if err != nil {

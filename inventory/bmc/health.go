@@ -53,8 +53,8 @@ func (c *Service) HealthTargets(ctx context.Context) ([]string, error) { return 
 // readings to Config.OnHealth (the metrics), and writes the machine only
 // when what it records changed: a sensor's status, the set of sensors,
 // the log. A status change or a new critical log entry sets or clears
-// FlagHealth with a timeline entry and a log line. IPMI BMCs only: a
-// Redfish one is skipped.
+// FlagHealth with a timeline entry and a log line. IPMI and Redfish
+// BMCs alike (the adapter reads each in its own way).
 func (c *Service) RefreshHealth(ctx context.Context, name string) error {
 	if c.cfg.Health == nil {
 		return nil
@@ -62,9 +62,6 @@ func (c *Service) RefreshHealth(ctx context.Context, name string) error {
 	m, t, err := c.target(ctx, name)
 	if err != nil {
 		return err
-	}
-	if m.GetBmc().GetProtocol() == inventoryv1.BmcProtocol_BMC_PROTOCOL_REDFISH || m.GetBmc().GetProvider() == RedfishProviderName {
-		return nil
 	}
 	old := m.GetBmc().GetHealth()
 	h, res, err := c.cfg.Health.Health(ctx, t, old.GetLogAddedAt().AsTime())

@@ -220,9 +220,6 @@ func (r *rotation) fresh(ctx context.Context) (*inventoryv1.Machine, error) {
 	if err != nil {
 		return m, err
 	}
-	if m.GetBmc().GetProtocol() == inventoryv1.BmcProtocol_BMC_PROTOCOL_REDFISH || m.GetBmc().GetProvider() == RedfishProviderName {
-		return m, apierr.Preconditionf("machine %q: BMC accounts are managed over IPMI; a Redfish BMC's AccountService is not used yet", r.name)
-	}
 	names := c.cfg.AccountNames
 	newName := names[0]
 	if old.Username == names[0] {

@@ -170,8 +170,8 @@ func TestRotateUnprovenIsAbandoned(t *testing.T) {
 	}
 }
 
-// TestRotateRefusals: no accounts driver, a Redfish BMC, an unknown
-// machine.
+// TestRotateRefusals: no accounts driver, an unknown machine. A Redfish
+// BMC is rotated like an IPMI one (the driver speaks its AccountService).
 func TestRotateRefusals(t *testing.T) {
 	inv, _, _, c := newRotation(t, nil)
 	ctx := context.Background()
@@ -184,8 +184,8 @@ func TestRotateRefusals(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := c.Rotate(ctx, "m1"); !errors.Is(err, apierr.ErrPrecondition) {
-		t.Fatalf("Redfish: want FailedPrecondition, got %v", err)
+	if _, _, err := c.Rotate(ctx, "m1"); err != nil {
+		t.Fatalf("Redfish: %v", err)
 	}
 	c.cfg.Accounts = nil
 	if _, _, err := c.Rotate(ctx, "m1"); !errors.Is(err, apierr.ErrPrecondition) {

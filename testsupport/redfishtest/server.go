@@ -1,6 +1,9 @@
 // Package redfishtest is a small Redfish service for tests only: sessions
 // (X-Auth-Token, and Basic auth), one ComputerSystem with PowerState, the
-// Boot override PATCH, and the ComputerSystem.Reset action, backed by a
+// Boot override PATCH, and the ComputerSystem.Reset action; an
+// AccountService with a fixed set of account slots (accounts.go); one
+// Chassis with Thermal and Power, and a Manager whose SEL log service
+// has entries (health.go); backed by a
 // Machine the test provides (for example an ipmi_sim chassis program that
 // starts and stops a QEMU VM, or a MemMachine). It is enough for bmclib's
 // gofish provider; it is not a conformance model of any vendor's BMC, and
@@ -61,11 +64,19 @@ type Server struct {
 	cert       *tls.Certificate
 	handshakes int
 	sessions   map[string]string // token -> session id
-	nextID     int
-	boot       map[string]string
-	requests   []string
+	// sessionAccount is the account each session logged in as.
+	sessionAccount map[string]*account
+	nextID         int
+	boot           map[string]string
+	requests       []string
 	// Garbage makes every authenticated answer unparseable.
 	garbage bool
+	// accounts are the BMC's fixed account slots (accounts.go); slot 1
+	// is User/Pass.
+	accounts []*account
+	// health is what Chassis/1/Thermal, Chassis/1/Power and the SEL
+	// answer (health.go).
+	health Health
 }
 
 const (
@@ -92,7 +103,7 @@ func Start(t testing.TB, user, pass string, m Machine) *Server {
 // Redfish port 443) until the test ends.
 func Serve(t testing.TB, ln net.Listener, user, pass string, m Machine) *Server {
 	t.Helper()
-	s := &Server{User: user, Pass: pass, m: m, sessions: map[string]string{},
+	s := &Server{User: user, Pass: pass, m: m, sessions: map[string]string{}, sessionAccount: map[string]*account{}, accounts: newAccounts(user, pass), health: DefaultHealth(),
 		boot: map[string]string{"BootSourceOverrideEnabled": "Disabled", "BootSourceOverrideTarget": "None", "BootSourceOverrideMode": "Legacy"}}
 	if err := s.RotateCertificate(); err != nil {
 		_ = ln.Close()
@@ -228,11 +239,18 @@ func redfishError(w http.ResponseWriter, code int, msg string) {
 
 func (s *Server) authorized(r *http.Request) bool {
 	if u, p, ok := r.BasicAuth(); ok {
-		return u == s.User && p == s.Pass
+		return s.login(u, p) != nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.sessions[r.Header.Get("X-Auth-Token")]
+	// A session lives as long as its account logs in: a disabled
+	// account's sessions end with it.
+	tok := r.Header.Get("X-Auth-Token")
+	_, ok := s.sessions[tok]
+	if a := s.sessionAccount[tok]; ok && a != nil && !a.Enabled {
+		delete(s.sessions, tok)
+		return false
+	}
 	return ok
 }
 
@@ -250,6 +268,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			"@odata.id": root, "@odata.type": "#ServiceRoot.v1_5_0.ServiceRoot", "Id": "RootService", "Name": "Corral test Redfish",
 			"RedfishVersion": "1.6.0", "UUID": "92384634-2938-2342-8820-489239905423",
 			"Systems":        map[string]string{"@odata.id": systems},
+			"Chassis":        map[string]string{"@odata.id": chassisURI},
+			"Managers":       map[string]string{"@odata.id": managersURI},
+			"AccountService": map[string]string{"@odata.id": accountServiceURI},
 			"SessionService": map[string]string{"@odata.id": "/redfish/v1/SessionService"},
 			"Links":          map[string]any{"Sessions": map[string]string{"@odata.id": sessURI}},
 		})
@@ -260,7 +281,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			redfishError(w, 400, "malformed JSON")
 			return
 		}
-		if body.UserName != s.User || body.Password != s.Pass {
+		acct := s.login(body.UserName, body.Password)
+		if acct == nil {
 			redfishError(w, 401, "invalid credentials")
 			return
 		}
@@ -271,6 +293,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.nextID++
 		id := strconv.Itoa(s.nextID)
 		s.sessions[tok] = id
+		s.sessionAccount[tok] = acct
 		s.mu.Unlock()
 		w.Header().Set("X-Auth-Token", tok)
 		w.Header().Set("Location", sessURI+"/"+id)
@@ -288,6 +311,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write([]byte("\x00\x01<html>not redfish{{{"))
+		return
+	}
+	if s.serveAccounts(w, r, path) || s.serveHealth(w, r, path) {
 		return
 	}
 	switch {
