@@ -36,7 +36,8 @@ appliance. The new password is sealed in the store before the BMC is told
 it, a login with it must succeed before the machine uses it, and only then
 is the account used before disabled (the account the machine was enrolled
 with is the operator's and is left alone). A rotation an appliance left
-unfinished is finished first. IPMI BMCs only.`,
+unfinished is finished first. IPMI (Set User Name/Password/Access) and
+Redfish (AccountService) BMCs alike.`,
 		Args: argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkFormat(output); err != nil {
