@@ -210,7 +210,14 @@ func (p *nativeProvider) health(ctx context.Context, o HealthOptions, cache *sdr
 		return h, nil //nolint:nilerr // the log is optional
 	}
 	h.LogAddedAt = info.RecentAdditionTime
-	if info.Entries == 0 || h.LogAddedAt.Equal(o.LogSeen) {
+	if info.Entries == 0 {
+		// An empty log is a log read: one cleared since the last poll
+		// holds no critical entry any more (its last addition time may
+		// not have changed).
+		h.LogRead = true
+		return h, nil
+	}
+	if h.LogAddedAt.Equal(o.LogSeen) {
 		return h, nil
 	}
 	entries, err := p.c.GetSELEntries(ctx, 0)

@@ -2,11 +2,15 @@ package ipmi_test
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/corralhq/corral/ipmi"
 	"github.com/corralhq/corral/testsupport/ipmisim"
+	"github.com/corralhq/corral/testsupport/require"
 )
 
 // simSensors are a small server's sensors: a CPU temperature, a fan in
@@ -83,5 +87,26 @@ func TestSimHealth(t *testing.T) {
 	h4, _, err := c.Health(ctx, tg, ipmi.HealthOptions{LogSeen: h3.LogAddedAt})
 	if err != nil || h4.LogRead {
 		t.Fatalf("an unchanged SEL was read again (%v)", err)
+	}
+	// An operator clears the event log (ipmitool, as they would): the
+	// next poll reads it empty, so the critical entry is gone.
+	require.Tool(t, "ipmitool")
+	clear := exec.CommandContext(ctx, "ipmitool", "-I", "lanplus", "-H", "127.0.0.1", "-p", strconv.Itoa(b.Port), "-U", b.User, "-E", "sel", "clear")
+	clear.Env = append(os.Environ(), "IPMI_PASSWORD="+b.Pass)
+	if out, err := clear.CombinedOutput(); err != nil {
+		t.Fatalf("ipmitool sel clear: %v: %s", err, out)
+	}
+	var h5 ipmi.Health
+	for deadline = time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		if h5, _, err = c.Health(ctx, tg, ipmi.HealthOptions{LogSeen: h3.LogAddedAt}); err != nil {
+			t.Fatal(err)
+		}
+		if h5.LogRead && len(h5.Log) == 0 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !h5.LogRead || len(h5.Log) != 0 {
+		t.Fatalf("after sel clear: log read %v, %d entries, want an empty log read", h5.LogRead, len(h5.Log))
 	}
 }
