@@ -8,6 +8,7 @@ import (
 	consolev1 "github.com/corralhq/corral/api/console/v1"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/auth"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/inventory/bmc"
 	"github.com/corralhq/corral/ipmi/console"
 	"github.com/corralhq/corral/ipmi/sol"
@@ -24,7 +25,7 @@ func (s *Server) initConsole() error {
 	if s.bmc == nil {
 		return nil
 	}
-	h, err := console.New(console.Config{Link: solLink{bmc: s.bmc}, Auditor: consoleAudit{s}, Logger: s.log.With("component", "console")})
+	h, err := console.New(console.Config{Link: solLink{bmc: s.bmc, runner: s.consoleRunner}, Auditor: consoleAudit{s}, Logger: s.log.With("component", "console")})
 	if err != nil {
 		return err
 	}
@@ -35,11 +36,37 @@ func (s *Server) initConsole() error {
 }
 
 // solLink opens a machine's console over IPMI Serial-over-LAN.
-type solLink struct{ bmc *bmc.Service }
+type solLink struct {
+	bmc *bmc.Service
+	// runner refuses a machine another appliance of the fleet runs (nil:
+	// none does).
+	runner func(machine string) error
+}
 
 func (l solLink) Check(ctx context.Context, machine string) error {
+	if l.runner != nil {
+		if err := l.runner(machine); err != nil {
+			return err
+		}
+	}
 	_, err := l.bmc.ConsoleTarget(ctx, machine)
 	return err
+}
+
+// consoleRunner refuses, in a fleet, a console this appliance does not
+// run: a BMC takes one SOL session at a time, so two appliances' hubs
+// would take the machine's console from each other. The appliance the
+// leader gave the machine to (the one that polls its power) serves it.
+func (s *Server) consoleRunner(machine string) error {
+	if s.owns(machine) {
+		return nil
+	}
+	if s.runner != nil {
+		if r, ok := s.runner(machine); ok {
+			return apierr.Preconditionf("machine %s's console is served by appliance %q, which runs its BMC work in this fleet: attach through that appliance", machine, r)
+		}
+	}
+	return apierr.Unavailablef("machine %s is not assigned to an appliance of this fleet yet: try again in a few seconds", machine)
 }
 
 func (l solLink) Run(ctx context.Context, machine string, in io.Reader, out io.Writer, up func()) error {

@@ -35,6 +35,7 @@ func (s *Server) initFleet(self *fleetv1.Appliance, solo bool) error {
 	s.addComponent("fleet-runner", runner.Run)
 	s.addSingleton("dispatcher", dispatcher.Run)
 	s.owner = owner.Owns
+	s.runner = owner.Runner
 	if !solo && s.peers == nil {
 		peers := &fleet.Peers{Store: s.store, Self: name}
 		s.peers = peers.Endpoints

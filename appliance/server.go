@@ -125,6 +125,9 @@ type Server struct {
 	// owner reports whether the fleet's dispatch gave a machine's
 	// per-machine work to this appliance (nil: alone, owns all).
 	owner func(machine string) bool
+	// runner names the appliance a machine's per-machine work is given
+	// to in a fleet (nil alone).
+	runner func(machine string) (string, bool)
 
 	// health is the gRPC health service; package metrics sets each service's
 	// status.

@@ -73,6 +73,20 @@ func (o *Owner) Owns(machine string) bool {
 	return ok && !it.bad && it.v == o.Self
 }
 
+// Runner returns the appliance the assignments give machine's per-machine
+// work to: Self when Solo; "" and false when none is assigned (or the
+// assignment could not be read).
+func (o *Owner) Runner(machine string) (string, bool) {
+	if o.Solo {
+		return o.Self, true
+	}
+	it, ok := o.mirror().get(machine)
+	if !ok || it.bad {
+		return "", false
+	}
+	return it.v, true
+}
+
 // Count returns how many machines the assignments give this appliance (the
 // runner's load).
 func (o *Owner) Count() int {

@@ -83,6 +83,14 @@ func TestOwnerFollowsAssignments(t *testing.T) {
 		if got := o.Count(); got != n {
 			t.Errorf("%s: Count = %d, want %d", step.name, got, n)
 		}
+		for m, own := range step.want {
+			// Runner names the appliance: this one for what it owns,
+			// another (b) or none for the rest.
+			r, ok := o.Runner(m)
+			if own != (ok && r == "a") || (!own && ok && r != "b") {
+				t.Errorf("%s: Runner(%s) = %q, %v (owned here %v)", step.name, m, r, ok, own)
+			}
+		}
 	}
 }
 
