@@ -125,11 +125,21 @@ func Start(t testing.TB, o Options) *BMC {
 	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	b.launch(t, dir, func(port int) string { return lanConf(dir, port, vmPort, o) })
+	t.Cleanup(b.stop)
+	return b
+}
+
+// launch starts ipmi_sim in dir on a free UDP port with the lan.conf
+// conf makes for that port (sim.emu and state/ are already there), and
+// waits until it answers; a port taken meanwhile is tried again, up to
+// five times.
+func (b *BMC) launch(t testing.TB, dir string, conf func(port int) string) {
+	t.Helper()
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		b.Port = FreeUDPPort(t)
-		conf := lanConf(dir, b.Port, vmPort, o)
-		if err := os.WriteFile(filepath.Join(dir, "lan.conf"), []byte(conf), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, "lan.conf"), []byte(conf(b.Port)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		cmd := exec.Command("ipmi_sim", "-c", filepath.Join(dir, "lan.conf"), "-f", filepath.Join(dir, "sim.emu"),
@@ -147,17 +157,13 @@ func Start(t testing.TB, o Options) *BMC {
 		logf.Close()
 		if waitUDP(b.Port, 5*time.Second) {
 			b.cmd = cmd
-			break
+			return
 		}
 		lastErr = fmt.Errorf("ipmi_sim did not answer on udp/%d: %s", b.Port, readFile(filepath.Join(dir, "ipmi_sim.log")))
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	}
-	if b.cmd == nil {
-		t.Fatal(lastErr)
-	}
-	t.Cleanup(b.stop)
-	return b
+	t.Fatal(lastErr)
 }
 
 // waitUDP sends an RMCP ASF presence ping until something answers.

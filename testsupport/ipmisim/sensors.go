@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -134,39 +132,11 @@ func StartWithSensors(t testing.TB, o Options, sensors []Sensor) *BMC {
 	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		b.Port = FreeUDPPort(t)
+	b.launch(t, dir, func(port int) string {
 		console := FreeTCPPort(t)
 		consoles.Store(b, console)
-		conf := lanConf(dir, b.Port, 0, o) + fmt.Sprintf("console 127.0.0.1 %d\n", console)
-		if err := os.WriteFile(filepath.Join(dir, "lan.conf"), []byte(conf), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command("ipmi_sim", "-c", filepath.Join(dir, "lan.conf"), "-f", filepath.Join(dir, "sim.emu"),
-			"-s", filepath.Join(dir, "state"), "-n")
-		logf, err := os.Create(filepath.Join(dir, "ipmi_sim.log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			logf.Close()
-			t.Fatalf("ipmi_sim: %v", err)
-		}
-		logf.Close()
-		if waitUDP(b.Port, 5*time.Second) {
-			b.cmd = cmd
-			break
-		}
-		lastErr = fmt.Errorf("ipmi_sim did not answer on udp/%d: %s", b.Port, readFile(filepath.Join(dir, "ipmi_sim.log")))
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}
-	if b.cmd == nil {
-		t.Fatal(lastErr)
-	}
+		return lanConf(dir, port, 0, o) + fmt.Sprintf("console 127.0.0.1 %d\n", console)
+	})
 	t.Cleanup(func() { b.stop(); consoles.Delete(b) })
 	return b
 }
