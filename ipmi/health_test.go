@@ -91,9 +91,9 @@ func TestSimHealth(t *testing.T) {
 	// An operator clears the event log (ipmitool, as they would): the
 	// next poll reads it empty, so the critical entry is gone.
 	require.Tool(t, "ipmitool")
-	clear := exec.CommandContext(ctx, "ipmitool", "-I", "lanplus", "-H", "127.0.0.1", "-p", strconv.Itoa(b.Port), "-U", b.User, "-E", "sel", "clear")
-	clear.Env = append(os.Environ(), "IPMI_PASSWORD="+b.Pass)
-	if out, err := clear.CombinedOutput(); err != nil {
+	selClear := exec.CommandContext(ctx, "ipmitool", "-I", "lanplus", "-H", "127.0.0.1", "-p", strconv.Itoa(b.Port), "-U", b.User, "-E", "sel", "clear")
+	selClear.Env = append(os.Environ(), "IPMI_PASSWORD="+b.Pass)
+	if out, err := selClear.CombinedOutput(); err != nil {
 		t.Fatalf("ipmitool sel clear: %v: %s", err, out)
 	}
 	var h5 ipmi.Health
