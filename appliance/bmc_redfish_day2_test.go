@@ -17,7 +17,6 @@ import (
 	"github.com/corralhq/corral/ipmi/seal"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/mem"
-	"github.com/corralhq/corral/store/record"
 	"github.com/corralhq/corral/testsupport/redfishtest"
 )
 
@@ -74,20 +73,7 @@ func (r *redfishRig) service(crash func(machine, step string) error, more ...fun
 // secret record.
 func (r *redfishRig) stored() (string, string, *inventoryv1.BmcSecret) {
 	r.t.Helper()
-	ctx := context.Background()
-	m, err := r.inv.GetMachine(ctx, "f1")
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	var sec inventoryv1.BmcSecret
-	if _, err := record.Get(ctx, r.st, store.BMCSecretsPrefix+"f1", &sec); err != nil {
-		r.t.Fatal(err)
-	}
-	pw, err := r.sealer.Open(sec.GetSealedPassword(), []byte("f1"))
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return m.GetBmc().GetUsername(), string(pw), &sec
+	return storedBMC(r.t, r.inv, r.st, r.sealer, "f1")
 }
 
 // login reports how the BMC answers user and password over Redfish.

@@ -88,18 +88,25 @@ func (r *rotationRig) service(crash func(machine, step string) error, now ...fun
 // password opened from its sealed blob), and its secret record.
 func (r *rotationRig) stored() (string, string, *inventoryv1.BmcSecret) {
 	r.t.Helper()
+	return storedBMC(r.t, r.inv, r.st, r.sealer, "r1")
+}
+
+// storedBMC is machine's BMC user name and password as stored in st (the
+// password opened with sealer), and its secret record.
+func storedBMC(t testing.TB, inv *inventory.Inventory, st store.Store, sealer *seal.Sealer, machine string) (string, string, *inventoryv1.BmcSecret) {
+	t.Helper()
 	ctx := context.Background()
-	m, err := r.inv.GetMachine(ctx, "r1")
+	m, err := inv.GetMachine(ctx, machine)
 	if err != nil {
-		r.t.Fatal(err)
+		t.Fatal(err)
 	}
 	var sec inventoryv1.BmcSecret
-	if _, err := record.Get(ctx, r.st, store.BMCSecretsPrefix+"r1", &sec); err != nil {
-		r.t.Fatal(err)
+	if _, err := record.Get(ctx, st, store.BMCSecretsPrefix+machine, &sec); err != nil {
+		t.Fatal(err)
 	}
-	pw, err := r.sealer.Open(sec.GetSealedPassword(), []byte("r1"))
+	pw, err := sealer.Open(sec.GetSealedPassword(), []byte(machine))
 	if err != nil {
-		r.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return m.GetBmc().GetUsername(), string(pw), &sec
 }
