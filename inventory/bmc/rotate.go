@@ -272,7 +272,11 @@ func (r *rotation) fresh(ctx context.Context) (*inventoryv1.Machine, error) {
 		r.abandon(ctx, "the new credential did not log in")
 		// The stray account goes; the one in use still logs in.
 		dctx, cancel := context.WithTimeout(ctx, old.Timeout)
-		_, _ = c.cfg.Accounts.DisableAccount(dctx, old, id)
+		if _, derr := c.cfg.Accounts.DisableAccount(dctx, old, id); derr != nil {
+			// It holds a password nobody keeps; the next rotation takes
+			// the slot again.
+			c.log.Warn("BMC rotation: the account that did not log in could not be disabled", "machine", r.name, "account", newName, "err", derr)
+		}
 		cancel()
 		return m, fmt.Errorf("rotate %s: the BMC set account %q but does not log it in (the credential in use is kept): %w", r.name, newName, err)
 	}
