@@ -291,7 +291,14 @@ func Run[T any](ctx context.Context, cfg Config[T], send func(Event[T]) error) e
 				if !synced {
 					return apierr.Exhaustedf("watch %s: watcher fell behind during its initial list (%d events waiting); re-list with from_revision 0", cfg.Name, cfg.Buffer)
 				}
-				return apierr.Exhaustedf("watch %s: watcher fell behind at revision %d (%d events waiting for it); resume with from_revision %d", cfg.Name, lastSent, cfg.Buffer, lastSent)
+				// Resume before the revision that did not fit: its other
+				// events (one transaction's, or one group commit's) may
+				// have gone out already and come again, none is lost.
+				resume := lastSent
+				if w.cutRev > 0 {
+					resume = min(resume, w.cutRev-1)
+				}
+				return apierr.Exhaustedf("watch %s: watcher fell behind at revision %d (%d events waiting for it); resume with from_revision %d", cfg.Name, lastSent, cfg.Buffer, resume)
 			}
 			return err
 		}
@@ -357,6 +364,7 @@ type watcher[T any] struct {
 	buf    chan Event[T]
 	cut    chan struct{} // closed by the pump when it stops early
 	cutErr error         // set before cut is closed
+	cutRev int64         // the revision that overflowed the buffer; set before cut is closed
 }
 
 // errAt returns err, or an Unavailable naming rev when the pump stopped
@@ -418,6 +426,7 @@ func (w *watcher[T]) pump(ctx context.Context, ch <-chan store.Event, last int64
 			select {
 			case w.buf <- ev:
 			default:
+				w.cutRev = ev.Revision
 				w.stop(errOverflow)
 				return
 			}

@@ -171,6 +171,16 @@ func (s *Store) do(ctx context.Context, op, key string, read bool, call func(ctx
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
 	defer func() { s.adm.release(time.Since(start), rctx.Err() != nil && ctx.Err() == nil) }()
+	if err := s.retry(rctx, read, call); err != nil {
+		return s.wrap(ctx, op, key, err)
+	}
+	return nil
+}
+
+// retry runs call until it succeeds, fails for good or rctx ends:
+// etcd's refusals that commit nothing are sent again (with a jittered
+// back-off), and any failure of a read. The error is etcd's own.
+func (s *Store) retry(rctx context.Context, read bool, call func(ctx context.Context) error) error {
 	pause := backoff.ExponentialBackOff{InitialInterval: 20 * time.Millisecond, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: 500 * time.Millisecond}
 	for {
 		err := call(rctx)
@@ -178,10 +188,10 @@ func (s *Store) do(ctx context.Context, op, key string, read bool, call func(ctx
 			return nil
 		}
 		if rctx.Err() != nil || !(uncommitted(err) || read && retryableRead(err)) {
-			return s.wrap(ctx, op, key, err)
+			return err
 		}
 		if sleep(rctx, pause.NextBackOff()) != nil {
-			return s.wrap(ctx, op, key, err)
+			return err
 		}
 	}
 }

@@ -118,6 +118,8 @@ type Store struct {
 	stripes [updateStripes]sync.Mutex
 	// adm admits requests to etcd (admit.go).
 	adm *admission
+	// grp sends the writes waiting for etcd together (group.go).
+	grp group
 	// stop ends every watcher when the store closes.
 	stop context.CancelFunc
 	base context.Context
@@ -425,27 +427,12 @@ func cmpRev(key string, rev int64) clientv3.Cmp {
 	return clientv3.Compare(clientv3.ModRevision(key), "=", rev)
 }
 
-// Put implements store.Store.
+// Put implements store.Store (as one unit of a group commit: group.go).
 func (s *Store) Put(ctx context.Context, key string, value []byte, rev int64) (int64, error) {
-	if err := s.enter(); err != nil {
-		return 0, err
-	}
 	if rev < 0 {
 		return 0, fmt.Errorf("%s: revision %d: %w", key, rev, store.ErrConflict)
 	}
-	k := s.prefix + key
-	var resp *clientv3.TxnResponse
-	err := s.do(ctx, "put", key, false, func(rctx context.Context) (err error) {
-		resp, err = s.cli.Txn(rctx).If(cmpRev(k, rev)).Then(clientv3.OpPut(k, string(value))).Commit()
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	if !resp.Succeeded {
-		return 0, fmt.Errorf("%s: %w", key, store.ErrConflict)
-	}
-	return resp.Header.Revision, nil
+	return s.commit(ctx, &unit{op: "put", keys: []string{key}, revs: []int64{rev}, kinds: []store.OpKind{store.OpPut}, vals: [][]byte{value}})
 }
 
 // Delete implements store.Store.
@@ -454,31 +441,19 @@ func (s *Store) Delete(ctx context.Context, key string, rev int64) error {
 	return err
 }
 
-// delete is Delete returning the delete's revision.
+// delete is Delete returning the delete's revision (a unit of a group
+// commit: group.go).
 func (s *Store) delete(ctx context.Context, key string, rev int64) (int64, error) {
-	if err := s.enter(); err != nil {
-		return 0, err
+	if rev <= 0 {
+		if err := s.enter(); err != nil {
+			return 0, err
+		}
+		if _, err := s.Get(ctx, key); err != nil {
+			return 0, err
+		}
+		return 0, fmt.Errorf("%s: %w", key, store.ErrConflict)
 	}
-	k := s.prefix + key
-	var resp *clientv3.TxnResponse
-	err := s.do(ctx, "delete", key, false, func(rctx context.Context) (err error) {
-		resp, err = s.cli.Txn(rctx).
-			If(clientv3.Compare(clientv3.ModRevision(k), "=", rev), clientv3.Compare(clientv3.CreateRevision(k), ">", 0)).
-			Then(clientv3.OpDelete(k)).
-			Else(clientv3.OpGet(k, clientv3.WithCountOnly())).
-			Commit()
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	if resp.Succeeded {
-		return resp.Header.Revision, nil
-	}
-	if r := resp.Responses[0].GetResponseRange(); r == nil || r.Count == 0 {
-		return 0, fmt.Errorf("%s: %w", key, store.ErrNotFound)
-	}
-	return 0, fmt.Errorf("%s: %w", key, store.ErrConflict)
+	return s.commit(ctx, &unit{op: "delete", keys: []string{key}, revs: []int64{rev}, kinds: []store.OpKind{store.OpDelete}, vals: [][]byte{nil}})
 }
 
 // Txn implements store.Store's transaction as one etcd transaction: If
@@ -492,28 +467,37 @@ func (s *Store) Txn(ctx context.Context, ops []store.Op) (int64, error) {
 	if err := store.CheckTxn(ops); err != nil {
 		return 0, fmt.Errorf("store/etcd: txn: %w", err)
 	}
+	u := &unit{op: "txn"}
+	writes := false
+	for _, o := range ops {
+		u.keys = append(u.keys, o.Key)
+		u.revs = append(u.revs, o.Rev)
+		u.kinds = append(u.kinds, o.Kind)
+		u.vals = append(u.vals, o.Value)
+		writes = writes || o.Kind != store.OpCheck
+	}
+	if writes {
+		return s.commit(ctx, u)
+	}
+	return s.checkOnly(ctx, u)
+}
+
+// checkOnly is a transaction of checks only: a read at one revision,
+// returning the cluster's revision.
+func (s *Store) checkOnly(ctx context.Context, u *unit) (int64, error) {
 	if err := s.enter(); err != nil {
 		return 0, err
 	}
-	cmps := make([]clientv3.Cmp, 0, len(ops))
-	reads := make([]clientv3.Op, 0, len(ops))
-	var writes []clientv3.Op
-	for _, o := range ops {
-		k := s.prefix + o.Key
-		cmps = append(cmps, cmpRev(k, o.Rev))
+	cmps := make([]clientv3.Cmp, 0, len(u.keys))
+	reads := make([]clientv3.Op, 0, len(u.keys))
+	for i, key := range u.keys {
+		k := s.prefix + key
+		cmps = append(cmps, cmpRev(k, u.revs[i]))
 		reads = append(reads, clientv3.OpGet(k, clientv3.WithKeysOnly()))
-		switch o.Kind {
-		case store.OpPut:
-			writes = append(writes, clientv3.OpPut(k, string(o.Value)))
-		case store.OpDelete:
-			writes = append(writes, clientv3.OpDelete(k))
-		case store.OpCheck:
-			// A precondition only: its compare above.
-		}
 	}
 	var resp *clientv3.TxnResponse
-	err := s.do(ctx, "txn", fmt.Sprintf("%s (%d operations)", ops[0].Key, len(ops)), false, func(rctx context.Context) (err error) {
-		resp, err = s.cli.Txn(rctx).If(cmps...).Then(writes...).Else(reads...).Commit()
+	err := s.do(ctx, "txn", fmt.Sprintf("%s (%d operations)", u.keys[0], len(u.keys)), true, func(rctx context.Context) (err error) {
+		resp, err = s.cli.Txn(rctx).If(cmps...).Else(reads...).Commit()
 		return err
 	})
 	if err != nil {
@@ -522,22 +506,10 @@ func (s *Store) Txn(ctx context.Context, ops []store.Op) (int64, error) {
 	if resp.Succeeded {
 		return resp.Header.Revision, nil
 	}
-	// The reads ran at the revision the compares failed at.
-	for i, o := range ops {
-		var cur int64
-		if r := resp.Responses[i].GetResponseRange(); r != nil && len(r.Kvs) > 0 {
-			cur = r.Kvs[0].ModRevision
-		}
-		switch {
-		case o.Rev == 0 && cur != 0:
-			return 0, fmt.Errorf("store/etcd: txn: %q exists at revision %d: %w", o.Key, cur, store.ErrConflict)
-		case o.Rev != 0 && cur == 0:
-			return 0, fmt.Errorf("store/etcd: txn: %q at revision %d: key does not exist: %w", o.Key, o.Rev, store.ErrConflict)
-		case cur != o.Rev:
-			return 0, fmt.Errorf("store/etcd: txn: %q at revision %d: current revision is %d: %w", o.Key, o.Rev, cur, store.ErrConflict)
-		}
+	if err := u.judge(resp.Responses); err != nil {
+		return 0, err
 	}
-	return 0, fmt.Errorf("store/etcd: txn: a precondition of %q and %d more failed: %w", ops[0].Key, len(ops)-1, store.ErrConflict)
+	return 0, fmt.Errorf("store/etcd: txn: a precondition of %q and %d more failed: %w", u.keys[0], len(u.keys)-1, store.ErrConflict)
 }
 
 // Update implements store.Updater as a bounded read-compare-swap loop.
@@ -734,19 +706,31 @@ func (s *Store) watchAfter(ctx context.Context, prefix string, rev int64) (<-cha
 				}
 				return
 			}
-			for _, ev := range wr.Events {
+			for i, ev := range wr.Events {
+				// A watcher that falls behind is cut between revisions,
+				// never inside one: it resumes after the last revision it
+				// saw (WatchFrom) and would otherwise miss the rest of a
+				// transaction's, or a group commit's, events.
+				if i == 0 || ev.Kv.ModRevision != wr.Events[i-1].Kv.ModRevision {
+					n := 1
+					for _, next := range wr.Events[i+1:] {
+						if next.Kv.ModRevision != ev.Kv.ModRevision {
+							break
+						}
+						n++
+					}
+					if cap(out)-len(out) < n {
+						s.log.Warn("store watcher fell behind; disconnected", "prefix", prefix, "buffer", s.opts.WatchBuffer)
+						return
+					}
+				}
 				e := store.Event{Type: store.EventPut, KV: kvOf(s.prefix, ev.Kv)}
 				if ev.Type == clientv3.EventTypeDelete {
 					e.Type = store.EventDelete
 					e.KV.Value = nil
 					e.KV.Revision = ev.Kv.ModRevision
 				}
-				select {
-				case out <- e:
-				default:
-					s.log.Warn("store watcher fell behind; disconnected", "prefix", prefix, "buffer", s.opts.WatchBuffer)
-					return
-				}
+				out <- e // room checked above; only this goroutine sends
 			}
 		}
 	}()
