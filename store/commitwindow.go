@@ -17,3 +17,21 @@ func WithCommitWindow(ctx context.Context) context.Context {
 // MayWaitForCommit reports whether ctx's writes may wait for a commit
 // window (WithCommitWindow).
 func MayWaitForCommit(ctx context.Context) bool { return ctx.Value(commitWindowKey{}) != nil }
+
+type localReadsKey struct{}
+
+// WithLocalReads returns a context whose point reads may be answered by
+// whichever replica the backend reaches first, without asking the
+// cluster's leader whether it is current (etcd's serializable reads): a
+// few milliseconds stale, at a fraction of the cost. It is for the reads
+// of network-driven work at a rate whose decisions are made safe by the
+// compare-and-swap of the write that follows them (a stale read loses that
+// compare and is read again), such as DHCP's lookups of a client's
+// machine and lease. Backends with one copy ignore it.
+func WithLocalReads(ctx context.Context) context.Context {
+	return context.WithValue(ctx, localReadsKey{}, true)
+}
+
+// LocalReads reports whether ctx's reads may be served locally
+// (WithLocalReads).
+func LocalReads(ctx context.Context) bool { return ctx.Value(localReadsKey{}) != nil }

@@ -299,7 +299,12 @@ func newBound(parent context.Context) *bound {
 	// The store writes of a packet (its lease) may wait for the bbolt
 	// store's commit window to share a flush with the packets arriving
 	// meanwhile (store/bolt/window.go); an API write never waits for it.
-	return &bound{parent: store.WithCommitWindow(context.WithoutCancel(parent))}
+	// Its reads may be served by the nearest etcd member (store.WithLocalReads):
+	// every decision they feed is written by compare-and-swap, which a
+	// stale read loses and reads again. In a fleet every appliance reads
+	// for every broadcast DISCOVER, and leader-confirmed reads were where
+	// a storm queued (docs/architecture.md, "Several appliances: a fleet on etcd").
+	return &bound{parent: store.WithLocalReads(store.WithCommitWindow(context.WithoutCancel(parent)))}
 }
 
 // ctx returns a context whose deadline is at least handleTimeout and at

@@ -362,8 +362,12 @@ func (s *Store) Get(ctx context.Context, key string) (store.KV, error) {
 		return store.KV{}, err
 	}
 	var resp *clientv3.GetResponse
+	var opts []clientv3.OpOption
+	if store.LocalReads(ctx) {
+		opts = append(opts, clientv3.WithSerializable())
+	}
 	err := s.do(ctx, "get", key, true, func(rctx context.Context) (err error) {
-		resp, err = s.cli.Get(rctx, s.prefix+key)
+		resp, err = s.cli.Get(rctx, s.prefix+key, opts...)
 		return err
 	})
 	if err != nil {
