@@ -36,8 +36,6 @@ type catalogImages struct {
 	s *Server
 	// base, in tests, replaces the URL images are served under.
 	base string
-	// open, in tests, replaces the catalog.
-	open func(ctx context.Context, name string) (*osimagev1.OSImage, io.ReadCloser, error)
 }
 
 // mediaBase is the URL a BMC reaches the boot HTTP server at:
@@ -57,9 +55,6 @@ func (c catalogImages) mediaBase() (string, error) {
 }
 
 func (c catalogImages) image(ctx context.Context, name string) (*osimagev1.OSImage, io.ReadCloser, error) {
-	if c.open != nil {
-		return c.open(ctx, name)
-	}
 	if c.s.osImages == nil {
 		return nil, nil, apierr.Preconditionf("the OS image catalog is not running")
 	}
