@@ -22,8 +22,8 @@ import (
 // (type, enumeration values, bounds, length, read-only), otherwise
 // against the JSON type of each value read.
 
-// ErrNotRedfish: the operation needs Redfish and the BMC answered only
-// over IPMI (or is enrolled for IPMI); nothing was sent.
+// ErrNotRedfish is the error of an operation that needs Redfish on a BMC
+// answered only over IPMI (or enrolled for IPMI); nothing was sent.
 var ErrNotRedfish = errors.New("BMC is IPMI")
 
 // BIOSAttribute is one BIOS setting.
@@ -328,6 +328,8 @@ func (a BIOSAttribute) parse(text string) (any, error) {
 			return nil, fmt.Errorf("%d is outside %d..%d", v, a.Lower, a.Upper)
 		}
 		return v, nil
+	default:
+		// String, Password, or a type this package does not know: text.
 	}
 	if a.MaxLength > 0 && len(text) > a.MaxLength {
 		return nil, fmt.Errorf("%d characters, at most %d", len(text), a.MaxLength)

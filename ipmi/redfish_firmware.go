@@ -219,6 +219,8 @@ func followTask(ctx context.Context, cl *gofish.APIClient, uri string, u Firmwar
 			}
 			return p, fmt.Errorf("%w: firmware update task %s ended %s (status %s): %s", ErrFailed, uri, task.TaskState, task.TaskStatus,
 				cmp.Or(strings.Join(msgs, " "), "no message"))
+		default:
+			// New, Starting, Running, Pending, Suspended ...: not final.
 		}
 		select {
 		case <-wctx.Done():

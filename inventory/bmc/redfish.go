@@ -218,7 +218,7 @@ func (r *Redfish) UpdateFirmware(ctx context.Context, req *inventoryv1.UpdateFir
 // InsertMedia puts catalog image name in the machine's virtual CD (its
 // bytes checked against the catalog first) and, when boot, sets the
 // next boot to it.
-func (r *Redfish) InsertMedia(ctx context.Context, req *inventoryv1.InsertMediaRequest) (*inventoryv1.MediaResponse, error) {
+func (r *Redfish) InsertMedia(ctx context.Context, req *inventoryv1.InsertMediaRequest) (*inventoryv1.InsertMediaResponse, error) {
 	name := req.GetName()
 	if req.GetImage() == "" {
 		return nil, apierr.Invalidf("no image named: want an ISO of the OS image catalog")
@@ -244,11 +244,11 @@ func (r *Redfish) InsertMedia(ctx context.Context, req *inventoryv1.InsertMediaR
 		detail += "; next boot (once) from it"
 	}
 	r.bmc.event(m, "media-inserted", detail, res)
-	return &inventoryv1.MediaResponse{ImageUri: uri, Inserted: true, Boot: req.GetBoot()}, nil
+	return &inventoryv1.InsertMediaResponse{ImageUri: uri, Inserted: true, Boot: req.GetBoot()}, nil
 }
 
 // EjectMedia empties the machine's virtual CD.
-func (r *Redfish) EjectMedia(ctx context.Context, name string) (*inventoryv1.MediaResponse, error) {
+func (r *Redfish) EjectMedia(ctx context.Context, name string) (*inventoryv1.EjectMediaResponse, error) {
 	m, t, err := r.redfishTarget(ctx, name, "virtual media")
 	if err != nil {
 		return nil, err
@@ -262,5 +262,5 @@ func (r *Redfish) EjectMedia(ctx context.Context, name string) (*inventoryv1.Med
 		return nil, fmt.Errorf("machine %s: virtual media: %w", name, err)
 	}
 	r.bmc.event(m, "media-ejected", "virtual CD emptied", res)
-	return &inventoryv1.MediaResponse{}, nil
+	return &inventoryv1.EjectMediaResponse{}, nil
 }

@@ -53,13 +53,13 @@ func (s *RedfishServer) UpdateFirmware(ctx context.Context, req *inventoryv1.Upd
 }
 
 // InsertMedia runs Redfish.InsertMedia.
-func (s *RedfishServer) InsertMedia(ctx context.Context, req *inventoryv1.InsertMediaRequest) (*inventoryv1.MediaResponse, error) {
+func (s *RedfishServer) InsertMedia(ctx context.Context, req *inventoryv1.InsertMediaRequest) (*inventoryv1.InsertMediaResponse, error) {
 	resp, err := s.Redfish.InsertMedia(ctx, req)
 	return resp, apierr.ToStatus(err)
 }
 
 // EjectMedia runs Redfish.EjectMedia.
-func (s *RedfishServer) EjectMedia(ctx context.Context, req *inventoryv1.EjectMediaRequest) (*inventoryv1.MediaResponse, error) {
+func (s *RedfishServer) EjectMedia(ctx context.Context, req *inventoryv1.EjectMediaRequest) (*inventoryv1.EjectMediaResponse, error) {
 	resp, err := s.Redfish.EjectMedia(ctx, req.GetName())
 	return resp, apierr.ToStatus(err)
 }

@@ -815,29 +815,31 @@ func (x *EjectMediaRequest) GetName() string {
 	return ""
 }
 
-type MediaResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ImageUri      string                 `protobuf:"bytes,1,opt,name=image_uri,json=imageUri,proto3" json:"image_uri,omitempty"`
-	Inserted      bool                   `protobuf:"varint,2,opt,name=inserted,proto3" json:"inserted,omitempty"`
-	Boot          bool                   `protobuf:"varint,3,opt,name=boot,proto3" json:"boot,omitempty"`
+type InsertMediaResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// image_uri is what the BMC was told to fetch.
+	ImageUri string `protobuf:"bytes,1,opt,name=image_uri,json=imageUri,proto3" json:"image_uri,omitempty"`
+	Inserted bool   `protobuf:"varint,2,opt,name=inserted,proto3" json:"inserted,omitempty"`
+	// boot: the next boot (once) is from the virtual CD.
+	Boot          bool `protobuf:"varint,3,opt,name=boot,proto3" json:"boot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *MediaResponse) Reset() {
-	*x = MediaResponse{}
+func (x *InsertMediaResponse) Reset() {
+	*x = InsertMediaResponse{}
 	mi := &file_api_inventory_v1_bmcredfish_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *MediaResponse) String() string {
+func (x *InsertMediaResponse) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*MediaResponse) ProtoMessage() {}
+func (*InsertMediaResponse) ProtoMessage() {}
 
-func (x *MediaResponse) ProtoReflect() protoreflect.Message {
+func (x *InsertMediaResponse) ProtoReflect() protoreflect.Message {
 	mi := &file_api_inventory_v1_bmcredfish_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -849,30 +851,66 @@ func (x *MediaResponse) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use MediaResponse.ProtoReflect.Descriptor instead.
-func (*MediaResponse) Descriptor() ([]byte, []int) {
+// Deprecated: Use InsertMediaResponse.ProtoReflect.Descriptor instead.
+func (*InsertMediaResponse) Descriptor() ([]byte, []int) {
 	return file_api_inventory_v1_bmcredfish_proto_rawDescGZIP(), []int{13}
 }
 
-func (x *MediaResponse) GetImageUri() string {
+func (x *InsertMediaResponse) GetImageUri() string {
 	if x != nil {
 		return x.ImageUri
 	}
 	return ""
 }
 
-func (x *MediaResponse) GetInserted() bool {
+func (x *InsertMediaResponse) GetInserted() bool {
 	if x != nil {
 		return x.Inserted
 	}
 	return false
 }
 
-func (x *MediaResponse) GetBoot() bool {
+func (x *InsertMediaResponse) GetBoot() bool {
 	if x != nil {
 		return x.Boot
 	}
 	return false
+}
+
+type EjectMediaResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EjectMediaResponse) Reset() {
+	*x = EjectMediaResponse{}
+	mi := &file_api_inventory_v1_bmcredfish_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EjectMediaResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EjectMediaResponse) ProtoMessage() {}
+
+func (x *EjectMediaResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_bmcredfish_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EjectMediaResponse.ProtoReflect.Descriptor instead.
+func (*EjectMediaResponse) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_bmcredfish_proto_rawDescGZIP(), []int{14}
 }
 
 var File_api_inventory_v1_bmcredfish_proto protoreflect.FileDescriptor
@@ -941,19 +979,20 @@ const file_api_inventory_v1_bmcredfish_proto_rawDesc = "" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x12\n" +
 	"\x04boot\x18\x03 \x01(\bR\x04boot\"'\n" +
 	"\x11EjectMediaRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\\\n" +
-	"\rMediaResponse\x12\x1b\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"b\n" +
+	"\x13InsertMediaResponse\x12\x1b\n" +
 	"\timage_uri\x18\x01 \x01(\tR\bimageUri\x12\x1a\n" +
 	"\binserted\x18\x02 \x01(\bR\binserted\x12\x12\n" +
-	"\x04boot\x18\x03 \x01(\bR\x04boot2\xf5\x04\n" +
+	"\x04boot\x18\x03 \x01(\bR\x04boot\"\x14\n" +
+	"\x12EjectMediaResponse2\x80\x05\n" +
 	"\x11BmcRedfishService\x12\\\n" +
 	"\aGetBios\x12#.corral.inventory.v1.GetBiosRequest\x1a$.corral.inventory.v1.GetBiosResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12\\\n" +
 	"\aSetBios\x12#.corral.inventory.v1.SetBiosRequest\x1a$.corral.inventory.v1.SetBiosResponse\"\x06\xe2\xa6\x19\x02\b\x02\x12k\n" +
 	"\fListFirmware\x12(.corral.inventory.v1.ListFirmwareRequest\x1a).corral.inventory.v1.ListFirmwareResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12q\n" +
-	"\x0eUpdateFirmware\x12*.corral.inventory.v1.UpdateFirmwareRequest\x1a+.corral.inventory.v1.UpdateFirmwareResponse\"\x06\xe2\xa6\x19\x02\b\x02\x12b\n" +
-	"\vInsertMedia\x12'.corral.inventory.v1.InsertMediaRequest\x1a\".corral.inventory.v1.MediaResponse\"\x06\xe2\xa6\x19\x02\b\x02\x12`\n" +
+	"\x0eUpdateFirmware\x12*.corral.inventory.v1.UpdateFirmwareRequest\x1a+.corral.inventory.v1.UpdateFirmwareResponse\"\x06\xe2\xa6\x19\x02\b\x02\x12h\n" +
+	"\vInsertMedia\x12'.corral.inventory.v1.InsertMediaRequest\x1a(.corral.inventory.v1.InsertMediaResponse\"\x06\xe2\xa6\x19\x02\b\x02\x12e\n" +
 	"\n" +
-	"EjectMedia\x12&.corral.inventory.v1.EjectMediaRequest\x1a\".corral.inventory.v1.MediaResponse\"\x06\xe2\xa6\x19\x02\b\x02B9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
+	"EjectMedia\x12&.corral.inventory.v1.EjectMediaRequest\x1a'.corral.inventory.v1.EjectMediaResponse\"\x06\xe2\xa6\x19\x02\b\x02B9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
 
 var (
 	file_api_inventory_v1_bmcredfish_proto_rawDescOnce sync.Once
@@ -967,7 +1006,7 @@ func file_api_inventory_v1_bmcredfish_proto_rawDescGZIP() []byte {
 	return file_api_inventory_v1_bmcredfish_proto_rawDescData
 }
 
-var file_api_inventory_v1_bmcredfish_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_api_inventory_v1_bmcredfish_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_api_inventory_v1_bmcredfish_proto_goTypes = []any{
 	(*BiosAttribute)(nil),          // 0: corral.inventory.v1.BiosAttribute
 	(*Bios)(nil),                   // 1: corral.inventory.v1.Bios
@@ -982,13 +1021,14 @@ var file_api_inventory_v1_bmcredfish_proto_goTypes = []any{
 	(*UpdateFirmwareResponse)(nil), // 10: corral.inventory.v1.UpdateFirmwareResponse
 	(*InsertMediaRequest)(nil),     // 11: corral.inventory.v1.InsertMediaRequest
 	(*EjectMediaRequest)(nil),      // 12: corral.inventory.v1.EjectMediaRequest
-	(*MediaResponse)(nil),          // 13: corral.inventory.v1.MediaResponse
-	nil,                            // 14: corral.inventory.v1.SetBiosRequest.SettingsEntry
+	(*InsertMediaResponse)(nil),    // 13: corral.inventory.v1.InsertMediaResponse
+	(*EjectMediaResponse)(nil),     // 14: corral.inventory.v1.EjectMediaResponse
+	nil,                            // 15: corral.inventory.v1.SetBiosRequest.SettingsEntry
 }
 var file_api_inventory_v1_bmcredfish_proto_depIdxs = []int32{
 	0,  // 0: corral.inventory.v1.Bios.attributes:type_name -> corral.inventory.v1.BiosAttribute
 	1,  // 1: corral.inventory.v1.GetBiosResponse.bios:type_name -> corral.inventory.v1.Bios
-	14, // 2: corral.inventory.v1.SetBiosRequest.settings:type_name -> corral.inventory.v1.SetBiosRequest.SettingsEntry
+	15, // 2: corral.inventory.v1.SetBiosRequest.settings:type_name -> corral.inventory.v1.SetBiosRequest.SettingsEntry
 	1,  // 3: corral.inventory.v1.SetBiosResponse.bios:type_name -> corral.inventory.v1.Bios
 	6,  // 4: corral.inventory.v1.ListFirmwareResponse.firmware:type_name -> corral.inventory.v1.Firmware
 	6,  // 5: corral.inventory.v1.UpdateFirmwareResponse.firmware:type_name -> corral.inventory.v1.Firmware
@@ -1002,8 +1042,8 @@ var file_api_inventory_v1_bmcredfish_proto_depIdxs = []int32{
 	5,  // 13: corral.inventory.v1.BmcRedfishService.SetBios:output_type -> corral.inventory.v1.SetBiosResponse
 	8,  // 14: corral.inventory.v1.BmcRedfishService.ListFirmware:output_type -> corral.inventory.v1.ListFirmwareResponse
 	10, // 15: corral.inventory.v1.BmcRedfishService.UpdateFirmware:output_type -> corral.inventory.v1.UpdateFirmwareResponse
-	13, // 16: corral.inventory.v1.BmcRedfishService.InsertMedia:output_type -> corral.inventory.v1.MediaResponse
-	13, // 17: corral.inventory.v1.BmcRedfishService.EjectMedia:output_type -> corral.inventory.v1.MediaResponse
+	13, // 16: corral.inventory.v1.BmcRedfishService.InsertMedia:output_type -> corral.inventory.v1.InsertMediaResponse
+	14, // 17: corral.inventory.v1.BmcRedfishService.EjectMedia:output_type -> corral.inventory.v1.EjectMediaResponse
 	12, // [12:18] is the sub-list for method output_type
 	6,  // [6:12] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
@@ -1022,7 +1062,7 @@ func file_api_inventory_v1_bmcredfish_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_inventory_v1_bmcredfish_proto_rawDesc), len(file_api_inventory_v1_bmcredfish_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -53,9 +53,9 @@ type BmcRedfishServiceClient interface {
 	UpdateFirmware(ctx context.Context, in *UpdateFirmwareRequest, opts ...grpc.CallOption) (*UpdateFirmwareResponse, error)
 	// InsertMedia puts a catalog image in the BMC's virtual CD (the BMC
 	// fetches it) and optionally sets the next boot to it.
-	InsertMedia(ctx context.Context, in *InsertMediaRequest, opts ...grpc.CallOption) (*MediaResponse, error)
+	InsertMedia(ctx context.Context, in *InsertMediaRequest, opts ...grpc.CallOption) (*InsertMediaResponse, error)
 	// EjectMedia empties the BMC's virtual CD.
-	EjectMedia(ctx context.Context, in *EjectMediaRequest, opts ...grpc.CallOption) (*MediaResponse, error)
+	EjectMedia(ctx context.Context, in *EjectMediaRequest, opts ...grpc.CallOption) (*EjectMediaResponse, error)
 }
 
 type bmcRedfishServiceClient struct {
@@ -106,9 +106,9 @@ func (c *bmcRedfishServiceClient) UpdateFirmware(ctx context.Context, in *Update
 	return out, nil
 }
 
-func (c *bmcRedfishServiceClient) InsertMedia(ctx context.Context, in *InsertMediaRequest, opts ...grpc.CallOption) (*MediaResponse, error) {
+func (c *bmcRedfishServiceClient) InsertMedia(ctx context.Context, in *InsertMediaRequest, opts ...grpc.CallOption) (*InsertMediaResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(MediaResponse)
+	out := new(InsertMediaResponse)
 	err := c.cc.Invoke(ctx, BmcRedfishService_InsertMedia_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -116,9 +116,9 @@ func (c *bmcRedfishServiceClient) InsertMedia(ctx context.Context, in *InsertMed
 	return out, nil
 }
 
-func (c *bmcRedfishServiceClient) EjectMedia(ctx context.Context, in *EjectMediaRequest, opts ...grpc.CallOption) (*MediaResponse, error) {
+func (c *bmcRedfishServiceClient) EjectMedia(ctx context.Context, in *EjectMediaRequest, opts ...grpc.CallOption) (*EjectMediaResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(MediaResponse)
+	out := new(EjectMediaResponse)
 	err := c.cc.Invoke(ctx, BmcRedfishService_EjectMedia_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -152,9 +152,9 @@ type BmcRedfishServiceServer interface {
 	UpdateFirmware(context.Context, *UpdateFirmwareRequest) (*UpdateFirmwareResponse, error)
 	// InsertMedia puts a catalog image in the BMC's virtual CD (the BMC
 	// fetches it) and optionally sets the next boot to it.
-	InsertMedia(context.Context, *InsertMediaRequest) (*MediaResponse, error)
+	InsertMedia(context.Context, *InsertMediaRequest) (*InsertMediaResponse, error)
 	// EjectMedia empties the BMC's virtual CD.
-	EjectMedia(context.Context, *EjectMediaRequest) (*MediaResponse, error)
+	EjectMedia(context.Context, *EjectMediaRequest) (*EjectMediaResponse, error)
 	mustEmbedUnimplementedBmcRedfishServiceServer()
 }
 
@@ -177,10 +177,10 @@ func (UnimplementedBmcRedfishServiceServer) ListFirmware(context.Context, *ListF
 func (UnimplementedBmcRedfishServiceServer) UpdateFirmware(context.Context, *UpdateFirmwareRequest) (*UpdateFirmwareResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method UpdateFirmware not implemented")
 }
-func (UnimplementedBmcRedfishServiceServer) InsertMedia(context.Context, *InsertMediaRequest) (*MediaResponse, error) {
+func (UnimplementedBmcRedfishServiceServer) InsertMedia(context.Context, *InsertMediaRequest) (*InsertMediaResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method InsertMedia not implemented")
 }
-func (UnimplementedBmcRedfishServiceServer) EjectMedia(context.Context, *EjectMediaRequest) (*MediaResponse, error) {
+func (UnimplementedBmcRedfishServiceServer) EjectMedia(context.Context, *EjectMediaRequest) (*EjectMediaResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method EjectMedia not implemented")
 }
 func (UnimplementedBmcRedfishServiceServer) mustEmbedUnimplementedBmcRedfishServiceServer() {}

@@ -260,7 +260,7 @@ func (inv *invocation) mediaInsertCommand() *cobra.Command {
 			if image == "" {
 				return usageErrorf("--image is required: the catalog name of the ISO")
 			}
-			var resp *inventoryv1.MediaResponse
+			var resp *inventoryv1.InsertMediaResponse
 			err := inv.rpc(cmd, fmt.Sprintf("insert virtual media in machine %q", args[0]), func(ctx context.Context, cc *grpc.ClientConn) error {
 				var err error
 				resp, err = inventoryv1.NewBmcRedfishServiceClient(cc).InsertMedia(ctx, &inventoryv1.InsertMediaRequest{Name: args[0], Image: image, Boot: boot})
