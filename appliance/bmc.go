@@ -40,6 +40,11 @@ type BMCConfig struct {
 	// account Corral owns (machines rotated once) when it is older than
 	// this; checked every RotateEvery/4, at most every 10 minutes.
 	RotateEvery time.Duration
+	// MediaURL is the boot HTTP server's URL as BMCs reach it (for
+	// example http://10.0.0.1:8080), under which they fetch firmware
+	// images and ISOs (/os-images/<sha256>); empty: the boot HTTP
+	// server's address when it listens on a specific one.
+	MediaURL string
 }
 
 // initBMC wires BMC control into s after the store and inventory exist:
@@ -80,6 +85,9 @@ func (s *Server) initBMC() error {
 	}
 	s.bmc = bc
 	bmc.RegisterCredentials(s.grpc, &bmc.CredentialServer{BMC: bc})
+	if err := s.initBMCRedfish(bc, ad); err != nil {
+		return err
+	}
 	// Rotations an appliance left unfinished are finished at start (the
 	// pending credential tried first, then the one in use), for the
 	// machines this appliance owns.

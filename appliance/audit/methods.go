@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"fmt"
 	"strings"
 	"unicode/utf8"
 
@@ -80,6 +81,14 @@ var auditRules = map[string]auditRule{
 	// A rotation's request names the machine only; no password is in
 	// any request or answer.
 	"/corral.inventory.v1.BmcCredentialService/RotateBmcCredentials": machineRule,
+	// BIOS settings, firmware updates and virtual media change the
+	// machine through its BMC (each on its timeline too).
+	"/corral.inventory.v1.BmcRedfishService/GetBios":        readRule,
+	"/corral.inventory.v1.BmcRedfishService/ListFirmware":   readRule,
+	"/corral.inventory.v1.BmcRedfishService/SetBios":        machineRule,
+	"/corral.inventory.v1.BmcRedfishService/UpdateFirmware": machineRule,
+	"/corral.inventory.v1.BmcRedfishService/InsertMedia":    machineRule,
+	"/corral.inventory.v1.BmcRedfishService/EjectMedia":     machineRule,
 	// The machines an allocation claims are on their timelines already.
 	"/corral.inventory.v1.MachineService/AllocateMachines": mutating("allocation", "selector"),
 
@@ -291,6 +300,14 @@ func timelineVerb(method string, req any) string {
 		return "enroll BMC"
 	case *inventoryv1.RotateBmcCredentialsRequest:
 		return "rotate BMC credentials"
+	case *inventoryv1.SetBiosRequest:
+		return fmt.Sprintf("set %d BIOS settings", len(r.GetSettings()))
+	case *inventoryv1.UpdateFirmwareRequest:
+		return "update firmware from image " + r.GetImage()
+	case *inventoryv1.InsertMediaRequest:
+		return "insert virtual media " + r.GetImage()
+	case *inventoryv1.EjectMediaRequest:
+		return "eject virtual media"
 	}
 	_, name, _ := strings.Cut(strings.TrimPrefix(method, "/"), "/")
 	return name

@@ -161,7 +161,8 @@ func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request, path string
 		writeJSON(w, 200, collection(managersURI, "#ManagerCollection.ManagerCollection", manager1))
 	case manager1:
 		writeJSON(w, 200, map[string]any{"@odata.id": manager1, "@odata.type": "#Manager.v1_5_0.Manager", "Id": "1", "Name": "Manager",
-			"ManagerType": "BMC", "Status": status(""), "LogServices": map[string]string{"@odata.id": logSvcsURI}})
+			"ManagerType": "BMC", "Status": status(""), "LogServices": map[string]string{"@odata.id": logSvcsURI},
+			"VirtualMedia": map[string]string{"@odata.id": virtualMediaURI}})
 	case logSvcsURI:
 		writeJSON(w, 200, collection(logSvcsURI, "#LogServiceCollection.LogServiceCollection", selURI))
 	case selURI:

@@ -3,7 +3,10 @@
 // Boot override PATCH, and the ComputerSystem.Reset action; an
 // AccountService with a fixed set of account slots (accounts.go); one
 // Chassis with Thermal and Power, and a Manager whose SEL log service
-// has entries (health.go); backed by a
+// has entries (health.go); the BIOS with its attribute registry and
+// pending settings (bios.go), the UpdateService's firmware inventory,
+// SimpleUpdate and its tasks (firmware.go), and the manager's virtual
+// CD (media.go); backed by a
 // Machine the test provides (for example an ipmi_sim chassis program that
 // starts and stops a QEMU VM, or a MemMachine). It is enough for bmclib's
 // gofish provider; it is not a conformance model of any vendor's BMC, and
@@ -77,6 +80,12 @@ type Server struct {
 	// health is what Chassis/1/Thermal, Chassis/1/Power and the SEL
 	// answer (health.go).
 	health Health
+	// bios, firmware and media are the BIOS settings (bios.go), the
+	// UpdateService and its tasks (firmware.go), and the virtual media
+	// (media.go).
+	bios     biosState
+	firmware firmwareState
+	media    mediaState
 }
 
 const (
@@ -104,6 +113,7 @@ func Start(t testing.TB, user, pass string, m Machine) *Server {
 func Serve(t testing.TB, ln net.Listener, user, pass string, m Machine) *Server {
 	t.Helper()
 	s := &Server{User: user, Pass: pass, m: m, sessions: map[string]string{}, sessionAccount: map[string]*account{}, accounts: newAccounts(user, pass), health: DefaultHealth(),
+		bios: newBIOS(), firmware: newFirmware(), media: newMedia(),
 		boot: map[string]string{"BootSourceOverrideEnabled": "Disabled", "BootSourceOverrideTarget": "None", "BootSourceOverrideMode": "Legacy"}}
 	if err := s.RotateCertificate(); err != nil {
 		_ = ln.Close()
@@ -272,6 +282,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			"Managers":       map[string]string{"@odata.id": managersURI},
 			"AccountService": map[string]string{"@odata.id": accountServiceURI},
 			"SessionService": map[string]string{"@odata.id": "/redfish/v1/SessionService"},
+			"Registries":     map[string]string{"@odata.id": registriesURI},
+			"UpdateService":  map[string]string{"@odata.id": updateServiceURI},
+			"TaskService":    map[string]string{"@odata.id": taskServiceURI},
 			"Links":          map[string]any{"Sessions": map[string]string{"@odata.id": sessURI}},
 		})
 		return
@@ -313,7 +326,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("\x00\x01<html>not redfish{{{"))
 		return
 	}
-	if s.serveAccounts(w, r, path) || s.serveHealth(w, r, path) {
+	if s.serveAccounts(w, r, path) || s.serveHealth(w, r, path) || s.serveBIOS(w, r, path) || s.serveFirmware(w, r, path) || s.serveMedia(w, r, path) {
 		return
 	}
 	switch {
@@ -342,7 +355,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		if on {
 			state = "On"
 		}
-		boot := map[string]any{"BootSourceOverrideTarget@Redfish.AllowableValues": []string{"None", "Pxe", "Hdd", "BiosSetup"}}
+		boot := map[string]any{"BootSourceOverrideTarget@Redfish.AllowableValues": []string{"None", "Pxe", "Hdd", "Cd", "BiosSetup"}}
 		for k, v := range s.Boot() {
 			boot[k] = v
 		}
@@ -351,6 +364,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			"Manufacturer": "Corral", "Model": "Test Redfish", "SerialNumber": "RF-TEST-1", "PowerState": state,
 			"Status": map[string]string{"State": "Enabled", "Health": "OK"},
 			"Boot":   boot,
+			"Bios":   map[string]string{"@odata.id": biosURI},
 			"Actions": map[string]any{"#ComputerSystem.Reset": map[string]any{
 				"target": resetURI, "ResetType@Redfish.AllowableValues": resetTypes,
 			}},
@@ -371,7 +385,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			next[k] = v
 		}
 		switch next["BootSourceOverrideTarget"] {
-		case "None", "Pxe", "Hdd", "BiosSetup":
+		case "None", "Pxe", "Hdd", "Cd", "BiosSetup":
 		default:
 			redfishError(w, 400, fmt.Sprintf("BootSourceOverrideTarget %q not allowed", next["BootSourceOverrideTarget"]))
 			return
@@ -402,9 +416,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			redfishError(w, 500, err.Error())
 			return
 		}
-		// A one-shot override is consumed by the boot the reset causes.
+		// A one-shot override is consumed by the boot the reset causes,
+		// and the BIOS takes its pending settings.
 		if body.ResetType != "ForceOff" && body.ResetType != "GracefulShutdown" {
 			s.mu.Lock()
+			s.applyBIOS()
 			if s.boot["BootSourceOverrideEnabled"] == "Once" {
 				s.boot["BootSourceOverrideEnabled"] = "Disabled"
 			}
