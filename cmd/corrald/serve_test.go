@@ -140,3 +140,16 @@ func TestServeValidation(t *testing.T) {
 		t.Errorf("serve = %v, want the --bmc-poll-concurrency check", err)
 	}
 }
+
+// TestServeBMCMediaURL: a media URL a BMC could not fetch from is refused
+// at start, naming the flag.
+func TestServeBMCMediaURL(t *testing.T) {
+	for _, bad := range []string{"ftp://10.0.0.1/", "http://", "10.0.0.1:8080", "http://10.0.0.1/?x=1"} {
+		if _, err := serveWith(t, "serve", "--bmc-media-url", bad); err == nil || !strings.Contains(err.Error(), "--bmc-media-url") {
+			t.Errorf("--bmc-media-url %q: %v, want it refused", bad, err)
+		}
+	}
+	if _, err := serveWith(t, "serve", "--bmc-media-url", "http://10.0.0.1:8080"); err != nil {
+		t.Errorf("--bmc-media-url http://10.0.0.1:8080: %v", err)
+	}
+}
