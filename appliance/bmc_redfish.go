@@ -51,7 +51,7 @@ func (c catalogImages) mediaBase() (string, error) {
 	if a, ok := c.s.BootHTTPAddr().(*net.TCPAddr); ok && a != nil && !a.IP.IsUnspecified() {
 		return "http://" + a.String(), nil
 	}
-	return "", apierr.Preconditionf("the appliance has no address a BMC fetches images from: set the BMC media URL (BMCConfig.MediaURL, the boot HTTP server as BMCs reach it)")
+	return "", apierr.Preconditionf("the appliance has no address a BMC fetches images from: set corrald serve --bmc-media-url (the boot HTTP server as BMCs reach it)")
 }
 
 func (c catalogImages) image(ctx context.Context, name string) (*osimagev1.OSImage, io.ReadCloser, error) {
