@@ -8,6 +8,7 @@ import (
 	consolev1 "github.com/corralhq/corral/api/console/v1"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/auth"
+	hvappliance "github.com/corralhq/corral/hypervisor/appliance"
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/inventory/bmc"
 	"github.com/corralhq/corral/ipmi/console"
@@ -17,21 +18,35 @@ import (
 // consoleAttachMethod is the method the audit records console steps under.
 const consoleAttachMethod = consolev1.ConsoleService_Attach_FullMethodName
 
-// initConsole serves machines' serial consoles (docs/architecture.md,
-// "Machine consoles"): the hub as a component, its link IPMI
-// Serial-over-LAN (ipmi/sol) with the machine's sealed BMC credentials,
-// opened here and used in this process only.
+// initConsole serves machines' and virtual machines' serial consoles
+// (docs/architecture.md, "Machine consoles"): a hub each, as components.
+// A machine's link is IPMI Serial-over-LAN (ipmi/sol) with its sealed BMC
+// credentials, opened here and used in this process only; a VM's is its
+// serial port through its node (HypervisorService.SerialConsole).
 func (s *Server) initConsole() error {
-	if s.bmc == nil {
+	srv := &console.Server{Who: consoleWho}
+	if s.bmc != nil {
+		h, err := console.New(console.Config{Link: solLink{bmc: s.bmc, runner: s.consoleRunner}, Auditor: consoleAudit{s}, Logger: s.log.With("component", "console")})
+		if err != nil {
+			return err
+		}
+		s.inv.OnDelete(func(_ context.Context, m *inventoryv1.Machine) { h.Forget(m.GetName()) })
+		s.addComponent("console", h.Run)
+		srv.Hub = h
+	}
+	if s.vms != nil {
+		h, err := console.New(console.Config{Link: vmLink{s.vms}, Kind: "virtual machine", Auditor: vmConsoleAudit{s},
+			Logger: s.log.With("component", "vm-console")})
+		if err != nil {
+			return err
+		}
+		s.addComponent("vm-console", h.Run)
+		srv.VMs = h
+	}
+	if srv.Hub == nil && srv.VMs == nil {
 		return nil
 	}
-	h, err := console.New(console.Config{Link: solLink{bmc: s.bmc, runner: s.consoleRunner}, Auditor: consoleAudit{s}, Logger: s.log.With("component", "console")})
-	if err != nil {
-		return err
-	}
-	s.inv.OnDelete(func(_ context.Context, m *inventoryv1.Machine) { h.Forget(m.GetName()) })
-	s.addComponent("console", h.Run)
-	console.Register(s.grpc, &console.Server{Hub: h, Who: consoleWho})
+	console.Register(s.grpc, srv)
 	return nil
 }
 
@@ -84,6 +99,24 @@ type consoleAudit struct{ s *Server }
 func (a consoleAudit) ConsoleAction(ctx context.Context, machine string, act console.Action) {
 	if a.s.audit != nil {
 		a.s.audit.Note(ctx, consoleAttachMethod, machine, act.String())
+	}
+}
+
+// vmLink opens a VM's serial port through its node.
+type vmLink struct{ vms *hvappliance.Services }
+
+func (l vmLink) Check(ctx context.Context, vm string) error { return l.vms.CheckSerialConsole(ctx, vm) }
+
+func (l vmLink) Run(ctx context.Context, vm string, in io.Reader, out io.Writer, up func()) error {
+	return l.vms.SerialConsole(ctx, vm, in, out, up)
+}
+
+// vmConsoleAudit records VM console viewers' steps in the audit stream.
+type vmConsoleAudit struct{ s *Server }
+
+func (a vmConsoleAudit) ConsoleAction(ctx context.Context, vm string, act console.Action) {
+	if a.s.audit != nil {
+		a.s.audit.NoteVM(ctx, consoleAttachMethod, vm, act.String())
 	}
 }
 
