@@ -901,13 +901,14 @@ function renderHealth(card, m) {
   const hs = hl || {};
   const st = hs.status || 'unknown';
   const sensors = (hs.sensors || []).slice().sort((a, b) => String(a.name).localeCompare(String(b.name)));
+  const set = (ts) => Boolean(ts) && new Date(ts).getTime() > 0; // a zero timestamp reads as 1970
   const value = (x) => (x.value === undefined || x.value === null ? '—' : String(Math.round(Number(x.value) * 100) / 100) + (x.unit ? ' ' + x.unit : ''));
   card.replaceChildren(
     h('h2', null, 'BMC health ', h('span', { class: 'badge health-' + st, id: 'bmc-health-status' }, st)),
     conds.length ? h('ul', { class: 'conditions' }, conds.map((c) => h('li', null, c))) : null,
     kv([
-      ['Changed', hs.changed_at ? when(hs.changed_at) + ' (' + ago(hs.changed_at) + ')' : ''],
-      ['Event log', hs.log_critical_id ? ['critical entry #' + hs.log_critical_id + ': ', h('span', { class: 'log-critical' }, hs.log_critical || '')] : (hs.log_added_at ? 'no critical entry (last added ' + when(hs.log_added_at) + ')' : 'no critical entry')],
+      ['Changed', set(hs.changed_at) ? when(hs.changed_at) + ' (' + ago(hs.changed_at) + ')' : ''],
+      ['Event log', hs.log_critical_id ? ['critical entry #' + hs.log_critical_id + ': ', h('span', { class: 'log-critical' }, hs.log_critical || '')] : (set(hs.log_added_at) ? 'no critical entry (last added ' + when(hs.log_added_at) + ')' : 'no critical entry')],
       ['Sensors', hs.dropped ? sensors.length + ' shown, ' + hs.dropped + ' more not kept' : ''],
     ]),
     table('list sensors', ['Sensor', 'Kind', 'Reading', 'Status', 'Threshold'],
@@ -1017,7 +1018,7 @@ function consoleCard(name, kind) {
       switch (m.event) {
         case 'attached': say('Attached' + (writing ? ', writing.' : ', read-only: take write to type.')); break;
         case 'live': break;
-        case 'ping': w.send(new Uint8Array(0)); window.consolePongs = (window.consolePongs || 0) + 1; break;
+        case 'ping': w.send(new Uint8Array(0)); break;
         case 'write-taken': writing = false; take.hidden = false; say('Read-only: ' + (m.detail || 'another viewer took the write seat') + '.'); break;
         case 'link-down': say('The link to ' + link + ' is down' + (m.detail ? ': ' + m.detail : '') + '; retrying.'); break;
         case 'link-up': say('The link to ' + link + ' is back.'); break;
