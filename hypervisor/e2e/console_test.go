@@ -98,7 +98,9 @@ func attachVM(t *testing.T, l *hvlab.Lab, ctx context.Context, vm string, mode c
 func checkVMConsole(t *testing.T, l *hvlab.Lab, vm string) {
 	t.Helper()
 	began := time.Now()
-	defer func() { figure(t, "vm serial console check (CLI writer, viewer, detach, scrollback): %v", time.Since(began).Round(time.Millisecond)) }()
+	defer func() {
+		figure(t, "vm serial console check (CLI writer, viewer, detach, scrollback): %v", time.Since(began).Round(time.Millisecond))
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
