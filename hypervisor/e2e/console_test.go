@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	auditv1 "github.com/corralhq/corral/api/audit/v1"
 	consolev1 "github.com/corralhq/corral/api/console/v1"
 	"github.com/corralhq/corral/testsupport/hvlab"
 )
@@ -168,4 +169,30 @@ func checkVMConsole(t *testing.T, l *hvlab.Lab, vm string) {
 		t.Errorf("a viewer attached after the line was typed: scrollback lacks it:\n%s", tailString(back, 2000))
 	}
 	_ = later.stream.CloseSend()
+
+	// Attach, detach and the refused viewer are in the audit stream, on
+	// the VM.
+	want := map[string]bool{"console attach write": false, "console attach read-only": false, "console detach": false}
+	deadline := time.Now().Add(15 * time.Second)
+	for missing := len(want); missing > 0; {
+		evs, err := auditv1.NewAuditServiceClient(l.Conn).ListEvents(ctx, &auditv1.ListEventsRequest{Object: "virtualmachine/" + vm, PageSize: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs.GetEvents() {
+			if _, ok := want[e.GetAction()]; ok {
+				want[e.GetAction()] = true
+			}
+		}
+		missing = 0
+		for _, seen := range want {
+			if !seen {
+				missing++
+			}
+		}
+		if missing > 0 && time.Now().After(deadline) {
+			t.Fatalf("audit events of virtualmachine/%s: %v seen", vm, want)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
