@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"strconv"
+	"sync"
 
 	consolev1 "github.com/corralhq/corral/api/console/v1"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
@@ -35,11 +36,13 @@ func (s *Server) initConsole() error {
 		srv.Hub = h
 	}
 	if s.vms != nil {
-		h, err := console.New(console.Config{Link: vmLink{s.vms}, Kind: "virtual machine", Auditor: vmConsoleAudit{s},
+		link := &vmLink{vms: s.vms, seen: map[string]string{}}
+		h, err := console.New(console.Config{Link: link, Kind: "virtual machine", Auditor: vmConsoleAudit{s},
 			Logger: s.log.With("component", "vm-console")})
 		if err != nil {
 			return err
 		}
+		link.hub = h
 		s.addComponent("vm-console", h.Run)
 		srv.VMs = h
 	}
@@ -102,12 +105,34 @@ func (a consoleAudit) ConsoleAction(ctx context.Context, machine string, act con
 	}
 }
 
-// vmLink opens a VM's serial port through its node.
-type vmLink struct{ vms *hvappliance.Services }
+// vmLink opens a VM's serial port through its node. A VM deleted and
+// created again under its name is another VM: the hub's session of the
+// old one (its scrollback, its viewers) is dropped when the new one is
+// first attached, told apart by UUID.
+type vmLink struct {
+	vms *hvappliance.Services
+	hub *console.Hub
 
-func (l vmLink) Check(ctx context.Context, vm string) error { return l.vms.CheckSerialConsole(ctx, vm) }
+	mu   sync.Mutex
+	seen map[string]string // VM name → the UUID the hub's session is of
+}
 
-func (l vmLink) Run(ctx context.Context, vm string, in io.Reader, out io.Writer, up func()) error {
+func (l *vmLink) Check(ctx context.Context, vm string) error {
+	id, err := l.vms.CheckSerialConsole(ctx, vm)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	prev, ok := l.seen[vm]
+	l.seen[vm] = id
+	l.mu.Unlock()
+	if ok && prev != id {
+		l.hub.Forget(vm)
+	}
+	return nil
+}
+
+func (l *vmLink) Run(ctx context.Context, vm string, in io.Reader, out io.Writer, up func()) error {
 	return l.vms.SerialConsole(ctx, vm, in, out, up)
 }
 

@@ -31,10 +31,14 @@ func (s *Services) serialVM(ctx context.Context, name string) (*provisioningv1.V
 
 // CheckSerialConsole says whether VM name has a serial console to open
 // (ipmi/console's Link.Check): it exists, is not pending and is placed on
-// a node.
-func (s *Services) CheckSerialConsole(ctx context.Context, name string) error {
-	_, err := s.serialVM(ctx, name)
-	return err
+// a node. It returns the VM's UUID, which tells a VM from another created
+// later under its name.
+func (s *Services) CheckSerialConsole(ctx context.Context, name string) (string, error) {
+	vm, err := s.serialVM(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	return vm.GetUuid(), nil
 }
 
 // SerialConsole opens VM name's serial port through its node

@@ -129,10 +129,10 @@ func TestSerialConsole(t *testing.T) {
 	if _, err := e.vm.CreateVirtualMachine(ctx, vmReq("web")); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.svc.CheckSerialConsole(ctx, "web"); err != nil {
-		t.Fatalf("check: %v", err)
+	if id, err := e.svc.CheckSerialConsole(ctx, "web"); err != nil || id == "" {
+		t.Fatalf("check: %q %v, want the VM's UUID", id, err)
 	}
-	if err := e.svc.CheckSerialConsole(ctx, "nope"); !errors.Is(err, apierr.ErrNotFound) {
+	if _, err := e.svc.CheckSerialConsole(ctx, "nope"); !errors.Is(err, apierr.ErrNotFound) {
 		t.Fatalf("check of a VM that does not exist: %v, want NotFound", err)
 	}
 
