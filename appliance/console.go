@@ -4,10 +4,12 @@ import (
 	"context"
 	"io"
 	"strconv"
+	"sync"
 
 	consolev1 "github.com/corralhq/corral/api/console/v1"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/auth"
+	hvappliance "github.com/corralhq/corral/hypervisor/appliance"
 	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/inventory/bmc"
 	"github.com/corralhq/corral/ipmi/console"
@@ -17,21 +19,37 @@ import (
 // consoleAttachMethod is the method the audit records console steps under.
 const consoleAttachMethod = consolev1.ConsoleService_Attach_FullMethodName
 
-// initConsole serves machines' serial consoles (docs/architecture.md,
-// "Machine consoles"): the hub as a component, its link IPMI
-// Serial-over-LAN (ipmi/sol) with the machine's sealed BMC credentials,
-// opened here and used in this process only.
+// initConsole serves machines' and virtual machines' serial consoles
+// (docs/architecture.md, "Machine consoles"): a hub each, as components.
+// A machine's link is IPMI Serial-over-LAN (ipmi/sol) with its sealed BMC
+// credentials, opened here and used in this process only; a VM's is its
+// serial port through its node (HypervisorService.SerialConsole).
 func (s *Server) initConsole() error {
-	if s.bmc == nil {
+	srv := &console.Server{Who: consoleWho}
+	if s.bmc != nil {
+		h, err := console.New(console.Config{Link: solLink{bmc: s.bmc, runner: s.consoleRunner}, Auditor: consoleAudit{s}, Logger: s.log.With("component", "console")})
+		if err != nil {
+			return err
+		}
+		s.inv.OnDelete(func(_ context.Context, m *inventoryv1.Machine) { h.Forget(m.GetName()) })
+		s.addComponent("console", h.Run)
+		srv.Hub = h
+	}
+	if s.vms != nil {
+		link := &vmLink{vms: s.vms, seen: map[string]string{}}
+		h, err := console.New(console.Config{Link: link, Kind: "virtual machine", Auditor: vmConsoleAudit{s},
+			Logger: s.log.With("component", "vm-console")})
+		if err != nil {
+			return err
+		}
+		link.hub = h
+		s.addComponent("vm-console", h.Run)
+		srv.VMs = h
+	}
+	if srv.Hub == nil && srv.VMs == nil {
 		return nil
 	}
-	h, err := console.New(console.Config{Link: solLink{bmc: s.bmc, runner: s.consoleRunner}, Auditor: consoleAudit{s}, Logger: s.log.With("component", "console")})
-	if err != nil {
-		return err
-	}
-	s.inv.OnDelete(func(_ context.Context, m *inventoryv1.Machine) { h.Forget(m.GetName()) })
-	s.addComponent("console", h.Run)
-	console.Register(s.grpc, &console.Server{Hub: h, Who: consoleWho})
+	console.Register(s.grpc, srv)
 	return nil
 }
 
@@ -84,6 +102,46 @@ type consoleAudit struct{ s *Server }
 func (a consoleAudit) ConsoleAction(ctx context.Context, machine string, act console.Action) {
 	if a.s.audit != nil {
 		a.s.audit.Note(ctx, consoleAttachMethod, machine, act.String())
+	}
+}
+
+// vmLink opens a VM's serial port through its node. A VM deleted and
+// created again under its name is another VM: the hub's session of the
+// old one (its scrollback, its viewers) is dropped when the new one is
+// first attached, told apart by UUID.
+type vmLink struct {
+	vms *hvappliance.Services
+	hub *console.Hub
+
+	mu   sync.Mutex
+	seen map[string]string // VM name → the UUID the hub's session is of
+}
+
+func (l *vmLink) Check(ctx context.Context, vm string) error {
+	id, err := l.vms.CheckSerialConsole(ctx, vm)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	prev, ok := l.seen[vm]
+	l.seen[vm] = id
+	l.mu.Unlock()
+	if ok && prev != id {
+		l.hub.Forget(vm)
+	}
+	return nil
+}
+
+func (l *vmLink) Run(ctx context.Context, vm string, in io.Reader, out io.Writer, up func()) error {
+	return l.vms.SerialConsole(ctx, vm, in, out, up)
+}
+
+// vmConsoleAudit records VM console viewers' steps in the audit stream.
+type vmConsoleAudit struct{ s *Server }
+
+func (a vmConsoleAudit) ConsoleAction(ctx context.Context, vm string, act console.Action) {
+	if a.s.audit != nil {
+		a.s.audit.NoteVM(ctx, consoleAttachMethod, vm, act.String())
 	}
 }
 

@@ -49,6 +49,7 @@ func (s *Server) initHypervisor(p *pool.Pool) error {
 		return err
 	}
 	hvappliance.Register(s.grpc, svc)
+	s.vms = svc
 	s.addSingleton("reconciler", svc.Run)
 	s.addComponent("node-dialer", func(ctx context.Context) error {
 		<-ctx.Done()

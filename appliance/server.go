@@ -31,6 +31,7 @@ import (
 	"github.com/corralhq/corral/auth/tpmid"
 	boothttp "github.com/corralhq/corral/boot/http"
 	"github.com/corralhq/corral/fleet/artifactsync"
+	hvappliance "github.com/corralhq/corral/hypervisor/appliance"
 	"github.com/corralhq/corral/images/osimage"
 	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/inventory/bmc"
@@ -103,6 +104,9 @@ type Server struct {
 	lis    net.Listener
 	inv    *inventory.Inventory
 	bmc    *bmc.Service
+	// vms is the hypervisor services (initHypervisor): the VM consoles'
+	// link.
+	vms *hvappliance.Services
 	// lifecycle drives accept/install, reprovision, maintenance and the
 	// lifecycle timers.
 	lifecycle *lifecycle.Lifecycle
@@ -326,13 +330,13 @@ func New(cfg Config) (*Server, error) {
 		machines.BMC = s.bmc
 	}
 	inventory.Register(s.grpc, machines)
-	if err := s.initConsole(); err != nil {
-		lis.Close()
-		return nil, fmt.Errorf("console: %w", err)
-	}
 	if err := s.initHypervisor(p); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("hypervisor services: %w", err)
+	}
+	if err := s.initConsole(); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("console: %w", err)
 	}
 	ekRoots, err := tpmid.LoadCAs(cfg.Lifecycle.TPMEKCAs)
 	if err != nil {

@@ -29,6 +29,9 @@ type WebConfig struct {
 	// a cap is closed at accept.
 	MaxConns      int
 	MaxConnsPerIP int
+	// ConsoleKeepalive is how often the page's console sockets are pinged
+	// (default 30 s; see web.Config).
+	ConsoleKeepalive time.Duration
 }
 
 // Web server bounds: a browser's requests are small; the longest unary
@@ -91,7 +94,7 @@ func (s *Server) initWeb() error {
 	if err != nil {
 		return fmt.Errorf("web: dial own API %s: %w", s.endpoint(), err)
 	}
-	h, err := web.New(web.Config{Conn: conn, Logger: log, Role: func(ctx context.Context, token string) (authv1.Role, error) {
+	h, err := web.New(web.Config{Conn: conn, Logger: log, ConsoleKeepalive: c.ConsoleKeepalive, Role: func(ctx context.Context, token string) (authv1.Role, error) {
 		p, err := s.tokens.Authenticate(ctx, token)
 		return p.Role, err
 	}})

@@ -40,13 +40,21 @@ func startAppliance(t *testing.T) *applianceRig {
 // settings.
 func startApplianceWith(t *testing.T, bmc appliance.BMCConfig) *applianceRig {
 	t.Helper()
+	return startApplianceWeb(t, bmc, appliance.WebConfig{})
+}
+
+// startApplianceWeb is startApplianceWith with the web page's settings
+// (its Listen is set here).
+func startApplianceWeb(t *testing.T, bmc appliance.BMCConfig, webc appliance.WebConfig) *applianceRig {
+	t.Helper()
+	webc.Listen = "127.0.0.1:0"
 	log := slog.New(slog.DiscardHandler)
 	if os.Getenv("CORRAL_TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	dir := t.TempDir()
 	srv, err := appliance.New(appliance.Config{DataDir: dir, APIListen: "127.0.0.1:0", Logger: log,
-		Web: appliance.WebConfig{Listen: "127.0.0.1:0"}, BMC: bmc})
+		Web: webc, BMC: bmc})
 	if err != nil {
 		t.Fatalf("appliance.New: %v", err)
 	}

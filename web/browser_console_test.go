@@ -80,7 +80,9 @@ func TestBrowserConsole(t *testing.T) {
 	}
 	line := newSerialLine(t)
 	sim := ipmisim.Start(t, ipmisim.Options{SOL: "tcp:" + line.lis.Addr().String()})
-	a := startApplianceWith(t, appliance.BMCConfig{PollInterval: -1})
+	// A short keepalive: the page must answer the pings, and a socket
+	// that does not is closed within seconds.
+	a := startApplianceWeb(t, appliance.BMCConfig{PollInterval: -1}, appliance.WebConfig{ConsoleKeepalive: time.Second})
 	ctx := context.Background()
 	if _, err := a.admin.EnrollMachine(ctx, &inventoryv1.EnrollMachineRequest{Name: "m1", BmcAddress: sim.Addr(),
 		BmcProtocol: inventoryv1.BmcProtocol_BMC_PROTOCOL_IPMI, BmcUsername: sim.User, BmcPassword: sim.Pass}); err != nil {
@@ -158,6 +160,36 @@ func TestBrowserConsole(t *testing.T) {
 	_, _ = w.Write([]byte("login: "))
 	b.step("live output", 15*time.Second, until(fmt.Sprintf(`%s.includes('login:')`, termText), 10*time.Second))
 	shot(b.ctx, t, "console-write")
+
+	// Keepalive: idle for three and a half intervals (past the 2.5 s a
+	// silent socket is given), the page's socket answered the pings and
+	// is still attached; a socket opened by hand that never answers is
+	// closed.
+	time.Sleep(3500 * time.Millisecond)
+	if st := eval[string](b, `document.getElementById('console-state').textContent`); !strings.HasPrefix(st, "Attached, writing") {
+		t.Errorf("after 3.5 s idle the console says %q, want still attached", st)
+	}
+	b.step("a silent socket is closed", 20*time.Second,
+		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := chromedp.Evaluate[chromedp.Void](`window.silent = { pings: 0, closed: 0 }; (() => {
+				const w = new WebSocket('wss://' + location.host + '/api/console/m1');
+				const t0 = Date.now();
+				w.onopen = () => w.send(JSON.stringify({ token: sessionStorage.getItem('corral.token') }));
+				w.onmessage = (ev) => { if (typeof ev.data === 'string' && JSON.parse(ev.data).event === 'ping') window.silent.pings++; };
+				w.onclose = () => { window.silent.closed = Date.now() - t0; };
+			})(); undefined`)(ctx, tg)
+			return err
+		}),
+		until(`window.silent.closed > 0`, 15*time.Second),
+	)
+	if pings, closed := eval[int](b, `window.silent.pings`), eval[int](b, `window.silent.closed`); pings < 1 || closed < 2000 || closed > 6000 {
+		t.Errorf("the silent socket got %d pings and was closed after %d ms; want pings and a close after about 2.5 s", pings, closed)
+	} else {
+		t.Logf("a socket that answers no ping: %d pings, closed after %d ms", pings, closed)
+	}
+	if st := eval[string](b, `document.getElementById('console-state').textContent`); !strings.HasPrefix(st, "Attached, writing") {
+		t.Errorf("the page's own console was cut with the silent one: %q", st)
+	}
 	checkCSP(b.ctx, t)
 }
 

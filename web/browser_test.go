@@ -257,6 +257,10 @@ func TestBrowser(t *testing.T) {
 	if n := eval[int](b, `document.querySelectorAll('main [data-action]').length`); n != 0 {
 		t.Errorf("a viewer sees %d action controls on the machine page", n)
 	}
+	// A machine without a BMC has no console and no BMC health card.
+	if hidden := eval[bool](b, `document.querySelector('div.card.console').hidden && document.getElementById('bmc-health').hidden`); !hidden {
+		t.Error("a machine without a BMC shows a console or a BMC health card")
+	}
 	shot(b.ctx, t, "machine")
 
 	// Were the page to offer the viewer an accept (a role changed under

@@ -25,7 +25,30 @@ const (
 	// consoleOpenWait is how long the socket waits for the opening
 	// message before it closes.
 	consoleOpenWait = 10 * time.Second
+	// DefaultConsoleKeepalive is how often an open console socket is
+	// pinged (Config.ConsoleKeepalive).
+	DefaultConsoleKeepalive = 30 * time.Second
 )
+
+// consoleDeadAfter is how long a console socket may stay silent (no
+// keys, no answer to a ping) before it is taken for dead and closed: two
+// pings missed and half an interval more.
+func consoleDeadAfter(keepalive time.Duration) time.Duration { return keepalive*2 + keepalive/2 }
+
+// consoleFrame reads one message from the browser with its kind: text
+// is keys, binary an answer to a ping.
+var consoleFrame = websocket.Codec{
+	Unmarshal: func(data []byte, payloadType byte, v any) error {
+		f := v.(*browserFrame)
+		f.keys, f.pong = string(data), payloadType == websocket.BinaryFrame
+		return nil
+	},
+}
+
+type browserFrame struct {
+	keys string
+	pong bool
+}
 
 // consoleOpen is the browser's first message on a console socket: its
 // bearer token (a WebSocket cannot carry an Authorization header from a
@@ -38,38 +61,47 @@ type consoleOpen struct {
 }
 
 // consoleEvent is a text message to the browser: an event of the console
-// (attached, live, write-taken, link-down, link-up) with its detail, or
-// the status that ended the socket.
+// (attached, live, write-taken, link-down, link-up), a ping the page
+// answers with a binary message (the keepalive), or the status that ended
+// the socket.
 type consoleEvent struct {
 	Event  string    `json:"event,omitempty"`
 	Detail string    `json:"detail,omitempty"`
 	Error  *apiError `json:"error,omitempty"`
 }
 
-// console serves GET /api/console/{name}: a WebSocket bridged to
+// console serves GET /api/console/{name} (a machine's console) and GET
+// /api/vms/{name}/console (a virtual machine's): a WebSocket bridged to
 // ConsoleService.Attach as the caller. Binary messages to the browser are
 // the machine's output, text messages JSON events; text messages from the
-// browser after the opening one are keys for the machine. The socket is
-// refused unless its Origin is this page's own; the token travels in the
-// opening message and every Attach carries it, so the API authenticates,
-// authorizes (an operator's role) and audits the browser's caller.
-func (h *Handler) console(w http.ResponseWriter, r *http.Request) {
-	name, err := pathName(r)
-	if err != nil {
-		writeError(w, err)
-		return
+// browser after the opening one are keys for the machine, binary ones its
+// answers to the keepalive's pings. The socket is refused unless its
+// Origin is this page's own; the token travels in the opening message and
+// every Attach carries it, so the API authenticates, authorizes (an
+// operator's role) and audits the browser's caller.
+func (h *Handler) console(vm bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		name, err := pathName(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if !sameOrigin(r) {
+			writeError(w, status.Error(codes.PermissionDenied, "a console socket must come from this page (Origin does not match the host)"))
+			return
+		}
+		target := &consolev1.ConsoleOpen{Machine: name}
+		if vm {
+			target = &consolev1.ConsoleOpen{Vm: name}
+		}
+		srv := websocket.Server{
+			// sameOrigin checked the Origin above; the library's own check
+			// only parses it.
+			Handshake: func(*websocket.Config, *http.Request) error { return nil },
+			Handler:   func(ws *websocket.Conn) { h.bridge(r.Context(), ws, target) },
+		}
+		srv.ServeHTTP(w, r)
 	}
-	if !sameOrigin(r) {
-		writeError(w, status.Error(codes.PermissionDenied, "a console socket must come from this page (Origin does not match the host)"))
-		return
-	}
-	srv := websocket.Server{
-		// sameOrigin checked the Origin above; the library's own check
-		// only parses it.
-		Handshake: func(*websocket.Config, *http.Request) error { return nil },
-		Handler:   func(ws *websocket.Conn) { h.bridge(r.Context(), ws, name) },
-	}
-	srv.ServeHTTP(w, r)
 }
 
 // sameOrigin reports whether the request's Origin is https://Host (the
@@ -90,8 +122,14 @@ func sameOrigin(r *http.Request) bool {
 	return u.Scheme == scheme && strings.EqualFold(u.Host, r.Host)
 }
 
-// bridge runs one console socket until either side ends.
-func (h *Handler) bridge(ctx context.Context, ws *websocket.Conn, name string) {
+// bridge runs one console socket until either side ends. Every
+// keepalive interval it pings the page (a text event the page answers
+// with an empty binary message); a socket silent for consoleDeadAfter is
+// closed, so a browser that vanished without closing (a laptop shut, a
+// network gone) does not hold its viewer seat, or the write side, for
+// ever.
+func (h *Handler) bridge(ctx context.Context, ws *websocket.Conn, target *consolev1.ConsoleOpen) {
+	name := target.GetMachine() + target.GetVm()
 	defer ws.Close()
 	ws.MaxPayloadBytes = maxConsoleIn
 	ctx, cancel := context.WithCancel(ctx)
@@ -120,28 +158,54 @@ func (h *Handler) bridge(ctx context.Context, ws *websocket.Conn, name string) {
 	}
 	stream, err := consolev1.NewConsoleServiceClient(h.cfg.Conn).Attach(ctx, o)
 	if err == nil {
-		err = stream.Send(&consolev1.ConsoleInput{Input: &consolev1.ConsoleInput_Open{Open: &consolev1.ConsoleOpen{Machine: name, Mode: mode, Take: open.Take && open.Write}}})
+		err = stream.Send(&consolev1.ConsoleInput{Input: &consolev1.ConsoleInput_Open{Open: &consolev1.ConsoleOpen{
+			Machine: target.GetMachine(), Vm: target.GetVm(), Mode: mode, Take: open.Take && open.Write}}})
 	}
 	if err != nil {
-		h.log.Info("web console attach failed", "machine", name, "err", err)
+		h.log.Info("web console attach failed", "console", name, "err", err)
 		fail(err)
 		return
 	}
 
-	// Keys: the browser's text messages go to the machine. The stream's
-	// send side is this goroutine's alone.
+	// Keys: the browser's text messages go to the machine; any message
+	// shows the page alive. The stream's send side is this goroutine's
+	// alone.
+	keepalive := h.cfg.ConsoleKeepalive
 	go func() {
 		defer cancel()
 		for {
-			var keys string
-			if err := websocket.Message.Receive(ws, &keys); err != nil {
+			_ = ws.SetReadDeadline(time.Now().Add(consoleDeadAfter(keepalive)))
+			var f browserFrame
+			if err := consoleFrame.Receive(ws, &f); err != nil {
+				if ctx.Err() == nil && !errors.Is(err, io.EOF) {
+					h.log.Info("web console socket silent or broken: closed", "console", name, "err", err)
+				}
 				_ = stream.CloseSend()
 				return
 			}
-			if keys == "" {
+			if f.pong || f.keys == "" {
 				continue
 			}
-			if err := stream.Send(&consolev1.ConsoleInput{Input: &consolev1.ConsoleInput_Data{Data: []byte(keys)}}); err != nil {
+			if err := stream.Send(&consolev1.ConsoleInput{Input: &consolev1.ConsoleInput_Data{Data: []byte(f.keys)}}); err != nil {
+				return
+			}
+		}
+	}()
+	// Pings: text events, sent under the socket's write lock as the
+	// output below is.
+	go func() {
+		t := time.NewTicker(keepalive)
+		defer t.Stop()
+		ping, _ := json.Marshal(consoleEvent{Event: "ping"})
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			_ = ws.SetWriteDeadline(time.Now().Add(writeStall))
+			if websocket.Message.Send(ws, string(ping)) != nil {
+				cancel()
 				return
 			}
 		}
@@ -152,7 +216,7 @@ func (h *Handler) bridge(ctx context.Context, ws *websocket.Conn, name string) {
 		out, err := stream.Recv()
 		if err != nil {
 			if !errors.Is(err, io.EOF) && ctx.Err() == nil {
-				h.log.Info("web console ended", "machine", name, "err", err)
+				h.log.Info("web console ended", "console", name, "err", err)
 				fail(err)
 			}
 			return

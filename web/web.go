@@ -77,6 +77,10 @@ type Config struct {
 	// shows every action and the API still refuses what the role may not).
 	// It decides nothing: every call is still authorized by the API.
 	Role func(ctx context.Context, token string) (authv1.Role, error)
+	// ConsoleKeepalive is how often a console socket is pinged (default
+	// DefaultConsoleKeepalive); one silent for two and a half intervals is
+	// closed.
+	ConsoleKeepalive time.Duration
 }
 
 // Handler serves the page and its JSON API. It is safe for concurrent
@@ -106,6 +110,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.CallTimeout == 0 {
 		cfg.CallTimeout = DefaultCallTimeout
+	}
+	if cfg.ConsoleKeepalive <= 0 {
+		cfg.ConsoleKeepalive = DefaultConsoleKeepalive
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -282,7 +289,8 @@ func (h *Handler) routes() {
 		return recv(s, err)
 	}))
 	// A machine's console as a WebSocket (console.go).
-	m.HandleFunc("GET /api/console/{name}", h.console)
+	m.HandleFunc("GET /api/console/{name}", h.console(false))
+	m.HandleFunc("GET /api/vms/{name}/console", h.console(true))
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status.Errorf(codes.NotFound, "no API path %s %s", r.Method, r.URL.Path))
 	})

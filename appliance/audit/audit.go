@@ -273,6 +273,15 @@ func (a *Recorder) Note(ctx context.Context, method, machine, action string) {
 		machineName(object), auditItem{verb: action})
 }
 
+// NoteVM is Note for a virtual machine's console: the object is
+// virtualmachine/<name> (as VirtualMachineService's calls record it) and
+// no machine timeline is written.
+func (a *Recorder) NoteVM(ctx context.Context, method, vm, action string) {
+	p, ok := auth.FromContext(ctx)
+	object := "virtualmachine/" + clipUTF8(termsafe.Escape(vm), maxAuditObjectBytes)
+	a.record(ctx, auditRule{class: auditMutating}, method, principalOf{p, ok}, a.now(), nil, object, "", auditItem{verb: action})
+}
+
 // caller is who made a call: the auth interceptor's Resolution, or a
 // principal already known (Note).
 type caller interface {

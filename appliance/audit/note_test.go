@@ -34,3 +34,25 @@ func TestNote(t *testing.T) {
 		t.Fatalf("event %v", e)
 	}
 }
+
+// TestNoteVM: a VM console's step is an event on the virtual machine
+// (the object VirtualMachineService's calls record), on no machine.
+func TestNoteVM(t *testing.T) {
+	a := newTestAudit(t, mem.New(), Config{})
+	a.run(t)
+	ctx := auth.NewContext(context.Background(), auth.Principal{Role: authv1.Role_ROLE_OPERATOR, ID: "tok1", Subject: "ops"})
+	a.NoteVM(ctx, "/corral.console.v1.ConsoleService/Attach", "web\x1b[2J", "console detach")
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	evs, _, err := a.listPage(context.Background(), &auditv1.ListEventsRequest{PageSize: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 1 {
+		t.Fatalf("%d events, want 1", len(evs))
+	}
+	if e := evs[0]; e.GetAction() != "console detach" || e.GetWho() != "token:tok1 (ops)" || e.GetObject() != "virtualmachine/web\\x1b[2J" || e.GetMachine() != "" {
+		t.Fatalf("event %v", e)
+	}
+}

@@ -239,6 +239,7 @@ func TestBootVMFromImageUsecase(t *testing.T) {
 		t.Fatal(err)
 	}
 	figure(t, "test-vm: CreateVirtualMachine returned → tiny init applied the seed: %v", wait.Round(time.Millisecond))
+	checkVMConsole(t, l, "test-vm")
 
 	// The Network's bridge exists on the node; give the namespace an
 	// address on it to reach the guests.

@@ -97,6 +97,9 @@ type VM struct {
 	Console string
 	// SerialLog is the file the serial console is logged to.
 	SerialLog string
+	// Serial is the serial port's unix socket (QEMU's chardev server,
+	// one connection at a time).
+	Serial string
 }
 
 // Manager starts, stops and inspects the VMs of one node. Operations on
@@ -554,7 +557,7 @@ func (m *Manager) get(ctx context.Context, name string) (VM, error) {
 		return VM{}, err
 	}
 	p := PathsFor(m.dir(name))
-	v := VM{Spec: spec, Console: "unix:" + p.VNC, SerialLog: p.Console}
+	v := VM{Spec: spec, Console: "unix:" + p.VNC, SerialLog: p.Console, Serial: p.Serial}
 	pid, alive := processAlive(p.PIDFile, name)
 	if !alive {
 		desired, _ := os.ReadFile(filepath.Join(p.Dir, desiredFile))

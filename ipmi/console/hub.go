@@ -4,7 +4,8 @@
 // receives first, and the serial link opened on the first viewer and
 // closed a while after the last one leaves. It serves ConsoleService (the
 // API edge: gRPC codes appear only in server.go). The link itself (IPMI
-// Serial-over-LAN, package ipmi/sol) and the audit are wired in by the
+// Serial-over-LAN, package ipmi/sol; for a hub of virtual machines, the
+// VM's serial port through its node) and the audit are wired in by the
 // appliance through the interfaces declared here. It imports the API and
 // the error classes only, never store/, inventory/ or the appliance.
 package console
@@ -121,7 +122,10 @@ const (
 // Config configures a Hub. Link is required; zero values take the
 // defaults.
 type Config struct {
-	Link    Link
+	Link Link
+	// Kind names the hub's targets in its errors (default "machine"; a
+	// hub of virtual machines' consoles says "virtual machine").
+	Kind    string
 	Auditor Auditor // nil: nothing recorded
 	Logger  *slog.Logger
 	// Scrollback is the bytes kept per machine (default 1 MiB).
@@ -174,6 +178,9 @@ func New(cfg Config) (*Hub, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Kind == "" {
+		cfg.Kind = "machine"
 	}
 	if cfg.Scrollback <= 0 {
 		cfg.Scrollback = DefaultScrollback
@@ -242,14 +249,14 @@ func (h *Hub) Attach(ctx context.Context, machine string, mode Mode, take bool, 
 	}
 	if len(s.viewers) >= h.cfg.MaxViewers {
 		h.mu.Unlock()
-		return nil, apierr.Exhaustedf("machine %q's console has %d viewers, the most it takes", machine, h.cfg.MaxViewers)
+		return nil, apierr.Exhaustedf("%s %q's console has %d viewers, the most it takes", h.cfg.Kind, machine, h.cfg.MaxViewers)
 	}
 	var taken *Viewer
 	if mode == Write && s.writer != nil {
 		if !take {
 			holder := s.writer.who
 			h.mu.Unlock()
-			return nil, apierr.Preconditionf("machine %q's console has a writer (%s): attach read-only, or take the write side", machine, holder)
+			return nil, apierr.Preconditionf("%s %q's console has a writer (%s): attach read-only, or take the write side", h.cfg.Kind, machine, holder)
 		}
 		taken = s.writer
 	}
@@ -410,7 +417,7 @@ func (h *Hub) Forget(machine string) {
 		return
 	}
 	for v := range s.viewers {
-		v.cutLocked(apierr.NotFoundf("machine %q was deleted", machine))
+		v.cutLocked(apierr.NotFoundf("%s %q was deleted", h.cfg.Kind, machine))
 	}
 	h.stopLocked(s)
 	delete(h.sessions, machine)

@@ -17,6 +17,9 @@ import (
 type Server struct {
 	consolev1.UnimplementedConsoleServiceServer
 	Hub *Hub
+	// VMs is the hub of virtual machines' consoles (ConsoleOpen.vm); nil:
+	// they are not served here (FailedPrecondition).
+	VMs *Hub
 	// Who names the caller of ctx to other viewers (nil: "another
 	// viewer").
 	Who func(ctx context.Context) string
@@ -49,8 +52,22 @@ func (s *Server) Attach(stream consolev1.ConsoleService_AttachServer) error {
 	if open == nil {
 		return status.Error(codes.InvalidArgument, "a console stream's first message must be open (machine and mode)")
 	}
-	if open.GetMachine() == "" || len(open.GetMachine()) > 253 {
-		return status.Error(codes.InvalidArgument, "open.machine: a machine's name is required (at most 253 bytes)")
+	hub, target := s.Hub, open.GetMachine()
+	switch {
+	case open.GetVm() != "" && target != "":
+		return status.Error(codes.InvalidArgument, "open: machine or vm, not both")
+	case open.GetVm() != "":
+		hub, target = s.VMs, open.GetVm()
+		if len(target) > 253 {
+			return status.Error(codes.InvalidArgument, "open.vm: at most 253 bytes")
+		}
+		if hub == nil {
+			return status.Error(codes.FailedPrecondition, "virtual machines' consoles are not served by this appliance (it runs no hypervisor services)")
+		}
+	case target == "" || len(target) > 253:
+		return status.Error(codes.InvalidArgument, "open.machine: a machine's (or open.vm: a virtual machine's) name is required (at most 253 bytes)")
+	case hub == nil:
+		return status.Error(codes.FailedPrecondition, "machines' consoles are not served by this appliance (it has no BMC service)")
 	}
 	var mode Mode
 	switch open.GetMode() {
@@ -65,7 +82,7 @@ func (s *Server) Attach(stream consolev1.ConsoleService_AttachServer) error {
 	if s.Who != nil {
 		who = s.Who(ctx)
 	}
-	v, err := s.Hub.Attach(ctx, open.GetMachine(), mode, open.GetTake(), who)
+	v, err := hub.Attach(ctx, target, mode, open.GetTake(), who)
 	if err != nil {
 		return apierr.ToStatus(err)
 	}

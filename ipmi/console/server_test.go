@@ -129,3 +129,93 @@ func TestAttachRoundTrip(t *testing.T) {
 	}
 	waitFor(t, "viewer gone", func() bool { n, _ := h.Viewers("m1"); return n == 0 })
 }
+
+// TestAttachTargets: open names a machine or a VM, each served by its
+// hub; both, or a VM where no VM hub is configured, are refused, and a
+// name on one hub is another session than the same name on the other.
+func TestAttachTargets(t *testing.T) {
+	machines, mlink := newHub(t, Config{})
+	vms, vlink := newHub(t, Config{Kind: "virtual machine"})
+	serveWith := func(s *Server) consolev1.ConsoleServiceClient {
+		t.Helper()
+		lis := bufconn.Listen(1 << 20)
+		srv := grpc.NewServer()
+		Register(srv, s)
+		go func() { _ = srv.Serve(lis) }()
+		t.Cleanup(srv.Stop)
+		cc, err := grpc.NewClient("passthrough:///bufnet", grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			return lis.DialContext(ctx)
+		}), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return consolev1.NewConsoleServiceClient(cc)
+	}
+	vmOpen := func(name string, mode consolev1.ConsoleMode) *consolev1.ConsoleInput {
+		return &consolev1.ConsoleInput{Input: &consolev1.ConsoleInput_Open{Open: &consolev1.ConsoleOpen{Vm: name, Mode: mode}}}
+	}
+	attach := func(c consolev1.ConsoleServiceClient, msgs ...*consolev1.ConsoleInput) consolev1.ConsoleService_AttachClient {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		t.Cleanup(cancel)
+		s, err := c.Attach(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			if err := s.Send(m); err != nil {
+				break
+			}
+		}
+		return s
+	}
+	both := serveWith(&Server{Hub: machines, VMs: vms})
+	machinesOnly := serveWith(&Server{Hub: machines})
+	vmsOnly := serveWith(&Server{VMs: vms})
+
+	for name, tc := range map[string]struct {
+		c    consolev1.ConsoleServiceClient
+		msg  *consolev1.ConsoleInput
+		code codes.Code
+		text string
+	}{
+		"machine and vm": {both, &consolev1.ConsoleInput{Input: &consolev1.ConsoleInput_Open{Open: &consolev1.ConsoleOpen{Machine: "m1", Vm: "v1",
+			Mode: consolev1.ConsoleMode_CONSOLE_MODE_WRITE}}}, codes.InvalidArgument, "not both"},
+		"vm without a vm hub":           {machinesOnly, vmOpen("v1", consolev1.ConsoleMode_CONSOLE_MODE_WRITE), codes.FailedPrecondition, "virtual machines"},
+		"machine without a machine hub": {vmsOnly, open("m1", consolev1.ConsoleMode_CONSOLE_MODE_WRITE), codes.FailedPrecondition, "no BMC service"},
+		"vm name too long":              {both, vmOpen(strings.Repeat("v", 254), consolev1.ConsoleMode_CONSOLE_MODE_WRITE), codes.InvalidArgument, "253"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := endOf(attach(tc.c, tc.msg))
+			if st.Code() != tc.code || !strings.Contains(st.Message(), tc.text) {
+				t.Fatalf("ended with %v %q, want %v containing %q", st.Code(), st.Message(), tc.code, tc.text)
+			}
+		})
+	}
+
+	// The same name as a machine and as a VM: two sessions, two writers.
+	m := attach(both, open("x1", consolev1.ConsoleMode_CONSOLE_MODE_WRITE))
+	v := attach(both, vmOpen("x1", consolev1.ConsoleMode_CONSOLE_MODE_WRITE))
+	for _, s := range []consolev1.ConsoleService_AttachClient{m, v} {
+		if o, err := s.Recv(); err != nil || o.GetDetail() != "write" {
+			t.Fatalf("attach: %v %v, want write granted", o, err)
+		}
+	}
+	if err := v.Send(data("to the vm\r")); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-vlink.keys; string(got) != "to the vm\r" {
+		t.Fatalf("the VM got %q", got)
+	}
+	select {
+	case got := <-mlink.keys:
+		t.Fatalf("the machine got the VM's keys %q", got)
+	default:
+	}
+	// A second VM writer is refused in the VM hub's words.
+	st := endOf(attach(both, vmOpen("x1", consolev1.ConsoleMode_CONSOLE_MODE_WRITE)))
+	if st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), `virtual machine "x1"'s console has a writer`) {
+		t.Fatalf("second VM writer: %v %q", st.Code(), st.Message())
+	}
+}

@@ -822,8 +822,10 @@ function pageMachine(main, name) {
   const facts = h('div', { class: 'facts' });
   const tl = h('div', { class: 'card' }, h('h2', null, 'Boot timeline'), h('p', { class: 'muted' }, 'Loading…'));
   const hist = h('div', { class: 'card' });
-  const con = consoleCard(name);
-  main.replaceChildren(h('p', null, h('a', { href: '#/machines' }, '← Machines')), head, summary, con.card, tl, facts, hist);
+  const health = h('div', { class: 'card health', id: 'bmc-health', hidden: true });
+  const con = consoleCard(name, 'machine');
+  con.card.hidden = true; // until the record says the machine has a BMC
+  main.replaceChildren(h('p', null, h('a', { href: '#/machines' }, '← Machines')), head, summary, health, con.card, tl, facts, hist);
   const renderMachine = (ms) => {
     const m = ms[0];
     if (!m) {
@@ -845,6 +847,10 @@ function pageMachine(main, name) {
       ['Install', m.install && m.install.install_id ? (m.install.step || 'planned') + (m.install.disk ? ' on ' + m.install.disk : '') + (m.install.error ? ' — ' + m.install.error : '') : ''],
       ['Created', when(m.created_at)], ['Updated', when(m.updated_at)],
     ]));
+    const hasBMC = Boolean(m.bmc && m.bmc.address);
+    con.card.hidden = !hasBMC;
+    if (!hasBMC) con.close();
+    renderHealth(health, m);
     facts.replaceChildren(
       h('div', { class: 'card' }, h('h2', null, 'Disks'), table('list', ['Name', 'Size', 'Model', 'Serial', 'Bus', 'Kind'],
         (f.disks || []).map((d) => h('tr', null, h('td', { class: 'mono' }, d.name), h('td', null, bytes(d.size_bytes)), h('td', null, d.model || '—'),
@@ -878,6 +884,38 @@ function pageMachine(main, name) {
       watch: '/api/watch/machines/' + enc + '/timeline?limit=500', field: 'entry', onChange: renderTimeline,
     }),
   ];
+}
+
+// ---- the machine's BMC health ----
+
+// renderHealth fills the machine page's BMC health card from the record's
+// bmc.health (docs/architecture.md, "Hardware health"): the worst status,
+// the sensors as last written, the event log's newest critical entry and
+// the machine's bmc-* conditions. Everything the BMC said is text, never
+// markup. A machine with no health record has no card.
+function renderHealth(card, m) {
+  const hl = m.bmc && m.bmc.health;
+  const conds = (m.flags || []).filter((f) => f.startsWith('bmc-'));
+  if (!hl && !conds.length) { card.hidden = true; card.replaceChildren(); return; }
+  card.hidden = false;
+  const hs = hl || {};
+  const st = hs.status || 'unknown';
+  const sensors = (hs.sensors || []).slice().sort((a, b) => String(a.name).localeCompare(String(b.name)));
+  const set = (ts) => Boolean(ts) && new Date(ts).getTime() > 0; // a zero timestamp reads as 1970
+  const value = (x) => (x.value === undefined || x.value === null ? '—' : String(Math.round(Number(x.value) * 100) / 100) + (x.unit ? ' ' + x.unit : ''));
+  card.replaceChildren(
+    h('h2', null, 'BMC health ', h('span', { class: 'badge health-' + st, id: 'bmc-health-status' }, st)),
+    conds.length ? h('ul', { class: 'conditions' }, conds.map((c) => h('li', null, c))) : null,
+    kv([
+      ['Changed', set(hs.changed_at) ? when(hs.changed_at) + ' (' + ago(hs.changed_at) + ')' : ''],
+      ['Event log', hs.log_critical_id ? ['critical entry #' + hs.log_critical_id + ': ', h('span', { class: 'log-critical' }, hs.log_critical || '')] : (set(hs.log_added_at) ? 'no critical entry (last added ' + when(hs.log_added_at) + ')' : 'no critical entry')],
+      ['Sensors', hs.dropped ? sensors.length + ' shown, ' + hs.dropped + ' more not kept' : ''],
+    ]),
+    table('list sensors', ['Sensor', 'Kind', 'Reading', 'Status', 'Threshold'],
+      sensors.map((x) => h('tr', { class: 'sensor-' + (x.status || 'ok') },
+        h('td', null, x.name || '—'), h('td', null, x.kind || '—'), h('td', null, value(x)),
+        h('td', null, x.status || 'ok'), h('td', { class: 'mono' }, x.threshold || '—'))),
+      'No sensors read yet.'));
 }
 
 // ---- the machine's console ----
@@ -930,17 +968,22 @@ function styleShim() {
 // gateway takes at most 4 KiB a message; a character is up to 4 bytes).
 const CONSOLE_CHUNK = 1000;
 
-// consoleCard is the machine page's console: a Console button (for a
-// role that may attach) that opens a terminal, read-only until the
-// operator takes the write seat. The machine's output goes to xterm.js
-// only, never into the page's markup. Its stop() closes the socket.
-function consoleCard(name) {
+// consoleCard is a machine's (kind 'machine') or a virtual machine's
+// (kind 'vm') console: a Console button (for a role that may attach) that
+// opens a terminal, read-only until the operator takes the write seat.
+// The output goes to xterm.js only, never into the page's markup. The
+// socket answers the appliance's pings (an empty binary message), so it
+// is not closed as dead while idle. Its stop() closes the socket and
+// disposes of the terminal; close() only closes the socket.
+function consoleCard(name, kind) {
+  const path = kind === 'vm' ? '/api/vms/' + encodeURIComponent(name) + '/console' : '/api/console/' + encodeURIComponent(name);
+  const link = kind === 'vm' ? 'the node' : 'the BMC';
   const state = h('span', { id: 'console-state', class: 'muted' });
   const term = h('div', { id: 'console-term', class: 'console-term', hidden: true });
   const take = h('button', { type: 'button', id: 'console-take', hidden: true }, 'Take write');
   const close = h('button', { type: 'button', id: 'console-close', hidden: true }, 'Close');
   const open = h('button', { type: 'button', id: 'console-open', 'data-action': 'console' }, 'Console');
-  const card = h('div', { class: 'card console' }, h('h2', null, 'Console'),
+  const card = h('div', { class: 'card console', 'data-console': kind + '/' + name }, h('h2', null, kind === 'vm' ? 'Console of ' + name : 'Console'),
     h('div', { class: 'console-bar' }, open, take, close, state), term);
   if (!may('console')) {
     open.remove();
@@ -958,7 +1001,7 @@ function consoleCard(name) {
     writing = write;
     take.hidden = write;
     say(write ? 'Taking the write seat…' : 'Attaching read-only…');
-    const w = new WebSocket((location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/api/console/' + encodeURIComponent(name));
+    const w = new WebSocket((location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + path);
     w.binaryType = 'arraybuffer';
     ws = w;
     w.onopen = () => w.send(JSON.stringify({ token: token(), write, take: write }));
@@ -975,9 +1018,10 @@ function consoleCard(name) {
       switch (m.event) {
         case 'attached': say('Attached' + (writing ? ', writing.' : ', read-only: take write to type.')); break;
         case 'live': break;
+        case 'ping': w.send(new Uint8Array(0)); break;
         case 'write-taken': writing = false; take.hidden = false; say('Read-only: ' + (m.detail || 'another viewer took the write seat') + '.'); break;
-        case 'link-down': say('The link to the BMC is down' + (m.detail ? ': ' + m.detail : '') + '; retrying.'); break;
-        case 'link-up': say('The link to the BMC is back.'); break;
+        case 'link-down': say('The link to ' + link + ' is down' + (m.detail ? ': ' + m.detail : '') + '; retrying.'); break;
+        case 'link-up': say('The link to ' + link + ' is back.'); break;
         default: break;
       }
     };
@@ -1004,8 +1048,9 @@ function consoleCard(name) {
     }
   };
   take.onclick = () => { if (xt) { xt.reset(); connect(true); xt.focus(); } };
-  close.onclick = () => { disconnect(); term.hidden = true; take.hidden = true; close.hidden = true; open.hidden = false; say('Console closed.'); };
-  return { card, stop() { disconnect(); if (xt) xt.dispose(); } };
+  const shut = () => { disconnect(); term.hidden = true; take.hidden = true; close.hidden = true; open.hidden = !may('console'); say('Console closed.'); };
+  close.onclick = shut;
+  return { card, open: () => open.click(), close() { if (ws) shut(); }, stop() { disconnect(); if (xt) xt.dispose(); } };
 }
 
 function meter(used, total, fmt) {
@@ -1047,19 +1092,33 @@ function pageNodes(main) {
 function pageVMs(main) {
   const body = h('div', { class: 'card' }, h('p', { class: 'muted' }, 'Loading…'));
   const count = h('span', { class: 'count' });
-  main.replaceChildren(h('div', { class: 'page-head' }, h('h1', null, 'Virtual machines'), count), body);
+  const conSlot = h('div');
+  main.replaceChildren(h('div', { class: 'page-head' }, h('h1', null, 'Virtual machines'), count), body, conSlot);
+  // One VM console at a time, below the list (its serial port through
+  // its node).
+  let con = null;
+  const showConsole = (vm) => {
+    if (con) con.stop();
+    con = consoleCard(vm, 'vm');
+    conSlot.replaceChildren(con.card);
+    con.open();
+  };
+  const consoleButton = (v) => (may('console') && v.compute_node_name
+    ? h('button', { type: 'button', class: 'vm-console', 'data-action': 'console', 'data-vm': v.name, onclick: () => showConsole(v.name) }, 'Console')
+    : '—');
   const render = (vs) => {
     vs.sort((a, b) => a.name.localeCompare(b.name));
     count.textContent = vs.length + (vs.length === 1 ? ' VM' : ' VMs');
-    body.replaceChildren(table('list vms', ['Name', 'State', 'Node', 'vCPUs', 'Memory', 'Disks', 'NICs'],
+    body.replaceChildren(table('list vms', ['Name', 'State', 'Node', 'vCPUs', 'Memory', 'Disks', 'NICs', 'Console'],
       vs.map((v) => h('tr', { 'data-name': v.name },
         h('td', null, v.name), h('td', { class: 'state' }, badge(v.state, 'vm')), h('td', null, v.compute_node_name || '—'),
         h('td', null, String(Math.max(1, Math.floor(num(v.limit_cpu_milli_core) / 1000)))), h('td', null, bytes(v.limit_memory_bytes)),
         h('td', null, (v.block_storage_names || []).join(', ') || '—'),
-        h('td', { class: 'mono' }, (v.nics || []).map((n) => n.network_name + (n.ipv4_address ? ' ' + n.ipv4_address : '')).join(', ') || '—'))),
+        h('td', { class: 'mono' }, (v.nics || []).map((n) => n.network_name + (n.ipv4_address ? ' ' + n.ipv4_address : '')).join(', ') || '—'),
+        h('td', null, consoleButton(v)))),
       'No virtual machines.'));
   };
-  return [live({
+  return [{ stop() { if (con) con.stop(); } }, live({
     load: async (signal) => ((await api('/api/vms', { signal })).virtual_machines || []),
     watch: '/api/watch/vms', field: 'virtual_machine', keyOf: (v) => v.name, onChange: render,
   })];

@@ -4,9 +4,10 @@
 // 	protoc        (unknown)
 // source: api/console/v1/console.proto
 
-// Package corral.console.v1 is a machine's serial console through the
-// appliance: one bidirectional stream per viewer. The appliance keeps one
-// console session per machine (Serial-over-LAN to its BMC), shared by up to
+// Package corral.console.v1 is a machine's or a virtual machine's serial
+// console through the appliance: one bidirectional stream per viewer. The
+// appliance keeps one console session per machine (Serial-over-LAN to its
+// BMC) or VM (its serial port through its node), shared by up to
 // a bounded number of viewers: one writer at a time, the others read-only.
 // It keeps the machine's last output (the scrollback, 1 MiB by default), so
 // a viewer first receives what the machine printed before it attached.
@@ -95,8 +96,8 @@ const (
 	// WRITE_TAKEN: another viewer took the write side; this viewer is
 	// read-only from here on (detail names who).
 	ConsoleEvent_CONSOLE_EVENT_WRITE_TAKEN ConsoleEvent = 3
-	// LINK_DOWN: the serial link to the machine's BMC failed (detail says
-	// why); the appliance reconnects while viewers stay.
+	// LINK_DOWN: the serial link to the machine's BMC (a VM's node) failed
+	// (detail says why); the appliance reconnects while viewers stay.
 	ConsoleEvent_CONSOLE_EVENT_LINK_DOWN ConsoleEvent = 4
 	// LINK_UP: the serial link is (again) open.
 	ConsoleEvent_CONSOLE_EVENT_LINK_UP ConsoleEvent = 5
@@ -149,7 +150,8 @@ func (ConsoleEvent) EnumDescriptor() ([]byte, []int) {
 	return file_api_console_v1_console_proto_rawDescGZIP(), []int{1}
 }
 
-// ConsoleOpen is a stream's first message.
+// ConsoleOpen is a stream's first message. It names one target: machine
+// or vm.
 type ConsoleOpen struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// machine is the machine's name.
@@ -158,7 +160,10 @@ type ConsoleOpen struct {
 	// take: with WRITE, take the write side from the viewer holding it (it
 	// becomes read-only and is told). Without it, a second writer is
 	// refused with FAILED_PRECONDITION naming who writes.
-	Take          bool `protobuf:"varint,3,opt,name=take,proto3" json:"take,omitempty"`
+	Take bool `protobuf:"varint,3,opt,name=take,proto3" json:"take,omitempty"`
+	// vm is a virtual machine's name (instead of machine): its serial port,
+	// reached through the node it runs on.
+	Vm            string `protobuf:"bytes,4,opt,name=vm,proto3" json:"vm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -212,6 +217,13 @@ func (x *ConsoleOpen) GetTake() bool {
 		return x.Take
 	}
 	return false
+}
+
+func (x *ConsoleOpen) GetVm() string {
+	if x != nil {
+		return x.Vm
+	}
+	return ""
 }
 
 // ConsoleInput is what a viewer sends: first open, then data.
@@ -365,11 +377,12 @@ var File_api_console_v1_console_proto protoreflect.FileDescriptor
 
 const file_api_console_v1_console_proto_rawDesc = "" +
 	"\n" +
-	"\x1capi/console/v1/console.proto\x12\x11corral.console.v1\x1a\x16api/auth/v1/auth.proto\"o\n" +
+	"\x1capi/console/v1/console.proto\x12\x11corral.console.v1\x1a\x16api/auth/v1/auth.proto\"\x7f\n" +
 	"\vConsoleOpen\x12\x18\n" +
 	"\amachine\x18\x01 \x01(\tR\amachine\x122\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x1e.corral.console.v1.ConsoleModeR\x04mode\x12\x12\n" +
-	"\x04take\x18\x03 \x01(\bR\x04take\"c\n" +
+	"\x04take\x18\x03 \x01(\bR\x04take\x12\x0e\n" +
+	"\x02vm\x18\x04 \x01(\tR\x02vm\"c\n" +
 	"\fConsoleInput\x124\n" +
 	"\x04open\x18\x01 \x01(\v2\x1e.corral.console.v1.ConsoleOpenH\x00R\x04open\x12\x14\n" +
 	"\x04data\x18\x02 \x01(\fH\x00R\x04dataB\a\n" +

@@ -4,9 +4,10 @@
 // - protoc             (unknown)
 // source: api/console/v1/console.proto
 
-// Package corral.console.v1 is a machine's serial console through the
-// appliance: one bidirectional stream per viewer. The appliance keeps one
-// console session per machine (Serial-over-LAN to its BMC), shared by up to
+// Package corral.console.v1 is a machine's or a virtual machine's serial
+// console through the appliance: one bidirectional stream per viewer. The
+// appliance keeps one console session per machine (Serial-over-LAN to its
+// BMC) or VM (its serial port through its node), shared by up to
 // a bounded number of viewers: one writer at a time, the others read-only.
 // It keeps the machine's last output (the scrollback, 1 MiB by default), so
 // a viewer first receives what the machine printed before it attached.
@@ -33,10 +34,10 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type ConsoleServiceClient interface {
-	// Attach opens a viewer on a machine's console. The first message must
-	// be open (else INVALID_ARGUMENT); a machine with no IPMI BMC enrolled
-	// is FAILED_PRECONDITION; more viewers than the machine's bound is
-	// RESOURCE_EXHAUSTED; a viewer that does not keep up is cut with
+	// Attach opens a viewer on a machine's (or a VM's) console. The first
+	// message must be open (else INVALID_ARGUMENT); a machine with no IPMI
+	// BMC enrolled, or a VM not running on a node, is FAILED_PRECONDITION;
+	// more viewers than the bound (16) is RESOURCE_EXHAUSTED; a viewer that does not keep up is cut with
 	// RESOURCE_EXHAUSTED. The stream ends when the client closes its side.
 	Attach(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConsoleInput, ConsoleOutput], error)
 }
@@ -66,10 +67,10 @@ type ConsoleService_AttachClient = grpc.BidiStreamingClient[ConsoleInput, Consol
 // All implementations must embed UnimplementedConsoleServiceServer
 // for forward compatibility.
 type ConsoleServiceServer interface {
-	// Attach opens a viewer on a machine's console. The first message must
-	// be open (else INVALID_ARGUMENT); a machine with no IPMI BMC enrolled
-	// is FAILED_PRECONDITION; more viewers than the machine's bound is
-	// RESOURCE_EXHAUSTED; a viewer that does not keep up is cut with
+	// Attach opens a viewer on a machine's (or a VM's) console. The first
+	// message must be open (else INVALID_ARGUMENT); a machine with no IPMI
+	// BMC enrolled, or a VM not running on a node, is FAILED_PRECONDITION;
+	// more viewers than the bound (16) is RESOURCE_EXHAUSTED; a viewer that does not keep up is cut with
 	// RESOURCE_EXHAUSTED. The stream ends when the client closes its side.
 	Attach(grpc.BidiStreamingServer[ConsoleInput, ConsoleOutput]) error
 	mustEmbedUnimplementedConsoleServiceServer()

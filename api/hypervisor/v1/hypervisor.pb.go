@@ -1098,6 +1098,135 @@ func (x *DeleteNetworkRequest) GetName() string {
 	return ""
 }
 
+// SerialInput is what the appliance sends on a VM's serial stream: first
+// the VM's name, then the keys typed (at most 4096 bytes a message).
+type SerialInput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Input:
+	//
+	//	*SerialInput_Vm
+	//	*SerialInput_Data
+	Input         isSerialInput_Input `protobuf_oneof:"input"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SerialInput) Reset() {
+	*x = SerialInput{}
+	mi := &file_api_hypervisor_v1_hypervisor_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SerialInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SerialInput) ProtoMessage() {}
+
+func (x *SerialInput) ProtoReflect() protoreflect.Message {
+	mi := &file_api_hypervisor_v1_hypervisor_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SerialInput.ProtoReflect.Descriptor instead.
+func (*SerialInput) Descriptor() ([]byte, []int) {
+	return file_api_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SerialInput) GetInput() isSerialInput_Input {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *SerialInput) GetVm() string {
+	if x != nil {
+		if x, ok := x.Input.(*SerialInput_Vm); ok {
+			return x.Vm
+		}
+	}
+	return ""
+}
+
+func (x *SerialInput) GetData() []byte {
+	if x != nil {
+		if x, ok := x.Input.(*SerialInput_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+type isSerialInput_Input interface {
+	isSerialInput_Input()
+}
+
+type SerialInput_Vm struct {
+	Vm string `protobuf:"bytes,1,opt,name=vm,proto3,oneof"`
+}
+
+type SerialInput_Data struct {
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+}
+
+func (*SerialInput_Vm) isSerialInput_Input() {}
+
+func (*SerialInput_Data) isSerialInput_Input() {}
+
+// SerialOutput is what the VM printed on its serial port.
+type SerialOutput struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SerialOutput) Reset() {
+	*x = SerialOutput{}
+	mi := &file_api_hypervisor_v1_hypervisor_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SerialOutput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SerialOutput) ProtoMessage() {}
+
+func (x *SerialOutput) ProtoReflect() protoreflect.Message {
+	mi := &file_api_hypervisor_v1_hypervisor_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SerialOutput.ProtoReflect.Descriptor instead.
+func (*SerialOutput) Descriptor() ([]byte, []int) {
+	return file_api_hypervisor_v1_hypervisor_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SerialOutput) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 var File_api_hypervisor_v1_hypervisor_proto protoreflect.FileDescriptor
 
 const file_api_hypervisor_v1_hypervisor_proto_rawDesc = "" +
@@ -1179,13 +1308,20 @@ const file_api_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\avlan_id\x18\x02 \x01(\rR\x06vlanId\x12!\n" +
 	"\fgateway_cidr\x18\x03 \x01(\tR\vgatewayCidr\"*\n" +
 	"\x14DeleteNetworkRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name*z\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\">\n" +
+	"\vSerialInput\x12\x10\n" +
+	"\x02vm\x18\x01 \x01(\tH\x00R\x02vm\x12\x14\n" +
+	"\x04data\x18\x02 \x01(\fH\x00R\x04dataB\a\n" +
+	"\x05input\"\"\n" +
+	"\fSerialOutput\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data*z\n" +
 	"\aVMState\x12\x18\n" +
 	"\x14VM_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10VM_STATE_RUNNING\x10\x01\x12\x15\n" +
 	"\x11VM_STATE_SHUTDOWN\x10\x02\x12\x13\n" +
 	"\x0fVM_STATE_PAUSED\x10\x03\x12\x13\n" +
-	"\x0fVM_STATE_FAILED\x10\x042\xef\t\n" +
+	"\x0fVM_STATE_FAILED\x10\x042\xd3\n" +
+	"\n" +
 	"\x11HypervisorService\x12_\n" +
 	"\fCreateVolume\x12).corral.hypervisor.v1.CreateVolumeRequest\x1a\x1c.corral.hypervisor.v1.Volume\"\x06\xe2\xa6\x19\x02\b\x03\x12]\n" +
 	"\vFetchVolume\x12(.corral.hypervisor.v1.FetchVolumeRequest\x1a\x1c.corral.hypervisor.v1.Volume\"\x06\xe2\xa6\x19\x02\b\x03\x12_\n" +
@@ -1201,7 +1337,8 @@ const file_api_hypervisor_v1_hypervisor_proto_rawDesc = "" +
 	"\x05GetVM\x12\x1f.corral.hypervisor.v1.VMRequest\x1a\x18.corral.hypervisor.v1.VM\"\x06\xe2\xa6\x19\x02\b\x03\x12^\n" +
 	"\aListVMs\x12$.corral.hypervisor.v1.ListVMsRequest\x1a%.corral.hypervisor.v1.ListVMsResponse\"\x06\xe2\xa6\x19\x02\b\x03\x12Y\n" +
 	"\fApplyNetwork\x12).corral.hypervisor.v1.ApplyNetworkRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x03\x12[\n" +
-	"\rDeleteNetwork\x12*.corral.hypervisor.v1.DeleteNetworkRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x03B;Z9github.com/corralhq/corral/api/hypervisor/v1;hypervisorv1b\x06proto3"
+	"\rDeleteNetwork\x12*.corral.hypervisor.v1.DeleteNetworkRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x03\x12b\n" +
+	"\rSerialConsole\x12!.corral.hypervisor.v1.SerialInput\x1a\".corral.hypervisor.v1.SerialOutput\"\x06\xe2\xa6\x19\x02\b\x03(\x010\x01B;Z9github.com/corralhq/corral/api/hypervisor/v1;hypervisorv1b\x06proto3"
 
 var (
 	file_api_hypervisor_v1_hypervisor_proto_rawDescOnce sync.Once
@@ -1216,7 +1353,7 @@ func file_api_hypervisor_v1_hypervisor_proto_rawDescGZIP() []byte {
 }
 
 var file_api_hypervisor_v1_hypervisor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_hypervisor_v1_hypervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_api_hypervisor_v1_hypervisor_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_api_hypervisor_v1_hypervisor_proto_goTypes = []any{
 	(VMState)(0),                 // 0: corral.hypervisor.v1.VMState
 	(*Volume)(nil),               // 1: corral.hypervisor.v1.Volume
@@ -1235,7 +1372,9 @@ var file_api_hypervisor_v1_hypervisor_proto_goTypes = []any{
 	(*ListVMsResponse)(nil),      // 14: corral.hypervisor.v1.ListVMsResponse
 	(*ApplyNetworkRequest)(nil),  // 15: corral.hypervisor.v1.ApplyNetworkRequest
 	(*DeleteNetworkRequest)(nil), // 16: corral.hypervisor.v1.DeleteNetworkRequest
-	(*emptypb.Empty)(nil),        // 17: google.protobuf.Empty
+	(*SerialInput)(nil),          // 17: corral.hypervisor.v1.SerialInput
+	(*SerialOutput)(nil),         // 18: corral.hypervisor.v1.SerialOutput
+	(*emptypb.Empty)(nil),        // 19: google.protobuf.Empty
 }
 var file_api_hypervisor_v1_hypervisor_proto_depIdxs = []int32{
 	1,  // 0: corral.hypervisor.v1.ListVolumesResponse.volumes:type_name -> corral.hypervisor.v1.Volume
@@ -1258,22 +1397,24 @@ var file_api_hypervisor_v1_hypervisor_proto_depIdxs = []int32{
 	13, // 17: corral.hypervisor.v1.HypervisorService.ListVMs:input_type -> corral.hypervisor.v1.ListVMsRequest
 	15, // 18: corral.hypervisor.v1.HypervisorService.ApplyNetwork:input_type -> corral.hypervisor.v1.ApplyNetworkRequest
 	16, // 19: corral.hypervisor.v1.HypervisorService.DeleteNetwork:input_type -> corral.hypervisor.v1.DeleteNetworkRequest
-	1,  // 20: corral.hypervisor.v1.HypervisorService.CreateVolume:output_type -> corral.hypervisor.v1.Volume
-	1,  // 21: corral.hypervisor.v1.HypervisorService.FetchVolume:output_type -> corral.hypervisor.v1.Volume
-	1,  // 22: corral.hypervisor.v1.HypervisorService.ResizeVolume:output_type -> corral.hypervisor.v1.Volume
-	1,  // 23: corral.hypervisor.v1.HypervisorService.GetVolume:output_type -> corral.hypervisor.v1.Volume
-	17, // 24: corral.hypervisor.v1.HypervisorService.DeleteVolume:output_type -> google.protobuf.Empty
-	7,  // 25: corral.hypervisor.v1.HypervisorService.ListVolumes:output_type -> corral.hypervisor.v1.ListVolumesResponse
-	10, // 26: corral.hypervisor.v1.HypervisorService.BootVM:output_type -> corral.hypervisor.v1.VM
-	10, // 27: corral.hypervisor.v1.HypervisorService.RebootVM:output_type -> corral.hypervisor.v1.VM
-	10, // 28: corral.hypervisor.v1.HypervisorService.ShutdownVM:output_type -> corral.hypervisor.v1.VM
-	17, // 29: corral.hypervisor.v1.HypervisorService.DeleteVM:output_type -> google.protobuf.Empty
-	10, // 30: corral.hypervisor.v1.HypervisorService.GetVM:output_type -> corral.hypervisor.v1.VM
-	14, // 31: corral.hypervisor.v1.HypervisorService.ListVMs:output_type -> corral.hypervisor.v1.ListVMsResponse
-	17, // 32: corral.hypervisor.v1.HypervisorService.ApplyNetwork:output_type -> google.protobuf.Empty
-	17, // 33: corral.hypervisor.v1.HypervisorService.DeleteNetwork:output_type -> google.protobuf.Empty
-	20, // [20:34] is the sub-list for method output_type
-	6,  // [6:20] is the sub-list for method input_type
+	17, // 20: corral.hypervisor.v1.HypervisorService.SerialConsole:input_type -> corral.hypervisor.v1.SerialInput
+	1,  // 21: corral.hypervisor.v1.HypervisorService.CreateVolume:output_type -> corral.hypervisor.v1.Volume
+	1,  // 22: corral.hypervisor.v1.HypervisorService.FetchVolume:output_type -> corral.hypervisor.v1.Volume
+	1,  // 23: corral.hypervisor.v1.HypervisorService.ResizeVolume:output_type -> corral.hypervisor.v1.Volume
+	1,  // 24: corral.hypervisor.v1.HypervisorService.GetVolume:output_type -> corral.hypervisor.v1.Volume
+	19, // 25: corral.hypervisor.v1.HypervisorService.DeleteVolume:output_type -> google.protobuf.Empty
+	7,  // 26: corral.hypervisor.v1.HypervisorService.ListVolumes:output_type -> corral.hypervisor.v1.ListVolumesResponse
+	10, // 27: corral.hypervisor.v1.HypervisorService.BootVM:output_type -> corral.hypervisor.v1.VM
+	10, // 28: corral.hypervisor.v1.HypervisorService.RebootVM:output_type -> corral.hypervisor.v1.VM
+	10, // 29: corral.hypervisor.v1.HypervisorService.ShutdownVM:output_type -> corral.hypervisor.v1.VM
+	19, // 30: corral.hypervisor.v1.HypervisorService.DeleteVM:output_type -> google.protobuf.Empty
+	10, // 31: corral.hypervisor.v1.HypervisorService.GetVM:output_type -> corral.hypervisor.v1.VM
+	14, // 32: corral.hypervisor.v1.HypervisorService.ListVMs:output_type -> corral.hypervisor.v1.ListVMsResponse
+	19, // 33: corral.hypervisor.v1.HypervisorService.ApplyNetwork:output_type -> google.protobuf.Empty
+	19, // 34: corral.hypervisor.v1.HypervisorService.DeleteNetwork:output_type -> google.protobuf.Empty
+	18, // 35: corral.hypervisor.v1.HypervisorService.SerialConsole:output_type -> corral.hypervisor.v1.SerialOutput
+	21, // [21:36] is the sub-list for method output_type
+	6,  // [6:21] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -1284,13 +1425,17 @@ func file_api_hypervisor_v1_hypervisor_proto_init() {
 	if File_api_hypervisor_v1_hypervisor_proto != nil {
 		return
 	}
+	file_api_hypervisor_v1_hypervisor_proto_msgTypes[16].OneofWrappers = []any{
+		(*SerialInput_Vm)(nil),
+		(*SerialInput_Data)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_hypervisor_v1_hypervisor_proto_rawDesc), len(file_api_hypervisor_v1_hypervisor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -37,6 +37,7 @@ const (
 	HypervisorService_ListVMs_FullMethodName       = "/corral.hypervisor.v1.HypervisorService/ListVMs"
 	HypervisorService_ApplyNetwork_FullMethodName  = "/corral.hypervisor.v1.HypervisorService/ApplyNetwork"
 	HypervisorService_DeleteNetwork_FullMethodName = "/corral.hypervisor.v1.HypervisorService/DeleteNetwork"
+	HypervisorService_SerialConsole_FullMethodName = "/corral.hypervisor.v1.HypervisorService/SerialConsole"
 )
 
 // HypervisorServiceClient is the client API for HypervisorService service.
@@ -59,6 +60,13 @@ type HypervisorServiceClient interface {
 	ListVMs(ctx context.Context, in *ListVMsRequest, opts ...grpc.CallOption) (*ListVMsResponse, error)
 	ApplyNetwork(ctx context.Context, in *ApplyNetworkRequest, opts ...grpc.CallOption) (*emptypb.Empty, error)
 	DeleteNetwork(ctx context.Context, in *DeleteNetworkRequest, opts ...grpc.CallOption) (*emptypb.Empty, error)
+	// SerialConsole connects to a running VM's serial port (QEMU's socket
+	// chardev on the node): the first message names the VM (else
+	// INVALID_ARGUMENT); an empty first output says the port is open; then
+	// keys go in and its output comes back until either side closes. A VM that is not running is FAILED_PRECONDITION.
+	// The port takes one connection at a time: the appliance keeps one
+	// stream per VM and shares it among viewers.
+	SerialConsole(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SerialInput, SerialOutput], error)
 }
 
 type hypervisorServiceClient struct {
@@ -209,6 +217,19 @@ func (c *hypervisorServiceClient) DeleteNetwork(ctx context.Context, in *DeleteN
 	return out, nil
 }
 
+func (c *hypervisorServiceClient) SerialConsole(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SerialInput, SerialOutput], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &HypervisorService_ServiceDesc.Streams[0], HypervisorService_SerialConsole_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SerialInput, SerialOutput]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type HypervisorService_SerialConsoleClient = grpc.BidiStreamingClient[SerialInput, SerialOutput]
+
 // HypervisorServiceServer is the server API for HypervisorService service.
 // All implementations must embed UnimplementedHypervisorServiceServer
 // for forward compatibility.
@@ -229,6 +250,13 @@ type HypervisorServiceServer interface {
 	ListVMs(context.Context, *ListVMsRequest) (*ListVMsResponse, error)
 	ApplyNetwork(context.Context, *ApplyNetworkRequest) (*emptypb.Empty, error)
 	DeleteNetwork(context.Context, *DeleteNetworkRequest) (*emptypb.Empty, error)
+	// SerialConsole connects to a running VM's serial port (QEMU's socket
+	// chardev on the node): the first message names the VM (else
+	// INVALID_ARGUMENT); an empty first output says the port is open; then
+	// keys go in and its output comes back until either side closes. A VM that is not running is FAILED_PRECONDITION.
+	// The port takes one connection at a time: the appliance keeps one
+	// stream per VM and shares it among viewers.
+	SerialConsole(grpc.BidiStreamingServer[SerialInput, SerialOutput]) error
 	mustEmbedUnimplementedHypervisorServiceServer()
 }
 
@@ -280,6 +308,9 @@ func (UnimplementedHypervisorServiceServer) ApplyNetwork(context.Context, *Apply
 }
 func (UnimplementedHypervisorServiceServer) DeleteNetwork(context.Context, *DeleteNetworkRequest) (*emptypb.Empty, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DeleteNetwork not implemented")
+}
+func (UnimplementedHypervisorServiceServer) SerialConsole(grpc.BidiStreamingServer[SerialInput, SerialOutput]) error {
+	return status.Errorf(codes.Unimplemented, "method SerialConsole not implemented")
 }
 func (UnimplementedHypervisorServiceServer) mustEmbedUnimplementedHypervisorServiceServer() {}
 func (UnimplementedHypervisorServiceServer) testEmbeddedByValue()                           {}
@@ -554,6 +585,13 @@ func _HypervisorService_DeleteNetwork_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _HypervisorService_SerialConsole_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(HypervisorServiceServer).SerialConsole(&grpc.GenericServerStream[SerialInput, SerialOutput]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type HypervisorService_SerialConsoleServer = grpc.BidiStreamingServer[SerialInput, SerialOutput]
+
 // HypervisorService_ServiceDesc is the grpc.ServiceDesc for HypervisorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -618,6 +656,13 @@ var HypervisorService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _HypervisorService_DeleteNetwork_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "SerialConsole",
+			Handler:       _HypervisorService_SerialConsole_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "api/hypervisor/v1/hypervisor.proto",
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,7 +43,7 @@ role; attach, take and detach are recorded in the audit stream.`,
 			if readOnly && take {
 				return usageErrorf("--take is for a writer: drop --read-only")
 			}
-			return inv.runConsole(cmd, args[0], readOnly, take)
+			return inv.runConsole(cmd, machineConsole(args[0]), readOnly, take)
 		},
 	}
 	cmd.Flags().BoolVar(&readOnly, "read-only", false, "watch the console without typing")
@@ -53,12 +54,28 @@ role; attach, take and detach are recorded in the audit stream.`,
 // errDetached ends a console the user detached from (~.).
 var errDetached = errors.New("detached")
 
-func (inv *invocation) runConsole(cmd *cobra.Command, name string, readOnly, take bool) error {
+// consoleTarget is whose console a viewer attaches to.
+type consoleTarget struct {
+	open *consolev1.ConsoleOpen // machine or vm set
+	kind string                 // "machine", "virtual machine"
+	link string                 // what the serial link reaches: "the BMC", "the node"
+}
+
+func machineConsole(name string) consoleTarget {
+	return consoleTarget{open: &consolev1.ConsoleOpen{Machine: name}, kind: "machine", link: "the BMC"}
+}
+
+func vmConsole(name string) consoleTarget {
+	return consoleTarget{open: &consolev1.ConsoleOpen{Vm: name}, kind: "virtual machine", link: "the node"}
+}
+
+func (inv *invocation) runConsole(cmd *cobra.Command, target consoleTarget, readOnly, take bool) error {
 	cc, err := inv.connect(cmd.Flags())
 	if err != nil {
 		return err
 	}
-	subject := fmt.Sprintf("console of machine %q", name)
+	name := cmp.Or(target.open.GetMachine(), target.open.GetVm())
+	subject := fmt.Sprintf("console of %s %q", target.kind, name)
 	ctx, cancel := context.WithCancelCause(cmd.Context())
 	defer cancel(nil)
 	stream, err := consolev1.NewConsoleServiceClient(cc).Attach(ctx)
@@ -69,7 +86,8 @@ func (inv *invocation) runConsole(cmd *cobra.Command, name string, readOnly, tak
 	if readOnly {
 		mode = consolev1.ConsoleMode_CONSOLE_MODE_READ_ONLY
 	}
-	if err := stream.Send(&consolev1.ConsoleInput{Input: &consolev1.ConsoleInput_Open{Open: &consolev1.ConsoleOpen{Machine: name, Mode: mode, Take: take}}}); err != nil {
+	open := &consolev1.ConsoleOpen{Machine: target.open.GetMachine(), Vm: target.open.GetVm(), Mode: mode, Take: take}
+	if err := stream.Send(&consolev1.ConsoleInput{Input: &consolev1.ConsoleInput_Open{Open: open}}); err != nil {
 		return inv.consoleEnd(subject, err)
 	}
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
@@ -123,9 +141,9 @@ func (inv *invocation) runConsole(cmd *cobra.Command, name string, readOnly, tak
 			watching.Store(true)
 			fmt.Fprintf(stderr, "%s[%s took the write side: read-only now]%s", nl, out.GetDetail(), nl)
 		case consolev1.ConsoleEvent_CONSOLE_EVENT_LINK_DOWN:
-			fmt.Fprintf(stderr, "%s[link to the BMC down: %s; corrald retries]%s", nl, out.GetDetail(), nl)
+			fmt.Fprintf(stderr, "%s[link to %s down: %s; corrald retries]%s", nl, target.link, out.GetDetail(), nl)
 		case consolev1.ConsoleEvent_CONSOLE_EVENT_LINK_UP:
-			fmt.Fprintf(stderr, "%s[link to the BMC up again]%s", nl, nl)
+			fmt.Fprintf(stderr, "%s[link to %s up again]%s", nl, target.link, nl)
 		default:
 			// LIVE and data: nothing to say.
 		}

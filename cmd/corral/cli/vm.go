@@ -29,7 +29,7 @@ func (inv *invocation) vmCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "vm VERB",
 		Aliases: []string{"vms", "virtual_machine", "virtual-machine"},
-		Short:   "Create, boot, reboot, shut down, delete virtual machines and find their console",
+		Short:   "Create, boot, reboot, shut down, delete virtual machines and attach to their console",
 		Args:    cobra.ArbitraryArgs,
 		RunE:    groupRunE,
 	}
@@ -320,11 +320,38 @@ func (inv *invocation) vmDeleteCommand() *cobra.Command {
 
 func (inv *invocation) vmConsoleCommand() *cobra.Command {
 	var output string
+	var readOnly, take, vnc bool
 	cmd := &cobra.Command{
 		Use:   "console NAME",
-		Short: "Print the console (VNC) endpoint of a virtual machine, as its node reports it",
-		Args:  argsBetween(1, 1),
+		Short: "Attach to a virtual machine's serial console (through its node and the appliance); ~. detaches",
+		Long: `console attaches to a virtual machine's serial console. corrald keeps one
+session per VM, its serial port reached through the node it runs on, shared
+by several viewers: one writer at a time, the others read-only. It first
+prints the VM's last output (up to 1 MiB kept by corrald), then what it
+prints live.
+
+When standard input is a terminal it is put in raw mode: every key goes to
+the VM. Type ~. at the start of a line (after Enter) to detach, and ~~ to
+send one ~. --read-only watches without typing; --take takes the write
+side from the operator holding it. Needs the operator role; attach, take
+and detach are recorded in the audit stream.
+
+--vnc prints the VM's graphical console (VNC) endpoint on its node
+instead, as the node reports it.`,
+		Args: argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if !vnc {
+				if cmd.Flags().Changed("output") {
+					return usageErrorf("-o is for --vnc: the serial console is a terminal")
+				}
+				if readOnly && take {
+					return usageErrorf("--take is for a writer: drop --read-only")
+				}
+				return inv.runConsole(cmd, vmConsole(args[0]), readOnly, take)
+			}
+			if readOnly || take {
+				return usageErrorf("--read-only and --take are for the serial console: drop --vnc")
+			}
 			if err := checkFormat(output); err != nil {
 				return err
 			}
@@ -346,5 +373,8 @@ func (inv *invocation) vmConsoleCommand() *cobra.Command {
 		},
 	}
 	addOutputFlag(cmd, &output)
+	cmd.Flags().BoolVar(&readOnly, "read-only", false, "watch the serial console without typing")
+	cmd.Flags().BoolVar(&take, "take", false, "take the serial console's write side from the operator holding it")
+	cmd.Flags().BoolVar(&vnc, "vnc", false, "print the VNC endpoint on the node instead of attaching")
 	return cmd
 }

@@ -221,12 +221,12 @@ func TestVMVerbs(t *testing.T) {
 			stdout: "virtual_machine/vm1 deleted\n",
 		},
 		"console": {
-			args:   []string{"vm", "console", "vm1"},
+			args:   []string{"vm", "console", "vm1", "--vnc"},
 			want:   []proto.Message{&provisioningv1.OpenConsoleRequest{Name: "vm1"}},
 			stdout: "vnc://10.0.0.11:5901\n",
 		},
 		"console json": {
-			args:   []string{"vm", "console", "vm1", "-o", "json"},
+			args:   []string{"vm", "console", "vm1", "--vnc", "-o", "json"},
 			want:   []proto.Message{&provisioningv1.OpenConsoleRequest{Name: "vm1"}},
 			stdout: "{\n  \"console_url\": \"vnc://10.0.0.11:5901\"\n}\n",
 		},
@@ -278,6 +278,9 @@ func TestVMBadInput(t *testing.T) {
 		"boot needs a name":        {[]string{"vm", "boot"}, ExitUsage, "wrong number of arguments"},
 		"reboot bad output":        {[]string{"vm", "reboot", "vm1", "-o", "csv"}, ExitUsage, "unknown output format"},
 		"console two names":        {[]string{"vm", "console", "a", "b"}, ExitUsage, "wrong number of arguments"},
+		"console -o without vnc":   {[]string{"vm", "console", "a", "-o", "json"}, ExitUsage, "-o is for --vnc"},
+		"console vnc read-only":    {[]string{"vm", "console", "a", "--vnc", "--read-only"}, ExitUsage, "drop --vnc"},
+		"console read-only take":   {[]string{"vm", "console", "a", "--read-only", "--take"}, ExitUsage, "drop --read-only"},
 		"get unknown vm":           {[]string{"get", "vm", "nope"}, ExitError, `virtual_machine "nope": not found (NotFound)`},
 	})
 }
@@ -289,7 +292,7 @@ func TestVMServerErrors(t *testing.T) {
 		"RebootVirtualMachine":   {"vm", "reboot", "vm9", "--hard"},
 		"ShutdownVirtualMachine": {"vm", "shutdown", "vm9"},
 		"DeleteVirtualMachine":   {"vm", "delete", "vm9"},
-		"OpenConsole":            {"vm", "console", "vm9"},
+		"OpenConsole":            {"vm", "console", "vm9", "--vnc"},
 	} {
 		t.Run(method, func(t *testing.T) {
 			s := newTestServer(t)
