@@ -198,3 +198,16 @@ func clean(b []byte) string {
 	}
 	return s
 }
+
+// Attach puts the neighbours heard on each NIC into f's NIC of that
+// name (at most MaxNeighbors each); neighbours of a NIC f does not list
+// are dropped. It accepts a nil f.
+func Attach(f *inventoryv1.Facts, heard map[string][]Neighbor) {
+	for _, nic := range f.GetNics() {
+		list := heard[nic.GetName()]
+		nic.LldpNeighbors = nil
+		for _, n := range list[:min(len(list), MaxNeighbors)] {
+			nic.LldpNeighbors = append(nic.LldpNeighbors, n.Proto())
+		}
+	}
+}
