@@ -106,8 +106,9 @@ func chassisID(c layers.LLDPChassisID) string {
 		return macOrText(c.ID)
 	case layers.LLDPChassisIDSubTypeNetworkAddr:
 		return networkAddr(c.ID)
+	default:
+		return clean(c.ID)
 	}
-	return clean(c.ID)
 }
 
 // portID renders a port ID by its subtype, as chassisID does.
@@ -117,8 +118,9 @@ func portID(p layers.LLDPPortID) string {
 		return macOrText(p.ID)
 	case layers.LLDPPortIDSubtypeNetworkAddr:
 		return networkAddr(p.ID)
+	default:
+		return clean(p.ID)
 	}
-	return clean(p.ID)
 }
 
 func macOrText(b []byte) string {
@@ -148,6 +150,7 @@ func mgmtAddress(m layers.LLDPMgmtAddress) string {
 		if len(m.Address) == 6 {
 			return net.HardwareAddr(m.Address).String()
 		}
+	default:
 	}
 	return ""
 }

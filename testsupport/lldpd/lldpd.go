@@ -142,8 +142,8 @@ func Start(t testing.TB, cfg Config) *Peer {
 func (p *Peer) stop(t testing.TB) {
 	pgid := p.cmd.Process.Pid
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
