@@ -33,6 +33,10 @@ type LifecycleConfig struct {
 	// AutoAcceptSerials, when not empty, limits auto-accept to machines
 	// whose serial is on it (--auto-accept-serials, --auto-accept-serials-file).
 	AutoAcceptSerials []string
+	// LLDPLabels sets a machine's switch labels (corral.dev/switch,
+	// corral.dev/switch-port, corral.dev/switch-vlan) from the LLDP
+	// neighbour its discovery heard (--lldp-labels; inventory.Config).
+	LLDPLabels bool
 	// Agents bounds the agent edge: session liveness, session ids,
 	// progress sizes (--agent-*; zero fields take the defaults).
 	Agents lifecycle.AgentLimits

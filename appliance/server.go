@@ -283,7 +283,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.inv, err = inventory.New(cfg.Limits.Timeline.inventoryConfig(inventory.Config{Store: st, Logger: cfg.Logger.With("component", "inventory"), MaxDiscovered: cfg.Boot.MaxDiscovered, MaxUnaccepted: cfg.Boot.MaxUnaccepted,
-		FactCaps: cfg.Limits.Reports, ReportRefused: s.obs.ReportRefused(), Warm: s.agentHere}))
+		FactCaps: cfg.Limits.Reports, ReportRefused: s.obs.ReportRefused(), Warm: s.agentHere, LLDPLabels: cfg.Lifecycle.LLDPLabels}))
 	if err != nil {
 		lis.Close()
 		return nil, err

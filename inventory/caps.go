@@ -118,6 +118,9 @@ func (c FactCaps) Check(f *inventoryv1.Facts) error {
 	if err := checkStrings("facts", f.ProtoReflect()); err != nil {
 		return err
 	}
+	if err := checkLLDP(f); err != nil { // lldp.go
+		return err
+	}
 	for i, n := range f.GetNics() {
 		if n.GetMac() == "" {
 			continue

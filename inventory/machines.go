@@ -70,6 +70,11 @@ type Config struct {
 	// allocation takes warm machines first, so a booted pool gives its
 	// instant deploy; it asks about at most warmScan candidates.
 	Warm func(machine string) bool
+	// LLDPLabels, when set, makes every landed report set the machine's
+	// switch labels (LabelSwitch, LabelSwitchPort, LabelSwitchVLAN) from
+	// the LLDP neighbour its agent heard (lldp.go); off, LLDP neighbours
+	// are facts only.
+	LLDPLabels bool
 }
 
 // Inventory keeps machines and their timelines. Its methods are safe for

@@ -384,6 +384,9 @@ func (r *registration) land(ctx context.Context, tx *record.Tx, m *inventoryv1.M
 	if r.bmcHost != "" {
 		r.bmcFilled, r.bmcMismatch = applyInbandBMC(m, r.bmcHost)
 	}
+	if r.i.cfg.LLDPLabels {
+		applyLLDPLabels(m, r.boot) // lldp.go
+	}
 	if r.opts.Hook != nil {
 		r.opts.Hook(m, became)
 	}

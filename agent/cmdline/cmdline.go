@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Parameter names on the kernel command line.
@@ -29,7 +30,37 @@ const (
 	// KeyBOOTIF is pxelinux's boot interface parameter (01-aa-bb-...),
 	// accepted as a fallback for the boot MAC.
 	KeyBOOTIF = "BOOTIF"
+	// KeyLLDP is how long the discovery agent may wait for its NICs' LLDP
+	// neighbours once they are up (a Go duration such as 35s; 0 turns
+	// listening off). It is not one of Params: the appliance's scripts do
+	// not write it, an operator adds it to the boot kernel arguments
+	// (corrald --boot-kernel-args); LLDPWindow reads it.
+	KeyLLDP = "corral.lldp"
 )
+
+// MaxLLDPWindow bounds KeyLLDP's value: a switch sends every 30 s by
+// default, and discovery must not hang on a typo.
+const MaxLLDPWindow = 2 * time.Minute
+
+// LLDPWindow reads KeyLLDP from a kernel command line: ok is false when
+// it is absent, err non-nil when it is not a duration between 0 and
+// MaxLLDPWindow. The last occurrence wins.
+func LLDPWindow(line string) (d time.Duration, ok bool, err error) {
+	var v string
+	for _, f := range strings.Fields(line) {
+		if k, val, found := strings.Cut(f, "="); found && k == KeyLLDP {
+			v, ok = val, true
+		}
+	}
+	if !ok {
+		return 0, false, nil
+	}
+	d, err = time.ParseDuration(v)
+	if err != nil || d < 0 || d > MaxLLDPWindow {
+		return 0, true, fmt.Errorf("%s=%q: want a duration from 0 to %v", KeyLLDP, clip(v), MaxLLDPWindow)
+	}
+	return d, true, nil
+}
 
 // Values of KeyMode. An absent corral.mode means ModeDiscover.
 const (

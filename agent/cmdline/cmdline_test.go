@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -223,4 +224,29 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestLLDPWindow(t *testing.T) {
+	tests := map[string]struct {
+		line string
+		want time.Duration
+		ok   bool
+		err  bool
+	}{
+		"absent":       {line: "console=ttyS0 corral.mac=52:54:00:00:00:01"},
+		"set":          {line: "corral.lldp=35s", want: 35 * time.Second, ok: true},
+		"off":          {line: "corral.lldp=0", ok: true},
+		"last wins":    {line: "corral.lldp=1s corral.lldp=2s", want: 2 * time.Second, ok: true},
+		"not a time":   {line: "corral.lldp=soon", ok: true, err: true},
+		"negative":     {line: "corral.lldp=-1s", ok: true, err: true},
+		"over the cap": {line: "corral.lldp=1h", ok: true, err: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, ok, err := LLDPWindow(tc.line)
+			if got != tc.want || ok != tc.ok || (err != nil) != tc.err {
+				t.Errorf("LLDPWindow(%q) = %v, %v, %v; want %v, %v, error %v", tc.line, got, ok, err, tc.want, tc.ok, tc.err)
+			}
+		})
+	}
 }

@@ -1,8 +1,8 @@
 // Package discover is `corral-node discover`, the u-root init program of
 // the discovery image: it reads the kernel command line (agent/cmdline),
 // loads drivers by modalias (agent/coldplug), DHCPs on the boot NIC
-// (agent/netup), collects facts (agent/facts) and the in-band BMC LAN
-// address (agent/bmc), then registers and keeps a session with the
+// (agent/netup), collects facts (agent/facts), the in-band BMC LAN
+// address (agent/bmc) and the NICs' LLDP neighbours (agent/lldp), then registers and keeps a session with the
 // appliance (agent/session), which carries out install and wipe plans
 // with agent/install and, after an install, boots the hypervisor image
 // with agent/kexec when the appliance sends a KexecPlan, and deploys an
@@ -12,6 +12,7 @@
 package discover
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"encoding/pem"
@@ -35,6 +36,7 @@ import (
 	"github.com/corralhq/corral/agent/facts"
 	"github.com/corralhq/corral/agent/install"
 	"github.com/corralhq/corral/agent/kexec"
+	"github.com/corralhq/corral/agent/lldp"
 	"github.com/corralhq/corral/agent/netup"
 	"github.com/corralhq/corral/agent/session"
 	"github.com/corralhq/corral/agent/tpm"
@@ -74,6 +76,12 @@ type Config struct {
 	// default agent/tpm.Open when Root is "/" (none otherwise). An error
 	// (agent/tpm.ErrNoTPM: no TPM) registers without a proof.
 	OpenTPM func() (session.TPM, error)
+	// LLDP hears the NICs' LLDP neighbours once they are up, beside the
+	// rest of the facts; default agent/lldp.Listen when Root is "/" (none
+	// otherwise). LLDPWindow bounds its wait: default DefaultLLDPWindow,
+	// or corral.lldp on the kernel command line (agent/cmdline.KeyLLDP).
+	LLDP       func(ctx context.Context, cfg lldp.Config) (map[string][]lldp.Neighbor, error)
+	LLDPWindow time.Duration
 	// Network and Session override netup.Up and session.Run (tests).
 	Network func(ctx context.Context, cfg netup.Config) (*netup.Lease, error)
 	Session func(ctx context.Context, cfg session.Config) error
@@ -120,6 +128,9 @@ func (c *Config) defaults() {
 	}
 	if c.OpenTPM == nil && c.Root == "/" {
 		c.OpenTPM = func() (session.TPM, error) { return tpm.Open() }
+	}
+	if c.LLDP == nil && c.Root == "/" {
+		c.LLDP = lldp.Listen
 	}
 	if c.Network == nil {
 		c.Network = netup.Up
@@ -207,11 +218,16 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
+	// LLDP neighbours, heard while the rest of the facts are gathered.
+	heard := make(chan map[string][]lldp.Neighbor, 1)
+	go func() { heard <- listenLLDP(ctx, cfg, string(raw)) }()
+
 	// Facts, once: they describe the machine as booted, every driver in.
 	select {
 	case <-plugged:
 	case <-ctx.Done():
 		<-plugged
+		<-heard
 		return nil
 	}
 	f, err := facts.Collect(ctx, facts.Options{Root: cfg.Root, Logger: cfg.Logger})
@@ -225,6 +241,7 @@ func Run(ctx context.Context, cfg Config) error {
 			fmt.Fprintf(cfg.Console, "corral: BMC: %v\n", err)
 		}
 	}
+	lldp.Attach(f, <-heard)
 	facts.Cap(f)
 	var dev session.TPM
 	if cfg.OpenTPM != nil {
@@ -394,4 +411,47 @@ func (SyscallPower) PowerOff() error {
 func (SyscallPower) Reboot() error {
 	unix.Sync()
 	return unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
+}
+
+// DefaultLLDPWindow is how long discovery waits for LLDP neighbours
+// after its NICs come up when the kernel command line does not say
+// (corral.lldp): long enough for a neighbour that announces itself when a
+// link comes up, short enough that a rack without LLDP boots at its usual
+// pace. A switch that sends every 30 s needs corral.lldp=35s
+// (docs/operator-guide.md, "LLDP neighbours").
+const DefaultLLDPWindow = 5 * time.Second
+
+// listenLLDP hears the LLDP neighbours of the NICs with carrier for the
+// window the command line or cfg gives, printing each on the console. It
+// returns nil when LLDP is off.
+func listenLLDP(ctx context.Context, cfg Config, cmdlineText string) map[string][]lldp.Neighbor {
+	if cfg.LLDP == nil {
+		return nil
+	}
+	window := cmp.Or(cfg.LLDPWindow, DefaultLLDPWindow)
+	if d, ok, err := cmdline.LLDPWindow(cmdlineText); err != nil {
+		fmt.Fprintf(cfg.Console, "corral: %v (listening %v)\n", err, window)
+	} else if ok {
+		window = d
+	}
+	if window == 0 {
+		return nil
+	}
+	nics := lldp.Carrier(cfg.Root)
+	start := time.Now()
+	heard, err := cfg.LLDP(ctx, lldp.Config{Interfaces: nics, Window: window, Logger: cfg.Logger})
+	if err != nil {
+		fmt.Fprintf(cfg.Console, "corral: LLDP: %v\n", err)
+	}
+	for _, name := range nics {
+		for _, n := range heard[name] {
+			vlan := ""
+			if n.VLAN != 0 {
+				vlan = fmt.Sprintf(", VLAN %d", n.VLAN)
+			}
+			fmt.Fprintf(cfg.Console, "corral: LLDP on %s: %s port %s%s\n", name, cmp.Or(n.SystemName, n.ChassisID), n.PortID, vlan)
+		}
+	}
+	cfg.Logger.Info("lldp", "nics", len(nics), "heard", len(heard), "took_ms", time.Since(start).Milliseconds())
+	return heard
 }

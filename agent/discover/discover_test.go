@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -15,6 +16,7 @@ import (
 	"github.com/corralhq/corral/agent/erase"
 	"github.com/corralhq/corral/agent/install"
 	"github.com/corralhq/corral/agent/kexec"
+	"github.com/corralhq/corral/agent/lldp"
 	"github.com/corralhq/corral/agent/netup"
 	"github.com/corralhq/corral/agent/session"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
@@ -179,5 +181,49 @@ func TestRunBadCmdlineIsPrinted(t *testing.T) {
 				t.Error("network or session started on a refused command line")
 			}
 		})
+	}
+}
+
+// TestRunAttachesLLDPNeighbours: the NICs with carrier are listened on
+// for the window corral.lldp gives, and what is heard reaches the facts
+// registered, under its NIC, and the console.
+func TestRunAttachesLLDPNeighbours(t *testing.T) {
+	dir := root(t, "oem-placeholders")
+	cmd := filepath.Join(t.TempDir(), "cmdline")
+	line := "corral.endpoint=10.0.0.1:20180 corral.token=tok-1 corral.ca=" + strings.Repeat("0f", 32) + " BOOTIF=01-70-85-c2-aa-bb-cc corral.lldp=12s"
+	if err := os.WriteFile(cmd, []byte(line+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var console bytes.Buffer
+	var asked lldp.Config
+	var got session.Config
+	err := Run(context.Background(), Config{
+		Root: dir, CmdlineFile: cmd, CAFile: filepath.Join(dir, "none.pem"), Console: &console,
+		Network: func(_ context.Context, c netup.Config) (*netup.Lease, error) {
+			return &netup.Lease{Interface: "eno1", MAC: c.BootMAC, Address: "10.0.0.50/24"}, nil
+		},
+		LLDP: func(_ context.Context, c lldp.Config) (map[string][]lldp.Neighbor, error) {
+			asked = c
+			return map[string][]lldp.Neighbor{"eno1": {{ChassisID: "52:54:00:12:34:56", PortID: "Ethernet1/12", SystemName: "leaf-04", VLAN: 42}}}, nil
+		},
+		Session: func(_ context.Context, c session.Config) error { got = c; return nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"eno1"}, asked.Interfaces); diff != "" || asked.Window != 12*time.Second {
+		t.Errorf("listened on %v for %v, want eno1 for 12s", asked.Interfaces, asked.Window)
+	}
+	var nics []*inventoryv1.Facts_Nic
+	for _, n := range got.Facts(context.Background()).GetNics() {
+		if n.GetName() == "eno1" {
+			nics = append(nics, n)
+		}
+	}
+	if len(nics) != 1 || len(nics[0].GetLldpNeighbors()) != 1 || nics[0].GetLldpNeighbors()[0].GetPortId() != "Ethernet1/12" || nics[0].GetLldpNeighbors()[0].GetVlanId() != 42 {
+		t.Errorf("facts' NICs %v, want eno1 with its neighbour", nics)
+	}
+	if want := "LLDP on eno1: leaf-04 port Ethernet1/12, VLAN 42"; !strings.Contains(console.String(), want) {
+		t.Errorf("console lacks %q:\n%s", want, console.String())
 	}
 }

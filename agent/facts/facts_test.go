@@ -139,6 +139,10 @@ func TestCap(t *testing.T) {
 	for i := 0; i < MaxNICs+1; i++ {
 		f.Nics = append(f.Nics, &inventoryv1.Facts_Nic{Name: "n"})
 	}
+	lldp := f.Nics[0]
+	for i := 0; i < MaxLLDPNeighbors+3; i++ {
+		lldp.LldpNeighbors = append(lldp.LldpNeighbors, &inventoryv1.Facts_LldpNeighbor{SystemName: long, VlanNames: make([]string, MaxVLANNames+1)})
+	}
 	for i := 0; i < MaxPCIDevices+1; i++ {
 		f.PciDevices = append(f.PciDevices, &inventoryv1.Facts_PciDevice{Address: "a"})
 		f.MissingDrivers = append(f.MissingDrivers, &inventoryv1.Facts_PciDevice{Address: "a"})
@@ -151,6 +155,9 @@ func TestCap(t *testing.T) {
 		"missing drivers": {len(f.MissingDrivers), MaxPCIDevices},
 		"serial bytes":    {len(f.System.Serial), MaxString},
 		"kernel bytes":    {len(f.Kernel), MaxString},
+		"lldp neighbours": {len(lldp.LldpNeighbors), MaxLLDPNeighbors},
+		"vlan names":      {len(lldp.LldpNeighbors[0].VlanNames), MaxVLANNames},
+		"lldp name bytes": {len(lldp.LldpNeighbors[3].SystemName), MaxString},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s = %d, want %d", name, tc.got, tc.want)
@@ -179,9 +186,12 @@ func TestCapEscapesControlCharacters(t *testing.T) {
 	f := &inventoryv1.Facts{
 		System: &inventoryv1.Facts_System{Vendor: "QEMU\x1b]0;t\x07", Serial: "SN\u009b2J"},
 		Disks:  []*inventoryv1.Facts_Disk{{Model: "disk\u202e"}},
+		Nics: []*inventoryv1.Facts_Nic{{Name: "eth0", LldpNeighbors: []*inventoryv1.Facts_LldpNeighbor{
+			{PortId: "Eth1\x1b[2J", VlanNames: []string{"7 v\u009b"}}}}},
 	}
 	Cap(f)
-	for _, s := range []string{f.System.Vendor, f.System.Serial, f.Disks[0].Model} {
+	l := f.Nics[0].LldpNeighbors[0]
+	for _, s := range []string{f.System.Vendor, f.System.Serial, f.Disks[0].Model, l.PortId, l.VlanNames[0]} {
 		if strings.ContainsAny(s, "\x1b\x07\u009b\u202e") {
 			t.Errorf("Cap left %q", s)
 		}

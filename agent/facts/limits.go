@@ -16,9 +16,14 @@ const (
 	MaxNICs       = 512
 	MaxDIMMs      = 1024
 	MaxString     = 256 // bytes, after trimming to a UTF-8 boundary
+	// MaxLLDPNeighbors and MaxVLANNames bound a NIC's LLDP neighbours
+	// and the VLAN names of each (agent/lldp keeps to them too).
+	MaxLLDPNeighbors = 4
+	MaxVLANNames     = 16
 )
 
-// Cap trims f in place to the limits above (lists truncated, strings cut
+// Cap trims f in place to the limits above (lists truncated, LLDP
+// neighbours included, strings cut
 // to MaxString bytes on a rune boundary, invalid UTF-8 replaced, control
 // characters escaped) and
 // returns it. It accepts nil.
@@ -37,6 +42,16 @@ func Cap(f *inventoryv1.Facts) *inventoryv1.Facts {
 	}
 	if len(f.Nics) > MaxNICs {
 		f.Nics = f.Nics[:MaxNICs]
+	}
+	for _, n := range f.Nics {
+		if len(n.LldpNeighbors) > MaxLLDPNeighbors {
+			n.LldpNeighbors = n.LldpNeighbors[:MaxLLDPNeighbors]
+		}
+		for _, l := range n.LldpNeighbors {
+			if len(l.VlanNames) > MaxVLANNames {
+				l.VlanNames = l.VlanNames[:MaxVLANNames]
+			}
+		}
 	}
 	if f.Memory != nil && len(f.Memory.Dimms) > MaxDIMMs {
 		f.Memory.Dimms = f.Memory.Dimms[:MaxDIMMs]
@@ -83,6 +98,14 @@ func trimStrings(f *inventoryv1.Facts) {
 	for _, n := range f.Nics {
 		for _, p := range []*string{&n.Name, &n.Mac, &n.Driver, &n.PciAddress} {
 			t(p)
+		}
+		for _, l := range n.LldpNeighbors {
+			for _, p := range []*string{&l.ChassisId, &l.PortId, &l.PortDescription, &l.SystemName, &l.ManagementAddress} {
+				t(p)
+			}
+			for i := range l.VlanNames {
+				t(&l.VlanNames[i])
+			}
 		}
 	}
 	for _, list := range [][]*inventoryv1.Facts_PciDevice{f.PciDevices, f.MissingDrivers} {

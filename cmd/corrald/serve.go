@@ -142,6 +142,7 @@ func addLifecycleFlags(groups *flagGroups, c *appliance.LifecycleConfig) {
 	f.DurationVar(&c.DeployTimeout, "deploy-timeout", lifecycle.DefaultDeployTimeout, "a DEPLOYING machine whose agent reports no progress for this long while it writes the OS is FAILED (env CORRAL_DEPLOY_TIMEOUT)")
 	f.DurationVar(&c.DeployBootTimeout, "deploy-boot-timeout", lifecycle.DefaultDeployBootTimeout, "a deployed OS that does not phone home this long after it was written is FAILED (env CORRAL_DEPLOY_BOOT_TIMEOUT)")
 	f.BoolVar(&c.AutoAccept, "auto-accept", false, "accept machines that become INVENTORIED and match every --auto-accept-selector, disk auto (env CORRAL_AUTO_ACCEPT)")
+	f.BoolVar(&c.LLDPLabels, "lldp-labels", false, "set a machine's corral.dev/switch, corral.dev/switch-port and corral.dev/switch-vlan labels from the LLDP neighbour its discovery agent heard (env CORRAL_LLDP_LABELS)")
 	f.StringArrayVar(&c.AutoAcceptSelectors, "auto-accept-selector", nil, `fact selector an auto-accepted machine must match, e.g. "disk.count>=2", repeatable (env CORRAL_AUTO_ACCEPT_SELECTOR, comma-separated)`)
 	groups.set(groupAPI).StringVar(&c.APIAdvertise, "api-advertise", "", "API endpoint host:port install plans give nodes, and iPXE scripts give agents when --api-listen is loopback (default: the address the discovery agent dialled) (env CORRAL_API_ADVERTISE)")
 	f.DurationVar(&c.NodeHeartbeatTimeout, "node-heartbeat-timeout", pool.DefaultHeartbeatTimeout, "a node silent for this long is NOT_READY (env CORRAL_NODE_HEARTBEAT_TIMEOUT)")

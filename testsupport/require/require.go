@@ -127,6 +127,7 @@ var debianPackages = map[string]string{
 	"swtpm_localca":                 "swtpm-tools",
 	"/bin/busybox":                  "busybox-static",
 	"/usr/sbin/dropbear":            "dropbear-bin",
+	"/usr/sbin/lldpd":               "lldpd",
 	"/usr/lib/syslinux/mbr/mbr.bin": "syslinux-common",
 }
 

@@ -688,13 +688,17 @@ func (x *Facts_Disk) GetPartitions() uint32 {
 }
 
 type Facts_Nic struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Mac           string                 `protobuf:"bytes,2,opt,name=mac,proto3" json:"mac,omitempty"`
-	Driver        string                 `protobuf:"bytes,3,opt,name=driver,proto3" json:"driver,omitempty"`
-	Link          bool                   `protobuf:"varint,4,opt,name=link,proto3" json:"link,omitempty"`
-	SpeedMbps     uint64                 `protobuf:"varint,5,opt,name=speed_mbps,json=speedMbps,proto3" json:"speed_mbps,omitempty"`
-	PciAddress    string                 `protobuf:"bytes,6,opt,name=pci_address,json=pciAddress,proto3" json:"pci_address,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Mac        string                 `protobuf:"bytes,2,opt,name=mac,proto3" json:"mac,omitempty"`
+	Driver     string                 `protobuf:"bytes,3,opt,name=driver,proto3" json:"driver,omitempty"`
+	Link       bool                   `protobuf:"varint,4,opt,name=link,proto3" json:"link,omitempty"`
+	SpeedMbps  uint64                 `protobuf:"varint,5,opt,name=speed_mbps,json=speedMbps,proto3" json:"speed_mbps,omitempty"`
+	PciAddress string                 `protobuf:"bytes,6,opt,name=pci_address,json=pciAddress,proto3" json:"pci_address,omitempty"`
+	// lldp_neighbors are the LLDP neighbours heard on this NIC during
+	// discovery (at most 4; agent/lldp), usually the switch port it is
+	// cabled to. Empty when none spoke within the listening window.
+	LldpNeighbors []*Facts_LldpNeighbor `protobuf:"bytes,7,rep,name=lldp_neighbors,json=lldpNeighbors,proto3" json:"lldp_neighbors,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -771,6 +775,116 @@ func (x *Facts_Nic) GetPciAddress() string {
 	return ""
 }
 
+func (x *Facts_Nic) GetLldpNeighbors() []*Facts_LldpNeighbor {
+	if x != nil {
+		return x.LldpNeighbors
+	}
+	return nil
+}
+
+// LldpNeighbor is one LLDP neighbour as its frame described itself.
+// Every field is what the wire said: capped at 255 bytes, escaped, and
+// never trusted for anything but display and opt-in labels.
+type Facts_LldpNeighbor struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// chassis_id is the neighbour's chassis ID: a MAC address
+	// (aa:bb:cc:dd:ee:ff), an IP address or the text it sent.
+	ChassisId string `protobuf:"bytes,1,opt,name=chassis_id,json=chassisId,proto3" json:"chassis_id,omitempty"`
+	// port_id is the neighbour's port ID: an interface name such as
+	// "Ethernet1/12", a MAC address or the text it sent.
+	PortId          string `protobuf:"bytes,2,opt,name=port_id,json=portId,proto3" json:"port_id,omitempty"`
+	PortDescription string `protobuf:"bytes,3,opt,name=port_description,json=portDescription,proto3" json:"port_description,omitempty"`
+	SystemName      string `protobuf:"bytes,4,opt,name=system_name,json=systemName,proto3" json:"system_name,omitempty"`
+	// management_address is an IPv4 or IPv6 address, or "".
+	ManagementAddress string `protobuf:"bytes,5,opt,name=management_address,json=managementAddress,proto3" json:"management_address,omitempty"`
+	// vlan_id is the IEEE 802.1 port VLAN ID (PVID); 0 when not sent.
+	VlanId uint32 `protobuf:"varint,6,opt,name=vlan_id,json=vlanId,proto3" json:"vlan_id,omitempty"`
+	// vlan_names are the IEEE 802.1 VLAN names the port carries, as
+	// "ID NAME" (at most 16).
+	VlanNames     []string `protobuf:"bytes,7,rep,name=vlan_names,json=vlanNames,proto3" json:"vlan_names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Facts_LldpNeighbor) Reset() {
+	*x = Facts_LldpNeighbor{}
+	mi := &file_api_inventory_v1_facts_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Facts_LldpNeighbor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Facts_LldpNeighbor) ProtoMessage() {}
+
+func (x *Facts_LldpNeighbor) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_facts_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Facts_LldpNeighbor.ProtoReflect.Descriptor instead.
+func (*Facts_LldpNeighbor) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_facts_proto_rawDescGZIP(), []int{0, 8}
+}
+
+func (x *Facts_LldpNeighbor) GetChassisId() string {
+	if x != nil {
+		return x.ChassisId
+	}
+	return ""
+}
+
+func (x *Facts_LldpNeighbor) GetPortId() string {
+	if x != nil {
+		return x.PortId
+	}
+	return ""
+}
+
+func (x *Facts_LldpNeighbor) GetPortDescription() string {
+	if x != nil {
+		return x.PortDescription
+	}
+	return ""
+}
+
+func (x *Facts_LldpNeighbor) GetSystemName() string {
+	if x != nil {
+		return x.SystemName
+	}
+	return ""
+}
+
+func (x *Facts_LldpNeighbor) GetManagementAddress() string {
+	if x != nil {
+		return x.ManagementAddress
+	}
+	return ""
+}
+
+func (x *Facts_LldpNeighbor) GetVlanId() uint32 {
+	if x != nil {
+		return x.VlanId
+	}
+	return 0
+}
+
+func (x *Facts_LldpNeighbor) GetVlanNames() []string {
+	if x != nil {
+		return x.VlanNames
+	}
+	return nil
+}
+
 type Facts_PciDevice struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
@@ -786,7 +900,7 @@ type Facts_PciDevice struct {
 
 func (x *Facts_PciDevice) Reset() {
 	*x = Facts_PciDevice{}
-	mi := &file_api_inventory_v1_facts_proto_msgTypes[9]
+	mi := &file_api_inventory_v1_facts_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +912,7 @@ func (x *Facts_PciDevice) String() string {
 func (*Facts_PciDevice) ProtoMessage() {}
 
 func (x *Facts_PciDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_facts_proto_msgTypes[9]
+	mi := &file_api_inventory_v1_facts_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +925,7 @@ func (x *Facts_PciDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Facts_PciDevice.ProtoReflect.Descriptor instead.
 func (*Facts_PciDevice) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_facts_proto_rawDescGZIP(), []int{0, 8}
+	return file_api_inventory_v1_facts_proto_rawDescGZIP(), []int{0, 9}
 }
 
 func (x *Facts_PciDevice) GetAddress() string {
@@ -874,7 +988,7 @@ type Facts_BmcLan struct {
 
 func (x *Facts_BmcLan) Reset() {
 	*x = Facts_BmcLan{}
-	mi := &file_api_inventory_v1_facts_proto_msgTypes[10]
+	mi := &file_api_inventory_v1_facts_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +1000,7 @@ func (x *Facts_BmcLan) String() string {
 func (*Facts_BmcLan) ProtoMessage() {}
 
 func (x *Facts_BmcLan) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_facts_proto_msgTypes[10]
+	mi := &file_api_inventory_v1_facts_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +1013,7 @@ func (x *Facts_BmcLan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Facts_BmcLan.ProtoReflect.Descriptor instead.
 func (*Facts_BmcLan) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_facts_proto_rawDescGZIP(), []int{0, 9}
+	return file_api_inventory_v1_facts_proto_rawDescGZIP(), []int{0, 10}
 }
 
 func (x *Facts_BmcLan) GetChannel() uint32 {
@@ -927,7 +1041,7 @@ var File_api_inventory_v1_facts_proto protoreflect.FileDescriptor
 
 const file_api_inventory_v1_facts_proto_rawDesc = "" +
 	"\n" +
-	"\x1capi/inventory/v1/facts.proto\x12\x13corral.inventory.v1\"\xb3\x10\n" +
+	"\x1capi/inventory/v1/facts.proto\x12\x13corral.inventory.v1\"\xff\x12\n" +
 	"\x05Facts\x129\n" +
 	"\x06system\x18\x01 \x01(\v2!.corral.inventory.v1.Facts.SystemR\x06system\x12>\n" +
 	"\tbaseboard\x18\x02 \x01(\v2 .corral.inventory.v1.Facts.BoardR\tbaseboard\x12:\n" +
@@ -992,7 +1106,7 @@ const file_api_inventory_v1_facts_proto_rawDesc = "" +
 	"\x03bus\x18\b \x01(\tR\x03bus\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\t \x01(\rR\n" +
-	"partitions\x1a\x97\x01\n" +
+	"partitions\x1a\xe7\x01\n" +
 	"\x03Nic\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03mac\x18\x02 \x01(\tR\x03mac\x12\x16\n" +
@@ -1001,7 +1115,19 @@ const file_api_inventory_v1_facts_proto_rawDesc = "" +
 	"\n" +
 	"speed_mbps\x18\x05 \x01(\x04R\tspeedMbps\x12\x1f\n" +
 	"\vpci_address\x18\x06 \x01(\tR\n" +
-	"pciAddress\x1a\xc1\x01\n" +
+	"pciAddress\x12N\n" +
+	"\x0elldp_neighbors\x18\a \x03(\v2'.corral.inventory.v1.Facts.LldpNeighborR\rlldpNeighbors\x1a\xf9\x01\n" +
+	"\fLldpNeighbor\x12\x1d\n" +
+	"\n" +
+	"chassis_id\x18\x01 \x01(\tR\tchassisId\x12\x17\n" +
+	"\aport_id\x18\x02 \x01(\tR\x06portId\x12)\n" +
+	"\x10port_description\x18\x03 \x01(\tR\x0fportDescription\x12\x1f\n" +
+	"\vsystem_name\x18\x04 \x01(\tR\n" +
+	"systemName\x12-\n" +
+	"\x12management_address\x18\x05 \x01(\tR\x11managementAddress\x12\x17\n" +
+	"\avlan_id\x18\x06 \x01(\rR\x06vlanId\x12\x1d\n" +
+	"\n" +
+	"vlan_names\x18\a \x03(\tR\tvlanNames\x1a\xc1\x01\n" +
 	"\tPciDevice\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1b\n" +
 	"\tvendor_id\x18\x02 \x01(\tR\bvendorId\x12\x1d\n" +
@@ -1028,19 +1154,20 @@ func file_api_inventory_v1_facts_proto_rawDescGZIP() []byte {
 	return file_api_inventory_v1_facts_proto_rawDescData
 }
 
-var file_api_inventory_v1_facts_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_api_inventory_v1_facts_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_api_inventory_v1_facts_proto_goTypes = []any{
-	(*Facts)(nil),           // 0: corral.inventory.v1.Facts
-	(*Facts_System)(nil),    // 1: corral.inventory.v1.Facts.System
-	(*Facts_Board)(nil),     // 2: corral.inventory.v1.Facts.Board
-	(*Facts_Bios)(nil),      // 3: corral.inventory.v1.Facts.Bios
-	(*Facts_Cpu)(nil),       // 4: corral.inventory.v1.Facts.Cpu
-	(*Facts_Dimm)(nil),      // 5: corral.inventory.v1.Facts.Dimm
-	(*Facts_Memory)(nil),    // 6: corral.inventory.v1.Facts.Memory
-	(*Facts_Disk)(nil),      // 7: corral.inventory.v1.Facts.Disk
-	(*Facts_Nic)(nil),       // 8: corral.inventory.v1.Facts.Nic
-	(*Facts_PciDevice)(nil), // 9: corral.inventory.v1.Facts.PciDevice
-	(*Facts_BmcLan)(nil),    // 10: corral.inventory.v1.Facts.BmcLan
+	(*Facts)(nil),              // 0: corral.inventory.v1.Facts
+	(*Facts_System)(nil),       // 1: corral.inventory.v1.Facts.System
+	(*Facts_Board)(nil),        // 2: corral.inventory.v1.Facts.Board
+	(*Facts_Bios)(nil),         // 3: corral.inventory.v1.Facts.Bios
+	(*Facts_Cpu)(nil),          // 4: corral.inventory.v1.Facts.Cpu
+	(*Facts_Dimm)(nil),         // 5: corral.inventory.v1.Facts.Dimm
+	(*Facts_Memory)(nil),       // 6: corral.inventory.v1.Facts.Memory
+	(*Facts_Disk)(nil),         // 7: corral.inventory.v1.Facts.Disk
+	(*Facts_Nic)(nil),          // 8: corral.inventory.v1.Facts.Nic
+	(*Facts_LldpNeighbor)(nil), // 9: corral.inventory.v1.Facts.LldpNeighbor
+	(*Facts_PciDevice)(nil),    // 10: corral.inventory.v1.Facts.PciDevice
+	(*Facts_BmcLan)(nil),       // 11: corral.inventory.v1.Facts.BmcLan
 }
 var file_api_inventory_v1_facts_proto_depIdxs = []int32{
 	1,  // 0: corral.inventory.v1.Facts.system:type_name -> corral.inventory.v1.Facts.System
@@ -1051,15 +1178,16 @@ var file_api_inventory_v1_facts_proto_depIdxs = []int32{
 	6,  // 5: corral.inventory.v1.Facts.memory:type_name -> corral.inventory.v1.Facts.Memory
 	7,  // 6: corral.inventory.v1.Facts.disks:type_name -> corral.inventory.v1.Facts.Disk
 	8,  // 7: corral.inventory.v1.Facts.nics:type_name -> corral.inventory.v1.Facts.Nic
-	9,  // 8: corral.inventory.v1.Facts.pci_devices:type_name -> corral.inventory.v1.Facts.PciDevice
-	10, // 9: corral.inventory.v1.Facts.bmc:type_name -> corral.inventory.v1.Facts.BmcLan
-	9,  // 10: corral.inventory.v1.Facts.missing_drivers:type_name -> corral.inventory.v1.Facts.PciDevice
+	10, // 8: corral.inventory.v1.Facts.pci_devices:type_name -> corral.inventory.v1.Facts.PciDevice
+	11, // 9: corral.inventory.v1.Facts.bmc:type_name -> corral.inventory.v1.Facts.BmcLan
+	10, // 10: corral.inventory.v1.Facts.missing_drivers:type_name -> corral.inventory.v1.Facts.PciDevice
 	5,  // 11: corral.inventory.v1.Facts.Memory.dimms:type_name -> corral.inventory.v1.Facts.Dimm
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	9,  // 12: corral.inventory.v1.Facts.Nic.lldp_neighbors:type_name -> corral.inventory.v1.Facts.LldpNeighbor
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_api_inventory_v1_facts_proto_init() }
@@ -1073,7 +1201,7 @@ func file_api_inventory_v1_facts_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_inventory_v1_facts_proto_rawDesc), len(file_api_inventory_v1_facts_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -37,6 +37,9 @@ Kinds: ` + kindList() + `.`,
 			if err := describeNotes(cmd.OutOrStdout(), m); err != nil {
 				return err
 			}
+			if err := lldpNotes(cmd.OutOrStdout(), m); err != nil { // machine_lldp.go
+				return err
+			}
 			return deployNotes(cmd.OutOrStdout(), m)
 		},
 	}
