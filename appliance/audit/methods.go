@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"cmp"
 	"strings"
 	"unicode/utf8"
 
@@ -80,6 +81,8 @@ var auditRules = map[string]auditRule{
 	// A rotation's request names the machine only; no password is in
 	// any request or answer.
 	"/corral.inventory.v1.BmcCredentialService/RotateBmcCredentials": machineRule,
+	"/corral.inventory.v1.CommissionService/CommissionMachine":       machineRule,
+	"/corral.inventory.v1.CommissionService/ClearCommission":         machineRule,
 	// The machines an allocation claims are on their timelines already.
 	"/corral.inventory.v1.MachineService/AllocateMachines": mutating("allocation", "selector"),
 
@@ -291,6 +294,10 @@ func timelineVerb(method string, req any) string {
 		return "enroll BMC"
 	case *inventoryv1.RotateBmcCredentialsRequest:
 		return "rotate BMC credentials"
+	case *inventoryv1.CommissionMachineRequest:
+		return "commission (profile " + cmp.Or(r.GetProfile(), "quick") + ")"
+	case *inventoryv1.ClearCommissionRequest:
+		return "clear commissioning failure"
 	}
 	_, name, _ := strings.Cut(strings.TrimPrefix(method, "/"), "/")
 	return name
