@@ -246,3 +246,15 @@ func (s *CommissionServer) ClearCommission(ctx context.Context, req *inventoryv1
 func RegisterCommission(s grpc.ServiceRegistrar, srv *CommissionServer) {
 	inventoryv1.RegisterCommissionServiceServer(s, srv)
 }
+
+// CommissionPending reports whether mac's machine has commissioning
+// waiting for, or with, its discovery agent (boot/http.Commissioning: its
+// discovery boot carries the commissioning overlay).
+func (i *Inventory) CommissionPending(ctx context.Context, mac string) bool {
+	m, err := i.MachineByMAC(ctx, mac)
+	if err != nil {
+		return false
+	}
+	s := m.GetCommission().GetStatus()
+	return s == CommissionPending || s == CommissionRunning
+}

@@ -29,10 +29,11 @@ import (
 
 // CommissionOverlay says where the commissioning overlay is served (an
 // http URL on host, where the machine's agent reached this appliance, ""
-// when unknown), its SHA-256 and size from the catalog. Appliance wires
+// when unknown, for the machine of boot MAC mac), its SHA-256 and size
+// from the catalog. Appliance wires
 // boot/http's catalog to it.
 type CommissionOverlay interface {
-	CommissionOverlay(ctx context.Context, host string) (url, sha256 string, size int64, err error)
+	CommissionOverlay(ctx context.Context, host, mac string) (url, sha256 string, size int64, err error)
 }
 
 // SetCommissionOverlay sets where plans find the overlay (nil: plans name
@@ -95,7 +96,7 @@ func (l *Lifecycle) sendCommission(ctx context.Context, m *inventoryv1.Machine) 
 		if err != nil {
 			host = ""
 		}
-		if url, sum, size, err := o.CommissionOverlay(ctx, host); err == nil {
+		if url, sum, size, err := o.CommissionOverlay(ctx, host, m.GetBootMac()); err == nil {
 			plan.OverlayUrl, plan.OverlaySha256, plan.OverlaySize = url, sum, size
 		} else {
 			l.event(m, "lifecycle", "commission-overlay-missing", "commissioning overlay: "+err.Error()+" (the tests need its tools)", commissionAttrs(c))
