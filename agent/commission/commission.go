@@ -276,12 +276,34 @@ func hasAnyPrefix(s string, prefixes ...string) bool {
 	return false
 }
 
+// toolDirs are where the overlay puts the tools (Debian's paths), looked
+// at when PATH lacks them: u-root's init may not put /usr/sbin on it.
+var toolDirs = []string{"/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+
+// lookTool finds a tool on PATH or in toolDirs.
+func lookTool(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	for _, d := range toolDirs {
+		p := filepath.Join(d, name)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: %w", name, exec.ErrNotFound)
+}
+
 // runProgram is the default Exec.
 func runProgram(ctx context.Context, name string, args ...string) ([]byte, int, error) {
-	cmd := exec.CommandContext(ctx, name, args...)
+	path, err := lookTool(name)
+	if err != nil {
+		return nil, -1, err
+	}
+	cmd := exec.CommandContext(ctx, path, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
+	err = cmd.Run()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		return out.Bytes(), ee.ExitCode(), nil

@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -29,7 +28,7 @@ func (r *Runner) ensureTools(ctx context.Context, plan *nodev1.CommissionPlan) e
 	var missing []string
 	for _, s := range plan.GetSteps() {
 		if t, ok := Tools[s.GetKind()]; ok {
-			if _, err := exec.LookPath(t); err != nil {
+			if _, err := lookTool(t); err != nil {
 				missing = append(missing, t)
 			}
 		}
