@@ -33,7 +33,7 @@ type commissioned struct {
 // overlay, so each fetches it from the plan's URL and unpacks it. The
 // first passes the quick profile with the real tools (SMART health of
 // each NVMe disk, memtester, stress-ng, fio, the NIC's link); the second
-// runs link-10g, whose 10 Gb/s full-duplex link QEMU's virtio NIC does
+// runs link-10g at the same time, whose 10 Gb/s full-duplex link QEMU's virtio NIC does
 // not report: it fails, and is refused for accept and allocation until
 // `corral machine commission clear` lets it through. Prints each
 // profile's time under TCG (bench/README.md, "Commissioning").
@@ -50,14 +50,16 @@ func TestLabCommission(t *testing.T) {
 		return m
 	}
 
+	// Both at once: the link-10g run goes first, without --wait.
 	t0 := time.Now()
+	r.mustCorral("machine", "commission", bad, "--profile", "link-10g")
 	out, err := r.corral("--timeout", "8m", "machine", "commission", good, "--profile", "quick", "--wait")
 	quick := time.Since(t0)
 	if err != nil {
 		r.logs()
 		t.Fatalf("commission %s quick: %v\n%s", good, err, out)
 	}
-	t.Logf("commissioning, profile quick, TCG (overlay fetched and unpacked by the agent): %s\n%s", quick.Round(time.Second), out)
+	t.Logf("commissioning, profile quick, TCG (overlay fetched and unpacked by the agent), beside the link-10g one: %s\n%s", quick.Round(time.Second), out)
 	m := get(good)
 	seen := map[string]int{}
 	for _, ct := range m.Commission.Tests {
@@ -77,12 +79,11 @@ func TestLabCommission(t *testing.T) {
 	}
 	r.mustCorral("machine", "accept", good, "--target", "pool")
 
-	t0 = time.Now()
-	out, err = r.corral("--timeout", "8m", "machine", "commission", bad, "--profile", "link-10g", "--wait")
-	t.Logf("commissioning, profile link-10g, TCG: %s\n%s", time.Since(t0).Round(time.Second), out)
-	if err == nil {
-		t.Fatalf("link-10g on a QEMU machine passed:\n%s", out)
-	}
+	r.waitFor("the link-10g commissioning to finish", 8*time.Minute, func() bool {
+		s := get(bad).Commission.Status
+		return s == "passed" || s == "failed"
+	})
+	t.Logf("commissioning, profile link-10g, TCG, beside the quick one: %s", time.Since(t0).Round(time.Second))
 	m = get(bad)
 	if m.Commission.Status != "failed" || !strings.Contains(m.Commission.Error, "link") {
 		t.Fatalf("%s: commissioning %s: %s", bad, m.Commission.Status, m.Commission.Error)
