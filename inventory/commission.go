@@ -173,11 +173,17 @@ func cut(s string, n int) string {
 }
 
 // ClearCommission lets a machine whose commissioning failed be accepted
-// and allocated again; its results are kept, marked cleared by by.
+// and allocated again; its results are kept, marked cleared by by. A
+// commissioning still pending or running (its agent never came, or went
+// away) is abandoned: failed, "abandoned", and cleared; a report of it
+// arriving later is dropped.
 func (i *Inventory) ClearCommission(ctx context.Context, name, by string) (*inventoryv1.Machine, error) {
 	var was string
 	m, err := i.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
 		c := m.GetCommission()
+		if s := c.GetStatus(); s == CommissionPending || s == CommissionRunning {
+			c.Status, c.Error = CommissionFailed, "abandoned by "+by+" while "+s
+		}
 		if c.GetStatus() != CommissionFailed {
 			return apierr.Preconditionf("machine %q has no failed commissioning to clear (status %q)", name, cmpOr(c.GetStatus(), "none"))
 		}

@@ -106,4 +106,26 @@ func TestCommission(t *testing.T) {
 	if _, err := csrv.ClearCommission(ctx, &inventoryv1.ClearCommissionRequest{Name: a.name}); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("clear of a pass: %v", err)
 	}
+
+	// One whose agent never reports is abandoned by a clear, and its
+	// late report is dropped.
+	r := h.msrv
+	if _, err := r.ReleaseMachine(ctx, &inventoryv1.ReleaseMachineRequest{Name: a.name}); err != nil {
+		t.Fatal(err)
+	}
+	m, err = csrv.CommissionMachine(ctx, &inventoryv1.CommissionMachineRequest{Name: a.name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = m.GetCommission().GetCommissionId()
+	a.next()
+	m, err = csrv.ClearCommission(ctx, &inventoryv1.ClearCommissionRequest{Name: a.name})
+	if err != nil || m.GetCommission().GetStatus() != inventory.CommissionFailed || !m.GetCommission().GetCleared() ||
+		!strings.HasPrefix(m.GetCommission().GetError(), "abandoned by ") {
+		t.Fatalf("clear of a running commissioning: %v %v", m.GetCommission(), err)
+	}
+	sendTest(t, a, id, nil, true, "")
+	if _, err := h.msrv.AllocateMachines(ctx, &inventoryv1.AllocateMachinesRequest{}); err != nil {
+		t.Fatalf("allocate after an abandoned commissioning: %v", err)
+	}
 }
