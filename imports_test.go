@@ -56,6 +56,7 @@ var importRules = []importRule{
 	{"images/blockmap", []string{"internal/diskmap"}, "an OS image's raw view and block map (go-qcow2reader inside): only the map's wire format of ours, which the agent reads too"},
 	{"agent", []string{"agent", "api", "internal/apierr", "internal/nodeid", "internal/termsafe"}, "code that runs on a machine: api and its own packages"},
 	{"agent/deploy", []string{"agent", "api", "internal/diskmap"}, "carries out a DeployPlan on the machine: agent/diskwrite for the image, the block map's wire format, the API; never the appliance's builder (images/blockmap)"},
+	{"agent/commission", []string{"api"}, "runs commissioning tests on the machine with real tools: the commission plan's API only, nothing else of ours"},
 	{"agent/erase", []string{"api"}, "erases a released machine's disks on the machine: the erase plan's API only, nothing else of ours (no store, boot, ipmi)"},
 	{"agent/diskwrite", []string{"internal/diskmap"}, "writes an OS image's raw extents to a disk: the block map's wire format only, never the appliance's builder (images/blockmap) nor any other package of ours"},
 	{"boot", []string{"boot", "api", "images", "internal/apierr", "internal/lograte", "internal/termsafe"}, "network boot serves the image catalog"},

@@ -162,6 +162,7 @@ func (s *Server) initBoot() error {
 	}()
 	closers = append(closers, hs.Close)
 	s.lifecycle.SetKexec(kexecBoot{http: hs, ip: serverIP.String()})
+	s.lifecycle.SetCommissionOverlay(commissionOverlay{http: hs, ip: serverIP.String()}) // commission.go
 	_, httpPort, _ := net.SplitHostPort(hs.Addr().String())
 	httpBase := "http://" + net.JoinHostPort(serverIP.String(), httpPort)
 

@@ -330,6 +330,7 @@ func New(cfg Config) (*Server, error) {
 		machines.BMC = s.bmc
 	}
 	inventory.Register(s.grpc, machines)
+	inventory.RegisterCommission(s.grpc, &inventory.CommissionServer{Inv: s.inv, Lifecycle: s.lifecycle, Caller: machineCaller})
 	if err := s.initHypervisor(p); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("hypervisor services: %w", err)

@@ -40,6 +40,10 @@ const (
 	// HypervisorInitrd is the hypervisor profile's initramfs; its kernel
 	// is DiscoverKernel (both images are built from one kernel package).
 	HypervisorInitrd = "hypervisor-initrd.img"
+	// CommissionOverlay is the commissioning overlay (gzip'd cpio of the
+	// test tools): a second initrd for a discovery boot with
+	// commissioning pending, or fetched by the agent.
+	CommissionOverlay = "commission-overlay.img"
 )
 
 // ErrNotFound means the name is not in the catalog.
@@ -83,6 +87,9 @@ type Config struct {
 	// the catalog has none (machines with the hypervisor intent then boot
 	// their local disk).
 	HypervisorInitrd string
+	// CommissionOverlay is the commissioning overlay; empty means the
+	// catalog has none (commissioning needs the tools on the machine).
+	CommissionOverlay string
 }
 
 // UsesTestImages reports whether Open would install a built-in test
@@ -139,7 +146,11 @@ func Open(cfg Config) (*Catalog, error) {
 	if cfg.HypervisorInitrd != "" {
 		hyp.Candidates = []string{cfg.HypervisorInitrd}
 	}
-	srcs = append(srcs, kernel, initrd, hyp)
+	overlay := Source{Name: CommissionOverlay, Kind: KindInitrd}
+	if cfg.CommissionOverlay != "" {
+		overlay.Candidates = []string{cfg.CommissionOverlay}
+	}
+	srcs = append(srcs, kernel, initrd, hyp, overlay)
 	c := &Catalog{dir: cfg.Dir, arts: map[string]Artifact{}}
 	for _, s := range srcs {
 		a, ok, err := install(cfg.Dir, s)

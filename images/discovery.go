@@ -122,6 +122,11 @@ func (c Config) WithBuiltDiscover() Config {
 	if !explicit && ok {
 		c.Kernel, c.Initrd = filepath.Join(c.Dir, b.Kernel), filepath.Join(c.Dir, b.Initrd)
 	}
+	if c.CommissionOverlay == "" && ok {
+		if o, ook := ReadBuiltCommission(c.Dir); ook {
+			c.CommissionOverlay = filepath.Join(c.Dir, o.Overlay)
+		}
+	}
 	if c.HypervisorInitrd == "" && !explicit && ok {
 		if h, hok := ReadBuiltHypervisor(c.Dir); hok && h.Release == b.Release {
 			c.HypervisorInitrd = filepath.Join(c.Dir, h.Initrd)

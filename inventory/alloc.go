@@ -118,7 +118,9 @@ func (i *Inventory) AllocateMachines(ctx context.Context, owner Owner, req Alloc
 		var free []string
 		err := i.EachMachine(ctx, &inventoryv1.ListMachinesRequest{State: inventoryv1.Machine_READY, Selectors: raw, View: inventoryv1.MachineView_MACHINE_VIEW_SUMMARY},
 			func(m *inventoryv1.Machine) error {
-				free = append(free, m.GetName())
+				if CommissionHold(m) == nil { // commission.go
+					free = append(free, m.GetName())
+				}
 				return nil
 			})
 		if err != nil {
@@ -192,7 +194,7 @@ func (i *Inventory) claim(ctx context.Context, owner Owner, picked []string, sel
 			if err != nil {
 				return err
 			}
-			if m == nil || m.GetState() != inventoryv1.Machine_READY || !sels.Match(m) {
+			if m == nil || m.GetState() != inventoryv1.Machine_READY || !sels.Match(m) || CommissionHold(m) != nil {
 				return errPickTaken
 			}
 			if err := Transition(m, EventAllocated); err != nil {
@@ -472,6 +474,9 @@ func IsSkip(err error) bool { return errors.Is(err, errSkip) }
 // installed; its boot intent stays discovery.
 func (i *Inventory) AcceptToPool(ctx context.Context, name string) (*inventoryv1.Machine, error) {
 	m, err := i.UpdateMachine(ctx, name, func(m *inventoryv1.Machine) error {
+		if err := CommissionHold(m); err != nil {
+			return err
+		}
 		if err := Transition(m, EventPooled); err != nil {
 			return err
 		}

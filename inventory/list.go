@@ -130,11 +130,17 @@ func (q *machineQuery) view(m *inventoryv1.Machine) *inventoryv1.Machine {
 	return m
 }
 
-// Summarize cuts m to the SUMMARY view in place: no fact history, and of
+// Summarize cuts m to the SUMMARY view in place: no fact history, a
+// commissioning's status and error without its tests, and of
 // the facts only system vendor and product, the CPU, total memory, each
 // disk's name and size and each NIC's name, MAC and link.
 func Summarize(m *inventoryv1.Machine) {
 	m.FactHistory = nil
+	if c := m.GetCommission(); c != nil {
+		// Its status, profile and error: not every test's output.
+		m.Commission = &inventoryv1.Commission{CommissionId: c.GetCommissionId(), Profile: c.GetProfile(), Status: c.GetStatus(),
+			Error: c.GetError(), Cleared: c.GetCleared(), FinishedAt: c.GetFinishedAt()}
+	}
 	f := m.GetFacts()
 	if f == nil {
 		return

@@ -87,7 +87,7 @@ func acceptable(m *inventoryv1.Machine) error {
 	if len(m.GetFacts().GetDisks()) == 0 {
 		return apierr.Preconditionf("machine %q reported no disks: nothing to install on", name)
 	}
-	return nil
+	return inventory.CommissionHold(m)
 }
 
 func diskPath(name string) string {

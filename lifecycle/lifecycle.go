@@ -130,7 +130,9 @@ type Lifecycle struct {
 	streams planStreams
 	// eraseMu guards cfg.ErasePolicy (SetErasePolicy).
 	eraseMu sync.Mutex
-	// kexecMu guards cfg.Kexec (SetKexec).
+	// commissionOverlay is SetCommissionOverlay's (commission.go).
+	commissionOverlay CommissionOverlay
+	// kexecMu guards cfg.Kexec (SetKexec) and commissionOverlay.
 	kexecMu sync.Mutex
 	// deployMu guards deploySvc (SetDeploy); deployIndex finds a
 	// phone-home's machine (deploy.go).
@@ -376,6 +378,9 @@ func (l *Lifecycle) reconcileLocal(ctx context.Context, m *inventoryv1.Machine) 
 	}
 	if pendingErase(m) {
 		l.deliverErase(ctx, m) // erase.go
+		return
+	}
+	if l.deliverCommission(ctx, m) { // commission.go
 		return
 	}
 	// Delivery to an agent connected here that has not had the current

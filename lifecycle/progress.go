@@ -35,6 +35,10 @@ func (l *Lifecycle) onConnect(ctx context.Context, machine string) {
 		l.sendErase(ctx, m) // erase.go
 		return
 	}
+	if pendingCommission(m) {
+		l.sendCommission(ctx, m) // commission.go
+		return
+	}
 	if m.GetState() == inventoryv1.Machine_INSTALLING && !m.GetInstall().GetDone() {
 		l.sendPlan(ctx, m)
 	}
@@ -60,6 +64,10 @@ const (
 // reprovision wipe clears it; any other is ignored.
 func (l *Lifecycle) onProgress(ctx context.Context, machine string, p *nodev1.Progress) {
 	ctx = context.WithoutCancel(ctx)
+	if strings.HasPrefix(p.GetInstallId(), inventory.CommissionIDPrefix) {
+		l.onCommissionProgress(ctx, machine, p) // commission.go
+		return
+	}
 	if strings.HasPrefix(p.GetInstallId(), inventory.EraseIDPrefix) {
 		l.onEraseProgress(ctx, machine, p) // erase.go
 		return

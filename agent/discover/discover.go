@@ -6,7 +6,8 @@
 // appliance (agent/session), which carries out install and wipe plans
 // with agent/install and, after an install, boots the hypervisor image
 // with agent/kexec when the appliance sends a KexecPlan, and deploys an
-// operating system onto the disk with agent/deploy. With DryRun it only collects facts under
+// operating system onto the disk with agent/deploy, and runs
+// commissioning tests with agent/commission. With DryRun it only collects facts under
 // Root and prints them as JSON. It must not import store/, boot/, ipmi/,
 // bbolt, etcd or bmclib.
 package discover
@@ -31,6 +32,7 @@ import (
 	"github.com/corralhq/corral/agent/bmc"
 	"github.com/corralhq/corral/agent/cmdline"
 	"github.com/corralhq/corral/agent/coldplug"
+	"github.com/corralhq/corral/agent/commission"
 	"github.com/corralhq/corral/agent/deploy"
 	"github.com/corralhq/corral/agent/erase"
 	"github.com/corralhq/corral/agent/facts"
@@ -72,6 +74,9 @@ type Config struct {
 	// agent/erase on the disks under Root.
 	Deployer session.Deployer
 	Eraser   session.Eraser
+	// Commissioner carries out commissioning plans; default
+	// agent/commission under Root.
+	Commissioner session.Commissioner
 	// OpenTPM opens the machine's TPM for the EK proof at Register;
 	// default agent/tpm.Open when Root is "/" (none otherwise). An error
 	// (agent/tpm.ErrNoTPM: no TPM) registers without a proof.
@@ -119,6 +124,9 @@ func (c *Config) defaults() {
 	}
 	if c.Eraser == nil {
 		c.Eraser = erase.New(erase.Config{Root: c.Root, Console: c.Console, Logger: c.Logger})
+	}
+	if c.Commissioner == nil {
+		c.Commissioner = commission.New(commission.Config{Root: c.Root, Console: c.Console, Logger: c.Logger})
 	}
 	if c.Kexec == nil && !c.NoKexec {
 		c.Kexec = kexec.NewBooter(kexec.Config{Console: c.Console, Logger: c.Logger})
@@ -255,15 +263,16 @@ func Run(ctx context.Context, cfg Config) error {
 	return cfg.Session(ctx, session.Config{
 		Endpoints: params.Endpoints, Token: params.Token, CAFingerprint: params.CAFingerprint,
 		ExtraCAs: loadCAs(cfg.CAFile), BootMAC: params.MAC, AgentVersion: cfg.Version,
-		Facts:     func(context.Context) *inventoryv1.Facts { return f },
-		Power:     cfg.Power,
-		Installer: cfg.Installer,
-		Kexec:     cfg.Kexec,
-		Deployer:  cfg.Deployer,
-		Eraser:    cfg.Eraser,
-		TPM:       dev,
-		Console:   cfg.Console,
-		Logger:    cfg.Logger,
+		Facts:        func(context.Context) *inventoryv1.Facts { return f },
+		Power:        cfg.Power,
+		Installer:    cfg.Installer,
+		Kexec:        cfg.Kexec,
+		Deployer:     cfg.Deployer,
+		Eraser:       cfg.Eraser,
+		Commissioner: cfg.Commissioner,
+		TPM:          dev,
+		Console:      cfg.Console,
+		Logger:       cfg.Logger,
 	})
 }
 

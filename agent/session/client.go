@@ -58,6 +58,13 @@ type Eraser interface {
 	Erase(ctx context.Context, plan *nodev1.ErasePlan, progress func(*nodev1.Progress)) error
 }
 
+// Commissioner carries out the appliance's commissioning plans
+// (agent/commission), reporting each test's result and last
+// Progress{step: "commissioned", done: true}.
+type Commissioner interface {
+	Commission(ctx context.Context, plan *nodev1.CommissionPlan, progress func(*nodev1.Progress)) error
+}
+
 // Kexec boots the hypervisor image straight from the discovery image
 // after a successful install (agent/kexec). Kexec blocks; it does not
 // return when the machine reboots into the image, and returns the error
@@ -127,6 +134,9 @@ type Config struct {
 	// them as unsupported.
 	Deployer Deployer
 	Eraser   Eraser
+	// Commissioner carries out commissioning plans, as a job like the
+	// others; nil answers them as unsupported.
+	Commissioner Commissioner
 	// DeployRebootGrace bounds the wait, after a successful deploy whose
 	// plan says reboot, for its "written" progress to go out on a session
 	// (none may be open); the machine reboots then anyway (default 10 s).
@@ -522,6 +532,18 @@ func obey(ctx, runCtx context.Context, cfg *Config, msg *nodev1.ApplianceMessage
 		fmt.Fprintf(cfg.Console, "corral: appliance sent erase plan %s: level %s, disks %s\n", id, plan.GetLevel(), strings.Join(plan.GetDisks(), " "))
 		jobs.start(runCtx, "erase", id, func(ctx context.Context, progress func(*nodev1.Progress)) error {
 			return cfg.Eraser.Erase(ctx, plan, progress)
+		})
+	case *nodev1.ApplianceMessage_Commission:
+		plan := cmd.Commission
+		id := plan.GetCommissionId()
+		if cfg.Commissioner == nil {
+			fmt.Fprintln(cfg.Console, "corral: appliance sent a commissioning plan; not supported by this agent yet")
+			progress(&nodev1.Progress{Step: "commissioned", Done: true, Error: "not supported by this agent yet", InstallId: id})
+			return
+		}
+		fmt.Fprintf(cfg.Console, "corral: appliance sent commissioning plan %s: profile %s, %d steps\n", id, plan.GetProfile(), len(plan.GetSteps()))
+		jobs.start(runCtx, "commission", id, func(ctx context.Context, progress func(*nodev1.Progress)) error {
+			return cfg.Commissioner.Commission(ctx, plan, progress)
 		})
 	default:
 		cfg.Logger.Warn("unknown command", "cmd", fmt.Sprintf("%T", cmd))

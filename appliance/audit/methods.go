@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -83,12 +84,14 @@ var auditRules = map[string]auditRule{
 	"/corral.inventory.v1.BmcCredentialService/RotateBmcCredentials": machineRule,
 	// BIOS settings, firmware updates and virtual media change the
 	// machine through its BMC (each on its timeline too).
-	"/corral.inventory.v1.BmcRedfishService/GetBios":        readRule,
-	"/corral.inventory.v1.BmcRedfishService/ListFirmware":   readRule,
-	"/corral.inventory.v1.BmcRedfishService/SetBios":        machineRule,
-	"/corral.inventory.v1.BmcRedfishService/UpdateFirmware": machineRule,
-	"/corral.inventory.v1.BmcRedfishService/InsertMedia":    machineRule,
-	"/corral.inventory.v1.BmcRedfishService/EjectMedia":     machineRule,
+	"/corral.inventory.v1.BmcRedfishService/GetBios":           readRule,
+	"/corral.inventory.v1.BmcRedfishService/ListFirmware":      readRule,
+	"/corral.inventory.v1.BmcRedfishService/SetBios":           machineRule,
+	"/corral.inventory.v1.BmcRedfishService/UpdateFirmware":    machineRule,
+	"/corral.inventory.v1.BmcRedfishService/InsertMedia":       machineRule,
+	"/corral.inventory.v1.BmcRedfishService/EjectMedia":        machineRule,
+	"/corral.inventory.v1.CommissionService/CommissionMachine": machineRule,
+	"/corral.inventory.v1.CommissionService/ClearCommission":   machineRule,
 	// The machines an allocation claims are on their timelines already.
 	"/corral.inventory.v1.MachineService/AllocateMachines": mutating("allocation", "selector"),
 
@@ -308,6 +311,10 @@ func timelineVerb(method string, req any) string {
 		return "insert virtual media " + r.GetImage()
 	case *inventoryv1.EjectMediaRequest:
 		return "eject virtual media"
+	case *inventoryv1.CommissionMachineRequest:
+		return "commission (profile " + cmp.Or(r.GetProfile(), "quick") + ")"
+	case *inventoryv1.ClearCommissionRequest:
+		return "clear commissioning failure"
 	}
 	_, name, _ := strings.Cut(strings.TrimPrefix(method, "/"), "/")
 	return name

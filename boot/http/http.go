@@ -63,6 +63,14 @@ type Inventory interface {
 	EnsureMachineForMAC(ctx context.Context, mac string) (*inventoryv1.Machine, bool, error)
 }
 
+// Commissioning is what an Inventory may also say: whether mac's machine
+// has commissioning pending (inventory.Inventory does). Its discovery boot
+// then gets the commissioning overlay as a second initrd, which the kernel
+// unpacks over the discovery image's.
+type Commissioning interface {
+	CommissionPending(ctx context.Context, mac string) bool
+}
+
 // TokenIssuer issues per-boot agent tokens (auth.Tokens.IssueBoot): the
 // live token of mac bound to machine, the same one again while it lives
 // (minted says a new one was made).
@@ -340,6 +348,7 @@ type ScriptData struct {
 	Base    string // http://host:port
 	Kernel  string // catalog name
 	Initrd  string // catalog name (and the initrd= name)
+	Overlay string // a second initrd's catalog name (commissioning), or ""
 	Cmdline string // everything after the kernel URL
 	Problem string // set when the intent cannot be served: echoed, then exit
 }
@@ -428,6 +437,8 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 		if !s.cfg.Catalog.Has(d.Kernel) {
 			d.Kernel, d.Initrd = "", ""
 			d.Problem = "the catalog has no discovery kernel"
+		} else if c, ok := s.cfg.Inventory.(Commissioning); ok && s.cfg.Catalog.Has(images.CommissionOverlay) && c.CommissionPending(ctx, mac) {
+			d.Overlay = images.CommissionOverlay
 		}
 	}
 	tokenNote := ""
@@ -502,7 +513,11 @@ func (s *Server) cmdline(r *http.Request, d ScriptData, token, mode string) (lin
 	for {
 		corral, err := cmdline.Params{Endpoints: eps, Token: token, CAFingerprint: s.cfg.CAFingerprint, MAC: d.MAC, Mode: mode}.Format()
 		if err == nil {
-			line = strings.Join([]string{"initrd=" + d.Initrd, corral, s.cfg.KernelArgs}, " ")
+			initrds := "initrd=" + d.Initrd
+			if d.Overlay != "" {
+				initrds += " initrd=" + d.Overlay
+			}
+			line = strings.Join([]string{initrds, corral, s.cfg.KernelArgs}, " ")
 			if len(line) < cmdline.MaxLen {
 				return line, eps, left, nil
 			}

@@ -64,3 +64,26 @@ func (s *Server) HypervisorBoot(ctx context.Context, machine, mac, host string) 
 	hb.InitrdURL = base + "/images/" + d.Initrd + q
 	return hb, nil
 }
+
+// CommissionOverlay is the commissioning overlay as a discovery agent
+// fetches it when a commissioning plan reaches it booted without it: its
+// URL on host (where the agent reached the appliance) and its size and
+// SHA-256 from the catalog. It fails when the catalog has none.
+func (s *Server) CommissionOverlay(host, mac string) (url string, a images.Artifact, err error) {
+	if host == "" {
+		return "", images.Artifact{}, errors.New("boot/http: commissioning overlay: no host to fetch it from")
+	}
+	_, port, err := net.SplitHostPort(s.lis.Addr().String())
+	if err != nil {
+		return "", images.Artifact{}, fmt.Errorf("boot/http: listener address: %w", err)
+	}
+	a, ok := s.cfg.Catalog.Lookup(images.CommissionOverlay)
+	if !ok {
+		return "", images.Artifact{}, errors.New("the catalog has no commissioning overlay (run corrald images build with smartmontools, memtester, stress-ng, fio and ethtool installed)")
+	}
+	url = "http://" + net.JoinHostPort(host, port) + "/images/" + images.CommissionOverlay
+	if mac, err := normalizeMAC(mac); err == nil {
+		url += "?mac=" + mac
+	}
+	return url, a, nil
+}

@@ -27,8 +27,11 @@ func newImagesCmd(g *globals) *cobra.Command {
 dpkg-deb -x), a curated module set (depmod -b), u-root's core commands with
 corral-node discover as the uinit, mke2fs and pci.ids, and the hypervisor image
 (the same plus QEMU, qemu-img, their firmware and the node's modules, with
-corral-node hypervisor --boot as the uinit). Registers vmlinuz, initrd.img and
-hypervisor-initrd.img in DATA_DIR/images so that corrald serve boots unknown
+corral-node hypervisor --boot as the uinit), and the commissioning overlay
+(smartctl, memtester, stress-ng, fio and ethtool with their libraries, a
+second initrd for machines being commissioned; left out, with a note, when
+the host lacks them). Registers vmlinuz, initrd.img, hypervisor-initrd.img
+and commission-overlay.img in DATA_DIR/images so that corrald serve boots unknown
 machines into discovery and accepted ones into the hypervisor. A build with
 unchanged inputs is taken from the cache.`,
 		Args: cobra.NoArgs,
@@ -85,6 +88,25 @@ unchanged inputs is taken from the cache.`,
 				rep.Done()
 				fmt.Fprintf(w, "hypervisor image %s (key %s, %d modules, %s, qemu %s)\n", how(h), h.Key[:12], len(h.Modules), h.Compression, h.Packages["qemu-system-x86"])
 				fmt.Fprintf(w, "  %-21s %9d bytes  sha256 %s\n", images.HypervisorInitrd, hb.InitrdSize, hb.InitrdSHA256)
+			}
+			// The commissioning overlay: the test tools do not fit the
+			// discovery image's budget; a host without them builds none
+			// and commissioning says so when it runs.
+			rep.Stage("commissioning overlay (smartctl, memtester, stress-ng, fio, ethtool)", 0)
+			if o, err := discovery.BuildCommissionOverlay(cmd.Context(), cache); err != nil {
+				rep.Done()
+				fmt.Fprintf(w, "commissioning overlay not built: %v\n", err)
+			} else if _, cb, err := images.RegisterCommission(cfg, o.Path, o.Key, o.Packages); err != nil {
+				return err
+			} else {
+				rep.Done()
+				how := "built in " + o.BuildTime.Round(100*time.Millisecond).String()
+				if o.Cached {
+					how = "cached"
+				}
+				fmt.Fprintf(w, "commissioning overlay %s (key %s, %d files; smartmontools %s, memtester %s, stress-ng %s, fio %s, ethtool %s)\n", how, o.Key[:12], o.Files,
+					o.Packages["smartmontools"], o.Packages["memtester"], o.Packages["stress-ng"], o.Packages["fio"], o.Packages["ethtool"])
+				fmt.Fprintf(w, "  %-21s %9d bytes  sha256 %s\n", images.CommissionOverlay, cb.Size, cb.SHA256)
 			}
 			fmt.Fprintf(w, "registered in %s (discover profile", catDir)
 			if len(rs) > 1 {

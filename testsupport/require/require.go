@@ -123,6 +123,7 @@ var debianPackages = map[string]string{
 	"apt-get":                       "apt",
 	"apt-cache":                     "apt",
 	"ldd":                           "libc-bin",
+	"smartctl":                      "smartmontools",
 	"swtpm_setup":                   "swtpm-tools",
 	"swtpm_localca":                 "swtpm-tools",
 	"/bin/busybox":                  "busybox-static",

@@ -1111,7 +1111,10 @@ type Machine struct {
 	Deployment *Deployment `protobuf:"bytes,66,opt,name=deployment,proto3" json:"deployment,omitempty"`
 	// erase is the erase of a release (RELEASING), or the last one with
 	// its outcome.
-	Erase         *Erase `protobuf:"bytes,67,opt,name=erase,proto3" json:"erase,omitempty"`
+	Erase *Erase `protobuf:"bytes,67,opt,name=erase,proto3" json:"erase,omitempty"`
+	// commission is the machine's current or last commissioning; a failed
+	// one not cleared holds the machine back from accept and allocation.
+	Commission    *Commission `protobuf:"bytes,80,opt,name=commission,proto3" json:"commission,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1366,6 +1369,13 @@ func (x *Machine) GetDeployment() *Deployment {
 func (x *Machine) GetErase() *Erase {
 	if x != nil {
 		return x.Erase
+	}
+	return nil
+}
+
+func (x *Machine) GetCommission() *Commission {
+	if x != nil {
+		return x.Commission
 	}
 	return nil
 }
@@ -4152,7 +4162,7 @@ var File_api_inventory_v1_machine_proto protoreflect.FileDescriptor
 
 const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\n" +
-	"\x1eapi/inventory/v1/machine.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x1capi/inventory/v1/facts.proto\x1a\x1dapi/inventory/v1/layout.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa0\x04\n" +
+	"\x1eapi/inventory/v1/machine.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a!api/inventory/v1/commission.proto\x1a\x1capi/inventory/v1/facts.proto\x1a\x1dapi/inventory/v1/layout.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa0\x04\n" +
 	"\x03Bmc\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\rR\x04port\x12<\n" +
@@ -4195,7 +4205,7 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
 	"\x06before\x18\x03 \x01(\tR\x06before\x12\x14\n" +
-	"\x05after\x18\x04 \x01(\tR\x05after\"\x83\x0f\n" +
+	"\x05after\x18\x04 \x01(\tR\x05after\"\xc4\x0f\n" +
 	"\aMachine\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12O\n" +
 	"\vannotations\x18\x03 \x03(\v2-.corral.inventory.v1.Machine.AnnotationsEntryR\vannotations\x12@\n" +
@@ -4239,7 +4249,10 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\n" +
 	"deployment\x18B \x01(\v2\x1f.corral.inventory.v1.DeploymentR\n" +
 	"deployment\x120\n" +
-	"\x05erase\x18C \x01(\v2\x1a.corral.inventory.v1.EraseR\x05erase\x1a>\n" +
+	"\x05erase\x18C \x01(\v2\x1a.corral.inventory.v1.EraseR\x05erase\x12?\n" +
+	"\n" +
+	"commission\x18P \x01(\v2\x1f.corral.inventory.v1.CommissionR\n" +
+	"commission\x1a>\n" +
 	"\x10AnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
@@ -4641,10 +4654,11 @@ var file_api_inventory_v1_machine_proto_goTypes = []any{
 	nil,                               // 55: corral.inventory.v1.LabelMachineRequest.SetEntry
 	(*timestamppb.Timestamp)(nil),     // 56: google.protobuf.Timestamp
 	(*Facts)(nil),                     // 57: corral.inventory.v1.Facts
-	(*DiskLayout)(nil),                // 58: corral.inventory.v1.DiskLayout
-	(*durationpb.Duration)(nil),       // 59: google.protobuf.Duration
-	(v1.EventType)(0),                 // 60: corral.watch.v1.EventType
-	(*emptypb.Empty)(nil),             // 61: google.protobuf.Empty
+	(*Commission)(nil),                // 58: corral.inventory.v1.Commission
+	(*DiskLayout)(nil),                // 59: corral.inventory.v1.DiskLayout
+	(*durationpb.Duration)(nil),       // 60: google.protobuf.Duration
+	(v1.EventType)(0),                 // 61: corral.watch.v1.EventType
+	(*emptypb.Empty)(nil),             // 62: google.protobuf.Empty
 }
 var file_api_inventory_v1_machine_proto_depIdxs = []int32{
 	2,  // 0: corral.inventory.v1.Bmc.protocol:type_name -> corral.inventory.v1.BmcProtocol
@@ -4674,96 +4688,97 @@ var file_api_inventory_v1_machine_proto_depIdxs = []int32{
 	17, // 24: corral.inventory.v1.Machine.allocation:type_name -> corral.inventory.v1.Allocation
 	15, // 25: corral.inventory.v1.Machine.deployment:type_name -> corral.inventory.v1.Deployment
 	16, // 26: corral.inventory.v1.Machine.erase:type_name -> corral.inventory.v1.Erase
-	58, // 27: corral.inventory.v1.Deployment.layout:type_name -> corral.inventory.v1.DiskLayout
-	56, // 28: corral.inventory.v1.Deployment.started_at:type_name -> google.protobuf.Timestamp
-	56, // 29: corral.inventory.v1.Deployment.updated_at:type_name -> google.protobuf.Timestamp
-	56, // 30: corral.inventory.v1.Deployment.sent_at:type_name -> google.protobuf.Timestamp
-	56, // 31: corral.inventory.v1.Deployment.written_at:type_name -> google.protobuf.Timestamp
-	56, // 32: corral.inventory.v1.Deployment.booted_at:type_name -> google.protobuf.Timestamp
-	3,  // 33: corral.inventory.v1.Erase.level:type_name -> corral.inventory.v1.EraseLevel
-	56, // 34: corral.inventory.v1.Erase.requested_at:type_name -> google.protobuf.Timestamp
-	56, // 35: corral.inventory.v1.Erase.sent_at:type_name -> google.protobuf.Timestamp
-	56, // 36: corral.inventory.v1.Erase.updated_at:type_name -> google.protobuf.Timestamp
-	56, // 37: corral.inventory.v1.Erase.finished_at:type_name -> google.protobuf.Timestamp
-	56, // 38: corral.inventory.v1.Allocation.allocated_at:type_name -> google.protobuf.Timestamp
-	56, // 39: corral.inventory.v1.Allocation.expires_at:type_name -> google.protobuf.Timestamp
-	56, // 40: corral.inventory.v1.Allocation.released_at:type_name -> google.protobuf.Timestamp
-	56, // 41: corral.inventory.v1.Conflict.at:type_name -> google.protobuf.Timestamp
-	56, // 42: corral.inventory.v1.Install.started_at:type_name -> google.protobuf.Timestamp
-	56, // 43: corral.inventory.v1.Install.updated_at:type_name -> google.protobuf.Timestamp
-	56, // 44: corral.inventory.v1.Install.sent_at:type_name -> google.protobuf.Timestamp
-	56, // 45: corral.inventory.v1.BootWatchdog.armed_at:type_name -> google.protobuf.Timestamp
-	56, // 46: corral.inventory.v1.PendingWipe.requested_at:type_name -> google.protobuf.Timestamp
-	56, // 47: corral.inventory.v1.PendingWipe.sent_at:type_name -> google.protobuf.Timestamp
-	56, // 48: corral.inventory.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
-	54, // 49: corral.inventory.v1.TimelineEntry.attributes:type_name -> corral.inventory.v1.TimelineEntry.AttributesEntry
-	9,  // 50: corral.inventory.v1.ListMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
-	4,  // 51: corral.inventory.v1.ListMachinesRequest.view:type_name -> corral.inventory.v1.MachineView
-	14, // 52: corral.inventory.v1.ListMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
-	2,  // 53: corral.inventory.v1.EnrollMachineRequest.bmc_protocol:type_name -> corral.inventory.v1.BmcProtocol
-	5,  // 54: corral.inventory.v1.AcceptMachineRequest.target:type_name -> corral.inventory.v1.AcceptTarget
-	55, // 55: corral.inventory.v1.LabelMachineRequest.set:type_name -> corral.inventory.v1.LabelMachineRequest.SetEntry
-	59, // 56: corral.inventory.v1.AllocateMachinesRequest.expires_in:type_name -> google.protobuf.Duration
-	14, // 57: corral.inventory.v1.AllocateMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
-	3,  // 58: corral.inventory.v1.ReleaseMachineRequest.erase:type_name -> corral.inventory.v1.EraseLevel
-	6,  // 59: corral.inventory.v1.SetPowerRequest.action:type_name -> corral.inventory.v1.PowerAction
-	0,  // 60: corral.inventory.v1.PowerStatus.state:type_name -> corral.inventory.v1.PowerState
-	56, // 61: corral.inventory.v1.PowerStatus.read_at:type_name -> google.protobuf.Timestamp
-	37, // 62: corral.inventory.v1.PowerStatus.attempts:type_name -> corral.inventory.v1.ProviderAttempt
-	7,  // 63: corral.inventory.v1.SetBootDeviceRequest.device:type_name -> corral.inventory.v1.BootDevice
-	22, // 64: corral.inventory.v1.TimelineResponse.entries:type_name -> corral.inventory.v1.TimelineEntry
-	9,  // 65: corral.inventory.v1.WatchMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
-	4,  // 66: corral.inventory.v1.WatchMachinesRequest.view:type_name -> corral.inventory.v1.MachineView
-	60, // 67: corral.inventory.v1.MachineEvent.type:type_name -> corral.watch.v1.EventType
-	14, // 68: corral.inventory.v1.MachineEvent.machine:type_name -> corral.inventory.v1.Machine
-	60, // 69: corral.inventory.v1.TimelineEvent.type:type_name -> corral.watch.v1.EventType
-	22, // 70: corral.inventory.v1.TimelineEvent.entry:type_name -> corral.inventory.v1.TimelineEntry
-	56, // 71: corral.inventory.v1.BmcAddressBinding.claimed_at:type_name -> google.protobuf.Timestamp
-	8,  // 72: corral.inventory.v1.BmcSecret.phase:type_name -> corral.inventory.v1.BmcRotationPhase
-	56, // 73: corral.inventory.v1.BmcSecret.pending_since:type_name -> google.protobuf.Timestamp
-	23, // 74: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
-	25, // 75: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
-	26, // 76: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
-	27, // 77: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
-	33, // 78: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
-	34, // 79: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
-	35, // 80: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
-	38, // 81: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
-	39, // 82: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
-	40, // 83: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
-	41, // 84: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
-	43, // 85: corral.inventory.v1.MachineService.AdoptMachine:input_type -> corral.inventory.v1.AdoptMachineRequest
-	44, // 86: corral.inventory.v1.MachineService.RejectMachine:input_type -> corral.inventory.v1.RejectMachineRequest
-	28, // 87: corral.inventory.v1.MachineService.LabelMachine:input_type -> corral.inventory.v1.LabelMachineRequest
-	29, // 88: corral.inventory.v1.MachineService.AllocateMachines:input_type -> corral.inventory.v1.AllocateMachinesRequest
-	31, // 89: corral.inventory.v1.MachineService.ReleaseMachine:input_type -> corral.inventory.v1.ReleaseMachineRequest
-	32, // 90: corral.inventory.v1.MachineService.DeployMachine:input_type -> corral.inventory.v1.DeployMachineRequest
-	45, // 91: corral.inventory.v1.MachineService.WatchMachines:input_type -> corral.inventory.v1.WatchMachinesRequest
-	47, // 92: corral.inventory.v1.MachineService.WatchTimeline:input_type -> corral.inventory.v1.WatchTimelineRequest
-	24, // 93: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
-	14, // 94: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
-	14, // 95: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
-	14, // 96: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
-	61, // 97: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
-	36, // 98: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
-	36, // 99: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
-	61, // 100: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
-	14, // 101: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
-	14, // 102: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
-	42, // 103: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
-	14, // 104: corral.inventory.v1.MachineService.AdoptMachine:output_type -> corral.inventory.v1.Machine
-	61, // 105: corral.inventory.v1.MachineService.RejectMachine:output_type -> google.protobuf.Empty
-	14, // 106: corral.inventory.v1.MachineService.LabelMachine:output_type -> corral.inventory.v1.Machine
-	30, // 107: corral.inventory.v1.MachineService.AllocateMachines:output_type -> corral.inventory.v1.AllocateMachinesResponse
-	14, // 108: corral.inventory.v1.MachineService.ReleaseMachine:output_type -> corral.inventory.v1.Machine
-	14, // 109: corral.inventory.v1.MachineService.DeployMachine:output_type -> corral.inventory.v1.Machine
-	46, // 110: corral.inventory.v1.MachineService.WatchMachines:output_type -> corral.inventory.v1.MachineEvent
-	48, // 111: corral.inventory.v1.MachineService.WatchTimeline:output_type -> corral.inventory.v1.TimelineEvent
-	93, // [93:112] is the sub-list for method output_type
-	74, // [74:93] is the sub-list for method input_type
-	74, // [74:74] is the sub-list for extension type_name
-	74, // [74:74] is the sub-list for extension extendee
-	0,  // [0:74] is the sub-list for field type_name
+	58, // 27: corral.inventory.v1.Machine.commission:type_name -> corral.inventory.v1.Commission
+	59, // 28: corral.inventory.v1.Deployment.layout:type_name -> corral.inventory.v1.DiskLayout
+	56, // 29: corral.inventory.v1.Deployment.started_at:type_name -> google.protobuf.Timestamp
+	56, // 30: corral.inventory.v1.Deployment.updated_at:type_name -> google.protobuf.Timestamp
+	56, // 31: corral.inventory.v1.Deployment.sent_at:type_name -> google.protobuf.Timestamp
+	56, // 32: corral.inventory.v1.Deployment.written_at:type_name -> google.protobuf.Timestamp
+	56, // 33: corral.inventory.v1.Deployment.booted_at:type_name -> google.protobuf.Timestamp
+	3,  // 34: corral.inventory.v1.Erase.level:type_name -> corral.inventory.v1.EraseLevel
+	56, // 35: corral.inventory.v1.Erase.requested_at:type_name -> google.protobuf.Timestamp
+	56, // 36: corral.inventory.v1.Erase.sent_at:type_name -> google.protobuf.Timestamp
+	56, // 37: corral.inventory.v1.Erase.updated_at:type_name -> google.protobuf.Timestamp
+	56, // 38: corral.inventory.v1.Erase.finished_at:type_name -> google.protobuf.Timestamp
+	56, // 39: corral.inventory.v1.Allocation.allocated_at:type_name -> google.protobuf.Timestamp
+	56, // 40: corral.inventory.v1.Allocation.expires_at:type_name -> google.protobuf.Timestamp
+	56, // 41: corral.inventory.v1.Allocation.released_at:type_name -> google.protobuf.Timestamp
+	56, // 42: corral.inventory.v1.Conflict.at:type_name -> google.protobuf.Timestamp
+	56, // 43: corral.inventory.v1.Install.started_at:type_name -> google.protobuf.Timestamp
+	56, // 44: corral.inventory.v1.Install.updated_at:type_name -> google.protobuf.Timestamp
+	56, // 45: corral.inventory.v1.Install.sent_at:type_name -> google.protobuf.Timestamp
+	56, // 46: corral.inventory.v1.BootWatchdog.armed_at:type_name -> google.protobuf.Timestamp
+	56, // 47: corral.inventory.v1.PendingWipe.requested_at:type_name -> google.protobuf.Timestamp
+	56, // 48: corral.inventory.v1.PendingWipe.sent_at:type_name -> google.protobuf.Timestamp
+	56, // 49: corral.inventory.v1.TimelineEntry.at:type_name -> google.protobuf.Timestamp
+	54, // 50: corral.inventory.v1.TimelineEntry.attributes:type_name -> corral.inventory.v1.TimelineEntry.AttributesEntry
+	9,  // 51: corral.inventory.v1.ListMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
+	4,  // 52: corral.inventory.v1.ListMachinesRequest.view:type_name -> corral.inventory.v1.MachineView
+	14, // 53: corral.inventory.v1.ListMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
+	2,  // 54: corral.inventory.v1.EnrollMachineRequest.bmc_protocol:type_name -> corral.inventory.v1.BmcProtocol
+	5,  // 55: corral.inventory.v1.AcceptMachineRequest.target:type_name -> corral.inventory.v1.AcceptTarget
+	55, // 56: corral.inventory.v1.LabelMachineRequest.set:type_name -> corral.inventory.v1.LabelMachineRequest.SetEntry
+	60, // 57: corral.inventory.v1.AllocateMachinesRequest.expires_in:type_name -> google.protobuf.Duration
+	14, // 58: corral.inventory.v1.AllocateMachinesResponse.machines:type_name -> corral.inventory.v1.Machine
+	3,  // 59: corral.inventory.v1.ReleaseMachineRequest.erase:type_name -> corral.inventory.v1.EraseLevel
+	6,  // 60: corral.inventory.v1.SetPowerRequest.action:type_name -> corral.inventory.v1.PowerAction
+	0,  // 61: corral.inventory.v1.PowerStatus.state:type_name -> corral.inventory.v1.PowerState
+	56, // 62: corral.inventory.v1.PowerStatus.read_at:type_name -> google.protobuf.Timestamp
+	37, // 63: corral.inventory.v1.PowerStatus.attempts:type_name -> corral.inventory.v1.ProviderAttempt
+	7,  // 64: corral.inventory.v1.SetBootDeviceRequest.device:type_name -> corral.inventory.v1.BootDevice
+	22, // 65: corral.inventory.v1.TimelineResponse.entries:type_name -> corral.inventory.v1.TimelineEntry
+	9,  // 66: corral.inventory.v1.WatchMachinesRequest.state:type_name -> corral.inventory.v1.Machine.MachineState
+	4,  // 67: corral.inventory.v1.WatchMachinesRequest.view:type_name -> corral.inventory.v1.MachineView
+	61, // 68: corral.inventory.v1.MachineEvent.type:type_name -> corral.watch.v1.EventType
+	14, // 69: corral.inventory.v1.MachineEvent.machine:type_name -> corral.inventory.v1.Machine
+	61, // 70: corral.inventory.v1.TimelineEvent.type:type_name -> corral.watch.v1.EventType
+	22, // 71: corral.inventory.v1.TimelineEvent.entry:type_name -> corral.inventory.v1.TimelineEntry
+	56, // 72: corral.inventory.v1.BmcAddressBinding.claimed_at:type_name -> google.protobuf.Timestamp
+	8,  // 73: corral.inventory.v1.BmcSecret.phase:type_name -> corral.inventory.v1.BmcRotationPhase
+	56, // 74: corral.inventory.v1.BmcSecret.pending_since:type_name -> google.protobuf.Timestamp
+	23, // 75: corral.inventory.v1.MachineService.ListMachines:input_type -> corral.inventory.v1.ListMachinesRequest
+	25, // 76: corral.inventory.v1.MachineService.GetMachine:input_type -> corral.inventory.v1.GetMachineRequest
+	26, // 77: corral.inventory.v1.MachineService.EnrollMachine:input_type -> corral.inventory.v1.EnrollMachineRequest
+	27, // 78: corral.inventory.v1.MachineService.AcceptMachine:input_type -> corral.inventory.v1.AcceptMachineRequest
+	33, // 79: corral.inventory.v1.MachineService.DeleteMachine:input_type -> corral.inventory.v1.DeleteMachineRequest
+	34, // 80: corral.inventory.v1.MachineService.SetPower:input_type -> corral.inventory.v1.SetPowerRequest
+	35, // 81: corral.inventory.v1.MachineService.GetPower:input_type -> corral.inventory.v1.GetPowerRequest
+	38, // 82: corral.inventory.v1.MachineService.SetBootDevice:input_type -> corral.inventory.v1.SetBootDeviceRequest
+	39, // 83: corral.inventory.v1.MachineService.ReprovisionMachine:input_type -> corral.inventory.v1.ReprovisionMachineRequest
+	40, // 84: corral.inventory.v1.MachineService.SetMaintenance:input_type -> corral.inventory.v1.SetMaintenanceRequest
+	41, // 85: corral.inventory.v1.MachineService.Timeline:input_type -> corral.inventory.v1.TimelineRequest
+	43, // 86: corral.inventory.v1.MachineService.AdoptMachine:input_type -> corral.inventory.v1.AdoptMachineRequest
+	44, // 87: corral.inventory.v1.MachineService.RejectMachine:input_type -> corral.inventory.v1.RejectMachineRequest
+	28, // 88: corral.inventory.v1.MachineService.LabelMachine:input_type -> corral.inventory.v1.LabelMachineRequest
+	29, // 89: corral.inventory.v1.MachineService.AllocateMachines:input_type -> corral.inventory.v1.AllocateMachinesRequest
+	31, // 90: corral.inventory.v1.MachineService.ReleaseMachine:input_type -> corral.inventory.v1.ReleaseMachineRequest
+	32, // 91: corral.inventory.v1.MachineService.DeployMachine:input_type -> corral.inventory.v1.DeployMachineRequest
+	45, // 92: corral.inventory.v1.MachineService.WatchMachines:input_type -> corral.inventory.v1.WatchMachinesRequest
+	47, // 93: corral.inventory.v1.MachineService.WatchTimeline:input_type -> corral.inventory.v1.WatchTimelineRequest
+	24, // 94: corral.inventory.v1.MachineService.ListMachines:output_type -> corral.inventory.v1.ListMachinesResponse
+	14, // 95: corral.inventory.v1.MachineService.GetMachine:output_type -> corral.inventory.v1.Machine
+	14, // 96: corral.inventory.v1.MachineService.EnrollMachine:output_type -> corral.inventory.v1.Machine
+	14, // 97: corral.inventory.v1.MachineService.AcceptMachine:output_type -> corral.inventory.v1.Machine
+	62, // 98: corral.inventory.v1.MachineService.DeleteMachine:output_type -> google.protobuf.Empty
+	36, // 99: corral.inventory.v1.MachineService.SetPower:output_type -> corral.inventory.v1.PowerStatus
+	36, // 100: corral.inventory.v1.MachineService.GetPower:output_type -> corral.inventory.v1.PowerStatus
+	62, // 101: corral.inventory.v1.MachineService.SetBootDevice:output_type -> google.protobuf.Empty
+	14, // 102: corral.inventory.v1.MachineService.ReprovisionMachine:output_type -> corral.inventory.v1.Machine
+	14, // 103: corral.inventory.v1.MachineService.SetMaintenance:output_type -> corral.inventory.v1.Machine
+	42, // 104: corral.inventory.v1.MachineService.Timeline:output_type -> corral.inventory.v1.TimelineResponse
+	14, // 105: corral.inventory.v1.MachineService.AdoptMachine:output_type -> corral.inventory.v1.Machine
+	62, // 106: corral.inventory.v1.MachineService.RejectMachine:output_type -> google.protobuf.Empty
+	14, // 107: corral.inventory.v1.MachineService.LabelMachine:output_type -> corral.inventory.v1.Machine
+	30, // 108: corral.inventory.v1.MachineService.AllocateMachines:output_type -> corral.inventory.v1.AllocateMachinesResponse
+	14, // 109: corral.inventory.v1.MachineService.ReleaseMachine:output_type -> corral.inventory.v1.Machine
+	14, // 110: corral.inventory.v1.MachineService.DeployMachine:output_type -> corral.inventory.v1.Machine
+	46, // 111: corral.inventory.v1.MachineService.WatchMachines:output_type -> corral.inventory.v1.MachineEvent
+	48, // 112: corral.inventory.v1.MachineService.WatchTimeline:output_type -> corral.inventory.v1.TimelineEvent
+	94, // [94:113] is the sub-list for method output_type
+	75, // [75:94] is the sub-list for method input_type
+	75, // [75:75] is the sub-list for extension type_name
+	75, // [75:75] is the sub-list for extension extendee
+	0,  // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_api_inventory_v1_machine_proto_init() }
@@ -4771,6 +4786,7 @@ func file_api_inventory_v1_machine_proto_init() {
 	if File_api_inventory_v1_machine_proto != nil {
 		return
 	}
+	file_api_inventory_v1_commission_proto_init()
 	file_api_inventory_v1_facts_proto_init()
 	file_api_inventory_v1_layout_proto_init()
 	type x struct{}

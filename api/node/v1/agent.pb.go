@@ -497,14 +497,19 @@ func (x *Heartbeat) GetSessionId() string {
 // names the key's SHA-256 fingerprint), "identity" (node identity
 // written), "done" (done = true). Wipe: "wipe".
 type Progress struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Step          string                 `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
-	Detail        string                 `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
-	Done          bool                   `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
-	Error         string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
-	InstallId     string                 `protobuf:"bytes,5,opt,name=install_id,json=installId,proto3" json:"install_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Step      string                 `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
+	Detail    string                 `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	Done      bool                   `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
+	Error     string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	InstallId string                 `protobuf:"bytes,5,opt,name=install_id,json=installId,proto3" json:"install_id,omitempty"`
+	// commission_test is one finished test of a commissioning (step
+	// "test", install_id the commission_id); the last message is
+	// Progress{step: "commissioned", done: true} with error naming the
+	// failed tests, if any.
+	CommissionTest *v1.CommissionTest `protobuf:"bytes,20,opt,name=commission_test,json=commissionTest,proto3" json:"commission_test,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Progress) Reset() {
@@ -570,6 +575,13 @@ func (x *Progress) GetInstallId() string {
 		return x.InstallId
 	}
 	return ""
+}
+
+func (x *Progress) GetCommissionTest() *v1.CommissionTest {
+	if x != nil {
+		return x.CommissionTest
+	}
+	return nil
 }
 
 // CertificateRequest carries the PKCS#10 request for the node key the
@@ -1301,6 +1313,99 @@ func (x *ErasePlan) GetDisks() []string {
 	return nil
 }
 
+// CommissionPlan tells a discovery agent to run hardware tests
+// (docs/architecture.md, "Commissioning"): each step on every target it
+// applies to, reporting each result as Progress{step: "test",
+// commission_test} and finally Progress{step: "commissioned", done:
+// true}. When overlay_url is set and the tools are not on the machine,
+// the agent first fetches the commissioning overlay (a cpio archive,
+// refused unless exactly overlay_size bytes with SHA-256 overlay_sha256)
+// and unpacks it into its root. Progress carries commission_id in
+// install_id.
+type CommissionPlan struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CommissionId  string                 `protobuf:"bytes,1,opt,name=commission_id,json=commissionId,proto3" json:"commission_id,omitempty"`
+	Profile       string                 `protobuf:"bytes,2,opt,name=profile,proto3" json:"profile,omitempty"`
+	Steps         []*v1.CommissionStep   `protobuf:"bytes,3,rep,name=steps,proto3" json:"steps,omitempty"`
+	OverlayUrl    string                 `protobuf:"bytes,4,opt,name=overlay_url,json=overlayUrl,proto3" json:"overlay_url,omitempty"`
+	OverlaySha256 string                 `protobuf:"bytes,5,opt,name=overlay_sha256,json=overlaySha256,proto3" json:"overlay_sha256,omitempty"`
+	OverlaySize   int64                  `protobuf:"varint,6,opt,name=overlay_size,json=overlaySize,proto3" json:"overlay_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommissionPlan) Reset() {
+	*x = CommissionPlan{}
+	mi := &file_api_node_v1_agent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommissionPlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommissionPlan) ProtoMessage() {}
+
+func (x *CommissionPlan) ProtoReflect() protoreflect.Message {
+	mi := &file_api_node_v1_agent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommissionPlan.ProtoReflect.Descriptor instead.
+func (*CommissionPlan) Descriptor() ([]byte, []int) {
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *CommissionPlan) GetCommissionId() string {
+	if x != nil {
+		return x.CommissionId
+	}
+	return ""
+}
+
+func (x *CommissionPlan) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *CommissionPlan) GetSteps() []*v1.CommissionStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *CommissionPlan) GetOverlayUrl() string {
+	if x != nil {
+		return x.OverlayUrl
+	}
+	return ""
+}
+
+func (x *CommissionPlan) GetOverlaySha256() string {
+	if x != nil {
+		return x.OverlaySha256
+	}
+	return ""
+}
+
+func (x *CommissionPlan) GetOverlaySize() int64 {
+	if x != nil {
+		return x.OverlaySize
+	}
+	return 0
+}
+
 type ApplianceMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Cmd:
@@ -1314,6 +1419,7 @@ type ApplianceMessage struct {
 	//	*ApplianceMessage_Kexec
 	//	*ApplianceMessage_Deploy
 	//	*ApplianceMessage_Erase
+	//	*ApplianceMessage_Commission
 	Cmd           isApplianceMessage_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1321,7 +1427,7 @@ type ApplianceMessage struct {
 
 func (x *ApplianceMessage) Reset() {
 	*x = ApplianceMessage{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[16]
+	mi := &file_api_node_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1333,7 +1439,7 @@ func (x *ApplianceMessage) String() string {
 func (*ApplianceMessage) ProtoMessage() {}
 
 func (x *ApplianceMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[16]
+	mi := &file_api_node_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1346,7 +1452,7 @@ func (x *ApplianceMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ApplianceMessage) GetCmd() isApplianceMessage_Cmd {
@@ -1437,6 +1543,15 @@ func (x *ApplianceMessage) GetErase() *ErasePlan {
 	return nil
 }
 
+func (x *ApplianceMessage) GetCommission() *CommissionPlan {
+	if x != nil {
+		if x, ok := x.Cmd.(*ApplianceMessage_Commission); ok {
+			return x.Commission
+		}
+	}
+	return nil
+}
+
 type isApplianceMessage_Cmd interface {
 	isApplianceMessage_Cmd()
 }
@@ -1477,6 +1592,10 @@ type ApplianceMessage_Erase struct {
 	Erase *ErasePlan `protobuf:"bytes,9,opt,name=erase,proto3,oneof"`
 }
 
+type ApplianceMessage_Commission struct {
+	Commission *CommissionPlan `protobuf:"bytes,20,opt,name=commission,proto3,oneof"`
+}
+
 func (*ApplianceMessage_Wait_) isApplianceMessage_Cmd() {}
 
 func (*ApplianceMessage_PowerOff_) isApplianceMessage_Cmd() {}
@@ -1495,6 +1614,8 @@ func (*ApplianceMessage_Deploy) isApplianceMessage_Cmd() {}
 
 func (*ApplianceMessage_Erase) isApplianceMessage_Cmd() {}
 
+func (*ApplianceMessage_Commission) isApplianceMessage_Cmd() {}
+
 type JoinRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1506,7 +1627,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[17]
+	mi := &file_api_node_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1639,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[17]
+	mi := &file_api_node_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1652,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *JoinRequest) GetName() string {
@@ -1558,7 +1679,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[18]
+	mi := &file_api_node_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1691,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[18]
+	mi := &file_api_node_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1704,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *JoinResponse) GetCertPem() string {
@@ -1608,7 +1729,7 @@ type ApplianceMessage_Wait struct {
 
 func (x *ApplianceMessage_Wait) Reset() {
 	*x = ApplianceMessage_Wait{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[19]
+	mi := &file_api_node_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1620,7 +1741,7 @@ func (x *ApplianceMessage_Wait) String() string {
 func (*ApplianceMessage_Wait) ProtoMessage() {}
 
 func (x *ApplianceMessage_Wait) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[19]
+	mi := &file_api_node_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1633,7 +1754,7 @@ func (x *ApplianceMessage_Wait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage_Wait.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage_Wait) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{16, 0}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{17, 0}
 }
 
 type ApplianceMessage_PowerOff struct {
@@ -1644,7 +1765,7 @@ type ApplianceMessage_PowerOff struct {
 
 func (x *ApplianceMessage_PowerOff) Reset() {
 	*x = ApplianceMessage_PowerOff{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[20]
+	mi := &file_api_node_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1777,7 @@ func (x *ApplianceMessage_PowerOff) String() string {
 func (*ApplianceMessage_PowerOff) ProtoMessage() {}
 
 func (x *ApplianceMessage_PowerOff) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[20]
+	mi := &file_api_node_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1790,7 @@ func (x *ApplianceMessage_PowerOff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage_PowerOff.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage_PowerOff) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{16, 1}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{17, 1}
 }
 
 type ApplianceMessage_Reboot struct {
@@ -1680,7 +1801,7 @@ type ApplianceMessage_Reboot struct {
 
 func (x *ApplianceMessage_Reboot) Reset() {
 	*x = ApplianceMessage_Reboot{}
-	mi := &file_api_node_v1_agent_proto_msgTypes[21]
+	mi := &file_api_node_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1692,7 +1813,7 @@ func (x *ApplianceMessage_Reboot) String() string {
 func (*ApplianceMessage_Reboot) ProtoMessage() {}
 
 func (x *ApplianceMessage_Reboot) ProtoReflect() protoreflect.Message {
-	mi := &file_api_node_v1_agent_proto_msgTypes[21]
+	mi := &file_api_node_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1705,14 +1826,14 @@ func (x *ApplianceMessage_Reboot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplianceMessage_Reboot.ProtoReflect.Descriptor instead.
 func (*ApplianceMessage_Reboot) Descriptor() ([]byte, []int) {
-	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{16, 2}
+	return file_api_node_v1_agent_proto_rawDescGZIP(), []int{17, 2}
 }
 
 var File_api_node_v1_agent_proto protoreflect.FileDescriptor
 
 const file_api_node_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x17api/node/v1/agent.proto\x12\x0ecorral.node.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1capi/inventory/v1/facts.proto\x1a\x1dapi/inventory/v1/layout.proto\x1a\x1eapi/inventory/v1/machine.proto\"\xd3\x01\n" +
+	"\x17api/node/v1/agent.proto\x12\x0ecorral.node.v1\x1a\x16api/auth/v1/auth.proto\x1a!api/inventory/v1/commission.proto\x1a\x1capi/inventory/v1/facts.proto\x1a\x1dapi/inventory/v1/layout.proto\x1a\x1eapi/inventory/v1/machine.proto\"\xd3\x01\n" +
 	"\x0fRegisterRequest\x12\x19\n" +
 	"\bboot_mac\x18\x01 \x01(\tR\abootMac\x120\n" +
 	"\x05facts\x18\x02 \x01(\v2\x1a.corral.inventory.v1.FactsR\x05facts\x12#\n" +
@@ -1746,14 +1867,15 @@ const file_api_node_v1_agent_proto_rawDesc = "" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\"*\n" +
 	"\tHeartbeat\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"\x7f\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\xcd\x01\n" +
 	"\bProgress\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\tR\x04step\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12\x12\n" +
 	"\x04done\x18\x03 \x01(\bR\x04done\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x1d\n" +
 	"\n" +
-	"install_id\x18\x05 \x01(\tR\tinstallId\"L\n" +
+	"install_id\x18\x05 \x01(\tR\tinstallId\x12L\n" +
+	"\x0fcommission_test\x18\x14 \x01(\v2#.corral.inventory.v1.CommissionTestR\x0ecommissionTest\"L\n" +
 	"\x12CertificateRequest\x12\x1d\n" +
 	"\n" +
 	"install_id\x18\x01 \x01(\tR\tinstallId\x12\x17\n" +
@@ -1817,7 +1939,15 @@ const file_api_node_v1_agent_proto_rawDesc = "" +
 	"\tErasePlan\x12\x19\n" +
 	"\berase_id\x18\x01 \x01(\tR\aeraseId\x125\n" +
 	"\x05level\x18\x02 \x01(\x0e2\x1f.corral.inventory.v1.EraseLevelR\x05level\x12\x14\n" +
-	"\x05disks\x18\x03 \x03(\tR\x05disks\"\xcb\x04\n" +
+	"\x05disks\x18\x03 \x03(\tR\x05disks\"\xf5\x01\n" +
+	"\x0eCommissionPlan\x12#\n" +
+	"\rcommission_id\x18\x01 \x01(\tR\fcommissionId\x12\x18\n" +
+	"\aprofile\x18\x02 \x01(\tR\aprofile\x129\n" +
+	"\x05steps\x18\x03 \x03(\v2#.corral.inventory.v1.CommissionStepR\x05steps\x12\x1f\n" +
+	"\voverlay_url\x18\x04 \x01(\tR\n" +
+	"overlayUrl\x12%\n" +
+	"\x0eoverlay_sha256\x18\x05 \x01(\tR\roverlaySha256\x12!\n" +
+	"\foverlay_size\x18\x06 \x01(\x03R\voverlaySize\"\x8d\x05\n" +
 	"\x10ApplianceMessage\x12;\n" +
 	"\x04wait\x18\x01 \x01(\v2%.corral.node.v1.ApplianceMessage.WaitH\x00R\x04wait\x12H\n" +
 	"\tpower_off\x18\x02 \x01(\v2).corral.node.v1.ApplianceMessage.PowerOffH\x00R\bpowerOff\x12A\n" +
@@ -1827,7 +1957,10 @@ const file_api_node_v1_agent_proto_rawDesc = "" +
 	"\vcertificate\x18\x06 \x01(\v2\x1f.corral.node.v1.NodeCertificateH\x00R\vcertificate\x121\n" +
 	"\x05kexec\x18\a \x01(\v2\x19.corral.node.v1.KexecPlanH\x00R\x05kexec\x124\n" +
 	"\x06deploy\x18\b \x01(\v2\x1a.corral.node.v1.DeployPlanH\x00R\x06deploy\x121\n" +
-	"\x05erase\x18\t \x01(\v2\x19.corral.node.v1.ErasePlanH\x00R\x05erase\x1a\x06\n" +
+	"\x05erase\x18\t \x01(\v2\x19.corral.node.v1.ErasePlanH\x00R\x05erase\x12@\n" +
+	"\n" +
+	"commission\x18\x14 \x01(\v2\x1e.corral.node.v1.CommissionPlanH\x00R\n" +
+	"commission\x1a\x06\n" +
 	"\x04Wait\x1a\n" +
 	"\n" +
 	"\bPowerOff\x1a\b\n" +
@@ -1858,7 +1991,7 @@ func file_api_node_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_node_v1_agent_proto_rawDescData
 }
 
-var file_api_node_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_api_node_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_api_node_v1_agent_proto_goTypes = []any{
 	(*RegisterRequest)(nil),           // 0: corral.node.v1.RegisterRequest
 	(*TpmProof)(nil),                  // 1: corral.node.v1.TpmProof
@@ -1876,47 +2009,53 @@ var file_api_node_v1_agent_proto_goTypes = []any{
 	(*KexecPlan)(nil),                 // 13: corral.node.v1.KexecPlan
 	(*DeployPlan)(nil),                // 14: corral.node.v1.DeployPlan
 	(*ErasePlan)(nil),                 // 15: corral.node.v1.ErasePlan
-	(*ApplianceMessage)(nil),          // 16: corral.node.v1.ApplianceMessage
-	(*JoinRequest)(nil),               // 17: corral.node.v1.JoinRequest
-	(*JoinResponse)(nil),              // 18: corral.node.v1.JoinResponse
-	(*ApplianceMessage_Wait)(nil),     // 19: corral.node.v1.ApplianceMessage.Wait
-	(*ApplianceMessage_PowerOff)(nil), // 20: corral.node.v1.ApplianceMessage.PowerOff
-	(*ApplianceMessage_Reboot)(nil),   // 21: corral.node.v1.ApplianceMessage.Reboot
-	(*v1.Facts)(nil),                  // 22: corral.inventory.v1.Facts
-	(*v1.DiskLayout)(nil),             // 23: corral.inventory.v1.DiskLayout
-	(v1.EraseLevel)(0),                // 24: corral.inventory.v1.EraseLevel
+	(*CommissionPlan)(nil),            // 16: corral.node.v1.CommissionPlan
+	(*ApplianceMessage)(nil),          // 17: corral.node.v1.ApplianceMessage
+	(*JoinRequest)(nil),               // 18: corral.node.v1.JoinRequest
+	(*JoinResponse)(nil),              // 19: corral.node.v1.JoinResponse
+	(*ApplianceMessage_Wait)(nil),     // 20: corral.node.v1.ApplianceMessage.Wait
+	(*ApplianceMessage_PowerOff)(nil), // 21: corral.node.v1.ApplianceMessage.PowerOff
+	(*ApplianceMessage_Reboot)(nil),   // 22: corral.node.v1.ApplianceMessage.Reboot
+	(*v1.Facts)(nil),                  // 23: corral.inventory.v1.Facts
+	(*v1.CommissionTest)(nil),         // 24: corral.inventory.v1.CommissionTest
+	(*v1.DiskLayout)(nil),             // 25: corral.inventory.v1.DiskLayout
+	(v1.EraseLevel)(0),                // 26: corral.inventory.v1.EraseLevel
+	(*v1.CommissionStep)(nil),         // 27: corral.inventory.v1.CommissionStep
 }
 var file_api_node_v1_agent_proto_depIdxs = []int32{
-	22, // 0: corral.node.v1.RegisterRequest.facts:type_name -> corral.inventory.v1.Facts
+	23, // 0: corral.node.v1.RegisterRequest.facts:type_name -> corral.inventory.v1.Facts
 	1,  // 1: corral.node.v1.RegisterRequest.tpm:type_name -> corral.node.v1.TpmProof
 	2,  // 2: corral.node.v1.AttestBeginRequest.ak:type_name -> corral.node.v1.AttestationKey
-	6,  // 3: corral.node.v1.AgentMessage.heartbeat:type_name -> corral.node.v1.Heartbeat
-	7,  // 4: corral.node.v1.AgentMessage.progress:type_name -> corral.node.v1.Progress
-	8,  // 5: corral.node.v1.AgentMessage.csr:type_name -> corral.node.v1.CertificateRequest
-	23, // 6: corral.node.v1.DeployPlan.layout:type_name -> corral.inventory.v1.DiskLayout
-	24, // 7: corral.node.v1.ErasePlan.level:type_name -> corral.inventory.v1.EraseLevel
-	19, // 8: corral.node.v1.ApplianceMessage.wait:type_name -> corral.node.v1.ApplianceMessage.Wait
-	20, // 9: corral.node.v1.ApplianceMessage.power_off:type_name -> corral.node.v1.ApplianceMessage.PowerOff
-	21, // 10: corral.node.v1.ApplianceMessage.reboot:type_name -> corral.node.v1.ApplianceMessage.Reboot
-	10, // 11: corral.node.v1.ApplianceMessage.install:type_name -> corral.node.v1.InstallPlan
-	11, // 12: corral.node.v1.ApplianceMessage.wipe:type_name -> corral.node.v1.WipePlan
-	12, // 13: corral.node.v1.ApplianceMessage.certificate:type_name -> corral.node.v1.NodeCertificate
-	13, // 14: corral.node.v1.ApplianceMessage.kexec:type_name -> corral.node.v1.KexecPlan
-	14, // 15: corral.node.v1.ApplianceMessage.deploy:type_name -> corral.node.v1.DeployPlan
-	15, // 16: corral.node.v1.ApplianceMessage.erase:type_name -> corral.node.v1.ErasePlan
-	3,  // 17: corral.node.v1.AgentService.AttestBegin:input_type -> corral.node.v1.AttestBeginRequest
-	0,  // 18: corral.node.v1.AgentService.Register:input_type -> corral.node.v1.RegisterRequest
-	9,  // 19: corral.node.v1.AgentService.Session:input_type -> corral.node.v1.AgentMessage
-	17, // 20: corral.node.v1.AgentService.Join:input_type -> corral.node.v1.JoinRequest
-	4,  // 21: corral.node.v1.AgentService.AttestBegin:output_type -> corral.node.v1.AttestBeginResponse
-	5,  // 22: corral.node.v1.AgentService.Register:output_type -> corral.node.v1.RegisterResponse
-	16, // 23: corral.node.v1.AgentService.Session:output_type -> corral.node.v1.ApplianceMessage
-	18, // 24: corral.node.v1.AgentService.Join:output_type -> corral.node.v1.JoinResponse
-	21, // [21:25] is the sub-list for method output_type
-	17, // [17:21] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	24, // 3: corral.node.v1.Progress.commission_test:type_name -> corral.inventory.v1.CommissionTest
+	6,  // 4: corral.node.v1.AgentMessage.heartbeat:type_name -> corral.node.v1.Heartbeat
+	7,  // 5: corral.node.v1.AgentMessage.progress:type_name -> corral.node.v1.Progress
+	8,  // 6: corral.node.v1.AgentMessage.csr:type_name -> corral.node.v1.CertificateRequest
+	25, // 7: corral.node.v1.DeployPlan.layout:type_name -> corral.inventory.v1.DiskLayout
+	26, // 8: corral.node.v1.ErasePlan.level:type_name -> corral.inventory.v1.EraseLevel
+	27, // 9: corral.node.v1.CommissionPlan.steps:type_name -> corral.inventory.v1.CommissionStep
+	20, // 10: corral.node.v1.ApplianceMessage.wait:type_name -> corral.node.v1.ApplianceMessage.Wait
+	21, // 11: corral.node.v1.ApplianceMessage.power_off:type_name -> corral.node.v1.ApplianceMessage.PowerOff
+	22, // 12: corral.node.v1.ApplianceMessage.reboot:type_name -> corral.node.v1.ApplianceMessage.Reboot
+	10, // 13: corral.node.v1.ApplianceMessage.install:type_name -> corral.node.v1.InstallPlan
+	11, // 14: corral.node.v1.ApplianceMessage.wipe:type_name -> corral.node.v1.WipePlan
+	12, // 15: corral.node.v1.ApplianceMessage.certificate:type_name -> corral.node.v1.NodeCertificate
+	13, // 16: corral.node.v1.ApplianceMessage.kexec:type_name -> corral.node.v1.KexecPlan
+	14, // 17: corral.node.v1.ApplianceMessage.deploy:type_name -> corral.node.v1.DeployPlan
+	15, // 18: corral.node.v1.ApplianceMessage.erase:type_name -> corral.node.v1.ErasePlan
+	16, // 19: corral.node.v1.ApplianceMessage.commission:type_name -> corral.node.v1.CommissionPlan
+	3,  // 20: corral.node.v1.AgentService.AttestBegin:input_type -> corral.node.v1.AttestBeginRequest
+	0,  // 21: corral.node.v1.AgentService.Register:input_type -> corral.node.v1.RegisterRequest
+	9,  // 22: corral.node.v1.AgentService.Session:input_type -> corral.node.v1.AgentMessage
+	18, // 23: corral.node.v1.AgentService.Join:input_type -> corral.node.v1.JoinRequest
+	4,  // 24: corral.node.v1.AgentService.AttestBegin:output_type -> corral.node.v1.AttestBeginResponse
+	5,  // 25: corral.node.v1.AgentService.Register:output_type -> corral.node.v1.RegisterResponse
+	17, // 26: corral.node.v1.AgentService.Session:output_type -> corral.node.v1.ApplianceMessage
+	19, // 27: corral.node.v1.AgentService.Join:output_type -> corral.node.v1.JoinResponse
+	24, // [24:28] is the sub-list for method output_type
+	20, // [20:24] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_api_node_v1_agent_proto_init() }
@@ -1929,7 +2068,7 @@ func file_api_node_v1_agent_proto_init() {
 		(*AgentMessage_Progress)(nil),
 		(*AgentMessage_Csr)(nil),
 	}
-	file_api_node_v1_agent_proto_msgTypes[16].OneofWrappers = []any{
+	file_api_node_v1_agent_proto_msgTypes[17].OneofWrappers = []any{
 		(*ApplianceMessage_Wait_)(nil),
 		(*ApplianceMessage_PowerOff_)(nil),
 		(*ApplianceMessage_Reboot_)(nil),
@@ -1939,6 +2078,7 @@ func file_api_node_v1_agent_proto_init() {
 		(*ApplianceMessage_Kexec)(nil),
 		(*ApplianceMessage_Deploy)(nil),
 		(*ApplianceMessage_Erase)(nil),
+		(*ApplianceMessage_Commission)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1946,7 +2086,7 @@ func file_api_node_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_node_v1_agent_proto_rawDesc), len(file_api_node_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -81,6 +81,9 @@ func describeNotes(w io.Writer, m proto.Message) error {
 			return writeErr(err)
 		}
 	}
+	if err := commissionNotes(w, mm, true); err != nil { // machine_commission.go
+		return err
+	}
 	if e := eraseNote(mm); e != "" { // machine_alloc.go
 		_, err := fmt.Fprintf(w, "# erase: %s\n", e)
 		return writeErr(err)

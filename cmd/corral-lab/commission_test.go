@@ -1,0 +1,102 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// commissioned is the part of a Machine record the commissioning test
+// reads.
+type commissioned struct {
+	State      string `json:"state"`
+	Commission struct {
+		Profile string `json:"profile"`
+		Status  string `json:"status"`
+		Error   string `json:"error"`
+		Cleared bool   `json:"cleared"`
+		Tests   []struct {
+			Name    string `json:"name"`
+			Target  string `json:"target"`
+			Result  string `json:"result"`
+			Summary string `json:"summary"`
+			Output  string `json:"output"`
+		} `json:"tests"`
+	} `json:"commission"`
+}
+
+// TestLabCommission: commissioning in the virtual rack
+// (docs/operator-guide.md, "Commissioning"): two inventoried machines,
+// the first with NVMe disks (QEMU's answer SMART), the second with virtio
+// disks. Their discovery agents booted without the commissioning
+// overlay, so each fetches it from the plan's URL and unpacks it. The
+// first passes the quick profile with the real tools (SMART health of
+// each NVMe disk, memtester, stress-ng, fio, the NIC's link); the second
+// runs link-10g at the same time, whose 10 Gb/s full-duplex link QEMU's virtio NIC does
+// not report: it fails, and is refused for accept and allocation until
+// `corral machine commission clear` lets it through. Prints each
+// profile's time under TCG (bench/README.md, "Commissioning").
+func TestLabCommission(t *testing.T) {
+	need(t)
+	r := up(t, "--machines", "2", "--disk-bus", "nvme,virtio", "--accept=false", "--until", "inventoried", "--wait", "10m", "--memory", "2048")
+	ms := r.machines()
+	good, bad := ms[r.st.Machines[0].Name].Name, ms[r.st.Machines[1].Name].Name
+	get := func(name string) commissioned {
+		var m commissioned
+		if err := json.Unmarshal(r.mustCorral("get", "machine", name, "-o", "json"), &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+
+	// Both at once: the link-10g run goes first, without --wait.
+	t0 := time.Now()
+	r.mustCorral("machine", "commission", bad, "--profile", "link-10g")
+	out, err := r.corral("--timeout", "8m", "machine", "commission", good, "--profile", "quick", "--wait")
+	quick := time.Since(t0)
+	if err != nil {
+		r.logs()
+		t.Fatalf("commission %s quick: %v\n%s", good, err, out)
+	}
+	t.Logf("commissioning, profile quick, TCG (overlay fetched and unpacked by the agent), beside the link-10g one: %s\n%s", quick.Round(time.Second), out)
+	m := get(good)
+	seen := map[string]int{}
+	for _, ct := range m.Commission.Tests {
+		seen[ct.Name]++
+		if ct.Result == "fail" {
+			t.Errorf("%s %s failed: %s\n%s", ct.Name, ct.Target, ct.Summary, ct.Output)
+		}
+		if ct.Name == "smart" && (ct.Result != "pass" || !strings.Contains(ct.Summary, "PASSED")) {
+			t.Errorf("SMART of %s: %s %s (QEMU's NVMe answers SMART)", ct.Target, ct.Result, ct.Summary)
+		}
+		if len(ct.Output) > 4096 {
+			t.Errorf("%s %s: output of %d bytes", ct.Name, ct.Target, len(ct.Output))
+		}
+	}
+	if m.Commission.Status != "passed" || seen["smart"] < 1 || seen["fio"] < 1 || seen["memtester"] != 1 || seen["stress-ng"] != 1 || seen["link"] < 1 {
+		t.Fatalf("%s: commissioning %s, tests %v", good, m.Commission.Status, seen)
+	}
+	r.mustCorral("machine", "accept", good, "--target", "pool")
+
+	r.waitFor("the link-10g commissioning to finish", 8*time.Minute, func() bool {
+		s := get(bad).Commission.Status
+		return s == "passed" || s == "failed"
+	})
+	t.Logf("commissioning, profile link-10g, TCG, beside the quick one: %s", time.Since(t0).Round(time.Second))
+	m = get(bad)
+	if m.Commission.Status != "failed" || !strings.Contains(m.Commission.Error, "link") {
+		t.Fatalf("%s: commissioning %s: %s", bad, m.Commission.Status, m.Commission.Error)
+	}
+	if out, err := r.corral("machine", "accept", bad, "--target", "pool"); err == nil || !strings.Contains(string(out), "failed commissioning") {
+		t.Fatalf("accept of a machine that failed commissioning: %v\n%s", err, out)
+	}
+	if out, err := r.corral("describe", "machine", bad); err != nil || !strings.Contains(string(out), "# commissioning") || !strings.Contains(string(out), "below 10000 Mb/s") {
+		t.Fatalf("describe: %v\n%s", err, out)
+	}
+	r.mustCorral("machine", "commission", "clear", bad)
+	r.mustCorral("machine", "accept", bad, "--target", "pool")
+	if m := get(bad); m.State != "READY" || !m.Commission.Cleared {
+		t.Fatalf("after clear: %s, cleared %v", m.State, m.Commission.Cleared)
+	}
+}
