@@ -1,9 +1,6 @@
 package facts
 
 import (
-	"strings"
-	"unicode/utf8"
-
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/internal/termsafe"
 )
@@ -125,17 +122,4 @@ func trimStrings(f *inventoryv1.Facts) {
 // trimString makes s valid UTF-8 without control characters (escaped as
 // internal/termsafe does: the appliance refuses a report holding one) and
 // at most MaxString bytes.
-func trimString(s string) string {
-	if !utf8.ValidString(s) {
-		s = strings.ToValidUTF8(s, "\uFFFD")
-	}
-	s = termsafe.Escape(s)
-	if len(s) <= MaxString {
-		return s
-	}
-	s = s[:MaxString]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
-}
+func trimString(s string) string { return termsafe.Bounded(s, MaxString) }

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -187,19 +186,7 @@ func decode8021(info *layers.LinkLayerDiscoveryInfo) (d layers.LLDPInfo8021, err
 // UTF-8, trailing NULs and spaces dropped, control characters escaped,
 // cut on a rune boundary.
 func clean(b []byte) string {
-	s := strings.TrimRight(string(b), "\x00 ")
-	if !utf8.ValidString(s) {
-		s = strings.ToValidUTF8(s, "\uFFFD")
-	}
-	s = termsafe.Escape(s)
-	if len(s) <= MaxString {
-		return s
-	}
-	s = s[:MaxString]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
+	return termsafe.Bounded(strings.TrimRight(string(b), "\x00 "), MaxString)
 }
 
 // Attach puts the neighbours heard on each NIC into f's NIC of that

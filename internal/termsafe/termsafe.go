@@ -76,6 +76,25 @@ func Escape(s string) string {
 	return b.String()
 }
 
+// Bounded returns s as a printable string of at most max bytes: invalid
+// UTF-8 replaced by U+FFFD, control characters escaped (Escape), then cut
+// on a rune boundary. For strings that arrive from the boot LAN (facts,
+// LLDP) and are kept and printed.
+func Bounded(s string, max int) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	s = Escape(s)
+	if len(s) <= max {
+		return s
+	}
+	s = s[:max]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
 // appendEscaped writes s escaped to b, leaving the runes of keep as they
 // are.
 func appendEscaped(b *strings.Builder, s, keep string) {

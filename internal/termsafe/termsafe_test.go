@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // Real attack sequences: each must come out of Escape (and Writer) with
@@ -121,4 +122,25 @@ func FuzzEscape(f *testing.F) {
 			t.Fatalf("Escape changed clean %q to %q", s, e)
 		}
 	})
+}
+
+// TestBounded: invalid UTF-8 replaced, controls escaped, and the cut
+// never splits a rune.
+func TestBounded(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		max  int
+		want string
+	}{
+		{"switch-1", 255, "switch-1"},
+		{"a\x1b]0;x\x07", 255, Escape("a\x1b]0;x\x07")},
+		{"ab\xffc", 255, "ab\uFFFDc"},
+		{"aé", 2, "a"},
+		{"abcdef", 3, "abc"},
+	} {
+		got := Bounded(c.in, c.max)
+		if got != c.want || len(got) > c.max || !utf8.ValidString(got) {
+			t.Errorf("Bounded(%q, %d) = %q, want %q", c.in, c.max, got, c.want)
+		}
+	}
 }
