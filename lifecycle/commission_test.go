@@ -99,7 +99,7 @@ func TestCommission(t *testing.T) {
 	}
 	sendTest(t, a, id, &inventoryv1.CommissionTest{Name: "memtester", Result: "pass", Summary: "16 MiB x1: 18 tests ok"}, false, "")
 	sendTest(t, a, id, nil, true, "")
-	m = h.eventually(a.name, "passed", func(m *inventoryv1.Machine) bool { return m.GetCommission().GetStatus() == inventory.CommissionPassed })
+	h.eventually(a.name, "passed", func(m *inventoryv1.Machine) bool { return m.GetCommission().GetStatus() == inventory.CommissionPassed })
 	if _, err := h.msrv.AllocateMachines(ctx, &inventoryv1.AllocateMachinesRequest{}); err != nil {
 		t.Fatalf("allocate after a pass: %v", err)
 	}

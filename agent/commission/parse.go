@@ -238,16 +238,16 @@ func Render(b []byte) string {
 	return string(out)
 }
 
-// Excerpt bounds s to max bytes of valid UTF-8: its head and its tail
+// Excerpt bounds s to limit bytes of valid UTF-8: its head and its tail
 // (where tools print their verdict) around a marker.
-func Excerpt(s string, max int) string {
+func Excerpt(s string, limit int) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= max {
+	if len(s) <= limit {
 		return s
 	}
 	const mark = "\n[…]\n"
-	head := (max - len(mark)) / 4
-	tail := max - len(mark) - head
+	head := (limit - len(mark)) / 4
+	tail := limit - len(mark) - head
 	h, t := s[:head], s[len(s)-tail:]
 	for len(h) > 0 && !utf8.ValidString(h) {
 		h = h[:len(h)-1]

@@ -102,7 +102,7 @@ func (s *Services) SerialConsole(ctx context.Context, name string, in io.Reader,
 // it is read from the stream.
 func (s *Services) serialEnd(ctx context.Context, node string, stream hypervisorv1.HypervisorService_SerialConsoleClient, errs ...error) error {
 	if ctx.Err() != nil {
-		return nil
+		return nil //nolint:nilerr // the hub closed the link: not a failure
 	}
 	err := errors.Join(errs...)
 	if err == nil {

@@ -65,7 +65,7 @@ type viewer struct {
 	end    chan error
 }
 
-func attachVM(t *testing.T, l *hvlab.Lab, ctx context.Context, vm string, mode consolev1.ConsoleMode) *viewer {
+func attachVM(ctx context.Context, t *testing.T, l *hvlab.Lab, vm string, mode consolev1.ConsoleMode) *viewer {
 	t.Helper()
 	s, err := consolev1.NewConsoleServiceClient(l.Conn).Attach(ctx)
 	if err != nil {
@@ -122,7 +122,7 @@ func checkVMConsole(t *testing.T, l *hvlab.Lab, vm string) {
 	go func() { exited <- cli.Wait() }()
 	waitFor(t, "corral vm console's stderr", stderr.String, "[attached to "+vm+"'s console, write; ~. detaches]", 30*time.Second)
 
-	watcher := attachVM(t, l, ctx, vm, consolev1.ConsoleMode_CONSOLE_MODE_READ_ONLY)
+	watcher := attachVM(ctx, t, l, vm, consolev1.ConsoleMode_CONSOLE_MODE_READ_ONLY)
 	waitFor(t, "read-only viewer", watcher.out.String, "[CONSOLE_EVENT_LIVE]", 10*time.Second)
 
 	// The guest's init holds its console (ttyS0) open with echo on: a
@@ -163,7 +163,7 @@ func checkVMConsole(t *testing.T, l *hvlab.Lab, vm string) {
 	}
 
 	// The appliance kept the output: a later viewer gets it first.
-	later := attachVM(t, l, ctx, vm, consolev1.ConsoleMode_CONSOLE_MODE_READ_ONLY)
+	later := attachVM(ctx, t, l, vm, consolev1.ConsoleMode_CONSOLE_MODE_READ_ONLY)
 	waitFor(t, "later viewer", later.out.String, "[CONSOLE_EVENT_LIVE]", 10*time.Second)
 	if back, _, _ := strings.Cut(later.out.String(), "[CONSOLE_EVENT_LIVE]"); !strings.Contains(back, line) {
 		t.Errorf("a viewer attached after the line was typed: scrollback lacks it:\n%s", tailString(back, 2000))

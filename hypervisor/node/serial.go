@@ -111,7 +111,7 @@ func (s *Server) serialConsole(stream hypervisorv1.HypervisorService_SerialConso
 		// Stop the reader before returning: Send is not called once the
 		// handler has returned.
 		cancel()
-		<-outErr
+		<-outErr //nolint:errcheck // the input's error is the one reported
 		return err
 	case err := <-outErr:
 		if ctx.Err() != nil {

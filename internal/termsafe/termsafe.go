@@ -76,19 +76,19 @@ func Escape(s string) string {
 	return b.String()
 }
 
-// Bounded returns s as a printable string of at most max bytes: invalid
+// Bounded returns s as a printable string of at most limit bytes: invalid
 // UTF-8 replaced by U+FFFD, control characters escaped (Escape), then cut
 // on a rune boundary. For strings that arrive from the boot LAN (facts,
 // LLDP) and are kept and printed.
-func Bounded(s string, max int) string {
+func Bounded(s string, limit int) string {
 	if !utf8.ValidString(s) {
 		s = strings.ToValidUTF8(s, "\uFFFD")
 	}
 	s = Escape(s)
-	if len(s) <= max {
+	if len(s) <= limit {
 		return s
 	}
-	s = s[:max]
+	s = s[:limit]
 	for len(s) > 0 && !utf8.ValidString(s) {
 		s = s[:len(s)-1]
 	}

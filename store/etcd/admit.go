@@ -158,12 +158,11 @@ func (a *admission) refuse(op, key, why string) error {
 // Refused is how many requests the store refused for want of a turn.
 func (s *Store) Refused() int64 { return s.adm.refused.Load() }
 
-// do runs one request to etcd: it waits for a turn, then runs call with
-// RequestTimeout from the moment it is admitted, retrying (with a
-// jittered back-off, within that deadline) etcd's refusals that commit
-// nothing, and any failure of a read. Errors come back in the store's
-// vocabulary (wrap).
-func (s *Store) do(ctx context.Context, op, key string, read bool, call func(ctx context.Context) error) error {
+// do runs one read of etcd (writes go through group.go): it waits for a
+// turn, then runs call with RequestTimeout from the moment it is
+// admitted, retrying any failure but a final one (retry) within that
+// deadline. Errors come back in the store's vocabulary (wrap).
+func (s *Store) do(ctx context.Context, op, key string, call func(ctx context.Context) error) error {
 	if err := s.adm.acquire(ctx, op, key); err != nil {
 		return err
 	}
@@ -171,7 +170,7 @@ func (s *Store) do(ctx context.Context, op, key string, read bool, call func(ctx
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
 	defer func() { s.adm.release(time.Since(start), rctx.Err() != nil && ctx.Err() == nil) }()
-	if err := s.retry(rctx, read, call); err != nil {
+	if err := s.retry(rctx, true, call); err != nil {
 		return s.wrap(ctx, op, key, err)
 	}
 	return nil

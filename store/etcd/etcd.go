@@ -366,7 +366,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.KV, error) {
 	if store.LocalReads(ctx) {
 		opts = append(opts, clientv3.WithSerializable())
 	}
-	err := s.do(ctx, "get", key, true, func(rctx context.Context) (err error) {
+	err := s.do(ctx, "get", key, func(rctx context.Context) (err error) {
 		resp, err = s.cli.Get(rctx, s.prefix+key, opts...)
 		return err
 	})
@@ -403,7 +403,7 @@ func (s *Store) ListRevision(ctx context.Context, prefix string) ([]store.KV, in
 			opts = append(opts, clientv3.WithRev(rev))
 		}
 		var resp *clientv3.GetResponse
-		err := s.do(ctx, "list", prefix, true, func(rctx context.Context) (err error) {
+		err := s.do(ctx, "list", prefix, func(rctx context.Context) (err error) {
 			resp, err = s.cli.Get(rctx, from, opts...)
 			return err
 		})
@@ -500,7 +500,7 @@ func (s *Store) checkOnly(ctx context.Context, u *unit) (int64, error) {
 		reads = append(reads, clientv3.OpGet(k, clientv3.WithKeysOnly()))
 	}
 	var resp *clientv3.TxnResponse
-	err := s.do(ctx, "txn", fmt.Sprintf("%s (%d operations)", u.keys[0], len(u.keys)), true, func(rctx context.Context) (err error) {
+	err := s.do(ctx, "txn", fmt.Sprintf("%s (%d operations)", u.keys[0], len(u.keys)), func(rctx context.Context) (err error) {
 		resp, err = s.cli.Txn(rctx).If(cmps...).Else(reads...).Commit()
 		return err
 	})
@@ -606,7 +606,7 @@ func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, e
 		return nil, err
 	}
 	var resp *clientv3.GetResponse
-	err := s.do(ctx, "watch", prefix, true, func(rctx context.Context) (err error) {
+	err := s.do(ctx, "watch", prefix, func(rctx context.Context) (err error) {
 		resp, err = s.cli.Get(rctx, s.prefix+prefix, clientv3.WithCountOnly())
 		return err
 	})
@@ -623,7 +623,7 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	var resp *clientv3.GetResponse
-	err := s.do(ctx, "revision", "", true, func(rctx context.Context) (err error) {
+	err := s.do(ctx, "revision", "", func(rctx context.Context) (err error) {
 		resp, err = s.cli.Get(rctx, s.prefix, clientv3.WithCountOnly())
 		return err
 	})
