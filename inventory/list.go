@@ -137,9 +137,11 @@ func (q *machineQuery) view(m *inventoryv1.Machine) *inventoryv1.Machine {
 func Summarize(m *inventoryv1.Machine) {
 	m.FactHistory = nil
 	if c := m.GetCommission(); c != nil {
-		// Its status, profile and error: not every test's output.
+		// Its status, profile, error and times (the reconciler delivers
+		// and bounds it by them): not every test's output.
 		m.Commission = &inventoryv1.Commission{CommissionId: c.GetCommissionId(), Profile: c.GetProfile(), Status: c.GetStatus(),
-			Error: c.GetError(), Cleared: c.GetCleared(), FinishedAt: c.GetFinishedAt()}
+			Error: c.GetError(), Cleared: c.GetCleared(), FinishedAt: c.GetFinishedAt(),
+			RequestedAt: c.GetRequestedAt(), SentAt: c.GetSentAt(), UpdatedAt: c.GetUpdatedAt()}
 	}
 	f := m.GetFacts()
 	if f == nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
@@ -158,6 +159,7 @@ func (l *Lifecycle) onCommissionProgress(ctx context.Context, machine string, p 
 		if t := p.GetCommissionTest(); t != nil {
 			if stored = inventory.CleanCommissionTest(c, t); stored != nil {
 				c.Tests = append(c.Tests, stored)
+				c.UpdatedAt = now
 			}
 		}
 		if !p.GetDone() {
@@ -216,4 +218,68 @@ func cutDetail(s string) string {
 		s = strings.ToValidUTF8(s[:512], "")
 	}
 	return s
+}
+
+// DefaultCommissionStall is how long a commissioning may go without a
+// sign of life before it is failed: longer than any one test of the full
+// profile (its memtester pass over 1 GiB twice, its 10-minute stress-ng)
+// takes on a slow machine.
+const DefaultCommissionStall = time.Hour
+
+// commissionStalled fails m's commissioning when nothing was heard of it
+// for CommissionStall: not delivered (no discovery agent came), or no test
+// reported since the last one or the delivery. The machine stays held
+// (a failed commissioning is held until cleared) and the reason says what
+// was last heard. It reports whether it failed it.
+func (l *Lifecycle) commissionStalled(ctx context.Context, m *inventoryv1.Machine) bool {
+	now := l.now()
+	if commissionOverdue(m.GetCommission(), now, l.cfg.CommissionStall) == "" {
+		return false
+	}
+	id := m.GetCommission().GetCommissionId()
+	fm, err := l.inv.UpdateMachine(ctx, m.GetName(), func(m *inventoryv1.Machine) error {
+		c := m.GetCommission()
+		if !pendingCommission(m) || c.GetCommissionId() != id {
+			return errSkip
+		}
+		reason := commissionOverdue(c, now, l.cfg.CommissionStall)
+		if reason == "" {
+			return errSkip
+		}
+		c.Status, c.Error, c.FinishedAt = inventory.CommissionFailed, reason, timestamppb.New(now)
+		m.UpdatedAt = timestamppb.New(now)
+		return nil
+	})
+	if err != nil {
+		if !errors.Is(err, errSkip) {
+			l.log.Warn("stalled commissioning not recorded", "machine", m.GetName(), "commission_id", id, "err", err)
+		}
+		return false
+	}
+	c := fm.GetCommission()
+	l.event(fm, "lifecycle", "commission-failed", c.GetError(), commissionAttrs(c))
+	l.log.Warn("commissioning stalled: failed", "machine", fm.GetName(), "commission_id", id, "reason", c.GetError())
+	return true
+}
+
+// commissionOverdue says why commissioning c has stalled at now, or "".
+func commissionOverdue(c *inventoryv1.Commission, now time.Time, stall time.Duration) string {
+	last := c.GetRequestedAt().AsTime()
+	for _, t := range []*timestamppb.Timestamp{c.GetSentAt(), c.GetUpdatedAt()} {
+		if t != nil && t.AsTime().After(last) {
+			last = t.AsTime()
+		}
+	}
+	if c.GetRequestedAt() == nil || now.Sub(last) <= stall {
+		return ""
+	}
+	switch n := len(c.GetTests()); {
+	case c.GetSentAt() == nil:
+		return fmt.Sprintf("stalled: not delivered within %s (no discovery agent connected: network-boot the machine, then commission it again)", stall)
+	case n == 0:
+		return fmt.Sprintf("stalled: no test reported within %s of the plan's delivery", stall)
+	default:
+		t := c.GetTests()[n-1]
+		return fmt.Sprintf("stalled: nothing reported for %s after %d tests (last: %s)", stall, n, termsafe.Escape(strings.TrimSpace(t.GetName()+" "+t.GetTarget())))
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
@@ -127,5 +128,58 @@ func TestCommission(t *testing.T) {
 	sendTest(t, a, id, nil, true, "")
 	if _, err := h.msrv.AllocateMachines(ctx, &inventoryv1.AllocateMachinesRequest{}); err != nil {
 		t.Fatalf("allocate after an abandoned commissioning: %v", err)
+	}
+}
+
+// TestCommissionStall: a commissioning whose agent goes silent is failed
+// after CommissionStall from its last sign of life (the delivery, then each
+// test reported), saying what was last heard, and the machine stays held;
+// one never delivered is failed saying so.
+func TestCommissionStall(t *testing.T) {
+	h := newHarness(t, nil, harnessOpt{})
+	ctx := context.Background()
+	a := h.connect(mac1, facts("S1", "", mac1))
+	csrv := &inventory.CommissionServer{Inv: h.inv, Lifecycle: h.lc}
+	m, err := csrv.CommissionMachine(ctx, &inventoryv1.CommissionMachineRequest{Name: a.name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := m.GetCommission().GetCommissionId()
+	a.next()
+	h.eventually(a.name, "running", func(m *inventoryv1.Machine) bool { return m.GetCommission().GetSentAt() != nil })
+	h.reconcile()
+	a.none() // delivered once: a reconcile does not send it again
+	h.clk.Advance(DefaultCommissionStall - time.Minute)
+	sendTest(t, a, id, &inventoryv1.CommissionTest{Name: "memtester", Result: "pass"}, false, "")
+	h.eventually(a.name, "one test", func(m *inventoryv1.Machine) bool { return len(m.GetCommission().GetTests()) == 1 })
+	// The agent dies.
+	a.close()
+	h.eventually(a.name, "disconnected", func(*inventoryv1.Machine) bool { _, ok := h.lc.sess.connectedSince(a.name); return !ok })
+	h.clk.Advance(DefaultCommissionStall - time.Minute) // over an hour since delivery, less since the test
+	h.reconcile()
+	if s := h.machine(a.name).GetCommission().GetStatus(); s != inventory.CommissionRunning {
+		t.Fatalf("commissioning %s before its stall bound from the last test", s)
+	}
+	h.clk.Advance(2 * time.Minute)
+	h.reconcile()
+	c := h.machine(a.name).GetCommission()
+	if c.GetStatus() != inventory.CommissionFailed || !strings.Contains(c.GetError(), "stalled: nothing reported for 1h0m0s after 1 tests (last: memtester)") || c.GetFinishedAt() == nil {
+		t.Fatalf("stalled commissioning: %v", c)
+	}
+	if _, err := h.msrv.AcceptMachine(ctx, &inventoryv1.AcceptMachineRequest{Name: a.name, Target: inventoryv1.AcceptTarget_ACCEPT_TARGET_POOL}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("accept after a stalled commissioning: %v", err)
+	}
+
+	// Never delivered: no agent is connected when it is requested.
+	if _, err := csrv.ClearCommission(ctx, &inventoryv1.ClearCommissionRequest{Name: a.name}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := csrv.CommissionMachine(ctx, &inventoryv1.CommissionMachineRequest{Name: a.name}); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Advance(DefaultCommissionStall + time.Second)
+	h.reconcile()
+	if c := h.machine(a.name).GetCommission(); c.GetStatus() != inventory.CommissionFailed || !strings.Contains(c.GetError(), "not delivered within 1h0m0s") {
+		t.Fatalf("undelivered commissioning: %v", c)
 	}
 }

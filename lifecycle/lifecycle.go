@@ -64,7 +64,12 @@ type Config struct {
 	ErasePolicy  inventory.ErasePolicy
 	EraseTimeout time.Duration
 	EraseStall   time.Duration
-	EraseDone    func(level, outcome string)
+	// CommissionStall fails a commissioning from which nothing was heard
+	// for this long (counted from its request, its delivery or the last
+	// test reported, whichever is latest; default DefaultCommissionStall):
+	// an agent that died, or a machine never network-booted.
+	CommissionStall time.Duration
+	EraseDone       func(level, outcome string)
 	// AutoAccept accepts (disk auto, no wipe) machines that become
 	// INVENTORIED and match every AutoAcceptSelectors selector.
 	AutoAccept          bool
@@ -166,6 +171,9 @@ func New(cfg Config) (*Lifecycle, error) {
 		cfg.BootWatchdogCycles = DefaultBootWatchdogCycles
 	}
 	cfg.EraseTimeout, cfg.EraseStall = eraseTimeouts(cfg.EraseTimeout, cfg.EraseStall)
+	if cfg.CommissionStall <= 0 {
+		cfg.CommissionStall = DefaultCommissionStall
+	}
 	if cfg.KexecTimeout == 0 {
 		cfg.KexecTimeout = DefaultKexecTimeout
 	}
@@ -336,6 +344,9 @@ func (l *Lifecycle) reconcileLeader(ctx context.Context, m *inventoryv1.Machine)
 	}
 	if m.GetState() == inventoryv1.Machine_RELEASING {
 		return l.eraseTimedOut(ctx, m)
+	}
+	if pendingCommission(m) && l.commissionStalled(ctx, m) { // commission.go
+		return true
 	}
 	if l.expired(m) {
 		l.expire(ctx, m)

@@ -252,10 +252,14 @@ type Commission struct {
 	Tests       []*CommissionTest      `protobuf:"bytes,9,rep,name=tests,proto3" json:"tests,omitempty"`
 	// error says why it failed ("2 of 7 tests failed: fio /dev/nvme0n1,
 	// link eth0", or the agent's error).
-	Error         string                 `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
-	ClearedAt     *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=cleared_at,json=clearedAt,proto3" json:"cleared_at,omitempty"`
-	ClearedBy     string                 `protobuf:"bytes,12,opt,name=cleared_by,json=clearedBy,proto3" json:"cleared_by,omitempty"`
-	Cleared       bool                   `protobuf:"varint,13,opt,name=cleared,proto3" json:"cleared,omitempty"`
+	Error     string                 `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	ClearedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=cleared_at,json=clearedAt,proto3" json:"cleared_at,omitempty"`
+	ClearedBy string                 `protobuf:"bytes,12,opt,name=cleared_by,json=clearedBy,proto3" json:"cleared_by,omitempty"`
+	Cleared   bool                   `protobuf:"varint,13,opt,name=cleared,proto3" json:"cleared,omitempty"`
+	// updated_at is when the agent last reported a test; with requested_at
+	// and sent_at it dates the commissioning's last sign of life, from
+	// which a stalled one is failed (lifecycle Config.CommissionStall).
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -381,6 +385,13 @@ func (x *Commission) GetCleared() bool {
 	return false
 }
 
+func (x *Commission) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
 var File_api_inventory_v1_commission_proto protoreflect.FileDescriptor
 
 const file_api_inventory_v1_commission_proto_rawDesc = "" +
@@ -405,7 +416,7 @@ const file_api_inventory_v1_commission_proto_rawDesc = "" +
 	"\vduration_ms\x18\x04 \x01(\x03R\n" +
 	"durationMs\x12\x18\n" +
 	"\asummary\x18\x05 \x01(\tR\asummary\x12\x16\n" +
-	"\x06output\x18\x06 \x01(\tR\x06output\"\xb7\x04\n" +
+	"\x06output\x18\x06 \x01(\tR\x06output\"\xf2\x04\n" +
 	"\n" +
 	"Commission\x12#\n" +
 	"\rcommission_id\x18\x01 \x01(\tR\fcommissionId\x12\x18\n" +
@@ -424,7 +435,9 @@ const file_api_inventory_v1_commission_proto_rawDesc = "" +
 	"cleared_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tclearedAt\x12\x1d\n" +
 	"\n" +
 	"cleared_by\x18\f \x01(\tR\tclearedBy\x12\x18\n" +
-	"\acleared\x18\r \x01(\bR\aclearedB9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
+	"\acleared\x18\r \x01(\bR\acleared\x129\n" +
+	"\n" +
+	"updated_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAtB9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
 
 var (
 	file_api_inventory_v1_commission_proto_rawDescOnce sync.Once
@@ -452,11 +465,12 @@ var file_api_inventory_v1_commission_proto_depIdxs = []int32{
 	3, // 3: corral.inventory.v1.Commission.finished_at:type_name -> google.protobuf.Timestamp
 	1, // 4: corral.inventory.v1.Commission.tests:type_name -> corral.inventory.v1.CommissionTest
 	3, // 5: corral.inventory.v1.Commission.cleared_at:type_name -> google.protobuf.Timestamp
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	3, // 6: corral.inventory.v1.Commission.updated_at:type_name -> google.protobuf.Timestamp
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_api_inventory_v1_commission_proto_init() }
