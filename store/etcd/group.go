@@ -92,12 +92,15 @@ func (s *Store) commit(ctx context.Context, u *unit) (int64, error) {
 		g.mu.Unlock()
 		return 0, s.adm.refuse(u.op, u.keys[0], fmt.Sprintf("%d writes already wait for it", s.opts.MaxQueued))
 	}
-	g.queue = append(g.queue, u)
 	if g.senders < s.opts.MaxInFlight {
+		if !s.addWorker() {
+			g.mu.Unlock()
+			return 0, store.ErrClosed
+		}
 		g.senders++
-		s.wg.Add(1)
 		go s.sender()
 	}
+	g.queue = append(g.queue, u)
 	g.mu.Unlock()
 	select {
 	case <-u.done:
@@ -106,6 +109,20 @@ func (s *Store) commit(ctx context.Context, u *unit) (int64, error) {
 		u.abandoned.Store(true)
 		return 0, fmt.Errorf("store/etcd: %s %s: %w", u.op, u.keys[0], ctx.Err())
 	}
+}
+
+// addWorker counts a goroutine Close waits for, unless the store is
+// closed: the count is taken under the lock Close sets closed under, so
+// it never grows while Close waits (a unit queued then fails in pick, as
+// the senders left fail every unit once the store's context ends).
+func (s *Store) addWorker() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	return true
 }
 
 // finish gives u its outcome.
