@@ -436,7 +436,7 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, rev int64) (i
 	if rev < 0 {
 		return 0, fmt.Errorf("%s: revision %d: %w", key, rev, store.ErrConflict)
 	}
-	return s.commit(ctx, &unit{op: "put", keys: []string{key}, revs: []int64{rev}, kinds: []store.OpKind{store.OpPut}, vals: [][]byte{value}})
+	return s.commit(ctx, &unit{op: "put", keys: []string{key}, revs: []int64{rev}, kinds: []store.OpKind{store.OpPut}, vals: []string{string(value)}})
 }
 
 // Delete implements store.Store.
@@ -457,7 +457,7 @@ func (s *Store) delete(ctx context.Context, key string, rev int64) (int64, error
 		}
 		return 0, fmt.Errorf("%s: %w", key, store.ErrConflict)
 	}
-	return s.commit(ctx, &unit{op: "delete", keys: []string{key}, revs: []int64{rev}, kinds: []store.OpKind{store.OpDelete}, vals: [][]byte{nil}})
+	return s.commit(ctx, &unit{op: "delete", keys: []string{key}, revs: []int64{rev}, kinds: []store.OpKind{store.OpDelete}, vals: []string{""}})
 }
 
 // Txn implements store.Store's transaction as one etcd transaction: If
@@ -477,7 +477,7 @@ func (s *Store) Txn(ctx context.Context, ops []store.Op) (int64, error) {
 		u.keys = append(u.keys, o.Key)
 		u.revs = append(u.revs, o.Rev)
 		u.kinds = append(u.kinds, o.Kind)
-		u.vals = append(u.vals, o.Value)
+		u.vals = append(u.vals, string(o.Value))
 		writes = writes || o.Kind != store.OpCheck
 	}
 	if writes {

@@ -51,7 +51,7 @@ type unit struct {
 	keys  []string       // the keys as given (without the store's prefix)
 	revs  []int64        // the revision each key must have (0: must not exist)
 	kinds []store.OpKind // what the unit does to each key
-	vals  [][]byte       // the values of puts (nil otherwise)
+	vals  []string       // the values of puts ("" otherwise), copied when the unit is made: a caller that stops waiting may reuse its buffer while the unit is still sent
 	size  int
 	enq   time.Time
 
@@ -229,7 +229,7 @@ func (s *Store) send(b []*unit) (slow bool) {
 			reads = append(reads, clientv3.OpGet(k, clientv3.WithKeysOnly()))
 			switch u.kinds[i] {
 			case store.OpPut:
-				writes = append(writes, clientv3.OpPut(k, string(u.vals[i])))
+				writes = append(writes, clientv3.OpPut(k, u.vals[i]))
 			case store.OpDelete:
 				writes = append(writes, clientv3.OpDelete(k))
 			case store.OpCheck:
