@@ -18,6 +18,7 @@ import (
 	boothttp "github.com/corralhq/corral/boot/http"
 	"github.com/corralhq/corral/boot/ra"
 	"github.com/corralhq/corral/boot/tftp"
+	"github.com/corralhq/corral/fleet"
 	"github.com/corralhq/corral/images"
 )
 
@@ -81,6 +82,11 @@ type BootConfig struct {
 	MaxUnaccepted         int
 	DiscoveredGCAfter     time.Duration
 	DHCPDeclineQuarantine time.Duration
+	// DHCPBalanceMaxSecs: in a fleet, appliances serving one segment in
+	// full mode split its DISCOVERs by MAC, and answer every one whose
+	// secs field is at least this (fleet.Balance); 0 turns the split off
+	// (every appliance answers every DISCOVER).
+	DHCPBalanceMaxSecs uint16
 }
 
 // initBoot wires the boot servers into s (s.addComponent) after the store,
@@ -171,7 +177,7 @@ func (s *Server) initBoot() error {
 		ds, err = dhcp.New(context.Background(), dhcp.Config{
 			Mode: mode, Interface: bc.Interface, ServerIP: serverIP, Ranges: ranges, Alone: s.cfg.Store.Kind != StoreEtcd, LeaseTime: bc.DHCPLeaseTime, DeclineQuarantine: bc.DHCPDeclineQuarantine,
 			HTTPBase: httpBase, Catalog: cat, Store: s.store, Inventory: s.inv, Timeline: s.inv,
-			Logger: s.log.With("component", "dhcp"), Observer: s.obs.DHCP(),
+			Logger: s.log.With("component", "dhcp"), Observer: s.obs.DHCP(), Balance: s.dhcpBalance(mode, ranges),
 		})
 		if err != nil {
 			return err
@@ -394,4 +400,22 @@ func (s *Server) fleetArtifacts() []images.Artifact {
 		return nil
 	}
 	return manifest
+}
+
+// dhcpBalance publishes the subnets this appliance hands out addresses on
+// in its runner record and returns the split of their DISCOVERs among the
+// fleet's appliances (fleet.Balance), or nil: alone on its store, not in
+// full mode, or with --dhcp-balance-max-secs 0.
+func (s *Server) dhcpBalance(mode dhcp.Mode, ranges []dhcp.Range) func(string, netip.Prefix, uint16) bool {
+	if mode != dhcp.ModeFull || s.cfg.Store.Kind != StoreEtcd || s.fleetSelf == nil || s.cfg.Boot.DHCPBalanceMaxSecs == 0 {
+		return nil
+	}
+	for _, r := range ranges {
+		if seg := r.Subnet.Masked().String(); !slices.Contains(s.fleetSelf.DhcpSegments, seg) {
+			s.fleetSelf.DhcpSegments = append(s.fleetSelf.DhcpSegments, seg)
+		}
+	}
+	b := &fleet.Balance{Store: s.store, Self: s.fleetSelf.GetName(), MaxSecs: s.cfg.Boot.DHCPBalanceMaxSecs, Logger: s.log.With("component", "dhcp-balance")}
+	s.addComponent("dhcp-balance", b.Run)
+	return b.Answers
 }

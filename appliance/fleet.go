@@ -21,6 +21,7 @@ func (s *Server) initFleet(self *fleetv1.Appliance, solo bool) error {
 	}
 	log := s.log.With("component", "fleet")
 	name := self.GetName()
+	s.fleetSelf = self // initBoot adds the DHCP segments before the runner starts
 	owner := &fleet.Owner{Store: s.store, Self: name, Solo: solo, Logger: log}
 	runner := &fleet.Runner{Store: s.store, Self: self, Load: owner.Count, Logger: log}
 	dispatcher := &fleet.Dispatcher{Store: s.store, Self: name, Logger: log}

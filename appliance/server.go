@@ -22,6 +22,7 @@ import (
 	"time"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	fleetv1 "github.com/corralhq/corral/api/fleet/v1"
 	"github.com/corralhq/corral/appliance/audit"
 	"github.com/corralhq/corral/appliance/backup"
 	"github.com/corralhq/corral/appliance/metrics"
@@ -132,6 +133,8 @@ type Server struct {
 	// runner names the appliance a machine's per-machine work is given
 	// to in a fleet (nil alone).
 	runner func(machine string) (string, bool)
+	// fleetSelf is this appliance's runner record spec (initFleet).
+	fleetSelf *fleetv1.Appliance
 
 	// health is the gRPC health service; package metrics sets each service's
 	// status.

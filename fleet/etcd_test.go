@@ -99,6 +99,9 @@ func TestFleetOnEtcd(t *testing.T) {
 	if _, ok := readAppliance(t, st1, "a2"); !ok {
 		t.Error("a crashed runner's record was deleted")
 	}
+	// The dispatcher notes a re-dispatch once its writes returned, which
+	// may be just after the owner saw them through its watch.
+	waitFor(t, 5*time.Second, "the re-dispatch noted", func() bool { return len(d.Redispatches()) > 0 })
 	redo := d.Redispatches()
 	if len(redo) != 1 || redo[0].Runner != "a2" || redo[0].Machines != machines/2 || redo[0].Left {
 		t.Fatalf("Redispatches = %+v, want one of a2's %d machines", redo, machines/2)

@@ -94,6 +94,9 @@ func CheckAppliance(a *fleetv1.Appliance) error {
 	if err := checkNets(a.GetBootSegments()); err != nil {
 		return apierr.Invalidf("appliance %s: boot segment %v", a.GetName(), err)
 	}
+	if err := checkNets(a.GetDhcpSegments()); err != nil {
+		return apierr.Invalidf("appliance %s: DHCP segment %v", a.GetName(), err)
+	}
 	if err := checkNets(a.GetBmcNetworks()); err != nil {
 		return apierr.Invalidf("appliance %s: BMC network (--bmc-network) %v", a.GetName(), err)
 	}

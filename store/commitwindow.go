@@ -32,6 +32,18 @@ func WithLocalReads(ctx context.Context) context.Context {
 	return context.WithValue(ctx, localReadsKey{}, true)
 }
 
+// WithFreshReads undoes WithLocalReads for ctx: its reads are current.
+// Work reading locally confirms on a fresh read what it would refuse or
+// remember: a stale read that leads to a write loses that write's
+// compare-and-swap, but one that leads to a refusal (an address "taken",
+// a RELEASE "not the holder's") or into a cache is never corrected.
+func WithFreshReads(ctx context.Context) context.Context {
+	if !LocalReads(ctx) {
+		return ctx
+	}
+	return context.WithValue(ctx, localReadsKey{}, nil)
+}
+
 // LocalReads reports whether ctx's reads may be served locally
 // (WithLocalReads).
 func LocalReads(ctx context.Context) bool { return ctx.Value(localReadsKey{}) != nil }

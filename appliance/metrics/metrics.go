@@ -136,7 +136,7 @@ func New(cfg Config, log *slog.Logger) *Metrics {
 			grpcprom.WithHistogramBuckets([]float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30})),
 	)
 	o.dhcp = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_dhcp_packets_total",
-		Help: "DHCP packets received, by message type and outcome (offer, ack, nak, ignored, not_sent, dropped_overload, malformed)."}, []string{"type", "outcome"})
+		Help: "DHCP packets received, by message type and outcome (offer, ack, nak, ignored, not_sent, dropped_overload, malformed, left_to_peer: a DISCOVER another appliance of the fleet answers)."}, []string{"type", "outcome"})
 	o.dhcpTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "corral_dhcp_answer_seconds",
 		Help:    "Time from a DHCP request's arrival (the kernel's receive stamp) to its answer's send, by the request's message type: the appliance's share of a client's wait (its queue and a lease's flush to disk included).",
 		Buckets: []float64{.0005, .001, .002, .003, .005, .01, .025, .05, .1, .25, 1}}, []string{"type"})

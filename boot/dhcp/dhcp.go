@@ -173,6 +173,12 @@ type Config struct {
 	// Observer, when set, is told every packet's outcome (corrald's
 	// metrics).
 	Observer Observer
+	// Balance, when set in full mode, says whether this appliance answers
+	// a DISCOVER from mac on subnet whose secs field is secs; one it does
+	// not answer is left to the appliance of the fleet that does
+	// (fleet.Balance; docs/architecture.md, "DHCP load balancing in a
+	// fleet"), untouched: no inventory read, no timeline entry, no offer.
+	Balance func(mac string, subnet netip.Prefix, secs uint16) bool
 }
 
 // DefaultDeclineQuarantine is Config.DeclineQuarantine's default.

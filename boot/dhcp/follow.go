@@ -98,9 +98,11 @@ func (p *leases) scatter(ip netip.Addr, mac string, r Range) {
 
 // reload refreshes one address from the store (after a CAS conflict, or
 // when memory knows no lease of a client: another appliance may have
-// written it).
+// written it). It reads the current revision, never a replica's
+// (store.WithFreshReads): what it finds is what memory keeps and what the
+// next compare-and-swap is judged against.
 func (p *leases) reload(ctx context.Context, ip netip.Addr) error {
-	kv, err := p.st.Get(ctx, leaseKey(ip))
+	kv, err := p.st.Get(store.WithFreshReads(ctx), leaseKey(ip))
 	if errors.Is(err, store.ErrNotFound) {
 		p.mu.Lock()
 		p.forgetLocked(ip)

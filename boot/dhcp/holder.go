@@ -202,7 +202,9 @@ func (p *leases) otherBinding(ctx context.Context, mac, held string, ip netip.Ad
 	if !other.IsValid() || other == ip {
 		return nil, nil
 	}
-	kv, err := p.st.Get(ctx, leaseKey(other))
+	// Current, not a replica's: a stale copy of a lease the client has
+	// since released would refuse its new binding (store.WithFreshReads).
+	kv, err := p.st.Get(store.WithFreshReads(ctx), leaseKey(other))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return []store.Op{{Kind: store.OpCheck, Key: leaseKey(other)}}, nil

@@ -31,6 +31,7 @@ const (
 	OutcomeOverload  = "dropped_overload" // dropped: MaxInFlight handlers busy
 	OutcomeMalformed = "malformed"        // did not parse
 	OutcomeOther     = "other"            // an answer of another type
+	OutcomeLeft      = "left_to_peer"     // a DISCOVER another appliance of the fleet answers (Config.Balance)
 )
 
 // MessageTypeName is the Observer label of a DHCP message type: its

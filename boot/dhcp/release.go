@@ -19,6 +19,10 @@ import (
 // MAC's holder record goes with it (holder.go), in one transaction. A
 // pinned lease is not released (ErrPinned).
 func (p *leases) Release(ctx context.Context, mac string, ip netip.Addr) (*bootv1.Lease, error) {
+	// A RELEASE often follows its ACK by milliseconds: a replica's read
+	// could still show the address's former client and refuse it, leaving
+	// the lease bound (store.WithFreshReads).
+	ctx = store.WithFreshReads(ctx)
 	for range 5 {
 		kv, err := p.st.Get(ctx, leaseKey(ip))
 		if errors.Is(err, store.ErrNotFound) {
@@ -92,7 +96,9 @@ func (p *leases) Decline(ctx context.Context, mac, cid string, ip netip.Addr, r 
 	l := &bootv1.Lease{Ip: ip.String(), State: bootv1.Lease_STATE_DECLINED, ExpiresUnix: now.Add(p.quarantine).Unix(),
 		UpdatedUnix: now.Unix(), Subnet: r.Subnet.String()}
 	// The quarantine names no MAC: the holders naming ip go with the
-	// binding it replaces (the decliner's, and the former client's).
+	// binding it replaces (the decliner's, and the former client's). The
+	// address is read current, as Release's is.
+	ctx = store.WithFreshReads(ctx)
 	var err error
 	for range 5 {
 		var kv store.KV

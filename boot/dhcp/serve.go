@@ -327,6 +327,10 @@ func (b *bound) ctx(now time.Time) context.Context {
 // inventory calls are bounded by handleTimeout (see bound).
 func (s *Server) handle(j job) {
 	m, conn := j.m, j.conn
+	if s.leftToPeer(m, j.port) {
+		s.observe(m, OutcomeLeft)
+		return
+	}
 	reply, dst := s.Respond(s.bound.Load().ctx(time.Now()), m, j.up, j.port)
 	if reply == nil {
 		s.observe(m, OutcomeIgnored)
@@ -361,4 +365,18 @@ func (s *Server) handle(j job) {
 	default:
 		s.observe(m, OutcomeOther)
 	}
+}
+
+// leftToPeer reports whether m is a DISCOVER that Config.Balance leaves
+// to another appliance of the fleet.
+func (s *Server) leftToPeer(m *dhcpv4.DHCPv4, port int) bool {
+	if s.cfg.Balance == nil || s.cfg.Mode != ModeFull || port == PXEPort || messageType(m) != dhcpv4.MessageTypeDiscover ||
+		m.OpCode != dhcpv4.OpcodeBootRequest || len(m.ClientHWAddr) != 6 {
+		return false
+	}
+	r, ok := s.rangeFor(m)
+	if !ok {
+		return false
+	}
+	return !s.cfg.Balance(m.ClientHWAddr.String(), r.Subnet, m.NumSeconds)
 }

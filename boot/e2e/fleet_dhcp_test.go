@@ -66,6 +66,41 @@ func TestFleetDHCPSharedSegment(t *testing.T) {
 	seg.waitServers(servers, 60*time.Second)
 	held := leaseholds.New()
 
+	// The two split the DISCOVERs (docs/architecture.md, "DHCP load
+	// balancing in a fleet"): a client's first DISCOVER (secs 0) gets one
+	// OFFER, from either; the same client having waited 3 s gets both.
+	// Each appliance learns the other's DHCP segment from its runner
+	// record within a second or two of both running.
+	split := func() (one int, by map[string]int) {
+		by = map[string]int{}
+		for i := range 24 {
+			d, _ := dhcpv4.NewDiscovery(net.HardwareAddr{0x52, 0x54, 0x00, 0xf3, 0x00, byte(i)})
+			rs := s4(seg.collect(d, 2, 1500*time.Millisecond))
+			if len(rs) == 1 {
+				one++
+				by[rs[0]]++
+			}
+		}
+		return one, by
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		one, by := split()
+		if one == 24 && len(by) == 2 {
+			t.Logf("24 first DISCOVERs, each answered once: %v", by)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("first DISCOVERs: %d of 24 answered once (by %v): the appliances do not split the segment", one, by)
+		}
+		time.Sleep(time.Second)
+	}
+	late, _ := dhcpv4.NewDiscovery(net.HardwareAddr{0x52, 0x54, 0x00, 0xf3, 0x00, 0x01})
+	late.NumSeconds = 3
+	if rs := s4(seg.collect(late, 2, 3*time.Second)); len(rs) != 2 {
+		t.Fatalf("a DISCOVER with secs 3 answered by %v, want both", rs)
+	}
+
 	wave := func(name string, clients, parallel int, release bool) {
 		t.Helper()
 		start := time.Now()
@@ -429,13 +464,16 @@ func (s *segment) release(hw net.HardwareAddr, ip, server net.IP) {
 	s.send(m, &net.UDPAddr{IP: server, Port: 67})
 }
 
-// waitServers waits until each server answers a DISCOVER.
+// waitServers waits until each server answers a DISCOVER. The probe says
+// it has waited 30 s (secs), which every appliance of a fleet answers
+// whichever of them the MAC falls to (--dhcp-balance-max-secs).
 func (s *segment) waitServers(servers []string, timeout time.Duration) {
 	s.t.Helper()
 	deadline := time.Now().Add(timeout)
 	probe := net.HardwareAddr{0x52, 0x54, 0x00, 0xf0, 0x00, 0x01}
 	for {
 		d, _ := dhcpv4.NewDiscovery(probe)
+		d.NumSeconds = 30
 		seen := map[string]bool{}
 		for _, r := range s.collect(d, len(servers), 2*time.Second) {
 			seen[r.ServerIdentifier().String()] = true
@@ -491,4 +529,13 @@ func keys(m map[string]bool) []string {
 // nsExec runs a command in namespace ns.
 func nsExec(ns string, args ...string) ([]byte, error) {
 	return exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...).CombinedOutput()
+}
+
+// s4 names the servers of answers.
+func s4(rs []*dhcpv4.DHCPv4) []string {
+	out := make([]string, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, r.ServerIdentifier().String())
+	}
+	return out
 }

@@ -102,8 +102,14 @@ type Appliance struct {
 	LastHeartbeat *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last_heartbeat,json=lastHeartbeat,proto3" json:"last_heartbeat,omitempty"`
 	// load is how many machines' per-machine work this runner holds, as it
 	// last counted them.
-	Load uint32         `protobuf:"varint,8,opt,name=load,proto3" json:"load,omitempty"`
-	Role Appliance_Role `protobuf:"varint,50,opt,name=role,proto3,enum=corral.fleet.v1.Appliance_Role" json:"role,omitempty"`
+	Load uint32 `protobuf:"varint,8,opt,name=load,proto3" json:"load,omitempty"`
+	// dhcp_segments are the subnets (CIDR) on which this appliance hands out
+	// addresses (full DHCP mode). Appliances sharing a segment split its
+	// DISCOVERs between them by MAC (docs/architecture.md, "DHCP load
+	// balancing in a fleet"); an appliance that publishes none answers
+	// every DISCOVER it hears.
+	DhcpSegments []string       `protobuf:"bytes,9,rep,name=dhcp_segments,json=dhcpSegments,proto3" json:"dhcp_segments,omitempty"`
+	Role         Appliance_Role `protobuf:"varint,50,opt,name=role,proto3,enum=corral.fleet.v1.Appliance_Role" json:"role,omitempty"`
 	// assigned is how many machines the leader's assignments give it now.
 	Assigned      uint32 `protobuf:"varint,51,opt,name=assigned,proto3" json:"assigned,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -194,6 +200,13 @@ func (x *Appliance) GetLoad() uint32 {
 		return x.Load
 	}
 	return 0
+}
+
+func (x *Appliance) GetDhcpSegments() []string {
+	if x != nil {
+		return x.DhcpSegments
+	}
+	return nil
 }
 
 func (x *Appliance) GetRole() Appliance_Role {
@@ -793,7 +806,7 @@ var File_api_fleet_v1_fleet_proto protoreflect.FileDescriptor
 
 const file_api_fleet_v1_fleet_proto_rawDesc = "" +
 	"\n" +
-	"\x18api/fleet/v1/fleet.proto\x12\x0fcorral.fleet.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xca\x03\n" +
+	"\x18api/fleet/v1/fleet.proto\x12\x0fcorral.fleet.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xef\x03\n" +
 	"\tAppliance\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fapi_endpoint\x18\x02 \x01(\tR\vapiEndpoint\x12#\n" +
@@ -803,7 +816,8 @@ const file_api_fleet_v1_fleet_proto_rawDesc = "" +
 	"\n" +
 	"started_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12A\n" +
 	"\x0elast_heartbeat\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\rlastHeartbeat\x12\x12\n" +
-	"\x04load\x18\b \x01(\rR\x04load\x123\n" +
+	"\x04load\x18\b \x01(\rR\x04load\x12#\n" +
+	"\rdhcp_segments\x18\t \x03(\tR\fdhcpSegments\x123\n" +
 	"\x04role\x182 \x01(\x0e2\x1f.corral.fleet.v1.Appliance.RoleR\x04role\x12\x1a\n" +
 	"\bassigned\x183 \x01(\rR\bassigned\"A\n" +
 	"\x04Role\x12\x14\n" +
