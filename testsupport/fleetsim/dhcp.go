@@ -166,7 +166,13 @@ func (d *dhcpNet) dora(ctx context.Context, c *dhcpClient, ipxe bool, scale floa
 	if c.relayed {
 		mods = append(mods, dhcpv4.WithGatewayIP(giaddr.AsSlice()), func(d *dhcpv4.DHCPv4) { d.HopCount = 1 })
 	}
+	// secs is the seconds since the client began (RFC 2131 §4.1; firmware
+	// and iPXE count them, on the firmware's own clock: the scaled one
+	// here), which a fleet's appliances read to decide when every one of
+	// them answers (fleet.Balance).
+	began := time.Now()
 	send := func(m *dhcpv4.DHCPv4) error {
+		m.NumSeconds = uint16(min(time.Since(began).Seconds()/max(scale, 0.001), 65535))
 		if c.relayed {
 			b := m.ToBytes()
 			var errs []error
