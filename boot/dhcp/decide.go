@@ -121,7 +121,9 @@ const (
 //     which breaks the DHCP→iPXE→DHCP loop; option 60 PXEClient is echoed
 //     when it sent it, so iPXE does not wait for proxy offers;
 //   - UEFI HTTP Boot (option 60 HTTPClient, arch 16/19) gets a full http://
-//     URL of the iPXE binary and option 60 HTTPClient echoed;
+//     URL of the iPXE binary and option 60 HTTPClient echoed (exactly that,
+//     never the client's string), no next-server; an HTTPClient with
+//     another architecture or none gets no boot options;
 //   - firmware PXE gets the TFTP iPXE binary for its arch (0 BIOS →
 //     undionly.kpxe, 7/9 → snponly.efi, else ipxe.efi, 11 → snp-arm64.efi
 //     when shipped) and
@@ -138,14 +140,28 @@ func ChooseBoot(c Client, env Env) Boot {
 		}
 		return b
 	case c.HTTP || (c.HasArch && (c.Arch == archHTTPx64 || c.Arch == archHTTParm64)):
-		name := images.IPXEEFI
-		if c.HasArch && c.Arch == archHTTParm64 {
+		var name string
+		switch {
+		case c.HasArch && c.Arch == archHTTPx64:
+			name = images.IPXEEFI
+		case c.HasArch && c.Arch == archHTTParm64:
 			name = images.SNPArm64EFI
+		case !c.HasArch:
+			// UEFI 2.10 §24.7.2: an HTTP boot client sends option 93.
+			return Boot{Kind: BootNone, Reason: "UEFI HTTP client without option 93 (architecture): refused"}
+		default:
+			// An HTTPClient claiming a PXE or BIOS architecture is no
+			// HTTP boot client we know a binary for: an x64 EFI URL
+			// would be the wrong answer.
+			return Boot{Kind: BootNone, Reason: fmt.Sprintf("UEFI HTTP client with arch %d (%s): only 16 (x64 UEFI HTTP) and 19 (arm64 UEFI HTTP) are served", uint16(c.Arch), c.Arch.String())}
 		}
 		if !env.Has(name) {
 			return Boot{Kind: BootNone, Reason: fmt.Sprintf("UEFI HTTP client (arch %d): no %s in the catalog", uint16(c.Arch), name)}
 		}
-		return Boot{Kind: BootHTTP, File: env.HTTPBase + "/images/" + name, Echo60: "HTTPClient", Reason: "UEFI HTTP Boot client"}
+		// The MAC in the query puts the firmware's download on the
+		// machine's timeline (boot/http reads it as it does iPXE's); the
+		// firmware picks the image type from the path (".efi").
+		return Boot{Kind: BootHTTP, File: env.HTTPBase + "/images/" + name + "?mac=" + c.MAC, Echo60: "HTTPClient", Reason: "UEFI HTTP Boot client"}
 	case c.PXE || c.HasArch:
 		if !c.HasArch {
 			// PXE 2.1 makes option 93 mandatory; treat its absence as BIOS.
