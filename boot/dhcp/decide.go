@@ -3,6 +3,7 @@ package dhcp
 import (
 	"bytes"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
@@ -98,6 +99,9 @@ type Env struct {
 	ScriptURL func(mac string) string
 	// HTTPBase is http://host:port for artifact URLs.
 	HTTPBase string
+	// BootBase, when set, is the base of UEFI HTTP boot clients' URL
+	// instead of HTTPBase (an https:// front).
+	BootBase string
 	// Has reports whether the catalog holds a name.
 	Has func(name string) bool
 	// Proxy is true in proxy mode: firmware PXE clients then get option 60
@@ -161,7 +165,11 @@ func ChooseBoot(c Client, env Env) Boot {
 		// The MAC in the query puts the firmware's download on the
 		// machine's timeline (boot/http reads it as it does iPXE's); the
 		// firmware picks the image type from the path (".efi").
-		return Boot{Kind: BootHTTP, File: env.HTTPBase + "/images/" + name + "?mac=" + c.MAC, Echo60: "HTTPClient", Reason: "UEFI HTTP Boot client"}
+		base := env.HTTPBase
+		if env.BootBase != "" {
+			base = env.BootBase
+		}
+		return Boot{Kind: BootHTTP, File: base + "/images/" + name + "?mac=" + c.MAC, Echo60: "HTTPClient", Reason: "UEFI HTTP Boot client"}
 	case c.PXE || c.HasArch:
 		if !c.HasArch {
 			// PXE 2.1 makes option 93 mandatory; treat its absence as BIOS.
@@ -194,4 +202,30 @@ func ChooseBoot(c Client, env Env) Boot {
 		return Boot{Kind: BootNone, Reason: fmt.Sprintf("PXE client arch %d: no iPXE binary for it in the catalog", uint16(c.Arch))}
 	}
 	return Boot{Kind: BootNone, Reason: "not a network-boot client"}
+}
+
+// longestBootPath is the longest path and query an HTTP boot URL carries
+// after its base.
+const longestBootPath = "/images/" + images.SNPArm64EFI + "?mac=00:00:00:00:00:00"
+
+// checkBootBase checks an HTTP boot base URL (Config.HTTPBootBase) and
+// returns it without a trailing slash: http or https, a host, no path,
+// query, fragment or user, and short enough that the longest boot URL
+// fits the 128-byte file field with its terminating zero.
+func checkBootBase(raw string) (string, error) {
+	b := strings.TrimSuffix(raw, "/")
+	u, err := url.Parse(b)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("dhcp: HTTP boot base %q: %w", raw, err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("dhcp: HTTP boot base %q: want http:// or https://", raw)
+	case u.Host == "" || u.Hostname() == "":
+		return "", fmt.Errorf("dhcp: HTTP boot base %q has no host", raw)
+	case u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil || u.Opaque != "":
+		return "", fmt.Errorf("dhcp: HTTP boot base %q: give scheme, host and port only", raw)
+	case len(b)+len(longestBootPath) > 127:
+		return "", fmt.Errorf("dhcp: HTTP boot base %q is too long: the boot URL must fit the 128-byte file field (base at most %d bytes)", raw, 127-len(longestBootPath))
+	}
+	return b, nil
 }

@@ -76,3 +76,32 @@ func TestHTTPClientHostileOptions(t *testing.T) {
 		})
 	}
 }
+
+// TestHTTPBootBase: with Config.HTTPBootBase (corrald serve
+// --http-boot-base) a UEFI HTTP boot client gets its URL there, https://
+// included, and everything else stays on the appliance's HTTP; a base
+// that is no scheme+host, or too long for the 128-byte file field once
+// the longest boot path is added, is refused when the server is made.
+func TestHTTPBootBase(t *testing.T) {
+	f := newFixture(t, ModeFull, func(c *Config) { c.HTTPBootBase = "https://boot.example.net:8443/" })
+	hw := mac(0x4900)
+	offer, ack := f.dora(t, hw, httpClient)
+	for _, m := range []*dhcpv4.DHCPv4{offer, ack} {
+		if want := "https://boot.example.net:8443/images/ipxe.efi?mac=" + hw.String(); m.BootFileName != want || m.ClassIdentifier() != "HTTPClient" {
+			t.Errorf("%s: file %q, option 60 %q; want %q, HTTPClient", m.MessageType(), m.BootFileName, m.ClassIdentifier(), want)
+		}
+	}
+	if offer, _ := f.dora(t, mac(0x4901), ipxeClient); !strings.HasPrefix(offer.BootFileName, "http://10.0.0.1:8080/boot.ipxe?") {
+		t.Errorf("iPXE's script URL moved to the boot base: %q", offer.BootFileName)
+	}
+	for _, bad := range []string{"ftp://x", "https://", "https://x/path", "https://x?q=1", "https://u:p@x", "x:8443",
+		"https://" + strings.Repeat("a", 127-len(longestBootPath)-len("https://")+1)} {
+		if _, err := checkBootBase(bad); err == nil {
+			t.Errorf("base %q accepted", bad)
+		}
+	}
+	ok := "https://" + strings.Repeat("a", 127-len(longestBootPath)-len("https://"))
+	if b, err := checkBootBase(ok + "/"); err != nil || len(b+longestBootPath) != 127 {
+		t.Errorf("base of the longest length: %q, %v", b, err)
+	}
+}
