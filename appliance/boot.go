@@ -50,6 +50,10 @@ type BootConfig struct {
 	HTTPListen string
 	// TFTPListen is boot/tftp's address (default ":69"; "off" disables).
 	TFTPListen string
+	// HTTPBootBase is the http(s)://host[:port] UEFI HTTP boot clients
+	// fetch the iPXE binary from (dhcp.Config.HTTPBootBase; default this
+	// appliance's boot HTTP).
+	HTTPBootBase string
 	// RA answers IPv6 router solicitations with lifetime 0 (default on;
 	// set NoRA to disable).
 	NoRA bool
@@ -176,7 +180,7 @@ func (s *Server) initBoot() error {
 	if mode != dhcp.ModeOff {
 		ds, err = dhcp.New(context.Background(), dhcp.Config{
 			Mode: mode, Interface: bc.Interface, ServerIP: serverIP, Ranges: ranges, Alone: s.cfg.Store.Kind != StoreEtcd, LeaseTime: bc.DHCPLeaseTime, DeclineQuarantine: bc.DHCPDeclineQuarantine,
-			HTTPBase: httpBase, Catalog: cat, Store: s.store, Inventory: s.inv, Timeline: s.inv,
+			HTTPBase: httpBase, HTTPBootBase: bc.HTTPBootBase, Catalog: cat, Store: s.store, Inventory: s.inv, Timeline: s.inv,
 			Logger: s.log.With("component", "dhcp"), Observer: s.obs.DHCP(), Balance: s.dhcpBalance(mode, ranges),
 		})
 		if err != nil {

@@ -3,6 +3,7 @@ package dhcp
 import (
 	"bytes"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
@@ -98,6 +99,9 @@ type Env struct {
 	ScriptURL func(mac string) string
 	// HTTPBase is http://host:port for artifact URLs.
 	HTTPBase string
+	// BootBase, when set, is the base of UEFI HTTP boot clients' URL
+	// instead of HTTPBase (an https:// front).
+	BootBase string
 	// Has reports whether the catalog holds a name.
 	Has func(name string) bool
 	// Proxy is true in proxy mode: firmware PXE clients then get option 60
@@ -121,7 +125,9 @@ const (
 //     which breaks the DHCP→iPXE→DHCP loop; option 60 PXEClient is echoed
 //     when it sent it, so iPXE does not wait for proxy offers;
 //   - UEFI HTTP Boot (option 60 HTTPClient, arch 16/19) gets a full http://
-//     URL of the iPXE binary and option 60 HTTPClient echoed;
+//     URL of the iPXE binary and option 60 HTTPClient echoed (exactly that,
+//     never the client's string), no next-server; an HTTPClient with
+//     another architecture or none gets no boot options;
 //   - firmware PXE gets the TFTP iPXE binary for its arch (0 BIOS →
 //     undionly.kpxe, 7/9 → snponly.efi, else ipxe.efi, 11 → snp-arm64.efi
 //     when shipped) and
@@ -138,14 +144,32 @@ func ChooseBoot(c Client, env Env) Boot {
 		}
 		return b
 	case c.HTTP || (c.HasArch && (c.Arch == archHTTPx64 || c.Arch == archHTTParm64)):
-		name := images.IPXEEFI
-		if c.HasArch && c.Arch == archHTTParm64 {
+		var name string
+		switch {
+		case c.HasArch && c.Arch == archHTTPx64:
+			name = images.IPXEEFI
+		case c.HasArch && c.Arch == archHTTParm64:
 			name = images.SNPArm64EFI
+		case !c.HasArch:
+			// UEFI 2.10 §24.7.2: an HTTP boot client sends option 93.
+			return Boot{Kind: BootNone, Reason: "UEFI HTTP client without option 93 (architecture): refused"}
+		default:
+			// An HTTPClient claiming a PXE or BIOS architecture is no
+			// HTTP boot client we know a binary for: an x64 EFI URL
+			// would be the wrong answer.
+			return Boot{Kind: BootNone, Reason: fmt.Sprintf("UEFI HTTP client with arch %d (%s): only 16 (x64 UEFI HTTP) and 19 (arm64 UEFI HTTP) are served", uint16(c.Arch), c.Arch.String())}
 		}
 		if !env.Has(name) {
 			return Boot{Kind: BootNone, Reason: fmt.Sprintf("UEFI HTTP client (arch %d): no %s in the catalog", uint16(c.Arch), name)}
 		}
-		return Boot{Kind: BootHTTP, File: env.HTTPBase + "/images/" + name, Echo60: "HTTPClient", Reason: "UEFI HTTP Boot client"}
+		// The MAC in the query puts the firmware's download on the
+		// machine's timeline (boot/http reads it as it does iPXE's); the
+		// firmware picks the image type from the path (".efi").
+		base := env.HTTPBase
+		if env.BootBase != "" {
+			base = env.BootBase
+		}
+		return Boot{Kind: BootHTTP, File: base + "/images/" + name + "?mac=" + c.MAC, Echo60: "HTTPClient", Reason: "UEFI HTTP Boot client"}
 	case c.PXE || c.HasArch:
 		if !c.HasArch {
 			// PXE 2.1 makes option 93 mandatory; treat its absence as BIOS.
@@ -178,4 +202,30 @@ func ChooseBoot(c Client, env Env) Boot {
 		return Boot{Kind: BootNone, Reason: fmt.Sprintf("PXE client arch %d: no iPXE binary for it in the catalog", uint16(c.Arch))}
 	}
 	return Boot{Kind: BootNone, Reason: "not a network-boot client"}
+}
+
+// longestBootPath is the longest path and query an HTTP boot URL carries
+// after its base.
+const longestBootPath = "/images/" + images.SNPArm64EFI + "?mac=00:00:00:00:00:00"
+
+// checkBootBase checks an HTTP boot base URL (Config.HTTPBootBase) and
+// returns it without a trailing slash: http or https, a host, no path,
+// query, fragment or user, and short enough that the longest boot URL
+// fits the 128-byte file field with its terminating zero.
+func checkBootBase(raw string) (string, error) {
+	b := strings.TrimSuffix(raw, "/")
+	u, err := url.Parse(b)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("dhcp: HTTP boot base %q: %w", raw, err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("dhcp: HTTP boot base %q: want http:// or https://", raw)
+	case u.Host == "" || u.Hostname() == "":
+		return "", fmt.Errorf("dhcp: HTTP boot base %q has no host", raw)
+	case u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil || u.Opaque != "":
+		return "", fmt.Errorf("dhcp: HTTP boot base %q: give scheme, host and port only", raw)
+	case len(b)+len(longestBootPath) > 127:
+		return "", fmt.Errorf("dhcp: HTTP boot base %q is too long: the boot URL must fit the 128-byte file field (base at most %d bytes)", raw, 127-len(longestBootPath))
+	}
+	return b, nil
 }

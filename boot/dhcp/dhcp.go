@@ -142,7 +142,12 @@ type Config struct {
 	// HTTPBase is http://host:port of boot/http (default
 	// http://ServerIP:8080).
 	HTTPBase string
-	Catalog  Catalog
+	// HTTPBootBase is the http:// or https:// base (scheme, host, port,
+	// no path) UEFI HTTP boot clients get the iPXE binary's URL on
+	// (default HTTPBase): an https:// front whose certificate the
+	// firmware trusts. It must leave room in the 128-byte file field.
+	HTTPBootBase string
+	Catalog      Catalog
 	// Store keeps leases (full mode).
 	Store store.Store
 	// Alone says no other appliance writes leases to Store (bbolt): full
@@ -266,6 +271,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cfg.HTTPBase = "http://" + cfg.ServerIP.String() + ":8080"
 	}
 	cfg.HTTPBase = strings.TrimSuffix(cfg.HTTPBase, "/")
+	if cfg.HTTPBootBase != "" {
+		b, err := checkBootBase(cfg.HTTPBootBase)
+		if err != nil {
+			return nil, err
+		}
+		cfg.HTTPBootBase = b
+	}
 	for _, r := range cfg.Ranges {
 		if err := r.Validate(); err != nil {
 			return nil, fmt.Errorf("dhcp: %w", err)
@@ -293,6 +305,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.env = Env{
 		ScriptURL: func(mac string) string { return cfg.HTTPBase + "/boot.ipxe?mac=" + mac },
 		HTTPBase:  cfg.HTTPBase,
+		BootBase:  cfg.HTTPBootBase,
 		Has:       cfg.Catalog.Has,
 		Proxy:     cfg.Mode == ModeProxy,
 	}

@@ -168,7 +168,7 @@ func TestBootChoiceByClient(t *testing.T) {
 		"BIOS firmware PXE": {kind: biosPXE, file: "undionly.kpxe", siaddr: "10.0.0.1", noVendor: true},
 		"UEFI firmware PXE": {kind: efiPXE, file: "ipxe.efi", siaddr: "10.0.0.1", noVendor: true},
 		"iPXE":              {kind: ipxeClient, file: "http://10.0.0.1:8080/boot.ipxe?mac=52:54:00:00:00:0", vendor: "PXEClient"},
-		"UEFI HTTP Boot":    {kind: httpClient, file: "http://10.0.0.1:8080/images/ipxe.efi", vendor: "HTTPClient"},
+		"UEFI HTTP Boot":    {kind: httpClient, file: "http://10.0.0.1:8080/images/ipxe.efi?mac=52:54:00:00:00:0", vendor: "HTTPClient"},
 		"plain client":      {kind: plain, file: "", noVendor: true},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -214,7 +214,7 @@ func TestChooseBootArchitectures(t *testing.T) {
 		"arch 7":             {Client{HasArch: true, Arch: 7, PXE: true}, BootTFTP, images.IPXEEFI},
 		"arch 9":             {Client{HasArch: true, Arch: 9, PXE: true}, BootTFTP, images.IPXEEFI},
 		"arch 11 unshipped":  {Client{HasArch: true, Arch: 11, PXE: true}, BootNone, ""},
-		"arch 16":            {Client{HasArch: true, Arch: 16}, BootHTTP, "H/images/ipxe.efi"},
+		"arch 16":            {Client{MAC: "m", HasArch: true, Arch: 16}, BootHTTP, "H/images/ipxe.efi?mac=m"},
 		"arch 6 unsupported": {Client{HasArch: true, Arch: 6, PXE: true}, BootNone, ""},
 		"PXEClient no 93":    {Client{PXE: true}, BootTFTP, images.UndionlyKPXE},
 		"iPXE by 175":        {Client{MAC: "m", IPXE: true}, BootScript, "Sm"},

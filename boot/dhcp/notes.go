@@ -90,6 +90,11 @@ func (n *note) attrs() map[string]string {
 // clientAttrs describes the client for the timeline. Options 60 and 77
 // are the client's to choose: their control characters are escaped here
 // (internal/termsafe), as the timeline does again for anything it stores.
+// maxClassShown bounds option 60 as the timeline shows it: one option's
+// worth (255 bytes). A client may send the option several times, which
+// the decoder concatenates (RFC 3396), up to a packet's size.
+const maxClassShown = 255
+
 func clientAttrs(c Client, m *dhcpv4.DHCPv4) map[string]string {
 	a := map[string]string{"xid": m.TransactionID.String()}
 	if c.HasArch {
@@ -97,7 +102,7 @@ func clientAttrs(c Client, m *dhcpv4.DHCPv4) map[string]string {
 		a["arch_name"] = c.Arch.String()
 	}
 	if c.VendorClass != "" {
-		a["vendor_class"] = termsafe.Escape(c.VendorClass)
+		a["vendor_class"] = termsafe.Bounded(c.VendorClass, maxClassShown)
 	}
 	if c.IPXE {
 		a["ipxe"] = "true"
@@ -213,7 +218,7 @@ func describe(what string, c Client) string {
 		parts = append(parts, fmt.Sprintf("arch %d (%s)", uint16(c.Arch), c.Arch.String()))
 	}
 	if c.VendorClass != "" {
-		parts = append(parts, "vendor class "+strconv.Quote(c.VendorClass))
+		parts = append(parts, "vendor class "+strconv.Quote(termsafe.Bounded(c.VendorClass, maxClassShown)))
 	}
 	if c.IPXE {
 		parts = append(parts, "iPXE")

@@ -13,7 +13,10 @@ import (
 	"github.com/corralhq/corral/testsupport/require"
 )
 
-const ovmfCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+const (
+	ovmfCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	ovmfVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+)
 
 // vmTimeout bounds one VM boot: ~15-30 s on a quiet machine under TCG, up
 // to ~50 s on a busy one.
@@ -103,7 +106,7 @@ const uefiIPXE = `(snponly|ipxe)\.efi`
 // EDK2's own PXE client boots: DHCP → TFTP snponly.efi → iPXE → DHCP
 // again → HTTP script → kernel and initramfs.
 func TestUEFIFirmwarePXE(t *testing.T) {
-	need(t, "qemu-system-x86_64", ovmfCode, "/usr/share/OVMF/OVMF_VARS_4M.fd")
+	need(t, "qemu-system-x86_64", ovmfCode, ovmfVars)
 	l := newLab(t)
 	c := l.corrald("--dhcp-mode", "full", "--dhcp-range", l.subnet+".100-"+l.subnet+".150")
 	mac := fmt.Sprintf("52:54:00:%s:%s:e7", l.id[:2], l.id[2:4])

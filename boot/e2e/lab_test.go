@@ -382,6 +382,10 @@ type vmOpts struct {
 	mac   string
 	tap   string
 	noROM bool
+	// vars is the OVMF variable store to boot with (default: a copy of
+	// Debian's empty OVMF_VARS_4M.fd); slot pins the NIC's PCI slot.
+	vars string
+	slot byte
 }
 
 func (l *lab) vm(o vmOpts) *vm {
@@ -393,14 +397,20 @@ func (l *lab) vm(o vmOpts) *vm {
 	if o.noROM {
 		dev += ",romfile="
 	}
+	if o.slot != 0 {
+		dev += fmt.Sprintf(",addr=%#x", o.slot)
+	}
 	args = append(args, "-device", dev)
 	if o.uefi {
-		vars := filepath.Join(l.dir, "OVMF_VARS.fd")
-		b, err := os.ReadFile("/usr/share/OVMF/OVMF_VARS_4M.fd")
-		if err != nil {
-			l.t.Fatal(err)
+		vars := o.vars
+		if vars == "" {
+			vars = filepath.Join(l.dir, "OVMF_VARS.fd")
+			b, err := os.ReadFile(ovmfVars)
+			if err != nil {
+				l.t.Fatal(err)
+			}
+			os.WriteFile(vars, b, 0o644)
 		}
-		os.WriteFile(vars, b, 0o644)
 		args = append(args, "-machine", "q35",
 			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd",
 			"-drive", "if=pflash,format=raw,unit=1,file="+vars)
