@@ -36,8 +36,12 @@ func TestConsoleTargetTransport(t *testing.T) {
 		wantErr  error
 		wantPort uint32
 	}{
-		"ipmi":                {req: enrollReq("m", "10.0.4.1", "pw"), readers: true, want: ConsoleSOL, wantPort: 623},
-		"auto answered ipmi":  {req: func() *inventoryv1.EnrollMachineRequest { r := redfishReq("m", "10.0.4.1:623", "pw"); r.BmcProtocol = 0; return r }(), noTLS: true, readers: true, want: ConsoleSOL, wantPort: 623},
+		"ipmi": {req: enrollReq("m", "10.0.4.1", "pw"), readers: true, want: ConsoleSOL, wantPort: 623},
+		"auto answered ipmi": {req: func() *inventoryv1.EnrollMachineRequest {
+			r := redfishReq("m", "10.0.4.1:623", "pw")
+			r.BmcProtocol = 0
+			return r
+		}(), noTLS: true, readers: true, want: ConsoleSOL, wantPort: 623},
 		"redfish":             {req: redfishReq("m", "10.0.4.1:443", "pw"), readers: true, want: ConsoleRedfishSSH, wantPort: 443},
 		"redfish, no readers": {req: redfishReq("m", "10.0.4.1:443", "pw"), wantErr: apierr.ErrPrecondition},
 	} {
