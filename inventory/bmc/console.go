@@ -67,7 +67,7 @@ type ConsoleReader interface {
 // BMC address.
 const FlagConsoleHostKeyChanged = "bmc-console-host-key-changed"
 
-// ErrHostKey: a BMC's SSH serial console presented a host key other than
+// ErrHostKey means a BMC's SSH serial console presented a host key other than
 // the pinned one; no credential was sent. Errors of this class are
 // *HostKeyError.
 var ErrHostKey = apierr.New(apierr.ErrPrecondition, "BMC SSH host key not trusted")
