@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -137,4 +138,50 @@ func TestConsoleRedfishSSHThroughCorrald(t *testing.T) {
 	if strings.Contains(logs.String(), rf.Pass) {
 		t.Fatal("the BMC password is in corrald's log")
 	}
+}
+
+// BenchmarkConsoleKeystrokeRoundTripRedfishSSH: one key typed into
+// `corral machine console`, through corrald and SSH to the Redfish test
+// server's console emulator, which echoes it back to the console's
+// output; the median of 50 keys is reported, not asserted.
+func BenchmarkConsoleKeystrokeRoundTripRedfishSSH(b *testing.B) {
+	a := apptest.Start(b, appliance.Config{BMC: appliance.BMCConfig{PollInterval: -1, HealthInterval: -1}})
+	rf := redfishtest.Start(b, "root", "calvin-rf", &redfishtest.MemMachine{})
+	pw := filepath.Join(b.TempDir(), "pw")
+	if err := os.WriteFile(pw, []byte(rf.Pass+"\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	r := &consoleRig{conf: a.AdminConf, log: &syncBuffer{}}
+	var out, errb syncBuffer
+	if code := Run(context.Background(), []string{"--config", r.conf, "machine", "enroll", "m1", "--bmc", rf.Addr(), "--bmc-user", rf.User,
+		"--bmc-password-file", pw, "--bmc-protocol", "redfish"}, &out, &errb); code != 0 {
+		b.Fatalf("enroll: %s", errb.String())
+	}
+	c := r.console(b)
+	waitText(b, "login prompt", 20*time.Second, c.out.String, "login: ")
+	const keys = 50
+	var took []time.Duration
+	for range b.N {
+		took = took[:0]
+		for i := range keys {
+			key := string(rune('a' + i%26))
+			before := len(c.out.String())
+			start := time.Now()
+			if _, err := c.in.Write([]byte(key)); err != nil {
+				b.Fatal(err)
+			}
+			for !strings.Contains(c.out.String()[before:], key) {
+				if time.Since(start) > 10*time.Second {
+					b.Fatalf("key %q never came back", key)
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+			took = append(took, time.Since(start))
+		}
+	}
+	slices.Sort(took)
+	med := took[len(took)/2]
+	b.ReportMetric(float64(med.Microseconds())/1000, "ms/key-median")
+	b.ReportMetric(float64(took[len(took)*9/10].Microseconds())/1000, "ms/key-p90")
+	b.Logf("Redfish SSH console keystroke round trip over %d keys: median %s, p90 %s, max %s", keys, med, took[len(took)*9/10], took[len(took)-1])
 }
