@@ -50,6 +50,7 @@ var importRules = []importRule{
 	{"fleet", []string{"fleet", "api", "store", "internal/apierr", "internal/paging", "internal/lograte"}, "runners, the leader's dispatch of per-machine work and its owners: records in the store (inventory's machines and boot's leases read by prefix, not imported)"},
 	{"fleet/artifactsync", []string{"fleet", "api", "store", "images", "internal/apierr"}, "the fleet's boot artifacts: a manifest in the shared store and peer fetches over ApplianceService, into the local catalog's content store (images)"},
 	{"ipmi", []string{"ipmi"}, "BMC drivers behind bmclib: nothing of ours"},
+	{"ipmi/sshcon", []string{"internal/termsafe"}, "a BMC's serial console over SSH (x/crypto/ssh): the BMC's banner and words in errors escaped where they enter"},
 	{"ipmi/console", []string{"api", "internal/apierr"}, "machines' serial console sessions (viewers, one writer, scrollback) and ConsoleService: the link (ipmi/sol) and the audit are wired in by the appliance through interfaces it declares"},
 	{"images", []string{"images", "internal/initramfs", "internal/sourcetree"}, "the artifact catalog and the initramfs builders"},
 	{"images/osimage", []string{"images", "api", "store", "internal/apierr", "internal/paging", "internal/diskmap"}, "operating-system images: records in the store, their bytes in the catalog's content store (images), OSImageService, the raw view and its cached block map (images/blockmap, the map's wire format)"},

@@ -68,7 +68,7 @@ func (s *Server) initBMC() error {
 	ad := bmcAdapter{c: ctl, sensors: cfg.HealthSensors}
 	sensors := s.obs.Sensors()
 	bcfg := bmc.Config{Machines: s.inv, Events: s.inv, Store: s.store, Driver: ad, Sealer: sealer, Logger: log, CallTimeout: cfg.CallTimeout,
-		Accounts: ad}
+		Accounts: ad, Consoles: ad}
 	if cfg.HealthInterval >= 0 {
 		bcfg.Health = ad
 		if sensors != nil {
@@ -289,4 +289,13 @@ func (b bmcAdapter) Health(ctx context.Context, t bmc.Target, logSeen time.Time)
 		out.Log = append(out.Log, bmc.HealthLogEntry{ID: uint32(e.ID), Time: e.Time, Critical: e.Critical, Text: e.Text})
 	}
 	return out, toResult(a), nil
+}
+
+func (b bmcAdapter) SerialConsoleSSH(ctx context.Context, t bmc.Target) (bmc.SerialConsoleSSH, bmc.Result, error) {
+	sc, a, err := b.c.SerialConsoleSSH(ctx, toTarget(t))
+	if err != nil {
+		return bmc.SerialConsoleSSH{}, toResult(a), toRedfishErr(err)
+	}
+	return bmc.SerialConsoleSSH{Source: sc.Source, Enabled: sc.Enabled, Port: sc.Port, EntryCommand: sc.EntryCommand, HotKey: sc.HotKey,
+		Shared: sc.SharedWithManagerCLI}, toResult(a), nil
 }

@@ -82,6 +82,9 @@ var auditRules = map[string]auditRule{
 	// A rotation's request names the machine only; no password is in
 	// any request or answer.
 	"/corral.inventory.v1.BmcCredentialService/RotateBmcCredentials": machineRule,
+	// Clearing a console's SSH host key pin: the next link trusts the
+	// key it meets, so who cleared it is on record.
+	"/corral.inventory.v1.BmcCredentialService/ForgetBmcHostKey": machineRule,
 	// BIOS settings, firmware updates and virtual media change the
 	// machine through its BMC (each on its timeline too).
 	"/corral.inventory.v1.BmcRedfishService/GetBios":           readRule,
@@ -303,6 +306,8 @@ func timelineVerb(method string, req any) string {
 		return "enroll BMC"
 	case *inventoryv1.RotateBmcCredentialsRequest:
 		return "rotate BMC credentials"
+	case *inventoryv1.ForgetBmcHostKeyRequest:
+		return "forget BMC console host key"
 	case *inventoryv1.SetBiosRequest:
 		return fmt.Sprintf("set %d BIOS settings", len(r.GetSettings()))
 	case *inventoryv1.UpdateFirmwareRequest:

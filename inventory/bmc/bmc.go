@@ -200,6 +200,9 @@ type Config struct {
 	// Health reads BMC sensors and event logs (RefreshHealth); nil
 	// disables it.
 	Health HealthReader
+	// Consoles reads Redfish BMCs' serial console service (SSHConsole);
+	// nil refuses Redfish serial consoles.
+	Consoles ConsoleReader
 	// OnHealth, when set, hears every health read (the metrics); it must
 	// be quick.
 	OnHealth func(machine string, h Health)
@@ -416,9 +419,18 @@ func (c *Service) Enroll(ctx context.Context, req *inventoryv1.EnrollMachineRequ
 				}
 			}
 			bmc.InbandAddress = m.GetBmc().GetInbandAddress()
+			flags := withoutFlag(inventory.BMCMismatchFlags(m.GetFlags(), bmc), FlagCertificateChanged)
+			// Enrolling again at the same address keeps the console's
+			// host key pin (and a refusal of it); another address pins
+			// afresh.
+			if old := m.GetBmc(); old.GetAddress() != "" && inventory.BMCAddressKey(old.GetAddress(), old.GetPort()) == key {
+				bmc.ConsoleHostKey = old.GetConsoleHostKey()
+			} else {
+				flags = withoutFlag(flags, FlagConsoleHostKeyChanged)
+			}
 			m.Bmc = proto.CloneOf(bmc)
 			m.PowerState, m.PowerReadAt = st, now
-			m.Flags = withoutFlag(inventory.BMCMismatchFlags(m.GetFlags(), bmc), FlagCertificateChanged)
+			m.Flags = flags
 			return nil
 		}, func(tx *record.Tx, m *inventoryv1.Machine) error {
 			if err := bind(tx, m); err != nil {

@@ -2,7 +2,9 @@
 // credentials checked against the BMC before anything is stored, a
 // Redfish certificate pinned), the sealed passwords, power state and
 // actions, next-boot device, and the power poller's source (PowerTargets,
-// RefreshPower). Every call to a BMC goes through a Driver (cmd wires the
+// RefreshPower), and how a machine's serial console is reached
+// (ConsoleTarget: IPMI SOL, or SSH to a Redfish BMC with its host key
+// pinned on first use). Every call to a BMC goes through a Driver (cmd wires the
 // ipmi package to it) with its own deadline, and is recorded on the
 // machine's boot timeline.
 //

@@ -29,3 +29,12 @@ func (s *CredentialServer) RotateBmcCredentials(ctx context.Context, req *invent
 	}
 	return &inventoryv1.RotateBmcCredentialsResponse{Bmc: m.GetBmc(), Steps: steps}, nil
 }
+
+// ForgetBmcHostKey runs Service.ForgetConsoleHostKey.
+func (s *CredentialServer) ForgetBmcHostKey(ctx context.Context, req *inventoryv1.ForgetBmcHostKeyRequest) (*inventoryv1.ForgetBmcHostKeyResponse, error) {
+	m, was, err := s.BMC.ForgetConsoleHostKey(ctx, req.GetName(), req.GetExpect())
+	if err != nil {
+		return nil, apierr.ToStatus(err)
+	}
+	return &inventoryv1.ForgetBmcHostKeyResponse{Bmc: m.GetBmc(), Forgotten: was}, nil
+}

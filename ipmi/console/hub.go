@@ -4,7 +4,8 @@
 // receives first, and the serial link opened on the first viewer and
 // closed a while after the last one leaves. It serves ConsoleService (the
 // API edge: gRPC codes appear only in server.go). The link itself (IPMI
-// Serial-over-LAN, package ipmi/sol; for a hub of virtual machines, the
+// Serial-over-LAN, package ipmi/sol, or a Redfish BMC's serial console
+// over SSH, package ipmi/sshcon; for a hub of virtual machines, the
 // VM's serial port through its node) and the audit are wired in by the
 // appliance through the interfaces declared here. It imports the API and
 // the error classes only, never store/, inventory/ or the appliance.

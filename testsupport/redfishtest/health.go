@@ -162,7 +162,10 @@ func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request, path string
 	case manager1:
 		writeJSON(w, 200, map[string]any{"@odata.id": manager1, "@odata.type": "#Manager.v1_5_0.Manager", "Id": "1", "Name": "Manager",
 			"ManagerType": "BMC", "Status": status(""), "LogServices": map[string]string{"@odata.id": logSvcsURI},
-			"VirtualMedia": map[string]string{"@odata.id": virtualMediaURI}})
+			"VirtualMedia":  map[string]string{"@odata.id": virtualMediaURI},
+			"SerialConsole": s.Console.managerSerialConsoleJSON(), "NetworkProtocol": map[string]string{"@odata.id": networkProtocolURI}})
+	case networkProtocolURI:
+		writeJSON(w, 200, s.Console.networkProtocolJSON())
 	case logSvcsURI:
 		writeJSON(w, 200, collection(logSvcsURI, "#LogServiceCollection.LogServiceCollection", selURI))
 	case selURI:

@@ -6,7 +6,8 @@
 // has entries (health.go); the BIOS with its attribute registry and
 // pending settings (bios.go), the UpdateService's firmware inventory,
 // SimpleUpdate and its tasks (firmware.go), and the manager's virtual
-// CD (media.go); backed by a
+// CD (media.go); the system's SerialConsole and a real SSH server
+// bridging to a console emulator (console.go); backed by a
 // Machine the test provides (for example an ipmi_sim chassis program that
 // starts and stops a QEMU VM, or a MemMachine). It is enough for bmclib's
 // gofish provider; it is not a conformance model of any vendor's BMC, and
@@ -86,6 +87,8 @@ type Server struct {
 	bios     biosState
 	firmware firmwareState
 	media    mediaState
+	// Console is the BMC's serial console over SSH (console.go).
+	Console *Console
 }
 
 const (
@@ -119,6 +122,7 @@ func Serve(t testing.TB, ln net.Listener, user, pass string, m Machine) *Server 
 		_ = ln.Close()
 		t.Fatal(err)
 	}
+	s.Console = newConsole(t, s)
 	s.srv = &http.Server{
 		Handler:           http.HandlerFunc(s.serve),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -359,8 +363,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		for k, v := range s.Boot() {
 			boot[k] = v
 		}
-		writeJSON(w, 200, map[string]any{
-			"@odata.id": system, "@odata.type": "#ComputerSystem.v1_10_0.ComputerSystem", "Id": "1", "Name": "System",
+		sys := map[string]any{
+			"@odata.id": system, "@odata.type": "#ComputerSystem.v1_13_0.ComputerSystem", "Id": "1", "Name": "System",
 			"Manufacturer": "Corral", "Model": "Test Redfish", "SerialNumber": "RF-TEST-1", "PowerState": state,
 			"Status": map[string]string{"State": "Enabled", "Health": "OK"},
 			"Boot":   boot,
@@ -368,7 +372,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			"Actions": map[string]any{"#ComputerSystem.Reset": map[string]any{
 				"target": resetURI, "ResetType@Redfish.AllowableValues": resetTypes,
 			}},
-		})
+		}
+		if sc, ok := s.Console.serialConsoleJSON(); ok {
+			sys["SerialConsole"] = sc
+		}
+		writeJSON(w, 200, sys)
 	case path == system && r.Method == http.MethodPatch:
 		var body struct{ Boot map[string]string }
 		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Boot == nil {

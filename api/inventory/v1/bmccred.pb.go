@@ -22,6 +22,115 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ForgetBmcHostKeyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the machine.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// expect, when set, must be the pin forgotten ("SHA256:..."): the call
+	// is refused if the machine pins another key (or none).
+	Expect        string `protobuf:"bytes,2,opt,name=expect,proto3" json:"expect,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetBmcHostKeyRequest) Reset() {
+	*x = ForgetBmcHostKeyRequest{}
+	mi := &file_api_inventory_v1_bmccred_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetBmcHostKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetBmcHostKeyRequest) ProtoMessage() {}
+
+func (x *ForgetBmcHostKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_bmccred_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetBmcHostKeyRequest.ProtoReflect.Descriptor instead.
+func (*ForgetBmcHostKeyRequest) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_bmccred_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ForgetBmcHostKeyRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ForgetBmcHostKeyRequest) GetExpect() string {
+	if x != nil {
+		return x.Expect
+	}
+	return ""
+}
+
+type ForgetBmcHostKeyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// bmc is the machine's BMC record afterwards.
+	Bmc *Bmc `protobuf:"bytes,1,opt,name=bmc,proto3" json:"bmc,omitempty"`
+	// forgotten is the pin that was cleared ("" when none was pinned).
+	Forgotten     string `protobuf:"bytes,2,opt,name=forgotten,proto3" json:"forgotten,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetBmcHostKeyResponse) Reset() {
+	*x = ForgetBmcHostKeyResponse{}
+	mi := &file_api_inventory_v1_bmccred_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetBmcHostKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetBmcHostKeyResponse) ProtoMessage() {}
+
+func (x *ForgetBmcHostKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inventory_v1_bmccred_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetBmcHostKeyResponse.ProtoReflect.Descriptor instead.
+func (*ForgetBmcHostKeyResponse) Descriptor() ([]byte, []int) {
+	return file_api_inventory_v1_bmccred_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ForgetBmcHostKeyResponse) GetBmc() *Bmc {
+	if x != nil {
+		return x.Bmc
+	}
+	return nil
+}
+
+func (x *ForgetBmcHostKeyResponse) GetForgotten() string {
+	if x != nil {
+		return x.Forgotten
+	}
+	return ""
+}
+
 type RotateBmcCredentialsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is the machine.
@@ -32,7 +141,7 @@ type RotateBmcCredentialsRequest struct {
 
 func (x *RotateBmcCredentialsRequest) Reset() {
 	*x = RotateBmcCredentialsRequest{}
-	mi := &file_api_inventory_v1_bmccred_proto_msgTypes[0]
+	mi := &file_api_inventory_v1_bmccred_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -44,7 +153,7 @@ func (x *RotateBmcCredentialsRequest) String() string {
 func (*RotateBmcCredentialsRequest) ProtoMessage() {}
 
 func (x *RotateBmcCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_bmccred_proto_msgTypes[0]
+	mi := &file_api_inventory_v1_bmccred_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -57,7 +166,7 @@ func (x *RotateBmcCredentialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateBmcCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*RotateBmcCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_bmccred_proto_rawDescGZIP(), []int{0}
+	return file_api_inventory_v1_bmccred_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *RotateBmcCredentialsRequest) GetName() string {
@@ -83,7 +192,7 @@ type RotateBmcCredentialsResponse struct {
 
 func (x *RotateBmcCredentialsResponse) Reset() {
 	*x = RotateBmcCredentialsResponse{}
-	mi := &file_api_inventory_v1_bmccred_proto_msgTypes[1]
+	mi := &file_api_inventory_v1_bmccred_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -95,7 +204,7 @@ func (x *RotateBmcCredentialsResponse) String() string {
 func (*RotateBmcCredentialsResponse) ProtoMessage() {}
 
 func (x *RotateBmcCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inventory_v1_bmccred_proto_msgTypes[1]
+	mi := &file_api_inventory_v1_bmccred_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -108,7 +217,7 @@ func (x *RotateBmcCredentialsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateBmcCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*RotateBmcCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_api_inventory_v1_bmccred_proto_rawDescGZIP(), []int{1}
+	return file_api_inventory_v1_bmccred_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RotateBmcCredentialsResponse) GetBmc() *Bmc {
@@ -129,14 +238,21 @@ var File_api_inventory_v1_bmccred_proto protoreflect.FileDescriptor
 
 const file_api_inventory_v1_bmccred_proto_rawDesc = "" +
 	"\n" +
-	"\x1eapi/inventory/v1/bmccred.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1eapi/inventory/v1/machine.proto\"1\n" +
+	"\x1eapi/inventory/v1/bmccred.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1eapi/inventory/v1/machine.proto\"E\n" +
+	"\x17ForgetBmcHostKeyRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06expect\x18\x02 \x01(\tR\x06expect\"d\n" +
+	"\x18ForgetBmcHostKeyResponse\x12*\n" +
+	"\x03bmc\x18\x01 \x01(\v2\x18.corral.inventory.v1.BmcR\x03bmc\x12\x1c\n" +
+	"\tforgotten\x18\x02 \x01(\tR\tforgotten\"1\n" +
 	"\x1bRotateBmcCredentialsRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"`\n" +
 	"\x1cRotateBmcCredentialsResponse\x12*\n" +
 	"\x03bmc\x18\x01 \x01(\v2\x18.corral.inventory.v1.BmcR\x03bmc\x12\x14\n" +
-	"\x05steps\x18\x02 \x03(\tR\x05steps2\x9c\x01\n" +
+	"\x05steps\x18\x02 \x03(\tR\x05steps2\x95\x02\n" +
 	"\x14BmcCredentialService\x12\x83\x01\n" +
-	"\x14RotateBmcCredentials\x120.corral.inventory.v1.RotateBmcCredentialsRequest\x1a1.corral.inventory.v1.RotateBmcCredentialsResponse\"\x06\xe2\xa6\x19\x02\b\x02B9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
+	"\x14RotateBmcCredentials\x120.corral.inventory.v1.RotateBmcCredentialsRequest\x1a1.corral.inventory.v1.RotateBmcCredentialsResponse\"\x06\xe2\xa6\x19\x02\b\x02\x12w\n" +
+	"\x10ForgetBmcHostKey\x12,.corral.inventory.v1.ForgetBmcHostKeyRequest\x1a-.corral.inventory.v1.ForgetBmcHostKeyResponse\"\x06\xe2\xa6\x19\x02\b\x02B9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
 
 var (
 	file_api_inventory_v1_bmccred_proto_rawDescOnce sync.Once
@@ -150,21 +266,26 @@ func file_api_inventory_v1_bmccred_proto_rawDescGZIP() []byte {
 	return file_api_inventory_v1_bmccred_proto_rawDescData
 }
 
-var file_api_inventory_v1_bmccred_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_api_inventory_v1_bmccred_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_api_inventory_v1_bmccred_proto_goTypes = []any{
-	(*RotateBmcCredentialsRequest)(nil),  // 0: corral.inventory.v1.RotateBmcCredentialsRequest
-	(*RotateBmcCredentialsResponse)(nil), // 1: corral.inventory.v1.RotateBmcCredentialsResponse
-	(*Bmc)(nil),                          // 2: corral.inventory.v1.Bmc
+	(*ForgetBmcHostKeyRequest)(nil),      // 0: corral.inventory.v1.ForgetBmcHostKeyRequest
+	(*ForgetBmcHostKeyResponse)(nil),     // 1: corral.inventory.v1.ForgetBmcHostKeyResponse
+	(*RotateBmcCredentialsRequest)(nil),  // 2: corral.inventory.v1.RotateBmcCredentialsRequest
+	(*RotateBmcCredentialsResponse)(nil), // 3: corral.inventory.v1.RotateBmcCredentialsResponse
+	(*Bmc)(nil),                          // 4: corral.inventory.v1.Bmc
 }
 var file_api_inventory_v1_bmccred_proto_depIdxs = []int32{
-	2, // 0: corral.inventory.v1.RotateBmcCredentialsResponse.bmc:type_name -> corral.inventory.v1.Bmc
-	0, // 1: corral.inventory.v1.BmcCredentialService.RotateBmcCredentials:input_type -> corral.inventory.v1.RotateBmcCredentialsRequest
-	1, // 2: corral.inventory.v1.BmcCredentialService.RotateBmcCredentials:output_type -> corral.inventory.v1.RotateBmcCredentialsResponse
-	2, // [2:3] is the sub-list for method output_type
-	1, // [1:2] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	4, // 0: corral.inventory.v1.ForgetBmcHostKeyResponse.bmc:type_name -> corral.inventory.v1.Bmc
+	4, // 1: corral.inventory.v1.RotateBmcCredentialsResponse.bmc:type_name -> corral.inventory.v1.Bmc
+	2, // 2: corral.inventory.v1.BmcCredentialService.RotateBmcCredentials:input_type -> corral.inventory.v1.RotateBmcCredentialsRequest
+	0, // 3: corral.inventory.v1.BmcCredentialService.ForgetBmcHostKey:input_type -> corral.inventory.v1.ForgetBmcHostKeyRequest
+	3, // 4: corral.inventory.v1.BmcCredentialService.RotateBmcCredentials:output_type -> corral.inventory.v1.RotateBmcCredentialsResponse
+	1, // 5: corral.inventory.v1.BmcCredentialService.ForgetBmcHostKey:output_type -> corral.inventory.v1.ForgetBmcHostKeyResponse
+	4, // [4:6] is the sub-list for method output_type
+	2, // [2:4] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_api_inventory_v1_bmccred_proto_init() }
@@ -179,7 +300,7 @@ func file_api_inventory_v1_bmccred_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_inventory_v1_bmccred_proto_rawDesc), len(file_api_inventory_v1_bmccred_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

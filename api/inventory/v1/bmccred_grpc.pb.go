@@ -20,6 +20,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	BmcCredentialService_RotateBmcCredentials_FullMethodName = "/corral.inventory.v1.BmcCredentialService/RotateBmcCredentials"
+	BmcCredentialService_ForgetBmcHostKey_FullMethodName     = "/corral.inventory.v1.BmcCredentialService/ForgetBmcHostKey"
 )
 
 // BmcCredentialServiceClient is the client API for BmcCredentialService service.
@@ -35,6 +36,11 @@ type BmcCredentialServiceClient interface {
 	// before the old credential is dropped, and finishes a rotation an
 	// appliance left unfinished.
 	RotateBmcCredentials(ctx context.Context, in *RotateBmcCredentialsRequest, opts ...grpc.CallOption) (*RotateBmcCredentialsResponse, error)
+	// ForgetBmcHostKey clears the pinned SSH host key of a machine's Redfish
+	// serial console (Bmc.console_host_key), so the next console link pins
+	// the key the BMC presents then. For a BMC whose key was replaced on
+	// purpose (a new BMC board, a factory reset); check the new key first.
+	ForgetBmcHostKey(ctx context.Context, in *ForgetBmcHostKeyRequest, opts ...grpc.CallOption) (*ForgetBmcHostKeyResponse, error)
 }
 
 type bmcCredentialServiceClient struct {
@@ -55,6 +61,16 @@ func (c *bmcCredentialServiceClient) RotateBmcCredentials(ctx context.Context, i
 	return out, nil
 }
 
+func (c *bmcCredentialServiceClient) ForgetBmcHostKey(ctx context.Context, in *ForgetBmcHostKeyRequest, opts ...grpc.CallOption) (*ForgetBmcHostKeyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForgetBmcHostKeyResponse)
+	err := c.cc.Invoke(ctx, BmcCredentialService_ForgetBmcHostKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BmcCredentialServiceServer is the server API for BmcCredentialService service.
 // All implementations must embed UnimplementedBmcCredentialServiceServer
 // for forward compatibility.
@@ -68,6 +84,11 @@ type BmcCredentialServiceServer interface {
 	// before the old credential is dropped, and finishes a rotation an
 	// appliance left unfinished.
 	RotateBmcCredentials(context.Context, *RotateBmcCredentialsRequest) (*RotateBmcCredentialsResponse, error)
+	// ForgetBmcHostKey clears the pinned SSH host key of a machine's Redfish
+	// serial console (Bmc.console_host_key), so the next console link pins
+	// the key the BMC presents then. For a BMC whose key was replaced on
+	// purpose (a new BMC board, a factory reset); check the new key first.
+	ForgetBmcHostKey(context.Context, *ForgetBmcHostKeyRequest) (*ForgetBmcHostKeyResponse, error)
 	mustEmbedUnimplementedBmcCredentialServiceServer()
 }
 
@@ -80,6 +101,9 @@ type UnimplementedBmcCredentialServiceServer struct{}
 
 func (UnimplementedBmcCredentialServiceServer) RotateBmcCredentials(context.Context, *RotateBmcCredentialsRequest) (*RotateBmcCredentialsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RotateBmcCredentials not implemented")
+}
+func (UnimplementedBmcCredentialServiceServer) ForgetBmcHostKey(context.Context, *ForgetBmcHostKeyRequest) (*ForgetBmcHostKeyResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ForgetBmcHostKey not implemented")
 }
 func (UnimplementedBmcCredentialServiceServer) mustEmbedUnimplementedBmcCredentialServiceServer() {}
 func (UnimplementedBmcCredentialServiceServer) testEmbeddedByValue()                              {}
@@ -120,6 +144,24 @@ func _BmcCredentialService_RotateBmcCredentials_Handler(srv interface{}, ctx con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BmcCredentialService_ForgetBmcHostKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForgetBmcHostKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BmcCredentialServiceServer).ForgetBmcHostKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BmcCredentialService_ForgetBmcHostKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BmcCredentialServiceServer).ForgetBmcHostKey(ctx, req.(*ForgetBmcHostKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BmcCredentialService_ServiceDesc is the grpc.ServiceDesc for BmcCredentialService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -130,6 +172,10 @@ var BmcCredentialService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RotateBmcCredentials",
 			Handler:    _BmcCredentialService_RotateBmcCredentials_Handler,
+		},
+		{
+			MethodName: "ForgetBmcHostKey",
+			Handler:    _BmcCredentialService_ForgetBmcHostKey_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -659,9 +659,17 @@ type Bmc struct {
 	// change (docs/architecture.md, "Hardware health"): written when a
 	// sensor's status, the sensor set or the log's critical entries change,
 	// not at every poll. Live values are the appliance's metrics.
-	Health        *BmcHealth `protobuf:"bytes,14,opt,name=health,proto3" json:"health,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Health *BmcHealth `protobuf:"bytes,14,opt,name=health,proto3" json:"health,omitempty"`
+	// console_host_key pins the SSH host key of a Redfish BMC's serial
+	// console (docs/architecture.md, "Redfish serial consoles over SSH"):
+	// "SHA256:" and the unpadded base64 of the key's SHA-256, as ssh-keygen
+	// -l prints it. Trust on first use: stored at the first console link,
+	// before the password is sent; afterwards a BMC presenting another key
+	// is refused. Cleared by ForgetBmcHostKey and by enrolling the machine
+	// at another BMC address.
+	ConsoleHostKey string `protobuf:"bytes,15,opt,name=console_host_key,json=consoleHostKey,proto3" json:"console_host_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Bmc) Reset() {
@@ -790,6 +798,13 @@ func (x *Bmc) GetHealth() *BmcHealth {
 		return x.Health
 	}
 	return nil
+}
+
+func (x *Bmc) GetConsoleHostKey() string {
+	if x != nil {
+		return x.ConsoleHostKey
+	}
+	return ""
 }
 
 // BmcHealth is a machine's BMC sensors and event log as last changed.
@@ -4162,7 +4177,7 @@ var File_api_inventory_v1_machine_proto protoreflect.FileDescriptor
 
 const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\n" +
-	"\x1eapi/inventory/v1/machine.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a!api/inventory/v1/commission.proto\x1a\x1capi/inventory/v1/facts.proto\x1a\x1dapi/inventory/v1/layout.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa0\x04\n" +
+	"\x1eapi/inventory/v1/machine.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a!api/inventory/v1/commission.proto\x1a\x1capi/inventory/v1/facts.proto\x1a\x1dapi/inventory/v1/layout.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xca\x04\n" +
 	"\x03Bmc\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\rR\x04port\x12<\n" +
@@ -4182,7 +4197,8 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\n" +
 	"rotated_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\trotatedAt\x12\x1a\n" +
 	"\brotation\x18\r \x01(\tR\brotation\x126\n" +
-	"\x06health\x18\x0e \x01(\v2\x1e.corral.inventory.v1.BmcHealthR\x06health\"\xbb\x02\n" +
+	"\x06health\x18\x0e \x01(\v2\x1e.corral.inventory.v1.BmcHealthR\x06health\x12(\n" +
+	"\x10console_host_key\x18\x0f \x01(\tR\x0econsoleHostKey\"\xbb\x02\n" +
 	"\tBmcHealth\x128\n" +
 	"\asensors\x18\x01 \x03(\v2\x1e.corral.inventory.v1.BmcSensorR\asensors\x12\x18\n" +
 	"\adropped\x18\x02 \x01(\rR\adropped\x12\x16\n" +

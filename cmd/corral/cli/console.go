@@ -22,10 +22,12 @@ func (inv *invocation) consoleCommand() *cobra.Command {
 	var readOnly, take bool
 	cmd := &cobra.Command{
 		Use:   "console NAME",
-		Short: "Attach to a machine's serial console (Serial-over-LAN through the appliance); ~. detaches",
+		Short: "Attach to a machine's serial console (Serial-over-LAN or the Redfish BMC's SSH console, through the appliance); ~. detaches",
 		Long: `console attaches to a machine's serial console. corrald keeps one session per
-machine over IPMI Serial-over-LAN, shared by several viewers: one writer at a
-time, the others read-only. It first prints the machine's last output (up to
+machine over IPMI Serial-over-LAN, or for a Redfish BMC over SSH to the BMC's
+serial console (its host key pinned at the first link; see corral machine bmc
+forget-hostkey), shared by several viewers: one writer at a time, the others
+read-only. It first prints the machine's last output (up to
 1 MiB kept by corrald), then what it prints live.
 
 When standard input is a terminal it is put in raw mode: every key goes to

@@ -81,6 +81,11 @@ func describeNotes(w io.Writer, m proto.Message) error {
 			return writeErr(err)
 		}
 	}
+	if k := mm.GetBmc().GetConsoleHostKey(); k != "" {
+		if _, err := fmt.Fprintf(w, "# bmc console host key: pinned %s\n", k); err != nil {
+			return writeErr(err)
+		}
+	}
 	if err := commissionNotes(w, mm, true); err != nil { // machine_commission.go
 		return err
 	}
