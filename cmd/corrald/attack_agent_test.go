@@ -81,6 +81,7 @@ func startCredCorrald(t *testing.T, extra ...string) *credCorrald {
 		}
 		select {
 		case err := <-exited:
+			exited <- err // for the cleanup, which waits for it
 			t.Fatalf("corrald exited early: %v\n%s", err, c.logs)
 		default:
 		}

@@ -92,6 +92,7 @@ func startLimitedCorrald(t *testing.T) *limitedCorrald {
 		}
 		select {
 		case err := <-exited:
+			exited <- err // for the cleanup, which waits for it
 			t.Fatalf("corrald exited early: %v\n%s", err, c.logs)
 		default:
 		}
