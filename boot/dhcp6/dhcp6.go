@@ -326,3 +326,13 @@ func (s *Server) LeaseHolder(_ context.Context, addr netip.Addr) (string, bool, 
 	mac, ok := s.leases.holder(addr)
 	return mac, ok, nil
 }
+
+// MACForIP returns the MAC holding a live lease on ip (boot/tftp's
+// timeline).
+func (s *Server) MACForIP(ip net.IP) (string, bool) {
+	a, ok := netip.AddrFromSlice(ip)
+	if !ok || ip.To4() != nil {
+		return "", false
+	}
+	return s.leases.holder(a)
+}
