@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv6"
@@ -248,15 +249,25 @@ func (s *Server) handle(ctx context.Context, m *dhcpv6.Message, req *request) *d
 	case dhcpv6.MessageTypeInformationRequest:
 		detail = "configuration only"
 	}
+	var file string
 	if t != dhcpv6.MessageTypeRelease && t != dhcpv6.MessageTypeDecline {
-		s.addConfig(ctx, req, c, rep)
+		file = s.addConfig(ctx, req, c, rep)
 	}
 	if req.mac != "" {
-		attrs := map[string]string{"peer": req.peer.String(), "duid": trim(req.key)}
+		attrs := map[string]string{"peer": req.peer.String(), "duid": trim(req.key), "reply": strings.ToLower(rt.String())}
 		if len(req.relays) > 0 {
 			attrs["relay_link"] = linkOf(req.relays)
 		}
-		s.cfg.Timeline.Event(req.mac, "dhcp6", t.String(), rt.String()+": "+detail, attrs)
+		if c.HasArch {
+			attrs["arch"] = strconv.Itoa(int(c.Arch))
+		}
+		if c.IPXE {
+			attrs["ipxe"] = "true"
+		}
+		if file != "" {
+			attrs["file"] = file
+		}
+		s.cfg.Timeline.Event(req.mac, "dhcp6", strings.ToLower(t.String()), rt.String()+": "+detail, attrs)
 	}
 	return rep
 }
@@ -428,7 +439,7 @@ func (s *Server) confirm(req *request, rep *dhcpv6.Message) (string, bool) {
 
 // addConfig adds DNS servers and the boot options; a network-booting
 // client with a MAC becomes a machine.
-func (s *Server) addConfig(ctx context.Context, req *request, c Client, rep *dhcpv6.Message) {
+func (s *Server) addConfig(ctx context.Context, req *request, c Client, rep *dhcpv6.Message) string {
 	if len(req.r.DNS) > 0 {
 		ips := make([]net.IP, 0, len(req.r.DNS))
 		for _, d := range req.r.DNS {
@@ -437,7 +448,7 @@ func (s *Server) addConfig(ctx context.Context, req *request, c Client, rep *dhc
 		rep.AddOption(dhcpv6.OptDNS(ips...))
 	}
 	if !c.NetBoot() && !req.m.IsOptionRequested(dhcpv6.OptionBootfileURL) {
-		return
+		return ""
 	}
 	if c.MAC != "" {
 		if _, _, err := s.cfg.Inventory.EnsureMachineForMAC(ctx, c.MAC); err != nil {
@@ -446,15 +457,16 @@ func (s *Server) addConfig(ctx context.Context, req *request, c Client, rep *dhc
 			} else {
 				s.warn.Warn(logInventory, "inventory refused a DHCPv6 client: no boot file", "mac", c.MAC, "err", err)
 			}
-			return
+			return ""
 		}
 	}
 	b := ChooseBoot(c, Env{HTTPBase: s.cfg.HTTPBase, TFTPHost: s.cfg.TFTPHost, Has: s.cfg.Catalog.Has})
 	if b.URL == "" {
-		return
+		return ""
 	}
 	rep.AddOption(dhcpv6.OptBootFileURL(b.URL))
 	if b.HTTPClient {
 		rep.AddOption(&dhcpv6.OptVendorClass{EnterpriseNumber: enterpriseEDK2, Data: [][]byte{[]byte("HTTPClient")}})
 	}
+	return b.URL
 }

@@ -382,6 +382,7 @@ type vmOpts struct {
 	mac   string
 	tap   string
 	noROM bool
+	extra []string // more QEMU arguments
 }
 
 func (l *lab) vm(o vmOpts) *vm {
@@ -394,6 +395,7 @@ func (l *lab) vm(o vmOpts) *vm {
 		dev += ",romfile="
 	}
 	args = append(args, "-device", dev)
+	args = append(args, o.extra...)
 	if o.uefi {
 		vars := filepath.Join(l.dir, "OVMF_VARS.fd")
 		b, err := os.ReadFile("/usr/share/OVMF/OVMF_VARS_4M.fd")

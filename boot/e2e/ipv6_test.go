@@ -1,0 +1,44 @@
+package e2e
+
+import (
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// newLab6 is a lab whose bridge has only an IPv6 address (fd77:N::1/64):
+// an IPv6-only boot segment.
+func newLab6(t *testing.T) (*lab, string) {
+	t.Helper()
+	l := newLab(t)
+	l.ipn(l.ns, "-4", "addr", "flush", "dev", l.bridge) // keep the link-local address
+	prefix := "fd77:" + l.subnet[strings.LastIndex(l.subnet, ".")+1:] + "::"
+	l.ipn(l.ns, "addr", "add", prefix+"1/64", "dev", l.bridge, "nodad")
+	return l, prefix
+}
+
+// TestUEFIFirmwarePXEv6: OVMF (IPv4 PXE switched off through fw_cfg) on an
+// IPv6-only segment: RA with the managed flag → DHCPv6 SOLICIT/REQUEST
+// against corrald's boot/dhcp6 → option 59 tftp://[addr]/snponly.efi →
+// the iPXE binary over TFTP on IPv6. What iPXE does next is logged.
+func TestUEFIFirmwarePXEv6(t *testing.T) {
+	need(t, "qemu-system-x86_64", ovmfCode, "/usr/share/OVMF/OVMF_VARS_4M.fd")
+	l, prefix := newLab6(t)
+	c := l.corrald("--dhcp-mode", "off", "--dhcp6-range", prefix+"100-"+prefix+"1ff", "--ra-router-lifetime", "30m")
+	mac := fmt.Sprintf("52:54:00:%s:%s:e6", l.id[:2], l.id[2:4])
+	start := time.Now()
+	v := l.vm(vmOpts{uefi: true, nic: "virtio-net-pci", noROM: true, mac: mac, tap: l.tap("s" + l.id[:4]),
+		extra: []string{"-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n"}})
+	es := c.waitTimeline(mac, []want{
+		{"dhcp6", "solicit", map[string]string{"arch": "7", "reply": "advertise"}},
+		{"dhcp6", "request", map[string]string{"reply": "reply", "file": `tftp://\[` + prefix + `1\]/` + uefiIPXE}},
+		{"tftp", "tftp-file", map[string]string{"file": uefiIPXE, "bytes": `[1-9]\d+`}},
+	}, 90*time.Second)
+	t.Logf("OVMF PXEv6 fetched iPXE in %s; timeline:\n%s", time.Since(start).Round(time.Second), render(es))
+	v.stop(t)
+	if out, err := exec.Command("ip", "-n", l.ns, "-6", "neigh").CombinedOutput(); err == nil {
+		t.Logf("neighbours:\n%s", out)
+	}
+}
