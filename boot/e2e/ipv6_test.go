@@ -22,7 +22,9 @@ func newLab6(t *testing.T) (*lab, string) {
 // TestUEFIFirmwarePXEv6: OVMF (IPv4 PXE switched off through fw_cfg) on an
 // IPv6-only segment: RA with the managed flag → DHCPv6 SOLICIT/REQUEST
 // against corrald's boot/dhcp6 → option 59 tftp://[addr]/snponly.efi →
-// the iPXE binary over TFTP on IPv6. What iPXE does next is logged.
+// the iPXE binary over TFTP on IPv6 → iPXE's own DHCPv6 (user class
+// iPXE) → the script, kernel and initramfs over HTTP to [addr]:8080, the
+// script held to the address leased to the MAC.
 func TestUEFIFirmwarePXEv6(t *testing.T) {
 	need(t, "qemu-system-x86_64", ovmfCode, "/usr/share/OVMF/OVMF_VARS_4M.fd")
 	l, prefix := newLab6(t)
@@ -37,6 +39,18 @@ func TestUEFIFirmwarePXEv6(t *testing.T) {
 		{"tftp", "tftp-file", map[string]string{"file": uefiIPXE, "bytes": `[1-9]\d+`}},
 	}, 90*time.Second)
 	t.Logf("OVMF PXEv6 fetched iPXE in %s; timeline:\n%s", time.Since(start).Round(time.Second), render(es))
+	// iPXE's own DHCPv6 (user class iPXE) → the script over IPv6.
+	guestReached(t, v, mac, true)
+	es = c.waitTimeline(mac, append([]want{
+		{"dhcp6", "solicit", map[string]string{"ipxe": "true", "file": `http://\[` + prefix + `1\]:8080/boot\.ipxe\?mac=` + mac}},
+		{"dhcp6", "request", map[string]string{"ipxe": "true", "reply": "reply"}},
+	}, httpChain(true)...), 30*time.Second)
+	for _, e := range es {
+		if e.Source == "http" && !strings.HasPrefix(e.Attributes["peer"], prefix) {
+			t.Errorf("HTTP over IPv4 or from outside the range: %+v", e)
+		}
+	}
+	t.Logf("iPXE over IPv6 in %s; timeline:\n%s", time.Since(start).Round(time.Second), render(es))
 	v.stop(t)
 	if out, err := exec.Command("ip", "-n", l.ns, "-6", "neigh").CombinedOutput(); err == nil {
 		t.Logf("neighbours:\n%s", out)
