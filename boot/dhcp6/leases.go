@@ -78,8 +78,8 @@ type leases struct {
 	next       map[netip.Addr]netip.Addr // allocation cursor per range (by Start)
 }
 
-func newLeases(st store.Store, now func() time.Time, max int, quarantine time.Duration) *leases {
-	return &leases{st: st, now: now, max: max, quarantine: quarantine, byIP: map[netip.Addr]entry{}, byKey: map[string]netip.Addr{},
+func newLeases(st store.Store, now func() time.Time, maxLeases int, quarantine time.Duration) *leases {
+	return &leases{st: st, now: now, max: maxLeases, quarantine: quarantine, byIP: map[netip.Addr]entry{}, byKey: map[string]netip.Addr{},
 		offers: map[netip.Addr]offer{}, offerOf: map[string]netip.Addr{}, next: map[netip.Addr]netip.Addr{}}
 }
 

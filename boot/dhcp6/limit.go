@@ -83,8 +83,8 @@ type bucket struct {
 	at     time.Time
 }
 
-func newBudgets(rate, burst float64, max int, now func() time.Time) *budgets {
-	return &budgets{rate: rate, burst: burst, max: max, now: now, m: map[string]*bucket{}}
+func newBudgets(rate, burst float64, maxTracked int, now func() time.Time) *budgets {
+	return &budgets{rate: rate, burst: burst, max: maxTracked, now: now, m: map[string]*bucket{}}
 }
 
 // take spends one packet of key's budget; false when it has none left.

@@ -199,7 +199,7 @@ func (s *Server) handle(ctx context.Context, m *dhcpv6.Message, req *request) *d
 		if sid == nil || !sid.Equal(s.duid) {
 			return nil // another server's
 		}
-	case dhcpv6.MessageTypeInformationRequest:
+	default: // INFORMATION-REQUEST (handle's first switch let only client messages through)
 		if sid != nil && !sid.Equal(s.duid) {
 			return nil
 		}
@@ -246,7 +246,7 @@ func (s *Server) handle(ctx context.Context, m *dhcpv6.Message, req *request) *d
 		if detail, ok = s.confirm(req, rep); !ok {
 			return nil
 		}
-	case dhcpv6.MessageTypeInformationRequest:
+	default: // INFORMATION-REQUEST
 		detail = "configuration only"
 	}
 	var file string
