@@ -78,6 +78,7 @@ var importRules = []importRule{
 // reason. An exception that no file uses any more fails the test.
 var importExceptions = []struct{ from, to, why string }{
 	{"boot/dhcp", "store", "full-mode leases are records in the store (CAS per lease)"},
+	{"boot/dhcp6", "store", "DHCPv6 leases are records in the store (CAS per lease), as DHCPv4's"},
 	{"boot/http", "agent/cmdline", "the kernel command line the script writes is the one the agent parses: one contract"},
 	{"hypervisor/appliance", "inventory/pool", "VM and volume placement reserves node capacity in the pool"},
 	{"hypervisor/appliance", "store", "VM, volume and image records live in the store"},

@@ -10,6 +10,8 @@ import (
 	bootv1 "github.com/corralhq/corral/api/boot/v1"
 	"github.com/corralhq/corral/auth"
 	"github.com/corralhq/corral/boot/dhcp"
+	"github.com/corralhq/corral/boot/dhcp6"
+	boothttp "github.com/corralhq/corral/boot/http"
 	"github.com/corralhq/corral/lifecycle"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/record"
@@ -50,14 +52,28 @@ func agentCaller(ctx context.Context) (lifecycle.Caller, bool) {
 type storeLeases struct {
 	st  store.Store
 	now func() time.Time
+	// v4 and v6: corrald leases that family (DHCPv4 full mode, DHCPv6).
+	// An IPv4 address when only IPv6 is leased gets ErrNoLeaseRule (no
+	// rule); an IPv6 one when only IPv4 is leased holds no lease.
+	v4, v6 bool
 }
 
 func (l storeLeases) LeaseHolder(ctx context.Context, a netip.Addr) (string, bool, error) {
-	if !a.Is4() {
+	a = a.Unmap().WithZone("")
+	prefix := dhcp.LeasePrefix
+	switch {
+	case a.Is4() && !l.v4:
+		// DHCPv4 in proxy mode beside DHCPv6: no IPv4 leases to hold
+		// an IPv4 client to.
+		return "", false, boothttp.ErrNoLeaseRule
+	case a.Is6() && l.v6:
+		prefix = dhcp6.LeasePrefix
+	case !a.Is4():
+		// An IPv6 source where only IPv4 is leased holds no lease.
 		return "", false, nil
 	}
 	var lease bootv1.Lease
-	_, err := record.Get(ctx, l.st, dhcp.LeasePrefix+a.String(), &lease)
+	_, err := record.Get(ctx, l.st, prefix+a.String(), &lease)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", false, nil
 	}

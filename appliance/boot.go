@@ -15,6 +15,7 @@ import (
 
 	"github.com/corralhq/corral/auth/pki"
 	"github.com/corralhq/corral/boot/dhcp"
+	"github.com/corralhq/corral/boot/dhcp6"
 	boothttp "github.com/corralhq/corral/boot/http"
 	"github.com/corralhq/corral/boot/ra"
 	"github.com/corralhq/corral/boot/tftp"
@@ -55,8 +56,25 @@ type BootConfig struct {
 	// appliance's boot HTTP).
 	HTTPBootBase string
 	// RA answers IPv6 router solicitations with lifetime 0 (default on;
-	// set NoRA to disable).
+	// set NoRA to disable); with DHCPv6 on it sets the managed and other
+	// flags and advertises the local DHCPv6 prefix on-link.
 	NoRA bool
+	// RARouterLifetime is the advertised router lifetime (0: not a
+	// default router; at most 9000 s).
+	RARouterLifetime time.Duration
+	// DHCP6Range is "START-END[/BITS]" of the local DHCPv6 pool (boot/dhcp6;
+	// empty: no DHCPv6). BITS defaults to the boot interface's prefix
+	// containing START, else 64. With no IPv4 address on the boot
+	// interface the appliance is IPv6-only: DHCPv4 stays off and boot
+	// URLs name the interface's IPv6 address.
+	DHCP6Range string
+	// DHCP6RelayRanges are pools for relayed IPv6 links,
+	// "PREFIX=START-END", e.g. fd00:9::/64=fd00:9::100-fd00:9::1ff.
+	DHCP6RelayRanges []string
+	// DHCP6DNS are option 23's servers; DHCP6LeaseTime the valid lifetime
+	// (default 1h).
+	DHCP6DNS       []string
+	DHCP6LeaseTime time.Duration
 	// Kernel and Initrd are the discover profile's files (default: the
 	// test stand-ins, see images.Config).
 	Kernel, Initrd string
@@ -107,8 +125,21 @@ func (s *Server) initBoot() error {
 		return err
 	}
 	serverIP, err := dhcp.InterfaceIPv4(bc.Interface)
+	v6only := false
 	if err != nil {
-		return fmt.Errorf("--boot-interface: %w", err)
+		if bc.DHCP6Range == "" {
+			return fmt.Errorf("--boot-interface: %w", err)
+		}
+		// IPv6-only: boot URLs name the interface's IPv6 address, and
+		// there is no DHCPv4 to serve.
+		ip6, err6 := dhcp6.InterfaceIPv6(bc.Interface)
+		if err6 != nil {
+			return fmt.Errorf("--boot-interface: %w; %w", err, err6)
+		}
+		if mode == dhcp.ModeFull {
+			return fmt.Errorf("--dhcp-mode full: --boot-interface %s has no IPv4 address (IPv6-only: use --dhcp-mode off with --dhcp6-range)", bc.Interface)
+		}
+		serverIP, v6only, mode = ip6, true, dhcp.ModeOff
 	}
 	ranges, err := parseRanges(bc, mode, serverIP)
 	if err != nil {
@@ -143,15 +174,28 @@ func (s *Server) initBoot() error {
 	if warn != "" {
 		s.log.Warn(warn, "api_listen", s.cfg.APIListen, "interface", bc.Interface, "endpoint", apiEndpoint)
 	}
+	var ranges6 []dhcp6.Range
+	var serverIP6 netip.Addr
+	if bc.DHCP6Range != "" {
+		if serverIP6, err = dhcp6.InterfaceIPv6(bc.Interface); err != nil {
+			return fmt.Errorf("--dhcp6-range: %w", err)
+		}
+		if ranges6, err = parseRanges6(bc, serverIP6); err != nil {
+			return err
+		}
+	} else if len(bc.DHCP6RelayRanges) > 0 || len(bc.DHCP6DNS) > 0 {
+		return errors.New("--dhcp6-relay-range and --dhcp6-dns need --dhcp6-range")
+	}
 	var leases boothttp.Leases
-	if mode == dhcp.ModeFull {
-		// A MAC's script only to the address leased to that MAC.
-		leases = storeLeases{st: s.store, now: time.Now}
+	if mode == dhcp.ModeFull || len(ranges6) > 0 {
+		// A MAC's script only to the address leased to that MAC, for
+		// each address family corrald leases.
+		leases = storeLeases{st: s.store, now: time.Now, v4: mode == dhcp.ModeFull, v6: len(ranges6) > 0}
 	}
 	hs, err := boothttp.New(boothttp.Config{
 		Leases: leases,
 		Listen: cmp.Or(bc.HTTPListen, ":8080"), Catalog: cat, Inventory: s.inv, Tokens: s.tokens, Timeline: s.inv,
-		CreateUnknown: mode == dhcp.ModeOff, APIEndpoint: apiEndpoint, PeerEndpoints: s.peerEndpoints, CAFingerprint: fp,
+		CreateUnknown: mode == dhcp.ModeOff && len(ranges6) == 0, APIEndpoint: apiEndpoint, PeerEndpoints: s.peerEndpoints, CAFingerprint: fp,
 		TokenTTL: bc.TokenTTL, KernelArgs: bc.KernelArgs, Logger: s.log.With("component", "boot-http"),
 		Limits: s.cfg.Limits.HTTP, Scripts: bc.Scripts, Observer: s.obs.HTTP(), OSImages: s.osImages,
 		PhoneHome: s.lifecycle.PhoneHome(),
@@ -189,7 +233,39 @@ func (s *Server) initBoot() error {
 		closers = append(closers, ds.Close)
 		s.addComponent("dhcp", ds.Run)
 	}
-	if l := cmp.Or(bc.TFTPListen, ":69"); l != "off" {
+	var ds6 *dhcp6.Server
+	if len(ranges6) > 0 {
+		ds6, err = dhcp6.New(context.Background(), dhcp6.Config{
+			Interface: bc.Interface, ServerIP: serverIP6, Ranges: ranges6, LeaseTime: bc.DHCP6LeaseTime, DeclineQuarantine: bc.DHCPDeclineQuarantine,
+			HTTPBase: "http://" + net.JoinHostPort(serverIP6.String(), httpPort), Catalog: cat, Store: s.store, Inventory: s.inv, Timeline: s.inv,
+			Logger: s.log.With("component", "dhcp6"),
+		})
+		if err != nil {
+			return err
+		}
+		closers = append(closers, ds6.Close)
+		s.addComponent("dhcp6", ds6.Run)
+	}
+	if l := cmp.Or(bc.TFTPListen, ":69"); l != "off" && ds6 != nil {
+		// PXEv6 fetches tftp://[addr]/...: a second, IPv6-only socket
+		// beside the IPv4 one.
+		_, port, err := net.SplitHostPort(l)
+		if err != nil {
+			return fmt.Errorf("--tftp-listen %q: %w", l, err)
+		}
+		c6, err := net.ListenPacket("udp6", net.JoinHostPort("::", port))
+		if err != nil {
+			return fmt.Errorf("tftp over IPv6: %w", err)
+		}
+		t6, err := tftp.New(tftp.Config{Conn: c6, Catalog: cat, Timeline: s.inv, MACs: ds6, Logger: s.log.With("component", "tftp6"), Limits: s.cfg.Limits.TFTP, Observer: s.obs.TFTP()})
+		if err != nil {
+			c6.Close()
+			return err
+		}
+		closers = append(closers, t6.Close)
+		s.addComponent("tftp6", t6.Run)
+	}
+	if l := cmp.Or(bc.TFTPListen, ":69"); l != "off" && !v6only {
 		tc := tftp.Config{Listen: l, Catalog: cat, Timeline: s.inv, Logger: s.log.With("component", "tftp"), Limits: s.cfg.Limits.TFTP, Observer: s.obs.TFTP()}
 		if ds != nil {
 			tc.MACs = ds
@@ -203,7 +279,14 @@ func (s *Server) initBoot() error {
 	}
 	s.addComponent("boot-http", hs.Run)
 	if !bc.NoRA {
-		r, err := ra.New(ra.Config{Interface: bc.Interface, Timeline: s.inv, Logger: s.log.With("component", "ra")})
+		params := ra.Params{RouterLifetime: bc.RARouterLifetime}
+		for _, r := range ranges6 {
+			if !r.Relayed {
+				params.Managed, params.Other = true, true
+				params.OnLink = append(params.OnLink, r.Prefix)
+			}
+		}
+		r, err := ra.New(ra.Config{Interface: bc.Interface, Timeline: s.inv, Logger: s.log.With("component", "ra"), Params: params})
 		if err != nil {
 			// IPv6 may be disabled on the host: network boot still works,
 			// iPXE just waits for its IPv6 timeout.
@@ -214,7 +297,7 @@ func (s *Server) initBoot() error {
 	}
 	s.initDeploy(serverIP.String(), httpPort, ds, mode == dhcp.ModeFull)
 	ok = true
-	s.log.Info("network boot on", "interface", bc.Interface, "server_ip", serverIP.String(), "dhcp_mode", string(mode),
+	s.log.Info("network boot on", "interface", bc.Interface, "server_ip", serverIP.String(), "dhcp_mode", string(mode), "dhcp6", len(ranges6) > 0, "ipv6_only", v6only,
 		"http", hs.Addr().String(), "catalog", cat.Dir())
 	return nil
 }
@@ -422,4 +505,96 @@ func (s *Server) dhcpBalance(mode dhcp.Mode, ranges []dhcp.Range) func(string, n
 	b := &fleet.Balance{Store: s.store, Self: s.fleetSelf.GetName(), MaxSecs: s.cfg.Boot.DHCPBalanceMaxSecs, Logger: s.log.With("component", "dhcp-balance")}
 	s.addComponent("dhcp-balance", b.Run)
 	return b.Answers
+}
+
+// parseRanges6 turns the DHCPv6 flags into ranges: the local one (its
+// prefix from /BITS, else the boot interface's prefix holding START, else
+// /64) and the relayed ones.
+func parseRanges6(bc BootConfig, serverIP6 netip.Addr) ([]dhcp6.Range, error) {
+	var dns []netip.Addr
+	for _, d := range bc.DHCP6DNS {
+		a, err := netip.ParseAddr(strings.TrimSpace(d))
+		if err != nil || !a.Is6() || a.Is4In6() {
+			return nil, fmt.Errorf("--dhcp6-dns %q: want an IPv6 address", d)
+		}
+		dns = append(dns, a)
+	}
+	startEnd := func(flag, s string) (netip.Addr, netip.Addr, error) {
+		a, b, ok := strings.Cut(s, "-")
+		start, err1 := netip.ParseAddr(strings.TrimSpace(a))
+		end, err2 := netip.ParseAddr(strings.TrimSpace(b))
+		if !ok || err1 != nil || err2 != nil || !start.Is6() || !end.Is6() || start.Is4In6() || end.Is4In6() {
+			return netip.Addr{}, netip.Addr{}, fmt.Errorf("%s %q: want START-END of IPv6 addresses, e.g. fd00:10::100-fd00:10::1ff", flag, s)
+		}
+		return start, end, nil
+	}
+	spec, bits, hasBits := strings.Cut(bc.DHCP6Range, "/")
+	start, end, err := startEnd("--dhcp6-range", spec)
+	if err != nil {
+		return nil, err
+	}
+	prefix := netip.PrefixFrom(start, 64).Masked()
+	if hasBits {
+		n, err := strconv.Atoi(bits)
+		if err != nil || n < 8 || n > 126 {
+			return nil, fmt.Errorf("--dhcp6-range %q: prefix length must be 8-126", bc.DHCP6Range)
+		}
+		prefix = netip.PrefixFrom(start, n).Masked()
+	} else {
+		for _, a := range interfacePrefixes(bc.Interface) {
+			if a.Contains(start) {
+				prefix = a.Masked()
+				break
+			}
+		}
+	}
+	local := dhcp6.Range{Prefix: prefix, Start: start, End: end, DNS: dns}
+	if err := local.Validate(); err != nil {
+		return nil, fmt.Errorf("--dhcp6-range: %w", err)
+	}
+	if local.Contains(serverIP6) {
+		return nil, fmt.Errorf("--dhcp6-range %s contains the appliance's own address %s", bc.DHCP6Range, serverIP6)
+	}
+	out := []dhcp6.Range{local}
+	for _, rr := range bc.DHCP6RelayRanges {
+		sub, rest, ok := strings.Cut(rr, "=")
+		p, err := netip.ParsePrefix(strings.TrimSpace(sub))
+		if !ok || err != nil || !p.Addr().Is6() {
+			return nil, fmt.Errorf("--dhcp6-relay-range %q: want PREFIX=START-END, e.g. fd00:9::/64=fd00:9::100-fd00:9::1ff", rr)
+		}
+		s, e, err := startEnd("--dhcp6-relay-range", rest)
+		if err != nil {
+			return nil, err
+		}
+		r := dhcp6.Range{Prefix: p.Masked(), Start: s, End: e, DNS: dns, Relayed: true}
+		if err := r.Validate(); err != nil {
+			return nil, fmt.Errorf("--dhcp6-relay-range: %w", err)
+		}
+		for _, o := range out {
+			if o.Prefix.Overlaps(r.Prefix) {
+				return nil, fmt.Errorf("--dhcp6-relay-range %q overlaps %s", rr, o.Prefix)
+			}
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// interfacePrefixes are ifname's IPv6 prefixes.
+func interfacePrefixes(ifname string) []netip.Prefix {
+	ifi, err := net.InterfaceByName(ifname)
+	if err != nil {
+		return nil
+	}
+	as, _ := ifi.Addrs()
+	var out []netip.Prefix
+	for _, a := range as {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() == nil {
+			ones, _ := n.Mask.Size()
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, netip.PrefixFrom(ip, ones))
+			}
+		}
+	}
+	return out
 }

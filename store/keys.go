@@ -42,6 +42,9 @@ const (
 	// written with every binding, so a MAC holds one live lease a subnet
 	// across the fleet.
 	LeaseHoldersPrefix = "/boot/lease-holders/"
+	// DHCPv6 leases (boot/dhcp6), one per address, each naming the DUID
+	// and IAID it is bound to.
+	Leases6Prefix = "/boot/leases6/"
 
 	// Tokens, the boot-token key and node certificates (auth).
 	TokensPrefix       = "/auth/tokens/"

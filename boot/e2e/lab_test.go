@@ -384,8 +384,9 @@ type vmOpts struct {
 	noROM bool
 	// vars is the OVMF variable store to boot with (default: a copy of
 	// Debian's empty OVMF_VARS_4M.fd); slot pins the NIC's PCI slot.
-	vars string
-	slot byte
+	vars  string
+	slot  byte
+	extra []string // more QEMU arguments
 }
 
 func (l *lab) vm(o vmOpts) *vm {
@@ -401,6 +402,7 @@ func (l *lab) vm(o vmOpts) *vm {
 		dev += fmt.Sprintf(",addr=%#x", o.slot)
 	}
 	args = append(args, "-device", dev)
+	args = append(args, o.extra...)
 	if o.uefi {
 		vars := o.vars
 		if vars == "" {

@@ -80,11 +80,19 @@ type TokenIssuer interface {
 
 // Leases says which MAC holds an address: corrald's DHCP leases in full
 // mode (appliance reads them from the store).
+//
+// LeaseHolder fails with ErrNoLeaseRule when corrald hands out no leases
+// of addr's family (IPv4 in proxy mode with DHCPv6 on): the script is then
+// not held to a lease.
 type Leases interface {
 	// LeaseHolder returns the MAC (lower-case colon form) holding a live
 	// lease on addr; ok is false when no client does.
 	LeaseHolder(ctx context.Context, addr netip.Addr) (mac string, ok bool, err error)
 }
+
+// ErrNoLeaseRule is LeaseHolder's answer for an address whose family
+// corrald hands out no leases of.
+var ErrNoLeaseRule = errors.New("boot/http: no DHCP leases of this address family")
 
 // NoToken is the corral.token value of scripts whose boot needs no token
 // (the hypervisor image): agent/cmdline requires the parameter, and the
@@ -740,6 +748,9 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, mac string) bool 
 	if s.cfg.Leases != nil {
 		holder, ok, err := s.cfg.Leases.LeaseHolder(r.Context(), src)
 		switch {
+		case errors.Is(err, ErrNoLeaseRule):
+			// src's address family gets no leases from corrald (DHCPv4
+			// in proxy mode beside DHCPv6): no lease to check.
 		case err != nil:
 			s.log.Error("lease lookup failed", "mac", mac, "peer", src.String(), "err", err)
 			s.refuse(w, r, mac, http.StatusServiceUnavailable, "lease store unavailable")

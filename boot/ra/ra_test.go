@@ -3,7 +3,9 @@ package ra
 import (
 	"encoding/binary"
 	"net"
+	"net/netip"
 	"testing"
+	"time"
 
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv6"
@@ -49,6 +51,30 @@ func TestParseRS(t *testing.T) {
 		mac, ok := ParseRS(tc.b)
 		if mac != tc.mac || ok != tc.isRS {
 			t.Errorf("%s: ParseRS = %q, %v; want %q, %v", name, mac, ok, tc.mac, tc.isRS)
+		}
+	}
+}
+
+func TestAdvertisementManaged(t *testing.T) {
+	p := Params{Managed: true, Other: true, RouterLifetime: 1800 * time.Second, OnLink: []netip.Prefix{netip.MustParsePrefix("fd00:c0::/64")}}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := icmp.ParseMessage(58, AdvertisementWith(net.HardwareAddr{0x52, 0x54, 0, 1, 2, 3}, p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := m.Body.(*icmp.RawBody).Data
+	if body[1] != 0xc0 || binary.BigEndian.Uint16(body[2:4]) != 1800 {
+		t.Fatalf("flags %08b lifetime %d", body[1], binary.BigEndian.Uint16(body[2:4]))
+	}
+	pio := body[20:]
+	if len(pio) != 32 || pio[0] != 3 || pio[1] != 4 || pio[2] != 64 || pio[3] != 0x80 || netip.AddrFrom16([16]byte(pio[16:32])) != netip.MustParseAddr("fd00:c0::") {
+		t.Fatalf("prefix information % x", pio)
+	}
+	for _, bad := range []Params{{RouterLifetime: 9001 * time.Second}, {RouterLifetime: -1}, {OnLink: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}} {
+		if bad.Validate() == nil {
+			t.Errorf("%+v accepted", bad)
 		}
 	}
 }

@@ -100,7 +100,11 @@ type Lease struct {
 	// pinned lease never expires, is never reclaimed, superseded, released
 	// or quarantined, and its address is offered to no other MAC; the MAC
 	// itself renews it as usual. Empty: an ordinary lease.
-	PinnedBy      string `protobuf:"bytes,9,opt,name=pinned_by,json=pinnedBy,proto3" json:"pinned_by,omitempty"`
+	PinnedBy string `protobuf:"bytes,9,opt,name=pinned_by,json=pinnedBy,proto3" json:"pinned_by,omitempty"`
+	// duid (hex) and iaid identify a DHCPv6 binding (boot/dhcp6): the
+	// lease is the client's IA_NA with that IAID. Empty for DHCPv4.
+	Duid          string `protobuf:"bytes,10,opt,name=duid,proto3" json:"duid,omitempty"`
+	Iaid          uint32 `protobuf:"varint,11,opt,name=iaid,proto3" json:"iaid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -198,11 +202,25 @@ func (x *Lease) GetPinnedBy() string {
 	return ""
 }
 
+func (x *Lease) GetDuid() string {
+	if x != nil {
+		return x.Duid
+	}
+	return ""
+}
+
+func (x *Lease) GetIaid() uint32 {
+	if x != nil {
+		return x.Iaid
+	}
+	return 0
+}
+
 var File_api_boot_v1_lease_proto protoreflect.FileDescriptor
 
 const file_api_boot_v1_lease_proto_rawDesc = "" +
 	"\n" +
-	"\x17api/boot/v1/lease.proto\x12\x0ecorral.boot.v1\"\xe3\x02\n" +
+	"\x17api/boot/v1/lease.proto\x12\x0ecorral.boot.v1\"\x8b\x03\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02ip\x18\x01 \x01(\tR\x02ip\x12\x10\n" +
 	"\x03mac\x18\x02 \x01(\tR\x03mac\x121\n" +
@@ -212,7 +230,10 @@ const file_api_boot_v1_lease_proto_rawDesc = "" +
 	"\x06subnet\x18\x06 \x01(\tR\x06subnet\x12\x1a\n" +
 	"\bhostname\x18\a \x01(\tR\bhostname\x12\x14\n" +
 	"\x05relay\x18\b \x01(\tR\x05relay\x12\x1b\n" +
-	"\tpinned_by\x18\t \x01(\tR\bpinnedBy\"X\n" +
+	"\tpinned_by\x18\t \x01(\tR\bpinnedBy\x12\x12\n" +
+	"\x04duid\x18\n" +
+	" \x01(\tR\x04duid\x12\x12\n" +
+	"\x04iaid\x18\v \x01(\rR\x04iaid\"X\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fSTATE_ACTIVE\x10\x01\x12\x12\n" +
