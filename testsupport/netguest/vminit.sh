@@ -3,6 +3,7 @@
 # netguest.ip= on the kernel command line and ping each of netguest.peers=
 # (comma-separated) once a second for ever, printing one line per ping.
 B=/bin/busybox
+echo "VMINIT"
 $B mount -t proc proc /proc
 $B mount -t sysfs sys /sys
 for m in virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net; do
