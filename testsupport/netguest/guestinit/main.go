@@ -32,6 +32,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corralhq/corral/hypervisor/netdev"
+	"github.com/corralhq/corral/internal/apierr"
 )
 
 var out sync.Mutex
@@ -315,6 +316,11 @@ func vlan(endpoints string) error {
 			return fmt.Errorf("%s: apply %s: %w", n.node, n.n.Name, err)
 		}
 		say("vlan %s: network %s vlan %d: bridge %s, sub-interface %s of %s", n.node, n.n.Name, n.n.VLAN, p.Bridge, p.VLANLink, p.VLANParent)
+	}
+	// A second Network on a VLAN node B already serves is refused (and
+	// leaves nothing): it would take the VLAN from blue.
+	if _, err := mgr["nodeb"].ApplyNetwork(netdev.Network{Name: "green", VLAN: 100}); !errors.Is(err, apierr.ErrPrecondition) {
+		return fmt.Errorf("network green on blue's VLAN 100: %v, want apierr.ErrPrecondition", err)
 	}
 	vms := []vmDef{
 		{"vm1", "nodea", "blue", "10.50.0.1", []string{"10.50.0.2", "10.50.0.3"}},
