@@ -3,8 +3,9 @@
 // kernel lacks) whose /init (./guestinit) runs the node's network code,
 // hypervisor/netdev, for real: a bond over the guest's two NICs, and two
 // node namespaces joined by a veth "wire" as their uplinks, each with
-// VLAN networks whose taps carry nested QEMU VMs (the same cloud kernel
-// with a busybox /init that addresses its NIC and pings its peers).
+// VLAN networks carrying endpoint namespaces, or (scenario vlan-qemu)
+// nested QEMU VMs on the Manager's taps (the same cloud kernel with a
+// busybox /init that addresses its NIC and pings its peers).
 //
 // The guest reports on its serial console in lines starting with
 // "NETGUEST "; the test on the host drives the bond's failover through

@@ -37,10 +37,11 @@ var nics = []struct{ id, mac, tap string }{
 //     address); the NIC the bond has active is taken down with QEMU's
 //     set_link, the bond fails over to the other and the pings go on.
 //   - vlan: two node namespaces whose uplinks are one veth pair; VLAN
-//     networks on each through the Manager, with nested QEMU VMs on their
-//     taps: two VMs on VLAN 100 (one per node, so the frames cross the
-//     uplink tagged) reach each other, a VM on VLAN 200 (same subnet) is
-//     reached by neither.
+//     networks on each through the Manager, with an endpoint namespace per
+//     "VM" on their bridges (nested QEMU VMs on the Manager's taps with
+//     CORRAL_NESTED_VMS=1): two on VLAN 100 (one per node, so the frames
+//     cross the uplink tagged) reach each other, one on VLAN 200 (same
+//     subnet) is reached by neither.
 func TestVLANAndBondInGuest(t *testing.T) {
 	if testing.Short() {
 		t.Skip("guest end-to-end: skipped with -short")

@@ -8,9 +8,10 @@
 //     every change, for 10 minutes or until the vlan scenario ends.
 //   - vlan: two node namespaces whose uplinks are the ends of one veth
 //     pair; node A has network blue (VLAN 100), node B blue and red (VLAN
-//     200, gateway 10.50.0.254/24). Nested QEMU VMs on taps: vm1 on A/blue
-//     10.50.0.1, vm2 on B/blue 10.50.0.2, vm3 on B/red 10.50.0.3, each
-//     pinging the other two. vm1 must reach vm2 (tagged across the wire)
+//     200, gateway 10.50.0.254/24). Endpoints (a namespace on a veth to
+//     the bridge; with vlan-qemu nested QEMU VMs on the Manager's taps):
+//     vm1 on A/blue 10.50.0.1, vm2 on B/blue 10.50.0.2, vm3 on B/red
+//     10.50.0.3, each pinging the other two. vm1 must reach vm2 (tagged across the wire)
 //     and neither may reach vm3, which answers its own gateway.
 package main
 
