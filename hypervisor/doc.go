@@ -15,7 +15,8 @@
 //     via go-qemu, VNC on a unix socket, KVM or TCG), rediscovered from
 //     pid files and QMP sockets after an agent restart;
 //   - hypervisor/netdev: Linux bridges per Network, VLAN sub-interfaces on
-//     the uplink, taps per NIC, through netlink;
+//     the uplink (itself optionally a bond over NICs), taps per NIC,
+//     through netlink;
 //   - hypervisor/cloudinit: NoCloud seed ISOs built in Go;
 //   - hypervisor/node: the HypervisorService server over mTLS, node
 //     enrolment and the ApplyNode heartbeat (Config + Run).

@@ -20,6 +20,7 @@ import (
 	"github.com/corralhq/corral/agent/discover"
 	"github.com/corralhq/corral/agent/hvboot"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
+	"github.com/corralhq/corral/hypervisor/netdev"
 	"github.com/corralhq/corral/hypervisor/node"
 	"github.com/corralhq/corral/hypervisor/vm"
 	"github.com/spf13/pflag"
@@ -43,6 +44,7 @@ func runHypervisor(ctx context.Context, args []string, stdout, stderr io.Writer)
 	listen := fs.String("listen", ":20181", "HypervisorService listen address (env CORRAL_LISTEN)")
 	advertise := fs.String("advertise", "", "address the appliance dials this node on (default: the host of --listen, or when that is every address the one this node reaches the appliance from) (env CORRAL_ADVERTISE)")
 	uplink := fs.String("uplink", "", "interface for VLAN sub-interfaces; empty = host-local networks only (env CORRAL_UPLINK)")
+	bond := fs.String("bond", "", "bond NICs into the uplink: NAME=NIC,NIC[,mode=active-backup|802.3ad][,miimon=MS][,primary=NIC] (2-8 NICs, miimon 10-10000, default active-backup and 100); the uplink is the bond unless --uplink names another (env CORRAL_BOND)")
 	rack := fs.String("rack", "", "rack label (scheduling spreads across racks) (env CORRAL_RACK)")
 	datacenter := fs.String("datacenter", "", "datacenter (env CORRAL_DATACENTER)")
 	accel := fs.String("accel", "auto", "accelerator: auto (KVM when it works, else TCG), kvm or tcg (env CORRAL_ACCEL)")
@@ -74,6 +76,14 @@ func runHypervisor(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return fmt.Errorf("hypervisor: --ca-cert: %w", err)
 	}
+	var bondCfg *netdev.Bond
+	if *bond != "" {
+		b, err := netdev.ParseBond(*bond)
+		if err != nil {
+			return fmt.Errorf("hypervisor: --bond: %w", err)
+		}
+		bondCfg = &b
+	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	adv := *advertise
 	if adv == "" {
@@ -83,7 +93,7 @@ func runHypervisor(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	return serveNode(ctx, appliances, node.EnrolConfig{Name: *name, DataDir: *dataDir, Token: *token, CACertPEM: caPEM}, node.Config{
 		Name: *name, DataDir: *dataDir, Listen: *listen, Advertise: adv,
-		Uplink: *uplink, Rack: *rack, Datacenter: *datacenter, Labels: labels.m,
+		Uplink: *uplink, Bond: bondCfg, Rack: *rack, Datacenter: *datacenter, Labels: labels.m,
 		Accel: *accel, Logger: log,
 	}, nil)
 }

@@ -216,6 +216,10 @@ func (m *Manager) ensureVLAN(h *netlink.Handle, plan Plan, br netlink.Link, crea
 		m.log.Info("vlan created", "link", plan.VLANLink, "uplink", plan.VLANParent, "vlan", plan.VLANID)
 	} else if err != nil {
 		return err
+	} else if mi := v.Attrs().MasterIndex; mi != 0 && mi != br.Attrs().Index {
+		// Another Network holds this VLAN on this node: moving the
+		// sub-interface would silently take the VLAN from it.
+		return apierr.Preconditionf("vlan %d on %s already serves another network's bridge on this node", plan.VLANID, plan.VLANParent)
 	}
 	if err := h.LinkSetMaster(v, br); err != nil {
 		return fmt.Errorf("netdev: enslave %s to %s: %w", plan.VLANLink, plan.Bridge, err)

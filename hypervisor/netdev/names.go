@@ -12,6 +12,9 @@
 // alias. What to create is decided by pure functions (Plan, BridgeName,
 // TapName) that are unit-tested; the kernel calls are in Manager.
 //
+// A node uplink may be a bond (ApplyBond: active-backup or 802.3ad over
+// 2-8 NICs, validated first; alias "corral:bond:<slaves>").
+//
 // It imports only the standard library, netlink/netns, internal/apierr and
 // hypervisor/internal.
 package netdev

@@ -113,6 +113,9 @@ type Config struct {
 	// Uplink is the interface VLAN sub-interfaces hang off ("" for
 	// host-local networks only).
 	Uplink string
+	// Bond, when set, is made (netdev.Manager.ApplyBond) before the node
+	// serves; the uplink is then the bond unless Uplink names another.
+	Bond *netdev.Bond
 	// QEMU, QemuImg are the binaries (defaults on PATH); Accel is
 	// auto|kvm|tcg.
 	QEMU, QemuImg, Accel string
@@ -184,7 +187,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log := cfg.Logger.With("node", cfg.Name)
 	srv, err := NewServer(ctx, ServerConfig{
-		DataDir: cfg.DataDir, Uplink: cfg.Uplink, QEMU: cfg.QEMU, QemuImg: cfg.QemuImg, Accel: cfg.Accel, AccelProbe: cfg.AccelProbe,
+		DataDir: cfg.DataDir, Uplink: cfg.Uplink, Bond: cfg.Bond, QEMU: cfg.QEMU, QemuImg: cfg.QemuImg, Accel: cfg.Accel, AccelProbe: cfg.AccelProbe,
 		NetNSPath: cfg.NetNSPath, QEMUWrapper: cfg.QEMUWrapper, ShutdownTimeout: cfg.ShutdownTimeout,
 		FetchMaxRedirects: cfg.FetchMaxRedirects, Logger: log,
 	})
@@ -356,6 +359,7 @@ func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 // fields are Config's.
 type ServerConfig struct {
 	DataDir, Uplink, QEMU, QemuImg, Accel string
+	Bond                                  *netdev.Bond
 	AccelProbe                            *vm.AccelProbe
 	NetNSPath                             string
 	QEMUWrapper                           []string
@@ -391,9 +395,19 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	nets, err := netdev.NewManager(netdev.Config{Uplink: cfg.Uplink, NetNSPath: cfg.NetNSPath, Logger: log})
+	uplink := cfg.Uplink
+	if cfg.Bond != nil && uplink == "" {
+		uplink = cfg.Bond.Name
+	}
+	nets, err := netdev.NewManager(netdev.Config{Uplink: uplink, NetNSPath: cfg.NetNSPath, Logger: log})
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Bond != nil {
+		if err := nets.ApplyBond(*cfg.Bond); err != nil {
+			return nil, fmt.Errorf("node: uplink bond: %w", err)
+		}
+		log.Info("uplink bond applied", "bond", cfg.Bond.Name, "mode", cfg.Bond.Mode, "slaves", cfg.Bond.Slaves)
 	}
 	vhost := netdev.VhostAvailable()
 	if !vhost {
