@@ -60,7 +60,7 @@ var importRules = []importRule{
 	{"agent/commission", []string{"api"}, "runs commissioning tests on the machine with real tools: the commission plan's API only, nothing else of ours"},
 	{"agent/erase", []string{"api"}, "erases a released machine's disks on the machine: the erase plan's API only, nothing else of ours (no store, boot, ipmi)"},
 	{"agent/diskwrite", []string{"internal/diskmap"}, "writes an OS image's raw extents to a disk: the block map's wire format only, never the appliance's builder (images/blockmap) nor any other package of ours"},
-	{"boot", []string{"boot", "api", "images", "internal/apierr", "internal/lograte", "internal/termsafe"}, "network boot serves the image catalog"},
+	{"boot", []string{"boot", "api", "images", "internal/apierr", "internal/keyrate", "internal/lograte", "internal/termsafe"}, "network boot serves the image catalog; its per-client packet budgets are internal/keyrate tables"},
 	{"deploy", []string{"deploy", "api"}, "the do DAG executor speaks the API"},
 	{"web", []string{"web", "api"}, "the rack's web page: embedded assets and a JSON gateway that calls the appliance's own gRPC API with the caller's token"},
 	{"hypervisor", []string{"hypervisor", "api", "internal/apierr", "internal/paging", "internal/nodeid"}, "node side and appliance side of VMs, volumes and networks"},

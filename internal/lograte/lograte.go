@@ -6,6 +6,8 @@ package lograte
 
 import (
 	"cmp"
+	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,3 +69,62 @@ func (g *Gate) Allow() (suppressed int, ok bool) {
 	g.dropped = 0
 	return d, true
 }
+
+// Kinds writes at most one line of each kind per interval, where a kind
+// is one call site's message (so its table is bounded by the caller's
+// list of kinds): a packet storm (spoofed MACs, garbage, a pool run dry)
+// costs one line a minute, and the next line of a kind says how many were
+// suppressed since the last.
+type Kinds struct {
+	log      *slog.Logger
+	interval time.Duration
+	now      func() time.Time
+	mu       sync.Mutex
+	kinds    map[string]*kindState
+}
+
+type kindState struct {
+	last       time.Time
+	suppressed int
+}
+
+// NewKinds returns a Kinds writing to log at most once per interval a
+// kind, on the clock now.
+func NewKinds(log *slog.Logger, interval time.Duration, now func() time.Time) *Kinds {
+	return &Kinds{log: log, interval: interval, now: now, kinds: map[string]*kindState{}}
+}
+
+// Log writes msg with args at level unless a line of kind was written
+// less than an interval ago; then it only counts it. A written line gets
+// "suppressed" (how many of its kind were not written before it) when
+// that is not zero.
+func (l *Kinds) Log(level slog.Level, kind, msg string, args ...any) {
+	if !l.log.Enabled(context.Background(), level) {
+		return
+	}
+	now := l.now()
+	l.mu.Lock()
+	st := l.kinds[kind]
+	if st == nil {
+		st = &kindState{}
+		l.kinds[kind] = st
+	}
+	if !st.last.IsZero() && now.Sub(st.last) < l.interval {
+		st.suppressed++
+		l.mu.Unlock()
+		return
+	}
+	n := st.suppressed
+	st.last, st.suppressed = now, 0
+	l.mu.Unlock()
+	if n > 0 {
+		args = append(args, "suppressed", n)
+	}
+	l.log.Log(context.Background(), level, msg, args...)
+}
+
+// Warn is Log at warning level.
+func (l *Kinds) Warn(kind, msg string, args ...any) { l.Log(slog.LevelWarn, kind, msg, args...) }
+
+// Info is Log at info level.
+func (l *Kinds) Info(kind, msg string, args ...any) { l.Log(slog.LevelInfo, kind, msg, args...) }
