@@ -283,21 +283,5 @@ func (m *Manager) DeleteBond(name string) error {
 	if !ifname(name) {
 		return apierr.Invalidf("bond name %q", name)
 	}
-	return m.do(func(h *netlink.Handle) error {
-		l, err := h.LinkByName(name)
-		if isNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if !strings.HasPrefix(l.Attrs().Alias, aliasBond) {
-			return apierr.Preconditionf("link %s is not a bond Corral made: not deleting it", name)
-		}
-		if err := h.LinkDel(l); err != nil && !isNotFound(err) {
-			return fmt.Errorf("netdev: delete bond %s: %w", name, err)
-		}
-		m.log.Info("bond deleted", "bond", name)
-		return nil
-	})
+	return m.deleteOwned(name, aliasBond, "bond", "a bond Corral made")
 }

@@ -342,6 +342,13 @@ func (m *Manager) CreateTap(t Tap) error {
 
 // DeleteTap removes a Corral tap; a missing tap is not an error.
 func (m *Manager) DeleteTap(name string) error {
+	return m.deleteOwned(name, aliasTap, "tap", "a Corral tap")
+}
+
+// deleteOwned removes link name if its alias says Corral made it as what
+// (alias prefix); a missing link is not an error, a link of another
+// owner is refused (described as owned, e.g. "a Corral tap").
+func (m *Manager) deleteOwned(name, alias, what, owned string) error {
 	return m.do(func(h *netlink.Handle) error {
 		l, err := h.LinkByName(name)
 		if isNotFound(err) {
@@ -350,13 +357,13 @@ func (m *Manager) DeleteTap(name string) error {
 		if err != nil {
 			return err
 		}
-		if !strings.HasPrefix(l.Attrs().Alias, aliasTap) {
-			return apierr.Preconditionf("link %s is not a Corral tap: not deleting it", name)
+		if !strings.HasPrefix(l.Attrs().Alias, alias) {
+			return apierr.Preconditionf("link %s is not %s: not deleting it", name, owned)
 		}
 		if err := h.LinkDel(l); err != nil && !isNotFound(err) {
-			return fmt.Errorf("netdev: delete tap %s: %w", name, err)
+			return fmt.Errorf("netdev: delete %s %s: %w", what, name, err)
 		}
-		m.log.Info("tap deleted", "tap", name)
+		m.log.Info(what+" deleted", what, name)
 		return nil
 	})
 }

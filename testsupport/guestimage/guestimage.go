@@ -357,7 +357,7 @@ func tinyInitramfs(ctx context.Context, modRoot string) ([]byte, error) {
 	if err := add("usr/sbin/dropbear", dropbearPath, 0o100755); err != nil {
 		return nil, err
 	}
-	libs, err := sharedLibs(dropbearPath)
+	libs, err := SharedLibs(dropbearPath)
 	if err != nil {
 		return nil, err
 	}
@@ -398,22 +398,24 @@ func tinyInitramfs(ctx context.Context, modRoot string) ([]byte, error) {
 	return gz.Bytes(), nil
 }
 
-// sharedLibs lists the absolute paths ldd resolves for bin (the loader
-// included), sorted.
-func sharedLibs(bin string) ([]string, error) {
-	out, err := exec.Command("ldd", bin).Output()
-	if err != nil {
-		return nil, fmt.Errorf("ldd %s: %w", bin, err)
-	}
+// SharedLibs lists the absolute paths ldd resolves for bins (the loader
+// included), each once, sorted.
+func SharedLibs(bins ...string) ([]string, error) {
 	set := map[string]bool{}
-	for _, l := range strings.Split(string(out), "\n") {
-		for _, f := range strings.Fields(l) {
-			if strings.HasPrefix(f, "/") {
-				set[f] = true
+	for _, bin := range bins {
+		out, err := exec.Command("ldd", bin).Output()
+		if err != nil {
+			return nil, fmt.Errorf("ldd %s: %w", bin, err)
+		}
+		for _, l := range strings.Split(string(out), "\n") {
+			for _, f := range strings.Fields(l) {
+				if strings.HasPrefix(f, "/") {
+					set[f] = true
+				}
 			}
 		}
 	}
-	var libs []string
+	libs := make([]string, 0, len(set))
 	for l := range set {
 		libs = append(libs, l)
 	}

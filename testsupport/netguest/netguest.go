@@ -23,7 +23,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strings"
 
 	"github.com/corralhq/corral/internal/initramfs"
@@ -116,7 +115,7 @@ func Build(ctx context.Context, cache string) (kernel string, initrd []byte, err
 	if err != nil {
 		return "", nil, err
 	}
-	libs, err := sharedLibs(qemuBin, "/usr/lib/x86_64-linux-gnu/qemu/accel-tcg-x86_64.so")
+	libs, err := guestimage.SharedLibs(qemuBin, "/usr/lib/x86_64-linux-gnu/qemu/accel-tcg-x86_64.so")
 	if err != nil {
 		return "", nil, err
 	}
@@ -196,29 +195,4 @@ func archive(fill func(w *initramfs.Writer, add func(dst, src string, mode uint3
 		return nil, err
 	}
 	return gz.Bytes(), nil
-}
-
-// sharedLibs lists the absolute paths ldd resolves for bins (the loader
-// included), sorted.
-func sharedLibs(bins ...string) ([]string, error) {
-	set := map[string]bool{}
-	for _, bin := range bins {
-		out, err := exec.Command("ldd", bin).Output()
-		if err != nil {
-			return nil, fmt.Errorf("ldd %s: %w", bin, err)
-		}
-		for _, l := range strings.Split(string(out), "\n") {
-			for _, f := range strings.Fields(l) {
-				if strings.HasPrefix(f, "/") {
-					set[f] = true
-				}
-			}
-		}
-	}
-	var libs []string
-	for l := range set {
-		libs = append(libs, l)
-	}
-	sort.Strings(libs)
-	return libs, nil
 }
