@@ -34,7 +34,7 @@ func TestBootPathTiming(t *testing.T) {
 				start := time.Now()
 				var v *vm
 				if path == "HTTPv4" {
-					v = l.httpBootVM(t, mac, tap)
+					v = l.httpBootVM(t, mac, tap, false)
 				} else {
 					v = l.vm(vmOpts{uefi: true, nic: "virtio-net-pci", noROM: true, mac: mac, tap: tap, slot: httpBootSlot})
 				}

@@ -46,19 +46,26 @@ func dpNode(typ, sub byte, body []byte) []byte {
 	return append(n, body...)
 }
 
-// httpv4DevicePath is the device path of the HTTPv4 boot of the NIC mac
-// in PCI slot slot of the root bus.
-func httpv4DevicePath(mac net.HardwareAddr, slot byte) []byte {
+// httpDevicePath is the device path of the HTTP boot of the NIC mac in
+// PCI slot slot of the root bus, over IPv4 or (v6) IPv6, with its
+// address and URI from DHCP, as OVMF's HttpBootDxe makes it.
+func httpDevicePath(mac net.HardwareAddr, slot byte, v6 bool) []byte {
 	var p []byte
 	p = append(p, dpNode(2, 1, binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, 0x0a0341d0), 0))...) // PciRoot(0x0)
 	p = append(p, dpNode(1, 1, []byte{0, slot})...)                                                                        // Pci(slot,0)
 	macBody := make([]byte, 33)
 	copy(macBody, mac)
-	macBody[32] = 1                                   // IfType: Ethernet
-	p = append(p, dpNode(3, 11, macBody)...)          // MAC(...)
-	p = append(p, dpNode(3, 12, make([]byte, 23))...) // IPv4(0.0.0.0): DHCP
-	p = append(p, dpNode(3, 24, nil)...)              // Uri(): from DHCP
-	return append(p, dpNode(0x7f, 0xff, nil)...)      // End
+	macBody[32] = 1                          // IfType: Ethernet
+	p = append(p, dpNode(3, 11, macBody)...) // MAC(...)
+	if v6 {
+		ip6 := make([]byte, 56)
+		ip6[39] = 64                         // PrefixLength, as HttpBootDxe sets it
+		p = append(p, dpNode(3, 13, ip6)...) // IPv6(::): DHCPv6
+	} else {
+		p = append(p, dpNode(3, 12, make([]byte, 23))...) // IPv4(0.0.0.0): DHCP
+	}
+	p = append(p, dpNode(3, 24, nil)...)         // Uri(): from DHCP
+	return append(p, dpNode(0x7f, 0xff, nil)...) // End
 }
 
 func ucs2z(s string) []byte {
@@ -88,8 +95,9 @@ func efiVariable(name string, data []byte) []byte {
 }
 
 // httpBootVars returns a copy of the empty variable store base with
-// Boot0080 (HTTPv4 of mac at PCI slot) and BootNext = 0x0080 in it.
-func httpBootVars(base []byte, mac net.HardwareAddr, slot byte) ([]byte, error) {
+// Boot0080 (HTTPv4, or HTTPv6 when v6, of mac at PCI slot) and BootNext =
+// 0x0080 in it.
+func httpBootVars(base []byte, mac net.HardwareAddr, slot byte, v6 bool) ([]byte, error) {
 	if len(base) < 0x1000 || !bytes.Equal(base[0x28:0x2c], []byte("_FVH")) {
 		return nil, errors.New("not a firmware volume")
 	}
@@ -98,10 +106,14 @@ func httpBootVars(base []byte, mac net.HardwareAddr, slot byte) ([]byte, error) 
 		return nil, errors.New("no authenticated variable store after the volume header")
 	}
 	off := (hdr + 28 + 3) &^ 3
-	path := httpv4DevicePath(mac, slot)
+	path := httpDevicePath(mac, slot, v6)
+	desc := "Corral test HTTPv4"
+	if v6 {
+		desc = "Corral test HTTPv6"
+	}
 	opt := binary.LittleEndian.AppendUint32(nil, 1) // LOAD_OPTION_ACTIVE
 	opt = binary.LittleEndian.AppendUint16(opt, uint16(len(path)))
-	opt = append(append(opt, ucs2z("Corral test HTTPv4")...), path...)
+	opt = append(append(opt, ucs2z(desc)...), path...)
 	vars := append(efiVariable("Boot0080", opt), efiVariable("BootNext", []byte{0x80, 0})...)
 	if !bytes.Equal(base[off:off+len(vars)], bytes.Repeat([]byte{0xff}, len(vars))) {
 		return nil, errors.New("the variable store is not empty")

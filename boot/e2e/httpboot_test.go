@@ -18,15 +18,16 @@ import (
 const httpBootSlot = 3
 
 // httpBootVM starts an OVMF guest whose firmware boots its NIC by UEFI
-// HTTP boot (IPv4) first: Boot0080 + BootNext in its variable store.
-func (l *lab) httpBootVM(t *testing.T, mac, tap string) *vm {
+// HTTP boot (IPv4, or IPv6 when v6) first: Boot0080 + BootNext in its
+// variable store; extra are more QEMU arguments.
+func (l *lab) httpBootVM(t *testing.T, mac, tap string, v6 bool, extra ...string) *vm {
 	t.Helper()
 	base, err := os.ReadFile(ovmfVars)
 	if err != nil {
 		t.Fatal(err)
 	}
 	hw, _ := net.ParseMAC(mac)
-	vars, err := httpBootVars(base, hw, httpBootSlot)
+	vars, err := httpBootVars(base, hw, httpBootSlot, v6)
 	if err != nil {
 		t.Fatalf("%s: %v", ovmfVars, err)
 	}
@@ -34,7 +35,7 @@ func (l *lab) httpBootVM(t *testing.T, mac, tap string) *vm {
 	if err := os.WriteFile(path, vars, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return l.vm(vmOpts{uefi: true, nic: "virtio-net-pci", noROM: true, mac: mac, tap: tap, vars: path, slot: httpBootSlot})
+	return l.vm(vmOpts{uefi: true, nic: "virtio-net-pci", noROM: true, mac: mac, tap: tap, vars: path, slot: httpBootSlot, extra: extra})
 }
 
 // TestUEFIHTTPBoot: OVMF's own UEFI HTTP boot client (option 60
@@ -50,7 +51,7 @@ func TestUEFIHTTPBoot(t *testing.T) {
 	c := l.corrald("--dhcp-mode", "full", "--dhcp-range", l.subnet+".100-"+l.subnet+".150", "--tftp-listen", "off")
 	mac := fmt.Sprintf("52:54:00:%s:%s:a4", l.id[:2], l.id[2:4])
 	start := time.Now()
-	v := l.httpBootVM(t, mac, l.tap("h"+l.id[:4]))
+	v := l.httpBootVM(t, mac, l.tap("h"+l.id[:4]), false)
 	v.waitConsole(t, `Start HTTP Boot over IPv4`, vmTimeout)
 	url := `http://` + regexp.QuoteMeta(l.subnet) + `\.1:8080/images/ipxe\.efi\?mac=` + regexp.QuoteMeta(mac)
 	guestReached(t, v, mac, true)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -70,8 +71,10 @@ func TestUEFIFirmwareHTTPv6(t *testing.T) {
 	c := l.corrald("--dhcp-mode", "off", "--dhcp6-range", prefix+"100-"+prefix+"1ff", "--tftp-listen", "off")
 	mac := fmt.Sprintf("52:54:00:%s:%s:e8", l.id[:2], l.id[2:4])
 	start := time.Now()
-	v := l.vm(vmOpts{uefi: true, nic: "virtio-net-pci", noROM: true, mac: mac, tap: l.tap("h" + l.id[:4]),
-		extra: []string{"-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n", "-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n"}})
+	// HTTPv6 is made the next boot (Boot0080 + BootNext), else OVMF tries
+	// HTTPv4 on this IPv6-only segment first and waits out its timeout.
+	v := l.httpBootVM(t, mac, l.tap("h"+l.id[:4]), true,
+		"-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n", "-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n")
 	// The firmware's fetch of ipxe.efi carries no MAC (the URL has no
 	// ?mac=), so the timeline shows iPXE's own DHCPv6 after it instead.
 	guestReached(t, v, mac, true)
@@ -80,5 +83,9 @@ func TestUEFIFirmwareHTTPv6(t *testing.T) {
 		{"dhcp6", "request", map[string]string{"ipxe": "true", "file": `http://\[` + prefix + `1\]:8080/boot\.ipxe\?mac=` + mac}},
 	}, httpChain(true)...), 30*time.Second)
 	t.Logf("OVMF HTTPv6 boot in %s; timeline:\n%s", time.Since(start).Round(time.Second), render(es))
+	// The firmware went to HTTPv6 first (BootNext), not through HTTPv4.
+	if starts := regexp.MustCompile(`Start (PXE|HTTP) Boot over IPv[46]`).FindAllString(v.console.String(), -1); len(starts) == 0 || starts[0] != "Start HTTP Boot over IPv6" {
+		t.Errorf("the firmware's boot attempts: %q, want HTTP over IPv6 first", starts)
+	}
 	v.stop(t)
 }
