@@ -151,6 +151,9 @@ func (s *Server) initBoot() error {
 		return err
 	}
 	icfg := images.Config{Dir: filepath.Join(s.cfg.DataDir, ImagesDir), IPXEDirs: bc.IPXEDirs, Kernel: bc.Kernel, Initrd: bc.Initrd, HypervisorInitrd: bc.HypervisorInitrd}
+	if bc.SecureBoot {
+		icfg.LoaderFiles = images.DebianLoaderFiles
+	}
 	if s.cfg.Store.Kind == StoreEtcd {
 		// In a fleet every appliance serves every boot: publish what this
 		// one built, fetch what the fleet's manifest names and this one

@@ -97,9 +97,9 @@ type Config struct {
 	// IPXEDirs are searched for the iPXE binaries (default: Dir's
 	// ImportedIPXEDir, then DebianIPXEDirs).
 	IPXEDirs []string
-	// LoaderFiles are the signed Secure Boot loaders by catalog name
-	// (ShimX64EFI, GrubX64EFI; default DebianLoaderFiles). Both are
-	// optional: without them the Secure Boot path is off.
+	// LoaderFiles are the signed Secure Boot loaders to copy, by catalog
+	// name (ShimX64EFI, GrubX64EFI; corrald's --secure-boot gives
+	// DebianLoaderFiles). Nil or a missing file: the catalog has none.
 	LoaderFiles map[string]string
 	// Kernel and Initrd are the discover profile's files; empty means the
 	// built-in test stand-ins: Debian's ipxe.lkrn (a bzImage) as the
@@ -156,13 +156,9 @@ func Open(cfg Config) (*Catalog, error) {
 		{Name: SNPOnlyEFI, Kind: KindIPXE, Candidates: in(SNPOnlyEFI)},
 		{Name: SNPArm64EFI, Kind: KindIPXE, Candidates: in(SNPArm64EFI)},
 	}
-	loaders := cfg.LoaderFiles
-	if loaders == nil {
-		loaders = DebianLoaderFiles
-	}
 	for _, n := range []string{ShimX64EFI, GrubX64EFI} {
 		var cand []string
-		if f := loaders[n]; f != "" {
+		if f := cfg.LoaderFiles[n]; f != "" {
 			cand = []string{f}
 		}
 		srcs = append(srcs, Source{Name: n, Kind: KindLoader, Candidates: cand})

@@ -100,9 +100,9 @@ func TestSecureBootChain(t *testing.T) {
 		start := time.Now()
 		v := secureBootVM(t, l, mac, "x"+l.id[:4])
 		v.waitConsole(t, `bad shim signature`, vmTimeout)
-		es := c.waitTimeline(mac, secureBootChain, 30*time.Second)
+		c.waitTimeline(mac, secureBootChain, 30*time.Second)
 		time.Sleep(3 * time.Second) // what GRUB would fetch next
-		es = c.timeline(mac)
+		es := c.timeline(mac)
 		for _, e := range es {
 			if e.Source == "tftp" && e.Event == "tftp-file" && e.Attributes["file"] == "initrd.img" {
 				t.Errorf("the initramfs was fetched after the kernel was refused:\n%s", render(es))

@@ -343,6 +343,14 @@ func (s *Server) read(filename string, rf io.ReaderFrom) error {
 		if filename == GrubConfigName {
 			return s.grubConfig(rf, ot, peer, ip, mac, start)
 		}
+		if chainProbe(filename) {
+			// Optional files the loaders look for and go on without:
+			// not worth a warning on every boot.
+			s.observe("other", OutcomeRefused, 0)
+			s.log.Debug("tftp: optional loader file not served", "peer", peer.String(), "mac", mac, "file", filename)
+			s.event(mac, "tftp-not-served", "optional file the Secure Boot loaders look for (they go on without it)", map[string]string{"file": filename, "peer": peer.IP.String()})
+			return fmt.Errorf("%w: %q is not served", ErrRefused, filename)
+		}
 	}
 	name, err := checkName(filename, s.cfg.Catalog, chain)
 	if err != nil {
@@ -361,6 +369,21 @@ func (s *Server) read(filename string, rf io.ReaderFrom) error {
 		defer c.Close()
 	}
 	return s.send(rf, ot, peer, mac, name, body, size, start)
+}
+
+// chainProbe reports whether name is one of the optional files the Secure
+// Boot loaders ask for and boot without: shim's revocation and
+// certificate updates beside it, GRUB's module lists and per-platform
+// configuration under its prefix.
+func chainProbe(name string) bool {
+	switch {
+	case name == "revocations_sku.efi", name == "revocations_sbat.efi",
+		strings.HasPrefix(name, "shim_certificate_") && strings.HasSuffix(name, ".efi") && len(name) <= 40:
+		return true
+	case strings.HasPrefix(name, "grub/x86_64-efi/") && (strings.HasSuffix(name, ".lst") || strings.HasSuffix(name, ".cfg")) && len(name) <= 48:
+		return true
+	}
+	return false
 }
 
 // open returns a catalog file's content: the small first-stage binaries
