@@ -49,6 +49,8 @@ func KindOf(name string) Kind {
 	switch name {
 	case UndionlyKPXE, IPXEPXE, IPXEEFI, SNPOnlyEFI, SNPArm64EFI:
 		return KindIPXE
+	case ShimX64EFI, GrubX64EFI:
+		return KindLoader
 	case DiscoverKernel:
 		return KindKernel
 	case DiscoverInitrd, HypervisorInitrd:

@@ -386,6 +386,14 @@ func intentName(i inventoryv1.BootIntent) string {
 }
 
 func (s *Server) script(w http.ResponseWriter, r *http.Request) {
+	s.boot(w, r, RenderScript, "script", "script")
+}
+
+// boot serves a MAC's boot instructions: the iPXE script (render
+// RenderScript, what "script") or the Secure Boot chain's GRUB
+// configuration (RenderGrub, "GRUB config"), under the same rules; event
+// names the timeline entry.
+func (s *Server) boot(w http.ResponseWriter, r *http.Request, render func(ScriptData) ([]byte, error), what, event string) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		s.refuse(w, r, "", http.StatusMethodNotAllowed, "method "+r.Method+" not allowed")
 		return
@@ -474,9 +482,9 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	body, err := RenderScript(d)
+	body, err := render(d)
 	if err != nil {
-		s.refuse(w, r, mac, http.StatusInternalServerError, "render script: "+err.Error())
+		s.refuse(w, r, mac, http.StatusInternalServerError, "render "+what+": "+err.Error())
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -499,14 +507,14 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 	if leftOut > 0 {
 		attrs["endpoints_left_out"] = strconv.Itoa(leftOut)
 	}
-	detail := "rendered " + d.Intent + " script"
+	detail := "rendered " + d.Intent + " " + what
 	if d.Problem != "" {
 		detail += ": " + d.Problem
 		attrs["problem"] = d.Problem
 	}
-	s.log.Info("boot script rendered", "mac", mac, "machine", name, "intent", d.Intent, "problem", d.Problem, "token", tokenNote,
+	s.log.Info("boot "+what+" rendered", "mac", mac, "machine", name, "intent", d.Intent, "problem", d.Problem, "token", tokenNote,
 		"endpoints", len(listed), "endpoints_left_out", leftOut)
-	s.cfg.Timeline.Event(mac, "http", "script", detail, attrs)
+	s.cfg.Timeline.Event(mac, "http", event, detail, attrs)
 }
 
 // cmdline is the kernel command line: initrd= name first (old UEFI iPXE

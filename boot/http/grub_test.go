@@ -1,0 +1,96 @@
+package http
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+)
+
+var (
+	grubClient = netip.MustParseAddr("10.0.0.100")
+	grubHost   = netip.MustParseAddr("10.0.0.1")
+)
+
+// TestGrubConfigGolden: the Secure Boot chain's GRUB configuration for
+// each intent, with the iPXE script's kernel command line (less its
+// initrd= words) over TFTP.
+func TestGrubConfigGolden(t *testing.T) {
+	f := newFixture(t, nil)
+	for name, mac := range map[string]string{
+		"discover":   "52:54:00:00:00:01",
+		"local":      "52:54:00:00:00:02",
+		"hypervisor": "52:54:00:00:00:03",
+	} {
+		t.Run(name, func(t *testing.T) {
+			body, err := f.s.GrubConfig(context.Background(), mac, grubClient, grubHost)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := filepath.Join("testdata", name+".grub.cfg")
+			if *update {
+				os.WriteFile(golden, body, 0o644)
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(body, want) {
+				t.Errorf("configuration differs from %s (run with -update):\n%s", golden, body)
+			}
+		})
+	}
+	if got := f.rec.all(); strings.Count(got, " http grub-config ") != 3 {
+		t.Errorf("timeline:\n%s", got)
+	}
+}
+
+// TestGrubConfigEscapes: a machine name and kernel arguments carrying
+// quotes, semicolons and newlines stay single quoted words: no GRUB
+// command can be injected.
+func TestGrubConfigEscapes(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.KernelArgs = `console=ttyS0 x='a;b' $y` })
+	f.inv.machines["52:54:00:00:00:09"] = &inventoryv1.Machine{Name: "evil'\nreboot\n#", BootIntent: inventoryv1.BootIntent_BOOT_INTENT_LOCAL}
+	body, err := f.s.GrubConfig(context.Background(), "52:54:00:00:00:09", grubClient, grubHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.TrimSpace(line) == "reboot" {
+			t.Errorf("a machine name became a command:\n%s", body)
+		}
+	}
+	if !strings.Contains(string(body), `echo 'Corral: evil'\''\x0areboot\x0a# boots from its local disk'`) {
+		t.Errorf("name not quoted as one word:\n%s", body)
+	}
+	body, err = f.s.GrubConfig(context.Background(), "52:54:00:00:00:01", grubClient, grubHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(body), `'x='\''a;b'\''' '$y'`) {
+		t.Errorf("kernel arguments not quoted word by word:\n%s", body)
+	}
+}
+
+// TestGrubConfigLeaseRule: as the script, a MAC's GRUB configuration
+// goes only to the address leased to that MAC.
+func TestGrubConfigLeaseRule(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.Leases = fakeLeases{grubClient: "52:54:00:00:00:02"} })
+	if _, err := f.s.GrubConfig(context.Background(), "52:54:00:00:00:02", grubClient, grubHost); err != nil {
+		t.Fatalf("holder refused: %v", err)
+	}
+	_, err := f.s.GrubConfig(context.Background(), "52:54:00:00:00:01", grubClient, grubHost)
+	if !errors.Is(err, ErrGrubRefused) || !strings.Contains(err.Error(), "leased to 52:54:00:00:00:02") {
+		t.Errorf("err = %v", err)
+	}
+	_, err = f.s.GrubConfig(context.Background(), "52:54:00:00:00:01", netip.MustParseAddr("10.0.0.200"), grubHost)
+	if !errors.Is(err, ErrGrubRefused) {
+		t.Errorf("no lease: err = %v", err)
+	}
+}
