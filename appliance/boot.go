@@ -55,6 +55,12 @@ type BootConfig struct {
 	// fetch the iPXE binary from (dhcp.Config.HTTPBootBase; default this
 	// appliance's boot HTTP).
 	HTTPBootBase string
+	// HTTPSBootListen, when set, serves the boot profile's artifacts over
+	// TLS with the boot CA's RSA certificate (pki.EnsureBootCA, kept in
+	// DATA_DIR/pki/boot) for firmware that has that CA enrolled; UEFI HTTP
+	// boot clients then get an https:// URL on this listener unless
+	// HTTPBootBase says otherwise.
+	HTTPSBootListen string
 	// SecureBoot serves x64 UEFI firmware PXE clients the signed chain
 	// (Debian's shim → Debian's network GRUB → the signed kernel, over
 	// TFTP) instead of iPXE (docs/architecture.md, "Secure Boot"). The
@@ -235,12 +241,25 @@ func (s *Server) initBoot() error {
 	s.lifecycle.SetCommissionOverlay(commissionOverlay{http: hs, ip: serverIP.String()}) // commission.go
 	_, httpPort, _ := net.SplitHostPort(hs.Addr().String())
 	httpBase := "http://" + net.JoinHostPort(serverIP.String(), httpPort)
+	bootBase := bc.HTTPBootBase
+	if bc.HTTPSBootListen != "" {
+		hh, err := s.httpsBoot(hs, bc.HTTPSBootListen, serverIP)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, hh.Close)
+		s.addComponent("boot-https", hh.Run)
+		if bootBase == "" {
+			_, port, _ := net.SplitHostPort(hh.Addr().String())
+			bootBase = "https://" + net.JoinHostPort(serverIP.String(), port)
+		}
+	}
 
 	var ds *dhcp.Server
 	if mode != dhcp.ModeOff {
 		ds, err = dhcp.New(context.Background(), dhcp.Config{
 			Mode: mode, Interface: bc.Interface, ServerIP: serverIP, Ranges: ranges, Alone: s.cfg.Store.Kind != StoreEtcd, LeaseTime: bc.DHCPLeaseTime, DeclineQuarantine: bc.DHCPDeclineQuarantine,
-			HTTPBase: httpBase, HTTPBootBase: bc.HTTPBootBase, SecureBoot: bc.SecureBoot, Catalog: cat, Store: s.store, Inventory: s.inv, Timeline: s.inv,
+			HTTPBase: httpBase, HTTPBootBase: bootBase, SecureBoot: bc.SecureBoot, Catalog: cat, Store: s.store, Inventory: s.inv, Timeline: s.inv,
 			Logger: s.log.With("component", "dhcp"), Observer: s.obs.DHCP(), Balance: s.dhcpBalance(mode, ranges),
 		})
 		if err != nil {
@@ -616,4 +635,26 @@ func interfacePrefixes(ifname string) []netip.Prefix {
 		}
 	}
 	return out
+}
+
+// BootCADir is where the boot CA (pki.EnsureBootCA) and the HTTPS boot
+// certificate live, under the data directory.
+var BootCADir = filepath.Join(PKIDir, "boot")
+
+// httpsBoot starts the HTTPS boot listener on listen: the boot CA (made
+// the first time) and a server certificate for the boot address.
+func (s *Server) httpsBoot(hs *boothttp.Server, listen string, serverIP netip.Addr) (*boothttp.HTTPS, error) {
+	if !serverIP.Is4() {
+		return nil, errors.New("--https-boot-listen: the boot interface has no IPv4 address (HTTPS boot is served to IPv4 HTTP boot clients)")
+	}
+	dir := filepath.Join(s.cfg.DataDir, BootCADir)
+	ca, err := pki.EnsureBootCA(dir)
+	if err != nil {
+		return nil, fmt.Errorf("--https-boot-listen: %w", err)
+	}
+	cert, err := ca.EnsureBootServerCert(filepath.Join(dir, "server"), []string{serverIP.String()})
+	if err != nil {
+		return nil, fmt.Errorf("--https-boot-listen: %w", err)
+	}
+	return hs.NewHTTPS(listen, pki.BootTLSConfig(cert))
 }

@@ -55,6 +55,11 @@ type CA struct {
 // expired, or if ca.key does not match ca.crt. It is meant for a single
 // owner of dir: concurrent first calls from separate processes may race.
 func EnsureCA(dir string) (*CA, error) {
+	return ensureCA(dir, CACommonName, newECKey)
+}
+
+// ensureCA is EnsureCA for a CA named cn whose keys newKey makes.
+func ensureCA(dir, cn string, newKey func() (crypto.Signer, error)) (*CA, error) {
 	certPath := filepath.Join(dir, CACertFile)
 	keyPath := filepath.Join(dir, CAKeyFile)
 
@@ -68,7 +73,7 @@ func EnsureCA(dir string) (*CA, error) {
 	}
 	switch {
 	case certPEM == nil && keyPEM == nil:
-		return createCA(dir, certPath, keyPath)
+		return createCA(dir, certPath, keyPath, cn, newKey)
 	case keyPEM == nil:
 		return nil, fmt.Errorf("pki: %s exists but %s is missing; refusing to create a new CA (restore the key, or remove both files to start over)", certPath, keyPath)
 	case certPEM == nil:
@@ -95,11 +100,11 @@ func EnsureCA(dir string) (*CA, error) {
 	return &CA{cert: cert, certPEM: certPEM, signer: signer}, nil
 }
 
-func createCA(dir, certPath, keyPath string) (*CA, error) {
+func createCA(dir, certPath, keyPath, cn string, newKey func() (crypto.Signer, error)) (*CA, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("pki: create %s: %w", dir, err)
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, err := newKey()
 	if err != nil {
 		return nil, fmt.Errorf("pki: generate CA key: %w", err)
 	}
@@ -110,7 +115,7 @@ func createCA(dir, certPath, keyPath string) (*CA, error) {
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: CACommonName},
+		Subject:               pkix.Name{CommonName: cn},
 		NotBefore:             now.Add(-backdate),
 		NotAfter:              now.Add(caValidity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
@@ -141,6 +146,10 @@ func createCA(dir, certPath, keyPath string) (*CA, error) {
 	}
 	return &CA{cert: cert, certPEM: certPEM, signer: key}, nil
 }
+
+// newECKey makes the P-256 keys of the appliance's CA and everything it
+// issues.
+func newECKey() (crypto.Signer, error) { return ecdsa.GenerateKey(elliptic.P256(), rand.Reader) }
 
 // CertPEM returns a copy of the CA certificate in PEM form, suitable for
 // distributing to clients as their trust anchor.

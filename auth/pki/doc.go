@@ -16,8 +16,9 @@
 //     and validity (NodeValidity, 90 days) are the CA's; from a request it
 //     takes only the public key, after checking its signature.
 //
-// All keys the CA makes are ECDSA P-256 and all cryptography comes from
-// the standard library. The CA is never regenerated silently: if its files
+// All keys the CA makes are ECDSA P-256, except the boot CA's
+// (boottls.go: RSA-2048, for UEFI HTTPS boot firmware that has no
+// elliptic curves), and all cryptography comes from the standard library. The CA is never regenerated silently: if its files
 // are half-present, unparsable or do not match, EnsureCA returns an error
 // and the operator must repair or remove them. The server certificate, by
 // contrast, is disposable and is reissued whenever it no longer fits.

@@ -2,7 +2,6 @@ package pki
 
 import (
 	"crypto"
-	"crypto/ecdsa"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -122,7 +121,7 @@ func encodeCertPEM(der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: pemCertificate, Bytes: der})
 }
 
-func encodeKeyPEM(key *ecdsa.PrivateKey) ([]byte, error) {
+func encodeKeyPEM(key crypto.Signer) ([]byte, error) {
 	der, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
 		return nil, err

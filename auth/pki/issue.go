@@ -1,9 +1,8 @@
 package pki
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -51,6 +50,13 @@ const (
 // file cannot be read for a reason other than not existing, or if issuing
 // or writing fails.
 func (ca *CA) EnsureServerCert(dir string, hosts []string) (tls.Certificate, error) {
+	return ca.ensureServerCert(dir, hosts, true)
+}
+
+// ensureServerCert is EnsureServerCert; appliance says whether the
+// certificate carries the appliance identity and the client-auth usage
+// (the boot CA's HTTPS certificate carries neither).
+func (ca *CA) ensureServerCert(dir string, hosts []string, appliance bool) (tls.Certificate, error) {
 	ips, names, err := splitHosts(hosts)
 	if err != nil {
 		return tls.Certificate{}, err
@@ -68,7 +74,7 @@ func (ca *CA) EnsureServerCert(dir string, hosts []string) (tls.Certificate, err
 	}
 	if certPEM != nil && keyPEM != nil {
 		tc, err := tls.X509KeyPair(certPEM, keyPEM)
-		if err == nil && ca.serverCertFits(tc.Leaf, ips, names, time.Now()) {
+		if err == nil && ca.serverCertFits(tc.Leaf, ips, names, appliance, time.Now()) {
 			return tc, nil
 		}
 	}
@@ -80,6 +86,12 @@ func (ca *CA) EnsureServerCert(dir string, hosts []string) (tls.Certificate, err
 		URIs:        []*url.URL{applianceURI()},
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	if !appliance {
+		tmpl.URIs = nil
+		// RSA key exchange encrypts the premaster secret to the key.
+		tmpl.KeyUsage |= x509.KeyUsageKeyEncipherment
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	}
 	certPEM, keyPEM, err = ca.issue(tmpl, serverValidity)
 	if err != nil {
@@ -104,7 +116,7 @@ func (ca *CA) EnsureServerCert(dir string, hosts []string) (tls.Certificate, err
 }
 
 // serverCertFits reports whether leaf can keep serving for ips and names.
-func (ca *CA) serverCertFits(leaf *x509.Certificate, ips []net.IP, names []string, now time.Time) bool {
+func (ca *CA) serverCertFits(leaf *x509.Certificate, ips []net.IP, names []string, appliance bool, now time.Time) bool {
 	if leaf == nil {
 		return false
 	}
@@ -117,7 +129,7 @@ func (ca *CA) serverCertFits(leaf *x509.Certificate, ips []net.IP, names []strin
 	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) {
 		return false
 	}
-	if nodeid.VerifyAppliance(leaf) != nil {
+	if appliance && nodeid.VerifyAppliance(leaf) != nil {
 		return false
 	}
 	for _, ip := range ips {
@@ -160,13 +172,18 @@ func (ca *CA) IssueClientCert(commonName string, validity time.Duration) (certPE
 }
 
 // issue fills in the serial number and validity window of tmpl, signs it
-// for a new P-256 key and returns the PEM certificate and key.
+// for a new key of the CA's kind (P-256; RSA for the boot CA) and returns
+// the PEM certificate and key.
 func (ca *CA) issue(tmpl *x509.Certificate, validity time.Duration) (certPEM, keyPEM []byte, err error) {
 	now := time.Now()
 	if !now.Before(ca.cert.NotAfter) {
 		return nil, nil, fmt.Errorf("CA expired at %s", ca.cert.NotAfter.UTC().Format(time.RFC3339))
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	newKey := newECKey
+	if _, ok := ca.signer.Public().(*rsa.PublicKey); ok {
+		newKey = newRSAKey
+	}
+	key, err := newKey()
 	if err != nil {
 		return nil, nil, fmt.Errorf("generate key: %w", err)
 	}

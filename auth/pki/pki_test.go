@@ -276,10 +276,10 @@ func TestServerCertReissuedNearExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !ca.serverCertFits(first.Leaf, nil, []string{"localhost"}, time.Now()) {
+	if !ca.serverCertFits(first.Leaf, nil, []string{"localhost"}, true, time.Now()) {
 		t.Fatal("fresh certificate does not fit")
 	}
-	if ca.serverCertFits(first.Leaf, nil, []string{"localhost"}, first.Leaf.NotAfter.Add(-29*24*time.Hour)) {
+	if ca.serverCertFits(first.Leaf, nil, []string{"localhost"}, true, first.Leaf.NotAfter.Add(-29*24*time.Hour)) {
 		t.Error("certificate expiring within 30 days still fits")
 	}
 }

@@ -5,6 +5,7 @@ package http
 // download entries and the per-MAC rules the scripts follow too.
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -126,6 +127,9 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request, mac string, c
 		"status": strconv.Itoa(status), "duration_ms": strconv.FormatInt(dur.Milliseconds(), 10), "peer": peerIP(r)}
 	if rg := r.Header.Get("Range"); rg != "" {
 		attrs["range"] = rg
+	}
+	if r.TLS != nil {
+		attrs["tls"] = tls.VersionName(r.TLS.Version) + " " + tls.CipherSuiteName(r.TLS.CipherSuite)
 	}
 	s.log.Info("artifact served", "mac", mac, "file", name, "status", status, "bytes", cw.n, "duration", dur.String())
 	if mac != "" {

@@ -257,20 +257,27 @@ func (s *Server) Addr() net.Addr { return s.lis.Addr() }
 // transfers in flight) and returns nil.
 func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("serving boot HTTP", "addr", s.lis.Addr().String())
+	return serveUntil(ctx, s.srv, s.lis, s.log, "boot/http")
+}
+
+// serveUntil serves srv on lis until ctx ends, then shuts it down
+// gracefully (5 s at most for transfers in flight) and returns nil; an
+// error that ends serving first is returned, prefixed with what.
+func serveUntil(ctx context.Context, srv *http.Server, lis net.Listener, log *slog.Logger, what string) error {
 	errc := make(chan error, 1)
-	go func() { errc <- s.srv.Serve(s.lis) }()
+	go func() { errc <- srv.Serve(lis) }()
 	select {
 	case err := <-errc:
-		return fmt.Errorf("boot/http: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := s.srv.Shutdown(sctx); err != nil {
-		s.srv.Close()
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
 	}
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		s.log.Warn("boot HTTP server ended badly during shutdown", "err", err)
+		log.Warn("boot HTTP server ended badly during shutdown", "listener", what, "err", err)
 	}
 	return nil
 }

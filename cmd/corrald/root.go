@@ -35,7 +35,7 @@ from the YAML file named by --config; see corrald serve --help.`,
 		}
 		return g.check()
 	}
-	root.AddCommand(newServeCmd(g, serve), newTokenCmd(g), newImagesCmd(g), newStoreCmd(g), newRestoreCmd(g), &cobra.Command{
+	root.AddCommand(newServeCmd(g, serve), newTokenCmd(g), newImagesCmd(g), newStoreCmd(g), newRestoreCmd(g), newBootCACmd(g), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), "corrald", version) },
