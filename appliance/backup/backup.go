@@ -242,7 +242,7 @@ func progressChunk(stage string, records, bytes int64) *adminv1.BackupChunk {
 }
 
 // backupFiles reads what the data directory keeps beside the store: the
-// CA (required), the BMC seal key, the cluster key (etcd), admin.conf, and
+// CA (required), the boot CA (if made), the BMC seal key, the cluster key (etcd), admin.conf, and
 // a manifest of the image catalog (names, sizes, SHA-256; not the
 // artifacts).
 func (s *Service) backupFiles() ([]backupFile, error) {
@@ -253,6 +253,8 @@ func (s *Service) backupFiles() ([]backupFile, error) {
 	}{
 		{backupCACert, filepath.Join(dir, filepath.FromSlash(path.Dir(backupCACert)), pki.CACertFile), true},
 		{backupCAKey, filepath.Join(dir, filepath.FromSlash(path.Dir(backupCAKey)), pki.CAKeyFile), true},
+		{backupBootCACert, filepath.Join(dir, filepath.FromSlash(backupBootCACert)), false},
+		{backupBootCAKey, filepath.Join(dir, filepath.FromSlash(backupBootCAKey)), false},
 		{backupSealKey, filepath.Join(dir, seal.KeyFile), false},
 		{backupAdminConf, filepath.Join(dir, backupAdminConf), false},
 	}

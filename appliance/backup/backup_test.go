@@ -39,6 +39,10 @@ func TestWriteRestore(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(data, "pki", "ca.crt"), []byte("cert"), 0o644)
 	os.WriteFile(filepath.Join(data, "pki", "ca.key"), []byte("key"), 0o600)
+	// The boot CA (HTTPS boot) goes along: firmware has it enrolled.
+	os.MkdirAll(filepath.Join(data, "pki", "boot"), 0o700)
+	os.WriteFile(filepath.Join(data, "pki", "boot", "ca.crt"), []byte("boot cert"), 0o644)
+	os.WriteFile(filepath.Join(data, "pki", "boot", "ca.key"), []byte("boot key"), 0o600)
 	st := mem.New()
 	defer st.Close()
 	for _, k := range []string{"/a/1", "/a/2", "/b/1"} {
@@ -70,11 +74,14 @@ func TestWriteRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Records != 3 || res.Header.Appliance != "a" || res.Header.CorralVersion != "test" || len(res.Files) != 2 {
+	if res.Records != 3 || res.Header.Appliance != "a" || res.Header.CorralVersion != "test" || len(res.Files) != 4 {
 		t.Errorf("restored %+v", res)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "restored", "pki", "ca.key")); err != nil || string(b) != "key" {
 		t.Errorf("CA key: %q, %v", b, err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "restored", "pki", "boot", "ca.key")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("boot CA key: %v, %v", fi, err)
 	}
 	got, err := openBolt(filepath.Join(dir, "restored"), slog.New(slog.DiscardHandler))
 	if err != nil {

@@ -43,8 +43,12 @@ const (
 // them to the same path under the data directory, and refuses any other
 // name.
 const (
-	backupCACert      = "pki/ca.crt"
-	backupCAKey       = "pki/ca.key"
+	backupCACert = "pki/ca.crt"
+	backupCAKey  = "pki/ca.key"
+	// The boot CA (HTTPS boot) is kept too: machines' firmware has it
+	// enrolled, and a new one would make every enrolment stale.
+	backupBootCACert  = "pki/boot/ca.crt"
+	backupBootCAKey   = "pki/boot/ca.key"
 	backupSealKey     = "bmc-seal.key"
 	backupClusterKey  = "cluster.key"
 	backupAdminConf   = "admin.conf"
@@ -53,7 +57,7 @@ const (
 
 // backupFiles are the names above, with the mode restore gives each.
 var backupFiles = map[string]uint32{
-	backupCACert: 0o644, backupCAKey: 0o600, backupSealKey: 0o600,
+	backupCACert: 0o644, backupCAKey: 0o600, backupBootCACert: 0o644, backupBootCAKey: 0o600, backupSealKey: 0o600,
 	backupClusterKey: 0o600, backupAdminConf: 0o600, backupImagesIndex: 0o644,
 }
 

@@ -30,7 +30,8 @@ func (inv *invocation) backupCommand() *cobra.Command {
 		Long: `Write an encrypted backup of the appliance to FILE (mode 0600).
 
 corrald reads every store record at one revision while it keeps running, adds
-its CA certificate and key, the BMC seal key, the cluster key (etcd), its
+its CA certificate and key, the boot CA (HTTPS boot, if made), the BMC
+seal key, the cluster key (etcd), its
 admin.conf and the list of its boot images (names, sizes, SHA-256; not the
 images: re-import or rebuild them after a restore), and encrypts all of it
 with the passphrase (age, scrypt) before the first byte leaves it.
