@@ -219,6 +219,20 @@ func ParseEndpoints(v string) ([]string, error) {
 	return out, nil
 }
 
+// IPv6Only reports whether every endpoint names an IPv6 address: the
+// appliances are reached over IPv6 only, so the agent's network comes from
+// DHCPv6 (netup.Config.IPv6). A host name, or any IPv4 address, says no.
+func IPv6Only(endpoints []string) bool {
+	for _, e := range endpoints {
+		h, _, err := net.SplitHostPort(e)
+		a, perr := netip.ParseAddr(h)
+		if err != nil || perr != nil || !a.Is6() || a.Is4In6() {
+			return false
+		}
+	}
+	return len(endpoints) > 0
+}
+
 // checkEndpoints checks a list as Params carries it.
 func checkEndpoints(eps []string) error {
 	switch {

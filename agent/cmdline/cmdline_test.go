@@ -250,3 +250,22 @@ func TestLLDPWindow(t *testing.T) {
 		})
 	}
 }
+
+func TestIPv6Only(t *testing.T) {
+	for _, c := range []struct {
+		eps  []string
+		want bool
+	}{
+		{[]string{"[fd78::1]:9443"}, true},
+		{[]string{"[fd78::1]:9443", "[2001:db8::2]:9443"}, true},
+		{[]string{"[fd78::1]:9443", "10.0.0.1:9443"}, false},
+		{[]string{"[::ffff:10.0.0.1]:9443"}, false},
+		{[]string{"corrald.example:9443"}, false},
+		{[]string{"10.0.0.1:9443"}, false},
+		{nil, false},
+	} {
+		if got := IPv6Only(c.eps); got != c.want {
+			t.Errorf("IPv6Only(%q) = %v, want %v", c.eps, got, c.want)
+		}
+	}
+}

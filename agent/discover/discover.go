@@ -209,7 +209,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	// Network, retried until it works.
 	for attempt := 0; ; attempt++ {
-		lease, err := cfg.Network(ctx, netup.Config{BootMAC: params.MAC, Console: cfg.Console, Logger: cfg.Logger})
+		lease, err := cfg.Network(ctx, netup.Config{BootMAC: params.MAC, IPv6: cmdline.IPv6Only(params.Endpoints), Console: cfg.Console, Logger: cfg.Logger})
 		if err == nil {
 			fmt.Fprintf(cfg.Console, "corral: %s has %s\n", lease.Interface, lease.Address)
 			break

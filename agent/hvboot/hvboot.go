@@ -200,7 +200,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return
 		}
 		lease, ok := retry(ctx, &cfg, "network", func() (*netup.Lease, error) {
-			l, err := cfg.Network(ctx, netup.Config{BootMAC: params.MAC, Console: cfg.Console, Logger: cfg.Logger})
+			l, err := cfg.Network(ctx, netup.Config{BootMAC: params.MAC, IPv6: cmdline.IPv6Only(params.Endpoints), Console: cfg.Console, Logger: cfg.Logger})
 			if err != nil {
 				return nil, err
 			}

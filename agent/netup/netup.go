@@ -1,8 +1,10 @@
 // Package netup brings the discovery image onto the network: it sets the
 // physical NICs up, waits for carrier, and runs DHCPv4 (u-root's dhclient,
 // insomniacslk's nclient4 inside) on the boot NIC named by the kernel
-// command line first, then on the other NICs that have a link. It must not
-// import store/, boot/ or ipmi/.
+// command line first, then on the other NICs that have a link. A machine
+// told to reach its appliances over IPv6 (Config.IPv6) runs DHCPv6 instead
+// (the same dhclient, nclient6 inside). It must not import store/, boot/
+// or ipmi/.
 package netup
 
 import (
@@ -56,7 +58,12 @@ type Config struct {
 	// QuickTimeout bounds the first exchange on a NIC that has carrier
 	// (default 2 s); then the full one (DHCPTimeout, Retries) follows.
 	QuickTimeout time.Duration
-	Console      io.Writer
+	// IPv6 runs stateful DHCPv6 instead of DHCPv4: the appliances'
+	// endpoints are IPv6 addresses (an IPv6-only boot segment). The
+	// address comes as a /128; the segment's router advertisement puts the
+	// prefix on the link.
+	IPv6    bool
+	Console io.Writer
 	Logger       *slog.Logger
 }
 
@@ -115,8 +122,12 @@ func Up(ctx context.Context, cfg Config) (*Lease, error) {
 			errs = append(errs, err)
 			continue
 		}
-		fmt.Fprintf(cfg.Console, "corral: DHCP on %s (%s, link %v)\n", n.Name, n.MAC, n.Carrier)
-		if n.Carrier {
+		proto := "DHCP"
+		if cfg.IPv6 {
+			proto = "DHCPv6"
+		}
+		fmt.Fprintf(cfg.Console, "corral: %s on %s (%s, link %v)\n", proto, n.Name, n.MAC, n.Carrier)
+		if n.Carrier && !cfg.IPv6 {
 			// The link is up with carrier: the NIC sends now. u-root's
 			// dhclient would first wait for the operational state, which
 			// the kernel's link watcher sets up to a second later (it
@@ -135,7 +146,7 @@ func Up(ctx context.Context, cfg Config) (*Lease, error) {
 			}
 		}
 		dctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Retries+1)*cfg.DHCPTimeout)
-		results := dhclient.SendRequests(dctx, []netlink.Link{link}, true, false,
+		results := dhclient.SendRequests(dctx, []netlink.Link{link}, !cfg.IPv6, cfg.IPv6,
 			dhclient.Config{Timeout: cfg.DHCPTimeout, Retries: cfg.Retries}, cfg.LinkTimeout)
 		var lease *Lease
 		for r := range results {
@@ -151,8 +162,15 @@ func Up(ctx context.Context, cfg Config) (*Lease, error) {
 				continue
 			}
 			lease = &Lease{Interface: n.Name, MAC: n.MAC}
-			if p, ok := r.Lease.(*dhclient.Packet4); ok && p.Lease() != nil {
-				lease.Address = p.Lease().String()
+			switch p := r.Lease.(type) {
+			case *dhclient.Packet4:
+				if p.Lease() != nil {
+					lease.Address = p.Lease().String()
+				}
+			case *dhclient.Packet6:
+				if a := p.Lease(); a != nil {
+					lease.Address = a.IPv6Addr.String() + "/128"
+				}
 			}
 		}
 		cancel()
