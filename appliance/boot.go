@@ -267,6 +267,9 @@ func (s *Server) initBoot() error {
 		}
 		closers = append(closers, ds.Close)
 		s.addComponent("dhcp", ds.Run)
+		if mode == dhcp.ModeFull {
+			s.obs.DHCPRanges(ds.RangeUsage)
+		}
 	}
 	var ds6 *dhcp6.Server
 	if len(ranges6) > 0 {

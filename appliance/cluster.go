@@ -139,6 +139,7 @@ func (s *Server) runSingletons(ctx context.Context) error {
 				return fmt.Errorf("leader election: %w", err)
 			}
 		}
+		s.obs.Leading(true)
 		if _, alone := s.leadership.(solo); !alone {
 			s.log.Info("leader: starting singleton work", "appliance", s.cfg.Fleet.Name, "count", len(list))
 		}
@@ -151,7 +152,9 @@ func (s *Server) runSingletons(ctx context.Context) error {
 				return nil
 			})
 		}
-		if err := g.Wait(); err != nil && ctx.Err() == nil && lctx.Err() == nil {
+		err = g.Wait()
+		s.obs.Leading(false)
+		if err != nil && ctx.Err() == nil && lctx.Err() == nil {
 			return err
 		}
 		select {

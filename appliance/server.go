@@ -12,6 +12,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -247,6 +248,7 @@ func New(cfg Config) (*Server, error) {
 	// the timed store. The registry exists whether or not /metrics is
 	// served: the boot servers and the BMC controller count into it.
 	s.obs = metrics.New(cfg.Metrics, s.log)
+	s.obs.SetBuild(Version)
 	st = s.obs.WrapStore(st)
 	s.store = st
 	s.ca, err = pki.EnsureCA(filepath.Join(cfg.DataDir, PKIDir))
@@ -266,6 +268,12 @@ func New(cfg Config) (*Server, error) {
 	// for a certificate) and pin it against the chain the server sends.
 	if block, _ := pem.Decode(s.ca.CertPEM()); block != nil {
 		s.cert.Certificate = append(s.cert.Certificate, block.Bytes)
+		if ca, err := x509.ParseCertificate(block.Bytes); err == nil {
+			s.obs.CertificateExpiry("ca", ca.NotAfter)
+		}
+	}
+	if leaf, err := x509.ParseCertificate(s.cert.Certificate[0]); err == nil {
+		s.obs.CertificateExpiry("server", leaf.NotAfter)
 	}
 	s.tokens = &auth.Tokens{Store: st, Logger: s.log.With("component", "tokens")}
 	s.revocations = &auth.Revocations{Store: st, MaxLiveCerts: cfg.PKI.MaxLiveNodeCerts, Logger: cfg.Logger.With("component", "pki")}

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/corralhq/corral/boot/connlimit"
@@ -113,6 +114,12 @@ type Metrics struct {
 	counts    *stateCounts
 	standby   *standbyGauges
 	sensors   *sensorGauges // sensors.go
+	info      *infoGauges   // info.go
+	ranges    *rangeGauges  // info.go
+
+	// leadMu guards leading, whether this appliance leads (info.go).
+	leadMu  sync.Mutex
+	leading bool
 
 	// lis is the bound metrics listener (nil: off).
 	lis net.Listener
@@ -167,6 +174,9 @@ func New(cfg Config, log *slog.Logger) *Metrics {
 	o.counts = newStateCounts(log.With("component", "state-counts"))
 	o.standby = newStandbyGauges()
 	o.sensors = newSensorGauges()
+	o.info = newInfoGauges()
+	o.ranges = newRangeGauges()
+	o.reg.MustRegister(append(o.info.collectors(), o.ranges)...)
 	o.ready = &readiness{}
 	o.reg.MustRegister(o.grpc, o.dhcp, o.dhcpTime, o.tftp, o.tftpBytes, o.http, o.httpBytes, o.httpTime, o.bmc, o.reports, o.deploys,
 		o.store.commit, o.phases.hist, o.counts, o.standby, o.sensors)

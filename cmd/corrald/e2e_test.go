@@ -82,10 +82,12 @@ func freePort(t *testing.T) string {
 }
 
 type daemon struct {
-	cmd    *exec.Cmd
-	addr   string
-	logs   *syncbuf.Buffer
-	exited chan error
+	cmd  *exec.Cmd
+	addr string
+	// metrics is the --metrics-listen address a test gave ("" = none).
+	metrics string
+	logs    *syncbuf.Buffer
+	exited  chan error
 	// waited is closed once Wait has returned (ProcessState is then set;
 	// reading it before would race with Wait).
 	waited chan struct{}

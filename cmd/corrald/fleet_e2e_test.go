@@ -5,10 +5,13 @@ package main
 // a real gRPC client over TLS.
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,7 +40,9 @@ func fleetEnv(c *etcdtest.Cluster, name string) []string {
 func startFleet(t *testing.T, c *etcdtest.Cluster) (a, b *daemon, dirA string) {
 	t.Helper()
 	dirA, dirB := t.TempDir(), t.TempDir()
-	a = startCorrald(t, dirA, freePort(t), fleetEnv(c, "a")...)
+	ma, mb := freePort(t), freePort(t)
+	a = startCorrald(t, dirA, freePort(t), append(fleetEnv(c, "a"), "CORRAL_METRICS_LISTEN="+ma)...)
+	a.metrics = ma
 	key, err := os.ReadFile(filepath.Join(dirA, "cluster.key"))
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +50,8 @@ func startFleet(t *testing.T, c *etcdtest.Cluster) (a, b *daemon, dirA string) {
 	if err := os.WriteFile(filepath.Join(dirB, "cluster.key"), key, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b = startCorrald(t, dirB, freePort(t), fleetEnv(c, "b")...)
+	b = startCorrald(t, dirB, freePort(t), append(fleetEnv(c, "b"), "CORRAL_METRICS_LISTEN="+mb)...)
+	b.metrics = mb
 	return a, b, dirA
 }
 
@@ -255,10 +261,16 @@ func TestE2EFleetEtcd(t *testing.T) {
 	}
 
 	// SIGKILL the leader: the other appliance leads within the lease TTL.
+	// The leader is the one whose corral_leader is 1 (after the quorum's
+	// return above, once it has campaigned again); the other's is 0.
 	leader, other := a, b
-	if !strings.Contains(a.logs.String(), "leading the fleet") {
+	waitUntil(t, "a leader again after the quorum's return (corral_leader 1)", 20*time.Second, func() bool {
+		return scrapeValue(t, a.metrics, "corral_leader")+scrapeValue(t, b.metrics, "corral_leader") == 1
+	})
+	if scrapeValue(t, b.metrics, "corral_leader") == 1 {
 		leader, other = b, a
 	}
+	otherChanges := scrapeValue(t, other.metrics, "corral_leader_changes_total")
 	before := strings.Count(other.logs.String(), "leading the fleet")
 	start := time.Now()
 	if err := leader.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -272,6 +284,10 @@ func TestE2EFleetEtcd(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("leader takeover after SIGKILL: %s (lease TTL 3s)", time.Since(start).Round(time.Millisecond))
+	waitUntil(t, "corral_leader 1 on the new leader", 10*time.Second, func() bool { return scrapeValue(t, other.metrics, "corral_leader") == 1 })
+	if n := scrapeValue(t, other.metrics, "corral_leader_changes_total"); n != otherChanges+1 {
+		t.Errorf("corral_leader_changes_total on the new leader: %v, want %v", n, otherChanges+1)
+	}
 	if other == b {
 		resp, err := apps.ListAppliances(ctx, &fleetv1.ListAppliancesRequest{})
 		if err != nil || resp.GetLeader() != "b" {
@@ -294,4 +310,27 @@ func noTokenConn(t *testing.T, dataDir, addr string) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// scrapeValue reads the unlabelled sample name from the /metrics at addr
+// (-1 when it is absent).
+func scrapeValue(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape %s: %v", addr, err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %q", name, sc.Text())
+			}
+			return f
+		}
+	}
+	return -1
 }

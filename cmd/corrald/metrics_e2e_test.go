@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/testsupport/etcdtest"
+	"github.com/corralhq/corral/testsupport/promassets"
 	"github.com/corralhq/corral/testsupport/require"
 	"github.com/corralhq/corral/testsupport/syncbuf"
 	"github.com/insomniacslk/dhcp/dhcpv4"
@@ -133,6 +135,7 @@ func TestE2EMetricsPrometheus(t *testing.T) {
 	os.WriteFile(cfg, []byte(`global:
   scrape_interval: 1s
   evaluation_interval: 1s
+rule_files: [`+strconv.Quote(filepath.Join(promassets.Dir(), promassets.RulesFile))+`]
 scrape_configs:
   - job_name: corrald
     static_configs:
@@ -167,6 +170,10 @@ scrape_configs:
 		"store commits":             `corral_store_commit_seconds_count{op=~"put|update",outcome="ok"} >= 1`,
 		"boot phase":                `corral_boot_phase_seconds_count{phase="dhcp_to_script"} == 1`,
 		"process":                   `process_resident_memory_bytes > 0`,
+		"build info":                `corral_build_info{version!="",commit!="",go_version=~"go.+"} == 1`,
+		"leader (alone)":            `corral_leader == 1 and corral_leader_changes_total == 1`,
+		"CA expiry":                 `corral_certificate_expiry_timestamp_seconds{cert="ca"} - time() > 9 * 365 * 86400`,
+		"server cert expiry":        `corral_certificate_expiry_timestamp_seconds{cert="server"} - time() > 365 * 86400`,
 	}
 	pending := map[string]string{}
 	for k, v := range queries {
@@ -234,6 +241,34 @@ scrape_configs:
 	case <-time.After(20 * time.Second):
 		t.Error("corrald did not stop within 20s of SIGTERM")
 	}
+
+	// The shipped alert rules and dashboard (packaging/prometheus) read
+	// the series above and, from a corrald in full DHCP mode (ranges exist
+	// only there), each range's size and free addresses: a second corrald
+	// on the same ports, which the same Prometheus scrapes.
+	full := exec.Command("ip", "netns", "exec", ns, filepath.Join(binDir, "corrald"), "serve", "--data-dir", t.TempDir(),
+		"--api-listen", "127.0.0.1:20180", "--boot-interface", "lo", "--dhcp-mode", "full", "--dhcp-range", "127.0.0.100-127.0.0.199", "--no-ra",
+		"--http-listen", "127.0.0.1:8080", "--tftp-listen", "127.0.0.1:69", "--metrics-listen", "127.0.0.1:9180", "--allow-test-images")
+	fullLogs := &syncbuf.Buffer{}
+	full.Stdout, full.Stderr = fullLogs, fullLogs
+	if err := full.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		full.Process.Kill()
+		full.Wait()
+		if t.Failed() {
+			t.Logf("full-mode corrald logs:\n%s", fullLogs)
+		}
+	})
+	ranges := `corral_dhcp_range_size_addresses{range="127.0.0.100-127.0.0.199"} == 100 and on (instance) corral_dhcp_range_free_addresses == 100`
+	for deadline := time.Now().Add(30 * time.Second); !promHas(t, ns, ranges); time.Sleep(300 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Prometheus has no DHCP range gauges from the full-mode corrald within 30s: %s", ranges)
+		}
+	}
+	_, _, fullMetrics := httpOn(t, dialIn(t, ns, "127.0.0.1:9180"), "127.0.0.1:9180", "/metrics")
+	checkShippedRules(t, ns, metrics+fullMetrics)
 }
 
 // TestE2EReadyzStoreGone runs the built corrald on a real etcd and kills
@@ -453,5 +488,84 @@ func tftpDownload(t *testing.T, server, file string) int {
 		if k-4 < 512 {
 			return total
 		}
+	}
+}
+
+// checkShippedRules checks the alert rules and the dashboard shipped in
+// packaging/prometheus against the corrald and the Prometheus of
+// TestE2EMetricsPrometheus (in ns): every metric they read is in corrald's
+// /metrics, Prometheus loaded the rules and evaluates each without error,
+// none is pending or firing on this healthy appliance, and every dashboard
+// expression runs. metrics is corrald's /metrics.
+func checkShippedRules(t *testing.T, ns, metrics string) {
+	t.Helper()
+	rf, err := promassets.Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := promassets.ReadDashboard()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := promassets.MetricNames(append(rf.Exprs(), d.Exprs()...))
+	for _, n := range names {
+		if !promassets.Exposed(metrics, n) {
+			t.Errorf("the shipped rules or dashboard read %s, which corrald does not export", n)
+		}
+	}
+	// Prometheus evaluates every rule once a second: wait until each has
+	// been evaluated without error and is inactive (the gap between the
+	// two corralds may have left CorralApplianceDown pending a moment).
+	type rule struct {
+		Name, Health, State, LastError string
+		LastEvaluation                 time.Time
+	}
+	var rules []rule
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		var r struct {
+			Data struct {
+				Groups []struct{ Rules []rule } `json:"groups"`
+			} `json:"data"`
+		}
+		promGet(t, ns, "/api/v1/rules", &r)
+		rules = rules[:0]
+		settled := true
+		for _, g := range r.Data.Groups {
+			for _, ru := range g.Rules {
+				rules = append(rules, ru)
+				settled = settled && !ru.LastEvaluation.IsZero() && ru.Health == "ok" && ru.State == "inactive"
+			}
+		}
+		if len(rules) > 0 && settled || time.Now().After(deadline) {
+			break
+		}
+	}
+	if want := len(rf.Exprs()); len(rules) != want {
+		t.Errorf("Prometheus loaded %d rules, want %d", len(rules), want)
+	}
+	for _, ru := range rules {
+		if ru.Health != "ok" || ru.State != "inactive" {
+			t.Errorf("rule %s: health %q (%s), state %q; want ok and inactive on a healthy appliance", ru.Name, ru.Health, ru.LastError, ru.State)
+		}
+	}
+	for _, e := range d.Exprs() {
+		var r struct {
+			Status string `json:"status"`
+			Error  string `json:"error"`
+		}
+		promGet(t, ns, "/api/v1/query?query="+url.QueryEscape(e.Expr), &r)
+		if r.Status != "success" {
+			t.Errorf("dashboard %s: %s: %s", e.Where, e.Expr, r.Error)
+		}
+	}
+	t.Logf("%d metric names of the shipped rules and dashboard exported; %d rules evaluated; %d dashboard expressions ran", len(names), len(rules), len(d.Exprs()))
+}
+
+// promGet reads a Prometheus API path (in ns) as JSON into v.
+func promGet(t *testing.T, ns, path string, v any) {
+	t.Helper()
+	_, _, body := httpOn(t, dialIn(t, ns, "127.0.0.1:9090"), "127.0.0.1:9090", path)
+	if err := json.Unmarshal([]byte(body), v); err != nil {
+		t.Fatalf("GET %s: %v: %.300s", path, err, body)
 	}
 }

@@ -79,7 +79,8 @@ func TestDebInstall(t *testing.T) {
 	t.Logf("corrald images export:\n%s", out)
 	os.RemoveAll(catalog)
 	// nfpm runs where packaging/nfpm.yaml's relative paths resolve.
-	for _, f := range []string{"packaging/nfpm.yaml", "packaging/corrald.service", "packaging/corrald.yaml", "packaging/postinst", "packaging/prerm", "packaging/postrm", "README.md"} {
+	for _, f := range []string{"packaging/nfpm.yaml", "packaging/corrald.service", "packaging/corrald.yaml", "packaging/postinst", "packaging/prerm", "packaging/postrm", "README.md",
+		"packaging/prometheus/corral-alerts.yml", "packaging/prometheus/corral-alerts.test.yml", "packaging/prometheus/corral-dashboard.json"} {
 		copyFile(t, filepath.Join(srcDir, f), filepath.Join(work, f))
 	}
 	pkg := exec.Command(nfpm, "pkg", "-f", "packaging/nfpm.yaml", "-p", "deb", "-t", dist+"/")
@@ -115,6 +116,9 @@ func TestDebInstall(t *testing.T) {
 		{"/lib/systemd/system/corrald.service", 0o644, 0},
 		{"/etc/corral/corrald.yaml", 0o644, 0},
 		{"/usr/share/corral/images/corral-images.tar", 0o644, 0},
+		{"/usr/share/corral/prometheus/corral-alerts.yml", 0o644, 0},
+		{"/usr/share/corral/prometheus/corral-alerts.test.yml", 0o644, 0},
+		{"/usr/share/corral/prometheus/corral-dashboard.json", 0o644, 0},
 		{"/var/lib/corral", os.ModeDir | 0o700, uid},
 		{"/var/lib/corral/images/discover.json", 0o644, uid},
 		{"/var/lib/corral/images/hypervisor.json", 0o644, uid},
@@ -137,6 +141,11 @@ func TestDebInstall(t *testing.T) {
 	}
 	if got, want := fileSHA(t, filepath.Join(root, "usr/share/corral/images/corral-images.tar")), fileSHA(t, archive); got != want {
 		t.Errorf("packaged archive sha256 %s, built %s", got, want)
+	}
+	for _, f := range []string{"corral-alerts.yml", "corral-alerts.test.yml", "corral-dashboard.json"} {
+		if got, want := fileSHA(t, filepath.Join(root, "usr/share/corral/prometheus", f)), fileSHA(t, filepath.Join(srcDir, "packaging/prometheus", f)); got != want {
+			t.Errorf("packaged %s sha256 %s, repository's %s", f, got, want)
+		}
 	}
 
 	// 3. systemd-analyze verify accepts the installed unit (its ExecStart

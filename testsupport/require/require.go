@@ -124,6 +124,7 @@ var debianPackages = map[string]string{
 	"apt-cache":                     "apt",
 	"ldd":                           "libc-bin",
 	"smartctl":                      "smartmontools",
+	"promtool":                      "prometheus",
 	"swtpm_setup":                   "swtpm-tools",
 	"swtpm_localca":                 "swtpm-tools",
 	"/bin/busybox":                  "busybox-static",
