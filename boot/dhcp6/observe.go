@@ -39,8 +39,9 @@ func MessageTypeName(t dhcpv6.MessageType) string {
 	case dhcpv6.MessageTypeSolicit, dhcpv6.MessageTypeRequest, dhcpv6.MessageTypeConfirm, dhcpv6.MessageTypeRenew,
 		dhcpv6.MessageTypeRebind, dhcpv6.MessageTypeRelease, dhcpv6.MessageTypeDecline, dhcpv6.MessageTypeInformationRequest:
 		return strings.ToLower(strings.ReplaceAll(t.String(), " ", "-"))
+	default: // server, relay-reply and leasequery messages: not a client's
+		return "other"
 	}
-	return "other"
 }
 
 func (s *Server) observe(msgType, outcome string) {
