@@ -94,6 +94,7 @@ func main() {
 				send(req)
 			case dhcpv6.MessageTypeReply:
 				e.done <- at.Sub(e.start)
+			default: // not a server's answer to a client
 			}
 		}
 	}()
