@@ -262,6 +262,10 @@ func (s *Server) initBoot() error {
 			Interface: bc.Interface, ServerIP: serverIP6, Ranges: ranges6, LeaseTime: bc.DHCP6LeaseTime, DeclineQuarantine: bc.DHCPDeclineQuarantine,
 			HTTPBase: "http://" + net.JoinHostPort(serverIP6.String(), httpPort), Catalog: cat, Store: s.store, Inventory: s.inv, Timeline: s.inv,
 			Logger: s.log.With("component", "dhcp6"), Observer: s.obs.DHCP6(), RelayFrom: relayFrom6,
+			// In a fleet every appliance answers every SOLICIT: Rapid
+			// Commit would bind one client on each (RFC 8415 §18.3.1 lets
+			// a server ignore it), so the client's REQUEST picks one.
+			NoRapidCommit: s.cfg.Store.Kind == StoreEtcd,
 		})
 		if err != nil {
 			return err

@@ -19,6 +19,10 @@ import (
 // maxIAs bounds the IA_NA options one message is answered for.
 const maxIAs = 4
 
+// maxBindTries bounds the addresses one IA_NA's binding tries when the
+// store refuses them (a fleet's appliances racing for one address).
+const maxBindTries = 4
+
 // maxDUID is RFC 8415's bound on a DUID (128 octets) plus its type.
 const maxDUID = 130
 
@@ -342,8 +346,14 @@ func (s *Server) assign(ctx context.Context, req *request, rep *dhcpv6.Message, 
 	for _, ia := range ias(req.m) {
 		l := s.lease(req, ia.IaId)
 		ip, err := s.leases.Pick(l.Key, req.r)
-		if err == nil && commit {
-			err = s.leases.Bind(ctx, ip, l, valid)
+		// A binding that loses its compare-and-swap (another appliance
+		// of a fleet wrote the address first; memory now knows it) is
+		// tried again on the next free address, a few times.
+		for try := 0; err == nil && commit; try++ {
+			if err = s.leases.Bind(ctx, ip, l, valid); !errors.Is(err, ErrTaken) || try == maxBindTries-1 {
+				break
+			}
+			ip, err = s.leases.Pick(l.Key, req.r)
 		}
 		if err != nil {
 			if !errors.Is(err, ErrExhausted) && !errors.Is(err, ErrTaken) {
