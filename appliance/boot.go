@@ -257,6 +257,9 @@ func (s *Server) initBoot() error {
 	if err != nil {
 		return err
 	}
+	if len(ranges6) > 1 && len(relayFrom6) == 0 {
+		s.log.Warn("DHCPv6 relayed ranges are served to a Relay-Forward from any source: a host on the boot LAN can claim any MAC in option 79; give the relays' addresses with --dhcp6-relay-from")
+	}
 	if len(ranges6) > 0 {
 		ds6, err = dhcp6.New(context.Background(), dhcp6.Config{
 			Interface: bc.Interface, ServerIP: serverIP6, Ranges: ranges6, LeaseTime: bc.DHCP6LeaseTime, DeclineQuarantine: bc.DHCPDeclineQuarantine,
