@@ -6,8 +6,9 @@
 // Files, one concern each: serve.go (the socket, the read loop, the
 // bounded handler pool), respond.go (the RFC 8415 answers: SOLICIT,
 // REQUEST, RENEW, REBIND, RELEASE, DECLINE, CONFIRM and
-// INFORMATION-REQUEST; Rapid Commit), relay.go (Relay-Forward and
-// Relay-Reply, the interface-id echoed, the hop count bounded), boot.go
+// INFORMATION-REQUEST; Rapid Commit; Relay-Forward and Relay-Reply, the
+// interface-id echoed, the hop count bounded), observe.go (the metrics'
+// outcomes, the range gauges, the allowed relay sources), boot.go
 // (the boot file URL: option 59, a pure function of the request),
 // leases.go (the IA_NA pool, durable in the store), limit.go (per-client
 // packet budgets and rate-limited log lines).
