@@ -86,6 +86,9 @@ type BootConfig struct {
 	// (default 1h).
 	DHCP6DNS       []string
 	DHCP6LeaseTime time.Duration
+	// DHCP6RelayFrom are the prefixes DHCPv6 Relay-Forward messages may
+	// come from (empty: any).
+	DHCP6RelayFrom []string
 	// Kernel and Initrd are the discover profile's files (default: the
 	// test stand-ins, see images.Config).
 	Kernel, Initrd string
@@ -272,15 +275,27 @@ func (s *Server) initBoot() error {
 		}
 	}
 	var ds6 *dhcp6.Server
+	relayFrom6, err := parseRelayFrom6(bc.DHCP6RelayFrom)
+	if err != nil {
+		return err
+	}
+	if len(ranges6) > 1 && len(relayFrom6) == 0 {
+		s.log.Warn("DHCPv6 relayed ranges are served to a Relay-Forward from any source: a host on the boot LAN can claim any MAC in option 79; give the relays' addresses with --dhcp6-relay-from")
+	}
 	if len(ranges6) > 0 {
 		ds6, err = dhcp6.New(context.Background(), dhcp6.Config{
 			Interface: bc.Interface, ServerIP: serverIP6, Ranges: ranges6, LeaseTime: bc.DHCP6LeaseTime, DeclineQuarantine: bc.DHCPDeclineQuarantine,
 			HTTPBase: "http://" + net.JoinHostPort(serverIP6.String(), httpPort), Catalog: cat, Store: s.store, Inventory: s.inv, Timeline: s.inv,
-			Logger: s.log.With("component", "dhcp6"),
+			Logger: s.log.With("component", "dhcp6"), Observer: s.obs.DHCP6(), RelayFrom: relayFrom6,
+			// In a fleet every appliance answers every SOLICIT: Rapid
+			// Commit would bind one client on each (RFC 8415 §18.3.1 lets
+			// a server ignore it), so the client's REQUEST picks one.
+			NoRapidCommit: s.cfg.Store.Kind == StoreEtcd,
 		})
 		if err != nil {
 			return err
 		}
+		s.obs.DHCP6Leases(ds6.LeaseStats)
 		closers = append(closers, ds6.Close)
 		s.addComponent("dhcp6", ds6.Run)
 	}
@@ -546,6 +561,27 @@ func (s *Server) dhcpBalance(mode dhcp.Mode, ranges []dhcp.Range) func(string, n
 	b := &fleet.Balance{Store: s.store, Self: s.fleetSelf.GetName(), MaxSecs: s.cfg.Boot.DHCPBalanceMaxSecs, Logger: s.log.With("component", "dhcp-balance")}
 	s.addComponent("dhcp-balance", b.Run)
 	return b.Answers
+}
+
+// parseRelayFrom6 parses --dhcp6-relay-from (an address is a /128).
+func parseRelayFrom6(ss []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, v := range ss {
+		v = strings.TrimSpace(v)
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			a, aerr := netip.ParseAddr(v)
+			if aerr != nil {
+				return nil, fmt.Errorf("--dhcp6-relay-from %q: want an IPv6 prefix or address", v)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		if !p.Addr().Is6() || p.Addr().Is4In6() {
+			return nil, fmt.Errorf("--dhcp6-relay-from %q: want an IPv6 prefix or address", v)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // parseRanges6 turns the DHCPv6 flags into ranges: the local one (its

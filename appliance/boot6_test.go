@@ -71,3 +71,15 @@ func TestParseRanges6(t *testing.T) {
 		}
 	}
 }
+
+func TestParseRelayFrom6(t *testing.T) {
+	got, err := parseRelayFrom6([]string{"fd00:9::1", " fd00:a::/48 "})
+	if err != nil || len(got) != 2 || got[0].String() != "fd00:9::1/128" || got[1].String() != "fd00:a::/48" {
+		t.Fatalf("parseRelayFrom6: %v %v", got, err)
+	}
+	for _, bad := range []string{"10.0.0.1", "10.0.0.0/8", "::ffff:10.0.0.1", "nonsense"} {
+		if _, err := parseRelayFrom6([]string{bad}); err == nil {
+			t.Errorf("--dhcp6-relay-from %q accepted", bad)
+		}
+	}
+}

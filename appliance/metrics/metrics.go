@@ -16,10 +16,12 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/corralhq/corral/boot/connlimit"
 	"github.com/corralhq/corral/boot/dhcp"
+	"github.com/corralhq/corral/boot/dhcp6"
 	boothttp "github.com/corralhq/corral/boot/http"
 	"github.com/corralhq/corral/boot/tftp"
 	"github.com/corralhq/corral/store"
@@ -100,6 +102,8 @@ type Metrics struct {
 
 	dhcp      *prometheus.CounterVec   // type, outcome
 	dhcpTime  *prometheus.HistogramVec // type
+	dhcp6     *prometheus.CounterVec   // type, outcome
+	leases6   *leases6Gauge            // range, state
 	tftp      *prometheus.CounterVec   // file, outcome
 	tftpBytes *prometheus.CounterVec   // file
 	http      *prometheus.CounterVec   // route, code
@@ -147,6 +151,10 @@ func New(cfg Config, log *slog.Logger) *Metrics {
 	o.dhcpTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "corral_dhcp_answer_seconds",
 		Help:    "Time from a DHCP request's arrival (the kernel's receive stamp) to its answer's send, by the request's message type: the appliance's share of a client's wait (its queue and a lease's flush to disk included).",
 		Buckets: []float64{.0005, .001, .002, .003, .005, .01, .025, .05, .1, .25, 1}}, []string{"type"})
+	o.dhcp6 = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_dhcp6_packets_total",
+		Help: "DHCPv6 datagrams received, by client message type (relay-forward: refused before its inner message was read; other: did not parse) and outcome (advertise, reply, ignored, malformed, over_budget, relay_refused, no_range, not_sent, dropped_overload)."}, []string{"type", "outcome"})
+	o.leases6 = &leases6Gauge{desc: prometheus.NewDesc("corral_dhcp6_leases",
+		"DHCPv6 addresses per range (START-END) by state: bound (a live lease) and free (neither bound, offered nor quarantined).", []string{"range", "state"}, nil)}
 	o.tftp = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_tftp_transfers_total",
 		Help: "TFTP requests, by catalog file (other: not a servable name) and outcome."}, []string{"file", "outcome"})
 	o.tftpBytes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_tftp_sent_bytes_total",
@@ -178,7 +186,7 @@ func New(cfg Config, log *slog.Logger) *Metrics {
 	o.ranges = newRangeGauges()
 	o.reg.MustRegister(append(o.info.collectors(), o.ranges)...)
 	o.ready = &readiness{}
-	o.reg.MustRegister(o.grpc, o.dhcp, o.dhcpTime, o.tftp, o.tftpBytes, o.http, o.httpBytes, o.httpTime, o.bmc, o.reports, o.deploys,
+	o.reg.MustRegister(o.grpc, o.dhcp, o.dhcpTime, o.dhcp6, o.leases6, o.tftp, o.tftpBytes, o.http, o.httpBytes, o.httpTime, o.bmc, o.reports, o.deploys,
 		o.store.commit, o.phases.hist, o.counts, o.standby, o.sensors)
 	return o
 }
@@ -318,6 +326,31 @@ func (d dhcpObserver) Answered(msgType string, took time.Duration) {
 	d.o.dhcpTime.WithLabelValues(msgType).Observe(took.Seconds())
 }
 
+type dhcp6Observer struct{ o *Metrics }
+
+func (d dhcp6Observer) Packet(msgType, outcome string) {
+	d.o.dhcp6.WithLabelValues(msgType, outcome).Inc()
+}
+
+// leases6Gauge reads the DHCPv6 server's lease counts at each scrape.
+type leases6Gauge struct {
+	desc  *prometheus.Desc
+	stats atomic.Pointer[func() []dhcp6.RangeStat]
+}
+
+func (g *leases6Gauge) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+
+func (g *leases6Gauge) Collect(ch chan<- prometheus.Metric) {
+	f := g.stats.Load()
+	if f == nil {
+		return
+	}
+	for _, r := range (*f)() {
+		ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, r.Bound, r.Range, "bound")
+		ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, r.Free, r.Range, "free")
+	}
+}
+
 type tftpObserver struct{ o *Metrics }
 
 func (t tftpObserver) Transfer(file, outcome string, n int64) {
@@ -345,6 +378,22 @@ func (o *Metrics) DHCP() dhcp.Observer {
 		return nil
 	}
 	return dhcpObserver{o}
+}
+
+// DHCP6 returns the DHCPv6 server's observer; see DHCP.
+func (o *Metrics) DHCP6() dhcp6.Observer {
+	if o == nil {
+		return nil
+	}
+	return dhcp6Observer{o}
+}
+
+// DHCP6Leases makes corral_dhcp6_leases follow stats (the DHCPv6
+// server's LeaseStats), read at each scrape.
+func (o *Metrics) DHCP6Leases(stats func() []dhcp6.RangeStat) {
+	if o != nil {
+		o.leases6.stats.Store(&stats)
+	}
 }
 
 // TFTP returns the TFTP server's observer; see DHCP.

@@ -6,8 +6,9 @@
 // Files, one concern each: serve.go (the socket, the read loop, the
 // bounded handler pool), respond.go (the RFC 8415 answers: SOLICIT,
 // REQUEST, RENEW, REBIND, RELEASE, DECLINE, CONFIRM and
-// INFORMATION-REQUEST; Rapid Commit), relay.go (Relay-Forward and
-// Relay-Reply, the interface-id echoed, the hop count bounded), boot.go
+// INFORMATION-REQUEST; Rapid Commit; Relay-Forward and Relay-Reply, the
+// interface-id echoed, the hop count bounded), observe.go (the metrics'
+// outcomes, the range gauges, the allowed relay sources), boot.go
 // (the boot file URL: option 59, a pure function of the request),
 // leases.go (the IA_NA pool, durable in the store), limit.go (per-client
 // packet budgets and rate-limited log lines).
@@ -157,7 +158,15 @@ type Config struct {
 	// LogInterval is the least time between two log lines of one kind of
 	// per-packet warning (default 1 min).
 	LogInterval time.Duration
-	Now         func() time.Time
+	// RelayFrom, when set, are the prefixes Relay-Forward messages may
+	// come from (the relays' addresses); one from elsewhere is dropped
+	// and counted. Empty: from anywhere (a relayed range must still serve
+	// its link-address).
+	RelayFrom []netip.Prefix
+	// Observer, when set, is told every datagram's outcome (corrald's
+	// metrics).
+	Observer Observer
+	Now      func() time.Time
 }
 
 // MaxPacket bounds a DHCPv6 datagram (the IPv6 minimum MTU's payload is
@@ -178,7 +187,7 @@ type Server struct {
 	conn   net.PacketConn
 	sem    chan struct{}
 
-	bad, dropped, limited atomic.Uint64
+	bad, dropped, limited, relayRefused atomic.Uint64
 }
 
 // New validates cfg, loads the leases and binds the socket.
@@ -192,6 +201,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	for _, r := range cfg.Ranges {
 		if err := r.Validate(); err != nil {
 			return nil, err
+		}
+	}
+	for _, p := range cfg.RelayFrom {
+		if !p.IsValid() || !p.Addr().Is6() || p.Addr().Is4In6() {
+			return nil, fmt.Errorf("dhcp6: relay source %s is not an IPv6 prefix", p)
 		}
 	}
 	if cfg.Logger == nil {
@@ -313,11 +327,14 @@ type Counters struct {
 	Overloaded uint64
 	// Limited: packets over their client's budget.
 	Limited uint64
+	// RelayRefused: Relay-Forward messages from a source outside
+	// Config.RelayFrom.
+	RelayRefused uint64
 }
 
 // Counters returns the drop counters so far.
 func (s *Server) Counters() Counters {
-	return Counters{Malformed: s.bad.Load(), Overloaded: s.dropped.Load(), Limited: s.limited.Load()}
+	return Counters{Malformed: s.bad.Load(), Overloaded: s.dropped.Load(), Limited: s.limited.Load(), RelayRefused: s.relayRefused.Load()}
 }
 
 // LeaseHolder returns the MAC holding a live lease on addr (boot/http's

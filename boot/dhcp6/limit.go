@@ -19,6 +19,7 @@ const (
 	logInventory  = "inventory"
 	logStore      = "lease-not-stored"
 	logDecline    = "decline"
+	logRelay      = "relay-refused"
 )
 
 // logLimiter writes at most one line per kind per interval; the next line

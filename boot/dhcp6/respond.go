@@ -19,6 +19,10 @@ import (
 // maxIAs bounds the IA_NA options one message is answered for.
 const maxIAs = 4
 
+// maxBindTries bounds the addresses one IA_NA's binding tries when the
+// store refuses them (a fleet's appliances racing for one address).
+const maxBindTries = 4
+
 // maxDUID is RFC 8415's bound on a DUID (128 octets) plus its type.
 const maxDUID = 130
 
@@ -35,51 +39,76 @@ type request struct {
 	mac    string
 	key    string // hex DUID, for budgets and leases
 	duid   dhcpv6.DUID
+	// typ and outcome label the datagram for Observer.
+	typ, outcome string
 }
 
 // Respond decides the answer to one datagram from peer: the bytes to send
 // and where (ok false: stay silent). Malformed packets are counted and
 // logged (rate-limited). It is safe for concurrent use.
 func (s *Server) Respond(ctx context.Context, b []byte, peer netip.AddrPort) (out []byte, dst netip.AddrPort, ok bool) {
+	req := request{peer: peer, typ: "other", outcome: OutcomeIgnored}
+	out, dst, ok = s.respond(ctx, b, &req)
+	s.observe(req.typ, req.outcome)
+	return out, dst, ok
+}
+
+func (s *Server) respond(ctx context.Context, b []byte, req *request) (out []byte, dst netip.AddrPort, ok bool) {
+	peer := req.peer
 	if len(b) > MaxPacket {
-		s.malformed(peer, "oversized packet", len(b))
+		s.malformed(req, "oversized packet", len(b))
 		return nil, dst, false
 	}
 	d, err := dhcpv6.FromBytes(b)
 	if err != nil {
-		s.malformed(peer, "does not parse", len(b))
+		s.malformed(req, "does not parse", len(b))
 		return nil, dst, false
 	}
-	req := request{peer: peer}
+	if d.IsRelay() {
+		req.typ = MessageTypeName(dhcpv6.MessageTypeRelayForward)
+		if !s.allowedRelay(peer) {
+			s.relayRefused.Add(1)
+			req.outcome = OutcomeRelayRefused
+			s.warn.Warn(logRelay, "DHCPv6 Relay-Forward from a source that is not an allowed relay (--dhcp6-relay-from): dropped", "peer", peer.String())
+			return nil, dst, false
+		}
+	}
 	for d.IsRelay() {
 		r, _ := d.(*dhcpv6.RelayMessage)
 		if r == nil || r.MessageType != dhcpv6.MessageTypeRelayForward {
-			s.malformed(peer, "relay message that is not a Relay-Forward", len(b))
+			s.malformed(req, "relay message that is not a Relay-Forward", len(b))
 			return nil, dst, false
 		}
 		if len(req.relays) >= MaxHops || r.HopCount >= MaxHops {
-			s.malformed(peer, "relay hop count over "+strconv.Itoa(MaxHops), len(b))
+			s.malformed(req, "relay hop count over "+strconv.Itoa(MaxHops), len(b))
 			return nil, dst, false
 		}
 		req.relays = append(req.relays, r)
 		if d = r.Options.RelayMessage(); d == nil {
-			s.malformed(peer, "Relay-Forward without a relay message", len(b))
+			s.malformed(req, "Relay-Forward without a relay message", len(b))
 			return nil, dst, false
 		}
 	}
 	m, _ := d.(*dhcpv6.Message)
 	if m == nil {
-		s.malformed(peer, "no client message", len(b))
+		s.malformed(req, "no client message", len(b))
 		return nil, dst, false
 	}
+	req.typ = MessageTypeName(m.MessageType)
 	var found bool
 	if req.r, found = s.rangeFor(req.relays); !found {
+		req.outcome = OutcomeNoRange
 		s.warn.Warn(logNoAddrs, "DHCPv6 request from a link no range serves", "peer", peer.String(), "link", linkOf(req.relays))
 		return nil, dst, false
 	}
-	rep := s.handle(ctx, m, &req)
+	rep := s.handle(ctx, m, req)
 	if rep == nil {
 		return nil, dst, false
+	}
+	if rep.MessageType == dhcpv6.MessageTypeAdvertise {
+		req.outcome = OutcomeAdvertise
+	} else {
+		req.outcome = OutcomeReply
 	}
 	var msg dhcpv6.DHCPv6 = rep
 	for i := len(req.relays) - 1; i >= 0; i-- {
@@ -127,9 +156,10 @@ func (s *Server) rangeFor(relays []*dhcpv6.RelayMessage) (Range, bool) {
 	return Range{}, false
 }
 
-func (s *Server) malformed(peer netip.AddrPort, why string, n int) {
+func (s *Server) malformed(req *request, why string, n int) {
 	s.bad.Add(1)
-	s.warn.Warn(logMalformed, "dropping malformed DHCPv6 packet", "peer", peer.String(), "reason", why, "bytes", n)
+	req.outcome = OutcomeMalformed
+	s.warn.Warn(logMalformed, "dropping malformed DHCPv6 packet", "peer", req.peer.String(), "reason", why, "bytes", n)
 }
 
 // macOf is the client's MAC: from a DUID-LL/LLT of an Ethernet address,
@@ -173,19 +203,19 @@ func (s *Server) handle(ctx context.Context, m *dhcpv6.Message, req *request) *d
 	case dhcpv6.MessageTypeSolicit, dhcpv6.MessageTypeRequest, dhcpv6.MessageTypeConfirm, dhcpv6.MessageTypeRenew,
 		dhcpv6.MessageTypeRebind, dhcpv6.MessageTypeRelease, dhcpv6.MessageTypeDecline, dhcpv6.MessageTypeInformationRequest:
 	default:
-		s.malformed(req.peer, "not a client message: "+t.String(), 0)
+		s.malformed(req, "not a client message: "+t.String(), 0)
 		return nil
 	}
 	req.duid = m.Options.ClientID()
 	if req.duid != nil {
 		raw := req.duid.ToBytes()
 		if len(raw) > maxDUID {
-			s.malformed(req.peer, "client DUID over 128 octets", len(raw))
+			s.malformed(req, "client DUID over 128 octets", len(raw))
 			return nil
 		}
 		req.key = hex.EncodeToString(raw)
 	} else if t != dhcpv6.MessageTypeInformationRequest {
-		s.malformed(req.peer, t.String()+" without a client identifier", 0)
+		s.malformed(req, t.String()+" without a client identifier", 0)
 		return nil
 	}
 	// RFC 8415 §16: which messages must and must not name a server.
@@ -210,6 +240,7 @@ func (s *Server) handle(ctx context.Context, m *dhcpv6.Message, req *request) *d
 	}
 	if !s.rates.take(budget) {
 		s.limited.Add(1)
+		req.outcome = OutcomeOverBudget
 		s.warn.Warn(logLimited, "DHCPv6 client over its packet budget: dropped", "peer", req.peer.String(), "duid", trim(req.key))
 		return nil
 	}
@@ -315,8 +346,14 @@ func (s *Server) assign(ctx context.Context, req *request, rep *dhcpv6.Message, 
 	for _, ia := range ias(req.m) {
 		l := s.lease(req, ia.IaId)
 		ip, err := s.leases.Pick(l.Key, req.r)
-		if err == nil && commit {
-			err = s.leases.Bind(ctx, ip, l, valid)
+		// A binding that loses its compare-and-swap (another appliance
+		// of a fleet wrote the address first; memory now knows it) is
+		// tried again on the next free address, a few times.
+		for try := 0; err == nil && commit; try++ {
+			if err = s.leases.Bind(ctx, ip, l, valid); !errors.Is(err, ErrTaken) || try == maxBindTries-1 {
+				break
+			}
+			ip, err = s.leases.Pick(l.Key, req.r)
 		}
 		if err != nil {
 			if !errors.Is(err, ErrExhausted) && !errors.Is(err, ErrTaken) {

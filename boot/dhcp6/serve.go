@@ -68,6 +68,7 @@ func (s *Server) Run(ctx context.Context) error {
 		case s.sem <- struct{}{}:
 		default:
 			s.dropped.Add(1)
+			s.observe("other", OutcomeOverload)
 			s.warn.Warn(logOverloaded, "DHCPv6 handlers all busy: packet dropped", "max_in_flight", s.cfg.MaxInFlight)
 			continue
 		}
@@ -86,6 +87,7 @@ func (s *Server) Run(ctx context.Context) error {
 				dst = netip.AddrPortFrom(dst.Addr().WithZone(s.cfg.Interface), dst.Port())
 			}
 			if _, err := s.conn.WriteTo(out, net.UDPAddrFromAddrPort(dst)); err != nil {
+				s.observe("other", OutcomeNotSent)
 				s.warn.Warn(logNotSent, "DHCPv6 reply not sent", "dst", dst.String(), "err", err)
 			}
 		}()

@@ -26,6 +26,7 @@ func addBootFlags(groups *flagGroups, sf *serveFlags) {
 	d.StringArrayVar(&c.DHCPRelayRanges, "dhcp-relay-range", nil, "full mode: pool for a relayed segment SUBNET=START-END[@ROUTER], repeatable (env CORRAL_DHCP_RELAY_RANGE, comma-separated)")
 	d.StringVar(&c.DHCP6Range, "dhcp6-range", "", "DHCPv6: local IPv6 pool START-END[/BITS] (stateful, with PXEv6/HTTPv6 boot URLs); without an IPv4 address on the boot interface the appliance is IPv6-only (env CORRAL_DHCP6_RANGE)")
 	d.StringArrayVar(&c.DHCP6RelayRanges, "dhcp6-relay-range", nil, "DHCPv6: pool for a relayed IPv6 link PREFIX=START-END, repeatable (env CORRAL_DHCP6_RELAY_RANGE, comma-separated)")
+	d.StringSliceVar(&c.DHCP6RelayFrom, "dhcp6-relay-from", nil, "DHCPv6: prefix or address the relays' Relay-Forward messages may come from, repeatable; others are dropped and counted (default: from anywhere) (env CORRAL_DHCP6_RELAY_FROM)")
 	d.StringSliceVar(&c.DHCP6DNS, "dhcp6-dns", nil, "DHCPv6: DNS server (option 23), repeatable (env CORRAL_DHCP6_DNS)")
 	d.DurationVar(&c.DHCP6LeaseTime, "dhcp6-lease-time", 0, "DHCPv6: valid lifetime of a lease (default 1h) (env CORRAL_DHCP6_LEASE_TIME)")
 	f.DurationVar(&c.RARouterLifetime, "ra-router-lifetime", 0, "router lifetime of the IPv6 router advertisements (0: not a default router; at most 2h30m) (env CORRAL_RA_ROUTER_LIFETIME)")
