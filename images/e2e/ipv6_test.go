@@ -22,10 +22,11 @@ func TestPXEv6Discovery(t *testing.T) {
 	need(t, "ip", "qemu-system-x86_64", ovmfCode, ovmfVars)
 	image(t)
 	l := newLab(t)
-	// No IPv4 on the segment: the bridge keeps only a unique-local
-	// address (no DAD, so it is usable at once).
+	// No IPv4 on the segment: the bridge keeps its link-local address
+	// (DHCPv6 answers from it) and a unique-local one (no DAD, so it is
+	// usable at once).
 	prefix := fmt.Sprintf("fd79:%s::", l.id[:4])
-	l.ipn("addr", "flush", "dev", l.bridge)
+	l.ipn("addr", "del", l.subnet+".1/24", "dev", l.bridge)
 	l.ipn("addr", "add", prefix+"1/64", "dev", l.bridge, "nodad")
 	data := filepath.Join(l.dir, "data")
 	if out, err := exec.Command(filepath.Join(binDir, "corrald"), "images", "build", "--data-dir", data,
