@@ -43,7 +43,7 @@ func TestSecureBootDiscovery(t *testing.T) {
 	need(t, "ip", "qemu-system-x86_64", ovmfSecbootCode, ovmfMSVars, shimSigned, grubNetSigned)
 	image(t)
 	l := newLab(t)
-	t.Logf("lab namespace %s", l.ns)
+	t.Logf("lab namespace %s (corrald and the VM run in it)", l.ns)
 	data := filepath.Join(l.dir, "data")
 	out, err := exec.Command(filepath.Join(binDir, "corrald"), "images", "build", "--data-dir", data,
 		"--image-cache", imageCache(), "--source", srcDir).CombinedOutput()
@@ -67,12 +67,11 @@ func TestSecureBootDiscovery(t *testing.T) {
 	const sbSerial = "SN-E2E-SB"
 	mac := fmt.Sprintf("52:54:00:%s:%s:5b", l.id[:2], l.id[2:4])
 	tap := l.tap("s" + l.id[:4])
-	args := append(qemuBase(memoryMB, cpus)[:1], append([]string{"-machine", "q35,smm=on",
+	args := append(qemuBase(memoryMB, cpus), "-machine", "q35,smm=on",
 		"-global", "driver=cfi.pflash01,property=secure,value=on",
-		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=" + ovmfSecbootCode,
-		"-drive", "if=pflash,format=raw,unit=1,file=" + vars},
-		qemuBase(memoryMB, cpus)[1:]...)...)
-	args = append(args, "-boot", "n", "-netdev", "tap,id=n0,ifname="+tap+",script=no,downscript=no",
+		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+ovmfSecbootCode,
+		"-drive", "if=pflash,format=raw,unit=1,file="+vars,
+		"-boot", "n", "-netdev", "tap,id=n0,ifname="+tap+",script=no,downscript=no",
 		"-device", "virtio-net-pci,netdev=n0,romfile=,mac="+mac,
 		"-smbios", "type=1,serial="+sbSerial+",manufacturer=Corral Lab,product=Secure Box")
 	t0 := time.Now()
