@@ -41,7 +41,9 @@ type timelineEntry struct {
 // for the MAC. The agent registers the machine (INVENTORIED) and reports
 // Secure Boot on and the kernel locked down (integrity); `corral describe
 // machine` and the registration on the timeline say so, and the timeline
-// holds the grub-config entry. The tampered-kernel refusal is
+// holds the grub-config entry. Accepted, the machine's locked-down agent
+// installs and hands over to the hypervisor image with kexec_file_load,
+// and the node brings it to DEPLOYED. The tampered-kernel refusal is
 // boot/e2e's TestSecureBootChain.
 func TestSecureBootDiscovery(t *testing.T) {
 	need(t, "ip", "qemu-system-x86_64", ovmfSecbootCode, ovmfMSVars, shimSigned, grubNetSigned)
@@ -135,8 +137,7 @@ func TestSecureBootDiscovery(t *testing.T) {
 	// Accepted, the locked-down discovery agent installs and hands over
 	// to the hypervisor image by kexec: under lockdown only
 	// kexec_file_load, which the kernel allows because the image's
-	// kernel carries Debian's signature (verified against the keys shim
-	// passed on).
+	// kernel carries Debian's signature.
 	t1 := time.Now()
 	if out, err := c.cli("machine", "accept", m.Name); err != nil {
 		t.Fatalf("corral machine accept: %v\n%s", err, out)
