@@ -26,6 +26,12 @@
 //     installed corrald, as the corral user with only the unit's
 //     capabilities, refuses a tampered images archive, imports the packaged
 //     one and PXE-boots a QEMU machine to INVENTORIED.
+//   - TestSecureBootDiscovery: `corrald serve --secure-boot`; OVMF's
+//     Secure Boot firmware with Microsoft's keys PXE-boots shim → signed
+//     GRUB → the image's signed Debian kernel to INVENTORIED (facts,
+//     describe and timeline say Secure Boot on, lockdown integrity), then,
+//     accepted, the agent hands over to the hypervisor image with
+//     kexec_file_load and the machine is DEPLOYED.
 //
 // The images are built once per run into CORRAL_IMAGE_CACHE (default
 // /var/cache/corral/discovery) and reused while its inputs are unchanged.

@@ -342,6 +342,8 @@ type machine struct {
 			MAC         string `json:"mac"`
 		} `json:"bmc"`
 		MissingDrivers []json.RawMessage `json:"missing_drivers"`
+		SecureBoot     string            `json:"secure_boot"`
+		Lockdown       string            `json:"lockdown"`
 	} `json:"facts"`
 }
 
