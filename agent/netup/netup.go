@@ -64,7 +64,7 @@ type Config struct {
 	// prefix on the link.
 	IPv6    bool
 	Console io.Writer
-	Logger       *slog.Logger
+	Logger  *slog.Logger
 }
 
 // Lease is the configured address.
