@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -71,6 +72,11 @@ func Collect(ctx context.Context, opts Options) (*inventoryv1.Facts, error) {
 		{"kernel", func() error {
 			b, err := os.ReadFile(opts.path("proc/sys/kernel/osrelease"))
 			f.Kernel = strings.TrimSpace(string(b))
+			if opts.Root == "" {
+				// The live machine's: the agent runs as its
+				// architecture (a captured fixture root has none).
+				f.Architecture = runtime.GOARCH
+			}
 			return err
 		}},
 	}

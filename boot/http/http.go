@@ -189,7 +189,7 @@ type Observer interface {
 
 // Route classes given to Observer.
 const (
-	RouteScript  = "script"   // /boot.ipxe
+	RouteScript  = "script"   // /boot.ipxe, /boot.grub
 	RouteImage   = "image"    // /images/<name>
 	RouteOSImage = "os-image" // /os-images/<sha256> and /os-images/<sha256>/raw
 	RouteOther   = "other"    // anything else (404)
@@ -275,7 +275,24 @@ func (s *Server) Run(ctx context.Context) error {
 	return nil
 }
 
-// ServeHTTP routes /boot.ipxe and /images/<name>; everything else is 404.
+// GRUBPath is the per-machine GRUB config of arm64 machines (the URL
+// boot/dhcp sends them in option 17).
+const GRUBPath = "/boot.grub"
+
+// localHostPort is the address r arrived on, as host:port: GRUB's http
+// module fetches the kernel from there (its Host header may lack the
+// port).
+func localHostPort(r *http.Request) string {
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+			return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).String()
+		}
+	}
+	return r.Host
+}
+
+// ServeHTTP routes /boot.ipxe, /boot.grub and /images/<name>; everything
+// else is 404.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	route := RouteOther
 	if s.cfg.Observer != nil {
@@ -288,7 +305,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}()
 	}
 	switch {
-	case r.URL.Path == "/boot.ipxe":
+	case r.URL.Path == "/boot.ipxe" || r.URL.Path == GRUBPath:
 		route = RouteScript
 		s.script(w, r)
 	case strings.HasPrefix(r.URL.Path, "/images/"):
@@ -348,6 +365,42 @@ var scriptText string
 
 var scriptTmpl = template.Must(template.New("script").Parse(scriptText))
 
+//go:embed script.grub.tmpl
+var grubText string
+
+// grubTmpl is the arm64 GRUB config: every value in single quotes (GRUB's
+// script neither expands nor globs inside them), a quote inside as '\''.
+var grubTmpl = template.Must(template.New("grub").Funcs(template.FuncMap{
+	"q": grubQuote,
+	"words": func(s string) string {
+		f := strings.Fields(s)
+		for i := range f {
+			f[i] = grubQuote(f[i])
+		}
+		return strings.Join(f, " ")
+	},
+}).Parse(grubText))
+
+func grubQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// RenderGRUB renders the arm64 GRUB config for d (d.Host set). It fails
+// as RenderScript does.
+func RenderGRUB(d ScriptData) ([]byte, error) {
+	if len(d.Cmdline) >= cmdline.MaxLen {
+		return nil, fmt.Errorf("kernel command line is %d bytes, limit %d", len(d.Cmdline), cmdline.MaxLen)
+	}
+	var b bytes.Buffer
+	if err := grubTmpl.Execute(&b, d); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// ARM64KernelArgs follow Config.KernelArgs on an arm64 machine's command
+// line: the last console= is /dev/console, and arm64's first serial port
+// (PL011, SBSA) is ttyAMA0.
+const ARM64KernelArgs = "console=ttyAMA0,115200"
+
 // ScriptData is what the script template sees.
 type ScriptData struct {
 	Intent  string // discover, local, hypervisor
@@ -359,6 +412,10 @@ type ScriptData struct {
 	Overlay string // a second initrd's catalog name (commissioning), or ""
 	Cmdline string // everything after the kernel URL
 	Problem string // set when the intent cannot be served: echoed, then exit
+	// Arch is "arm64" for GRUB's arm64 config (/boot.grub), else "".
+	Arch string
+	// Host is the host:port GRUB's http module fetches from (arm64).
+	Host string
 }
 
 // RenderScript renders the iPXE script for d. It fails when the kernel
@@ -431,10 +488,21 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 		name, intent = m.GetName(), m.GetBootIntent()
 	}
 	d := ScriptData{Intent: intentName(intent), Machine: name, MAC: mac, Base: "http://" + r.Host}
+	if r.URL.Path == GRUBPath {
+		d.Arch, d.Host = "arm64", localHostPort(r)
+	}
 	mode := ""
-	switch intent {
-	case inventoryv1.BootIntent_BOOT_INTENT_LOCAL:
-	case inventoryv1.BootIntent_BOOT_INTENT_HYPERVISOR:
+	switch {
+	case intent == inventoryv1.BootIntent_BOOT_INTENT_LOCAL:
+	case d.Arch == "arm64" && intent == inventoryv1.BootIntent_BOOT_INTENT_HYPERVISOR:
+		d.Problem = "the hypervisor image is built for amd64 only; booting the local disk"
+	case d.Arch == "arm64":
+		d.Kernel, d.Initrd = images.ARM64Kernel, images.ARM64Initrd
+		if !s.cfg.Catalog.Has(d.Kernel) || !s.cfg.Catalog.Has(d.Initrd) {
+			d.Kernel, d.Initrd = "", ""
+			d.Problem = "the catalog has no arm64 discovery image (run corrald images build --arch arm64)"
+		}
+	case intent == inventoryv1.BootIntent_BOOT_INTENT_HYPERVISOR:
 		d.Kernel, d.Initrd, mode = images.DiscoverKernel, images.HypervisorInitrd, cmdline.ModeHypervisor
 		if !s.cfg.Catalog.Has(d.Kernel) || !s.cfg.Catalog.Has(d.Initrd) {
 			d.Kernel, d.Initrd = "", ""
@@ -474,7 +542,11 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	body, err := RenderScript(d)
+	render := RenderScript
+	if d.Arch == "arm64" {
+		render = RenderGRUB
+	}
+	body, err := render(d)
 	if err != nil {
 		s.refuse(w, r, mac, http.StatusInternalServerError, "render script: "+err.Error())
 		return
@@ -500,6 +572,10 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 		attrs["endpoints_left_out"] = strconv.Itoa(leftOut)
 	}
 	detail := "rendered " + d.Intent + " script"
+	if d.Arch != "" {
+		attrs["arch"] = d.Arch
+		detail = "rendered " + d.Intent + " GRUB config (" + d.Arch + ")"
+	}
 	if d.Problem != "" {
 		detail += ": " + d.Problem
 		attrs["problem"] = d.Problem
@@ -525,7 +601,13 @@ func (s *Server) cmdline(r *http.Request, d ScriptData, token, mode string) (lin
 			if d.Overlay != "" {
 				initrds += " initrd=" + d.Overlay
 			}
-			line = strings.Join([]string{initrds, corral, s.cfg.KernelArgs}, " ")
+			parts := []string{initrds, corral, s.cfg.KernelArgs}
+			if d.Arch == "arm64" {
+				// GRUB hands the initrd over itself; an initrd= would
+				// make the arm64 EFI stub look for a file of that name.
+				parts = []string{corral, s.cfg.KernelArgs, ARM64KernelArgs}
+			}
+			line = strings.Join(parts, " ")
 			if len(line) < cmdline.MaxLen {
 				return line, eps, left, nil
 			}

@@ -56,7 +56,8 @@ type Config struct {
 	Listen string
 	// Conn, when set, is used instead of listening on Listen.
 	Conn net.PacketConn
-	// Catalog supplies the files; only KindIPXE artifacts are served.
+	// Catalog supplies the files; only KindIPXE and KindLoader (first
+	// stage) artifacts are served.
 	Catalog Catalog
 	// Timeline and MACs are optional.
 	Timeline Recorder
@@ -260,7 +261,7 @@ func CheckName(name string, c Catalog) (string, error) {
 		}
 	}
 	a, ok := c.Lookup(name)
-	if !ok || a.Kind != images.KindIPXE || a.Name != name {
+	if !ok || (a.Kind != images.KindIPXE && a.Kind != images.KindLoader) || a.Name != name {
 		return "", fmt.Errorf("%w: %q is not an iPXE binary of the catalog", ErrRefused, name)
 	}
 	return a.Name, nil

@@ -342,6 +342,8 @@ type machine struct {
 			MAC         string `json:"mac"`
 		} `json:"bmc"`
 		MissingDrivers []json.RawMessage `json:"missing_drivers"`
+		Kernel         string            `json:"kernel"`
+		Architecture   string            `json:"architecture"`
 	} `json:"facts"`
 }
 

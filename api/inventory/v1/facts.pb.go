@@ -37,8 +37,11 @@ type Facts struct {
 	// missing_drivers lists PCI devices that no loaded module claimed.
 	MissingDrivers []*Facts_PciDevice `protobuf:"bytes,11,rep,name=missing_drivers,json=missingDrivers,proto3" json:"missing_drivers,omitempty"`
 	Kernel         string             `protobuf:"bytes,12,opt,name=kernel,proto3" json:"kernel,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// architecture is the machine's CPU architecture as Go and Debian name
+	// it ("amd64", "arm64"): the one the reporting agent runs as.
+	Architecture  string `protobuf:"bytes,13,opt,name=architecture,proto3" json:"architecture,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Facts) Reset() {
@@ -151,6 +154,13 @@ func (x *Facts) GetMissingDrivers() []*Facts_PciDevice {
 func (x *Facts) GetKernel() string {
 	if x != nil {
 		return x.Kernel
+	}
+	return ""
+}
+
+func (x *Facts) GetArchitecture() string {
+	if x != nil {
+		return x.Architecture
 	}
 	return ""
 }
@@ -1041,7 +1051,7 @@ var File_api_inventory_v1_facts_proto protoreflect.FileDescriptor
 
 const file_api_inventory_v1_facts_proto_rawDesc = "" +
 	"\n" +
-	"\x1capi/inventory/v1/facts.proto\x12\x13corral.inventory.v1\"\xff\x12\n" +
+	"\x1capi/inventory/v1/facts.proto\x12\x13corral.inventory.v1\"\xa3\x13\n" +
 	"\x05Facts\x129\n" +
 	"\x06system\x18\x01 \x01(\v2!.corral.inventory.v1.Facts.SystemR\x06system\x12>\n" +
 	"\tbaseboard\x18\x02 \x01(\v2 .corral.inventory.v1.Facts.BoardR\tbaseboard\x12:\n" +
@@ -1056,7 +1066,8 @@ const file_api_inventory_v1_facts_proto_rawDesc = "" +
 	"\x03bmc\x18\n" +
 	" \x01(\v2!.corral.inventory.v1.Facts.BmcLanR\x03bmc\x12M\n" +
 	"\x0fmissing_drivers\x18\v \x03(\v2$.corral.inventory.v1.Facts.PciDeviceR\x0emissingDrivers\x12\x16\n" +
-	"\x06kernel\x18\f \x01(\tR\x06kernel\x1a\xaa\x01\n" +
+	"\x06kernel\x18\f \x01(\tR\x06kernel\x12\"\n" +
+	"\farchitecture\x18\r \x01(\tR\farchitecture\x1a\xaa\x01\n" +
 	"\x06System\x12\x16\n" +
 	"\x06vendor\x18\x01 \x01(\tR\x06vendor\x12\x18\n" +
 	"\aproduct\x18\x02 \x01(\tR\aproduct\x12\x18\n" +
