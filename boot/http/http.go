@@ -369,7 +369,8 @@ var scriptTmpl = template.Must(template.New("script").Parse(scriptText))
 var grubText string
 
 // grubTmpl is the arm64 GRUB config: every value in single quotes (GRUB's
-// script neither expands nor globs inside them), a quote inside as '\”.
+// script neither expands nor globs inside them); a quote inside closes
+// the quotes, is escaped with a backslash, and opens them again.
 var grubTmpl = template.Must(template.New("grub").Funcs(template.FuncMap{
 	"q": grubQuote,
 	"words": func(s string) string {
