@@ -55,6 +55,11 @@ type BootConfig struct {
 	// fetch the iPXE binary from (dhcp.Config.HTTPBootBase; default this
 	// appliance's boot HTTP).
 	HTTPBootBase string
+	// SecureBoot serves x64 UEFI firmware PXE clients the signed chain
+	// (Debian's shim → Debian's network GRUB → the signed kernel, over
+	// TFTP) instead of iPXE (docs/architecture.md, "Secure Boot"). The
+	// catalog must hold both loaders and TFTP must be on.
+	SecureBoot bool
 	// RA answers IPv6 router solicitations with lifetime 0 (default on;
 	// set NoRA to disable); with DHCPv6 on it sets the managed and other
 	// flags and advertises the local DHCPv6 prefix on-link.
@@ -146,6 +151,9 @@ func (s *Server) initBoot() error {
 		return err
 	}
 	icfg := images.Config{Dir: filepath.Join(s.cfg.DataDir, ImagesDir), IPXEDirs: bc.IPXEDirs, Kernel: bc.Kernel, Initrd: bc.Initrd, HypervisorInitrd: bc.HypervisorInitrd}
+	if bc.SecureBoot {
+		icfg.LoaderFiles = images.DebianLoaderFiles
+	}
 	if s.cfg.Store.Kind == StoreEtcd {
 		// In a fleet every appliance serves every boot: publish what this
 		// one built, fetch what the fleet's manifest names and this one
@@ -158,6 +166,14 @@ func (s *Server) initBoot() error {
 	}
 	for _, a := range cat.List() {
 		s.log.Debug("catalog", "file", a.Name, "kind", string(a.Kind), "bytes", a.Size, "sha256", a.SHA256)
+	}
+	if bc.SecureBoot {
+		if !cat.Has(images.ShimX64EFI) || !cat.Has(images.GrubX64EFI) {
+			return fmt.Errorf("--secure-boot: the catalog has no %s and %s (install Debian's shim-signed and grub-efi-amd64-signed)", images.ShimX64EFI, images.GrubX64EFI)
+		}
+		if bc.TFTPListen == "off" {
+			return errors.New("--secure-boot needs TFTP (--tftp-listen): the signed GRUB fetches its configuration, kernel and initramfs over TFTP")
+		}
 	}
 	if !cat.Has(images.HypervisorInitrd) {
 		s.log.Warn("the catalog has no hypervisor image: machines with the hypervisor intent boot their local disk (run corrald images build)")
@@ -224,7 +240,7 @@ func (s *Server) initBoot() error {
 	if mode != dhcp.ModeOff {
 		ds, err = dhcp.New(context.Background(), dhcp.Config{
 			Mode: mode, Interface: bc.Interface, ServerIP: serverIP, Ranges: ranges, Alone: s.cfg.Store.Kind != StoreEtcd, LeaseTime: bc.DHCPLeaseTime, DeclineQuarantine: bc.DHCPDeclineQuarantine,
-			HTTPBase: httpBase, HTTPBootBase: bc.HTTPBootBase, Catalog: cat, Store: s.store, Inventory: s.inv, Timeline: s.inv,
+			HTTPBase: httpBase, HTTPBootBase: bc.HTTPBootBase, SecureBoot: bc.SecureBoot, Catalog: cat, Store: s.store, Inventory: s.inv, Timeline: s.inv,
 			Logger: s.log.With("component", "dhcp"), Observer: s.obs.DHCP(), Balance: s.dhcpBalance(mode, ranges),
 		})
 		if err != nil {
@@ -269,6 +285,9 @@ func (s *Server) initBoot() error {
 		tc := tftp.Config{Listen: l, Catalog: cat, Timeline: s.inv, Logger: s.log.With("component", "tftp"), Limits: s.cfg.Limits.TFTP, Observer: s.obs.TFTP()}
 		if ds != nil {
 			tc.MACs = ds
+		}
+		if bc.SecureBoot {
+			tc.Grub, tc.ServerIP = hs, serverIP
 		}
 		ts, err := tftp.New(tc)
 		if err != nil {

@@ -24,8 +24,10 @@ const (
 	KindKernel Kind = "kernel"
 	// KindInitrd is an initramfs served over HTTP.
 	KindInitrd Kind = "initrd"
-	// KindLoader is a first-stage boot loader other than iPXE (GRUB's
-	// arm64 network image), served over TFTP and HTTP like KindIPXE.
+	// KindLoader is a first-stage loader other than iPXE: the Secure
+	// Boot chain's signed shim and GRUB (served over TFTP only with the
+	// chain on) and GRUB's arm64 network image (served over TFTP and
+	// HTTP like KindIPXE).
 	KindLoader Kind = "loader"
 )
 
@@ -36,6 +38,12 @@ const (
 	IPXEEFI      = "ipxe.efi"      // x86-64 UEFI
 	SNPOnlyEFI   = "snponly.efi"   // x86-64 UEFI through the firmware's SNP
 	SNPArm64EFI  = "snp-arm64.efi" // arm64 UEFI (when shipped)
+	// ShimX64EFI and GrubX64EFI are the Secure Boot chain's loaders:
+	// Debian's shim signed by Microsoft's UEFI CA, and Debian's signed
+	// network GRUB under the name shim loads next (docs/architecture.md,
+	// "Secure Boot").
+	ShimX64EFI = "shimx64.efi"
+	GrubX64EFI = "grubx64.efi"
 	// DiscoverKernel and DiscoverInitrd are the discover profile's kernel
 	// and initramfs.
 	DiscoverKernel = "vmlinuz"
@@ -75,6 +83,15 @@ type Source struct {
 // DebianIPXEDirs are where Debian's ipxe package puts its binaries.
 var DebianIPXEDirs = []string{"/usr/lib/ipxe", "/boot"}
 
+// DebianLoaderFiles are where Debian's shim-signed and
+// grub-efi-amd64-signed packages put the Secure Boot chain's loaders, by
+// catalog name: shim signed by Microsoft, and grubnetx64 (GRUB's network
+// image, signed by Debian) served as the grubx64.efi shim asks for.
+var DebianLoaderFiles = map[string]string{
+	ShimX64EFI: "/usr/lib/shim/shimx64.efi.signed",
+	GrubX64EFI: "/usr/lib/grub/x86_64-efi-signed/grubnetx64.efi.signed",
+}
+
 // Config says what the catalog holds.
 type Config struct {
 	// Dir is the catalog directory (created; files are copied into it).
@@ -82,6 +99,10 @@ type Config struct {
 	// IPXEDirs are searched for the iPXE binaries (default: Dir's
 	// ImportedIPXEDir, then DebianIPXEDirs).
 	IPXEDirs []string
+	// LoaderFiles are the signed Secure Boot loaders to copy, by catalog
+	// name (ShimX64EFI, GrubX64EFI; corrald's --secure-boot gives
+	// DebianLoaderFiles). Nil or a missing file: the catalog has none.
+	LoaderFiles map[string]string
 	// Kernel and Initrd are the discover profile's files; empty means the
 	// built-in test stand-ins: Debian's ipxe.lkrn (a bzImage) as the
 	// kernel and a small generated initramfs.
@@ -139,6 +160,13 @@ func Open(cfg Config) (*Catalog, error) {
 		{Name: IPXEEFI, Kind: KindIPXE, Candidates: in(IPXEEFI)},
 		{Name: SNPOnlyEFI, Kind: KindIPXE, Candidates: in(SNPOnlyEFI)},
 		{Name: SNPArm64EFI, Kind: KindIPXE, Candidates: in(SNPArm64EFI)},
+	}
+	for _, n := range []string{ShimX64EFI, GrubX64EFI} {
+		var cand []string
+		if f := cfg.LoaderFiles[n]; f != "" {
+			cand = []string{f}
+		}
+		srcs = append(srcs, Source{Name: n, Kind: KindLoader, Candidates: cand})
 	}
 	kernel := Source{Name: DiscoverKernel, Kind: KindKernel, Candidates: in("ipxe.lkrn")}
 	if cfg.Kernel != "" {

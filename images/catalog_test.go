@@ -97,3 +97,32 @@ func TestTestInitramfsIsNewc(t *testing.T) {
 		t.Fatalf("not a newc archive: %q", b.Bytes()[:min(b.Len(), 120)])
 	}
 }
+
+// TestOpenLoaders: the Secure Boot loaders are copied under the names
+// shim and DHCP use, as KindLoader, only when named.
+func TestOpenLoaders(t *testing.T) {
+	src := fakeIPXEDir(t)
+	shim, grub := filepath.Join(src, "shimx64.efi.signed"), filepath.Join(src, "grubnetx64.efi.signed")
+	os.WriteFile(shim, []byte("shim"), 0o644)
+	os.WriteFile(grub, []byte("grub"), 0o644)
+	c, err := Open(Config{Dir: t.TempDir(), IPXEDirs: []string{src}, LoaderFiles: map[string]string{ShimX64EFI: shim, GrubX64EFI: grub}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n, want := range map[string]string{ShimX64EFI: "shim", GrubX64EFI: "grub"} {
+		a, ok := c.Lookup(n)
+		if !ok || a.Kind != KindLoader || KindOf(n) != KindLoader {
+			t.Fatalf("%s: %+v %v", n, a, ok)
+		}
+		if b, _ := os.ReadFile(a.Path); string(b) != want {
+			t.Errorf("%s = %q", n, b)
+		}
+	}
+	c, err = Open(Config{Dir: t.TempDir(), IPXEDirs: []string{src}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Has(ShimX64EFI) || c.Has(GrubX64EFI) {
+		t.Error("loaders in a catalog that named none")
+	}
+}

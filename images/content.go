@@ -49,7 +49,7 @@ func KindOf(name string) Kind {
 	switch name {
 	case UndionlyKPXE, IPXEPXE, IPXEEFI, SNPOnlyEFI, SNPArm64EFI:
 		return KindIPXE
-	case GRUBARM64EFI:
+	case ShimX64EFI, GrubX64EFI, GRUBARM64EFI:
 		return KindLoader
 	case DiscoverKernel, ARM64Kernel:
 		return KindKernel

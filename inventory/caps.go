@@ -118,6 +118,14 @@ func (c FactCaps) Check(f *inventoryv1.Facts) error {
 	if err := checkStrings("facts", f.ProtoReflect()); err != nil {
 		return err
 	}
+	if _, ok := inventoryv1.Facts_SecureBoot_name[int32(f.GetSecureBoot())]; !ok {
+		return reportErr(RefusedInvalid, "secure_boot %d is not a known state", int32(f.GetSecureBoot()))
+	}
+	switch f.GetLockdown() {
+	case "", "none", "integrity", "confidentiality":
+	default:
+		return reportErr(RefusedInvalid, "lockdown %q is not none, integrity or confidentiality", f.GetLockdown())
+	}
 	if err := checkLLDP(f); err != nil { // lldp.go
 		return err
 	}

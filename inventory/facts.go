@@ -93,6 +93,7 @@ func factSummary(f *inventoryv1.Facts) map[string]string {
 	out["memory.total_bytes"] = fmt.Sprint(f.GetMemory().GetTotalBytes())
 	out["memory.dimm_count"] = fmt.Sprint(len(f.GetMemory().GetDimms()))
 	out["bios.version"] = f.GetBios().GetVersion()
+	out["secure_boot"] = SecureBootText(f)
 	for _, d := range f.GetDisks() {
 		id := d.GetSerial()
 		if id == "" {
@@ -137,4 +138,22 @@ func diffFacts(old, cur *inventoryv1.Facts, at *timestamppb.Timestamp) []*invent
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].GetPath() < out[j].GetPath() })
 	return out
+}
+
+// SecureBootText is a machine's Secure Boot state as the timeline and
+// describe show it: "enabled", "disabled" or "unknown", with the kernel's
+// lockdown mode when it said one ("enabled, lockdown integrity").
+func SecureBootText(f *inventoryv1.Facts) string {
+	s := "unknown"
+	switch f.GetSecureBoot() {
+	case inventoryv1.Facts_SECURE_BOOT_ENABLED:
+		s = "enabled"
+	case inventoryv1.Facts_SECURE_BOOT_DISABLED:
+		s = "disabled"
+	case inventoryv1.Facts_SECURE_BOOT_UNSPECIFIED:
+	}
+	if l := f.GetLockdown(); l != "" {
+		s += ", lockdown " + l
+	}
+	return s
 }

@@ -98,7 +98,8 @@ func (i *Inventory) Register(ctx context.Context, bootMAC string, facts *invento
 		i.inbandBMCEvents(m, bmcHost, r.bmcFilled, r.bmcMismatch)
 	}
 	detail := fmt.Sprintf("machine %s %s from %s", m.GetName(), id.describe(), boot)
-	i.Event(boot, "inventory", "registered", detail, map[string]string{"state": m.GetState().String(), "changes": fmt.Sprint(r.changes), "matched_by": r.by})
+	i.Event(boot, "inventory", "registered", detail, map[string]string{"state": m.GetState().String(), "changes": fmt.Sprint(r.changes), "matched_by": r.by,
+		"secure_boot": SecureBootText(m.GetFacts())})
 	i.log.Info("machine registered", "machine", m.GetName(), "serial", id.serial, "mac", boot, "state", m.GetState().String(), "fact_changes", r.changes, "matched_by", r.by, "tpm", id.ek != "")
 	return m, nil
 }

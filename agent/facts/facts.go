@@ -69,6 +69,7 @@ func Collect(ctx context.Context, opts Options) (*inventoryv1.Facts, error) {
 		{"disks", func() error { return collectDisks(opts, f) }},
 		{"nics", func() error { return collectNICs(opts, f) }},
 		{"pci", func() error { return collectPCI(opts, f) }},
+		{"secure_boot", func() error { return collectSecureBoot(opts, f) }},
 		{"kernel", func() error {
 			b, err := os.ReadFile(opts.path("proc/sys/kernel/osrelease"))
 			f.Kernel = strings.TrimSpace(string(b))

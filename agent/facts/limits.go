@@ -54,6 +54,10 @@ func Cap(f *inventoryv1.Facts) *inventoryv1.Facts {
 		f.Memory.Dimms = f.Memory.Dimms[:MaxDIMMs]
 	}
 	trimStrings(f)
+	f.Lockdown = lockdownMode("[" + f.Lockdown + "]")
+	if _, ok := inventoryv1.Facts_SecureBoot_name[int32(f.SecureBoot)]; !ok {
+		f.SecureBoot = inventoryv1.Facts_SECURE_BOOT_UNSPECIFIED
+	}
 	return f
 }
 

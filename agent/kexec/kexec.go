@@ -11,7 +11,8 @@
 // again in its purgatory before the jump, cost about 3 s per boot, for
 // files verified already. A machine booted by EFI, or a kexec_load the
 // kernel refuses, loads with kexec_file_load(2), which also hands the EFI
-// runtime over.
+// runtime over; so does a kernel in lockdown (Secure Boot), where
+// kexec_load is refused and kexec_file_load checks the signature.
 //
 // Nothing is loaded before both files are verified, and a kernel loaded
 // whose reboot then fails is unloaded again, so a failure leaves the
@@ -536,11 +537,61 @@ func FileLoad(kernel, initrd *os.File, cmdline string) error {
 	return ukexec.FileLoad(kernel, initrd, cmdline)
 }
 
+// LockdownFile is where the kernel says its lockdown mode (securityfs).
+const LockdownFile = "/sys/kernel/security/lockdown"
+
+// Lockdown returns the kernel's lockdown mode from the content of
+// LockdownFile ("none [integrity] confidentiality": the bracketed word):
+// "none", "integrity" or "confidentiality", or "" when b says none of
+// them.
+func Lockdown(b []byte) string {
+	for _, w := range strings.Fields(string(b)) {
+		if len(w) > 2 && w[0] == '[' && w[len(w)-1] == ']' {
+			switch m := w[1 : len(w)-1]; m {
+			case "none", "integrity", "confidentiality":
+				return m
+			}
+		}
+	}
+	return ""
+}
+
+// lockedDown reports whether the running kernel is locked down (Secure
+// Boot turns integrity lockdown on): kexec_load is then refused, and only
+// kexec_file_load of a kernel signed by a key the kernel trusts is let
+// through. A kernel without securityfs mounted is taken as not locked.
+func lockedDown(file string) (string, bool) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", false
+	}
+	m := Lockdown(b)
+	return m, m != "" && m != "none"
+}
+
 // AutoLoad loads with SegmentsLoad, else (a machine booted by EFI, or a
 // kexec_load the kernel refused) with FileLoad, and says which on console
-// and logger.
+// and logger. A locked-down kernel (Secure Boot) goes straight to
+// FileLoad: kexec_load is refused there, and kexec_file_load checks the
+// next kernel's signature (Debian's kernels are signed).
 func AutoLoad(kernel, initrd *os.File, cmdline string, console io.Writer, logger *slog.Logger) error {
-	err := SegmentsLoad(kernel, initrd, cmdline)
+	return autoLoad(kernel, initrd, cmdline, console, logger, LockdownFile, SegmentsLoad, FileLoad)
+}
+
+// loadFunc is SegmentsLoad's and FileLoad's shape.
+type loadFunc func(kernel, initrd *os.File, cmdline string) error
+
+// autoLoad is AutoLoad with the lockdown file and the loaders given.
+func autoLoad(kernel, initrd *os.File, cmdline string, console io.Writer, logger *slog.Logger, lockFile string, segments, file loadFunc) error {
+	if mode, locked := lockedDown(lockFile); locked {
+		if err := file(kernel, initrd, cmdline); err != nil {
+			return fmt.Errorf("kexec_file_load under kernel lockdown (%s): %w", mode, err)
+		}
+		fmt.Fprintf(console, "corral: kexec: loaded with kexec_file_load (kernel lockdown: %s)\n", mode)
+		logger.Info("kexec loaded", "syscall", "kexec_file_load", "lockdown", mode)
+		return nil
+	}
+	err := segments(kernel, initrd, cmdline)
 	if err == nil {
 		fmt.Fprintln(console, "corral: kexec: loaded with kexec_load")
 		logger.Info("kexec loaded", "syscall", "kexec_load")
@@ -550,7 +601,7 @@ func AutoLoad(kernel, initrd *os.File, cmdline string, console io.Writer, logger
 		logger.Warn("kexec_load failed: trying kexec_file_load", "err", err)
 		fmt.Fprintf(console, "corral: kexec: %v; trying kexec_file_load\n", err)
 	}
-	if err := FileLoad(kernel, initrd, cmdline); err != nil {
+	if err := file(kernel, initrd, cmdline); err != nil {
 		return err
 	}
 	fmt.Fprintln(console, "corral: kexec: loaded with kexec_file_load")

@@ -116,6 +116,11 @@ type Env struct {
 	// PXEClient (with option 43, added by the reply builder) so they
 	// accept an answer without an address.
 	Proxy bool
+	// SecureBoot: x64 UEFI firmware PXE clients get the signed chain
+	// (shimx64.efi, which loads grubx64.efi) instead of iPXE, and UEFI
+	// HTTP boot clients of x64 get no boot file (docs/architecture.md,
+	// "Secure Boot").
+	SecureBoot bool
 }
 
 // Architecture numbers (option 93, RFC 4578 and IANA's registry).
@@ -138,7 +143,8 @@ const (
 //     another architecture or none gets no boot options;
 //   - firmware PXE gets the TFTP iPXE binary for its arch (0 BIOS →
 //     undionly.kpxe, 7/9 → snponly.efi, else ipxe.efi; 11 → GRUB's arm64
-//     network loader, or snp-arm64.efi when shipped) and
+//     network loader, or snp-arm64.efi when shipped; 7/9 with
+//     Env.SecureBoot → shimx64.efi) and
 //     no option 60 (in full mode; EDK2 would then look for a boot server);
 //   - anything else gets no boot options.
 //
@@ -155,6 +161,10 @@ func ChooseBoot(c Client, env Env) Boot {
 	case c.HTTP || (c.HasArch && (c.Arch == archHTTPx64 || c.Arch == archHTTParm64)):
 		var name string
 		switch {
+		case c.HasArch && c.Arch == archHTTPx64 && env.SecureBoot:
+			// Debian's signed network GRUB fetches over TFTP only: shim
+			// over HTTP would load a GRUB that cannot read its config.
+			return Boot{Kind: BootNone, Reason: "UEFI HTTP client (arch 16): the Secure Boot chain is served over TFTP only (signed GRUB has no HTTP): boot the machine by PXE"}
 		case c.HasArch && c.Arch == archHTTPx64:
 			name = images.IPXEEFI
 		case c.HasArch && c.Arch == archHTTParm64:
@@ -193,6 +203,16 @@ func ChooseBoot(c Client, env Env) Boot {
 		case archBIOS:
 			names = []string{images.UndionlyKPXE, images.IPXEPXE}
 		case archEFIx64, archEFIBC:
+			if env.SecureBoot {
+				// shim (signed by Microsoft) loads grubx64.efi (signed
+				// by Debian) from the same server; iPXE is signed by
+				// no one the firmware trusts.
+				if !env.Has(images.GrubX64EFI) {
+					return Boot{Kind: BootNone, Reason: fmt.Sprintf("firmware PXE, arch %d, Secure Boot: no %s in the catalog", uint16(c.Arch), images.GrubX64EFI)}
+				}
+				names = []string{images.ShimX64EFI}
+				break
+			}
 			// snponly.efi first: it drives the NIC the firmware booted
 			// from through the firmware's SNP and starts at once, where
 			// ipxe.efi (every native driver) spent ~5 s starting and is

@@ -147,7 +147,9 @@ type Config struct {
 	// (default HTTPBase): an https:// front whose certificate the
 	// firmware trusts. It must leave room in the 128-byte file field.
 	HTTPBootBase string
-	Catalog      Catalog
+	// SecureBoot serves x64 UEFI firmware the signed chain (Env.SecureBoot).
+	SecureBoot bool
+	Catalog    Catalog
 	// Store keeps leases (full mode).
 	Store store.Store
 	// Alone says no other appliance writes leases to Store (bbolt): full
@@ -303,11 +305,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 	}
 	s.env = Env{
-		ScriptURL: func(mac string) string { return cfg.HTTPBase + "/boot.ipxe?mac=" + mac },
-		HTTPBase:  cfg.HTTPBase,
-		BootBase:  cfg.HTTPBootBase,
-		Has:       cfg.Catalog.Has,
-		Proxy:     cfg.Mode == ModeProxy,
+		ScriptURL:  func(mac string) string { return cfg.HTTPBase + "/boot.ipxe?mac=" + mac },
+		HTTPBase:   cfg.HTTPBase,
+		BootBase:   cfg.HTTPBootBase,
+		Has:        cfg.Catalog.Has,
+		Proxy:      cfg.Mode == ModeProxy,
+		SecureBoot: cfg.SecureBoot,
 	}
 	if cfg.Store != nil {
 		s.leases = newLeases(cfg.Store, cfg.Now, cfg.DeclineQuarantine, s.log)

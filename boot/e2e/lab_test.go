@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -384,7 +385,10 @@ type vmOpts struct {
 	noROM bool
 	// vars is the OVMF variable store to boot with (default: a copy of
 	// Debian's empty OVMF_VARS_4M.fd); slot pins the NIC's PCI slot.
-	vars  string
+	vars string
+	// code is the OVMF code image (default Debian's OVMF_CODE_4M.fd); a
+	// secboot image needs SMM, which the VM then gets.
+	code  string
 	slot  byte
 	extra []string // more QEMU arguments
 }
@@ -413,8 +417,14 @@ func (l *lab) vm(o vmOpts) *vm {
 			}
 			os.WriteFile(vars, b, 0o644)
 		}
-		args = append(args, "-machine", "q35",
-			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd",
+		code, machine := cmp.Or(o.code, ovmfCode), "q35"
+		if strings.Contains(code, "secboot") {
+			// The Secure Boot build keeps its variables behind SMM.
+			machine += ",smm=on"
+			args = append(args, "-global", "driver=cfi.pflash01,property=secure,value=on")
+		}
+		args = append(args, "-machine", machine,
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+code,
 			"-drive", "if=pflash,format=raw,unit=1,file="+vars)
 	}
 	cons := &consoleLog{ch: make(chan struct{}, 1)}

@@ -2,55 +2,38 @@ package http
 
 import (
 	"bytes"
-	"net/http"
+	"context"
+	"errors"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/corralhq/corral/images"
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 )
 
-// TestGRUBConfigsGolden: /boot.grub renders arm64 machines' GRUB configs:
-// discovery boots the arm64 kernel and initramfs from the address the
-// request arrived on, with no initrd= and ttyAMA0 as the console; the
-// hypervisor intent (amd64 only) and a catalog without the arm64 image
-// go back to the firmware with the reason on the console and the
-// timeline.
-func TestGRUBConfigsGolden(t *testing.T) {
-	withARM64 := func(c *Config) {
-		src := t.TempDir()
-		cfg := images.Config{Dir: c.Catalog.(*images.Catalog).Dir(), IPXEDirs: []string{src}}
-		for _, n := range []string{images.IPXEEFI, "ipxe.lkrn", "k", "i", "g"} {
-			os.WriteFile(filepath.Join(src, n), []byte("bin "+n), 0o644)
-		}
-		cfg.ARM64Kernel, cfg.ARM64Initrd, cfg.ARM64Loader = filepath.Join(src, "k"), filepath.Join(src, "i"), filepath.Join(src, "g")
-		cat, err := images.Open(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Catalog = cat
-	}
-	f := newFixture(t, withARM64)
-	bare := newFixture(t, nil)
-	for name, tc := range map[string]struct {
-		f   *fixture
-		mac string
-	}{
-		"discover":       {f, "52:54:00:00:00:01"},
-		"hypervisor":     {f, "52:54:00:00:00:03"},
-		"local":          {f, "52:54:00:00:00:02"},
-		"discover-noimg": {bare, "52:54:00:00:00:01"},
+var (
+	grubClient = netip.MustParseAddr("10.0.0.100")
+	grubHost   = netip.MustParseAddr("10.0.0.1")
+)
+
+// TestGrubConfigGolden: the Secure Boot chain's GRUB configuration for
+// each intent, with the iPXE script's kernel command line (less its
+// initrd= words) over TFTP.
+func TestGrubConfigGolden(t *testing.T) {
+	f := newFixture(t, nil)
+	for name, mac := range map[string]string{
+		"discover":   "52:54:00:00:00:01",
+		"local":      "52:54:00:00:00:02",
+		"hypervisor": "52:54:00:00:00:03",
 	} {
 		t.Run(name, func(t *testing.T) {
-			resp, body := get(t, tc.f.srv.URL+GRUBPath+"?mac="+tc.mac, nil)
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			body, err := f.s.GrubConfig(context.Background(), mac, grubClient, grubHost)
+			if err != nil {
+				t.Fatal(err)
 			}
-			// The kernel's host is where the request arrived (a random
-			// port here).
-			body = bytes.ReplaceAll(body, []byte(strings.TrimPrefix(tc.f.srv.URL, "http://")), []byte("HOST"))
-			golden := filepath.Join("testdata", name+".grub")
+			golden := filepath.Join("testdata", name+".grub.cfg")
 			if *update {
 				os.WriteFile(golden, body, 0o644)
 			}
@@ -59,15 +42,55 @@ func TestGRUBConfigsGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !bytes.Equal(body, want) {
-				t.Errorf("GRUB config differs from %s (run with -update):\n%s", golden, body)
+				t.Errorf("configuration differs from %s (run with -update):\n%s", golden, body)
 			}
 		})
 	}
-	if got := f.rec.detail("52:54:00:00:00:01", "script"); got != "rendered discover GRUB config (arm64)" {
-		t.Errorf("timeline: %q", got)
+	if got := f.rec.all(); strings.Count(got, " http grub-config ") != 3 {
+		t.Errorf("timeline:\n%s", got)
 	}
-	// A hostile machine name cannot leave GRUB's quotes.
-	if got := grubQuote(`x'; reboot; echo '`); got != `'x'\''; reboot; echo '\'''` {
-		t.Errorf("grubQuote = %s", got)
+}
+
+// TestGrubConfigEscapes: a machine name and kernel arguments carrying
+// quotes, semicolons and newlines stay single quoted words: no GRUB
+// command can be injected.
+func TestGrubConfigEscapes(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.KernelArgs = `console=ttyS0 x='a;b' $y` })
+	f.inv.machines["52:54:00:00:00:09"] = &inventoryv1.Machine{Name: "evil'\nreboot\n#", BootIntent: inventoryv1.BootIntent_BOOT_INTENT_LOCAL}
+	body, err := f.s.GrubConfig(context.Background(), "52:54:00:00:00:09", grubClient, grubHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.TrimSpace(line) == "reboot" {
+			t.Errorf("a machine name became a command:\n%s", body)
+		}
+	}
+	if !strings.Contains(string(body), `echo 'Corral: evil'\''\x0areboot\x0a# boots from its local disk'`) {
+		t.Errorf("name not quoted as one word:\n%s", body)
+	}
+	body, err = f.s.GrubConfig(context.Background(), "52:54:00:00:00:01", grubClient, grubHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(body), `'x='\''a;b'\''' '$y'`) {
+		t.Errorf("kernel arguments not quoted word by word:\n%s", body)
+	}
+}
+
+// TestGrubConfigLeaseRule: as the script, a MAC's GRUB configuration
+// goes only to the address leased to that MAC.
+func TestGrubConfigLeaseRule(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.Leases = fakeLeases{grubClient: "52:54:00:00:00:02"} })
+	if _, err := f.s.GrubConfig(context.Background(), "52:54:00:00:00:02", grubClient, grubHost); err != nil {
+		t.Fatalf("holder refused: %v", err)
+	}
+	_, err := f.s.GrubConfig(context.Background(), "52:54:00:00:00:01", grubClient, grubHost)
+	if !errors.Is(err, ErrGrubRefused) || !strings.Contains(err.Error(), "leased to 52:54:00:00:00:02") {
+		t.Errorf("err = %v", err)
+	}
+	_, err = f.s.GrubConfig(context.Background(), "52:54:00:00:00:01", netip.MustParseAddr("10.0.0.200"), grubHost)
+	if !errors.Is(err, ErrGrubRefused) {
+		t.Errorf("no lease: err = %v", err)
 	}
 }

@@ -305,9 +305,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}()
 	}
 	switch {
-	case r.URL.Path == "/boot.ipxe" || r.URL.Path == GRUBPath:
+	case r.URL.Path == "/boot.ipxe":
 		route = RouteScript
 		s.script(w, r)
+	case r.URL.Path == GRUBPath:
+		route = RouteScript
+		s.boot(w, r, RenderGRUBARM64, "GRUB config (arm64)", "script")
 	case strings.HasPrefix(r.URL.Path, "/images/"):
 		route = RouteImage
 		s.artifact(w, r, strings.TrimPrefix(r.URL.Path, "/images/"))
@@ -365,38 +368,6 @@ var scriptText string
 
 var scriptTmpl = template.Must(template.New("script").Parse(scriptText))
 
-//go:embed script.grub.tmpl
-var grubText string
-
-// grubTmpl is the arm64 GRUB config: every value in single quotes (GRUB's
-// script neither expands nor globs inside them); a quote inside closes
-// the quotes, is escaped with a backslash, and opens them again.
-var grubTmpl = template.Must(template.New("grub").Funcs(template.FuncMap{
-	"q": grubQuote,
-	"words": func(s string) string {
-		f := strings.Fields(s)
-		for i := range f {
-			f[i] = grubQuote(f[i])
-		}
-		return strings.Join(f, " ")
-	},
-}).Parse(grubText))
-
-func grubQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
-// RenderGRUB renders the arm64 GRUB config for d (d.Host set). It fails
-// as RenderScript does.
-func RenderGRUB(d ScriptData) ([]byte, error) {
-	if len(d.Cmdline) >= cmdline.MaxLen {
-		return nil, fmt.Errorf("kernel command line is %d bytes, limit %d", len(d.Cmdline), cmdline.MaxLen)
-	}
-	var b bytes.Buffer
-	if err := grubTmpl.Execute(&b, d); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
-}
-
 // ARM64KernelArgs follow Config.KernelArgs on an arm64 machine's command
 // line: the last console= is /dev/console, and arm64's first serial port
 // (PL011, SBSA) is ttyAMA0.
@@ -444,6 +415,14 @@ func intentName(i inventoryv1.BootIntent) string {
 }
 
 func (s *Server) script(w http.ResponseWriter, r *http.Request) {
+	s.boot(w, r, RenderScript, "script", "script")
+}
+
+// boot serves a MAC's boot instructions: the iPXE script (render
+// RenderScript, what "script") or the Secure Boot chain's GRUB
+// configuration (RenderGrub, "GRUB config"), under the same rules; event
+// names the timeline entry.
+func (s *Server) boot(w http.ResponseWriter, r *http.Request, render func(ScriptData) ([]byte, error), what, event string) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		s.refuse(w, r, "", http.StatusMethodNotAllowed, "method "+r.Method+" not allowed")
 		return
@@ -543,13 +522,9 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	render := RenderScript
-	if d.Arch == "arm64" {
-		render = RenderGRUB
-	}
 	body, err := render(d)
 	if err != nil {
-		s.refuse(w, r, mac, http.StatusInternalServerError, "render script: "+err.Error())
+		s.refuse(w, r, mac, http.StatusInternalServerError, "render "+what+": "+err.Error())
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -572,18 +547,17 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 	if leftOut > 0 {
 		attrs["endpoints_left_out"] = strconv.Itoa(leftOut)
 	}
-	detail := "rendered " + d.Intent + " script"
+	detail := "rendered " + d.Intent + " " + what
 	if d.Arch != "" {
 		attrs["arch"] = d.Arch
-		detail = "rendered " + d.Intent + " GRUB config (" + d.Arch + ")"
 	}
 	if d.Problem != "" {
 		detail += ": " + d.Problem
 		attrs["problem"] = d.Problem
 	}
-	s.log.Info("boot script rendered", "mac", mac, "machine", name, "intent", d.Intent, "problem", d.Problem, "token", tokenNote,
+	s.log.Info("boot "+what+" rendered", "mac", mac, "machine", name, "intent", d.Intent, "problem", d.Problem, "token", tokenNote,
 		"endpoints", len(listed), "endpoints_left_out", leftOut)
-	s.cfg.Timeline.Event(mac, "http", "script", detail, attrs)
+	s.cfg.Timeline.Event(mac, "http", event, detail, attrs)
 }
 
 // cmdline is the kernel command line: initrd= name first (old UEFI iPXE
@@ -655,162 +629,6 @@ func (s *Server) endpoints(r *http.Request) (eps []string, dropped int) {
 		}
 	}
 	return eps, dropped
-}
-
-// fileRequest checks what artifact and osImage take from a request: the
-// optional ?mac= and the method (GET or HEAD). It answers a refusal itself
-// and returns false.
-func (s *Server) fileRequest(w http.ResponseWriter, r *http.Request) (mac string, ok bool) {
-	if raw := r.URL.Query().Get("mac"); raw != "" {
-		m, err := normalizeMAC(raw)
-		if err != nil {
-			s.refuse(w, r, "", http.StatusBadRequest, err.Error())
-			return "", false
-		}
-		mac = m
-	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		s.refuse(w, r, mac, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed")
-		return "", false
-	}
-	return mac, true
-}
-
-func (s *Server) artifact(w http.ResponseWriter, r *http.Request, name string) {
-	mac, ok := s.fileRequest(w, r)
-	if !ok {
-		return
-	}
-	if _, ok := s.cfg.Catalog.Lookup(name); !ok {
-		s.refuse(w, r, mac, http.StatusNotFound, fmt.Sprintf("%q is not in the image catalog", name))
-		return
-	}
-	f, a, err := s.cfg.Catalog.Open(name)
-	if err != nil {
-		s.log.Error("catalog file unreadable", "file", name, "err", err)
-		s.refuse(w, r, mac, http.StatusInternalServerError, "catalog file unreadable")
-		return
-	}
-	defer f.Close()
-	s.serveFile(w, r, mac, f, a, a.SHA256)
-}
-
-// osImage serves the stored content of a READY OS image by its SHA-256
-// (/os-images/<sha256>), or its raw view (/os-images/<sha256>/raw: what a
-// deploy writes to the disk, qcow2 converted as it is read), with Range
-// support, as artifact serves catalog files.
-func (s *Server) osImage(w http.ResponseWriter, r *http.Request, sum string) {
-	mac, ok := s.fileRequest(w, r)
-	if !ok {
-		return
-	}
-	sum, raw := strings.CutSuffix(sum, "/raw")
-	var (
-		content io.ReadSeekCloser
-		a       images.Artifact
-		err     error
-	)
-	if raw {
-		var size int64
-		content, size, err = s.cfg.OSImages.OpenRaw(sum)
-		a = images.Artifact{Name: sum + "/raw", Kind: "os-image-raw", Size: size, SHA256: sum}
-	} else {
-		var f *os.File
-		f, a, err = s.cfg.OSImages.Open(sum)
-		if err == nil {
-			content, a.Kind = f, "os-image"
-		}
-	}
-	switch {
-	case errors.Is(err, apierr.ErrInvalid):
-		s.refuse(w, r, mac, http.StatusBadRequest, fmt.Sprintf("%q is not a SHA-256 (64 lower-case hex digits)", sum))
-		return
-	case errors.Is(err, apierr.ErrNotFound):
-		s.refuse(w, r, mac, http.StatusNotFound, fmt.Sprintf("no READY OS image with sha256 %q here", sum))
-		return
-	case errors.Is(err, apierr.ErrPrecondition):
-		s.refuse(w, r, mac, http.StatusConflict, fmt.Sprintf("OS image %q cannot be served raw: %v", sum, err))
-		return
-	case err != nil:
-		s.log.Error("OS image unreadable", "sha256", sum, "raw", raw, "err", err)
-		s.refuse(w, r, mac, http.StatusInternalServerError, "OS image unreadable")
-		return
-	}
-	defer content.Close()
-	etag := a.SHA256
-	if raw {
-		etag += "-raw" // another representation of the same content
-	}
-	s.serveFile(w, r, mac, content, a, etag)
-}
-
-// serveFile answers a GET or HEAD of content (artifact a, entity tag
-// etag) with Range and conditional request support, logs it and puts it
-// on mac's timeline.
-func (s *Server) serveFile(w http.ResponseWriter, r *http.Request, mac string, content io.ReadSeeker, a images.Artifact, etag string) {
-	name := a.Name
-	start := time.Now()
-	cw := &countingWriter{ResponseWriter: w}
-	w.Header().Set("ETag", `"`+etag+`"`)
-	w.Header().Set("Content-Type", "application/octet-stream")
-	// ServeContent answers Range and conditional requests; on an *os.File
-	// its copy reaches net.TCPConn.ReadFrom, which uses sendfile.
-	http.ServeContent(cw, r, "", time.Time{}, content)
-	dur := time.Since(start)
-	status := cw.status
-	if status == 0 {
-		status = http.StatusOK
-	}
-	attrs := map[string]string{"file": name, "kind": string(a.Kind), "bytes": strconv.FormatInt(cw.n, 10), "size": strconv.FormatInt(a.Size, 10),
-		"status": strconv.Itoa(status), "duration_ms": strconv.FormatInt(dur.Milliseconds(), 10), "peer": peerIP(r)}
-	if rg := r.Header.Get("Range"); rg != "" {
-		attrs["range"] = rg
-	}
-	s.log.Info("artifact served", "mac", mac, "file", name, "status", status, "bytes", cw.n, "duration", dur.String())
-	if mac != "" {
-		s.cfg.Timeline.Event(mac, "http", "artifact", fmt.Sprintf("served %s (%s, %d bytes in %s)", name, a.Kind, cw.n, dur.Round(time.Millisecond)), attrs)
-	}
-}
-
-// countingWriter counts body bytes and keeps ReadFrom so that sendfile
-// still applies.
-type countingWriter struct {
-	http.ResponseWriter
-	n      int64
-	status int
-}
-
-func (c *countingWriter) WriteHeader(code int) {
-	if c.status == 0 {
-		c.status = code
-	}
-	c.ResponseWriter.WriteHeader(code)
-}
-
-func (c *countingWriter) Write(b []byte) (int, error) {
-	if c.status == 0 {
-		c.status = http.StatusOK
-	}
-	n, err := c.ResponseWriter.Write(b)
-	c.n += int64(n)
-	return n, err
-}
-
-func (c *countingWriter) ReadFrom(r io.Reader) (int64, error) {
-	if c.status == 0 {
-		c.status = http.StatusOK
-	}
-	var n int64
-	var err error
-	if rf, ok := c.ResponseWriter.(io.ReaderFrom); ok {
-		n, err = rf.ReadFrom(r)
-	} else {
-		// A writer without ReadFrom (an httptest recorder, a wrapper):
-		// copy through Write, hiding c's own ReadFrom from io.Copy.
-		n, err = io.Copy(struct{ io.Writer }{c.ResponseWriter}, r)
-	}
-	c.n += n
-	return n, err
 }
 
 // Close releases a Server that will not Run.

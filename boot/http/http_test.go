@@ -126,6 +126,7 @@ type fixture struct {
 	tokens *fakeTokens
 	rec    *recorder
 	initrd []byte
+	s      *Server
 }
 
 // noHypervisorImage names the tests whose catalog lacks the hypervisor
@@ -166,6 +167,7 @@ func newFixture(t *testing.T, mutate func(*Config)) *fixture {
 		t.Fatal(err)
 	}
 	s.lis.Close()
+	f.s = s
 	f.srv = httptest.NewUnstartedServer(s)
 	f.srv.Start()
 	t.Cleanup(f.srv.Close)

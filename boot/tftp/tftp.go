@@ -2,6 +2,9 @@
 // over TFTP (github.com/pin/tftp/v3), read-only: any other name, a path, a
 // traversal or a write request is refused with a TFTP error and a log
 // line, and every transfer is recorded on the client's boot timeline.
+// With the Secure Boot chain on (Config.Grub) it also serves the signed
+// loaders (shim, GRUB), the kernels and initramfs GRUB loads, and
+// grub/grub.cfg rendered for the MAC leased the client's address.
 //
 // The boot LAN is hostile (docs/security.md), so what clients can hold is
 // bounded (Limits): transfers at once in total and per client address (a
@@ -50,18 +53,40 @@ type MACResolver interface {
 	MACForIP(ip net.IP) (string, bool)
 }
 
+// GrubConfigs renders the Secure Boot chain's GRUB configuration of mac
+// for the client at client, which reached the server at host (boot/http's
+// Server.GrubConfig). An error is the refusal the client is told.
+type GrubConfigs interface {
+	GrubConfig(ctx context.Context, mac string, client, host netip.Addr) ([]byte, error)
+}
+
+// GrubConfigName is the configuration Debian's signed network GRUB
+// reads (its prefix is /grub on the server it came from).
+const GrubConfigName = "grub/grub.cfg"
+
+// maxGrubConfig bounds a rendered GRUB configuration.
+const maxGrubConfig = 16 << 10
+
 // Config configures a Server.
 type Config struct {
 	// Listen is the UDP address (default ":69").
 	Listen string
 	// Conn, when set, is used instead of listening on Listen.
 	Conn net.PacketConn
-	// Catalog supplies the files; only KindIPXE and KindLoader (first
-	// stage) artifacts are served.
+	// Catalog supplies the files; only KindIPXE artifacts and GRUB's
+	// arm64 network loader (images.GRUBARM64EFI) are served, plus the
+	// Secure Boot chain's files when Grub is set.
 	Catalog Catalog
 	// Timeline and MACs are optional.
 	Timeline Recorder
 	MACs     MACResolver
+	// Grub, when set, turns the Secure Boot chain on: the signed loaders
+	// (images.KindLoader), the kernels and initramfs, and GrubConfigName
+	// rendered by Grub for the MAC MACs gives the client's address (no
+	// MAC: refused). ServerIP is the appliance's address a request came
+	// to when the socket cannot tell (corral.endpoint's host).
+	Grub     GrubConfigs
+	ServerIP netip.Addr
 	// Limits bound transfers; zero fields take DefaultLimits.
 	Limits Limits
 	// MaxBlockSize caps the negotiated blksize (default 1468, the largest
@@ -241,10 +266,17 @@ func (s *Server) Run(ctx context.Context) error {
 var ErrRefused = errors.New("tftp: refused")
 
 // CheckName validates a requested file name and returns the catalog name
-// to serve. Only bare names of iPXE binaries are accepted: no directories,
+// to serve. Only bare names of iPXE binaries and GRUB's arm64 network
+// loader are accepted: no directories,
 // no absolute paths, no "..", no control bytes. It never touches the file
 // system.
 func CheckName(name string, c Catalog) (string, error) {
+	return checkName(name, c, false)
+}
+
+// checkName is CheckName; chain also accepts the Secure Boot chain's
+// files: the signed loaders, kernels and initramfs.
+func checkName(name string, c Catalog, chain bool) (string, error) {
 	switch {
 	case name == "":
 		return "", fmt.Errorf("%w: empty file name", ErrRefused)
@@ -261,10 +293,13 @@ func CheckName(name string, c Catalog) (string, error) {
 		}
 	}
 	a, ok := c.Lookup(name)
-	if !ok || (a.Kind != images.KindIPXE && a.Kind != images.KindLoader) || a.Name != name {
-		return "", fmt.Errorf("%w: %q is not an iPXE binary of the catalog", ErrRefused, name)
+	if ok && a.Name == name && (a.Kind == images.KindIPXE || a.Name == images.GRUBARM64EFI) {
+		return a.Name, nil
 	}
-	return a.Name, nil
+	if ok && a.Name == name && chain && (a.Kind == images.KindLoader || a.Kind == images.KindKernel || a.Kind == images.KindInitrd) {
+		return a.Name, nil
+	}
+	return "", fmt.Errorf("%w: %q is not an iPXE binary of the catalog", ErrRefused, name)
 }
 
 // content returns the file's bytes, read once and kept: the iPXE binaries
@@ -303,42 +338,137 @@ func (s *Server) read(filename string, rf io.ReaderFrom) error {
 		return errors.New(reason) // sent as a TFTP error packet
 	}
 	defer s.release(ip)
-	name, err := CheckName(filename, s.cfg.Catalog)
+	chain := s.cfg.Grub != nil
+	if chain {
+		// GRUB names files from the root of its (tftp) device; shim
+		// names grubx64.efi beside its own path.
+		filename = strings.TrimPrefix(filename, "/")
+		if filename == GrubConfigName {
+			return s.grubConfig(rf, ot, peer, ip, mac, start)
+		}
+		if chainProbe(filename) {
+			// Optional files the loaders look for and go on without:
+			// not worth a warning on every boot.
+			s.observe("other", OutcomeRefused, 0)
+			s.log.Debug("tftp: optional loader file not served", "peer", peer.String(), "mac", mac, "file", filename)
+			s.event(mac, "tftp-not-served", "optional file the Secure Boot loaders look for (they go on without it)", map[string]string{"file": filename, "peer": peer.IP.String()})
+			return fmt.Errorf("%w: %q is not served", ErrRefused, filename)
+		}
+	}
+	name, err := checkName(filename, s.cfg.Catalog, chain)
 	if err != nil {
 		s.observe("other", OutcomeRefused, 0)
 		s.log.Warn("tftp request refused", "peer", peer.String(), "mac", mac, "file", filename, "err", err)
 		s.event(mac, "tftp-refused", err.Error(), map[string]string{"file": filename, "peer": peer.IP.String()})
 		return err // pin/tftp sends it as a TFTP error packet
 	}
-	b, err := s.content(name)
+	body, size, err := s.open(name)
 	if err != nil {
 		s.observe(name, OutcomeError, 0)
 		s.log.Error("tftp: catalog file unreadable", "file", name, "err", err)
 		return fmt.Errorf("tftp: %s unreadable", name)
 	}
-	ot.SetSize(int64(len(b)))
-	n, err := rf.ReadFrom(&deadlineReader{r: bytes.NewReader(b), deadline: start.Add(s.cfg.Limits.TransferTimeout), timeout: s.cfg.Limits.TransferTimeout})
+	if c, ok := body.(io.Closer); ok {
+		defer c.Close()
+	}
+	return s.send(rf, ot, peer, mac, name, body, size, start)
+}
+
+// chainProbe reports whether name is one of the optional files the Secure
+// Boot loaders ask for and boot without: shim's revocation and
+// certificate updates beside it, GRUB's module lists and per-platform
+// configuration under its prefix.
+func chainProbe(name string) bool {
+	switch {
+	case name == "revocations_sku.efi", name == "revocations_sbat.efi",
+		strings.HasPrefix(name, "shim_certificate_") && strings.HasSuffix(name, ".efi") && len(name) <= 40:
+		return true
+	case strings.HasPrefix(name, "grub/x86_64-efi/") && (strings.HasSuffix(name, ".lst") || strings.HasSuffix(name, ".cfg")) && len(name) <= 48:
+		return true
+	}
+	return false
+}
+
+// open returns a catalog file's content: the small first-stage binaries
+// from memory (content), kernels and initramfs from their file.
+func (s *Server) open(name string) (io.Reader, int64, error) {
+	if a, _ := s.cfg.Catalog.Lookup(name); a.Kind == images.KindKernel || a.Kind == images.KindInitrd {
+		f, err := os.Open(a.Path)
+		if err != nil {
+			return nil, 0, err
+		}
+		st, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return nil, 0, err
+		}
+		return f, st.Size(), nil
+	}
+	b, err := s.content(name)
+	if err != nil {
+		return nil, 0, err
+	}
+	return bytes.NewReader(b), int64(len(b)), nil
+}
+
+// grubConfig answers GrubConfigName: the configuration rendered for the
+// MAC leased the client's address, or the refusal as a TFTP error.
+func (s *Server) grubConfig(rf io.ReaderFrom, ot tftp.OutgoingTransfer, peer net.UDPAddr, ip netip.Addr, mac string, start time.Time) error {
+	refuse := func(reason string) error {
+		s.observe("other", OutcomeRefused, 0)
+		s.log.Warn("tftp request refused", "peer", peer.String(), "mac", mac, "file", GrubConfigName, "err", reason)
+		s.event(mac, "tftp-refused", reason, map[string]string{"file": GrubConfigName, "peer": peer.IP.String()})
+		return fmt.Errorf("%w: %s", ErrRefused, reason)
+	}
+	if mac == "" {
+		return refuse(fmt.Sprintf("%s holds no DHCP lease: the GRUB configuration is rendered for the MAC leased the client's address", ip))
+	}
+	host := s.cfg.ServerIP
+	if pi, ok := rf.(tftp.RequestPacketInfo); ok {
+		if a, ok := netip.AddrFromSlice(pi.LocalIP()); ok && !a.IsUnspecified() {
+			host = a.Unmap()
+		}
+	}
+	if !host.IsValid() {
+		return refuse("the server's own address is unknown")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := s.cfg.Grub.GrubConfig(ctx, mac, ip, host)
+	if err != nil {
+		return refuse(err.Error())
+	}
+	if len(b) > maxGrubConfig {
+		return refuse(fmt.Sprintf("GRUB configuration is %d bytes, limit %d", len(b), maxGrubConfig))
+	}
+	return s.send(rf, ot, peer, mac, GrubConfigName, bytes.NewReader(b), int64(len(b)), start)
+}
+
+// send transfers body (size bytes) as file name and records the outcome.
+func (s *Server) send(rf io.ReaderFrom, ot tftp.OutgoingTransfer, peer net.UDPAddr, mac, name string, body io.Reader, size int64, start time.Time) error {
+	ot.SetSize(size)
+	n, err := rf.ReadFrom(&deadlineReader{r: body, deadline: start.Add(s.cfg.Limits.TransferTimeout), timeout: s.cfg.Limits.TransferTimeout})
 	dur := time.Since(start)
-	attrs := map[string]string{"file": name, "bytes": strconv.FormatInt(n, 10), "size": strconv.Itoa(len(b)),
+	attrs := map[string]string{"file": name, "bytes": strconv.FormatInt(n, 10), "size": strconv.FormatInt(size, 10),
 		"duration_ms": strconv.FormatInt(dur.Milliseconds(), 10), "peer": peer.IP.String()}
 	if err != nil && n == 0 && strings.Contains(err.Error(), "code=8") {
 		// EDK2 asks for tsize first, then aborts (error 8, RFC 2347) and
 		// asks again for the file: normal.
 		s.observe(name, OutcomeSizeProbe, n)
 		s.log.Debug("tftp size probe", "peer", peer.String(), "mac", mac, "file", name)
-		s.event(mac, "tftp-size-probe", fmt.Sprintf("%s: client read the size (%d bytes) and closed, as EDK2 does before the download", name, len(b)), attrs)
+		s.event(mac, "tftp-size-probe", fmt.Sprintf("%s: client read the size (%d bytes) and closed, as EDK2 does before the download", name, size), attrs)
 		return nil
 	}
 	if errors.Is(err, errTransferTimeout) {
 		s.observe(name, OutcomeTimeout, n)
 		s.log.Warn("tftp transfer cut: too slow", "peer", peer.String(), "mac", mac, "file", name, "bytes", n, "transfer_timeout", s.cfg.Limits.TransferTimeout.String())
-		s.event(mac, "tftp-aborted", fmt.Sprintf("%s: %d of %d bytes: %v", name, n, len(b), err), attrs)
+		s.event(mac, "tftp-aborted", fmt.Sprintf("%s: %d of %d bytes: %v", name, n, size, err), attrs)
 		return nil
 	}
 	if err != nil {
 		s.observe(name, OutcomeAborted, n)
 		s.log.Info("tftp transfer ended early", "peer", peer.String(), "mac", mac, "file", name, "bytes", n, "err", err)
-		s.event(mac, "tftp-aborted", fmt.Sprintf("%s: %d of %d bytes: %v", name, n, len(b), err), attrs)
+		s.event(mac, "tftp-aborted", fmt.Sprintf("%s: %d of %d bytes: %v", name, n, size, err), attrs)
 		return nil
 	}
 	s.observe(name, OutcomeServed, n)

@@ -50,7 +50,7 @@ func (r *rack) deployedMachine(name string) deployed {
 // TestLabDeploy: the virtual rack deploys an operating system onto
 // machines for people (docs/operator-guide.md, "Deploying an operating
 // system"): a BIOS machine, a UEFI one and a UEFI one with two NVMe disks
-// are accepted into a pool; 64 concurrent allocations for two of them get
+// are commissioned (checkCommissioning) and accepted into a pool; 64 concurrent allocations for two of them get
 // exactly two; a Debian image with the real cloud-init (built here with
 // mmdebstrap) is uploaded and deployed to each with an SSH key; each
 // boots it from its disk, phones home (DEPLOYED) and answers SSH with the
@@ -84,6 +84,10 @@ func TestLabDeploy(t *testing.T) {
 		names = append(names, m.Name)
 	}
 	ms := r.machines()
+	// Commissioning first, on the NVMe machine (passes quick) and the BIOS
+	// one (fails link-10g, is refused for accept, cleared): the virtual
+	// rack's commissioning check, sharing this test's machines.
+	checkCommissioning(t, r, ms[names[2]].Name, ms[names[0]].Name)
 	for _, lm := range st.Machines {
 		r.mustCorral("machine", "accept", ms[lm.Name].Name, "--target", "pool")
 	}

@@ -32,6 +32,7 @@ func addBootFlags(groups *flagGroups, sf *serveFlags) {
 	f.StringVar(&c.HTTPListen, "http-listen", ":8080", "boot HTTP listen address: iPXE scripts and images (env CORRAL_HTTP_LISTEN)")
 	f.StringVar(&c.TFTPListen, "tftp-listen", ":69", `TFTP listen address for the iPXE binaries, or "off" (env CORRAL_TFTP_LISTEN)`)
 	f.StringVar(&c.HTTPBootBase, "http-boot-base", "", "base URL (http:// or https://host[:port]) that UEFI HTTP boot firmware fetches the iPXE binary from, as /images/<name>; default this appliance's boot HTTP. For HTTPS boot behind a TLS front the firmware trusts (boot/README.md, \"UEFI HTTP boot\") (env CORRAL_HTTP_BOOT_BASE)")
+	f.BoolVar(&c.SecureBoot, "secure-boot", false, "serve x64 UEFI PXE firmware the Secure Boot chain (Debian's signed shim, network GRUB and kernel, all over TFTP) instead of iPXE; it boots with Secure Boot on or off; UEFI HTTP boot clients of x64 then get no boot file (docs/architecture.md, \"Secure Boot\") (env CORRAL_SECURE_BOOT)")
 	f.BoolVar(&c.NoRA, "no-ra", false, "do not answer IPv6 router solicitations on the boot interface (env CORRAL_NO_RA)")
 	// A word in backquotes in a usage string is taken as the flag's
 	// value name by pflag: name commands in plain quotes.

@@ -21,6 +21,60 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// SecureBoot is the firmware's Secure Boot state as the booted kernel
+// read it (the SecureBoot EFI variable, else the kernel's boot
+// parameters).
+type Facts_SecureBoot int32
+
+const (
+	// SECURE_BOOT_UNSPECIFIED: not reported (a BIOS boot, or an agent
+	// that could not tell).
+	Facts_SECURE_BOOT_UNSPECIFIED Facts_SecureBoot = 0
+	Facts_SECURE_BOOT_DISABLED    Facts_SecureBoot = 1
+	Facts_SECURE_BOOT_ENABLED     Facts_SecureBoot = 2
+)
+
+// Enum value maps for Facts_SecureBoot.
+var (
+	Facts_SecureBoot_name = map[int32]string{
+		0: "SECURE_BOOT_UNSPECIFIED",
+		1: "SECURE_BOOT_DISABLED",
+		2: "SECURE_BOOT_ENABLED",
+	}
+	Facts_SecureBoot_value = map[string]int32{
+		"SECURE_BOOT_UNSPECIFIED": 0,
+		"SECURE_BOOT_DISABLED":    1,
+		"SECURE_BOOT_ENABLED":     2,
+	}
+)
+
+func (x Facts_SecureBoot) Enum() *Facts_SecureBoot {
+	p := new(Facts_SecureBoot)
+	*p = x
+	return p
+}
+
+func (x Facts_SecureBoot) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Facts_SecureBoot) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_inventory_v1_facts_proto_enumTypes[0].Descriptor()
+}
+
+func (Facts_SecureBoot) Type() protoreflect.EnumType {
+	return &file_api_inventory_v1_facts_proto_enumTypes[0]
+}
+
+func (x Facts_SecureBoot) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Facts_SecureBoot.Descriptor instead.
+func (Facts_SecureBoot) EnumDescriptor() ([]byte, []int) {
+	return file_api_inventory_v1_facts_proto_rawDescGZIP(), []int{0, 0}
+}
+
 // Facts is what a discovery agent reports about one machine.
 type Facts struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -37,9 +91,14 @@ type Facts struct {
 	// missing_drivers lists PCI devices that no loaded module claimed.
 	MissingDrivers []*Facts_PciDevice `protobuf:"bytes,11,rep,name=missing_drivers,json=missingDrivers,proto3" json:"missing_drivers,omitempty"`
 	Kernel         string             `protobuf:"bytes,12,opt,name=kernel,proto3" json:"kernel,omitempty"`
+	SecureBoot     Facts_SecureBoot   `protobuf:"varint,13,opt,name=secure_boot,json=secureBoot,proto3,enum=corral.inventory.v1.Facts_SecureBoot" json:"secure_boot,omitempty"`
+	// lockdown is the kernel's lockdown mode (/sys/kernel/security/lockdown):
+	// "none", "integrity" (what Secure Boot turns on) or "confidentiality";
+	// "" when the kernel did not say.
+	Lockdown string `protobuf:"bytes,14,opt,name=lockdown,proto3" json:"lockdown,omitempty"`
 	// architecture is the machine's CPU architecture as Go and Debian name
 	// it ("amd64", "arm64"): the one the reporting agent runs as.
-	Architecture  string `protobuf:"bytes,13,opt,name=architecture,proto3" json:"architecture,omitempty"`
+	Architecture  string `protobuf:"bytes,15,opt,name=architecture,proto3" json:"architecture,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -154,6 +213,20 @@ func (x *Facts) GetMissingDrivers() []*Facts_PciDevice {
 func (x *Facts) GetKernel() string {
 	if x != nil {
 		return x.Kernel
+	}
+	return ""
+}
+
+func (x *Facts) GetSecureBoot() Facts_SecureBoot {
+	if x != nil {
+		return x.SecureBoot
+	}
+	return Facts_SECURE_BOOT_UNSPECIFIED
+}
+
+func (x *Facts) GetLockdown() string {
+	if x != nil {
+		return x.Lockdown
 	}
 	return ""
 }
@@ -1051,7 +1124,7 @@ var File_api_inventory_v1_facts_proto protoreflect.FileDescriptor
 
 const file_api_inventory_v1_facts_proto_rawDesc = "" +
 	"\n" +
-	"\x1capi/inventory/v1/facts.proto\x12\x13corral.inventory.v1\"\xa3\x13\n" +
+	"\x1capi/inventory/v1/facts.proto\x12\x13corral.inventory.v1\"\xe5\x14\n" +
 	"\x05Facts\x129\n" +
 	"\x06system\x18\x01 \x01(\v2!.corral.inventory.v1.Facts.SystemR\x06system\x12>\n" +
 	"\tbaseboard\x18\x02 \x01(\v2 .corral.inventory.v1.Facts.BoardR\tbaseboard\x12:\n" +
@@ -1066,8 +1139,11 @@ const file_api_inventory_v1_facts_proto_rawDesc = "" +
 	"\x03bmc\x18\n" +
 	" \x01(\v2!.corral.inventory.v1.Facts.BmcLanR\x03bmc\x12M\n" +
 	"\x0fmissing_drivers\x18\v \x03(\v2$.corral.inventory.v1.Facts.PciDeviceR\x0emissingDrivers\x12\x16\n" +
-	"\x06kernel\x18\f \x01(\tR\x06kernel\x12\"\n" +
-	"\farchitecture\x18\r \x01(\tR\farchitecture\x1a\xaa\x01\n" +
+	"\x06kernel\x18\f \x01(\tR\x06kernel\x12F\n" +
+	"\vsecure_boot\x18\r \x01(\x0e2%.corral.inventory.v1.Facts.SecureBootR\n" +
+	"secureBoot\x12\x1a\n" +
+	"\blockdown\x18\x0e \x01(\tR\blockdown\x12\"\n" +
+	"\farchitecture\x18\x0f \x01(\tR\farchitecture\x1a\xaa\x01\n" +
 	"\x06System\x12\x16\n" +
 	"\x06vendor\x18\x01 \x01(\tR\x06vendor\x12\x18\n" +
 	"\aproduct\x18\x02 \x01(\tR\aproduct\x12\x18\n" +
@@ -1151,7 +1227,12 @@ const file_api_inventory_v1_facts_proto_rawDesc = "" +
 	"\x06BmcLan\x12\x18\n" +
 	"\achannel\x18\x01 \x01(\rR\achannel\x12!\n" +
 	"\fipv4_address\x18\x02 \x01(\tR\vipv4Address\x12\x10\n" +
-	"\x03mac\x18\x03 \x01(\tR\x03macB9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
+	"\x03mac\x18\x03 \x01(\tR\x03mac\"\\\n" +
+	"\n" +
+	"SecureBoot\x12\x1b\n" +
+	"\x17SECURE_BOOT_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14SECURE_BOOT_DISABLED\x10\x01\x12\x17\n" +
+	"\x13SECURE_BOOT_ENABLED\x10\x02B9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
 
 var (
 	file_api_inventory_v1_facts_proto_rawDescOnce sync.Once
@@ -1165,40 +1246,43 @@ func file_api_inventory_v1_facts_proto_rawDescGZIP() []byte {
 	return file_api_inventory_v1_facts_proto_rawDescData
 }
 
+var file_api_inventory_v1_facts_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_api_inventory_v1_facts_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_api_inventory_v1_facts_proto_goTypes = []any{
-	(*Facts)(nil),              // 0: corral.inventory.v1.Facts
-	(*Facts_System)(nil),       // 1: corral.inventory.v1.Facts.System
-	(*Facts_Board)(nil),        // 2: corral.inventory.v1.Facts.Board
-	(*Facts_Bios)(nil),         // 3: corral.inventory.v1.Facts.Bios
-	(*Facts_Cpu)(nil),          // 4: corral.inventory.v1.Facts.Cpu
-	(*Facts_Dimm)(nil),         // 5: corral.inventory.v1.Facts.Dimm
-	(*Facts_Memory)(nil),       // 6: corral.inventory.v1.Facts.Memory
-	(*Facts_Disk)(nil),         // 7: corral.inventory.v1.Facts.Disk
-	(*Facts_Nic)(nil),          // 8: corral.inventory.v1.Facts.Nic
-	(*Facts_LldpNeighbor)(nil), // 9: corral.inventory.v1.Facts.LldpNeighbor
-	(*Facts_PciDevice)(nil),    // 10: corral.inventory.v1.Facts.PciDevice
-	(*Facts_BmcLan)(nil),       // 11: corral.inventory.v1.Facts.BmcLan
+	(Facts_SecureBoot)(0),      // 0: corral.inventory.v1.Facts.SecureBoot
+	(*Facts)(nil),              // 1: corral.inventory.v1.Facts
+	(*Facts_System)(nil),       // 2: corral.inventory.v1.Facts.System
+	(*Facts_Board)(nil),        // 3: corral.inventory.v1.Facts.Board
+	(*Facts_Bios)(nil),         // 4: corral.inventory.v1.Facts.Bios
+	(*Facts_Cpu)(nil),          // 5: corral.inventory.v1.Facts.Cpu
+	(*Facts_Dimm)(nil),         // 6: corral.inventory.v1.Facts.Dimm
+	(*Facts_Memory)(nil),       // 7: corral.inventory.v1.Facts.Memory
+	(*Facts_Disk)(nil),         // 8: corral.inventory.v1.Facts.Disk
+	(*Facts_Nic)(nil),          // 9: corral.inventory.v1.Facts.Nic
+	(*Facts_LldpNeighbor)(nil), // 10: corral.inventory.v1.Facts.LldpNeighbor
+	(*Facts_PciDevice)(nil),    // 11: corral.inventory.v1.Facts.PciDevice
+	(*Facts_BmcLan)(nil),       // 12: corral.inventory.v1.Facts.BmcLan
 }
 var file_api_inventory_v1_facts_proto_depIdxs = []int32{
-	1,  // 0: corral.inventory.v1.Facts.system:type_name -> corral.inventory.v1.Facts.System
-	2,  // 1: corral.inventory.v1.Facts.baseboard:type_name -> corral.inventory.v1.Facts.Board
-	2,  // 2: corral.inventory.v1.Facts.chassis:type_name -> corral.inventory.v1.Facts.Board
-	3,  // 3: corral.inventory.v1.Facts.bios:type_name -> corral.inventory.v1.Facts.Bios
-	4,  // 4: corral.inventory.v1.Facts.cpu:type_name -> corral.inventory.v1.Facts.Cpu
-	6,  // 5: corral.inventory.v1.Facts.memory:type_name -> corral.inventory.v1.Facts.Memory
-	7,  // 6: corral.inventory.v1.Facts.disks:type_name -> corral.inventory.v1.Facts.Disk
-	8,  // 7: corral.inventory.v1.Facts.nics:type_name -> corral.inventory.v1.Facts.Nic
-	10, // 8: corral.inventory.v1.Facts.pci_devices:type_name -> corral.inventory.v1.Facts.PciDevice
-	11, // 9: corral.inventory.v1.Facts.bmc:type_name -> corral.inventory.v1.Facts.BmcLan
-	10, // 10: corral.inventory.v1.Facts.missing_drivers:type_name -> corral.inventory.v1.Facts.PciDevice
-	5,  // 11: corral.inventory.v1.Facts.Memory.dimms:type_name -> corral.inventory.v1.Facts.Dimm
-	9,  // 12: corral.inventory.v1.Facts.Nic.lldp_neighbors:type_name -> corral.inventory.v1.Facts.LldpNeighbor
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	2,  // 0: corral.inventory.v1.Facts.system:type_name -> corral.inventory.v1.Facts.System
+	3,  // 1: corral.inventory.v1.Facts.baseboard:type_name -> corral.inventory.v1.Facts.Board
+	3,  // 2: corral.inventory.v1.Facts.chassis:type_name -> corral.inventory.v1.Facts.Board
+	4,  // 3: corral.inventory.v1.Facts.bios:type_name -> corral.inventory.v1.Facts.Bios
+	5,  // 4: corral.inventory.v1.Facts.cpu:type_name -> corral.inventory.v1.Facts.Cpu
+	7,  // 5: corral.inventory.v1.Facts.memory:type_name -> corral.inventory.v1.Facts.Memory
+	8,  // 6: corral.inventory.v1.Facts.disks:type_name -> corral.inventory.v1.Facts.Disk
+	9,  // 7: corral.inventory.v1.Facts.nics:type_name -> corral.inventory.v1.Facts.Nic
+	11, // 8: corral.inventory.v1.Facts.pci_devices:type_name -> corral.inventory.v1.Facts.PciDevice
+	12, // 9: corral.inventory.v1.Facts.bmc:type_name -> corral.inventory.v1.Facts.BmcLan
+	11, // 10: corral.inventory.v1.Facts.missing_drivers:type_name -> corral.inventory.v1.Facts.PciDevice
+	0,  // 11: corral.inventory.v1.Facts.secure_boot:type_name -> corral.inventory.v1.Facts.SecureBoot
+	6,  // 12: corral.inventory.v1.Facts.Memory.dimms:type_name -> corral.inventory.v1.Facts.Dimm
+	10, // 13: corral.inventory.v1.Facts.Nic.lldp_neighbors:type_name -> corral.inventory.v1.Facts.LldpNeighbor
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_api_inventory_v1_facts_proto_init() }
@@ -1211,13 +1295,14 @@ func file_api_inventory_v1_facts_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_inventory_v1_facts_proto_rawDesc), len(file_api_inventory_v1_facts_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_api_inventory_v1_facts_proto_goTypes,
 		DependencyIndexes: file_api_inventory_v1_facts_proto_depIdxs,
+		EnumInfos:         file_api_inventory_v1_facts_proto_enumTypes,
 		MessageInfos:      file_api_inventory_v1_facts_proto_msgTypes,
 	}.Build()
 	File_api_inventory_v1_facts_proto = out.File

@@ -86,6 +86,11 @@ func describeNotes(w io.Writer, m proto.Message) error {
 			return writeErr(err)
 		}
 	}
+	if f := mm.GetFacts(); f != nil {
+		if _, err := fmt.Fprintf(w, "# secure boot: %s\n", secureBootNote(f)); err != nil {
+			return writeErr(err)
+		}
+	}
 	if err := commissionNotes(w, mm, true); err != nil { // machine_commission.go
 		return err
 	}
@@ -94,4 +99,24 @@ func describeNotes(w io.Writer, m proto.Message) error {
 		return writeErr(err)
 	}
 	return nil
+}
+
+// secureBootNote is the machine's Secure Boot state as its agent last
+// reported it (facts.secure_boot, facts.lockdown).
+func secureBootNote(f *inventoryv1.Facts) string {
+	var s string
+	switch f.GetSecureBoot() {
+	case inventoryv1.Facts_SECURE_BOOT_ENABLED:
+		s = "enabled"
+	case inventoryv1.Facts_SECURE_BOOT_DISABLED:
+		s = "disabled"
+	case inventoryv1.Facts_SECURE_BOOT_UNSPECIFIED:
+		s = "unknown (not reported: BIOS boot, or the agent could not tell)"
+	default:
+		s = "unknown"
+	}
+	if l := f.GetLockdown(); l != "" {
+		s += ", kernel lockdown " + l
+	}
+	return s
 }
