@@ -150,8 +150,9 @@ type Config struct {
 	Scripts ScriptLimits
 	// Now is the clock of the rate limits (default time.Now).
 	Now func() time.Time
-	// KernelArgs are extra kernel arguments (default console=tty0
-	// console=ttyS0,115200n8).
+	// KernelArgs are extra kernel arguments (default
+	// DefaultKernelArgs). arm64 machines get them followed by
+	// ARM64KernelArgs, or ARM64KernelArgs alone when KernelArgs is unset.
 	KernelArgs string
 	Logger     *slog.Logger
 	// Limits bound clients' connections and timeouts (limits.go).
@@ -200,7 +201,10 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 	lis net.Listener
-	srv *http.Server
+	// arm64Args are what arm64 command lines end in (ARM64KernelArgs,
+	// after Config.KernelArgs when the operator set them).
+	arm64Args string
+	srv       *http.Server
 
 	macs, addrs *budgets      // script budgets
 	refusals    *lograte.Gate // refusal log lines
@@ -227,13 +231,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	arm64Args := strings.TrimSpace(cfg.KernelArgs + " " + ARM64KernelArgs)
 	if cfg.KernelArgs == "" {
-		cfg.KernelArgs = "console=tty0 console=ttyS0,115200n8"
+		cfg.KernelArgs = DefaultKernelArgs
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger,
+	s := &Server{cfg: cfg, log: cfg.Logger, arm64Args: arm64Args,
 		macs:     newBudgets(cfg.Scripts.MACBurst, cfg.Scripts.MACInterval, cfg.Scripts.MaxTracked),
 		addrs:    newBudgets(cfg.Scripts.AddrBurst, cfg.Scripts.AddrInterval, cfg.Scripts.MaxTracked),
 		refusals: lograte.NewGate(time.Second, 10)}
@@ -368,9 +373,17 @@ var scriptText string
 
 var scriptTmpl = template.Must(template.New("script").Parse(scriptText))
 
-// ARM64KernelArgs follow Config.KernelArgs on an arm64 machine's command
-// line: the last console= is /dev/console, and arm64's first serial port
-// (PL011, SBSA) is ttyAMA0.
+// DefaultKernelArgs are amd64 machines' extra kernel arguments when
+// Config.KernelArgs is unset: the screen and the first 16550 UART.
+const DefaultKernelArgs = "console=tty0 console=ttyS0,115200n8"
+
+// ARM64KernelArgs end an arm64 machine's command line: arm64's first
+// serial port (PL011, SBSA) is ttyAMA0, and the last console= is
+// /dev/console. DefaultKernelArgs are not used there: u-root's init copies
+// the agent's output to every console= tty, and on arm64 (QEMU's virt
+// machine) ttyS0 is a placeholder 8250 port with no UART behind it whose
+// writes never drain, so the agent stalled after its first line
+// (docs/architecture.md, "arm64").
 const ARM64KernelArgs = "console=ttyAMA0,115200"
 
 // ScriptData is what the script template sees.
@@ -580,7 +593,7 @@ func (s *Server) cmdline(r *http.Request, d ScriptData, token, mode string) (lin
 			if d.Arch == "arm64" {
 				// GRUB hands the initrd over itself; an initrd= would
 				// make the arm64 EFI stub look for a file of that name.
-				parts = []string{corral, s.cfg.KernelArgs, ARM64KernelArgs}
+				parts = []string{corral, s.arm64Args}
 			}
 			line = strings.Join(parts, " ")
 			if len(line) < cmdline.MaxLen {

@@ -17,8 +17,9 @@ import (
 // hypervisor intent (amd64 only) and a catalog without the arm64 image
 // go back to the firmware with the reason on the console and the
 // timeline.
-func TestGRUBARM64Golden(t *testing.T) {
-	withARM64 := func(c *Config) {
+// withARM64 gives a fixture a catalog holding the arm64 image.
+func withARM64(t *testing.T) func(c *Config) {
+	return func(c *Config) {
 		src := t.TempDir()
 		cfg := images.Config{Dir: c.Catalog.(*images.Catalog).Dir(), IPXEDirs: []string{src}}
 		for _, n := range []string{images.IPXEEFI, "ipxe.lkrn", "k", "i", "g"} {
@@ -31,7 +32,10 @@ func TestGRUBARM64Golden(t *testing.T) {
 		}
 		c.Catalog = cat
 	}
-	f := newFixture(t, withARM64)
+}
+
+func TestGRUBARM64Golden(t *testing.T) {
+	f := newFixture(t, withARM64(t))
 	bare := newFixture(t, nil)
 	for name, tc := range map[string]struct {
 		f   *fixture
@@ -69,5 +73,26 @@ func TestGRUBARM64Golden(t *testing.T) {
 	// A hostile machine name cannot leave GRUB's quotes.
 	if got := grubQuote(`x'; reboot; echo '`); got != `'x'\''; reboot; echo '\'''` {
 		t.Errorf("grubQuote = %s", got)
+	}
+}
+
+// TestGRUBARM64KernelArgs: an arm64 command line ends in ttyAMA0 alone
+// when the operator set no kernel arguments (amd64's ttyS0 default would
+// stall the agent's output there), and keeps the operator's otherwise.
+func TestGRUBARM64KernelArgs(t *testing.T) {
+	for args, want := range map[string]string{
+		"":      `'corral.mac=52:54:00:00:00:01' 'console=ttyAMA0,115200'` + "\n",
+		"quiet": `'corral.mac=52:54:00:00:00:01' 'quiet' 'console=ttyAMA0,115200'` + "\n",
+	} {
+		arm := withARM64(t)
+		f := newFixture(t, func(c *Config) { arm(c); c.KernelArgs = args })
+		_, body := get(t, f.srv.URL+GRUBPath+"?mac=52:54:00:00:00:01", nil)
+		if !strings.Contains(string(body), want) || strings.Contains(string(body), "ttyS0") {
+			t.Errorf("--boot-kernel-args %q: want the line to end %s:\n%s", args, want, body)
+		}
+		_, body = get(t, f.srv.URL+"/boot.ipxe?mac=52:54:00:00:00:01", nil)
+		if args == "" && !strings.Contains(string(body), DefaultKernelArgs) {
+			t.Errorf("amd64 script lost the default console arguments:\n%s", body)
+		}
 	}
 }
