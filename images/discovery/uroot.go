@@ -174,7 +174,12 @@ func buildUroot(ctx context.Context, log *slog.Logger, b urootBuild) error {
 			// gobusybox keeps each command's import path, so main.version
 			// is github.com/corralhq/corral/cmd/corral-node.version. The
 			// flags repeat gobusybox's defaults: the last -ldflags wins.
+			// gobusybox also passes -a, which recompiles the standard
+			// library and every dependency on every build (minutes on two
+			// cores); -a=false after it lets go build take them from its
+			// content-addressed cache, as any go build does.
 			BuildOpts: &golang.BuildOpts{ExtraArgs: []string{
+				"-a=false",
 				"-ldflags=-s -w -buildid= -X github.com/corralhq/corral/" + AgentPackage + ".version=" + version,
 			}},
 		}},
