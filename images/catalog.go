@@ -24,8 +24,10 @@ const (
 	KindKernel Kind = "kernel"
 	// KindInitrd is an initramfs served over HTTP.
 	KindInitrd Kind = "initrd"
-	// KindLoader is a signed first-stage loader of the Secure Boot chain
-	// (shim, GRUB), served over TFTP.
+	// KindLoader is a first-stage loader other than iPXE: the Secure
+	// Boot chain's signed shim and GRUB (served over TFTP only with the
+	// chain on) and GRUB's arm64 network image (served over TFTP and
+	// HTTP like KindIPXE).
 	KindLoader Kind = "loader"
 )
 
@@ -112,6 +114,9 @@ type Config struct {
 	// CommissionOverlay is the commissioning overlay; empty means the
 	// catalog has none (commissioning needs the tools on the machine).
 	CommissionOverlay string
+	// ARM64Kernel, ARM64Initrd and ARM64Loader are the arm64 profile's
+	// files (RegisterARM64); each empty one is left out of the catalog.
+	ARM64Kernel, ARM64Initrd, ARM64Loader string
 }
 
 // UsesTestImages reports whether Open would install a built-in test
@@ -180,6 +185,7 @@ func Open(cfg Config) (*Catalog, error) {
 		overlay.Candidates = []string{cfg.CommissionOverlay}
 	}
 	srcs = append(srcs, kernel, initrd, hyp, overlay)
+	srcs = append(srcs, cfg.arm64Sources()...)
 	c := &Catalog{dir: cfg.Dir, arts: map[string]Artifact{}}
 	for _, s := range srcs {
 		a, ok, err := install(cfg.Dir, s)
@@ -192,6 +198,11 @@ func Open(cfg Config) (*Catalog, error) {
 	}
 	if cfg.Kernel != "" && c.arts[DiscoverKernel].Name == "" {
 		return nil, fmt.Errorf("images: kernel %s: %w", cfg.Kernel, os.ErrNotExist)
+	}
+	for _, n := range []struct{ path, name string }{{cfg.ARM64Kernel, ARM64Kernel}, {cfg.ARM64Initrd, ARM64Initrd}, {cfg.ARM64Loader, GRUBARM64EFI}} {
+		if n.path != "" && c.arts[n.name].Name == "" {
+			return nil, fmt.Errorf("images: %s %s: %w", n.name, n.path, os.ErrNotExist)
+		}
 	}
 	if cfg.HypervisorInitrd != "" && c.arts[HypervisorInitrd].Name == "" {
 		return nil, fmt.Errorf("images: hypervisor initramfs %s: %w", cfg.HypervisorInitrd, os.ErrNotExist)

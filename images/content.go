@@ -49,11 +49,11 @@ func KindOf(name string) Kind {
 	switch name {
 	case UndionlyKPXE, IPXEPXE, IPXEEFI, SNPOnlyEFI, SNPArm64EFI:
 		return KindIPXE
-	case ShimX64EFI, GrubX64EFI:
+	case ShimX64EFI, GrubX64EFI, GRUBARM64EFI:
 		return KindLoader
-	case DiscoverKernel:
+	case DiscoverKernel, ARM64Kernel:
 		return KindKernel
-	case DiscoverInitrd, HypervisorInitrd:
+	case DiscoverInitrd, HypervisorInitrd, ARM64Initrd:
 		return KindInitrd
 	}
 	return ""

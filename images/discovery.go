@@ -62,6 +62,7 @@ func RegisterDiscover(cfg Config, kernel, initrd, release, key string) (*Catalog
 		}
 	}
 	cfg.Kernel, cfg.Initrd = k, i
+	cfg = cfg.withBuiltARM64()
 	if cfg.HypervisorInitrd == "" {
 		// Keep a registered hypervisor image of the same kernel.
 		if h, ok := ReadBuiltHypervisor(cfg.Dir); ok && h.Release == release {
@@ -113,10 +114,14 @@ func ReadBuiltDiscover(dir string) (BuiltDiscover, bool) {
 // set explicitly and was built from the same kernel as the discovery
 // image in use (a registered one; with an explicit kernel, none, since
 // its modules could not match); otherwise c unchanged.
+//
+// It also sets the arm64 profile's files from the image registered in
+// c.Dir (RegisterARM64) when none of them is set.
 func (c Config) WithBuiltDiscover() Config {
 	if c.Dir == "" {
 		return c
 	}
+	c = c.withBuiltARM64()
 	explicit := c.Kernel != "" || c.Initrd != ""
 	b, ok := ReadBuiltDiscover(c.Dir)
 	if !explicit && ok {

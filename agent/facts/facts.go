@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -36,6 +37,12 @@ func (o Options) root() string {
 }
 
 // path joins elements under the root.
+// live reports whether o reads the running machine ("" or "/", as the
+// discovery agent passes it) rather than a captured fixture root.
+func (o Options) live() bool {
+	return o.Root == "" || filepath.Clean(o.Root) == "/"
+}
+
 func (o Options) path(elem ...string) string {
 	return filepath.Join(append([]string{o.root()}, elem...)...)
 }
@@ -72,6 +79,11 @@ func Collect(ctx context.Context, opts Options) (*inventoryv1.Facts, error) {
 		{"kernel", func() error {
 			b, err := os.ReadFile(opts.path("proc/sys/kernel/osrelease"))
 			f.Kernel = strings.TrimSpace(string(b))
+			if opts.live() {
+				// The live machine's: the agent runs as its
+				// architecture (a captured fixture root has none).
+				f.Architecture = runtime.GOARCH
+			}
 			return err
 		}},
 	}

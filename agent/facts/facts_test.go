@@ -200,3 +200,14 @@ func TestCapEscapesControlCharacters(t *testing.T) {
 		t.Errorf("vendor %q", f.System.Vendor)
 	}
 }
+
+// TestLiveRoot: the architecture is reported for the running machine,
+// whether its root is given as "" or as "/" (the discovery agent's), and
+// not for a captured fixture root.
+func TestLiveRoot(t *testing.T) {
+	for root, want := range map[string]bool{"": true, "/": true, "//": true, "testdata/x": false, "/tmp/root": false} {
+		if got := (Options{Root: root}).live(); got != want {
+			t.Errorf("Options{Root: %q}.live() = %v, want %v", root, got, want)
+		}
+	}
+}

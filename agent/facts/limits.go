@@ -121,6 +121,7 @@ func trimStrings(f *inventoryv1.Facts) {
 		t(&b.Mac)
 	}
 	t(&f.Kernel)
+	t(&f.Architecture)
 }
 
 // trimString makes s valid UTF-8 without control characters (escaped as

@@ -91,7 +91,15 @@ type Boot struct {
 	Echo60 string
 	// Reason explains the choice for the timeline.
 	Reason string
+	// RootPath is option 17 to send ("" for none): the http:// URL of
+	// the per-machine GRUB config for GRUB's arm64 network loader, which
+	// reads it from the firmware's DHCP answer (images.GRUBEmbeddedConfig
+	// in images/discovery).
+	RootPath string
 }
+
+// GRUBConfigPath is boot/http's path of the per-machine GRUB config.
+const GRUBConfigPath = "/boot.grub"
 
 // Env is what ChooseBoot needs to know about the appliance.
 type Env struct {
@@ -130,15 +138,17 @@ const (
 //     which breaks the DHCP→iPXE→DHCP loop; option 60 PXEClient is echoed
 //     when it sent it, so iPXE does not wait for proxy offers;
 //   - UEFI HTTP Boot (option 60 HTTPClient, arch 16/19) gets a full http://
-//     URL of the iPXE binary and option 60 HTTPClient echoed (exactly that,
+//     URL of the iPXE binary (arch 19: of the arm64 loader) and option 60 HTTPClient echoed (exactly that,
 //     never the client's string), no next-server; an HTTPClient with
 //     another architecture or none gets no boot options;
 //   - firmware PXE gets the TFTP iPXE binary for its arch (0 BIOS →
-//     undionly.kpxe, 7/9 → snponly.efi, else ipxe.efi, 11 → snp-arm64.efi
-//     when shipped; 7/9 with Env.SecureBoot → shimx64.efi) and
+//     undionly.kpxe, 7/9 → snponly.efi, else ipxe.efi; 11 → GRUB's arm64
+//     network loader, or snp-arm64.efi when shipped; 7/9 with
+//     Env.SecureBoot → shimx64.efi) and
 //     no option 60 (in full mode; EDK2 would then look for a boot server);
 //   - anything else gets no boot options.
 //
+// An arm64 client booting GRUB's loader also gets option 17 (RootPath).
 // It is a pure function of its inputs.
 func ChooseBoot(c Client, env Env) Boot {
 	switch {
@@ -158,7 +168,7 @@ func ChooseBoot(c Client, env Env) Boot {
 		case c.HasArch && c.Arch == archHTTPx64:
 			name = images.IPXEEFI
 		case c.HasArch && c.Arch == archHTTParm64:
-			name = images.SNPArm64EFI
+			name = arm64Loader(env)
 		case !c.HasArch:
 			// UEFI 2.10 §24.7.2: an HTTP boot client sends option 93.
 			return Boot{Kind: BootNone, Reason: "UEFI HTTP client without option 93 (architecture): refused"}
@@ -167,6 +177,9 @@ func ChooseBoot(c Client, env Env) Boot {
 			// HTTP boot client we know a binary for: an x64 EFI URL
 			// would be the wrong answer.
 			return Boot{Kind: BootNone, Reason: fmt.Sprintf("UEFI HTTP client with arch %d (%s): only 16 (x64 UEFI HTTP) and 19 (arm64 UEFI HTTP) are served", uint16(c.Arch), c.Arch.String())}
+		}
+		if name == "" {
+			return Boot{Kind: BootNone, Reason: fmt.Sprintf("UEFI HTTP client (arch %d): %s", uint16(c.Arch), noARM64Loader)}
 		}
 		if !env.Has(name) {
 			return Boot{Kind: BootNone, Reason: fmt.Sprintf("UEFI HTTP client (arch %d): no %s in the catalog", uint16(c.Arch), name)}
@@ -178,7 +191,8 @@ func ChooseBoot(c Client, env Env) Boot {
 		if env.BootBase != "" {
 			base = env.BootBase
 		}
-		return Boot{Kind: BootHTTP, File: base + "/images/" + name + "?mac=" + c.MAC, Echo60: "HTTPClient", Reason: "UEFI HTTP Boot client"}
+		return Boot{Kind: BootHTTP, File: base + "/images/" + name + "?mac=" + c.MAC, Echo60: "HTTPClient", Reason: "UEFI HTTP Boot client",
+			RootPath: grubRootPath(env, name, c.MAC)}
 	case c.PXE || c.HasArch:
 		if !c.HasArch {
 			// PXE 2.1 makes option 93 mandatory; treat its absence as BIOS.
@@ -205,13 +219,16 @@ func ChooseBoot(c Client, env Env) Boot {
 			// 5x larger over TFTP (bench/README.md, "Virtual rack").
 			names = []string{images.SNPOnlyEFI, images.IPXEEFI}
 		case archEFIarm64:
-			names = []string{images.SNPArm64EFI}
+			if names = []string{arm64Loader(env)}; names[0] == "" {
+				return Boot{Kind: BootNone, Reason: fmt.Sprintf("PXE client arch %d (%s): %s", uint16(c.Arch), c.Arch.String(), noARM64Loader)}
+			}
 		default:
 			return Boot{Kind: BootNone, Reason: fmt.Sprintf("PXE client arch %d (%s) is not supported", uint16(c.Arch), c.Arch.String())}
 		}
 		for _, n := range names {
 			if env.Has(n) {
-				b := Boot{Kind: BootTFTP, File: n, Reason: fmt.Sprintf("firmware PXE, arch %d (%s)", uint16(c.Arch), c.Arch.String())}
+				b := Boot{Kind: BootTFTP, File: n, Reason: fmt.Sprintf("firmware PXE, arch %d (%s)", uint16(c.Arch), c.Arch.String()),
+					RootPath: grubRootPath(env, n, c.MAC)}
 				if env.Proxy {
 					b.Echo60 = "PXEClient"
 				}
@@ -223,9 +240,33 @@ func ChooseBoot(c Client, env Env) Boot {
 	return Boot{Kind: BootNone, Reason: "not a network-boot client"}
 }
 
+// noARM64Loader is the reason an arm64 client gets no boot file.
+const noARM64Loader = "no arm64 boot loader in the catalog (" + images.GRUBARM64EFI + " or " + images.SNPArm64EFI + "): run corrald images build --arch arm64"
+
+// arm64Loader is the catalog's arm64 first stage: GRUB's network loader,
+// else an arm64 iPXE when one was shipped, else "".
+func arm64Loader(env Env) string {
+	for _, n := range []string{images.GRUBARM64EFI, images.SNPArm64EFI} {
+		if env.Has(n) {
+			return n
+		}
+	}
+	return ""
+}
+
+// grubRootPath is option 17 for a client booting loader: the per-machine
+// GRUB config's plain-http URL when loader is GRUB's (its http module
+// has no TLS), else "".
+func grubRootPath(env Env, loader, mac string) string {
+	if loader != images.GRUBARM64EFI {
+		return ""
+	}
+	return env.HTTPBase + GRUBConfigPath + "?mac=" + mac
+}
+
 // longestBootPath is the longest path and query an HTTP boot URL carries
 // after its base.
-const longestBootPath = "/images/" + images.SNPArm64EFI + "?mac=00:00:00:00:00:00"
+const longestBootPath = "/images/" + images.GRUBARM64EFI + "?mac=00:00:00:00:00:00"
 
 // checkBootBase checks an HTTP boot base URL (Config.HTTPBootBase) and
 // returns it without a trailing slash: http or https, a host, no path,

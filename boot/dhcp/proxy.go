@@ -25,6 +25,9 @@ func (s *Server) setBoot(d *dhcpv4.DHCPv4, b Boot, c Client, proxy bool) {
 		// no boot-server discovery.
 		d.Options[dhcpv4.OptionVendorSpecificInformation.Code()] = []byte{6, 1, 8, 255}
 	}
+	if b.RootPath != "" {
+		d.Options[dhcpv4.OptionRootPath.Code()] = []byte(b.RootPath)
+	}
 	if len(c.UUID) > 0 && (c.PXE || c.HTTP) {
 		d.Options[dhcpv4.OptionClientMachineIdentifier.Code()] = c.UUID
 	}

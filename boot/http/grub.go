@@ -70,6 +70,30 @@ func RenderGrub(d ScriptData) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
+//go:embed script.grub.tmpl
+var grubARM64Text string
+
+// grubARM64Tmpl is arm64 machines' GRUB configuration (/boot.grub),
+// quoted as grubTmpl is.
+var grubARM64Tmpl = template.Must(template.New("grub-arm64").Funcs(template.FuncMap{
+	"q":     grubQuote,
+	"words": grubWords,
+}).Parse(grubARM64Text))
+
+// RenderGRUBARM64 renders an arm64 machine's GRUB configuration for d
+// (d.Host set): the kernel and initramfs over GRUB's http module from
+// the address the request came to. It fails as RenderScript does.
+func RenderGRUBARM64(d ScriptData) ([]byte, error) {
+	if len(d.Cmdline) >= cmdline.MaxLen {
+		return nil, fmt.Errorf("kernel command line is %d bytes, limit %d", len(d.Cmdline), cmdline.MaxLen)
+	}
+	var b bytes.Buffer
+	if err := grubARM64Tmpl.Execute(&b, d); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
 // ErrGrubRefused wraps the reason a GRUB configuration was not given
 // (GrubConfig): an unknown MAC, a lease rule, a rate limit, the inventory.
 var ErrGrubRefused = errors.New("boot/http: GRUB configuration refused")

@@ -150,8 +150,9 @@ type Config struct {
 	Scripts ScriptLimits
 	// Now is the clock of the rate limits (default time.Now).
 	Now func() time.Time
-	// KernelArgs are extra kernel arguments (default console=tty0
-	// console=ttyS0,115200n8).
+	// KernelArgs are extra kernel arguments (default
+	// DefaultKernelArgs). arm64 machines get them followed by
+	// ARM64KernelArgs, or ARM64KernelArgs alone when KernelArgs is unset.
 	KernelArgs string
 	Logger     *slog.Logger
 	// Limits bound clients' connections and timeouts (limits.go).
@@ -189,7 +190,7 @@ type Observer interface {
 
 // Route classes given to Observer.
 const (
-	RouteScript  = "script"   // /boot.ipxe
+	RouteScript  = "script"   // /boot.ipxe, /boot.grub
 	RouteImage   = "image"    // /images/<name>
 	RouteOSImage = "os-image" // /os-images/<sha256> and /os-images/<sha256>/raw
 	RouteOther   = "other"    // anything else (404)
@@ -200,7 +201,10 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 	lis net.Listener
-	srv *http.Server
+	// arm64Args are what arm64 command lines end in (ARM64KernelArgs,
+	// after Config.KernelArgs when the operator set them).
+	arm64Args string
+	srv       *http.Server
 
 	macs, addrs *budgets      // script budgets
 	refusals    *lograte.Gate // refusal log lines
@@ -227,13 +231,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	arm64Args := strings.TrimSpace(cfg.KernelArgs + " " + ARM64KernelArgs)
 	if cfg.KernelArgs == "" {
-		cfg.KernelArgs = "console=tty0 console=ttyS0,115200n8"
+		cfg.KernelArgs = DefaultKernelArgs
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger,
+	s := &Server{cfg: cfg, log: cfg.Logger, arm64Args: arm64Args,
 		macs:     newBudgets(cfg.Scripts.MACBurst, cfg.Scripts.MACInterval, cfg.Scripts.MaxTracked),
 		addrs:    newBudgets(cfg.Scripts.AddrBurst, cfg.Scripts.AddrInterval, cfg.Scripts.MaxTracked),
 		refusals: lograte.NewGate(time.Second, 10)}
@@ -282,7 +287,24 @@ func serveUntil(ctx context.Context, srv *http.Server, lis net.Listener, log *sl
 	return nil
 }
 
-// ServeHTTP routes /boot.ipxe and /images/<name>; everything else is 404.
+// GRUBPath is the per-machine GRUB config of arm64 machines (the URL
+// boot/dhcp sends them in option 17).
+const GRUBPath = "/boot.grub"
+
+// localHostPort is the address r arrived on, as host:port: GRUB's http
+// module fetches the kernel from there (its Host header may lack the
+// port).
+func localHostPort(r *http.Request) string {
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+			return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).String()
+		}
+	}
+	return r.Host
+}
+
+// ServeHTTP routes /boot.ipxe, /boot.grub and /images/<name>; everything
+// else is 404.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	route := RouteOther
 	if s.cfg.Observer != nil {
@@ -298,6 +320,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == "/boot.ipxe":
 		route = RouteScript
 		s.script(w, r)
+	case r.URL.Path == GRUBPath:
+		route = RouteScript
+		s.boot(w, r, RenderGRUBARM64, "GRUB config (arm64)", "script")
 	case strings.HasPrefix(r.URL.Path, "/images/"):
 		route = RouteImage
 		s.artifact(w, r, strings.TrimPrefix(r.URL.Path, "/images/"))
@@ -355,6 +380,19 @@ var scriptText string
 
 var scriptTmpl = template.Must(template.New("script").Parse(scriptText))
 
+// DefaultKernelArgs are amd64 machines' extra kernel arguments when
+// Config.KernelArgs is unset: the screen and the first 16550 UART.
+const DefaultKernelArgs = "console=tty0 console=ttyS0,115200n8"
+
+// ARM64KernelArgs end an arm64 machine's command line: arm64's first
+// serial port (PL011, SBSA) is ttyAMA0, and the last console= is
+// /dev/console. DefaultKernelArgs are not used there: u-root's init copies
+// the agent's output to every console= tty, and on arm64 (QEMU's virt
+// machine) ttyS0 is a placeholder 8250 port with no UART behind it whose
+// writes never drain, so the agent stalled after its first line
+// (docs/architecture.md, "arm64").
+const ARM64KernelArgs = "console=ttyAMA0,115200"
+
 // ScriptData is what the script template sees.
 type ScriptData struct {
 	Intent  string // discover, local, hypervisor
@@ -366,6 +404,10 @@ type ScriptData struct {
 	Overlay string // a second initrd's catalog name (commissioning), or ""
 	Cmdline string // everything after the kernel URL
 	Problem string // set when the intent cannot be served: echoed, then exit
+	// Arch is "arm64" for GRUB's arm64 config (/boot.grub), else "".
+	Arch string
+	// Host is the host:port GRUB's http module fetches from (arm64).
+	Host string
 }
 
 // RenderScript renders the iPXE script for d. It fails when the kernel
@@ -446,10 +488,21 @@ func (s *Server) boot(w http.ResponseWriter, r *http.Request, render func(Script
 		name, intent = m.GetName(), m.GetBootIntent()
 	}
 	d := ScriptData{Intent: intentName(intent), Machine: name, MAC: mac, Base: "http://" + r.Host}
+	if r.URL.Path == GRUBPath {
+		d.Arch, d.Host = "arm64", localHostPort(r)
+	}
 	mode := ""
-	switch intent {
-	case inventoryv1.BootIntent_BOOT_INTENT_LOCAL:
-	case inventoryv1.BootIntent_BOOT_INTENT_HYPERVISOR:
+	switch {
+	case intent == inventoryv1.BootIntent_BOOT_INTENT_LOCAL:
+	case d.Arch == "arm64" && intent == inventoryv1.BootIntent_BOOT_INTENT_HYPERVISOR:
+		d.Problem = "the hypervisor image is built for amd64 only; booting the local disk"
+	case d.Arch == "arm64":
+		d.Kernel, d.Initrd = images.ARM64Kernel, images.ARM64Initrd
+		if !s.cfg.Catalog.Has(d.Kernel) || !s.cfg.Catalog.Has(d.Initrd) {
+			d.Kernel, d.Initrd = "", ""
+			d.Problem = "the catalog has no arm64 discovery image (run corrald images build --arch arm64)"
+		}
+	case intent == inventoryv1.BootIntent_BOOT_INTENT_HYPERVISOR:
 		d.Kernel, d.Initrd, mode = images.DiscoverKernel, images.HypervisorInitrd, cmdline.ModeHypervisor
 		if !s.cfg.Catalog.Has(d.Kernel) || !s.cfg.Catalog.Has(d.Initrd) {
 			d.Kernel, d.Initrd = "", ""
@@ -515,6 +568,9 @@ func (s *Server) boot(w http.ResponseWriter, r *http.Request, render func(Script
 		attrs["endpoints_left_out"] = strconv.Itoa(leftOut)
 	}
 	detail := "rendered " + d.Intent + " " + what
+	if d.Arch != "" {
+		attrs["arch"] = d.Arch
+	}
 	if d.Problem != "" {
 		detail += ": " + d.Problem
 		attrs["problem"] = d.Problem
@@ -540,7 +596,13 @@ func (s *Server) cmdline(r *http.Request, d ScriptData, token, mode string) (lin
 			if d.Overlay != "" {
 				initrds += " initrd=" + d.Overlay
 			}
-			line = strings.Join([]string{initrds, corral, s.cfg.KernelArgs}, " ")
+			parts := []string{initrds, corral, s.cfg.KernelArgs}
+			if d.Arch == "arm64" {
+				// GRUB hands the initrd over itself; an initrd= would
+				// make the arm64 EFI stub look for a file of that name.
+				parts = []string{corral, s.arm64Args}
+			}
+			line = strings.Join(parts, " ")
 			if len(line) < cmdline.MaxLen {
 				return line, eps, left, nil
 			}

@@ -73,7 +73,9 @@ type Config struct {
 	Listen string
 	// Conn, when set, is used instead of listening on Listen.
 	Conn net.PacketConn
-	// Catalog supplies the files; only KindIPXE artifacts are served.
+	// Catalog supplies the files; only KindIPXE artifacts and GRUB's
+	// arm64 network loader (images.GRUBARM64EFI) are served, plus the
+	// Secure Boot chain's files when Grub is set.
 	Catalog Catalog
 	// Timeline and MACs are optional.
 	Timeline Recorder
@@ -264,7 +266,8 @@ func (s *Server) Run(ctx context.Context) error {
 var ErrRefused = errors.New("tftp: refused")
 
 // CheckName validates a requested file name and returns the catalog name
-// to serve. Only bare names of iPXE binaries are accepted: no directories,
+// to serve. Only bare names of iPXE binaries and GRUB's arm64 network
+// loader are accepted: no directories,
 // no absolute paths, no "..", no control bytes. It never touches the file
 // system.
 func CheckName(name string, c Catalog) (string, error) {
@@ -290,13 +293,13 @@ func checkName(name string, c Catalog, chain bool) (string, error) {
 		}
 	}
 	a, ok := c.Lookup(name)
+	if ok && a.Name == name && (a.Kind == images.KindIPXE || a.Name == images.GRUBARM64EFI) {
+		return a.Name, nil
+	}
 	if ok && a.Name == name && chain && (a.Kind == images.KindLoader || a.Kind == images.KindKernel || a.Kind == images.KindInitrd) {
 		return a.Name, nil
 	}
-	if !ok || a.Kind != images.KindIPXE || a.Name != name {
-		return "", fmt.Errorf("%w: %q is not an iPXE binary of the catalog", ErrRefused, name)
-	}
-	return a.Name, nil
+	return "", fmt.Errorf("%w: %q is not an iPXE binary of the catalog", ErrRefused, name)
 }
 
 // content returns the file's bytes, read once and kept: the iPXE binaries

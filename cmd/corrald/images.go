@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -19,6 +20,7 @@ func newImagesCmd(g *globals) *cobra.Command {
 	var src, cache string
 	var ipxeDirs []string
 	var noHyp bool
+	var arch string
 	img := &cobra.Command{Use: "images", Short: "Build and register boot images (offline, against the data dir)"}
 	build := &cobra.Command{
 		Use:   "build",
@@ -33,7 +35,14 @@ second initrd for machines being commissioned; left out, with a note, when
 the host lacks them). Registers vmlinuz, initrd.img, hypervisor-initrd.img
 and commission-overlay.img in DATA_DIR/images so that corrald serve boots unknown
 machines into discovery and accepted ones into the hypervisor. A build with
-unchanged inputs is taken from the cache.`,
+unchanged inputs is taken from the cache.
+
+--arch arm64 builds the arm64 discovery image instead (Debian's
+linux-image-arm64 through apt's multiarch: dpkg --add-architecture arm64 and
+apt-get update first; u-root and corral-node for GOARCH=arm64; no host tools)
+and GRUB's arm64 network loader (grub-mkimage from grub-efi-arm64-bin), and
+registers vmlinuz-arm64, initrd-arm64.img and grubnetaa64.efi beside the
+amd64 images, which it leaves as they are.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger(cmd.ErrOrStderr())
@@ -49,6 +58,11 @@ unchanged inputs is taken from the cache.`,
 			catDir := filepath.Join(dataDir, appliance.ImagesDir)
 			if cache == "" {
 				cache = filepath.Join(catDir, "cache")
+			}
+			if arch == discovery.ArchARM64 {
+				return buildARM64(cmd, log, src, cache, catDir, ipxeDirs)
+			} else if arch != discovery.ArchAMD64 {
+				return fmt.Errorf("--arch %q: want %s or %s", arch, discovery.ArchAMD64, discovery.ArchARM64)
 			}
 			profiles := []discovery.Profile{discovery.Discover, discovery.Hypervisor}
 			if noHyp {
@@ -120,8 +134,41 @@ unchanged inputs is taken from the cache.`,
 	build.Flags().StringVar(&cache, "image-cache", imagecache.Default(), "build cache directory, shared with corral-lab (machine-wide, or under $XDG_CACHE_HOME when that is not writable) (env CORRAL_IMAGE_CACHE)")
 	build.Flags().StringSliceVar(&ipxeDirs, "ipxe-dir", nil, "directories holding the iPXE binaries (default Debian's)")
 	build.Flags().BoolVar(&noHyp, "no-hypervisor", false, "build and register only the discovery image")
+	build.Flags().StringVar(&arch, "arch", discovery.ArchAMD64, "machines' architecture: amd64, or arm64 (discovery image and GRUB network loader only)")
 	img.AddCommand(build, newImagesExportCmd(g), newImagesImportCmd(g))
 	return img
+}
+
+// buildARM64 builds (or takes from the cache) the arm64 discovery image and
+// GRUB network loader and registers them in catDir.
+func buildARM64(cmd *cobra.Command, log *slog.Logger, src, cache, catDir string, ipxeDirs []string) error {
+	start := time.Now()
+	rep := progress.New(cmd.ErrOrStderr())
+	rs, err := discovery.BuildProfiles(cmd.Context(), discovery.Options{SourceDir: src, CacheDir: cache, AgentVersion: version, Logger: log,
+		Arch: discovery.ArchARM64, Progress: func(stage string) { rep.Stage(stage, 0) }}, discovery.Discover)
+	if err != nil {
+		return err
+	}
+	rep.Stage("GRUB arm64 network loader (grub-mkimage)", 0)
+	loader, err := discovery.BuildGRUBARM64(cmd.Context(), cache)
+	if err != nil {
+		return err
+	}
+	r := rs[0]
+	rep.Stage("register the arm64 discovery image in "+catDir, 0)
+	_, b, err := images.RegisterARM64(images.Config{Dir: catDir, IPXEDirs: ipxeDirs}, r.Kernel, r.Initrd, loader, r.Release, r.Key)
+	if err != nil {
+		return err
+	}
+	rep.Done()
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, "arm64 images ready in %s (kernel %s %s, u-root %s)\n", time.Since(start).Round(100*time.Millisecond), r.Package.Name, r.Package.Version, r.URoot)
+	fmt.Fprintf(w, "arm64 discovery image %s (key %s, %d modules, %s)\n", how(r), r.Key[:12], len(r.Modules), r.Compression)
+	fmt.Fprintf(w, "  %-21s %9d bytes  sha256 %s\n", images.ARM64Kernel, b.KernelSize, b.KernelSHA256)
+	fmt.Fprintf(w, "  %-21s %9d bytes  sha256 %s\n", images.ARM64Initrd, b.InitrdSize, b.InitrdSHA256)
+	fmt.Fprintf(w, "  %-21s %9d bytes  sha256 %s\n", images.GRUBARM64EFI, b.LoaderSize, b.LoaderSHA256)
+	fmt.Fprintf(w, "registered in %s (arm64 profile)\n", catDir)
+	return nil
 }
 
 func how(r discovery.Result) string {

@@ -94,6 +94,14 @@ type recipe struct {
 }
 
 func (o Options) recipe(p Profile) (recipe, error) {
+	if o.Arch != "" && o.Arch != ArchAMD64 {
+		if p != Discover {
+			return recipe{}, fmt.Errorf("discovery: the %s profile is built for %s only (its QEMU and tools are the build host's binaries)", p, ArchAMD64)
+		}
+		// No host files: they would be the build host's amd64 binaries.
+		return recipe{profile: p, subdir: o.Arch, modules: o.Modules, tag: AgentBuildTag, uinitArgs: []string{"discover"}, pciIDs: true,
+			compress: "zstd", maxSize: MaxInitrdSize}, nil
+	}
 	switch p {
 	case Discover:
 		// zstd at its highest level (CONFIG_RD_ZSTD): the kernel unpacks
@@ -127,7 +135,16 @@ type Options struct {
 	// Modules are the kernel modules to stage (default Modules); the
 	// hypervisor image adds HypervisorModules.
 	Modules []string
-	// KernelMeta is the Debian meta package (default MetaPackage).
+	// Arch is the machines' architecture, as Debian and Go name it:
+	// "amd64" (default) or "arm64". It picks the kernel package
+	// (linux-image-<arch>, through apt's multiarch for a foreign one),
+	// GOARCH for u-root and corral-node, and the cache's subdirectory.
+	// An arm64 build has only the Discover profile and ships no host
+	// tools (mke2fs, mdadm, lvm: the build host's binaries are amd64):
+	// it inventories a machine; installing onto one needs them.
+	Arch string
+	// KernelMeta is the Debian meta package (default MetaPackage, or
+	// linux-image-<Arch>:<Arch> for another Arch).
 	KernelMeta string
 	// Commands are the u-root commands (directories under cmds/ of the
 	// u-root module) to include (default Commands).
@@ -200,8 +217,15 @@ func (o *Options) defaults() error {
 	if o.CacheDir == "" {
 		return errors.New("discovery: CacheDir is required")
 	}
+	switch o.Arch {
+	case "", ArchAMD64:
+		o.Arch = ArchAMD64
+	case ArchARM64:
+	default:
+		return fmt.Errorf("discovery: architecture %q: only %s and %s are built", o.Arch, ArchAMD64, ArchARM64)
+	}
 	if len(o.Modules) == 0 {
-		o.Modules = Modules
+		o.Modules = ModulesFor(o.Arch)
 	}
 	if o.AgentVersion == "" {
 		o.AgentVersion = "dev"
@@ -211,6 +235,9 @@ func (o *Options) defaults() error {
 	}
 	if o.KernelMeta == "" {
 		o.KernelMeta = MetaPackage
+		if o.Arch != ArchAMD64 {
+			o.KernelMeta = "linux-image-" + o.Arch + ":" + o.Arch
+		}
 	}
 	if o.PCIIDs == "" {
 		for _, p := range DefaultPCIIDs {
@@ -306,7 +333,7 @@ func BuildProfiles(ctx context.Context, o Options, profiles ...Profile) ([]Resul
 	t := time.Now()
 	root := filepath.Join(work, "kernel")
 	o.stage("fetch and unpack " + common.Package.Name + " " + common.Package.Version)
-	if _, err := FetchKernel(ctx, common.Package, filepath.Join(o.CacheDir, "debs"), root); err != nil {
+	if _, err := FetchKernel(ctx, common.Package, filepath.Join(o.CacheDir, debsDir(common.Package)), root); err != nil {
 		return nil, err
 	}
 	rel := common.Package.Release()
@@ -368,7 +395,7 @@ func buildOne(ctx context.Context, o Options, urootDir, work, kernel, stage stri
 	}
 	t := time.Now()
 	o.stage("build " + string(rc.profile) + " initramfs (u-root, corral-node)")
-	if err := buildUroot(ctx, log, urootBuild{srcDir: o.SourceDir, urootDir: urootDir, commands: o.Commands, version: o.AgentVersion,
+	if err := buildUroot(ctx, log, urootBuild{srcDir: o.SourceDir, urootDir: urootDir, arch: o.Arch, commands: o.Commands, version: o.AgentVersion,
 		tag: rc.tag, uinitArgs: rc.uinitArgs, work: pw, out: cpio, extra: extra}); err != nil {
 		return Result{}, fmt.Errorf("u-root (%s): %w", rc.profile, err)
 	}
@@ -429,6 +456,9 @@ func commonInputs(ctx context.Context, o Options) (Inputs, string, error) {
 	if err != nil {
 		return Inputs{}, "", err
 	}
+	if o.Arch != ArchAMD64 {
+		kp.Arch = o.Arch
+	}
 	urootDir, urootVersion, err := goModule(ctx, o.SourceDir, URootModule)
 	if err != nil {
 		return Inputs{}, "", err
@@ -449,7 +479,7 @@ func profileInputs(ctx context.Context, o Options, common Inputs, rc recipe) (In
 	in.Modules = append([]string(nil), rc.modules...)
 	sort.Strings(in.Modules)
 	var err error
-	if in.AgentSource, err = agentSourceHash(ctx, o.SourceDir, rc.tag); err != nil {
+	if in.AgentSource, err = agentSourceHash(ctx, o.SourceDir, o.Arch, rc.tag); err != nil {
 		return Inputs{}, nil, err
 	}
 	files, err := resolveHostFiles(ctx, rc.paths, rc.firmware)
@@ -469,17 +499,17 @@ func profileInputs(ctx context.Context, o Options, common Inputs, rc recipe) (In
 // Corral module: go.mod, go.sum and the Go and embedded files of every
 // main-module package cmd/corral-node imports (paths and contents).
 func AgentSourceHash(ctx context.Context, srcDir string) (string, error) {
-	return agentSourceHash(ctx, srcDir, AgentBuildTag)
+	return agentSourceHash(ctx, srcDir, ArchAMD64, AgentBuildTag)
 }
 
-// agentSourceHash is AgentSourceHash for corral-node built with tag ("":
-// none).
-func agentSourceHash(ctx context.Context, srcDir, tag string) (string, error) {
+// agentSourceHash is AgentSourceHash for corral-node built for GOARCH
+// arch with tag ("": none).
+func agentSourceHash(ctx context.Context, srcDir, arch, tag string) (string, error) {
 	cmd := exec.CommandContext(ctx, "go", "list", "-deps",
 		"-f", `{{if .Module}}{{if .Module.Main}}{{.Dir}}{{range .GoFiles}} {{.}}{{end}}{{range .EmbedFiles}} {{.}}{{end}}{{end}}{{end}}`,
 		"./"+AgentPackage)
 	cmd.Dir = srcDir
-	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH=amd64", "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-tags="+tag)
+	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+arch, "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-tags="+tag)
 	out, err := cmd.Output()
 	if err != nil {
 		return "", fmt.Errorf("go list %s: %v: %s", AgentPackage, err, stderrOf(err))
@@ -750,10 +780,20 @@ func pruneBuilds(dir, current string, keep int, log *slog.Logger) {
 	}
 }
 
-// prune removes the kernel packages of other versions than k.
+// debsDir is the cache's subdirectory holding k's architecture's kernel
+// packages (each keeps only its newest: see prune).
+func debsDir(k KernelPackage) string {
+	if k.Arch == "" {
+		return "debs"
+	}
+	return "debs-" + k.Arch
+}
+
+// prune removes the kernel packages of k's architecture of other versions
+// than k.
 func prune(cacheDir string, k KernelPackage, log *slog.Logger) {
-	debs, _ := filepath.Glob(filepath.Join(cacheDir, "debs", "*.deb"))
-	want := findDeb(filepath.Join(cacheDir, "debs", k.Name+"_*.deb"), k.Version)
+	debs, _ := filepath.Glob(filepath.Join(cacheDir, debsDir(k), "*.deb"))
+	want := findDeb(filepath.Join(cacheDir, debsDir(k), k.Name+"_*.deb"), k.Version)
 	for _, d := range debs {
 		if d != want {
 			log.Debug("pruned kernel package", "deb", filepath.Base(d))

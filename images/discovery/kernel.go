@@ -22,7 +22,17 @@ const MetaPackage = "linux-image-amd64"
 type KernelPackage struct {
 	Name    string // linux-image-6.1.0-56-amd64
 	Version string // 6.1.192-2
+	// Arch is a foreign (multiarch) architecture the package is fetched
+	// for ("arm64"); empty for the host's amd64, so amd64 cache keys
+	// stay what they were.
+	Arch string `json:"Arch,omitempty"`
 }
+
+// Architectures the images are built for (Debian's and Go's names agree).
+const (
+	ArchAMD64 = "amd64"
+	ArchARM64 = "arm64"
+)
 
 // Release is the kernel release (uname -r), e.g. 6.1.0-56-amd64.
 func (k KernelPackage) Release() string { return strings.TrimPrefix(k.Name, "linux-image-") }
@@ -53,7 +63,7 @@ func aptShow(ctx context.Context, pkg string) (map[string]string, error) {
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			return nil, fmt.Errorf("apt-cache show %s: %v: %s (run apt-get update)", pkg, err, bytes.TrimSpace(ee.Stderr))
+			return nil, fmt.Errorf("apt-cache show %s: %v: %s (run apt-get update; for a foreign architecture dpkg --add-architecture first)", pkg, err, bytes.TrimSpace(ee.Stderr))
 		}
 		return nil, fmt.Errorf("apt-cache show %s: %w", pkg, err)
 	}
@@ -87,7 +97,12 @@ func FetchKernel(ctx context.Context, k KernelPackage, debDir, dir string) (stri
 	pattern := filepath.Join(debDir, k.Name+"_*.deb")
 	deb := findDeb(pattern, k.Version)
 	if deb == "" {
-		cmd := exec.CommandContext(ctx, "apt-get", "download", k.Name+"="+k.Version)
+		name := k.Name
+		if k.Arch != "" {
+			// Needs `dpkg --add-architecture <arch>` and apt-get update.
+			name += ":" + k.Arch
+		}
+		cmd := exec.CommandContext(ctx, "apt-get", "download", name+"="+k.Version)
 		cmd.Dir = debDir
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return "", fmt.Errorf("apt-get download %s=%s: %v\n%s", k.Name, k.Version, err, out)

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 
@@ -35,6 +36,24 @@ var Modules = []string{
 	// a deploy's layout: software RAID (mdadm) and LVM (device mapper);
 	// no device asks for them, agent/deploy loads them by name
 	"md_mod", "raid1", "raid10", "dm_mod",
+}
+
+// amd64Only are Modules that exist in amd64's kernel only.
+var amd64Only = []string{"crc32c_intel"}
+
+// ModulesFor returns Modules for Debian's arch kernel: arm64's lacks
+// amd64Only (its CRC32C is crc32c_generic or the built-in ARMv8 one).
+func ModulesFor(arch string) []string {
+	if arch == ArchAMD64 || arch == "" {
+		return Modules
+	}
+	var out []string
+	for _, m := range Modules {
+		if !slices.Contains(amd64Only, m) {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // normName is a module's canonical name: the file name without .ko (and

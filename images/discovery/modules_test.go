@@ -1,11 +1,13 @@
 package discovery
 
 import (
+	"encoding/json"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -46,13 +48,26 @@ func TestClosure(t *testing.T) {
 }
 
 func TestInputsKey(t *testing.T) {
-	a := Inputs{Format: FormatVersion, Package: KernelPackage{"linux-image-6.1.0-56-amd64", "6.1.192-2"}, Modules: []string{"e1000"}, URoot: "v0.16.0", AgentSource: "x"}
+	a := Inputs{Format: FormatVersion, Package: KernelPackage{Name: "linux-image-6.1.0-56-amd64", Version: "6.1.192-2"}, Modules: []string{"e1000"}, URoot: "v0.16.0", AgentSource: "x"}
 	b := a
 	b.AgentSource = "y"
 	c := a
 	c.Package.Version = "6.1.192-3"
 	if k := a.Key(); k == b.Key() || k == c.Key() || a.Key() != k {
 		t.Error("the cache key must change with the agent source and the kernel version, and only then")
+	}
+	// An amd64 key is what it was before builds had an architecture
+	// (cached amd64 images stay valid); an arm64 one differs.
+	if js, _ := json.Marshal(a.Package); strings.Contains(string(js), "Arch") {
+		t.Errorf("amd64 kernel package %s: the architecture must be left out", js)
+	}
+	d := a
+	d.Package.Arch = ArchARM64
+	if d.Key() == a.Key() {
+		t.Error("the cache key must change with the architecture")
+	}
+	if got := ModulesFor(ArchARM64); len(got) != len(Modules)-1 || slices.Contains(got, "crc32c_intel") {
+		t.Errorf("ModulesFor(arm64) = %v", got)
 	}
 	if got := a.Package.Release(); got != "6.1.0-56-amd64" {
 		t.Errorf("Release = %q", got)
@@ -137,7 +152,7 @@ func depmodAvailable() error {
 
 func TestPrune(t *testing.T) {
 	d := t.TempDir()
-	k := KernelPackage{"linux-image-6.1.0-56-amd64", "6.1.192-2"}
+	k := KernelPackage{Name: "linux-image-6.1.0-56-amd64", Version: "6.1.192-2"}
 	os.MkdirAll(filepath.Join(d, "debs"), 0o755)
 	for _, n := range []string{"linux-image-6.1.0-56-amd64_6.1.192-2_amd64.deb", "linux-image-6.1.0-55-amd64_6.1.190-1_amd64.deb"} {
 		os.WriteFile(filepath.Join(d, "debs", n), nil, 0o644)

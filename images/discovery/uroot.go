@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -94,6 +95,7 @@ var envMu sync.Mutex
 // urootBuild is one u-root initramfs build.
 type urootBuild struct {
 	srcDir, urootDir string
+	arch             string // GOARCH
 	commands         []string
 	version          string   // stamped into corral-node
 	tag              string   // corral-node build tag ("": none)
@@ -155,7 +157,7 @@ func buildUroot(ctx context.Context, log *slog.Logger, b urootBuild) error {
 	if err != nil {
 		return fmt.Errorf("go env GOROOT: %w", err)
 	}
-	envOpts := []golang.Opt{golang.WithWorkingDir(ws), golang.DisableCGO(), golang.WithGOOS("linux"), golang.WithGOARCH("amd64"),
+	envOpts := []golang.Opt{golang.WithWorkingDir(ws), golang.DisableCGO(), golang.WithGOOS("linux"), golang.WithGOARCH(cmp.Or(b.arch, ArchAMD64)),
 		golang.WithGOROOT(strings.TrimSpace(string(gr)))}
 	if b.tag != "" {
 		envOpts = append(envOpts, golang.WithBuildTag(b.tag))
@@ -172,7 +174,12 @@ func buildUroot(ctx context.Context, log *slog.Logger, b urootBuild) error {
 			// gobusybox keeps each command's import path, so main.version
 			// is github.com/corralhq/corral/cmd/corral-node.version. The
 			// flags repeat gobusybox's defaults: the last -ldflags wins.
+			// gobusybox also passes -a, which recompiles the standard
+			// library and every dependency on every build (minutes on two
+			// cores); -a=false after it lets go build take them from its
+			// content-addressed cache, as any go build does.
 			BuildOpts: &golang.BuildOpts{ExtraArgs: []string{
+				"-a=false",
 				"-ldflags=-s -w -buildid= -X github.com/corralhq/corral/" + AgentPackage + ".version=" + version,
 			}},
 		}},

@@ -344,6 +344,8 @@ type machine struct {
 		MissingDrivers []json.RawMessage `json:"missing_drivers"`
 		SecureBoot     string            `json:"secure_boot"`
 		Lockdown       string            `json:"lockdown"`
+		Kernel         string            `json:"kernel"`
+		Architecture   string            `json:"architecture"`
 	} `json:"facts"`
 }
 

@@ -95,7 +95,10 @@ type Facts struct {
 	// lockdown is the kernel's lockdown mode (/sys/kernel/security/lockdown):
 	// "none", "integrity" (what Secure Boot turns on) or "confidentiality";
 	// "" when the kernel did not say.
-	Lockdown      string `protobuf:"bytes,14,opt,name=lockdown,proto3" json:"lockdown,omitempty"`
+	Lockdown string `protobuf:"bytes,14,opt,name=lockdown,proto3" json:"lockdown,omitempty"`
+	// architecture is the machine's CPU architecture as Go and Debian name
+	// it ("amd64", "arm64"): the one the reporting agent runs as.
+	Architecture  string `protobuf:"bytes,15,opt,name=architecture,proto3" json:"architecture,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -224,6 +227,13 @@ func (x *Facts) GetSecureBoot() Facts_SecureBoot {
 func (x *Facts) GetLockdown() string {
 	if x != nil {
 		return x.Lockdown
+	}
+	return ""
+}
+
+func (x *Facts) GetArchitecture() string {
+	if x != nil {
+		return x.Architecture
 	}
 	return ""
 }
@@ -1114,7 +1124,7 @@ var File_api_inventory_v1_facts_proto protoreflect.FileDescriptor
 
 const file_api_inventory_v1_facts_proto_rawDesc = "" +
 	"\n" +
-	"\x1capi/inventory/v1/facts.proto\x12\x13corral.inventory.v1\"\xc1\x14\n" +
+	"\x1capi/inventory/v1/facts.proto\x12\x13corral.inventory.v1\"\xe5\x14\n" +
 	"\x05Facts\x129\n" +
 	"\x06system\x18\x01 \x01(\v2!.corral.inventory.v1.Facts.SystemR\x06system\x12>\n" +
 	"\tbaseboard\x18\x02 \x01(\v2 .corral.inventory.v1.Facts.BoardR\tbaseboard\x12:\n" +
@@ -1132,7 +1142,8 @@ const file_api_inventory_v1_facts_proto_rawDesc = "" +
 	"\x06kernel\x18\f \x01(\tR\x06kernel\x12F\n" +
 	"\vsecure_boot\x18\r \x01(\x0e2%.corral.inventory.v1.Facts.SecureBootR\n" +
 	"secureBoot\x12\x1a\n" +
-	"\blockdown\x18\x0e \x01(\tR\blockdown\x1a\xaa\x01\n" +
+	"\blockdown\x18\x0e \x01(\tR\blockdown\x12\"\n" +
+	"\farchitecture\x18\x0f \x01(\tR\farchitecture\x1a\xaa\x01\n" +
 	"\x06System\x12\x16\n" +
 	"\x06vendor\x18\x01 \x01(\tR\x06vendor\x12\x18\n" +
 	"\aproduct\x18\x02 \x01(\tR\aproduct\x12\x18\n" +

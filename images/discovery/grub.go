@@ -1,0 +1,76 @@
+package discovery
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// GRUBARM64Dir is where Debian's grub-efi-arm64-bin puts GRUB's arm64 EFI
+// modules.
+const GRUBARM64Dir = "/usr/lib/grub/arm64-efi"
+
+// GRUBARM64Modules are the modules built into the arm64 network loader:
+// the firmware's NIC (efinet), DHCP options, HTTP, the Linux loader with
+// gzip (Debian's arm64 vmlinuz is a gzip'd Image) and the script commands
+// of GRUBEmbeddedConfig and of the per-machine config boot/http renders.
+var GRUBARM64Modules = []string{"efinet", "net", "http", "linux", "gzio", "normal", "configfile", "echo", "regexp", "sleep", "test", "halt", "reboot"}
+
+// GRUBEmbeddedConfig is the loader's built-in config. GRUB runs it with
+// its rescue parser (no if or for), after efinet has configured the NIC
+// the firmware booted from with the firmware's DHCP answer. That answer's
+// option 17 (root path) holds the per-machine config's http:// URL
+// (boot/dhcp puts it there for arm64 clients), which GRUB's http module
+// reads as (http,host:port)/path.
+const GRUBEmbeddedConfig = `net_get_dhcp_option corral_url "$net_default_interface" 17 string
+regexp --set=1:corral_host --set=2:corral_path '^http://([^/]+)(/.*)$' "$corral_url"
+echo "Corral: loading $corral_url"
+configfile "(http,$corral_host)$corral_path"
+echo "Corral: no boot config (DHCP option 17 is '$corral_url'); back to the firmware in 10 s"
+sleep 10
+exit
+`
+
+// BuildGRUBARM64 writes GRUB's arm64 network loader (grub-mkimage from
+// Debian's grub-efi-arm64-bin, GRUBARM64Modules, GRUBEmbeddedConfig) to
+// cacheDir/arm64/grub/<key>/grubnetaa64.efi, or returns it from there when
+// the package version, modules and config are unchanged.
+func BuildGRUBARM64(ctx context.Context, cacheDir string) (string, error) {
+	if _, err := os.Stat(filepath.Join(GRUBARM64Dir, "efinet.mod")); err != nil {
+		return "", fmt.Errorf("no GRUB arm64 modules in %s: install Debian's grub-efi-arm64-bin (dpkg --add-architecture arm64 first)", GRUBARM64Dir)
+	}
+	ver, err := exec.CommandContext(ctx, "dpkg-query", "-W", "-f=${Version}", "grub-efi-arm64-bin:arm64").Output()
+	if err != nil {
+		return "", fmt.Errorf("dpkg-query grub-efi-arm64-bin: %w", err)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n%s\n%s", ver, strings.Join(GRUBARM64Modules, " "), GRUBEmbeddedConfig)
+	key := hex.EncodeToString(h.Sum(nil))
+	dir := filepath.Join(cacheDir, ArchARM64, "grub", key)
+	out := filepath.Join(dir, "grubnetaa64.efi")
+	if st, err := os.Stat(out); err == nil && st.Size() > 0 {
+		return out, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	cfg := filepath.Join(dir, "embedded.cfg")
+	if err := os.WriteFile(cfg, []byte(GRUBEmbeddedConfig), 0o644); err != nil {
+		return "", err
+	}
+	tmp := out + ".tmp"
+	args := append([]string{"-O", "arm64-efi", "-d", GRUBARM64Dir, "-p", "/corral", "-c", cfg, "-o", tmp}, GRUBARM64Modules...)
+	if b, err := exec.CommandContext(ctx, "grub-mkimage", args...).CombinedOutput(); err != nil {
+		if errors.Is(err, exec.ErrNotFound) {
+			return "", fmt.Errorf("grub-mkimage not found: install Debian's grub-common")
+		}
+		return "", fmt.Errorf("grub-mkimage: %v\n%s", err, b)
+	}
+	return out, os.Rename(tmp, out)
+}

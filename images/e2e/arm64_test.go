@@ -1,0 +1,113 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/corralhq/corral/testsupport/require"
+)
+
+// AAVMF is Debian's arm64 UEFI firmware (qemu-efi-aarch64).
+const (
+	aavmfCode = "/usr/share/AAVMF/AAVMF_CODE.fd"
+	aavmfVars = "/usr/share/AAVMF/AAVMF_VARS.fd"
+)
+
+// TestARM64Discovery: `corrald images build --arch arm64` registers the
+// arm64 discovery image (Debian's arm64 kernel, u-root and corral-node
+// for GOARCH=arm64) and GRUB's arm64 network loader; `corrald serve`
+// answers an arm64 QEMU machine's AAVMF firmware PXE (option 93 arch 11)
+// with the loader over TFTP and the per-machine GRUB config's URL in
+// option 17; GRUB loads the kernel and initramfs over HTTP, the arm64
+// agent starts, loads virtio_pci and virtio_net, leases and registers:
+// the machine is INVENTORIED with architecture arm64 and Debian's arm64
+// kernel in its facts. The guest's serial console is kept in
+// $CORRAL_TEST_ARTIFACTS when that is set. About 2 minutes under TCG
+// with the image cached (bench/README.md, "arm64").
+func TestARM64Discovery(t *testing.T) {
+	need(t, "ip", "qemu-system-aarch64", "grub-mkimage")
+	require.File(t, aavmfCode, "Debian's qemu-efi-aarch64 (AAVMF)")
+	require.File(t, "/usr/lib/grub/arm64-efi/efinet.mod", "Debian's grub-efi-arm64-bin (dpkg --add-architecture arm64)")
+	l := newLab(t)
+	data := filepath.Join(l.dir, "data")
+
+	t0 := time.Now()
+	out, err := exec.Command(filepath.Join(binDir, "corrald"), "images", "build", "--arch", "arm64", "--data-dir", data,
+		"--image-cache", imageCache(), "--source", srcDir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("corrald images build --arch arm64: %v\n%s", err, out)
+	}
+	t.Logf("corrald images build --arch arm64 (%s):\n%s", time.Since(t0).Round(100*time.Millisecond), out)
+
+	// The amd64 profile is the catalog's stand-ins (no amd64 image is
+	// built here): --allow-test-images.
+	c := startCorrald(t, l.dir, l.ns, data, "--allow-test-images", "--api-listen", l.subnet+".1:20180", "--boot-interface", l.bridge,
+		"--dhcp-mode", "full", "--dhcp-range", l.subnet+".100-"+l.subnet+".150", "--dhcp-router", l.subnet+".1")
+
+	vars := filepath.Join(l.dir, "AAVMF_VARS.fd")
+	b, err := os.ReadFile(aavmfVars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(vars, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mac := fmt.Sprintf("52:54:00:%s:%s:a4", l.id[:2], l.id[2:4])
+	const serialA64 = "SN-E2E-ARM64"
+	// Small and cheap: TCG, 768 MiB, one virtio NIC without an option ROM
+	// (the firmware's own PXE), no disks.
+	args := []string{"qemu-system-aarch64", "-M", "virt", "-accel", "tcg,thread=multi", "-cpu", "max", "-m", "768", "-smp", "2",
+		"-nographic", "-no-reboot", "-serial", "stdio", "-monitor", "none",
+		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=" + aavmfCode,
+		"-drive", "if=pflash,format=raw,unit=1,file=" + vars,
+		"-smbios", fmt.Sprintf("type=1,serial=%s,manufacturer=%s,product=ARM Box 1", serialA64, vendor),
+		"-netdev", "tap,id=n0,ifname=" + l.tap("t"+l.id[:4]+"r") + ",script=no,downscript=no",
+		"-device", "virtio-net-pci,netdev=n0,romfile=,mac=" + mac}
+	t0 = time.Now()
+	vm := start(t, l.dir, "console-arm64.log", "ip", append([]string{"netns", "exec", l.ns}, args...)...)
+	t.Cleanup(func() {
+		if d := os.Getenv("CORRAL_TEST_ARTIFACTS"); d != "" {
+			os.WriteFile(filepath.Join(d, "console-arm64.log"), []byte(vm.console.String()), 0o644)
+		}
+	})
+	// Firmware PXE → GRUB → kernel and initramfs over HTTP → the arm64
+	// agent running as the image's uinit.
+	deadline := time.Now().Add(2 * bootTimeout)
+	for !strings.Contains(vm.console.String(), "corral: discovery agent") {
+		select {
+		case <-vm.done:
+			t.Fatalf("VM exited before the agent started; console:\n%s", tail(vm.console.String(), 6<<10))
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the arm64 agent did not start within %s; console:\n%s", 2*bootTimeout, tail(vm.console.String(), 6<<10))
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("arm64 (AAVMF PXE, GRUB, HTTP) power-on to the agent's start: %s", time.Since(t0).Round(time.Second))
+	tl, _ := c.cli("machine", "timeline", "m-"+strings.ReplaceAll(mac, ":", ""))
+	for _, want := range []string{"grubnetaa64.efi", "GRUB config (arm64)", "vmlinuz-arm64", "initrd-arm64.img"} {
+		if !strings.Contains(string(tl), want) {
+			t.Errorf("timeline does not mention %q:\n%s", want, tl)
+		}
+	}
+	m := c.waitMachine(vm, 2*bootTimeout, "with serial "+serialA64+" INVENTORIED", func(m machine) bool {
+		return m.Serial == serialA64 && m.State == "INVENTORIED"
+	})
+	t.Logf("arm64 power-on to INVENTORIED: %s", time.Since(t0).Round(time.Second))
+	if m.Facts.Architecture != "arm64" {
+		t.Errorf("facts.architecture = %q, want arm64", m.Facts.Architecture)
+	}
+	if !strings.HasSuffix(m.Facts.Kernel, "-arm64") {
+		t.Errorf("facts.kernel = %q, want Debian's arm64 kernel", m.Facts.Kernel)
+	}
+	if m.BootMAC != mac {
+		t.Errorf("boot_mac = %q, want %s", m.BootMAC, mac)
+	}
+	vm.stop(t)
+}
