@@ -66,11 +66,7 @@ func RegisterARM64(cfg Config, kernel, initrd, loader, release, key string) (*Ca
 		KernelSize: ka.Size, InitrdSize: ia.Size, KernelSHA256: ka.SHA256, InitrdSHA256: ia.SHA256,
 		Release: release, Key: key, Registered: time.Now().UTC()},
 		Loader: filepath.Join(arm64Dir, GRUBARM64EFI), LoaderSize: la.Size, LoaderSHA256: la.SHA256}
-	js, _ := json.MarshalIndent(b, "", "  ")
-	if err := writeAtomic(filepath.Join(cfg.Dir, ARM64Manifest), func(w io.Writer) error {
-		_, err := w.Write(append(js, '\n'))
-		return err
-	}); err != nil {
+	if err := writeManifest(filepath.Join(cfg.Dir, ARM64Manifest), b); err != nil {
 		return nil, BuiltARM64{}, err
 	}
 	return cat, b, nil

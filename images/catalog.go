@@ -3,6 +3,7 @@ package images
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -272,6 +273,19 @@ func copyIfChanged(src, dst string) error {
 // writeAtomic replaces dst, mode 0644, by what fill writes, through a
 // synced temporary file in the same directory (renameio): readers see the
 // old file or the new one, and a failed fill leaves dst untouched.
+// writeManifest writes a built image's manifest v to path as indented
+// JSON, atomically.
+func writeManifest(path string, v any) error {
+	js, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("images: %s: %w", filepath.Base(path), err)
+	}
+	return writeAtomic(path, func(w io.Writer) error {
+		_, err := w.Write(append(js, '\n'))
+		return err
+	})
+}
+
 func writeAtomic(dst string, fill func(io.Writer) error) error {
 	tmp, err := renameio.NewPendingFile(dst, renameio.WithTempDir(filepath.Dir(dst)), renameio.WithStaticPermissions(0o644))
 	if err != nil {

@@ -58,11 +58,7 @@ func RegisterCommission(cfg Config, overlay, key string, packages map[string]str
 	a, _ := cat.Lookup(CommissionOverlay)
 	b := BuiltCommission{Overlay: filepath.Join(commissionDir, CommissionOverlay), Size: a.Size, SHA256: a.SHA256,
 		Packages: packages, Key: key, Registered: time.Now().UTC()}
-	js, _ := json.MarshalIndent(b, "", "  ")
-	if err := writeAtomic(filepath.Join(cfg.Dir, CommissionManifest), func(w io.Writer) error {
-		_, err := w.Write(append(js, '\n'))
-		return err
-	}); err != nil {
+	if err := writeManifest(filepath.Join(cfg.Dir, CommissionManifest), b); err != nil {
 		return nil, BuiltCommission{}, err
 	}
 	return cat, b, nil

@@ -78,11 +78,7 @@ func RegisterDiscover(cfg Config, kernel, initrd, release, key string) (*Catalog
 	b := BuiltDiscover{Kernel: filepath.Join(builtDir, DiscoverKernel), Initrd: filepath.Join(builtDir, DiscoverInitrd),
 		KernelSize: ka.Size, InitrdSize: ia.Size, KernelSHA256: ka.SHA256, InitrdSHA256: ia.SHA256,
 		Release: release, Key: key, Registered: time.Now().UTC()}
-	js, _ := json.MarshalIndent(b, "", "  ")
-	if err := writeAtomic(filepath.Join(cfg.Dir, DiscoverManifest), func(w io.Writer) error {
-		_, err := w.Write(append(js, '\n'))
-		return err
-	}); err != nil {
+	if err := writeManifest(filepath.Join(cfg.Dir, DiscoverManifest), b); err != nil {
 		return nil, BuiltDiscover{}, err
 	}
 	return cat, b, nil
@@ -200,11 +196,7 @@ func RegisterHypervisor(cfg Config, initrd, release, key string) (*Catalog, Buil
 	a, _ := cat.Lookup(HypervisorInitrd)
 	h := BuiltHypervisor{Initrd: filepath.Join(hypervisorDir, HypervisorInitrd), InitrdSize: a.Size, InitrdSHA256: a.SHA256,
 		Release: release, Key: key, Registered: time.Now().UTC()}
-	js, _ := json.MarshalIndent(h, "", "  ")
-	if err := writeAtomic(filepath.Join(cfg.Dir, HypervisorManifest), func(w io.Writer) error {
-		_, err := w.Write(append(js, '\n'))
-		return err
-	}); err != nil {
+	if err := writeManifest(filepath.Join(cfg.Dir, HypervisorManifest), h); err != nil {
 		return nil, BuiltHypervisor{}, err
 	}
 	return cat, h, nil

@@ -49,14 +49,7 @@ func TestARM64Discovery(t *testing.T) {
 	c := startCorrald(t, l.dir, l.ns, data, "--allow-test-images", "--api-listen", l.subnet+".1:20180", "--boot-interface", l.bridge,
 		"--dhcp-mode", "full", "--dhcp-range", l.subnet+".100-"+l.subnet+".150", "--dhcp-router", l.subnet+".1")
 
-	vars := filepath.Join(l.dir, "AAVMF_VARS.fd")
-	b, err := os.ReadFile(aavmfVars)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(vars, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	vars := l.varsCopy(aavmfVars, "AAVMF_VARS.fd")
 	mac := fmt.Sprintf("52:54:00:%s:%s:a4", l.id[:2], l.id[2:4])
 	const serialA64 = "SN-E2E-ARM64"
 	// Small and cheap: TCG, 768 MiB, one virtio NIC without an option ROM

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -36,14 +35,7 @@ func TestPXEv6Discovery(t *testing.T) {
 	c := startCorrald(t, l.dir, l.ns, data, "--api-listen", ":20180", "--boot-interface", l.bridge,
 		"--dhcp-mode", "off", "--dhcp6-range", prefix+"100-"+prefix+"1ff", "--ra-router-lifetime", "30m")
 
-	vars := filepath.Join(l.dir, "OVMF_VARS.fd")
-	b, err := os.ReadFile(ovmfVars)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(vars, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	vars := l.varsCopy(ovmfVars, "OVMF_VARS.fd")
 	mac := fmt.Sprintf("52:54:00:%s:%s:06", l.id[:2], l.id[2:4])
 	args := append(qemuBase(memoryMB, cpus), "-machine", "q35",
 		"-drive", "if=pflash,format=raw,readonly=on,file="+ovmfCode, "-drive", "if=pflash,format=raw,file="+vars,

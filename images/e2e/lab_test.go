@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/corralhq/corral/internal/imagecache"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -18,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/corralhq/corral/internal/imagecache"
 
 	"github.com/corralhq/corral/images/discovery"
 	"github.com/corralhq/corral/testsupport/require"
@@ -405,4 +406,19 @@ func disks(t *testing.T, dir string, serials ...string) []string {
 			"-device", fmt.Sprintf("virtio-blk-pci,drive=d%d,serial=%s", i, s))
 	}
 	return args
+}
+
+// varsCopy copies a firmware variable store template into the lab's
+// directory as name (the firmware writes to its store) and returns the copy.
+func (l *lab) varsCopy(template, name string) string {
+	l.t.Helper()
+	b, err := os.ReadFile(template)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	path := filepath.Join(l.dir, name)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		l.t.Fatal(err)
+	}
+	return path
 }

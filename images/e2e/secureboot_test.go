@@ -3,7 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -62,14 +61,7 @@ func TestSecureBootDiscovery(t *testing.T) {
 	// A copy of the Microsoft-keys variable store; SMM on, as the secboot
 	// build requires; the NIC's iPXE option ROM removed so EDK2's own PXE
 	// client boots (the one Secure Boot machines use).
-	b, err := os.ReadFile(ovmfMSVars)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vars := filepath.Join(l.dir, "OVMF_VARS_ms.fd")
-	if err := os.WriteFile(vars, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	vars := l.varsCopy(ovmfMSVars, "OVMF_VARS_ms.fd")
 	const sbSerial = "SN-E2E-SB"
 	mac := fmt.Sprintf("52:54:00:%s:%s:5b", l.id[:2], l.id[2:4])
 	tap := l.tap("s" + l.id[:4])
