@@ -12,20 +12,7 @@ D=$(mktemp -d); ID=$$; S=d6s$ID; C=d6c$ID
 cleanup() { ip netns del $S 2>/dev/null || true; ip netns del $C 2>/dev/null || true; rm -rf "$D"; }
 trap cleanup EXIT
 (cd "$ROOT" && go build -o "$D/corrald" ./cmd/corrald && go build -o "$D/dhcp6load" ./bench/cmd/dhcp6load)
-ip netns add $S; ip netns add $C
-ip link add vs$ID type veth peer name vc$ID
-ip link set vs$ID netns $S; ip link set vc$ID netns $C
-ip -n $S link set lo up; ip -n $C link set lo up
-ip -n $S addr add fd78::1/64 dev vs$ID nodad; ip -n $S link set vs$ID up
-ip -n $C addr add fd78::2/64 dev vc$ID nodad; ip -n $C link set vc$ID up
-sleep 2 # link-local addresses leave tentative state
-cat >"$D/kea.json" <<KEA
-{ "Dhcp6": { "data-directory": "$D", "interfaces-config": { "interfaces": [ "vs$ID" ] },
-  "lease-database": { "type": "memfile", "persist": true, "name": "$D/kea-leases6.csv", "lfc-interval": 0 },
-  "preferred-lifetime": 3600, "valid-lifetime": 3600, "renew-timer": 1800, "rebind-timer": 2880,
-  "subnet6": [ { "id": 1, "subnet": "fd78::/64", "interface": "vs$ID", "pools": [ { "pool": "fd78::1000-fd78::ffff" } ] } ],
-  "loggers": [ { "name": "kea-dhcp6", "severity": "WARN", "output_options": [ { "output": "$D/kea.log" } ] } ] } }
-KEA
+. "$(dirname "$0")/dhcp6env.sh"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg); ${SECS}s per run, $CONC exchanges in flight, $(nproc) cores"
 for r in $(seq "$ROUNDS"); do
   rm -rf "$D/corral"

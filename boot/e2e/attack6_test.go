@@ -344,23 +344,7 @@ func TestAttackDHCPv6(t *testing.T) {
 }
 
 // udp6In opens an IPv6 UDP socket on addr inside namespace ns.
-func udp6In(t *testing.T, ns, addr string) *net.UDPConn {
-	t.Helper()
-	var c *net.UDPConn
-	var err error
-	inNS(t, ns, func() {
-		var pc net.PacketConn
-		pc, err = net.ListenPacket("udp6", addr)
-		if err == nil {
-			c = pc.(*net.UDPConn)
-		}
-	})
-	if err != nil {
-		t.Fatalf("listen %s in %s: %v", addr, ns, err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
+func udp6In(t *testing.T, ns, addr string) *net.UDPConn { return udpNetIn(t, ns, "udp6", addr) }
 
 // waitNoTentative waits for ifname's IPv6 addresses (its link-local one
 // included) to finish duplicate address detection.

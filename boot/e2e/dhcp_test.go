@@ -5,13 +5,14 @@ import (
 	"os/exec"
 
 	"crypto/rand"
-	"golang.org/x/net/icmp"
-	"golang.org/x/net/ipv6"
 	"net"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv6"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/iana"
@@ -20,13 +21,16 @@ import (
 )
 
 // udpIn opens a UDP socket on addr inside namespace ns.
-func udpIn(t *testing.T, ns, addr string) *net.UDPConn {
+func udpIn(t *testing.T, ns, addr string) *net.UDPConn { return udpNetIn(t, ns, "udp4", addr) }
+
+// udpNetIn opens a socket of network (udp4, udp6) on addr inside ns.
+func udpNetIn(t *testing.T, ns, network, addr string) *net.UDPConn {
 	t.Helper()
 	var c *net.UDPConn
 	var err error
 	inNS(t, ns, func() {
 		var pc net.PacketConn
-		pc, err = net.ListenPacket("udp4", addr)
+		pc, err = net.ListenPacket(network, addr)
 		if err == nil {
 			c = pc.(*net.UDPConn)
 		}

@@ -1,11 +1,9 @@
 package http
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -33,17 +31,7 @@ func TestGrubConfigGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden := filepath.Join("testdata", name+".grub.cfg")
-			if *update {
-				os.WriteFile(golden, body, 0o644)
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(body, want) {
-				t.Errorf("configuration differs from %s (run with -update):\n%s", golden, body)
-			}
+			checkGolden(t, filepath.Join("testdata", name+".grub.cfg"), body)
 		})
 	}
 	if got := f.rec.all(); strings.Count(got, " http grub-config ") != 3 {

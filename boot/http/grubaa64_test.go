@@ -54,17 +54,7 @@ func TestGRUBARM64Golden(t *testing.T) {
 			// The kernel's host is where the request arrived (a random
 			// port here).
 			body = bytes.ReplaceAll(body, []byte(strings.TrimPrefix(tc.f.srv.URL, "http://")), []byte("HOST"))
-			golden := filepath.Join("testdata", name+".grub")
-			if *update {
-				os.WriteFile(golden, body, 0o644)
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(body, want) {
-				t.Errorf("GRUB config differs from %s (run with -update):\n%s", golden, body)
-			}
+			checkGolden(t, filepath.Join("testdata", name+".grub"), body)
 		})
 	}
 	if got := f.rec.detail("52:54:00:00:00:01", "script"); got != "rendered discover GRUB config (arm64)" {

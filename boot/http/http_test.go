@@ -208,17 +208,7 @@ func TestScriptsGolden(t *testing.T) {
 			if resp.StatusCode != http.StatusOK {
 				t.Fatalf("status %d: %s", resp.StatusCode, body)
 			}
-			golden := filepath.Join("testdata", name+".ipxe")
-			if *update {
-				os.WriteFile(golden, body, 0o644)
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(body, want) {
-				t.Errorf("script differs from %s (run with -update):\n%s", golden, body)
-			}
+			checkGolden(t, filepath.Join("testdata", name+".ipxe"), body)
 		})
 	}
 	if diff := cmp.Diff([]string{"52:54:00:00:00:01 m-525400000001"}, f.tokens.issued); diff != "" {
@@ -399,7 +389,19 @@ func TestHypervisorWithoutImage(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
-	golden := filepath.Join("testdata", "hypervisor-no-image.ipxe")
+	checkGolden(t, filepath.Join("testdata", "hypervisor-no-image.ipxe"), body)
+	if len(f.tokens.issued) != 0 {
+		t.Errorf("tokens issued without an image: %v", f.tokens.issued)
+	}
+	if got := f.rec.detail("52:54:00:00:00:03", "script"); !strings.Contains(got, "rendered hypervisor script: the catalog has no hypervisor image") {
+		t.Errorf("script event detail %q", got)
+	}
+}
+
+// checkGolden compares body with the golden file (written instead with
+// -update).
+func checkGolden(t *testing.T, golden string, body []byte) {
+	t.Helper()
 	if *update {
 		os.WriteFile(golden, body, 0o644)
 	}
@@ -408,12 +410,6 @@ func TestHypervisorWithoutImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(body, want) {
-		t.Errorf("script differs from %s (run with -update):\n%s", golden, body)
-	}
-	if len(f.tokens.issued) != 0 {
-		t.Errorf("tokens issued without an image: %v", f.tokens.issued)
-	}
-	if got := f.rec.detail("52:54:00:00:00:03", "script"); !strings.Contains(got, "rendered hypervisor script: the catalog has no hypervisor image") {
-		t.Errorf("script event detail %q", got)
+		t.Errorf("output differs from %s (run with -update):\n%s", golden, body)
 	}
 }
