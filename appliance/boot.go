@@ -695,5 +695,7 @@ func (s *Server) httpsBoot(hs *boothttp.Server, listen string, serverIP netip.Ad
 	if err != nil {
 		return nil, fmt.Errorf("--https-boot-listen: %w", err)
 	}
+	s.obs.CertificateExpiry("boot-ca", ca.NotAfter())
+	s.obs.CertificateExpiry("boot-server", cert.Leaf.NotAfter)
 	return hs.NewHTTPS(listen, pki.BootTLSConfig(cert))
 }

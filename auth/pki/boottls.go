@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"path/filepath"
+	"time"
 )
 
 // BootCACommonName is the subject common name of the boot CA.
@@ -96,6 +97,9 @@ func EFISignatureList(der []byte) []byte {
 	b.Write(der)
 	return b.Bytes()
 }
+
+// NotAfter is when the CA certificate expires.
+func (ca *CA) NotAfter() time.Time { return ca.cert.NotAfter }
 
 // CertDER returns the CA certificate in DER form.
 func (ca *CA) CertDER() []byte { return bytes.Clone(ca.cert.Raw) }
