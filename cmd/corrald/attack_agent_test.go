@@ -442,7 +442,7 @@ func TestAttackAgentScriptFromWrongAddress(t *testing.T) {
 	t.Logf("leases: attacker %s, victim %s", leaseA, leaseV)
 	ipCmd(t, "-n", cliNS, "addr", "add", leaseA+"/24", "dev", inner)
 
-	get := func(mac, from string) (int, string) {
+	getPath := func(path, mac, from string) (int, string) {
 		var conn net.Conn
 		inNetns(t, cliNS, func() {
 			d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
@@ -452,9 +452,10 @@ func TestAttackAgentScriptFromWrongAddress(t *testing.T) {
 			}
 		})
 		defer conn.Close()
-		code, _, body := httpOn(t, conn, "10.78.1.1:8080", "/boot.ipxe?mac="+mac)
+		code, _, body := httpOn(t, conn, "10.78.1.1:8080", path+"?mac="+mac)
 		return code, body
 	}
+	get := func(mac, from string) (int, string) { return getPath("/boot.ipxe", mac, from) }
 	for name, tc := range map[string]struct {
 		mac, from string
 		code      int
@@ -465,6 +466,13 @@ func TestAttackAgentScriptFromWrongAddress(t *testing.T) {
 		"victim's MAC from a static one": {victim, static, 403, static + " holds no DHCP lease"},
 	} {
 		t.Run(name, func(t *testing.T) {
+			if tc.code != 200 {
+				// arm64 machines' GRUB config carries the same token:
+				// the same rule holds for it.
+				if code, body := getPath("/boot.grub", tc.mac, tc.from); code != tc.code || !strings.Contains(body, tc.want) {
+					t.Fatalf("GRUB config of %s from %s: %d %q; want %d containing %q", tc.mac, tc.from, code, body, tc.code, tc.want)
+				}
+			}
 			code, body := get(tc.mac, tc.from)
 			if code != tc.code || !strings.Contains(body, tc.want) {
 				t.Fatalf("script of %s from %s: %d %q; want %d containing %q", tc.mac, tc.from, code, body, tc.code, tc.want)
@@ -474,14 +482,15 @@ func TestAttackAgentScriptFromWrongAddress(t *testing.T) {
 			}
 		})
 	}
-	// The refusals are on the victim's timeline.
+	// The refusals, two of the script and two of the GRUB config, are on
+	// the victim's timeline.
 	type entry struct {
 		Event      string            `json:"event"`
 		Detail     string            `json:"detail"`
 		Attributes map[string]string `json:"attributes"`
 	}
 	var refused []entry
-	for deadline := time.Now().Add(10 * time.Second); len(refused) < 2 && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); len(refused) < 4 && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		out, err := exec.Command("ip", "netns", "exec", srvNS, filepath.Join(binDir, "corral"), "--config", filepath.Join(f.data, "admin.conf"),
 			"machine", "timeline", victim, "-o", "json").CombinedOutput()
 		if err != nil {
@@ -498,8 +507,12 @@ func TestAttackAgentScriptFromWrongAddress(t *testing.T) {
 			}
 		}
 	}
-	if len(refused) != 2 {
-		t.Fatalf("%d 403 refusals on the victim's timeline; want 2: %+v", len(refused), refused)
+	paths := map[string]int{}
+	for _, e := range refused {
+		paths[e.Attributes["path"]]++
+	}
+	if len(refused) != 4 || paths["/boot.ipxe"] != 2 || paths["/boot.grub"] != 2 {
+		t.Fatalf("%d 403 refusals on the victim's timeline (%v); want 2 of /boot.ipxe and 2 of /boot.grub: %+v", len(refused), paths, refused)
 	}
 	// The victim, from its own leased address, gets its script.
 	ipCmd(t, "-n", cliNS, "addr", "add", leaseV+"/24", "dev", inner)
