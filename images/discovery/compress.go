@@ -17,26 +17,11 @@ import (
 	"github.com/pierrec/lz4/v4"
 )
 
+// gzipFile compresses src to dst with gzip at its default level.
 func gzipFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	zw, _ := gzip.NewWriterLevel(out, gzip.DefaultCompression)
-	if _, err := io.Copy(zw, in); err != nil {
-		out.Close()
-		return err
-	}
-	if err := zw.Close(); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return compressFile(src, dst, func(w io.Writer) (io.WriteCloser, error) {
+		return gzip.NewWriterLevel(w, gzip.DefaultCompression)
+	})
 }
 
 // lz4File compresses src to dst in LZ4's legacy frame (8 MiB blocks, no
@@ -44,6 +29,14 @@ func gzipFile(src, dst string) error {
 // at the highest (HC) level: compression is once per build, unpacking on
 // every boot.
 func lz4File(src, dst string) error {
+	return compressFile(src, dst, func(w io.Writer) (io.WriteCloser, error) {
+		zw := lz4.NewWriter(w)
+		return zw, zw.Apply(lz4.LegacyOption(true), lz4.CompressionLevelOption(lz4.Level9))
+	})
+}
+
+// compressFile copies src to dst through the compressor newWriter makes.
+func compressFile(src, dst string, newWriter func(io.Writer) (io.WriteCloser, error)) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -53,20 +46,17 @@ func lz4File(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	zw := lz4.NewWriter(out)
-	if err := zw.Apply(lz4.LegacyOption(true), lz4.CompressionLevelOption(lz4.Level9)); err != nil {
-		out.Close()
-		return err
+	zw, err := newWriter(out)
+	if err == nil {
+		_, err = io.Copy(zw, in)
 	}
-	if _, err := io.Copy(zw, in); err != nil {
-		out.Close()
-		return err
+	if err == nil {
+		err = zw.Close()
 	}
-	if err := zw.Close(); err != nil {
-		out.Close()
-		return err
+	if cerr := out.Close(); err == nil {
+		err = cerr
 	}
-	return out.Close()
+	return err
 }
 
 // trimPCIIDs copies pci.ids from src to dst without what agent/facts never

@@ -2,7 +2,9 @@ package discovery
 
 import (
 	"bytes"
+	"compress/gzip"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -10,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/corralhq/corral/testsupport/require"
+	"github.com/pierrec/lz4/v4"
 )
 
 // TestCompressInitrd: the discovery image is zstd (the kernel unpacks it
@@ -87,5 +90,44 @@ func TestTrimPCIIDs(t *testing.T) {
 		"C 01  Mass storage controller\n\t06  SATA controller\nC 02  Network controller\n\t00  Ethernet controller"
 	if string(got) != want {
 		t.Errorf("trimmed:\n%q\nwant:\n%q", got, want)
+	}
+}
+
+// TestGzipAndLZ4Files: both compress a file that reads back the same (LZ4
+// in the legacy frame the kernel's unpacker takes).
+func TestGzipAndLZ4Files(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "in")
+	want := bytes.Repeat([]byte("corral initramfs member\n"), 50000)
+	if err := os.WriteFile(src, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		compress func(src, dst string) error
+		reader   func(io.Reader) (io.Reader, error)
+	}{
+		"gzip": {gzipFile, func(r io.Reader) (io.Reader, error) { return gzip.NewReader(r) }},
+		"lz4":  {lz4File, func(r io.Reader) (io.Reader, error) { return lz4.NewReader(r), nil }},
+	} {
+		dst := filepath.Join(dir, name)
+		if err := tc.compress(src, dst); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		f, err := os.Open(dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := tc.reader(f)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		got, err := io.ReadAll(r)
+		f.Close()
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: read back %d bytes (%v), want %d", name, len(got), err, len(want))
+		}
+	}
+	if err := gzipFile(filepath.Join(dir, "missing"), filepath.Join(dir, "x")); err == nil {
+		t.Fatal("a missing source compressed without an error")
 	}
 }
