@@ -18,6 +18,11 @@ GOLANGCI_LINT_VERSION := v2.15.0
 
 .PHONY: help build test test-short bench generate check-generate tools vet fmt-check ci run clean
 
+# Modules of their own in this repository (each has its go.mod): ./... from
+# the root does not enter them, so vet, lint, tidy and test visit each.
+# api/ is the API module users import (api/README.md).
+SUBMODULES := api
+
 help: ## List targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-16s %s\n", $$1, $$2}'
 
@@ -41,7 +46,8 @@ tools: ## Install pinned buf, protoc plugins, grpcurl, gotestsum, nfpm and golan
 generate: tools ## Regenerate Go code from api/**/*.proto with buf
 	buf generate
 
-check-generate: generate ## Fail if regenerating the API changes anything
+check-generate: generate ## Fail if regenerating the API changes anything, or a go.mod is untidy
+	@for m in . $(SUBMODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "go.mod of $$m is untidy: run go mod tidy there" >&2; exit 1; }; done
 	@git diff --exit-code -- api || (echo "generated code is stale: run make generate and commit" >&2; exit 1)
 	@test -z "$$(git status --porcelain -- api)" || (git status --porcelain -- api; echo "untracked generated files: run make generate and commit" >&2; exit 1)
 
@@ -50,10 +56,12 @@ check-generate: generate ## Fail if regenerating the API changes anything
 .PHONY: lint
 lint: tools ## golangci-lint (.golangci.yml) and buf lint (buf.yaml)
 	$(TOOLS)/golangci-lint run ./...
+	@for m in $(SUBMODULES); do (cd $$m && $(TOOLS)/golangci-lint run ./...) || exit 1; done
 	$(TOOLS)/buf lint
 
-vet: ## go vet and gofmt check
+vet: ## go vet (every module) and gofmt check
 	$(GO) vet ./...
+	@for m in $(SUBMODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed" >&2; exit 1)
 
 # -p 1: packages run one at a time, so the QEMU end-to-end suites (boot,
@@ -68,6 +76,7 @@ vet: ## go vet and gofmt check
 PKGS ?= ./...
 test: tools ## Run every test with -race (end-to-end tests included); ends with the skipped tests and why
 	$(TOOLS)/gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg -- -race -count=1 -p 1 -timeout 50m $(PKGS)
+	@if [ "$(PKGS)" = "./..." ]; then for m in $(SUBMODULES); do (cd $$m && $(TOOLS)/gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg -- -race -count=1 -timeout 10m ./...) || exit 1; done; fi
 
 test-short: ## Unit tests only (-short skips process and end-to-end tests)
 	$(GO) test -race -short -count=1 ./...

@@ -24,9 +24,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/api/clientconfig"
 	fleetv1 "github.com/corralhq/corral/api/fleet/v1"
 	"github.com/corralhq/corral/auth"
-	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/fleet"
 	"github.com/corralhq/corral/fleet/artifactsync"
 	"github.com/corralhq/corral/images"

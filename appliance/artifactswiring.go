@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/corralhq/corral/api/clientconfig"
 	"github.com/corralhq/corral/fleet/artifactsync"
-	"github.com/corralhq/corral/internal/nodeid"
 )
 
 // artifactSyncInterval is how often an appliance of a fleet publishes its
@@ -32,7 +32,7 @@ func (s *Server) peerTLS() *tls.Config {
 	return &tls.Config{
 		Certificates:     []tls.Certificate{s.cert},
 		RootCAs:          s.ca.Pool(),
-		VerifyConnection: nodeid.VerifyApplianceConnection,
+		VerifyConnection: clientconfig.VerifyApplianceConnection,
 		MinVersion:       tls.VersionTLS12,
 	}
 }

@@ -17,13 +17,12 @@ import (
 	"time"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/api/clientconfig"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/auth"
-	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/auth/pki"
-	"github.com/corralhq/corral/internal/nodeid"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -74,7 +73,7 @@ func dialCert(t testing.TB, cc *clientconfig.Config, cert tls.Certificate) *grpc
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM([]byte(cc.CACert))
 	conf := &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
-		VerifyConnection: nodeid.VerifyApplianceConnection}
+		VerifyConnection: clientconfig.VerifyApplianceConnection}
 	conn, err := grpc.NewClient(cc.Endpoint, grpc.WithTransportCredentials(credentials.NewTLS(conf)))
 	if err != nil {
 		t.Fatal(err)

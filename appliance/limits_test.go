@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/corralhq/corral/api/clientconfig"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
-	"github.com/corralhq/corral/auth/clientconfig"
 	boothttp "github.com/corralhq/corral/boot/http"
 	"github.com/corralhq/corral/boot/tftp"
 	"github.com/corralhq/corral/inventory"

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/api/clientconfig"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
-	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/testsupport/machinefacts"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"

@@ -12,10 +12,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/api/clientconfig"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	storev1 "github.com/corralhq/corral/api/store/v1"
 	"github.com/corralhq/corral/auth"
-	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/store/bolt"
 	"github.com/corralhq/corral/store/record"
 )

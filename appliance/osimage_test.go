@@ -20,8 +20,8 @@ import (
 
 	auditv1 "github.com/corralhq/corral/api/audit/v1"
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/api/clientconfig"
 	osimagev1 "github.com/corralhq/corral/api/osimage/v1"
-	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/images"
 	"github.com/corralhq/corral/images/osimage"
 	"github.com/corralhq/corral/testsupport/etcdtest"

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/api/clientconfig"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/auth"
-	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/auth/pki"
 	"github.com/corralhq/corral/hypervisor/node"
 	"github.com/corralhq/corral/testsupport/syncbuf"

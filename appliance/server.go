@@ -23,12 +23,12 @@ import (
 	"time"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/api/clientconfig"
 	fleetv1 "github.com/corralhq/corral/api/fleet/v1"
 	"github.com/corralhq/corral/appliance/audit"
 	"github.com/corralhq/corral/appliance/backup"
 	"github.com/corralhq/corral/appliance/metrics"
 	"github.com/corralhq/corral/auth"
-	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/auth/pki"
 	"github.com/corralhq/corral/auth/tpmid"
 	boothttp "github.com/corralhq/corral/boot/http"

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/api/clientconfig"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
-	"github.com/corralhq/corral/auth/clientconfig"
 )
 
 // TestStandbyPoolWired: StandbyPoolService is served with its roles, the

@@ -19,10 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/api/clientconfig"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
-	"github.com/corralhq/corral/auth/clientconfig"
 	boothttp "github.com/corralhq/corral/boot/http"
 	"github.com/corralhq/corral/images"
 	"github.com/corralhq/corral/inventory"

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
-	"github.com/corralhq/corral/auth/clientconfig"
+	"github.com/corralhq/corral/api/clientconfig"
 	"google.golang.org/grpc"
 )
 

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/api/clientconfig"
 	"github.com/corralhq/corral/boot/connlimit"
-	"github.com/corralhq/corral/internal/nodeid"
 	"github.com/corralhq/corral/web"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -87,7 +87,7 @@ func (s *Server) initWeb() error {
 		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
 			RootCAs:          s.ca.Pool(),
 			MinVersion:       tls.VersionTLS12,
-			VerifyConnection: nodeid.VerifyApplianceConnection,
+			VerifyConnection: clientconfig.VerifyApplianceConnection,
 		})),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(webMaxCallRecvBytes)),
 	)

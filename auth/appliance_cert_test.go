@@ -14,8 +14,8 @@ import (
 	"time"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/api/clientconfig"
 	"github.com/corralhq/corral/auth/pki"
-	"github.com/corralhq/corral/internal/nodeid"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -65,7 +65,7 @@ func TestInterceptorApplianceCertificate(t *testing.T) {
 	}
 	// A node asks, in its CSR, for the appliance identity.
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	u, _ := url.Parse(nodeid.ApplianceURI)
+	u, _ := url.Parse(clientconfig.ApplianceURI)
 	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "node-18"}, URIs: []*url.URL{u}}, key)
 	if err != nil {
 		t.Fatal(err)

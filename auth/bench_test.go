@@ -10,6 +10,7 @@ import (
 	"time"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/api/clientconfig"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/auth/pki"
 	"github.com/corralhq/corral/internal/nodeid"
@@ -75,7 +76,7 @@ func BenchmarkNodeCertificateCalls(b *testing.B) {
 			}
 			conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
 				RootCAs: ca.Pool(), Certificates: []tls.Certificate{nodeCert}, MinVersion: tls.VersionTLS12,
-				VerifyConnection: nodeid.VerifyApplianceConnection})))
+				VerifyConnection: clientconfig.VerifyApplianceConnection})))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -21,8 +21,9 @@
 //     /pki/issued/<name>, /pki/revoked/<serial>) that the interceptor and
 //     the appliance's dialer check.
 //
-// The certificate authority and the client configuration file live in the
-// sub-packages auth/pki and auth/clientconfig.
+// The certificate authority lives in the
+// sub-package auth/pki; the client configuration (admin.conf) is the API
+// module's api/clientconfig.
 //
 // This package may import the store contract, store/record, the generated
 // API and the leaf internal/nodeid; it must not import a store backend

@@ -5,14 +5,16 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/corralhq/corral/internal/apierr"
 	"log/slog"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/corralhq/corral/internal/apierr"
+
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/api/clientconfig"
 	"github.com/corralhq/corral/internal/nodeid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -53,7 +55,7 @@ var reflectionPrefixes = []string{
 //   - authenticates the caller from the "authorization: Bearer <token>"
 //     metadata through Tokens or, when there is no such header and
 //     NodeCertificates is set, from a verified TLS client certificate: a
-//     peer appliance's (nodeid.VerifyAppliance) is an APPLIANCE principal,
+//     peer appliance's (clientconfig.VerifyAppliance) is an APPLIANCE principal,
 //     one whose Subject.Organization contains NodeOrganization a NODE
 //     principal, each with the certificate's CommonName as Subject. A
 //     missing, repeated or malformed header, or a token Tokens rejects,
@@ -83,7 +85,7 @@ type Interceptor struct {
 	// NodeCertificates enables the certificate rules for callers that send
 	// no authorization header: a node certificate makes a NODE principal,
 	// a peer appliance's certificate (the fleet CA's, carrying
-	// nodeid.ApplianceURI and not of the node organization) an APPLIANCE
+	// clientconfig.ApplianceURI and not of the node organization) an APPLIANCE
 	// principal. The server's TLS configuration must verify client
 	// certificates against the Corral CA (VerifyClientCertIfGiven);
 	// unverified certificates are ignored.
@@ -423,7 +425,7 @@ func (i *Interceptor) nodeCertificate(ctx context.Context) (Principal, bool) {
 	// the node's public key alone), and VerifyAppliance refuses a
 	// certificate of the node organization even if it carried one: a
 	// node certificate never passes as an appliance.
-	if nodeid.VerifyAppliance(leaf) == nil {
+	if clientconfig.VerifyAppliance(leaf) == nil {
 		return Principal{Role: authv1.Role_ROLE_APPLIANCE, Subject: leaf.Subject.CommonName}, true
 	}
 	if !slices.Contains(leaf.Subject.Organization, NodeOrganization) || leaf.Subject.CommonName == "" {

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/api/clientconfig"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
-	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/auth/pki"
 	"github.com/corralhq/corral/testsupport/syncbuf"
 	"github.com/google/go-cmp/cmp"

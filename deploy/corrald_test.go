@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"github.com/corralhq/corral/api/clientconfig"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/appliance"
-	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/deploy"
 	apptest "github.com/corralhq/corral/testsupport/appliance"
 )

@@ -14,11 +14,11 @@ import (
 	"time"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/api/clientconfig"
 	deploymentv1 "github.com/corralhq/corral/api/deployment/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/appliance"
 	"github.com/corralhq/corral/auth"
-	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/deploy"
 	"github.com/corralhq/corral/hypervisor/node"
 	apptest "github.com/corralhq/corral/testsupport/appliance"

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/api/clientconfig"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	"github.com/corralhq/corral/appliance"
-	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/inventory"
 	"github.com/corralhq/corral/testsupport/machinefacts"
 	"google.golang.org/protobuf/types/known/timestamppb"

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/corralhq/corral/internal/nodeid"
+	"github.com/corralhq/corral/api/clientconfig"
 )
 
 // ErrFingerprint means the appliance presented no certificate, and none of the
@@ -26,7 +26,7 @@ func Fingerprint(cert *x509.Certificate) string {
 // PinnedTLS returns a client TLS configuration that accepts the server
 // only if its chain verifies up to a CA certificate whose SHA-256 is
 // fingerprint and its certificate is the appliance's
-// (nodeid.VerifyAppliance: a node certificate from the same CA is
+// (clientconfig.VerifyAppliance: a node certificate from the same CA is
 // refused). The CA is looked for in the chain the server sends (so the
 // server must send its CA after the leaf) and in extraCAs (for example a
 // PEM shipped in a second initrd); the leaf must be valid for the name
@@ -83,5 +83,5 @@ func verifyPinned(cs tls.ConnectionState, fingerprint string, extraCAs []*x509.C
 	}
 	// The pinned CA also signs node certificates: only the appliance's
 	// own carries its identity.
-	return nodeid.VerifyAppliance(leaf)
+	return clientconfig.VerifyAppliance(leaf)
 }

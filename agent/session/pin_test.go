@@ -7,6 +7,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/corralhq/corral/api/clientconfig"
 	"github.com/corralhq/corral/auth/pki"
 	"github.com/corralhq/corral/internal/nodeid"
 )
@@ -43,7 +44,7 @@ func TestPinnedTLSRefusesNodeCertificate(t *testing.T) {
 		want error // nil: accepted
 	}{
 		"appliance server certificate": {server, nil},
-		"node certificate":             {node, nodeid.ErrNotAppliance},
+		"node certificate":             {node, clientconfig.ErrNotAppliance},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cert := tc.cert

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/corralhq/corral/internal/nodeid"
+	"github.com/corralhq/corral/api/clientconfig"
 )
 
 func TestBootCAIsRSAAndKept(t *testing.T) {
@@ -51,7 +51,7 @@ func TestBootServerHandshakeRSAKeyExchange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if nodeid.VerifyAppliance(cert.Leaf) == nil {
+	if clientconfig.VerifyAppliance(cert.Leaf) == nil {
 		t.Fatal("the boot server certificate passes as the appliance")
 	}
 	if cert.Leaf.KeyUsage&x509.KeyUsageKeyEncipherment == 0 {

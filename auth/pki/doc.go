@@ -8,8 +8,8 @@
 //
 // Who may pass as whom is decided here, by what the CA writes:
 //   - the appliance's server certificate alone carries a URI SAN,
-//     nodeid.ApplianceURI, which every client of corrald requires
-//     (nodeid.VerifyAppliance); an older server.crt without it is
+//     clientconfig.ApplianceURI, which every client of corrald requires
+//     (clientconfig.VerifyAppliance); an older server.crt without it is
 //     reissued;
 //   - a node certificate's subject (CN = node name, O = corral:node), SANs
 //     (one DNS SAN, the node name, which is never an IP address), usages

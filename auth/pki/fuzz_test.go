@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/corralhq/corral/api/clientconfig"
 	"github.com/corralhq/corral/internal/nodeid"
 )
 
@@ -30,7 +31,7 @@ func FuzzSignNodeCSR(f *testing.F) {
 			t.Fatalf("signed certificate carries more than the CA decided: CN %q DNS %v IP %v URI %v",
 				cert.Subject.CommonName, cert.DNSNames, cert.IPAddresses, cert.URIs)
 		}
-		if nodeid.VerifyAppliance(cert) == nil {
+		if clientconfig.VerifyAppliance(cert) == nil {
 			t.Fatal("a node certificate passes as the appliance")
 		}
 	})

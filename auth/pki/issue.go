@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/corralhq/corral/internal/nodeid"
+	"github.com/corralhq/corral/api/clientconfig"
 )
 
 const (
@@ -32,8 +32,8 @@ const (
 // dir as server.crt (mode 0644) and server.key (mode 0600) and signed by
 // ca; dir is created (mode 0700) if needed. Each host that parses as an IP
 // address becomes an IP SAN; every other host becomes a DNS SAN. The
-// certificate also carries the URI SAN nodeid.ApplianceURI, the appliance
-// identity every client checks (nodeid.VerifyAppliance) and the only URI
+// certificate also carries the URI SAN clientconfig.ApplianceURI, the appliance
+// identity every client checks (clientconfig.VerifyAppliance) and the only URI
 // SAN this CA ever writes. It is valid for two years (never beyond the
 // CA's own expiry) and carries the server-auth and client-auth extended
 // key usages.
@@ -129,7 +129,7 @@ func (ca *CA) serverCertFits(leaf *x509.Certificate, ips []net.IP, names []strin
 	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) {
 		return false
 	}
-	if appliance && nodeid.VerifyAppliance(leaf) != nil {
+	if appliance && clientconfig.VerifyAppliance(leaf) != nil {
 		return false
 	}
 	for _, ip := range ips {
@@ -213,11 +213,11 @@ func (ca *CA) issue(tmpl *x509.Certificate, validity time.Duration) (certPEM, ke
 	return encodeCertPEM(der), keyPEM, nil
 }
 
-// applianceURI is nodeid.ApplianceURI as a URL.
+// applianceURI is clientconfig.ApplianceURI as a URL.
 func applianceURI() *url.URL {
-	u, err := url.Parse(nodeid.ApplianceURI)
+	u, err := url.Parse(clientconfig.ApplianceURI)
 	if err != nil {
-		panic("pki: nodeid.ApplianceURI does not parse: " + err.Error()) // a constant
+		panic("pki: clientconfig.ApplianceURI does not parse: " + err.Error()) // a constant
 	}
 	return u
 }

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/api/clientconfig"
 	"github.com/corralhq/corral/internal/nodeid"
 	"github.com/google/go-cmp/cmp"
 )
@@ -49,7 +50,7 @@ func p256(t testing.TB) *ecdsa.PrivateKey {
 // appliance identity), the certificate carries only what the CA decides.
 func TestSignNodeCSRIgnoresRequest(t *testing.T) {
 	ca := mustCA(t, t.TempDir())
-	appliance, _ := url.Parse(nodeid.ApplianceURI)
+	appliance, _ := url.Parse(clientconfig.ApplianceURI)
 	key := p256(t)
 	csr := csrFor(t, key, &x509.CertificateRequest{
 		Subject:        pkix.Name{CommonName: "evil", Organization: []string{"admins"}},
@@ -93,7 +94,7 @@ func TestSignNodeCSRIgnoresRequest(t *testing.T) {
 		t.Errorf("validity %v, want %v", d, NodeValidity)
 	}
 	// It is not the appliance, and verifies as a server for its name only.
-	if err := nodeid.VerifyAppliance(cert); !errors.Is(err, nodeid.ErrNotAppliance) {
+	if err := clientconfig.VerifyAppliance(cert); !errors.Is(err, clientconfig.ErrNotAppliance) {
 		t.Errorf("VerifyAppliance(node certificate) = %v, want ErrNotAppliance", err)
 	}
 	for name, wantOK := range map[string]bool{"node-1": true, "127.0.0.1": false, "localhost": false, "node-2": false} {
@@ -243,7 +244,7 @@ func TestServerCertApplianceIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := nodeid.VerifyAppliance(old.Leaf); err == nil {
+	if err := clientconfig.VerifyAppliance(old.Leaf); err == nil {
 		t.Fatal("a certificate without the URI SAN passes as the appliance")
 	}
 	got, err := ca.EnsureServerCert(dir, hosts)
@@ -253,11 +254,11 @@ func TestServerCertApplianceIdentity(t *testing.T) {
 	if got.Leaf.SerialNumber.Cmp(old.Leaf.SerialNumber) == 0 {
 		t.Fatal("server certificate without the appliance identity was kept")
 	}
-	if err := nodeid.VerifyAppliance(got.Leaf); err != nil {
+	if err := clientconfig.VerifyAppliance(got.Leaf); err != nil {
 		t.Errorf("reissued server certificate: %v", err)
 	}
-	if uris := got.Leaf.URIs; len(uris) != 1 || uris[0].String() != nodeid.ApplianceURI {
-		t.Errorf("URIs = %v, want [%s]", uris, nodeid.ApplianceURI)
+	if uris := got.Leaf.URIs; len(uris) != 1 || uris[0].String() != clientconfig.ApplianceURI {
+		t.Errorf("URIs = %v, want [%s]", uris, clientconfig.ApplianceURI)
 	}
 	again, err := ca.EnsureServerCert(dir, hosts)
 	if err != nil {
@@ -273,7 +274,7 @@ func TestServerCertApplianceIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	cc, _ := parseCertPEM(cp)
-	if err := nodeid.VerifyAppliance(cc); err == nil {
+	if err := clientconfig.VerifyAppliance(cc); err == nil {
 		t.Error("client certificate passes as the appliance")
 	}
 }

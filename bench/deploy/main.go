@@ -38,10 +38,10 @@ import (
 
 	"github.com/corralhq/corral/agent/diskwrite"
 	"github.com/corralhq/corral/agent/erase"
+	"github.com/corralhq/corral/api/clientconfig"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 	osimagev1 "github.com/corralhq/corral/api/osimage/v1"
-	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/images/blockmap"
 	"github.com/corralhq/corral/images/osimage"
 	"github.com/corralhq/corral/internal/diskmap"

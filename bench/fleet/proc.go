@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/corralhq/corral/auth/clientconfig"
+	"github.com/corralhq/corral/api/clientconfig"
 	"google.golang.org/grpc"
 )
 

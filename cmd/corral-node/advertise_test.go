@@ -17,10 +17,10 @@ import (
 	"time"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/api/clientconfig"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/appliance"
 	"github.com/corralhq/corral/auth"
-	"github.com/corralhq/corral/auth/clientconfig"
 	apptest "github.com/corralhq/corral/testsupport/appliance"
 	"github.com/corralhq/corral/testsupport/syncbuf"
 	"github.com/google/go-cmp/cmp"

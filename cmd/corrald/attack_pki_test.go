@@ -23,10 +23,10 @@ import (
 	"time"
 
 	agentsession "github.com/corralhq/corral/agent/session"
+	"github.com/corralhq/corral/api/clientconfig"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
-	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/internal/nodeid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -89,7 +89,7 @@ func (p *pkiTarget) dialCert(cert tls.Certificate) *grpc.ClientConn {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM([]byte(p.admin.CACert))
 	conn, err := grpc.NewClient(p.admin.Endpoint, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-		RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, VerifyConnection: nodeid.VerifyApplianceConnection,
+		RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, VerifyConnection: clientconfig.VerifyApplianceConnection,
 	})))
 	if err != nil {
 		p.t.Fatal(err)
@@ -147,7 +147,7 @@ func pkiWant(t *testing.T, what string, err error, code codes.Code, text string)
 // certificate, can get out of Join.
 func TestAttackPKIJoin(t *testing.T) {
 	p := startPKICorrald(t)
-	appliance, _ := url.Parse(nodeid.ApplianceURI)
+	appliance, _ := url.Parse(clientconfig.ApplianceURI)
 	evil := newPKICSR(t, &x509.CertificateRequest{
 		Subject:     pkix.Name{CommonName: "corrald", Organization: []string{"admins"}},
 		DNSNames:    []string{"localhost", "corrald"},
@@ -179,7 +179,7 @@ func TestAttackPKIJoin(t *testing.T) {
 			leaf.Subject.CommonName != "node-1" || len(leaf.Subject.Organization) != 1 || leaf.Subject.Organization[0] != nodeid.Organization {
 			t.Fatalf("issued subject %v DNS %v IP %v URI %v: the request's choices leaked", leaf.Subject, leaf.DNSNames, leaf.IPAddresses, leaf.URIs)
 		}
-		if err := nodeid.VerifyAppliance(leaf); err == nil {
+		if err := clientconfig.VerifyAppliance(leaf); err == nil {
 			t.Fatal("the node certificate passes as the appliance")
 		}
 		_, err = pkiJoin(conn, "node-2", newPKICSR(t, &x509.CertificateRequest{}).pem)
@@ -261,7 +261,7 @@ func TestAttackPKINodeCertAsAppliance(t *testing.T) {
 			conn.Close()
 			t.Fatal("the pinned agent TLS accepted a node certificate")
 		}
-		if !strings.Contains(err.Error(), nodeid.ErrNotAppliance.Error()) {
+		if !strings.Contains(err.Error(), clientconfig.ErrNotAppliance.Error()) {
 			t.Fatalf("handshake: %v", err)
 		}
 	})

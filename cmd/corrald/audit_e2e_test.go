@@ -12,8 +12,8 @@ import (
 
 	auditv1 "github.com/corralhq/corral/api/audit/v1"
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/api/clientconfig"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
-	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/testsupport/redfishtest"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"

@@ -16,9 +16,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/api/clientconfig"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
-	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/testsupport/ipmisim"
 	"github.com/corralhq/corral/testsupport/require"
 	"github.com/corralhq/corral/testsupport/syncbuf"

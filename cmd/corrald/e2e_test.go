@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corralhq/corral/auth/clientconfig"
+	"github.com/corralhq/corral/api/clientconfig"
 	"github.com/corralhq/corral/testsupport/require"
 	"github.com/corralhq/corral/testsupport/syncbuf"
 )

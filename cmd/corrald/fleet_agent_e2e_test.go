@@ -16,9 +16,9 @@ import (
 	"time"
 
 	agentsession "github.com/corralhq/corral/agent/session"
+	"github.com/corralhq/corral/api/clientconfig"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
-	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/auth/pki"
 	"github.com/corralhq/corral/testsupport/etcdtest"
 	"github.com/corralhq/corral/testsupport/machinefacts"

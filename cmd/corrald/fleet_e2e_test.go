@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/api/clientconfig"
 	fleetv1 "github.com/corralhq/corral/api/fleet/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
-	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/testsupport/etcdtest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corralhq/corral/auth/clientconfig"
+	"github.com/corralhq/corral/api/clientconfig"
 	"github.com/corralhq/corral/testsupport/etcdtest"
 	"github.com/corralhq/corral/testsupport/promassets"
 	"github.com/corralhq/corral/testsupport/require"

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/api/clientconfig"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	watchv1 "github.com/corralhq/corral/api/watch/v1"
-	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/testsupport/redfishtest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/corralhq/corral/api/clientconfig"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/hypervisor/internal/durable"
@@ -263,12 +264,12 @@ func (bearer) RequireTransportSecurity() bool { return true }
 
 // applianceTLS is the configuration every dial of the appliance uses: the
 // appliance CA as the only root, and the server must be the appliance
-// (nodeid.VerifyApplianceConnection: another node's certificate chains to
+// (clientconfig.VerifyApplianceConnection: another node's certificate chains to
 // the same CA but is refused).
 func applianceTLS(pool *x509.CertPool, getCert func(*tls.CertificateRequestInfo) (*tls.Certificate, error)) *tls.Config {
 	return &tls.Config{
 		RootCAs: pool, GetClientCertificate: getCert, MinVersion: tls.VersionTLS12,
-		VerifyConnection: nodeid.VerifyApplianceConnection,
+		VerifyConnection: clientconfig.VerifyApplianceConnection,
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/api/clientconfig"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/auth/pki"
@@ -204,8 +205,8 @@ func TestNodeRefusesNodeCertificateAsAppliance(t *testing.T) {
 	target := net.JoinHostPort("localhost", port)
 
 	_, err = Enrol(ctx, EnrolConfig{Name: "node-2", DataDir: t.TempDir(), Join: target, Token: f.token, CACertPEM: f.ca.CertPEM()})
-	if err == nil || !strings.Contains(err.Error(), nodeid.ErrNotAppliance.Error()) {
-		t.Fatalf("Enrol against a node certificate = %v, want %v", err, nodeid.ErrNotAppliance)
+	if err == nil || !strings.Contains(err.Error(), clientconfig.ErrNotAppliance.Error()) {
+		t.Fatalf("Enrol against a node certificate = %v, want %v", err, clientconfig.ErrNotAppliance)
 	}
 	reg, err := id.Registry(target)
 	if err != nil {

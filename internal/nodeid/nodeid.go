@@ -10,6 +10,10 @@ package nodeid
 // certificate the appliance issues. The appliance's interceptor makes a
 // verified certificate carrying it a NODE principal; a node refuses
 // callers presenting one (nodes must not drive each other).
+//
+// The API module's client configuration refuses a server presenting it
+// (clientconfig.NodeOrganization, the same value: TestOrganization keeps
+// them equal; this package stays a leaf).
 const Organization = "corral:node"
 
 // The identity files, relative to the node's data directory

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/corralhq/corral/api/clientconfig"
 	"github.com/corralhq/corral/testsupport/require"
 )
 
@@ -20,5 +21,14 @@ func TestLeaf(t *testing.T) {
 		if strings.HasPrefix(dep, "github.com/corralhq/corral/") && dep != self {
 			t.Errorf("%s imports %s", self, dep)
 		}
+	}
+}
+
+// TestOrganization: the client configuration in the API module refuses
+// a server certificate carrying the node Organization; both must name the
+// same one.
+func TestOrganization(t *testing.T) {
+	if Organization != clientconfig.NodeOrganization {
+		t.Fatalf("nodeid.Organization %q != clientconfig.NodeOrganization %q", Organization, clientconfig.NodeOrganization)
 	}
 }

@@ -22,8 +22,8 @@ import (
 	"google.golang.org/grpc"
 
 	bootv1 "github.com/corralhq/corral/api/boot/v1"
+	"github.com/corralhq/corral/api/clientconfig"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
-	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/boot/dhcp"
 	"github.com/corralhq/corral/store/record"
 )

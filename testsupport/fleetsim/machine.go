@@ -33,10 +33,10 @@ import (
 
 	"github.com/corralhq/corral/agent/cmdline"
 	agentsession "github.com/corralhq/corral/agent/session"
+	"github.com/corralhq/corral/api/clientconfig"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	nodev1 "github.com/corralhq/corral/api/node/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
-	"github.com/corralhq/corral/internal/nodeid"
 )
 
 // machine is one simulated server: its identity, what it holds, and the
@@ -566,7 +566,7 @@ func nodeCreds(certPEM, keyPEM, caPEM []byte) (credentials.TransportCredentials,
 	}
 	return credentials.NewTLS(&tls.Config{
 		RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12,
-		VerifyConnection: nodeid.VerifyApplianceConnection,
+		VerifyConnection: clientconfig.VerifyApplianceConnection,
 	}), nil
 }
 

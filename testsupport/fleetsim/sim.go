@@ -19,8 +19,8 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/corralhq/corral/api/clientconfig"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
-	"github.com/corralhq/corral/auth/clientconfig"
 )
 
 // Config configures a storm. Machines and Corrald are required; every

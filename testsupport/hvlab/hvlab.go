@@ -27,11 +27,11 @@ import (
 	"time"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/api/clientconfig"
 	hypervisorv1 "github.com/corralhq/corral/api/hypervisor/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	"github.com/corralhq/corral/appliance"
 	"github.com/corralhq/corral/auth"
-	"github.com/corralhq/corral/auth/clientconfig"
 	apptest "github.com/corralhq/corral/testsupport/appliance"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"

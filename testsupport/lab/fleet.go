@@ -16,8 +16,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/corralhq/corral/api/clientconfig"
 	fleetv1 "github.com/corralhq/corral/api/fleet/v1"
-	"github.com/corralhq/corral/auth/clientconfig"
 )
 
 // A fleet lab (Config.Appliances ≥ 2) runs, in the lab's namespace, a

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/corralhq/corral/auth/clientconfig"
+	"github.com/corralhq/corral/api/clientconfig"
 	"github.com/corralhq/corral/internal/imagecache"
 	"github.com/corralhq/corral/internal/sourcetree"
 )

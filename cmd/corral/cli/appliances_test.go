@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/corralhq/corral/api/clientconfig"
 	fleetv1 "github.com/corralhq/corral/api/fleet/v1"
-	"github.com/corralhq/corral/auth/clientconfig"
 	"github.com/corralhq/corral/fleet"
 	"github.com/corralhq/corral/store/mem"
 	"github.com/corralhq/corral/store/record"

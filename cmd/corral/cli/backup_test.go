@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	adminv1 "github.com/corralhq/corral/api/admin/v1"
-	"github.com/corralhq/corral/auth/clientconfig"
+	"github.com/corralhq/corral/api/clientconfig"
 )
 
 // scriptedBackup is a hand-written BackupService: it sends data, then

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 
-	"github.com/corralhq/corral/auth/clientconfig"
+	"github.com/corralhq/corral/api/clientconfig"
 	"github.com/corralhq/corral/internal/flagconf"
 	"github.com/corralhq/corral/internal/termsafe"
 )

@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/corralhq/corral/api/clientconfig"
 	consolev1 "github.com/corralhq/corral/api/console/v1"
 	"github.com/corralhq/corral/appliance"
-	"github.com/corralhq/corral/auth/clientconfig"
 	apptest "github.com/corralhq/corral/testsupport/appliance"
 	"github.com/corralhq/corral/testsupport/ipmisim"
 	"github.com/corralhq/corral/testsupport/require"

@@ -21,6 +21,6 @@
 // made through App.Dial so tests can substitute a bufconn dialer.
 //
 // The package talks to corrald only through the generated clients under
-// api/, auth/clientconfig and deploy; it must not import the server-side
+// api/ (with api/clientconfig) and deploy; it must not import the server-side
 // packages (inventory, store, boot, ipmi, hypervisor).
 package cli

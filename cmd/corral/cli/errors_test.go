@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/corralhq/corral/auth/clientconfig"
+	"github.com/corralhq/corral/api/clientconfig"
 )
 
 // computeArgs are valid reserve-compute arguments; tests replace one.

@@ -19,11 +19,11 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	auditv1 "github.com/corralhq/corral/api/audit/v1"
+	"github.com/corralhq/corral/api/clientconfig"
 	deploymentv1 "github.com/corralhq/corral/api/deployment/v1"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	provisioningv1 "github.com/corralhq/corral/api/provisioning/v1"
-	"github.com/corralhq/corral/auth/clientconfig"
 )
 
 // recorder keeps every request the fakes receive, in arrival order, and

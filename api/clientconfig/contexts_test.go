@@ -7,8 +7,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/corralhq/corral/auth/pki"
 )
 
 func writeFile(t *testing.T, body string) string {
@@ -23,7 +21,7 @@ func writeFile(t *testing.T, body string) string {
 // TestOldFileLoads: a file corrald's Config.Write produced is a File with
 // one context, "default", and Load returns it unchanged.
 func TestOldFileLoads(t *testing.T) {
-	ca, err := pki.EnsureCA(t.TempDir())
+	ca, err := newTestCA(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,8 +17,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-
-	"github.com/corralhq/corral/auth/pki"
 )
 
 const testToken = "s3cr3t-token"
@@ -33,7 +31,7 @@ func mode(t *testing.T, path string) os.FileMode {
 }
 
 func TestWriteLoadRoundTrip(t *testing.T) {
-	ca, err := pki.EnsureCA(t.TempDir())
+	ca, err := newTestCA(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +129,7 @@ func TestWriteRejectsInvalid(t *testing.T) {
 func server(t *testing.T) (endpoint, caPEM string) {
 	t.Helper()
 	dir := t.TempDir()
-	ca, err := pki.EnsureCA(dir)
+	ca, err := newTestCA(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +202,7 @@ func TestDialTLSWithBearerToken(t *testing.T) {
 
 func TestDialRejectsOtherCA(t *testing.T) {
 	endpoint, _ := server(t)
-	other, err := pki.EnsureCA(t.TempDir())
+	other, err := newTestCA(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,13 +4,12 @@
 // endpoint, the PEM CA certificate to trust and the bearer token, and it
 // turns them into gRPC dial options: TLS trusting only that CA, accepting
 // only a server certificate that carries the appliance identity
-// (internal/nodeid: node certificates chain to the same CA but never
+// (VerifyAppliance: node certificates chain to the same CA but never
 // carry it), plus per-RPC "authorization: Bearer <token>" metadata. A
 // file may also hold named contexts (File): the top-level keys stay the
 // context "default", so every earlier file loads unchanged.
 //
-// This package is shared with the node agent, so it must not import
-// Corral's store/, boot/ or ipmi/ packages or bbolt. Beyond the standard
-// library and the leaf internal/nodeid it depends only on gRPC and
-// sigs.k8s.io/yaml.
+// It belongs to the API module, which users import without the
+// appliance: beyond the standard library it depends only on gRPC,
+// renameio and sigs.k8s.io/yaml.
 package clientconfig

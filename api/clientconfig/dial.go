@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/corralhq/corral/internal/nodeid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
@@ -15,7 +14,7 @@ import (
 // DialOptions returns the gRPC options that connect to c.Endpoint: TLS
 // transport credentials that trust only c.CACert (or the system trust
 // store when CACert is empty) and, with c.CACert, require the server's
-// certificate to be the appliance's (nodeid.VerifyAppliance: a node
+// certificate to be the appliance's (VerifyAppliance: a node
 // certificate from the same CA is refused); and, when c.Token is set,
 // per-RPC credentials that send "authorization: Bearer <token>" and refuse
 // to do so over an insecure transport. It returns an error if c is nil, CACert contains no
@@ -35,7 +34,7 @@ func (c *Config) DialOptions() ([]grpc.DialOption, error) {
 	if c.CACert != "" {
 		// The appliance CA also signs node certificates: only the
 		// appliance's own carries its identity.
-		tlsConf.VerifyConnection = nodeid.VerifyApplianceConnection
+		tlsConf.VerifyConnection = VerifyApplianceConnection
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsConf))}
 	if c.Token != "" {

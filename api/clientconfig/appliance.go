@@ -1,4 +1,4 @@
-package nodeid
+package clientconfig
 
 import (
 	"crypto/tls"
@@ -16,6 +16,12 @@ import (
 // chains to the same CA, is never accepted as the appliance.
 const ApplianceURI = "urn:corral:appliance"
 
+// NodeOrganization is the Subject.Organization entry of every node
+// certificate the appliance issues. The appliance makes a verified
+// certificate carrying it a node principal; a node refuses callers
+// presenting one; a client refuses a server presenting one.
+const NodeOrganization = "corral:node"
+
 // ErrNotAppliance means the server's certificate chains to the appliance CA but
 // is not the appliance's (it lacks ApplianceURI, or it is a node
 // certificate).
@@ -23,14 +29,14 @@ var ErrNotAppliance = errors.New("server certificate is not the appliance's")
 
 // VerifyAppliance returns nil if leaf, a server certificate that already
 // verified against the appliance CA, is the appliance's: it carries the
-// ApplianceURI URI SAN and is not a node certificate (Organization). It
-// returns an error wrapping ErrNotAppliance naming the certificate
+// ApplianceURI URI SAN and is not a node certificate (NodeOrganization).
+// It returns an error wrapping ErrNotAppliance naming the certificate
 // otherwise. It does not check the chain: call it after verification.
 func VerifyAppliance(leaf *x509.Certificate) error {
 	if leaf == nil {
 		return fmt.Errorf("%w: no certificate", ErrNotAppliance)
 	}
-	if slices.Contains(leaf.Subject.Organization, Organization) {
+	if slices.Contains(leaf.Subject.Organization, NodeOrganization) {
 		return fmt.Errorf("%w: %q is a node certificate", ErrNotAppliance, leaf.Subject.CommonName)
 	}
 	for _, u := range leaf.URIs {

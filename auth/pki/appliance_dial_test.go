@@ -1,4 +1,4 @@
-package clientconfig
+package pki_test
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/api/clientconfig"
 	"github.com/corralhq/corral/auth/pki"
-	"github.com/corralhq/corral/internal/nodeid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -47,7 +47,7 @@ func TestDialRefusesNodeCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodeCert, nodeKey, err := ca.IssueNodeCert("localhost", nodeid.Organization)
+	nodeCert, nodeKey, err := ca.IssueNodeCert("localhost", clientconfig.NodeOrganization)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestDialRefusesNodeCertificate(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			addr := serveWith(t, tc.cert)
 			_, port, _ := net.SplitHostPort(addr)
-			conn, err := Dial(&Config{Endpoint: net.JoinHostPort("localhost", port), CACert: string(ca.CertPEM())})
+			conn, err := clientconfig.Dial(&clientconfig.Config{Endpoint: net.JoinHostPort("localhost", port), CACert: string(ca.CertPEM())})
 			if err != nil {
 				t.Fatal(err)
 			}
