@@ -681,12 +681,19 @@ func interfacePrefixes(ifname string) []netip.Prefix {
 var BootCADir = filepath.Join(PKIDir, "boot")
 
 // httpsBoot starts the HTTPS boot listener on listen: the boot CA (made
-// the first time) and a server certificate for the boot address.
+// the first time; in a fleet, the fleet's) and a server certificate for
+// the boot address.
 func (s *Server) httpsBoot(hs *boothttp.Server, listen string, serverIP netip.Addr) (*boothttp.HTTPS, error) {
 	if !serverIP.Is4() {
 		return nil, errors.New("--https-boot-listen: the boot interface has no IPv4 address (HTTPS boot is served to IPv4 HTTP boot clients)")
 	}
 	dir := filepath.Join(s.cfg.DataDir, BootCADir)
+	// In a fleet every appliance serves from the one boot CA (store.go).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.shareBootCA(ctx); err != nil {
+		return nil, fmt.Errorf("--https-boot-listen: %w", err)
+	}
 	ca, err := pki.EnsureBootCA(dir)
 	if err != nil {
 		return nil, fmt.Errorf("--https-boot-listen: %w", err)

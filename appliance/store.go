@@ -333,3 +333,88 @@ func keyID(key []byte) string {
 	sum := sha256.Sum256(key)
 	return hex.EncodeToString(sum[:])
 }
+
+// bootCAPurpose binds the sealed boot CA key to its field.
+const bootCAPurpose = "corral:fleet:boot-ca-key"
+
+// shareBootCA makes the boot CA in the data directory (BootCADir) the
+// fleet's, so that firmware given one CA trusts every appliance's HTTPS
+// boot certificate. If the fleet's secrets hold a boot CA it is written
+// into the directory (one that already holds another is refused, as the
+// API CA is). Otherwise this appliance's boot CA (made now if need be) is
+// sealed under the cluster key and added by compare-and-swap; an
+// appliance that loses the race drops the CA it made and takes the
+// winner's. Fleets initialised before the boot CA was shared gain it the
+// same way. A standalone appliance does nothing here.
+func (s *Server) shareBootCA(ctx context.Context) error {
+	if s.cfg.Store.Kind != StoreEtcd {
+		return nil
+	}
+	dir := filepath.Join(s.cfg.DataDir, BootCADir)
+	certPath, keyPath := filepath.Join(dir, pki.CACertFile), filepath.Join(dir, pki.CAKeyFile)
+	key, err := os.ReadFile(s.cfg.Store.ClusterKeyFile)
+	if err != nil {
+		return fmt.Errorf("boot CA: cluster key: %w", err)
+	}
+	sl, err := seal.New(key)
+	if err != nil {
+		return fmt.Errorf("boot CA: cluster key %s: %w", s.cfg.Store.ClusterKeyFile, err)
+	}
+	for attempt := 0; attempt < 5; attempt++ {
+		var sec fleetv1.ClusterSecrets
+		rev, err := record.Get(ctx, s.store, clusterSecretsKey, &sec)
+		if err != nil {
+			return fmt.Errorf("boot CA: fleet secrets: %w", err)
+		}
+		if sec.GetBootCaCertPem() != "" {
+			caKey, err := sl.Open(sec.GetBootCaKeySealed(), []byte(bootCAPurpose))
+			if err != nil {
+				return fmt.Errorf("fleet boot CA key: %w", err)
+			}
+			for _, f := range []struct {
+				path string
+				data []byte
+				mode fs.FileMode
+			}{{certPath, []byte(sec.GetBootCaCertPem()), 0o644}, {keyPath, caKey, 0o600}} {
+				if err := writeOnce(f.path, f.data, f.mode); errors.Is(err, errDiffers) {
+					return fmt.Errorf("%s: the data directory holds another boot CA than the fleet's: firmware enrolled with the fleet's would refuse this appliance; remove %s (and re-enrol firmware that trusted it) to take the fleet's", f.path, dir)
+				} else if err != nil {
+					return fmt.Errorf("write the fleet's boot CA to %s: %w", f.path, err)
+				}
+			}
+			return nil
+		}
+		var created []string
+		for _, p := range []string{certPath, keyPath} {
+			if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+				created = append(created, p)
+			}
+		}
+		ca, err := pki.EnsureBootCA(dir)
+		if err != nil {
+			return err
+		}
+		caKey, err := os.ReadFile(keyPath)
+		if err != nil {
+			return err
+		}
+		sec.BootCaCertPem = string(ca.CertPEM())
+		if sec.BootCaKeySealed, err = sl.Seal(caKey, []byte(bootCAPurpose)); err != nil {
+			return err
+		}
+		_, err = record.Put(ctx, s.store, clusterSecretsKey, &sec, rev)
+		if err == nil {
+			s.log.Info("boot CA published to the fleet, sealed under the cluster key", "dir", dir)
+			return nil
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return fmt.Errorf("boot CA: publish: %w", err)
+		}
+		// Another appliance changed the secrets first (perhaps with its
+		// boot CA): drop what this attempt made and read them again.
+		for _, p := range created {
+			os.Remove(p)
+		}
+	}
+	return errors.New("boot CA: the fleet's secrets kept changing: try again")
+}

@@ -548,8 +548,14 @@ type ClusterSecrets struct {
 	ClusterKeySha256 string                 `protobuf:"bytes,4,opt,name=cluster_key_sha256,json=clusterKeySha256,proto3" json:"cluster_key_sha256,omitempty"`
 	InitialisedBy    string                 `protobuf:"bytes,5,opt,name=initialised_by,json=initialisedBy,proto3" json:"initialised_by,omitempty"`
 	InitialisedAt    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=initialised_at,json=initialisedAt,proto3" json:"initialised_at,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The boot CA (RSA; the HTTPS boot listener's, which firmware is given
+	// to trust), added by the first appliance that serves HTTPS boot so
+	// that every appliance of the fleet presents a certificate from the
+	// one CA the firmware holds. Empty until then.
+	BootCaCertPem   string `protobuf:"bytes,7,opt,name=boot_ca_cert_pem,json=bootCaCertPem,proto3" json:"boot_ca_cert_pem,omitempty"`
+	BootCaKeySealed []byte `protobuf:"bytes,8,opt,name=boot_ca_key_sealed,json=bootCaKeySealed,proto3" json:"boot_ca_key_sealed,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ClusterSecrets) Reset() {
@@ -620,6 +626,20 @@ func (x *ClusterSecrets) GetInitialisedBy() string {
 func (x *ClusterSecrets) GetInitialisedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.InitialisedAt
+	}
+	return nil
+}
+
+func (x *ClusterSecrets) GetBootCaCertPem() string {
+	if x != nil {
+		return x.BootCaCertPem
+	}
+	return ""
+}
+
+func (x *ClusterSecrets) GetBootCaKeySealed() []byte {
+	if x != nil {
+		return x.BootCaKeySealed
 	}
 	return nil
 }
@@ -850,14 +870,16 @@ const file_api_fleet_v1_fleet_proto_rawDesc = "" +
 	"\rArtifactChunk\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x12\n" +
-	"\x04data\x18\x03 \x01(\fR\x04data\"\x9b\x02\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\"\xf1\x02\n" +
 	"\x0eClusterSecrets\x12\x1e\n" +
 	"\vca_cert_pem\x18\x01 \x01(\tR\tcaCertPem\x12\"\n" +
 	"\rca_key_sealed\x18\x02 \x01(\fR\vcaKeySealed\x12-\n" +
 	"\x13bmc_seal_key_sealed\x18\x03 \x01(\fR\x10bmcSealKeySealed\x12,\n" +
 	"\x12cluster_key_sha256\x18\x04 \x01(\tR\x10clusterKeySha256\x12%\n" +
 	"\x0einitialised_by\x18\x05 \x01(\tR\rinitialisedBy\x12A\n" +
-	"\x0einitialised_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\rinitialisedAt\"\xe2\x01\n" +
+	"\x0einitialised_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\rinitialisedAt\x12'\n" +
+	"\x10boot_ca_cert_pem\x18\a \x01(\tR\rbootCaCertPem\x12+\n" +
+	"\x12boot_ca_key_sealed\x18\b \x01(\fR\x0fbootCaKeySealed\"\xe2\x01\n" +
 	"\fSessionClaim\x12\x18\n" +
 	"\amachine\x18\x01 \x01(\tR\amachine\x12\x1c\n" +
 	"\tappliance\x18\x02 \x01(\tR\tappliance\x12\x16\n" +
