@@ -146,7 +146,7 @@ func TestSecureBootDeploy(t *testing.T) {
 			Error   string `json:"error"`
 		} `json:"deployment"`
 	}
-	deadline := time.Now().Add(10 * time.Minute)
+	deadline := time.Now().Add(15 * time.Minute)
 	for {
 		if err := json.Unmarshal(must("get", "machine", m.Name, "-o", "json"), &d); err != nil {
 			t.Fatal(err)
@@ -163,7 +163,7 @@ func TestSecureBootDeploy(t *testing.T) {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not DEPLOYED after 10m (state %s); console:\n%s", d.State, tail(vm.console.String(), 6<<10))
+			t.Fatalf("not DEPLOYED after 15m (state %s); console:\n%s", d.State, tail(vm.console.String(), 6<<10))
 		}
 		time.Sleep(2 * time.Second)
 	}
