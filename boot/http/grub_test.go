@@ -82,3 +82,24 @@ func TestGrubConfigLeaseRule(t *testing.T) {
 		t.Errorf("no lease: err = %v", err)
 	}
 }
+
+// TestGrubConfigLocalDisk: both answers that mean "boot the local disk"
+// (the local intent, and any intent with a problem) chainload the first
+// ESP's removable-media loader, and only then exit: Debian's GRUB exits
+// with EFI_SUCCESS, after which EDK2 shows its boot menu instead of
+// trying the next boot option.
+func TestGrubConfigLocalDisk(t *testing.T) {
+	const chain = "if search --no-floppy --file --set=root /EFI/BOOT/BOOTX64.EFI; then\n  chainloader /EFI/BOOT/BOOTX64.EFI\n  boot\nfi\nexit\n"
+	for _, d := range []ScriptData{
+		{Intent: "local", Machine: "m-1", MAC: "52:54:00:00:00:01"},
+		{Intent: "hypervisor", Machine: "m-2", MAC: "52:54:00:00:00:02", Problem: "the catalog has no hypervisor image"},
+	} {
+		b, err := RenderGrub(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(string(b), chain) || strings.Contains(string(b), "linux ") {
+			t.Errorf("%s (problem %q): want the local disk's chainload at the end, no kernel:\n%s", d.Intent, d.Problem, b)
+		}
+	}
+}

@@ -32,6 +32,12 @@
 //     describe and timeline say Secure Boot on, lockdown integrity), then,
 //     accepted, the agent hands over to the hypervisor image with
 //     kexec_file_load and the machine is DEPLOYED.
+//   - TestSecureBootDeploy: the same chain discovers a machine, which is
+//     accepted into a pool, allocated and deployed with a Debian image whose
+//     ESP holds shim and signed GRUB at \EFI\BOOT\ (testsupport/guestimage
+//     SecureBootCloudInit); it boots that disk under Secure Boot, phones
+//     home, and over SSH reports SecureBoot=1 and lockdown integrity; its
+//     kernel tampered with on the disk, GRUB refuses it through shim.
 //
 // The images are built once per run into CORRAL_IMAGE_CACHE (default
 // /var/cache/corral/discovery) and reused while its inputs are unchanged.
