@@ -38,6 +38,7 @@
 //     SecureBootCloudInit); it boots that disk under Secure Boot, phones
 //     home, and over SSH reports SecureBoot=1 and lockdown integrity; its
 //     kernel tampered with on the disk, GRUB refuses it through shim.
+//     9-14 minutes under TCG: runs only with CORRAL_SB_DEPLOY=1.
 //
 // The images are built once per run into CORRAL_IMAGE_CACHE (default
 // /var/cache/corral/discovery) and reused while its inputs are unchanged.

@@ -22,8 +22,8 @@ import (
 // (guestimage.SecureBootCloudInit: Debian's shim as
 // \EFI\BOOT\BOOTX64.EFI, Debian's signed GRUB beside it, the image's own
 // signed cloud kernel). The agent writes it and reboots; the network
-// chain's GRUB gets the local intent and returns to the firmware, which
-// boots the disk: shim → GRUB → kernel, each verified. The OS phones home
+// chain's GRUB gets the local intent and chainloads the disk's
+// \EFI\BOOT\BOOTX64.EFI: shim → GRUB → kernel, each verified. The OS phones home
 // (DEPLOYED) and, over SSH with the deploy's key, its kernel says Secure
 // Boot is on (the SecureBoot EFI variable's value 1, "Secure boot
 // enabled" in the kernel log, integrity lockdown). `corral describe
@@ -33,7 +33,16 @@ import (
 // tampered with (one byte of its code changed: its signature no longer
 // matches) and the disk booted alone: GRUB refuses it through shim and
 // the kernel never starts.
+//
+// Without KVM the deployed Debian's boot with cloud-init takes minutes
+// under TCG: the test costs 9 minutes at load 10 (14 at load 15-18), more
+// than the CI budget has room for, so it runs only with
+// CORRAL_SB_DEPLOY=1 (docs/architecture.md, "A deployed OS under Secure
+// Boot").
 func TestSecureBootDeploy(t *testing.T) {
+	if os.Getenv("CORRAL_SB_DEPLOY") != "1" {
+		t.Skip("a full Debian boot under TCG, 9-14 minutes: run with CORRAL_SB_DEPLOY=1")
+	}
 	need(t, append([]string{"ip", "qemu-system-x86_64", "ssh", "ssh-keygen", ovmfSecbootCode, ovmfMSVars, shimSigned, grubNetSigned},
 		guestimage.SecureBootTools...)...)
 	image(t)
