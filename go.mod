@@ -3,6 +3,7 @@ module github.com/corralhq/corral
 go 1.26.8
 
 require (
+	connectrpc.com/vanguard v0.4.0
 	filippo.io/age v1.3.2
 	github.com/bmc-toolbox/bmclib/v2 v2.3.4
 	github.com/bougou/go-ipmi v0.9.1
@@ -59,6 +60,7 @@ require (
 )
 
 require (
+	connectrpc.com/connect v1.19.1 // indirect
 	dario.cat/mergo v1.0.0 // indirect
 	filippo.io/hpke v0.4.0 // indirect
 	github.com/Jeffail/gabs/v2 v2.7.0 // indirect
