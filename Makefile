@@ -11,6 +11,7 @@ export PATH := $(TOOLS):$(PATH)
 BUF_VERSION := v1.50.0
 PROTOC_GEN_GO_VERSION := v1.36.6
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
+PROTOC_GEN_OPENAPIV2_VERSION := v2.33.0
 GRPCURL_VERSION := v1.9.3
 GOTESTSUM_VERSION := v1.13.0
 NFPM_VERSION := v2.41.3
@@ -33,17 +34,18 @@ build: ## Build corrald, corral and corral-node into ./bin
 run: build ## Run corrald on its defaults with a local data dir (./data)
 	$(BIN)/corrald serve --data-dir $(CURDIR)/data
 
-tools: ## Install pinned buf, protoc plugins, grpcurl, gotestsum, nfpm and golangci-lint into ./.bin
+tools: ## Install pinned buf, protoc plugins (go, go-grpc, openapiv2), grpcurl, gotestsum, nfpm and golangci-lint into ./.bin
 	@mkdir -p $(TOOLS)
 	@test -x $(TOOLS)/buf || GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 	@test -x $(TOOLS)/protoc-gen-go || GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	@test -x $(TOOLS)/protoc-gen-go-grpc || GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	@test -x $(TOOLS)/protoc-gen-openapiv2 || GOBIN=$(TOOLS) $(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(PROTOC_GEN_OPENAPIV2_VERSION)
 	@test -x $(TOOLS)/grpcurl || GOBIN=$(TOOLS) $(GO) install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 	@test -x $(TOOLS)/gotestsum || GOBIN=$(TOOLS) $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION)
 	@test -x $(TOOLS)/nfpm || GOBIN=$(TOOLS) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
 	@test -x $(TOOLS)/golangci-lint || GOBIN=$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
-generate: tools ## Regenerate Go code from api/**/*.proto with buf
+generate: tools ## Regenerate Go code and the OpenAPI document (api/openapi) from api/**/*.proto with buf
 	buf generate
 
 check-generate: generate ## Fail if regenerating the API changes anything, or a go.mod is untidy

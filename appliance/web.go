@@ -13,6 +13,7 @@ import (
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	"github.com/corralhq/corral/api/clientconfig"
 	"github.com/corralhq/corral/boot/connlimit"
+	"github.com/corralhq/corral/rest"
 	"github.com/corralhq/corral/web"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -102,6 +103,18 @@ func (s *Server) initWeb() error {
 		conn.Close()
 		return err
 	}
+	// The REST API (package rest) shares the listener, its TLS, caps and
+	// timeouts: /v1/ and /openapi.json, transcoded in process to s.grpc,
+	// so the interceptors see the caller's address and TLS state.
+	api, err := rest.New(rest.Config{Server: s.grpc, Logger: s.log.With("component", "rest")})
+	if err != nil {
+		conn.Close()
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", restHeaders(api))
+	mux.Handle("/openapi.json", restHeaders(api))
+	mux.Handle("/", h)
 	lis, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		conn.Close()
@@ -113,7 +126,7 @@ func (s *Server) initWeb() error {
 	c.Listen = lis.Addr().String()
 	limited := connlimit.New(lis, connlimit.Config{MaxConns: c.MaxConns, MaxConnsPerIP: c.MaxConnsPerIP, Name: "web", Logger: log})
 	srv := &http.Server{
-		Handler: h,
+		Handler: mux,
 		TLSConfig: &tls.Config{
 			Certificates: []tls.Certificate{s.cert},
 			MinVersion:   tls.VersionTLS12,
@@ -151,6 +164,16 @@ func (s *Server) initWeb() error {
 		return nil
 	})
 	return nil
+}
+
+// restHeaders sets the headers every REST answer carries.
+func restHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("Cache-Control", "no-store")
+		h.ServeHTTP(w, r)
+	})
 }
 
 // webURLHost is host:port for the log line (127.0.0.1 for a wildcard).

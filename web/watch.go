@@ -3,39 +3,19 @@ package web
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
 	"strconv"
-	"time"
 
+	"github.com/corralhq/corral/internal/httpstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
-// Stream timing.
-const (
-	// firstEventWait is how long a stream waits for its first event before
-	// answering 200 anyway: a watch from a revision with nothing newer
-	// has nothing to send, and a status (Unimplemented, OutOfRange,
-	// PermissionDenied) comes before any event.
-	firstEventWait = 2 * time.Second
-	// keepaliveEvery writes an empty line on an idle stream, so a dead
-	// browser is noticed by a failing write and proxies keep the
-	// connection.
-	keepaliveEvery = 25 * time.Second
-	// writeStall cuts a stream whose reader takes nothing for this long.
-	writeStall = 30 * time.Second
-	// streamAhead is how many events the pump may hold ready for the
-	// writer, and flushAfter how many bytes the writer writes before it
-	// flushes while more are ready: a burst (a watch's initial list of
-	// thousands of machines) goes out in large writes, a lone event at
-	// once.
-	streamAhead = 32
-	flushAfter  = 64 << 10
-)
+// writeStall cuts a console socket whose reader takes nothing for this
+// long (watch streams: httpstream.WriteStall).
+const writeStall = httpstream.WriteStall
 
 // next returns a stream's next event, or the error that ended it (io.EOF
 // at a clean end).
@@ -107,105 +87,33 @@ func (h *Handler) stream(open opener) http.HandlerFunc {
 			writeError(w, err)
 			return
 		}
-
-		type item struct {
-			m   proto.Message
-			err error
-		}
-		items := make(chan item, streamAhead) // the pump waits for the writer: streamAhead events in hand at most
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for {
-				m, err := nx()
-				select {
-				case items <- item{m, err}:
-				case <-ctx.Done():
-					return
-				}
-				if err != nil {
-					return
-				}
+		httpstream.Serve(ctx, cancel, w, func() ([]byte, error) {
+			m, err := nx()
+			if err != nil {
+				return nil, err
 			}
-		}()
-		defer func() { cancel(); <-done }()
-
-		rc := http.NewResponseController(w)
-		started := false
-		start := func() {
-			w.Header().Set("Content-Type", "application/x-ndjson")
-			w.Header().Set("X-Accel-Buffering", "no")
-			w.WriteHeader(http.StatusOK)
-			started = true
-		}
-		unflushed := 0
-		// write writes b and flushes unless more events are ready and
-		// less than flushAfter bytes are waiting.
-		write := func(b []byte) bool {
-			_ = rc.SetWriteDeadline(time.Now().Add(writeStall))
-			if _, err := w.Write(b); err != nil {
-				return false
+			b, err := marshal.Marshal(m)
+			if err != nil {
+				h.log.Warn("web: encode watch event", "path", r.URL.Path, "err", err)
+				return nil, status.Errorf(codes.Internal, "encode watch event: %v", err)
 			}
-			unflushed += len(b)
-			if len(items) > 0 && unflushed < flushAfter {
-				return true
-			}
-			unflushed = 0
-			return rc.Flush() == nil
-		}
-		first := time.NewTimer(firstEventWait)
-		defer first.Stop()
-		keepalive := time.NewTicker(keepaliveEvery)
-		defer keepalive.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-first.C:
-				if !started {
-					start()
-					if !write([]byte("\n")) {
-						return
-					}
+			return append(b, '\n'), nil
+		}, httpstream.Format{
+			ContentType: "application/x-ndjson",
+			Keepalive:   []byte("\n"),
+			Refuse:      writeError,
+			Last: func(err error) []byte {
+				_, body := errorBody(err)
+				b, _ := json.Marshal(struct {
+					Error apiError `json:"error"`
+				}{body})
+				return append(b, '\n')
+			},
+			Failed: func(err error) {
+				if status.Code(err) != codes.Canceled {
+					h.logFailure(r, err)
 				}
-			case <-keepalive.C:
-				if started && !write([]byte("\n")) {
-					return
-				}
-			case it := <-items:
-				if errors.Is(it.err, io.EOF) {
-					if !started {
-						start()
-					}
-					return
-				}
-				if it.err != nil {
-					if status.Code(it.err) != codes.Canceled {
-						h.logFailure(r, it.err)
-					}
-					if !started {
-						writeError(w, it.err)
-						return
-					}
-					_, body := errorBody(it.err)
-					b, _ := json.Marshal(struct {
-						Error apiError `json:"error"`
-					}{body})
-					write(append(b, '\n'))
-					return
-				}
-				if !started {
-					start()
-				}
-				b, err := marshal.Marshal(it.m)
-				if err != nil {
-					h.log.Warn("web: encode watch event", "path", r.URL.Path, "err", err)
-					return
-				}
-				if !write(append(b, '\n')) {
-					return
-				}
-			}
-		}
+			},
+		})
 	}
 }

@@ -13,6 +13,7 @@ package auditv1
 import (
 	v1 "github.com/corralhq/corral/api/auth/v1"
 	v11 "github.com/corralhq/corral/api/watch/v1"
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -473,7 +474,7 @@ var File_api_audit_v1_audit_proto protoreflect.FileDescriptor
 
 const file_api_audit_v1_audit_proto_rawDesc = "" +
 	"\n" +
-	"\x18api/audit/v1/audit.proto\x12\x0fcorral.audit.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc9\x03\n" +
+	"\x18api/audit/v1/audit.proto\x12\x0fcorral.audit.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc9\x03\n" +
 	"\n" +
 	"AuditEvent\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12*\n" +
@@ -511,11 +512,11 @@ const file_api_audit_v1_audit_proto_rawDesc = "" +
 	"\x10AuditStreamEvent\x12.\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1a.corral.watch.v1.EventTypeR\x04type\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x121\n" +
-	"\x05event\x18\x03 \x01(\v2\x1b.corral.audit.v1.AuditEventR\x05event2\xce\x01\n" +
-	"\fAuditService\x12]\n" +
+	"\x05event\x18\x03 \x01(\v2\x1b.corral.audit.v1.AuditEventR\x05event2\x84\x02\n" +
+	"\fAuditService\x12u\n" +
 	"\n" +
-	"ListEvents\x12\".corral.audit.v1.ListEventsRequest\x1a#.corral.audit.v1.ListEventsResponse\"\x06\xe2\xa6\x19\x02\b\x02\x12_\n" +
-	"\vWatchEvents\x12#.corral.audit.v1.WatchEventsRequest\x1a!.corral.audit.v1.AuditStreamEvent\"\x06\xe2\xa6\x19\x02\b\x020\x01B1Z/github.com/corralhq/corral/api/audit/v1;auditv1b\x06proto3"
+	"ListEvents\x12\".corral.audit.v1.ListEventsRequest\x1a#.corral.audit.v1.ListEventsResponse\"\x1e\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x12\x12\x10/v1/audit/events\x12}\n" +
+	"\vWatchEvents\x12#.corral.audit.v1.WatchEventsRequest\x1a!.corral.audit.v1.AuditStreamEvent\"$\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x18\x12\x16/v1/watch/audit/events0\x01B1Z/github.com/corralhq/corral/api/audit/v1;auditv1b\x06proto3"
 
 var (
 	file_api_audit_v1_audit_proto_rawDescOnce sync.Once

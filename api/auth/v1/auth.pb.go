@@ -10,6 +10,7 @@
 package authv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	descriptorpb "google.golang.org/protobuf/types/descriptorpb"
@@ -844,7 +845,7 @@ var File_api_auth_v1_auth_proto protoreflect.FileDescriptor
 
 const file_api_auth_v1_auth_proto_rawDesc = "" +
 	"\n" +
-	"\x16api/auth/v1/auth.proto\x12\x0ecorral.auth.v1\x1a google/protobuf/descriptor.proto\"\\\n" +
+	"\x16api/auth/v1/auth.proto\x12\x0ecorral.auth.v1\x1a\x1cgoogle/api/annotations.proto\x1a google/protobuf/descriptor.proto\"\\\n" +
 	"\x06Access\x12(\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x14.corral.auth.v1.RoleR\x04role\x12(\n" +
 	"\x04also\x18\x02 \x03(\x0e2\x14.corral.auth.v1.RoleR\x04also\"\xc6\x02\n" +
@@ -908,12 +909,14 @@ const file_api_auth_v1_auth_proto_rawDesc = "" +
 	"\n" +
 	"ROLE_AGENT\x10\x05\x12\x12\n" +
 	"\x0eROLE_APPLIANCE\x10\x06\x12\r\n" +
-	"\tROLE_USER\x10\a2\xab\x02\n" +
-	"\fTokenService\x12^\n" +
-	"\vCreateToken\x12\".corral.auth.v1.CreateTokenRequest\x1a#.corral.auth.v1.CreateTokenResponse\"\x06\xe2\xa6\x19\x02\b\x03\x12[\n" +
+	"\tROLE_USER\x10\a2\xe9\x02\n" +
+	"\fTokenService\x12s\n" +
+	"\vCreateToken\x12\".corral.auth.v1.CreateTokenRequest\x1a#.corral.auth.v1.CreateTokenResponse\"\x1b\xe2\xa6\x19\x02\b\x03\x82\xd3\xe4\x93\x02\x0f:\x01*\"\n" +
+	"/v1/tokens\x12m\n" +
 	"\n" +
-	"ListTokens\x12!.corral.auth.v1.ListTokensRequest\x1a\".corral.auth.v1.ListTokensResponse\"\x06\xe2\xa6\x19\x02\b\x03\x12^\n" +
-	"\vRevokeToken\x12\".corral.auth.v1.RevokeTokenRequest\x1a#.corral.auth.v1.RevokeTokenResponse\"\x06\xe2\xa6\x19\x02\b\x03:P\n" +
+	"ListTokens\x12!.corral.auth.v1.ListTokensRequest\x1a\".corral.auth.v1.ListTokensResponse\"\x18\xe2\xa6\x19\x02\b\x03\x82\xd3\xe4\x93\x02\f\x12\n" +
+	"/v1/tokens\x12u\n" +
+	"\vRevokeToken\x12\".corral.auth.v1.RevokeTokenRequest\x1a#.corral.auth.v1.RevokeTokenResponse\"\x1d\xe2\xa6\x19\x02\b\x03\x82\xd3\xe4\x93\x02\x11*\x0f/v1/tokens/{id}:P\n" +
 	"\x06access\x12\x1e.google.protobuf.MethodOptions\x18\xec\x94\x03 \x01(\v2\x16.corral.auth.v1.AccessR\x06accessB/Z-github.com/corralhq/corral/api/auth/v1;authv1b\x06proto3"
 
 var (

@@ -12,6 +12,7 @@ package deploymentv1
 import (
 	_ "github.com/corralhq/corral/api/auth/v1"
 	v1 "github.com/corralhq/corral/api/provisioning/v1"
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	emptypb "google.golang.org/protobuf/types/known/emptypb"
@@ -736,7 +737,7 @@ var File_api_deployment_v1_image_proto protoreflect.FileDescriptor
 
 const file_api_deployment_v1_image_proto_rawDesc = "" +
 	"\n" +
-	"\x1dapi/deployment/v1/image.proto\x12\x14corral.deployment.v1\x1a\x16api/auth/v1/auth.proto\x1a'api/provisioning/v1/block_storage.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x95\x05\n" +
+	"\x1dapi/deployment/v1/image.proto\x12\x14corral.deployment.v1\x1a\x16api/auth/v1/auth.proto\x1a'api/provisioning/v1/block_storage.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x95\x05\n" +
 	"\x05Image\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12N\n" +
 	"\vannotations\x18\x03 \x03(\v2,.corral.deployment.v1.Image.AnnotationsEntryR\vannotations\x12?\n" +
@@ -808,20 +809,22 @@ const file_api_deployment_v1_image_proto_rawDesc = "" +
 	"\x1dregistered_block_storage_name\x18\x03 \x01(\tR\x1aregisteredBlockStorageName\"9\n" +
 	"\x11UntagImageRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
-	"\x03tag\x18\x02 \x01(\tR\x03tag2\x95\a\n" +
-	"\fImageService\x12g\n" +
+	"\x03tag\x18\x02 \x01(\tR\x03tag2\x83\n" +
 	"\n" +
-	"ListImages\x12'.corral.deployment.v1.ListImagesRequest\x1a(.corral.deployment.v1.ListImagesResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12V\n" +
-	"\bGetImage\x12%.corral.deployment.v1.GetImageRequest\x1a\x1b.corral.deployment.v1.Image\"\x06\xe2\xa6\x19\x02\b\x01\x12Z\n" +
+	"\fImageService\x12y\n" +
 	"\n" +
-	"ApplyImage\x12'.corral.deployment.v1.ApplyImageRequest\x1a\x1b.corral.deployment.v1.Image\"\x06\xe2\xa6\x19\x02\b\x02\x12W\n" +
-	"\vDeleteImage\x12(.corral.deployment.v1.DeleteImageRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02\x12n\n" +
-	"\x14RegisterBlockStorage\x121.corral.deployment.v1.RegisterBlockStorageRequest\x1a\x1b.corral.deployment.v1.Image\"\x06\xe2\xa6\x19\x02\b\x02\x12r\n" +
-	"\x16UnregisterBlockStorage\x123.corral.deployment.v1.UnregisterBlockStorageRequest\x1a\x1b.corral.deployment.v1.Image\"\x06\xe2\xa6\x19\x02\b\x02\x12w\n" +
-	"\x14GenerateBlockStorage\x121.corral.deployment.v1.GenerateBlockStorageRequest\x1a$.corral.provisioning.v1.BlockStorage\"\x06\xe2\xa6\x19\x02\b\x02\x12V\n" +
-	"\bTagImage\x12%.corral.deployment.v1.TagImageRequest\x1a\x1b.corral.deployment.v1.Image\"\x06\xe2\xa6\x19\x02\b\x02\x12Z\n" +
+	"ListImages\x12'.corral.deployment.v1.ListImagesRequest\x1a(.corral.deployment.v1.ListImagesResponse\"\x18\xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02\f\x12\n" +
+	"/v1/images\x12o\n" +
+	"\bGetImage\x12%.corral.deployment.v1.GetImageRequest\x1a\x1b.corral.deployment.v1.Image\"\x1f\xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/images/{name}\x12v\n" +
 	"\n" +
-	"UntagImage\x12'.corral.deployment.v1.UntagImageRequest\x1a\x1b.corral.deployment.v1.Image\"\x06\xe2\xa6\x19\x02\b\x02B;Z9github.com/corralhq/corral/api/deployment/v1;deploymentv1b\x06proto3"
+	"ApplyImage\x12'.corral.deployment.v1.ApplyImageRequest\x1a\x1b.corral.deployment.v1.Image\"\"\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x16:\x01*\x1a\x11/v1/images/{name}\x12p\n" +
+	"\vDeleteImage\x12(.corral.deployment.v1.DeleteImageRequest\x1a\x16.google.protobuf.Empty\"\x1f\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x13*\x11/v1/images/{name}\x12\xb4\x01\n" +
+	"\x14RegisterBlockStorage\x121.corral.deployment.v1.RegisterBlockStorageRequest\x1a\x1b.corral.deployment.v1.Image\"L\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02@:\x01*\";/v1/images/{image_name}/block-storages/{block_storage_name}\x12\xb5\x01\n" +
+	"\x16UnregisterBlockStorage\x123.corral.deployment.v1.UnregisterBlockStorageRequest\x1a\x1b.corral.deployment.v1.Image\"I\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02=*;/v1/images/{image_name}/block-storages/{block_storage_name}\x12\xae\x01\n" +
+	"\x14GenerateBlockStorage\x121.corral.deployment.v1.GenerateBlockStorageRequest\x1a$.corral.provisioning.v1.BlockStorage\"=\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x021:\x01*\",/v1/images/{image_name}:generateBlockStorage\x12}\n" +
+	"\bTagImage\x12%.corral.deployment.v1.TagImageRequest\x1a\x1b.corral.deployment.v1.Image\"-\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/v1/images/{name}/tags/{tag}\x12~\n" +
+	"\n" +
+	"UntagImage\x12'.corral.deployment.v1.UntagImageRequest\x1a\x1b.corral.deployment.v1.Image\"*\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x1e*\x1c/v1/images/{name}/tags/{tag}B;Z9github.com/corralhq/corral/api/deployment/v1;deploymentv1b\x06proto3"
 
 var (
 	file_api_deployment_v1_image_proto_rawDescOnce sync.Once

@@ -8,6 +8,7 @@ package inventoryv1
 
 import (
 	_ "github.com/corralhq/corral/api/auth/v1"
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -238,7 +239,7 @@ var File_api_inventory_v1_bmccred_proto protoreflect.FileDescriptor
 
 const file_api_inventory_v1_bmccred_proto_rawDesc = "" +
 	"\n" +
-	"\x1eapi/inventory/v1/bmccred.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1eapi/inventory/v1/machine.proto\"E\n" +
+	"\x1eapi/inventory/v1/bmccred.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1eapi/inventory/v1/machine.proto\x1a\x1cgoogle/api/annotations.proto\"E\n" +
 	"\x17ForgetBmcHostKeyRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06expect\x18\x02 \x01(\tR\x06expect\"d\n" +
@@ -249,10 +250,10 @@ const file_api_inventory_v1_bmccred_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"`\n" +
 	"\x1cRotateBmcCredentialsResponse\x12*\n" +
 	"\x03bmc\x18\x01 \x01(\v2\x18.corral.inventory.v1.BmcR\x03bmc\x12\x14\n" +
-	"\x05steps\x18\x02 \x03(\tR\x05steps2\x95\x02\n" +
-	"\x14BmcCredentialService\x12\x83\x01\n" +
-	"\x14RotateBmcCredentials\x120.corral.inventory.v1.RotateBmcCredentialsRequest\x1a1.corral.inventory.v1.RotateBmcCredentialsResponse\"\x06\xe2\xa6\x19\x02\b\x02\x12w\n" +
-	"\x10ForgetBmcHostKey\x12,.corral.inventory.v1.ForgetBmcHostKeyRequest\x1a-.corral.inventory.v1.ForgetBmcHostKeyResponse\"\x06\xe2\xa6\x19\x02\b\x02B9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
+	"\x05steps\x18\x02 \x03(\tR\x05steps2\xfd\x02\n" +
+	"\x14BmcCredentialService\x12\xb8\x01\n" +
+	"\x14RotateBmcCredentials\x120.corral.inventory.v1.RotateBmcCredentialsRequest\x1a1.corral.inventory.v1.RotateBmcCredentialsResponse\";\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02/:\x01*\"*/v1/machines/{name}/bmc-credentials:rotate\x12\xa9\x01\n" +
+	"\x10ForgetBmcHostKey\x12,.corral.inventory.v1.ForgetBmcHostKeyRequest\x1a-.corral.inventory.v1.ForgetBmcHostKeyResponse\"8\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02,:\x01*\"'/v1/machines/{name}/bmc-host-key:forgetB9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
 
 var (
 	file_api_inventory_v1_bmccred_proto_rawDescOnce sync.Once

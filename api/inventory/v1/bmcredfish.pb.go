@@ -8,6 +8,7 @@ package inventoryv1
 
 import (
 	_ "github.com/corralhq/corral/api/auth/v1"
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -917,7 +918,7 @@ var File_api_inventory_v1_bmcredfish_proto protoreflect.FileDescriptor
 
 const file_api_inventory_v1_bmcredfish_proto_rawDesc = "" +
 	"\n" +
-	"!api/inventory/v1/bmcredfish.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\"\x8e\x02\n" +
+	"!api/inventory/v1/bmcredfish.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1cgoogle/api/annotations.proto\"\x8e\x02\n" +
 	"\rBiosAttribute\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +
@@ -984,15 +985,15 @@ const file_api_inventory_v1_bmcredfish_proto_rawDesc = "" +
 	"\timage_uri\x18\x01 \x01(\tR\bimageUri\x12\x1a\n" +
 	"\binserted\x18\x02 \x01(\bR\binserted\x12\x12\n" +
 	"\x04boot\x18\x03 \x01(\bR\x04boot\"\x14\n" +
-	"\x12EjectMediaResponse2\x80\x05\n" +
-	"\x11BmcRedfishService\x12\\\n" +
-	"\aGetBios\x12#.corral.inventory.v1.GetBiosRequest\x1a$.corral.inventory.v1.GetBiosResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12\\\n" +
-	"\aSetBios\x12#.corral.inventory.v1.SetBiosRequest\x1a$.corral.inventory.v1.SetBiosResponse\"\x06\xe2\xa6\x19\x02\b\x02\x12k\n" +
-	"\fListFirmware\x12(.corral.inventory.v1.ListFirmwareRequest\x1a).corral.inventory.v1.ListFirmwareResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12q\n" +
-	"\x0eUpdateFirmware\x12*.corral.inventory.v1.UpdateFirmwareRequest\x1a+.corral.inventory.v1.UpdateFirmwareResponse\"\x06\xe2\xa6\x19\x02\b\x02\x12h\n" +
-	"\vInsertMedia\x12'.corral.inventory.v1.InsertMediaRequest\x1a(.corral.inventory.v1.InsertMediaResponse\"\x06\xe2\xa6\x19\x02\b\x02\x12e\n" +
+	"\x12EjectMediaResponse2\xee\x06\n" +
+	"\x11BmcRedfishService\x12|\n" +
+	"\aGetBios\x12#.corral.inventory.v1.GetBiosRequest\x1a$.corral.inventory.v1.GetBiosResponse\"&\xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/machines/{name}/bios\x12\x7f\n" +
+	"\aSetBios\x12#.corral.inventory.v1.SetBiosRequest\x1a$.corral.inventory.v1.SetBiosResponse\")\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/machines/{name}/bios\x12\x8f\x01\n" +
+	"\fListFirmware\x12(.corral.inventory.v1.ListFirmwareRequest\x1a).corral.inventory.v1.ListFirmwareResponse\"*\xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02\x1e\x12\x1c/v1/machines/{name}/firmware\x12\x9f\x01\n" +
+	"\x0eUpdateFirmware\x12*.corral.inventory.v1.UpdateFirmwareRequest\x1a+.corral.inventory.v1.UpdateFirmwareResponse\"4\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02(:\x01*\"#/v1/machines/{name}/firmware:update\x12\x93\x01\n" +
+	"\vInsertMedia\x12'.corral.inventory.v1.InsertMediaRequest\x1a(.corral.inventory.v1.InsertMediaResponse\"1\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02%:\x01*\" /v1/machines/{name}/media:insert\x12\x8f\x01\n" +
 	"\n" +
-	"EjectMedia\x12&.corral.inventory.v1.EjectMediaRequest\x1a'.corral.inventory.v1.EjectMediaResponse\"\x06\xe2\xa6\x19\x02\b\x02B9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
+	"EjectMedia\x12&.corral.inventory.v1.EjectMediaRequest\x1a'.corral.inventory.v1.EjectMediaResponse\"0\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/v1/machines/{name}/media:ejectB9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
 
 var (
 	file_api_inventory_v1_bmcredfish_proto_rawDescOnce sync.Once

@@ -8,6 +8,7 @@ package inventoryv1
 
 import (
 	_ "github.com/corralhq/corral/api/auth/v1"
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -123,15 +124,15 @@ var File_api_inventory_v1_commission_service_proto protoreflect.FileDescriptor
 
 const file_api_inventory_v1_commission_service_proto_rawDesc = "" +
 	"\n" +
-	")api/inventory/v1/commission_service.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1eapi/inventory/v1/machine.proto\"H\n" +
+	")api/inventory/v1/commission_service.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1eapi/inventory/v1/machine.proto\x1a\x1cgoogle/api/annotations.proto\"H\n" +
 	"\x18CommissionMachineRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aprofile\x18\x02 \x01(\tR\aprofile\",\n" +
 	"\x16ClearCommissionRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name2\xe3\x01\n" +
-	"\x11CommissionService\x12h\n" +
-	"\x11CommissionMachine\x12-.corral.inventory.v1.CommissionMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\x02\x12d\n" +
-	"\x0fClearCommission\x12+.corral.inventory.v1.ClearCommissionRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\x02B9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
+	"\x04name\x18\x01 \x01(\tR\x04name2\xbc\x02\n" +
+	"\x11CommissionService\x12\x91\x01\n" +
+	"\x11CommissionMachine\x12-.corral.inventory.v1.CommissionMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"/\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/machines/{name}:commission\x12\x92\x01\n" +
+	"\x0fClearCommission\x12+.corral.inventory.v1.ClearCommissionRequest\x1a\x1c.corral.inventory.v1.Machine\"4\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02(:\x01*\"#/v1/machines/{name}:clearCommissionB9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
 
 var (
 	file_api_inventory_v1_commission_service_proto_rawDescOnce sync.Once

@@ -12,6 +12,7 @@ package inventoryv1
 import (
 	_ "github.com/corralhq/corral/api/auth/v1"
 	v1 "github.com/corralhq/corral/api/watch/v1"
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -4177,7 +4178,7 @@ var File_api_inventory_v1_machine_proto protoreflect.FileDescriptor
 
 const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\n" +
-	"\x1eapi/inventory/v1/machine.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a!api/inventory/v1/commission.proto\x1a\x1capi/inventory/v1/facts.proto\x1a\x1dapi/inventory/v1/layout.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xca\x04\n" +
+	"\x1eapi/inventory/v1/machine.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a!api/inventory/v1/commission.proto\x1a\x1capi/inventory/v1/facts.proto\x1a\x1dapi/inventory/v1/layout.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xca\x04\n" +
 	"\x03Bmc\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\rR\x04port\x12<\n" +
@@ -4574,28 +4575,28 @@ const file_api_inventory_v1_machine_proto_rawDesc = "" +
 	"\x1aBMC_ROTATION_PHASE_PENDING\x10\x01\x12\x1a\n" +
 	"\x16BMC_ROTATION_PHASE_SET\x10\x02\x12\x1f\n" +
 	"\x1bBMC_ROTATION_PHASE_VERIFIED\x10\x03\x12 \n" +
-	"\x1cBMC_ROTATION_PHASE_COMMITTED\x10\x042\xec\x0e\n" +
-	"\x0eMachineService\x12k\n" +
-	"\fListMachines\x12(.corral.inventory.v1.ListMachinesRequest\x1a).corral.inventory.v1.ListMachinesResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12Z\n" +
+	"\x1cBMC_ROTATION_PHASE_COMMITTED\x10\x042\x81\x14\n" +
+	"\x0eMachineService\x12\x7f\n" +
+	"\fListMachines\x12(.corral.inventory.v1.ListMachinesRequest\x1a).corral.inventory.v1.ListMachinesResponse\"\x1a\xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/machines\x12u\n" +
 	"\n" +
-	"GetMachine\x12&.corral.inventory.v1.GetMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\x01\x12`\n" +
-	"\rEnrollMachine\x12).corral.inventory.v1.EnrollMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\x02\x12`\n" +
-	"\rAcceptMachine\x12).corral.inventory.v1.AcceptMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\x02\x12Z\n" +
-	"\rDeleteMachine\x12).corral.inventory.v1.DeleteMachineRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02\x12Z\n" +
-	"\bSetPower\x12$.corral.inventory.v1.SetPowerRequest\x1a .corral.inventory.v1.PowerStatus\"\x06\xe2\xa6\x19\x02\b\x02\x12Z\n" +
-	"\bGetPower\x12$.corral.inventory.v1.GetPowerRequest\x1a .corral.inventory.v1.PowerStatus\"\x06\xe2\xa6\x19\x02\b\x01\x12Z\n" +
-	"\rSetBootDevice\x12).corral.inventory.v1.SetBootDeviceRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02\x12j\n" +
-	"\x12ReprovisionMachine\x12..corral.inventory.v1.ReprovisionMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\x02\x12b\n" +
-	"\x0eSetMaintenance\x12*.corral.inventory.v1.SetMaintenanceRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\x02\x12_\n" +
-	"\bTimeline\x12$.corral.inventory.v1.TimelineRequest\x1a%.corral.inventory.v1.TimelineResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12^\n" +
-	"\fAdoptMachine\x12(.corral.inventory.v1.AdoptMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\x02\x12Z\n" +
-	"\rRejectMachine\x12).corral.inventory.v1.RejectMachineRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02\x12^\n" +
-	"\fLabelMachine\x12(.corral.inventory.v1.LabelMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\x02\x12w\n" +
-	"\x10AllocateMachines\x12,.corral.inventory.v1.AllocateMachinesRequest\x1a-.corral.inventory.v1.AllocateMachinesResponse\"\x06\xe2\xa6\x19\x02\b\a\x12b\n" +
-	"\x0eReleaseMachine\x12*.corral.inventory.v1.ReleaseMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\a\x12`\n" +
-	"\rDeployMachine\x12).corral.inventory.v1.DeployMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x06\xe2\xa6\x19\x02\b\a\x12g\n" +
-	"\rWatchMachines\x12).corral.inventory.v1.WatchMachinesRequest\x1a!.corral.inventory.v1.MachineEvent\"\x06\xe2\xa6\x19\x02\b\x010\x01\x12h\n" +
-	"\rWatchTimeline\x12).corral.inventory.v1.WatchTimelineRequest\x1a\".corral.inventory.v1.TimelineEvent\"\x06\xe2\xa6\x19\x02\b\x010\x01B9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
+	"GetMachine\x12&.corral.inventory.v1.GetMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"!\xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/machines/{name}\x12w\n" +
+	"\rEnrollMachine\x12).corral.inventory.v1.EnrollMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"\x1d\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/machines\x12\x85\x01\n" +
+	"\rAcceptMachine\x12).corral.inventory.v1.AcceptMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"+\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/machines/{name}:accept\x12u\n" +
+	"\rDeleteMachine\x12).corral.inventory.v1.DeleteMachineRequest\x1a\x16.google.protobuf.Empty\"!\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x15*\x13/v1/machines/{name}\x12~\n" +
+	"\bSetPower\x12$.corral.inventory.v1.SetPowerRequest\x1a .corral.inventory.v1.PowerStatus\"*\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/machines/{name}/power\x12{\n" +
+	"\bGetPower\x12$.corral.inventory.v1.GetPowerRequest\x1a .corral.inventory.v1.PowerStatus\"'\xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02\x1b\x12\x19/v1/machines/{name}/power\x12\x84\x01\n" +
+	"\rSetBootDevice\x12).corral.inventory.v1.SetBootDeviceRequest\x1a\x16.google.protobuf.Empty\"0\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/v1/machines/{name}/boot-device\x12\x94\x01\n" +
+	"\x12ReprovisionMachine\x12..corral.inventory.v1.ReprovisionMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"0\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/v1/machines/{name}:reprovision\x12\x8c\x01\n" +
+	"\x0eSetMaintenance\x12*.corral.inventory.v1.SetMaintenanceRequest\x1a\x1c.corral.inventory.v1.Machine\"0\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/v1/machines/{name}:maintenance\x12\x83\x01\n" +
+	"\bTimeline\x12$.corral.inventory.v1.TimelineRequest\x1a%.corral.inventory.v1.TimelineResponse\"*\xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02\x1e\x12\x1c/v1/machines/{name}/timeline\x12\x82\x01\n" +
+	"\fAdoptMachine\x12(.corral.inventory.v1.AdoptMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"*\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/machines/{name}:adopt\x12\x7f\n" +
+	"\rRejectMachine\x12).corral.inventory.v1.RejectMachineRequest\x1a\x16.google.protobuf.Empty\"+\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/machines/{name}:reject\x12\x82\x01\n" +
+	"\fLabelMachine\x12(.corral.inventory.v1.LabelMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"*\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/machines/{name}:label\x12\x97\x01\n" +
+	"\x10AllocateMachines\x12,.corral.inventory.v1.AllocateMachinesRequest\x1a-.corral.inventory.v1.AllocateMachinesResponse\"&\xe2\xa6\x19\x02\b\a\x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/machines:allocate\x12\x88\x01\n" +
+	"\x0eReleaseMachine\x12*.corral.inventory.v1.ReleaseMachineRequest\x1a\x1c.corral.inventory.v1.Machine\",\xe2\xa6\x19\x02\b\a\x82\xd3\xe4\x93\x02 :\x01*\"\x1b/v1/machines/{name}:release\x12\x85\x01\n" +
+	"\rDeployMachine\x12).corral.inventory.v1.DeployMachineRequest\x1a\x1c.corral.inventory.v1.Machine\"+\xe2\xa6\x19\x02\b\a\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/machines/{name}:deploy\x12\x81\x01\n" +
+	"\rWatchMachines\x12).corral.inventory.v1.WatchMachinesRequest\x1a!.corral.inventory.v1.MachineEvent\" \xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/watch/machines0\x01\x12\x92\x01\n" +
+	"\rWatchTimeline\x12).corral.inventory.v1.WatchTimelineRequest\x1a\".corral.inventory.v1.TimelineEvent\"0\xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02$\x12\"/v1/watch/machines/{name}/timeline0\x01B9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
 
 var (
 	file_api_inventory_v1_machine_proto_rawDescOnce sync.Once

@@ -8,6 +8,7 @@ package inventoryv1
 
 import (
 	_ "github.com/corralhq/corral/api/auth/v1"
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -711,7 +712,7 @@ var File_api_inventory_v1_standby_proto protoreflect.FileDescriptor
 
 const file_api_inventory_v1_standby_proto_rawDesc = "" +
 	"\n" +
-	"\x1eapi/inventory/v1/standby.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1eapi/inventory/v1/machine.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa6\x03\n" +
+	"\x1eapi/inventory/v1/standby.proto\x12\x13corral.inventory.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1eapi/inventory/v1/machine.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa6\x03\n" +
 	"\vStandbyPool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bselector\x18\x02 \x01(\tR\bselector\x12\x1b\n" +
@@ -762,12 +763,12 @@ const file_api_inventory_v1_standby_proto_rawDesc = "" +
 	"\tReadiness\x12\x19\n" +
 	"\x15READINESS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15READINESS_POWERED_OFF\x10\x01\x12\x14\n" +
-	"\x10READINESS_BOOTED\x10\x022\xf5\x03\n" +
-	"\x12StandbyPoolService\x12w\n" +
-	"\x10ApplyStandbyPool\x12,.corral.inventory.v1.ApplyStandbyPoolRequest\x1a-.corral.inventory.v1.ApplyStandbyPoolResponse\"\x06\xe2\xa6\x19\x02\b\x02\x12q\n" +
-	"\x0eGetStandbyPool\x12*.corral.inventory.v1.GetStandbyPoolRequest\x1a+.corral.inventory.v1.GetStandbyPoolResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12w\n" +
-	"\x10ListStandbyPools\x12,.corral.inventory.v1.ListStandbyPoolsRequest\x1a-.corral.inventory.v1.ListStandbyPoolsResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12z\n" +
-	"\x11DeleteStandbyPool\x12-.corral.inventory.v1.DeleteStandbyPoolRequest\x1a..corral.inventory.v1.DeleteStandbyPoolResponse\"\x06\xe2\xa6\x19\x02\b\x02B9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
+	"\x10READINESS_BOOTED\x10\x022\xee\x04\n" +
+	"\x12StandbyPoolService\x12\x93\x01\n" +
+	"\x10ApplyStandbyPool\x12,.corral.inventory.v1.ApplyStandbyPoolRequest\x1a-.corral.inventory.v1.ApplyStandbyPoolResponse\"\"\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x16:\x01*\"\x11/v1/standby-pools\x12\x91\x01\n" +
+	"\x0eGetStandbyPool\x12*.corral.inventory.v1.GetStandbyPoolRequest\x1a+.corral.inventory.v1.GetStandbyPoolResponse\"&\xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/standby-pools/{name}\x12\x90\x01\n" +
+	"\x10ListStandbyPools\x12,.corral.inventory.v1.ListStandbyPoolsRequest\x1a-.corral.inventory.v1.ListStandbyPoolsResponse\"\x1f\xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/standby-pools\x12\x9a\x01\n" +
+	"\x11DeleteStandbyPool\x12-.corral.inventory.v1.DeleteStandbyPoolRequest\x1a..corral.inventory.v1.DeleteStandbyPoolResponse\"&\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x1a*\x18/v1/standby-pools/{name}B9Z7github.com/corralhq/corral/api/inventory/v1;inventoryv1b\x06proto3"
 
 var (
 	file_api_inventory_v1_standby_proto_rawDescOnce sync.Once

@@ -16,6 +16,7 @@ package osimagev1
 
 import (
 	_ "github.com/corralhq/corral/api/auth/v1"
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -938,7 +939,7 @@ var File_api_osimage_v1_os_image_proto protoreflect.FileDescriptor
 
 const file_api_osimage_v1_os_image_proto_rawDesc = "" +
 	"\n" +
-	"\x1dapi/osimage/v1/os_image.proto\x12\x11corral.osimage.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe1\x05\n" +
+	"\x1dapi/osimage/v1/os_image.proto\x12\x11corral.osimage.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe1\x05\n" +
 	"\aOSImage\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12M\n" +
 	"\vannotations\x18\x03 \x03(\v2+.corral.osimage.v1.OSImage.AnnotationsEntryR\vannotations\x12>\n" +
@@ -1024,14 +1025,14 @@ const file_api_osimage_v1_os_image_proto_rawDesc = "" +
 	"\x16OS_IMAGE_STATE_PENDING\x10\x01\x12\x1e\n" +
 	"\x1aOS_IMAGE_STATE_DOWNLOADING\x10\x02\x12\x18\n" +
 	"\x14OS_IMAGE_STATE_READY\x10\x03\x12\x19\n" +
-	"\x15OS_IMAGE_STATE_FAILED\x10\x042\xa8\x04\n" +
-	"\x0eOSImageService\x12p\n" +
-	"\x0fRegisterOSImage\x12).corral.osimage.v1.RegisterOSImageRequest\x1a*.corral.osimage.v1.RegisterOSImageResponse\"\x06\xe2\xa6\x19\x02\b\x02\x12l\n" +
-	"\rUploadOSImage\x12'.corral.osimage.v1.UploadOSImageRequest\x1a(.corral.osimage.v1.UploadOSImageResponse\"\x06\xe2\xa6\x19\x02\b\x02(\x01\x12a\n" +
+	"\x15OS_IMAGE_STATE_FAILED\x10\x042\x8f\x05\n" +
+	"\x0eOSImageService\x12\x88\x01\n" +
+	"\x0fRegisterOSImage\x12).corral.osimage.v1.RegisterOSImageRequest\x1a*.corral.osimage.v1.RegisterOSImageResponse\"\x1e\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x12:\x01*\"\r/v1/os-images\x12l\n" +
+	"\rUploadOSImage\x12'.corral.osimage.v1.UploadOSImageRequest\x1a(.corral.osimage.v1.UploadOSImageResponse\"\x06\xe2\xa6\x19\x02\b\x02(\x01\x12}\n" +
 	"\n" +
-	"GetOSImage\x12$.corral.osimage.v1.GetOSImageRequest\x1a%.corral.osimage.v1.GetOSImageResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12g\n" +
-	"\fListOSImages\x12&.corral.osimage.v1.ListOSImagesRequest\x1a'.corral.osimage.v1.ListOSImagesResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12j\n" +
-	"\rDeleteOSImage\x12'.corral.osimage.v1.DeleteOSImageRequest\x1a(.corral.osimage.v1.DeleteOSImageResponse\"\x06\xe2\xa6\x19\x02\b\x02B5Z3github.com/corralhq/corral/api/osimage/v1;osimagev1b\x06proto3"
+	"GetOSImage\x12$.corral.osimage.v1.GetOSImageRequest\x1a%.corral.osimage.v1.GetOSImageResponse\"\"\xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02\x16\x12\x14/v1/os-images/{name}\x12|\n" +
+	"\fListOSImages\x12&.corral.osimage.v1.ListOSImagesRequest\x1a'.corral.osimage.v1.ListOSImagesResponse\"\x1b\xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/os-images\x12\x86\x01\n" +
+	"\rDeleteOSImage\x12'.corral.osimage.v1.DeleteOSImageRequest\x1a(.corral.osimage.v1.DeleteOSImageResponse\"\"\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x16*\x14/v1/os-images/{name}B5Z3github.com/corralhq/corral/api/osimage/v1;osimagev1b\x06proto3"
 
 var (
 	file_api_osimage_v1_os_image_proto_rawDescOnce sync.Once

@@ -9,6 +9,7 @@ package poolv1
 import (
 	_ "github.com/corralhq/corral/api/auth/v1"
 	v1 "github.com/corralhq/corral/api/watch/v1"
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	emptypb "google.golang.org/protobuf/types/known/emptypb"
@@ -776,7 +777,7 @@ var File_api_pool_v1_network_proto protoreflect.FileDescriptor
 
 const file_api_pool_v1_network_proto_rawDesc = "" +
 	"\n" +
-	"\x19api/pool/v1/network.proto\x12\x0ecorral.pool.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x18api/pool/v1/budget.proto\x1a\x1bgoogle/protobuf/empty.proto\"\xdc\x06\n" +
+	"\x19api/pool/v1/network.proto\x12\x0ecorral.pool.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x18api/pool/v1/budget.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1bgoogle/protobuf/empty.proto\"\xdc\x06\n" +
 	"\aNetwork\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12J\n" +
 	"\vannotations\x18\x03 \x03(\v2(.corral.pool.v1.Network.AnnotationsEntryR\vannotations\x12;\n" +
@@ -855,16 +856,16 @@ const file_api_pool_v1_network_proto_rawDesc = "" +
 	"\fNetworkEvent\x12.\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1a.corral.watch.v1.EventTypeR\x04type\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x121\n" +
-	"\anetwork\x18\x03 \x01(\v2\x17.corral.pool.v1.NetworkR\anetwork2\xae\x05\n" +
-	"\x0eNetworkService\x12d\n" +
-	"\fListNetworks\x12#.corral.pool.v1.ListNetworksRequest\x1a$.corral.pool.v1.ListNetworksResponse\"\t\xe2\xa6\x19\x05\b\x01\x12\x01\x04\x12S\n" +
+	"\anetwork\x18\x03 \x01(\v2\x17.corral.pool.v1.NetworkR\anetwork2\xc3\a\n" +
+	"\x0eNetworkService\x12x\n" +
+	"\fListNetworks\x12#.corral.pool.v1.ListNetworksRequest\x1a$.corral.pool.v1.ListNetworksResponse\"\x1d\xe2\xa6\x19\x05\b\x01\x12\x01\x04\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/networks\x12n\n" +
 	"\n" +
-	"GetNetwork\x12!.corral.pool.v1.GetNetworkRequest\x1a\x17.corral.pool.v1.Network\"\t\xe2\xa6\x19\x05\b\x01\x12\x01\x04\x12T\n" +
-	"\fApplyNetwork\x12#.corral.pool.v1.ApplyNetworkRequest\x1a\x17.corral.pool.v1.Network\"\x06\xe2\xa6\x19\x02\b\x02\x12U\n" +
-	"\rDeleteNetwork\x12$.corral.pool.v1.DeleteNetworkRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02\x12j\n" +
-	"\x17ReserveNetworkInterface\x12..corral.pool.v1.ReserveNetworkInterfaceRequest\x1a\x17.corral.pool.v1.Network\"\x06\xe2\xa6\x19\x02\b\x02\x12i\n" +
-	"\x17ReleaseNetworkInterface\x12..corral.pool.v1.ReleaseNetworkInterfaceRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02\x12]\n" +
-	"\rWatchNetworks\x12$.corral.pool.v1.WatchNetworksRequest\x1a\x1c.corral.pool.v1.NetworkEvent\"\x06\xe2\xa6\x19\x02\b\x010\x01B/Z-github.com/corralhq/corral/api/pool/v1;poolv1b\x06proto3"
+	"GetNetwork\x12!.corral.pool.v1.GetNetworkRequest\x1a\x17.corral.pool.v1.Network\"$\xe2\xa6\x19\x05\b\x01\x12\x01\x04\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/networks/{name}\x12r\n" +
+	"\fApplyNetwork\x12#.corral.pool.v1.ApplyNetworkRequest\x1a\x17.corral.pool.v1.Network\"$\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x18:\x01*\x1a\x13/v1/networks/{name}\x12p\n" +
+	"\rDeleteNetwork\x12$.corral.pool.v1.DeleteNetworkRequest\x1a\x16.google.protobuf.Empty\"!\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x15*\x13/v1/networks/{name}\x12\xb4\x01\n" +
+	"\x17ReserveNetworkInterface\x12..corral.pool.v1.ReserveNetworkInterfaceRequest\x1a\x17.corral.pool.v1.Network\"P\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02D:\x01*\"?/v1/networks/{network_name}/interfaces/{network_interface_name}\x12\xb0\x01\n" +
+	"\x17ReleaseNetworkInterface\x12..corral.pool.v1.ReleaseNetworkInterfaceRequest\x1a\x16.google.protobuf.Empty\"M\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02A*?/v1/networks/{network_name}/interfaces/{network_interface_name}\x12w\n" +
+	"\rWatchNetworks\x12$.corral.pool.v1.WatchNetworksRequest\x1a\x1c.corral.pool.v1.NetworkEvent\" \xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/watch/networks0\x01B/Z-github.com/corralhq/corral/api/pool/v1;poolv1b\x06proto3"
 
 var (
 	file_api_pool_v1_network_proto_rawDescOnce sync.Once

@@ -13,6 +13,7 @@ package poolv1
 import (
 	_ "github.com/corralhq/corral/api/auth/v1"
 	v1 "github.com/corralhq/corral/api/watch/v1"
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	emptypb "google.golang.org/protobuf/types/known/emptypb"
@@ -1166,7 +1167,7 @@ var File_api_pool_v1_node_proto protoreflect.FileDescriptor
 
 const file_api_pool_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x16api/pool/v1/node.proto\x12\x0ecorral.pool.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x18api/pool/v1/budget.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb3\t\n" +
+	"\x16api/pool/v1/node.proto\x12\x0ecorral.pool.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x18api/pool/v1/budget.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb3\t\n" +
 	"\x04Node\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12G\n" +
 	"\vannotations\x18\x03 \x03(\v2%.corral.pool.v1.Node.AnnotationsEntryR\vannotations\x128\n" +
@@ -1298,21 +1299,22 @@ const file_api_pool_v1_node_proto_rawDesc = "" +
 	"\tNodeEvent\x12.\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1a.corral.watch.v1.EventTypeR\x04type\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12(\n" +
-	"\x04node\x18\x03 \x01(\v2\x14.corral.pool.v1.NodeR\x04node2\xbc\a\n" +
-	"\vNodeService\x12X\n" +
-	"\tListNodes\x12 .corral.pool.v1.ListNodesRequest\x1a!.corral.pool.v1.ListNodesResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12J\n" +
-	"\aGetNode\x12\x1e.corral.pool.v1.GetNodeRequest\x1a\x14.corral.pool.v1.Node\"\t\xe2\xa6\x19\x05\b\x01\x12\x01\x04\x12N\n" +
-	"\tApplyNode\x12 .corral.pool.v1.ApplyNodeRequest\x1a\x14.corral.pool.v1.Node\"\t\xe2\xa6\x19\x05\b\x02\x12\x01\x04\x12O\n" +
+	"\x04node\x18\x03 \x01(\v2\x14.corral.pool.v1.NodeR\x04node2\xd5\n" +
 	"\n" +
-	"DeleteNode\x12!.corral.pool.v1.DeleteNodeRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02\x12W\n" +
-	"\x0fScheduleCompute\x12&.corral.pool.v1.ScheduleComputeRequest\x1a\x14.corral.pool.v1.Node\"\x06\xe2\xa6\x19\x02\b\x02\x12U\n" +
-	"\x0eReserveCompute\x12%.corral.pool.v1.ReserveComputeRequest\x1a\x14.corral.pool.v1.Node\"\x06\xe2\xa6\x19\x02\b\x02\x12W\n" +
-	"\x0eReleaseCompute\x12%.corral.pool.v1.ReleaseComputeRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02\x12W\n" +
-	"\x0fScheduleStorage\x12&.corral.pool.v1.ScheduleStorageRequest\x1a\x14.corral.pool.v1.Node\"\x06\xe2\xa6\x19\x02\b\x02\x12U\n" +
-	"\x0eReserveStorage\x12%.corral.pool.v1.ReserveStorageRequest\x1a\x14.corral.pool.v1.Node\"\x06\xe2\xa6\x19\x02\b\x02\x12W\n" +
-	"\x0eReleaseStorage\x12%.corral.pool.v1.ReleaseStorageRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02\x12T\n" +
+	"\vNodeService\x12i\n" +
+	"\tListNodes\x12 .corral.pool.v1.ListNodesRequest\x1a!.corral.pool.v1.ListNodesResponse\"\x17\xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02\v\x12\t/v1/nodes\x12b\n" +
+	"\aGetNode\x12\x1e.corral.pool.v1.GetNodeRequest\x1a\x14.corral.pool.v1.Node\"!\xe2\xa6\x19\x05\b\x01\x12\x01\x04\x82\xd3\xe4\x93\x02\x12\x12\x10/v1/nodes/{name}\x12i\n" +
+	"\tApplyNode\x12 .corral.pool.v1.ApplyNodeRequest\x1a\x14.corral.pool.v1.Node\"$\xe2\xa6\x19\x05\b\x02\x12\x01\x04\x82\xd3\xe4\x93\x02\x15:\x01*\x1a\x10/v1/nodes/{name}\x12g\n" +
 	"\n" +
-	"WatchNodes\x12!.corral.pool.v1.WatchNodesRequest\x1a\x19.corral.pool.v1.NodeEvent\"\x06\xe2\xa6\x19\x02\b\x010\x01B/Z-github.com/corralhq/corral/api/pool/v1;poolv1b\x06proto3"
+	"DeleteNode\x12!.corral.pool.v1.DeleteNodeRequest\x1a\x16.google.protobuf.Empty\"\x1e\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x12*\x10/v1/nodes/{name}\x12{\n" +
+	"\x0fScheduleCompute\x12&.corral.pool.v1.ScheduleComputeRequest\x1a\x14.corral.pool.v1.Node\"*\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/nodes:scheduleCompute\x12\x8d\x01\n" +
+	"\x0eReserveCompute\x12%.corral.pool.v1.ReserveComputeRequest\x1a\x14.corral.pool.v1.Node\">\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x022:\x01*\"-/v1/nodes/{node_name}/computes/{compute_name}\x12\x8c\x01\n" +
+	"\x0eReleaseCompute\x12%.corral.pool.v1.ReleaseComputeRequest\x1a\x16.google.protobuf.Empty\";\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02/*-/v1/nodes/{node_name}/computes/{compute_name}\x12{\n" +
+	"\x0fScheduleStorage\x12&.corral.pool.v1.ScheduleStorageRequest\x1a\x14.corral.pool.v1.Node\"*\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/nodes:scheduleStorage\x12\x8d\x01\n" +
+	"\x0eReserveStorage\x12%.corral.pool.v1.ReserveStorageRequest\x1a\x14.corral.pool.v1.Node\">\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x022:\x01*\"-/v1/nodes/{node_name}/storages/{storage_name}\x12\x8c\x01\n" +
+	"\x0eReleaseStorage\x12%.corral.pool.v1.ReleaseStorageRequest\x1a\x16.google.protobuf.Empty\";\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02/*-/v1/nodes/{node_name}/storages/{storage_name}\x12k\n" +
+	"\n" +
+	"WatchNodes\x12!.corral.pool.v1.WatchNodesRequest\x1a\x19.corral.pool.v1.NodeEvent\"\x1d\xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/watch/nodes0\x01B/Z-github.com/corralhq/corral/api/pool/v1;poolv1b\x06proto3"
 
 var (
 	file_api_pool_v1_node_proto_rawDescOnce sync.Once

@@ -12,6 +12,7 @@ package provisioningv1
 import (
 	_ "github.com/corralhq/corral/api/auth/v1"
 	v1 "github.com/corralhq/corral/api/watch/v1"
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	emptypb "google.golang.org/protobuf/types/known/emptypb"
@@ -1008,7 +1009,7 @@ var File_api_provisioning_v1_block_storage_proto protoreflect.FileDescriptor
 
 const file_api_provisioning_v1_block_storage_proto_rawDesc = "" +
 	"\n" +
-	"'api/provisioning/v1/block_storage.proto\x12\x16corral.provisioning.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x1bgoogle/protobuf/empty.proto\"\xfe\x04\n" +
+	"'api/provisioning/v1/block_storage.proto\x12\x16corral.provisioning.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1bgoogle/protobuf/empty.proto\"\xfe\x04\n" +
 	"\fBlockStorage\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12W\n" +
 	"\vannotations\x18\x03 \x03(\v25.corral.provisioning.v1.BlockStorage.AnnotationsEntryR\vannotations\x12H\n" +
@@ -1119,20 +1120,19 @@ const file_api_provisioning_v1_block_storage_proto_rawDesc = "" +
 	"\x11BlockStorageEvent\x12.\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1a.corral.watch.v1.EventTypeR\x04type\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12I\n" +
-	"\rblock_storage\x18\x03 \x01(\v2$.corral.provisioning.v1.BlockStorageR\fblockStorage2\xc2\n" +
-	"\n" +
-	"\x13BlockStorageService\x12u\n" +
-	"\x12CreateBlockStorage\x121.corral.provisioning.v1.CreateBlockStorageRequest\x1a$.corral.provisioning.v1.BlockStorage\"\x06\xe2\xa6\x19\x02\b\x02\x12s\n" +
-	"\x11FetchBlockStorage\x120.corral.provisioning.v1.FetchBlockStorageRequest\x1a$.corral.provisioning.v1.BlockStorage\"\x06\xe2\xa6\x19\x02\b\x02\x12q\n" +
-	"\x10CopyBlockStorage\x12/.corral.provisioning.v1.CopyBlockStorageRequest\x1a$.corral.provisioning.v1.BlockStorage\"\x06\xe2\xa6\x19\x02\b\x02\x12\x80\x01\n" +
-	"\x11ListBlockStorages\x120.corral.provisioning.v1.ListBlockStoragesRequest\x1a1.corral.provisioning.v1.ListBlockStoragesResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12o\n" +
-	"\x0fGetBlockStorage\x12..corral.provisioning.v1.GetBlockStorageRequest\x1a$.corral.provisioning.v1.BlockStorage\"\x06\xe2\xa6\x19\x02\b\x01\x12u\n" +
-	"\x12UpdateBlockStorage\x121.corral.provisioning.v1.UpdateBlockStorageRequest\x1a$.corral.provisioning.v1.BlockStorage\"\x06\xe2\xa6\x19\x02\b\x02\x12u\n" +
-	"\x12DeleteBlockStorage\x121.corral.provisioning.v1.DeleteBlockStorageRequest\x1a$.corral.provisioning.v1.BlockStorage\"\x06\xe2\xa6\x19\x02\b\x02\x12y\n" +
-	"\x14UndeleteBlockStorage\x123.corral.provisioning.v1.UndeleteBlockStorageRequest\x1a$.corral.provisioning.v1.BlockStorage\"\x06\xe2\xa6\x19\x02\b\x02\x12e\n" +
-	"\x11PurgeBlockStorage\x120.corral.provisioning.v1.PurgeBlockStorageRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02\x12\x89\x01\n" +
-	"\x14DownloadBlockStorage\x123.corral.provisioning.v1.DownloadBlockStorageRequest\x1a4.corral.provisioning.v1.DownloadBlockStorageResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12|\n" +
-	"\x12WatchBlockStorages\x121.corral.provisioning.v1.WatchBlockStoragesRequest\x1a).corral.provisioning.v1.BlockStorageEvent\"\x06\xe2\xa6\x19\x02\b\x010\x01B?Z=github.com/corralhq/corral/api/provisioning/v1;provisioningv1b\x06proto3"
+	"\rblock_storage\x18\x03 \x01(\v2$.corral.provisioning.v1.BlockStorageR\fblockStorage2\xd1\r\n" +
+	"\x13BlockStorageService\x12\x92\x01\n" +
+	"\x12CreateBlockStorage\x121.corral.provisioning.v1.CreateBlockStorageRequest\x1a$.corral.provisioning.v1.BlockStorage\"#\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x17:\x01*\"\x12/v1/block-storages\x12\x96\x01\n" +
+	"\x11FetchBlockStorage\x120.corral.provisioning.v1.FetchBlockStorageRequest\x1a$.corral.provisioning.v1.BlockStorage\")\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/block-storages:fetch\x12\x93\x01\n" +
+	"\x10CopyBlockStorage\x12/.corral.provisioning.v1.CopyBlockStorageRequest\x1a$.corral.provisioning.v1.BlockStorage\"(\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x1c:\x01*\"\x17/v1/block-storages:copy\x12\x9a\x01\n" +
+	"\x11ListBlockStorages\x120.corral.provisioning.v1.ListBlockStoragesRequest\x1a1.corral.provisioning.v1.ListBlockStoragesResponse\" \xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/block-storages\x12\x90\x01\n" +
+	"\x0fGetBlockStorage\x12..corral.provisioning.v1.GetBlockStorageRequest\x1a$.corral.provisioning.v1.BlockStorage\"'\xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02\x1b\x12\x19/v1/block-storages/{name}\x12\x99\x01\n" +
+	"\x12UpdateBlockStorage\x121.corral.provisioning.v1.UpdateBlockStorageRequest\x1a$.corral.provisioning.v1.BlockStorage\"*\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x1e:\x01*2\x19/v1/block-storages/{name}\x12\x96\x01\n" +
+	"\x12DeleteBlockStorage\x121.corral.provisioning.v1.DeleteBlockStorageRequest\x1a$.corral.provisioning.v1.BlockStorage\"'\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x1b*\x19/v1/block-storages/{name}\x12\xa6\x01\n" +
+	"\x14UndeleteBlockStorage\x123.corral.provisioning.v1.UndeleteBlockStorageRequest\x1a$.corral.provisioning.v1.BlockStorage\"3\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02':\x01*\"\"/v1/block-storages/{name}:undelete\x12\x8f\x01\n" +
+	"\x11PurgeBlockStorage\x120.corral.provisioning.v1.PurgeBlockStorageRequest\x1a\x16.google.protobuf.Empty\"0\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/v1/block-storages/{name}:purge\x12\xb6\x01\n" +
+	"\x14DownloadBlockStorage\x123.corral.provisioning.v1.DownloadBlockStorageRequest\x1a4.corral.provisioning.v1.DownloadBlockStorageResponse\"3\xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02':\x01*\"\"/v1/block-storages/{name}:download\x12\x9c\x01\n" +
+	"\x12WatchBlockStorages\x121.corral.provisioning.v1.WatchBlockStoragesRequest\x1a).corral.provisioning.v1.BlockStorageEvent\"&\xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/watch/block-storages0\x01B?Z=github.com/corralhq/corral/api/provisioning/v1;provisioningv1b\x06proto3"
 
 var (
 	file_api_provisioning_v1_block_storage_proto_rawDescOnce sync.Once

@@ -9,6 +9,7 @@ package provisioningv1
 import (
 	_ "github.com/corralhq/corral/api/auth/v1"
 	v1 "github.com/corralhq/corral/api/watch/v1"
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	emptypb "google.golang.org/protobuf/types/known/emptypb"
@@ -1105,7 +1106,7 @@ var File_api_provisioning_v1_virtual_machine_proto protoreflect.FileDescriptor
 
 const file_api_provisioning_v1_virtual_machine_proto_rawDesc = "" +
 	"\n" +
-	")api/provisioning/v1/virtual_machine.proto\x12\x16corral.provisioning.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x1bgoogle/protobuf/empty.proto\"\xc5\x02\n" +
+	")api/provisioning/v1/virtual_machine.proto\x12\x16corral.provisioning.v1\x1a\x16api/auth/v1/auth.proto\x1a\x18api/watch/v1/watch.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1bgoogle/protobuf/empty.proto\"\xc5\x02\n" +
 	"\x11VirtualMachineNIC\x12!\n" +
 	"\fnetwork_name\x18\x01 \x01(\tR\vnetworkName\x12\\\n" +
 	"\vannotations\x18\x03 \x03(\v2:.corral.provisioning.v1.VirtualMachineNIC.AnnotationsEntryR\vannotations\x12)\n" +
@@ -1213,18 +1214,18 @@ const file_api_provisioning_v1_virtual_machine_proto_rawDesc = "" +
 	"\x13VirtualMachineEvent\x12.\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1a.corral.watch.v1.EventTypeR\x04type\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12O\n" +
-	"\x0fvirtual_machine\x18\x03 \x01(\v2&.corral.provisioning.v1.VirtualMachineR\x0evirtualMachine2\xea\t\n" +
-	"\x15VirtualMachineService\x12{\n" +
-	"\x14CreateVirtualMachine\x123.corral.provisioning.v1.CreateVirtualMachineRequest\x1a&.corral.provisioning.v1.VirtualMachine\"\x06\xe2\xa6\x19\x02\b\x02\x12\x86\x01\n" +
-	"\x13ListVirtualMachines\x122.corral.provisioning.v1.ListVirtualMachinesRequest\x1a3.corral.provisioning.v1.ListVirtualMachinesResponse\"\x06\xe2\xa6\x19\x02\b\x01\x12u\n" +
-	"\x11GetVirtualMachine\x120.corral.provisioning.v1.GetVirtualMachineRequest\x1a&.corral.provisioning.v1.VirtualMachine\"\x06\xe2\xa6\x19\x02\b\x01\x12{\n" +
-	"\x14UpdateVirtualMachine\x123.corral.provisioning.v1.UpdateVirtualMachineRequest\x1a&.corral.provisioning.v1.VirtualMachine\"\x06\xe2\xa6\x19\x02\b\x02\x12k\n" +
-	"\x14DeleteVirtualMachine\x123.corral.provisioning.v1.DeleteVirtualMachineRequest\x1a\x16.google.protobuf.Empty\"\x06\xe2\xa6\x19\x02\b\x02\x12w\n" +
-	"\x12BootVirtualMachine\x121.corral.provisioning.v1.BootVirtualMachineRequest\x1a&.corral.provisioning.v1.VirtualMachine\"\x06\xe2\xa6\x19\x02\b\x02\x12{\n" +
-	"\x14RebootVirtualMachine\x123.corral.provisioning.v1.RebootVirtualMachineRequest\x1a&.corral.provisioning.v1.VirtualMachine\"\x06\xe2\xa6\x19\x02\b\x02\x12\x7f\n" +
-	"\x16ShutdownVirtualMachine\x125.corral.provisioning.v1.ShutdownVirtualMachineRequest\x1a&.corral.provisioning.v1.VirtualMachine\"\x06\xe2\xa6\x19\x02\b\x02\x12n\n" +
-	"\vOpenConsole\x12*.corral.provisioning.v1.OpenConsoleRequest\x1a+.corral.provisioning.v1.OpenConsoleResponse\"\x06\xe2\xa6\x19\x02\b\x02\x12\x82\x01\n" +
-	"\x14WatchVirtualMachines\x123.corral.provisioning.v1.WatchVirtualMachinesRequest\x1a+.corral.provisioning.v1.VirtualMachineEvent\"\x06\xe2\xa6\x19\x02\b\x010\x01B?Z=github.com/corralhq/corral/api/provisioning/v1;provisioningv1b\x06proto3"
+	"\x0fvirtual_machine\x18\x03 \x01(\v2&.corral.provisioning.v1.VirtualMachineR\x0evirtualMachine2\xf4\f\n" +
+	"\x15VirtualMachineService\x12\x9a\x01\n" +
+	"\x14CreateVirtualMachine\x123.corral.provisioning.v1.CreateVirtualMachineRequest\x1a&.corral.provisioning.v1.VirtualMachine\"%\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x19:\x01*\"\x14/v1/virtual-machines\x12\xa2\x01\n" +
+	"\x13ListVirtualMachines\x122.corral.provisioning.v1.ListVirtualMachinesRequest\x1a3.corral.provisioning.v1.ListVirtualMachinesResponse\"\"\xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02\x16\x12\x14/v1/virtual-machines\x12\x98\x01\n" +
+	"\x11GetVirtualMachine\x120.corral.provisioning.v1.GetVirtualMachineRequest\x1a&.corral.provisioning.v1.VirtualMachine\")\xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02\x1d\x12\x1b/v1/virtual-machines/{name}\x12\xa1\x01\n" +
+	"\x14UpdateVirtualMachine\x123.corral.provisioning.v1.UpdateVirtualMachineRequest\x1a&.corral.provisioning.v1.VirtualMachine\",\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02 :\x01*2\x1b/v1/virtual-machines/{name}\x12\x8e\x01\n" +
+	"\x14DeleteVirtualMachine\x123.corral.provisioning.v1.DeleteVirtualMachineRequest\x1a\x16.google.protobuf.Empty\")\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02\x1d*\x1b/v1/virtual-machines/{name}\x12\xa2\x01\n" +
+	"\x12BootVirtualMachine\x121.corral.provisioning.v1.BootVirtualMachineRequest\x1a&.corral.provisioning.v1.VirtualMachine\"1\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02%:\x01*\" /v1/virtual-machines/{name}:boot\x12\xa8\x01\n" +
+	"\x14RebootVirtualMachine\x123.corral.provisioning.v1.RebootVirtualMachineRequest\x1a&.corral.provisioning.v1.VirtualMachine\"3\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02':\x01*\"\"/v1/virtual-machines/{name}:reboot\x12\xae\x01\n" +
+	"\x16ShutdownVirtualMachine\x125.corral.provisioning.v1.ShutdownVirtualMachineRequest\x1a&.corral.provisioning.v1.VirtualMachine\"5\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02):\x01*\"$/v1/virtual-machines/{name}:shutdown\x12\xa0\x01\n" +
+	"\vOpenConsole\x12*.corral.provisioning.v1.OpenConsoleRequest\x1a+.corral.provisioning.v1.OpenConsoleResponse\"8\xe2\xa6\x19\x02\b\x02\x82\xd3\xe4\x93\x02,:\x01*\"'/v1/virtual-machines/{name}:openConsole\x12\xa4\x01\n" +
+	"\x14WatchVirtualMachines\x123.corral.provisioning.v1.WatchVirtualMachinesRequest\x1a+.corral.provisioning.v1.VirtualMachineEvent\"(\xe2\xa6\x19\x02\b\x01\x82\xd3\xe4\x93\x02\x1c\x12\x1a/v1/watch/virtual-machines0\x01B?Z=github.com/corralhq/corral/api/provisioning/v1;provisioningv1b\x06proto3"
 
 var (
 	file_api_provisioning_v1_virtual_machine_proto_rawDescOnce sync.Once
