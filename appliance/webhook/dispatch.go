@@ -172,7 +172,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	if err := recv.start(ctx); err != nil {
 		return err
 	}
-	ms := &machineFollower{d: d, state: map[string]string{}, health: map[string]string{}}
+	ms := &machineFollower{d: d, state: map[string]string{}, health: map[string]string{}, unreachable: map[string]bool{}}
 	ns := &nodeFollower{d: d, state: map[string]string{}}
 	fs := []*follower{recv,
 		{d: d, prefix: store.MachinesPrefix, seed: ms.seed, handle: ms.handle},
@@ -526,6 +526,9 @@ type machineFollower struct {
 	d      *Dispatcher
 	state  map[string]string
 	health map[string]string
+	// unreachable: the machine's power state reads UNKNOWN (its BMC did
+	// not answer the last poll).
+	unreachable map[string]bool
 }
 
 func (m *machineFollower) seed(kvs []store.KV) {
@@ -535,6 +538,7 @@ func (m *machineFollower) seed(kvs []store.KV) {
 			name := strings.TrimPrefix(kv.Key, store.MachinesPrefix)
 			m.state[name] = mc.GetState().String()
 			m.health[name] = mc.GetBmc().GetHealth().GetStatus()
+			m.unreachable[name] = mc.GetPowerState() == inventoryv1.PowerState_POWER_STATE_UNKNOWN
 		}
 	}
 }
@@ -545,6 +549,7 @@ func (m *machineFollower) handle(ev store.Event) {
 	if ev.Type == store.EventDelete {
 		delete(m.state, name)
 		delete(m.health, name)
+		delete(m.unreachable, name)
 		m.d.publish(&Event{ID: EventID(ClassMachineState, ev.KV.Key, ev.KV.Revision), Class: ClassMachineState, Type: TypeMachineState,
 			Subject: "machine/" + name, Time: time.Now(), Data: jsonData(map[string]any{"machine": name, "state": "DELETED", "previous_state": prev, "store_revision": ev.KV.Revision})})
 		return
@@ -559,6 +564,16 @@ func (m *machineFollower) handle(ev store.Event) {
 		data := map[string]any{"machine": name, "state": st, "previous_state": prev, "reason": mc.GetStateReason(),
 			"power_state": mc.GetPowerState().String(), "store_revision": ev.KV.Revision}
 		m.d.publish(&Event{ID: EventID(ClassMachineState, ev.KV.Key, ev.KV.Revision), Class: ClassMachineState, Type: TypeMachineState,
+			Subject: "machine/" + name, Time: time.Now(), Data: jsonData(data)})
+	}
+	if un, was := mc.GetPowerState() == inventoryv1.PowerState_POWER_STATE_UNKNOWN, m.unreachable[name]; un != was {
+		m.unreachable[name] = un
+		cond := "bmc_reachable"
+		if un {
+			cond = "bmc_unreachable"
+		}
+		data := map[string]any{"condition": cond, "machine": name, "power_state": mc.GetPowerState().String(), "store_revision": ev.KV.Revision}
+		m.d.publish(&Event{ID: EventID(ClassHealth+".bmc", ev.KV.Key, ev.KV.Revision), Class: ClassHealth, Type: TypeHealth,
 			Subject: "machine/" + name, Time: time.Now(), Data: jsonData(data)})
 	}
 	h := mc.GetBmc().GetHealth().GetStatus()

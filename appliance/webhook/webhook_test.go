@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -10,6 +11,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -20,11 +22,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
+	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	auditv1 "github.com/corralhq/corral/api/audit/v1"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	webhookv1 "github.com/corralhq/corral/api/webhook/v1"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/mem"
@@ -117,7 +122,7 @@ func TestEnvelope(t *testing.T) {
 	want := map[string]any{"specversion": "1.0", "id": e.ID, "source": "corral://rack-1", "type": "io.corral.machine.state_changed",
 		"subject": "machine/m1", "time": "2026-11-29T11:00:00.000000005Z", "datacontenttype": "application/json",
 		"data": map[string]any{"state": "READY"}}
-	if d := cmp.Diff(want, got); d != "" {
+	if d := gocmp.Diff(want, got); d != "" {
 		t.Fatalf("envelope (-want +got):\n%s", d)
 	}
 	if EventID(ClassMachineState, "/inventory/machines/m1", 42) != e.ID || EventID(ClassMachineState, "/inventory/machines/m1", 43) == e.ID {
@@ -437,4 +442,80 @@ func value(c prometheus.Collector) float64 {
 		return m.GetCounter().GetValue()
 	}
 	return m.GetGauge().GetValue()
+}
+
+// TestHealthAndAudit: BMC reachability, BMC health status and node state
+// changes arrive as health conditions, audit records as audit events,
+// each only to receivers subscribed to its class.
+func TestHealthAndAudit(t *testing.T) {
+	st := mem.NewWithHistory(1000, 0)
+	svc := NewService(st, plainSealer{}, Guard{}, nil)
+	d, err := NewDispatcher(Config{Store: st, Service: svc, Registerer: prometheus.NewRegistry(), InitialInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	r := newReceiver(t)
+	_, secret, err := svc.Add(ctx, &webhookv1.AddWebhookRequest{Name: "ops", Url: r.srv.URL, Events: []string{"health", "audit"}, AllowBootLan: true, CaPem: caPEM(r.srv)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.secret = secret
+	waitFor(t, "receiver served", 5*time.Second, func() bool { d.mu.Lock(); defer d.mu.Unlock(); return len(d.targets) == 1 })
+
+	put := func(key string, m proto.Message) {
+		t.Helper()
+		kv, err := st.Get(ctx, key)
+		rev := kv.Revision
+		if errors.Is(err, store.ErrNotFound) {
+			rev = 0
+		}
+		if _, err := record.Put(ctx, st, key, m, rev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := &inventoryv1.Machine{Name: "m1", State: inventoryv1.Machine_READY, PowerState: inventoryv1.PowerState_POWER_STATE_OFF}
+	put(store.MachinesPrefix+"m1", m)
+	m.PowerState = inventoryv1.PowerState_POWER_STATE_UNKNOWN
+	put(store.MachinesPrefix+"m1", m)
+	m.PowerState = inventoryv1.PowerState_POWER_STATE_ON
+	m.Bmc = &inventoryv1.Bmc{Health: &inventoryv1.BmcHealth{Status: "critical"}}
+	put(store.MachinesPrefix+"m1", m)
+	put(store.NodesPrefix+"n1", &poolv1.Node{Name: "n1", State: poolv1.Node_READY})
+	put(store.NodesPrefix+"n1", &poolv1.Node{Name: "n1", State: poolv1.Node_NOT_READY})
+	put(store.AuditPrefix+"0001", &auditv1.AuditEvent{Id: "0001", Method: "/corral.inventory.v1.MachineService/SetPower", Object: "machine/m1", At: timestamppb.Now()})
+
+	var got []string
+	waitFor(t, "six events", 10*time.Second, func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		got = got[:0]
+		for _, ev := range r.events {
+			data := ev["data"].(map[string]any)
+			switch ev["type"] {
+			case TypeHealth:
+				got = append(got, fmt.Sprintf("%s %v %v", ev["subject"], data["condition"], cmp.Or(data["state"], data["status"])))
+			case TypeAudit:
+				got = append(got, fmt.Sprintf("audit %v %v", ev["subject"], data["method"]))
+			default:
+				got = append(got, fmt.Sprint("unexpected ", ev["type"]))
+			}
+		}
+		return len(got) >= 6
+	})
+	slices.Sort(got)
+	want := []string{
+		"audit machine/m1 /corral.inventory.v1.MachineService/SetPower",
+		"machine/m1 bmc_health critical",
+		"machine/m1 bmc_reachable <nil>",
+		"machine/m1 bmc_unreachable <nil>",
+		"node/n1 node_state NOT_READY",
+		"node/n1 node_state READY",
+	}
+	if d := gocmp.Diff(want, got); d != "" {
+		t.Fatalf("events (-want +got):\n%s", d)
+	}
 }
