@@ -142,7 +142,10 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 // target is one receiver as the dispatcher serves it: its queue and the
 // worker that empties it.
 type target struct {
-	name    string
+	name string
+	// url is fixed for the target's life (a new URL is a new target); the
+	// worker reads it without the lock.
+	url     string
 	rec     *webhookv1.Receiver
 	classes []string
 	key     []byte
@@ -365,7 +368,7 @@ func (d *Dispatcher) newTarget(r *webhookv1.Receiver) (*target, error) {
 	}
 	client := &http.Client{Transport: tr, Timeout: d.cfg.Timeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	return &target{name: r.GetName(), rec: r, classes: r.GetEvents(), key: key, client: client,
+	return &target{name: r.GetName(), url: r.GetUrl(), rec: r, classes: r.GetEvents(), key: key, client: client,
 		queue: make(chan *Event, d.cfg.QueueSize)}, nil
 }
 
@@ -468,7 +471,7 @@ var errRejected = errors.New("rejected")
 // deliver posts ev to t until it is accepted, refused, or the attempts
 // or age allowed run out.
 func (d *Dispatcher) deliver(ctx context.Context, t *target, ev *Event) {
-	b := &backoff.ExponentialBackOff{InitialInterval: d.cfg.InitialInterval, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: d.cfg.MaxInterval}
+	b := d.newBackOff()
 	age := d.cfg.MaxAge - time.Since(ev.queued)
 	if age <= 0 {
 		age = time.Millisecond
@@ -494,8 +497,16 @@ func (d *Dispatcher) deliver(ctx context.Context, t *target, ev *Event) {
 	}
 }
 
+// newBackOff is one event's retry schedule: from InitialInterval,
+// doubling up to MaxInterval, each pause jittered by ±50 %.
+func (d *Dispatcher) newBackOff() *backoff.ExponentialBackOff {
+	b := &backoff.ExponentialBackOff{InitialInterval: d.cfg.InitialInterval, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: d.cfg.MaxInterval}
+	b.Reset()
+	return b
+}
+
 func (d *Dispatcher) attempt(ctx context.Context, t *target, ev *Event) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.rec.GetUrl(), bytes.NewReader(ev.body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(ev.body))
 	if err != nil {
 		return backoff.Permanent(fmt.Errorf("%w: %v", errRejected, err))
 	}

@@ -131,29 +131,45 @@ func TestEnvelope(t *testing.T) {
 }
 
 func TestBackoffSchedule(t *testing.T) {
-	// The dispatcher's schedule: doubling from the initial pause, jitter
-	// within ±50 %, capped.
-	var got []time.Duration
-	var times []time.Time
+	// The schedule: doubling from the initial pause, jitter within ±50 %,
+	// capped; checked on the pauses themselves, not on a clock.
+	d, err := NewDispatcher(Config{Store: mem.New(), Service: NewService(mem.New(), plainSealer{}, Guard{}, nil),
+		InitialInterval: 20 * time.Millisecond, MaxInterval: 80 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jittered := false
+	for range 50 {
+		b := d.newBackOff()
+		for i := range 6 {
+			base := min(20*time.Millisecond<<i, 80*time.Millisecond)
+			p := b.NextBackOff()
+			if p < base/2 || p > base*3/2 {
+				t.Fatalf("pause %d: %v, want %v ±50%%", i, p, base)
+			}
+			jittered = jittered || p != base
+		}
+	}
+	if !jittered {
+		t.Fatal("no pause was jittered")
+	}
+	// Bounded attempts: a receiver that always fails gets MaxAttempts,
+	// then the event is counted as failed.
+	var mu sync.Mutex
+	attempts := 0
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		times = append(times, time.Now())
+		mu.Lock()
+		attempts++
+		mu.Unlock()
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
 	defer srv.Close()
-	d, tg := testTarget(t, srv, Config{InitialInterval: 20 * time.Millisecond, MaxInterval: 80 * time.Millisecond, MaxAttempts: 6})
-	ev := &Event{ID: "evt_x", body: []byte("{}"), queued: time.Now()}
-	d.deliver(context.Background(), tg, ev)
-	for i := 1; i < len(times); i++ {
-		got = append(got, times[i].Sub(times[i-1]))
-	}
-	if len(times) != 6 {
-		t.Fatalf("%d attempts, want 6", len(times))
-	}
-	for i, g := range got {
-		base := min(20*time.Millisecond<<i, 80*time.Millisecond)
-		if g < base/2-5*time.Millisecond || g > base*3/2+50*time.Millisecond {
-			t.Errorf("pause %d: %v, want %v ±50%%", i, g, base)
-		}
+	d, tg := testTarget(t, srv, Config{InitialInterval: time.Millisecond, MaxInterval: 4 * time.Millisecond, MaxAttempts: 6})
+	d.deliver(context.Background(), tg, &Event{ID: "evt_x", body: []byte("{}"), queued: time.Now()})
+	mu.Lock()
+	defer mu.Unlock()
+	if attempts != 6 {
+		t.Fatalf("%d attempts, want 6", attempts)
 	}
 	if v := value(d.metrics.deliveries.WithLabelValues(tg.name, "failed")); v != 1 {
 		t.Fatalf("failed deliveries %v, want 1", v)
@@ -257,6 +273,8 @@ type receiver struct {
 	events []map[string]any
 	dups   int
 	bad    int
+	// refused counts requests answered 503 while down.
+	refused int
 }
 
 func newReceiver(t *testing.T) *receiver {
@@ -276,6 +294,9 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		time.Sleep(delay)
 	}
 	if down {
+		r.mu.Lock()
+		r.refused++
+		r.mu.Unlock()
 		http.Error(w, "down", http.StatusServiceUnavailable)
 		return
 	}
@@ -385,7 +406,7 @@ func TestDispatch(t *testing.T) {
 		setState(t, st, "m1", s)
 		want = append(want, s.String())
 	}
-	time.Sleep(300 * time.Millisecond) // down for a while: several retries
+	waitFor(t, "several refused attempts", 10*time.Second, func() bool { good.mu.Lock(); defer good.mu.Unlock(); return good.refused >= 3 })
 	good.mu.Lock()
 	good.down = false
 	good.mu.Unlock()
