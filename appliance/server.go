@@ -92,6 +92,9 @@ type Config struct {
 	Audit AuditConfig
 	// OSImages configures operating-system images (osimagewiring.go).
 	OSImages OSImagesConfig
+	// Webhooks bounds event export's queues and retries
+	// (webhookwiring.go).
+	Webhooks WebhooksConfig
 }
 
 // Server is a prepared appliance; Run serves it.
@@ -334,6 +337,10 @@ func New(cfg Config) (*Server, error) {
 	if err := s.initStandby(); err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("standby pools: %w", err)
+	}
+	if err := s.initWebhooks(); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("webhooks: %w", err)
 	}
 	s.addSingleton("token-purge", s.purgeTokens)
 	machines := &inventory.MachineServer{Inv: s.inv, Lifecycle: s.lifecycle, Caller: machineCaller}

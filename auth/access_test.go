@@ -27,6 +27,7 @@ import (
 	_ "github.com/corralhq/corral/api/pool/v1"
 	_ "github.com/corralhq/corral/api/provisioning/v1"
 	_ "github.com/corralhq/corral/api/store/v1"
+	_ "github.com/corralhq/corral/api/webhook/v1"
 )
 
 // wantPackages are the proto packages that declare services; the walk

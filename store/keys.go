@@ -65,4 +65,7 @@ const (
 
 	// Operating-system images (images/osimage), one per name.
 	OSImagesPrefix = "/images/os/"
+
+	// Webhook receivers (appliance/webhook), one per name.
+	WebhooksPrefix = "/webhooks/receivers/"
 )

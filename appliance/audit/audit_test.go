@@ -34,6 +34,7 @@ import (
 	_ "github.com/corralhq/corral/api/osimage/v1" // registers its services for the rules test
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	_ "github.com/corralhq/corral/api/provisioning/v1" // registers its services for the rules test
+	_ "github.com/corralhq/corral/api/webhook/v1"      // registers its services for the rules test
 	"github.com/corralhq/corral/auth"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/bolt"

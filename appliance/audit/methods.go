@@ -185,7 +185,10 @@ var auditRules = map[string]auditRule{
 	// FetchArtifact: peer appliances copy boot artifacts (a read).
 	"/corral.fleet.v1.ApplianceService/FetchArtifact": readRule,
 
-	"/corral.admin.v1.BackupService/Backup": mutating("backup", ""),
+	"/corral.admin.v1.BackupService/Backup":           mutating("backup", ""),
+	"/corral.webhook.v1.WebhookService/AddWebhook":    mutating("webhook", "name"),
+	"/corral.webhook.v1.WebhookService/ListWebhooks":  readRule,
+	"/corral.webhook.v1.WebhookService/RemoveWebhook": mutating("webhook", "name"),
 
 	// A console stream is recorded at its end (the object alone, as
 	// every stream), and each viewer's attach, take-write and detach as

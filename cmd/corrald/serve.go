@@ -94,6 +94,7 @@ environment variable: CORRAL_CONFIG names the corral CLI's client file.`,
 	addLimitFlags(groups.set(groupLimits), &sf.cfg.Limits)
 	addMetricsFlags(groups.set(groupObservability), &sf.cfg.Metrics)
 	addAuditFlags(groups.set(groupObservability), &sf.cfg.Audit)
+	addWebhookFlags(groups.set(groupObservability), &sf.cfg.Webhooks)
 	addOSImageFlags(groups.set(groupBoot), &sf.cfg.OSImages)
 	groups.install(cmd)
 	return cmd

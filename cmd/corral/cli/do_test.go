@@ -113,7 +113,7 @@ func TestDoBadInput(t *testing.T) {
 		},
 		"several problems": {
 			stdin: "a: {type: Nod, action: GetNode}\nb: {type: Node, action: GetNode, depends_on: [c]}\n",
-			stderr: `stdin: task "a" (line 1): unknown type "Nod" (valid: Agent, Appliance, Audit, Backup, BlockStorage, BmcCredential, BmcRedfish, Commission, Console, Hypervisor, Image, Machine, Network, Node, OSImage, StandbyPool, Token, VirtualMachine)
+			stderr: `stdin: task "a" (line 1): unknown type "Nod" (valid: Agent, Appliance, Audit, Backup, BlockStorage, BmcCredential, BmcRedfish, Commission, Console, Hypervisor, Image, Machine, Network, Node, OSImage, StandbyPool, Token, VirtualMachine, Webhook)
 stdin: task "b" (line 2): depends_on "c": no such task
 corral: stdin: 2 problems (listed above); nothing was run
 `,
