@@ -20,6 +20,7 @@ import (
 	_ "github.com/corralhq/corral/api/osimage/v1"
 	_ "github.com/corralhq/corral/api/pool/v1"
 	_ "github.com/corralhq/corral/api/provisioning/v1"
+	_ "github.com/corralhq/corral/api/webhook/v1"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/genproto/googleapis/api/annotations"
 	"google.golang.org/protobuf/proto"

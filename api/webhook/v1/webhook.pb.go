@@ -12,14 +12,14 @@
 package webhookv1
 
 import (
-	reflect "reflect"
-	sync "sync"
-	unsafe "unsafe"
-
 	_ "github.com/corralhq/corral/api/auth/v1"
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
+	reflect "reflect"
+	sync "sync"
+	unsafe "unsafe"
 )
 
 const (
@@ -496,7 +496,7 @@ var File_api_webhook_v1_webhook_proto protoreflect.FileDescriptor
 
 const file_api_webhook_v1_webhook_proto_rawDesc = "" +
 	"\n" +
-	"\x1capi/webhook/v1/webhook.proto\x12\x11corral.webhook.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfe\x02\n" +
+	"\x1capi/webhook/v1/webhook.proto\x12\x11corral.webhook.v1\x1a\x16api/auth/v1/auth.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfe\x02\n" +
 	"\bReceiver\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
@@ -533,12 +533,12 @@ const file_api_webhook_v1_webhook_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"*\n" +
 	"\x14RemoveWebhookRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x17\n" +
-	"\x15RemoveWebhookResponse2\xc8\x02\n" +
-	"\x0eWebhookService\x12a\n" +
+	"\x15RemoveWebhookResponse2\x8f\x03\n" +
+	"\x0eWebhookService\x12x\n" +
 	"\n" +
-	"AddWebhook\x12$.corral.webhook.v1.AddWebhookRequest\x1a%.corral.webhook.v1.AddWebhookResponse\"\x06\xe2\xa6\x19\x02\b\x03\x12g\n" +
-	"\fListWebhooks\x12&.corral.webhook.v1.ListWebhooksRequest\x1a'.corral.webhook.v1.ListWebhooksResponse\"\x06\xe2\xa6\x19\x02\b\x03\x12j\n" +
-	"\rRemoveWebhook\x12'.corral.webhook.v1.RemoveWebhookRequest\x1a(.corral.webhook.v1.RemoveWebhookResponse\"\x06\xe2\xa6\x19\x02\b\x03B5Z3github.com/corralhq/corral/api/webhook/v1;webhookv1b\x06proto3"
+	"AddWebhook\x12$.corral.webhook.v1.AddWebhookRequest\x1a%.corral.webhook.v1.AddWebhookResponse\"\x1d\xe2\xa6\x19\x02\b\x03\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/webhooks\x12{\n" +
+	"\fListWebhooks\x12&.corral.webhook.v1.ListWebhooksRequest\x1a'.corral.webhook.v1.ListWebhooksResponse\"\x1a\xe2\xa6\x19\x02\b\x03\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/webhooks\x12\x85\x01\n" +
+	"\rRemoveWebhook\x12'.corral.webhook.v1.RemoveWebhookRequest\x1a(.corral.webhook.v1.RemoveWebhookResponse\"!\xe2\xa6\x19\x02\b\x03\x82\xd3\xe4\x93\x02\x15*\x13/v1/webhooks/{name}B5Z3github.com/corralhq/corral/api/webhook/v1;webhookv1b\x06proto3"
 
 var (
 	file_api_webhook_v1_webhook_proto_rawDescOnce sync.Once
