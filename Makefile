@@ -20,8 +20,9 @@ GOLANGCI_LINT_VERSION := v2.15.0
 
 # Modules of their own in this repository (each has its go.mod): ./... from
 # the root does not enter them, so vet, lint, tidy and test visit each.
-# api/ is the API module users import (api/README.md).
-SUBMODULES := api
+# api/ is the API module users import (api/README.md);
+# terraform-provider-corral/ is the Terraform/OpenTofu provider built on it.
+SUBMODULES := api terraform-provider-corral
 
 help: ## List targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-16s %s\n", $$1, $$2}'
