@@ -24,6 +24,7 @@ import (
 
 	"github.com/corralhq/corral/api/client"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	osimagev1 "github.com/corralhq/corral/api/osimage/v1"
 )
 
 // fakeMachines is a MachineService holding machines in memory: allocate
@@ -93,6 +94,36 @@ func (f *fakeMachines) state(name string) inventoryv1.Machine_MachineState {
 	return f.machines[name].GetState()
 }
 
+// fakeProvider serves the fakes on loopback and returns a provider
+// factory whose client reaches them.
+func fakeProvider(t *testing.T, machines inventoryv1.MachineServiceServer, images osimagev1.OSImageServiceServer) func() (tfprotov6.ProviderServer, error) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	if machines != nil {
+		inventoryv1.RegisterMachineServiceServer(srv, machines)
+	}
+	if images != nil {
+		osimagev1.RegisterOSImageServiceServer(srv, images)
+	}
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return func() (tfprotov6.ProviderServer, error) {
+		p := &corralProvider{version: "test", open: func(providerModel) (*client.Client, error) {
+			return &client.Client{Conn: conn, Machines: inventoryv1.NewMachineServiceClient(conn), OSImages: osimagev1.NewOSImageServiceClient(conn)}, nil
+		}}
+		return providerserver.NewProtocol6WithError(fwprovider.Provider(p))()
+	}
+}
+
 // tofuForTests points terraform-plugin-testing at the repository's
 // OpenTofu CLI (make tools); without it the test skips, or fails with
 // CI=true.
@@ -124,25 +155,7 @@ func TestMachineResource(t *testing.T) {
 		"m1": {Name: "m1", State: inventoryv1.Machine_READY, BootMac: "52:54:00:00:00:01"},
 		"m2": {Name: "m2", State: inventoryv1.Machine_READY, BootMac: "52:54:00:00:00:02"},
 	}}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	inventoryv1.RegisterMachineServiceServer(srv, fake)
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	factory := func() (tfprotov6.ProviderServer, error) {
-		p := &corralProvider{version: "test", open: func(providerModel) (*client.Client, error) {
-			return &client.Client{Conn: conn, Machines: inventoryv1.NewMachineServiceClient(conn)}, nil
-		}}
-		return providerserver.NewProtocol6WithError(fwprovider.Provider(p))()
-	}
+	factory := fakeProvider(t, fake, nil)
 	config := func(image string) string {
 		return fmt.Sprintf(`
 provider "corral" {

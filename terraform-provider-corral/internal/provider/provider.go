@@ -144,7 +144,7 @@ func (e *configError) Error() string {
 }
 
 func (p *corralProvider) Resources(context.Context) []func() resource.Resource {
-	return []func() resource.Resource{newNetworkResource, newBlockStorageResource, newVirtualMachineResource, newMachineResource}
+	return []func() resource.Resource{newNetworkResource, newBlockStorageResource, newVirtualMachineResource, newMachineResource, newOSImageResource}
 }
 
 func (p *corralProvider) DataSources(context.Context) []func() datasource.DataSource {

@@ -53,7 +53,7 @@ func TestSchemas(t *testing.T) {
 			t.Errorf("%s: %v", md.TypeName, v)
 		}
 	}
-	for _, want := range []string{"corral_network", "corral_block_storage", "corral_virtual_machine", "corral_machine", "corral_nodes", "corral_machines"} {
+	for _, want := range []string{"corral_network", "corral_block_storage", "corral_virtual_machine", "corral_machine", "corral_os_image", "corral_nodes", "corral_machines"} {
 		if !names[want] {
 			t.Errorf("%s missing; have %v", want, names)
 		}
