@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	osimagev1 "github.com/corralhq/corral/api/osimage/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	provisioningv1 "github.com/corralhq/corral/api/provisioning/v1"
 	"github.com/corralhq/corral/testsupport/hvlab"
@@ -24,7 +26,8 @@ import (
 // CLI (.bin/tofu, built by make tools from tools/tofu) against corrald and
 // a real corral-node: the provider is found through a CLI configuration's
 // dev_overrides, with no tofu init and no registry. apply creates a
-// network, a volume on the node and a VM on both; a change made over gRPC
+// network, a volume on the node, a VM on both and an OS image downloaded
+// from the lab's web server; a change made over gRPC
 // behind tofu's back shows in `plan -detailed-exitcode` (exit 2) and the
 // next apply puts it back; import adopts an object by name; destroy
 // leaves the List RPCs empty.
@@ -46,7 +49,13 @@ func TestTofuProvider(t *testing.T) {
 	}
 	figure(t, "provider built in %v", time.Since(start).Round(time.Millisecond))
 
-	l := hvlab.New(t, bins, hvlab.Options{})
+	// An OS image for corral_os_image, served by the lab's web server.
+	raw := filepath.Join(t.TempDir(), "os.raw")
+	img := bytes.Repeat([]byte("corral-os-image\n"), 65536) // 1 MiB
+	if err := os.WriteFile(raw, img, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l := hvlab.New(t, bins, hvlab.Options{Files: map[string]string{"os.raw": raw}})
 	labReady := time.Now()
 
 	work := t.TempDir()
@@ -97,12 +106,23 @@ resource "corral_virtual_machine" "vm" {
   labels                 = { app = "web" }
 }
 
+resource "corral_os_image" "os" {
+  name       = "tf-os"
+  source_url = "%sos.raw"
+  sha256     = "%x"
+  format     = "RAW"
+}
+
 data "corral_nodes" "all" {}
+
+data "corral_machines" "ready" {
+  state = "READY"
+}
 
 output "nodes" {
   value = [for n in data.corral_nodes.all.nodes : "${n.name}=${n.state}"]
 }
-%s`, l.AdminConf, hvlab.NodeName, extra)
+%s`, l.AdminConf, hvlab.NodeName, l.WebURL, sha256.Sum256(img), extra)
 	}
 	if err := os.WriteFile(filepath.Join(work, "main.tf"), []byte(tf("")), 0o644); err != nil {
 		t.Fatal(err)
@@ -141,10 +161,11 @@ output "nodes" {
 	nets := poolv1.NewNetworkServiceClient(l.Conn)
 	volumes := provisioningv1.NewBlockStorageServiceClient(l.Conn)
 	vms := provisioningv1.NewVirtualMachineServiceClient(l.Conn)
+	images := osimagev1.NewOSImageServiceClient(l.Conn)
 
 	// Plan, then apply.
 	out := run(2, "plan", "-detailed-exitcode")
-	if !strings.Contains(out, "3 to add") {
+	if !strings.Contains(out, "4 to add") {
 		t.Fatalf("plan:\n%s", out)
 	}
 	out = run(0, "apply", "-auto-approve")
@@ -160,6 +181,9 @@ output "nodes" {
 	}
 	if bs, err := volumes.GetBlockStorage(ctx, &provisioningv1.GetBlockStorageRequest{Name: "tf-disk"}); err != nil || bs.GetState() != provisioningv1.BlockStorage_IN_USE {
 		t.Fatalf("tf-disk after apply: %v %v", bs, err)
+	}
+	if got, err := images.GetOSImage(ctx, &osimagev1.GetOSImageRequest{Name: "tf-os"}); err != nil || got.GetOsImage().GetState() != osimagev1.OSImageState_OS_IMAGE_STATE_READY {
+		t.Fatalf("tf-os after apply: %v %v", got, err)
 	}
 	run(0, "plan", "-detailed-exitcode") // nothing to do right after apply
 
@@ -221,6 +245,10 @@ output "nodes" {
 	lv, err := vms.ListVirtualMachines(ctx, &provisioningv1.ListVirtualMachinesRequest{})
 	if err != nil || len(lv.GetVirtualMachines()) != 0 {
 		t.Errorf("virtual machines after destroy: %v %v", lv.GetVirtualMachines(), err)
+	}
+	li, err := images.ListOSImages(ctx, &osimagev1.ListOSImagesRequest{})
+	if err != nil || len(li.GetOsImages()) != 0 {
+		t.Errorf("OS images after destroy: %v %v", li.GetOsImages(), err)
 	}
 	if pids := l.QEMUPids("tf-vm"); len(pids) > 0 {
 		t.Errorf("QEMU of tf-vm still running: %v", pids)
