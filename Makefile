@@ -21,8 +21,9 @@ GOLANGCI_LINT_VERSION := v2.15.0
 
 # Modules of their own in this repository (each has its go.mod): ./... from
 # the root does not enter them, so vet, lint, tidy and test visit each.
-# api/ is the API module users import (api/README.md).
-SUBMODULES := api
+# api/ is the API module users import (api/README.md);
+# terraform-provider-corral/ is the Terraform/OpenTofu provider built on it.
+SUBMODULES := api terraform-provider-corral
 
 help: ## List targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-16s %s\n", $$1, $$2}'
@@ -34,7 +35,10 @@ build: ## Build corrald, corral and corral-node into ./bin
 run: build ## Run corrald on its defaults with a local data dir (./data)
 	$(BIN)/corrald serve --data-dir $(CURDIR)/data
 
-tools: ## Install pinned buf, protoc plugins (go, go-grpc, openapiv2), grpcurl, gotestsum, nfpm and golangci-lint into ./.bin
+# tofu (OpenTofu, the provider's end-to-end test) cannot be go installed
+# (its go.mod has a replace directive): tools/tofu/go.mod pins it and
+# copies that replace. A cold build takes minutes; it is built once here.
+tools: ## Install pinned buf, protoc plugins (go, go-grpc, openapiv2), grpcurl, gotestsum, nfpm, golangci-lint and tofu into ./.bin
 	@mkdir -p $(TOOLS)
 	@test -x $(TOOLS)/buf || GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 	@test -x $(TOOLS)/protoc-gen-go || GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
@@ -44,6 +48,7 @@ tools: ## Install pinned buf, protoc plugins (go, go-grpc, openapiv2), grpcurl, 
 	@test -x $(TOOLS)/gotestsum || GOBIN=$(TOOLS) $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION)
 	@test -x $(TOOLS)/nfpm || GOBIN=$(TOOLS) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
 	@test -x $(TOOLS)/golangci-lint || GOBIN=$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	@test -x $(TOOLS)/tofu || (cd tools/tofu && $(GO) build -trimpath -ldflags '-X github.com/opentofu/opentofu/version.dev=no' -o $(TOOLS)/tofu github.com/opentofu/opentofu/cmd/tofu)
 
 generate: tools ## Regenerate Go code and the OpenAPI document (api/openapi) from api/**/*.proto with buf
 	buf generate

@@ -36,6 +36,7 @@ var importRules = []importRule{
 	{"api/clientconfig", []string{"api"}, "the client configuration file and its dialling (TLS to the appliance's identity, the bearer token), in the API module so users' programs need nothing of the appliance"},
 	{"api/client", []string{"api"}, "the API module's small client: one connection from a configuration file, a stub per service"},
 	{"api/examples", []string{"api"}, "example programs of the API module: what a user's program may use"},
+	{"terraform-provider-corral", []string{"api", "terraform-provider-corral"}, "the Terraform/OpenTofu provider, a module of its own: the API module's client and generated code, nothing of the appliance"},
 	{"internal", nil, "internal/<leaf>: error classes, node identity layout, the block map format, flag/config, source finder, initramfs writer, rate-limited log lines, per-key rate limiters, control-character escaping: import nothing of ours"},
 	{"internal/paging", []string{"internal/apierr"}, "the page size, page token and client loop every List RPC shares"},
 	{"store", []string{"store", "api/store", "internal/apierr"}, "the store contract, its backends and the record codec"},
