@@ -132,22 +132,13 @@ func (r *blockStorageResource) Create(ctx context.Context, req resource.CreateRe
 }
 
 func (r *blockStorageResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	var m blockStorageModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() || !needClient(r.c, &resp.Diagnostics) {
-		return
-	}
-	bs, err := r.c.BlockStorages.GetBlockStorage(ctx, &provisioningv1.GetBlockStorageRequest{Name: m.Name.ValueString()})
-	if isNotFound(err) {
-		resp.State.RemoveResource(ctx)
-		return
-	}
-	if err != nil {
-		apiError(&resp.Diagnostics, "GetBlockStorage "+m.Name.ValueString(), err)
-		return
-	}
-	blockStorageToModel(bs, &m)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	refresh(ctx, r.c, req, resp, "GetBlockStorage", func(m *blockStorageModel) string { return m.Name.ValueString() },
+		func(ctx context.Context, name string) (*provisioningv1.BlockStorage, error) {
+			return r.c.BlockStorages.GetBlockStorage(ctx, &provisioningv1.GetBlockStorageRequest{Name: name})
+		},
+		func(bs *provisioningv1.BlockStorage, m *blockStorageModel, _ *diag.Diagnostics) {
+			blockStorageToModel(bs, m)
+		})
 }
 
 func (r *blockStorageResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -126,4 +127,32 @@ func needClient(c *client.Client, diags *diag.Diagnostics) bool {
 		return false
 	}
 	return true
+}
+
+// refresh is the Read the named resources share: it fetches the object the
+// state names (get); one deleted behind Terraform's back leaves the state,
+// so the next plan creates it again; an error is one diagnostic naming the
+// RPC; otherwise fill copies the object into the model, which becomes the
+// new state (drift shows in the next plan).
+func refresh[M any, T any](ctx context.Context, c *client.Client, req resource.ReadRequest, resp *resource.ReadResponse,
+	rpc string, name func(*M) string, get func(context.Context, string) (T, error), fill func(T, *M, *diag.Diagnostics)) {
+	var m M
+	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() || !needClient(c, &resp.Diagnostics) {
+		return
+	}
+	obj, err := get(ctx, name(&m))
+	if isNotFound(err) {
+		resp.State.RemoveResource(ctx)
+		return
+	}
+	if err != nil {
+		apiError(&resp.Diagnostics, rpc+" "+name(&m), err)
+		return
+	}
+	fill(obj, &m, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }

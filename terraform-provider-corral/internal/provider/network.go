@@ -118,22 +118,11 @@ func (r *networkResource) Create(ctx context.Context, req resource.CreateRequest
 }
 
 func (r *networkResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	var m networkModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() || !needClient(r.c, &resp.Diagnostics) {
-		return
-	}
-	n, err := r.c.Networks.GetNetwork(ctx, &poolv1.GetNetworkRequest{Name: m.Name.ValueString()})
-	if isNotFound(err) {
-		resp.State.RemoveResource(ctx)
-		return
-	}
-	if err != nil {
-		apiError(&resp.Diagnostics, "GetNetwork "+m.Name.ValueString(), err)
-		return
-	}
-	networkToModel(n, &m)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	refresh(ctx, r.c, req, resp, "GetNetwork", func(m *networkModel) string { return m.Name.ValueString() },
+		func(ctx context.Context, name string) (*poolv1.Network, error) {
+			return r.c.Networks.GetNetwork(ctx, &poolv1.GetNetworkRequest{Name: name})
+		},
+		func(n *poolv1.Network, m *networkModel, _ *diag.Diagnostics) { networkToModel(n, m) })
 }
 
 func (r *networkResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {

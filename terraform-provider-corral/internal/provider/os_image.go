@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
@@ -142,22 +143,12 @@ func (r *osImageResource) Create(ctx context.Context, req resource.CreateRequest
 }
 
 func (r *osImageResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	var m osImageModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() || !needClient(r.c, &resp.Diagnostics) {
-		return
-	}
-	got, err := r.c.OSImages.GetOSImage(ctx, &osimagev1.GetOSImageRequest{Name: m.Name.ValueString()})
-	if isNotFound(err) {
-		resp.State.RemoveResource(ctx)
-		return
-	}
-	if err != nil {
-		apiError(&resp.Diagnostics, "GetOSImage "+m.Name.ValueString(), err)
-		return
-	}
-	osImageToModel(got.GetOsImage(), &m)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	refresh(ctx, r.c, req, resp, "GetOSImage", func(m *osImageModel) string { return m.Name.ValueString() },
+		func(ctx context.Context, name string) (*osimagev1.OSImage, error) {
+			got, err := r.c.OSImages.GetOSImage(ctx, &osimagev1.GetOSImageRequest{Name: name})
+			return got.GetOsImage(), err
+		},
+		func(img *osimagev1.OSImage, m *osImageModel, _ *diag.Diagnostics) { osImageToModel(img, m) })
 }
 
 // Update sees only wait_ready (everything else replaces).

@@ -183,22 +183,10 @@ func (r *virtualMachineResource) Create(ctx context.Context, req resource.Create
 }
 
 func (r *virtualMachineResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	var m vmModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() || !needClient(r.c, &resp.Diagnostics) {
-		return
-	}
-	vm, err := r.c.VirtualMachines.GetVirtualMachine(ctx, &provisioningv1.GetVirtualMachineRequest{Name: m.Name.ValueString()})
-	if isNotFound(err) {
-		resp.State.RemoveResource(ctx)
-		return
-	}
-	if err != nil {
-		apiError(&resp.Diagnostics, "GetVirtualMachine "+m.Name.ValueString(), err)
-		return
-	}
-	vmToModel(vm, &m, &resp.Diagnostics)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	refresh(ctx, r.c, req, resp, "GetVirtualMachine", func(m *vmModel) string { return m.Name.ValueString() },
+		func(ctx context.Context, name string) (*provisioningv1.VirtualMachine, error) {
+			return r.c.VirtualMachines.GetVirtualMachine(ctx, &provisioningv1.GetVirtualMachineRequest{Name: name})
+		}, vmToModel)
 }
 
 func (r *virtualMachineResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
