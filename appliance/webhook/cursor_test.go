@@ -78,9 +78,17 @@ func TestCursor(t *testing.T) {
 	waitFor(t, "the first changes", 10*time.Second, func() bool { return len(rcv.states("m1")) == 10 })
 	waitFor(t, "the cursor stored", 5*time.Second, func() bool {
 		c, ok, _ := ReadCursor(ctx, st, "r")
-		rev, _ := st.Revision(ctx)
-		return ok && c.Revision >= rev-1
+		kv, err := st.Get(ctx, store.MachinesPrefix+"m1")
+		return ok && err == nil && c.Revision >= kv.Revision
 	})
+	time.Sleep(50 * time.Millisecond) // the last flush
+	// Idle, the cursors are not rewritten (their own writes do not move
+	// them).
+	idle, _ := st.Revision(ctx)
+	time.Sleep(100 * time.Millisecond) // five flush intervals
+	if rev, _ := st.Revision(ctx); rev != idle {
+		t.Fatalf("store revision moved from %d to %d with nothing to send", idle, rev)
+	}
 	// The receiver goes down: the first leader queues and retries, then
 	// stops with the events still queued.
 	rcv.mu.Lock()

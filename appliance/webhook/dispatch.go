@@ -360,7 +360,11 @@ func (f *follower) run(ctx context.Context) {
 		for ev := range f.ch {
 			f.handle(ev)
 			f.rev = ev.KV.Revision
-			f.d.seen.Store(f.rev)
+			// The cursors' own writes do not move them: an idle store
+			// then sees no cursor write at all.
+			if !strings.HasPrefix(ev.KV.Key, store.WebhookCursorsPrefix) {
+				f.d.seen.Store(f.rev)
+			}
 		}
 		if ctx.Err() != nil {
 			return
