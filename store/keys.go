@@ -68,4 +68,7 @@ const (
 
 	// Webhook receivers (appliance/webhook), one per name.
 	WebhooksPrefix = "/webhooks/receivers/"
+	// Webhook delivery cursors (appliance/webhook), one per receiver: the
+	// store revision through which its events were delivered or given up.
+	WebhookCursorsPrefix = "/webhooks/cursors/"
 )

@@ -66,6 +66,9 @@ type Config struct {
 	MaxInterval     time.Duration
 	// Timeout bounds one attempt (connect, TLS, answer).
 	Timeout time.Duration
+	// CursorInterval is how often the receivers' delivery cursors are
+	// written to the store.
+	CursorInterval time.Duration
 }
 
 // Dispatcher follows the store and posts events to the receivers. Run it
@@ -77,6 +80,13 @@ type Dispatcher struct {
 	log     *slog.Logger
 	metrics *dispatchMetrics
 
+	// seen is the store revision through which the follower has handed
+	// every change to publish.
+	seen atomic.Int64
+	// handling is the revision of the change the follower is handling
+	// (read by publish, on the follower's goroutine).
+	handling int64
+
 	mu      sync.Mutex
 	targets map[string]*target
 }
@@ -87,6 +97,8 @@ type dispatchMetrics struct {
 	overflow   *prometheus.CounterVec   // receiver
 	latency    *prometheus.HistogramVec // receiver
 	cut        *prometheus.GaugeVec     // receiver
+	lost       *prometheus.CounterVec   // receiver
+	cursor     *prometheus.GaugeVec     // receiver
 }
 
 func newDispatchMetrics(reg prometheus.Registerer) *dispatchMetrics {
@@ -102,9 +114,13 @@ func newDispatchMetrics(reg prometheus.Registerer) *dispatchMetrics {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10, 60, 300}}, []string{"receiver"}),
 		cut: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "corral_webhook_receiver_cut",
 			Help: "1 when a webhook receiver was cut off for overflowing its queue (remove and add it again to resume)."}, []string{"receiver"}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_webhook_history_lost_total",
+			Help: "Times a webhook receiver's delivery cursor was older than the store's history (compacted), so the events in between were never sent to it."}, []string{"receiver"}),
+		cursor: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "corral_webhook_cursor_revision",
+			Help: "The store revision through which a webhook receiver's events were delivered or given up, as last written to the store."}, []string{"receiver"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.deliveries, m.depth, m.overflow, m.latency, m.cut} {
+		for _, c := range []prometheus.Collector{m.deliveries, m.depth, m.overflow, m.latency, m.cut, m.lost, m.cursor} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {
@@ -131,6 +147,7 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 	cfg.InitialInterval = cmp.Or(cfg.InitialInterval, DefaultInitialInterval)
 	cfg.MaxInterval = cmp.Or(cfg.MaxInterval, DefaultMaxInterval)
 	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	cfg.CursorInterval = cmp.Or(cfg.CursorInterval, DefaultCursorInterval)
 	cfg.Source = cmp.Or(cfg.Source, "corral://appliance")
 	log := cfg.Logger
 	if log == nil {
@@ -153,11 +170,22 @@ type target struct {
 	queue   chan *Event
 	cut     atomic.Bool
 	cancel  context.CancelFunc
-	done    chan struct{}
+	stopped chan struct{}
+	// skip: events of a revision <= skip were handled by an earlier
+	// leader (the stored cursor) or predate the receiver.
+	skip int64
+	// pending counts the events queued or in flight; done is the cursor
+	// (every event <= done is finished); flushed is the cursor as stored.
+	pending atomic.Int64
+	done    atomic.Int64
+	flushed atomic.Int64
 }
 
 // Run follows receivers, machines, nodes and the audit log until ctx
-// ends, and returns nil then.
+// ends, and returns nil then. Each receiver resumes after its stored
+// delivery cursor (a receiver without one starts now), so a new leader
+// re-sends what its predecessor had queued or not yet seen, under the
+// same event IDs.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -165,95 +193,192 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		cancel()
 		wg.Wait()
 		d.mu.Lock()
+		for _, t := range d.targets {
+			if t.cancel != nil {
+				t.cancel()
+				<-t.stopped
+				t.cancel = nil
+			}
+		}
+		d.mu.Unlock()
+		// What finished before the stop is kept for the next leader.
+		fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		d.flushCursors(fctx)
+		fcancel()
+		d.mu.Lock()
 		for name, t := range d.targets {
 			d.stopLocked(name, t)
 		}
 		d.mu.Unlock()
 	}()
-	recv := &follower{d: d, prefix: store.WebhooksPrefix, seed: d.seedReceivers, handle: d.receiverEvent}
-	// Receivers first, so no event produced below finds them missing.
-	if err := recv.start(ctx); err != nil {
+	f, err := d.start(ctx)
+	if err != nil {
 		return err
 	}
-	ms := &machineFollower{d: d, state: map[string]string{}, health: map[string]string{}, unreachable: map[string]bool{}}
-	ns := &nodeFollower{d: d, state: map[string]string{}}
-	fs := []*follower{recv,
-		{d: d, prefix: store.MachinesPrefix, seed: ms.seed, handle: ms.handle},
-		{d: d, prefix: store.NodesPrefix, seed: ns.seed, handle: ns.handle},
-		{d: d, prefix: store.AuditPrefix, handle: d.auditEvent},
-	}
-	for _, f := range fs[1:] {
-		if err := f.start(ctx); err != nil {
-			return err
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		f.run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(d.cfg.CursorInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				d.flushCursors(ctx)
+			}
 		}
-	}
-	for _, f := range fs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f.run(ctx)
-		}()
-	}
+	}()
 	<-ctx.Done()
 	return nil
 }
 
-// follower follows one prefix of the store: seed sees the list it starts
-// from, handle every change after it, in revision order. When the watch
-// ends early (the watcher fell behind, or the history no longer reaches
-// back) it resumes, re-listing if it must.
+// follower follows the whole store in one watch, so that its position
+// (Dispatcher.seen) is a store revision every receiver's cursor can
+// follow, and routes each change by its key's prefix, in revision order.
 type follower struct {
-	d      *Dispatcher
-	prefix string
-	seed   func(kvs []store.KV)
-	handle func(ev store.Event)
-	rev    int64
-	ch     <-chan store.Event
+	d  *Dispatcher
+	ms *machineFollower
+	ns *nodeFollower
+	// recvAfter, machAfter, nodeAfter: changes at or below them are in
+	// the lists the follower was seeded with.
+	recvAfter, machAfter, nodeAfter int64
+	rev                             int64
+	ch                              <-chan store.Event
 }
 
-func (f *follower) start(ctx context.Context) error {
-	if f.seed != nil {
-		kvs, rev, err := f.d.hw.ListRevision(ctx, f.prefix)
-		if err != nil {
-			return err
-		}
-		f.seed(kvs)
-		f.rev = rev
-	} else {
-		rev, err := f.d.hw.Revision(ctx)
-		if err != nil {
-			return err
-		}
-		f.rev = rev
-	}
-	ch, err := f.d.hw.WatchFrom(ctx, f.prefix, f.rev)
+// start seeds the receivers from the store and resumes the watch after
+// the oldest receiver's cursor. Seeded from lists, machines and nodes give
+// a state change only when their state differs; resumed from a cursor,
+// the first change of each after it is sent as a state change whatever
+// its previous state (which the store no longer has).
+func (d *Dispatcher) start(ctx context.Context) (*follower, error) {
+	f := &follower{d: d, ms: &machineFollower{d: d, state: map[string]string{}, health: map[string]string{}, unreachable: map[string]bool{}},
+		ns: &nodeFollower{d: d, state: map[string]string{}}}
+	kvs, now, err := d.hw.ListRevision(ctx, store.WebhooksPrefix)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	from := now
+	for _, kv := range kvs {
+		name := strings.TrimPrefix(kv.Key, store.WebhooksPrefix)
+		skip := now
+		c, ok, err := ReadCursor(ctx, d.cfg.Store, name)
+		if err != nil {
+			return nil, err
+		}
+		if ok && c.Revision < now {
+			skip = c.Revision
+		}
+		if t := d.receiverEvent(store.Event{Type: store.EventPut, KV: kv}, skip); t != nil && !t.cut.Load() {
+			from = min(from, skip)
+		}
+	}
+	f.recvAfter = now
+	if from == now {
+		mkvs, mrev, err := d.hw.ListRevision(ctx, store.MachinesPrefix)
+		if err != nil {
+			return nil, err
+		}
+		f.ms.seed(mkvs)
+		nkvs, nrev, err := d.hw.ListRevision(ctx, store.NodesPrefix)
+		if err != nil {
+			return nil, err
+		}
+		f.ns.seed(nkvs)
+		f.machAfter, f.nodeAfter = mrev, nrev
+	} else {
+		d.log.Info("webhook: resuming receivers from their delivery cursors", "from_revision", from, "store_revision", now)
+	}
+	f.rev = from
+	d.seen.Store(from)
+	ch, err := d.hw.WatchFrom(ctx, "", from)
+	if errors.Is(err, store.ErrCompacted) {
+		ch, err = f.compacted(ctx, err)
+	}
+	if err != nil {
+		return nil, err
 	}
 	f.ch = ch
-	return nil
+	return f, nil
+}
+
+// compacted resumes the watch after the oldest revision the store keeps
+// once f.rev is no longer in its history: every receiver whose cursor is
+// older is told (historyLost); what the follower knew of machines and nodes
+// is forgotten.
+func (f *follower) compacted(ctx context.Context, cause error) (<-chan store.Event, error) {
+	oldest, err := f.d.oldestAvailable(ctx, cause)
+	if err != nil {
+		return nil, err
+	}
+	f.d.mu.Lock()
+	for _, t := range f.d.targets {
+		if !t.cut.Load() && t.done.Load() < oldest {
+			f.d.historyLost(t.name, t.done.Load(), oldest)
+			t.advance(oldest)
+		}
+	}
+	f.d.mu.Unlock()
+	clear(f.ms.state)
+	clear(f.ms.health)
+	clear(f.ms.unreachable)
+	clear(f.ns.state)
+	f.rev = max(f.rev, oldest)
+	f.d.seen.Store(f.rev)
+	return f.d.hw.WatchFrom(ctx, "", f.rev)
+}
+
+// handle routes one change.
+func (f *follower) handle(ev store.Event) {
+	rev := ev.KV.Revision
+	f.d.handling = rev
+	switch k := ev.KV.Key; {
+	case strings.HasPrefix(k, store.WebhooksPrefix):
+		if rev > f.recvAfter {
+			f.d.receiverEvent(ev, rev)
+		}
+	case strings.HasPrefix(k, store.MachinesPrefix):
+		if rev > f.machAfter {
+			f.ms.handle(ev)
+		}
+	case strings.HasPrefix(k, store.NodesPrefix):
+		if rev > f.nodeAfter {
+			f.ns.handle(ev)
+		}
+	case strings.HasPrefix(k, store.AuditPrefix):
+		f.d.auditEvent(ev)
+	}
 }
 
 func (f *follower) run(ctx context.Context) {
 	for {
 		for ev := range f.ch {
-			f.rev = ev.KV.Revision
 			f.handle(ev)
+			f.rev = ev.KV.Revision
+			// The cursors' own writes do not move them: an idle store
+			// then sees no cursor write at all.
+			if !strings.HasPrefix(ev.KV.Key, store.WebhookCursorsPrefix) {
+				f.d.seen.Store(f.rev)
+			}
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		ch, err := f.d.hw.WatchFrom(ctx, f.prefix, f.rev)
+		ch, err := f.d.hw.WatchFrom(ctx, "", f.rev)
 		if errors.Is(err, store.ErrCompacted) {
-			f.d.log.Warn("webhook: watch history lost, re-listing", "prefix", f.prefix, "err", err)
-			err = f.start(ctx)
-			ch = f.ch
+			f.d.log.Warn("webhook: watch history lost", "after", f.rev, "err", err)
+			ch, err = f.compacted(ctx, err)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			f.d.log.Warn("webhook: watch", "prefix", f.prefix, "err", err)
+			f.d.log.Warn("webhook: watch", "err", err)
 			select {
 			case <-ctx.Done():
 				return
@@ -270,14 +395,10 @@ func (f *follower) run(ctx context.Context) {
 
 var closedEvents = func() <-chan store.Event { c := make(chan store.Event); close(c); return c }()
 
-func (d *Dispatcher) seedReceivers(kvs []store.KV) {
-	for _, kv := range kvs {
-		d.receiverEvent(store.Event{Type: store.EventPut, KV: kv})
-	}
-}
-
-// receiverEvent starts, replaces or stops a receiver's worker.
-func (d *Dispatcher) receiverEvent(ev store.Event) {
+// receiverEvent starts, replaces or stops a receiver's worker; the
+// receiver gets the events of revisions after skip. It returns the
+// receiver's target (nil when none).
+func (d *Dispatcher) receiverEvent(ev store.Event, skip int64) *target {
 	name := strings.TrimPrefix(ev.KV.Key, store.WebhooksPrefix)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -287,16 +408,16 @@ func (d *Dispatcher) receiverEvent(ev store.Event) {
 			d.stopLocked(name, old)
 			d.forget(name)
 		}
-		return
+		return nil
 	}
 	r := &webhookv1.Receiver{}
 	if err := record.Unmarshal(ev.KV.Value, r); err != nil {
 		d.log.Warn("webhook: receiver record", "webhook", name, "err", err)
-		return
+		return old
 	}
 	if old != nil && sameReceiver(old.rec, r) {
 		old.rec = r
-		return
+		return old
 	}
 	if old != nil {
 		d.stopLocked(name, old)
@@ -304,20 +425,23 @@ func (d *Dispatcher) receiverEvent(ev store.Event) {
 	t, err := d.newTarget(r)
 	if err != nil {
 		d.log.Warn("webhook: receiver not served", "webhook", name, "err", err)
-		return
+		return nil
 	}
+	t.skip = skip
+	t.done.Store(skip)
 	d.targets[name] = t
 	if r.GetCutAt() != nil {
 		t.cut.Store(true)
 		d.metrics.cut.WithLabelValues(name).Set(1)
-		return
+		return t
 	}
 	d.metrics.cut.WithLabelValues(name).Set(0)
 	d.metrics.depth.WithLabelValues(name).Set(0)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.cancel = cancel
-	t.done = make(chan struct{})
+	t.stopped = make(chan struct{})
 	go d.work(ctx, t)
+	return t
 }
 
 // sameReceiver: b is a (the same receiver) with only its counters
@@ -330,14 +454,14 @@ func sameReceiver(a, b *webhookv1.Receiver) bool {
 func (d *Dispatcher) stopLocked(name string, t *target) {
 	if t.cancel != nil {
 		t.cancel()
-		<-t.done
+		<-t.stopped
 		t.cancel = nil
 	}
 	delete(d.targets, name)
 }
 
 func (d *Dispatcher) forget(name string) {
-	for _, v := range []*prometheus.MetricVec{d.metrics.depth.MetricVec, d.metrics.cut.MetricVec} {
+	for _, v := range []*prometheus.MetricVec{d.metrics.depth.MetricVec, d.metrics.cut.MetricVec, d.metrics.cursor.MetricVec} {
 		v.DeletePartialMatch(prometheus.Labels{"receiver": name})
 	}
 }
@@ -382,20 +506,23 @@ func (d *Dispatcher) publish(ev *Event) {
 	}
 	ev.body = body
 	ev.queued = time.Now()
+	ev.rev = d.handling
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, t := range d.targets {
-		if !slices.Contains(t.classes, ev.Class) {
+		if !slices.Contains(t.classes, ev.Class) || ev.rev <= t.skip {
 			continue
 		}
 		if t.cut.Load() {
 			d.metrics.overflow.WithLabelValues(t.name).Inc()
 			continue
 		}
+		t.pending.Add(1)
 		select {
 		case t.queue <- ev:
 			d.metrics.depth.WithLabelValues(t.name).Inc()
 		default:
+			t.pending.Add(-1)
 			d.cutOff(t)
 		}
 	}
@@ -451,7 +578,7 @@ var errGone = errors.New("receiver removed")
 
 // work sends t's events in order, one at a time.
 func (d *Dispatcher) work(ctx context.Context, t *target) {
-	defer close(t.done)
+	defer close(t.stopped)
 	defer t.client.CloseIdleConnections()
 	for {
 		select {
@@ -460,6 +587,15 @@ func (d *Dispatcher) work(ctx context.Context, t *target) {
 		case ev := <-t.queue:
 			d.metrics.depth.WithLabelValues(t.name).Dec()
 			d.deliver(ctx, t, ev)
+			if ctx.Err() != nil {
+				// Not finished: the next leader sends it again.
+				return
+			}
+			// Delivered, refused or given up: every event before ev's
+			// revision is finished (ev's revision may hold more).
+			t.advance(ev.rev - 1)
+			t.pending.Add(-1)
+			d.settle(t)
 		}
 	}
 }

@@ -44,6 +44,8 @@ type Event struct {
 	body []byte
 	// queued is when the dispatcher produced it (delivery latency).
 	queued time.Time
+	// rev is the store revision of the change it reports (the cursor).
+	rev int64
 }
 
 // EventID is the ID of the change at key at store revision rev.

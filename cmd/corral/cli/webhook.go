@@ -23,6 +23,10 @@ var webhookKind = &kind{
 		cut := "-"
 		if r.GetCutAt() != nil {
 			cut = r.GetCutAt().AsTime().UTC().Format(time.RFC3339)
+		} else if strings.HasPrefix(r.GetCutReason(), "history lost:") {
+			// Not cut off, but the store's history was compacted past its
+			// delivery cursor: CUT_REASON (-o wide) says which revisions.
+			cut = "history-lost"
 		}
 		return []string{r.GetName(), cell(r.GetUrl()), strings.Join(r.GetEvents(), ","), fmt.Sprint(r.GetOverflowed()), cut,
 			r.GetCreatedAt().AsTime().UTC().Format(time.RFC3339)}
