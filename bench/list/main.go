@@ -12,12 +12,10 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,15 +23,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
-	"github.com/corralhq/corral/inventory"
-	"github.com/corralhq/corral/store/bolt"
-	"github.com/corralhq/corral/testsupport/machinefacts"
+	"github.com/corralhq/corral/bench/internal/benchd"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -92,9 +86,9 @@ func one(bin, dir string, n int) error {
 		if err != nil {
 			return err
 		}
-		d.stop()
+		d.Stop()
 		t0 := time.Now()
-		if err := fill(db, n); err != nil {
+		if err := benchd.Fill(db, n, 16, history); err != nil {
 			return err
 		}
 		fi, _ := os.Stat(db)
@@ -105,14 +99,14 @@ func one(bin, dir string, n int) error {
 	if err != nil {
 		return err
 	}
-	defer d.stop()
-	fmt.Printf("corrald started: RSS %d MB (anonymous %d MB, file %d MB)\n", d.status("VmRSS")>>10, d.status("RssAnon")>>10, d.status("RssFile")>>10)
-	settled, err := d.settle()
+	defer d.Stop()
+	fmt.Printf("corrald started: RSS %d MB (anonymous %d MB, file %d MB)\n", d.Status("VmRSS")>>10, d.Status("RssAnon")>>10, d.Status("RssFile")>>10)
+	settled, err := settle(d)
 	if err != nil {
 		return err
 	}
 	fmt.Printf("corrald start-up settled in %.1f s (machine counts synced, RSS steady 3 s): RSS %d MB (anonymous %d MB, file %d MB), peak RSS (VmHWM) %d MB\n",
-		settled.Sub(t0).Seconds(), d.status("VmRSS")>>10, d.status("RssAnon")>>10, d.status("RssFile")>>10, d.status("VmHWM")>>10)
+		settled.Sub(t0).Seconds(), d.Status("VmRSS")>>10, d.Status("RssAnon")>>10, d.Status("RssFile")>>10, d.Status("VmHWM")>>10)
 	if startupOnly {
 		return nil
 	}
@@ -125,147 +119,41 @@ func one(bin, dir string, n int) error {
 			return err
 		}
 		fmt.Printf("corral %-45s first row %7.0f ms, total %7.0f ms, %7d lines, %6d KB out, client peak RSS %4d MB, corrald peak RSS %4d MB\n",
-			strings.Join(args, " "), ms(r.first), ms(r.total), r.lines, r.bytes>>10, r.maxRSS>>10, d.status("VmHWM")>>10)
+			strings.Join(args, " "), ms(r.first), ms(r.total), r.lines, r.bytes>>10, r.maxRSS>>10, d.Status("VmHWM")>>10)
 	}
 	return nil
 }
 
+// start runs corrald on loopback and waits until its API serves.
+func start(bin, dir string) (*benchd.Daemon, error) {
+	return benchd.Start(benchd.Config{Bin: bin, Dir: dir, Ready: "serving gRPC API"})
+}
+
+// history is each machine's fact history: two fact changes.
+func history() []*inventoryv1.FactChange {
+	return []*inventoryv1.FactChange{
+		{At: timestamppb.Now(), Path: "memory.total_bytes", Before: "274877906944", After: "549755813888"},
+		{At: timestamppb.Now(), Path: "bios.version", Before: "2.18.0", After: "2.19.1"},
+	}
+}
+
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// fill writes n INVENTORIED machines with realistic facts into the store
-// at path, 16 writers at once.
-func fill(path string, n int) error {
-	st, err := bolt.Open(path, bolt.Options{})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	inv, err := inventory.New(inventory.Config{Store: st, MaxDiscovered: -1})
-	if err != nil {
-		return err
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var first error
-	var mu sync.Mutex
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				m := &inventoryv1.Machine{
-					Name: inventory.MachineNameForMAC(machinefacts.ServerMAC(i, 0)), Serial: fmt.Sprintf("SRV-%07d", i),
-					BootMac: machinefacts.ServerMAC(i, 0), State: inventoryv1.Machine_INVENTORIED, Facts: machinefacts.Server(i),
-					FactHistory: []*inventoryv1.FactChange{
-						{At: timestamppb.Now(), Path: "memory.total_bytes", Before: "274877906944", After: "549755813888"},
-						{At: timestamppb.Now(), Path: "bios.version", Before: "2.18.0", After: "2.19.1"},
-					},
-				}
-				if _, err := inv.CreateMachine(context.Background(), m); err != nil {
-					mu.Lock()
-					first = cmpOr(first, err)
-					mu.Unlock()
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return first
-}
-
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
-}
-
-type daemon struct {
-	cmd     *exec.Cmd
-	done    chan struct{}
-	metrics string // its /metrics address
-}
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// start runs corrald on loopback (no DHCP, TFTP or RA) and waits until its
-// API serves.
-func start(bin, dir string) (*daemon, error) {
-	metrics := freeAddr()
-	cmd := exec.Command(filepath.Join(bin, "corrald"), "serve", "--data-dir", dir, "--api-listen", freeAddr(), "--metrics-listen", metrics,
-		"--boot-interface", "lo", "--dhcp-mode", "off", "--no-ra", "--tftp-listen", "off", "--http-listen", freeAddr(), "--allow-test-images")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	d := &daemon{cmd: cmd, done: make(chan struct{}), metrics: metrics}
-	ready := make(chan struct{})
-	var logTail []string
-	go func() {
-		sc := bufio.NewScanner(out)
-		once := false
-		for sc.Scan() {
-			logTail = append(logTail[max(0, len(logTail)-20):], sc.Text())
-			if !once && strings.Contains(sc.Text(), "serving gRPC API") {
-				once = true
-				close(ready)
-			}
-		}
-		_ = cmd.Wait() // its log says why it ended
-		close(d.done)
-	}()
-	select {
-	case <-ready:
-		return d, nil
-	case <-d.done:
-		return nil, fmt.Errorf("corrald exited:\n%s", strings.Join(logTail, "\n"))
-	case <-time.After(2 * time.Minute):
-		d.stop()
-		return nil, errors.New("corrald did not start in 2 minutes")
-	}
-}
-
-func (d *daemon) stop() {
-	_ = d.cmd.Process.Signal(syscall.SIGTERM) // an exited process is fine
-	select {
-	case <-d.done:
-	case <-time.After(30 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-d.done
-	}
-}
 
 // settle waits until corrald's machine counts follow the store (its
 // start-up read of every machine is done) and its RSS has not moved for
 // 3 s (the other start-up reads, such as the fleet's mirror, are done too).
-func (d *daemon) settle() (time.Time, error) {
+func settle(d *benchd.Daemon) (time.Time, error) {
 	deadline := time.Now().Add(5 * time.Minute)
-	for !d.synced() {
+	for !synced(d) {
 		if time.Now().After(deadline) {
 			return time.Time{}, errors.New("corrald's machine counts did not sync in 5 minutes")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	at, last := time.Now(), d.status("VmRSS")
+	at, last := time.Now(), d.Status("VmRSS")
 	for time.Since(at) < 3*time.Second && time.Now().Before(deadline) {
 		time.Sleep(250 * time.Millisecond)
-		if rss := d.status("VmRSS"); rss > last+1024 || rss < last-1024 {
+		if rss := d.Status("VmRSS"); rss > last+1024 || rss < last-1024 {
 			at, last = time.Now(), rss
 		}
 	}
@@ -273,29 +161,14 @@ func (d *daemon) settle() (time.Time, error) {
 }
 
 // synced says whether corrald's /metrics reports its machine counts synced.
-func (d *daemon) synced() bool {
-	resp, err := http.Get("http://" + d.metrics + "/metrics")
+func synced(d *benchd.Daemon) bool {
+	resp, err := http.Get("http://" + d.Metrics + "/metrics")
 	if err != nil {
 		return false
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return err == nil && strings.Contains(string(b), `corral_state_count_synced{kind="machines"} 1`)
-}
-
-// status reads a kB field of corrald's /proc status (VmRSS, VmHWM).
-func (d *daemon) status(field string) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, field+":"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return n
-		}
-	}
-	return 0
 }
 
 type result struct {

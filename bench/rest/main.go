@@ -13,32 +13,26 @@
 package main
 
 import (
-	"bufio"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/corralhq/corral/api/clientconfig"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
-	"github.com/corralhq/corral/inventory"
-	"github.com/corralhq/corral/store/bolt"
-	"github.com/corralhq/corral/testsupport/machinefacts"
+	"github.com/corralhq/corral/bench/internal/benchd"
 	"google.golang.org/grpc"
 )
 
@@ -96,21 +90,23 @@ func run(bin string, n, rounds, calls int) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	api, web := freeAddr(), freeAddr()
-	d, err := start(bin, dir, api, web)
+	// The web listener on, and the same addresses both times.
+	cfg := benchd.Config{Bin: bin, Dir: dir, API: benchd.FreeAddr(), Web: benchd.FreeAddr(), Ready: "serving web page"}
+	web := cfg.Web
+	d, err := benchd.Start(cfg)
 	if err != nil {
 		return err
 	}
-	d.stop()
+	d.Stop()
 	t0 := time.Now()
-	if err := fill(filepath.Join(dir, "corral.db"), n); err != nil {
+	if err := benchd.Fill(filepath.Join(dir, "corral.db"), n, 8, nil); err != nil {
 		return err
 	}
 	fmt.Printf("%d machines written offline in %v\n", n, time.Since(t0).Round(time.Millisecond))
-	if d, err = start(bin, dir, api, web); err != nil {
+	if d, err = benchd.Start(cfg); err != nil {
 		return err
 	}
-	defer d.stop()
+	defer d.Stop()
 	cc, err := clientconfig.Load(filepath.Join(dir, "admin.conf"))
 	if err != nil {
 		return err
@@ -168,7 +164,7 @@ func run(bin string, n, rounds, calls int) error {
 	} {
 		// Warm both connections and caches.
 		for range 5 {
-			if err := cmpOr(op.a.call(), op.b.call()); err != nil {
+			if err := cmp.Or(op.a.call(), op.b.call()); err != nil {
 				return err
 			}
 		}
@@ -207,9 +203,9 @@ func run(bin string, n, rounds, calls int) error {
 }
 
 // measure makes calls sequential calls.
-func measure(d *daemon, c *counter, calls int, call func() error) (sample, error) {
+func measure(d *benchd.Daemon, c *counter, calls int, call func() error) (sample, error) {
 	lat := make([]float64, 0, calls)
-	s0, c0, b0 := d.cpu(), selfCPU(), c.n.Load()
+	s0, c0, b0 := d.CPU(), selfCPU(), c.n.Load()
 	for range calls {
 		t := time.Now()
 		if err := call(); err != nil {
@@ -217,7 +213,7 @@ func measure(d *daemon, c *counter, calls int, call func() error) (sample, error
 		}
 		lat = append(lat, float64(time.Since(t))/float64(time.Millisecond))
 	}
-	s1, c1, b1 := d.cpu(), selfCPU(), c.n.Load()
+	s1, c1, b1 := d.CPU(), selfCPU(), c.n.Load()
 	slices.Sort(lat)
 	return sample{
 		p50:       lat[len(lat)/2],
@@ -232,128 +228,6 @@ func selfCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// fill writes n INVENTORIED machines with realistic facts into the store
-// at path (corrald stopped), 8 writers at once.
-func fill(path string, n int) error {
-	st, err := bolt.Open(path, bolt.Options{})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	inv, err := inventory.New(inventory.Config{Store: st, MaxDiscovered: -1})
-	if err != nil {
-		return err
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make([]error, 8)
-	for w := range errs {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				m := &inventoryv1.Machine{
-					Name: inventory.MachineNameForMAC(machinefacts.ServerMAC(i, 0)), Serial: fmt.Sprintf("SRV-%07d", i),
-					BootMac: machinefacts.ServerMAC(i, 0), State: inventoryv1.Machine_INVENTORIED, Facts: machinefacts.Server(i),
-				}
-				if _, err := inv.CreateMachine(context.Background(), m); err != nil {
-					errs[w] = err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
-}
-
-type daemon struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// start runs corrald on loopback (no DHCP, TFTP or RA; the web listener
-// on) and waits until its web listener serves.
-func start(bin, dir, api, web string) (*daemon, error) {
-	cmd := exec.Command(filepath.Join(bin, "corrald"), "serve", "--data-dir", dir, "--api-listen", api, "--web-listen", web, "--metrics-listen", freeAddr(),
-		"--boot-interface", "lo", "--dhcp-mode", "off", "--no-ra", "--tftp-listen", "off", "--http-listen", freeAddr(), "--allow-test-images")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	d := &daemon{cmd: cmd, done: make(chan struct{})}
-	ready := make(chan struct{})
-	var logTail []string
-	go func() {
-		sc := bufio.NewScanner(out)
-		once := false
-		for sc.Scan() {
-			logTail = append(logTail[max(0, len(logTail)-20):], sc.Text())
-			if !once && strings.Contains(sc.Text(), "serving web page") {
-				once = true
-				close(ready)
-			}
-		}
-		_ = cmd.Wait()
-		close(d.done)
-	}()
-	select {
-	case <-ready:
-		return d, nil
-	case <-d.done:
-		return nil, fmt.Errorf("corrald exited:\n%s", strings.Join(logTail, "\n"))
-	case <-time.After(2 * time.Minute):
-		d.stop()
-		return nil, errors.New("corrald did not start in 2 minutes")
-	}
-}
-
-func (d *daemon) stop() {
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-	case <-time.After(30 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-d.done
-	}
-}
-
-// cpu is corrald's user+system CPU so far (/proc/PID/stat, clock ticks
-// of 10 ms).
-func (d *daemon) cpu() time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
 func loadAvg() string {
