@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	webhookv1 "github.com/corralhq/corral/api/webhook/v1"
@@ -28,27 +27,19 @@ type Cursor struct {
 	Revision int64
 }
 
-// cursor fields in the stored structpb.Struct (no schema of its own: the
-// record is the dispatcher's private bookkeeping).
-const cursorRevisionField = "revision"
-
 func cursorKey(name string) string { return store.WebhookCursorsPrefix + name }
 
 // ReadCursor returns name's stored cursor; ok is false when none is
 // stored (the receiver never delivered on any leader).
 func ReadCursor(ctx context.Context, st store.Store, name string) (c Cursor, ok bool, err error) {
-	s := &structpb.Struct{}
+	s := &webhookv1.DeliveryCursor{}
 	if _, err := record.Get(ctx, st, cursorKey(name), s); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return Cursor{}, false, nil
 		}
 		return Cursor{}, false, err
 	}
-	return cursorFrom(s), true, nil
-}
-
-func cursorFrom(s *structpb.Struct) Cursor {
-	return Cursor{Revision: int64(s.GetFields()[cursorRevisionField].GetNumberValue())}
+	return Cursor{Revision: s.GetRevision()}, true, nil
 }
 
 // AdvanceCursor moves name's stored cursor to rev by compare-and-swap,
@@ -57,18 +48,14 @@ func cursorFrom(s *structpb.Struct) Cursor {
 // stored revision.
 func AdvanceCursor(ctx context.Context, st store.Store, name string, rev int64) (int64, error) {
 	var stored int64
-	_, err := record.Update(ctx, st, cursorKey(name), func() *structpb.Struct { return &structpb.Struct{} },
-		func(s *structpb.Struct, _ bool) (bool, error) {
-			cur := cursorFrom(s).Revision
-			if cur >= rev {
+	_, err := record.Update(ctx, st, cursorKey(name), func() *webhookv1.DeliveryCursor { return &webhookv1.DeliveryCursor{} },
+		func(c *webhookv1.DeliveryCursor, _ bool) (bool, error) {
+			if cur := c.GetRevision(); cur >= rev {
 				stored = cur
 				return false, errUnchanged
 			}
 			stored = rev
-			if s.Fields == nil {
-				s.Fields = map[string]*structpb.Value{}
-			}
-			s.Fields[cursorRevisionField] = structpb.NewNumberValue(float64(rev))
+			c.Revision, c.UpdatedAt = rev, timestamppb.Now()
 			return false, nil
 		})
 	if errors.Is(err, errUnchanged) {

@@ -15,7 +15,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	webhookv1 "github.com/corralhq/corral/api/webhook/v1"
@@ -178,8 +177,8 @@ func (s *Service) Remove(ctx context.Context, name string) error {
 		s.log.Info("webhook receiver removed", "webhook", name)
 		// Its cursor goes too: a receiver added later under the name
 		// starts from its own creation.
-		_, derr := record.Update(ctx, s.st, cursorKey(name), func() *structpb.Struct { return &structpb.Struct{} },
-			func(*structpb.Struct, bool) (bool, error) { return true, nil })
+		_, derr := record.Update(ctx, s.st, cursorKey(name), func() *webhookv1.DeliveryCursor { return &webhookv1.DeliveryCursor{} },
+			func(*webhookv1.DeliveryCursor, bool) (bool, error) { return true, nil })
 		if derr != nil && !errors.Is(derr, store.ErrNotFound) {
 			s.log.Warn("webhook: remove the delivery cursor", "webhook", name, "err", derr)
 		}

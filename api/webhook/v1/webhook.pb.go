@@ -492,6 +492,62 @@ func (*RemoveWebhookResponse) Descriptor() ([]byte, []int) {
 	return file_api_webhook_v1_webhook_proto_rawDescGZIP(), []int{6}
 }
 
+// DeliveryCursor is a receiver's delivery cursor, the leader's record under
+// /webhooks/cursors/<name>: every event of a store revision <= revision was
+// delivered to the receiver, refused by it, or given up on. A new leader
+// resumes the receiver after it; it only moves forward.
+type DeliveryCursor struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      int64                  `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeliveryCursor) Reset() {
+	*x = DeliveryCursor{}
+	mi := &file_api_webhook_v1_webhook_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeliveryCursor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeliveryCursor) ProtoMessage() {}
+
+func (x *DeliveryCursor) ProtoReflect() protoreflect.Message {
+	mi := &file_api_webhook_v1_webhook_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeliveryCursor.ProtoReflect.Descriptor instead.
+func (*DeliveryCursor) Descriptor() ([]byte, []int) {
+	return file_api_webhook_v1_webhook_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *DeliveryCursor) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *DeliveryCursor) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
 var File_api_webhook_v1_webhook_proto protoreflect.FileDescriptor
 
 const file_api_webhook_v1_webhook_proto_rawDesc = "" +
@@ -533,7 +589,11 @@ const file_api_webhook_v1_webhook_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"*\n" +
 	"\x14RemoveWebhookRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x17\n" +
-	"\x15RemoveWebhookResponse2\x8f\x03\n" +
+	"\x15RemoveWebhookResponse\"g\n" +
+	"\x0eDeliveryCursor\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\x129\n" +
+	"\n" +
+	"updated_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt2\x8f\x03\n" +
 	"\x0eWebhookService\x12x\n" +
 	"\n" +
 	"AddWebhook\x12$.corral.webhook.v1.AddWebhookRequest\x1a%.corral.webhook.v1.AddWebhookResponse\"\x1d\xe2\xa6\x19\x02\b\x03\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/webhooks\x12{\n" +
@@ -552,7 +612,7 @@ func file_api_webhook_v1_webhook_proto_rawDescGZIP() []byte {
 	return file_api_webhook_v1_webhook_proto_rawDescData
 }
 
-var file_api_webhook_v1_webhook_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_api_webhook_v1_webhook_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_api_webhook_v1_webhook_proto_goTypes = []any{
 	(*Receiver)(nil),              // 0: corral.webhook.v1.Receiver
 	(*AddWebhookRequest)(nil),     // 1: corral.webhook.v1.AddWebhookRequest
@@ -561,24 +621,26 @@ var file_api_webhook_v1_webhook_proto_goTypes = []any{
 	(*ListWebhooksResponse)(nil),  // 4: corral.webhook.v1.ListWebhooksResponse
 	(*RemoveWebhookRequest)(nil),  // 5: corral.webhook.v1.RemoveWebhookRequest
 	(*RemoveWebhookResponse)(nil), // 6: corral.webhook.v1.RemoveWebhookResponse
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*DeliveryCursor)(nil),        // 7: corral.webhook.v1.DeliveryCursor
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
 }
 var file_api_webhook_v1_webhook_proto_depIdxs = []int32{
-	7, // 0: corral.webhook.v1.Receiver.created_at:type_name -> google.protobuf.Timestamp
-	7, // 1: corral.webhook.v1.Receiver.cut_at:type_name -> google.protobuf.Timestamp
+	8, // 0: corral.webhook.v1.Receiver.created_at:type_name -> google.protobuf.Timestamp
+	8, // 1: corral.webhook.v1.Receiver.cut_at:type_name -> google.protobuf.Timestamp
 	0, // 2: corral.webhook.v1.AddWebhookResponse.receiver:type_name -> corral.webhook.v1.Receiver
 	0, // 3: corral.webhook.v1.ListWebhooksResponse.receivers:type_name -> corral.webhook.v1.Receiver
-	1, // 4: corral.webhook.v1.WebhookService.AddWebhook:input_type -> corral.webhook.v1.AddWebhookRequest
-	3, // 5: corral.webhook.v1.WebhookService.ListWebhooks:input_type -> corral.webhook.v1.ListWebhooksRequest
-	5, // 6: corral.webhook.v1.WebhookService.RemoveWebhook:input_type -> corral.webhook.v1.RemoveWebhookRequest
-	2, // 7: corral.webhook.v1.WebhookService.AddWebhook:output_type -> corral.webhook.v1.AddWebhookResponse
-	4, // 8: corral.webhook.v1.WebhookService.ListWebhooks:output_type -> corral.webhook.v1.ListWebhooksResponse
-	6, // 9: corral.webhook.v1.WebhookService.RemoveWebhook:output_type -> corral.webhook.v1.RemoveWebhookResponse
-	7, // [7:10] is the sub-list for method output_type
-	4, // [4:7] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	8, // 4: corral.webhook.v1.DeliveryCursor.updated_at:type_name -> google.protobuf.Timestamp
+	1, // 5: corral.webhook.v1.WebhookService.AddWebhook:input_type -> corral.webhook.v1.AddWebhookRequest
+	3, // 6: corral.webhook.v1.WebhookService.ListWebhooks:input_type -> corral.webhook.v1.ListWebhooksRequest
+	5, // 7: corral.webhook.v1.WebhookService.RemoveWebhook:input_type -> corral.webhook.v1.RemoveWebhookRequest
+	2, // 8: corral.webhook.v1.WebhookService.AddWebhook:output_type -> corral.webhook.v1.AddWebhookResponse
+	4, // 9: corral.webhook.v1.WebhookService.ListWebhooks:output_type -> corral.webhook.v1.ListWebhooksResponse
+	6, // 10: corral.webhook.v1.WebhookService.RemoveWebhook:output_type -> corral.webhook.v1.RemoveWebhookResponse
+	8, // [8:11] is the sub-list for method output_type
+	5, // [5:8] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_api_webhook_v1_webhook_proto_init() }
@@ -592,7 +654,7 @@ func file_api_webhook_v1_webhook_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_webhook_v1_webhook_proto_rawDesc), len(file_api_webhook_v1_webhook_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
