@@ -222,7 +222,8 @@ func errorBody(err error) (int, apiError) {
 	return HTTPStatus(st.Code()), apiError{Code: st.Code().String(), Message: st.Message()}
 }
 
-// HTTPStatus is the HTTP status the gateway answers for a gRPC code.
+// HTTPStatus is the HTTP status /api/whoami and the console sockets answer
+// for a gRPC code.
 func HTTPStatus(c codes.Code) int {
 	switch c {
 	case codes.OK:

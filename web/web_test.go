@@ -274,7 +274,7 @@ func TestWatchStream(t *testing.T) {
 	}
 	sc := bufio.NewScanner(r.Body)
 	var types []string
-	for sc.Scan() && len(types) < 2 {
+	for len(types) < 2 && sc.Scan() {
 		if strings.TrimSpace(sc.Text()) == "" {
 			continue
 		}
