@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -315,4 +316,35 @@ func TestNewRefuses(t *testing.T) {
 			t.Errorf("%s: New accepted %+v", name, cfg)
 		}
 	}
+}
+
+// TestShutdownWithWatchOpen: corrald stops cleanly while the page's REST
+// watch is open (the web listener is shut down before the gRPC server's
+// GracefulStop, which cannot drain the in-process transports REST runs
+// on). The rig's cleanup fails the test if Run does not return nil.
+func TestShutdownWithWatchOpen(t *testing.T) {
+	// Registered before the rig's: closed after the appliance stopped.
+	var body io.Closer
+	t.Cleanup(func() {
+		if body != nil {
+			body.Close()
+		}
+	})
+	a := startAppliance(t)
+	a.machine(t, "SN-STOP-1", "52:54:00:aa:00:04")
+	req, _ := http.NewRequest(http.MethodGet, a.base+"/v1/watch/machines?view=MACHINE_VIEW_SUMMARY", nil)
+	req.Header.Set("Authorization", "Bearer "+a.tokens[authv1.Role_ROLE_VIEWER])
+	r, err := a.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.StatusCode != http.StatusOK {
+		t.Fatalf("watch = %d", r.StatusCode)
+	}
+	sc := bufio.NewScanner(r.Body)
+	for sc.Scan() && !strings.Contains(sc.Text(), `"SYNCED"`) {
+	}
+	// The body stays open: the appliance stops under it (the rig's
+	// cleanup), which ends the stream.
+	body = r.Body
 }
