@@ -334,7 +334,7 @@ func TestShutdownWithWatchOpen(t *testing.T) {
 	a.machine(t, "SN-STOP-1", "52:54:00:aa:00:04")
 	req, _ := http.NewRequest(http.MethodGet, a.base+"/v1/watch/machines?view=MACHINE_VIEW_SUMMARY", nil)
 	req.Header.Set("Authorization", "Bearer "+a.tokens[authv1.Role_ROLE_VIEWER])
-	r, err := a.client.Do(req)
+	r, err := a.client.Do(req) //nolint:bodyclose // closed by the cleanup registered before the rig's, once the appliance stopped
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +342,10 @@ func TestShutdownWithWatchOpen(t *testing.T) {
 		t.Fatalf("watch = %d", r.StatusCode)
 	}
 	sc := bufio.NewScanner(r.Body)
-	for sc.Scan() && !strings.Contains(sc.Text(), `"SYNCED"`) {
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), `"SYNCED"`) {
+			break
+		}
 	}
 	// The body stays open: the appliance stops under it (the rig's
 	// cleanup), which ends the stream.
