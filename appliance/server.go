@@ -99,6 +99,10 @@ type Config struct {
 
 // Server is a prepared appliance; Run serves it.
 type Server struct {
+	// webDone is closed when the web listener (REST included) has shut
+	// down; nil when it is off. See Run.
+	webDone chan struct{}
+
 	cfg    Config
 	log    *slog.Logger
 	store  store.Store
@@ -496,6 +500,20 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error {
 		<-gctx.Done()
 		s.log.Info("shutting down")
+		// REST calls run in s.grpc through ServeHTTP, whose transports
+		// GracefulStop cannot drain (grpc panics "Drain() is not
+		// implemented"): the web listener, whose requests end with ctx,
+		// is shut down first; should it outlast the grace, Stop, which
+		// closes them.
+		if s.webDone != nil {
+			select {
+			case <-s.webDone:
+			case <-time.After(s.cfg.ShutdownGrace):
+				s.log.Warn("web shutdown timed out; stopping the API", "grace", s.cfg.ShutdownGrace.String())
+				s.grpc.Stop()
+				return nil
+			}
+		}
 		done := make(chan struct{})
 		go func() { s.grpc.GracefulStop(); close(done) }()
 		select {

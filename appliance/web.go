@@ -44,8 +44,8 @@ const (
 	webWriteTimeout      = web.DefaultCallTimeout + 15*time.Second
 	webIdleTimeout       = 2 * time.Minute
 	webMaxHeaderBytes    = 16 << 10
-	// webMaxCallRecvBytes caps an answer the gateway takes from the API
-	// (a whole rack's machine list).
+	// webMaxCallRecvBytes caps a message the page's console bridge takes
+	// from the API (its only gRPC client use; the page's data is REST).
 	webMaxCallRecvBytes = 64 << 20
 )
 
@@ -62,10 +62,11 @@ func (s *Server) WebAddr() net.Addr {
 }
 
 // initWeb binds the web page's HTTPS listener when configured and adds the
-// component serving it. The page's JSON API calls this appliance's own
-// gRPC API (the API listener, TLS trusting the CA, the appliance's
-// certificate required) with each caller's token, so the same interceptor
-// authenticates, authorizes and audits every call.
+// component serving it. The page reads and acts through the REST API
+// (package rest) on the same listener; its console sockets call this
+// appliance's own gRPC API (the API listener, TLS trusting the CA, the
+// appliance's certificate required) with each caller's token, so the same
+// interceptor authenticates, authorizes and audits every call.
 func (s *Server) initWeb() error {
 	c := &s.cfg.Web
 	if c.Listen == "" {
@@ -139,7 +140,9 @@ func (s *Server) initWeb() error {
 		// Browsers that do not trust the CA yet fail handshakes: debug.
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
+	s.webDone = make(chan struct{})
 	s.addComponent("web", func(ctx context.Context) error {
+		defer close(s.webDone)
 		defer conn.Close()
 		// Requests (and so watch streams) end with ctx, which lets
 		// Shutdown finish.

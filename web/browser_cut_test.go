@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"sync"
 	"sync/atomic"
@@ -16,6 +18,7 @@ import (
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	watchv1 "github.com/corralhq/corral/api/watch/v1"
 	"github.com/corralhq/corral/auth/pki"
+	"github.com/corralhq/corral/rest"
 	"github.com/corralhq/corral/web"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -94,7 +97,7 @@ func TestBrowserCutDuringList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewUnstartedServer(h)
+	hs := httptest.NewUnstartedServer(pageMux(t, gs, h))
 	hs.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	hs.StartTLS()
 	t.Cleanup(hs.Close)
@@ -125,4 +128,19 @@ func TestBrowserCutDuringList(t *testing.T) {
 		t.Errorf("after the cut the page watched from revisions %v, want 0 then 0 again", froms)
 	}
 	checkCSP(b.ctx, t)
+}
+
+// pageMux serves the page as the appliance does: the REST API of gs's
+// services under /v1/ (package rest, in process), the page's own routes
+// elsewhere.
+func pageMux(t *testing.T, gs *grpc.Server, page http.Handler) http.Handler {
+	t.Helper()
+	api, err := rest.New(rest.Config{Server: gs, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", api)
+	mux.Handle("/", page)
+	return mux
 }

@@ -47,24 +47,25 @@ func poolRig(t *testing.T, a *applianceRig) (free, taken string) {
 	return free, taken
 }
 
-// TestGatewayStandbyPools: GET /api/standby-pools answers a page of pools
-// with their status for a viewer, and refuses a bad page size.
-func TestGatewayStandbyPools(t *testing.T) {
+// TestRESTStandbyPools: GET /v1/standby-pools, which the Pools page polls,
+// answers a page of pools with their status for a viewer (lowerCamel
+// fields), and refuses a garbled page token.
+func TestRESTStandbyPools(t *testing.T) {
 	a := startAppliance(t)
 	free, _ := poolRig(t, a)
 	viewer := a.tokens[authv1.Role_ROLE_VIEWER]
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		res, body := a.do(t, "GET", "/api/standby-pools", viewer, "", "")
+		res, body := a.do(t, "GET", "/v1/standby-pools", viewer, "", "")
 		if res.StatusCode != http.StatusOK {
-			t.Fatalf("GET /api/standby-pools = %d %s", res.StatusCode, body)
+			t.Fatalf("GET /v1/standby-pools = %d %s", res.StatusCode, body)
 		}
 		var got struct {
 			Pools []struct {
 				Name   string
 				Status struct {
 					Ready, Allocated int
-					ReadyMachines    []string `json:"ready_machines"`
+					ReadyMachines    []string `json:"readyMachines"`
 				}
 			}
 		}
@@ -80,13 +81,10 @@ func TestGatewayStandbyPools(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if res, body := a.do(t, "GET", "/api/standby-pools?page_size=0", viewer, "", ""); res.StatusCode != http.StatusBadRequest {
-		t.Errorf("page_size=0 = %d %s, want 400", res.StatusCode, body)
+	if res, body := a.do(t, "GET", "/v1/standby-pools?pageToken=x", viewer, "", ""); res.StatusCode != http.StatusBadRequest {
+		t.Errorf("a garbled pageToken = %d %s, want 400", res.StatusCode, body)
 	}
-	if res, body := a.do(t, "GET", "/api/standby-pools?page_token=x", viewer, "", ""); res.StatusCode != http.StatusBadRequest {
-		t.Errorf("a garbled page_token = %d %s, want 400", res.StatusCode, body)
-	}
-	if res, _ := a.do(t, "GET", "/api/standby-pools", "", "", ""); res.StatusCode != http.StatusUnauthorized {
+	if res, _ := a.do(t, "GET", "/v1/standby-pools", "", "", ""); res.StatusCode != http.StatusUnauthorized {
 		t.Errorf("no token = %d, want 401", res.StatusCode)
 	}
 }

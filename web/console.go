@@ -11,6 +11,7 @@ import (
 	"time"
 
 	consolev1 "github.com/corralhq/corral/api/console/v1"
+	"github.com/corralhq/corral/internal/httpstream"
 	"golang.org/x/net/websocket"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -236,3 +237,7 @@ func (h *Handler) bridge(ctx context.Context, ws *websocket.Conn, target *consol
 		}
 	}
 }
+
+// writeStall cuts a console socket whose reader takes nothing for this
+// long (the REST watches use httpstream.WriteStall too).
+const writeStall = httpstream.WriteStall

@@ -9,7 +9,6 @@ import (
 	authv1 "github.com/corralhq/corral/api/auth/v1"
 	consolev1 "github.com/corralhq/corral/api/console/v1"
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -161,22 +160,4 @@ func (h *Handler) callerRole(r *http.Request) (authv1.Role, error) {
 		return 0, status.Error(codes.Unauthenticated, "the appliance does not accept this token (unknown, revoked or expired)")
 	}
 	return role, nil
-}
-
-// act is named for one of the page's actions: a PermissionDenied from the
-// API is answered with the refusal in words instead of the RPC's name.
-func (h *Handler) act(a action, fn func(ctx context.Context, name string, r *http.Request, o grpc.CallOption) (proto.Message, error)) http.HandlerFunc {
-	return h.named(func(ctx context.Context, name string, r *http.Request, o grpc.CallOption) (proto.Message, error) {
-		res, err := fn(ctx, name, r, o)
-		if status.Code(err) != codes.PermissionDenied {
-			return res, err
-		}
-		role := authv1.Role_ROLE_UNSPECIFIED
-		if h.cfg.Role != nil {
-			if got, rerr := h.callerRole(r); rerr == nil {
-				role = got
-			}
-		}
-		return nil, status.Error(codes.PermissionDenied, refusal(role, a))
-	})
 }

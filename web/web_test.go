@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -16,43 +18,43 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
-// TestGateway: the JSON API answers as the gRPC API does for the caller's
-// token (the same interceptor decides), with HTTP codes for its statuses,
-// and refuses bad input before calling anything.
-func TestGateway(t *testing.T) {
+// TestPageRoutes: the REST routes the page calls (package rest, on the
+// page's listener) answer as the gRPC API does for the caller's token
+// (the same interceptor decides): a viewer reads, its mutations are
+// refused 403 with {"code":7}, an operator's go through; the list pages
+// (pageSize, pageToken) in the SUMMARY view; bad input is refused 400;
+// the page's old hand-written routes are gone.
+func TestPageRoutes(t *testing.T) {
 	a := startAppliance(t)
 	name := a.machine(t, "SN-GW-1", "52:54:00:aa:00:01")
+	a.machine(t, "SN-GW-2", "52:54:00:aa:00:03")
 	viewer, operator := a.tokens[authv1.Role_ROLE_VIEWER], a.tokens[authv1.Role_ROLE_OPERATOR]
 	const js = "application/json"
+	m := "/v1/machines/" + name
 	for tn, tc := range map[string]struct {
 		method, path, token, ctype, body string
 		want                             int
-		wantCode                         string // error code in the body, "" for success
-		wantIn                           string // a substring of the body
+		wantCode                         codes.Code // error code in the body, OK for success
+		wantIn                           string     // a substring of the body
 	}{
-		"no token":             {"GET", "/api/machines", "", "", "", 401, "Unauthenticated", "Bearer"},
-		"not bearer":           {"GET", "/api/machines", "Basic dXNlcjpwdw==", "", "", 401, "Unauthenticated", "Bearer"},
-		"unknown token":        {"GET", "/api/machines", "not-a-token", "", "", 401, "Unauthenticated", ""},
-		"viewer lists":         {"GET", "/api/machines", viewer, "", "", 200, "", `"serial":"SN-GW-1"`},
-		"list page size":       {"GET", "/api/machines?page_size=0", viewer, "", "", 400, "InvalidArgument", "page_size"},
-		"list garbled token":   {"GET", "/api/machines?page_token=x", viewer, "", "", 400, "InvalidArgument", "page_token"},
-		"viewer gets":          {"GET", "/api/machines/" + name, viewer, "", "", 200, "", `"state":"INVENTORIED"`},
-		"viewer timeline":      {"GET", "/api/machines/" + name + "/timeline?limit=50", viewer, "", "", 200, "", `"source":"tftp"`},
-		"timeline limit":       {"GET", "/api/machines/" + name + "/timeline?limit=0", viewer, "", "", 400, "InvalidArgument", "limit"},
-		"missing machine":      {"GET", "/api/machines/nope", viewer, "", "", 404, "NotFound", ""},
-		"viewer accept":        {"POST", "/api/machines/" + name + "/accept", viewer, js, `{"disk":"auto"}`, 403, "PermissionDenied", "Your token's role (viewer) cannot accept machines; an operator token can."},
-		"viewer power":         {"POST", "/api/machines/" + name + "/power", viewer, js, `{"action":"cycle"}`, 403, "PermissionDenied", "Your token's role (viewer) cannot switch machines' power; an operator token can."},
-		"viewer maintenance":   {"POST", "/api/machines/" + name + "/maintenance", viewer, js, `{"on":true}`, 403, "PermissionDenied", "Your token's role (viewer) cannot put machines into or out of maintenance; an operator token can."},
-		"bad power action":     {"POST", "/api/machines/" + name + "/power", operator, js, `{"action":"explode"}`, 400, "InvalidArgument", "explode"},
-		"not json":             {"POST", "/api/machines/" + name + "/accept", operator, "text/plain", `{}`, 415, "InvalidArgument", "application/json"},
-		"unknown field":        {"POST", "/api/machines/" + name + "/accept", operator, js, `{"disk":"auto","force":true}`, 400, "InvalidArgument", "force"},
-		"two objects":          {"POST", "/api/machines/" + name + "/accept", operator, js, `{} {}`, 400, "InvalidArgument", "more"},
-		"too large":            {"POST", "/api/machines/" + name + "/accept", operator, js, `{"disk":"` + strings.Repeat("x", web.MaxBodyBytes) + `"}`, 413, "InvalidArgument", ""},
-		"maintenance needs on": {"POST", "/api/machines/" + name + "/maintenance", operator, js, `{}`, 400, "InvalidArgument", "on"},
-		"unknown api path":     {"GET", "/api/frobnicate", viewer, "", "", 404, "NotFound", ""},
-		"viewer nodes":         {"GET", "/api/nodes", viewer, "", "", 200, "", ""},
-		"viewer vms":           {"GET", "/api/vms", viewer, "", "", 200, "", ""},
-		"viewer volumes":       {"GET", "/api/volumes", viewer, "", "", 200, "", ""},
+		"no token":           {"GET", "/v1/machines", "", "", "", 401, codes.Unauthenticated, ""},
+		"not bearer":         {"GET", "/v1/machines", "Basic dXNlcjpwdw==", "", "", 401, codes.Unauthenticated, ""},
+		"unknown token":      {"GET", "/v1/machines", "not-a-token", "", "", 401, codes.Unauthenticated, ""},
+		"viewer lists":       {"GET", "/v1/machines?view=MACHINE_VIEW_SUMMARY&pageSize=1000", viewer, "", "", 200, codes.OK, `"serial":"SN-GW-1"`},
+		"list garbled token": {"GET", "/v1/machines?pageToken=x", viewer, "", "", 400, codes.InvalidArgument, "token"},
+		"unknown parameter":  {"GET", "/v1/machines?page_sise=1", viewer, "", "", 400, codes.InvalidArgument, "page_sise"},
+		"viewer gets":        {"GET", m, viewer, "", "", 200, codes.OK, `"state":"INVENTORIED"`},
+		"viewer timeline":    {"GET", m + "/timeline?limit=50", viewer, "", "", 200, codes.OK, `"source":"tftp"`},
+		"missing machine":    {"GET", "/v1/machines/nope", viewer, "", "", 404, codes.NotFound, ""},
+		"viewer accept":      {"POST", m + ":accept", viewer, js, `{"disk":"auto"}`, 403, codes.PermissionDenied, ""},
+		"viewer power":       {"POST", m + "/power", viewer, js, `{"action":"POWER_ACTION_CYCLE"}`, 403, codes.PermissionDenied, ""},
+		"viewer maintenance": {"POST", m + ":maintenance", viewer, js, `{"on":true}`, 403, codes.PermissionDenied, ""},
+		"bad power action":   {"POST", m + "/power", operator, js, `{"action":"explode"}`, 400, codes.InvalidArgument, "explode"},
+		"unknown field":      {"POST", m + ":accept", operator, js, `{"disk":"auto","force":true}`, 400, codes.InvalidArgument, "force"},
+		"viewer nodes":       {"GET", "/v1/nodes", viewer, "", "", 200, codes.OK, ""},
+		"viewer vms":         {"GET", "/v1/virtual-machines", viewer, "", "", 200, codes.OK, ""},
+		"viewer volumes":     {"GET", "/v1/block-storages", viewer, "", "", 200, codes.OK, ""},
+		"viewer pools":       {"GET", "/v1/standby-pools", viewer, "", "", 200, codes.OK, ""},
 	} {
 		t.Run(tn, func(t *testing.T) {
 			res, got := a.do(t, tc.method, tc.path, tc.token, tc.ctype, tc.body)
@@ -62,15 +64,16 @@ func TestGateway(t *testing.T) {
 			if got := res.Header.Get("Cache-Control"); got != "no-store" {
 				t.Errorf("Cache-Control = %q, want no-store", got)
 			}
-			if tc.wantCode != "" {
+			if tc.wantCode != codes.OK {
 				var e struct {
-					Error struct{ Code, Message string }
+					Code    codes.Code
+					Message string
 				}
 				if err := json.Unmarshal([]byte(got), &e); err != nil {
 					t.Fatalf("error body %q: %v", got, err)
 				}
-				if e.Error.Code != tc.wantCode {
-					t.Errorf("code = %q (%s), want %q", e.Error.Code, e.Error.Message, tc.wantCode)
+				if e.Code != tc.wantCode {
+					t.Errorf("code = %v (%s), want %v", e.Code, e.Message, tc.wantCode)
 				}
 			}
 			if !strings.Contains(got, tc.wantIn) {
@@ -79,17 +82,60 @@ func TestGateway(t *testing.T) {
 		})
 	}
 
+	// The page's list: a page at a time, summaries (no fact history).
+	var seen []string
+	token := ""
+	for range 3 {
+		path := "/v1/machines?view=MACHINE_VIEW_SUMMARY&pageSize=1"
+		if token != "" {
+			path += "&pageToken=" + url.QueryEscape(token)
+		}
+		res, got := a.do(t, "GET", path, viewer, "", "")
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s = %d %s", path, res.StatusCode, got)
+		}
+		var page struct {
+			Machines []struct {
+				Name        string
+				FactHistory []json.RawMessage
+			}
+			NextPageToken string
+		}
+		if err := json.Unmarshal([]byte(got), &page); err != nil {
+			t.Fatal(err)
+		}
+		for _, mc := range page.Machines {
+			seen = append(seen, mc.Name)
+			if len(mc.FactHistory) > 0 {
+				t.Errorf("the SUMMARY list carries %s's fact history", mc.Name)
+			}
+		}
+		if token = page.NextPageToken; token == "" {
+			break
+		}
+	}
+	if len(seen) != 2 {
+		t.Errorf("paging with pageSize=1 read %v, want both machines", seen)
+	}
+
+	// The hand-written routes the page used are gone.
+	for _, path := range []string{"/api/machines", "/api/machines/" + name, "/api/nodes", "/api/watch/machines", "/api/standby-pools"} {
+		if res, got := a.do(t, "GET", path, viewer, "", ""); res.StatusCode != http.StatusNotFound {
+			t.Errorf("GET %s = %d %s, want 404", path, res.StatusCode, got)
+		}
+	}
+
 	// An operator may; the record changed through the same RPC.
-	res, got := a.do(t, "POST", "/api/machines/"+name+"/maintenance", operator, "application/json", `{"on":true,"reason":"web test"}`)
+	res, got := a.do(t, "POST", m+":maintenance", operator, js, `{"on":true,"reason":"web test"}`)
 	if res.StatusCode != http.StatusOK || !strings.Contains(got, `"state":"MAINTENANCE"`) {
 		t.Fatalf("operator maintenance = %d %s", res.StatusCode, got)
 	}
-	m, err := a.admin.GetMachine(context.Background(), &inventoryv1.GetMachineRequest{Name: name})
+	mc, err := a.admin.GetMachine(context.Background(), &inventoryv1.GetMachineRequest{Name: name})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.GetState() != inventoryv1.Machine_MAINTENANCE {
-		t.Errorf("state after the page's maintenance = %v", m.GetState())
+	if mc.GetState() != inventoryv1.Machine_MAINTENANCE {
+		t.Errorf("state after the page's maintenance = %v", mc.GetState())
 	}
 }
 
@@ -159,7 +205,7 @@ func TestHeaders(t *testing.T) {
 		"style":   {"/assets/app.css", 200, "text/css"},
 		"listing": {"/assets/", 404, ""},
 		"missing": {"/assets/nope.js", 404, ""},
-		"api":     {"/api/machines", 401, "application/json"},
+		"whoami":  {"/api/whoami", 401, "application/json"},
 	} {
 		t.Run(tn, func(t *testing.T) {
 			res, _ := a.do(t, "GET", tc.path, "", "", "")
@@ -194,64 +240,58 @@ func TestHeaders(t *testing.T) {
 	}
 }
 
-// TestWatchStream: a watch answers either a stream whose first lines are
-// the machines as ADDED then SYNCED (corral.watch.v1), or, on an
-// appliance without the Watch RPC, 501 before any line (the page then
-// polls). Bad input is refused before the RPC.
+// TestWatchStream: the page's machine watch (REST, NDJSON) answers a
+// stream whose first lines are the machines as ADDED then SYNCED
+// (corral.watch.v1), each line {"result":<event>}; bad input and a
+// missing token are refused before the RPC.
 func TestWatchStream(t *testing.T) {
 	a := startAppliance(t)
 	name := a.machine(t, "SN-W-1", "52:54:00:aa:00:02")
 	viewer := a.tokens[authv1.Role_ROLE_VIEWER]
 
-	res, body := a.do(t, "GET", "/api/watch/machines?from_revision=-1", viewer, "", "")
-	if res.StatusCode != http.StatusBadRequest || !strings.Contains(body, "from_revision") {
-		t.Errorf("negative revision = %d %s", res.StatusCode, body)
+	res, body := a.do(t, "GET", "/v1/watch/machines?fromRevision=x", viewer, "", "")
+	if res.StatusCode != http.StatusBadRequest || !strings.Contains(body, "fromRevision") {
+		t.Errorf("garbled revision = %d %s", res.StatusCode, body)
 	}
-	res, _ = a.do(t, "GET", "/api/watch/machines", "", "", "")
+	res, _ = a.do(t, "GET", "/v1/watch/machines", "", "", "")
 	if res.StatusCode != http.StatusUnauthorized {
 		t.Errorf("watch without a token = %d", res.StatusCode)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, a.base+"/api/watch/machines", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, a.base+"/v1/watch/machines?view=MACHINE_VIEW_SUMMARY", nil)
 	req.Header.Set("Authorization", "Bearer "+viewer)
 	r, err := a.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Body.Close()
-	switch r.StatusCode {
-	case http.StatusNotImplemented:
-		var e struct{ Error struct{ Code string } }
-		if err := json.NewDecoder(r.Body).Decode(&e); err != nil || e.Error.Code != codes.Unimplemented.String() {
-			t.Errorf("501 body: %v %+v", err, e)
+	if r.StatusCode != http.StatusOK {
+		t.Fatalf("watch = %d", r.StatusCode)
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "application/x-ndjson" {
+		t.Errorf("Content-Type = %q", ct)
+	}
+	sc := bufio.NewScanner(r.Body)
+	var types []string
+	for len(types) < 2 && sc.Scan() {
+		if strings.TrimSpace(sc.Text()) == "" {
+			continue
 		}
-		t.Log("this appliance has no WatchMachines yet: the page polls")
-	case http.StatusOK:
-		if ct := r.Header.Get("Content-Type"); ct != "application/x-ndjson" {
-			t.Errorf("Content-Type = %q", ct)
-		}
-		sc := bufio.NewScanner(r.Body)
-		var types []string
-		for sc.Scan() && len(types) < 2 {
-			if strings.TrimSpace(sc.Text()) == "" {
-				continue
-			}
-			var ev struct {
+		var ev struct {
+			Result struct {
 				Type    string
 				Machine struct{ Name string }
 			}
-			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-				t.Fatalf("line %q: %v", sc.Text(), err)
-			}
-			types = append(types, ev.Type+" "+ev.Machine.Name)
 		}
-		if d := cmp.Diff([]string{"ADDED " + name, "SYNCED "}, types); d != "" {
-			t.Errorf("first events (-want +got):\n%s", d)
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
 		}
-	default:
-		t.Fatalf("watch = %d", r.StatusCode)
+		types = append(types, ev.Result.Type+" "+ev.Result.Machine.Name)
+	}
+	if d := cmp.Diff([]string{"ADDED " + name, "SYNCED "}, types); d != "" {
+		t.Errorf("first events (-want +got):\n%s", d)
 	}
 }
 
@@ -276,4 +316,38 @@ func TestNewRefuses(t *testing.T) {
 			t.Errorf("%s: New accepted %+v", name, cfg)
 		}
 	}
+}
+
+// TestShutdownWithWatchOpen: corrald stops cleanly while the page's REST
+// watch is open (the web listener is shut down before the gRPC server's
+// GracefulStop, which cannot drain the in-process transports REST runs
+// on). The rig's cleanup fails the test if Run does not return nil.
+func TestShutdownWithWatchOpen(t *testing.T) {
+	// Registered before the rig's: closed after the appliance stopped.
+	var body io.Closer
+	t.Cleanup(func() {
+		if body != nil {
+			body.Close()
+		}
+	})
+	a := startAppliance(t)
+	a.machine(t, "SN-STOP-1", "52:54:00:aa:00:04")
+	req, _ := http.NewRequest(http.MethodGet, a.base+"/v1/watch/machines?view=MACHINE_VIEW_SUMMARY", nil)
+	req.Header.Set("Authorization", "Bearer "+a.tokens[authv1.Role_ROLE_VIEWER])
+	r, err := a.client.Do(req) //nolint:bodyclose // closed by the cleanup registered before the rig's, once the appliance stopped
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.StatusCode != http.StatusOK {
+		t.Fatalf("watch = %d", r.StatusCode)
+	}
+	sc := bufio.NewScanner(r.Body)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), `"SYNCED"`) {
+			break
+		}
+	}
+	// The body stays open: the appliance stops under it (the rig's
+	// cleanup), which ends the stream.
+	body = r.Body
 }

@@ -1,8 +1,12 @@
 // Corral's rack page. Plain JavaScript, no build step, no external
 // resources. The bearer token lives in sessionStorage (never a cookie)
-// and goes out as "Authorization: Bearer" on every fetch; lists are kept
-// live by the /api/watch/... streams (newline-delimited JSON), or by
-// polling the list when the appliance has no Watch (HTTP 501).
+// and goes out as "Authorization: Bearer" on every fetch. It reads and
+// acts through the appliance's REST API under /v1/ (protojson: lowerCamel
+// fields, unset fields omitted, enums by name; errors {"code","message"}
+// with a gRPC code number); lists are kept live by its /v1/watch/...
+// streams (newline-delimited JSON, a line {"result":<event>} per event),
+// or by polling the list when the appliance has no Watch (HTTP 501 or
+// 404).
 'use strict';
 
 const TOKEN_KEY = 'corral.token';
@@ -103,7 +107,7 @@ function cpuShort(f) {
 function disksSummary(f) {
   const ds = (f && f.disks) || [];
   if (!ds.length) return '—';
-  const total = ds.reduce((a, d) => a + num(d.size_bytes), 0);
+  const total = ds.reduce((a, d) => a + num(d.sizeBytes), 0);
   return ds.length + ' · ' + bytes(total);
 }
 
@@ -164,6 +168,22 @@ class APIError extends Error {
   }
 }
 
+// CODES names the gRPC status codes a REST error carries as numbers.
+const CODES = ['OK', 'Canceled', 'Unknown', 'InvalidArgument', 'DeadlineExceeded', 'NotFound', 'AlreadyExists', 'PermissionDenied',
+  'ResourceExhausted', 'FailedPrecondition', 'Aborted', 'OutOfRange', 'Unimplemented', 'Internal', 'Unavailable', 'DataLoss', 'Unauthenticated'];
+
+// statusOf reads an error body: REST's google.rpc.Status {"code":7,
+// "message":...} (a watch's last line too), or /api/whoami's
+// {"error":{"code":"PermissionDenied","message":...}}. It returns
+// { code (a name), message }, or null when data is neither.
+function statusOf(data) {
+  if (!data || typeof data !== 'object') return null;
+  const e = data.error && typeof data.error === 'object' ? data.error : data;
+  if (e.code === undefined || e.code === null) return null;
+  const code = typeof e.code === 'number' ? (CODES[e.code] || 'Code ' + e.code) : String(e.code);
+  return { code, message: typeof e.message === 'string' ? e.message : '' };
+}
+
 function token() { return sessionStorage.getItem(TOKEN_KEY) || ''; }
 function authHeaders() { return { Authorization: 'Bearer ' + token() }; }
 
@@ -180,7 +200,7 @@ async function api(path, opts) {
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
   if (!res.ok) {
-    const e = (data && data.error) || { code: 'HTTP ' + res.status, message: text.trim() || res.statusText };
+    const e = statusOf(data) || { code: 'HTTP ' + res.status, message: text.trim() || res.statusText };
     if (res.status === 401 && !opts.login) signOut('Signed out: ' + e.message);
     throw new APIError(res.status, e.code, e.message);
   }
@@ -225,16 +245,18 @@ function live(opt) {
     if (stopped) return;
     let res;
     try {
-      res = await fetch(opt.watch + (rev ? (opt.watch.includes('?') ? '&' : '?') + 'from_revision=' + rev : ''),
+      res = await fetch(opt.watch + (rev ? (opt.watch.includes('?') ? '&' : '?') + 'fromRevision=' + rev : ''),
         { headers: authHeaders(), cache: 'no-store', signal: ctl.signal });
     } catch (e) {
       if (!stopped) { setLive('error', e.message); later(() => watch(rev), RETRY_MS); }
       return;
     }
-    if (res.status === 501 || res.status === 503) { poll(); return; }
+    // 501: the RPC is not implemented; 404: an appliance without this
+    // watch route; 503: too many streams open.
+    if (res.status === 501 || res.status === 404 || res.status === 503) { poll(); return; }
     if (!res.ok) {
       let e = {};
-      try { e = (await res.json()).error || {}; } catch (x) { e = {}; }
+      try { e = statusOf(await res.json()) || {}; } catch (x) { e = {}; }
       if (res.status === 401) { signOut('Signed out: ' + (e.message || 'token refused')); return; }
       setLive('error', (e.code || res.status) + ': ' + (e.message || ''));
       later(() => watch(0), RETRY_MS * 2);
@@ -261,15 +283,18 @@ function live(opt) {
           const line = buf.slice(start, i).trim();
           start = i + 1;
           if (!line) continue;
-          const ev = JSON.parse(line);
-          if (ev.error) {
+          const frame = JSON.parse(line);
+          const ev = frame && frame.result;
+          if (!ev || typeof ev !== 'object') {
+            // The last line of a stream a status ended.
+            const st = statusOf(frame) || { code: 'Unknown', message: 'unexpected stream line' };
             // OUT_OF_RANGE: the revision is compacted, re-list from 0.
-            if (ev.error.code === 'OutOfRange') last = 0;
+            if (st.code === 'OutOfRange') last = 0;
             const p = perf();
             p.streamErrors = (p.streamErrors || 0) + 1;
-            p.lastStreamError = ev.error.code + ': ' + ev.error.message;
-            setLive('error', ev.error.code + ': ' + ev.error.message);
-            throw new Error(ev.error.message);
+            p.lastStreamError = st.code + ': ' + st.message;
+            setLive('error', st.code + ': ' + st.message);
+            throw new Error(st.message);
           }
           // Resume from a revision only once the list is complete: a
           // stream cut during the initial list (a slow reader is cut
@@ -334,7 +359,7 @@ async function loadCaller(opts) {
   } catch (e) {
     if (e.status !== 501) throw e;
     // No whoami: check the token with a call every role may make.
-    await api('/api/machines?page_size=1', opts);
+    await api('/v1/machines?pageSize=1&view=MACHINE_VIEW_SUMMARY', opts);
     caller = { role: '', actions: null };
   }
 }
@@ -393,17 +418,32 @@ function showLogin() {
 
 // ---- actions ----
 
-async function act(name, what, path, body, done) {
+// ACTION_PATHS: each action's REST route after /v1/machines/{name}.
+const ACTION_PATHS = { accept: ':accept', power: '/power', maintenance: ':maintenance' };
+
+// POWER_ACTIONS: the power menu's values as the API's enum names.
+const POWER_ACTIONS = { on: 'POWER_ACTION_ON', off: 'POWER_ACTION_OFF', 'soft-off': 'POWER_ACTION_SOFT_OFF', cycle: 'POWER_ACTION_CYCLE', reset: 'POWER_ACTION_RESET' };
+
+// act does the page's action (accept, power, maintenance) on machine
+// name with body, the RPC's request fields, after asking.
+async function act(name, what, action, body, done) {
   clearNotice();
   if (!(await confirmAction(what + ' ' + name + '?'))) return;
   try {
-    await api('/api/machines/' + encodeURIComponent(name) + '/' + path, { method: 'POST', body });
+    await api('/v1/machines/' + encodeURIComponent(name) + ACTION_PATHS[action], { method: 'POST', body });
     notice(what + ' ' + name + ': done', 'ok');
     if (done) done();
   } catch (e) {
-    // A refusal for the role comes in words from the gateway; other
-    // errors keep their code for the logs.
-    notice(e.code === 'PermissionDenied' ? what + ' ' + name + ' refused. ' + e.message : what + ' ' + name + ' failed: ' + e.message + ' (' + e.code + ')', 'error');
+    if (e.code !== 'PermissionDenied') {
+      notice(what + ' ' + name + ' failed: ' + e.message + ' (' + e.code + ')', 'error');
+      return;
+    }
+    // A refusal for the role is said in words (/api/whoami's), not as
+    // the RPC's name; the role may have changed under the page, so ask
+    // again.
+    try { await loadCaller(); } catch (x) { /* keep the old answer */ }
+    const a = caller && caller.actions && caller.actions[action];
+    notice(what + ' ' + name + ' refused. ' + (a && a.refusal ? a.refusal : 'Your token\'s role may not do this.'), 'error');
   }
 }
 
@@ -424,7 +464,7 @@ function machineActions(m, done) {
   sel.addEventListener('change', () => {
     const a = sel.value;
     sel.value = '';
-    if (a) act(name, 'Power ' + a, 'power', { action: a }, done);
+    if (POWER_ACTIONS[a]) act(name, 'Power ' + a, 'power', { action: POWER_ACTIONS[a] }, done);
   });
   if (may('power')) out.push(sel);
   if (!may('maintenance')) {
@@ -464,20 +504,20 @@ const MACHINE_STATES = ['DISCOVERED', 'INVENTORIED', 'INSTALLING', 'READY', 'ALL
 // Plain order, not numeric: machine names are often hex MACs (m-525400…).
 const collator = new Intl.Collator(undefined, { sensitivity: 'base' });
 
-function diskTotal(f) { return ((f && f.disks) || []).reduce((a, d) => a + num(d.size_bytes), 0); }
+function diskTotal(f) { return ((f && f.disks) || []).reduce((a, d) => a + num(d.sizeBytes), 0); }
 
 // MACHINE_COLUMNS: heading, sort key (null: not sortable) and the value
 // sorted by.
 const MACHINE_COLUMNS = [
   ['Name', 'name', (m) => m.name],
   ['State', 'state', (m) => m.state || 'UNSPECIFIED'],
-  ['Power', 'power', (m) => power(m.power_state)],
+  ['Power', 'power', (m) => power(m.powerState)],
   ['Serial', 'serial', (m) => m.serial || ''],
   ['CPU', 'cpu', (m) => cpuShort(m.facts)],
-  ['Memory', 'memory', (m) => num(m.facts && m.facts.memory && m.facts.memory.total_bytes)],
+  ['Memory', 'memory', (m) => num(m.facts && m.facts.memory && m.facts.memory.totalBytes)],
   ['Disks', 'disks', (m) => diskTotal(m.facts)],
   ['NICs', 'nics', (m) => ((m.facts && m.facts.nics) || []).length],
-  ['Node', 'node', (m) => m.node_name || ''],
+  ['Node', 'node', (m) => m.nodeName || ''],
   ['Pool', 'pool', (m) => placeShort(m)],
 ];
 
@@ -496,23 +536,23 @@ function labelsText(m) {
 function allocationText(m) {
   const a = m.allocation;
   if (!a || !a.owner) return '';
-  const who = a.owner + (a.owner_name ? ' (' + a.owner_name + ')' : '');
-  if (a.released_at) return who + ', ended ' + when(a.released_at) + ': ' + (a.release_reason || '');
-  return who + ' since ' + when(a.allocated_at) + (a.expires_at ? ', until ' + when(a.expires_at) : '');
+  const who = a.owner + (a.ownerName ? ' (' + a.ownerName + ')' : '');
+  if (a.releasedAt) return who + ', ended ' + when(a.releasedAt) + ': ' + (a.releaseReason || '');
+  return who + ' since ' + when(a.allocatedAt) + (a.expiresAt ? ', until ' + when(a.expiresAt) : '');
 }
 
 function machineCells(m, actions) {
   const cells = [
     h('td', null, h('a', { href: '#/machines/' + encodeURIComponent(m.name) }, m.name),
       (m.flags || []).length ? h('span', { class: 'flag', title: m.flags.join(', ') }, '!') : null),
-    h('td', { class: 'state', title: m.state_reason || '' }, badge(m.state)),
-    h('td', { class: 'power' }, h('span', { class: 'power-' + power(m.power_state) }, power(m.power_state))),
+    h('td', { class: 'state', title: m.stateReason || '' }, badge(m.state)),
+    h('td', { class: 'power' }, h('span', { class: 'power-' + power(m.powerState) }, power(m.powerState))),
     h('td', { class: 'mono' }, m.serial || '—'),
     h('td', { class: 'cpu', title: cpuSummary(m.facts) }, cpuShort(m.facts)),
-    h('td', null, bytes(m.facts && m.facts.memory && m.facts.memory.total_bytes)),
+    h('td', null, bytes(m.facts && m.facts.memory && m.facts.memory.totalBytes)),
     h('td', null, disksSummary(m.facts)),
     h('td', null, nicsSummary(m.facts)),
-    h('td', null, m.node_name || '—'),
+    h('td', null, m.nodeName || '—'),
     h('td', { title: labelsText(m) }, placeShort(m) || '—'),
   ];
   if (actions) cells.push(h('td', null, machineActions(m)));
@@ -523,13 +563,13 @@ function machineCells(m, actions) {
 // is left alone.
 function machineSig(m) {
   const f = m.facts || {};
-  return JSON.stringify([m.state, m.state_reason, m.power_state, m.serial, m.flags, m.node_name, m.pool, m.zone, m.labels,
-    f.cpu, f.memory && f.memory.total_bytes, diskTotal(f), (f.disks || []).length, (f.nics || []).map((n) => n.link)]);
+  return JSON.stringify([m.state, m.stateReason, m.powerState, m.serial, m.flags, m.nodeName, m.pool, m.zone, m.labels,
+    f.cpu, f.memory && f.memory.totalBytes, diskTotal(f), (f.disks || []).length, (f.nics || []).map((n) => n.link)]);
 }
 
 // machineHay is what the search looks in: name, serial and every MAC.
 function machineHay(m) {
-  const macs = [m.boot_mac, ...(m.macs || []), ...((m.facts && m.facts.nics) || []).map((n) => n.mac)];
+  const macs = [m.bootMac, ...(m.macs || []), ...((m.facts && m.facts.nics) || []).map((n) => n.mac)];
   return [m.name, m.serial, ...macs].filter(Boolean).join(' ').toLowerCase();
 }
 
@@ -715,20 +755,27 @@ function pageMachines(main) {
     }
   };
   return [live({
-    load: (signal) => readPages('/api/machines', 'machines', signal),
-    watch: '/api/watch/machines', field: 'machine', keyOf: (m) => m.name, onChange: render,
+    load: (signal) => readPages(MACHINE_LIST, 'machines', signal),
+    watch: MACHINE_WATCH, field: 'machine', keyOf: (m) => m.name, onChange: render,
   })];
 }
 
+// MACHINE_LIST and MACHINE_WATCH read machine summaries (no fact
+// history, no PCI devices: a machine's own page gets them), as many a
+// page as the appliance serves.
+const MACHINE_LIST = '/v1/machines?view=MACHINE_VIEW_SUMMARY&pageSize=1000';
+const MACHINE_WATCH = '/v1/watch/machines?view=MACHINE_VIEW_SUMMARY';
+
 // readPages reads a paged list to its last page (the appliance answers a
-// page at a time) and returns the items of field.
+// page at a time: pageToken from the previous answer's nextPageToken)
+// and returns the items of field.
 async function readPages(path, field, signal) {
   const all = [];
   let token = '';
   do {
-    const res = await api(path + (token ? '?page_token=' + encodeURIComponent(token) : ''), { signal });
-    for (const it of res[field] || []) all.push(it);
-    token = res.next_page_token || '';
+    const res = await api(path + (token ? (path.includes('?') ? '&' : '?') + 'pageToken=' + encodeURIComponent(token) : ''), { signal });
+    for (const it of (res && res[field]) || []) all.push(it);
+    token = (res && res.nextPageToken) || '';
   } while (token);
   return all;
 }
@@ -836,16 +883,16 @@ function pageMachine(main, name) {
     const sys = f.system || {};
     head.replaceChildren(h('h1', null, m.name), h('span', { class: 'state', 'data-name': m.name }, badge(m.state)), machineActions(m));
     summary.replaceChildren(kv([
-      ['State', [badge(m.state), m.state_reason ? ' ' + m.state_reason : '']],
-      ['Power', power(m.power_state) + (m.power_read_at ? ' (read ' + ago(m.power_read_at) + ')' : '')],
-      ['Serial', m.serial], ['System UUID', m.system_uuid], ['Boot MAC', m.boot_mac],
+      ['State', [badge(m.state), m.stateReason ? ' ' + m.stateReason : '']],
+      ['Power', power(m.powerState) + (m.powerReadAt ? ' (read ' + ago(m.powerReadAt) + ')' : '')],
+      ['Serial', m.serial], ['System UUID', m.systemUuid], ['Boot MAC', m.bootMac],
       ['System', [sys.vendor, sys.product].filter(Boolean).join(' ')],
-      ['CPU', cpuSummary(f)], ['Memory', bytes(f.memory && f.memory.total_bytes)],
+      ['CPU', cpuSummary(f)], ['Memory', bytes(f.memory && f.memory.totalBytes)],
       ['BMC', m.bmc && m.bmc.address ? m.bmc.address + (m.bmc.provider ? ' (' + m.bmc.provider + ')' : '') : 'not enrolled'],
-      ['Node', m.node_name], ['Flags', (m.flags || []).join(', ')],
+      ['Node', m.nodeName], ['Flags', (m.flags || []).join(', ')],
       ['Zone', m.zone], ['Pool', m.pool], ['Labels', labelsText(m)], ['Allocation', allocationText(m)],
-      ['Install', m.install && m.install.install_id ? (m.install.step || 'planned') + (m.install.disk ? ' on ' + m.install.disk : '') + (m.install.error ? ' — ' + m.install.error : '') : ''],
-      ['Created', when(m.created_at)], ['Updated', when(m.updated_at)],
+      ['Install', m.install && m.install.installId ? (m.install.step || 'planned') + (m.install.disk ? ' on ' + m.install.disk : '') + (m.install.error ? ' — ' + m.install.error : '') : ''],
+      ['Created', when(m.createdAt)], ['Updated', when(m.updatedAt)],
     ]));
     const hasBMC = Boolean(m.bmc && m.bmc.address);
     con.card.hidden = !hasBMC;
@@ -853,14 +900,14 @@ function pageMachine(main, name) {
     renderHealth(health, m);
     facts.replaceChildren(
       h('div', { class: 'card' }, h('h2', null, 'Disks'), table('list', ['Name', 'Size', 'Model', 'Serial', 'Bus', 'Kind'],
-        (f.disks || []).map((d) => h('tr', null, h('td', { class: 'mono' }, d.name), h('td', null, bytes(d.size_bytes)), h('td', null, d.model || '—'),
+        (f.disks || []).map((d) => h('tr', null, h('td', { class: 'mono' }, d.name), h('td', null, bytes(d.sizeBytes)), h('td', null, d.model || '—'),
           h('td', { class: 'mono' }, d.serial || '—'), h('td', null, d.bus || '—'), h('td', null, d.rotational ? 'HDD' : 'SSD', d.removable ? ', removable' : ''))),
         'No disks reported.')),
       h('div', { class: 'card' }, h('h2', null, 'NICs'), table('list', ['Name', 'MAC', 'Driver', 'Link', 'Speed'],
         (f.nics || []).map((n) => h('tr', null, h('td', { class: 'mono' }, n.name), h('td', { class: 'mono' }, n.mac), h('td', null, n.driver || '—'),
-          h('td', null, n.link ? 'up' : 'down'), h('td', null, n.speed_mbps ? n.speed_mbps + ' Mb/s' : '—'))),
+          h('td', null, n.link ? 'up' : 'down'), h('td', null, n.speedMbps ? n.speedMbps + ' Mb/s' : '—'))),
         'No NICs reported.')));
-    const changes = (m.fact_history || []).slice().reverse();
+    const changes = (m.factHistory || []).slice().reverse();
     hist.replaceChildren(h('h2', null, 'Fact history'), table('list history', ['When', 'Fact', 'Before', 'After'],
       changes.map((c) => h('tr', null, h('td', null, when(c.at)), h('td', { class: 'mono' }, c.path), h('td', null, c.before || '—'), h('td', null, c.after || '—'))),
       'No fact changed since the first report.'));
@@ -876,12 +923,12 @@ function pageMachine(main, name) {
   return [
     con,
     live({
-      load: async (signal) => [await api('/api/machines/' + enc, { signal })],
-      watch: '/api/watch/machines/' + enc, field: 'machine', keyOf: (m) => m.name, onChange: renderMachine,
+      load: async (signal) => [await api('/v1/machines/' + enc, { signal })],
+      watch: '/v1/watch/machines?name=' + enc, field: 'machine', keyOf: (m) => m.name, onChange: renderMachine,
     }),
     live({
-      load: async (signal) => ((await api('/api/machines/' + enc + '/timeline?limit=500', { signal })).entries || []),
-      watch: '/api/watch/machines/' + enc + '/timeline?limit=500', field: 'entry', onChange: renderTimeline,
+      load: async (signal) => (((await api('/v1/machines/' + enc + '/timeline?limit=500', { signal })) || {}).entries || []),
+      watch: '/v1/watch/machines/' + enc + '/timeline?limit=500', field: 'entry', onChange: renderTimeline,
     }),
   ];
 }
@@ -907,8 +954,8 @@ function renderHealth(card, m) {
     h('h2', null, 'BMC health ', h('span', { class: 'badge health-' + st, id: 'bmc-health-status' }, st)),
     conds.length ? h('ul', { class: 'conditions' }, conds.map((c) => h('li', null, c))) : null,
     kv([
-      ['Changed', set(hs.changed_at) ? when(hs.changed_at) + ' (' + ago(hs.changed_at) + ')' : ''],
-      ['Event log', hs.log_critical_id ? ['critical entry #' + hs.log_critical_id + ': ', h('span', { class: 'log-critical' }, hs.log_critical || '')] : (set(hs.log_added_at) ? 'no critical entry (last added ' + when(hs.log_added_at) + ')' : 'no critical entry')],
+      ['Changed', set(hs.changedAt) ? when(hs.changedAt) + ' (' + ago(hs.changedAt) + ')' : ''],
+      ['Event log', hs.logCriticalId ? ['critical entry #' + hs.logCriticalId + ': ', h('span', { class: 'log-critical' }, hs.logCritical || '')] : (set(hs.logAddedAt) ? 'no critical entry (last added ' + when(hs.logAddedAt) + ')' : 'no critical entry')],
       ['Sensors', hs.dropped ? sensors.length + ' shown, ' + hs.dropped + ' more not kept' : ''],
     ]),
     table('list sensors', ['Sensor', 'Kind', 'Reading', 'Status', 'Threshold'],
@@ -1069,23 +1116,23 @@ function pageNodes(main) {
     count.textContent = ns.length + (ns.length === 1 ? ' node' : ' nodes');
     body.replaceChildren(table('list nodes', ['Name', 'State', 'Address', 'Rack', 'CPU reserved', 'Memory reserved', 'Storage reserved', 'Reservations', 'Heartbeat'],
       ns.map((n) => {
-        const comps = Object.values(n.reserved_computes || {});
-        const stors = Object.values(n.reserved_storages || {});
-        const rc = comps.reduce((a, c) => a + num(c.request_cpu_milli_core), 0);
-        const rm = comps.reduce((a, c) => a + num(c.request_memory_bytes), 0);
-        const rs = stors.reduce((a, c) => a + num(c.request_bytes), 0);
+        const comps = Object.values(n.reservedComputes || {});
+        const stors = Object.values(n.reservedStorages || {});
+        const rc = comps.reduce((a, c) => a + num(c.requestCpuMilliCore), 0);
+        const rm = comps.reduce((a, c) => a + num(c.requestMemoryBytes), 0);
+        const rs = stors.reduce((a, c) => a + num(c.requestBytes), 0);
         return h('tr', { 'data-name': n.name },
           h('td', null, n.name), h('td', { class: 'state' }, badge(n.state, 'node')), h('td', { class: 'mono' }, n.address || '—'),
           h('td', null, [n.rack, n.unit ? 'U' + n.unit : ''].filter(Boolean).join(' ') || '—'),
-          h('td', null, meter(rc, n.cpu_milli_cores, cpu)), h('td', null, meter(rm, n.memory_bytes, bytes)), h('td', null, meter(rs, n.storage_bytes, bytes)),
+          h('td', null, meter(rc, n.cpuMilliCores, cpu)), h('td', null, meter(rm, n.memoryBytes, bytes)), h('td', null, meter(rs, n.storageBytes, bytes)),
           h('td', null, comps.length + ' compute, ' + stors.length + ' storage'),
-          h('td', { title: when(n.last_heartbeat) }, ago(n.last_heartbeat)));
+          h('td', { title: when(n.lastHeartbeat) }, ago(n.lastHeartbeat)));
       }),
       'No nodes: accepted machines join the pool when their hypervisor agent starts.'));
   };
   return [live({
-    load: async (signal) => ((await api('/api/nodes', { signal })).nodes || []),
-    watch: '/api/watch/nodes', field: 'node', keyOf: (n) => n.name, onChange: render,
+    load: (signal) => readPages('/v1/nodes', 'nodes', signal),
+    watch: '/v1/watch/nodes', field: 'node', keyOf: (n) => n.name, onChange: render,
   })];
 }
 
@@ -1103,7 +1150,7 @@ function pageVMs(main) {
     conSlot.replaceChildren(con.card);
     con.open();
   };
-  const consoleButton = (v) => (may('console') && v.compute_node_name
+  const consoleButton = (v) => (may('console') && v.computeNodeName
     ? h('button', { type: 'button', class: 'vm-console', 'data-action': 'console', 'data-vm': v.name, onclick: () => showConsole(v.name) }, 'Console')
     : '—');
   const render = (vs) => {
@@ -1111,16 +1158,16 @@ function pageVMs(main) {
     count.textContent = vs.length + (vs.length === 1 ? ' VM' : ' VMs');
     body.replaceChildren(table('list vms', ['Name', 'State', 'Node', 'vCPUs', 'Memory', 'Disks', 'NICs', 'Console'],
       vs.map((v) => h('tr', { 'data-name': v.name },
-        h('td', null, v.name), h('td', { class: 'state' }, badge(v.state, 'vm')), h('td', null, v.compute_node_name || '—'),
-        h('td', null, String(Math.max(1, Math.floor(num(v.limit_cpu_milli_core) / 1000)))), h('td', null, bytes(v.limit_memory_bytes)),
-        h('td', null, (v.block_storage_names || []).join(', ') || '—'),
-        h('td', { class: 'mono' }, (v.nics || []).map((n) => n.network_name + (n.ipv4_address ? ' ' + n.ipv4_address : '')).join(', ') || '—'),
+        h('td', null, v.name), h('td', { class: 'state' }, badge(v.state, 'vm')), h('td', null, v.computeNodeName || '—'),
+        h('td', null, String(Math.max(1, Math.floor(num(v.limitCpuMilliCore) / 1000)))), h('td', null, bytes(v.limitMemoryBytes)),
+        h('td', null, (v.blockStorageNames || []).join(', ') || '—'),
+        h('td', { class: 'mono' }, (v.nics || []).map((n) => n.networkName + (n.ipv4Address ? ' ' + n.ipv4Address : '')).join(', ') || '—'),
         h('td', null, consoleButton(v)))),
       'No virtual machines.'));
   };
   return [{ stop() { if (con) con.stop(); } }, live({
-    load: async (signal) => ((await api('/api/vms', { signal })).virtual_machines || []),
-    watch: '/api/watch/vms', field: 'virtual_machine', keyOf: (v) => v.name, onChange: render,
+    load: (signal) => readPages('/v1/virtual-machines', 'virtualMachines', signal),
+    watch: '/v1/watch/virtual-machines', field: 'virtualMachine', keyOf: (v) => v.name, onChange: render,
   })];
 }
 
@@ -1133,13 +1180,13 @@ function pageVolumes(main) {
     count.textContent = vs.length + (vs.length === 1 ? ' volume' : ' volumes');
     body.replaceChildren(table('list volumes', ['Name', 'State', 'Node', 'Requested', 'Limit'],
       vs.map((v) => h('tr', { 'data-name': v.name },
-        h('td', null, v.name), h('td', { class: 'state' }, badge(v.state, 'vol')), h('td', null, v.node_name || '—'),
-        h('td', null, bytes(v.request_bytes)), h('td', null, bytes(v.limit_bytes)))),
+        h('td', null, v.name), h('td', { class: 'state' }, badge(v.state, 'vol')), h('td', null, v.nodeName || '—'),
+        h('td', null, bytes(v.requestBytes)), h('td', null, bytes(v.limitBytes)))),
       'No volumes.'));
   };
   return [live({
-    load: async (signal) => ((await api('/api/volumes', { signal })).block_storages || []),
-    watch: '/api/watch/volumes', field: 'block_storage', keyOf: (v) => v.name, onChange: render,
+    load: (signal) => readPages('/v1/block-storages', 'blockStorages', signal),
+    watch: '/v1/watch/block-storages', field: 'blockStorage', keyOf: (v) => v.name, onChange: render,
   })];
 }
 
@@ -1170,7 +1217,7 @@ function pagePools(main) {
     }
     body.replaceChildren(...pools.map((p) => {
       const st = p.status || {};
-      const ready = num(st.ready), target = num(p.min_ready);
+      const ready = num(st.ready), target = num(p.minReady);
       const booted = p.readiness === 'READINESS_BOOTED';
       const figures = [
         ['Selector', p.selector ? 'pool=' + p.name + ',' + p.selector : 'pool=' + p.name],
@@ -1181,24 +1228,24 @@ function pagePools(main) {
         ['Warming', booted ? String(num(st.warming)) : '—'],
         ['Allocated', String(num(st.allocated))],
         ['Deficit', String(num(st.deficit))],
-        ['Last action', st.last_action ? st.last_action + ' (' + ago(st.last_action_at) + ')' : '—'],
-        ['Seen', st.observed_at ? ago(st.observed_at) : 'not yet'],
+        ['Last action', st.lastAction ? st.lastAction + ' (' + ago(st.lastActionAt) + ')' : '—'],
+        ['Seen', st.observedAt ? ago(st.observedAt) : 'not yet'],
       ];
       // Its READY machines as the controller named them, then the machines
       // of the pool this token sees held (an operator sees every one).
-      const names = new Set(st.ready_machines || []);
+      const names = new Set(st.readyMachines || []);
       if (machines) {
         for (const m of machines.values()) {
-          if (m.pool === p.name && m.allocation && m.allocation.owner && !m.allocation.released_at) names.add(m.name);
+          if (m.pool === p.name && m.allocation && m.allocation.owner && !m.allocation.releasedAt) names.add(m.name);
         }
       }
       const rows = [...names].sort(collator.compare).map((n) => {
         const m = (machines && machines.get(n)) || { name: n };
         return h('tr', { 'data-name': n },
           h('td', null, h('a', { href: '#/machines/' + encodeURIComponent(n) }, n)),
-          h('td', { class: 'state', title: m.state_reason || '' }, m.state ? badge(m.state) : '…'),
-          h('td', { class: 'power' }, h('span', { class: 'power-' + power(m.power_state) }, power(m.power_state))),
-          h('td', null, (m.allocation && m.allocation.owner && !m.allocation.released_at) ? allocationText(m) : '—'));
+          h('td', { class: 'state', title: m.stateReason || '' }, m.state ? badge(m.state) : '…'),
+          h('td', { class: 'power' }, h('span', { class: 'power-' + power(m.powerState) }, power(m.powerState))),
+          h('td', null, (m.allocation && m.allocation.owner && !m.allocation.releasedAt) ? allocationText(m) : '—'));
       });
       return h('section', { class: 'card pool', 'data-pool': p.name },
         h('h2', null, p.name, ' ', h('span', { class: 'badge ' + (num(st.deficit) ? 'state-FAILED' : 'state-DEPLOYED') }, num(st.deficit) ? 'short ' + num(st.deficit) : 'at target')),
@@ -1213,7 +1260,7 @@ function pagePools(main) {
   let timer = null;
   async function poll() {
     try {
-      pools = await readPages('/api/standby-pools', 'pools', ctl.signal);
+      pools = await readPages('/v1/standby-pools', 'pools', ctl.signal);
       render();
     } catch (e) {
       if (stopped) return;
@@ -1225,8 +1272,8 @@ function pagePools(main) {
   return [
     { stop() { stopped = true; ctl.abort(); clearTimeout(timer); } },
     live({
-      load: (signal) => readPages('/api/machines', 'machines', signal),
-      watch: '/api/watch/machines', field: 'machine', keyOf: (m) => m.name,
+      load: (signal) => readPages(MACHINE_LIST, 'machines', signal),
+      watch: MACHINE_WATCH, field: 'machine', keyOf: (m) => m.name,
       onChange: (_list, _changed, byName) => { machines = byName; render(); },
     }),
   ];
