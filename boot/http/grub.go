@@ -24,10 +24,16 @@ const GrubConfigName = "grub/grub.cfg"
 //go:embed grub.cfg.tmpl
 var grubText string
 
-var grubTmpl = template.Must(template.New("grub").Funcs(template.FuncMap{
+// localDiskText defines "localdisk", the local-disk answer both GRUB
+// configurations end with (the removable-media loader's name as its dot).
+//
+//go:embed localdisk.grub.tmpl
+var localDiskText string
+
+var grubTmpl = template.Must(template.Must(template.New("grub").Funcs(template.FuncMap{
 	"q":     grubQuote,
 	"words": grubWords,
-}).Parse(grubText))
+}).Parse(grubText)).Parse(localDiskText))
 
 // grubQuote joins parts and quotes them as one GRUB script word: single
 // quotes, inside which GRUB takes every byte literally but the quote
@@ -75,10 +81,10 @@ var grubARM64Text string
 
 // grubARM64Tmpl is arm64 machines' GRUB configuration (/boot.grub),
 // quoted as grubTmpl is.
-var grubARM64Tmpl = template.Must(template.New("grub-arm64").Funcs(template.FuncMap{
+var grubARM64Tmpl = template.Must(template.Must(template.New("grub-arm64").Funcs(template.FuncMap{
 	"q":     grubQuote,
 	"words": grubWords,
-}).Parse(grubARM64Text))
+}).Parse(grubARM64Text)).Parse(localDiskText))
 
 // RenderGRUBARM64 renders an arm64 machine's GRUB configuration for d
 // (d.Host set): the kernel and initramfs over GRUB's http module from

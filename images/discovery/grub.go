@@ -20,7 +20,11 @@ const GRUBARM64Dir = "/usr/lib/grub/arm64-efi"
 // the firmware's NIC (efinet), DHCP options, HTTP, the Linux loader with
 // gzip (Debian's arm64 vmlinuz is a gzip'd Image) and the script commands
 // of GRUBEmbeddedConfig and of the per-machine config boot/http renders.
-var GRUBARM64Modules = []string{"efinet", "net", "http", "linux", "gzio", "normal", "configfile", "echo", "regexp", "sleep", "test", "halt", "reboot"}
+// The local-disk answer (boot/http's localdisk) finds the ESP's
+// \EFI\BOOT\BOOTAA64.EFI (search, part_gpt, part_msdos, fat) and chainloads
+// it (chain).
+var GRUBARM64Modules = []string{"efinet", "net", "http", "linux", "gzio", "normal", "configfile", "echo", "regexp", "sleep", "test", "halt", "reboot",
+	"search", "part_gpt", "part_msdos", "fat", "chain"}
 
 // GRUBEmbeddedConfig is the loader's built-in config. GRUB runs it with
 // its rescue parser (no if or for), after efinet has configured the NIC
