@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
+	nodev1 "github.com/corralhq/corral/api/node/v1"
 	osimagev1 "github.com/corralhq/corral/api/osimage/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	provisioningv1 "github.com/corralhq/corral/api/provisioning/v1"
@@ -27,10 +29,13 @@ import (
 // a real corral-node: the provider is found through a CLI configuration's
 // dev_overrides, with no tofu init and no registry. apply creates a
 // network, a volume on the node, a VM on both and an OS image downloaded
-// from the lab's web server; a change made over gRPC
-// behind tofu's back shows in `plan -detailed-exitcode` (exit 2) and the
-// next apply puts it back; import adopts an object by name; destroy
-// leaves the List RPCs empty.
+// from the lab's web server, and allocates a machine of the pool (one
+// registered and accepted into pool "tf" over gRPC: allocation needs no
+// boot); a change made over gRPC behind tofu's back shows in
+// `plan -detailed-exitcode` (exit 2) and the next apply puts it back (a
+// machine released behind its back is allocated again); import adopts an
+// object by name; destroy leaves the List RPCs empty and the machine
+// READY in its pool, unallocated.
 func TestTofuProvider(t *testing.T) {
 	need(t)
 	tofu, err := filepath.Abs("../../.bin/tofu")
@@ -113,6 +118,11 @@ resource "corral_os_image" "os" {
   format     = "RAW"
 }
 
+resource "corral_machine" "m" {
+  pool  = "tf"
+  erase = "NONE"
+}
+
 data "corral_nodes" "all" {}
 
 data "corral_machines" "ready" {
@@ -163,9 +173,35 @@ output "nodes" {
 	vms := provisioningv1.NewVirtualMachineServiceClient(l.Conn)
 	images := osimagev1.NewOSImageServiceClient(l.Conn)
 
+	machines := inventoryv1.NewMachineServiceClient(l.Conn)
+
+	// A machine of pool "tf": registered (as the agent would; agent tokens
+	// come from the boot server only, an admin token may Register too),
+	// accepted into the pool (READY, nothing installed).
+	reg, err := nodev1.NewAgentServiceClient(l.Conn).Register(ctx, &nodev1.RegisterRequest{BootMac: "52:54:00:7f:00:01",
+		Facts: &inventoryv1.Facts{System: &inventoryv1.Facts_System{Serial: "SN-TF-1", Uuid: "6f1c2a84-6c1c-4b0e-9d5b-5f1e0d3e7a01"}}})
+	if err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	mname := reg.GetMachineName()
+	if _, err := machines.AcceptMachine(ctx, &inventoryv1.AcceptMachineRequest{Name: mname, Target: inventoryv1.AcceptTarget_ACCEPT_TARGET_POOL}); err != nil {
+		t.Fatalf("AcceptMachine: %v", err)
+	}
+	if _, err := machines.LabelMachine(ctx, &inventoryv1.LabelMachineRequest{Name: mname, Set: map[string]string{"pool": "tf"}}); err != nil {
+		t.Fatalf("LabelMachine: %v", err)
+	}
+	allocation := func() *inventoryv1.Machine {
+		t.Helper()
+		m, err := machines.GetMachine(ctx, &inventoryv1.GetMachineRequest{Name: mname})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+
 	// Plan, then apply.
 	out := run(2, "plan", "-detailed-exitcode")
-	if !strings.Contains(out, "4 to add") {
+	if !strings.Contains(out, "5 to add") {
 		t.Fatalf("plan:\n%s", out)
 	}
 	out = run(0, "apply", "-auto-approve")
@@ -185,7 +221,27 @@ output "nodes" {
 	if got, err := images.GetOSImage(ctx, &osimagev1.GetOSImageRequest{Name: "tf-os"}); err != nil || got.GetOsImage().GetState() != osimagev1.OSImageState_OS_IMAGE_STATE_READY {
 		t.Fatalf("tf-os after apply: %v %v", got, err)
 	}
+	m := allocation()
+	firstAlloc := m.GetAllocation().GetAllocationId()
+	if m.GetState() != inventoryv1.Machine_ALLOCATED || firstAlloc == "" {
+		t.Fatalf("%s after apply: state %v, allocation %v", mname, m.GetState(), m.GetAllocation())
+	}
 	run(0, "plan", "-detailed-exitcode") // nothing to do right after apply
+
+	// The machine released behind tofu's back: its allocation is gone, so
+	// the plan allocates again (exit 2), and apply does.
+	if _, err := machines.ReleaseMachine(ctx, &inventoryv1.ReleaseMachineRequest{Name: mname, Reason: "behind tofu's back", Erase: inventoryv1.EraseLevel_ERASE_LEVEL_NONE}); err != nil {
+		t.Fatalf("ReleaseMachine: %v", err)
+	}
+	out = run(2, "plan", "-detailed-exitcode")
+	if !strings.Contains(out, "corral_machine.m will be created") || !strings.Contains(out, "1 to add") {
+		t.Errorf("plan after the release behind tofu's back:\n%s", out)
+	}
+	run(0, "apply", "-auto-approve")
+	if m := allocation(); m.GetState() != inventoryv1.Machine_ALLOCATED || m.GetAllocation().GetAllocationId() == firstAlloc {
+		t.Errorf("%s after the second apply: state %v, allocation %v (first %s)", mname, m.GetState(), m.GetAllocation(), firstAlloc)
+	}
+	run(0, "plan", "-detailed-exitcode")
 
 	// Changes behind tofu's back, over gRPC: the network's domain, the
 	// volume's and the VM's labels. plan sees them (exit 2), apply puts
@@ -252,6 +308,9 @@ output "nodes" {
 	}
 	if pids := l.QEMUPids("tf-vm"); len(pids) > 0 {
 		t.Errorf("QEMU of tf-vm still running: %v", pids)
+	}
+	if m := allocation(); m.GetState() != inventoryv1.Machine_READY || (m.GetAllocation() != nil && m.GetAllocation().GetReleasedAt() == nil) {
+		t.Errorf("%s after destroy: state %v, allocation %v; want READY and released", mname, m.GetState(), m.GetAllocation())
 	}
 	figure(t, "tofu plan/apply/drift/import/destroy against corrald and a node: %v (lab up in %v)",
 		time.Since(labReady).Round(time.Millisecond), labReady.Sub(start).Round(time.Millisecond))
