@@ -39,11 +39,11 @@ func TestParseErrors(t *testing.T) {
 		},
 		"missing type": {
 			file: "a:\n  action: GetNode\n",
-			want: []string{`task "a" (line 1): missing type (valid: Agent, Appliance, Audit, Backup, BlockStorage, BmcCredential, BmcRedfish, Commission, Console, Hypervisor, Image, Machine, Network, Node, OSImage, StandbyPool, Token, VirtualMachine)`},
+			want: []string{`task "a" (line 1): missing type (valid: Agent, Appliance, Audit, Backup, BlockStorage, BmcCredential, BmcRedfish, Commission, Console, Hypervisor, Image, Machine, Network, Node, OSImage, StandbyPool, Token, VirtualMachine, Webhook)`},
 		},
 		"unknown type": {
 			file: "a:\n  type: Nodes\n  action: GetNode\n",
-			want: []string{`task "a" (line 1): unknown type "Nodes" (valid: Agent, Appliance, Audit, Backup, BlockStorage, BmcCredential, BmcRedfish, Commission, Console, Hypervisor, Image, Machine, Network, Node, OSImage, StandbyPool, Token, VirtualMachine)`},
+			want: []string{`task "a" (line 1): unknown type "Nodes" (valid: Agent, Appliance, Audit, Backup, BlockStorage, BmcCredential, BmcRedfish, Commission, Console, Hypervisor, Image, Machine, Network, Node, OSImage, StandbyPool, Token, VirtualMachine, Webhook)`},
 		},
 		"unknown action": {
 			file: "a:\n  type: Network\n  action: CreateNetwork\n",
@@ -55,7 +55,7 @@ func TestParseErrors(t *testing.T) {
 		},
 		"type not a string": {
 			file: "a:\n  type: [Node]\n  action: GetNode\n",
-			want: []string{`task "a" (line 1): type must be a string`, `task "a" (line 1): missing type (valid: Agent, Appliance, Audit, Backup, BlockStorage, BmcCredential, BmcRedfish, Commission, Console, Hypervisor, Image, Machine, Network, Node, OSImage, StandbyPool, Token, VirtualMachine)`},
+			want: []string{`task "a" (line 1): type must be a string`, `task "a" (line 1): missing type (valid: Agent, Appliance, Audit, Backup, BlockStorage, BmcCredential, BmcRedfish, Commission, Console, Hypervisor, Image, Machine, Network, Node, OSImage, StandbyPool, Token, VirtualMachine, Webhook)`},
 		},
 		"unknown arg": {
 			file: "a:\n  type: Network\n  action: ApplyNetwork\n  args:\n    name: n\n    ipv4_cidrs: 10.0.0.0/24\n",
