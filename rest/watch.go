@@ -291,44 +291,11 @@ func errorJSON(err error) []byte {
 // writeError answers err with its HTTP status and google.rpc.Status JSON.
 func writeError(w http.ResponseWriter, err error) {
 	c := status.Code(err)
-	writeStatus(w, httpStatus(c), c, status.Convert(err).Message())
+	writeStatus(w, httpstream.HTTPStatus(c), c, status.Convert(err).Message())
 }
 
 func writeStatus(w http.ResponseWriter, httpCode int, c codes.Code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(httpCode)
 	_, _ = w.Write(append(errorJSON(status.Error(c, msg)), '\n'))
-}
-
-// httpStatus is the HTTP status of a gRPC code, as the transcoder maps
-// unary calls (google.rpc.Code's documented mapping).
-func httpStatus(c codes.Code) int {
-	switch c {
-	case codes.OK:
-		return http.StatusOK
-	case codes.Canceled:
-		return 499
-	case codes.InvalidArgument, codes.OutOfRange:
-		return http.StatusBadRequest
-	case codes.DeadlineExceeded:
-		return http.StatusGatewayTimeout
-	case codes.NotFound:
-		return http.StatusNotFound
-	case codes.AlreadyExists, codes.Aborted:
-		return http.StatusConflict
-	case codes.PermissionDenied:
-		return http.StatusForbidden
-	case codes.Unauthenticated:
-		return http.StatusUnauthorized
-	case codes.ResourceExhausted:
-		return http.StatusTooManyRequests
-	case codes.FailedPrecondition:
-		return http.StatusBadRequest
-	case codes.Unimplemented:
-		return http.StatusNotImplemented
-	case codes.Unavailable:
-		return http.StatusServiceUnavailable
-	default:
-		return http.StatusInternalServerError
-	}
 }

@@ -14,6 +14,7 @@ import (
 	"unicode"
 
 	authv1 "github.com/corralhq/corral/api/auth/v1"
+	"github.com/corralhq/corral/internal/httpstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -223,32 +224,5 @@ func errorBody(err error) (int, apiError) {
 }
 
 // HTTPStatus is the HTTP status /api/whoami and the console sockets answer
-// for a gRPC code.
-func HTTPStatus(c codes.Code) int {
-	switch c {
-	case codes.OK:
-		return http.StatusOK
-	case codes.InvalidArgument, codes.OutOfRange:
-		return http.StatusBadRequest
-	case codes.Unauthenticated:
-		return http.StatusUnauthorized
-	case codes.PermissionDenied:
-		return http.StatusForbidden
-	case codes.NotFound:
-		return http.StatusNotFound
-	case codes.AlreadyExists, codes.Aborted, codes.FailedPrecondition:
-		return http.StatusConflict
-	case codes.ResourceExhausted:
-		return http.StatusTooManyRequests
-	case codes.Canceled:
-		return 499 // the client went away (nginx's convention)
-	case codes.Unimplemented:
-		return http.StatusNotImplemented
-	case codes.Unavailable:
-		return http.StatusServiceUnavailable
-	case codes.DeadlineExceeded:
-		return http.StatusGatewayTimeout
-	default:
-		return http.StatusInternalServerError
-	}
-}
+// for a gRPC code: the REST routes' (internal/httpstream).
+func HTTPStatus(c codes.Code) int { return httpstream.HTTPStatus(c) }

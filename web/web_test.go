@@ -298,7 +298,7 @@ func TestWatchStream(t *testing.T) {
 func TestHTTPStatus(t *testing.T) {
 	for c, want := range map[codes.Code]int{
 		codes.OK: 200, codes.InvalidArgument: 400, codes.OutOfRange: 400, codes.Unauthenticated: 401,
-		codes.PermissionDenied: 403, codes.NotFound: 404, codes.AlreadyExists: 409, codes.FailedPrecondition: 409,
+		codes.PermissionDenied: 403, codes.NotFound: 404, codes.AlreadyExists: 409, codes.FailedPrecondition: 400,
 		codes.Aborted: 409, codes.ResourceExhausted: 429, codes.Canceled: 499, codes.Internal: 500, codes.Unknown: 500,
 		codes.DataLoss: 500, codes.Unimplemented: 501, codes.Unavailable: 503, codes.DeadlineExceeded: 504,
 	} {
