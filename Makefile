@@ -80,9 +80,13 @@ vet: ## go vet (every module) and gofmt check
 # The virtual rack's package (cmd/corral-lab: deploy, RAID, erase, standby)
 # takes about 25 minutes on a fresh 2-core machine, hence the 50-minute
 # timeout a package.
+# Every test's events go to TEST_JSON, and the tests that took a minute or
+# more are listed after the run, pass or fail (where CI's time goes).
 PKGS ?= ./...
+TEST_JSON ?= $(or $(CORRAL_TEST_ARTIFACTS),/tmp)/go-test.json
 test: tools ## Run every test with -race (end-to-end tests included); ends with the skipped tests and why
-	$(TOOLS)/gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg -- -race -count=1 -p 1 -timeout 50m $(PKGS)
+	@rc=0; $(TOOLS)/gotestsum --jsonfile $(TEST_JSON) --format pkgname-and-test-fails --format-hide-empty-pkg -- -race -count=1 -p 1 -timeout 50m $(PKGS) || rc=$$?; \
+	  echo "tests of 60 s or more:"; $(TOOLS)/gotestsum tool slowest --jsonfile $(TEST_JSON) --threshold 60s; exit $$rc
 	@if [ "$(PKGS)" = "./..." ]; then for m in $(SUBMODULES); do (cd $$m && $(TOOLS)/gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg -- -race -count=1 -timeout 10m ./...) || exit 1; done; fi
 
 test-short: ## Unit tests only (-short skips process and end-to-end tests)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corralhq/corral/testsupport/ovmfvars"
 	"github.com/insomniacslk/dhcp/dhcpv4"
 )
 
@@ -28,7 +29,7 @@ func (l *lab) httpBootVM(t *testing.T, mac, tap string, v6 bool, extra ...string
 		t.Fatal(err)
 	}
 	hw, _ := net.ParseMAC(mac)
-	vars, err := httpBootVars(base, hw, httpBootSlot, v6)
+	vars, err := ovmfvars.HTTPBootVars(base, hw, httpBootSlot, v6)
 	if err != nil {
 		t.Fatalf("%s: %v", ovmfVars, err)
 	}

@@ -1,4 +1,8 @@
-package e2e
+// Package ovmfvars writes boot entries into an empty OVMF variable store,
+// so an end-to-end test can make the firmware boot a chosen network path
+// (UEFI HTTP boot over IPv4 or IPv6) first, as an operator would from the
+// firmware's setup screen.
+package ovmfvars
 
 import (
 	"bytes"
@@ -11,7 +15,7 @@ import (
 
 // OVMF's variable store (the OVMF_VARS file) is a firmware volume whose
 // body is an authenticated variable store: its header, then variables
-// back to back, the free space erased to 0xFF. httpBootVars writes two
+// back to back, the free space erased to 0xFF. HTTPBootVars writes two
 // variables into an empty one, as the firmware itself would: Boot0080, a
 // load option for the UEFI HTTPv4 boot of one NIC, and BootNext = 0x0080,
 // so the firmware's boot manager starts it before its BootOrder (UEFI
@@ -94,10 +98,10 @@ func efiVariable(name string, data []byte) []byte {
 	return v
 }
 
-// httpBootVars returns a copy of the empty variable store base with
+// HTTPBootVars returns a copy of the empty variable store base with
 // Boot0080 (HTTPv4, or HTTPv6 when v6, of mac at PCI slot) and BootNext =
 // 0x0080 in it.
-func httpBootVars(base []byte, mac net.HardwareAddr, slot byte, v6 bool) ([]byte, error) {
+func HTTPBootVars(base []byte, mac net.HardwareAddr, slot byte, v6 bool) ([]byte, error) {
 	if len(base) < 0x1000 || !bytes.Equal(base[0x28:0x2c], []byte("_FVH")) {
 		return nil, errors.New("not a firmware volume")
 	}
