@@ -1,15 +1,17 @@
 // Package netguest builds a QEMU guest on Debian's cloud kernel (which has
-// the 802.1Q, bonding, bridge, tun and veth modules this project's lab
-// kernel lacks) whose /init (./guestinit) runs the node's network code,
+// the 802.1Q, bonding, bridge and veth modules this project's lab kernel
+// lacks) whose /init (./guestinit) runs the node's network code,
 // hypervisor/netdev, for real: a bond over the guest's two NICs, and two
 // node namespaces joined by a veth "wire" as their uplinks, each with
-// VLAN networks carrying endpoint namespaces, or (scenario vlan-qemu)
-// nested QEMU VMs on the Manager's taps (the same cloud kernel with a
-// busybox /init that addresses its NIC and pings its peers).
+// VLAN networks. The VMs on those networks are QEMU guests the test runs
+// on the host (the same kernel with a busybox /init, vminit.sh, that
+// addresses its NIC and pings its peers); each VM's NIC is joined over
+// loopback UDP to an extra NIC of the node guest, which the guest's init
+// enslaves to the Manager's bridge where the VM's tap would be.
 //
 // The guest reports on its serial console in lines starting with
 // "NETGUEST "; the test on the host drives the bond's failover through
-// QEMU's set_link.
+// QEMU's set_link and ends each scenario with a line on that console.
 package netguest
 
 import (
@@ -37,42 +39,40 @@ var vmInit []byte
 const Append = "console=ttyS0,115200 loglevel=3 panic=-1"
 
 // Tools are the host programs and files Build needs.
-var Tools = []string{"apt-get", "apt-cache", "dpkg-deb", "go", "ldd", "qemu-system-x86_64", busybox, qemuBin}
+var Tools = []string{"apt-get", "apt-cache", "dpkg-deb", "go", "qemu-system-x86_64", busybox}
 
-const (
-	busybox = "/bin/busybox" // busybox-static
-	qemuBin = "/usr/bin/qemu-system-x86_64"
-)
+const busybox = "/bin/busybox" // busybox-static
 
 // NodeModules are loaded by the outer guest's init in this order
 // (dependencies first).
 var NodeModules = []string{
 	"virtio_ring", "virtio", "virtio_pci_modern_dev", "virtio_pci_legacy_dev", "virtio_pci",
 	"failover", "net_failover", "virtio_net",
-	"llc", "stp", "bridge", "mrp", "garp", "8021q", "tls", "bonding", "tun", "veth",
+	"llc", "stp", "bridge", "mrp", "garp", "8021q", "tls", "bonding", "veth",
 }
 
-// vmModules are the nested VMs' (virtio NIC only).
+// vmModules are the VMs' (virtio NIC only).
 var vmModules = []string{"virtio_ring", "virtio", "virtio_pci_modern_dev", "virtio_pci_legacy_dev", "virtio_pci", "failover", "net_failover", "virtio_net"}
 
-// QEMU data files the nested VMs need (pc machine, -nodefaults, direct
-// kernel boot, no VGA, virtio-net with romfile=).
-// Debian's QEMU looks for firmware in /usr/share/qemu and
-// /usr/share/seabios.
-var qemuData = []string{"/usr/share/seabios/bios-256k.bin", "/usr/share/qemu/linuxboot_dma.bin", "/usr/share/qemu/kvmvapic.bin"}
+// VMAppend is a VM's kernel command line: its address (CIDR) and the
+// peers it pings once a second, printing "VMPING <peer> ok|fail".
+func VMAppend(cidr string, peers []string) string {
+	return fmt.Sprintf("console=ttyS0,115200 loglevel=4 panic=-1 netguest.ip=%s netguest.peers=%s", cidr, strings.Join(peers, ","))
+}
 
-// Build returns the kernel and the gzip'd initramfs of the outer guest.
-// The kernel is guestimage's (Debian's cloud kernel, cached).
-func Build(ctx context.Context, cache string) (kernel string, initrd []byte, err error) {
+// Build returns the kernel both guests boot (guestimage's: Debian's cloud
+// kernel, cached) and the gzip'd initramfs of the node guest and of the
+// VMs.
+func Build(ctx context.Context, cache string) (kernel string, node, vm []byte, err error) {
 	if m := guestimage.Missing(Tools); m != "" {
-		return "", nil, fmt.Errorf("netguest: %s is not installed", m)
+		return "", nil, nil, fmt.Errorf("netguest: %s is not installed", m)
 	}
 	if err := os.MkdirAll(cache, 0o755); err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	kernel, modRoot, err := guestimage.Kernel(ctx, cache)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	mods := map[string]string{}
 	_ = filepath.WalkDir(modRoot, func(p string, d fs.DirEntry, err error) error {
@@ -83,7 +83,7 @@ func Build(ctx context.Context, cache string) (kernel string, initrd []byte, err
 	})
 	tmp, err := os.MkdirTemp("", "corral-netguest-")
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	defer os.RemoveAll(tmp)
 	initBin := filepath.Join(tmp, "init")
@@ -93,11 +93,11 @@ func Build(ctx context.Context, cache string) (kernel string, initrd []byte, err
 	}
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64", "GOFLAGS=")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", nil, fmt.Errorf("netguest: build guestinit: %w: %s", err, out)
+		return "", nil, nil, fmt.Errorf("netguest: build guestinit: %w: %s", err, out)
 	}
 
-	// The nested VMs' initramfs: busybox, the virtio NIC modules, vminit.sh.
-	vm, err := archive(func(w *initramfs.Writer, add func(dst, src string, mode uint32) error) error {
+	// The VMs' initramfs: busybox, the virtio NIC modules, vminit.sh.
+	vm, err = archive(func(w *initramfs.Writer, add func(dst, src string, mode uint32) error) error {
 		for _, d := range []string{"bin", "dev", "proc", "sys", "modules"} {
 			w.Dir(d)
 		}
@@ -109,19 +109,10 @@ func Build(ctx context.Context, cache string) (kernel string, initrd []byte, err
 		return addModules(add, mods, vmModules)
 	})
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
-	kb, err := os.ReadFile(kernel)
-	if err != nil {
-		return "", nil, err
-	}
-	libs, err := guestimage.SharedLibs(qemuBin, "/usr/lib/x86_64-linux-gnu/qemu/accel-tcg-x86_64.so")
-	if err != nil {
-		return "", nil, err
-	}
-	outer, err := archive(func(w *initramfs.Writer, add func(dst, src string, mode uint32) error) error {
-		for _, d := range []string{"bin", "usr", "usr/bin", "usr/share", "usr/share/qemu", "usr/share/seabios", "usr/lib", "usr/lib/x86_64-linux-gnu",
-			"usr/lib/x86_64-linux-gnu/qemu", "lib", "lib64", "lib/x86_64-linux-gnu", "dev", "proc", "sys", "run", "tmp", "var", "modules", "vm"} {
+	node, err = archive(func(w *initramfs.Writer, add func(dst, src string, mode uint32) error) error {
+		for _, d := range []string{"bin", "dev", "proc", "sys", "run", "tmp", "var", "modules"} {
 			w.Dir(d)
 		}
 		w.CharDev("dev/console", 0o600, 5, 1)
@@ -131,27 +122,12 @@ func Build(ctx context.Context, cache string) (kernel string, initrd []byte, err
 		if err := add("bin/busybox", busybox, 0o100755); err != nil {
 			return err
 		}
-		if err := add("usr/bin/qemu-system-x86_64", qemuBin, 0o100755); err != nil {
-			return err
-		}
-		if err := add("usr/lib/x86_64-linux-gnu/qemu/accel-tcg-x86_64.so", "/usr/lib/x86_64-linux-gnu/qemu/accel-tcg-x86_64.so", 0o100644); err != nil {
-			return err
-		}
-		for _, l := range libs {
-			if err := add(strings.TrimPrefix(l, "/"), l, 0o100755); err != nil {
-				return err
-			}
-		}
-		for _, f := range qemuData {
-			if err := add(strings.TrimPrefix(f, "/"), f, 0o100644); err != nil {
-				return err
-			}
-		}
-		w.File("vm/vmlinuz", 0o100644, kb)
-		w.File("vm/initrd", 0o100644, vm)
 		return addModules(add, mods, NodeModules)
 	})
-	return kernel, outer, err
+	if err != nil {
+		return "", nil, nil, err
+	}
+	return kernel, node, vm, nil
 }
 
 func addModules(add func(dst, src string, mode uint32) error, found map[string]string, want []string) error {

@@ -1,7 +1,8 @@
 #!/bin/busybox sh
-# /init of the nested VMs: load the virtio NIC, take the address named by
-# netguest.ip= on the kernel command line and ping each of netguest.peers=
-# (comma-separated) once a second for ever, printing one line per ping.
+# /init of the VMs of the vlan scenario (QEMU guests on the test host): load
+# the virtio NIC, take the address named by netguest.ip= on the kernel
+# command line and ping each of netguest.peers= (comma-separated) once a
+# second for ever, printing one line per ping.
 B=/bin/busybox
 echo "VMINIT"
 $B mount -t proc proc /proc

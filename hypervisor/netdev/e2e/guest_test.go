@@ -13,7 +13,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -30,18 +32,37 @@ var nics = []struct{ id, mac, tap string }{
 	{"nic1", "52:54:00:51:00:02", "crlbt1"},
 }
 
-// TestVLANAndBondInGuest boots one guest on Debian's cloud kernel whose
-// init runs hypervisor/netdev:
+// The VMs on the node guest's VLAN networks: QEMU guests on the host, each
+// NIC joined over loopback UDP (in the test's own namespace, so the ports
+// are free) to the node guest's NIC with nodeMAC, which the guest's init
+// plugs into the network's bridge (testsupport/netguest/guestinit,
+// vmNICs). vm1 and vm2 are on VLAN 100 on nodes A and B, vm3 on VLAN 200
+// on node B, all in one subnet.
+var vms = []struct {
+	name, mac, nodeMAC, ip string
+	vmPort, nodePort       int
+	want                   map[string]bool // peer -> must answer
+}{
+	{"vm1", "52:54:00:50:00:01", "52:54:00:51:01:01", "10.50.0.1", 40101, 40201, map[string]bool{"10.50.0.2": true, "10.50.0.3": false}},
+	{"vm2", "52:54:00:50:00:02", "52:54:00:51:01:02", "10.50.0.2", 40102, 40202, map[string]bool{"10.50.0.1": true, "10.50.0.3": false}},
+	{"vm3", "52:54:00:50:00:03", "52:54:00:51:01:03", "10.50.0.3", 40103, 40203, map[string]bool{"10.50.0.1": false, "10.50.0.2": false}},
+}
+
+// TestVLANAndBondInGuest boots one node guest on Debian's cloud kernel
+// whose init runs hypervisor/netdev:
 //   - bond: bond0 active-backup over the guest's two NICs (both on a
 //     bridge in a namespace of this test, which pings the bond's
 //     address); the NIC the bond has active is taken down with QEMU's
 //     set_link, the bond fails over to the other and the pings go on.
-//   - vlan: two node namespaces whose uplinks are one veth pair; VLAN
-//     networks on each through the Manager, with an endpoint namespace per
-//     "VM" on their bridges (nested QEMU VMs on the Manager's taps with
-//     CORRAL_NESTED_VMS=1): two on VLAN 100 (one per node, so the frames
-//     cross the uplink tagged) reach each other, one on VLAN 200 (same
-//     subnet) is reached by neither.
+//   - vlan: two node namespaces in the guest whose uplinks are one veth
+//     pair, with VLAN networks on each through the Manager. The VMs are
+//     real: three QEMU guests on the host (same kernel, busybox init,
+//     virtio NIC) pinging each other from their own kernels. Only their
+//     port differs from production: each VM's NIC is joined to a NIC of
+//     the node guest, which the guest enslaves to the Manager's bridge
+//     where the VM's tap would be. vm1 and vm2 on VLAN 100 (one per node,
+//     so the frames cross the uplink tagged) reach each other; vm3 on
+//     VLAN 200 (same subnet) reaches neither and is reached by neither.
 func TestVLANAndBondInGuest(t *testing.T) {
 	if testing.Short() {
 		t.Skip("guest end-to-end: skipped with -short")
@@ -52,28 +73,22 @@ func TestVLANAndBondInGuest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The VMs on the VLANs are namespaces on the Manager's bridges unless
-	// CORRAL_NESTED_VMS=1: nested QEMU VMs on its taps, which under TCG
-	// inside TCG did not reach their kernels' first console line in 10
-	// minutes on a loaded 2-core machine (docs/architecture.md,
-	// "VLANs and bonds, tested").
-	scenario, vlanWait := "vlan", 4*time.Minute
-	if os.Getenv("CORRAL_NESTED_VMS") == "1" {
-		scenario, vlanWait = "vlan-qemu", 22*time.Minute
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	kernel, initrd, err := netguest.Build(ctx, cache)
+	kernel, initrd, vmInitrd, err := netguest.Build(ctx, cache)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	initrdPath := filepath.Join(dir, "initrd.gz")
+	initrdPath, vmInitrdPath := filepath.Join(dir, "initrd.gz"), filepath.Join(dir, "vm-initrd.gz")
 	if err := os.WriteFile(initrdPath, initrd, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("FIGURE guest built in %s (initramfs %d MiB)", time.Since(t0).Round(100*time.Millisecond), len(initrd)>>20)
+	if err := os.WriteFile(vmInitrdPath, vmInitrd, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("FIGURE guests built in %s (node initramfs %d MiB, VM initramfs %d KiB)", time.Since(t0).Round(100*time.Millisecond), len(initrd)>>20, len(vmInitrd)>>10)
 
 	// The bond's peer: a bridge in a namespace of ours with the guest's
 	// two taps on it.
@@ -94,13 +109,17 @@ func TestVLANAndBondInGuest(t *testing.T) {
 		"-machine", "pc,accel=tcg", "-cpu", "max", "-m", "1024", "-smp", "2",
 		"-display", "none", "-vga", "none", "-no-reboot",
 		"-kernel", kernel, "-initrd", initrdPath,
-		"-append", netguest.Append + " netguest.run=bond," + scenario,
+		"-append", netguest.Append + " netguest.run=bond,vlan",
 		"-serial", "stdio", "-qmp", "unix:" + filepath.Join(dir, "qmp.sock") + ",server=on,wait=off"}
 	for _, n := range nics {
 		ip("-n", ns, "tuntap", "add", "dev", n.tap, "mode", "tap")
 		ip("-n", ns, "link", "set", n.tap, "master", "br0", "up")
 		args = append(args, "-netdev", "tap,id=h"+n.id+",ifname="+n.tap+",script=no,downscript=no,vhost=off",
 			"-device", "virtio-net-pci,netdev=h"+n.id+",id="+n.id+",mac="+n.mac+",romfile=")
+	}
+	for _, v := range vms {
+		args = append(args, "-netdev", fmt.Sprintf("socket,id=%s,udp=127.0.0.1:%d,localaddr=127.0.0.1:%d", v.name, v.vmPort, v.nodePort),
+			"-device", "virtio-net-pci,netdev="+v.name+",mac="+v.nodeMAC+",romfile=")
 	}
 	cmd := exec.Command("ip", args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -117,32 +136,51 @@ func TestVLANAndBondInGuest(t *testing.T) {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-exited
 	})
-	lines := make(chan string, 1024)
+	// The VMs boot while the node guest does (their pings fail until the
+	// node has plugged their ports into its bridges).
+	vmStart := time.Now()
+	running := make([]*vmRun, len(vms))
+	for i, v := range vms {
+		var peers []string
+		for p := range v.want {
+			peers = append(peers, p)
+		}
+		sort.Strings(peers)
+		running[i] = startVM(t, ns, kernel, vmInitrdPath, v.name, v.mac, v.ip, peers, v.vmPort, v.nodePort)
+	}
+	type line struct {
+		s  string
+		at time.Time // when it arrived
+	}
+	lines := make(chan line, 1024)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			lines <- strings.TrimRight(sc.Text(), "\r")
+			lines <- line{strings.TrimRight(sc.Text(), "\r"), time.Now()}
 		}
 		close(lines)
 	}()
 	var console []string
+	var matchedAt time.Time // when the line next last returned arrived
 	next := func(what string, d time.Duration, match func(string) bool) string {
 		t.Helper()
 		timeout := time.After(d)
 		for {
 			select {
-			case l, ok := <-lines:
+			case ll, ok := <-lines:
+				l := ll.s
 				if !ok {
 					t.Fatalf("guest console closed waiting for %s:\n%s", what, strings.Join(console, "\n"))
 				}
 				console = append(console, l)
 				if strings.HasPrefix(l, "NETGUEST ") {
-					t.Logf("%6.1fs %s", time.Since(boot).Seconds(), l)
+					t.Logf("%6.1fs %s", ll.at.Sub(boot).Seconds(), l)
 					if strings.Contains(l, " FAIL") {
 						t.Fatalf("guest: %s", l)
 					}
 				}
 				if match(l) {
+					matchedAt = ll.at
 					return l
 				}
 			case <-timeout:
@@ -212,12 +250,65 @@ func TestVLANAndBondInGuest(t *testing.T) {
 	}
 	fmt.Fprintln(stdin, "bond-end")
 
-	// VLAN: the guest's own verdict, with its figures.
-	vl := next("the vlan scenario's verdict", vlanWait, func(l string) bool {
+	// VLAN: the guest has its networks and the VMs' ports on their
+	// bridges; the VMs (booted with the node guest) ping each other.
+	next("the vlan networks", time.Minute, func(l string) bool { return strings.HasPrefix(l, "NETGUEST vlan ready") })
+	ready := matchedAt
+	// Each VM must have pinged each peer at least 5 times after the
+	// ports were plugged, each wanted peer answering the last 3 in a row;
+	// no unwanted peer may answer ever.
+	deadline := time.Now().Add(4 * time.Minute)
+	for {
+		done := true
+		for i, v := range vms {
+			for peer, want := range v.want {
+				r := running[i].tally(peer, ready)
+				if !want && r.ok > 0 {
+					t.Fatalf("%s reached %s across VLANs; console:\n%s", v.name, peer, running[i].console())
+				}
+				if r.ok+r.fail < 5 || (want && r.tailOK < 3) {
+					done = false
+				}
+			}
+		}
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			for i, v := range vms {
+				t.Logf("--- %s console:\n%s", v.name, running[i].console())
+			}
+			t.Fatalf("the VMs did not show the expected pings within 4 minutes")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	for i, v := range vms {
+		r := running[i]
+		var parts []string
+		for _, peer := range []string{"10.50.0.1", "10.50.0.2", "10.50.0.3"} {
+			if _, ok := v.want[peer]; !ok {
+				continue
+			}
+			x := r.tally(peer, ready)
+			first := "never"
+			if x.ok > 0 {
+				first = fmt.Sprintf("%s after VM start, %s after the ports were plugged",
+					x.firstOK.Sub(vmStart).Round(100*time.Millisecond), x.firstOK.Sub(ready).Round(100*time.Millisecond))
+			}
+			parts = append(parts, fmt.Sprintf("%s %d/%d answered (first %s)", peer, x.ok, x.ok+x.fail, first))
+		}
+		t.Logf("FIGURE %s (%s): NIC up %s after start; pings to %s", v.name, v.ip, r.upAt().Sub(vmStart).Round(100*time.Millisecond), strings.Join(parts, ", "))
+	}
+	t.Logf("FIGURE isolation verdict %s after the VMs' start, %s after the ports were plugged", time.Since(vmStart).Round(100*time.Millisecond), time.Since(ready).Round(100*time.Millisecond))
+	fmt.Fprintln(stdin, "vlan-end")
+	vl := next("the vlan scenario's verdict", time.Minute, func(l string) bool {
 		return strings.HasPrefix(l, "NETGUEST vlan ok") || strings.HasPrefix(l, "NETGUEST vlan FAIL")
 	})
 	if !strings.HasPrefix(vl, "NETGUEST vlan ok") {
 		t.Fatal(vl)
+	}
+	for _, r := range running {
+		r.stop()
 	}
 	next("the guest to finish", time.Minute, func(l string) bool { return strings.HasPrefix(l, "NETGUEST done") })
 	select {
@@ -226,6 +317,109 @@ func TestVLANAndBondInGuest(t *testing.T) {
 		t.Errorf("guest did not power off")
 	}
 	t.Logf("FIGURE guest power-on to power-off: %s", time.Since(boot).Round(100*time.Millisecond))
+}
+
+// vmRun is a VM of the vlan scenario: its QEMU and the lines of its
+// console, with the time each arrived.
+type vmRun struct {
+	stop  func()
+	mu    sync.Mutex
+	lines []string
+	at    []time.Time
+}
+
+type pingTally struct {
+	ok, fail, tailOK int
+	firstOK          time.Time
+}
+
+// startVM boots a VM in namespace ns (whose loopback carries its NIC to
+// the node guest's) and keeps its console until the test ends.
+func startVM(t *testing.T, ns, kernel, initrd, name, mac, ip string, peers []string, port, nodePort int) *vmRun {
+	t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", ns, "qemu-system-x86_64", "-nodefaults", "-no-user-config",
+		"-machine", "pc,accel=tcg", "-cpu", "max", "-m", "128", "-smp", "1",
+		"-display", "none", "-vga", "none", "-no-reboot", "-name", name,
+		"-kernel", kernel, "-initrd", initrd, "-append", netguest.VMAppend(ip+"/24", peers),
+		"-serial", "stdio",
+		"-netdev", fmt.Sprintf("socket,id=n0,udp=127.0.0.1:%d,localaddr=127.0.0.1:%d", nodePort, port),
+		"-device", "virtio-net-pci,netdev=n0,mac="+mac+",romfile=")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	exited := make(chan struct{})
+	r := &vmRun{}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			r.mu.Lock()
+			r.lines = append(r.lines, strings.TrimRight(sc.Text(), "\r"))
+			r.at = append(r.at, time.Now())
+			r.mu.Unlock()
+		}
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	var once sync.Once
+	r.stop = func() {
+		once.Do(func() {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
+		})
+	}
+	t.Cleanup(r.stop)
+	return r
+}
+
+// tally counts the VM's "VMPING peer ok|fail" lines; an answer before
+// since fails the isolation check all the same, a failure is only counted
+// from since.
+func (r *vmRun) tally(peer string, since time.Time) pingTally {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var x pingTally
+	for i, l := range r.lines {
+		f := strings.Fields(l)
+		if len(f) != 3 || f[0] != "VMPING" || f[1] != peer || (f[2] != "ok" && r.at[i].Before(since)) {
+			continue
+		}
+		if f[2] == "ok" {
+			if x.ok == 0 {
+				x.firstOK = r.at[i]
+			}
+			x.ok++
+			x.tailOK++
+		} else {
+			x.fail++
+			x.tailOK = 0
+		}
+	}
+	return x
+}
+
+// upAt is when the VM's init had its NIC up (zero before).
+func (r *vmRun) upAt() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, l := range r.lines {
+		if strings.HasPrefix(l, "VMUP ") {
+			return r.at[i]
+		}
+	}
+	return time.Time{}
+}
+
+func (r *vmRun) console() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ls := r.lines
+	if len(ls) > 60 {
+		ls = ls[len(ls)-60:]
+	}
+	return strings.Join(ls, "\n")
 }
 
 type qmp struct {
