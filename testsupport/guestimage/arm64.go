@@ -36,7 +36,7 @@ var ARM64TinyTools = []string{"apt-get", "apt-cache", "dpkg-deb", "go", "grub-mk
 // arm64Packages are the arm64 packages the image is made of: Debian's
 // cloud kernel (virtio, PL011, PCIe host: what QEMU's virt machine has),
 // busybox-static, and dropbear with the libraries it links.
-var arm64Packages = []string{"linux-image-cloud-arm64", "busybox-static", "dropbear-bin", "libc6", "libcrypt1", "libtomcrypt1", "libtommath1", "zlib1g"}
+var arm64Packages = []string{"linux-image-cloud-arm64", "busybox-static", "dropbear-bin", "libc6", "libcrypt1", "libtomcrypt1", "libtommath1", "libgmp10", "zlib1g"}
 
 // arm64Modules are the kernel modules the arm64 tiny init loads: virtio
 // PCI, the virtio disk (the deploy's CIDATA seed partition, FAT), the
