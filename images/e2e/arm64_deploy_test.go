@@ -189,8 +189,10 @@ func TestARM64Deploy(t *testing.T) {
 		}
 	}
 	tl := string(must("machine", "timeline", m.Name, "--limit", "500"))
-	if !strings.Contains(tl, "grub-config") || !strings.Contains(tl, "deployed") {
-		t.Errorf("timeline lacks the local-boot GRUB config or the deploy:\n%s", tl)
+	for _, want := range []string{"deploy-written", "rendered local GRUB config (arm64)", "deployed: the OS phoned home"} {
+		if !strings.Contains(tl, want) {
+			t.Errorf("timeline lacks %q:\n%s", want, tl)
+		}
 	}
 	vm.stop(t)
 }
