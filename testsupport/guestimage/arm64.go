@@ -94,7 +94,7 @@ func ARM64Tiny(ctx context.Context, cache string) (*Image, error) {
 		h.Write(part)
 	}
 	sum := hex.EncodeToString(h.Sum(nil))[:16]
-	out := filepath.Join(cache, "guest-tiny-arm64-"+sum+".qcow2")
+	out := filepath.Join(cache, "guest-arm64tiny-"+sum+".qcow2")
 	if _, err := os.Stat(out); err == nil {
 		return &Image{Path: out, Hash: sum, Cached: true}, nil
 	}
@@ -110,7 +110,7 @@ func ARM64Tiny(ctx context.Context, cache string) (*Image, error) {
 	if err := runScript(ctx, tmp, efiDiskScript, kernels[0], initrdPath, ARM64TinyAppend, out); err != nil {
 		return nil, err
 	}
-	prune(cache, "guest-tiny-arm64-", out)
+	prune(cache, "guest-arm64tiny-", out)
 	return &Image{Path: out, Hash: sum}, nil
 }
 
