@@ -485,7 +485,7 @@ func diskSeed() (map[string][]byte, string) {
 	parts, _ := filepath.Glob("/sys/class/block/*/partition")
 	for _, p := range parts {
 		dev := "/dev/" + filepath.Base(filepath.Dir(p))
-		if !fatLabelled(dev, cloudinit.Label) {
+		if !fatLabelled(dev) {
 			continue
 		}
 		const dir = "/run/cidata"
@@ -506,7 +506,7 @@ func diskSeed() (map[string][]byte, string) {
 	return nil, ""
 }
 
-func fatLabelled(dev, label string) bool {
+func fatLabelled(dev string) bool {
 	f, err := os.Open(dev)
 	if err != nil {
 		return false
@@ -517,7 +517,7 @@ func fatLabelled(dev, label string) bool {
 		return false
 	}
 	for _, off := range []int{43, 71} {
-		if strings.EqualFold(strings.TrimSpace(string(b[off:off+11])), label) {
+		if strings.EqualFold(strings.TrimSpace(string(b[off:off+11])), cloudinit.Label) {
 			return true
 		}
 	}

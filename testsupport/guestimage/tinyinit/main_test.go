@@ -31,7 +31,7 @@ func TestFATLabel(t *testing.T) {
 		if out, err := exec.Command("mkfs.vfat", args...).CombinedOutput(); err != nil {
 			t.Fatalf("mkfs.vfat %v: %v\n%s", args, err, out)
 		}
-		if got := fatLabelled(p, "cidata"); got != c.want {
+		if got := fatLabelled(p); got != c.want {
 			t.Errorf("%s labelled %s: fatLabelled = %v, want %v", c.name, c.label, got, c.want)
 		}
 	}
@@ -39,7 +39,7 @@ func TestFATLabel(t *testing.T) {
 	if err := os.WriteFile(junk, make([]byte, 1024), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if fatLabelled(junk, "cidata") || fatLabelled(filepath.Join(dir, "none"), "cidata") {
+	if fatLabelled(junk) || fatLabelled(filepath.Join(dir, "none")) {
 		t.Error("a zero file or a missing one is labelled")
 	}
 }
