@@ -188,11 +188,32 @@ func TestARM64Deploy(t *testing.T) {
 			t.Errorf("the console lacks %q", want)
 		}
 	}
-	tl := string(must("machine", "timeline", m.Name, "--limit", "500"))
-	for _, want := range []string{"deploy-written", "rendered local GRUB config (arm64)", "deployed: the OS phoned home"} {
-		if !strings.Contains(tl, want) {
-			t.Errorf("timeline lacks %q:\n%s", want, tl)
+	// The timeline from the deploy on, in order: written, the local
+	// answer to the rebooted machine's GRUB, the phone-home.
+	var es []timelineEntry
+	if err := json.Unmarshal(must("machine", "timeline", m.Name, "-o", "json", "--limit", "500"), &es); err != nil {
+		t.Fatal(err)
+	}
+	wants := []struct{ source, event, detail string }{
+		{"lifecycle", "deploy-written", ""},
+		{"http", "script", "rendered local GRUB config (arm64)"},
+		{"lifecycle", "deployed", "the OS phoned home"},
+	}
+	var lines []string
+	i := 0
+	for _, e := range es {
+		if e.At.Before(t1) {
+			continue
 		}
+		lines = append(lines, fmt.Sprintf("+%5.1fs %s %s %s", e.At.Sub(t1).Seconds(), e.Source, e.Event, e.Detail))
+		if i < len(wants) && e.Source == wants[i].source && e.Event == wants[i].event && strings.Contains(e.Detail, wants[i].detail) {
+			i++
+		}
+	}
+	if i < len(wants) {
+		t.Errorf("timeline lacks %+v (in order); from the deploy on:\n%s", wants[i], strings.Join(lines, "\n"))
+	} else {
+		t.Logf("timeline from the deploy on:\n%s", strings.Join(lines, "\n"))
 	}
 	vm.stop(t)
 }
