@@ -39,6 +39,14 @@
 //     home, and over SSH reports SecureBoot=1 and lockdown integrity; its
 //     kernel tampered with on the disk, GRUB refuses it through shim.
 //     9-14 minutes under TCG: runs only with CORRAL_SB_DEPLOY=1.
+//   - TestARM64Discovery: an arm64 QEMU machine under AAVMF (TCG)
+//     network-boots through GRUB's arm64 loader into the arm64 discovery
+//     image to INVENTORIED.
+//   - TestARM64Deploy: that machine, with a disk, accepted, allocated and
+//     deployed with testsupport/guestimage's ARM64Tiny (GRUB as the ESP's
+//     \EFI\BOOT\BOOTAA64.EFI, Debian's arm64 cloud kernel, a cloud-init
+//     subset) and user data; the network GRUB chainloads the disk's
+//     loader, the OS phones home (DEPLOYED) and answers SSH.
 //
 // The images are built once per run into CORRAL_IMAGE_CACHE (default
 // /var/cache/corral/discovery) and reused while its inputs are unchanged.

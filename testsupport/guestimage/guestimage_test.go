@@ -95,3 +95,31 @@ func TestTinyBoots(t *testing.T) {
 	b, _ := os.ReadFile(console)
 	t.Fatalf("console lacks %q; console:\n%s", want, b)
 }
+
+// TestARM64TinyBuilds builds (or reuses) the arm64 tiny image and checks
+// a second call hits the cache; images/e2e's TestARM64Deploy boots it.
+func TestARM64TinyBuilds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("downloads arm64 packages and builds a disk image")
+	}
+	require.Tool(t, ARM64TinyTools...)
+	cache, err := CacheDir()
+	if err != nil {
+		require.Missing(t, "no cache directory: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	img, err := ARM64Tiny(ctx, cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := os.Stat(img.Path)
+	t.Logf("arm64 tiny image %s (%d KiB, cached=%v) in %v", img.Path, st.Size()>>10, img.Cached, time.Since(start).Round(time.Millisecond))
+	start = time.Now()
+	again, err := ARM64Tiny(ctx, cache)
+	if err != nil || !again.Cached || again.Path != img.Path {
+		t.Fatalf("second ARM64Tiny: %+v %v", again, err)
+	}
+	t.Logf("second ARM64Tiny (cache hit) in %v", time.Since(start).Round(time.Millisecond))
+}

@@ -1,24 +1,34 @@
 // Command tinyinit is /init of the tiny guest image (see package
 // guestimage): a stand-in for cloud-init that is small and boots in
 // seconds under TCG. It loads the kernel modules shipped in /modules, reads
-// the NoCloud seed from the CD-ROM labelled cidata, and applies what
-// cloud-init would: hostname (meta-data / user-data), the login user with
-// its SSH keys (user-data), and static addresses and routes on the NICs
-// matched by MAC (network-config v2), and lists the NICs. Then it starts
-// Debian's dropbear SSH server and reports on the console with lines
-// starting "CORRAL-TINY", ending with "CORRAL-TINY cloud-init done" (once
-// per boot). The ACPI power button powers the guest off.
+// the NoCloud seed from the CD-ROM labelled cidata or from a disk
+// partition whose FAT filesystem is labelled CIDATA (where Corral's deploy
+// writes it), and applies a subset of what cloud-init would: hostname
+// (meta-data / user-data), the login users with their SSH keys
+// (user-data; meta-data's public-keys go to Debian's default user
+// "debian"), write_files (plain content), and static addresses and routes
+// on the NICs matched by MAC (network-config v2), and lists the NICs.
+// Then it starts Debian's dropbear SSH server, reports on the console with
+// lines starting "CORRAL-TINY", ending with "CORRAL-TINY cloud-init done"
+// (once per boot), and does cloud-config phone_home (vendor-data or
+// user-data): a POST of instance_id, hostname and fqdn to the URL. It is
+// not cloud-init: nothing else of cloud-config is read. The ACPI power
+// button powers the guest off.
 package main
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -74,6 +84,7 @@ func main() {
 	say("seed=%s", dev)
 	meta := parse(files[cloudinit.MetaData])
 	user := parse(files[cloudinit.UserData])
+	vendor := parse(files[vendorData])
 	host := str(user["hostname"])
 	if host == "" {
 		host = str(meta["local-hostname"])
@@ -88,7 +99,13 @@ func main() {
 	groups := []string{"root:x:0:"}
 	keysFor := map[string][]string{"root": strs(user["ssh_authorized_keys"])}
 	uid := 1000
-	for _, u := range list(user["users"]) {
+	userList := list(user["users"])
+	// meta-data's public-keys are the default user's, as cloud-init
+	// gives them on Debian's images; only a seed that has some gets it.
+	if pk := strs(meta["public-keys"]); len(pk) > 0 {
+		userList = append(userList, map[string]any{"name": defaultUser, "ssh_authorized_keys": toAny(pk)})
+	}
+	for _, u := range userList {
 		m, ok := u.(map[string]any)
 		if !ok {
 			continue
@@ -114,11 +131,94 @@ func main() {
 	warn("group", os.WriteFile("/etc/group", []byte(strings.Join(groups, "\n")+"\n"), 0o644))
 	warn("shells", os.WriteFile("/etc/shells", []byte("/bin/sh\n"), 0o644))
 
+	writeFiles(list(user["write_files"]))
+
 	configureNetwork(parse(files[cloudinit.NetworkConfig]))
 	listNICs()
 	pid := startDropbear()
 	say("cloud-init done after %.1fs", time.Since(start).Seconds())
+	for _, doc := range []map[string]any{vendor, user} {
+		if ph, ok := doc["phone_home"].(map[string]any); ok {
+			go phoneHome(ph, str(meta["instance-id"]), host)
+		}
+	}
 	reap(pid)
+}
+
+// vendorData is the NoCloud seed's vendor-data file; defaultUser is the
+// user Debian's cloud images give meta-data's public-keys.
+const (
+	vendorData  = "vendor-data"
+	defaultUser = "debian"
+)
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+// writeFiles applies cloud-config write_files: absolute paths, plain
+// content, permissions as an octal string (default 0644), owned by root.
+func writeFiles(files []any) {
+	for _, f := range files {
+		m, _ := f.(map[string]any)
+		p := str(m["path"])
+		if !filepath.IsAbs(p) || str(m["encoding"]) != "" {
+			say("write_files: %q skipped (want an absolute path, plain content)", p)
+			continue
+		}
+		mode := os.FileMode(0o644)
+		if s := str(m["permissions"]); s != "" {
+			if v, err := strconv.ParseUint(s, 8, 32); err == nil {
+				mode = os.FileMode(v) & os.ModePerm
+			}
+		}
+		warn("write_files", os.MkdirAll(filepath.Dir(p), 0o755))
+		if err := os.WriteFile(p, []byte(str(m["content"])), mode); err != nil {
+			say("write_files %s: %v", p, err)
+			continue
+		}
+		warn("write_files", os.Chmod(p, mode))
+		say("write_files path=%s mode=%#o", p, mode)
+	}
+}
+
+// phoneHome does cloud-config phone_home: a form POST of the instance id,
+// hostname and fqdn (cloud-init posts the host keys too) to url, tried up
+// to tries times (cloud-init's default 10), 3 seconds apart.
+func phoneHome(ph map[string]any, instanceID, host string) {
+	u := strings.ReplaceAll(str(ph["url"]), "$INSTANCE_ID", instanceID)
+	if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+		say("phone_home: no http(s) url")
+		return
+	}
+	tries := 10
+	if n, ok := ph["tries"].(float64); ok && n >= 1 && n <= 100 {
+		tries = int(n)
+	}
+	form := url.Values{"instance_id": {instanceID}, "hostname": {host}, "fqdn": {host}}
+	c := &http.Client{Timeout: 10 * time.Second}
+	// The path's last segment is a secret: the console shows the host.
+	shown := u
+	if p, err := url.Parse(u); err == nil {
+		shown = p.Scheme + "://" + p.Host
+	}
+	for i := 1; i <= tries; i++ {
+		resp, err := c.PostForm(u, form)
+		if err == nil {
+			resp.Body.Close()
+			say("phone_home %s try=%d status=%d", shown, i, resp.StatusCode)
+			if resp.StatusCode/100 == 2 {
+				return
+			}
+		} else {
+			say("phone_home %s try=%d: %v", shown, i, errors.Unwrap(err))
+		}
+		time.Sleep(3 * time.Second)
+	}
 }
 
 func parse(b []byte) map[string]any {
@@ -325,6 +425,9 @@ func loadModules(dir string) {
 func findSeed(wait time.Duration) (map[string][]byte, string) {
 	deadline := time.Now().Add(wait)
 	for time.Now().Before(deadline) {
+		if files, dev := diskSeed(); files != nil {
+			return files, dev
+		}
 		devs, _ := filepath.Glob("/dev/sr*")
 		for _, d := range devs {
 			f, err := os.Open(d)
@@ -373,4 +476,50 @@ func powerButton() {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// diskSeed reads the seed from the first disk partition whose FAT
+// filesystem is labelled CIDATA (the label in the boot sector: offset 43
+// for FAT12/16, 71 for FAT32), mounted read-only.
+func diskSeed() (map[string][]byte, string) {
+	parts, _ := filepath.Glob("/sys/class/block/*/partition")
+	for _, p := range parts {
+		dev := "/dev/" + filepath.Base(filepath.Dir(p))
+		if !fatLabelled(dev) {
+			continue
+		}
+		const dir = "/run/cidata"
+		warn("mkdir", os.MkdirAll(dir, 0o755))
+		if err := unix.Mount(dev, dir, "vfat", unix.MS_RDONLY, ""); err != nil {
+			say("mount %s: %v", dev, err)
+			continue
+		}
+		files := map[string][]byte{}
+		for _, n := range []string{cloudinit.MetaData, cloudinit.UserData, vendorData, cloudinit.NetworkConfig} {
+			if b, err := os.ReadFile(filepath.Join(dir, n)); err == nil {
+				files[n] = b
+			}
+		}
+		warn("umount", unix.Unmount(dir, 0))
+		return files, dev
+	}
+	return nil, ""
+}
+
+func fatLabelled(dev string) bool {
+	f, err := os.Open(dev)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	b := make([]byte, 512)
+	if _, err := io.ReadFull(f, b); err != nil || b[510] != 0x55 || b[511] != 0xaa {
+		return false
+	}
+	for _, off := range []int{43, 71} {
+		if strings.EqualFold(strings.TrimSpace(string(b[off:off+11])), cloudinit.Label) {
+			return true
+		}
+	}
+	return false
 }
