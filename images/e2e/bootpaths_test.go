@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -104,6 +105,7 @@ func TestBootPathsToInventoried(t *testing.T) {
 	}
 
 	got := map[string][]time.Duration{}
+	afterLoader := map[string][]time.Duration{} // the first DHCP answer naming a loader → registered
 	var loads []string
 	for r := 0; r < rounds; r++ {
 		for i, path := range paths {
@@ -123,16 +125,27 @@ func TestBootPathsToInventoried(t *testing.T) {
 			if path == "arm64" {
 				timeout *= 2
 			}
+			var stamped func() string
+			if os.Getenv("CORRAL_BENCH_BOOTPATHS_TIMELINE") != "" {
+				stamped = stampConsole(vm, t0)
+			}
 			m := b.c.waitMachine(vm, timeout, "with serial "+sn+" INVENTORIED ("+path+")", func(m machine) bool {
 				return m.Serial == sn && m.State == "INVENTORIED"
 			})
 			d := time.Since(t0)
 			vm.stop(t)
 			got[path] = append(got[path], d)
+			if stamped != nil {
+				t.Logf("%s console until the kernel, with seconds after power-on:\n%s", path, stamped())
+			}
 			ld, _ := os.ReadFile("/proc/loadavg")
 			loads = append(loads, strings.Fields(string(ld))[0])
-			t.Logf("round %d %-10s power-on → INVENTORIED %s (load %s)\n    %s", r, path, d.Round(100*time.Millisecond),
-				loads[len(loads)-1], milestones(b.c, m.Name, t0))
+			ms, fromLoader := milestones(b.c, m.Name, t0)
+			if fromLoader > 0 {
+				afterLoader[path] = append(afterLoader[path], fromLoader)
+			}
+			t.Logf("round %d %-10s power-on → INVENTORIED %s, first loader answer → registered %s (load %s)\n    %s", r, path,
+				d.Round(100*time.Millisecond), fromLoader.Round(100*time.Millisecond), loads[len(loads)-1], ms)
 		}
 	}
 	t.Logf("power-on → INVENTORIED, %d interleaved rounds, %s:", rounds, time.Now().UTC().Format(time.RFC3339))
@@ -144,6 +157,19 @@ func TestBootPathsToInventoried(t *testing.T) {
 		slices.Sort(ds)
 		var all []string
 		for _, d := range got[path] {
+			all = append(all, d.Round(100*time.Millisecond).String())
+		}
+		t.Logf("  %-10s median %6s  (%s)", path, ds[len(ds)/2].Round(100*time.Millisecond), strings.Join(all, " "))
+	}
+	t.Logf("first DHCP answer naming a loader → registered (the firmware's own attempts and timeouts before it left out):")
+	for _, path := range paths {
+		ds := slices.Clone(afterLoader[path])
+		if len(ds) == 0 {
+			continue
+		}
+		slices.Sort(ds)
+		var all []string
+		for _, d := range afterLoader[path] {
 			all = append(all, d.Round(100*time.Millisecond).String())
 		}
 		t.Logf("  %-10s median %6s  (%s)", path, ds[len(ds)/2].Round(100*time.Millisecond), strings.Join(all, " "))
@@ -223,20 +249,29 @@ func copyVars(t *testing.T, template, dir string) string {
 }
 
 // milestones is where a boot's time went: the first timeline entry of
-// each kind (source, event, file) as seconds after power-on.
-func milestones(c *corrald, name string, t0 time.Time) string {
+// each kind (source, event, file) as seconds after power-on, and the time
+// from the first DHCP or DHCPv6 answer naming a boot file (the firmware's
+// loader) to the registration.
+func milestones(c *corrald, name string, t0 time.Time) (string, time.Duration) {
 	out, err := c.cli("machine", "timeline", name, "-o", "json", "--limit", "500")
 	if err != nil {
-		return fmt.Sprintf("(timeline: %v)", err)
+		return fmt.Sprintf("(timeline: %v)", err), 0
 	}
 	var es []timelineEntry
 	if err := json.Unmarshal(out, &es); err != nil {
-		return fmt.Sprintf("(timeline: %v)", err)
+		return fmt.Sprintf("(timeline: %v)", err), 0
 	}
 	slices.SortStableFunc(es, func(a, b timelineEntry) int { return a.At.Compare(b.At) })
 	seen := map[string]bool{}
 	var parts []string
+	var loader, registered time.Time
 	for _, e := range es {
+		if loader.IsZero() && strings.HasPrefix(e.Source, "dhcp") && e.Attributes["file"] != "" {
+			loader = e.At
+		}
+		if registered.IsZero() && e.Source == "inventory" && e.Event == "registered" {
+			registered = e.At
+		}
 		k := e.Source + " " + e.Event
 		if f := e.Attributes["file"]; f != "" {
 			k += " " + filepath.Base(strings.SplitN(f, "?", 2)[0])
@@ -251,5 +286,45 @@ func milestones(c *corrald, name string, t0 time.Time) string {
 		seen[k] = true
 		parts = append(parts, fmt.Sprintf("%s +%.1fs", k, e.At.Sub(t0).Seconds()))
 	}
-	return strings.Join(parts, ", ")
+	var d time.Duration
+	if !loader.IsZero() && registered.After(loader) {
+		d = registered.Sub(loader)
+	}
+	return strings.Join(parts, ", "), d
+}
+
+// stampConsole notes, once a second, the console lines vm printed since,
+// with the seconds after t0, until the kernel starts; the function it
+// returns gives them.
+func stampConsole(vm *proc, t0 time.Time) func() string {
+	var (
+		mu    sync.Mutex
+		lines []string
+		seen  int
+	)
+	go func() {
+		for {
+			select {
+			case <-vm.done:
+				return
+			case <-time.After(time.Second):
+			}
+			con := vm.console.String()
+			mu.Lock()
+			if i := strings.LastIndexByte(con, '\n'); i+1 > seen && len(lines) < 200 {
+				for _, l := range strings.Split(strings.TrimSpace(con[seen:i]), "\n") {
+					if l = strings.TrimSpace(strings.ReplaceAll(l, "\r", "")); l != "" {
+						lines = append(lines, fmt.Sprintf("  +%5.1fs %.120s", time.Since(t0).Seconds(), l))
+					}
+				}
+				seen = i + 1
+				if strings.Contains(con, "Linux version") {
+					mu.Unlock()
+					return
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+	return func() string { mu.Lock(); defer mu.Unlock(); return strings.Join(lines, "\n") }
 }

@@ -119,7 +119,6 @@ func HTTPBootVars(base []byte, mac net.HardwareAddr, slot byte, v6 bool) ([]byte
 	opt = binary.LittleEndian.AppendUint16(opt, uint16(len(path)))
 	opt = append(append(opt, ucs2z(desc)...), path...)
 	vars := append(efiVariable("Boot0080", opt), efiVariable("BootNext", []byte{0x80, 0})...)
-	vars = append(vars, efiVariable("BootOrder", []byte{0x80, 0})...)
 	if !bytes.Equal(base[off:off+len(vars)], bytes.Repeat([]byte{0xff}, len(vars))) {
 		return nil, errors.New("the variable store is not empty")
 	}
