@@ -63,8 +63,10 @@ func TestUEFIFirmwarePXEv6(t *testing.T) {
 // DHCPv6 with vendor class HTTPClient and gets
 // http://[addr]:8080/images/ipxe.efi, with no TFTP listener at all; iPXE
 // then boots the discovery image over IPv6 as under PXEv6. About 2m20s
-// under TCG, over the 2-minute aim: OVMF's boot order puts its HTTPv4
-// entry before HTTPv6 (where the time goes is not yet measured).
+// under TCG, over the 2-minute aim: the firmware's first attempt, the
+// HTTPv6 entry this test writes, fails at once without a packet, then
+// OVMF's own HTTPv4 entry waits out its DHCPv4 (~60 s) before its own
+// HTTPv6 entry boots (docs/architecture.md, "UEFI HTTP boot").
 func TestUEFIFirmwareHTTPv6(t *testing.T) {
 	need(t, "qemu-system-x86_64", ovmfCode, "/usr/share/OVMF/OVMF_VARS_4M.fd")
 	l, prefix := newLab6(t)
@@ -83,7 +85,7 @@ func TestUEFIFirmwareHTTPv6(t *testing.T) {
 		{"dhcp6", "request", map[string]string{"ipxe": "true", "file": `http://\[` + prefix + `1\]:8080/boot\.ipxe\?mac=` + mac}},
 	}, httpChain(true)...), 30*time.Second)
 	t.Logf("OVMF HTTPv6 boot in %s; timeline:\n%s", time.Since(start).Round(time.Second), render(es))
-	// The firmware went to HTTPv6 first (BootNext), not through HTTPv4.
+	// The firmware's first attempt is HTTPv6 (BootNext), not HTTPv4.
 	if starts := regexp.MustCompile(`Start (PXE|HTTP) Boot over IPv[46]`).FindAllString(v.console.String(), -1); len(starts) == 0 || starts[0] != "Start HTTP Boot over IPv6" {
 		t.Errorf("the firmware's boot attempts: %q, want HTTP over IPv6 first", starts)
 	}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -94,8 +95,12 @@ func TestBootPathsToInventoried(t *testing.T) {
 			prefix := fmt.Sprintf("fd79:%s::", l.id[:4])
 			l.ipn("addr", "del", l.subnet+".1/24", "dev", l.bridge)
 			l.ipn("addr", "add", prefix+"1/64", "dev", l.bridge, "nodad")
+			// The appliance as the IPv6-only segment's router (a real
+			// router lifetime), unless CORRAL_BENCH_BOOTPATHS_RA_LIFETIME
+			// says otherwise ("0": advertisements that name no router).
+			ra := cmp.Or(os.Getenv("CORRAL_BENCH_BOOTPATHS_RA_LIFETIME"), "30m")
 			c = startCorrald(t, l.dir, l.ns, build(l, false), "--api-listen", ":20180", "--boot-interface", l.bridge,
-				"--dhcp-mode", "off", "--dhcp6-range", prefix+"100-"+prefix+"1ff", "--ra-router-lifetime", "30m")
+				"--dhcp-mode", "off", "--dhcp6-range", prefix+"100-"+prefix+"1ff", "--ra-router-lifetime", ra)
 		}
 		labs[kind] = &bench{l: l, c: c}
 		return labs[kind]
