@@ -41,6 +41,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -583,6 +584,14 @@ type loadFunc func(kernel, initrd *os.File, cmdline string) error
 
 // autoLoad is AutoLoad with the lockdown file and the loaders given.
 func autoLoad(kernel, initrd *os.File, cmdline string, console io.Writer, logger *slog.Logger, lockFile string, segments, file loadFunc) error {
+	if runtime.GOARCH == "arm64" {
+		if err := loadARM64(kernel, initrd, cmdline, file); err != nil {
+			return fmt.Errorf("kexec_file_load (arm64): %w", err)
+		}
+		fmt.Fprintln(console, "corral: kexec: loaded with kexec_file_load (arm64 Image)")
+		logger.Info("kexec loaded", "syscall", "kexec_file_load", "arch", "arm64")
+		return nil
+	}
 	if mode, locked := lockedDown(lockFile); locked {
 		if err := file(kernel, initrd, cmdline); err != nil {
 			return fmt.Errorf("kexec_file_load under kernel lockdown (%s): %w", mode, err)
