@@ -5,7 +5,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/corralhq/corral/internal/imagecache"
+	"github.com/corralhq/corral/testsupport/require"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -79,19 +82,31 @@ func TestELFClosureHost(t *testing.T) {
 	}
 }
 
-// TestARM64ClosureRuns (opt-in: CORRAL_ARM64_SYSROOT names a root
-// FetchSysroot unpacked) copies the arm64 hypervisor image's files with
+// TestARM64ClosureRuns (on the newest root FetchSysroot unpacked into the
+// image cache, or CORRAL_ARM64_SYSROOT; images/e2e's TestARM64Discovery
+// makes one) copies the arm64 hypervisor image's files with
 // the closure elfClosure found, and nothing else, into an empty root and
 // runs qemu-system-aarch64 --version and qemu-img --version there under
 // qemu-user: the libraries resolve from what the image carries.
 func TestARM64ClosureRuns(t *testing.T) {
 	src := os.Getenv("CORRAL_ARM64_SYSROOT")
 	if src == "" {
-		t.Skip("CORRAL_ARM64_SYSROOT is not set (images/e2e's TestARM64Hypervisor checks the built image)")
+		cache := os.Getenv("CORRAL_IMAGE_CACHE")
+		if cache == "" {
+			cache = imagecache.Default()
+		}
+		roots, _ := filepath.Glob(filepath.Join(sysrootDir(cache, ArchARM64), "*", "manifest.json"))
+		var newest time.Time
+		for _, r := range roots {
+			if st, err := os.Stat(r); err == nil && st.ModTime().After(newest) {
+				newest, src = st.ModTime(), filepath.Join(filepath.Dir(r), "root")
+			}
+		}
 	}
-	if _, err := exec.LookPath("qemu-aarch64"); err != nil {
-		t.Skip("qemu-aarch64 (Debian qemu-user) is not installed")
+	if src == "" {
+		t.Skip("no arm64 root unpacked in the image cache yet (corrald images build --arch arm64, or images/e2e's TestARM64Discovery, makes one)")
 	}
+	require.Tool(t, "qemu-aarch64") // Debian's qemu-user
 	files, err := elfClosure(src, ArchARM64, append(append([]string(nil), DiscoverHostFiles...), ARM64HypervisorHostFiles...))
 	if err != nil {
 		t.Fatal(err)

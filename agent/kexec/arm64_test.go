@@ -1,0 +1,90 @@
+package kexec
+
+import (
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"io"
+	"os"
+	"testing"
+)
+
+// fakeImage is an arm64 Image header (magic at 56) and a body.
+func fakeImage(size int) []byte {
+	b := make([]byte, size)
+	copy(b[arm64MagicOff:], arm64Magic)
+	for i := 64; i < size; i++ {
+		b[i] = byte(i)
+	}
+	return b
+}
+
+func gz(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	w := gzip.NewWriter(&buf)
+	w.Write(b)
+	w.Close()
+	return append(buf.Bytes(), make([]byte, 512)...) // Debian pads Image.gz
+}
+
+func memWith(t *testing.T, b []byte) *os.File {
+	t.Helper()
+	f, err := memFile("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if _, err := f.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestARM64Image(t *testing.T) {
+	img := fakeImage(1 << 20)
+	for name, tc := range map[string]struct {
+		in      []byte
+		limit   int64
+		want    []byte
+		same    bool // the input file itself
+		wantErr error
+	}{
+		"plain Image":         {in: img, limit: 2 << 20, want: img, same: true},
+		"gzip'd Image":        {in: gz(t, img), limit: 2 << 20, want: img},
+		"gzip over the limit": {in: gz(t, img), limit: 1 << 19, wantErr: errAny},
+		"gzip of no Image":    {in: gz(t, make([]byte, 4096)), limit: 2 << 20, wantErr: ErrNotImage},
+		"neither":             {in: []byte("MZ this is an x86 bzImage or anything else, long enough to have offset 56 in it......."), limit: 2 << 20, wantErr: ErrNotImage},
+		"truncated gzip":      {in: gz(t, img)[:200], limit: 2 << 20, wantErr: errAny},
+		"empty":               {in: nil, limit: 2 << 20, wantErr: ErrNotImage},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := memWith(t, tc.in)
+			got, err := arm64Image(f, tc.limit)
+			if tc.wantErr != nil {
+				if err == nil || (tc.wantErr != errAny && !errors.Is(err, tc.wantErr)) {
+					t.Fatalf("err = %v, want %v", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (got == f) != tc.same {
+				t.Errorf("returned the input file: %v, want %v", got == f, tc.same)
+			}
+			b, err := io.ReadAll(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(b, tc.want) {
+				t.Errorf("Image of %d bytes, want %d", len(b), len(tc.want))
+			}
+			if got != f {
+				got.Close()
+			}
+		})
+	}
+}
+
+var errAny = errors.New("any error")
