@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // fakeImage is an arm64 Image header (magic at 56) and a body.
@@ -88,3 +90,44 @@ func TestARM64Image(t *testing.T) {
 }
 
 var errAny = errors.New("any error")
+
+// TestLoadARM64: kexec_file_load first; where the kernel has none
+// (ENOSYS, Debian 12's arm64 kernel) kexec_load, unless locked down.
+func TestLoadARM64(t *testing.T) {
+	img := fakeImage(4096)
+	enosys := func(*os.File, *os.File, string) error { return unix.ENOSYS }
+	ok := func(*os.File, *os.File, string) error { return nil }
+	refused := func(*os.File, *os.File, string) error { return unix.EPERM }
+	for name, tc := range map[string]struct {
+		file, segments loadFunc
+		locked         bool
+		want           string // syscall; "" an error
+	}{
+		"kexec_file_load":            {file: ok, segments: refused, want: "kexec_file_load"},
+		"no kexec_file_load":         {file: enosys, segments: ok, want: "kexec_load"},
+		"no kexec_file_load, locked": {file: enosys, segments: ok, locked: true},
+		"kexec_file_load refused":    {file: refused, segments: ok},
+		"neither":                    {file: enosys, segments: refused},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var gotImage []byte
+			seg := func(k, i *os.File, c string) error {
+				gotImage, _ = io.ReadAll(k)
+				return tc.segments(k, i, c)
+			}
+			how, err := loadARM64(memWith(t, gz(t, img)), nil, "console=ttyAMA0", tc.locked, tc.file, seg)
+			if tc.want == "" {
+				if err == nil {
+					t.Fatalf("loaded with %s, want an error", how)
+				}
+				return
+			}
+			if err != nil || how != tc.want {
+				t.Fatalf("loadARM64 = %q, %v; want %s", how, err, tc.want)
+			}
+			if how == "kexec_load" && !bytes.Equal(gotImage, img) {
+				t.Errorf("kexec_load got %d bytes, not the unpacked Image", len(gotImage))
+			}
+		})
+	}
+}

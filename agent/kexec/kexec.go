@@ -585,11 +585,13 @@ type loadFunc func(kernel, initrd *os.File, cmdline string) error
 // autoLoad is AutoLoad with the lockdown file and the loaders given.
 func autoLoad(kernel, initrd *os.File, cmdline string, console io.Writer, logger *slog.Logger, lockFile string, segments, file loadFunc) error {
 	if runtime.GOARCH == "arm64" {
-		if err := loadARM64(kernel, initrd, cmdline, file); err != nil {
-			return fmt.Errorf("kexec_file_load (arm64): %w", err)
+		mode, locked := lockedDown(lockFile)
+		how, err := loadARM64(kernel, initrd, cmdline, locked, file, SegmentsLoadARM64)
+		if err != nil {
+			return fmt.Errorf("arm64: %w", err)
 		}
-		fmt.Fprintln(console, "corral: kexec: loaded with kexec_file_load (arm64 Image)")
-		logger.Info("kexec loaded", "syscall", "kexec_file_load", "arch", "arm64")
+		fmt.Fprintf(console, "corral: kexec: loaded with %s (arm64 Image)\n", how)
+		logger.Info("kexec loaded", "syscall", how, "arch", "arm64", "lockdown", mode)
 		return nil
 	}
 	if mode, locked := lockedDown(lockFile); locked {
