@@ -129,10 +129,10 @@ func loadARM64(kernel, initrd *os.File, cmdline string, locked bool, file, segme
 // bootargs and initrd range, and a trampoline that enters the kernel
 // with x0 = the device tree). The device tree is this boot's
 // (/sys/firmware/fdt). A machine booted by UEFI has no memory nodes in
-// it (the EFI stub removes them; the next kernel reads the UEFI memory
-// map /chosen still points to), so the RAM /proc/iomem lists, less its
-// reserved parts, is added as memory nodes for the loader to place the
-// segments in.
+// it (the EFI stub removes them and points /chosen at the UEFI memory
+// map), so the RAM /proc/iomem lists, less its reserved parts, is added
+// as memory nodes, and /chosen's UEFI properties are removed: the next
+// kernel boots from the tree without EFI.
 func SegmentsLoadARM64(kernel, initrd *os.File, cmdline string) error {
 	fdt, err := dt.ReadFile("/sys/firmware/fdt")
 	if err != nil {
@@ -152,6 +152,21 @@ func SegmentsLoadARM64(kernel, initrd *os.File, cmdline string) error {
 			if !ok || len(p.Value) != 4 || binary.BigEndian.Uint32(p.Value) != 2 {
 				return fmt.Errorf("device tree: root %s is not 2", c)
 			}
+		}
+		// The next kernel boots from the device tree alone: /chosen's
+		// UEFI properties would have it read a UEFI memory map in RAM the
+		// segments may have been placed over (EfiLoaderData is System
+		// RAM to /proc/iomem), so they go, with the EFI runtime and
+		// ACPI: QEMU's and most arm64 servers' trees describe the
+		// devices as well.
+		if ch, ok := fdt.RootNode.LookupChildByName("chosen"); ok {
+			var keep []dt.Property
+			for _, p := range ch.Properties {
+				if !strings.HasPrefix(p.Name, "linux,uefi-") {
+					keep = append(keep, p)
+				}
+			}
+			ch.Properties = keep
 		}
 		for _, r := range ram {
 			reg := make([]byte, 16)
