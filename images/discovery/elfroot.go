@@ -49,7 +49,9 @@ func resolveIn(root, rel string) (string, error) {
 			}
 			continue
 		}
-		cur := append(done, c)
+		cur := make([]string, len(done), len(done)+1)
+		copy(cur, done)
+		cur = append(cur, c)
 		p := filepath.Join(root, filepath.FromSlash(strings.Join(cur, "/")))
 		st, err := os.Lstat(p)
 		if err != nil {
