@@ -59,6 +59,8 @@ require (
 	sigs.k8s.io/yaml v1.4.0
 )
 
+require github.com/therootcompany/xz v1.0.1 // indirect
+
 require (
 	connectrpc.com/connect v1.19.1 // indirect
 	dario.cat/mergo v1.0.0 // indirect

@@ -20,11 +20,11 @@ type kexecBoot struct {
 }
 
 // KexecPlan implements lifecycle.HypervisorBoot.
-func (k kexecBoot) KexecPlan(ctx context.Context, machine, mac, host string) (*nodev1.KexecPlan, error) {
+func (k kexecBoot) KexecPlan(ctx context.Context, machine, mac, host, arch string) (*nodev1.KexecPlan, error) {
 	if host == "" {
 		host = k.ip
 	}
-	hb, err := k.http.HypervisorBoot(ctx, machine, mac, host)
+	hb, err := k.http.HypervisorBoot(ctx, machine, mac, host, arch)
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,14 @@ const (
 	ARM64Kernel  = "vmlinuz-arm64"
 	ARM64Initrd  = "initrd-arm64.img"
 	GRUBARM64EFI = "grubnetaa64.efi"
+	// ARM64HypervisorInitrd is the arm64 hypervisor image's initramfs
+	// (its kernel is ARM64Kernel), served to arm64 machines only.
+	ARM64HypervisorInitrd = "hypervisor-initrd-arm64.img"
 )
+
+// ARM64HypervisorManifest records the arm64 hypervisor image
+// RegisterARM64Hypervisor registered.
+const ARM64HypervisorManifest = "hypervisor-arm64.json"
 
 // ARM64Manifest is the file in a catalog directory that records the arm64
 // discovery image `corrald images build --arch arm64` registered there.
@@ -99,8 +106,60 @@ func (c Config) withBuiltARM64() Config {
 	}
 	if b, ok := ReadBuiltARM64(c.Dir); ok {
 		c.ARM64Kernel, c.ARM64Initrd, c.ARM64Loader = filepath.Join(c.Dir, b.Kernel), filepath.Join(c.Dir, b.Initrd), filepath.Join(c.Dir, b.Loader)
+		if h, ok := ReadBuiltARM64Hypervisor(c.Dir); ok && h.Release == b.Release && c.ARM64HypervisorInitrd == "" {
+			c.ARM64HypervisorInitrd = filepath.Join(c.Dir, h.Initrd)
+		}
 	}
 	return c
+}
+
+// RegisterARM64Hypervisor copies the arm64 hypervisor initramfs into
+// cfg.Dir's arm64 store, opens the catalog with it (ARM64HypervisorInitrd)
+// next to the rest, and records it in ARM64HypervisorManifest. Its kernel
+// is the registered arm64 discovery kernel: release must be that
+// kernel's (ErrKernelMismatch otherwise; RegisterARM64 first).
+func RegisterARM64Hypervisor(cfg Config, initrd, release, key string) (*Catalog, BuiltHypervisor, error) {
+	if cfg.Dir == "" {
+		return nil, BuiltHypervisor{}, fmt.Errorf("images: Config.Dir is required")
+	}
+	d, ok := ReadBuiltARM64(cfg.Dir)
+	if !ok || d.Release != release {
+		return nil, BuiltHypervisor{}, fmt.Errorf("%w: arm64 hypervisor initramfs is for kernel %s, registered arm64 kernel is %q: register the arm64 discovery image built with it first", ErrKernelMismatch, release, d.Release)
+	}
+	dst := filepath.Join(cfg.Dir, arm64Dir, "hypervisor-initrd.img")
+	if err := copyFileAtomic(initrd, dst); err != nil {
+		return nil, BuiltHypervisor{}, err
+	}
+	cfg = cfg.WithBuiltDiscover()
+	cfg.ARM64HypervisorInitrd = dst
+	cat, err := Open(cfg)
+	if err != nil {
+		return nil, BuiltHypervisor{}, err
+	}
+	a, _ := cat.Lookup(ARM64HypervisorInitrd)
+	h := BuiltHypervisor{Initrd: filepath.Join(arm64Dir, "hypervisor-initrd.img"), InitrdSize: a.Size, InitrdSHA256: a.SHA256,
+		Release: release, Key: key, Registered: time.Now().UTC()}
+	if err := writeManifest(filepath.Join(cfg.Dir, ARM64HypervisorManifest), h); err != nil {
+		return nil, BuiltHypervisor{}, err
+	}
+	return cat, h, nil
+}
+
+// ReadBuiltARM64Hypervisor reads dir's ARM64HypervisorManifest; ok is
+// false when there is none or its initramfs is gone.
+func ReadBuiltARM64Hypervisor(dir string) (BuiltHypervisor, bool) {
+	js, err := os.ReadFile(filepath.Join(dir, ARM64HypervisorManifest))
+	if err != nil {
+		return BuiltHypervisor{}, false
+	}
+	var h BuiltHypervisor
+	if json.Unmarshal(js, &h) != nil || h.Initrd == "" {
+		return BuiltHypervisor{}, false
+	}
+	if st, err := os.Stat(filepath.Join(dir, h.Initrd)); err != nil || !st.Mode().IsRegular() {
+		return BuiltHypervisor{}, false
+	}
+	return h, true
 }
 
 // arm64Sources are the arm64 profile's catalog sources (each optional).
@@ -112,7 +171,8 @@ func (c Config) arm64Sources() []Source {
 		}
 		return s
 	}
-	return []Source{src(ARM64Kernel, KindKernel, c.ARM64Kernel), src(ARM64Initrd, KindInitrd, c.ARM64Initrd), src(GRUBARM64EFI, KindLoader, c.ARM64Loader)}
+	return []Source{src(ARM64Kernel, KindKernel, c.ARM64Kernel), src(ARM64Initrd, KindInitrd, c.ARM64Initrd), src(GRUBARM64EFI, KindLoader, c.ARM64Loader),
+		src(ARM64HypervisorInitrd, KindInitrd, c.ARM64HypervisorInitrd)}
 }
 
 func copyFileAtomic(src, dst string) error {

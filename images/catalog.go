@@ -118,6 +118,9 @@ type Config struct {
 	// ARM64Kernel, ARM64Initrd and ARM64Loader are the arm64 profile's
 	// files (RegisterARM64); each empty one is left out of the catalog.
 	ARM64Kernel, ARM64Initrd, ARM64Loader string
+	// ARM64HypervisorInitrd is the arm64 hypervisor image's initramfs
+	// (RegisterARM64Hypervisor); empty: left out.
+	ARM64HypervisorInitrd string
 }
 
 // UsesTestImages reports whether Open would install a built-in test
@@ -200,7 +203,7 @@ func Open(cfg Config) (*Catalog, error) {
 	if cfg.Kernel != "" && c.arts[DiscoverKernel].Name == "" {
 		return nil, fmt.Errorf("images: kernel %s: %w", cfg.Kernel, os.ErrNotExist)
 	}
-	for _, n := range []struct{ path, name string }{{cfg.ARM64Kernel, ARM64Kernel}, {cfg.ARM64Initrd, ARM64Initrd}, {cfg.ARM64Loader, GRUBARM64EFI}} {
+	for _, n := range []struct{ path, name string }{{cfg.ARM64Kernel, ARM64Kernel}, {cfg.ARM64Initrd, ARM64Initrd}, {cfg.ARM64Loader, GRUBARM64EFI}, {cfg.ARM64HypervisorInitrd, ARM64HypervisorInitrd}} {
 		if n.path != "" && c.arts[n.name].Name == "" {
 			return nil, fmt.Errorf("images: %s %s: %w", n.name, n.path, os.ErrNotExist)
 		}

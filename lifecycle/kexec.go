@@ -56,8 +56,10 @@ type HypervisorBoot interface {
 	// that is unknown: the boot interface's address —, their sizes and
 	// SHA-256 from the catalog) and the kernel command line the
 	// hypervisor iPXE script would give machine (boot MAC mac). It fails
-	// when the catalog has no hypervisor image.
-	KexecPlan(ctx context.Context, machine, mac, host string) (*nodev1.KexecPlan, error)
+	// when the catalog has no hypervisor image. arch is the machine's
+	// architecture as its facts report it ("arm64" picks the arm64
+	// hypervisor image; anything else amd64's).
+	KexecPlan(ctx context.Context, machine, mac, host, arch string) (*nodev1.KexecPlan, error)
 }
 
 // SetKexec sets Config.Kexec after New: appliance makes the boot
@@ -161,7 +163,7 @@ func (l *Lifecycle) kexecPlan(ctx context.Context, m *inventoryv1.Machine) (*nod
 	if hb == nil {
 		return nil, errors.New("kexec is turned off on this appliance")
 	}
-	return hb.KexecPlan(ctx, m.GetName(), mac, host)
+	return hb.KexecPlan(ctx, m.GetName(), mac, host, m.GetFacts().GetArchitecture())
 }
 
 // onKexecProgress handles the agent's "kexec" progress of install id: an

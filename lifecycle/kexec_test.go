@@ -23,7 +23,7 @@ type fakeBoot struct {
 	calls []string // machine mac host
 }
 
-func (f *fakeBoot) KexecPlan(_ context.Context, machine, mac, host string) (*nodev1.KexecPlan, error) {
+func (f *fakeBoot) KexecPlan(_ context.Context, machine, mac, host, _ string) (*nodev1.KexecPlan, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, machine+" "+mac+" "+host)
@@ -123,7 +123,7 @@ func TestInstallRebootOrKexec(t *testing.T) {
 			switch tc.want {
 			case "kexec":
 				plan := a.next().GetKexec()
-				want, _ := tc.boot.KexecPlan(context.Background(), a.name, mac1, "")
+				want, _ := tc.boot.KexecPlan(context.Background(), a.name, mac1, "", "")
 				want.InstallId = id
 				if diff := cmp.Diff(want, plan, protocmp.Transform()); diff != "" {
 					t.Errorf("kexec plan (-want +got):\n%s", diff)
@@ -348,7 +348,7 @@ func TestKexecAhead(t *testing.T) {
 				a.none()
 				return
 			}
-			want, _ := tc.boot.KexecPlan(context.Background(), a.name, mac1, "")
+			want, _ := tc.boot.KexecPlan(context.Background(), a.name, mac1, "", "")
 			want.InstallId = id
 			if diff := cmp.Diff(want, a.next().GetKexec(), protocmp.Transform()); diff != "" {
 				t.Fatalf("kexec plan ahead of the install (-want +got):\n%s", diff)

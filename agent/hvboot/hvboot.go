@@ -427,7 +427,7 @@ func mounted(root, dir string) bool {
 }
 
 // EnsurePath puts /usr/bin, /usr/sbin, /bin and /sbin on PATH (the image
-// keeps qemu-system-x86_64 and qemu-img there; u-root's init may not).
+// keeps qemu-system-x86_64 or qemu-system-aarch64 and qemu-img there; u-root's init may not).
 func EnsurePath() {
 	have := filepath.SplitList(os.Getenv("PATH"))
 	for _, d := range []string{"/usr/bin", "/usr/sbin", "/bin", "/sbin"} {

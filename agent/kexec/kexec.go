@@ -41,6 +41,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -583,6 +584,16 @@ type loadFunc func(kernel, initrd *os.File, cmdline string) error
 
 // autoLoad is AutoLoad with the lockdown file and the loaders given.
 func autoLoad(kernel, initrd *os.File, cmdline string, console io.Writer, logger *slog.Logger, lockFile string, segments, file loadFunc) error {
+	if runtime.GOARCH == "arm64" {
+		mode, locked := lockedDown(lockFile)
+		how, err := loadARM64(kernel, initrd, cmdline, locked, file, SegmentsLoadARM64)
+		if err != nil {
+			return fmt.Errorf("arm64: %w", err)
+		}
+		fmt.Fprintf(console, "corral: kexec: loaded with %s (arm64 Image)\n", how)
+		logger.Info("kexec loaded", "syscall", how, "arch", "arm64", "lockdown", mode)
+		return nil
+	}
 	if mode, locked := lockedDown(lockFile); locked {
 		if err := file(kernel, initrd, cmdline); err != nil {
 			return fmt.Errorf("kexec_file_load under kernel lockdown (%s): %w", mode, err)

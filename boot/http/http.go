@@ -495,7 +495,11 @@ func (s *Server) boot(w http.ResponseWriter, r *http.Request, render func(Script
 	switch {
 	case intent == inventoryv1.BootIntent_BOOT_INTENT_LOCAL:
 	case d.Arch == "arm64" && intent == inventoryv1.BootIntent_BOOT_INTENT_HYPERVISOR:
-		d.Problem = "the hypervisor image is built for amd64 only; booting the local disk"
+		d.Kernel, d.Initrd, mode = images.ARM64Kernel, images.ARM64HypervisorInitrd, cmdline.ModeHypervisor
+		if !s.cfg.Catalog.Has(d.Kernel) || !s.cfg.Catalog.Has(d.Initrd) {
+			d.Kernel, d.Initrd = "", ""
+			d.Problem = "the catalog has no arm64 hypervisor image (run corrald images build --arch arm64); booting the local disk"
+		}
 	case d.Arch == "arm64":
 		d.Kernel, d.Initrd = images.ARM64Kernel, images.ARM64Initrd
 		if !s.cfg.Catalog.Has(d.Kernel) || !s.cfg.Catalog.Has(d.Initrd) {

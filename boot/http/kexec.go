@@ -27,9 +27,11 @@ type HypervisorBoot struct {
 // the appliance): the same files, URLs and kernel command line (endpoints,
 // the CA fingerprint, the MAC, corral.mode=hypervisor and no token: the
 // hypervisor boot authenticates with its node certificate). It fails when
-// the catalog has no hypervisor image. It records nothing on the timeline
+// the catalog has no hypervisor image. arch "arm64" renders the arm64
+// hypervisor image (ARM64Kernel, ARM64HypervisorInitrd, the arm64 command
+// line GRUB's config would give); anything else amd64's. It records nothing on the timeline
 // (the lifecycle does) and spends no script budget.
-func (s *Server) HypervisorBoot(ctx context.Context, machine, mac, host string) (HypervisorBoot, error) {
+func (s *Server) HypervisorBoot(ctx context.Context, machine, mac, host, arch string) (HypervisorBoot, error) {
 	mac, err := normalizeMAC(mac)
 	if err != nil {
 		return HypervisorBoot{}, err
@@ -43,6 +45,9 @@ func (s *Server) HypervisorBoot(ctx context.Context, machine, mac, host string) 
 	}
 	base := "http://" + net.JoinHostPort(host, port)
 	d := ScriptData{Intent: "hypervisor", Machine: machine, MAC: mac, Base: base, Kernel: images.DiscoverKernel, Initrd: images.HypervisorInitrd}
+	if arch == "arm64" {
+		d.Arch, d.Kernel, d.Initrd = "arm64", images.ARM64Kernel, images.ARM64HypervisorInitrd
+	}
 	var hb HypervisorBoot
 	var ok bool
 	if hb.Kernel, ok = s.cfg.Catalog.Lookup(d.Kernel); !ok {

@@ -59,14 +59,14 @@ func kexecServer(t *testing.T, hv bool) (*Server, *fakeTokens, *recorder) {
 func TestHypervisorBootIsTheScripts(t *testing.T) {
 	s, tokens, _ := kexecServer(t, true)
 	_, port, _ := net.SplitHostPort(s.Addr().String())
-	hb, err := s.HypervisorBoot(context.Background(), "hv3", "52-54-00-00-00-03", "127.0.0.1")
+	hb, err := s.HypervisorBoot(context.Background(), "hv3", "52-54-00-00-00-03", "127.0.0.1", "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	base := "http://127.0.0.1:" + port
 	_, script := get(t, base+"/boot.ipxe?mac=52:54:00:00:00:03", nil)
 	// get sends Host 10.0.0.1:8080: render ours for that host to compare.
-	hbScript, err := s.HypervisorBoot(context.Background(), "hv3", "52:54:00:00:00:03", "10.0.0.1")
+	hbScript, err := s.HypervisorBoot(context.Background(), "hv3", "52:54:00:00:00:03", "10.0.0.1", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestHypervisorBootRefusals(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			_, err := tc.s.HypervisorBoot(context.Background(), "hv3", tc.mac, tc.host)
+			_, err := tc.s.HypervisorBoot(context.Background(), "hv3", tc.mac, tc.host, "")
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("HypervisorBoot: %v, want an error with %q", err, tc.err)
 			}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -160,7 +161,7 @@ func runHypervisorBoot(ctx context.Context, cmdlineFile, dataDir, accel string, 
 		a, why := vm.Accel(accel), "set by --accel"
 		if accel == "auto" {
 			probed := time.Now()
-			a, why = vm.DetectAccel(ctx, "qemu-system-x86_64", nil, os.TempDir())
+			a, why = vm.DetectAccel(ctx, vm.DefaultQEMU(runtime.GOARCH), nil, os.TempDir())
 			log.Info("accelerator probed", "accel", string(a), "reason", why, "took", time.Since(probed).Round(time.Millisecond))
 		}
 		fmt.Fprintf(console, "corral: accelerator %s (%s), decided in %s\n", a, why, time.Since(start).Round(time.Millisecond))

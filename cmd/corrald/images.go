@@ -39,10 +39,12 @@ unchanged inputs is taken from the cache.
 
 --arch arm64 builds the arm64 discovery image instead (Debian's
 linux-image-arm64 through apt's multiarch: dpkg --add-architecture arm64 and
-apt-get update first; u-root and corral-node for GOARCH=arm64; no host tools)
-and GRUB's arm64 network loader (grub-mkimage from grub-efi-arm64-bin), and
-registers vmlinuz-arm64, initrd-arm64.img and grubnetaa64.efi beside the
-amd64 images, which it leaves as they are.`,
+apt-get update first; u-root and corral-node for GOARCH=arm64; the host
+tools, QEMU and their libraries from Debian's arm64 packages unpacked by
+mmdebstrap), the arm64 hypervisor image and GRUB's arm64 network loader
+(grub-mkimage from grub-efi-arm64-bin), and registers vmlinuz-arm64,
+initrd-arm64.img, hypervisor-initrd-arm64.img and grubnetaa64.efi beside
+the amd64 images, which it leaves as they are.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger(cmd.ErrOrStderr())
@@ -60,7 +62,7 @@ amd64 images, which it leaves as they are.`,
 				cache = filepath.Join(catDir, "cache")
 			}
 			if arch == discovery.ArchARM64 {
-				return buildARM64(cmd, log, src, cache, catDir, ipxeDirs)
+				return buildARM64(cmd, log, src, cache, catDir, ipxeDirs, noHyp)
 			} else if arch != discovery.ArchAMD64 {
 				return fmt.Errorf("--arch %q: want %s or %s", arch, discovery.ArchAMD64, discovery.ArchARM64)
 			}
@@ -134,18 +136,22 @@ amd64 images, which it leaves as they are.`,
 	build.Flags().StringVar(&cache, "image-cache", imagecache.Default(), "build cache directory, shared with corral-lab (machine-wide, or under $XDG_CACHE_HOME when that is not writable) (env CORRAL_IMAGE_CACHE)")
 	build.Flags().StringSliceVar(&ipxeDirs, "ipxe-dir", nil, "directories holding the iPXE binaries (default Debian's)")
 	build.Flags().BoolVar(&noHyp, "no-hypervisor", false, "build and register only the discovery image")
-	build.Flags().StringVar(&arch, "arch", discovery.ArchAMD64, "machines' architecture: amd64, or arm64 (discovery image and GRUB network loader only)")
+	build.Flags().StringVar(&arch, "arch", discovery.ArchAMD64, "machines' architecture: amd64, or arm64 (discovery and hypervisor images and GRUB's network loader)")
 	img.AddCommand(build, newImagesExportCmd(g), newImagesImportCmd(g))
 	return img
 }
 
 // buildARM64 builds (or takes from the cache) the arm64 discovery image and
 // GRUB network loader and registers them in catDir.
-func buildARM64(cmd *cobra.Command, log *slog.Logger, src, cache, catDir string, ipxeDirs []string) error {
+func buildARM64(cmd *cobra.Command, log *slog.Logger, src, cache, catDir string, ipxeDirs []string, noHyp bool) error {
 	start := time.Now()
+	profiles := []discovery.Profile{discovery.Discover, discovery.Hypervisor}
+	if noHyp {
+		profiles = profiles[:1]
+	}
 	rep := progress.New(cmd.ErrOrStderr())
 	rs, err := discovery.BuildProfiles(cmd.Context(), discovery.Options{SourceDir: src, CacheDir: cache, AgentVersion: version, Logger: log,
-		Arch: discovery.ArchARM64, Progress: func(stage string) { rep.Stage(stage, 0) }}, discovery.Discover)
+		Arch: discovery.ArchARM64, Progress: func(stage string) { rep.Stage(stage, 0) }}, profiles...)
 	if err != nil {
 		return err
 	}
@@ -167,6 +173,17 @@ func buildARM64(cmd *cobra.Command, log *slog.Logger, src, cache, catDir string,
 	fmt.Fprintf(w, "  %-21s %9d bytes  sha256 %s\n", images.ARM64Kernel, b.KernelSize, b.KernelSHA256)
 	fmt.Fprintf(w, "  %-21s %9d bytes  sha256 %s\n", images.ARM64Initrd, b.InitrdSize, b.InitrdSHA256)
 	fmt.Fprintf(w, "  %-21s %9d bytes  sha256 %s\n", images.GRUBARM64EFI, b.LoaderSize, b.LoaderSHA256)
+	if len(rs) > 1 {
+		h := rs[1]
+		rep.Stage("register the arm64 hypervisor image in "+catDir, 0)
+		_, hb, err := images.RegisterARM64Hypervisor(images.Config{Dir: catDir, IPXEDirs: ipxeDirs}, h.Initrd, h.Release, h.Key)
+		if err != nil {
+			return err
+		}
+		rep.Done()
+		fmt.Fprintf(w, "arm64 hypervisor image %s (key %s, %d modules, %s, qemu %s)\n", how(h), h.Key[:12], len(h.Modules), h.Compression, h.Packages["qemu-system-arm"])
+		fmt.Fprintf(w, "  %-21s %9d bytes  sha256 %s\n", images.ARM64HypervisorInitrd, hb.InitrdSize, hb.InitrdSHA256)
+	}
 	fmt.Fprintf(w, "registered in %s (arm64 profile)\n", catDir)
 	return nil
 }

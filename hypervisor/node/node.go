@@ -35,6 +35,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"time"
@@ -279,6 +280,11 @@ func heartbeat(ctx context.Context, cfg Config, addr net.Addr, log *slog.Logger)
 	}
 }
 
+// AnnotationArchitecture is the annotation a node registers its
+// architecture under (its GOARCH: amd64, arm64), so an operator and a
+// scheduler can tell arm64 nodes from amd64 ones.
+const AnnotationArchitecture = "corral/node/architecture"
+
 func nodeRequest(cfg Config, addr net.Addr) *poolv1.ApplyNodeRequest {
 	capa := measure(cfg.DataDir)
 	if cfg.CPUMilliCores != 0 {
@@ -293,6 +299,7 @@ func nodeRequest(cfg Config, addr net.Addr) *poolv1.ApplyNodeRequest {
 	host, port := advertise(cfg.Advertise, addr)
 	return &poolv1.ApplyNodeRequest{
 		Name: cfg.Name, Labels: cfg.Labels, Address: host, Serial: cfg.Serial,
+		Annotations:   map[string]string{AnnotationArchitecture: runtime.GOARCH},
 		CpuMilliCores: capa.cpuMilli, MemoryBytes: capa.memory, StorageBytes: capa.storage,
 		Datacenter: cfg.Datacenter, AvailabilityZone: cfg.AvailabilityZone, Cell: cfg.Cell,
 		Rack: cfg.Rack, Unit: cfg.Unit, HypervisorPort: port,

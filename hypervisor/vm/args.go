@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 )
@@ -50,13 +51,35 @@ func guestMarker(name string) string { return "corral:" + name }
 // stopped (-S) and daemonized; guest power-off leaves QEMU in the
 // "shutdown" state (-no-shutdown) instead of exiting.
 func Args(spec Spec, p Paths, accel Accel, vhost bool) []string {
+	return ArgsFor(runtime.GOARCH, spec, p, accel, vhost)
+}
+
+// DefaultQEMU is the emulator of the node's own architecture (GOARCH):
+// qemu-system-aarch64 on arm64, else qemu-system-x86_64.
+func DefaultQEMU(goarch string) string {
+	if goarch == "arm64" {
+		return "qemu-system-aarch64"
+	}
+	return "qemu-system-x86_64"
+}
+
+// ArgsFor is Args for a node of architecture goarch. On arm64 the
+// machine is virt (q35 is x86's), the display is virtio-gpu-pci (the std
+// VGA needs x86's VGA BIOS) and the RTC has no driftfix (an x86 RTC
+// option); the rest is the same. The arm64 hypervisor image carries no
+// UEFI firmware, so an arm64 node's guests boot with Spec.Kernel.
+func ArgsFor(goarch string, spec Spec, p Paths, accel Accel, vhost bool) []string {
+	machine, video, rtc := "q35", "VGA,id=video0", "base=utc,driftfix=slew"
+	if goarch == "arm64" {
+		machine, video, rtc = "virt", "virtio-gpu-pci,id=video0", "base=utc"
+	}
 	a := []string{
 		"-name", "guest=" + guestMarker(spec.Name) + ",debug-threads=on",
 		"-msg", "timestamp=on",
 		"-nodefaults", "-no-user-config",
 		"-S", "-no-shutdown", "-daemonize",
 		"-pidfile", p.PIDFile,
-		"-machine", "q35",
+		"-machine", machine,
 	}
 	if spec.UUID != "" {
 		a = append(a, "-uuid", spec.UUID)
@@ -70,14 +93,14 @@ func Args(spec Spec, p Paths, accel Accel, vhost bool) []string {
 	a = append(a,
 		"-smp", fmt.Sprintf("%d,sockets=1,cores=%d,threads=1", spec.VCPUs, spec.VCPUs),
 		"-m", strconv.FormatUint(spec.MemoryBytes>>20, 10)+"M",
-		"-rtc", "base=utc,driftfix=slew",
+		"-rtc", rtc,
 		"-boot", "strict=on",
 		"-chardev", "socket,id=qmp,path="+optEscape(p.QMP)+",server=on,wait=off",
 		"-mon", "chardev=qmp,mode=control",
 		"-chardev", "socket,id=serial0,path="+optEscape(p.Serial)+",server=on,wait=off,logfile="+optEscape(p.Console)+",logappend=on",
 		"-serial", "chardev:serial0",
 		"-vnc", "unix:"+optEscape(p.VNC),
-		"-device", "VGA,id=video0",
+		"-device", video,
 		"-object", "rng-random,id=rng0,filename=/dev/urandom",
 		"-device", "virtio-rng-pci,rng=rng0,id=rng0dev",
 		"-device", "virtio-scsi-pci,id=scsi0",

@@ -88,3 +88,38 @@ func TestSpecValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestArgsARM64: an arm64 node's QEMU gets the virt machine, a display
+// without x86's VGA BIOS and an RTC without x86's driftfix; nothing else
+// changes.
+func TestArgsARM64(t *testing.T) {
+	spec := Spec{Name: "a1", VCPUs: 1, MemoryBytes: 256 << 20, Kernel: "/k", Initrd: "/i", Append: "console=ttyAMA0"}
+	p := PathsFor("/var/lib/corral/vms/a1")
+	amd, arm := ArgsFor("amd64", spec, p, TCG, false), ArgsFor("arm64", spec, p, TCG, false)
+	has := func(a []string, flag, v string) bool {
+		for i := 0; i+1 < len(a); i++ {
+			if a[i] == flag && a[i+1] == v {
+				return true
+			}
+		}
+		return false
+	}
+	for _, c := range []struct {
+		a         []string
+		flag, val string
+	}{
+		{amd, "-machine", "q35"}, {amd, "-device", "VGA,id=video0"}, {amd, "-rtc", "base=utc,driftfix=slew"},
+		{arm, "-machine", "virt"}, {arm, "-device", "virtio-gpu-pci,id=video0"}, {arm, "-rtc", "base=utc"},
+		{arm, "-cpu", "max"}, {arm, "-kernel", "/k"},
+	} {
+		if !has(c.a, c.flag, c.val) {
+			t.Errorf("%s %s missing in %q", c.flag, c.val, c.a)
+		}
+	}
+	if len(amd) != len(arm) {
+		t.Errorf("amd64 has %d arguments, arm64 %d", len(amd), len(arm))
+	}
+	if DefaultQEMU("arm64") != "qemu-system-aarch64" || DefaultQEMU("amd64") != "qemu-system-x86_64" {
+		t.Error("DefaultQEMU")
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,7 +35,8 @@ type Network interface {
 type Config struct {
 	// Dir holds one directory per VM; created with mode 0700.
 	Dir string
-	// QEMU is the emulator binary (default qemu-system-x86_64).
+	// QEMU is the emulator binary (default DefaultQEMU of the node's
+	// GOARCH).
 	QEMU string
 	// Accel is "auto" (default: probe KVM, fall back to TCG), "kvm" or
 	// "tcg".
@@ -127,7 +129,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	}
 	cfg.Dir = abs
 	if cfg.QEMU == "" {
-		cfg.QEMU = "qemu-system-x86_64"
+		cfg.QEMU = DefaultQEMU(runtime.GOARCH)
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 60 * time.Second

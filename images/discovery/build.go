@@ -75,6 +75,10 @@ const (
 // taps, bridges, vhost-net, VLANs and KVM (with their dependency chains).
 var HypervisorModules = []string{"tun", "bridge", "vhost_net", "8021q", "kvm", "kvm_intel", "kvm_amd"}
 
+// ARM64HypervisorModules are HypervisorModules on arm64, where KVM is
+// built into Debian's kernel (no kvm modules).
+var ARM64HypervisorModules = []string{"tun", "bridge", "vhost_net", "8021q"}
+
 // recipe is what differs between the profiles.
 type recipe struct {
 	profile   Profile
@@ -86,18 +90,28 @@ type recipe struct {
 	firmware  []string // QEMU firmware names
 	pciIDs    bool     // ship pci.ids (facts name PCI devices; only the discovery agent collects them)
 	packages  []string
-	compress  string // zstd (xz when over maxSize), xz, lz4 or gzip
-	maxSize   int64  // 0: no budget
+	// sysPackages are a foreign architecture's Debian packages the
+	// paths come from (FetchSysroot); empty: the build host's files.
+	sysPackages []string
+	compress    string // zstd (xz when over maxSize), xz, lz4 or gzip
+	maxSize     int64  // 0: no budget
 }
 
 func (o Options) recipe(p Profile) (recipe, error) {
 	if o.Arch != "" && o.Arch != ArchAMD64 {
-		if p != Discover {
-			return recipe{}, fmt.Errorf("discovery: the %s profile is built for %s only (its QEMU and tools are the build host's binaries)", p, ArchAMD64)
+		// The host files come from the architecture's own Debian
+		// packages (FetchSysroot), their libraries from elfClosure.
+		switch p {
+		case Discover:
+			return recipe{profile: p, subdir: o.Arch, modules: o.Modules, tag: AgentBuildTag, uinitArgs: []string{"discover"}, pciIDs: true,
+				paths: DiscoverHostFiles, sysPackages: ARM64DiscoverPackages, compress: "zstd", maxSize: MaxInitrdSize}, nil
+		case Hypervisor:
+			return recipe{profile: p, subdir: filepath.Join(o.Arch, "hypervisor"), modules: append(append([]string(nil), o.Modules...), ARM64HypervisorModules...),
+				uinitArgs: []string{"hypervisor", "--boot"},
+				paths:     append(append([]string(nil), DiscoverHostFiles...), ARM64HypervisorHostFiles...), firmware: ARM64QEMUFirmware,
+				sysPackages: append(append([]string(nil), ARM64DiscoverPackages...), ARM64HypervisorPackages...), compress: "lz4"}, nil
 		}
-		// No host files: they would be the build host's amd64 binaries.
-		return recipe{profile: p, subdir: o.Arch, modules: o.Modules, tag: AgentBuildTag, uinitArgs: []string{"discover"}, pciIDs: true,
-			compress: "zstd", maxSize: MaxInitrdSize}, nil
+		return recipe{}, fmt.Errorf("discovery: unknown profile %q", p)
 	}
 	switch p {
 	case Discover:
@@ -478,6 +492,17 @@ func profileInputs(ctx context.Context, o Options, common Inputs, rc recipe) (In
 	var err error
 	if in.AgentSource, err = agentSourceHash(ctx, o.SourceDir, o.Arch, rc.tag); err != nil {
 		return Inputs{}, nil, err
+	}
+	if len(rc.sysPackages) > 0 {
+		files, pkgs, err := foreignHostFiles(ctx, o, rc)
+		if err != nil {
+			return Inputs{}, nil, fmt.Errorf("%s image (%s): %w", rc.profile, o.Arch, err)
+		}
+		if in.HostFiles, err = filesHash(files); err != nil {
+			return Inputs{}, nil, err
+		}
+		in.Packages = pkgs
+		return in, files, nil
 	}
 	files, err := resolveHostFiles(ctx, rc.paths, rc.firmware)
 	if err != nil {

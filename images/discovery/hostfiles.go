@@ -195,3 +195,54 @@ func packageVersions(ctx context.Context, pkgs []string) (map[string]string, err
 	}
 	return v, nil
 }
+
+// foreignHostFiles are rc's paths and their ELF closure from the
+// unpacked root of o.Arch's Debian packages (one root for every profile
+// of the architecture: ARM64DiscoverPackages and ARM64HypervisorPackages),
+// and rc's firmware, which is architecture-independent data, from the
+// build host. It returns the files and the root's package versions.
+func foreignHostFiles(ctx context.Context, o Options, rc recipe) ([]hostFile, map[string]string, error) {
+	sr, err := FetchSysroot(ctx, o.Logger, o.CacheDir, o.Arch, append(append([]string(nil), ARM64DiscoverPackages...), ARM64HypervisorPackages...))
+	if err != nil {
+		return nil, nil, err
+	}
+	closure, err := elfClosure(sr.Dir, o.Arch, rc.paths)
+	if err != nil {
+		return nil, nil, err
+	}
+	files := make([]hostFile, 0, len(closure)+len(rc.firmware))
+	for _, f := range closure {
+		files = append(files, hostFile{Src: filepath.Join(sr.Dir, filepath.FromSlash(f.Src)), Dst: f.Dst})
+	}
+	fw, err := resolveHostFiles(ctx, nil, rc.firmware)
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(files, fw...), sr.Packages, nil
+}
+
+// filesHash hashes files (paths and contents) as they are: a foreign
+// closure is complete already (no ldd).
+func filesHash(files []hostFile) (string, error) {
+	all := append([]hostFile(nil), files...)
+	sort.Slice(all, func(i, j int) bool { return all[i].Dst < all[j].Dst })
+	h := sha256.New()
+	for _, e := range all {
+		f, err := os.Open(e.Src)
+		if err != nil {
+			return "", err
+		}
+		st, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return "", err
+		}
+		fmt.Fprintf(h, "%s %d\n", e.Dst, st.Size())
+		_, err = io.Copy(h, f)
+		f.Close()
+		if err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

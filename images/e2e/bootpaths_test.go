@@ -64,7 +64,7 @@ func TestBootPathsToInventoried(t *testing.T) {
 		data := filepath.Join(l.dir, "data")
 		argv := [][]string{{"images", "build"}}
 		if arm64 {
-			argv = append(argv, []string{"images", "build", "--arch", "arm64"})
+			argv = append(argv, []string{"images", "build", "--arch", "arm64", "--no-hypervisor"})
 		}
 		for _, a := range argv {
 			a = append(a, "--data-dir", data, "--image-cache", imageCache(), "--source", srcDir)
