@@ -22,24 +22,49 @@ const GRUBARM64Dir = "/usr/lib/grub/arm64-efi"
 // of GRUBEmbeddedConfig and of the per-machine config boot/http renders.
 // The local-disk answer (boot/http's localdisk) finds the ESP's
 // \EFI\BOOT\BOOTAA64.EFI (search, part_gpt, part_msdos, fat) and chainloads
-// it (chain).
+// it (chain); minicmd has exit, which the embedded config ends with.
 var GRUBARM64Modules = []string{"efinet", "net", "http", "linux", "gzio", "normal", "configfile", "echo", "regexp", "sleep", "test", "halt", "reboot",
-	"search", "part_gpt", "part_msdos", "fat", "chain"}
+	"search", "part_gpt", "part_msdos", "fat", "chain", "minicmd"}
 
 // GRUBEmbeddedConfig is the loader's built-in config. GRUB runs it with
 // its rescue parser (no if or for), after efinet has configured the NIC
 // the firmware booted from with the firmware's DHCP answer. That answer's
 // option 17 (root path) holds the per-machine config's http:// URL
 // (boot/dhcp puts it there for arm64 clients), which GRUB's http module
-// reads as (http,host:port)/path.
-const GRUBEmbeddedConfig = `net_get_dhcp_option corral_url "$net_default_interface" 17 string
+// reads as (http,host:port)/path. A fetch that fails is tried again, up
+// to grubConfigAttempts times 5 s apart (unrolled: no loops here): GRUB
+// numbers its TCP source ports from the same value on every boot, so a
+// machine that reboots within a minute of its last network boot (a VM,
+// or the reboot after an install) opens the connection its previous boot
+// closed, which the appliance still holds in TIME_WAIT and answers with
+// the old connection's ACK; the next attempt's port is the next one.
+// After the last, exit (minicmd) hands the machine back to the firmware.
+var GRUBEmbeddedConfig = grubEmbeddedConfig(grubConfigAttempts)
+
+// grubConfigAttempts is how many times the embedded config fetches the
+// per-machine config: more than the connections one network boot opens
+// (config, kernel, initramfs), so one attempt uses a port the previous
+// boot did not.
+const grubConfigAttempts = 6
+
+func grubEmbeddedConfig(attempts int) string {
+	var b strings.Builder
+	b.WriteString(`net_get_dhcp_option corral_url "$net_default_interface" 17 string
 regexp --set=1:corral_host --set=2:corral_path '^http://([^/]+)(/.*)$' "$corral_url"
 echo "Corral: loading $corral_url"
-configfile "(http,$corral_host)$corral_path"
-echo "Corral: no boot config (DHCP option 17 is '$corral_url'); back to the firmware in 10 s"
+`)
+	for i := 1; i <= attempts; i++ {
+		b.WriteString("configfile \"(http,$corral_host)$corral_path\"\n")
+		if i < attempts {
+			fmt.Fprintf(&b, "echo \"Corral: no boot config from $corral_url (attempt %d of %d); again in 5 s\"\nsleep 5\n", i, attempts)
+		}
+	}
+	b.WriteString(`echo "Corral: no boot config (DHCP option 17 is '$corral_url'); back to the firmware in 10 s"
 sleep 10
 exit
-`
+`)
+	return b.String()
+}
 
 // BuildGRUBARM64 writes GRUB's arm64 network loader (grub-mkimage from
 // Debian's grub-efi-arm64-bin, GRUBARM64Modules, GRUBEmbeddedConfig) to
