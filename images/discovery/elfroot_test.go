@@ -1,15 +1,18 @@
 package discovery
 
 import (
+	"context"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/corralhq/corral/internal/imagecache"
 	"github.com/corralhq/corral/testsupport/require"
-	"github.com/google/go-cmp/cmp"
 )
 
 func TestResolveInStaysInRoot(t *testing.T) {
@@ -103,10 +106,37 @@ func TestARM64ClosureRuns(t *testing.T) {
 			}
 		}
 	}
-	if src == "" {
-		t.Skip("no arm64 root unpacked in the image cache yet (corrald images build --arch arm64, or images/e2e's TestARM64Discovery, makes one)")
-	}
 	require.Tool(t, "qemu-aarch64") // Debian's qemu-user
+	if src == "" {
+		// None unpacked yet: unpack it, into the image cache, where
+		// `corrald images build --arch arm64` finds it later (the cost
+		// is paid once per machine either way).
+		if testing.Short() {
+			t.Skip("unpacks Debian's arm64 QEMU (about 300 MB): skipped with -short")
+		}
+		require.Tool(t, "mmdebstrap", "apt-cache")
+		cache := os.Getenv("CORRAL_IMAGE_CACHE")
+		if cache == "" {
+			cache = imagecache.Default()
+		}
+		if err := os.MkdirAll(cache, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		unlock, err := lock(filepath.Join(cache, ".lock"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+		t0 := time.Now()
+		sr, err := FetchSysroot(ctx, slog.Default(), cache, ArchARM64, append(append([]string(nil), ARM64DiscoverPackages...), ARM64HypervisorPackages...))
+		unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		src = sr.Dir
+		t.Logf("arm64 root unpacked in %s (%d packages)", time.Since(t0).Round(time.Second), len(sr.Packages))
+	}
 	files, err := elfClosure(src, ArchARM64, append(append([]string(nil), DiscoverHostFiles...), ARM64HypervisorHostFiles...))
 	if err != nil {
 		t.Fatal(err)
