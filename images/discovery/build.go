@@ -100,7 +100,7 @@ type recipe struct {
 func (o Options) recipe(p Profile) (recipe, error) {
 	if o.Arch != "" && o.Arch != ArchAMD64 {
 		// The host files come from the architecture's own Debian
-		// packages (FetchSysroot), their libraries from elfClosure.
+		// packages (FetchSysroot), their libraries from elfroot.Closure.
 		switch p {
 		case Discover:
 			return recipe{profile: p, subdir: o.Arch, modules: o.Modules, tag: AgentBuildTag, uinitArgs: []string{"discover"}, pciIDs: true,

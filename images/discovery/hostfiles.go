@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/corralhq/corral/internal/elfroot"
 	"github.com/u-root/mkuimage/ldd"
 )
 
@@ -206,7 +207,7 @@ func foreignHostFiles(ctx context.Context, o Options, rc recipe) ([]hostFile, ma
 	if err != nil {
 		return nil, nil, err
 	}
-	closure, err := elfClosure(sr.Dir, o.Arch, rc.paths)
+	closure, err := elfroot.Closure(sr.Dir, o.Arch, rc.paths)
 	if err != nil {
 		return nil, nil, err
 	}

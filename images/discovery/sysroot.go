@@ -20,7 +20,7 @@ import (
 // unpacked with `mmdebstrap --variant=extract` (apt resolves the
 // dependencies; nothing is configured, no maintainer script runs, so no
 // binfmt_misc is needed) into a root of their own, from which the image
-// takes the files it needs and their ELF closure (elfClosure).
+// takes the files it needs and their ELF closure (elfroot.Closure).
 
 // ARM64DiscoverPackages are the arm64 packages of the arm64 discovery
 // image's host files (DiscoverHostFiles' counterparts: mke2fs, mdadm,

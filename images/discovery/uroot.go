@@ -185,7 +185,7 @@ func buildUroot(ctx context.Context, log *slog.Logger, b urootBuild) error {
 		}},
 		TempDir:      tmp,
 		ExtraFiles:   extra,
-		SkipLDD:      cmp.Or(b.arch, ArchAMD64) != ArchAMD64, // a foreign closure is in extra already (elfClosure)
+		SkipLDD:      cmp.Or(b.arch, ArchAMD64) != ArchAMD64, // a foreign closure is in extra already (elfroot.Closure)
 		OutputFile:   &initramfs.CPIOFile{Path: out},
 		InitCmd:      "init",
 		UinitCmd:     "corral-node",

@@ -5,17 +5,18 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
-	"debug/elf"
 	_ "embed"
 	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
 
+	"github.com/corralhq/corral/internal/elfroot"
 	"github.com/corralhq/corral/internal/initramfs"
 )
 
@@ -221,26 +222,27 @@ func arm64Initramfs(ctx context.Context, root string) ([]byte, error) {
 	if err := add("init", bin, 0o100755); err != nil {
 		return nil, err
 	}
-	busybox := filepath.Join(root, "bin", "busybox")
-	if interp, _, err := elfDeps(busybox); err != nil || interp != "" {
-		return nil, fmt.Errorf("%s is not a static arm64 executable (busybox-static:arm64): %v", busybox, err)
+	// busybox must be static; dropbear brings its loader and libraries,
+	// resolved inside root (the unpacked arm64 packages).
+	if files, err := elfroot.Closure(root, "arm64", []string{"bin/busybox"}); err != nil || len(files) != 1 {
+		return nil, fmt.Errorf("%s is not a static arm64 executable (busybox-static:arm64): %v", filepath.Join(root, "bin", "busybox"), err)
 	}
-	if err := add("bin/busybox", busybox, 0o104755); err != nil {
+	if err := add("bin/busybox", filepath.Join(root, "bin", "busybox"), 0o104755); err != nil {
 		return nil, err
 	}
-	dropbear := filepath.Join(root, "usr", "sbin", "dropbear")
-	if err := add("usr/sbin/dropbear", dropbear, 0o100755); err != nil {
-		return nil, err
-	}
-	interp, libs, err := arm64Libs(root, dropbear)
+	files, err := elfroot.Closure(root, "arm64", []string{"usr/sbin/dropbear"})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("dropbear's libraries among the arm64 packages %v: %w", arm64Packages, err)
 	}
-	if err := add(strings.TrimPrefix(interp, "/"), filepath.Join(root, interp), 0o100755); err != nil {
-		return nil, err
-	}
-	for _, l := range libs {
-		if err := add("lib/aarch64-linux-gnu/"+filepath.Base(l), l, 0o100755); err != nil {
+	// The initramfs has /lib/aarch64-linux-gnu (ld.so's default path) and
+	// no /usr/lib: every library goes there; the program and its
+	// interpreter keep their paths.
+	for _, f := range files {
+		dst := f.Dst
+		if dst != "usr/sbin/dropbear" && !strings.HasPrefix(path.Base(dst), "ld-linux") {
+			dst = "lib/aarch64-linux-gnu/" + path.Base(dst)
+		}
+		if err := add(dst, filepath.Join(root, f.Src), 0o100755); err != nil {
 			return nil, err
 		}
 	}
@@ -273,72 +275,4 @@ func arm64Initramfs(ctx context.Context, root string) ([]byte, error) {
 		return nil, err
 	}
 	return gz.Bytes(), nil
-}
-
-// elfDeps returns an ELF file's program interpreter ("" when static) and
-// its DT_NEEDED names; it must be an arm64 ELF.
-func elfDeps(path string) (interp string, needed []string, err error) {
-	f, err := elf.Open(path)
-	if err != nil {
-		return "", nil, err
-	}
-	defer f.Close()
-	if f.Machine != elf.EM_AARCH64 {
-		return "", nil, fmt.Errorf("%s is %v, not arm64", path, f.Machine)
-	}
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			b := make([]byte, p.Filesz)
-			if _, err := p.ReadAt(b, 0); err != nil {
-				return "", nil, err
-			}
-			interp = strings.TrimRight(string(b), "\x00")
-		}
-	}
-	needed, err = f.ImportedLibraries()
-	return interp, needed, err
-}
-
-// arm64Libs resolves bin's libraries in root (the extracted arm64
-// packages) by DT_NEEDED, transitively: the interpreter's path and each
-// library's file, found in root's multiarch library directories.
-func arm64Libs(root, bin string) (string, []string, error) {
-	interp, needed, err := elfDeps(bin)
-	if err != nil {
-		return "", nil, err
-	}
-	if interp == "" {
-		return "", nil, fmt.Errorf("%s has no program interpreter", bin)
-	}
-	dirs := []string{filepath.Join(root, "lib", "aarch64-linux-gnu"), filepath.Join(root, "usr", "lib", "aarch64-linux-gnu")}
-	seen := map[string]string{}
-	for len(needed) > 0 {
-		n := needed[0]
-		needed = needed[1:]
-		if _, ok := seen[n]; ok || n == filepath.Base(interp) {
-			continue
-		}
-		var path string
-		for _, d := range dirs {
-			if _, err := os.Stat(filepath.Join(d, n)); err == nil {
-				path = filepath.Join(d, n)
-				break
-			}
-		}
-		if path == "" {
-			return "", nil, fmt.Errorf("%s needs %s, which none of the arm64 packages %v holds", bin, n, arm64Packages)
-		}
-		seen[n] = path
-		_, more, err := elfDeps(path)
-		if err != nil {
-			return "", nil, err
-		}
-		needed = append(needed, more...)
-	}
-	libs := make([]string, 0, len(seen))
-	for _, p := range seen {
-		libs = append(libs, p)
-	}
-	sort.Strings(libs)
-	return interp, libs, nil
 }

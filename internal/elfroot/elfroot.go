@@ -1,4 +1,6 @@
-package discovery
+// Package elfroot resolves an ELF program's closure inside an unpacked
+// root of another architecture, from the files themselves.
+package elfroot
 
 import (
 	"debug/elf"
@@ -30,10 +32,10 @@ const maxClosure = 2000
 // escape the root: they are clamped at it).
 var errLoop = errors.New("too many levels of symbolic links")
 
-// resolveIn resolves rel (a path inside root, absolute or not) with every
+// ResolveIn resolves rel (a path inside root, absolute or not) with every
 // symlink followed inside root, and returns the resolved path relative to
 // root (slash-separated, no leading slash).
-func resolveIn(root, rel string) (string, error) {
+func ResolveIn(root, rel string) (string, error) {
 	todo := strings.Split(strings.TrimPrefix(path.Clean("/"+filepath.ToSlash(rel)), "/"), "/")
 	var done []string
 	hops := 0
@@ -79,31 +81,32 @@ func resolveIn(root, rel string) (string, error) {
 // libDirs are where Debian's ld.so looks for arch's libraries (its
 // multiarch directories first).
 func libDirs(arch string) []string {
-	triplet := map[string]string{ArchAMD64: "x86_64-linux-gnu", ArchARM64: "aarch64-linux-gnu"}[arch]
+	triplet := map[string]string{"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}[arch]
 	return []string{"lib/" + triplet, "usr/lib/" + triplet, "lib", "usr/lib"}
 }
 
 // elfMachine is arch's ELF machine.
 func elfMachine(arch string) elf.Machine {
-	if arch == ArchARM64 {
+	if arch == "arm64" {
 		return elf.EM_AARCH64
 	}
 	return elf.EM_X86_64
 }
 
-// elfFile is one file of a closure: Dst is where the image has it (the
+// File is one file of a closure: Dst is where the image has it (the
 // path it was asked for or found at), Src the regular file inside root
 // that path resolves to (both relative to root).
-type elfFile struct{ Dst, Src string }
+type File struct{ Dst, Src string }
 
-// elfClosure returns the files paths (inside root) need to run on arch:
+// Closure returns the files paths (inside root) need to run on arch (a
+// GOARCH: amd64 or arm64):
 // the paths themselves, their interpreter and their DT_NEEDED libraries,
 // recursively, sorted by Dst. A path that is not ELF is carried as it is.
 // A library that is not found, or an ELF file of another machine, is an
 // error.
-func elfClosure(root, arch string, paths []string) ([]elfFile, error) {
+func Closure(root, arch string, paths []string) ([]File, error) {
 	seen := map[string]bool{}
-	var out []elfFile
+	var out []File
 	var visit func(dst string) error
 	visit = func(dst string) error {
 		dst = strings.TrimPrefix(path.Clean("/"+dst), "/")
@@ -114,11 +117,11 @@ func elfClosure(root, arch string, paths []string) ([]elfFile, error) {
 			return fmt.Errorf("%s: closure of more than %d files", root, maxClosure)
 		}
 		seen[dst] = true
-		src, err := resolveIn(root, dst)
+		src, err := ResolveIn(root, dst)
 		if rest, ok := strings.CutPrefix(dst, "usr/"); err != nil && ok {
 			// A root unpacked without merged /usr keeps /sbin/mke2fs
 			// where the image (and a merged host) has /usr/sbin/mke2fs.
-			src, err = resolveIn(root, rest)
+			src, err = ResolveIn(root, rest)
 		}
 		if err != nil {
 			return fmt.Errorf("/%s: %w", dst, err)
@@ -131,7 +134,7 @@ func elfClosure(root, arch string, paths []string) ([]elfFile, error) {
 		if !st.Mode().IsRegular() {
 			return fmt.Errorf("/%s: not a regular file", dst)
 		}
-		out = append(out, elfFile{Dst: dst, Src: src})
+		out = append(out, File{Dst: dst, Src: src})
 		f, err := elf.Open(full)
 		if err != nil {
 			var fe *elf.FormatError
@@ -183,7 +186,7 @@ func elfClosure(root, arch string, paths []string) ([]elfFile, error) {
 			found := false
 			for _, d := range search {
 				cand := d + "/" + n
-				r, err := resolveIn(root, cand)
+				r, err := ResolveIn(root, cand)
 				if err != nil {
 					continue
 				}
