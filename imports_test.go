@@ -56,7 +56,7 @@ var importRules = []importRule{
 	{"ipmi", []string{"ipmi"}, "BMC drivers behind bmclib: nothing of ours"},
 	{"ipmi/sshcon", []string{"internal/termsafe"}, "a BMC's serial console over SSH (x/crypto/ssh): the BMC's banner and words in errors escaped where they enter"},
 	{"ipmi/console", []string{"api", "internal/apierr"}, "machines' serial console sessions (viewers, one writer, scrollback) and ConsoleService: the link (ipmi/sol) and the audit are wired in by the appliance through interfaces it declares"},
-	{"images", []string{"images", "internal/initramfs", "internal/sourcetree"}, "the artifact catalog and the initramfs builders"},
+	{"images", []string{"images", "internal/initramfs", "internal/sourcetree", "internal/elfroot"}, "the artifact catalog and the initramfs builders; a foreign architecture's host files come with their ELF closure resolved inside the unpacked root (internal/elfroot)"},
 	{"images/osimage", []string{"images", "api", "store", "internal/apierr", "internal/paging", "internal/diskmap"}, "operating-system images: records in the store, their bytes in the catalog's content store (images), OSImageService, the raw view and its cached block map (images/blockmap, the map's wire format)"},
 	{"images/blockmap", []string{"internal/diskmap"}, "an OS image's raw view and block map (go-qcow2reader inside): only the map's wire format of ours, which the agent reads too"},
 	{"agent", []string{"agent", "api", "internal/apierr", "internal/nodeid", "internal/termsafe"}, "code that runs on a machine: api and its own packages"},
