@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -375,7 +376,18 @@ func TestConsoleQEMUFirmware(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitText(t, "iPXE's command line", 30*time.Second, c.out.String, "iPXE>")
-	if _, err := c.in.Write([]byte("echo typed-through-corral\r")); err != nil {
+	// Typed a key at a time, each awaited in iPXE's echo, as a person
+	// types: iPXE under TCG polls the emulated 16550, and a burst of SOL
+	// bytes overran its FIFO on a loaded machine (keys were lost).
+	const cmd = "echo typed-through-corral"
+	before := len(c.out.String())
+	for i := range len(cmd) {
+		if _, err := c.in.Write([]byte{cmd[i]}); err != nil {
+			t.Fatal(err)
+		}
+		waitText(t, fmt.Sprintf("iPXE's echo of %q", cmd[:i+1]), 10*time.Second, func() string { return c.out.String()[before:] }, cmd[:i+1])
+	}
+	if _, err := c.in.Write([]byte("\r")); err != nil {
 		t.Fatal(err)
 	}
 	// The echo of the keys, then the command's own output on a line.
