@@ -148,18 +148,7 @@ func RegisterARM64Hypervisor(cfg Config, initrd, release, key string) (*Catalog,
 // ReadBuiltARM64Hypervisor reads dir's ARM64HypervisorManifest; ok is
 // false when there is none or its initramfs is gone.
 func ReadBuiltARM64Hypervisor(dir string) (BuiltHypervisor, bool) {
-	js, err := os.ReadFile(filepath.Join(dir, ARM64HypervisorManifest))
-	if err != nil {
-		return BuiltHypervisor{}, false
-	}
-	var h BuiltHypervisor
-	if json.Unmarshal(js, &h) != nil || h.Initrd == "" {
-		return BuiltHypervisor{}, false
-	}
-	if st, err := os.Stat(filepath.Join(dir, h.Initrd)); err != nil || !st.Mode().IsRegular() {
-		return BuiltHypervisor{}, false
-	}
-	return h, true
+	return readBuiltHypervisor(dir, ARM64HypervisorManifest)
 }
 
 // arm64Sources are the arm64 profile's catalog sources (each optional).

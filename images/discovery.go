@@ -205,7 +205,13 @@ func RegisterHypervisor(cfg Config, initrd, release, key string) (*Catalog, Buil
 // ReadBuiltHypervisor reads dir's HypervisorManifest; ok is false when
 // there is none or its initramfs is gone.
 func ReadBuiltHypervisor(dir string) (BuiltHypervisor, bool) {
-	js, err := os.ReadFile(filepath.Join(dir, HypervisorManifest))
+	return readBuiltHypervisor(dir, HypervisorManifest)
+}
+
+// readBuiltHypervisor reads the hypervisor manifest dir/manifest (either
+// architecture's); ok is false when there is none or its initramfs is gone.
+func readBuiltHypervisor(dir, manifest string) (BuiltHypervisor, bool) {
+	js, err := os.ReadFile(filepath.Join(dir, manifest))
 	if err != nil {
 		return BuiltHypervisor{}, false
 	}

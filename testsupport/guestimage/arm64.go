@@ -2,7 +2,6 @@ package guestimage
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	_ "embed"
@@ -247,32 +246,5 @@ func arm64Initramfs(ctx context.Context, root string) ([]byte, error) {
 		}
 	}
 	modRoot := filepath.Join(root, "lib", "modules")
-	found := map[string]string{}
-	_ = filepath.WalkDir(modRoot, func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".ko") {
-			found[strings.TrimSuffix(d.Name(), ".ko")] = p
-		}
-		return nil
-	})
-	for _, m := range arm64Modules {
-		p, ok := found[m]
-		if !ok {
-			return nil, fmt.Errorf("module %s not in %s", m, modRoot)
-		}
-		if err := add("modules/"+m+".ko", p, 0o100644); err != nil {
-			return nil, err
-		}
-	}
-	var gz bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&gz, gzip.BestSpeed)
-	if err := w.Close(); err != nil {
-		return nil, err
-	}
-	if _, err := zw.Write(cpioBuf.Bytes()); err != nil {
-		return nil, err
-	}
-	if err := zw.Close(); err != nil {
-		return nil, err
-	}
-	return gz.Bytes(), nil
+	return finishInitramfs(w, &cpioBuf, add, modRoot, arm64Modules)
 }

@@ -442,6 +442,12 @@ func tinyInitramfs(ctx context.Context, modRoot string) ([]byte, error) {
 			return nil, err
 		}
 	}
+	return finishInitramfs(w, &cpioBuf, add, modRoot, tinyModules)
+}
+
+// finishInitramfs adds the named kernel modules found under modRoot to w
+// (as modules/NAME.ko, via add), closes w and returns cpio gzip'd.
+func finishInitramfs(w *initramfs.Writer, cpio *bytes.Buffer, add func(dst, src string, mode uint32) error, modRoot string, modules []string) ([]byte, error) {
 	// The walk skips what it cannot read and so never fails; a module it
 	// missed is named below.
 	found := map[string]string{}
@@ -451,7 +457,7 @@ func tinyInitramfs(ctx context.Context, modRoot string) ([]byte, error) {
 		}
 		return nil
 	})
-	for _, m := range tinyModules {
+	for _, m := range modules {
 		p, ok := found[m]
 		if !ok {
 			return nil, fmt.Errorf("module %s not in %s", m, modRoot)
@@ -460,12 +466,12 @@ func tinyInitramfs(ctx context.Context, modRoot string) ([]byte, error) {
 			return nil, err
 		}
 	}
-	var gz bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&gz, gzip.BestSpeed)
 	if err := w.Close(); err != nil {
 		return nil, err
 	}
-	if _, err := zw.Write(cpioBuf.Bytes()); err != nil {
+	var gz bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&gz, gzip.BestSpeed)
+	if _, err := zw.Write(cpio.Bytes()); err != nil {
 		return nil, err
 	}
 	if err := zw.Close(); err != nil {
