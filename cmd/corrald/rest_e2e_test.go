@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -23,6 +24,14 @@ type restCurl struct {
 	t      *testing.T
 	base   string
 	caFile string
+	// http1 sends --http1.1 (curl otherwise negotiates HTTP/2).
+	http1 bool
+	// earlyAnswer tolerates curl's exit 18 ("transfer closed with N bytes
+	// remaining") when the server answered before the upload ended: over
+	// HTTP/2, Debian 12's curl 7.88 sometimes drops the answer's body when
+	// the server's RST_STREAM(NO_ERROR) follows it, as RFC 9113 §8.1 lets
+	// a server do. The status it printed still counts.
+	earlyAnswer bool
 }
 
 type curlAnswer struct {
@@ -41,7 +50,13 @@ func (c restCurl) do(token, method, path, body string) curlAnswer {
 	if body != "" {
 		args = append(args, "--data-binary", body)
 	}
+	if c.http1 {
+		args = append(args, "--http1.1")
+	}
 	out, err := runCmd(c.t, "curl", append(args, c.base+path)...)
+	if ee, ok := errors.AsType[*exec.ExitError](err); ok && c.earlyAnswer && ee.ExitCode() == 18 {
+		err = nil
+	}
 	if err != nil {
 		c.t.Fatalf("curl %s %s: %v\n%s", method, path, err, out)
 	}
@@ -166,18 +181,28 @@ func TestE2ERESTCurl(t *testing.T) {
 	if err := os.WriteFile(big, []byte(`{"on":true,"reason":"`+strings.Repeat("x", 5<<20)+`"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The oversized body is refused from its declared length, before it
+	// is read: over HTTP/1.1 curl waits for "100 Continue", gets the 413
+	// instead and sends none of it; over HTTP/2 the answer comes while
+	// curl is still sending (see earlyAnswer), so only its status counts.
+	h1, h2 := c, c
+	h1.http1 = true
+	h2.earlyAnswer = true
 	for name, tc := range map[string]struct {
+		curl               restCurl
 		method, path, body string
 		code               int
 	}{
-		"malformed JSON": {"POST", "/v1/machines/rest-u01:maintenance", `{"on":tru`, 400},
-		"unknown field":  {"POST", "/v1/machines/rest-u01:maintenance", `{"on":true,"colour":"red"}`, 400},
-		"oversized body": {"POST", "/v1/machines/rest-u01:maintenance", "@" + big, 413},
-		"bad page_token": {"GET", "/v1/machines?page_token=garbage", "", 400},
-		"unknown param":  {"GET", "/v1/machines?colour=red", "", 400},
-		"bad enum":       {"GET", "/v1/machines?view=ENORMOUS", "", 400},
+		"malformed JSON":         {c, "POST", "/v1/machines/rest-u01:maintenance", `{"on":tru`, 400},
+		"unknown field":          {c, "POST", "/v1/machines/rest-u01:maintenance", `{"on":true,"colour":"red"}`, 400},
+		"oversized body":         {h1, "POST", "/v1/machines/rest-u01:maintenance", "@" + big, 413},
+		"oversized body, HTTP/2": {h2, "POST", "/v1/machines/rest-u01:maintenance", "@" + big, 413},
+		"bad page_token":         {c, "GET", "/v1/machines?page_token=garbage", "", 400},
+		"unknown param":          {c, "GET", "/v1/machines?colour=red", "", 400},
+		"bad enum":               {c, "GET", "/v1/machines?view=ENORMOUS", "", 400},
 	} {
-		if a := c.do(operator, tc.method, tc.path, tc.body); a.code != tc.code || !strings.Contains(a.body, `"message"`) {
+		a := tc.curl.do(operator, tc.method, tc.path, tc.body)
+		if a.code != tc.code || (!tc.curl.earlyAnswer && !strings.Contains(a.body, `"message"`)) {
 			t.Errorf("%s: %d %s, want %d", name, a.code, a.body, tc.code)
 		}
 	}
