@@ -177,21 +177,56 @@ type Conn struct {
 	l      *Listener
 	ip     netip.Addr
 	closed atomic.Bool
+
+	// resetOnClose and halfClosed: see ResetOnClose.
+	resetOnClose, halfClosed atomic.Bool
 }
 
 // Close closes the connection and releases its slot; later calls return
-// the wrapped connection's error and release nothing.
+// the wrapped connection's error and release nothing. Marked by
+// ResetOnClose, it may end the connection with a reset.
 func (c *Conn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
 		c.l.release(c.ip)
+		if c.resetOnClose.Load() && !c.halfClosed.Load() {
+			c.reset()
+		}
 	}
 	return c.Conn.Close()
+}
+
+// ResetOnClose marks the connection of a client that reuses its TCP
+// source ports across reboots (GRUB numbers them from the same value on
+// every boot): its Close then ends the connection with a reset (SO_LINGER
+// 0) instead of a FIN, provided every byte written was acknowledged and no
+// CloseWrite already sent a FIN. A FIN close leaves this side in LAST-ACK,
+// FIN-WAIT or TIME-WAIT for up to minutes, GRUB never answers those
+// states, and a rebooted GRUB that opens the same 4-tuple meanwhile is
+// answered with the old connection's ACK and fails; after a reset nothing
+// of the 4-tuple remains. A server closes such a connection only once its
+// conversation is over (the peer closed, or it idled out), so what the
+// reset could discard is nothing the peer still waits for.
+func (c *Conn) ResetOnClose() { c.resetOnClose.Store(true) }
+
+// reset sets SO_LINGER 0 on a TCP connection whose writes are all
+// acknowledged (Close then sends a reset); otherwise it leaves the close
+// as it is.
+func (c *Conn) reset() {
+	tc, ok := c.Conn.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	if n, err := unacked(tc); err != nil || n != 0 {
+		return
+	}
+	_ = tc.SetLinger(0) // best effort: a failure leaves the ordinary close
 }
 
 // CloseWrite half-closes a TCP connection (net/http uses it to finish a
 // response before closing).
 func (c *Conn) CloseWrite() error {
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		c.halfClosed.Store(true)
 		return cw.CloseWrite()
 	}
 	return nil

@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -288,4 +291,105 @@ func TestReadFromKeepsLimitedReaderContract(t *testing.T) {
 	if r := <-got; !bytes.Equal(r, b) {
 		t.Fatal("wrong bytes from a plain reader")
 	}
+}
+
+// TestResetOnClose: a marked connection whose writes were all
+// acknowledged ends with a reset (the client reads ECONNRESET, and no
+// socket of its 4-tuple is left on the server's side), an unmarked one
+// with a FIN (EOF); a marked one that half-closed first, or whose peer
+// has not acknowledged everything, ends with a FIN too, and the client
+// then reads every byte written before EOF.
+func TestResetOnClose(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("SIOCOUTQ is Linux's")
+	}
+	end := func(c net.Conn) (int, error) {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b, err := io.ReadAll(c)
+		return len(b), err
+	}
+	for _, tc := range []struct {
+		name             string
+		mark, closeWrite bool
+		reset            bool
+	}{
+		{"marked", true, false, true},
+		{"unmarked", false, false, false},
+		{"marked, half-closed first", true, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, client := pair(t, Config{})
+			if _, err := srv.Write([]byte("answer")); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 6)
+			if _, err := io.ReadFull(client, buf); err != nil {
+				t.Fatal(err)
+			}
+			// The client's kernel acknowledges what it received.
+			waitFor(t, func() bool { n, err := unacked(srv.Conn.(*net.TCPConn)); return err == nil && n == 0 })
+			if tc.mark {
+				srv.ResetOnClose()
+			}
+			if tc.closeWrite {
+				srv.CloseWrite()
+			}
+			local, remote := srv.LocalAddr().String(), srv.RemoteAddr().String()
+			srv.Close()
+			_, err := end(client)
+			if got := errors.Is(err, syscall.ECONNRESET); got != tc.reset {
+				t.Fatalf("client's read after the server's close: %v, want a reset: %v", err, tc.reset)
+			}
+			if tc.reset && serverSocketLeft(t, local, remote) {
+				t.Errorf("a socket %s-%s is left on the server's side after the reset", local, remote)
+			}
+		})
+	}
+	t.Run("marked, unacknowledged data", func(t *testing.T) {
+		s := listen(t, Config{})
+		d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+			return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		}}
+		client, err := d.Dial("tcp", s.l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer client.Close()
+		srv := (<-s.got).(*Conn)
+		srv.Conn.(*net.TCPConn).SetWriteBuffer(64 << 10)
+		// The client reads nothing: the write fills its window and stops.
+		srv.SetWriteDeadline(time.Now().Add(300 * time.Millisecond))
+		n, _ := srv.Write(bytes.Repeat([]byte("x"), 8<<20))
+		if q, err := unacked(srv.Conn.(*net.TCPConn)); err != nil || q == 0 {
+			t.Fatalf("unacknowledged bytes %d (%v): the test needs some", q, err)
+		}
+		srv.ResetOnClose()
+		srv.Close()
+		got, err := end(client)
+		if err != nil || got != n {
+			t.Errorf("client read %d bytes then %v, want all %d then EOF", got, err, n)
+		}
+	})
+}
+
+// serverSocketLeft says whether /proc/net/tcp still lists a socket with
+// local address local and peer remote (both "127.0.0.1:port").
+func serverSocketLeft(t *testing.T, local, remote string) bool {
+	t.Helper()
+	hex := func(a string) string {
+		ap := netip.MustParseAddrPort(a)
+		b := ap.Addr().As4()
+		return fmt.Sprintf("%02X%02X%02X%02X:%04X", b[3], b[2], b[1], b[0], ap.Port())
+	}
+	want := hex(local) + " " + hex(remote)
+	raw, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(line); len(f) > 3 && f[1]+" "+f[2] == want {
+			return true
+		}
+	}
+	return false
 }

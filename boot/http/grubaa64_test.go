@@ -71,8 +71,8 @@ func TestGRUBARM64Golden(t *testing.T) {
 // stall the agent's output there), and keeps the operator's otherwise.
 func TestGRUBARM64KernelArgs(t *testing.T) {
 	for args, want := range map[string]string{
-		"":      `'corral.mac=52:54:00:00:00:01' 'console=ttyAMA0,115200'` + "\n",
-		"quiet": `'corral.mac=52:54:00:00:00:01' 'quiet' 'console=ttyAMA0,115200'` + "\n",
+		"":      `'corral.mac=52:54:00:00:00:01' 'console=ttyAMA0,115200'; then` + "\n",
+		"quiet": `'corral.mac=52:54:00:00:00:01' 'quiet' 'console=ttyAMA0,115200'; then` + "\n",
 	} {
 		arm := withARM64(t)
 		f := newFixture(t, func(c *Config) { arm(c); c.KernelArgs = args })

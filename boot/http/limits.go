@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -205,7 +206,9 @@ func (w *connWatch) track(c net.Conn, st http.ConnState) {
 	})
 }
 
-// handler marks the request's connection served. (ReadTimeout needs no
+// handler marks the request's connection served, and a GRUB client's
+// connection to be reset when it closes (connlimit Conn.ResetOnClose:
+// GRUB reuses its TCP source ports on every boot). (ReadTimeout needs no
 // help: net/http lifts it once the request is read, so it never cancels a
 // long download's context.)
 func (w *connWatch) handler(h http.Handler) http.Handler {
@@ -214,6 +217,9 @@ func (w *connWatch) handler(h http.Handler) http.Handler {
 			w.mu.Lock()
 			delete(w.waiting, c)
 			w.mu.Unlock()
+			if rc, ok := c.(interface{ ResetOnClose() }); ok && strings.HasPrefix(r.UserAgent(), "GRUB ") {
+				rc.ResetOnClose()
+			}
 		}
 		h.ServeHTTP(rw, r)
 	})

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -274,5 +276,35 @@ func TestLimitsDefaultsAndValidate(t *testing.T) {
 				t.Errorf("Validate (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestGRUBConnectionsReset: a connection whose request came from GRUB
+// (its User-Agent) ends with a reset once GRUB has read its file and
+// closed its side, as GRUB does, so no LAST-ACK is left on the
+// appliance for a rebooted GRUB's same source port to run into; any
+// other client's ends with a FIN.
+func TestGRUBConnectionsReset(t *testing.T) {
+	s := startLimited(t, Limits{}, 64<<10)
+	for ua, reset := range map[string]bool{"GRUB 2.06-13+deb12u1": true, "iPXE/1.21.1+ (g4bd064de)": false, "curl/7.88.1": false} {
+		c := dialFrom(t, s.addr, "127.0.0.1")
+		fmt.Fprintf(c, "GET /file HTTP/1.1\r\nHost: %s\r\nUser-Agent: %s\r\n\r\n", s.addr, ua)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || !bytes.Equal(body, s.data) {
+			t.Fatalf("%s: read %d bytes (%v), want the whole file", ua, len(body), err)
+		}
+		c.(*net.TCPConn).CloseWrite()
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = br.ReadByte()
+		if got := errors.Is(err, syscall.ECONNRESET); got != reset {
+			t.Errorf("%s: read after closing our side: %v, want a reset: %v", ua, err, reset)
+		} else if !reset && err != io.EOF {
+			t.Errorf("%s: read after closing our side: %v, want EOF", ua, err)
+		}
 	}
 }

@@ -34,10 +34,13 @@ var GRUBARM64Modules = []string{"efinet", "net", "http", "linux", "gzio", "norma
 // reads as (http,host:port)/path. A fetch that fails is tried again, up
 // to grubConfigAttempts times 5 s apart (unrolled: no loops here): GRUB
 // numbers its TCP source ports from the same value on every boot, so a
-// machine that reboots within a minute of its last network boot (a VM,
-// or the reboot after an install) opens the connection its previous boot
-// closed, which the appliance still holds in TIME_WAIT and answers with
-// the old connection's ACK; the next attempt's port is the next one.
+// machine that reboots within minutes of its last network boot (a VM, or
+// the reboot after an install) opens the connection its previous boot
+// left open, which the appliance holds until its idle timeout (GRUB never
+// closes the config's connection) and answers with the old connection's
+// ACK; the next attempt's port is the next one. (The per-machine config
+// retries its kernel and initramfs the same way, and boot/http resets
+// GRUB's connections as it closes them: docs/architecture.md, "arm64".)
 // After the last, exit (minicmd) hands the machine back to the firmware.
 var GRUBEmbeddedConfig = grubEmbeddedConfig(grubConfigAttempts)
 
