@@ -295,6 +295,7 @@ func TestGRUBConnectionsReset(t *testing.T) {
 			t.Fatal(err)
 		}
 		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
 		if err != nil || !bytes.Equal(body, s.data) {
 			t.Fatalf("%s: read %d bytes (%v), want the whole file", ua, len(body), err)
 		}
