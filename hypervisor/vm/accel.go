@@ -2,11 +2,13 @@ package vm
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"time"
 
@@ -22,38 +24,88 @@ func probeBootSector() []byte {
 	return b
 }
 
-// DetectAccel decides between KVM and TCG. /dev/kvm existing is not
-// enough (nested or broken KVM hangs guests), so it boots a one-sector
-// guest under KVM and accepts KVM only if that guest exits within a few
-// seconds. It returns the accelerator and the reason for it. tmpDir holds
-// the probe image, which is removed afterwards.
+// probeARM64 is an arm64 guest that asks PSCI to switch the machine off
+// (SYSTEM_OFF over HVC, virt's conduit without EL2/EL3): QEMU then exits
+// with status 0. It is loaded 1 MiB into RAM (QEMU puts the device tree
+// at RAM's start).
+func probeARM64() []byte {
+	var b []byte
+	for _, w := range []uint32{
+		0xd2800100, // movz x0, #0x0008
+		0xf2b08000, // movk x0, #0x8400, lsl #16: PSCI SYSTEM_OFF, 0x84000008
+		0xd4000002, // hvc #0
+		0x14000000, // b .
+	} {
+		b = binary.LittleEndian.AppendUint32(b, w)
+	}
+	return b
+}
+
+// probeGuest is the probe guest of a node of architecture goarch under
+// accel: its image, the QEMU arguments that boot it from img, and the
+// exit status QEMU ends with once the guest has run.
+func probeGuest(goarch string, accel Accel, img string) (image []byte, args []string, exit int) {
+	if goarch == "arm64" {
+		machine, cpu := "virt", "max"
+		if accel == KVM {
+			machine, cpu = "virt,gic-version=host", "host"
+		}
+		return probeARM64(), []string{"-machine", machine, "-cpu", cpu, "-m", "16",
+			"-device", "loader,file=" + optEscape(img) + ",addr=0x40100000,cpu-num=0"}, 0
+	}
+	return probeBootSector(), []string{"-machine", "pc", "-m", "16",
+		"-device", "isa-debug-exit,iobase=0xf4,iosize=0x04",
+		"-drive", "file=" + optEscape(img) + ",format=raw,if=floppy", "-boot", "a"}, 99
+}
+
+// DetectAccel decides between KVM and TCG for a node of this
+// architecture (runtime.GOARCH). /dev/kvm existing is not enough (nested
+// or broken KVM hangs guests), so it boots a tiny guest under KVM (on
+// amd64 a boot sector, on arm64 a few instructions on virt) and accepts
+// KVM only if that guest ends QEMU within a few seconds. It returns the
+// accelerator and the reason for it. tmpDir holds the probe image, which
+// is removed afterwards.
 func DetectAccel(ctx context.Context, qemu string, wrapper []string, tmpDir string) (Accel, string) {
 	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
 	if err != nil {
 		return TCG, fmt.Sprintf("/dev/kvm not usable: %v", err)
 	}
 	f.Close()
+	if err := runProbe(ctx, runtime.GOARCH, KVM, qemu, wrapper, tmpDir); err != nil {
+		return TCG, err.Error()
+	}
+	return KVM, "probe guest ran under KVM"
+}
+
+// runProbe boots goarch's probe guest under accel and says why it did
+// not end QEMU as designed within 3 s.
+func runProbe(ctx context.Context, goarch string, accel Accel, qemu string, wrapper []string, tmpDir string) error {
 	img := filepath.Join(tmpDir, ".accel-probe.img")
-	if err := os.WriteFile(img, probeBootSector(), 0o600); err != nil {
-		return TCG, fmt.Sprintf("cannot write probe image: %v", err)
+	image, guest, want := probeGuest(goarch, accel, img)
+	if err := os.WriteFile(img, image, 0o600); err != nil {
+		return fmt.Errorf("cannot write probe image: %v", err)
 	}
 	defer os.Remove(img)
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	args := append(append([]string{}, wrapper...), qemu,
-		"-accel", "kvm", "-nodefaults", "-no-user-config", "-display", "none", "-machine", "pc", "-m", "16",
-		"-device", "isa-debug-exit,iobase=0xf4,iosize=0x04",
-		"-drive", "file="+optEscape(img)+",format=raw,if=floppy", "-boot", "a")
+	args := append(append(append([]string{}, wrapper...), qemu,
+		"-accel", string(accel), "-nodefaults", "-no-user-config", "-display", "none"), guest...)
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	out, err := cmd.CombinedOutput()
+	code := 0
 	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	}
 	switch {
-	case errors.As(err, &ee) && ee.ExitCode() == 99:
-		return KVM, "probe guest ran under KVM"
+	case ctx.Err() != nil && accel == KVM:
+		return errors.New("probe guest hung under KVM (nested or broken KVM)")
 	case ctx.Err() != nil:
-		return TCG, "probe guest hung under KVM (nested or broken KVM)"
+		return fmt.Errorf("probe guest hung under %s", accel)
+	case (err == nil || ee != nil) && code == want:
+		return nil
 	default:
-		return TCG, fmt.Sprintf("probe guest failed under KVM: %v %s", err, firstLine(out))
+		return fmt.Errorf("probe guest failed under %s: %v %s", accel, err, firstLine(out))
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/corralhq/corral/testsupport/require"
 )
 
 func TestAccelProbe(t *testing.T) {
@@ -125,5 +127,23 @@ func TestManagerWaitsForAccelProbe(t *testing.T) {
 	}
 	if a := m.Accel(); a != KVM {
 		t.Errorf("Accel = %q, want kvm", a)
+	}
+}
+
+// TestProbeGuestsExit: each architecture's probe guest really runs and
+// ends QEMU with the status DetectAccel waits for. This host may have no
+// KVM, so the guests run under TCG here; DetectAccel boots the same
+// images under KVM (arm64 with -cpu host and the host's GIC).
+func TestProbeGuestsExit(t *testing.T) {
+	for goarch, qemu := range map[string]string{"amd64": "qemu-system-x86_64", "arm64": "qemu-system-aarch64"} {
+		t.Run(goarch, func(t *testing.T) {
+			require.Tool(t, qemu)
+			if err := runProbe(context.Background(), goarch, TCG, qemu, nil, t.TempDir()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if _, args, _ := probeGuest("arm64", KVM, "p.img"); !strings.Contains(strings.Join(args, " "), "-machine virt,gic-version=host -cpu host") {
+		t.Errorf("arm64 probe under KVM: %q, want the host's CPU and GIC", args)
 	}
 }

@@ -67,11 +67,17 @@ func DefaultQEMU(goarch string) string {
 // machine is virt (q35 is x86's), the display is virtio-gpu-pci (the std
 // VGA needs x86's VGA BIOS) and the RTC has no driftfix (an x86 RTC
 // option); the rest is the same. The arm64 hypervisor image carries no
-// UEFI firmware, so an arm64 node's guests boot with Spec.Kernel.
+// UEFI firmware, so an arm64 node's guests boot with Spec.Kernel. Under
+// KVM an arm64 guest gets the host's interrupt controller version
+// (virt's default, GICv2, fails on the many GICv3 hosts without v2
+// emulation).
 func ArgsFor(goarch string, spec Spec, p Paths, accel Accel, vhost bool) []string {
 	machine, video, rtc := "q35", "VGA,id=video0", "base=utc,driftfix=slew"
 	if goarch == "arm64" {
 		machine, video, rtc = "virt", "virtio-gpu-pci,id=video0", "base=utc"
+		if accel == KVM {
+			machine += ",gic-version=host"
+		}
 	}
 	a := []string{
 		"-name", "guest=" + guestMarker(spec.Name) + ",debug-threads=on",

@@ -89,13 +89,14 @@ func TestSpecValidate(t *testing.T) {
 	}
 }
 
-// TestArgsARM64: an arm64 node's QEMU gets the virt machine, a display
-// without x86's VGA BIOS and an RTC without x86's driftfix; nothing else
-// changes.
+// TestArgsARM64: an arm64 node's QEMU gets the virt machine (under KVM
+// with the host's GIC and CPU), a display without x86's VGA BIOS and an
+// RTC without x86's driftfix; nothing else changes.
 func TestArgsARM64(t *testing.T) {
 	spec := Spec{Name: "a1", VCPUs: 1, MemoryBytes: 256 << 20, Kernel: "/k", Initrd: "/i", Append: "console=ttyAMA0"}
 	p := PathsFor("/var/lib/corral/vms/a1")
 	amd, arm := ArgsFor("amd64", spec, p, TCG, false), ArgsFor("arm64", spec, p, TCG, false)
+	armKVM := ArgsFor("arm64", spec, p, KVM, false)
 	has := func(a []string, flag, v string) bool {
 		for i := 0; i+1 < len(a); i++ {
 			if a[i] == flag && a[i+1] == v {
@@ -111,6 +112,7 @@ func TestArgsARM64(t *testing.T) {
 		{amd, "-machine", "q35"}, {amd, "-device", "VGA,id=video0"}, {amd, "-rtc", "base=utc,driftfix=slew"},
 		{arm, "-machine", "virt"}, {arm, "-device", "virtio-gpu-pci,id=video0"}, {arm, "-rtc", "base=utc"},
 		{arm, "-cpu", "max"}, {arm, "-kernel", "/k"},
+		{armKVM, "-machine", "virt,gic-version=host"}, {armKVM, "-cpu", "host"},
 	} {
 		if !has(c.a, c.flag, c.val) {
 			t.Errorf("%s %s missing in %q", c.flag, c.val, c.a)
