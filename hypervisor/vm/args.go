@@ -27,6 +27,10 @@ type Paths struct {
 	Console string // serial console log
 	VNC     string
 	Seed    string // "" without a seed
+	// Firmware is the UEFI firmware a guest without a kernel boots
+	// through (-bios; an arm64 node's: DefaultARM64Firmware); "" leaves
+	// the machine's own (SeaBIOS on amd64).
+	Firmware string
 }
 
 // PathsFor returns the file layout of a VM directory.
@@ -54,6 +58,14 @@ func Args(spec Spec, p Paths, accel Accel, vhost bool) []string {
 	return ArgsFor(runtime.GOARCH, spec, p, accel, vhost)
 }
 
+// DefaultARM64Firmware is the UEFI firmware an arm64 node's guests boot
+// from their disks through: EDK2 for QEMU's virt machine as one 2 MiB
+// image (Debian's qemu-efi-aarch64; its UEFI variables live in RAM, so a
+// guest boots its disk's removable-media loader, \EFI\BOOT\BOOTAA64.EFI,
+// as Debian's and most cloud images install it). The arm64 hypervisor
+// image carries it (images/discovery ARM64UEFIFirmware).
+const DefaultARM64Firmware = "/usr/share/qemu-efi-aarch64/QEMU_EFI.fd"
+
 // DefaultQEMU is the emulator of the node's own architecture (GOARCH):
 // qemu-system-aarch64 on arm64, else qemu-system-x86_64.
 func DefaultQEMU(goarch string) string {
@@ -66,8 +78,9 @@ func DefaultQEMU(goarch string) string {
 // ArgsFor is Args for a node of architecture goarch. On arm64 the
 // machine is virt (q35 is x86's), the display is virtio-gpu-pci (the std
 // VGA needs x86's VGA BIOS) and the RTC has no driftfix (an x86 RTC
-// option); the rest is the same. The arm64 hypervisor image carries no
-// UEFI firmware, so an arm64 node's guests boot with Spec.Kernel. Under
+// option); the rest is the same. virt has no firmware of its own: an
+// arm64 guest boots with Spec.Kernel, or from its disks through
+// p.Firmware (UEFI). Under
 // KVM an arm64 guest gets the host's interrupt controller version
 // (virt's default, GICv2, fails on the many GICv3 hosts without v2
 // emulation).
@@ -134,6 +147,9 @@ func ArgsFor(goarch string, spec Spec, p Paths, accel Accel, vhost bool) []strin
 		a = append(a,
 			"-netdev", fmt.Sprintf("tap,id=net%d,ifname=%s,script=no,downscript=no,vhost=%s", i, n.Tap, vh),
 			"-device", fmt.Sprintf("virtio-net-pci,netdev=net%d,id=nic%d,mac=%s", i, i, hw))
+	}
+	if spec.Kernel == "" && p.Firmware != "" {
+		a = append(a, "-bios", p.Firmware)
 	}
 	if spec.Kernel != "" {
 		a = append(a, "-kernel", spec.Kernel)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -97,6 +98,15 @@ func TestArgsARM64(t *testing.T) {
 	p := PathsFor("/var/lib/corral/vms/a1")
 	amd, arm := ArgsFor("amd64", spec, p, TCG, false), ArgsFor("arm64", spec, p, TCG, false)
 	armKVM := ArgsFor("arm64", spec, p, KVM, false)
+	// Without a kernel, through the node's UEFI firmware; with one, not.
+	fw := p
+	fw.Firmware = DefaultARM64Firmware
+	disk := spec
+	disk.Kernel, disk.Initrd, disk.Append = "", "", ""
+	armDisk, armKernel := ArgsFor("arm64", disk, fw, TCG, false), ArgsFor("arm64", spec, fw, TCG, false)
+	if slices.Contains(armKernel, "-bios") || slices.Contains(armDisk, "-kernel") {
+		t.Errorf("firmware with a kernel, or a kernel without one: %q / %q", armKernel, armDisk)
+	}
 	has := func(a []string, flag, v string) bool {
 		for i := 0; i+1 < len(a); i++ {
 			if a[i] == flag && a[i+1] == v {
@@ -113,6 +123,7 @@ func TestArgsARM64(t *testing.T) {
 		{arm, "-machine", "virt"}, {arm, "-device", "virtio-gpu-pci,id=video0"}, {arm, "-rtc", "base=utc"},
 		{arm, "-cpu", "max"}, {arm, "-kernel", "/k"},
 		{armKVM, "-machine", "virt,gic-version=host"}, {armKVM, "-cpu", "host"},
+		{armDisk, "-bios", DefaultARM64Firmware},
 	} {
 		if !has(c.a, c.flag, c.val) {
 			t.Errorf("%s %s missing in %q", c.flag, c.val, c.a)

@@ -35,9 +35,14 @@ type Network interface {
 type Config struct {
 	// Dir holds one directory per VM; created with mode 0700.
 	Dir string
-	// QEMU is the emulator binary (default DefaultQEMU of the node's
-	// GOARCH).
+	// QEMU is the emulator binary (default DefaultQEMU of Arch).
 	QEMU string
+	// Arch is the architecture of the guests (default the node's own,
+	// runtime.GOARCH); tests run arm64 guests on an amd64 host.
+	Arch string
+	// Firmware is the UEFI firmware arm64 guests without a kernel boot
+	// through (default DefaultARM64Firmware); amd64 guests use SeaBIOS.
+	Firmware string
 	// Accel is "auto" (default: probe KVM, fall back to TCG), "kvm" or
 	// "tcg".
 	Accel string
@@ -128,8 +133,14 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	cfg.Dir = abs
+	if cfg.Arch == "" {
+		cfg.Arch = runtime.GOARCH
+	}
 	if cfg.QEMU == "" {
-		cfg.QEMU = DefaultQEMU(runtime.GOARCH)
+		cfg.QEMU = DefaultQEMU(cfg.Arch)
+	}
+	if cfg.Firmware == "" && cfg.Arch == "arm64" {
+		cfg.Firmware = DefaultARM64Firmware
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 60 * time.Second
@@ -230,6 +241,12 @@ func (m *Manager) Boot(ctx context.Context, spec Spec) (VM, error) {
 	defer m.locks.Lock(spec.Name)()
 	dir := m.dir(spec.Name)
 	p := PathsFor(dir)
+	if m.cfg.Arch == "arm64" && spec.Kernel == "" {
+		if _, err := os.Stat(m.cfg.Firmware); err != nil {
+			return VM{}, apierr.Preconditionf("vm %q: an arm64 guest without a kernel boots through UEFI firmware, and this node has none: %v (Debian's qemu-efi-aarch64)", spec.Name, err)
+		}
+		p.Firmware = m.cfg.Firmware
+	}
 	_, statErr := os.Stat(dir)
 	isNew := os.IsNotExist(statErr)
 	if !isNew {
@@ -302,7 +319,7 @@ func (m *Manager) Boot(ctx context.Context, spec Spec) (VM, error) {
 			os.Remove(f)
 		}
 	})
-	args := append(append(slices.Clone(m.cfg.Wrapper), m.cfg.QEMU), Args(spec, p, accel, m.cfg.Vhost)...)
+	args := append(append(slices.Clone(m.cfg.Wrapper), m.cfg.QEMU), ArgsFor(m.cfg.Arch, spec, p, accel, m.cfg.Vhost)...)
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,8 +89,11 @@ type recipe struct {
 	uinitArgs []string
 	paths     []string // host files at their own paths (ldd'd)
 	firmware  []string // QEMU firmware names
-	pciIDs    bool     // ship pci.ids (facts name PCI devices; only the discovery agent collects them)
-	packages  []string
+	// data are architecture-independent files of the build host at their
+	// own paths (not ELF: no closure), in a foreign build.
+	data     []string
+	pciIDs   bool // ship pci.ids (facts name PCI devices; only the discovery agent collects them)
+	packages []string
 	// sysPackages are a foreign architecture's Debian packages the
 	// paths come from (FetchSysroot); empty: the build host's files.
 	sysPackages []string
@@ -109,6 +113,7 @@ func (o Options) recipe(p Profile) (recipe, error) {
 			return recipe{profile: p, subdir: filepath.Join(o.Arch, "hypervisor"), modules: append(append([]string(nil), o.Modules...), ARM64HypervisorModules...),
 				uinitArgs: []string{"hypervisor", "--boot"},
 				paths:     append(append([]string(nil), DiscoverHostFiles...), ARM64HypervisorHostFiles...), firmware: ARM64QEMUFirmware,
+				data: ARM64UEFIFirmware, packages: []string{ARM64UEFIPackage},
 				sysPackages: append(append([]string(nil), ARM64DiscoverPackages...), ARM64HypervisorPackages...), compress: "lz4"}, nil
 		}
 		return recipe{}, fmt.Errorf("discovery: unknown profile %q", p)
@@ -501,7 +506,14 @@ func profileInputs(ctx context.Context, o Options, common Inputs, rc recipe) (In
 		if in.HostFiles, err = filesHash(files); err != nil {
 			return Inputs{}, nil, err
 		}
-		in.Packages = pkgs
+		// The build host's packages of the architecture-independent
+		// data files, beside the root's.
+		host, err := packageVersions(ctx, rc.packages)
+		if err != nil {
+			return Inputs{}, nil, err
+		}
+		in.Packages = maps.Clone(pkgs)
+		maps.Copy(in.Packages, host)
 		return in, files, nil
 	}
 	files, err := resolveHostFiles(ctx, rc.paths, rc.firmware)

@@ -200,8 +200,8 @@ func packageVersions(ctx context.Context, pkgs []string) (map[string]string, err
 // foreignHostFiles are rc's paths and their ELF closure from the
 // unpacked root of o.Arch's Debian packages (one root for every profile
 // of the architecture: ARM64DiscoverPackages and ARM64HypervisorPackages),
-// and rc's firmware, which is architecture-independent data, from the
-// build host. It returns the files and the root's package versions.
+// and rc's firmware and data, which are architecture-independent, from
+// the build host. It returns the files and the root's package versions.
 func foreignHostFiles(ctx context.Context, o Options, rc recipe) ([]hostFile, map[string]string, error) {
 	sr, err := FetchSysroot(ctx, o.Logger, o.CacheDir, o.Arch, append(append([]string(nil), ARM64DiscoverPackages...), ARM64HypervisorPackages...))
 	if err != nil {
@@ -215,7 +215,7 @@ func foreignHostFiles(ctx context.Context, o Options, rc recipe) ([]hostFile, ma
 	for _, f := range closure {
 		files = append(files, hostFile{Src: filepath.Join(sr.Dir, filepath.FromSlash(f.Src)), Dst: f.Dst})
 	}
-	fw, err := resolveHostFiles(ctx, nil, rc.firmware)
+	fw, err := resolveHostFiles(ctx, rc.data, rc.firmware)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -40,10 +40,19 @@ var ARM64HypervisorHostFiles = []string{"/usr/bin/qemu-system-aarch64", "/usr/bi
 // ARM64QEMUFirmware are the data files the arm64 node's QEMU loads for
 // hypervisor/vm.Args' arm64 machine (virt, virtio-net-pci's option ROM,
 // VNC's keymap). They are architecture-independent (ipxe-qemu,
-// qemu-system-data) and come from the build host. No UEFI firmware is
-// carried: AAVMF's code volume is 64 MiB; an arm64 node's guests boot
-// with -kernel (hypervisor/vm Spec.Kernel).
+// qemu-system-data) and come from the build host.
 var ARM64QEMUFirmware = []string{"efi-virtio.rom", "keymaps/en-us"}
+
+// ARM64UEFIFirmware is the UEFI firmware an arm64 node's guests boot
+// from their disks through (hypervisor/vm DefaultARM64Firmware, -bios):
+// EDK2 for virt as one 2 MiB image, from the build host's
+// ARM64UEFIPackage (architecture-independent; AAVMF's pflash volumes
+// would be 64 MiB each).
+var ARM64UEFIFirmware = []string{"/usr/share/qemu-efi-aarch64/QEMU_EFI.fd"}
+
+// ARM64UEFIPackage ships ARM64UEFIFirmware; its version is in the arm64
+// hypervisor image's manifest and key.
+const ARM64UEFIPackage = "qemu-efi-aarch64"
 
 // sysrootDir is the cache's directory of unpacked roots of arch.
 func sysrootDir(cacheDir, arch string) string { return filepath.Join(cacheDir, arch, "sysroot") }

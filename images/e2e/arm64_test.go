@@ -1,14 +1,20 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pierrec/lz4/v4"
+	"github.com/u-root/u-root/pkg/cpio"
 
 	"github.com/corralhq/corral/testsupport/require"
 )
@@ -54,6 +60,25 @@ func TestARM64Discovery(t *testing.T) {
 		t.Fatalf("corrald images build --arch arm64: %v\n%s", err, out)
 	}
 	t.Logf("corrald images build --arch arm64 (%s):\n%s", time.Since(t0).Round(100*time.Millisecond), out)
+	if hyp {
+		// The node's guests boot from their disks through the UEFI
+		// firmware the image carries (hypervisor/vm DefaultARM64Firmware).
+		img := filepath.Join(data, "images", "hypervisor-initrd-arm64.img")
+		f, err := os.Open(img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := cpio.ReadAllRecords(cpio.Newc.Reader(bytesReaderAt(t, lz4.NewReader(f))))
+		f.Close()
+		if err != nil {
+			t.Fatalf("read %s: %v", img, err)
+		}
+		if !slices.ContainsFunc(recs, func(r cpio.Record) bool {
+			return r.Name == "usr/share/qemu-efi-aarch64/QEMU_EFI.fd" && r.FileSize == 2<<20
+		}) {
+			t.Errorf("%s holds no usr/share/qemu-efi-aarch64/QEMU_EFI.fd of 2 MiB", img)
+		}
+	}
 
 	// The amd64 profile is the catalog's stand-ins (no amd64 image is
 	// built here): --allow-test-images.
@@ -142,4 +167,14 @@ func TestARM64Discovery(t *testing.T) {
 		t.Errorf("corral get nodes (err %v) shows no arm64 node:\n%s", err, nodes)
 	}
 	vm.stop(t)
+}
+
+// bytesReaderAt reads r whole (cpio's reader wants an io.ReaderAt).
+func bytesReaderAt(t *testing.T, r io.Reader) io.ReaderAt {
+	t.Helper()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.NewReader(b)
 }

@@ -40,10 +40,11 @@ var arm64Packages = []string{"linux-image-cloud-arm64", "busybox-static", "dropb
 
 // arm64Modules are the kernel modules the arm64 tiny init loads: virtio
 // PCI, the virtio disk (the deploy's CIDATA seed partition, FAT), the
-// virtio NIC.
+// SCSI CD-ROM (an arm64 node's VM seed: hypervisor/vm), the virtio NIC.
 var arm64Modules = []string{
 	"virtio", "virtio_ring", "virtio_pci_modern_dev", "virtio_pci_legacy_dev", "virtio_pci",
 	"virtio_blk", "fat", "vfat", "nls_cp437", "nls_ascii", "nls_utf8",
+	"scsi_common", "scsi_mod", "cdrom", "sr_mod", "virtio_scsi",
 	"failover", "net_failover", "virtio_net",
 }
 
