@@ -189,6 +189,7 @@ var auditRules = map[string]auditRule{
 	"/corral.webhook.v1.WebhookService/AddWebhook":    mutating("webhook", "name"),
 	"/corral.webhook.v1.WebhookService/ListWebhooks":  readRule,
 	"/corral.webhook.v1.WebhookService/RemoveWebhook": mutating("webhook", "name"),
+	"/corral.webhook.v1.WebhookService/EnableWebhook": mutating("webhook", "name"),
 
 	// A console stream is recorded at its end (the object alone, as
 	// every stream), and each viewer's attach, take-write and detach as

@@ -108,7 +108,7 @@ func newDispatchMetrics(reg prometheus.Registerer) *dispatchMetrics {
 			Help:    "Time from an event's production to its receiver's 2xx answer, retries included.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10, 60, 300}}, []string{"receiver"}),
 		cut: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "corral_webhook_receiver_cut",
-			Help: "1 when a webhook receiver was cut off for overflowing its queue (remove and add it again to resume)."}, []string{"receiver"}),
+			Help: "1 when a webhook receiver was cut off for overflowing its queue (corral webhook enable resumes it)."}, []string{"receiver"}),
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_webhook_history_lost_total",
 			Help: "Times a webhook receiver's delivery cursor was older than the store's history (compacted), so the events in between were never sent to it."}, []string{"receiver"}),
 		cursor: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "corral_webhook_cursor_revision",

@@ -186,6 +186,44 @@ func (s *Service) Remove(ctx context.Context, name string) error {
 	return err
 }
 
+// Enable resumes a receiver that was cut off: its cut_at and cut_reason
+// are cleared (the overflow count stays), so the leader's dispatcher
+// serves it again from the events after this change, with its URL and
+// secret unchanged. Its delivery cursor goes too, so that a leader
+// taking over later does not replay what was dropped during the cut. It
+// also clears a "history lost" note. A receiver with neither is a
+// precondition error.
+func (s *Service) Enable(ctx context.Context, name string) (*webhookv1.Receiver, error) {
+	if !nameRE.MatchString(name) {
+		return nil, apierr.Invalidf("webhook name %q is malformed", name)
+	}
+	var out *webhookv1.Receiver
+	var wasCut bool
+	_, err := record.Update(ctx, s.st, store.WebhooksPrefix+name, func() *webhookv1.Receiver { return &webhookv1.Receiver{} },
+		func(r *webhookv1.Receiver, exists bool) (bool, error) {
+			if !exists {
+				return false, apierr.NotFoundf("webhook %q not found", name)
+			}
+			if r.GetCutAt() == nil && r.GetCutReason() == "" {
+				return false, apierr.Preconditionf("webhook %q is not cut off", name)
+			}
+			wasCut = r.GetCutAt() != nil
+			r.CutAt, r.CutReason = nil, ""
+			out = r
+			return false, nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("webhook receiver enabled", "webhook", name, "was_cut_off", wasCut, "overflowed", out.GetOverflowed())
+	_, derr := record.Update(ctx, s.st, cursorKey(name), func() *webhookv1.DeliveryCursor { return &webhookv1.DeliveryCursor{} },
+		func(*webhookv1.DeliveryCursor, bool) (bool, error) { return true, nil })
+	if derr != nil && !errors.Is(derr, store.ErrNotFound) {
+		s.log.Warn("webhook: remove the delivery cursor", "webhook", name, "err", derr)
+	}
+	return public(out), nil
+}
+
 // secret opens r's sealed secret.
 func (s *Service) secret(r *webhookv1.Receiver) ([]byte, error) {
 	k, err := s.sealer.Open(r.GetSealedSecret(), sealAD(r.GetName()))
@@ -228,4 +266,12 @@ func (g server) RemoveWebhook(ctx context.Context, req *webhookv1.RemoveWebhookR
 		return nil, apierr.ToStatus(err)
 	}
 	return &webhookv1.RemoveWebhookResponse{}, nil
+}
+
+func (g server) EnableWebhook(ctx context.Context, req *webhookv1.EnableWebhookRequest) (*webhookv1.EnableWebhookResponse, error) {
+	r, err := g.s.Enable(ctx, req.GetName())
+	if err != nil {
+		return nil, apierr.ToStatus(err)
+	}
+	return &webhookv1.EnableWebhookResponse{Receiver: r}, nil
 }

@@ -31,6 +31,7 @@ import (
 	inventoryv1 "github.com/corralhq/corral/api/inventory/v1"
 	poolv1 "github.com/corralhq/corral/api/pool/v1"
 	webhookv1 "github.com/corralhq/corral/api/webhook/v1"
+	"github.com/corralhq/corral/internal/apierr"
 	"github.com/corralhq/corral/store"
 	"github.com/corralhq/corral/store/mem"
 	"github.com/corralhq/corral/store/record"
@@ -441,6 +442,36 @@ func TestDispatch(t *testing.T) {
 	}
 	if n := len(good.states("m2")); n != 100 {
 		t.Fatalf("good receiver got %d of 100", n)
+	}
+
+	// Enabled again, the cut receiver gets what comes after, with the
+	// same secret (its requests verify), and keeps its overflow count.
+	slow.mu.Lock()
+	slow.delay = 0
+	slow.mu.Unlock()
+	r, err := svc.Enable(ctx, "slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.GetCutAt() != nil || r.GetCutReason() != "" || r.GetOverflowed() == 0 || len(r.GetSealedSecret()) != 0 {
+		t.Fatalf("enabled receiver %v: want no cut, the overflow count kept, no secret", r)
+	}
+	waitFor(t, "the slow receiver served again", 5*time.Second, func() bool { return value(d.metrics.cut.WithLabelValues("slow")) == 0 })
+	slowBefore := len(slow.states("m3"))
+	for i := range 5 {
+		setState(t, st, "m3", cycle[i%len(cycle)])
+	}
+	waitFor(t, "the enabled receiver's m3 changes", 10*time.Second, func() bool { return len(slow.states("m3")) == slowBefore+5 })
+	if got, want := slow.states("m3")[slowBefore:], []string{"INVENTORIED", "READY", "ALLOCATED", "DEPLOYING", "DEPLOYED"}; !slices.Equal(got, want) {
+		t.Fatalf("enabled receiver got %v, want %v", got, want)
+	}
+	if slow.bad != 0 {
+		t.Fatalf("%d requests to the enabled receiver failed verification", slow.bad)
+	}
+	for name, want := range map[string]error{"slow": apierr.ErrPrecondition, "nope": apierr.ErrNotFound, "Bad_Name": apierr.ErrInvalid} {
+		if _, err := svc.Enable(ctx, name); !errors.Is(err, want) {
+			t.Errorf("Enable(%q) = %v, want %v", name, err, want)
+		}
 	}
 }
 

@@ -40,6 +40,9 @@ type hookReceiver struct {
 	dups    int
 	bad     int
 	refused int
+	// inflight counts requests being served (a blocked one included: the
+	// server notices its client giving up only once it reads the body).
+	inflight int
 	// lossy: this many more new events are recorded and then answered 500,
 	// as if the answer were lost: the appliance sends them again.
 	lossy int
@@ -71,7 +74,13 @@ func (r *hookReceiver) caFile(t *testing.T) string {
 func (r *hookReceiver) serve(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	down, block := r.down, r.block
+	r.inflight++
 	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.inflight--
+		r.mu.Unlock()
+	}()
 	if block != nil {
 		select {
 		case <-block:
@@ -130,8 +139,9 @@ func (r *hookReceiver) got() []string {
 // TestE2EWebhooks: the built corrald posts every state change of a
 // machine, in order and signed, to an HTTPS receiver that was down for a
 // while (retried, nothing lost); a receiver that stops answering is cut
-// off and counted while the other and the gRPC API stay fast; plain http
-// and loopback receivers are refused without their flags.
+// off and counted while the other and the gRPC API stay fast, and once
+// enabled again gets the changes that follow; plain http and loopback
+// receivers are refused without their flags.
 func TestE2EWebhooks(t *testing.T) {
 	needE2E(t)
 	rf := redfishtest.Start(t, "root", "e2e-bmc-Pa55-hooks", &redfishtest.MemMachine{})
@@ -267,6 +277,38 @@ func TestE2EWebhooks(t *testing.T) {
 		t.Fatalf("%d duplicates seen, want at least the 5 whose answers were lost", dups)
 	}
 	t.Logf("good receiver: %d changes, %d duplicates dropped by id", len(want), dups)
+
+	// Answering again and enabled, the cut receiver gets the changes made
+	// after the enable (not those dropped), signed with its unchanged
+	// secret; enabling it twice is refused.
+	slow.mu.Lock()
+	close(slow.block)
+	slow.block = nil
+	slow.mu.Unlock()
+	// Requests blocked before the cut finish now (their events, dropped
+	// by the appliance long ago, are recorded): count from after them.
+	waitUntil(t, "the blocked requests finished", 10*time.Second, func() bool { slow.mu.Lock(); defer slow.mu.Unlock(); return slow.inflight == 0 })
+	before := len(slow.got())
+	if out, err := corral("webhook", "enable", "slow"); err != nil || !strings.Contains(out, "webhook slow enabled") {
+		t.Fatalf("webhook enable: %v\n%s", err, out)
+	}
+	if out, err := corral("webhook", "list"); err != nil || !regexp.MustCompile(`(?m)^slow\s+\S+\s+\S+\s+[1-9]\d*\s+-`).MatchString(out) {
+		t.Fatalf("webhook list after enable: %v\n%s", err, out)
+	}
+	toggle(4)
+	waitUntil(t, "the enabled receiver's changes", 30*time.Second, func() bool { return len(slow.got()) >= before+4 })
+	if got := slow.got()[before:]; !slices.Equal(got, want[len(want)-4:]) {
+		t.Fatalf("enabled receiver got %v, want %v", got, want[len(want)-4:])
+	}
+	slow.mu.Lock()
+	bad = slow.bad
+	slow.mu.Unlock()
+	if bad != 0 {
+		t.Fatalf("%d requests to the enabled receiver failed verification", bad)
+	}
+	if out, err := corral("webhook", "enable", "slow"); err == nil || !strings.Contains(out, "not cut off") {
+		t.Fatalf("second enable: %v\n%s", err, out)
+	}
 	if out, err := corral("webhook", "remove", "slow"); err != nil {
 		t.Fatalf("remove: %v\n%s", err, out)
 	}

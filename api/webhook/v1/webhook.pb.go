@@ -52,7 +52,8 @@ type Receiver struct {
 	SealedSecret []byte `protobuf:"bytes,8,opt,name=sealed_secret,json=sealedSecret,proto3" json:"sealed_secret,omitempty"`
 	// overflowed counts events dropped because the receiver's queue was
 	// full; cut_at is when that cut the receiver off (its queue dropped, no
-	// more events until it is removed and added again).
+	// more events until EnableWebhook, or until it is removed and added
+	// again).
 	Overflowed    uint64                 `protobuf:"varint,9,opt,name=overflowed,proto3" json:"overflowed,omitempty"`
 	CutAt         *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=cut_at,json=cutAt,proto3" json:"cut_at,omitempty"`
 	CutReason     string                 `protobuf:"bytes,11,opt,name=cut_reason,json=cutReason,proto3" json:"cut_reason,omitempty"`
@@ -492,6 +493,94 @@ func (*RemoveWebhookResponse) Descriptor() ([]byte, []int) {
 	return file_api_webhook_v1_webhook_proto_rawDescGZIP(), []int{6}
 }
 
+type EnableWebhookRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnableWebhookRequest) Reset() {
+	*x = EnableWebhookRequest{}
+	mi := &file_api_webhook_v1_webhook_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnableWebhookRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnableWebhookRequest) ProtoMessage() {}
+
+func (x *EnableWebhookRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_webhook_v1_webhook_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnableWebhookRequest.ProtoReflect.Descriptor instead.
+func (*EnableWebhookRequest) Descriptor() ([]byte, []int) {
+	return file_api_webhook_v1_webhook_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *EnableWebhookRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type EnableWebhookResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Receiver      *Receiver              `protobuf:"bytes,1,opt,name=receiver,proto3" json:"receiver,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnableWebhookResponse) Reset() {
+	*x = EnableWebhookResponse{}
+	mi := &file_api_webhook_v1_webhook_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnableWebhookResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnableWebhookResponse) ProtoMessage() {}
+
+func (x *EnableWebhookResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_webhook_v1_webhook_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnableWebhookResponse.ProtoReflect.Descriptor instead.
+func (*EnableWebhookResponse) Descriptor() ([]byte, []int) {
+	return file_api_webhook_v1_webhook_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *EnableWebhookResponse) GetReceiver() *Receiver {
+	if x != nil {
+		return x.Receiver
+	}
+	return nil
+}
+
 // DeliveryCursor is a receiver's delivery cursor, the leader's record under
 // /webhooks/cursors/<name>: every event of a store revision <= revision was
 // delivered to the receiver, refused by it, or given up on. A new leader
@@ -506,7 +595,7 @@ type DeliveryCursor struct {
 
 func (x *DeliveryCursor) Reset() {
 	*x = DeliveryCursor{}
-	mi := &file_api_webhook_v1_webhook_proto_msgTypes[7]
+	mi := &file_api_webhook_v1_webhook_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +607,7 @@ func (x *DeliveryCursor) String() string {
 func (*DeliveryCursor) ProtoMessage() {}
 
 func (x *DeliveryCursor) ProtoReflect() protoreflect.Message {
-	mi := &file_api_webhook_v1_webhook_proto_msgTypes[7]
+	mi := &file_api_webhook_v1_webhook_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +620,7 @@ func (x *DeliveryCursor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryCursor.ProtoReflect.Descriptor instead.
 func (*DeliveryCursor) Descriptor() ([]byte, []int) {
-	return file_api_webhook_v1_webhook_proto_rawDescGZIP(), []int{7}
+	return file_api_webhook_v1_webhook_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeliveryCursor) GetRevision() int64 {
@@ -589,16 +678,21 @@ const file_api_webhook_v1_webhook_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"*\n" +
 	"\x14RemoveWebhookRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x17\n" +
-	"\x15RemoveWebhookResponse\"g\n" +
+	"\x15RemoveWebhookResponse\"*\n" +
+	"\x14EnableWebhookRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"P\n" +
+	"\x15EnableWebhookResponse\x127\n" +
+	"\breceiver\x18\x01 \x01(\v2\x1b.corral.webhook.v1.ReceiverR\breceiver\"g\n" +
 	"\x0eDeliveryCursor\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x129\n" +
 	"\n" +
-	"updated_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt2\x8f\x03\n" +
+	"updated_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt2\xa1\x04\n" +
 	"\x0eWebhookService\x12x\n" +
 	"\n" +
 	"AddWebhook\x12$.corral.webhook.v1.AddWebhookRequest\x1a%.corral.webhook.v1.AddWebhookResponse\"\x1d\xe2\xa6\x19\x02\b\x03\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/webhooks\x12{\n" +
 	"\fListWebhooks\x12&.corral.webhook.v1.ListWebhooksRequest\x1a'.corral.webhook.v1.ListWebhooksResponse\"\x1a\xe2\xa6\x19\x02\b\x03\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/webhooks\x12\x85\x01\n" +
-	"\rRemoveWebhook\x12'.corral.webhook.v1.RemoveWebhookRequest\x1a(.corral.webhook.v1.RemoveWebhookResponse\"!\xe2\xa6\x19\x02\b\x03\x82\xd3\xe4\x93\x02\x15*\x13/v1/webhooks/{name}B5Z3github.com/corralhq/corral/api/webhook/v1;webhookv1b\x06proto3"
+	"\rRemoveWebhook\x12'.corral.webhook.v1.RemoveWebhookRequest\x1a(.corral.webhook.v1.RemoveWebhookResponse\"!\xe2\xa6\x19\x02\b\x03\x82\xd3\xe4\x93\x02\x15*\x13/v1/webhooks/{name}\x12\x8f\x01\n" +
+	"\rEnableWebhook\x12'.corral.webhook.v1.EnableWebhookRequest\x1a(.corral.webhook.v1.EnableWebhookResponse\"+\xe2\xa6\x19\x02\b\x03\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/webhooks/{name}:enableB5Z3github.com/corralhq/corral/api/webhook/v1;webhookv1b\x06proto3"
 
 var (
 	file_api_webhook_v1_webhook_proto_rawDescOnce sync.Once
@@ -612,7 +706,7 @@ func file_api_webhook_v1_webhook_proto_rawDescGZIP() []byte {
 	return file_api_webhook_v1_webhook_proto_rawDescData
 }
 
-var file_api_webhook_v1_webhook_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_api_webhook_v1_webhook_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_api_webhook_v1_webhook_proto_goTypes = []any{
 	(*Receiver)(nil),              // 0: corral.webhook.v1.Receiver
 	(*AddWebhookRequest)(nil),     // 1: corral.webhook.v1.AddWebhookRequest
@@ -621,26 +715,31 @@ var file_api_webhook_v1_webhook_proto_goTypes = []any{
 	(*ListWebhooksResponse)(nil),  // 4: corral.webhook.v1.ListWebhooksResponse
 	(*RemoveWebhookRequest)(nil),  // 5: corral.webhook.v1.RemoveWebhookRequest
 	(*RemoveWebhookResponse)(nil), // 6: corral.webhook.v1.RemoveWebhookResponse
-	(*DeliveryCursor)(nil),        // 7: corral.webhook.v1.DeliveryCursor
-	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(*EnableWebhookRequest)(nil),  // 7: corral.webhook.v1.EnableWebhookRequest
+	(*EnableWebhookResponse)(nil), // 8: corral.webhook.v1.EnableWebhookResponse
+	(*DeliveryCursor)(nil),        // 9: corral.webhook.v1.DeliveryCursor
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
 }
 var file_api_webhook_v1_webhook_proto_depIdxs = []int32{
-	8, // 0: corral.webhook.v1.Receiver.created_at:type_name -> google.protobuf.Timestamp
-	8, // 1: corral.webhook.v1.Receiver.cut_at:type_name -> google.protobuf.Timestamp
-	0, // 2: corral.webhook.v1.AddWebhookResponse.receiver:type_name -> corral.webhook.v1.Receiver
-	0, // 3: corral.webhook.v1.ListWebhooksResponse.receivers:type_name -> corral.webhook.v1.Receiver
-	8, // 4: corral.webhook.v1.DeliveryCursor.updated_at:type_name -> google.protobuf.Timestamp
-	1, // 5: corral.webhook.v1.WebhookService.AddWebhook:input_type -> corral.webhook.v1.AddWebhookRequest
-	3, // 6: corral.webhook.v1.WebhookService.ListWebhooks:input_type -> corral.webhook.v1.ListWebhooksRequest
-	5, // 7: corral.webhook.v1.WebhookService.RemoveWebhook:input_type -> corral.webhook.v1.RemoveWebhookRequest
-	2, // 8: corral.webhook.v1.WebhookService.AddWebhook:output_type -> corral.webhook.v1.AddWebhookResponse
-	4, // 9: corral.webhook.v1.WebhookService.ListWebhooks:output_type -> corral.webhook.v1.ListWebhooksResponse
-	6, // 10: corral.webhook.v1.WebhookService.RemoveWebhook:output_type -> corral.webhook.v1.RemoveWebhookResponse
-	8, // [8:11] is the sub-list for method output_type
-	5, // [5:8] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	10, // 0: corral.webhook.v1.Receiver.created_at:type_name -> google.protobuf.Timestamp
+	10, // 1: corral.webhook.v1.Receiver.cut_at:type_name -> google.protobuf.Timestamp
+	0,  // 2: corral.webhook.v1.AddWebhookResponse.receiver:type_name -> corral.webhook.v1.Receiver
+	0,  // 3: corral.webhook.v1.ListWebhooksResponse.receivers:type_name -> corral.webhook.v1.Receiver
+	0,  // 4: corral.webhook.v1.EnableWebhookResponse.receiver:type_name -> corral.webhook.v1.Receiver
+	10, // 5: corral.webhook.v1.DeliveryCursor.updated_at:type_name -> google.protobuf.Timestamp
+	1,  // 6: corral.webhook.v1.WebhookService.AddWebhook:input_type -> corral.webhook.v1.AddWebhookRequest
+	3,  // 7: corral.webhook.v1.WebhookService.ListWebhooks:input_type -> corral.webhook.v1.ListWebhooksRequest
+	5,  // 8: corral.webhook.v1.WebhookService.RemoveWebhook:input_type -> corral.webhook.v1.RemoveWebhookRequest
+	7,  // 9: corral.webhook.v1.WebhookService.EnableWebhook:input_type -> corral.webhook.v1.EnableWebhookRequest
+	2,  // 10: corral.webhook.v1.WebhookService.AddWebhook:output_type -> corral.webhook.v1.AddWebhookResponse
+	4,  // 11: corral.webhook.v1.WebhookService.ListWebhooks:output_type -> corral.webhook.v1.ListWebhooksResponse
+	6,  // 12: corral.webhook.v1.WebhookService.RemoveWebhook:output_type -> corral.webhook.v1.RemoveWebhookResponse
+	8,  // 13: corral.webhook.v1.WebhookService.EnableWebhook:output_type -> corral.webhook.v1.EnableWebhookResponse
+	10, // [10:14] is the sub-list for method output_type
+	6,  // [6:10] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_api_webhook_v1_webhook_proto_init() }
@@ -654,7 +753,7 @@ func file_api_webhook_v1_webhook_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_webhook_v1_webhook_proto_rawDesc), len(file_api_webhook_v1_webhook_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	WebhookService_AddWebhook_FullMethodName    = "/corral.webhook.v1.WebhookService/AddWebhook"
 	WebhookService_ListWebhooks_FullMethodName  = "/corral.webhook.v1.WebhookService/ListWebhooks"
 	WebhookService_RemoveWebhook_FullMethodName = "/corral.webhook.v1.WebhookService/RemoveWebhook"
+	WebhookService_EnableWebhook_FullMethodName = "/corral.webhook.v1.WebhookService/EnableWebhook"
 )
 
 // WebhookServiceClient is the client API for WebhookService service.
@@ -42,6 +43,12 @@ type WebhookServiceClient interface {
 	ListWebhooks(ctx context.Context, in *ListWebhooksRequest, opts ...grpc.CallOption) (*ListWebhooksResponse, error)
 	// RemoveWebhook deletes a receiver; its queued events are dropped.
 	RemoveWebhook(ctx context.Context, in *RemoveWebhookRequest, opts ...grpc.CallOption) (*RemoveWebhookResponse, error)
+	// EnableWebhook resumes a receiver that was cut off (cut_at set), with
+	// its URL and secret unchanged: it gets the events after this call
+	// (those of the cut were dropped) and its overflow count stays. It also
+	// clears a "history lost" note (cut_reason without cut_at). A receiver
+	// with neither is FAILED_PRECONDITION.
+	EnableWebhook(ctx context.Context, in *EnableWebhookRequest, opts ...grpc.CallOption) (*EnableWebhookResponse, error)
 }
 
 type webhookServiceClient struct {
@@ -82,6 +89,16 @@ func (c *webhookServiceClient) RemoveWebhook(ctx context.Context, in *RemoveWebh
 	return out, nil
 }
 
+func (c *webhookServiceClient) EnableWebhook(ctx context.Context, in *EnableWebhookRequest, opts ...grpc.CallOption) (*EnableWebhookResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EnableWebhookResponse)
+	err := c.cc.Invoke(ctx, WebhookService_EnableWebhook_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WebhookServiceServer is the server API for WebhookService service.
 // All implementations must embed UnimplementedWebhookServiceServer
 // for forward compatibility.
@@ -95,6 +112,12 @@ type WebhookServiceServer interface {
 	ListWebhooks(context.Context, *ListWebhooksRequest) (*ListWebhooksResponse, error)
 	// RemoveWebhook deletes a receiver; its queued events are dropped.
 	RemoveWebhook(context.Context, *RemoveWebhookRequest) (*RemoveWebhookResponse, error)
+	// EnableWebhook resumes a receiver that was cut off (cut_at set), with
+	// its URL and secret unchanged: it gets the events after this call
+	// (those of the cut were dropped) and its overflow count stays. It also
+	// clears a "history lost" note (cut_reason without cut_at). A receiver
+	// with neither is FAILED_PRECONDITION.
+	EnableWebhook(context.Context, *EnableWebhookRequest) (*EnableWebhookResponse, error)
 	mustEmbedUnimplementedWebhookServiceServer()
 }
 
@@ -113,6 +136,9 @@ func (UnimplementedWebhookServiceServer) ListWebhooks(context.Context, *ListWebh
 }
 func (UnimplementedWebhookServiceServer) RemoveWebhook(context.Context, *RemoveWebhookRequest) (*RemoveWebhookResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RemoveWebhook not implemented")
+}
+func (UnimplementedWebhookServiceServer) EnableWebhook(context.Context, *EnableWebhookRequest) (*EnableWebhookResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method EnableWebhook not implemented")
 }
 func (UnimplementedWebhookServiceServer) mustEmbedUnimplementedWebhookServiceServer() {}
 func (UnimplementedWebhookServiceServer) testEmbeddedByValue()                        {}
@@ -189,6 +215,24 @@ func _WebhookService_RemoveWebhook_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _WebhookService_EnableWebhook_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EnableWebhookRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WebhookServiceServer).EnableWebhook(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WebhookService_EnableWebhook_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WebhookServiceServer).EnableWebhook(ctx, req.(*EnableWebhookRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // WebhookService_ServiceDesc is the grpc.ServiceDesc for WebhookService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -207,6 +251,10 @@ var WebhookService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveWebhook",
 			Handler:    _WebhookService_RemoveWebhook_Handler,
+		},
+		{
+			MethodName: "EnableWebhook",
+			Handler:    _WebhookService_EnableWebhook_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -47,11 +47,11 @@ func (inv *invocation) webhookCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "webhook VERB",
 		Aliases: []string{"webhooks"},
-		Short:   "Event export: add, list, remove webhook receivers (admin)",
+		Short:   "Event export: add, list, enable, remove webhook receivers (admin)",
 		Args:    cobra.ArbitraryArgs,
 		RunE:    groupRunE,
 	}
-	cmd.AddCommand(inv.webhookAddCommand(), inv.webhookListCommand(), inv.webhookRemoveCommand())
+	cmd.AddCommand(inv.webhookAddCommand(), inv.webhookListCommand(), inv.webhookEnableCommand(), inv.webhookRemoveCommand())
 	return cmd
 }
 
@@ -153,6 +153,32 @@ func (inv *invocation) webhookRemoveCommand() *cobra.Command {
 				return err
 			}
 			_, err := fmt.Fprintf(cmd.OutOrStdout(), "webhook %s removed\n", args[0])
+			return writeErr(err)
+		},
+	}
+}
+
+// webhookEnableCommand: corral webhook enable NAME
+func (inv *invocation) webhookEnableCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "enable NAME",
+		Short: "Resume a webhook receiver that was cut off, with its URL and secret (it gets the events from now on)",
+		Long: `Resume a webhook receiver that was cut off for overflowing its queue
+(CUT in "corral webhook list"). Its URL and signing secret stay, so the
+receiver needs no change; it gets the events after this command, not those
+dropped during the cut, and its overflow count stays. It also clears a
+"history lost" note. A receiver that is neither is refused.`,
+		Args: argsBetween(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var r *webhookv1.Receiver
+			if err := inv.rpc(cmd, "enable webhook", func(ctx context.Context, cc *grpc.ClientConn) error {
+				resp, err := webhookv1.NewWebhookServiceClient(cc).EnableWebhook(ctx, &webhookv1.EnableWebhookRequest{Name: args[0]})
+				r = resp.GetReceiver()
+				return err
+			}); err != nil {
+				return err
+			}
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "webhook %s enabled (%d events dropped in all)\n", args[0], r.GetOverflowed())
 			return writeErr(err)
 		},
 	}
