@@ -22,7 +22,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -128,13 +127,6 @@ func (c *Config) defaults() {
 	}
 	if c.Commissioner == nil {
 		c.Commissioner = commission.New(commission.Config{Root: c.Root, Console: c.Console, Logger: c.Logger})
-	}
-	// arm64 does not offer kexec: Debian 12's arm64 kernel has no
-	// kexec_file_load, and the kernel kexec_load starts does not come up
-	// (docs/architecture.md, "arm64"). The appliance then reboots the
-	// machine, and its network GRUB boots the hypervisor image.
-	if c.Kexec == nil && runtime.GOARCH == "arm64" {
-		c.NoKexec = true
 	}
 	if c.Kexec == nil && !c.NoKexec {
 		c.Kexec = kexec.NewBooter(kexec.Config{Console: c.Console, Logger: c.Logger})

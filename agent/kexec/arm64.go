@@ -131,8 +131,8 @@ func loadARM64(kernel, initrd *os.File, cmdline string, locked bool, file, segme
 // (/sys/firmware/fdt). A machine booted by UEFI has no memory nodes in
 // it (the EFI stub removes them and points /chosen at the UEFI memory
 // map), so the RAM /proc/iomem lists, less its reserved parts, is added
-// as memory nodes, and /chosen's UEFI properties are removed: the next
-// kernel boots from the tree without EFI.
+// as memory nodes for u-root to place the segments in; /chosen's UEFI
+// properties stay, and a machine that booted on ACPI gets acpi=force.
 func SegmentsLoadARM64(kernel, initrd *os.File, cmdline string) error {
 	fdt, err := dt.ReadFile("/sys/firmware/fdt")
 	if err != nil {
@@ -153,20 +153,22 @@ func SegmentsLoadARM64(kernel, initrd *os.File, cmdline string) error {
 				return fmt.Errorf("device tree: root %s is not 2", c)
 			}
 		}
-		// The next kernel boots from the device tree alone: /chosen's
-		// UEFI properties would have it read a UEFI memory map in RAM the
-		// segments may have been placed over (EfiLoaderData is System
-		// RAM to /proc/iomem), so they go, with the EFI runtime and
-		// ACPI: QEMU's and most arm64 servers' trees describe the
-		// devices as well.
-		if ch, ok := fdt.RootNode.LookupChildByName("chosen"); ok {
-			var keep []dt.Property
-			for _, p := range ch.Properties {
-				if !strings.HasPrefix(p.Name, "linux,uefi-") {
-					keep = append(keep, p)
-				}
-			}
-			ch.Properties = keep
+		// The UEFI properties of /chosen stay: the next kernel takes its
+		// memory from the same UEFI memory map (it discards memory nodes
+		// then) and keeps the EFI runtime and ACPI tables, as kexec-tools
+		// has it. The memory map and the runtime's regions are reserved
+		// in /proc/iomem, so no segment lands on them; the memory nodes
+		// below are only for placing the segments. Stripping those
+		// properties instead left a kernel with neither UEFI nor a tree
+		// describing CPUs and timer: it panicked before its console came
+		// up ("Unable to initialise architected timer", seen with
+		// earlycon).
+		if acpiInUse() {
+			// The tree is no longer a stub (its memory nodes), and arm64
+			// takes a tree that is not one for the hardware description
+			// unless told otherwise: the first kernel ran on ACPI, so
+			// does the next.
+			cmdline += " acpi=force"
 		}
 		for _, r := range ram {
 			reg := make([]byte, 16)
@@ -181,4 +183,11 @@ func SegmentsLoadARM64(kernel, initrd *os.File, cmdline string) error {
 		return fmt.Errorf("device tree: %w", err)
 	}
 	return ulinux.KexecLoad(kernel, initrd, cmdline, bytes.NewReader(b.Bytes()), nil)
+}
+
+// acpiInUse says whether this kernel took its hardware description from
+// ACPI (it then publishes the tables).
+func acpiInUse() bool {
+	_, err := os.Stat("/sys/firmware/acpi/tables/DSDT")
+	return err == nil
 }

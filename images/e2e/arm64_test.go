@@ -33,9 +33,9 @@ const (
 // option 17; GRUB loads the kernel and initramfs over HTTP, the arm64
 // agent starts, loads virtio_pci and virtio_net, leases and registers:
 // the machine is INVENTORIED with architecture arm64 and Debian's arm64
-// kernel in its facts. Accepted, it installs, is rebooted (arm64 agents
-// offer no kexec) and its network GRUB boots the arm64 hypervisor image,
-// whose node registers as arm64: the machine is DEPLOYED. The guest's
+// kernel in its facts. Accepted, it installs and boots the arm64
+// hypervisor image with kexec_load, whose node registers as arm64: the
+// machine is DEPLOYED. The guest's
 // serial console is kept in $CORRAL_TEST_ARTIFACTS when that is set.
 // About 4 minutes under TCG with the images cached (bench/README.md,
 // "arm64").
@@ -146,10 +146,9 @@ func TestARM64Discovery(t *testing.T) {
 		return
 	}
 	// Accepted, the arm64 discovery agent installs (the arm64 mke2fs the
-	// image carries) and, offering no kexec on arm64, is rebooted by the
-	// appliance; AAVMF's PXE, GRUB and the machine's hypervisor config
-	// boot the arm64 hypervisor image, whose corral-node registers its
-	// node, which says arm64.
+	// image carries) and boots the arm64 hypervisor image with kexec_load
+	// (Debian 12's arm64 kernel has no kexec_file_load), whose
+	// corral-node registers its node, which says arm64.
 	t1 := time.Now()
 	if out, err := c.cli("machine", "accept", m.Name); err != nil {
 		t.Fatalf("corral machine accept: %v\n%s", err, out)
@@ -157,7 +156,11 @@ func TestARM64Discovery(t *testing.T) {
 	c.waitMachine(vm, 2*bootTimeout, m.Name+" DEPLOYED (its arm64 hypervisor node READY)", func(x machine) bool {
 		return x.Name == m.Name && x.State == "DEPLOYED"
 	})
-	t.Logf("arm64 accept to DEPLOYED (install, reboot, GRUB, hypervisor READY): %s", time.Since(t1).Round(time.Second))
+	t.Logf("arm64 accept to DEPLOYED (install, kexec, hypervisor READY): %s", time.Since(t1).Round(time.Second))
+	con := vm.console.String()
+	if !strings.Contains(con, "corral: kexec: loaded with kexec_load (arm64 Image)") || strings.Count(con, "Linux version") != 2 {
+		t.Errorf("the hypervisor kernel was not kexec'd from the discovery kernel (%d kernels booted); console:\n%s", strings.Count(con, "Linux version"), tail(con, 6<<10))
+	}
 	tl, _ = c.cli("machine", "timeline", m.Name)
 	if !strings.Contains(string(tl), "hypervisor-initrd-arm64.img") {
 		t.Errorf("the timeline does not show the arm64 hypervisor image served:\n%s", tl)
