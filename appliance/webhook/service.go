@@ -177,11 +177,7 @@ func (s *Service) Remove(ctx context.Context, name string) error {
 		s.log.Info("webhook receiver removed", "webhook", name)
 		// Its cursor goes too: a receiver added later under the name
 		// starts from its own creation.
-		_, derr := record.Update(ctx, s.st, cursorKey(name), func() *webhookv1.DeliveryCursor { return &webhookv1.DeliveryCursor{} },
-			func(*webhookv1.DeliveryCursor, bool) (bool, error) { return true, nil })
-		if derr != nil && !errors.Is(derr, store.ErrNotFound) {
-			s.log.Warn("webhook: remove the delivery cursor", "webhook", name, "err", derr)
-		}
+		s.dropCursor(ctx, name)
 	}
 	return err
 }
@@ -216,12 +212,18 @@ func (s *Service) Enable(ctx context.Context, name string) (*webhookv1.Receiver,
 		return nil, err
 	}
 	s.log.Info("webhook receiver enabled", "webhook", name, "was_cut_off", wasCut, "overflowed", out.GetOverflowed())
-	_, derr := record.Update(ctx, s.st, cursorKey(name), func() *webhookv1.DeliveryCursor { return &webhookv1.DeliveryCursor{} },
-		func(*webhookv1.DeliveryCursor, bool) (bool, error) { return true, nil })
-	if derr != nil && !errors.Is(derr, store.ErrNotFound) {
-		s.log.Warn("webhook: remove the delivery cursor", "webhook", name, "err", derr)
-	}
+	s.dropCursor(ctx, name)
 	return public(out), nil
+}
+
+// dropCursor deletes name's delivery cursor, if any (a failure is logged:
+// the receiver's record changed already).
+func (s *Service) dropCursor(ctx context.Context, name string) {
+	_, err := record.Update(ctx, s.st, cursorKey(name), func() *webhookv1.DeliveryCursor { return &webhookv1.DeliveryCursor{} },
+		func(*webhookv1.DeliveryCursor, bool) (bool, error) { return true, nil })
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.log.Warn("webhook: remove the delivery cursor", "webhook", name, "err", err)
+	}
 }
 
 // secret opens r's sealed secret.
