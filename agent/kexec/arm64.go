@@ -138,51 +138,60 @@ func SegmentsLoadARM64(kernel, initrd *os.File, cmdline string) error {
 	if err != nil {
 		return fmt.Errorf("device tree: %w", err)
 	}
-	if _, ok := fdt.RootNode.Find(func(n *dt.Node) bool { return strings.HasPrefix(n.Name, "memory@") || n.Name == "memory" }); !ok {
-		mm, err := ukexec.MemoryMapFromIOMem()
-		if err != nil {
-			return fmt.Errorf("/proc/iomem: %w", err)
-		}
-		ram := mm.RAM()
-		if len(ram) == 0 {
-			return errors.New("/proc/iomem lists no System RAM")
-		}
-		for _, c := range []string{"#address-cells", "#size-cells"} {
-			p, ok := fdt.RootNode.LookProperty(c)
-			if !ok || len(p.Value) != 4 || binary.BigEndian.Uint32(p.Value) != 2 {
-				return fmt.Errorf("device tree: root %s is not 2", c)
-			}
-		}
-		// The UEFI properties of /chosen stay: the next kernel takes its
-		// memory from the same UEFI memory map (it discards memory nodes
-		// then) and keeps the EFI runtime and ACPI tables, as kexec-tools
-		// has it. The memory map and the runtime's regions are reserved
-		// in /proc/iomem, so no segment lands on them; the memory nodes
-		// below are only for placing the segments. Stripping those
-		// properties instead left a kernel with neither UEFI nor a tree
-		// describing CPUs and timer: it panicked before its console came
-		// up ("Unable to initialise architected timer", seen with
-		// earlycon).
-		if acpiInUse() {
-			// The tree is no longer a stub (its memory nodes), and arm64
-			// takes a tree that is not one for the hardware description
-			// unless told otherwise: the first kernel ran on ACPI, so
-			// does the next.
-			cmdline += " acpi=force"
-		}
-		for _, r := range ram {
-			reg := make([]byte, 16)
-			binary.BigEndian.PutUint64(reg, uint64(r.Start))
-			binary.BigEndian.PutUint64(reg[8:], uint64(r.Size))
-			fdt.RootNode.Children = append(fdt.RootNode.Children, &dt.Node{Name: fmt.Sprintf("memory@%x", r.Start),
-				Properties: []dt.Property{{Name: "device_type", Value: []byte("memory\x00")}, {Name: "reg", Value: reg}}})
-		}
+	cmdline, err = nextTree(fdt, ukexec.MemoryMapFromIOMem, acpiInUse(), cmdline)
+	if err != nil {
+		return err
 	}
 	var b bytes.Buffer
 	if _, err := fdt.Write(&b); err != nil {
 		return fmt.Errorf("device tree: %w", err)
 	}
 	return ulinux.KexecLoad(kernel, initrd, cmdline, bytes.NewReader(b.Bytes()), nil)
+}
+
+// nextTree makes this boot's device tree fdt the next kernel's, and
+// returns the next kernel's command line. A tree without memory nodes (a
+// UEFI boot's: the EFI stub removed them) gets iomem's RAM as memory
+// nodes, for u-root to place the segments in. The UEFI properties of
+// /chosen stay: the next kernel takes its memory from the same UEFI
+// memory map (it discards memory nodes then) and keeps the EFI runtime
+// and ACPI tables, as kexec-tools has it; the memory map and the
+// runtime's regions are reserved in /proc/iomem, so no segment lands on
+// them. Stripping those properties instead left a kernel with neither
+// UEFI nor a tree describing CPUs and timer: it panicked before its
+// console came up ("Unable to initialise architected timer", seen with
+// earlycon). With acpi (the first kernel ran on ACPI) the command line
+// gets acpi=force: with memory nodes the tree is no longer a stub, and
+// arm64 takes a tree that is not one for the hardware description.
+func nextTree(fdt *dt.FDT, iomem func() (ukexec.MemoryMap, error), acpi bool, cmdline string) (string, error) {
+	if _, ok := fdt.RootNode.Find(func(n *dt.Node) bool { return strings.HasPrefix(n.Name, "memory@") || n.Name == "memory" }); ok {
+		return cmdline, nil
+	}
+	mm, err := iomem()
+	if err != nil {
+		return "", fmt.Errorf("/proc/iomem: %w", err)
+	}
+	ram := mm.RAM()
+	if len(ram) == 0 {
+		return "", errors.New("/proc/iomem lists no System RAM")
+	}
+	for _, c := range []string{"#address-cells", "#size-cells"} {
+		p, ok := fdt.RootNode.LookProperty(c)
+		if !ok || len(p.Value) != 4 || binary.BigEndian.Uint32(p.Value) != 2 {
+			return "", fmt.Errorf("device tree: root %s is not 2", c)
+		}
+	}
+	if acpi {
+		cmdline += " acpi=force"
+	}
+	for _, r := range ram {
+		reg := make([]byte, 16)
+		binary.BigEndian.PutUint64(reg, uint64(r.Start))
+		binary.BigEndian.PutUint64(reg[8:], uint64(r.Size))
+		fdt.RootNode.Children = append(fdt.RootNode.Children, &dt.Node{Name: fmt.Sprintf("memory@%x", r.Start),
+			Properties: []dt.Property{{Name: "device_type", Value: []byte("memory\x00")}, {Name: "reg", Value: reg}}})
+	}
+	return cmdline, nil
 }
 
 // acpiInUse says whether this kernel took its hardware description from

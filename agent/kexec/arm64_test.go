@@ -6,8 +6,12 @@ import (
 	"errors"
 	"io"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 
+	ukexec "github.com/u-root/u-root/pkg/boot/kexec"
+	"github.com/u-root/u-root/pkg/dt"
 	"golang.org/x/sys/unix"
 )
 
@@ -129,5 +133,61 @@ func TestLoadARM64(t *testing.T) {
 				t.Errorf("kexec_load got %d bytes, not the unpacked Image", len(gotImage))
 			}
 		})
+	}
+}
+
+// TestNextTree: a UEFI boot's tree (no memory nodes, /chosen naming the
+// UEFI memory map) keeps /chosen's UEFI properties and gains the RAM as
+// memory nodes; after an ACPI boot the command line gets acpi=force. A
+// tree with memory nodes (a boot without UEFI) is left as it is.
+func TestNextTree(t *testing.T) {
+	cells := func() []dt.Property {
+		two := []byte{0, 0, 0, 2}
+		return []dt.Property{{Name: "#address-cells", Value: two}, {Name: "#size-cells", Value: two}}
+	}
+	uefiTree := func() *dt.FDT {
+		return &dt.FDT{RootNode: &dt.Node{Name: "/", Properties: cells(), Children: []*dt.Node{{Name: "chosen", Properties: []dt.Property{
+			{Name: "bootargs", Value: []byte("console=ttyAMA0\x00")},
+			{Name: "linux,uefi-system-table", Value: make([]byte, 8)},
+			{Name: "linux,uefi-mmap-start", Value: make([]byte, 8)},
+		}}}}}
+	}
+	iomem := func() (ukexec.MemoryMap, error) {
+		return ukexec.MemoryMap{
+			{Range: ukexec.Range{Start: 0x40000000, Size: 0x10000000}, Type: ukexec.RangeRAM},
+			{Range: ukexec.Range{Start: 0x50000000, Size: 0x1000}, Type: ukexec.RangeReserved},
+			{Range: ukexec.Range{Start: 0x50001000, Size: 0x2000000}, Type: ukexec.RangeRAM},
+		}, nil
+	}
+	for _, acpi := range []bool{true, false} {
+		fdt := uefiTree()
+		cmdline, err := nextTree(fdt, iomem, acpi, "corral.mode=hypervisor")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.HasSuffix(cmdline, " acpi=force"); got != acpi {
+			t.Errorf("ACPI boot %v: command line %q", acpi, cmdline)
+		}
+		ch, _ := fdt.RootNode.LookupChildByName("chosen")
+		for _, p := range []string{"linux,uefi-system-table", "linux,uefi-mmap-start"} {
+			if _, ok := ch.LookProperty(p); !ok {
+				t.Errorf("/chosen lost %s: the next kernel would have neither UEFI nor ACPI", p)
+			}
+		}
+		var mem []string
+		for _, n := range fdt.RootNode.Children {
+			if strings.HasPrefix(n.Name, "memory@") {
+				mem = append(mem, n.Name)
+			}
+		}
+		if !slices.Equal(mem, []string{"memory@40000000", "memory@50001000"}) {
+			t.Errorf("memory nodes %v, want the RAM without the reserved page", mem)
+		}
+	}
+	// A tree with memory nodes is not touched.
+	fdt := uefiTree()
+	fdt.RootNode.Children = append(fdt.RootNode.Children, &dt.Node{Name: "memory@40000000"})
+	if cmdline, err := nextTree(fdt, func() (ukexec.MemoryMap, error) { return nil, errAny }, true, "x"); err != nil || cmdline != "x" || len(fdt.RootNode.Children) != 2 {
+		t.Errorf("tree with memory nodes: %q %v, %d nodes", cmdline, err, len(fdt.RootNode.Children))
 	}
 }
